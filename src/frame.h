@@ -1,0 +1,90 @@
+/* frame.h - length-prefixed protobuf frames with file descriptors over a Unix stream socket. */
+#ifndef WD_FRAME_H
+#define WD_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/*
+ * Wire format of one frame: uint32 LE payload length, uint32 LE number of fds, payload bytes.
+ * The fds of a frame are sent as SCM_RIGHTS with the frame's bytes, at most WD_FRAME_FDS_PER_MSG
+ * per sendmsg (SCM_MAX_FD is 253); a frame with more fds is sent in several sendmsg calls, each
+ * carrying at least one byte. The receiver keeps fds in arrival order and hands a frame the first
+ * `nfds` of them when its last byte arrives. Bump PROTOCOL_VERSION_CURRENT in proto/weightd.proto
+ * when this changes.
+ */
+#define WD_FRAME_HEADER 8
+#define WD_FRAME_FDS_PER_MSG 250
+#define WD_FRAME_MAX_DEFAULT (4u << 20)
+#define WD_FRAME_MAX_FDS 8192
+
+/* --- sending ------------------------------------------------------------------------------ */
+
+struct wd_outq;
+
+struct wd_outq *wd_outq_new(void);
+/* Frees queued frames and closes their fds. Accepts NULL. */
+void wd_outq_free(struct wd_outq *q);
+
+/*
+ * Queue one frame. Takes ownership of fds[0..nfds) in every case (closed after sending, or at once
+ * on failure). Returns 0, -WD_E_LIMIT (payload over max or nfds over WD_FRAME_MAX_FDS), or
+ * -WD_E_EXHAUSTED.
+ */
+int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds);
+
+/*
+ * Send as much as the socket takes (MSG_NOSIGNAL, MSG_DONTWAIT). Returns 0 when the queue is empty,
+ * 1 when data remains (socket full: wait for EPOLLOUT/EV_WRITE), or -WD_E_DISCONNECTED/-WD_E_IO.
+ */
+int wd_outq_flush(struct wd_outq *q, int sock);
+
+size_t wd_outq_bytes(const struct wd_outq *q);
+size_t wd_outq_frames(const struct wd_outq *q);
+
+/* --- receiving ---------------------------------------------------------------------------- */
+
+struct wd_inbuf;
+
+/* max_payload bounds one frame; max_fds bounds fds held (0: any fd received is a protocol error). */
+struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds);
+/* Closes fds not handed out. Accepts NULL. */
+void wd_inbuf_free(struct wd_inbuf *b);
+
+/*
+ * One recvmsg (MSG_CMSG_CLOEXEC, MSG_DONTWAIT). Returns bytes read (> 0), 0 at end of stream,
+ * WD_FRAME_AGAIN when nothing is available now, -WD_E_PROTOCOL on MSG_CTRUNC or fds beyond
+ * max_fds (those fds are closed), -WD_E_DISCONNECTED on a reset, -WD_E_IO otherwise.
+ */
+#define WD_FRAME_AGAIN (-1000)
+int wd_inbuf_read(struct wd_inbuf *b, int sock);
+
+/* Feed bytes directly (fuzzing and tests): appends to the buffer as if read. */
+int wd_inbuf_feed(struct wd_inbuf *b, const void *data, size_t len);
+
+struct wd_frame {
+	uint8_t *payload;  /* valid until the next wd_inbuf_* call */
+	uint32_t len;
+	int *fds;          /* owned by the caller after wd_inbuf_next: close or keep each */
+	uint32_t nfds;
+};
+
+/*
+ * Take the next complete frame. Returns 1 with *ret filled, 0 when more bytes are needed, or
+ * -WD_E_LIMIT (announced payload over max_payload, or nfds over the limit) / -WD_E_PROTOCOL (a
+ * frame announces more fds than arrived with it) — after which the stream cannot be resynchronised
+ * and the peer should be dropped. ret->fds is malloc'd (free it) or NULL when nfds is 0.
+ */
+int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret);
+
+/* Close every fd of a frame and free its fd array. */
+void wd_frame_close_fds(struct wd_frame *f);
+
+/* --- blocking helpers for clients --------------------------------------------------------- */
+
+/* Write one whole frame to a blocking socket (fds borrowed, not closed). */
+int wd_frame_send_blocking(int sock, const void *payload, size_t len, const int *fds, size_t nfds);
+
+#endif

@@ -1,0 +1,33 @@
+/* limits.h - the bounds on everything a checkpoint file or a client controls. */
+#ifndef WD_LIMITS_H
+#define WD_LIMITS_H
+
+#include <stdint.h>
+
+#define WD_MAX_DIMS 8           /* dimensions of a tensor (GGUF itself allows 4) */
+#define WD_MAX_NAME 1024        /* bytes in a tensor or checkpoint name */
+
+struct wd_limits {
+	uint64_t max_header_bytes;   /* safetensors JSON header; GGUF header region */
+	uint64_t max_tensors;        /* tensors in one file or source */
+	uint64_t max_metadata;       /* metadata entries in one file */
+	uint64_t max_string;         /* one metadata string */
+	uint64_t max_array;          /* elements in one GGUF metadata array (nested included) */
+	uint32_t max_array_depth;    /* GGUF array nesting */
+	uint32_t max_shards;         /* files in a sharded directory */
+	uint64_t max_index_bytes;    /* model.safetensors.index.json */
+};
+
+/* Defaults: generous for real models (Hugging Face caps safetensors headers at 100 MB). */
+#define WD_LIMITS_DEFAULT { \
+	.max_header_bytes = 100ull << 20, \
+	.max_tensors = 1u << 20, \
+	.max_metadata = 1u << 16, \
+	.max_string = 16ull << 20, \
+	.max_array = 1ull << 24, \
+	.max_array_depth = 8, \
+	.max_shards = 4096, \
+	.max_index_bytes = 64ull << 20, \
+}
+
+#endif

@@ -1,0 +1,128 @@
+/* recipe.h - derived weights: a recipe's validation, shape inference, identity and execution. */
+#ifndef WD_RECIPE_H
+#define WD_RECIPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "digest.h"
+#include "dtype.h"
+#include "error.h"
+#include "limits.h"
+#include "sink.h"
+#include "source.h"
+
+enum wd_sel_kind {
+	WD_SEL_FULL = 0,
+	WD_SEL_RANGE = 1,
+	WD_SEL_INDICES = 2,
+	WD_SEL_ELEMENTS = 3,
+	WD_SEL_SHARD = 4,
+};
+
+/* Same numbers as weightd.Selection.Kind / weightd.Op. */
+struct wd_selection {
+	enum wd_sel_kind kind;
+	uint32_t axis;
+	uint64_t start, end;       /* RANGE: [start,end) on axis; ELEMENTS: flat [start,end) */
+	const uint64_t *indices;   /* INDICES (borrowed) */
+	size_t n_indices;
+	uint64_t shape[WD_MAX_DIMS]; /* ELEMENTS: output shape */
+	int ndim;
+	uint32_t rank, world;      /* SHARD */
+};
+
+enum wd_op {
+	WD_OP_SOURCE = 0,
+	WD_OP_SELECT = 1,
+	WD_OP_CONCAT = 2,
+	WD_OP_STACK = 3,
+	WD_OP_RESHAPE = 4,
+	WD_OP_TRANSPOSE = 5,
+	WD_OP_CAST = 6,
+	WD_OP_VIEW = 7,
+};
+
+/* One node. Strings and arrays are borrowed from whoever built the recipe (e.g. a decoded frame). */
+struct wd_rnode {
+	enum wd_op op;
+	const char *checkpoint;     /* SOURCE */
+	const char *tensor;         /* SOURCE */
+	struct wd_selection sel;    /* SOURCE, SELECT */
+	const uint32_t *inputs;     /* earlier node indices */
+	size_t n_inputs;
+	int32_t axis;               /* CONCAT, STACK */
+	uint64_t shape[WD_MAX_DIMS];/* RESHAPE, VIEW */
+	int ndim;
+	uint32_t perm[WD_MAX_DIMS]; /* TRANSPOSE */
+	int n_perm;
+	enum wd_dtype dtype;        /* CAST, VIEW */
+};
+
+/* A flat node list; inputs refer to earlier nodes only; the last node is the output. */
+struct wd_recipe {
+	const struct wd_rnode *nodes;
+	size_t n_nodes;
+};
+
+struct wd_recipe_limits {
+	uint32_t max_nodes;       /* nodes in one recipe */
+	uint32_t max_depth;       /* longest input chain */
+	uint64_t max_indices;     /* total indices over all INDICES selections */
+	uint64_t max_output_bytes;/* one output weight */
+	uint64_t max_temp_bytes;  /* intermediate memory execution may need (transpose, gathers) */
+};
+
+#define WD_RECIPE_LIMITS_DEFAULT { .max_nodes = 256, .max_depth = 32, .max_indices = 1u << 20, \
+	.max_output_bytes = 1ull << 40, .max_temp_bytes = 1ull << 32 }
+
+/*
+ * How a recipe names its sources. lookup returns 0 and the source (kept alive by the caller for
+ * the plan's whole life) or a negative code: -WD_E_UNKNOWN_SOURCE, -WD_E_PERMISSION... with err set.
+ */
+struct wd_resolver {
+	void *ctx;
+	int (*lookup)(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
+		      struct wd_error *err);
+};
+
+struct wd_plan;
+
+/*
+ * Preflight: validate every node, infer the output dtype/shape/bytes with overflow-checked
+ * arithmetic, compute the identity key, and build an execution plan. Reads metadata only, never
+ * payload. On failure returns -code with err naming the node (err->node = index + 1), the tensor
+ * and checkpoint where they apply, and the rule broken (codes WD_E_UNKNOWN_SOURCE ... WD_E_TOO_LARGE).
+ * The plan does not borrow from `r`: it copies what it needs.
+ */
+int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res,
+			const struct wd_recipe_limits *lim, struct wd_plan **ret, struct wd_error *err);
+
+void wd_plan_free(struct wd_plan *p);
+
+enum wd_dtype wd_plan_dtype(const struct wd_plan *p);
+int wd_plan_ndim(const struct wd_plan *p);
+const uint64_t *wd_plan_shape(const struct wd_plan *p);
+uint64_t wd_plan_nbytes(const struct wd_plan *p);
+/* SHA-256 of the canonical encoding of the recipe with each source replaced by its identity
+ * (wd_source_identity) and tensor name: equal keys = equal bytes. */
+const uint8_t *wd_plan_key(const struct wd_plan *p);
+/* Bytes execution will read from checkpoints (for accounting and tests). */
+uint64_t wd_plan_read_bytes(const struct wd_plan *p);
+/* Sources the plan reads (distinct), valid while the plan lives. */
+size_t wd_plan_source_count(const struct wd_plan *p);
+const struct wd_source *wd_plan_source(const struct wd_plan *p, size_t i);
+/* A short human label, e.g. "model:layers.0.q[0:512,:]" or "cast(model:w, F16)". */
+const char *wd_plan_label(const struct wd_plan *p);
+
+/*
+ * Execute: write the output into `sink` strictly in order. Reads with wd_source_pread (no mapping
+ * of checkpoints), checks every source file with wd_source_check before and after reading, and
+ * adds the checkpoint bytes read to *ret_bytes_read. Byte-preserving plans stream file ranges
+ * through scratch->buf into the sink with no whole-tensor intermediate copy. Thread-safe: one plan
+ * may run on one thread at a time; different plans concurrently.
+ */
+int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
+		    uint64_t *ret_bytes_read, struct wd_error *err);
+
+#endif

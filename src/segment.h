@@ -1,0 +1,51 @@
+/* segment.h - POSIX shared-memory segments that hold weights. */
+#ifndef WD_SEGMENT_H
+#define WD_SEGMENT_H
+
+#include <stdint.h>
+
+#include "error.h"
+
+#define WD_SEGMENT_NAME_MAX 200
+
+struct wd_segment {
+	int fd;        /* O_RDWR, owned; -1 once sealed or closed */
+	int ro_fd;     /* O_RDONLY on the same object: what clients get (dup'd/sent) */
+	uint64_t size;
+	char name[WD_SEGMENT_NAME_MAX]; /* "/prefix.xxxx" as given to shm_open */
+};
+
+/*
+ * Create a new shm object `name` (must start with '/', no other '/') with mode 0600, O_EXCL, and
+ * reserve `size` bytes with posix_fallocate so a full /dev/shm fails here (-WD_E_EXHAUSTED naming
+ * bytes needed) instead of as SIGBUS later. size 0 is allowed (nothing reserved). On failure nothing
+ * is left behind (the name is unlinked).
+ */
+int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, struct wd_error *err);
+
+/* Drop write access: close the O_RDWR fd after filling. ro_fd stays. */
+void wd_segment_seal(struct wd_segment *seg);
+
+/* Re-open an existing object read-only (re-adoption after a restart): fills ro_fd and size. */
+int wd_segment_adopt(const char *name, struct wd_segment *ret, struct wd_error *err);
+
+/* Close fds (not the name). Accepts NULL / closed. */
+void wd_segment_close(struct wd_segment *seg);
+
+/* shm_unlink(name); mappings and fds elsewhere stay valid. 0 or -WD_E_IO (ENOENT is success). */
+int wd_segment_unlink(const char *name);
+
+/*
+ * Call fn(name, size, arg) for every object in /dev/shm whose name starts with `prefix` (without
+ * the leading '/'; the name passed to fn has it). Stops at fn's first nonzero return and returns it.
+ */
+int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t size, void *arg),
+		    void *arg);
+
+/* Unlink every object under `prefix`; returns how many, or a negative code. */
+int wd_segment_purge(const char *prefix);
+
+/* A prefix is 1..64 characters of [A-Za-z0-9_.-], not starting with '.'. */
+int wd_segment_prefix_valid(const char *prefix);
+
+#endif

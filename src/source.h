@@ -1,0 +1,79 @@
+/* source.h - a checkpoint source: one safetensors file, a sharded directory, or a GGUF file. */
+#ifndef WD_SOURCE_H
+#define WD_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "limits.h"
+#include "tensor.h"
+
+enum wd_source_kind {
+	WD_SOURCE_SAFETENSORS = 1,
+	WD_SOURCE_SHARDED = 2,
+	WD_SOURCE_GGUF = 3,
+};
+
+/* The identity a file is pinned by. */
+struct wd_file_id {
+	dev_t dev;
+	ino_t ino;
+	uint64_t size;
+	int64_t mtime_ns;
+};
+
+struct wd_source;
+
+/*
+ * Open and validate a source (header only; payload untouched). `path` is a safetensors file, a GGUF
+ * file (detected by magic), or a directory holding model.safetensors.index.json (or exactly one
+ * *.safetensors file). Every shard header is parsed and must agree with the index. Each file is
+ * opened O_RDONLY|O_CLOEXEC and pinned by identity. Returns 0 and *ret, or a negative code with err
+ * naming the file and what is wrong.
+ */
+int wd_source_open(const char *name, const char *path, const struct wd_limits *lim,
+		   struct wd_source **ret, struct wd_error *err);
+
+/* Closes its files. Accepts NULL. */
+void wd_source_free(struct wd_source *src);
+
+const char *wd_source_name(const struct wd_source *src);
+const char *wd_source_path(const struct wd_source *src);
+enum wd_source_kind wd_source_kind(const struct wd_source *src);
+const char *wd_source_kind_name(enum wd_source_kind kind);
+
+size_t wd_source_tensor_count(const struct wd_source *src);
+const struct wd_tensor_info *wd_source_tensor(const struct wd_source *src, size_t i);
+/* O(log n) by name; NULL when absent. */
+const struct wd_tensor_info *wd_source_find(const struct wd_source *src, const char *tensor);
+size_t wd_source_meta_count(const struct wd_source *src);
+const struct wd_meta *wd_source_meta(const struct wd_source *src, size_t i);
+
+size_t wd_source_file_count(const struct wd_source *src);
+/* File name relative to the source path ("" for a single-file source). */
+const char *wd_source_file_name(const struct wd_source *src, uint32_t file);
+const struct wd_file_id *wd_source_file_id(const struct wd_source *src, uint32_t file);
+/* Sum of tensor bytes. */
+uint64_t wd_source_bytes(const struct wd_source *src);
+
+/* SHA-256 over the kind and every file's identity: equal identities = same bytes on disk. */
+void wd_source_identity(const struct wd_source *src, uint8_t ret[32]);
+
+/*
+ * Check that file `file` is still the one admitted: the path still names the pinned inode and its
+ * size and mtime are unchanged. -WD_E_CHANGED otherwise, with a sentence naming the file.
+ * Thread-safe.
+ */
+int wd_source_check(const struct wd_source *src, uint32_t file, struct wd_error *err);
+
+/*
+ * pread exactly len bytes at off from file `file` (retrying short reads and EINTR). A short file
+ * (truncated since admission) is -WD_E_CHANGED; other errors -WD_E_IO. Thread-safe (pread only;
+ * the source is never mapped, so a truncated file cannot SIGBUS).
+ */
+int wd_source_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len, uint64_t off,
+		    struct wd_error *err);
+
+#endif

@@ -1,0 +1,80 @@
+/* tensor.c - the growable tensor/metadata table shared by the checkpoint parsers. */
+#include "tensor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+void wd_table_init(struct wd_table *t)
+{
+	memset(t, 0, sizeof(*t));
+}
+
+void wd_table_free(struct wd_table *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->n_tensors; i++)
+		free(t->tensors[i].name);
+	for (size_t i = 0; i < t->n_meta; i++) {
+		free(t->meta[i].key);
+		free(t->meta[i].value);
+		free(t->meta[i].type);
+	}
+	free(t->tensors);
+	free(t->meta);
+	memset(t, 0, sizeof(*t));
+}
+
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	size_t ncap;
+	void *p;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap ? *cap * 2 : 16;
+	if (ncap > SIZE_MAX / elem)
+		return -WD_E_EXHAUSTED;
+	p = realloc(*arr, ncap * elem);
+	if (!p)
+		return -WD_E_EXHAUSTED;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+int wd_table_add_tensor(struct wd_table *t, const struct wd_tensor_info *info)
+{
+	char *name;
+
+	if (grow((void **)&t->tensors, &t->cap_tensors, t->n_tensors, sizeof(*t->tensors)))
+		return -WD_E_EXHAUSTED;
+	name = strdup(info->name ? info->name : "");
+	if (!name)
+		return -WD_E_EXHAUSTED;
+	t->tensors[t->n_tensors] = *info;
+	t->tensors[t->n_tensors].name = name;
+	t->n_tensors++;
+	return 0;
+}
+
+int wd_table_add_meta(struct wd_table *t, const char *key, const char *value, const char *type)
+{
+	struct wd_meta m;
+
+	if (grow((void **)&t->meta, &t->cap_meta, t->n_meta, sizeof(*t->meta)))
+		return -WD_E_EXHAUSTED;
+	m.key = strdup(key ? key : "");
+	m.value = strdup(value ? value : "");
+	m.type = strdup(type ? type : "");
+	if (!m.key || !m.value || !m.type) {
+		free(m.key);
+		free(m.value);
+		free(m.type);
+		return -WD_E_EXHAUSTED;
+	}
+	t->meta[t->n_meta++] = m;
+	return 0;
+}
