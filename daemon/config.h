@@ -1,0 +1,56 @@
+/* config.h - weightd's INI configuration: the daemon section and one section per checkpoint. */
+#ifndef WD_CONFIG_H
+#define WD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+struct source_conf {
+	char *name;          /* from the section header [checkpoint:NAME] */
+	char *path;
+	uid_t *allow_uids;   /* resolved from names or numbers at load time */
+	size_t n_uids;
+	gid_t *allow_gids;
+	size_t n_gids;
+	bool allow_any;      /* neither allow_users nor allow_groups given: any peer of the socket */
+	bool preload;
+	int line;            /* where the section starts, for messages */
+};
+
+struct config {
+	char *path;                 /* the file it was read from */
+	char *socket_path;
+	mode_t socket_mode;
+	gid_t socket_group;         /* (gid_t)-1: leave as created */
+	char *shm_prefix;
+	char *state_dir;            /* "" = no state index */
+	uint64_t budget_bytes;      /* 0 = half of /dev/shm's size at start */
+	uint32_t workers;           /* 0 = number of online CPUs */
+	uint32_t max_clients;
+	uint32_t client_max_pending;
+	uint64_t client_max_queue_bytes;
+	uint64_t client_max_bytes;  /* 0 = unlimited */
+	uint32_t client_max_weights;/* 0 = unlimited */
+	uint32_t max_frame_bytes;
+	int log_level;              /* LOG_LVL_* or -1 when not set in the file */
+	struct source_conf *sources;
+	size_t n_sources;
+};
+
+/*
+ * Load and validate `path`. Unknown keys and sections, bad numbers, sizes ("16G", "512M", bytes),
+ * octal modes, unknown users/groups, duplicate checkpoint names, invalid shm prefixes: each is an
+ * error "FILE:LINE: what is wrong" (-WD_E_INVALID). Missing keys take the defaults documented in
+ * systemd/weightd.conf.example.
+ */
+int config_load(const char *path, struct config **ret, struct wd_error *err);
+void config_free(struct config *cfg);
+
+/* Parse "123", "64K", "512M", "16G", "1T" (powers of 1024). false on garbage or overflow. */
+bool config_parse_size(const char *s, uint64_t *ret);
+
+#endif
