@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -338,6 +339,32 @@ out:
 	free(json);
 	free(buf);
 	return r;
+}
+
+/* A fresh private directory under $TMPDIR (or /tmp), in *ret (PATH_MAX bytes). 0 or -1. */
+static inline int stw_tmpdir(char *ret, size_t len)
+{
+	const char *base = getenv("TMPDIR");
+
+	if (!base || !*base)
+		base = "/tmp";
+	if (snprintf(ret, len, "%s/weightd-test.XXXXXX", base) >= (int)len)
+		return -1;
+	return mkdtemp(ret) ? 0 : -1;
+}
+
+static inline int stw_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+/* Remove a directory tree (symlinks are removed, never followed). */
+static inline int stw_rmtree(const char *dir)
+{
+	return nftw(dir, stw_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif
