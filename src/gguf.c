@@ -221,9 +221,13 @@ static void sb_quoted(struct sbuf *s, const uint8_t *p, uint64_t len)
 	sb_put(s, "\"", 1);
 }
 
-/* Shortest text that reads back as the same value. */
+/* Shortest text that reads back as the same value; whole numbers below 1e15 without exponent. */
 static void fmt_f32(char *b, size_t n, float f)
 {
+	if (f == __builtin_truncf(f) && __builtin_fabsf(f) < 1e15f) {
+		snprintf(b, n, "%.0f", (double)f);
+		return;
+	}
 	for (int prec = 1; prec <= 9; prec++) {
 		snprintf(b, n, "%.*g", prec, (double)f);
 		if (strtof(b, NULL) == f)
@@ -233,6 +237,10 @@ static void fmt_f32(char *b, size_t n, float f)
 
 static void fmt_f64(char *b, size_t n, double f)
 {
+	if (f == __builtin_trunc(f) && __builtin_fabs(f) < 1e15) {
+		snprintf(b, n, "%.0f", f);
+		return;
+	}
 	for (int prec = 1; prec <= 17; prec++) {
 		snprintf(b, n, "%.*g", prec, f);
 		if (strtod(b, NULL) == f)

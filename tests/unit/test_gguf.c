@@ -260,7 +260,7 @@ static void test_metadata_types(void **state)
 		{ "a.i16", "[-300, 300]", "array[i16]" },
 		{ "a.u32", "[100000, 3]", "array[u32]" },
 		{ "a.i32", "[-100000, 3]", "array[i32]" },
-		{ "a.f32", "[0.5, -2]", "array[f32]" },
+		{ "a.f32", "[0.5, -2, 10000, 3.1415927]", "array[f32]" },
 		{ "a.bool", "[true, false]", "array[bool]" },
 		{ "a.string", "[\"a\", \"b\\\"c\\x01\"]", "array[string]" },
 		{ "a.u64", "[1, 2]", "array[u64]" },
@@ -300,7 +300,8 @@ static void test_metadata_types(void **state)
 	gw_key(&g, "a.u32", GW_ARRAY); gw_arr(&g, GW_U32, 2); gw_u32(&g, 100000); gw_u32(&g, 3);
 	gw_key(&g, "a.i32", GW_ARRAY); gw_arr(&g, GW_I32, 2); gw_u32(&g, (uint32_t)-100000);
 	gw_u32(&g, 3);
-	gw_key(&g, "a.f32", GW_ARRAY); gw_arr(&g, GW_F32, 2); gw_f32(&g, 0.5f); gw_f32(&g, -2.0f);
+	gw_key(&g, "a.f32", GW_ARRAY); gw_arr(&g, GW_F32, 4); gw_f32(&g, 0.5f); gw_f32(&g, -2.0f);
+	gw_f32(&g, 10000.0f); gw_f32(&g, 3.14159265f);
 	gw_key(&g, "a.bool", GW_ARRAY); gw_arr(&g, GW_BOOL, 2); gw_u8(&g, 1); gw_u8(&g, 0);
 	gw_key(&g, "a.string", GW_ARRAY); gw_arr(&g, GW_STRING, 2); gw_str(&g, "a");
 	gw_str(&g, "b\"c\x01");
