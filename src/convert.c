@@ -324,14 +324,13 @@ static uint16_t f32_bits_to_bf16(uint32_t u)
 
 static uint32_t f16_to_f32_bits(uint16_t h)
 {
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, a = h & 0x7FFF, m = h & 0x3FF;
 	int sh;
 
-	if (e == 0x1F)
+	if (a - 0x0400 < 0x7800) /* normal (exponent field 1..30): move up and rebias by 127 - 15 */
+		return sign | ((a << 13) + 0x38000000);
+	if (a >= 0x7C00)
 		return sign | 0x7F800000 | (m ? 0x00400000 | (m << 13) : 0);
-	if (e)
-		return sign | ((e + 112) << 23) | (m << 13);
 	if (!m)
 		return sign;
 	/* subnormal m * 2^-24: shift the leading bit to position 10 */
@@ -346,15 +345,16 @@ static uint16_t f32_bits_to_f16(uint32_t u)
 	uint32_t a = u & 0x7FFFFFFF, r, m, q, rem, half;
 	int s;
 
-	if (a > 0x7F800000)
-		return sign | 0x7E00 | ((a >> 13) & 0x3FF);
-	if (a >= 0x47800000) /* >= 2^16, infinity included */
-		return sign | 0x7C00;
-	if (a >= 0x38800000) { /* f16 normal range: rebias, round, a carry may reach infinity */
+	if (a - 0x38800000 < 0x47800000 - 0x38800000) {
+		/* the f16 normal range [2^-14, 2^16): rebias, round, a carry may reach infinity */
 		r = a - 0x38000000;
 		r += 0xFFF + ((r >> 13) & 1);
 		return sign | (uint16_t)(r >> 13);
 	}
+	if (a > 0x7F800000)
+		return sign | 0x7E00 | ((a >> 13) & 0x3FF);
+	if (a >= 0x47800000) /* >= 2^16, infinity included */
+		return sign | 0x7C00;
 	if (a <= 0x33000000) /* <= 2^-25, half the smallest subnormal: rounds to zero */
 		return sign;
 	m = (a & 0x7FFFFF) | 0x800000;
@@ -509,26 +509,34 @@ WD_AVX2 static void v2_f32_bf16(const void *src, void *dst, size_t n)
 	s_f32_bf16(s + 4 * i, d + 2 * i, n - i);
 }
 
-WD_AVX2 static inline __m256i bf16_widen_avx2(__m128i h)
+/*
+ * 16 bf16 -> 16 f32 bit patterns in order (out[0] = elements 0..7). NaNs are quieted while still
+ * 16 bits wide; unpacking against zero puts each bf16 in the high half of a 32-bit lane.
+ */
+WD_AVX2 static inline void bf16_widen_avx2(__m256i x, __m256i out[2])
 {
-	const __m256i absmask = _mm256_set1_epi32(0x7FFFFFFF);
-	const __m256i inf = _mm256_set1_epi32(0x7F800000);
-	__m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-	__m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absmask), inf);
-	return _mm256_or_si256(u, _mm256_and_si256(nan, _mm256_set1_epi32(0x00400000)));
+	__m256i nan = _mm256_cmpgt_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x7FFF)),
+					 _mm256_set1_epi16(0x7F80));
+	__m256i zero = _mm256_setzero_si256(), lo, hi;
+
+	x = _mm256_or_si256(x, _mm256_and_si256(nan, _mm256_set1_epi16(0x0040)));
+	lo = _mm256_unpacklo_epi16(zero, x); /* elements 0-3 | 8-11 */
+	hi = _mm256_unpackhi_epi16(zero, x); /* elements 4-7 | 12-15 */
+	out[0] = _mm256_permute2x128_si256(lo, hi, 0x20);
+	out[1] = _mm256_permute2x128_si256(lo, hi, 0x31);
 }
 
 WD_AVX2 static void v2_bf16_f32(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
+	__m256i w[2];
 	size_t i = 0;
 
 	for (; i + 16 <= n; i += 16) {
-		__m128i h0 = _mm_loadu_si128((const __m128i *)(s + 2 * i));
-		__m128i h1 = _mm_loadu_si128((const __m128i *)(s + 2 * i + 16));
-		_mm256_storeu_si256((__m256i *)(d + 4 * i), bf16_widen_avx2(h0));
-		_mm256_storeu_si256((__m256i *)(d + 4 * i + 32), bf16_widen_avx2(h1));
+		bf16_widen_avx2(_mm256_loadu_si256((const __m256i *)(s + 2 * i)), w);
+		_mm256_storeu_si256((__m256i *)(d + 4 * i), w[0]);
+		_mm256_storeu_si256((__m256i *)(d + 4 * i + 32), w[1]);
 	}
 	s_bf16_f32(s + 2 * i, d + 4 * i, n - i);
 }
@@ -539,11 +547,14 @@ WD_AVX2 static void v2_f16_f32(const void *src, void *dst, size_t n)
 	unsigned char *d = dst;
 	size_t i = 0;
 
-	for (; i + 16 <= n; i += 16) {
-		__m128i h0 = _mm_loadu_si128((const __m128i *)(s + 2 * i));
-		__m128i h1 = _mm_loadu_si128((const __m128i *)(s + 2 * i + 16));
-		_mm256_storeu_ps((float *)(d + 4 * i), _mm256_cvtph_ps(h0));
-		_mm256_storeu_ps((float *)(d + 4 * i + 32), _mm256_cvtph_ps(h1));
+	for (; i + 32 <= n; i += 32)
+		for (int k = 0; k < 4; k++) {
+			__m128i h = _mm_loadu_si128((const __m128i *)(s + 2 * i + 16 * k));
+			_mm256_storeu_ps((float *)(d + 4 * i + 32 * k), _mm256_cvtph_ps(h));
+		}
+	for (; i + 8 <= n; i += 8) {
+		__m128i h = _mm_loadu_si128((const __m128i *)(s + 2 * i));
+		_mm256_storeu_ps((float *)(d + 4 * i), _mm256_cvtph_ps(h));
 	}
 	s_f16_f32(s + 2 * i, d + 4 * i, n - i);
 }
@@ -568,15 +579,14 @@ WD_AVX2 static void v2_bf16_f16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
+	__m256i w[2];
 	size_t i = 0;
 
 	for (; i + 16 <= n; i += 16) {
-		__m128i h0 = _mm_loadu_si128((const __m128i *)(s + 2 * i));
-		__m128i h1 = _mm_loadu_si128((const __m128i *)(s + 2 * i + 16));
-		__m256 a = _mm256_castsi256_ps(bf16_widen_avx2(h0));
-		__m256 b = _mm256_castsi256_ps(bf16_widen_avx2(h1));
-		_mm_storeu_si128((__m128i *)(d + 2 * i), _mm256_cvtps_ph(a, 0));
-		_mm_storeu_si128((__m128i *)(d + 2 * i + 16), _mm256_cvtps_ph(b, 0));
+		bf16_widen_avx2(_mm256_loadu_si256((const __m256i *)(s + 2 * i)), w);
+		_mm_storeu_si128((__m128i *)(d + 2 * i), _mm256_cvtps_ph(_mm256_castsi256_ps(w[0]), 0));
+		_mm_storeu_si128((__m128i *)(d + 2 * i + 16),
+				 _mm256_cvtps_ph(_mm256_castsi256_ps(w[1]), 0));
 	}
 	s_bf16_f16(s + 2 * i, d + 2 * i, n - i);
 }
