@@ -19,6 +19,7 @@
 #include "pool.h"
 #include "segment.h"
 #include "server.h"
+#include "state.h"
 
 static const char usage[] =
 	"usage: weightd --config FILE [--foreground] [--check-config] [--log-level LEVEL]\n"
@@ -145,6 +146,13 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 
 static bool socket_activated;
 
+static int adopt_one(const struct state_record *rec, void *arg)
+{
+	struct daemon *d = arg;
+
+	return cache_adopt(d->cache, rec);
+}
+
 /* The listening socket: inherited from systemd (socket activation) or made here. */
 static int get_listener(const struct config *cfg, int *ret_fd, struct wd_error *err)
 {
@@ -214,7 +222,7 @@ int main(int argc, char **argv)
 	struct event *ev_hup = NULL, *ev_term = NULL, *ev_int = NULL, *ev_wd = NULL;
 	const char *config_path = NULL;
 	bool foreground = false, check = false;
-	int level = -1, lfd = -1, opt, rc = 1, purged;
+	int level = -1, lfd = -1, opt, rc = 1, purged = 0, adopted;
 	uint64_t wd_usec = 0;
 
 	memset(&d, 0, sizeof(d));
@@ -259,11 +267,6 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	/* Leftovers under our prefix are from a previous run of this instance. */
-	purged = wd_segment_purge(d.instance);
-	if (purged > 0)
-		log_notice("removed %d stale segments under /dev/shm/%s.*", purged, d.instance);
-
 	d.base = event_base_new();
 	if (!d.base)
 		goto out;
@@ -274,6 +277,17 @@ int main(int argc, char **argv)
 		log_err("out of memory at start-up");
 		goto out;
 	}
+	/* Every name under our prefix is from a previous run of this instance: re-adopt what the
+	 * state index vouches for, unlink the rest. */
+	if (state_init(d.cfg->state_dir, d.instance, &err) < 0) {
+		log_warn("%s; restarts will rebuild weights", err.msg);
+		d.cfg->state_dir[0] = '\0';
+	}
+	adopted = state_recover(d.cfg->state_dir, d.instance, adopt_one, &d, &purged);
+	if (adopted > 0 || purged > 0)
+		log_notice("re-adopted %d weights, removed %d stale segments under /dev/shm/%s.*",
+			   adopted, purged, d.instance);
+	cache_trim(d.cache);
 	if (get_listener(d.cfg, &lfd, &err) < 0) {
 		log_err("%s", err.msg);
 		goto out;
@@ -308,7 +322,8 @@ out:
 	else if (lfd >= 0)
 		close(lfd);
 	pool_free(d.pool);
-	cache_free(d.cache, true);
+	/* With a state index the segments outlive us and the next start re-adopts them. */
+	cache_free(d.cache, !(d.cfg && d.cfg->state_dir && d.cfg->state_dir[0]));
 	catalog_free(d.catalog);
 	if (ev_hup)
 		event_free(ev_hup);
