@@ -283,9 +283,8 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for read buffers");
 		return;
 	}
+	/* Names are unique per key: start-up cleared the prefix, eviction unlinks. */
 	r = wd_segment_create(j->name, j->nbytes, &j->seg, &j->err);
-	if (r == -WD_E_INVALID && wd_segment_unlink(j->name) == 0)
-		r = wd_segment_create(j->name, j->nbytes, &j->seg, &j->err);
 	if (r < 0) {
 		j->status = r;
 		return;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -179,6 +180,17 @@ static int get_listener(const struct config *cfg, int *ret_fd, struct wd_error *
 	return server_bind(cfg, ret_fd, err);
 }
 
+/* Every client costs a socket and every weight a segment fd: take the whole hard limit. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 static int daemonize(void)
 {
 	pid_t pid = fork();
@@ -260,6 +272,7 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	snprintf(d.instance, sizeof(d.instance), "%s", d.cfg->shm_prefix);
+	raise_fd_limit();
 	clock_gettime(CLOCK_MONOTONIC, &d.started);
 	signal(SIGPIPE, SIG_IGN);
 	if (!foreground && !getenv("NOTIFY_SOCKET") && daemonize() < 0) {
