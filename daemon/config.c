@@ -393,6 +393,10 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		return 1;
 	}
 	case DK_SOCKET_GROUP:
+		if (!val[0]) {
+			cfg->socket_group = (gid_t)-1;  /* as the default: keep the group it is created with */
+			return 1;
+		}
 		if (!resolve_id(ld, key, val, true, &u32))
 			return 0;
 		cfg->socket_group = (gid_t)u32;

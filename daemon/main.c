@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "pool.h"
 #include "segment.h"
 #include "server.h"
+#include "state.h"
 
 static const char usage[] =
 	"usage: weightd --config FILE [--foreground] [--check-config] [--log-level LEVEL]\n"
@@ -145,6 +147,13 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 
 static bool socket_activated;
 
+static int adopt_one(const struct state_record *rec, void *arg)
+{
+	struct daemon *d = arg;
+
+	return cache_adopt(d->cache, rec);
+}
+
 /* The listening socket: inherited from systemd (socket activation) or made here. */
 static int get_listener(const struct config *cfg, int *ret_fd, struct wd_error *err)
 {
@@ -169,6 +178,17 @@ static int get_listener(const struct config *cfg, int *ret_fd, struct wd_error *
 		return 0;
 	}
 	return server_bind(cfg, ret_fd, err);
+}
+
+/* Every client costs a socket and every weight a segment fd: take the whole hard limit. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 }
 
 static int daemonize(void)
@@ -214,7 +234,7 @@ int main(int argc, char **argv)
 	struct event *ev_hup = NULL, *ev_term = NULL, *ev_int = NULL, *ev_wd = NULL;
 	const char *config_path = NULL;
 	bool foreground = false, check = false;
-	int level = -1, lfd = -1, opt, rc = 1, purged;
+	int level = -1, lfd = -1, opt, rc = 1, purged = 0, adopted;
 	uint64_t wd_usec = 0;
 
 	memset(&d, 0, sizeof(d));
@@ -252,17 +272,13 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	snprintf(d.instance, sizeof(d.instance), "%s", d.cfg->shm_prefix);
+	raise_fd_limit();
 	clock_gettime(CLOCK_MONOTONIC, &d.started);
 	signal(SIGPIPE, SIG_IGN);
 	if (!foreground && !getenv("NOTIFY_SOCKET") && daemonize() < 0) {
 		log_err("cannot detach: %s", strerror(errno));
 		goto out;
 	}
-
-	/* Leftovers under our prefix are from a previous run of this instance. */
-	purged = wd_segment_purge(d.instance);
-	if (purged > 0)
-		log_notice("removed %d stale segments under /dev/shm/%s.*", purged, d.instance);
 
 	d.base = event_base_new();
 	if (!d.base)
@@ -274,6 +290,17 @@ int main(int argc, char **argv)
 		log_err("out of memory at start-up");
 		goto out;
 	}
+	/* Every name under our prefix is from a previous run of this instance: re-adopt what the
+	 * state index vouches for, unlink the rest. */
+	if (state_init(d.cfg->state_dir, d.instance, &err) < 0) {
+		log_warn("%s; restarts will rebuild weights", err.msg);
+		d.cfg->state_dir[0] = '\0';
+	}
+	adopted = state_recover(d.cfg->state_dir, d.instance, adopt_one, &d, &purged);
+	if (adopted > 0 || purged > 0)
+		log_notice("re-adopted %d weights, removed %d stale segments under /dev/shm/%s.*",
+			   adopted, purged, d.instance);
+	cache_trim(d.cache);
 	if (get_listener(d.cfg, &lfd, &err) < 0) {
 		log_err("%s", err.msg);
 		goto out;
@@ -308,7 +335,8 @@ out:
 	else if (lfd >= 0)
 		close(lfd);
 	pool_free(d.pool);
-	cache_free(d.cache, true);
+	/* With a state index the segments outlive us and the next start re-adopts them. */
+	cache_free(d.cache, !(d.cfg && d.cfg->state_dir && d.cfg->state_dir[0]));
 	catalog_free(d.catalog);
 	if (ev_hup)
 		event_free(ev_hup);

@@ -870,27 +870,40 @@ static void do_evict(struct session *s, uint64_t id, const Weightd__Evict *ev)
 	reply(s, &resp, id, NULL, 0);
 }
 
+/* A subscription replaces the previous one; an empty list unsubscribes. */
 static void do_subscribe(struct session *s, uint64_t id, const Weightd__Subscribe *sub)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
-	char **subs;
+	char **subs = NULL;
+	size_t n = 0;
 
-	if (sub->n_checkpoints > 4096 || s->n_subs + sub->n_checkpoints > 4096) {
+	if (sub->n_checkpoints > 4096) {
 		fail(s, id, WD_E_LIMIT, "at most %d subscriptions per client", 4096);
 		return;
 	}
-	subs = realloc(s->subs, (s->n_subs + sub->n_checkpoints + 1) * sizeof(*subs));
-	if (!subs) {
-		fail(s, id, WD_E_EXHAUSTED, "out of memory");
-		return;
+	if (sub->n_checkpoints) {
+		subs = calloc(sub->n_checkpoints, sizeof(*subs));
+		if (!subs) {
+			fail(s, id, WD_E_EXHAUSTED, "out of memory");
+			return;
+		}
 	}
+	for (; n < sub->n_checkpoints; n++) {
+		subs[n] = strdup(sub->checkpoints[n]);
+		if (!subs[n]) {
+			while (n--)
+				free(subs[n]);
+			free(subs);
+			fail(s, id, WD_E_EXHAUSTED, "out of memory");
+			return;
+		}
+	}
+	for (size_t i = 0; i < s->n_subs; i++)
+		free(s->subs[i]);
+	free(s->subs);
 	s->subs = subs;
-	for (size_t i = 0; i < sub->n_checkpoints; i++) {
-		char *c = strdup(sub->checkpoints[i]);
-		if (c)
-			s->subs[s->n_subs++] = c;
-	}
+	s->n_subs = n;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_SUBSCRIBE;
 	resp.subscribe = &empty;
 	reply(s, &resp, id, NULL, 0);

@@ -270,8 +270,6 @@ static int check_tiling(const struct entry *es, size_t n, uint64_t data_len, str
 			err->expected = (int64_t)data_len;
 			err->actual = (int64_t)pos;
 		}
-		if (prev)
-			wd_error_about(err, NULL, prev->name);
 		return wd_error_set(err, WD_E_BAD_CHECKPOINT,
 				    "safetensors header: the data section holds %" PRIu64 " bytes but the tensors cover only %" PRIu64 "; the last %" PRIu64 " bytes belong to no tensor",
 				    data_len, pos, data_len - pos);

@@ -195,11 +195,60 @@ static void test_defaults(void **state)
 	config_free(cfg);
 }
 
-static void test_state_dir_disabled(void **state)
+static void test_empty_values(void **state)
 {
-	struct config *cfg = load_ok("[daemon]\nstate_dir =\n");
+	struct config *cfg = load_ok("[daemon]\nstate_dir =\nsocket_group = 0\n");
 
 	assert_string_equal(cfg->state_dir, "");
+	assert_int_equal(cfg->socket_group, 0);
+	config_free(cfg);
+	/* an empty socket_group is the default: leave the group as created */
+	cfg = load_ok("[daemon]\nsocket_group =\n");
+	assert_true(cfg->socket_group == (gid_t)-1);
+	config_free(cfg);
+}
+
+/*
+ * systemd/weightd.conf.example documents every [daemon] key commented out with its default. With
+ * those lines uncommented it must load and give exactly the defaults (log_level aside: the example
+ * names the level used when none is set).
+ */
+static void test_example_documents_defaults(void **state)
+{
+	const char *srcdir = getenv("WD_SOURCE_DIR");
+	char path[4096], line[512], *text = NULL;
+	size_t len = 0, n_keys = 0;
+	FILE *in, *out;
+	struct config *cfg;
+
+	assert_non_null(srcdir);
+	snprintf(path, sizeof(path), "%s/systemd/weightd.conf.example", srcdir);
+	in = fopen(path, "r");
+	assert_non_null(in);
+	out = open_memstream(&text, &len);
+	assert_non_null(out);
+	while (fgets(line, sizeof(line), in)) {
+		char key[64];
+
+		if (strncmp(line, "#[checkpoint:", 13) == 0)
+			break;
+		/* "#key = value": a documented default */
+		if (sscanf(line, "#%63[a-z_] =", key) == 1 && strstr(line, " =")) {
+			fputs(line + 1, out);
+			n_keys++;
+		} else {
+			fputs(line, out);
+		}
+	}
+	fclose(in);
+	assert_int_equal(fclose(out), 0);
+	assert_int_equal(n_keys, 14);    /* every [daemon] key of config.h */
+	cfg = load_ok(text);
+	free(text);
+	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
+	cfg->log_level = -1;
+	check_defaults(cfg);
+	assert_int_equal(cfg->n_sources, 0);
 	config_free(cfg);
 }
 
@@ -388,7 +437,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_full_file),
 		cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_state_dir_disabled),
+		cmocka_unit_test(test_empty_values),
+		cmocka_unit_test(test_example_documents_defaults),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_long_lines),
 		cmocka_unit_test(test_nul_byte),
