@@ -151,7 +151,7 @@ if [ "$(pc --modversion libweightd)" != "$WD_VERSION" ]; then
 	fail "pkg-config --modversion libweightd is not $WD_VERSION"
 fi
 pc --static --libs libweightd >/dev/null || fail "pkg-config --static cannot resolve the private requirements"
-# shellcheck disable=SC2046
+# shellcheck disable=SC2046,SC2086 # $san and the pkg-config output are lists of flags
 if $cc $san -o "$work/smoke-pc" "$work/smoke.c" $(pc --cflags --libs libweightd); then
 	got=$(LD_LIBRARY_PATH="$dest$WD_LIBDIR" "$work/smoke-pc") || fail "smoke-pc did not run"
 	[ "$got" = "$WD_VERSION" ] || fail "smoke-pc printed '$got', expected '$WD_VERSION'"
