@@ -438,7 +438,7 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 		     int ndim, const uint64_t *shape, struct nsel *ret)
 {
 	uint32_t be = block_elems(t);
-	uint64_t dim = 0, total, n;
+	uint64_t dim = 0, total = 0, n = 0;
 	char *txt = b->seltxt[node];
 	int k;
 
@@ -860,7 +860,7 @@ static int build_reshape_view(struct build *b, uint32_t i, const struct wd_rnode
 {
 	bool view = rn->op == WD_OP_VIEW;
 	enum wd_dtype t = view ? rn->dtype : x->dtype;
-	uint64_t elems, in_elems, nbytes;
+	uint64_t elems = 0, in_elems = 0, nbytes = 0;
 	char s[160];
 
 	if (view && !wd_dtype_info(t))
