@@ -1,0 +1,573 @@
+/* cache.c - weights by key and by handle, the memory budget with LRU eviction, and the jobs that
+ * fill new segments on the worker pool. Main thread only, except job_work. */
+#include "cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "sink.h"
+#include "state.h"
+
+struct job {
+	struct pool_task task;       /* first: the pool hands back this pointer */
+	struct cache *cache;
+	uint8_t key[32];
+	struct wd_plan *plan;
+	struct csource **sources;
+	size_t n_sources;
+	uint64_t nbytes;
+	char name[WD_SEGMENT_NAME_MAX];
+	struct state_record rec;     /* filled on the main thread; the worker adds the digest */
+	const char *state_dir, *instance;
+	/* result, written by the worker */
+	int status;
+	struct wd_error err;
+	struct wd_segment seg;
+	uint8_t digest[32];
+	uint64_t bytes_read;
+	uint64_t ns;
+	/* who waits */
+	struct waiter *waiters;
+	struct job *key_next;
+};
+
+struct waiter {
+	cache_cb cb;
+	void *arg;
+	struct waiter *next;
+};
+
+struct cache {
+	struct daemon *d;
+	uint64_t budget;
+	uint64_t resident;           /* finished weights + reservations of running jobs */
+	uint64_t count;
+	uint64_t next_id;
+	size_t nbuckets;
+	struct weight **by_key, **by_id;
+	struct job *jobs;            /* in flight (few: a list is enough) */
+	struct weight *lru_head, *lru_tail; /* head = least recently released */
+};
+
+static size_t key_hash(const uint8_t *key, size_t nb)
+{
+	uint64_t h;
+
+	memcpy(&h, key, sizeof(h));
+	return (size_t)(h % nb);
+}
+
+static size_t id_hash(uint64_t id, size_t nb)
+{
+	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 17) % nb;
+}
+
+struct cache *cache_new(struct daemon *d, uint64_t budget_bytes)
+{
+	struct cache *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->d = d;
+	c->budget = budget_bytes;
+	c->next_id = 1;
+	c->nbuckets = 1024;
+	c->by_key = calloc(c->nbuckets, sizeof(*c->by_key));
+	c->by_id = calloc(c->nbuckets, sizeof(*c->by_id));
+	if (!c->by_key || !c->by_id) {
+		free(c->by_key);
+		free(c->by_id);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+static void rehash(struct cache *c)
+{
+	size_t nb = c->nbuckets * 2;
+	struct weight **bk = calloc(nb, sizeof(*bk)), **bi = calloc(nb, sizeof(*bi));
+
+	if (!bk || !bi) {
+		free(bk);
+		free(bi);
+		return; /* keep the old, longer chains */
+	}
+	for (size_t i = 0; i < c->nbuckets; i++) {
+		struct weight *w, *next;
+		for (w = c->by_key[i]; w; w = next) {
+			size_t h = key_hash(w->key, nb);
+			next = w->key_next;
+			w->key_next = bk[h];
+			bk[h] = w;
+		}
+		for (w = c->by_id[i]; w; w = next) {
+			size_t h = id_hash(w->id, nb);
+			next = w->id_next;
+			w->id_next = bi[h];
+			bi[h] = w;
+		}
+	}
+	free(c->by_key);
+	free(c->by_id);
+	c->by_key = bk;
+	c->by_id = bi;
+	c->nbuckets = nb;
+}
+
+static struct weight *find_key(struct cache *c, const uint8_t *key)
+{
+	for (struct weight *w = c->by_key[key_hash(key, c->nbuckets)]; w; w = w->key_next)
+		if (memcmp(w->key, key, 32) == 0)
+			return w;
+	return NULL;
+}
+
+struct weight *cache_by_id(struct cache *c, uint64_t id)
+{
+	for (struct weight *w = c->by_id[id_hash(id, c->nbuckets)]; w; w = w->id_next)
+		if (w->id == id)
+			return w;
+	return NULL;
+}
+
+static void lru_append(struct cache *c, struct weight *w);
+
+/* Hash a new weight by key and handle. */
+static void insert(struct cache *c, struct weight *w)
+{
+	if (c->count + 1 > c->nbuckets)
+		rehash(c);
+	w->key_next = c->by_key[key_hash(w->key, c->nbuckets)];
+	c->by_key[key_hash(w->key, c->nbuckets)] = w;
+	w->id_next = c->by_id[id_hash(w->id, c->nbuckets)];
+	c->by_id[id_hash(w->id, c->nbuckets)] = w;
+	c->count++;
+}
+
+static void lru_remove(struct cache *c, struct weight *w)
+{
+	if (!w->in_lru)
+		return;
+	if (w->lru_prev)
+		w->lru_prev->lru_next = w->lru_next;
+	else
+		c->lru_head = w->lru_next;
+	if (w->lru_next)
+		w->lru_next->lru_prev = w->lru_prev;
+	else
+		c->lru_tail = w->lru_prev;
+	w->lru_prev = w->lru_next = NULL;
+	w->in_lru = false;
+}
+
+static void lru_append(struct cache *c, struct weight *w)
+{
+	w->lru_next = NULL;
+	w->lru_prev = c->lru_tail;
+	if (c->lru_tail)
+		c->lru_tail->lru_next = w;
+	else
+		c->lru_head = w;
+	c->lru_tail = w;
+	w->in_lru = true;
+}
+
+static void unhash(struct cache *c, struct weight *w)
+{
+	struct weight **pp;
+
+	for (pp = &c->by_key[key_hash(w->key, c->nbuckets)]; *pp; pp = &(*pp)->key_next)
+		if (*pp == w) {
+			*pp = w->key_next;
+			break;
+		}
+	for (pp = &c->by_id[id_hash(w->id, c->nbuckets)]; *pp; pp = &(*pp)->id_next)
+		if (*pp == w) {
+			*pp = w->id_next;
+			break;
+		}
+}
+
+/* Remove a weight from the cache and free it. Clients mapping it keep their memory. */
+static void weight_destroy(struct cache *c, struct weight *w, bool unlink_segment)
+{
+	lru_remove(c, w);
+	unhash(c, w);
+	if (unlink_segment) {
+		wd_segment_unlink(w->seg.name);
+		state_remove(c->d->cfg->state_dir, c->d->instance, w->key);
+	}
+	wd_segment_close(&w->seg);
+	c->resident -= w->nbytes;
+	c->count--;
+	csource_unref(w->csource);
+	free(w->label);
+	free(w);
+}
+
+void cache_free(struct cache *c, bool unlink_segments)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->nbuckets; i++)
+		while (c->by_key[i])
+			weight_destroy(c, c->by_key[i], unlink_segments);
+	free(c->by_key);
+	free(c->by_id);
+	free(c);
+}
+
+void cache_hold(struct cache *c, struct weight *w)
+{
+	if (w->refs++ == 0)
+		lru_remove(c, w);
+}
+
+void cache_drop(struct cache *c, struct weight *w)
+{
+	if (w->refs == 0) {
+		log_err("internal: weight %llu released more often than held", (unsigned long long)w->id);
+		return;
+	}
+	if (--w->refs == 0)
+		lru_append(c, w);
+}
+
+/* Make room for `need` bytes, evicting unreferenced weights least-recently-released first. */
+static int reserve(struct cache *c, uint64_t need, struct wd_error *err)
+{
+	while (c->resident + need > c->budget || c->resident + need < c->resident) {
+		struct weight *w = c->lru_head;
+		if (!w) {
+			uint64_t avail = c->budget > c->resident ? c->budget - c->resident : 0;
+			return wd_error_set(err, WD_E_EXHAUSTED,
+					    "resource exhausted: the weight needs %llu bytes but only %llu "
+					    "of the %llu-byte budget are available (%llu bytes are held by "
+					    "clients or being materialized)",
+					    (unsigned long long)need, (unsigned long long)avail,
+					    (unsigned long long)c->budget, (unsigned long long)c->resident);
+		}
+		log_info("evicting %s (%llu bytes) to make room", w->label,
+			 (unsigned long long)w->nbytes);
+		c->d->stats.evictions++;
+		weight_destroy(c, w, true);
+	}
+	c->resident += need;
+	return 0;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Worker thread: create, fill, hash and seal the segment. Touches nothing but the job. */
+static void job_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	struct job *j = (struct job *)t;
+	struct wd_sink sink;
+	uint64_t t0 = now_ns();
+	int r;
+
+	wd_error_clear(&j->err);
+	j->seg.fd = j->seg.ro_fd = -1;
+	if (!scratch) {
+		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for read buffers");
+		return;
+	}
+	/* Names are unique per key: start-up cleared the prefix, eviction unlinks. */
+	r = wd_segment_create(j->name, j->nbytes, &j->seg, &j->err);
+	if (r < 0) {
+		j->status = r;
+		return;
+	}
+	r = wd_sink_init(&sink, j->seg.fd, j->nbytes);
+	if (r < 0) {
+		wd_error_set(&j->err, r, "cannot start a SHA-256 digest");
+		goto fail;
+	}
+	r = wd_plan_execute(j->plan, &sink, scratch, &j->bytes_read, &j->err);
+	if (r < 0) {
+		wd_sink_abort(&sink);
+		goto fail;
+	}
+	r = wd_sink_finish(&sink, j->digest, &j->err);
+	if (r < 0)
+		goto fail;
+	wd_segment_seal(&j->seg);
+	memcpy(j->rec.digest, j->digest, 32);
+	if (state_write(j->state_dir, j->instance, &j->rec, &j->err) < 0)
+		log_warn("%s (the weight is served, but will be rebuilt after a restart)", j->err.msg);
+	j->ns = now_ns() - t0;
+	j->status = 0;
+	return;
+fail:
+	j->status = r;
+	wd_segment_close(&j->seg);
+	wd_segment_unlink(j->name);
+}
+
+static void job_free(struct job *j)
+{
+	for (size_t i = 0; i < j->n_sources; i++)
+		csource_unref(j->sources[i]);
+	free(j->sources);
+	wd_plan_free(j->plan);
+	free(j);
+}
+
+/* Main thread: turn a finished job into a weight and tell everyone who waited. */
+static void job_done(struct pool_task *t)
+{
+	struct job *j = (struct job *)t;
+	struct cache *c = j->cache;
+	struct weight *w = NULL;
+	struct waiter *wt, *next;
+
+	for (struct job **pp = &c->jobs; *pp; pp = &(*pp)->key_next)
+		if (*pp == j) {
+			*pp = j->key_next;
+			break;
+		}
+	c->d->stats.in_flight--;
+	c->d->stats.bytes_read += j->bytes_read;
+	if (j->status == 0) {
+		w = calloc(1, sizeof(*w));
+		if (w)
+			w->label = strdup(wd_plan_label(j->plan));
+		if (!w || !w->label) {
+			free(w);
+			w = NULL;
+			wd_error_set(&j->err, WD_E_EXHAUSTED, "out of memory recording a weight");
+			wd_segment_close(&j->seg);
+			wd_segment_unlink(j->name);
+		}
+	}
+	if (w) {
+		w->id = c->next_id++;
+		memcpy(w->key, j->key, 32);
+		memcpy(w->digest, j->digest, 32);
+		w->dtype = wd_plan_dtype(j->plan);
+		w->ndim = wd_plan_ndim(j->plan);
+		memcpy(w->shape, wd_plan_shape(j->plan), sizeof(uint64_t) * (size_t)w->ndim);
+		w->nbytes = j->nbytes;
+		w->seg = j->seg;
+		if (j->n_sources) {
+			w->csource = j->sources[0];
+			csource_ref(w->csource);
+			snprintf(w->source, sizeof(w->source), "%s", w->csource->name);
+			w->generation = w->csource->generation;
+		}
+		insert(c, w);
+		c->d->stats.materializations++;
+		c->d->stats.bytes_materialized += w->nbytes;
+		c->d->stats.materialize_ns += j->ns;
+		log_debug("materialized %s: %llu bytes in %.3f s, %llu read", w->label,
+			  (unsigned long long)w->nbytes, (double)j->ns / 1e9,
+			  (unsigned long long)j->bytes_read);
+		/* The reservation becomes the weight's bytes (resident unchanged). Nobody holds it
+		 * until the waiters take their references below. */
+		lru_append(c, w);
+	} else {
+		c->resident -= j->nbytes;
+		c->d->stats.materializations_failed++;
+		log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
+	}
+	for (wt = j->waiters; wt; wt = next) {
+		next = wt->next;
+		if (w) {
+			cache_hold(c, w);
+			wt->cb(w, NULL, j->bytes_read, wt->arg);
+		} else {
+			wt->cb(NULL, &j->err, j->bytes_read, wt->arg);
+		}
+		free(wt);
+	}
+	job_free(j);
+}
+
+int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *sources,
+		  size_t n_sources, cache_cb cb, void *arg, struct weight **ret_w,
+		  struct wd_error *err)
+{
+	const uint8_t *key = wd_plan_key(plan);
+	struct weight *w = find_key(c, key);
+	struct waiter *wt;
+	struct job *j;
+	char hex[65];
+	int r;
+
+	if (w) {
+		cache_hold(c, w);
+		wd_plan_free(plan);
+		*ret_w = w;
+		return 1;
+	}
+	wt = calloc(1, sizeof(*wt));
+	if (!wt) {
+		wd_plan_free(plan);
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	}
+	wt->cb = cb;
+	wt->arg = arg;
+	for (j = c->jobs; j; j = j->key_next)
+		if (memcmp(j->key, key, 32) == 0) {
+			wt->next = j->waiters;
+			j->waiters = wt;
+			wd_plan_free(plan);
+			return 0;
+		}
+	j = calloc(1, sizeof(*j));
+	if (j)
+		j->sources = calloc(n_sources ? n_sources : 1, sizeof(*j->sources));
+	if (!j || !j->sources) {
+		if (j)
+			free(j);
+		free(wt);
+		wd_plan_free(plan);
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	}
+	j->plan = plan;
+	j->nbytes = wd_plan_nbytes(plan);
+	r = reserve(c, j->nbytes, err);
+	if (r < 0) {
+		free(wt);
+		job_free(j);
+		return r;
+	}
+	for (size_t i = 0; i < n_sources; i++) {
+		j->sources[i] = sources[i];
+		csource_ref(sources[i]);
+		j->n_sources++;
+	}
+	j->cache = c;
+	memcpy(j->key, key, 32);
+	wd_hex(key, 32, hex);
+	snprintf(j->name, sizeof(j->name), "/%s.%s", c->d->instance, hex);
+	j->waiters = wt;
+	j->state_dir = c->d->cfg->state_dir;
+	j->instance = c->d->instance;
+	memcpy(j->rec.key, key, 32);
+	j->rec.dtype = wd_plan_dtype(plan);
+	j->rec.ndim = wd_plan_ndim(plan);
+	memcpy(j->rec.shape, wd_plan_shape(plan), sizeof(uint64_t) * (size_t)j->rec.ndim);
+	j->rec.nbytes = j->nbytes;
+	snprintf(j->rec.segment, sizeof(j->rec.segment), "%s", j->name);
+	snprintf(j->rec.label, sizeof(j->rec.label), "%s", wd_plan_label(plan));
+	if (n_sources) {
+		snprintf(j->rec.source, sizeof(j->rec.source), "%s", sources[0]->name);
+		j->rec.generation = sources[0]->generation;
+	}
+	j->task.work = job_work;
+	j->task.done = job_done;
+	j->key_next = c->jobs;
+	c->jobs = j;
+	c->d->stats.in_flight++;
+	pool_submit(c->d->pool, &j->task);
+	return 0;
+}
+
+uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes)
+{
+	uint64_t n = 0;
+
+	while (c->lru_head) {
+		*ret_bytes += c->lru_head->nbytes;
+		c->d->stats.evictions++;
+		weight_destroy(c, c->lru_head, true);
+		n++;
+	}
+	return n;
+}
+
+void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), void *arg)
+{
+	for (size_t i = 0; i < c->nbuckets; i++)
+		for (struct weight *w = c->by_key[i]; w; w = w->key_next)
+			fn(w, arg);
+}
+
+uint64_t cache_resident(const struct cache *c)
+{
+	return c->resident;
+}
+
+uint64_t cache_budget(const struct cache *c)
+{
+	return c->budget;
+}
+
+uint64_t cache_count(const struct cache *c)
+{
+	return c->count;
+}
+
+uint64_t cache_references(const struct cache *c)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < c->nbuckets; i++)
+		for (struct weight *w = c->by_key[i]; w; w = w->key_next)
+			n += w->refs;
+	return n;
+}
+
+int cache_adopt(struct cache *c, const struct state_record *rec)
+{
+	struct weight *w;
+	struct wd_error err;
+
+	if (find_key(c, rec->key))
+		return -WD_E_INVALID;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -WD_E_EXHAUSTED;
+	wd_error_clear(&err);
+	if (wd_segment_adopt(rec->segment, &w->seg, &err) < 0 || w->seg.size != rec->nbytes) {
+		if (w->seg.ro_fd > 0 || w->seg.fd > 0)
+			wd_segment_close(&w->seg);
+		free(w);
+		return -WD_E_CHANGED;
+	}
+	w->label = strdup(rec->label);
+	if (!w->label) {
+		wd_segment_close(&w->seg);
+		free(w);
+		return -WD_E_EXHAUSTED;
+	}
+	w->id = c->next_id++;
+	memcpy(w->key, rec->key, 32);
+	memcpy(w->digest, rec->digest, 32);
+	w->dtype = rec->dtype;
+	w->ndim = rec->ndim;
+	memcpy(w->shape, rec->shape, sizeof(w->shape));
+	w->nbytes = rec->nbytes;
+	snprintf(w->source, sizeof(w->source), "%s", rec->source);
+	w->generation = rec->generation;
+	w->adopted = true;
+	insert(c, w);
+	c->resident += w->nbytes;
+	lru_append(c, w);
+	c->d->stats.readoptions++;
+	return 0;
+}
+
+uint64_t cache_trim(struct cache *c)
+{
+	uint64_t n = 0;
+
+	while (c->resident > c->budget && c->lru_head) {
+		c->d->stats.evictions++;
+		weight_destroy(c, c->lru_head, true);
+		n++;
+	}
+	return n;
+}

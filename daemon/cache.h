@@ -1,0 +1,94 @@
+/* cache.h - finished weights (segments, digests, references, budget, LRU) and in-flight jobs. */
+#ifndef WD_CACHE_H
+#define WD_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "catalog.h"
+#include "digest.h"
+#include "dtype.h"
+#include "error.h"
+#include "limits.h"
+#include "pool.h"
+#include "recipe.h"
+#include "segment.h"
+
+struct daemon;
+
+/*
+ * A finished, immutable weight. refs counts every reference: each one a client holds and each one
+ * an unfinished unit request has taken. A weight with refs == 0 sits on the LRU list and may be
+ * evicted when the budget needs room; one with refs > 0 never is.
+ */
+struct weight {
+	uint64_t id;                 /* the handle clients name it by */
+	uint8_t key[32];
+	uint8_t digest[32];
+	enum wd_dtype dtype;
+	int ndim;
+	uint64_t shape[WD_MAX_DIMS];
+	uint64_t nbytes;
+	struct wd_segment seg;       /* ro_fd is what clients get */
+	char *label;
+	char source[128];            /* the checkpoint it was made from (first source) */
+	uint64_t generation;
+	struct csource *csource;     /* reference held while the weight lives; NULL when adopted */
+	uint32_t refs;
+	uint32_t holders;            /* distinct clients holding it (maintained by sessions) */
+	bool adopted;
+	struct weight *lru_prev, *lru_next;
+	bool in_lru;
+	struct weight *key_next, *id_next;
+};
+
+/* Called on the main thread when a requested weight is ready (w has one reference taken for the
+ * callee, who must cache_drop it eventually) or failed (w NULL, err set). */
+typedef void (*cache_cb)(struct weight *w, const struct wd_error *err, uint64_t bytes_read,
+			 void *arg);
+
+struct cache;
+
+struct cache *cache_new(struct daemon *d, uint64_t budget_bytes);
+/* Unlinks every segment it owns (clean shutdown). Accepts NULL. */
+void cache_free(struct cache *c, bool unlink_segments);
+
+/*
+ * Ask for the weight of `plan` (ownership of plan passes to the cache). sources[0..n) are the
+ * catalog entries the plan reads; the cache takes its own references.
+ *  - cached: returns 1 and *ret_w with a reference taken for the caller; cb is not called.
+ *  - identical job in flight: joins it; returns 0 and cb runs when it finishes.
+ *  - otherwise reserves the bytes (evicting unreferenced weights LRU-first), starts a job on the
+ *    worker pool, returns 0.
+ *  - cannot fit even after eviction: -WD_E_EXHAUSTED naming bytes needed and available.
+ */
+int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *sources,
+		  size_t n_sources, cache_cb cb, void *arg, struct weight **ret_w,
+		  struct wd_error *err);
+
+/* Look up by handle; NULL if no such weight. */
+struct weight *cache_by_id(struct cache *c, uint64_t id);
+
+void cache_hold(struct cache *c, struct weight *w);
+void cache_drop(struct cache *c, struct weight *w);
+
+/* Evict every unreferenced weight; returns how many, adds their bytes to *ret_bytes. */
+uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes);
+
+/* Walk every weight (status). */
+void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), void *arg);
+
+struct state_record;
+/* Take over a segment a previous run left (restart): checks its size against the record; the
+ * weight starts unreferenced. 0, or a negative code when the segment cannot be used. */
+int cache_adopt(struct cache *c, const struct state_record *rec);
+/* Evict unreferenced weights until the budget holds (after adoption). Returns how many. */
+uint64_t cache_trim(struct cache *c);
+
+uint64_t cache_resident(const struct cache *c);   /* bytes of weights + reservations */
+uint64_t cache_budget(const struct cache *c);
+uint64_t cache_count(const struct cache *c);
+uint64_t cache_references(const struct cache *c);
+
+#endif

@@ -1,0 +1,280 @@
+/* catalog.c - admission of configured checkpoints, access checks, and generations on reload. */
+#include "catalog.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+struct catalog {
+	struct csource **items;
+	size_t n;
+	struct wd_limits lim;
+};
+
+static struct source_conf *conf_copy(const struct source_conf *sc)
+{
+	struct source_conf *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->name = strdup(sc->name);
+	c->path = strdup(sc->path);
+	c->allow_any = sc->allow_any;
+	c->preload = sc->preload;
+	c->line = sc->line;
+	if (sc->n_uids) {
+		c->allow_uids = malloc(sc->n_uids * sizeof(uid_t));
+		if (c->allow_uids) {
+			memcpy(c->allow_uids, sc->allow_uids, sc->n_uids * sizeof(uid_t));
+			c->n_uids = sc->n_uids;
+		}
+	}
+	if (sc->n_gids) {
+		c->allow_gids = malloc(sc->n_gids * sizeof(gid_t));
+		if (c->allow_gids) {
+			memcpy(c->allow_gids, sc->allow_gids, sc->n_gids * sizeof(gid_t));
+			c->n_gids = sc->n_gids;
+		}
+	}
+	if (!c->name || !c->path || c->n_uids != sc->n_uids || c->n_gids != sc->n_gids) {
+		free(c->name);
+		free(c->path);
+		free(c->allow_uids);
+		free(c->allow_gids);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+static void conf_free(struct source_conf *c)
+{
+	if (!c)
+		return;
+	free(c->name);
+	free(c->path);
+	free(c->allow_uids);
+	free(c->allow_gids);
+	free(c);
+}
+
+/* Open one source; a failure is recorded in the entry, not returned. */
+static struct csource *csource_admit(const struct source_conf *sc, const struct wd_limits *lim,
+				     uint64_t generation)
+{
+	struct csource *cs = calloc(1, sizeof(*cs));
+
+	if (!cs)
+		return NULL;
+	cs->conf = conf_copy(sc);
+	cs->name = strdup(sc->name);
+	cs->path = strdup(sc->path);
+	if (!cs->conf || !cs->name || !cs->path) {
+		conf_free(cs->conf);
+		free(cs->name);
+		free(cs->path);
+		free(cs);
+		return NULL;
+	}
+	cs->refs = 1;
+	cs->generation = generation;
+	wd_error_clear(&cs->error);
+	if (wd_source_open(sc->name, sc->path, lim, &cs->src, &cs->error) < 0) {
+		cs->src = NULL;
+		cs->state = CSOURCE_FAILED;
+		wd_error_about(&cs->error, sc->name, NULL);
+		log_err("checkpoint %s (%s): %s", sc->name, sc->path, cs->error.msg);
+	} else {
+		cs->state = CSOURCE_READY;
+		log_info("checkpoint %s: %s, %zu tensors, %llu bytes (%s)", sc->name,
+			 wd_source_kind_name(wd_source_kind(cs->src)), wd_source_tensor_count(cs->src),
+			 (unsigned long long)wd_source_bytes(cs->src), sc->path);
+	}
+	return cs;
+}
+
+void csource_ref(struct csource *cs)
+{
+	cs->refs++;
+}
+
+void csource_unref(struct csource *cs)
+{
+	if (!cs || --cs->refs)
+		return;
+	wd_source_free(cs->src);
+	conf_free(cs->conf);
+	free(cs->name);
+	free(cs->path);
+	free(cs);
+}
+
+struct catalog *catalog_new(const struct config *cfg, const struct wd_limits *lim)
+{
+	struct catalog *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->lim = *lim;
+	c->items = calloc(cfg->n_sources ? cfg->n_sources : 1, sizeof(*c->items));
+	if (!c->items) {
+		free(c);
+		return NULL;
+	}
+	for (size_t i = 0; i < cfg->n_sources; i++) {
+		struct csource *cs = csource_admit(&cfg->sources[i], lim, 1);
+		if (!cs) {
+			catalog_free(c);
+			return NULL;
+		}
+		c->items[c->n++] = cs;
+	}
+	return c;
+}
+
+void catalog_free(struct catalog *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->n; i++)
+		csource_unref(c->items[i]);
+	free(c->items);
+	free(c);
+}
+
+size_t catalog_count(const struct catalog *c)
+{
+	return c->n;
+}
+
+struct csource *catalog_at(const struct catalog *c, size_t i)
+{
+	return i < c->n ? c->items[i] : NULL;
+}
+
+struct csource *catalog_find(const struct catalog *c, const char *name)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (strcmp(c->items[i]->name, name) == 0)
+			return c->items[i];
+	return NULL;
+}
+
+bool catalog_allowed(const struct csource *cs, const struct peer *peer)
+{
+	const struct source_conf *sc = cs->conf;
+
+	if (sc->allow_any)
+		return true;
+	for (size_t i = 0; i < sc->n_uids; i++)
+		if (sc->allow_uids[i] == peer->uid)
+			return true;
+	for (size_t i = 0; i < sc->n_gids; i++) {
+		if (sc->allow_gids[i] == peer->gid)
+			return true;
+		for (size_t j = 0; j < peer->n_groups; j++)
+			if (sc->allow_gids[i] == peer->groups[j])
+				return true;
+	}
+	return false;
+}
+
+int catalog_resolve(const struct catalog *c, const char *name, const struct peer *peer,
+		    struct csource **ret, struct wd_error *err)
+{
+	struct csource *cs = catalog_find(c, name);
+
+	if (!cs || cs->state == CSOURCE_REMOVED) {
+		wd_error_about(err, name, NULL);
+		return wd_error_set(err, WD_E_UNKNOWN_SOURCE, "no checkpoint named \"%s\" is served",
+				    name);
+	}
+	if (!catalog_allowed(cs, peer)) {
+		wd_error_about(err, name, NULL);
+		return wd_error_set(err, WD_E_PERMISSION,
+				    "uid %u (gid %u) is not allowed to read checkpoint \"%s\"",
+				    (unsigned)peer->uid, (unsigned)peer->gid, name);
+	}
+	if (cs->state == CSOURCE_FAILED) {
+		wd_error_about(err, name, NULL);
+		return wd_error_set(err, WD_E_BAD_CHECKPOINT, "checkpoint \"%s\" (%s) is not served: %s",
+				    name, cs->path, cs->error.msg);
+	}
+	*ret = cs;
+	return 0;
+}
+
+/* Did any file of a ready source change identity since it was admitted? */
+static bool source_changed(const struct csource *cs)
+{
+	struct wd_error e;
+
+	if (!cs->src)
+		return true;
+	for (size_t f = 0; f < wd_source_file_count(cs->src); f++)
+		if (wd_source_check(cs->src, (uint32_t)f, &e) < 0)
+			return true;
+	return false;
+}
+
+void catalog_reload(struct catalog *c, const struct config *cfg,
+		    void (*changed)(struct csource *cs, const char *what, void *arg), void *arg)
+{
+	struct csource **items = calloc(cfg->n_sources + c->n + 1, sizeof(*items));
+	size_t n = 0;
+
+	if (!items) {
+		log_err("reload: out of memory; keeping the current checkpoints");
+		return;
+	}
+	for (size_t i = 0; i < cfg->n_sources; i++) {
+		const struct source_conf *sc = &cfg->sources[i];
+		struct csource *old = catalog_find(c, sc->name);
+		struct csource *cs;
+
+		if (old && old->state == CSOURCE_READY && strcmp(old->path, sc->path) == 0 &&
+		    !source_changed(old)) {
+			/* Same files: keep the entry, take the new access rules. */
+			struct source_conf *nc = conf_copy(sc);
+			if (nc) {
+				conf_free(old->conf);
+				old->conf = nc;
+			}
+			csource_ref(old);
+			items[n++] = old;
+			continue;
+		}
+		cs = csource_admit(sc, &c->lim, old ? old->generation + 1 : 1);
+		if (!cs) {
+			if (old) {
+				csource_ref(old);
+				items[n++] = old;
+			}
+			continue;
+		}
+		items[n++] = cs;
+		if (old) {
+			log_notice("checkpoint %s: new generation %llu", cs->name,
+				   (unsigned long long)cs->generation);
+			old->state = CSOURCE_REMOVED;
+			if (changed)
+				changed(cs, "generation", arg);
+		}
+	}
+	for (size_t i = 0; i < c->n; i++) {
+		bool kept = false;
+		for (size_t j = 0; j < n; j++)
+			kept |= items[j] == c->items[i] || strcmp(items[j]->name, c->items[i]->name) == 0;
+		if (!kept) {
+			log_notice("checkpoint %s: removed from the configuration", c->items[i]->name);
+			c->items[i]->state = CSOURCE_REMOVED;
+			if (changed)
+				changed(c->items[i], "removed", arg);
+		}
+		csource_unref(c->items[i]);
+	}
+	free(c->items);
+	c->items = items;
+	c->n = n;
+}

@@ -1,0 +1,76 @@
+/* catalog.h - the checkpoint sources a daemon serves, their admission state and access rules. */
+#ifndef WD_CATALOG_H
+#define WD_CATALOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "error.h"
+#include "limits.h"
+#include "source.h"
+
+/* Who is asking: from SO_PEERCRED and SO_PEERGROUPS at accept time. */
+struct peer {
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	gid_t *groups;
+	size_t n_groups;
+};
+
+enum csource_state { CSOURCE_READY, CSOURCE_FAILED, CSOURCE_REMOVED };
+
+/*
+ * One named checkpoint. Reference counted: the catalog holds one reference while the entry is
+ * current; every in-flight materialization and every weight made from it holds another, so a
+ * reload that replaces or removes the entry never frees a source something still reads.
+ */
+struct csource {
+	char *name;
+	char *path;
+	struct wd_source *src;     /* NULL when FAILED */
+	enum csource_state state;
+	struct wd_error error;     /* why it FAILED */
+	uint64_t generation;       /* 1, 2, ... bumped when a reload finds the files changed */
+	struct source_conf *conf;  /* copy of its config section (allow lists, preload) */
+	unsigned refs;
+};
+
+struct catalog;
+
+/* Admit every source of cfg (header validation only). Failed sources are kept as FAILED with
+ * their error and logged; the catalog itself only fails on allocation failure. */
+struct catalog *catalog_new(const struct config *cfg, const struct wd_limits *lim);
+void catalog_free(struct catalog *c);
+
+size_t catalog_count(const struct catalog *c);
+struct csource *catalog_at(const struct catalog *c, size_t i);
+/* The current entry by name (READY or FAILED), or NULL. */
+struct csource *catalog_find(const struct catalog *c, const char *name);
+
+/* True when `peer` may read `cs` (its allow lists; no lists = anyone who can reach the socket). */
+bool catalog_allowed(const struct csource *cs, const struct peer *peer);
+
+/*
+ * Resolve a checkpoint name for a peer: 0 and *ret (a borrowed entry) or -WD_E_UNKNOWN_SOURCE,
+ * -WD_E_PERMISSION, -WD_E_BAD_CHECKPOINT (admission failed: err carries the admission error).
+ */
+int catalog_resolve(const struct catalog *c, const char *name, const struct peer *peer,
+		    struct csource **ret, struct wd_error *err);
+
+void csource_ref(struct csource *cs);
+void csource_unref(struct csource *cs);
+
+/*
+ * Re-read sources from a new config: new names are admitted, missing ones become REMOVED (they
+ * stop taking new requests), and a source whose files' identities changed gets a new generation
+ * (a new wd_source; the old stays alive while referenced). Calls changed(cs, what, arg) for every
+ * entry that got a new generation ("generation") or was removed ("removed").
+ */
+void catalog_reload(struct catalog *c, const struct config *cfg,
+		    void (*changed)(struct csource *cs, const char *what, void *arg), void *arg);
+
+#endif

@@ -1,0 +1,45 @@
+/* daemon.h - the one daemon context every main-thread module shares. */
+#ifndef WD_DAEMON_H
+#define WD_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "config.h"
+
+struct event_base;
+struct catalog;
+struct cache;
+struct pool;
+struct server;
+
+/* Counters exported by status and metrics. Main thread only. */
+struct stats {
+	uint64_t bytes_read;            /* checkpoint bytes read by materializations */
+	uint64_t materializations;      /* jobs finished successfully */
+	uint64_t materializations_failed;
+	uint64_t in_flight;
+	uint64_t evictions;
+	uint64_t readoptions;
+	uint64_t bytes_materialized;
+	uint64_t materialize_ns;        /* summed wall time of successful jobs */
+};
+
+struct daemon {
+	struct config *cfg;
+	struct event_base *base;
+	struct catalog *catalog;
+	struct cache *cache;
+	struct pool *pool;
+	struct server *server;
+	struct stats stats;
+	struct timespec started;
+	char instance[80];              /* shm prefix, shown to clients */
+	bool stopping;
+};
+
+/* Milliseconds since start (monotonic). */
+uint64_t daemon_uptime_ms(const struct daemon *d);
+
+#endif
