@@ -1799,6 +1799,18 @@ static int check_files(struct exec *e)
 	return 0;
 }
 
+/* Whether the scratch buffers hold at least one input unit of the root cast and its output. */
+static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
+{
+	const struct xnode *x = &p->x[p->root], *y;
+
+	if (x->op != X_CAST || !sc->buf2)
+		return false;
+	y = &p->x[x->in[0]];
+	return sc->cap >= unit_bytes(y->dtype) &&
+	       sc->cap2 >= (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+}
+
 /* The root cast: input chunks in scratch->buf, converted into scratch->buf2, written. */
 static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
 {
@@ -1810,8 +1822,6 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 
 	if (s->mid)
 		k = min_u64(k, s->units);
-	if (k == 0)
-		return wd_error_set(e->err, WD_E_INTERNAL, "the scratch buffers are too small for a cast");
 	for (uint64_t u = 0; u < total; u += k) {
 		size_t n = (size_t)min_u64(k, total - u);
 		r = read_node(e, x->in[0], u * ib, n * ib, sc->buf);
@@ -1831,7 +1841,6 @@ int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scr
 		    uint64_t *ret_bytes_read, struct wd_error *err)
 {
 	struct exec e = { .p = p, .err = err };
-	const struct xnode *root = &p->x[p->root];
 	int r;
 
 	if (!scratch || !scratch->buf || !scratch->cap)
@@ -1864,7 +1873,7 @@ int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scr
 			goto out;
 		e.st[i].ready = true;
 	}
-	if (root->op == X_CAST && scratch->buf2 && scratch->cap2) {
+	if (root_cast_fits(p, scratch)) {
 		r = run_root_cast(&e, sink, scratch);
 	} else {
 		for (uint64_t off = 0; off < p->nbytes && r == 0;) {
