@@ -1342,6 +1342,24 @@ static void test_keys(void **state)
 	b.in[2][0] = 1, b.in[2][1] = 0;
 	key_of(&b, k2);
 	assert_memory_not_equal(k1, k2, WD_DIGEST_LEN);
+	/* Index lists: order and values matter. */
+	{
+		static const uint64_t i1[] = { 3, 0, 3 }, i2[] = { 3, 0, 2 }, i3[] = { 0, 3, 3 };
+		struct rb c = { .len = 0 };
+		uint8_t a1[WD_DIGEST_LEN], a2[WD_DIGEST_LEN], a3[WD_DIGEST_LEN];
+		r_src(&c, "model", "a", INDICES(0, i1, 3));
+		key_of(&c, a1);
+		c.n[0].sel = INDICES(0, i2, 3);
+		key_of(&c, a2);
+		c.n[0].sel = INDICES(0, i3, 3);
+		key_of(&c, a3);
+		assert_memory_not_equal(a1, a2, WD_DIGEST_LEN);
+		assert_memory_not_equal(a1, a3, WD_DIGEST_LEN);
+		assert_memory_not_equal(a2, a3, WD_DIGEST_LEN);
+		c.n[0].sel = INDICES(0, i1, 3);
+		key_of(&c, a2);
+		assert_memory_equal(a1, a2, WD_DIGEST_LEN);
+	}
 	/* Axis -2 is axis 0. */
 	b.in[2][0] = 0, b.in[2][1] = 1;
 	b.n[2].axis = -2;
