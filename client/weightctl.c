@@ -63,8 +63,8 @@ static int usage_error(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs("\n\n", stderr);
-	fputs(usage_text, stderr);
+	fputs("\nusage: weightctl [--socket PATH] [--json] COMMAND [ARGS]  "
+	      "(weightctl --help lists the commands)\n", stderr);
 	return EXIT_USAGE;
 }
 
@@ -692,7 +692,7 @@ static int get_recipe(const struct opts *o, weightd_client *c, const char *path,
 		return usage_error("--out writes one weight; %s has %zu slots", path, n);
 	}
 	if (weightd_unit_submit(u, &err) < 0 || weightd_unit_validate(u, &err) < 0) {
-		rc = fail_err(&err);
+		rc = fail("%s: %s", path, err.message);
 		goto out;
 	}
 	gs = calloc(n, sizeof(*gs));
@@ -727,7 +727,7 @@ static int parse_get(int argc, char **argv, struct get_args *g)
 	};
 	int ch;
 
-	optind = 1;
+	optind = 0;   /* 0, not 1: re-initialises GNU getopt, whose first pass used "+" */
 	opterr = 0;
 	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (ch) {
