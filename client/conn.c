@@ -241,37 +241,41 @@ void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n)
 	wc_send(c, &req, NULL, NULL);
 }
 
-/* Handles of the daemon references a reply's fds stand for (one per fd). */
+/*
+ * How many daemon references a reply carries (at most one per non-alias weight of a unit
+ * reply, one for a share); with out, their handles.
+ */
 static size_t reply_handles(const Weightd__Response *resp, uint32_t nfds, uint64_t *out)
 {
 	size_t n = 0;
 
-	if (resp->error)
+	if (!resp || resp->error || nfds == 0)
 		return 0;
 	if (resp->body_case == WEIGHTD__RESPONSE__BODY_MATERIALIZE && resp->materialize) {
-		for (uint32_t fd = 0; fd < nfds; fd++)
-			for (size_t i = 0; i < resp->materialize->n_weights; i++)
-				if (resp->materialize->weights[i]->fd_index == fd) {
-					out[n++] = resp->materialize->weights[i]->handle;
-					break;
-				}
+		for (size_t i = 0; i < resp->materialize->n_weights; i++) {
+			const Weightd__WeightInfo *wi = resp->materialize->weights[i];
+
+			if (wi->fd_index < nfds && !(wi->alias_of && wi->alias_of[0])) {
+				if (out)
+					out[n] = wi->handle;
+				n++;
+			}
+		}
 	} else if (resp->body_case == WEIGHTD__RESPONSE__BODY_SHARE && resp->share &&
-		   resp->share->weight && nfds >= 1) {
-		out[n++] = resp->share->weight->handle;
+		   resp->share->weight) {
+		if (out)
+			out[n] = resp->share->weight->handle;
+		n++;
 	}
 	return n;
 }
 
 void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds)
 {
-	uint64_t *handles = NULL;
-	size_t n = 0;
+	size_t n = reply_handles(resp, nfds, NULL);
+	uint64_t *handles = n ? calloc(n, sizeof(*handles)) : NULL;
 
-	if (resp && nfds) {
-		handles = calloc(nfds, sizeof(*handles));
-		if (handles)
-			n = reply_handles(resp, nfds, handles);
-	}
+	n = handles ? reply_handles(resp, nfds, handles) : 0;
 	wc_close_fds(fds, nfds);
 	wc_send_release(c, handles, n);
 	free(handles);

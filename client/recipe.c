@@ -596,7 +596,7 @@ void wc_annot_apply(const struct wc_annot *as, size_t n, weightd_error *err)
 		a = &as[0];
 	if (!a || err->node > a->n || !a->paths[err->node - 1])
 		return;
-	wc_err_append(err, " (recipe node %u is %s in the JSON)", err->node - 1,
+	wc_err_append(err, " (node %u is at %s in the recipe JSON)", err->node - 1,
 		      a->paths[err->node - 1]);
 }
 

@@ -661,7 +661,7 @@ static void test_string_lengths(void **state)
 	expect_fail(&g, WD_E_BAD_CHECKPOINT, "at most 65535");
 	gw_free(&g);
 
-	/* an empty key, and a key with a NUL in it */
+	/* an empty key, and keys with control bytes in them */
 	gw_init(&g);
 	gw_header(&g, 3, 0, 1);
 	gw_key(&g, "", GW_U8);
@@ -673,7 +673,13 @@ static void test_string_lengths(void **state)
 	gw_strn(&g, "a\0b", 3);
 	gw_u32(&g, GW_U8);
 	gw_u8(&g, 0);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "NUL");
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "key with control byte 0x00");
+	gw_free(&g);
+	gw_init(&g);
+	gw_header(&g, 3, 0, 1);
+	gw_key(&g, "general.name\nforged line", GW_U8);
+	gw_u8(&g, 0);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "key with control byte 0x0a");
 	gw_free(&g);
 }
 
@@ -1056,8 +1062,25 @@ static void test_tensor_names(void **state)
 	gw_u64(&g, 0);
 	gw_pad(&g, 32);
 	gw_zeros(&g, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "NUL");
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "name with control byte 0x00");
 	gw_free(&g);
+
+	one_tensor(&g, "\x1b[2Jw", 1, d, GG_F32, 0, 64);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "name with control byte 0x1b");
+	gw_free(&g);
+
+	/* UTF-8 is fine */
+	{
+		struct wd_table t;
+		struct wd_error err;
+
+		one_tensor(&g, "caf\xc3\xa9.weight", 1, d, GG_F32, 0, 64);
+		wd_table_init(&t);
+		assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
+		assert_string_equal(t.tensors[0].name, "caf\xc3\xa9.weight");
+		wd_table_free(&t);
+		gw_free(&g);
+	}
 }
 
 /* ---- wd_gguf_read ---- */
