@@ -10,6 +10,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "sink.h"
+#include "state.h"
 
 struct job {
 	struct pool_task task;       /* first: the pool hands back this pointer */
@@ -20,6 +21,8 @@ struct job {
 	size_t n_sources;
 	uint64_t nbytes;
 	char name[WD_SEGMENT_NAME_MAX];
+	struct state_record rec;     /* filled on the main thread; the worker adds the digest */
+	const char *state_dir, *instance;
 	/* result, written by the worker */
 	int status;
 	struct wd_error err;
@@ -132,6 +135,20 @@ struct weight *cache_by_id(struct cache *c, uint64_t id)
 	return NULL;
 }
 
+static void lru_append(struct cache *c, struct weight *w);
+
+/* Hash a new weight by key and handle. */
+static void insert(struct cache *c, struct weight *w)
+{
+	if (c->count + 1 > c->nbuckets)
+		rehash(c);
+	w->key_next = c->by_key[key_hash(w->key, c->nbuckets)];
+	c->by_key[key_hash(w->key, c->nbuckets)] = w;
+	w->id_next = c->by_id[id_hash(w->id, c->nbuckets)];
+	c->by_id[id_hash(w->id, c->nbuckets)] = w;
+	c->count++;
+}
+
 static void lru_remove(struct cache *c, struct weight *w)
 {
 	if (!w->in_lru)
@@ -181,8 +198,10 @@ static void weight_destroy(struct cache *c, struct weight *w, bool unlink_segmen
 {
 	lru_remove(c, w);
 	unhash(c, w);
-	if (unlink_segment)
+	if (unlink_segment) {
 		wd_segment_unlink(w->seg.name);
+		state_remove(c->d->cfg->state_dir, c->d->instance, w->key);
+	}
 	wd_segment_close(&w->seg);
 	c->resident -= w->nbytes;
 	c->count--;
@@ -264,9 +283,8 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for read buffers");
 		return;
 	}
+	/* Names are unique per key: start-up cleared the prefix, eviction unlinks. */
 	r = wd_segment_create(j->name, j->nbytes, &j->seg, &j->err);
-	if (r == -WD_E_INVALID && wd_segment_unlink(j->name) == 0)
-		r = wd_segment_create(j->name, j->nbytes, &j->seg, &j->err);
 	if (r < 0) {
 		j->status = r;
 		return;
@@ -285,6 +303,9 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 	if (r < 0)
 		goto fail;
 	wd_segment_seal(&j->seg);
+	memcpy(j->rec.digest, j->digest, 32);
+	if (state_write(j->state_dir, j->instance, &j->rec, &j->err) < 0)
+		log_warn("%s (the weight is served, but will be rebuilt after a restart)", j->err.msg);
 	j->ns = now_ns() - t0;
 	j->status = 0;
 	return;
@@ -336,7 +357,8 @@ static void job_done(struct pool_task *t)
 		memcpy(w->digest, j->digest, 32);
 		w->dtype = wd_plan_dtype(j->plan);
 		w->ndim = wd_plan_ndim(j->plan);
-		memcpy(w->shape, wd_plan_shape(j->plan), sizeof(uint64_t) * (size_t)w->ndim);
+		if (w->ndim)
+			memcpy(w->shape, wd_plan_shape(j->plan), sizeof(uint64_t) * (size_t)w->ndim);
 		w->nbytes = j->nbytes;
 		w->seg = j->seg;
 		if (j->n_sources) {
@@ -345,13 +367,7 @@ static void job_done(struct pool_task *t)
 			snprintf(w->source, sizeof(w->source), "%s", w->csource->name);
 			w->generation = w->csource->generation;
 		}
-		if (c->count + 1 > c->nbuckets)
-			rehash(c);
-		w->key_next = c->by_key[key_hash(w->key, c->nbuckets)];
-		c->by_key[key_hash(w->key, c->nbuckets)] = w;
-		w->id_next = c->by_id[id_hash(w->id, c->nbuckets)];
-		c->by_id[id_hash(w->id, c->nbuckets)] = w;
-		c->count++;
+		insert(c, w);
 		c->d->stats.materializations++;
 		c->d->stats.bytes_materialized += w->nbytes;
 		c->d->stats.materialize_ns += j->ns;
@@ -438,6 +454,20 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	wd_hex(key, 32, hex);
 	snprintf(j->name, sizeof(j->name), "/%s.%s", c->d->instance, hex);
 	j->waiters = wt;
+	j->state_dir = c->d->cfg->state_dir;
+	j->instance = c->d->instance;
+	memcpy(j->rec.key, key, 32);
+	j->rec.dtype = wd_plan_dtype(plan);
+	j->rec.ndim = wd_plan_ndim(plan);
+	if (j->rec.ndim)
+		memcpy(j->rec.shape, wd_plan_shape(plan), sizeof(uint64_t) * (size_t)j->rec.ndim);
+	j->rec.nbytes = j->nbytes;
+	snprintf(j->rec.segment, sizeof(j->rec.segment), "%s", j->name);
+	snprintf(j->rec.label, sizeof(j->rec.label), "%s", wd_plan_label(plan));
+	if (n_sources) {
+		snprintf(j->rec.source, sizeof(j->rec.source), "%s", sources[0]->name);
+		j->rec.generation = sources[0]->generation;
+	}
 	j->task.work = job_work;
 	j->task.done = job_done;
 	j->key_next = c->jobs;
@@ -489,5 +519,57 @@ uint64_t cache_references(const struct cache *c)
 	for (size_t i = 0; i < c->nbuckets; i++)
 		for (struct weight *w = c->by_key[i]; w; w = w->key_next)
 			n += w->refs;
+	return n;
+}
+
+int cache_adopt(struct cache *c, const struct state_record *rec)
+{
+	struct weight *w;
+	struct wd_error err;
+
+	if (find_key(c, rec->key))
+		return -WD_E_INVALID;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -WD_E_EXHAUSTED;
+	wd_error_clear(&err);
+	if (wd_segment_adopt(rec->segment, &w->seg, &err) < 0 || w->seg.size != rec->nbytes) {
+		if (w->seg.ro_fd > 0 || w->seg.fd > 0)
+			wd_segment_close(&w->seg);
+		free(w);
+		return -WD_E_CHANGED;
+	}
+	w->label = strdup(rec->label);
+	if (!w->label) {
+		wd_segment_close(&w->seg);
+		free(w);
+		return -WD_E_EXHAUSTED;
+	}
+	w->id = c->next_id++;
+	memcpy(w->key, rec->key, 32);
+	memcpy(w->digest, rec->digest, 32);
+	w->dtype = rec->dtype;
+	w->ndim = rec->ndim;
+	memcpy(w->shape, rec->shape, sizeof(w->shape));
+	w->nbytes = rec->nbytes;
+	snprintf(w->source, sizeof(w->source), "%s", rec->source);
+	w->generation = rec->generation;
+	w->adopted = true;
+	insert(c, w);
+	c->resident += w->nbytes;
+	lru_append(c, w);
+	c->d->stats.readoptions++;
+	return 0;
+}
+
+uint64_t cache_trim(struct cache *c)
+{
+	uint64_t n = 0;
+
+	while (c->resident > c->budget && c->lru_head) {
+		c->d->stats.evictions++;
+		weight_destroy(c, c->lru_head, true);
+		n++;
+	}
 	return n;
 }

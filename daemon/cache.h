@@ -79,6 +79,13 @@ uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes);
 /* Walk every weight (status). */
 void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), void *arg);
 
+struct state_record;
+/* Take over a segment a previous run left (restart): checks its size against the record; the
+ * weight starts unreferenced. 0, or a negative code when the segment cannot be used. */
+int cache_adopt(struct cache *c, const struct state_record *rec);
+/* Evict unreferenced weights until the budget holds (after adoption). Returns how many. */
+uint64_t cache_trim(struct cache *c);
+
 uint64_t cache_resident(const struct cache *c);   /* bytes of weights + reservations */
 uint64_t cache_budget(const struct cache *c);
 uint64_t cache_count(const struct cache *c);

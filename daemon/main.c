@@ -1,8 +1,355 @@
-/* main.c - weightd's entry point. */
+/* main.c - weightd: options, start-up (config, sources, segments, socket), signals, shutdown. */
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
 
-int main(void)
+#include "cache.h"
+#include "catalog.h"
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+#include "pool.h"
+#include "segment.h"
+#include "server.h"
+#include "state.h"
+
+static const char usage[] =
+	"usage: weightd --config FILE [--foreground] [--check-config] [--log-level LEVEL]\n"
+	"  --config FILE     the configuration (INI; see weightd.conf(5))\n"
+	"  --foreground      stay in the foreground (as under systemd)\n"
+	"  --check-config    validate the configuration and every checkpoint, then exit\n"
+	"  --log-level LEVEL error, warning, notice, info or debug\n";
+
+uint64_t daemon_uptime_ms(const struct daemon *d)
 {
-	fprintf(stderr, "weightd: not assembled yet\n");
-	return 1;
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (uint64_t)(now.tv_sec - d->started.tv_sec) * 1000u +
+	       (uint64_t)((now.tv_nsec - d->started.tv_nsec) / 1000000);
+}
+
+/* Validate the config and every checkpoint without starting; prints one line per checkpoint. */
+static int check_config(const struct config *cfg)
+{
+	const struct wd_limits lim = WD_LIMITS_DEFAULT;
+	int bad = 0;
+
+	for (size_t i = 0; i < cfg->n_sources; i++) {
+		const struct source_conf *sc = &cfg->sources[i];
+		struct wd_source *src = NULL;
+		struct wd_error err;
+
+		wd_error_clear(&err);
+		if (wd_source_open(sc->name, sc->path, &lim, &src, &err) < 0) {
+			printf("checkpoint %s: FAILED (%s): %s\n", sc->name, sc->path, err.msg);
+			bad++;
+			continue;
+		}
+		printf("checkpoint %s: ok, %s, %zu tensors, %llu bytes\n", sc->name,
+		       wd_source_kind_name(wd_source_kind(src)), wd_source_tensor_count(src),
+		       (unsigned long long)wd_source_bytes(src));
+		wd_source_free(src);
+	}
+	printf("%s: %zu checkpoints, %d with errors\n", cfg->path, cfg->n_sources, bad);
+	return bad ? 1 : 0;
+}
+
+/* The budget: as configured, never more than /dev/shm holds; 0 means half of /dev/shm. */
+static uint64_t effective_budget(const struct config *cfg)
+{
+	struct statvfs sv;
+	uint64_t shm = 0;
+
+	if (statvfs("/dev/shm", &sv) == 0)
+		shm = (uint64_t)sv.f_blocks * sv.f_frsize;
+	if (cfg->budget_bytes == 0)
+		return shm / 2;
+	if (shm && cfg->budget_bytes > shm) {
+		log_warn("budget %llu bytes is more than /dev/shm holds; using %llu",
+			 (unsigned long long)cfg->budget_bytes, (unsigned long long)shm);
+		return shm;
+	}
+	return cfg->budget_bytes;
+}
+
+static void notify_status(struct daemon *d)
+{
+	size_t ready = 0;
+
+	for (size_t i = 0; i < catalog_count(d->catalog); i++)
+		ready += catalog_at(d->catalog, i)->state == CSOURCE_READY;
+	sd_notifyf(0, "STATUS=Serving %zu of %zu checkpoints; %llu weights resident",
+		   ready, catalog_count(d->catalog), (unsigned long long)cache_count(d->cache));
+}
+
+static void on_changed(struct csource *cs, const char *what, void *arg)
+{
+	struct daemon *d = arg;
+
+	server_notify(d->server, cs->name, cs->generation, what);
+}
+
+/* SIGHUP and `weightctl reload`: re-read the file; on error keep serving as before. */
+static int reload(struct daemon *d, struct wd_error *err)
+{
+	struct config *ncfg = NULL;
+	int r;
+
+	sd_notify(0, "RELOADING=1");
+	log_notice("reloading %s", d->cfg->path);
+	r = config_load(d->cfg->path, &ncfg, err);
+	if (r < 0) {
+		log_err("reload failed, keeping the running configuration: %s", err->msg);
+		sd_notify(0, "READY=1");
+		return r;
+	}
+	catalog_reload(d->catalog, ncfg, on_changed, d);
+	d->cfg->client_max_bytes = ncfg->client_max_bytes;
+	d->cfg->client_max_weights = ncfg->client_max_weights;
+	d->cfg->client_max_pending = ncfg->client_max_pending;
+	d->cfg->client_max_queue_bytes = ncfg->client_max_queue_bytes;
+	config_free(ncfg);
+	sd_notify(0, "READY=1");
+	notify_status(d);
+	return 0;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct daemon *d = arg;
+	struct wd_error err;
+
+	if (sig == SIGHUP) {
+		wd_error_clear(&err);
+		reload(d, &err);
+		return;
+	}
+	log_notice("received %s; stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	d->stopping = true;
+	sd_notify(0, "STOPPING=1");
+	event_base_loopbreak(d->base);
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+	sd_notify(0, "WATCHDOG=1");
+}
+
+static bool socket_activated;
+
+static int adopt_one(const struct state_record *rec, void *arg)
+{
+	struct daemon *d = arg;
+
+	return cache_adopt(d->cache, rec);
+}
+
+/* The listening socket: inherited from systemd (socket activation) or made here. */
+static int get_listener(const struct config *cfg, int *ret_fd, struct wd_error *err)
+{
+	int n = sd_listen_fds(1);
+
+	if (n < 0)
+		return wd_error_set(err, WD_E_IO, "sd_listen_fds: %s", strerror(-n));
+	if (n > 1)
+		return wd_error_set(err, WD_E_INVALID,
+				    "systemd passed %d sockets; weightd takes exactly one", n);
+	if (n == 1) {
+		int fd = SD_LISTEN_FDS_START;
+		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0)
+			return wd_error_set(err, WD_E_INVALID,
+					    "the socket systemd passed is not a listening Unix stream "
+					    "socket");
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+		fcntl(fd, F_SETFD, FD_CLOEXEC);
+		log_info("serving on the socket passed by systemd");
+		socket_activated = true;
+		*ret_fd = fd;
+		return 0;
+	}
+	return server_bind(cfg, ret_fd, err);
+}
+
+/* Every client costs a socket and every weight a segment fd: take the whole hard limit. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static int daemonize(void)
+{
+	pid_t pid = fork();
+	int fd;
+
+	if (pid < 0)
+		return -1;
+	if (pid > 0)
+		_exit(0);
+	if (setsid() < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid > 0)
+		_exit(0);
+	fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (fd >= 0) {
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+		if (fd > STDERR_FILENO)
+			close(fd);
+	}
+	return chdir("/");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "check-config", no_argument, NULL, 'C' },
+		{ "log-level", required_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const struct wd_limits lim = WD_LIMITS_DEFAULT;
+	struct daemon d;
+	struct wd_error err;
+	struct event *ev_hup = NULL, *ev_term = NULL, *ev_int = NULL, *ev_wd = NULL;
+	const char *config_path = NULL;
+	bool foreground = false, check = false;
+	int level = -1, lfd = -1, opt, rc = 1, purged = 0, adopted;
+	uint64_t wd_usec = 0;
+
+	memset(&d, 0, sizeof(d));
+	wd_error_clear(&err);
+	while ((opt = getopt_long(argc, argv, "c:fl:hV", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'c': config_path = optarg; break;
+		case 'f': foreground = true; break;
+		case 'C': check = true; break;
+		case 'l':
+			level = log_level_parse(optarg);
+			if (level < 0) {
+				fprintf(stderr, "weightd: unknown log level \"%s\"\n%s", optarg, usage);
+				return 2;
+			}
+			break;
+		case 'h': fputs(usage, stdout); return 0;
+		case 'V': printf("weightd %s\n", WD_VERSION); return 0;
+		default: fputs(usage, stderr); return 2;
+		}
+	}
+	if (!config_path || optind != argc) {
+		fputs(usage, stderr);
+		return 2;
+	}
+	log_set_prefix(getenv("JOURNAL_STREAM") != NULL || getenv("NOTIFY_SOCKET") != NULL);
+	if (config_load(config_path, &d.cfg, &err) < 0) {
+		fprintf(stderr, "weightd: %s\n", err.msg);
+		return 1;
+	}
+	log_set_level(level >= 0 ? level : d.cfg->log_level >= 0 ? d.cfg->log_level : LOG_LVL_INFO);
+	if (check) {
+		rc = check_config(d.cfg);
+		config_free(d.cfg);
+		return rc;
+	}
+	snprintf(d.instance, sizeof(d.instance), "%s", d.cfg->shm_prefix);
+	raise_fd_limit();
+	clock_gettime(CLOCK_MONOTONIC, &d.started);
+	signal(SIGPIPE, SIG_IGN);
+	if (!foreground && !getenv("NOTIFY_SOCKET") && daemonize() < 0) {
+		log_err("cannot detach: %s", strerror(errno));
+		goto out;
+	}
+
+	d.base = event_base_new();
+	if (!d.base)
+		goto out;
+	d.pool = pool_new(d.base, d.cfg->workers);
+	d.cache = cache_new(&d, effective_budget(d.cfg));
+	d.catalog = catalog_new(d.cfg, &lim);
+	if (!d.pool || !d.cache || !d.catalog) {
+		log_err("out of memory at start-up");
+		goto out;
+	}
+	/* Every name under our prefix is from a previous run of this instance: re-adopt what the
+	 * state index vouches for, unlink the rest. */
+	if (state_init(d.cfg->state_dir, d.instance, &err) < 0) {
+		log_warn("%s; restarts will rebuild weights", err.msg);
+		d.cfg->state_dir[0] = '\0';
+	}
+	adopted = state_recover(d.cfg->state_dir, d.instance, adopt_one, &d, &purged);
+	if (adopted > 0 || purged > 0)
+		log_notice("re-adopted %d weights, removed %d stale segments under /dev/shm/%s.*",
+			   adopted, purged, d.instance);
+	cache_trim(d.cache);
+	if (get_listener(d.cfg, &lfd, &err) < 0) {
+		log_err("%s", err.msg);
+		goto out;
+	}
+	d.server = server_new(&d, lfd);
+	if (!d.server)
+		goto out;
+	server_reload_hook = reload;
+
+	ev_hup = evsignal_new(d.base, SIGHUP, on_signal, &d);
+	ev_term = evsignal_new(d.base, SIGTERM, on_signal, &d);
+	ev_int = evsignal_new(d.base, SIGINT, on_signal, &d);
+	if (!ev_hup || !ev_term || !ev_int || evsignal_add(ev_hup, NULL) ||
+	    evsignal_add(ev_term, NULL) || evsignal_add(ev_int, NULL))
+		goto out;
+	if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec) {
+		struct timeval tv = { (time_t)(wd_usec / 2000000), (suseconds_t)(wd_usec / 2 % 1000000) };
+		ev_wd = event_new(d.base, -1, EV_PERSIST, on_watchdog, NULL);
+		if (ev_wd)
+			event_add(ev_wd, &tv);
+	}
+	log_notice("weightd %s serving %zu checkpoints on %s (instance %s, budget %llu bytes, "
+		   "%u workers)", WD_VERSION, catalog_count(d.catalog), d.cfg->socket_path,
+		   d.instance, (unsigned long long)cache_budget(d.cache), pool_threads(d.pool));
+	sd_notify(0, "READY=1");
+	notify_status(&d);
+	event_base_dispatch(d.base);
+	rc = 0;
+out:
+	if (d.server)
+		server_free(d.server);
+	else if (lfd >= 0)
+		close(lfd);
+	pool_free(d.pool);
+	/* With a state index the segments outlive us and the next start re-adopts them. */
+	cache_free(d.cache, !(d.cfg && d.cfg->state_dir && d.cfg->state_dir[0]));
+	catalog_free(d.catalog);
+	if (ev_hup)
+		event_free(ev_hup);
+	if (ev_term)
+		event_free(ev_term);
+	if (ev_int)
+		event_free(ev_int);
+	if (ev_wd)
+		event_free(ev_wd);
+	if (d.base)
+		event_base_free(d.base);
+	if (d.cfg && d.cfg->socket_path && lfd >= 0 && !socket_activated)
+		unlink(d.cfg->socket_path);
+	config_free(d.cfg);
+	return rc;
 }

@@ -1,16 +1,610 @@
-/* frame.c - placeholder until frames land. */
+/* frame.c - length-prefixed frames with SCM_RIGHTS fds: the send queue and the receive buffer. */
 #include "frame.h"
-#include <stddef.h>
-struct wd_outq *wd_outq_new(void) { return NULL; }
-void wd_outq_free(struct wd_outq *q) { (void)q; }
-int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds) { return -WD_E_UNSUPPORTED; }
-int wd_outq_flush(struct wd_outq *q, int sock) { return -WD_E_UNSUPPORTED; }
-size_t wd_outq_bytes(const struct wd_outq *q) { return 0; }
-size_t wd_outq_frames(const struct wd_outq *q) { return 0; }
-struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds) { return NULL; }
-void wd_inbuf_free(struct wd_inbuf *b) { (void)b; }
-int wd_inbuf_read(struct wd_inbuf *b, int sock) { return -WD_E_UNSUPPORTED; }
-int wd_inbuf_feed(struct wd_inbuf *b, const void *data, size_t len) { return -WD_E_UNSUPPORTED; }
-int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret) { return -WD_E_UNSUPPORTED; }
-void wd_frame_close_fds(struct wd_frame *f) { (void)f; }
-int wd_frame_send_blocking(int sock, const void *payload, size_t len, const int *fds, size_t nfds) { return -WD_E_UNSUPPORTED; }
+
+#include <errno.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* At most this many iovecs per sendmsg when several queued frames go out together. */
+#define OUTQ_IOV 64
+/* Free space a read asks for at least; also the size an idle receive buffer shrinks back to. */
+#define INBUF_CHUNK (64u << 10)
+/* recvmsg never delivers more than one SCM_RIGHTS batch, and the kernel caps a batch at 253. */
+#define RECV_MAX_FDS 253
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Close fds[from..to); fds may be NULL when the range is empty. */
+static void close_fds(const int *fds, size_t from, size_t to)
+{
+	for (size_t i = from; i < to; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+/*
+ * A frame of `bytes` bytes (header included) can carry `nfds` fds only if every batch of
+ * WD_FRAME_FDS_PER_MSG fds gets at least one byte of its own.
+ */
+static bool fds_fit(size_t bytes, size_t nfds)
+{
+	return (nfds + WD_FRAME_FDS_PER_MSG - 1) / WD_FRAME_FDS_PER_MSG <= bytes;
+}
+
+/*
+ * How many of `left` unsent bytes may travel with the next batch when `fds_left` fds are still to
+ * send (this batch included): all but one byte per later batch.
+ */
+static size_t batch_bytes(size_t left, size_t fds_left)
+{
+	size_t later = 0;
+
+	if (fds_left > WD_FRAME_FDS_PER_MSG)
+		later = (fds_left - WD_FRAME_FDS_PER_MSG + WD_FRAME_FDS_PER_MSG - 1) /
+			WD_FRAME_FDS_PER_MSG;
+	return left - later;
+}
+
+/*
+ * One sendmsg of iov[0..iovcnt) with fds[0..nfds) (nfds <= WD_FRAME_FDS_PER_MSG) attached.
+ * Returns bytes sent (> 0; the fds went with them), WD_FRAME_AGAIN, or -WD_E_DISCONNECTED/-WD_E_IO.
+ * On a Unix stream socket the kernel attaches the fds to the first buffer it queues, so any
+ * positive return means they were sent.
+ */
+static ssize_t send_part(int sock, struct iovec *iov, int iovcnt, const int *fds, size_t nfds,
+			 int flags)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * WD_FRAME_FDS_PER_MSG)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)iovcnt };
+	ssize_t n;
+
+	if (nfds) {
+		struct cmsghdr *c;
+
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	for (;;) {
+		n = sendmsg(sock, &msg, flags | MSG_NOSIGNAL);
+		if (n > 0)
+			return n;
+		if (n == 0)
+			return -WD_E_IO;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return WD_FRAME_AGAIN;
+		if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
+			return -WD_E_DISCONNECTED;
+		return -WD_E_IO;
+	}
+}
+
+/* --- sending ------------------------------------------------------------------------------ */
+
+struct outq_frame {
+	struct outq_frame *next;
+	uint8_t *bytes;     /* header + payload */
+	size_t len;         /* WD_FRAME_HEADER + payload length */
+	size_t off;         /* bytes already sent */
+	int *fds;           /* fds[fds_sent..nfds) still owned and unsent */
+	size_t nfds;
+	size_t fds_sent;
+};
+
+struct wd_outq {
+	struct outq_frame *head;
+	struct outq_frame *tail;
+	size_t bytes;       /* unsent bytes over all frames */
+	size_t frames;
+};
+
+struct wd_outq *wd_outq_new(void)
+{
+	return calloc(1, sizeof(struct wd_outq));
+}
+
+static void outq_frame_free(struct outq_frame *f)
+{
+	close_fds(f->fds, f->fds_sent, f->nfds);
+	free(f->fds);
+	free(f->bytes);
+	free(f);
+}
+
+void wd_outq_free(struct wd_outq *q)
+{
+	struct outq_frame *f, *next;
+
+	if (!q)
+		return;
+	for (f = q->head; f; f = next) {
+		next = f->next;
+		outq_frame_free(f);
+	}
+	free(q);
+}
+
+/*
+ * Copies the payload behind a freshly built header so the caller's buffer (usually a packed
+ * protobuf) can be freed at once; the fds are owned from here on whatever happens.
+ */
+int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds)
+{
+	struct outq_frame *f = NULL;
+	int rc;
+
+	if (len > UINT32_MAX - WD_FRAME_HEADER || nfds > WD_FRAME_MAX_FDS ||
+	    !fds_fit(WD_FRAME_HEADER + len, nfds)) {
+		rc = -WD_E_LIMIT;
+		goto fail;
+	}
+	rc = -WD_E_EXHAUSTED;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		goto fail;
+	f->len = WD_FRAME_HEADER + len;
+	f->bytes = malloc(f->len);
+	if (!f->bytes)
+		goto fail;
+	if (nfds) {
+		f->fds = malloc(sizeof(int) * nfds);
+		if (!f->fds)
+			goto fail;
+		memcpy(f->fds, fds, sizeof(int) * nfds);
+		f->nfds = nfds;
+	}
+	put_le32(f->bytes, (uint32_t)len);
+	put_le32(f->bytes + 4, (uint32_t)nfds);
+	if (len)
+		memcpy(f->bytes + WD_FRAME_HEADER, payload, len);
+	if (q->tail)
+		q->tail->next = f;
+	else
+		q->head = f;
+	q->tail = f;
+	q->bytes += f->len;
+	q->frames++;
+	return 0;
+fail:
+	if (f) {
+		free(f->fds);
+		free(f->bytes);
+		free(f);
+	}
+	close_fds(fds, 0, nfds);
+	return rc;
+}
+
+/*
+ * Each sendmsg carries the head frame from its cursor; when the head frame has no fd batch left
+ * after this one, the following fd-less frames ride in the same call. Sent fds are closed at once
+ * (the kernel holds them in flight); sent frames are freed.
+ */
+int wd_outq_flush(struct wd_outq *q, int sock)
+{
+	while (q->head) {
+		struct outq_frame *f = q->head;
+		struct iovec iov[OUTQ_IOV];
+		size_t fds_left = f->nfds - f->fds_sent;
+		size_t batch = fds_left < WD_FRAME_FDS_PER_MSG ? fds_left : WD_FRAME_FDS_PER_MSG;
+		int iovcnt = 1;
+		ssize_t n;
+		size_t sent;
+
+		iov[0].iov_base = f->bytes + f->off;
+		iov[0].iov_len = batch_bytes(f->len - f->off, fds_left);
+		if (fds_left <= WD_FRAME_FDS_PER_MSG) {
+			for (struct outq_frame *g = f->next; g && g->nfds == 0 && iovcnt < OUTQ_IOV;
+			     g = g->next) {
+				iov[iovcnt].iov_base = g->bytes;
+				iov[iovcnt].iov_len = g->len;
+				iovcnt++;
+			}
+		}
+		n = send_part(sock, iov, iovcnt, batch ? f->fds + f->fds_sent : NULL, batch,
+			      MSG_DONTWAIT);
+		if (n == WD_FRAME_AGAIN)
+			return 1;
+		if (n < 0)
+			return (int)n;
+		close_fds(f->fds, f->fds_sent, f->fds_sent + batch);
+		f->fds_sent += batch;
+		sent = (size_t)n;
+		q->bytes -= sent;
+		while (sent) {
+			f = q->head;
+			if (sent < f->len - f->off) {
+				f->off += sent;
+				break;
+			}
+			sent -= f->len - f->off;
+			q->head = f->next;
+			if (!q->head)
+				q->tail = NULL;
+			q->frames--;
+			outq_frame_free(f);
+		}
+	}
+	return 0;
+}
+
+size_t wd_outq_bytes(const struct wd_outq *q)
+{
+	return q ? q->bytes : 0;
+}
+
+size_t wd_outq_frames(const struct wd_outq *q)
+{
+	return q ? q->frames : 0;
+}
+
+/* --- receiving ---------------------------------------------------------------------------- */
+
+/*
+ * Bytes live in buf[start..end); a frame handed out is skipped by moving `start`, and the live
+ * bytes are moved to the front only when a read needs the room. Fds live in fds[fd_head..
+ * fd_head+fd_count) in arrival order.
+ */
+struct wd_inbuf {
+	uint8_t *buf;
+	size_t cap;
+	size_t start;
+	size_t end;
+	int *fds;
+	size_t fd_cap;
+	size_t fd_head;
+	size_t fd_count;
+	uint32_t max_payload;
+	uint32_t max_fds;
+	int failed;         /* sticky error of wd_inbuf_next: the stream cannot be resynchronised */
+};
+
+struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds)
+{
+	struct wd_inbuf *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return NULL;
+	b->max_payload = max_payload;
+	b->max_fds = max_fds;
+	return b;
+}
+
+void wd_inbuf_free(struct wd_inbuf *b)
+{
+	if (!b)
+		return;
+	close_fds(b->fds, b->fd_head, b->fd_head + b->fd_count);
+	free(b->fds);
+	free(b->buf);
+	free(b);
+}
+
+/*
+ * Make room for at least `want` bytes after `end`: move the live bytes to the front when that is
+ * enough (and cheap next to the read that follows), else grow. An idle oversized buffer (left by
+ * one large frame) shrinks back so a connection does not hold megabytes between frames.
+ */
+static int inbuf_reserve(struct wd_inbuf *b, size_t want)
+{
+	size_t live = b->end - b->start;
+	size_t need, ncap;
+	uint8_t *nbuf;
+
+	if (live == 0) {
+		b->start = b->end = 0;
+		if (b->cap > 4 * INBUF_CHUNK && want <= INBUF_CHUNK) {
+			free(b->buf);
+			b->buf = NULL;
+			b->cap = 0;
+		}
+	}
+	if (b->cap - b->end >= want)
+		return 0;
+	if (want > SIZE_MAX - live)
+		return -WD_E_LIMIT;
+	need = live + want;
+	if (b->cap >= need) {
+		memmove(b->buf, b->buf + b->start, live);
+		b->start = 0;
+		b->end = live;
+		return 0;
+	}
+	ncap = b->cap ? b->cap : INBUF_CHUNK;
+	while (ncap < need)
+		ncap = ncap > SIZE_MAX / 2 ? need : ncap * 2;
+	if (b->start) {
+		memmove(b->buf, b->buf + b->start, live);
+		b->start = 0;
+		b->end = live;
+	}
+	nbuf = realloc(b->buf, ncap);
+	if (!nbuf)
+		return -WD_E_EXHAUSTED;
+	b->buf = nbuf;
+	b->cap = ncap;
+	return 0;
+}
+
+/* Room for `want` more fds at the tail of the FIFO. */
+static int inbuf_reserve_fds(struct wd_inbuf *b, size_t want)
+{
+	size_t ncap;
+	int *nfds;
+
+	if (b->fd_count == 0)
+		b->fd_head = 0;
+	if (b->fd_cap - b->fd_head - b->fd_count >= want)
+		return 0;
+	if (b->fd_head) {
+		memmove(b->fds, b->fds + b->fd_head, sizeof(int) * b->fd_count);
+		b->fd_head = 0;
+		if (b->fd_cap - b->fd_count >= want)
+			return 0;
+	}
+	ncap = b->fd_cap ? b->fd_cap * 2 : RECV_MAX_FDS;
+	while (ncap < b->fd_count + want)
+		ncap *= 2;
+	nfds = realloc(b->fds, sizeof(int) * ncap);
+	if (!nfds)
+		return -WD_E_EXHAUSTED;
+	b->fds = nfds;
+	b->fd_cap = ncap;
+	return 0;
+}
+
+/*
+ * How many bytes the next read should make room for: the rest of the current frame when its
+ * header is in and within limits (so a large frame arrives in few reads), else one chunk. An
+ * announced length over the limit never sizes the buffer.
+ */
+static size_t inbuf_want(const struct wd_inbuf *b)
+{
+	size_t live = b->end - b->start;
+	size_t want = INBUF_CHUNK;
+
+	if (live >= WD_FRAME_HEADER) {
+		uint32_t len = get_le32(b->buf + b->start);
+
+		if (len <= b->max_payload && (size_t)len + WD_FRAME_HEADER > live &&
+		    (size_t)len + WD_FRAME_HEADER - live > want)
+			want = (size_t)len + WD_FRAME_HEADER - live;
+	}
+	return want;
+}
+
+/*
+ * Append received fds; every fd beyond max_fds is closed (-WD_E_PROTOCOL), and all of them when
+ * the FIFO cannot grow (-WD_E_EXHAUSTED).
+ */
+static int inbuf_take_fds(struct wd_inbuf *b, const int *fds, size_t n)
+{
+	size_t room = b->max_fds > b->fd_count ? b->max_fds - b->fd_count : 0;
+	size_t keep = n < room ? n : room;
+
+	if (keep && inbuf_reserve_fds(b, keep)) {
+		close_fds(fds, 0, n);
+		return -WD_E_EXHAUSTED;
+	}
+	if (keep)
+		memcpy(b->fds + b->fd_head + b->fd_count, fds, sizeof(int) * keep);
+	b->fd_count += keep;
+	close_fds(fds, keep, n);
+	return keep == n ? 0 : -WD_E_PROTOCOL;
+}
+
+int wd_inbuf_read(struct wd_inbuf *b, int sock)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * RECV_MAX_FDS) + CMSG_SPACE(sizeof(struct ucred))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr msg;
+	struct iovec iov;
+	struct cmsghdr *c;
+	size_t want = inbuf_want(b);
+	ssize_t n;
+	int rc = 0;
+
+	if (want > INT32_MAX)
+		want = INT32_MAX;
+	rc = inbuf_reserve(b, want);
+	if (rc)
+		return rc;
+	iov.iov_base = b->buf + b->end;
+	iov.iov_len = b->cap - b->end < INT32_MAX ? b->cap - b->end : INT32_MAX;
+	for (;;) {
+		memset(&msg, 0, sizeof(msg));
+		msg.msg_iov = &iov;
+		msg.msg_iovlen = 1;
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		if (n >= 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return WD_FRAME_AGAIN;
+		if (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN)
+			return -WD_E_DISCONNECTED;
+		return -WD_E_IO;
+	}
+	b->end += (size_t)n;
+	for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		const int *fds;
+		size_t nfds;
+		int trc;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		fds = (const int *)CMSG_DATA(c);
+		nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		if (msg.msg_flags & MSG_CTRUNC) {
+			close_fds(fds, 0, nfds);
+			continue;
+		}
+		trc = inbuf_take_fds(b, fds, nfds);
+		if (trc && !rc)
+			rc = trc;
+	}
+	if (msg.msg_flags & MSG_CTRUNC)
+		return -WD_E_PROTOCOL;
+	if (rc)
+		return rc;
+	return (int)n;
+}
+
+int wd_inbuf_feed(struct wd_inbuf *b, const void *data, size_t len)
+{
+	int rc;
+
+	if (!len)
+		return 0;
+	rc = inbuf_reserve(b, len);
+	if (rc)
+		return rc;
+	memcpy(b->buf + b->end, data, len);
+	b->end += len;
+	return 0;
+}
+
+/*
+ * Limits are checked as soon as a header is complete, before the payload arrives or anything is
+ * sized for it. The frame's fds are the first nfds of the FIFO: they travelled with its bytes, so
+ * they arrived no later than its last byte, and earlier frames took exactly their own.
+ */
+int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
+{
+	size_t live = b->end - b->start;
+	const uint8_t *h;
+	uint32_t len, nfds;
+	int *fds = NULL;
+
+	if (b->failed)
+		return b->failed;
+	if (live < WD_FRAME_HEADER)
+		return 0;
+	h = b->buf + b->start;
+	len = get_le32(h);
+	nfds = get_le32(h + 4);
+	if (len > b->max_payload || nfds > b->max_fds || nfds > WD_FRAME_MAX_FDS) {
+		b->failed = -WD_E_LIMIT;
+		return b->failed;
+	}
+	if (!fds_fit((size_t)WD_FRAME_HEADER + len, nfds)) {
+		b->failed = -WD_E_PROTOCOL;
+		return b->failed;
+	}
+	if (live - WD_FRAME_HEADER < len)
+		return 0;
+	if (nfds > b->fd_count) {
+		b->failed = -WD_E_PROTOCOL;
+		return b->failed;
+	}
+	if (nfds) {
+		fds = malloc(sizeof(int) * nfds);
+		if (!fds)
+			return -WD_E_EXHAUSTED;
+		memcpy(fds, b->fds + b->fd_head, sizeof(int) * nfds);
+		b->fd_head += nfds;
+		b->fd_count -= nfds;
+	}
+	ret->payload = b->buf + b->start + WD_FRAME_HEADER;
+	ret->len = len;
+	ret->fds = fds;
+	ret->nfds = nfds;
+	b->start += WD_FRAME_HEADER + (size_t)len;
+	return 1;
+}
+
+void wd_frame_close_fds(struct wd_frame *f)
+{
+	if (!f)
+		return;
+	if (f->fds)
+		close_fds(f->fds, 0, f->nfds);
+	free(f->fds);
+	f->fds = NULL;
+	f->nfds = 0;
+}
+
+/* --- blocking helpers for clients --------------------------------------------------------- */
+
+/*
+ * Sends header and payload straight from the caller's memory (two iovecs), batching fds like the
+ * queue does. A socket that happens to be non-blocking is waited on with poll.
+ */
+int wd_frame_send_blocking(int sock, const void *payload, size_t len, const int *fds, size_t nfds)
+{
+	uint8_t hdr[WD_FRAME_HEADER];
+	size_t total, off = 0, fds_sent = 0;
+
+	if (len > UINT32_MAX - WD_FRAME_HEADER || nfds > WD_FRAME_MAX_FDS ||
+	    !fds_fit(WD_FRAME_HEADER + len, nfds))
+		return -WD_E_LIMIT;
+	put_le32(hdr, (uint32_t)len);
+	put_le32(hdr + 4, (uint32_t)nfds);
+	total = WD_FRAME_HEADER + len;
+	while (off < total) {
+		struct iovec iov[2];
+		size_t fds_left = nfds - fds_sent;
+		size_t batch = fds_left < WD_FRAME_FDS_PER_MSG ? fds_left : WD_FRAME_FDS_PER_MSG;
+		size_t chunk = batch_bytes(total - off, fds_left);
+		int iovcnt = 0;
+		ssize_t n;
+
+		if (off < WD_FRAME_HEADER) {
+			size_t h = WD_FRAME_HEADER - off < chunk ? WD_FRAME_HEADER - off : chunk;
+
+			iov[iovcnt].iov_base = hdr + off;
+			iov[iovcnt++].iov_len = h;
+			if (chunk > h) {
+				iov[iovcnt].iov_base = (void *)payload;
+				iov[iovcnt++].iov_len = chunk - h;
+			}
+		} else {
+			iov[iovcnt].iov_base = (uint8_t *)payload + (off - WD_FRAME_HEADER);
+			iov[iovcnt++].iov_len = chunk;
+		}
+		n = send_part(sock, iov, iovcnt, batch ? fds + fds_sent : NULL, batch, 0);
+		if (n == WD_FRAME_AGAIN) {
+			struct pollfd p = { .fd = sock, .events = POLLOUT };
+
+			if (poll(&p, 1, -1) < 0 && errno != EINTR)
+				return -WD_E_IO;
+			continue;
+		}
+		if (n < 0)
+			return (int)n;
+		fds_sent += batch;
+		off += (size_t)n;
+	}
+	return 0;
+}

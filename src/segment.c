@@ -1,12 +1,310 @@
-/* segment.c - placeholder until segments land. */
+/* segment.c - POSIX shared-memory objects that hold weights: create, seal, adopt, list, purge. */
 #include "segment.h"
-#include "error.h"
-#define WD_STUB(err) wd_error_set(err, WD_E_UNSUPPORTED, "%s is not built yet", __func__)
-int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, struct wd_error *err) { return WD_STUB(err); }
-void wd_segment_seal(struct wd_segment *seg) { (void)seg; }
-int wd_segment_adopt(const char *name, struct wd_segment *ret, struct wd_error *err) { return WD_STUB(err); }
-void wd_segment_close(struct wd_segment *seg) { (void)seg; }
-int wd_segment_unlink(const char *name) { return -WD_E_UNSUPPORTED; }
-int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t size, void *arg), void *arg) { return 0; }
-int wd_segment_purge(const char *prefix) { return 0; }
-int wd_segment_prefix_valid(const char *prefix) { return 0; }
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHM_DIR "/dev/shm"
+
+/* "/x" with no other '/', shorter than WD_SEGMENT_NAME_MAX, not "/." or "/..". */
+static bool name_valid(const char *name)
+{
+	size_t n;
+
+	if (!name || name[0] != '/')
+		return false;
+	n = strlen(name);
+	if (n < 2 || n >= WD_SEGMENT_NAME_MAX || strchr(name + 1, '/'))
+		return false;
+	return strcmp(name, "/.") != 0 && strcmp(name, "/..") != 0;
+}
+
+/*
+ * The read-only fd is a second open of the name, so the description clients receive never had
+ * write access. It is checked to be the same inode as the writable one in case the name was
+ * replaced in between.
+ */
+int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, struct wd_error *err)
+{
+	struct stat st_rw, st_ro;
+	int fd = -1, ro_fd = -1;
+	bool created = false;
+	int rc;
+
+	if (!name_valid(name))
+		return wd_error_set(err, WD_E_INVALID,
+				    "segment name \"%s\" must be \"/\" followed by 1 to %d characters "
+				    "without '/'", name ? name : "(null)", WD_SEGMENT_NAME_MAX - 2);
+	if (size > (uint64_t)INT64_MAX)
+		return wd_error_set(err, WD_E_EXHAUSTED,
+				    "segment %s: need %llu bytes in " SHM_DIR ", more than a file can hold", name,
+				    (unsigned long long)size);
+	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EEXIST) {
+		rc = wd_error_set(err, WD_E_INVALID, "shared memory %s already exists", name);
+		goto fail;
+	}
+	if (fd < 0) {
+		rc = wd_error_set(err, errno == EMFILE || errno == ENFILE ? WD_E_EXHAUSTED : WD_E_IO,
+				  "creating shared memory %s: %s", name, strerror(errno));
+		goto fail;
+	}
+	created = true;
+	/* shm_open applies the umask; the mode must be exactly 0600 whatever it is. */
+	if (fchmod(fd, 0600) < 0) {
+		rc = wd_error_set(err, WD_E_IO, "setting mode 0600 on shared memory %s: %s", name,
+				  strerror(errno));
+		goto fail;
+	}
+	if (size) {
+		int e;
+
+		do
+			e = posix_fallocate(fd, 0, (off_t)size);
+		while (e == EINTR);
+		if (e == ENOSPC || e == EFBIG) {
+			rc = wd_error_set(err, WD_E_EXHAUSTED,
+					  "segment %s: need %llu bytes in " SHM_DIR ": %s", name,
+					  (unsigned long long)size, strerror(e));
+			goto fail;
+		}
+		if (e) {
+			rc = wd_error_set(err, WD_E_IO, "reserving %llu bytes for segment %s: %s",
+					  (unsigned long long)size, name, strerror(e));
+			goto fail;
+		}
+	}
+	ro_fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (ro_fd < 0) {
+		rc = wd_error_set(err, errno == EMFILE || errno == ENFILE ? WD_E_EXHAUSTED : WD_E_IO,
+				  "re-opening shared memory %s read-only: %s", name, strerror(errno));
+		goto fail;
+	}
+	if (fstat(fd, &st_rw) < 0 || fstat(ro_fd, &st_ro) < 0) {
+		rc = wd_error_set(err, WD_E_IO, "fstat of shared memory %s: %s", name,
+				  strerror(errno));
+		goto fail;
+	}
+	if (st_rw.st_dev != st_ro.st_dev || st_rw.st_ino != st_ro.st_ino) {
+		rc = wd_error_set(err, WD_E_IO,
+				  "shared memory %s was replaced while it was being created", name);
+		created = false; /* the name is someone else's now */
+		goto fail;
+	}
+	ret->fd = fd;
+	ret->ro_fd = ro_fd;
+	ret->size = size;
+	snprintf(ret->name, sizeof(ret->name), "%s", name);
+	return 0;
+fail:
+	if (ro_fd >= 0)
+		close(ro_fd);
+	if (fd >= 0)
+		close(fd);
+	if (created)
+		shm_unlink(name);
+	return rc;
+}
+
+void wd_segment_seal(struct wd_segment *seg)
+{
+	if (!seg || seg->fd < 0)
+		return;
+	close(seg->fd);
+	seg->fd = -1;
+}
+
+/*
+ * Only an object this user owns and nobody else can write is adopted: anything else under the
+ * prefix could change under the clients that map it.
+ */
+int wd_segment_adopt(const char *name, struct wd_segment *ret, struct wd_error *err)
+{
+	struct stat st;
+	int fd = -1;
+	int rc;
+
+	if (!name_valid(name))
+		return wd_error_set(err, WD_E_INVALID, "segment name \"%s\" is not a valid name",
+				    name ? name : "(null)");
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+	if (fd < 0) {
+		rc = wd_error_set(err, errno == ENOENT ? WD_E_NOT_FOUND : WD_E_IO,
+				  "opening shared memory %s: %s", name, strerror(errno));
+		goto fail;
+	}
+	if (fstat(fd, &st) < 0) {
+		rc = wd_error_set(err, WD_E_IO, "fstat of shared memory %s: %s", name,
+				  strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
+		rc = wd_error_set(err, WD_E_PERMISSION,
+				  "shared memory %s is not a file owned by uid %u and writable only by "
+				  "it (uid %u, mode %04o)", name, (unsigned)geteuid(),
+				  (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		goto fail;
+	}
+	ret->fd = -1;
+	ret->ro_fd = fd;
+	ret->size = (uint64_t)st.st_size;
+	snprintf(ret->name, sizeof(ret->name), "%s", name);
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+void wd_segment_close(struct wd_segment *seg)
+{
+	if (!seg)
+		return;
+	if (seg->fd >= 0)
+		close(seg->fd);
+	if (seg->ro_fd >= 0)
+		close(seg->ro_fd);
+	seg->fd = -1;
+	seg->ro_fd = -1;
+}
+
+int wd_segment_unlink(const char *name)
+{
+	if (!name_valid(name))
+		return -WD_E_INVALID;
+	if (shm_unlink(name) < 0 && errno != ENOENT)
+		return -WD_E_IO;
+	return 0;
+}
+
+int wd_segment_prefix_valid(const char *prefix)
+{
+	size_t n = 0;
+
+	if (!prefix || prefix[0] == '.')
+		return 0;
+	for (const char *p = prefix; *p; p++, n++) {
+		char c = *p;
+
+		if (n >= 64)
+			return 0;
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '-'))
+			return 0;
+	}
+	return n > 0;
+}
+
+/* A directory entry belongs to the prefix when it starts with "<prefix>.". */
+static bool under_prefix(const char *entry, const char *prefix, size_t plen)
+{
+	return strncmp(entry, prefix, plen) == 0 && entry[plen] == '.';
+}
+
+/*
+ * Regular files only (anything else is not a segment of ours). Entries that vanish between
+ * readdir and fstatat are skipped.
+ */
+int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t size, void *arg),
+		    void *arg)
+{
+	size_t plen;
+	DIR *d = NULL;
+	struct dirent *e;
+	int rc = 0;
+
+	if (!wd_segment_prefix_valid(prefix))
+		return -WD_E_INVALID;
+	plen = strlen(prefix);
+	d = opendir(SHM_DIR);
+	if (!d)
+		return -WD_E_IO;
+	for (;;) {
+		char name[WD_SEGMENT_NAME_MAX];
+		struct stat st;
+
+		errno = 0;
+		e = readdir(d);
+		if (!e) {
+			if (errno)
+				rc = -WD_E_IO;
+			break;
+		}
+		if (!under_prefix(e->d_name, prefix, plen) ||
+		    strlen(e->d_name) + 2 > sizeof(name))
+			continue;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue;
+			rc = -WD_E_IO;
+			break;
+		}
+		if (!S_ISREG(st.st_mode))
+			continue;
+		snprintf(name, sizeof(name), "/%s", e->d_name);
+		rc = fn(name, (uint64_t)st.st_size, arg);
+		if (rc)
+			break;
+	}
+	closedir(d);
+	return rc;
+}
+
+struct name_list {
+	char **names;
+	size_t n;
+	size_t cap;
+};
+
+static int collect_name(const char *name, uint64_t size, void *arg)
+{
+	struct name_list *l = arg;
+	char *copy;
+
+	if (l->n == l->cap) {
+		size_t ncap = l->cap ? l->cap * 2 : 16;
+		char **nn = realloc(l->names, sizeof(char *) * ncap);
+
+		if (!nn)
+			return -WD_E_EXHAUSTED;
+		l->names = nn;
+		l->cap = ncap;
+	}
+	copy = strdup(name);
+	if (!copy)
+		return -WD_E_EXHAUSTED;
+	l->names[l->n++] = copy;
+	return 0;
+}
+
+/* Names are collected first and unlinked after, so the directory is not changed mid-scan. */
+int wd_segment_purge(const char *prefix)
+{
+	struct name_list l = { 0 };
+	int rc, count = 0;
+
+	rc = wd_segment_list(prefix, collect_name, &l);
+	if (rc)
+		goto out;
+	for (size_t i = 0; i < l.n; i++) {
+		if (shm_unlink(l.names[i]) == 0)
+			count++;
+		else if (errno != ENOENT && !rc)
+			rc = -WD_E_IO;
+	}
+	if (!rc)
+		rc = count;
+out:
+	for (size_t i = 0; i < l.n; i++)
+		free(l.names[i]);
+	free(l.names);
+	return rc;
+}

@@ -1,24 +1,818 @@
-/* source.c - placeholder until checkpoint sources land. */
+/* source.c - a checkpoint source: one safetensors file, a sharded directory, or a GGUF file. */
 #include "source.h"
-#include "error.h"
-#define WD_STUB(err) wd_error_set(err, WD_E_UNSUPPORTED, "%s is not built yet", __func__)
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checked.h"
+#include "digest.h"
+#include "gguf.h"
+#include "safetensors.h"
+#include "stindex.h"
+
+#define INDEX_NAME "model.safetensors.index.json"
+#define ST_SUFFIX ".safetensors"
+
+struct wd_file {
+	char *name;  /* relative to the source path; "" for a single-file source */
+	char *path;  /* absolute path (symlinks kept) that wd_source_check stats */
+	int fd;
+	struct wd_file_id id;
+};
+
+struct wd_source {
+	char *name;
+	char *path;
+	enum wd_source_kind kind;
+	struct wd_table table;
+	const struct wd_tensor_info **by_name; /* table entries sorted by name */
+	struct wd_file *files;
+	size_t n_files;
+	uint64_t bytes;
+};
+
+/* An index entry while shards are checked against the index. */
+struct ientry {
+	const char *name;
+	uint32_t file;
+	bool seen;
+};
+
+static int errno_code(int e)
+{
+	switch (e) {
+	case ENOENT:
+	case ENOTDIR:
+		return WD_E_NOT_FOUND;
+	case EACCES:
+	case EPERM:
+		return WD_E_PERMISSION;
+	case ENOMEM:
+	case EMFILE:
+	case ENFILE:
+		return WD_E_EXHAUSTED;
+	default:
+		return WD_E_IO;
+	}
+}
+
+static int64_t mtime_ns(const struct stat *st)
+{
+	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static void id_from_stat(struct wd_file_id *id, const struct stat *st)
+{
+	id->dev = st->st_dev;
+	id->ino = st->st_ino;
+	id->size = (uint64_t)st->st_size;
+	id->mtime_ns = mtime_ns(st);
+}
+
+/* "a/b" joined, or NULL on allocation failure. */
+static char *join(const char *a, const char *b)
+{
+	char *s = NULL;
+	size_t la = strlen(a);
+
+	if (asprintf(&s, "%s%s%s", a, (la && a[la - 1] == '/') ? "" : "/", b) < 0)
+		return NULL;
+	return s;
+}
+
+/* An absolute spelling of path without resolving symlinks (the daemon may change directory). */
+static char *absolute(const char *path)
+{
+	char *cwd, *r;
+
+	if (path[0] == '/')
+		return strdup(path);
+	cwd = getcwd(NULL, 0);
+	if (!cwd)
+		return NULL;
+	r = join(cwd, path);
+	free(cwd);
+	return r;
+}
+
+static int read_all(int fd, void *buf, size_t len, uint64_t off)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t k = pread(fd, p, len, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -1 : 1;
+		p += k;
+		len -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return 0;
+}
+
+/*
+ * Append an already opened regular file to src->files, pinning it by the fstat it had when opened.
+ * Takes ownership of fd (closed on failure).
+ */
+static int add_file(struct wd_source *src, const char *name, const char *path, int fd,
+		    const struct stat *st, struct wd_error *err)
+{
+	struct wd_file *nf, *f;
+
+	nf = realloc(src->files, (src->n_files + 1) * sizeof(*nf));
+	if (!nf) {
+		close(fd);
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory opening %s", path);
+	}
+	src->files = nf;
+	f = &src->files[src->n_files];
+	memset(f, 0, sizeof(*f));
+	f->fd = fd;
+	f->name = strdup(name);
+	f->path = strdup(path);
+	id_from_stat(&f->id, st);
+	src->n_files++;
+	if (!f->name || !f->path)
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory opening %s", path);
+	return 0;
+}
+
+/* Open `path` read-only (flags adds e.g. O_NOFOLLOW) and require a regular file. */
+static int open_regular(const char *path, int flags, int *ret_fd, struct stat *ret_st, struct wd_error *err)
+{
+	struct stat st;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | flags);
+	if (fd < 0)
+		return wd_error_set(err, errno_code(errno), "cannot open %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		close(fd);
+		return wd_error_set(err, errno_code(e), "cannot stat %s: %s", path, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s is not a regular file", path);
+	}
+	*ret_fd = fd;
+	*ret_st = st;
+	return 0;
+}
+
+/*
+ * Open the member file `name` of the directory dir_abs. Names come from the index (or the
+ * directory listing) and are plain file names, checked before we get here, so an index cannot
+ * point outside the directory. A symlink placed in the directory is followed wherever it leads:
+ * whoever can place one there controls the checkpoint anyway, and the Hugging Face hub cache lays
+ * out every snapshot as symlinks into ../../blobs. The file is pinned by the identity of what it
+ * resolves to. Appends the file.
+ */
+static int open_member(struct wd_source *src, const char *dir_abs, const char *name,
+		       struct wd_error *err)
+{
+	char *p = NULL;
+	struct stat st, lst;
+	int fd = -1, r;
+
+	p = join(dir_abs, name);
+	if (!p) {
+		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory opening %s", name);
+		goto out;
+	}
+	r = open_regular(p, 0, &fd, &st, err);
+	if (r == -WD_E_NOT_FOUND)
+		r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s does not exist", p);
+	if (r)
+		goto out;
+	if (stat(p, &lst) < 0 || lst.st_dev != st.st_dev || lst.st_ino != st.st_ino) {
+		r = wd_error_set(err, WD_E_CHANGED, "%s changed while it was being opened", p);
+		goto out;
+	}
+	r = add_file(src, name, p, fd, &st, err);
+	fd = -1;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(p);
+	return r;
+}
+
+/* Parse the safetensors header of files[i] into `table`, prefixing errors with the file's path. */
+static int read_st(struct wd_source *src, uint32_t i, const struct wd_limits *lim, struct wd_table *table,
+		   struct wd_error *err)
+{
+	struct wd_file *f = &src->files[i];
+	int r;
+
+	r = wd_safetensors_read(f->fd, f->id.size, i, lim, table, NULL, err);
+	if (r)
+		wd_error_prefix(err, "%s", f->path);
+	return r;
+}
+
+/* One file given by path: GGUF when it starts with the magic "GGUF", safetensors otherwise. */
+static int open_single_file(struct wd_source *src, const char *abs, const struct wd_limits *lim,
+			    struct wd_error *err)
+{
+	struct stat st;
+	uint8_t magic[4];
+	int fd, r;
+
+	r = open_regular(abs, 0, &fd, &st, err);
+	if (r)
+		return r;
+	r = add_file(src, "", abs, fd, &st, err);
+	if (r)
+		return r;
+	if (src->files[0].id.size >= 4 && read_all(fd, magic, 4, 0) == 0 && memcmp(magic, "GGUF", 4) == 0) {
+		src->kind = WD_SOURCE_GGUF;
+		r = wd_gguf_read(fd, src->files[0].id.size, 0, lim, &src->table, err);
+		if (r)
+			wd_error_prefix(err, "%s", abs);
+		return r;
+	}
+	src->kind = WD_SOURCE_SAFETENSORS;
+	return read_st(src, 0, lim, &src->table, err);
+}
+
+static int ientry_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct ientry *)a)->name, ((const struct ientry *)b)->name);
+}
+
+static int tensor_ptr_cmp(const void *a, const void *b)
+{
+	const struct wd_tensor_info *const *x = a, *const *y = b;
+
+	return strcmp((*x)->name, (*y)->name);
+}
+
+/*
+ * Sort the lookup array and reject a name that appears twice (possible only across shards: one
+ * file's JSON cannot hold a duplicate key).
+ */
+static int build_lookup(struct wd_source *src, struct wd_error *err)
+{
+	size_t n = src->table.n_tensors;
+
+	src->by_name = calloc(n ? n : 1, sizeof(*src->by_name));
+	if (!src->by_name)
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory for a table of %zu tensors", n);
+	for (size_t i = 0; i < n; i++) {
+		src->by_name[i] = &src->table.tensors[i];
+		if (!wd_add_u64(src->bytes, src->table.tensors[i].nbytes, &src->bytes))
+			return wd_error_set(err, WD_E_BAD_CHECKPOINT, "the tensors' sizes add up to more than 64 bits");
+	}
+	qsort(src->by_name, n, sizeof(*src->by_name), tensor_ptr_cmp);
+	for (size_t i = 1; i < n; i++) {
+		const struct wd_tensor_info *a = src->by_name[i - 1], *b = src->by_name[i];
+		if (strcmp(a->name, b->name) == 0) {
+			wd_error_about(err, NULL, a->name);
+			return wd_error_set(err, WD_E_BAD_CHECKPOINT, "tensor '%.200s' appears in both %s and %s",
+					    a->name, src->files[a->file].name, src->files[b->file].name);
+		}
+	}
+	return 0;
+}
+
+/*
+ * Every shard must hold exactly the tensors the index assigns to it: each tensor found in a shard is
+ * looked up in the sorted index (present, same shard), and every index entry must have been found.
+ */
+static int check_against_index(struct wd_source *src, const struct wd_stindex *idx, struct wd_error *err)
+{
+	struct ientry *ie;
+	int r = 0;
+
+	ie = calloc(idx->n_tensors ? idx->n_tensors : 1, sizeof(*ie));
+	if (!ie)
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory checking the index");
+	for (size_t i = 0; i < idx->n_tensors; i++)
+		ie[i] = (struct ientry){ idx->tensors[i], idx->tensor_file[i], false };
+	qsort(ie, idx->n_tensors, sizeof(*ie), ientry_cmp);
+
+	for (size_t i = 0; i < src->table.n_tensors; i++) {
+		const struct wd_tensor_info *t = &src->table.tensors[i];
+		struct ientry key = { t->name, 0, false }, *e;
+
+		e = bsearch(&key, ie, idx->n_tensors, sizeof(*ie), ientry_cmp);
+		wd_error_about(err, NULL, t->name);
+		if (!e) {
+			r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+					 "tensor '%.200s' is in shard %s but " INDEX_NAME " does not list it",
+					 t->name, src->files[t->file].name);
+			goto out;
+		}
+		if (e->file != t->file) {
+			r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+					 INDEX_NAME " assigns tensor '%.200s' to shard %s, but it is in shard %s",
+					 t->name, idx->files[e->file], src->files[t->file].name);
+			goto out;
+		}
+		e->seen = true;
+	}
+	for (size_t i = 0; i < idx->n_tensors; i++) {
+		if (!ie[i].seen) {
+			wd_error_about(err, NULL, ie[i].name);
+			r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+					 INDEX_NAME " assigns tensor '%.200s' to shard %s, but that shard has no such tensor",
+					 ie[i].name, idx->files[ie[i].file]);
+			goto out;
+		}
+	}
+	if (err)
+		err->tensor[0] = '\0';
+out:
+	free(ie);
+	return r;
+}
+
+/*
+ * Read the index file (opened relative to the directory) into a NUL-terminated buffer. When the
+ * directory has no index, returns 0 with *ret_buf NULL.
+ */
+static int read_index(int dirfd, const char *dir_abs, const struct wd_limits *lim, char **ret_buf,
+		      size_t *ret_len, struct wd_error *err)
+{
+	struct stat st;
+	char *buf = NULL;
+	int fd, r;
+
+	fd = openat(dirfd, INDEX_NAME, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 0;
+		return wd_error_set(err, errno_code(errno), "cannot open %s/" INDEX_NAME ": %s", dir_abs,
+				    strerror(errno));
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s/" INDEX_NAME " is not a readable regular file", dir_abs);
+		goto out;
+	}
+	if ((uint64_t)st.st_size > lim->max_index_bytes) {
+		r = wd_error_set(err, WD_E_LIMIT, "%s/" INDEX_NAME " is %lld bytes, more than the limit of %" PRIu64,
+				 dir_abs, (long long)st.st_size, lim->max_index_bytes);
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory reading %s/" INDEX_NAME, dir_abs);
+		goto out;
+	}
+	errno = 0;
+	if (read_all(fd, buf, (size_t)st.st_size, 0)) {
+		r = wd_error_set(err, WD_E_IO, "cannot read %s/" INDEX_NAME ": %s", dir_abs,
+				 errno ? strerror(errno) : "the file shrank while being read");
+		goto out;
+	}
+	buf[st.st_size] = '\0';
+	*ret_buf = buf;
+	*ret_len = (size_t)st.st_size;
+	buf = NULL;
+	r = 0;
+out:
+	free(buf);
+	close(fd);
+	return r;
+}
+
+/* Every shard the index names is opened, parsed and checked against the index. */
+static int open_sharded(struct wd_source *src, const char *dir_abs, const char *json,
+			size_t len, const struct wd_limits *lim, struct wd_error *err)
+{
+	struct wd_stindex idx = { 0 };
+	struct wd_table shard;
+	int r;
+
+	wd_table_init(&shard);
+	r = wd_stindex_parse(json, len, lim, &idx, err);
+	if (r) {
+		wd_error_prefix(err, "%s/" INDEX_NAME, dir_abs);
+		goto out;
+	}
+	src->kind = WD_SOURCE_SHARDED;
+	for (size_t i = 0; i < idx.n_files; i++) {
+		r = open_member(src, dir_abs, idx.files[i], err);
+		if (r) {
+			wd_error_prefix(err, "shard named by " INDEX_NAME);
+			goto out;
+		}
+		r = read_st(src, (uint32_t)i, lim, &shard, err);
+		if (r)
+			goto out;
+		if (src->table.n_tensors + shard.n_tensors > lim->max_tensors) {
+			r = wd_error_set(err, WD_E_LIMIT, "%s: the shards hold more than the limit of %" PRIu64 " tensors",
+					 dir_abs, lim->max_tensors);
+			goto out;
+		}
+		for (size_t t = 0; t < shard.n_tensors; t++)
+			if (wd_table_add_tensor(&src->table, &shard.tensors[t])) {
+				r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory for the tensor table");
+				goto out;
+			}
+		/* Shards normally repeat the same __metadata__; the first shard's is the source's. */
+		for (size_t m = 0; i == 0 && m < shard.n_meta; m++)
+			if (wd_table_add_meta(&src->table, shard.meta[m].key, shard.meta[m].value, shard.meta[m].type)) {
+				r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory for the metadata table");
+				goto out;
+			}
+		wd_table_free(&shard);
+	}
+	r = build_lookup(src, err);
+	if (r) {
+		wd_error_prefix(err, "%s", dir_abs);
+		goto out;
+	}
+	r = check_against_index(src, &idx, err);
+	if (r)
+		wd_error_prefix(err, "%s", dir_abs);
+out:
+	wd_table_free(&shard);
+	wd_stindex_free(&idx);
+	return r;
+}
+
+/* Without an index: exactly one *.safetensors file in the directory is the source. */
+static int open_lone_file(struct wd_source *src, int dirfd, const char *dir_abs,
+			  const struct wd_limits *lim, struct wd_error *err)
+{
+	struct dirent *de;
+	char *first = NULL, *second = NULL;
+	size_t count = 0;
+	DIR *d;
+	int dfd, r;
+
+	dfd = dup(dirfd);
+	if (dfd < 0 || !(d = fdopendir(dfd))) {
+		if (dfd >= 0)
+			close(dfd);
+		return wd_error_set(err, errno_code(errno), "cannot list %s: %s", dir_abs, strerror(errno));
+	}
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		size_t l = strlen(de->d_name);
+		struct stat st;
+
+		if (de->d_name[0] == '.' || l <= strlen(ST_SUFFIX) || strcmp(de->d_name + l - strlen(ST_SUFFIX), ST_SUFFIX))
+			continue;
+		if (fstatat(dirfd, de->d_name, &st, 0) < 0 || !S_ISREG(st.st_mode))
+			continue;
+		if (count == 0)
+			first = strdup(de->d_name);
+		else if (count == 1)
+			second = strdup(de->d_name);
+		count++;
+	}
+	closedir(d);
+	if (count == 0) {
+		r = wd_error_set(err, WD_E_NOT_FOUND, "%s has no " INDEX_NAME " and no *" ST_SUFFIX " file", dir_abs);
+		goto out;
+	}
+	if (count > 1) {
+		r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+				 "%s has %zu *" ST_SUFFIX " files (%s, %s, ...) and no " INDEX_NAME " saying how they fit together",
+				 dir_abs, count, first ? first : "?", second ? second : "?");
+		goto out;
+	}
+	if (!first) {
+		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory listing %s", dir_abs);
+		goto out;
+	}
+	r = open_member(src, dir_abs, first, err);
+	if (r)
+		goto out;
+	src->kind = WD_SOURCE_SAFETENSORS;
+	r = read_st(src, 0, lim, &src->table, err);
+out:
+	free(first);
+	free(second);
+	return r;
+}
+
+static int open_directory(struct wd_source *src, const char *dir_abs, const struct wd_limits *lim,
+			  struct wd_error *err)
+{
+	char *json = NULL;
+	size_t len = 0;
+	int dirfd, r;
+
+	dirfd = open(dir_abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0)
+		return wd_error_set(err, errno_code(errno), "cannot open directory %s: %s", dir_abs, strerror(errno));
+	r = read_index(dirfd, dir_abs, lim, &json, &len, err);
+	if (r)
+		goto out;
+	if (!json) {
+		r = open_lone_file(src, dirfd, dir_abs, lim, err);
+		goto out;
+	}
+	r = open_sharded(src, dir_abs, json, len, lim, err);
+out:
+	free(json);
+	close(dirfd);
+	return r;
+}
+
+void wd_source_free(struct wd_source *src)
+{
+	if (!src)
+		return;
+	for (size_t i = 0; i < src->n_files; i++) {
+		if (src->files[i].fd >= 0)
+			close(src->files[i].fd);
+		free(src->files[i].name);
+		free(src->files[i].path);
+	}
+	free(src->files);
+	free(src->by_name);
+	wd_table_free(&src->table);
+	free(src->name);
+	free(src->path);
+	free(src);
+}
+
 int wd_source_open(const char *name, const char *path, const struct wd_limits *lim,
-		   struct wd_source **ret, struct wd_error *err) { return WD_STUB(err); }
-void wd_source_free(struct wd_source *src) { (void)src; }
-const char *wd_source_name(const struct wd_source *src) { return ""; }
-const char *wd_source_path(const struct wd_source *src) { return ""; }
-enum wd_source_kind wd_source_kind(const struct wd_source *src) { return WD_SOURCE_SAFETENSORS; }
-const char *wd_source_kind_name(enum wd_source_kind kind) { return "safetensors"; }
-size_t wd_source_tensor_count(const struct wd_source *src) { return 0; }
-const struct wd_tensor_info *wd_source_tensor(const struct wd_source *src, size_t i) { return NULL; }
-const struct wd_tensor_info *wd_source_find(const struct wd_source *src, const char *tensor) { return NULL; }
-size_t wd_source_meta_count(const struct wd_source *src) { return 0; }
-const struct wd_meta *wd_source_meta(const struct wd_source *src, size_t i) { return NULL; }
-size_t wd_source_file_count(const struct wd_source *src) { return 0; }
-const char *wd_source_file_name(const struct wd_source *src, uint32_t file) { return ""; }
-const struct wd_file_id *wd_source_file_id(const struct wd_source *src, uint32_t file) { return NULL; }
-uint64_t wd_source_bytes(const struct wd_source *src) { return 0; }
-void wd_source_identity(const struct wd_source *src, uint8_t ret[32]) { (void)ret; }
-int wd_source_check(const struct wd_source *src, uint32_t file, struct wd_error *err) { return WD_STUB(err); }
+		   struct wd_source **ret, struct wd_error *err)
+{
+	static const struct wd_limits def = WD_LIMITS_DEFAULT;
+	struct wd_source *src = NULL;
+	char *abs = NULL;
+	struct stat st;
+	int r;
+
+	if (!lim)
+		lim = &def;
+	if (!name || !path || !*path) {
+		r = wd_error_set(err, WD_E_INVALID, "a checkpoint source needs a name and a path");
+		goto out;
+	}
+	src = calloc(1, sizeof(*src));
+	abs = absolute(path);
+	if (!src || !abs || !(src->name = strdup(name)) || !(src->path = strdup(path))) {
+		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory opening %s", path);
+		goto out;
+	}
+	wd_table_init(&src->table);
+	if (stat(abs, &st) < 0) {
+		r = wd_error_set(err, errno_code(errno), "cannot open %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (S_ISDIR(st.st_mode))
+		r = open_directory(src, abs, lim, err);
+	else if (S_ISREG(st.st_mode))
+		r = open_single_file(src, abs, lim, err);
+	else
+		r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s is neither a regular file nor a directory", path);
+	if (r)
+		goto out;
+	if (!src->by_name) {
+		r = build_lookup(src, err);
+		if (r) {
+			wd_error_prefix(err, "%s", path);
+			goto out;
+		}
+	}
+	*ret = src;
+	src = NULL;
+	r = 0;
+out:
+	if (r)
+		wd_error_about(err, name, NULL);
+	wd_source_free(src);
+	free(abs);
+	return r;
+}
+
+const char *wd_source_name(const struct wd_source *src)
+{
+	return src->name;
+}
+
+const char *wd_source_path(const struct wd_source *src)
+{
+	return src->path;
+}
+
+enum wd_source_kind wd_source_kind(const struct wd_source *src)
+{
+	return src->kind;
+}
+
+const char *wd_source_kind_name(enum wd_source_kind kind)
+{
+	switch (kind) {
+	case WD_SOURCE_SAFETENSORS: return "safetensors";
+	case WD_SOURCE_SHARDED: return "sharded-safetensors";
+	case WD_SOURCE_GGUF: return "gguf";
+	}
+	return "unknown";
+}
+
+size_t wd_source_tensor_count(const struct wd_source *src)
+{
+	return src->table.n_tensors;
+}
+
+const struct wd_tensor_info *wd_source_tensor(const struct wd_source *src, size_t i)
+{
+	return i < src->table.n_tensors ? &src->table.tensors[i] : NULL;
+}
+
+const struct wd_tensor_info *wd_source_find(const struct wd_source *src, const char *tensor)
+{
+	size_t lo = 0, hi = src->table.n_tensors;
+
+	if (!tensor)
+		return NULL;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(tensor, src->by_name[mid]->name);
+		if (c == 0)
+			return src->by_name[mid];
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+size_t wd_source_meta_count(const struct wd_source *src)
+{
+	return src->table.n_meta;
+}
+
+const struct wd_meta *wd_source_meta(const struct wd_source *src, size_t i)
+{
+	return i < src->table.n_meta ? &src->table.meta[i] : NULL;
+}
+
+size_t wd_source_file_count(const struct wd_source *src)
+{
+	return src->n_files;
+}
+
+const char *wd_source_file_name(const struct wd_source *src, uint32_t file)
+{
+	return file < src->n_files ? src->files[file].name : NULL;
+}
+
+const struct wd_file_id *wd_source_file_id(const struct wd_source *src, uint32_t file)
+{
+	return file < src->n_files ? &src->files[file].id : NULL;
+}
+
+uint64_t wd_source_bytes(const struct wd_source *src)
+{
+	return src->bytes;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/*
+ * The digest covers a fixed little-endian encoding: kind (u32), file count (u32), then per file
+ * its name length (u32) and bytes, dev, inode, size (u64 each) and mtime in ns (i64). If the
+ * digest context cannot be created the result is all zeros, which no real identity equals.
+ */
+void wd_source_identity(const struct wd_source *src, uint8_t ret[32])
+{
+	struct wd_sha256 s = { 0 };
+	uint8_t b[40];
+
+	if (wd_sha256_init(&s)) {
+		memset(ret, 0, 32);
+		return;
+	}
+	put_le(b, (uint64_t)src->kind, 4);
+	put_le(b + 4, src->n_files, 4);
+	wd_sha256_update(&s, b, 8);
+	for (size_t i = 0; i < src->n_files; i++) {
+		const struct wd_file *f = &src->files[i];
+		size_t nl = strlen(f->name);
+
+		put_le(b, nl, 4);
+		wd_sha256_update(&s, b, 4);
+		wd_sha256_update(&s, f->name, nl);
+		put_le(b, (uint64_t)f->id.dev, 8);
+		put_le(b + 8, (uint64_t)f->id.ino, 8);
+		put_le(b + 16, f->id.size, 8);
+		put_le(b + 24, (uint64_t)f->id.mtime_ns, 8);
+		wd_sha256_update(&s, b, 32);
+	}
+	wd_sha256_final(&s, ret);
+}
+
+/* Compare a stat with the pin; 0 when equal, else -WD_E_CHANGED with a sentence about what moved. */
+static int compare_pin(const struct wd_source *src, const struct wd_file *f, const struct stat *st,
+		       const char *how, struct wd_error *err)
+{
+	int r;
+
+	if (st->st_dev != f->id.dev || st->st_ino != f->id.ino)
+		r = wd_error_set(err, WD_E_CHANGED,
+				 "%s was replaced since it was opened (%s now names inode %llu, not %llu)",
+				 f->path, how, (unsigned long long)st->st_ino, (unsigned long long)f->id.ino);
+	else if ((uint64_t)st->st_size != f->id.size)
+		r = wd_error_set(err, WD_E_CHANGED,
+				 "%s changed size since it was opened (%s: %lld bytes, was %" PRIu64 ")",
+				 f->path, how, (long long)st->st_size, f->id.size);
+	else if (mtime_ns(st) != f->id.mtime_ns)
+		r = wd_error_set(err, WD_E_CHANGED,
+				 "%s was modified since it was opened (%s: mtime %" PRId64 " ns, was %" PRId64 ")",
+				 f->path, how, mtime_ns(st), f->id.mtime_ns);
+	else
+		return 0;
+	wd_error_about(err, src->name, NULL);
+	return r;
+}
+
+int wd_source_check(const struct wd_source *src, uint32_t file, struct wd_error *err)
+{
+	const struct wd_file *f;
+	struct stat st;
+	int r;
+
+	if (file >= src->n_files)
+		return wd_error_set(err, WD_E_INVALID, "source %s has no file %" PRIu32, src->name, file);
+	f = &src->files[file];
+	if (stat(f->path, &st) < 0) {
+		int e = errno;
+		wd_error_about(err, src->name, NULL);
+		if (e == ENOENT || e == ENOTDIR)
+			return wd_error_set(err, WD_E_CHANGED, "%s is gone (removed or renamed since it was opened)",
+					    f->path);
+		return wd_error_set(err, WD_E_IO, "cannot stat %s: %s", f->path, strerror(e));
+	}
+	r = compare_pin(src, f, &st, "the path", err);
+	if (r)
+		return r;
+	if (fstat(f->fd, &st) < 0) {
+		wd_error_about(err, src->name, NULL);
+		return wd_error_set(err, WD_E_IO, "cannot fstat %s: %s", f->path, strerror(errno));
+	}
+	return compare_pin(src, f, &st, "the open file", err);
+}
+
+/*
+ * Reads with pread only, then fstats the descriptor: bytes read from a file whose size or mtime
+ * moved since admission are reported as -WD_E_CHANGED rather than returned as good. (A rename over
+ * the path leaves the pinned inode, and so these bytes, intact; wd_source_check notices it.)
+ */
 int wd_source_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len, uint64_t off,
-		    struct wd_error *err) { return WD_STUB(err); }
+		    struct wd_error *err)
+{
+	const struct wd_file *f;
+	uint8_t *p = buf;
+	uint64_t end, pos = off;
+	size_t left = len;
+	struct stat st;
+
+	if (file >= src->n_files)
+		return wd_error_set(err, WD_E_INVALID, "source %s has no file %" PRIu32, src->name, file);
+	f = &src->files[file];
+	if (!wd_add_u64(off, len, &end) || end > f->id.size) {
+		wd_error_about(err, src->name, NULL);
+		return wd_error_set(err, WD_E_INVALID,
+				    "read of %zu bytes at offset %" PRIu64 " is past the end of %s (%" PRIu64 " bytes)",
+				    len, off, f->path, f->id.size);
+	}
+	while (left) {
+		ssize_t k = pread(f->fd, p, left, (off_t)pos);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			wd_error_about(err, src->name, NULL);
+			return wd_error_set(err, WD_E_IO, "reading %s at offset %" PRIu64 ": %s", f->path, pos,
+					    strerror(errno));
+		}
+		if (k == 0) {
+			wd_error_about(err, src->name, NULL);
+			return wd_error_set(err, WD_E_CHANGED,
+					    "%s ends at byte %" PRIu64 " but held %" PRIu64 " bytes when opened (truncated since)",
+					    f->path, pos, f->id.size);
+		}
+		p += k;
+		pos += (uint64_t)k;
+		left -= (size_t)k;
+	}
+	if (fstat(f->fd, &st) < 0) {
+		wd_error_about(err, src->name, NULL);
+		return wd_error_set(err, WD_E_IO, "cannot fstat %s: %s", f->path, strerror(errno));
+	}
+	return compare_pin(src, f, &st, "the open file", err);
+}

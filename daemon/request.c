@@ -1,0 +1,932 @@
+/* request.c - what each request does: hello, list, describe, preflight and materialize of units,
+ * share, release, status, and the admin requests. Main thread only. */
+#include <errno.h>
+#include <stdarg.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "server.h"
+#include "session.h"
+#include "wire.h"
+
+#define MAX_UNIT_ENTRIES 65536
+#define MAX_RECIPE_NODES 256
+
+/* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
+ * it resolves to). */
+struct unit_out {
+	struct unitreq *u;
+	const char *name;          /* borrowed from the request until the request is answered */
+	char *name_copy;
+	size_t owner;
+	struct weight *w;          /* entries: one reference held until the unit is answered */
+	struct wd_plan *plan;      /* entries, between preflight and submission */
+	struct csource *sources[16];
+	size_t n_sources;
+};
+
+struct unitreq {
+	struct session *s;         /* NULL once the client is gone */
+	struct cache *cache;
+	uint64_t id;
+	size_t n_entries, n_outs;
+	struct unit_out *outs;
+	size_t pending;
+	bool failed;
+	struct wd_error err;
+	uint64_t bytes_read;
+	struct unitreq *next;
+};
+
+/* --- resolving checkpoints for a peer --------------------------------------------------------- */
+
+struct resolve_ctx {
+	struct session *s;
+	struct unit_out *out;      /* collects the sources a plan reads */
+};
+
+static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
+			  struct wd_error *err)
+{
+	struct resolve_ctx *rc = ctx;
+	struct csource *cs;
+	int r = catalog_resolve(rc->s->d->catalog, checkpoint, &rc->s->peer, &cs, err);
+
+	if (r < 0)
+		return r;
+	if (rc->out) {
+		bool seen = false;
+		for (size_t i = 0; i < rc->out->n_sources; i++)
+			seen |= rc->out->sources[i] == cs;
+		if (!seen) {
+			if (rc->out->n_sources == sizeof(rc->out->sources) / sizeof(rc->out->sources[0]))
+				return wd_error_set(err, WD_E_TOO_LARGE,
+						    "a recipe may read at most %zu checkpoints",
+						    sizeof(rc->out->sources) / sizeof(rc->out->sources[0]));
+			rc->out->sources[rc->out->n_sources++] = cs;
+		}
+	}
+	*ret_src = cs->src;
+	return 0;
+}
+
+/* --- replies ---------------------------------------------------------------------------------- */
+
+static void reply(struct session *s, Weightd__Response *resp, uint64_t id, const int *fds,
+		  size_t nfds)
+{
+	resp->id = id;
+	session_send(s, resp, fds, nfds);
+}
+
+static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
+{
+	struct wd_error e;
+	va_list ap;
+
+	wd_error_clear(&e);
+	e.code = code;
+	va_start(ap, fmt);
+	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+	va_end(ap);
+	session_send_error(s, id, &e);
+}
+
+static void source_info(const struct csource *cs, Weightd__SourceInfo *si)
+{
+	weightd__source_info__init(si);
+	si->name = cs->name;
+	si->path = cs->path;
+	si->generation = cs->generation;
+	if (cs->state == CSOURCE_READY) {
+		si->kind = (char *)wd_source_kind_name(wd_source_kind(cs->src));
+		si->tensors = wd_source_tensor_count(cs->src);
+		si->bytes = wd_source_bytes(cs->src);
+		si->files = (uint32_t)wd_source_file_count(cs->src);
+		si->state = "ready";
+	} else {
+		si->kind = "";
+		si->state = cs->state == CSOURCE_FAILED ? "failed" : "removed";
+		si->error = (char *)cs->error.msg;
+	}
+}
+
+/* --- hello, list, describe -------------------------------------------------------------------- */
+
+static void do_hello(struct session *s, uint64_t id, const Weightd__Hello *h)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__HelloReply hr = WEIGHTD__HELLO_REPLY__INIT;
+	const struct config *cfg = s->d->cfg;
+
+	if (h->protocol_version != WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT) {
+		struct wd_error e;
+		wd_error_clear(&e);
+		wd_error_set(&e, WD_E_PROTOCOL,
+			     "the client speaks protocol version %u but this weightd speaks %d",
+			     h->protocol_version, WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT);
+		session_send_error(s, id, &e);
+		s->close_after_flush = true;
+		return;
+	}
+	hr.protocol_version = WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
+	hr.server_version = WD_VERSION;
+	hr.max_frame_bytes = cfg->max_frame_bytes;
+	hr.max_pending_requests = cfg->client_max_pending;
+	hr.max_unit_entries = MAX_UNIT_ENTRIES;
+	hr.max_recipe_nodes = MAX_RECIPE_NODES;
+	hr.max_client_bytes = cfg->client_max_bytes;
+	hr.max_client_weights = cfg->client_max_weights;
+	hr.instance = s->d->instance;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_HELLO;
+	resp.hello = &hr;
+	reply(s, &resp, id, NULL, 0);
+}
+
+static void do_list(struct session *s, uint64_t id)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__ListReply lr = WEIGHTD__LIST_REPLY__INIT;
+	size_t n = catalog_count(s->d->catalog);
+	Weightd__SourceInfo *infos = calloc(n ? n : 1, sizeof(*infos));
+	Weightd__SourceInfo **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+
+	if (!infos || !ptrs) {
+		free(infos);
+		free(ptrs);
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct csource *cs = catalog_at(s->d->catalog, i);
+		if (cs->state == CSOURCE_REMOVED || !catalog_allowed(cs, &s->peer))
+			continue;
+		source_info(cs, &infos[lr.n_sources]);
+		ptrs[lr.n_sources] = &infos[lr.n_sources];
+		lr.n_sources++;
+	}
+	lr.sources = ptrs;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_LIST;
+	resp.list = &lr;
+	reply(s, &resp, id, NULL, 0);
+	free(infos);
+	free(ptrs);
+}
+
+static void do_describe(struct session *s, uint64_t id, const Weightd__Describe *dq)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__DescribeReply dr = WEIGHTD__DESCRIBE_REPLY__INIT;
+	Weightd__SourceInfo si;
+	Weightd__TensorInfo *ti = NULL, **tp = NULL;
+	Weightd__MetaEntry *me = NULL, **mp = NULL;
+	struct csource *cs;
+	struct wd_error e;
+	size_t nt, nm;
+
+	wd_error_clear(&e);
+	if (catalog_resolve(s->d->catalog, dq->checkpoint, &s->peer, &cs, &e) < 0) {
+		session_send_error(s, id, &e);
+		return;
+	}
+	nt = wd_source_tensor_count(cs->src);
+	nm = wd_source_meta_count(cs->src);
+	ti = calloc(nt ? nt : 1, sizeof(*ti));
+	tp = calloc(nt ? nt : 1, sizeof(*tp));
+	me = calloc(nm ? nm : 1, sizeof(*me));
+	mp = calloc(nm ? nm : 1, sizeof(*mp));
+	if (!ti || !tp || !me || !mp) {
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	source_info(cs, &si);
+	for (size_t i = 0; i < nt; i++) {
+		const struct wd_tensor_info *t = wd_source_tensor(cs->src, i);
+		const struct wd_dtype_info *di = wd_dtype_info(t->dtype);
+
+		weightd__tensor_info__init(&ti[i]);
+		ti[i].name = t->name;
+		ti[i].dtype = (char *)wd_dtype_name(t->dtype);
+		ti[i].n_shape = (size_t)t->ndim;
+		ti[i].shape = (uint64_t *)t->shape;
+		ti[i].nbytes = t->nbytes;
+		ti[i].offset = t->offset;
+		ti[i].file = (char *)wd_source_file_name(cs->src, t->file);
+		ti[i].block_elems = di ? di->block_elems : 0;
+		ti[i].block_bytes = di ? di->block_bytes : 0;
+		tp[i] = &ti[i];
+	}
+	for (size_t i = 0; i < nm; i++) {
+		const struct wd_meta *m = wd_source_meta(cs->src, i);
+		weightd__meta_entry__init(&me[i]);
+		me[i].key = m->key;
+		me[i].value = m->value;
+		me[i].type = m->type;
+		mp[i] = &me[i];
+	}
+	dr.source = &si;
+	dr.n_tensors = nt;
+	dr.tensors = tp;
+	dr.n_metadata = nm;
+	dr.metadata = mp;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_DESCRIBE;
+	resp.describe = &dr;
+	reply(s, &resp, id, NULL, 0);
+out:
+	free(ti);
+	free(tp);
+	free(me);
+	free(mp);
+}
+
+/* --- units ------------------------------------------------------------------------------------ */
+
+static void unitreq_free(struct unitreq *u)
+{
+	for (size_t i = 0; i < u->n_outs; i++) {
+		wd_plan_free(u->outs[i].plan);
+		free(u->outs[i].name_copy);
+	}
+	free(u->outs);
+	free(u);
+}
+
+static void unitreq_unlink(struct unitreq *u)
+{
+	if (!u->s)
+		return;
+	for (struct unitreq **pp = &u->s->unitreqs; *pp; pp = &(*pp)->next)
+		if (*pp == u) {
+			*pp = u->next;
+			break;
+		}
+	u->s->pending--;
+	u->s = NULL;
+}
+
+static void fill_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name)
+{
+	weightd__weight_info__init(wi);
+	wi->name = (char *)name;
+	wi->handle = w->id;
+	wi->dtype = (char *)wd_dtype_name(w->dtype);
+	wi->n_shape = (size_t)w->ndim;
+	wi->shape = (uint64_t *)w->shape;
+	wi->nbytes = w->nbytes;
+	wi->digest.data = (uint8_t *)w->digest;
+	wi->digest.len = 32;
+	wi->key.data = (uint8_t *)w->key;
+	wi->key.len = 32;
+	wi->generation = w->generation;
+}
+
+/* Every entry has its weight (or the request failed): answer, all or nothing. */
+static void unitreq_finish(struct unitreq *u, struct cache *cache)
+{
+	struct session *s = u->s;
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
+	Weightd__WeightInfo *wi = NULL, **wp = NULL;
+	int *fds = NULL;
+	size_t nfds = 0;
+	uint32_t *fd_of = NULL;
+
+	if (!s || s->dead || u->failed) {
+		for (size_t i = 0; i < u->n_entries; i++)
+			if (u->outs[i].w)
+				cache_drop(cache, u->outs[i].w);
+		if (s && !s->dead)
+			session_send_error(s, u->id, &u->err);
+		goto out;
+	}
+	wi = calloc(u->n_outs, sizeof(*wi));
+	wp = calloc(u->n_outs, sizeof(*wp));
+	fds = calloc(u->n_entries, sizeof(*fds));
+	fd_of = calloc(u->n_entries, sizeof(*fd_of));
+	if (!wi || !wp || !fds || !fd_of) {
+		for (size_t i = 0; i < u->n_entries; i++)
+			cache_drop(cache, u->outs[i].w);
+		wd_error_set(&u->err, WD_E_EXHAUSTED, "out of memory answering the unit");
+		session_send_error(s, u->id, &u->err);
+		goto out;
+	}
+	/* One fd per distinct weight; duplicates (same recipe twice) share it. */
+	for (size_t i = 0; i < u->n_entries; i++) {
+		size_t j;
+		for (j = 0; j < i; j++)
+			if (u->outs[j].w == u->outs[i].w)
+				break;
+		if (j < i) {
+			fd_of[i] = fd_of[j];
+			continue;
+		}
+		fds[nfds] = dup(u->outs[i].w->seg.ro_fd);
+		if (fds[nfds] < 0) {
+			for (size_t k = 0; k < nfds; k++)
+				close(fds[k]);
+			for (size_t k = 0; k < u->n_entries; k++)
+				cache_drop(cache, u->outs[k].w);
+			wd_error_set(&u->err, WD_E_EXHAUSTED,
+				     "the daemon is out of file descriptors (%s)", strerror(errno));
+			session_send_error(s, u->id, &u->err);
+			goto out;
+		}
+		fd_of[i] = (uint32_t)nfds++;
+	}
+	for (size_t i = 0; i < u->n_outs; i++) {
+		struct unit_out *o = &u->outs[i];
+		struct weight *w = u->outs[o->owner].w;
+		fill_weight_info(&wi[i], w, o->name_copy);
+		wi[i].fd_index = fd_of[o->owner];
+		if (o->owner != i)
+			wi[i].alias_of = u->outs[o->owner].name_copy;
+		wp[i] = &wi[i];
+	}
+	/* The references taken for the request become the client's. */
+	for (size_t i = 0; i < u->n_entries; i++) {
+		if (session_hold(s, u->outs[i].w) < 0) {
+			for (size_t k = i; k < u->n_entries; k++)
+				cache_drop(cache, u->outs[k].w);
+			for (size_t k = 0; k < nfds; k++)
+				close(fds[k]);
+			session_kill(s, "out of memory recording its references");
+			goto out;
+		}
+	}
+	ur.n_weights = u->n_outs;
+	ur.weights = wp;
+	ur.bytes_read = u->bytes_read;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
+	resp.materialize = &ur;
+	resp.id = u->id;
+	session_send(s, &resp, fds, nfds);
+out:
+	unitreq_unlink(u);
+	free(wi);
+	free(wp);
+	free(fds);
+	free(fd_of);
+	unitreq_free(u);
+}
+
+static void on_entry_ready(struct weight *w, const struct wd_error *err, uint64_t bytes_read,
+			   void *arg)
+{
+	struct unit_out *o = arg;
+	struct unitreq *u = o->u;
+
+	u->bytes_read += bytes_read;
+	if (w) {
+		o->w = w;
+	} else if (!u->failed) {
+		u->failed = true;
+		u->err = *err;
+		snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
+		wd_error_prefix(&u->err, "slot \"%s\"", o->name_copy);
+	}
+	if (--u->pending == 0)
+		unitreq_finish(u, u->cache);
+}
+
+static int cmp_name_idx(const void *a, const void *b, void *arg)
+{
+	const struct unit_out *outs = arg;
+	return strcmp(outs[*(const size_t *)a].name_copy, outs[*(const size_t *)b].name_copy);
+}
+
+static size_t find_name(const struct unit_out *outs, const size_t *sorted, size_t n,
+			const char *name)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(outs[sorted[mid]].name_copy, name);
+		if (c == 0)
+			return sorted[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return SIZE_MAX;
+}
+
+/* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
+static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct wd_error *err)
+{
+	size_t n = u->n_outs, *sorted = malloc(n * sizeof(size_t));
+	int r = 0;
+
+	if (!sorted)
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const char *name = i < u->n_entries ? pu->entries[i]->name
+						    : pu->aliases[i - u->n_entries]->name;
+		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
+			r = wd_error_set(err, WD_E_INVALID,
+					 "%s %zu has an empty name or one longer than %d bytes",
+					 i < u->n_entries ? "entry" : "alias",
+					 i < u->n_entries ? i : i - u->n_entries, WD_MAX_NAME);
+			goto out;
+		}
+		u->outs[i].name_copy = strdup(name);
+		if (!u->outs[i].name_copy) {
+			r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+			goto out;
+		}
+		u->outs[i].owner = i;
+		u->outs[i].u = u;
+		sorted[i] = i;
+	}
+	qsort_r(sorted, n, sizeof(size_t), cmp_name_idx, u->outs);
+	for (size_t i = 1; i < n; i++)
+		if (strcmp(u->outs[sorted[i]].name_copy, u->outs[sorted[i - 1]].name_copy) == 0) {
+			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[sorted[i]].name_copy);
+			r = wd_error_set(err, WD_E_DUPLICATE_NAME,
+					 "the name \"%s\" is used twice in the unit",
+					 u->outs[sorted[i]].name_copy);
+			goto out;
+		}
+	for (size_t k = 0; k < pu->n_aliases; k++) {
+		size_t self = u->n_entries + k, cur = self, steps = 0;
+
+		while (cur >= u->n_entries) {
+			const char *target = pu->aliases[cur - u->n_entries]->target;
+			size_t next = target ? find_name(u->outs, sorted, n, target) : SIZE_MAX;
+
+			if (next == SIZE_MAX) {
+				snprintf(err->slot, sizeof(err->slot), "%s", u->outs[self].name_copy);
+				r = wd_error_set(err, WD_E_BAD_ALIAS,
+						 "alias \"%s\" names \"%s\", which is neither an entry "
+						 "nor an alias of the unit", u->outs[cur].name_copy,
+						 target ? target : "");
+				goto out;
+			}
+			if (++steps > pu->n_aliases) {
+				snprintf(err->slot, sizeof(err->slot), "%s", u->outs[self].name_copy);
+				r = wd_error_set(err, WD_E_ALIAS_CYCLE,
+						 "alias \"%s\" is part of a cycle of aliases",
+						 u->outs[self].name_copy);
+				goto out;
+			}
+			cur = next;
+		}
+		u->outs[self].owner = cur;
+	}
+out:
+	free(sorted);
+	return r;
+}
+
+static bool slot_matches(const Weightd__UnitEntry *pe, const struct wd_plan *p)
+{
+	if (strcmp(pe->dtype ? pe->dtype : "", wd_dtype_name(wd_plan_dtype(p))) != 0)
+		return false;
+	if ((int)pe->n_shape != wd_plan_ndim(p))
+		return false;
+	return pe->n_shape == 0 ||
+	       memcmp(pe->shape, wd_plan_shape(p), pe->n_shape * sizeof(uint64_t)) == 0;
+}
+
+static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
+{
+	size_t off = 0;
+
+	off += (size_t)snprintf(out + off, cap - off, "[");
+	for (size_t i = 0; i < n && off < cap; i++)
+		off += (size_t)snprintf(out + off, cap - off, "%s%llu", i ? ", " : "",
+					(unsigned long long)shape[i]);
+	if (off < cap)
+		snprintf(out + off, cap - off, "]");
+}
+
+/* Preflight every entry of the unit: recipes valid, sources allowed, declared slots matching. */
+static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__Unit *pu,
+			  struct wd_error *err)
+{
+	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < u->n_entries; i++) {
+		const Weightd__UnitEntry *pe = pu->entries[i];
+		struct unit_out *o = &u->outs[i];
+		struct resolve_ctx rc = { s, o };
+		struct wd_resolver res = { &rc, resolve_lookup };
+		struct wd_rnode *nodes = NULL;
+		struct wd_recipe rec;
+		size_t n = 0;
+		int r;
+
+		r = wire_recipe(pe->recipe, MAX_RECIPE_NODES, &nodes, &n, err);
+		if (r == 0) {
+			rec.nodes = nodes;
+			rec.n_nodes = n;
+			r = wd_recipe_preflight(&rec, &res, &lim, &o->plan, err);
+			free(nodes);
+		}
+		if (r < 0) {
+			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
+			wd_error_prefix(err, "slot \"%s\"", o->name_copy);
+			return r;
+		}
+		if (pe->check_slot && !slot_matches(pe, o->plan)) {
+			char want[160], got[160];
+			shape_text(pe->shape, pe->n_shape, want, sizeof(want));
+			shape_text(wd_plan_shape(o->plan), (size_t)wd_plan_ndim(o->plan), got, sizeof(got));
+			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
+			return wd_error_set(err, WD_E_SLOT_MISMATCH,
+					    "slot \"%s\" is declared %s %s but its recipe gives %s %s",
+					    o->name_copy, pe->dtype ? pe->dtype : "", want,
+					    wd_dtype_name(wd_plan_dtype(o->plan)), got);
+		}
+		total += wd_plan_nbytes(o->plan);
+	}
+	if (s->d->cfg->client_max_weights &&
+	    s->n_held + u->n_entries > s->d->cfg->client_max_weights)
+		return wd_error_set(err, WD_E_LIMIT,
+				    "the client would hold %zu weights; its limit is %u",
+				    s->n_held + u->n_entries, s->d->cfg->client_max_weights);
+	if (s->d->cfg->client_max_bytes && s->held_bytes + total > s->d->cfg->client_max_bytes)
+		return wd_error_set(err, WD_E_LIMIT,
+				    "the client would hold %llu bytes; its limit is %llu",
+				    (unsigned long long)(s->held_bytes + total),
+				    (unsigned long long)s->d->cfg->client_max_bytes);
+	return 0;
+}
+
+static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
+	Weightd__WeightInfo *wi = calloc(u->n_outs, sizeof(*wi));
+	Weightd__WeightInfo **wp = calloc(u->n_outs, sizeof(*wp));
+
+	if (!wi || !wp) {
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < u->n_outs; i++) {
+		const struct wd_plan *p = u->outs[u->outs[i].owner].plan;
+		weightd__weight_info__init(&wi[i]);
+		wi[i].name = u->outs[i].name_copy;
+		wi[i].dtype = (char *)wd_dtype_name(wd_plan_dtype(p));
+		wi[i].n_shape = (size_t)wd_plan_ndim(p);
+		wi[i].shape = (uint64_t *)wd_plan_shape(p);
+		wi[i].nbytes = wd_plan_nbytes(p);
+		wi[i].key.data = (uint8_t *)wd_plan_key(p);
+		wi[i].key.len = 32;
+		if (u->outs[i].owner != i)
+			wi[i].alias_of = u->outs[u->outs[i].owner].name_copy;
+		wp[i] = &wi[i];
+	}
+	ur.n_weights = u->n_outs;
+	ur.weights = wp;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_PREFLIGHT;
+	resp.preflight = &ur;
+	reply(s, &resp, id, NULL, 0);
+out:
+	free(wi);
+	free(wp);
+}
+
+static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight)
+{
+	struct unitreq *u;
+	struct wd_error err;
+	int r;
+
+	wd_error_clear(&err);
+	if (pu->n_entries == 0) {
+		fail(s, id, WD_E_EMPTY_INPUTS, "the unit has no entries");
+		return;
+	}
+	if (pu->n_entries > MAX_UNIT_ENTRIES || pu->n_aliases > MAX_UNIT_ENTRIES) {
+		fail(s, id, WD_E_LIMIT, "the unit has more than %d entries or aliases", MAX_UNIT_ENTRIES);
+		return;
+	}
+	if (!preflight && s->pending >= s->d->cfg->client_max_pending) {
+		fail(s, id, WD_E_LIMIT, "too many unit requests in flight on this connection");
+		return;
+	}
+	u = calloc(1, sizeof(*u));
+	if (u)
+		u->outs = calloc(pu->n_entries + pu->n_aliases, sizeof(*u->outs));
+	if (!u || !u->outs) {
+		free(u);
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		return;
+	}
+	u->id = id;
+	u->cache = s->d->cache;
+	u->n_entries = pu->n_entries;
+	u->n_outs = pu->n_entries + pu->n_aliases;
+	r = unit_check_names(u, pu, &err);
+	if (r == 0)
+		r = unit_preflight(u, s, pu, &err);
+	if (r < 0 || preflight) {
+		if (r < 0)
+			session_send_error(s, id, &err);
+		else
+			reply_preflight(s, id, u);
+		unitreq_free(u);
+		return;
+	}
+	u->s = s;
+	u->next = s->unitreqs;
+	s->unitreqs = u;
+	s->pending++;
+	u->pending = 1; /* held by this function until every entry is submitted */
+	for (size_t i = 0; i < u->n_entries; i++) {
+		struct unit_out *o = &u->outs[i];
+		struct weight *w = NULL;
+		struct wd_plan *plan = o->plan;
+
+		o->plan = NULL; /* the cache owns it from here, whatever happens */
+		r = cache_request(s->d->cache, plan, o->sources, o->n_sources, on_entry_ready, o, &w,
+				  &u->err);
+		if (r == 1) {
+			o->w = w;
+		} else if (r == 0) {
+			u->pending++;
+		} else {
+			u->failed = true;
+			snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
+			wd_error_prefix(&u->err, "slot \"%s\"", o->name_copy);
+			break;
+		}
+	}
+	if (--u->pending == 0)
+		unitreq_finish(u, u->cache);
+}
+
+void request_session_gone(struct session *s)
+{
+	struct unitreq *u;
+
+	while ((u = s->unitreqs)) {
+		s->unitreqs = u->next;
+		u->s = NULL; /* finishes later, answering nobody and giving its references back */
+	}
+	s->pending = 0;
+}
+
+/* --- share, release --------------------------------------------------------------------------- */
+
+static void do_share(struct session *s, uint64_t id, const Weightd__Share *sh)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__ShareReply sr = WEIGHTD__SHARE_REPLY__INIT;
+	Weightd__WeightInfo wi;
+	struct held *h = session_find_held(s, sh->handle);
+	int fd;
+
+	if (!h) {
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
+		fail(s, id, WD_E_NOT_FOUND, "this client holds no weight with handle %s", buf);
+		return;
+	}
+	if (s->d->cfg->client_max_weights && s->n_held >= s->d->cfg->client_max_weights &&
+	    h->count == 0) {
+		fail(s, id, WD_E_LIMIT, "the client holds its maximum number of weights");
+		return;
+	}
+	fd = dup(h->w->seg.ro_fd);
+	if (fd < 0) {
+		fail(s, id, WD_E_EXHAUSTED, "the daemon is out of file descriptors (%s)",
+		     strerror(errno));
+		return;
+	}
+	cache_hold(s->d->cache, h->w);
+	if (session_hold(s, h->w) < 0) {
+		cache_drop(s->d->cache, h->w);
+		close(fd);
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		return;
+	}
+	fill_weight_info(&wi, h->w, h->w->label);
+	wi.fd_index = 0;
+	sr.weight = &wi;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_SHARE;
+	resp.share = &sr;
+	reply(s, &resp, id, &fd, 1);
+}
+
+static void do_release(struct session *s, uint64_t id, const Weightd__Release *rl)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+
+	/* All handles are checked before any is released: a bad list changes nothing. */
+	for (size_t i = 0; i < rl->n_handles; i++) {
+		struct held *h = session_find_held(s, rl->handles[i]);
+		size_t times = 0;
+		for (size_t j = 0; j < rl->n_handles; j++)
+			times += rl->handles[j] == rl->handles[i];
+		if (!h || h->count < times) {
+			char buf[32];
+			snprintf(buf, sizeof(buf), "%llu", (unsigned long long)rl->handles[i]);
+			fail(s, id, WD_E_NOT_FOUND,
+			     "this client does not hold weight %s (as many times as it releases it)",
+			     buf);
+			return;
+		}
+	}
+	for (size_t i = 0; i < rl->n_handles; i++)
+		session_release(s, session_find_held(s, rl->handles[i])->w);
+	resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
+	resp.release = &empty;
+	reply(s, &resp, id, NULL, 0);
+}
+
+/* --- status, admin, subscribe ------------------------------------------------------------------ */
+
+struct status_walk {
+	Weightd__WeightStatus *ws;
+	Weightd__WeightStatus **wp;
+	size_t n;
+};
+
+static void status_weight(struct weight *w, void *arg)
+{
+	struct status_walk *sw = arg;
+	Weightd__WeightStatus *x = &sw->ws[sw->n];
+
+	weightd__weight_status__init(x);
+	x->handle = w->id;
+	x->label = w->label;
+	x->dtype = (char *)wd_dtype_name(w->dtype);
+	x->n_shape = (size_t)w->ndim;
+	x->shape = w->shape;
+	x->nbytes = w->nbytes;
+	x->refs = w->refs;
+	x->clients = w->holders;
+	x->generation = w->generation;
+	x->digest.data = w->digest;
+	x->digest.len = 32;
+	x->source = w->source;
+	x->adopted = w->adopted;
+	sw->wp[sw->n] = x;
+	sw->n++;
+}
+
+static void do_status(struct session *s, uint64_t id)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__StatusReply st = WEIGHTD__STATUS_REPLY__INIT;
+	struct daemon *d = s->d;
+	size_t ns = catalog_count(d->catalog), nw = cache_count(d->cache);
+	Weightd__SourceInfo *si = calloc(ns ? ns : 1, sizeof(*si));
+	Weightd__SourceInfo **sp = calloc(ns ? ns : 1, sizeof(*sp));
+	struct status_walk sw = { calloc(nw ? nw : 1, sizeof(*sw.ws)), calloc(nw ? nw : 1, sizeof(*sw.wp)), 0 };
+
+	if (!si || !sp || !sw.ws || !sw.wp) {
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	st.instance = d->instance;
+	st.server_version = WD_VERSION;
+	st.uptime_ms = daemon_uptime_ms(d);
+	st.bytes_resident = cache_resident(d->cache);
+	st.budget_bytes = cache_budget(d->cache);
+	st.weights = nw;
+	st.clients = server_clients(d->server);
+	st.bytes_read = d->stats.bytes_read;
+	st.materializations = d->stats.materializations;
+	st.materializations_failed = d->stats.materializations_failed;
+	st.materializations_in_flight = d->stats.in_flight;
+	st.evictions = d->stats.evictions;
+	st.readoptions = d->stats.readoptions;
+	st.bytes_materialized = d->stats.bytes_materialized;
+	st.materialize_ns = d->stats.materialize_ns;
+	st.references = cache_references(d->cache);
+	for (size_t i = 0; i < ns; i++) {
+		source_info(catalog_at(d->catalog, i), &si[st.n_sources]);
+		sp[st.n_sources] = &si[st.n_sources];
+		st.n_sources++;
+	}
+	st.sources = sp;
+	cache_foreach(d->cache, status_weight, &sw);
+	st.n_weight_list = sw.n;
+	st.weight_list = sw.wp;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_STATUS;
+	resp.status = &st;
+	reply(s, &resp, id, NULL, 0);
+out:
+	free(si);
+	free(sp);
+	free(sw.ws);
+	free(sw.wp);
+}
+
+static bool require_privilege(struct session *s, uint64_t id, const char *what)
+{
+	if (s->privileged)
+		return true;
+	fail(s, id, WD_E_PERMISSION, "only root or the daemon's own user may %s", what);
+	return false;
+}
+
+static void do_reload(struct session *s, uint64_t id)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+	struct wd_error err;
+
+	if (!require_privilege(s, id, "reload the configuration"))
+		return;
+	wd_error_clear(&err);
+	if (!server_reload_hook || server_reload_hook(s->d, &err) < 0) {
+		if (!server_reload_hook)
+			wd_error_set(&err, WD_E_UNSUPPORTED, "reload is not available");
+		session_send_error(s, id, &err);
+		return;
+	}
+	resp.body_case = WEIGHTD__RESPONSE__BODY_RELOAD;
+	resp.reload = &empty;
+	reply(s, &resp, id, NULL, 0);
+}
+
+static void do_evict(struct session *s, uint64_t id, const Weightd__Evict *ev)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__EvictReply er = WEIGHTD__EVICT_REPLY__INIT;
+	uint64_t bytes = 0;
+
+	if (!require_privilege(s, id, "evict weights"))
+		return;
+	er.weights = cache_evict_all(s->d->cache, &bytes);
+	er.bytes = bytes;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_EVICT;
+	resp.evict = &er;
+	reply(s, &resp, id, NULL, 0);
+}
+
+/* A subscription replaces the previous one; an empty list unsubscribes. */
+static void do_subscribe(struct session *s, uint64_t id, const Weightd__Subscribe *sub)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+	char **subs = NULL;
+	size_t n = 0;
+
+	if (sub->n_checkpoints > 4096) {
+		fail(s, id, WD_E_LIMIT, "at most %d subscriptions per client", 4096);
+		return;
+	}
+	if (sub->n_checkpoints) {
+		subs = calloc(sub->n_checkpoints, sizeof(*subs));
+		if (!subs) {
+			fail(s, id, WD_E_EXHAUSTED, "out of memory");
+			return;
+		}
+	}
+	for (; n < sub->n_checkpoints; n++) {
+		subs[n] = strdup(sub->checkpoints[n]);
+		if (!subs[n]) {
+			while (n--)
+				free(subs[n]);
+			free(subs);
+			fail(s, id, WD_E_EXHAUSTED, "out of memory");
+			return;
+		}
+	}
+	for (size_t i = 0; i < s->n_subs; i++)
+		free(s->subs[i]);
+	free(s->subs);
+	s->subs = subs;
+	s->n_subs = n;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_SUBSCRIBE;
+	resp.subscribe = &empty;
+	reply(s, &resp, id, NULL, 0);
+}
+
+void request_dispatch(struct session *s, Weightd__Request *req)
+{
+	switch (req->body_case) {
+	case WEIGHTD__REQUEST__BODY_HELLO: do_hello(s, req->id, req->hello); break;
+	case WEIGHTD__REQUEST__BODY_LIST: do_list(s, req->id); break;
+	case WEIGHTD__REQUEST__BODY_DESCRIBE: do_describe(s, req->id, req->describe); break;
+	case WEIGHTD__REQUEST__BODY_PREFLIGHT: do_unit(s, req->id, req->preflight, true); break;
+	case WEIGHTD__REQUEST__BODY_MATERIALIZE: do_unit(s, req->id, req->materialize, false); break;
+	case WEIGHTD__REQUEST__BODY_SHARE: do_share(s, req->id, req->share); break;
+	case WEIGHTD__REQUEST__BODY_RELEASE: do_release(s, req->id, req->release); break;
+	case WEIGHTD__REQUEST__BODY_STATUS: do_status(s, req->id); break;
+	case WEIGHTD__REQUEST__BODY_RELOAD: do_reload(s, req->id); break;
+	case WEIGHTD__REQUEST__BODY_EVICT: do_evict(s, req->id, req->evict); break;
+	case WEIGHTD__REQUEST__BODY_SUBSCRIBE: do_subscribe(s, req->id, req->subscribe); break;
+	default:
+		/* A newer client's request this daemon does not know: say so, keep the connection. */
+		fail(s, req->id, WD_E_UNSUPPORTED, "this weightd does not know that request");
+		break;
+	}
+}

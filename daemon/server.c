@@ -1,0 +1,469 @@
+/* server.c - the listening socket, accepting with back-off, and each session's socket I/O. */
+#include "server.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <grp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "session.h"
+#include "wire.h"
+
+int (*server_reload_hook)(struct daemon *d, struct wd_error *err);
+
+struct server {
+	struct daemon *d;
+	int lfd;
+	struct event *ev_accept;
+	struct event *ev_backoff;
+	struct event *ev_reap;
+	struct session *sessions;
+	struct session *dead;
+	size_t n;
+	uint64_t next_id;
+};
+
+int server_bind(const struct config *cfg, int *ret_fd, struct wd_error *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd;
+
+	if (strlen(cfg->socket_path) >= sizeof(sa.sun_path))
+		return wd_error_set(err, WD_E_INVALID, "socket path %s is longer than %zu bytes",
+				    cfg->socket_path, sizeof(sa.sun_path) - 1);
+	strcpy(sa.sun_path, cfg->socket_path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return wd_error_set(err, WD_E_IO, "socket: %s", strerror(errno));
+	if (lstat(sa.sun_path, &st) == 0) {
+		int probe;
+
+		if (!S_ISSOCK(st.st_mode)) {
+			close(fd);
+			return wd_error_set(err, WD_E_INVALID, "%s exists and is not a socket",
+					    sa.sun_path);
+		}
+		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(probe);
+			close(fd);
+			return wd_error_set(err, WD_E_INVALID,
+					    "another weightd is already listening on %s", sa.sun_path);
+		}
+		if (probe >= 0)
+			close(probe);
+		unlink(sa.sun_path); /* stale: left by a daemon that died */
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = errno;
+		close(fd);
+		return wd_error_set(err, WD_E_IO, "bind %s: %s", sa.sun_path, strerror(e));
+	}
+	if (chmod(sa.sun_path, cfg->socket_mode) < 0 ||
+	    (cfg->socket_group != (gid_t)-1 && chown(sa.sun_path, (uid_t)-1, cfg->socket_group) < 0) ||
+	    listen(fd, SOMAXCONN) < 0) {
+		int e = errno;
+		close(fd);
+		unlink(sa.sun_path);
+		return wd_error_set(err, WD_E_IO, "setting up %s: %s", sa.sun_path, strerror(e));
+	}
+	*ret_fd = fd;
+	return 0;
+}
+
+static void update_write_event(struct session *s)
+{
+	if (s->dead)
+		return;
+	if (wd_outq_frames(s->out))
+		event_add(s->ev_write, NULL);
+	else
+		event_del(s->ev_write);
+}
+
+/* Flush what the socket takes now; arm EV_WRITE only while something is left. */
+static void session_flush(struct session *s)
+{
+	int r = wd_outq_flush(s->out, s->fd);
+
+	if (r < 0) {
+		session_kill(s, "write failed");
+		return;
+	}
+	if (r == 0 && s->close_after_flush) {
+		session_kill(s, "closed after its last reply");
+		return;
+	}
+	update_write_event(s);
+}
+
+void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds)
+{
+	size_t len = weightd__response__get_packed_size(resp);
+	uint8_t stackbuf[4096], *buf = stackbuf;
+	int r;
+
+	if (s->dead) {
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		return;
+	}
+	if (len > sizeof(stackbuf)) {
+		buf = malloc(len);
+		if (!buf) {
+			for (size_t i = 0; i < nfds; i++)
+				close(fds[i]);
+			session_kill(s, "out of memory packing a reply");
+			return;
+		}
+	}
+	weightd__response__pack(resp, buf);
+	r = wd_outq_push(s->out, buf, len, fds, nfds);
+	if (buf != stackbuf)
+		free(buf);
+	if (r < 0) {
+		session_kill(s, "its reply could not be queued");
+		return;
+	}
+	if (wd_outq_bytes(s->out) > s->d->cfg->client_max_queue_bytes) {
+		log_warn("client %llu (pid %d) is not reading its replies (%zu bytes queued); "
+			 "disconnecting it", (unsigned long long)s->id, (int)s->peer.pid,
+			 wd_outq_bytes(s->out));
+		session_kill(s, "reply queue over its limit");
+		return;
+	}
+	session_flush(s);
+}
+
+void session_send_error(struct session *s, uint64_t id, const struct wd_error *err)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Error pe;
+
+	resp.id = id;
+	wire_error(err, &pe);
+	resp.error = &pe;
+	session_send(s, &resp, NULL, 0);
+}
+
+int session_hold(struct session *s, struct weight *w)
+{
+	for (size_t i = 0; i < s->n_held; i++)
+		if (s->held[i].w == w) {
+			s->held[i].count++;
+			return 0;
+		}
+	if (s->n_held == s->cap_held) {
+		size_t ncap = s->cap_held ? s->cap_held * 2 : 16;
+		struct held *h = realloc(s->held, ncap * sizeof(*h));
+		if (!h)
+			return -WD_E_EXHAUSTED;
+		s->held = h;
+		s->cap_held = ncap;
+	}
+	s->held[s->n_held].w = w;
+	s->held[s->n_held].count = 1;
+	s->n_held++;
+	s->held_bytes += w->nbytes;
+	w->holders++;
+	return 0;
+}
+
+struct held *session_find_held(struct session *s, uint64_t handle)
+{
+	for (size_t i = 0; i < s->n_held; i++)
+		if (s->held[i].w->id == handle)
+			return &s->held[i];
+	return NULL;
+}
+
+bool session_release(struct session *s, struct weight *w)
+{
+	for (size_t i = 0; i < s->n_held; i++) {
+		if (s->held[i].w != w)
+			continue;
+		if (--s->held[i].count == 0) {
+			w->holders--;
+			s->held_bytes -= w->nbytes;
+			s->held[i] = s->held[--s->n_held];
+		}
+		cache_drop(s->d->cache, w);
+		return true;
+	}
+	return false;
+}
+
+static void session_free(struct session *s)
+{
+	event_free(s->ev_read);
+	event_free(s->ev_write);
+	wd_inbuf_free(s->in);
+	wd_outq_free(s->out);
+	for (size_t i = 0; i < s->n_subs; i++)
+		free(s->subs[i]);
+	free(s->subs);
+	free(s->held);
+	free(s->peer.groups);
+	free(s);
+}
+
+void session_kill(struct session *s, const char *why)
+{
+	struct server *srv = s->srv;
+
+	if (s->dead)
+		return;
+	s->dead = true;
+	log_debug("client %llu (pid %d uid %u): %s", (unsigned long long)s->id, (int)s->peer.pid,
+		  (unsigned)s->peer.uid, why);
+	event_del(s->ev_read);
+	event_del(s->ev_write);
+	close(s->fd);
+	s->fd = -1;
+	/* Everything it held goes back; mappings it made stay valid in its own process. */
+	while (s->n_held) {
+		struct held *h = &s->held[s->n_held - 1];
+		struct weight *w = h->w;
+		uint32_t n = h->count;
+		w->holders--;
+		s->n_held--;
+		while (n--)
+			cache_drop(s->d->cache, w);
+	}
+	s->held_bytes = 0;
+	request_session_gone(s);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		srv->sessions = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	srv->n--;
+	s->dead_next = srv->dead;
+	srv->dead = s;
+	event_active(srv->ev_reap, EV_TIMEOUT, 0);
+}
+
+/* Free dead sessions outside of their own callbacks. */
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *srv = arg;
+	struct session *s;
+
+	while ((s = srv->dead)) {
+		srv->dead = s->dead_next;
+		session_free(s);
+	}
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct session *s = arg;
+	int r = wd_inbuf_read(s->in, s->fd);
+
+	if (r == WD_FRAME_AGAIN)
+		return;
+	if (r == 0) {
+		session_kill(s, "disconnected");
+		return;
+	}
+	if (r < 0) {
+		session_kill(s, "read failed or sent file descriptors");
+		return;
+	}
+	for (;;) {
+		struct wd_frame f;
+		Weightd__Request *req;
+
+		if (s->dead)
+			return;
+		r = wd_inbuf_next(s->in, &f);
+		if (r == 0)
+			break;
+		if (r < 0) {
+			log_warn("client %llu (pid %d): malformed frame; disconnecting it",
+				 (unsigned long long)s->id, (int)s->peer.pid);
+			session_kill(s, "malformed frame");
+			return;
+		}
+		if (f.nfds) {
+			wd_frame_close_fds(&f);
+			session_kill(s, "sent file descriptors");
+			return;
+		}
+		req = weightd__request__unpack(NULL, f.len, f.payload);
+		if (!req) {
+			log_warn("client %llu (pid %d): undecodable request; disconnecting it",
+				 (unsigned long long)s->id, (int)s->peer.pid);
+			session_kill(s, "undecodable request");
+			return;
+		}
+		request_dispatch(s, req);
+		weightd__request__free_unpacked(req, NULL);
+	}
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+	session_flush(arg);
+}
+
+static void read_peer(int fd, struct peer *p)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	gid_t groups[256];
+
+	memset(p, 0, sizeof(*p));
+	p->uid = (uid_t)-1;
+	p->gid = (gid_t)-1;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+		p->pid = cred.pid;
+		p->uid = cred.uid;
+		p->gid = cred.gid;
+	}
+#ifdef SO_PEERGROUPS
+	len = sizeof(groups);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0 && len) {
+		size_t n = len / sizeof(gid_t);
+		p->groups = malloc(n * sizeof(gid_t));
+		if (p->groups) {
+			memcpy(p->groups, groups, n * sizeof(gid_t));
+			p->n_groups = n;
+		}
+	}
+#endif
+}
+
+static void on_backoff(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *srv = arg;
+
+	event_add(srv->ev_accept, NULL);
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+	struct server *srv = arg;
+
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct session *s;
+
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				/* Out of descriptors: stop accepting for a moment instead of spinning. */
+				struct timeval tv = { 0, 100000 };
+				log_warn("accept: %s; pausing new connections for 100 ms",
+					 strerror(errno));
+				event_del(srv->ev_accept);
+				evtimer_add(srv->ev_backoff, &tv);
+			}
+			return;
+		}
+		if (srv->n >= srv->d->cfg->max_clients) {
+			log_warn("refusing a connection: %zu clients connected (max_clients)", srv->n);
+			close(fd);
+			continue;
+		}
+		s = calloc(1, sizeof(*s));
+		if (!s) {
+			close(fd);
+			continue;
+		}
+		s->srv = srv;
+		s->d = srv->d;
+		s->fd = fd;
+		s->id = ++srv->next_id;
+		read_peer(fd, &s->peer);
+		s->privileged = s->peer.uid == 0 || s->peer.uid == geteuid();
+		s->in = wd_inbuf_new(srv->d->cfg->max_frame_bytes, 0);
+		s->out = wd_outq_new();
+		s->ev_read = event_new(srv->d->base, fd, EV_READ | EV_PERSIST, on_read, s);
+		s->ev_write = event_new(srv->d->base, fd, EV_WRITE | EV_PERSIST, on_write, s);
+		if (!s->in || !s->out || !s->ev_read || !s->ev_write || event_add(s->ev_read, NULL)) {
+			close(fd);
+			s->fd = -1;
+			session_free(s);
+			continue;
+		}
+		s->next = srv->sessions;
+		if (srv->sessions)
+			srv->sessions->prev = s;
+		srv->sessions = s;
+		srv->n++;
+		log_debug("client %llu connected: pid %d uid %u gid %u", (unsigned long long)s->id,
+			  (int)s->peer.pid, (unsigned)s->peer.uid, (unsigned)s->peer.gid);
+	}
+}
+
+struct server *server_new(struct daemon *d, int listen_fd)
+{
+	struct server *srv = calloc(1, sizeof(*srv));
+
+	if (!srv) {
+		close(listen_fd);
+		return NULL;
+	}
+	srv->d = d;
+	srv->lfd = listen_fd;
+	srv->ev_accept = event_new(d->base, listen_fd, EV_READ | EV_PERSIST, on_accept, srv);
+	srv->ev_backoff = evtimer_new(d->base, on_backoff, srv);
+	srv->ev_reap = event_new(d->base, -1, 0, on_reap, srv);
+	if (!srv->ev_accept || !srv->ev_backoff || !srv->ev_reap || event_add(srv->ev_accept, NULL)) {
+		server_free(srv);
+		return NULL;
+	}
+	return srv;
+}
+
+void server_free(struct server *srv)
+{
+	if (!srv)
+		return;
+	while (srv->sessions)
+		session_kill(srv->sessions, "daemon stopping");
+	on_reap(-1, 0, srv);
+	if (srv->ev_accept)
+		event_free(srv->ev_accept);
+	if (srv->ev_backoff)
+		event_free(srv->ev_backoff);
+	if (srv->ev_reap)
+		event_free(srv->ev_reap);
+	close(srv->lfd);
+	free(srv);
+}
+
+size_t server_clients(const struct server *srv)
+{
+	return srv->n;
+}
+
+void server_notify(struct server *srv, const char *checkpoint, uint64_t generation, const char *what)
+{
+	for (struct session *s = srv->sessions; s; s = s->next) {
+		bool want = false;
+
+		for (size_t i = 0; i < s->n_subs && !want; i++)
+			want = strcmp(s->subs[i], "*") == 0 || strcmp(s->subs[i], checkpoint) == 0;
+		if (want) {
+			Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+			Weightd__Event ev = WEIGHTD__EVENT__INIT;
+
+			ev.checkpoint = (char *)checkpoint;
+			ev.generation = generation;
+			ev.what = (char *)what;
+			resp.body_case = WEIGHTD__RESPONSE__BODY_EVENT;
+			resp.event = &ev;
+			session_send(s, &resp, NULL, 0);
+		}
+	}
+}

@@ -1,0 +1,450 @@
+/* test_daemon_config.c - weightd.conf loading: every key, the defaults, each error with its line. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "log.h"
+
+static char tmpdir[] = "/tmp/wd-test-config-XXXXXX";
+static char conf_path[sizeof(tmpdir) + 32];
+
+static int group_setup(void **state)
+{
+	if (!mkdtemp(tmpdir))
+		return -1;
+	snprintf(conf_path, sizeof(conf_path), "%s/weightd.conf", tmpdir);
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	unlink(conf_path);
+	return rmdir(tmpdir);
+}
+
+/* Write exactly `len` bytes (so a test can embed NUL) as the config file. */
+static void write_conf_len(const char *text, size_t len)
+{
+	FILE *f = fopen(conf_path, "wb");
+
+	assert_non_null(f);
+	assert_int_equal(fwrite(text, 1, len, f), len);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void write_conf(const char *text)
+{
+	write_conf_len(text, strlen(text));
+}
+
+/* Load `text`, expect -WD_E_INVALID with a message "PATH:LINE: ..." that contains `needle`. */
+static void expect_error_at(const char *text, size_t len, int line, const char *needle)
+{
+	struct wd_error err;
+	struct config *cfg = NULL;
+	char head[sizeof(conf_path) + 24];
+	int rc;
+
+	wd_error_clear(&err);
+	write_conf_len(text, len);
+	rc = config_load(conf_path, &cfg, &err);
+	if (rc != -WD_E_INVALID)
+		print_message("config:\n%s\nrc %d, message: %s\n", text, rc, err.msg);
+	assert_int_equal(rc, -WD_E_INVALID);
+	assert_null(cfg);
+	assert_int_equal(err.code, WD_E_INVALID);
+	snprintf(head, sizeof(head), "%s:%d: ", conf_path, line);
+	if (strncmp(err.msg, head, strlen(head)) != 0 || !strstr(err.msg, needle))
+		print_message("expected '%s...%s', got '%s'\n", head, needle, err.msg);
+	assert_true(strncmp(err.msg, head, strlen(head)) == 0);
+	assert_non_null(strstr(err.msg, needle));
+}
+
+static void expect_error(const char *text, int line, const char *needle)
+{
+	expect_error_at(text, strlen(text), line, needle);
+}
+
+static struct config *load_ok(const char *text)
+{
+	struct wd_error err;
+	struct config *cfg = NULL;
+	int rc;
+
+	wd_error_clear(&err);
+	write_conf(text);
+	rc = config_load(conf_path, &cfg, &err);
+	if (rc != 0)
+		print_message("unexpected error: %s\n", err.msg);
+	assert_int_equal(rc, 0);
+	assert_non_null(cfg);
+	return cfg;
+}
+
+static void test_full_file(void **state)
+{
+	static const char text[] =
+		"; weightd test configuration\n"
+		"# every key, some indented, one CRLF line\n"
+		"[daemon]\n"
+		"socket = /run/wd-test/s.sock\n"
+		"socket_mode = 0640\n"
+		"socket_group = daemon\n"
+		"  shm_prefix = wd-test_1.x\n"
+		"\tstate_dir = /var/lib/wd-test\n"
+		"budget = 16G\n"
+		"workers = 3\r\n"
+		"max_clients = 77\n"
+		"client_max_pending = 9\n"
+		"client_max_queue = 8M\n"
+		"client_max_bytes = 2T\n"
+		"client_max_weights = 500\n"
+		"max_frame = 1M ; inline comment\n"
+		"log_level = debug\n"
+		"\n"
+		"[checkpoint:llama-3.1_8B]\n"
+		"path = /models/llama/model.safetensors\n"
+		"allow_users = root, 1234 daemon\n"
+		"allow_groups = daemon,0\n"
+		"preload = yes\n"
+		"[checkpoint:open]\n"
+		"path = /models/open\n"
+		"preload = off\n";
+	struct config *cfg = load_ok(text);
+
+	assert_string_equal(cfg->path, conf_path);
+	assert_string_equal(cfg->socket_path, "/run/wd-test/s.sock");
+	assert_int_equal(cfg->socket_mode, 0640);
+	assert_int_equal(cfg->socket_group, 1);       /* Debian's base-passwd: group daemon = 1 */
+	assert_string_equal(cfg->shm_prefix, "wd-test_1.x");
+	assert_string_equal(cfg->state_dir, "/var/lib/wd-test");
+	assert_true(cfg->budget_bytes == 17179869184ull);
+	assert_int_equal(cfg->workers, 3);
+	assert_int_equal(cfg->max_clients, 77);
+	assert_int_equal(cfg->client_max_pending, 9);
+	assert_true(cfg->client_max_queue_bytes == 8388608ull);
+	assert_true(cfg->client_max_bytes == 2199023255552ull);
+	assert_int_equal(cfg->client_max_weights, 500);
+	assert_int_equal(cfg->max_frame_bytes, 1048576);
+	assert_int_equal(cfg->log_level, LOG_LVL_DEBUG);
+
+	assert_int_equal(cfg->n_sources, 2);
+	assert_string_equal(cfg->sources[0].name, "llama-3.1_8B");
+	assert_string_equal(cfg->sources[0].path, "/models/llama/model.safetensors");
+	assert_int_equal(cfg->sources[0].line, 19);
+	assert_false(cfg->sources[0].allow_any);
+	assert_true(cfg->sources[0].preload);
+	assert_int_equal(cfg->sources[0].n_uids, 3);
+	assert_int_equal(cfg->sources[0].allow_uids[0], 0);     /* root */
+	assert_int_equal(cfg->sources[0].allow_uids[1], 1234);
+	assert_int_equal(cfg->sources[0].allow_uids[2], 1);     /* daemon */
+	assert_int_equal(cfg->sources[0].n_gids, 2);
+	assert_int_equal(cfg->sources[0].allow_gids[0], 1);
+	assert_int_equal(cfg->sources[0].allow_gids[1], 0);
+
+	assert_string_equal(cfg->sources[1].name, "open");
+	assert_string_equal(cfg->sources[1].path, "/models/open");
+	assert_int_equal(cfg->sources[1].line, 24);
+	assert_true(cfg->sources[1].allow_any);
+	assert_false(cfg->sources[1].preload);
+	assert_int_equal(cfg->sources[1].n_uids, 0);
+	assert_null(cfg->sources[1].allow_uids);
+	assert_int_equal(cfg->sources[1].n_gids, 0);
+	config_free(cfg);
+}
+
+static void check_defaults(const struct config *cfg)
+{
+	assert_string_equal(cfg->socket_path, "/run/weightd/weightd.sock");
+	assert_int_equal(cfg->socket_mode, 0660);
+	assert_true(cfg->socket_group == (gid_t)-1);
+	assert_string_equal(cfg->shm_prefix, "weightd");
+	assert_string_equal(cfg->state_dir, "/var/lib/weightd");
+	assert_true(cfg->budget_bytes == 0);
+	assert_int_equal(cfg->workers, 0);
+	assert_int_equal(cfg->max_clients, 1024);
+	assert_int_equal(cfg->client_max_pending, 256);
+	assert_true(cfg->client_max_queue_bytes == 64ull * 1024 * 1024);
+	assert_true(cfg->client_max_bytes == 0);
+	assert_int_equal(cfg->client_max_weights, 0);
+	assert_int_equal(cfg->max_frame_bytes, 4 * 1024 * 1024);
+	assert_int_equal(cfg->log_level, -1);
+}
+
+static void test_defaults(void **state)
+{
+	struct config *cfg = load_ok("");
+
+	check_defaults(cfg);
+	assert_int_equal(cfg->n_sources, 0);
+	config_free(cfg);
+
+	cfg = load_ok("[daemon]\n; nothing set\n[checkpoint:a]\npath=/m/a\n");
+	check_defaults(cfg);
+	assert_int_equal(cfg->n_sources, 1);
+	assert_true(cfg->sources[0].allow_any);
+	assert_false(cfg->sources[0].preload);
+	config_free(cfg);
+}
+
+static void test_empty_values(void **state)
+{
+	struct config *cfg = load_ok("[daemon]\nstate_dir =\nsocket_group = 0\n");
+
+	assert_string_equal(cfg->state_dir, "");
+	assert_int_equal(cfg->socket_group, 0);
+	config_free(cfg);
+	/* an empty socket_group is the default: leave the group as created */
+	cfg = load_ok("[daemon]\nsocket_group =\n");
+	assert_true(cfg->socket_group == (gid_t)-1);
+	config_free(cfg);
+}
+
+/*
+ * systemd/weightd.conf.example documents every [daemon] key commented out with its default. With
+ * those lines uncommented it must load and give exactly the defaults (log_level aside: the example
+ * names the level used when none is set).
+ */
+static void test_example_documents_defaults(void **state)
+{
+	const char *srcdir = getenv("WD_SOURCE_DIR");
+	char path[4096], line[512], *text = NULL;
+	size_t len = 0, n_keys = 0;
+	FILE *in, *out;
+	struct config *cfg;
+
+	assert_non_null(srcdir);
+	snprintf(path, sizeof(path), "%s/systemd/weightd.conf.example", srcdir);
+	in = fopen(path, "r");
+	assert_non_null(in);
+	out = open_memstream(&text, &len);
+	assert_non_null(out);
+	while (fgets(line, sizeof(line), in)) {
+		char key[64];
+
+		if (strncmp(line, "#[checkpoint:", 13) == 0)
+			break;
+		/* "#key = value": a documented default */
+		if (sscanf(line, "#%63[a-z_] =", key) == 1 && strstr(line, " =")) {
+			fputs(line + 1, out);
+			n_keys++;
+		} else {
+			fputs(line, out);
+		}
+	}
+	fclose(in);
+	assert_int_equal(fclose(out), 0);
+	assert_int_equal(n_keys, 14);    /* every [daemon] key of config.h */
+	cfg = load_ok(text);
+	free(text);
+	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
+	cfg->log_level = -1;
+	check_defaults(cfg);
+	assert_int_equal(cfg->n_sources, 0);
+	config_free(cfg);
+}
+
+static void test_errors(void **state)
+{
+	static const struct {
+		const char *text;
+		int line;
+		const char *needle;
+	} cases[] = {
+		/* sections */
+		{ "[daemon]\nworkers = 2\n[deamon]\n", 3, "unknown section [deamon]" },
+		{ "\n\n[daemon\nworkers = 1\n", 3, "no closing ']'" },
+		{ "[daemon] x\n", 1, "unexpected text after the section header" },
+		{ "[daemon]\n[checkpoint:a]\npath=/a\n[daemon]\n", 4, "[daemon] is given twice (first at line 1)" },
+		{ "[checkpoint:a]\npath=/a\n\n[checkpoint:a]\npath=/b\n", 4,
+		  "checkpoint 'a' is defined twice (first at line 1)" },
+		{ "[checkpoint:a b]\npath=/a\n", 1, "checkpoint name 'a b' is invalid" },
+		{ "[checkpoint:a/b]\npath=/a\n", 1, "checkpoint name 'a/b' is invalid" },
+		{ "[checkpoint:]\npath=/a\n", 1, "checkpoint name '' is invalid" },
+		{ "; comment\nworkers = 2\n[daemon]\n", 2, "key 'workers' comes before any section" },
+		/* keys */
+		{ "[daemon]\nworkers = 2\nsockets = /x\n", 3, "unknown key 'sockets' in [daemon]" },
+		{ "[checkpoint:a]\npath = /a\nallow_user = root\n", 3, "unknown key 'allow_user' in [checkpoint:a]" },
+		{ "[daemon]\nworkers = 2\n\nworkers = 3\n", 4, "key 'workers' is given twice in [daemon] (first at line 2)" },
+		{ "[daemon]\n= 3\n", 2, "key name missing" },
+		{ "[daemon]\nworkers\n", 2, "expected 'key = value'" },
+		/* a checkpoint without path is reported where its section starts */
+		{ "[daemon]\n[checkpoint:a]\npreload = yes\n[checkpoint:b]\npath=/b\n", 2, "[checkpoint:a] has no path" },
+		{ "[checkpoint:a]\npath=/a\n[checkpoint:last]\n", 3, "[checkpoint:last] has no path" },
+		{ "[checkpoint:a]\npath = models/a\n", 2, "path: 'models/a' is not an absolute path" },
+		/* values */
+		{ "[daemon]\nbudget = 16Q\n", 2, "budget: '16Q' is not a size" },
+		{ "[daemon]\nbudget = -1\n", 2, "budget: '-1' is not a size" },
+		{ "[daemon]\nbudget = 16 G\n", 2, "budget: '16 G' is not a size" },
+		{ "[daemon]\nbudget = 16384P\n", 2, "budget: '16384P' does not fit in 64 bits" },
+		{ "[daemon]\nbudget = 18446744073709551616\n", 2, "does not fit in 64 bits" },
+		{ "[daemon]\nmax_frame = 2G\n", 2, "max_frame: 2G is out of range" },
+		{ "[daemon]\nclient_max_queue = 1K\n", 2, "client_max_queue: 1K is too small (at least 4096 bytes)" },
+		{ "[daemon]\nworkers = four\n", 2, "workers: 'four' is not a whole number" },
+		{ "[daemon]\nworkers = 1025\n", 2, "workers: 1025 is out of range (0 to 1024)" },
+		{ "[daemon]\nmax_clients = 0\n", 2, "max_clients: 0 is out of range" },
+		{ "[daemon]\nclient_max_weights = 4294967296\n", 2, "client_max_weights: 4294967296 is out of range" },
+		{ "[daemon]\nsocket_mode = 0690\n", 2, "socket_mode: '0690' is not an octal mode" },
+		{ "[daemon]\nsocket_mode = 1777\n", 2, "socket_mode: '1777' is not an octal mode" },
+		{ "[daemon]\nsocket_mode = rw\n", 2, "socket_mode: 'rw' is not an octal mode" },
+		{ "[daemon]\nsocket_group = wd-no-such-group-x\n", 2, "socket_group: unknown group 'wd-no-such-group-x'" },
+		{ "[daemon]\nsocket_group = 4294967295\n", 2, "socket_group: group id 4294967295 is out of range" },
+		{ "[checkpoint:a]\npath=/a\nallow_users = root, wd-no-such-user-x\n", 3,
+		  "allow_users: unknown user 'wd-no-such-user-x'" },
+		{ "[checkpoint:a]\npath=/a\nallow_groups = wd-no-such-group-x\n", 3,
+		  "allow_groups: unknown group 'wd-no-such-group-x'" },
+		{ "[checkpoint:a]\npath=/a\nallow_users = , ,\n", 3, "allow_users: the list is empty" },
+		{ "[checkpoint:a]\npath=/a\npreload = maybe\n", 3, "preload: 'maybe' is not a boolean" },
+		{ "[daemon]\nlog_level = loud\n", 2, "log_level: 'loud' is not a level" },
+		{ "[daemon]\nshm_prefix = a/b\n", 2, "shm_prefix: 'a/b' is invalid" },
+		{ "[daemon]\nshm_prefix = .hidden\n", 2, "shm_prefix: '.hidden' is invalid" },
+		{ "[daemon]\nsocket = run/weightd.sock\n", 2, "socket: 'run/weightd.sock' is not an absolute path" },
+		{ "[daemon]\nstate_dir = var/lib\n", 2, "state_dir: 'var/lib' is not an absolute path" },
+		/* cross-key: reported at the later of the two keys */
+		{ "[daemon]\nclient_max_queue = 64K\nworkers = 1\nmax_frame = 1M\n", 4,
+		  "client_max_queue (65536 bytes) is smaller than max_frame (1048576 bytes)" },
+		/* the first error wins */
+		{ "[daemon]\nworkers = x\nbudget = y\n", 2, "workers:" },
+		{ "[daemon]\nbogus line\nworkers = x\n", 2, "expected 'key = value'" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_error(cases[i].text, cases[i].line, cases[i].needle);
+}
+
+static void test_long_lines(void **state)
+{
+	char sock[200], text[1024];
+	const char *long_name;
+
+	/* sun_path holds 107 bytes and a NUL. */
+	memset(sock, 'a', sizeof(sock));
+	sock[0] = '/';
+	sock[108] = '\0';
+	snprintf(text, sizeof(text), "[daemon]\nsocket = %s\n", sock);
+	expect_error(text, 2, "socket: path is 108 bytes long, at most 107 allowed");
+	sock[107] = '\0';
+	snprintf(text, sizeof(text), "[daemon]\nsocket = %s\n", sock);
+	config_free(load_ok(text));
+
+	/* inih reads lines into a fixed buffer; longer lines are refused, not split. */
+	memset(sock, 'p', sizeof(sock));
+	sock[0] = '/';
+	sock[199] = '\0';
+	snprintf(text, sizeof(text), "[checkpoint:a]\n\npath = %s\n", sock);
+	expect_error(text, 3, "line is 206 characters long");
+
+	/* checkpoint names of 128 characters are accepted (longer than inih's section buffer). */
+	long_name = "n123456789n123456789n123456789n123456789n123456789n123456789n123456789"
+		    "n123456789n123456789n123456789n123456789n123456789n1234567";
+	assert_int_equal(strlen(long_name), 128);
+	snprintf(text, sizeof(text), "[checkpoint:%s]\npath = /m\nallow_users = root\n", long_name);
+	{
+		struct config *cfg = load_ok(text);
+
+		assert_string_equal(cfg->sources[0].name, long_name);
+		assert_int_equal(cfg->sources[0].n_uids, 1);
+		config_free(cfg);
+	}
+	snprintf(text, sizeof(text), "[checkpoint:%sx]\npath = /m\n", long_name);
+	expect_error(text, 1, "is invalid");
+}
+
+static void test_nul_byte(void **state)
+{
+	static const char text[] = "[daemon]\nworkers = 1\nbudget = 1\0G\n";
+
+	expect_error_at(text, sizeof(text) - 1, 3, "NUL byte");
+}
+
+static void test_missing_file(void **state)
+{
+	struct wd_error err;
+	struct config *cfg = NULL;
+	char path[sizeof(tmpdir) + 32];
+
+	wd_error_clear(&err);
+	snprintf(path, sizeof(path), "%s/absent.conf", tmpdir);
+	assert_int_equal(config_load(path, &cfg, &err), -WD_E_IO);
+	assert_null(cfg);
+	assert_non_null(strstr(err.msg, path));
+	assert_non_null(strstr(err.msg, "No such file"));
+
+	/* a directory is not a config file */
+	assert_int_equal(config_load(tmpdir, &cfg, &err), -WD_E_INVALID);
+	assert_null(cfg);
+	config_free(NULL);
+}
+
+static void test_parse_size(void **state)
+{
+	static const struct {
+		const char *s;
+		bool ok;
+		uint64_t v;
+	} cases[] = {
+		{ "0", true, 0 },
+		{ "123", true, 123 },
+		{ "64K", true, 65536ull },
+		{ "64k", true, 65536ull },
+		{ "512M", true, 536870912ull },
+		{ "16G", true, 17179869184ull },
+		{ "1T", true, 1099511627776ull },
+		{ "2P", true, 2251799813685248ull },
+		{ "0G", true, 0 },
+		{ "18446744073709551615", true, UINT64_MAX },
+		{ "18446744073709551616", false, 0 },
+		{ "99999999999999999999999", false, 0 },
+		{ "17179869183G", true, 18446744072635809792ull },   /* (2^34 - 1) * 2^30 */
+		{ "17179869184G", false, 0 },                        /* 2^34 * 2^30 = 2^64 */
+		{ "16383P", true, 18445618173802708992ull },         /* (2^14 - 1) * 2^50 */
+		{ "16384P", false, 0 },
+		{ "", false, 0 },
+		{ "G", false, 0 },
+		{ "1.5G", false, 0 },
+		{ "16GB", false, 0 },
+		{ "16X", false, 0 },
+		{ " 16", false, 0 },
+		{ "16 ", false, 0 },
+		{ "-16", false, 0 },
+		{ "+16", false, 0 },
+		{ "0x10", false, 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t v = 4242;
+		bool ok = config_parse_size(cases[i].s, &v);
+
+		if (ok != cases[i].ok)
+			print_message("'%s'\n", cases[i].s);
+		assert_int_equal(ok, cases[i].ok);
+		/* untouched on failure */
+		assert_true(v == (cases[i].ok ? cases[i].v : 4242));
+	}
+	assert_false(config_parse_size(NULL, &(uint64_t){ 0 }));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_full_file),
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_empty_values),
+		cmocka_unit_test(test_example_documents_defaults),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_long_lines),
+		cmocka_unit_test(test_nul_byte),
+		cmocka_unit_test(test_missing_file),
+		cmocka_unit_test(test_parse_size),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
