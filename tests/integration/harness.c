@@ -87,10 +87,21 @@ int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 		int64_t left = end - now_ms();
 		char buf[4096];
 		ssize_t n;
+		int r;
 
 		if (left <= 0)
 			return -1;
-		if (poll(&p, 1, (int)left) <= 0)
+		r = poll(&p, 1, left < 100 ? (int)left : 100);
+		if (r == 0) {
+			/* Nothing queued: give up early if the daemon has exited (only now, so that
+			 * messages it sent before exiting are still read first). */
+			if (h->pid > 0 && waitpid(h->pid, NULL, WNOHANG) == h->pid) {
+				h->pid = -1;
+				return -1;
+			}
+			continue;
+		}
+		if (r < 0)
 			continue;
 		n = recv(h->notify_fd, buf, sizeof(buf) - 1, 0);
 		if (n <= 0)
@@ -100,10 +111,6 @@ int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 		for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
 			if (strncmp(line, what, strlen(what)) == 0)
 				return 0;
-		if (h->pid > 0 && waitpid(h->pid, NULL, WNOHANG) == h->pid) {
-			h->pid = -1;
-			return -1;
-		}
 	}
 }
 
