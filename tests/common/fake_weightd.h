@@ -342,7 +342,8 @@ static inline void fake_wi_fill(struct fake_wi *w, const char *name, uint64_t ha
 				size_t n, uint32_t fd_index, const char *alias_of)
 {
 	weightd__weight_info__init(&w->wi);
-	memcpy(w->shape, shape, ndim * sizeof(uint64_t));
+	if (ndim)
+		memcpy(w->shape, shape, ndim * sizeof(uint64_t));
 	wd_sha256(data, n, w->digest);
 	memset(w->key, (int)handle, sizeof(w->key));
 	w->wi.name = (char *)name;
