@@ -472,8 +472,11 @@ int wc_pending_take(struct wc_pending *p, int body, Weightd__Response **ret_resp
 	Weightd__Response *resp = p->resp;
 	int r;
 
-	if (!resp)
+	if (!resp) {
+		if (!p->err.code)   /* cannot happen: a pending is done with a reply or an error */
+			return wc_err_set(err, WEIGHTD_E_INTERNAL, "a request ended without a reply");
 		return wc_err_copy(err, &p->err);
+	}
 	if (resp->error) {
 		r = wc_err_from_wire(err, resp->error);
 		goto fail;

@@ -3,7 +3,8 @@
 #define WD_TEST_FAKE_WEIGHTD_H
 
 /*
- * A server thread listening on a Unix socket in a temp dir. It speaks real frames (src/frame.h)
+ * A server thread listening on a Unix socket in a temp dir, serving one connection at a time
+ * (the next is accepted when the current one ends). It speaks real frames (src/frame.h)
  * and real weightd.Request/Response messages, answers Hello itself, records every request it
  * decodes, and hands each to the test's handler, which replies (or not, or later, or by hanging
  * up) through fake_reply*. Weights it sends are memfds named "wdtest" so a test can count
@@ -170,11 +171,11 @@ static inline void *fake_main(void *arg)
 		if (r <= 0)
 			continue;
 		if (f->conn < 0) {
-			if (f->lsock < 0)
-				continue;
 			f->conn = accept4(f->lsock, NULL, NULL, SOCK_CLOEXEC);
-			close(f->lsock);      /* one client per fake */
-			f->lsock = -1;
+			wd_inbuf_free(f->in);   /* a fresh stream for each connection */
+			f->in = wd_inbuf_new(1u << 20, 0);
+			if (!f->in)
+				fake_fatal("out of memory");
 			continue;
 		}
 		r = wd_inbuf_read(f->in, f->conn);
@@ -247,8 +248,7 @@ static inline void fake_stop(struct fake *f)
 	atomic_store(&f->stop, true);
 	pthread_join(f->thread, NULL);
 	fake_disconnect(f);
-	if (f->lsock >= 0)
-		close(f->lsock);
+	close(f->lsock);
 	wd_inbuf_free(f->in);
 	for (size_t i = 0; i < f->n_reqs; i++)
 		weightd__request__free_unpacked(f->reqs[i], NULL);
