@@ -1,4 +1,4 @@
-/* internal.h - libweightd's private types: connection, pending requests, weights, recipes, units. */
+/* internal.h - libweightd's private types: connection, requests, weights, recipes, units. */
 #ifndef WC_INTERNAL_H
 #define WC_INTERNAL_H
 

@@ -51,8 +51,8 @@ struct fake {
 	fake_handler handler;
 	void *ctx;
 	bool hello_too;              /* pass Hello to the handler as well */
-	uint32_t hello_version;      /* what the default Hello reply says */
-	uint32_t max_pending;
+	atomic_uint hello_version;   /* what the default Hello reply says (tests may change it */
+	atomic_uint max_pending;     /* after start, before connecting) */
 	pthread_mutex_t mu;
 	Weightd__Request *reqs[FAKE_MAX_REQS];
 	size_t n_reqs;
@@ -145,11 +145,11 @@ static inline void fake_hello(struct fake *f, const Weightd__Request *req)
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__HelloReply hr = WEIGHTD__HELLO_REPLY__INIT;
 
-	hr.protocol_version = f->hello_version;
+	hr.protocol_version = atomic_load(&f->hello_version);
 	hr.server_version = (char *)"fake-1";
 	hr.instance = (char *)"fakeinst";
 	hr.max_frame_bytes = 1u << 20;
-	hr.max_pending_requests = f->max_pending;
+	hr.max_pending_requests = atomic_load(&f->max_pending);
 	hr.max_unit_entries = 4096;
 	hr.max_recipe_nodes = 256;
 	hr.max_client_bytes = 123456789;
@@ -227,8 +227,8 @@ static inline struct fake *fake_start(fake_handler h, void *ctx)
 	f->handler = h;
 	f->ctx = ctx;
 	f->conn = -1;
-	f->hello_version = 1;
-	f->max_pending = 64;
+	atomic_init(&f->hello_version, 1);
+	atomic_init(&f->max_pending, 64);
 	pthread_mutex_init(&f->mu, NULL);
 	f->in = wd_inbuf_new(1u << 20, 0);
 	f->lsock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -16,7 +16,7 @@
  *     weightd_unit_slot(u, "q", "BF16", qshape, 2, &layer->q_data, &err);
  *     weightd_unit_set_tensor(u, "q", "llama", "layers.0.attn.q.weight", NULL, &err);
  *     ...                                   (declare every slot, give each a source or an alias)
- *     weightd_unit_submit(u, &err);         (one request; the daemon works while you do other things)
+ *     weightd_unit_submit(u, &err);         (one request; returns while weightd works)
  *     if (weightd_unit_validate(u, &err) < 0) { ... nothing is held, nothing was published ... }
  *     weightd_unit_bind(u);                 (stores every pointer; cannot fail)
  *     ... run ...
