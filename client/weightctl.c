@@ -663,8 +663,8 @@ out:
 static int load_unit(weightd_client *c, const char *path, weightd_unit **ret)
 {
 	weightd_error err;
-	char *text;
-	size_t len;
+	char *text = NULL;
+	size_t len = 0;
 	int r;
 
 	if (read_file(path, &text, &len) != 0)

@@ -37,7 +37,8 @@ static int sel_from_wire(const Weightd__Selection *ps, uint32_t node, struct wd_
 	s->indices = ps->indices;
 	s->n_indices = ps->n_indices;
 	s->ndim = (int)ps->n_shape;
-	memcpy(s->shape, ps->shape, ps->n_shape * sizeof(uint64_t));
+	if (ps->n_shape)
+		memcpy(s->shape, ps->shape, ps->n_shape * sizeof(uint64_t));
 	s->rank = ps->rank;
 	s->world = ps->world;
 	return 0;
@@ -83,9 +84,11 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 			goto fail_node;
 		}
 		n->ndim = (int)pn->n_shape;
-		memcpy(n->shape, pn->shape, pn->n_shape * sizeof(uint64_t));
+		if (pn->n_shape)
+			memcpy(n->shape, pn->shape, pn->n_shape * sizeof(uint64_t));
 		n->n_perm = (int)pn->n_perm;
-		memcpy(n->perm, pn->perm, pn->n_perm * sizeof(uint32_t));
+		if (pn->n_perm)
+			memcpy(n->perm, pn->perm, pn->n_perm * sizeof(uint32_t));
 		n->dtype = WD_DTYPE_INVALID;
 		if (pn->dtype && pn->dtype[0]) {
 			n->dtype = wd_dtype_from_name(pn->dtype);
