@@ -50,7 +50,7 @@ struct fake {
 	atomic_bool stop;
 	fake_handler handler;
 	void *ctx;
-	bool hello_too;              /* pass Hello to the handler as well */
+	atomic_bool hello_too;       /* pass Hello to the handler as well */
 	atomic_uint hello_version;   /* what the default Hello reply says (tests may change it */
 	atomic_uint max_pending;     /* after start, before connecting) */
 	pthread_mutex_t mu;
@@ -201,7 +201,7 @@ static inline void *fake_main(void *arg)
 				fake_fatal("too many requests");
 			f->reqs[f->n_reqs++] = req;
 			pthread_mutex_unlock(&f->mu);
-			if (req->body_case == WEIGHTD__REQUEST__BODY_HELLO && !f->hello_too)
+			if (req->body_case == WEIGHTD__REQUEST__BODY_HELLO && !atomic_load(&f->hello_too))
 				fake_hello(f, req);
 			else if (f->handler)
 				f->handler(f, req);

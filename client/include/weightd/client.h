@@ -168,9 +168,10 @@ typedef struct weightd_client weightd_client;
 /*
  * Connect to weightd and say hello. socket_path NULL means $WEIGHTD_SOCKET, or
  * WEIGHTD_DEFAULT_SOCKET when that is unset or empty. client_name (may be NULL) shows up in the
- * daemon's logs and status. Fails with WEIGHTD_E_DISCONNECTED when nothing listens there,
- * WEIGHTD_E_PERMISSION_DENIED when the socket's mode refuses us, WEIGHTD_E_UNSUPPORTED when the
- * daemon speaks another protocol version. On success *ret is a new client: free it with
+ * daemon's logs and status. Fails with WEIGHTD_E_DISCONNECTED when nothing listens there (or
+ * the peer does not answer hello within 30 s; $WEIGHTD_HELLO_TIMEOUT_MS changes that),
+ * WEIGHTD_E_PERMISSION_DENIED when the socket's mode refuses us, WEIGHTD_E_UNSUPPORTED when
+ * the daemon speaks another protocol version. On success *ret is a new client: free it with
  * weightd_close.
  */
 WEIGHTD_API int weightd_connect(const char *socket_path, const char *client_name,
