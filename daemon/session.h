@@ -35,6 +35,8 @@ struct session {
 	size_t held_icap;     /* power of two, at least twice n_held */
 	uint64_t held_bytes;  /* bytes of the distinct weights held */
 	uint32_t pending;     /* unit requests not yet answered */
+	uint64_t pending_bytes;   /* bytes of weights those requests will add (per-client limits) */
+	uint32_t pending_weights; /* weights they will add */
 	struct unitreq *unitreqs;
 	char **subs;          /* checkpoints subscribed to ("*" = all) */
 	size_t n_subs;
