@@ -367,6 +367,8 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		wd_error_set(&j->err, r, "cannot start a SHA-256 digest");
 		goto fail;
 	}
+	/* The digest is computed on the worker's hasher thread, behind the writes. */
+	wd_sink_pipeline(&sink, scratch->hasher);
 	r = wd_plan_execute(j->plan, &sink, scratch, &j->bytes_read, &j->err);
 	if (r < 0) {
 		wd_sink_abort(&sink);

@@ -1836,7 +1836,10 @@ static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
 	       sc->cap2 >= (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
 }
 
-/* The root cast: input chunks in scratch->buf, converted into scratch->buf2, written. */
+/*
+ * The root cast: input chunks in scratch->buf, converted straight into the sink's next slot when
+ * it pipelines its hashing (else into scratch->buf2), written.
+ */
 static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
 {
 	const struct xnode *x = &e->p->x[e->p->root], *y = &e->p->x[x->in[0]];
@@ -1847,19 +1850,53 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 
 	if (s->mid)
 		k = min_u64(k, s->units);
-	for (uint64_t u = 0; u < total; u += k) {
-		size_t n = (size_t)min_u64(k, total - u);
+	for (uint64_t u = 0; u < total;) {
+		size_t cap = 0, n;
+		uint8_t *out = wd_sink_buffer(sink, &cap);
+		uint64_t kk = k;
+
+		if (out && cap >= ob)
+			kk = min_u64(k, cap / ob);
+		else
+			out = sc->buf2;
+		n = (size_t)min_u64(kk, total - u);
 		r = read_node(e, x->in[0], u * ib, n * ib, sc->buf);
 		if (r == 0)
 			r = flush(e);
 		if (r == 0)
-			r = convert_units(e, y->dtype, sc->buf, x->dtype, sc->buf2, n, s->mid);
+			r = convert_units(e, y->dtype, sc->buf, x->dtype, out, n, s->mid);
 		if (r == 0)
-			r = wd_sink_write(sink, sc->buf2, n * ob, e->err);
+			r = wd_sink_write(sink, out, n * ob, e->err);
 		if (r < 0)
 			return r;
+		u += n;
 	}
 	return 0;
+}
+
+/* Any other root: produced chunk by chunk into the sink's next slot (or scratch->buf), written. */
+static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
+{
+	const struct wd_plan *p = e->p;
+	int r = 0;
+
+	for (uint64_t off = 0; off < p->nbytes && r == 0;) {
+		size_t cap = 0, n;
+		uint8_t *out = wd_sink_buffer(sink, &cap);
+
+		if (!out) {
+			out = sc->buf;
+			cap = sc->cap;
+		}
+		n = (size_t)min_u64(cap, p->nbytes - off);
+		r = read_node(e, p->root, off, n, out);
+		if (r == 0)
+			r = flush(e);
+		if (r == 0)
+			r = wd_sink_write(sink, out, n, e->err);
+		off += n;
+	}
+	return r;
 }
 
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
@@ -1898,19 +1935,10 @@ int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scr
 			goto out;
 		e.st[i].ready = true;
 	}
-	if (root_cast_fits(p, scratch)) {
+	if (root_cast_fits(p, scratch))
 		r = run_root_cast(&e, sink, scratch);
-	} else {
-		for (uint64_t off = 0; off < p->nbytes && r == 0;) {
-			size_t n = (size_t)min_u64(scratch->cap, p->nbytes - off);
-			r = read_node(&e, p->root, off, n, scratch->buf);
-			if (r == 0)
-				r = flush(&e);
-			if (r == 0)
-				r = wd_sink_write(sink, scratch->buf, n, err);
-			off += n;
-		}
-	}
+	else
+		r = run_root(&e, sink, scratch);
 	if (r < 0)
 		goto out;
 	r = check_files(&e);

@@ -147,7 +147,8 @@ const char *wd_plan_label(const struct wd_plan *p);
  * Execute: write the output into `sink` strictly in order. Reads with wd_source_pread (no mapping
  * of checkpoints), checks every source file with wd_source_check before and after reading, and
  * adds the checkpoint bytes read to *ret_bytes_read. Byte-preserving plans stream file ranges
- * through scratch->buf into the sink with no whole-tensor intermediate copy. Thread-safe: one plan
+ * through scratch->buf (or the sink's slots, when it pipelines its hashing: wd_sink_buffer) into
+ * the sink with no whole-tensor intermediate copy. Thread-safe: one plan
  * may run on one thread at a time; different plans concurrently.
  */
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,

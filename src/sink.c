@@ -1,22 +1,118 @@
-/* sink.c - in-order writer into a segment that hashes as it writes; per-worker scratch buffers. */
+/* sink.c - in-order writer into a segment that hashes as it writes, inline or on a hasher thread
+ * behind the writes; per-worker scratch buffers. */
 #include "sink.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+/*
+ * The ring: slots [tail, head) are queued for hashing in that order (slot index = count % SLOTS);
+ * slot head % SLOTS is the producer's to fill once head - tail < SLOTS. The producer moves head,
+ * the thread moves tail, both under `lock`; `cond` is broadcast on every move (one waiter each
+ * side at most).
+ */
+struct wd_hasher {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint8_t *slot[WD_HASHER_SLOTS];
+	size_t len[WD_HASHER_SLOTS];
+	size_t cap;                 /* bytes per slot */
+	uint64_t head, tail;
+	struct wd_sha256 *sha;      /* the digest of the sink served; NULL when free */
+	bool stop;
+};
+
+static void *hasher_main(void *arg)
+{
+	struct wd_hasher *h = arg;
+
+	pthread_mutex_lock(&h->lock);
+	for (;;) {
+		struct wd_sha256 *sha;
+		const uint8_t *p;
+		size_t n;
+
+		while (h->tail == h->head && !h->stop)
+			pthread_cond_wait(&h->cond, &h->lock);
+		if (h->tail == h->head)
+			break;
+		sha = h->sha;
+		p = h->slot[h->tail % WD_HASHER_SLOTS];
+		n = h->len[h->tail % WD_HASHER_SLOTS];
+		pthread_mutex_unlock(&h->lock);
+		wd_sha256_update(sha, p, n);
+		pthread_mutex_lock(&h->lock);
+		h->tail++;
+		pthread_cond_broadcast(&h->cond);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+/* Wait until every queued slot is hashed, then free the hasher for another sink. */
+static void detach(struct wd_sink *s)
+{
+	struct wd_hasher *h = s->hasher;
+
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->lock);
+	while (h->tail != h->head)
+		pthread_cond_wait(&h->cond, &h->lock);
+	h->sha = NULL;
+	pthread_mutex_unlock(&h->lock);
+	s->hasher = NULL;
+}
 
 int wd_sink_init(struct wd_sink *s, int fd, uint64_t size)
 {
 	s->fd = fd;
 	s->size = size;
 	s->written = 0;
+	s->hasher = NULL;
 	return wd_sha256_init(&s->sha);
 }
 
+void wd_sink_pipeline(struct wd_sink *s, struct wd_hasher *h)
+{
+	if (!h || s->hasher || s->written || s->size <= h->cap)
+		return;
+	pthread_mutex_lock(&h->lock);
+	if (!h->sha) {
+		h->sha = &s->sha;
+		s->hasher = h;
+	}
+	pthread_mutex_unlock(&h->lock);
+}
+
+uint8_t *wd_sink_buffer(struct wd_sink *s, size_t *ret_cap)
+{
+	struct wd_hasher *h = s->hasher;
+
+	if (!h)
+		return NULL;
+	pthread_mutex_lock(&h->lock);
+	while (h->head - h->tail >= WD_HASHER_SLOTS)
+		pthread_cond_wait(&h->cond, &h->lock);
+	pthread_mutex_unlock(&h->lock);
+	*ret_cap = h->cap;
+	return h->slot[h->head % WD_HASHER_SLOTS];
+}
+
+/*
+ * A slot is queued before it is written, so the hasher reads it while pwrite does (both only
+ * read it). Any other buffer is hashed here, after the queue has drained, to keep the order.
+ */
 int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_error *err)
 {
+	struct wd_hasher *h = s->hasher;
 	const uint8_t *p = buf;
 	size_t left = len;
 
@@ -24,7 +120,21 @@ int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_erro
 		return wd_error_set(err, WD_E_INTERNAL,
 				    "materialization produced more than its %llu bytes",
 				    (unsigned long long)s->size);
-	wd_sha256_update(&s->sha, buf, len);
+	if (h && len && len <= h->cap && buf == h->slot[h->head % WD_HASHER_SLOTS]) {
+		pthread_mutex_lock(&h->lock);
+		h->len[h->head % WD_HASHER_SLOTS] = len;
+		h->head++;
+		pthread_cond_broadcast(&h->cond);
+		pthread_mutex_unlock(&h->lock);
+	} else {
+		if (h) {
+			pthread_mutex_lock(&h->lock);
+			while (h->tail != h->head)
+				pthread_cond_wait(&h->cond, &h->lock);
+			pthread_mutex_unlock(&h->lock);
+		}
+		wd_sha256_update(&s->sha, buf, len);
+	}
 	while (s->fd >= 0 && left) {
 		ssize_t n = pwrite(s->fd, p, left, (off_t)s->written);
 		if (n <= 0) {
@@ -46,6 +156,7 @@ int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_erro
 
 int wd_sink_finish(struct wd_sink *s, uint8_t digest[WD_DIGEST_LEN], struct wd_error *err)
 {
+	detach(s);
 	if (s->written != s->size) {
 		wd_sink_abort(s);
 		return wd_error_set(err, WD_E_INTERNAL,
@@ -58,6 +169,7 @@ int wd_sink_finish(struct wd_sink *s, uint8_t digest[WD_DIGEST_LEN], struct wd_e
 
 void wd_sink_abort(struct wd_sink *s)
 {
+	detach(s);
 	wd_sha256_abort(&s->sha);
 }
 
@@ -73,6 +185,55 @@ static uint8_t *scratch_alloc(size_t bytes)
 	return p;
 }
 
+static void hasher_free(struct wd_hasher *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->lock);
+	h->stop = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	pthread_join(h->thread, NULL);
+	pthread_cond_destroy(&h->cond);
+	pthread_mutex_destroy(&h->lock);
+	for (int i = 0; i < WD_HASHER_SLOTS; i++)
+		munmap(h->slot[i], h->cap);
+	free(h);
+}
+
+/* A hasher with slots of `cap` bytes, its thread started with every signal blocked (signals
+ * are the main thread's business). NULL if memory or the thread is not to be had. */
+static struct wd_hasher *hasher_new(size_t cap)
+{
+	struct wd_hasher *h = calloc(1, sizeof(*h));
+	sigset_t all, old;
+	int i, r;
+
+	if (!h)
+		return NULL;
+	h->cap = cap;
+	for (i = 0; i < WD_HASHER_SLOTS; i++) {
+		h->slot[i] = scratch_alloc(cap);
+		if (!h->slot[i])
+			goto fail;
+	}
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->cond, NULL);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = pthread_create(&h->thread, NULL, hasher_main, h);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r == 0)
+		return h;
+	pthread_cond_destroy(&h->cond);
+	pthread_mutex_destroy(&h->lock);
+fail:
+	while (i-- > 0)
+		munmap(h->slot[i], cap);
+	free(h);
+	return NULL;
+}
+
 int wd_scratch_init(struct wd_scratch *s, size_t bytes)
 {
 	memset(s, 0, sizeof(*s));
@@ -86,6 +247,7 @@ int wd_scratch_init(struct wd_scratch *s, size_t bytes)
 		wd_scratch_free(s);
 		return -WD_E_EXHAUSTED;
 	}
+	s->hasher = hasher_new(bytes / WD_HASHER_SLOTS ? bytes / WD_HASHER_SLOTS : 1);
 	return 0;
 }
 
@@ -93,6 +255,7 @@ void wd_scratch_free(struct wd_scratch *s)
 {
 	if (!s)
 		return;
+	hasher_free(s->hasher);
 	if (s->buf)
 		munmap(s->buf, s->cap);
 	if (s->buf2)

@@ -392,9 +392,10 @@ static int preflight(struct rb *b, const struct wd_recipe_limits *lim, struct wd
 
 /* ---- running a plan --------------------------------------------------------------------------- */
 
-/* Execute into a memfd-backed sink; the output bytes in *ret (malloc'd). */
-static int execute(const struct wd_plan *p, size_t scratch_bytes, uint8_t **ret, uint64_t *ret_read,
-		   uint8_t digest[WD_DIGEST_LEN], struct wd_error *err)
+/* Execute into a memfd-backed sink, hashing inline or (pipeline) on the scratch's hasher thread
+ * as the daemon does; the output bytes in *ret (malloc'd). */
+static int execute(const struct wd_plan *p, size_t scratch_bytes, bool pipeline, uint8_t **ret,
+		   uint64_t *ret_read, uint8_t digest[WD_DIGEST_LEN], struct wd_error *err)
 {
 	struct wd_scratch sc;
 	struct wd_sink sink;
@@ -406,6 +407,8 @@ static int execute(const struct wd_plan *p, size_t scratch_bytes, uint8_t **ret,
 	assert_non_null(out);
 	assert_int_equal(wd_scratch_init(&sc, scratch_bytes), 0);
 	assert_int_equal(wd_sink_init(&sink, fd, n), 0);
+	if (pipeline)
+		wd_sink_pipeline(&sink, sc.hasher);
 	*ret_read = 0;
 	r = wd_plan_execute(p, &sink, &sc, ret_read, err);
 	if (r == 0) {
@@ -444,13 +447,15 @@ static void expect_result(struct rb *b, enum wd_dtype dt, int ndim, const uint64
 	assert_int_equal(wd_plan_nbytes(p), nbytes);
 	assert_int_equal(wd_plan_read_bytes(p), want_read);
 	assert_int_equal(wd_sha256(want, nbytes, want_digest), 0);
-	for (size_t k = 0; k < sizeof(scratch) / sizeof(scratch[0]); k++) {
+	for (size_t k = 0; k < 2 * sizeof(scratch) / sizeof(scratch[0]); k++) {
 		uint8_t *out = NULL, digest[WD_DIGEST_LEN];
 		uint64_t got_read;
+		size_t bytes = scratch[k / 2];
 
-		r = execute(p, scratch[k], &out, &got_read, digest, &err);
+		r = execute(p, bytes, k % 2, &out, &got_read, digest, &err);
 		if (r < 0)
-			print_message("execute (scratch %zu): %s\n", scratch[k], err.msg);
+			print_message("execute (scratch %zu%s): %s\n", bytes, k % 2 ? ", pipelined" : "",
+				      err.msg);
 		assert_int_equal(r, 0);
 		assert_memory_equal(out, want, nbytes);
 		assert_memory_equal(digest, want_digest, WD_DIGEST_LEN);
@@ -869,7 +874,7 @@ static void test_shard(void **state)
 		expect_result(&b, WD_I32, 2, shape, want, (size_t)n * 4, (uint64_t)n * 4);
 		row0 += sizes[r];
 		assert_int_equal(preflight(&b, NULL, &p, &err), 0);
-		assert_int_equal(execute(p, 1 << 20, &out, &got, digest, &err), 0);
+		assert_int_equal(execute(p, 1 << 20, true, &out, &got, digest, &err), 0);
 		memcpy((uint8_t *)all + filled, out, wd_plan_nbytes(p));
 		filled += wd_plan_nbytes(p);
 		free(out);
@@ -1415,7 +1420,7 @@ static void test_changed_files(void **state)
 	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
 	assert_int_equal(wd_plan_nbytes(p), 128);
 	assert_int_equal(wd_plan_read_bytes(p), 128);
-	assert_int_equal(execute(p, 1 << 20, &out, &got, digest, &err), -WD_E_CHANGED);
+	assert_int_equal(execute(p, 1 << 20, true, &out, &got, digest, &err), -WD_E_CHANGED);
 	assert_int_equal(err.code, WD_E_CHANGED);
 	wd_plan_free(p);
 	p = NULL;
@@ -1425,11 +1430,11 @@ static void test_changed_files(void **state)
 	make_victim("victim.safetensors");
 	victim = open_src("victim", "victim.safetensors");
 	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
-	assert_int_equal(execute(p, 1 << 20, &out, &got, digest, &err), 0);
+	assert_int_equal(execute(p, 1 << 20, true, &out, &got, digest, &err), 0);
 	free(out);
 	make_victim("victim.new");
 	assert_int_equal(rename(path_new, path), 0);
-	assert_int_equal(execute(p, 1 << 20, &out, &got, digest, &err), -WD_E_CHANGED);
+	assert_int_equal(execute(p, 1 << 20, true, &out, &got, digest, &err), -WD_E_CHANGED);
 	assert_non_null(strstr(err.msg, "victim"));
 	wd_plan_free(p);
 	wd_source_free(victim);

@@ -178,6 +178,136 @@ static void test_write_error(void **state)
 	close(fd);
 }
 
+/* Produce `size` bytes of `data` into s: mostly through the hasher's slots (filled to varying
+ * lengths), now and then straight from `data` (hashed inline, after the queue). */
+static void produce(struct wd_sink *s, const uint8_t *data, size_t size)
+{
+	static const size_t cut[] = { 0, 1, 4095, 7, 0, 0, 333 };   /* 0: a full slot */
+	struct wd_error err;
+	size_t off = 0, k = 0;
+
+	while (off < size) {
+		size_t cap = 0, n;
+		uint8_t *slot = wd_sink_buffer(s, &cap);
+
+		assert_non_null(slot);
+		n = cut[k % (sizeof(cut) / sizeof(cut[0]))] ? cut[k % (sizeof(cut) / sizeof(cut[0]))] : cap;
+		if (n > cap)
+			n = cap;
+		if (n > size - off)
+			n = size - off;
+		if (k % 5 == 3) {
+			assert_int_equal(wd_sink_write(s, data + off, n, &err), 0);
+		} else {
+			memcpy(slot, data + off, n);
+			assert_int_equal(wd_sink_write(s, slot, n, &err), 0);
+		}
+		off += n;
+		k++;
+		assert_int_equal(s->written, off);
+	}
+}
+
+/* Hashed on the hasher thread behind the writes: the same file and the same digest, twice in a
+ * row on one hasher. */
+static void test_pipeline(void **state)
+{
+	const size_t size = (1u << 20) + 13;
+	uint8_t *data = malloc(size), *back = malloc(size);
+	uint8_t digest[32], want[32];
+	struct wd_scratch sc;
+	struct wd_sink s;
+	struct wd_error err;
+	int fd = open_out(O_RDWR | O_TRUNC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(wd_scratch_init(&sc, 4 * 4096), 0);
+	assert_non_null(sc.hasher);
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < size; i++)
+			data[i] = (uint8_t)(((i + (size_t)round) * 2654435761u) >> 13);
+		assert_int_equal(wd_sink_init(&s, fd, size), 0);
+		wd_sink_pipeline(&s, sc.hasher);
+		assert_ptr_equal(s.hasher, sc.hasher);
+		produce(&s, data, size);
+		assert_int_equal(wd_sink_finish(&s, digest, &err), 0);
+		assert_null(s.hasher);
+		oneshot(data, size, want);
+		assert_memory_equal(digest, want, 32);
+		assert_int_equal(pread(fd, back, size, 0), (ssize_t)size);
+		assert_memory_equal(back, data, size);
+	}
+	wd_scratch_free(&sc);
+	close(fd);
+	free(data);
+	free(back);
+}
+
+/* A hasher serves one sink at a time; a sink of one slot or less is not worth it. Either way
+ * the sink hashes inline with the same result. An aborted sink frees the hasher. */
+static void test_pipeline_refused_and_aborted(void **state)
+{
+	static uint8_t data[100000];
+	uint8_t digest[32], want[32];
+	struct wd_scratch sc;
+	struct wd_sink a, b, small;
+	struct wd_error err;
+
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 7 + 3);
+	assert_int_equal(wd_scratch_init(&sc, 4 * 1000), 0);
+	assert_int_equal(wd_sink_init(&a, -1, sizeof(data)), 0);
+	assert_int_equal(wd_sink_init(&b, -1, sizeof(data)), 0);
+	assert_int_equal(wd_sink_init(&small, -1, 1000), 0);
+	wd_sink_pipeline(&a, sc.hasher);
+	wd_sink_pipeline(&b, sc.hasher);
+	wd_sink_pipeline(&small, sc.hasher);
+	assert_ptr_equal(a.hasher, sc.hasher);
+	assert_null(b.hasher);
+	assert_null(small.hasher);
+	assert_null(wd_sink_buffer(&b, &(size_t){ 0 }));
+	produce(&a, data, 50000);
+	assert_int_equal(wd_sink_write(&b, data, sizeof(data), &err), 0);
+	assert_int_equal(wd_sink_write(&small, data, 1000, &err), 0);
+	assert_int_equal(wd_sink_finish(&b, digest, &err), 0);
+	oneshot(data, sizeof(data), want);
+	assert_memory_equal(digest, want, 32);
+	assert_int_equal(wd_sink_finish(&small, digest, &err), 0);
+	oneshot(data, 1000, want);
+	assert_memory_equal(digest, want, 32);
+
+	wd_sink_abort(&a);
+	assert_null(a.hasher);
+
+	/* overrunning through a slot is refused and queues nothing */
+	assert_int_equal(wd_sink_init(&a, -1, 5000), 0);
+	wd_sink_pipeline(&a, sc.hasher);
+	assert_ptr_equal(a.hasher, sc.hasher);
+	produce(&a, data, 4999);
+	{
+		size_t cap = 0;
+		uint8_t *slot = wd_sink_buffer(&a, &cap);
+		memcpy(slot, data + 4999, 2);
+		memset(&err, 0, sizeof(err));
+		assert_int_equal(wd_sink_write(&a, slot, 2, &err), -WD_E_INTERNAL);
+		assert_int_equal(err.code, WD_E_INTERNAL);
+		assert_ptr_equal(wd_sink_buffer(&a, &cap), slot);
+		assert_int_equal(wd_sink_write(&a, slot, 1, &err), 0);
+	}
+	assert_int_equal(wd_sink_finish(&a, digest, &err), 0);
+	oneshot(data, 5000, want);
+	assert_memory_equal(digest, want, 32);
+
+	assert_int_equal(wd_sink_init(&b, -1, sizeof(data)), 0);
+	wd_sink_pipeline(&b, sc.hasher);
+	assert_ptr_equal(b.hasher, sc.hasher);
+	produce(&b, data, sizeof(data));
+	assert_int_equal(wd_sink_finish(&b, digest, &err), 0);
+	oneshot(data, sizeof(data), want);
+	assert_memory_equal(digest, want, 32);
+	wd_scratch_free(&sc);
+}
+
 static void test_scratch(void **state)
 {
 	struct wd_scratch sc;
@@ -199,6 +329,7 @@ static void test_scratch(void **state)
 	wd_scratch_free(&sc);
 	assert_null(sc.buf);
 	assert_null(sc.buf2);
+	assert_null(sc.hasher);
 	assert_int_equal(sc.cap, 0);
 	wd_scratch_free(&sc);
 	wd_scratch_free(NULL);
@@ -212,6 +343,8 @@ int main(void)
 		cmocka_unit_test(test_overrun),
 		cmocka_unit_test(test_short_finish),
 		cmocka_unit_test(test_write_error),
+		cmocka_unit_test(test_pipeline),
+		cmocka_unit_test(test_pipeline_refused_and_aborted),
 		cmocka_unit_test(test_scratch),
 	};
 
