@@ -26,7 +26,8 @@
  * 2 workers, 4M. With one tensor (--tensor-bytes >= --size) there is no BF16 tensor, and (c)
  * shows F32 -> BF16 only.
  * Paths of weightd and wd-mkfixture come from WD_WEIGHTD and WD_MKFIXTURE (defaults: the build
- * tree this was built in). Data lives in a temp dir under $TMPDIR (or /tmp), removed at the end.
+ * tree this was built in). Data lives in a temp dir under /tmp and segments under a private shm
+ * prefix, removed at the end, on a failure and on SIGINT/SIGTERM.
  * Exit status: 0 every target met, 1 a target missed, 2 the benchmark could not run.
  */
 
@@ -564,6 +565,14 @@ static struct child_result in_child(void (*fn)(struct child_result *))
 
 /* --- main --------------------------------------------------------------------------------- */
 
+/* Interrupted: stop the daemon, remove its segments, the copies and the temp dir. */
+static void on_signal(int sig)
+{
+	if (harness_up)
+		harness_cleanup(&H);
+	_exit(128 + sig);
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: bench_materialize [--size BYTES] [--tensor-bytes BYTES] [--runs N] "
@@ -705,6 +714,8 @@ int main(int argc, char **argv)
 
 	parse_args(argc, argv);
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
 	set_up();
 	for (size_t i = 0; i < desc->n_tensors; i++)
 		*(i % 2 ? &odd : &even) += desc->tensors[i].nbytes;
