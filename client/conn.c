@@ -241,37 +241,41 @@ void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n)
 	wc_send(c, &req, NULL, NULL);
 }
 
-/* Handles of the daemon references a reply's fds stand for (one per fd). */
+/*
+ * How many daemon references a reply carries (at most one per non-alias weight of a unit
+ * reply, one for a share); with out, their handles.
+ */
 static size_t reply_handles(const Weightd__Response *resp, uint32_t nfds, uint64_t *out)
 {
 	size_t n = 0;
 
-	if (resp->error)
+	if (!resp || resp->error || nfds == 0)
 		return 0;
 	if (resp->body_case == WEIGHTD__RESPONSE__BODY_MATERIALIZE && resp->materialize) {
-		for (uint32_t fd = 0; fd < nfds; fd++)
-			for (size_t i = 0; i < resp->materialize->n_weights; i++)
-				if (resp->materialize->weights[i]->fd_index == fd) {
-					out[n++] = resp->materialize->weights[i]->handle;
-					break;
-				}
+		for (size_t i = 0; i < resp->materialize->n_weights; i++) {
+			const Weightd__WeightInfo *wi = resp->materialize->weights[i];
+
+			if (wi->fd_index < nfds && !(wi->alias_of && wi->alias_of[0])) {
+				if (out)
+					out[n] = wi->handle;
+				n++;
+			}
+		}
 	} else if (resp->body_case == WEIGHTD__RESPONSE__BODY_SHARE && resp->share &&
-		   resp->share->weight && nfds >= 1) {
-		out[n++] = resp->share->weight->handle;
+		   resp->share->weight) {
+		if (out)
+			out[n] = resp->share->weight->handle;
+		n++;
 	}
 	return n;
 }
 
 void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds)
 {
-	uint64_t *handles = NULL;
-	size_t n = 0;
+	size_t n = reply_handles(resp, nfds, NULL);
+	uint64_t *handles = n ? calloc(n, sizeof(*handles)) : NULL;
 
-	if (resp && nfds) {
-		handles = calloc(nfds, sizeof(*handles));
-		if (handles)
-			n = reply_handles(resp, nfds, handles);
-	}
+	n = handles ? reply_handles(resp, nfds, handles) : 0;
 	wc_close_fds(fds, nfds);
 	wc_send_release(c, handles, n);
 	free(handles);
@@ -468,8 +472,11 @@ int wc_pending_take(struct wc_pending *p, int body, Weightd__Response **ret_resp
 	Weightd__Response *resp = p->resp;
 	int r;
 
-	if (!resp)
+	if (!resp) {
+		if (!p->err.code)   /* cannot happen: a pending is done with a reply or an error */
+			return wc_err_set(err, WEIGHTD_E_INTERNAL, "a request ended without a reply");
 		return wc_err_copy(err, &p->err);
+	}
 	if (resp->error) {
 		r = wc_err_from_wire(err, resp->error);
 		goto fail;
@@ -526,19 +533,38 @@ int wc_call(weightd_client *c, Weightd__Request *req, int body, Weightd__Respons
 
 /* --- public: connect, close, hello ------------------------------------------------------- */
 
+/*
+ * Say hello and check the version. The wait is bounded: a process that accepts connections on
+ * the socket but never answers must not hang an engine's start for ever.
+ */
 static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 {
 	Weightd__Request req = WEIGHTD__REQUEST__INIT;
 	Weightd__Hello h = WEIGHTD__HELLO__INIT;
 	Weightd__Response *resp = NULL;
 	const Weightd__HelloReply *hr;
+	struct wc_pending *p;
+	const char *env = getenv("WEIGHTD_HELLO_TIMEOUT_MS");
+	long ms = env && *env ? strtol(env, NULL, 10) : WC_HELLO_TIMEOUT_MS;
 	int r;
 
+	if (ms <= 0 || ms > 3600000)
+		ms = WC_HELLO_TIMEOUT_MS;
 	h.protocol_version = WEIGHTD_PROTOCOL_VERSION;
 	h.client_name = (char *)(client_name ? client_name : program_invocation_short_name);
 	req.body_case = WEIGHTD__REQUEST__BODY_HELLO;
 	req.hello = &h;
-	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_HELLO, &resp, NULL, NULL, err);
+	r = wc_send(c, &req, &p, err);
+	if (r < 0)
+		return r;
+	if (!wc_wait(c, p, (int)ms)) {
+		wc_pending_free(c, p);
+		return wc_err_set(err, WEIGHTD_E_DISCONNECTED,
+				  "%s did not answer hello within %ld ms; is weightd listening there?",
+				  c->path, ms);
+	}
+	r = wc_pending_take(p, WEIGHTD__RESPONSE__BODY_HELLO, &resp, NULL, NULL, err);
+	wc_pending_free(c, p);
 	if (r < 0)
 		return r;
 	hr = resp->hello;

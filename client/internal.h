@@ -1,4 +1,4 @@
-/* internal.h - libweightd's private types: connection, pending requests, weights, recipes, units. */
+/* internal.h - libweightd's private types: connection, requests, weights, recipes, units. */
 #ifndef WC_INTERNAL_H
 #define WC_INTERNAL_H
 
@@ -18,6 +18,7 @@ struct wd_inbuf;
 #define WC_MAX_NODES 65536           /* nodes in one recipe built here */
 #define WC_MAX_JSON_DEPTH 64         /* nesting of a recipe in JSON */
 #define WC_MAX_INDICES (1u << 24)    /* indices in one selection */
+#define WC_HELLO_TIMEOUT_MS 30000    /* connect gives up on a peer that never answers hello */
 
 /* --- errors (client.c) -------------------------------------------------------------------- */
 
@@ -120,8 +121,9 @@ int wc_call(weightd_client *c, Weightd__Request *req, int body, Weightd__Respons
 void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n);
 
 /*
- * Dispose of a reply nobody keeps: close its fds, tell the daemon to drop the reference each
- * fd stood for, free it. Any argument may be NULL/0.
+ * Dispose of a reply nobody keeps: close its fds, tell the daemon to drop the references they
+ * stood for (one per non-alias weight of a unit reply, one for a share), free it. Any argument
+ * may be NULL/0.
  */
 void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds);
 
@@ -130,10 +132,16 @@ void wc_close_fds(int *fds, uint32_t n);
 
 /* --- weights (weight.c) ------------------------------------------------------------------- */
 
-/* One daemon reference, shared by a weight and its local duplicates. */
+/*
+ * The daemon references one received fd stands for, shared by a weight and its local
+ * duplicates. The daemon counts one reference per unit entry (two entries with the same recipe
+ * share one fd but hold two; aliases hold none) and one per share; `count` is how many, and the
+ * handle is released that many times when the last local holder lets go.
+ */
 struct wc_ref {
 	atomic_uint holders;
 	uint64_t handle;
+	uint32_t count;
 	weightd_client *c;           /* holds a client reference */
 };
 
@@ -155,11 +163,14 @@ struct weightd_weight {
 /* Check a WeightInfo is well formed (dims, digest/key lengths, dtype present). */
 int wc_weight_info_check(const Weightd__WeightInfo *wi, weightd_error *err);
 /*
- * Make a weight from a checked WeightInfo and an fd (taken in every case: owned by the weight on
- * success, closed on failure). Takes a client reference for the daemon reference it represents.
+ * Make a weight from a checked WeightInfo and an fd standing for `count` daemon references (fd
+ * taken in every case: owned by the weight on success, closed on failure; on failure the
+ * references are released). Takes a client reference while the daemon references live.
  */
-int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd,
+int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd, uint32_t count,
 		  weightd_weight **ret, weightd_error *err);
+/* Release `handle` `count` times (one message). */
+void wc_release_handle(weightd_client *c, uint64_t handle, uint32_t count);
 /* Map a weight (fstat size check + mmap); no-op when mapped. */
 int wc_weight_map(weightd_weight *w, const char *slot, weightd_error *err);
 /* Release several weights, telling the daemon in one message per client. Accepts NULL entries. */

@@ -421,6 +421,7 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	const Weightd__UnitReply *ur = resp->materialize;
 	const Weightd__WeightInfo **owner = NULL;
 	weightd_weight **ws = NULL;
+	uint32_t *refs = NULL;        /* daemon references per fd: its non-alias entries */
 	bool *seen = NULL;
 	size_t n_made = 0;
 	int rc = 0;
@@ -433,8 +434,9 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	}
 	owner = calloc(nfds ? nfds : 1, sizeof(*owner));
 	ws = calloc(nfds ? nfds : 1, sizeof(*ws));
+	refs = calloc(nfds ? nfds : 1, sizeof(*refs));
 	seen = calloc(u->n, sizeof(*seen));
-	if (!owner || !ws || !seen) {
+	if (!owner || !ws || !refs || !seen) {
 		rc = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto fail;
 	}
@@ -455,6 +457,8 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 			goto fail;
 		}
 		seen[s - u->slots] = true;
+		if (!is_alias)
+			refs[wi->fd_index]++;
 		if (!owner[wi->fd_index]) {
 			owner[wi->fd_index] = wi;
 		} else {
@@ -462,7 +466,8 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 
 			if (o->handle != wi->handle || strcmp(o->dtype, wi->dtype) ||
 			    o->nbytes != wi->nbytes || o->n_shape != wi->n_shape ||
-			    memcmp(o->shape, wi->shape, o->n_shape * sizeof(uint64_t))) {
+			    (o->n_shape &&
+			     memcmp(o->shape, wi->shape, o->n_shape * sizeof(uint64_t)))) {
 				rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
 						"weightd described fd %u differently for \"%s\" and "
 						"\"%s\"", wi->fd_index, o->name, wi->name);
@@ -471,20 +476,17 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 		}
 	}
 	for (uint32_t i = 0; i < nfds; i++)
-		if (!owner[i]) {
+		if (!owner[i] || !refs[i]) {
 			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					"weightd sent fd %u with the unit but no weight uses it", i);
+					"weightd sent fd %u with the unit but no entry owns it", i);
 			goto fail;
 		}
 	for (uint32_t i = 0; i < nfds; i++) {
-		rc = wc_weight_new(u->c, owner[i], fds[i], &ws[i], err);
+		rc = wc_weight_new(u->c, owner[i], fds[i], refs[i], &ws[i], err);
 		fds[i] = -1;
 		n_made = i + 1;
-		if (rc < 0) {
-			/* its fd is closed; the reference it stood for still needs letting go */
-			wc_send_release(u->c, &owner[i]->handle, 1);
+		if (rc < 0)   /* its fd is closed and its references released */
 			goto fail_made;
-		}
 	}
 	for (size_t i = 0; i < ur->n_weights; i++)
 		find_slot(u, ur->weights[i]->name)->w = ws[ur->weights[i]->fd_index];
@@ -492,6 +494,7 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	u->n_weights = nfds;
 	u->bytes_read = ur->bytes_read;
 	free(owner);
+	free(refs);
 	free(seen);
 	free(fds);
 	weightd__response__free_unpacked(resp, NULL);
@@ -501,7 +504,7 @@ fail_made:
 	/* weights made so far are released by their objects; the rest by the reply's handles */
 	wc_weights_release(ws, n_made);
 	for (uint32_t i = (uint32_t)n_made; i < nfds; i++) {
-		wc_send_release(u->c, &owner[i]->handle, 1);
+		wc_release_handle(u->c, owner[i]->handle, refs[i]);
 		close(fds[i]);
 		fds[i] = -1;
 	}
@@ -512,6 +515,7 @@ fail:
 	wc_reply_discard(u->c, resp, fds, nfds);
 out:
 	free(owner);
+	free(refs);
 	free(seen);
 	free(ws);
 	return rc;

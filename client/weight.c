@@ -58,7 +58,28 @@ static void weight_free_local(weightd_weight *w)
 	free(w);
 }
 
-int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd,
+void wc_release_handle(weightd_client *c, uint64_t handle, uint32_t count)
+{
+	uint64_t one[4] = { handle, handle, handle, handle }, *many = one;
+
+	if (count == 0)
+		return;
+	if (count > 4) {
+		many = malloc(count * sizeof(*many));
+		if (!many) {   /* one at a time, then */
+			for (uint32_t i = 0; i < count; i++)
+				wc_send_release(c, &handle, 1);
+			return;
+		}
+		for (uint32_t i = 0; i < count; i++)
+			many[i] = handle;
+	}
+	wc_send_release(c, many, count);
+	if (many != one)
+		free(many);
+}
+
+int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd, uint32_t count,
 		  weightd_weight **ret, weightd_error *err)
 {
 	weightd_weight *w;
@@ -71,16 +92,19 @@ int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd,
 		if (w)
 			weight_free_local(w);
 		close(fd);
+		wc_release_handle(c, wi->handle, count);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	atomic_init(&ref->holders, 1);
 	ref->handle = wi->handle;
+	ref->count = count;
 	ref->c = c;
 	wc_client_ref(c);
 	w->ref = ref;
 	w->fd = fd;
 	w->ndim = wi->n_shape;
-	memcpy(w->shape, wi->shape, wi->n_shape * sizeof(uint64_t));
+	if (wi->n_shape)   /* a 0-d scalar may come with no array at all */
+		memcpy(w->shape, wi->shape, wi->n_shape * sizeof(uint64_t));
 	w->nbytes = wi->nbytes;
 	w->generation = wi->generation;
 	if (wi->digest.len == WEIGHTD_DIGEST_LEN)
@@ -177,10 +201,13 @@ static bool ref_drop(struct wc_ref *ref)
 
 void wc_weights_release(weightd_weight **ws, size_t n)
 {
-	uint64_t *handles = n ? calloc(n, sizeof(*handles)) : NULL;
+	uint64_t *handles = NULL;
 	weightd_client *c = NULL;
-	size_t nh = 0;
+	size_t nh = 0, total = 0, nc = 0;
 
+	for (size_t i = 0; i < n; i++)
+		total += ws[i] ? ws[i]->ref->count : 0;
+	handles = total ? calloc(total, sizeof(*handles)) : NULL;
 	for (size_t i = 0; i < n; i++) {
 		weightd_weight *w = ws[i];
 		struct wc_ref *ref;
@@ -195,16 +222,18 @@ void wc_weights_release(weightd_weight **ws, size_t n)
 		 * (or any, when out of memory) is told on its own. */
 		if (handles && (!c || c == ref->c)) {
 			c = ref->c;
-			handles[nh++] = ref->handle;
+			for (uint32_t k = 0; k < ref->count; k++)
+				handles[nh++] = ref->handle;
+			nc++;
 		} else {
-			wc_send_release(ref->c, &ref->handle, 1);
+			wc_release_handle(ref->c, ref->handle, ref->count);
 			wc_client_unref(ref->c);
 		}
 		free(ref);
 	}
-	if (nh) {
+	if (c) {
 		wc_send_release(c, handles, nh);
-		for (size_t i = 0; i < nh; i++)
+		for (size_t i = 0; i < nc; i++)
 			wc_client_unref(c);
 	}
 	free(handles);
@@ -275,13 +304,8 @@ int weightd_share(const weightd_weight *w, weightd_weight **ret, weightd_error *
 	r = wc_weight_info_check(resp->share->weight, err);
 	if (r < 0)
 		goto fail;
-	r = wc_weight_new(w->ref->c, resp->share->weight, fds[0], ret, err);
+	r = wc_weight_new(w->ref->c, resp->share->weight, fds[0], 1, ret, err);
 	fds[0] = -1;
-	if (r < 0) {
-		/* the fd is closed; its reference still needs letting go */
-		wc_send_release(w->ref->c, &resp->share->weight->handle, 1);
-		goto out;
-	}
 	goto out;
 fail:
 	if (resp->share && resp->share->weight && nfds >= 1)
@@ -334,12 +358,27 @@ static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, u
 		wc_reply_discard(c, resp, fds, nfds);
 		return r;
 	}
-	r = wc_weight_new(c, wi, fds[0], ret, err);
-	if (r < 0)   /* the fd is closed; the reference it stood for is released */
-		wc_send_release(c, &wi->handle, 1);
+	r = wc_weight_new(c, wi, fds[0], 1, ret, err);
 	free(fds);
 	weightd__response__free_unpacked(resp, NULL);
 	return r;
+}
+
+/*
+ * A single materialization is sent as a one-entry unit, but the caller named no slot: drop the
+ * daemon's 'slot "NAME": ' prefix and slot field so the sentence is about the tensor.
+ */
+static void unslot(weightd_error *err)
+{
+	char prefix[sizeof(err->slot) + 16];
+	size_t n;
+
+	if (!err->slot[0])
+		return;
+	n = (size_t)snprintf(prefix, sizeof(prefix), "slot \"%s\": ", err->slot);
+	if (n < sizeof(prefix) && strncmp(err->message, prefix, n) == 0)
+		memmove(err->message, err->message + n, strlen(err->message + n) + 1);
+	err->slot[0] = '\0';
 }
 
 /* Turn a finished reply into f->w / f->pre or f->err, once. Returns 0 or -code. */
@@ -366,6 +405,8 @@ static int settle(weightd_inflight *f)
 		wc_annot_apply(f->annots, f->n_annots, &f->err);
 		if (f->kind == WC_PREFLIGHT)
 			wc_err_name_slot(&f->err);
+		else
+			unslot(&f->err);
 		if (!f->err.checkpoint[0] && !f->err.tensor[0])
 			wc_err_about(&f->err, f->checkpoint, f->tensor, NULL);
 	}

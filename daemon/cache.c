@@ -432,7 +432,8 @@ static void job_done(struct pool_task *t)
 		memcpy(w->digest, j->digest, 32);
 		w->dtype = wd_plan_dtype(j->plan);
 		w->ndim = wd_plan_ndim(j->plan);
-		memcpy(w->shape, wd_plan_shape(j->plan), sizeof(uint64_t) * (size_t)w->ndim);
+		if (w->ndim)
+			memcpy(w->shape, wd_plan_shape(j->plan), sizeof(uint64_t) * (size_t)w->ndim);
 		w->nbytes = j->nbytes;
 		w->seg = j->seg;
 		if (j->n_sources) {
@@ -533,7 +534,8 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	memcpy(j->rec.key, key, 32);
 	j->rec.dtype = wd_plan_dtype(plan);
 	j->rec.ndim = wd_plan_ndim(plan);
-	memcpy(j->rec.shape, wd_plan_shape(plan), sizeof(uint64_t) * (size_t)j->rec.ndim);
+	if (j->rec.ndim)
+		memcpy(j->rec.shape, wd_plan_shape(plan), sizeof(uint64_t) * (size_t)j->rec.ndim);
 	j->rec.nbytes = j->nbytes;
 	snprintf(j->rec.segment, sizeof(j->rec.segment), "%s", j->name);
 	snprintf(j->rec.label, sizeof(j->rec.label), "%s", wd_plan_label(plan));

@@ -497,7 +497,8 @@ static bool slot_matches(const Weightd__UnitEntry *pe, const struct wd_plan *p)
 		return false;
 	if ((int)pe->n_shape != wd_plan_ndim(p))
 		return false;
-	return memcmp(pe->shape, wd_plan_shape(p), pe->n_shape * sizeof(uint64_t)) == 0;
+	return pe->n_shape == 0 ||
+	       memcmp(pe->shape, wd_plan_shape(p), pe->n_shape * sizeof(uint64_t)) == 0;
 }
 
 static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)

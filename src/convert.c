@@ -575,15 +575,34 @@ WD_AVX2 static void v2_f32_f16(const void *src, void *dst, size_t n)
 	s_f32_f16(s + 4 * i, d + 2 * i, n - i);
 }
 
+/*
+ * bf16 -> f16. A bf16 in f16's normal range [2^-14, 2^16) has at most 7 fraction bits, so it is
+ * exact in f16: rebias the exponent and shift, all in 16-bit lanes. A block of 16 where every
+ * element is such a value or a zero takes that path; any other block widens to f32 and rounds with
+ * VCVTPS2PH, which gives the scalar rule for everything (overflow, subnormals, NaN).
+ */
 WD_AVX2 static void v2_bf16_f16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
+	const __m256i absmask = _mm256_set1_epi16(0x7FFF), lo = _mm256_set1_epi16(0x387F);
+	const __m256i hi = _mm256_set1_epi16(0x4780), rebias = _mm256_set1_epi16(0x3800);
 	__m256i w[2];
 	size_t i = 0;
 
 	for (; i + 16 <= n; i += 16) {
-		bf16_widen_avx2(_mm256_loadu_si256((const __m256i *)(s + 2 * i)), w);
+		__m256i x = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
+		__m256i a = _mm256_and_si256(x, absmask);
+		__m256i zero = _mm256_cmpeq_epi16(a, _mm256_setzero_si256());
+		__m256i ok = _mm256_or_si256(zero, _mm256_and_si256(_mm256_cmpgt_epi16(a, lo),
+								     _mm256_cmpgt_epi16(hi, a)));
+		if (_mm256_movemask_epi8(ok) == -1) {
+			__m256i r = _mm256_slli_epi16(_mm256_sub_epi16(a, rebias), 3);
+			r = _mm256_or_si256(_mm256_andnot_si256(zero, r), _mm256_andnot_si256(absmask, x));
+			_mm256_storeu_si256((__m256i *)(d + 2 * i), r);
+			continue;
+		}
+		bf16_widen_avx2(x, w);
 		_mm_storeu_si128((__m128i *)(d + 2 * i), _mm256_cvtps_ph(_mm256_castsi256_ps(w[0]), 0));
 		_mm_storeu_si128((__m128i *)(d + 2 * i + 16),
 				 _mm256_cvtps_ph(_mm256_castsi256_ps(w[1]), 0));

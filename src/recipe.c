@@ -70,6 +70,7 @@ struct xnode {
 	uint64_t start, end;
 	const uint64_t *idx;          /* plan-owned */
 	size_t n_idx;
+	uint8_t idx_digest[WD_DIGEST_LEN]; /* SHA-256 of the indices, little-endian u64 each */
 	/* CONCAT, STACK: bytes each input contributes to one output row, and their running sums */
 	uint64_t *piece, *prefix;
 	uint64_t row;
@@ -191,6 +192,7 @@ struct build {
 	uint32_t *depth;
 	char (*seltxt)[96];           /* per recipe node: its selection, for the label */
 	uint64_t n_indices;
+	size_t max_x;                 /* graph size up to which selections move below casts */
 	struct wd_error *err;
 };
 
@@ -295,8 +297,8 @@ static int xdigest(struct build *b, struct xnode *x)
 		put_u64(&s, x->start);
 		put_u64(&s, x->end);
 		put_u64(&s, x->n_idx);
-		for (size_t i = 0; i < x->n_idx; i++)
-			put_u64(&s, x->idx[i]);
+		if (x->n_idx)
+			wd_sha256_update(&s, x->idx_digest, WD_DIGEST_LEN);
 		put_u32(&s, (uint32_t)x->ndim);
 		for (int i = 0; i < x->ndim; i++)
 			put_u64(&s, x->shape[i]);
@@ -406,6 +408,7 @@ struct nsel {
 	uint64_t start, end;
 	const uint64_t *idx;
 	size_t n_idx;
+	uint8_t idx_digest[WD_DIGEST_LEN];
 	int ndim;
 	uint64_t shape[WD_MAX_DIMS];
 };
@@ -598,6 +601,28 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 	return 0;
 }
 
+/* Copy an INDICES selection's list into the plan and hash it once for the key. */
+static int own_indices(struct build *b, uint32_t node, struct nsel *s)
+{
+	struct wd_sha256 sha;
+
+	if (s->kind != WD_SEL_INDICES)
+		return 0;
+	s->idx = own(b, s->idx, s->n_idx * sizeof(uint64_t));
+	if (!s->idx || wd_sha256_init(&sha) < 0)
+		return nerr(b, node, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+	for (size_t i = 0; i < s->n_idx;) {
+		uint8_t buf[4096];
+		size_t n = 0;
+		for (; i < s->n_idx && n < sizeof(buf); i++, n += 8)
+			for (int k = 0; k < 8; k++)
+				buf[n + (size_t)k] = (uint8_t)(s->idx[i] >> (8 * k));
+		wd_sha256_update(&sha, buf, n);
+	}
+	wd_sha256_final(&sha, s->idx_digest);
+	return 0;
+}
+
 static int make_cast(struct build *b, uint32_t node, uint32_t in, enum wd_dtype to, uint32_t *ret)
 {
 	const struct xnode *x = &b->p->x[in];
@@ -640,7 +665,7 @@ static int make_select(struct build *b, uint32_t node, uint32_t in, const struct
 		const struct xnode *y = &b->p->x[x->in[0]];
 		enum wd_dtype to = x->dtype;
 
-		if (sel_whole_blocks(s, y->dtype, y->ndim)) {
+		if (b->p->nx + 2 <= b->max_x && sel_whole_blocks(s, y->dtype, y->ndim)) {
 			r = make_select(b, node, x->in[0], s, &below);
 			if (r < 0)
 				return r;
@@ -657,6 +682,7 @@ static int make_select(struct build *b, uint32_t node, uint32_t in, const struct
 	n.end = s->end;
 	n.idx = s->idx;
 	n.n_idx = s->n_idx;
+	memcpy(n.idx_digest, s->idx_digest, WD_DIGEST_LEN);
 	n.ndim = s->ndim;
 	memcpy(n.shape, s->shape, sizeof(n.shape));
 	r = finish_shape(b, node, n.dtype, n.ndim, n.shape, &n.nbytes);
@@ -769,8 +795,9 @@ static int build_source(struct build *b, uint32_t i, const struct wd_rnode *rn)
 	r = check_sel(b, i, &rn->sel, n.dtype, n.ndim, n.shape, &s);
 	if (r < 0)
 		return r;
-	if (s.kind == WD_SEL_INDICES && !(s.idx = own(b, s.idx, s.n_idx * sizeof(uint64_t))))
-		return nerr(b, i, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+	r = own_indices(b, i, &s);
+	if (r < 0)
+		return r;
 	return make_select(b, i, leaf, &s, &b->map[i]);
 }
 
@@ -1019,8 +1046,9 @@ static int build_node(struct build *b, uint32_t i)
 		r = check_sel(b, i, &rn->sel, x->dtype, x->ndim, x->shape, &s);
 		if (r < 0)
 			return r;
-		if (s.kind == WD_SEL_INDICES && !(s.idx = own(b, s.idx, s.n_idx * sizeof(uint64_t))))
-			return nerr(b, i, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+		r = own_indices(b, i, &s);
+		if (r < 0)
+			return r;
 		return make_select(b, i, b->map[rn->inputs[0]], &s, &b->map[i]);
 	case WD_OP_RESHAPE:
 	case WD_OP_VIEW:
@@ -1324,16 +1352,13 @@ int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res
 		return wd_error_set(err, WD_E_EMPTY_INPUTS, "the recipe has no nodes");
 	if (!r->nodes || !res || !res->lookup)
 		return wd_error_set(err, WD_E_INVALID, "the recipe or its resolver is missing");
-	if (r->n_nodes > b.lim.max_nodes) {
-		if (err) {
-			err->expected = b.lim.max_nodes;
-			err->actual = i64(r->n_nodes);
-		}
-		return wd_error_set(err, WD_E_TOO_LARGE, "the recipe has %zu nodes (at most %" PRIu32 ")",
-				    r->n_nodes, b.lim.max_nodes);
-	}
+	if (r->n_nodes > b.lim.max_nodes) /* names the first node past the limit */
+		return nerr(&b, b.lim.max_nodes, WD_E_TOO_LARGE, -1, b.lim.max_nodes, i64(r->n_nodes),
+			    "the recipe has %zu nodes, more than the %" PRIu32 " allowed", r->n_nodes,
+			    b.lim.max_nodes);
 	p = calloc(1, sizeof(*p));
 	b.p = p;
+	b.max_x = 4 * r->n_nodes + 64;
 	b.map = calloc(r->n_nodes, sizeof(*b.map));
 	b.depth = calloc(r->n_nodes, sizeof(*b.depth));
 	b.seltxt = calloc(r->n_nodes, sizeof(*b.seltxt));
@@ -1799,6 +1824,18 @@ static int check_files(struct exec *e)
 	return 0;
 }
 
+/* Whether the scratch buffers hold at least one input unit of the root cast and its output. */
+static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
+{
+	const struct xnode *x = &p->x[p->root], *y;
+
+	if (x->op != X_CAST || !sc->buf2)
+		return false;
+	y = &p->x[x->in[0]];
+	return sc->cap >= unit_bytes(y->dtype) &&
+	       sc->cap2 >= (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+}
+
 /* The root cast: input chunks in scratch->buf, converted into scratch->buf2, written. */
 static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
 {
@@ -1810,8 +1847,6 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 
 	if (s->mid)
 		k = min_u64(k, s->units);
-	if (k == 0)
-		return wd_error_set(e->err, WD_E_INTERNAL, "the scratch buffers are too small for a cast");
 	for (uint64_t u = 0; u < total; u += k) {
 		size_t n = (size_t)min_u64(k, total - u);
 		r = read_node(e, x->in[0], u * ib, n * ib, sc->buf);
@@ -1831,7 +1866,6 @@ int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scr
 		    uint64_t *ret_bytes_read, struct wd_error *err)
 {
 	struct exec e = { .p = p, .err = err };
-	const struct xnode *root = &p->x[p->root];
 	int r;
 
 	if (!scratch || !scratch->buf || !scratch->cap)
@@ -1864,7 +1898,7 @@ int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scr
 			goto out;
 		e.st[i].ready = true;
 	}
-	if (root->op == X_CAST && scratch->buf2 && scratch->cap2) {
+	if (root_cast_fits(p, scratch)) {
 		r = run_root_cast(&e, sink, scratch);
 	} else {
 		for (uint64_t off = 0; off < p->nbytes && r == 0;) {

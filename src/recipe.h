@@ -20,7 +20,20 @@ enum wd_sel_kind {
 	WD_SEL_SHARD = 4,
 };
 
-/* Same numbers as weightd.Selection.Kind / weightd.Op. */
+/*
+ * Same numbers as weightd.Selection.Kind / weightd.Op.
+ *
+ * SHARD(axis, rank, world) is the range torch.tensor_split(x, world, axis)[rank] takes: with
+ * dim = q * world + m (0 <= m < world), the first m ranks take q + 1 rows and the others q, in
+ * rank order, so the ranks' outputs concatenated on `axis` are the whole tensor. A rank left with
+ * no rows (world > dim) is a zero-sized output. On the innermost axis of a block type (Q4_0, ...)
+ * the rule splits whole blocks instead of elements.
+ *
+ * Block types keep their packed bytes: selections on outer axes are free; on the innermost axis a
+ * RANGE must start and end on block boundaries, INDICES are refused, ELEMENTS must start and end
+ * on block boundaries with an innermost output dimension of whole blocks. Those errors are
+ * WD_E_UNSUPPORTED naming the block size.
+ */
 struct wd_selection {
 	enum wd_sel_kind kind;
 	uint32_t axis;
@@ -43,7 +56,13 @@ enum wd_op {
 	WD_OP_VIEW = 7,
 };
 
-/* One node. Strings and arrays are borrowed from whoever built the recipe (e.g. a decoded frame). */
+/*
+ * One node. Strings and arrays are borrowed from whoever built the recipe (e.g. a decoded frame).
+ * CONCAT/STACK axes may be negative and count from the end, as in PyTorch: concat takes
+ * [-ndim, ndim), stack [-(ndim + 1), ndim + 1). RESHAPE keeps the element count, VIEW the byte
+ * count. CAST from a block type dequantizes (wd_dequant_f32) and converts from F32; casts to block
+ * types do not exist. TRANSPOSE of a block type must leave the innermost axis in place.
+ */
 struct wd_rnode {
 	enum wd_op op;
 	const char *checkpoint;     /* SOURCE */
@@ -93,7 +112,13 @@ struct wd_plan;
  * arithmetic, compute the identity key, and build an execution plan. Reads metadata only, never
  * payload. On failure returns -code with err naming the node (err->node = index + 1), the tensor
  * and checkpoint where they apply, and the rule broken (codes WD_E_UNKNOWN_SOURCE ... WD_E_TOO_LARGE).
- * The plan does not borrow from `r`: it copies what it needs.
+ * The message starts "node N (op): " where N is the node's index in the list (0-based, as inputs
+ * name nodes). Every node's output must have at least one element (WD_E_ZERO_SIZED). An input
+ * that is not an earlier node, or a wrong input count, is WD_E_INVALID; a selection outside its
+ * input is WD_E_OUT_OF_RANGE. Nodes the output does not depend on are validated but not read.
+ * Execution keeps some values in memory (a transpose's input; the input of a selection that cannot
+ * be read piecewise from files) and max_temp_bytes bounds their sum (WD_E_TOO_LARGE naming the
+ * node that needs it). The plan does not borrow from `r`: it copies what it needs.
  */
 int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res,
 			const struct wd_recipe_limits *lim, struct wd_plan **ret, struct wd_error *err);
@@ -105,7 +130,10 @@ int wd_plan_ndim(const struct wd_plan *p);
 const uint64_t *wd_plan_shape(const struct wd_plan *p);
 uint64_t wd_plan_nbytes(const struct wd_plan *p);
 /* SHA-256 of the canonical encoding of the recipe with each source replaced by its identity
- * (wd_source_identity) and tensor name: equal keys = equal bytes. */
+ * (wd_source_identity) and tensor name: equal keys = equal bytes. The recipe is normalised first
+ * (shard -> range, negative axes resolved, no-op nodes and unused nodes dropped, reshape/view
+ * chains collapsed, selections moved below casts), so e.g. shard(cast(x)) and cast(shard(x))
+ * share one key, and so do one file's tensors under two checkpoint names. */
 const uint8_t *wd_plan_key(const struct wd_plan *p);
 /* Bytes execution will read from checkpoints (for accounting and tests). */
 uint64_t wd_plan_read_bytes(const struct wd_plan *p);

@@ -2,14 +2,17 @@
  * fuzz_frame.c - the frame decoder (src/frame.c) and the request decoder behind it.
  *
  * The input is a byte stream as a peer would send it. It goes into two receive buffers: one fed
- * all at once, one fed in uneven chunks (sizes from a generator seeded by the input length). Both
- * must hand out the same frames with the same payloads and end in the same state: framing must
- * not depend on how the bytes were split. Every complete payload is also decoded as a Request,
+ * all at once, one in uneven chunks (sizes from a generator seeded by the input length), each
+ * chunk either fed directly or sent through a socketpair and taken with wd_inbuf_read. Both must
+ * hand out the same frames with the same payloads and end in the same state: framing must not
+ * depend on how the bytes were split or how they arrived. Every complete payload is also decoded as a Request,
  * as the daemon would. The last byte picks the limits, so small limits get exercised too.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "frame.h"
 #include "weightd.pb-c.h"
@@ -26,6 +29,24 @@ static void decode(const struct wd_frame *f)
 
 	if (req)
 		weightd__request__free_unpacked(req, NULL);
+}
+
+/* Send n bytes into the socketpair and read them all into b. */
+static void via_socket(struct wd_inbuf *b, const uint8_t *p, size_t n)
+{
+	static int sv[2] = { -1, -1 };
+	size_t got = 0;
+
+	if (sv[0] < 0)
+		check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
+	check(send(sv[0], p, n, 0) == (ssize_t)n);
+	while (got < n) {
+		int rc = wd_inbuf_read(b, sv[1]);
+
+		check(rc > 0);
+		got += (size_t)rc;
+	}
+	check(got == n && wd_inbuf_read(b, sv[1]) == WD_FRAME_AGAIN);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -56,7 +77,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		n = 1 + x % 97;
 		if (n > size - off)
 			n = size - off;
-		check(wd_inbuf_feed(split, data + off, n) == 0);
+		if (x & 0x100)
+			via_socket(split, data + off, n);
+		else
+			check(wd_inbuf_feed(split, data + off, n) == 0);
 		off += n;
 		while ((rc_split = wd_inbuf_next(split, &b)) == 1) {
 			check(b.len <= max_payload && b.nfds == 0 && b.fds == NULL);

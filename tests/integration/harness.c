@@ -207,11 +207,21 @@ int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 			return 0;
 		if (left <= 0)
 			return -1;
-		/* notice a daemon that died without a word */
+		/* Notice a daemon that died without a word; messages it sent before exiting are
+		 * taken first (the reader thread empties the socket, then the queue is scanned). */
 		if (h->pid > 0 && waitpid(h->pid, &status, WNOHANG) == h->pid) {
+			char c;
+
 			h->pid = -1;
 			h->exit_status = status;
-			return -1;
+			for (int i = 0; i < 1000 && recv(h->notify_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0; i++)
+				usleep(1000);
+			usleep(10000);
+			pthread_mutex_lock(&q->lock);
+			while (!found && q->tail < q->head)
+				found = has_line(q->msgs[q->tail++ % NQ_SLOTS], what);
+			pthread_mutex_unlock(&q->lock);
+			return found ? 0 : -1;
 		}
 	}
 }

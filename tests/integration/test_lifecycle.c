@@ -377,8 +377,7 @@ static void preload_keeps_a_checkpoint_resident(void **state)
 		assert_int_equal(st->weight_list[i].clients, 0);
 	}
 	weightd_status_free(st);
-	/* the fd base: settled fds less one per cached weight (no client is connected) */
-	base = harness_settled_fds(&H) - 4;
+	base = it_fd_base_refs(&H, 4);
 
 	/* A client binding p reads nothing: the preloaded weights are the ones it gets. */
 	c = it_connect(&H);

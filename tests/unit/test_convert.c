@@ -823,6 +823,27 @@ static void test_int_rules(void **state)
 	}
 }
 
+/*
+ * Overwrite most of a buffer with values like real weights (moderate magnitudes, all signs), so
+ * the kernels' fast paths for in-range blocks run; about one element in 256 keeps its
+ * interesting value, so some blocks still take the slow path.
+ */
+static void fill_weights(enum wd_dtype t, unsigned char *buf, size_t n)
+{
+	size_t ss = wd_dtype_size(t);
+	for (size_t e = 0; e < n; e++) {
+		double x;
+		if (rnd() % 256 == 0)
+			continue;
+		x = ldexp((double)(rnd() >> 11) * 0x1p-53 + 0.5, -(int)(rnd() % 12));
+		if (rnd() & 1)
+			x = -x;
+		if (rnd() % 64 == 0)
+			x = 0.0;
+		wd_convert_scalar(WD_F64, &x, t, buf + e * ss, 1);
+	}
+}
+
 /* The vector kernels give the scalar kernels' bits: odd lengths, misaligned pointers, no overrun. */
 static void test_vector_matches_scalar(void **state)
 {
@@ -850,6 +871,8 @@ static void test_vector_matches_scalar(void **state)
 					uint64_t r = interesting(from);
 					memcpy(src + so + e * ss, &r, ss);
 				}
+				if (tfmt(from) && (l % 2 || n > 5000))
+					fill_weights(from, src + so, n);
 				memset(a, 0xA5, n * ds + doff + 32);
 				memset(b, 0xA5, n * ds + doff + 32);
 				wd_convert(from, src + so, to, a + doff, n);
@@ -864,6 +887,37 @@ static void test_vector_matches_scalar(void **state)
 				for (size_t k = 0; k < 32; k++) /* nothing written past the end */
 					assert_int_equal(a[doff + n * ds + k], 0xA5);
 			}
+		}
+	}
+	free(src), free(a), free(b);
+}
+
+/*
+ * Every 16-bit code of F16 and BF16, each placed alone in a block of 16 weight-like values, so a
+ * kernel that treats in-range blocks specially meets every code as the one odd element.
+ */
+static void test_vector_every_16bit_code(void **state)
+{
+	(void)state;
+	enum wd_dtype from16[2] = { WD_F16, WD_BF16 }, tos[4] = { WD_F32, WD_F16, WD_BF16, WD_F64 };
+	size_t n = 65536 * 16;
+	uint16_t *src = malloc(n * 2);
+	unsigned char *a = malloc(n * 8), *b = malloc(n * 8);
+
+	assert_non_null(src);
+	assert_non_null(a);
+	assert_non_null(b);
+	for (int f = 0; f < 2; f++) {
+		fill_weights(from16[f], (unsigned char *)src, n);
+		for (size_t c = 0; c < 65536; c++)
+			src[c * 16 + c % 16] = (uint16_t)c;
+		for (int t = 0; t < 4; t++) {
+			if (tos[t] == from16[f])
+				continue;
+			wd_convert(from16[f], src, tos[t], a, n);
+			wd_convert_scalar(from16[f], src, tos[t], b, n);
+			if (memcmp(a, b, n * wd_dtype_size(tos[t])) != 0)
+				fail_msg("%s -> %s differs", wd_dtype_name(from16[f]), wd_dtype_name(tos[t]));
 		}
 	}
 	free(src), free(a), free(b);
@@ -884,6 +938,7 @@ int main(void)
 		cmocka_unit_test(test_f64_single_rounding),
 		cmocka_unit_test(test_int_rules),
 		cmocka_unit_test(test_vector_matches_scalar),
+		cmocka_unit_test(test_vector_every_16bit_code),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

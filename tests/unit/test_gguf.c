@@ -371,6 +371,35 @@ static void test_string_with_nul(void **state)
 	gw_free(&g);
 }
 
+/* A short array of long strings is rendered up to 4096 bytes of text, then marked as cut. */
+static void test_long_array_text_cut(void **state)
+{
+	(void)state;
+	struct gw g;
+	struct wd_table t;
+	struct wd_error err;
+	char s[401];
+	const char *v;
+
+	memset(s, 'y', 400);
+	s[400] = '\0';
+	gw_init(&g);
+	gw_header(&g, 3, 0, 1);
+	gw_key(&g, "merges", GW_ARRAY);
+	gw_arr(&g, GW_STRING, 16);
+	for (int i = 0; i < 16; i++)
+		gw_str(&g, s);
+	wd_table_init(&t);
+	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
+	v = t.meta[0].value;
+	assert_int_equal(strlen(v), 4096 + 3);
+	assert_memory_equal(v, "[\"yyy", 5);
+	assert_string_equal(v + 4096, "...");
+	assert_string_equal(t.meta[0].type, "array[string]");
+	wd_table_free(&t);
+	gw_free(&g);
+}
+
 /*
  * Block geometry of every ggml type weightd lists, stated here from ggml's block structs
  * (ggml-common.h) as sums of their fields, independent of dtype.c.
@@ -661,7 +690,7 @@ static void test_string_lengths(void **state)
 	expect_fail(&g, WD_E_BAD_CHECKPOINT, "at most 65535");
 	gw_free(&g);
 
-	/* an empty key, and a key with a NUL in it */
+	/* an empty key, and keys with control bytes in them */
 	gw_init(&g);
 	gw_header(&g, 3, 0, 1);
 	gw_key(&g, "", GW_U8);
@@ -673,7 +702,13 @@ static void test_string_lengths(void **state)
 	gw_strn(&g, "a\0b", 3);
 	gw_u32(&g, GW_U8);
 	gw_u8(&g, 0);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "NUL");
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "key with control byte 0x00");
+	gw_free(&g);
+	gw_init(&g);
+	gw_header(&g, 3, 0, 1);
+	gw_key(&g, "general.name\nforged line", GW_U8);
+	gw_u8(&g, 0);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "key with control byte 0x0a");
 	gw_free(&g);
 }
 
@@ -1056,8 +1091,25 @@ static void test_tensor_names(void **state)
 	gw_u64(&g, 0);
 	gw_pad(&g, 32);
 	gw_zeros(&g, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "NUL");
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "name with control byte 0x00");
 	gw_free(&g);
+
+	one_tensor(&g, "\x1b[2Jw", 1, d, GG_F32, 0, 64);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "name with control byte 0x1b");
+	gw_free(&g);
+
+	/* UTF-8 is fine */
+	{
+		struct wd_table t;
+		struct wd_error err;
+
+		one_tensor(&g, "caf\xc3\xa9.weight", 1, d, GG_F32, 0, 64);
+		wd_table_init(&t);
+		assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
+		assert_string_equal(t.tensors[0].name, "caf\xc3\xa9.weight");
+		wd_table_free(&t);
+		gw_free(&g);
+	}
 }
 
 /* ---- wd_gguf_read ---- */
@@ -1182,6 +1234,7 @@ int main(void)
 		cmocka_unit_test(test_custom_alignment),
 		cmocka_unit_test(test_metadata_types),
 		cmocka_unit_test(test_string_with_nul),
+		cmocka_unit_test(test_long_array_text_cut),
 		cmocka_unit_test(test_type_byte_lengths),
 		cmocka_unit_test(test_partial_block_rows),
 		cmocka_unit_test(test_unknown_types),

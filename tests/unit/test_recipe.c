@@ -1,0 +1,1464 @@
+/* test_recipe.c - recipes: every preflight error, results against independent index arithmetic,
+ * identity keys, exact read accounting, and files that change between preflight and execution. */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "convert.h"
+#include "digest.h"
+#include "recipe.h"
+#include "sink.h"
+#include "source.h"
+
+/* ---- files the tests write -------------------------------------------------------------------- */
+
+static char dir[] = "/tmp/wd-test-recipe-XXXXXX";
+
+static void path_of(char *out, size_t cap, const char *name)
+{
+	snprintf(out, cap, "%s/%s", dir, name);
+}
+
+struct wt {
+	const char *name;
+	const char *dtype;
+	int ndim;
+	uint64_t shape[WD_MAX_DIMS];
+	const void *data;
+	size_t nbytes;
+};
+
+/* safetensors: u64 LE header length, the JSON header (padded with spaces to 8), the data. */
+static void write_st(const char *name, const struct wt *t, size_t n)
+{
+	char path[256], hdr[4096];
+	size_t off = 0, data = 0;
+	uint8_t len8[8];
+	FILE *f;
+
+	off += (size_t)snprintf(hdr + off, sizeof(hdr) - off, "{");
+	for (size_t i = 0; i < n; i++) {
+		off += (size_t)snprintf(hdr + off, sizeof(hdr) - off, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[",
+					i ? "," : "", t[i].name, t[i].dtype);
+		for (int d = 0; d < t[i].ndim; d++)
+			off += (size_t)snprintf(hdr + off, sizeof(hdr) - off, "%s%llu", d ? "," : "",
+						(unsigned long long)t[i].shape[d]);
+		off += (size_t)snprintf(hdr + off, sizeof(hdr) - off, "],\"data_offsets\":[%zu,%zu]}", data,
+					data + t[i].nbytes);
+		data += t[i].nbytes;
+	}
+	off += (size_t)snprintf(hdr + off, sizeof(hdr) - off, "}");
+	while (off % 8)
+		hdr[off++] = ' ';
+	assert_true(off < sizeof(hdr));
+	for (int i = 0; i < 8; i++)
+		len8[i] = (uint8_t)((uint64_t)off >> (8 * i));
+	path_of(path, sizeof(path), name);
+	f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(len8, 1, 8, f), 8);
+	assert_int_equal(fwrite(hdr, 1, off, f), off);
+	for (size_t i = 0; i < n; i++)
+		if (t[i].nbytes)
+			assert_int_equal(fwrite(t[i].data, 1, t[i].nbytes, f), t[i].nbytes);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* GGUF v3 with one tensor, written from ggml's docs/gguf.md: magic, version, counts, the tensor
+ * info (name, dims innermost first, type, offset), padding to 32, data. */
+static void write_gguf(const char *name, const char *tensor, uint64_t rows, uint64_t cols,
+		       uint32_t ggml_type, const void *data, size_t nbytes)
+{
+	uint8_t hdr[512];
+	size_t off = 0, nl = strlen(tensor);
+	char path[256];
+	FILE *f;
+
+	memcpy(hdr, "GGUF", 4), off = 4;
+	put_le(hdr + off, 3, 4), off += 4;
+	put_le(hdr + off, 1, 8), off += 8;   /* tensors */
+	put_le(hdr + off, 0, 8), off += 8;   /* metadata */
+	put_le(hdr + off, nl, 8), off += 8;
+	memcpy(hdr + off, tensor, nl), off += nl;
+	put_le(hdr + off, 2, 4), off += 4;
+	put_le(hdr + off, cols, 8), off += 8;
+	put_le(hdr + off, rows, 8), off += 8;
+	put_le(hdr + off, ggml_type, 4), off += 4;
+	put_le(hdr + off, 0, 8), off += 8;
+	while (off % 32)
+		hdr[off++] = 0;
+	path_of(path, sizeof(path), name);
+	f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(hdr, 1, off, f), off);
+	assert_int_equal(fwrite(data, 1, nbytes, f), nbytes);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* ---- the test checkpoint ---------------------------------------------------------------------- */
+
+/*
+ * model.safetensors:
+ *   a F32 [4,6]  a[i][j] = 16i + j          b F32 [4,6]  b[i][j] = 100 + 16i + j
+ *   c F32 [2,6]  c[i][j] = -(16i + j) - 1   h U16 [3,5]  h[i][j] = 0x100 + 5i + j
+ *   w I32 [10,3] w[i][j] = 3i + j           s F32 []     7
+ *   z U8 [0]
+ * quant.gguf: q Q8_0 [4,64]: row r, block k: scale d = 2^-(r+k) (f16), quants qs[m] = m - 16 + r
+ */
+static float av(int i, int j) { return (float)(16 * i + j); }
+static float bv(int i, int j) { return (float)(100 + 16 * i + j); }
+static float cv(int i, int j) { return (float)(-(16 * i + j) - 1); }
+static uint16_t hv(int i, int j) { return (uint16_t)(0x100 + 5 * i + j); }
+static int32_t wv(int i, int j) { return 3 * i + j; }
+
+static uint8_t q_bytes[4 * 2 * 34];
+
+static uint16_t f16_pow2(int e) /* 2^e as IEEE half, normal range only */
+{
+	return (uint16_t)((e + 15) << 10);
+}
+
+static float q_value(int r, int col)
+{
+	int k = col / 32, m = col % 32;
+	return (float)(m - 16 + r) / (float)(1 << (r + k));
+}
+
+static struct wd_source *model, *model2, *quant, *victim;
+
+static void make_model(const char *name)
+{
+	static float a[24], b[24], c[12], s = 7.0f;
+	static uint16_t h[15];
+	static int32_t w[30];
+	struct wt t[] = {
+		{ "a", "F32", 2, { 4, 6 }, a, sizeof(a) },
+		{ "b", "F32", 2, { 4, 6 }, b, sizeof(b) },
+		{ "c", "F32", 2, { 2, 6 }, c, sizeof(c) },
+		{ "h", "U16", 2, { 3, 5 }, h, sizeof(h) },
+		{ "w", "I32", 2, { 10, 3 }, w, sizeof(w) },
+		{ "s", "F32", 0, { 0 }, &s, sizeof(s) },
+		{ "z", "U8", 1, { 0 }, NULL, 0 },
+	};
+
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 6; j++)
+			a[i * 6 + j] = av(i, j), b[i * 6 + j] = bv(i, j);
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 6; j++)
+			c[i * 6 + j] = cv(i, j);
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 5; j++)
+			h[i * 5 + j] = hv(i, j);
+	for (int i = 0; i < 10; i++)
+		for (int j = 0; j < 3; j++)
+			w[i * 3 + j] = wv(i, j);
+	write_st(name, t, sizeof(t) / sizeof(t[0]));
+}
+
+static struct wd_source *open_src(const char *name, const char *file)
+{
+	const struct wd_limits lim = WD_LIMITS_DEFAULT;
+	struct wd_source *src = NULL;
+	struct wd_error err;
+	char path[256];
+	int r;
+
+	path_of(path, sizeof(path), file);
+	r = wd_source_open(name, path, &lim, &src, &err);
+	if (r < 0)
+		print_message("open %s: %s\n", path, err.msg);
+	assert_int_equal(r, 0);
+	return src;
+}
+
+static int group_setup(void **state)
+{
+	if (!mkdtemp(dir))
+		return -1;
+	make_model("model.safetensors");
+	make_model("copy.safetensors");
+	for (int r = 0; r < 4; r++)
+		for (int k = 0; k < 2; k++) {
+			uint8_t *blk = q_bytes + (r * 2 + k) * 34;
+			put_le(blk, f16_pow2(-(r + k)), 2);
+			for (int m = 0; m < 32; m++)
+				blk[2 + m] = (uint8_t)(int8_t)(m - 16 + r);
+		}
+	write_gguf("quant.gguf", "q", 4, 64, 8 /* Q8_0 */, q_bytes, sizeof(q_bytes));
+	model = open_src("model", "model.safetensors");
+	model2 = open_src("model-again", "model.safetensors");
+	quant = open_src("quant", "quant.gguf");
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	char path[256];
+	const char *files[] = { "model.safetensors", "copy.safetensors", "quant.gguf",
+				"victim.safetensors", "victim.new" };
+
+	wd_source_free(model);
+	wd_source_free(model2);
+	wd_source_free(quant);
+	wd_source_free(victim);
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		path_of(path, sizeof(path), files[i]);
+		unlink(path);
+	}
+	return rmdir(dir);
+}
+
+/* ---- resolver --------------------------------------------------------------------------------- */
+
+static struct wd_source *copy_src;
+
+static int lookup(void *ctx, const char *ck, const struct wd_source **ret, struct wd_error *err)
+{
+	struct { const char *name; struct wd_source *src; } reg[] = {
+		{ "model", model }, { "model-again", model2 }, { "quant", quant },
+		{ "victim", victim }, { "copy", copy_src },
+	};
+
+	for (size_t i = 0; i < sizeof(reg) / sizeof(reg[0]); i++)
+		if (reg[i].src && strcmp(reg[i].name, ck) == 0) {
+			*ret = reg[i].src;
+			return 0;
+		}
+	return wd_error_set(err, WD_E_UNKNOWN_SOURCE, "no checkpoint is called \"%s\"", ck);
+}
+
+static const struct wd_resolver resolver = { NULL, lookup };
+
+/* ---- recipe builder --------------------------------------------------------------------------- */
+
+#define RB_MAX 300
+
+struct rb {
+	struct wd_rnode n[RB_MAX];
+	uint32_t in[RB_MAX][8];
+	size_t len;
+};
+
+static struct wd_selection FULL(void)
+{
+	struct wd_selection s = { .kind = WD_SEL_FULL };
+	return s;
+}
+
+static struct wd_selection RANGE(uint32_t axis, uint64_t start, uint64_t end)
+{
+	struct wd_selection s = { .kind = WD_SEL_RANGE, .axis = axis, .start = start, .end = end };
+	return s;
+}
+
+static struct wd_selection SHARD(uint32_t axis, uint32_t rank, uint32_t world)
+{
+	struct wd_selection s = { .kind = WD_SEL_SHARD, .axis = axis, .rank = rank, .world = world };
+	return s;
+}
+
+static struct wd_selection INDICES(uint32_t axis, const uint64_t *idx, size_t n)
+{
+	struct wd_selection s = { .kind = WD_SEL_INDICES, .axis = axis, .indices = idx, .n_indices = n };
+	return s;
+}
+
+static struct wd_selection ELEMENTS(uint64_t start, uint64_t end, int ndim, ...)
+{
+	struct wd_selection s = { .kind = WD_SEL_ELEMENTS, .start = start, .end = end, .ndim = ndim };
+	va_list ap;
+
+	va_start(ap, ndim);
+	for (int i = 0; i < ndim; i++)
+		s.shape[i] = va_arg(ap, uint64_t);
+	va_end(ap);
+	return s;
+}
+
+static struct wd_rnode *rb_add(struct rb *b, enum wd_op op, int nin, va_list *ap)
+{
+	struct wd_rnode *n;
+
+	assert_true(b->len < RB_MAX);
+	n = &b->n[b->len];
+	memset(n, 0, sizeof(*n));
+	n->op = op;
+	n->inputs = b->in[b->len];
+	n->n_inputs = (size_t)nin;
+	for (int i = 0; i < nin; i++)
+		b->in[b->len][i] = va_arg(*ap, uint32_t);
+	b->len++;
+	return n;
+}
+
+static uint32_t r_src(struct rb *b, const char *ck, const char *t, struct wd_selection sel)
+{
+	struct wd_rnode *n = rb_add(b, WD_OP_SOURCE, 0, NULL);
+	n->checkpoint = ck;
+	n->tensor = t;
+	n->sel = sel;
+	return (uint32_t)b->len - 1;
+}
+
+static uint32_t r_sel(struct rb *b, uint32_t in, struct wd_selection sel)
+{
+	struct wd_rnode *n = rb_add(b, WD_OP_SELECT, 0, NULL);
+	b->in[b->len - 1][0] = in;
+	n->n_inputs = 1;
+	n->sel = sel;
+	return (uint32_t)b->len - 1;
+}
+
+static uint32_t r_join(struct rb *b, enum wd_op op, int32_t axis, int nin, ...)
+{
+	va_list ap;
+	struct wd_rnode *n;
+
+	va_start(ap, nin);
+	n = rb_add(b, op, nin, &ap);
+	va_end(ap);
+	n->axis = axis;
+	return (uint32_t)b->len - 1;
+}
+
+static uint32_t r_one(struct rb *b, enum wd_op op, uint32_t in)
+{
+	struct wd_rnode *n = rb_add(b, op, 0, NULL);
+	b->in[b->len - 1][0] = in;
+	n->n_inputs = 1;
+	return (uint32_t)b->len - 1;
+}
+
+static uint32_t r_shape(struct rb *b, enum wd_op op, uint32_t in, enum wd_dtype dt, int ndim, ...)
+{
+	uint32_t i = r_one(b, op, in);
+	va_list ap;
+
+	va_start(ap, ndim);
+	b->n[i].ndim = ndim;
+	for (int d = 0; d < ndim; d++)
+		b->n[i].shape[d] = va_arg(ap, uint64_t);
+	va_end(ap);
+	b->n[i].dtype = dt;
+	return i;
+}
+
+#define r_reshape(b, in, ndim, ...) r_shape(b, WD_OP_RESHAPE, in, WD_DTYPE_INVALID, ndim, __VA_ARGS__)
+#define r_view(b, in, dt, ndim, ...) r_shape(b, WD_OP_VIEW, in, dt, ndim, __VA_ARGS__)
+
+static uint32_t r_transpose(struct rb *b, uint32_t in, int n, ...)
+{
+	uint32_t i = r_one(b, WD_OP_TRANSPOSE, in);
+	va_list ap;
+
+	va_start(ap, n);
+	b->n[i].n_perm = n;
+	for (int d = 0; d < n; d++)
+		b->n[i].perm[d] = va_arg(ap, uint32_t);
+	va_end(ap);
+	return i;
+}
+
+static uint32_t r_cast(struct rb *b, uint32_t in, enum wd_dtype dt)
+{
+	uint32_t i = r_one(b, WD_OP_CAST, in);
+	b->n[i].dtype = dt;
+	return i;
+}
+
+static int preflight(struct rb *b, const struct wd_recipe_limits *lim, struct wd_plan **ret,
+		     struct wd_error *err)
+{
+	struct wd_recipe r = { b->n, b->len };
+	return wd_recipe_preflight(&r, &resolver, lim, ret, err);
+}
+
+/* ---- running a plan --------------------------------------------------------------------------- */
+
+/* Execute into a memfd-backed sink; the output bytes in *ret (malloc'd). */
+static int execute(const struct wd_plan *p, size_t scratch_bytes, uint8_t **ret, uint64_t *ret_read,
+		   uint8_t digest[WD_DIGEST_LEN], struct wd_error *err)
+{
+	struct wd_scratch sc;
+	struct wd_sink sink;
+	uint64_t n = wd_plan_nbytes(p);
+	int fd = memfd_create("wd-test-recipe", MFD_CLOEXEC), r;
+	uint8_t *out = malloc(n);
+
+	assert_true(fd >= 0);
+	assert_non_null(out);
+	assert_int_equal(wd_scratch_init(&sc, scratch_bytes), 0);
+	assert_int_equal(wd_sink_init(&sink, fd, n), 0);
+	*ret_read = 0;
+	r = wd_plan_execute(p, &sink, &sc, ret_read, err);
+	if (r == 0) {
+		assert_int_equal(wd_sink_finish(&sink, digest, err), 0);
+		assert_int_equal(pread(fd, out, n, 0), (ssize_t)n);
+		*ret = out;
+	} else {
+		wd_sink_abort(&sink);
+		free(out);
+	}
+	wd_scratch_free(&sc);
+	close(fd);
+	return r;
+}
+
+/*
+ * Preflight and run b; the output must be dtype/shape with exactly the bytes `want` (its SHA-256
+ * too), with exactly `want_read` checkpoint bytes read, under several scratch sizes (odd small
+ * ones split every piece across chunks).
+ */
+static void expect_result(struct rb *b, enum wd_dtype dt, int ndim, const uint64_t *shape,
+			  const void *want, size_t nbytes, uint64_t want_read)
+{
+	static const size_t scratch[] = { 4u << 20, 13, 64 };
+	struct wd_plan *p = NULL;
+	struct wd_error err;
+	uint8_t want_digest[WD_DIGEST_LEN];
+	int r = preflight(b, NULL, &p, &err);
+
+	if (r < 0)
+		print_message("preflight: %s\n", err.msg);
+	assert_int_equal(r, 0);
+	assert_int_equal(wd_plan_dtype(p), dt);
+	assert_int_equal(wd_plan_ndim(p), ndim);
+	assert_memory_equal(wd_plan_shape(p), shape, sizeof(uint64_t) * (size_t)ndim);
+	assert_int_equal(wd_plan_nbytes(p), nbytes);
+	assert_int_equal(wd_plan_read_bytes(p), want_read);
+	assert_int_equal(wd_sha256(want, nbytes, want_digest), 0);
+	for (size_t k = 0; k < sizeof(scratch) / sizeof(scratch[0]); k++) {
+		uint8_t *out = NULL, digest[WD_DIGEST_LEN];
+		uint64_t got_read;
+
+		r = execute(p, scratch[k], &out, &got_read, digest, &err);
+		if (r < 0)
+			print_message("execute (scratch %zu): %s\n", scratch[k], err.msg);
+		assert_int_equal(r, 0);
+		assert_memory_equal(out, want, nbytes);
+		assert_memory_equal(digest, want_digest, WD_DIGEST_LEN);
+		assert_int_equal(got_read, want_read);
+		free(out);
+	}
+	wd_plan_free(p);
+}
+
+/* Preflight must fail with `code` about recipe node `node` (0-based), its message naming it. */
+static void expect_error(struct rb *b, const struct wd_recipe_limits *lim, int code, uint32_t node,
+			 const char *needle)
+{
+	struct wd_plan *p = NULL;
+	struct wd_error err;
+	char head[64];
+	int r = preflight(b, lim, &p, &err);
+
+	if (r != -code || (int)err.node != (int)node + 1 || !strstr(err.msg, needle))
+		print_message("want %s at node %u (\"%s\"); got %d at node %u: %s\n",
+			      wd_code_name(code), node, needle, r, err.node, err.msg);
+	assert_int_equal(r, -code);
+	assert_int_equal(err.code, code);
+	assert_null(p);
+	assert_int_equal(err.node, node + 1);
+	snprintf(head, sizeof(head), "node %u (", node);
+	assert_non_null(strstr(err.msg, head));
+	assert_non_null(strstr(err.msg, needle));
+}
+
+/* ---- preflight errors ------------------------------------------------------------------------- */
+
+static void test_error_unknown_source_and_tensor(void **state)
+{
+	struct rb b = { .len = 0 };
+	struct wd_plan *p = NULL;
+	struct wd_error err;
+
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "nope", "a", FULL());
+	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
+	expect_error(&b, NULL, WD_E_UNKNOWN_SOURCE, 1, "nope");
+	preflight(&b, NULL, &p, &err);
+	assert_string_equal(err.checkpoint, "nope");
+
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "missing", FULL());
+	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
+	expect_error(&b, NULL, WD_E_UNKNOWN_TENSOR, 1, "missing");
+	preflight(&b, NULL, &p, &err);
+	assert_string_equal(err.checkpoint, "model");
+	assert_string_equal(err.tensor, "missing");
+}
+
+static void test_error_inputs(void **state)
+{
+	struct rb b = { .len = 0 };
+
+	r_src(&b, "model", "a", FULL());
+	r_join(&b, WD_OP_CONCAT, 0, 0);
+	expect_error(&b, NULL, WD_E_EMPTY_INPUTS, 1, "concat");
+
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_join(&b, WD_OP_STACK, 0, 0);
+	expect_error(&b, NULL, WD_E_EMPTY_INPUTS, 1, "at least one");
+
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_one(&b, WD_OP_CAST, 0);
+	b.n[1].n_inputs = 0;
+	expect_error(&b, NULL, WD_E_EMPTY_INPUTS, 1, "cast");
+
+	/* An input that is the node itself or comes later. */
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
+	expect_error(&b, NULL, WD_E_INVALID, 1, "does not come before");
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_cast(&b, 2, WD_F32);
+	r_cast(&b, 0, WD_F32);
+	expect_error(&b, NULL, WD_E_INVALID, 1, "node 2");
+}
+
+static void test_error_dtype_shape_axis(void **state)
+{
+	struct rb b = { .len = 0 };
+
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "h", FULL());
+	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
+	expect_error(&b, NULL, WD_E_DTYPE_MISMATCH, 2, "U16");
+
+	/* a [4,6] and c [2,6] join on axis 0 but not on axis 1, nor stack. */
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "c", FULL());
+	r_join(&b, WD_OP_CONCAT, 1, 2, 0u, 1u);
+	{
+		struct wd_plan *p = NULL;
+		struct wd_error err;
+		expect_error(&b, NULL, WD_E_SHAPE_MISMATCH, 2, "axis 0");
+		preflight(&b, NULL, &p, &err);
+		assert_int_equal(err.axis, 0);
+		assert_int_equal(err.expected, 4);
+		assert_int_equal(err.actual, 2);
+	}
+	b.n[2].op = WD_OP_STACK;
+	b.n[2].axis = 0;
+	expect_error(&b, NULL, WD_E_SHAPE_MISMATCH, 2, "equal shapes");
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "w", RANGE(0, 0, 1));
+	r_reshape(&b, 1, 1, (uint64_t)3);
+	r_view(&b, 2, WD_F32, 1, (uint64_t)3);
+	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 3u);
+	expect_error(&b, NULL, WD_E_SHAPE_MISMATCH, 4, "dimensions");
+
+	/* Join axes: concat on [-2, 2), stack on [-3, 3) for 2-d inputs. */
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "b", FULL());
+	r_join(&b, WD_OP_CONCAT, 2, 2, 0u, 1u);
+	expect_error(&b, NULL, WD_E_AXIS_RANGE, 2, "axis 2");
+	b.n[2].axis = -3;
+	expect_error(&b, NULL, WD_E_AXIS_RANGE, 2, "axis -3");
+	b.n[2].op = WD_OP_STACK;
+	b.n[2].axis = 3;
+	expect_error(&b, NULL, WD_E_AXIS_RANGE, 2, "axis 3");
+	b.n[2].axis = -4;
+	expect_error(&b, NULL, WD_E_AXIS_RANGE, 2, "axis -4");
+	/* A 0-d tensor has no axis to concatenate on. */
+	b.len = 0;
+	r_src(&b, "model", "s", FULL());
+	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 0u);
+	expect_error(&b, NULL, WD_E_AXIS_RANGE, 1, "axis 0");
+	/* A selection's axis beyond the input. */
+	b.len = 0;
+	r_src(&b, "model", "a", RANGE(2, 0, 1));
+	expect_error(&b, NULL, WD_E_AXIS_RANGE, 0, "axis 2");
+}
+
+static void test_error_counts_and_perm(void **state)
+{
+	struct rb b = { .len = 0 };
+
+	r_src(&b, "model", "a", FULL());
+	r_reshape(&b, 0, 2, (uint64_t)5, (uint64_t)5);
+	expect_error(&b, NULL, WD_E_ELEMENT_COUNT, 1, "25 elements");
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_view(&b, 0, WD_F16, 2, (uint64_t)4, (uint64_t)6);
+	expect_error(&b, NULL, WD_E_BYTE_COUNT, 1, "48 bytes");
+	b.len = 0;
+	r_src(&b, "model", "a", ELEMENTS(0, 10, 2, (uint64_t)3, (uint64_t)3));
+	expect_error(&b, NULL, WD_E_ELEMENT_COUNT, 0, "holds 9");
+
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_transpose(&b, 0, 2, 0u, 0u);
+	expect_error(&b, NULL, WD_E_NOT_PERMUTATION, 1, "twice");
+	b.n[1].perm[1] = 2;
+	expect_error(&b, NULL, WD_E_NOT_PERMUTATION, 1, "not an axis");
+	b.n[1].n_perm = 3;
+	expect_error(&b, NULL, WD_E_NOT_PERMUTATION, 1, "3 entries");
+}
+
+static void test_error_zero_sized(void **state)
+{
+	struct rb b = { .len = 0 };
+
+	r_src(&b, "model", "a", RANGE(1, 2, 2));
+	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "empty");
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_reshape(&b, 0, 3, (uint64_t)4, (uint64_t)0, (uint64_t)6);
+	expect_error(&b, NULL, WD_E_ZERO_SIZED, 1, "size 0");
+	b.len = 0;
+	r_src(&b, "model", "a", SHARD(0, 3, 5));  /* 4 rows over 5 ranks: rank 4 gets none */
+	b.n[0].sel.rank = 4;
+	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "gets nothing");
+	b.len = 0;
+	r_src(&b, "model", "a", INDICES(0, NULL, 0));
+	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "empty");
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "z", FULL());
+	expect_error(&b, NULL, WD_E_ZERO_SIZED, 1, "no elements");
+}
+
+static void test_error_cast_overflow(void **state)
+{
+	struct rb b = { .len = 0 };
+
+	r_src(&b, "model", "a", FULL());
+	r_cast(&b, 0, WD_Q4_0);
+	expect_error(&b, NULL, WD_E_UNSUPPORTED_CAST, 1, "from F32 to Q4_0");
+	b.len = 0;
+	r_src(&b, "quant", "q", FULL());
+	r_cast(&b, 0, WD_Q4_0);
+	expect_error(&b, NULL, WD_E_UNSUPPORTED_CAST, 1, "from Q8_0 to Q4_0");
+
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_reshape(&b, 0, 3, (uint64_t)1 << 32, (uint64_t)1 << 32, (uint64_t)2);
+	expect_error(&b, NULL, WD_E_OVERFLOW, 1, "2^64");
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_view(&b, 0, WD_F64, 2, (uint64_t)1 << 62, (uint64_t)2);
+	expect_error(&b, NULL, WD_E_OVERFLOW, 1, "2^64");
+}
+
+static void test_error_limits(void **state)
+{
+	struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+	struct rb b = { .len = 0 };
+	struct wd_plan *p = NULL;
+	struct wd_error err;
+	static uint64_t idx[8];
+
+	/* Too deep: a chain of casts is depth 1 + n. */
+	r_src(&b, "model", "a", FULL());
+	for (uint32_t i = 0; i < 4; i++)
+		r_cast(&b, i, WD_F32);
+	lim.max_depth = 4;
+	expect_error(&b, &lim, WD_E_TOO_DEEP, 4, "5 operations deep");
+	lim.max_depth = 5;
+	assert_int_equal(preflight(&b, &lim, &p, &err), 0);
+	wd_plan_free(p);
+	p = NULL;
+
+	/* Too many nodes: the error names the first node past the limit. */
+	lim = (struct wd_recipe_limits)WD_RECIPE_LIMITS_DEFAULT;
+	lim.max_nodes = 4;
+	expect_error(&b, &lim, WD_E_TOO_LARGE, 4, "5 nodes");
+
+	/* Output too large. */
+	lim = (struct wd_recipe_limits)WD_RECIPE_LIMITS_DEFAULT;
+	lim.max_output_bytes = 95;
+	expect_error(&b, &lim, WD_E_TOO_LARGE, 4, "96 bytes");
+
+	/* Too many indices in all. */
+	lim = (struct wd_recipe_limits)WD_RECIPE_LIMITS_DEFAULT;
+	lim.max_indices = 10;
+	b.len = 0;
+	r_src(&b, "model", "a", INDICES(0, idx, 6));
+	r_sel(&b, 0, INDICES(1, idx, 5));
+	expect_error(&b, &lim, WD_E_TOO_LARGE, 1, "indices");
+	lim.max_indices = 11;
+	assert_int_equal(preflight(&b, &lim, &p, &err), 0);
+	wd_plan_free(p);
+	p = NULL;
+
+	/* Working memory: a transpose holds its input (96 bytes) in memory. */
+	lim = (struct wd_recipe_limits)WD_RECIPE_LIMITS_DEFAULT;
+	lim.max_temp_bytes = 95;
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_transpose(&b, 0, 2, 1u, 0u);
+	expect_error(&b, &lim, WD_E_TOO_LARGE, 1, "working memory");
+	lim.max_temp_bytes = 96;
+	assert_int_equal(preflight(&b, &lim, &p, &err), 0);
+	wd_plan_free(p);
+}
+
+static void test_error_selection_range(void **state)
+{
+	static const uint64_t idx[] = { 1, 4, 2 };
+	struct rb b = { .len = 0 };
+	struct wd_plan *p = NULL;
+	struct wd_error err;
+
+	r_src(&b, "model", "a", RANGE(1, 2, 7));
+	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 0, "2:7");
+	preflight(&b, NULL, &p, &err);
+	assert_int_equal(err.axis, 1);
+	assert_int_equal(err.expected, 6);
+	assert_int_equal(err.actual, 7);
+	b.n[0].sel = RANGE(0, 3, 1);
+	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 0, "3:1");
+	b.n[0].sel = INDICES(0, idx, 3);
+	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 0, "index 1 is 4");
+	b.n[0].sel = SHARD(0, 4, 4);
+	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 0, "rank 4");
+	b.n[0].sel = SHARD(0, 0, 0);
+	expect_error(&b, NULL, WD_E_INVALID, 0, "world");
+	b.n[0].sel = ELEMENTS(20, 26, 1, (uint64_t)6);
+	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 0, "20:26");
+	/* The same through a select node. */
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_sel(&b, 0, RANGE(0, 0, 5));
+	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 1, "0:5");
+}
+
+static void test_error_blocks(void **state)
+{
+	static const uint64_t idx[] = { 0, 1 };
+	struct rb b = { .len = 0 };
+
+	r_src(&b, "quant", "q", RANGE(1, 0, 16));
+	expect_error(&b, NULL, WD_E_UNSUPPORTED, 0, "whole blocks");
+	b.n[0].sel = INDICES(1, idx, 2);
+	expect_error(&b, NULL, WD_E_UNSUPPORTED, 0, "split blocks");
+	b.n[0].sel = ELEMENTS(0, 48, 2, (uint64_t)3, (uint64_t)16);
+	expect_error(&b, NULL, WD_E_UNSUPPORTED, 0, "whole blocks");
+	b.n[0].sel = SHARD(1, 2, 4);   /* 2 blocks over 4 ranks */
+	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "blocks");
+	b.len = 0;
+	r_src(&b, "quant", "q", FULL());
+	r_transpose(&b, 0, 2, 1u, 0u);
+	expect_error(&b, NULL, WD_E_UNSUPPORTED, 1, "innermost");
+	b.len = 0;
+	r_src(&b, "quant", "q", FULL());
+	r_reshape(&b, 0, 2, (uint64_t)256, (uint64_t)1);
+	expect_error(&b, NULL, WD_E_UNSUPPORTED, 1, "whole blocks");
+	b.len = 0;
+	r_src(&b, "quant", "q", FULL());
+	r_join(&b, WD_OP_STACK, 2, 2, 0u, 0u);
+	expect_error(&b, NULL, WD_E_UNSUPPORTED, 1, "whole blocks");
+}
+
+/* ---- results against independent arithmetic --------------------------------------------------- */
+
+static void test_source_selections(void **state)
+{
+	static const uint64_t rows[] = { 3, 0, 3 }, cols[] = { 5, 0, 2 };
+	uint64_t shape[3];
+	float f[64];
+	struct rb b = { .len = 0 };
+	int n;
+
+	/* Full tensor. */
+	r_src(&b, "model", "a", FULL());
+	for (int i = 0; i < 24; i++)
+		f[i] = av(i / 6, i % 6);
+	shape[0] = 4, shape[1] = 6;
+	expect_result(&b, WD_F32, 2, shape, f, 96, 96);
+
+	/* Range on the inner axis. */
+	b.len = 0;
+	r_src(&b, "model", "a", RANGE(1, 1, 4));
+	n = 0;
+	for (int i = 0; i < 4; i++)
+		for (int j = 1; j < 4; j++)
+			f[n++] = av(i, j);
+	shape[0] = 4, shape[1] = 3;
+	expect_result(&b, WD_F32, 2, shape, f, 48, 48);
+
+	/* A select of a select: rows 1:3 of columns 1:4. */
+	r_sel(&b, 0, RANGE(0, 1, 3));
+	n = 0;
+	for (int i = 1; i < 3; i++)
+		for (int j = 1; j < 4; j++)
+			f[n++] = av(i, j);
+	shape[0] = 2;
+	expect_result(&b, WD_F32, 2, shape, f, 24, 24);
+
+	/* Indices, repeated, on each axis. */
+	b.len = 0;
+	r_src(&b, "model", "a", INDICES(0, rows, 3));
+	n = 0;
+	for (int k = 0; k < 3; k++)
+		for (int j = 0; j < 6; j++)
+			f[n++] = av((int)rows[k], j);
+	shape[0] = 3, shape[1] = 6;
+	expect_result(&b, WD_F32, 2, shape, f, 72, 72);
+	b.len = 0;
+	r_src(&b, "model", "a", INDICES(1, cols, 3));
+	n = 0;
+	for (int i = 0; i < 4; i++)
+		for (int k = 0; k < 3; k++)
+			f[n++] = av(i, (int)cols[k]);
+	shape[0] = 4, shape[1] = 3;
+	expect_result(&b, WD_F32, 2, shape, f, 48, 48);
+
+	/* A run of elements with its own shape. */
+	b.len = 0;
+	r_src(&b, "model", "a", ELEMENTS(5, 17, 2, (uint64_t)3, (uint64_t)4));
+	for (int k = 0; k < 12; k++)
+		f[k] = av((5 + k) / 6, (5 + k) % 6);
+	shape[0] = 3, shape[1] = 4;
+	expect_result(&b, WD_F32, 2, shape, f, 48, 48);
+
+	/* A 0-d tensor. */
+	b.len = 0;
+	r_src(&b, "model", "s", FULL());
+	f[0] = 7.0f;
+	expect_result(&b, WD_F32, 0, shape, f, 4, 4);
+}
+
+static void test_shard(void **state)
+{
+	/* w [10,3] over 4 ranks: torch.tensor_split gives rows 3,3,2,2. */
+	static const int sizes[] = { 3, 3, 2, 2 };
+	int32_t want[30], all[30];
+	uint64_t shape[2] = { 0, 3 };
+	size_t filled = 0;
+	int row0 = 0;
+
+	for (int r = 0; r < 4; r++) {
+		struct rb b = { .len = 0 };
+		struct wd_plan *p = NULL;
+		struct wd_error err;
+		uint8_t *out, digest[WD_DIGEST_LEN];
+		uint64_t got;
+		int n = 0;
+
+		r_src(&b, "model", "w", SHARD(0, (uint32_t)r, 4));
+		for (int i = row0; i < row0 + sizes[r]; i++)
+			for (int j = 0; j < 3; j++)
+				want[n++] = wv(i, j);
+		shape[0] = (uint64_t)sizes[r];
+		expect_result(&b, WD_I32, 2, shape, want, (size_t)n * 4, (uint64_t)n * 4);
+		row0 += sizes[r];
+		assert_int_equal(preflight(&b, NULL, &p, &err), 0);
+		assert_int_equal(execute(p, 1 << 20, &out, &got, digest, &err), 0);
+		memcpy((uint8_t *)all + filled, out, wd_plan_nbytes(p));
+		filled += wd_plan_nbytes(p);
+		free(out);
+		wd_plan_free(p);
+	}
+	/* The ranks concatenated are the whole tensor. */
+	assert_int_equal(filled, sizeof(all));
+	for (int i = 0; i < 10; i++)
+		for (int j = 0; j < 3; j++)
+			assert_int_equal(all[i * 3 + j], wv(i, j));
+
+	/* The inner axis: 6 columns of a over 4 ranks are 2,2,1,1. */
+	{
+		static const int cs[] = { 2, 2, 1, 1 }, c0[] = { 0, 2, 4, 5 };
+		for (int r = 0; r < 4; r++) {
+			struct rb b = { .len = 0 };
+			float f[8];
+			int n = 0;
+			r_src(&b, "model", "a", FULL());
+			r_sel(&b, 0, SHARD(1, (uint32_t)r, 4));
+			for (int i = 0; i < 4; i++)
+				for (int j = c0[r]; j < c0[r] + cs[r]; j++)
+					f[n++] = av(i, j);
+			shape[0] = 4, shape[1] = (uint64_t)cs[r];
+			expect_result(&b, WD_F32, 2, shape, f, (size_t)n * 4, (uint64_t)n * 4);
+		}
+	}
+}
+
+static void test_concat_stack(void **state)
+{
+	float f[96];
+	uint64_t shape[3];
+	struct rb b = { .len = 0 };
+	int n = 0;
+
+	/* Axis 0: a then c. */
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "c", FULL());
+	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
+	for (int i = 0; i < 6; i++)
+		for (int j = 0; j < 6; j++)
+			f[n++] = i < 4 ? av(i, j) : cv(i - 4, j);
+	shape[0] = 6, shape[1] = 6;
+	expect_result(&b, WD_F32, 2, shape, f, 144, 144);
+
+	/* Axis -1 (= 1): a, b, a. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "b", FULL());
+	r_join(&b, WD_OP_CONCAT, -1, 3, 0u, 1u, 0u);
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 18; j++)
+			f[n++] = j < 6 ? av(i, j) : j < 12 ? bv(i, j - 6) : av(i, j - 12);
+	shape[0] = 4, shape[1] = 18;
+	expect_result(&b, WD_F32, 2, shape, f, 288, 288);
+
+	/* Stack on each of the three possible axes. */
+	for (int axis = 0; axis < 3; axis++) {
+		b.len = 0;
+		n = 0;
+		r_src(&b, "model", "a", FULL());
+		r_src(&b, "model", "b", FULL());
+		r_join(&b, WD_OP_STACK, axis, 2, 0u, 1u);
+		uint64_t d[3] = { 4, 6, 0 };
+		for (int k = 2; k > axis; k--)
+			d[k] = d[k - 1];
+		d[axis] = 2;
+		for (uint64_t x = 0; x < d[0]; x++)
+			for (uint64_t y = 0; y < d[1]; y++)
+				for (uint64_t z = 0; z < d[2]; z++) {
+					uint64_t ix[3] = { x, y, z }, which = ix[axis], rc[2];
+					for (int k = 0, m = 0; k < 3; k++)
+						if (k != axis)
+							rc[m++] = ix[k];
+					f[n++] = which ? bv((int)rc[0], (int)rc[1]) : av((int)rc[0], (int)rc[1]);
+				}
+		expect_result(&b, WD_F32, 3, d, f, 192, 192);
+	}
+
+	/* Range on axis 1 of a concat on axis 1 (reads only the selected bytes). */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "b", FULL());
+	r_join(&b, WD_OP_CONCAT, 1, 2, 0u, 1u);
+	r_sel(&b, 2, RANGE(1, 4, 9));
+	for (int i = 0; i < 4; i++)
+		for (int j = 4; j < 9; j++)
+			f[n++] = j < 6 ? av(i, j) : bv(i, j - 6);
+	shape[0] = 4, shape[1] = 5;
+	expect_result(&b, WD_F32, 2, shape, f, 80, 80);
+}
+
+static void test_transpose_reshape_view(void **state)
+{
+	float f[96];
+	uint64_t shape[3];
+	uint8_t bytes[96];
+	struct rb b = { .len = 0 };
+	int n = 0;
+
+	r_src(&b, "model", "a", FULL());
+	r_transpose(&b, 0, 2, 1u, 0u);
+	for (int j = 0; j < 6; j++)
+		for (int i = 0; i < 4; i++)
+			f[n++] = av(i, j);
+	shape[0] = 6, shape[1] = 4;
+	expect_result(&b, WD_F32, 2, shape, f, 96, 96);
+
+	/* 3-d: stack(a, b) [2,4,6] transposed by [2,0,1] -> [6,2,4]: out[j][s][i] = (s ? b : a)[i][j]. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "b", FULL());
+	r_join(&b, WD_OP_STACK, 0, 2, 0u, 1u);
+	r_transpose(&b, 2, 3, 2u, 0u, 1u);
+	for (int j = 0; j < 6; j++)
+		for (int s = 0; s < 2; s++)
+			for (int i = 0; i < 4; i++)
+				f[n++] = s ? bv(i, j) : av(i, j);
+	shape[0] = 6, shape[1] = 2, shape[2] = 4;
+	expect_result(&b, WD_F32, 3, shape, f, 192, 192);
+
+	/* A range of a transpose: rows 1:3 of a^T. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_transpose(&b, 0, 2, 1u, 0u);
+	r_sel(&b, 1, RANGE(0, 1, 3));
+	for (int j = 1; j < 3; j++)
+		for (int i = 0; i < 4; i++)
+			f[n++] = av(i, j);
+	shape[0] = 2, shape[1] = 4;
+	expect_result(&b, WD_F32, 2, shape, f, 32, 96);
+
+	/* Reshape then a range on the new inner axis. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_reshape(&b, 0, 2, (uint64_t)2, (uint64_t)12);
+	r_sel(&b, 1, RANGE(1, 3, 9));
+	for (int r = 0; r < 2; r++)
+		for (int k = 3; k < 9; k++)
+			f[n++] = av((r * 12 + k) / 6, (r * 12 + k) % 6);
+	shape[0] = 2, shape[1] = 6;
+	expect_result(&b, WD_F32, 2, shape, f, 48, 48);
+
+	/* View: F32 [4,6] as U16 [4,12], then columns 2:4 (the two halves of element 1). */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_view(&b, 0, WD_U16, 2, (uint64_t)4, (uint64_t)12);
+	r_sel(&b, 1, RANGE(1, 2, 4));
+	for (int i = 0; i < 4; i++) {
+		float v = av(i, 1);
+		uint32_t u;
+		memcpy(&u, &v, 4);
+		for (int k = 0; k < 4; k++)
+			bytes[n++] = (uint8_t)(u >> (8 * k));
+	}
+	shape[0] = 4, shape[1] = 2;
+	expect_result(&b, WD_U16, 2, shape, bytes, 16, 16);
+
+	/* A selection over a mix of file bytes and computed bytes: concat(a, (reshape(a) [6,4])^T)
+	 * on axis 1, then columns 5:8. The concat is evaluated once into memory. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_reshape(&b, 0, 2, (uint64_t)6, (uint64_t)4);
+	r_transpose(&b, 1, 2, 1u, 0u);       /* t[i][j] = a_flat[j*4 + i], shape [4,6] */
+	r_join(&b, WD_OP_CONCAT, 1, 2, 0u, 2u);
+	r_sel(&b, 3, RANGE(1, 5, 8));
+	for (int i = 0; i < 4; i++)
+		for (int j = 5; j < 8; j++) {
+			int k = j < 6 ? -1 : (j - 6) * 4 + i;
+			f[n++] = j < 6 ? av(i, j) : av(k / 6, k % 6);
+		}
+	shape[0] = 4, shape[1] = 3;
+	expect_result(&b, WD_F32, 2, shape, f, 48, 192);
+}
+
+static void test_quantized(void **state)
+{
+	uint8_t want[272];
+	float f[256];
+	uint64_t shape[2];
+	struct rb b = { .len = 0 };
+	int n = 0;
+
+	/* Blocks are kept packed; a range on the inner axis covering the second block of each row. */
+	r_src(&b, "quant", "q", RANGE(1, 32, 64));
+	for (int r = 0; r < 4; r++)
+		memcpy(want + r * 34, q_bytes + (r * 2 + 1) * 34, 34);
+	shape[0] = 4, shape[1] = 32;
+	expect_result(&b, WD_Q8_0, 2, shape, want, 136, 136);
+
+	/* Shard of the inner axis over 2 ranks goes by blocks. */
+	b.len = 0;
+	r_src(&b, "quant", "q", SHARD(1, 1, 2));
+	expect_result(&b, WD_Q8_0, 2, shape, want, 136, 136);
+
+	/* Rows 1:3, reshaped to one row of 128 elements. */
+	b.len = 0;
+	r_src(&b, "quant", "q", RANGE(0, 1, 3));
+	r_reshape(&b, 0, 1, (uint64_t)128);
+	shape[0] = 128;
+	expect_result(&b, WD_Q8_0, 1, shape, q_bytes + 68, 136, 136);
+
+	/* Dequantized to F32: x = d * q, computed here from the block formula. */
+	b.len = 0;
+	r_src(&b, "quant", "q", FULL());
+	r_cast(&b, 0, WD_F32);
+	for (int r = 0; r < 4; r++)
+		for (int c = 0; c < 64; c++)
+			f[n++] = q_value(r, c);
+	shape[0] = 4, shape[1] = 64;
+	expect_result(&b, WD_F32, 2, shape, f, 1024, 272);
+
+	/* Columns 8:24 of the dequantized tensor: not whole blocks, so the whole cast is evaluated. */
+	r_sel(&b, 1, RANGE(1, 8, 24));
+	n = 0;
+	for (int r = 0; r < 4; r++)
+		for (int c = 8; c < 24; c++)
+			f[n++] = q_value(r, c);
+	shape[1] = 16;
+	expect_result(&b, WD_F32, 2, shape, f, 256, 272);
+
+	/* Row 2 of the dequantized tensor: the selection moves below the cast, one row is read. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "quant", "q", FULL());
+	r_cast(&b, 0, WD_F32);
+	r_sel(&b, 1, RANGE(0, 2, 3));
+	for (int c = 0; c < 64; c++)
+		f[n++] = q_value(2, c);
+	shape[0] = 1, shape[1] = 64;
+	expect_result(&b, WD_F32, 2, shape, f, 256, 68);
+}
+
+/* ---- casts (need the conversion kernels) ------------------------------------------------------ */
+
+/* An integer 0 < |v| < 2048 as IEEE half, from the definition. */
+static uint16_t f16_of_int(int v)
+{
+	uint16_t sign = v < 0 ? 0x8000 : 0;
+	int m = v < 0 ? -v : v, e = 0;
+
+	if (m == 0)
+		return sign;
+	while ((m >> e) > 1)
+		e++;
+	return (uint16_t)(sign | ((e + 15) << 10) | ((m << (10 - e)) & 0x3ff));
+}
+
+static void test_casts(void **state)
+{
+	uint16_t h[96];
+	double d[24];
+	float f[24];
+	uint64_t shape[2] = { 4, 6 };
+	struct rb b = { .len = 0 };
+	int n = 0;
+
+	if (!wd_convert_supported(WD_F32, WD_F16) || !wd_convert_supported(WD_F32, WD_BF16))
+		skip();
+
+	/* F32 -> F16 of small integers (exact). */
+	r_src(&b, "model", "a", FULL());
+	r_cast(&b, 0, WD_F16);
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 6; j++)
+			h[n++] = f16_of_int(16 * i + j);
+	expect_result(&b, WD_F16, 2, shape, h, 48, 96);
+
+	/* F32 -> BF16: exact values, so the top half of each F32. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "b", FULL());
+	r_cast(&b, 0, WD_BF16);
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 6; j++) {
+			float v = bv(i, j);
+			uint32_t u;
+			memcpy(&u, &v, 4);
+			h[n++] = (uint16_t)(u >> 16);
+		}
+	expect_result(&b, WD_BF16, 2, shape, h, 48, 96);
+
+	/* Round trip F32 -> F16 -> F32 of exact values is the source bytes. */
+	b.len = 0;
+	r_src(&b, "model", "c", FULL());
+	r_cast(&b, 0, WD_F16);
+	r_cast(&b, 1, WD_F32);
+	for (int k = 0; k < 12; k++)
+		f[k] = cv(k / 6, k % 6);
+	shape[0] = 2;
+	expect_result(&b, WD_F32, 2, shape, f, 48, 48);
+
+	/* Cast of a transpose, to F64. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_transpose(&b, 0, 2, 1u, 0u);
+	r_cast(&b, 1, WD_F64);
+	if (!wd_convert_supported(WD_F32, WD_F64))
+		skip();
+	for (int j = 0; j < 6; j++)
+		for (int i = 0; i < 4; i++)
+			d[n++] = av(i, j);
+	shape[0] = 6, shape[1] = 4;
+	expect_result(&b, WD_F64, 2, shape, d, 192, 96);
+
+	/* Two casts joined on the inner axis: each streams through its window. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "b", FULL());
+	r_cast(&b, 0, WD_F16);
+	r_cast(&b, 1, WD_F16);
+	r_join(&b, WD_OP_CONCAT, 1, 2, 2u, 3u);
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 12; j++)
+			h[n++] = f16_of_int(j < 6 ? 16 * i + j : 100 + 16 * i + j - 6);
+	shape[0] = 4, shape[1] = 12;
+	expect_result(&b, WD_F16, 2, shape, h, 96, 192);
+
+	/* One cast used twice: evaluated once, read once. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_cast(&b, 0, WD_F16);
+	r_join(&b, WD_OP_CONCAT, 1, 2, 1u, 1u);
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 12; j++)
+			h[n++] = f16_of_int(16 * i + j % 6);
+	expect_result(&b, WD_F16, 2, shape, h, 96, 96);
+
+	/* A view of a cast: F16 [4,6] as U8 [48]. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_cast(&b, 0, WD_F16);
+	r_view(&b, 1, WD_U8, 1, (uint64_t)48);
+	for (int k = 0; k < 24; k++)
+		h[k] = f16_of_int(16 * (k / 6) + k % 6);
+	shape[0] = 48;
+	expect_result(&b, WD_U8, 1, shape, h, 48, 96);
+}
+
+/* shard(cast(x)) is cast(shard(x)): same key, same bytes, and only the shard is read. */
+static void test_cast_and_shard(void **state)
+{
+	struct rb b1 = { .len = 0 }, b2 = { .len = 0 };
+	struct wd_plan *p1 = NULL, *p2 = NULL;
+	struct wd_error err;
+	uint16_t h[12];
+	uint64_t shape[2] = { 2, 6 };
+	int n = 0;
+
+	if (!wd_convert_supported(WD_F32, WD_BF16))
+		skip();
+	r_src(&b1, "model", "a", FULL());
+	r_cast(&b1, 0, WD_BF16);
+	r_sel(&b1, 1, SHARD(0, 1, 2));
+	r_src(&b2, "model", "a", SHARD(0, 1, 2));
+	r_cast(&b2, 0, WD_BF16);
+	assert_int_equal(preflight(&b1, NULL, &p1, &err), 0);
+	assert_int_equal(preflight(&b2, NULL, &p2, &err), 0);
+	assert_memory_equal(wd_plan_key(p1), wd_plan_key(p2), WD_DIGEST_LEN);
+	for (int i = 2; i < 4; i++)
+		for (int j = 0; j < 6; j++) {
+			float v = av(i, j);
+			uint32_t u;
+			memcpy(&u, &v, 4);
+			h[n++] = (uint16_t)(u >> 16);
+		}
+	expect_result(&b1, WD_BF16, 2, shape, h, 24, 48);
+	expect_result(&b2, WD_BF16, 2, shape, h, 24, 48);
+	wd_plan_free(p1);
+	wd_plan_free(p2);
+}
+
+/* ---- identity keys ---------------------------------------------------------------------------- */
+
+static void key_of(struct rb *b, uint8_t key[WD_DIGEST_LEN])
+{
+	struct wd_plan *p = NULL;
+	struct wd_error err;
+	int r = preflight(b, NULL, &p, &err);
+
+	if (r < 0)
+		print_message("preflight: %s\n", err.msg);
+	assert_int_equal(r, 0);
+	memcpy(key, wd_plan_key(p), WD_DIGEST_LEN);
+	wd_plan_free(p);
+}
+
+static void test_keys(void **state)
+{
+	uint8_t k1[WD_DIGEST_LEN], k2[WD_DIGEST_LEN], k[4][WD_DIGEST_LEN];
+	struct rb b = { .len = 0 };
+
+	/* The same recipe twice. */
+	r_src(&b, "model", "a", SHARD(0, 1, 4));
+	key_of(&b, k1);
+	key_of(&b, k2);
+	assert_memory_equal(k1, k2, WD_DIGEST_LEN);
+
+	/* Every rank its own key. */
+	for (uint32_t r = 0; r < 4; r++) {
+		b.n[0].sel = SHARD(0, r, 4);
+		key_of(&b, k[r]);
+		for (uint32_t q = 0; q < r; q++)
+			assert_memory_not_equal(k[q], k[r], WD_DIGEST_LEN);
+	}
+	/* A shard is the range it stands for; a select node is the same as a source selection. */
+	b.n[0].sel = RANGE(0, 1, 2);
+	key_of(&b, k2);
+	assert_memory_equal(k[1], k2, WD_DIGEST_LEN);
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_sel(&b, 0, SHARD(0, 1, 4));
+	key_of(&b, k2);
+	assert_memory_equal(k[1], k2, WD_DIGEST_LEN);
+
+	/* The same file under two checkpoint names: same key. A copy of the file: another key. */
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	key_of(&b, k1);
+	b.n[0].checkpoint = "model-again";
+	key_of(&b, k2);
+	assert_memory_equal(k1, k2, WD_DIGEST_LEN);
+	copy_src = open_src("copy", "copy.safetensors");
+	b.n[0].checkpoint = "copy";
+	key_of(&b, k2);
+	assert_memory_not_equal(k1, k2, WD_DIGEST_LEN);
+	wd_source_free(copy_src);
+	copy_src = NULL;
+
+	/* Another tensor, another key; a whole-axis range is the full tensor; unused nodes and
+	 * reshape chains do not matter. */
+	b.n[0].checkpoint = "model";
+	b.n[0].tensor = "b";
+	key_of(&b, k2);
+	assert_memory_not_equal(k1, k2, WD_DIGEST_LEN);
+	b.len = 0;
+	r_src(&b, "model", "h", FULL());
+	r_src(&b, "model", "a", RANGE(1, 0, 6));
+	key_of(&b, k2);
+	assert_memory_equal(k1, k2, WD_DIGEST_LEN);
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_reshape(&b, 0, 1, (uint64_t)24);
+	r_reshape(&b, 1, 2, (uint64_t)4, (uint64_t)6);
+	key_of(&b, k2);
+	assert_memory_equal(k1, k2, WD_DIGEST_LEN);
+	/* A reshape that changes the shape changes the key; so does concat order. */
+	b.n[2].shape[0] = 6, b.n[2].shape[1] = 4;
+	key_of(&b, k2);
+	assert_memory_not_equal(k1, k2, WD_DIGEST_LEN);
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "b", FULL());
+	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
+	key_of(&b, k1);
+	b.in[2][0] = 1, b.in[2][1] = 0;
+	key_of(&b, k2);
+	assert_memory_not_equal(k1, k2, WD_DIGEST_LEN);
+	/* Index lists: order and values matter. */
+	{
+		static const uint64_t i1[] = { 3, 0, 3 }, i2[] = { 3, 0, 2 }, i3[] = { 0, 3, 3 };
+		struct rb c = { .len = 0 };
+		uint8_t a1[WD_DIGEST_LEN], a2[WD_DIGEST_LEN], a3[WD_DIGEST_LEN];
+		r_src(&c, "model", "a", INDICES(0, i1, 3));
+		key_of(&c, a1);
+		c.n[0].sel = INDICES(0, i2, 3);
+		key_of(&c, a2);
+		c.n[0].sel = INDICES(0, i3, 3);
+		key_of(&c, a3);
+		assert_memory_not_equal(a1, a2, WD_DIGEST_LEN);
+		assert_memory_not_equal(a1, a3, WD_DIGEST_LEN);
+		assert_memory_not_equal(a2, a3, WD_DIGEST_LEN);
+		c.n[0].sel = INDICES(0, i1, 3);
+		key_of(&c, a2);
+		assert_memory_equal(a1, a2, WD_DIGEST_LEN);
+	}
+	/* Axis -2 is axis 0. */
+	b.in[2][0] = 0, b.in[2][1] = 1;
+	b.n[2].axis = -2;
+	key_of(&b, k2);
+	assert_memory_equal(k1, k2, WD_DIGEST_LEN);
+}
+
+static void test_label(void **state)
+{
+	struct rb b = { .len = 0 };
+	struct wd_plan *p = NULL;
+	struct wd_error err;
+
+	r_src(&b, "model", "a", RANGE(0, 0, 2));
+	r_cast(&b, 0, WD_F32);
+	r_transpose(&b, 1, 2, 1u, 0u);
+	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
+	assert_string_equal(wd_plan_label(p), "transpose(cast(model:a[0:2,:], F32), [1, 0])");
+	assert_int_equal(wd_plan_source_count(p), 1);
+	assert_ptr_equal(wd_plan_source(p, 0), model);
+	wd_plan_free(p);
+}
+
+/* ---- files that change ------------------------------------------------------------------------ */
+
+static void make_victim(const char *file)
+{
+	static float v[64];
+	struct wt t[] = { { "v", "F32", 2, { 8, 8 }, v, sizeof(v) } };
+
+	for (int i = 0; i < 64; i++)
+		v[i] = (float)i;
+	write_st(file, t, 1);
+}
+
+static void test_changed_files(void **state)
+{
+	char path[256], path_new[256];
+	struct rb b = { .len = 0 };
+	struct wd_plan *p = NULL;
+	struct wd_error err;
+	uint8_t *out, digest[WD_DIGEST_LEN];
+	uint64_t got = 0;
+	struct stat st;
+
+	path_of(path, sizeof(path), "victim.safetensors");
+	path_of(path_new, sizeof(path_new), "victim.new");
+
+	/* Truncated after admission: preflight still works (it reads no payload), execution fails. */
+	make_victim("victim.safetensors");
+	victim = open_src("victim", "victim.safetensors");
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(truncate(path, st.st_size - 256), 0);
+	r_src(&b, "victim", "v", RANGE(0, 2, 6));
+	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
+	assert_int_equal(wd_plan_nbytes(p), 128);
+	assert_int_equal(wd_plan_read_bytes(p), 128);
+	assert_int_equal(execute(p, 1 << 20, &out, &got, digest, &err), -WD_E_CHANGED);
+	assert_int_equal(err.code, WD_E_CHANGED);
+	wd_plan_free(p);
+	p = NULL;
+	wd_source_free(victim);
+
+	/* Replaced by another file renamed over it (the open file is intact, the path is not). */
+	make_victim("victim.safetensors");
+	victim = open_src("victim", "victim.safetensors");
+	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
+	assert_int_equal(execute(p, 1 << 20, &out, &got, digest, &err), 0);
+	free(out);
+	make_victim("victim.new");
+	assert_int_equal(rename(path_new, path), 0);
+	assert_int_equal(execute(p, 1 << 20, &out, &got, digest, &err), -WD_E_CHANGED);
+	assert_non_null(strstr(err.msg, "victim"));
+	wd_plan_free(p);
+	wd_source_free(victim);
+	victim = NULL;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_error_unknown_source_and_tensor),
+		cmocka_unit_test(test_error_inputs),
+		cmocka_unit_test(test_error_dtype_shape_axis),
+		cmocka_unit_test(test_error_counts_and_perm),
+		cmocka_unit_test(test_error_zero_sized),
+		cmocka_unit_test(test_error_cast_overflow),
+		cmocka_unit_test(test_error_limits),
+		cmocka_unit_test(test_error_selection_range),
+		cmocka_unit_test(test_error_blocks),
+		cmocka_unit_test(test_source_selections),
+		cmocka_unit_test(test_shard),
+		cmocka_unit_test(test_concat_stack),
+		cmocka_unit_test(test_transpose_reshape_view),
+		cmocka_unit_test(test_quantized),
+		cmocka_unit_test(test_casts),
+		cmocka_unit_test(test_cast_and_shard),
+		cmocka_unit_test(test_keys),
+		cmocka_unit_test(test_label),
+		cmocka_unit_test(test_changed_files),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
