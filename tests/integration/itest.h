@@ -144,10 +144,11 @@ static inline const weightd_source_info *it_source(const weightd_status *st, con
 
 /*
  * Wait (up to timeout_ms) until the daemon is quiet: nothing in flight, `refs` references, and no
- * client but the one asking, which stays connected: *ret_c (close it). Returns the last status.
+ * clients but `others` (those the test keeps open) and the one asking, which stays connected:
+ * *ret_c (close it). Returns the last status.
  */
-static inline weightd_status *it_quiet_with(const struct harness *h, uint64_t refs, int timeout_ms,
-					    weightd_client **ret_c)
+static inline weightd_status *it_quiet_with(const struct harness *h, uint64_t refs,
+					    uint64_t others, int timeout_ms, weightd_client **ret_c)
 {
 	int64_t end = it_now_ms() + timeout_ms;
 	weightd_client *c = it_connect(h);
@@ -156,7 +157,7 @@ static inline weightd_status *it_quiet_with(const struct harness *h, uint64_t re
 	for (;;) {
 		st = it_status(c);
 		if ((st->materializations_in_flight == 0 && st->references == refs &&
-		     st->clients == 1) || it_now_ms() > end)
+		     st->clients == others + 1) || it_now_ms() > end)
 			break;
 		weightd_status_free(st);
 		usleep(10000);
@@ -165,10 +166,11 @@ static inline weightd_status *it_quiet_with(const struct harness *h, uint64_t re
 	return st;
 }
 
-static inline weightd_status *it_wait_quiet(const struct harness *h, uint64_t refs, int timeout_ms)
+static inline weightd_status *it_wait_quiet(const struct harness *h, uint64_t refs,
+					    uint64_t others, int timeout_ms)
 {
 	weightd_client *c;
-	weightd_status *st = it_quiet_with(h, refs, timeout_ms, &c);
+	weightd_status *st = it_quiet_with(h, refs, others, timeout_ms, &c);
 
 	weightd_close(c);
 	return st;
@@ -193,7 +195,7 @@ static inline int it_source_files(const weightd_status *st)
 static inline int it_fd_base_refs(const struct harness *h, uint64_t refs)
 {
 	weightd_client *c;
-	weightd_status *st = it_quiet_with(h, refs, 10000, &c);
+	weightd_status *st = it_quiet_with(h, refs, 0, 10000, &c);
 	int fds = harness_settled_fds(h);
 	int base = fds - 1 - (int)st->weights - it_source_files(st);
 
@@ -216,7 +218,7 @@ static inline int it_fd_base(const struct harness *h)
 static inline void it_leak_check(const struct harness *h, int fd_base, uint64_t refs)
 {
 	weightd_client *c;
-	weightd_status *st = it_quiet_with(h, refs, 10000, &c);
+	weightd_status *st = it_quiet_with(h, refs, 0, 10000, &c);
 	uint64_t weights = st->weights;
 	int fds, files = it_source_files(st), want = fd_base + (int)weights + files + 1;
 
@@ -229,6 +231,8 @@ static inline void it_leak_check(const struct harness *h, int fd_base, uint64_t 
 	weightd_status_free(st);
 	fds = harness_wait_fds(h, want, 10000);
 	weightd_close(c);
+	if (fds != want)
+		harness_dump_fds(h->pid);
 	if (fds != want)
 		fail_msg("the daemon has %d fds open; expected %d (base %d + %llu weights + %d "
 			 "checkpoint files + 1 client)", fds, want, fd_base,
