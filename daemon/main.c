@@ -30,15 +30,6 @@ static const char usage[] =
 	"  --check-config    validate the configuration and every checkpoint, then exit\n"
 	"  --log-level LEVEL error, warning, notice, info or debug\n";
 
-uint64_t daemon_uptime_ms(const struct daemon *d)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (uint64_t)(now.tv_sec - d->started.tv_sec) * 1000u +
-	       (uint64_t)((now.tv_nsec - d->started.tv_nsec) / 1000000);
-}
-
 /* Validate the config and every checkpoint without starting; prints one line per checkpoint. */
 static int check_config(const struct config *cfg)
 {

@@ -834,26 +834,48 @@ static void do_share(struct session *s, uint64_t id, const Weightd__Share *sh)
 	reply(s, &resp, id, &fd, 1);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
 static void do_release(struct session *s, uint64_t id, const Weightd__Release *rl)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+	uint64_t *sorted;
 
-	/* All handles are checked before any is released: a bad list changes nothing. */
-	for (size_t i = 0; i < rl->n_handles; i++) {
-		struct held *h = session_find_held(s, rl->handles[i]);
-		size_t times = 0;
-		for (size_t j = 0; j < rl->n_handles; j++)
-			times += rl->handles[j] == rl->handles[i];
-		if (!h || h->count < times) {
-			char buf[32];
-			snprintf(buf, sizeof(buf), "%llu", (unsigned long long)rl->handles[i]);
+	if (rl->n_handles > MAX_UNIT_ENTRIES) {
+		fail(s, id, WD_E_LIMIT, "at most %d handles per release", MAX_UNIT_ENTRIES);
+		return;
+	}
+	sorted = malloc((rl->n_handles ? rl->n_handles : 1) * sizeof(*sorted));
+	if (!sorted) {
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		return;
+	}
+	/* All handles are checked before any is released: a bad list changes nothing. A handle may
+	 * appear as often as the client holds it. */
+	if (rl->n_handles)
+		memcpy(sorted, rl->handles, rl->n_handles * sizeof(*sorted));
+	qsort(sorted, rl->n_handles, sizeof(*sorted), cmp_u64);
+	for (size_t i = 0; i < rl->n_handles;) {
+		struct held *h = session_find_held(s, sorted[i]);
+		size_t j = i;
+
+		while (j < rl->n_handles && sorted[j] == sorted[i])
+			j++;
+		if (!h || h->count < j - i) {
 			fail(s, id, WD_E_NOT_FOUND,
-			     "this client does not hold weight %s (as many times as it releases it)",
-			     buf);
+			     "this client does not hold weight %llu (as many times as it releases it)",
+			     (unsigned long long)sorted[i]);
+			free(sorted);
 			return;
 		}
+		i = j;
 	}
+	free(sorted);
 	for (size_t i = 0; i < rl->n_handles; i++)
 		session_release(s, session_find_held(s, rl->handles[i])->w);
 	resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
