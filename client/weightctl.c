@@ -9,10 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "digest.h"
+#include "segment.h"
+#include "state.h"
 #include "weightd/client.h"
 
 /* Exit codes: 0 success, 1 an error from weightd or the system, 2 a usage error. */
@@ -34,6 +39,9 @@ static const char usage_text[] =
 	"  status                               the daemon's counters, sources and weights\n"
 	"  reload                               make weightd re-read its configuration\n"
 	"  evict                                drop every weight no client holds\n"
+	"  purge --config FILE | --prefix P [--state-dir D]\n"
+	"                                       with weightd stopped: remove every shared-memory\n"
+	"                                       segment of the instance and its state records\n"
 	"\n"
 	"options:\n"
 	"  --socket PATH   weightd's socket (default: $WEIGHTD_SOCKET or "
@@ -842,6 +850,100 @@ static int cmd_evict(const struct opts *o, weightd_client *c)
 	return 0;
 }
 
+/* --- purge ------------------------------------------------------------------------------- */
+
+/* Does something accept connections on `path`? 1 yes, 0 no (nothing listens), -1 cannot tell. */
+static int socket_answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, r;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -1;
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	if (r == 0)
+		r = 1;
+	else
+		r = errno == ENOENT || errno == ECONNREFUSED ? 0 : -1;
+	close(fd);
+	return r;
+}
+
+/*
+ * weightctl purge --config FILE | --prefix P [--state-dir D]: with the daemon stopped, unlink
+ * every segment under the instance's prefix and remove its state records, so nothing of the
+ * instance is left in /dev/shm. A process still mapping a weight keeps its memory until it
+ * unmaps. Refuses while something answers on the instance's socket (the one in the config, or
+ * --socket / $WEIGHTD_SOCKET / the default): a running daemon would lose track of its segments.
+ */
+static int cmd_purge(const struct opts *o, int argc, char **argv)
+{
+	const char *config = NULL, *prefix = NULL, *state_dir = NULL, *sock;
+	struct config *cfg = NULL;
+	struct wd_error err;
+	int segments, records, rc = EXIT_ERR, live;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+			config = argv[++i];
+		else if (strcmp(argv[i], "--prefix") == 0 && i + 1 < argc)
+			prefix = argv[++i];
+		else if (strcmp(argv[i], "--state-dir") == 0 && i + 1 < argc)
+			state_dir = argv[++i];
+		else
+			return usage_error("purge: unknown argument or missing value: %s", argv[i]);
+	}
+	if (!config == !prefix || (config && state_dir))
+		return usage_error("purge takes --config FILE, or --prefix P [--state-dir D]");
+	sock = o->socket ? o->socket : getenv("WEIGHTD_SOCKET");
+	if (!sock || !sock[0])
+		sock = WEIGHTD_DEFAULT_SOCKET;
+	if (config) {
+		wd_error_clear(&err);
+		if (config_load(config, &cfg, &err) < 0)
+			return fail("%s", err.msg);
+		prefix = cfg->shm_prefix;
+		state_dir = cfg->state_dir;
+		if (!o->socket)
+			sock = cfg->socket_path;
+	}
+	if (!wd_segment_prefix_valid(prefix)) {
+		rc = usage_error("purge: \"%s\" is not a shared-memory prefix (1 to 64 of A-Z a-z "
+				 "0-9 _ . -, not starting with .)", prefix);
+		goto out;
+	}
+	live = socket_answers(sock);
+	if (live != 0) {
+		fail(live > 0 ? "weightd is running on %s: stop it before purging (a running "
+				"daemon would lose track of its segments)"
+			      : "cannot tell whether weightd is running on %s; not purging", sock);
+		goto out;
+	}
+	segments = wd_segment_purge(prefix);
+	if (segments < 0) {
+		fail("cannot remove the segments /dev/shm/%s.*: %s", prefix, wd_code_name(-segments));
+		goto out;
+	}
+	records = state_purge(state_dir ? state_dir : "", prefix);
+	if (o->json) {
+		rc = print_json(json_pack("{s:s, s:s, s:i, s:i}", "prefix", prefix, "state_dir",
+					  state_dir ? state_dir : "", "segments", segments,
+					  "state_records", records));
+		goto out;
+	}
+	printf("removed %d segment%s under /dev/shm/%s.* and %d state record%s%s%s\n", segments,
+	       segments == 1 ? "" : "s", prefix, records, records == 1 ? "" : "s",
+	       state_dir && state_dir[0] ? " in " : "", state_dir && state_dir[0] ? state_dir : "");
+	rc = 0;
+out:
+	config_free(cfg);
+	return rc;
+}
+
 /* --- main -------------------------------------------------------------------------------- */
 
 struct command {
@@ -851,7 +953,7 @@ struct command {
 
 static const struct command commands[] = {
 	{ "list", 0 }, { "describe", 1 }, { "get", -1 }, { "preflight", 1 },
-	{ "status", 0 }, { "reload", 0 }, { "evict", 0 },
+	{ "status", 0 }, { "reload", 0 }, { "evict", 0 }, { "purge", -1 },
 };
 
 int main(int argc, char **argv)
@@ -898,6 +1000,13 @@ int main(int argc, char **argv)
 	/* usage is checked before connecting: a bad command line never touches the daemon */
 	if (strcmp(name, "get") == 0 && (rc = parse_get(cargc, cargv, &ga)) != 0)
 		return rc;
+	/* purge works on a stopped daemon: it never connects as a client */
+	if (strcmp(name, "purge") == 0) {
+		rc = cmd_purge(&o, cargc, cargv);
+		if (fflush(stdout) != 0 && rc == 0)
+			rc = fail("cannot write output: %s", strerror(errno));
+		return rc;
+	}
 	rc = connect_or_fail(&o, &c);
 	if (rc != 0)
 		return rc;

@@ -1,6 +1,7 @@
 /* test_lifecycle.c - memory budget and eviction, per-client limits, preload, hot reload, and a
  * restart after kill -9 without rereads; each against a real weightd, each ending with the leak
  * check (segments, fds and references). */
+#include <jansson.h>
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -806,6 +807,155 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	it_leak_check(&H, base, 0);
 }
 
+/* --- weightctl status and purge ------------------------------------------------------------- */
+
+static int weightctl(char *out, size_t cap, const char *a1, const char *a2, const char *a3,
+		     const char *a4, const char *a5)
+{
+	char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, (char *)a1, (char *)a2,
+			 (char *)a3, (char *)a4, (char *)a5, NULL };
+
+	return harness_run(argv, out, cap, (uid_t)-1);
+}
+
+static json_t *status_json(void)
+{
+	static char out[1 << 16];
+	json_error_t jerr;
+	json_t *j;
+
+	assert_int_equal(weightctl(out, sizeof(out), "--json", "status", NULL, NULL, NULL), 0);
+	j = json_loads(out, 0, &jerr);
+	if (!j)
+		fail_msg("weightctl status --json: %s", jerr.text);
+	return j;
+}
+
+static json_int_t jint(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!json_is_integer(v))
+		fail_msg("weightctl status --json: no integer \"%s\"", key);
+	return json_integer_value(v);
+}
+
+/*
+ * weightctl status shows what the lifecycle did: budget use, evictions, generations of sources
+ * and weights, references per weight, and re-adoptions after a restart. weightctl purge removes
+ * an instance's segments and records, and refuses while the daemon runs.
+ */
+static void weightctl_status_and_purge(void **state)
+{
+	char path[512], sec[1024], tmp[600], out[1 << 16];
+	weightd_client *c;
+	weightd_weight *wa, *wb, *wc;
+	json_t *j, *ws;
+	size_t i;
+	int segs;
+
+	five_mib_tensors(path, sizeof(path), NULL);
+	snprintf(sec, sizeof(sec), "[checkpoint:m]\npath = %s\n", path);
+	it_start(&H, "budget = 2M", sec);
+	c = it_connect(&H);
+	wa = it_get_ok(c, "m", "a");
+	weightd_release(wa);
+	wb = it_get_ok(c, "m", "b");
+	wc = it_get_ok(c, "m", "c"); /* evicts a */
+	weightd_release(it_get_ok(c, "m", "b")); /* b: a second reference, let go */
+
+	j = status_json();
+	assert_int_equal(jint(j, "budget_bytes"), 2 * MiB);
+	assert_int_equal(jint(j, "bytes_resident"), 2 * MiB);
+	assert_int_equal(jint(j, "evictions"), 1);
+	assert_int_equal(jint(j, "references"), 2);
+	assert_int_equal(jint(j, "readoptions"), 0);
+	assert_int_equal(jint(json_array_get(json_object_get(j, "sources"), 0), "generation"), 1);
+	json_array_foreach(json_object_get(j, "weight_list"), i, ws) {
+		assert_int_equal(jint(ws, "refs"), 1);
+		assert_int_equal(jint(ws, "clients"), 1);
+		assert_int_equal(jint(ws, "generation"), 1);
+	}
+	json_decref(j);
+	assert_int_equal(weightctl(out, sizeof(out), "status", NULL, NULL, NULL, NULL), 0);
+	assert_non_null(strstr(out, "of budget 2097152"));
+	assert_non_null(strstr(out, "evictions                   1"));
+	assert_non_null(strstr(out, "re-adoptions                0"));
+	assert_non_null(strstr(out, "REFS"));
+	assert_non_null(strstr(out, "GEN"));
+	weightd_release(wb);
+	weightd_release(wc);
+
+	/* a new version of m: generation 2 in the sources and in a new weight */
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	it_fixture("safetensors %s --seed 9 --tensor a:U8:1048576 --tensor b:U8:1048576", tmp);
+	assert_int_equal(rename(tmp, path), 0);
+	reload_ok();
+	weightd_release(it_get_ok(c, "m", "a"));
+	weightd_close(c);
+	j = status_json();
+	assert_int_equal(jint(json_array_get(json_object_get(j, "sources"), 0), "generation"), 2);
+	json_array_foreach(json_object_get(j, "weight_list"), i, ws)
+		assert_int_equal(jint(ws, "generation"), 2);
+	json_decref(j);
+
+	/* crash and restart: the re-adoption shows */
+	harness_kill(&H);
+	assert_int_equal(harness_start(&H), 0);
+	j = status_json();
+	assert_int_equal(jint(j, "readoptions"), 1);
+	json_array_foreach(json_object_get(j, "weight_list"), i, ws)
+		assert_true(json_is_true(json_object_get(ws, "adopted")));
+	json_decref(j);
+	assert_int_equal(weightctl(out, sizeof(out), "status", NULL, NULL, NULL, NULL), 0);
+	assert_non_null(strstr(out, "re-adoptions                1"));
+
+	/* purge refuses while the daemon runs, and leaves everything */
+	segs = harness_segments(&H);
+	assert_int_equal(segs, 1);
+	assert_int_equal(weightctl(out, sizeof(out), "purge", "--config", H.conf, NULL, NULL), 1);
+	assert_int_equal(harness_segments(&H), segs);
+
+	/* stopped cleanly, the segments stay for the next start; purge takes them and the records */
+	assert_int_equal(harness_stop(&H), 0);
+	assert_int_equal(harness_segments(&H), segs);
+	assert_int_equal(weightctl(out, sizeof(out), "purge", "--config", H.conf, NULL, NULL), 0);
+	assert_non_null(strstr(out, "removed 1 segment under"));
+	assert_non_null(strstr(out, "1 state record"));
+	assert_int_equal(harness_segments(&H), 0);
+
+	/* the --prefix form, after a crash */
+	assert_int_equal(harness_start(&H), 0);
+	c = it_connect(&H);
+	weightd_release(it_get_ok(c, "m", "a"));
+	weightd_release(it_get_ok(c, "m", "b"));
+	weightd_close(c);
+	harness_kill(&H);
+	assert_int_equal(harness_segments(&H), 2);
+	snprintf(tmp, sizeof(tmp), "%s/state", H.dir);
+	assert_int_equal(weightctl(out, sizeof(out), "--json", "purge", "--prefix", H.prefix,
+				   "--state-dir"), 2); /* missing value: usage */
+	{
+		char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, "--json", "purge",
+				 "--prefix", H.prefix, "--state-dir", tmp, NULL };
+		assert_int_equal(harness_run(argv, out, sizeof(out), (uid_t)-1), 0);
+	}
+	j = json_loads(out, 0, NULL);
+	assert_non_null(j);
+	assert_int_equal(jint(j, "segments"), 2);
+	assert_int_equal(jint(j, "state_records"), 2);
+	json_decref(j);
+	assert_int_equal(harness_segments(&H), 0);
+
+	/* a start after a purge has nothing to re-adopt and reads again */
+	assert_int_equal(harness_start(&H), 0);
+	j = status_json();
+	assert_int_equal(jint(j, "readoptions"), 0);
+	assert_int_equal(jint(j, "weights"), 0);
+	json_decref(j);
+	it_leak_check(&H, it_fd_base(&H), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -817,6 +967,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(reload_adds_removes_and_makes_new_generations, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(restart_after_kill9_rereads_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(weightctl_status_and_purge, setup, teardown),
 	};
 
 	if (getenv("WD_TEST_FILTER")) /* e.g. WD_TEST_FILTER='preload*' runs only those */
