@@ -2,12 +2,14 @@
  * fill new segments on the worker pool. Main thread only, except job_work. */
 #include "cache.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "log.h"
@@ -619,6 +621,39 @@ uint64_t cache_references(const struct cache *c)
 	return n;
 }
 
+/* SHA-256 of a whole segment read through its fd (pread: nothing is mapped). */
+static int segment_digest(int fd, uint64_t size, uint8_t out[32])
+{
+	struct wd_sha256 h;
+	size_t cap = 1u << 20;
+	uint8_t *buf = malloc(cap);
+	uint64_t off = 0;
+	int r = -WD_E_IO;
+
+	if (!buf || wd_sha256_init(&h) < 0) {
+		free(buf);
+		return -WD_E_EXHAUSTED;
+	}
+	while (off < size) {
+		size_t want = size - off < cap ? (size_t)(size - off) : cap;
+		ssize_t n = pread(fd, buf, want, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			wd_sha256_abort(&h);
+			goto out;
+		}
+		wd_sha256_update(&h, buf, (size_t)n);
+		off += (uint64_t)n;
+	}
+	wd_sha256_final(&h, out);
+	r = 0;
+out:
+	free(buf);
+	return r;
+}
+
 int cache_adopt(struct cache *c, const struct state_record *rec)
 {
 	struct weight *w;
@@ -638,6 +673,18 @@ int cache_adopt(struct cache *c, const struct state_record *rec)
 		wd_segment_close(&w->seg);
 		free(w);
 		return -WD_E_CHANGED;
+	}
+	if (c->d->cfg->verify_adopted) {
+		uint8_t digest[32];
+
+		if (segment_digest(w->seg.ro_fd, w->seg.size, digest) < 0 ||
+		    memcmp(digest, rec->digest, 32) != 0) {
+			log_warn("not re-adopting %s (%s): its bytes do not have the recorded SHA-256",
+				 rec->segment, rec->label);
+			wd_segment_close(&w->seg);
+			free(w);
+			return -WD_E_CHANGED;
+		}
 	}
 	w->label = strdup(rec->label);
 	if (!w->label) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -290,6 +291,8 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 				_exit(CHILD_UNSUPPORTED);
 			}
 		}
+		/* a test killed by its timeout takes its daemon with it */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		setenv("NOTIFY_SOCKET", h->notify, 1);
 		execl(harness_weightd(), "weightd", "--config", h->conf, "--foreground",
 		      "--log-level", "debug", (char *)NULL);

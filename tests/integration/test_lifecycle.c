@@ -807,6 +807,81 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	it_leak_check(&H, base, 0);
 }
 
+/*
+ * Re-adoption takes only what the state index vouches for: a segment replaced by another file
+ * (same name, same bytes, new inode) is dropped, and with verify_adopted a segment whose bytes
+ * changed is dropped too. Only those are read again.
+ */
+static void readoption_checks_what_the_index_vouches_for(void **state)
+{
+	char path[512], sec[1024], seg[4][320];
+	weightd_client *c;
+	weightd_unit *u = NULL;
+	weightd_status *st;
+	weightd_error err;
+	uint8_t *copy;
+	int fd, base;
+
+	harness_path(&H, "r.safetensors", path, sizeof(path));
+	it_fixture("safetensors %s --seed 0 --tensor w0:F32:256x64 --tensor w1:BF16:128x128 "
+		   "--tensor w2:U8:100000 --tensor w3:F16:33x7", path);
+	snprintf(sec, sizeof(sec), "[checkpoint:r]\npath = %s\n", path);
+	it_start(&H, "verify_adopted = yes", sec);
+	c = it_connect(&H);
+	assert_int_equal(bind_rt(c, &u, &err), 0);
+	for (int i = 0; i < N_RT; i++) {
+		char hex[65];
+		const uint8_t *key = weightd_weight_key(weightd_unit_weight(u, rt_names[i]));
+		for (int k = 0; k < 32; k++)
+			snprintf(hex + 2 * k, 3, "%02x", key[k]);
+		snprintf(seg[i], sizeof(seg[i]), "/dev/shm/%s.%s", H.prefix, hex);
+		assert_int_equal(access(seg[i], F_OK), 0);
+	}
+	weightd_unit_free(u);
+	weightd_close(c);
+	harness_kill(&H);
+
+	/* w1: one byte changed in place (the inode stays) */
+	fd = open(seg[1], O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "\xff", 1, 100), 1);
+	close(fd);
+	/* w2: the same bytes under the same name, but another file */
+	copy = malloc(rt_bytes[2]);
+	assert_non_null(copy);
+	fd = open(seg[2], O_RDONLY);
+	assert_int_equal(read(fd, copy, rt_bytes[2]), (ssize_t)rt_bytes[2]);
+	close(fd);
+	assert_int_equal(unlink(seg[2]), 0);
+	fd = open(seg[2], O_CREAT | O_EXCL | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, copy, rt_bytes[2]), (ssize_t)rt_bytes[2]);
+	close(fd);
+	free(copy);
+
+	assert_int_equal(harness_start(&H), 0);
+	base = it_fd_base(&H);
+	assert_true(harness_log_contains(&H, "do not have the recorded SHA-256"));
+	st = it_status_of(&H);
+	assert_int_equal(st->readoptions, 2);
+	assert_int_equal(st->weights, 2);
+	assert_non_null(it_weight(st, "r", "w0"));
+	assert_non_null(it_weight(st, "r", "w3"));
+	weightd_status_free(st);
+	assert_int_equal(access(seg[1], F_OK), -1);
+	assert_int_equal(access(seg[2], F_OK), -1);
+	assert_int_equal(harness_segments(&H), 2);
+
+	/* asking again reads exactly the two that were dropped, and every byte is right */
+	c = it_connect(&H);
+	assert_int_equal(bind_rt(c, &u, &err), 0);
+	assert_int_equal(weightd_unit_bytes_read(u), rt_bytes[1] + rt_bytes[2]);
+	assert_string_equal(rt_verify(u), "ok");
+	weightd_unit_free(u);
+	weightd_close(c);
+	it_leak_check(&H, base, 0);
+}
+
 /* --- weightctl status and purge ------------------------------------------------------------- */
 
 static int weightctl(char *out, size_t cap, const char *a1, const char *a2, const char *a3,
@@ -967,6 +1042,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(reload_adds_removes_and_makes_new_generations, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(restart_after_kill9_rereads_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(readoption_checks_what_the_index_vouches_for, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(weightctl_status_and_purge, setup, teardown),
 	};
 
