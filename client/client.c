@@ -1,7 +1,119 @@
-/* client.c - connection to weightd. */
-#include "weightd/client.h"
+/* client.c - libweightd's version and its error reporting (struct weightd_error). */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+
+_Static_assert((int)WEIGHTD_E_SLOT_MISMATCH == (int)WD_E_SLOT_MISMATCH,
+	       "codes follow enum wd_code");
+_Static_assert(WEIGHTD_E_DISCONNECTED == (int)WEIGHTD__ERROR_CODE__ERR_DISCONNECTED,
+	       "codes follow the wire protocol");
+_Static_assert(WEIGHTD_PROTOCOL_VERSION == WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT,
+	       "protocol version follows proto/weightd.proto");
 
 const char *weightd_version(void)
 {
 	return WD_VERSION;
+}
+
+const char *weightd_code_name(int code)
+{
+	return wd_code_name(code);
+}
+
+void wc_err_clear(weightd_error *err)
+{
+	if (!err)
+		return;
+	memset(err, 0, sizeof(*err));
+	err->axis = -1;
+}
+
+int wc_err_set(weightd_error *err, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (code < 0)
+		code = -code;
+	if (err) {
+		wc_err_clear(err);
+		err->code = code;
+		va_start(ap, fmt);
+		vsnprintf(err->message, sizeof(err->message), fmt, ap);
+		va_end(ap);
+	}
+	return -code;
+}
+
+void wc_err_about(weightd_error *err, const char *checkpoint, const char *tensor,
+		  const char *slot)
+{
+	if (!err)
+		return;
+	if (checkpoint)
+		snprintf(err->checkpoint, sizeof(err->checkpoint), "%s", checkpoint);
+	if (tensor)
+		snprintf(err->tensor, sizeof(err->tensor), "%s", tensor);
+	if (slot)
+		snprintf(err->slot, sizeof(err->slot), "%s", slot);
+}
+
+void wc_err_append(weightd_error *err, const char *fmt, ...)
+{
+	va_list ap;
+	size_t len;
+
+	if (!err)
+		return;
+	len = strnlen(err->message, sizeof(err->message));
+	if (len + 1 >= sizeof(err->message))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err->message + len, sizeof(err->message) - len, fmt, ap);
+	va_end(ap);
+}
+
+int wc_err_from_wire(weightd_error *err, const Weightd__Error *pe)
+{
+	int code = (int)pe->code;
+	char msg[sizeof(err->message)];
+
+	if (code <= 0)
+		code = WEIGHTD_E_INTERNAL;
+	if (!err)
+		return -code;
+	if (pe->message && pe->message[0])
+		snprintf(msg, sizeof(msg), "%s", pe->message);
+	else
+		snprintf(msg, sizeof(msg), "weightd refused the request (%s)", wd_code_name(code));
+	wc_err_clear(err);
+	err->code = code;
+	wc_err_about(err, pe->checkpoint, pe->tensor, pe->slot);
+	err->node = pe->node;
+	err->axis = pe->axis;
+	err->expected = pe->expected;
+	err->actual = pe->actual;
+	memcpy(err->message, msg, sizeof(msg));
+	return -code;
+}
+
+/* Unit errors: the message alone should say which slot; the daemon's sentence may not. */
+void wc_err_name_slot(weightd_error *err)
+{
+	char msg[sizeof(err->message)];
+
+	if (!err || !err->slot[0] || strstr(err->message, err->slot))
+		return;
+	memcpy(msg, err->message, sizeof(msg));
+	snprintf(err->message, sizeof(err->message), "slot \"%s\": %s", err->slot, msg);
+}
+
+int wc_err_copy(weightd_error *dst, const weightd_error *src)
+{
+	if (dst)
+		*dst = *src;
+	return -src->code;
 }

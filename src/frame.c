@@ -30,9 +30,10 @@ static uint32_t get_le32(const uint8_t *p)
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static void close_fds(const int *fds, size_t n)
+/* Close fds[from..to); fds may be NULL when the range is empty. */
+static void close_fds(const int *fds, size_t from, size_t to)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = from; i < to; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
 }
@@ -130,7 +131,7 @@ struct wd_outq *wd_outq_new(void)
 
 static void outq_frame_free(struct outq_frame *f)
 {
-	close_fds(f->fds + f->fds_sent, f->nfds - f->fds_sent);
+	close_fds(f->fds, f->fds_sent, f->nfds);
 	free(f->fds);
 	free(f->bytes);
 	free(f);
@@ -196,7 +197,7 @@ fail:
 		free(f->bytes);
 		free(f);
 	}
-	close_fds(fds, nfds);
+	close_fds(fds, 0, nfds);
 	return rc;
 }
 
@@ -226,12 +227,13 @@ int wd_outq_flush(struct wd_outq *q, int sock)
 				iovcnt++;
 			}
 		}
-		n = send_part(sock, iov, iovcnt, f->fds + f->fds_sent, batch, MSG_DONTWAIT);
+		n = send_part(sock, iov, iovcnt, batch ? f->fds + f->fds_sent : NULL, batch,
+			      MSG_DONTWAIT);
 		if (n == WD_FRAME_AGAIN)
 			return 1;
 		if (n < 0)
 			return (int)n;
-		close_fds(f->fds + f->fds_sent, batch);
+		close_fds(f->fds, f->fds_sent, f->fds_sent + batch);
 		f->fds_sent += batch;
 		sent = (size_t)n;
 		q->bytes -= sent;
@@ -298,7 +300,7 @@ void wd_inbuf_free(struct wd_inbuf *b)
 {
 	if (!b)
 		return;
-	close_fds(b->fds + b->fd_head, b->fd_count);
+	close_fds(b->fds, b->fd_head, b->fd_head + b->fd_count);
 	free(b->fds);
 	free(b->buf);
 	free(b);
@@ -407,13 +409,13 @@ static int inbuf_take_fds(struct wd_inbuf *b, const int *fds, size_t n)
 	size_t keep = n < room ? n : room;
 
 	if (keep && inbuf_reserve_fds(b, keep)) {
-		close_fds(fds, n);
+		close_fds(fds, 0, n);
 		return -WD_E_EXHAUSTED;
 	}
 	if (keep)
 		memcpy(b->fds + b->fd_head + b->fd_count, fds, sizeof(int) * keep);
 	b->fd_count += keep;
-	close_fds(fds + keep, n - keep);
+	close_fds(fds, keep, n);
 	return keep == n ? 0 : -WD_E_PROTOCOL;
 }
 
@@ -465,7 +467,7 @@ int wd_inbuf_read(struct wd_inbuf *b, int sock)
 		fds = (const int *)CMSG_DATA(c);
 		nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 		if (msg.msg_flags & MSG_CTRUNC) {
-			close_fds(fds, nfds);
+			close_fds(fds, 0, nfds);
 			continue;
 		}
 		trc = inbuf_take_fds(b, fds, nfds);
@@ -501,7 +503,7 @@ int wd_inbuf_feed(struct wd_inbuf *b, const void *data, size_t len)
 int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
 {
 	size_t live = b->end - b->start;
-	const uint8_t *h = b->buf + b->start;
+	const uint8_t *h;
 	uint32_t len, nfds;
 	int *fds = NULL;
 
@@ -509,6 +511,7 @@ int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
 		return b->failed;
 	if (live < WD_FRAME_HEADER)
 		return 0;
+	h = b->buf + b->start;
 	len = get_le32(h);
 	nfds = get_le32(h + 4);
 	if (len > b->max_payload || nfds > b->max_fds || nfds > WD_FRAME_MAX_FDS) {
@@ -546,7 +549,7 @@ void wd_frame_close_fds(struct wd_frame *f)
 	if (!f)
 		return;
 	if (f->fds)
-		close_fds(f->fds, f->nfds);
+		close_fds(f->fds, 0, f->nfds);
 	free(f->fds);
 	f->fds = NULL;
 	f->nfds = 0;
@@ -590,7 +593,7 @@ int wd_frame_send_blocking(int sock, const void *payload, size_t len, const int 
 			iov[iovcnt].iov_base = (uint8_t *)payload + (off - WD_FRAME_HEADER);
 			iov[iovcnt++].iov_len = chunk;
 		}
-		n = send_part(sock, iov, iovcnt, fds + fds_sent, batch, 0);
+		n = send_part(sock, iov, iovcnt, batch ? fds + fds_sent : NULL, batch, 0);
 		if (n == WD_FRAME_AGAIN) {
 			struct pollfd p = { .fd = sock, .events = POLLOUT };
 

@@ -30,9 +30,9 @@
 #define GGUF_MAX_KEY 65535u        /* the spec's bound on a metadata key */
 #define GGUF_ARRAY_SHOWN 16u       /* longer arrays are summarised as "[N x type]" */
 #define GGUF_RENDER_MAX 4096u      /* bytes of text one rendered array may take */
-#define GGUF_DEPTH_CAP 64u         /* array nesting, whatever the limits say (bounds recursion) */
+#define GGUF_DEPTH_CAP 32u         /* array nesting, whatever the limits say (bounds the stack) */
 #define GGUF_FIRST_READ (1u << 20) /* first pread of wd_gguf_read */
-#define GGUF_TYPE_NAME 512u        /* room for a nested type name */
+#define GGUF_TYPE_NAME 256u        /* room for a nested type name */
 
 /* Internal status (never returned to callers): the header goes on past the bytes in hand. */
 #define GGUF_NEED_MORE 1000
@@ -221,9 +221,13 @@ static void sb_quoted(struct sbuf *s, const uint8_t *p, uint64_t len)
 	sb_put(s, "\"", 1);
 }
 
-/* Shortest text that reads back as the same value. */
+/* Shortest text that reads back as the same value; whole numbers below 1e15 without exponent. */
 static void fmt_f32(char *b, size_t n, float f)
 {
+	if (f == __builtin_truncf(f) && __builtin_fabsf(f) < 1e15f) {
+		snprintf(b, n, "%.0f", (double)f);
+		return;
+	}
 	for (int prec = 1; prec <= 9; prec++) {
 		snprintf(b, n, "%.*g", prec, (double)f);
 		if (strtof(b, NULL) == f)
@@ -233,6 +237,10 @@ static void fmt_f32(char *b, size_t n, float f)
 
 static void fmt_f64(char *b, size_t n, double f)
 {
+	if (f == __builtin_trunc(f) && __builtin_fabs(f) < 1e15) {
+		snprintf(b, n, "%.0f", f);
+		return;
+	}
 	for (int prec = 1; prec <= 17; prec++) {
 		snprintf(b, n, "%.*g", prec, f);
 		if (strtod(b, NULL) == f)
@@ -456,7 +464,20 @@ static void table_truncate(struct wd_table *t, size_t n_tensors, size_t n_meta)
 	}
 }
 
-/* The name of a key or tensor as a C string (the caller checked it holds no NUL). */
+/*
+ * The first control byte (NUL, 0x01-0x1f, 0x7f) in a key or tensor name, or -1. Names travel into
+ * C strings, error sentences and logs, where such bytes would cut or forge text; real files use
+ * printable ASCII (the spec asks lower_snake_case keys), so they are refused.
+ */
+static int control_byte(const uint8_t *p, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++)
+		if (p[i] < 0x20 || p[i] == 0x7f)
+			return p[i];
+	return -1;
+}
+
+/* The name of a key or tensor as a C string (the caller checked it holds no control byte). */
 static char *dup_name(const uint8_t *p, uint64_t len)
 {
 	char *s = malloc(len + 1);
@@ -492,11 +513,11 @@ static int parse_kv(struct rd *r, uint64_t idx, struct hset *keys, struct wd_tab
 				    "GGUF metadata entry #%" PRIu64 " at byte %" PRIu64 " has a key of %"
 				    PRIu64 " bytes; GGUF allows at most %u",
 				    idx, at, klen, GGUF_MAX_KEY);
-	if (memchr(key, '\0', klen))
+	if ((rc = control_byte(key, klen)) >= 0)
 		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
 				    "GGUF metadata entry #%" PRIu64 " at byte %" PRIu64
-				    " has a key with a NUL byte in it",
-				    idx, at);
+				    " has a key with control byte 0x%02x in it",
+				    idx, at, (unsigned)rc);
 	snprintf(r->where, sizeof(r->where), "metadata key '%.*s' ", (int)(klen < 200 ? klen : 200),
 		 (const char *)key);
 	if (!hset_add(keys, key, klen))
@@ -573,11 +594,11 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 				    "GGUF tensor info #%" PRIu64 " at byte %" PRIu64 " has a name of %"
 				    PRIu64 " bytes, over the limit of %d",
 				    idx, at, nlen, WD_MAX_NAME - 1);
-	if (memchr(name, '\0', nlen))
+	if ((rc = control_byte(name, nlen)) >= 0)
 		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
 				    "GGUF tensor info #%" PRIu64 " at byte %" PRIu64
-				    " has a name with a NUL byte in it",
-				    idx, at);
+				    " has a name with control byte 0x%02x in it",
+				    idx, at, (unsigned)rc);
 	if (!(n = dup_name(name, nlen)))
 		return wd_error_set(r->err, WD_E_EXHAUSTED, "out of memory reading GGUF tensor infos");
 	snprintf(r->where, sizeof(r->where), "tensor '%s' ", n);

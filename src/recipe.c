@@ -441,7 +441,7 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 		     int ndim, const uint64_t *shape, struct nsel *ret)
 {
 	uint32_t be = block_elems(t);
-	uint64_t dim = 0, total, n;
+	uint64_t dim = 0, total = 0, n = 0;
 	char *txt = b->seltxt[node];
 	int k;
 
@@ -887,7 +887,7 @@ static int build_reshape_view(struct build *b, uint32_t i, const struct wd_rnode
 {
 	bool view = rn->op == WD_OP_VIEW;
 	enum wd_dtype t = view ? rn->dtype : x->dtype;
-	uint64_t elems, in_elems, nbytes;
+	uint64_t elems = 0, in_elems = 0, nbytes = 0;
 	char s[160];
 
 	if (view && !wd_dtype_info(t))
@@ -1352,14 +1352,10 @@ int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res
 		return wd_error_set(err, WD_E_EMPTY_INPUTS, "the recipe has no nodes");
 	if (!r->nodes || !res || !res->lookup)
 		return wd_error_set(err, WD_E_INVALID, "the recipe or its resolver is missing");
-	if (r->n_nodes > b.lim.max_nodes) {
-		if (err) {
-			err->expected = b.lim.max_nodes;
-			err->actual = i64(r->n_nodes);
-		}
-		return wd_error_set(err, WD_E_TOO_LARGE, "the recipe has %zu nodes (at most %" PRIu32 ")",
-				    r->n_nodes, b.lim.max_nodes);
-	}
+	if (r->n_nodes > b.lim.max_nodes) /* names the first node past the limit */
+		return nerr(&b, b.lim.max_nodes, WD_E_TOO_LARGE, -1, b.lim.max_nodes, i64(r->n_nodes),
+			    "the recipe has %zu nodes, more than the %" PRIu32 " allowed", r->n_nodes,
+			    b.lim.max_nodes);
 	p = calloc(1, sizeof(*p));
 	b.p = p;
 	b.max_x = 4 * r->n_nodes + 64;

@@ -48,6 +48,10 @@ int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, s
 				    "segment %s: need %llu bytes in " SHM_DIR ", more than a file can hold", name,
 				    (unsigned long long)size);
 	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EEXIST) {
+		rc = wd_error_set(err, WD_E_INVALID, "shared memory %s already exists", name);
+		goto fail;
+	}
 	if (fd < 0) {
 		rc = wd_error_set(err, errno == EMFILE || errno == ENFILE ? WD_E_EXHAUSTED : WD_E_IO,
 				  "creating shared memory %s: %s", name, strerror(errno));

@@ -19,7 +19,8 @@ struct wd_segment {
  * Create a new shm object `name` (must start with '/', no other '/') with mode 0600, O_EXCL, and
  * reserve `size` bytes with posix_fallocate so a full /dev/shm fails here (-WD_E_EXHAUSTED naming
  * bytes needed) instead of as SIGBUS later. size 0 is allowed (nothing reserved). On failure nothing
- * is left behind (the name is unlinked).
+ * is left behind (the name is unlinked). -WD_E_INVALID for a malformed name or one already in use
+ * (that object is left alone).
  */
 int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, struct wd_error *err);
 

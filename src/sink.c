@@ -27,9 +27,11 @@ int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_erro
 	wd_sha256_update(&s->sha, buf, len);
 	while (s->fd >= 0 && left) {
 		ssize_t n = pwrite(s->fd, p, left, (off_t)s->written);
-		if (n < 0) {
-			if (errno == EINTR)
+		if (n <= 0) {
+			if (n < 0 && errno == EINTR)
 				continue;
+			if (n == 0)
+				errno = EIO;
 			return wd_error_set(err, errno == ENOSPC ? WD_E_EXHAUSTED : WD_E_IO,
 					    "writing the weight into shared memory: %s", strerror(errno));
 		}

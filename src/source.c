@@ -170,25 +170,18 @@ static int open_regular(const char *path, int flags, int *ret_fd, struct stat *r
 	return 0;
 }
 
-/* True when the resolved path `real` lies strictly inside the resolved directory `dir`. */
-static bool is_under(const char *real, const char *dir)
-{
-	size_t dl = strlen(dir);
-
-	if (dl == 1) /* dir is "/" */
-		return real[0] == '/' && real[1] != '\0';
-	return strncmp(real, dir, dl) == 0 && real[dl] == '/' && real[dl + 1] != '\0';
-}
-
 /*
- * Open `name` inside the directory dir_abs (whose symlink-free spelling is dir_real) so that it
- * cannot escape it: the name's resolved path must lie under dir_real, the resolved path is opened
- * with O_NOFOLLOW, and the opened inode must be the one `dir_abs/name` names. Appends the file.
+ * Open the member file `name` of the directory dir_abs. Names come from the index (or the
+ * directory listing) and are plain file names, checked before we get here, so an index cannot
+ * point outside the directory. A symlink placed in the directory is followed wherever it leads:
+ * whoever can place one there controls the checkpoint anyway, and the Hugging Face hub cache lays
+ * out every snapshot as symlinks into ../../blobs. The file is pinned by the identity of what it
+ * resolves to. Appends the file.
  */
-static int open_member(struct wd_source *src, const char *dir_abs, const char *dir_real, const char *name,
+static int open_member(struct wd_source *src, const char *dir_abs, const char *name,
 		       struct wd_error *err)
 {
-	char *p = NULL, *real = NULL;
+	char *p = NULL;
 	struct stat st, lst;
 	int fd = -1, r;
 
@@ -197,20 +190,9 @@ static int open_member(struct wd_source *src, const char *dir_abs, const char *d
 		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory opening %s", name);
 		goto out;
 	}
-	real = realpath(p, NULL);
-	if (!real) {
-		if (errno == ENOENT)
-			r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s does not exist", p);
-		else
-			r = wd_error_set(err, errno_code(errno), "cannot open %s: %s", p, strerror(errno));
-		goto out;
-	}
-	if (!is_under(real, dir_real)) {
-		r = wd_error_set(err, WD_E_PERMISSION, "%s resolves to %s, outside the checkpoint directory %s",
-				 p, real, dir_real);
-		goto out;
-	}
-	r = open_regular(real, O_NOFOLLOW, &fd, &st, err);
+	r = open_regular(p, 0, &fd, &st, err);
+	if (r == -WD_E_NOT_FOUND)
+		r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s does not exist", p);
 	if (r)
 		goto out;
 	if (stat(p, &lst) < 0 || lst.st_dev != st.st_dev || lst.st_ino != st.st_ino) {
@@ -223,7 +205,6 @@ out:
 	if (fd >= 0)
 		close(fd);
 	free(p);
-	free(real);
 	return r;
 }
 
@@ -406,8 +387,8 @@ out:
 	return r;
 }
 
-/* Every shard the index names is opened (contained in the directory), parsed and checked. */
-static int open_sharded(struct wd_source *src, const char *dir_abs, const char *dir_real, const char *json,
+/* Every shard the index names is opened, parsed and checked against the index. */
+static int open_sharded(struct wd_source *src, const char *dir_abs, const char *json,
 			size_t len, const struct wd_limits *lim, struct wd_error *err)
 {
 	struct wd_stindex idx = { 0 };
@@ -422,7 +403,7 @@ static int open_sharded(struct wd_source *src, const char *dir_abs, const char *
 	}
 	src->kind = WD_SOURCE_SHARDED;
 	for (size_t i = 0; i < idx.n_files; i++) {
-		r = open_member(src, dir_abs, dir_real, idx.files[i], err);
+		r = open_member(src, dir_abs, idx.files[i], err);
 		if (r) {
 			wd_error_prefix(err, "shard named by " INDEX_NAME);
 			goto out;
@@ -463,7 +444,7 @@ out:
 }
 
 /* Without an index: exactly one *.safetensors file in the directory is the source. */
-static int open_lone_file(struct wd_source *src, int dirfd, const char *dir_abs, const char *dir_real,
+static int open_lone_file(struct wd_source *src, int dirfd, const char *dir_abs,
 			  const struct wd_limits *lim, struct wd_error *err)
 {
 	struct dirent *de;
@@ -508,7 +489,7 @@ static int open_lone_file(struct wd_source *src, int dirfd, const char *dir_abs,
 		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory listing %s", dir_abs);
 		goto out;
 	}
-	r = open_member(src, dir_abs, dir_real, first, err);
+	r = open_member(src, dir_abs, first, err);
 	if (r)
 		goto out;
 	src->kind = WD_SOURCE_SAFETENSORS;
@@ -522,29 +503,23 @@ out:
 static int open_directory(struct wd_source *src, const char *dir_abs, const struct wd_limits *lim,
 			  struct wd_error *err)
 {
-	char *real = NULL, *json = NULL;
+	char *json = NULL;
 	size_t len = 0;
 	int dirfd, r;
 
 	dirfd = open(dir_abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd < 0)
 		return wd_error_set(err, errno_code(errno), "cannot open directory %s: %s", dir_abs, strerror(errno));
-	real = realpath(dir_abs, NULL);
-	if (!real) {
-		r = wd_error_set(err, errno_code(errno), "cannot resolve %s: %s", dir_abs, strerror(errno));
-		goto out;
-	}
 	r = read_index(dirfd, dir_abs, lim, &json, &len, err);
 	if (r)
 		goto out;
 	if (!json) {
-		r = open_lone_file(src, dirfd, dir_abs, real, lim, err);
+		r = open_lone_file(src, dirfd, dir_abs, lim, err);
 		goto out;
 	}
-	r = open_sharded(src, dir_abs, real, json, len, lim, err);
+	r = open_sharded(src, dir_abs, json, len, lim, err);
 out:
 	free(json);
-	free(real);
 	close(dirfd);
 	return r;
 }

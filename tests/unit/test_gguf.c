@@ -260,7 +260,7 @@ static void test_metadata_types(void **state)
 		{ "a.i16", "[-300, 300]", "array[i16]" },
 		{ "a.u32", "[100000, 3]", "array[u32]" },
 		{ "a.i32", "[-100000, 3]", "array[i32]" },
-		{ "a.f32", "[0.5, -2]", "array[f32]" },
+		{ "a.f32", "[0.5, -2, 10000, 3.1415927]", "array[f32]" },
 		{ "a.bool", "[true, false]", "array[bool]" },
 		{ "a.string", "[\"a\", \"b\\\"c\\x01\"]", "array[string]" },
 		{ "a.u64", "[1, 2]", "array[u64]" },
@@ -300,7 +300,8 @@ static void test_metadata_types(void **state)
 	gw_key(&g, "a.u32", GW_ARRAY); gw_arr(&g, GW_U32, 2); gw_u32(&g, 100000); gw_u32(&g, 3);
 	gw_key(&g, "a.i32", GW_ARRAY); gw_arr(&g, GW_I32, 2); gw_u32(&g, (uint32_t)-100000);
 	gw_u32(&g, 3);
-	gw_key(&g, "a.f32", GW_ARRAY); gw_arr(&g, GW_F32, 2); gw_f32(&g, 0.5f); gw_f32(&g, -2.0f);
+	gw_key(&g, "a.f32", GW_ARRAY); gw_arr(&g, GW_F32, 4); gw_f32(&g, 0.5f); gw_f32(&g, -2.0f);
+	gw_f32(&g, 10000.0f); gw_f32(&g, 3.14159265f);
 	gw_key(&g, "a.bool", GW_ARRAY); gw_arr(&g, GW_BOOL, 2); gw_u8(&g, 1); gw_u8(&g, 0);
 	gw_key(&g, "a.string", GW_ARRAY); gw_arr(&g, GW_STRING, 2); gw_str(&g, "a");
 	gw_str(&g, "b\"c\x01");
@@ -366,6 +367,35 @@ static void test_string_with_nul(void **state)
 	wd_table_init(&t);
 	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
 	assert_string_equal(t.meta[0].value, "a\\x00b");
+	wd_table_free(&t);
+	gw_free(&g);
+}
+
+/* A short array of long strings is rendered up to 4096 bytes of text, then marked as cut. */
+static void test_long_array_text_cut(void **state)
+{
+	(void)state;
+	struct gw g;
+	struct wd_table t;
+	struct wd_error err;
+	char s[401];
+	const char *v;
+
+	memset(s, 'y', 400);
+	s[400] = '\0';
+	gw_init(&g);
+	gw_header(&g, 3, 0, 1);
+	gw_key(&g, "merges", GW_ARRAY);
+	gw_arr(&g, GW_STRING, 16);
+	for (int i = 0; i < 16; i++)
+		gw_str(&g, s);
+	wd_table_init(&t);
+	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
+	v = t.meta[0].value;
+	assert_int_equal(strlen(v), 4096 + 3);
+	assert_memory_equal(v, "[\"yyy", 5);
+	assert_string_equal(v + 4096, "...");
+	assert_string_equal(t.meta[0].type, "array[string]");
 	wd_table_free(&t);
 	gw_free(&g);
 }
@@ -660,7 +690,7 @@ static void test_string_lengths(void **state)
 	expect_fail(&g, WD_E_BAD_CHECKPOINT, "at most 65535");
 	gw_free(&g);
 
-	/* an empty key, and a key with a NUL in it */
+	/* an empty key, and keys with control bytes in them */
 	gw_init(&g);
 	gw_header(&g, 3, 0, 1);
 	gw_key(&g, "", GW_U8);
@@ -672,7 +702,13 @@ static void test_string_lengths(void **state)
 	gw_strn(&g, "a\0b", 3);
 	gw_u32(&g, GW_U8);
 	gw_u8(&g, 0);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "NUL");
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "key with control byte 0x00");
+	gw_free(&g);
+	gw_init(&g);
+	gw_header(&g, 3, 0, 1);
+	gw_key(&g, "general.name\nforged line", GW_U8);
+	gw_u8(&g, 0);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "key with control byte 0x0a");
 	gw_free(&g);
 }
 
@@ -1055,8 +1091,25 @@ static void test_tensor_names(void **state)
 	gw_u64(&g, 0);
 	gw_pad(&g, 32);
 	gw_zeros(&g, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "NUL");
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "name with control byte 0x00");
 	gw_free(&g);
+
+	one_tensor(&g, "\x1b[2Jw", 1, d, GG_F32, 0, 64);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "name with control byte 0x1b");
+	gw_free(&g);
+
+	/* UTF-8 is fine */
+	{
+		struct wd_table t;
+		struct wd_error err;
+
+		one_tensor(&g, "caf\xc3\xa9.weight", 1, d, GG_F32, 0, 64);
+		wd_table_init(&t);
+		assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
+		assert_string_equal(t.tensors[0].name, "caf\xc3\xa9.weight");
+		wd_table_free(&t);
+		gw_free(&g);
+	}
 }
 
 /* ---- wd_gguf_read ---- */
@@ -1181,6 +1234,7 @@ int main(void)
 		cmocka_unit_test(test_custom_alignment),
 		cmocka_unit_test(test_metadata_types),
 		cmocka_unit_test(test_string_with_nul),
+		cmocka_unit_test(test_long_array_text_cut),
 		cmocka_unit_test(test_type_byte_lengths),
 		cmocka_unit_test(test_partial_block_rows),
 		cmocka_unit_test(test_unknown_types),

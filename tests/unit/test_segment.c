@@ -152,8 +152,9 @@ static void test_exclusive(void **state)
 	assert_int_equal(wd_segment_create(name, 4096, &a, NULL), 0);
 	assert_int_equal(pwrite(a.fd, "keep", 4, 0), 4);
 	memset(&b, 0x5a, sizeof(b));
-	assert_true(wd_segment_create(name, 4096, &b, &err) < 0);
+	assert_int_equal(wd_segment_create(name, 4096, &b, &err), -WD_E_INVALID);
 	assert_non_null(strstr(err.msg, name));
+	assert_non_null(strstr(err.msg, "already exists"));
 	assert_int_equal(b.fd, 0x5a5a5a5a); /* output untouched on failure */
 	assert_true(shm_exists(name));
 	assert_int_equal(pread(a.ro_fd, got, 4, 0), 4);

@@ -1,6 +1,84 @@
-/* weightd/client.h - libweightd, the client library of weightd. (API lands with the client.) */
+/* weightd/client.h - libweightd: bind model weights served by weightd from shared memory. */
 #ifndef WEIGHTD_CLIENT_H
 #define WEIGHTD_CLIENT_H
+
+/*
+ * libweightd talks to the weightd daemon over its Unix socket. The daemon reads each weight of a
+ * checkpoint once into POSIX shared memory; every process that asks gets a read-only file
+ * descriptor to that same memory and maps it. N processes, one physical copy.
+ *
+ * A typical inference engine:
+ *
+ *     weightd_client *c;  weightd_unit *u;  weightd_error err;
+ *     if (weightd_connect(NULL, "my-engine", &c, &err) < 0) { puts(err.message); ... }
+ *     weightd_unit_new(c, &u, &err);
+ *     uint64_t qshape[] = { 4096, 4096 };
+ *     weightd_unit_slot(u, "q", "BF16", qshape, 2, &layer->q_data, &err);
+ *     weightd_unit_set_tensor(u, "q", "llama", "layers.0.attn.q.weight", NULL, &err);
+ *     ...                                   (declare every slot, give each a source or an alias)
+ *     weightd_unit_submit(u, &err);         (one request; returns while weightd works)
+ *     if (weightd_unit_validate(u, &err) < 0) { ... nothing is held, nothing was published ... }
+ *     weightd_unit_bind(u);                 (stores every pointer; cannot fail)
+ *     ... run ...
+ *     weightd_unit_free(u);                 (unmaps and releases; the pointers are now invalid)
+ *     weightd_close(c);
+ *
+ * ---------------------------------------------------------------------------------------------
+ * Conventions
+ *
+ * - Every fallible call returns 0 (or a documented non-negative value) on success and a negative
+ *   WEIGHTD_E_* code on failure; when `err` is not NULL it is then filled (see weightd_error).
+ *   Outputs are named ret_* and are left untouched on failure.
+ * - Objects the library returns are owned by the caller until passed to their free/release
+ *   function; every free/release function accepts NULL. Strings and arrays inside a returned
+ *   struct belong to that struct and live until it is freed.
+ * - Input strings and arrays are copied; the caller may reuse them as soon as the call returns.
+ * - Dtypes are the safetensors names: "BOOL" "U8" "I8" "U16" "I16" "F16" "BF16" "U32" "I32"
+ *   "F32" "U64" "I64" "F64" "F8_E4M3" "F8_E5M2", and ggml's names for packed GGUF block types
+ *   ("Q4_0", "Q8_0", "Q4_K", ...). Shapes are row-major, outermost axis first (GGUF dimensions are
+ *   reported in this order too), at most WEIGHTD_MAX_DIMS axes; a 0-d scalar has ndim 0.
+ * - File descriptors the library receives are close-on-exec.
+ *
+ * ---------------------------------------------------------------------------------------------
+ * Threads
+ *
+ * - A weightd_client may be used from several threads at once: every call that takes a client
+ *   (connect excepted, close excepted) is safe to call concurrently. Requests from all threads are
+ *   pipelined on the one socket (a mutex serialises sending); replies are matched to requests by
+ *   id, in whatever order they arrive. While threads wait, exactly one of them reads the socket and
+ *   hands each reply to the thread waiting for it (the others sleep on a condition variable), so
+ *   no thread is needed in the background and none is created.
+ * - weightd_close must be the last call on a client: no other call on that client, or on an
+ *   in-flight handle, unit or weight_map of it, may run concurrently with it or follow it, except
+ *   the calls listed under weightd_close (release, free, accessors).
+ * - A weightd_inflight, weightd_unit, weightd_recipe under construction and weightd_selection are
+ *   used by one thread at a time (hand them between threads freely). A finished recipe or
+ *   selection may be read by several threads at once (materialize and set_recipe take it const).
+ * - A weightd_weight's accessors, weightd_share and weightd_weight_dup may be called on the same
+ *   weight from several threads at once. weightd_weight_map and weightd_release may not run
+ *   concurrently with any other call on that same weight.
+ * - Result structs (source lists, descriptions, status, preflight results, event lists) are
+ *   immutable: read them from any thread; free each once.
+ * - Mapped weight memory is ordinary read-only memory: read it from any thread.
+ * - After fork(), the child must not use the parent's clients, handles or units (it may keep
+ *   reading memory that was mapped before the fork, and should simply not call into them).
+ *
+ * ---------------------------------------------------------------------------------------------
+ * Lost connection
+ *
+ * When the daemon goes away (or sends something unreadable), every pending request and every
+ * later call on that client fails with WEIGHTD_E_DISCONNECTED and a sentence saying why. Weights
+ * already received stay valid and mapped: the memory is the process's until it lets go.
+ * Releasing them afterwards only closes and unmaps locally (the daemon already dropped the
+ * references when the connection ended). Reconnect by opening a new client.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #if defined(WEIGHTD_BUILDING)
 #define WEIGHTD_API __attribute__((visibility("default")))
@@ -8,6 +86,642 @@
 #define WEIGHTD_API
 #endif
 
+#define WEIGHTD_MAX_DIMS 8
+#define WEIGHTD_DIGEST_LEN 32
+#define WEIGHTD_DEFAULT_SOCKET "/run/weightd/weightd.sock"
+#define WEIGHTD_PROTOCOL_VERSION 1
+
+/* =========================================================================================== */
+/* Errors                                                                                       */
+/* =========================================================================================== */
+
+/* Error codes: the same numbers as weightd.ErrorCode in the wire protocol. Calls return -code. */
+enum {
+	WEIGHTD_OK = 0,
+	WEIGHTD_E_INVALID_ARGUMENT = 1,
+	WEIGHTD_E_NOT_FOUND = 2,
+	WEIGHTD_E_PERMISSION_DENIED = 3,
+	WEIGHTD_E_BAD_CHECKPOINT = 4,
+	WEIGHTD_E_UNSUPPORTED = 5,
+	WEIGHTD_E_SOURCE_CHANGED = 6,
+	WEIGHTD_E_IO = 7,
+	WEIGHTD_E_RESOURCE_EXHAUSTED = 8,
+	WEIGHTD_E_LIMIT_EXCEEDED = 9,
+	WEIGHTD_E_PROTOCOL = 10,
+	WEIGHTD_E_INTERNAL = 11,
+	WEIGHTD_E_DISCONNECTED = 12,
+	WEIGHTD_E_OUT_OF_RANGE = 13,
+	WEIGHTD_E_UNKNOWN_SOURCE = 20,
+	WEIGHTD_E_UNKNOWN_TENSOR = 21,
+	WEIGHTD_E_EMPTY_INPUTS = 22,
+	WEIGHTD_E_DTYPE_MISMATCH = 23,
+	WEIGHTD_E_SHAPE_MISMATCH = 24,
+	WEIGHTD_E_AXIS_OUT_OF_RANGE = 25,
+	WEIGHTD_E_ELEMENT_COUNT_MISMATCH = 26,
+	WEIGHTD_E_BYTE_COUNT_MISMATCH = 27,
+	WEIGHTD_E_NOT_A_PERMUTATION = 28,
+	WEIGHTD_E_ZERO_SIZED = 29,
+	WEIGHTD_E_UNSUPPORTED_CAST = 30,
+	WEIGHTD_E_OVERFLOW = 31,
+	WEIGHTD_E_RECIPE_TOO_DEEP = 32,
+	WEIGHTD_E_RECIPE_TOO_LARGE = 33,
+	WEIGHTD_E_DUPLICATE_NAME = 40,
+	WEIGHTD_E_BAD_ALIAS = 41,
+	WEIGHTD_E_ALIAS_CYCLE = 42,
+	WEIGHTD_E_SLOT_MISMATCH = 43,
+};
+
+/*
+ * What went wrong, filled by a failing call when the caller passes one. Caller-allocated (on the
+ * stack is fine). `message` is a complete sentence naming the checkpoint, tensor and slot
+ * involved and what was wrong, e.g. 'slot "layers.0.q": weightd served dtype BF16 for
+ * llama:layers.0.attn.q.weight, the slot declares F16'. The other fields let a program react
+ * without parsing it; those that do not apply are empty/zero. `node` is the recipe node index + 1
+ * (0: not about a node); `axis` is -1 when not about an axis; expected/actual hold the numbers
+ * compared, when the error compares numbers.
+ */
+typedef struct weightd_error {
+	int code;             /* WEIGHTD_E_* (positive); WEIGHTD_OK when there is no error */
+	uint32_t node;
+	int32_t axis;
+	int64_t expected;
+	int64_t actual;
+	char checkpoint[128];
+	char tensor[256];
+	char slot[256];
+	char message[768];
+} weightd_error;
+
+/* Short stable name of a code ("unknown-tensor", "disconnected", ...); never NULL. Accepts the
+ * negative return value of a call as well as the positive code. */
+WEIGHTD_API const char *weightd_code_name(int code);
+
+/* The library's version string ("0.1.0"). */
 WEIGHTD_API const char *weightd_version(void);
+
+/* =========================================================================================== */
+/* Connection                                                                                   */
+/* =========================================================================================== */
+
+typedef struct weightd_client weightd_client;
+
+/*
+ * Connect to weightd and say hello. socket_path NULL means $WEIGHTD_SOCKET, or
+ * WEIGHTD_DEFAULT_SOCKET when that is unset or empty. client_name (may be NULL) shows up in the
+ * daemon's logs and status. Fails with WEIGHTD_E_DISCONNECTED when nothing listens there (or
+ * the peer does not answer hello within 30 s; $WEIGHTD_HELLO_TIMEOUT_MS changes that),
+ * WEIGHTD_E_PERMISSION_DENIED when the socket's mode refuses us, WEIGHTD_E_UNSUPPORTED when
+ * the daemon speaks another protocol version. On success *ret is a new client: free it with
+ * weightd_close.
+ */
+WEIGHTD_API int weightd_connect(const char *socket_path, const char *client_name,
+				weightd_client **ret, weightd_error *err);
+
+/*
+ * Close the connection and drop the caller's hold on the client. Must not run concurrently with
+ * any other call on this client, its in-flight handles or its units (see Threads). Pending
+ * requests fail with WEIGHTD_E_DISCONNECTED. Weights and units already received stay valid:
+ * their memory stays mapped and their fds open until weightd_release / weightd_unit_free, which
+ * still work after close (and only act locally, as the daemon drops a closed client's references
+ * itself). weightd_inflight_free also still works. Accepts NULL.
+ */
+WEIGHTD_API void weightd_close(weightd_client *c);
+
+/* What the daemon said in its hello. Owned by the client; valid until the client is freed. */
+typedef struct weightd_server_info {
+	uint32_t protocol_version;
+	const char *server_version;
+	const char *instance;          /* the daemon's instance (shared-memory prefix) */
+	uint32_t max_frame_bytes;      /* largest request the daemon accepts */
+	uint32_t max_pending_requests; /* requests one client may have in flight */
+	uint32_t max_unit_entries;
+	uint32_t max_recipe_nodes;
+	uint64_t max_client_bytes;     /* bytes of weights one client may hold (0: no limit) */
+	uint32_t max_client_weights;   /* weights one client may hold (0: no limit) */
+} weightd_server_info;
+
+WEIGHTD_API const weightd_server_info *weightd_server(const weightd_client *c);
+
+/*
+ * The connection's socket, for an event loop: when it is readable, call weightd_borrow,
+ * weightd_unit_poll or weightd_poll_events with no wait to let the library read it. Never read,
+ * write or close it yourself.
+ */
+WEIGHTD_API int weightd_client_fd(const weightd_client *c);
+
+/* =========================================================================================== */
+/* Sources                                                                                      */
+/* =========================================================================================== */
+
+typedef struct weightd_source_info {
+	const char *name;
+	const char *kind;        /* "safetensors", "safetensors-sharded", "gguf" */
+	const char *path;
+	uint64_t tensors;
+	uint64_t bytes;          /* payload bytes of all its tensors */
+	uint64_t generation;     /* grows when the files change and the daemon reloads */
+	const char *state;       /* "ready", "failed", "removed" */
+	const char *error;       /* why it failed ("" when ready) */
+	uint32_t files;
+} weightd_source_info;
+
+typedef struct weightd_source_list {
+	size_t count;
+	const weightd_source_info *sources;
+} weightd_source_list;
+
+/* Every source this client may see. *ret is freed with weightd_source_list_free. */
+WEIGHTD_API int weightd_list(weightd_client *c, weightd_source_list **ret, weightd_error *err);
+WEIGHTD_API void weightd_source_list_free(weightd_source_list *l);
+
+typedef struct weightd_tensor_info {
+	const char *name;
+	const char *dtype;
+	size_t ndim;
+	const uint64_t *shape;
+	uint64_t nbytes;
+	uint64_t offset;         /* absolute offset in `file` */
+	const char *file;
+	uint32_t block_elems;    /* elements per block: 1 for element types, e.g. 32 for Q4_0 */
+	uint32_t block_bytes;    /* bytes per block (the element size for element types) */
+} weightd_tensor_info;
+
+typedef struct weightd_meta_entry {
+	const char *key;
+	const char *value;       /* rendered as text; long arrays summarised */
+	const char *type;        /* "string", "u32", "array[string]", ... */
+} weightd_meta_entry;
+
+typedef struct weightd_description {
+	weightd_source_info source;
+	size_t n_tensors;
+	const weightd_tensor_info *tensors;   /* in file order */
+	size_t n_metadata;
+	const weightd_meta_entry *metadata;
+} weightd_description;
+
+/* One source's tensor table and metadata (WEIGHTD_E_UNKNOWN_SOURCE when there is no such
+ * checkpoint). *ret is freed with weightd_description_free. */
+WEIGHTD_API int weightd_describe(weightd_client *c, const char *checkpoint,
+				 weightd_description **ret, weightd_error *err);
+WEIGHTD_API void weightd_description_free(weightd_description *d);
+
+/* =========================================================================================== */
+/* Daemon status and administration                                                             */
+/* =========================================================================================== */
+
+typedef struct weightd_weight_status {
+	uint64_t handle;
+	const char *label;       /* e.g. "llama:layers.0.q[0:512,:]" or "cast(llama:w, F16)" */
+	const char *dtype;
+	size_t ndim;
+	const uint64_t *shape;
+	uint64_t nbytes;
+	uint32_t refs;           /* references held, by all clients together */
+	uint32_t clients;        /* distinct clients holding it */
+	uint64_t generation;
+	const uint8_t *digest;   /* WEIGHTD_DIGEST_LEN bytes, or NULL when not known */
+	const char *source;
+	int adopted;             /* re-adopted after a daemon restart rather than read again */
+} weightd_weight_status;
+
+typedef struct weightd_status {
+	const char *instance;
+	const char *server_version;
+	uint64_t uptime_ms;
+	uint64_t bytes_resident;           /* bytes of shared memory the daemon holds */
+	uint64_t budget_bytes;
+	uint64_t weights;
+	uint64_t clients;
+	uint64_t bytes_read;               /* checkpoint bytes read since start */
+	uint64_t materializations;
+	uint64_t materializations_failed;
+	uint64_t materializations_in_flight;
+	uint64_t evictions;
+	uint64_t readoptions;
+	uint64_t bytes_materialized;
+	uint64_t materialize_ns;
+	uint64_t references;
+	size_t n_sources;
+	const weightd_source_info *sources;
+	size_t n_weights;
+	const weightd_weight_status *weight_list;
+} weightd_status;
+
+WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);
+WEIGHTD_API void weightd_status_free(weightd_status *s);
+
+/* Ask the daemon to re-read its configuration (privileged peers only: else
+ * WEIGHTD_E_PERMISSION_DENIED). Returns when the daemon has done it. */
+WEIGHTD_API int weightd_reload(weightd_client *c, weightd_error *err);
+
+/* Ask the daemon to evict every weight no client holds (privileged). ret_weights and ret_bytes
+ * (each may be NULL) receive how much went. */
+WEIGHTD_API int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t *ret_bytes,
+			      weightd_error *err);
+
+/* =========================================================================================== */
+/* Selections                                                                                   */
+/* =========================================================================================== */
+
+/*
+ * Which part of a source tensor to take. Wherever a selection is taken, NULL means the full
+ * tensor. A selection is immutable once made; free it with weightd_selection_free (the calls
+ * that take one copy it). Bounds against the tensor are checked by the daemon, which answers
+ * WEIGHTD_E_OUT_OF_RANGE / WEIGHTD_E_AXIS_OUT_OF_RANGE naming the tensor and axis.
+ *
+ *  full                         the whole tensor.
+ *  range(axis, start, end)      [start, end) along `axis`; the other axes whole. start < end.
+ *  indices(axis, idx[n])        the listed positions along `axis`, in that order (n >= 1;
+ *                               repeats allowed).
+ *  elements(start, end, shape)  elements [start, end) of the row-major flattened tensor,
+ *                               reshaped to `shape` (whose element count must be end - start).
+ *  shard(axis, rank, world)     the part tensor-parallel rank `rank` of `world` takes along
+ *                               `axis`: the even split when the axis divides by world. When it
+ *                               does not, the daemon's documented rule decides (weightd(8),
+ *                               "Selections"); weightd_unit_preflight tells the resulting shape.
+ */
+typedef struct weightd_selection weightd_selection;
+
+WEIGHTD_API int weightd_selection_full(weightd_selection **ret, weightd_error *err);
+WEIGHTD_API int weightd_selection_range(uint32_t axis, uint64_t start, uint64_t end,
+					weightd_selection **ret, weightd_error *err);
+WEIGHTD_API int weightd_selection_indices(uint32_t axis, const uint64_t *indices, size_t n,
+					  weightd_selection **ret, weightd_error *err);
+WEIGHTD_API int weightd_selection_elements(uint64_t start, uint64_t end, const uint64_t *shape,
+					   size_t ndim, weightd_selection **ret, weightd_error *err);
+WEIGHTD_API int weightd_selection_shard(uint32_t axis, uint32_t rank, uint32_t world,
+					weightd_selection **ret, weightd_error *err);
+WEIGHTD_API void weightd_selection_free(weightd_selection *s);
+
+/* =========================================================================================== */
+/* Recipes                                                                                      */
+/* =========================================================================================== */
+
+/*
+ * A recipe describes a derived weight as a tree of operations over source tensors; the daemon
+ * computes it once and shares the result with every process that asks for the same recipe. It
+ * is built node by node: each builder call appends one node and returns its index (>= 0), or a
+ * negative code. Inputs name nodes returned earlier. The last node appended is the output.
+ *
+ *  source(checkpoint, tensor, sel)    a source tensor, or part of it (sel NULL: full)
+ *  select(input, sel)                 a selection of an intermediate result
+ *  concat(axis, inputs[n])            join along an existing axis (n >= 1)
+ *  stack(axis, inputs[n])             join along a new axis inserted at `axis` (n >= 1)
+ *  reshape(input, shape)              same elements, new shape (element counts must agree)
+ *  transpose(input, perm)             axes permuted: output axis i is input axis perm[i]
+ *  cast(input, dtype)                 convert values (round to nearest even; see weightd(8))
+ *  view(input, dtype, shape)          reinterpret the same bytes (byte counts must agree)
+ *
+ * Axes count from the outermost, 0 first. The builder only checks what it can without the
+ * daemon (indices of inputs, dimension counts, dtype names known to this library); the daemon
+ * infers and checks everything else at preflight and names the node (weightd_error.node =
+ * index + 1) and the rule broken.
+ *
+ * JSON form (weightd_recipe_from_json; used by weightctl and configuration files). A recipe is
+ * one JSON object with an "op"; inputs nest:
+ *
+ *   {"op":"source", "checkpoint":"m", "tensor":"w", "select": SEL}    ("select" optional)
+ *   {"op":"select", "input": R, "select": SEL}
+ *   {"op":"concat", "axis": 0, "inputs": [R, R, ...]}
+ *   {"op":"stack", "axis": 0, "inputs": [R, R, ...]}
+ *   {"op":"reshape", "input": R, "shape": [d0, d1, ...]}
+ *   {"op":"transpose", "input": R, "perm": [1, 0]}
+ *   {"op":"cast", "input": R, "dtype": "F16"}
+ *   {"op":"view", "input": R, "dtype": "U8", "shape": [d0, ...]}
+ *
+ * and SEL is one of
+ *
+ *   "full"                                   {"range": [axis, start, end]}
+ *   {"indices": [axis, [i0, i1, ...]]}       {"elements": [start, end, [d0, d1, ...]]}
+ *   {"shard": [axis, rank, world]}
+ *
+ * e.g. {"op":"cast","dtype":"F16","input":{"op":"source","checkpoint":"m","tensor":"w",
+ * "select":{"range":[0,0,512]}}}. Numbers are JSON integers; an unknown key, a missing key, a
+ * value of the wrong type or sign is an error (WEIGHTD_E_INVALID_ARGUMENT) whose message gives
+ * the JSON path ("$.input.select.range[2]") and what was expected. Nested objects are flattened
+ * in post-order (inputs before the node that uses them); the daemon's node numbers refer to that
+ * order, and errors about a node of a recipe made from JSON also give the node's JSON path.
+ */
+typedef struct weightd_recipe weightd_recipe;
+
+WEIGHTD_API int weightd_recipe_new(weightd_recipe **ret, weightd_error *err);
+WEIGHTD_API void weightd_recipe_free(weightd_recipe *r);
+/* Number of nodes so far. */
+WEIGHTD_API size_t weightd_recipe_nodes(const weightd_recipe *r);
+
+WEIGHTD_API int weightd_recipe_source(weightd_recipe *r, const char *checkpoint,
+				      const char *tensor, const weightd_selection *sel,
+				      weightd_error *err);
+WEIGHTD_API int weightd_recipe_select(weightd_recipe *r, int input, const weightd_selection *sel,
+				      weightd_error *err);
+WEIGHTD_API int weightd_recipe_concat(weightd_recipe *r, int axis, const int *inputs, size_t n,
+				      weightd_error *err);
+WEIGHTD_API int weightd_recipe_stack(weightd_recipe *r, int axis, const int *inputs, size_t n,
+				     weightd_error *err);
+WEIGHTD_API int weightd_recipe_reshape(weightd_recipe *r, int input, const uint64_t *shape,
+				       size_t ndim, weightd_error *err);
+WEIGHTD_API int weightd_recipe_transpose(weightd_recipe *r, int input, const uint32_t *perm,
+					 size_t n, weightd_error *err);
+WEIGHTD_API int weightd_recipe_cast(weightd_recipe *r, int input, const char *dtype,
+				    weightd_error *err);
+WEIGHTD_API int weightd_recipe_view(weightd_recipe *r, int input, const char *dtype,
+				    const uint64_t *shape, size_t ndim, weightd_error *err);
+
+/* Parse the JSON form above (len bytes of text; need not be NUL-terminated). */
+WEIGHTD_API int weightd_recipe_from_json(const char *text, size_t len, weightd_recipe **ret,
+					 weightd_error *err);
+
+/* =========================================================================================== */
+/* Weights                                                                                      */
+/* =========================================================================================== */
+
+/*
+ * A weight this process holds: a read-only fd to its shared memory, plus what it is. Holding
+ * it holds a reference in the daemon, which never evicts a weight someone holds. Free it with
+ * weightd_release. Accessors never fail; a weight received from the daemon is complete.
+ */
+typedef struct weightd_weight weightd_weight;
+
+WEIGHTD_API int weightd_weight_fd(const weightd_weight *w);            /* owned by the weight */
+WEIGHTD_API const char *weightd_weight_name(const weightd_weight *w);  /* entry name */
+WEIGHTD_API const char *weightd_weight_dtype(const weightd_weight *w);
+WEIGHTD_API size_t weightd_weight_ndim(const weightd_weight *w);
+WEIGHTD_API const uint64_t *weightd_weight_shape(const weightd_weight *w);
+WEIGHTD_API uint64_t weightd_weight_nbytes(const weightd_weight *w);
+/* SHA-256 of the bytes, as the daemon computed it while filling (WEIGHTD_DIGEST_LEN bytes). */
+WEIGHTD_API const uint8_t *weightd_weight_digest(const weightd_weight *w);
+/* Identity: SHA-256 of the canonical recipe and its sources' identities. Equal keys, equal
+ * bytes, same segment. */
+WEIGHTD_API const uint8_t *weightd_weight_key(const weightd_weight *w);
+/* The daemon's name for the weight (what share and release refer to). */
+WEIGHTD_API uint64_t weightd_weight_handle(const weightd_weight *w);
+/* Generation of the source it was made from. */
+WEIGHTD_API uint64_t weightd_weight_generation(const weightd_weight *w);
+
+/*
+ * Map the weight read-only (PROT_READ, MAP_SHARED) after checking the fd's size covers nbytes;
+ * *ret receives the address. The mapping belongs to the weight: a second call returns the same
+ * address, and weightd_release unmaps it. A weight of 0 bytes maps to NULL. Writing to the memory
+ * faults (SIGSEGV): the daemon hands out read-only fds only.
+ */
+WEIGHTD_API int weightd_weight_map(weightd_weight *w, const void **ret, weightd_error *err);
+
+/*
+ * Ask the daemon for another fd to the same weight: a new, independent reference (one round
+ * trip, no copy, no read). *ret is released on its own, in any order with `w`. Fails with
+ * WEIGHTD_E_DISCONNECTED after the connection is gone.
+ */
+WEIGHTD_API int weightd_share(const weightd_weight *w, weightd_weight **ret, weightd_error *err);
+
+/*
+ * Duplicate the weight locally: a new weightd_weight with its own fd (dup'ed, close-on-exec) and
+ * its own mapping, without asking the daemon. Both share the one daemon reference `w` holds: the
+ * library counts its local holders and tells the daemon only when the last of them is released,
+ * so the duplicate works even after the connection is lost. Use weightd_share when the daemon
+ * should count the holder (e.g. to hand to another subsystem with its own accounting).
+ */
+WEIGHTD_API int weightd_weight_dup(const weightd_weight *w, weightd_weight **ret,
+				   weightd_error *err);
+
+/*
+ * Let go: unmap the weight's mapping (if any), close its fd, and, if this was the last local
+ * holder of its daemon reference, tell the daemon (one Release message; no reply is waited
+ * for). Never fails. Accepts NULL.
+ */
+WEIGHTD_API void weightd_release(weightd_weight *w);
+
+/* =========================================================================================== */
+/* Asynchronous materialization                                                                 */
+/* =========================================================================================== */
+
+/*
+ * An in-flight request. weightd_materialize and weightd_materialize_recipe send the request and
+ * return at once; the daemon reads and fills the weight (or shares one it already has) while the
+ * caller goes on. Any number may be in flight on one client (up to the daemon's
+ * max_pending_requests); their replies may come in any order.
+ */
+typedef struct weightd_inflight weightd_inflight;
+
+/* Request one source tensor (sel NULL: full). */
+WEIGHTD_API int weightd_materialize(weightd_client *c, const char *checkpoint, const char *tensor,
+				    const weightd_selection *sel, weightd_inflight **ret,
+				    weightd_error *err);
+
+/* Request the output of a recipe (the recipe is copied; it may be freed at once). */
+WEIGHTD_API int weightd_materialize_recipe(weightd_client *c, const weightd_recipe *r,
+					   weightd_inflight **ret, weightd_error *err);
+
+/*
+ * Wait for the reply. On success *ret is the weight, now owned by the caller (the very object
+ * weightd_borrow may have shown). Consumes `f` in every case: do not use it afterwards.
+ */
+WEIGHTD_API int weightd_finish(weightd_inflight *f, weightd_weight **ret, weightd_error *err);
+
+/*
+ * Look without waiting. Reads whatever replies have already arrived (unless another thread is
+ * reading the socket right now). Returns 0 with *ret set to the weight if the request has
+ * completed (borrowed: owned by `f`, valid until weightd_finish or weightd_inflight_free), 0 with
+ * *ret NULL if it is still in flight, or the request's error if it failed (weightd_finish then
+ * returns the same error).
+ */
+WEIGHTD_API int weightd_borrow(weightd_inflight *f, const weightd_weight **ret,
+			       weightd_error *err);
+
+/*
+ * Abandon a request without waiting. If a weight arrives for it later, the library releases it.
+ * Accepts NULL.
+ */
+WEIGHTD_API void weightd_inflight_free(weightd_inflight *f);
+
+/* =========================================================================================== */
+/* Units: declare, validate, bind                                                               */
+/* =========================================================================================== */
+
+/*
+ * A unit is a set of parameter slots bound all-or-nothing: a layer, a whole model, one rank's
+ * shards. Each slot has a name, the dtype and shape the engine expects, and where to store the
+ * pointer. Each slot gets its content from a source tensor, a recipe, or is an alias of another
+ * slot (two names, one weight: no second copy).
+ *
+ * Lifecycle:
+ *   weightd_unit_new -> weightd_unit_slot (each slot) -> weightd_unit_set_* (each slot)
+ *   -> weightd_unit_submit        one request for the whole unit; returns at once
+ *   -> weightd_unit_finish        waits: the unit now holds every weight, or nothing
+ *   -> weightd_unit_validate      every fallible step; on failure nothing is held or mapped
+ *   -> weightd_unit_bind          publishes the pointers; cannot fail
+ *   -> weightd_unit_free          unmaps and releases everything
+ *
+ * validate calls finish itself when needed. After a failed finish or validate the unit is back
+ * where it was before submit (slots and sources kept): fix what the error names and submit
+ * again. A hot swap: build, submit and validate a new unit while the old one serves, bind the
+ * new one (overwriting the destinations), then free the old one.
+ */
+typedef struct weightd_unit weightd_unit;
+
+WEIGHTD_API int weightd_unit_new(weightd_client *c, weightd_unit **ret, weightd_error *err);
+
+/*
+ * Declare a slot. name: unique in the unit. dtype/shape/ndim: what the engine expects; the
+ * daemon checks them before making anything (WEIGHTD_E_SLOT_MISMATCH), and validate checks them
+ * again on what arrived. dtype NULL declares no expectation (shape is then ignored): anything the
+ * source yields is accepted. dest: where bind stores the address of the slot's read-only memory
+ * (may be NULL; read it with weightd_unit_data instead). Returns the slot's index (>= 0).
+ */
+WEIGHTD_API int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
+				  const uint64_t *shape, size_t ndim, void **dest,
+				  weightd_error *err);
+
+/* Fill slot `slot` from a source tensor (sel NULL: full). */
+WEIGHTD_API int weightd_unit_set_tensor(weightd_unit *u, const char *slot, const char *checkpoint,
+					const char *tensor, const weightd_selection *sel,
+					weightd_error *err);
+/* Fill slot `slot` from a recipe (copied). */
+WEIGHTD_API int weightd_unit_set_recipe(weightd_unit *u, const char *slot,
+					const weightd_recipe *r, weightd_error *err);
+/* Make slot `slot` an alias of slot `target` (which may itself be an alias): it gets the
+ * target's weight. A missing target or a cycle is reported by the daemon at submit time
+ * (WEIGHTD_E_BAD_ALIAS / WEIGHTD_E_ALIAS_CYCLE naming the slot). */
+WEIGHTD_API int weightd_unit_set_alias(weightd_unit *u, const char *slot, const char *target,
+				       weightd_error *err);
+
+/*
+ * Send the whole unit as one request (every slot must have a source: else
+ * WEIGHTD_E_INVALID_ARGUMENT naming it). The daemon validates it completely (names unique,
+ * aliases resolve, every recipe infers, declared dtypes and shapes match) before materializing
+ * anything. Returns at once.
+ */
+WEIGHTD_API int weightd_unit_submit(weightd_unit *u, weightd_error *err);
+
+/* Without waiting: *ret_done = 1 when the reply to the submitted unit has arrived (finish will
+ * not block), 0 otherwise. */
+WEIGHTD_API int weightd_unit_poll(weightd_unit *u, int *ret_done, weightd_error *err);
+
+/*
+ * Wait for the reply. All-or-nothing: on success the unit holds a weight for every slot (one fd
+ * per distinct weight; aliases and identical recipes share it); on failure it holds nothing (any
+ * fd that came is closed and its reference released) and the error names the slot.
+ */
+WEIGHTD_API int weightd_unit_finish(weightd_unit *u, weightd_error *err);
+
+/*
+ * Do every fallible step of binding (finish first, if not done yet): for each slot check the
+ * weight's dtype and shape against the declaration and its byte count against dtype x shape;
+ * fstat each fd and check its size covers the weight; map each distinct weight once (PROT_READ,
+ * MAP_SHARED). On failure everything is undone: no mapping, no fd, no reference is left, nothing
+ * was published, and the error names the slot, checkpoint and tensor.
+ */
+WEIGHTD_API int weightd_unit_validate(weightd_unit *u, weightd_error *err);
+
+/*
+ * Store each slot's address into its destination (slots declared with dest NULL are skipped;
+ * aliases get their target's address; a weight of 0 bytes publishes NULL). Only stores pointers:
+ * it cannot fail. Does nothing unless the last weightd_unit_validate succeeded.
+ */
+WEIGHTD_API void weightd_unit_bind(weightd_unit *u);
+
+/*
+ * Unmap and release every weight of the unit (one Release message), abandon a submitted request,
+ * free the unit. Pointers bind published are invalid afterwards: stop using them first. The
+ * destinations themselves are not touched. Accepts NULL.
+ */
+WEIGHTD_API void weightd_unit_free(weightd_unit *u);
+
+/* Slots, in declaration order. */
+WEIGHTD_API size_t weightd_unit_slot_count(const weightd_unit *u);
+WEIGHTD_API const char *weightd_unit_slot_name(const weightd_unit *u, size_t i);
+/* A slot's weight after a successful finish (borrowed from the unit), else NULL. */
+WEIGHTD_API const weightd_weight *weightd_unit_weight(const weightd_unit *u, const char *slot);
+/* A slot's mapped memory after a successful validate, else NULL. */
+WEIGHTD_API const void *weightd_unit_data(const weightd_unit *u, const char *slot);
+/* Checkpoint bytes the daemon read to answer the last finished submit (0: all shared). */
+WEIGHTD_API uint64_t weightd_unit_bytes_read(const weightd_unit *u);
+
+/*
+ * Build a unit from JSON (destinations are NULL; use weightd_unit_data). Either a single recipe
+ * object (see Recipes), which becomes one slot named "output", or
+ *
+ *   {"slots": [
+ *      {"name": "q", "dtype": "F16", "shape": [512, 4096], "recipe": R},
+ *      {"name": "wte", "recipe": R},                       (no dtype: no declared expectation)
+ *      {"name": "lm_head", "alias": "wte"}
+ *   ]}
+ *
+ * where "shape" needs "dtype". Errors give the JSON path.
+ */
+WEIGHTD_API int weightd_unit_from_json(weightd_client *c, const char *text, size_t len,
+				       weightd_unit **ret, weightd_error *err);
+
+/* =========================================================================================== */
+/* Preflight                                                                                    */
+/* =========================================================================================== */
+
+typedef struct weightd_output_info {
+	const char *name;
+	const char *dtype;
+	size_t ndim;
+	const uint64_t *shape;
+	uint64_t nbytes;
+	const char *alias_of;   /* "" unless the slot is an alias */
+	const uint8_t *key;     /* WEIGHTD_DIGEST_LEN bytes: the identity it would have, or NULL */
+} weightd_output_info;
+
+typedef struct weightd_preflight {
+	size_t count;
+	const weightd_output_info *outputs;
+} weightd_preflight;
+
+/*
+ * Ask the daemon to check the unit and infer each output's dtype, shape and byte count from
+ * metadata alone: no payload is read, nothing is materialized or held. Asynchronous like
+ * materialize: returns an in-flight handle at once; collect it with weightd_preflight_finish
+ * (or drop it with weightd_inflight_free).
+ */
+WEIGHTD_API int weightd_unit_preflight(weightd_unit *u, weightd_inflight **ret,
+				       weightd_error *err);
+
+/* Wait for a preflight's reply; consumes `f`. *ret is freed with weightd_preflight_free. Errors
+ * name the slot and node. */
+WEIGHTD_API int weightd_preflight_finish(weightd_inflight *f, weightd_preflight **ret,
+					 weightd_error *err);
+WEIGHTD_API void weightd_preflight_free(weightd_preflight *p);
+
+/* =========================================================================================== */
+/* Generation events                                                                            */
+/* =========================================================================================== */
+
+/*
+ * Ask to be told when the named checkpoints get a new generation (their files changed and the
+ * daemon reloaded) or are removed. Replaces the client's previous subscription; n = 0
+ * unsubscribes. Events queue up in the library (at most 1024; older ones are dropped first and
+ * counted) until weightd_poll_events collects them.
+ */
+WEIGHTD_API int weightd_subscribe(weightd_client *c, const char *const *checkpoints, size_t n,
+				  weightd_error *err);
+
+typedef struct weightd_event {
+	const char *checkpoint;
+	uint64_t generation;
+	const char *what;        /* "generation" or "removed" */
+} weightd_event;
+
+typedef struct weightd_event_list {
+	size_t count;
+	const weightd_event *events;   /* oldest first */
+	uint64_t dropped;              /* events lost to the queue bound since the last poll */
+} weightd_event_list;
+
+/*
+ * Collect pending events, waiting up to timeout_ms (0: do not wait; -1: until at least one
+ * arrives) when none is queued. *ret (possibly with count 0) is freed with
+ * weightd_event_list_free. Each event is delivered to exactly one caller.
+ */
+WEIGHTD_API int weightd_poll_events(weightd_client *c, int timeout_ms, weightd_event_list **ret,
+				    weightd_error *err);
+WEIGHTD_API void weightd_event_list_free(weightd_event_list *l);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

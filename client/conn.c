@@ -1,0 +1,777 @@
+/* conn.c - libweightd's connection: requests by id, one reader dispatching replies, events. */
+#include "internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+
+/*
+ * How replies reach their threads. Any thread that must wait for a reply (or for events) and
+ * finds nobody reading the socket becomes the reader: it sets c->reading, drops the mutex,
+ * reads frames and, for each, takes the mutex to hand the reply to its pending entry and wake
+ * the waiters. It stops when its own condition holds, its time is up, or the connection dies;
+ * then it clears c->reading and wakes everyone so another waiter can take over. Only the reader
+ * touches c->in, so the frame buffer needs no lock of its own.
+ */
+
+void wc_close_fds(int *fds, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(fds);
+}
+
+static void event_clear(struct wc_event *e)
+{
+	free(e->checkpoint);
+	free(e->what);
+	memset(e, 0, sizeof(*e));
+}
+
+static void client_destroy(weightd_client *c)
+{
+	while (c->pending) {
+		struct wc_pending *p = c->pending;
+
+		c->pending = p->next;
+		if (p->resp)
+			weightd__response__free_unpacked(p->resp, NULL);
+		wc_close_fds(p->fds, p->nfds);
+		free(p);
+	}
+	for (size_t i = 0; i < c->ev_count; i++)
+		event_clear(&c->events[(c->ev_head + i) % WC_MAX_EVENTS]);
+	if (c->sock >= 0)
+		close(c->sock);
+	wd_inbuf_free(c->in);
+	if (c->hello)
+		weightd__response__free_unpacked(c->hello, NULL);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->send_mu);
+	free(c);
+}
+
+void wc_client_ref(weightd_client *c)
+{
+	atomic_fetch_add(&c->refs, 1);
+}
+
+void wc_client_unref(weightd_client *c)
+{
+	if (c && atomic_fetch_sub(&c->refs, 1) == 1)
+		client_destroy(c);
+}
+
+/*
+ * The connection is over: every waiting request fails with `code` and the sentence, orphans are
+ * dropped, and the socket is shut down so a reader blocked in poll wakes up. The first cause is
+ * kept. Takes c->mu.
+ */
+static void mark_dead(weightd_client *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void mark_dead(weightd_client *c, int code, const char *fmt, ...)
+{
+	struct wc_pending *orphans = NULL;
+	va_list ap;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->dead) {
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	wc_err_clear(&c->dead_err);
+	c->dead_err.code = code;
+	va_start(ap, fmt);
+	vsnprintf(c->dead_err.message, sizeof(c->dead_err.message), fmt, ap);
+	va_end(ap);
+	c->dead = code;
+	while (c->pending) {
+		struct wc_pending *p = c->pending;
+
+		c->pending = p->next;
+		p->prev = p->next = NULL;
+		c->n_pending--;
+		if (p->orphan) {
+			p->next = orphans;
+			orphans = p;
+			continue;
+		}
+		p->err = c->dead_err;
+		p->done = true;
+	}
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	/* sock stays open (only weightd_close closes it) so its number cannot be reused under a
+	 * thread still holding it; shutdown wakes a reader in poll. */
+	pthread_mutex_lock(&c->send_mu);
+	if (c->sock >= 0)
+		shutdown(c->sock, SHUT_RDWR);
+	pthread_mutex_unlock(&c->send_mu);
+	while (orphans) {
+		struct wc_pending *p = orphans;
+
+		orphans = p->next;
+		free(p);
+	}
+}
+
+static void unlink_pending(weightd_client *c, struct wc_pending *p)
+{
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		c->pending = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	p->prev = p->next = NULL;
+	c->n_pending--;
+}
+
+int wc_send(weightd_client *c, Weightd__Request *req, struct wc_pending **ret_p,
+	    weightd_error *err)
+{
+	struct wc_pending *p = NULL;
+	uint8_t *buf = NULL;
+	size_t len;
+	uint32_t max;
+	int r;
+
+	if (ret_p) {
+		p = calloc(1, sizeof(*p));
+		if (!p)
+			return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	pthread_mutex_lock(&c->mu);
+	if (c->dead) {
+		r = wc_err_copy(err, &c->dead_err);
+		pthread_mutex_unlock(&c->mu);
+		goto out;
+	}
+	if (p && c->info.max_pending_requests &&
+	    c->n_pending >= c->info.max_pending_requests) {
+		r = wc_err_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+			       "%zu requests are already waiting for weightd (its limit is %u); "
+			       "finish some first", c->n_pending, c->info.max_pending_requests);
+		pthread_mutex_unlock(&c->mu);
+		goto out;
+	}
+	req->id = ++c->next_id;
+	if (p) {
+		p->id = req->id;
+		p->next = c->pending;
+		if (c->pending)
+			c->pending->prev = p;
+		c->pending = p;
+		c->n_pending++;
+	}
+	max = c->info.max_frame_bytes ? c->info.max_frame_bytes : WD_FRAME_MAX_DEFAULT;
+	pthread_mutex_unlock(&c->mu);
+
+	len = weightd__request__get_packed_size(req);
+	if (len > max) {
+		r = wc_err_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+			       "the request is %zu bytes, over weightd's limit of %u bytes per "
+			       "request; split it", len, max);
+		goto unregister;
+	}
+	buf = malloc(len ? len : 1);
+	if (!buf) {
+		r = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto unregister;
+	}
+	weightd__request__pack(req, buf);
+
+	pthread_mutex_lock(&c->send_mu);
+	if (c->sock < 0)
+		r = -WEIGHTD_E_DISCONNECTED;
+	else
+		r = wd_frame_send_blocking(c->sock, buf, len, NULL, 0);
+	pthread_mutex_unlock(&c->send_mu);
+	if (r < 0) {
+		mark_dead(c, WEIGHTD_E_DISCONNECTED,
+			  "the connection to weightd at %s was lost while sending a request (%s)",
+			  c->path, weightd_code_name(r));
+		pthread_mutex_lock(&c->mu);
+		r = wc_err_copy(err, &c->dead_err);
+		pthread_mutex_unlock(&c->mu);
+		goto unregister;
+	}
+	free(buf);
+	if (ret_p)
+		*ret_p = p;
+	return 0;
+
+unregister:
+	if (p) {
+		pthread_mutex_lock(&c->mu);
+		if (!p->done)
+			unlink_pending(c, p);
+		pthread_mutex_unlock(&c->mu);
+	}
+out:
+	free(buf);
+	free(p);
+	return r;
+}
+
+void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Release rel = WEIGHTD__RELEASE__INIT;
+
+	if (!c || n == 0)
+		return;
+	rel.n_handles = n;
+	rel.handles = (uint64_t *)handles;
+	req.body_case = WEIGHTD__REQUEST__BODY_RELEASE;
+	req.release = &rel;
+	/* No pending entry: the reply is dropped when it comes. A dead connection needs nothing:
+	 * the daemon dropped this client's references when it ended. */
+	wc_send(c, &req, NULL, NULL);
+}
+
+/*
+ * How many daemon references a reply carries (at most one per non-alias weight of a unit
+ * reply, one for a share); with out, their handles.
+ */
+static size_t reply_handles(const Weightd__Response *resp, uint32_t nfds, uint64_t *out)
+{
+	size_t n = 0;
+
+	if (!resp || resp->error || nfds == 0)
+		return 0;
+	if (resp->body_case == WEIGHTD__RESPONSE__BODY_MATERIALIZE && resp->materialize) {
+		for (size_t i = 0; i < resp->materialize->n_weights; i++) {
+			const Weightd__WeightInfo *wi = resp->materialize->weights[i];
+
+			if (wi->fd_index < nfds && !(wi->alias_of && wi->alias_of[0])) {
+				if (out)
+					out[n] = wi->handle;
+				n++;
+			}
+		}
+	} else if (resp->body_case == WEIGHTD__RESPONSE__BODY_SHARE && resp->share &&
+		   resp->share->weight) {
+		if (out)
+			out[n] = resp->share->weight->handle;
+		n++;
+	}
+	return n;
+}
+
+void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds)
+{
+	size_t n = reply_handles(resp, nfds, NULL);
+	uint64_t *handles = n ? calloc(n, sizeof(*handles)) : NULL;
+
+	n = handles ? reply_handles(resp, nfds, handles) : 0;
+	wc_close_fds(fds, nfds);
+	wc_send_release(c, handles, n);
+	free(handles);
+	if (resp)
+		weightd__response__free_unpacked(resp, NULL);
+}
+
+/* Hand one decoded frame to its pending entry (or the event queue). Called by the reader
+ * without c->mu; takes ownership of resp and fds. */
+static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds)
+{
+	struct wc_pending *p;
+
+	pthread_mutex_lock(&c->mu);
+	if (resp->id == 0) {
+		if (resp->body_case == WEIGHTD__RESPONSE__BODY_EVENT && resp->event) {
+			struct wc_event *e;
+
+			if (c->ev_count == WC_MAX_EVENTS) {
+				event_clear(&c->events[c->ev_head]);
+				c->ev_head = (c->ev_head + 1) % WC_MAX_EVENTS;
+				c->ev_count--;
+				c->ev_dropped++;
+			}
+			e = &c->events[(c->ev_head + c->ev_count) % WC_MAX_EVENTS];
+			e->checkpoint = strdup(resp->event->checkpoint ? resp->event->checkpoint : "");
+			e->what = strdup(resp->event->what ? resp->event->what : "");
+			e->generation = resp->event->generation;
+			if (e->checkpoint && e->what) {
+				c->ev_count++;
+				pthread_cond_broadcast(&c->cv);
+			} else {
+				event_clear(e);
+				c->ev_dropped++;
+			}
+		}
+		pthread_mutex_unlock(&c->mu);
+		goto drop;
+	}
+	for (p = c->pending; p; p = p->next)
+		if (p->id == resp->id)
+			break;
+	if (!p) {
+		/* A reply to a release, whose pending was never registered. */
+		pthread_mutex_unlock(&c->mu);
+		goto drop;
+	}
+	unlink_pending(c, p);
+	if (p->orphan) {
+		pthread_mutex_unlock(&c->mu);
+		free(p);
+		wc_reply_discard(c, resp, fds, nfds);
+		return;
+	}
+	p->resp = resp;
+	p->fds = fds;
+	p->nfds = nfds;
+	p->done = true;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	return;
+drop:
+	wc_close_fds(fds, nfds);
+	weightd__response__free_unpacked(resp, NULL);
+}
+
+/*
+ * Read what the socket has (waiting up to timeout_ms for the first byte) and dispatch every
+ * complete frame. Returns 1 when something was read, 0 on timeout, -1 when the connection died.
+ */
+static int read_some(weightd_client *c, int timeout_ms)
+{
+	struct pollfd pfd = { .fd = c->sock, .events = POLLIN };
+	int r;
+
+	r = poll(&pfd, 1, timeout_ms);
+	if (r < 0)
+		return errno == EINTR ? 1 : (mark_dead(c, WEIGHTD_E_IO,
+				"waiting for weightd at %s failed: %s", c->path, strerror(errno)), -1);
+	if (r == 0)
+		return 0;
+	for (;;) {
+		r = wd_inbuf_read(c->in, c->sock);
+		if (r == WD_FRAME_AGAIN)
+			break;
+		if (r == 0) {
+			mark_dead(c, WEIGHTD_E_DISCONNECTED,
+				  "weightd at %s closed the connection", c->path);
+			return -1;
+		}
+		if (r < 0) {
+			mark_dead(c, -r == WEIGHTD_E_PROTOCOL ? WEIGHTD_E_PROTOCOL :
+				  WEIGHTD_E_DISCONNECTED,
+				  "the connection to weightd at %s was lost (%s)", c->path,
+				  weightd_code_name(r));
+			return -1;
+		}
+		for (;;) {
+			struct wd_frame f;
+			Weightd__Response *resp;
+
+			r = wd_inbuf_next(c->in, &f);
+			if (r == 0)
+				break;
+			if (r < 0) {
+				mark_dead(c, WEIGHTD_E_PROTOCOL,
+					  "weightd at %s sent a malformed frame (%s)", c->path,
+					  weightd_code_name(r));
+				return -1;
+			}
+			resp = weightd__response__unpack(NULL, f.len, f.payload);
+			if (!resp) {
+				wd_frame_close_fds(&f);
+				mark_dead(c, WEIGHTD_E_PROTOCOL,
+					  "weightd at %s sent a reply that does not decode as a "
+					  "weightd.Response (%u bytes)", c->path, f.len);
+				return -1;
+			}
+			dispatch(c, resp, f.fds, f.nfds);
+		}
+	}
+	return 1;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool cond_holds(weightd_client *c, struct wc_pending *p)
+{
+	return p ? p->done : (c->ev_count > 0 || c->dead);
+}
+
+bool wc_wait(weightd_client *c, struct wc_pending *p, int timeout_ms)
+{
+	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+	bool ok;
+
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		int left = -1, r;
+
+		if (cond_holds(c, p) || c->dead)
+			break;
+		if (timeout_ms > 0) {
+			int64_t d = deadline - now_ms();
+
+			if (d <= 0)
+				break;
+			left = d > 1000000 ? 1000000 : (int)d;
+		} else if (timeout_ms == 0) {
+			left = 0;
+		}
+		if (c->reading) {
+			if (timeout_ms == 0)
+				break;
+			if (timeout_ms < 0) {
+				pthread_cond_wait(&c->cv, &c->mu);
+			} else {
+				struct timespec ts;
+
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_sec += left / 1000;
+				ts.tv_nsec += (long)(left % 1000) * 1000000;
+				if (ts.tv_nsec >= 1000000000) {
+					ts.tv_sec++;
+					ts.tv_nsec -= 1000000000;
+				}
+				pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+			}
+			continue;
+		}
+		c->reading = true;
+		pthread_mutex_unlock(&c->mu);
+		r = read_some(c, left);
+		pthread_mutex_lock(&c->mu);
+		c->reading = false;
+		pthread_cond_broadcast(&c->cv);
+		if (timeout_ms == 0 || (r == 0 && timeout_ms > 0 && now_ms() >= deadline))
+			break;
+	}
+	ok = cond_holds(c, p);
+	pthread_mutex_unlock(&c->mu);
+	return ok;
+}
+
+int wc_pending_take(struct wc_pending *p, int body, Weightd__Response **ret_resp, int **ret_fds,
+		    uint32_t *ret_nfds, weightd_error *err)
+{
+	Weightd__Response *resp = p->resp;
+	int r;
+
+	if (!resp) {
+		if (!p->err.code)   /* cannot happen: a pending is done with a reply or an error */
+			return wc_err_set(err, WEIGHTD_E_INTERNAL, "a request ended without a reply");
+		return wc_err_copy(err, &p->err);
+	}
+	if (resp->error) {
+		r = wc_err_from_wire(err, resp->error);
+		goto fail;
+	}
+	if ((int)resp->body_case != body) {
+		r = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+			       "weightd answered with a reply of kind %d to a request of kind %d",
+			       (int)resp->body_case, body);
+		goto fail;
+	}
+	*ret_resp = resp;
+	p->resp = NULL;
+	if (ret_fds) {
+		*ret_fds = p->fds;
+		*ret_nfds = p->nfds;
+		p->fds = NULL;
+		p->nfds = 0;
+	}
+	return 0;
+fail:
+	/* the reply stays in p: wc_pending_free closes its fds and releases what they stand for */
+	return r;
+}
+
+void wc_pending_free(weightd_client *c, struct wc_pending *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&c->mu);
+	if (!p->done) {
+		p->orphan = true;
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	pthread_mutex_unlock(&c->mu);
+	wc_reply_discard(c, p->resp, p->fds, p->nfds);
+	free(p);
+}
+
+int wc_call(weightd_client *c, Weightd__Request *req, int body, Weightd__Response **ret_resp,
+	    int **ret_fds, uint32_t *ret_nfds, weightd_error *err)
+{
+	struct wc_pending *p;
+	int r;
+
+	r = wc_send(c, req, &p, err);
+	if (r < 0)
+		return r;
+	wc_wait(c, p, -1);
+	r = wc_pending_take(p, body, ret_resp, ret_fds, ret_nfds, err);
+	wc_pending_free(c, p);
+	return r;
+}
+
+/* --- public: connect, close, hello ------------------------------------------------------- */
+
+/*
+ * Say hello and check the version. The wait is bounded: a process that accepts connections on
+ * the socket but never answers must not hang an engine's start for ever.
+ */
+static int hello(weightd_client *c, const char *client_name, weightd_error *err)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Hello h = WEIGHTD__HELLO__INIT;
+	Weightd__Response *resp = NULL;
+	const Weightd__HelloReply *hr;
+	struct wc_pending *p;
+	const char *env = getenv("WEIGHTD_HELLO_TIMEOUT_MS");
+	long ms = env && *env ? strtol(env, NULL, 10) : WC_HELLO_TIMEOUT_MS;
+	int r;
+
+	if (ms <= 0 || ms > 3600000)
+		ms = WC_HELLO_TIMEOUT_MS;
+	h.protocol_version = WEIGHTD_PROTOCOL_VERSION;
+	h.client_name = (char *)(client_name ? client_name : program_invocation_short_name);
+	req.body_case = WEIGHTD__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	r = wc_send(c, &req, &p, err);
+	if (r < 0)
+		return r;
+	if (!wc_wait(c, p, (int)ms)) {
+		wc_pending_free(c, p);
+		return wc_err_set(err, WEIGHTD_E_DISCONNECTED,
+				  "%s did not answer hello within %ld ms; is weightd listening there?",
+				  c->path, ms);
+	}
+	r = wc_pending_take(p, WEIGHTD__RESPONSE__BODY_HELLO, &resp, NULL, NULL, err);
+	wc_pending_free(c, p);
+	if (r < 0)
+		return r;
+	hr = resp->hello;
+	if (!hr || hr->protocol_version != WEIGHTD_PROTOCOL_VERSION) {
+		r = wc_err_set(err, WEIGHTD_E_UNSUPPORTED,
+			       "weightd at %s speaks protocol version %u; this libweightd %s speaks "
+			       "version %d", c->path, hr ? hr->protocol_version : 0, WD_VERSION,
+			       WEIGHTD_PROTOCOL_VERSION);
+		weightd__response__free_unpacked(resp, NULL);
+		return r;
+	}
+	c->hello = resp;
+	c->info.protocol_version = hr->protocol_version;
+	c->info.server_version = hr->server_version;
+	c->info.instance = hr->instance;
+	c->info.max_frame_bytes = hr->max_frame_bytes;
+	c->info.max_pending_requests = hr->max_pending_requests;
+	c->info.max_unit_entries = hr->max_unit_entries;
+	c->info.max_recipe_nodes = hr->max_recipe_nodes;
+	c->info.max_client_bytes = hr->max_client_bytes;
+	c->info.max_client_weights = hr->max_client_weights;
+	return 0;
+}
+
+int weightd_connect(const char *socket_path, const char *client_name, weightd_client **ret,
+		    weightd_error *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	weightd_client *c = NULL;
+	const char *path = socket_path;
+	int r, e;
+
+	wc_err_clear(err);
+	if (!ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_connect: ret is NULL");
+	if (!path || !path[0]) {
+		path = getenv("WEIGHTD_SOCKET");
+		if (!path || !path[0])
+			path = WEIGHTD_DEFAULT_SOCKET;
+	}
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "the socket path \"%s\" is %zu bytes; a Unix socket path holds at "
+				  "most %zu", path, strlen(path), sizeof(sa.sun_path) - 1);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	atomic_init(&c->refs, 1);
+	c->sock = -1;
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->send_mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	c->in = wd_inbuf_new(WC_MAX_REPLY, WD_FRAME_MAX_FDS);
+	if (!c->in) {
+		r = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto fail;
+	}
+	c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->sock < 0) {
+		r = wc_err_set(err, errno == EMFILE || errno == ENFILE ?
+			       WEIGHTD_E_RESOURCE_EXHAUSTED : WEIGHTD_E_IO,
+			       "cannot create a socket to reach weightd: %s", strerror(errno));
+		goto fail;
+	}
+	do
+		r = connect(c->sock, (struct sockaddr *)&sa, sizeof(sa));
+	while (r < 0 && errno == EINTR);
+	if (r < 0) {
+		e = errno;
+		r = wc_err_set(err, e == EACCES || e == EPERM ? WEIGHTD_E_PERMISSION_DENIED :
+			       WEIGHTD_E_DISCONNECTED,
+			       "cannot connect to weightd at %s: %s%s", path, strerror(e),
+			       e == ENOENT || e == ECONNREFUSED ? " (is weightd running?)" : "");
+		goto fail;
+	}
+	r = hello(c, client_name, err);
+	if (r < 0)
+		goto fail;
+	*ret = c;
+	return 0;
+fail:
+	client_destroy(c);
+	return r;
+}
+
+void weightd_close(weightd_client *c)
+{
+	if (!c)
+		return;
+	mark_dead(c, WEIGHTD_E_DISCONNECTED, "the connection to weightd at %s was closed",
+		  c->path);
+	pthread_mutex_lock(&c->send_mu);
+	if (c->sock >= 0) {
+		close(c->sock);
+		c->sock = -1;
+	}
+	pthread_mutex_unlock(&c->send_mu);
+	wc_client_unref(c);
+}
+
+const weightd_server_info *weightd_server(const weightd_client *c)
+{
+	return c ? &c->info : NULL;
+}
+
+int weightd_client_fd(const weightd_client *c)
+{
+	return c ? c->sock : -1;
+}
+
+/* --- events ------------------------------------------------------------------------------ */
+
+int weightd_subscribe(weightd_client *c, const char *const *checkpoints, size_t n,
+		      weightd_error *err)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Subscribe sub = WEIGHTD__SUBSCRIBE__INIT;
+	Weightd__Response *resp = NULL;
+	int r;
+
+	wc_err_clear(err);
+	if (!c || (n && !checkpoints))
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_subscribe: no client or no checkpoint list");
+	for (size_t i = 0; i < n; i++)
+		if (!checkpoints[i])
+			return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+					  "weightd_subscribe: checkpoint %zu is NULL", i);
+	sub.n_checkpoints = n;
+	sub.checkpoints = (char **)checkpoints;
+	req.body_case = WEIGHTD__REQUEST__BODY_SUBSCRIBE;
+	req.subscribe = &sub;
+	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_SUBSCRIBE, &resp, NULL, NULL, err);
+	if (r == 0)
+		weightd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+struct event_list {
+	weightd_event_list pub;
+	struct wc_event *raw;
+	weightd_event *events;
+};
+
+int weightd_poll_events(weightd_client *c, int timeout_ms, weightd_event_list **ret,
+			weightd_error *err)
+{
+	struct event_list *l;
+	size_t n;
+
+	wc_err_clear(err);
+	if (!c || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_poll_events: no client or no result pointer");
+	wc_wait(c, NULL, timeout_ms < 0 ? -1 : timeout_ms);
+	pthread_mutex_lock(&c->mu);
+	if (c->ev_count == 0 && c->dead) {
+		int r = wc_err_copy(err, &c->dead_err);
+
+		pthread_mutex_unlock(&c->mu);
+		return r;
+	}
+	n = c->ev_count;
+	l = calloc(1, sizeof(*l));
+	if (l && n) {
+		l->raw = calloc(n, sizeof(*l->raw));
+		l->events = calloc(n, sizeof(*l->events));
+	}
+	if (!l || (n && (!l->raw || !l->events))) {
+		pthread_mutex_unlock(&c->mu);
+		if (l) {
+			free(l->raw);
+			free(l->events);
+			free(l);
+		}
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		l->raw[i] = c->events[(c->ev_head + i) % WC_MAX_EVENTS];
+		memset(&c->events[(c->ev_head + i) % WC_MAX_EVENTS], 0, sizeof(struct wc_event));
+		l->events[i].checkpoint = l->raw[i].checkpoint;
+		l->events[i].generation = l->raw[i].generation;
+		l->events[i].what = l->raw[i].what;
+	}
+	c->ev_head = 0;
+	c->ev_count = 0;
+	l->pub.dropped = c->ev_dropped;
+	c->ev_dropped = 0;
+	pthread_mutex_unlock(&c->mu);
+	l->pub.count = n;
+	l->pub.events = l->events;
+	*ret = &l->pub;
+	return 0;
+}
+
+void weightd_event_list_free(weightd_event_list *pub)
+{
+	struct event_list *l = (struct event_list *)pub;
+
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->pub.count; i++)
+		event_clear(&l->raw[i]);
+	free(l->raw);
+	free(l->events);
+	free(l);
+}

@@ -1,0 +1,268 @@
+/* internal.h - libweightd's private types: connection, requests, weights, recipes, units. */
+#ifndef WC_INTERNAL_H
+#define WC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weightd.pb-c.h"
+#include "weightd/client.h"
+
+struct wd_inbuf;
+
+#define WC_MAX_REPLY (64u << 20)     /* largest reply frame accepted from the daemon */
+#define WC_MAX_EVENTS 1024           /* queued generation events per client */
+#define WC_MAX_NODES 65536           /* nodes in one recipe built here */
+#define WC_MAX_JSON_DEPTH 64         /* nesting of a recipe in JSON */
+#define WC_MAX_INDICES (1u << 24)    /* indices in one selection */
+#define WC_HELLO_TIMEOUT_MS 30000    /* connect gives up on a peer that never answers hello */
+
+/* --- errors (client.c) -------------------------------------------------------------------- */
+
+void wc_err_clear(weightd_error *err);
+/* Set code and sentence; returns -code. Accepts err == NULL. */
+int wc_err_set(weightd_error *err, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Fill the fields naming what the error is about (each may be NULL). */
+void wc_err_about(weightd_error *err, const char *checkpoint, const char *tensor,
+		  const char *slot);
+/* Append text to the message (truncated to fit). */
+void wc_err_append(weightd_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Copy a daemon Error into err; returns -code (WEIGHTD_E_INTERNAL when the daemon sent 0). */
+int wc_err_from_wire(weightd_error *err, const Weightd__Error *pe);
+/* Copy src to dst (dst may be NULL); returns -src->code. */
+int wc_err_copy(weightd_error *dst, const weightd_error *src);
+/* Put 'slot "NAME": ' in front of the message when it names a slot the sentence does not. */
+void wc_err_name_slot(weightd_error *err);
+
+/* --- connection (conn.c) ------------------------------------------------------------------ */
+
+/*
+ * A request waiting for its reply. Linked in the client's list while waiting; the reader
+ * unlinks it, stores the reply and sets done. `orphan` marks one nobody waits for any more: the
+ * reader frees it and releases any weight its reply carries.
+ */
+struct wc_pending {
+	uint64_t id;
+	bool done;
+	bool orphan;
+	Weightd__Response *resp;     /* the reply (owned), NULL when failed locally */
+	int *fds;                    /* fds that came with it (owned until taken) */
+	uint32_t nfds;
+	weightd_error err;           /* set when it failed before a reply came */
+	struct wc_pending *prev, *next;
+};
+
+struct wc_event {
+	char *checkpoint;
+	char *what;
+	uint64_t generation;
+};
+
+struct weightd_client {
+	atomic_uint refs;            /* the user's, plus one per inflight, unit and daemon reference */
+	int sock;
+	char path[108];
+	pthread_mutex_t mu;          /* everything below but sock and in */
+	pthread_cond_t cv;
+	pthread_mutex_t send_mu;     /* one frame on the socket at a time; guards sock for sending */
+	bool reading;                /* one thread reads the socket (and owns `in`) at a time */
+	int dead;                    /* 0, or the code every call now fails with */
+	weightd_error dead_err;
+	uint64_t next_id;
+	size_t n_pending;
+	struct wc_pending *pending;
+	struct wd_inbuf *in;
+	struct wc_event events[WC_MAX_EVENTS];
+	size_t ev_head, ev_count;
+	uint64_t ev_dropped;
+	weightd_server_info info;
+	Weightd__Response *hello;    /* backs info's strings */
+};
+
+void wc_client_ref(weightd_client *c);
+void wc_client_unref(weightd_client *c);
+
+/*
+ * Send a request. With ret_p, registers a pending entry (id assigned here) that the caller waits
+ * on with wc_wait and frees with wc_pending_free; without, the reply is dropped when it comes.
+ * Fails with the connection's error when it is dead, WEIGHTD_E_LIMIT_EXCEEDED when the request
+ * is over the daemon's frame limit or too many are pending.
+ */
+int wc_send(weightd_client *c, Weightd__Request *req, struct wc_pending **ret_p,
+	    weightd_error *err);
+
+/*
+ * Wait until p is done (p NULL: until an event is queued or the connection is dead), reading the
+ * socket while no other thread does. timeout_ms: -1 forever, 0 only what is there now. Returns
+ * true when the condition holds.
+ */
+bool wc_wait(weightd_client *c, struct wc_pending *p, int timeout_ms);
+
+/*
+ * Take a finished pending's result: 0 and *ret_resp (owned by the caller) plus its fds, or
+ * -code with err filled (local failure or the daemon's error reply; fds of an error reply are
+ * closed). Checks the body is `body`. Frees nothing else; call wc_pending_free after.
+ */
+int wc_pending_take(struct wc_pending *p, int body, Weightd__Response **ret_resp, int **ret_fds,
+		    uint32_t *ret_nfds, weightd_error *err);
+
+/* Free a pending that is done, or mark a waiting one orphan (the reader frees it). */
+void wc_pending_free(weightd_client *c, struct wc_pending *p);
+
+/* One blocking round trip: send, wait, take. */
+int wc_call(weightd_client *c, Weightd__Request *req, int body, Weightd__Response **ret_resp,
+	    int **ret_fds, uint32_t *ret_nfds, weightd_error *err);
+
+/* Tell the daemon to drop one reference per handle (no reply waited for; nothing on failure). */
+void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n);
+
+/*
+ * Dispose of a reply nobody keeps: close its fds, tell the daemon to drop the references they
+ * stood for (one per non-alias weight of a unit reply, one for a share), free it. Any argument
+ * may be NULL/0.
+ */
+void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds);
+
+/* Close fds[0..n) and free the array. */
+void wc_close_fds(int *fds, uint32_t n);
+
+/* --- weights (weight.c) ------------------------------------------------------------------- */
+
+/*
+ * The daemon references one received fd stands for, shared by a weight and its local
+ * duplicates. The daemon counts one reference per unit entry (two entries with the same recipe
+ * share one fd but hold two; aliases hold none) and one per share; `count` is how many, and the
+ * handle is released that many times when the last local holder lets go.
+ */
+struct wc_ref {
+	atomic_uint holders;
+	uint64_t handle;
+	uint32_t count;
+	weightd_client *c;           /* holds a client reference */
+};
+
+struct weightd_weight {
+	struct wc_ref *ref;
+	int fd;
+	char *name;
+	char *dtype;
+	size_t ndim;
+	uint64_t shape[WEIGHTD_MAX_DIMS];
+	uint64_t nbytes;
+	uint64_t generation;
+	uint8_t digest[WEIGHTD_DIGEST_LEN];
+	uint8_t key[WEIGHTD_DIGEST_LEN];
+	void *map;                   /* the mapping, when mapped */
+	bool mapped;
+};
+
+/* Check a WeightInfo is well formed (dims, digest/key lengths, dtype present). */
+int wc_weight_info_check(const Weightd__WeightInfo *wi, weightd_error *err);
+/*
+ * Make a weight from a checked WeightInfo and an fd standing for `count` daemon references (fd
+ * taken in every case: owned by the weight on success, closed on failure; on failure the
+ * references are released). Takes a client reference while the daemon references live.
+ */
+int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd, uint32_t count,
+		  weightd_weight **ret, weightd_error *err);
+/* Release `handle` `count` times (one message). */
+void wc_release_handle(weightd_client *c, uint64_t handle, uint32_t count);
+/* Map a weight (fstat size check + mmap); no-op when mapped. */
+int wc_weight_map(weightd_weight *w, const char *slot, weightd_error *err);
+/* Release several weights, telling the daemon in one message per client. Accepts NULL entries. */
+void wc_weights_release(weightd_weight **ws, size_t n);
+
+/* --- selections and recipes (recipe.c) ---------------------------------------------------- */
+
+struct weightd_selection {
+	int kind;                    /* Weightd__Selection__Kind */
+	uint32_t axis;
+	uint64_t start, end;
+	uint64_t *indices;
+	size_t n_indices;
+	uint64_t shape[WEIGHTD_MAX_DIMS];
+	size_t ndim;
+	uint32_t rank, world;
+};
+
+struct wc_node {
+	int op;                      /* Weightd__Op */
+	char *checkpoint, *tensor;   /* SOURCE */
+	bool has_sel;                /* SOURCE, SELECT */
+	struct weightd_selection sel;
+	uint32_t *inputs;
+	size_t n_inputs;
+	int32_t axis;
+	uint64_t shape[WEIGHTD_MAX_DIMS];
+	size_t ndim;
+	uint32_t perm[WEIGHTD_MAX_DIMS];
+	size_t n_perm;
+	char dtype[16];
+	char *path;                  /* where it was in JSON, or NULL */
+};
+
+struct weightd_recipe {
+	struct wc_node *nodes;
+	size_t n, cap;
+};
+
+int wc_recipe_copy(const weightd_recipe *r, weightd_recipe **ret, weightd_error *err);
+/* The checkpoint and tensor a recipe is mostly about (its first source node), for messages. */
+void wc_recipe_about(const weightd_recipe *r, const char **ret_ckpt, const char **ret_tensor);
+/* Parse a recipe object (post-order flattening) with `path` naming where it is. */
+int wc_recipe_from_jobj(const void *json, const char *path, weightd_recipe **ret,
+			weightd_error *err);
+
+/* A protobuf view of a recipe: points into the recipe, which must outlive it. */
+struct wc_pb_recipe {
+	Weightd__Recipe msg;
+	Weightd__Node *nodes;
+	Weightd__Node **ptrs;
+	Weightd__Selection *sels;
+};
+int wc_pb_recipe_init(struct wc_pb_recipe *pb, const weightd_recipe *r, weightd_error *err);
+void wc_pb_recipe_fini(struct wc_pb_recipe *pb);
+
+/*
+ * Where the nodes of each entry's recipe came from in JSON, so errors the daemon reports about
+ * a node can say it. One per unit entry.
+ */
+struct wc_annot {
+	char *slot;
+	char **paths;
+	size_t n;
+};
+int wc_annot_add(struct wc_annot **as, size_t *n, const char *slot, const weightd_recipe *r);
+void wc_annot_free(struct wc_annot *as, size_t n);
+/* Append the JSON path of err->node (for err->slot, or the only entry) to the message. */
+void wc_annot_apply(const struct wc_annot *as, size_t n, weightd_error *err);
+
+/* --- in-flight requests (weight.c) -------------------------------------------------------- */
+
+enum wc_kind { WC_MATERIALIZE, WC_PREFLIGHT };
+
+struct weightd_inflight {
+	weightd_client *c;           /* holds a client reference */
+	enum wc_kind kind;
+	struct wc_pending *p;
+	bool settled;                /* the reply has been turned into w or err */
+	weightd_weight *w;
+	weightd_preflight *pre;
+	weightd_error err;
+	struct wc_annot *annots;
+	size_t n_annots;
+	char checkpoint[128], tensor[256];
+};
+
+int wc_inflight_new(weightd_client *c, enum wc_kind kind, weightd_inflight **ret,
+		    weightd_error *err);
+/* Wait for the reply and turn it into f->w / f->pre; returns 0 or -code with err filled. */
+int wc_inflight_wait_settle(weightd_inflight *f, weightd_error *err);
+/* Turn the reply of a preflight into a result (unit.c); takes resp in every case. */
+int wc_preflight_from_reply(Weightd__Response *resp, weightd_preflight **ret, weightd_error *err);
+
+#endif

@@ -1,0 +1,312 @@
+/* query.c - libweightd's read-only questions (list, describe, status) and admin requests. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Result structs point straight into the decoded reply, which they keep: protobuf-c strings are
+ * NUL-terminated and its repeated uint64 fields are plain arrays, so nothing is copied.
+ */
+
+static void source_from_wire(weightd_source_info *o, const Weightd__SourceInfo *s)
+{
+	static const Weightd__SourceInfo empty = WEIGHTD__SOURCE_INFO__INIT;
+
+	if (!s)
+		s = &empty;
+	o->name = s->name;
+	o->kind = s->kind;
+	o->path = s->path;
+	o->tensors = s->tensors;
+	o->bytes = s->bytes;
+	o->generation = s->generation;
+	o->state = s->state;
+	o->error = s->error;
+	o->files = s->files;
+}
+
+/* --- list -------------------------------------------------------------------------------- */
+
+struct source_list {
+	weightd_source_list pub;
+	Weightd__Response *resp;
+	weightd_source_info *items;
+};
+
+int weightd_list(weightd_client *c, weightd_source_list **ret, weightd_error *err)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+	Weightd__Response *resp = NULL;
+	struct source_list *l;
+	size_t n;
+	int r;
+
+	wc_err_clear(err);
+	if (!c || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_list: no client");
+	req.body_case = WEIGHTD__REQUEST__BODY_LIST;
+	req.list = &empty;
+	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_LIST, &resp, NULL, NULL, err);
+	if (r < 0)
+		return r;
+	n = resp->list ? resp->list->n_sources : 0;
+	l = calloc(1, sizeof(*l));
+	if (l)
+		l->items = calloc(n ? n : 1, sizeof(*l->items));
+	if (!l || !l->items) {
+		free(l);
+		weightd__response__free_unpacked(resp, NULL);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++)
+		source_from_wire(&l->items[i], resp->list->sources[i]);
+	l->resp = resp;
+	l->pub.count = n;
+	l->pub.sources = l->items;
+	*ret = &l->pub;
+	return 0;
+}
+
+void weightd_source_list_free(weightd_source_list *pub)
+{
+	struct source_list *l = (struct source_list *)pub;
+
+	if (!l)
+		return;
+	weightd__response__free_unpacked(l->resp, NULL);
+	free(l->items);
+	free(l);
+}
+
+/* --- describe ---------------------------------------------------------------------------- */
+
+struct description {
+	weightd_description pub;
+	Weightd__Response *resp;
+	weightd_tensor_info *tensors;
+	weightd_meta_entry *meta;
+};
+
+int weightd_describe(weightd_client *c, const char *checkpoint, weightd_description **ret,
+		     weightd_error *err)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Describe d = WEIGHTD__DESCRIBE__INIT;
+	Weightd__Response *resp = NULL;
+	const Weightd__DescribeReply *dr;
+	struct description *o;
+	int r;
+
+	wc_err_clear(err);
+	if (!c || !checkpoint || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_describe: no client or no checkpoint name");
+	d.checkpoint = (char *)checkpoint;
+	req.body_case = WEIGHTD__REQUEST__BODY_DESCRIBE;
+	req.describe = &d;
+	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_DESCRIBE, &resp, NULL, NULL, err);
+	if (r < 0) {
+		if (err && !err->checkpoint[0])
+			wc_err_about(err, checkpoint, NULL, NULL);
+		return r;
+	}
+	dr = resp->describe;
+	o = calloc(1, sizeof(*o));
+	if (o && dr) {
+		o->tensors = calloc(dr->n_tensors ? dr->n_tensors : 1, sizeof(*o->tensors));
+		o->meta = calloc(dr->n_metadata ? dr->n_metadata : 1, sizeof(*o->meta));
+	}
+	if (!o || (dr && (!o->tensors || !o->meta))) {
+		if (o) {
+			free(o->tensors);
+			free(o->meta);
+		}
+		free(o);
+		weightd__response__free_unpacked(resp, NULL);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	source_from_wire(&o->pub.source, dr ? dr->source : NULL);
+	for (size_t i = 0; dr && i < dr->n_tensors; i++) {
+		const Weightd__TensorInfo *t = dr->tensors[i];
+		weightd_tensor_info *ti = &o->tensors[i];
+
+		ti->name = t->name;
+		ti->dtype = t->dtype;
+		ti->ndim = t->n_shape;
+		ti->shape = t->shape;
+		ti->nbytes = t->nbytes;
+		ti->offset = t->offset;
+		ti->file = t->file;
+		ti->block_elems = t->block_elems;
+		ti->block_bytes = t->block_bytes;
+	}
+	for (size_t i = 0; dr && i < dr->n_metadata; i++) {
+		o->meta[i].key = dr->metadata[i]->key;
+		o->meta[i].value = dr->metadata[i]->value;
+		o->meta[i].type = dr->metadata[i]->type;
+	}
+	o->resp = resp;
+	o->pub.n_tensors = dr ? dr->n_tensors : 0;
+	o->pub.tensors = o->tensors;
+	o->pub.n_metadata = dr ? dr->n_metadata : 0;
+	o->pub.metadata = o->meta;
+	*ret = &o->pub;
+	return 0;
+}
+
+void weightd_description_free(weightd_description *pub)
+{
+	struct description *o = (struct description *)pub;
+
+	if (!o)
+		return;
+	weightd__response__free_unpacked(o->resp, NULL);
+	free(o->tensors);
+	free(o->meta);
+	free(o);
+}
+
+/* --- status ------------------------------------------------------------------------------ */
+
+struct status {
+	weightd_status pub;
+	Weightd__Response *resp;
+	weightd_source_info *sources;
+	weightd_weight_status *weights;
+};
+
+int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err)
+{
+	static const Weightd__StatusReply empty_reply = WEIGHTD__STATUS_REPLY__INIT;
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+	Weightd__Response *resp = NULL;
+	const Weightd__StatusReply *sr;
+	struct status *o;
+	int r;
+
+	wc_err_clear(err);
+	if (!c || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_status_get: no client");
+	req.body_case = WEIGHTD__REQUEST__BODY_STATUS;
+	req.status = &empty;
+	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_STATUS, &resp, NULL, NULL, err);
+	if (r < 0)
+		return r;
+	sr = resp->status ? resp->status : &empty_reply;
+	o = calloc(1, sizeof(*o));
+	if (o) {
+		o->sources = calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->sources));
+		o->weights = calloc(sr->n_weight_list ? sr->n_weight_list : 1, sizeof(*o->weights));
+	}
+	if (!o || !o->sources || !o->weights) {
+		if (o) {
+			free(o->sources);
+			free(o->weights);
+		}
+		free(o);
+		weightd__response__free_unpacked(resp, NULL);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	o->pub.instance = sr->instance;
+	o->pub.server_version = sr->server_version;
+	o->pub.uptime_ms = sr->uptime_ms;
+	o->pub.bytes_resident = sr->bytes_resident;
+	o->pub.budget_bytes = sr->budget_bytes;
+	o->pub.weights = sr->weights;
+	o->pub.clients = sr->clients;
+	o->pub.bytes_read = sr->bytes_read;
+	o->pub.materializations = sr->materializations;
+	o->pub.materializations_failed = sr->materializations_failed;
+	o->pub.materializations_in_flight = sr->materializations_in_flight;
+	o->pub.evictions = sr->evictions;
+	o->pub.readoptions = sr->readoptions;
+	o->pub.bytes_materialized = sr->bytes_materialized;
+	o->pub.materialize_ns = sr->materialize_ns;
+	o->pub.references = sr->references;
+	for (size_t i = 0; i < sr->n_sources; i++)
+		source_from_wire(&o->sources[i], sr->sources[i]);
+	for (size_t i = 0; i < sr->n_weight_list; i++) {
+		const Weightd__WeightStatus *w = sr->weight_list[i];
+		weightd_weight_status *ws = &o->weights[i];
+
+		ws->handle = w->handle;
+		ws->label = w->label;
+		ws->dtype = w->dtype;
+		ws->ndim = w->n_shape;
+		ws->shape = w->shape;
+		ws->nbytes = w->nbytes;
+		ws->refs = w->refs;
+		ws->clients = w->clients;
+		ws->generation = w->generation;
+		ws->digest = w->digest.len == WEIGHTD_DIGEST_LEN ? w->digest.data : NULL;
+		ws->source = w->source;
+		ws->adopted = w->adopted ? 1 : 0;
+	}
+	o->resp = resp;
+	o->pub.n_sources = sr->n_sources;
+	o->pub.sources = o->sources;
+	o->pub.n_weights = sr->n_weight_list;
+	o->pub.weight_list = o->weights;
+	*ret = &o->pub;
+	return 0;
+}
+
+void weightd_status_free(weightd_status *pub)
+{
+	struct status *o = (struct status *)pub;
+
+	if (!o)
+		return;
+	weightd__response__free_unpacked(o->resp, NULL);
+	free(o->sources);
+	free(o->weights);
+	free(o);
+}
+
+/* --- administration ---------------------------------------------------------------------- */
+
+int weightd_reload(weightd_client *c, weightd_error *err)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+	Weightd__Response *resp = NULL;
+	int r;
+
+	wc_err_clear(err);
+	if (!c)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_reload: no client");
+	req.body_case = WEIGHTD__REQUEST__BODY_RELOAD;
+	req.reload = &empty;
+	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_RELOAD, &resp, NULL, NULL, err);
+	if (r == 0)
+		weightd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t *ret_bytes,
+		  weightd_error *err)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Evict ev = WEIGHTD__EVICT__INIT;
+	Weightd__Response *resp = NULL;
+	int r;
+
+	wc_err_clear(err);
+	if (!c)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_evict: no client");
+	ev.all_unreferenced = 1;
+	req.body_case = WEIGHTD__REQUEST__BODY_EVICT;
+	req.evict = &ev;
+	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_EVICT, &resp, NULL, NULL, err);
+	if (r < 0)
+		return r;
+	if (ret_weights)
+		*ret_weights = resp->evict ? resp->evict->weights : 0;
+	if (ret_bytes)
+		*ret_bytes = resp->evict ? resp->evict->bytes : 0;
+	weightd__response__free_unpacked(resp, NULL);
+	return 0;
+}

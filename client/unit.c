@@ -1,0 +1,1018 @@
+/* unit.c - libweightd's units: slots, one request per unit, validate-then-bind, preflight. */
+#include "internal.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checked.h"
+#include "dtype.h"
+
+enum slot_src { SRC_NONE, SRC_RECIPE, SRC_ALIAS };
+
+struct slot {
+	char *name;
+	char *dtype;                 /* declared, or NULL: no expectation */
+	size_t ndim;
+	uint64_t shape[WEIGHTD_MAX_DIMS];
+	void **dest;
+	enum slot_src src;
+	weightd_recipe *recipe;      /* SRC_RECIPE (owned) */
+	char *alias;                 /* SRC_ALIAS: the target slot */
+	weightd_weight *w;           /* after finish: borrowed from unit->weights */
+	const void *data;            /* after validate */
+};
+
+/*
+ * NEW: being declared (or back after a failure). SUBMITTED: a request is out. HELD: the reply
+ * came; weights are held, nothing mapped. VALID: validated; bind may publish.
+ */
+enum unit_state { U_NEW, U_SUBMITTED, U_HELD, U_VALID };
+
+struct weightd_unit {
+	weightd_client *c;           /* holds a client reference */
+	struct slot *slots;
+	size_t n, cap;
+	enum unit_state state;
+	struct wc_pending *p;
+	weightd_weight **weights;    /* one per fd of the reply */
+	size_t n_weights;
+	uint64_t bytes_read;
+};
+
+int weightd_unit_new(weightd_client *c, weightd_unit **ret, weightd_error *err)
+{
+	weightd_unit *u;
+
+	wc_err_clear(err);
+	if (!c || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_unit_new: no client or no result pointer");
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	u->c = c;
+	wc_client_ref(c);
+	*ret = u;
+	return 0;
+}
+
+static struct slot *find_slot(const weightd_unit *u, const char *name)
+{
+	for (size_t i = 0; name && i < u->n; i++)
+		if (strcmp(u->slots[i].name, name) == 0)
+			return &u->slots[i];
+	return NULL;
+}
+
+/* The calls that change slots are only allowed before submit (and after a failure). */
+static int check_new(const weightd_unit *u, const char *call, weightd_error *err)
+{
+	wc_err_clear(err);
+	if (!u)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s: unit is NULL", call);
+	if (u->state != U_NEW)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "%s: the unit was already submitted; slots can change only before "
+				  "submit or after a failed finish or validate", call);
+	return 0;
+}
+
+int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
+		      const uint64_t *shape, size_t ndim, void **dest, weightd_error *err)
+{
+	struct slot *s;
+	int r;
+
+	r = check_new(u, "weightd_unit_slot", err);
+	if (r < 0)
+		return r;
+	if (!name || !name[0])
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "a slot needs a non-empty name");
+	if (find_slot(u, name)) {
+		r = wc_err_set(err, WEIGHTD_E_DUPLICATE_NAME,
+			       "slot \"%s\" is declared twice in the unit", name);
+		wc_err_about(err, NULL, NULL, name);
+		return r;
+	}
+	if (dtype && wd_dtype_from_name(dtype) == WD_DTYPE_INVALID) {
+		r = wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+			       "slot \"%s\" declares unknown dtype \"%s\"", name, dtype);
+		wc_err_about(err, NULL, NULL, name);
+		return r;
+	}
+	if (dtype && (ndim > WEIGHTD_MAX_DIMS || (ndim && !shape))) {
+		r = wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+			       "slot \"%s\" declares %zu dimensions (at most %d)", name, ndim,
+			       WEIGHTD_MAX_DIMS);
+		wc_err_about(err, NULL, NULL, name);
+		return r;
+	}
+	if (u->n > (size_t)INT32_MAX - 1)
+		return wc_err_set(err, WEIGHTD_E_LIMIT_EXCEEDED, "too many slots in one unit");
+	if (u->n == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 16;
+		struct slot *slots = realloc(u->slots, cap * sizeof(*slots));
+
+		if (!slots)
+			return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		u->slots = slots;
+		u->cap = cap;
+	}
+	s = &u->slots[u->n];
+	memset(s, 0, sizeof(*s));
+	s->name = strdup(name);
+	s->dtype = dtype ? strdup(dtype) : NULL;
+	if (!s->name || (dtype && !s->dtype)) {
+		free(s->name);
+		free(s->dtype);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	if (dtype) {
+		s->ndim = ndim;
+		if (ndim)
+			memcpy(s->shape, shape, ndim * sizeof(*shape));
+	}
+	s->dest = dest;
+	return (int)u->n++;
+}
+
+static struct slot *slot_for_set(weightd_unit *u, const char *slot, const char *call,
+				 weightd_error *err, int *rc)
+{
+	struct slot *s;
+
+	*rc = check_new(u, call, err);
+	if (*rc < 0)
+		return NULL;
+	s = find_slot(u, slot);
+	if (!s) {
+		*rc = wc_err_set(err, WEIGHTD_E_NOT_FOUND, "%s: the unit has no slot \"%s\"", call,
+				 slot ? slot : "(null)");
+		wc_err_about(err, NULL, NULL, slot);
+	}
+	return s;
+}
+
+static void slot_clear_src(struct slot *s)
+{
+	weightd_recipe_free(s->recipe);
+	free(s->alias);
+	s->recipe = NULL;
+	s->alias = NULL;
+	s->src = SRC_NONE;
+}
+
+int weightd_unit_set_recipe(weightd_unit *u, const char *slot, const weightd_recipe *r,
+			    weightd_error *err)
+{
+	weightd_recipe *copy = NULL;
+	struct slot *s;
+	int rc;
+
+	s = slot_for_set(u, slot, "weightd_unit_set_recipe", err, &rc);
+	if (!s)
+		return rc;
+	if (!r || r->n == 0) {
+		rc = wc_err_set(err, WEIGHTD_E_EMPTY_INPUTS, "slot \"%s\" was given an empty recipe",
+				slot);
+		wc_err_about(err, NULL, NULL, slot);
+		return rc;
+	}
+	rc = wc_recipe_copy(r, &copy, err);
+	if (rc < 0)
+		return rc;
+	slot_clear_src(s);
+	s->recipe = copy;
+	s->src = SRC_RECIPE;
+	return 0;
+}
+
+int weightd_unit_set_tensor(weightd_unit *u, const char *slot, const char *checkpoint,
+			    const char *tensor, const weightd_selection *sel, weightd_error *err)
+{
+	weightd_recipe *r = NULL;
+	struct slot *s;
+	int rc;
+
+	s = slot_for_set(u, slot, "weightd_unit_set_tensor", err, &rc);
+	if (!s)
+		return rc;
+	rc = weightd_recipe_new(&r, err);
+	if (rc == 0)
+		rc = weightd_recipe_source(r, checkpoint, tensor, sel, err);
+	if (rc < 0) {
+		weightd_recipe_free(r);
+		wc_err_about(err, checkpoint, tensor, slot);
+		return rc;
+	}
+	slot_clear_src(s);
+	s->recipe = r;
+	s->src = SRC_RECIPE;
+	return 0;
+}
+
+int weightd_unit_set_alias(weightd_unit *u, const char *slot, const char *target,
+			   weightd_error *err)
+{
+	struct slot *s;
+	char *t;
+	int rc;
+
+	s = slot_for_set(u, slot, "weightd_unit_set_alias", err, &rc);
+	if (!s)
+		return rc;
+	if (!target || !target[0]) {
+		rc = wc_err_set(err, WEIGHTD_E_BAD_ALIAS, "slot \"%s\" is made an alias of nothing",
+				slot);
+		wc_err_about(err, NULL, NULL, slot);
+		return rc;
+	}
+	t = strdup(target);
+	if (!t)
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	slot_clear_src(s);
+	s->alias = t;
+	s->src = SRC_ALIAS;
+	return 0;
+}
+
+/* --- the request ------------------------------------------------------------------------- */
+
+/* The wire form of the unit; points into the unit, which must outlive it. */
+struct pb_unit {
+	Weightd__Unit msg;
+	Weightd__UnitEntry *entries;
+	Weightd__UnitEntry **entry_ptrs;
+	Weightd__Alias *aliases;
+	Weightd__Alias **alias_ptrs;
+	struct wc_pb_recipe *recipes;
+	size_t n_recipes;
+};
+
+static void pb_unit_fini(struct pb_unit *pb)
+{
+	for (size_t i = 0; i < pb->n_recipes; i++)
+		wc_pb_recipe_fini(&pb->recipes[i]);
+	free(pb->recipes);
+	free(pb->entries);
+	free(pb->entry_ptrs);
+	free(pb->aliases);
+	free(pb->alias_ptrs);
+	memset(pb, 0, sizeof(*pb));
+}
+
+static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error *err)
+{
+	size_t n = u->n ? u->n : 1;
+	int rc;
+
+	memset(pb, 0, sizeof(*pb));
+	weightd__unit__init(&pb->msg);
+	if (u->n == 0)
+		return wc_err_set(err, WEIGHTD_E_EMPTY_INPUTS, "the unit has no slots");
+	for (size_t i = 0; i < u->n; i++)
+		if (u->slots[i].src == SRC_NONE) {
+			rc = wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+					"slot \"%s\" has no source: give it a tensor, a recipe or "
+					"make it an alias", u->slots[i].name);
+			wc_err_about(err, NULL, NULL, u->slots[i].name);
+			return rc;
+		}
+	pb->entries = calloc(n, sizeof(*pb->entries));
+	pb->entry_ptrs = calloc(n, sizeof(*pb->entry_ptrs));
+	pb->aliases = calloc(n, sizeof(*pb->aliases));
+	pb->alias_ptrs = calloc(n, sizeof(*pb->alias_ptrs));
+	pb->recipes = calloc(n, sizeof(*pb->recipes));
+	if (!pb->entries || !pb->entry_ptrs || !pb->aliases || !pb->alias_ptrs || !pb->recipes) {
+		pb_unit_fini(pb);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < u->n; i++) {
+		const struct slot *s = &u->slots[i];
+
+		if (s->src == SRC_ALIAS) {
+			Weightd__Alias *a = &pb->aliases[pb->msg.n_aliases];
+
+			weightd__alias__init(a);
+			a->name = s->name;
+			a->target = s->alias;
+			pb->alias_ptrs[pb->msg.n_aliases++] = a;
+			continue;
+		}
+		Weightd__UnitEntry *e = &pb->entries[pb->msg.n_entries];
+
+		rc = wc_pb_recipe_init(&pb->recipes[pb->n_recipes], s->recipe, err);
+		if (rc < 0) {
+			wc_err_about(err, NULL, NULL, s->name);
+			pb_unit_fini(pb);
+			return rc;
+		}
+		weightd__unit_entry__init(e);
+		e->name = s->name;
+		e->recipe = &pb->recipes[pb->n_recipes++].msg;
+		if (s->dtype) {
+			e->check_slot = 1;
+			e->dtype = s->dtype;
+			e->n_shape = s->ndim;
+			e->shape = (uint64_t *)s->shape;
+		}
+		pb->entry_ptrs[pb->msg.n_entries++] = e;
+	}
+	pb->msg.entries = pb->entry_ptrs;
+	pb->msg.aliases = pb->alias_ptrs;
+	return 0;
+}
+
+/* Send the unit as a materialize or preflight request. */
+static int send_unit(weightd_unit *u, bool preflight, struct wc_pending **ret_p,
+		     weightd_error *err)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	struct pb_unit pb;
+	int rc;
+
+	rc = pb_unit_init(&pb, u, err);
+	if (rc < 0)
+		return rc;
+	if (preflight) {
+		req.body_case = WEIGHTD__REQUEST__BODY_PREFLIGHT;
+		req.preflight = &pb.msg;
+	} else {
+		req.body_case = WEIGHTD__REQUEST__BODY_MATERIALIZE;
+		req.materialize = &pb.msg;
+	}
+	rc = wc_send(u->c, &req, ret_p, err);
+	pb_unit_fini(&pb);
+	return rc;
+}
+
+int weightd_unit_submit(weightd_unit *u, weightd_error *err)
+{
+	int rc;
+
+	rc = check_new(u, "weightd_unit_submit", err);
+	if (rc < 0)
+		return rc;
+	rc = send_unit(u, false, &u->p, err);
+	if (rc == 0)
+		u->state = U_SUBMITTED;
+	return rc;
+}
+
+int weightd_unit_poll(weightd_unit *u, int *ret_done, weightd_error *err)
+{
+	wc_err_clear(err);
+	if (!u || !ret_done)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_unit_poll: no unit");
+	if (u->state != U_SUBMITTED) {
+		*ret_done = u->state != U_NEW;
+		return 0;
+	}
+	*ret_done = wc_wait(u->c, u->p, 0);
+	return 0;
+}
+
+/* Error about slot s: names the slot, and the checkpoint and tensor its recipe reads. */
+static void about_slot(const struct slot *s, weightd_error *err)
+{
+	const char *ck = NULL, *tn = NULL;
+
+	if (!err)
+		return;
+	wc_recipe_about(s->recipe, &ck, &tn);
+	if (!err->checkpoint[0] && !err->tensor[0])
+		wc_err_about(err, ck, tn, NULL);
+	if (!err->slot[0])
+		wc_err_about(err, NULL, NULL, s->name);
+}
+
+/* Apply the JSON paths of the unit's recipes to an error naming a node. */
+static void annotate(const weightd_unit *u, weightd_error *err)
+{
+	const struct slot *s;
+
+	if (!err || !err->node)
+		return;
+	s = find_slot(u, err->slot);
+	if (!s && u->n == 1)
+		s = &u->slots[0];
+	if (s && s->src == SRC_RECIPE) {
+		struct wc_annot *as = NULL;
+		size_t n = 0;
+
+		if (wc_annot_add(&as, &n, err->slot[0] ? err->slot : NULL, s->recipe) == 0)
+			wc_annot_apply(as, n, err);
+		wc_annot_free(as, n);
+	}
+}
+
+/*
+ * Check a unit reply against the unit and turn it into weights: every slot answered exactly
+ * once, entries not aliases and aliases aliases, every fd index valid and used, all weights on
+ * one fd the same (handle, dtype, shape, bytes). Takes resp and fds in every case; on failure
+ * every fd is closed and every reference released.
+ */
+static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32_t nfds,
+		      weightd_error *err)
+{
+	const Weightd__UnitReply *ur = resp->materialize;
+	const Weightd__WeightInfo **owner = NULL;
+	weightd_weight **ws = NULL;
+	uint32_t *refs = NULL;        /* daemon references per fd: its non-alias entries */
+	bool *seen = NULL;
+	size_t n_made = 0;
+	int rc = 0;
+
+	if (!ur || ur->n_weights != u->n) {
+		rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+				"weightd answered a unit of %zu slots with %zu weights", u->n,
+				ur ? ur->n_weights : 0);
+		goto fail;
+	}
+	owner = calloc(nfds ? nfds : 1, sizeof(*owner));
+	ws = calloc(nfds ? nfds : 1, sizeof(*ws));
+	refs = calloc(nfds ? nfds : 1, sizeof(*refs));
+	seen = calloc(u->n, sizeof(*seen));
+	if (!owner || !ws || !refs || !seen) {
+		rc = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto fail;
+	}
+	for (size_t i = 0; i < ur->n_weights; i++) {
+		const Weightd__WeightInfo *wi = ur->weights[i];
+		struct slot *s = find_slot(u, wi->name);
+		bool is_alias = wi->alias_of && wi->alias_of[0];
+
+		rc = wc_weight_info_check(wi, err);
+		if (rc < 0)
+			goto fail;
+		if (!s || seen[s - u->slots] || is_alias != (s->src == SRC_ALIAS) ||
+		    wi->fd_index >= nfds) {
+			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					"weightd's answer to the unit is inconsistent at weight \"%s\" "
+					"(unknown or repeated slot, alias mismatch, or fd %u of %u)",
+					wi->name, wi->fd_index, nfds);
+			goto fail;
+		}
+		seen[s - u->slots] = true;
+		if (!is_alias)
+			refs[wi->fd_index]++;
+		if (!owner[wi->fd_index]) {
+			owner[wi->fd_index] = wi;
+		} else {
+			const Weightd__WeightInfo *o = owner[wi->fd_index];
+
+			if (o->handle != wi->handle || strcmp(o->dtype, wi->dtype) ||
+			    o->nbytes != wi->nbytes || o->n_shape != wi->n_shape ||
+			    (o->n_shape &&
+			     memcmp(o->shape, wi->shape, o->n_shape * sizeof(uint64_t)))) {
+				rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+						"weightd described fd %u differently for \"%s\" and "
+						"\"%s\"", wi->fd_index, o->name, wi->name);
+				goto fail;
+			}
+		}
+	}
+	for (uint32_t i = 0; i < nfds; i++)
+		if (!owner[i] || !refs[i]) {
+			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					"weightd sent fd %u with the unit but no entry owns it", i);
+			goto fail;
+		}
+	for (uint32_t i = 0; i < nfds; i++) {
+		rc = wc_weight_new(u->c, owner[i], fds[i], refs[i], &ws[i], err);
+		fds[i] = -1;
+		n_made = i + 1;
+		if (rc < 0)   /* its fd is closed and its references released */
+			goto fail_made;
+	}
+	for (size_t i = 0; i < ur->n_weights; i++)
+		find_slot(u, ur->weights[i]->name)->w = ws[ur->weights[i]->fd_index];
+	u->weights = ws;
+	u->n_weights = nfds;
+	u->bytes_read = ur->bytes_read;
+	free(owner);
+	free(refs);
+	free(seen);
+	free(fds);
+	weightd__response__free_unpacked(resp, NULL);
+	return 0;
+
+fail_made:
+	/* weights made so far are released by their objects; the rest by the reply's handles */
+	wc_weights_release(ws, n_made);
+	for (uint32_t i = (uint32_t)n_made; i < nfds; i++) {
+		wc_release_handle(u->c, owner[i]->handle, refs[i]);
+		close(fds[i]);
+		fds[i] = -1;
+	}
+	free(fds);
+	weightd__response__free_unpacked(resp, NULL);
+	goto out;
+fail:
+	wc_reply_discard(u->c, resp, fds, nfds);
+out:
+	free(owner);
+	free(refs);
+	free(seen);
+	free(ws);
+	return rc;
+}
+
+int weightd_unit_finish(weightd_unit *u, weightd_error *err)
+{
+	Weightd__Response *resp = NULL;
+	int *fds = NULL;
+	uint32_t nfds = 0;
+	int rc;
+
+	wc_err_clear(err);
+	if (!u)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_unit_finish: unit is NULL");
+	if (u->state == U_HELD || u->state == U_VALID)
+		return 0;
+	if (u->state != U_SUBMITTED)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_unit_finish: the unit was not submitted");
+	wc_wait(u->c, u->p, -1);
+	rc = wc_pending_take(u->p, WEIGHTD__RESPONSE__BODY_MATERIALIZE, &resp, &fds, &nfds, err);
+	if (rc == 0)
+		rc = take_reply(u, resp, fds, nfds, err);
+	else
+		annotate(u, err);
+	wc_pending_free(u->c, u->p);
+	u->p = NULL;
+	if (rc < 0) {
+		const struct slot *s = err ? find_slot(u, err->slot) : NULL;
+
+		if (s)
+			about_slot(s, err);
+		wc_err_name_slot(err);
+		u->state = U_NEW;
+		return rc;
+	}
+	u->state = U_HELD;
+	return 0;
+}
+
+/* Release everything the unit holds (unmapping it) and go back to NEW. */
+static void unit_drop_weights(weightd_unit *u)
+{
+	wc_weights_release(u->weights, u->n_weights);
+	free(u->weights);
+	u->weights = NULL;
+	u->n_weights = 0;
+	for (size_t i = 0; i < u->n; i++) {
+		u->slots[i].w = NULL;
+		u->slots[i].data = NULL;
+	}
+	u->state = U_NEW;
+}
+
+/* Everything about slot s's weight that can be checked without touching the fd. */
+static int check_slot(const struct slot *s, weightd_error *err)
+{
+	const weightd_weight *w = s->w;
+	enum wd_dtype dt = wd_dtype_from_name(w->dtype);
+	uint64_t elems, bytes;
+	int rc;
+
+	if (dt == WD_DTYPE_INVALID) {
+		rc = wc_err_set(err, WEIGHTD_E_UNSUPPORTED,
+				"slot \"%s\": weightd served dtype %s, which this libweightd does not "
+				"know", s->name, w->dtype);
+		goto fail;
+	}
+	if (s->dtype && strcmp(s->dtype, w->dtype) != 0) {
+		rc = wc_err_set(err, WEIGHTD_E_DTYPE_MISMATCH,
+				"slot \"%s\": weightd served dtype %s, the slot declares %s", s->name,
+				w->dtype, s->dtype);
+		goto fail;
+	}
+	if (s->dtype && s->ndim != w->ndim) {
+		rc = wc_err_set(err, WEIGHTD_E_SHAPE_MISMATCH,
+				"slot \"%s\": weightd served %zu dimensions, the slot declares %zu",
+				s->name, w->ndim, s->ndim);
+		if (err) {
+			err->expected = (int64_t)s->ndim;
+			err->actual = (int64_t)w->ndim;
+		}
+		goto fail;
+	}
+	for (size_t i = 0; s->dtype && i < s->ndim; i++)
+		if (s->shape[i] != w->shape[i]) {
+			rc = wc_err_set(err, WEIGHTD_E_SHAPE_MISMATCH,
+					"slot \"%s\": weightd served %llu along axis %zu, the slot "
+					"declares %llu", s->name, (unsigned long long)w->shape[i], i,
+					(unsigned long long)s->shape[i]);
+			if (err) {
+				err->axis = (int32_t)i;
+				err->expected = (int64_t)s->shape[i];
+				err->actual = (int64_t)w->shape[i];
+			}
+			goto fail;
+		}
+	if (!wd_shape_elems(w->shape, (int)w->ndim, &elems) || !wd_dtype_bytes(dt, elems, &bytes)) {
+		rc = wc_err_set(err, WEIGHTD_E_OVERFLOW,
+				"slot \"%s\": the served shape's byte count overflows or is not a "
+				"whole number of %s blocks", s->name, w->dtype);
+		goto fail;
+	}
+	if (bytes != w->nbytes) {
+		rc = wc_err_set(err, WEIGHTD_E_BYTE_COUNT_MISMATCH,
+				"slot \"%s\": weightd served %llu bytes, but %s of that shape takes "
+				"%llu", s->name, (unsigned long long)w->nbytes, w->dtype,
+				(unsigned long long)bytes);
+		if (err) {
+			err->expected = (int64_t)bytes;
+			err->actual = (int64_t)w->nbytes;
+		}
+		goto fail;
+	}
+	return 0;
+fail:
+	about_slot(s, err);
+	return rc;
+}
+
+int weightd_unit_validate(weightd_unit *u, weightd_error *err)
+{
+	int rc;
+
+	wc_err_clear(err);
+	if (!u)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_unit_validate: unit is NULL");
+	if (u->state == U_VALID)
+		return 0;
+	if (u->state == U_SUBMITTED) {
+		rc = weightd_unit_finish(u, err);
+		if (rc < 0)
+			return rc;
+	}
+	if (u->state != U_HELD)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_unit_validate: the unit was not submitted");
+	for (size_t i = 0; i < u->n; i++) {
+		rc = check_slot(&u->slots[i], err);
+		if (rc < 0)
+			goto fail;
+	}
+	for (size_t i = 0; i < u->n; i++) {
+		struct slot *s = &u->slots[i];
+
+		rc = wc_weight_map(s->w, s->name, err);
+		if (rc < 0) {
+			about_slot(s, err);
+			wc_err_name_slot(err);
+			goto fail;
+		}
+		s->data = s->w->map;
+	}
+	u->state = U_VALID;
+	return 0;
+fail:
+	unit_drop_weights(u);
+	return rc;
+}
+
+void weightd_unit_bind(weightd_unit *u)
+{
+	if (!u || u->state != U_VALID)
+		return;
+	for (size_t i = 0; i < u->n; i++)
+		if (u->slots[i].dest)
+			*u->slots[i].dest = (void *)u->slots[i].data;
+}
+
+void weightd_unit_free(weightd_unit *u)
+{
+	if (!u)
+		return;
+	if (u->p)
+		wc_pending_free(u->c, u->p);
+	wc_weights_release(u->weights, u->n_weights);
+	free(u->weights);
+	for (size_t i = 0; i < u->n; i++) {
+		free(u->slots[i].name);
+		free(u->slots[i].dtype);
+		slot_clear_src(&u->slots[i]);
+	}
+	free(u->slots);
+	wc_client_unref(u->c);
+	free(u);
+}
+
+size_t weightd_unit_slot_count(const weightd_unit *u)
+{
+	return u ? u->n : 0;
+}
+
+const char *weightd_unit_slot_name(const weightd_unit *u, size_t i)
+{
+	return u && i < u->n ? u->slots[i].name : NULL;
+}
+
+const weightd_weight *weightd_unit_weight(const weightd_unit *u, const char *slot)
+{
+	const struct slot *s;
+
+	if (!u || (u->state != U_HELD && u->state != U_VALID))
+		return NULL;
+	s = find_slot(u, slot);
+	return s ? s->w : NULL;
+}
+
+const void *weightd_unit_data(const weightd_unit *u, const char *slot)
+{
+	const struct slot *s;
+
+	if (!u || u->state != U_VALID)
+		return NULL;
+	s = find_slot(u, slot);
+	return s ? s->data : NULL;
+}
+
+uint64_t weightd_unit_bytes_read(const weightd_unit *u)
+{
+	return u ? u->bytes_read : 0;
+}
+
+/* --- preflight --------------------------------------------------------------------------- */
+
+struct preflight {
+	weightd_preflight pub;
+	Weightd__Response *resp;     /* backs the strings and shapes */
+	weightd_output_info *outs;
+};
+
+int wc_preflight_from_reply(Weightd__Response *resp, weightd_preflight **ret, weightd_error *err)
+{
+	const Weightd__UnitReply *ur = resp->preflight;
+	struct preflight *p;
+	size_t n = ur ? ur->n_weights : 0;
+
+	for (size_t i = 0; i < n; i++) {
+		int rc = wc_weight_info_check(ur->weights[i], err);
+
+		if (rc < 0) {
+			weightd__response__free_unpacked(resp, NULL);
+			return rc;
+		}
+	}
+	p = calloc(1, sizeof(*p));
+	if (p)
+		p->outs = calloc(n ? n : 1, sizeof(*p->outs));
+	if (!p || !p->outs) {
+		free(p);
+		weightd__response__free_unpacked(resp, NULL);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		const Weightd__WeightInfo *wi = ur->weights[i];
+		weightd_output_info *o = &p->outs[i];
+
+		o->name = wi->name;
+		o->dtype = wi->dtype;
+		o->ndim = wi->n_shape;
+		o->shape = wi->shape;
+		o->nbytes = wi->nbytes;
+		o->alias_of = wi->alias_of ? wi->alias_of : "";
+		o->key = wi->key.len == WEIGHTD_DIGEST_LEN ? wi->key.data : NULL;
+	}
+	p->resp = resp;
+	p->pub.count = n;
+	p->pub.outputs = p->outs;
+	*ret = &p->pub;
+	return 0;
+}
+
+void weightd_preflight_free(weightd_preflight *pub)
+{
+	struct preflight *p = (struct preflight *)pub;
+
+	if (!p)
+		return;
+	weightd__response__free_unpacked(p->resp, NULL);
+	free(p->outs);
+	free(p);
+}
+
+int weightd_unit_preflight(weightd_unit *u, weightd_inflight **ret, weightd_error *err)
+{
+	weightd_inflight *f = NULL;
+	int rc;
+
+	wc_err_clear(err);
+	if (!u || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_unit_preflight: no unit or no result pointer");
+	rc = wc_inflight_new(u->c, WC_PREFLIGHT, &f, err);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < u->n; i++)
+		if (u->slots[i].src == SRC_RECIPE &&
+		    wc_annot_add(&f->annots, &f->n_annots, u->slots[i].name, u->slots[i].recipe) < 0) {
+			weightd_inflight_free(f);
+			return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		}
+	if (u->n == 1 && u->slots[0].src == SRC_RECIPE) {
+		const char *ck, *tn;
+
+		wc_recipe_about(u->slots[0].recipe, &ck, &tn);
+		snprintf(f->checkpoint, sizeof(f->checkpoint), "%s", ck ? ck : "");
+		snprintf(f->tensor, sizeof(f->tensor), "%s", tn ? tn : "");
+	}
+	rc = send_unit(u, true, &f->p, err);
+	if (rc < 0) {
+		weightd_inflight_free(f);
+		return rc;
+	}
+	*ret = f;
+	return 0;
+}
+
+int weightd_preflight_finish(weightd_inflight *f, weightd_preflight **ret, weightd_error *err)
+{
+	int r;
+
+	wc_err_clear(err);
+	if (!f || !ret || f->kind != WC_PREFLIGHT) {
+		weightd_inflight_free(f);
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_preflight_finish: not the handle of a preflight");
+	}
+	r = wc_inflight_wait_settle(f, err);
+	if (r == 0) {
+		*ret = f->pre;
+		f->pre = NULL;
+	}
+	weightd_inflight_free(f);
+	return r;
+}
+
+/* --- JSON -------------------------------------------------------------------------------- */
+
+static int ujerr(weightd_error *err, int code, const char *path, const char *what,
+		 const char *slot)
+{
+	int rc = wc_err_set(err, code, "unit JSON at %s: %s", path, what);
+
+	wc_err_about(err, NULL, NULL, slot);
+	return rc;
+}
+
+/* One entry of "slots" at index i. */
+static int unit_json_slot(weightd_unit *u, const json_t *sj, size_t i, weightd_error *err)
+{
+	static const char *const keys[] = { "name", "dtype", "shape", "recipe", "alias", NULL };
+	char path[64], what[160];
+	const json_t *name, *dtype, *shape, *recipe, *alias, *v;
+	uint64_t dims[WEIGHTD_MAX_DIMS];
+	weightd_recipe *r = NULL;
+	const char *key, *nm;
+	size_t ndim = 0;
+	int rc;
+
+	snprintf(path, sizeof(path), "$.slots[%zu]", i);
+	if (!json_is_object(sj))
+		return ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, path, "expected a slot object", NULL);
+	json_object_foreach((json_t *)sj, key, v) {
+		bool ok = false;
+
+		for (size_t k = 0; keys[k]; k++)
+			ok |= strcmp(key, keys[k]) == 0;
+		if (!ok) {
+			snprintf(what, sizeof(what), "unknown key \"%.60s\" (a slot takes \"name\", "
+				 "\"dtype\", \"shape\", \"recipe\", \"alias\")", key);
+			return ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, path, what, NULL);
+		}
+	}
+	name = json_object_get(sj, "name");
+	if (!json_is_string(name) || !json_string_length(name))
+		return ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, path,
+			     "expected a non-empty string \"name\"", NULL);
+	nm = json_string_value(name);
+	dtype = json_object_get(sj, "dtype");
+	shape = json_object_get(sj, "shape");
+	recipe = json_object_get(sj, "recipe");
+	alias = json_object_get(sj, "alias");
+	if (dtype && !json_is_string(dtype))
+		return ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, path, "\"dtype\" must be a dtype name",
+			     nm);
+	if (shape && !dtype)
+		return ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, path,
+			     "\"shape\" is declared only together with \"dtype\"", nm);
+	if (shape) {
+		size_t n = json_array_size(shape), k;
+
+		if (!json_is_array(shape) || n > WEIGHTD_MAX_DIMS)
+			return ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, path,
+				     "\"shape\" must be an array of at most 8 sizes", nm);
+		json_array_foreach(shape, k, v) {
+			if (!json_is_integer(v) || json_integer_value(v) < 0)
+				return ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, path,
+					     "\"shape\" must hold non-negative integers", nm);
+			dims[k] = (uint64_t)json_integer_value(v);
+		}
+		ndim = n;
+	}
+	if (!recipe == !alias)
+		return ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, path,
+			     "a slot takes exactly one of \"recipe\" and \"alias\"", nm);
+	if (alias && (!json_is_string(alias) || !json_string_length(alias)))
+		return ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, path,
+			     "\"alias\" must name another slot", nm);
+	rc = weightd_unit_slot(u, nm, dtype ? json_string_value(dtype) : NULL, dims, ndim, NULL,
+			       err);
+	if (rc < 0) {
+		wc_err_append(err, " (at %s)", path);
+		return rc;
+	}
+	if (alias)
+		return weightd_unit_set_alias(u, nm, json_string_value(alias), err);
+	snprintf(path, sizeof(path), "$.slots[%zu].recipe", i);
+	rc = wc_recipe_from_jobj(recipe, path, &r, err);
+	if (rc < 0) {
+		wc_err_about(err, NULL, NULL, nm);
+		return rc;
+	}
+	/* the slot takes the parsed recipe itself (it carries the JSON paths) */
+	slot_clear_src(find_slot(u, nm));
+	find_slot(u, nm)->recipe = r;
+	find_slot(u, nm)->src = SRC_RECIPE;
+	return 0;
+}
+
+int weightd_unit_from_json(weightd_client *c, const char *text, size_t len, weightd_unit **ret,
+			   weightd_error *err)
+{
+	weightd_unit *u = NULL;
+	weightd_recipe *r = NULL;
+	const json_t *slots, *sj;
+	json_error_t je;
+	json_t *root;
+	const char *key;
+	json_t *v;
+	size_t i;
+	int rc;
+
+	wc_err_clear(err);
+	if (!c || !text || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_unit_from_json: no client, text or result pointer");
+	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+	if (!root)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "unit JSON, line %d column %d: %s",
+				  je.line, je.column, je.text);
+	rc = weightd_unit_new(c, &u, err);
+	if (rc < 0)
+		goto out;
+	if (json_is_object(root) && json_object_get(root, "op")) {
+		rc = wc_recipe_from_jobj(root, "$", &r, err);
+		if (rc == 0)
+			rc = weightd_unit_slot(u, "output", NULL, NULL, 0, NULL, err);
+		if (rc >= 0) {
+			u->slots[0].recipe = r;
+			u->slots[0].src = SRC_RECIPE;
+			r = NULL;
+			rc = 0;
+		}
+		goto out;
+	}
+	if (!json_is_object(root)) {
+		rc = ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, "$",
+			   "expected a recipe object (with \"op\") or a unit object (with \"slots\")",
+			   NULL);
+		goto out;
+	}
+	json_object_foreach(root, key, v)
+		if (strcmp(key, "slots") != 0) {
+			rc = wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+					"unit JSON at $: unknown key \"%.60s\" (a unit takes \"slots\"; "
+					"a recipe takes \"op\")", key);
+			goto out;
+		}
+	slots = json_object_get(root, "slots");
+	if (!json_is_array(slots) || json_array_size(slots) == 0) {
+		rc = ujerr(err, WEIGHTD_E_INVALID_ARGUMENT, "$.slots",
+			   "expected a non-empty array of slots", NULL);
+		goto out;
+	}
+	json_array_foreach(slots, i, sj) {
+		rc = unit_json_slot(u, sj, i, err);
+		if (rc < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	json_decref(root);
+	weightd_recipe_free(r);
+	if (rc < 0) {
+		weightd_unit_free(u);
+		return rc;
+	}
+	*ret = u;
+	return 0;
+}

@@ -1,0 +1,557 @@
+/* weight.c - libweightd's weights (fd, mapping, daemon reference) and in-flight requests. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* --- weights ----------------------------------------------------------------------------- */
+
+int wc_weight_info_check(const Weightd__WeightInfo *wi, weightd_error *err)
+{
+	if (!wi->dtype || !wi->dtype[0])
+		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+				  "weightd described weight \"%s\" without a dtype", wi->name);
+	if (wi->n_shape > WEIGHTD_MAX_DIMS)
+		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+				  "weightd described weight \"%s\" with %zu dimensions (at most %d)",
+				  wi->name, wi->n_shape, WEIGHTD_MAX_DIMS);
+	if ((wi->digest.len && wi->digest.len != WEIGHTD_DIGEST_LEN) ||
+	    (wi->key.len && wi->key.len != WEIGHTD_DIGEST_LEN))
+		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+				  "weightd sent a digest or key for \"%s\" that is not %d bytes",
+				  wi->name, WEIGHTD_DIGEST_LEN);
+	return 0;
+}
+
+static weightd_weight *weight_alloc(const char *name, const char *dtype)
+{
+	weightd_weight *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	w->fd = -1;
+	w->name = strdup(name ? name : "");
+	w->dtype = strdup(dtype ? dtype : "");
+	if (!w->name || !w->dtype) {
+		free(w->name);
+		free(w->dtype);
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+static void weight_free_local(weightd_weight *w)
+{
+	if (w->mapped && w->map)
+		munmap(w->map, w->nbytes);
+	if (w->fd >= 0)
+		close(w->fd);
+	free(w->name);
+	free(w->dtype);
+	free(w);
+}
+
+void wc_release_handle(weightd_client *c, uint64_t handle, uint32_t count)
+{
+	uint64_t one[4] = { handle, handle, handle, handle }, *many = one;
+
+	if (count == 0)
+		return;
+	if (count > 4) {
+		many = malloc(count * sizeof(*many));
+		if (!many) {   /* one at a time, then */
+			for (uint32_t i = 0; i < count; i++)
+				wc_send_release(c, &handle, 1);
+			return;
+		}
+		for (uint32_t i = 0; i < count; i++)
+			many[i] = handle;
+	}
+	wc_send_release(c, many, count);
+	if (many != one)
+		free(many);
+}
+
+int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd, uint32_t count,
+		  weightd_weight **ret, weightd_error *err)
+{
+	weightd_weight *w;
+	struct wc_ref *ref;
+
+	w = weight_alloc(wi->name, wi->dtype);
+	ref = calloc(1, sizeof(*ref));
+	if (!w || !ref) {
+		free(ref);
+		if (w)
+			weight_free_local(w);
+		close(fd);
+		wc_release_handle(c, wi->handle, count);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	atomic_init(&ref->holders, 1);
+	ref->handle = wi->handle;
+	ref->count = count;
+	ref->c = c;
+	wc_client_ref(c);
+	w->ref = ref;
+	w->fd = fd;
+	w->ndim = wi->n_shape;
+	if (wi->n_shape)   /* a 0-d scalar may come with no array at all */
+		memcpy(w->shape, wi->shape, wi->n_shape * sizeof(uint64_t));
+	w->nbytes = wi->nbytes;
+	w->generation = wi->generation;
+	if (wi->digest.len == WEIGHTD_DIGEST_LEN)
+		memcpy(w->digest, wi->digest.data, WEIGHTD_DIGEST_LEN);
+	if (wi->key.len == WEIGHTD_DIGEST_LEN)
+		memcpy(w->key, wi->key.data, WEIGHTD_DIGEST_LEN);
+	*ret = w;
+	return 0;
+}
+
+int weightd_weight_fd(const weightd_weight *w) { return w ? w->fd : -1; }
+const char *weightd_weight_name(const weightd_weight *w) { return w ? w->name : NULL; }
+const char *weightd_weight_dtype(const weightd_weight *w) { return w ? w->dtype : NULL; }
+size_t weightd_weight_ndim(const weightd_weight *w) { return w ? w->ndim : 0; }
+const uint64_t *weightd_weight_shape(const weightd_weight *w) { return w ? w->shape : NULL; }
+uint64_t weightd_weight_nbytes(const weightd_weight *w) { return w ? w->nbytes : 0; }
+const uint8_t *weightd_weight_digest(const weightd_weight *w) { return w ? w->digest : NULL; }
+const uint8_t *weightd_weight_key(const weightd_weight *w) { return w ? w->key : NULL; }
+uint64_t weightd_weight_handle(const weightd_weight *w) { return w ? w->ref->handle : 0; }
+uint64_t weightd_weight_generation(const weightd_weight *w) { return w ? w->generation : 0; }
+
+/*
+ * fstat first: mapping past the end of a shared-memory object would SIGBUS on touch, so the
+ * object must cover nbytes before anything is mapped.
+ */
+int wc_weight_map(weightd_weight *w, const char *slot, weightd_error *err)
+{
+	struct stat st;
+	void *p;
+	int r;
+
+	if (w->mapped)
+		return 0;
+	if (fstat(w->fd, &st) < 0) {
+		r = wc_err_set(err, WEIGHTD_E_IO, "cannot stat the shared memory of weight \"%s\": %s",
+			       w->name, strerror(errno));
+		goto fail;
+	}
+	if ((uint64_t)st.st_size < w->nbytes) {
+		r = wc_err_set(err, WEIGHTD_E_BYTE_COUNT_MISMATCH,
+			       "the shared memory of weight \"%s\" holds %lld bytes but the weight "
+			       "is %llu bytes", w->name, (long long)st.st_size,
+			       (unsigned long long)w->nbytes);
+		if (err) {
+			err->expected = (int64_t)w->nbytes;
+			err->actual = (int64_t)st.st_size;
+		}
+		goto fail;
+	}
+	if (w->nbytes > SIZE_MAX) {
+		r = wc_err_set(err, WEIGHTD_E_OVERFLOW, "weight \"%s\" is too large to map here",
+			       w->name);
+		goto fail;
+	}
+	if (w->nbytes == 0) {
+		w->map = NULL;
+		w->mapped = true;
+		return 0;
+	}
+	p = mmap(NULL, (size_t)w->nbytes, PROT_READ, MAP_SHARED, w->fd, 0);
+	if (p == MAP_FAILED) {
+		r = wc_err_set(err, errno == ENOMEM ? WEIGHTD_E_RESOURCE_EXHAUSTED : WEIGHTD_E_IO,
+			       "cannot map weight \"%s\" (%llu bytes): %s", w->name,
+			       (unsigned long long)w->nbytes, strerror(errno));
+		goto fail;
+	}
+	w->map = p;
+	w->mapped = true;
+	return 0;
+fail:
+	wc_err_about(err, NULL, NULL, slot);
+	return r;
+}
+
+int weightd_weight_map(weightd_weight *w, const void **ret, weightd_error *err)
+{
+	int r;
+
+	wc_err_clear(err);
+	if (!w || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_weight_map: no weight");
+	r = wc_weight_map(w, NULL, err);
+	if (r == 0)
+		*ret = w->map;
+	return r;
+}
+
+/* Drop one local holder of a reference; returns true when it was the last (the caller tells
+ * the daemon and frees the ref). */
+static bool ref_drop(struct wc_ref *ref)
+{
+	return atomic_fetch_sub(&ref->holders, 1) == 1;
+}
+
+void wc_weights_release(weightd_weight **ws, size_t n)
+{
+	uint64_t *handles = NULL;
+	weightd_client *c = NULL;
+	size_t nh = 0, total = 0, nc = 0;
+
+	for (size_t i = 0; i < n; i++)
+		total += ws[i] ? ws[i]->ref->count : 0;
+	handles = total ? calloc(total, sizeof(*handles)) : NULL;
+	for (size_t i = 0; i < n; i++) {
+		weightd_weight *w = ws[i];
+		struct wc_ref *ref;
+
+		if (!w)
+			continue;
+		ref = w->ref;
+		weight_free_local(w);
+		if (!ref_drop(ref))
+			continue;
+		/* Batch the handles of one client into one message; a weight of another client
+		 * (or any, when out of memory) is told on its own. */
+		if (handles && (!c || c == ref->c)) {
+			c = ref->c;
+			for (uint32_t k = 0; k < ref->count; k++)
+				handles[nh++] = ref->handle;
+			nc++;
+		} else {
+			wc_release_handle(ref->c, ref->handle, ref->count);
+			wc_client_unref(ref->c);
+		}
+		free(ref);
+	}
+	if (c) {
+		wc_send_release(c, handles, nh);
+		for (size_t i = 0; i < nc; i++)
+			wc_client_unref(c);
+	}
+	free(handles);
+}
+
+void weightd_release(weightd_weight *w)
+{
+	wc_weights_release(&w, w ? 1 : 0);
+}
+
+int weightd_weight_dup(const weightd_weight *w, weightd_weight **ret, weightd_error *err)
+{
+	weightd_weight *d;
+
+	wc_err_clear(err);
+	if (!w || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_weight_dup: no weight");
+	d = weight_alloc(w->name, w->dtype);
+	if (!d)
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	d->fd = fcntl(w->fd, F_DUPFD_CLOEXEC, 0);
+	if (d->fd < 0) {
+		int e = errno;
+
+		weight_free_local(d);
+		return wc_err_set(err, e == EMFILE || e == ENFILE ? WEIGHTD_E_RESOURCE_EXHAUSTED :
+				  WEIGHTD_E_IO, "cannot duplicate the fd of weight \"%s\": %s",
+				  w->name, strerror(e));
+	}
+	d->ndim = w->ndim;
+	memcpy(d->shape, w->shape, sizeof(d->shape));
+	d->nbytes = w->nbytes;
+	d->generation = w->generation;
+	memcpy(d->digest, w->digest, sizeof(d->digest));
+	memcpy(d->key, w->key, sizeof(d->key));
+	atomic_fetch_add(&w->ref->holders, 1);
+	d->ref = w->ref;
+	*ret = d;
+	return 0;
+}
+
+int weightd_share(const weightd_weight *w, weightd_weight **ret, weightd_error *err)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Share sh = WEIGHTD__SHARE__INIT;
+	Weightd__Response *resp = NULL;
+	int *fds = NULL;
+	uint32_t nfds = 0;
+	int r;
+
+	wc_err_clear(err);
+	if (!w || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_share: no weight");
+	sh.handle = w->ref->handle;
+	req.body_case = WEIGHTD__REQUEST__BODY_SHARE;
+	req.share = &sh;
+	r = wc_call(w->ref->c, &req, WEIGHTD__RESPONSE__BODY_SHARE, &resp, &fds, &nfds, err);
+	if (r < 0) {
+		wc_err_about(err, NULL, w->name, NULL);
+		return r;
+	}
+	if (!resp->share || !resp->share->weight || nfds != 1) {
+		r = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+			       "weightd answered a share of \"%s\" with %u fds and %s weight",
+			       w->name, nfds, resp->share && resp->share->weight ? "a" : "no");
+		goto fail;
+	}
+	r = wc_weight_info_check(resp->share->weight, err);
+	if (r < 0)
+		goto fail;
+	r = wc_weight_new(w->ref->c, resp->share->weight, fds[0], 1, ret, err);
+	fds[0] = -1;
+	goto out;
+fail:
+	if (resp->share && resp->share->weight && nfds >= 1)
+		wc_send_release(w->ref->c, &resp->share->weight->handle, 1);
+out:
+	wc_close_fds(fds, nfds);
+	weightd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+/* --- in-flight requests ------------------------------------------------------------------ */
+
+int wc_inflight_new(weightd_client *c, enum wc_kind kind, weightd_inflight **ret,
+		    weightd_error *err)
+{
+	weightd_inflight *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	wc_err_clear(&f->err);
+	f->kind = kind;
+	f->c = c;
+	wc_client_ref(c);
+	*ret = f;
+	return 0;
+}
+
+/*
+ * The reply to a single materialization: one weight (not an alias) and exactly one fd. Takes
+ * resp and fds in every case; anything not kept is closed and released.
+ */
+static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds,
+			 weightd_weight **ret, weightd_error *err)
+{
+	const Weightd__UnitReply *ur = resp->materialize;
+	const Weightd__WeightInfo *wi;
+	int r;
+
+	if (!ur || ur->n_weights != 1 || nfds != 1 || ur->weights[0]->fd_index != 0 ||
+	    (ur->weights[0]->alias_of && ur->weights[0]->alias_of[0])) {
+		r = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+			       "weightd answered a materialization with %zu weights and %u fds "
+			       "(expected one of each)", ur ? ur->n_weights : 0, nfds);
+		wc_reply_discard(c, resp, fds, nfds);
+		return r;
+	}
+	wi = ur->weights[0];
+	r = wc_weight_info_check(wi, err);
+	if (r < 0) {
+		wc_reply_discard(c, resp, fds, nfds);
+		return r;
+	}
+	r = wc_weight_new(c, wi, fds[0], 1, ret, err);
+	free(fds);
+	weightd__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+/*
+ * A single materialization is sent as a one-entry unit, but the caller named no slot: drop the
+ * daemon's 'slot "NAME": ' prefix and slot field so the sentence is about the tensor.
+ */
+static void unslot(weightd_error *err)
+{
+	char prefix[sizeof(err->slot) + 16];
+	size_t n;
+
+	if (!err->slot[0])
+		return;
+	n = (size_t)snprintf(prefix, sizeof(prefix), "slot \"%s\": ", err->slot);
+	if (n < sizeof(prefix) && strncmp(err->message, prefix, n) == 0)
+		memmove(err->message, err->message + n, strlen(err->message + n) + 1);
+	err->slot[0] = '\0';
+}
+
+/* Turn a finished reply into f->w / f->pre or f->err, once. Returns 0 or -code. */
+static int settle(weightd_inflight *f)
+{
+	Weightd__Response *resp = NULL;
+	int *fds = NULL;
+	uint32_t nfds = 0;
+	int r;
+
+	if (f->settled)
+		return f->err.code ? -f->err.code : 0;
+	r = wc_pending_take(f->p, f->kind == WC_MATERIALIZE ? WEIGHTD__RESPONSE__BODY_MATERIALIZE :
+			    WEIGHTD__RESPONSE__BODY_PREFLIGHT, &resp, &fds, &nfds, &f->err);
+	if (r == 0) {
+		if (f->kind == WC_MATERIALIZE) {
+			r = single_weight(f->c, resp, fds, nfds, &f->w, &f->err);
+		} else {
+			wc_close_fds(fds, nfds);
+			r = wc_preflight_from_reply(resp, &f->pre, &f->err);
+		}
+	}
+	if (r < 0) {
+		wc_annot_apply(f->annots, f->n_annots, &f->err);
+		if (f->kind == WC_PREFLIGHT)
+			wc_err_name_slot(&f->err);
+		else
+			unslot(&f->err);
+		if (!f->err.checkpoint[0] && !f->err.tensor[0])
+			wc_err_about(&f->err, f->checkpoint, f->tensor, NULL);
+	}
+	wc_pending_free(f->c, f->p);
+	f->p = NULL;
+	f->settled = true;
+	return r;
+}
+
+int wc_inflight_wait_settle(weightd_inflight *f, weightd_error *err)
+{
+	int r;
+
+	if (!f->settled)
+		wc_wait(f->c, f->p, -1);
+	r = settle(f);
+	if (r < 0)
+		wc_err_copy(err, &f->err);
+	return r;
+}
+
+/* Send a one-entry unit named `name` whose recipe is r. */
+static int send_single(weightd_client *c, const char *name, const weightd_recipe *r,
+		       weightd_inflight **ret, weightd_error *err)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Unit unit = WEIGHTD__UNIT__INIT;
+	Weightd__UnitEntry entry = WEIGHTD__UNIT_ENTRY__INIT, *entries[1] = { &entry };
+	struct wc_pb_recipe pb;
+	weightd_inflight *f = NULL;
+	const char *ck, *tn;
+	int rc;
+
+	rc = wc_pb_recipe_init(&pb, r, err);
+	if (rc < 0)
+		return rc;
+	rc = wc_inflight_new(c, WC_MATERIALIZE, &f, err);
+	if (rc < 0)
+		goto out;
+	rc = wc_annot_add(&f->annots, &f->n_annots, name, r);
+	if (rc < 0) {
+		rc = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	wc_recipe_about(r, &ck, &tn);
+	snprintf(f->checkpoint, sizeof(f->checkpoint), "%s", ck ? ck : "");
+	snprintf(f->tensor, sizeof(f->tensor), "%s", tn ? tn : "");
+	entry.name = (char *)name;
+	entry.recipe = &pb.msg;
+	unit.n_entries = 1;
+	unit.entries = entries;
+	req.body_case = WEIGHTD__REQUEST__BODY_MATERIALIZE;
+	req.materialize = &unit;
+	rc = wc_send(c, &req, &f->p, err);
+	if (rc < 0) {
+		wc_err_about(err, f->checkpoint, f->tensor, NULL);
+		goto out;
+	}
+	*ret = f;
+	f = NULL;
+out:
+	weightd_inflight_free(f);
+	wc_pb_recipe_fini(&pb);
+	return rc;
+}
+
+int weightd_materialize(weightd_client *c, const char *checkpoint, const char *tensor,
+			const weightd_selection *sel, weightd_inflight **ret, weightd_error *err)
+{
+	weightd_recipe *r = NULL;
+	int rc;
+
+	wc_err_clear(err);
+	if (!c || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_materialize: no client or no result pointer");
+	rc = weightd_recipe_new(&r, err);
+	if (rc == 0)
+		rc = weightd_recipe_source(r, checkpoint, tensor, sel, err);
+	if (rc >= 0)
+		rc = send_single(c, tensor, r, ret, err);
+	weightd_recipe_free(r);
+	return rc < 0 ? rc : 0;
+}
+
+int weightd_materialize_recipe(weightd_client *c, const weightd_recipe *r,
+			       weightd_inflight **ret, weightd_error *err)
+{
+	const char *ck, *tn;
+
+	wc_err_clear(err);
+	if (!c || !r || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_materialize_recipe: no client, recipe or result pointer");
+	wc_recipe_about(r, &ck, &tn);
+	return send_single(c, tn ? tn : "output", r, ret, err);
+}
+
+int weightd_finish(weightd_inflight *f, weightd_weight **ret, weightd_error *err)
+{
+	int r;
+
+	wc_err_clear(err);
+	if (!f || !ret || f->kind != WC_MATERIALIZE) {
+		weightd_inflight_free(f);
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_finish: not the handle of a materialization");
+	}
+	r = wc_inflight_wait_settle(f, err);
+	if (r == 0) {
+		*ret = f->w;
+		f->w = NULL;
+	}
+	weightd_inflight_free(f);
+	return r;
+}
+
+int weightd_borrow(weightd_inflight *f, const weightd_weight **ret, weightd_error *err)
+{
+	int r;
+
+	wc_err_clear(err);
+	if (!f || !ret || f->kind != WC_MATERIALIZE)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_borrow: not the handle of a materialization");
+	if (!f->settled && !wc_wait(f->c, f->p, 0)) {
+		*ret = NULL;
+		return 0;
+	}
+	r = settle(f);
+	if (r < 0)
+		return wc_err_copy(err, &f->err);
+	*ret = f->w;
+	return 0;
+}
+
+void weightd_inflight_free(weightd_inflight *f)
+{
+	if (!f)
+		return;
+	if (f->p)
+		wc_pending_free(f->c, f->p);
+	weightd_release(f->w);
+	weightd_preflight_free(f->pre);
+	wc_annot_free(f->annots, f->n_annots);
+	wc_client_unref(f->c);
+	free(f);
+}

@@ -1,0 +1,409 @@
+/* fake_weightd.h - a scripted stand-in for weightd that libweightd's unit tests talk to. */
+#ifndef WD_TEST_FAKE_WEIGHTD_H
+#define WD_TEST_FAKE_WEIGHTD_H
+
+/*
+ * A server thread listening on a Unix socket in a temp dir, serving one connection at a time
+ * (the next is accepted when the current one ends). It speaks real frames (src/frame.h)
+ * and real weightd.Request/Response messages, answers Hello itself, records every request it
+ * decodes, and hands each to the test's handler, which replies (or not, or later, or by hanging
+ * up) through fake_reply*. Weights it sends are memfds named "wdtest" so a test can count
+ * exactly the fds and mappings that came from it in /proc/self.
+ *
+ * Header-only (static inline functions): each test compiles only its own .c.
+ */
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "digest.h"
+#include "frame.h"
+#include "weightd.pb-c.h"
+
+#define FAKE_MAX_REQS 4096
+
+struct fake;
+
+/* Called on the server thread for every request but Hello (unless hello_too). Replies or not. */
+typedef void (*fake_handler)(struct fake *f, const Weightd__Request *req);
+
+struct fake {
+	char dir[64];
+	char path[128];
+	int lsock;
+	int conn;
+	pthread_t thread;
+	atomic_bool stop;
+	fake_handler handler;
+	void *ctx;
+	atomic_bool hello_too;       /* pass Hello to the handler as well */
+	atomic_uint hello_version;   /* what the default Hello reply says (tests may change it */
+	atomic_uint max_pending;     /* after start, before connecting) */
+	pthread_mutex_t mu;
+	Weightd__Request *reqs[FAKE_MAX_REQS];
+	size_t n_reqs;
+	atomic_size_t handled;       /* requests fully handled (handler returned) */
+	struct wd_inbuf *in;
+};
+
+static inline void fake_fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("fake weightd: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	abort();
+}
+
+/* A read-only fd to a fresh memfd holding data[0..n) (the daemon's fds are read-only too). */
+static inline int fake_memfd(const void *data, size_t n)
+{
+	char p[64];
+	int fd = memfd_create("wdtest", MFD_CLOEXEC), ro;
+
+	if (fd < 0)
+		fake_fatal("memfd_create: %s", strerror(errno));
+	if (n && write(fd, data, n) != (ssize_t)n)
+		fake_fatal("write memfd: %s", strerror(errno));
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	ro = open(p, O_RDONLY | O_CLOEXEC);
+	if (ro < 0)
+		fake_fatal("reopen memfd: %s", strerror(errno));
+	close(fd);
+	return ro;
+}
+
+/* Send one Response with fds (borrowed: the caller closes them after). */
+static inline void fake_reply_fds(struct fake *f, Weightd__Response *resp, const int *fds,
+				  size_t nfds)
+{
+	size_t len = weightd__response__get_packed_size(resp);
+	uint8_t *buf = malloc(len ? len : 1);
+
+	if (!buf)
+		fake_fatal("out of memory");
+	weightd__response__pack(resp, buf);
+	if (f->conn >= 0 && wd_frame_send_blocking(f->conn, buf, len, fds, nfds) < 0)
+		fprintf(stderr, "fake weightd: send failed (client gone?)\n");
+	free(buf);
+}
+
+static inline void fake_reply(struct fake *f, Weightd__Response *resp)
+{
+	fake_reply_fds(f, resp, NULL, 0);
+}
+
+/* An error reply with every structured field. */
+static inline void fake_reply_error(struct fake *f, uint64_t id, int code, const char *slot,
+			     uint32_t node, const char *msg)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Error e = WEIGHTD__ERROR__INIT;
+
+	e.code = (Weightd__ErrorCode)code;
+	e.message = (char *)msg;
+	e.checkpoint = (char *)"ck";
+	e.tensor = (char *)"tn";
+	e.slot = (char *)(slot ? slot : "");
+	e.node = node;
+	e.axis = 1;
+	e.expected = 7;
+	e.actual = 9;
+	resp.id = id;
+	resp.error = &e;
+	fake_reply(f, &resp);
+}
+
+/* Hang up on the client (the server thread then waits for stop). */
+static inline void fake_disconnect(struct fake *f)
+{
+	if (f->conn >= 0) {
+		close(f->conn);
+		f->conn = -1;
+	}
+}
+
+static inline void fake_hello(struct fake *f, const Weightd__Request *req)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__HelloReply hr = WEIGHTD__HELLO_REPLY__INIT;
+
+	hr.protocol_version = atomic_load(&f->hello_version);
+	hr.server_version = (char *)"fake-1";
+	hr.instance = (char *)"fakeinst";
+	hr.max_frame_bytes = 1u << 20;
+	hr.max_pending_requests = atomic_load(&f->max_pending);
+	hr.max_unit_entries = 4096;
+	hr.max_recipe_nodes = 256;
+	hr.max_client_bytes = 123456789;
+	hr.max_client_weights = 77;
+	resp.id = req->id;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_HELLO;
+	resp.hello = &hr;
+	fake_reply(f, &resp);
+}
+
+static inline void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+
+	while (!atomic_load(&f->stop)) {
+		struct pollfd p = { .fd = f->conn >= 0 ? f->conn : f->lsock, .events = POLLIN };
+		int r = poll(&p, 1, 20);
+
+		if (r <= 0)
+			continue;
+		if (f->conn < 0) {
+			f->conn = accept4(f->lsock, NULL, NULL, SOCK_CLOEXEC);
+			wd_inbuf_free(f->in);   /* a fresh stream for each connection */
+			f->in = wd_inbuf_new(1u << 20, 0);
+			if (!f->in)
+				fake_fatal("out of memory");
+			continue;
+		}
+		r = wd_inbuf_read(f->in, f->conn);
+		if (r == WD_FRAME_AGAIN)
+			continue;
+		if (r <= 0) {
+			fake_disconnect(f);
+			continue;
+		}
+		for (;;) {
+			struct wd_frame fr;
+			Weightd__Request *req;
+
+			r = wd_inbuf_next(f->in, &fr);
+			if (r <= 0)
+				break;
+			req = weightd__request__unpack(NULL, fr.len, fr.payload);
+			wd_frame_close_fds(&fr);
+			if (!req)
+				fake_fatal("a request does not decode");
+			pthread_mutex_lock(&f->mu);
+			if (f->n_reqs == FAKE_MAX_REQS)
+				fake_fatal("too many requests");
+			f->reqs[f->n_reqs++] = req;
+			pthread_mutex_unlock(&f->mu);
+			if (req->body_case == WEIGHTD__REQUEST__BODY_HELLO && !atomic_load(&f->hello_too))
+				fake_hello(f, req);
+			else if (f->handler)
+				f->handler(f, req);
+			atomic_fetch_add(&f->handled, 1);
+			if (f->conn < 0)
+				break;
+		}
+	}
+	return NULL;
+}
+
+static inline struct fake *fake_start(fake_handler h, void *ctx)
+{
+	struct fake *f = calloc(1, sizeof(*f));
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	if (!f)
+		fake_fatal("out of memory");
+	snprintf(f->dir, sizeof(f->dir), "/tmp/wdfake.XXXXXX");
+	if (!mkdtemp(f->dir))
+		fake_fatal("mkdtemp: %s", strerror(errno));
+	snprintf(f->path, sizeof(f->path), "%s/s.sock", f->dir);
+	f->handler = h;
+	f->ctx = ctx;
+	f->conn = -1;
+	atomic_init(&f->hello_version, 1);
+	atomic_init(&f->max_pending, 64);
+	pthread_mutex_init(&f->mu, NULL);
+	f->in = wd_inbuf_new(1u << 20, 0);
+	f->lsock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	memcpy(sa.sun_path, f->path, strlen(f->path) + 1);
+	if (!f->in || f->lsock < 0 || bind(f->lsock, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    listen(f->lsock, 4) < 0)
+		fake_fatal("listen on %s: %s", f->path, strerror(errno));
+	if (pthread_create(&f->thread, NULL, fake_main, f) != 0)
+		fake_fatal("pthread_create");
+	return f;
+}
+
+static inline void fake_stop(struct fake *f)
+{
+	if (!f)
+		return;
+	atomic_store(&f->stop, true);
+	pthread_join(f->thread, NULL);
+	fake_disconnect(f);
+	close(f->lsock);
+	wd_inbuf_free(f->in);
+	for (size_t i = 0; i < f->n_reqs; i++)
+		weightd__request__free_unpacked(f->reqs[i], NULL);
+	unlink(f->path);
+	rmdir(f->dir);
+	pthread_mutex_destroy(&f->mu);
+	free(f);
+}
+
+/* Requests of one kind received so far. */
+static inline size_t fake_count(struct fake *f, int body_case)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&f->mu);
+	for (size_t i = 0; i < f->n_reqs; i++)
+		n += (int)f->reqs[i]->body_case == body_case;
+	pthread_mutex_unlock(&f->mu);
+	return n;
+}
+
+/* The i-th request of a kind (owned by the fake), or NULL. */
+static inline const Weightd__Request *fake_nth(struct fake *f, int body_case, size_t i)
+{
+	const Weightd__Request *r = NULL;
+
+	pthread_mutex_lock(&f->mu);
+	for (size_t k = 0; k < f->n_reqs && !r; k++)
+		if ((int)f->reqs[k]->body_case == body_case && i-- == 0)
+			r = f->reqs[k];
+	pthread_mutex_unlock(&f->mu);
+	return r;
+}
+
+static inline void fake_sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Wait up to 5 s until n requests of a kind arrived; returns how many did. */
+static inline size_t fake_wait_count(struct fake *f, int body_case, size_t n)
+{
+	for (int i = 0; i < 500 && fake_count(f, body_case) < n; i++)
+		fake_sleep_ms(10);
+	return fake_count(f, body_case);
+}
+
+/* Wait until every request received has been handled (its reply sent, its fds closed). */
+static inline void fake_settle(struct fake *f)
+{
+	for (int i = 0; i < 500; i++) {
+		size_t n;
+
+		pthread_mutex_lock(&f->mu);
+		n = f->n_reqs;
+		pthread_mutex_unlock(&f->mu);
+		if (atomic_load(&f->handled) == n)
+			return;
+		fake_sleep_ms(10);
+	}
+}
+
+/* Every handle of every Release received, in order, into out (at most cap); returns the count. */
+static inline size_t fake_released(struct fake *f, uint64_t *out, size_t cap)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&f->mu);
+	for (size_t i = 0; i < f->n_reqs; i++)
+		if (f->reqs[i]->body_case == WEIGHTD__REQUEST__BODY_RELEASE)
+			for (size_t k = 0; k < f->reqs[i]->release->n_handles; k++)
+				if (n < cap)
+					out[n++] = f->reqs[i]->release->handles[k];
+	pthread_mutex_unlock(&f->mu);
+	return n;
+}
+
+/* A WeightInfo for data[0..n): digest computed here with the one-shot SHA-256. The caller
+ * provides the storage the struct points into. */
+struct fake_wi {
+	Weightd__WeightInfo wi;
+	uint64_t shape[8];
+	uint8_t digest[32];
+	uint8_t key[32];
+};
+
+static inline void fake_wi_fill(struct fake_wi *w, const char *name, uint64_t handle,
+				const char *dtype, const uint64_t *shape, size_t ndim, const void *data,
+				size_t n, uint32_t fd_index, const char *alias_of)
+{
+	weightd__weight_info__init(&w->wi);
+	if (ndim)
+		memcpy(w->shape, shape, ndim * sizeof(uint64_t));
+	wd_sha256(data, n, w->digest);
+	memset(w->key, (int)handle, sizeof(w->key));
+	w->wi.name = (char *)name;
+	w->wi.handle = handle;
+	w->wi.dtype = (char *)dtype;
+	w->wi.n_shape = ndim;
+	w->wi.shape = w->shape;
+	w->wi.nbytes = n;
+	w->wi.digest.len = 32;
+	w->wi.digest.data = w->digest;
+	w->wi.key.len = 32;
+	w->wi.key.data = w->key;
+	w->wi.generation = 3;
+	w->wi.fd_index = fd_index;
+	if (alias_of)
+		w->wi.alias_of = (char *)alias_of;
+}
+
+/* Count this process's fds, and those that are fake weights (memfd "wdtest"). */
+static inline int fake_count_fds(int *ret_weights)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0, w = 0;
+
+	if (!d)
+		fake_fatal("opendir /proc/self/fd");
+	while ((e = readdir(d))) {
+		char p[300], target[256];
+		ssize_t l;
+
+		if (e->d_name[0] == '.')
+			continue;
+		n++;
+		snprintf(p, sizeof(p), "/proc/self/fd/%s", e->d_name);
+		l = readlink(p, target, sizeof(target) - 1);
+		if (l > 0) {
+			target[l] = '\0';
+			w += strstr(target, "memfd:wdtest") != NULL;
+		}
+	}
+	closedir(d);
+	if (ret_weights)
+		*ret_weights = w;
+	return n - 1;   /* the directory's own fd */
+}
+
+/* Count mappings of fake weights in /proc/self/maps. */
+static inline int fake_count_maps(void)
+{
+	FILE *m = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	if (!m)
+		fake_fatal("fopen /proc/self/maps");
+	while (fgets(line, sizeof(line), m))
+		n += strstr(line, "memfd:wdtest") != NULL;
+	fclose(m);
+	return n;
+}
+
+#endif

@@ -1,0 +1,103 @@
+/* fuzz_gguf.c - the GGUF reader on arbitrary bytes (the input is a whole file), and what it admits
+ * checked for the promises wd_gguf_parse makes. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checked.h"
+#include "dequant.h"
+#include "dtype.h"
+#include "error.h"
+#include "gguf.h"
+#include "tensor.h"
+
+#define CHECK(cond)                      \
+	do {                             \
+		if (!(cond))             \
+			__builtin_trap(); \
+	} while (0)
+
+static int cmp_u64(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return *x < *y ? -1 : *x > *y;
+}
+
+/* An admitted table: every tensor sized by its shape, inside the file, and none overlapping. */
+static void check_table(const struct wd_table *t, const uint8_t *data, size_t size)
+{
+	uint64_t *spans = NULL;
+
+	for (size_t i = 0; i < t->n_meta; i++)
+		CHECK(t->meta[i].key[0] && t->meta[i].value && t->meta[i].type[0]);
+	if (t->n_tensors)
+		spans = malloc(2 * t->n_tensors * sizeof(*spans));
+	CHECK(!t->n_tensors || spans);
+	for (size_t i = 0; i < t->n_tensors; i++) {
+		const struct wd_tensor_info *ti = &t->tensors[i];
+		uint64_t n, bytes;
+
+		CHECK(ti->name[0] && ti->ndim >= 0 && ti->ndim <= 4);
+		CHECK(wd_shape_elems(ti->shape, ti->ndim, &n) && n > 0);
+		CHECK(wd_dtype_bytes(ti->dtype, n, &bytes) && bytes == ti->nbytes);
+		CHECK(ti->offset <= size && ti->nbytes <= size - ti->offset);
+		spans[2 * i] = ti->offset;
+		spans[2 * i + 1] = ti->offset + ti->nbytes;
+		if (wd_dequant_supported(ti->dtype)) {
+			/* decode the first few blocks straight from the file bytes */
+			const struct wd_dtype_info *di = wd_dtype_info(ti->dtype);
+			size_t nb = ti->nbytes / di->block_bytes;
+			float out[4 * 256];
+
+			if (nb > 4)
+				nb = 4;
+			CHECK(wd_dequant_f32(ti->dtype, data + ti->offset, nb, out) == 0);
+		}
+	}
+	/* sorted by start, each span ends before the next starts */
+	if (t->n_tensors > 1)
+		qsort(spans, t->n_tensors, 2 * sizeof(*spans), cmp_u64);
+	for (size_t i = 1; i < t->n_tensors; i++)
+		CHECK(spans[2 * i] >= spans[2 * i - 1]);
+	free(spans);
+}
+
+static void run(const uint8_t *data, size_t size, size_t given, const struct wd_limits *lim)
+{
+	struct wd_table t;
+	struct wd_error err;
+	int rc;
+
+	wd_table_init(&t);
+	wd_error_clear(&err);
+	rc = wd_gguf_parse(data, given, size, 0, lim, &t, &err);
+	if (rc == 0) {
+		check_table(&t, data, size);
+	} else {
+		/* refused with a reason, and nothing left behind */
+		CHECK(rc == -WD_E_BAD_CHECKPOINT || rc == -WD_E_UNSUPPORTED || rc == -WD_E_LIMIT ||
+		      rc == -WD_E_EXHAUSTED);
+		CHECK(err.code == -rc && err.msg[0]);
+		CHECK(t.n_tensors == 0 && t.n_meta == 0);
+	}
+	wd_table_free(&t);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct wd_limits lim = WD_LIMITS_DEFAULT;
+
+	run(data, size, size, &lim);
+	/* the caller handed over only part of the file */
+	run(data, size, size / 2, &lim);
+	/* tight limits, to reach every limit check */
+	lim.max_header_bytes = size / 2 + 1;
+	lim.max_tensors = 4;
+	lim.max_metadata = 4;
+	lim.max_string = 64;
+	lim.max_array = 64;
+	lim.max_array_depth = 2;
+	run(data, size, size, &lim);
+	return 0;
+}

@@ -1,0 +1,573 @@
+/* test_client_unit.c - libweightd's units against a fake weightd: one request per unit,
+ * all-or-nothing finish and validate (nothing left behind on failure), bind, preflight. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fake_weightd.h"
+#include "weightd/client.h"
+
+#define SENTINEL ((void *)0x5e5e)
+
+/* ---- the fake's behaviour ------------------------------------------------------------- */
+
+enum mode {
+	M_OK,          /* answer as declared */
+	M_LIE_DTYPE,   /* slot "b" served as I8 although it declares U8 */
+	M_SHORT,       /* slot "c"'s shared memory one byte short of its size */
+	M_ERROR,       /* refuse the unit naming slot "c" and node 1 */
+	M_UNUSED_FD,   /* one fd more than the weights use */
+	M_DUP,         /* every entry the same weight (one fd, one handle) */
+};
+
+struct script {
+	enum mode mode;
+};
+
+/* Element sizes, written out here rather than taken from the library. */
+static size_t dsize(const char *dtype)
+{
+	if (!strcmp(dtype, "F32"))
+		return 4;
+	if (!strcmp(dtype, "BF16") || !strcmp(dtype, "F16"))
+		return 2;
+	return 1;
+}
+
+/* The bytes served for a slot: depends on its name only, so the test recomputes them. */
+static void content(const char *name, uint8_t *out, size_t n)
+{
+	uint8_t h = 0;
+
+	for (const char *p = name; *p; p++)
+		h = (uint8_t)(h * 31 + (uint8_t)*p);
+	for (size_t i = 0; i < n; i++)
+		out[i] = (uint8_t)(h + i * 13);
+}
+
+static const Weightd__UnitEntry *entry_of(const Weightd__Unit *u, const char *name)
+{
+	for (size_t i = 0; i < u->n_entries; i++)
+		if (!strcmp(u->entries[i]->name, name))
+			return u->entries[i];
+	for (size_t i = 0; i < u->n_aliases; i++)
+		if (!strcmp(u->aliases[i]->name, name))
+			return entry_of(u, u->aliases[i]->target);
+	return NULL;
+}
+
+static void reply_empty(struct fake *f, const Weightd__Request *req)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Empty e = WEIGHTD__EMPTY__INIT;
+	Weightd__ListReply lr = WEIGHTD__LIST_REPLY__INIT;
+
+	resp.id = req->id;
+	if (req->body_case == WEIGHTD__REQUEST__BODY_LIST) {
+		resp.body_case = WEIGHTD__RESPONSE__BODY_LIST;
+		resp.list = &lr;
+	} else {
+		resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
+		resp.release = &e;
+	}
+	fake_reply(f, &resp);
+}
+
+static void h_unit(struct fake *f, const Weightd__Request *req)
+{
+	struct script *sc = f->ctx;
+	const Weightd__Unit *u;
+	bool pre = req->body_case == WEIGHTD__REQUEST__BODY_PREFLIGHT;
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
+	struct fake_wi wi[16];
+	Weightd__WeightInfo *wp[16];
+	int fds[17];
+	size_t nw = 0, nfds = 0;
+
+	if (req->body_case != WEIGHTD__REQUEST__BODY_MATERIALIZE && !pre) {
+		reply_empty(f, req);
+		return;
+	}
+	u = pre ? req->preflight : req->materialize;
+	if (sc->mode == M_ERROR) {
+		fake_reply_error(f, req->id, WEIGHTD_E_SLOT_MISMATCH, "c", 1,
+				 "slot \"c\" is declared BF16 [4] but its recipe gives F32 [4]");
+		return;
+	}
+	/* entries first (fd i for entry i), then aliases on their owner's fd */
+	for (size_t i = 0; i < u->n_entries + u->n_aliases; i++) {
+		bool alias = i >= u->n_entries;
+		const char *name = alias ? u->aliases[i - u->n_entries]->name : u->entries[i]->name;
+		const Weightd__UnitEntry *owner = entry_of(u, name);
+		size_t oi;
+		const char *dtype = owner->check_slot ? owner->dtype : "U8";
+		uint64_t shape[8] = { 8 };
+		size_t ndim = owner->check_slot ? owner->n_shape : 1, n;
+		uint8_t data[256];
+
+		for (oi = 0; u->entries[oi] != owner; oi++)
+			;
+		if (owner->check_slot && ndim)
+			memcpy(shape, owner->shape, ndim * sizeof(uint64_t));
+		n = dsize(dtype);
+		for (size_t k = 0; k < ndim; k++)
+			n *= shape[k];
+		if (sc->mode == M_LIE_DTYPE && !strcmp(owner->name, "b"))
+			dtype = "I8";
+		if (sc->mode == M_DUP)
+			oi = 0;
+		content(sc->mode == M_DUP ? u->entries[0]->name : owner->name, data, n);
+		fake_wi_fill(&wi[nw], name, 1000 + oi, dtype, shape, ndim, data, n,
+			     (uint32_t)oi, alias ? owner->name : NULL);
+		if (pre)
+			wi[nw].wi.handle = 0;
+		wp[nw] = &wi[nw].wi;
+		nw++;
+		if (!pre && !alias && (sc->mode != M_DUP || i == 0))
+			fds[nfds++] = fake_memfd(data, sc->mode == M_SHORT && !strcmp(name, "c") ?
+						 n - 1 : n);
+	}
+	if (sc->mode == M_UNUSED_FD && !pre)
+		fds[nfds++] = fake_memfd("x", 1);
+	ur.n_weights = nw;
+	ur.weights = wp;
+	ur.bytes_read = 4242;
+	resp.id = req->id;
+	if (pre) {
+		resp.body_case = WEIGHTD__RESPONSE__BODY_PREFLIGHT;
+		resp.preflight = &ur;
+	} else {
+		resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
+		resp.materialize = &ur;
+	}
+	fake_reply_fds(f, &resp, fds, nfds);
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]);
+}
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+struct env {
+	struct script sc;
+	struct fake *f;
+	weightd_client *c;
+	int fds_before;
+	void *pa, *pb, *pc, *pd, *pe;
+};
+
+static int setup(void **state)
+{
+	struct env *e = calloc(1, sizeof(*e));
+	weightd_error err;
+	int wfds;
+
+	e->f = fake_start(h_unit, &e->sc);
+	if (weightd_connect(e->f->path, "unit-test", &e->c, &err) < 0) {
+		fprintf(stderr, "connect: %s\n", err.message);
+		return -1;
+	}
+	fake_settle(e->f);
+	e->fds_before = fake_count_fds(&wfds);
+	e->pa = e->pb = e->pc = e->pd = e->pe = SENTINEL;
+	*state = e;
+	return wfds == 0 && fake_count_maps() == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	struct env *e = *state;
+
+	weightd_close(e->c);
+	fake_stop(e->f);
+	free(e);
+	return 0;
+}
+
+/*
+ * The unit every test uses:
+ *   a  F32 [2,3]   tensor ck:a
+ *   b  U8  [5]     tensor ck:b, rows 0..5
+ *   c  BF16 [4]    recipe cast(ck:c, BF16)
+ *   d  F32 [2,3]   alias of a
+ *   e  (anything)  alias of d (an alias of an alias)
+ */
+static weightd_unit *make_unit(struct env *e)
+{
+	static const uint64_t sa[] = { 2, 3 }, sb[] = { 5 }, sc[] = { 4 };
+	weightd_selection *sel;
+	weightd_recipe *r;
+	weightd_unit *u;
+	weightd_error err;
+	int n;
+
+	assert_int_equal(weightd_unit_new(e->c, &u, &err), 0);
+	assert_int_equal(weightd_unit_slot(u, "a", "F32", sa, 2, &e->pa, &err), 0);
+	assert_int_equal(weightd_unit_slot(u, "b", "U8", sb, 1, &e->pb, &err), 1);
+	assert_int_equal(weightd_unit_slot(u, "c", "BF16", sc, 1, &e->pc, &err), 2);
+	assert_int_equal(weightd_unit_slot(u, "d", "F32", sa, 2, &e->pd, &err), 3);
+	assert_int_equal(weightd_unit_slot(u, "e", NULL, NULL, 0, &e->pe, &err), 4);
+	assert_int_equal(weightd_unit_set_tensor(u, "a", "ck", "a", NULL, &err), 0);
+	assert_int_equal(weightd_selection_range(0, 0, 5, &sel, &err), 0);
+	assert_int_equal(weightd_unit_set_tensor(u, "b", "ck", "b", sel, &err), 0);
+	weightd_selection_free(sel);
+	assert_int_equal(weightd_recipe_new(&r, &err), 0);
+	n = weightd_recipe_source(r, "ck", "c", NULL, &err);
+	assert_int_equal(n, 0);
+	assert_int_equal(weightd_recipe_cast(r, n, "BF16", &err), 1);
+	assert_int_equal(weightd_unit_set_recipe(u, "c", r, &err), 0);
+	weightd_recipe_free(r);   /* the unit keeps its own copy */
+	assert_int_equal(weightd_unit_set_alias(u, "d", "a", &err), 0);
+	assert_int_equal(weightd_unit_set_alias(u, "e", "d", &err), 0);
+	return u;
+}
+
+/* Handles released so far, after a round trip that guarantees the fake saw every release. */
+static size_t released(struct env *e, uint64_t *rel, size_t cap)
+{
+	weightd_source_list *l;
+	weightd_error err;
+
+	assert_int_equal(weightd_list(e->c, &l, &err), 0);
+	weightd_source_list_free(l);
+	return fake_released(e->f, rel, cap);
+}
+
+static void assert_nothing_held(struct env *e)
+{
+	int wfds;
+
+	fake_settle(e->f);
+	assert_int_equal(fake_count_fds(&wfds), e->fds_before);
+	assert_int_equal(wfds, 0);
+	assert_int_equal(fake_count_maps(), 0);
+}
+
+static void assert_unpublished(struct env *e)
+{
+	assert_ptr_equal(e->pa, SENTINEL);
+	assert_ptr_equal(e->pb, SENTINEL);
+	assert_ptr_equal(e->pc, SENTINEL);
+	assert_ptr_equal(e->pd, SENTINEL);
+	assert_ptr_equal(e->pe, SENTINEL);
+}
+
+static void assert_content(const void *p, const char *name, size_t n)
+{
+	uint8_t want[256];
+
+	content(name, want, n);
+	assert_memory_equal(p, want, n);
+}
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+static void test_one_request_with_declarations_and_aliases(void **state)
+{
+	struct env *e = *state;
+	const Weightd__Request *req;
+	const Weightd__Unit *wu;
+	weightd_unit *u = make_unit(e);
+	weightd_error err;
+
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	assert_int_equal(weightd_unit_finish(u, &err), 0);
+	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 1);
+	req = fake_nth(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE, 0);
+	wu = req->materialize;
+	assert_int_equal(wu->n_entries, 3);
+	assert_string_equal(wu->entries[0]->name, "a");
+	assert_true(wu->entries[0]->check_slot);
+	assert_string_equal(wu->entries[0]->dtype, "F32");
+	assert_int_equal(wu->entries[0]->n_shape, 2);
+	assert_int_equal(wu->entries[0]->shape[0], 2);
+	assert_int_equal(wu->entries[0]->shape[1], 3);
+	assert_int_equal(wu->entries[0]->recipe->n_nodes, 1);
+	assert_string_equal(wu->entries[0]->recipe->nodes[0]->checkpoint, "ck");
+	assert_string_equal(wu->entries[0]->recipe->nodes[0]->tensor, "a");
+	assert_null(wu->entries[0]->recipe->nodes[0]->selection);
+	assert_int_equal(wu->entries[1]->recipe->nodes[0]->selection->kind,
+			 WEIGHTD__SELECTION__KIND__SEL_RANGE);
+	assert_int_equal(wu->entries[1]->recipe->nodes[0]->selection->end, 5);
+	assert_int_equal(wu->entries[2]->recipe->n_nodes, 2);
+	assert_int_equal(wu->entries[2]->recipe->nodes[1]->op, WEIGHTD__OP__OP_CAST);
+	assert_int_equal(wu->entries[2]->recipe->nodes[1]->n_inputs, 1);
+	assert_int_equal(wu->entries[2]->recipe->nodes[1]->inputs[0], 0);
+	assert_string_equal(wu->entries[2]->recipe->nodes[1]->dtype, "BF16");
+	assert_int_equal(wu->n_aliases, 2);
+	assert_string_equal(wu->aliases[0]->name, "d");
+	assert_string_equal(wu->aliases[0]->target, "a");
+	assert_string_equal(wu->aliases[1]->name, "e");
+	assert_string_equal(wu->aliases[1]->target, "d");
+	assert_int_equal(weightd_unit_bytes_read(u), 4242);
+	weightd_unit_free(u);
+}
+
+static void test_validate_then_bind_publishes_every_pointer(void **state)
+{
+	struct env *e = *state;
+	weightd_unit *u = make_unit(e);
+	weightd_error err;
+	uint64_t rel[16];
+	int wfds;
+
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	assert_int_equal(weightd_unit_validate(u, &err), 0);   /* finishes by itself */
+	assert_unpublished(e);                                  /* validate publishes nothing */
+	fake_settle(e->f);
+	fake_count_fds(&wfds);
+	assert_int_equal(wfds, 3);                              /* one fd per distinct weight */
+	assert_int_equal(fake_count_maps(), 3);                 /* each mapped once */
+
+	weightd_unit_bind(u);
+	assert_ptr_not_equal(e->pa, SENTINEL);
+	assert_ptr_not_equal(e->pb, SENTINEL);
+	assert_ptr_not_equal(e->pc, SENTINEL);
+	assert_ptr_equal(e->pd, e->pa);                         /* aliases: the same memory */
+	assert_ptr_equal(e->pe, e->pa);
+	assert_content(e->pa, "a", 24);
+	assert_content(e->pb, "b", 5);
+	assert_content(e->pc, "c", 8);
+	assert_ptr_equal(weightd_unit_data(u, "c"), e->pc);
+	assert_string_equal(weightd_weight_dtype(weightd_unit_weight(u, "c")), "BF16");
+	assert_int_equal(weightd_weight_handle(weightd_unit_weight(u, "e")), 1000);
+
+	/* free: unmapped, closed, and each entry's reference released exactly once */
+	weightd_unit_free(u);
+	assert_nothing_held(e);
+	assert_int_equal(released(e, rel, 16), 3);
+	assert_int_equal(rel[0] + rel[1] + rel[2], 1000 + 1001 + 1002);
+	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_RELEASE), 1);   /* one message */
+}
+
+static void test_validate_failure_undoes_everything(void **state)
+{
+	struct env *e = *state;
+	weightd_unit *u = make_unit(e);
+	weightd_error err;
+	uint64_t rel[16];
+
+	e->sc.mode = M_LIE_DTYPE;
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	assert_int_equal(weightd_unit_validate(u, &err), -WEIGHTD_E_DTYPE_MISMATCH);
+	assert_string_equal(err.slot, "b");
+	assert_string_equal(err.checkpoint, "ck");
+	assert_string_equal(err.tensor, "b");
+	assert_non_null(strstr(err.message, "slot \"b\""));
+	assert_non_null(strstr(err.message, "I8"));
+	assert_non_null(strstr(err.message, "U8"));
+	weightd_unit_bind(u);                 /* not validated: publishes nothing */
+	assert_unpublished(e);
+	assert_nothing_held(e);
+	assert_null(weightd_unit_weight(u, "a"));
+	assert_int_equal(released(e, rel, 16), 3);
+	weightd_unit_free(u);
+	assert_int_equal(released(e, rel, 16), 3);   /* nothing left to release */
+}
+
+static void test_map_failure_unmaps_what_was_mapped(void **state)
+{
+	struct env *e = *state;
+	weightd_unit *u = make_unit(e);
+	weightd_error err;
+
+	/* a and b map fine; c's memory is a byte short: the fstat check catches it, and a's and
+	 * b's mappings must go again */
+	e->sc.mode = M_SHORT;
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	assert_int_equal(weightd_unit_validate(u, &err), -WEIGHTD_E_BYTE_COUNT_MISMATCH);
+	assert_string_equal(err.slot, "c");
+	assert_int_equal(err.expected, 8);
+	assert_int_equal(err.actual, 7);
+	assert_unpublished(e);
+	assert_nothing_held(e);
+
+	/* the unit is back to before submit: the same unit goes through once the daemon is fine */
+	e->sc.mode = M_OK;
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	assert_int_equal(weightd_unit_validate(u, &err), 0);
+	weightd_unit_bind(u);
+	assert_content(e->pc, "c", 8);
+	weightd_unit_free(u);
+	assert_nothing_held(e);
+}
+
+static void test_daemon_refusal_holds_nothing(void **state)
+{
+	struct env *e = *state;
+	weightd_unit *u = make_unit(e);
+	weightd_error err;
+	int done = 0;
+
+	e->sc.mode = M_ERROR;
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	for (int i = 0; i < 500 && !done; i++) {
+		assert_int_equal(weightd_unit_poll(u, &done, &err), 0);
+		if (!done)
+			fake_sleep_ms(10);
+	}
+	assert_true(done);
+	assert_int_equal(weightd_unit_finish(u, &err), -WEIGHTD_E_SLOT_MISMATCH);
+	assert_string_equal(err.slot, "c");
+	assert_int_equal(err.node, 1);
+	assert_non_null(strstr(err.message, "slot \"c\""));
+	assert_unpublished(e);
+	assert_nothing_held(e);
+	assert_int_equal(weightd_unit_validate(u, &err), -WEIGHTD_E_INVALID_ARGUMENT);
+	weightd_unit_free(u);
+}
+
+static void test_inconsistent_reply_refused_and_released(void **state)
+{
+	struct env *e = *state;
+	weightd_unit *u = make_unit(e);
+	weightd_error err;
+	uint64_t rel[16];
+
+	e->sc.mode = M_UNUSED_FD;
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	assert_int_equal(weightd_unit_finish(u, &err), -WEIGHTD_E_PROTOCOL);
+	assert_nothing_held(e);
+	assert_int_equal(released(e, rel, 16), 3);   /* every entry's reference let go */
+	weightd_unit_free(u);
+}
+
+static void test_identical_entries_share_fd_and_release_each(void **state)
+{
+	struct env *e = *state;
+	static const uint64_t s[] = { 4 };
+	weightd_unit *u;
+	weightd_error err;
+	uint64_t rel[16];
+	int wfds;
+
+	e->sc.mode = M_DUP;
+	assert_int_equal(weightd_unit_new(e->c, &u, &err), 0);
+	assert_int_equal(weightd_unit_slot(u, "x", "F16", s, 1, &e->pa, &err), 0);
+	assert_int_equal(weightd_unit_slot(u, "y", "F16", s, 1, &e->pb, &err), 1);
+	assert_int_equal(weightd_unit_set_tensor(u, "x", "ck", "t", NULL, &err), 0);
+	assert_int_equal(weightd_unit_set_tensor(u, "y", "ck", "t", NULL, &err), 0);
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	assert_int_equal(weightd_unit_validate(u, &err), 0);
+	weightd_unit_bind(u);
+	assert_ptr_equal(e->pa, e->pb);
+	fake_settle(e->f);
+	fake_count_fds(&wfds);
+	assert_int_equal(wfds, 1);
+	weightd_unit_free(u);
+	/* weightd holds one reference per entry: both are released */
+	assert_int_equal(released(e, rel, 16), 2);
+	assert_int_equal(rel[0], 1000);
+	assert_int_equal(rel[1], 1000);
+	assert_nothing_held(e);
+}
+
+static void test_preflight_infers_without_fds(void **state)
+{
+	struct env *e = *state;
+	weightd_unit *u = make_unit(e);
+	weightd_inflight *f;
+	weightd_preflight *p;
+	weightd_error err;
+
+	assert_int_equal(weightd_unit_preflight(u, &f, &err), 0);
+	assert_int_equal(weightd_preflight_finish(f, &p, &err), 0);
+	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_PREFLIGHT), 1);
+	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 0);
+	assert_int_equal(p->count, 5);
+	assert_string_equal(p->outputs[0].name, "a");
+	assert_string_equal(p->outputs[0].dtype, "F32");
+	assert_int_equal(p->outputs[0].ndim, 2);
+	assert_int_equal(p->outputs[0].nbytes, 24);
+	assert_string_equal(p->outputs[0].alias_of, "");
+	assert_non_null(p->outputs[0].key);
+	assert_string_equal(p->outputs[3].name, "d");
+	assert_string_equal(p->outputs[3].alias_of, "a");
+	assert_string_equal(p->outputs[4].alias_of, "a");
+	weightd_preflight_free(p);
+	/* preflight does not submit: the unit can still change */
+	assert_int_equal(weightd_unit_set_alias(u, "e", "b", &err), 0);
+	weightd_unit_free(u);
+	assert_nothing_held(e);
+}
+
+static void test_free_while_submitted_releases_later(void **state)
+{
+	struct env *e = *state;
+	weightd_unit *u = make_unit(e);
+	weightd_error err;
+	uint64_t rel[16];
+
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	weightd_unit_free(u);
+	released(e, rel, 16);                         /* reads the abandoned unit's reply */
+	assert_int_equal(released(e, rel, 16), 3);
+	assert_nothing_held(e);
+	assert_unpublished(e);
+}
+
+static void test_declaration_errors(void **state)
+{
+	struct env *e = *state;
+	static const uint64_t s9[9] = { 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+	weightd_unit *u;
+	weightd_error err;
+
+	assert_int_equal(weightd_unit_new(e->c, &u, &err), 0);
+	assert_int_equal(weightd_unit_submit(u, &err), -WEIGHTD_E_EMPTY_INPUTS);
+	assert_int_equal(weightd_unit_slot(u, "w", "F32", NULL, 0, NULL, &err), 0);
+	assert_int_equal(weightd_unit_slot(u, "w", "F32", NULL, 0, NULL, &err),
+			 -WEIGHTD_E_DUPLICATE_NAME);
+	assert_string_equal(err.slot, "w");
+	assert_int_equal(weightd_unit_slot(u, "v", "F33", NULL, 0, NULL, &err),
+			 -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_non_null(strstr(err.message, "F33"));
+	assert_int_equal(weightd_unit_slot(u, "v", "F32", s9, 9, NULL, &err),
+			 -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_int_equal(weightd_unit_set_alias(u, "nope", "w", &err), -WEIGHTD_E_NOT_FOUND);
+	assert_string_equal(err.slot, "nope");
+	/* a slot without a source is named when submitting; nothing is sent */
+	assert_int_equal(weightd_unit_submit(u, &err), -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_string_equal(err.slot, "w");
+	assert_non_null(strstr(err.message, "slot \"w\" has no source"));
+	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 0);
+	/* once submitted, slots are fixed */
+	assert_int_equal(weightd_unit_set_tensor(u, "w", "ck", "a", NULL, &err), 0);
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	assert_int_equal(weightd_unit_slot(u, "z", NULL, NULL, 0, NULL, &err),
+			 -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_int_equal(weightd_unit_submit(u, &err), -WEIGHTD_E_INVALID_ARGUMENT);
+	weightd_unit_free(u);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_one_request_with_declarations_and_aliases,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_validate_then_bind_publishes_every_pointer,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_validate_failure_undoes_everything, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_map_failure_unmaps_what_was_mapped, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_daemon_refusal_holds_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_inconsistent_reply_refused_and_released, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_identical_entries_share_fd_and_release_each,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_preflight_infers_without_fds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_while_submitted_releases_later, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_declaration_errors, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
