@@ -338,8 +338,9 @@ WEIGHTD_API int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t
  *                               reshaped to `shape` (whose element count must be end - start).
  *  shard(axis, rank, world)     the part tensor-parallel rank `rank` of `world` takes along
  *                               `axis`: the even split when the axis divides by world. When it
- *                               does not, the daemon's documented rule decides (weightd(8),
- *                               "Selections"); weightd_unit_preflight tells the resulting shape.
+ *                               does not, torch.tensor_split's rule: with dim = q * world + m,
+ *                               ranks below m take q + 1 rows, the others q, in rank order;
+ *                               weightd_unit_preflight tells the resulting shape.
  */
 typedef struct weightd_selection weightd_selection;
 
