@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -109,12 +110,18 @@ int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 
 int harness_start(struct harness *h)
 {
+	pid_t parent = getpid();
 	pid_t pid = fork();
 
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
 		int fd = open(h->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		/* A test that dies (watchdog, crash) takes its daemon along: a daemon left behind
+		 * would keep the test's stdout open and make ctest wait for its timeout. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+			_exit(127);
 		if (fd >= 0) {
 			dup2(fd, STDERR_FILENO);
 			close(fd);
