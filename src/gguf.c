@@ -30,9 +30,9 @@
 #define GGUF_MAX_KEY 65535u        /* the spec's bound on a metadata key */
 #define GGUF_ARRAY_SHOWN 16u       /* longer arrays are summarised as "[N x type]" */
 #define GGUF_RENDER_MAX 4096u      /* bytes of text one rendered array may take */
-#define GGUF_DEPTH_CAP 64u         /* array nesting, whatever the limits say (bounds recursion) */
+#define GGUF_DEPTH_CAP 32u         /* array nesting, whatever the limits say (bounds the stack) */
 #define GGUF_FIRST_READ (1u << 20) /* first pread of wd_gguf_read */
-#define GGUF_TYPE_NAME 512u        /* room for a nested type name */
+#define GGUF_TYPE_NAME 256u        /* room for a nested type name */
 
 /* Internal status (never returned to callers): the header goes on past the bytes in hand. */
 #define GGUF_NEED_MORE 1000

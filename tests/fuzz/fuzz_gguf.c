@@ -56,7 +56,8 @@ static void check_table(const struct wd_table *t, const uint8_t *data, size_t si
 		}
 	}
 	/* sorted by start, each span ends before the next starts */
-	qsort(spans, t->n_tensors, 2 * sizeof(*spans), cmp_u64);
+	if (t->n_tensors > 1)
+		qsort(spans, t->n_tensors, 2 * sizeof(*spans), cmp_u64);
 	for (size_t i = 1; i < t->n_tensors; i++)
 		CHECK(spans[2 * i] >= spans[2 * i - 1]);
 	free(spans);

@@ -371,6 +371,35 @@ static void test_string_with_nul(void **state)
 	gw_free(&g);
 }
 
+/* A short array of long strings is rendered up to 4096 bytes of text, then marked as cut. */
+static void test_long_array_text_cut(void **state)
+{
+	(void)state;
+	struct gw g;
+	struct wd_table t;
+	struct wd_error err;
+	char s[401];
+	const char *v;
+
+	memset(s, 'y', 400);
+	s[400] = '\0';
+	gw_init(&g);
+	gw_header(&g, 3, 0, 1);
+	gw_key(&g, "merges", GW_ARRAY);
+	gw_arr(&g, GW_STRING, 16);
+	for (int i = 0; i < 16; i++)
+		gw_str(&g, s);
+	wd_table_init(&t);
+	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
+	v = t.meta[0].value;
+	assert_int_equal(strlen(v), 4096 + 3);
+	assert_memory_equal(v, "[\"yyy", 5);
+	assert_string_equal(v + 4096, "...");
+	assert_string_equal(t.meta[0].type, "array[string]");
+	wd_table_free(&t);
+	gw_free(&g);
+}
+
 /*
  * Block geometry of every ggml type weightd lists, stated here from ggml's block structs
  * (ggml-common.h) as sums of their fields, independent of dtype.c.
@@ -1205,6 +1234,7 @@ int main(void)
 		cmocka_unit_test(test_custom_alignment),
 		cmocka_unit_test(test_metadata_types),
 		cmocka_unit_test(test_string_with_nul),
+		cmocka_unit_test(test_long_array_text_cut),
 		cmocka_unit_test(test_type_byte_lengths),
 		cmocka_unit_test(test_partial_block_rows),
 		cmocka_unit_test(test_unknown_types),

@@ -1,0 +1,197 @@
+/* test_systemd.c - weightd as a systemd service: readiness, reload and stop notifications on a
+ * real notify socket, and socket activation through the real systemd-socket-activate. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "weightd/client.h"
+
+
+static struct harness H;
+
+/* Ready sources and the total the daemon knows, as a client sees them right now. */
+static void count_sources(const char *sock, size_t *ret_ready, size_t *ret_total)
+{
+	weightd_client *c = NULL;
+	weightd_source_list *l = NULL;
+	weightd_error err;
+
+	if (weightd_connect(sock, "test", &c, &err) < 0)
+		fail_msg("connect: %s", err.message);
+	if (weightd_list(c, &l, &err) < 0)
+		fail_msg("list: %s", err.message);
+	*ret_ready = 0;
+	for (size_t i = 0; i < l->count; i++)
+		*ret_ready += strcmp(l->sources[i].state, "ready") == 0;
+	*ret_total = l->count;
+	weightd_source_list_free(l);
+	weightd_close(c);
+}
+
+static int setup(void **state)
+{
+	char sections[8192], args[2048], path[512];
+	size_t off = 0;
+
+	if (harness_init(&H) < 0)
+		return -1;
+	/* several sources, one sharded into many files, so admission takes a moment */
+	harness_path(&H, "tiny.safetensors", path, sizeof(path));
+	snprintf(args, sizeof(args), "sample %s", path);
+	if (harness_mkfixture(args) < 0)
+		return -1;
+	off += (size_t)snprintf(sections + off, sizeof(sections) - off,
+				"[checkpoint:tiny]\npath = %s\n\n", path);
+	harness_path(&H, "sharded", path, sizeof(path));
+	snprintf(args, sizeof(args), "sharded %s 10", path);
+	if (harness_mkfixture(args) < 0)
+		return -1;
+	off += (size_t)snprintf(sections + off, sizeof(sections) - off,
+				"[checkpoint:sharded]\npath = %s\n\n", path);
+	if (harness_write_config(&H, NULL, sections) < 0)
+		return -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	harness_cleanup(&H);
+	return 0;
+}
+
+static void ready_only_after_every_source_is_admitted(void **state)
+{
+	size_t ready, total;
+
+	assert_int_equal(harness_start(&H), 0); /* returns when READY=1 arrived */
+	count_sources(H.sock, &ready, &total);
+	assert_int_equal(total, 2);
+	assert_int_equal(ready, 2);
+}
+
+static void reload_says_reloading_then_ready(void **state)
+{
+	char sections[2048], path[512], args[1024];
+
+	/* add a source, then SIGHUP: RELOADING=1, READY=1, and the new source is served */
+	harness_path(&H, "second.safetensors", path, sizeof(path));
+	snprintf(args, sizeof(args), "sample %s", path);
+	assert_int_equal(harness_mkfixture(args), 0);
+	FILE *f = fopen(H.conf, "a");
+	assert_non_null(f);
+	snprintf(sections, sizeof(sections), "\n[checkpoint:second]\npath = %s\n", path);
+	fputs(sections, f);
+	fclose(f);
+
+	kill(H.pid, SIGHUP);
+	assert_int_equal(harness_wait_notify(&H, "RELOADING=1", 10000), 0);
+	assert_int_equal(harness_wait_notify(&H, "READY=1", 10000), 0);
+	size_t ready, total;
+	count_sources(H.sock, &ready, &total);
+	assert_int_equal(total, 3);
+	assert_int_equal(ready, 3);
+}
+
+static void stop_says_stopping(void **state)
+{
+	pid_t pid = H.pid;
+	int status;
+
+	kill(pid, SIGTERM);
+	assert_int_equal(harness_wait_notify(&H, "STOPPING=1", 10000), 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	H.pid = -1;
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* systemd-socket-activate listens, then starts weightd with the socket as fd 3 on the first
+ * connection; the daemon must serve on that inherited socket. */
+static void serves_on_a_socket_passed_by_systemd(void **state)
+{
+	char sock[512], listen_arg[600];
+	weightd_client *c = NULL;
+	weightd_source_list *l = NULL;
+	weightd_error err;
+	pid_t pid;
+	int r = -1;
+
+	if (access("/usr/bin/systemd-socket-activate", X_OK) != 0) {
+		skip();
+		return;
+	}
+	harness_path(&H, "activated.sock", sock, sizeof(sock));
+	snprintf(listen_arg, sizeof(listen_arg), "--listen=%s", sock);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char log[600];
+		int fd;
+		harness_path(&H, "activated.log", log, sizeof(log));
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0)
+			dup2(fd, STDERR_FILENO);
+		unsetenv("NOTIFY_SOCKET");
+		execl("/usr/bin/systemd-socket-activate", "systemd-socket-activate", listen_arg,
+		      harness_weightd(), "--config", H.conf, "--foreground", (char *)NULL);
+		_exit(127);
+	}
+	/* the listener appears when systemd-socket-activate has bound it */
+	for (int i = 0; i < 500; i++) {
+		struct stat st;
+		if (stat(sock, &st) == 0)
+			break;
+		usleep(10000);
+	}
+	/* the first connection starts weightd; hello is answered once it has admitted its sources */
+	for (int i = 0; i < 100 && r < 0; i++) {
+		r = weightd_connect(sock, "activated", &c, &err);
+		if (r < 0)
+			usleep(50000);
+	}
+	if (r < 0)
+		fail_msg("connect through socket activation: %s", err.message);
+	assert_int_equal(weightd_list(c, &l, &err), 0);
+	assert_true(l->count >= 2);
+	weightd_source_list_free(l);
+	weightd_close(c);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	/* the socket belongs to systemd-socket-activate: weightd must not have removed it */
+	char log[600];
+	harness_path(&H, "activated.log", log, sizeof(log));
+	FILE *f = fopen(log, "r");
+	char line[1024];
+	bool saw = false;
+	while (f && fgets(line, sizeof(line), f))
+		saw |= strstr(line, "socket passed by systemd") != NULL;
+	if (f)
+		fclose(f);
+	assert_true(saw);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(ready_only_after_every_source_is_admitted),
+		cmocka_unit_test(reload_says_reloading_then_ready),
+		cmocka_unit_test(stop_says_stopping),
+		cmocka_unit_test(serves_on_a_socket_passed_by_systemd),
+	};
+
+	alarm(240);
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
