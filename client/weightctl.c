@@ -484,7 +484,8 @@ static char *fmt_short(const char *v, size_t max)
 		unsigned char ch = (unsigned char)v[i];
 
 		if (o >= max) {
-			if ((ch & 0xc0) == 0x80) { /* inside a sequence: drop what was copied of it */
+			/* inside a UTF-8 sequence: drop what was copied of it */
+			if ((ch & 0xc0) == 0x80) {
 				while (o > 0 && ((unsigned char)s[o - 1] & 0xc0) == 0x80)
 					o--;
 				if (o > 0 && (unsigned char)s[o - 1] >= 0xc0)

@@ -412,13 +412,30 @@ static bool has_line_with(const char *text, const char *a, const char *b, const 
 		size_t len = end ? (size_t)(end - p) : strlen(p);
 		char line[1024];
 
-		snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) - 1 ? len : sizeof(line) - 1),
-			 p);
+		if (len > sizeof(line) - 1)
+			len = sizeof(line) - 1;
+		memcpy(line, p, len);
+		line[len] = '\0';
 		if (strstr(line, a) && (!b || strstr(line, b)) && (!c || strstr(line, c)))
 			return true;
 		p = end ? end + 1 : NULL;
 	}
 	return false;
+}
+
+/* A member of a JSON object as a string (NULL if absent or not one) or an integer (0 then). */
+static const char *jstr(json_t *o, const char *key)
+{
+	return json_string_value(json_object_get(o, key));
+}
+
+static json_int_t jint(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!json_is_integer(v))
+		fail_msg("JSON member %s is not an integer", key);
+	return json_integer_value(v);
 }
 
 /* --- the rounding rules the casts must follow, written from IEEE 754 ---------------------- */
@@ -496,15 +513,15 @@ static void check_cast(const char *what, const char *dtype, const uint8_t *got,
 
 			memcpy(&g, got + 4 * k, 4);
 			if (g != w)
-				fail_msg("%s as F32, element %" PRIu64 ": got %.9g, want %.9g", what, k,
-					 (double)g, (double)w);
+				fail_msg("%s as F32, element %" PRIu64 ": got %.9g, want %.9g",
+					 what, k, (double)g, (double)w);
 		} else {
 			uint16_t g, e = strcmp(dtype, "F16") == 0 ? ref_f16(w) : ref_bf16(w);
 
 			memcpy(&g, got + 2 * k, 2);
 			if (g != e && !((g & 0x7fff) == 0 && (e & 0x7fff) == 0))
-				fail_msg("%s as %s, element %" PRIu64 " (%.9g): got 0x%04x, want 0x%04x",
-					 what, dtype, k, (double)w, g, e);
+				fail_msg("%s as %s, element %" PRIu64 " (%.9g): got 0x%04x, "
+					 "want 0x%04x", what, dtype, k, (double)w, g, e);
 		}
 	}
 }
@@ -655,7 +672,8 @@ static void outer_axis_selections_take_rows_of_blocks(void **state)
 		got_len = weightd_weight_nbytes(w);
 		assert_int_equal(got_len, 3 * 2 * row);
 		for (uint64_t o = 0; o < 3; o++)
-			assert_memory_equal(got + o * 2 * row, t->data + (o * 4 + 1) * row, 2 * row);
+			assert_memory_equal(got + o * 2 * row, t->data + (o * 4 + 1) * row,
+					    2 * row);
 		weightd_release(w);
 		weightd_selection_free(sel);
 	}
@@ -686,7 +704,8 @@ static void innermost_axis_needs_whole_blocks(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		assert_int_equal(weightd_selection_range(1, bad[i].start, bad[i].end, &sel, &err), 0);
+		assert_int_equal(weightd_selection_range(1, bad[i].start, bad[i].end, &sel, &err),
+				 0);
 		rc = get_tensor(c, "model", bad[i].tensor, sel, &w, &err);
 		weightd_selection_free(sel);
 		if (rc == 0)
@@ -695,7 +714,8 @@ static void innermost_axis_needs_whole_blocks(void **state)
 		assert_int_equal(rc, -WEIGHTD_E_UNSUPPORTED);
 		if (!strstr(err.message, bad[i].tensor) || !strstr(err.message, "axis 1") ||
 		    !strstr(err.message, bad[i].block))
-			fail_msg("the error does not name tensor, axis and block size: %s", err.message);
+			fail_msg("the error does not name tensor, axis and block size: %s",
+				 err.message);
 		assert_string_equal(err.tensor, bad[i].tensor);
 		assert_int_equal(err.axis, 1);
 	}
@@ -718,7 +738,8 @@ static void innermost_axis_needs_whole_blocks(void **state)
 	}
 
 	/* the same rule from weightctl, and weightd still serves afterwards */
-	rc = run_sh(out, sizeof(out), "%s --socket %s get model blk.0.q4_0.weight --range 1:0:16 2>&1",
+	rc = run_sh(out, sizeof(out),
+		    "%s --socket %s get model blk.0.q4_0.weight --range 1:0:16 2>&1",
 		    harness_weightctl(), H.sock);
 	assert_int_equal(rc, 1);
 	if (!strstr(out, "blk.0.q4_0.weight") || !strstr(out, "axis 1") || !strstr(out, "32"))
@@ -941,8 +962,10 @@ static void weightctl_describe_summarises_gguf(void **state)
 		snprintf(shape + len, sizeof(shape) - len, "]");
 		snprintf(block, sizeof(block), "%u el / %u B", t->be, t->bb);
 		snprintf(bytes, sizeof(bytes), " %" PRIu64 " ", t->nbytes);
-		if (!has_line_with(out, t->name, shape, block) || !has_line_with(out, t->name, bytes, NULL))
-			fail_msg("no row \"%s %s %s %s\" in:\n%s", t->name, t->type, shape, block, out);
+		if (!has_line_with(out, t->name, shape, block) ||
+		    !has_line_with(out, t->name, bytes, NULL))
+			fail_msg("no row \"%s %s %s %s\" in:\n%s", t->name, t->type, shape, block,
+				 out);
 		{
 			char typecol[32];
 
@@ -963,36 +986,37 @@ static void weightctl_describe_summarises_gguf(void **state)
 			fail_msg("describe --json is not JSON (%s): %s", je.text, out);
 		sum = json_object_get(j, "gguf");
 		assert_non_null(sum);
-		assert_string_equal(json_string_value(json_object_get(sum, "architecture")), "llama");
-		assert_string_equal(json_string_value(json_object_get(sum, "name")), "tiny-gguf");
-		assert_string_equal(json_string_value(json_object_get(sum, "tokenizer")), "gpt2");
-		assert_int_equal(json_integer_value(json_object_get(sum, "tensors")), 11);
-		assert_int_equal(json_integer_value(json_object_get(sum, "metadata_keys")), 14);
-		assert_int_equal(json_integer_value(json_object_get(sum, "context_length")), 2048);
-		assert_int_equal(json_integer_value(json_object_get(sum, "block_count")), 2);
-		assert_int_equal(json_integer_value(json_object_get(sum, "embedding_length")), 64);
-		assert_int_equal(json_integer_value(json_object_get(sum, "vocabulary")), 40);
+		assert_string_equal(jstr(sum, "architecture"), "llama");
+		assert_string_equal(jstr(sum, "name"), "tiny-gguf");
+		assert_string_equal(jstr(sum, "tokenizer"), "gpt2");
+		assert_int_equal(jint(sum, "tensors"), 11);
+		assert_int_equal(jint(sum, "metadata_keys"), 14);
+		assert_int_equal(jint(sum, "context_length"), 2048);
+		assert_int_equal(jint(sum, "block_count"), 2);
+		assert_int_equal(jint(sum, "embedding_length"), 64);
+		assert_int_equal(jint(sum, "vocabulary"), 40);
+		assert_true(json_is_null(json_object_get(sum, "head_count")));
 		assert_true(json_is_object(json_object_get(sum, "types")));
-		assert_int_equal(json_integer_value(json_object_get(json_object_get(sum, "types"),
-								    "Q8_0")), 2);
-		assert_int_equal(json_integer_value(json_object_get(json_object_get(sum, "types"),
-								    "Q4_K")), 1);
+		assert_int_equal(jint(json_object_get(sum, "types"), "Q8_0"), 2);
+		assert_int_equal(jint(json_object_get(sum, "types"), "Q4_K"), 1);
+		assert_int_equal(jint(json_object_get(sum, "types"), "F16"), 1);
+		assert_int_equal(json_object_size(json_object_get(sum, "types")), 10);
 		ts = json_object_get(j, "tensors");
 		assert_int_equal(json_array_size(ts), model.n);
 		for (size_t i = 0; i < model.n; i++) {
 			const struct tensor *t = &model.t[i];
 			json_t *x = json_array_get(ts, i), *sh = json_object_get(x, "shape");
 
-			assert_string_equal(json_string_value(json_object_get(x, "name")), t->name);
-			assert_string_equal(json_string_value(json_object_get(x, "dtype")), t->type);
+			assert_string_equal(jstr(x, "name"), t->name);
+			assert_string_equal(jstr(x, "dtype"), t->type);
 			assert_int_equal(json_array_size(sh), t->ndim);
 			for (int k = 0; k < t->ndim; k++)
 				assert_int_equal(json_integer_value(json_array_get(sh, (size_t)k)),
 						 t->shape[k]);
-			assert_int_equal(json_integer_value(json_object_get(x, "bytes")), t->nbytes);
-			assert_int_equal(json_integer_value(json_object_get(x, "offset")), t->abs);
-			assert_int_equal(json_integer_value(json_object_get(x, "block_elems")), t->be);
-			assert_int_equal(json_integer_value(json_object_get(x, "block_bytes")), t->bb);
+			assert_int_equal(jint(x, "bytes"), t->nbytes);
+			assert_int_equal(jint(x, "offset"), t->abs);
+			assert_int_equal(jint(x, "block_elems"), t->be);
+			assert_int_equal(jint(x, "block_bytes"), t->bb);
 		}
 		assert_int_equal(json_array_size(json_object_get(j, "metadata")), model.n_meta);
 		json_decref(j);
@@ -1034,7 +1058,8 @@ static void bad_files_are_reported_and_others_served(void **state)
 	if (!has_line_with(out, "checkpoint model: ok", "gguf", NULL) ||
 	    !has_line_with(out, "checkpoint legacy: ok", "gguf", NULL) ||
 	    !has_line_with(out, "checkpoint tiny: ok", NULL, NULL) ||
-	    !has_line_with(out, "checkpoint outside: FAILED", bad_outside, "past the end of the file") ||
+	    !has_line_with(out, "checkpoint outside: FAILED", bad_outside,
+			   "past the end of the file") ||
 	    !has_line_with(out, "checkpoint outside: FAILED", "blk.0.cut.weight", NULL) ||
 	    !has_line_with(out, "checkpoint misaligned: FAILED", bad_misaligned,
 			   "not a multiple of the alignment 32") ||
