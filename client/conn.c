@@ -472,8 +472,11 @@ int wc_pending_take(struct wc_pending *p, int body, Weightd__Response **ret_resp
 	Weightd__Response *resp = p->resp;
 	int r;
 
-	if (!resp)
+	if (!resp) {
+		if (!p->err.code)   /* cannot happen: a pending is done with a reply or an error */
+			return wc_err_set(err, WEIGHTD_E_INTERNAL, "a request ended without a reply");
 		return wc_err_copy(err, &p->err);
+	}
 	if (resp->error) {
 		r = wc_err_from_wire(err, resp->error);
 		goto fail;
@@ -530,19 +533,38 @@ int wc_call(weightd_client *c, Weightd__Request *req, int body, Weightd__Respons
 
 /* --- public: connect, close, hello ------------------------------------------------------- */
 
+/*
+ * Say hello and check the version. The wait is bounded: a process that accepts connections on
+ * the socket but never answers must not hang an engine's start for ever.
+ */
 static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 {
 	Weightd__Request req = WEIGHTD__REQUEST__INIT;
 	Weightd__Hello h = WEIGHTD__HELLO__INIT;
 	Weightd__Response *resp = NULL;
 	const Weightd__HelloReply *hr;
+	struct wc_pending *p;
+	const char *env = getenv("WEIGHTD_HELLO_TIMEOUT_MS");
+	long ms = env && *env ? strtol(env, NULL, 10) : WC_HELLO_TIMEOUT_MS;
 	int r;
 
+	if (ms <= 0 || ms > 3600000)
+		ms = WC_HELLO_TIMEOUT_MS;
 	h.protocol_version = WEIGHTD_PROTOCOL_VERSION;
 	h.client_name = (char *)(client_name ? client_name : program_invocation_short_name);
 	req.body_case = WEIGHTD__REQUEST__BODY_HELLO;
 	req.hello = &h;
-	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_HELLO, &resp, NULL, NULL, err);
+	r = wc_send(c, &req, &p, err);
+	if (r < 0)
+		return r;
+	if (!wc_wait(c, p, (int)ms)) {
+		wc_pending_free(c, p);
+		return wc_err_set(err, WEIGHTD_E_DISCONNECTED,
+				  "%s did not answer hello within %ld ms; is weightd listening there?",
+				  c->path, ms);
+	}
+	r = wc_pending_take(p, WEIGHTD__RESPONSE__BODY_HELLO, &resp, NULL, NULL, err);
+	wc_pending_free(c, p);
 	if (r < 0)
 		return r;
 	hr = resp->hello;

@@ -1,4 +1,4 @@
-/* internal.h - libweightd's private types: connection, pending requests, weights, recipes, units. */
+/* internal.h - libweightd's private types: connection, requests, weights, recipes, units. */
 #ifndef WC_INTERNAL_H
 #define WC_INTERNAL_H
 
@@ -18,6 +18,7 @@ struct wd_inbuf;
 #define WC_MAX_NODES 65536           /* nodes in one recipe built here */
 #define WC_MAX_JSON_DEPTH 64         /* nesting of a recipe in JSON */
 #define WC_MAX_INDICES (1u << 24)    /* indices in one selection */
+#define WC_HELLO_TIMEOUT_MS 30000    /* connect gives up on a peer that never answers hello */
 
 /* --- errors (client.c) -------------------------------------------------------------------- */
 

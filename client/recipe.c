@@ -838,9 +838,7 @@ static int jsel_arg(struct jctx *j, const char *key, const json_t *arg,
 		sel->end = a[1];
 		return 0;
 	}
-	return jerr(j, WEIGHTD_E_INVALID_ARGUMENT,
-		    "unknown selection \"%s\" (expected \"range\", \"indices\", \"elements\" or "
-		    "\"shard\")", key);
+	return jerr(j, WEIGHTD_E_INTERNAL, "selection \"%s\" not handled", key);
 }
 
 /* SEL (the current path is the selection's) into sel; on failure nothing is left allocated. */
@@ -864,12 +862,17 @@ static int jsel(struct jctx *j, const json_t *v, struct weightd_selection *sel)
 			    "expected \"full\" or an object with one key: \"range\", \"indices\", "
 			    "\"elements\" or \"shard\"");
 	json_object_foreach((json_t *)v, key, arg) {
+		if (strcmp(key, "range") && strcmp(key, "indices") && strcmp(key, "elements") &&
+		    strcmp(key, "shard"))
+			break;
 		old = jpush(j, ".%s", key);
 		r = jsel_arg(j, key, arg, sel);
 		jpop(j, old);
 		return r;
 	}
-	return 0;
+	return jerr(j, WEIGHTD_E_INVALID_ARGUMENT,
+		    "unknown selection \"%s\" (expected \"range\", \"indices\", \"elements\" or "
+		    "\"shard\")", key);
 }
 
 static int jnode(struct jctx *j, const json_t *v, int depth);

@@ -466,7 +466,8 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 
 			if (o->handle != wi->handle || strcmp(o->dtype, wi->dtype) ||
 			    o->nbytes != wi->nbytes || o->n_shape != wi->n_shape ||
-			    memcmp(o->shape, wi->shape, o->n_shape * sizeof(uint64_t))) {
+			    (o->n_shape &&
+			     memcmp(o->shape, wi->shape, o->n_shape * sizeof(uint64_t)))) {
 				rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
 						"weightd described fd %u differently for \"%s\" and "
 						"\"%s\"", wi->fd_index, o->name, wi->name);

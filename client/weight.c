@@ -103,7 +103,8 @@ int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd, uint
 	w->ref = ref;
 	w->fd = fd;
 	w->ndim = wi->n_shape;
-	memcpy(w->shape, wi->shape, wi->n_shape * sizeof(uint64_t));
+	if (wi->n_shape)   /* a 0-d scalar may come with no array at all */
+		memcpy(w->shape, wi->shape, wi->n_shape * sizeof(uint64_t));
 	w->nbytes = wi->nbytes;
 	w->generation = wi->generation;
 	if (wi->digest.len == WEIGHTD_DIGEST_LEN)

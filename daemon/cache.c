@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "daemon.h"
@@ -46,6 +48,7 @@ struct cache {
 	struct daemon *d;
 	uint64_t budget;
 	uint64_t resident;           /* finished weights + reservations of running jobs */
+	uint64_t evictable;          /* bytes of the weights on the LRU list (nobody holds them) */
 	uint64_t count;
 	uint64_t next_id;
 	size_t nbuckets;
@@ -154,6 +157,7 @@ static void lru_remove(struct cache *c, struct weight *w)
 {
 	if (!w->in_lru)
 		return;
+	c->evictable -= w->nbytes;
 	if (w->lru_prev)
 		w->lru_prev->lru_next = w->lru_next;
 	else
@@ -176,6 +180,7 @@ static void lru_append(struct cache *c, struct weight *w)
 		c->lru_head = w;
 	c->lru_tail = w;
 	w->in_lru = true;
+	c->evictable += w->nbytes;
 }
 
 static void unhash(struct cache *c, struct weight *w)
@@ -235,24 +240,68 @@ void cache_drop(struct cache *c, struct weight *w)
 		log_err("internal: weight %llu released more often than held", (unsigned long long)w->id);
 		return;
 	}
-	if (--w->refs == 0)
-		lru_append(c, w);
+	if (--w->refs)
+		return;
+	/* A weight of a removed source or an old generation can never be asked for again (its key
+	 * names files the catalog no longer serves): give its memory back now. */
+	if (w->csource && w->csource->state == CSOURCE_REMOVED) {
+		log_debug("dropping %s: its checkpoint generation is gone", w->label);
+		weight_destroy(c, w, true);
+		return;
+	}
+	lru_append(c, w);
 }
 
-/* Make room for `need` bytes, evicting unreferenced weights least-recently-released first. */
-static int reserve(struct cache *c, uint64_t need, struct wd_error *err)
+uint64_t cache_drop_stale(struct cache *c)
 {
-	while (c->resident + need > c->budget || c->resident + need < c->resident) {
-		struct weight *w = c->lru_head;
-		if (!w) {
-			uint64_t avail = c->budget > c->resident ? c->budget - c->resident : 0;
-			return wd_error_set(err, WD_E_EXHAUSTED,
-					    "resource exhausted: the weight needs %llu bytes but only %llu "
-					    "of the %llu-byte budget are available (%llu bytes are held by "
-					    "clients or being materialized)",
-					    (unsigned long long)need, (unsigned long long)avail,
-					    (unsigned long long)c->budget, (unsigned long long)c->resident);
+	uint64_t n = 0;
+	struct weight *w = c->lru_head, *next;
+
+	for (; w; w = next) {
+		next = w->lru_next;
+		if (w->csource && w->csource->state == CSOURCE_REMOVED) {
+			log_debug("dropping %s: its checkpoint generation is gone", w->label);
+			weight_destroy(c, w, true);
+			n++;
 		}
+	}
+	return n;
+}
+
+uint64_t cache_room(const struct cache *c)
+{
+	uint64_t used = c->resident - c->evictable;
+
+	return c->budget > used ? c->budget - used : 0;
+}
+
+/* The exhausted error: how much is wanted, how much could be had, where the rest is. */
+static int exhausted(struct cache *c, uint64_t need, const char *what, struct wd_error *err)
+{
+	uint64_t room = cache_room(c);
+
+	wd_error_set(err, WD_E_EXHAUSTED,
+		     "resource exhausted: %s needs %llu bytes but only %llu of the %llu-byte budget "
+		     "are available (%llu bytes are held by clients, preloaded or being materialized)",
+		     what, (unsigned long long)need, (unsigned long long)room,
+		     (unsigned long long)c->budget, (unsigned long long)(c->resident - c->evictable));
+	err->expected = (int64_t)(need > INT64_MAX ? INT64_MAX : need);
+	err->actual = (int64_t)room;
+	return -WD_E_EXHAUSTED;
+}
+
+/*
+ * Make room for `need` bytes, evicting unreferenced weights least-recently-released first. When
+ * even evicting every unreferenced weight would not make room, nothing is evicted and the error
+ * names the bytes needed and available.
+ */
+static int reserve(struct cache *c, uint64_t need, const char *what, struct wd_error *err)
+{
+	if (need > cache_room(c))
+		return exhausted(c, need, what, err);
+	while (c->resident + need > c->budget) {
+		struct weight *w = c->lru_head;
+
 		log_info("evicting %s (%llu bytes) to make room", w->label,
 			 (unsigned long long)w->nbytes);
 		c->d->stats.evictions++;
@@ -270,11 +319,33 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* /dev/shm refused the reservation: say how much it has left, in the structured fields too. */
+static void shm_full_error(struct job *j)
+{
+	struct statvfs sv;
+	char why[sizeof(j->err.msg)];
+	uint64_t avail;
+
+	if (statvfs("/dev/shm", &sv) < 0)
+		return;
+	avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (avail >= j->nbytes)
+		return; /* not space: out of descriptors, and the message says so */
+	snprintf(why, sizeof(why), "%s", j->err.msg);
+	wd_error_set(&j->err, WD_E_EXHAUSTED,
+		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
+		     "%llu bytes free (%s)", wd_plan_label(j->plan), (unsigned long long)j->nbytes,
+		     (unsigned long long)avail, why);
+	j->err.expected = (int64_t)j->nbytes;
+	j->err.actual = (int64_t)avail;
+}
+
 /* Worker thread: create, fill, hash and seal the segment. Touches nothing but the job. */
 static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 {
 	struct job *j = (struct job *)t;
 	struct wd_sink sink;
+	struct stat st;
 	uint64_t t0 = now_ns();
 	int r;
 
@@ -288,6 +359,8 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 	r = wd_segment_create(j->name, j->nbytes, &j->seg, &j->err);
 	if (r < 0) {
 		j->status = r;
+		if (r == -WD_E_EXHAUSTED)
+			shm_full_error(j);
 		return;
 	}
 	r = wd_sink_init(&sink, j->seg.fd, j->nbytes);
@@ -306,6 +379,8 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		goto fail;
 	wd_segment_seal(&j->seg);
 	memcpy(j->rec.digest, j->digest, 32);
+	if (fstat(j->seg.ro_fd, &st) == 0)
+		j->rec.ino = (uint64_t)st.st_ino;
 	if (state_write(j->state_dir, j->instance, &j->rec, &j->err) < 0)
 		log_warn("%s (the weight is served, but will be rebuilt after a restart)", j->err.msg);
 	j->ns = now_ns() - t0;
@@ -440,7 +515,7 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	j->plan = plan;
 	j->nbytes = wd_plan_nbytes(plan);
-	r = reserve(c, j->nbytes, err);
+	r = reserve(c, j->nbytes, wd_plan_label(plan), err);
 	if (r < 0) {
 		free(wt);
 		job_free(j);
@@ -477,6 +552,28 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	c->d->stats.in_flight++;
 	pool_submit(c->d->pool, &j->task);
 	return 0;
+}
+
+struct weight *cache_lookup(struct cache *c, const uint8_t key[32])
+{
+	struct weight *w = find_key(c, key);
+
+	if (w)
+		cache_hold(c, w);
+	return w;
+}
+
+bool cache_in_flight(const struct cache *c, const uint8_t key[32])
+{
+	for (const struct job *j = c->jobs; j; j = j->key_next)
+		if (memcmp(j->key, key, 32) == 0)
+			return true;
+	return false;
+}
+
+int cache_check_room(struct cache *c, uint64_t need, const char *what, struct wd_error *err)
+{
+	return need > cache_room(c) ? exhausted(c, need, what, err) : 0;
 }
 
 uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes)
@@ -551,6 +648,7 @@ int cache_adopt(struct cache *c, const struct state_record *rec)
 {
 	struct weight *w;
 	struct wd_error err;
+	struct stat st;
 
 	if (find_key(c, rec->key))
 		return -WD_E_INVALID;
@@ -558,9 +656,11 @@ int cache_adopt(struct cache *c, const struct state_record *rec)
 	if (!w)
 		return -WD_E_EXHAUSTED;
 	wd_error_clear(&err);
-	if (wd_segment_adopt(rec->segment, &w->seg, &err) < 0 || w->seg.size != rec->nbytes) {
-		if (w->seg.ro_fd > 0 || w->seg.fd > 0)
-			wd_segment_close(&w->seg);
+	w->seg.fd = w->seg.ro_fd = -1;
+	/* The index vouches for this name: same size, and (when recorded) the very inode it filled. */
+	if (wd_segment_adopt(rec->segment, &w->seg, &err) < 0 || w->seg.size != rec->nbytes ||
+	    (rec->ino && (fstat(w->seg.ro_fd, &st) < 0 || (uint64_t)st.st_ino != rec->ino))) {
+		wd_segment_close(&w->seg);
 		free(w);
 		return -WD_E_CHANGED;
 	}

@@ -61,16 +61,31 @@ void cache_free(struct cache *c, bool unlink_segments);
  *  - identical job in flight: joins it; returns 0 and cb runs when it finishes.
  *  - otherwise reserves the bytes (evicting unreferenced weights LRU-first), starts a job on the
  *    worker pool, returns 0.
- *  - cannot fit even after eviction: -WD_E_EXHAUSTED naming bytes needed and available.
+ *  - cannot fit even after eviction: -WD_E_EXHAUSTED naming bytes needed and available; nothing
+ *    is evicted then.
  */
 int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *sources,
 		  size_t n_sources, cache_cb cb, void *arg, struct weight **ret_w,
 		  struct wd_error *err);
 
+/* The finished weight with this key, with a reference taken for the caller; NULL if none. */
+struct weight *cache_lookup(struct cache *c, const uint8_t key[32]);
+/* Is a job for this key running (a request for it would join, reserving nothing)? */
+bool cache_in_flight(const struct cache *c, const uint8_t key[32]);
+/* Budget not held by anyone: what a reservation could get by evicting every unreferenced weight. */
+uint64_t cache_room(const struct cache *c);
+/* 0 if `need` more bytes would fit (evicting as needed), else -WD_E_EXHAUSTED naming `what`, the
+ * bytes needed and the bytes available (err->expected / err->actual too). Evicts nothing. */
+int cache_check_room(struct cache *c, uint64_t need, const char *what, struct wd_error *err);
+/* Destroy every unreferenced weight whose source generation is gone (after a reload). */
+uint64_t cache_drop_stale(struct cache *c);
+
 /* Look up by handle; NULL if no such weight. */
 struct weight *cache_by_id(struct cache *c, uint64_t id);
 
 void cache_hold(struct cache *c, struct weight *w);
+/* Give back a reference. At zero the weight joins the LRU list, or, when its source generation
+ * is gone (removed or replaced on reload), is destroyed at once. */
 void cache_drop(struct cache *c, struct weight *w);
 
 /* Evict every unreferenced weight; returns how many, adds their bytes to *ret_bytes. */

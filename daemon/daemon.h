@@ -13,6 +13,7 @@ struct catalog;
 struct cache;
 struct pool;
 struct server;
+struct preload_set;
 
 /* Counters exported by status and metrics. Main thread only. */
 struct stats {
@@ -33,6 +34,7 @@ struct daemon {
 	struct cache *cache;
 	struct pool *pool;
 	struct server *server;
+	struct preload_set *preloads;   /* the daemon's own holds (preload.c) */
 	struct stats stats;
 	struct timespec started;
 	char instance[80];              /* shm prefix, shown to clients */

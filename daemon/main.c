@@ -18,6 +18,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "pool.h"
+#include "preload.h"
 #include "segment.h"
 #include "server.h"
 #include "state.h"
@@ -28,15 +29,6 @@ static const char usage[] =
 	"  --foreground      stay in the foreground (as under systemd)\n"
 	"  --check-config    validate the configuration and every checkpoint, then exit\n"
 	"  --log-level LEVEL error, warning, notice, info or debug\n";
-
-uint64_t daemon_uptime_ms(const struct daemon *d)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (uint64_t)(now.tv_sec - d->started.tv_sec) * 1000u +
-	       (uint64_t)((now.tv_nsec - d->started.tv_nsec) / 1000000);
-}
 
 /* Validate the config and every checkpoint without starting; prints one line per checkpoint. */
 static int check_config(const struct config *cfg)
@@ -114,6 +106,10 @@ static int reload(struct daemon *d, struct wd_error *err)
 		return r;
 	}
 	catalog_reload(d->catalog, ncfg, on_changed, d);
+	/* Holds on replaced generations go back first, so their weights can be dropped with the
+	 * other stale ones before the new generations are preloaded. */
+	preload_sync(d);
+	cache_drop_stale(d->cache);
 	d->cfg->client_max_bytes = ncfg->client_max_bytes;
 	d->cfg->client_max_weights = ncfg->client_max_weights;
 	d->cfg->client_max_pending = ncfg->client_max_pending;
@@ -327,6 +323,8 @@ int main(int argc, char **argv)
 		   d.instance, (unsigned long long)cache_budget(d.cache), pool_threads(d.pool));
 	sd_notify(0, "READY=1");
 	notify_status(&d);
+	/* Clients are served while preloads materialize: they only compete for the same workers. */
+	preload_sync(&d);
 	event_base_dispatch(d.base);
 	rc = 0;
 out:
@@ -335,6 +333,8 @@ out:
 	else if (lfd >= 0)
 		close(lfd);
 	pool_free(d.pool);
+	if (d.cache)
+		preload_free(&d);
 	/* With a state index the segments outlive us and the next start re-adopts them. */
 	cache_free(d.cache, !(d.cfg && d.cfg->state_dir && d.cfg->state_dir[0]));
 	catalog_free(d.catalog);

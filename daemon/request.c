@@ -40,6 +40,8 @@ struct unitreq {
 	bool failed;
 	struct wd_error err;
 	uint64_t bytes_read;
+	uint64_t new_bytes;        /* counted against the client's limits while in flight */
+	uint32_t new_weights;
 	struct unitreq *next;
 };
 
@@ -269,6 +271,8 @@ static void unitreq_unlink(struct unitreq *u)
 			break;
 		}
 	u->s->pending--;
+	u->s->pending_bytes -= u->new_bytes;
+	u->s->pending_weights -= u->new_weights;
 	u->s = NULL;
 }
 
@@ -509,12 +513,64 @@ static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
 		snprintf(out + off, cap - off, "]");
 }
 
+static bool client_holds_key(const struct session *s, const uint8_t *key)
+{
+	for (size_t i = 0; i < s->n_held; i++)
+		if (memcmp(s->held[i].w->key, key, 32) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Per-client limits: the weights (and bytes) the unit would add to what the client holds, plus
+ * what its other unit requests in flight will add, must stay within client_max_weights and
+ * client_max_bytes. Weights the client already holds and repeated entries count once.
+ */
+static int unit_check_limits(struct unitreq *u, struct session *s, struct wd_error *err)
+{
+	const struct config *cfg = s->d->cfg;
+	uint64_t weights = 0, bytes = 0;
+
+	for (size_t i = 0; i < u->n_entries; i++) {
+		const uint8_t *key = wd_plan_key(u->outs[i].plan);
+		bool seen = client_holds_key(s, key);
+
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = memcmp(wd_plan_key(u->outs[j].plan), key, 32) == 0;
+		if (seen)
+			continue;
+		weights++;
+		bytes += wd_plan_nbytes(u->outs[i].plan);
+	}
+	if (cfg->client_max_weights &&
+	    s->n_held + s->pending_weights + weights > cfg->client_max_weights)
+		return wd_error_set(err, WD_E_LIMIT,
+				    "limit exceeded: the client would hold %llu weights (%zu held, %u "
+				    "requested before, %llu in this unit); its limit is %u "
+				    "(client_max_weights)",
+				    (unsigned long long)(s->n_held + s->pending_weights + weights),
+				    s->n_held, s->pending_weights, (unsigned long long)weights,
+				    cfg->client_max_weights);
+	if (cfg->client_max_bytes &&
+	    s->held_bytes + s->pending_bytes + bytes > cfg->client_max_bytes)
+		return wd_error_set(err, WD_E_LIMIT,
+				    "limit exceeded: the client would hold %llu bytes of weights (%llu "
+				    "held, %llu requested before, %llu in this unit); its limit is %llu "
+				    "(client_max_bytes)",
+				    (unsigned long long)(s->held_bytes + s->pending_bytes + bytes),
+				    (unsigned long long)s->held_bytes,
+				    (unsigned long long)s->pending_bytes, (unsigned long long)bytes,
+				    (unsigned long long)cfg->client_max_bytes);
+	u->new_weights = (uint32_t)weights;
+	u->new_bytes = bytes;
+	return 0;
+}
+
 /* Preflight every entry of the unit: recipes valid, sources allowed, declared slots matching. */
 static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__Unit *pu,
 			  struct wd_error *err)
 {
 	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
-	uint64_t total = 0;
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		const Weightd__UnitEntry *pe = pu->entries[i];
@@ -548,19 +604,8 @@ static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__U
 					    o->name_copy, pe->dtype ? pe->dtype : "", want,
 					    wd_dtype_name(wd_plan_dtype(o->plan)), got);
 		}
-		total += wd_plan_nbytes(o->plan);
 	}
-	if (s->d->cfg->client_max_weights &&
-	    s->n_held + u->n_entries > s->d->cfg->client_max_weights)
-		return wd_error_set(err, WD_E_LIMIT,
-				    "the client would hold %zu weights; its limit is %u",
-				    s->n_held + u->n_entries, s->d->cfg->client_max_weights);
-	if (s->d->cfg->client_max_bytes && s->held_bytes + total > s->d->cfg->client_max_bytes)
-		return wd_error_set(err, WD_E_LIMIT,
-				    "the client would hold %llu bytes; its limit is %llu",
-				    (unsigned long long)(s->held_bytes + total),
-				    (unsigned long long)s->d->cfg->client_max_bytes);
-	return 0;
+	return unit_check_limits(u, s, err);
 }
 
 static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
@@ -596,6 +641,62 @@ static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
 out:
 	free(wi);
 	free(wp);
+}
+
+/*
+ * Before anything starts: take the weights the cache already has (so that making room for the
+ * rest cannot evict one this unit uses), then check that the weights still to be made fit the
+ * budget together. If they do not, the hits are given back and nothing is evicted, reserved or
+ * started: the unit fails whole with the bytes needed and available.
+ */
+static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
+					 struct wd_error *err)
+{
+	struct cache *c = s->d->cache;
+	uint64_t need = 0;
+	size_t missing = 0, first = 0;
+	char what[WD_MAX_NAME + 600];
+	int r;
+
+	for (size_t i = 0; i < u->n_entries; i++) {
+		struct unit_out *o = &u->outs[i];
+		struct weight *w = cache_lookup(c, wd_plan_key(o->plan));
+
+		if (w) {
+			o->w = w;
+			wd_plan_free(o->plan);
+			o->plan = NULL;
+		}
+	}
+	for (size_t i = 0; i < u->n_entries; i++) {
+		const struct wd_plan *p = u->outs[i].plan;
+		bool counted = !p || cache_in_flight(c, wd_plan_key(p));
+
+		for (size_t j = 0; j < i && !counted; j++)
+			counted = u->outs[j].plan &&
+				  memcmp(wd_plan_key(u->outs[j].plan), wd_plan_key(p), 32) == 0;
+		if (counted)
+			continue;
+		if (missing++ == 0)
+			first = i;
+		need += wd_plan_nbytes(p);
+	}
+	if (missing == 1)
+		snprintf(what, sizeof(what), "slot \"%s\" (%s)", u->outs[first].name_copy,
+			 wd_plan_label(u->outs[first].plan));
+	else
+		snprintf(what, sizeof(what), "the unit (%zu weights to materialize)", missing);
+	r = cache_check_room(c, need, what, err);
+	if (r < 0) {
+		for (size_t i = 0; i < u->n_entries; i++)
+			if (u->outs[i].w) {
+				cache_drop(c, u->outs[i].w);
+				u->outs[i].w = NULL;
+			}
+		if (missing == 1)
+			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[first].name_copy);
+	}
+	return r;
 }
 
 static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight)
@@ -640,16 +741,26 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		unitreq_free(u);
 		return;
 	}
+	r = unit_take_hits_and_check_room(u, s, &err);
+	if (r < 0) {
+		session_send_error(s, id, &err);
+		unitreq_free(u);
+		return;
+	}
 	u->s = s;
 	u->next = s->unitreqs;
 	s->unitreqs = u;
 	s->pending++;
+	s->pending_bytes += u->new_bytes;
+	s->pending_weights += u->new_weights;
 	u->pending = 1; /* held by this function until every entry is submitted */
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct unit_out *o = &u->outs[i];
 		struct weight *w = NULL;
 		struct wd_plan *plan = o->plan;
 
+		if (!plan)
+			continue; /* a cache hit, already held */
 		o->plan = NULL; /* the cache owns it from here, whatever happens */
 		r = cache_request(s->d->cache, plan, o->sources, o->n_sources, on_entry_ready, o, &w,
 				  &u->err);
@@ -677,6 +788,8 @@ void request_session_gone(struct session *s)
 		u->s = NULL; /* finishes later, answering nobody and giving its references back */
 	}
 	s->pending = 0;
+	s->pending_bytes = 0;
+	s->pending_weights = 0;
 }
 
 /* --- share, release --------------------------------------------------------------------------- */
@@ -721,26 +834,48 @@ static void do_share(struct session *s, uint64_t id, const Weightd__Share *sh)
 	reply(s, &resp, id, &fd, 1);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
 static void do_release(struct session *s, uint64_t id, const Weightd__Release *rl)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+	uint64_t *sorted;
 
-	/* All handles are checked before any is released: a bad list changes nothing. */
-	for (size_t i = 0; i < rl->n_handles; i++) {
-		struct held *h = session_find_held(s, rl->handles[i]);
-		size_t times = 0;
-		for (size_t j = 0; j < rl->n_handles; j++)
-			times += rl->handles[j] == rl->handles[i];
-		if (!h || h->count < times) {
-			char buf[32];
-			snprintf(buf, sizeof(buf), "%llu", (unsigned long long)rl->handles[i]);
+	if (rl->n_handles > MAX_UNIT_ENTRIES) {
+		fail(s, id, WD_E_LIMIT, "at most %d handles per release", MAX_UNIT_ENTRIES);
+		return;
+	}
+	sorted = malloc((rl->n_handles ? rl->n_handles : 1) * sizeof(*sorted));
+	if (!sorted) {
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		return;
+	}
+	/* All handles are checked before any is released: a bad list changes nothing. A handle may
+	 * appear as often as the client holds it. */
+	if (rl->n_handles)
+		memcpy(sorted, rl->handles, rl->n_handles * sizeof(*sorted));
+	qsort(sorted, rl->n_handles, sizeof(*sorted), cmp_u64);
+	for (size_t i = 0; i < rl->n_handles;) {
+		struct held *h = session_find_held(s, sorted[i]);
+		size_t j = i;
+
+		while (j < rl->n_handles && sorted[j] == sorted[i])
+			j++;
+		if (!h || h->count < j - i) {
 			fail(s, id, WD_E_NOT_FOUND,
-			     "this client does not hold weight %s (as many times as it releases it)",
-			     buf);
+			     "this client does not hold weight %llu (as many times as it releases it)",
+			     (unsigned long long)sorted[i]);
+			free(sorted);
 			return;
 		}
+		i = j;
 	}
+	free(sorted);
 	for (size_t i = 0; i < rl->n_handles; i++)
 		session_release(s, session_find_held(s, rl->handles[i])->w);
 	resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;

@@ -154,51 +154,123 @@ void session_send_error(struct session *s, uint64_t id, const struct wd_error *e
 	session_send(s, &resp, NULL, 0);
 }
 
+/*
+ * The weights a client holds: a dense array (cheap to walk when the client goes) indexed by an
+ * open-addressing table keyed by weight id, so holding, finding and releasing stay O(1) however
+ * many weights one client holds.
+ */
+static size_t held_hash(uint64_t id, size_t cap)
+{
+	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+}
+
+/* Slot holding `id`, or the empty slot where it would go. */
+static size_t held_slot(const struct session *s, uint64_t id)
+{
+	size_t i = held_hash(id, s->held_icap);
+
+	while (s->held_index[i] && s->held[s->held_index[i] - 1].w->id != id)
+		i = (i + 1) & (s->held_icap - 1);
+	return i;
+}
+
+static int held_index_grow(struct session *s)
+{
+	size_t ncap = s->held_icap ? s->held_icap * 2 : 32;
+	uint32_t *idx = calloc(ncap, sizeof(*idx));
+
+	if (!idx || ncap > UINT32_MAX) {
+		free(idx);
+		return -WD_E_EXHAUSTED;
+	}
+	free(s->held_index);
+	s->held_index = idx;
+	s->held_icap = ncap;
+	for (size_t k = 0; k < s->n_held; k++)
+		s->held_index[held_slot(s, s->held[k].w->id)] = (uint32_t)k + 1;
+	return 0;
+}
+
+/* Empty slot i and shift later members of its probe run back (linear probing deletion). */
+static void held_index_delete(struct session *s, size_t i)
+{
+	size_t mask = s->held_icap - 1, j = i;
+
+	s->held_index[i] = 0;
+	for (;;) {
+		size_t k;
+
+		j = (j + 1) & mask;
+		if (!s->held_index[j])
+			return;
+		k = held_hash(s->held[s->held_index[j] - 1].w->id, s->held_icap);
+		/* leave j where it is if its home k lies cyclically in (i, j] */
+		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+			continue;
+		s->held_index[i] = s->held_index[j];
+		s->held_index[j] = 0;
+		i = j;
+	}
+}
+
+struct held *session_find_held(struct session *s, uint64_t handle)
+{
+	size_t i;
+
+	if (!s->held_icap)
+		return NULL;
+	i = held_slot(s, handle);
+	return s->held_index[i] ? &s->held[s->held_index[i] - 1] : NULL;
+}
+
 int session_hold(struct session *s, struct weight *w)
 {
-	for (size_t i = 0; i < s->n_held; i++)
-		if (s->held[i].w == w) {
-			s->held[i].count++;
-			return 0;
-		}
+	struct held *h = session_find_held(s, w->id);
+
+	if (h) {
+		h->count++;
+		return 0;
+	}
+	if ((s->n_held + 1) * 2 > s->held_icap && held_index_grow(s) < 0)
+		return -WD_E_EXHAUSTED;
 	if (s->n_held == s->cap_held) {
 		size_t ncap = s->cap_held ? s->cap_held * 2 : 16;
-		struct held *h = realloc(s->held, ncap * sizeof(*h));
-		if (!h)
+		struct held *nh = realloc(s->held, ncap * sizeof(*nh));
+		if (!nh)
 			return -WD_E_EXHAUSTED;
-		s->held = h;
+		s->held = nh;
 		s->cap_held = ncap;
 	}
 	s->held[s->n_held].w = w;
 	s->held[s->n_held].count = 1;
+	s->held_index[held_slot(s, w->id)] = (uint32_t)s->n_held + 1;
 	s->n_held++;
 	s->held_bytes += w->nbytes;
 	w->holders++;
 	return 0;
 }
 
-struct held *session_find_held(struct session *s, uint64_t handle)
-{
-	for (size_t i = 0; i < s->n_held; i++)
-		if (s->held[i].w->id == handle)
-			return &s->held[i];
-	return NULL;
-}
-
 bool session_release(struct session *s, struct weight *w)
 {
-	for (size_t i = 0; i < s->n_held; i++) {
-		if (s->held[i].w != w)
-			continue;
-		if (--s->held[i].count == 0) {
-			w->holders--;
-			s->held_bytes -= w->nbytes;
-			s->held[i] = s->held[--s->n_held];
+	struct held *h = session_find_held(s, w->id);
+	size_t pos, last;
+
+	if (!h)
+		return false;
+	if (--h->count == 0) {
+		pos = (size_t)(h - s->held);
+		last = s->n_held - 1;
+		held_index_delete(s, held_slot(s, w->id));
+		if (pos != last) {
+			s->held[pos] = s->held[last];
+			s->held_index[held_slot(s, s->held[pos].w->id)] = (uint32_t)pos + 1;
 		}
-		cache_drop(s->d->cache, w);
-		return true;
+		s->n_held--;
+		w->holders--;
+		s->held_bytes -= w->nbytes;
 	}
-	return false;
+	cache_drop(s->d->cache, w);
+	return true;
 }
 
 static void session_free(struct session *s)
@@ -211,6 +283,7 @@ static void session_free(struct session *s)
 		free(s->subs[i]);
 	free(s->subs);
 	free(s->held);
+	free(s->held_index);
 	free(s->peer.groups);
 	free(s);
 }

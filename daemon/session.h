@@ -29,10 +29,14 @@ struct session {
 	struct event *ev_read, *ev_write;
 	struct wd_inbuf *in;
 	struct wd_outq *out;
-	struct held *held;
+	struct held *held;    /* dense, unordered */
 	size_t n_held, cap_held;
+	uint32_t *held_index; /* open addressing by weight id: position in held + 1, 0 = empty */
+	size_t held_icap;     /* power of two, at least twice n_held */
 	uint64_t held_bytes;  /* bytes of the distinct weights held */
 	uint32_t pending;     /* unit requests not yet answered */
+	uint64_t pending_bytes;   /* bytes of weights those requests will add (per-client limits) */
+	uint32_t pending_weights; /* weights they will add */
 	struct unitreq *unitreqs;
 	char **subs;          /* checkpoints subscribed to ("*" = all) */
 	size_t n_subs;

@@ -69,10 +69,11 @@ int state_write(const char *dir, const char *instance, const struct state_record
 	shape = json_array();
 	for (int i = 0; i < rec->ndim; i++)
 		json_array_append_new(shape, json_integer((json_int_t)rec->shape[i]));
-	o = json_pack("{s:i, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:s, s:I}", "version", 1, "key", key,
-		      "digest", digest, "dtype", wd_dtype_name(rec->dtype), "shape", shape, "nbytes",
-		      (json_int_t)rec->nbytes, "segment", rec->segment, "label", rec->label, "source",
-		      rec->source, "generation", (json_int_t)rec->generation);
+	o = json_pack("{s:i, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:s, s:I, s:I}", "version", 1, "key",
+		      key, "digest", digest, "dtype", wd_dtype_name(rec->dtype), "shape", shape,
+		      "nbytes", (json_int_t)rec->nbytes, "segment", rec->segment, "label", rec->label,
+		      "source", rec->source, "generation", (json_int_t)rec->generation, "ino",
+		      (json_int_t)rec->ino);
 	if (!o)
 		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory writing a state record");
 	snprintf(path, sizeof(path), "%s/%s/%s.json", dir, instance, key);
@@ -104,16 +105,17 @@ static bool read_record(const char *path, struct state_record *rec)
 	json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr), *shape, *v;
 	const char *key = NULL, *digest = NULL, *dtype = NULL, *segment = NULL, *label = NULL,
 		   *source = NULL;
-	json_int_t nbytes = -1, generation = 0;
+	json_int_t nbytes = -1, generation = 0, ino = 0;
 	bool ok = false;
 	size_t i;
 
 	if (!o)
 		return false;
 	memset(rec, 0, sizeof(*rec));
-	if (json_unpack(o, "{s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:s, s:I}", "key", &key, "digest",
-			&digest, "dtype", &dtype, "shape", &shape, "nbytes", &nbytes, "segment",
-			&segment, "label", &label, "source", &source, "generation", &generation) < 0)
+	if (json_unpack(o, "{s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:s, s:I, s?I}", "key", &key,
+			"digest", &digest, "dtype", &dtype, "shape", &shape, "nbytes", &nbytes,
+			"segment", &segment, "label", &label, "source", &source, "generation",
+			&generation, "ino", &ino) < 0)
 		goto out;
 	if (!hex_decode(key, rec->key, 32) || !hex_decode(digest, rec->digest, 32) || nbytes < 0 ||
 	    !json_is_array(shape) || json_array_size(shape) > WD_MAX_DIMS)
@@ -129,6 +131,7 @@ static bool read_record(const char *path, struct state_record *rec)
 	rec->ndim = (int)json_array_size(shape);
 	rec->nbytes = (uint64_t)nbytes;
 	rec->generation = (uint64_t)generation;
+	rec->ino = ino > 0 ? (uint64_t)ino : 0;
 	snprintf(rec->segment, sizeof(rec->segment), "%s", segment);
 	snprintf(rec->label, sizeof(rec->label), "%s", label);
 	snprintf(rec->source, sizeof(rec->source), "%s", source);

@@ -21,6 +21,7 @@ struct state_record {
 	char label[512];
 	char source[128];
 	uint64_t generation;
+	uint64_t ino;        /* the segment's inode when written (0: not recorded) */
 };
 
 /*

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int sel_from_wire(const Weightd__Selection *ps, uint32_t node, struct wd_selection *s,
-			 struct wd_error *err)
+static const char *op_text(Weightd__Op op);
+
+static int sel_from_wire(const Weightd__Selection *ps, uint32_t node, const char *op,
+			 struct wd_selection *s, struct wd_error *err)
 {
 	memset(s, 0, sizeof(*s));
 	if (!ps) {
@@ -21,15 +23,15 @@ static int sel_from_wire(const Weightd__Selection *ps, uint32_t node, struct wd_
 	default:
 		if (err)
 			err->node = node + 1;
-		return wd_error_set(err, WD_E_INVALID, "node %u: unknown selection kind %d", node,
-				    (int)ps->kind);
+		return wd_error_set(err, WD_E_INVALID, "node %u (%s): unknown selection kind %d",
+				    node, op, (int)ps->kind);
 	}
 	if (ps->n_shape > WD_MAX_DIMS) {
 		if (err)
 			err->node = node + 1;
 		return wd_error_set(err, WD_E_TOO_LARGE,
-				    "node %u: selection shape has %zu dimensions (at most %d)", node,
-				    ps->n_shape, WD_MAX_DIMS);
+				    "node %u (%s): selection shape has %zu dimensions (at most %d)",
+				    node, op, ps->n_shape, WD_MAX_DIMS);
 	}
 	s->axis = ps->axis;
 	s->start = ps->start;
@@ -44,6 +46,15 @@ static int sel_from_wire(const Weightd__Selection *ps, uint32_t node, struct wd_
 	return 0;
 }
 
+/* The name of a wire operation, for messages ("unknown" when out of range). */
+static const char *op_text(Weightd__Op op)
+{
+	static const char *const names[] = { "source", "select", "concat", "stack", "reshape",
+					     "transpose", "cast", "view" };
+
+	return (unsigned)op < sizeof(names) / sizeof(names[0]) ? names[op] : "unknown";
+}
+
 int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode **ret_nodes,
 		size_t *ret_n, struct wd_error *err)
 {
@@ -52,9 +63,17 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 
 	if (!pr || pr->n_nodes == 0)
 		return wd_error_set(err, WD_E_EMPTY_INPUTS, "the recipe has no nodes");
-	if (pr->n_nodes > max_nodes)
-		return wd_error_set(err, WD_E_TOO_LARGE, "the recipe has %zu nodes (at most %u)",
-				    pr->n_nodes, max_nodes);
+	if (pr->n_nodes > max_nodes) {
+		/* name the first node past the limit, as every recipe error names a node */
+		if (err) {
+			err->node = max_nodes + 1;
+			err->expected = max_nodes;
+			err->actual = pr->n_nodes > INT64_MAX ? INT64_MAX : (int64_t)pr->n_nodes;
+		}
+		return wd_error_set(err, WD_E_TOO_LARGE,
+				    "node %u (%s): the recipe has %zu nodes, more than the %u allowed",
+				    max_nodes, op_text(pr->nodes[max_nodes]->op), pr->n_nodes, max_nodes);
+	}
 	nodes = calloc(pr->n_nodes, sizeof(*nodes));
 	if (!nodes)
 		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
@@ -63,14 +82,14 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 		struct wd_rnode *n = &nodes[i];
 
 		if ((unsigned)pn->op > WD_OP_VIEW) {
-			r = wd_error_set(err, WD_E_INVALID, "node %zu: unknown operation %d", i,
-					 (int)pn->op);
+			r = wd_error_set(err, WD_E_INVALID, "node %zu (unknown): unknown operation %d",
+					 i, (int)pn->op);
 			goto fail_node;
 		}
 		n->op = (enum wd_op)pn->op;
 		n->checkpoint = pn->checkpoint;
 		n->tensor = pn->tensor;
-		r = sel_from_wire(pn->selection, (uint32_t)i, &n->sel, err);
+		r = sel_from_wire(pn->selection, (uint32_t)i, op_text(pn->op), &n->sel, err);
 		if (r < 0)
 			goto fail;
 		n->inputs = pn->inputs;
@@ -78,7 +97,8 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 		n->axis = pn->axis;
 		if (pn->n_shape > WD_MAX_DIMS || pn->n_perm > WD_MAX_DIMS) {
 			r = wd_error_set(err, WD_E_TOO_LARGE,
-					 "node %zu: %zu dimensions given (at most %d)", i,
+					 "node %zu (%s): %zu dimensions given (at most %d)", i,
+					 op_text(pn->op),
 					 pn->n_shape > pn->n_perm ? pn->n_shape : pn->n_perm,
 					 WD_MAX_DIMS);
 			goto fail_node;
@@ -94,7 +114,8 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 			n->dtype = wd_dtype_from_name(pn->dtype);
 			if (n->dtype == WD_DTYPE_INVALID) {
 				r = wd_error_set(err, WD_E_UNSUPPORTED_CAST,
-						 "node %zu: unknown dtype \"%s\"", i, pn->dtype);
+						 "node %zu (%s): unknown dtype \"%s\"", i,
+						 op_text(pn->op), pn->dtype);
 				goto fail_node;
 			}
 		}

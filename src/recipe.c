@@ -1352,14 +1352,10 @@ int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res
 		return wd_error_set(err, WD_E_EMPTY_INPUTS, "the recipe has no nodes");
 	if (!r->nodes || !res || !res->lookup)
 		return wd_error_set(err, WD_E_INVALID, "the recipe or its resolver is missing");
-	if (r->n_nodes > b.lim.max_nodes) {
-		if (err) {
-			err->expected = b.lim.max_nodes;
-			err->actual = i64(r->n_nodes);
-		}
-		return wd_error_set(err, WD_E_TOO_LARGE, "the recipe has %zu nodes (at most %" PRIu32 ")",
-				    r->n_nodes, b.lim.max_nodes);
-	}
+	if (r->n_nodes > b.lim.max_nodes) /* names the first node past the limit */
+		return nerr(&b, b.lim.max_nodes, WD_E_TOO_LARGE, -1, b.lim.max_nodes, i64(r->n_nodes),
+			    "the recipe has %zu nodes, more than the %" PRIu32 " allowed", r->n_nodes,
+			    b.lim.max_nodes);
 	p = calloc(1, sizeof(*p));
 	b.p = p;
 	b.max_x = 4 * r->n_nodes + 64;

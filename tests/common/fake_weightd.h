@@ -3,7 +3,8 @@
 #define WD_TEST_FAKE_WEIGHTD_H
 
 /*
- * A server thread listening on a Unix socket in a temp dir. It speaks real frames (src/frame.h)
+ * A server thread listening on a Unix socket in a temp dir, serving one connection at a time
+ * (the next is accepted when the current one ends). It speaks real frames (src/frame.h)
  * and real weightd.Request/Response messages, answers Hello itself, records every request it
  * decodes, and hands each to the test's handler, which replies (or not, or later, or by hanging
  * up) through fake_reply*. Weights it sends are memfds named "wdtest" so a test can count
@@ -49,9 +50,9 @@ struct fake {
 	atomic_bool stop;
 	fake_handler handler;
 	void *ctx;
-	bool hello_too;              /* pass Hello to the handler as well */
-	uint32_t hello_version;      /* what the default Hello reply says */
-	uint32_t max_pending;
+	atomic_bool hello_too;       /* pass Hello to the handler as well */
+	atomic_uint hello_version;   /* what the default Hello reply says (tests may change it */
+	atomic_uint max_pending;     /* after start, before connecting) */
 	pthread_mutex_t mu;
 	Weightd__Request *reqs[FAKE_MAX_REQS];
 	size_t n_reqs;
@@ -144,11 +145,11 @@ static inline void fake_hello(struct fake *f, const Weightd__Request *req)
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__HelloReply hr = WEIGHTD__HELLO_REPLY__INIT;
 
-	hr.protocol_version = f->hello_version;
+	hr.protocol_version = atomic_load(&f->hello_version);
 	hr.server_version = (char *)"fake-1";
 	hr.instance = (char *)"fakeinst";
 	hr.max_frame_bytes = 1u << 20;
-	hr.max_pending_requests = f->max_pending;
+	hr.max_pending_requests = atomic_load(&f->max_pending);
 	hr.max_unit_entries = 4096;
 	hr.max_recipe_nodes = 256;
 	hr.max_client_bytes = 123456789;
@@ -170,11 +171,11 @@ static inline void *fake_main(void *arg)
 		if (r <= 0)
 			continue;
 		if (f->conn < 0) {
-			if (f->lsock < 0)
-				continue;
 			f->conn = accept4(f->lsock, NULL, NULL, SOCK_CLOEXEC);
-			close(f->lsock);      /* one client per fake */
-			f->lsock = -1;
+			wd_inbuf_free(f->in);   /* a fresh stream for each connection */
+			f->in = wd_inbuf_new(1u << 20, 0);
+			if (!f->in)
+				fake_fatal("out of memory");
 			continue;
 		}
 		r = wd_inbuf_read(f->in, f->conn);
@@ -200,7 +201,7 @@ static inline void *fake_main(void *arg)
 				fake_fatal("too many requests");
 			f->reqs[f->n_reqs++] = req;
 			pthread_mutex_unlock(&f->mu);
-			if (req->body_case == WEIGHTD__REQUEST__BODY_HELLO && !f->hello_too)
+			if (req->body_case == WEIGHTD__REQUEST__BODY_HELLO && !atomic_load(&f->hello_too))
 				fake_hello(f, req);
 			else if (f->handler)
 				f->handler(f, req);
@@ -226,8 +227,8 @@ static inline struct fake *fake_start(fake_handler h, void *ctx)
 	f->handler = h;
 	f->ctx = ctx;
 	f->conn = -1;
-	f->hello_version = 1;
-	f->max_pending = 64;
+	atomic_init(&f->hello_version, 1);
+	atomic_init(&f->max_pending, 64);
 	pthread_mutex_init(&f->mu, NULL);
 	f->in = wd_inbuf_new(1u << 20, 0);
 	f->lsock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -247,8 +248,7 @@ static inline void fake_stop(struct fake *f)
 	atomic_store(&f->stop, true);
 	pthread_join(f->thread, NULL);
 	fake_disconnect(f);
-	if (f->lsock >= 0)
-		close(f->lsock);
+	close(f->lsock);
 	wd_inbuf_free(f->in);
 	for (size_t i = 0; i < f->n_reqs; i++)
 		weightd__request__free_unpacked(f->reqs[i], NULL);
@@ -342,7 +342,8 @@ static inline void fake_wi_fill(struct fake_wi *w, const char *name, uint64_t ha
 				size_t n, uint32_t fd_index, const char *alias_of)
 {
 	weightd__weight_info__init(&w->wi);
-	memcpy(w->shape, shape, ndim * sizeof(uint64_t));
+	if (ndim)
+		memcpy(w->shape, shape, ndim * sizeof(uint64_t));
 	wd_sha256(data, n, w->digest);
 	memset(w->key, (int)handle, sizeof(w->key));
 	w->wi.name = (char *)name;

@@ -5,12 +5,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -33,6 +38,87 @@ void harness_path(const struct harness *h, const char *name, char *out, size_t c
 	snprintf(out, cap, "%s/%s", h->dir, name);
 }
 
+#define NQ_SLOTS 1024
+
+struct harness_notify {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int fd;
+	int stop[2];
+	char msgs[NQ_SLOTS][512];
+	uint64_t head;   /* messages received */
+	uint64_t tail;   /* messages consumed */
+};
+
+static void *notify_reader(void *arg)
+{
+	struct harness_notify *q = arg;
+
+	for (;;) {
+		struct pollfd p[2] = { { q->fd, POLLIN, 0 }, { q->stop[0], POLLIN, 0 } };
+		char buf[512];
+		ssize_t n;
+
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return NULL;
+		if (p[1].revents)
+			return NULL;
+		if (!(p[0].revents & POLLIN))
+			continue;
+		n = recv(q->fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		pthread_mutex_lock(&q->lock);
+		memcpy(q->msgs[q->head % NQ_SLOTS], buf, (size_t)n + 1);
+		q->head++;
+		if (q->head - q->tail > NQ_SLOTS)
+			q->tail = q->head - NQ_SLOTS;
+		pthread_cond_broadcast(&q->cond);
+		pthread_mutex_unlock(&q->lock);
+	}
+}
+
+static int notify_start(struct harness *h)
+{
+	struct harness_notify *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return -1;
+	q->fd = h->notify_fd;
+	if (pipe2(q->stop, O_CLOEXEC) < 0) {
+		free(q);
+		return -1;
+	}
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_cond_init(&q->cond, NULL);
+	if (pthread_create(&q->thread, NULL, notify_reader, q) != 0) {
+		close(q->stop[0]);
+		close(q->stop[1]);
+		free(q);
+		return -1;
+	}
+	h->nq = q;
+	return 0;
+}
+
+static void notify_stop(struct harness *h)
+{
+	struct harness_notify *q = h->nq;
+
+	if (!q)
+		return;
+	if (write(q->stop[1], "x", 1) == 1)
+		pthread_join(q->thread, NULL);
+	close(q->stop[0]);
+	close(q->stop[1]);
+	pthread_mutex_destroy(&q->lock);
+	pthread_cond_destroy(&q->cond);
+	free(q);
+	h->nq = NULL;
+}
+
 int harness_init(struct harness *h)
 {
 	static int counter;
@@ -41,6 +127,8 @@ int harness_init(struct harness *h)
 	memset(h, 0, sizeof(*h));
 	h->pid = -1;
 	h->notify_fd = -1;
+	h->exit_status = -1;
+	snprintf(h->shm_dir, sizeof(h->shm_dir), "/dev/shm");
 	snprintf(h->dir, sizeof(h->dir), "/tmp/weightd-test.XXXXXX");
 	if (!mkdtemp(h->dir))
 		return -1;
@@ -56,7 +144,7 @@ int harness_init(struct harness *h)
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", h->notify);
 	if (bind(h->notify_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		return -1;
-	return 0;
+	return notify_start(h);
 }
 
 int harness_write_config(struct harness *h, const char *extra_daemon, const char *sections)
@@ -78,39 +166,88 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Does one datagram hold a line starting with `what`? */
+static int has_line(const char *msg, const char *what)
+{
+	size_t wl = strlen(what);
+
+	for (const char *line = msg; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+		if (strncmp(line, what, wl) == 0)
+			return 1;
+	return 0;
+}
+
 int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 {
+	struct harness_notify *q = h->nq;
 	int64_t end = now_ms() + timeout_ms;
+	int found = 0;
 
+	if (!q)
+		return -1;
 	for (;;) {
-		struct pollfd p = { h->notify_fd, POLLIN, 0 };
 		int64_t left = end - now_ms();
-		char buf[4096];
-		ssize_t n;
+		struct timespec ts;
+		int status;
 
+		pthread_mutex_lock(&q->lock);
+		while (!found && q->tail < q->head)
+			found = has_line(q->msgs[q->tail++ % NQ_SLOTS], what);
+		if (!found && left > 0) {
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100 * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&q->cond, &q->lock, &ts);
+		}
+		pthread_mutex_unlock(&q->lock);
+		if (found)
+			return 0;
 		if (left <= 0)
 			return -1;
-		if (poll(&p, 1, (int)left) <= 0)
-			continue;
-		n = recv(h->notify_fd, buf, sizeof(buf) - 1, 0);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		/* a datagram may hold several newline-separated assignments */
-		for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
-			if (strncmp(line, what, strlen(what)) == 0)
-				return 0;
-		if (h->pid > 0 && waitpid(h->pid, NULL, WNOHANG) == h->pid) {
+		/* notice a daemon that died without a word */
+		if (h->pid > 0 && waitpid(h->pid, &status, WNOHANG) == h->pid) {
 			h->pid = -1;
+			h->exit_status = status;
 			return -1;
 		}
 	}
 }
 
-int harness_start(struct harness *h)
+/* Forget notify messages of an earlier daemon (a stale READY=1 must not count for a new one). */
+static void drain_notify(struct harness *h)
 {
-	pid_t pid = fork();
+	if (!h->nq)
+		return;
+	pthread_mutex_lock(&h->nq->lock);
+	h->nq->tail = h->nq->head;
+	pthread_mutex_unlock(&h->nq->lock);
+}
 
+/* In the forked child, before exec: its own mount namespace with a small tmpfs on /dev/shm. */
+static int private_shm(const char *size)
+{
+	char opts[64];
+
+	snprintf(opts, sizeof(opts), "size=%s,mode=1777", size);
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+		return -1;
+	return 0;
+}
+
+#define CHILD_UNSUPPORTED 125
+
+int harness_start_opts(struct harness *h, const struct harness_opts *opts)
+{
+	pid_t pid;
+
+	drain_notify(h);
+	snprintf(h->shm_dir, sizeof(h->shm_dir), "/dev/shm");
+	h->exit_status = -1;
+	pid = fork();
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
@@ -119,18 +256,46 @@ int harness_start(struct harness *h)
 			dup2(fd, STDERR_FILENO);
 			close(fd);
 		}
+		if (opts && opts->shm_size && private_shm(opts->shm_size) < 0) {
+			fprintf(stderr, "harness: no private /dev/shm: %s\n", strerror(errno));
+			_exit(CHILD_UNSUPPORTED);
+		}
+		if (opts && opts->nofile) {
+			struct rlimit rl = { opts->nofile, opts->nofile };
+			if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+				fprintf(stderr, "harness: setrlimit: %s\n", strerror(errno));
+				_exit(CHILD_UNSUPPORTED);
+			}
+		}
 		setenv("NOTIFY_SOCKET", h->notify, 1);
 		execl(harness_weightd(), "weightd", "--config", h->conf, "--foreground",
 		      "--log-level", "debug", (char *)NULL);
 		_exit(127);
 	}
 	h->pid = pid;
+	if (opts && opts->shm_size)
+		snprintf(h->shm_dir, sizeof(h->shm_dir), "/proc/%d/root/dev/shm", (int)pid);
 	if (harness_wait_notify(h, "READY=1", 30000) < 0) {
+		if (h->pid < 0 && WIFEXITED(h->exit_status) &&
+		    WEXITSTATUS(h->exit_status) == CHILD_UNSUPPORTED)
+			return HARNESS_UNSUPPORTED;
 		fprintf(stderr, "harness: weightd did not become ready\n");
 		harness_dump_log(h);
 		return -1;
 	}
 	return 0;
+}
+
+int harness_start(struct harness *h)
+{
+	return harness_start_opts(h, NULL);
+}
+
+int harness_start_with_nofile(struct harness *h, unsigned long nofile)
+{
+	struct harness_opts o = { .nofile = nofile };
+
+	return harness_start_opts(h, &o);
 }
 
 int harness_stop(struct harness *h)
@@ -164,7 +329,7 @@ void harness_kill(struct harness *h)
 
 int harness_segments(const struct harness *h)
 {
-	DIR *d = opendir("/dev/shm");
+	DIR *d = opendir(h->shm_dir);
 	struct dirent *e;
 	size_t plen = strlen(h->prefix);
 	int n = 0;
@@ -209,6 +374,7 @@ void harness_cleanup(struct harness *h)
 
 	if (h->pid > 0)
 		harness_stop(h);
+	notify_stop(h);
 	if (h->notify_fd >= 0)
 		close(h->notify_fd);
 	h->notify_fd = -1;
@@ -306,4 +472,101 @@ int harness_count_fds(pid_t pid)
 			n++;
 	closedir(d);
 	return n;
+}
+
+int harness_settled_fds(const struct harness *h)
+{
+	int last = -1, same = 0;
+
+	for (int i = 0; i < 500 && same < 3; i++) {
+		int n = harness_count_fds(h->pid);
+		same = n == last ? same + 1 : 0;
+		last = n;
+		usleep(20000);
+	}
+	return last;
+}
+
+int harness_wait_fds(const struct harness *h, int want, int timeout_ms)
+{
+	int64_t end = now_ms() + timeout_ms;
+	int n;
+
+	while ((n = harness_count_fds(h->pid)) != want && now_ms() < end)
+		usleep(10000);
+	return n;
+}
+
+static long status_field_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	size_t flen = strlen(field);
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, field, flen) == 0 && line[flen] == ':') {
+			v = strtol(line + flen + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+long harness_rss_kb(pid_t pid)
+{
+	return status_field_kb(pid, "VmRSS");
+}
+
+long harness_hwm_kb(pid_t pid)
+{
+	return status_field_kb(pid, "VmHWM");
+}
+
+long harness_cpu_ticks(pid_t pid)
+{
+	char path[64], buf[2048], *p;
+	unsigned long ut, st;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* fields after the command name, which ends at the last ')': state is field 3, utime 14 */
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (long)(ut + st);
+}
+
+int harness_log_contains(const struct harness *h, const char *text)
+{
+	FILE *f = fopen(h->log, "r");
+	char line[4096];
+	int found = 0;
+
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, text) != NULL;
+	fclose(f);
+	return found;
+}
+
+unsigned long long harness_shm_free(const struct harness *h)
+{
+	struct statvfs sv;
+
+	if (statvfs(h->shm_dir, &sv) < 0)
+		return 0;
+	return (unsigned long long)sv.f_bavail * sv.f_frsize;
 }

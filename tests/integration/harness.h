@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+struct harness_notify;
+
 struct harness {
 	pid_t pid;
 	char dir[256];        /* temp dir holding config, socket, state, checkpoints */
@@ -15,8 +17,21 @@ struct harness {
 	char conf[320];
 	char notify[320];
 	int notify_fd;
+	struct harness_notify *nq; /* a thread reads notify_fd all the time: a daemon never blocks
+				    * on a full notify socket, and no message is missed */
 	char log[320];        /* the daemon's stderr */
+	char shm_dir[128];    /* where the daemon's segments show: /dev/shm, or its private tmpfs */
+	int exit_status;      /* wait status of the last daemon that exited on its own (-1: none) */
 };
+
+/* How to start the daemon; zero fields mean the defaults. */
+struct harness_opts {
+	unsigned long nofile;    /* RLIMIT_NOFILE (soft and hard) of the daemon; 0: inherited */
+	const char *shm_size;    /* a private tmpfs of this size ("64m") on the daemon's /dev/shm, in
+				  * its own mount namespace; NULL: the shared /dev/shm */
+};
+
+#define HARNESS_UNSUPPORTED (-2)
 
 /* Make the temp dir and pick names. Returns 0 or -1. */
 int harness_init(struct harness *h);
@@ -28,7 +43,15 @@ int harness_write_config(struct harness *h, const char *extra_daemon, const char
 /* Start weightd --foreground and wait (up to 30 s) for READY=1. 0, or -1 (log printed). */
 int harness_start(struct harness *h);
 
-/* Wait for a notify message starting with `what` ("READY=1", "RELOADING=1", "STOPPING=1"). */
+/* The same with options. HARNESS_UNSUPPORTED when this machine cannot give what opts ask for
+ * (e.g. no permission for a mount namespace): the test should then be skipped. */
+int harness_start_opts(struct harness *h, const struct harness_opts *opts);
+
+/* harness_start with the daemon's RLIMIT_NOFILE (soft and hard) set to `nofile`. */
+int harness_start_with_nofile(struct harness *h, unsigned long nofile);
+
+/* Wait for a notify message starting with `what` ("READY=1", "RELOADING=1", "STOPPING=1").
+ * Messages are taken in arrival order; those before the match are consumed with it. */
 int harness_wait_notify(struct harness *h, const char *what, int timeout_ms);
 
 /* SIGTERM and wait. Returns the exit status (or -1). */
@@ -62,5 +85,25 @@ void harness_dump_log(const struct harness *h);
 
 /* Count open fds of a process (/proc/PID/fd). */
 int harness_count_fds(pid_t pid);
+
+/* The daemon's fd count once it stops moving (the same over several reads 20 ms apart; the
+ * daemon opens short-lived fds of its own, e.g. for sd_notify). */
+int harness_settled_fds(const struct harness *h);
+
+/* Wait (up to timeout_ms) until the daemon has exactly `want` fds open. Returns the last count. */
+int harness_wait_fds(const struct harness *h, int want, int timeout_ms);
+
+/* VmRSS and VmHWM of a process in KiB (/proc/PID/status); -1 when unreadable. */
+long harness_rss_kb(pid_t pid);
+long harness_hwm_kb(pid_t pid);
+
+/* utime + stime of a process in clock ticks (/proc/PID/stat); -1 when unreadable. */
+long harness_cpu_ticks(pid_t pid);
+
+/* Does the daemon's log contain `text`? */
+int harness_log_contains(const struct harness *h, const char *text);
+
+/* Bytes free in the daemon's /dev/shm (its private one when it has one). */
+unsigned long long harness_shm_free(const struct harness *h);
 
 #endif

@@ -195,6 +195,30 @@ static void test_version_mismatch_refused(void **state)
 	fake_stop(f);
 }
 
+static void h_silent(struct fake *f, const Weightd__Request *req)
+{
+	(void)f;
+	(void)req;
+}
+
+static void test_connect_gives_up_on_a_silent_peer(void **state)
+{
+	struct fake *f = fake_start(h_silent, NULL);
+	weightd_client *c = NULL;
+	weightd_error err;
+	int wfds, before;
+
+	f->hello_too = true;   /* the handler gets Hello and never answers */
+	before = fake_count_fds(&wfds);
+	setenv("WEIGHTD_HELLO_TIMEOUT_MS", "200", 1);
+	assert_int_equal(weightd_connect(f->path, "t", &c, &err), -WEIGHTD_E_DISCONNECTED);
+	unsetenv("WEIGHTD_HELLO_TIMEOUT_MS");
+	assert_null(c);
+	assert_non_null(strstr(err.message, "did not answer hello within 200 ms"));
+	fake_stop(f);
+	assert_int_equal(fake_count_fds(&wfds), before - 1);   /* the fake's listener is gone */
+}
+
 static void test_connect_nothing_listening(void **state)
 {
 	weightd_client *c = NULL;
@@ -676,6 +700,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hello_and_server_info),
 		cmocka_unit_test(test_version_mismatch_refused),
+		cmocka_unit_test(test_connect_gives_up_on_a_silent_peer),
 		cmocka_unit_test(test_connect_nothing_listening),
 		cmocka_unit_test(test_replies_matched_out_of_order),
 		cmocka_unit_test(test_fd_owned_and_released),

@@ -115,7 +115,7 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 
 		for (oi = 0; u->entries[oi] != owner; oi++)
 			;
-		if (owner->check_slot)
+		if (owner->check_slot && ndim)
 			memcpy(shape, owner->shape, ndim * sizeof(uint64_t));
 		n = dsize(dtype);
 		for (size_t k = 0; k < ndim; k++)

@@ -16,7 +16,7 @@
  *     weightd_unit_slot(u, "q", "BF16", qshape, 2, &layer->q_data, &err);
  *     weightd_unit_set_tensor(u, "q", "llama", "layers.0.attn.q.weight", NULL, &err);
  *     ...                                   (declare every slot, give each a source or an alias)
- *     weightd_unit_submit(u, &err);         (one request; the daemon works while you do other things)
+ *     weightd_unit_submit(u, &err);         (one request; returns while weightd works)
  *     if (weightd_unit_validate(u, &err) < 0) { ... nothing is held, nothing was published ... }
  *     weightd_unit_bind(u);                 (stores every pointer; cannot fail)
  *     ... run ...
@@ -168,9 +168,10 @@ typedef struct weightd_client weightd_client;
 /*
  * Connect to weightd and say hello. socket_path NULL means $WEIGHTD_SOCKET, or
  * WEIGHTD_DEFAULT_SOCKET when that is unset or empty. client_name (may be NULL) shows up in the
- * daemon's logs and status. Fails with WEIGHTD_E_DISCONNECTED when nothing listens there,
- * WEIGHTD_E_PERMISSION_DENIED when the socket's mode refuses us, WEIGHTD_E_UNSUPPORTED when the
- * daemon speaks another protocol version. On success *ret is a new client: free it with
+ * daemon's logs and status. Fails with WEIGHTD_E_DISCONNECTED when nothing listens there (or
+ * the peer does not answer hello within 30 s; $WEIGHTD_HELLO_TIMEOUT_MS changes that),
+ * WEIGHTD_E_PERMISSION_DENIED when the socket's mode refuses us, WEIGHTD_E_UNSUPPORTED when
+ * the daemon speaks another protocol version. On success *ret is a new client: free it with
  * weightd_close.
  */
 WEIGHTD_API int weightd_connect(const char *socket_path, const char *client_name,

@@ -1,0 +1,233 @@
+/* preload.c - the daemon's own holds on the weights of `preload = yes` checkpoints. Main thread. */
+#include "preload.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "catalog.h"
+#include "daemon.h"
+#include "log.h"
+#include "recipe.h"
+
+struct preload_set;
+
+struct pin {
+	struct preload_set *set;
+	struct weight *w;            /* one reference held while the set is live */
+};
+
+/* The holds for one generation of one checkpoint. */
+struct preload_set {
+	struct daemon *d;
+	struct csource *cs;          /* reference held */
+	struct pin *pins;            /* one per tensor, in file order */
+	size_t n;
+	size_t pending;              /* jobs whose callback has not run yet */
+	size_t failed;
+	bool released;               /* holds given back; freed once pending reaches 0 */
+	struct preload_set *next;
+};
+
+static void set_free(struct preload_set *ps)
+{
+	csource_unref(ps->cs);
+	free(ps->pins);
+	free(ps);
+}
+
+static void unlink_set(struct daemon *d, struct preload_set *ps)
+{
+	for (struct preload_set **pp = &d->preloads; *pp; pp = &(*pp)->next)
+		if (*pp == ps) {
+			*pp = ps->next;
+			return;
+		}
+}
+
+static void set_done_logging(struct preload_set *ps)
+{
+	size_t held = 0;
+
+	for (size_t i = 0; i < ps->n; i++)
+		held += ps->pins[i].w != NULL;
+	if (ps->failed)
+		log_warn("checkpoint %s: preloaded %zu of %zu tensors; %zu could not be "
+			 "materialized (see above)", ps->cs->name, held, ps->n, ps->failed);
+	else
+		log_notice("checkpoint %s: preloaded all %zu tensors (generation %llu)",
+			   ps->cs->name, ps->n, (unsigned long long)ps->cs->generation);
+}
+
+/* One answer less to wait for; the last one logs the outcome, or frees a released set. */
+static void set_settle(struct preload_set *ps)
+{
+	if (--ps->pending)
+		return;
+	if (ps->released) {
+		unlink_set(ps->d, ps);
+		set_free(ps);
+		return;
+	}
+	set_done_logging(ps);
+}
+
+static void on_ready(struct weight *w, const struct wd_error *err, uint64_t bytes_read, void *arg)
+{
+	struct pin *p = arg;
+	struct preload_set *ps = p->set;
+
+	if (!w) {
+		ps->failed++;
+		log_warn("checkpoint %s: preloading failed: %s", ps->cs->name, err->msg);
+	} else if (ps->released) {
+		cache_drop(ps->d->cache, w);
+	} else {
+		p->w = w;
+	}
+	set_settle(ps);
+}
+
+/* The resolver of a preload: exactly this generation of the checkpoint, nothing else. */
+static int lookup_self(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
+		       struct wd_error *err)
+{
+	struct csource *cs = ctx;
+
+	if (strcmp(checkpoint, cs->name) != 0)
+		return wd_error_set(err, WD_E_UNKNOWN_SOURCE, "no checkpoint named \"%s\"", checkpoint);
+	*ret_src = cs->src;
+	return 0;
+}
+
+/* Ask for every tensor of cs; the callbacks fill the pins. */
+static void set_start(struct daemon *d, struct csource *cs)
+{
+	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+	struct wd_resolver res = { cs, lookup_self };
+	struct preload_set *ps = calloc(1, sizeof(*ps));
+	size_t n = wd_source_tensor_count(cs->src);
+
+	if (ps)
+		ps->pins = calloc(n ? n : 1, sizeof(*ps->pins));
+	if (!ps || !ps->pins) {
+		free(ps);
+		log_err("checkpoint %s: out of memory starting its preload", cs->name);
+		return;
+	}
+	ps->d = d;
+	ps->cs = cs;
+	csource_ref(cs);
+	ps->n = n;
+	ps->next = d->preloads;
+	d->preloads = ps;
+	ps->pending = 1; /* held by this function until every tensor is asked for */
+	log_info("checkpoint %s: preloading %zu tensors, %llu bytes", cs->name, n,
+		 (unsigned long long)wd_source_bytes(cs->src));
+	for (size_t i = 0; i < n; i++) {
+		const struct wd_tensor_info *t = wd_source_tensor(cs->src, i);
+		struct wd_rnode node;
+		struct wd_recipe rec = { &node, 1 };
+		struct wd_plan *plan = NULL;
+		struct weight *w = NULL;
+		struct wd_error err;
+		int r;
+
+		memset(&node, 0, sizeof(node));
+		node.op = WD_OP_SOURCE;
+		node.checkpoint = cs->name;
+		node.tensor = t->name;
+		node.sel.kind = WD_SEL_FULL;
+		wd_error_clear(&err);
+		ps->pins[i].set = ps;
+		r = wd_recipe_preflight(&rec, &res, &lim, &plan, &err);
+		if (r == 0)
+			r = cache_request(d->cache, plan, &cs, 1, on_ready, &ps->pins[i], &w, &err);
+		if (r == 1) {
+			ps->pins[i].w = w;
+		} else if (r == 0) {
+			ps->pending++;
+		} else {
+			ps->failed++;
+			log_warn("checkpoint %s: cannot preload %s: %s", cs->name, t->name, err.msg);
+		}
+	}
+	set_settle(ps);
+}
+
+/* Give the holds back; the weights become ordinary ones (or go, if their generation is gone). */
+static void set_release(struct preload_set *ps)
+{
+	ps->released = true;
+	for (size_t i = 0; i < ps->n; i++)
+		if (ps->pins[i].w) {
+			struct weight *w = ps->pins[i].w;
+			ps->pins[i].w = NULL;
+			cache_drop(ps->d->cache, w);
+		}
+	log_info("checkpoint %s: generation %llu no longer preloaded", ps->cs->name,
+		 (unsigned long long)ps->cs->generation);
+	if (ps->pending == 0) {
+		unlink_set(ps->d, ps);
+		set_free(ps);
+	}
+}
+
+void preload_sync(struct daemon *d)
+{
+	struct preload_set *ps, *next;
+
+	for (ps = d->preloads; ps; ps = next) {
+		struct csource *cur = catalog_find(d->catalog, ps->cs->name);
+
+		next = ps->next;
+		if (ps->released)
+			continue;
+		if (cur != ps->cs || cur->state != CSOURCE_READY || !cur->conf->preload)
+			set_release(ps);
+	}
+	for (size_t i = 0; i < catalog_count(d->catalog); i++) {
+		struct csource *cs = catalog_at(d->catalog, i);
+		bool have = false;
+
+		if (cs->state != CSOURCE_READY || !cs->conf->preload)
+			continue;
+		for (ps = d->preloads; ps && !have; ps = ps->next)
+			have = !ps->released && ps->cs == cs;
+		if (!have)
+			set_start(d, cs);
+	}
+}
+
+size_t preload_held(const struct daemon *d)
+{
+	size_t n = 0;
+
+	for (const struct preload_set *ps = d->preloads; ps; ps = ps->next)
+		for (size_t i = 0; i < ps->n; i++)
+			n += ps->pins[i].w != NULL;
+	return n;
+}
+
+size_t preload_pending(const struct daemon *d)
+{
+	size_t n = 0;
+
+	for (const struct preload_set *ps = d->preloads; ps; ps = ps->next)
+		n += ps->pending;
+	return n;
+}
+
+void preload_free(struct daemon *d)
+{
+	struct preload_set *ps;
+
+	while ((ps = d->preloads)) {
+		d->preloads = ps->next;
+		for (size_t i = 0; i < ps->n; i++)
+			if (ps->pins[i].w)
+				cache_drop(d->cache, ps->pins[i].w);
+		set_free(ps);
+	}
+}

@@ -1,0 +1,259 @@
+/* itest.h - helpers the lifecycle and fault tests share (header-only: static functions). Each
+ * test runs its own daemon through harness.h and talks to it with the real libweightd. */
+#ifndef WD_ITEST_H
+#define WD_ITEST_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "weightd/client.h"
+
+#define MiB (1024ull * 1024ull)
+
+static inline int64_t it_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Byte i of the k-th tensor written with the "bytes" pattern and seed S is
+ * (i * 131 + (S + k) * 7 + 13) & 0xff (wd-mkfixture's documented rule, computed here anew). */
+static inline uint8_t it_pattern_byte(uint64_t i, unsigned seed)
+{
+	return (uint8_t)((i * 131u + seed * 7u + 13u) & 0xffu);
+}
+
+/* Offset of the first byte that differs from the pattern, or -1 when all match. */
+static inline int64_t it_pattern_mismatch(const uint8_t *p, uint64_t n, unsigned seed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (p[i] != it_pattern_byte(i, seed))
+			return (int64_t)i;
+	return -1;
+}
+
+/* Start with defaults or fail the test (and print the log). */
+static inline void it_start(struct harness *h, const char *extra_daemon, const char *sections)
+{
+	if (harness_write_config(h, extra_daemon, sections) < 0)
+		fail_msg("cannot write the config in %s", h->dir);
+	if (harness_start(h) < 0)
+		fail_msg("weightd did not start");
+}
+
+static inline weightd_client *it_connect(const struct harness *h)
+{
+	weightd_client *c = NULL;
+	weightd_error err;
+
+	if (weightd_connect(h->sock, "test", &c, &err) < 0)
+		fail_msg("connect: %s", err.message);
+	return c;
+}
+
+static inline weightd_status *it_status(weightd_client *c)
+{
+	weightd_status *st = NULL;
+	weightd_error err;
+
+	if (weightd_status_get(c, &st, &err) < 0)
+		fail_msg("status: %s", err.message);
+	return st;
+}
+
+/* A fresh connection's view of the daemon. */
+static inline weightd_status *it_status_of(const struct harness *h)
+{
+	weightd_client *c = it_connect(h);
+	weightd_status *st = it_status(c);
+
+	weightd_close(c);
+	return st;
+}
+
+/* Materialize one full tensor; 0 with *ret, or the error. */
+static inline int it_get(weightd_client *c, const char *ckpt, const char *tensor, weightd_weight **ret,
+		  weightd_error *err)
+{
+	weightd_inflight *f = NULL;
+	int r = weightd_materialize(c, ckpt, tensor, NULL, &f, err);
+
+	if (r < 0)
+		return r;
+	return weightd_finish(f, ret, err);
+}
+
+static inline weightd_weight *it_get_ok(weightd_client *c, const char *ckpt, const char *tensor)
+{
+	weightd_weight *w = NULL;
+	weightd_error err;
+
+	if (it_get(c, ckpt, tensor, &w, &err) < 0)
+		fail_msg("materialize %s:%s: %s", ckpt, tensor, err.message);
+	return w;
+}
+
+static inline const uint8_t *it_map(weightd_weight *w)
+{
+	const void *p = NULL;
+	weightd_error err;
+
+	if (weightd_weight_map(w, &p, &err) < 0)
+		fail_msg("map: %s", err.message);
+	return p;
+}
+
+/* The status entry of the weight made from ckpt:tensor (label "ckpt:tensor"), or NULL. */
+static inline const weightd_weight_status *it_weight(const weightd_status *st, const char *ckpt,
+					      const char *tensor)
+{
+	char label[512];
+
+	snprintf(label, sizeof(label), "%s:%s", ckpt, tensor);
+	for (size_t i = 0; i < st->n_weights; i++)
+		if (strcmp(st->weight_list[i].label, label) == 0)
+			return &st->weight_list[i];
+	return NULL;
+}
+
+static inline const weightd_source_info *it_source(const weightd_status *st, const char *name)
+{
+	for (size_t i = 0; i < st->n_sources; i++)
+		if (strcmp(st->sources[i].name, name) == 0)
+			return &st->sources[i];
+	return NULL;
+}
+
+/*
+ * Wait (up to timeout_ms) until the daemon is quiet: nothing in flight, `refs` references, and no
+ * client but the one asking. Returns that status (free it), or the last one seen.
+ */
+static inline weightd_status *it_wait_quiet(const struct harness *h, uint64_t refs, int timeout_ms)
+{
+	int64_t end = it_now_ms() + timeout_ms;
+	weightd_client *c = it_connect(h);
+	weightd_status *st = NULL;
+
+	for (;;) {
+		st = it_status(c);
+		if ((st->materializations_in_flight == 0 && st->references == refs &&
+		     st->clients == 1) || it_now_ms() > end)
+			break;
+		weightd_status_free(st);
+		usleep(10000);
+	}
+	weightd_close(c);
+	return st;
+}
+
+/* The daemon's fds with no client connected, less one per cached weight: what the leak check
+ * compares against. Take it when the daemon is quiet. */
+static inline int it_fd_base(const struct harness *h)
+{
+	weightd_status *st = it_wait_quiet(h, 0, 10000);
+	uint64_t weights = st->weights;
+	int fds;
+
+	weightd_status_free(st);
+	fds = harness_settled_fds(h);
+	return fds - (int)weights;
+}
+
+/*
+ * The leak check every test ends with: nothing in flight, `refs` references left (0 unless the
+ * daemon holds preloads), one segment under the prefix per cached weight and none besides, and
+ * the daemon's fds back to the base plus one per cached weight.
+ */
+static inline void it_leak_check(const struct harness *h, int fd_base, uint64_t refs)
+{
+	weightd_status *st = it_wait_quiet(h, refs, 10000);
+	uint64_t weights = st->weights;
+	int fds;
+
+	assert_int_equal(st->materializations_in_flight, 0);
+	assert_int_equal(st->references, refs);
+	assert_int_equal(st->clients, 1);
+	assert_int_equal(harness_segments(h), (int)weights);
+	for (size_t i = 0; i < st->n_weights; i++)
+		assert_true(st->weight_list[i].refs == 0 || refs > 0);
+	weightd_status_free(st);
+	fds = harness_wait_fds(h, fd_base + (int)weights, 10000);
+	if (fds != fd_base + (int)weights)
+		fail_msg("the daemon has %d fds open; expected %d (base %d + %llu weights)", fds,
+			 fd_base + (int)weights, fd_base, (unsigned long long)weights);
+}
+
+/* Run wd-mkfixture with printf-style arguments, or fail. */
+static inline void it_fixture(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void it_fixture(const char *fmt, ...)
+{
+	char args[8192];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	if (harness_mkfixture(args) < 0)
+		fail_msg("wd-mkfixture %s failed", args);
+}
+
+/* A raw connection to the daemon's socket (no hello): for clients that misbehave. */
+static inline int it_raw_connect(const struct harness *h)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", h->sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * One status request as a frame, encoded by hand from the wire format (independent of the
+ * library): header = uint32 LE payload length, uint32 LE fd count; payload = protobuf Request
+ * {id (field 1, varint), status (field 17, empty message)}.
+ */
+static inline size_t it_status_frame(uint8_t *out, uint8_t id)
+{
+	const uint8_t payload[] = { 0x08, id, 0x8a, 0x01, 0x00 };
+
+	memset(out, 0, 8);
+	out[0] = sizeof(payload);
+	memcpy(out + 8, payload, sizeof(payload));
+	return 8 + sizeof(payload);
+}
+
+/* Wait for a child and require exit status 0. */
+static inline void it_wait_child_ok(pid_t pid)
+{
+	int status;
+
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("child %d ended with status 0x%x", (int)pid, status);
+}
+
+#endif
