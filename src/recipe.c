@@ -434,6 +434,20 @@ static bool sel_whole_blocks(const struct nsel *s, enum wd_dtype t, int in_ndim)
 	}
 }
 
+/* What a selection of recipe node `node` applies to, for error sentences: "tensor
+ * 'ckpt:name'" for a source node, "its input" otherwise. Returns buf. */
+static const char *sel_input(const struct build *b, uint32_t node, char *buf, size_t cap)
+{
+	const struct wd_rnode *n = node < b->r->n_nodes ? &b->r->nodes[node] : NULL;
+
+	if (n && n->op == WD_OP_SOURCE && n->tensor)
+		snprintf(buf, cap, "tensor '%s:%s'", n->checkpoint ? n->checkpoint : "",
+			 n->tensor);
+	else
+		snprintf(buf, cap, "its input");
+	return buf;
+}
+
 /*
  * Validate selection `s` of recipe node `node` against an input of dtype t and shape
  * (ndim, shape); fill *ret. SHARD becomes RANGE; a selection of everything becomes FULL.
@@ -444,6 +458,7 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 	uint32_t be = block_elems(t);
 	uint64_t dim = 0, total = 0, n = 0;
 	char *txt = b->seltxt[node];
+	char what[WD_MAX_NAME + 160];
 	int k;
 
 	memset(ret, 0, sizeof(*ret));
@@ -527,8 +542,10 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 					    i, s->indices[i], k, dim);
 		if (be > 1 && k == ndim - 1)
 			return nerr(b, node, WD_E_UNSUPPORTED, k, be, 1,
-				    "%s stores blocks of %" PRIu32 " elements along the innermost axis; "
-				    "single indices on it would split blocks", wd_dtype_name(t), be);
+				    "%s is %s, stored in blocks of %" PRIu32 " elements along its "
+				    "innermost axis (axis %d); single indices on axis %d would split "
+				    "blocks", sel_input(b, node, what, sizeof(what)), wd_dtype_name(t), be,
+				    k, k);
 		ret->kind = WD_SEL_INDICES;
 		ret->idx = s->indices;
 		ret->n_idx = s->n_indices;
@@ -571,10 +588,24 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 	}
 	if (ret->kind == WD_SEL_RANGE)
 		ret->shape[k] = ret->end - ret->start;
-	if (!sel_whole_blocks(ret, t, ndim))
-		return nerr(b, node, WD_E_UNSUPPORTED, ret->kind == WD_SEL_ELEMENTS ? -1 : k, be, 0,
-			    "%s stores blocks of %" PRIu32 " elements along the innermost axis and the "
-			    "selection does not cover whole blocks", wd_dtype_name(t), be);
+	if (!sel_whole_blocks(ret, t, ndim)) {
+		if (ret->kind == WD_SEL_ELEMENTS)
+			return nerr(b, node, WD_E_UNSUPPORTED, ndim - 1, be, 0,
+				    "%s is %s, stored in blocks of %" PRIu32 " elements along its "
+				    "innermost axis (axis %d); elements %" PRIu64 ":%" PRIu64 " as shape "
+				    "with innermost size %" PRIu64 " do not cover whole blocks (start, end "
+				    "and that size must be multiples of %" PRIu32 ")",
+				    sel_input(b, node, what, sizeof(what)), wd_dtype_name(t), be,
+				    ndim - 1, ret->start, ret->end,
+				    ret->ndim > 0 ? ret->shape[ret->ndim - 1] : 1, be);
+		return nerr(b, node, WD_E_UNSUPPORTED, k, be, i64(ret->start % be ? ret->start
+									    : ret->end),
+			    "%s is %s, stored in blocks of %" PRIu32 " elements along its innermost "
+			    "axis (axis %d); the range %" PRIu64 ":%" PRIu64 " on axis %d does not "
+			    "cover whole blocks (start and end must be multiples of %" PRIu32 ")",
+			    sel_input(b, node, what, sizeof(what)), wd_dtype_name(t), be, k,
+			    ret->start, ret->end, k, be);
+	}
 	/* The label text, before normalising a whole-axis range away. */
 	if (ret->kind == WD_SEL_RANGE || ret->kind == WD_SEL_INDICES) {
 		size_t off = (size_t)snprintf(txt, 96, "[");
