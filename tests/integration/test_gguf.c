@@ -142,6 +142,24 @@ static void write_file(struct file *f, void (*meta)(struct gw *g, struct file *f
 	gw_free(&g);
 }
 
+/*
+ * A long multi-line value, as chat templates are: 12 lines of 30 bytes and an "é" (2 bytes in
+ * UTF-8) at bytes 96-97. Shown with each newline as the two characters \n, the é straddles the
+ * 100th byte, where the table cuts values: it must not be split.
+ */
+static const char *chat_template(void)
+{
+	static char t[400];
+
+	if (!t[0]) {
+		for (int i = 0; i < 12; i++)
+			snprintf(t + 30 * i, sizeof(t) - 30 * (size_t)i,
+				 "{%% for m in messages %%}%02d....\n", i);
+		memcpy(t + 96, "\xc3\xa9", 2);
+	}
+	return t;
+}
+
 static void model_meta(struct gw *g, struct file *f)
 {
 	char tok[32];
@@ -179,7 +197,8 @@ static void model_meta(struct gw *g, struct file *f)
 	gw_u64(g, (uint64_t)-5);
 	gw_key(g, "test.f64", GW_F64);
 	gw_f64(g, 0.25);
-	f->n_meta = 14;
+	gw_kv_str(g, "tokenizer.chat_template", chat_template());
+	f->n_meta = 15;
 }
 
 static void legacy_meta(struct gw *g, struct file *f)
@@ -944,12 +963,24 @@ static void weightctl_describe_summarises_gguf(void **state)
 	    !has_line_with(out, "model name", "tiny-gguf", NULL) ||
 	    !has_line_with(out, "tokenizer", "gpt2", NULL) ||
 	    !has_line_with(out, "tensors", "11", NULL) ||
-	    !has_line_with(out, "metadata keys", "14", NULL) ||
+	    !has_line_with(out, "metadata keys", "15", NULL) ||
 	    !has_line_with(out, "context length", "2048", NULL) ||
 	    !has_line_with(out, "block count", "2", NULL) ||
 	    !has_line_with(out, "vocabulary", "40", NULL) ||
 	    !has_line_with(out, "tokenizer.ggml.tokens", "[40 x string]", NULL))
 		fail_msg("summary missing from:\n%s", out);
+	/* a long multi-line value stays on its line, cut and escaped (whole in --json) */
+	{
+		const char *l = strstr(out, "tokenizer.chat_template"), *end;
+
+		assert_non_null(l);
+		end = strchr(l, '\n');
+		assert_non_null(end);
+		assert_true(end - l < 180);
+		assert_non_null(strstr(l, "{% for m in messages %}00....\\n{% for m"));
+		assert_true(end[-3] == '.' && end[-2] == '.' && end[-1] == '.');
+		assert_true((end[-4] & 0xc0) != 0xc0); /* no lead byte left without its tail */
+	}
 	for (size_t i = 0; i < model.n; i++) {
 		const struct tensor *t = &model.t[i];
 		char shape[64], block[64], bytes[32];
@@ -990,7 +1021,7 @@ static void weightctl_describe_summarises_gguf(void **state)
 		assert_string_equal(jstr(sum, "name"), "tiny-gguf");
 		assert_string_equal(jstr(sum, "tokenizer"), "gpt2");
 		assert_int_equal(jint(sum, "tensors"), 11);
-		assert_int_equal(jint(sum, "metadata_keys"), 14);
+		assert_int_equal(jint(sum, "metadata_keys"), 15);
 		assert_int_equal(jint(sum, "context_length"), 2048);
 		assert_int_equal(jint(sum, "block_count"), 2);
 		assert_int_equal(jint(sum, "embedding_length"), 64);
@@ -1019,6 +1050,12 @@ static void weightctl_describe_summarises_gguf(void **state)
 			assert_int_equal(jint(x, "block_bytes"), t->bb);
 		}
 		assert_int_equal(json_array_size(json_object_get(j, "metadata")), model.n_meta);
+		for (size_t i = 0; i < model.n_meta; i++) {
+			json_t *m = json_array_get(json_object_get(j, "metadata"), i);
+
+			if (strcmp(jstr(m, "key"), "tokenizer.chat_template") == 0)
+				assert_string_equal(jstr(m, "value"), chat_template());
+		}
 		json_decref(j);
 	}
 
