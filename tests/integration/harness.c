@@ -265,7 +265,7 @@ static int private_shm(const char *size)
 
 int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 {
-	pid_t pid;
+	pid_t pid, parent = getpid();
 
 	/* a stale READY=1 of an earlier daemon must not count for this one */
 	harness_forget_notify(h);
@@ -276,6 +276,11 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 		return -1;
 	if (pid == 0) {
 		int fd = open(h->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		/* A test that dies (watchdog, crash) takes its daemon along: a daemon left behind
+		 * would keep the test's stdout open and make ctest wait for its timeout. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+			_exit(127);
 		if (fd >= 0) {
 			dup2(fd, STDERR_FILENO);
 			close(fd);

@@ -342,7 +342,8 @@ static struct counters counters_now(weightd_client *c)
 	return k;
 }
 
-/* Wait (bounded) until the daemon holds `refs` references, after client processes ended. */
+/* Wait (bounded) until the daemon counts `refs` references and `clients` clients: clients that
+ * ended are noticed asynchronously. */
 static struct counters settle(weightd_client *c, uint64_t refs, uint64_t clients)
 {
 	struct counters k = counters_now(c);
@@ -453,7 +454,7 @@ static void same_recipe_one_segment_read_once(void **state)
 	cast_shard_json(json, sizeof(json), 1);
 	harness_path(&H, "a.bin", path, sizeof(path));
 
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	kid_start(&a, json, path, &ga);
 	assert_true(ga.ok);
 	k1 = counters_now(c);
@@ -519,7 +520,7 @@ static void four_ranks_concatenate_to_the_full_cast(void **state)
 	uint32_t *want;
 
 	(void)state;
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	cat = malloc((size_t)EMB_ROWS * EMB_COLS * 4);
 	assert_non_null(cat);
 	for (uint32_t r = 0; r < 4; r++) {
@@ -810,7 +811,7 @@ static void preflight_errors_name_the_node(void **state)
 	char file[400];
 
 	(void)state;
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	harness_path(&H, "bad.json", file, sizeof(file));
 	for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
 		const struct bad_case *bc = &bad_cases[i];
@@ -894,7 +895,7 @@ static void preflight_reads_no_payload(void **state)
 			   "\"inputs\":[" SRC("q") "," SRC("k") "," SRC("v") "]}}}";
 
 	(void)state;
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	assert_int_equal(weightd_unit_from_json(c, json, strlen(json), &u, &err), 0);
 	assert_int_equal(weightd_unit_preflight(u, &f, &err), 0);
 	if (weightd_preflight_finish(f, &p, &err) < 0)
@@ -960,7 +961,7 @@ static void aliases_share_their_owner(void **state)
 	struct stat a, b, h2, w;
 
 	(void)state;
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	assert_int_equal(weightd_unit_from_json(c, json, strlen(json), &u, &err), 0);
 
 	/* preflight says who is whose alias */
@@ -1082,7 +1083,7 @@ static void bad_aliases_and_names_are_refused(void **state)
 	int fds0 = count_self_fds();
 
 	(void)state;
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	/* the library refuses a second slot of the same name at once */
 	assert_int_equal(weightd_unit_new(c, &u, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "x", NULL, NULL, 0, NULL, &err), 0);
@@ -1212,7 +1213,7 @@ static void bad_unit_publishes_nothing(void **state)
 		weightd_error err;
 		int fds0, r;
 
-		k0 = counters_now(c);
+		k0 = settle(c, 0, 1); /* only this client, holding nothing */
 		fds0 = count_self_fds();
 		assert_int_equal(weightd_unit_from_json(c, units[i], strlen(units[i]), &u, &err), 0);
 		assert_int_equal(weightd_unit_submit(u, &err), 0);
@@ -1250,7 +1251,7 @@ static void bad_unit_publishes_nothing(void **state)
 		weightd_error err;
 		int fds0 = count_self_fds(), src;
 
-		k0 = counters_now(c);
+		k0 = settle(c, 0, 1); /* only this client, holding nothing */
 		assert_int_equal(weightd_recipe_new(&r, &err), 0);
 		src = weightd_recipe_source(r, "rt", "w", NULL, &err);
 		assert_int_equal(src, 0);
@@ -1332,7 +1333,7 @@ static void unit_failing_midway_holds_nothing(void **state)
 	later[1] = later[0];
 	assert_int_equal(utimensat(AT_FDCWD, fragile, later, 0), 0);
 
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	fds0 = count_self_fds();
 	assert_int_equal(weightd_unit_from_json(c, json, strlen(json), &u, &err), 0);
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
