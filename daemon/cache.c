@@ -37,8 +37,14 @@ struct job {
 	uint64_t ns;
 	/* who waits */
 	struct waiter *waiters;
-	struct job *key_next;
+	struct job *key_next;        /* the list of jobs in flight */
+	struct job *prev;
+	struct job *hash_next;       /* the chain of its bucket in jobs_by_key */
 };
+
+/* Jobs in flight are found by key through a fixed hash (a unit of 65,536 new weights starts
+ * that many jobs: a list scanned per request would be quadratic). */
+#define JOB_BUCKETS 4096
 
 struct waiter {
 	cache_cb cb;
@@ -55,7 +61,8 @@ struct cache {
 	uint64_t next_id;
 	size_t nbuckets;
 	struct weight **by_key, **by_id;
-	struct job *jobs;            /* in flight (few: a list is enough) */
+	struct job *jobs;            /* in flight, for walking them */
+	struct job *jobs_by_key[JOB_BUCKETS];
 	struct weight *lru_head, *lru_tail; /* head = least recently released */
 };
 
@@ -403,6 +410,43 @@ static void job_free(struct job *j)
 	free(j);
 }
 
+static struct job *find_job(const struct cache *c, const uint8_t *key)
+{
+	for (struct job *j = c->jobs_by_key[key_hash(key, JOB_BUCKETS)]; j; j = j->hash_next)
+		if (memcmp(j->key, key, 32) == 0)
+			return j;
+	return NULL;
+}
+
+static void job_link(struct cache *c, struct job *j)
+{
+	size_t h = key_hash(j->key, JOB_BUCKETS);
+
+	j->prev = NULL;
+	j->key_next = c->jobs;
+	if (c->jobs)
+		c->jobs->prev = j;
+	c->jobs = j;
+	j->hash_next = c->jobs_by_key[h];
+	c->jobs_by_key[h] = j;
+}
+
+static void job_unlink(struct cache *c, struct job *j)
+{
+	if (j->prev)
+		j->prev->key_next = j->key_next;
+	else
+		c->jobs = j->key_next;
+	if (j->key_next)
+		j->key_next->prev = j->prev;
+	for (struct job **pp = &c->jobs_by_key[key_hash(j->key, JOB_BUCKETS)]; *pp;
+	     pp = &(*pp)->hash_next)
+		if (*pp == j) {
+			*pp = j->hash_next;
+			break;
+		}
+}
+
 /* Main thread: turn a finished job into a weight and tell everyone who waited. */
 static void job_done(struct pool_task *t)
 {
@@ -411,11 +455,7 @@ static void job_done(struct pool_task *t)
 	struct weight *w = NULL;
 	struct waiter *wt, *next;
 
-	for (struct job **pp = &c->jobs; *pp; pp = &(*pp)->key_next)
-		if (*pp == j) {
-			*pp = j->key_next;
-			break;
-		}
+	job_unlink(c, j);
 	c->d->stats.in_flight--;
 	c->d->stats.bytes_read += j->bytes_read;
 	if (j->status == 0) {
@@ -498,13 +538,13 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	wt->cb = cb;
 	wt->arg = arg;
-	for (j = c->jobs; j; j = j->key_next)
-		if (memcmp(j->key, key, 32) == 0) {
-			wt->next = j->waiters;
-			j->waiters = wt;
-			wd_plan_free(plan);
-			return 0;
-		}
+	j = find_job(c, key);
+	if (j) {
+		wt->next = j->waiters;
+		j->waiters = wt;
+		wd_plan_free(plan);
+		return 0;
+	}
 	j = calloc(1, sizeof(*j));
 	if (j)
 		j->sources = calloc(n_sources ? n_sources : 1, sizeof(*j->sources));
@@ -549,11 +589,15 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	j->task.work = job_work;
 	j->task.done = job_done;
-	j->key_next = c->jobs;
-	c->jobs = j;
+	job_link(c, j);
 	c->d->stats.in_flight++;
 	pool_submit(c->d->pool, &j->task);
 	return 0;
+}
+
+struct weight *cache_find(struct cache *c, const uint8_t key[32])
+{
+	return find_key(c, key);
 }
 
 struct weight *cache_lookup(struct cache *c, const uint8_t key[32])
@@ -567,10 +611,7 @@ struct weight *cache_lookup(struct cache *c, const uint8_t key[32])
 
 bool cache_in_flight(const struct cache *c, const uint8_t key[32])
 {
-	for (const struct job *j = c->jobs; j; j = j->key_next)
-		if (memcmp(j->key, key, 32) == 0)
-			return true;
-	return false;
+	return find_job(c, key) != NULL;
 }
 
 int cache_check_room(struct cache *c, uint64_t need, const char *what, struct wd_error *err)

@@ -68,6 +68,8 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 		  size_t n_sources, cache_cb cb, void *arg, struct weight **ret_w,
 		  struct wd_error *err);
 
+/* The finished weight with this key, or NULL; no reference is taken. */
+struct weight *cache_find(struct cache *c, const uint8_t key[32]);
 /* The finished weight with this key, with a reference taken for the caller; NULL if none. */
 struct weight *cache_lookup(struct cache *c, const uint8_t key[32]);
 /* Is a job for this key running (a request for it would join, reserving nothing)? */

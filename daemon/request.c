@@ -42,6 +42,7 @@ struct unitreq {
 	uint64_t bytes_read;
 	uint64_t new_bytes;        /* counted against the client's limits while in flight */
 	uint32_t new_weights;
+	size_t *first;             /* per entry: the first entry with the same key (itself if none) */
 	struct unitreq *next;
 };
 
@@ -258,6 +259,7 @@ static void unitreq_free(struct unitreq *u)
 		free(u->outs[i].name_copy);
 	}
 	free(u->outs);
+	free(u->first);
 	free(u);
 }
 
@@ -513,12 +515,44 @@ static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
 		snprintf(out + off, cap - off, "]");
 }
 
-static bool client_holds_key(const struct session *s, const uint8_t *key)
+static bool client_holds_key(struct session *s, const uint8_t *key)
 {
-	for (size_t i = 0; i < s->n_held; i++)
-		if (memcmp(s->held[i].w->key, key, 32) == 0)
-			return true;
-	return false;
+	struct weight *w = cache_find(s->d->cache, key);
+
+	return w && session_find_held(s, w->id);
+}
+
+static int cmp_entry_key(const void *a, const void *b, void *arg)
+{
+	const struct unit_out *outs = arg;
+	size_t i = *(const size_t *)a, j = *(const size_t *)b;
+	int c = memcmp(wd_plan_key(outs[i].plan), wd_plan_key(outs[j].plan), 32);
+
+	return c ? c : (i > j) - (i < j);
+}
+
+/* u->first: for each entry the first entry with the same identity key, by sorting the entries
+ * by (key, index) once (a unit may have 65,536 entries: no pairwise comparison). */
+static int unit_find_repeats(struct unitreq *u, struct wd_error *err)
+{
+	size_t n = u->n_entries, *order = malloc(n * sizeof(size_t));
+
+	u->first = malloc(n * sizeof(size_t));
+	if (!order || !u->first) {
+		free(order);
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	qsort_r(order, n, sizeof(size_t), cmp_entry_key, u->outs);
+	for (size_t k = 0; k < n; k++)
+		u->first[order[k]] = k > 0 && memcmp(wd_plan_key(u->outs[order[k]].plan),
+						     wd_plan_key(u->outs[order[k - 1]].plan),
+						     32) == 0
+					     ? u->first[order[k - 1]]
+					     : order[k];
+	free(order);
+	return 0;
 }
 
 /*
@@ -532,12 +566,7 @@ static int unit_check_limits(struct unitreq *u, struct session *s, struct wd_err
 	uint64_t weights = 0, bytes = 0;
 
 	for (size_t i = 0; i < u->n_entries; i++) {
-		const uint8_t *key = wd_plan_key(u->outs[i].plan);
-		bool seen = client_holds_key(s, key);
-
-		for (size_t j = 0; j < i && !seen; j++)
-			seen = memcmp(wd_plan_key(u->outs[j].plan), key, 32) == 0;
-		if (seen)
+		if (u->first[i] != i || client_holds_key(s, wd_plan_key(u->outs[i].plan)))
 			continue;
 		weights++;
 		bytes += wd_plan_nbytes(u->outs[i].plan);
@@ -571,6 +600,7 @@ static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__U
 			  struct wd_error *err)
 {
 	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+	int rc;
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		const Weightd__UnitEntry *pe = pu->entries[i];
@@ -605,7 +635,8 @@ static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__U
 					    wd_dtype_name(wd_plan_dtype(o->plan)), got);
 		}
 	}
-	return unit_check_limits(u, s, err);
+	rc = unit_find_repeats(u, err);
+	return rc < 0 ? rc : unit_check_limits(u, s, err);
 }
 
 static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
@@ -670,12 +701,9 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 	}
 	for (size_t i = 0; i < u->n_entries; i++) {
 		const struct wd_plan *p = u->outs[i].plan;
-		bool counted = !p || cache_in_flight(c, wd_plan_key(p));
 
-		for (size_t j = 0; j < i && !counted; j++)
-			counted = u->outs[j].plan &&
-				  memcmp(wd_plan_key(u->outs[j].plan), wd_plan_key(p), 32) == 0;
-		if (counted)
+		/* hits are held; repeats and weights being made need no room of their own */
+		if (!p || u->first[i] != i || cache_in_flight(c, wd_plan_key(p)))
 			continue;
 		if (missing++ == 0)
 			first = i;
