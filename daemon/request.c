@@ -600,7 +600,6 @@ static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__U
 			  struct wd_error *err)
 {
 	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
-	int rc;
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		const Weightd__UnitEntry *pe = pu->entries[i];
@@ -635,8 +634,9 @@ static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__U
 					    wd_dtype_name(wd_plan_dtype(o->plan)), got);
 		}
 	}
-	rc = unit_find_repeats(u, err);
-	return rc < 0 ? rc : unit_check_limits(u, s, err);
+	if (unit_find_repeats(u, err) < 0)
+		return -WD_E_EXHAUSTED;
+	return unit_check_limits(u, s, err);
 }
 
 static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
