@@ -514,6 +514,19 @@ static void job_done(struct pool_task *t)
 	job_free(j);
 }
 
+/*
+ * A weight re-adopted after a restart knows its checkpoint only by name. The first request that
+ * matches its key (and so reads the same files) gives it the catalog entry, so that a later
+ * reload replacing that checkpoint drops it like any weight of the old generation.
+ */
+static void claim_source(struct weight *w, struct csource *cs)
+{
+	if (w->csource || !cs)
+		return;
+	w->csource = cs;
+	csource_ref(cs);
+}
+
 int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *sources,
 		  size_t n_sources, cache_cb cb, void *arg, struct weight **ret_w,
 		  struct wd_error *err)
@@ -527,6 +540,7 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 
 	if (w) {
 		cache_hold(c, w);
+		claim_source(w, n_sources ? sources[0] : NULL);
 		wd_plan_free(plan);
 		*ret_w = w;
 		return 1;
@@ -600,12 +614,14 @@ struct weight *cache_find(struct cache *c, const uint8_t key[32])
 	return find_key(c, key);
 }
 
-struct weight *cache_lookup(struct cache *c, const uint8_t key[32])
+struct weight *cache_lookup(struct cache *c, const uint8_t key[32], struct csource *cs)
 {
 	struct weight *w = find_key(c, key);
 
-	if (w)
+	if (w) {
 		cache_hold(c, w);
+		claim_source(w, cs);
+	}
 	return w;
 }
 

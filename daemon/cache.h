@@ -34,7 +34,8 @@ struct weight {
 	char *label;
 	char source[128];            /* the checkpoint it was made from (first source) */
 	uint64_t generation;
-	struct csource *csource;     /* reference held while the weight lives; NULL when adopted */
+	struct csource *csource;     /* reference held while the weight lives; NULL when adopted,
+				      * until a request for it names its checkpoint */
 	uint32_t refs;
 	uint32_t holders;            /* distinct clients holding it (maintained by sessions) */
 	bool adopted;
@@ -70,8 +71,10 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 
 /* The finished weight with this key, or NULL; no reference is taken. */
 struct weight *cache_find(struct cache *c, const uint8_t key[32]);
-/* The finished weight with this key, with a reference taken for the caller; NULL if none. */
-struct weight *cache_lookup(struct cache *c, const uint8_t key[32]);
+/* The finished weight with this key, with a reference taken for the caller; NULL if none. cs
+ * (may be NULL): the first checkpoint the caller's plan reads, given to a re-adopted weight that
+ * has none yet. */
+struct weight *cache_lookup(struct cache *c, const uint8_t key[32], struct csource *cs);
 /* Is a job for this key running (a request for it would join, reserving nothing)? */
 bool cache_in_flight(const struct cache *c, const uint8_t key[32]);
 /* Budget not held by anyone: what a reservation could get by evicting every unreferenced weight. */

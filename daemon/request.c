@@ -691,7 +691,8 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct unit_out *o = &u->outs[i];
-		struct weight *w = cache_lookup(c, wd_plan_key(o->plan));
+		struct weight *w = cache_lookup(c, wd_plan_key(o->plan),
+						o->n_sources ? o->sources[0] : NULL);
 
 		if (w) {
 			o->w = w;

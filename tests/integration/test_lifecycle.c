@@ -804,6 +804,25 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	close(to[1]);
 	fclose(out);
 	it_wait_child_ok(pid);
+
+	/* Re-adopted weights belong to their checkpoint again once asked for: a new version of the
+	 * file and a reload drop them like any weight of an old generation. */
+	{
+		char tmp[600];
+		weightd_client *c;
+		weightd_error err;
+
+		snprintf(tmp, sizeof(tmp), "%s.new", path);
+		it_fixture("safetensors %s --seed 50 --tensor w0:F32:256x64", tmp);
+		assert_int_equal(rename(tmp, path), 0);
+		c = it_connect(&H);
+		if (weightd_reload(c, &err) < 0)
+			fail_msg("reload: %s", err.message);
+		weightd_close(c);
+		st = it_wait_quiet(&H, 0, 0, 10000);
+		assert_int_equal(st->weights, 0);
+		weightd_status_free(st);
+	}
 	it_leak_check(&H, base, 0);
 }
 
