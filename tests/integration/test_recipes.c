@@ -794,39 +794,43 @@ struct bad_case {
 	int code;
 	unsigned node;          /* 0-based index of the node the error must name */
 	const char *op;
+	const char *path;       /* where that node is in the JSON */
 };
 
 static const struct bad_case bad_cases[] = {
 	{ "unknown source", "{\"op\":\"cast\",\"dtype\":\"F32\",\"input\":{\"op\":\"source\","
-	  "\"checkpoint\":\"nope\",\"tensor\":\"q\"}}", WEIGHTD_E_UNKNOWN_SOURCE, 0, "source" },
+	  "\"checkpoint\":\"nope\",\"tensor\":\"q\"}}", WEIGHTD_E_UNKNOWN_SOURCE, 0, "source",
+	  "$.input" },
 	{ "unknown tensor", "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") ","
-	  SRC("no.such") "]}", WEIGHTD_E_UNKNOWN_TENSOR, 1, "source" },
+	  SRC("no.such") "]}", WEIGHTD_E_UNKNOWN_TENSOR, 1, "source", "$.inputs[1]" },
 	{ "empty inputs", "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") ",{\"op\":\"stack\","
-	  "\"axis\":0,\"inputs\":[]}]}", WEIGHTD_E_EMPTY_INPUTS, 1, "stack" },
+	  "\"axis\":0,\"inputs\":[]}]}", WEIGHTD_E_EMPTY_INPUTS, 1, "stack", "$.inputs[1]" },
 	{ "dtype mismatch", "{\"op\":\"concat\",\"axis\":1,\"inputs\":[" SRC("q") "," SRC("emb") "]}",
-	  WEIGHTD_E_DTYPE_MISMATCH, 2, "concat" },
+	  WEIGHTD_E_DTYPE_MISMATCH, 2, "concat", "$" },
 	{ "shape mismatch", "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") ",{\"op\":"
 	  "\"transpose\",\"perm\":[1,0],\"input\":" SRC("k") "}]}", WEIGHTD_E_SHAPE_MISMATCH, 3,
-	  "concat" },
+	  "concat", "$" },
 	{ "join axis out of range", "{\"op\":\"concat\",\"axis\":2,\"inputs\":[" SRC("q") "," SRC("k")
-	  "]}", WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "concat" },
+	  "]}", WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "concat", "$" },
 	{ "negative join axis out of range", "{\"op\":\"stack\",\"axis\":-4,\"inputs\":[" SRC("k")
-	  "," SRC("v") "]}", WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "stack" },
+	  "," SRC("v") "]}", WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "stack", "$" },
 	{ "element count mismatch", "{\"op\":\"reshape\",\"shape\":[10,10],\"input\":" SRC("q") "}",
-	  WEIGHTD_E_ELEMENT_COUNT_MISMATCH, 1, "reshape" },
+	  WEIGHTD_E_ELEMENT_COUNT_MISMATCH, 1, "reshape", "$" },
 	{ "byte count mismatch", "{\"op\":\"view\",\"dtype\":\"F32\",\"shape\":[48,32],\"input\":"
-	  SRC("q") "}", WEIGHTD_E_BYTE_COUNT_MISMATCH, 1, "view" },
+	  SRC("q") "}", WEIGHTD_E_BYTE_COUNT_MISMATCH, 1, "view", "$" },
 	{ "not a permutation", "{\"op\":\"transpose\",\"perm\":[1,1],\"input\":" SRC("q") "}",
-	  WEIGHTD_E_NOT_A_PERMUTATION, 1, "transpose" },
+	  WEIGHTD_E_NOT_A_PERMUTATION, 1, "transpose", "$" },
 	{ "zero-sized output", "{\"op\":\"cast\",\"dtype\":\"F32\",\"input\":{\"op\":\"select\","
 	  "\"select\":{\"shard\":[0,63,64]},\"input\":" SRC("q") "}}", WEIGHTD_E_ZERO_SIZED, 1,
-	  "select" },
+	  "select", "$.input" },
 	{ "unsupported cast", "{\"op\":\"cast\",\"dtype\":\"Q4_0\",\"input\":" SRC("q") "}",
-	  WEIGHTD_E_UNSUPPORTED_CAST, 1, "cast" },
+	  WEIGHTD_E_UNSUPPORTED_CAST, 1, "cast", "$" },
 	{ "arithmetic overflow", "{\"op\":\"view\",\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,"
-	  "2],\"input\":" SRC("q") "}", WEIGHTD_E_OVERFLOW, 1, "view" },
-	{ "recipe too deep", NULL, WEIGHTD_E_RECIPE_TOO_DEEP, 0, "cast" },
-	{ "recipe too large", NULL, WEIGHTD_E_RECIPE_TOO_LARGE, 0, "source" },
+	  "2],\"input\":" SRC("q") "}", WEIGHTD_E_OVERFLOW, 1, "view", "$" },
+	/* node 32 of 40 nested casts is 8 levels below the outermost */
+	{ "recipe too deep", NULL, WEIGHTD_E_RECIPE_TOO_DEEP, 0, "cast",
+	  "$.input.input.input.input.input.input.input.input" },
+	{ "recipe too large", NULL, WEIGHTD_E_RECIPE_TOO_LARGE, 0, "source", "$.inputs[256]" },
 };
 
 /* 40 casts nested over one source: nodes 0 (source), 1..40 (casts); node i is i + 1 deep. */
@@ -878,7 +882,7 @@ static void preflight_errors_name_the_node(void **state)
 	harness_path(&H, "bad.json", file, sizeof(file));
 	for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
 		const struct bad_case *bc = &bad_cases[i];
-		char *json = NULL, want[64], out[8192], errtext[8192];
+		char *json = NULL, want[64], where[160], out[8192], errtext[8192];
 		unsigned node = bc->node;
 		weightd_unit *u = NULL;
 		weightd_inflight *f = NULL;
@@ -914,6 +918,9 @@ static void preflight_errors_name_the_node(void **state)
 		snprintf(want, sizeof(want), "node %u (%s)", node, bc->op);
 		if (!strstr(err.message, want))
 			fail_msg("%s: the message does not name \"%s\": %s", bc->what, want, err.message);
+		snprintf(where, sizeof(where), "(node %u is at %s in the recipe JSON)", node, bc->path);
+		if (!strstr(err.message, where))
+			fail_msg("%s: the message does not say \"%s\": %s", bc->what, where, err.message);
 		assert_string_equal(err.slot, "output");
 
 		/* weightctl */
@@ -926,9 +933,9 @@ static void preflight_errors_name_the_node(void **state)
 			if (rc != 1)
 				fail_msg("%s: weightctl preflight exited %d: %s%s", bc->what, rc, out,
 					 errtext);
-			if (!strstr(errtext, want))
-				fail_msg("%s: weightctl's stderr does not name \"%s\": %s", bc->what, want,
-					 errtext);
+			if (!strstr(errtext, want) || !strstr(errtext, where))
+				fail_msg("%s: weightctl's stderr does not say \"%s\" and \"%s\": %s",
+					 bc->what, want, where, errtext);
 			assert_string_equal(out, "");
 		}
 		free(json);
