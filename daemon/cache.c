@@ -22,6 +22,7 @@ struct job {
 	struct csource **sources;
 	size_t n_sources;
 	uint64_t nbytes;
+	uint64_t progress;           /* bytes written so far: the worker stores, status loads */
 	char name[WD_SEGMENT_NAME_MAX];
 	struct state_record rec;     /* filled on the main thread; the worker adds the digest */
 	const char *state_dir, *instance;
@@ -367,6 +368,7 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		wd_error_set(&j->err, r, "cannot start a SHA-256 digest");
 		goto fail;
 	}
+	sink.progress = &j->progress;
 	r = wd_plan_execute(j->plan, &sink, scratch, &j->bytes_read, &j->err);
 	if (r < 0) {
 		wd_sink_abort(&sink);
@@ -595,6 +597,29 @@ void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), voi
 	for (size_t i = 0; i < c->nbuckets; i++)
 		for (struct weight *w = c->by_key[i]; w; w = w->key_next)
 			fn(w, arg);
+}
+
+void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *j, void *arg),
+		       void *arg)
+{
+	for (struct job *j = c->jobs; j; j = j->key_next) {
+		struct cache_job_info info = {
+			.key = j->key,
+			.label = wd_plan_label(j->plan),
+			.nbytes = j->nbytes,
+			.done = __atomic_load_n(&j->progress, __ATOMIC_RELAXED),
+		};
+		fn(&info, arg);
+	}
+}
+
+size_t cache_job_count(const struct cache *c)
+{
+	size_t n = 0;
+
+	for (const struct job *j = c->jobs; j; j = j->key_next)
+		n++;
+	return n;
 }
 
 uint64_t cache_resident(const struct cache *c)

@@ -96,6 +96,20 @@ uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes);
 /* Walk every weight (status). */
 void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), void *arg);
 
+/* An in-flight materialization as status reports it. done: bytes its worker has written so far
+ * (read with a relaxed atomic load; 0 while the job waits for a worker). */
+struct cache_job_info {
+	const uint8_t *key;
+	const char *label;
+	uint64_t nbytes;
+	uint64_t done;
+};
+
+/* Walk every in-flight job (status); the pointers live until the main loop runs on. */
+void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *j, void *arg),
+		       void *arg);
+size_t cache_job_count(const struct cache *c);
+
 struct state_record;
 /* Take over a segment a previous run left (restart): checks its size against the record; the
  * weight starts unreferenced. 0, or a negative code when the segment cannot be used. */

@@ -914,6 +914,29 @@ static void status_weight(struct weight *w, void *arg)
 	sw->n++;
 }
 
+struct job_walk {
+	Weightd__JobStatus *js;
+	Weightd__JobStatus **jp;
+	size_t n, cap;
+};
+
+static void status_job(const struct cache_job_info *j, void *arg)
+{
+	struct job_walk *jw = arg;
+	Weightd__JobStatus *x;
+
+	if (jw->n == jw->cap)
+		return;
+	x = &jw->js[jw->n];
+	weightd__job_status__init(x);
+	x->key.data = (uint8_t *)j->key;
+	x->key.len = 32;
+	x->label = (char *)j->label;
+	x->nbytes = j->nbytes;
+	x->done = j->done;
+	jw->jp[jw->n++] = x;
+}
+
 static void do_status(struct session *s, uint64_t id)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
@@ -923,8 +946,11 @@ static void do_status(struct session *s, uint64_t id)
 	Weightd__SourceInfo *si = calloc(ns ? ns : 1, sizeof(*si));
 	Weightd__SourceInfo **sp = calloc(ns ? ns : 1, sizeof(*sp));
 	struct status_walk sw = { calloc(nw ? nw : 1, sizeof(*sw.ws)), calloc(nw ? nw : 1, sizeof(*sw.wp)), 0 };
+	size_t nj = cache_job_count(d->cache);
+	struct job_walk jw = { calloc(nj ? nj : 1, sizeof(*jw.js)), calloc(nj ? nj : 1, sizeof(*jw.jp)),
+			       0, nj };
 
-	if (!si || !sp || !sw.ws || !sw.wp) {
+	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp) {
 		fail(s, id, WD_E_EXHAUSTED, "out of memory");
 		goto out;
 	}
@@ -953,6 +979,9 @@ static void do_status(struct session *s, uint64_t id)
 	cache_foreach(d->cache, status_weight, &sw);
 	st.n_weight_list = sw.n;
 	st.weight_list = sw.wp;
+	cache_foreach_job(d->cache, status_job, &jw);
+	st.n_jobs = jw.n;
+	st.jobs = jw.jp;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_STATUS;
 	resp.status = &st;
 	reply(s, &resp, id, NULL, 0);
@@ -961,6 +990,8 @@ out:
 	free(sp);
 	free(sw.ws);
 	free(sw.wp);
+	free(jw.js);
+	free(jw.jp);
 }
 
 static bool require_privilege(struct session *s, uint64_t id, const char *what)

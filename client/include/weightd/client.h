@@ -285,6 +285,15 @@ typedef struct weightd_weight_status {
 	int adopted;             /* re-adopted after a daemon restart rather than read again */
 } weightd_weight_status;
 
+/* A materialization in flight in the daemon (to show progress). */
+typedef struct weightd_job_status {
+	const uint8_t *key;      /* WEIGHTD_DIGEST_LEN bytes: the identity its weight will have (as
+				    weightd_weight_key and weightd_output_info.key), or NULL */
+	const char *label;
+	uint64_t nbytes;         /* the weight's size */
+	uint64_t done;           /* bytes written so far (0 while it waits for a worker) */
+} weightd_job_status;
+
 typedef struct weightd_status {
 	const char *instance;
 	const char *server_version;
@@ -306,6 +315,9 @@ typedef struct weightd_status {
 	const weightd_source_info *sources;
 	size_t n_weights;
 	const weightd_weight_status *weight_list;
+	/* Materializations in flight (appended last; empty from a daemon that does not report them). */
+	size_t n_jobs;
+	const weightd_job_status *jobs;
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);
