@@ -35,7 +35,7 @@ struct job {
 	uint8_t digest[32];
 	uint64_t bytes_read;
 	uint64_t ns;
-	/* who waits */
+	/* who waits (the request that started the job is the last in the list) */
 	struct waiter *waiters;
 	struct job *key_next;        /* the list of jobs in flight */
 	struct job *prev;
@@ -502,12 +502,15 @@ static void job_done(struct pool_task *t)
 		log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
 	}
 	for (wt = j->waiters; wt; wt = next) {
+		/* the reads are charged to the request that started the job, not to those that joined */
+		uint64_t charged = wt->next ? 0 : j->bytes_read;
+
 		next = wt->next;
 		if (w) {
 			cache_hold(c, w);
-			wt->cb(w, NULL, j->bytes_read, wt->arg);
+			wt->cb(w, NULL, charged, wt->arg);
 		} else {
-			wt->cb(NULL, &j->err, j->bytes_read, wt->arg);
+			wt->cb(NULL, &j->err, charged, wt->arg);
 		}
 		free(wt);
 	}

@@ -45,7 +45,9 @@ struct weight {
 };
 
 /* Called on the main thread when a requested weight is ready (w has one reference taken for the
- * callee, who must cache_drop it eventually) or failed (w NULL, err set). */
+ * callee, who must cache_drop it eventually) or failed (w NULL, err set). bytes_read is what this
+ * request made the daemon read: the job's reads for the request that started it, 0 for requests
+ * that joined it (so the figures of all requests add up to the daemon's counter). */
 typedef void (*cache_cb)(struct weight *w, const struct wd_error *err, uint64_t bytes_read,
 			 void *arg);
 
