@@ -175,6 +175,7 @@ struct status {
 	Weightd__Response *resp;
 	weightd_source_info *sources;
 	weightd_weight_status *weights;
+	weightd_job_status *jobs;
 };
 
 int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err)
@@ -200,11 +201,13 @@ int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *e
 	if (o) {
 		o->sources = calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->sources));
 		o->weights = calloc(sr->n_weight_list ? sr->n_weight_list : 1, sizeof(*o->weights));
+		o->jobs = calloc(sr->n_jobs ? sr->n_jobs : 1, sizeof(*o->jobs));
 	}
-	if (!o || !o->sources || !o->weights) {
+	if (!o || !o->sources || !o->weights || !o->jobs) {
 		if (o) {
 			free(o->sources);
 			free(o->weights);
+			free(o->jobs);
 		}
 		free(o);
 		weightd__response__free_unpacked(resp, NULL);
@@ -245,7 +248,18 @@ int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *e
 		ws->source = w->source;
 		ws->adopted = w->adopted ? 1 : 0;
 	}
+	for (size_t i = 0; i < sr->n_jobs; i++) {
+		const Weightd__JobStatus *j = sr->jobs[i];
+		weightd_job_status *js = &o->jobs[i];
+
+		js->key = j->key.len == WEIGHTD_DIGEST_LEN ? j->key.data : NULL;
+		js->label = j->label;
+		js->nbytes = j->nbytes;
+		js->done = j->done;
+	}
 	o->resp = resp;
+	o->pub.n_jobs = sr->n_jobs;
+	o->pub.jobs = o->jobs;
 	o->pub.n_sources = sr->n_sources;
 	o->pub.sources = o->sources;
 	o->pub.n_weights = sr->n_weight_list;
@@ -263,6 +277,7 @@ void weightd_status_free(weightd_status *pub)
 	weightd__response__free_unpacked(o->resp, NULL);
 	free(o->sources);
 	free(o->weights);
+	free(o->jobs);
 	free(o);
 }
 

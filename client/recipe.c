@@ -208,7 +208,7 @@ static int node_err(weightd_error *err, size_t idx, int op, int code, const char
 static int add_node(weightd_recipe *r, int op, const int *inputs, size_t n_inputs,
 		    struct wc_node **ret_n, weightd_error *err)
 {
-	struct wc_node *n;
+	struct wc_node *n = NULL;
 
 	wc_err_clear(err);
 	if (!r)
@@ -294,7 +294,7 @@ static int set_shape(weightd_recipe *r, struct wc_node *n, const uint64_t *shape
 int weightd_recipe_source(weightd_recipe *r, const char *checkpoint, const char *tensor,
 			  const weightd_selection *sel, weightd_error *err)
 {
-	struct wc_node *n;
+	struct wc_node *n = NULL;
 	int rc;
 
 	rc = add_node(r, WEIGHTD__OP__OP_SOURCE, NULL, 0, &n, err);
@@ -319,7 +319,7 @@ int weightd_recipe_source(weightd_recipe *r, const char *checkpoint, const char 
 int weightd_recipe_select(weightd_recipe *r, int input, const weightd_selection *sel,
 			  weightd_error *err)
 {
-	struct wc_node *n;
+	struct wc_node *n = NULL;
 	int rc;
 
 	rc = add_node(r, WEIGHTD__OP__OP_SELECT, &input, 1, &n, err);
@@ -337,7 +337,7 @@ int weightd_recipe_select(weightd_recipe *r, int input, const weightd_selection 
 static int join(weightd_recipe *r, int op, int axis, const int *inputs, size_t n_inputs,
 		weightd_error *err)
 {
-	struct wc_node *n;
+	struct wc_node *n = NULL;
 	int rc;
 
 	rc = add_node(r, op, inputs, n_inputs, &n, err);
@@ -362,7 +362,7 @@ int weightd_recipe_stack(weightd_recipe *r, int axis, const int *inputs, size_t 
 int weightd_recipe_reshape(weightd_recipe *r, int input, const uint64_t *shape, size_t ndim,
 			   weightd_error *err)
 {
-	struct wc_node *n;
+	struct wc_node *n = NULL;
 	int rc;
 
 	rc = add_node(r, WEIGHTD__OP__OP_RESHAPE, &input, 1, &n, err);
@@ -375,7 +375,7 @@ int weightd_recipe_reshape(weightd_recipe *r, int input, const uint64_t *shape, 
 int weightd_recipe_transpose(weightd_recipe *r, int input, const uint32_t *perm, size_t np,
 			     weightd_error *err)
 {
-	struct wc_node *n;
+	struct wc_node *n = NULL;
 	int rc;
 
 	rc = add_node(r, WEIGHTD__OP__OP_TRANSPOSE, &input, 1, &n, err);
@@ -395,7 +395,7 @@ int weightd_recipe_transpose(weightd_recipe *r, int input, const uint32_t *perm,
 
 int weightd_recipe_cast(weightd_recipe *r, int input, const char *dtype, weightd_error *err)
 {
-	struct wc_node *n;
+	struct wc_node *n = NULL;
 	int rc;
 
 	rc = add_node(r, WEIGHTD__OP__OP_CAST, &input, 1, &n, err);
@@ -408,7 +408,7 @@ int weightd_recipe_cast(weightd_recipe *r, int input, const char *dtype, weightd
 int weightd_recipe_view(weightd_recipe *r, int input, const char *dtype, const uint64_t *shape,
 			size_t ndim, weightd_error *err)
 {
-	struct wc_node *n;
+	struct wc_node *n = NULL;
 	int rc;
 
 	rc = add_node(r, WEIGHTD__OP__OP_VIEW, &input, 1, &n, err);

@@ -2,12 +2,14 @@
  * fill new segments on the worker pool. Main thread only, except job_work. */
 #include "cache.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "log.h"
@@ -22,6 +24,7 @@ struct job {
 	struct csource **sources;
 	size_t n_sources;
 	uint64_t nbytes;
+	uint64_t progress;           /* bytes written so far: the worker stores, status loads */
 	char name[WD_SEGMENT_NAME_MAX];
 	struct state_record rec;     /* filled on the main thread; the worker adds the digest */
 	const char *state_dir, *instance;
@@ -32,10 +35,16 @@ struct job {
 	uint8_t digest[32];
 	uint64_t bytes_read;
 	uint64_t ns;
-	/* who waits */
+	/* who waits (the request that started the job is the last in the list) */
 	struct waiter *waiters;
-	struct job *key_next;
+	struct job *key_next;        /* the list of jobs in flight */
+	struct job *prev;
+	struct job *hash_next;       /* the chain of its bucket in jobs_by_key */
 };
+
+/* Jobs in flight are found by key through a fixed hash (a unit of 65,536 new weights starts
+ * that many jobs: a list scanned per request would be quadratic). */
+#define JOB_BUCKETS 4096
 
 struct waiter {
 	cache_cb cb;
@@ -52,7 +61,8 @@ struct cache {
 	uint64_t next_id;
 	size_t nbuckets;
 	struct weight **by_key, **by_id;
-	struct job *jobs;            /* in flight (few: a list is enough) */
+	struct job *jobs;            /* in flight, for walking them */
+	struct job *jobs_by_key[JOB_BUCKETS];
 	struct weight *lru_head, *lru_tail; /* head = least recently released */
 };
 
@@ -367,6 +377,7 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		wd_error_set(&j->err, r, "cannot start a SHA-256 digest");
 		goto fail;
 	}
+	sink.progress = &j->progress;
 	/* The digest is computed on the worker's hasher thread, behind the writes. */
 	wd_sink_pipeline(&sink, scratch->hasher);
 	r = wd_plan_execute(j->plan, &sink, scratch, &j->bytes_read, &j->err);
@@ -401,6 +412,43 @@ static void job_free(struct job *j)
 	free(j);
 }
 
+static struct job *find_job(const struct cache *c, const uint8_t *key)
+{
+	for (struct job *j = c->jobs_by_key[key_hash(key, JOB_BUCKETS)]; j; j = j->hash_next)
+		if (memcmp(j->key, key, 32) == 0)
+			return j;
+	return NULL;
+}
+
+static void job_link(struct cache *c, struct job *j)
+{
+	size_t h = key_hash(j->key, JOB_BUCKETS);
+
+	j->prev = NULL;
+	j->key_next = c->jobs;
+	if (c->jobs)
+		c->jobs->prev = j;
+	c->jobs = j;
+	j->hash_next = c->jobs_by_key[h];
+	c->jobs_by_key[h] = j;
+}
+
+static void job_unlink(struct cache *c, struct job *j)
+{
+	if (j->prev)
+		j->prev->key_next = j->key_next;
+	else
+		c->jobs = j->key_next;
+	if (j->key_next)
+		j->key_next->prev = j->prev;
+	for (struct job **pp = &c->jobs_by_key[key_hash(j->key, JOB_BUCKETS)]; *pp;
+	     pp = &(*pp)->hash_next)
+		if (*pp == j) {
+			*pp = j->hash_next;
+			break;
+		}
+}
+
 /* Main thread: turn a finished job into a weight and tell everyone who waited. */
 static void job_done(struct pool_task *t)
 {
@@ -409,11 +457,7 @@ static void job_done(struct pool_task *t)
 	struct weight *w = NULL;
 	struct waiter *wt, *next;
 
-	for (struct job **pp = &c->jobs; *pp; pp = &(*pp)->key_next)
-		if (*pp == j) {
-			*pp = j->key_next;
-			break;
-		}
+	job_unlink(c, j);
 	c->d->stats.in_flight--;
 	c->d->stats.bytes_read += j->bytes_read;
 	if (j->status == 0) {
@@ -460,16 +504,32 @@ static void job_done(struct pool_task *t)
 		log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
 	}
 	for (wt = j->waiters; wt; wt = next) {
+		/* the reads are charged to the request that started the job, not to those that joined */
+		uint64_t charged = wt->next ? 0 : j->bytes_read;
+
 		next = wt->next;
 		if (w) {
 			cache_hold(c, w);
-			wt->cb(w, NULL, j->bytes_read, wt->arg);
+			wt->cb(w, NULL, charged, wt->arg);
 		} else {
-			wt->cb(NULL, &j->err, j->bytes_read, wt->arg);
+			wt->cb(NULL, &j->err, charged, wt->arg);
 		}
 		free(wt);
 	}
 	job_free(j);
+}
+
+/*
+ * A weight re-adopted after a restart knows its checkpoint only by name. The first request that
+ * matches its key (and so reads the same files) gives it the catalog entry, so that a later
+ * reload replacing that checkpoint drops it like any weight of the old generation.
+ */
+static void claim_source(struct weight *w, struct csource *cs)
+{
+	if (w->csource || !cs)
+		return;
+	w->csource = cs;
+	csource_ref(cs);
 }
 
 int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *sources,
@@ -485,6 +545,7 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 
 	if (w) {
 		cache_hold(c, w);
+		claim_source(w, n_sources ? sources[0] : NULL);
 		wd_plan_free(plan);
 		*ret_w = w;
 		return 1;
@@ -496,13 +557,13 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	wt->cb = cb;
 	wt->arg = arg;
-	for (j = c->jobs; j; j = j->key_next)
-		if (memcmp(j->key, key, 32) == 0) {
-			wt->next = j->waiters;
-			j->waiters = wt;
-			wd_plan_free(plan);
-			return 0;
-		}
+	j = find_job(c, key);
+	if (j) {
+		wt->next = j->waiters;
+		j->waiters = wt;
+		wd_plan_free(plan);
+		return 0;
+	}
 	j = calloc(1, sizeof(*j));
 	if (j)
 		j->sources = calloc(n_sources ? n_sources : 1, sizeof(*j->sources));
@@ -547,28 +608,31 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	j->task.work = job_work;
 	j->task.done = job_done;
-	j->key_next = c->jobs;
-	c->jobs = j;
+	job_link(c, j);
 	c->d->stats.in_flight++;
 	pool_submit(c->d->pool, &j->task);
 	return 0;
 }
 
-struct weight *cache_lookup(struct cache *c, const uint8_t key[32])
+struct weight *cache_find(struct cache *c, const uint8_t key[32])
+{
+	return find_key(c, key);
+}
+
+struct weight *cache_lookup(struct cache *c, const uint8_t key[32], struct csource *cs)
 {
 	struct weight *w = find_key(c, key);
 
-	if (w)
+	if (w) {
 		cache_hold(c, w);
+		claim_source(w, cs);
+	}
 	return w;
 }
 
 bool cache_in_flight(const struct cache *c, const uint8_t key[32])
 {
-	for (const struct job *j = c->jobs; j; j = j->key_next)
-		if (memcmp(j->key, key, 32) == 0)
-			return true;
-	return false;
+	return find_job(c, key) != NULL;
 }
 
 int cache_check_room(struct cache *c, uint64_t need, const char *what, struct wd_error *err)
@@ -596,6 +660,29 @@ void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), voi
 			fn(w, arg);
 }
 
+void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *j, void *arg),
+		       void *arg)
+{
+	for (struct job *j = c->jobs; j; j = j->key_next) {
+		struct cache_job_info info = {
+			.key = j->key,
+			.label = wd_plan_label(j->plan),
+			.nbytes = j->nbytes,
+			.done = __atomic_load_n(&j->progress, __ATOMIC_RELAXED),
+		};
+		fn(&info, arg);
+	}
+}
+
+size_t cache_job_count(const struct cache *c)
+{
+	size_t n = 0;
+
+	for (const struct job *j = c->jobs; j; j = j->key_next)
+		n++;
+	return n;
+}
+
 uint64_t cache_resident(const struct cache *c)
 {
 	return c->resident;
@@ -621,6 +708,39 @@ uint64_t cache_references(const struct cache *c)
 	return n;
 }
 
+/* SHA-256 of a whole segment read through its fd (pread: nothing is mapped). */
+static int segment_digest(int fd, uint64_t size, uint8_t out[32])
+{
+	struct wd_sha256 h;
+	size_t cap = 1u << 20;
+	uint8_t *buf = malloc(cap);
+	uint64_t off = 0;
+	int r = -WD_E_IO;
+
+	if (!buf || wd_sha256_init(&h) < 0) {
+		free(buf);
+		return -WD_E_EXHAUSTED;
+	}
+	while (off < size) {
+		size_t want = size - off < cap ? (size_t)(size - off) : cap;
+		ssize_t n = pread(fd, buf, want, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			wd_sha256_abort(&h);
+			goto out;
+		}
+		wd_sha256_update(&h, buf, (size_t)n);
+		off += (uint64_t)n;
+	}
+	wd_sha256_final(&h, out);
+	r = 0;
+out:
+	free(buf);
+	return r;
+}
+
 int cache_adopt(struct cache *c, const struct state_record *rec)
 {
 	struct weight *w;
@@ -640,6 +760,18 @@ int cache_adopt(struct cache *c, const struct state_record *rec)
 		wd_segment_close(&w->seg);
 		free(w);
 		return -WD_E_CHANGED;
+	}
+	if (c->d->cfg->verify_adopted) {
+		uint8_t digest[32];
+
+		if (segment_digest(w->seg.ro_fd, w->seg.size, digest) < 0 ||
+		    memcmp(digest, rec->digest, 32) != 0) {
+			log_warn("not re-adopting %s (%s): its bytes do not have the recorded SHA-256",
+				 rec->segment, rec->label);
+			wd_segment_close(&w->seg);
+			free(w);
+			return -WD_E_CHANGED;
+		}
 	}
 	w->label = strdup(rec->label);
 	if (!w->label) {

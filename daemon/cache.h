@@ -34,7 +34,8 @@ struct weight {
 	char *label;
 	char source[128];            /* the checkpoint it was made from (first source) */
 	uint64_t generation;
-	struct csource *csource;     /* reference held while the weight lives; NULL when adopted */
+	struct csource *csource;     /* reference held while the weight lives; NULL when adopted,
+				      * until a request for it names its checkpoint */
 	uint32_t refs;
 	uint32_t holders;            /* distinct clients holding it (maintained by sessions) */
 	bool adopted;
@@ -44,7 +45,9 @@ struct weight {
 };
 
 /* Called on the main thread when a requested weight is ready (w has one reference taken for the
- * callee, who must cache_drop it eventually) or failed (w NULL, err set). */
+ * callee, who must cache_drop it eventually) or failed (w NULL, err set). bytes_read is what this
+ * request made the daemon read: the job's reads for the request that started it, 0 for requests
+ * that joined it (so the figures of all requests add up to the daemon's counter). */
 typedef void (*cache_cb)(struct weight *w, const struct wd_error *err, uint64_t bytes_read,
 			 void *arg);
 
@@ -68,8 +71,12 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 		  size_t n_sources, cache_cb cb, void *arg, struct weight **ret_w,
 		  struct wd_error *err);
 
-/* The finished weight with this key, with a reference taken for the caller; NULL if none. */
-struct weight *cache_lookup(struct cache *c, const uint8_t key[32]);
+/* The finished weight with this key, or NULL; no reference is taken. */
+struct weight *cache_find(struct cache *c, const uint8_t key[32]);
+/* The finished weight with this key, with a reference taken for the caller; NULL if none. cs
+ * (may be NULL): the first checkpoint the caller's plan reads, given to a re-adopted weight that
+ * has none yet. */
+struct weight *cache_lookup(struct cache *c, const uint8_t key[32], struct csource *cs);
 /* Is a job for this key running (a request for it would join, reserving nothing)? */
 bool cache_in_flight(const struct cache *c, const uint8_t key[32]);
 /* Budget not held by anyone: what a reservation could get by evicting every unreferenced weight. */
@@ -93,6 +100,20 @@ uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes);
 
 /* Walk every weight (status). */
 void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), void *arg);
+
+/* An in-flight materialization as status reports it. done: bytes its worker has written so far
+ * (read with a relaxed atomic load; 0 while the job waits for a worker). */
+struct cache_job_info {
+	const uint8_t *key;
+	const char *label;
+	uint64_t nbytes;
+	uint64_t done;
+};
+
+/* Walk every in-flight job (status); the pointers live until the main loop runs on. */
+void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *j, void *arg),
+		       void *arg);
+size_t cache_job_count(const struct cache *c);
 
 struct state_record;
 /* Take over a segment a previous run left (restart): checks its size against the record; the

@@ -32,14 +32,16 @@
 #define DEFAULT_STATE_DIR "/var/lib/weightd"
 
 enum daemon_key {
-	DK_SOCKET, DK_SOCKET_MODE, DK_SOCKET_GROUP, DK_SHM_PREFIX, DK_STATE_DIR, DK_BUDGET, DK_WORKERS,
+	DK_SOCKET, DK_SOCKET_MODE, DK_SOCKET_GROUP, DK_SHM_PREFIX, DK_STATE_DIR, DK_VERIFY_ADOPTED,
+	DK_BUDGET, DK_WORKERS,
 	DK_MAX_CLIENTS, DK_CLIENT_MAX_PENDING, DK_CLIENT_MAX_QUEUE, DK_CLIENT_MAX_BYTES,
 	DK_CLIENT_MAX_WEIGHTS, DK_MAX_FRAME, DK_LOG_LEVEL, DK_COUNT
 };
 
 static const char *const daemon_keys[DK_COUNT] = {
 	[DK_SOCKET] = "socket", [DK_SOCKET_MODE] = "socket_mode", [DK_SOCKET_GROUP] = "socket_group",
-	[DK_SHM_PREFIX] = "shm_prefix", [DK_STATE_DIR] = "state_dir", [DK_BUDGET] = "budget",
+	[DK_SHM_PREFIX] = "shm_prefix", [DK_STATE_DIR] = "state_dir",
+	[DK_VERIFY_ADOPTED] = "verify_adopted", [DK_BUDGET] = "budget",
 	[DK_WORKERS] = "workers", [DK_MAX_CLIENTS] = "max_clients",
 	[DK_CLIENT_MAX_PENDING] = "client_max_pending", [DK_CLIENT_MAX_QUEUE] = "client_max_queue",
 	[DK_CLIENT_MAX_BYTES] = "client_max_bytes", [DK_CLIENT_MAX_WEIGHTS] = "client_max_weights",
@@ -412,6 +414,8 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		if (!val[0])
 			return set_string(ld, &cfg->state_dir, "");
 		return set_abs_path(ld, key, val, PATH_MAX - 64, &cfg->state_dir);
+	case DK_VERIFY_ADOPTED:
+		return set_bool(ld, key, val, &cfg->verify_adopted);
 	case DK_BUDGET:
 		return set_size(ld, key, val, 0, UINT64_MAX, &cfg->budget_bytes);
 	case DK_WORKERS:

@@ -28,6 +28,7 @@ struct config {
 	gid_t socket_group;         /* (gid_t)-1: leave as created */
 	char *shm_prefix;
 	char *state_dir;            /* "" = no state index */
+	bool verify_adopted;        /* recompute each re-adopted segment's SHA-256 at start */
 	uint64_t budget_bytes;      /* 0 = half of /dev/shm's size at start */
 	uint32_t workers;           /* 0 = number of online CPUs */
 	uint32_t max_clients;

@@ -74,13 +74,14 @@ static uint64_t effective_budget(const struct config *cfg)
 	return cfg->budget_bytes;
 }
 
-static void notify_status(struct daemon *d)
+/* READY=1 together with a STATUS= line, in one datagram (one short-lived socket, not two). */
+static void notify_ready(struct daemon *d)
 {
 	size_t ready = 0;
 
 	for (size_t i = 0; i < catalog_count(d->catalog); i++)
 		ready += catalog_at(d->catalog, i)->state == CSOURCE_READY;
-	sd_notifyf(0, "STATUS=Serving %zu of %zu checkpoints; %llu weights resident",
+	sd_notifyf(0, "READY=1\nSTATUS=Serving %zu of %zu checkpoints; %llu weights resident",
 		   ready, catalog_count(d->catalog), (unsigned long long)cache_count(d->cache));
 }
 
@@ -115,8 +116,7 @@ static int reload(struct daemon *d, struct wd_error *err)
 	d->cfg->client_max_pending = ncfg->client_max_pending;
 	d->cfg->client_max_queue_bytes = ncfg->client_max_queue_bytes;
 	config_free(ncfg);
-	sd_notify(0, "READY=1");
-	notify_status(d);
+	notify_ready(d);
 	return 0;
 }
 
@@ -321,8 +321,7 @@ int main(int argc, char **argv)
 	log_notice("weightd %s serving %zu checkpoints on %s (instance %s, budget %llu bytes, "
 		   "%u workers)", WD_VERSION, catalog_count(d.catalog), d.cfg->socket_path,
 		   d.instance, (unsigned long long)cache_budget(d.cache), pool_threads(d.pool));
-	sd_notify(0, "READY=1");
-	notify_status(&d);
+	notify_ready(&d);
 	/* Clients are served while preloads materialize: they only compete for the same workers. */
 	preload_sync(&d);
 	event_base_dispatch(d.base);

@@ -42,6 +42,7 @@ struct unitreq {
 	uint64_t bytes_read;
 	uint64_t new_bytes;        /* counted against the client's limits while in flight */
 	uint32_t new_weights;
+	size_t *first;             /* per entry: the first entry with the same key (itself if none) */
 	struct unitreq *next;
 };
 
@@ -258,6 +259,7 @@ static void unitreq_free(struct unitreq *u)
 		free(u->outs[i].name_copy);
 	}
 	free(u->outs);
+	free(u->first);
 	free(u);
 }
 
@@ -513,12 +515,44 @@ static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
 		snprintf(out + off, cap - off, "]");
 }
 
-static bool client_holds_key(const struct session *s, const uint8_t *key)
+static bool client_holds_key(struct session *s, const uint8_t *key)
 {
-	for (size_t i = 0; i < s->n_held; i++)
-		if (memcmp(s->held[i].w->key, key, 32) == 0)
-			return true;
-	return false;
+	struct weight *w = cache_find(s->d->cache, key);
+
+	return w && session_find_held(s, w->id);
+}
+
+static int cmp_entry_key(const void *a, const void *b, void *arg)
+{
+	const struct unit_out *outs = arg;
+	size_t i = *(const size_t *)a, j = *(const size_t *)b;
+	int c = memcmp(wd_plan_key(outs[i].plan), wd_plan_key(outs[j].plan), 32);
+
+	return c ? c : (i > j) - (i < j);
+}
+
+/* u->first: for each entry the first entry with the same identity key, by sorting the entries
+ * by (key, index) once (a unit may have 65,536 entries: no pairwise comparison). */
+static int unit_find_repeats(struct unitreq *u, struct wd_error *err)
+{
+	size_t n = u->n_entries, *order = malloc(n * sizeof(size_t));
+
+	u->first = malloc(n * sizeof(size_t));
+	if (!order || !u->first) {
+		free(order);
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	qsort_r(order, n, sizeof(size_t), cmp_entry_key, u->outs);
+	for (size_t k = 0; k < n; k++)
+		u->first[order[k]] = k > 0 && memcmp(wd_plan_key(u->outs[order[k]].plan),
+						     wd_plan_key(u->outs[order[k - 1]].plan),
+						     32) == 0
+					     ? u->first[order[k - 1]]
+					     : order[k];
+	free(order);
+	return 0;
 }
 
 /*
@@ -532,12 +566,7 @@ static int unit_check_limits(struct unitreq *u, struct session *s, struct wd_err
 	uint64_t weights = 0, bytes = 0;
 
 	for (size_t i = 0; i < u->n_entries; i++) {
-		const uint8_t *key = wd_plan_key(u->outs[i].plan);
-		bool seen = client_holds_key(s, key);
-
-		for (size_t j = 0; j < i && !seen; j++)
-			seen = memcmp(wd_plan_key(u->outs[j].plan), key, 32) == 0;
-		if (seen)
+		if (u->first[i] != i || client_holds_key(s, wd_plan_key(u->outs[i].plan)))
 			continue;
 		weights++;
 		bytes += wd_plan_nbytes(u->outs[i].plan);
@@ -605,6 +634,8 @@ static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__U
 					    wd_dtype_name(wd_plan_dtype(o->plan)), got);
 		}
 	}
+	if (unit_find_repeats(u, err) < 0)
+		return -WD_E_EXHAUSTED;
 	return unit_check_limits(u, s, err);
 }
 
@@ -660,7 +691,8 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct unit_out *o = &u->outs[i];
-		struct weight *w = cache_lookup(c, wd_plan_key(o->plan));
+		struct weight *w = cache_lookup(c, wd_plan_key(o->plan),
+						o->n_sources ? o->sources[0] : NULL);
 
 		if (w) {
 			o->w = w;
@@ -670,12 +702,9 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 	}
 	for (size_t i = 0; i < u->n_entries; i++) {
 		const struct wd_plan *p = u->outs[i].plan;
-		bool counted = !p || cache_in_flight(c, wd_plan_key(p));
 
-		for (size_t j = 0; j < i && !counted; j++)
-			counted = u->outs[j].plan &&
-				  memcmp(wd_plan_key(u->outs[j].plan), wd_plan_key(p), 32) == 0;
-		if (counted)
+		/* hits are held; repeats and weights being made need no room of their own */
+		if (!p || u->first[i] != i || cache_in_flight(c, wd_plan_key(p)))
 			continue;
 		if (missing++ == 0)
 			first = i;
@@ -914,6 +943,29 @@ static void status_weight(struct weight *w, void *arg)
 	sw->n++;
 }
 
+struct job_walk {
+	Weightd__JobStatus *js;
+	Weightd__JobStatus **jp;
+	size_t n, cap;
+};
+
+static void status_job(const struct cache_job_info *j, void *arg)
+{
+	struct job_walk *jw = arg;
+	Weightd__JobStatus *x;
+
+	if (jw->n == jw->cap)
+		return;
+	x = &jw->js[jw->n];
+	weightd__job_status__init(x);
+	x->key.data = (uint8_t *)j->key;
+	x->key.len = 32;
+	x->label = (char *)j->label;
+	x->nbytes = j->nbytes;
+	x->done = j->done;
+	jw->jp[jw->n++] = x;
+}
+
 static void do_status(struct session *s, uint64_t id)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
@@ -923,8 +975,11 @@ static void do_status(struct session *s, uint64_t id)
 	Weightd__SourceInfo *si = calloc(ns ? ns : 1, sizeof(*si));
 	Weightd__SourceInfo **sp = calloc(ns ? ns : 1, sizeof(*sp));
 	struct status_walk sw = { calloc(nw ? nw : 1, sizeof(*sw.ws)), calloc(nw ? nw : 1, sizeof(*sw.wp)), 0 };
+	size_t nj = cache_job_count(d->cache);
+	struct job_walk jw = { calloc(nj ? nj : 1, sizeof(*jw.js)), calloc(nj ? nj : 1, sizeof(*jw.jp)),
+			       0, nj };
 
-	if (!si || !sp || !sw.ws || !sw.wp) {
+	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp) {
 		fail(s, id, WD_E_EXHAUSTED, "out of memory");
 		goto out;
 	}
@@ -953,6 +1008,9 @@ static void do_status(struct session *s, uint64_t id)
 	cache_foreach(d->cache, status_weight, &sw);
 	st.n_weight_list = sw.n;
 	st.weight_list = sw.wp;
+	cache_foreach_job(d->cache, status_job, &jw);
+	st.n_jobs = jw.n;
+	st.jobs = jw.jp;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_STATUS;
 	resp.status = &st;
 	reply(s, &resp, id, NULL, 0);
@@ -961,6 +1019,8 @@ out:
 	free(sp);
 	free(sw.ws);
 	free(sw.wp);
+	free(jw.js);
+	free(jw.jp);
 }
 
 static bool require_privilege(struct session *s, uint64_t id, const char *what)

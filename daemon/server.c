@@ -2,6 +2,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <event2/event.h>
 #include <grp.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@ struct server {
 	struct session *dead;
 	size_t n;
 	uint64_t next_id;
+	bool accept_paused;       /* out of descriptors: accept retried on a timer */
 };
 
 int server_bind(const struct config *cfg, int *ret_fd, struct wd_error *err)
@@ -433,14 +435,22 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-				/* Out of descriptors: stop accepting for a moment instead of spinning. */
+				/* Out of descriptors: stop accepting for a moment instead of spinning
+				 * (the pending connection would make the listener readable at once).
+				 * Said once per episode, not every 100 ms. */
 				struct timeval tv = { 0, 100000 };
-				log_warn("accept: %s; pausing new connections for 100 ms",
-					 strerror(errno));
+				if (!srv->accept_paused)
+					log_warn("accept: %s; pausing new connections (%zu clients; "
+						 "retrying every 100 ms)", strerror(errno), srv->n);
+				srv->accept_paused = true;
 				event_del(srv->ev_accept);
 				evtimer_add(srv->ev_backoff, &tv);
 			}
 			return;
+		}
+		if (srv->accept_paused) {
+			log_notice("accepting connections again (%zu clients)", srv->n);
+			srv->accept_paused = false;
 		}
 		if (srv->n >= srv->d->cfg->max_clients) {
 			log_warn("refusing a connection: %zu clients connected (max_clients)", srv->n);

@@ -123,7 +123,7 @@ static int take(struct rd *r, uint64_t n, const char *what, const uint8_t **ret)
 
 static int rd_u32(struct rd *r, const char *what, uint32_t *ret)
 {
-	const uint8_t *p;
+	const uint8_t *p = NULL;
 	int rc = take(r, 4, what, &p);
 
 	if (rc)
@@ -134,7 +134,7 @@ static int rd_u32(struct rd *r, const char *what, uint32_t *ret)
 
 static int rd_u64(struct rd *r, const char *what, uint64_t *ret)
 {
-	const uint8_t *p;
+	const uint8_t *p = NULL;
 	int rc = take(r, 8, what, &p);
 
 	if (rc)

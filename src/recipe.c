@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "checked.h"
 #include "convert.h"
@@ -433,6 +434,20 @@ static bool sel_whole_blocks(const struct nsel *s, enum wd_dtype t, int in_ndim)
 	}
 }
 
+/* What a selection of recipe node `node` applies to, for error sentences: "tensor
+ * 'ckpt:name'" for a source node, "its input" otherwise. Returns buf. */
+static const char *sel_input(const struct build *b, uint32_t node, char *buf, size_t cap)
+{
+	const struct wd_rnode *n = node < b->r->n_nodes ? &b->r->nodes[node] : NULL;
+
+	if (n && n->op == WD_OP_SOURCE && n->tensor)
+		snprintf(buf, cap, "tensor '%s:%s'", n->checkpoint ? n->checkpoint : "",
+			 n->tensor);
+	else
+		snprintf(buf, cap, "its input");
+	return buf;
+}
+
 /*
  * Validate selection `s` of recipe node `node` against an input of dtype t and shape
  * (ndim, shape); fill *ret. SHARD becomes RANGE; a selection of everything becomes FULL.
@@ -443,6 +458,7 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 	uint32_t be = block_elems(t);
 	uint64_t dim = 0, total = 0, n = 0;
 	char *txt = b->seltxt[node];
+	char what[WD_MAX_NAME + 160];
 	int k;
 
 	memset(ret, 0, sizeof(*ret));
@@ -526,8 +542,10 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 					    i, s->indices[i], k, dim);
 		if (be > 1 && k == ndim - 1)
 			return nerr(b, node, WD_E_UNSUPPORTED, k, be, 1,
-				    "%s stores blocks of %" PRIu32 " elements along the innermost axis; "
-				    "single indices on it would split blocks", wd_dtype_name(t), be);
+				    "%s is %s, stored in blocks of %" PRIu32 " elements along its "
+				    "innermost axis (axis %d); single indices on axis %d would split "
+				    "blocks", sel_input(b, node, what, sizeof(what)), wd_dtype_name(t), be,
+				    k, k);
 		ret->kind = WD_SEL_INDICES;
 		ret->idx = s->indices;
 		ret->n_idx = s->n_indices;
@@ -570,10 +588,24 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 	}
 	if (ret->kind == WD_SEL_RANGE)
 		ret->shape[k] = ret->end - ret->start;
-	if (!sel_whole_blocks(ret, t, ndim))
-		return nerr(b, node, WD_E_UNSUPPORTED, ret->kind == WD_SEL_ELEMENTS ? -1 : k, be, 0,
-			    "%s stores blocks of %" PRIu32 " elements along the innermost axis and the "
-			    "selection does not cover whole blocks", wd_dtype_name(t), be);
+	if (!sel_whole_blocks(ret, t, ndim)) {
+		if (ret->kind == WD_SEL_ELEMENTS)
+			return nerr(b, node, WD_E_UNSUPPORTED, ndim - 1, be, 0,
+				    "%s is %s, stored in blocks of %" PRIu32 " elements along its "
+				    "innermost axis (axis %d); elements %" PRIu64 ":%" PRIu64 " as shape "
+				    "with innermost size %" PRIu64 " do not cover whole blocks (start, end "
+				    "and that size must be multiples of %" PRIu32 ")",
+				    sel_input(b, node, what, sizeof(what)), wd_dtype_name(t), be,
+				    ndim - 1, ret->start, ret->end,
+				    ret->ndim > 0 ? ret->shape[ret->ndim - 1] : 1, be);
+		return nerr(b, node, WD_E_UNSUPPORTED, k, be, i64(ret->start % be ? ret->start
+									    : ret->end),
+			    "%s is %s, stored in blocks of %" PRIu32 " elements along its innermost "
+			    "axis (axis %d); the range %" PRIu64 ":%" PRIu64 " on axis %d does not "
+			    "cover whole blocks (start and end must be multiples of %" PRIu32 ")",
+			    sel_input(b, node, what, sizeof(what)), wd_dtype_name(t), be, k,
+			    ret->start, ret->end, k, be);
+	}
 	/* The label text, before normalising a whole-axis range away. */
 	if (ret->kind == WD_SEL_RANGE || ret->kind == WD_SEL_INDICES) {
 		size_t off = (size_t)snprintf(txt, 96, "[");
@@ -1469,7 +1501,8 @@ const char *wd_plan_label(const struct wd_plan *p)
 /* ---- execution ------------------------------------------------------------------------------- */
 
 struct xstate {
-	uint8_t *temp;               /* whole output, once `ready` */
+	uint8_t *temp;               /* whole output, once `ready` (temp_alloc) */
+	size_t temp_len;
 	bool ready;
 	/* a cast's window: converted output bytes [win_off, win_off + win_len) */
 	uint8_t *inbuf, *win;
@@ -1683,59 +1716,141 @@ static int read_join(struct exec *e, const struct xnode *x, uint64_t off, size_t
 	return 0;
 }
 
-/* A transpose's output computed from its input's temporary, unit by unit, with an odometer over
- * the output index. */
-static int read_transpose(struct exec *e, const struct xnode *x, uint64_t off, size_t len,
-			  uint8_t *dst)
-{
-	const struct xnode *y = &e->p->x[x->in[0]];
-	const uint8_t *src = e->st[x->in[0]].temp;
-	uint64_t ius[WD_MAX_DIMS], ous[WD_MAX_DIMS], istride[WD_MAX_DIMS], step[WD_MAX_DIMS];
-	uint64_t idx[WD_MAX_DIMS], ub = unit_bytes(x->dtype), u, sofs = 0, end = off + len;
-	int nd = x->ndim;
+/* A transpose's geometry in storage units: output shape, and the input stride of each output axis. */
+struct tgeo {
+	int nd;
+	uint64_t ub;
+	uint64_t ous[WD_MAX_DIMS];
+	uint64_t step[WD_MAX_DIMS];
+};
 
+static void tgeo_init(const struct xnode *x, const struct xnode *y, struct tgeo *g)
+{
+	uint64_t ius[WD_MAX_DIMS], istride[WD_MAX_DIMS];
+
+	g->nd = x->ndim;
+	g->ub = unit_bytes(x->dtype);
 	unit_shape(y, ius);
-	unit_shape(x, ous);
-	istride[nd - 1] = 1;
-	for (int d = nd - 1; d > 0; d--)
+	unit_shape(x, g->ous);
+	istride[g->nd - 1] = 1;
+	for (int d = g->nd - 1; d > 0; d--)
 		istride[d - 1] = istride[d] * ius[d];
-	for (int d = 0; d < nd; d++)
-		step[d] = istride[x->perm[d]];
-	u = off / ub;
-	for (int d = nd - 1; d >= 0; d--) {
-		idx[d] = u % ous[d];
-		u /= ous[d];
+	for (int d = 0; d < g->nd; d++)
+		g->step[d] = istride[x->perm[d]];
+}
+
+/* Input unit of output unit u. */
+static uint64_t tgeo_src(const struct tgeo *g, uint64_t u, uint64_t *idx)
+{
+	uint64_t sofs = 0;
+
+	for (int d = g->nd - 1; d >= 0; d--) {
+		idx[d] = u % g->ous[d];
+		u /= g->ous[d];
+		sofs += idx[d] * g->step[d];
 	}
-	for (int d = 0; d < nd; d++)
-		sofs += idx[d] * step[d];
-	u = off / ub;
+	return sofs;
+}
+
+/* Output bytes [off, off + len) unit by unit in output order, with an odometer over the index. */
+static void transpose_span(const struct tgeo *g, const uint8_t *src, uint64_t off, size_t len,
+			   uint8_t *dst)
+{
+	uint64_t idx[WD_MAX_DIMS], ub = g->ub, u = off / ub, end = off + len;
+	uint64_t sofs = tgeo_src(g, u, idx);
+	int nd = g->nd;
+
 	while (off < end) {
 		uint64_t ustart = u * ub, a = off - ustart, bnd = min_u64(ub, end - ustart);
 		const uint8_t *s = src + sofs * ub;
 
-		if (a == 0 && bnd == ub) {
-			switch (ub) {
-			case 1: *dst = *s; break;
-			case 2: memcpy(dst, s, 2); break;
-			case 4: memcpy(dst, s, 4); break;
-			case 8: memcpy(dst, s, 8); break;
-			default: memcpy(dst, s, ub); break;
-			}
-		} else {
-			memcpy(dst, s + a, bnd - a);
-		}
+		memcpy(dst, s + a, bnd - a);
 		dst += bnd - a;
 		off = ustart + bnd;
 		u++;
 		for (int d = nd - 1; d >= 0; d--) {
 			idx[d]++;
-			sofs += step[d];
-			if (idx[d] < ous[d] || d == 0)
+			sofs += g->step[d];
+			if (idx[d] < g->ous[d] || d == 0)
 				break;
-			sofs -= idx[d] * step[d];
+			sofs -= idx[d] * g->step[d];
 			idx[d] = 0;
 		}
 	}
+}
+
+/* n units from s (stride sstride units) to consecutive units at d; constant sizes inline. */
+static inline void gather_units(uint8_t *d, const uint8_t *s, uint64_t n, uint64_t sstride,
+				uint64_t ub)
+{
+	uint64_t sb = sstride * ub;
+
+	switch (ub) {
+	case 1:
+		for (uint64_t c = 0; c < n; c++)
+			d[c] = s[c * sb];
+		break;
+	case 2:
+		for (uint64_t c = 0; c < n; c++)
+			memcpy(d + 2 * c, s + c * sb, 2);
+		break;
+	case 4:
+		for (uint64_t c = 0; c < n; c++)
+			memcpy(d + 4 * c, s + c * sb, 4);
+		break;
+	case 8:
+		for (uint64_t c = 0; c < n; c++)
+			memcpy(d + 8 * c, s + c * sb, 8);
+		break;
+	default:
+		for (uint64_t c = 0; c < n; c++)
+			memcpy(d + ub * c, s + c * sb, ub);
+		break;
+	}
+}
+
+#define TILE 64
+
+/*
+ * A transpose's output, computed from its input's temporary. Output order walks the input with a
+ * large stride, one cache line per unit; when the input's innermost axis becomes the output's
+ * second-to-last axis (every 2-d transpose, a batched swap of the last two axes), whole output
+ * rows are instead filled in tiles of TILE rows x TILE columns, whose input lines stay in cache.
+ */
+static int read_transpose(struct exec *e, const struct xnode *x, uint64_t off, size_t len,
+			  uint8_t *dst)
+{
+	const uint8_t *src = e->st[x->in[0]].temp;
+	uint64_t end = off + len, idx[WD_MAX_DIMS], row_units, rb, head;
+	struct tgeo g;
+
+	tgeo_init(x, &e->p->x[x->in[0]], &g);
+	if (g.nd < 2 || g.step[g.nd - 2] != 1 || g.step[g.nd - 1] == 1) {
+		transpose_span(&g, src, off, len, dst);
+		return 0;
+	}
+	row_units = g.ous[g.nd - 1];
+	rb = row_units * g.ub;
+	head = min_u64((off + rb - 1) / rb * rb, end) - off;      /* up to the first row start */
+	transpose_span(&g, src, off, (size_t)head, dst);
+	off += head;
+	dst += head;
+	while (end - off >= rb) {
+		uint64_t row = off / rb, i2 = row % g.ous[g.nd - 2];
+		uint64_t t_n = min_u64(min_u64((end - off) / rb, g.ous[g.nd - 2] - i2), TILE);
+		uint64_t base = tgeo_src(&g, row * row_units, idx);
+
+		for (uint64_t c0 = 0; c0 < row_units; c0 += TILE) {
+			uint64_t cw = min_u64(TILE, row_units - c0);
+			for (uint64_t t = 0; t < t_n; t++)
+				gather_units(dst + t * rb + c0 * g.ub,
+					     src + (base + t + c0 * g.step[g.nd - 1]) * g.ub, cw,
+					     g.step[g.nd - 1], g.ub);
+		}
+		off += t_n * rb;
+		dst += t_n * rb;
+	}
+	transpose_span(&g, src, off, (size_t)(end - off), dst);
 	return 0;
 }
 
@@ -1767,12 +1882,40 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 	return wd_error_set(e->err, WD_E_INTERNAL, "unknown plan operation");
 }
 
+/*
+ * Working memory for a whole intermediate value. Large ones are mapped with MAP_POPULATE (and
+ * transparent huge pages asked for): faulting fresh pages in one at a time costs more than the
+ * copy that fills them.
+ */
+static void *temp_alloc(size_t n)
+{
+	void *p;
+
+	if (n < (1u << 20))
+		return malloc(n);
+	p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, n, MADV_HUGEPAGE);
+	return p;
+}
+
+static void temp_free(void *p, size_t n)
+{
+	if (!p)
+		return;
+	if (n < (1u << 20))
+		free(p);
+	else
+		munmap(p, n);
+}
+
 static void exec_free(struct exec *e)
 {
 	if (!e->st)
 		return;
 	for (size_t i = 0; i < e->p->nx; i++) {
-		free(e->st[i].temp);
+		temp_free(e->st[i].temp, e->st[i].temp_len);
 		free(e->st[i].inbuf);
 		free(e->st[i].win);
 		free(e->st[i].mid);
@@ -1922,7 +2065,8 @@ int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scr
 		const struct xnode *x = &p->x[i];
 		if (!x->reach || !x->temp)
 			continue;
-		e.st[i].temp = malloc(x->nbytes);
+		e.st[i].temp = temp_alloc(x->nbytes);
+		e.st[i].temp_len = x->nbytes;
 		if (!e.st[i].temp) {
 			r = wd_error_set(err, WD_E_EXHAUSTED, "no memory for %" PRIu64
 					 " bytes of working space", x->nbytes);

@@ -77,6 +77,7 @@ int wd_sink_init(struct wd_sink *s, int fd, uint64_t size)
 	s->size = size;
 	s->written = 0;
 	s->hasher = NULL;
+	s->progress = NULL;
 	return wd_sha256_init(&s->sha);
 }
 
@@ -148,9 +149,14 @@ int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_erro
 		p += n;
 		left -= (size_t)n;
 		s->written += (uint64_t)n;
+		if (s->progress)
+			__atomic_store_n(s->progress, s->written, __ATOMIC_RELAXED);
 	}
-	if (s->fd < 0)
+	if (s->fd < 0) {
 		s->written += len;
+		if (s->progress)
+			__atomic_store_n(s->progress, s->written, __ATOMIC_RELAXED);
+	}
 	return 0;
 }
 

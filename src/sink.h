@@ -24,6 +24,10 @@ struct wd_hasher;
  * A sink receives the output of a materialization strictly in order from offset 0 to size and
  * pwrites it into fd, updating a SHA-256 of everything written. Writing past `size` is
  * -WD_E_INTERNAL. fd < 0 makes a sink that only hashes (tests, preflight of digests).
+ *
+ * progress (optional, NULL after wd_sink_init): when set, every write also stores the bytes
+ * written so far there with a relaxed atomic store, so another thread (the daemon's main loop
+ * answering status) can read how far a materialization is with __atomic_load_n.
  */
 struct wd_sink {
 	int fd;
@@ -31,6 +35,7 @@ struct wd_sink {
 	uint64_t written;
 	struct wd_sha256 sha;
 	struct wd_hasher *hasher;   /* set by wd_sink_pipeline; NULL: hashed inline */
+	uint64_t *progress;
 };
 
 int wd_sink_init(struct wd_sink *s, int fd, uint64_t size);

@@ -60,6 +60,7 @@ struct fake {
 	struct wd_inbuf *in;
 };
 
+static inline void fake_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static inline void fake_fatal(const char *fmt, ...)
 {
 	va_list ap;

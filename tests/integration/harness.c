@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -177,23 +178,31 @@ static int has_line(const char *msg, const char *what)
 	return 0;
 }
 
+/* Take queued messages up to the first that has a line starting with `what`. Caller locks. */
+static int take_until(struct harness_notify *q, const char *what)
+{
+	while (q->tail < q->head)
+		if (has_line(q->msgs[q->tail++ % NQ_SLOTS], what))
+			return 1;
+	return 0;
+}
+
 int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 {
 	struct harness_notify *q = h->nq;
 	int64_t end = now_ms() + timeout_ms;
-	int found = 0;
 
 	if (!q)
 		return -1;
 	for (;;) {
-		int64_t left = end - now_ms();
 		struct timespec ts;
-		int status;
+		siginfo_t si;
+		int found, status;
+		char c;
 
 		pthread_mutex_lock(&q->lock);
-		while (!found && q->tail < q->head)
-			found = has_line(q->msgs[q->tail++ % NQ_SLOTS], what);
-		if (!found && left > 0) {
+		found = take_until(q, what);
+		if (!found && now_ms() < end) {
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_nsec += 100 * 1000000L;
 			if (ts.tv_nsec >= 1000000000L) {
@@ -201,23 +210,37 @@ int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 				ts.tv_nsec -= 1000000000L;
 			}
 			pthread_cond_timedwait(&q->cond, &q->lock, &ts);
+			found = take_until(q, what);
 		}
 		pthread_mutex_unlock(&q->lock);
 		if (found)
 			return 0;
-		if (left <= 0)
+		if (now_ms() >= end)
 			return -1;
-		/* notice a daemon that died without a word */
-		if (h->pid > 0 && waitpid(h->pid, &status, WNOHANG) == h->pid) {
+		/* A daemon that exited: first take what it sent before exiting (the reader thread
+		 * empties the socket), and reap it only when the message is not there, so a caller
+		 * that waits for it itself (after STOPPING=1) still can. */
+		memset(&si, 0, sizeof(si));
+		if (h->pid <= 0 ||
+		    waitid(P_PID, (id_t)h->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+			continue;
+		for (int i = 0; i < 1000 && recv(h->notify_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0; i++)
+			usleep(1000);
+		usleep(10000);
+		pthread_mutex_lock(&q->lock);
+		found = take_until(q, what);
+		pthread_mutex_unlock(&q->lock);
+		if (found)
+			return 0;
+		if (waitpid(h->pid, &status, 0) == h->pid) {
 			h->pid = -1;
 			h->exit_status = status;
-			return -1;
 		}
+		return -1;
 	}
 }
 
-/* Forget notify messages of an earlier daemon (a stale READY=1 must not count for a new one). */
-static void drain_notify(struct harness *h)
+void harness_forget_notify(struct harness *h)
 {
 	if (!h->nq)
 		return;
@@ -242,9 +265,10 @@ static int private_shm(const char *size)
 
 int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 {
-	pid_t pid;
+	pid_t pid, parent = getpid();
 
-	drain_notify(h);
+	/* a stale READY=1 of an earlier daemon must not count for this one */
+	harness_forget_notify(h);
 	snprintf(h->shm_dir, sizeof(h->shm_dir), "/dev/shm");
 	h->exit_status = -1;
 	pid = fork();
@@ -252,6 +276,11 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 		return -1;
 	if (pid == 0) {
 		int fd = open(h->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		/* A test that dies (watchdog, crash) takes its daemon along: a daemon left behind
+		 * would keep the test's stdout open and make ctest wait for its timeout. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+			_exit(127);
 		if (fd >= 0) {
 			dup2(fd, STDERR_FILENO);
 			close(fd);
@@ -267,6 +296,8 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 				_exit(CHILD_UNSUPPORTED);
 			}
 		}
+		/* a test killed by its timeout takes its daemon with it */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		setenv("NOTIFY_SOCKET", h->notify, 1);
 		execl(harness_weightd(), "weightd", "--config", h->conf, "--foreground",
 		      "--log-level", "debug", (char *)NULL);
@@ -283,6 +314,9 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 		harness_dump_log(h);
 		return -1;
 	}
+	/* READY=1 can arrive while the daemon still holds the socket it sent it with: return once
+	 * its descriptors have settled, so a test's fd baseline counts only lasting ones. */
+	harness_settled_fds(h);
 	return 0;
 }
 
@@ -569,4 +603,27 @@ unsigned long long harness_shm_free(const struct harness *h)
 	if (statvfs(h->shm_dir, &sv) < 0)
 		return 0;
 	return (unsigned long long)sv.f_bavail * sv.f_frsize;
+}
+
+void harness_dump_fds(pid_t pid)
+{
+	char path[64], link[512], target[512];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return;
+	fprintf(stderr, "---- fds of %d ----\n", (int)pid);
+	while ((e = readdir(d))) {
+		ssize_t n;
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+		n = readlink(link, target, sizeof(target) - 1);
+		target[n > 0 ? n : 0] = '\0';
+		fprintf(stderr, "%s -> %s\n", e->d_name, target);
+	}
+	closedir(d);
 }

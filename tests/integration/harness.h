@@ -54,6 +54,9 @@ int harness_start_with_nofile(struct harness *h, unsigned long nofile);
  * Messages are taken in arrival order; those before the match are consumed with it. */
 int harness_wait_notify(struct harness *h, const char *what, int timeout_ms);
 
+/* Forget every notify message received so far (before triggering one to wait for). */
+void harness_forget_notify(struct harness *h);
+
 /* SIGTERM and wait. Returns the exit status (or -1). */
 int harness_stop(struct harness *h);
 
@@ -85,6 +88,9 @@ void harness_dump_log(const struct harness *h);
 
 /* Count open fds of a process (/proc/PID/fd). */
 int harness_count_fds(pid_t pid);
+
+/* Print a process's open fds and what they are (for a failing test). */
+void harness_dump_fds(pid_t pid);
 
 /* The daemon's fd count once it stops moving (the same over several reads 20 ms apart; the
  * daemon opens short-lived fds of its own, e.g. for sd_notify). */

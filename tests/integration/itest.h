@@ -144,9 +144,11 @@ static inline const weightd_source_info *it_source(const weightd_status *st, con
 
 /*
  * Wait (up to timeout_ms) until the daemon is quiet: nothing in flight, `refs` references, and no
- * client but the one asking. Returns that status (free it), or the last one seen.
+ * clients but `others` (those the test keeps open) and the one asking, which stays connected:
+ * *ret_c (close it). Returns the last status.
  */
-static inline weightd_status *it_wait_quiet(const struct harness *h, uint64_t refs, int timeout_ms)
+static inline weightd_status *it_quiet_with(const struct harness *h, uint64_t refs,
+					    uint64_t others, int timeout_ms, weightd_client **ret_c)
 {
 	int64_t end = it_now_ms() + timeout_ms;
 	weightd_client *c = it_connect(h);
@@ -155,38 +157,70 @@ static inline weightd_status *it_wait_quiet(const struct harness *h, uint64_t re
 	for (;;) {
 		st = it_status(c);
 		if ((st->materializations_in_flight == 0 && st->references == refs &&
-		     st->clients == 1) || it_now_ms() > end)
+		     st->clients == others + 1) || it_now_ms() > end)
 			break;
 		weightd_status_free(st);
 		usleep(10000);
 	}
+	*ret_c = c;
+	return st;
+}
+
+static inline weightd_status *it_wait_quiet(const struct harness *h, uint64_t refs,
+					    uint64_t others, int timeout_ms)
+{
+	weightd_client *c;
+	weightd_status *st = it_quiet_with(h, refs, others, timeout_ms, &c);
+
 	weightd_close(c);
 	return st;
 }
 
-/* The daemon's fds with no client connected, less one per cached weight: what the leak check
- * compares against. Take it when the daemon is quiet. */
-static inline int it_fd_base(const struct harness *h)
+/* Files the daemon keeps open for its checkpoints (one per file of each ready source). */
+static inline int it_source_files(const weightd_status *st)
 {
-	weightd_status *st = it_wait_quiet(h, 0, 10000);
-	uint64_t weights = st->weights;
-	int fds;
+	int n = 0;
+
+	for (size_t i = 0; i < st->n_sources; i++)
+		if (strcmp(st->sources[i].state, "ready") == 0)
+			n += (int)st->sources[i].files;
+	return n;
+}
+
+/*
+ * The daemon's fds with no client connected, less one per cached weight and one per open
+ * checkpoint file: what the leak check compares against. Counted while exactly one client (ours, accepted: it got a reply) is
+ * connected, so a disconnect the daemon has not processed yet cannot skew it.
+ */
+static inline int it_fd_base_refs(const struct harness *h, uint64_t refs)
+{
+	weightd_client *c;
+	weightd_status *st = it_quiet_with(h, refs, 0, 10000, &c);
+	int fds = harness_settled_fds(h);
+	int base = fds - 1 - (int)st->weights - it_source_files(st);
 
 	weightd_status_free(st);
-	fds = harness_settled_fds(h);
-	return fds - (int)weights;
+	weightd_close(c);
+	return base;
+}
+
+static inline int it_fd_base(const struct harness *h)
+{
+	return it_fd_base_refs(h, 0);
 }
 
 /*
  * The leak check every test ends with: nothing in flight, `refs` references left (0 unless the
  * daemon holds preloads), one segment under the prefix per cached weight and none besides, and
- * the daemon's fds back to the base plus one per cached weight.
+ * the daemon's fds back to the base plus one per cached weight and checkpoint file (plus the
+ * asking client's).
  */
 static inline void it_leak_check(const struct harness *h, int fd_base, uint64_t refs)
 {
-	weightd_status *st = it_wait_quiet(h, refs, 10000);
+	weightd_client *c;
+	weightd_status *st = it_quiet_with(h, refs, 0, 10000, &c);
 	uint64_t weights = st->weights;
-	int fds;
+	int fds, files = it_source_files(st), want = fd_base + (int)weights + files + 1;
 
 	assert_int_equal(st->materializations_in_flight, 0);
 	assert_int_equal(st->references, refs);
@@ -195,10 +229,14 @@ static inline void it_leak_check(const struct harness *h, int fd_base, uint64_t 
 	for (size_t i = 0; i < st->n_weights; i++)
 		assert_true(st->weight_list[i].refs == 0 || refs > 0);
 	weightd_status_free(st);
-	fds = harness_wait_fds(h, fd_base + (int)weights, 10000);
-	if (fds != fd_base + (int)weights)
-		fail_msg("the daemon has %d fds open; expected %d (base %d + %llu weights)", fds,
-			 fd_base + (int)weights, fd_base, (unsigned long long)weights);
+	fds = harness_wait_fds(h, want, 10000);
+	weightd_close(c);
+	if (fds != want)
+		harness_dump_fds(h->pid);
+	if (fds != want)
+		fail_msg("the daemon has %d fds open; expected %d (base %d + %llu weights + %d "
+			 "checkpoint files + 1 client)", fds, want, fd_base,
+			 (unsigned long long)weights, files);
 }
 
 /* Run wd-mkfixture with printf-style arguments, or fail. */

@@ -1,6 +1,7 @@
 /* test_lifecycle.c - memory budget and eviction, per-client limits, preload, hot reload, and a
  * restart after kill -9 without rereads; each against a real weightd, each ending with the leak
  * check (segments, fds and references). */
+#include <jansson.h>
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -377,8 +378,7 @@ static void preload_keeps_a_checkpoint_resident(void **state)
 		assert_int_equal(st->weight_list[i].clients, 0);
 	}
 	weightd_status_free(st);
-	/* the fd base: settled fds less one per cached weight (no client is connected) */
-	base = harness_settled_fds(&H) - 4;
+	base = it_fd_base_refs(&H, 4);
 
 	/* A client binding p reads nothing: the preloaded weights are the ones it gets. */
 	c = it_connect(&H);
@@ -568,7 +568,8 @@ static void reload_adds_removes_and_makes_new_generations(void **state)
 	weightd_release(xa);
 	weightd_release(xb);
 	weightd_close(x);
-	st = it_wait_quiet(&H, 2, 10000);
+	st = it_wait_quiet(&H, 2, 2, 10000);
+	assert_int_equal(st->references, 2); /* c holds B:t gen 2 and C:t */
 	assert_int_equal(st->weights, 2);
 	for (size_t i = 0; i < st->n_weights; i++) {
 		const weightd_weight_status *ws = &st->weight_list[i];
@@ -580,6 +581,7 @@ static void reload_adds_removes_and_makes_new_generations(void **state)
 
 	/* SIGHUP does the same */
 	new_b(50);
+	harness_forget_notify(&H); /* the admin reload's RELOADING=1 and READY=1 */
 	assert_int_equal(kill(H.pid, SIGHUP), 0);
 	assert_int_equal(harness_wait_notify(&H, "RELOADING=1", 10000), 0);
 	assert_int_equal(harness_wait_notify(&H, "READY=1", 10000), 0);
@@ -802,7 +804,250 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	close(to[1]);
 	fclose(out);
 	it_wait_child_ok(pid);
+
+	/* Re-adopted weights belong to their checkpoint again once asked for: a new version of the
+	 * file and a reload drop them like any weight of an old generation. */
+	{
+		char tmp[600];
+		weightd_client *c;
+		weightd_error err;
+
+		snprintf(tmp, sizeof(tmp), "%s.new", path);
+		it_fixture("safetensors %s --seed 50 --tensor w0:F32:256x64", tmp);
+		assert_int_equal(rename(tmp, path), 0);
+		c = it_connect(&H);
+		if (weightd_reload(c, &err) < 0)
+			fail_msg("reload: %s", err.message);
+		weightd_close(c);
+		st = it_wait_quiet(&H, 0, 0, 10000);
+		assert_int_equal(st->weights, 0);
+		weightd_status_free(st);
+	}
 	it_leak_check(&H, base, 0);
+}
+
+/*
+ * Re-adoption takes only what the state index vouches for: a segment replaced by another file
+ * (same name, same bytes, new inode) is dropped, and with verify_adopted a segment whose bytes
+ * changed is dropped too. Only those are read again.
+ */
+static void readoption_checks_what_the_index_vouches_for(void **state)
+{
+	char path[512], sec[1024], seg[4][320];
+	weightd_client *c;
+	weightd_unit *u = NULL;
+	weightd_status *st;
+	weightd_error err;
+	uint8_t *copy;
+	int fd, base;
+
+	harness_path(&H, "r.safetensors", path, sizeof(path));
+	it_fixture("safetensors %s --seed 0 --tensor w0:F32:256x64 --tensor w1:BF16:128x128 "
+		   "--tensor w2:U8:100000 --tensor w3:F16:33x7", path);
+	snprintf(sec, sizeof(sec), "[checkpoint:r]\npath = %s\n", path);
+	it_start(&H, "verify_adopted = yes", sec);
+	c = it_connect(&H);
+	assert_int_equal(bind_rt(c, &u, &err), 0);
+	for (int i = 0; i < N_RT; i++) {
+		char hex[65];
+		const uint8_t *key = weightd_weight_key(weightd_unit_weight(u, rt_names[i]));
+		for (int k = 0; k < 32; k++)
+			snprintf(hex + 2 * k, 3, "%02x", key[k]);
+		snprintf(seg[i], sizeof(seg[i]), "/dev/shm/%s.%s", H.prefix, hex);
+		assert_int_equal(access(seg[i], F_OK), 0);
+	}
+	weightd_unit_free(u);
+	weightd_close(c);
+	harness_kill(&H);
+
+	/* w1: one byte changed in place (the inode stays) */
+	fd = open(seg[1], O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "\xff", 1, 100), 1);
+	close(fd);
+	/* w2: the same bytes under the same name, but another file */
+	copy = malloc(rt_bytes[2]);
+	assert_non_null(copy);
+	fd = open(seg[2], O_RDONLY);
+	assert_int_equal(read(fd, copy, rt_bytes[2]), (ssize_t)rt_bytes[2]);
+	close(fd);
+	assert_int_equal(unlink(seg[2]), 0);
+	fd = open(seg[2], O_CREAT | O_EXCL | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, copy, rt_bytes[2]), (ssize_t)rt_bytes[2]);
+	close(fd);
+	free(copy);
+
+	assert_int_equal(harness_start(&H), 0);
+	base = it_fd_base(&H);
+	assert_true(harness_log_contains(&H, "do not have the recorded SHA-256"));
+	st = it_status_of(&H);
+	assert_int_equal(st->readoptions, 2);
+	assert_int_equal(st->weights, 2);
+	assert_non_null(it_weight(st, "r", "w0"));
+	assert_non_null(it_weight(st, "r", "w3"));
+	weightd_status_free(st);
+	assert_int_equal(access(seg[1], F_OK), -1);
+	assert_int_equal(access(seg[2], F_OK), -1);
+	assert_int_equal(harness_segments(&H), 2);
+
+	/* asking again reads exactly the two that were dropped, and every byte is right */
+	c = it_connect(&H);
+	assert_int_equal(bind_rt(c, &u, &err), 0);
+	assert_int_equal(weightd_unit_bytes_read(u), rt_bytes[1] + rt_bytes[2]);
+	assert_string_equal(rt_verify(u), "ok");
+	weightd_unit_free(u);
+	weightd_close(c);
+	it_leak_check(&H, base, 0);
+}
+
+/* --- weightctl status and purge ------------------------------------------------------------- */
+
+static int weightctl(char *out, size_t cap, const char *a1, const char *a2, const char *a3,
+		     const char *a4, const char *a5)
+{
+	char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, (char *)a1, (char *)a2,
+			 (char *)a3, (char *)a4, (char *)a5, NULL };
+
+	return harness_run(argv, out, cap, (uid_t)-1);
+}
+
+static json_t *status_json(void)
+{
+	static char out[1 << 16];
+	json_error_t jerr;
+	json_t *j;
+
+	assert_int_equal(weightctl(out, sizeof(out), "--json", "status", NULL, NULL, NULL), 0);
+	j = json_loads(out, 0, &jerr);
+	if (!j)
+		fail_msg("weightctl status --json: %s", jerr.text);
+	return j;
+}
+
+static json_int_t jint(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!json_is_integer(v))
+		fail_msg("weightctl status --json: no integer \"%s\"", key);
+	return json_integer_value(v);
+}
+
+/*
+ * weightctl status shows what the lifecycle did: budget use, evictions, generations of sources
+ * and weights, references per weight, and re-adoptions after a restart. weightctl purge removes
+ * an instance's segments and records, and refuses while the daemon runs.
+ */
+static void weightctl_status_and_purge(void **state)
+{
+	char path[512], sec[1024], tmp[600], out[1 << 16];
+	weightd_client *c;
+	weightd_weight *wa, *wb, *wc;
+	json_t *j, *ws;
+	size_t i;
+	int segs;
+
+	five_mib_tensors(path, sizeof(path), NULL);
+	snprintf(sec, sizeof(sec), "[checkpoint:m]\npath = %s\n", path);
+	it_start(&H, "budget = 2M", sec);
+	c = it_connect(&H);
+	wa = it_get_ok(c, "m", "a");
+	weightd_release(wa);
+	wb = it_get_ok(c, "m", "b");
+	wc = it_get_ok(c, "m", "c"); /* evicts a */
+	weightd_release(it_get_ok(c, "m", "b")); /* b: a second reference, let go */
+
+	j = status_json();
+	assert_int_equal(jint(j, "budget_bytes"), 2 * MiB);
+	assert_int_equal(jint(j, "bytes_resident"), 2 * MiB);
+	assert_int_equal(jint(j, "evictions"), 1);
+	assert_int_equal(jint(j, "references"), 2);
+	assert_int_equal(jint(j, "readoptions"), 0);
+	assert_int_equal(jint(json_array_get(json_object_get(j, "sources"), 0), "generation"), 1);
+	json_array_foreach(json_object_get(j, "weight_list"), i, ws) {
+		assert_int_equal(jint(ws, "refs"), 1);
+		assert_int_equal(jint(ws, "clients"), 1);
+		assert_int_equal(jint(ws, "generation"), 1);
+	}
+	json_decref(j);
+	assert_int_equal(weightctl(out, sizeof(out), "status", NULL, NULL, NULL, NULL), 0);
+	assert_non_null(strstr(out, "of budget 2097152"));
+	assert_non_null(strstr(out, "evictions                   1"));
+	assert_non_null(strstr(out, "re-adoptions                0"));
+	assert_non_null(strstr(out, "REFS"));
+	assert_non_null(strstr(out, "GEN"));
+	weightd_release(wb);
+	weightd_release(wc);
+
+	/* a new version of m: generation 2 in the sources and in a new weight */
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	it_fixture("safetensors %s --seed 9 --tensor a:U8:1048576 --tensor b:U8:1048576", tmp);
+	assert_int_equal(rename(tmp, path), 0);
+	reload_ok();
+	weightd_release(it_get_ok(c, "m", "a"));
+	weightd_close(c);
+	j = status_json();
+	assert_int_equal(jint(json_array_get(json_object_get(j, "sources"), 0), "generation"), 2);
+	json_array_foreach(json_object_get(j, "weight_list"), i, ws)
+		assert_int_equal(jint(ws, "generation"), 2);
+	json_decref(j);
+
+	/* crash and restart: the re-adoption shows */
+	harness_kill(&H);
+	assert_int_equal(harness_start(&H), 0);
+	j = status_json();
+	assert_int_equal(jint(j, "readoptions"), 1);
+	json_array_foreach(json_object_get(j, "weight_list"), i, ws)
+		assert_true(json_is_true(json_object_get(ws, "adopted")));
+	json_decref(j);
+	assert_int_equal(weightctl(out, sizeof(out), "status", NULL, NULL, NULL, NULL), 0);
+	assert_non_null(strstr(out, "re-adoptions                1"));
+
+	/* purge refuses while the daemon runs, and leaves everything */
+	segs = harness_segments(&H);
+	assert_int_equal(segs, 1);
+	assert_int_equal(weightctl(out, sizeof(out), "purge", "--config", H.conf, NULL, NULL), 1);
+	assert_int_equal(harness_segments(&H), segs);
+
+	/* stopped cleanly, the segments stay for the next start; purge takes them and the records */
+	assert_int_equal(harness_stop(&H), 0);
+	assert_int_equal(harness_segments(&H), segs);
+	assert_int_equal(weightctl(out, sizeof(out), "purge", "--config", H.conf, NULL, NULL), 0);
+	assert_non_null(strstr(out, "removed 1 segment under"));
+	assert_non_null(strstr(out, "1 state record"));
+	assert_int_equal(harness_segments(&H), 0);
+
+	/* the --prefix form, after a crash */
+	assert_int_equal(harness_start(&H), 0);
+	c = it_connect(&H);
+	weightd_release(it_get_ok(c, "m", "a"));
+	weightd_release(it_get_ok(c, "m", "b"));
+	weightd_close(c);
+	harness_kill(&H);
+	assert_int_equal(harness_segments(&H), 2);
+	snprintf(tmp, sizeof(tmp), "%s/state", H.dir);
+	assert_int_equal(weightctl(out, sizeof(out), "--json", "purge", "--prefix", H.prefix,
+				   "--state-dir"), 2); /* missing value: usage */
+	{
+		char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, "--json", "purge",
+				 "--prefix", H.prefix, "--state-dir", tmp, NULL };
+		assert_int_equal(harness_run(argv, out, sizeof(out), (uid_t)-1), 0);
+	}
+	j = json_loads(out, 0, NULL);
+	assert_non_null(j);
+	assert_int_equal(jint(j, "segments"), 2);
+	assert_int_equal(jint(j, "state_records"), 2);
+	json_decref(j);
+	assert_int_equal(harness_segments(&H), 0);
+
+	/* a start after a purge has nothing to re-adopt and reads again */
+	assert_int_equal(harness_start(&H), 0);
+	j = status_json();
+	assert_int_equal(jint(j, "readoptions"), 0);
+	assert_int_equal(jint(j, "weights"), 0);
+	json_decref(j);
+	it_leak_check(&H, it_fd_base(&H), 0);
 }
 
 int main(void)
@@ -816,8 +1061,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(reload_adds_removes_and_makes_new_generations, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(restart_after_kill9_rereads_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(readoption_checks_what_the_index_vouches_for, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(weightctl_status_and_purge, setup, teardown),
 	};
 
+	if (getenv("WD_TEST_FILTER")) /* e.g. WD_TEST_FILTER='preload*' runs only those */
+		cmocka_set_test_filter(getenv("WD_TEST_FILTER"));
 	alarm(280); /* watchdog: a hung daemon fails the test instead of stalling CI */
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -157,9 +157,10 @@ struct kid {
 /*
  * A separate client process: binds the recipe `json` (one slot) as a unit with the real library,
  * writes the weight's bytes to `outpath` (if not NULL), reports on one line, then holds the
- * weight until the parent says 'q'.
+ * weight until the parent says 'q'. With `gate`, it connects and parses first, says "ready", and
+ * submits only when the parent says 'g' (so that several submit at once).
  */
-static void kid_main(const char *json, const char *outpath, int in, int out)
+static void kid_main(const char *json, const char *outpath, bool gate, int in, int out)
 {
 	weightd_client *c = NULL;
 	weightd_unit *u = NULL;
@@ -170,8 +171,16 @@ static void kid_main(const char *json, const char *outpath, int in, int out)
 	char op;
 
 	if (weightd_connect(H.sock, "test-kid", &c, &err) < 0 ||
-	    weightd_unit_from_json(c, json, strlen(json), &u, &err) < 0 ||
-	    weightd_unit_submit(u, &err) < 0 || weightd_unit_validate(u, &err) < 0) {
+	    weightd_unit_from_json(c, json, strlen(json), &u, &err) < 0) {
+		say(out, "err %d %u %s\n", err.code, err.node, err.message);
+		_exit(1);
+	}
+	if (gate) {
+		say(out, "ready\n");
+		if (read(in, &op, 1) != 1 || op != 'g')
+			_exit(6);
+	}
+	if (weightd_unit_submit(u, &err) < 0 || weightd_unit_validate(u, &err) < 0) {
 		say(out, "err %d %u %s\n", err.code, err.node, err.message);
 		_exit(1);
 	}
@@ -200,11 +209,10 @@ static void kid_main(const char *json, const char *outpath, int in, int out)
 	_exit(0);
 }
 
-/* Start a client process for `json` and collect its report into *g. */
-static void kid_start(struct kid *k, const char *json, const char *outpath, struct got *g)
+/* Start a client process for `json` (see kid_main). */
+static void kid_spawn(struct kid *k, const char *json, const char *outpath, bool gate)
 {
 	int to[2], from[2];
-	char line[2048];
 
 	assert_int_equal(pipe(to), 0);
 	assert_int_equal(pipe(from), 0);
@@ -213,13 +221,20 @@ static void kid_start(struct kid *k, const char *json, const char *outpath, stru
 	if (k->pid == 0) {
 		close(to[1]);
 		close(from[0]);
-		kid_main(json, outpath, to[0], from[1]);
+		kid_main(json, outpath, gate, to[0], from[1]);
 	}
 	close(to[0]);
 	close(from[1]);
 	k->cmd = to[1];
 	k->out = fdopen(from[0], "r");
 	assert_non_null(k->out);
+}
+
+/* Collect a client process's report into *g. */
+static void kid_report(struct kid *k, struct got *g)
+{
+	char line[2048];
+
 	memset(g, 0, sizeof(*g));
 	assert_non_null(fgets(line, sizeof(line), k->out));
 	line[strcspn(line, "\n")] = '\0';
@@ -242,6 +257,12 @@ static void kid_start(struct kid *k, const char *json, const char *outpath, stru
 		}
 	}
 	g->ok = 1;
+}
+
+static void kid_start(struct kid *k, const char *json, const char *outpath, struct got *g)
+{
+	kid_spawn(k, json, outpath, false);
+	kid_report(k, g);
 }
 
 static void kid_end(struct kid *k)
@@ -342,7 +363,8 @@ static struct counters counters_now(weightd_client *c)
 	return k;
 }
 
-/* Wait (bounded) until the daemon holds `refs` references, after client processes ended. */
+/* Wait (bounded) until the daemon counts `refs` references and `clients` clients: clients that
+ * ended are noticed asynchronously. */
 static struct counters settle(weightd_client *c, uint64_t refs, uint64_t clients)
 {
 	struct counters k = counters_now(c);
@@ -453,7 +475,7 @@ static void same_recipe_one_segment_read_once(void **state)
 	cast_shard_json(json, sizeof(json), 1);
 	harness_path(&H, "a.bin", path, sizeof(path));
 
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	kid_start(&a, json, path, &ga);
 	assert_true(ga.ok);
 	k1 = counters_now(c);
@@ -503,6 +525,48 @@ static void same_recipe_one_segment_read_once(void **state)
 }
 
 /*
+ * Four processes submit the same new recipe at the same moment: the daemon makes it once (one
+ * segment, the source bytes read once) and all four map it.
+ */
+static void concurrent_requests_join_one_materialization(void **state)
+{
+	weightd_client *c = connect_or_fail();
+	const char *json = "{\"op\":\"cast\",\"dtype\":\"F64\",\"input\":" SRC("emb") "}";
+	struct counters k0, k1;
+	struct kid k[4];
+	struct got g[4];
+	char line[256];
+	uint64_t total_read = 0;
+
+	(void)state;
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
+	for (int i = 0; i < 4; i++) {
+		kid_spawn(&k[i], json, NULL, true);
+		assert_non_null(fgets(line, sizeof(line), k[i].out));
+		assert_string_equal(line, "ready\n");
+	}
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(write(k[i].cmd, "g", 1), 1);
+	for (int i = 0; i < 4; i++) {
+		kid_report(&k[i], &g[i]);
+		if (!g[i].ok)
+			fail_msg("client %d: %s", i, g[i].message);
+		assert_int_equal(g[i].dev, g[0].dev);
+		assert_int_equal(g[i].ino, g[0].ino);
+		total_read += g[i].bytes_read;
+	}
+	k1 = counters_now(c);
+	assert_int_equal(k1.bytes_read - k0.bytes_read, (uint64_t)EMB_ROWS * EMB_COLS * 2);
+	assert_int_equal(total_read, (uint64_t)EMB_ROWS * EMB_COLS * 2); /* charged to one of them */
+	assert_int_equal(k1.segments, k0.segments + 1);
+	assert_int_equal(k1.references, k0.references + 4);
+	for (int i = 0; i < 4; i++)
+		kid_end(&k[i]);
+	settle(c, k0.references, k0.clients);
+	weightd_close(c);
+}
+
+/*
  * Ranks 0..3 of a 4-way shard of a dimension that does not divide (1026 = 4 * 256 + 2): each
  * rank its own segment, rows by the tensor_split rule, and the four concatenated equal both the
  * cast of the whole tensor (as weightd makes it) and the cast computed here from the file's
@@ -519,7 +583,7 @@ static void four_ranks_concatenate_to_the_full_cast(void **state)
 	uint32_t *want;
 
 	(void)state;
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	cat = malloc((size_t)EMB_ROWS * EMB_COLS * 4);
 	assert_non_null(cat);
 	for (uint32_t r = 0; r < 4; r++) {
@@ -730,39 +794,43 @@ struct bad_case {
 	int code;
 	unsigned node;          /* 0-based index of the node the error must name */
 	const char *op;
+	const char *path;       /* where that node is in the JSON */
 };
 
 static const struct bad_case bad_cases[] = {
 	{ "unknown source", "{\"op\":\"cast\",\"dtype\":\"F32\",\"input\":{\"op\":\"source\","
-	  "\"checkpoint\":\"nope\",\"tensor\":\"q\"}}", WEIGHTD_E_UNKNOWN_SOURCE, 0, "source" },
+	  "\"checkpoint\":\"nope\",\"tensor\":\"q\"}}", WEIGHTD_E_UNKNOWN_SOURCE, 0, "source",
+	  "$.input" },
 	{ "unknown tensor", "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") ","
-	  SRC("no.such") "]}", WEIGHTD_E_UNKNOWN_TENSOR, 1, "source" },
+	  SRC("no.such") "]}", WEIGHTD_E_UNKNOWN_TENSOR, 1, "source", "$.inputs[1]" },
 	{ "empty inputs", "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") ",{\"op\":\"stack\","
-	  "\"axis\":0,\"inputs\":[]}]}", WEIGHTD_E_EMPTY_INPUTS, 1, "stack" },
+	  "\"axis\":0,\"inputs\":[]}]}", WEIGHTD_E_EMPTY_INPUTS, 1, "stack", "$.inputs[1]" },
 	{ "dtype mismatch", "{\"op\":\"concat\",\"axis\":1,\"inputs\":[" SRC("q") "," SRC("emb") "]}",
-	  WEIGHTD_E_DTYPE_MISMATCH, 2, "concat" },
+	  WEIGHTD_E_DTYPE_MISMATCH, 2, "concat", "$" },
 	{ "shape mismatch", "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") ",{\"op\":"
 	  "\"transpose\",\"perm\":[1,0],\"input\":" SRC("k") "}]}", WEIGHTD_E_SHAPE_MISMATCH, 3,
-	  "concat" },
+	  "concat", "$" },
 	{ "join axis out of range", "{\"op\":\"concat\",\"axis\":2,\"inputs\":[" SRC("q") "," SRC("k")
-	  "]}", WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "concat" },
+	  "]}", WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "concat", "$" },
 	{ "negative join axis out of range", "{\"op\":\"stack\",\"axis\":-4,\"inputs\":[" SRC("k")
-	  "," SRC("v") "]}", WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "stack" },
+	  "," SRC("v") "]}", WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "stack", "$" },
 	{ "element count mismatch", "{\"op\":\"reshape\",\"shape\":[10,10],\"input\":" SRC("q") "}",
-	  WEIGHTD_E_ELEMENT_COUNT_MISMATCH, 1, "reshape" },
+	  WEIGHTD_E_ELEMENT_COUNT_MISMATCH, 1, "reshape", "$" },
 	{ "byte count mismatch", "{\"op\":\"view\",\"dtype\":\"F32\",\"shape\":[48,32],\"input\":"
-	  SRC("q") "}", WEIGHTD_E_BYTE_COUNT_MISMATCH, 1, "view" },
+	  SRC("q") "}", WEIGHTD_E_BYTE_COUNT_MISMATCH, 1, "view", "$" },
 	{ "not a permutation", "{\"op\":\"transpose\",\"perm\":[1,1],\"input\":" SRC("q") "}",
-	  WEIGHTD_E_NOT_A_PERMUTATION, 1, "transpose" },
+	  WEIGHTD_E_NOT_A_PERMUTATION, 1, "transpose", "$" },
 	{ "zero-sized output", "{\"op\":\"cast\",\"dtype\":\"F32\",\"input\":{\"op\":\"select\","
 	  "\"select\":{\"shard\":[0,63,64]},\"input\":" SRC("q") "}}", WEIGHTD_E_ZERO_SIZED, 1,
-	  "select" },
+	  "select", "$.input" },
 	{ "unsupported cast", "{\"op\":\"cast\",\"dtype\":\"Q4_0\",\"input\":" SRC("q") "}",
-	  WEIGHTD_E_UNSUPPORTED_CAST, 1, "cast" },
+	  WEIGHTD_E_UNSUPPORTED_CAST, 1, "cast", "$" },
 	{ "arithmetic overflow", "{\"op\":\"view\",\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,"
-	  "2],\"input\":" SRC("q") "}", WEIGHTD_E_OVERFLOW, 1, "view" },
-	{ "recipe too deep", NULL, WEIGHTD_E_RECIPE_TOO_DEEP, 0, "cast" },
-	{ "recipe too large", NULL, WEIGHTD_E_RECIPE_TOO_LARGE, 0, "source" },
+	  "2],\"input\":" SRC("q") "}", WEIGHTD_E_OVERFLOW, 1, "view", "$" },
+	/* node 32 of 40 nested casts is 8 levels below the outermost */
+	{ "recipe too deep", NULL, WEIGHTD_E_RECIPE_TOO_DEEP, 0, "cast",
+	  "$.input.input.input.input.input.input.input.input" },
+	{ "recipe too large", NULL, WEIGHTD_E_RECIPE_TOO_LARGE, 0, "source", "$.inputs[256]" },
 };
 
 /* 40 casts nested over one source: nodes 0 (source), 1..40 (casts); node i is i + 1 deep. */
@@ -810,11 +878,11 @@ static void preflight_errors_name_the_node(void **state)
 	char file[400];
 
 	(void)state;
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	harness_path(&H, "bad.json", file, sizeof(file));
 	for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
 		const struct bad_case *bc = &bad_cases[i];
-		char *json = NULL, want[64], out[8192], errtext[8192];
+		char *json = NULL, want[64], where[160], out[8192], errtext[8192];
 		unsigned node = bc->node;
 		weightd_unit *u = NULL;
 		weightd_inflight *f = NULL;
@@ -850,6 +918,9 @@ static void preflight_errors_name_the_node(void **state)
 		snprintf(want, sizeof(want), "node %u (%s)", node, bc->op);
 		if (!strstr(err.message, want))
 			fail_msg("%s: the message does not name \"%s\": %s", bc->what, want, err.message);
+		snprintf(where, sizeof(where), "(node %u is at %s in the recipe JSON)", node, bc->path);
+		if (!strstr(err.message, where))
+			fail_msg("%s: the message does not say \"%s\": %s", bc->what, where, err.message);
 		assert_string_equal(err.slot, "output");
 
 		/* weightctl */
@@ -862,9 +933,9 @@ static void preflight_errors_name_the_node(void **state)
 			if (rc != 1)
 				fail_msg("%s: weightctl preflight exited %d: %s%s", bc->what, rc, out,
 					 errtext);
-			if (!strstr(errtext, want))
-				fail_msg("%s: weightctl's stderr does not name \"%s\": %s", bc->what, want,
-					 errtext);
+			if (!strstr(errtext, want) || !strstr(errtext, where))
+				fail_msg("%s: weightctl's stderr does not say \"%s\" and \"%s\": %s",
+					 bc->what, want, where, errtext);
 			assert_string_equal(out, "");
 		}
 		free(json);
@@ -894,7 +965,7 @@ static void preflight_reads_no_payload(void **state)
 			   "\"inputs\":[" SRC("q") "," SRC("k") "," SRC("v") "]}}}";
 
 	(void)state;
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	assert_int_equal(weightd_unit_from_json(c, json, strlen(json), &u, &err), 0);
 	assert_int_equal(weightd_unit_preflight(u, &f, &err), 0);
 	if (weightd_preflight_finish(f, &p, &err) < 0)
@@ -950,24 +1021,29 @@ static void aliases_share_their_owner(void **state)
 		"\"dtype\":\"F16\",\"input\":" SRC("emb") "}},"
 		"{\"name\":\"head2\",\"alias\":\"head\"},"
 		"{\"name\":\"wt\",\"recipe\":{\"op\":\"transpose\",\"perm\":[1,0],\"input\":{\"op\":"
-		"\"cast\",\"dtype\":\"BF16\",\"input\":" SRC("w") "}}}"
+		"\"cast\",\"dtype\":\"BF16\",\"input\":" SRC("w") "}}},"
+		/* the same recipe again (keys in another order): not an alias, but the same identity */
+		"{\"name\":\"wt_again\",\"recipe\":{\"input\":{\"input\":" SRC("w") ",\"dtype\":"
+		"\"BF16\",\"op\":\"cast\"},\"perm\":[1,0],\"op\":\"transpose\"}}"
 		"]}";
 	weightd_unit *u = NULL;
 	weightd_inflight *f = NULL;
 	weightd_preflight *p = NULL;
 	weightd_error err;
 	struct counters k0, k1;
-	struct stat a, b, h2, w;
+	struct stat a, b, h2, w, w2;
+	int fds0;
 
 	(void)state;
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
+	fds0 = count_self_fds();
 	assert_int_equal(weightd_unit_from_json(c, json, strlen(json), &u, &err), 0);
 
 	/* preflight says who is whose alias */
 	assert_int_equal(weightd_unit_preflight(u, &f, &err), 0);
 	if (weightd_preflight_finish(f, &p, &err) < 0)
 		fail_msg("preflight: %s", err.message);
-	assert_int_equal(p->count, 4);
+	assert_int_equal(p->count, 5);
 	for (size_t i = 0; i < p->count; i++) {
 		const weightd_output_info *o = &p->outputs[i];
 		if (strcmp(o->name, "head") == 0 || strcmp(o->name, "head2") == 0) {
@@ -986,18 +1062,23 @@ static void aliases_share_their_owner(void **state)
 	b = fd_stat(weightd_unit_weight(u, "head"));
 	h2 = fd_stat(weightd_unit_weight(u, "head2"));
 	w = fd_stat(weightd_unit_weight(u, "wt"));
+	w2 = fd_stat(weightd_unit_weight(u, "wt_again"));
 	assert_true(a.st_dev == b.st_dev && a.st_ino == b.st_ino);
 	assert_true(a.st_dev == h2.st_dev && a.st_ino == h2.st_ino);
 	assert_true(a.st_ino != w.st_ino);
+	assert_true(w.st_dev == w2.st_dev && w.st_ino == w2.st_ino);
 	assert_ptr_equal(weightd_unit_data(u, "head"), weightd_unit_data(u, "emb16"));
 	assert_ptr_equal(weightd_unit_data(u, "head2"), weightd_unit_data(u, "emb16"));
+	assert_ptr_equal(weightd_unit_data(u, "wt_again"), weightd_unit_data(u, "wt"));
 
 	k1 = counters_now(c);
-	assert_int_equal(k1.segments, k0.segments + 2);   /* emb16 and wt; no copy for the aliases */
+	assert_int_equal(k1.segments, k0.segments + 2);   /* emb16 and wt; no copy for the others */
 	assert_int_equal(k1.weights, k0.weights + 2);
-	assert_int_equal(k1.references, k0.references + 2);
+	assert_int_equal(k1.references, k0.references + 3); /* one per entry; aliases hold none */
+	assert_int_equal(count_self_fds(), fds0 + 2);        /* one fd per distinct weight */
 	weightd_unit_free(u);
-	k1 = settle(c, k0.references, k0.clients);
+	settle(c, k0.references, k0.clients);                /* all three given back */
+	assert_int_equal(count_self_fds(), fds0);
 	weightd_close(c);
 }
 
@@ -1082,7 +1163,7 @@ static void bad_aliases_and_names_are_refused(void **state)
 	int fds0 = count_self_fds();
 
 	(void)state;
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	/* the library refuses a second slot of the same name at once */
 	assert_int_equal(weightd_unit_new(c, &u, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "x", NULL, NULL, 0, NULL, &err), 0);
@@ -1212,7 +1293,7 @@ static void bad_unit_publishes_nothing(void **state)
 		weightd_error err;
 		int fds0, r;
 
-		k0 = counters_now(c);
+		k0 = settle(c, 0, 1); /* only this client, holding nothing */
 		fds0 = count_self_fds();
 		assert_int_equal(weightd_unit_from_json(c, units[i], strlen(units[i]), &u, &err), 0);
 		assert_int_equal(weightd_unit_submit(u, &err), 0);
@@ -1250,7 +1331,7 @@ static void bad_unit_publishes_nothing(void **state)
 		weightd_error err;
 		int fds0 = count_self_fds(), src;
 
-		k0 = counters_now(c);
+		k0 = settle(c, 0, 1); /* only this client, holding nothing */
 		assert_int_equal(weightd_recipe_new(&r, &err), 0);
 		src = weightd_recipe_source(r, "rt", "w", NULL, &err);
 		assert_int_equal(src, 0);
@@ -1332,7 +1413,7 @@ static void unit_failing_midway_holds_nothing(void **state)
 	later[1] = later[0];
 	assert_int_equal(utimensat(AT_FDCWD, fragile, later, 0), 0);
 
-	k0 = counters_now(c);
+	k0 = settle(c, 0, 1); /* only this client, holding nothing */
 	fds0 = count_self_fds();
 	assert_int_equal(weightd_unit_from_json(c, json, strlen(json), &u, &err), 0);
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
@@ -1442,6 +1523,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(same_recipe_one_segment_read_once),
+		cmocka_unit_test(concurrent_requests_join_one_materialization),
 		cmocka_unit_test(four_ranks_concatenate_to_the_full_cast),
 		cmocka_unit_test(structural_ops_match_reference),
 		cmocka_unit_test(preflight_errors_name_the_node),

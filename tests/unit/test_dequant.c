@@ -12,378 +12,40 @@
 #include "dequant.h"
 #include "dtype.h"
 #include "error.h"
+#include "quant_ref.h"
 
 /*
- * The oracle: for each format the test picks scales, mins and quants at random (fixed seed),
- * writes them into a block bit by bit at the position the published format gives each of them
- * ("element k's quant is the 4 bits at bit 8*(2 + k%16) + 4*(k/16)"), and computes the expected
- * value from the picked numbers with the format's formula in double precision. It never reads the
- * block back. The chosen magnitudes keep every intermediate product exact in float, so the decoder
- * must agree to the last bit after the one final rounding both sides do.
+ * The oracle is tests/common/quant_ref.h: random picks written into blocks where the published
+ * format puts them, and the values the format's formula gives for them. It never reads a block.
  */
 
-#define MAX_ELEMS 256
-#define MAX_BYTES 292
+#define MAX_ELEMS QR_MAX_ELEMS
+#define MAX_BYTES QR_MAX_BYTES
 #define NBLOCKS 3
 #define ROUNDS 200
 
-static uint32_t rng_state = 0x2545f491u;
-
-static uint32_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 17;
-	rng_state ^= rng_state << 5;
-	return rng_state;
-}
-
-/* Write the low n bits of v at bit position pos, least significant bit first. */
-static void setbits(uint8_t *p, unsigned pos, unsigned n, uint32_t v)
-{
-	for (unsigned i = 0; i < n; i++) {
-		unsigned b = pos + i;
-
-		if ((v >> i) & 1)
-			p[b / 8] |= (uint8_t)(1u << (b % 8));
-		else
-			p[b / 8] &= (uint8_t)~(1u << (b % 8));
-	}
-}
-
-/* IEEE binary16 by definition: (-1)^s * 2^(e-15) * 1.m, or 2^-14 * 0.m when e == 0. */
-static double half_value(uint16_t h)
-{
-	int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-	double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
-
-	return s ? -v : v;
-}
-
-/* A random finite half (any sign, normal or subnormal). */
-static uint16_t rand_half(void)
-{
-	uint16_t h = (uint16_t)rnd();
-
-	if (((h >> 10) & 31) == 31)
-		h &= (uint16_t)~0x4000;
-	return h;
-}
-
-static uint32_t put_half(uint8_t *b, unsigned byte, uint16_t h)
-{
-	setbits(b, 8 * byte, 16, h);
-	return h;
-}
-
-/* The 16 levels IQ4_NL and IQ4_XS index (ggml-common.h, kvalues_iq4nl). */
-static const int iq4_level[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
-				   1,    13,   25,  38,  53,  69,  89,  113 };
-
-/* OCP E2M1: sign, 2 exponent bits (bias 1), 1 mantissa bit; exponent 0 is subnormal. */
-static double e2m1(unsigned bits)
-{
-	unsigned s = bits >> 3, e = (bits >> 1) & 3, m = bits & 1;
-	double v = e ? (1.0 + m / 2.0) * ldexp(1.0, (int)e - 1) : m / 2.0;
-
-	return s ? -v : v;
-}
-
-/* Byte position of element k's nibble in a 32-element block whose quants start at byte o. */
-static unsigned nib32(unsigned o, unsigned k)
-{
-	return 8 * (o + k % 16) + 4 * (k / 16);
-}
-
-static void mk_q4_0(uint8_t *b, double *x)
-{
-	double d = half_value(put_half(b, 0, rand_half()));
-
-	for (unsigned k = 0; k < 32; k++) {
-		unsigned q = rnd() % 16;
-
-		setbits(b, nib32(2, k), 4, q);
-		x[k] = d * ((int)q - 8);
-	}
-}
-
-static void mk_q4_1(uint8_t *b, double *x)
-{
-	double d = half_value(put_half(b, 0, rand_half()));
-	double m = half_value(put_half(b, 2, rand_half()));
-
-	for (unsigned k = 0; k < 32; k++) {
-		unsigned q = rnd() % 16;
-
-		setbits(b, nib32(4, k), 4, q);
-		x[k] = d * q + m;
-	}
-}
-
-static void mk_q5_0(uint8_t *b, double *x)
-{
-	double d = half_value(put_half(b, 0, rand_half()));
-
-	for (unsigned k = 0; k < 32; k++) {
-		unsigned q = rnd() % 32;
-
-		setbits(b, nib32(6, k), 4, q & 15);
-		setbits(b, 8 * 2 + k, 1, q >> 4); /* bit k of the u32 qh */
-		x[k] = d * ((int)q - 16);
-	}
-}
-
-static void mk_q5_1(uint8_t *b, double *x)
-{
-	double d = half_value(put_half(b, 0, rand_half()));
-	double m = half_value(put_half(b, 2, rand_half()));
-
-	for (unsigned k = 0; k < 32; k++) {
-		unsigned q = rnd() % 32;
-
-		setbits(b, nib32(8, k), 4, q & 15);
-		setbits(b, 8 * 4 + k, 1, q >> 4);
-		x[k] = d * q + m;
-	}
-}
-
-static void mk_q8_0(uint8_t *b, double *x)
-{
-	double d = half_value(put_half(b, 0, rand_half()));
-
-	for (unsigned k = 0; k < 32; k++) {
-		int q = (int8_t)rnd();
-
-		setbits(b, 8 * (2 + k), 8, (uint8_t)q);
-		x[k] = d * q;
-	}
-}
-
-static void mk_q8_1(uint8_t *b, double *x)
-{
-	double d = half_value(put_half(b, 0, rand_half()));
-
-	put_half(b, 2, rand_half()); /* s = d * sum(q): not used to decode */
-	for (unsigned k = 0; k < 32; k++) {
-		int q = (int8_t)rnd();
-
-		setbits(b, 8 * (4 + k), 8, (uint8_t)q);
-		x[k] = d * q;
-	}
-}
-
-/*
- * Q2_K and Q3_K quants: element k = 128n + 32j + r (r < 32) sits in byte 32n + r of the quant
- * area, at bit 2j. Sub-block (16 elements) i = k / 16.
- */
-static unsigned k2_pos(unsigned area, unsigned k)
-{
-	return 8 * (area + 32 * (k / 128) + k % 32) + 2 * ((k % 128) / 32);
-}
-
-static void mk_q2_k(uint8_t *b, double *x)
-{
-	unsigned sc[16], mn[16];
-	double d = half_value(put_half(b, 80, rand_half()));
-	double dmin = half_value(put_half(b, 82, rand_half()));
-
-	for (unsigned i = 0; i < 16; i++) {
-		sc[i] = rnd() % 16;
-		mn[i] = rnd() % 16;
-		setbits(b, 8 * i, 4, sc[i]);
-		setbits(b, 8 * i + 4, 4, mn[i]);
-	}
-	for (unsigned k = 0; k < 256; k++) {
-		unsigned q = rnd() % 4;
-
-		setbits(b, k2_pos(16, k), 2, q);
-		x[k] = d * sc[k / 16] * q - dmin * mn[k / 16];
-	}
-}
-
-static void mk_q3_k(uint8_t *b, double *x)
-{
-	unsigned sc[16];
-	double d = half_value(put_half(b, 108, rand_half()));
-
-	for (unsigned i = 0; i < 16; i++) {
-		sc[i] = rnd() % 64; /* stored as value + 32 */
-		setbits(b, i < 8 ? 8 * (96 + i) : 8 * (96 + i - 8) + 4, 4, sc[i] & 15);
-		setbits(b, 8 * (104 + i % 4) + 2 * (i / 4), 2, sc[i] >> 4);
-	}
-	for (unsigned k = 0; k < 256; k++) {
-		unsigned q = rnd() % 8; /* stored as value + 4 */
-
-		setbits(b, k2_pos(32, k), 2, q & 3);
-		setbits(b, 8 * (k % 32) + k / 32, 1, q >> 2); /* hmask */
-		x[k] = d * ((int)sc[k / 16] - 32) * ((int)q - 4);
-	}
-}
-
-/*
- * Q4_K/Q5_K's 6-bit scale and min of sub-block s (32 elements) in the 12 scale bytes at `o`:
- * s < 4: scale in bits 0-5 of byte s, min in bits 0-5 of byte s + 4; s >= 4: low 4 bits in byte
- * s + 4 (scale low nibble, min high nibble), top 2 bits in bits 6-7 of byte s - 4 (scale) and
- * byte s (min).
- */
-static void put_scale_min(uint8_t *b, unsigned o, unsigned s, unsigned sc, unsigned mn)
-{
-	if (s < 4) {
-		setbits(b, 8 * (o + s), 6, sc);
-		setbits(b, 8 * (o + s + 4), 6, mn);
-	} else {
-		setbits(b, 8 * (o + s + 4), 4, sc & 15);
-		setbits(b, 8 * (o + s + 4) + 4, 4, mn & 15);
-		setbits(b, 8 * (o + s - 4) + 6, 2, sc >> 4);
-		setbits(b, 8 * (o + s) + 6, 2, mn >> 4);
-	}
-}
-
-static void mk_q4_k(uint8_t *b, double *x)
-{
-	unsigned sc[8], mn[8];
-	double d = half_value(put_half(b, 0, rand_half()));
-	double dmin = half_value(put_half(b, 2, rand_half()));
-
-	for (unsigned s = 0; s < 8; s++) {
-		sc[s] = rnd() % 64;
-		mn[s] = rnd() % 64;
-		put_scale_min(b, 4, s, sc[s], mn[s]);
-	}
-	for (unsigned k = 0; k < 256; k++) {
-		unsigned s = k / 32, q = rnd() % 16;
-
-		/* sub-blocks 2p and 2p+1 share bytes 32p..32p+32: low then high nibble */
-		setbits(b, 8 * (16 + 32 * (s / 2) + k % 32) + 4 * (s % 2), 4, q);
-		x[k] = d * sc[s] * q - dmin * mn[s];
-	}
-}
-
-static void mk_q5_k(uint8_t *b, double *x)
-{
-	unsigned sc[8], mn[8];
-	double d = half_value(put_half(b, 0, rand_half()));
-	double dmin = half_value(put_half(b, 2, rand_half()));
-
-	for (unsigned s = 0; s < 8; s++) {
-		sc[s] = rnd() % 64;
-		mn[s] = rnd() % 64;
-		put_scale_min(b, 4, s, sc[s], mn[s]);
-	}
-	for (unsigned k = 0; k < 256; k++) {
-		unsigned s = k / 32, q = rnd() % 32;
-
-		setbits(b, 8 * (48 + 32 * (s / 2) + k % 32) + 4 * (s % 2), 4, q & 15);
-		setbits(b, 8 * (16 + k % 32) + s, 1, q >> 4); /* qh: bit s of byte k % 32 */
-		x[k] = d * sc[s] * q - dmin * mn[s];
-	}
-}
-
-/*
- * Q6_K: element k = 128n + 32c + l (l < 32): low 4 bits in byte 64n + l + 32(c % 2) of ql,
- * low nibble for c < 2, high for c >= 2; top 2 bits at bit 2c of byte 32n + l of qh.
- */
-static void mk_q6_k(uint8_t *b, double *x)
-{
-	int sc[16];
-	double d = half_value(put_half(b, 208, rand_half()));
-
-	for (unsigned i = 0; i < 16; i++) {
-		sc[i] = (int8_t)rnd();
-		setbits(b, 8 * (192 + i), 8, (uint8_t)sc[i]);
-	}
-	for (unsigned k = 0; k < 256; k++) {
-		unsigned n = k / 128, c = (k % 128) / 32, l = k % 32, q = rnd() % 64;
-
-		setbits(b, 8 * (64 * n + l + 32 * (c % 2)) + 4 * (c / 2), 4, q & 15);
-		setbits(b, 8 * (128 + 32 * n + l) + 2 * c, 2, q >> 4);
-		x[k] = d * sc[k / 16] * ((int)q - 32);
-	}
-}
-
-static void mk_q8_k(uint8_t *b, double *x)
-{
-	/* a random normal float scale */
-	uint32_t bits = (rnd() & 0x807fffffu) | (uint32_t)(100 + rnd() % 55) << 23;
-	float d;
-
-	memcpy(&d, &bits, sizeof(d));
-	setbits(b, 0, 32, bits);
-	for (unsigned k = 0; k < 256; k++) {
-		int q = (int8_t)rnd();
-
-		setbits(b, 8 * (4 + k), 8, (uint8_t)q);
-		x[k] = (double)d * q;
-	}
-	for (unsigned i = 0; i < 16; i++) /* bsums: not used to decode */
-		setbits(b, 8 * (260 + 2 * i), 16, rnd());
-}
-
-static void mk_iq4_nl(uint8_t *b, double *x)
-{
-	double d = half_value(put_half(b, 0, rand_half()));
-
-	for (unsigned k = 0; k < 32; k++) {
-		unsigned q = rnd() % 16;
-
-		setbits(b, nib32(2, k), 4, q);
-		x[k] = d * iq4_level[q];
-	}
-}
-
-/* IQ4_XS: sub-block ib's 6-bit scale: low 4 bits at bit 32 + 4ib, high 2 at bit 16 + 2ib. */
-static void mk_iq4_xs(uint8_t *b, double *x)
-{
-	unsigned ls[8];
-	double d = half_value(put_half(b, 0, rand_half()));
-
-	for (unsigned ib = 0; ib < 8; ib++) {
-		ls[ib] = rnd() % 64;
-		setbits(b, 32 + 4 * ib, 4, ls[ib] & 15);
-		setbits(b, 16 + 2 * ib, 2, ls[ib] >> 4);
-	}
-	for (unsigned k = 0; k < 256; k++) {
-		unsigned q = rnd() % 16;
-
-		setbits(b, nib32(8 + 16 * (k / 32), k % 32), 4, q);
-		x[k] = d * ((int)ls[k / 32] - 32) * iq4_level[q];
-	}
-}
-
-static void mk_mxfp4(uint8_t *b, double *x)
-{
-	unsigned e = rnd() % 256;
-
-	setbits(b, 0, 8, e);
-	for (unsigned k = 0; k < 32; k++) {
-		unsigned q = rnd() % 16;
-
-		setbits(b, nib32(1, k), 4, q);
-		x[k] = e2m1(q) * ldexp(1.0, (int)e - 127);
-	}
-}
-
-/* Block geometry stated from the block structs, independent of dtype.c. */
+/* Each reference format with weightd's dtype for it. */
 static const struct fmt {
 	const char *name;
 	enum wd_dtype type;
 	unsigned elems, bytes;
 	void (*make)(uint8_t *b, double *x);
 } fmts[] = {
-	{ "Q4_0", WD_Q4_0, 32, 18, mk_q4_0 },
-	{ "Q4_1", WD_Q4_1, 32, 20, mk_q4_1 },
-	{ "Q5_0", WD_Q5_0, 32, 22, mk_q5_0 },
-	{ "Q5_1", WD_Q5_1, 32, 24, mk_q5_1 },
-	{ "Q8_0", WD_Q8_0, 32, 34, mk_q8_0 },
-	{ "Q8_1", WD_Q8_1, 32, 36, mk_q8_1 },
-	{ "Q2_K", WD_Q2_K, 256, 84, mk_q2_k },
-	{ "Q3_K", WD_Q3_K, 256, 110, mk_q3_k },
-	{ "Q4_K", WD_Q4_K, 256, 144, mk_q4_k },
-	{ "Q5_K", WD_Q5_K, 256, 176, mk_q5_k },
-	{ "Q6_K", WD_Q6_K, 256, 210, mk_q6_k },
-	{ "Q8_K", WD_Q8_K, 256, 292, mk_q8_k },
-	{ "IQ4_NL", WD_IQ4_NL, 32, 18, mk_iq4_nl },
-	{ "IQ4_XS", WD_IQ4_XS, 256, 136, mk_iq4_xs },
-	{ "MXFP4", WD_MXFP4, 32, 17, mk_mxfp4 },
+	{ "Q4_0", WD_Q4_0, 32, 18, qr_mk_q4_0 },
+	{ "Q4_1", WD_Q4_1, 32, 20, qr_mk_q4_1 },
+	{ "Q5_0", WD_Q5_0, 32, 22, qr_mk_q5_0 },
+	{ "Q5_1", WD_Q5_1, 32, 24, qr_mk_q5_1 },
+	{ "Q8_0", WD_Q8_0, 32, 34, qr_mk_q8_0 },
+	{ "Q8_1", WD_Q8_1, 32, 36, qr_mk_q8_1 },
+	{ "Q2_K", WD_Q2_K, 256, 84, qr_mk_q2_k },
+	{ "Q3_K", WD_Q3_K, 256, 110, qr_mk_q3_k },
+	{ "Q4_K", WD_Q4_K, 256, 144, qr_mk_q4_k },
+	{ "Q5_K", WD_Q5_K, 256, 176, qr_mk_q5_k },
+	{ "Q6_K", WD_Q6_K, 256, 210, qr_mk_q6_k },
+	{ "Q8_K", WD_Q8_K, 256, 292, qr_mk_q8_k },
+	{ "IQ4_NL", WD_IQ4_NL, 32, 18, qr_mk_iq4_nl },
+	{ "IQ4_XS", WD_IQ4_XS, 256, 136, qr_mk_iq4_xs },
+	{ "MXFP4", WD_MXFP4, 32, 17, qr_mk_mxfp4 },
 };
 
 /* Decode NBLOCKS random blocks of one format at a time, ROUNDS times, against the picks. */
@@ -505,8 +167,8 @@ static void test_every_half_scale(void **state)
 			assert_true(isinf(y[0]));
 			assert_true((y[0] < 0) == (h >> 15));
 		} else {
-			assert_true(y[0] == (float)half_value((uint16_t)h));
-			assert_true(!signbit(y[0]) == !signbit(half_value((uint16_t)h)));
+			assert_true(y[0] == (float)qr_half_value((uint16_t)h));
+			assert_true(!signbit(y[0]) == !signbit(qr_half_value((uint16_t)h)));
 		}
 	}
 }

@@ -118,7 +118,7 @@ static void write_gguf(const char *name, const char *tensor, uint64_t rows, uint
  *   a F32 [4,6]  a[i][j] = 16i + j          b F32 [4,6]  b[i][j] = 100 + 16i + j
  *   c F32 [2,6]  c[i][j] = -(16i + j) - 1   h U16 [3,5]  h[i][j] = 0x100 + 5i + j
  *   w I32 [10,3] w[i][j] = 3i + j           s F32 []     7
- *   z U8 [0]
+ *   z U8 [0]                                 t U16 [70,130] t[i][j] = 131i + j
  * quant.gguf: q Q8_0 [4,64]: row r, block k: scale d = 2^-(r+k) (f16), quants qs[m] = m - 16 + r
  */
 static float av(int i, int j) { return (float)(16 * i + j); }
@@ -126,6 +126,7 @@ static float bv(int i, int j) { return (float)(100 + 16 * i + j); }
 static float cv(int i, int j) { return (float)(-(16 * i + j) - 1); }
 static uint16_t hv(int i, int j) { return (uint16_t)(0x100 + 5 * i + j); }
 static int32_t wv(int i, int j) { return 3 * i + j; }
+static uint16_t tv(int i, int j) { return (uint16_t)(131 * i + j); }
 
 static uint8_t q_bytes[4 * 2 * 34];
 
@@ -147,6 +148,7 @@ static void make_model(const char *name)
 	static float a[24], b[24], c[12], s = 7.0f;
 	static uint16_t h[15];
 	static int32_t w[30];
+	static uint16_t tt[70 * 130];
 	struct wt t[] = {
 		{ "a", "F32", 2, { 4, 6 }, a, sizeof(a) },
 		{ "b", "F32", 2, { 4, 6 }, b, sizeof(b) },
@@ -155,6 +157,7 @@ static void make_model(const char *name)
 		{ "w", "I32", 2, { 10, 3 }, w, sizeof(w) },
 		{ "s", "F32", 0, { 0 }, &s, sizeof(s) },
 		{ "z", "U8", 1, { 0 }, NULL, 0 },
+		{ "t", "U16", 2, { 70, 130 }, tt, sizeof(tt) },
 	};
 
 	for (int i = 0; i < 4; i++)
@@ -169,6 +172,9 @@ static void make_model(const char *name)
 	for (int i = 0; i < 10; i++)
 		for (int j = 0; j < 3; j++)
 			w[i * 3 + j] = wv(i, j);
+	for (int i = 0; i < 70; i++)
+		for (int j = 0; j < 130; j++)
+			tt[i * 130 + j] = tv(i, j);
 	write_st(name, t, sizeof(t) / sizeof(t[0]));
 }
 
@@ -999,6 +1005,34 @@ static void test_transpose_reshape_view(void **state)
 				f[n++] = s ? bv(i, j) : av(i, j);
 	shape[0] = 6, shape[1] = 2, shape[2] = 4;
 	expect_result(&b, WD_F32, 3, shape, f, 192, 192);
+
+	/* Batched swap of the last two axes: stack(a, b) [2,4,6] by [0,2,1] -> [2,6,4]. */
+	b.len = 0;
+	n = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "b", FULL());
+	r_join(&b, WD_OP_STACK, 0, 2, 0u, 1u);
+	r_transpose(&b, 2, 3, 0u, 2u, 1u);
+	for (int s = 0; s < 2; s++)
+		for (int j = 0; j < 6; j++)
+			for (int i = 0; i < 4; i++)
+				f[n++] = s ? bv(i, j) : av(i, j);
+	shape[0] = 2, shape[1] = 6, shape[2] = 4;
+	expect_result(&b, WD_F32, 3, shape, f, 192, 192);
+
+	/* Larger than one tile each way: t [70,130]^T. */
+	{
+		static uint16_t tw[130 * 70];
+		b.len = 0;
+		n = 0;
+		r_src(&b, "model", "t", FULL());
+		r_transpose(&b, 0, 2, 1u, 0u);
+		for (int j = 0; j < 130; j++)
+			for (int i = 0; i < 70; i++)
+				tw[n++] = tv(i, j);
+		shape[0] = 130, shape[1] = 70;
+		expect_result(&b, WD_U16, 2, shape, tw, sizeof(tw), sizeof(tw));
+	}
 
 	/* A range of a transpose: rows 1:3 of a^T. */
 	b.len = 0;

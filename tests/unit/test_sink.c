@@ -178,6 +178,39 @@ static void test_write_error(void **state)
 	close(fd);
 }
 
+/* The optional progress counter follows every accepted write (file-backed and hash-only sinks),
+ * starts unset, and does not move on a refused write. */
+static void test_progress(void **state)
+{
+	static const size_t chunks[] = { 5, 4096, 1, 70000 };
+	uint8_t buf[70000] = { 0 };
+	uint64_t progress = 12345, sum = 0;
+	struct wd_sink s;
+	struct wd_error err;
+	int fd = open_out(O_RDWR | O_TRUNC);
+
+	assert_true(fd >= 0);
+	for (int backed = 0; backed < 2; backed++) {
+		assert_int_equal(wd_sink_init(&s, backed ? fd : -1, 74112), 0);
+		assert_null(s.progress);
+		assert_int_equal(wd_sink_write(&s, buf, 10, &err), 0);
+		assert_int_equal(progress, 12345); /* no counter set: nothing stored */
+		s.progress = &progress;
+		sum = 10;
+		for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
+			assert_int_equal(wd_sink_write(&s, buf, chunks[i], &err), 0);
+			sum += chunks[i];
+			assert_int_equal(__atomic_load_n(&progress, __ATOMIC_RELAXED), sum);
+		}
+		assert_int_equal(sum, 74112);
+		assert_int_equal(wd_sink_write(&s, buf, 1, &err), -WD_E_INTERNAL);
+		assert_int_equal(progress, 74112);
+		wd_sink_abort(&s);
+		progress = 12345;
+	}
+	close(fd);
+}
+
 /* Produce `size` bytes of `data` into s: mostly through the hasher's slots (filled to varying
  * lengths), now and then straight from `data` (hashed inline, after the queue). */
 static void produce(struct wd_sink *s, const uint8_t *data, size_t size)
@@ -343,6 +376,7 @@ int main(void)
 		cmocka_unit_test(test_overrun),
 		cmocka_unit_test(test_short_finish),
 		cmocka_unit_test(test_write_error),
+		cmocka_unit_test(test_progress),
 		cmocka_unit_test(test_pipeline),
 		cmocka_unit_test(test_pipeline_refused_and_aborted),
 		cmocka_unit_test(test_scratch),

@@ -285,6 +285,15 @@ typedef struct weightd_weight_status {
 	int adopted;             /* re-adopted after a daemon restart rather than read again */
 } weightd_weight_status;
 
+/* A materialization in flight in the daemon (to show progress). */
+typedef struct weightd_job_status {
+	const uint8_t *key;      /* WEIGHTD_DIGEST_LEN bytes: the identity its weight will have (as
+				    weightd_weight_key and weightd_output_info.key), or NULL */
+	const char *label;
+	uint64_t nbytes;         /* the weight's size */
+	uint64_t done;           /* bytes written so far (0 while it waits for a worker) */
+} weightd_job_status;
+
 typedef struct weightd_status {
 	const char *instance;
 	const char *server_version;
@@ -306,6 +315,9 @@ typedef struct weightd_status {
 	const weightd_source_info *sources;
 	size_t n_weights;
 	const weightd_weight_status *weight_list;
+	/* Materializations in flight (appended last; empty from a daemon that does not report them). */
+	size_t n_jobs;
+	const weightd_job_status *jobs;
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);
@@ -338,8 +350,9 @@ WEIGHTD_API int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t
  *                               reshaped to `shape` (whose element count must be end - start).
  *  shard(axis, rank, world)     the part tensor-parallel rank `rank` of `world` takes along
  *                               `axis`: the even split when the axis divides by world. When it
- *                               does not, the daemon's documented rule decides (weightd(8),
- *                               "Selections"); weightd_unit_preflight tells the resulting shape.
+ *                               does not, torch.tensor_split's rule: with dim = q * world + m,
+ *                               ranks below m take q + 1 rows, the others q, in rank order;
+ *                               weightd_unit_preflight tells the resulting shape.
  */
 typedef struct weightd_selection weightd_selection;
 

@@ -1,0 +1,390 @@
+/* bench_restart.c - serving a >= 1 GiB unit again after kill -9 + start, beside its first cold
+ * materialization, in the same run. */
+
+/*
+ * Usage (from a build directory; a Release build measures what users get):
+ *
+ *     tests/bench/bench_restart [--size BYTES] [--runs N] [--dir DIR]
+ *
+ * Defaults: 1G, 3 runs, a temporary directory under /tmp (removed at the end, with every segment
+ * and state record the runs made). weightd and wd-mkfixture are taken from $WD_WEIGHTD and
+ * $WD_MKFIXTURE, else from the build tree beside this program.
+ *
+ * wd-mkfixture writes a checkpoint of BYTES (tensors of at most 256 MiB). Each run:
+ *   cold     a daemon with an empty /dev/shm prefix and state index serves the whole checkpoint
+ *            as one unit: time from submit to a validated unit (every weight mapped). The
+ *            checkpoint was just written or read, so it is in the page cache: the cold side
+ *            reads from memory, not disk, which only makes it faster (the ratio conservative).
+ *   restart  kill -9, then time from starting weightd again to the same unit validated:
+ *            daemon start, re-adoption from the state index, and serving, all included.
+ * Printed: both times per run, checkpoint bytes read by each (status bytes_read and the unit's
+ * bytes_read), whether the restart served the same segments (inode) with the same digests, and
+ * the medians with their ratio beside the targets (>= 20x, 0 bytes read).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "weightd/client.h"
+
+#define MAX_RUNS 32
+#define MAX_TENSORS 4096
+
+struct bench {
+	char dir[PATH_MAX];
+	char conf[PATH_MAX + 32];
+	char sock[PATH_MAX + 32];
+	char notify[PATH_MAX + 32];
+	char log[PATH_MAX + 32];
+	char ckpt[PATH_MAX + 32];
+	char prefix[64];
+	char weightd[PATH_MAX];
+	int notify_fd;
+	pid_t pid;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A program of the build tree: $ENV, else `rel` from this program's directory. */
+static void find_tool(const char *env, const char *rel, char *out, size_t cap)
+{
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (getenv(env)) {
+		snprintf(out, cap, "%s", getenv(env));
+		return;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
+	snprintf(out, cap, "%s/%s", dirname(self), rel);
+}
+
+static int parse_size(const char *s, unsigned long long *ret)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	switch (*end) {
+	case 'G': case 'g': v <<= 30; end++; break;
+	case 'M': case 'm': v <<= 20; end++; break;
+	case 'K': case 'k': v <<= 10; end++; break;
+	default: break;
+	}
+	if (*end || v == 0)
+		return -1;
+	*ret = v;
+	return 0;
+}
+
+/* Unlink every segment under the prefix and every state record: the next start is cold. */
+static void make_cold(const struct bench *b)
+{
+	char path[PATH_MAX + 320];
+	struct dirent *e;
+	size_t plen = strlen(b->prefix);
+	DIR *d = opendir("/dev/shm");
+
+	while (d && (e = readdir(d)))
+		if (strncmp(e->d_name, b->prefix, plen) == 0 && e->d_name[plen] == '.') {
+			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+			unlink(path);
+		}
+	if (d)
+		closedir(d);
+	snprintf(path, sizeof(path), "%s/state/%s", b->dir, b->prefix);
+	d = opendir(path);
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			char f[PATH_MAX + 600];
+			snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
+			unlink(f);
+		}
+	if (d)
+		closedir(d);
+}
+
+/* Start weightd and wait for READY=1 on our notify socket. */
+static int start(struct bench *b)
+{
+	char buf[4096];
+
+	while (recv(b->notify_fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+		;
+	b->pid = fork();
+	if (b->pid < 0)
+		return -1;
+	if (b->pid == 0) {
+		int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0) {
+			dup2(fd, STDERR_FILENO);
+			close(fd);
+		}
+		setenv("NOTIFY_SOCKET", b->notify, 1);
+		execl(b->weightd, "weightd", "--config", b->conf, "--foreground", (char *)NULL);
+		_exit(127);
+	}
+	for (;;) {
+		struct pollfd p = { b->notify_fd, POLLIN, 0 };
+		ssize_t n;
+
+		if (poll(&p, 1, 30000) <= 0) {
+			fprintf(stderr, "bench_restart: weightd did not become ready (see %s)\n", b->log);
+			return -1;
+		}
+		n = recv(b->notify_fd, buf, sizeof(buf) - 1, 0);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+			if (strcmp(l, "READY=1") == 0)
+				return 0;
+	}
+}
+
+static void stop(struct bench *b, int sig)
+{
+	if (b->pid <= 0)
+		return;
+	kill(b->pid, sig);
+	waitpid(b->pid, NULL, 0);
+	b->pid = -1;
+}
+
+struct served {
+	double seconds;
+	uint64_t unit_read;        /* the unit's bytes_read */
+	uint64_t status_read;      /* status bytes_read after it */
+	uint64_t readoptions;
+	ino_t ino[MAX_TENSORS];
+	uint8_t digest[MAX_TENSORS][WEIGHTD_DIGEST_LEN];
+};
+
+/* Connect, bind every tensor of "big" as one unit, validate (maps every weight); record. */
+static int serve(const struct bench *b, const weightd_description *d, double t0, struct served *s)
+{
+	weightd_client *c = NULL;
+	weightd_unit *u = NULL;
+	weightd_status *st = NULL;
+	weightd_error err;
+	int r;
+
+	r = weightd_connect(b->sock, "bench_restart", &c, &err);
+	if (r == 0)
+		r = weightd_unit_new(c, &u, &err);
+	for (size_t i = 0; r >= 0 && i < d->n_tensors; i++) {
+		const weightd_tensor_info *t = &d->tensors[i];
+		r = weightd_unit_slot(u, t->name, t->dtype, t->shape, t->ndim, NULL, &err);
+		if (r >= 0)
+			r = weightd_unit_set_tensor(u, t->name, "big", t->name, NULL, &err);
+	}
+	if (r >= 0)
+		r = weightd_unit_submit(u, &err);
+	if (r >= 0)
+		r = weightd_unit_validate(u, &err);
+	s->seconds = now_s() - t0;
+	if (r >= 0)
+		r = weightd_status_get(c, &st, &err);
+	if (r < 0) {
+		fprintf(stderr, "bench_restart: %s\n", err.message);
+		weightd_unit_free(u);
+		weightd_close(c);
+		return -1;
+	}
+	s->unit_read = weightd_unit_bytes_read(u);
+	s->status_read = st->bytes_read;
+	s->readoptions = st->readoptions;
+	for (size_t i = 0; i < d->n_tensors; i++) {
+		const weightd_weight *w = weightd_unit_weight(u, d->tensors[i].name);
+		struct stat sb;
+		fstat(weightd_weight_fd(w), &sb);
+		s->ino[i] = sb.st_ino;
+		memcpy(s->digest[i], weightd_weight_digest(w), WEIGHTD_DIGEST_LEN);
+	}
+	weightd_status_free(st);
+	weightd_unit_free(u);
+	weightd_close(c);
+	return 0;
+}
+
+static int setup(struct bench *b, const char *base, unsigned long long size)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char mk[PATH_MAX], cmd[3 * PATH_MAX];
+	FILE *f;
+
+	snprintf(b->dir, sizeof(b->dir), "%s/wd-bench-restart.XXXXXX", base);
+	if (!mkdtemp(b->dir)) {
+		fprintf(stderr, "bench_restart: mkdtemp in %s: %s\n", base, strerror(errno));
+		return -1;
+	}
+	snprintf(b->conf, sizeof(b->conf), "%s/weightd.conf", b->dir);
+	snprintf(b->sock, sizeof(b->sock), "%s/weightd.sock", b->dir);
+	snprintf(b->notify, sizeof(b->notify), "%s/notify.sock", b->dir);
+	snprintf(b->log, sizeof(b->log), "%s/weightd.log", b->dir);
+	snprintf(b->ckpt, sizeof(b->ckpt), "%s/big.safetensors", b->dir);
+	snprintf(b->prefix, sizeof(b->prefix), "wdbench%d", (int)getpid());
+	find_tool("WD_WEIGHTD", "../../daemon/weightd", b->weightd, sizeof(b->weightd));
+	find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
+	b->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", b->notify);
+	if (b->notify_fd < 0 || bind(b->notify_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		fprintf(stderr, "bench_restart: notify socket: %s\n", strerror(errno));
+		return -1;
+	}
+	f = fopen(b->conf, "w");
+	if (!f)
+		return -1;
+	/* budget: the unit and some room, whatever the default (half of /dev/shm) would be */
+	fprintf(f, "[daemon]\nsocket = %s\nshm_prefix = %s\nstate_dir = %s/state\nbudget = %lluM\n"
+		   "log_level = notice\n\n[checkpoint:big]\npath = %s\n", b->sock, b->prefix, b->dir,
+		(size / 2 * 3 >> 20) + 64, b->ckpt);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "'%s' big '%s' %llu", mk, b->ckpt, size);
+	printf("writing a %llu-byte checkpoint with wd-mkfixture big ...\n", size);
+	fflush(stdout);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static void teardown(struct bench *b)
+{
+	char cmd[PATH_MAX + 32];
+
+	stop(b, SIGKILL);
+	make_cold(b);
+	if (b->notify_fd >= 0)
+		close(b->notify_fd);
+	if (b->dir[0] && !getenv("WD_KEEP_BENCH_DIR")) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "bench_restart: could not remove %s\n", b->dir);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static struct served cold[MAX_RUNS], warm[MAX_RUNS];
+	struct bench b = { .notify_fd = -1, .pid = -1 };
+	unsigned long long size = 1ull << 30;
+	int runs = 3, rc = 1;
+	const char *base = "/tmp";
+	double tc[MAX_RUNS], tw[MAX_RUNS], mc, mw;
+	uint64_t worst_read = 0;
+	bool same = true;
+	weightd_description *d = NULL;
+	weightd_client *c = NULL;
+	weightd_error err;
+	double la[3] = { 0, 0, 0 };
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc && parse_size(argv[i + 1], &size) == 0)
+			i++;
+		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
+			 atoi(argv[i + 1]) <= MAX_RUNS)
+			runs = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+			base = argv[++i];
+		else {
+			fprintf(stderr, "usage: bench_restart [--size BYTES] [--runs N<=%d] [--dir DIR]\n",
+				MAX_RUNS);
+			return 2;
+		}
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (setup(&b, base, size) < 0)
+		goto out;
+	if (start(&b) < 0)
+		goto out;
+	if (weightd_connect(b.sock, "bench_restart", &c, &err) < 0 ||
+	    weightd_describe(c, "big", &d, &err) < 0) {
+		fprintf(stderr, "bench_restart: %s\n", err.message);
+		goto out;
+	}
+	weightd_close(c);
+	c = NULL;
+	stop(&b, SIGTERM);
+	if (d->n_tensors > MAX_TENSORS)
+		goto out;
+	printf("unit: %zu tensors, %llu bytes; weightd %s\n\n", d->n_tensors,
+	       (unsigned long long)d->source.bytes, b.weightd);
+	printf("%4s  %12s %14s   %12s %14s %10s  %s\n", "run", "cold (s)", "cold read", "restart (s)",
+	       "restart read", "readopted", "same segments+digests");
+	for (int r = 0; r < runs; r++) {
+		bool run_same = true;
+
+		make_cold(&b);
+		if (start(&b) < 0 || serve(&b, d, now_s(), &cold[r]) < 0)
+			goto out;
+		stop(&b, SIGKILL); /* crash: no clean shutdown */
+		{
+			double t0 = now_s();
+			if (start(&b) < 0 || serve(&b, d, t0, &warm[r]) < 0)
+				goto out;
+		}
+		stop(&b, SIGTERM);
+		for (size_t i = 0; i < d->n_tensors; i++)
+			run_same &= cold[r].ino[i] == warm[r].ino[i] &&
+				    memcmp(cold[r].digest[i], warm[r].digest[i], WEIGHTD_DIGEST_LEN) == 0;
+		same &= run_same;
+		tc[r] = cold[r].seconds;
+		tw[r] = warm[r].seconds;
+		if (warm[r].status_read > worst_read)
+			worst_read = warm[r].status_read;
+		if (warm[r].unit_read > worst_read)
+			worst_read = warm[r].unit_read;
+		printf("%4d  %12.3f %14llu   %12.4f %14llu %10llu  %s\n", r + 1, tc[r],
+		       (unsigned long long)cold[r].unit_read, tw[r],
+		       (unsigned long long)warm[r].unit_read,
+		       (unsigned long long)warm[r].readoptions, run_same ? "yes" : "NO");
+		fflush(stdout);
+	}
+	mc = median(tc, runs);
+	mw = median(tw, runs);
+	if (getloadavg(la, 3) < 0)
+		la[0] = -1;
+	printf("\nmedian of %d: cold %.3f s (%.2f GB/s), restart %.4f s -> %.1fx faster "
+	       "(target >= 20x); checkpoint bytes read on restart: %llu (target 0); same segments "
+	       "and digests: %s\nload average %.2f (the machine may be shared)\n",
+	       runs, mc, (double)d->source.bytes / mc / 1e9, mw, mc / mw,
+	       (unsigned long long)worst_read, same ? "yes" : "NO", la[0]);
+	rc = mc / mw >= 20 && worst_read == 0 && same ? 0 : 1;
+out:
+	weightd_close(c);
+	weightd_description_free(d);
+	teardown(&b);
+	return rc;
+}
