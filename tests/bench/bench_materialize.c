@@ -702,8 +702,9 @@ static void row(const char *what, uint64_t bytes, struct cost k)
 
 int main(int argc, char **argv)
 {
-	struct cost tm[MAX_RUNS], tp1[MAX_RUNS], tpn[MAX_RUNS], tcp[MAX_RUNS];
-	struct cost tu16[MAX_RUNS], tc16[MAX_RUNS], tu32[MAX_RUNS], tc32[MAX_RUNS];
+	struct cost tm[MAX_RUNS] = { 0 }, tp1[MAX_RUNS] = { 0 }, tpn[MAX_RUNS] = { 0 };
+	struct cost tcp[MAX_RUNS] = { 0 }, tu16[MAX_RUNS] = { 0 }, tc16[MAX_RUNS] = { 0 };
+	struct cost tu32[MAX_RUNS] = { 0 }, tc32[MAX_RUNS] = { 0 };
 	struct cost m, p1, pn, cpm, u16, c16, u32, c32;
 	double tb[MAX_RUNS], tr[MAX_RUNS], best, b, r;
 	uint64_t odd = 0, even = 0, out_f32 = 0, out_bf16 = 0, out_all = 0;
