@@ -1,4 +1,4 @@
-/* itest.h - helpers the lifecycle and fault tests share (header-only: static functions). Each
+/* itest.h - helpers the integration tests share (header-only: static functions). Each
  * test runs its own daemon through harness.h and talks to it with the real libweightd. */
 #ifndef WD_ITEST_H
 #define WD_ITEST_H

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "itest.h"
 #include "weightd/client.h"
 
 static struct harness H;
@@ -169,34 +170,14 @@ static void child_end(struct child *ch)
 
 /* --- helpers ------------------------------------------------------------------------------- */
 
-static weightd_client *connect_or_fail(void)
-{
-	weightd_client *c = NULL;
-	weightd_error err;
-
-	if (weightd_connect(H.sock, "test", &c, &err) < 0)
-		fail_msg("connect: %s", err.message);
-	return c;
-}
-
-static weightd_status *status_now(weightd_client *c)
-{
-	weightd_status *st = NULL;
-	weightd_error err;
-
-	if (weightd_status_get(c, &st, &err) < 0)
-		fail_msg("status: %s", err.message);
-	return st;
-}
-
 /*
  * The daemon's fd count once it is idle. sd_notify opens a socket for each message, so right after
  * READY=1 the count can be one higher for a moment: wait for a round trip, then for a stable count.
  */
 static int settled_fds(void)
 {
-	weightd_client *c = connect_or_fail();
-	weightd_status *st = status_now(c);
+	weightd_client *c = it_connect(&H);
+	weightd_status *st = it_status(c);
 	int prev = -1, n = -1, same = 0;
 
 	weightd_status_free(st);
@@ -250,7 +231,7 @@ static void two_processes_share_one_copy(void **state)
 	char line[1024], ia[16384], ib[16384], out[4096];
 	/* the daemon's fds with no client and no weight: listener, event loop, pool, logs */
 	int daemon_fds_before = settled_fds();
-	weightd_client *c = connect_or_fail();
+	weightd_client *c = it_connect(&H);
 	weightd_status *st;
 	uint64_t read_after_a, tensor_bytes = 0;
 	unsigned long long read_by_a;
@@ -262,7 +243,7 @@ static void two_processes_share_one_copy(void **state)
 	assert_int_equal(sscanf(line, "bound %zu %llu", &n, &read_by_a), 2);
 	assert_int_equal(n, 10);
 
-	st = status_now(c);
+	st = it_status(c);
 	read_after_a = st->bytes_read;
 	for (size_t i = 0; i < st->n_sources; i++)
 		if (strcmp(st->sources[i].name, "tiny") == 0)
@@ -283,7 +264,7 @@ static void two_processes_share_one_copy(void **state)
 	assert_true(strlen(ia) > 0);
 	assert_string_equal(ia, ib);
 
-	st = status_now(c);
+	st = it_status(c);
 	assert_int_equal(st->bytes_read, read_after_a); /* B made the daemon read nothing */
 	assert_int_equal(st->references, 20);
 	for (size_t i = 0; i < st->n_weights; i++)
@@ -302,7 +283,7 @@ static void two_processes_share_one_copy(void **state)
 	close(a.cmd);
 	fclose(a.out);
 	for (int tries = 0; tries < 500; tries++) {
-		st = status_now(c);
+		st = it_status(c);
 		if (st->references == 10 && st->clients == 2)
 			break;
 		weightd_status_free(st);
@@ -317,7 +298,7 @@ static void two_processes_share_one_copy(void **state)
 
 	child_end(&b);
 	for (int tries = 0; tries < 500; tries++) {
-		st = status_now(c);
+		st = it_status(c);
 		if (st->references == 0)
 			break;
 		weightd_status_free(st);
@@ -359,7 +340,7 @@ static void still_serving(weightd_client *c)
 
 static void clear_errors_and_daemon_keeps_serving(void **state)
 {
-	weightd_client *c = connect_or_fail();
+	weightd_client *c = it_connect(&H);
 	weightd_selection *sel = NULL;
 	weightd_error err;
 

@@ -22,6 +22,7 @@
 
 #include "gguf_writer.h"
 #include "harness.h"
+#include "itest.h"
 #include "quant_ref.h"
 #include "weightd/client.h"
 
@@ -341,26 +342,6 @@ static int teardown(void **state)
 
 /* --- helpers ------------------------------------------------------------------------------ */
 
-static weightd_client *connect_or_fail(void)
-{
-	weightd_client *c = NULL;
-	weightd_error err;
-
-	if (weightd_connect(H.sock, "test-gguf", &c, &err) < 0)
-		fail_msg("connect: %s", err.message);
-	return c;
-}
-
-static weightd_status *status_now(weightd_client *c)
-{
-	weightd_status *st = NULL;
-	weightd_error err;
-
-	if (weightd_status_get(c, &st, &err) < 0)
-		fail_msg("status: %s", err.message);
-	return st;
-}
-
 /* Materialize a source tensor (sel may be NULL); returns the code, *ret the weight on success. */
 static int get_tensor(weightd_client *c, const char *ckpt, const char *tensor,
 		      const weightd_selection *sel, weightd_weight **ret, weightd_error *err)
@@ -567,7 +548,7 @@ static void describe_reports_metadata_and_table(void **state)
 		{ "test.i64", "i64", "-5" },
 		{ "test.f64", "f64", "0.25" },
 	};
-	weightd_client *c = connect_or_fail();
+	weightd_client *c = it_connect(&H);
 	weightd_description *d = NULL;
 	weightd_error err;
 
@@ -624,7 +605,7 @@ static void describe_reports_metadata_and_table(void **state)
 /* Format-preserving: the weight's bytes are the file's bytes, packed blocks as stored. */
 static void quantized_blocks_stay_packed(void **state)
 {
-	weightd_client *c = connect_or_fail();
+	weightd_client *c = it_connect(&H);
 	weightd_error err;
 
 	(void)state;
@@ -656,7 +637,7 @@ static void quantized_blocks_stay_packed(void **state)
 /* Ranges on outer axes take the right rows of blocks, still packed. */
 static void outer_axis_selections_take_rows_of_blocks(void **state)
 {
-	weightd_client *c = connect_or_fail();
+	weightd_client *c = it_connect(&H);
 	weightd_selection *sel = NULL;
 	weightd_weight *w = NULL;
 	weightd_error err;
@@ -714,7 +695,7 @@ static void innermost_axis_needs_whole_blocks(void **state)
 		{ "blk.0.q4_k.weight", 0, 128, "256" },
 		{ "blk.0.q6_k.weight", 256, 500, "256" },
 	};
-	weightd_client *c = connect_or_fail();
+	weightd_client *c = it_connect(&H);
 	weightd_selection *sel = NULL;
 	weightd_weight *w = NULL;
 	weightd_error err;
@@ -773,7 +754,7 @@ static void innermost_axis_needs_whole_blocks(void **state)
 static void casts_match_the_block_formulas(void **state)
 {
 	static const char *const targets[] = { "F32", "F16", "BF16" };
-	weightd_client *c = connect_or_fail();
+	weightd_client *c = it_connect(&H);
 	weightd_error err;
 	char what[128];
 
@@ -898,7 +879,7 @@ static void sharer_end(struct proc *p)
 static void two_processes_share_a_dequantized_weight(void **state)
 {
 	const struct tensor *t = model_tensor("blk.0.q6_k.weight");
-	weightd_client *c = connect_or_fail();
+	weightd_client *c = it_connect(&H);
 	weightd_status *st;
 	struct proc a, b;
 	char la[128], lb[128];
@@ -906,13 +887,13 @@ static void two_processes_share_a_dequantized_weight(void **state)
 	bool seen = false;
 
 	(void)state;
-	st = status_now(c);
+	st = it_status(c);
 	read0 = st->bytes_read;
 	weightd_status_free(st);
 
 	sharer_start(&a);
 	assert_non_null(fgets(la, sizeof(la), a.out));
-	st = status_now(c);
+	st = it_status(c);
 	read_a = st->bytes_read;
 	weightd_status_free(st);
 	/* A made the daemon read the two selected rows of Q6_K blocks, nothing more */
@@ -923,7 +904,7 @@ static void two_processes_share_a_dequantized_weight(void **state)
 	assert_non_null(strstr(la, " ok"));
 	assert_string_equal(la, lb); /* same device and inode: one segment */
 
-	st = status_now(c);
+	st = it_status(c);
 	assert_int_equal(st->bytes_read, read_a); /* B read nothing */
 	for (size_t i = 0; i < st->n_weights; i++) {
 		const weightd_weight_status *ws = &st->weight_list[i];
@@ -1082,7 +1063,7 @@ static void weightctl_describe_summarises_gguf(void **state)
 static void bad_files_are_reported_and_others_served(void **state)
 {
 	static char out[16384];
-	weightd_client *c = connect_or_fail();
+	weightd_client *c = it_connect(&H);
 	weightd_description *d = NULL;
 	weightd_weight *w = NULL;
 	weightd_error err;
