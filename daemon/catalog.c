@@ -218,49 +218,87 @@ static bool source_changed(const struct csource *cs)
 	return false;
 }
 
-void catalog_reload(struct catalog *c, const struct config *cfg,
-		    void (*changed)(struct csource *cs, const char *what, void *arg), void *arg)
+struct plan_item {
+	const struct source_conf *sc;
+	struct csource *old;         /* current entry of that name, or NULL */
+	struct csource *fresh;       /* newly admitted entry, or NULL when `old` stays */
+	struct source_conf *conf;    /* old stays: its new access rules */
+};
+
+struct catalog_plan {
+	size_t n;
+	struct plan_item items[];
+};
+
+struct catalog_plan *catalog_reload_prepare(const struct catalog *c, const struct config *cfg)
 {
-	struct csource **items = calloc(cfg->n_sources + c->n + 1, sizeof(*items));
+	struct catalog_plan *p = calloc(1, sizeof(*p) + cfg->n_sources * sizeof(p->items[0]));
+
+	if (!p)
+		return NULL;
+	for (size_t i = 0; i < cfg->n_sources; i++) {
+		const struct source_conf *sc = &cfg->sources[i];
+		struct plan_item *it = &p->items[p->n++];
+
+		it->sc = sc;
+		it->old = catalog_find(c, sc->name);
+		if (it->old && it->old->state == CSOURCE_READY && strcmp(it->old->path, sc->path) == 0 &&
+		    !source_changed(it->old)) {
+			it->conf = conf_copy(sc); /* same files: keep the entry, take the new rules */
+			continue;
+		}
+		it->fresh = csource_admit(sc, &c->lim, it->old ? it->old->generation + 1 : 1);
+	}
+	return p;
+}
+
+void catalog_plan_free(struct catalog_plan *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n; i++) {
+		csource_unref(p->items[i].fresh);
+		conf_free(p->items[i].conf);
+	}
+	free(p);
+}
+
+void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
+			  void (*changed)(struct csource *cs, const char *what, void *arg), void *arg)
+{
+	struct csource **items = calloc(p->n + c->n + 1, sizeof(*items));
 	size_t n = 0;
 
 	if (!items) {
 		log_err("reload: out of memory; keeping the current checkpoints");
+		catalog_plan_free(p);
 		return;
 	}
-	for (size_t i = 0; i < cfg->n_sources; i++) {
-		const struct source_conf *sc = &cfg->sources[i];
-		struct csource *old = catalog_find(c, sc->name);
-		struct csource *cs;
+	for (size_t i = 0; i < p->n; i++) {
+		struct plan_item *it = &p->items[i];
 
-		if (old && old->state == CSOURCE_READY && strcmp(old->path, sc->path) == 0 &&
-		    !source_changed(old)) {
-			/* Same files: keep the entry, take the new access rules. */
-			struct source_conf *nc = conf_copy(sc);
-			if (nc) {
-				conf_free(old->conf);
-				old->conf = nc;
+		if (!it->fresh) {
+			/* kept (or its replacement could not be allocated): the old entry stays */
+			if (!it->old)
+				continue;
+			if (it->conf) {
+				conf_free(it->old->conf);
+				it->old->conf = it->conf;
+				it->conf = NULL;
 			}
-			csource_ref(old);
-			items[n++] = old;
+			csource_ref(it->old);
+			items[n++] = it->old;
 			continue;
 		}
-		cs = csource_admit(sc, &c->lim, old ? old->generation + 1 : 1);
-		if (!cs) {
-			if (old) {
-				csource_ref(old);
-				items[n++] = old;
-			}
-			continue;
-		}
-		items[n++] = cs;
-		if (old) {
-			log_notice("checkpoint %s: new generation %llu", cs->name,
-				   (unsigned long long)cs->generation);
-			old->state = CSOURCE_REMOVED;
+		items[n++] = it->fresh;
+		if (it->old) {
+			log_notice("checkpoint %s: new generation %llu", it->fresh->name,
+				   (unsigned long long)it->fresh->generation);
+			it->old->state = CSOURCE_REMOVED;
 			if (changed)
-				changed(cs, "generation", arg);
+				changed(it->fresh, "generation", arg);
 		}
+		it->fresh = NULL; /* the catalog's reference now */
 	}
 	for (size_t i = 0; i < c->n; i++) {
 		bool kept = false;
@@ -277,4 +315,17 @@ void catalog_reload(struct catalog *c, const struct config *cfg,
 	free(c->items);
 	c->items = items;
 	c->n = n;
+	catalog_plan_free(p);
+}
+
+void catalog_reload(struct catalog *c, const struct config *cfg,
+		    void (*changed)(struct csource *cs, const char *what, void *arg), void *arg)
+{
+	struct catalog_plan *p = catalog_reload_prepare(c, cfg);
+
+	if (!p) {
+		log_err("reload: out of memory; keeping the current checkpoints");
+		return;
+	}
+	catalog_reload_apply(c, p, changed, arg);
 }

@@ -92,42 +92,134 @@ static void on_changed(struct csource *cs, const char *what, void *arg)
 	server_notify(d->server, cs->name, cs->generation, what);
 }
 
-/* SIGHUP and `weightctl reload`: re-read the file; on error keep serving as before. */
-static int reload(struct daemon *d, struct wd_error *err)
-{
-	struct config *ncfg = NULL;
-	int r;
+/*
+ * SIGHUP and `weightctl reload`: re-read the file; on error keep serving as before. The config file
+ * and every new or changed checkpoint header are read by a worker (the main thread never waits on
+ * disk); the main thread only swaps the result in. One reload runs at a time: a request that
+ * arrives meanwhile is answered by the next run, since the files may have changed after the
+ * running one read them.
+ */
+struct reload_waiter {
+	uint64_t session, request;
+};
 
+struct reload_job {
+	struct pool_task task;
+	struct daemon *d;
+	struct config *ncfg;
+	struct catalog_plan *plan;
+	struct wd_error err;
+	int status;
+	struct reload_waiter *waiters;   /* answered when this run is applied */
+	size_t n_waiters;
+};
+
+static struct reload_job *reload_running;
+static struct reload_waiter *reload_next;  /* asked while a run was under way */
+static size_t reload_n_next;
+static bool reload_again;
+
+static void reload_start(struct daemon *d);
+
+static void reload_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	struct reload_job *j = (struct reload_job *)t;
+
+	j->status = config_load(j->d->cfg->path, &j->ncfg, &j->err);
+	if (j->status < 0)
+		return;
+	j->plan = catalog_reload_prepare(j->d->catalog, j->ncfg);
+	if (!j->plan)
+		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "out of memory reading the checkpoints");
+}
+
+static void reload_done(struct pool_task *t)
+{
+	struct reload_job *j = (struct reload_job *)t;
+	struct daemon *d = j->d;
+
+	reload_running = NULL;
+	if (d->stopping) {
+		catalog_plan_free(j->plan);
+		goto out;
+	}
+	if (j->status < 0) {
+		log_err("reload failed, keeping the running configuration: %s", j->err.msg);
+	} else {
+		catalog_reload_apply(d->catalog, j->plan, on_changed, d);
+		/* Holds on replaced generations go back first, so their weights can be dropped with
+		 * the other stale ones before the new generations are preloaded. */
+		preload_sync(d);
+		cache_drop_stale(d->cache);
+		d->cfg->client_max_bytes = j->ncfg->client_max_bytes;
+		d->cfg->client_max_weights = j->ncfg->client_max_weights;
+		d->cfg->client_max_pending = j->ncfg->client_max_pending;
+		d->cfg->client_max_queue_bytes = j->ncfg->client_max_queue_bytes;
+	}
+	notify_ready(d);
+	for (size_t i = 0; i < j->n_waiters; i++)
+		server_reload_done(d->server, j->waiters[i].session, j->waiters[i].request,
+				   j->status < 0 ? &j->err : NULL);
+	if (reload_again || reload_n_next)
+		reload_start(d);
+out:
+	config_free(j->ncfg);
+	free(j->waiters);
+	free(j);
+}
+
+static void reload_start(struct daemon *d)
+{
+	struct reload_job *j = calloc(1, sizeof(*j));
+
+	if (!j) {
+		log_err("reload: out of memory; keeping the running configuration");
+		return;
+	}
+	j->d = d;
+	j->waiters = reload_next;
+	j->n_waiters = reload_n_next;
+	reload_next = NULL;
+	reload_n_next = 0;
+	reload_again = false;
+	wd_error_clear(&j->err);
+	j->task.work = reload_work;
+	j->task.done = reload_done;
+	reload_running = j;
 	sd_notify(0, "RELOADING=1");
 	log_notice("reloading %s", d->cfg->path);
-	r = config_load(d->cfg->path, &ncfg, err);
-	if (r < 0) {
-		log_err("reload failed, keeping the running configuration: %s", err->msg);
-		sd_notify(0, "READY=1");
-		return r;
+	pool_submit(d->pool, &j->task);
+}
+
+/* Ask for a reload; session/request name the admin request to answer (0: a signal). */
+static void reload(struct daemon *d, uint64_t session, uint64_t request)
+{
+	if (session) {
+		struct reload_waiter *w = realloc(reload_next, (reload_n_next + 1) * sizeof(*w));
+		if (!w) {
+			struct wd_error err;
+			wd_error_clear(&err);
+			wd_error_set(&err, WD_E_EXHAUSTED, "out of memory");
+			server_reload_done(d->server, session, request, &err);
+			return;
+		}
+		reload_next = w;
+		reload_next[reload_n_next].session = session;
+		reload_next[reload_n_next].request = request;
+		reload_n_next++;
+	} else {
+		reload_again = true;
 	}
-	catalog_reload(d->catalog, ncfg, on_changed, d);
-	/* Holds on replaced generations go back first, so their weights can be dropped with the
-	 * other stale ones before the new generations are preloaded. */
-	preload_sync(d);
-	cache_drop_stale(d->cache);
-	d->cfg->client_max_bytes = ncfg->client_max_bytes;
-	d->cfg->client_max_weights = ncfg->client_max_weights;
-	d->cfg->client_max_pending = ncfg->client_max_pending;
-	d->cfg->client_max_queue_bytes = ncfg->client_max_queue_bytes;
-	config_free(ncfg);
-	notify_ready(d);
-	return 0;
+	if (!reload_running)
+		reload_start(d);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct daemon *d = arg;
-	struct wd_error err;
 
 	if (sig == SIGHUP) {
-		wd_error_clear(&err);
-		reload(d, &err);
+		reload(d, 0, 0);
 		return;
 	}
 	log_notice("received %s; stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -327,11 +419,13 @@ int main(int argc, char **argv)
 	event_base_dispatch(d.base);
 	rc = 0;
 out:
+	d.stopping = true; /* work finishing during shutdown must not touch the freed server */
 	if (d.server)
 		server_free(d.server);
 	else if (lfd >= 0)
 		close(lfd);
 	pool_free(d.pool);
+	free(reload_next);
 	if (d.cache)
 		preload_free(&d);
 	/* With a state index the segments outlive us and the next start re-adopts them. */

@@ -1031,24 +1031,16 @@ static bool require_privilege(struct session *s, uint64_t id, const char *what)
 	return false;
 }
 
+/* Answered by server_reload_done once the reload has been applied. */
 static void do_reload(struct session *s, uint64_t id)
 {
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
-	struct wd_error err;
-
 	if (!require_privilege(s, id, "reload the configuration"))
 		return;
-	wd_error_clear(&err);
-	if (!server_reload_hook || server_reload_hook(s->d, &err) < 0) {
-		if (!server_reload_hook)
-			wd_error_set(&err, WD_E_UNSUPPORTED, "reload is not available");
-		session_send_error(s, id, &err);
+	if (!server_reload_hook) {
+		fail(s, id, WD_E_UNSUPPORTED, "reload is not available");
 		return;
 	}
-	resp.body_case = WEIGHTD__RESPONSE__BODY_RELOAD;
-	resp.reload = &empty;
-	reply(s, &resp, id, NULL, 0);
+	server_reload_hook(s->d, s->id, id);
 }
 
 static void do_evict(struct session *s, uint64_t id, const Weightd__Evict *ev)

@@ -17,7 +17,7 @@
 #include "session.h"
 #include "wire.h"
 
-int (*server_reload_hook)(struct daemon *d, struct wd_error *err);
+void (*server_reload_hook)(struct daemon *d, uint64_t session, uint64_t request);
 
 struct server {
 	struct daemon *d;
@@ -548,5 +548,26 @@ void server_notify(struct server *srv, const char *checkpoint, uint64_t generati
 			resp.event = &ev;
 			session_send(s, &resp, NULL, 0);
 		}
+	}
+}
+
+void server_reload_done(struct server *srv, uint64_t session, uint64_t request,
+			const struct wd_error *err)
+{
+	for (struct session *s = srv->sessions; s; s = s->next) {
+		if (s->id != session)
+			continue;
+		if (err) {
+			session_send_error(s, request, err);
+		} else {
+			Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+			Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+
+			resp.id = request;
+			resp.body_case = WEIGHTD__RESPONSE__BODY_RELOAD;
+			resp.reload = &empty;
+			session_send(s, &resp, NULL, 0);
+		}
+		return;
 	}
 }

@@ -105,6 +105,50 @@ static void reload_says_reloading_then_ready(void **state)
 	assert_int_equal(ready, 3);
 }
 
+/* Reloads asked for at once (a signal and two admin clients) are all answered, and what they
+ * load is the file as it is after the last request. */
+static void concurrent_reloads_are_all_answered(void **state)
+{
+	char path[512], args[1024], sections[1024];
+	pid_t kids[2];
+	size_t ready, total;
+
+	harness_path(&H, "third.safetensors", path, sizeof(path));
+	snprintf(args, sizeof(args), "sample %s", path);
+	assert_int_equal(harness_mkfixture(args), 0);
+	FILE *f = fopen(H.conf, "a");
+	assert_non_null(f);
+	snprintf(sections, sizeof(sections), "\n[checkpoint:third]\npath = %s\n", path);
+	fputs(sections, f);
+	fclose(f);
+
+	for (int i = 0; i < 2; i++) {
+		kids[i] = fork();
+		assert_true(kids[i] >= 0);
+		if (kids[i] == 0) {
+			weightd_client *c = NULL;
+			weightd_error err;
+			if (weightd_connect(H.sock, "reloader", &c, &err) < 0)
+				_exit(10);
+			if (weightd_reload(c, &err) < 0)
+				_exit(11);
+			weightd_close(c);
+			_exit(0);
+		}
+	}
+	kill(H.pid, SIGHUP);
+	for (int i = 0; i < 2; i++) {
+		int status;
+		assert_int_equal(waitpid(kids[i], &status, 0), kids[i]);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+	/* every admin reply came after a run that read the file with "third" in it */
+	count_sources(H.sock, &ready, &total);
+	assert_int_equal(total, 4);
+	assert_int_equal(ready, 4);
+}
+
 static void stop_says_stopping(void **state)
 {
 	pid_t pid = H.pid;
@@ -188,6 +232,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(ready_only_after_every_source_is_admitted),
 		cmocka_unit_test(reload_says_reloading_then_ready),
+		cmocka_unit_test(concurrent_reloads_are_all_answered),
 		cmocka_unit_test(stop_says_stopping),
 		cmocka_unit_test(serves_on_a_socket_passed_by_systemd),
 	};
