@@ -1615,12 +1615,35 @@ static int cmd_evict(const struct opts *o, weightd_client *c)
 
 /* --- purge ------------------------------------------------------------------------------- */
 
-/* Does something accept connections on `path`? 1 yes, 0 no (nothing listens), -1 cannot tell. */
+/*
+ * Does something listen on `path`? 1 yes, 0 no, -1 cannot tell. Read from /proc/net/unix rather
+ * than by connecting: under socket activation a connection would start the very daemon purge must
+ * not race with (systemd's listener counts as "running": stop weightd.socket too). Falls back to a
+ * connection attempt where /proc is not there.
+ */
 static int socket_answers(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	FILE *f = fopen("/proc/net/unix", "r");
+	char line[4608];
 	int fd, r;
 
+	if (f) {
+		r = 0;
+		/* Num RefCount Protocol Flags Type St Inode Path; Flags 00010000 = listening */
+		while (fgets(line, sizeof(line), f)) {
+			unsigned long flags;
+			char sock_path[4096];
+			line[strcspn(line, "\n")] = '\0';
+			if (sscanf(line, "%*s %*s %*s %lx %*s %*s %*s %4095s", &flags, sock_path) == 2 &&
+			    (flags & 0x10000) && strcmp(sock_path, path) == 0) {
+				r = 1;
+				break;
+			}
+		}
+		fclose(f);
+		return r;
+	}
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -1;
 	strcpy(sa.sun_path, path);
@@ -1681,8 +1704,8 @@ static int cmd_purge(const struct opts *o, int argc, char **argv)
 	}
 	live = socket_answers(sock);
 	if (live != 0) {
-		fail(live > 0 ? "weightd is running on %s: stop it before purging (a running "
-				"daemon would lose track of its segments)"
+		fail(live > 0 ? "something listens on %s (weightd, or systemd's weightd.socket): stop "
+				"both before purging (a running daemon would lose track of its segments)"
 			      : "cannot tell whether weightd is running on %s; not purging", sock);
 		goto out;
 	}

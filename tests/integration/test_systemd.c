@@ -227,6 +227,49 @@ static void serves_on_a_socket_passed_by_systemd(void **state)
 	assert_true(saw);
 }
 
+/* purge sees systemd's listener without connecting to it, so it neither starts weightd nor purges
+ * under a daemon that socket activation could start at any moment. */
+static void purge_refuses_a_socket_unit_without_starting_weightd(void **state)
+{
+	char sock[512], listen_arg[600], marker[512], out[4096];
+	pid_t pid;
+	int rc = -1;
+
+	if (access("/usr/bin/systemd-socket-activate", X_OK) != 0) {
+		skip();
+		return;
+	}
+	harness_path(&H, "purge.sock", sock, sizeof(sock));
+	harness_path(&H, "started-by-activation", marker, sizeof(marker));
+	snprintf(listen_arg, sizeof(listen_arg), "--listen=%s", sock);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* what activation would start: it leaves a marker */
+		execl("/usr/bin/systemd-socket-activate", "systemd-socket-activate", listen_arg,
+		      "/usr/bin/touch", marker, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 500; i++) {
+		struct stat st;
+		if (stat(sock, &st) == 0)
+			break;
+		usleep(10000);
+	}
+	usleep(100000); /* bound is not yet listening: give it the moment after bind() */
+	char *argv[] = { (char *)harness_weightctl(), "--socket", sock, "purge", "--prefix",
+			 "wdtest-purge-unused", NULL };
+	rc = harness_run(argv, out, sizeof(out), (uid_t)-1);
+	/* a connection would have made systemd-socket-activate run its command by now: a negative
+	 * check needs a grace period, bounded */
+	for (int i = 0; i < 50 && access(marker, F_OK) != 0; i++)
+		usleep(10000);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	assert_int_equal(rc, 1);
+	assert_int_not_equal(access(marker, F_OK), 0); /* nothing was activated */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -235,6 +278,7 @@ int main(void)
 		cmocka_unit_test(concurrent_reloads_are_all_answered),
 		cmocka_unit_test(stop_says_stopping),
 		cmocka_unit_test(serves_on_a_socket_passed_by_systemd),
+		cmocka_unit_test(purge_refuses_a_socket_unit_without_starting_weightd),
 	};
 
 	alarm(240);
