@@ -352,9 +352,13 @@ static int read_some(weightd_client *c, int timeout_ms)
 	int r;
 
 	r = poll(&pfd, 1, timeout_ms);
-	if (r < 0)
-		return errno == EINTR ? 1 : (mark_dead(c, WEIGHTD_E_IO,
-				"waiting for weightd at %s failed: %s", c->path, strerror(errno)), -1);
+	if (r < 0 && errno == EINTR)
+		return 1;   /* the caller re-checks its condition and time */
+	if (r < 0) {
+		mark_dead(c, WEIGHTD_E_IO, "waiting for weightd at %s failed: %s", c->path,
+			  strerror(errno));
+		return -1;
+	}
 	if (r == 0)
 		return 0;
 	for (;;) {
