@@ -15,10 +15,10 @@
  * decoded exactly into sign, class and an integer significand with a binary exponent (struct fval)
  * and encoded back with one rounding to nearest, ties to even, done in integer arithmetic. That
  * generic path serves every pair and does not depend on the floating-point environment. The hot
- * pairs (f32<->bf16, f32<->f16, bf16<->f16, f32<->f64) also have dedicated scalar kernels, and
- * vector kernels that give the same bits; the vector kernels that use the FPU (f16 and f64
- * conversions) assume the default environment (round to nearest, no FTZ/DAZ), which weightd never
- * changes.
+ * pairs f32<->bf16, f32<->f16 and bf16<->f16 also have dedicated scalar kernels; those and
+ * f32<->f64 have vector kernels that give the same bits. The vector kernels that use the FPU (f16
+ * and f64 conversions) assume the default environment (round to nearest, no FTZ/DAZ), which
+ * weightd never changes.
  */
 
 /* ---- formats and exact values ---- */
@@ -64,6 +64,7 @@ struct fval {
 	uint64_t sig;
 };
 
+/* The exact value of a code of format f (the code's bits above the format's width are ignored). */
 static struct fval fp_decode(const struct fmt *f, uint64_t code)
 {
 	struct fval v = { V_ZERO, false, 0, 0 };
@@ -210,6 +211,7 @@ static uint64_t int_bits(enum wd_dtype t, uint64_t raw)
 	}
 }
 
+/* The exact value of an integer element given as int_bits() returns it. */
 static struct fval int_value(enum wd_dtype t, uint64_t bits)
 {
 	struct fval v = { V_ZERO, false, 0, 0 };
