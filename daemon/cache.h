@@ -10,7 +10,7 @@
 #include "digest.h"
 #include "dtype.h"
 #include "error.h"
-#include "limits.h"
+#include "wd_limits.h"
 #include "pool.h"
 #include "recipe.h"
 #include "segment.h"

@@ -9,7 +9,7 @@
 
 #include "config.h"
 #include "error.h"
-#include "limits.h"
+#include "wd_limits.h"
 #include "source.h"
 
 /* Who is asking: from SO_PEERCRED and SO_PEERGROUPS at accept time. */

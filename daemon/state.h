@@ -8,7 +8,7 @@
 
 #include "dtype.h"
 #include "error.h"
-#include "limits.h"
+#include "wd_limits.h"
 
 struct state_record {
 	uint8_t key[32];

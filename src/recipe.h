@@ -8,7 +8,7 @@
 #include "digest.h"
 #include "dtype.h"
 #include "error.h"
-#include "limits.h"
+#include "wd_limits.h"
 #include "sink.h"
 #include "source.h"
 

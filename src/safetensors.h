@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "error.h"
-#include "limits.h"
+#include "wd_limits.h"
 #include "tensor.h"
 
 /*

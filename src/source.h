@@ -7,7 +7,7 @@
 #include <sys/types.h>
 
 #include "error.h"
-#include "limits.h"
+#include "wd_limits.h"
 #include "tensor.h"
 
 enum wd_source_kind {

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "error.h"
-#include "limits.h"
+#include "wd_limits.h"
 
 struct wd_stindex {
 	char **files;        /* distinct shard file names, in first-seen order */

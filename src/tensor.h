@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
-#include "limits.h"
+#include "wd_limits.h"
 
 /*
  * One stored tensor. shape is row-major, outermost first (GGUF's innermost-first dims are reversed

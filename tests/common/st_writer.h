@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "dtype.h"
-#include "limits.h"
+#include "wd_limits.h"
 
 enum stw_pattern { STW_BYTES = 0, STW_VALUES, STW_ZERO };
 

@@ -16,7 +16,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "gguf_writer.h"
-#include "limits.h"
+#include "wd_limits.h"
 #include "tensor.h"
 
 static char tmpdir[256];

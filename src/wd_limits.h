@@ -1,4 +1,4 @@
-/* limits.h - the bounds on everything a checkpoint file or a client controls. */
+/* wd_limits.h - the bounds on everything a checkpoint file or a client controls. */
 #ifndef WD_LIMITS_H
 #define WD_LIMITS_H
 
