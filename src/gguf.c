@@ -28,6 +28,7 @@
 #define GGUF_DEFAULT_ALIGNMENT 32u
 #define GGUF_MAX_DIMS 4u
 #define GGUF_MAX_KEY 65535u        /* the spec's bound on a metadata key */
+#define GGUF_MAX_NAME 64u          /* the spec's bound on a tensor name (ggml itself stops at 63) */
 #define GGUF_ARRAY_SHOWN 16u       /* longer arrays are summarised as "[N x type]" */
 #define GGUF_RENDER_MAX 4096u      /* bytes of text one rendered array may take */
 #define GGUF_DEPTH_CAP 32u         /* array nesting, whatever the limits say (bounds the stack) */
@@ -535,7 +536,7 @@ static int parse_kv(struct rd *r, uint64_t idx, struct hset *keys, struct wd_tab
 
 		if (type != V_U32) {
 			rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
-					  "GGUF general.alignment must be a u32, but it is a %s",
+					  "GGUF general.alignment must be a u32, but its type is %s",
 					  tname);
 			goto out;
 		}
@@ -599,6 +600,11 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 				    "GGUF tensor info #%" PRIu64 " at byte %" PRIu64
 				    " has a name with control byte 0x%02x in it",
 				    idx, at, (unsigned)rc);
+	if (nlen > GGUF_MAX_NAME)
+		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+				    "GGUF tensor info #%" PRIu64 " at byte %" PRIu64 " has a name of %"
+				    PRIu64 " bytes; GGUF allows tensor names of at most %u bytes",
+				    idx, at, nlen, GGUF_MAX_NAME);
 	if (!(n = dup_name(name, nlen)))
 		return wd_error_set(r->err, WD_E_EXHAUSTED, "out of memory reading GGUF tensor infos");
 	snprintf(r->where, sizeof(r->where), "tensor '%s' ", n);
@@ -620,12 +626,20 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 		goto out;
 	for (uint32_t i = 0; i < ndims; i++) {
 		dims[i] = le64(dp + 8 * i);
-		if (dims[i] == 0) {
+		/* ggml reads dims as int64_t ne[]: the top bit set is a negative dimension. */
+		if (dims[i] > (uint64_t)INT64_MAX) {
 			rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
-					  "GGUF tensor '%s' has a zero dimension (dims[%" PRIu32 "] in file order)",
-					  n, i);
+					  "GGUF tensor '%s' has a negative dimension: dims[%" PRIu32
+					  "] in file order (shape axis %" PRIu32 ") is %" PRId64,
+					  n, i, ndims - 1 - i, (int64_t)dims[i]);
 			goto out;
 		}
+	}
+	/* A zero dimension is a valid tensor of no elements and 0 bytes (ggml writes them). */
+	for (uint32_t i = 0; i < ndims; i++)
+		if (dims[i] == 0)
+			nelems = 0;
+	for (uint32_t i = 0; i < ndims && nelems; i++) {
 		if (!wd_mul_u64(nelems, dims[i], &nelems) || nelems > (uint64_t)INT64_MAX) {
 			rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
 					  "GGUF tensor '%s' has dimensions whose element count overflows",
@@ -725,10 +739,15 @@ static int place_tensors(struct rd *r, struct wd_table *table, size_t first, uin
 	sp = malloc(n * sizeof(*sp));
 	if (!sp)
 		return wd_error_set(r->err, WD_E_EXHAUSTED, "out of memory checking GGUF tensor data");
-	for (size_t i = 0; i < n; i++) {
-		sp[i].off = table->tensors[first + i].offset;
-		sp[i].end = sp[i].off + table->tensors[first + i].nbytes;
-		sp[i].idx = first + i;
+	/* A 0-byte tensor holds no bytes, so it overlaps nothing wherever its offset points. */
+	n = 0;
+	for (size_t i = first; i < table->n_tensors; i++) {
+		if (!table->tensors[i].nbytes)
+			continue;
+		sp[n].off = table->tensors[i].offset;
+		sp[n].end = sp[n].off + table->tensors[i].nbytes;
+		sp[n].idx = i;
+		n++;
 	}
 	qsort(sp, n, sizeof(*sp), span_cmp);
 	for (size_t i = 1; i < n; i++) {

@@ -881,7 +881,7 @@ static void test_bad_alignment(void **state)
 		gw_header(&g, 3, 0, 1);
 		gw_key(&g, "general.alignment", GW_U64);
 		gw_u64(&g, 64);
-		expect_fail(&g, WD_E_BAD_CHECKPOINT, "must be a u32, but it is a u64");
+		expect_fail(&g, WD_E_BAD_CHECKPOINT, "must be a u32, but its type is u64");
 		gw_free(&g);
 	}
 }
@@ -921,21 +921,99 @@ static void test_zero_and_overflowing_dims(void **state)
 {
 	(void)state;
 	struct gw g;
-	const uint64_t zero[2] = { 4, 0 }, big[2] = { 1ull << 32, 1ull << 32 },
-		       over_i64[1] = { 1ull << 63 }, bytes_over[2] = { 1ull << 31, 1ull << 31 };
+	const uint64_t big[2] = { 1ull << 32, 1ull << 32 }, bytes_over[2] = { 1ull << 31, 1ull << 31 };
 
-	one_tensor(&g, "w", 2, zero, GG_F32, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "zero dimension");
-	gw_free(&g);
 	one_tensor(&g, "w", 2, big, GG_F32, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "overflows");
-	gw_free(&g);
-	one_tensor(&g, "w", 1, over_i64, GG_I8, 0, 64);
 	expect_fail(&g, WD_E_BAD_CHECKPOINT, "overflows");
 	gw_free(&g);
 	/* 2^62 elements of 8 bytes: the count fits, the byte length does not */
 	one_tensor(&g, "w", 2, bytes_over, GG_F64, 0, 64);
 	expect_fail(&g, WD_E_BAD_CHECKPOINT, "byte length overflows");
+	gw_free(&g);
+}
+
+/* ggml reads dims as int64_t: a dimension with the top bit set is negative, and said so by axis. */
+static void test_negative_dims(void **state)
+{
+	(void)state;
+	struct gw g;
+	struct wd_table t;
+	struct wd_error err;
+	const uint64_t over_i64[1] = { 1ull << 63 }, minus5[3] = { 4, (uint64_t)-5, 2 };
+
+	one_tensor(&g, "w", 1, over_i64, GG_I8, 0, 64);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT,
+		    "negative dimension: dims[0] in file order (shape axis 0) is -9223372036854775808");
+	gw_free(&g);
+	one_tensor(&g, "blk.1.attn_q.weight", 3, minus5, GG_F32, 0, 64);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT,
+		    "GGUF tensor 'blk.1.attn_q.weight' has a negative dimension: dims[1] in file order "
+		    "(shape axis 1) is -5");
+	table_with_sentinel(&t);
+	assert_int_equal(parse_with(&g, NULL, &t, &err), -WD_E_BAD_CHECKPOINT);
+	assert_string_equal(err.tensor, "blk.1.attn_q.weight");
+	assert_null(strstr(err.msg, "overflow"));
+	wd_table_free(&t);
+	gw_free(&g);
+}
+
+/* A zero dimension is a tensor of no elements and 0 bytes, as ggml writes and reads them. */
+static void test_zero_dims(void **state)
+{
+	(void)state;
+	struct gw g;
+	struct wd_table t;
+	struct wd_error err;
+	const uint64_t d16[1] = { 16 }, zero[2] = { 4, 0 }, zero0[1] = { 0 },
+		       zero_q[2] = { 0, 3 }, zero_big[3] = { INT64_MAX, INT64_MAX, 0 };
+	const struct wd_tensor_info *ti;
+
+	gw_init(&g);
+	gw_header(&g, 3, 6, 0);
+	gw_tinfo(&g, "a", 1, d16, GG_F32, 0);          /* bytes 0..64 of the data section */
+	gw_tinfo(&g, "empty", 2, zero, GG_F32, 32);    /* inside a's bytes: holds none of them */
+	gw_tinfo(&g, "empty1", 1, zero0, GG_F16, 64);  /* at the end of the file */
+	gw_tinfo(&g, "empty_q", 2, zero_q, GG_Q4_0, 0);
+	gw_tinfo(&g, "empty_big", 3, zero_big, GG_F64, 0); /* no overflow: the count is 0 */
+	gw_tinfo(&g, "empty_same", 2, zero, GG_F32, 32);
+	gw_pad(&g, 32);
+	gw_zeros(&g, 64);
+	wd_table_init(&t);
+	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
+	assert_int_equal(t.n_tensors, 6);
+	ti = find_tensor(&t, "empty");
+	assert_non_null(ti);
+	assert_int_equal(ti->ndim, 2);
+	assert_int_equal(ti->shape[0], 0);
+	assert_int_equal(ti->shape[1], 4);
+	assert_int_equal(ti->nbytes, 0);
+	assert_int_equal(ti->dtype, WD_F32);
+	ti = find_tensor(&t, "empty1");
+	assert_non_null(ti);
+	assert_int_equal(ti->ndim, 1);
+	assert_int_equal(ti->shape[0], 0);
+	assert_int_equal(ti->nbytes, 0);
+	assert_int_equal(ti->offset, g.len);
+	ti = find_tensor(&t, "empty_q");
+	assert_non_null(ti);
+	assert_int_equal(ti->shape[0], 3);
+	assert_int_equal(ti->shape[1], 0);
+	assert_int_equal(ti->nbytes, 0);
+	ti = find_tensor(&t, "empty_big");
+	assert_non_null(ti);
+	assert_int_equal(ti->shape[0], 0);
+	assert_int_equal(ti->shape[2], INT64_MAX);
+	assert_int_equal(ti->nbytes, 0);
+	wd_table_free(&t);
+	gw_free(&g);
+
+	/* a 0-byte tensor still has to point inside the file */
+	one_tensor(&g, "w", 2, zero, GG_F32, 96, 64);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "past the end of the file");
+	gw_free(&g);
+	/* and at an aligned offset */
+	one_tensor(&g, "w", 2, zero, GG_F32, 8, 64);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT, "not a multiple of the alignment 32");
 	gw_free(&g);
 }
 
@@ -1081,6 +1159,25 @@ static void test_tensor_names(void **state)
 	one_tensor(&g, long_name, 1, d, GG_F32, 0, 64);
 	expect_fail(&g, WD_E_LIMIT, "has a name of 1024 bytes");
 	gw_free(&g);
+
+	/* the GGUF spec caps tensor names at 64 bytes */
+	long_name[65] = '\0';
+	one_tensor(&g, long_name, 1, d, GG_F32, 0, 64);
+	expect_fail(&g, WD_E_BAD_CHECKPOINT,
+		    "has a name of 65 bytes; GGUF allows tensor names of at most 64 bytes");
+	gw_free(&g);
+	{
+		struct wd_table t;
+		struct wd_error err;
+
+		long_name[64] = '\0';
+		one_tensor(&g, long_name, 1, d, GG_F32, 0, 64);
+		wd_table_init(&t);
+		assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
+		assert_int_equal(strlen(t.tensors[0].name), 64);
+		wd_table_free(&t);
+		gw_free(&g);
+	}
 
 	gw_init(&g);
 	gw_header(&g, 3, 1, 0);
@@ -1252,6 +1349,8 @@ int main(void)
 		cmocka_unit_test(test_bad_alignment),
 		cmocka_unit_test(test_dim_count),
 		cmocka_unit_test(test_zero_and_overflowing_dims),
+		cmocka_unit_test(test_negative_dims),
+		cmocka_unit_test(test_zero_dims),
 		cmocka_unit_test(test_row_blocks),
 		cmocka_unit_test(test_data_outside_file),
 		cmocka_unit_test(test_overlap),
