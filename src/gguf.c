@@ -783,7 +783,7 @@ static int parse(struct rd *r, uint32_t file, struct wd_table *table)
 		goto out;
 	if (memcmp(p, "GGUF", 4) != 0) {
 		rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
-				  "not a GGUF file: the magic is %02x %02x %02x %02x, expected \"GGUF\"",
+				  "GGUF magic missing: the file starts with bytes %02x %02x %02x %02x, not \"GGUF\"",
 				  p[0], p[1], p[2], p[3]);
 		goto out;
 	}

@@ -103,6 +103,60 @@ static const char *json_kind(const json_t *v)
 	return "an unknown JSON value";
 }
 
+/*
+ * jansson refuses integers outside int64 ("too big integer") though the JSON is valid. Parse again
+ * with integers read as reals to find the shape dimension or data offset that holds one, and name
+ * it; weightd reads dimensions and offsets up to 2^63-1. `first` is the error of the first parse.
+ */
+static int report_big_integer(const char *hdr, size_t hlen, const json_error_t *first,
+			      struct wd_error *err)
+{
+	static const char *const fields[] = { "shape", "data_offsets" };
+	json_error_t jerr;
+	json_t *root, *val;
+	const char *key;
+	int r = 0;
+
+	root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
+	if (root && json_is_object(root)) {
+		json_object_foreach(root, key, val) {
+			if (strcmp(key, "__metadata__") == 0 || !json_is_object(val))
+				continue;
+			for (size_t f = 0; f < 2 && !r; f++) {
+				const json_t *arr = json_object_get(val, fields[f]);
+
+				for (size_t i = 0; json_is_array(arr) && i < json_array_size(arr); i++) {
+					const json_t *v = json_array_get(arr, i);
+					double d = json_is_real(v) ? json_real_value(v) : 0;
+
+					if (d < 0x1p63 && d > -0x1p63)
+						continue;
+					if (f == 0)
+						r = set_tensor_err(err, WD_E_BAD_CHECKPOINT, key,
+								   "shape dimension %zu is %s, beyond what weightd reads (dimensions up to 2^63-1 = %" PRId64 ")",
+								   i, d < 0 ? "a negative integer" : "above 2^63-1",
+								   INT64_MAX);
+					else
+						r = set_tensor_err(err, WD_E_BAD_CHECKPOINT, key,
+								   "data_offsets %s is %s, beyond what weightd reads (offsets up to 2^63-1 = %" PRId64 ")",
+								   i ? "end" : "begin",
+								   d < 0 ? "a negative integer" : "above 2^63-1",
+								   INT64_MAX);
+					break;
+				}
+			}
+			if (r)
+				break;
+		}
+	}
+	if (!r)
+		r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+				 "safetensors header: the integer ending at line %d column %d is outside -2^63..2^63-1, the range weightd reads (the JSON itself is valid)",
+				 first->line, first->column);
+	json_decref(root);
+	return r;
+}
+
 /* __metadata__: an object of string -> string, within limits. Appended as type "string". */
 static int parse_metadata(const json_t *md, const struct wd_limits *lim, struct wd_table *table,
 			  struct wd_error *err)
@@ -336,9 +390,29 @@ int wd_safetensors_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size,
 		goto out;
 	}
 
+	/* The format lets the header end in spaces (0x20); some writers pad with NUL bytes instead. */
+	{
+		const uint8_t *h = buf + HEADER_LEN_BYTES;
+		uint64_t end = hlen, nul = UINT64_MAX;
+
+		while (end > 0 && (h[end - 1] == ' ' || h[end - 1] == '\0')) {
+			end--;
+			if (h[end] == '\0')
+				nul = end;
+		}
+		if (nul != UINT64_MAX) {
+			r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+					 "safetensors header: the JSON header is padded with NUL bytes (the first at byte %" PRIu64 " of the file); the format allows only spaces (0x20) as trailing padding",
+					 HEADER_LEN_BYTES + nul);
+			goto out;
+		}
+	}
+
 	root = json_loadb((const char *)buf + HEADER_LEN_BYTES, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
-		if (json_error_code(&jerr) == json_error_duplicate_key)
+		if (json_error_code(&jerr) == json_error_numeric_overflow)
+			r = report_big_integer((const char *)buf + HEADER_LEN_BYTES, (size_t)hlen, &jerr, err);
+		else if (json_error_code(&jerr) == json_error_duplicate_key)
 			r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
 					 "safetensors header: duplicate key at byte %d of the JSON header (%.200s); a name may appear only once",
 					 jerr.position, jerr.text);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -221,7 +222,18 @@ static int read_st(struct wd_source *src, uint32_t i, const struct wd_limits *li
 	return r;
 }
 
-/* One file given by path: GGUF when it starts with the magic "GGUF", safetensors otherwise. */
+/* True when the path's last component ends in ".gguf" (any case, as downloads spell it). */
+static bool named_gguf(const char *path)
+{
+	size_t n = strlen(path);
+
+	return n >= 5 && strcasecmp(path + n - 5, ".gguf") == 0;
+}
+
+/*
+ * One file given by path: GGUF when it starts with the magic "GGUF" or is named *.gguf (so a
+ * damaged GGUF file is reported by the GGUF rules, as a missing magic), safetensors otherwise.
+ */
 static int open_single_file(struct wd_source *src, const char *abs, const struct wd_limits *lim,
 			    struct wd_error *err)
 {
@@ -235,7 +247,8 @@ static int open_single_file(struct wd_source *src, const char *abs, const struct
 	r = add_file(src, "", abs, fd, &st, err);
 	if (r)
 		return r;
-	if (src->files[0].id.size >= 4 && read_all(fd, magic, 4, 0) == 0 && memcmp(magic, "GGUF", 4) == 0) {
+	if ((src->files[0].id.size >= 4 && read_all(fd, magic, 4, 0) == 0 &&
+	     memcmp(magic, "GGUF", 4) == 0) || named_gguf(abs)) {
 		src->kind = WD_SOURCE_GGUF;
 		r = wd_gguf_read(fd, src->files[0].id.size, 0, lim, &src->table, err);
 		if (r)

@@ -18,9 +18,13 @@ struct wd_limits {
 	uint64_t max_index_bytes;    /* model.safetensors.index.json */
 };
 
-/* Defaults: generous for real models (Hugging Face caps safetensors headers at 100 MB). */
+/*
+ * Defaults: generous for real models. The header limit is the Hugging Face reference's
+ * MAX_HEADER_SIZE, 100,000,000 bytes (not 100 MiB), so weightd and the reference agree on which
+ * safetensors headers are too large; GGUF header regions share it.
+ */
 #define WD_LIMITS_DEFAULT { \
-	.max_header_bytes = 100ull << 20, \
+	.max_header_bytes = 100000000ull, \
 	.max_tensors = 1u << 20, \
 	.max_metadata = 1u << 16, \
 	.max_string = 16ull << 20, \

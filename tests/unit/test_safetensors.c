@@ -240,6 +240,47 @@ static void empty_header_and_space_padding_are_valid(void **state)
 	wd_table_free(&t);
 }
 
+/* Only spaces may pad the header; NUL padding breaks that rule and is named as such. */
+static void nul_padding_is_rejected_by_its_rule(void **state)
+{
+	static const char json[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
+	char padded[sizeof(json) + 8];
+	struct wd_table t;
+	struct wd_error err;
+
+	(void)state;
+	for (int variant = 0; variant < 3; variant++) {
+		memcpy(padded, json, sizeof(json) - 1);
+		memset(padded + sizeof(json) - 1, variant == 0 ? '\0' : ' ', 8);
+		if (variant == 1)
+			padded[sizeof(json) - 1 + 7] = '\0'; /* spaces, then a NUL */
+		if (variant == 2)
+			padded[sizeof(json) - 1 + 2] = '\0'; /* a NUL among spaces */
+		assert_int_equal(stw_write_raw(tpath("n.safetensors"), padded, sizeof(padded) - 1,
+					       sizeof(padded) - 1, "xy", 2), 0);
+		wd_table_init(&t);
+		assert_int_equal(parse_path(tpath("n.safetensors"), NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
+		assert_non_null(strstr(err.msg, "padded with NUL bytes"));
+		assert_non_null(strstr(err.msg, "the format allows only spaces (0x20) as trailing padding"));
+		assert_null(strstr(err.msg, "end of file expected"));
+		wd_table_free(&t);
+	}
+	/* the first NUL's file position is named */
+	memcpy(padded, json, sizeof(json) - 1);
+	memset(padded + sizeof(json) - 1, '\0', 8);
+	assert_int_equal(stw_write_raw(tpath("n.safetensors"), padded, sizeof(padded) - 1, sizeof(padded) - 1,
+				       "xy", 2), 0);
+	wd_table_init(&t);
+	assert_int_equal(parse_path(tpath("n.safetensors"), NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
+	{
+		char want[64];
+
+		snprintf(want, sizeof(want), "(the first at byte %zu of the file)", 8 + sizeof(json) - 1);
+		assert_non_null(strstr(err.msg, want));
+	}
+	wd_table_free(&t);
+}
+
 static void metadata_is_kept_as_strings(void **state)
 {
 	const char *meta[] = { "format", "pt", "note", "with \"quotes\" and \\ backslash" };
@@ -361,11 +402,18 @@ static void header_length_over_the_limit_is_rejected(void **state)
 
 	(void)state;
 	wd_table_init(&t);
-	/* over the default 100 MiB limit: refused before anything is allocated for it */
+	/* over 100 MiB, so over the default limit: refused before anything is allocated for it */
 	assert_int_equal(stw_write_raw(tpath("l.safetensors"), json, strlen(json), (100ull << 20) + 1, "x", 1), 0);
 	assert_int_equal(parse_path(tpath("l.safetensors"), NULL, &t, NULL, &err), -WD_E_LIMIT);
 	assert_non_null(strstr(err.msg, "104857601"));
-	assert_int_equal(err.expected, 100ll << 20);
+	assert_int_equal(err.expected, 100000000);
+	/* the default is the reference's 100,000,000 bytes, not 100 MiB */
+	assert_int_equal(stw_write_raw(tpath("l.safetensors"), json, strlen(json), 100000001, "x", 1), 0);
+	assert_int_equal(parse_path(tpath("l.safetensors"), NULL, &t, NULL, &err), -WD_E_LIMIT);
+	assert_non_null(strstr(err.msg, "header length 100000001 is over the limit of 100000000 bytes"));
+	assert_int_equal(stw_write_raw(tpath("l.safetensors"), json, strlen(json), 100000000, "x", 1), 0);
+	assert_int_equal(parse_path(tpath("l.safetensors"), NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.msg, "reaches past the end of the file"));
 	/* a valid header just over a lowered limit */
 	lim.max_header_bytes = strlen(json) - 1;
 	expect_bad_lim(json, 1, &lim, WD_E_LIMIT, "over the limit", NULL);
@@ -490,9 +538,34 @@ static void overflowing_shapes_are_rejected(void **state)
 	/* 2^62 elements fit, but x 4 bytes does not */
 	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,4]}}", 4,
 		   WD_E_BAD_CHECKPOINT, "more bytes than fit in 64 bits", "a");
-	/* a number past what JSON integers can carry here */
+	/* numbers past 2^63-1 are valid JSON: said to be past what weightd reads, by field */
 	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[18446744073709551616],\"data_offsets\":[0,4]}}", 4,
-		   WD_E_BAD_CHECKPOINT, "not valid JSON", NULL);
+		   WD_E_BAD_CHECKPOINT,
+		   "tensor 'a': shape dimension 0 is above 2^63-1, beyond what weightd reads", "a");
+	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+		   "\"b\":{\"dtype\":\"U8\",\"shape\":[0,9223372036854775808],\"data_offsets\":[2,2]}}", 2,
+		   WD_E_BAD_CHECKPOINT, "tensor 'b': shape dimension 1 is above 2^63-1", "b");
+	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[-9223372036854775809],\"data_offsets\":[0,4]}}", 4,
+		   WD_E_BAD_CHECKPOINT, "shape dimension 0 is a negative integer", "a");
+	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,9223372036854775808]}}", 1,
+		   WD_E_BAD_CHECKPOINT, "tensor 'a': data_offsets end is above 2^63-1", "a");
+	expect_bad("{\"__metadata__\":{\"k\":9223372036854775808}}", 0, WD_E_BAD_CHECKPOINT,
+		   "is outside -2^63..2^63-1, the range weightd reads (the JSON itself is valid)", NULL);
+	{
+		struct wd_table t;
+		struct wd_error err;
+
+		/* 2^63-1 itself is read (and then needs its bytes) */
+		expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775807],\"data_offsets\":[0,4]}}", 4,
+			   WD_E_BAD_CHECKPOINT, "hold 4 bytes but shape [9223372036854775807]", "a");
+		wd_table_init(&t);
+		assert_int_equal(stw_write_json(tpath("z.safetensors"),
+						"{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775807,0],\"data_offsets\":[0,0]}}",
+						NULL, 0), 0);
+		assert_int_equal(parse_path(tpath("z.safetensors"), NULL, &t, NULL, &err), 0);
+		assert_int_equal(t.tensors[0].shape[0], INT64_MAX);
+		wd_table_free(&t);
+	}
 	/* a zero dimension makes a huge shape empty, and then it must hold no bytes */
 	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[0,4294967296,4294967296],\"data_offsets\":[0,4]}}", 4,
 		   WD_E_BAD_CHECKPOINT, "hold 4 bytes but shape", "a");
@@ -616,6 +689,7 @@ int main(void)
 		cmocka_unit_test(every_dtype_is_accepted_with_exact_offsets_and_bytes),
 		cmocka_unit_test(scalars_and_empty_tensors_are_valid),
 		cmocka_unit_test(empty_header_and_space_padding_are_valid),
+		cmocka_unit_test(nul_padding_is_rejected_by_its_rule),
 		cmocka_unit_test(metadata_is_kept_as_strings),
 		cmocka_unit_test(table_is_in_offset_order_whatever_the_json_order),
 		cmocka_unit_test(truncated_files_are_rejected),

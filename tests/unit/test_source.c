@@ -570,6 +570,41 @@ static void gguf_files_are_routed_to_the_gguf_parser(void **state)
 	wd_source_free(src);
 }
 
+/* A *.gguf file without the magic is a damaged GGUF file, told in GGUF words. */
+static void gguf_named_files_without_the_magic_say_so(void **state)
+{
+	/* 8 bytes that a safetensors reader would take for a huge header length */
+	static const uint8_t junk[32] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 'x' };
+	static const char *const names[] = { "bad.gguf", "BAD.GGUF", "tiny.gguf" };
+	struct wd_source *src = NULL;
+	struct wd_error err;
+	int fd;
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		fd = open(tpath("%s", names[i]), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, junk, i == 2 ? 3 : sizeof(junk)), i == 2 ? 3 : (ssize_t)sizeof(junk));
+		assert_int_equal(close(fd), 0);
+		wd_error_clear(&err);
+		assert_int_equal(wd_source_open("g", tpath("%s", names[i]), NULL, &src, &err), -WD_E_BAD_CHECKPOINT);
+		assert_null(src);
+		assert_null(strstr(err.msg, "safetensors"));
+		if (i < 2)
+			assert_non_null(strstr(err.msg, "GGUF magic missing: the file starts with bytes ff ff ff ff"));
+		else
+			assert_non_null(strstr(err.msg, "GGUF header is truncated"));
+		assert_non_null(strstr(err.msg, names[i]));
+	}
+	/* the same bytes under another name are read as safetensors */
+	fd = open(tpath("bad.bin"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	assert_int_equal(close(fd), 0);
+	assert_int_equal(wd_source_open("g", tpath("bad.bin"), NULL, &src, &err), -WD_E_LIMIT);
+	assert_non_null(strstr(err.msg, "safetensors header"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -586,6 +621,7 @@ int main(void)
 		cmocka_unit_test(shard_change_is_detected_per_file),
 		cmocka_unit_test(identity_follows_the_files),
 		cmocka_unit_test(gguf_files_are_routed_to_the_gguf_parser),
+		cmocka_unit_test(gguf_named_files_without_the_magic_say_so),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
