@@ -3,7 +3,10 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "error.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -840,33 +843,106 @@ static kern_fn active[P_COUNT];
 static const char *active_isa = "scalar";
 static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
 
+/* The kernel sets by name, fastest last; what WEIGHTD_CPU_KERNELS and wd_convert_select take. */
+enum kset { K_SCALAR, K_AVX2, K_AVX512, K_AVX512BF16, K_COUNT };
+
+static const char *const kset_names[K_COUNT] = { "scalar", "avx2", "avx512", "avx512bf16" };
+
 /*
- * F16C and AVX512_BF16 are read from CPUID (not every compiler's __builtin_cpu_supports knows
- * them); both use register state that the AVX2 / AVX-512F checks already found the OS enabling.
+ * Which sets the CPU can run. F16C and AVX512_BF16 are read from CPUID (not every compiler's
+ * __builtin_cpu_supports knows them); both use register state that the AVX2 / AVX-512F checks
+ * already found the OS enabling.
  */
-static void pick_kernels(void)
+static bool cpu_has(enum kset k)
 {
-	memcpy(active, scalar_kernels, sizeof(active));
 #if defined(__x86_64__)
 	unsigned a = 0, b = 0, c = 0, d = 0;
-	bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && f16c) {
+	switch (k) {
+	case K_SCALAR: return true;
+	case K_AVX2:
+		return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) &&
+		       (c & (1u << 29));
+	case K_AVX512: return __builtin_cpu_supports("avx512f");
+	case K_AVX512BF16:
+#if defined(WD_HAVE_AVX512BF16)
+		return __builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+		       (a & (1u << 5));
+#else
+		return false;
+#endif
+	default: return false;
+	}
+#else
+	return k == K_SCALAR;
+#endif
+}
+
+/* Make set k active (the caller checked cpu_has). */
+static void use_kernels(enum kset k)
+{
+	memcpy(active, scalar_kernels, sizeof(active));
+	active_isa = "scalar";
+#if defined(__x86_64__)
+	if (k == K_AVX2) {
 		memcpy(active, avx2_kernels, sizeof(active));
 		active_isa = "avx2+f16c";
 	}
-	if (__builtin_cpu_supports("avx512f")) {
+	if (k >= K_AVX512) {
 		memcpy(active, avx512_kernels, sizeof(active));
 		active_isa = "avx512f";
+	}
 #if defined(WD_HAVE_AVX512BF16)
-		if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5))) {
-			active[P_F32_BF16] = vb_f32_bf16;
-			active_isa = "avx512f+avx512bf16";
-		}
-#endif
+	if (k == K_AVX512BF16) {
+		active[P_F32_BF16] = vb_f32_bf16;
+		active_isa = "avx512f+avx512bf16";
 	}
 #endif
+#endif
+}
+
+static int kset_from_name(const char *name)
+{
+	for (int k = 0; k < K_COUNT; k++)
+		if (strcmp(name, kset_names[k]) == 0)
+			return k;
+	return -1;
+}
+
+/*
+ * The fastest set the CPU has, or no faster than WEIGHTD_CPU_KERNELS asks: a set the CPU lacks
+ * falls back to the fastest one below it, an unknown name (or "auto") to the automatic choice.
+ * The result shows in wd_convert_isa().
+ */
+static void pick_kernels(void)
+{
+	const char *want = getenv("WEIGHTD_CPU_KERNELS");
+	int k = want ? kset_from_name(want) : -1;
+
+	if (k < 0)
+		k = K_COUNT - 1;
+	while (k > K_SCALAR && !cpu_has((enum kset)k))
+		k--;
+	use_kernels((enum kset)k);
+}
+
+int wd_convert_select(const char *name)
+{
+	int k = name ? kset_from_name(name) : -1;
+
+	if (name && strcmp(name, "auto") == 0) {
+		pthread_once(&pick_once, pick_kernels);
+		pick_kernels();
+		return 0;
+	}
+	if (k < 0)
+		return -WD_E_INVALID;
+	if (!cpu_has((enum kset)k))
+		return -WD_E_UNSUPPORTED;
+	pthread_once(&pick_once, pick_kernels);
+	use_kernels((enum kset)k);
+	return 0;
 }
 
 static bool is_element(enum wd_dtype t)

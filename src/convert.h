@@ -49,6 +49,20 @@ void wd_convert_scalar(enum wd_dtype from, const void *src, enum wd_dtype to, vo
  * and benchmarks. */
 const char *wd_convert_isa(void);
 
+/*
+ * Kernel sets, slowest first: "scalar", "avx2" (AVX2 + F16C), "avx512" (AVX-512F), "avx512bf16"
+ * (AVX-512F with VCVTNEPS2BF16 for f32 -> bf16). By default wd_convert uses the fastest the CPU
+ * has; the environment variable WEIGHTD_CPU_KERNELS, read at the first conversion, caps the
+ * choice at the named set (a set the CPU lacks falls back to the fastest one below it; an unknown
+ * name or "auto" changes nothing).
+ *
+ * wd_convert_select makes the named set active now, for tests and benchmarks that run every set
+ * in one process ("auto" restores the default choice): 0, -WD_E_INVALID for an unknown name,
+ * -WD_E_UNSUPPORTED when the CPU lacks it.
+ * It must not race with conversions on other threads.
+ */
+int wd_convert_select(const char *name);
+
 /* Scalar helpers, exposed for tests and for dequantization. */
 float wd_f16_to_f32(unsigned short h);
 unsigned short wd_f32_to_f16(float f);

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -18,6 +20,7 @@
 
 #include "convert.h"
 #include "dtype.h"
+#include "error.h"
 
 /*
  * Oracles used here, none of which share code with src/convert.c:
@@ -923,7 +926,79 @@ static void test_vector_every_16bit_code(void **state)
 	free(src), free(a), free(b);
 }
 
-int main(void)
+/* The kernel sets by name, slowest first, with what wd_convert_isa reports for each. */
+static const char *const ksets[] = { "scalar", "avx2", "avx512", "avx512bf16" };
+static const char *const kisas[] = { "scalar", "avx2+f16c", "avx512f", "avx512f+avx512bf16" };
+#define NKSETS (sizeof(ksets) / sizeof(ksets[0]))
+
+/* What this binary prints with --isa when started with WEIGHTD_CPU_KERNELS=value (NULL: unset). */
+static void isa_under_env(const char *value, char *out, size_t len)
+{
+	int p[2], status = 0;
+	ssize_t n;
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(p[1], 1);
+		close(p[0]);
+		if (value)
+			setenv("WEIGHTD_CPU_KERNELS", value, 1);
+		else
+			unsetenv("WEIGHTD_CPU_KERNELS");
+		execl("/proc/self/exe", "test_convert", "--isa", (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	n = read(p[0], out, len - 1);
+	close(p[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_true(n > 0);
+	out[n] = '\0';
+	out[strcspn(out, "\n")] = '\0';
+}
+
+/*
+ * WEIGHTD_CPU_KERNELS caps the choice at the named set, falling back to the fastest set below it
+ * that the CPU has; unknown names and "auto" keep the automatic choice.
+ */
+static void test_env_override(void **state)
+{
+	bool has[NKSETS];
+	size_t best = 0;
+	char got[128];
+
+	(void)state;
+	for (size_t k = 0; k < NKSETS; k++) {
+		has[k] = wd_convert_select(ksets[k]) == 0;
+		if (has[k])
+			best = k;
+		else
+			assert_int_equal(wd_convert_select(ksets[k]), -WD_E_UNSUPPORTED);
+	}
+	assert_true(has[0]);
+	assert_int_equal(wd_convert_select("avx1024"), -WD_E_INVALID);
+	assert_int_equal(wd_convert_select("auto"), 0);
+	for (size_t k = 0; k < NKSETS; k++) {
+		size_t want = k;
+
+		while (!has[want])
+			want--;
+		isa_under_env(ksets[k], got, sizeof(got));
+		assert_string_equal(got, kisas[want]);
+	}
+	isa_under_env(NULL, got, sizeof(got));
+	assert_string_equal(got, kisas[best]);
+	isa_under_env("auto", got, sizeof(got));
+	assert_string_equal(got, kisas[best]);
+	isa_under_env("bogus", got, sizeof(got));
+	assert_string_equal(got, kisas[best]);
+}
+
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_supported),
@@ -939,6 +1014,39 @@ int main(void)
 		cmocka_unit_test(test_int_rules),
 		cmocka_unit_test(test_vector_matches_scalar),
 		cmocka_unit_test(test_vector_every_16bit_code),
+		cmocka_unit_test(test_env_override),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	/* The tests that call wd_convert, run again under every kernel set this CPU has. */
+	const struct CMUnitTest per_kernels[] = {
+		cmocka_unit_test(test_f16_to_f32_vs_f16c),
+		cmocka_unit_test(test_f32_to_f16_vs_f16c),
+		cmocka_unit_test(test_fp8_tables),
+		cmocka_unit_test(test_fp8_encode),
+		cmocka_unit_test(test_f64_single_rounding),
+		cmocka_unit_test(test_int_rules),
+		cmocka_unit_test(test_vector_matches_scalar),
+		cmocka_unit_test(test_vector_every_16bit_code),
+	};
+	char name[64];
+	int rc;
+
+	if (argc == 2 && strcmp(argv[1], "--isa") == 0) {
+		puts(wd_convert_isa());
+		return 0;
+	}
+	rc = cmocka_run_group_tests_name("default kernels", tests, NULL, NULL);
+	for (size_t k = 0; k < NKSETS; k++) {
+		if (wd_convert_select(ksets[k]) != 0) {
+			print_message("kernel set %s: not on this CPU, skipped\n", ksets[k]);
+			continue;
+		}
+		if (strcmp(wd_convert_isa(), kisas[k]) != 0) {
+			print_error("kernel set %s reports %s\n", ksets[k], wd_convert_isa());
+			rc = 1;
+		}
+		snprintf(name, sizeof(name), "kernels %s", ksets[k]);
+		rc |= cmocka_run_group_tests_name(name, per_kernels, NULL, NULL);
+	}
+	wd_convert_select("auto");
+	return rc;
 }
