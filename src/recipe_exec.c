@@ -1,0 +1,608 @@
+/* recipe_exec.c - plan execution: pulls the output's bytes through the graph into a sink. */
+#include "recipe_int.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "convert.h"
+#include "dequant.h"
+
+/* ---- execution ------------------------------------------------------------------------------- */
+
+struct xstate {
+	uint8_t *temp;               /* whole output, once `ready` (temp_alloc) */
+	size_t temp_len;
+	bool ready;
+	/* a cast's window: converted output bytes [win_off, win_off + win_len) */
+	uint8_t *inbuf, *win;
+	float *mid;                  /* F32 between dequantization and the final conversion */
+	size_t units;                /* capacity of inbuf, in input units */
+	uint64_t win_off;
+	size_t win_len;
+};
+
+struct exec {
+	const struct wd_plan *p;
+	struct xstate *st;
+	struct wd_error *err;
+	uint64_t bytes_read;
+	/* one pending pread, extended while requests continue it */
+	const struct xnode *pend_leaf;
+	uint64_t pend_off;
+	size_t pend_len;
+	uint8_t *pend_dst;
+};
+
+static int flush(struct exec *e)
+{
+	const struct xnode *x = e->pend_leaf;
+	int r;
+
+	if (!e->pend_len)
+		return 0;
+	r = wd_source_pread(x->src, x->file, e->pend_dst, e->pend_len, e->pend_off, e->err);
+	if (r < 0) {
+		wd_error_about(e->err, wd_source_name(x->src), x->tensor);
+		return r;
+	}
+	e->bytes_read += e->pend_len;
+	e->pend_len = 0;
+	return 0;
+}
+
+static int pend(struct exec *e, const struct xnode *x, uint64_t off, size_t len, uint8_t *dst)
+{
+	const struct xnode *q = e->pend_leaf;
+	int r;
+
+	if (e->pend_len && q->src == x->src && q->file == x->file &&
+	    off == e->pend_off + e->pend_len && dst == e->pend_dst + e->pend_len) {
+		e->pend_len += len;
+		return 0;
+	}
+	r = flush(e);
+	if (r < 0)
+		return r;
+	e->pend_leaf = x;
+	e->pend_off = off;
+	e->pend_len = len;
+	e->pend_dst = dst;
+	return 0;
+}
+
+static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8_t *dst);
+
+/* Convert nunits input units (elements, or blocks of a block type) from `in` to `out`. */
+static int convert_units(struct exec *e, enum wd_dtype from, const void *in, enum wd_dtype to,
+			 void *out, size_t nunits, float *mid)
+{
+	size_t be = block_elems(from);
+	float *f;
+
+	if (be == 1) {
+		wd_convert(from, in, to, out, nunits);
+		return 0;
+	}
+	f = to == WD_F32 ? out : mid;
+	if (wd_dequant_f32(from, in, nunits, f) < 0)
+		return wd_error_set(e->err, WD_E_UNSUPPORTED_CAST, "cannot decode %s blocks",
+				    wd_dtype_name(from));
+	if (to != WD_F32)
+		wd_convert(WD_F32, f, to, out, nunits * be);
+	return 0;
+}
+
+/* Input units [u0, u0 + k) of cast i, read and converted into out. */
+static int cast_units(struct exec *e, uint32_t i, uint64_t u0, size_t k, uint8_t *out)
+{
+	const struct xnode *x = &e->p->x[i], *y = &e->p->x[x->in[0]];
+	struct xstate *s = &e->st[i];
+	uint64_t ib = unit_bytes(y->dtype);
+	int r;
+
+	r = read_node(e, x->in[0], u0 * ib, k * ib, s->inbuf);
+	if (r == 0)
+		r = flush(e);
+	if (r == 0)
+		r = convert_units(e, y->dtype, s->inbuf, x->dtype, out, k, s->mid);
+	return r;
+}
+
+/*
+ * A cast's output, read in order: whole input units go straight into dst; a range that starts or
+ * ends inside a unit goes through the window, which keeps the converted unit for the next read,
+ * so every input byte is read exactly once.
+ */
+static int read_cast(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8_t *dst)
+{
+	const struct xnode *x = &e->p->x[i], *y = &e->p->x[x->in[0]];
+	struct xstate *s = &e->st[i];
+	uint64_t ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+	uint64_t total_units = x->nbytes / ob;
+	int r;
+
+	while (len) {
+		uint64_t u0 = off / ob;
+		size_t k;
+
+		if (s->win_len && off >= s->win_off && off < s->win_off + s->win_len) {
+			size_t take = (size_t)min_u64(len, s->win_off + s->win_len - off);
+			memcpy(dst, s->win + (off - s->win_off), take);
+			off += take;
+			dst += take;
+			len -= take;
+			continue;
+		}
+		if (off % ob == 0 && len >= ob &&
+		    (block_elems(y->dtype) == 1 || x->dtype != WD_F32 || ((uintptr_t)dst & 3) == 0)) {
+			k = (size_t)min_u64(len / ob, s->units);
+			r = cast_units(e, i, u0, k, dst);
+			if (r < 0)
+				return r;
+			off += k * ob;
+			dst += k * ob;
+			len -= k * ob;
+			continue;
+		}
+		k = (size_t)min_u64(s->units, u0 < total_units ? total_units - u0 : 0);
+		if (k == 0)
+			return wd_error_set(e->err, WD_E_INTERNAL, "read past the end of a cast");
+		r = cast_units(e, i, u0, k, s->win);
+		if (r < 0)
+			return r;
+		s->win_off = u0 * ob;
+		s->win_len = k * ob;
+	}
+	return 0;
+}
+
+static int read_select(struct exec *e, const struct xnode *x, uint64_t off, size_t len, uint8_t *dst)
+{
+	const struct xnode *y = &e->p->x[x->in[0]];
+	uint64_t us[WD_MAX_DIMS], inner, row_in, row_out, base;
+	uint32_t be = block_elems(y->dtype);
+	int k = (int)x->axis, r;
+
+	if (x->kind == WD_SEL_ELEMENTS)
+		return read_node(e, x->in[0], x->start / be * unit_bytes(y->dtype) + off, len, dst);
+	unit_shape(y, us);
+	inner = inner_bytes(y, k);
+	row_in = us[k] * inner;
+	if (x->kind == WD_SEL_RANGE) {
+		uint64_t step = k == y->ndim - 1 ? be : 1;
+		base = x->start / step * inner;
+		row_out = (x->end - x->start) / step * inner;
+		while (len) {
+			uint64_t o = off / row_out, rem = off % row_out;
+			size_t take = (size_t)min_u64(len, row_out - rem);
+			r = read_node(e, x->in[0], o * row_in + base + rem, take, dst);
+			if (r < 0)
+				return r;
+			off += take;
+			dst += take;
+			len -= take;
+		}
+		return 0;
+	}
+	row_out = x->n_idx * inner;
+	while (len) {
+		uint64_t o = off / row_out, rem = off % row_out, j = rem / inner, in_off = rem % inner;
+		size_t take = (size_t)min_u64(len, inner - in_off);
+		r = read_node(e, x->in[0], o * row_in + x->idx[j] * inner + in_off, take, dst);
+		if (r < 0)
+			return r;
+		off += take;
+		dst += take;
+		len -= take;
+	}
+	return 0;
+}
+
+static int read_join(struct exec *e, const struct xnode *x, uint64_t off, size_t len, uint8_t *dst)
+{
+	int r;
+
+	while (len) {
+		uint64_t o = off / x->row, rem = off % x->row;
+		size_t lo = 0, hi = x->n_in - 1, take;
+
+		while (lo < hi) {            /* last input whose prefix <= rem */
+			size_t mid = (lo + hi + 1) / 2;
+			if (x->prefix[mid] <= rem)
+				lo = mid;
+			else
+				hi = mid - 1;
+		}
+		rem -= x->prefix[lo];
+		take = (size_t)min_u64(len, x->piece[lo] - rem);
+		r = read_node(e, x->in[lo], o * x->piece[lo] + rem, take, dst);
+		if (r < 0)
+			return r;
+		off += take;
+		dst += take;
+		len -= take;
+	}
+	return 0;
+}
+
+/* A transpose's geometry in storage units: output shape, and the input stride of each output axis. */
+struct tgeo {
+	int nd;
+	uint64_t ub;
+	uint64_t ous[WD_MAX_DIMS];
+	uint64_t step[WD_MAX_DIMS];
+};
+
+static void tgeo_init(const struct xnode *x, const struct xnode *y, struct tgeo *g)
+{
+	uint64_t ius[WD_MAX_DIMS], istride[WD_MAX_DIMS];
+
+	g->nd = x->ndim;
+	g->ub = unit_bytes(x->dtype);
+	unit_shape(y, ius);
+	unit_shape(x, g->ous);
+	istride[g->nd - 1] = 1;
+	for (int d = g->nd - 1; d > 0; d--)
+		istride[d - 1] = istride[d] * ius[d];
+	for (int d = 0; d < g->nd; d++)
+		g->step[d] = istride[x->perm[d]];
+}
+
+/* Input unit of output unit u. */
+static uint64_t tgeo_src(const struct tgeo *g, uint64_t u, uint64_t *idx)
+{
+	uint64_t sofs = 0;
+
+	for (int d = g->nd - 1; d >= 0; d--) {
+		idx[d] = u % g->ous[d];
+		u /= g->ous[d];
+		sofs += idx[d] * g->step[d];
+	}
+	return sofs;
+}
+
+/* Output bytes [off, off + len) unit by unit in output order, with an odometer over the index. */
+static void transpose_span(const struct tgeo *g, const uint8_t *src, uint64_t off, size_t len,
+			   uint8_t *dst)
+{
+	uint64_t idx[WD_MAX_DIMS], ub = g->ub, u = off / ub, end = off + len;
+	uint64_t sofs = tgeo_src(g, u, idx);
+	int nd = g->nd;
+
+	while (off < end) {
+		uint64_t ustart = u * ub, a = off - ustart, bnd = min_u64(ub, end - ustart);
+		const uint8_t *s = src + sofs * ub;
+
+		memcpy(dst, s + a, bnd - a);
+		dst += bnd - a;
+		off = ustart + bnd;
+		u++;
+		for (int d = nd - 1; d >= 0; d--) {
+			idx[d]++;
+			sofs += g->step[d];
+			if (idx[d] < g->ous[d] || d == 0)
+				break;
+			sofs -= idx[d] * g->step[d];
+			idx[d] = 0;
+		}
+	}
+}
+
+/* n units from s (stride sstride units) to consecutive units at d; constant sizes inline. */
+static inline void gather_units(uint8_t *d, const uint8_t *s, uint64_t n, uint64_t sstride,
+				uint64_t ub)
+{
+	uint64_t sb = sstride * ub;
+
+	switch (ub) {
+	case 1:
+		for (uint64_t c = 0; c < n; c++)
+			d[c] = s[c * sb];
+		break;
+	case 2:
+		for (uint64_t c = 0; c < n; c++)
+			memcpy(d + 2 * c, s + c * sb, 2);
+		break;
+	case 4:
+		for (uint64_t c = 0; c < n; c++)
+			memcpy(d + 4 * c, s + c * sb, 4);
+		break;
+	case 8:
+		for (uint64_t c = 0; c < n; c++)
+			memcpy(d + 8 * c, s + c * sb, 8);
+		break;
+	default:
+		for (uint64_t c = 0; c < n; c++)
+			memcpy(d + ub * c, s + c * sb, ub);
+		break;
+	}
+}
+
+#define TILE 64
+
+/*
+ * A transpose's output, computed from its input's temporary. Output order walks the input with a
+ * large stride, one cache line per unit; when the input's innermost axis becomes the output's
+ * second-to-last axis (every 2-d transpose, a batched swap of the last two axes), whole output
+ * rows are instead filled in tiles of TILE rows x TILE columns, whose input lines stay in cache.
+ */
+static int read_transpose(struct exec *e, const struct xnode *x, uint64_t off, size_t len,
+			  uint8_t *dst)
+{
+	const uint8_t *src = e->st[x->in[0]].temp;
+	uint64_t end = off + len, idx[WD_MAX_DIMS], row_units, rb, head;
+	struct tgeo g;
+
+	tgeo_init(x, &e->p->x[x->in[0]], &g);
+	if (g.nd < 2 || g.step[g.nd - 2] != 1 || g.step[g.nd - 1] == 1) {
+		transpose_span(&g, src, off, len, dst);
+		return 0;
+	}
+	row_units = g.ous[g.nd - 1];
+	rb = row_units * g.ub;
+	head = min_u64((off + rb - 1) / rb * rb, end) - off;      /* up to the first row start */
+	transpose_span(&g, src, off, (size_t)head, dst);
+	off += head;
+	dst += head;
+	while (end - off >= rb) {
+		uint64_t row = off / rb, i2 = row % g.ous[g.nd - 2];
+		uint64_t t_n = min_u64(min_u64((end - off) / rb, g.ous[g.nd - 2] - i2), TILE);
+		uint64_t base = tgeo_src(&g, row * row_units, idx);
+
+		for (uint64_t c0 = 0; c0 < row_units; c0 += TILE) {
+			uint64_t cw = min_u64(TILE, row_units - c0);
+			for (uint64_t t = 0; t < t_n; t++)
+				gather_units(dst + t * rb + c0 * g.ub,
+					     src + (base + t + c0 * g.step[g.nd - 1]) * g.ub, cw,
+					     g.step[g.nd - 1], g.ub);
+		}
+		off += t_n * rb;
+		dst += t_n * rb;
+	}
+	transpose_span(&g, src, off, (size_t)(end - off), dst);
+	return 0;
+}
+
+static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8_t *dst)
+{
+	const struct xnode *x = &e->p->x[i];
+
+	if (!len)
+		return 0;
+	if (e->st[i].ready) {
+		memcpy(dst, e->st[i].temp + off, len);
+		return 0;
+	}
+	switch (x->op) {
+	case X_LEAF:
+		return pend(e, x, x->offset + off, len, dst);
+	case X_SELECT:
+		return read_select(e, x, off, len, dst);
+	case X_CONCAT:
+	case X_STACK:
+		return read_join(e, x, off, len, dst);
+	case X_VIEW:
+		return read_node(e, x->in[0], off, len, dst);
+	case X_TRANSPOSE:
+		return read_transpose(e, x, off, len, dst);
+	case X_CAST:
+		return read_cast(e, i, off, len, dst);
+	}
+	return wd_error_set(e->err, WD_E_INTERNAL, "unknown plan operation");
+}
+
+/*
+ * Working memory for a whole intermediate value. Large ones are mapped with MAP_POPULATE (and
+ * transparent huge pages asked for): faulting fresh pages in one at a time costs more than the
+ * copy that fills them.
+ */
+static void *temp_alloc(size_t n)
+{
+	void *p;
+
+	if (n < (1u << 20))
+		return malloc(n);
+	p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, n, MADV_HUGEPAGE);
+	return p;
+}
+
+static void temp_free(void *p, size_t n)
+{
+	if (!p)
+		return;
+	if (n < (1u << 20))
+		free(p);
+	else
+		munmap(p, n);
+}
+
+static void exec_free(struct exec *e)
+{
+	if (!e->st)
+		return;
+	for (size_t i = 0; i < e->p->nx; i++) {
+		temp_free(e->st[i].temp, e->st[i].temp_len);
+		free(e->st[i].inbuf);
+		free(e->st[i].win);
+		free(e->st[i].mid);
+	}
+	free(e->st);
+	e->st = NULL;
+}
+
+/* Windows for every reachable cast (the root's input and output use the scratch buffers). */
+static int exec_alloc(struct exec *e)
+{
+	const struct wd_plan *p = e->p;
+
+	e->st = calloc(p->nx, sizeof(*e->st));
+	if (!e->st)
+		return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for the plan's state");
+	for (size_t i = 0; i <= p->root; i++) {
+		const struct xnode *x = &p->x[i], *y;
+		struct xstate *s = &e->st[i];
+		uint64_t ib, ob, mb, per;
+
+		if (!x->reach || x->op != X_CAST)
+			continue;
+		y = &p->x[x->in[0]];
+		ib = unit_bytes(y->dtype);
+		ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+		mb = block_elems(y->dtype) > 1 && x->dtype != WD_F32 ? block_elems(y->dtype) * 4 : 0;
+		per = ib > ob ? ib : ob;
+		if (mb > per)
+			per = mb;
+		s->units = CAST_WINDOW / per ? CAST_WINDOW / per : 1;
+		s->inbuf = malloc(s->units * ib);
+		s->win = malloc(s->units * ob);
+		if (mb)
+			s->mid = malloc(s->units * mb);
+		if (!s->inbuf || !s->win || (mb && !s->mid))
+			return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for a cast's buffers");
+	}
+	return 0;
+}
+
+static int check_files(struct exec *e)
+{
+	for (size_t i = 0; i < e->p->n_files; i++) {
+		int r = wd_source_check(e->p->files[i].src, e->p->files[i].file, e->err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* Whether the scratch buffers hold at least one input unit of the root cast and its output. */
+static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
+{
+	const struct xnode *x = &p->x[p->root], *y;
+
+	if (x->op != X_CAST || !sc->buf2)
+		return false;
+	y = &p->x[x->in[0]];
+	return sc->cap >= unit_bytes(y->dtype) &&
+	       sc->cap2 >= (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+}
+
+/*
+ * The root cast: input chunks in scratch->buf, converted straight into the sink's next slot when
+ * it pipelines its hashing (else into scratch->buf2), written.
+ */
+static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
+{
+	const struct xnode *x = &e->p->x[e->p->root], *y = &e->p->x[x->in[0]];
+	const struct xstate *s = &e->st[e->p->root];
+	uint64_t ib = unit_bytes(y->dtype), ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+	uint64_t total = x->nbytes / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
+	int r;
+
+	if (s->mid)
+		k = min_u64(k, s->units);
+	for (uint64_t u = 0; u < total;) {
+		size_t cap = 0, n;
+		uint8_t *out = wd_sink_buffer(sink, &cap);
+		uint64_t kk = k;
+
+		if (out && cap >= ob)
+			kk = min_u64(k, cap / ob);
+		else
+			out = sc->buf2;
+		n = (size_t)min_u64(kk, total - u);
+		r = read_node(e, x->in[0], u * ib, n * ib, sc->buf);
+		if (r == 0)
+			r = flush(e);
+		if (r == 0)
+			r = convert_units(e, y->dtype, sc->buf, x->dtype, out, n, s->mid);
+		if (r == 0)
+			r = wd_sink_write(sink, out, n * ob, e->err);
+		if (r < 0)
+			return r;
+		u += n;
+	}
+	return 0;
+}
+
+/* Any other root: produced chunk by chunk into the sink's next slot (or scratch->buf), written. */
+static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
+{
+	const struct wd_plan *p = e->p;
+	int r = 0;
+
+	for (uint64_t off = 0; off < p->nbytes && r == 0;) {
+		size_t cap = 0, n;
+		uint8_t *out = wd_sink_buffer(sink, &cap);
+
+		if (!out) {
+			out = sc->buf;
+			cap = sc->cap;
+		}
+		n = (size_t)min_u64(cap, p->nbytes - off);
+		r = read_node(e, p->root, off, n, out);
+		if (r == 0)
+			r = flush(e);
+		if (r == 0)
+			r = wd_sink_write(sink, out, n, e->err);
+		off += n;
+	}
+	return r;
+}
+
+int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
+		    uint64_t *ret_bytes_read, struct wd_error *err)
+{
+	struct exec e = { .p = p, .err = err };
+	int r;
+
+	if (!scratch || !scratch->buf || !scratch->cap)
+		return wd_error_set(err, WD_E_INTERNAL, "materialization needs a scratch buffer");
+	if (sink->size - sink->written != p->nbytes)
+		return wd_error_set(err, WD_E_INTERNAL,
+				    "the sink takes %" PRIu64 " bytes but the weight is %" PRIu64,
+				    sink->size - sink->written, p->nbytes);
+	r = check_files(&e);
+	if (r < 0)
+		goto out;
+	r = exec_alloc(&e);
+	if (r < 0)
+		goto out;
+	/* Temporaries in creation order: each one's inputs are ready before it. */
+	for (size_t i = 0; i < p->root; i++) {
+		const struct xnode *x = &p->x[i];
+		if (!x->reach || !x->temp)
+			continue;
+		e.st[i].temp = temp_alloc(x->nbytes);
+		e.st[i].temp_len = x->nbytes;
+		if (!e.st[i].temp) {
+			r = wd_error_set(err, WD_E_EXHAUSTED, "no memory for %" PRIu64
+					 " bytes of working space", x->nbytes);
+			goto out;
+		}
+		r = read_node(&e, (uint32_t)i, 0, x->nbytes, e.st[i].temp);
+		if (r == 0)
+			r = flush(&e);
+		if (r < 0)
+			goto out;
+		e.st[i].ready = true;
+	}
+	if (root_cast_fits(p, scratch))
+		r = run_root_cast(&e, sink, scratch);
+	else
+		r = run_root(&e, sink, scratch);
+	if (r < 0)
+		goto out;
+	r = check_files(&e);
+out:
+	if (r < 0 && err)
+		wd_error_prefix(err, "materializing %s", p->label);
+	exec_free(&e);
+	if (ret_bytes_read)
+		*ret_bytes_read += e.bytes_read;
+	return r;
+}

@@ -1,0 +1,415 @@
+/* recipe_plan.c - preflight: builds the graph, decides how each node is read, accounts, labels. */
+#include "recipe_int.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checked.h"
+
+/* ---- analysis: how each node is read, what is kept in memory, what is read from files --------- */
+
+static enum xcls eff_cls(const struct xnode *x)
+{
+	return x->temp ? C_MEM : x->cls;
+}
+
+static enum xcls join_cls(enum xcls a, enum xcls b)
+{
+	if (a == C_SEQ || b == C_SEQ)
+		return C_SEQ;
+	return a == b ? a : C_MIXED;
+}
+
+static void mark_temp(struct xnode *x, uint32_t cause, bool *changed)
+{
+	if (!x->temp) {
+		x->temp = true;
+		x->cause = cause;
+		*changed = true;
+	}
+}
+
+/*
+ * Decide which reachable nodes are evaluated into temporaries: the input of a transpose (read out
+ * of order); the input of a selection unless it is plain file or memory bytes (a selection reads
+ * parts, out of order); and an in-order-only node used more than once. Repeated until nothing
+ * changes, since a temporary changes how its consumers are read.
+ */
+static void classify(struct wd_plan *p)
+{
+	bool changed;
+
+	for (size_t i = 0; i < p->nx; i++)
+		p->x[i].reach = false, p->x[i].uses = 0;
+	p->x[p->root].reach = true;
+	for (size_t i = p->root + 1; i-- > 0;) {
+		if (!p->x[i].reach)
+			continue;
+		for (size_t k = 0; k < p->x[i].n_in; k++) {
+			p->x[p->x[i].in[k]].reach = true;
+			p->x[p->x[i].in[k]].uses++;
+		}
+	}
+	do {
+		changed = false;
+		for (size_t i = 0; i <= p->root; i++) {
+			struct xnode *x = &p->x[i];
+			if (!x->reach)
+				continue;
+			switch (x->op) {
+			case X_LEAF:
+				x->cls = C_FILE;
+				break;
+			case X_SELECT: {
+				struct xnode *y = &p->x[x->in[0]];
+				if (eff_cls(y) == C_MIXED || eff_cls(y) == C_SEQ)
+					mark_temp(y, x->orig, &changed);
+				x->cls = eff_cls(y);
+				break;
+			}
+			case X_CONCAT:
+			case X_STACK:
+				x->cls = eff_cls(&p->x[x->in[0]]);
+				for (size_t k = 1; k < x->n_in; k++)
+					x->cls = join_cls(x->cls, eff_cls(&p->x[x->in[k]]));
+				break;
+			case X_VIEW:
+				x->cls = eff_cls(&p->x[x->in[0]]);
+				break;
+			case X_CAST:
+				x->cls = C_SEQ;
+				break;
+			case X_TRANSPOSE:
+				mark_temp(&p->x[x->in[0]], x->orig, &changed);
+				x->cls = C_MEM;
+				break;
+			}
+			if (x->cls == C_SEQ && x->uses > 1)
+				mark_temp(x, x->orig, &changed);
+		}
+	} while (changed);
+}
+
+/* Temporaries within max_temp_bytes; read_bytes exact. */
+static int account(struct build *b)
+{
+	struct wd_plan *p = b->p;
+	uint64_t temp = 0, total;
+
+	for (size_t i = 0; i <= p->root; i++) {
+		struct xnode *x = &p->x[i];
+		uint64_t c = 0;
+		bool ok = true;
+
+		if (!x->reach)
+			continue;
+		switch (x->op) {
+		case X_LEAF:
+			c = x->nbytes;
+			break;
+		case X_SELECT:
+			c = eff_cls(&p->x[x->in[0]]) == C_FILE ? x->nbytes : 0;
+			break;
+		case X_CONCAT:
+		case X_STACK:
+		case X_VIEW:
+		case X_CAST:
+			for (size_t k = 0; k < x->n_in && ok; k++) {
+				const struct xnode *y = &p->x[x->in[k]];
+				ok = wd_add_u64(c, y->temp ? 0 : y->cost, &c);
+			}
+			break;
+		case X_TRANSPOSE:
+			c = 0;
+			break;
+		}
+		if (!ok)
+			return nerr(b, x->orig, WD_E_OVERFLOW, -1, 0, 0,
+				    "the bytes this recipe reads exceed 2^64");
+		x->cost = c;
+		if (x->temp) {
+			if (!wd_add_u64(temp, x->nbytes, &temp) || temp > b->lim.max_temp_bytes)
+				return nerr(b, x->cause, WD_E_TOO_LARGE, -1, i64(b->lim.max_temp_bytes),
+					    i64(temp), "evaluating this needs more than the %" PRIu64
+					    " bytes of working memory allowed", b->lim.max_temp_bytes);
+		}
+	}
+	total = p->x[p->root].cost;
+	for (size_t i = 0; i < p->root; i++)
+		if (p->x[i].reach && p->x[i].temp && !wd_add_u64(total, p->x[i].cost, &total))
+			return nerr(b, p->x[i].cause, WD_E_OVERFLOW, -1, 0, 0,
+				    "the bytes this recipe reads exceed 2^64");
+	p->temp_bytes = temp;
+	p->read_bytes = total;
+	return 0;
+}
+
+/* Distinct sources and files of the reachable leaves; join geometry. */
+static int prepare(struct build *b)
+{
+	struct wd_plan *p = b->p;
+
+	p->n_srcs = 0;
+	for (size_t i = 0; i <= p->root; i++) {
+		struct xnode *x = &p->x[i];
+		bool seen = false;
+
+		if (!x->reach)
+			continue;
+		if (x->op == X_CONCAT || x->op == X_STACK) {
+			x->piece = calloc(x->n_in, sizeof(uint64_t));
+			x->prefix = calloc(x->n_in, sizeof(uint64_t));
+			if (!x->piece || !x->prefix)
+				return nerr(b, x->orig, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+			x->row = 0;
+			for (size_t k = 0; k < x->n_in; k++) {
+				const struct xnode *y = &p->x[x->in[k]];
+				/* concat: the input's rows on the axis; stack: the whole input from the
+				 * axis inwards. Either way, the input's bytes per outer index. */
+				x->piece[k] = inner_bytes(y, (int)x->axis - 1);
+				x->prefix[k] = x->row;
+				x->row += x->piece[k];
+			}
+			continue;
+		}
+		if (x->op != X_LEAF)
+			continue;
+		for (size_t k = 0; k < p->n_files; k++)
+			seen |= p->files[k].src == x->src && p->files[k].file == x->file;
+		if (!seen) {
+			struct pfile *f = realloc(p->files, (p->n_files + 1) * sizeof(*f));
+			if (!f)
+				return nerr(b, x->orig, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+			p->files = f;
+			p->files[p->n_files].src = x->src;
+			p->files[p->n_files].file = x->file;
+			p->n_files++;
+		}
+		seen = false;
+		for (size_t k = 0; k < p->n_srcs; k++)
+			seen |= p->srcs[k] == x->src;
+		if (!seen)
+			p->srcs[p->n_srcs++] = x->src;
+	}
+	return 0;
+}
+
+/* ---- label ----------------------------------------------------------------------------------- */
+
+struct sbuf {
+	char *s;
+	size_t cap, len;
+};
+
+__attribute__((format(printf, 2, 3)))
+static void sb_add(struct sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->len + 1 >= b->cap)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		b->len = min_u64(b->len + (size_t)n, b->cap - 1);
+}
+
+static void label_node(const struct build *b, uint32_t i, struct sbuf *sb)
+{
+	const struct wd_rnode *n = &b->r->nodes[i];
+	char s[160];
+
+	if (sb->len + 1 >= sb->cap)
+		return;
+	switch (n->op) {
+	case WD_OP_SOURCE:
+		sb_add(sb, "%s:%s%s", n->checkpoint ? n->checkpoint : "", n->tensor ? n->tensor : "",
+		       b->seltxt[i]);
+		return;
+	case WD_OP_SELECT:
+		label_node(b, n->inputs[0], sb);
+		sb_add(sb, "%s", b->seltxt[i]);
+		return;
+	case WD_OP_CONCAT:
+	case WD_OP_STACK:
+		sb_add(sb, "%s(%" PRId32, op_name(n->op), n->axis);
+		for (size_t k = 0; k < n->n_inputs && sb->len + 1 < sb->cap; k++) {
+			sb_add(sb, ", ");
+			label_node(b, n->inputs[k], sb);
+		}
+		sb_add(sb, ")");
+		return;
+	default:
+		break;
+	}
+	sb_add(sb, "%s(", op_name(n->op));
+	label_node(b, n->inputs[0], sb);
+	switch (n->op) {
+	case WD_OP_RESHAPE:
+		shape_str(n->shape, n->ndim, s, sizeof(s));
+		sb_add(sb, ", %s)", s);
+		break;
+	case WD_OP_VIEW:
+		shape_str(n->shape, n->ndim, s, sizeof(s));
+		sb_add(sb, ", %s, %s)", wd_dtype_name(n->dtype), s);
+		break;
+	case WD_OP_TRANSPOSE:
+		sb_add(sb, ", [");
+		for (int d = 0; d < n->n_perm; d++)
+			sb_add(sb, "%s%" PRIu32, d ? ", " : "", n->perm[d]);
+		sb_add(sb, "])");
+		break;
+	case WD_OP_CAST:
+		sb_add(sb, ", %s)", wd_dtype_name(n->dtype));
+		break;
+	default:
+		sb_add(sb, ")");
+		break;
+	}
+}
+
+static void make_label(const struct build *b)
+{
+	struct sbuf sb = { b->p->label, sizeof(b->p->label), 0 };
+
+	b->p->label[0] = '\0';
+	label_node(b, (uint32_t)(b->r->n_nodes - 1), &sb);
+	if (sb.len + 1 >= sb.cap)
+		memcpy(b->p->label + sb.cap - 4, "...", 4);
+}
+
+/* ---- preflight ------------------------------------------------------------------------------- */
+
+int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res,
+			const struct wd_recipe_limits *lim, struct wd_plan **ret, struct wd_error *err)
+{
+	static const struct wd_recipe_limits defaults = WD_RECIPE_LIMITS_DEFAULT;
+	struct build b = { .r = r, .res = res, .lim = lim ? *lim : defaults, .err = err };
+	struct wd_plan *p = NULL;
+	const struct xnode *root;
+	int rc;
+
+	wd_error_clear(err);
+	if (!r || r->n_nodes == 0)
+		return wd_error_set(err, WD_E_EMPTY_INPUTS, "the recipe has no nodes");
+	if (!r->nodes || !res || !res->lookup)
+		return wd_error_set(err, WD_E_INVALID, "the recipe or its resolver is missing");
+	if (r->n_nodes > b.lim.max_nodes) /* names the first node past the limit */
+		return nerr(&b, b.lim.max_nodes, WD_E_TOO_LARGE, -1, b.lim.max_nodes, i64(r->n_nodes),
+			    "the recipe has %zu nodes, more than the %" PRIu32 " allowed", r->n_nodes,
+			    b.lim.max_nodes);
+	p = calloc(1, sizeof(*p));
+	b.p = p;
+	b.max_x = 4 * r->n_nodes + 64;
+	b.map = calloc(r->n_nodes, sizeof(*b.map));
+	b.depth = calloc(r->n_nodes, sizeof(*b.depth));
+	b.seltxt = calloc(r->n_nodes, sizeof(*b.seltxt));
+	if (!p || !b.map || !b.depth || !b.seltxt) {
+		rc = wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	for (uint32_t i = 0; i < r->n_nodes; i++) {
+		rc = wd_recipe_build_node(&b, i);
+		if (rc < 0)
+			goto out;
+	}
+	p->root = b.map[r->n_nodes - 1];
+	root = &p->x[p->root];
+	if (root->nbytes > b.lim.max_output_bytes) {
+		rc = nerr(&b, (uint32_t)r->n_nodes - 1, WD_E_TOO_LARGE, -1, i64(b.lim.max_output_bytes),
+			  i64(root->nbytes), "the output is %" PRIu64 " bytes (at most %" PRIu64 ")",
+			  root->nbytes, b.lim.max_output_bytes);
+		goto out;
+	}
+	p->dtype = root->dtype;
+	p->ndim = root->ndim;
+	memcpy(p->shape, root->shape, sizeof(p->shape));
+	p->nbytes = root->nbytes;
+	memcpy(p->key, root->digest, WD_DIGEST_LEN);
+	classify(p);
+	rc = account(&b);
+	if (rc < 0)
+		goto out;
+	rc = prepare(&b);
+	if (rc < 0)
+		goto out;
+	make_label(&b);
+	wd_error_clear(err);
+	*ret = p;
+	p = NULL;
+out:
+	wd_plan_free(p);
+	free(b.map);
+	free(b.depth);
+	free(b.seltxt);
+	return rc;
+}
+
+void wd_plan_free(struct wd_plan *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->nx; i++) {
+		free(p->x[i].in);
+		free(p->x[i].piece);
+		free(p->x[i].prefix);
+	}
+	free(p->x);
+	for (size_t i = 0; i < p->n_owned; i++)
+		free(p->owned[i]);
+	free(p->owned);
+	free(p->srcs);
+	free(p->files);
+	free(p);
+}
+
+enum wd_dtype wd_plan_dtype(const struct wd_plan *p)
+{
+	return p->dtype;
+}
+
+int wd_plan_ndim(const struct wd_plan *p)
+{
+	return p->ndim;
+}
+
+const uint64_t *wd_plan_shape(const struct wd_plan *p)
+{
+	return p->shape;
+}
+
+uint64_t wd_plan_nbytes(const struct wd_plan *p)
+{
+	return p->nbytes;
+}
+
+const uint8_t *wd_plan_key(const struct wd_plan *p)
+{
+	return p->key;
+}
+
+uint64_t wd_plan_read_bytes(const struct wd_plan *p)
+{
+	return p->read_bytes;
+}
+
+size_t wd_plan_source_count(const struct wd_plan *p)
+{
+	return p->n_srcs;
+}
+
+const struct wd_source *wd_plan_source(const struct wd_plan *p, size_t i)
+{
+	return i < p->n_srcs ? p->srcs[i] : NULL;
+}
+
+const char *wd_plan_label(const struct wd_plan *p)
+{
+	return p->label;
+}
