@@ -89,7 +89,7 @@ extern "C" {
 #define WEIGHTD_MAX_DIMS 8
 #define WEIGHTD_DIGEST_LEN 32
 #define WEIGHTD_DEFAULT_SOCKET "/run/weightd/weightd.sock"
-#define WEIGHTD_PROTOCOL_VERSION 1
+#define WEIGHTD_PROTOCOL_VERSION 2
 
 /* =========================================================================================== */
 /* Errors                                                                                       */
