@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -200,12 +201,12 @@ static int segment_name(const struct cache *c, char *out, size_t cap)
 {
 	uint8_t rnd[16];
 	char hex[33];
-	FILE *f = fopen("/dev/urandom", "re");
-	size_t n = f ? fread(rnd, 1, sizeof(rnd), f) : 0;
+	ssize_t n;
 
-	if (f)
-		fclose(f);
-	if (n != sizeof(rnd))
+	do /* getrandom needs no descriptor: it works when the daemon is out of them */
+		n = getrandom(rnd, sizeof(rnd), 0);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(rnd))
 		return -WD_E_IO;
 	wd_hex(rnd, sizeof(rnd), hex);
 	snprintf(out, cap, "/%s.%s", c->instance, hex);
@@ -701,21 +702,19 @@ static void job_unlink(struct cache *c, struct job *j)
 
 /*
  * The last job of a segment is done: drop write access and record the segment with the weights
- * that were made (or drop it when none was).
+ * that were made, before anyone is answered (a reply never names a weight a restart would not
+ * find).
  */
 static void seg_filled(struct cache *c, struct cache_segment *sg)
 {
 	struct wd_error err;
 
 	wd_segment_seal(&sg->seg);
-	if (sg->n_weights == 0) {
-		seg_destroy(c, sg, true);
+	if (sg->n_weights == 0)
 		return;
-	}
 	wd_error_clear(&err);
 	if (seg_write_state(c, sg, &err) < 0)
 		log_warn("%s (its weights are served, but will be rebuilt after a restart)", err.msg);
-	seg_update_idle(c, sg);
 }
 
 /* Main thread: turn a finished job into a weight and tell everyone who waited. */
@@ -777,6 +776,8 @@ static void job_done(struct pool_task *t)
 			c->p.stats->materializations_failed++;
 		log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
 	}
+	if (sg->n_jobs == 1 && sg->created)
+		seg_filled(c, sg);
 	for (wt = j->waiters; wt; wt = next) {
 		/* the reads are charged to the request that started the job, not to those that joined */
 		uint64_t charged = wt->next ? 0 : j->bytes_read;
@@ -793,8 +794,12 @@ static void job_done(struct pool_task *t)
 	job_free(j);
 	/* Counted down only now: while the callbacks run (and may drop w, or evict neighbours),
 	 * the job keeps the segment alive and busy. */
-	if (--sg->n_jobs == 0 && sg->created)
-		seg_filled(c, sg);
+	if (--sg->n_jobs == 0 && sg->created) {
+		if (sg->n_weights == 0)
+			seg_destroy(c, sg, true);
+		else
+			seg_update_idle(c, sg);
+	}
 	enforce_idle(c);
 }
 
