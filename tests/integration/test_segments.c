@@ -721,6 +721,63 @@ static void daemon_out_of_fds_is_named(void **state)
 	it_leak_check(&H, base, 0);
 }
 
+/*
+ * No size wall: a unit of 1,048,576 entries (slots over 1,024 tensors, so each weight is named
+ * by 1,024 entries) is declared, sent in frames, answered and bound; every slot points at its
+ * tensor's bytes, and the whole unit holds one segment.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define MILLION (1u << 18)   /* the sanitizer build is ~10x slower; the path is the same */
+#else
+#define MILLION (1u << 20)
+#endif
+
+static void a_million_entries(void **state)
+{
+	const size_t n = MILLION, tensors = 1024;
+	weightd_client *c;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	weightd_status *st;
+	struct timespec t0, t1;
+	char name[24], tn[16];
+	int base, fds0;
+
+	(void)state;
+	start_many(tensors, NULL, NULL);
+	base = it_fd_base(&H);
+	c = it_connect(&H);
+	fds0 = self_fds();
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(weightd_unit_new(c, &u, &err), 0);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "s%07zu", i);
+		many_name(i % tensors, tn, sizeof(tn));
+		assert_true(weightd_unit_slot(u, name, NULL, NULL, 0, NULL, &err) >= 0);
+		assert_int_equal(weightd_unit_set_tensor(u, name, "many", tn, NULL, &err), 0);
+	}
+	if (weightd_unit_submit(u, &err) < 0 || weightd_unit_validate(u, &err) < 0)
+		fail_msg("a unit of %zu entries: %s", n, err.message);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	print_message("%zu entries declared, materialized, validated in %.1f s\n", n,
+		      (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+	assert_int_equal(self_fds(), fds0 + 1);
+	for (size_t i = 0; i < n; i += 4099) {
+		snprintf(name, sizeof(name), "s%07zu", i);
+		assert_int_equal(it_pattern_mismatch(weightd_unit_data(u, name),
+						     many_bytes(i % tensors),
+						     (unsigned)(i % tensors)), -1);
+	}
+	st = it_status(c);
+	assert_int_equal(st->weights, tensors);
+	assert_int_equal(st->references, n);
+	assert_int_equal(st->segments, 1);
+	weightd_status_free(st);
+	weightd_unit_free(u);
+	weightd_close(c);
+	it_leak_check(&H, base, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -731,6 +788,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(size_limits_are_frames_not_walls, setup, teardown),
 		cmocka_unit_test_setup_teardown(client_out_of_fds_is_named, setup, teardown),
 		cmocka_unit_test_setup_teardown(daemon_out_of_fds_is_named, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_million_entries, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
