@@ -41,7 +41,7 @@ struct cache *cache_new(const struct cache_params *p)
 	if (!c->p.state_dir)
 		c->p.state_dir = "";
 	if (!c->p.segment_max)
-		c->p.segment_max = 1ull << 30;
+		c->p.segment_max = 4ull << 30;
 	c->budget = p->budget;
 	c->next_id = 1;
 	c->next_segment_id = 1;
