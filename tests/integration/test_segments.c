@@ -673,7 +673,7 @@ static void client_out_of_fds_is_named(void **state)
 static void daemon_out_of_fds_is_named(void **state)
 {
 	char path[512], sec[1024];
-	weightd_client *c;
+	weightd_client *c, *other;
 	weightd_weight *held[64];
 	weightd_error err;
 	weightd_weight *w = NULL;
@@ -689,6 +689,7 @@ static void daemon_out_of_fds_is_named(void **state)
 		skip();
 	assert_int_equal(r, 0);
 	base = it_fd_base(&H);
+	other = it_connect(&H);   /* another client, connected before the daemon runs out */
 	c = it_connect(&H);
 	/* each single request makes a segment of its own, held: one daemon fd each */
 	for (n = 0; n < 64; n++) {
@@ -705,6 +706,16 @@ static void daemon_out_of_fds_is_named(void **state)
 	assert_non_null(strstr(err.message, "weightd"));
 	assert_non_null(strstr(err.message, "RLIMIT_NOFILE"));
 	assert_non_null(strstr(err.message, "LimitNOFILE"));
+	/* the other client is served meanwhile: what needs no new descriptor works */
+	{
+		weightd_status *st = it_status(other);
+
+		assert_int_equal(st->segments, n);
+		weightd_status_free(st);
+		w = it_get_ok(other, "many", "t.00000");   /* held already: shared, no new segment */
+		weightd_release(w);
+	}
+	weightd_close(other);
 	/* let go: the daemon serves again (the held weights stay cached, one fd each) */
 	for (size_t i = 0; i < n; i++)
 		weightd_release(held[i]);
