@@ -579,8 +579,10 @@ static void size_limits_are_frames_not_walls(void **state)
 				hdr[k] = (uint8_t)(4096 >> (8 * k));
 				hdr[4 + k] = (uint8_t)(word >> (8 * k));
 			}
-			if (write(fd, hdr, 8) != 8 || write(fd, buf, 4096) != 4096)
-				break;   /* closed by the daemon: expected once over */
+			/* MSG_NOSIGNAL: the daemon closes once it is over (EPIPE, not SIGPIPE) */
+			if (send(fd, hdr, 8, MSG_NOSIGNAL) != 8 ||
+			    send(fd, buf, 4096, MSG_NOSIGNAL) != 4096)
+				break;
 		}
 		assert_int_equal(read(fd, hdr, 8), 8);
 		len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (size_t)hdr[3] << 24;
