@@ -4,6 +4,7 @@
  * eviction and idle limits inside segments, multi-frame requests, limits named, and fd
  * exhaustion in the client and in the daemon. Each ends with the leak check. */
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -247,6 +248,34 @@ static void thousands_of_weights_few_fds(void **state)
 	/* the socket and the segment's fd; one mapping */
 	assert_true(fds_a <= 2);
 	assert_int_equal(maps_a, 1);
+
+	/* weightctl shows the segment and where each weight lies (status --json), and counts it in
+	 * the metrics */
+	{
+		static char out[4 << 20];
+		char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, "--json", "status",
+				 NULL };
+		char *margv[] = { (char *)harness_weightctl(), "--socket", H.sock, "metrics", NULL };
+		json_t *j, *g, *ws;
+		size_t i;
+
+		assert_int_equal(harness_run(argv, out, sizeof(out), (uid_t)-1), 0);
+		j = json_loads(out, 0, NULL);
+		assert_non_null(j);
+		assert_int_equal(json_integer_value(json_object_get(j, "segments")), 1);
+		g = json_array_get(json_object_get(j, "segment_list"), 0);
+		assert_int_equal(json_integer_value(json_object_get(g, "weights")), N_MANY);
+		assert_int_equal(json_integer_value(json_object_get(g, "held")), 0);
+		json_array_foreach(json_object_get(j, "weight_list"), i, ws) {
+			assert_int_equal(json_integer_value(json_object_get(ws, "segment")),
+					 json_integer_value(json_object_get(g, "id")));
+			assert_int_equal(json_integer_value(json_object_get(ws, "offset")) % 64, 0);
+		}
+		json_decref(j);
+		assert_int_equal(harness_run(margv, out, sizeof(out), (uid_t)-1), 0);
+		assert_non_null(strstr(out, "\nweightd_segments 1\n"));
+		assert_non_null(strstr(out, "\nweightd_idle_segments 1\n"));
+	}
 
 	run_bind_child(N_MANY, b, sizeof(b));
 	assert_int_equal(sscanf(b, "bound %llu %d %d %3999[^\n]", &read_b, &fds_b, &maps_b, segs_b),
