@@ -19,6 +19,7 @@
 #include "log.h"
 #include "pool.h"
 #include "preload.h"
+#include "purge.h"
 #include "segment.h"
 #include "server.h"
 #include "state.h"
@@ -28,7 +29,8 @@ static const char usage[] =
 	"  --config FILE     the configuration (INI; see weightd.conf(5))\n"
 	"  --foreground      stay in the foreground (as under systemd)\n"
 	"  --check-config    validate the configuration and every checkpoint, then exit\n"
-	"  --log-level LEVEL error, warning, notice, info or debug\n";
+	"  --log-level LEVEL error, warning, notice, info or debug\n"
+	"       weightd --purge --config FILE | --prefix P [--state-dir D]  (see --purge --help)\n";
 
 /* Validate the config and every checkpoint without starting; prints one line per checkpoint. */
 static int check_config(const struct config *cfg)
@@ -325,6 +327,9 @@ int main(int argc, char **argv)
 	int level = -1, lfd = -1, opt, rc = 1, purged = 0, adopted;
 	uint64_t wd_usec = 0;
 
+	for (int i = 1; i < argc; i++)  /* a mode of its own, with its own options */
+		if (strcmp(argv[i], "--purge") == 0)
+			return purge_main(argc, argv);
 	memset(&d, 0, sizeof(d));
 	wd_error_clear(&err);
 	while ((opt = getopt_long(argc, argv, "c:fl:hV", opts, NULL)) != -1) {

@@ -24,9 +24,6 @@ static const char usage_text[] =
 	"  metrics                              the counters in Prometheus text format\n"
 	"  reload                               make weightd re-read its configuration\n"
 	"  evict                                drop every weight no client holds\n"
-	"  purge --config FILE | --prefix P [--state-dir D]\n"
-	"                                       with weightd stopped: remove every shared-memory\n"
-	"                                       segment of the instance and its state records\n"
 	"\n"
 	"options:\n"
 	"  --socket PATH   weightd's socket (default: $WEIGHTD_SOCKET or "
@@ -47,16 +44,15 @@ static int connect_or_fail(const struct opts *o, weightd_client **ret)
 
 /* Every command, in the order of the usage text. */
 static const struct command commands[] = {
-	{ "list", 0, NULL, cmd_list, false },
-	{ "describe", 1, NULL, cmd_describe, false },
-	{ "get", -1, parse_get, cmd_get, false },
-	{ "preload", -1, parse_preload, cmd_preload, false },
-	{ "preflight", 1, NULL, cmd_preflight, false },
-	{ "status", 0, NULL, cmd_status, false },
-	{ "metrics", 0, NULL, cmd_metrics, false },
-	{ "reload", 0, NULL, cmd_reload, false },
-	{ "evict", 0, NULL, cmd_evict, false },
-	{ "purge", -1, NULL, cmd_purge, true },
+	{ "list", 0, NULL, cmd_list },
+	{ "describe", 1, NULL, cmd_describe },
+	{ "get", -1, parse_get, cmd_get },
+	{ "preload", -1, parse_preload, cmd_preload },
+	{ "preflight", 1, NULL, cmd_preflight },
+	{ "status", 0, NULL, cmd_status },
+	{ "metrics", 0, NULL, cmd_metrics },
+	{ "reload", 0, NULL, cmd_reload },
+	{ "evict", 0, NULL, cmd_evict },
 };
 
 int main(int argc, char **argv)
@@ -92,6 +88,9 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(name, commands[i].name) == 0)
 			cmd = &commands[i];
+	if (!cmd && strcmp(name, "purge") == 0)
+		return usage_error("purge is done by the daemon itself, stopped: weightd --purge "
+				   "--config FILE (see weightd(8))");
 	if (!cmd)
 		return usage_error("unknown command \"%s\"", name);
 	a.argc = argc - optind;
@@ -102,11 +101,9 @@ int main(int argc, char **argv)
 	/* usage is checked before connecting: a bad command line never touches the daemon */
 	if (cmd->parse && (rc = cmd->parse(&a)) != 0)
 		return rc;
-	if (!cmd->offline) {
-		rc = connect_or_fail(&o, &c);
-		if (rc != 0)
-			return rc;
-	}
+	rc = connect_or_fail(&o, &c);
+	if (rc != 0)
+		return rc;
 	rc = cmd->run(&o, c, &a);
 	weightd_close(c);
 	if (fflush(stdout) != 0 && rc == 0)

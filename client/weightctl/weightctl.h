@@ -51,9 +51,8 @@ struct command {
 	const char *name;
 	int nargs;        /* exact positional count, -1: parse checks them */
 	int (*parse)(struct cmd_args *args);       /* NULL, or 0 / EXIT_USAGE */
-	/* the command itself, with c connected unless offline (then NULL); its exit code */
+	/* the command itself, connected; its exit code */
 	int (*run)(const struct opts *o, weightd_client *c, struct cmd_args *args);
-	bool offline;     /* works on a stopped daemon: never connects */
 };
 
 /* --- commands (cmd_*.c) ---------------------------------------------------------------------- */
@@ -69,7 +68,6 @@ int cmd_preload(const struct opts *o, weightd_client *c, struct cmd_args *args);
 int cmd_preflight(const struct opts *o, weightd_client *c, struct cmd_args *args);
 int cmd_reload(const struct opts *o, weightd_client *c, struct cmd_args *args);
 int cmd_evict(const struct opts *o, weightd_client *c, struct cmd_args *args);
-int cmd_purge(const struct opts *o, weightd_client *c, struct cmd_args *args);
 
 /* shared by list, describe and status (cmd_sources.c) */
 json_t *json_source(const weightd_source_info *s);
