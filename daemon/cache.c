@@ -60,7 +60,7 @@ struct cache {
 	uint64_t count;
 	uint64_t next_id;
 	size_t nbuckets;
-	struct weight **by_key, **by_id;
+	struct weight **by_key;
 	struct job *jobs;            /* in flight, for walking them */
 	struct job *jobs_by_key[JOB_BUCKETS];
 	struct weight *lru_head, *lru_tail; /* head = least recently released */
@@ -74,11 +74,6 @@ static size_t key_hash(const uint8_t *key, size_t nb)
 	return (size_t)(h % nb);
 }
 
-static size_t id_hash(uint64_t id, size_t nb)
-{
-	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 17) % nb;
-}
-
 struct cache *cache_new(struct daemon *d, uint64_t budget_bytes)
 {
 	struct cache *c = calloc(1, sizeof(*c));
@@ -90,10 +85,7 @@ struct cache *cache_new(struct daemon *d, uint64_t budget_bytes)
 	c->next_id = 1;
 	c->nbuckets = 1024;
 	c->by_key = calloc(c->nbuckets, sizeof(*c->by_key));
-	c->by_id = calloc(c->nbuckets, sizeof(*c->by_id));
-	if (!c->by_key || !c->by_id) {
-		free(c->by_key);
-		free(c->by_id);
+	if (!c->by_key) {
 		free(c);
 		return NULL;
 	}
@@ -103,13 +95,10 @@ struct cache *cache_new(struct daemon *d, uint64_t budget_bytes)
 static void rehash(struct cache *c)
 {
 	size_t nb = c->nbuckets * 2;
-	struct weight **bk = calloc(nb, sizeof(*bk)), **bi = calloc(nb, sizeof(*bi));
+	struct weight **bk = calloc(nb, sizeof(*bk));
 
-	if (!bk || !bi) {
-		free(bk);
-		free(bi);
+	if (!bk)
 		return; /* keep the old, longer chains */
-	}
 	for (size_t i = 0; i < c->nbuckets; i++) {
 		struct weight *w, *next;
 		for (w = c->by_key[i]; w; w = next) {
@@ -118,17 +107,9 @@ static void rehash(struct cache *c)
 			w->key_next = bk[h];
 			bk[h] = w;
 		}
-		for (w = c->by_id[i]; w; w = next) {
-			size_t h = id_hash(w->id, nb);
-			next = w->id_next;
-			w->id_next = bi[h];
-			bi[h] = w;
-		}
 	}
 	free(c->by_key);
-	free(c->by_id);
 	c->by_key = bk;
-	c->by_id = bi;
 	c->nbuckets = nb;
 }
 
@@ -140,25 +121,15 @@ static struct weight *find_key(struct cache *c, const uint8_t *key)
 	return NULL;
 }
 
-struct weight *cache_by_id(struct cache *c, uint64_t id)
-{
-	for (struct weight *w = c->by_id[id_hash(id, c->nbuckets)]; w; w = w->id_next)
-		if (w->id == id)
-			return w;
-	return NULL;
-}
-
 static void lru_append(struct cache *c, struct weight *w);
 
-/* Hash a new weight by key and handle. */
+/* Hash a new weight by key. */
 static void insert(struct cache *c, struct weight *w)
 {
 	if (c->count + 1 > c->nbuckets)
 		rehash(c);
 	w->key_next = c->by_key[key_hash(w->key, c->nbuckets)];
 	c->by_key[key_hash(w->key, c->nbuckets)] = w;
-	w->id_next = c->by_id[id_hash(w->id, c->nbuckets)];
-	c->by_id[id_hash(w->id, c->nbuckets)] = w;
 	c->count++;
 }
 
@@ -201,11 +172,6 @@ static void unhash(struct cache *c, struct weight *w)
 			*pp = w->key_next;
 			break;
 		}
-	for (pp = &c->by_id[id_hash(w->id, c->nbuckets)]; *pp; pp = &(*pp)->id_next)
-		if (*pp == w) {
-			*pp = w->id_next;
-			break;
-		}
 }
 
 /* Remove a weight from the cache and free it. Clients mapping it keep their memory. */
@@ -233,7 +199,6 @@ void cache_free(struct cache *c, bool unlink_segments)
 		while (c->by_key[i])
 			weight_destroy(c, c->by_key[i], unlink_segments);
 	free(c->by_key);
-	free(c->by_id);
 	free(c);
 }
 
