@@ -1,4 +1,4 @@
-/* cache.c - weights by key and by handle, the memory budget with LRU eviction, and the jobs that
+/* cache.c - weights by key, the memory budget with LRU eviction, and the jobs that
  * fill new segments on the worker pool. Main thread only, except job_work. */
 #include "cache.h"
 
