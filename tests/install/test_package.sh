@@ -4,8 +4,8 @@
 # lintian reports no error; each package holds what it should; unpacked into a scratch root
 # (dpkg -x), the units pass systemd-analyze verify, the sysusers.d/tmpfiles.d snippets apply, and
 # examples/engine.c builds against the installed libweightd-dev (pkg-config and CMake package)
-# and runs with the packaged libweightd0. Skipped (exit 77) when dpkg-buildpackage or debhelper
-# is missing: scripts/deps installs them.
+# and runs with the packaged libweightd0; python3-weightd, when debian/control has it, imports.
+# Skipped (exit 77) when dpkg-buildpackage or debhelper is missing: scripts/deps installs them.
 set -euo pipefail
 
 src=${1:?usage: test_package.sh SOURCE_DIR}
@@ -174,6 +174,28 @@ if cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_C_COMPILER="$cc" 
 else
 	cat "$work/consumer.log" >&2
 	fail "examples/engine.c does not build with find_package(weightd)"
+fi
+
+# The Python module, when debian/control has a python3-weightd package.
+pydeb=$work/python3-weightd_${version}_${arch}.deb
+if grep -q '^Package: python3-weightd$' "$src/debian/control"; then
+	step "python3-weightd: the module imports with the packaged libweightd0"
+	if [ -f "$pydeb" ]; then
+		dpkg -x "$pydeb" "$root"
+		pydir=$root/usr/lib/python3/dist-packages
+		[ -f "$pydir/weightd/__init__.py" ] || fail "python3-weightd has no weightd/__init__.py"
+		out=$(cd / && PYTHONPATH="$pydir" LD_LIBRARY_PATH="$libdir" /usr/bin/python3 -c \
+			'import weightd, weightd._weightd as m; print(weightd.__version__, m.__file__)' 2>&1) ||
+			fail "import weightd from python3-weightd failed: $out"
+		case $out in
+		"${version%%-*} $pydir/weightd/"*) ;;
+		*) fail "import weightd did not load the packaged module: $out" ;;
+		esac
+		dpkg-deb -f "$pydeb" Depends | grep -q 'libweightd0' ||
+			fail "python3-weightd does not depend on libweightd0"
+	else
+		fail "no $(basename "$pydeb")"
+	fi
 fi
 
 if [ "$failures" -ne 0 ]; then
