@@ -30,7 +30,8 @@ file(READ "${wd_service_template}" wd_unit)
 string(REPLACE "/usr/sbin/weightd" "${wd_full_sbindir}/weightd" wd_unit "${wd_unit}")
 string(REPLACE "/etc/weightd/" "${wd_full_sysconfdir}/weightd/" wd_unit "${wd_unit}")
 file(WRITE "${wd_work_dir}/install/weightd.service" "${wd_unit}")
-file(INSTALL DESTINATION "${wd_full_unitdir}" TYPE FILE FILES "${wd_work_dir}/install/weightd.service")
+file(INSTALL DESTINATION "${wd_full_unitdir}" TYPE FILE
+     FILES "${wd_work_dir}/install/weightd.service")
 
 # file(INSTALL) adds DESTDIR itself; the EXISTS test must add it by hand.
 set(wd_conf "$ENV{DESTDIR}${wd_full_sysconfdir}/weightd/weightd.conf")

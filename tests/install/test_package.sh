@@ -12,7 +12,7 @@ src=${1:?usage: test_package.sh SOURCE_DIR}
 cc=${WD_CC:-cc}
 for tool in dpkg-buildpackage dh dpkg-deb lintian; do
 	if ! command -v "$tool" >/dev/null; then
-		echo "SKIP: $tool is not installed (scripts/deps installs debhelper, dpkg-dev, lintian)"
+		echo "SKIP: $tool is not installed (scripts/deps installs dpkg-dev, debhelper, lintian)"
 		exit 77
 	fi
 done
@@ -87,8 +87,8 @@ has libweightd-dev /usr/include/weightd/client.h "/usr/lib/$multiarch/libweightd
 	"/usr/lib/$multiarch/libweightd.a" "/usr/lib/$multiarch/pkgconfig/libweightd.pc" \
 	"/usr/lib/$multiarch/cmake/weightd/weightdConfig.cmake" \
 	/usr/share/man/man3/libweightd.3.gz /usr/share/doc/libweightd-dev/examples/engine.c
-dpkg-deb -f "$work/libweightd-dev_${version}_${arch}.deb" Depends | grep -q "libweightd0 (= $version)" ||
-	fail "libweightd-dev does not depend on libweightd0 (= $version)"
+dpkg-deb -f "$work/libweightd-dev_${version}_${arch}.deb" Depends |
+	grep -q "libweightd0 (= $version)" || fail "libweightd-dev does not depend on libweightd0 (= $version)"
 dpkg-deb -I "$work/weightd_${version}_${arch}.deb" conffiles | grep -qx /etc/weightd/weightd.conf ||
 	fail "/etc/weightd/weightd.conf is not a conffile"
 dpkg-deb -e "$work/weightd_${version}_${arch}.deb" "$work/control"
@@ -184,8 +184,9 @@ if grep -q '^Package: python3-weightd$' "$src/debian/control"; then
 		dpkg -x "$pydeb" "$root"
 		pydir=$root/usr/lib/python3/dist-packages
 		[ -f "$pydir/weightd/__init__.py" ] || fail "python3-weightd has no weightd/__init__.py"
+		probe='import weightd, weightd._weightd as m; print(weightd.__version__, m.__file__)'
 		out=$(cd / && PYTHONPATH="$pydir" LD_LIBRARY_PATH="$libdir" /usr/bin/python3 -c \
-			'import weightd, weightd._weightd as m; print(weightd.__version__, m.__file__)' 2>&1) ||
+			"$probe" 2>&1) ||
 			fail "import weightd from python3-weightd failed: $out"
 		case $out in
 		"${version%%-*} $pydir/weightd/"*) ;;
