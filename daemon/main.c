@@ -26,11 +26,11 @@
 
 static const char usage[] =
 	"usage: weightd --config FILE [--foreground] [--check-config] [--log-level LEVEL]\n"
+	"       weightd --purge --config FILE | --prefix P [--state-dir D]  (--purge --help)\n"
 	"  --config FILE     the configuration (INI; see weightd.conf(5))\n"
 	"  --foreground      stay in the foreground (as under systemd)\n"
 	"  --check-config    validate the configuration and every checkpoint, then exit\n"
-	"  --log-level LEVEL error, warning, notice, info or debug\n"
-	"       weightd --purge --config FILE | --prefix P [--state-dir D]  (see --purge --help)\n";
+	"  --log-level LEVEL error, warning, notice, info or debug\n";
 
 /* Validate the config and every checkpoint without starting; prints one line per checkpoint. */
 static int check_config(const struct config *cfg)
