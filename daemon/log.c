@@ -29,6 +29,11 @@ void log_set_level(int level)
 	cur_level = level;
 }
 
+int log_get_level(void)
+{
+	return cur_level;
+}
+
 void log_set_prefix(int journald)
 {
 	use_prefix = journald;

@@ -8,6 +8,7 @@ enum log_level { LOG_LVL_ERR = 3, LOG_LVL_WARNING = 4, LOG_LVL_NOTICE = 5, LOG_L
 /* Parse "error", "warning", "notice", "info", "debug"; -1 if unknown. */
 int log_level_parse(const char *s);
 void log_set_level(int level);
+int log_get_level(void);
 /* Prefix lines with "<N>" (journald) when true; plain "weightd: level: " otherwise. */
 void log_set_prefix(int journald);
 

@@ -17,6 +17,7 @@ struct pool {
 	pthread_cond_t cond;
 	struct pool_task *head, *tail;   /* queued work */
 	struct pool_task *done_head, *done_tail; /* finished, waiting for the main thread */
+	size_t pending;                  /* main thread's count: submitted, done() not yet run */
 	bool stop;
 	unsigned nthreads;
 	pthread_t *threads;
@@ -80,6 +81,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 	pthread_mutex_unlock(&p->lock);
 	while ((t = list)) {
 		list = t->next;
+		p->pending--;
 		t->done(t);
 	}
 }
@@ -123,8 +125,14 @@ void pool_submit(struct pool *p, struct pool_task *t)
 	else
 		p->head = t;
 	p->tail = t;
+	p->pending++;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
+}
+
+size_t pool_pending(const struct pool *p)
+{
+	return p->pending;
 }
 
 unsigned pool_threads(const struct pool *p)

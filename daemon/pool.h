@@ -29,6 +29,8 @@ struct pool *pool_new(struct event_base *base, unsigned nthreads);
 /* Queue a task (main thread). Never fails: the queue is an intrusive list. */
 void pool_submit(struct pool *p, struct pool_task *t);
 
+/* Tasks queued or running. */
+size_t pool_pending(const struct pool *p);
 unsigned pool_threads(const struct pool *p);
 
 /* Stop the workers after the tasks already running; queued tasks are completed (done() called with
