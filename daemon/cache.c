@@ -1,4 +1,4 @@
-/* cache.c - weights by key, the memory budget with LRU eviction, and the jobs that
+/* cache.c - weights by key and by handle, the memory budget with LRU eviction, and the jobs that
  * fill new segments on the worker pool. Main thread only, except job_work. */
 #include "cache.h"
 
@@ -60,7 +60,7 @@ struct cache {
 	uint64_t count;
 	uint64_t next_id;
 	size_t nbuckets;
-	struct weight **by_key;
+	struct weight **by_key, **by_id;
 	struct job *jobs;            /* in flight, for walking them */
 	struct job *jobs_by_key[JOB_BUCKETS];
 	struct weight *lru_head, *lru_tail; /* head = least recently released */
@@ -74,6 +74,11 @@ static size_t key_hash(const uint8_t *key, size_t nb)
 	return (size_t)(h % nb);
 }
 
+static size_t id_hash(uint64_t id, size_t nb)
+{
+	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 17) % nb;
+}
+
 struct cache *cache_new(struct daemon *d, uint64_t budget_bytes)
 {
 	struct cache *c = calloc(1, sizeof(*c));
@@ -85,7 +90,10 @@ struct cache *cache_new(struct daemon *d, uint64_t budget_bytes)
 	c->next_id = 1;
 	c->nbuckets = 1024;
 	c->by_key = calloc(c->nbuckets, sizeof(*c->by_key));
-	if (!c->by_key) {
+	c->by_id = calloc(c->nbuckets, sizeof(*c->by_id));
+	if (!c->by_key || !c->by_id) {
+		free(c->by_key);
+		free(c->by_id);
 		free(c);
 		return NULL;
 	}
@@ -95,10 +103,13 @@ struct cache *cache_new(struct daemon *d, uint64_t budget_bytes)
 static void rehash(struct cache *c)
 {
 	size_t nb = c->nbuckets * 2;
-	struct weight **bk = calloc(nb, sizeof(*bk));
+	struct weight **bk = calloc(nb, sizeof(*bk)), **bi = calloc(nb, sizeof(*bi));
 
-	if (!bk)
+	if (!bk || !bi) {
+		free(bk);
+		free(bi);
 		return; /* keep the old, longer chains */
+	}
 	for (size_t i = 0; i < c->nbuckets; i++) {
 		struct weight *w, *next;
 		for (w = c->by_key[i]; w; w = next) {
@@ -107,9 +118,17 @@ static void rehash(struct cache *c)
 			w->key_next = bk[h];
 			bk[h] = w;
 		}
+		for (w = c->by_id[i]; w; w = next) {
+			size_t h = id_hash(w->id, nb);
+			next = w->id_next;
+			w->id_next = bi[h];
+			bi[h] = w;
+		}
 	}
 	free(c->by_key);
+	free(c->by_id);
 	c->by_key = bk;
+	c->by_id = bi;
 	c->nbuckets = nb;
 }
 
@@ -121,15 +140,25 @@ static struct weight *find_key(struct cache *c, const uint8_t *key)
 	return NULL;
 }
 
+struct weight *cache_by_id(struct cache *c, uint64_t id)
+{
+	for (struct weight *w = c->by_id[id_hash(id, c->nbuckets)]; w; w = w->id_next)
+		if (w->id == id)
+			return w;
+	return NULL;
+}
+
 static void lru_append(struct cache *c, struct weight *w);
 
-/* Hash a new weight by key. */
+/* Hash a new weight by key and handle. */
 static void insert(struct cache *c, struct weight *w)
 {
 	if (c->count + 1 > c->nbuckets)
 		rehash(c);
 	w->key_next = c->by_key[key_hash(w->key, c->nbuckets)];
 	c->by_key[key_hash(w->key, c->nbuckets)] = w;
+	w->id_next = c->by_id[id_hash(w->id, c->nbuckets)];
+	c->by_id[id_hash(w->id, c->nbuckets)] = w;
 	c->count++;
 }
 
@@ -172,6 +201,11 @@ static void unhash(struct cache *c, struct weight *w)
 			*pp = w->key_next;
 			break;
 		}
+	for (pp = &c->by_id[id_hash(w->id, c->nbuckets)]; *pp; pp = &(*pp)->id_next)
+		if (*pp == w) {
+			*pp = w->id_next;
+			break;
+		}
 }
 
 /* Remove a weight from the cache and free it. Clients mapping it keep their memory. */
@@ -199,6 +233,7 @@ void cache_free(struct cache *c, bool unlink_segments)
 		while (c->by_key[i])
 			weight_destroy(c, c->by_key[i], unlink_segments);
 	free(c->by_key);
+	free(c->by_id);
 	free(c);
 }
 

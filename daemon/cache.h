@@ -41,7 +41,7 @@ struct weight {
 	bool adopted;
 	struct weight *lru_prev, *lru_next;
 	bool in_lru;
-	struct weight *key_next;
+	struct weight *key_next, *id_next;
 };
 
 /* Called on the main thread when a requested weight is ready (w has one reference taken for the
@@ -86,6 +86,9 @@ uint64_t cache_room(const struct cache *c);
 int cache_check_room(struct cache *c, uint64_t need, const char *what, struct wd_error *err);
 /* Destroy every unreferenced weight whose source generation is gone (after a reload). */
 uint64_t cache_drop_stale(struct cache *c);
+
+/* Look up by handle; NULL if no such weight. */
+struct weight *cache_by_id(struct cache *c, uint64_t id);
 
 void cache_hold(struct cache *c, struct weight *w);
 /* Give back a reference. At zero the weight joins the LRU list, or, when its source generation
