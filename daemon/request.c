@@ -15,7 +15,7 @@
 #include "wire.h"
 
 #define MAX_UNIT_ENTRIES 65536
-#define MAX_RECIPE_NODES 256
+#define MAX_RECIPE_NODES WD_RECIPE_MAX_NODES
 
 /* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
  * it resolves to). */

@@ -129,6 +129,8 @@ enum {
 	WEIGHTD_E_BAD_ALIAS = 41,
 	WEIGHTD_E_ALIAS_CYCLE = 42,
 	WEIGHTD_E_SLOT_MISMATCH = 43,
+	/* dequant_block: the scale tensor's shape is not the data's block grid */
+	WEIGHTD_E_SCALE_MISMATCH = 65,
 };
 
 /*
