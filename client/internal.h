@@ -203,6 +203,8 @@ struct wc_node {
 	size_t ndim;
 	uint32_t perm[WEIGHTD_MAX_DIMS];
 	size_t n_perm;
+	uint64_t block[WEIGHTD_MAX_DIMS];  /* DEQUANT_BLOCK */
+	size_t n_block;
 	char dtype[16];
 	char *path;                  /* where it was in JSON, or NULL */
 };

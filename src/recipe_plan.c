@@ -320,6 +320,12 @@ static void label_node(const struct build *b, uint32_t i, struct sbuf *sb)
 	case WD_OP_CAST:
 		sb_add(sb, ", %s)", wd_dtype_name(n->dtype));
 		break;
+	case WD_OP_DEQUANT_BLOCK:
+		sb_add(sb, ", ");
+		label_node(b, n->inputs[1], sb);
+		shape_str(n->block, n->n_block, s, sizeof(s));
+		sb_add(sb, ", %s, %s)", s, wd_dtype_name(n->dtype));
+		break;
 	default:
 		sb_add(sb, ")");
 		break;
