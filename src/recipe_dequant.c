@@ -51,7 +51,7 @@ int wd_recipe_build_dequant(struct build *b, uint32_t i, const struct wd_rnode *
 		return nerr(b, i, WD_E_DTYPE_MISMATCH, -1, WD_F32, s->dtype,
 			    "the scale (input 1, node %" PRIu32 ") is %s but must be F32",
 			    rn->inputs[1], wd_dtype_name(s->dtype));
-	if (rn->n_block != x->ndim)
+	if (rn->n_block < 0 || rn->n_block > WD_MAX_DIMS || rn->n_block != x->ndim)
 		return nerr(b, i, WD_E_INVALID, -1, x->ndim, rn->n_block,
 			    "the block shape has %d entr%s but the data (node %" PRIu32 ") has %d "
 			    "dimension%s", rn->n_block, rn->n_block == 1 ? "y" : "ies", rn->inputs[0],
