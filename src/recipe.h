@@ -175,4 +175,32 @@ const char *wd_plan_label(const struct wd_plan *p);
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
 		    uint64_t *ret_bytes_read, struct wd_error *err);
 
+/*
+ * Spreading one weight over several workers. The output may be produced as independent byte
+ * ranges, each by wd_plan_execute_range on its own thread with its own scratch (the plan is only
+ * read). Every range evaluates the plan's temporaries again (a transpose's input, the scales of
+ * a block-scale dequantization: wd_plan_temp_read_bytes reads of checkpoint bytes each); the rest
+ * of the output streams from the files, and ranges split at multiples of wd_plan_split_align
+ * (the root's innermost row, so no conversion unit is cut; the whole weight when a GGUF
+ * dequantizing cast makes rows the wrong unit) read each of those file bytes exactly once over
+ * all of them: k ranges read wd_plan_read_bytes + (k - 1) x wd_plan_temp_read_bytes in all.
+ *
+ * out->write(ctx, off, buf, len, err) receives the range's bytes in order, each call at output
+ * offset `off` (absolute in the weight); it returns 0 or -code with err set, which stops the
+ * range. Hashing is the caller's: a content digest over ranges written out of order needs a
+ * hash that can be combined, or a pass over the finished bytes.
+ */
+struct wd_range_out {
+	void *ctx;
+	int (*write)(void *ctx, uint64_t off, const void *buf, size_t len, struct wd_error *err);
+};
+
+uint64_t wd_plan_split_align(const struct wd_plan *p);
+uint64_t wd_plan_temp_read_bytes(const struct wd_plan *p);
+/* Bytes [off, off + len) of the output (len > 0, inside the weight) into out, with the checks
+ * and accounting of wd_plan_execute. */
+int wd_plan_execute_range(const struct wd_plan *p, uint64_t off, uint64_t len,
+			  const struct wd_range_out *out, struct wd_scratch *scratch,
+			  uint64_t *ret_bytes_read, struct wd_error *err);
+
 #endif

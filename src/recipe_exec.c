@@ -540,16 +540,42 @@ static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
 	       sc->cap2 >= (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
 }
 
+/* Where the root's bytes go: a sink (in order from 0, hashed) or a range writer (at offsets). */
+struct out {
+	struct wd_sink *sink;
+	const struct wd_range_out *range;
+	uint64_t pos;                /* next output offset (range writers) */
+};
+
+/* A buffer to produce the next write in without a copy (a free slot of the sink's hasher). */
+static uint8_t *out_buffer(struct out *o, size_t *ret_cap)
+{
+	return o->sink ? wd_sink_buffer(o->sink, ret_cap) : NULL;
+}
+
+static int out_write(struct out *o, const uint8_t *buf, size_t len, struct wd_error *err)
+{
+	int r;
+
+	if (o->sink)
+		return wd_sink_write(o->sink, buf, len, err);
+	r = o->range->write(o->range->ctx, o->pos, buf, len, err);
+	o->pos += len;
+	return r;
+}
+
 /*
- * The root cast: input chunks in scratch->buf, converted straight into the sink's next slot when
- * it pipelines its hashing (else into scratch->buf2), written.
+ * The root cast, output bytes [off, end) (both on unit boundaries): input chunks in
+ * scratch->buf, converted straight into the sink's next slot when it pipelines its hashing (else
+ * into scratch->buf2), written.
  */
-static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
+static int run_root_cast(struct exec *e, struct out *o, struct wd_scratch *sc, uint64_t off,
+			 uint64_t end)
 {
 	const struct xnode *x = &e->p->x[e->p->root], *y = &e->p->x[x->in[0]];
 	const struct xstate *s = &e->st[e->p->root];
 	uint64_t ib = unit_bytes(y->dtype), ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
-	uint64_t total = x->nbytes / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
+	uint64_t total = end / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
 	int r;
 
 	r = win_alloc(e, e->p->root);     /* for its F32 buffer */
@@ -557,9 +583,9 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 		return r;
 	if (s->mid)
 		k = min_u64(k, s->units);
-	for (uint64_t u = 0; u < total;) {
+	for (uint64_t u = off / ob; u < total;) {
 		size_t cap = 0, n;
-		uint8_t *out = wd_sink_buffer(sink, &cap);
+		uint8_t *out = out_buffer(o, &cap);
 		uint64_t kk = k;
 
 		if (out && cap >= ob)
@@ -573,7 +599,7 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 		if (r == 0)
 			r = convert_at(e, x, u, sc->buf, out, n, s->mid);
 		if (r == 0)
-			r = wd_sink_write(sink, out, n * ob, e->err);
+			r = out_write(o, out, n * ob, e->err);
 		if (r < 0)
 			return r;
 		u += n;
@@ -581,43 +607,41 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 	return 0;
 }
 
-/* Any other root: produced chunk by chunk into the sink's next slot (or scratch->buf), written. */
-static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
+/* Any other root, bytes [off, end): produced chunk by chunk into the sink's next slot (or
+ * scratch->buf), written. */
+static int run_root(struct exec *e, struct out *o, struct wd_scratch *sc, uint64_t off,
+		    uint64_t end)
 {
-	const struct wd_plan *p = e->p;
 	int r = 0;
 
-	for (uint64_t off = 0; off < p->nbytes && r == 0;) {
+	while (off < end && r == 0) {
 		size_t cap = 0, n;
-		uint8_t *out = wd_sink_buffer(sink, &cap);
+		uint8_t *out = out_buffer(o, &cap);
 
 		if (!out) {
 			out = sc->buf;
 			cap = sc->cap;
 		}
-		n = (size_t)min_u64(cap, p->nbytes - off);
-		r = read_node(e, p->root, off, n, out);
+		n = (size_t)min_u64(cap, end - off);
+		r = read_node(e, e->p->root, off, n, out);
 		if (r == 0)
 			r = flush(e);
 		if (r == 0)
-			r = wd_sink_write(sink, out, n, e->err);
+			r = out_write(o, out, n, e->err);
 		off += n;
 	}
 	return r;
 }
 
-int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
-		    uint64_t *ret_bytes_read, struct wd_error *err)
+/* Output bytes [off, off + len) into o: files checked, temporaries evaluated, the root run. */
+static int run(const struct wd_plan *p, struct out *o, uint64_t off, uint64_t len,
+	       struct wd_scratch *scratch, uint64_t *ret_bytes_read, struct wd_error *err)
 {
 	struct exec e = { .p = p, .err = err };
+	const struct xnode *root = &p->x[p->root];
+	uint64_t ob;
 	int r;
 
-	if (!scratch || !scratch->buf || !scratch->cap)
-		return wd_error_set(err, WD_E_INTERNAL, "materialization needs a scratch buffer");
-	if (sink->size - sink->written != p->nbytes)
-		return wd_error_set(err, WD_E_INTERNAL,
-				    "the sink takes %" PRIu64 " bytes but the weight is %" PRIu64,
-				    sink->size - sink->written, p->nbytes);
 	r = check_files(&e);
 	if (r < 0)
 		goto out;
@@ -643,10 +667,12 @@ int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scr
 			goto out;
 		e.st[i].ready = true;
 	}
-	if (root_cast_fits(p, scratch))
-		r = run_root_cast(&e, sink, scratch);
+	ob = root_cast_fits(p, scratch) ? (uint64_t)block_elems(p->x[root->in[0]].dtype) *
+					  wd_dtype_size(root->dtype) : 0;
+	if (ob && off % ob == 0 && (off + len) % ob == 0)
+		r = run_root_cast(&e, o, scratch, off, off + len);
 	else
-		r = run_root(&e, sink, scratch);
+		r = run_root(&e, o, scratch, off, off + len);
 	if (r < 0)
 		goto out;
 	r = check_files(&e);
@@ -657,4 +683,33 @@ out:
 	if (ret_bytes_read)
 		*ret_bytes_read += e.bytes_read;
 	return r;
+}
+
+int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
+		    uint64_t *ret_bytes_read, struct wd_error *err)
+{
+	struct out o = { .sink = sink };
+
+	if (!scratch || !scratch->buf || !scratch->cap)
+		return wd_error_set(err, WD_E_INTERNAL, "materialization needs a scratch buffer");
+	if (sink->size - sink->written != p->nbytes)
+		return wd_error_set(err, WD_E_INTERNAL,
+				    "the sink takes %" PRIu64 " bytes but the weight is %" PRIu64,
+				    sink->size - sink->written, p->nbytes);
+	return run(p, &o, 0, p->nbytes, scratch, ret_bytes_read, err);
+}
+
+int wd_plan_execute_range(const struct wd_plan *p, uint64_t off, uint64_t len,
+			  const struct wd_range_out *out, struct wd_scratch *scratch,
+			  uint64_t *ret_bytes_read, struct wd_error *err)
+{
+	struct out o = { .range = out, .pos = off };
+
+	if (!scratch || !scratch->buf || !scratch->cap || !out || !out->write)
+		return wd_error_set(err, WD_E_INTERNAL, "a range execution needs a scratch buffer "
+				    "and a writer");
+	if (off > p->nbytes || len > p->nbytes - off || len == 0)
+		return wd_error_set(err, WD_E_INTERNAL, "bytes %" PRIu64 "+%" PRIu64 " are not a "
+				    "range of the %" PRIu64 "-byte weight", off, len, p->nbytes);
+	return run(p, &o, off, len, scratch, ret_bytes_read, err);
 }

@@ -110,6 +110,8 @@ struct wd_plan {
 	uint8_t key[WD_DIGEST_LEN];
 	uint64_t read_bytes;
 	uint64_t temp_bytes;
+	uint64_t temp_read;           /* file bytes the temporaries read */
+	uint64_t split_align;
 	struct xnode *x;
 	size_t nx, capx;
 	uint32_t root;

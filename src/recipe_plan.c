@@ -147,11 +147,15 @@ static int account(struct build *b)
 					    " bytes of working memory allowed", b->lim.max_temp_bytes);
 		}
 	}
-	total = p->x[p->root].cost;
+	total = 0;
 	for (size_t i = 0; i < p->root; i++)
 		if (p->x[i].reach && p->x[i].temp && !wd_add_u64(total, p->x[i].cost, &total))
 			return nerr(b, p->x[i].cause, WD_E_OVERFLOW, -1, 0, 0,
 				    "the bytes this recipe reads exceed 2^64");
+	p->temp_read = total;
+	if (!wd_add_u64(total, p->x[p->root].cost, &total))
+		return nerr(b, p->x[p->root].orig, WD_E_OVERFLOW, -1, 0, 0,
+			    "the bytes this recipe reads exceed 2^64");
 	p->temp_bytes = temp;
 	p->read_bytes = total;
 	return 0;
@@ -200,6 +204,8 @@ static int prepare(struct build *b)
 {
 	struct wd_plan *p = b->p;
 	struct pset set = { NULL, 0 };
+	const struct xnode *root;
+	bool block_cast = false;
 	size_t leaves = 0;
 	int rc = 0;
 
@@ -235,6 +241,8 @@ static int prepare(struct build *b)
 			}
 			continue;
 		}
+		if (x->op == X_CAST && block_elems(p->x[x->in[0]].dtype) > 1)
+			block_cast = true;
 		if (x->op != X_LEAF)
 			continue;
 		if (pset_add(&set, x->src, x->file)) {
@@ -247,6 +255,9 @@ static int prepare(struct build *b)
 			p->srcs[p->n_srcs++] = x->src;
 	}
 	free(set.slot);
+	root = &p->x[p->root];
+	p->split_align = block_cast || root->ndim == 0 ? root->nbytes
+						       : inner_bytes(root, root->ndim - 2);
 	return rc;
 }
 
@@ -455,6 +466,16 @@ const uint8_t *wd_plan_key(const struct wd_plan *p)
 uint64_t wd_plan_read_bytes(const struct wd_plan *p)
 {
 	return p->read_bytes;
+}
+
+uint64_t wd_plan_temp_read_bytes(const struct wd_plan *p)
+{
+	return p->temp_read;
+}
+
+uint64_t wd_plan_split_align(const struct wd_plan *p)
+{
+	return p->split_align;
 }
 
 size_t wd_plan_source_count(const struct wd_plan *p)

@@ -4,6 +4,7 @@
  * many experts, folding a cast, every error class, and a recipe at the node limit. */
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -620,6 +621,127 @@ static void stack_of_fused_expert_shards(void **state)
 	rb_free(&b);
 }
 
+/* ---- ranges on several threads ------------------------------------------------------------ */
+
+struct range_job {
+	const struct wd_plan *p;
+	uint64_t off, len, read;
+	uint8_t *dst;                 /* the whole output buffer */
+	uint64_t next;                /* where the next write must land: in order within the range */
+	int rc;
+	char msg[512];
+};
+
+static int range_write(void *ctx, uint64_t off, const void *buf, size_t len, struct wd_error *err)
+{
+	struct range_job *j = ctx;
+
+	if (off != j->next || off + len > j->off + j->len)
+		return wd_error_set(err, WD_E_INTERNAL, "write at %llu+%zu, expected %llu",
+				    (unsigned long long)off, len, (unsigned long long)j->next);
+	memcpy(j->dst + off, buf, len);
+	j->next = off + len;
+	return 0;
+}
+
+static void *range_thread(void *arg)
+{
+	struct range_job *j = arg;
+	struct wd_range_out out = { j, range_write };
+	struct wd_scratch sc;
+	struct wd_error err;
+
+	j->next = j->off;
+	j->read = 0;
+	if (wd_scratch_init(&sc, 1000) < 0) {
+		j->rc = -1;
+		return NULL;
+	}
+	j->rc = wd_plan_execute_range(j->p, j->off, j->len, &out, &sc, &j->read, &err);
+	if (j->rc < 0)
+		snprintf(j->msg, sizeof(j->msg), "%s", err.msg);
+	else if (j->next != j->off + j->len)
+		j->rc = -1, snprintf(j->msg, sizeof(j->msg), "the range stopped short");
+	wd_scratch_free(&sc);
+	return NULL;
+}
+
+/*
+ * The fused experts of stack_of_fused_expert_shards made as 1, 3 and 7 ranges on as many threads
+ * at once: the same bytes as one execution. Split on wd_plan_split_align, the ranges read the
+ * streamed bytes once in all and the temporaries (the scales) once each; split anywhere (odd
+ * offsets inside elements) the bytes are still right.
+ */
+static void ranges_on_threads_make_the_same_bytes(void **state)
+{
+	static const size_t splits[] = { 1, 3, 7 };
+	struct rb b;
+	uint32_t experts[NEXP];
+	static char names[4 * NEXP][16];
+	struct wd_plan *p;
+	uint8_t *whole, *out;
+	uint64_t n, align;
+
+	(void)state;
+	rb_init(&b, 16 * NEXP, 32 * NEXP);
+	for (uint32_t e = 0; e < NEXP; e++) {
+		uint32_t parts[2];
+
+		snprintf(names[4 * e], 16, "g.%u", e), snprintf(names[4 * e + 1], 16, "u.%u", e);
+		snprintf(names[4 * e + 2], 16, "gs.%u", e), snprintf(names[4 * e + 3], 16, "us.%u", e);
+		parts[0] = r_shard(&b, r_dq(&b, r_src(&b, names[4 * e]), r_src(&b, names[4 * e + 2]),
+					    WD_BF16, 2, BR, BC), 0, 3, 8);
+		parts[1] = r_shard(&b, r_dq(&b, r_src(&b, names[4 * e + 1]), r_src(&b, names[4 * e + 3]),
+					    WD_BF16, 2, BR, BC), 0, 3, 8);
+		experts[e] = r_join(&b, WD_OP_CONCAT, 0, parts, 2);
+	}
+	r_join(&b, WD_OP_STACK, 0, experts, NEXP);
+	p = plan_ok(&b);
+	n = wd_plan_nbytes(p);
+	align = wd_plan_split_align(p);
+	assert_int_equal(align, EC * 2);            /* one BF16 row */
+	assert_int_equal(wd_plan_temp_read_bytes(p), NEXP * 2 * 2 * 4); /* two scale floats each */
+	whole = run(p, 4u << 20, NULL);
+	out = malloc(n);
+	assert_non_null(out);
+	for (size_t s = 0; s < 3; s++)
+		for (int aligned = 1; aligned >= 0; aligned--) {
+			size_t k = splits[s];
+			struct range_job jobs[7];
+			pthread_t th[7];
+			uint64_t total = 0, prev = 0;
+
+			memset(out, 0xee, n);
+			for (size_t i = 0; i < k; i++) {
+				uint64_t end = i + 1 == k ? n : n * (i + 1) / k;
+
+				if (aligned)
+					end = i + 1 == k ? n : end / align * align;
+				else if (i + 1 < k)
+					end |= 1;           /* inside a BF16 element */
+				jobs[i] = (struct range_job){ .p = p, .off = prev, .len = end - prev,
+							      .dst = out };
+				prev = end;
+			}
+			for (size_t i = 0; i < k; i++)
+				assert_int_equal(pthread_create(&th[i], NULL, range_thread, &jobs[i]), 0);
+			for (size_t i = 0; i < k; i++) {
+				assert_int_equal(pthread_join(th[i], NULL), 0);
+				if (jobs[i].rc < 0)
+					fail_msg("range %zu of %zu: %s", i, k, jobs[i].msg);
+				total += jobs[i].read;
+			}
+			assert_memory_equal(out, whole, n);
+			if (aligned)
+				assert_int_equal(total, wd_plan_read_bytes(p) +
+						 (k - 1) * wd_plan_temp_read_bytes(p));
+		}
+	free(out);
+	free(whole);
+	wd_plan_free(p);
+	rb_free(&b);
+}
+
 /* Each error class names the dequant_block node and what is wrong with which input. */
 static void errors_name_the_node(void **state)
 {
@@ -764,6 +886,7 @@ int main(void)
 		cmocka_unit_test(indices_and_elements),
 		cmocka_unit_test(normalised_forms_share_a_key),
 		cmocka_unit_test(stack_of_fused_expert_shards),
+		cmocka_unit_test(ranges_on_threads_make_the_same_bytes),
 		cmocka_unit_test(errors_name_the_node),
 		cmocka_unit_test(node_limit_recipe_runs),
 	};
