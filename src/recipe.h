@@ -153,8 +153,9 @@ uint64_t wd_plan_nbytes(const struct wd_plan *p);
 /* SHA-256 of the canonical encoding of the recipe with each source replaced by its identity
  * (wd_source_identity) and tensor name: equal keys = equal bytes. The recipe is normalised first
  * (shard -> range, negative axes resolved, no-op nodes and unused nodes dropped, reshape/view
- * chains collapsed, selections moved below casts), so e.g. shard(cast(x)) and cast(shard(x))
- * share one key, and so do one file's tensors under two checkpoint names. */
+ * chains collapsed, selections moved below casts and block-scale dequantizations, a cast of an
+ * F32 dequantization folded into it), so e.g. shard(cast(x)) and cast(shard(x)) share one key,
+ * and so do one file's tensors under two checkpoint names. */
 const uint8_t *wd_plan_key(const struct wd_plan *p);
 /* Bytes execution will read from checkpoints (for accounting and tests). */
 uint64_t wd_plan_read_bytes(const struct wd_plan *p);

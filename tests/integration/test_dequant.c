@@ -186,14 +186,12 @@ static weightd_recipe *w13_recipe(void)
 	return r;
 }
 
-/* w2 = stack over experts of down, each a rank-3 shard of its columns: [NE, H, RN]. Written as
- * JSON. */
-static weightd_recipe *w2_recipe(void)
+/* w2 = stack over experts of down, each a rank-3 shard of its columns: [NE, H, RN], as JSON
+ * (malloc'd). */
+static char *w2_json(void)
 {
 	size_t cap = 1 << 16, len = 0;
 	char *json = malloc(cap);
-	weightd_recipe *r = NULL;
-	weightd_error err;
 
 	assert_non_null(json);
 	len += (size_t)snprintf(json + len, cap - len, "{\"op\":\"stack\",\"axis\":0,\"inputs\":[");
@@ -207,6 +205,15 @@ static weightd_recipe *w2_recipe(void)
 			"\"tensor\":\"experts.%d.down_proj.weight_scale_inv\"}}}",
 			e ? "," : "", RANK, WORLD, BH, BI, e, e);
 	snprintf(json + len, cap - len, "]}");
+	return json;
+}
+
+static weightd_recipe *w2_recipe(void)
+{
+	char *json = w2_json();
+	weightd_recipe *r = NULL;
+	weightd_error err;
+
 	if (weightd_recipe_from_json(json, strlen(json), &r, &err) < 0)
 		fail_msg("w2 JSON: %s", err.message);
 	free(json);
@@ -342,11 +349,38 @@ static void preflight_names_the_scale_mismatch(void **state)
 	weightd_close(c);
 }
 
+/* weightctl preflight FILE.json: the dtype, shape and bytes of w2; reads no payload. */
+static void weightctl_preflights_the_fused_weight(void **state)
+{
+	char path[400], out[4096];
+	char *json = w2_json();
+	char *argv[] = { (char *)harness_weightctl(), "--socket", HS.sock, "preflight", path, NULL };
+	weightd_status *st0 = it_status_of(&HS), *st1;
+	FILE *f;
+
+	(void)state;
+	harness_path(&HS, "w2.json", path, sizeof(path));
+	f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(fputs(json, f) >= 0, 1);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(harness_run(argv, out, sizeof(out), (uid_t)-1), 0);
+	assert_non_null(strstr(out, "BF16"));
+	assert_non_null(strstr(out, "[8, 72, 5]"));
+	assert_non_null(strstr(out, "5760"));        /* 8 x 72 x 5 x 2 bytes */
+	st1 = it_status_of(&HS);
+	assert_int_equal(st1->bytes_read, st0->bytes_read);
+	weightd_status_free(st0);
+	weightd_status_free(st1);
+	free(json);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(two_engines_bind_fused_dequantized_shards),
 		cmocka_unit_test(preflight_names_the_scale_mismatch),
+		cmocka_unit_test(weightctl_preflights_the_fused_weight),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

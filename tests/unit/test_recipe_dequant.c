@@ -253,7 +253,8 @@ static uint32_t rb_add(struct rb *b, enum wd_op op, const uint32_t *in, size_t n
 	n->op = op;
 	n->inputs = b->pool + b->used;
 	n->n_inputs = nin;
-	memcpy(b->pool + b->used, in, nin * sizeof(*in));
+	if (nin)
+		memcpy(b->pool + b->used, in, nin * sizeof(*in));
 	b->used += nin;
 	return (uint32_t)b->len++;
 }
