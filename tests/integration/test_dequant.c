@@ -163,27 +163,36 @@ static int dq_shard(weightd_recipe *r, int e, const char *kind, const uint64_t *
 	return out;
 }
 
-/* w13 = stack over experts of concat(gate, up) on axis 0, each a rank-3 shard of its rows:
- * [NE, 2 * RN, H]. Built with the C builder. */
-static weightd_recipe *w13_recipe(void)
+/* w13 = stack over n experts of concat(gate, up) on axis 0, each a rank-3 shard of its rows:
+ * [n, 2 * RN, H]; expert k is stored expert k % NE. Built with the C builder: 9 nodes per expert
+ * and the stack. */
+static weightd_recipe *w13_recipe_of(int n)
 {
 	static const uint64_t block[2] = { BI, BH };
 	weightd_recipe *r = NULL;
 	weightd_error err;
-	int experts[NE];
+	int *experts = malloc((size_t)n * sizeof(*experts));
 
+	assert_non_null(experts);
 	if (weightd_recipe_new(&r, &err) < 0)
 		fail_msg("%s", err.message);
-	for (int e = 0; e < NE; e++) {
-		int parts[2] = { dq_shard(r, e, "gate_proj", block, 0), dq_shard(r, e, "up_proj", block, 0) };
+	for (int e = 0; e < n; e++) {
+		int parts[2] = { dq_shard(r, e % NE, "gate_proj", block, 0),
+				 dq_shard(r, e % NE, "up_proj", block, 0) };
 
 		experts[e] = weightd_recipe_concat(r, 0, parts, 2, &err);
 		if (experts[e] < 0)
 			fail_msg("%s", err.message);
 	}
-	if (weightd_recipe_stack(r, 0, experts, NE, &err) < 0)
+	if (weightd_recipe_stack(r, 0, experts, (size_t)n, &err) < 0)
 		fail_msg("%s", err.message);
+	free(experts);
 	return r;
+}
+
+static weightd_recipe *w13_recipe(void)
+{
+	return w13_recipe_of(NE);
 }
 
 /* w2 = stack over experts of down, each a rank-3 shard of its columns: [NE, H, RN], as JSON
@@ -375,12 +384,50 @@ static void weightctl_preflights_the_fused_weight(void **state)
 	free(json);
 }
 
+/*
+ * The largest recipe the daemon takes: w13 over 7,281 experts is 65,530 nodes (the limit is
+ * 65,536), about 3 MB on the wire. The daemon preflights and makes it; every byte is checked.
+ */
+static void node_limit_recipe_through_the_daemon(void **state)
+{
+	const int n = (65536 - 1) / 9;
+	const uint64_t shape[3] = { (uint64_t)n, 2 * RN, H };
+	weightd_client *c = it_connect(&HS);
+	weightd_recipe *r = w13_recipe_of(n);
+	weightd_unit *u = NULL;
+	weightd_error err;
+	const uint8_t *w;
+	int bad = 0;
+
+	(void)state;
+	assert_int_equal(weightd_recipe_nodes(r), 65530);
+	assert_true(weightd_server(c)->max_recipe_nodes >= 65530);
+	if (weightd_unit_new(c, &u, &err) < 0 ||
+	    weightd_unit_slot(u, "w13", "BF16", shape, 3, NULL, &err) < 0 ||
+	    weightd_unit_set_recipe(u, "w13", r, &err) < 0 || weightd_unit_submit(u, &err) < 0 ||
+	    weightd_unit_validate(u, &err) < 0)
+		fail_msg("%s", err.message);
+	weightd_unit_bind(u);
+	w = weightd_unit_data(u, "w13");
+	assert_non_null(w);
+	for (int e = 0; e < n && !bad; e++)
+		for (uint64_t i = 0; i < 2 * RN; i++)
+			for (uint64_t j = 0; j < H && !bad; j++)
+				bad |= check_bf16(w, ((uint64_t)e * 2 * RN + i) * H + j,
+						  want_bf16(e % NE, i >= RN, R0 + i % RN, j), "w13", e);
+	assert_int_equal(bad, 0);
+	weightd_unit_free(u);
+	weightd_recipe_free(r);
+	weightd_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(two_engines_bind_fused_dequantized_shards),
 		cmocka_unit_test(preflight_names_the_scale_mismatch),
 		cmocka_unit_test(weightctl_preflights_the_fused_weight),
+		cmocka_unit_test(node_limit_recipe_through_the_daemon),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
