@@ -2,6 +2,7 @@
 #ifndef WD_RECIPE_H
 #define WD_RECIPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -170,38 +171,30 @@ const char *wd_plan_label(const struct wd_plan *p);
  * of checkpoints), checks every source file with wd_source_check before and after reading, and
  * adds the checkpoint bytes read to *ret_bytes_read. Byte-preserving plans stream file ranges
  * through scratch->buf (or the sink's slots, when it pipelines its hashing: wd_sink_buffer) into
- * the sink with no whole-tensor intermediate copy. Thread-safe: one plan
- * may run on one thread at a time; different plans concurrently.
+ * the sink with no whole-tensor intermediate copy. Thread-safe: the plan is only read, so one
+ * plan may run on several threads at once (wd_plan_execute_range) and different plans
+ * concurrently.
  */
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
 		    uint64_t *ret_bytes_read, struct wd_error *err);
 
 /*
- * Spreading one weight over several workers. The output may be produced as independent byte
- * ranges, each by wd_plan_execute_range on its own thread with its own scratch (the plan is only
- * read). Every range evaluates the plan's temporaries again (a transpose's input, the scales of
- * a block-scale dequantization: wd_plan_temp_read_bytes reads of checkpoint bytes each); the rest
- * of the output streams from the files, and ranges split at multiples of wd_plan_split_align
- * (the root's innermost row, so no conversion unit is cut; the whole weight when a GGUF
- * dequantizing cast makes rows the wrong unit) read each of those file bytes exactly once over
- * all of them: k ranges read wd_plan_read_bytes + (k - 1) x wd_plan_temp_read_bytes in all.
- *
- * out->write(ctx, off, buf, len, err) receives the range's bytes in order, each call at output
- * offset `off` (absolute in the weight); it returns 0 or -code with err set, which stops the
- * range. Hashing is the caller's: a content digest over ranges written out of order needs a
- * hash that can be combined, or a pass over the finished bytes.
+ * The same for output bytes [start, start + len) only, into a sink of len bytes: what one of
+ * several workers filling one weight at once runs. Concurrent calls on one plan are safe (the
+ * plan is only read; each call has its own state). Reads only what that range needs: the file
+ * bytes it streams, and the intermediate values it reads, each computed whole when first needed
+ * (for a stack of dequantized experts, the scales of the experts the range covers). Ranges split
+ * anywhere give the same bytes; split on element boundaries of the casts they stream, they read
+ * each streamed file byte once over all of them.
  */
-struct wd_range_out {
-	void *ctx;
-	int (*write)(void *ctx, uint64_t off, const void *buf, size_t len, struct wd_error *err);
-};
-
-uint64_t wd_plan_split_align(const struct wd_plan *p);
+int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
+			  struct wd_sink *sink, struct wd_scratch *scratch, uint64_t *ret_bytes_read,
+			  struct wd_error *err);
+/* Whether ranges of the output can be produced independently at no real extra cost: the only
+ * intermediate values kept whole are dequantization scales (each range computes the few it
+ * needs; wd_plan_temp_read_bytes bounds what they read). */
+bool wd_plan_splittable(const struct wd_plan *p);
+/* Checkpoint bytes the plan's intermediate values read (included in wd_plan_read_bytes). */
 uint64_t wd_plan_temp_read_bytes(const struct wd_plan *p);
-/* Bytes [off, off + len) of the output (len > 0, inside the weight) into out, with the checks
- * and accounting of wd_plan_execute. */
-int wd_plan_execute_range(const struct wd_plan *p, uint64_t off, uint64_t len,
-			  const struct wd_range_out *out, struct wd_scratch *scratch,
-			  uint64_t *ret_bytes_read, struct wd_error *err);
 
 #endif

@@ -15,7 +15,7 @@
 struct xstate {
 	uint8_t *temp;               /* whole output, once `ready` (temp_alloc) */
 	size_t temp_len;
-	bool ready;
+	bool ready, busy;            /* busy: being evaluated into temp */
 	/* a cast's window: converted output bytes [win_off, win_off + win_len) */
 	uint8_t *inbuf, *win;
 	float *mid;                  /* F32 between dequantization and the final conversion */
@@ -75,6 +75,7 @@ static int pend(struct exec *e, const struct xnode *x, uint64_t off, size_t len,
 }
 
 static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8_t *dst);
+static int need_temp(struct exec *e, uint32_t i);
 
 /* Convert nunits input units (elements, or blocks of a block type) from `in` to `out`. */
 static int convert_units(struct exec *e, enum wd_dtype from, const void *in, enum wd_dtype to,
@@ -103,6 +104,10 @@ static int convert_at(struct exec *e, const struct xnode *x, uint64_t u0, const 
 	const struct xnode *y = &e->p->x[x->in[0]];
 
 	if (x->op == X_DEQUANT) {
+		int r = need_temp(e, x->in[1]);
+
+		if (r < 0)
+			return r;
 		wd_recipe_dequant_run(x, y->dtype, &e->p->x[x->in[1]],
 				      (const float *)e->st[x->in[1]].temp, u0, k, in, mid, out);
 		return 0;
@@ -394,9 +399,14 @@ static inline void gather_units(uint8_t *d, const uint8_t *s, uint64_t n, uint64
 static int read_transpose(struct exec *e, const struct xnode *x, uint64_t off, size_t len,
 			  uint8_t *dst)
 {
-	const uint8_t *src = e->st[x->in[0]].temp;
+	const uint8_t *src;
 	uint64_t end = off + len, idx[WD_MAX_DIMS], row_units, rb, head;
 	struct tgeo g;
+	int r = need_temp(e, x->in[0]);
+
+	if (r < 0)
+		return r;
+	src = e->st[x->in[0]].temp;
 
 	tgeo_init(x, &e->p->x[x->in[0]], &g);
 	if (g.nd < 2 || g.step[g.nd - 2] != 1 || g.step[g.nd - 1] == 1) {
@@ -434,7 +444,11 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 
 	if (!len)
 		return 0;
-	if (e->st[i].ready) {
+	if (x->temp && !e->st[i].busy) {
+		int r = need_temp(e, i);
+
+		if (r < 0)
+			return r;
 		memcpy(dst, e->st[i].temp + off, len);
 		return 0;
 	}
@@ -540,37 +554,41 @@ static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
 	       sc->cap2 >= (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
 }
 
-/* Where the root's bytes go: a sink (in order from 0, hashed) or a range writer (at offsets). */
-struct out {
-	struct wd_sink *sink;
-	const struct wd_range_out *range;
-	uint64_t pos;                /* next output offset (range writers) */
-};
-
-/* A buffer to produce the next write in without a copy (a free slot of the sink's hasher). */
-static uint8_t *out_buffer(struct out *o, size_t *ret_cap)
+/*
+ * Temporary i evaluated whole, when first needed: a range of the output evaluates only the
+ * temporaries it reads (the scales of the experts it covers, not all of them). Its own inputs
+ * that are temporaries come in the same way, recursively (the graph is acyclic; busy marks the
+ * one being filled, whose reads then go to its operation).
+ */
+static int need_temp(struct exec *e, uint32_t i)
 {
-	return o->sink ? wd_sink_buffer(o->sink, ret_cap) : NULL;
-}
-
-static int out_write(struct out *o, const uint8_t *buf, size_t len, struct wd_error *err)
-{
+	const struct xnode *x = &e->p->x[i];
+	struct xstate *s = &e->st[i];
 	int r;
 
-	if (o->sink)
-		return wd_sink_write(o->sink, buf, len, err);
-	r = o->range->write(o->range->ctx, o->pos, buf, len, err);
-	o->pos += len;
+	if (s->ready)
+		return 0;
+	s->temp = temp_alloc(x->nbytes);
+	s->temp_len = x->nbytes;
+	if (!s->temp)
+		return wd_error_set(e->err, WD_E_EXHAUSTED, "no memory for %" PRIu64
+				    " bytes of working space", x->nbytes);
+	s->busy = true;
+	r = read_node(e, i, 0, x->nbytes, s->temp);
+	if (r == 0)
+		r = flush(e);
+	s->busy = false;
+	s->ready = r == 0;
 	return r;
 }
 
 /*
- * The root cast, output bytes [off, end) (both on unit boundaries): input chunks in
+ * The root cast, output bytes [start, end) (both on unit boundaries): input chunks in
  * scratch->buf, converted straight into the sink's next slot when it pipelines its hashing (else
  * into scratch->buf2), written.
  */
-static int run_root_cast(struct exec *e, struct out *o, struct wd_scratch *sc, uint64_t off,
-			 uint64_t end)
+static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc,
+			 uint64_t start, uint64_t end)
 {
 	const struct xnode *x = &e->p->x[e->p->root], *y = &e->p->x[x->in[0]];
 	const struct xstate *s = &e->st[e->p->root];
@@ -583,9 +601,9 @@ static int run_root_cast(struct exec *e, struct out *o, struct wd_scratch *sc, u
 		return r;
 	if (s->mid)
 		k = min_u64(k, s->units);
-	for (uint64_t u = off / ob; u < total;) {
+	for (uint64_t u = start / ob; u < total;) {
 		size_t cap = 0, n;
-		uint8_t *out = out_buffer(o, &cap);
+		uint8_t *out = wd_sink_buffer(sink, &cap);
 		uint64_t kk = k;
 
 		if (out && cap >= ob)
@@ -599,7 +617,7 @@ static int run_root_cast(struct exec *e, struct out *o, struct wd_scratch *sc, u
 		if (r == 0)
 			r = convert_at(e, x, u, sc->buf, out, n, s->mid);
 		if (r == 0)
-			r = out_write(o, out, n * ob, e->err);
+			r = wd_sink_write(sink, out, n * ob, e->err);
 		if (r < 0)
 			return r;
 		u += n;
@@ -607,16 +625,16 @@ static int run_root_cast(struct exec *e, struct out *o, struct wd_scratch *sc, u
 	return 0;
 }
 
-/* Any other root, bytes [off, end): produced chunk by chunk into the sink's next slot (or
+/* Any other root, bytes [start, end): produced chunk by chunk into the sink's next slot (or
  * scratch->buf), written. */
-static int run_root(struct exec *e, struct out *o, struct wd_scratch *sc, uint64_t off,
+static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc, uint64_t start,
 		    uint64_t end)
 {
 	int r = 0;
 
-	while (off < end && r == 0) {
+	for (uint64_t off = start; off < end && r == 0;) {
 		size_t cap = 0, n;
-		uint8_t *out = out_buffer(o, &cap);
+		uint8_t *out = wd_sink_buffer(sink, &cap);
 
 		if (!out) {
 			out = sc->buf;
@@ -627,52 +645,54 @@ static int run_root(struct exec *e, struct out *o, struct wd_scratch *sc, uint64
 		if (r == 0)
 			r = flush(e);
 		if (r == 0)
-			r = out_write(o, out, n, e->err);
+			r = wd_sink_write(sink, out, n, e->err);
 		off += n;
 	}
 	return r;
 }
 
-/* Output bytes [off, off + len) into o: files checked, temporaries evaluated, the root run. */
-static int run(const struct wd_plan *p, struct out *o, uint64_t off, uint64_t len,
-	       struct wd_scratch *scratch, uint64_t *ret_bytes_read, struct wd_error *err)
+/* Whether the root cast can run whole units over [start, end): both ends on unit boundaries. */
+static bool root_cast_aligned(const struct wd_plan *p, uint64_t start, uint64_t end)
+{
+	const struct xnode *x = &p->x[p->root], *y = &p->x[x->in[0]];
+	uint64_t ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+
+	return start % ob == 0 && end % ob == 0;
+}
+
+int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
+		    uint64_t *ret_bytes_read, struct wd_error *err)
+{
+	return wd_plan_execute_range(p, 0, p->nbytes, sink, scratch, ret_bytes_read, err);
+}
+
+int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
+			  struct wd_sink *sink, struct wd_scratch *scratch, uint64_t *ret_bytes_read,
+			  struct wd_error *err)
 {
 	struct exec e = { .p = p, .err = err };
-	const struct xnode *root = &p->x[p->root];
-	uint64_t ob;
 	int r;
 
+	if (!scratch || !scratch->buf || !scratch->cap)
+		return wd_error_set(err, WD_E_INTERNAL, "materialization needs a scratch buffer");
+	if (start > p->nbytes || len > p->nbytes - start)
+		return wd_error_set(err, WD_E_INTERNAL,
+				    "bytes %" PRIu64 "+%" PRIu64 " are outside the %" PRIu64
+				    "-byte weight", start, len, p->nbytes);
+	if (sink->size - sink->written != len)
+		return wd_error_set(err, WD_E_INTERNAL,
+				    "the sink takes %" PRIu64 " bytes but the range is %" PRIu64,
+				    sink->size - sink->written, len);
 	r = check_files(&e);
 	if (r < 0)
 		goto out;
 	r = exec_alloc(&e);
 	if (r < 0)
 		goto out;
-	/* Temporaries in creation order: each one's inputs are ready before it. */
-	for (size_t i = 0; i < p->root; i++) {
-		const struct xnode *x = &p->x[i];
-		if (!x->reach || !x->temp)
-			continue;
-		e.st[i].temp = temp_alloc(x->nbytes);
-		e.st[i].temp_len = x->nbytes;
-		if (!e.st[i].temp) {
-			r = wd_error_set(err, WD_E_EXHAUSTED, "no memory for %" PRIu64
-					 " bytes of working space", x->nbytes);
-			goto out;
-		}
-		r = read_node(&e, (uint32_t)i, 0, x->nbytes, e.st[i].temp);
-		if (r == 0)
-			r = flush(&e);
-		if (r < 0)
-			goto out;
-		e.st[i].ready = true;
-	}
-	ob = root_cast_fits(p, scratch) ? (uint64_t)block_elems(p->x[root->in[0]].dtype) *
-					  wd_dtype_size(root->dtype) : 0;
-	if (ob && off % ob == 0 && (off + len) % ob == 0)
-		r = run_root_cast(&e, o, scratch, off, off + len);
+	if (root_cast_fits(p, scratch) && root_cast_aligned(p, start, start + len))
+		r = run_root_cast(&e, sink, scratch, start, start + len);
 	else
-		r = run_root(&e, o, scratch, off, off + len);
+		r = run_root(&e, sink, scratch, start, start + len);
 	if (r < 0)
 		goto out;
 	r = check_files(&e);
@@ -685,31 +705,13 @@ out:
 	return r;
 }
 
-int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
-		    uint64_t *ret_bytes_read, struct wd_error *err)
+bool wd_plan_splittable(const struct wd_plan *p)
 {
-	struct out o = { .sink = sink };
+	for (size_t i = 0; i < p->root; i++) {
+		const struct xnode *x = &p->x[i];
 
-	if (!scratch || !scratch->buf || !scratch->cap)
-		return wd_error_set(err, WD_E_INTERNAL, "materialization needs a scratch buffer");
-	if (sink->size - sink->written != p->nbytes)
-		return wd_error_set(err, WD_E_INTERNAL,
-				    "the sink takes %" PRIu64 " bytes but the weight is %" PRIu64,
-				    sink->size - sink->written, p->nbytes);
-	return run(p, &o, 0, p->nbytes, scratch, ret_bytes_read, err);
-}
-
-int wd_plan_execute_range(const struct wd_plan *p, uint64_t off, uint64_t len,
-			  const struct wd_range_out *out, struct wd_scratch *scratch,
-			  uint64_t *ret_bytes_read, struct wd_error *err)
-{
-	struct out o = { .range = out, .pos = off };
-
-	if (!scratch || !scratch->buf || !scratch->cap || !out || !out->write)
-		return wd_error_set(err, WD_E_INTERNAL, "a range execution needs a scratch buffer "
-				    "and a writer");
-	if (off > p->nbytes || len > p->nbytes - off || len == 0)
-		return wd_error_set(err, WD_E_INTERNAL, "bytes %" PRIu64 "+%" PRIu64 " are not a "
-				    "range of the %" PRIu64 "-byte weight", off, len, p->nbytes);
-	return run(p, &o, off, len, scratch, ret_bytes_read, err);
+		if (x->reach && x->temp && !x->scale_temp)
+			return false;
+	}
+	return true;
 }

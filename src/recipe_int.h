@@ -94,6 +94,7 @@ struct xnode {
 	uint64_t block[WD_MAX_DIMS], phase[WD_MAX_DIMS];
 	/* analysis */
 	bool reach, temp;
+	bool scale_temp;              /* a temporary only as a dequantization's scale */
 	uint32_t uses;
 	enum xcls cls;
 	uint64_t cost;                /* file bytes read to produce the whole output once */
@@ -115,7 +116,6 @@ struct wd_plan {
 	uint64_t read_bytes;
 	uint64_t temp_bytes;
 	uint64_t temp_read;           /* file bytes the temporaries read */
-	uint64_t split_align;
 	struct xnode *x;
 	size_t nx, capx;
 	uint32_t root;

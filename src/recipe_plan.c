@@ -24,12 +24,17 @@ static enum xcls join_cls(enum xcls a, enum xcls b)
 	return a == b ? a : C_MIXED;
 }
 
-static void mark_temp(struct xnode *x, uint32_t cause, bool *changed)
+/* Make x a temporary; `scale`: only because a dequantization reads it as its scale (the one
+ * kind a range of the output needs in part, so ranges can still be split: wd_plan_splittable). */
+static void mark_temp(struct xnode *x, uint32_t cause, bool scale, bool *changed)
 {
 	if (!x->temp) {
 		x->temp = true;
+		x->scale_temp = scale;
 		x->cause = cause;
 		*changed = true;
+	} else if (!scale) {
+		x->scale_temp = false;
 	}
 }
 
@@ -49,6 +54,8 @@ static void classify(struct wd_plan *p)
 	for (size_t i = 0; i < p->nx; i++)
 		p->x[i].reach = false, p->x[i].uses = 0;
 	p->x[p->root].reach = true;
+	for (size_t i = 0; i < p->nx; i++)
+		p->x[i].temp = p->x[i].scale_temp = false;
 	for (size_t i = p->root + 1; i-- > 0;) {
 		if (!p->x[i].reach)
 			continue;
@@ -70,7 +77,7 @@ static void classify(struct wd_plan *p)
 			case X_SELECT: {
 				struct xnode *y = &p->x[x->in[0]];
 				if (eff_cls(y) == C_MIXED || eff_cls(y) == C_SEQ)
-					mark_temp(y, x->orig, &changed);
+					mark_temp(y, x->orig, false, &changed);
 				x->cls = eff_cls(y);
 				break;
 			}
@@ -88,16 +95,16 @@ static void classify(struct wd_plan *p)
 				break;
 			case X_DEQUANT:
 				/* the scale is read at random, once per block: kept in memory */
-				mark_temp(&p->x[x->in[1]], x->orig, &changed);
+				mark_temp(&p->x[x->in[1]], x->orig, true, &changed);
 				x->cls = C_SEQ;
 				break;
 			case X_TRANSPOSE:
-				mark_temp(&p->x[x->in[0]], x->orig, &changed);
+				mark_temp(&p->x[x->in[0]], x->orig, false, &changed);
 				x->cls = C_MEM;
 				break;
 			}
 			if (x->cls == C_SEQ && x->uses > 1)
-				mark_temp(x, x->orig, &changed);
+				mark_temp(x, x->orig, false, &changed);
 		}
 	} while (changed);
 }
@@ -204,8 +211,6 @@ static int prepare(struct build *b)
 {
 	struct wd_plan *p = b->p;
 	struct pset set = { NULL, 0 };
-	const struct xnode *root;
-	bool block_cast = false;
 	size_t leaves = 0;
 	int rc = 0;
 
@@ -241,8 +246,6 @@ static int prepare(struct build *b)
 			}
 			continue;
 		}
-		if (x->op == X_CAST && block_elems(p->x[x->in[0]].dtype) > 1)
-			block_cast = true;
 		if (x->op != X_LEAF)
 			continue;
 		if (pset_add(&set, x->src, x->file)) {
@@ -255,9 +258,6 @@ static int prepare(struct build *b)
 			p->srcs[p->n_srcs++] = x->src;
 	}
 	free(set.slot);
-	root = &p->x[p->root];
-	p->split_align = block_cast || root->ndim == 0 ? root->nbytes
-						       : inner_bytes(root, root->ndim - 2);
 	return rc;
 }
 
@@ -471,11 +471,6 @@ uint64_t wd_plan_read_bytes(const struct wd_plan *p)
 uint64_t wd_plan_temp_read_bytes(const struct wd_plan *p)
 {
 	return p->temp_read;
-}
-
-uint64_t wd_plan_split_align(const struct wd_plan *p)
-{
-	return p->split_align;
 }
 
 size_t wd_plan_source_count(const struct wd_plan *p)

@@ -1,11 +1,12 @@
 /* bench_recipe.c - MoE recipes: preflight cost per node from 1k to 64k nodes (linear time), and
  * dequant_block throughput beside a plain cast of the same FP8 bytes. */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "recipe.h"
 #include "sink.h"
@@ -20,14 +21,13 @@
  * node and its ratio to the per-node time of the smallest recipe, measured in the same run (1.0:
  * linear; quadratic work would grow the ratio with the size).
  *
- * Part 2. One [2048, 7168] F8_E4M3 tensor with [16, 56] scales, made into BF16 by dequant_block
- * and, as the reference, by a plain cast (the same bytes read, the same conversion kernel for the
- * FP8 decode and the BF16 rounding, no scale): both through the same plan execution into a warm
- * buffer (no hashing), medians of RUNS, on one thread and as 2 ranges on 2 threads.
+ * Part 2. One [2048, 7168] F8_E4M3 tensor with [16, 56] scales, made into a weight in shared
+ * memory as the daemon's fill does (plan execution into a sink: pwrite and SHA-256): as stored
+ * (a copy), by a plain cast to BF16 (the reference: the same bytes read and the same BF16 bytes
+ * written and hashed, no scale), and by dequant_block to BF16. Medians of RUNS.
  *
  * Times are the process's CPU time (CLOCK_PROCESS_CPUTIME_ID), so a shared, busy machine does not
- * count against either side; with 2 threads the rate is therefore per CPU-second (what splitting
- * costs in work, not the wall-clock gain). The load average is printed.
+ * count against either side. The load average is printed.
  *
  * Usage: bench_recipe [RUNS]   (default 5)
  */
@@ -135,57 +135,20 @@ static void build_w13(struct rb *b, size_t e, uint32_t *experts)
 	add(b, WD_OP_STACK, experts, e);
 }
 
-struct rjob {
-	const struct wd_plan *p;
-	uint64_t off, len;
-	uint8_t *dst;
-	struct wd_scratch sc;
-	int rc;
-};
-
-static int to_buf(void *ctx, uint64_t off, const void *buf, size_t len, struct wd_error *err)
+/* CPU seconds to execute p into a sink over fd (pwrite into shared memory plus the SHA-256 the
+ * daemon computes on the way, as a real fill does). */
+static double time_plan(const struct wd_plan *p, int fd, struct wd_scratch *sc)
 {
-	(void)err;
-	memcpy((uint8_t *)ctx + off, buf, len);
-	return 0;
-}
-
-static void *rjob_run(void *arg)
-{
-	struct rjob *j = arg;
-	struct wd_range_out out = { j->dst, to_buf };
+	struct wd_sink sink;
 	struct wd_error err;
-
-	j->rc = wd_plan_execute_range(j->p, j->off, j->len, &out, &j->sc, NULL, &err);
-	if (j->rc < 0)
-		fprintf(stderr, "bench_recipe: %s\n", err.msg);
-	return NULL;
-}
-
-/* Seconds to make the whole output with `threads` ranges (split on the plan's alignment). */
-static double time_plan(const struct wd_plan *p, int threads, uint8_t *dst, struct rjob *jobs)
-{
-	uint64_t n = wd_plan_nbytes(p), al = wd_plan_split_align(p), prev = 0;
-	pthread_t th[2];
+	uint8_t digest[WD_DIGEST_LEN];
 	double t0 = now();
 
-	for (int i = 0; i < threads; i++) {
-		uint64_t end = i + 1 == threads ? n : n * (uint64_t)(i + 1) / (uint64_t)threads / al * al;
-
-		jobs[i].p = p;
-		jobs[i].off = prev;
-		jobs[i].len = end - prev;
-		jobs[i].dst = dst;
-		prev = end;
+	if (wd_sink_init(&sink, fd, wd_plan_nbytes(p)) < 0 ||
+	    wd_plan_execute(p, &sink, sc, NULL, &err) < 0 || wd_sink_finish(&sink, digest, &err) < 0) {
+		fprintf(stderr, "bench_recipe: %s\n", err.msg);
+		exit(1);
 	}
-	for (int i = 1; i < threads; i++)
-		pthread_create(&th[i], NULL, rjob_run, &jobs[i]);
-	rjob_run(&jobs[0]);
-	for (int i = 1; i < threads; i++)
-		pthread_join(th[i], NULL);
-	for (int i = 0; i < threads; i++)
-		if (jobs[i].rc < 0)
-			exit(1);
 	return now() - t0;
 }
 
@@ -257,46 +220,44 @@ int main(int argc, char **argv)
 	}
 
 	{
-		struct wd_plan *pd = NULL, *pc = NULL;
-		struct rjob jobs[2];
-		uint8_t *dst = malloc((size_t)BIGR * BIGC * 2);
-		double mb = (double)BIGR * BIGC / 1e6;
+		struct wd_plan *pl[3] = { NULL, NULL, NULL };
+		static const char *const what[3] = { "copy (FP8 as is)", "cast to BF16", "dequant_block" };
+		struct wd_scratch sc;
+		double mb = (double)BIGR * BIGC / 1e6, rate[3];
+		int fd = memfd_create("bench-recipe", MFD_CLOEXEC);
 
-		b.len = b.used = 0;
-		dq(&b, source(&b, "big"), source(&b, "big_s"), 128, 128);
-		if (!dst || wd_recipe_preflight(&(struct wd_recipe){ b.n, b.len }, &resolver, NULL, &pd, &err) < 0)
-			return 1;
-		b.len = b.used = 0;
-		{
-			uint32_t in = source(&b, "big"), c = add(&b, WD_OP_CAST, &in, 1);
-			b.n[c].dtype = WD_BF16;
-		}
-		if (wd_recipe_preflight(&(struct wd_recipe){ b.n, b.len }, &resolver, NULL, &pc, &err) < 0)
-			return 1;
-		for (int i = 0; i < 2; i++)
-			if (wd_scratch_init(&jobs[i].sc, WD_SCRATCH_BYTES) < 0)
-				return 1;
-		printf("\nF8_E4M3 [%d, %d] to BF16 (%.1f MB in, page cache warm), median of %d\n", BIGR,
-		       BIGC, mb, runs);
-		printf("%8s %22s %22s %8s\n", "threads", "dequant_block MB/cpu-s", "cast (ref) MB/cpu-s", "ratio");
-		for (int threads = 1; threads <= 2; threads++) {
-			double *tc = calloc((size_t)runs, sizeof(double)), d, c;
-
-			time_plan(pc, threads, dst, jobs);           /* warm */
-			for (int k = 0; k < runs; k++) {
-				tc[k] = time_plan(pc, threads, dst, jobs);
-				t[k] = time_plan(pd, threads, dst, jobs);
+		for (int k = 0; k < 3; k++) {
+			b.len = b.used = 0;
+			if (k == 0) {
+				source(&b, "big");
+			} else if (k == 1) {
+				uint32_t in = source(&b, "big"), c = add(&b, WD_OP_CAST, &in, 1);
+				b.n[c].dtype = WD_BF16;
+			} else {
+				dq(&b, source(&b, "big"), source(&b, "big_s"), 128, 128);
 			}
-			d = median(t, runs);
-			c = median(tc, runs);
-			printf("%8d %22.0f %22.0f %8.2f\n", threads, mb / d, mb / c, c / d);
-			free(tc);
+			if (wd_recipe_preflight(&(struct wd_recipe){ b.n, b.len }, &resolver, NULL, &pl[k],
+						&err) < 0)
+				return 1;
 		}
-		wd_plan_free(pd);
-		wd_plan_free(pc);
-		wd_scratch_free(&jobs[0].sc);
-		wd_scratch_free(&jobs[1].sc);
-		free(dst);
+		if (fd < 0 || wd_scratch_init(&sc, WD_SCRATCH_BYTES) < 0)
+			return 1;
+		printf("\nF8_E4M3 [%d, %d] (%.1f MB) made into a shared-memory weight (pwrite + SHA-256, "
+		       "page cache warm), one thread, median of %d\n", BIGR, BIGC, mb, runs);
+		printf("%20s %16s %24s\n", "plan", "MB in/cpu-s", "ratio to cast (ref)");
+		for (int k = 0; k < 3; k++)
+			time_plan(pl[k], fd, &sc);                    /* warm: pages and cache */
+		for (int k = 0; k < 3; k++) {
+			for (int i = 0; i < runs; i++)
+				t[i] = time_plan(pl[k], fd, &sc);
+			rate[k] = mb / median(t, runs);
+		}
+		for (int k = 0; k < 3; k++)
+			printf("%20s %16.0f %24.2f\n", what[k], rate[k], rate[k] / rate[1]);
+		for (int k = 0; k < 3; k++)
+			wd_plan_free(pl[k]);
+		wd_scratch_free(&sc);
+		close(fd);
 	}
 	wd_source_free(src);
 	stw_rmtree(dir);
