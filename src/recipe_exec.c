@@ -16,6 +16,7 @@ struct xstate {
 	uint8_t *temp;               /* whole output, once `ready` (temp_alloc) */
 	size_t temp_len;
 	bool ready, busy;            /* busy: being evaluated into temp */
+	bool listed;                 /* in exec.owned */
 	/* a cast's window: converted output bytes [win_off, win_off + win_len) */
 	uint8_t *inbuf, *win;
 	float *mid;                  /* F32 between dequantization and the final conversion */
@@ -30,6 +31,10 @@ struct exec {
 	struct wd_error *err;
 	uint64_t bytes_read;
 	size_t win_bytes;            /* each cast window's budget (exec_alloc) */
+	/* the nodes whose state holds memory, so that freeing it does not walk every node: a range
+	 * of a large plan touches only the state of the nodes it reads */
+	uint32_t *owned;
+	size_t n_owned;
 	/* one pending pread, extended while requests continue it */
 	const struct xnode *pend_leaf;
 	uint64_t pend_off;
@@ -128,6 +133,10 @@ static int win_alloc(struct exec *e, uint32_t i)
 
 	if (s->inbuf)
 		return 0;
+	if (!s->listed) {
+		s->listed = true;
+		e->owned[e->n_owned++] = i;
+	}
 	ib = unit_bytes(y->dtype);
 	ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
 	if (x->op == X_DEQUANT)
@@ -501,30 +510,31 @@ static void temp_free(void *p, size_t n)
 
 static void exec_free(struct exec *e)
 {
-	if (!e->st)
-		return;
-	for (size_t i = 0; i < e->p->nx; i++) {
-		temp_free(e->st[i].temp, e->st[i].temp_len);
-		free(e->st[i].inbuf);
-		free(e->st[i].win);
-		free(e->st[i].mid);
+	for (size_t k = 0; e->st && k < e->n_owned; k++) {
+		struct xstate *s = &e->st[e->owned[k]];
+
+		temp_free(s->temp, s->temp_len);
+		free(s->inbuf);
+		free(s->win);
+		free(s->mid);
 	}
 	free(e->st);
+	free(e->owned);
 	e->st = NULL;
+	e->owned = NULL;
 }
 
 /* Per-node state; each cast's window budget (the windows themselves come when first read). */
 static int exec_alloc(struct exec *e)
 {
 	const struct wd_plan *p = e->p;
-	size_t casts = 0;
 
+	/* calloc of a large array maps zero pages: only the state of nodes read is touched */
 	e->st = calloc(p->nx, sizeof(*e->st));
-	if (!e->st)
+	e->owned = malloc((p->n_casts + p->n_temps + 1) * sizeof(*e->owned));
+	if (!e->st || !e->owned)
 		return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for the plan's state");
-	for (size_t i = 0; i <= p->root; i++)
-		casts += p->x[i].reach && (p->x[i].op == X_CAST || p->x[i].op == X_DEQUANT);
-	e->win_bytes = casts ? CAST_WINDOWS_TOTAL / casts : CAST_WINDOW;
+	e->win_bytes = p->n_casts ? CAST_WINDOWS_TOTAL / p->n_casts : CAST_WINDOW;
 	if (e->win_bytes > CAST_WINDOW)
 		e->win_bytes = CAST_WINDOW;
 	if (e->win_bytes < CAST_WINDOW_MIN)
@@ -568,6 +578,10 @@ static int need_temp(struct exec *e, uint32_t i)
 
 	if (s->ready)
 		return 0;
+	if (!s->listed) {
+		s->listed = true;
+		e->owned[e->n_owned++] = i;
+	}
 	s->temp = temp_alloc(x->nbytes);
 	s->temp_len = x->nbytes;
 	if (!s->temp)

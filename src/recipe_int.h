@@ -116,6 +116,7 @@ struct wd_plan {
 	uint64_t read_bytes;
 	uint64_t temp_bytes;
 	uint64_t temp_read;           /* file bytes the temporaries read */
+	size_t n_casts, n_temps;      /* reachable casts and dequantizations; temporaries */
 	struct xnode *x;
 	size_t nx, capx;
 	uint32_t root;
