@@ -10,6 +10,7 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "reload.h"
 #include "server.h"
 #include "session.h"
 #include "wire.h"
@@ -1036,11 +1037,11 @@ static void do_reload(struct session *s, uint64_t id)
 {
 	if (!require_privilege(s, id, "reload the configuration"))
 		return;
-	if (!server_reload_hook) {
+	if (!s->d->reload) {
 		fail(s, id, WD_E_UNSUPPORTED, "reload is not available");
 		return;
 	}
-	server_reload_hook(s->d, s->id, id);
+	reload_request(s->d->reload, s->id, id);
 }
 
 static void do_evict(struct session *s, uint64_t id, const Weightd__Evict *ev)

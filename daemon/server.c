@@ -17,8 +17,6 @@
 #include "session.h"
 #include "wire.h"
 
-void (*server_reload_hook)(struct daemon *d, uint64_t session, uint64_t request);
-
 struct server {
 	struct daemon *d;
 	int lfd;

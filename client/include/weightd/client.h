@@ -129,6 +129,8 @@ enum {
 	WEIGHTD_E_BAD_ALIAS = 41,
 	WEIGHTD_E_ALIAS_CYCLE = 42,
 	WEIGHTD_E_SLOT_MISMATCH = 43,
+	WEIGHTD_E_CANCELLED = 55,            /* weightd stopped before the work started */
+	WEIGHTD_E_UNSUPPORTED_VERSION = 56,  /* no protocol version both sides speak */
 };
 
 /*
