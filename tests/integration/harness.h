@@ -36,8 +36,9 @@ struct harness_opts {
 /* Make the temp dir and pick names. Returns 0 or -1. */
 int harness_init(struct harness *h);
 
-/* Write the config: a [daemon] section (socket, prefix, state dir) plus `extra_daemon` lines, then
- * `sections` verbatim (checkpoint sections). */
+/* Write the config: a [daemon] section (socket, prefix, state dir, socket_mode = 0666 and
+ * workers = 2 unless extra_daemon sets them) plus `extra_daemon` lines, then `sections` verbatim
+ * (checkpoint sections). */
 int harness_write_config(struct harness *h, const char *extra_daemon, const char *sections);
 
 /* Start weightd --foreground and wait (up to 30 s) for READY=1. 0, or -1 (log printed). */
