@@ -245,12 +245,44 @@ static void reload_applies_daemon_keys_or_names_them(void **state)
 	assert_int_equal(harness_stop(&H), 0);
 }
 
+/* A checkpoint path of about 4,000 characters in the config is served (inih alone stops at 200). */
+static void a_4000_character_checkpoint_path_is_served(void **state)
+{
+	static const float v[2] = { 1.5f, -2.0f };
+	static char path[4200], sect[4400];
+	weightd_client *c;
+	weightd_weight *w;
+	size_t len;
+
+	(void)state;
+	len = (size_t)snprintf(path, sizeof(path), "%s", H.dir);
+	while (len < 3900) {
+		len += (size_t)snprintf(path + len, sizeof(path) - len, "/%s",
+					"models--org--a-rather-long-model-name-v1.0-snapshot");
+		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+			fail_msg("mkdir %s: %s", path, strerror(errno));
+	}
+	snprintf(path + len, sizeof(path) - len, "/model.safetensors");
+	assert_true(strlen(path) > 3900 && strlen(path) < 4095);
+	assert_int_equal(stw_write_json(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],"
+					      "\"data_offsets\":[0,8]}}", v, sizeof(v)), 0);
+	snprintf(sect, sizeof(sect), "[checkpoint:deep]\npath = %s\n", path);
+	it_start(&H, NULL, sect);
+	c = it_connect(&H);
+	w = it_get_ok(c, "deep", "w");
+	assert_memory_equal(it_map(w), v, sizeof(v));
+	weightd_release(w);
+	weightd_close(c);
+	assert_int_equal(harness_stop(&H), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(detached_start_reports_readiness_in_its_exit_status),
 		cmocka_unit_test(sigterm_cancels_queued_work),
 		cmocka_unit_test(reload_applies_daemon_keys_or_names_them),
+		cmocka_unit_test(a_4000_character_checkpoint_path_is_served),
 	};
 
 	alarm(240);
