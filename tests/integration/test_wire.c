@@ -1,5 +1,5 @@
 /* test_wire.c - requests the client library never sends, encoded by hand from proto/weightd.proto:
- * a hello of another protocol version, empty units, too many pending requests, bad release
+ * hellos of other protocol versions and ranges, empty units, too many pending requests, bad release
  * handles. Each must get a clear error; but for the hello, the connection keeps serving. */
 #include <poll.h>
 
@@ -12,7 +12,8 @@ static struct harness H;
 /* Error codes (proto/weightd.proto ErrorCode). */
 #define ERR_NOT_FOUND 2
 #define ERR_LIMIT_EXCEEDED 9
-#define ERR_PROTOCOL 10
+#define ERR_INVALID_ARGUMENT 1
+#define ERR_UNSUPPORTED_VERSION 56
 #define ERR_EMPTY_INPUTS 22
 
 /* ---- a protobuf writer: just what these requests need ---- */
@@ -88,15 +89,23 @@ static void send_frame(int fd, uint64_t id, unsigned body_field, const struct pb
 	send_all(fd, f, frame(f, id, body_field, body));
 }
 
-/* Hello { protocol_version, client_name }. */
-static void send_hello(int fd, uint64_t id, uint32_t version)
+/* Hello { protocol_version = max, client_name, min_protocol_version = min } (0: left out). */
+static void send_hello_range(int fd, uint64_t id, uint32_t min, uint32_t max)
 {
 	struct pb h = { .n = 0 };
 
-	if (version)
-		pb_uint(&h, 1, version);
+	if (max)
+		pb_uint(&h, 1, max);
 	pb_str(&h, 2, "test_wire");
+	if (min)
+		pb_uint(&h, 3, min);
 	send_frame(fd, id, 10, &h);
+}
+
+/* The Hello of a client that speaks one version (as before versions were ranges). */
+static void send_hello(int fd, uint64_t id, uint32_t version)
+{
+	send_hello_range(fd, id, 0, version);
 }
 
 /* Unit { entries = [UnitEntry { name, recipe = Recipe { nodes = [Node { source }] } }] }. */
@@ -309,25 +318,120 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* A hello of a version this daemon does not speak gets ERR_PROTOCOL naming the version. */
+/* The connection is closed by the daemon: reading gives end of file. */
+static void expect_closed(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+
+	assert_int_equal(poll(&p, 1, 10000), 1);
+	assert_int_equal(read(fd, &c, 1), 0);
+}
+
+/*
+ * Versions are ranges: a hello whose range overlaps the daemon's gets the newest version in
+ * both, and the daemon's own range (HelloReply 14, 15). One with no version in common gets
+ * ERR_UNSUPPORTED_VERSION naming both ranges and which side to upgrade, then the connection
+ * closes; a minimum above the maximum is an invalid argument.
+ */
+static void hello_versions_are_ranges(void **state)
+{
+	const uint32_t lo = WEIGHTD_PROTOCOL_MIN_VERSION, hi = WEIGHTD_PROTOCOL_VERSION;
+	static const struct { uint32_t min, max; } ok[] = {
+		{ 0, WEIGHTD_PROTOCOL_VERSION },                  /* a client of one version */
+		{ WEIGHTD_PROTOCOL_MIN_VERSION, WEIGHTD_PROTOCOL_VERSION + 7 }, /* a newer client */
+		{ 1, WEIGHTD_PROTOCOL_VERSION },
+	};
+	char want[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		struct resp r;
+		uint64_t v = 0, dmin = 0, dmax = 0;
+		int fd = it_raw_connect(&H);
+
+		assert_true(fd >= 0);
+		send_hello_range(fd, 3, ok[i].min, ok[i].max);
+		read_resp(fd, &r);
+		if (r.code)
+			fail_msg("range %u..%u refused: %s", ok[i].min, ok[i].max, r.message);
+		assert_int_equal(r.body, 10);
+		assert_true(pb_find(r.body_msg, 1, &v, NULL));
+		assert_true(pb_find(r.body_msg, 14, &dmin, NULL));
+		assert_true(pb_find(r.body_msg, 15, &dmax, NULL));
+		assert_int_equal(v, ok[i].max < hi ? ok[i].max : hi);
+		assert_int_equal(dmin, lo);
+		assert_int_equal(dmax, hi);
+		still_serving(fd, 4);
+		close(fd);
+	}
+	{
+		/* a client too new: it speaks only versions above ours */
+		struct resp r;
+		int fd = it_raw_connect(&H);
+
+		send_hello_range(fd, 5, hi + 1, hi + 3);
+		read_resp(fd, &r);
+		assert_int_equal(r.id, 5);
+		assert_int_equal(r.code, ERR_UNSUPPORTED_VERSION);
+		snprintf(want, sizeof(want), "no protocol version in common: the client speaks protocol "
+			 "versions %u to %u, this weightd", hi + 1, hi + 3);
+		if (!strstr(r.message, want) || !strstr(r.message, "upgrade weightd"))
+			fail_msg("message: %s", r.message);
+		snprintf(want, sizeof(want), "speaks %u to %u", lo, hi);
+		assert_non_null(strstr(r.message, want));
+		expect_closed(fd);
+		close(fd);
+	}
+	if (lo > 1) {
+		/* a client too old (possible once versions below the minimum are dropped) */
+		struct resp r;
+		int fd = it_raw_connect(&H);
+
+		send_hello(fd, 6, lo - 1);
+		read_resp(fd, &r);
+		assert_int_equal(r.code, ERR_UNSUPPORTED_VERSION);
+		assert_non_null(strstr(r.message, "upgrade the client's libweightd"));
+		close(fd);
+	}
+	{
+		struct resp r;
+		int fd = it_raw_connect(&H);
+
+		send_hello_range(fd, 8, hi + 2, hi + 1);
+		read_resp(fd, &r);
+		assert_int_equal(r.code, ERR_INVALID_ARGUMENT);
+		snprintf(want, sizeof(want), "min_protocol_version %u is above protocol_version %u",
+			 hi + 2, hi + 1);
+		assert_non_null(strstr(r.message, want));
+		expect_closed(fd);
+		close(fd);
+	}
+	/* and the daemon serves the next client */
+	close(hello_conn());
+}
+
+/* A hello of one version this daemon does not speak, or of none, is refused by name. */
 static void hello_with_another_version_is_refused(void **state)
 {
 	static const uint32_t versions[] = { 999, 0 /* unset */ };
+	static const char *const said[] = {
+		"the client speaks protocol versions 999 to 999", "the client gave no protocol version",
+	};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
 		struct resp r;
-		char want[64];
 		int fd = it_raw_connect(&H);
 
 		assert_true(fd >= 0);
 		send_hello(fd, 7, versions[i]);
 		read_resp(fd, &r);
 		assert_int_equal(r.id, 7);
-		assert_int_equal(r.code, ERR_PROTOCOL);
-		snprintf(want, sizeof(want), "protocol version %u", versions[i]);
-		if (!strstr(r.message, want))
+		assert_int_equal(r.code, ERR_UNSUPPORTED_VERSION);
+		if (!strstr(r.message, said[i]))
 			fail_msg("message: %s", r.message);
+		expect_closed(fd);
 		close(fd);
 	}
 	/* and the daemon serves the next client */
@@ -496,6 +600,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(hello_with_another_version_is_refused),
+		cmocka_unit_test(hello_versions_are_ranges),
 		cmocka_unit_test(empty_units_are_refused),
 		cmocka_unit_test(too_many_pending_requests_are_refused),
 		cmocka_unit_test(bad_release_handles_are_refused),
