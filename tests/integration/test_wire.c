@@ -1,6 +1,7 @@
-/* test_wire.c - requests the client library never sends, encoded by hand from proto/weightd.proto:
- * hellos of other protocol versions and ranges, empty units, too many pending requests, bad release
- * handles. Each must get a clear error; but for the hello, the connection keeps serving. */
+/* test_wire.c - requests encoded by hand from proto/weightd.proto, many of which the client library
+ * never sends: hellos of other protocol versions and ranges, empty units, too many pending
+ * requests, bad release handles, share of held and not-held handles. Each must get a clear error;
+ * but for a refused hello, the connection keeps serving. */
 #include <poll.h>
 
 #include "itest.h"
@@ -198,6 +199,7 @@ static bool pb_find(struct slice m, unsigned field, uint64_t *ret_v, struct slic
 
 /* One response: its id, its error code (0: none) and message, the body field present. */
 struct resp {
+	uint32_t nfds;          /* the frame header's fd count */
 	uint64_t id;
 	uint64_t code;
 	char message[1024];
@@ -246,6 +248,8 @@ static void read_resp(int fd, struct resp *r)
 	assert_true(read_exact(fd, hdr, 8, 10000));
 	len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
 	      (uint32_t)hdr[3] << 24;
+	r->nfds = (uint32_t)hdr[4] | (uint32_t)hdr[5] << 8 | (uint32_t)hdr[6] << 16 |
+		  (uint32_t)hdr[7] << 24;
 	assert_true(len <= sizeof(r->buf));
 	assert_true(read_exact(fd, r->buf, len, 10000));
 	m.p = r->buf;
@@ -596,6 +600,58 @@ static void bad_release_handles_are_refused(void **state)
 	close(fd);
 }
 
+/* Share { handle }: a held handle gets a ShareReply for the same weight and one fd, and a second
+ * reference (one release is not enough to let go); a handle not held, released, or held by
+ * another connection is NOT_FOUND naming it. */
+static void share_hands_another_reference_to_a_held_weight(void **state)
+{
+	struct pb sh;
+	struct resp r;
+	struct slice w;
+	uint64_t h, got = 0, list[1];
+	char want[96];
+	int fd = hello_conn(), other;
+
+	(void)state;
+	h = materialized_handle(fd, 60, "model.layers.0.mlp.up_proj.weight");
+	sh.n = 0;
+	pb_uint(&sh, 1, h);
+	send_frame(fd, 61, 15, &sh);
+	read_resp(fd, &r);
+	assert_int_equal(r.id, 61);
+	assert_int_equal(r.code, 0);
+	assert_int_equal(r.body, 15);
+	assert_int_equal(r.nfds, 1);
+	assert_true(pb_find(r.body_msg, 1, NULL, &w));
+	assert_true(pb_find(w, 2, &got, NULL));
+	assert_int_equal(got, h);
+	/* two references now: released twice, refused a third time */
+	list[0] = h;
+	expect_release(fd, 62, list, 1, 0);
+	expect_release(fd, 63, list, 1, 0);
+	expect_release(fd, 64, list, 1, ERR_NOT_FOUND);
+	/* released: nothing left to share */
+	send_frame(fd, 65, 15, &sh);
+	read_resp(fd, &r);
+	assert_int_equal(r.code, ERR_NOT_FOUND);
+	assert_int_equal(r.nfds, 0);
+	snprintf(want, sizeof(want), "this client holds no weight with handle %llu",
+		 (unsigned long long)h);
+	assert_non_null(strstr(r.message, want));
+	/* another connection's weight is not this one's to share */
+	other = hello_conn();
+	h = materialized_handle(other, 66, "model.layers.0.mlp.up_proj.weight");
+	sh.n = 0;
+	pb_uint(&sh, 1, h);
+	send_frame(fd, 67, 15, &sh);
+	read_resp(fd, &r);
+	assert_int_equal(r.code, ERR_NOT_FOUND);
+	still_serving(fd, 68);
+	still_serving(other, 69);
+	close(other);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -604,6 +660,7 @@ int main(void)
 		cmocka_unit_test(empty_units_are_refused),
 		cmocka_unit_test(too_many_pending_requests_are_refused),
 		cmocka_unit_test(bad_release_handles_are_refused),
+		cmocka_unit_test(share_hands_another_reference_to_a_held_weight),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
