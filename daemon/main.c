@@ -74,10 +74,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 		return;
 	/* Work that has not started is cancelled (its requests fail with "cancelled"); what runs
 	 * gets SHUTDOWN_GRACE_MS to finish. */
-	d->stopping = true;
 	cancelled = pool_cancel(d->pool);
 	log_notice("received %s; stopping (%zu queued jobs cancelled)",
 		   sig == SIGTERM ? "SIGTERM" : "SIGINT", cancelled);
+	/* the requests they belonged to are answered "cancelled" while the clients are still
+	 * connected; what finishes after this is never sent */
+	pool_dispatch(d->pool);
+	d->stopping = true;
 	sd_notify(0, "STOPPING=1");
 	event_base_loopbreak(d->base);
 }

@@ -225,6 +225,11 @@ size_t pool_cancel(struct pool *p)
 	return n;
 }
 
+void pool_dispatch(struct pool *p)
+{
+	on_done(p->efd, EV_READ, p);
+}
+
 size_t pool_pending(const struct pool *p)
 {
 	return p->pending;

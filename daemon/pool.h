@@ -47,6 +47,10 @@ void pool_submit(struct pool *p, struct pool_task *t);
  * Running tasks go on. Returns how many were cancelled. Main thread. */
 size_t pool_cancel(struct pool *p);
 
+/* Run done() of every task finished or cancelled so far, now (main thread), instead of on the
+ * loop's next turn: a stop uses it to answer cancelled requests before closing connections. */
+void pool_dispatch(struct pool *p);
+
 /* Tests: how long an idle worker keeps its buffers. */
 void pool_set_idle_ms(struct pool *p, unsigned ms);
 

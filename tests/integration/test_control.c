@@ -122,8 +122,9 @@ static void detached_start_reports_readiness_in_its_exit_status(void **state)
 
 /*
  * SIGTERM with MANY jobs queued behind a worker that cannot finish (the one worker is stuck in a
- * reload opening a config that became a FIFO): the queued jobs are cancelled, not run; the stuck
- * worker is abandoned after the grace period; the daemon exits 0 having made nothing.
+ * reload opening a config that became a FIFO): the queued jobs are cancelled, not run, and the
+ * client's unit is answered "cancelled"; the stuck worker is abandoned after the grace period;
+ * the daemon exits 0 having made nothing.
  */
 static void sigterm_cancels_queued_work(void **state)
 {
@@ -178,8 +179,10 @@ static void sigterm_cancels_queued_work(void **state)
 	status = harness_stop(&H);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
-	/* the unit never completes: the daemon stopped */
-	assert_true(weightd_unit_validate(u, &err) < 0);
+	/* the unit was answered before the connection closed: cancelled, and why */
+	assert_int_equal(weightd_unit_validate(u, &err), -WEIGHTD_E_CANCELLED);
+	assert_non_null(strstr(err.message, "weightd is stopping"));
+	assert_non_null(strstr(err.message, "cancelled before it started"));
 	weightd_unit_free(u);
 	weightd_close(c);
 	log = slurp(H.log);
