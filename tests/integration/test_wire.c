@@ -600,6 +600,102 @@ static void bad_release_handles_are_refused(void **state)
 	close(fd);
 }
 
+/* Append a varint to buf at *n. */
+static void put_varint(uint8_t *buf, size_t *n, uint64_t v)
+{
+	while (v >= 0x80) {
+		buf[(*n)++] = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	buf[(*n)++] = (uint8_t)v;
+}
+
+/*
+ * Request { id, <body_field> = { `count` copies of the 2 bytes `item` } } as one frame: `count`
+ * empty entries (0a 00), empty aliases (12 00) or handles 1 (08 01) of a body message.
+ */
+static void send_repeated(int fd, uint64_t id, unsigned body_field, const uint8_t item[2],
+			  size_t count)
+{
+	size_t cap = 2 * count + 64, n = 8, body = 2 * count;
+	uint8_t *f = malloc(cap);
+
+	assert_non_null(f);
+	memset(f, 0, 8);
+	f[n++] = 0x08;
+	put_varint(f, &n, id);
+	put_varint(f, &n, (uint64_t)body_field << 3 | 2);
+	put_varint(f, &n, body);
+	for (size_t i = 0; i < count; i++) {
+		f[n++] = item[0];
+		f[n++] = item[1];
+	}
+	f[0] = (uint8_t)(n - 8);
+	f[1] = (uint8_t)((n - 8) >> 8);
+	f[2] = (uint8_t)((n - 8) >> 16);
+	send_all(fd, f, n);
+	free(f);
+}
+
+/* 65,537 entries, aliases or release handles are refused by the limit, before anything else is
+ * looked at; 65,536 pass the limit (and fail on what they are: nameless entries, handles not
+ * held). */
+static void too_many_entries_are_refused(void **state)
+{
+	static const uint8_t entry[2] = { 0x0a, 0x00 }, alias[2] = { 0x12, 0x00 },
+			     handle[2] = { 0x08, 0x01 };
+	static const struct { unsigned body; const uint8_t *item; const char *said; } cases[] = {
+		{ 14, entry, "the unit has more than 65536 entries or aliases" },
+		{ 13, entry, "the unit has more than 65536 entries or aliases" },
+		{ 16, handle, "at most 65536 handles per release" },
+	};
+	int fd = hello_conn();
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct resp r;
+
+		send_repeated(fd, 70 + i, cases[i].body, cases[i].item, 65537);
+		read_resp(fd, &r);
+		assert_int_equal(r.id, 70 + i);
+		assert_int_equal(r.code, ERR_LIMIT_EXCEEDED);
+		if (!strstr(r.message, cases[i].said))
+			fail_msg("message: %s", r.message);
+		send_repeated(fd, 80 + i, cases[i].body, cases[i].item, 65536);
+		read_resp(fd, &r);
+		assert_int_equal(r.id, 80 + i);
+		assert_true(r.code != 0 && r.code != ERR_LIMIT_EXCEEDED);
+	}
+	{
+		/* one entry and 65,537 aliases */
+		struct resp r;
+		size_t count = 65537, n = 8, body = 2 + 2 * count;
+		uint8_t *f = malloc(2 * count + 64);
+
+		assert_non_null(f);
+		memset(f, 0, 8);
+		f[n++] = 0x08;
+		put_varint(f, &n, 90);
+		put_varint(f, &n, 14u << 3 | 2);
+		put_varint(f, &n, body);
+		f[n++] = entry[0];
+		f[n++] = entry[1];
+		for (size_t i = 0; i < count; i++) {
+			f[n++] = alias[0];
+			f[n++] = alias[1];
+		}
+		f[0] = (uint8_t)(n - 8);
+		f[1] = (uint8_t)((n - 8) >> 8);
+		f[2] = (uint8_t)((n - 8) >> 16);
+		send_all(fd, f, n);
+		free(f);
+		read_resp(fd, &r);
+		assert_int_equal(r.code, ERR_LIMIT_EXCEEDED);
+	}
+	still_serving(fd, 99);
+	close(fd);
+}
+
 /* Share { handle }: a held handle gets a ShareReply for the same weight and one fd, and a second
  * reference (one release is not enough to let go); a handle not held, released, or held by
  * another connection is NOT_FOUND naming it. */
@@ -660,6 +756,7 @@ int main(void)
 		cmocka_unit_test(empty_units_are_refused),
 		cmocka_unit_test(too_many_pending_requests_are_refused),
 		cmocka_unit_test(bad_release_handles_are_refused),
+		cmocka_unit_test(too_many_entries_are_refused),
 		cmocka_unit_test(share_hands_another_reference_to_a_held_weight),
 	};
 
