@@ -316,11 +316,13 @@ out:
 	else if (lfd >= 0)
 		close(lfd);
 	if (!pool_free(d.pool, SHUTDOWN_GRACE_MS)) {
-		/* Workers still fill segments from the catalog and cache: leave them to the exit.
-		 * Their segments have no state record, so the next start removes them. */
+		/* Workers still fill segments from the catalog and cache: exit under them, running
+		 * no exit handlers (nothing they use may be torn down). Their segments have no state
+		 * record, so the next start removes them. */
 		if (d.cfg && d.cfg->socket_path && lfd >= 0 && !socket_activated)
 			unlink(d.cfg->socket_path);
-		return rc;
+		fflush(NULL);
+		_exit(rc);
 	}
 	reload_free(d.reload);
 	if (d.cache)

@@ -62,7 +62,8 @@ unsigned pool_threads(const struct pool *p);
  * Stop the workers: each finishes the task it runs and takes any still queued (pool_cancel first
  * to skip those). grace_ms 0 waits for all; otherwise workers still busy after grace_ms are
  * abandoned: false is returned, and the pool and the tasks they run must stay allocated until the
- * process exits. done() runs for every task that finished or was cancelled. Accepts NULL.
+ * process exits (or until a later pool_free, which may be called again and waits as asked).
+ * done() runs for every task that finished or was cancelled. Accepts NULL.
  */
 bool pool_free(struct pool *p, unsigned grace_ms);
 
