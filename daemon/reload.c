@@ -121,9 +121,15 @@ static void apply_daemon_keys(struct daemon *d, const struct config *ncfg)
 			      cur->state_dir, ncfg->state_dir[0] ? ncfg->state_dir : "(none)");
 	needs_restart("verify_adopted", cur->verify_adopted != ncfg->verify_adopted,
 		      cur->verify_adopted ? "yes" : "no", ncfg->verify_adopted ? "yes" : "no");
-	snprintf(a, sizeof(a), "%u", pool_threads(d->pool));
-	snprintf(b, sizeof(b), "%u", ncfg->workers ? ncfg->workers : pool_default_threads());
-	needs_restart("workers", cur->workers != ncfg->workers, a, b);
+	/* compared by effect: "0" and the CPU count it means are the same */
+	{
+		unsigned now = pool_threads(d->pool);
+		unsigned want = ncfg->workers ? ncfg->workers : pool_default_threads();
+
+		snprintf(a, sizeof(a), "%u", now);
+		snprintf(b, sizeof(b), "%u", want);
+		needs_restart("workers", now != want, a, b);
+	}
 
 	if (cur->budget_bytes != ncfg->budget_bytes) {
 		uint64_t budget = daemon_effective_budget(ncfg), evicted;
