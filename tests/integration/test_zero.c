@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "gguf_writer.h"
 #include "harness.h"
 #include "itest.h"
 #include "st_writer.h"
@@ -28,7 +29,14 @@ static int setup(void **state)
 		{ .name = "four", .dtype = "F32", .ndim = 1, .shape = { 4 }, .data = one },
 		{ .name = "scalar", .dtype = "F32", .ndim = 0, .data = &scalar },
 	};
-	char path[512], sect[1024];
+	/* GGUF: F32 dims [0, 4] (shape [4, 0]) and Q8_0 dims [32, 0] (no rows of one block) */
+	const struct gw_tensor gs[] = {
+		{ "g.empty", 2, { 0, 4 }, 0 /* F32 */, 0 },
+		{ "g.q8.empty", 2, { 32, 0 }, 8 /* Q8_0 */, 0 },
+		{ "g.one", 1, { 2 }, 0, 8 },
+	};
+	char path[512], gpath[512], sect[2048];
+	struct gw g;
 
 	(void)state;
 	if (harness_init(&H) < 0)
@@ -36,7 +44,14 @@ static int setup(void **state)
 	harness_path(&H, "zero.safetensors", path, sizeof(path));
 	if (stw_write(path, ts, sizeof(ts) / sizeof(ts[0]), NULL, 0, NULL) < 0)
 		return -1;
-	snprintf(sect, sizeof(sect), "[checkpoint:zero]\npath = %s\n", path);
+	harness_path(&H, "zero.gguf", gpath, sizeof(gpath));
+	gw_init(&g);
+	gw_file(&g, 0, sizeof(gs) / sizeof(gs[0]), gs, NULL);
+	if (gw_save(&g, gpath) < 0)
+		return -1;
+	gw_free(&g);
+	snprintf(sect, sizeof(sect), "[checkpoint:zero]\npath = %s\n[checkpoint:gzero]\npath = %s\n",
+		 path, gpath);
 	if (harness_write_config(&H, NULL, sect) < 0 || harness_start(&H) < 0)
 		return -1;
 	return 0;
@@ -75,6 +90,31 @@ static void zero_element_tensors_are_fetched_as_0_byte_weights(void **state)
 		assert_int_equal(weightd_weight_nbytes(w2), 0);
 		weightd_release(w2);
 		weightd_release(w);
+	}
+	/* GGUF tensors with a zero dimension, packed blocks too, and a cast of one */
+	{
+		static const char *const gnames[] = { "g.empty", "g.q8.empty" };
+		static const char cast[] = "{\"op\":\"cast\",\"dtype\":\"F16\",\"input\":{\"op\":"
+					   "\"source\",\"checkpoint\":\"gzero\",\"tensor\":\"g.q8.empty\"}}";
+		weightd_recipe *r = NULL;
+		weightd_inflight *f = NULL;
+		weightd_weight *w = NULL;
+		weightd_error err;
+
+		for (int i = 0; i < 2; i++) {
+			w = it_get_ok(c, "gzero", gnames[i]);
+			assert_int_equal(weightd_weight_nbytes(w), 0);
+			assert_int_equal(weightd_weight_ndim(w), 2);
+			assert_int_equal(weightd_weight_shape(w)[i == 0 ? 1 : 0], 0);
+			weightd_release(w);
+		}
+		assert_int_equal(weightd_recipe_from_json(cast, strlen(cast), &r, &err), 0);
+		if (weightd_materialize_recipe(c, r, &f, &err) < 0 || weightd_finish(f, &w, &err) < 0)
+			fail_msg("cast of an empty Q8_0 tensor: %s", err.message);
+		assert_string_equal(weightd_weight_dtype(w), "F16");
+		assert_int_equal(weightd_weight_nbytes(w), 0);
+		weightd_release(w);
+		weightd_recipe_free(r);
 	}
 	weightd_close(c);
 }
