@@ -554,8 +554,9 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 
 	if (ms <= 0 || ms > 3600000)
 		ms = WC_HELLO_TIMEOUT_MS;
-	h.protocol_version = WEIGHTD_PROTOCOL_VERSION;
-	h.min_protocol_version = WEIGHTD_PROTOCOL_MIN_VERSION;
+	/* oldest first: a weightd from before version ranges checks only this field */
+	h.protocol_version = WEIGHTD_PROTOCOL_MIN_VERSION;
+	h.max_protocol_version = WEIGHTD_PROTOCOL_VERSION;
 	h.client_name = (char *)(client_name ? client_name : program_invocation_short_name);
 	req.body_case = WEIGHTD__REQUEST__BODY_HELLO;
 	req.hello = &h;

@@ -129,22 +129,23 @@ static void source_info(const struct csource *cs, Weightd__SourceInfo *si)
 #define PROTO_MAX ((uint32_t)WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT)
 
 /*
- * The version of a connection: the newest in both the client's range (min_protocol_version ..
- * protocol_version; a client that sends no minimum speaks protocol_version only) and ours. None
- * in common: ERR_UNSUPPORTED_VERSION naming both ranges and which side to upgrade, and the
+ * The version of a connection: the newest in both the client's range (protocol_version ..
+ * max_protocol_version; a client that sends no maximum speaks protocol_version only) and ours.
+ * None in common: ERR_UNSUPPORTED_VERSION naming both ranges and which side to upgrade, and the
  * connection is closed once that is sent. Returns the version, or 0 with the error sent.
  */
 static uint32_t hello_version(struct session *s, uint64_t id, const Weightd__Hello *h)
 {
-	uint32_t cmax = h->protocol_version;
-	uint32_t cmin = h->min_protocol_version ? h->min_protocol_version : cmax;
+	uint32_t cmin = h->protocol_version;
+	uint32_t cmax = h->max_protocol_version ? h->max_protocol_version : cmin;
 	uint32_t v = cmax < PROTO_MAX ? cmax : PROTO_MAX;
 	struct wd_error e;
 
 	wd_error_clear(&e);
 	if (cmin > cmax)
 		wd_error_set(&e, WD_E_INVALID,
-			     "hello: min_protocol_version %u is above protocol_version %u", cmin, cmax);
+			     "hello: protocol_version %u (the oldest the client speaks) is above "
+			     "max_protocol_version %u", cmin, cmax);
 	else if (cmax == 0)
 		wd_error_set(&e, WD_E_VERSION,
 			     "hello: the client gave no protocol version; this weightd %s speaks "

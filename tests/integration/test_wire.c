@@ -90,23 +90,23 @@ static void send_frame(int fd, uint64_t id, unsigned body_field, const struct pb
 	send_all(fd, f, frame(f, id, body_field, body));
 }
 
-/* Hello { protocol_version = max, client_name, min_protocol_version = min } (0: left out). */
+/* Hello { protocol_version = min, client_name, max_protocol_version = max } (0: left out). */
 static void send_hello_range(int fd, uint64_t id, uint32_t min, uint32_t max)
 {
 	struct pb h = { .n = 0 };
 
-	if (max)
-		pb_uint(&h, 1, max);
-	pb_str(&h, 2, "test_wire");
 	if (min)
-		pb_uint(&h, 3, min);
+		pb_uint(&h, 1, min);
+	pb_str(&h, 2, "test_wire");
+	if (max)
+		pb_uint(&h, 3, max);
 	send_frame(fd, id, 10, &h);
 }
 
 /* The Hello of a client that speaks one version (as before versions were ranges). */
 static void send_hello(int fd, uint64_t id, uint32_t version)
 {
-	send_hello_range(fd, id, 0, version);
+	send_hello_range(fd, id, version, 0);
 }
 
 /* Unit { entries = [UnitEntry { name, recipe = Recipe { nodes = [Node { source }] } }] }. */
@@ -342,7 +342,7 @@ static void hello_versions_are_ranges(void **state)
 {
 	const uint32_t lo = WEIGHTD_PROTOCOL_MIN_VERSION, hi = WEIGHTD_PROTOCOL_VERSION;
 	static const struct { uint32_t min, max; } ok[] = {
-		{ 0, WEIGHTD_PROTOCOL_VERSION },                  /* a client of one version */
+		{ WEIGHTD_PROTOCOL_VERSION, 0 },                  /* a client of one version */
 		{ WEIGHTD_PROTOCOL_MIN_VERSION, WEIGHTD_PROTOCOL_VERSION + 7 }, /* a newer client */
 		{ 1, WEIGHTD_PROTOCOL_VERSION },
 	};
@@ -363,7 +363,7 @@ static void hello_versions_are_ranges(void **state)
 		assert_true(pb_find(r.body_msg, 1, &v, NULL));
 		assert_true(pb_find(r.body_msg, 14, &dmin, NULL));
 		assert_true(pb_find(r.body_msg, 15, &dmax, NULL));
-		assert_int_equal(v, ok[i].max < hi ? ok[i].max : hi);
+		assert_int_equal(v, ok[i].max == 0 ? ok[i].min : ok[i].max < hi ? ok[i].max : hi);
 		assert_int_equal(dmin, lo);
 		assert_int_equal(dmax, hi);
 		still_serving(fd, 4);
@@ -405,8 +405,8 @@ static void hello_versions_are_ranges(void **state)
 		send_hello_range(fd, 8, hi + 2, hi + 1);
 		read_resp(fd, &r);
 		assert_int_equal(r.code, ERR_INVALID_ARGUMENT);
-		snprintf(want, sizeof(want), "min_protocol_version %u is above protocol_version %u",
-			 hi + 2, hi + 1);
+		snprintf(want, sizeof(want), "protocol_version %u (the oldest the client speaks) is above "
+			 "max_protocol_version %u", hi + 2, hi + 1);
 		assert_non_null(strstr(r.message, want));
 		expect_closed(fd);
 		close(fd);

@@ -175,8 +175,9 @@ static void test_hello_and_server_info(void **state)
 	assert_int_equal(si->max_client_bytes, 123456789);
 	hello = fake_nth(f, WEIGHTD__REQUEST__BODY_HELLO, 0);
 	assert_non_null(hello);
-	assert_int_equal(hello->hello->protocol_version, WEIGHTD_PROTOCOL_VERSION);
-	assert_int_equal(hello->hello->min_protocol_version, WEIGHTD_PROTOCOL_MIN_VERSION);
+	/* oldest first, where a daemon from before ranges looks */
+	assert_int_equal(hello->hello->protocol_version, WEIGHTD_PROTOCOL_MIN_VERSION);
+	assert_int_equal(hello->hello->max_protocol_version, WEIGHTD_PROTOCOL_VERSION);
 	assert_string_equal(hello->hello->client_name, "test");
 	assert_int_equal(si->protocol_version, 1);
 	assert_int_equal(si->min_protocol_version, 1);
