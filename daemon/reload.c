@@ -146,9 +146,14 @@ static void apply_daemon_keys(struct daemon *d, const struct config *ncfg)
 				   log_level_name(d->log_level_cli));
 		} else {
 			int level = ncfg->log_level >= 0 ? ncfg->log_level : LOG_LVL_INFO;
+			bool quieter = level < log_get_level();
 
+			/* said while the more talkative of the two levels holds, so it shows */
+			if (quieter)
+				log_notice("reload: log_level is now %s", log_level_name(level));
 			log_set_level(level);
-			log_notice("reload: log_level is now %s", log_level_name(level));
+			if (!quieter)
+				log_notice("reload: log_level is now %s", log_level_name(level));
 		}
 	}
 #define LIVE(field, key, what)                                                                      \

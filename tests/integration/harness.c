@@ -303,8 +303,12 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 		/* a test killed by its timeout takes its daemon with it */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		setenv("NOTIFY_SOCKET", h->notify, 1);
-		execl(harness_weightd(), "weightd", "--config", h->conf, "--foreground",
-		      "--log-level", "debug", (char *)NULL);
+		if (opts && opts->file_log_level)
+			execl(harness_weightd(), "weightd", "--config", h->conf, "--foreground",
+			      (char *)NULL);
+		else
+			execl(harness_weightd(), "weightd", "--config", h->conf, "--foreground",
+			      "--log-level", "debug", (char *)NULL);
 		_exit(127);
 	}
 	h->pid = pid;

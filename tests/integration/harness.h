@@ -29,6 +29,7 @@ struct harness_opts {
 	unsigned long nofile;    /* RLIMIT_NOFILE (soft and hard) of the daemon; 0: inherited */
 	const char *shm_size;    /* a private tmpfs of this size ("64m") on the daemon's /dev/shm, in
 				  * its own mount namespace; NULL: the shared /dev/shm */
+	bool file_log_level;     /* no --log-level debug: the config's log_level decides */
 };
 
 #define HARNESS_UNSUPPORTED (-2)

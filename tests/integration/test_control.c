@@ -249,6 +249,52 @@ static void reload_applies_daemon_keys_or_names_them(void **state)
 	assert_int_equal(harness_stop(&H), 0);
 }
 
+/* Without --log-level, reload applies the file's log_level at once: debug lines (a client
+ * connecting) stop after a reload to warning and come back after a reload to debug. */
+static void reload_applies_log_level_live(void **state)
+{
+	const struct harness_opts opts = { .file_log_level = true };
+	weightd_client *c;
+	weightd_error err;
+	char *log;
+	size_t mark;
+
+	(void)state;
+	write_reload_config("log_level = debug\n");
+	assert_int_equal(harness_start_opts(&H, &opts), 0);
+	write_reload_config("log_level = warning\n");
+	c = it_connect(&H);
+	if (weightd_reload(c, &err) < 0)
+		fail_msg("reload: %s", err.message);
+	weightd_close(c);
+	log = slurp(H.log);
+	mark = strlen(log);
+	assert_non_null(strstr(log, "reload: log_level is now warning"));
+	free(log);
+	weightd_close(it_connect(&H));  /* would log "connected" at debug */
+
+	write_reload_config("log_level = debug\n");
+	c = it_connect(&H);
+	if (weightd_reload(c, &err) < 0)
+		fail_msg("reload: %s", err.message);
+	weightd_close(c);
+	weightd_close(it_connect(&H));
+	assert_int_equal(harness_stop(&H), 0);
+	log = slurp(H.log);
+	/* between the two reloads: not one debug line; after the second: debug again */
+	{
+		const char *back = strstr(log + mark, "reload: log_level is now debug");
+		const char *conn = strstr(log + mark, "connected");
+
+		if (!back)
+			fail_msg("no second reload in the log:\n%s", log);
+		if (conn && conn < back)
+			fail_msg("a debug line while at warning:\n%s", log + mark);
+		assert_non_null(strstr(back, "connected"));
+	}
+	free(log);
+}
+
 /* A checkpoint path of about 4,000 characters in the config is served (inih alone stops at 200). */
 static void a_4000_character_checkpoint_path_is_served(void **state)
 {
@@ -286,6 +332,7 @@ int main(void)
 		cmocka_unit_test(detached_start_reports_readiness_in_its_exit_status),
 		cmocka_unit_test(sigterm_cancels_queued_work),
 		cmocka_unit_test(reload_applies_daemon_keys_or_names_them),
+		cmocka_unit_test(reload_applies_log_level_live),
 		cmocka_unit_test(a_4000_character_checkpoint_path_is_served),
 	};
 
