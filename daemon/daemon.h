@@ -40,6 +40,7 @@ struct daemon {
 	struct timespec started;
 	char instance[80];              /* shm prefix, shown to clients */
 	int log_level_cli;              /* --log-level, or -1: the file's log_level decides */
+	bool socket_activated;          /* the socket came from systemd (socket* keys unused) */
 	bool stopping;
 };
 

@@ -282,6 +282,7 @@ int main(int argc, char **argv)
 		log_err("%s", err.msg);
 		goto out;
 	}
+	d.socket_activated = socket_activated;
 	d.server = server_new(&d, lfd);
 	if (!d.server)
 		goto out;

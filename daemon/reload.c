@@ -105,14 +105,19 @@ static void apply_daemon_keys(struct daemon *d, const struct config *ncfg)
 	struct config *cur = d->cfg;
 	char a[64], b[64];
 
-	needs_restart("socket", str_differs(cur->socket_path, ncfg->socket_path), cur->socket_path,
-		      ncfg->socket_path);
-	snprintf(a, sizeof(a), "%04o", (unsigned)cur->socket_mode);
-	snprintf(b, sizeof(b), "%04o", (unsigned)ncfg->socket_mode);
-	needs_restart("socket_mode", cur->socket_mode != ncfg->socket_mode, a, b);
-	snprintf(a, sizeof(a), "gid %ld", cur->socket_group == (gid_t)-1 ? -1L : (long)cur->socket_group);
-	snprintf(b, sizeof(b), "gid %ld", ncfg->socket_group == (gid_t)-1 ? -1L : (long)ncfg->socket_group);
-	needs_restart("socket_group", cur->socket_group != ncfg->socket_group, a, b);
+	/* under socket activation systemd's socket unit decides these three: nothing to say */
+	if (!d->socket_activated) {
+		needs_restart("socket", str_differs(cur->socket_path, ncfg->socket_path),
+			      cur->socket_path, ncfg->socket_path);
+		snprintf(a, sizeof(a), "%04o", (unsigned)cur->socket_mode);
+		snprintf(b, sizeof(b), "%04o", (unsigned)ncfg->socket_mode);
+		needs_restart("socket_mode", cur->socket_mode != ncfg->socket_mode, a, b);
+		snprintf(a, sizeof(a), "gid %ld",
+			 cur->socket_group == (gid_t)-1 ? -1L : (long)cur->socket_group);
+		snprintf(b, sizeof(b), "gid %ld",
+			 ncfg->socket_group == (gid_t)-1 ? -1L : (long)ncfg->socket_group);
+		needs_restart("socket_group", cur->socket_group != ncfg->socket_group, a, b);
+	}
 	needs_restart("shm_prefix", str_differs(cur->shm_prefix, ncfg->shm_prefix), cur->shm_prefix,
 		      ncfg->shm_prefix);
 	/* an unusable state directory was switched off at start ("" here): nothing to compare */
