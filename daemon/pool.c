@@ -217,6 +217,8 @@ size_t pool_cancel(struct pool *p)
 	while ((t = p->head)) {
 		p->head = t->next;
 		t->cancelled = true;
+		if (!t->done)
+			continue; /* nobody waits for it: dropped */
 		push_done(p, t);
 		n++;
 	}

@@ -44,7 +44,8 @@ struct pool *pool_new(struct event_base *base, unsigned nthreads);
 void pool_submit(struct pool *p, struct pool_task *t);
 
 /* Stopping: every queued task that has not started is cancelled, and so is every later one.
- * Running tasks go on. Returns how many were cancelled. Main thread. */
+ * Running tasks go on. A task without done() is dropped. Returns how many done() will report
+ * cancelled. Main thread. */
 size_t pool_cancel(struct pool *p);
 
 /* Run done() of every task finished or cancelled so far, now (main thread), instead of on the
