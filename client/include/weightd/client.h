@@ -89,7 +89,10 @@ extern "C" {
 #define WEIGHTD_MAX_DIMS 8
 #define WEIGHTD_DIGEST_LEN 32
 #define WEIGHTD_DEFAULT_SOCKET "/run/weightd/weightd.sock"
+/* The protocol versions this libweightd speaks: it talks to any weightd whose range overlaps
+ * (the connection uses the newest version both speak; weightd_server tells which). */
 #define WEIGHTD_PROTOCOL_VERSION 1
+#define WEIGHTD_PROTOCOL_MIN_VERSION 1
 
 /* =========================================================================================== */
 /* Errors                                                                                       */
@@ -129,6 +132,8 @@ enum {
 	WEIGHTD_E_BAD_ALIAS = 41,
 	WEIGHTD_E_ALIAS_CYCLE = 42,
 	WEIGHTD_E_SLOT_MISMATCH = 43,
+	WEIGHTD_E_CANCELLED = 55,            /* weightd stopped before the work started */
+	WEIGHTD_E_UNSUPPORTED_VERSION = 56,  /* no protocol version both sides speak */
 	/* dequant_block: the scale tensor's shape is not the data's block grid */
 	WEIGHTD_E_SCALE_MISMATCH = 65,
 };
@@ -191,7 +196,7 @@ WEIGHTD_API void weightd_close(weightd_client *c);
 
 /* What the daemon said in its hello. Owned by the client; valid until the client is freed. */
 typedef struct weightd_server_info {
-	uint32_t protocol_version;
+	uint32_t protocol_version;     /* of this connection: the newest both sides speak */
 	const char *server_version;
 	const char *instance;          /* the daemon's instance (shared-memory prefix) */
 	uint32_t max_frame_bytes;      /* largest request the daemon accepts */
@@ -200,6 +205,8 @@ typedef struct weightd_server_info {
 	uint32_t max_recipe_nodes;
 	uint64_t max_client_bytes;     /* bytes of weights one client may hold (0: no limit) */
 	uint32_t max_client_weights;   /* weights one client may hold (0: no limit) */
+	uint32_t min_protocol_version; /* the daemon's range (0, 0 from a weightd that does not */
+	uint32_t max_protocol_version; /*   say: it speaks protocol_version only) */
 } weightd_server_info;
 
 WEIGHTD_API const weightd_server_info *weightd_server(const weightd_client *c);
