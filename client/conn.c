@@ -628,6 +628,9 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 	c->info.max_recipe_nodes = hr->max_recipe_nodes;
 	c->info.max_client_bytes = hr->max_client_bytes;
 	c->info.max_client_weights = hr->max_client_weights;
+	/* the daemon sends frames of up to its max_frame (hello is the first reply: nobody else
+	 * reads the buffer yet) */
+	wd_inbuf_raise_max_payload(c->in, hr->max_frame_bytes);
 	c->info.max_message_bytes = hr->max_message_bytes;
 	c->info.segment_max_bytes = hr->segment_max_bytes;
 	c->info.min_protocol_version = hr->min_protocol_version;

@@ -367,6 +367,14 @@ void wd_inbuf_set_max_message(struct wd_inbuf *b, uint64_t max_message)
 	b->max_message = max_message < b->max_payload ? b->max_payload : max_message;
 }
 
+void wd_inbuf_raise_max_payload(struct wd_inbuf *b, uint32_t max_payload)
+{
+	if (max_payload > b->max_payload)
+		b->max_payload = max_payload;
+	if (b->max_message < b->max_payload)
+		b->max_message = b->max_payload;
+}
+
 uint64_t wd_inbuf_fds_dropped(const struct wd_inbuf *b)
 {
 	return b ? b->fds_dropped : 0;

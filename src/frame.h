@@ -64,6 +64,8 @@ struct wd_inbuf;
 struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds);
 /* The largest message (payloads of its frames joined) accepted; at least the frame maximum. */
 void wd_inbuf_set_max_message(struct wd_inbuf *b, uint64_t max_message);
+/* Raise the frame maximum (to what the peer said it sends); never lowers it. */
+void wd_inbuf_raise_max_payload(struct wd_inbuf *b, uint32_t max_payload);
 /* fds the kernel dropped because this process was out of descriptors (MSG_CTRUNC), so far. */
 uint64_t wd_inbuf_fds_dropped(const struct wd_inbuf *b);
 /* Closes fds not handed out. Accepts NULL. */
