@@ -24,6 +24,10 @@ void server_free(struct server *s);
 
 size_t server_clients(const struct server *s);
 
+/* A session was killed: take it off the list and free it later from the loop (session.c). */
+struct session;
+void server_session_dead(struct server *s, struct session *sess);
+
 /* Tell subscribed clients that `checkpoint` changed ("generation" or "removed"). */
 void server_notify(struct server *s, const char *checkpoint, uint64_t generation, const char *what);
 

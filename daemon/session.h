@@ -1,5 +1,5 @@
 /* session.h - one connected client: its socket queues, the weights it holds, its open requests.
- * Shared by server.c (I/O, lifecycle) and request.c (what requests do). */
+ * session.c does its I/O and lifecycle; server.c lists sessions; request*.c act on them. */
 #ifndef WD_SESSION_H
 #define WD_SESSION_H
 
@@ -47,6 +47,12 @@ struct session {
 	struct session *dead_next;
 };
 
+/* A session for an accepted socket (fd owned from now on; closed on failure), reading at once.
+ * NULL on allocation failure. The caller links it into the server's list. */
+struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64_t id);
+/* Free a dead session (from the server's deferred reap, never inside its own callbacks). */
+void session_free(struct session *s);
+
 /* Queue a response (ownership of fds passes, see wd_outq_push). A client whose queue grows past
  * its cap is disconnected. */
 void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds);
@@ -60,10 +66,5 @@ int session_hold(struct session *s, struct weight *w);
 /* Give back one reference; false if the client holds none on w. */
 bool session_release(struct session *s, struct weight *w);
 struct held *session_find_held(struct session *s, uint64_t handle);
-
-/* request.c */
-void request_dispatch(struct session *s, Weightd__Request *req);
-/* Orphan every unit request of a dying session: they finish without replying. */
-void request_session_gone(struct session *s);
 
 #endif

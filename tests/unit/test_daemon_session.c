@@ -1,4 +1,4 @@
-/* test_daemon_server.c - a session's held-weight index: holds, finds and releases agree with a
+/* test_daemon_session.c - a session's held-weight index: holds, finds and releases agree with a
  * plain reference count under heavy collisions and random order. */
 #include <setjmp.h>
 #include <stdarg.h>

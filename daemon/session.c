@@ -1,0 +1,360 @@
+/* session.c - one connected client: its socket I/O (frames in, replies and fds out), the weights
+ * it holds, and its lifecycle (created on accept, killed, freed later from the loop). */
+#include "session.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "request.h"
+#include "server.h"
+#include "wire.h"
+
+static void update_write_event(struct session *s)
+{
+	if (s->dead)
+		return;
+	if (wd_outq_frames(s->out))
+		event_add(s->ev_write, NULL);
+	else
+		event_del(s->ev_write);
+}
+
+/* Flush what the socket takes now; arm EV_WRITE only while something is left. */
+static void session_flush(struct session *s)
+{
+	int r = wd_outq_flush(s->out, s->fd);
+
+	if (r < 0) {
+		session_kill(s, "write failed");
+		return;
+	}
+	if (r == 0 && s->close_after_flush) {
+		session_kill(s, "closed after its last reply");
+		return;
+	}
+	update_write_event(s);
+}
+
+void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds)
+{
+	size_t len = weightd__response__get_packed_size(resp);
+	uint8_t stackbuf[4096], *buf = stackbuf;
+	int r;
+
+	if (s->dead) {
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		return;
+	}
+	if (len > sizeof(stackbuf)) {
+		buf = malloc(len);
+		if (!buf) {
+			for (size_t i = 0; i < nfds; i++)
+				close(fds[i]);
+			session_kill(s, "out of memory packing a reply");
+			return;
+		}
+	}
+	weightd__response__pack(resp, buf);
+	r = wd_outq_push(s->out, buf, len, fds, nfds);
+	if (buf != stackbuf)
+		free(buf);
+	if (r < 0) {
+		session_kill(s, "its reply could not be queued");
+		return;
+	}
+	if (wd_outq_bytes(s->out) > s->d->cfg->client_max_queue_bytes) {
+		log_warn("client %llu (pid %d) is not reading its replies (%zu bytes queued); "
+			 "disconnecting it", (unsigned long long)s->id, (int)s->peer.pid,
+			 wd_outq_bytes(s->out));
+		session_kill(s, "reply queue over its limit");
+		return;
+	}
+	session_flush(s);
+}
+
+void session_send_error(struct session *s, uint64_t id, const struct wd_error *err)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Error pe;
+
+	resp.id = id;
+	wire_error(err, &pe);
+	resp.error = &pe;
+	session_send(s, &resp, NULL, 0);
+}
+
+/*
+ * The weights a client holds: a dense array (cheap to walk when the client goes) indexed by an
+ * open-addressing table keyed by weight id, so holding, finding and releasing stay O(1) however
+ * many weights one client holds.
+ */
+static size_t held_hash(uint64_t id, size_t cap)
+{
+	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+}
+
+/* Slot holding `id`, or the empty slot where it would go. */
+static size_t held_slot(const struct session *s, uint64_t id)
+{
+	size_t i = held_hash(id, s->held_icap);
+
+	while (s->held_index[i] && s->held[s->held_index[i] - 1].w->id != id)
+		i = (i + 1) & (s->held_icap - 1);
+	return i;
+}
+
+static int held_index_grow(struct session *s)
+{
+	size_t ncap = s->held_icap ? s->held_icap * 2 : 32;
+	uint32_t *idx = calloc(ncap, sizeof(*idx));
+
+	if (!idx || ncap > UINT32_MAX) {
+		free(idx);
+		return -WD_E_EXHAUSTED;
+	}
+	free(s->held_index);
+	s->held_index = idx;
+	s->held_icap = ncap;
+	for (size_t k = 0; k < s->n_held; k++)
+		s->held_index[held_slot(s, s->held[k].w->id)] = (uint32_t)k + 1;
+	return 0;
+}
+
+/* Empty slot i and shift later members of its probe run back (linear probing deletion). */
+static void held_index_delete(struct session *s, size_t i)
+{
+	size_t mask = s->held_icap - 1, j = i;
+
+	s->held_index[i] = 0;
+	for (;;) {
+		size_t k;
+
+		j = (j + 1) & mask;
+		if (!s->held_index[j])
+			return;
+		k = held_hash(s->held[s->held_index[j] - 1].w->id, s->held_icap);
+		/* leave j where it is if its home k lies cyclically in (i, j] */
+		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+			continue;
+		s->held_index[i] = s->held_index[j];
+		s->held_index[j] = 0;
+		i = j;
+	}
+}
+
+struct held *session_find_held(struct session *s, uint64_t handle)
+{
+	size_t i;
+
+	if (!s->held_icap)
+		return NULL;
+	i = held_slot(s, handle);
+	return s->held_index[i] ? &s->held[s->held_index[i] - 1] : NULL;
+}
+
+int session_hold(struct session *s, struct weight *w)
+{
+	struct held *h = session_find_held(s, w->id);
+
+	if (h) {
+		h->count++;
+		return 0;
+	}
+	if ((s->n_held + 1) * 2 > s->held_icap && held_index_grow(s) < 0)
+		return -WD_E_EXHAUSTED;
+	if (s->n_held == s->cap_held) {
+		size_t ncap = s->cap_held ? s->cap_held * 2 : 16;
+		struct held *nh = realloc(s->held, ncap * sizeof(*nh));
+		if (!nh)
+			return -WD_E_EXHAUSTED;
+		s->held = nh;
+		s->cap_held = ncap;
+	}
+	s->held[s->n_held].w = w;
+	s->held[s->n_held].count = 1;
+	s->held_index[held_slot(s, w->id)] = (uint32_t)s->n_held + 1;
+	s->n_held++;
+	s->held_bytes += w->nbytes;
+	w->holders++;
+	return 0;
+}
+
+bool session_release(struct session *s, struct weight *w)
+{
+	struct held *h = session_find_held(s, w->id);
+	size_t pos, last;
+
+	if (!h)
+		return false;
+	if (--h->count == 0) {
+		pos = (size_t)(h - s->held);
+		last = s->n_held - 1;
+		held_index_delete(s, held_slot(s, w->id));
+		if (pos != last) {
+			s->held[pos] = s->held[last];
+			s->held_index[held_slot(s, s->held[pos].w->id)] = (uint32_t)pos + 1;
+		}
+		s->n_held--;
+		w->holders--;
+		s->held_bytes -= w->nbytes;
+	}
+	cache_drop(s->d->cache, w);
+	return true;
+}
+
+void session_free(struct session *s)
+{
+	event_free(s->ev_read);
+	event_free(s->ev_write);
+	wd_inbuf_free(s->in);
+	wd_outq_free(s->out);
+	for (size_t i = 0; i < s->n_subs; i++)
+		free(s->subs[i]);
+	free(s->subs);
+	free(s->held);
+	free(s->held_index);
+	free(s->peer.groups);
+	free(s);
+}
+
+void session_kill(struct session *s, const char *why)
+{
+	struct server *srv = s->srv;
+
+	if (s->dead)
+		return;
+	s->dead = true;
+	log_debug("client %llu (pid %d uid %u): %s", (unsigned long long)s->id, (int)s->peer.pid,
+		  (unsigned)s->peer.uid, why);
+	event_del(s->ev_read);
+	event_del(s->ev_write);
+	close(s->fd);
+	s->fd = -1;
+	/* Everything it held goes back; mappings it made stay valid in its own process. */
+	while (s->n_held) {
+		struct held *h = &s->held[s->n_held - 1];
+		struct weight *w = h->w;
+		uint32_t n = h->count;
+		w->holders--;
+		s->n_held--;
+		while (n--)
+			cache_drop(s->d->cache, w);
+	}
+	s->held_bytes = 0;
+	request_session_gone(s);
+	server_session_dead(srv, s);
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct session *s = arg;
+	int r = wd_inbuf_read(s->in, s->fd);
+
+	if (r == WD_FRAME_AGAIN)
+		return;
+	if (r == 0) {
+		session_kill(s, "disconnected");
+		return;
+	}
+	if (r < 0) {
+		session_kill(s, "read failed or sent file descriptors");
+		return;
+	}
+	for (;;) {
+		struct wd_frame f;
+		Weightd__Request *req;
+
+		if (s->dead)
+			return;
+		r = wd_inbuf_next(s->in, &f);
+		if (r == 0)
+			break;
+		if (r < 0) {
+			log_warn("client %llu (pid %d): malformed frame; disconnecting it",
+				 (unsigned long long)s->id, (int)s->peer.pid);
+			session_kill(s, "malformed frame");
+			return;
+		}
+		if (f.nfds) {
+			wd_frame_close_fds(&f);
+			session_kill(s, "sent file descriptors");
+			return;
+		}
+		req = weightd__request__unpack(NULL, f.len, f.payload);
+		if (!req) {
+			log_warn("client %llu (pid %d): undecodable request; disconnecting it",
+				 (unsigned long long)s->id, (int)s->peer.pid);
+			session_kill(s, "undecodable request");
+			return;
+		}
+		request_dispatch(s, req);
+		weightd__request__free_unpacked(req, NULL);
+	}
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+	session_flush(arg);
+}
+
+static void read_peer(int fd, struct peer *p)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	gid_t groups[256];
+
+	memset(p, 0, sizeof(*p));
+	p->uid = (uid_t)-1;
+	p->gid = (gid_t)-1;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+		p->pid = cred.pid;
+		p->uid = cred.uid;
+		p->gid = cred.gid;
+	}
+#ifdef SO_PEERGROUPS
+	len = sizeof(groups);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0 && len) {
+		size_t n = len / sizeof(gid_t);
+		p->groups = malloc(n * sizeof(gid_t));
+		if (p->groups) {
+			memcpy(p->groups, groups, n * sizeof(gid_t));
+			p->n_groups = n;
+		}
+	}
+#endif
+}
+
+struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64_t id)
+{
+	struct session *s = calloc(1, sizeof(*s));
+
+	if (!s) {
+		close(fd);
+		return NULL;
+	}
+	s->srv = srv;
+	s->d = d;
+	s->fd = fd;
+	s->id = id;
+	read_peer(fd, &s->peer);
+	s->privileged = s->peer.uid == 0 || s->peer.uid == geteuid();
+	s->in = wd_inbuf_new(d->cfg->max_frame_bytes, 0);
+	s->out = wd_outq_new();
+	s->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, on_read, s);
+	s->ev_write = event_new(d->base, fd, EV_WRITE | EV_PERSIST, on_write, s);
+	if (!s->in || !s->out || !s->ev_read || !s->ev_write || event_add(s->ev_read, NULL)) {
+		close(fd);
+		s->fd = -1;
+		session_free(s);
+		return NULL;
+	}
+	return s;
+}
