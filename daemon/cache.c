@@ -214,7 +214,9 @@ static void weight_destroy(struct cache *c, struct weight *w, bool unlink_segmen
 	lru_remove(c, w);
 	unhash(c, w);
 	if (unlink_segment) {
-		wd_segment_unlink(w->seg.name);
+		/* only a name of ours: a record that slipped through never gets a foreign name deleted */
+		if (wd_segment_name_matches(c->d->instance, w->seg.name))
+			wd_segment_unlink(w->seg.name);
 		state_remove(c->d->cfg->state_dir, c->d->instance, w->key);
 	}
 	wd_segment_close(&w->seg);
@@ -364,8 +366,12 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for read buffers");
 		return;
 	}
-	/* Names are unique per key: start-up cleared the prefix, eviction unlinks. */
-	r = wd_segment_create(j->name, j->nbytes, &j->seg, &j->err);
+	/* A random name (segment.c): the key is not in it, so nobody can take it first. */
+	r = wd_segment_create_unique(j->instance, j->nbytes, &j->seg, &j->err);
+	if (r == 0) {
+		snprintf(j->name, sizeof(j->name), "%s", j->seg.name);
+		snprintf(j->rec.segment, sizeof(j->rec.segment), "%s", j->seg.name);
+	}
 	if (r < 0) {
 		j->status = r;
 		if (r == -WD_E_EXHAUSTED)
@@ -540,7 +546,6 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	struct weight *w = find_key(c, key);
 	struct waiter *wt;
 	struct job *j;
-	char hex[65];
 	int r;
 
 	if (w) {
@@ -589,8 +594,6 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	j->cache = c;
 	memcpy(j->key, key, 32);
-	wd_hex(key, 32, hex);
-	snprintf(j->name, sizeof(j->name), "/%s.%s", c->d->instance, hex);
 	j->waiters = wt;
 	j->state_dir = c->d->cfg->state_dir;
 	j->instance = c->d->instance;
@@ -600,7 +603,6 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	if (j->rec.ndim)
 		memcpy(j->rec.shape, wd_plan_shape(plan), sizeof(uint64_t) * (size_t)j->rec.ndim);
 	j->rec.nbytes = j->nbytes;
-	snprintf(j->rec.segment, sizeof(j->rec.segment), "%s", j->name);
 	snprintf(j->rec.label, sizeof(j->rec.label), "%s", wd_plan_label(plan));
 	if (n_sources) {
 		snprintf(j->rec.source, sizeof(j->rec.source), "%s", sources[0]->name);

@@ -225,6 +225,11 @@ void request_query_status(struct session *s, uint64_t id)
 	st.bytes_materialized = d->stats.bytes_materialized;
 	st.materialize_ns = d->stats.materialize_ns;
 	st.references = cache_references(d->cache);
+	st.foreign_segments = d->stats.foreign_segments;
+	st.clients_refused = d->stats.clients_refused;
+	st.clients_timed_out = d->stats.clients_timed_out;
+	st.partial_frame_bytes = d->stats.partial_bytes;
+	st.temp_bytes = d->stats.temp_bytes;
 	for (size_t i = 0; i < ns; i++) {
 		request_source_info(catalog_at(d->catalog, i), &si[st.n_sources]);
 		sp[st.n_sources] = &si[st.n_sources];

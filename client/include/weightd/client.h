@@ -318,6 +318,12 @@ typedef struct weightd_status {
 	/* Materializations in flight (appended last; empty from a daemon that does not report them). */
 	size_t n_jobs;
 	const weightd_job_status *jobs;
+	/* Defences against other local users (appended last; 0 from a daemon without them). */
+	uint64_t foreign_segments;     /* objects under the prefix weightd did not make: ignored */
+	uint64_t clients_refused;      /* connections refused (max_clients, max_clients_per_uid) */
+	uint64_t clients_timed_out;    /* connections closed idle or stuck in the middle of a frame */
+	uint64_t partial_frame_bytes;  /* bytes of requests being received, all clients */
+	uint64_t temp_bytes;           /* recipe temporaries reserved by running materializations */
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);
