@@ -290,6 +290,14 @@ static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint3
 	struct wc_pending *p;
 
 	pthread_mutex_lock(&c->mu);
+	if (resp->id == 0 && resp->error) {
+		/* the daemon is closing this connection and says why (a limit, a timeout) */
+		pthread_mutex_unlock(&c->mu);
+		mark_dead(c, resp->error->code ? (int)resp->error->code : WEIGHTD_E_DISCONNECTED,
+			  "weightd at %s closed the connection: %s", c->path,
+			  resp->error->message ? resp->error->message : "");
+		goto drop;
+	}
 	if (resp->id == 0) {
 		if (resp->body_case == WEIGHTD__RESPONSE__BODY_EVENT && resp->event) {
 			struct wc_event *e;

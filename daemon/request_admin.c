@@ -24,6 +24,7 @@ void request_admin_reload(struct session *s, uint64_t id)
 		request_fail(s, id, WD_E_UNSUPPORTED, "reload is not available");
 		return;
 	}
+	s->reloads++;
 	server_reload_hook(s->d, s->id, id);
 }
 

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -28,6 +29,8 @@ struct server {
 	struct event *ev_reap;
 	struct session *sessions;
 	struct session *dead;
+	struct uid_usage *uids;   /* one per uid with a connection */
+	struct event *ev_tick;    /* timeouts and paused sessions */
 	size_t n;
 	uint64_t next_id;
 	bool accept_paused;       /* out of descriptors: accept retried on a timer */
@@ -94,8 +97,39 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* The usage record of `uid`, made on its first connection. NULL when out of memory. */
+static struct uid_usage *uid_get(struct server *srv, uid_t uid)
+{
+	struct uid_usage *uu;
+
+	for (uu = srv->uids; uu; uu = uu->next)
+		if (uu->uid == uid)
+			return uu;
+	uu = calloc(1, sizeof(*uu));
+	if (!uu)
+		return NULL;
+	uu->uid = uid;
+	uu->next = srv->uids;
+	srv->uids = uu;
+	return uu;
+}
+
+static void uid_put(struct server *srv, struct uid_usage *uu)
+{
+	if (!uu || --uu->conns)
+		return;
+	for (struct uid_usage **pp = &srv->uids; *pp; pp = &(*pp)->next)
+		if (*pp == uu) {
+			*pp = uu->next;
+			break;
+		}
+	free(uu);
+}
+
 void server_session_dead(struct server *srv, struct session *s)
 {
+	uid_put(srv, s->uu);
+	s->uu = NULL;
 	if (s->prev)
 		s->prev->next = s->next;
 	else
@@ -121,7 +155,6 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 
 	for (int i = 0; i < 64; i++) {
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		struct session *s;
 
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -142,27 +175,82 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 			log_notice("accepting connections again (%zu clients)", srv->n);
 			srv->accept_paused = false;
 		}
-		if (srv->n >= srv->d->cfg->max_clients) {
-			log_warn("refusing a connection: %zu clients connected (max_clients)", srv->n);
-			close(fd);
-			continue;
-		}
-		s = session_new(srv, srv->d, fd, ++srv->next_id);
-		if (!s)
-			continue;
-		s->next = srv->sessions;
-		if (srv->sessions)
-			srv->sessions->prev = s;
-		srv->sessions = s;
-		srv->n++;
-		log_debug("client %llu connected: pid %d uid %u gid %u", (unsigned long long)s->id,
-			  (int)s->peer.pid, (unsigned)s->peer.uid, (unsigned)s->peer.gid);
+		server_add_client(srv, fd);
 	}
+}
+
+/*
+ * Connections are capped in total (max_clients) and per uid (max_clients_per_uid), so one uid
+ * cannot take every slot. Root and the daemon's own user are exempt from the per-uid cap and have
+ * ADMIN_RESERVE slots beyond max_clients, so an operator can always get in. A refused client is
+ * told why (an error frame) before it is closed.
+ */
+#define ADMIN_RESERVE 16
+
+void server_add_client(struct server *srv, int fd)
+{
+	const struct config *cfg = srv->d->cfg;
+	struct session *s = session_new(srv, srv->d, fd, ++srv->next_id);
+
+	if (!s)
+		return;
+	s->uu = uid_get(srv, s->peer.uid);
+	if (!s->uu) {
+		close(s->fd);
+		session_free(s);
+		return;
+	}
+	s->uu->conns++;
+	s->next = srv->sessions;
+	if (srv->sessions)
+		srv->sessions->prev = s;
+	srv->sessions = s;
+	srv->n++;
+	log_debug("client %llu connected: pid %d uid %u gid %u", (unsigned long long)s->id,
+		  (int)s->peer.pid, (unsigned)s->peer.uid, (unsigned)s->peer.gid);
+	if (srv->n > cfg->max_clients + (s->privileged ? ADMIN_RESERVE : 0)) {
+		srv->d->stats.clients_refused++;
+		session_refuse(s, WD_E_LIMIT, "limit exceeded: %zu clients are connected (max_clients "
+			       "%u)", srv->n - 1, cfg->max_clients);
+	} else if (!s->privileged && s->uu->conns > cfg->max_clients_per_uid) {
+		srv->d->stats.clients_refused++;
+		session_refuse(s, WD_E_LIMIT, "limit exceeded: uid %u has %u connections "
+			       "(max_clients_per_uid %u)", (unsigned)s->peer.uid, s->uu->conns - 1,
+			       cfg->max_clients_per_uid);
+	}
+}
+
+/* Every session gets a look: timeouts, and sessions paused for their uid's fds. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *srv = arg;
+	uint64_t now = session_now_ms();
+	struct session *s, *next;
+
+	for (s = srv->sessions; s; s = next) {
+		next = s->next; /* s may die (it leaves the list) */
+		session_tick(s, now);
+	}
+}
+
+/* Often enough for the shortest timeout to be honoured within a quarter of itself. */
+static struct timeval tick_interval(const struct config *cfg)
+{
+	uint64_t ms = 1000;
+
+	if (cfg->idle_timeout_ms && cfg->idle_timeout_ms / 4 < ms)
+		ms = cfg->idle_timeout_ms / 4;
+	if (cfg->frame_timeout_ms && cfg->frame_timeout_ms / 4 < ms)
+		ms = cfg->frame_timeout_ms / 4;
+	if (ms < 20)
+		ms = 20;
+	return (struct timeval){ (time_t)(ms / 1000), (suseconds_t)(ms % 1000 * 1000) };
 }
 
 struct server *server_new(struct daemon *d, int listen_fd)
 {
 	struct server *srv = calloc(1, sizeof(*srv));
+	struct timeval tick;
 
 	if (!srv) {
 		close(listen_fd);
@@ -173,7 +261,10 @@ struct server *server_new(struct daemon *d, int listen_fd)
 	srv->ev_accept = event_new(d->base, listen_fd, EV_READ | EV_PERSIST, on_accept, srv);
 	srv->ev_backoff = evtimer_new(d->base, on_backoff, srv);
 	srv->ev_reap = event_new(d->base, -1, 0, on_reap, srv);
-	if (!srv->ev_accept || !srv->ev_backoff || !srv->ev_reap || event_add(srv->ev_accept, NULL)) {
+	srv->ev_tick = event_new(d->base, -1, EV_PERSIST, on_tick, srv);
+	tick = tick_interval(d->cfg);
+	if (!srv->ev_accept || !srv->ev_backoff || !srv->ev_reap || !srv->ev_tick ||
+	    event_add(srv->ev_accept, NULL) || event_add(srv->ev_tick, &tick)) {
 		server_free(srv);
 		return NULL;
 	}
@@ -193,6 +284,8 @@ void server_free(struct server *srv)
 		event_free(srv->ev_backoff);
 	if (srv->ev_reap)
 		event_free(srv->ev_reap);
+	if (srv->ev_tick)
+		event_free(srv->ev_tick);
 	close(srv->lfd);
 	free(srv);
 }
@@ -229,6 +322,8 @@ void server_reload_done(struct server *srv, uint64_t session, uint64_t request,
 	for (struct session *s = srv->sessions; s; s = s->next) {
 		if (s->id != session)
 			continue;
+		if (s->reloads)
+			s->reloads--;
 		if (err) {
 			session_send_error(s, request, err);
 		} else {
@@ -240,6 +335,7 @@ void server_reload_done(struct server *srv, uint64_t session, uint64_t request,
 			resp.reload = &empty;
 			session_send(s, &resp, NULL, 0);
 		}
+		session_check_done(s);
 		return;
 	}
 }

@@ -24,6 +24,10 @@ void server_free(struct server *s);
 
 size_t server_clients(const struct server *s);
 
+/* Serve an accepted (or otherwise connected) socket, fd owned from now on: the per-uid and total
+ * connection limits apply. accept() uses it; so do tests that drive a socketpair. */
+void server_add_client(struct server *s, int fd);
+
 /* A session was killed: take it off the list and free it later from the loop (session.c). */
 struct session;
 void server_session_dead(struct server *s, struct session *sess);

@@ -4,10 +4,13 @@
 
 #include <errno.h>
 #include <event2/event.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -15,6 +18,48 @@
 #include "request.h"
 #include "server.h"
 #include "wire.h"
+
+/* Milliseconds on the monotonic clock (timeouts). */
+uint64_t session_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Bring the client's and its uid's counters in line with its queues: bytes of frames being
+ * received (charged as soon as a header announces them, before the buffer grows for them) and
+ * fds queued in replies. A dead session is charged nothing.
+ */
+static void account(struct session *s)
+{
+	struct uid_usage *uu = s->uu;
+	bool mid = false;
+	size_t partial = s->dead ? 0 : wd_inbuf_partial(s->in, &mid);
+	size_t fds = s->dead ? 0 : wd_outq_fds(s->out);
+
+	if (uu) {
+		uu->partial = uu->partial - s->partial_charged + partial;
+		uu->queued_fds = uu->queued_fds - s->fds_charged + fds;
+	}
+	s->d->stats.partial_bytes = s->d->stats.partial_bytes - s->partial_charged + partial;
+	s->partial_charged = partial;
+	s->fds_charged = fds;
+	if (mid && !s->mid_frame)
+		s->mid_since_ms = session_now_ms();
+	s->mid_frame = mid;
+}
+
+/* Its replies hold too many fds (its own or its uid's): take no more requests until it reads. */
+static bool over_fd_limits(const struct session *s)
+{
+	const struct config *cfg = s->d->cfg;
+
+	return wd_outq_fds(s->out) >= cfg->client_max_queue_fds ||
+	       (s->uu && s->uu->queued_fds >= cfg->uid_max_queue_fds);
+}
 
 static void update_write_event(struct session *s)
 {
@@ -26,20 +71,81 @@ static void update_write_event(struct session *s)
 		event_del(s->ev_write);
 }
 
+static void process_frames(struct session *s);
+
 /* Flush what the socket takes now; arm EV_WRITE only while something is left. */
 static void session_flush(struct session *s)
 {
+	size_t before = wd_outq_bytes(s->out);
 	int r = wd_outq_flush(s->out, s->fd);
 
 	if (r < 0) {
 		session_kill(s, "write failed");
 		return;
 	}
+	if (wd_outq_bytes(s->out) != before)
+		s->active_ms = session_now_ms();
+	account(s);
 	if (r == 0 && s->close_after_flush) {
 		session_kill(s, "closed after its last reply");
 		return;
 	}
 	update_write_event(s);
+	if (s->paused)
+		session_resume(s);
+	else if (r == 0)
+		session_check_done(s);
+}
+
+void session_resume(struct session *s)
+{
+	if (s->dead || !s->paused || over_fd_limits(s))
+		return;
+	s->paused = false;
+	if (!s->read_closed)
+		event_add(s->ev_read, NULL);
+	process_frames(s);
+	session_check_done(s);
+}
+
+void session_check_done(struct session *s)
+{
+	if (s->dead || !s->read_closed || s->dispatching || s->paused || s->pending || s->reloads ||
+	    wd_outq_frames(s->out))
+		return;
+	session_kill(s, "disconnected after its last reply");
+}
+
+void session_refuse(struct session *s, int code, const char *fmt, ...)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Error pe;
+	struct wd_error e;
+	va_list ap;
+
+	if (s->dead)
+		return;
+	wd_error_clear(&e);
+	e.code = code;
+	va_start(ap, fmt);
+	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+	va_end(ap);
+	log_warn("client %llu (pid %d uid %u): %s; disconnecting it", (unsigned long long)s->id,
+		 (int)s->peer.pid, (unsigned)s->peer.uid, e.msg);
+	/* nothing more is read, and what was buffered goes at once */
+	s->read_closed = true;
+	event_del(s->ev_read);
+	wd_inbuf_free(s->in);
+	s->in = wd_inbuf_new(s->d->cfg->max_frame_bytes, 0);
+	if (!s->in) {
+		session_kill(s, "out of memory");
+		return;
+	}
+	account(s);
+	s->close_after_flush = true;
+	wire_error(&e, &pe);
+	resp.error = &pe;
+	session_send(s, &resp, NULL, 0);
 }
 
 void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds)
@@ -238,6 +344,7 @@ void session_kill(struct session *s, const char *why)
 	event_del(s->ev_write);
 	close(s->fd);
 	s->fd = -1;
+	account(s); /* dead: its queues stop counting against its uid and the daemon */
 	/* Everything it held goes back; mappings it made stay valid in its own process. */
 	while (s->n_held) {
 		struct held *h = &s->held[s->n_held - 1];
@@ -253,27 +360,30 @@ void session_kill(struct session *s, const char *why)
 	server_session_dead(srv, s);
 }
 
-static void on_read(evutil_socket_t fd, short what, void *arg)
+/*
+ * Dispatch the complete frames buffered, in order, until none is left, the client dies, or its
+ * replies hold too many fds (then it is paused: not read, its frames wait in the buffer, and
+ * session_resume carries on once it has read its replies).
+ */
+static void process_frames(struct session *s)
 {
-	struct session *s = arg;
-	int r = wd_inbuf_read(s->in, s->fd);
-
-	if (r == WD_FRAME_AGAIN)
-		return;
-	if (r == 0) {
-		session_kill(s, "disconnected");
-		return;
-	}
-	if (r < 0) {
-		session_kill(s, "read failed or sent file descriptors");
-		return;
-	}
 	for (;;) {
 		struct wd_frame f;
 		Weightd__Request *req;
+		int r;
 
-		if (s->dead)
+		if (s->dead || s->close_after_flush)
 			return;
+		if (over_fd_limits(s)) {
+			if (!s->paused)
+				log_debug("client %llu (uid %u): %zu fds queued in its replies (%zu for "
+					  "its uid); not reading it until it reads them",
+					  (unsigned long long)s->id, (unsigned)s->peer.uid,
+					  wd_outq_fds(s->out), s->uu ? s->uu->queued_fds : 0);
+			s->paused = true;
+			event_del(s->ev_read);
+			break;
+		}
 		r = wd_inbuf_next(s->in, &f);
 		if (r == 0)
 			break;
@@ -295,14 +405,110 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 			session_kill(s, "undecodable request");
 			return;
 		}
+		s->active_ms = session_now_ms();
+		s->dispatching = true;
 		request_dispatch(s, req);
+		s->dispatching = false;
 		weightd__request__free_unpacked(req, NULL);
 	}
+	if (!s->dead)
+		account(s);
+}
+
+/* Frames being received may hold only so much memory, per uid and in total: past that, the
+ * client that asks for more is refused (before its buffer grows for the frame). */
+static bool partial_over_limits(struct session *s)
+{
+	const struct config *cfg = s->d->cfg;
+
+	if (s->uu && s->uu->partial > cfg->uid_max_partial_bytes) {
+		s->d->stats.clients_refused++;
+		session_refuse(s, WD_E_LIMIT,
+			       "limit exceeded: uid %u has %llu bytes of requests partly received, more "
+			       "than uid_max_partial (%llu)", (unsigned)s->peer.uid,
+			       (unsigned long long)s->uu->partial,
+			       (unsigned long long)cfg->uid_max_partial_bytes);
+		return true;
+	}
+	if (s->d->stats.partial_bytes > cfg->max_partial_bytes) {
+		s->d->stats.clients_refused++;
+		session_refuse(s, WD_E_LIMIT,
+			       "limit exceeded: the daemon holds %llu bytes of requests partly received, "
+			       "more than max_partial (%llu)",
+			       (unsigned long long)s->d->stats.partial_bytes,
+			       (unsigned long long)cfg->max_partial_bytes);
+		return true;
+	}
+	return false;
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct session *s = arg;
+	size_t before = s->partial_charged;
+	int r = wd_inbuf_read(s->in, s->fd);
+
+	if (r == WD_FRAME_AGAIN)
+		return;
+	if (r == 0) {
+		/* End of its requests, maybe only a half-close (SHUT_WR): what it asked for is
+		 * still answered, then the connection closes. */
+		s->read_closed = true;
+		event_del(s->ev_read);
+		process_frames(s);
+		session_check_done(s);
+		return;
+	}
+	if (r < 0) {
+		session_kill(s, "read failed or sent file descriptors");
+		return;
+	}
+	process_frames(s);
+	if (!s->dead && s->partial_charged > before)
+		partial_over_limits(s);
 }
 
 static void on_write(evutil_socket_t fd, short what, void *arg)
 {
 	session_flush(arg);
+}
+
+void session_tick(struct session *s, uint64_t now)
+{
+	const struct config *cfg = s->d->cfg;
+
+	if (s->dead)
+		return;
+	if (s->paused)
+		session_resume(s);
+	if (s->dead)
+		return;
+	if (cfg->frame_timeout_ms && s->mid_frame && now - s->mid_since_ms >= cfg->frame_timeout_ms) {
+		s->d->stats.clients_timed_out++;
+		session_refuse(s, WD_E_LIMIT,
+			       "timed out: a request was begun %llu ms ago and never finished "
+			       "(frame_timeout %llu ms)", (unsigned long long)(now - s->mid_since_ms),
+			       (unsigned long long)cfg->frame_timeout_ms);
+		return;
+	}
+	/* refused, or half-closed with replies it does not read: given as long as a frame */
+	if (s->read_closed && wd_outq_frames(s->out) && cfg->frame_timeout_ms &&
+	    now - s->active_ms >= cfg->frame_timeout_ms) {
+		s->d->stats.clients_timed_out++;
+		session_kill(s, "closing: it does not read its last replies");
+		return;
+	}
+	if (cfg->idle_timeout_ms && !s->n_held && !s->pending && !s->reloads && !s->n_subs &&
+	    !s->partial_charged && !wd_outq_frames(s->out) && !s->paused &&
+	    now - s->active_ms >= cfg->idle_timeout_ms) {
+		s->d->stats.clients_timed_out++;
+		log_info("client %llu (pid %d uid %u): idle for %llu ms with nothing held; closing it",
+			 (unsigned long long)s->id, (int)s->peer.pid, (unsigned)s->peer.uid,
+			 (unsigned long long)(now - s->active_ms));
+		session_refuse(s, WD_E_LIMIT,
+			       "closed after %llu ms idle with nothing held or pending (idle_timeout)",
+			       (unsigned long long)(now - s->active_ms));
+	}
 }
 
 static void read_peer(int fd, struct peer *p)
@@ -346,6 +552,7 @@ struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64
 	s->id = id;
 	read_peer(fd, &s->peer);
 	s->privileged = s->peer.uid == 0 || s->peer.uid == geteuid();
+	s->active_ms = session_now_ms();
 	s->in = wd_inbuf_new(d->cfg->max_frame_bytes, 0);
 	s->out = wd_outq_new();
 	s->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, on_read, s);

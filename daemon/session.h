@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "cache.h"
 #include "catalog.h"
@@ -14,6 +15,15 @@
 
 struct server;
 struct unitreq;
+
+/* What all connections of one uid hold (server.c keeps one per connected uid). */
+struct uid_usage {
+	uid_t uid;
+	uint32_t conns;
+	uint64_t partial;     /* bytes of frames being received */
+	size_t queued_fds;    /* fds queued in replies */
+	struct uid_usage *next;
+};
 
 struct held {
 	struct weight *w;
@@ -40,6 +50,16 @@ struct session {
 	struct unitreq *unitreqs;
 	char **subs;          /* checkpoints subscribed to ("*" = all) */
 	size_t n_subs;
+	struct uid_usage *uu;  /* its uid's totals (NULL outside a server, e.g. unit tests) */
+	size_t partial_charged;/* what account() last charged for frames being received */
+	size_t fds_charged;    /* ... and for fds queued in replies */
+	bool mid_frame;        /* a frame has begun and not finished */
+	uint64_t mid_since_ms; /* when it began */
+	uint64_t active_ms;    /* last request taken or reply bytes sent */
+	uint32_t reloads;      /* reload requests waiting for their answer */
+	bool read_closed;      /* no more requests: the peer shut down its side, or it was refused */
+	bool paused;           /* not read while its replies hold too many fds */
+	bool dispatching;      /* inside request_dispatch (not to be closed under it) */
 	bool dead;
 	bool close_after_flush;
 	bool privileged;      /* uid 0 or the daemon's own uid: may reload and evict */
@@ -52,6 +72,22 @@ struct session {
 struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64_t id);
 /* Free a dead session (from the server's deferred reap, never inside its own callbacks). */
 void session_free(struct session *s);
+
+/* Monotonic milliseconds (what the timeouts compare). */
+uint64_t session_now_ms(void);
+
+/* Periodic check from the server (now = session_now_ms()): frame and idle timeouts, and resuming
+ * a session paused by its uid's fd limit. May kill or refuse it. */
+void session_tick(struct session *s, uint64_t now);
+/* Take requests again if it was paused and its fds are within limits now. */
+void session_resume(struct session *s);
+/* A client that has stopped sending is closed once every request it sent has been answered and
+ * sent (call when something it waited for finished). */
+void session_check_done(struct session *s);
+/* Refuse the client: read nothing more, drop what is buffered, queue an error frame (request id
+ * 0) saying why, and close once it is sent (or when frame_timeout passes). Logged once. */
+void session_refuse(struct session *s, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* Queue a response (ownership of fds passes, see wd_outq_push). A client whose queue grows past
  * its cap is disconnected. */
