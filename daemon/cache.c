@@ -24,6 +24,7 @@ struct job {
 	struct csource **sources;
 	size_t n_sources;
 	uint64_t nbytes;
+	uint64_t temp;               /* heap temporaries it may allocate, counted while it runs */
 	uint64_t progress;           /* bytes written so far: the worker stores, status loads */
 	char name[WD_SEGMENT_NAME_MAX];
 	struct state_record rec;     /* filled on the main thread; the worker adds the digest */
@@ -465,6 +466,7 @@ static void job_done(struct pool_task *t)
 
 	job_unlink(c, j);
 	c->d->stats.in_flight--;
+	c->d->stats.temp_bytes -= j->temp;
 	c->d->stats.bytes_read += j->bytes_read;
 	if (j->status == 0) {
 		w = calloc(1, sizeof(*w));
@@ -538,6 +540,30 @@ static void claim_source(struct weight *w, struct csource *cs)
 	csource_ref(cs);
 }
 
+/*
+ * Recipe temporaries live on the heap, outside the shared-memory budget: all running jobs
+ * together may hold max_temp of them (the budget's size when unset). A job that would pass it
+ * fails at once with the figures, rather than growing the daemon past what was configured.
+ */
+static int temp_check(struct cache *c, uint64_t temp, const char *label, struct wd_error *err)
+{
+	uint64_t limit = c->d->cfg->max_temp_bytes ? c->d->cfg->max_temp_bytes : c->budget;
+	uint64_t used = c->d->stats.temp_bytes;
+
+	if (!temp || (temp <= limit && used <= limit - temp))
+		return 0;
+	if (err) {
+		err->expected = (int64_t)(limit - (used < limit ? used : limit));
+		err->actual = (int64_t)temp;
+	}
+	return wd_error_set(err, WD_E_EXHAUSTED,
+			    "resource exhausted: %s needs %llu bytes of working memory but only %llu of "
+			    "max_temp (%llu bytes) are free (%llu in use by running materializations)",
+			    label, (unsigned long long)temp,
+			    (unsigned long long)(used < limit ? limit - used : 0),
+			    (unsigned long long)limit, (unsigned long long)used);
+}
+
 int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *sources,
 		  size_t n_sources, cache_cb cb, void *arg, struct weight **ret_w,
 		  struct wd_error *err)
@@ -581,7 +607,10 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	j->plan = plan;
 	j->nbytes = wd_plan_nbytes(plan);
-	r = reserve(c, j->nbytes, wd_plan_label(plan), err);
+	j->temp = wd_plan_temp_bytes(plan);
+	r = temp_check(c, j->temp, wd_plan_label(plan), err);
+	if (r == 0)
+		r = reserve(c, j->nbytes, wd_plan_label(plan), err);
 	if (r < 0) {
 		free(wt);
 		job_free(j);
@@ -612,6 +641,7 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	j->task.done = job_done;
 	job_link(c, j);
 	c->d->stats.in_flight++;
+	c->d->stats.temp_bytes += j->temp;
 	pool_submit(c->d->pool, &j->task);
 	return 0;
 }
@@ -671,6 +701,8 @@ void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *
 			.label = wd_plan_label(j->plan),
 			.nbytes = j->nbytes,
 			.done = __atomic_load_n(&j->progress, __ATOMIC_RELAXED),
+			.sources = j->sources,
+			.n_sources = j->n_sources,
 		};
 		fn(&info, arg);
 	}

@@ -89,7 +89,7 @@ static void on_changed(struct csource *cs, const char *what, void *arg)
 {
 	struct daemon *d = arg;
 
-	server_notify(d->server, cs->name, cs->generation, what);
+	server_notify(d->server, cs, what);
 }
 
 /*

@@ -36,6 +36,9 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	hr.max_client_bytes = cfg->client_max_bytes;
 	hr.max_client_weights = cfg->client_max_weights;
 	hr.instance = s->d->instance;
+	hr.max_queue_fds = cfg->client_max_queue_fds;
+	hr.idle_timeout_ms = cfg->idle_timeout_ms;
+	hr.frame_timeout_ms = cfg->frame_timeout_ms;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_HELLO;
 	resp.hello = &hr;
 	request_reply(s, &resp, id, NULL, 0);
@@ -140,7 +143,25 @@ out:
 }
 
 
+/*
+ * What a peer may see of the daemon's state: root and the daemon's own user everything, anyone
+ * else only the checkpoints it may read and the weights and jobs made from them (paths, labels,
+ * digests, sources). A weight whose checkpoint is no longer configured is shown to the privileged
+ * only.
+ */
+static bool may_see(const struct session *s, const struct csource *cs)
+{
+	return s->privileged || (cs && cs->state != CSOURCE_REMOVED && catalog_allowed(cs, &s->peer));
+}
+
+static bool may_see_weight(const struct session *s, const struct weight *w)
+{
+	return s->privileged ||
+	       may_see(s, w->csource ? w->csource : catalog_find(s->d->catalog, w->source));
+}
+
 struct status_walk {
+	struct session *s;
 	Weightd__WeightStatus *ws;
 	Weightd__WeightStatus **wp;
 	size_t n;
@@ -150,6 +171,9 @@ static void status_weight(struct weight *w, void *arg)
 {
 	struct status_walk *sw = arg;
 	Weightd__WeightStatus *x = &sw->ws[sw->n];
+
+	if (!may_see_weight(sw->s, w))
+		return;
 
 	weightd__weight_status__init(x);
 	x->handle = w->id;
@@ -170,6 +194,7 @@ static void status_weight(struct weight *w, void *arg)
 }
 
 struct job_walk {
+	struct session *s;
 	Weightd__JobStatus *js;
 	Weightd__JobStatus **jp;
 	size_t n, cap;
@@ -182,6 +207,9 @@ static void status_job(const struct cache_job_info *j, void *arg)
 
 	if (jw->n == jw->cap)
 		return;
+	for (size_t i = 0; i < j->n_sources; i++)
+		if (!may_see(jw->s, j->sources[i]))
+			return;
 	x = &jw->js[jw->n];
 	weightd__job_status__init(x);
 	x->key.data = (uint8_t *)j->key;
@@ -200,10 +228,11 @@ void request_query_status(struct session *s, uint64_t id)
 	size_t ns = catalog_count(d->catalog), nw = cache_count(d->cache);
 	Weightd__SourceInfo *si = calloc(ns ? ns : 1, sizeof(*si));
 	Weightd__SourceInfo **sp = calloc(ns ? ns : 1, sizeof(*sp));
-	struct status_walk sw = { calloc(nw ? nw : 1, sizeof(*sw.ws)), calloc(nw ? nw : 1, sizeof(*sw.wp)), 0 };
+	struct status_walk sw = { s, calloc(nw ? nw : 1, sizeof(*sw.ws)),
+				  calloc(nw ? nw : 1, sizeof(*sw.wp)), 0 };
 	size_t nj = cache_job_count(d->cache);
-	struct job_walk jw = { calloc(nj ? nj : 1, sizeof(*jw.js)), calloc(nj ? nj : 1, sizeof(*jw.jp)),
-			       0, nj };
+	struct job_walk jw = { s, calloc(nj ? nj : 1, sizeof(*jw.js)),
+			       calloc(nj ? nj : 1, sizeof(*jw.jp)), 0, nj };
 
 	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp) {
 		request_fail(s, id, WD_E_EXHAUSTED, "out of memory");
@@ -231,6 +260,8 @@ void request_query_status(struct session *s, uint64_t id)
 	st.partial_frame_bytes = d->stats.partial_bytes;
 	st.temp_bytes = d->stats.temp_bytes;
 	for (size_t i = 0; i < ns; i++) {
+		if (!may_see(s, catalog_at(d->catalog, i)))
+			continue;
 		request_source_info(catalog_at(d->catalog, i), &si[st.n_sources]);
 		sp[st.n_sources] = &si[st.n_sources];
 		st.n_sources++;

@@ -295,19 +295,21 @@ size_t server_clients(const struct server *srv)
 	return srv->n;
 }
 
-void server_notify(struct server *srv, const char *checkpoint, uint64_t generation, const char *what)
+/* Only subscribers who may read the checkpoint hear about it ("*" means every one they may read;
+ * root and the daemon's user may read all). */
+void server_notify(struct server *srv, const struct csource *cs, const char *what)
 {
 	for (struct session *s = srv->sessions; s; s = s->next) {
 		bool want = false;
 
 		for (size_t i = 0; i < s->n_subs && !want; i++)
-			want = strcmp(s->subs[i], "*") == 0 || strcmp(s->subs[i], checkpoint) == 0;
-		if (want) {
+			want = strcmp(s->subs[i], "*") == 0 || strcmp(s->subs[i], cs->name) == 0;
+		if (want && (s->privileged || catalog_allowed(cs, &s->peer))) {
 			Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 			Weightd__Event ev = WEIGHTD__EVENT__INIT;
 
-			ev.checkpoint = (char *)checkpoint;
-			ev.generation = generation;
+			ev.checkpoint = cs->name;
+			ev.generation = cs->generation;
 			ev.what = (char *)what;
 			resp.body_case = WEIGHTD__RESPONSE__BODY_EVENT;
 			resp.event = &ev;

@@ -32,8 +32,9 @@ void server_add_client(struct server *s, int fd);
 struct session;
 void server_session_dead(struct server *s, struct session *sess);
 
-/* Tell subscribed clients that `checkpoint` changed ("generation" or "removed"). */
-void server_notify(struct server *s, const char *checkpoint, uint64_t generation, const char *what);
+/* Tell subscribed clients that may read `cs` that it changed ("generation" or "removed"). */
+struct csource;
+void server_notify(struct server *s, const struct csource *cs, const char *what);
 
 /* Hook the daemon provides for admin reload requests: starts (or joins) a reload; the daemon calls
  * server_reload_done(session, request) when it has been applied. */

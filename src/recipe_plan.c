@@ -399,6 +399,11 @@ uint64_t wd_plan_read_bytes(const struct wd_plan *p)
 	return p->read_bytes;
 }
 
+uint64_t wd_plan_temp_bytes(const struct wd_plan *p)
+{
+	return p->temp_bytes;
+}
+
 size_t wd_plan_source_count(const struct wd_plan *p)
 {
 	return p->n_srcs;
