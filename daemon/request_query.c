@@ -257,7 +257,8 @@ void request_query_status(struct session *s, uint64_t id)
 	st.foreign_segments = d->stats.foreign_segments;
 	st.clients_refused = d->stats.clients_refused;
 	st.clients_timed_out = d->stats.clients_timed_out;
-	st.partial_frame_bytes = d->stats.partial_bytes;
+	/* not counting this request's own frame, still charged while it is answered */
+	st.partial_frame_bytes = d->stats.partial_bytes - s->partial_charged;
 	st.temp_bytes = d->stats.temp_bytes;
 	for (size_t i = 0; i < ns; i++) {
 		if (!may_see(s, catalog_at(d->catalog, i)))

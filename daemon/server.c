@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <event2/event.h>
 #include <grp.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -91,10 +92,17 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 	struct server *srv = arg;
 	struct session *s;
 
+	size_t freed = 0;
+
 	while ((s = srv->dead)) {
 		srv->dead = s->dead_next;
+		freed += s->partial_peak;
 		session_free(s);
 	}
+	/* Large frame buffers come back from the heap's middle, which malloc keeps: hand them
+	 * back, so memory a client made us take returns when it goes. */
+	if (freed >= (1u << 20))
+		malloc_trim(0);
 }
 
 /* The usage record of `uid`, made on its first connection. NULL when out of memory. */

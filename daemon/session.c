@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +20,10 @@
 #include "request.h"
 #include "server.h"
 #include "wire.h"
+
+#define LINGER_PER_UID 4          /* refused connections of one uid kept open to read why */
+#define LINGER_MS 1000            /* for at most this long */
+#define LINGER_DISCARD (1u << 20) /* reading and dropping at most this much of what they send */
 
 /* Milliseconds on the monotonic clock (timeouts). */
 uint64_t session_now_ms(void)
@@ -31,33 +37,60 @@ uint64_t session_now_ms(void)
 /*
  * Bring the client's and its uid's counters in line with its queues: bytes of frames being
  * received (charged as soon as a header announces them, before the buffer grows for them) and
- * fds queued in replies. A dead session is charged nothing.
+ * fds queued in replies. A dead session is charged nothing. account_fds is cheap; account also
+ * walks the frames buffered, so it runs once per read, not once per frame.
  */
+size_t session_fds_in_flight(struct session *s);
+
+static void account_fds(struct session *s)
+{
+	size_t fds = s->dead ? 0 : wd_outq_fds(s->out) + session_fds_in_flight(s);
+
+	if (s->uu)
+		s->uu->queued_fds = s->uu->queued_fds - s->fds_charged + fds;
+	s->fds_charged = fds;
+}
+
 static void account(struct session *s)
 {
-	struct uid_usage *uu = s->uu;
 	bool mid = false;
 	size_t partial = s->dead ? 0 : wd_inbuf_partial(s->in, &mid);
-	size_t fds = s->dead ? 0 : wd_outq_fds(s->out);
 
-	if (uu) {
-		uu->partial = uu->partial - s->partial_charged + partial;
-		uu->queued_fds = uu->queued_fds - s->fds_charged + fds;
-	}
+	if (s->uu)
+		s->uu->partial = s->uu->partial - s->partial_charged + partial;
 	s->d->stats.partial_bytes = s->d->stats.partial_bytes - s->partial_charged + partial;
 	s->partial_charged = partial;
-	s->fds_charged = fds;
+	if (partial > s->partial_peak)
+		s->partial_peak = partial;
 	if (mid && !s->mid_frame)
 		s->mid_since_ms = session_now_ms();
 	s->mid_frame = mid;
+	account_fds(s);
+}
+
+/*
+ * fds already handed to the kernel stay open (in the socket's queue) until the client reads them,
+ * so they count as queued too. The kernel does not say how many fds its queue holds, only whether
+ * anything is left unread (SIOCOUTQ): fds sent count until the queue has been seen empty. That
+ * overcounts for a client that reads while more arrives, which only makes it wait for the queue
+ * to drain; a client that does not read is held to the limit exactly.
+ */
+size_t session_fds_in_flight(struct session *s)
+{
+	int unread = 0;
+
+	if (s->fds_in_flight && s->fd >= 0 && ioctl(s->fd, SIOCOUTQ, &unread) == 0 && unread == 0)
+		s->fds_in_flight = 0;
+	return s->fds_in_flight;
 }
 
 /* Its replies hold too many fds (its own or its uid's): take no more requests until it reads. */
-static bool over_fd_limits(const struct session *s)
+static bool over_fd_limits(struct session *s)
 {
 	const struct config *cfg = s->d->cfg;
 
-	return wd_outq_fds(s->out) >= cfg->client_max_queue_fds ||
+	account_fds(s);
+	return s->fds_charged >= cfg->client_max_queue_fds ||
 	       (s->uu && s->uu->queued_fds >= cfg->uid_max_queue_fds);
 }
 
@@ -76,16 +109,17 @@ static void process_frames(struct session *s);
 /* Flush what the socket takes now; arm EV_WRITE only while something is left. */
 static void session_flush(struct session *s)
 {
-	size_t before = wd_outq_bytes(s->out);
+	size_t before = wd_outq_bytes(s->out), fds_before = wd_outq_fds(s->out);
 	int r = wd_outq_flush(s->out, s->fd);
 
 	if (r < 0) {
 		session_kill(s, "write failed");
 		return;
 	}
+	s->fds_in_flight += fds_before - wd_outq_fds(s->out);
 	if (wd_outq_bytes(s->out) != before)
 		s->active_ms = session_now_ms();
-	account(s);
+	account_fds(s);
 	if (r == 0 && s->close_after_flush) {
 		session_kill(s, "closed after its last reply");
 		return;
@@ -99,8 +133,15 @@ static void session_flush(struct session *s)
 
 void session_resume(struct session *s)
 {
-	if (s->dead || !s->paused || over_fd_limits(s))
+	struct timeval again = { 0, 20000 };
+
+	if (s->dead || !s->paused)
 		return;
+	if (over_fd_limits(s)) {
+		/* nothing tells us when it reads from the socket: look again shortly */
+		evtimer_add(s->ev_resume, &again);
+		return;
+	}
 	s->paused = false;
 	if (!s->read_closed)
 		event_add(s->ev_read, NULL);
@@ -110,7 +151,7 @@ void session_resume(struct session *s)
 
 void session_check_done(struct session *s)
 {
-	if (s->dead || !s->read_closed || s->dispatching || s->paused || s->pending || s->reloads ||
+	if (s->dead || s->refused || !s->read_closed || s->dispatching || s->paused || s->pending || s->reloads ||
 	    wd_outq_frames(s->out))
 		return;
 	session_kill(s, "disconnected after its last reply");
@@ -132,9 +173,10 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 	va_end(ap);
 	log_warn("client %llu (pid %d uid %u): %s; disconnecting it", (unsigned long long)s->id,
 		 (int)s->peer.pid, (unsigned)s->peer.uid, e.msg);
-	/* nothing more is read, and what was buffered goes at once */
+	/* No request is taken any more, and what was buffered goes at once. */
 	s->read_closed = true;
-	event_del(s->ev_read);
+	s->refused = true;
+	s->refused_ms = session_now_ms();
 	wd_inbuf_free(s->in);
 	s->in = wd_inbuf_new(s->d->cfg->max_frame_bytes, 0);
 	if (!s->in) {
@@ -142,10 +184,39 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 		return;
 	}
 	account(s);
-	s->close_after_flush = true;
+	/*
+	 * Closing a socket with unread input makes the peer's next read fail with ECONNRESET, and
+	 * it would never see why. So a few refused connections per uid linger (at most
+	 * LINGER_MS): what they send is discarded, and they close when the peer does. More than
+	 * that are closed once the error is sent.
+	 */
+	if (s->uu && s->uu->lingering < LINGER_PER_UID) {
+		s->uu->lingering++;
+		s->lingering = true;
+	} else {
+		event_del(s->ev_read);
+		s->close_after_flush = true;
+	}
 	wire_error(&e, &pe);
 	resp.error = &pe;
 	session_send(s, &resp, NULL, 0);
+}
+
+/* A refused client that lingers: its input is read and dropped (up to a bound), its end of
+ * stream closes it. */
+static void discard_input(struct session *s)
+{
+	uint8_t buf[16384];
+	ssize_t n = recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		session_kill(s, "closed after it was refused");
+		return;
+	}
+	if (n > 0)
+		s->discarded += (size_t)n;
+	if (s->discarded > LINGER_DISCARD)
+		event_del(s->ev_read); /* enough: it goes at the deadline */
 }
 
 void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds)
@@ -318,8 +389,12 @@ bool session_release(struct session *s, struct weight *w)
 
 void session_free(struct session *s)
 {
-	event_free(s->ev_read);
-	event_free(s->ev_write);
+	if (s->ev_read)
+		event_free(s->ev_read);
+	if (s->ev_write)
+		event_free(s->ev_write);
+	if (s->ev_resume)
+		event_free(s->ev_resume);
 	wd_inbuf_free(s->in);
 	wd_outq_free(s->out);
 	for (size_t i = 0; i < s->n_subs; i++)
@@ -342,9 +417,14 @@ void session_kill(struct session *s, const char *why)
 		  (unsigned)s->peer.uid, why);
 	event_del(s->ev_read);
 	event_del(s->ev_write);
+	if (s->ev_resume)
+		event_del(s->ev_resume);
 	close(s->fd);
 	s->fd = -1;
 	account(s); /* dead: its queues stop counting against its uid and the daemon */
+	if (s->lingering && s->uu)
+		s->uu->lingering--;
+	s->lingering = false;
 	/* Everything it held goes back; mappings it made stay valid in its own process. */
 	while (s->n_held) {
 		struct held *h = &s->held[s->n_held - 1];
@@ -382,6 +462,7 @@ static void process_frames(struct session *s)
 					  wd_outq_fds(s->out), s->uu ? s->uu->queued_fds : 0);
 			s->paused = true;
 			event_del(s->ev_read);
+			session_resume(s); /* arms the look-again timer */
 			break;
 		}
 		r = wd_inbuf_next(s->in, &f);
@@ -446,7 +527,13 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 {
 	struct session *s = arg;
 	size_t before = s->partial_charged;
-	int r = wd_inbuf_read(s->in, s->fd);
+	int r;
+
+	if (s->lingering) {
+		discard_input(s);
+		return;
+	}
+	r = wd_inbuf_read(s->in, s->fd);
 
 	if (r == WD_FRAME_AGAIN)
 		return;
@@ -479,6 +566,12 @@ void session_tick(struct session *s, uint64_t now)
 
 	if (s->dead)
 		return;
+	if (s->lingering && now - s->refused_ms >= LINGER_MS) {
+		session_kill(s, "refused, and its time to read why is up");
+		return;
+	}
+	if (s->refused)
+		return;
 	if (s->paused)
 		session_resume(s);
 	if (s->dead)
@@ -509,6 +602,11 @@ void session_tick(struct session *s, uint64_t now)
 			       "closed after %llu ms idle with nothing held or pending (idle_timeout)",
 			       (unsigned long long)(now - s->active_ms));
 	}
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+	session_resume(arg);
 }
 
 static void read_peer(int fd, struct peer *p)
@@ -557,7 +655,9 @@ struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64
 	s->out = wd_outq_new();
 	s->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, on_read, s);
 	s->ev_write = event_new(d->base, fd, EV_WRITE | EV_PERSIST, on_write, s);
-	if (!s->in || !s->out || !s->ev_read || !s->ev_write || event_add(s->ev_read, NULL)) {
+	s->ev_resume = evtimer_new(d->base, on_resume, s);
+	if (!s->in || !s->out || !s->ev_read || !s->ev_write || !s->ev_resume ||
+	    event_add(s->ev_read, NULL)) {
 		close(fd);
 		s->fd = -1;
 		session_free(s);

@@ -21,7 +21,8 @@ struct uid_usage {
 	uid_t uid;
 	uint32_t conns;
 	uint64_t partial;     /* bytes of frames being received */
-	size_t queued_fds;    /* fds queued in replies */
+	size_t queued_fds;    /* fds queued in replies, in our queues and the sockets' */
+	uint32_t lingering;   /* refused connections kept open so they can read why */
 	struct uid_usage *next;
 };
 
@@ -37,6 +38,7 @@ struct session {
 	int fd;
 	struct peer peer;
 	struct event *ev_read, *ev_write;
+	struct event *ev_resume;  /* while paused: look again whether it has read its fds */
 	struct wd_inbuf *in;
 	struct wd_outq *out;
 	struct held *held;    /* dense, unordered */
@@ -52,7 +54,13 @@ struct session {
 	size_t n_subs;
 	struct uid_usage *uu;  /* its uid's totals (NULL outside a server, e.g. unit tests) */
 	size_t partial_charged;/* what account() last charged for frames being received */
-	size_t fds_charged;    /* ... and for fds queued in replies */
+	size_t fds_charged;    /* ... and for fds queued in replies (ours and the kernel's) */
+	size_t fds_in_flight;  /* fds sent that the client may not have read yet */
+	size_t partial_peak;   /* the most its input buffer held (memory returned when it goes) */
+	bool refused;          /* told why it is being closed; takes no requests */
+	bool lingering;        /* refused, kept open briefly so it can read why */
+	uint64_t refused_ms;
+	size_t discarded;      /* bytes it sent after it was refused, dropped */
 	bool mid_frame;        /* a frame has begun and not finished */
 	uint64_t mid_since_ms; /* when it began */
 	uint64_t active_ms;    /* last request taken or reply bytes sent */
@@ -72,6 +80,10 @@ struct session {
 struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64_t id);
 /* Free a dead session (from the server's deferred reap, never inside its own callbacks). */
 void session_free(struct session *s);
+
+/* fds sent to the client that it may not have read yet (forgotten once its socket's queue is
+ * seen empty). */
+size_t session_fds_in_flight(struct session *s);
 
 /* Monotonic milliseconds (what the timeouts compare). */
 uint64_t session_now_ms(void);
