@@ -15,7 +15,8 @@
 #define TENSOR_BYTES 65536
 #define ERR_LIMIT_EXCEEDED 9
 
-/* "tiny": t0..t3, U8[65536] each, byte i of tk = it_pattern_byte(i, k). "secret": root only. */
+/* "tiny": t0..t3, U8[65536] each, byte i of tk = it_pattern_byte(i, k), and m0, m1 F32[256, 256].
+ * "secret": root only. */
 static inline int hostile_fixtures(struct harness *h, char *sections, size_t cap)
 {
 	char tiny[512], secret[512], args[1400];
@@ -23,7 +24,8 @@ static inline int hostile_fixtures(struct harness *h, char *sections, size_t cap
 	harness_path(h, "tiny.safetensors", tiny, sizeof(tiny));
 	harness_path(h, "secret.safetensors", secret, sizeof(secret));
 	snprintf(args, sizeof(args), "safetensors %s --tensor t0:U8:65536 --tensor t1:U8:65536 "
-		 "--tensor t2:U8:65536 --tensor t3:U8:65536", tiny);
+		 "--tensor t2:U8:65536 --tensor t3:U8:65536 --tensor m0:F32:256x256 "
+		 "--tensor m1:F32:256x256", tiny);
 	if (harness_mkfixture(args) < 0)
 		return -1;
 	snprintf(args, sizeof(args), "safetensors %s --seed 7 --tensor s0:U8:4096 "
