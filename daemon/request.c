@@ -90,6 +90,9 @@ void request_reply(struct session *s, Weightd__Response *resp, uint64_t id, cons
 }
 
 static void vfail(struct session *s, uint64_t id, int code, const char *fmt, va_list ap)
+	__attribute__((format(printf, 4, 0)));
+
+static void vfail(struct session *s, uint64_t id, int code, const char *fmt, va_list ap)
 {
 	struct wd_error e;
 
