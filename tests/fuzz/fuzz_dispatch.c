@@ -183,7 +183,7 @@ static uint8_t *stream_of(const uint8_t *data, size_t size, size_t *ret_len)
 {
 	/* Request{id: 1, hello: {protocol_version: 1, client_name: "f"}} */
 	static const uint8_t hello[] = { 0x08, 0x01, 0x52, 0x05, 0x08, 0x01, 0x12, 0x01, 'f' };
-	uint8_t *out = malloc(size * 2 + 64);
+	uint8_t *out = malloc(size * 4 + 64); /* each 2-byte length becomes an 8-byte header */
 	size_t n = 0;
 
 	check(out != NULL);
