@@ -859,6 +859,17 @@ int config_load(const char *path, struct config **ret, struct wd_error *err)
 		     "must fit in a client's queue", (unsigned long long)cfg->client_max_queue_bytes,
 		     cfg->max_frame_bytes);
 	}
+	if (!ld.err_line && cfg->uid_max_partial_bytes > cfg->max_partial_bytes / 2) {
+		int line = ld.daemon_key_line[DK_UID_MAX_PARTIAL] > ld.daemon_key_line[DK_MAX_PARTIAL]
+			? ld.daemon_key_line[DK_UID_MAX_PARTIAL] : ld.daemon_key_line[DK_MAX_PARTIAL];
+
+		/* else one uid alone could fill the total and lock every other uid out */
+		fail(&ld, line, WD_E_INVALID,
+		     "uid_max_partial (%llu bytes) is more than half of max_partial (%llu bytes): one "
+		     "uid must not be able to take what every uid shares",
+		     (unsigned long long)cfg->uid_max_partial_bytes,
+		     (unsigned long long)cfg->max_partial_bytes);
+	}
 	/* inih reports lines it could not split itself (no '=' or ':'); ours come with a sentence. */
 	if (ini_line > 0 && (!ld.err_line || ini_line < ld.err_line)) {
 		rc = wd_error_set(err, WD_E_INVALID, "%s:%d: %s", path, ini_line,

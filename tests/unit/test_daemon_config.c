@@ -328,6 +328,8 @@ static void test_errors(void **state)
 		{ "[daemon]\nframe_timeout = 721h\n", 2, "frame_timeout: 721h is longer than 30 days" },
 		{ "[daemon]\nmax_clients_per_uid = 0\n", 2, "max_clients_per_uid: 0 is out of range" },
 		{ "[daemon]\nuid_max_partial = 1K\n", 2, "uid_max_partial: 1K is too small" },
+		{ "[daemon]\nmax_partial = 64M\nuid_max_partial = 48M\n", 3,
+		  "uid_max_partial (50331648 bytes) is more than half of max_partial" },
 		{ "[daemon]\nworkers = 1025\n", 2, "workers: 1025 is out of range (0 to 1024)" },
 		{ "[daemon]\nmax_clients = 0\n", 2, "max_clients: 0 is out of range" },
 		{ "[daemon]\nclient_max_weights = 4294967296\n", 2, "client_max_weights: 4294967296 is out of range" },
