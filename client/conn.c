@@ -598,6 +598,9 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 	c->info.max_recipe_nodes = hr->max_recipe_nodes;
 	c->info.max_client_bytes = hr->max_client_bytes;
 	c->info.max_client_weights = hr->max_client_weights;
+	c->info.max_queue_fds = hr->max_queue_fds;
+	c->info.idle_timeout_ms = hr->idle_timeout_ms;
+	c->info.frame_timeout_ms = hr->frame_timeout_ms;
 	return 0;
 }
 

@@ -251,6 +251,7 @@ static void fifos_are_refused_never_waited_on(void **state)
 	weightd_status *st;
 	weightd_client *c;
 	weightd_error err;
+	struct hostile_base base;
 	int status;
 
 	(void)state;
@@ -277,6 +278,7 @@ static void fifos_are_refused_never_waited_on(void **state)
 		 "[checkpoint:fifo_shard]\npath = %s\n\n[checkpoint:flip]\npath = %s\n", fifo,
 		 idxdir, shdir, link);
 	it_start(&H, NULL, sections); /* ready: start-up did not block */
+	base = hostile_baseline(&H);
 	st = it_status_of(&H);
 	{
 		const char *names[] = { "fifo_file", "fifo_index", "fifo_shard" };
@@ -320,6 +322,7 @@ static void fifos_are_refused_never_waited_on(void **state)
 	}
 	weightd_close(c);
 	hostile_victim_served(&H);
+	hostile_back_to_base(&H, &base);
 	status = harness_stop(&H);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }

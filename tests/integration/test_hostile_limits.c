@@ -275,6 +275,10 @@ static void idle_connections_time_out(void **state)
 	(void)extra;
 	base = hostile_baseline(&H);
 	holder = it_connect(&H);
+	/* hello says how long: a client can plan for it */
+	assert_true(weightd_server(holder)->idle_timeout_ms == 400);
+	assert_true(weightd_server(holder)->frame_timeout_ms == 30000);
+	assert_int_equal(weightd_server(holder)->max_queue_fds, 1024);
 	w = it_get_ok(holder, "tiny", "t1");
 	chan_open(&ch);
 	pid = fork();

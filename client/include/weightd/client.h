@@ -198,6 +198,10 @@ typedef struct weightd_server_info {
 	uint32_t max_recipe_nodes;
 	uint64_t max_client_bytes;     /* bytes of weights one client may hold (0: no limit) */
 	uint32_t max_client_weights;   /* weights one client may hold (0: no limit) */
+	/* Appended last; 0 from a daemon that does not say. */
+	uint32_t max_queue_fds;        /* fds of unread replies before the daemon stops reading us */
+	uint64_t idle_timeout_ms;      /* a connection holding nothing is closed after this (0: never) */
+	uint64_t frame_timeout_ms;     /* a request must arrive whole within this (0: no limit) */
 } weightd_server_info;
 
 WEIGHTD_API const weightd_server_info *weightd_server(const weightd_client *c);
