@@ -40,8 +40,6 @@ uint64_t session_now_ms(void)
  * fds queued in replies. A dead session is charged nothing. account_fds is cheap; account also
  * walks the frames buffered, so it runs once per read, not once per frame.
  */
-size_t session_fds_in_flight(struct session *s);
-
 static void account_fds(struct session *s)
 {
 	size_t fds = s->dead ? 0 : wd_outq_fds(s->out) + session_fds_in_flight(s);
@@ -151,8 +149,8 @@ void session_resume(struct session *s)
 
 void session_check_done(struct session *s)
 {
-	if (s->dead || s->refused || !s->read_closed || s->dispatching || s->paused || s->pending || s->reloads ||
-	    wd_outq_frames(s->out))
+	if (s->dead || s->refused || !s->read_closed || s->dispatching || s->paused || s->pending ||
+	    s->reloads || wd_outq_frames(s->out))
 		return;
 	session_kill(s, "disconnected after its last reply");
 }
@@ -171,8 +169,10 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
 	va_end(ap);
-	log_warn("client %llu (pid %d uid %u): %s; disconnecting it", (unsigned long long)s->id,
-		 (int)s->peer.pid, (unsigned)s->peer.uid, e.msg);
+	/* said as a warning a few times per uid, so a uid cannot flood the log with refusals */
+	log_msg(s->uu && s->uu->refusals_logged++ >= 3 ? LOG_LVL_DEBUG : LOG_LVL_WARNING,
+		"client %llu (pid %d uid %u): %s; disconnecting it", (unsigned long long)s->id,
+		(int)s->peer.pid, (unsigned)s->peer.uid, e.msg);
 	/* No request is taken any more, and what was buffered goes at once. */
 	s->read_closed = true;
 	s->refused = true;
@@ -566,12 +566,12 @@ void session_tick(struct session *s, uint64_t now)
 
 	if (s->dead)
 		return;
-	if (s->lingering && now - s->refused_ms >= LINGER_MS) {
-		session_kill(s, "refused, and its time to read why is up");
+	if (s->refused) {
+		/* lingering, or not reading the error it was sent: either way, its time is up */
+		if (now - s->refused_ms >= LINGER_MS)
+			session_kill(s, "refused, and its time to read why is up");
 		return;
 	}
-	if (s->refused)
-		return;
 	if (s->paused)
 		session_resume(s);
 	if (s->dead)

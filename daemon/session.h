@@ -23,6 +23,7 @@ struct uid_usage {
 	uint64_t partial;     /* bytes of frames being received */
 	size_t queued_fds;    /* fds queued in replies, in our queues and the sockets' */
 	uint32_t lingering;   /* refused connections kept open so they can read why */
+	uint32_t refusals_logged;
 	struct uid_usage *next;
 };
 
