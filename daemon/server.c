@@ -134,6 +134,15 @@ static void uid_put(struct server *srv, struct uid_usage *uu)
 	free(uu);
 }
 
+size_t server_uids_receiving(const struct server *srv)
+{
+	size_t n = 0;
+
+	for (const struct uid_usage *uu = srv ? srv->uids : NULL; uu; uu = uu->next)
+		n += uu->partial > 0;
+	return n ? n : 1;
+}
+
 void server_session_dead(struct server *srv, struct session *s)
 {
 	uid_put(srv, s->uu);

@@ -28,6 +28,10 @@ size_t server_clients(const struct server *s);
  * connection limits apply. accept() uses it; so do tests that drive a socketpair. */
 void server_add_client(struct server *s, int fd);
 
+/* How many uids have requests being received (at least 1): the share of max_partial each may
+ * count on when the total is reached. Linear in the uids connected; called only then. */
+size_t server_uids_receiving(const struct server *s);
+
 /* A session was killed: take it off the list and free it later from the loop (session.c). */
 struct session;
 void server_session_dead(struct server *s, struct session *sess);

@@ -511,7 +511,11 @@ static bool partial_over_limits(struct session *s)
 			       (unsigned long long)cfg->uid_max_partial_bytes);
 		return true;
 	}
-	if (s->d->stats.partial_bytes > cfg->max_partial_bytes) {
+	/* Past the total, only a uid holding more than its fair share (the total over the uids
+	 * receiving) is refused: those holding less, a victim sending its small requests among
+	 * them, carry on, and the overshoot stays within one fair share per uid. */
+	if (s->d->stats.partial_bytes > cfg->max_partial_bytes &&
+	    (!s->uu || s->uu->partial > cfg->max_partial_bytes / server_uids_receiving(s->srv))) {
 		s->d->stats.clients_refused++;
 		session_refuse(s, WD_E_LIMIT,
 			       "limit exceeded: the daemon holds %llu bytes of requests partly received, "

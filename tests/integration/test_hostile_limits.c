@@ -329,6 +329,65 @@ static void idle_connections_time_out(void **state)
 #define PF_UID_MAX (8u << 20)
 #define PF_CONNS 32
 
+/*
+ * In a child: as `uid`, open n connections, each announcing a frame of PF_FRAME - 64 bytes and
+ * sending all of it but 16 bytes (as far as the daemon takes it). Says "sent", waits for a line,
+ * then reads how each connection was closed and says "R T M": refused for the uid's limit, timed
+ * out, refused for the total. Exits 0, or nonzero if a connection ended without a clear error.
+ */
+static void half_frames_child(struct hostile_chan *ch, uid_t uid, int n)
+{
+	static uint8_t junk[PF_FRAME];
+	int conns[64], r = 0, t = 0, m = 0;
+	char line[64];
+
+	chan_child(ch);
+	hostile_become(uid);
+	memset(junk, 0x55, sizeof(junk));
+	for (int i = 0; i < n; i++) {
+		uint32_t len = PF_FRAME - 64;
+		uint8_t hdr[8] = { (uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
+				   (uint8_t)(len >> 24), 0, 0, 0, 0 };
+		size_t off = 0;
+
+		conns[i] = it_raw_connect(&H);
+		if (conns[i] < 0 || send(conns[i], hdr, 8, MSG_NOSIGNAL) != 8)
+			_exit(40);
+		fcntl(conns[i], F_SETFL, fcntl(conns[i], F_GETFL) | O_NONBLOCK);
+		for (int tries = 0; off < len - 16 && tries < 200; tries++) {
+			ssize_t k = send(conns[i], junk, len - 16 - off, MSG_NOSIGNAL);
+
+			if (k > 0)
+				off += (size_t)k;
+			else
+				usleep(2000);
+		}
+	}
+	chan_say(ch->to_parent[1], "sent\n");
+	if (!chan_hear(ch->to_child[0], line, sizeof(line)))
+		_exit(41);
+	for (int i = 0; i < n; i++) {
+		uint64_t code = 0;
+		char msg[1024];
+
+		fcntl(conns[i], F_SETFL, fcntl(conns[i], F_GETFL) & ~O_NONBLOCK);
+		if (hostile_closing_error(conns[i], &code, msg, sizeof(msg), 15000) != 1 ||
+		    code != ERR_LIMIT_EXCEEDED)
+			_exit(42);
+		if (strstr(msg, "uid_max_partial"))
+			r++;
+		else if (strstr(msg, "frame_timeout"))
+			t++;
+		else if (strstr(msg, "max_partial"))
+			m++;
+		else
+			_exit(43);
+		close(conns[i]);
+	}
+	chan_say(ch->to_parent[1], "%d %d %d\n", r, t, m);
+	_exit(0);
+}
+
 static void partial_frames_are_bounded_and_time_out(void **state)
 {
 	struct hostile_chan ch;
@@ -347,59 +406,8 @@ static void partial_frames_are_bounded_and_time_out(void **state)
 	chan_open(&ch);
 	pid = fork();
 	assert_true(pid >= 0);
-	if (pid == 0) {
-		static uint8_t junk[PF_FRAME];
-		int conns[PF_CONNS];
-
-		chan_child(&ch);
-		hostile_become(UID_ATTACKER);
-		memset(junk, 0x55, sizeof(junk));
-		for (int i = 0; i < PF_CONNS; i++) {
-			uint32_t len = PF_FRAME - 64;
-			uint8_t hdr[8] = { (uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
-					   (uint8_t)(len >> 24), 0, 0, 0, 0 };
-			size_t off = 0;
-
-			conns[i] = it_raw_connect(&H);
-			if (conns[i] < 0 || send(conns[i], hdr, 8, MSG_NOSIGNAL) != 8)
-				_exit(40);
-			fcntl(conns[i], F_SETFL, fcntl(conns[i], F_GETFL) | O_NONBLOCK);
-			/* all of the frame but its last 16 bytes, as far as the daemon takes it */
-			for (int tries = 0; off < len - 16 && tries < 200; tries++) {
-				ssize_t k = send(conns[i], junk, len - 16 - off, MSG_NOSIGNAL);
-
-				if (k > 0)
-					off += (size_t)k;
-				else
-					usleep(2000);
-			}
-		}
-		chan_say(ch.to_parent[1], "sent\n");
-		if (!chan_hear(ch.to_child[0], line, sizeof(line)))
-			_exit(41);
-		{
-			int r = 0, t = 0;
-
-			for (int i = 0; i < PF_CONNS; i++) {
-				uint64_t code = 0;
-				char msg[1024];
-
-				fcntl(conns[i], F_SETFL, fcntl(conns[i], F_GETFL) & ~O_NONBLOCK);
-				if (hostile_closing_error(conns[i], &code, msg, sizeof(msg), 15000) != 1 ||
-				    code != ERR_LIMIT_EXCEEDED)
-					_exit(42);
-				if (strstr(msg, "uid_max_partial"))
-					r++;
-				else if (strstr(msg, "frame_timeout"))
-					t++;
-				else
-					_exit(43);
-				close(conns[i]);
-			}
-			chan_say(ch.to_parent[1], "%d %d\n", r, t);
-		}
-		_exit(0);
-	}
+	if (pid == 0)
+		half_frames_child(&ch, UID_ATTACKER, PF_CONNS);
 	chan_parent(&ch);
 	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
 	/* during the attack: what the daemon holds for it is within the uid's limit (looked at
@@ -421,7 +429,7 @@ static void partial_frames_are_bounded_and_time_out(void **state)
 	hostile_victim_served(&H);
 	chan_say(ch.to_child[1], "read\n");
 	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
-	assert_int_equal(sscanf(line, "%d %d", &refused, &timed_out), 2);
+	assert_int_equal(sscanf(line, "%d %d %*d", &refused, &timed_out), 2);
 	assert_int_equal(refused + timed_out, PF_CONNS);
 	assert_true(refused > 0 && timed_out > 0);
 	it_wait_child_ok(pid);
@@ -433,6 +441,61 @@ static void partial_frames_are_bounded_and_time_out(void **state)
 	assert_true(st->clients_refused >= (uint64_t)refused);
 	weightd_status_free(st);
 	assert_true(harness_log_contains(&H, "uid_max_partial"));
+	hostile_victim_served(&H);
+	hostile_back_to_base(&H, &base);
+}
+
+/*
+ * The total (max_partial) is shared fairly: three uids sending large frames fill it, and past it
+ * only a uid holding more than its share is refused ("max_partial"); another uid sending small
+ * requests is served all along. Scaled: 1 MiB frames, 2 MiB per uid, 4 MiB in all.
+ */
+static void partial_total_is_shared_fairly(void **state)
+{
+	static const uid_t uids[] = { UID_ATTACKER, 2, 3 };
+	struct hostile_chan ch[3];
+	struct hostile_base base;
+	char line[256], extra[256];
+	weightd_status *st;
+	int total_refusals = 0;
+	pid_t pid[3];
+
+	(void)state;
+	snprintf(extra, sizeof(extra), "max_frame = %u\nuid_max_partial = 2M\nmax_partial = 4M\n"
+		 "frame_timeout = 3s\n", PF_FRAME);
+	hostile_start(&H, extra);
+	base = hostile_baseline(&H);
+	for (int k = 0; k < 3; k++) {
+		chan_open(&ch[k]);
+		pid[k] = fork();
+		assert_true(pid[k] >= 0);
+		if (pid[k] == 0)
+			half_frames_child(&ch[k], uids[k], 3);
+		chan_parent(&ch[k]);
+		assert_true(chan_hear(ch[k].to_parent[0], line, sizeof(line)));
+	}
+	/* the total is passed by at most one fair share, and another uid is served */
+	st = it_status_of(&H);
+	assert_true(st->partial_frame_bytes <= (4u << 20) + (4u << 20) / 3);
+	weightd_status_free(st);
+	hostile_victim_served(&H);
+	for (int k = 0; k < 3; k++) {
+		int r = 0, t = 0, m = 0;
+
+		chan_say(ch[k].to_child[1], "read\n");
+		assert_true(chan_hear(ch[k].to_parent[0], line, sizeof(line)));
+		assert_int_equal(sscanf(line, "%d %d %d", &r, &t, &m), 3);
+		assert_int_equal(r + t + m, 3);
+		total_refusals += m;
+		it_wait_child_ok(pid[k]);
+		close(ch[k].to_child[1]);
+		close(ch[k].to_parent[0]);
+	}
+	assert_true(total_refusals >= 1);
+	assert_true(harness_log_contains(&H, "more than max_partial"));
+	st = it_status_of(&H);
+	assert_int_equal(st->partial_frame_bytes, 0);
+	weightd_status_free(st);
 	hostile_victim_served(&H);
 	hostile_back_to_base(&H, &base);
 }
@@ -493,6 +556,7 @@ int main(void)
 		cmocka_unit_test_teardown(connections_are_capped_per_uid, teardown),
 		cmocka_unit_test_teardown(idle_connections_time_out, teardown),
 		cmocka_unit_test_teardown(partial_frames_are_bounded_and_time_out, teardown),
+		cmocka_unit_test_teardown(partial_total_is_shared_fairly, teardown),
 		cmocka_unit_test_teardown(half_closed_client_gets_its_replies, teardown),
 	};
 
