@@ -163,8 +163,6 @@ static void unitreq_free(struct unitreq *u)
 
 static void unitreq_unlink(struct unitreq *u)
 {
-	struct session *s;
-
 	if (!u->s)
 		return;
 	for (struct unitreq **pp = &u->s->unitreqs; *pp; pp = &(*pp)->next)
@@ -175,9 +173,7 @@ static void unitreq_unlink(struct unitreq *u)
 	u->s->pending--;
 	u->s->pending_bytes -= u->new_bytes;
 	u->s->pending_weights -= u->new_weights;
-	s = u->s;
 	u->s = NULL;
-	session_check_done(s); /* a client that has stopped sending closes after its last answer */
 }
 
 static void fill_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name)

@@ -125,8 +125,11 @@ static void session_flush(struct session *s)
 	update_write_event(s);
 	if (s->paused)
 		session_resume(s);
-	else if (r == 0)
-		session_check_done(s);
+	else if (r == 0 && s->read_closed && !s->refused)
+		/* A client that has stopped sending closes after its last answer: looked at once the
+		 * code that sent this one has finished (a unit request is still counted pending
+		 * while its answer goes out). */
+		event_active(s->ev_later, EV_TIMEOUT, 0);
 }
 
 void session_resume(struct session *s)
@@ -137,7 +140,7 @@ void session_resume(struct session *s)
 		return;
 	if (over_fd_limits(s)) {
 		/* nothing tells us when it reads from the socket: look again shortly */
-		evtimer_add(s->ev_resume, &again);
+		evtimer_add(s->ev_later, &again);
 		return;
 	}
 	s->paused = false;
@@ -393,8 +396,8 @@ void session_free(struct session *s)
 		event_free(s->ev_read);
 	if (s->ev_write)
 		event_free(s->ev_write);
-	if (s->ev_resume)
-		event_free(s->ev_resume);
+	if (s->ev_later)
+		event_free(s->ev_later);
 	wd_inbuf_free(s->in);
 	wd_outq_free(s->out);
 	for (size_t i = 0; i < s->n_subs; i++)
@@ -417,8 +420,8 @@ void session_kill(struct session *s, const char *why)
 		  (unsigned)s->peer.uid, why);
 	event_del(s->ev_read);
 	event_del(s->ev_write);
-	if (s->ev_resume)
-		event_del(s->ev_resume);
+	if (s->ev_later)
+		event_del(s->ev_later);
 	close(s->fd);
 	s->fd = -1;
 	account(s); /* dead: its queues stop counting against its uid and the daemon */
@@ -608,9 +611,12 @@ void session_tick(struct session *s, uint64_t now)
 	}
 }
 
-static void on_resume(evutil_socket_t fd, short what, void *arg)
+static void on_later(evutil_socket_t fd, short what, void *arg)
 {
-	session_resume(arg);
+	struct session *s = arg;
+
+	session_resume(s);
+	session_check_done(s);
 }
 
 static void read_peer(int fd, struct peer *p)
@@ -659,8 +665,8 @@ struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64
 	s->out = wd_outq_new();
 	s->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, on_read, s);
 	s->ev_write = event_new(d->base, fd, EV_WRITE | EV_PERSIST, on_write, s);
-	s->ev_resume = evtimer_new(d->base, on_resume, s);
-	if (!s->in || !s->out || !s->ev_read || !s->ev_write || !s->ev_resume ||
+	s->ev_later = evtimer_new(d->base, on_later, s);
+	if (!s->in || !s->out || !s->ev_read || !s->ev_write || !s->ev_later ||
 	    event_add(s->ev_read, NULL)) {
 		close(fd);
 		s->fd = -1;

@@ -39,7 +39,7 @@ struct session {
 	int fd;
 	struct peer peer;
 	struct event *ev_read, *ev_write;
-	struct event *ev_resume;  /* while paused: look again whether it has read its fds */
+	struct event *ev_later;   /* look again soon: paused (has it read its fds?), or done? */
 	struct wd_inbuf *in;
 	struct wd_outq *out;
 	struct held *held;    /* dense, unordered */
