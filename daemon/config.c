@@ -37,7 +37,8 @@ enum daemon_key {
 	DK_MAX_CLIENTS, DK_CLIENT_MAX_PENDING, DK_CLIENT_MAX_QUEUE, DK_CLIENT_MAX_BYTES,
 	DK_CLIENT_MAX_WEIGHTS, DK_MAX_FRAME, DK_LOG_LEVEL,
 	DK_MAX_CLIENTS_PER_UID, DK_CLIENT_MAX_QUEUE_FDS, DK_UID_MAX_QUEUE_FDS, DK_IDLE_TIMEOUT,
-	DK_FRAME_TIMEOUT, DK_UID_MAX_PARTIAL, DK_MAX_PARTIAL, DK_MAX_TEMP, DK_COUNT
+	DK_FRAME_TIMEOUT, DK_UID_MAX_PARTIAL, DK_MAX_PARTIAL, DK_MAX_TEMP, DK_UID_MAX_PENDING,
+	DK_COUNT
 };
 
 static const char *const daemon_keys[DK_COUNT] = {
@@ -53,6 +54,7 @@ static const char *const daemon_keys[DK_COUNT] = {
 	[DK_UID_MAX_QUEUE_FDS] = "uid_max_queue_fds", [DK_IDLE_TIMEOUT] = "idle_timeout",
 	[DK_FRAME_TIMEOUT] = "frame_timeout", [DK_UID_MAX_PARTIAL] = "uid_max_partial",
 	[DK_MAX_PARTIAL] = "max_partial", [DK_MAX_TEMP] = "max_temp",
+	[DK_UID_MAX_PENDING] = "uid_max_pending",
 };
 
 enum checkpoint_key { CK_PATH, CK_ALLOW_USERS, CK_ALLOW_GROUPS, CK_PRELOAD, CK_COUNT };
@@ -480,6 +482,8 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		return set_size(ld, key, val, 4096, UINT64_MAX, &cfg->uid_max_partial_bytes);
 	case DK_MAX_PARTIAL:
 		return set_size(ld, key, val, 4096, UINT64_MAX, &cfg->max_partial_bytes);
+	case DK_UID_MAX_PENDING:
+		return set_u32(ld, key, val, 1, 1u << 24, &cfg->uid_max_pending);
 	case DK_MAX_TEMP:
 		return set_size(ld, key, val, 0, UINT64_MAX, &cfg->max_temp_bytes);
 	case DK_MAX_FRAME:
@@ -761,6 +765,7 @@ static struct config *config_new(const char *path)
 	cfg->uid_max_partial_bytes = 64ull << 20;
 	cfg->max_partial_bytes = 256ull << 20;
 	cfg->max_temp_bytes = 0;
+	cfg->uid_max_pending = 1024;
 	cfg->log_level = -1;
 	if (!cfg->path || !cfg->socket_path || !cfg->shm_prefix || !cfg->state_dir) {
 		config_free(cfg);

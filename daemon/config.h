@@ -42,6 +42,7 @@ struct config {
 	uint32_t client_max_queue_fds;  /* fds queued in one client's replies: past it, its requests
 				         * wait until it reads */
 	uint32_t uid_max_queue_fds;     /* the same over all connections of one uid */
+	uint32_t uid_max_pending;       /* unit requests in flight over all connections of one uid */
 	uint64_t idle_timeout_ms;       /* close a connection with nothing held or pending; 0 = never */
 	uint64_t frame_timeout_ms;      /* close one stuck in the middle of a frame; 0 = never */
 	uint64_t uid_max_partial_bytes; /* bytes of frames being received, per uid */

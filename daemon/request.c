@@ -810,6 +810,26 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 	reply(s, &resp, id, NULL, 0);
 }
 
+/*
+ * Unit requests in flight are bounded per connection (client_max_pending, in do_unit) and over
+ * all connections of a uid (uid_max_pending, here), so one uid cannot fill the worker queue for
+ * everyone. Root and the daemon's user are not limited here.
+ */
+static bool uid_may_start_unit(struct session *s, uint64_t id)
+{
+	const struct config *cfg = s->d->cfg;
+	size_t n;
+
+	if (s->privileged || !s->srv)
+		return true;
+	n = server_uid_pending(s->srv, s->peer.uid);
+	if (n < cfg->uid_max_pending)
+		return true;
+	fail(s, id, WD_E_LIMIT, "limit exceeded: uid %u has %zu unit requests in flight "
+	     "(uid_max_pending %u)", (unsigned)s->peer.uid, n, cfg->uid_max_pending);
+	return false;
+}
+
 void request_dispatch(struct session *s, Weightd__Request *req)
 {
 	switch (req->body_case) {
@@ -817,7 +837,10 @@ void request_dispatch(struct session *s, Weightd__Request *req)
 	case WEIGHTD__REQUEST__BODY_LIST: request_query_list(s, req->id); break;
 	case WEIGHTD__REQUEST__BODY_DESCRIBE: request_query_describe(s, req->id, req->describe); break;
 	case WEIGHTD__REQUEST__BODY_PREFLIGHT: do_unit(s, req->id, req->preflight, true); break;
-	case WEIGHTD__REQUEST__BODY_MATERIALIZE: do_unit(s, req->id, req->materialize, false); break;
+	case WEIGHTD__REQUEST__BODY_MATERIALIZE:
+		if (uid_may_start_unit(s, req->id))
+			do_unit(s, req->id, req->materialize, false);
+		break;
 	case WEIGHTD__REQUEST__BODY_SHARE: do_share(s, req->id, req->share); break;
 	case WEIGHTD__REQUEST__BODY_RELEASE: do_release(s, req->id, req->release); break;
 	case WEIGHTD__REQUEST__BODY_STATUS: request_query_status(s, req->id); break;

@@ -134,6 +134,16 @@ static void uid_put(struct server *srv, struct uid_usage *uu)
 	free(uu);
 }
 
+size_t server_uid_pending(const struct server *srv, uid_t uid)
+{
+	size_t n = 0;
+
+	for (const struct session *s = srv->sessions; s; s = s->next)
+		if (s->peer.uid == uid)
+			n += s->pending;
+	return n;
+}
+
 size_t server_uids_receiving(const struct server *srv)
 {
 	size_t n = 0;

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "config.h"
 #include "error.h"
@@ -27,6 +28,9 @@ size_t server_clients(const struct server *s);
 /* Serve an accepted (or otherwise connected) socket, fd owned from now on: the per-uid and total
  * connection limits apply. accept() uses it; so do tests that drive a socketpair. */
 void server_add_client(struct server *s, int fd);
+
+/* Unit requests in flight over every connection of `uid` (linear in the clients connected). */
+size_t server_uid_pending(const struct server *s, uid_t uid);
 
 /* How many uids have requests being received (at least 1): the share of max_partial each may
  * count on when the total is reached. Linear in the uids connected; called only then. */

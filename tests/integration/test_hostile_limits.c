@@ -501,6 +501,54 @@ static void partial_total_is_shared_fairly(void **state)
 }
 
 /*
+ * Unit requests in flight are capped per uid as well as per connection: a uid pipelining more
+ * than uid_max_pending materializations gets a clear refusal for the extra ones (the others are
+ * served), and another uid is served.
+ */
+static void unit_requests_in_flight_are_capped_per_uid(void **state)
+{
+	struct hostile_base base;
+	pid_t pid;
+
+	(void)state;
+	hostile_start(&H, "uid_max_pending = 2\nclient_max_pending = 8\n");
+	base = hostile_baseline(&H); /* caches t2 only: t0, t1, t3 below are made, not hits */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		static const char *const tensors[] = { "t0", "t1", "t3" };
+		uint8_t all[3 * 256];
+		size_t n = 0;
+		int ok = 0, refused = 0, fd;
+
+		hostile_become(UID_ATTACKER);
+		fd = attacker_conn(false);
+		/* three requests in one write: the daemon takes them in one go, before any is done */
+		for (int i = 0; i < 3; i++) {
+			struct pb unit;
+
+			unit_of(&unit, &tensors[i], 1);
+			n += frame(all + n, 10 + (uint64_t)i, 14, &unit);
+		}
+		send_all(fd, all, n);
+		for (int i = 0; i < 3; i++) {
+			struct resp r;
+
+			read_resp(fd, &r);
+			if (r.code == 0)
+				ok++;
+			else if (r.code == ERR_LIMIT_EXCEEDED && r.id == 12 &&
+				 strstr(r.message, "uid_max_pending") && strstr(r.message, "uid 65534"))
+				refused++;
+		}
+		_exit(ok == 2 && refused == 1 ? 0 : 70);
+	}
+	it_wait_child_ok(pid);
+	hostile_victim_served(&H);
+	hostile_back_to_base(&H, &base);
+}
+
+/*
  * Finding 9: a client that sends its requests and shuts down its sending side (SHUT_WR) still
  * gets every reply, fds included, and then the daemon closes the connection.
  */
@@ -557,6 +605,7 @@ int main(void)
 		cmocka_unit_test_teardown(idle_connections_time_out, teardown),
 		cmocka_unit_test_teardown(partial_frames_are_bounded_and_time_out, teardown),
 		cmocka_unit_test_teardown(partial_total_is_shared_fairly, teardown),
+		cmocka_unit_test_teardown(unit_requests_in_flight_are_capped_per_uid, teardown),
 		cmocka_unit_test_teardown(half_closed_client_gets_its_replies, teardown),
 	};
 

@@ -185,6 +185,7 @@ static void check_defaults(const struct config *cfg)
 	assert_true(cfg->uid_max_partial_bytes == 64ull * 1024 * 1024);
 	assert_true(cfg->max_partial_bytes == 256ull * 1024 * 1024);
 	assert_true(cfg->max_temp_bytes == 0);
+	assert_int_equal(cfg->uid_max_pending, 1024);
 	assert_int_equal(cfg->log_level, -1);
 }
 
@@ -251,7 +252,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 23);    /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 24);    /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
