@@ -21,6 +21,25 @@
 
 #include "segment.h"
 
+/*
+ * getrandom() as segment.c sees it (linked with --wrap=getrandom): the real one, unless a test
+ * scripts the bytes it returns: script_fill[k] fills the whole buffer of the k-th call.
+ */
+ssize_t __real_getrandom(void *buf, size_t len, unsigned flags);
+ssize_t __wrap_getrandom(void *buf, size_t len, unsigned flags);
+
+static const uint8_t *script_fill;
+static size_t script_n, script_calls;
+
+ssize_t __wrap_getrandom(void *buf, size_t len, unsigned flags)
+{
+	if (script_calls < script_n) {
+		memset(buf, script_fill[script_calls++], len);
+		return (ssize_t)len;
+	}
+	return __real_getrandom(buf, len, flags);
+}
+
 /* Every name a test makes is "/<prefix>.<x>" with a prefix unique to this run. */
 static char prefix[64];
 
@@ -442,6 +461,56 @@ static void test_unique_names(void **state)
 	assert_int_equal(wd_segment_create_unique("bad/prefix", 1, &a, &err), -WD_E_INVALID);
 }
 
+/* A name already taken (by anyone) is never reused or touched: a fresh one is drawn. */
+static void test_unique_retries_on_eexist(void **state)
+{
+	static const uint8_t fills[] = { 0xab, 0xab, 0xcd };
+	struct wd_segment a, b;
+	char taken[160], want[160];
+	int fd;
+
+	(void)state;
+	/* someone else's object under the name the first draw gives */
+	snprintf(taken, sizeof(taken), "/%s.abababababababababababababababab", prefix);
+	snprintf(want, sizeof(want), "/%s.cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd", prefix);
+	fd = shm_open(taken, O_CREAT | O_EXCL | O_RDWR, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "x", 1), 1);
+	close(fd);
+	/* first draw: the taken name; second: the same again; third: a free one */
+	script_fill = fills;
+	script_calls = 0;
+	script_n = 3;
+	assert_int_equal(wd_segment_create_unique(prefix, 4096, &a, NULL), 0);
+	assert_int_equal(script_calls, 3);
+	assert_string_equal(a.name, want);
+	assert_int_equal(a.size, 4096);
+	/* the taken object is as it was */
+	{
+		char path[200];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "/dev/shm%s", taken);
+		assert_int_equal(stat(path, &st), 0);
+		assert_int_equal(st.st_size, 1);
+	}
+	/* always taken: the last error says so, and nothing is left behind */
+	{
+		static uint8_t same[8];
+
+		memset(same, 0xab, sizeof(same));
+		script_fill = same;
+		script_calls = 0;
+		script_n = sizeof(same);
+		assert_int_equal(wd_segment_create_unique(prefix, 1, &b, NULL), -WD_E_INVALID);
+		assert_int_equal(script_calls, 8);
+	}
+	script_n = 0;
+	wd_segment_close(&a);
+	assert_int_equal(wd_segment_unlink(a.name), 0);
+	assert_int_equal(wd_segment_unlink(taken), 0);
+}
+
 static void test_prefix_valid(void **state)
 {
 	char max[66];
@@ -476,6 +545,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_adopt, teardown),
 		cmocka_unit_test_teardown(test_list_purge, teardown),
 		cmocka_unit_test_teardown(test_unique_names, teardown),
+		cmocka_unit_test_teardown(test_unique_retries_on_eexist, teardown),
 		cmocka_unit_test(test_prefix_valid),
 	};
 
