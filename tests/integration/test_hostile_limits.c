@@ -273,12 +273,12 @@ static void idle_connections_time_out(void **state)
 	char line[1200];
 
 	(void)state;
-	hostile_start(&H, "idle_timeout = 400ms\n");
+	hostile_start(&H, "idle_timeout = 1500ms\n");
 	(void)extra;
 	base = hostile_baseline(&H);
 	holder = it_connect(&H);
 	/* hello says how long: a client can plan for it */
-	assert_true(weightd_server(holder)->idle_timeout_ms == 400);
+	assert_true(weightd_server(holder)->idle_timeout_ms == 1500);
 	assert_true(weightd_server(holder)->frame_timeout_ms == 30000);
 	assert_int_equal(weightd_server(holder)->max_queue_fds, 1024);
 	w = it_get_ok(holder, "tiny", "t1");
