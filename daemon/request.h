@@ -6,10 +6,11 @@
 #include <stdint.h>
 
 #include "catalog.h"
+#include "recipe.h"
 #include "weightd.pb-c.h"
 
 #define MAX_UNIT_ENTRIES 65536
-#define MAX_RECIPE_NODES 256
+#define MAX_RECIPE_NODES WD_RECIPE_MAX_NODES
 
 struct session;
 

@@ -3,6 +3,7 @@
 #include "request_admin.h"
 
 #include "daemon.h"
+#include "reload.h"
 #include "request.h"
 #include "server.h"
 #include "session.h"
@@ -20,12 +21,12 @@ void request_admin_reload(struct session *s, uint64_t id)
 {
 	if (!require_privilege(s, id, "reload the configuration"))
 		return;
-	if (!server_reload_hook) {
+	if (!s->d->reload) {
 		request_fail(s, id, WD_E_UNSUPPORTED, "reload is not available");
 		return;
 	}
 	s->reloads++;
-	server_reload_hook(s->d, s->id, id);
+	reload_request(s->d->reload, s->id, id);
 }
 
 void request_admin_evict(struct session *s, uint64_t id, const Weightd__Evict *ev)

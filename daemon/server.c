@@ -17,10 +17,9 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "peer.h"
 #include "session.h"
 #include "wire.h"
-
-void (*server_reload_hook)(struct daemon *d, uint64_t session, uint64_t request);
 
 struct server {
 	struct daemon *d;

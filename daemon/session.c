@@ -17,6 +17,7 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "peer.h"
 #include "request.h"
 #include "server.h"
 #include "wire.h"
@@ -405,7 +406,7 @@ void session_free(struct session *s)
 	free(s->subs);
 	free(s->held);
 	free(s->held_index);
-	free(s->peer.groups);
+	peer_clear(&s->peer);
 	free(s);
 }
 
@@ -619,33 +620,6 @@ static void on_later(evutil_socket_t fd, short what, void *arg)
 	session_check_done(s);
 }
 
-static void read_peer(int fd, struct peer *p)
-{
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
-	gid_t groups[256];
-
-	memset(p, 0, sizeof(*p));
-	p->uid = (uid_t)-1;
-	p->gid = (gid_t)-1;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-		p->pid = cred.pid;
-		p->uid = cred.uid;
-		p->gid = cred.gid;
-	}
-#ifdef SO_PEERGROUPS
-	len = sizeof(groups);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0 && len) {
-		size_t n = len / sizeof(gid_t);
-		p->groups = malloc(n * sizeof(gid_t));
-		if (p->groups) {
-			memcpy(p->groups, groups, n * sizeof(gid_t));
-			p->n_groups = n;
-		}
-	}
-#endif
-}
-
 struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64_t id)
 {
 	struct session *s = calloc(1, sizeof(*s));
@@ -658,7 +632,13 @@ struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64
 	s->d = d;
 	s->fd = fd;
 	s->id = id;
-	read_peer(fd, &s->peer);
+	if (peer_read(fd, &s->peer) < 0) {
+		/* its groups decide what it may read: refuse it rather than guess */
+		log_warn("refusing a client: no memory to read its groups");
+		close(fd);
+		free(s);
+		return NULL;
+	}
 	s->privileged = s->peer.uid == 0 || s->peer.uid == geteuid();
 	s->active_ms = session_now_ms();
 	s->in = wd_inbuf_new(d->cfg->max_frame_bytes, 0);

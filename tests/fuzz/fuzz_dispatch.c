@@ -47,7 +47,7 @@ static int dummy_listen[2] = { -1, -1 };
 static void teardown(void)
 {
 	server_free(D.server);
-	pool_free(D.pool);
+	pool_free(D.pool, 0); /* no job runs between inputs: returns at once */
 	cache_free(D.cache, true);
 	catalog_free(D.catalog);
 	if (D.base)

@@ -83,15 +83,23 @@ static inline void send_frame(int fd, uint64_t id, unsigned body_field, const st
 	send_all(fd, f, frame(f, id, body_field, body));
 }
 
-/* Hello { protocol_version, client_name }. */
-static inline void send_hello(int fd, uint64_t id, uint32_t version)
+/* Hello { protocol_version = min, client_name, max_protocol_version = max } (0: left out). */
+static inline void send_hello_range(int fd, uint64_t id, uint32_t min, uint32_t max)
 {
 	struct pb h = { .n = 0 };
 
-	if (version)
-		pb_uint(&h, 1, version);
+	if (min)
+		pb_uint(&h, 1, min);
 	pb_str(&h, 2, "test_wire");
+	if (max)
+		pb_uint(&h, 3, max);
 	send_frame(fd, id, 10, &h);
+}
+
+/* The Hello of a client that speaks one version (as before versions were ranges). */
+static inline void send_hello(int fd, uint64_t id, uint32_t version)
+{
+	send_hello_range(fd, id, version, 0);
 }
 
 /* Unit { entries = [UnitEntry { name, recipe = Recipe { nodes = [Node { source }] } }] }. */
@@ -184,6 +192,7 @@ static inline bool pb_find(struct slice m, unsigned field, uint64_t *ret_v, stru
 
 /* One response: its id, its error code (0: none) and message, the body field present. */
 struct resp {
+	uint32_t nfds;          /* the frame header's fd count */
 	uint64_t id;
 	uint64_t code;
 	char message[1024];
@@ -232,6 +241,8 @@ static inline void read_resp(int fd, struct resp *r)
 	assert_true(read_exact(fd, hdr, 8, 10000));
 	len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
 	      (uint32_t)hdr[3] << 24;
+	r->nfds = (uint32_t)hdr[4] | (uint32_t)hdr[5] << 8 | (uint32_t)hdr[6] << 16 |
+		  (uint32_t)hdr[7] << 24;
 	assert_true(len <= sizeof(r->buf));
 	assert_true(read_exact(fd, r->buf, len, 10000));
 	m.p = r->buf;
@@ -251,7 +262,6 @@ static inline void read_resp(int fd, struct resp *r)
 			break;
 		}
 }
-
 
 /* Materialize one tensor of "tiny" on a raw connection and return its handle. */
 static inline uint64_t materialized_handle(int fd, uint64_t id, const char *tensor)
