@@ -209,8 +209,10 @@ static int unlink_unkept(const char *name, uint64_t size, void *arg)
 	for (size_t i = 0; i < k->n; i++)
 		if (strcmp(k->names[i], name) == 0)
 			return 0;
-	/* what weightd did not make is left alone (main reports it) */
-	if (!wd_segment_name_matches(k->prefix, name) || !wd_segment_owned(name))
+	/* what weightd did not make is left alone (main reports it); what an older weightd made
+	 * under key-derived names is removed, never adopted */
+	if ((!wd_segment_name_matches(k->prefix, name) && !wd_segment_name_legacy(k->prefix, name)) ||
+	    !wd_segment_owned(name))
 		return 0;
 	if (wd_segment_unlink(name) == 0)
 		k->removed++;

@@ -43,7 +43,8 @@ int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, s
 	return create_named(name, size, ret, err, &exists);
 }
 
-bool wd_segment_name_matches(const char *prefix, const char *name)
+/* "/<prefix>." followed by exactly `digits` lowercase hex digits. */
+static bool name_is_hex(const char *prefix, const char *name, int digits)
 {
 	size_t plen;
 
@@ -53,10 +54,20 @@ bool wd_segment_name_matches(const char *prefix, const char *name)
 	if (strncmp(name + 1, prefix, plen) != 0 || name[1 + plen] != '.')
 		return false;
 	name += 2 + plen;
-	for (int i = 0; i < WD_SEGMENT_RANDOM_HEX; i++)
+	for (int i = 0; i < digits; i++)
 		if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
 			return false;
-	return name[WD_SEGMENT_RANDOM_HEX] == '\0';
+	return name[digits] == '\0';
+}
+
+bool wd_segment_name_matches(const char *prefix, const char *name)
+{
+	return name_is_hex(prefix, name, WD_SEGMENT_RANDOM_HEX);
+}
+
+bool wd_segment_name_legacy(const char *prefix, const char *name)
+{
+	return name_is_hex(prefix, name, 64);
 }
 
 /*
@@ -353,7 +364,8 @@ static int check_foreign(const char *name, uint64_t size, void *arg)
 	struct foreign_scan *f = arg;
 
 	(void)size;
-	if (wd_segment_name_matches(f->prefix, name) && wd_segment_owned(name))
+	if ((wd_segment_name_matches(f->prefix, name) || wd_segment_name_legacy(f->prefix, name)) &&
+	    wd_segment_owned(name))
 		return 0;
 	f->n++;
 	if (f->fn)
@@ -407,7 +419,8 @@ int wd_segment_purge(const char *prefix)
 	if (rc)
 		goto out;
 	for (size_t i = 0; i < l.n; i++) {
-		if (!wd_segment_name_matches(prefix, l.names[i]))
+		if (!wd_segment_name_matches(prefix, l.names[i]) &&
+		    !(wd_segment_name_legacy(prefix, l.names[i]) && wd_segment_owned(l.names[i])))
 			continue;
 		if (shm_unlink(l.names[i]) == 0)
 			count++;

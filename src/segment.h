@@ -59,6 +59,12 @@ int wd_segment_unlink(const char *name);
 int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t size, void *arg),
 		    void *arg);
 
+/* Is `name` of the form earlier versions of weightd used, "/<prefix>." + the 64 hex digits of a
+ * weight's key? Such objects, when this uid owns them, are old leftovers of ours: never adopted
+ * (a name derived from the key could have been taken first), but removed at start and by purge,
+ * so an upgrade leaves nothing behind. */
+bool wd_segment_name_legacy(const char *prefix, const char *name);
+
 /* Is the object `name` a regular file owned by this process's effective uid? */
 bool wd_segment_owned(const char *name);
 
@@ -69,8 +75,8 @@ bool wd_segment_owned(const char *name);
  */
 int wd_segment_foreign(const char *prefix, void (*fn)(const char *name, void *arg), void *arg);
 
-/* Unlink every object under `prefix` whose name weightd makes (wd_segment_name_matches); others
- * are left alone. Returns how many, or a negative code. */
+/* Unlink every object under `prefix` whose name weightd makes (wd_segment_name_matches), and
+ * legacy names this uid owns; others are left alone. Returns how many, or a negative code. */
 int wd_segment_purge(const char *prefix);
 
 /* A prefix is 1..64 characters of [A-Za-z0-9_.-], not starting with '.'. */

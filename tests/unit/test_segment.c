@@ -447,13 +447,25 @@ static void test_unique_names(void **state)
 		assert_int_equal(wd_segment_create(other, 1, &sq, NULL), 0);
 		wd_segment_close(&sq);
 	}
+	/* an earlier weightd's key-derived name, ours: not foreign, and purged */
+	{
+		struct wd_segment old;
+		char legacy[200];
+
+		snprintf(legacy, sizeof(legacy), "/%s.%064d", prefix, 0);
+		assert_true(wd_segment_name_legacy(prefix, legacy));
+		assert_false(wd_segment_name_matches(prefix, legacy));
+		assert_false(wd_segment_name_legacy(prefix, a.name));
+		assert_int_equal(wd_segment_create(legacy, 1, &old, NULL), 0);
+		wd_segment_close(&old);
+	}
 	foreign = wd_segment_foreign(prefix, NULL, NULL);
 	assert_int_equal(foreign, 1);
 
-	/* purge removes ours only */
+	/* purge removes ours only (the legacy one included) */
 	wd_segment_close(&a);
 	wd_segment_close(&b);
-	assert_int_equal(wd_segment_purge(prefix), 2);
+	assert_int_equal(wd_segment_purge(prefix), 3);
 	assert_false(shm_exists(a.name));
 	assert_false(shm_exists(b.name));
 	assert_true(shm_exists(other));
