@@ -69,7 +69,7 @@ static void restart(void)
 #define N_SQUAT 64
 
 /*
- * Finding 4: segment names were "<prefix>.<key>", and the key is in every reply: a user who
+ * Segment names used to be "<prefix>.<key>", and the key is in every reply: a user who
  * created that name first broke the weight for everyone. Now names are random: the squatter's
  * files (the old name, and N_SQUAT names of the new pattern) change nothing, the key appears in
  * no name, and at the next start the squatter's files are reported and left alone.
@@ -163,7 +163,7 @@ static void plant_record(const char *keyhex, const char *segment, uint64_t nbyte
 }
 
 /*
- * Finding 5: the index was trusted: a record could name any shm object (served to clients after
+ * The index used to be trusted: a record could name any shm object (served to clients after
  * a restart, deleted by evict). Now a record names only the instance's random pattern, a segment
  * owned by the daemon's uid, of the recorded size; and a state directory that others may write
  * into is not used at all.
@@ -242,7 +242,7 @@ static void state_index_is_not_trusted_blindly(void **state)
 }
 
 /*
- * Finding 6: a FIFO as a checkpoint file, an index or a shard hung start-up, and on reload a
+ * A FIFO as a checkpoint file, an index or a shard used to hang start-up, and on reload a
  * worker forever. Now each is refused at admission with a message naming it; a symlink flipped
  * to a FIFO is refused on reload (and served again when flipped back); the daemon stops on
  * SIGTERM.

@@ -58,7 +58,7 @@ static int send_shares(int fd, uint64_t first_id, uint64_t handle, int n)
 }
 
 /*
- * Finding 3a: share requests whose replies are never read pinned one dup'd fd each. Now a client
+ * Share requests whose replies are never read used to pin one dup'd fd each. Now a client
  * stops being read once its replies hold client_max_queue_fds, and all of a uid's connections
  * once they hold uid_max_queue_fds together: the daemon's fd table stays bounded, the requests
  * wait (none is lost: each gets its reply once the attacker reads), and other uids are served.
@@ -165,7 +165,7 @@ static void queued_fds_are_bounded_per_client_and_uid(void **state)
 }
 
 /*
- * Finding 3b: one uid filling max_clients locked everyone out. Now it gets max_clients_per_uid
+ * One uid filling max_clients used to lock everyone out. Now it gets max_clients_per_uid
  * connections and a clear refusal past that (raw and through libweightd); another uid still
  * connects, and root gets in past max_clients (its reserve) and its admin requests work.
  */
@@ -322,7 +322,7 @@ static void idle_connections_time_out(void **state)
 }
 
 /*
- * Finding 3c/8: 200 clients each holding a half-sent 4 MB frame grew the daemon by 820 MB. Now
+ * 200 clients each holding a half-sent 4 MB frame used to grow the daemon by 820 MB. Now
  * bytes of frames being received are charged when a header announces them (before the buffer
  * grows) against uid_max_partial and max_partial: past them the client is refused, and one stuck
  * mid-frame is closed after frame_timeout. Scaled: 1 MiB frames, 8 MiB per uid, 64 attempts.
@@ -554,7 +554,7 @@ static void unit_requests_in_flight_are_capped_per_uid(void **state)
 }
 
 /*
- * Finding 9: a client that sends its requests and shuts down its sending side (SHUT_WR) still
+ * A client that sends its requests and shuts down its sending side (SHUT_WR) still
  * gets every reply, fds included, and then the daemon closes the connection.
  */
 static void half_closed_client_gets_its_replies(void **state)

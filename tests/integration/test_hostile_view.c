@@ -27,7 +27,7 @@ static void rewrite(const char *name, const char *spec)
 }
 
 /*
- * Finding 7: status showed every checkpoint's path, weight labels and digests to any connected
+ * Status used to show every checkpoint's path, weight labels and digests to any connected
  * uid, and subscribe("*") delivered events of checkpoints the subscriber may not read. Now uid
  * 65534 sees nothing of "secret" in status, list, metrics or events, while root sees it all.
  */
@@ -183,7 +183,7 @@ static int unit_json(weightd_client *c, const char *json, weightd_error *err)
 	     "\"checkpoint\":\"tiny\",\"tensor\":\"" m "\"}}"
 
 /*
- * Finding 8: recipe temporaries (a transpose holds its whole input on the heap) were counted
+ * Recipe temporaries (a transpose holds its whole input on the heap) used to be counted
  * nowhere. Now running jobs share max_temp: one transpose of 256 KiB fits in 300 KiB, two at
  * once do not, and the unit that asks for both fails whole with the figures; another uid is
  * served, and nothing stays reserved.
