@@ -188,7 +188,9 @@ void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_se
 	if (sg->idle)
 		c->idle_segments--;
 	if (unlink_segment && sg->created) {
-		wd_segment_unlink(sg->seg.name);
+		/* only a name of ours: a record that slipped through never gets a foreign name deleted */
+		if (wd_segment_name_matches(c->instance, sg->seg.name))
+			wd_segment_unlink(sg->seg.name);
 		state_remove(c->p.state_dir, c->instance, sg->seg.name);
 	}
 	if (sg->created)

@@ -99,6 +99,7 @@ struct cache_params {
 	uint32_t max_idle_weights;   /* weights nobody references (0: unlimited) */
 	uint32_t max_idle_segments;  /* segments none of whose weights anyone references (0: any) */
 	bool verify_adopted;         /* rehash re-adopted weights */
+	uint64_t max_temp;           /* recipe temporaries of running jobs (0: the budget) */
 	const char *state_dir;       /* "" or NULL: no state index; borrowed for the cache's life
 				      * (emptied by the daemon when the directory is unusable) */
 	const char *instance;        /* shm prefix; borrowed */
@@ -179,6 +180,8 @@ struct cache_job_info {
 	const char *label;
 	uint64_t nbytes;
 	uint64_t done;
+	struct csource *const *sources; /* the checkpoints it reads (who may see it) */
+	size_t n_sources;
 };
 
 /* Walk every in-flight job (status); the pointers live until the main loop runs on. */

@@ -15,23 +15,6 @@
 #include "log.h"
 #include "state.h"
 
-/* "/<instance>.<32 random hex digits>": the name says nothing about what is inside. */
-static int segment_name(const struct cache *c, char *out, size_t cap)
-{
-	uint8_t rnd[16];
-	char hex[33];
-	ssize_t n;
-
-	do /* getrandom needs no descriptor: it works when the daemon is out of them */
-		n = getrandom(rnd, sizeof(rnd), 0);
-	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(rnd))
-		return -WD_E_IO;
-	wd_hex(rnd, sizeof(rnd), hex);
-	snprintf(out, cap, "/%s.%s", c->instance, hex);
-	return 0;
-}
-
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -192,8 +175,10 @@ static void job_done(struct pool_task *t)
 	}
 	if (c->p.stats) {
 		c->p.stats->in_flight--;
+		c->p.stats->temp_bytes -= j->temp;
 		c->p.stats->bytes_read += j->bytes_read;
 	}
+	c->temp_used -= j->temp;
 	if (j->status == 0) {
 		w = calloc(1, sizeof(*w));
 		if (w)
@@ -242,8 +227,13 @@ static void job_done(struct pool_task *t)
 		else
 			log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
 	}
-	if (sg->n_jobs == 1 && sg->created)
+	if (sg->n_jobs == 1 && sg->created) {
 		seg_filled(c, sg);
+		/* nothing was made in it: its name goes before anyone hears of the failure (the
+		 * struct goes after the callbacks) */
+		if (sg->n_weights == 0 && wd_segment_name_matches(c->instance, sg->seg.name))
+			wd_segment_unlink(sg->seg.name);
+	}
 	for (wt = j->waiters; wt; wt = next) {
 		/* the reads are charged to the request that started the job, not to those that joined */
 		uint64_t charged = wt->next ? 0 : j->bytes_read;
@@ -405,19 +395,11 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 		struct cache_segment *sg = pk->all[i];
 		struct wd_error err;
 		struct stat st;
-		char name[WD_SEGMENT_NAME_MAX];
-		int r = -WD_E_INVALID;
+		int r;
 
 		wd_error_clear(&err);
-		/* a random name taken by someone else is retried with another */
-		for (int attempt = 0; attempt < 4 && r == -WD_E_INVALID; attempt++) {
-			if (segment_name(c, name, sizeof(name)) < 0) {
-				r = wd_error_set(&err, WD_E_IO, "no randomness for a segment name");
-				break;
-			}
-			wd_error_clear(&err);
-			r = wd_segment_create_sparse(name, sg->used, &sg->seg, &err);
-		}
+		/* a random name, drawn again when taken (wd_segment_create_unique) */
+		r = wd_segment_create_sparse(c->instance, sg->used, &sg->seg, &err);
 		if (r < 0) {
 			log_warn("%s", err.msg);
 			seg_fail_queued(c, sg, &err); /* and destroys the segment */
@@ -439,6 +421,30 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 	free(pk->open);
 	free(pk->all);
 	free(pk);
+}
+
+/*
+ * Recipe temporaries live on the heap, outside the shared-memory budget: all running jobs
+ * together may hold max_temp of them (the budget's size when unset). A job that would pass it
+ * fails at once with the figures, rather than growing the daemon past what was configured.
+ */
+static int temp_check(struct cache *c, uint64_t temp, const char *label, struct wd_error *err)
+{
+	uint64_t limit = c->p.max_temp ? c->p.max_temp : c->budget;
+	uint64_t used = c->temp_used;
+
+	if (!temp || (temp <= limit && used <= limit - temp))
+		return 0;
+	if (err) {
+		err->expected = (int64_t)(limit - (used < limit ? used : limit));
+		err->actual = (int64_t)temp;
+	}
+	return wd_error_set(err, WD_E_EXHAUSTED,
+			    "resource exhausted: %s needs %llu bytes of working memory but only %llu of "
+			    "max_temp (%llu bytes) are free (%llu in use by running materializations)",
+			    label, (unsigned long long)temp,
+			    (unsigned long long)(used < limit ? limit - used : 0),
+			    (unsigned long long)limit, (unsigned long long)used);
 }
 
 int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan,
@@ -494,7 +500,10 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	}
 	j->plan = plan;
 	j->nbytes = wd_plan_nbytes(plan);
-	r = cache_reserve(c, j->nbytes, wd_plan_label(plan), err);
+	j->temp = wd_plan_temp_bytes(plan);
+	r = temp_check(c, j->temp, wd_plan_label(plan), err);
+	if (r == 0)
+		r = cache_reserve(c, j->nbytes, wd_plan_label(plan), err);
 	if (r < 0) {
 		free(wt);
 		job_free(j);
@@ -522,6 +531,9 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	j->task.work = job_work;
 	j->task.done = job_done;
 	sg->n_jobs++;
+	c->temp_used += j->temp;
+	if (c->p.stats)
+		c->p.stats->temp_bytes += j->temp;
 	j->queue_next = sg->queued;
 	sg->queued = j;
 	job_link(c, j);
@@ -544,6 +556,8 @@ void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *
 			.label = wd_plan_label(j->plan),
 			.nbytes = j->nbytes,
 			.done = __atomic_load_n(&j->progress, __ATOMIC_RELAXED),
+			.sources = j->sources,
+			.n_sources = j->n_sources,
 		};
 		fn(&info, arg);
 	}

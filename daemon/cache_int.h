@@ -15,6 +15,7 @@ struct job {
 	struct csource **sources;
 	size_t n_sources;
 	uint64_t nbytes;
+	uint64_t temp;               /* heap temporaries it may allocate, counted while it runs */
 	uint64_t progress;           /* bytes written so far: the worker stores, status loads */
 	struct cache_segment *segment;
 	uint64_t offset;
@@ -62,6 +63,7 @@ struct cache {
 	uint64_t evictable;          /* bytes of the weights on the LRU list (nobody holds them) */
 	uint64_t idle_weights;       /* weights on the LRU list */
 	uint64_t idle_segments;
+	uint64_t temp_used;          /* recipe temporaries of the jobs in flight */
 	uint64_t count;
 	uint64_t next_id;
 	uint64_t next_segment_id;

@@ -1,22 +1,37 @@
-/* request.h - what requests do, split by kind: request.c (hello, queries, admin, dispatch) and
- * request_unit.c (preflight and materialize of units, share). Main thread only. */
+/* request.h - dispatch of decoded requests and the helpers the request modules share
+ * (request.c: dispatch, release; request_unit.c: units, share; request_query.c; request_admin.c). */
 #ifndef WD_REQUEST_H
 #define WD_REQUEST_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "catalog.h"
 #include "recipe.h"
 #include "weightd.pb-c.h"
 
-struct session;
-
 #define REQUEST_MAX_RECIPE_NODES WD_RECIPE_MAX_NODES
 
+struct session;
+
+/* Act on one decoded request of `s` (every reply goes through session_send). */
+void request_dispatch(struct session *s, Weightd__Request *req);
+/* Orphan every unit request of a dying session: they finish without replying (request_unit.c). */
+void request_session_gone(struct session *s);
 /* Preflight or materialize a unit: every limit and name checked before anything is made, the
- * new weights packed into segments together, answered all or nothing. */
+ * new weights packed into segments together, answered all or nothing (request_unit.c). */
 void request_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight);
-/* Another reference (and fd of its segment) for a weight the client holds. */
+/* Another reference (and fd of its segment) for a weight the client holds (request_unit.c). */
 void request_share(struct session *s, uint64_t id, const Weightd__Share *sh);
+
+/* Send `resp` as the answer to request `id` (fds pass to the session, see session_send). */
+void request_reply(struct session *s, Weightd__Response *resp, uint64_t id, const int *fds,
+		   size_t nfds);
+/* Send an error with `code` and a formatted sentence as the answer to request `id`. */
+void request_fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Fill a wire SourceInfo from a catalog entry; strings are borrowed from cs. */
+void request_source_info(const struct csource *cs, Weightd__SourceInfo *si);
 
 #endif
