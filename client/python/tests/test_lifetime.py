@@ -1,0 +1,151 @@
+"""Lifetime is reference counting: memory stays mapped while any view made from it lives (after
+release(), after the client is closed), and the daemon's reference goes when the last holder
+does."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+import weightd
+import wdtest
+
+A = np.arange(4096 * 2, dtype=np.float32).reshape(2, 4096)
+B = np.linspace(-1, 1, 300, dtype=np.float32)
+
+
+@pytest.fixture
+def daemon(tmp_path, start_daemon):
+    path = str(tmp_path / "m.safetensors")
+    wdtest.write_safetensors(path, {"a": ("F32", list(A.shape), A.tobytes()),
+                                    "b": ("F32", list(B.shape), B.tobytes())})
+    return start_daemon({"m": path})
+
+
+def refs(c: weightd.Client, label: str) -> int:
+    """References the daemon counts on the weight `label` (0 when it holds none). Asked on the
+    same connection that released, so every earlier release has been processed."""
+    for w in c.status().weight_list:
+        if w.label == label:
+            return w.refs
+    return 0
+
+
+def test_views_outlive_release_and_client(daemon):
+    c = daemon.connect()
+    w = c.get("m", "a")
+    a, t, mv = w.numpy(), w.torch(), memoryview(w)
+    sd = c.load("m")
+    ts = sd["b"]
+    w.release()
+    sd.release()
+    assert w.released and w.exports == 3
+    with pytest.raises(ValueError, match="released"):
+        w.numpy()
+    assert (w.dtype, w.shape, w.nbytes) == ("F32", A.shape, A.nbytes)   # still described
+    c.close()
+    del w, sd
+    gc.collect()
+    np.testing.assert_array_equal(a, A)
+    np.testing.assert_array_equal(t.numpy(), A)
+    assert mv.tobytes() == A.tobytes()
+    np.testing.assert_array_equal(ts.numpy(), B)
+
+
+def test_release_without_views_drops_the_daemon_reference(daemon):
+    with daemon.connect() as c:
+        w = c.get("m", "a")
+        assert refs(c, "m:a") == 1
+        w.release()
+        assert refs(c, "m:a") == 0
+
+
+def test_release_waits_for_the_last_view(daemon):
+    with daemon.connect() as c:
+        w = c.get("m", "a")
+        a = w.numpy()
+        t = w.torch()[1]          # a view of a view
+        w.release()
+        del w
+        gc.collect()
+        assert refs(c, "m:a") == 1
+        del a
+        gc.collect()
+        assert refs(c, "m:a") == 1
+        assert float(t[5]) == float(A[1, 5])
+        del t
+        gc.collect()
+        assert refs(c, "m:a") == 0
+
+
+def test_dropping_every_reference_releases(daemon):
+    with daemon.connect() as c:
+        t = c.get("m", "a").torch()
+        assert refs(c, "m:a") == 1
+        del t
+        gc.collect()
+        assert refs(c, "m:a") == 0
+
+
+def test_unit_lives_while_a_tensor_does(daemon):
+    with daemon.connect() as c:
+        sd = c.load("m")
+        t = sd["a"]
+        assert refs(c, "m:a") == 1 and refs(c, "m:b") == 1
+        sd.release()
+        del sd
+        gc.collect()
+        assert refs(c, "m:a") == 1          # the unit is whole until its last view goes
+        np.testing.assert_array_equal(t.numpy(), A)
+        del t
+        gc.collect()
+        assert refs(c, "m:a") == 0 and refs(c, "m:b") == 0
+        sd = c.load("m", framework="numpy")
+        del sd
+        gc.collect()
+        assert refs(c, "m:a") == 0
+
+
+def test_share_and_context_manager(daemon):
+    with daemon.connect() as c:
+        with c.get("m", "b") as w:
+            w2 = w.share()
+            assert w2.key == w.key and w2.digest == w.digest and w2.shape == w.shape
+            assert refs(c, "m:b") == 2
+        assert w.released
+        assert refs(c, "m:b") == 1
+        np.testing.assert_array_equal(w2.numpy(), B)
+        w2.release()
+        assert refs(c, "m:b") == 0
+
+
+def test_numpy_refuses_writes(daemon):
+    with daemon.connect() as c:
+        w = c.get("m", "a")
+        a = w.numpy()
+        with pytest.raises(ValueError):
+            a[0, 0] = 1
+        with pytest.raises(ValueError):
+            a.setflags(write=True)
+        assert memoryview(w).readonly
+        with pytest.raises(TypeError, match="not writable"):
+            (ctypes.c_char * w.nbytes).from_buffer(w)   # ctypes wants a writable buffer
+        np.testing.assert_array_equal(a, A)
+
+
+def test_closed_client(daemon):
+    c = daemon.connect()
+    w = c.get("m", "b")
+    c.close()
+    c.close()                                  # idempotent
+    assert c.closed
+    with pytest.raises(ValueError, match="closed"):
+        c.get("m", "b")
+    with pytest.raises(ValueError, match="closed"):
+        w.share()
+    np.testing.assert_array_equal(w.numpy(), B)   # still mapped, mappable
+    w.release()
