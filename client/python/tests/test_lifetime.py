@@ -149,3 +149,41 @@ def test_closed_client(daemon):
         w.share()
     np.testing.assert_array_equal(w.numpy(), B)   # still mapped, mappable
     w.release()
+
+
+def test_blocking_calls_release_the_gil(tmp_path, start_daemon):
+    import threading
+    big = np.random.default_rng(1).standard_normal((4096, 2048)).astype(np.float32)  # 32 MiB
+    path = str(tmp_path / "big.safetensors")
+    wdtest.write_safetensors(path, {"big": ("F32", list(big.shape), big.tobytes())})
+    d = start_daemon({"big": path})
+    count = 0
+    done = threading.Event()
+
+    def spin():
+        nonlocal count
+        while not done.is_set():
+            count += 1
+
+    with d.connect() as c:
+        t = threading.Thread(target=spin)
+        t.start()
+        try:
+            before = count
+            w = c.get("big", "big")          # cold: the daemon reads and fills 32 MiB
+            during = count - before
+        finally:
+            done.set()
+            t.join()
+        results = []
+        threads = [threading.Thread(target=lambda i=i: results.append(
+            c.get("big", "big", select={"range": [0, i, i + 1]}).numpy().copy()))
+            for i in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert during > 0                        # the other thread ran while get() waited
+    np.testing.assert_array_equal(w.numpy(), big)
+    assert sorted(r.tobytes() for r in results) == sorted(big[i:i + 1].tobytes()
+                                                          for i in range(8))
