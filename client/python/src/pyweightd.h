@@ -33,8 +33,7 @@ typedef struct pyw_weight {
 	weightd_weight *own;       /* a standalone weight's C weight; NULL once let go */
 	struct pyw_unit *unit;     /* a slot's unit (a reference), else NULL */
 	PyObject *slot;            /* the slot's name (str), else NULL */
-	const void *data;          /* mapped address once exported */
-	int mapped;
+	const void *data;          /* where it is mapped (NULL for 0 bytes) */
 	Py_ssize_t exports;
 	int busy;                  /* share() running without the GIL */
 	int released;

@@ -103,9 +103,13 @@ static pyw_weight *weight_alloc(const weightd_weight *w)
 	return self;
 }
 
+/* Mapped at once: weightd_weight_map may not run beside share() on the same weight, and
+ * share() runs without the GIL, so the buffer protocol must never need to map. */
 PyObject *pyw_weight_new_owned(pyw_client *cl, weightd_weight *w)
 {
 	pyw_weight *self = weight_alloc(w);
+	weightd_error err;
+	int rc;
 
 	if (!self) {
 		weightd_release(w);
@@ -114,6 +118,11 @@ PyObject *pyw_weight_new_owned(pyw_client *cl, weightd_weight *w)
 	self->own = w;
 	Py_INCREF(cl);
 	self->client = cl;
+	rc = weightd_weight_map(w, &self->data, &err);
+	if (rc < 0) {
+		Py_DECREF(self);   /* releases w */
+		return pyw_error_raise(rc, &err);
+	}
 	return (PyObject *)self;
 }
 
@@ -135,7 +144,6 @@ PyObject *pyw_weight_new_slot(pyw_unit *un, const char *slot)
 		return NULL;
 	}
 	self->data = weightd_unit_data(un->u, slot);
-	self->mapped = 1;
 	Py_INCREF(un);
 	self->unit = un;
 	Py_INCREF(un->client);
@@ -150,7 +158,6 @@ static void maybe_free(pyw_weight *self)
 		weightd_weight *w = self->own;
 		self->own = NULL;
 		self->data = NULL;
-		self->mapped = 0;
 		weightd_release(w);
 	}
 }
@@ -169,8 +176,6 @@ static const weightd_weight *live(pyw_weight *self)
 static int wt_getbuffer(pyw_weight *self, Py_buffer *view, int flags)
 {
 	static char empty[1];
-	weightd_error err;
-	int rc;
 
 	if (flags & PyBUF_WRITABLE) {
 		PyErr_SetString(PyExc_BufferError,
@@ -179,14 +184,6 @@ static int wt_getbuffer(pyw_weight *self, Py_buffer *view, int flags)
 	}
 	if (!live(self))
 		return -1;
-	if (!self->mapped) {
-		rc = weightd_weight_map(self->own, &self->data, &err);
-		if (rc < 0) {
-			pyw_error_raise(rc, &err);
-			return -1;
-		}
-		self->mapped = 1;
-	}
 	view->buf = self->data ? (void *)self->data : (void *)empty;
 	view->len = (Py_ssize_t)self->nbytes;
 	view->readonly = 1;
@@ -267,7 +264,7 @@ static PyObject *wt_address(pyw_weight *self, PyObject *unused)
 {
 	if (!live(self))
 		return NULL;
-	return PyLong_FromVoidPtr((void *)(self->mapped ? self->data : NULL));
+	return PyLong_FromVoidPtr((void *)self->data);
 }
 
 static PyObject *wt_released(pyw_weight *self, void *unused)
@@ -326,7 +323,7 @@ static PyMethodDef wt_methods[] = {
 	  "share() -> Weight: another reference to the same memory, counted by the daemon." },
 	{ "fileno", (PyCFunction)wt_fd, METH_NOARGS, "fileno() -> int: the weight's read-only fd." },
 	{ "_address", (PyCFunction)wt_address, METH_NOARGS,
-	  "_address() -> int: where the weight is mapped (0 until first viewed)." },
+	  "_address() -> int: where the weight is mapped (0 for 0 bytes)." },
 	{ NULL, NULL, 0, NULL }
 };
 
