@@ -63,9 +63,11 @@ def daemon(tmp_path, start_daemon):
 
 
 def spawn(script: str, sock: str) -> subprocess.Popen:
+    env = wdtest.env_for_child()
+    # under AddressSanitizer (sanitizer builds), let the fault be the process's own SIGSEGV
+    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":handle_segv=0"
     return subprocess.Popen([wdtest.PY, "-c", script, sock], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=wdtest.env_for_child(),
-                            cwd=wdtest.HERE)
+                            stdout=subprocess.PIPE, text=True, env=env, cwd=wdtest.HERE)
 
 
 def test_two_processes_share_one_copy(daemon):
