@@ -236,13 +236,40 @@ static PyObject *cl_fileno(pyw_client *cl, PyObject *unused)
 	return PyLong_FromLong(weightd_client_fd(cl->c));
 }
 
+/* PyArg converters ("O&"): a Python int that fits, never wrapped; negative or too large raise
+ * OverflowError naming the value. */
+static int conv_u64(PyObject *o, void *p)
+{
+	unsigned long long v = PyLong_AsUnsignedLongLong(o);
+
+	if (v == (unsigned long long)-1 && PyErr_Occurred())
+		return 0;
+	*(uint64_t *)p = v;
+	return 1;
+}
+
+static int conv_u32(PyObject *o, void *p)
+{
+	uint64_t v;
+
+	if (!conv_u64(o, &v))
+		return 0;
+	if (v > UINT32_MAX) {
+		PyErr_Format(PyExc_OverflowError, "%llu is too large (at most %u)",
+			     (unsigned long long)v, UINT32_MAX);
+		return 0;
+	}
+	*(uint32_t *)p = (uint32_t)v;
+	return 1;
+}
+
 /* sel: None or a tuple ("full",) ("range", axis, start, end) ("indices", axis, [i...])
  * ("elements", start, end, [shape...]) ("shard", axis, rank, world). */
 static int make_selection(PyObject *sel, weightd_selection **ret, weightd_error *err, int *rc)
 {
 	const char *kind;
-	unsigned int axis, rank, world;
-	unsigned long long a, b;
+	uint32_t axis, rank, world;
+	uint64_t a, b;
 	PyObject *list = NULL, *fast = NULL;
 	uint64_t v[WEIGHTD_MAX_DIMS], *idx = NULL;
 	Py_ssize_t n;
@@ -259,17 +286,20 @@ static int make_selection(PyObject *sel, weightd_selection **ret, weightd_error 
 	if (strcmp(kind, "full") == 0) {
 		*rc = weightd_selection_full(ret, err);
 	} else if (strcmp(kind, "range") == 0) {
-		if (!PyArg_ParseTuple(sel, "sIKK", &kind, &axis, &a, &b))
+		if (!PyArg_ParseTuple(sel, "sO&O&O&", &kind, conv_u32, &axis, conv_u64, &a,
+				      conv_u64, &b))
 			return -1;
 		*rc = weightd_selection_range(axis, a, b, ret, err);
 	} else if (strcmp(kind, "shard") == 0) {
-		if (!PyArg_ParseTuple(sel, "sIII", &kind, &axis, &rank, &world))
+		if (!PyArg_ParseTuple(sel, "sO&O&O&", &kind, conv_u32, &axis, conv_u32,
+				      &rank, conv_u32, &world))
 			return -1;
 		*rc = weightd_selection_shard(axis, rank, world, ret, err);
 	} else if (strcmp(kind, "indices") == 0 || strcmp(kind, "elements") == 0) {
 		int elements = kind[0] == 'e';
-		if (elements ? !PyArg_ParseTuple(sel, "sKKO", &kind, &a, &b, &list)
-			     : !PyArg_ParseTuple(sel, "sIO", &kind, &axis, &list))
+		if (elements ? !PyArg_ParseTuple(sel, "sO&O&O", &kind, conv_u64, &a, conv_u64, &b,
+						 &list)
+			     : !PyArg_ParseTuple(sel, "sO&O", &kind, conv_u32, &axis, &list))
 			return -1;
 		if (!(fast = PySequence_Fast(list, "selection positions must be a sequence")))
 			return -1;

@@ -106,3 +106,19 @@ def test_default_socket_comes_from_the_environment(daemon, monkeypatch):
     with pytest.raises(weightd.Error) as e:
         weightd.connect()
     assert weightd.DEFAULT_SOCKET in str(e.value)
+
+
+def test_python_arguments_are_checked_before_the_call(daemon):
+    with daemon.connect() as c:
+        with pytest.raises(OverflowError):
+            c.get("m", "small", select={"range": [0, -1, 5]})      # never wrapped to 2**64-1
+        with pytest.raises(OverflowError):
+            c.get("m", "small", select={"shard": [2**32, 0, 1]})
+        with pytest.raises(ValueError, match="unknown selection kind"):
+            c.get("m", "small", select={"slice": [0, 1]})
+        with pytest.raises(TypeError):
+            c.get("m", "small", select=[0, 1])
+        with pytest.raises(ValueError, match="framework"):
+            c.load("m", framework="jax")
+        np.testing.assert_array_equal(c.get("m", "small", select={"indices": [0, [3, 1]]})
+                                      .numpy(), SMALL[[3, 1]])
