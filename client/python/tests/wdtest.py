@@ -12,21 +12,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
-
-import numpy as np
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import weightd
 
 PY = "/usr/bin/python3"
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-# weightd dtype -> (numpy dtype used to make the test's raw bytes, element size)
-RAW_NUMPY = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
-    "F16": "float16", "BF16": "uint16", "U32": "uint32", "I32": "int32", "F32": "float32",
-    "U64": "uint64", "I64": "int64", "F64": "float64", "F8_E4M3": "uint8", "F8_E5M2": "uint8",
-}
 
 
 def write_safetensors(path: str, tensors: Dict[str, Tuple[str, Sequence[int], bytes]],
@@ -37,7 +28,8 @@ def write_safetensors(path: str, tensors: Dict[str, Tuple[str, Sequence[int], by
         header["__metadata__"] = metadata
     off = 0
     for name, (dtype, shape, data) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(data)]}
+        header[name] = {"dtype": dtype, "shape": list(shape),
+                        "data_offsets": [off, off + len(data)]}
         off += len(data)
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)

@@ -4,10 +4,10 @@ weightd reads each weight of a checkpoint once into POSIX shared memory; every p
 maps that same read-only memory. This package is libweightd's Python binding::
 
     import weightd
-    with weightd.connect() as c:                      # $WEIGHTD_SOCKET or the system socket
-        sd = c.load("llama")                          # dict[str, torch.Tensor], bound all-or-nothing
+    with weightd.connect() as c:          # $WEIGHTD_SOCKET or the system socket
+        sd = c.load("llama")              # dict[str, torch.Tensor], bound all-or-nothing
         w = c.get("llama", "model.embed_tokens.weight", select={"range": [0, 0, 1024]})
-        a = w.numpy()                                 # read-only ndarray over the shared memory
+        a = w.numpy()                     # read-only ndarray over the shared memory
 
 Memory stays mapped while anything made from it (memoryview, ndarray, tensor) is alive, even after
 ``release()`` or the client is closed: releasing is reference counting. The memory is read-only:
@@ -21,8 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
-from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _weightd
 from ._dtypes import is_packed, numpy_dtype, torch_dtype
@@ -35,7 +34,7 @@ __all__ = [
     "connect", "Client", "Weight", "LoadedUnit", "Error", "NotFound", "PermissionDenied",
     "ResourceExhausted", "SourceChanged", "InvalidArgument", "Disconnected", "ServerInfo",
     "SourceInfo", "TensorInfo", "MetaEntry", "Description", "WeightStatus", "JobStatus",
-    "Status", "numpy_dtype", "torch_dtype", "DEFAULT_SOCKET", "__version__",
+    "Status", "numpy_dtype", "torch_dtype", "is_packed", "DEFAULT_SOCKET", "__version__",
 ]
 
 __version__ = "0.1.0"

@@ -7,7 +7,7 @@ structured fields that apply (checkpoint, tensor, slot, node, axis, expected, ac
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Dict, Type
 
 __all__ = [
     "Error",
@@ -89,9 +89,9 @@ _BY_CODE: Dict[str, Type[Error]] = {
 }
 for _name in ("invalid-argument", "out-of-range", "empty-inputs", "dtype-mismatch",
               "shape-mismatch", "axis-out-of-range", "element-count-mismatch",
-              "byte-count-mismatch", "not-a-permutation", "zero-sized-output", "unsupported-cast",
-              "arithmetic-overflow", "recipe-too-deep", "recipe-too-large", "duplicate-name", "bad-alias",
-              "alias-cycle", "slot-mismatch"):
+              "byte-count-mismatch", "not-a-permutation", "zero-sized-output",
+              "unsupported-cast", "arithmetic-overflow", "recipe-too-deep", "recipe-too-large",
+              "duplicate-name", "bad-alias", "alias-cycle", "slot-mismatch"):
     _BY_CODE[_name] = InvalidArgument
 
 
@@ -103,6 +103,5 @@ def error_class(code: str) -> Type[Error]:
 def _make(number: int, code: str, message: str, checkpoint: str, tensor: str, slot: str,
           node: int, axis: int, expected: int, actual: int) -> Error:
     """Called by the extension to build the exception for a failed call."""
-    cls: Optional[Type[Error]] = _BY_CODE.get(code, Error)
-    assert cls is not None
+    cls = _BY_CODE.get(code, Error)
     return cls(message, code, number, checkpoint, tensor, slot, node, axis, expected, actual)
