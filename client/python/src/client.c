@@ -470,6 +470,70 @@ static PyObject *cl_evict(pyw_client *cl, PyObject *unused)
 	return Py_BuildValue("(KK)", (unsigned long long)n, (unsigned long long)bytes);
 }
 
+static PyObject *cl_subscribe(pyw_client *cl, PyObject *arg)
+{
+	PyObject *fast = PySequence_Fast(arg, "subscribe takes a sequence of checkpoint names");
+	const char **names = NULL;
+	weightd_error err;
+	Py_ssize_t n;
+	int rc = 0;
+
+	if (!fast)
+		return NULL;
+	n = PySequence_Fast_GET_SIZE(fast);
+	names = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*names));
+	if (!names) {
+		Py_DECREF(fast);
+		return PyErr_NoMemory();
+	}
+	for (Py_ssize_t i = 0; i < n; i++)
+		if (!(names[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(fast, i))))
+			goto out;
+	if (pyw_client_enter(cl) < 0)
+		goto out;
+	Py_BEGIN_ALLOW_THREADS
+	rc = weightd_subscribe(cl->c, names, (size_t)n, &err);
+	Py_END_ALLOW_THREADS
+	pyw_client_leave(cl);
+	if (rc < 0)
+		pyw_error_raise(rc, &err);
+out:
+	PyMem_Free(names);
+	Py_DECREF(fast);   /* owns the strings names[] pointed into */
+	if (PyErr_Occurred())
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static PyObject *event_dict(const void *p)
+{
+	const weightd_event *e = p;
+
+	return Py_BuildValue("{s:s,s:K,s:s}", "checkpoint", e->checkpoint, "generation",
+			     (unsigned long long)e->generation, "what", e->what);
+}
+
+static PyObject *cl_poll_events(pyw_client *cl, PyObject *args)
+{
+	weightd_event_list *l = NULL;
+	weightd_error err;
+	int timeout_ms = 0, rc;
+	PyObject *r;
+
+	if (!PyArg_ParseTuple(args, "|i:poll_events", &timeout_ms) || pyw_client_enter(cl) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = weightd_poll_events(cl->c, timeout_ms, &l, &err);
+	Py_END_ALLOW_THREADS
+	pyw_client_leave(cl);
+	if (rc < 0)
+		return pyw_error_raise(rc, &err);
+	r = Py_BuildValue("(NK)", list_of(l->events, l->count, sizeof(*l->events), event_dict),
+			  (unsigned long long)l->dropped);
+	weightd_event_list_free(l);
+	return r;
+}
+
 static PyObject *cl_close(pyw_client *cl, PyObject *unused)
 {
 	if (cl->c && !cl->closing) {
@@ -505,6 +569,10 @@ static PyMethodDef cl_methods[] = {
 	  "unit_from_json(json) -> Unit." },
 	{ "reload", (PyCFunction)cl_reload, METH_NOARGS, "reload(): re-read the daemon's config." },
 	{ "evict", (PyCFunction)cl_evict, METH_NOARGS, "evict() -> (weights, bytes)." },
+	{ "subscribe", (PyCFunction)cl_subscribe, METH_O,
+	  "subscribe(checkpoints): be told of their new generations (replaces the last call)." },
+	{ "poll_events", (PyCFunction)cl_poll_events, METH_VARARGS,
+	  "poll_events(timeout_ms=0) -> (list[dict], dropped) (GIL released while waiting)." },
 	{ "close", (PyCFunction)cl_close, METH_NOARGS, "close(): close the connection." },
 	{ NULL, NULL, 0, NULL }
 };

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -23,7 +24,9 @@ def daemon(tmp_path, start_daemon):
     path = str(tmp_path / "m.safetensors")
     wdtest.write_safetensors(path, {"a": ("F32", list(A.shape), A.tobytes()),
                                     "b": ("F32", list(B.shape), B.tobytes())})
-    return start_daemon({"m": path})
+    d = start_daemon({"m": path})
+    d.checkpoint = path
+    return d
 
 
 def refs(c: weightd.Client, label: str) -> int:
@@ -187,3 +190,35 @@ def test_blocking_calls_release_the_gil(tmp_path, start_daemon):
     np.testing.assert_array_equal(w.numpy(), big)
     assert sorted(r.tobytes() for r in results) == sorted(big[i:i + 1].tobytes()
                                                           for i in range(8))
+
+
+def test_loaded_unit_pickles_as_a_plain_dict(daemon, tmp_path):
+    with daemon.connect() as c:
+        sd = c.load("m")
+        path = str(tmp_path / "sd.pt")
+        torch.save(sd, path)
+        back = torch.load(path)
+        assert type(back) is dict and set(back) == {"a", "b"}
+        np.testing.assert_array_equal(back["a"].numpy(), A)
+
+
+def test_generation_events_and_the_new_generation(daemon, tmp_path):
+    path = daemon.checkpoint
+    with daemon.connect() as c, daemon.connect("admin") as admin:
+        old = c.get("m", "b")
+        c.subscribe(["m"])
+        assert c.poll_events().events == []
+        new = (B * 2).astype(np.float32)
+        tmp = path + ".new"
+        wdtest.write_safetensors(tmp, {"a": ("F32", list(A.shape), A.tobytes()),
+                                       "b": ("F32", list(B.shape), new.tobytes())})
+        os.rename(tmp, path)                          # replaced the way downloaders do
+        admin.reload()
+        got = c.poll_events(timeout=30)
+        assert got.dropped == 0
+        assert [(e.checkpoint, e.what, e.generation) for e in got.events] == \
+            [("m", "generation", old.generation + 1)]
+        w = c.get("m", "b")
+        assert w.generation == old.generation + 1 and w.key != old.key
+        np.testing.assert_array_equal(w.numpy(), new)
+        np.testing.assert_array_equal(old.numpy(), B)  # the old generation stays readable

@@ -25,8 +25,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import _weightd
 from ._dtypes import is_packed, numpy_dtype, torch_dtype
-from ._types import (Description, JobStatus, MetaEntry, ServerInfo, SourceInfo, Status,
-                     TensorInfo, WeightStatus, _description, _status)
+from ._types import (Description, Event, Events, JobStatus, MetaEntry, ServerInfo, SourceInfo,
+                     Status, TensorInfo, WeightStatus, _description, _status)
 from .errors import (Disconnected, Error, InvalidArgument, NotFound, PermissionDenied,
                      ResourceExhausted, SourceChanged, _make)
 
@@ -34,7 +34,7 @@ __all__ = [
     "connect", "Client", "Weight", "LoadedUnit", "Error", "NotFound", "PermissionDenied",
     "ResourceExhausted", "SourceChanged", "InvalidArgument", "Disconnected", "ServerInfo",
     "SourceInfo", "TensorInfo", "MetaEntry", "Description", "WeightStatus", "JobStatus",
-    "Status", "numpy_dtype", "torch_dtype", "is_packed", "DEFAULT_SOCKET", "__version__",
+    "Status", "Event", "Events", "numpy_dtype", "torch_dtype", "is_packed", "DEFAULT_SOCKET", "__version__",
 ]
 
 __version__ = "0.1.0"
@@ -142,6 +142,10 @@ class LoadedUnit(Dict[str, Any]):
         self._unit = unit
         self.bytes_read: int = unit.bytes_read
         self.weights: Dict[str, Weight] = weights
+
+    def __reduce__(self) -> Any:
+        # pickled (torch.save) as the plain dict of its tensors, which torch copies
+        return (dict, (dict(self),))
 
     def release(self) -> None:
         """Drop this dict's hold on the unit (see the class documentation)."""
@@ -297,6 +301,20 @@ class Client:
         """Evict every weight no client holds (privileged). Returns (weights, bytes)."""
         n, b = self._c.evict()
         return int(n), int(b)
+
+    # -- generation events ----------------------------------------------------------------
+    def subscribe(self, checkpoints: Iterable[str]) -> None:
+        """Be told when these checkpoints get a new generation (their files changed and the
+        daemon reloaded) or are removed. Replaces the previous subscription; an empty list
+        unsubscribes. Collect the events with poll_events()."""
+        self._c.subscribe(list(checkpoints))
+
+    def poll_events(self, timeout: Optional[float] = 0.0) -> Events:
+        """Events queued since the last poll, waiting up to `timeout` seconds (None: until one
+        comes) when none is queued. Blocks without the GIL."""
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        events, dropped = self._c.poll_events(ms)
+        return Events([Event(**e) for e in events], int(dropped))
 
     # -- single weights -------------------------------------------------------------------
     def get(self, checkpoint: str, tensor: str, select: Selection = None) -> Weight:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["ServerInfo", "SourceInfo", "TensorInfo", "MetaEntry", "Description",
-           "WeightStatus", "JobStatus", "Status"]
+           "WeightStatus", "JobStatus", "Status", "Event", "Events"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,23 @@ class Status:
     sources: List[SourceInfo]
     weight_list: List[WeightStatus]
     jobs: List[JobStatus]
+
+
+@dataclass(frozen=True)
+class Event:
+    """A subscribed checkpoint changed: its files changed and the daemon reloaded it
+    (``what == "generation"``, with the new `generation`), or it was removed."""
+    checkpoint: str
+    generation: int
+    what: str            #: "generation" or "removed"
+
+
+@dataclass(frozen=True)
+class Events:
+    """What Client.poll_events() collected, oldest first, and how many were lost to the
+    library's queue bound (1024) since the last poll."""
+    events: List[Event]
+    dropped: int
 
 
 def _description(d: Dict[str, Any]) -> Description:
