@@ -3,8 +3,19 @@
 
 #include <string.h>
 
+int pyw_client_forked(const pyw_client *cl)
+{
+	return cl->pid != getpid();
+}
+
 int pyw_client_check(pyw_client *cl)
 {
+	if (pyw_client_forked(cl)) {
+		PyErr_Format(PyExc_RuntimeError,
+			     "this weightd client belongs to process %ld (this process was forked "
+			     "from it): connect again here", (long)cl->pid);
+		return -1;
+	}
 	if (!cl->c || cl->closing) {
 		PyErr_SetString(PyExc_ValueError, "operation on a closed weightd client");
 		return -1;
@@ -536,6 +547,10 @@ static PyObject *cl_poll_events(pyw_client *cl, PyObject *args)
 
 static PyObject *cl_close(pyw_client *cl, PyObject *unused)
 {
+	if (pyw_client_forked(cl)) {
+		cl->c = NULL;   /* the parent's connection: not ours to close */
+		Py_RETURN_NONE;
+	}
 	if (cl->c && !cl->closing) {
 		cl->closing = 1;
 		cl->busy++;
@@ -551,7 +566,8 @@ static PyObject *cl_closed(pyw_client *cl, void *unused)
 
 static void cl_dealloc(pyw_client *cl)
 {
-	weightd_close(cl->c);   /* no call can be running: each holds a reference */
+	if (!pyw_client_forked(cl))
+		weightd_close(cl->c);   /* no call can be running: each holds a reference */
 	PyObject_Free(cl);
 }
 

@@ -78,6 +78,7 @@ static PyObject *mod_connect(PyObject *self, PyObject *args, PyObject *kw)
 	cl->c = c;
 	cl->busy = 0;
 	cl->closing = 0;
+	cl->pid = getpid();
 	return (PyObject *)cl;
 }
 

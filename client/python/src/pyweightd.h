@@ -6,6 +6,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <weightd/client.h>
 
 /*
@@ -18,6 +21,7 @@ typedef struct pyw_client {
 	weightd_client *c;   /* NULL once closed */
 	int busy;            /* calls in progress without the GIL */
 	int closing;
+	pid_t pid;           /* the process that connected: a forked child must not call in */
 } pyw_client;
 
 /*
@@ -70,10 +74,14 @@ PyObject *pyw_error_raise(int rc, const weightd_error *err);
 /* The Python class instances of Weight are made of (weightd.Weight, registered at import). */
 PyTypeObject *pyw_weight_class(void);
 
-/* client.c: enter/leave a call made without the GIL; enter raises when the client is closed. */
+/* client.c: enter/leave a call made without the GIL; enter raises when the client is closed or
+ * belongs to the parent of a fork. */
 int pyw_client_enter(pyw_client *cl);
 void pyw_client_leave(pyw_client *cl);
 int pyw_client_check(pyw_client *cl);
+/* True in a child forked after the client connected: libweightd must not be called there (a
+ * release would drop the parent's references), so objects are let go without calling it. */
+int pyw_client_forked(const pyw_client *cl);
 
 /* weight.c: a Python weight owning `w` (a standalone weight; taken in every case). */
 PyObject *pyw_weight_new_owned(pyw_client *cl, weightd_weight *w);

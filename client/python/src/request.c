@@ -51,14 +51,16 @@ static PyObject *req_finish(pyw_request *r, PyObject *unused)
 
 static PyObject *req_cancel(pyw_request *r, PyObject *unused)
 {
-	weightd_inflight_free(r->f);
+	if (!pyw_client_forked(r->client))
+		weightd_inflight_free(r->f);
 	r->f = NULL;
 	Py_RETURN_NONE;
 }
 
 static void req_dealloc(pyw_request *r)
 {
-	weightd_inflight_free(r->f);   /* allowed after the client closed */
+	if (!pyw_client_forked(r->client))
+		weightd_inflight_free(r->f);   /* allowed after the client closed */
 	Py_XDECREF(r->client);
 	PyObject_Free(r);
 }

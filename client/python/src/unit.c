@@ -7,7 +7,8 @@ void pyw_unit_maybe_free(pyw_unit *un)
 	if (un->released && un->exports == 0 && un->busy == 0 && un->u) {
 		weightd_unit *u = un->u;
 		un->u = NULL;
-		weightd_unit_free(u);
+		if (!pyw_client_forked(un->client))
+			weightd_unit_free(u);
 	}
 }
 
@@ -139,7 +140,8 @@ static PyObject *unit_exports(pyw_unit *un, void *unused)
 
 static void unit_dealloc(pyw_unit *un)
 {
-	weightd_unit_free(un->u);   /* no export or slot weight is left: each holds a reference */
+	if (!pyw_client_forked(un->client))
+		weightd_unit_free(un->u);   /* no export or slot weight is left: each holds one */
 	Py_XDECREF(un->client);
 	PyObject_Free(un);
 }

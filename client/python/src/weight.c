@@ -158,7 +158,8 @@ static void maybe_free(pyw_weight *self)
 		weightd_weight *w = self->own;
 		self->own = NULL;
 		self->data = NULL;
-		weightd_release(w);
+		if (!pyw_client_forked(self->client))
+			weightd_release(w);   /* (a forked child keeps the parent's mapping) */
 	}
 }
 

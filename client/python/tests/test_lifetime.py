@@ -222,3 +222,30 @@ def test_generation_events_and_the_new_generation(daemon, tmp_path):
         assert w.generation == old.generation + 1 and w.key != old.key
         np.testing.assert_array_equal(w.numpy(), new)
         np.testing.assert_array_equal(old.numpy(), B)  # the old generation stays readable
+
+
+def test_a_forked_child_never_releases_the_parents_references(daemon):
+    with daemon.connect() as c:
+        w = c.get("m", "a")
+        sd = c.load("m")
+        assert refs(c, "m:a") == 2
+        pid = os.fork()
+        if pid == 0:                      # the child: reads what it inherited, then lets go
+            status = 1
+            try:
+                ok = w.numpy().tobytes() == A.tobytes()
+                try:
+                    c.get("m", "b")
+                    ok = False
+                except RuntimeError as e:
+                    ok = ok and "forked" in str(e)
+                w.release()
+                sd.release()
+                c.close()
+                status = 0 if ok else 2
+            finally:
+                os._exit(status)
+        _, st = os.waitpid(pid, 0)
+        assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0
+        assert refs(c, "m:a") == 2        # nothing the child did reached the daemon
+        np.testing.assert_array_equal(w.numpy(), A)
