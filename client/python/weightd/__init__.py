@@ -267,7 +267,8 @@ class Client:
     def close(self) -> None:
         """Close the connection. Weights, tensors and arrays already received stay valid; their
         daemon references go with the connection. Pending asyncio requests fail with
-        :class:`Disconnected`. Idempotent."""
+        :class:`Disconnected`. A call still running in another thread finishes first: the
+        connection closes when it returns (new calls are refused at once). Idempotent."""
         for p in self._pollers.values():
             p.fail_all(Disconnected("the weightd client was closed", "disconnected", 12))
         self._pollers.clear()
