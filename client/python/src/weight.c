@@ -19,12 +19,24 @@ static const struct {
 	{ "F64", "d", 8 },  { "F8_E4M3", "B", 1 }, { "F8_E5M2", "B", 1 },
 };
 
+/* One axis of nbytes bytes: the layout when the shape cannot describe the bytes. */
+static void layout_bytes(pyw_weight *self)
+{
+	snprintf(self->format, sizeof(self->format), "B");
+	self->itemsize = 1;
+	self->ndim = 1;
+	self->bshape[0] = (Py_ssize_t)self->nbytes;
+}
+
 /* Work out the buffer's format, shape and strides. Element types: the weight's shape. Packed
- * block types (GGUF): bytes, the outer axes kept and the innermost axis as its row's bytes. */
+ * block types (GGUF): bytes, the outer axes kept and the innermost axis as its row's bytes. The
+ * layout always covers exactly nbytes (checked, overflow included), so no view built on it can
+ * reach past the mapping; a shape that does not fit falls back to plain bytes. */
 static void layout(pyw_weight *self, const char *dtype, const uint64_t *shape, size_t ndim)
 {
-	size_t i;
-	unsigned long long outer = 1;
+	unsigned long long prod = 1;
+	size_t i, outer_axes;
+	int fits = 1;
 
 	self->itemsize = 0;
 	for (i = 0; i < sizeof(elem_types) / sizeof(elem_types[0]); i++)
@@ -32,24 +44,26 @@ static void layout(pyw_weight *self, const char *dtype, const uint64_t *shape, s
 			snprintf(self->format, sizeof(self->format), "%s", elem_types[i].format);
 			self->itemsize = elem_types[i].itemsize;
 		}
-	if (self->itemsize) {
-		self->ndim = (int)ndim;
-		for (i = 0; i < ndim; i++)
-			self->bshape[i] = (Py_ssize_t)shape[i];
+	/* element types: itemsize x every axis; packed: the outer axes (the row's bytes follow) */
+	outer_axes = self->itemsize ? ndim : (ndim ? ndim - 1 : 0);
+	if (self->itemsize)
+		prod = (unsigned long long)self->itemsize;
+	for (i = 0; i < outer_axes; i++)
+		fits = fits && shape[i] <= PY_SSIZE_T_MAX &&
+		       !__builtin_mul_overflow(prod, shape[i], &prod);
+	if (self->itemsize ? !fits || prod != self->nbytes
+			   : !fits || ndim == 0 || prod == 0 || self->nbytes % prod != 0) {
+		layout_bytes(self);
 	} else {
-		snprintf(self->format, sizeof(self->format), "B");
-		self->itemsize = 1;
-		for (i = 0; i + 1 < ndim; i++)
-			outer *= shape[i];
-		if (ndim >= 1 && outer && self->nbytes % outer == 0) {
-			self->ndim = (int)ndim;
-			for (i = 0; i + 1 < ndim; i++)
-				self->bshape[i] = (Py_ssize_t)shape[i];
-			self->bshape[ndim - 1] = (Py_ssize_t)(self->nbytes / outer);
-		} else {
-			self->ndim = 1;
-			self->bshape[0] = (Py_ssize_t)self->nbytes;
+		if (!self->itemsize) {
+			snprintf(self->format, sizeof(self->format), "B");
+			self->itemsize = 1;
 		}
+		self->ndim = (int)ndim;
+		for (i = 0; i < outer_axes; i++)
+			self->bshape[i] = (Py_ssize_t)shape[i];
+		if (outer_axes < ndim)
+			self->bshape[ndim - 1] = (Py_ssize_t)(self->nbytes / prod);
 	}
 	for (int d = self->ndim - 1; d >= 0; d--)
 		self->bstrides[d] = d == self->ndim - 1 ? self->itemsize

@@ -206,3 +206,14 @@ def test_unit_with_alias(matrix):
     assert torch.equal(sd["wte"], torch.from_numpy(a))
     single = c.load_unit({"op": "source", "checkpoint": "m", "tensor": "a"}, framework="weight")
     assert list(single) == ["output"] and single["output"].shape == (7, 6)
+
+
+def test_scalar(tmp_path, start_daemon):
+    path = str(tmp_path / "s.safetensors")
+    wdtest.write_safetensors(path, {"s": ("F64", [], np.float64(2.5).tobytes())})
+    with start_daemon({"s": path}).connect() as c:
+        w = c.get("s", "s")
+        assert w.shape == () and memoryview(w).shape == () and memoryview(w).format == "d"
+        assert w.numpy().shape == () and float(w.numpy()) == 2.5
+        t = w.torch()
+        assert t.shape == () and t.dtype == torch.float64 and t.item() == 2.5
