@@ -136,3 +136,28 @@ def test_load_file_by_name_and_device(served_model, monkeypatch):
         assert t.numpy().tobytes() == ref[k][2]
     with pytest.raises(weightd.NotFound):
         wtorch.load_file(os.path.join(os.path.dirname(served_model.path), "other.safetensors"))
+
+
+def test_guard_writes_raises_before_any_write(served_model):
+    with served_model.connect() as c:
+        sd = c.load("lm")
+        model = tinylm.TinyLM().eval()
+        wtorch.assign(model, sd)
+        w = sd["ln.bias"]
+        before = w.clone()
+        private = torch.zeros(3)
+        with wtorch.guard_writes():
+            with torch.inference_mode():
+                model(tinylm.tokens())                    # reading is untouched
+            for write in (lambda: w.add_(1.0), lambda: w[1:].mul_(2.0),
+                          lambda: torch.add(w, w, out=w), lambda: w.copy_(before),
+                          lambda: w.__setitem__(0, 5.0), lambda: model.ln.bias.zero_(),
+                          lambda: model.tok.weight.data.fill_(0.0)):
+                with pytest.raises(RuntimeError, match="read-only shared memory"):
+                    write()
+            with torch.inference_mode():
+                with pytest.raises(RuntimeError, match="read-only"):
+                    model.head.weight.mul_(2.0)
+            private.add_(1.0)                             # private tensors are written as usual
+            w.clone().add_(1.0)
+        assert torch.equal(w, before) and torch.equal(private, torch.ones(3))

@@ -13,7 +13,8 @@ Memory stays mapped while anything made from it (memoryview, ndarray, tensor) is
 ``release()`` or the client is closed: releasing is reference counting. The memory is read-only:
 numpy refuses writes; torch has no read-only tensors, and an in-place write to a weightd tensor
 kills the writing process with SIGSEGV (the kernel refuses the write; the shared weight and every
-other process are unaffected). ``tensor.clone()`` gives a private, writable copy.
+other process are unaffected). ``tensor.clone()`` gives a private, writable copy, and
+``weightd.torch.guard_writes()`` turns such writes into RuntimeError while debugging.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
+import weakref
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _weightd
@@ -62,7 +64,7 @@ class Weight(_weightd.Weight):
     ``memoryview(w)`` and ``numpy.asarray(w)`` work. Use it as a context manager to release it.
     """
 
-    __slots__ = ()
+    __slots__ = ("__weakref__",)
 
     def memoryview(self) -> memoryview:
         """A read-only memoryview of the weight (keeps the memory mapped while it lives)."""
@@ -105,6 +107,7 @@ class Weight(_weightd.Weight):
             # weightd's memory is read-only on purpose; torch warns about any such buffer
             warnings.filterwarnings("ignore", message=_NOT_WRITABLE)
             t = torch.frombuffer(mv, dtype=dt)
+        _register_read_only(_storage_address(t), self)
         return t.view(shape)
 
     def share(self) -> "Weight":
@@ -125,6 +128,28 @@ class Weight(_weightd.Weight):
 
 
 _weightd._set_classes(_make, Weight)
+
+# Storage addresses of the torch tensors made from weights -> the weight (weakly: a weight lives
+# exactly as long as a view of it does). weightd.torch.guard_writes() looks tensors up here.
+_read_only: Dict[int, "weakref.ref[Weight]"] = {}
+
+
+def _register_read_only(address: int, w: Weight) -> None:
+    def gone(ref: "weakref.ref[Weight]", address: int = address) -> None:
+        if _read_only.get(address) is ref:
+            del _read_only[address]
+    _read_only[address] = weakref.ref(w, gone)
+
+
+def _storage_address(t: Any) -> int:
+    """Where a tensor's storage starts (shared by all its views)."""
+    st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()  # torch 2 / 1.13
+    return int(st.data_ptr())
+
+
+def _is_read_only(address: int) -> bool:
+    ref = _read_only.get(address)
+    return ref is not None and ref() is not None
 
 
 class LoadedUnit(Dict[str, Any]):

@@ -11,7 +11,10 @@ The tensors are read-only shared memory. torch has no read-only tensors, so an i
 (``add_``, ``copy_``, an optimizer step, ``load_state_dict`` into them) kills the writing process
 with SIGSEGV: the kernel refuses the write, the shared weight stays intact and every other
 process is unaffected. Nothing is ever changed silently. For a private, writable copy use
-``tensor.clone()`` (or ``{k: v.clone() for k, v in sd.items()}`` before assign).
+``tensor.clone()`` (or ``{k: v.clone() for k, v in sd.items()}`` before assign). To find such
+a write without the crash, run the code under ``with guard_writes():``: any torch operation
+that would write to weightd memory then raises RuntimeError naming the operation, before it
+writes (this costs some microseconds per torch operation while active: for tests and debugging).
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from . import Client, LoadedUnit, connect
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import Client, LoadedUnit, _is_read_only, _storage_address, connect
 from ._types import SourceInfo
 
-__all__ = ["load_file", "assign"]
+__all__ = ["load_file", "assign", "guard_writes"]
 
 
 def _checkpoint_name(client: Client, checkpoint_or_path: str) -> str:
@@ -121,3 +126,32 @@ def assign(module: torch.nn.Module, state_dict: Mapping[str, torch.Tensor],
         owner, leaf = _owner(module, name)
         owner._parameters[leaf] = replaced[id(old)]
     return missing, unexpected
+
+
+class guard_writes(TorchDispatchMode):
+    """Context manager: while active, a torch operation that would write to a tensor made by
+    weightd (``Weight.torch()``, ``Client.load()``, ``load_file()``, and their views) raises
+    RuntimeError instead of writing (which would kill the process with SIGSEGV). It checks each
+    operation's arguments that the operation's schema marks as written (in-place ops, ``out=``,
+    ``copy_``, indexing assignment), under ``inference_mode`` and ``no_grad`` too. Tensors made
+    some other way from weightd memory (e.g. ``torch.from_numpy(w.numpy())``) are not known to
+    it. Costs some microseconds per torch operation while active::
+
+        with weightd.torch.guard_writes():
+            run_step(model)          # RuntimeError: aten.add_.Tensor would write to ...
+    """
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Optional[Dict[str, Any]] = None) -> Any:
+        kwargs = kwargs or {}
+        for i, a in enumerate(func._schema.arguments):
+            if a.alias_info is None or not a.alias_info.is_write:
+                continue
+            v = args[i] if i < len(args) else kwargs.get(a.name)
+            for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                if isinstance(t, torch.Tensor) and t.numel() and \
+                        _is_read_only(_storage_address(t)):
+                    raise RuntimeError(f"{func} would write to weightd's read-only shared "
+                                       f"memory (argument {a.name}); clone() the tensor for a "
+                                       f"private, writable copy")
+        return func(*args, **kwargs)
