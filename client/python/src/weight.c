@@ -336,7 +336,9 @@ static PyMethodDef wt_methods[] = {
 	  "goes; then the daemon's reference is dropped." },
 	{ "share", (PyCFunction)wt_share, METH_NOARGS,
 	  "share() -> Weight: another reference to the same memory, counted by the daemon." },
-	{ "fileno", (PyCFunction)wt_fd, METH_NOARGS, "fileno() -> int: the weight's read-only fd." },
+	{ "fileno", (PyCFunction)wt_fd, METH_NOARGS,
+	  "fileno() -> int: the read-only fd of the shared-memory object holding the weight\n"
+	  "(owned by the weight; the weight may lie at an offset in it)." },
 	{ "_address", (PyCFunction)wt_address, METH_NOARGS,
 	  "_address() -> int: where the weight is mapped (0 for 0 bytes)." },
 	{ NULL, NULL, 0, NULL }
