@@ -44,7 +44,10 @@ def main() -> int:
     ap.add_argument("--shard", help="AXIS:RANK:WORLD, this rank's part of every tensor")
     ap.add_argument("--hold", type=float, default=0.0, help="seconds to hold the tensors")
     args = ap.parse_args()
-    shard = tuple(int(x) for x in args.shard.split(":")) if args.shard else None
+    shard = None
+    if args.shard:
+        axis, rank, world = (int(x) for x in args.shard.split(":"))
+        shard = (axis, rank, world)
 
     try:
         with weightd.connect(args.socket, "engine.py") as client:

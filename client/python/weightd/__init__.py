@@ -68,13 +68,14 @@ class Weight(_weightd.Weight):
 
     def memoryview(self) -> memoryview:
         """A read-only memoryview of the weight (keeps the memory mapped while it lives)."""
-        return memoryview(self)
+        # type checkers before PEP 688 (Python 3.12) know no buffer protocol of other classes
+        return memoryview(self)  # type: ignore[arg-type]
 
     @property
     def buffer_shape(self) -> Tuple[int, ...]:
         """The shape of the buffer: `shape` for element types; for packed block types the outer
         axes and then the bytes of one row."""
-        return tuple(memoryview(self).shape or ())
+        return tuple(self.memoryview().shape or ())
 
     def numpy(self) -> Any:
         """A read-only numpy array over the shared memory, no copy.
@@ -83,7 +84,7 @@ class Weight(_weightd.Weight):
         block types -> uint8 rows). Writing to it raises ValueError; ``.copy()`` for a private
         one. The memory stays mapped while the array (or any view of it) lives."""
         import numpy as np
-        a = np.asarray(memoryview(self))
+        a: Any = np.asarray(self.memoryview())  # type: ignore[arg-type]
         dt = numpy_dtype(self.dtype)
         if a.dtype != dt:
             a = a.view(dt)
@@ -102,7 +103,7 @@ class Weight(_weightd.Weight):
         shape = self.buffer_shape
         if self.nbytes == 0:
             return torch.empty(shape, dtype=dt)
-        mv = memoryview(self)
+        mv = self.memoryview()
         with warnings.catch_warnings():
             # weightd's memory is read-only on purpose; torch warns about any such buffer
             warnings.filterwarnings("ignore", message=_NOT_WRITABLE)
