@@ -49,7 +49,8 @@ def torch_dtype(dtype: str, torch_module: Optional[Any] = None) -> Any:
     """The torch dtype weightd's `dtype` is exposed as, in `torch_module` (default: the
     installed torch): the first of its candidates that this torch has."""
     if torch_module is None:
-        import torch as torch_module
+        import torch
+        torch_module = torch
     for name in _TORCH.get(dtype, ("uint8",)):
         dt = getattr(torch_module, name, None)
         if dt is not None:
