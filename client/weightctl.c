@@ -159,7 +159,7 @@ static char *fmt_bytes(uint64_t n)
 
 static char *fmt_shape(const uint64_t *shape, size_t ndim)
 {
-	size_t cap = 2 + ndim * 22, len = 0;
+	size_t cap = 3 + ndim * 22, len = 0; /* "[", the dimensions, "]" and the NUL */
 	char *s = malloc(cap);
 
 	if (!s)

@@ -459,6 +459,13 @@ static void job_done(struct pool_task *t)
 
 	job_unlink(c, j);
 	c->d->stats.in_flight--;
+	if (t->cancelled) {
+		/* skipped by the pool at shutdown: no segment was made */
+		wd_error_clear(&j->err);
+		j->status = wd_error_set(&j->err, WD_E_CANCELLED,
+					 "weightd is stopping: materializing %s was cancelled before "
+					 "it started", wd_plan_label(j->plan));
+	}
 	c->d->stats.bytes_read += j->bytes_read;
 	if (j->status == 0) {
 		w = calloc(1, sizeof(*w));
@@ -501,7 +508,10 @@ static void job_done(struct pool_task *t)
 	} else {
 		c->resident -= j->nbytes;
 		c->d->stats.materializations_failed++;
-		log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
+		if (t->cancelled)
+			log_debug("%s", j->err.msg);
+		else
+			log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
 	}
 	for (wt = j->waiters; wt; wt = next) {
 		/* the reads are charged to the request that started the job, not to those that joined */
@@ -691,6 +701,12 @@ uint64_t cache_resident(const struct cache *c)
 uint64_t cache_budget(const struct cache *c)
 {
 	return c->budget;
+}
+
+uint64_t cache_set_budget(struct cache *c, uint64_t budget_bytes)
+{
+	c->budget = budget_bytes;
+	return cache_trim(c);
 }
 
 uint64_t cache_count(const struct cache *c)

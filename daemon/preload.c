@@ -80,7 +80,8 @@ static void on_ready(struct weight *w, const struct wd_error *err, uint64_t byte
 
 	if (!w) {
 		ps->failed++;
-		log_warn("checkpoint %s: preloading failed: %s", ps->cs->name, err->msg);
+		if (err->code != WD_E_CANCELLED) /* stopping: not a problem of the checkpoint */
+			log_warn("checkpoint %s: preloading failed: %s", ps->cs->name, err->msg);
 	} else if (ps->released) {
 		cache_drop(ps->d->cache, w);
 	} else {
