@@ -217,3 +217,17 @@ def test_scalar(tmp_path, start_daemon):
         assert w.numpy().shape == () and float(w.numpy()) == 2.5
         t = w.torch()
         assert t.shape == () and t.dtype == torch.float64 and t.item() == 2.5
+
+
+def test_zero_element_tensors(tmp_path, start_daemon):
+    path = str(tmp_path / "z.safetensors")
+    wdtest.write_safetensors(path, {"z": ("BF16", [0, 4], b""),
+                                    "a": ("F32", [2], np.ones(2, np.float32).tobytes())})
+    with start_daemon({"z": path}).connect() as c:
+        w = c.get("z", "z")
+        assert (w.nbytes, w.shape, memoryview(w).shape) == (0, (0, 4), (0, 4))
+        assert w.numpy().shape == (0, 4) and w.numpy().dtype == np.uint16
+        t = w.torch()
+        assert t.shape == (0, 4) and t.dtype == torch.bfloat16
+        sd = c.load("z")
+        assert sd["z"].shape == (0, 4) and sd["a"].tolist() == [1.0, 1.0]
