@@ -74,7 +74,8 @@ class InvalidArgument(Error):
 
 
 class Disconnected(Error):
-    """The connection to weightd is gone (or was never made)."""
+    """The connection to weightd is gone (or was never made), or weightd stopped before it
+    started the work (``cancelled``): connect again."""
 
 
 _BY_CODE: Dict[str, Type[Error]] = {
@@ -86,6 +87,7 @@ _BY_CODE: Dict[str, Type[Error]] = {
     "limit-exceeded": ResourceExhausted,
     "source-changed": SourceChanged,
     "disconnected": Disconnected,
+    "cancelled": Disconnected,
 }
 for _name in ("invalid-argument", "out-of-range", "empty-inputs", "dtype-mismatch",
               "shape-mismatch", "axis-out-of-range", "element-count-mismatch",
