@@ -18,6 +18,7 @@
 #include "log.h"
 #include "pool.h"
 #include "preload.h"
+#include "purge.h"
 #include "reload.h"
 #include "segment.h"
 #include "server.h"
@@ -25,6 +26,7 @@
 
 static const char usage[] =
 	"usage: weightd --config FILE [--foreground] [--check-config] [--log-level LEVEL]\n"
+	"       weightd --purge --config FILE | --prefix P [--state-dir D]  (--purge --help)\n"
 	"  --config FILE     the configuration (INI; see weightd.conf(5))\n"
 	"  --foreground      stay in the foreground (as under systemd)\n"
 	"  --check-config    validate the configuration and every checkpoint, then exit\n"
@@ -212,6 +214,9 @@ int main(int argc, char **argv)
 	int level = -1, lfd = -1, ready_fd = -1, opt, rc = 1, purged = 0, adopted;
 	uint64_t wd_usec = 0;
 
+	for (int i = 1; i < argc; i++)  /* a mode of its own, with its own options */
+		if (strcmp(argv[i], "--purge") == 0)
+			return purge_main(argc, argv);
 	memset(&d, 0, sizeof(d));
 	wd_error_clear(&err);
 	while ((opt = getopt_long(argc, argv, "c:fl:hV", opts, NULL)) != -1) {

@@ -201,25 +201,6 @@ void preload_sync(struct daemon *d)
 	}
 }
 
-size_t preload_held(const struct daemon *d)
-{
-	size_t n = 0;
-
-	for (const struct preload_set *ps = d->preloads; ps; ps = ps->next)
-		for (size_t i = 0; i < ps->n; i++)
-			n += ps->pins[i].w != NULL;
-	return n;
-}
-
-size_t preload_pending(const struct daemon *d)
-{
-	size_t n = 0;
-
-	for (const struct preload_set *ps = d->preloads; ps; ps = ps->next)
-		n += ps->pending;
-	return n;
-}
-
 void preload_free(struct daemon *d)
 {
 	struct preload_set *ps;
