@@ -229,6 +229,11 @@ int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *e
 	o->pub.bytes_materialized = sr->bytes_materialized;
 	o->pub.materialize_ns = sr->materialize_ns;
 	o->pub.references = sr->references;
+	o->pub.foreign_segments = sr->foreign_segments;
+	o->pub.clients_refused = sr->clients_refused;
+	o->pub.clients_timed_out = sr->clients_timed_out;
+	o->pub.partial_frame_bytes = sr->partial_frame_bytes;
+	o->pub.temp_bytes = sr->temp_bytes;
 	for (size_t i = 0; i < sr->n_sources; i++)
 		source_from_wire(&o->sources[i], sr->sources[i]);
 	for (size_t i = 0; i < sr->n_weight_list; i++) {

@@ -24,6 +24,7 @@ struct job {
 	struct csource **sources;
 	size_t n_sources;
 	uint64_t nbytes;
+	uint64_t temp;               /* heap temporaries it may allocate, counted while it runs */
 	uint64_t progress;           /* bytes written so far: the worker stores, status loads */
 	char name[WD_SEGMENT_NAME_MAX];
 	struct state_record rec;     /* filled on the main thread; the worker adds the digest */
@@ -214,7 +215,9 @@ static void weight_destroy(struct cache *c, struct weight *w, bool unlink_segmen
 	lru_remove(c, w);
 	unhash(c, w);
 	if (unlink_segment) {
-		wd_segment_unlink(w->seg.name);
+		/* only a name of ours: a record that slipped through never gets a foreign name deleted */
+		if (wd_segment_name_matches(c->d->instance, w->seg.name))
+			wd_segment_unlink(w->seg.name);
 		state_remove(c->d->cfg->state_dir, c->d->instance, w->key);
 	}
 	wd_segment_close(&w->seg);
@@ -364,8 +367,12 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for read buffers");
 		return;
 	}
-	/* Names are unique per key: start-up cleared the prefix, eviction unlinks. */
-	r = wd_segment_create(j->name, j->nbytes, &j->seg, &j->err);
+	/* A random name (segment.c): the key is not in it, so nobody can take it first. */
+	r = wd_segment_create_unique(j->instance, j->nbytes, &j->seg, &j->err);
+	if (r == 0) {
+		snprintf(j->name, sizeof(j->name), "%s", j->seg.name);
+		snprintf(j->rec.segment, sizeof(j->rec.segment), "%s", j->seg.name);
+	}
 	if (r < 0) {
 		j->status = r;
 		if (r == -WD_E_EXHAUSTED)
@@ -459,6 +466,7 @@ static void job_done(struct pool_task *t)
 
 	job_unlink(c, j);
 	c->d->stats.in_flight--;
+	c->d->stats.temp_bytes -= j->temp;
 	if (t->cancelled) {
 		/* skipped by the pool at shutdown: no segment was made */
 		wd_error_clear(&j->err);
@@ -542,6 +550,30 @@ static void claim_source(struct weight *w, struct csource *cs)
 	csource_ref(cs);
 }
 
+/*
+ * Recipe temporaries live on the heap, outside the shared-memory budget: all running jobs
+ * together may hold max_temp of them (the budget's size when unset). A job that would pass it
+ * fails at once with the figures, rather than growing the daemon past what was configured.
+ */
+static int temp_check(struct cache *c, uint64_t temp, const char *label, struct wd_error *err)
+{
+	uint64_t limit = c->d->cfg->max_temp_bytes ? c->d->cfg->max_temp_bytes : c->budget;
+	uint64_t used = c->d->stats.temp_bytes;
+
+	if (!temp || (temp <= limit && used <= limit - temp))
+		return 0;
+	if (err) {
+		err->expected = (int64_t)(limit - (used < limit ? used : limit));
+		err->actual = (int64_t)temp;
+	}
+	return wd_error_set(err, WD_E_EXHAUSTED,
+			    "resource exhausted: %s needs %llu bytes of working memory but only %llu of "
+			    "max_temp (%llu bytes) are free (%llu in use by running materializations)",
+			    label, (unsigned long long)temp,
+			    (unsigned long long)(used < limit ? limit - used : 0),
+			    (unsigned long long)limit, (unsigned long long)used);
+}
+
 int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *sources,
 		  size_t n_sources, cache_cb cb, void *arg, struct weight **ret_w,
 		  struct wd_error *err)
@@ -550,7 +582,6 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	struct weight *w = find_key(c, key);
 	struct waiter *wt;
 	struct job *j;
-	char hex[65];
 	int r;
 
 	if (w) {
@@ -586,7 +617,10 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	j->plan = plan;
 	j->nbytes = wd_plan_nbytes(plan);
-	r = reserve(c, j->nbytes, wd_plan_label(plan), err);
+	j->temp = wd_plan_temp_bytes(plan);
+	r = temp_check(c, j->temp, wd_plan_label(plan), err);
+	if (r == 0)
+		r = reserve(c, j->nbytes, wd_plan_label(plan), err);
 	if (r < 0) {
 		free(wt);
 		job_free(j);
@@ -599,8 +633,6 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	j->cache = c;
 	memcpy(j->key, key, 32);
-	wd_hex(key, 32, hex);
-	snprintf(j->name, sizeof(j->name), "/%s.%s", c->d->instance, hex);
 	j->waiters = wt;
 	j->state_dir = c->d->cfg->state_dir;
 	j->instance = c->d->instance;
@@ -610,7 +642,6 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	if (j->rec.ndim)
 		memcpy(j->rec.shape, wd_plan_shape(plan), sizeof(uint64_t) * (size_t)j->rec.ndim);
 	j->rec.nbytes = j->nbytes;
-	snprintf(j->rec.segment, sizeof(j->rec.segment), "%s", j->name);
 	snprintf(j->rec.label, sizeof(j->rec.label), "%s", wd_plan_label(plan));
 	if (n_sources) {
 		snprintf(j->rec.source, sizeof(j->rec.source), "%s", sources[0]->name);
@@ -620,6 +651,7 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	j->task.done = job_done;
 	job_link(c, j);
 	c->d->stats.in_flight++;
+	c->d->stats.temp_bytes += j->temp;
 	pool_submit(c->d->pool, &j->task);
 	return 0;
 }
@@ -679,6 +711,8 @@ void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *
 			.label = wd_plan_label(j->plan),
 			.nbytes = j->nbytes,
 			.done = __atomic_load_n(&j->progress, __ATOMIC_RELAXED),
+			.sources = j->sources,
+			.n_sources = j->n_sources,
 		};
 		fn(&info, arg);
 	}
