@@ -1,0 +1,357 @@
+/* test_deepseek.c - a checkpoint with DeepSeek-V3's tensor table (91,991 tensors in 163 shards,
+ * tests/common/deepseek.h) served by a real weightd under LimitNOFILE=4096 to clients with
+ * `ulimit -n 1024`: the whole model as one unit, a second process, kill -9 and a restart, and a
+ * tensor-parallel rank's fused, dequantized experts. */
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include "deepseek.h"
+#include "itest.h"
+
+#define DAEMON_NOFILE 4096
+#define CLIENT_NOFILE 1024
+/* "At most a few hundred" fds and mappings for the whole model in one client. */
+#define MAX_HELD 300
+
+static struct harness H;
+static struct ds_ckpt CK;
+static char CKDIR[400];
+
+static int group_setup(void **state)
+{
+	return ds_table(&ds_tiny, &CK) < 0 ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+	ds_free(&CK);
+	return 0;
+}
+
+static int setup(void **state)
+{
+	if (harness_init(&H) < 0)
+		return -1;
+	harness_path(&H, "ds", CKDIR, sizeof(CKDIR));
+	if (mkdir(CKDIR, 0755) < 0 || ds_write(&CK, CKDIR) < 0)
+		return -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	harness_cleanup(&H);
+	return 0;
+}
+
+/* Start the daemon with RLIMIT_NOFILE 4096 (what LimitNOFILE=4096 gives a service). */
+static void start_ds(const char *extra_daemon)
+{
+	struct harness_opts o = { .nofile = DAEMON_NOFILE };
+	char sec[600];
+
+	snprintf(sec, sizeof(sec), "[checkpoint:ds]\npath = %s\n", CKDIR);
+	if (harness_write_config(&H, extra_daemon, sec) < 0)
+		fail_msg("cannot write the config in %s", H.dir);
+	if (harness_start_opts(&H, &o) < 0)
+		fail_msg("weightd did not start");
+}
+
+static int count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static int count_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0, ch;
+
+	if (!f)
+		return -1;
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+/* --- one client process binding the whole model ------------------------------------------ */
+
+#define N_INO 4
+
+/* What a client child reports to the test through a pipe (one write, < PIPE_BUF). */
+struct report {
+	int rc;                  /* 0, or the failing call's return value (or -1 for a check) */
+	char msg[1024];
+	uint64_t unit_read;
+	int fds_before, fds_after, maps_before, maps_after;
+	uint64_t full_checked;   /* tensors whose every byte was compared with the content rule */
+	uint64_t ino[N_INO];     /* inodes behind a few weights: the same segments, or not */
+};
+
+static const size_t ino_of[N_INO] = { 0, 1, 40000, DS_TENSORS - 1 };
+
+static void rep_fail(struct report *r, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void rep_fail(struct report *r, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (r->rc)
+		return;
+	r->rc = rc ? rc : -1;
+	va_start(ap, fmt);
+	vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
+	va_end(ap);
+}
+
+/* Compare every `every`-th tensor's bytes with the content rule, and sampled bytes (first,
+ * middle, last 16) of every tensor with the shard files, read with pread one file at a time. */
+static void check_bytes(struct report *r, void *const *ptrs, size_t every)
+{
+	for (size_t i = 0; i < CK.n && !r->rc; i++) {
+		const struct ds_tensor *t = &CK.t[i];
+		const uint8_t *p = ptrs[i];
+
+		if (!p || ((uintptr_t)p & 63)) {
+			rep_fail(r, 0, "%s is bound at %p: not 64-byte aligned", t->name, (const void *)p);
+			return;
+		}
+		if (i % every)
+			continue;
+		for (uint64_t k = 0; k < t->nbytes; k++)
+			if (p[k] != ds_byte(t, k)) {
+				rep_fail(r, 0, "%s: byte %llu is 0x%02x, the checkpoint has 0x%02x", t->name,
+					 (unsigned long long)k, p[k], ds_byte(t, k));
+				return;
+			}
+		r->full_checked++;
+	}
+	for (uint32_t s = 0; s < DS_SHARDS && !r->rc; s++) {
+		char path[600], file[64];
+		int fd;
+
+		ds_shard_name(s, file, sizeof(file));
+		snprintf(path, sizeof(path), "%s/%s", CKDIR, file);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			rep_fail(r, 0, "open %s: %s", path, strerror(errno));
+			return;
+		}
+		for (size_t i = CK.shard_first[s]; i < CK.shard_first[s + 1] && !r->rc; i++) {
+			const struct ds_tensor *t = &CK.t[i];
+			uint64_t n = t->nbytes, at[3] = { 0, n / 2, n > 16 ? n - 16 : 0 };
+			uint8_t f[16];
+
+			for (int j = 0; j < 3; j++) {
+				size_t len = n - at[j] < 16 ? (size_t)(n - at[j]) : 16;
+				if (pread(fd, f, len, (off_t)(t->offset + at[j])) != (ssize_t)len ||
+				    memcmp(f, (const uint8_t *)ptrs[i] + at[j], len) != 0)
+					rep_fail(r, 0, "%s: bytes %llu..%llu differ from %s", t->name,
+						 (unsigned long long)at[j], (unsigned long long)(at[j] + len), file);
+			}
+		}
+		close(fd);
+	}
+}
+
+/*
+ * The client: RLIMIT_NOFILE 1024, every tensor as one slot of one unit (declared dtype and
+ * shape), submit, validate, bind; count the fds and mappings the unit added; check the bytes.
+ * Reports, then holds the unit until the test writes a byte (or closes the pipe).
+ */
+static void bind_all_child(int in, int out, size_t every)
+{
+	struct rlimit rl = { CLIENT_NOFILE, CLIENT_NOFILE };
+	struct report r = { 0 };
+	weightd_client *c = NULL;
+	weightd_unit *u = NULL;
+	weightd_error err = { 0 };
+	void **ptrs = calloc(CK.n, sizeof(*ptrs));
+	char x;
+	int rc = 0;
+
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || !ptrs)
+		rep_fail(&r, 0, "setrlimit/calloc: %s", strerror(errno));
+	if (!r.rc && (rc = weightd_connect(H.sock, "deepseek", &c, &err)) == 0)
+		rc = weightd_unit_new(c, &u, &err);
+	for (size_t i = 0; rc >= 0 && !r.rc && i < CK.n; i++) {
+		const struct ds_tensor *t = &CK.t[i];
+		rc = weightd_unit_slot(u, t->name, ds_dtype(t->kind), t->shape, (size_t)t->ndim, &ptrs[i],
+				       &err);
+		if (rc >= 0)
+			rc = weightd_unit_set_tensor(u, t->name, "ds", t->name, NULL, &err);
+	}
+	r.fds_before = count_dir("/proc/self/fd");
+	r.maps_before = count_lines("/proc/self/maps");
+	if (rc >= 0)
+		rc = weightd_unit_submit(u, &err);
+	if (rc >= 0)
+		rc = weightd_unit_validate(u, &err);
+	if (rc < 0)
+		rep_fail(&r, rc, "%s (%s)", err.message, weightd_code_name(rc));
+	if (!r.rc) {
+		weightd_unit_bind(u);
+		r.fds_after = count_dir("/proc/self/fd");
+		r.maps_after = count_lines("/proc/self/maps");
+		r.unit_read = weightd_unit_bytes_read(u);
+		for (int k = 0; k < N_INO; k++) {
+			struct stat sb;
+			const weightd_weight *w = weightd_unit_weight(u, CK.t[ino_of[k]].name);
+			if (w && fstat(weightd_weight_fd(w), &sb) == 0)
+				r.ino[k] = sb.st_ino;
+		}
+		check_bytes(&r, ptrs, every);
+	}
+	if (write(out, &r, sizeof(r)) != (ssize_t)sizeof(r))
+		_exit(3);
+	if (read(in, &x, 1) < 0)
+		_exit(4);
+	weightd_unit_free(u);
+	weightd_close(c);
+	free(ptrs);
+	_exit(0);
+}
+
+struct kid {
+	pid_t pid;
+	int to, from;
+	struct report r;
+};
+
+/* Fork a binding client and wait for its report; fail the test with its message. */
+static void kid_bind(struct kid *k, size_t every)
+{
+	int to[2], from[2];
+
+	assert_int_equal(pipe(to), 0);
+	assert_int_equal(pipe(from), 0);
+	k->pid = fork();
+	assert_true(k->pid >= 0);
+	if (k->pid == 0) {
+		close(to[1]);
+		close(from[0]);
+		bind_all_child(to[0], from[1], every);
+	}
+	close(to[0]);
+	close(from[1]);
+	k->to = to[1];
+	k->from = from[0];
+	if (read(k->from, &k->r, sizeof(k->r)) != (ssize_t)sizeof(k->r))
+		fail_msg("the client process died before it reported");
+	if (k->r.rc) {
+		harness_dump_log(&H);
+		fail_msg("binding all %d tensors with ulimit -n %d: %s", DS_TENSORS, CLIENT_NOFILE,
+			 k->r.msg);
+	}
+	print_message("client %d: unit read %llu bytes; it holds %d more fds and %d more mappings "
+		      "for %d weights; %llu tensors compared in full\n", (int)k->pid,
+		      (unsigned long long)k->r.unit_read, k->r.fds_after - k->r.fds_before,
+		      k->r.maps_after - k->r.maps_before, DS_TENSORS,
+		      (unsigned long long)k->r.full_checked);
+	assert_true(k->r.fds_after - k->r.fds_before <= MAX_HELD);
+	assert_true(k->r.maps_after - k->r.maps_before <= MAX_HELD);
+}
+
+static void kid_done(struct kid *k)
+{
+	close(k->to);
+	close(k->from);
+	it_wait_child_ok(k->pid);
+}
+
+/* The daemon's settled fd count with no client but the one asking (connected, served). */
+static int quiet_fds(uint64_t refs)
+{
+	weightd_client *c;
+	weightd_status *st = it_quiet_with(&H, refs, 0, 20000, &c);
+	int fds = harness_settled_fds(&H);
+
+	weightd_status_free(st);
+	weightd_close(c);
+	return fds;
+}
+
+/*
+ * The whole model as one unit, three times: a first client reads everything once; a second,
+ * while the first still holds it, reads nothing and maps the same segments; after kill -9 and a
+ * restart, a third is served from the re-adopted segments with zero rereads. The daemon's fds
+ * and segments end where they started.
+ */
+static void whole_model_as_one_unit(void **state)
+{
+	struct kid a, b, c;
+	weightd_status *st;
+	int fds0, segs0;
+	int64_t t0 = it_now_ms();
+
+	start_ds(NULL);
+	st = it_status_of(&H);
+	assert_non_null(it_source(st, "ds"));
+	assert_string_equal(it_source(st, "ds")->state, "ready");
+	assert_int_equal(it_source(st, "ds")->tensors, DS_TENSORS);
+	assert_int_equal(it_source(st, "ds")->files, DS_SHARDS);
+	assert_int_equal(it_source(st, "ds")->bytes, CK.bytes);
+	weightd_status_free(st);
+
+	kid_bind(&a, 1);
+	assert_int_equal(a.r.unit_read, CK.bytes); /* every byte read, each once */
+	print_message("first bind: %lld ms\n", (long long)(it_now_ms() - t0));
+
+	kid_bind(&b, 97);
+	assert_int_equal(b.r.unit_read, 0);
+	for (int k = 0; k < N_INO; k++)
+		assert_int_equal(b.r.ino[k], a.r.ino[k]);
+	st = it_status_of(&H);
+	assert_int_equal(st->bytes_read, CK.bytes);
+	assert_int_equal(st->weights, DS_TENSORS);
+	weightd_status_free(st);
+	kid_done(&a);
+	kid_done(&b);
+
+	harness_kill(&H);
+	start_ds(NULL);
+	fds0 = quiet_fds(0);
+	segs0 = harness_segments(&H);
+	st = it_status_of(&H);
+	assert_int_equal(st->readoptions, DS_TENSORS);
+	assert_int_equal(st->weights, DS_TENSORS);
+	assert_int_equal(st->bytes_read, 0);
+	weightd_status_free(st);
+
+	kid_bind(&c, 97);
+	assert_int_equal(c.r.unit_read, 0);
+	for (int k = 0; k < N_INO; k++)
+		assert_int_equal(c.r.ino[k], a.r.ino[k]);
+	kid_done(&c);
+	st = it_status_of(&H);
+	assert_int_equal(st->bytes_read, 0);
+	assert_int_equal(st->readoptions, DS_TENSORS);
+	weightd_status_free(st);
+
+	/* nothing leaked: the same fds and segments as right after the restart */
+	assert_int_equal(quiet_fds(0), fds0);
+	assert_int_equal(harness_segments(&H), segs0);
+	print_message("whole test: %lld ms\n", (long long)(it_now_ms() - t0));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(whole_model_as_one_unit, setup, teardown),
+	};
+
+	if (getenv("WD_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("WD_TEST_FILTER"));
+	alarm(290); /* watchdog: a hung daemon fails the test instead of stalling CI */
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
