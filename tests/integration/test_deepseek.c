@@ -570,6 +570,18 @@ static void rank3_binds_fused_dequantized_experts(void **state)
 		      "bytes read\n", RANK, WORLD, (unsigned long long)r.full_checked,
 		      (unsigned long long)r.unit_read);
 	assert_int_equal(r.full_checked, sizeof(moe_layers) / sizeof(moe_layers[0]));
+	/* only the rank's rows and columns are read (and the scales they need): never the whole
+	 * experts, which are WORLD times as large */
+	{
+		const struct ds_dims *d = &CK.dims;
+		uint64_t n_layers = sizeof(moe_layers) / sizeof(moe_layers[0]);
+		uint64_t data = n_layers * DS_EXPERTS * 3 * (d->moe_inter / WORLD) * d->hidden;
+		uint64_t scales = 0;
+		for (int e = 0; e < DS_EXPERTS; e++)
+			scales += CK.t[expert(DS_LAYERS, e, "gate_proj")->scale].nbytes * 3 * n_layers;
+		assert_true(r.unit_read >= data);
+		assert_true(r.unit_read <= data + scales);
+	}
 }
 
 int main(void)
