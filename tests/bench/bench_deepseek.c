@@ -81,7 +81,9 @@ static int bind_unit(weightd_client *c, double *ret_s, double *ret_free, uint64_
 		weightd_unit_bind(u);
 	*ret_s = probe_now() - t0;
 	if (r < 0)
-		fprintf(stderr, "bench_deepseek: a unit of %zu tensors: %s\n", N, err.message);
+		fprintf(stderr, "bench_deepseek: a unit of %zu tensors: %s\n(a weightd that cannot take "
+				"the whole model as one unit can be measured on part of it: --tensors 3000)\n",
+			N, err.message);
 	else
 		*ret_read = weightd_unit_bytes_read(u);
 	t1 = probe_now();
