@@ -56,9 +56,11 @@ static void client_destroy(weightd_client *c)
 	wd_inbuf_free(c->in);
 	if (c->hello)
 		weightd__response__free_unpacked(c->hello, NULL);
+	wc_seg_table_free(c);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->send_mu);
+	pthread_mutex_destroy(&c->seg_mu);
 	free(c);
 }
 
@@ -145,6 +147,7 @@ int wc_send(weightd_client *c, Weightd__Request *req, struct wc_pending **ret_p,
 	uint8_t *buf = NULL;
 	size_t len;
 	uint32_t max;
+	uint64_t max_msg;
 	int r;
 
 	if (ret_p) {
@@ -176,13 +179,20 @@ int wc_send(weightd_client *c, Weightd__Request *req, struct wc_pending **ret_p,
 		c->n_pending++;
 	}
 	max = c->info.max_frame_bytes ? c->info.max_frame_bytes : WD_FRAME_MAX_DEFAULT;
+	max_msg = c->info.max_message_bytes ? c->info.max_message_bytes : max;
 	pthread_mutex_unlock(&c->mu);
 
+	/* A request larger than one frame travels as several (up to the daemon's max_message). */
 	len = weightd__request__get_packed_size(req);
-	if (len > max) {
+	if (len > max_msg) {
 		r = wc_err_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
-			       "the request is %zu bytes, over weightd's limit of %u bytes per "
-			       "request; split it", len, max);
+			       "limit exceeded: the request is %zu bytes, over weightd's limit of "
+			       "%llu bytes per request (max_message); split it", len,
+			       (unsigned long long)max_msg);
+		if (err) {
+			err->expected = (int64_t)max_msg;
+			err->actual = (int64_t)len;
+		}
 		goto unregister;
 	}
 	buf = malloc(len ? len : 1);
@@ -196,7 +206,7 @@ int wc_send(weightd_client *c, Weightd__Request *req, struct wc_pending **ret_p,
 	if (c->sock < 0)
 		r = -WEIGHTD_E_DISCONNECTED;
 	else
-		r = wd_frame_send_blocking(c->sock, buf, len, NULL, 0);
+		r = wd_message_send_blocking(c->sock, buf, len, max);
 	pthread_mutex_unlock(&c->send_mu);
 	if (r < 0) {
 		mark_dead(c, WEIGHTD_E_DISCONNECTED,
@@ -289,6 +299,16 @@ static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint3
 {
 	struct wc_pending *p;
 
+	if (resp->id == 0 && resp->error) {
+		/* The daemon is about to close the connection and says why (a limit of the stream). */
+		weightd_error e;
+
+		wc_err_clear(&e);
+		wc_err_from_wire(&e, resp->error);
+		mark_dead(c, e.code ? e.code : WEIGHTD_E_PROTOCOL, "weightd at %s: %s", c->path,
+			  e.message);
+		goto drop_unlocked;
+	}
 	pthread_mutex_lock(&c->mu);
 	if (resp->id == 0) {
 		if (resp->body_case == WEIGHTD__RESPONSE__BODY_EVENT && resp->event) {
@@ -338,6 +358,7 @@ static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint3
 	pthread_mutex_unlock(&c->mu);
 	return;
 drop:
+drop_unlocked:
 	wc_close_fds(fds, nfds);
 	weightd__response__free_unpacked(resp, NULL);
 }
@@ -368,6 +389,17 @@ static int read_some(weightd_client *c, int timeout_ms)
 		if (r == 0) {
 			mark_dead(c, WEIGHTD_E_DISCONNECTED,
 				  "weightd at %s closed the connection", c->path);
+			return -1;
+		}
+		if (r == -WD_E_EXHAUSTED && wd_inbuf_fds_dropped(c->in)) {
+			char why[300];
+
+			/* The kernel dropped the fds of a reply: this process is at its limit. */
+			wc_nofile_text(why, sizeof(why));
+			mark_dead(c, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				  "resource exhausted: a reply from weightd at %s carried file "
+				  "descriptors this process could not receive, so the connection is "
+				  "closed: %s", c->path, why);
 			return -1;
 		}
 		if (r < 0) {
@@ -590,6 +622,8 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 	c->info.max_recipe_nodes = hr->max_recipe_nodes;
 	c->info.max_client_bytes = hr->max_client_bytes;
 	c->info.max_client_weights = hr->max_client_weights;
+	c->info.max_message_bytes = hr->max_message_bytes;
+	c->info.segment_max_bytes = hr->segment_max_bytes;
 	return 0;
 }
 
@@ -623,16 +657,26 @@ int weightd_connect(const char *socket_path, const char *client_name, weightd_cl
 	snprintf(c->path, sizeof(c->path), "%s", path);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->send_mu, NULL);
+	pthread_mutex_init(&c->seg_mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
-	c->in = wd_inbuf_new(WC_MAX_REPLY, WD_FRAME_MAX_FDS);
+	c->in = wd_inbuf_new(WC_MAX_REPLY, WC_MAX_REPLY_FDS);
+	if (c->in)
+		wd_inbuf_set_max_message(c->in, WC_MAX_MESSAGE);
 	if (!c->in) {
 		r = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto fail;
 	}
 	c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->sock < 0 && errno == EMFILE) {
+		char why[300];
+
+		wc_nofile_text(why, sizeof(why));
+		r = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+			       "resource exhausted: cannot create a socket to reach weightd: %s", why);
+		goto fail;
+	}
 	if (c->sock < 0) {
-		r = wc_err_set(err, errno == EMFILE || errno == ENFILE ?
-			       WEIGHTD_E_RESOURCE_EXHAUSTED : WEIGHTD_E_IO,
+		r = wc_err_set(err, errno == ENFILE ? WEIGHTD_E_RESOURCE_EXHAUSTED : WEIGHTD_E_IO,
 			       "cannot create a socket to reach weightd: %s", strerror(errno));
 		goto fail;
 	}

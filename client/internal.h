@@ -12,8 +12,11 @@
 #include "weightd/client.h"
 
 struct wd_inbuf;
+struct wc_seg;
 
 #define WC_MAX_REPLY (64u << 20)     /* largest reply frame accepted from the daemon */
+#define WC_MAX_MESSAGE (2ull << 30)  /* largest reply (its frames joined) */
+#define WC_MAX_REPLY_FDS 65536       /* fds one reply may carry (one per segment) */
 #define WC_MAX_EVENTS 1024           /* queued generation events per client */
 #define WC_MAX_NODES 65536           /* nodes in one recipe built here */
 #define WC_MAX_JSON_DEPTH 64         /* nesting of a recipe in JSON */
@@ -81,6 +84,10 @@ struct weightd_client {
 	uint64_t ev_dropped;
 	weightd_server_info info;
 	Weightd__Response *hello;    /* backs info's strings */
+	/* the segments this client holds, by the daemon's id (weight.c) */
+	pthread_mutex_t seg_mu;
+	struct wc_seg **seg_tab;     /* chained hash, seg_cap buckets (power of two) */
+	size_t seg_cap, seg_n;
 };
 
 void wc_client_ref(weightd_client *c);
@@ -145,9 +152,43 @@ struct wc_ref {
 	weightd_client *c;           /* holds a client reference */
 };
 
+/*
+ * A shared-memory segment this client holds: one fd and at most one mapping, counted by the
+ * weights in it. Segments the daemon named (id != 0) are found by id in the client's table, so
+ * each is held once however many units and weights use it; id 0 is a segment of its own (a
+ * daemon that does not pack).
+ */
+struct wc_seg {
+	uint64_t id;
+	int fd;
+	uint64_t size;
+	uint64_t dev, ino;
+	void *map;                   /* the whole segment, once mapped */
+	bool mapped;
+	size_t refs;                 /* under c->seg_mu */
+	weightd_client *c;
+	struct wc_seg *next;         /* bucket chain */
+};
+
+/*
+ * The segment a received fd stands for, with one reference taken: the table's, when this client
+ * has segment `id` already (the fd is checked to be the same object, then closed), else a new
+ * one that owns fd. size: the segment's size (0: from fstat). fd is taken in every case.
+ */
+int wc_seg_get(weightd_client *c, uint64_t id, uint64_t size, int fd, struct wc_seg **ret,
+	       weightd_error *err);
+void wc_seg_ref(struct wc_seg *sg);
+/* Drop a reference; the last one unmaps, closes and forgets the segment. Accepts NULL. */
+void wc_seg_unref(struct wc_seg *sg);
+/* Segments and mapped segments this client holds (tests, diagnostics). */
+size_t wc_seg_count(weightd_client *c, size_t *ret_mapped);
+/* Free the table (client destruction; every segment is gone by then). */
+void wc_seg_table_free(weightd_client *c);
+
 struct weightd_weight {
 	struct wc_ref *ref;
-	int fd;
+	struct wc_seg *seg;
+	uint64_t offset;
 	char *name;
 	char *dtype;
 	size_t ndim;
@@ -163,12 +204,15 @@ struct weightd_weight {
 /* Check a WeightInfo is well formed (dims, digest/key lengths, dtype present). */
 int wc_weight_info_check(const Weightd__WeightInfo *wi, weightd_error *err);
 /*
- * Make a weight from a checked WeightInfo and an fd standing for `count` daemon references (fd
- * taken in every case: owned by the weight on success, closed on failure; on failure the
- * references are released). Takes a client reference while the daemon references live.
+ * Make a weight from a checked WeightInfo in segment sg, standing for `count` daemon references
+ * (the reference on sg is taken in every case: the weight's on success, dropped on failure; on
+ * failure the daemon references are released). Checks the weight lies inside the segment. Takes
+ * a client reference while the daemon references live.
  */
-int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd, uint32_t count,
-		  weightd_weight **ret, weightd_error *err);
+int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, struct wc_seg *sg,
+		  uint32_t count, weightd_weight **ret, weightd_error *err);
+/* The sentence for this process out of descriptors (see wd_nofile_text). */
+void wc_nofile_text(char *buf, size_t cap);
 /* Release `handle` `count` times (one message). */
 void wc_release_handle(weightd_client *c, uint64_t handle, uint32_t count);
 /* Map a weight (fstat size check + mmap); no-op when mapped. */

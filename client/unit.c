@@ -35,6 +35,8 @@ struct weightd_unit {
 	weightd_client *c;           /* holds a client reference */
 	struct slot *slots;
 	size_t n, cap;
+	uint32_t *index;             /* slots by name: open addressing, slot + 1 (0 = empty) */
+	size_t icap;                 /* power of two, at least twice n */
 	enum unit_state state;
 	struct wc_pending *p;
 	weightd_weight **weights;    /* one per fd of the reply */
@@ -59,12 +61,61 @@ int weightd_unit_new(weightd_client *c, weightd_unit **ret, weightd_error *err)
 	return 0;
 }
 
+/* FNV-1a of a slot name. */
+static size_t name_hash(const char *name)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return (size_t)(h ^ (h >> 29));
+}
+
+/* O(1): slot lookup is by hash, so declaring and answering a unit of n slots is linear. */
 static struct slot *find_slot(const weightd_unit *u, const char *name)
 {
-	for (size_t i = 0; name && i < u->n; i++)
-		if (strcmp(u->slots[i].name, name) == 0)
-			return &u->slots[i];
+	size_t i;
+
+	if (!name || !u->icap)
+		return NULL;
+	for (i = name_hash(name) & (u->icap - 1); u->index[i]; i = (i + 1) & (u->icap - 1))
+		if (strcmp(u->slots[u->index[i] - 1].name, name) == 0)
+			return &u->slots[u->index[i] - 1];
 	return NULL;
+}
+
+/* Room in the index for one more slot (rebuilt at twice the size when half full). */
+static int index_reserve(weightd_unit *u)
+{
+	size_t ncap;
+	uint32_t *ni;
+
+	if ((u->n + 1) * 2 <= u->icap)
+		return 0;
+	ncap = u->icap ? u->icap * 2 : 32;
+	ni = calloc(ncap, sizeof(*ni));
+	if (!ni)
+		return -1;
+	for (size_t k = 0; k < u->n; k++) {
+		size_t i = name_hash(u->slots[k].name) & (ncap - 1);
+
+		while (ni[i])
+			i = (i + 1) & (ncap - 1);
+		ni[i] = (uint32_t)k + 1;
+	}
+	free(u->index);
+	u->index = ni;
+	u->icap = ncap;
+	return 0;
+}
+
+static void index_add(weightd_unit *u, size_t k)
+{
+	size_t i = name_hash(u->slots[k].name) & (u->icap - 1);
+
+	while (u->index[i])
+		i = (i + 1) & (u->icap - 1);
+	u->index[i] = (uint32_t)k + 1;
 }
 
 /* The calls that change slots are only allowed before submit (and after a failure). */
@@ -121,6 +172,8 @@ int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
 		u->slots = slots;
 		u->cap = cap;
 	}
+	if (index_reserve(u) < 0)
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	s = &u->slots[u->n];
 	memset(s, 0, sizeof(*s));
 	s->name = strdup(name);
@@ -136,6 +189,7 @@ int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
 			memcpy(s->shape, shape, ndim * sizeof(*shape));
 	}
 	s->dest = dest;
+	index_add(u, u->n);
 	return (int)u->n++;
 }
 
@@ -273,6 +327,22 @@ static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error
 	weightd__unit__init(&pb->msg);
 	if (u->n == 0)
 		return wc_err_set(err, WEIGHTD_E_EMPTY_INPUTS, "the unit has no slots");
+	{
+		const weightd_server_info *si = weightd_server(u->c);
+
+		/* Checked before anything is encoded or sent (the daemon checks again). */
+		if (si->max_unit_entries && u->n > si->max_unit_entries) {
+			rc = wc_err_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+					"limit exceeded: the unit has %zu slots; weightd allows at most "
+					"%u entries and %u aliases (max_unit_entries)", u->n,
+					si->max_unit_entries, si->max_unit_entries);
+			if (err) {
+				err->expected = si->max_unit_entries;
+				err->actual = (int64_t)u->n;
+			}
+			return rc;
+		}
+	}
 	for (size_t i = 0; i < u->n; i++)
 		if (u->slots[i].src == SRC_NONE) {
 			rc = wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
@@ -409,21 +479,42 @@ static void annotate(const weightd_unit *u, weightd_error *err)
 	}
 }
 
+/* Distinct weights of a reply by handle: open addressing, position + 1 (0 = empty). */
+struct handle_index {
+	uint32_t *tab;
+	size_t cap;
+};
+
+static void handle_slot(struct handle_index *h, const Weightd__WeightInfo **owner,
+			uint64_t handle, size_t *ret_i)
+{
+	size_t i = (size_t)((handle * 0x9E3779B97F4A7C15ull) >> 17) & (h->cap - 1);
+
+	while (h->tab[i] && owner[h->tab[i] - 1]->handle != handle)
+		i = (i + 1) & (h->cap - 1);
+	*ret_i = i;
+}
+
 /*
  * Check a unit reply against the unit and turn it into weights: every slot answered exactly
- * once, entries not aliases and aliases aliases, every fd index valid and used, all weights on
- * one fd the same (handle, dtype, shape, bytes). Takes resp and fds in every case; on failure
- * every fd is closed and every reference released.
+ * once, entries not aliases and aliases aliases, every segment's fd sent once and used, each
+ * weight inside its segment, all entries of one handle described alike. One weight object per
+ * distinct weight (handle), holding as many daemon references as entries name it; one segment
+ * per fd, found in the client's table when this client holds it already. Linear in the reply.
+ * Takes resp and fds in every case; on failure every fd is closed and every reference released.
  */
 static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32_t nfds,
 		      weightd_error *err)
 {
 	const Weightd__UnitReply *ur = resp->materialize;
-	const Weightd__WeightInfo **owner = NULL;
+	const Weightd__WeightInfo **owner = NULL;  /* per distinct weight */
+	uint32_t *refs = NULL;                     /* daemon references per distinct weight */
+	uint32_t *dist = NULL;                     /* per reply weight: its distinct weight */
+	bool *seen = NULL, *seg_used = NULL;
+	struct wc_seg **segs = NULL;
 	weightd_weight **ws = NULL;
-	uint32_t *refs = NULL;        /* daemon references per fd: its non-alias entries */
-	bool *seen = NULL;
-	size_t n_made = 0;
+	struct handle_index hx = { NULL, 0 };
+	size_t n_dist = 0, n_made = 0, n_segs = 0;
 	int rc = 0;
 
 	if (!ur || ur->n_weights != u->n) {
@@ -432,11 +523,30 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 				ur ? ur->n_weights : 0);
 		goto fail;
 	}
-	owner = calloc(nfds ? nfds : 1, sizeof(*owner));
-	ws = calloc(nfds ? nfds : 1, sizeof(*ws));
-	refs = calloc(nfds ? nfds : 1, sizeof(*refs));
+	if (ur->n_segments && ur->n_segments != nfds) {
+		rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+				"weightd answered a unit with %zu segments but %u fds", ur->n_segments,
+				nfds);
+		goto fail;
+	}
+	for (size_t i = 0; i < ur->n_segments; i++)
+		if (ur->segments[i]->fd_index != i) {
+			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					"weightd listed segment %zu of its answer with fd %u", i,
+					ur->segments[i]->fd_index);
+			goto fail;
+		}
+	for (hx.cap = 32; hx.cap < 2 * (size_t)u->n; hx.cap *= 2)
+		;
+	hx.tab = calloc(hx.cap, sizeof(*hx.tab));
+	owner = calloc(u->n, sizeof(*owner));
+	refs = calloc(u->n, sizeof(*refs));
+	dist = calloc(u->n, sizeof(*dist));
+	ws = calloc(u->n, sizeof(*ws));
 	seen = calloc(u->n, sizeof(*seen));
-	if (!owner || !ws || !refs || !seen) {
+	seg_used = calloc(nfds ? nfds : 1, sizeof(*seg_used));
+	segs = calloc(nfds ? nfds : 1, sizeof(*segs));
+	if (!hx.tab || !owner || !refs || !dist || !ws || !seen || !seg_used || !segs) {
 		rc = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto fail;
 	}
@@ -444,12 +554,14 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 		const Weightd__WeightInfo *wi = ur->weights[i];
 		struct slot *s = find_slot(u, wi->name);
 		bool is_alias = wi->alias_of && wi->alias_of[0];
+		size_t h;
 
 		rc = wc_weight_info_check(wi, err);
 		if (rc < 0)
 			goto fail;
 		if (!s || seen[s - u->slots] || is_alias != (s->src == SRC_ALIAS) ||
-		    wi->fd_index >= nfds) {
+		    wi->fd_index >= nfds ||
+		    (ur->n_segments && wi->segment != ur->segments[wi->fd_index]->id)) {
 			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
 					"weightd's answer to the unit is inconsistent at weight \"%s\" "
 					"(unknown or repeated slot, alias mismatch, or fd %u of %u)",
@@ -457,66 +569,111 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 			goto fail;
 		}
 		seen[s - u->slots] = true;
-		if (!is_alias)
-			refs[wi->fd_index]++;
-		if (!owner[wi->fd_index]) {
-			owner[wi->fd_index] = wi;
+		seg_used[wi->fd_index] = true;
+		handle_slot(&hx, owner, wi->handle, &h);
+		if (!hx.tab[h]) {
+			owner[n_dist] = wi;
+			hx.tab[h] = (uint32_t)++n_dist;
 		} else {
-			const Weightd__WeightInfo *o = owner[wi->fd_index];
+			const Weightd__WeightInfo *o = owner[hx.tab[h] - 1];
 
-			if (o->handle != wi->handle || strcmp(o->dtype, wi->dtype) ||
-			    o->nbytes != wi->nbytes || o->n_shape != wi->n_shape ||
+			if (strcmp(o->dtype, wi->dtype) || o->nbytes != wi->nbytes ||
+			    o->n_shape != wi->n_shape || o->fd_index != wi->fd_index ||
+			    o->offset != wi->offset ||
 			    (o->n_shape &&
 			     memcmp(o->shape, wi->shape, o->n_shape * sizeof(uint64_t)))) {
 				rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-						"weightd described fd %u differently for \"%s\" and "
-						"\"%s\"", wi->fd_index, o->name, wi->name);
+						"weightd described weight %llu differently for \"%s\" "
+						"and \"%s\"", (unsigned long long)wi->handle, o->name,
+						wi->name);
 				goto fail;
 			}
 		}
+		dist[i] = hx.tab[h] - 1;
+		if (!is_alias)
+			refs[dist[i]]++;
 	}
-	for (uint32_t i = 0; i < nfds; i++)
-		if (!owner[i] || !refs[i]) {
+	for (size_t d = 0; d < n_dist; d++)
+		if (!refs[d]) {
 			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					"weightd sent fd %u with the unit but no entry owns it", i);
+					"weightd sent weight \"%s\" with the unit but no entry owns it",
+					owner[d]->name);
 			goto fail;
 		}
+	for (uint32_t i = 0; i < nfds; i++)
+		if (!seg_used[i]) {
+			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					"weightd sent fd %u with the unit but no entry lies in it", i);
+			goto fail;
+		}
+	/* From here the fds become segments (one reference each, dropped at the end). */
 	for (uint32_t i = 0; i < nfds; i++) {
-		rc = wc_weight_new(u->c, owner[i], fds[i], refs[i], &ws[i], err);
+		const Weightd__SegmentInfo *si = ur->n_segments ? ur->segments[i] : NULL;
+
+		rc = wc_seg_get(u->c, si ? si->id : 0, si ? si->size : 0, fds[i], &segs[i], err);
 		fds[i] = -1;
-		n_made = i + 1;
-		if (rc < 0)   /* its fd is closed and its references released */
+		n_segs = i + 1;
+		if (rc < 0) {
+			segs[i] = NULL;
+			goto fail_segs;
+		}
+	}
+	for (size_t d = 0; d < n_dist; d++) {
+		struct wc_seg *sg = segs[owner[d]->fd_index];
+
+		wc_seg_ref(sg);
+		rc = wc_weight_new(u->c, owner[d], sg, refs[d], &ws[d], err);
+		n_made = d + 1;
+		if (rc < 0) {   /* its segment reference is dropped and its references released */
+			ws[d] = NULL;
 			goto fail_made;
+		}
 	}
 	for (size_t i = 0; i < ur->n_weights; i++)
-		find_slot(u, ur->weights[i]->name)->w = ws[ur->weights[i]->fd_index];
+		find_slot(u, ur->weights[i]->name)->w = ws[dist[i]];
+	for (uint32_t i = 0; i < nfds; i++)
+		wc_seg_unref(segs[i]);
 	u->weights = ws;
-	u->n_weights = nfds;
+	u->n_weights = n_dist;
 	u->bytes_read = ur->bytes_read;
+	free(hx.tab);
 	free(owner);
 	free(refs);
+	free(dist);
 	free(seen);
+	free(seg_used);
+	free(segs);
 	free(fds);
 	weightd__response__free_unpacked(resp, NULL);
 	return 0;
 
 fail_made:
-	/* weights made so far are released by their objects; the rest by the reply's handles */
+	/* weights made so far are released by their objects; the rest by their handles */
 	wc_weights_release(ws, n_made);
-	for (uint32_t i = (uint32_t)n_made; i < nfds; i++) {
-		wc_release_handle(u->c, owner[i]->handle, refs[i]);
-		close(fds[i]);
-		fds[i] = -1;
-	}
+	for (size_t d = n_made; d < n_dist; d++)
+		wc_release_handle(u->c, owner[d]->handle, refs[d]);
+	n_dist = 0;
+fail_segs:
+	for (size_t d = 0; d < n_dist; d++)
+		wc_release_handle(u->c, owner[d]->handle, refs[d]);
+	for (size_t i = 0; i < n_segs; i++)
+		wc_seg_unref(segs[i]);
+	for (uint32_t i = (uint32_t)n_segs; i < nfds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
 	free(fds);
 	weightd__response__free_unpacked(resp, NULL);
 	goto out;
 fail:
 	wc_reply_discard(u->c, resp, fds, nfds);
 out:
+	free(hx.tab);
 	free(owner);
 	free(refs);
+	free(dist);
 	free(seen);
+	free(seg_used);
+	free(segs);
 	free(ws);
 	return rc;
 }
@@ -700,6 +857,7 @@ void weightd_unit_free(weightd_unit *u)
 		slot_clear_src(&u->slots[i]);
 	}
 	free(u->slots);
+	free(u->index);
 	wc_client_unref(u->c);
 	free(u);
 }

@@ -10,6 +10,202 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "error.h"
+
+/* --- segments ---------------------------------------------------------------------------- */
+
+void wc_nofile_text(char *buf, size_t cap)
+{
+	wd_nofile_text(buf, cap, "this process",
+		       "ulimit -n, setrlimit(RLIMIT_NOFILE), or LimitNOFILE= for a service");
+}
+
+static size_t seg_bucket(uint64_t id, size_t cap)
+{
+	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
+}
+
+static int seg_table_grow(weightd_client *c)
+{
+	size_t ncap = c->seg_cap ? c->seg_cap * 2 : 64;
+	struct wc_seg **nt = calloc(ncap, sizeof(*nt));
+
+	if (!nt)
+		return -1;
+	for (size_t i = 0; i < c->seg_cap; i++)
+		while (c->seg_tab[i]) {
+			struct wc_seg *sg = c->seg_tab[i];
+			size_t b = seg_bucket(sg->id, ncap);
+
+			c->seg_tab[i] = sg->next;
+			sg->next = nt[b];
+			nt[b] = sg;
+		}
+	free(c->seg_tab);
+	c->seg_tab = nt;
+	c->seg_cap = ncap;
+	return 0;
+}
+
+int wc_seg_get(weightd_client *c, uint64_t id, uint64_t size, int fd, struct wc_seg **ret,
+	       weightd_error *err)
+{
+	struct wc_seg *sg = NULL;
+	struct stat st;
+	int r;
+
+	if (fstat(fd, &st) < 0) {
+		r = wc_err_set(err, WEIGHTD_E_IO, "cannot stat a shared-memory segment from weightd: %s",
+			       strerror(errno));
+		close(fd);
+		return r;
+	}
+	if (size == 0)
+		size = (uint64_t)st.st_size;
+	if ((uint64_t)st.st_size < size) {
+		r = wc_err_set(err, WEIGHTD_E_BYTE_COUNT_MISMATCH,
+			       "segment %llu from weightd holds %lld bytes, but weightd says %llu",
+			       (unsigned long long)id, (long long)st.st_size,
+			       (unsigned long long)size);
+		close(fd);
+		return r;
+	}
+	pthread_mutex_lock(&c->seg_mu);
+	if (id && c->seg_cap)
+		for (sg = c->seg_tab[seg_bucket(id, c->seg_cap)]; sg; sg = sg->next)
+			if (sg->id == id)
+				break;
+	if (sg) {
+		if (sg->dev != (uint64_t)st.st_dev || sg->ino != (uint64_t)st.st_ino ||
+		    sg->size != size) {
+			pthread_mutex_unlock(&c->seg_mu);
+			close(fd);
+			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					  "weightd sent segment %llu as a different object than before",
+					  (unsigned long long)id);
+		}
+		sg->refs++;
+		pthread_mutex_unlock(&c->seg_mu);
+		close(fd);   /* this client has the segment already: one fd per segment */
+		*ret = sg;
+		return 0;
+	}
+	sg = calloc(1, sizeof(*sg));
+	if (!sg || (id && c->seg_n + 1 > c->seg_cap && seg_table_grow(c) < 0)) {
+		pthread_mutex_unlock(&c->seg_mu);
+		free(sg);
+		close(fd);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	sg->id = id;
+	sg->fd = fd;
+	sg->size = size;
+	sg->dev = (uint64_t)st.st_dev;
+	sg->ino = (uint64_t)st.st_ino;
+	sg->refs = 1;
+	sg->c = c;
+	if (id) {
+		size_t b = seg_bucket(id, c->seg_cap);
+
+		sg->next = c->seg_tab[b];
+		c->seg_tab[b] = sg;
+	}
+	c->seg_n++;
+	pthread_mutex_unlock(&c->seg_mu);
+	*ret = sg;
+	return 0;
+}
+
+void wc_seg_ref(struct wc_seg *sg)
+{
+	pthread_mutex_lock(&sg->c->seg_mu);
+	sg->refs++;
+	pthread_mutex_unlock(&sg->c->seg_mu);
+}
+
+void wc_seg_unref(struct wc_seg *sg)
+{
+	weightd_client *c;
+
+	if (!sg)
+		return;
+	c = sg->c;
+	pthread_mutex_lock(&c->seg_mu);
+	if (--sg->refs) {
+		pthread_mutex_unlock(&c->seg_mu);
+		return;
+	}
+	if (sg->id) {
+		struct wc_seg **pp = &c->seg_tab[seg_bucket(sg->id, c->seg_cap)];
+
+		while (*pp && *pp != sg)
+			pp = &(*pp)->next;
+		if (*pp)
+			*pp = sg->next;
+	}
+	c->seg_n--;
+	pthread_mutex_unlock(&c->seg_mu);
+	if (sg->mapped && sg->map)
+		munmap(sg->map, (size_t)sg->size);
+	close(sg->fd);
+	free(sg);
+}
+
+size_t wc_seg_count(weightd_client *c, size_t *ret_mapped)
+{
+	size_t n, mapped = 0;
+
+	pthread_mutex_lock(&c->seg_mu);
+	n = c->seg_n;
+	for (size_t i = 0; i < c->seg_cap; i++)
+		for (struct wc_seg *sg = c->seg_tab[i]; sg; sg = sg->next)
+			mapped += sg->mapped;
+	pthread_mutex_unlock(&c->seg_mu);
+	if (ret_mapped)
+		*ret_mapped = mapped;
+	return n;
+}
+
+void wc_seg_table_free(weightd_client *c)
+{
+	free(c->seg_tab);
+	c->seg_tab = NULL;
+	c->seg_cap = c->seg_n = 0;
+}
+
+/* Map the whole segment once (under the table's lock, so two threads never map it twice). */
+static int seg_map(struct wc_seg *sg, const char *name, weightd_error *err)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&sg->c->seg_mu);
+	if (!sg->mapped) {
+		if (sg->size > SIZE_MAX) {
+			r = wc_err_set(err, WEIGHTD_E_OVERFLOW,
+				       "the segment of weight \"%s\" is too large to map here", name);
+		} else if (sg->size) {
+			void *p = mmap(NULL, (size_t)sg->size, PROT_READ, MAP_SHARED, sg->fd, 0);
+
+			if (p == MAP_FAILED) {
+				int e = errno;
+
+				r = wc_err_set(err, e == ENOMEM ? WEIGHTD_E_RESOURCE_EXHAUSTED : WEIGHTD_E_IO,
+					       "cannot map the segment of weight \"%s\" (%llu bytes): "
+					       "%s%s", name, (unsigned long long)sg->size, strerror(e),
+					       e == ENOMEM ? " (out of address space or of mappings: "
+					       "see vm.max_map_count)" : "");
+			} else {
+				sg->map = p;
+				sg->mapped = true;
+			}
+		} else {
+			sg->mapped = true;
+		}
+	}
+	pthread_mutex_unlock(&sg->c->seg_mu);
+	return r;
+}
+
 /* --- weights ----------------------------------------------------------------------------- */
 
 int wc_weight_info_check(const Weightd__WeightInfo *wi, weightd_error *err)
@@ -35,7 +231,6 @@ static weightd_weight *weight_alloc(const char *name, const char *dtype)
 
 	if (!w)
 		return NULL;
-	w->fd = -1;
 	w->name = strdup(name ? name : "");
 	w->dtype = strdup(dtype ? dtype : "");
 	if (!w->name || !w->dtype) {
@@ -49,10 +244,7 @@ static weightd_weight *weight_alloc(const char *name, const char *dtype)
 
 static void weight_free_local(weightd_weight *w)
 {
-	if (w->mapped && w->map)
-		munmap(w->map, w->nbytes);
-	if (w->fd >= 0)
-		close(w->fd);
+	wc_seg_unref(w->seg);
 	free(w->name);
 	free(w->dtype);
 	free(w);
@@ -79,19 +271,32 @@ void wc_release_handle(weightd_client *c, uint64_t handle, uint32_t count)
 		free(many);
 }
 
-int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd, uint32_t count,
-		  weightd_weight **ret, weightd_error *err)
+int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, struct wc_seg *sg,
+		  uint32_t count, weightd_weight **ret, weightd_error *err)
 {
 	weightd_weight *w;
 	struct wc_ref *ref;
+	int r;
 
+	/* A segment the daemon described was checked to hold its declared size; one it did not
+	 * (id 0) is checked when the weight is mapped, against what fstat found. */
+	if (sg->id && (wi->offset > sg->size || wi->nbytes > sg->size - wi->offset ||
+		       (wi->offset % 64))) {
+		r = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+			       "weightd placed weight \"%s\" (%llu bytes) at offset %llu of a "
+			       "%llu-byte segment", wi->name, (unsigned long long)wi->nbytes,
+			       (unsigned long long)wi->offset, (unsigned long long)sg->size);
+		wc_seg_unref(sg);
+		wc_release_handle(c, wi->handle, count);
+		return r;
+	}
 	w = weight_alloc(wi->name, wi->dtype);
 	ref = calloc(1, sizeof(*ref));
 	if (!w || !ref) {
 		free(ref);
 		if (w)
 			weight_free_local(w);
-		close(fd);
+		wc_seg_unref(sg);
 		wc_release_handle(c, wi->handle, count);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
@@ -101,7 +306,8 @@ int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd, uint
 	ref->c = c;
 	wc_client_ref(c);
 	w->ref = ref;
-	w->fd = fd;
+	w->seg = sg;
+	w->offset = wi->offset;
 	w->ndim = wi->n_shape;
 	if (wi->n_shape)   /* a 0-d scalar may come with no array at all */
 		memcpy(w->shape, wi->shape, wi->n_shape * sizeof(uint64_t));
@@ -115,7 +321,9 @@ int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, int fd, uint
 	return 0;
 }
 
-int weightd_weight_fd(const weightd_weight *w) { return w ? w->fd : -1; }
+int weightd_weight_fd(const weightd_weight *w) { return w ? w->seg->fd : -1; }
+uint64_t weightd_weight_offset(const weightd_weight *w) { return w ? w->offset : 0; }
+uint64_t weightd_weight_segment(const weightd_weight *w) { return w ? w->seg->id : 0; }
 const char *weightd_weight_name(const weightd_weight *w) { return w ? w->name : NULL; }
 const char *weightd_weight_dtype(const weightd_weight *w) { return w ? w->dtype : NULL; }
 size_t weightd_weight_ndim(const weightd_weight *w) { return w ? w->ndim : 0; }
@@ -127,56 +335,40 @@ uint64_t weightd_weight_handle(const weightd_weight *w) { return w ? w->ref->han
 uint64_t weightd_weight_generation(const weightd_weight *w) { return w ? w->generation : 0; }
 
 /*
- * fstat first: mapping past the end of a shared-memory object would SIGBUS on touch, so the
- * object must cover nbytes before anything is mapped.
+ * The weight is a range of its segment, which was checked (fstat) to cover its announced size
+ * when it arrived; the segment is mapped once and the weight points into it.
  */
 int wc_weight_map(weightd_weight *w, const char *slot, weightd_error *err)
 {
-	struct stat st;
-	void *p;
 	int r;
 
 	if (w->mapped)
 		return 0;
-	if (fstat(w->fd, &st) < 0) {
-		r = wc_err_set(err, WEIGHTD_E_IO, "cannot stat the shared memory of weight \"%s\": %s",
-			       w->name, strerror(errno));
-		goto fail;
-	}
-	if ((uint64_t)st.st_size < w->nbytes) {
+	if (w->offset > w->seg->size || w->nbytes > w->seg->size - w->offset) {
 		r = wc_err_set(err, WEIGHTD_E_BYTE_COUNT_MISMATCH,
-			       "the shared memory of weight \"%s\" holds %lld bytes but the weight "
-			       "is %llu bytes", w->name, (long long)st.st_size,
-			       (unsigned long long)w->nbytes);
+			       "the shared memory of weight \"%s\" holds %llu bytes but the weight "
+			       "needs %llu", w->name, (unsigned long long)w->seg->size,
+			       (unsigned long long)(w->offset + w->nbytes));
 		if (err) {
-			err->expected = (int64_t)w->nbytes;
-			err->actual = (int64_t)st.st_size;
+			err->expected = (int64_t)(w->offset + w->nbytes);
+			err->actual = (int64_t)w->seg->size;
 		}
-		goto fail;
-	}
-	if (w->nbytes > SIZE_MAX) {
-		r = wc_err_set(err, WEIGHTD_E_OVERFLOW, "weight \"%s\" is too large to map here",
-			       w->name);
-		goto fail;
+		wc_err_about(err, NULL, NULL, slot);
+		return r;
 	}
 	if (w->nbytes == 0) {
 		w->map = NULL;
 		w->mapped = true;
 		return 0;
 	}
-	p = mmap(NULL, (size_t)w->nbytes, PROT_READ, MAP_SHARED, w->fd, 0);
-	if (p == MAP_FAILED) {
-		r = wc_err_set(err, errno == ENOMEM ? WEIGHTD_E_RESOURCE_EXHAUSTED : WEIGHTD_E_IO,
-			       "cannot map weight \"%s\" (%llu bytes): %s", w->name,
-			       (unsigned long long)w->nbytes, strerror(errno));
-		goto fail;
+	r = seg_map(w->seg, w->name, err);
+	if (r < 0) {
+		wc_err_about(err, NULL, NULL, slot);
+		return r;
 	}
-	w->map = p;
+	w->map = (uint8_t *)w->seg->map + w->offset;
 	w->mapped = true;
 	return 0;
-fail:
-	wc_err_about(err, NULL, NULL, slot);
-	return r;
 }
 
 int weightd_weight_map(weightd_weight *w, const void **ret, weightd_error *err)
@@ -254,15 +446,9 @@ int weightd_weight_dup(const weightd_weight *w, weightd_weight **ret, weightd_er
 	d = weight_alloc(w->name, w->dtype);
 	if (!d)
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	d->fd = fcntl(w->fd, F_DUPFD_CLOEXEC, 0);
-	if (d->fd < 0) {
-		int e = errno;
-
-		weight_free_local(d);
-		return wc_err_set(err, e == EMFILE || e == ENFILE ? WEIGHTD_E_RESOURCE_EXHAUSTED :
-				  WEIGHTD_E_IO, "cannot duplicate the fd of weight \"%s\": %s",
-				  w->name, strerror(e));
-	}
+	wc_seg_ref(w->seg);
+	d->seg = w->seg;
+	d->offset = w->offset;
 	d->ndim = w->ndim;
 	memcpy(d->shape, w->shape, sizeof(d->shape));
 	d->nbytes = w->nbytes;
@@ -304,8 +490,18 @@ int weightd_share(const weightd_weight *w, weightd_weight **ret, weightd_error *
 	r = wc_weight_info_check(resp->share->weight, err);
 	if (r < 0)
 		goto fail;
-	r = wc_weight_new(w->ref->c, resp->share->weight, fds[0], 1, ret, err);
-	fds[0] = -1;
+	{
+		const Weightd__SegmentInfo *si = resp->share->segment;
+		struct wc_seg *sg;
+
+		r = wc_seg_get(w->ref->c, si ? si->id : 0, si ? si->size : 0, fds[0], &sg, err);
+		fds[0] = -1;
+		if (r < 0) {
+			wc_send_release(w->ref->c, &resp->share->weight->handle, 1);
+			goto out;
+		}
+		r = wc_weight_new(w->ref->c, resp->share->weight, sg, 1, ret, err);
+	}
 	goto out;
 fail:
 	if (resp->share && resp->share->weight && nfds >= 1)
@@ -358,7 +554,16 @@ static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, u
 		wc_reply_discard(c, resp, fds, nfds);
 		return r;
 	}
-	r = wc_weight_new(c, wi, fds[0], 1, ret, err);
+	{
+		const Weightd__SegmentInfo *si = ur->n_segments == 1 ? ur->segments[0] : NULL;
+		struct wc_seg *sg;
+
+		r = wc_seg_get(c, si ? si->id : 0, si ? si->size : 0, fds[0], &sg, err);
+		if (r == 0)
+			r = wc_weight_new(c, wi, sg, 1, ret, err);
+		else
+			wc_release_handle(c, wi->handle, 1);
+	}
 	free(fds);
 	weightd__response__free_unpacked(resp, NULL);
 	return r;

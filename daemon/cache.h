@@ -1,4 +1,5 @@
-/* cache.h - finished weights (segments, digests, references, budget, LRU) and in-flight jobs. */
+/* cache.h - finished weights packed in shared-memory segments (digests, references, budget, LRU,
+ * idle limits) and the jobs that fill them. */
 #ifndef WD_CACHE_H
 #define WD_CACHE_H
 
@@ -15,12 +16,50 @@
 #include "recipe.h"
 #include "segment.h"
 
-struct daemon;
+struct stats;
+struct weight;
+
+/* Most weights packed into one segment (its state record stays a few MB). */
+#define CACHE_SEGMENT_MAX_WEIGHTS 16384
+/* Every weight starts at a multiple of this; one of at least a page starts on a page. */
+#define CACHE_ALIGN 64
+#define CACHE_PAGE 4096
 
 /*
- * A finished, immutable weight. refs counts every reference: each one a client holds and each one
- * an unfinished unit request has taken. A weight with refs == 0 sits on the LRU list and may be
- * evicted when the budget needs room; one with refs > 0 never is.
+ * One shared-memory object holding one or many weights, each at its own aligned offset. The
+ * daemon keeps one read-only fd per segment (plus the writable one while jobs fill it), and a
+ * client maps each segment once. Weights of one segment all read the same set of checkpoints,
+ * so mapping it never shows a client bytes it may not read. It lives while any weight in it
+ * does (finished or being made); an evicted weight's whole pages are punched out meanwhile.
+ */
+struct cache_segment {
+	uint64_t id;                 /* named on the wire (SegmentInfo.id) */
+	struct wd_segment seg;       /* name, size, ro_fd (what clients get), fd while filling */
+	uint64_t used;               /* packing cursor: end of the last weight placed */
+	uint64_t ino;
+	uint32_t n_weights;          /* finished weights in it */
+	uint32_t n_jobs;             /* weights being made in it */
+	uint32_t held;               /* finished weights in it that someone references */
+	bool created;                /* the shm object exists (the pack that filled it ended) */
+	bool adopted;
+	bool idle;                   /* counted in the cache's idle segments */
+	bool dirty;                  /* its state record lists an evicted weight */
+	struct csource *group[16];   /* the checkpoints its weights read (for packing only) */
+	size_t n_group;
+	char source[128];
+	uint64_t generation;
+	struct weight *weights;      /* finished weights in it (seg_next) */
+	struct job *queued;          /* jobs waiting for the segment to be created */
+	uint64_t mark;               /* scratch for callers collecting distinct segments */
+	uint32_t mark_index;
+	struct cache_segment *next, *prev, *id_next, *dirty_next;
+};
+
+/*
+ * A finished, immutable weight: nbytes at offset in its segment. refs counts every reference:
+ * each one a client holds and each one an unfinished unit request has taken. A weight with
+ * refs == 0 sits on the LRU list and may be evicted when the budget or the idle limits need it;
+ * one with refs > 0 never is.
  */
 struct weight {
 	uint64_t id;                 /* the handle clients name it by */
@@ -30,7 +69,8 @@ struct weight {
 	int ndim;
 	uint64_t shape[WD_MAX_DIMS];
 	uint64_t nbytes;
-	struct wd_segment seg;       /* ro_fd is what clients get */
+	struct cache_segment *segment;
+	uint64_t offset;
 	char *label;
 	char source[128];            /* the checkpoint it was made from (first source) */
 	uint64_t generation;
@@ -42,6 +82,7 @@ struct weight {
 	struct weight *lru_prev, *lru_next;
 	bool in_lru;
 	struct weight *key_next, *id_next;
+	struct weight *seg_next, *seg_prev;
 };
 
 /* Called on the main thread when a requested weight is ready (w has one reference taken for the
@@ -51,25 +92,52 @@ struct weight {
 typedef void (*cache_cb)(struct weight *w, const struct wd_error *err, uint64_t bytes_read,
 			 void *arg);
 
-struct cache;
+/* What the cache needs from the daemon, given once (it never reaches into struct daemon). */
+struct cache_params {
+	uint64_t budget;             /* bytes of weights + reservations */
+	uint64_t segment_max;        /* packing cap of one segment (a larger weight is alone) */
+	uint32_t max_idle_weights;   /* weights nobody references (0: unlimited) */
+	uint32_t max_idle_segments;  /* segments none of whose weights anyone references (0: any) */
+	bool verify_adopted;         /* rehash re-adopted weights */
+	const char *state_dir;       /* "" or NULL: no state index; borrowed for the cache's life
+				      * (emptied by the daemon when the directory is unusable) */
+	const char *instance;        /* shm prefix; borrowed */
+	struct pool *pool;           /* NULL: jobs run inline on the calling thread (tests) */
+	struct stats *stats;         /* counters to add to; borrowed */
+};
 
-struct cache *cache_new(struct daemon *d, uint64_t budget_bytes);
-/* Unlinks every segment it owns (clean shutdown). Accepts NULL. */
+struct cache;
+struct cache_pack;
+
+struct cache *cache_new(const struct cache_params *p);
+/* Unlinks every segment it owns when unlink_segments (clean shutdown without a state index).
+ * Accepts NULL. */
 void cache_free(struct cache *c, bool unlink_segments);
+
+/*
+ * Weights asked for through one pack (one unit request, one preload) are packed together: new
+ * weights that read the same checkpoints share segments of up to segment_max bytes. The
+ * segments are created and their jobs started at cache_pack_end; until then nothing is filled.
+ * cache_pack_begin returns NULL when out of memory (then each weight gets a segment of its own).
+ */
+struct cache_pack *cache_pack_begin(struct cache *c);
+/* Create the pack's segments and start their jobs. A segment that cannot be created fails its
+ * weights' callbacks right here. Frees the pack; accepts NULL. */
+void cache_pack_end(struct cache *c, struct cache_pack *pack);
 
 /*
  * Ask for the weight of `plan` (ownership of plan passes to the cache). sources[0..n) are the
  * catalog entries the plan reads; the cache takes its own references.
  *  - cached: returns 1 and *ret_w with a reference taken for the caller; cb is not called.
  *  - identical job in flight: joins it; returns 0 and cb runs when it finishes.
- *  - otherwise reserves the bytes (evicting unreferenced weights LRU-first), starts a job on the
- *    worker pool, returns 0.
+ *  - otherwise reserves the bytes (evicting unreferenced weights LRU-first), places the weight
+ *    in a segment of `pack` (NULL: a segment of its own, started at once), returns 0.
  *  - cannot fit even after eviction: -WD_E_EXHAUSTED naming bytes needed and available; nothing
  *    is evicted then.
  */
-int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *sources,
-		  size_t n_sources, cache_cb cb, void *arg, struct weight **ret_w,
-		  struct wd_error *err);
+int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan,
+		  struct csource *const *sources, size_t n_sources, cache_cb cb, void *arg,
+		  struct weight **ret_w, struct wd_error *err);
 
 /* The finished weight with this key, or NULL; no reference is taken. */
 struct weight *cache_find(struct cache *c, const uint8_t key[32]);
@@ -91,15 +159,18 @@ uint64_t cache_drop_stale(struct cache *c);
 struct weight *cache_by_id(struct cache *c, uint64_t id);
 
 void cache_hold(struct cache *c, struct weight *w);
-/* Give back a reference. At zero the weight joins the LRU list, or, when its source generation
- * is gone (removed or replaced on reload), is destroyed at once. */
+/* Give back a reference. At zero the weight joins the LRU list (and the idle limits may evict
+ * the least recently released), or, when its source generation is gone (removed or replaced on
+ * reload), is destroyed at once. */
 void cache_drop(struct cache *c, struct weight *w);
 
 /* Evict every unreferenced weight; returns how many, adds their bytes to *ret_bytes. */
 uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes);
 
-/* Walk every weight (status). */
+/* Walk every weight / segment (status). */
 void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), void *arg);
+void cache_foreach_segment(struct cache *c, void (*fn)(struct cache_segment *s, void *arg),
+			   void *arg);
 
 /* An in-flight materialization as status reports it. done: bytes its worker has written so far
  * (read with a relaxed atomic load; 0 while the job waits for a worker). */
@@ -115,16 +186,22 @@ void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *
 		       void *arg);
 size_t cache_job_count(const struct cache *c);
 
-struct state_record;
-/* Take over a segment a previous run left (restart): checks its size against the record; the
- * weight starts unreferenced. 0, or a negative code when the segment cannot be used. */
-int cache_adopt(struct cache *c, const struct state_record *rec);
-/* Evict unreferenced weights until the budget holds (after adoption). Returns how many. */
+struct state_segment;
+/* Take over a segment a previous run left (restart): opens it once, checks its size and inode
+ * against the record, (verify_adopted) rehashes each weight; the weights start unreferenced.
+ * Returns how many of its weights were adopted (0 or less: the segment cannot be used). */
+int cache_adopt(struct cache *c, const struct state_segment *rec);
+/* Evict unreferenced weights until the budget and the idle limits hold (after adoption).
+ * Returns how many. */
 uint64_t cache_trim(struct cache *c);
 
 uint64_t cache_resident(const struct cache *c);   /* bytes of weights + reservations */
 uint64_t cache_budget(const struct cache *c);
 uint64_t cache_count(const struct cache *c);
 uint64_t cache_references(const struct cache *c);
+uint64_t cache_segment_count(const struct cache *c);
+uint64_t cache_segment_bytes(const struct cache *c); /* sizes of the segments' objects */
+uint64_t cache_idle_weights(const struct cache *c);
+uint64_t cache_idle_segments(const struct cache *c);
 
 #endif

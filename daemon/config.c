@@ -35,7 +35,8 @@ enum daemon_key {
 	DK_SOCKET, DK_SOCKET_MODE, DK_SOCKET_GROUP, DK_SHM_PREFIX, DK_STATE_DIR, DK_VERIFY_ADOPTED,
 	DK_BUDGET, DK_WORKERS,
 	DK_MAX_CLIENTS, DK_CLIENT_MAX_PENDING, DK_CLIENT_MAX_QUEUE, DK_CLIENT_MAX_BYTES,
-	DK_CLIENT_MAX_WEIGHTS, DK_MAX_FRAME, DK_LOG_LEVEL, DK_COUNT
+	DK_CLIENT_MAX_WEIGHTS, DK_MAX_FRAME, DK_LOG_LEVEL, DK_MAX_MESSAGE, DK_MAX_UNIT_ENTRIES,
+	DK_SEGMENT_MAX, DK_MAX_IDLE_WEIGHTS, DK_MAX_IDLE_SEGMENTS, DK_COUNT
 };
 
 static const char *const daemon_keys[DK_COUNT] = {
@@ -46,6 +47,9 @@ static const char *const daemon_keys[DK_COUNT] = {
 	[DK_CLIENT_MAX_PENDING] = "client_max_pending", [DK_CLIENT_MAX_QUEUE] = "client_max_queue",
 	[DK_CLIENT_MAX_BYTES] = "client_max_bytes", [DK_CLIENT_MAX_WEIGHTS] = "client_max_weights",
 	[DK_MAX_FRAME] = "max_frame", [DK_LOG_LEVEL] = "log_level",
+	[DK_MAX_MESSAGE] = "max_message", [DK_MAX_UNIT_ENTRIES] = "max_unit_entries",
+	[DK_SEGMENT_MAX] = "segment_max", [DK_MAX_IDLE_WEIGHTS] = "max_idle_weights",
+	[DK_MAX_IDLE_SEGMENTS] = "max_idle_segments",
 };
 
 enum checkpoint_key { CK_PATH, CK_ALLOW_USERS, CK_ALLOW_GROUPS, CK_PRELOAD, CK_COUNT };
@@ -435,6 +439,16 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 			return 0;
 		cfg->max_frame_bytes = (uint32_t)u64;
 		return 1;
+	case DK_MAX_MESSAGE:
+		return set_size(ld, key, val, 4096, 4ull << 30, &cfg->max_message_bytes);
+	case DK_MAX_UNIT_ENTRIES:
+		return set_u32(ld, key, val, 1, 1u << 24, &cfg->max_unit_entries);
+	case DK_SEGMENT_MAX:
+		return set_size(ld, key, val, 1u << 20, 1ull << 40, &cfg->segment_max_bytes);
+	case DK_MAX_IDLE_WEIGHTS:
+		return set_u32(ld, key, val, 0, UINT32_MAX, &cfg->max_idle_weights);
+	case DK_MAX_IDLE_SEGMENTS:
+		return set_u32(ld, key, val, 0, UINT32_MAX, &cfg->max_idle_segments);
 	case DK_LOG_LEVEL: {
 		int level = log_level_parse(val);
 
@@ -701,6 +715,11 @@ static struct config *config_new(const char *path)
 	cfg->client_max_bytes = 0;
 	cfg->client_max_weights = 0;
 	cfg->max_frame_bytes = WD_FRAME_MAX_DEFAULT;
+	cfg->max_message_bytes = 256ull << 20;
+	cfg->max_unit_entries = 1u << 20;
+	cfg->segment_max_bytes = 1ull << 30;
+	cfg->max_idle_weights = 1u << 20;
+	cfg->max_idle_segments = 1024;
 	cfg->log_level = -1;
 	if (!cfg->path || !cfg->socket_path || !cfg->shm_prefix || !cfg->state_dir) {
 		config_free(cfg);

@@ -37,6 +37,11 @@ struct config {
 	uint64_t client_max_bytes;  /* 0 = unlimited */
 	uint32_t client_max_weights;/* 0 = unlimited */
 	uint32_t max_frame_bytes;
+	uint64_t max_message_bytes; /* a request spanning frames, joined */
+	uint32_t max_unit_entries;  /* entries, and aliases, of one unit */
+	uint64_t segment_max_bytes; /* packing cap of one shared-memory segment */
+	uint32_t max_idle_weights;  /* cached weights nobody holds (0 = unlimited) */
+	uint32_t max_idle_segments; /* segments none of whose weights anyone holds (0 = unlimited) */
 	int log_level;              /* LOG_LVL_* or -1 when not set in the file */
 	struct source_conf *sources;
 	size_t n_sources;

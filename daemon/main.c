@@ -235,7 +235,7 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 
 static bool socket_activated;
 
-static int adopt_one(const struct state_record *rec, void *arg)
+static int adopt_one(const struct state_segment *rec, void *arg)
 {
 	struct daemon *d = arg;
 
@@ -372,7 +372,20 @@ int main(int argc, char **argv)
 	if (!d.base)
 		goto out;
 	d.pool = pool_new(d.base, d.cfg->workers);
-	d.cache = cache_new(&d, effective_budget(d.cfg));
+	{
+		struct cache_params cp = {
+			.budget = effective_budget(d.cfg),
+			.segment_max = d.cfg->segment_max_bytes,
+			.max_idle_weights = d.cfg->max_idle_weights,
+			.max_idle_segments = d.cfg->max_idle_segments,
+			.verify_adopted = d.cfg->verify_adopted,
+			.state_dir = d.cfg->state_dir,
+			.instance = d.instance,
+			.pool = d.pool,
+			.stats = &d.stats,
+		};
+		d.cache = d.pool ? cache_new(&cp) : NULL;
+	}
 	d.catalog = catalog_new(d.cfg, &lim);
 	if (!d.pool || !d.cache || !d.catalog) {
 		log_err("out of memory at start-up");

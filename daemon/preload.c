@@ -108,6 +108,7 @@ static void set_start(struct daemon *d, struct csource *cs)
 	struct wd_resolver res = { cs, lookup_self };
 	struct preload_set *ps = calloc(1, sizeof(*ps));
 	size_t n = wd_source_tensor_count(cs->src);
+	struct cache_pack *pack;
 
 	if (ps)
 		ps->pins = calloc(n ? n : 1, sizeof(*ps->pins));
@@ -125,6 +126,7 @@ static void set_start(struct daemon *d, struct csource *cs)
 	ps->pending = 1; /* held by this function until every tensor is asked for */
 	log_info("checkpoint %s: preloading %zu tensors, %llu bytes", cs->name, n,
 		 (unsigned long long)wd_source_bytes(cs->src));
+	pack = cache_pack_begin(d->cache);
 	for (size_t i = 0; i < n; i++) {
 		const struct wd_tensor_info *t = wd_source_tensor(cs->src, i);
 		struct wd_rnode node;
@@ -143,7 +145,8 @@ static void set_start(struct daemon *d, struct csource *cs)
 		ps->pins[i].set = ps;
 		r = wd_recipe_preflight(&rec, &res, &lim, &plan, &err);
 		if (r == 0)
-			r = cache_request(d->cache, plan, &cs, 1, on_ready, &ps->pins[i], &w, &err);
+			r = cache_request(d->cache, pack, plan, &cs, 1, on_ready, &ps->pins[i], &w,
+					  &err);
 		if (r == 1) {
 			ps->pins[i].w = w;
 		} else if (r == 0) {
@@ -153,6 +156,7 @@ static void set_start(struct daemon *d, struct csource *cs)
 			log_warn("checkpoint %s: cannot preload %s: %s", cs->name, t->name, err.msg);
 		}
 	}
+	cache_pack_end(d->cache, pack); /* packs the checkpoint's tensors and starts filling */
 	set_settle(ps);
 }
 

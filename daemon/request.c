@@ -1,5 +1,5 @@
-/* request.c - what each request does: hello, list, describe, preflight and materialize of units,
- * share, release, status, and the admin requests. Main thread only. */
+/* request.c - what each request does: hello, list, describe, release, status, the admin
+ * requests, and the dispatch (units and share are in request_unit.c). Main thread only. */
 #include <errno.h>
 #include <stdarg.h>
 #include <event2/event.h>
@@ -10,73 +10,10 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "request.h"
 #include "server.h"
 #include "session.h"
 #include "wire.h"
-
-#define MAX_UNIT_ENTRIES 65536
-#define MAX_RECIPE_NODES 256
-
-/* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
- * it resolves to). */
-struct unit_out {
-	struct unitreq *u;
-	const char *name;          /* borrowed from the request until the request is answered */
-	char *name_copy;
-	size_t owner;
-	struct weight *w;          /* entries: one reference held until the unit is answered */
-	struct wd_plan *plan;      /* entries, between preflight and submission */
-	struct csource *sources[16];
-	size_t n_sources;
-};
-
-struct unitreq {
-	struct session *s;         /* NULL once the client is gone */
-	struct cache *cache;
-	uint64_t id;
-	size_t n_entries, n_outs;
-	struct unit_out *outs;
-	size_t pending;
-	bool failed;
-	struct wd_error err;
-	uint64_t bytes_read;
-	uint64_t new_bytes;        /* counted against the client's limits while in flight */
-	uint32_t new_weights;
-	size_t *first;             /* per entry: the first entry with the same key (itself if none) */
-	struct unitreq *next;
-};
-
-/* --- resolving checkpoints for a peer --------------------------------------------------------- */
-
-struct resolve_ctx {
-	struct session *s;
-	struct unit_out *out;      /* collects the sources a plan reads */
-};
-
-static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
-			  struct wd_error *err)
-{
-	struct resolve_ctx *rc = ctx;
-	struct csource *cs;
-	int r = catalog_resolve(rc->s->d->catalog, checkpoint, &rc->s->peer, &cs, err);
-
-	if (r < 0)
-		return r;
-	if (rc->out) {
-		bool seen = false;
-		for (size_t i = 0; i < rc->out->n_sources; i++)
-			seen |= rc->out->sources[i] == cs;
-		if (!seen) {
-			if (rc->out->n_sources == sizeof(rc->out->sources) / sizeof(rc->out->sources[0]))
-				return wd_error_set(err, WD_E_TOO_LARGE,
-						    "a recipe may read at most %zu checkpoints",
-						    sizeof(rc->out->sources) / sizeof(rc->out->sources[0]));
-			rc->out->sources[rc->out->n_sources++] = cs;
-		}
-	}
-	*ret_src = cs->src;
-	return 0;
-}
 
 /* --- replies ---------------------------------------------------------------------------------- */
 
@@ -144,8 +81,10 @@ static void do_hello(struct session *s, uint64_t id, const Weightd__Hello *h)
 	hr.server_version = WD_VERSION;
 	hr.max_frame_bytes = cfg->max_frame_bytes;
 	hr.max_pending_requests = cfg->client_max_pending;
-	hr.max_unit_entries = MAX_UNIT_ENTRIES;
-	hr.max_recipe_nodes = MAX_RECIPE_NODES;
+	hr.max_unit_entries = cfg->max_unit_entries;
+	hr.max_recipe_nodes = REQUEST_MAX_RECIPE_NODES;
+	hr.max_message_bytes = cfg->max_message_bytes;
+	hr.segment_max_bytes = cfg->segment_max_bytes;
 	hr.max_client_bytes = cfg->client_max_bytes;
 	hr.max_client_weights = cfg->client_max_weights;
 	hr.instance = s->d->instance;
@@ -250,619 +189,6 @@ out:
 	free(mp);
 }
 
-/* --- units ------------------------------------------------------------------------------------ */
-
-static void unitreq_free(struct unitreq *u)
-{
-	for (size_t i = 0; i < u->n_outs; i++) {
-		wd_plan_free(u->outs[i].plan);
-		free(u->outs[i].name_copy);
-	}
-	free(u->outs);
-	free(u->first);
-	free(u);
-}
-
-static void unitreq_unlink(struct unitreq *u)
-{
-	if (!u->s)
-		return;
-	for (struct unitreq **pp = &u->s->unitreqs; *pp; pp = &(*pp)->next)
-		if (*pp == u) {
-			*pp = u->next;
-			break;
-		}
-	u->s->pending--;
-	u->s->pending_bytes -= u->new_bytes;
-	u->s->pending_weights -= u->new_weights;
-	u->s = NULL;
-}
-
-static void fill_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name)
-{
-	weightd__weight_info__init(wi);
-	wi->name = (char *)name;
-	wi->handle = w->id;
-	wi->dtype = (char *)wd_dtype_name(w->dtype);
-	wi->n_shape = (size_t)w->ndim;
-	wi->shape = (uint64_t *)w->shape;
-	wi->nbytes = w->nbytes;
-	wi->digest.data = (uint8_t *)w->digest;
-	wi->digest.len = 32;
-	wi->key.data = (uint8_t *)w->key;
-	wi->key.len = 32;
-	wi->generation = w->generation;
-}
-
-/* Every entry has its weight (or the request failed): answer, all or nothing. */
-static void unitreq_finish(struct unitreq *u, struct cache *cache)
-{
-	struct session *s = u->s;
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
-	Weightd__WeightInfo *wi = NULL, **wp = NULL;
-	int *fds = NULL;
-	size_t nfds = 0;
-	uint32_t *fd_of = NULL;
-
-	if (!s || s->dead || u->failed) {
-		for (size_t i = 0; i < u->n_entries; i++)
-			if (u->outs[i].w)
-				cache_drop(cache, u->outs[i].w);
-		if (s && !s->dead)
-			session_send_error(s, u->id, &u->err);
-		goto out;
-	}
-	wi = calloc(u->n_outs, sizeof(*wi));
-	wp = calloc(u->n_outs, sizeof(*wp));
-	fds = calloc(u->n_entries, sizeof(*fds));
-	fd_of = calloc(u->n_entries, sizeof(*fd_of));
-	if (!wi || !wp || !fds || !fd_of) {
-		for (size_t i = 0; i < u->n_entries; i++)
-			cache_drop(cache, u->outs[i].w);
-		wd_error_set(&u->err, WD_E_EXHAUSTED, "out of memory answering the unit");
-		session_send_error(s, u->id, &u->err);
-		goto out;
-	}
-	/* One fd per distinct weight; duplicates (same recipe twice) share it. */
-	for (size_t i = 0; i < u->n_entries; i++) {
-		size_t j;
-		for (j = 0; j < i; j++)
-			if (u->outs[j].w == u->outs[i].w)
-				break;
-		if (j < i) {
-			fd_of[i] = fd_of[j];
-			continue;
-		}
-		fds[nfds] = dup(u->outs[i].w->seg.ro_fd);
-		if (fds[nfds] < 0) {
-			for (size_t k = 0; k < nfds; k++)
-				close(fds[k]);
-			for (size_t k = 0; k < u->n_entries; k++)
-				cache_drop(cache, u->outs[k].w);
-			wd_error_set(&u->err, WD_E_EXHAUSTED,
-				     "the daemon is out of file descriptors (%s)", strerror(errno));
-			session_send_error(s, u->id, &u->err);
-			goto out;
-		}
-		fd_of[i] = (uint32_t)nfds++;
-	}
-	for (size_t i = 0; i < u->n_outs; i++) {
-		struct unit_out *o = &u->outs[i];
-		struct weight *w = u->outs[o->owner].w;
-		fill_weight_info(&wi[i], w, o->name_copy);
-		wi[i].fd_index = fd_of[o->owner];
-		if (o->owner != i)
-			wi[i].alias_of = u->outs[o->owner].name_copy;
-		wp[i] = &wi[i];
-	}
-	/* The references taken for the request become the client's. */
-	for (size_t i = 0; i < u->n_entries; i++) {
-		if (session_hold(s, u->outs[i].w) < 0) {
-			for (size_t k = i; k < u->n_entries; k++)
-				cache_drop(cache, u->outs[k].w);
-			for (size_t k = 0; k < nfds; k++)
-				close(fds[k]);
-			session_kill(s, "out of memory recording its references");
-			goto out;
-		}
-	}
-	ur.n_weights = u->n_outs;
-	ur.weights = wp;
-	ur.bytes_read = u->bytes_read;
-	resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
-	resp.materialize = &ur;
-	resp.id = u->id;
-	session_send(s, &resp, fds, nfds);
-out:
-	unitreq_unlink(u);
-	free(wi);
-	free(wp);
-	free(fds);
-	free(fd_of);
-	unitreq_free(u);
-}
-
-static void on_entry_ready(struct weight *w, const struct wd_error *err, uint64_t bytes_read,
-			   void *arg)
-{
-	struct unit_out *o = arg;
-	struct unitreq *u = o->u;
-
-	u->bytes_read += bytes_read;
-	if (w) {
-		o->w = w;
-	} else if (!u->failed) {
-		u->failed = true;
-		u->err = *err;
-		snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
-		wd_error_prefix(&u->err, "slot \"%s\"", o->name_copy);
-	}
-	if (--u->pending == 0)
-		unitreq_finish(u, u->cache);
-}
-
-static int cmp_name_idx(const void *a, const void *b, void *arg)
-{
-	const struct unit_out *outs = arg;
-	return strcmp(outs[*(const size_t *)a].name_copy, outs[*(const size_t *)b].name_copy);
-}
-
-static size_t find_name(const struct unit_out *outs, const size_t *sorted, size_t n,
-			const char *name)
-{
-	size_t lo = 0, hi = n;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		int c = strcmp(outs[sorted[mid]].name_copy, name);
-		if (c == 0)
-			return sorted[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return SIZE_MAX;
-}
-
-/* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
-static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct wd_error *err)
-{
-	size_t n = u->n_outs, *sorted = malloc(n * sizeof(size_t));
-	int r = 0;
-
-	if (!sorted)
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
-	for (size_t i = 0; i < n; i++) {
-		const char *name = i < u->n_entries ? pu->entries[i]->name
-						    : pu->aliases[i - u->n_entries]->name;
-		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
-			r = wd_error_set(err, WD_E_INVALID,
-					 "%s %zu has an empty name or one longer than %d bytes",
-					 i < u->n_entries ? "entry" : "alias",
-					 i < u->n_entries ? i : i - u->n_entries, WD_MAX_NAME);
-			goto out;
-		}
-		u->outs[i].name_copy = strdup(name);
-		if (!u->outs[i].name_copy) {
-			r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
-			goto out;
-		}
-		u->outs[i].owner = i;
-		u->outs[i].u = u;
-		sorted[i] = i;
-	}
-	qsort_r(sorted, n, sizeof(size_t), cmp_name_idx, u->outs);
-	for (size_t i = 1; i < n; i++)
-		if (strcmp(u->outs[sorted[i]].name_copy, u->outs[sorted[i - 1]].name_copy) == 0) {
-			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[sorted[i]].name_copy);
-			r = wd_error_set(err, WD_E_DUPLICATE_NAME,
-					 "the name \"%s\" is used twice in the unit",
-					 u->outs[sorted[i]].name_copy);
-			goto out;
-		}
-	for (size_t k = 0; k < pu->n_aliases; k++) {
-		size_t self = u->n_entries + k, cur = self, steps = 0;
-
-		while (cur >= u->n_entries) {
-			const char *target = pu->aliases[cur - u->n_entries]->target;
-			size_t next = target ? find_name(u->outs, sorted, n, target) : SIZE_MAX;
-
-			if (next == SIZE_MAX) {
-				snprintf(err->slot, sizeof(err->slot), "%s", u->outs[self].name_copy);
-				r = wd_error_set(err, WD_E_BAD_ALIAS,
-						 "alias \"%s\" names \"%s\", which is neither an entry "
-						 "nor an alias of the unit", u->outs[cur].name_copy,
-						 target ? target : "");
-				goto out;
-			}
-			if (++steps > pu->n_aliases) {
-				snprintf(err->slot, sizeof(err->slot), "%s", u->outs[self].name_copy);
-				r = wd_error_set(err, WD_E_ALIAS_CYCLE,
-						 "alias \"%s\" is part of a cycle of aliases",
-						 u->outs[self].name_copy);
-				goto out;
-			}
-			cur = next;
-		}
-		u->outs[self].owner = cur;
-	}
-out:
-	free(sorted);
-	return r;
-}
-
-static bool slot_matches(const Weightd__UnitEntry *pe, const struct wd_plan *p)
-{
-	if (strcmp(pe->dtype ? pe->dtype : "", wd_dtype_name(wd_plan_dtype(p))) != 0)
-		return false;
-	if ((int)pe->n_shape != wd_plan_ndim(p))
-		return false;
-	return pe->n_shape == 0 ||
-	       memcmp(pe->shape, wd_plan_shape(p), pe->n_shape * sizeof(uint64_t)) == 0;
-}
-
-static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
-{
-	size_t off = 0;
-
-	off += (size_t)snprintf(out + off, cap - off, "[");
-	for (size_t i = 0; i < n && off < cap; i++)
-		off += (size_t)snprintf(out + off, cap - off, "%s%llu", i ? ", " : "",
-					(unsigned long long)shape[i]);
-	if (off < cap)
-		snprintf(out + off, cap - off, "]");
-}
-
-static bool client_holds_key(struct session *s, const uint8_t *key)
-{
-	struct weight *w = cache_find(s->d->cache, key);
-
-	return w && session_find_held(s, w->id);
-}
-
-static int cmp_entry_key(const void *a, const void *b, void *arg)
-{
-	const struct unit_out *outs = arg;
-	size_t i = *(const size_t *)a, j = *(const size_t *)b;
-	int c = memcmp(wd_plan_key(outs[i].plan), wd_plan_key(outs[j].plan), 32);
-
-	return c ? c : (i > j) - (i < j);
-}
-
-/* u->first: for each entry the first entry with the same identity key, by sorting the entries
- * by (key, index) once (a unit may have 65,536 entries: no pairwise comparison). */
-static int unit_find_repeats(struct unitreq *u, struct wd_error *err)
-{
-	size_t n = u->n_entries, *order = malloc(n * sizeof(size_t));
-
-	u->first = malloc(n * sizeof(size_t));
-	if (!order || !u->first) {
-		free(order);
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
-	}
-	for (size_t i = 0; i < n; i++)
-		order[i] = i;
-	qsort_r(order, n, sizeof(size_t), cmp_entry_key, u->outs);
-	for (size_t k = 0; k < n; k++)
-		u->first[order[k]] = k > 0 && memcmp(wd_plan_key(u->outs[order[k]].plan),
-						     wd_plan_key(u->outs[order[k - 1]].plan),
-						     32) == 0
-					     ? u->first[order[k - 1]]
-					     : order[k];
-	free(order);
-	return 0;
-}
-
-/*
- * Per-client limits: the weights (and bytes) the unit would add to what the client holds, plus
- * what its other unit requests in flight will add, must stay within client_max_weights and
- * client_max_bytes. Weights the client already holds and repeated entries count once.
- */
-static int unit_check_limits(struct unitreq *u, struct session *s, struct wd_error *err)
-{
-	const struct config *cfg = s->d->cfg;
-	uint64_t weights = 0, bytes = 0;
-
-	for (size_t i = 0; i < u->n_entries; i++) {
-		if (u->first[i] != i || client_holds_key(s, wd_plan_key(u->outs[i].plan)))
-			continue;
-		weights++;
-		bytes += wd_plan_nbytes(u->outs[i].plan);
-	}
-	if (cfg->client_max_weights &&
-	    s->n_held + s->pending_weights + weights > cfg->client_max_weights)
-		return wd_error_set(err, WD_E_LIMIT,
-				    "limit exceeded: the client would hold %llu weights (%zu held, %u "
-				    "requested before, %llu in this unit); its limit is %u "
-				    "(client_max_weights)",
-				    (unsigned long long)(s->n_held + s->pending_weights + weights),
-				    s->n_held, s->pending_weights, (unsigned long long)weights,
-				    cfg->client_max_weights);
-	if (cfg->client_max_bytes &&
-	    s->held_bytes + s->pending_bytes + bytes > cfg->client_max_bytes)
-		return wd_error_set(err, WD_E_LIMIT,
-				    "limit exceeded: the client would hold %llu bytes of weights (%llu "
-				    "held, %llu requested before, %llu in this unit); its limit is %llu "
-				    "(client_max_bytes)",
-				    (unsigned long long)(s->held_bytes + s->pending_bytes + bytes),
-				    (unsigned long long)s->held_bytes,
-				    (unsigned long long)s->pending_bytes, (unsigned long long)bytes,
-				    (unsigned long long)cfg->client_max_bytes);
-	u->new_weights = (uint32_t)weights;
-	u->new_bytes = bytes;
-	return 0;
-}
-
-/* Preflight every entry of the unit: recipes valid, sources allowed, declared slots matching. */
-static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__Unit *pu,
-			  struct wd_error *err)
-{
-	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
-
-	for (size_t i = 0; i < u->n_entries; i++) {
-		const Weightd__UnitEntry *pe = pu->entries[i];
-		struct unit_out *o = &u->outs[i];
-		struct resolve_ctx rc = { s, o };
-		struct wd_resolver res = { &rc, resolve_lookup };
-		struct wd_rnode *nodes = NULL;
-		struct wd_recipe rec;
-		size_t n = 0;
-		int r;
-
-		r = wire_recipe(pe->recipe, MAX_RECIPE_NODES, &nodes, &n, err);
-		if (r == 0) {
-			rec.nodes = nodes;
-			rec.n_nodes = n;
-			r = wd_recipe_preflight(&rec, &res, &lim, &o->plan, err);
-			free(nodes);
-		}
-		if (r < 0) {
-			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
-			wd_error_prefix(err, "slot \"%s\"", o->name_copy);
-			return r;
-		}
-		if (pe->check_slot && !slot_matches(pe, o->plan)) {
-			char want[160], got[160];
-			shape_text(pe->shape, pe->n_shape, want, sizeof(want));
-			shape_text(wd_plan_shape(o->plan), (size_t)wd_plan_ndim(o->plan), got, sizeof(got));
-			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
-			return wd_error_set(err, WD_E_SLOT_MISMATCH,
-					    "slot \"%s\" is declared %s %s but its recipe gives %s %s",
-					    o->name_copy, pe->dtype ? pe->dtype : "", want,
-					    wd_dtype_name(wd_plan_dtype(o->plan)), got);
-		}
-	}
-	if (unit_find_repeats(u, err) < 0)
-		return -WD_E_EXHAUSTED;
-	return unit_check_limits(u, s, err);
-}
-
-static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
-{
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
-	Weightd__WeightInfo *wi = calloc(u->n_outs, sizeof(*wi));
-	Weightd__WeightInfo **wp = calloc(u->n_outs, sizeof(*wp));
-
-	if (!wi || !wp) {
-		fail(s, id, WD_E_EXHAUSTED, "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < u->n_outs; i++) {
-		const struct wd_plan *p = u->outs[u->outs[i].owner].plan;
-		weightd__weight_info__init(&wi[i]);
-		wi[i].name = u->outs[i].name_copy;
-		wi[i].dtype = (char *)wd_dtype_name(wd_plan_dtype(p));
-		wi[i].n_shape = (size_t)wd_plan_ndim(p);
-		wi[i].shape = (uint64_t *)wd_plan_shape(p);
-		wi[i].nbytes = wd_plan_nbytes(p);
-		wi[i].key.data = (uint8_t *)wd_plan_key(p);
-		wi[i].key.len = 32;
-		if (u->outs[i].owner != i)
-			wi[i].alias_of = u->outs[u->outs[i].owner].name_copy;
-		wp[i] = &wi[i];
-	}
-	ur.n_weights = u->n_outs;
-	ur.weights = wp;
-	resp.body_case = WEIGHTD__RESPONSE__BODY_PREFLIGHT;
-	resp.preflight = &ur;
-	reply(s, &resp, id, NULL, 0);
-out:
-	free(wi);
-	free(wp);
-}
-
-/*
- * Before anything starts: take the weights the cache already has (so that making room for the
- * rest cannot evict one this unit uses), then check that the weights still to be made fit the
- * budget together. If they do not, the hits are given back and nothing is evicted, reserved or
- * started: the unit fails whole with the bytes needed and available.
- */
-static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
-					 struct wd_error *err)
-{
-	struct cache *c = s->d->cache;
-	uint64_t need = 0;
-	size_t missing = 0, first = 0;
-	char what[WD_MAX_NAME + 600];
-	int r;
-
-	for (size_t i = 0; i < u->n_entries; i++) {
-		struct unit_out *o = &u->outs[i];
-		struct weight *w = cache_lookup(c, wd_plan_key(o->plan),
-						o->n_sources ? o->sources[0] : NULL);
-
-		if (w) {
-			o->w = w;
-			wd_plan_free(o->plan);
-			o->plan = NULL;
-		}
-	}
-	for (size_t i = 0; i < u->n_entries; i++) {
-		const struct wd_plan *p = u->outs[i].plan;
-
-		/* hits are held; repeats and weights being made need no room of their own */
-		if (!p || u->first[i] != i || cache_in_flight(c, wd_plan_key(p)))
-			continue;
-		if (missing++ == 0)
-			first = i;
-		need += wd_plan_nbytes(p);
-	}
-	if (missing == 1)
-		snprintf(what, sizeof(what), "slot \"%s\" (%s)", u->outs[first].name_copy,
-			 wd_plan_label(u->outs[first].plan));
-	else
-		snprintf(what, sizeof(what), "the unit (%zu weights to materialize)", missing);
-	r = cache_check_room(c, need, what, err);
-	if (r < 0) {
-		for (size_t i = 0; i < u->n_entries; i++)
-			if (u->outs[i].w) {
-				cache_drop(c, u->outs[i].w);
-				u->outs[i].w = NULL;
-			}
-		if (missing == 1)
-			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[first].name_copy);
-	}
-	return r;
-}
-
-static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight)
-{
-	struct unitreq *u;
-	struct wd_error err;
-	int r;
-
-	wd_error_clear(&err);
-	if (pu->n_entries == 0) {
-		fail(s, id, WD_E_EMPTY_INPUTS, "the unit has no entries");
-		return;
-	}
-	if (pu->n_entries > MAX_UNIT_ENTRIES || pu->n_aliases > MAX_UNIT_ENTRIES) {
-		fail(s, id, WD_E_LIMIT, "the unit has more than %d entries or aliases", MAX_UNIT_ENTRIES);
-		return;
-	}
-	if (!preflight && s->pending >= s->d->cfg->client_max_pending) {
-		fail(s, id, WD_E_LIMIT, "too many unit requests in flight on this connection");
-		return;
-	}
-	u = calloc(1, sizeof(*u));
-	if (u)
-		u->outs = calloc(pu->n_entries + pu->n_aliases, sizeof(*u->outs));
-	if (!u || !u->outs) {
-		free(u);
-		fail(s, id, WD_E_EXHAUSTED, "out of memory");
-		return;
-	}
-	u->id = id;
-	u->cache = s->d->cache;
-	u->n_entries = pu->n_entries;
-	u->n_outs = pu->n_entries + pu->n_aliases;
-	r = unit_check_names(u, pu, &err);
-	if (r == 0)
-		r = unit_preflight(u, s, pu, &err);
-	if (r < 0 || preflight) {
-		if (r < 0)
-			session_send_error(s, id, &err);
-		else
-			reply_preflight(s, id, u);
-		unitreq_free(u);
-		return;
-	}
-	r = unit_take_hits_and_check_room(u, s, &err);
-	if (r < 0) {
-		session_send_error(s, id, &err);
-		unitreq_free(u);
-		return;
-	}
-	u->s = s;
-	u->next = s->unitreqs;
-	s->unitreqs = u;
-	s->pending++;
-	s->pending_bytes += u->new_bytes;
-	s->pending_weights += u->new_weights;
-	u->pending = 1; /* held by this function until every entry is submitted */
-	for (size_t i = 0; i < u->n_entries; i++) {
-		struct unit_out *o = &u->outs[i];
-		struct weight *w = NULL;
-		struct wd_plan *plan = o->plan;
-
-		if (!plan)
-			continue; /* a cache hit, already held */
-		o->plan = NULL; /* the cache owns it from here, whatever happens */
-		r = cache_request(s->d->cache, plan, o->sources, o->n_sources, on_entry_ready, o, &w,
-				  &u->err);
-		if (r == 1) {
-			o->w = w;
-		} else if (r == 0) {
-			u->pending++;
-		} else {
-			u->failed = true;
-			snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
-			wd_error_prefix(&u->err, "slot \"%s\"", o->name_copy);
-			break;
-		}
-	}
-	if (--u->pending == 0)
-		unitreq_finish(u, u->cache);
-}
-
-void request_session_gone(struct session *s)
-{
-	struct unitreq *u;
-
-	while ((u = s->unitreqs)) {
-		s->unitreqs = u->next;
-		u->s = NULL; /* finishes later, answering nobody and giving its references back */
-	}
-	s->pending = 0;
-	s->pending_bytes = 0;
-	s->pending_weights = 0;
-}
-
-/* --- share, release --------------------------------------------------------------------------- */
-
-static void do_share(struct session *s, uint64_t id, const Weightd__Share *sh)
-{
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-	Weightd__ShareReply sr = WEIGHTD__SHARE_REPLY__INIT;
-	Weightd__WeightInfo wi;
-	struct held *h = session_find_held(s, sh->handle);
-	int fd;
-
-	if (!h) {
-		char buf[32];
-		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
-		fail(s, id, WD_E_NOT_FOUND, "this client holds no weight with handle %s", buf);
-		return;
-	}
-	if (s->d->cfg->client_max_weights && s->n_held >= s->d->cfg->client_max_weights &&
-	    h->count == 0) {
-		fail(s, id, WD_E_LIMIT, "the client holds its maximum number of weights");
-		return;
-	}
-	fd = dup(h->w->seg.ro_fd);
-	if (fd < 0) {
-		fail(s, id, WD_E_EXHAUSTED, "the daemon is out of file descriptors (%s)",
-		     strerror(errno));
-		return;
-	}
-	cache_hold(s->d->cache, h->w);
-	if (session_hold(s, h->w) < 0) {
-		cache_drop(s->d->cache, h->w);
-		close(fd);
-		fail(s, id, WD_E_EXHAUSTED, "out of memory");
-		return;
-	}
-	fill_weight_info(&wi, h->w, h->w->label);
-	wi.fd_index = 0;
-	sr.weight = &wi;
-	resp.body_case = WEIGHTD__RESPONSE__BODY_SHARE;
-	resp.share = &sr;
-	reply(s, &resp, id, &fd, 1);
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -875,8 +201,9 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
 	uint64_t *sorted;
 
-	if (rl->n_handles > MAX_UNIT_ENTRIES) {
-		fail(s, id, WD_E_LIMIT, "at most %d handles per release", MAX_UNIT_ENTRIES);
+	if (rl->n_handles > s->d->cfg->max_unit_entries) {
+		fail(s, id, WD_E_LIMIT, "limit exceeded: a release of %zu handles; at most %u "
+		     "(max_unit_entries)", rl->n_handles, s->d->cfg->max_unit_entries);
 		return;
 	}
 	sorted = malloc((rl->n_handles ? rl->n_handles : 1) * sizeof(*sorted));
@@ -939,6 +266,8 @@ static void status_weight(struct weight *w, void *arg)
 	x->digest.len = 32;
 	x->source = w->source;
 	x->adopted = w->adopted;
+	x->segment = w->segment->id;
+	x->offset = w->offset;
 	sw->wp[sw->n] = x;
 	sw->n++;
 }
@@ -966,6 +295,32 @@ static void status_job(const struct cache_job_info *j, void *arg)
 	jw->jp[jw->n++] = x;
 }
 
+struct seg_walk {
+	Weightd__SegmentStatus *ss;
+	Weightd__SegmentStatus **sp;
+	size_t n, cap;
+};
+
+static void status_segment(struct cache_segment *sg, void *arg)
+{
+	struct seg_walk *sw = arg;
+	Weightd__SegmentStatus *x;
+
+	if (sw->n == sw->cap)
+		return;
+	x = &sw->ss[sw->n];
+	weightd__segment_status__init(x);
+	x->id = sg->id;
+	x->name = sg->seg.name;
+	x->size = sg->seg.size;
+	x->weights = sg->n_weights;
+	x->held = sg->held;
+	x->source = sg->source;
+	x->adopted = sg->adopted;
+	x->filling = sg->n_jobs > 0;
+	sw->sp[sw->n++] = x;
+}
+
 static void do_status(struct session *s, uint64_t id)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
@@ -978,8 +333,11 @@ static void do_status(struct session *s, uint64_t id)
 	size_t nj = cache_job_count(d->cache);
 	struct job_walk jw = { calloc(nj ? nj : 1, sizeof(*jw.js)), calloc(nj ? nj : 1, sizeof(*jw.jp)),
 			       0, nj };
+	size_t ng = cache_segment_count(d->cache);
+	struct seg_walk gw = { calloc(ng ? ng : 1, sizeof(*gw.ss)), calloc(ng ? ng : 1, sizeof(*gw.sp)),
+			       0, ng };
 
-	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp) {
+	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp || !gw.ss || !gw.sp) {
 		fail(s, id, WD_E_EXHAUSTED, "out of memory");
 		goto out;
 	}
@@ -999,6 +357,13 @@ static void do_status(struct session *s, uint64_t id)
 	st.bytes_materialized = d->stats.bytes_materialized;
 	st.materialize_ns = d->stats.materialize_ns;
 	st.references = cache_references(d->cache);
+	st.segments = cache_segment_count(d->cache);
+	st.segment_bytes = cache_segment_bytes(d->cache);
+	st.idle_weights = cache_idle_weights(d->cache);
+	st.idle_segments = cache_idle_segments(d->cache);
+	cache_foreach_segment(d->cache, status_segment, &gw);
+	st.n_segment_list = gw.n;
+	st.segment_list = gw.sp;
 	for (size_t i = 0; i < ns; i++) {
 		source_info(catalog_at(d->catalog, i), &si[st.n_sources]);
 		sp[st.n_sources] = &si[st.n_sources];
@@ -1021,6 +386,8 @@ out:
 	free(sw.wp);
 	free(jw.js);
 	free(jw.jp);
+	free(gw.ss);
+	free(gw.sp);
 }
 
 static bool require_privilege(struct session *s, uint64_t id, const char *what)
@@ -1103,9 +470,9 @@ void request_dispatch(struct session *s, Weightd__Request *req)
 	case WEIGHTD__REQUEST__BODY_HELLO: do_hello(s, req->id, req->hello); break;
 	case WEIGHTD__REQUEST__BODY_LIST: do_list(s, req->id); break;
 	case WEIGHTD__REQUEST__BODY_DESCRIBE: do_describe(s, req->id, req->describe); break;
-	case WEIGHTD__REQUEST__BODY_PREFLIGHT: do_unit(s, req->id, req->preflight, true); break;
-	case WEIGHTD__REQUEST__BODY_MATERIALIZE: do_unit(s, req->id, req->materialize, false); break;
-	case WEIGHTD__REQUEST__BODY_SHARE: do_share(s, req->id, req->share); break;
+	case WEIGHTD__REQUEST__BODY_PREFLIGHT: request_unit(s, req->id, req->preflight, true); break;
+	case WEIGHTD__REQUEST__BODY_MATERIALIZE: request_unit(s, req->id, req->materialize, false); break;
+	case WEIGHTD__REQUEST__BODY_SHARE: request_share(s, req->id, req->share); break;
 	case WEIGHTD__REQUEST__BODY_RELEASE: do_release(s, req->id, req->release); break;
 	case WEIGHTD__REQUEST__BODY_STATUS: do_status(s, req->id); break;
 	case WEIGHTD__REQUEST__BODY_RELOAD: do_reload(s, req->id); break;

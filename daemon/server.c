@@ -111,6 +111,7 @@ void session_send(struct session *s, const Weightd__Response *resp, const int *f
 {
 	size_t len = weightd__response__get_packed_size(resp);
 	uint8_t stackbuf[4096], *buf = stackbuf;
+	size_t queued_before;
 	int r;
 
 	if (s->dead) {
@@ -128,6 +129,7 @@ void session_send(struct session *s, const Weightd__Response *resp, const int *f
 		}
 	}
 	weightd__response__pack(resp, buf);
+	queued_before = wd_outq_bytes(s->out);
 	r = wd_outq_push(s->out, buf, len, fds, nfds);
 	if (buf != stackbuf)
 		free(buf);
@@ -135,7 +137,9 @@ void session_send(struct session *s, const Weightd__Response *resp, const int *f
 		session_kill(s, "its reply could not be queued");
 		return;
 	}
-	if (wd_outq_bytes(s->out) > s->d->cfg->client_max_queue_bytes) {
+	/* The cap is on a backlog: a client is cut off for not reading what came before, never for
+	 * the size of the one answer it asked for (a unit of a million entries answers in more). */
+	if (queued_before > s->d->cfg->client_max_queue_bytes) {
 		log_warn("client %llu (pid %d) is not reading its replies (%zu bytes queued); "
 			 "disconnecting it", (unsigned long long)s->id, (int)s->peer.pid,
 			 wd_outq_bytes(s->out));
@@ -363,6 +367,23 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 		r = wd_inbuf_next(s->in, &f);
 		if (r == 0)
 			break;
+		if (r == -WD_E_LIMIT) {
+			struct wd_error e;
+
+			/* Say which limit before closing: the client was told them in hello. */
+			wd_error_clear(&e);
+			wd_error_set(&e, WD_E_LIMIT,
+				     "limit exceeded: a request frame is over max_frame (%u bytes) or a "
+				     "request over max_message (%llu bytes); the connection is closed",
+				     s->d->cfg->max_frame_bytes,
+				     (unsigned long long)s->d->cfg->max_message_bytes);
+			log_warn("client %llu (pid %d): %s", (unsigned long long)s->id,
+				 (int)s->peer.pid, e.msg);
+			session_send_error(s, 0, &e);
+			s->close_after_flush = true;
+			event_del(s->ev_read);
+			return;
+		}
 		if (r < 0) {
 			log_warn("client %llu (pid %d): malformed frame; disconnecting it",
 				 (unsigned long long)s->id, (int)s->peer.pid);
@@ -470,6 +491,10 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 		s->privileged = s->peer.uid == 0 || s->peer.uid == geteuid();
 		s->in = wd_inbuf_new(srv->d->cfg->max_frame_bytes, 0);
 		s->out = wd_outq_new();
+		if (s->in)
+			wd_inbuf_set_max_message(s->in, srv->d->cfg->max_message_bytes);
+		if (s->out)
+			wd_outq_set_frame_max(s->out, srv->d->cfg->max_frame_bytes);
 		s->ev_read = event_new(srv->d->base, fd, EV_READ | EV_PERSIST, on_read, s);
 		s->ev_write = event_new(srv->d->base, fd, EV_WRITE | EV_PERSIST, on_write, s);
 		if (!s->in || !s->out || !s->ev_read || !s->ev_write || event_add(s->ev_read, NULL)) {

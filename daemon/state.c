@@ -1,4 +1,5 @@
-/* state.c - per-weight JSON records in the state directory, and recovery at start. */
+/* state.c - per-segment JSON records (the weights in each) in the state directory, and recovery
+ * at start. */
 #include "state.h"
 
 #include <dirent.h>
@@ -13,8 +14,6 @@
 
 #include "digest.h"
 #include "segment.h"
-
-#define RECORD_MAX_BYTES 65536
 
 static bool enabled(const char *dir)
 {
@@ -55,28 +54,53 @@ static bool hex_decode(const char *hex, uint8_t *out, size_t n)
 	return true;
 }
 
-int state_write(const char *dir, const char *instance, const struct state_record *rec,
+/* The record file of a segment: its shm name without the leading '/'. */
+static bool record_path(const char *dir, const char *instance, const char *segment, char *out,
+			size_t cap)
+{
+	if (!segment || segment[0] != '/' || strchr(segment + 1, '/') || !segment[1])
+		return false;
+	return (size_t)snprintf(out, cap, "%s/%s/%s.json", dir, instance, segment + 1) < cap;
+}
+
+int state_write(const char *dir, const char *instance, const struct state_segment *rec,
 		struct wd_error *err)
 {
-	char key[65], digest[65], path[4096], tmp[4200];
-	json_t *o, *shape;
+	char path[4096], tmp[4200];
+	json_t *o = NULL, *ws = NULL;
 	int r = 0;
 
 	if (!enabled(dir))
 		return 0;
-	wd_hex(rec->key, 32, key);
-	wd_hex(rec->digest, 32, digest);
-	shape = json_array();
-	for (int i = 0; i < rec->ndim; i++)
-		json_array_append_new(shape, json_integer((json_int_t)rec->shape[i]));
-	o = json_pack("{s:i, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:s, s:I, s:I}", "version", 1, "key",
-		      key, "digest", digest, "dtype", wd_dtype_name(rec->dtype), "shape", shape,
-		      "nbytes", (json_int_t)rec->nbytes, "segment", rec->segment, "label", rec->label,
-		      "source", rec->source, "generation", (json_int_t)rec->generation, "ino",
-		      (json_int_t)rec->ino);
+	if (!record_path(dir, instance, rec->segment, path, sizeof(path)))
+		return wd_error_set(err, WD_E_INVALID, "no state record for segment name \"%s\"",
+				    rec->segment);
+	ws = json_array();
+	for (size_t i = 0; ws && i < rec->n_weights; i++) {
+		const struct state_weight *w = &rec->weights[i];
+		char key[65], digest[65];
+		json_t *shape = json_array(), *wo;
+
+		wd_hex(w->key, 32, key);
+		wd_hex(w->digest, 32, digest);
+		for (int k = 0; shape && k < w->ndim; k++)
+			json_array_append_new(shape, json_integer((json_int_t)w->shape[k]));
+		wo = json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:s}", "key", key, "digest", digest,
+			       "dtype", wd_dtype_name(w->dtype), "shape", shape, "nbytes",
+			       (json_int_t)w->nbytes, "offset", (json_int_t)w->offset, "label",
+			       w->label ? w->label : "");
+		if (!wo || json_array_append_new(ws, wo) < 0) {
+			json_decref(ws);
+			ws = NULL;
+		}
+	}
+	if (ws)
+		o = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:o}", "version", 2, "segment",
+			      rec->segment, "source", rec->source, "generation",
+			      (json_int_t)rec->generation, "size", (json_int_t)rec->size, "ino",
+			      (json_int_t)rec->ino, "weights", ws);
 	if (!o)
 		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory writing a state record");
-	snprintf(path, sizeof(path), "%s/%s/%s.json", dir, instance, key);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	if (json_dump_file(o, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0) {
 		unlink(tmp);
@@ -87,56 +111,92 @@ int state_write(const char *dir, const char *instance, const struct state_record
 	return r;
 }
 
-void state_remove(const char *dir, const char *instance, const uint8_t key[32])
+void state_remove(const char *dir, const char *instance, const char *segment)
 {
-	char hex[65], path[4096];
+	char path[4096];
 
-	if (!enabled(dir))
+	if (!enabled(dir) || !record_path(dir, instance, segment, path, sizeof(path)))
 		return;
-	wd_hex(key, 32, hex);
-	snprintf(path, sizeof(path), "%s/%s/%s.json", dir, instance, hex);
 	unlink(path);
 }
 
-/* Parse one record file; false if it is not a valid record. */
-static bool read_record(const char *path, struct state_record *rec)
+void state_segment_fini(struct state_segment *rec)
+{
+	for (size_t i = 0; i < rec->n_weights; i++)
+		free(rec->weights[i].label);
+	free(rec->weights);
+	rec->weights = NULL;
+	rec->n_weights = 0;
+}
+
+/* One weight of a record; false if it is not valid or does not lie inside the segment. */
+static bool read_weight(json_t *wo, uint64_t size, struct state_weight *w)
+{
+	const char *key = NULL, *digest = NULL, *dtype = NULL, *label = NULL;
+	json_int_t nbytes = -1, offset = -1;
+	json_t *shape, *v;
+	size_t i;
+
+	if (json_unpack(wo, "{s:s, s:s, s:s, s:o, s:I, s:I, s:s}", "key", &key, "digest", &digest,
+			"dtype", &dtype, "shape", &shape, "nbytes", &nbytes, "offset", &offset,
+			"label", &label) < 0)
+		return false;
+	if (!hex_decode(key, w->key, 32) || !hex_decode(digest, w->digest, 32) || nbytes < 0 ||
+	    offset < 0 || (offset % 64) != 0 || (uint64_t)offset > size ||
+	    (uint64_t)nbytes > size - (uint64_t)offset || !json_is_array(shape) ||
+	    json_array_size(shape) > WD_MAX_DIMS)
+		return false;
+	w->dtype = wd_dtype_from_name(dtype);
+	if (w->dtype == WD_DTYPE_INVALID)
+		return false;
+	json_array_foreach(shape, i, v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0)
+			return false;
+		w->shape[i] = (uint64_t)json_integer_value(v);
+	}
+	w->ndim = (int)json_array_size(shape);
+	w->nbytes = (uint64_t)nbytes;
+	w->offset = (uint64_t)offset;
+	w->label = strdup(label);
+	return w->label != NULL;
+}
+
+/* Parse one record file; false if it is not a valid record (of this version). */
+static bool read_record(const char *path, struct state_segment *rec)
 {
 	json_error_t jerr;
-	json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr), *shape, *v;
-	const char *key = NULL, *digest = NULL, *dtype = NULL, *segment = NULL, *label = NULL,
-		   *source = NULL;
-	json_int_t nbytes = -1, generation = 0, ino = 0;
+	json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr), *ws, *wo;
+	const char *segment = NULL, *source = NULL;
+	json_int_t version = 0, generation = 0, size = -1, ino = 0;
 	bool ok = false;
 	size_t i;
 
+	memset(rec, 0, sizeof(*rec));
 	if (!o)
 		return false;
-	memset(rec, 0, sizeof(*rec));
-	if (json_unpack(o, "{s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:s, s:I, s?I}", "key", &key,
-			"digest", &digest, "dtype", &dtype, "shape", &shape, "nbytes", &nbytes,
-			"segment", &segment, "label", &label, "source", &source, "generation",
-			&generation, "ino", &ino) < 0)
+	if (json_unpack(o, "{s:I, s:s, s:s, s:I, s:I, s:I, s:o}", "version", &version, "segment",
+			&segment, "source", &source, "generation", &generation, "size", &size,
+			"ino", &ino, "weights", &ws) < 0 ||
+	    version != 2 || size < 0 || !json_is_array(ws) || json_array_size(ws) == 0 ||
+	    json_array_size(ws) > STATE_MAX_WEIGHTS || strlen(segment) >= sizeof(rec->segment))
 		goto out;
-	if (!hex_decode(key, rec->key, 32) || !hex_decode(digest, rec->digest, 32) || nbytes < 0 ||
-	    !json_is_array(shape) || json_array_size(shape) > WD_MAX_DIMS)
+	rec->weights = calloc(json_array_size(ws), sizeof(*rec->weights));
+	if (!rec->weights)
 		goto out;
-	rec->dtype = wd_dtype_from_name(dtype);
-	if (rec->dtype == WD_DTYPE_INVALID)
-		goto out;
-	json_array_foreach(shape, i, v) {
-		if (!json_is_integer(v) || json_integer_value(v) < 0)
+	json_array_foreach(ws, i, wo) {
+		if (!read_weight(wo, (uint64_t)size, &rec->weights[i]))
 			goto out;
-		rec->shape[i] = (uint64_t)json_integer_value(v);
+		rec->n_weights++;
 	}
-	rec->ndim = (int)json_array_size(shape);
-	rec->nbytes = (uint64_t)nbytes;
-	rec->generation = (uint64_t)generation;
-	rec->ino = ino > 0 ? (uint64_t)ino : 0;
 	snprintf(rec->segment, sizeof(rec->segment), "%s", segment);
-	snprintf(rec->label, sizeof(rec->label), "%s", label);
 	snprintf(rec->source, sizeof(rec->source), "%s", source);
+	rec->generation = (uint64_t)generation;
+	rec->size = (uint64_t)size;
+	rec->ino = ino > 0 ? (uint64_t)ino : 0;
 	ok = true;
 out:
+	if (!ok)
+		state_segment_fini(rec);
 	json_decref(o);
 	return ok;
 }
@@ -161,7 +221,7 @@ static int unlink_unkept(const char *name, uint64_t size, void *arg)
 }
 
 int state_recover(const char *dir, const char *instance,
-		  int (*adopt)(const struct state_record *rec, void *arg), void *arg,
+		  int (*adopt)(const struct state_segment *rec, void *arg), void *arg,
 		  int *ret_removed)
 {
 	struct keep k = { NULL, 0, 0, instance, 0 };
@@ -175,8 +235,9 @@ int state_recover(const char *dir, const char *instance,
 		d = opendir(path);
 		while (d && (e = readdir(d))) {
 			char file[4400];
-			struct state_record rec;
+			struct state_segment rec;
 			size_t len = strlen(e->d_name);
+			int took;
 
 			if (e->d_name[0] == '.')
 				continue;
@@ -185,22 +246,31 @@ int state_recover(const char *dir, const char *instance,
 				unlink(file); /* a temp file a crash left behind */
 				continue;
 			}
-			if (!read_record(file, &rec) || adopt(&rec, arg) != 0) {
+			if (!read_record(file, &rec)) {
+				unlink(file);
+				continue;
+			}
+			took = adopt(&rec, arg);
+			if (took <= 0) {
+				state_segment_fini(&rec);
 				unlink(file);
 				continue;
 			}
 			if (k.n == k.cap) {
 				size_t ncap = k.cap ? k.cap * 2 : 64;
 				char **nn = realloc(k.names, ncap * sizeof(*nn));
-				if (!nn)
+				if (!nn) {
+					state_segment_fini(&rec);
 					break;
+				}
 				k.names = nn;
 				k.cap = ncap;
 			}
 			k.names[k.n] = strdup(rec.segment);
 			if (k.names[k.n])
 				k.n++;
-			adopted++;
+			adopted += took;
+			state_segment_fini(&rec);
 		}
 		if (d)
 			closedir(d);

@@ -1,49 +1,67 @@
-/* state.h - the state index: one small record per weight in the state directory, so a restarted
- * daemon re-adopts its segments instead of rereading checkpoints. */
+/* state.h - the state index: one small record per shared-memory segment in the state directory,
+ * listing the weights it holds, so a restarted daemon re-adopts its segments instead of rereading
+ * checkpoints. */
 #ifndef WD_STATE_H
 #define WD_STATE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dtype.h"
 #include "error.h"
 #include "wd_limits.h"
 
-struct state_record {
+/* One weight of a segment record. */
+struct state_weight {
 	uint8_t key[32];
 	uint8_t digest[32];
 	enum wd_dtype dtype;
 	int ndim;
 	uint64_t shape[WD_MAX_DIMS];
 	uint64_t nbytes;
-	char segment[256];   /* shm name, "/prefix.keyhex" */
-	char label[512];
-	char source[128];
-	uint64_t generation;
-	uint64_t ino;        /* the segment's inode when written (0: not recorded) */
+	uint64_t offset;     /* where in the segment it starts */
+	char *label;         /* borrowed when writing; owned by the record when read */
 };
 
+struct state_segment {
+	char segment[256];   /* shm name, "/prefix.<random hex>" */
+	char source[128];    /* the checkpoint its weights come from (first source) */
+	uint64_t generation;
+	uint64_t size;       /* bytes of the object */
+	uint64_t ino;        /* its inode when written (0: not recorded) */
+	struct state_weight *weights;
+	size_t n_weights;
+};
+
+/* Most weights one record may list (a record is read whole before anything is adopted). */
+#define STATE_MAX_WEIGHTS 65536
+
 /*
- * Records live in DIR/INSTANCE/<keyhex>.json, written to a temp file and renamed, so a crash leaves
- * either the old state or the new. dir "" disables the index (every function is then a no-op).
+ * Records live in DIR/INSTANCE/<segment name>.json, written to a temp file and renamed, so a crash
+ * leaves either the old state or the new. dir "" disables the index (every function is then a
+ * no-op).
  */
 /* Create DIR/INSTANCE (mode 0700). */
 int state_init(const char *dir, const char *instance, struct wd_error *err);
-/* Write a record (thread-safe: any worker may call it). */
-int state_write(const char *dir, const char *instance, const struct state_record *rec,
+/* Write (or replace) the record of a segment. */
+int state_write(const char *dir, const char *instance, const struct state_segment *rec,
 		struct wd_error *err);
-/* Remove the record for key (ENOENT is fine). */
-void state_remove(const char *dir, const char *instance, const uint8_t key[32]);
+/* Remove the record of segment `name` (ENOENT is fine). */
+void state_remove(const char *dir, const char *instance, const char *segment);
 
 /*
- * At start: for every record, call adopt(rec, arg); a nonzero return (segment missing, wrong size,
- * digest mismatch) removes the record. Then unlink every segment under the prefix that no adopted
- * record names. Returns the number adopted; *ret_removed counts segments unlinked.
+ * At start: for every record, call adopt(rec, arg), which returns how many of its weights it took;
+ * 0 or less (segment missing, wrong size or inode, every weight refused) removes the record. Then
+ * unlink every segment under the prefix that no adopted record names. Returns the number of
+ * weights adopted; *ret_removed counts segments unlinked.
  */
 int state_recover(const char *dir, const char *instance,
-		  int (*adopt)(const struct state_record *rec, void *arg), void *arg,
+		  int (*adopt)(const struct state_segment *rec, void *arg), void *arg,
 		  int *ret_removed);
+
+/* Free what a read record owns (labels, weights). */
+void state_segment_fini(struct state_segment *rec);
 
 /* Remove every record of an instance (weightctl purge). */
 int state_purge(const char *dir, const char *instance);

@@ -4,6 +4,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 void wd_error_clear(struct wd_error *err)
 {
@@ -90,4 +93,39 @@ const char *wd_code_name(int code)
 	case WD_E_SLOT_MISMATCH: return "slot-mismatch";
 	default: return "unknown-error";
 	}
+}
+
+/* Open fds counted in /proc/self/fd (-1 when it cannot be read, e.g. out of fds to open it). */
+static long count_open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	long n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the directory's own fd */
+}
+
+void wd_nofile_text(char *buf, size_t cap, const char *who, const char *how)
+{
+	struct rlimit rl;
+	char lim[32] = "?", open_now[48] = "";
+	long n = count_open_fds();
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		if (rl.rlim_cur == RLIM_INFINITY)
+			snprintf(lim, sizeof(lim), "unlimited");
+		else
+			snprintf(lim, sizeof(lim), "%llu", (unsigned long long)rl.rlim_cur);
+	}
+	if (n >= 0)
+		snprintf(open_now, sizeof(open_now), ", %ld open now", n);
+	snprintf(buf, cap,
+		 "%s (pid %d) has reached its limit of %s open files (RLIMIT_NOFILE%s); raise it "
+		 "(%s)", who, (int)getpid(), lim, open_now, how);
 }

@@ -2,6 +2,7 @@
 #ifndef WD_ERROR_H
 #define WD_ERROR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Same numbers as weightd.ErrorCode in proto/weightd.proto. */
@@ -70,6 +71,14 @@ void wd_error_about(struct wd_error *err, const char *checkpoint, const char *te
 
 /* Prefix the current message with "prefix: " (to add context while an error travels up). */
 void wd_error_prefix(struct wd_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * The sentence for a process out of file descriptors, to follow "what failed: ": "<who> (pid N)
+ * has reached its limit of L open files (RLIMIT_NOFILE, O open now); raise it (<how>)". Written
+ * to buf (always terminated). Used wherever EMFILE/ENFILE or a truncated SCM_RIGHTS is met, so
+ * the error names the process and the knob instead of looking like a broken connection.
+ */
+void wd_nofile_text(char *buf, size_t cap, const char *who, const char *how);
 
 /* Short stable name of a code ("invalid-argument", "unknown-tensor", ...), never NULL. */
 const char *wd_code_name(int code);

@@ -122,11 +122,21 @@ struct wd_outq {
 	struct outq_frame *tail;
 	size_t bytes;       /* unsent bytes over all frames */
 	size_t frames;
+	uint32_t frame_max; /* payload bytes per frame; longer messages are split */
 };
 
 struct wd_outq *wd_outq_new(void)
 {
-	return calloc(1, sizeof(struct wd_outq));
+	struct wd_outq *q = calloc(1, sizeof(struct wd_outq));
+
+	if (q)
+		q->frame_max = WD_FRAME_MAX_DEFAULT;
+	return q;
+}
+
+void wd_outq_set_frame_max(struct wd_outq *q, uint32_t frame_max)
+{
+	q->frame_max = frame_max < 64 ? 64 : frame_max;
 }
 
 static void outq_frame_free(struct outq_frame *f)
@@ -150,37 +160,30 @@ void wd_outq_free(struct wd_outq *q)
 	free(q);
 }
 
-/*
- * Copies the payload behind a freshly built header so the caller's buffer (usually a packed
- * protobuf) can be freed at once; the fds are owned from here on whatever happens.
- */
-int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds)
+/* Append one frame (header + payload copy) to the queue; the fds are the caller's until this
+ * succeeds, then the queue's. */
+static int outq_push_frame(struct wd_outq *q, const uint8_t *payload, size_t len, const int *fds,
+			   size_t nfds, bool more)
 {
-	struct outq_frame *f = NULL;
-	int rc;
+	struct outq_frame *f = calloc(1, sizeof(*f));
 
-	if (len > UINT32_MAX - WD_FRAME_HEADER || nfds > WD_FRAME_MAX_FDS ||
-	    !fds_fit(WD_FRAME_HEADER + len, nfds)) {
-		rc = -WD_E_LIMIT;
-		goto fail;
-	}
-	rc = -WD_E_EXHAUSTED;
-	f = calloc(1, sizeof(*f));
 	if (!f)
-		goto fail;
+		return -WD_E_EXHAUSTED;
 	f->len = WD_FRAME_HEADER + len;
 	f->bytes = malloc(f->len);
-	if (!f->bytes)
-		goto fail;
-	if (nfds) {
+	if (nfds)
 		f->fds = malloc(sizeof(int) * nfds);
-		if (!f->fds)
-			goto fail;
-		memcpy(f->fds, fds, sizeof(int) * nfds);
-		f->nfds = nfds;
+	if (!f->bytes || (nfds && !f->fds)) {
+		free(f->fds);
+		free(f->bytes);
+		free(f);
+		return -WD_E_EXHAUSTED;
 	}
+	if (nfds)
+		memcpy(f->fds, fds, sizeof(int) * nfds);
+	f->nfds = nfds;
 	put_le32(f->bytes, (uint32_t)len);
-	put_le32(f->bytes + 4, (uint32_t)nfds);
+	put_le32(f->bytes + 4, (uint32_t)nfds | (more ? WD_FRAME_MORE : 0));
 	if (len)
 		memcpy(f->bytes + WD_FRAME_HEADER, payload, len);
 	if (q->tail)
@@ -191,12 +194,66 @@ int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *
 	q->bytes += f->len;
 	q->frames++;
 	return 0;
-fail:
-	if (f) {
+}
+
+/*
+ * Copies the payload behind freshly built headers so the caller's buffer (usually a packed
+ * protobuf) can be freed at once; the fds are owned from here on whatever happens. A message
+ * over the frame maximum (or with more fds than a frame carries) becomes k frames of about
+ * len / k bytes each, the fds spread evenly; frames already queued for a message that then
+ * fails are taken back, so the peer never sees half a message.
+ */
+int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds)
+{
+	size_t k, per_bytes, per_fds, off = 0, fd_off = 0;
+	struct outq_frame *old_tail = q->tail;
+	size_t old_frames = q->frames, old_bytes = q->bytes;
+	int rc;
+
+	if (len > (size_t)UINT32_MAX * 1024 || nfds > (size_t)INT32_MAX) {
+		rc = -WD_E_LIMIT;
+		goto fail;
+	}
+	k = (len + q->frame_max - 1) / q->frame_max;
+	if ((nfds + WD_FRAME_MAX_FDS - 1) / WD_FRAME_MAX_FDS > k)
+		k = (nfds + WD_FRAME_MAX_FDS - 1) / WD_FRAME_MAX_FDS;
+	if (k == 0)
+		k = 1;
+	per_bytes = (len + k - 1) / k;
+	per_fds = (nfds + k - 1) / k;
+	for (size_t i = 0; i < k; i++) {
+		size_t b = len - off < per_bytes ? len - off : per_bytes;
+		size_t n = nfds - fd_off < per_fds ? nfds - fd_off : per_fds;
+
+		if (!fds_fit(WD_FRAME_HEADER + b, n)) {
+			rc = -WD_E_LIMIT;
+			goto undo;
+		}
+		rc = outq_push_frame(q, (const uint8_t *)payload + off, b, fds + fd_off, n,
+				     i + 1 < k);
+		if (rc < 0)
+			goto undo;
+		off += b;
+		fd_off += n;
+	}
+	return 0;
+undo:
+	/* Take back this message's frames; their fds are closed below with the rest. */
+	while (q->frames > old_frames) {
+		struct outq_frame *f = old_tail ? old_tail->next : q->head;
+
+		if (old_tail)
+			old_tail->next = f->next;
+		else
+			q->head = f->next;
+		q->frames--;
 		free(f->fds);
 		free(f->bytes);
 		free(f);
 	}
+	q->tail = old_tail;
+	q->bytes = old_bytes;
+fail:
 	close_fds(fds, 0, nfds);
 	return rc;
 }
@@ -282,7 +339,15 @@ struct wd_inbuf {
 	size_t fd_count;
 	uint32_t max_payload;
 	uint32_t max_fds;
+	uint64_t max_message;
 	int failed;         /* sticky error of wd_inbuf_next: the stream cannot be resynchronised */
+	uint64_t fds_dropped;
+	/* a message being joined from several frames */
+	uint8_t *msg;
+	size_t msg_len, msg_cap;
+	int *msg_fds;
+	size_t msg_nfds, msg_fd_cap;
+	bool msg_handed;    /* msg was handed out: reset on the next call */
 };
 
 struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds)
@@ -293,7 +358,18 @@ struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds)
 		return NULL;
 	b->max_payload = max_payload;
 	b->max_fds = max_fds;
+	b->max_message = max_payload;
 	return b;
+}
+
+void wd_inbuf_set_max_message(struct wd_inbuf *b, uint64_t max_message)
+{
+	b->max_message = max_message < b->max_payload ? b->max_payload : max_message;
+}
+
+uint64_t wd_inbuf_fds_dropped(const struct wd_inbuf *b)
+{
+	return b ? b->fds_dropped : 0;
 }
 
 void wd_inbuf_free(struct wd_inbuf *b)
@@ -301,6 +377,9 @@ void wd_inbuf_free(struct wd_inbuf *b)
 	if (!b)
 		return;
 	close_fds(b->fds, b->fd_head, b->fd_head + b->fd_count);
+	close_fds(b->msg_fds, 0, b->msg_nfds);
+	free(b->msg_fds);
+	free(b->msg);
 	free(b->fds);
 	free(b->buf);
 	free(b);
@@ -468,14 +547,21 @@ int wd_inbuf_read(struct wd_inbuf *b, int sock)
 		nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 		if (msg.msg_flags & MSG_CTRUNC) {
 			close_fds(fds, 0, nfds);
+			b->fds_dropped++;
 			continue;
 		}
 		trc = inbuf_take_fds(b, fds, nfds);
 		if (trc && !rc)
 			rc = trc;
 	}
-	if (msg.msg_flags & MSG_CTRUNC)
-		return -WD_E_PROTOCOL;
+	/* The control buffer holds the most fds a sendmsg can carry, so a truncation means the kernel
+	 * could not install them: this process is at its descriptor limit. */
+	if (msg.msg_flags & MSG_CTRUNC) {
+		if (!b->fds_dropped)
+			b->fds_dropped = 1;
+		b->failed = -WD_E_EXHAUSTED;
+		return -WD_E_EXHAUSTED;
+	}
 	if (rc)
 		return rc;
 	return (int)n;
@@ -495,53 +581,129 @@ int wd_inbuf_feed(struct wd_inbuf *b, const void *data, size_t len)
 	return 0;
 }
 
+/* Append a continued frame's payload and fds to the message being joined. */
+static int msg_append(struct wd_inbuf *b, const uint8_t *p, size_t len, const int *fds,
+		      size_t nfds)
+{
+	if (b->msg_len + len > b->msg_cap) {
+		size_t ncap = b->msg_cap ? b->msg_cap : INBUF_CHUNK;
+		uint8_t *n;
+
+		while (ncap < b->msg_len + len)
+			ncap *= 2;
+		n = realloc(b->msg, ncap);
+		if (!n)
+			return -WD_E_EXHAUSTED;
+		b->msg = n;
+		b->msg_cap = ncap;
+	}
+	if (b->msg_nfds + nfds > b->msg_fd_cap) {
+		size_t ncap = b->msg_fd_cap ? b->msg_fd_cap : 64;
+		int *n;
+
+		while (ncap < b->msg_nfds + nfds)
+			ncap *= 2;
+		n = realloc(b->msg_fds, ncap * sizeof(int));
+		if (!n)
+			return -WD_E_EXHAUSTED;
+		b->msg_fds = n;
+		b->msg_fd_cap = ncap;
+	}
+	if (len)
+		memcpy(b->msg + b->msg_len, p, len);
+	if (nfds)
+		memcpy(b->msg_fds + b->msg_nfds, fds, nfds * sizeof(int));
+	b->msg_len += len;
+	b->msg_nfds += nfds;
+	return 0;
+}
+
 /*
  * Limits are checked as soon as a header is complete, before the payload arrives or anything is
- * sized for it. The frame's fds are the first nfds of the FIFO: they travelled with its bytes, so
- * they arrived no later than its last byte, and earlier frames took exactly their own.
+ * sized for it; a continued message is checked against max_message frame by frame, before its
+ * bytes are copied. A frame's fds are the first nfds of the FIFO: they travelled with its bytes,
+ * so they arrived no later than its last byte, and earlier frames took exactly their own.
  */
 int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
 {
-	size_t live = b->end - b->start;
-	const uint8_t *h;
-	uint32_t len, nfds;
-	int *fds = NULL;
-
 	if (b->failed)
 		return b->failed;
-	if (live < WD_FRAME_HEADER)
-		return 0;
-	h = b->buf + b->start;
-	len = get_le32(h);
-	nfds = get_le32(h + 4);
-	if (len > b->max_payload || nfds > b->max_fds || nfds > WD_FRAME_MAX_FDS) {
-		b->failed = -WD_E_LIMIT;
-		return b->failed;
+	if (b->msg_handed) {
+		b->msg_len = 0;
+		b->msg_nfds = 0;
+		b->msg_handed = false;
 	}
-	if (!fds_fit((size_t)WD_FRAME_HEADER + len, nfds)) {
-		b->failed = -WD_E_PROTOCOL;
-		return b->failed;
-	}
-	if (live - WD_FRAME_HEADER < len)
-		return 0;
-	if (nfds > b->fd_count) {
-		b->failed = -WD_E_PROTOCOL;
-		return b->failed;
-	}
-	if (nfds) {
-		fds = malloc(sizeof(int) * nfds);
-		if (!fds)
+	for (;;) {
+		size_t live = b->end - b->start;
+		const uint8_t *h;
+		uint32_t len, word, nfds;
+		bool more;
+		int *fds = NULL;
+
+		if (live < WD_FRAME_HEADER)
+			return 0;
+		h = b->buf + b->start;
+		len = get_le32(h);
+		word = get_le32(h + 4);
+		more = (word & WD_FRAME_MORE) != 0;
+		nfds = word & ~WD_FRAME_MORE;
+		if (len > b->max_payload || nfds > b->max_fds || nfds > WD_FRAME_MAX_FDS ||
+		    b->msg_len + len > b->max_message || b->msg_nfds + nfds > b->max_fds) {
+			b->failed = -WD_E_LIMIT;
+			return b->failed;
+		}
+		if (!fds_fit((size_t)WD_FRAME_HEADER + len, nfds)) {
+			b->failed = -WD_E_PROTOCOL;
+			return b->failed;
+		}
+		if (live - WD_FRAME_HEADER < len)
+			return 0;
+		if (nfds > b->fd_count) {
+			b->failed = -WD_E_PROTOCOL;
+			return b->failed;
+		}
+		if (!more && b->msg_len == 0 && b->msg_nfds == 0) {
+			/* the common case: a whole message in one frame, handed out in place */
+			if (nfds) {
+				fds = malloc(sizeof(int) * nfds);
+				if (!fds)
+					return -WD_E_EXHAUSTED;
+				memcpy(fds, b->fds + b->fd_head, sizeof(int) * nfds);
+				b->fd_head += nfds;
+				b->fd_count -= nfds;
+			}
+			ret->payload = b->buf + b->start + WD_FRAME_HEADER;
+			ret->len = len;
+			ret->fds = fds;
+			ret->nfds = nfds;
+			b->start += WD_FRAME_HEADER + (size_t)len;
+			return 1;
+		}
+		if (msg_append(b, h + WD_FRAME_HEADER, len, b->fds + b->fd_head, nfds) < 0)
 			return -WD_E_EXHAUSTED;
-		memcpy(fds, b->fds + b->fd_head, sizeof(int) * nfds);
 		b->fd_head += nfds;
 		b->fd_count -= nfds;
+		b->start += WD_FRAME_HEADER + (size_t)len;
+		if (more)
+			continue;
+		if (b->msg_len > UINT32_MAX) {
+			b->failed = -WD_E_LIMIT;
+			return b->failed;
+		}
+		if (b->msg_nfds) {
+			fds = malloc(sizeof(int) * b->msg_nfds);
+			if (!fds)
+				return -WD_E_EXHAUSTED;
+			memcpy(fds, b->msg_fds, sizeof(int) * b->msg_nfds);
+		}
+		ret->payload = b->msg;
+		ret->len = (uint32_t)b->msg_len;
+		ret->fds = fds;
+		ret->nfds = (uint32_t)b->msg_nfds;
+		b->msg_nfds = 0;
+		b->msg_handed = true;
+		return 1;
 	}
-	ret->payload = b->buf + b->start + WD_FRAME_HEADER;
-	ret->len = len;
-	ret->fds = fds;
-	ret->nfds = nfds;
-	b->start += WD_FRAME_HEADER + (size_t)len;
-	return 1;
 }
 
 void wd_frame_close_fds(struct wd_frame *f)
@@ -561,7 +723,8 @@ void wd_frame_close_fds(struct wd_frame *f)
  * Sends header and payload straight from the caller's memory (two iovecs), batching fds like the
  * queue does. A socket that happens to be non-blocking is waited on with poll.
  */
-int wd_frame_send_blocking(int sock, const void *payload, size_t len, const int *fds, size_t nfds)
+static int send_frame_blocking(int sock, const void *payload, size_t len, const int *fds,
+			       size_t nfds, bool more)
 {
 	uint8_t hdr[WD_FRAME_HEADER];
 	size_t total, off = 0, fds_sent = 0;
@@ -570,7 +733,7 @@ int wd_frame_send_blocking(int sock, const void *payload, size_t len, const int 
 	    !fds_fit(WD_FRAME_HEADER + len, nfds))
 		return -WD_E_LIMIT;
 	put_le32(hdr, (uint32_t)len);
-	put_le32(hdr + 4, (uint32_t)nfds);
+	put_le32(hdr + 4, (uint32_t)nfds | (more ? WD_FRAME_MORE : 0));
 	total = WD_FRAME_HEADER + len;
 	while (off < total) {
 		struct iovec iov[2];
@@ -606,5 +769,28 @@ int wd_frame_send_blocking(int sock, const void *payload, size_t len, const int 
 		fds_sent += batch;
 		off += (size_t)n;
 	}
+	return 0;
+}
+
+int wd_frame_send_blocking(int sock, const void *payload, size_t len, const int *fds, size_t nfds)
+{
+	return send_frame_blocking(sock, payload, len, fds, nfds, false);
+}
+
+int wd_message_send_blocking(int sock, const void *payload, size_t len, uint32_t frame_max)
+{
+	size_t off = 0;
+
+	if (frame_max == 0)
+		return -WD_E_LIMIT;
+	do {
+		size_t b = len - off < frame_max ? len - off : frame_max;
+		int r = send_frame_blocking(sock, (const uint8_t *)payload + off, b, NULL, 0,
+					    off + b < len);
+
+		if (r < 0)
+			return r;
+		off += b;
+	} while (off < len);
 	return 0;
 }

@@ -8,7 +8,11 @@
 #include "error.h"
 
 /*
- * Wire format of one frame: uint32 LE payload length, uint32 LE number of fds, payload bytes.
+ * Wire format of one frame: uint32 LE payload length, uint32 LE word (bit 31: more frames of the
+ * same message follow; bits 0-30: number of fds), payload bytes. A message larger than one frame
+ * (or with more fds than one frame may carry) travels as several frames, every one but the last
+ * flagged WD_FRAME_MORE; the receiver joins their payloads and fds in order, up to a maximum
+ * message size, and hands out whole messages.
  * The fds of a frame are sent as SCM_RIGHTS with the frame's bytes, at most WD_FRAME_FDS_PER_MSG
  * per sendmsg (SCM_MAX_FD is 253); a frame with more fds is sent in several sendmsg calls, each
  * carrying at least one byte. The receiver keeps fds in arrival order and hands a frame the first
@@ -19,6 +23,7 @@
 #define WD_FRAME_FDS_PER_MSG 250
 #define WD_FRAME_MAX_DEFAULT (4u << 20)
 #define WD_FRAME_MAX_FDS 8192
+#define WD_FRAME_MORE 0x80000000u
 
 /* --- sending ------------------------------------------------------------------------------ */
 
@@ -28,10 +33,15 @@ struct wd_outq *wd_outq_new(void);
 /* Frees queued frames and closes their fds. Accepts NULL. */
 void wd_outq_free(struct wd_outq *q);
 
+/* The largest payload one frame of this queue carries (default WD_FRAME_MAX_DEFAULT); longer
+ * messages are split. At least 64. */
+void wd_outq_set_frame_max(struct wd_outq *q, uint32_t frame_max);
+
 /*
- * Queue one frame. Takes ownership of fds[0..nfds) in every case (closed after sending, or at once
- * on failure). Returns 0, -WD_E_LIMIT (payload over max or nfds over WD_FRAME_MAX_FDS), or
- * -WD_E_EXHAUSTED.
+ * Queue one message: one frame, or several when it is longer than the frame maximum or carries
+ * more than WD_FRAME_MAX_FDS fds (fds spread over the frames). Takes ownership of fds[0..nfds) in
+ * every case (closed after sending, or at once on failure). Returns 0, -WD_E_LIMIT (a message
+ * too short to carry its fds, or over 4 GiB), or -WD_E_EXHAUSTED.
  */
 int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds);
 
@@ -48,15 +58,23 @@ size_t wd_outq_frames(const struct wd_outq *q);
 
 struct wd_inbuf;
 
-/* max_payload bounds one frame; max_fds bounds fds held (0: any fd received is a protocol error). */
+/* max_payload bounds one frame; max_fds bounds fds held and fds of one message (0: any fd received
+ * is a protocol error). A message may span frames up to max_payload bytes in all, unless
+ * wd_inbuf_set_max_message raises that. */
 struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds);
+/* The largest message (payloads of its frames joined) accepted; at least the frame maximum. */
+void wd_inbuf_set_max_message(struct wd_inbuf *b, uint64_t max_message);
+/* fds the kernel dropped because this process was out of descriptors (MSG_CTRUNC), so far. */
+uint64_t wd_inbuf_fds_dropped(const struct wd_inbuf *b);
 /* Closes fds not handed out. Accepts NULL. */
 void wd_inbuf_free(struct wd_inbuf *b);
 
 /*
  * One recvmsg (MSG_CMSG_CLOEXEC, MSG_DONTWAIT). Returns bytes read (> 0), 0 at end of stream,
- * WD_FRAME_AGAIN when nothing is available now, -WD_E_PROTOCOL on MSG_CTRUNC or fds beyond
- * max_fds (those fds are closed), -WD_E_DISCONNECTED on a reset, -WD_E_IO otherwise.
+ * WD_FRAME_AGAIN when nothing is available now, -WD_E_EXHAUSTED on MSG_CTRUNC (the kernel could
+ * not install the fds: this process is out of descriptors; the stream has lost fds and cannot go
+ * on), -WD_E_PROTOCOL on fds beyond max_fds (those fds are closed), -WD_E_DISCONNECTED on a
+ * reset, -WD_E_IO otherwise.
  */
 #define WD_FRAME_AGAIN (-1000)
 int wd_inbuf_read(struct wd_inbuf *b, int sock);
@@ -64,6 +82,7 @@ int wd_inbuf_read(struct wd_inbuf *b, int sock);
 /* Feed bytes directly (fuzzing and tests): appends to the buffer as if read. */
 int wd_inbuf_feed(struct wd_inbuf *b, const void *data, size_t len);
 
+/* One message (the payloads of its frames joined, and all their fds). */
 struct wd_frame {
 	uint8_t *payload;  /* valid until the next wd_inbuf_* call */
 	uint32_t len;
@@ -72,10 +91,11 @@ struct wd_frame {
 };
 
 /*
- * Take the next complete frame. Returns 1 with *ret filled, 0 when more bytes are needed, or
- * -WD_E_LIMIT (announced payload over max_payload, or nfds over the limit) / -WD_E_PROTOCOL (a
- * frame announces more fds than arrived with it) — after which the stream cannot be resynchronised
- * and the peer should be dropped. ret->fds is malloc'd (free it) or NULL when nfds is 0.
+ * Take the next complete message. Returns 1 with *ret filled, 0 when more bytes are needed, or
+ * -WD_E_LIMIT (announced payload over max_payload, a message over its maximum, or fds over the
+ * limit) / -WD_E_PROTOCOL (a frame announces more fds than arrived with it) — after which the
+ * stream cannot be resynchronised and the peer should be dropped. ret->fds is malloc'd (free it)
+ * or NULL when nfds is 0.
  */
 int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret);
 
@@ -86,5 +106,8 @@ void wd_frame_close_fds(struct wd_frame *f);
 
 /* Write one whole frame to a blocking socket (fds borrowed, not closed). */
 int wd_frame_send_blocking(int sock, const void *payload, size_t len, const int *fds, size_t nfds);
+/* Write one message as frames of at most frame_max payload bytes (the last one without
+ * WD_FRAME_MORE); no fds. */
+int wd_message_send_blocking(int sock, const void *payload, size_t len, uint32_t frame_max);
 
 #endif

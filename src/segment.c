@@ -27,6 +27,25 @@ static bool name_valid(const char *name)
 	return strcmp(name, "/.") != 0 && strcmp(name, "/..") != 0;
 }
 
+/* An open of a shm object failed (errno): out of descriptors names the process and the limit. */
+static int open_error(struct wd_error *err, const char *what, const char *name)
+{
+	int e = errno;
+	char why[300];
+
+	if (e == EMFILE || e == ENFILE) {
+		if (e == ENFILE)
+			snprintf(why, sizeof(why), "the system-wide table of open files is full "
+				 "(fs.file-max)");
+		else
+			wd_nofile_text(why, sizeof(why), "weightd",
+				       "LimitNOFILE= in weightd.service, or ulimit -n");
+		return wd_error_set(err, WD_E_EXHAUSTED, "resource exhausted: %s %s: %s", what, name,
+				    why);
+	}
+	return wd_error_set(err, WD_E_IO, "%s %s: %s", what, name, strerror(e));
+}
+
 /*
  * The read-only fd is a second open of the name, so the description clients receive never had
  * write access. It is checked to be the same inode as the writable one in case the name was
@@ -53,8 +72,7 @@ int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, s
 		goto fail;
 	}
 	if (fd < 0) {
-		rc = wd_error_set(err, errno == EMFILE || errno == ENFILE ? WD_E_EXHAUSTED : WD_E_IO,
-				  "creating shared memory %s: %s", name, strerror(errno));
+		rc = open_error(err, "creating shared memory", name);
 		goto fail;
 	}
 	created = true;
@@ -84,8 +102,7 @@ int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, s
 	}
 	ro_fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
 	if (ro_fd < 0) {
-		rc = wd_error_set(err, errno == EMFILE || errno == ENFILE ? WD_E_EXHAUSTED : WD_E_IO,
-				  "re-opening shared memory %s read-only: %s", name, strerror(errno));
+		rc = open_error(err, "re-opening read-only the shared memory", name);
 		goto fail;
 	}
 	if (fstat(fd, &st_rw) < 0 || fstat(ro_fd, &st_ro) < 0) {
@@ -114,6 +131,70 @@ fail:
 	return rc;
 }
 
+int wd_segment_create_sparse(const char *name, uint64_t size, struct wd_segment *ret,
+			     struct wd_error *err)
+{
+	int rc = wd_segment_create(name, 0, ret, err);
+
+	if (rc < 0)
+		return rc;
+	if (size > (uint64_t)INT64_MAX || ftruncate(ret->fd, (off_t)size) < 0) {
+		rc = wd_error_set(err, size > (uint64_t)INT64_MAX || errno == EFBIG ? WD_E_EXHAUSTED
+										       : WD_E_IO,
+				  "sizing shared memory %s to %llu bytes: %s", name,
+				  (unsigned long long)size, strerror(errno));
+		wd_segment_close(ret);
+		shm_unlink(name);
+		return rc;
+	}
+	ret->size = size;
+	return 0;
+}
+
+int wd_segment_reserve(int fd, uint64_t off, uint64_t len)
+{
+	int e;
+
+	if (!len)
+		return 0;
+	do
+		e = posix_fallocate(fd, (off_t)off, (off_t)len);
+	while (e == EINTR);
+	return e;
+}
+
+/*
+ * Only whole pages inside the range are punched (a weight packed at a 64-byte offset may share
+ * its first and last page with neighbours, which stay). The segment is re-opened by name for
+ * writing when the caller holds only its read-only fd, and checked to be the same object.
+ */
+int wd_segment_punch(const struct wd_segment *seg, uint64_t off, uint64_t len)
+{
+	const uint64_t page = 4096;
+	uint64_t from = (off + page - 1) / page * page, to = (off + len) / page * page;
+	struct stat a, b;
+	int fd = seg->fd, r = 0;
+
+	if (to <= from)
+		return 0;
+	if (fd < 0) {
+		fd = shm_open(seg->name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+		if (fd < 0)
+			return -WD_E_IO;
+		if (fstat(fd, &a) < 0 || fstat(seg->ro_fd, &b) < 0 || a.st_ino != b.st_ino ||
+		    a.st_dev != b.st_dev) {
+			close(fd);
+			return -WD_E_IO;
+		}
+	}
+	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)from,
+		      (off_t)(to - from)) < 0)
+		r = -WD_E_IO;
+	if (fd != seg->fd)
+		close(fd);
+	return r;
+}
+
 void wd_segment_seal(struct wd_segment *seg)
 {
 	if (!seg || seg->fd < 0)
@@ -137,8 +218,9 @@ int wd_segment_adopt(const char *name, struct wd_segment *ret, struct wd_error *
 				    name ? name : "(null)");
 	fd = shm_open(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 	if (fd < 0) {
-		rc = wd_error_set(err, errno == ENOENT ? WD_E_NOT_FOUND : WD_E_IO,
-				  "opening shared memory %s: %s", name, strerror(errno));
+		rc = errno == ENOENT ? wd_error_set(err, WD_E_NOT_FOUND, "opening shared memory %s: %s",
+						    name, strerror(errno))
+				     : open_error(err, "opening shared memory", name);
 		goto fail;
 	}
 	if (fstat(fd, &st) < 0) {

@@ -24,6 +24,18 @@ struct wd_segment {
  */
 int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, struct wd_error *err);
 
+/* Like wd_segment_create, but the object is sized with ftruncate and nothing is reserved: the
+ * weights packed into it reserve their own ranges (wd_segment_reserve) as they are filled. */
+int wd_segment_create_sparse(const char *name, uint64_t size, struct wd_segment *ret,
+			     struct wd_error *err);
+
+/* posix_fallocate [off, off + len) of fd: 0 or the errno (ENOSPC when /dev/shm is full). */
+int wd_segment_reserve(int fd, uint64_t off, uint64_t len);
+
+/* Give the pages of [off, off + len) back to the system (FALLOC_FL_PUNCH_HOLE) while the object
+ * lives: an evicted weight's memory. 0 or -WD_E_IO. */
+int wd_segment_punch(const struct wd_segment *seg, uint64_t off, uint64_t len);
+
 /* Drop write access: close the O_RDWR fd after filling. ro_fd stays. */
 void wd_segment_seal(struct wd_segment *seg);
 

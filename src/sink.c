@@ -74,6 +74,7 @@ static void detach(struct wd_sink *s)
 int wd_sink_init(struct wd_sink *s, int fd, uint64_t size)
 {
 	s->fd = fd;
+	s->base = 0;
 	s->size = size;
 	s->written = 0;
 	s->hasher = NULL;
@@ -137,7 +138,7 @@ int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_erro
 		wd_sha256_update(&s->sha, buf, len);
 	}
 	while (s->fd >= 0 && left) {
-		ssize_t n = pwrite(s->fd, p, left, (off_t)s->written);
+		ssize_t n = pwrite(s->fd, p, left, (off_t)(s->base + s->written));
 		if (n <= 0) {
 			if (n < 0 && errno == EINTR)
 				continue;

@@ -31,6 +31,7 @@ struct wd_hasher;
  */
 struct wd_sink {
 	int fd;
+	uint64_t base;              /* where in fd the weight starts (0 after wd_sink_init) */
 	uint64_t size;
 	uint64_t written;
 	struct wd_sha256 sha;

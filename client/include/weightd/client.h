@@ -89,7 +89,7 @@ extern "C" {
 #define WEIGHTD_MAX_DIMS 8
 #define WEIGHTD_DIGEST_LEN 32
 #define WEIGHTD_DEFAULT_SOCKET "/run/weightd/weightd.sock"
-#define WEIGHTD_PROTOCOL_VERSION 1
+#define WEIGHTD_PROTOCOL_VERSION 2
 
 /* =========================================================================================== */
 /* Errors                                                                                       */
@@ -198,6 +198,8 @@ typedef struct weightd_server_info {
 	uint32_t max_recipe_nodes;
 	uint64_t max_client_bytes;     /* bytes of weights one client may hold (0: no limit) */
 	uint32_t max_client_weights;   /* weights one client may hold (0: no limit) */
+	uint64_t max_message_bytes;    /* largest request (its frames joined) the daemon accepts */
+	uint64_t segment_max_bytes;    /* how much the daemon packs into one shared-memory segment */
 } weightd_server_info;
 
 WEIGHTD_API const weightd_server_info *weightd_server(const weightd_client *c);
@@ -450,13 +452,24 @@ WEIGHTD_API int weightd_recipe_from_json(const char *text, size_t len, weightd_r
 /* =========================================================================================== */
 
 /*
- * A weight this process holds: a read-only fd to its shared memory, plus what it is. Holding
- * it holds a reference in the daemon, which never evicts a weight someone holds. Free it with
+ * A weight this process holds: weightd_weight_nbytes bytes at weightd_weight_offset in a
+ * shared-memory segment, plus what it is. The daemon packs many weights into one segment; a
+ * client holds one read-only fd and (once mapped) one mapping per segment, however many weights
+ * and units use it, so fds and mappings grow with segments, not weights. Holding a weight holds
+ * a reference in the daemon, which never evicts a weight someone holds. Free it with
  * weightd_release. Accessors never fail; a weight received from the daemon is complete.
  */
 typedef struct weightd_weight weightd_weight;
 
-WEIGHTD_API int weightd_weight_fd(const weightd_weight *w);            /* owned by the weight */
+/* The read-only fd of the weight's segment: borrowed (shared by every weight of the segment this
+ * client holds; valid while the weight is), never to be closed by the caller. The weight's bytes
+ * are [weightd_weight_offset, + nbytes) of it; dup it to keep it longer. */
+WEIGHTD_API int weightd_weight_fd(const weightd_weight *w);
+/* Where the weight starts in its segment's fd: a multiple of 64 (of 4096 for weights of a page
+ * or more). */
+WEIGHTD_API uint64_t weightd_weight_offset(const weightd_weight *w);
+/* The daemon's id of the weight's segment (equal ids: the same memory). */
+WEIGHTD_API uint64_t weightd_weight_segment(const weightd_weight *w);
 WEIGHTD_API const char *weightd_weight_name(const weightd_weight *w);  /* entry name */
 WEIGHTD_API const char *weightd_weight_dtype(const weightd_weight *w);
 WEIGHTD_API size_t weightd_weight_ndim(const weightd_weight *w);
@@ -473,23 +486,24 @@ WEIGHTD_API uint64_t weightd_weight_handle(const weightd_weight *w);
 WEIGHTD_API uint64_t weightd_weight_generation(const weightd_weight *w);
 
 /*
- * Map the weight read-only (PROT_READ, MAP_SHARED) after checking the fd's size covers nbytes;
- * *ret receives the address. The mapping belongs to the weight: a second call returns the same
- * address, and weightd_release unmaps it. A weight of 0 bytes maps to NULL. Writing to the memory
+ * Map the weight read-only (PROT_READ, MAP_SHARED) after checking its segment covers it; *ret
+ * receives the address. The segment is mapped once for every weight of it this client holds;
+ * the mapping lives until the last of them is released. A second call returns the same address. A weight of 0 bytes maps to NULL. Writing to the memory
  * faults (SIGSEGV): the daemon hands out read-only fds only.
  */
 WEIGHTD_API int weightd_weight_map(weightd_weight *w, const void **ret, weightd_error *err);
 
 /*
- * Ask the daemon for another fd to the same weight: a new, independent reference (one round
- * trip, no copy, no read). *ret is released on its own, in any order with `w`. Fails with
+ * Ask the daemon for another reference to the same weight: a new, independent weightd_weight in
+ * the same segment at the same offset (one round trip, no copy, no read; the segment's fd that
+ * comes with the reply is closed when this client already has that segment). *ret is released on its own, in any order with `w`. Fails with
  * WEIGHTD_E_DISCONNECTED after the connection is gone.
  */
 WEIGHTD_API int weightd_share(const weightd_weight *w, weightd_weight **ret, weightd_error *err);
 
 /*
- * Duplicate the weight locally: a new weightd_weight with its own fd (dup'ed, close-on-exec) and
- * its own mapping, without asking the daemon. Both share the one daemon reference `w` holds: the
+ * Duplicate the weight locally: a new weightd_weight of the same segment (no new fd or mapping:
+ * the segment is counted once more), without asking the daemon. Both share the one daemon reference `w` holds: the
  * library counts its local holders and tells the daemon only when the last of them is released,
  * so the duplicate works even after the connection is lost. Use weightd_share when the daemon
  * should count the holder (e.g. to hand to another subsystem with its own accounting).

@@ -1,0 +1,822 @@
+/* request_unit.c - preflight and materialize of units (limits, names, aliases, access, recipes,
+ * per-client limits, budget, packing the new weights into segments, the all-or-nothing reply)
+ * and share. Main thread only. Every step is linear or n log n in the unit's size. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "request.h"
+#include "server.h"
+#include "session.h"
+#include "wire.h"
+
+
+/* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
+ * it resolves to). */
+struct unit_out {
+	struct unitreq *u;
+	const char *name;          /* borrowed from the request until the request is answered */
+	char *name_copy;
+	size_t owner;
+	struct weight *w;          /* entries: one reference held until the unit is answered */
+	struct wd_plan *plan;      /* entries, between preflight and submission */
+	struct csource *sources[16];
+	size_t n_sources;
+};
+
+struct unitreq {
+	struct session *s;         /* NULL once the client is gone */
+	struct cache *cache;
+	uint64_t id;
+	size_t n_entries, n_outs;
+	struct unit_out *outs;
+	size_t pending;
+	bool failed;
+	struct wd_error err;
+	uint64_t bytes_read;
+	uint64_t new_bytes;        /* counted against the client's limits while in flight */
+	uint32_t new_weights;
+	size_t *first;             /* per entry: the first entry with the same key (itself if none) */
+	struct unitreq *next;
+};
+
+static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
+{
+	struct wd_error e;
+	va_list ap;
+
+	wd_error_clear(&e);
+	e.code = code;
+	va_start(ap, fmt);
+	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+	va_end(ap);
+	session_send_error(s, id, &e);
+}
+
+/* The daemon ran out of descriptors for a reply: resource-exhausted naming weightd's limit. */
+static void fds_exhausted(struct wd_error *err, int e)
+{
+	char why[300];
+
+	if (e == EMFILE)
+		wd_nofile_text(why, sizeof(why), "weightd",
+			       "LimitNOFILE= in weightd.service, or ulimit -n");
+	else
+		snprintf(why, sizeof(why), "%s", strerror(e));
+	wd_error_set(err, WD_E_EXHAUSTED, "resource exhausted: weightd cannot duplicate a segment's "
+		     "descriptor for the reply: %s", why);
+}
+
+/* --- resolving checkpoints for a peer --------------------------------------------------------- */
+
+struct resolve_ctx {
+	struct session *s;
+	struct unit_out *out;      /* collects the sources a plan reads */
+};
+
+static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
+			  struct wd_error *err)
+{
+	struct resolve_ctx *rc = ctx;
+	struct csource *cs;
+	int r = catalog_resolve(rc->s->d->catalog, checkpoint, &rc->s->peer, &cs, err);
+
+	if (r < 0)
+		return r;
+	if (rc->out) {
+		bool seen = false;
+		for (size_t i = 0; i < rc->out->n_sources; i++)
+			seen |= rc->out->sources[i] == cs;
+		if (!seen) {
+			if (rc->out->n_sources == sizeof(rc->out->sources) / sizeof(rc->out->sources[0]))
+				return wd_error_set(err, WD_E_TOO_LARGE,
+						    "a recipe may read at most %zu checkpoints",
+						    sizeof(rc->out->sources) / sizeof(rc->out->sources[0]));
+			rc->out->sources[rc->out->n_sources++] = cs;
+		}
+	}
+	*ret_src = cs->src;
+	return 0;
+}
+
+/* --- units ------------------------------------------------------------------------------------ */
+
+static void unitreq_free(struct unitreq *u)
+{
+	for (size_t i = 0; i < u->n_outs; i++) {
+		wd_plan_free(u->outs[i].plan);
+		free(u->outs[i].name_copy);
+	}
+	free(u->outs);
+	free(u->first);
+	free(u);
+}
+
+static void unitreq_unlink(struct unitreq *u)
+{
+	if (!u->s)
+		return;
+	for (struct unitreq **pp = &u->s->unitreqs; *pp; pp = &(*pp)->next)
+		if (*pp == u) {
+			*pp = u->next;
+			break;
+		}
+	u->s->pending--;
+	u->s->pending_bytes -= u->new_bytes;
+	u->s->pending_weights -= u->new_weights;
+	u->s = NULL;
+}
+
+static void fill_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name)
+{
+	weightd__weight_info__init(wi);
+	wi->name = (char *)name;
+	wi->handle = w->id;
+	wi->dtype = (char *)wd_dtype_name(w->dtype);
+	wi->n_shape = (size_t)w->ndim;
+	wi->shape = (uint64_t *)w->shape;
+	wi->nbytes = w->nbytes;
+	wi->digest.data = (uint8_t *)w->digest;
+	wi->digest.len = 32;
+	wi->key.data = (uint8_t *)w->key;
+	wi->key.len = 32;
+	wi->generation = w->generation;
+	wi->segment = w->segment->id;
+	wi->offset = w->offset;
+}
+
+/* Every entry has its weight (or the request failed): answer, all or nothing. The reply carries
+ * one fd per distinct segment (found by stamping each segment once: linear), and each weight
+ * says where in its segment it lies. */
+static void unitreq_finish(struct unitreq *u, struct cache *cache)
+{
+	static uint64_t stamp;
+	struct session *s = u->s;
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
+	Weightd__WeightInfo *wi = NULL, **wp = NULL;
+	Weightd__SegmentInfo *si = NULL, **sp = NULL;
+	int *fds = NULL;
+	size_t nfds = 0;
+
+	if (!s || s->dead || u->failed) {
+		for (size_t i = 0; i < u->n_entries; i++)
+			if (u->outs[i].w)
+				cache_drop(cache, u->outs[i].w);
+		if (s && !s->dead)
+			session_send_error(s, u->id, &u->err);
+		goto out;
+	}
+	wi = calloc(u->n_outs, sizeof(*wi));
+	wp = calloc(u->n_outs, sizeof(*wp));
+	si = calloc(u->n_entries, sizeof(*si));
+	sp = calloc(u->n_entries, sizeof(*sp));
+	fds = calloc(u->n_entries, sizeof(*fds));
+	if (!wi || !wp || !si || !sp || !fds) {
+		for (size_t i = 0; i < u->n_entries; i++)
+			cache_drop(cache, u->outs[i].w);
+		wd_error_set(&u->err, WD_E_EXHAUSTED, "out of memory answering the unit");
+		session_send_error(s, u->id, &u->err);
+		goto out;
+	}
+	stamp++;
+	for (size_t i = 0; i < u->n_entries; i++) {
+		struct cache_segment *sg = u->outs[i].w->segment;
+
+		if (sg->mark == stamp)
+			continue;
+		sg->mark = stamp;
+		sg->mark_index = (uint32_t)nfds;
+		fds[nfds] = fcntl(sg->seg.ro_fd, F_DUPFD_CLOEXEC, 0);
+		if (fds[nfds] < 0) {
+			int e = errno;
+
+			for (size_t k = 0; k < nfds; k++)
+				close(fds[k]);
+			for (size_t k = 0; k < u->n_entries; k++)
+				cache_drop(cache, u->outs[k].w);
+			fds_exhausted(&u->err, e);
+			log_warn("client %llu: %s", (unsigned long long)s->id, u->err.msg);
+			session_send_error(s, u->id, &u->err);
+			goto out;
+		}
+		weightd__segment_info__init(&si[nfds]);
+		si[nfds].id = sg->id;
+		si[nfds].size = sg->seg.size;
+		si[nfds].fd_index = (uint32_t)nfds;
+		sp[nfds] = &si[nfds];
+		nfds++;
+	}
+	for (size_t i = 0; i < u->n_outs; i++) {
+		struct unit_out *o = &u->outs[i];
+		struct weight *w = u->outs[o->owner].w;
+		fill_weight_info(&wi[i], w, o->name_copy);
+		wi[i].fd_index = w->segment->mark_index;
+		if (o->owner != i)
+			wi[i].alias_of = u->outs[o->owner].name_copy;
+		wp[i] = &wi[i];
+	}
+	/* The references taken for the request become the client's. */
+	for (size_t i = 0; i < u->n_entries; i++) {
+		if (session_hold(s, u->outs[i].w) < 0) {
+			for (size_t k = i; k < u->n_entries; k++)
+				cache_drop(cache, u->outs[k].w);
+			for (size_t k = 0; k < nfds; k++)
+				close(fds[k]);
+			session_kill(s, "out of memory recording its references");
+			goto out;
+		}
+	}
+	ur.n_weights = u->n_outs;
+	ur.weights = wp;
+	ur.n_segments = nfds;
+	ur.segments = sp;
+	ur.bytes_read = u->bytes_read;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
+	resp.materialize = &ur;
+	resp.id = u->id;
+	session_send(s, &resp, fds, nfds);
+out:
+	unitreq_unlink(u);
+	free(wi);
+	free(wp);
+	free(si);
+	free(sp);
+	free(fds);
+	unitreq_free(u);
+}
+
+static void on_entry_ready(struct weight *w, const struct wd_error *err, uint64_t bytes_read,
+			   void *arg)
+{
+	struct unit_out *o = arg;
+	struct unitreq *u = o->u;
+
+	u->bytes_read += bytes_read;
+	if (w) {
+		o->w = w;
+	} else if (!u->failed) {
+		u->failed = true;
+		u->err = *err;
+		snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
+		wd_error_prefix(&u->err, "slot \"%s\"", o->name_copy);
+	}
+	if (--u->pending == 0)
+		unitreq_finish(u, u->cache);
+}
+
+static int cmp_name_idx(const void *a, const void *b, void *arg)
+{
+	const struct unit_out *outs = arg;
+	return strcmp(outs[*(const size_t *)a].name_copy, outs[*(const size_t *)b].name_copy);
+}
+
+static size_t find_name(const struct unit_out *outs, const size_t *sorted, size_t n,
+			const char *name)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(outs[sorted[mid]].name_copy, name);
+		if (c == 0)
+			return sorted[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return SIZE_MAX;
+}
+
+/* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
+static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct wd_error *err)
+{
+	size_t n = u->n_outs, *sorted = malloc(n * sizeof(size_t)), *path = NULL;
+	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
+	int r = 0;
+
+	if (!sorted)
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const char *name = i < u->n_entries ? pu->entries[i]->name
+						    : pu->aliases[i - u->n_entries]->name;
+		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
+			r = wd_error_set(err, WD_E_INVALID,
+					 "%s %zu has an empty name or one longer than %d bytes",
+					 i < u->n_entries ? "entry" : "alias",
+					 i < u->n_entries ? i : i - u->n_entries, WD_MAX_NAME);
+			goto out;
+		}
+		u->outs[i].name_copy = strdup(name);
+		if (!u->outs[i].name_copy) {
+			r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+			goto out;
+		}
+		u->outs[i].owner = i;
+		u->outs[i].u = u;
+		sorted[i] = i;
+	}
+	qsort_r(sorted, n, sizeof(size_t), cmp_name_idx, u->outs);
+	for (size_t i = 1; i < n; i++)
+		if (strcmp(u->outs[sorted[i]].name_copy, u->outs[sorted[i - 1]].name_copy) == 0) {
+			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[sorted[i]].name_copy);
+			r = wd_error_set(err, WD_E_DUPLICATE_NAME,
+					 "the name \"%s\" is used twice in the unit",
+					 u->outs[sorted[i]].name_copy);
+			goto out;
+		}
+	/*
+	 * Each alias is resolved once: follow targets until an entry or an alias already resolved,
+	 * then give every alias on the path that owner. A path that comes back to an alias of the
+	 * same walk is a cycle. Every alias is walked over once in all: linear after the sort.
+	 */
+	state = calloc(pu->n_aliases ? pu->n_aliases : 1, 1);
+	path = malloc((pu->n_aliases ? pu->n_aliases : 1) * sizeof(*path));
+	if (!state || !path) {
+		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < pu->n_aliases; k++) {
+		size_t cur = u->n_entries + k, depth = 0, owner;
+
+		if (state[k] == 2)
+			continue;
+		while (cur >= u->n_entries && state[cur - u->n_entries] == 0) {
+			const char *target = pu->aliases[cur - u->n_entries]->target;
+			size_t next = target ? find_name(u->outs, sorted, n, target) : SIZE_MAX;
+
+			state[cur - u->n_entries] = 1;
+			path[depth++] = cur;
+			if (next == SIZE_MAX) {
+				snprintf(err->slot, sizeof(err->slot), "%s", u->outs[cur].name_copy);
+				r = wd_error_set(err, WD_E_BAD_ALIAS,
+						 "alias \"%s\" names \"%s\", which is neither an entry "
+						 "nor an alias of the unit", u->outs[cur].name_copy,
+						 target ? target : "");
+				goto out;
+			}
+			cur = next;
+		}
+		if (cur >= u->n_entries && state[cur - u->n_entries] == 1) {
+			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[cur].name_copy);
+			r = wd_error_set(err, WD_E_ALIAS_CYCLE,
+					 "alias \"%s\" is part of a cycle of aliases",
+					 u->outs[cur].name_copy);
+			goto out;
+		}
+		owner = cur < u->n_entries ? cur : u->outs[cur].owner;
+		for (size_t i = 0; i < depth; i++) {
+			u->outs[path[i]].owner = owner;
+			state[path[i] - u->n_entries] = 2;
+		}
+	}
+out:
+	free(sorted);
+	free(state);
+	free(path);
+	return r;
+}
+
+static bool slot_matches(const Weightd__UnitEntry *pe, const struct wd_plan *p)
+{
+	if (strcmp(pe->dtype ? pe->dtype : "", wd_dtype_name(wd_plan_dtype(p))) != 0)
+		return false;
+	if ((int)pe->n_shape != wd_plan_ndim(p))
+		return false;
+	return pe->n_shape == 0 ||
+	       memcmp(pe->shape, wd_plan_shape(p), pe->n_shape * sizeof(uint64_t)) == 0;
+}
+
+static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
+{
+	size_t off = 0;
+
+	off += (size_t)snprintf(out + off, cap - off, "[");
+	for (size_t i = 0; i < n && off < cap; i++)
+		off += (size_t)snprintf(out + off, cap - off, "%s%llu", i ? ", " : "",
+					(unsigned long long)shape[i]);
+	if (off < cap)
+		snprintf(out + off, cap - off, "]");
+}
+
+static bool client_holds_key(struct session *s, const uint8_t *key)
+{
+	struct weight *w = cache_find(s->d->cache, key);
+
+	return w && session_find_held(s, w->id);
+}
+
+static int cmp_entry_key(const void *a, const void *b, void *arg)
+{
+	const struct unit_out *outs = arg;
+	size_t i = *(const size_t *)a, j = *(const size_t *)b;
+	int c = memcmp(wd_plan_key(outs[i].plan), wd_plan_key(outs[j].plan), 32);
+
+	return c ? c : (i > j) - (i < j);
+}
+
+/* u->first: for each entry the first entry with the same identity key, by sorting the entries
+ * by (key, index) once (a unit may have 65,536 entries: no pairwise comparison). */
+static int unit_find_repeats(struct unitreq *u, struct wd_error *err)
+{
+	size_t n = u->n_entries, *order = malloc(n * sizeof(size_t));
+
+	u->first = malloc(n * sizeof(size_t));
+	if (!order || !u->first) {
+		free(order);
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	qsort_r(order, n, sizeof(size_t), cmp_entry_key, u->outs);
+	for (size_t k = 0; k < n; k++)
+		u->first[order[k]] = k > 0 && memcmp(wd_plan_key(u->outs[order[k]].plan),
+						     wd_plan_key(u->outs[order[k - 1]].plan),
+						     32) == 0
+					     ? u->first[order[k - 1]]
+					     : order[k];
+	free(order);
+	return 0;
+}
+
+/*
+ * Per-client limits: the weights (and bytes) the unit would add to what the client holds, plus
+ * what its other unit requests in flight will add, must stay within client_max_weights and
+ * client_max_bytes. Weights the client already holds and repeated entries count once.
+ */
+static int unit_check_limits(struct unitreq *u, struct session *s, struct wd_error *err)
+{
+	const struct config *cfg = s->d->cfg;
+	uint64_t weights = 0, bytes = 0;
+
+	for (size_t i = 0; i < u->n_entries; i++) {
+		if (u->first[i] != i || client_holds_key(s, wd_plan_key(u->outs[i].plan)))
+			continue;
+		weights++;
+		bytes += wd_plan_nbytes(u->outs[i].plan);
+	}
+	if (cfg->client_max_weights &&
+	    s->n_held + s->pending_weights + weights > cfg->client_max_weights)
+		return wd_error_set(err, WD_E_LIMIT,
+				    "limit exceeded: the client would hold %llu weights (%zu held, %u "
+				    "requested before, %llu in this unit); its limit is %u "
+				    "(client_max_weights)",
+				    (unsigned long long)(s->n_held + s->pending_weights + weights),
+				    s->n_held, s->pending_weights, (unsigned long long)weights,
+				    cfg->client_max_weights);
+	if (cfg->client_max_bytes &&
+	    s->held_bytes + s->pending_bytes + bytes > cfg->client_max_bytes)
+		return wd_error_set(err, WD_E_LIMIT,
+				    "limit exceeded: the client would hold %llu bytes of weights (%llu "
+				    "held, %llu requested before, %llu in this unit); its limit is %llu "
+				    "(client_max_bytes)",
+				    (unsigned long long)(s->held_bytes + s->pending_bytes + bytes),
+				    (unsigned long long)s->held_bytes,
+				    (unsigned long long)s->pending_bytes, (unsigned long long)bytes,
+				    (unsigned long long)cfg->client_max_bytes);
+	u->new_weights = (uint32_t)weights;
+	u->new_bytes = bytes;
+	return 0;
+}
+
+/* Preflight every entry of the unit: recipes valid, sources allowed, declared slots matching. */
+static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__Unit *pu,
+			  struct wd_error *err)
+{
+	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+
+	for (size_t i = 0; i < u->n_entries; i++) {
+		const Weightd__UnitEntry *pe = pu->entries[i];
+		struct unit_out *o = &u->outs[i];
+		struct resolve_ctx rc = { s, o };
+		struct wd_resolver res = { &rc, resolve_lookup };
+		struct wd_rnode *nodes = NULL;
+		struct wd_recipe rec;
+		size_t n = 0;
+		int r;
+
+		r = wire_recipe(pe->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
+		if (r == 0) {
+			rec.nodes = nodes;
+			rec.n_nodes = n;
+			r = wd_recipe_preflight(&rec, &res, &lim, &o->plan, err);
+			free(nodes);
+		}
+		if (r < 0) {
+			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
+			wd_error_prefix(err, "slot \"%s\"", o->name_copy);
+			return r;
+		}
+		if (pe->check_slot && !slot_matches(pe, o->plan)) {
+			char want[160], got[160];
+			shape_text(pe->shape, pe->n_shape, want, sizeof(want));
+			shape_text(wd_plan_shape(o->plan), (size_t)wd_plan_ndim(o->plan), got, sizeof(got));
+			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
+			return wd_error_set(err, WD_E_SLOT_MISMATCH,
+					    "slot \"%s\" is declared %s %s but its recipe gives %s %s",
+					    o->name_copy, pe->dtype ? pe->dtype : "", want,
+					    wd_dtype_name(wd_plan_dtype(o->plan)), got);
+		}
+	}
+	if (unit_find_repeats(u, err) < 0)
+		return -WD_E_EXHAUSTED;
+	return unit_check_limits(u, s, err);
+}
+
+static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
+	Weightd__WeightInfo *wi = calloc(u->n_outs, sizeof(*wi));
+	Weightd__WeightInfo **wp = calloc(u->n_outs, sizeof(*wp));
+
+	if (!wi || !wp) {
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < u->n_outs; i++) {
+		const struct wd_plan *p = u->outs[u->outs[i].owner].plan;
+		weightd__weight_info__init(&wi[i]);
+		wi[i].name = u->outs[i].name_copy;
+		wi[i].dtype = (char *)wd_dtype_name(wd_plan_dtype(p));
+		wi[i].n_shape = (size_t)wd_plan_ndim(p);
+		wi[i].shape = (uint64_t *)wd_plan_shape(p);
+		wi[i].nbytes = wd_plan_nbytes(p);
+		wi[i].key.data = (uint8_t *)wd_plan_key(p);
+		wi[i].key.len = 32;
+		if (u->outs[i].owner != i)
+			wi[i].alias_of = u->outs[u->outs[i].owner].name_copy;
+		wp[i] = &wi[i];
+	}
+	ur.n_weights = u->n_outs;
+	ur.weights = wp;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_PREFLIGHT;
+	resp.preflight = &ur;
+	resp.id = id;
+	session_send(s, &resp, NULL, 0);
+out:
+	free(wi);
+	free(wp);
+}
+
+/*
+ * Before anything starts: take the weights the cache already has (so that making room for the
+ * rest cannot evict one this unit uses), then check that the weights still to be made fit the
+ * budget together. If they do not, the hits are given back and nothing is evicted, reserved or
+ * started: the unit fails whole with the bytes needed and available.
+ */
+static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
+					 struct wd_error *err)
+{
+	struct cache *c = s->d->cache;
+	uint64_t need = 0;
+	size_t missing = 0, first = 0;
+	char what[WD_MAX_NAME + 600];
+	int r;
+
+	for (size_t i = 0; i < u->n_entries; i++) {
+		struct unit_out *o = &u->outs[i];
+		struct weight *w = cache_lookup(c, wd_plan_key(o->plan),
+						o->n_sources ? o->sources[0] : NULL);
+
+		if (w) {
+			o->w = w;
+			wd_plan_free(o->plan);
+			o->plan = NULL;
+		}
+	}
+	for (size_t i = 0; i < u->n_entries; i++) {
+		const struct wd_plan *p = u->outs[i].plan;
+
+		/* hits are held; repeats and weights being made need no room of their own */
+		if (!p || u->first[i] != i || cache_in_flight(c, wd_plan_key(p)))
+			continue;
+		if (missing++ == 0)
+			first = i;
+		need += wd_plan_nbytes(p);
+	}
+	if (missing == 1)
+		snprintf(what, sizeof(what), "slot \"%s\" (%s)", u->outs[first].name_copy,
+			 wd_plan_label(u->outs[first].plan));
+	else
+		snprintf(what, sizeof(what), "the unit (%zu weights to materialize)", missing);
+	r = cache_check_room(c, need, what, err);
+	if (r < 0) {
+		for (size_t i = 0; i < u->n_entries; i++)
+			if (u->outs[i].w) {
+				cache_drop(c, u->outs[i].w);
+				u->outs[i].w = NULL;
+			}
+		if (missing == 1)
+			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[first].name_copy);
+	}
+	return r;
+}
+
+/*
+ * Before any per-name work: may this client read every checkpoint the unit's recipes name? One
+ * catalog lookup per change of name (a unit usually names one or two checkpoints), so a client
+ * allowed nothing is refused in time linear in the request's size.
+ */
+static int unit_check_access(struct session *s, const Weightd__Unit *pu, struct wd_error *err)
+{
+	const char *last = NULL;
+
+	for (size_t i = 0; i < pu->n_entries; i++) {
+		const Weightd__Recipe *rc = pu->entries[i]->recipe;
+
+		for (size_t k = 0; rc && k < rc->n_nodes && k < REQUEST_MAX_RECIPE_NODES; k++) {
+			const char *ck = rc->nodes[k]->checkpoint;
+			struct csource *cs;
+			int r;
+
+			if (!ck || !ck[0] || (last && strcmp(ck, last) == 0))
+				continue;
+			r = catalog_resolve(s->d->catalog, ck, &s->peer, &cs, err);
+			if (r < 0) {
+				const char *name = pu->entries[i]->name ? pu->entries[i]->name : "";
+
+				snprintf(err->slot, sizeof(err->slot), "%s", name);
+				wd_error_prefix(err, "slot \"%s\"", name);
+				return r;
+			}
+			last = ck;
+		}
+	}
+	return 0;
+}
+
+static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight)
+{
+	const uint32_t max = s->d->cfg->max_unit_entries;
+	struct cache_pack *pack;
+	struct unitreq *u;
+	struct wd_error err;
+	int r;
+
+	wd_error_clear(&err);
+	if (pu->n_entries == 0) {
+		fail(s, id, WD_E_EMPTY_INPUTS, "the unit has no entries");
+		return;
+	}
+	if (pu->n_entries > max || pu->n_aliases > max) {
+		struct wd_error e;
+
+		wd_error_clear(&e);
+		wd_error_set(&e, WD_E_LIMIT,
+			     "limit exceeded: the unit has %zu %s; this weightd allows at most %u "
+			     "(max_unit_entries)", pu->n_entries > max ? pu->n_entries : pu->n_aliases,
+			     pu->n_entries > max ? "entries" : "aliases", max);
+		e.expected = max;
+		e.actual = (int64_t)(pu->n_entries > max ? pu->n_entries : pu->n_aliases);
+		session_send_error(s, id, &e);
+		return;
+	}
+	if (!preflight && s->pending >= s->d->cfg->client_max_pending) {
+		fail(s, id, WD_E_LIMIT, "too many unit requests in flight on this connection");
+		return;
+	}
+	u = calloc(1, sizeof(*u));
+	if (u)
+		u->outs = calloc(pu->n_entries + pu->n_aliases, sizeof(*u->outs));
+	if (!u || !u->outs) {
+		free(u);
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		return;
+	}
+	u->id = id;
+	u->cache = s->d->cache;
+	u->n_entries = pu->n_entries;
+	u->n_outs = pu->n_entries + pu->n_aliases;
+	r = unit_check_access(s, pu, &err);
+	if (r == 0)
+		r = unit_check_names(u, pu, &err);
+	if (r == 0)
+		r = unit_preflight(u, s, pu, &err);
+	if (r < 0 || preflight) {
+		if (r < 0)
+			session_send_error(s, id, &err);
+		else
+			reply_preflight(s, id, u);
+		unitreq_free(u);
+		return;
+	}
+	r = unit_take_hits_and_check_room(u, s, &err);
+	if (r < 0) {
+		session_send_error(s, id, &err);
+		unitreq_free(u);
+		return;
+	}
+	u->s = s;
+	u->next = s->unitreqs;
+	s->unitreqs = u;
+	s->pending++;
+	s->pending_bytes += u->new_bytes;
+	s->pending_weights += u->new_weights;
+	u->pending = 1; /* held by this function until every entry is submitted */
+	pack = cache_pack_begin(s->d->cache); /* NULL: each new weight alone, still correct */
+	for (size_t i = 0; i < u->n_entries; i++) {
+		struct unit_out *o = &u->outs[i];
+		struct weight *w = NULL;
+		struct wd_plan *plan = o->plan;
+
+		if (!plan)
+			continue; /* a cache hit, already held */
+		o->plan = NULL; /* the cache owns it from here, whatever happens */
+		r = cache_request(s->d->cache, pack, plan, o->sources, o->n_sources, on_entry_ready,
+				  o, &w, &u->err);
+		if (r == 1) {
+			o->w = w;
+		} else if (r == 0) {
+			u->pending++;
+		} else {
+			u->failed = true;
+			snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
+			wd_error_prefix(&u->err, "slot \"%s\"", o->name_copy);
+			break;
+		}
+	}
+	/* The new weights are placed: create their segments and start filling them. */
+	cache_pack_end(s->d->cache, pack);
+	if (--u->pending == 0)
+		unitreq_finish(u, u->cache);
+}
+
+void request_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight)
+{
+	do_unit(s, id, pu, preflight);
+}
+
+void request_session_gone(struct session *s)
+{
+	struct unitreq *u;
+
+	while ((u = s->unitreqs)) {
+		s->unitreqs = u->next;
+		u->s = NULL; /* finishes later, answering nobody and giving its references back */
+	}
+	s->pending = 0;
+	s->pending_bytes = 0;
+	s->pending_weights = 0;
+}
+
+/* --- share, release --------------------------------------------------------------------------- */
+
+void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__ShareReply sr = WEIGHTD__SHARE_REPLY__INIT;
+	Weightd__SegmentInfo si = WEIGHTD__SEGMENT_INFO__INIT;
+	Weightd__WeightInfo wi;
+	struct held *h = session_find_held(s, sh->handle);
+	struct wd_error e;
+	int fd;
+
+	if (!h) {
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
+		fail(s, id, WD_E_NOT_FOUND, "this client holds no weight with handle %s", buf);
+		return;
+	}
+	if (s->d->cfg->client_max_weights && s->n_held >= s->d->cfg->client_max_weights &&
+	    h->count == 0) {
+		fail(s, id, WD_E_LIMIT, "the client holds its maximum number of weights");
+		return;
+	}
+	fd = fcntl(h->w->segment->seg.ro_fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0) {
+		wd_error_clear(&e);
+		fds_exhausted(&e, errno);
+		session_send_error(s, id, &e);
+		return;
+	}
+	cache_hold(s->d->cache, h->w);
+	if (session_hold(s, h->w) < 0) {
+		cache_drop(s->d->cache, h->w);
+		close(fd);
+		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		return;
+	}
+	fill_weight_info(&wi, h->w, h->w->label);
+	wi.fd_index = 0;
+	si.id = h->w->segment->id;
+	si.size = h->w->segment->seg.size;
+	si.fd_index = 0;
+	sr.weight = &wi;
+	sr.segment = &si;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_SHARE;
+	resp.share = &sr;
+	resp.id = id;
+	session_send(s, &resp, &fd, 1);
+}
