@@ -9,6 +9,10 @@
 
 _Static_assert((int)WEIGHTD_E_SLOT_MISMATCH == (int)WD_E_SLOT_MISMATCH,
 	       "codes follow enum wd_code");
+_Static_assert((int)WEIGHTD_E_SCALE_MISMATCH == (int)WD_E_SCALE_MISMATCH,
+	       "codes follow enum wd_code");
+_Static_assert(WEIGHTD_E_SCALE_MISMATCH == (int)WEIGHTD__ERROR_CODE__ERR_SCALE_MISMATCH,
+	       "codes follow the wire protocol");
 _Static_assert(WEIGHTD_E_DISCONNECTED == (int)WEIGHTD__ERROR_CODE__ERR_DISCONNECTED,
 	       "codes follow the wire protocol");
 _Static_assert(WEIGHTD_PROTOCOL_VERSION == WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT,

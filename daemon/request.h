@@ -6,11 +6,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "recipe.h"
 #include "weightd.pb-c.h"
 
 struct session;
 
-#define REQUEST_MAX_RECIPE_NODES 256
+#define REQUEST_MAX_RECIPE_NODES WD_RECIPE_MAX_NODES
 
 /* Preflight or materialize a unit: every limit and name checked before anything is made, the
  * new weights packed into segments together, answered all or nothing. */

@@ -39,6 +39,7 @@ enum wd_code {
 	WD_E_BAD_ALIAS = 41,
 	WD_E_ALIAS_CYCLE = 42,
 	WD_E_SLOT_MISMATCH = 43,
+	WD_E_SCALE_MISMATCH = 65,
 };
 
 /*

@@ -54,7 +54,10 @@ enum wd_op {
 	WD_OP_TRANSPOSE = 5,
 	WD_OP_CAST = 6,
 	WD_OP_VIEW = 7,
+	WD_OP_DEQUANT_BLOCK = 8,
 };
+
+#define WD_OP_LAST WD_OP_DEQUANT_BLOCK
 
 /*
  * One node. Strings and arrays are borrowed from whoever built the recipe (e.g. a decoded frame).
@@ -62,6 +65,14 @@ enum wd_op {
  * [-ndim, ndim), stack [-(ndim + 1), ndim + 1). RESHAPE keeps the element count, VIEW the byte
  * count. CAST from a block type dequantizes (wd_dequant_f32) and converts from F32; casts to block
  * types do not exist. TRANSPOSE of a block type must leave the innermost axis in place.
+ *
+ * DEQUANT_BLOCK takes inputs[0] = data (F8_E4M3, F8_E5M2, BF16, F16 or F32) and inputs[1] = scale
+ * (F32) and gives `dtype` (F32, BF16 or F16) of the data's shape: element x[i] times
+ * scale[i / block] on every axis (block[] has one entry per data axis, each >= 1; n_block is that
+ * count), computed in F32 (the product of the exact F32 values of both, rounded once to F32 by
+ * the FPU, as PyTorch computes x.float() * s) and then converted once to `dtype` by the cast
+ * rules. The scale's shape must be the block grid: ceil(dim / block) on every axis, so edge
+ * blocks may be partial. A mismatch is WD_E_SCALE_MISMATCH naming the axis.
  */
 struct wd_rnode {
 	enum wd_op op;
@@ -75,7 +86,9 @@ struct wd_rnode {
 	int ndim;
 	uint32_t perm[WD_MAX_DIMS]; /* TRANSPOSE */
 	int n_perm;
-	enum wd_dtype dtype;        /* CAST, VIEW */
+	enum wd_dtype dtype;        /* CAST, VIEW, DEQUANT_BLOCK */
+	uint64_t block[WD_MAX_DIMS];/* DEQUANT_BLOCK */
+	int n_block;
 };
 
 /* A flat node list; inputs refer to earlier nodes only; the last node is the output. */
@@ -92,7 +105,15 @@ struct wd_recipe_limits {
 	uint64_t max_temp_bytes;  /* intermediate memory execution may need (transpose, gathers) */
 };
 
-#define WD_RECIPE_LIMITS_DEFAULT { .max_nodes = 256, .max_depth = 32, .max_indices = 1u << 20, \
+/*
+ * Nodes in one recipe, the default of max_nodes and the daemon's limit. A fused MoE weight (a stack
+ * over 384 experts of concat(gate, up), each a dequantized shard) takes about 3,500 nodes;
+ * preflight and execution are linear in the node count, and a request must still fit the frame
+ * limit.
+ */
+#define WD_RECIPE_MAX_NODES 65536
+
+#define WD_RECIPE_LIMITS_DEFAULT { .max_nodes = WD_RECIPE_MAX_NODES, .max_depth = 32, .max_indices = 1u << 20, \
 	.max_output_bytes = 1ull << 40, .max_temp_bytes = 1ull << 32 }
 
 /*

@@ -29,6 +29,7 @@ struct exec {
 	struct xstate *st;
 	struct wd_error *err;
 	uint64_t bytes_read;
+	size_t win_bytes;            /* each cast window's budget (exec_alloc) */
 	/* one pending pread, extended while requests continue it */
 	const struct xnode *pend_leaf;
 	uint64_t pend_off;
@@ -95,6 +96,62 @@ static int convert_units(struct exec *e, enum wd_dtype from, const void *in, enu
 	return 0;
 }
 
+/* Input units [u0, u0 + k) of cast or dequantization x, already in `in`, converted into out. */
+static int convert_at(struct exec *e, const struct xnode *x, uint64_t u0, const void *in, void *out,
+		      size_t k, float *mid)
+{
+	const struct xnode *y = &e->p->x[x->in[0]];
+
+	if (x->op == X_DEQUANT) {
+		wd_recipe_dequant_run(x, y->dtype, &e->p->x[x->in[1]],
+				      (const float *)e->st[x->in[1]].temp, u0, k, in, mid, out);
+		return 0;
+	}
+	return convert_units(e, y->dtype, in, x->dtype, out, k, mid);
+}
+
+/*
+ * A cast's window and input buffer, allocated when it is first read and freed once its last byte
+ * has been read, so a plan with hundreds of casts read one after another (a stack of dequantized
+ * experts) holds few at a time.
+ */
+static int win_alloc(struct exec *e, uint32_t i)
+{
+	const struct xnode *x = &e->p->x[i], *y = &e->p->x[x->in[0]];
+	struct xstate *s = &e->st[i];
+	uint64_t ib, ob, mb, per;
+
+	if (s->inbuf)
+		return 0;
+	ib = unit_bytes(y->dtype);
+	ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+	if (x->op == X_DEQUANT)
+		mb = 4;
+	else
+		mb = block_elems(y->dtype) > 1 && x->dtype != WD_F32 ? block_elems(y->dtype) * 4 : 0;
+	per = ib > ob ? ib : ob;
+	if (mb > per)
+		per = mb;
+	s->units = e->win_bytes / per ? e->win_bytes / per : 1;
+	s->inbuf = malloc(s->units * ib);
+	s->win = malloc(s->units * ob);
+	if (mb)
+		s->mid = malloc(s->units * mb);
+	if (!s->inbuf || !s->win || (mb && !s->mid))
+		return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for a cast's buffers");
+	return 0;
+}
+
+static void win_free(struct xstate *s)
+{
+	free(s->inbuf);
+	free(s->win);
+	free(s->mid);
+	s->inbuf = s->win = NULL;
+	s->mid = NULL;
+	s->win_len = 0;
+}
+
 /* Input units [u0, u0 + k) of cast i, read and converted into out. */
 static int cast_units(struct exec *e, uint32_t i, uint64_t u0, size_t k, uint8_t *out)
 {
@@ -107,7 +164,7 @@ static int cast_units(struct exec *e, uint32_t i, uint64_t u0, size_t k, uint8_t
 	if (r == 0)
 		r = flush(e);
 	if (r == 0)
-		r = convert_units(e, y->dtype, s->inbuf, x->dtype, out, k, s->mid);
+		r = convert_at(e, x, u0, s->inbuf, out, k, s->mid);
 	return r;
 }
 
@@ -121,9 +178,12 @@ static int read_cast(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 	const struct xnode *x = &e->p->x[i], *y = &e->p->x[x->in[0]];
 	struct xstate *s = &e->st[i];
 	uint64_t ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
-	uint64_t total_units = x->nbytes / ob;
+	uint64_t total_units = x->nbytes / ob, end = off + len;
 	int r;
 
+	r = win_alloc(e, i);
+	if (r < 0)
+		return r;
 	while (len) {
 		uint64_t u0 = off / ob;
 		size_t k;
@@ -156,6 +216,8 @@ static int read_cast(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 		s->win_off = u0 * ob;
 		s->win_len = k * ob;
 	}
+	if (end == x->nbytes)
+		win_free(s);
 	return 0;
 }
 
@@ -389,6 +451,7 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 	case X_TRANSPOSE:
 		return read_transpose(e, x, off, len, dst);
 	case X_CAST:
+	case X_DEQUANT:
 		return read_cast(e, i, off, len, dst);
 	}
 	return wd_error_set(e->err, WD_E_INTERNAL, "unknown plan operation");
@@ -436,36 +499,22 @@ static void exec_free(struct exec *e)
 	e->st = NULL;
 }
 
-/* Windows for every reachable cast (the root's input and output use the scratch buffers). */
+/* Per-node state; each cast's window budget (the windows themselves come when first read). */
 static int exec_alloc(struct exec *e)
 {
 	const struct wd_plan *p = e->p;
+	size_t casts = 0;
 
 	e->st = calloc(p->nx, sizeof(*e->st));
 	if (!e->st)
 		return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for the plan's state");
-	for (size_t i = 0; i <= p->root; i++) {
-		const struct xnode *x = &p->x[i], *y;
-		struct xstate *s = &e->st[i];
-		uint64_t ib, ob, mb, per;
-
-		if (!x->reach || x->op != X_CAST)
-			continue;
-		y = &p->x[x->in[0]];
-		ib = unit_bytes(y->dtype);
-		ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
-		mb = block_elems(y->dtype) > 1 && x->dtype != WD_F32 ? block_elems(y->dtype) * 4 : 0;
-		per = ib > ob ? ib : ob;
-		if (mb > per)
-			per = mb;
-		s->units = CAST_WINDOW / per ? CAST_WINDOW / per : 1;
-		s->inbuf = malloc(s->units * ib);
-		s->win = malloc(s->units * ob);
-		if (mb)
-			s->mid = malloc(s->units * mb);
-		if (!s->inbuf || !s->win || (mb && !s->mid))
-			return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for a cast's buffers");
-	}
+	for (size_t i = 0; i <= p->root; i++)
+		casts += p->x[i].reach && (p->x[i].op == X_CAST || p->x[i].op == X_DEQUANT);
+	e->win_bytes = casts ? CAST_WINDOWS_TOTAL / casts : CAST_WINDOW;
+	if (e->win_bytes > CAST_WINDOW)
+		e->win_bytes = CAST_WINDOW;
+	if (e->win_bytes < CAST_WINDOW_MIN)
+		e->win_bytes = CAST_WINDOW_MIN;
 	return 0;
 }
 
@@ -484,7 +533,7 @@ static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
 {
 	const struct xnode *x = &p->x[p->root], *y;
 
-	if (x->op != X_CAST || !sc->buf2)
+	if ((x->op != X_CAST && x->op != X_DEQUANT) || !sc->buf2)
 		return false;
 	y = &p->x[x->in[0]];
 	return sc->cap >= unit_bytes(y->dtype) &&
@@ -503,6 +552,9 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 	uint64_t total = x->nbytes / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
 	int r;
 
+	r = win_alloc(e, e->p->root);     /* for its F32 buffer */
+	if (r < 0)
+		return r;
 	if (s->mid)
 		k = min_u64(k, s->units);
 	for (uint64_t u = 0; u < total;) {
@@ -519,7 +571,7 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 		if (r == 0)
 			r = flush(e);
 		if (r == 0)
-			r = convert_units(e, y->dtype, sc->buf, x->dtype, out, n, s->mid);
+			r = convert_at(e, x, u, sc->buf, out, n, s->mid);
 		if (r == 0)
 			r = wd_sink_write(sink, out, n * ob, e->err);
 		if (r < 0)
