@@ -269,7 +269,7 @@ int main(int argc, char **argv)
 	       (double)bytes / m_copy / 1e9);
 	printf("  weightd: submit + validate, nothing cached  %9.4f s  (%.3f GB/s, %.0f weights/s)\n",
 	       m_cold, (double)bytes / m_cold / 1e9, (double)N / m_cold);
-	printf("  -> %.2f of the copy's speed (target >= 0.8): %s; bytes read: %llu of %llu\n\n",
+	printf("  -> %.3g of the copy's speed (target >= 0.8): %s; bytes read: %llu of %llu\n\n",
 	       m_copy / m_cold, m_copy / m_cold >= 0.8 ? "met" : "MISSED",
 	       (unsigned long long)cold_read_min, (unsigned long long)bytes);
 	printf("warm binding of the unit, medians of %d (probe: %d):\n", nw, np);
@@ -277,7 +277,7 @@ int main(int argc, char **argv)
 	       m_warm / (double)N * 1e6);
 	printf("  weightd: free                               %9.4f s  = %.3f us per weight\n", m_free,
 	       m_free / (double)N * 1e6);
-	printf("  raw probe, %d fds: request, fstat+mmap each  %9.4f s  = %.3f us per fd "
+	printf("  raw probe, %d fds: request, fstat+mmap each %8.4f s  = %.3f us per fd "
 	       "(%.0f fds/s)\n", PROBE_FDS, m_probe, m_probe / PROBE_FDS * 1e6, PROBE_FDS / m_probe);
 	printf("  -> a weight costs %.3fx an fd of the probe; checkpoint bytes read while warm: %llu\n",
 	       (m_warm / (double)N) / (m_probe / PROBE_FDS), (unsigned long long)warm_read);
