@@ -176,6 +176,7 @@ struct status {
 	weightd_source_info *sources;
 	weightd_weight_status *weights;
 	weightd_job_status *jobs;
+	weightd_segment_status *segs;
 };
 
 int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err)
@@ -202,12 +203,14 @@ int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *e
 		o->sources = calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->sources));
 		o->weights = calloc(sr->n_weight_list ? sr->n_weight_list : 1, sizeof(*o->weights));
 		o->jobs = calloc(sr->n_jobs ? sr->n_jobs : 1, sizeof(*o->jobs));
+		o->segs = calloc(sr->n_segment_list ? sr->n_segment_list : 1, sizeof(*o->segs));
 	}
-	if (!o || !o->sources || !o->weights || !o->jobs) {
+	if (!o || !o->sources || !o->weights || !o->jobs || !o->segs) {
 		if (o) {
 			free(o->sources);
 			free(o->weights);
 			free(o->jobs);
+			free(o->segs);
 		}
 		free(o);
 		weightd__response__free_unpacked(resp, NULL);
@@ -247,7 +250,28 @@ int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *e
 		ws->digest = w->digest.len == WEIGHTD_DIGEST_LEN ? w->digest.data : NULL;
 		ws->source = w->source;
 		ws->adopted = w->adopted ? 1 : 0;
+		ws->segment = w->segment;
+		ws->offset = w->offset;
 	}
+	for (size_t i = 0; i < sr->n_segment_list; i++) {
+		const Weightd__SegmentStatus *g = sr->segment_list[i];
+		weightd_segment_status *gs = &o->segs[i];
+
+		gs->id = g->id;
+		gs->name = g->name;
+		gs->size = g->size;
+		gs->weights = g->weights;
+		gs->held = g->held;
+		gs->source = g->source;
+		gs->adopted = g->adopted ? 1 : 0;
+		gs->filling = g->filling ? 1 : 0;
+	}
+	o->pub.segments = sr->segments;
+	o->pub.segment_bytes = sr->segment_bytes;
+	o->pub.idle_weights = sr->idle_weights;
+	o->pub.idle_segments = sr->idle_segments;
+	o->pub.n_segments = sr->n_segment_list;
+	o->pub.segment_list = o->segs;
 	for (size_t i = 0; i < sr->n_jobs; i++) {
 		const Weightd__JobStatus *j = sr->jobs[i];
 		weightd_job_status *js = &o->jobs[i];
@@ -278,6 +302,7 @@ void weightd_status_free(weightd_status *pub)
 	free(o->sources);
 	free(o->weights);
 	free(o->jobs);
+	free(o->segs);
 	free(o);
 }
 

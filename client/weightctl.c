@@ -766,21 +766,31 @@ static int cmd_status(const struct opts *o, weightd_client *c)
 	if (weightd_status_get(c, &s, &err) < 0)
 		return fail_err(&err);
 	if (o->json) {
-		json_t *src = json_array(), *ws = json_array(), *j;
+		json_t *src = json_array(), *ws = json_array(), *gs = json_array(), *j;
 
 		for (size_t i = 0; i < s->n_sources; i++)
 			json_array_append_new(src, json_source(&s->sources[i]));
+		for (size_t i = 0; i < s->n_segments; i++) {
+			const weightd_segment_status *g = &s->segment_list[i];
+
+			json_array_append_new(gs, json_pack(
+				"{s:I, s:s, s:I, s:i, s:i, s:s, s:b, s:b}", "id", (json_int_t)g->id,
+				"name", g->name, "size", (json_int_t)g->size, "weights", (int)g->weights,
+				"held", (int)g->held, "source", g->source, "adopted", g->adopted,
+				"filling", g->filling));
+		}
 		for (size_t i = 0; i < s->n_weights; i++) {
 			const weightd_weight_status *w = &s->weight_list[i];
 			char *dg = w->digest ? fmt_hex(w->digest, WEIGHTD_DIGEST_LEN) : xstrdup("");
 
 			json_array_append_new(ws, json_pack(
-				"{s:I, s:s, s:s, s:o, s:I, s:i, s:i, s:I, s:s, s:s, s:b}",
+				"{s:I, s:s, s:s, s:o, s:I, s:i, s:i, s:I, s:s, s:s, s:b, s:I, s:I}",
 				"handle", (json_int_t)w->handle, "label", w->label, "dtype", w->dtype,
 				"shape", json_shape(w->shape, w->ndim), "bytes", (json_int_t)w->nbytes,
 				"refs", (int)w->refs, "clients", (int)w->clients,
 				"generation", (json_int_t)w->generation, "sha256", dg,
-				"source", w->source, "adopted", w->adopted));
+				"source", w->source, "adopted", w->adopted,
+				"segment", (json_int_t)w->segment, "offset", (json_int_t)w->offset));
 			free(dg);
 		}
 		j = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
@@ -801,6 +811,18 @@ static int cmd_status(const struct opts *o, weightd_client *c)
 			      "materialize_ns", (json_int_t)s->materialize_ns,
 			      "references", (json_int_t)s->references, "sources", src,
 			      "weight_list", ws);
+		if (j) {
+			json_object_set_new(j, "segments", json_integer((json_int_t)s->segments));
+			json_object_set_new(j, "segment_bytes",
+					    json_integer((json_int_t)s->segment_bytes));
+			json_object_set_new(j, "idle_weights",
+					    json_integer((json_int_t)s->idle_weights));
+			json_object_set_new(j, "idle_segments",
+					    json_integer((json_int_t)s->idle_segments));
+			json_object_set_new(j, "segment_list", gs);
+		} else {
+			json_decref(gs);
+		}
 		weightd_status_free(s);
 		return print_json(j);
 	}
@@ -827,16 +849,38 @@ static int cmd_status(const struct opts *o, weightd_client *c)
 		free(bud);
 		free(rd);
 		free(mat);
+		res = fmt_bytes(s->segment_bytes);
+		printf("segments                    %" PRIu64 " (%s)\n"
+		       "idle                        %" PRIu64 " weights, %" PRIu64 " segments\n",
+		       s->segments, res, s->idle_weights, s->idle_segments);
+		free(res);
 	}
 	if (s->n_sources) {
 		putchar('\n');
 		table_sources(s->sources, s->n_sources);
 	}
+	if (s->n_segments) {
+		static const char *const head[] = { "SEGMENT", "NAME", "BYTES", "WEIGHTS", "HELD",
+						    "SOURCE", "STATE" };
+		static const bool num[] = { 1, 0, 1, 1, 1, 0, 0 };
+		struct table t = { .ncols = 7, .head = head, .numeric = num };
+
+		putchar('\n');
+		for (size_t i = 0; i < s->n_segments; i++) {
+			const weightd_segment_status *g = &s->segment_list[i];
+
+			table_row(&t, fmt("%" PRIu64, g->id), xstrdup(g->name), fmt_bytes(g->size),
+				  fmt("%u", g->weights), fmt("%u", g->held), xstrdup(g->source),
+				  xstrdup(g->filling ? "filling" : g->adopted ? "adopted" : "ready"));
+		}
+		table_print(&t);
+	}
 	if (s->n_weights) {
 		static const char *const head[] = { "HANDLE", "WEIGHT", "DTYPE", "SHAPE", "BYTES",
-						    "REFS", "CLIENTS", "GEN", "ADOPTED" };
-		static const bool num[] = { 1, 0, 0, 0, 1, 1, 1, 1, 0 };
-		struct table t = { .ncols = 9, .head = head, .numeric = num };
+						    "REFS", "CLIENTS", "GEN", "ADOPTED", "SEGMENT",
+						    "OFFSET" };
+		static const bool num[] = { 1, 0, 0, 0, 1, 1, 1, 1, 0, 1, 1 };
+		struct table t = { .ncols = 11, .head = head, .numeric = num };
 
 		putchar('\n');
 		for (size_t i = 0; i < s->n_weights; i++) {
@@ -845,7 +889,8 @@ static int cmd_status(const struct opts *o, weightd_client *c)
 			table_row(&t, fmt("%" PRIu64, w->handle), xstrdup(w->label),
 				  xstrdup(w->dtype), fmt_shape(w->shape, w->ndim),
 				  fmt_bytes(w->nbytes), fmt("%u", w->refs), fmt("%u", w->clients),
-				  fmt("%" PRIu64, w->generation), xstrdup(w->adopted ? "yes" : "no"));
+				  fmt("%" PRIu64, w->generation), xstrdup(w->adopted ? "yes" : "no"),
+				  fmt("%" PRIu64, w->segment), fmt("%" PRIu64, w->offset));
 		}
 		table_print(&t);
 	}
@@ -1540,6 +1585,13 @@ static int cmd_metrics(weightd_client *c)
 	prom_u64("weights", "gauge", "Weights resident in shared memory.", s->weights);
 	prom_u64("clients", "gauge", "Connected clients.", s->clients);
 	prom_u64("references", "gauge", "References clients hold on weights.", s->references);
+	prom_u64("segments", "gauge", "Shared-memory segments (each holds one or many weights).",
+		 s->segments);
+	prom_u64("segment_bytes", "gauge", "Sizes of the shared-memory segments, in bytes.",
+		 s->segment_bytes);
+	prom_u64("idle_weights", "gauge", "Cached weights no client references.", s->idle_weights);
+	prom_u64("idle_segments", "gauge",
+		 "Segments none of whose weights any client references.", s->idle_segments);
 	prom_u64("materializations_total", "counter", "Materializations that finished.",
 		 s->materializations);
 	prom_u64("materializations_failed_total", "counter", "Materializations that failed.",

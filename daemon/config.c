@@ -717,7 +717,7 @@ static struct config *config_new(const char *path)
 	cfg->max_frame_bytes = WD_FRAME_MAX_DEFAULT;
 	cfg->max_message_bytes = 256ull << 20;
 	cfg->max_unit_entries = 1u << 20;
-	cfg->segment_max_bytes = 1ull << 30;
+	cfg->segment_max_bytes = 4ull << 30;
 	cfg->max_idle_weights = 1u << 20;
 	cfg->max_idle_segments = 1024;
 	cfg->log_level = -1;

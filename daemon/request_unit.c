@@ -647,6 +647,9 @@ static int unit_check_access(struct session *s, const Weightd__Unit *pu, struct 
 			if (r < 0) {
 				const char *name = pu->entries[i]->name ? pu->entries[i]->name : "";
 
+				/* the same words a recipe's own preflight uses for a source node */
+				err->node = (uint32_t)k + 1;
+				wd_error_prefix(err, "node %zu (source)", k);
 				snprintf(err->slot, sizeof(err->slot), "%s", name);
 				wd_error_prefix(err, "slot \"%s\"", name);
 				return r;

@@ -379,9 +379,9 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 				     (unsigned long long)s->d->cfg->max_message_bytes);
 			log_warn("client %llu (pid %d): %s", (unsigned long long)s->id,
 				 (int)s->peer.pid, e.msg);
-			session_send_error(s, 0, &e);
-			s->close_after_flush = true;
 			event_del(s->ev_read);
+			s->close_after_flush = true; /* before sending: the send may flush at once */
+			session_send_error(s, 0, &e);
 			return;
 		}
 		if (r < 0) {

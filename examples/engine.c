@@ -91,9 +91,11 @@ int main(int argc, char **argv)
 		for (uint64_t k = 0; k < t->nbytes; k++)
 			sum = sum * 31 + p[k];
 		fstat(weightd_weight_fd(w), &st);
-		printf("  %-44s %-5s %10llu bytes  shm %llu:%llu  checksum %016llx\n", t->name,
+		/* many weights share one segment: the same dev:ino, each at its own offset */
+		printf("  %-44s %-5s %10llu bytes  shm %llu:%llu +%llu  checksum %016llx\n", t->name,
 		       t->dtype, (unsigned long long)t->nbytes, (unsigned long long)st.st_dev,
-		       (unsigned long long)st.st_ino, sum);
+		       (unsigned long long)st.st_ino,
+		       (unsigned long long)weightd_weight_offset(w), sum);
 	}
 	fflush(stdout);
 	if (hold > 0)

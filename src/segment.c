@@ -40,8 +40,8 @@ static int open_error(struct wd_error *err, const char *what, const char *name)
 		else
 			wd_nofile_text(why, sizeof(why), "weightd",
 				       "LimitNOFILE= in weightd.service, or ulimit -n");
-		return wd_error_set(err, WD_E_EXHAUSTED, "resource exhausted: %s %s: %s", what, name,
-				    why);
+		return wd_error_set(err, WD_E_EXHAUSTED, "resource exhausted: %s %s: %s: %s", what,
+				    name, strerror(e), why);
 	}
 	return wd_error_set(err, WD_E_IO, "%s %s: %s", what, name, strerror(e));
 }

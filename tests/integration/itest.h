@@ -188,7 +188,7 @@ static inline int it_source_files(const weightd_status *st)
 }
 
 /*
- * The daemon's fds with no client connected, less one per cached weight and one per open
+ * The daemon's fds with no client connected, less one per segment and one per open
  * checkpoint file: what the leak check compares against. Counted while exactly one client (ours, accepted: it got a reply) is
  * connected, so a disconnect the daemon has not processed yet cannot skew it.
  */
@@ -197,7 +197,7 @@ static inline int it_fd_base_refs(const struct harness *h, uint64_t refs)
 	weightd_client *c;
 	weightd_status *st = it_quiet_with(h, refs, 0, 10000, &c);
 	int fds = harness_settled_fds(h);
-	int base = fds - 1 - (int)st->weights - it_source_files(st);
+	int base = fds - 1 - (int)st->segments - it_source_files(st);
 
 	weightd_status_free(st);
 	weightd_close(c);
@@ -211,21 +211,26 @@ static inline int it_fd_base(const struct harness *h)
 
 /*
  * The leak check every test ends with: nothing in flight, `refs` references left (0 unless the
- * daemon holds preloads), one segment under the prefix per cached weight and none besides, and
- * the daemon's fds back to the base plus one per cached weight and checkpoint file (plus the
- * asking client's).
+ * daemon holds preloads), one object under the prefix per segment the daemon reports and none
+ * besides, every cached weight in one of those segments, and the daemon's fds back to the base
+ * plus one per segment and checkpoint file (plus the asking client's).
  */
 static inline void it_leak_check(const struct harness *h, int fd_base, uint64_t refs)
 {
 	weightd_client *c;
 	weightd_status *st = it_quiet_with(h, refs, 0, 10000, &c);
-	uint64_t weights = st->weights;
-	int fds, files = it_source_files(st), want = fd_base + (int)weights + files + 1;
+	uint64_t weights = st->weights, segs = st->segments, in_segs = 0;
+	int fds, files = it_source_files(st), want = fd_base + (int)segs + files + 1;
 
 	assert_int_equal(st->materializations_in_flight, 0);
 	assert_int_equal(st->references, refs);
 	assert_int_equal(st->clients, 1);
-	assert_int_equal(harness_segments(h), (int)weights);
+	assert_int_equal(harness_segments(h), (int)segs);
+	assert_int_equal(st->n_segments, segs);
+	for (size_t i = 0; i < st->n_segments; i++)
+		in_segs += st->segment_list[i].weights;
+	assert_int_equal(in_segs, weights);
+	assert_true(segs <= weights);
 	for (size_t i = 0; i < st->n_weights; i++)
 		assert_true(st->weight_list[i].refs == 0 || refs > 0);
 	weightd_status_free(st);
@@ -234,9 +239,9 @@ static inline void it_leak_check(const struct harness *h, int fd_base, uint64_t 
 	if (fds != want)
 		harness_dump_fds(h->pid);
 	if (fds != want)
-		fail_msg("the daemon has %d fds open; expected %d (base %d + %llu weights + %d "
+		fail_msg("the daemon has %d fds open; expected %d (base %d + %llu segments + %d "
 			 "checkpoint files + 1 client)", fds, want, fd_base,
-			 (unsigned long long)weights, files);
+			 (unsigned long long)segs, files);
 }
 
 /* Run wd-mkfixture with printf-style arguments, or fail. */

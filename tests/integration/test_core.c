@@ -307,12 +307,14 @@ static void two_processes_share_one_copy(void **state)
 	}
 	assert_non_null(st);
 	assert_int_equal(st->references, 0);
-	/* Every segment in /dev/shm is a weight the daemon knows: nothing leaked. */
-	assert_int_equal(harness_segments(&H), (int)st->weights);
-	weights_left = st->weights;
+	/* Every segment in /dev/shm is one the daemon knows: nothing leaked. The unit's weights
+	 * were made by one request, so they share one segment. */
+	assert_int_equal(harness_segments(&H), (int)st->segments);
+	assert_int_equal(st->segments, 1);
+	weights_left = st->segments;
 	weightd_status_free(st);
 	weightd_close(c);
-	/* ... and no fd: one per cached weight (kept for the next client), none per dead client. */
+	/* ... and no fd: one per segment (kept for the next client), none per dead client. */
 	for (int tries = 0; tries < 500 && harness_count_fds(H.pid) !=
 					      daemon_fds_before + (int)weights_left; tries++)
 		usleep(10000);

@@ -155,7 +155,7 @@ static void checkpoint_changed_during_materialization(void **state)
 					held += st->weight_list[i].nbytes;
 				assert_int_equal(st->bytes_resident, held); /* reservation returned */
 			}
-			assert_int_equal(harness_segments(&H), (int)st->weights);
+			assert_int_equal(harness_segments(&H), (int)st->segments);
 			weightd_status_free(st);
 			still_serving(c);
 		}

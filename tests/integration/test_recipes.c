@@ -340,7 +340,8 @@ static weightd_client *connect_or_fail(void)
 
 struct counters {
 	uint64_t bytes_read, weights, references, materializations, clients;
-	int segments;
+	uint64_t daemon_segments;    /* as status reports them */
+	int segments;                /* as /dev/shm shows them */
 	int daemon_fds;
 };
 
@@ -357,6 +358,7 @@ static struct counters counters_now(weightd_client *c)
 	k.references = st->references;
 	k.materializations = st->materializations;
 	k.clients = st->clients;
+	k.daemon_segments = st->segments;
 	weightd_status_free(st);
 	k.segments = harness_segments(&H);
 	k.daemon_fds = harness_count_fds(H.pid);
@@ -1071,17 +1073,24 @@ static void aliases_share_their_owner(void **state)
 	w2 = fd_stat(weightd_unit_weight(u, "wt_again"));
 	assert_true(a.st_dev == b.st_dev && a.st_ino == b.st_ino);
 	assert_true(a.st_dev == h2.st_dev && a.st_ino == h2.st_ino);
-	assert_true(a.st_ino != w.st_ino);
+	/* emb16 and wt are two weights packed in one segment: same object, other offsets */
+	assert_true(a.st_dev == w.st_dev && a.st_ino == w.st_ino);
+	assert_true(weightd_weight_offset(weightd_unit_weight(u, "emb16")) !=
+		    weightd_weight_offset(weightd_unit_weight(u, "wt")));
+	assert_true(weightd_weight_handle(weightd_unit_weight(u, "emb16")) !=
+		    weightd_weight_handle(weightd_unit_weight(u, "wt")));
 	assert_true(w.st_dev == w2.st_dev && w.st_ino == w2.st_ino);
+	assert_int_equal(weightd_weight_offset(weightd_unit_weight(u, "wt")),
+			 weightd_weight_offset(weightd_unit_weight(u, "wt_again")));
 	assert_ptr_equal(weightd_unit_data(u, "head"), weightd_unit_data(u, "emb16"));
 	assert_ptr_equal(weightd_unit_data(u, "head2"), weightd_unit_data(u, "emb16"));
 	assert_ptr_equal(weightd_unit_data(u, "wt_again"), weightd_unit_data(u, "wt"));
 
 	k1 = counters_now(c);
-	assert_int_equal(k1.segments, k0.segments + 2);   /* emb16 and wt; no copy for the others */
-	assert_int_equal(k1.weights, k0.weights + 2);
+	assert_int_equal(k1.segments, k0.segments + 1);   /* one segment for the unit's new weights */
+	assert_int_equal(k1.weights, k0.weights + 2);     /* emb16 and wt; no copy for the others */
 	assert_int_equal(k1.references, k0.references + 3); /* one per entry; aliases hold none */
-	assert_int_equal(count_self_fds(), fds0 + 2);        /* one fd per distinct weight */
+	assert_int_equal(count_self_fds(), fds0 + 1);        /* one fd per segment */
 	weightd_unit_free(u);
 	settle(c, k0.references, k0.clients);                /* all three given back */
 	assert_int_equal(count_self_fds(), fds0);
@@ -1432,13 +1441,15 @@ static void unit_failing_midway_holds_nothing(void **state)
 	weightd_unit_free(u);
 
 	k1 = settle(c, k0.references, k0.clients);
-	assert_int_equal(k1.segments, (int)k1.weights);   /* no segment the daemon does not know */
+	assert_int_equal(k1.segments, (int)k1.daemon_segments); /* none the daemon does not know */
 	assert_true(k1.weights <= k0.weights + 1);
-	/* the daemon keeps one fd per cached weight, nothing for the failed request */
+	assert_true(k1.daemon_segments <= k0.daemon_segments + (k1.weights - k0.weights));
+	/* the daemon keeps one fd per segment, nothing for the failed request */
 	for (int i = 0; i < 500 && harness_count_fds(H.pid) != k0.daemon_fds +
-					      (int)(k1.weights - k0.weights); i++)
+					      (int)(k1.daemon_segments - k0.daemon_segments); i++)
 		usleep(10000);
-	assert_int_equal(harness_count_fds(H.pid), k0.daemon_fds + (int)(k1.weights - k0.weights));
+	assert_int_equal(harness_count_fds(H.pid),
+			 k0.daemon_fds + (int)(k1.daemon_segments - k0.daemon_segments));
 	assert_int_equal(count_self_fds(), fds0);
 	weightd_close(c);
 }

@@ -287,7 +287,21 @@ typedef struct weightd_weight_status {
 	const uint8_t *digest;   /* WEIGHTD_DIGEST_LEN bytes, or NULL when not known */
 	const char *source;
 	int adopted;             /* re-adopted after a daemon restart rather than read again */
+	uint64_t segment;        /* the id of the segment it lies in (appended) */
+	uint64_t offset;         /* where in it */
 } weightd_weight_status;
+
+/* A shared-memory segment of the daemon: one object in /dev/shm holding one or many weights. */
+typedef struct weightd_segment_status {
+	uint64_t id;
+	const char *name;        /* its name under /dev/shm (with the leading '/') */
+	uint64_t size;
+	uint32_t weights;        /* weights in it */
+	uint32_t held;           /* of those, how many someone references */
+	const char *source;      /* the checkpoint its weights come from */
+	int adopted;
+	int filling;             /* weights are still being made in it */
+} weightd_segment_status;
 
 /* A materialization in flight in the daemon (to show progress). */
 typedef struct weightd_job_status {
@@ -322,6 +336,13 @@ typedef struct weightd_status {
 	/* Materializations in flight (appended last; empty from a daemon that does not report them). */
 	size_t n_jobs;
 	const weightd_job_status *jobs;
+	/* Packed segments (appended last; zero from a daemon before protocol 2). */
+	uint64_t segments;
+	uint64_t segment_bytes;            /* sizes of the segments' objects */
+	uint64_t idle_weights;             /* cached weights nobody references */
+	uint64_t idle_segments;            /* segments none of whose weights anyone references */
+	size_t n_segments;
+	const weightd_segment_status *segment_list;
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);

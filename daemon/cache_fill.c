@@ -1,0 +1,549 @@
+/* cache_fill.c - making new weights: packing a request's new weights into segments, the jobs
+ * that fill them on the worker pool, and cache_request. Main thread only, except job_work. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache_int.h"
+#include "log.h"
+#include "state.h"
+
+/* "/<instance>.<32 random hex digits>": the name says nothing about what is inside. */
+static int segment_name(const struct cache *c, char *out, size_t cap)
+{
+	uint8_t rnd[16];
+	char hex[33];
+	ssize_t n;
+
+	do /* getrandom needs no descriptor: it works when the daemon is out of them */
+		n = getrandom(rnd, sizeof(rnd), 0);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(rnd))
+		return -WD_E_IO;
+	wd_hex(rnd, sizeof(rnd), hex);
+	snprintf(out, cap, "/%s.%s", c->instance, hex);
+	return 0;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* /dev/shm refused the reservation: say how much it has left, in the structured fields too. */
+static void shm_full_error(struct job *j, int e)
+{
+	struct statvfs sv;
+	uint64_t avail = 0;
+
+	if (statvfs("/dev/shm", &sv) == 0)
+		avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	wd_error_set(&j->err, WD_E_EXHAUSTED,
+		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
+		     "%llu bytes free (%s)", wd_plan_label(j->plan), (unsigned long long)j->nbytes,
+		     (unsigned long long)avail, strerror(e));
+	j->err.expected = (int64_t)j->nbytes;
+	j->err.actual = (int64_t)avail;
+}
+
+/* Worker thread: reserve the weight's range, fill and hash it. Touches nothing but the job (the
+ * segment's fd is copied into it and stays open until every job of the segment is done). */
+static void job_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	struct job *j = (struct job *)t;
+	struct wd_sink sink;
+	uint64_t t0 = now_ns();
+	int r, e;
+
+	wd_error_clear(&j->err);
+	if (!scratch) {
+		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for read buffers");
+		return;
+	}
+	e = wd_segment_reserve(j->fd, j->offset, j->nbytes);
+	if (e) {
+		if (e == ENOSPC || e == EFBIG)
+			shm_full_error(j, e);
+		else
+			wd_error_set(&j->err, WD_E_IO, "reserving %llu bytes of shared memory for %s: %s",
+				     (unsigned long long)j->nbytes, wd_plan_label(j->plan),
+				     strerror(e));
+		j->status = -j->err.code;
+		goto fail;
+	}
+	r = wd_sink_init(&sink, j->fd, j->nbytes);
+	if (r < 0) {
+		wd_error_set(&j->err, r, "cannot start a SHA-256 digest");
+		goto fail_r;
+	}
+	sink.base = j->offset;
+	sink.progress = &j->progress;
+	/* The digest is computed on the worker's hasher thread, behind the writes. */
+	wd_sink_pipeline(&sink, scratch->hasher);
+	r = wd_plan_execute(j->plan, &sink, scratch, &j->bytes_read, &j->err);
+	if (r < 0) {
+		wd_sink_abort(&sink);
+		goto fail_r;
+	}
+	r = wd_sink_finish(&sink, j->digest, &j->err);
+	if (r < 0)
+		goto fail_r;
+	j->ns = now_ns() - t0;
+	j->status = 0;
+	return;
+fail_r:
+	j->status = r;
+fail:
+	/* give back whatever of the range was reserved */
+	if (j->nbytes)
+		fallocate(j->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)j->offset,
+			  (off_t)j->nbytes);
+}
+
+static void job_free(struct job *j)
+{
+	for (size_t i = 0; i < j->n_sources; i++)
+		csource_unref(j->sources[i]);
+	free(j->sources);
+	wd_plan_free(j->plan);
+	free(j);
+}
+
+static struct job *find_job(const struct cache *c, const uint8_t *key)
+{
+	for (struct job *j = c->jobs_by_key[cache_key_hash(key, JOB_BUCKETS)]; j; j = j->hash_next)
+		if (memcmp(j->key, key, 32) == 0)
+			return j;
+	return NULL;
+}
+
+static void job_link(struct cache *c, struct job *j)
+{
+	size_t h = cache_key_hash(j->key, JOB_BUCKETS);
+
+	j->prev = NULL;
+	j->key_next = c->jobs;
+	if (c->jobs)
+		c->jobs->prev = j;
+	c->jobs = j;
+	j->hash_next = c->jobs_by_key[h];
+	c->jobs_by_key[h] = j;
+}
+
+static void job_unlink(struct cache *c, struct job *j)
+{
+	if (j->prev)
+		j->prev->key_next = j->key_next;
+	else
+		c->jobs = j->key_next;
+	if (j->key_next)
+		j->key_next->prev = j->prev;
+	for (struct job **pp = &c->jobs_by_key[cache_key_hash(j->key, JOB_BUCKETS)]; *pp;
+	     pp = &(*pp)->hash_next)
+		if (*pp == j) {
+			*pp = j->hash_next;
+			break;
+		}
+}
+
+/*
+ * The last job of a segment is done: drop write access and record the segment with the weights
+ * that were made, before anyone is answered (a reply never names a weight a restart would not
+ * find).
+ */
+static void seg_filled(struct cache *c, struct cache_segment *sg)
+{
+	struct wd_error err;
+
+	wd_segment_seal(&sg->seg);
+	if (sg->n_weights == 0)
+		return;
+	wd_error_clear(&err);
+	if (cache_seg_write_state(c, sg, &err) < 0)
+		log_warn("%s (its weights are served, but will be rebuilt after a restart)", err.msg);
+}
+
+/* Main thread: turn a finished job into a weight and tell everyone who waited. */
+static void job_done(struct pool_task *t)
+{
+	struct job *j = (struct job *)t;
+	struct cache *c = j->cache;
+	struct cache_segment *sg = j->segment;
+	struct weight *w = NULL;
+	struct waiter *wt, *next;
+
+	job_unlink(c, j);
+	if (c->p.stats) {
+		c->p.stats->in_flight--;
+		c->p.stats->bytes_read += j->bytes_read;
+	}
+	if (j->status == 0) {
+		w = calloc(1, sizeof(*w));
+		if (w)
+			w->label = strdup(wd_plan_label(j->plan));
+		if (!w || !w->label) {
+			free(w);
+			w = NULL;
+			wd_error_set(&j->err, WD_E_EXHAUSTED, "out of memory recording a weight");
+		}
+	}
+	if (w) {
+		w->id = c->next_id++;
+		memcpy(w->key, j->key, 32);
+		memcpy(w->digest, j->digest, 32);
+		w->dtype = wd_plan_dtype(j->plan);
+		w->ndim = wd_plan_ndim(j->plan);
+		if (w->ndim)
+			memcpy(w->shape, wd_plan_shape(j->plan), sizeof(uint64_t) * (size_t)w->ndim);
+		w->nbytes = j->nbytes;
+		w->segment = sg;
+		w->offset = j->offset;
+		if (j->n_sources) {
+			w->csource = j->sources[0];
+			csource_ref(w->csource);
+			snprintf(w->source, sizeof(w->source), "%s", w->csource->name);
+			w->generation = w->csource->generation;
+		}
+		cache_insert(c, w);
+		if (c->p.stats) {
+			c->p.stats->materializations++;
+			c->p.stats->bytes_materialized += w->nbytes;
+			c->p.stats->materialize_ns += j->ns;
+		}
+		log_debug("materialized %s: %llu bytes at %llu in %s in %.3f s, %llu read", w->label,
+			  (unsigned long long)w->nbytes, (unsigned long long)w->offset, sg->seg.name,
+			  (double)j->ns / 1e9, (unsigned long long)j->bytes_read);
+		/* The reservation becomes the weight's bytes (resident unchanged). Nobody holds it
+		 * until the waiters take their references below. */
+		cache_lru_append(c, w);
+	} else {
+		c->resident -= j->nbytes;
+		if (c->p.stats)
+			c->p.stats->materializations_failed++;
+		log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
+	}
+	if (sg->n_jobs == 1 && sg->created)
+		seg_filled(c, sg);
+	for (wt = j->waiters; wt; wt = next) {
+		/* the reads are charged to the request that started the job, not to those that joined */
+		uint64_t charged = wt->next ? 0 : j->bytes_read;
+
+		next = wt->next;
+		if (w) {
+			cache_hold(c, w);
+			wt->cb(w, NULL, charged, wt->arg);
+		} else {
+			wt->cb(NULL, &j->err, charged, wt->arg);
+		}
+		free(wt);
+	}
+	job_free(j);
+	/* Counted down only now: while the callbacks run (and may drop w, or evict neighbours),
+	 * the job keeps the segment alive and busy. */
+	if (--sg->n_jobs == 0 && sg->created) {
+		if (sg->n_weights == 0)
+			cache_seg_destroy(c, sg, true);
+		else
+			cache_seg_update_idle(c, sg);
+	}
+	cache_enforce_idle(c);
+}
+
+/* Start a job whose segment exists: inline without a pool (tests), else on a worker. */
+static void job_start(struct cache *c, struct job *j)
+{
+	j->fd = j->segment->seg.fd;
+	if (!c->p.pool) {
+		job_work(&j->task, c->scratch_ok ? &c->scratch : NULL);
+		job_done(&j->task);
+		return;
+	}
+	pool_submit(c->p.pool, &j->task);
+}
+
+/* --- packing ---------------------------------------------------------------------------- */
+
+struct cache_pack *cache_pack_begin(struct cache *c)
+{
+	(void)c;
+	return calloc(1, sizeof(struct cache_pack));
+}
+
+static int ptr_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool same_group(const struct cache_segment *sg, struct csource *const *g, size_t n)
+{
+	return sg->n_group == n && memcmp(sg->group, g, n * sizeof(*g)) == 0;
+}
+
+static uint64_t align_for(uint64_t off, uint64_t nbytes)
+{
+	uint64_t a = nbytes >= CACHE_PAGE ? CACHE_PAGE : CACHE_ALIGN;
+
+	return (off + a - 1) / a * a;
+}
+
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	void *p;
+	size_t ncap;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap ? *cap * 2 : 8;
+	p = realloc(*arr, ncap * elem);
+	if (!p)
+		return -WD_E_EXHAUSTED;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+/*
+ * Where a new weight of `nbytes` reading `sources` goes: the pack's open segment of the same
+ * checkpoints when it has room (under segment_max and CACHE_SEGMENT_MAX_WEIGHTS), else a new
+ * one, which becomes the open segment of that group. A weight over segment_max is alone in
+ * its segment. The groups open in one pack are few (one per set of checkpoints a unit reads),
+ * so they are scanned.
+ */
+static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
+					struct csource *const *sources, size_t n_sources,
+					uint64_t nbytes, uint64_t *ret_off)
+{
+	struct csource *g[16];
+	struct cache_segment *sg = NULL;
+	size_t slot = SIZE_MAX;
+	uint64_t off;
+
+	memcpy(g, sources, n_sources * sizeof(*g));
+	qsort(g, n_sources, sizeof(*g), ptr_cmp);
+	for (size_t i = 0; i < pk->n_open; i++)
+		if (same_group(pk->open[i], g, n_sources)) {
+			slot = i;
+			sg = pk->open[i];
+			break;
+		}
+	if (sg) {
+		off = align_for(sg->used, nbytes);
+		if (off + nbytes <= c->p.segment_max && off + nbytes >= off &&
+		    sg->n_jobs < CACHE_SEGMENT_MAX_WEIGHTS) {
+			sg->used = off + nbytes;
+			*ret_off = off;
+			return sg;
+		}
+	}
+	if (grow((void **)&pk->all, &pk->cap_all, pk->n_all, sizeof(*pk->all)) < 0 ||
+	    (slot == SIZE_MAX &&
+	     grow((void **)&pk->open, &pk->cap_open, pk->n_open, sizeof(*pk->open)) < 0))
+		return NULL;
+	sg = cache_seg_alloc(c);
+	if (!sg)
+		return NULL;
+	memcpy(sg->group, g, n_sources * sizeof(*g));
+	sg->n_group = n_sources;
+	if (n_sources) {
+		snprintf(sg->source, sizeof(sg->source), "%s", sources[0]->name);
+		sg->generation = sources[0]->generation;
+	}
+	sg->used = nbytes;
+	pk->all[pk->n_all++] = sg;
+	if (slot == SIZE_MAX)
+		pk->open[pk->n_open++] = sg;
+	else
+		pk->open[slot] = sg;
+	*ret_off = 0;
+	return sg;
+}
+
+/* The segment could not be made: every job queued for it fails (callbacks run here). */
+static void seg_fail_queued(struct cache *c, struct cache_segment *sg, const struct wd_error *err)
+{
+	while (sg->queued) {
+		struct job *j = sg->queued;
+
+		sg->queued = j->queue_next;
+		j->status = -err->code;
+		j->err = *err;
+		if (c->p.stats)
+			c->p.stats->in_flight++; /* job_done takes it back */
+		job_done(&j->task);
+	}
+	if (sg->n_jobs == 0)
+		cache_seg_destroy(c, sg, false);
+}
+
+void cache_pack_end(struct cache *c, struct cache_pack *pk)
+{
+	if (!pk)
+		return;
+	for (size_t i = 0; i < pk->n_all; i++) {
+		struct cache_segment *sg = pk->all[i];
+		struct wd_error err;
+		struct stat st;
+		char name[WD_SEGMENT_NAME_MAX];
+		int r = -WD_E_INVALID;
+
+		wd_error_clear(&err);
+		/* a random name taken by someone else is retried with another */
+		for (int attempt = 0; attempt < 4 && r == -WD_E_INVALID; attempt++) {
+			if (segment_name(c, name, sizeof(name)) < 0) {
+				r = wd_error_set(&err, WD_E_IO, "no randomness for a segment name");
+				break;
+			}
+			wd_error_clear(&err);
+			r = wd_segment_create_sparse(name, sg->used, &sg->seg, &err);
+		}
+		if (r < 0) {
+			log_warn("%s", err.msg);
+			seg_fail_queued(c, sg, &err); /* and destroys the segment */
+			continue;
+		}
+		if (fstat(sg->seg.ro_fd, &st) == 0)
+			sg->ino = (uint64_t)st.st_ino;
+		sg->created = true;
+		c->segment_bytes += sg->seg.size;
+		while (sg->queued) {
+			struct job *j = sg->queued;
+
+			sg->queued = j->queue_next;
+			if (c->p.stats)
+				c->p.stats->in_flight++;
+			job_start(c, j); /* without a pool this may finish the segment */
+		}
+	}
+	free(pk->open);
+	free(pk->all);
+	free(pk);
+}
+
+int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan,
+		  struct csource *const *sources, size_t n_sources, cache_cb cb, void *arg,
+		  struct weight **ret_w, struct wd_error *err)
+{
+	const uint8_t *key = wd_plan_key(plan);
+	struct weight *w = cache_find_key(c, key);
+	struct cache_pack *own = NULL;
+	struct cache_segment *sg;
+	struct waiter *wt;
+	struct job *j;
+	int r;
+
+	if (w) {
+		cache_hold(c, w);
+		cache_claim_source(w, n_sources ? sources[0] : NULL);
+		wd_plan_free(plan);
+		*ret_w = w;
+		return 1;
+	}
+	if (n_sources > 16) {
+		wd_plan_free(plan);
+		return wd_error_set(err, WD_E_TOO_LARGE, "a recipe may read at most 16 checkpoints");
+	}
+	wt = calloc(1, sizeof(*wt));
+	if (!wt) {
+		wd_plan_free(plan);
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	}
+	wt->cb = cb;
+	wt->arg = arg;
+	j = find_job(c, key);
+	if (j) {
+		wt->next = j->waiters;
+		j->waiters = wt;
+		wd_plan_free(plan);
+		return 0;
+	}
+	j = calloc(1, sizeof(*j));
+	if (j)
+		j->sources = calloc(n_sources ? n_sources : 1, sizeof(*j->sources));
+	if (!pack)
+		pack = own = cache_pack_begin(c);
+	if (!j || !j->sources || !pack) {
+		if (j)
+			free(j->sources);
+		free(j);
+		free(wt);
+		free(own);
+		wd_plan_free(plan);
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	}
+	j->plan = plan;
+	j->nbytes = wd_plan_nbytes(plan);
+	r = cache_reserve(c, j->nbytes, wd_plan_label(plan), err);
+	if (r < 0) {
+		free(wt);
+		job_free(j);
+		free(own);
+		return r;
+	}
+	sg = pack_place(c, pack, sources, n_sources, j->nbytes, &j->offset);
+	if (!sg) {
+		c->resident -= j->nbytes;
+		free(wt);
+		job_free(j);
+		free(own);
+		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < n_sources; i++) {
+		j->sources[i] = sources[i];
+		csource_ref(sources[i]);
+		j->n_sources++;
+	}
+	j->cache = c;
+	memcpy(j->key, key, 32);
+	j->waiters = wt;
+	j->segment = sg;
+	j->fd = -1;
+	j->task.work = job_work;
+	j->task.done = job_done;
+	sg->n_jobs++;
+	j->queue_next = sg->queued;
+	sg->queued = j;
+	job_link(c, j);
+	if (own)
+		cache_pack_end(c, own);
+	return 0;
+}
+
+bool cache_in_flight(const struct cache *c, const uint8_t key[32])
+{
+	return find_job(c, key) != NULL;
+}
+
+void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *j, void *arg),
+		       void *arg)
+{
+	for (struct job *j = c->jobs; j; j = j->key_next) {
+		struct cache_job_info info = {
+			.key = j->key,
+			.label = wd_plan_label(j->plan),
+			.nbytes = j->nbytes,
+			.done = __atomic_load_n(&j->progress, __ATOMIC_RELAXED),
+		};
+		fn(&info, arg);
+	}
+}
+
+size_t cache_job_count(const struct cache *c)
+{
+	size_t n = 0;
+
+	for (const struct job *j = c->jobs; j; j = j->key_next)
+		n++;
+	return n;
+}

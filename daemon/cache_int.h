@@ -1,0 +1,101 @@
+/* cache_int.h - what cache.c (weights, segments, budget) and cache_fill.c (packing, jobs) share.
+ * Not for other modules. */
+#ifndef WD_CACHE_INT_H
+#define WD_CACHE_INT_H
+
+#include "cache.h"
+#include "daemon.h"
+#include "sink.h"
+
+struct job {
+	struct pool_task task;       /* first: the pool hands back this pointer */
+	struct cache *cache;
+	uint8_t key[32];
+	struct wd_plan *plan;
+	struct csource **sources;
+	size_t n_sources;
+	uint64_t nbytes;
+	uint64_t progress;           /* bytes written so far: the worker stores, status loads */
+	struct cache_segment *segment;
+	uint64_t offset;
+	int fd;                      /* the segment's writable fd (the worker writes through it) */
+	/* result, written by the worker */
+	int status;
+	struct wd_error err;
+	uint8_t digest[32];
+	uint64_t bytes_read;
+	uint64_t ns;
+	/* who waits (the request that started the job is the last in the list) */
+	struct waiter *waiters;
+	struct job *key_next;        /* the list of jobs in flight */
+	struct job *prev;
+	struct job *hash_next;       /* the chain of its bucket in jobs_by_key */
+	struct job *queue_next;      /* the segment's jobs waiting for it to be created */
+};
+
+/* Jobs in flight are found by key through a fixed hash (a unit of 65,536 new weights starts
+ * that many jobs: a list scanned per request would be quadratic). */
+#define JOB_BUCKETS 4096
+#define SEG_BUCKETS 1024
+
+struct waiter {
+	cache_cb cb;
+	void *arg;
+	struct waiter *next;
+};
+
+/* The segments one pack is filling: the open one of each group of checkpoints. */
+struct cache_pack {
+	struct cache_segment **open;
+	size_t n_open, cap_open;
+	struct cache_segment **all;  /* every segment this pack made, to create at the end */
+	size_t n_all, cap_all;
+};
+
+struct cache {
+	struct cache_params p;
+	char instance[80];
+	struct wd_scratch scratch;   /* jobs run inline when there is no pool */
+	bool scratch_ok;
+	uint64_t budget;
+	uint64_t resident;           /* finished weights + reservations of running jobs */
+	uint64_t evictable;          /* bytes of the weights on the LRU list (nobody holds them) */
+	uint64_t idle_weights;       /* weights on the LRU list */
+	uint64_t idle_segments;
+	uint64_t count;
+	uint64_t next_id;
+	uint64_t next_segment_id;
+	uint64_t n_segments, segment_bytes;
+	size_t nbuckets;
+	struct weight **by_key, **by_id;
+	struct cache_segment *segments;
+	struct cache_segment *seg_by_id[SEG_BUCKETS];
+	struct cache_segment *dirty;
+	struct job *jobs;            /* in flight, for walking them */
+	struct job *jobs_by_key[JOB_BUCKETS];
+	struct weight *lru_head, *lru_tail; /* head = least recently released */
+};
+
+
+size_t cache_key_hash(const uint8_t *key, size_t nb);
+struct weight *cache_find_key(struct cache *c, const uint8_t *key);
+/* Recount whether a segment is idle (created, nothing being made, no weight referenced). */
+void cache_seg_update_idle(struct cache *c, struct cache_segment *sg);
+/* A new segment object (no shm object yet), linked and numbered. */
+struct cache_segment *cache_seg_alloc(struct cache *c);
+/* Write (replace) the state record of a created segment: every finished weight in it. */
+int cache_seg_write_state(struct cache *c, struct cache_segment *sg, struct wd_error *err);
+/* Free a segment; with unlink_segment also its shm object and its state record. */
+void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_segment);
+/* Hash a finished weight and add it to its segment. */
+void cache_insert(struct cache *c, struct weight *w);
+void cache_lru_append(struct cache *c, struct weight *w);
+/* Evict least recently released weights while over the idle limits; returns how many. */
+uint64_t cache_enforce_idle(struct cache *c);
+/* Reserve need bytes of budget, evicting LRU-first; -WD_E_EXHAUSTED (nothing evicted) if it
+ * cannot fit. */
+int cache_reserve(struct cache *c, uint64_t need, const char *what, struct wd_error *err);
+/* Give a re-adopted weight its catalog entry (a reference) when it has none. */
+void cache_claim_source(struct weight *w, struct csource *cs);
+
+#endif
