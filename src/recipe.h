@@ -2,6 +2,7 @@
 #ifndef WD_RECIPE_H
 #define WD_RECIPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -153,8 +154,9 @@ uint64_t wd_plan_nbytes(const struct wd_plan *p);
 /* SHA-256 of the canonical encoding of the recipe with each source replaced by its identity
  * (wd_source_identity) and tensor name: equal keys = equal bytes. The recipe is normalised first
  * (shard -> range, negative axes resolved, no-op nodes and unused nodes dropped, reshape/view
- * chains collapsed, selections moved below casts), so e.g. shard(cast(x)) and cast(shard(x))
- * share one key, and so do one file's tensors under two checkpoint names. */
+ * chains collapsed, selections moved below casts and block-scale dequantizations, a cast of an
+ * F32 dequantization folded into it), so e.g. shard(cast(x)) and cast(shard(x)) share one key,
+ * and so do one file's tensors under two checkpoint names. */
 const uint8_t *wd_plan_key(const struct wd_plan *p);
 /* Bytes execution will read from checkpoints (for accounting and tests). */
 uint64_t wd_plan_read_bytes(const struct wd_plan *p);
@@ -169,10 +171,30 @@ const char *wd_plan_label(const struct wd_plan *p);
  * of checkpoints), checks every source file with wd_source_check before and after reading, and
  * adds the checkpoint bytes read to *ret_bytes_read. Byte-preserving plans stream file ranges
  * through scratch->buf (or the sink's slots, when it pipelines its hashing: wd_sink_buffer) into
- * the sink with no whole-tensor intermediate copy. Thread-safe: one plan
- * may run on one thread at a time; different plans concurrently.
+ * the sink with no whole-tensor intermediate copy. Thread-safe: the plan is only read, so one
+ * plan may run on several threads at once (wd_plan_execute_range) and different plans
+ * concurrently.
  */
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
 		    uint64_t *ret_bytes_read, struct wd_error *err);
+
+/*
+ * The same for output bytes [start, start + len) only, into a sink of len bytes: what one of
+ * several workers filling one weight at once runs. Concurrent calls on one plan are safe (the
+ * plan is only read; each call has its own state). Reads only what that range needs: the file
+ * bytes it streams, and the intermediate values it reads, each computed whole when first needed
+ * (for a stack of dequantized experts, the scales of the experts the range covers). Ranges split
+ * anywhere give the same bytes; split on element boundaries of the casts they stream, they read
+ * each streamed file byte once over all of them.
+ */
+int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
+			  struct wd_sink *sink, struct wd_scratch *scratch, uint64_t *ret_bytes_read,
+			  struct wd_error *err);
+/* Whether ranges of the output can be produced independently at no real extra cost: the only
+ * intermediate values kept whole are dequantization scales (each range computes the few it
+ * needs; wd_plan_temp_read_bytes bounds what they read). */
+bool wd_plan_splittable(const struct wd_plan *p);
+/* Checkpoint bytes the plan's intermediate values read (included in wd_plan_read_bytes). */
+uint64_t wd_plan_temp_read_bytes(const struct wd_plan *p);
 
 #endif

@@ -859,9 +859,10 @@ static int check_inputs(struct build *b, uint32_t i, const struct wd_rnode *rn)
 			    (int)rn->op);
 	if (rn->op != WD_OP_SOURCE) {
 		if (rn->n_inputs == 0)
-			return nerr(b, i, WD_E_EMPTY_INPUTS, -1, 1, 0, "%s needs %s input",
+			return nerr(b, i, WD_E_EMPTY_INPUTS, -1, 1, 0, "%s needs %s",
 				    op_name(rn->op), rn->op == WD_OP_CONCAT || rn->op == WD_OP_STACK ?
-				    "at least one" : "one");
+				    "at least one input" : rn->op == WD_OP_DEQUANT_BLOCK ?
+				    "two inputs (data, scale)" : "one input");
 		if (rn->op == WD_OP_DEQUANT_BLOCK && rn->n_inputs != 2)
 			return nerr(b, i, WD_E_INVALID, -1, 2, i64(rn->n_inputs),
 				    "dequant_block takes two inputs (data, scale) but %zu %s given",

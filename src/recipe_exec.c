@@ -15,7 +15,8 @@
 struct xstate {
 	uint8_t *temp;               /* whole output, once `ready` (temp_alloc) */
 	size_t temp_len;
-	bool ready;
+	bool ready, busy;            /* busy: being evaluated into temp */
+	bool listed;                 /* in exec.owned */
 	/* a cast's window: converted output bytes [win_off, win_off + win_len) */
 	uint8_t *inbuf, *win;
 	float *mid;                  /* F32 between dequantization and the final conversion */
@@ -30,6 +31,10 @@ struct exec {
 	struct wd_error *err;
 	uint64_t bytes_read;
 	size_t win_bytes;            /* each cast window's budget (exec_alloc) */
+	/* the nodes whose state holds memory, so that freeing it does not walk every node: a range
+	 * of a large plan touches only the state of the nodes it reads */
+	uint32_t *owned;
+	size_t n_owned;
 	/* one pending pread, extended while requests continue it */
 	const struct xnode *pend_leaf;
 	uint64_t pend_off;
@@ -75,6 +80,7 @@ static int pend(struct exec *e, const struct xnode *x, uint64_t off, size_t len,
 }
 
 static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8_t *dst);
+static int need_temp(struct exec *e, uint32_t i);
 
 /* Convert nunits input units (elements, or blocks of a block type) from `in` to `out`. */
 static int convert_units(struct exec *e, enum wd_dtype from, const void *in, enum wd_dtype to,
@@ -103,6 +109,10 @@ static int convert_at(struct exec *e, const struct xnode *x, uint64_t u0, const 
 	const struct xnode *y = &e->p->x[x->in[0]];
 
 	if (x->op == X_DEQUANT) {
+		int r = need_temp(e, x->in[1]);
+
+		if (r < 0)
+			return r;
 		wd_recipe_dequant_run(x, y->dtype, &e->p->x[x->in[1]],
 				      (const float *)e->st[x->in[1]].temp, u0, k, in, mid, out);
 		return 0;
@@ -123,6 +133,10 @@ static int win_alloc(struct exec *e, uint32_t i)
 
 	if (s->inbuf)
 		return 0;
+	if (!s->listed) {
+		s->listed = true;
+		e->owned[e->n_owned++] = i;
+	}
 	ib = unit_bytes(y->dtype);
 	ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
 	if (x->op == X_DEQUANT)
@@ -394,9 +408,14 @@ static inline void gather_units(uint8_t *d, const uint8_t *s, uint64_t n, uint64
 static int read_transpose(struct exec *e, const struct xnode *x, uint64_t off, size_t len,
 			  uint8_t *dst)
 {
-	const uint8_t *src = e->st[x->in[0]].temp;
+	const uint8_t *src;
 	uint64_t end = off + len, idx[WD_MAX_DIMS], row_units, rb, head;
 	struct tgeo g;
+	int r = need_temp(e, x->in[0]);
+
+	if (r < 0)
+		return r;
+	src = e->st[x->in[0]].temp;
 
 	tgeo_init(x, &e->p->x[x->in[0]], &g);
 	if (g.nd < 2 || g.step[g.nd - 2] != 1 || g.step[g.nd - 1] == 1) {
@@ -434,7 +453,11 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 
 	if (!len)
 		return 0;
-	if (e->st[i].ready) {
+	if (x->temp && !e->st[i].busy) {
+		int r = need_temp(e, i);
+
+		if (r < 0)
+			return r;
 		memcpy(dst, e->st[i].temp + off, len);
 		return 0;
 	}
@@ -487,30 +510,31 @@ static void temp_free(void *p, size_t n)
 
 static void exec_free(struct exec *e)
 {
-	if (!e->st)
-		return;
-	for (size_t i = 0; i < e->p->nx; i++) {
-		temp_free(e->st[i].temp, e->st[i].temp_len);
-		free(e->st[i].inbuf);
-		free(e->st[i].win);
-		free(e->st[i].mid);
+	for (size_t k = 0; e->st && k < e->n_owned; k++) {
+		struct xstate *s = &e->st[e->owned[k]];
+
+		temp_free(s->temp, s->temp_len);
+		free(s->inbuf);
+		free(s->win);
+		free(s->mid);
 	}
 	free(e->st);
+	free(e->owned);
 	e->st = NULL;
+	e->owned = NULL;
 }
 
 /* Per-node state; each cast's window budget (the windows themselves come when first read). */
 static int exec_alloc(struct exec *e)
 {
 	const struct wd_plan *p = e->p;
-	size_t casts = 0;
 
+	/* calloc of a large array maps zero pages: only the state of nodes read is touched */
 	e->st = calloc(p->nx, sizeof(*e->st));
-	if (!e->st)
+	e->owned = malloc((p->n_casts + p->n_temps + 1) * sizeof(*e->owned));
+	if (!e->st || !e->owned)
 		return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for the plan's state");
-	for (size_t i = 0; i <= p->root; i++)
-		casts += p->x[i].reach && (p->x[i].op == X_CAST || p->x[i].op == X_DEQUANT);
-	e->win_bytes = casts ? CAST_WINDOWS_TOTAL / casts : CAST_WINDOW;
+	e->win_bytes = p->n_casts ? CAST_WINDOWS_TOTAL / p->n_casts : CAST_WINDOW;
 	if (e->win_bytes > CAST_WINDOW)
 		e->win_bytes = CAST_WINDOW;
 	if (e->win_bytes < CAST_WINDOW_MIN)
@@ -541,15 +565,49 @@ static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
 }
 
 /*
- * The root cast: input chunks in scratch->buf, converted straight into the sink's next slot when
- * it pipelines its hashing (else into scratch->buf2), written.
+ * Temporary i evaluated whole, when first needed: a range of the output evaluates only the
+ * temporaries it reads (the scales of the experts it covers, not all of them). Its own inputs
+ * that are temporaries come in the same way, recursively (the graph is acyclic; busy marks the
+ * one being filled, whose reads then go to its operation).
  */
-static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
+static int need_temp(struct exec *e, uint32_t i)
+{
+	const struct xnode *x = &e->p->x[i];
+	struct xstate *s = &e->st[i];
+	int r;
+
+	if (s->ready)
+		return 0;
+	if (!s->listed) {
+		s->listed = true;
+		e->owned[e->n_owned++] = i;
+	}
+	s->temp = temp_alloc(x->nbytes);
+	s->temp_len = x->nbytes;
+	if (!s->temp)
+		return wd_error_set(e->err, WD_E_EXHAUSTED, "no memory for %" PRIu64
+				    " bytes of working space", x->nbytes);
+	s->busy = true;
+	r = read_node(e, i, 0, x->nbytes, s->temp);
+	if (r == 0)
+		r = flush(e);
+	s->busy = false;
+	s->ready = r == 0;
+	return r;
+}
+
+/*
+ * The root cast, output bytes [start, end) (both on unit boundaries): input chunks in
+ * scratch->buf, converted straight into the sink's next slot when it pipelines its hashing (else
+ * into scratch->buf2), written.
+ */
+static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc,
+			 uint64_t start, uint64_t end)
 {
 	const struct xnode *x = &e->p->x[e->p->root], *y = &e->p->x[x->in[0]];
 	const struct xstate *s = &e->st[e->p->root];
 	uint64_t ib = unit_bytes(y->dtype), ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
-	uint64_t total = x->nbytes / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
+	uint64_t total = end / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
 	int r;
 
 	r = win_alloc(e, e->p->root);     /* for its F32 buffer */
@@ -557,7 +615,7 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 		return r;
 	if (s->mid)
 		k = min_u64(k, s->units);
-	for (uint64_t u = 0; u < total;) {
+	for (uint64_t u = start / ob; u < total;) {
 		size_t cap = 0, n;
 		uint8_t *out = wd_sink_buffer(sink, &cap);
 		uint64_t kk = k;
@@ -581,13 +639,14 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 	return 0;
 }
 
-/* Any other root: produced chunk by chunk into the sink's next slot (or scratch->buf), written. */
-static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
+/* Any other root, bytes [start, end): produced chunk by chunk into the sink's next slot (or
+ * scratch->buf), written. */
+static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc, uint64_t start,
+		    uint64_t end)
 {
-	const struct wd_plan *p = e->p;
 	int r = 0;
 
-	for (uint64_t off = 0; off < p->nbytes && r == 0;) {
+	for (uint64_t off = start; off < end && r == 0;) {
 		size_t cap = 0, n;
 		uint8_t *out = wd_sink_buffer(sink, &cap);
 
@@ -595,8 +654,8 @@ static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
 			out = sc->buf;
 			cap = sc->cap;
 		}
-		n = (size_t)min_u64(cap, p->nbytes - off);
-		r = read_node(e, p->root, off, n, out);
+		n = (size_t)min_u64(cap, end - off);
+		r = read_node(e, e->p->root, off, n, out);
 		if (r == 0)
 			r = flush(e);
 		if (r == 0)
@@ -606,47 +665,48 @@ static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
 	return r;
 }
 
+/* Whether the root cast can run whole units over [start, end): both ends on unit boundaries. */
+static bool root_cast_aligned(const struct wd_plan *p, uint64_t start, uint64_t end)
+{
+	const struct xnode *x = &p->x[p->root], *y = &p->x[x->in[0]];
+	uint64_t ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+
+	return start % ob == 0 && end % ob == 0;
+}
+
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
 		    uint64_t *ret_bytes_read, struct wd_error *err)
+{
+	return wd_plan_execute_range(p, 0, p->nbytes, sink, scratch, ret_bytes_read, err);
+}
+
+int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
+			  struct wd_sink *sink, struct wd_scratch *scratch, uint64_t *ret_bytes_read,
+			  struct wd_error *err)
 {
 	struct exec e = { .p = p, .err = err };
 	int r;
 
 	if (!scratch || !scratch->buf || !scratch->cap)
 		return wd_error_set(err, WD_E_INTERNAL, "materialization needs a scratch buffer");
-	if (sink->size - sink->written != p->nbytes)
+	if (start > p->nbytes || len > p->nbytes - start)
 		return wd_error_set(err, WD_E_INTERNAL,
-				    "the sink takes %" PRIu64 " bytes but the weight is %" PRIu64,
-				    sink->size - sink->written, p->nbytes);
+				    "bytes %" PRIu64 "+%" PRIu64 " are outside the %" PRIu64
+				    "-byte weight", start, len, p->nbytes);
+	if (sink->size - sink->written != len)
+		return wd_error_set(err, WD_E_INTERNAL,
+				    "the sink takes %" PRIu64 " bytes but the range is %" PRIu64,
+				    sink->size - sink->written, len);
 	r = check_files(&e);
 	if (r < 0)
 		goto out;
 	r = exec_alloc(&e);
 	if (r < 0)
 		goto out;
-	/* Temporaries in creation order: each one's inputs are ready before it. */
-	for (size_t i = 0; i < p->root; i++) {
-		const struct xnode *x = &p->x[i];
-		if (!x->reach || !x->temp)
-			continue;
-		e.st[i].temp = temp_alloc(x->nbytes);
-		e.st[i].temp_len = x->nbytes;
-		if (!e.st[i].temp) {
-			r = wd_error_set(err, WD_E_EXHAUSTED, "no memory for %" PRIu64
-					 " bytes of working space", x->nbytes);
-			goto out;
-		}
-		r = read_node(&e, (uint32_t)i, 0, x->nbytes, e.st[i].temp);
-		if (r == 0)
-			r = flush(&e);
-		if (r < 0)
-			goto out;
-		e.st[i].ready = true;
-	}
-	if (root_cast_fits(p, scratch))
-		r = run_root_cast(&e, sink, scratch);
+	if (root_cast_fits(p, scratch) && root_cast_aligned(p, start, start + len))
+		r = run_root_cast(&e, sink, scratch, start, start + len);
 	else
-		r = run_root(&e, sink, scratch);
+		r = run_root(&e, sink, scratch, start, start + len);
 	if (r < 0)
 		goto out;
 	r = check_files(&e);
@@ -657,4 +717,15 @@ out:
 	if (ret_bytes_read)
 		*ret_bytes_read += e.bytes_read;
 	return r;
+}
+
+bool wd_plan_splittable(const struct wd_plan *p)
+{
+	for (size_t i = 0; i < p->root; i++) {
+		const struct xnode *x = &p->x[i];
+
+		if (x->reach && x->temp && !x->scale_temp)
+			return false;
+	}
+	return true;
 }

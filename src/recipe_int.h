@@ -21,7 +21,9 @@
  * operations that change nothing (a cast to the same dtype, an identity permutation, a full
  * selection, a one-input concat) disappear; a one-input stack becomes a VIEW; and a selection over
  * a cast is moved below the cast (cast is element-wise, so the bytes are the same and only the
- * selected elements are read and converted). The identity key is a Merkle hash over this graph:
+ * selected elements are read and converted). DEQUANT_BLOCK becomes DEQUANT (data, scale, block,
+ * phase); a range or index selection over it moves below it onto both the data and the scale
+ * rows that cover the selection (recipe_dequant.c), and a cast of an F32 DEQUANT folds into it. The identity key is a Merkle hash over this graph:
  * each xnode's digest is SHA-256 of a fixed, length-prefixed encoding of its operation, its
  * parameters and its inputs' digests, with a LEAF encoded as its source's identity and the tensor
  * name. Equal digests therefore mean equal operations over equal file bytes.
@@ -30,8 +32,9 @@
  * node's row-major output. Byte-preserving nodes (LEAF, SELECT, CONCAT, STACK, VIEW) only split
  * the range into pieces of their inputs, so a byte-preserving plan turns into preads of file
  * ranges straight into the destination; consecutive pieces that continue each other in the same
- * file are coalesced into one pread. A CAST reads its input sequentially through a small window
- * and converts; at the root it converts scratch->buf into scratch->buf2. A TRANSPOSE needs random
+ * file are coalesced into one pread. A CAST (and a DEQUANT, whose scale is always a temporary)
+ * reads its input sequentially through a small window and converts; at the root it converts
+ * scratch->buf into scratch->buf2. A TRANSPOSE needs random
  * access to its input, which is evaluated once into a temporary buffer. Nodes whose output must be
  * read out of order or several times but cannot be (see classify) are evaluated into a temporary
  * buffer too; all temporaries together are bounded by max_temp_bytes. Because every node's output
@@ -41,7 +44,8 @@
  * Where it lives: recipe_build.c builds and normalises the graph and its digests (node by node,
  * with every validation error); recipe_plan.c is preflight itself: it decides how each node is
  * read, accounts temporaries and file bytes, labels the plan and answers the wd_plan_* getters;
- * recipe_exec.c executes a plan into a sink.
+ * recipe_dequant.c holds the block-scale dequantization (validation, moving selections below it,
+ * its kernel); recipe_exec.c executes a plan into a sink, or a byte range of it.
  */
 
 enum xop { X_LEAF = 1, X_SELECT, X_CONCAT, X_STACK, X_VIEW, X_TRANSPOSE, X_CAST, X_DEQUANT };
@@ -90,6 +94,7 @@ struct xnode {
 	uint64_t block[WD_MAX_DIMS], phase[WD_MAX_DIMS];
 	/* analysis */
 	bool reach, temp;
+	bool scale_temp;              /* a temporary only as a dequantization's scale */
 	uint32_t uses;
 	enum xcls cls;
 	uint64_t cost;                /* file bytes read to produce the whole output once */
@@ -110,6 +115,8 @@ struct wd_plan {
 	uint8_t key[WD_DIGEST_LEN];
 	uint64_t read_bytes;
 	uint64_t temp_bytes;
+	uint64_t temp_read;           /* file bytes the temporaries read */
+	size_t n_casts, n_temps;      /* reachable casts and dequantizations; temporaries */
 	struct xnode *x;
 	size_t nx, capx;
 	uint32_t root;

@@ -24,12 +24,17 @@ static enum xcls join_cls(enum xcls a, enum xcls b)
 	return a == b ? a : C_MIXED;
 }
 
-static void mark_temp(struct xnode *x, uint32_t cause, bool *changed)
+/* Make x a temporary; `scale`: only because a dequantization reads it as its scale (the one
+ * kind a range of the output needs in part, so ranges can still be split: wd_plan_splittable). */
+static void mark_temp(struct xnode *x, uint32_t cause, bool scale, bool *changed)
 {
 	if (!x->temp) {
 		x->temp = true;
+		x->scale_temp = scale;
 		x->cause = cause;
 		*changed = true;
+	} else if (!scale) {
+		x->scale_temp = false;
 	}
 }
 
@@ -49,6 +54,8 @@ static void classify(struct wd_plan *p)
 	for (size_t i = 0; i < p->nx; i++)
 		p->x[i].reach = false, p->x[i].uses = 0;
 	p->x[p->root].reach = true;
+	for (size_t i = 0; i < p->nx; i++)
+		p->x[i].temp = p->x[i].scale_temp = false;
 	for (size_t i = p->root + 1; i-- > 0;) {
 		if (!p->x[i].reach)
 			continue;
@@ -70,7 +77,7 @@ static void classify(struct wd_plan *p)
 			case X_SELECT: {
 				struct xnode *y = &p->x[x->in[0]];
 				if (eff_cls(y) == C_MIXED || eff_cls(y) == C_SEQ)
-					mark_temp(y, x->orig, &changed);
+					mark_temp(y, x->orig, false, &changed);
 				x->cls = eff_cls(y);
 				break;
 			}
@@ -88,16 +95,16 @@ static void classify(struct wd_plan *p)
 				break;
 			case X_DEQUANT:
 				/* the scale is read at random, once per block: kept in memory */
-				mark_temp(&p->x[x->in[1]], x->orig, &changed);
+				mark_temp(&p->x[x->in[1]], x->orig, true, &changed);
 				x->cls = C_SEQ;
 				break;
 			case X_TRANSPOSE:
-				mark_temp(&p->x[x->in[0]], x->orig, &changed);
+				mark_temp(&p->x[x->in[0]], x->orig, false, &changed);
 				x->cls = C_MEM;
 				break;
 			}
 			if (x->cls == C_SEQ && x->uses > 1)
-				mark_temp(x, x->orig, &changed);
+				mark_temp(x, x->orig, false, &changed);
 		}
 	} while (changed);
 }
@@ -140,6 +147,8 @@ static int account(struct build *b)
 			return nerr(b, x->orig, WD_E_OVERFLOW, -1, 0, 0,
 				    "the bytes this recipe reads exceed 2^64");
 		x->cost = c;
+		p->n_casts += x->op == X_CAST || x->op == X_DEQUANT;
+		p->n_temps += x->temp;
 		if (x->temp) {
 			if (!wd_add_u64(temp, x->nbytes, &temp) || temp > b->lim.max_temp_bytes)
 				return nerr(b, x->cause, WD_E_TOO_LARGE, -1, i64(b->lim.max_temp_bytes),
@@ -147,11 +156,15 @@ static int account(struct build *b)
 					    " bytes of working memory allowed", b->lim.max_temp_bytes);
 		}
 	}
-	total = p->x[p->root].cost;
+	total = 0;
 	for (size_t i = 0; i < p->root; i++)
 		if (p->x[i].reach && p->x[i].temp && !wd_add_u64(total, p->x[i].cost, &total))
 			return nerr(b, p->x[i].cause, WD_E_OVERFLOW, -1, 0, 0,
 				    "the bytes this recipe reads exceed 2^64");
+	p->temp_read = total;
+	if (!wd_add_u64(total, p->x[p->root].cost, &total))
+		return nerr(b, p->x[p->root].orig, WD_E_OVERFLOW, -1, 0, 0,
+			    "the bytes this recipe reads exceed 2^64");
 	p->temp_bytes = temp;
 	p->read_bytes = total;
 	return 0;
@@ -455,6 +468,11 @@ const uint8_t *wd_plan_key(const struct wd_plan *p)
 uint64_t wd_plan_read_bytes(const struct wd_plan *p)
 {
 	return p->read_bytes;
+}
+
+uint64_t wd_plan_temp_read_bytes(const struct wd_plan *p)
+{
+	return p->temp_read;
 }
 
 size_t wd_plan_source_count(const struct wd_plan *p)

@@ -4,6 +4,7 @@
  * many experts, folding a cast, every error class, and a recipe at the node limit. */
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -252,7 +253,8 @@ static uint32_t rb_add(struct rb *b, enum wd_op op, const uint32_t *in, size_t n
 	n->op = op;
 	n->inputs = b->pool + b->used;
 	n->n_inputs = nin;
-	memcpy(b->pool + b->used, in, nin * sizeof(*in));
+	if (nin)
+		memcpy(b->pool + b->used, in, nin * sizeof(*in));
 	b->used += nin;
 	return (uint32_t)b->len++;
 }
@@ -620,6 +622,152 @@ static void stack_of_fused_expert_shards(void **state)
 	rb_free(&b);
 }
 
+/* ---- ranges on several threads ------------------------------------------------------------ */
+
+struct range_job {
+	const struct wd_plan *p;
+	uint64_t off, len, read;
+	uint8_t *dst;                 /* the whole output buffer */
+	int rc;
+	char msg[512];
+};
+
+/* One range into a sink of its own (a memfd of len bytes), then copied to dst + off. */
+static void *range_thread(void *arg)
+{
+	struct range_job *j = arg;
+	struct wd_scratch sc;
+	struct wd_sink sink;
+	struct wd_error err;
+	uint8_t digest[WD_DIGEST_LEN];
+	int fd = memfd_create("wd-test-range", MFD_CLOEXEC);
+
+	j->read = 0;
+	j->rc = -1;
+	snprintf(j->msg, sizeof(j->msg), "set-up failed");
+	if (fd < 0 || wd_scratch_init(&sc, 1000) < 0)
+		return NULL;
+	if (wd_sink_init(&sink, fd, j->len) == 0) {
+		j->rc = wd_plan_execute_range(j->p, j->off, j->len, &sink, &sc, &j->read, &err);
+		if (j->rc == 0)
+			j->rc = wd_sink_finish(&sink, digest, &err);
+		else
+			wd_sink_abort(&sink);
+		if (j->rc < 0)
+			snprintf(j->msg, sizeof(j->msg), "%s", err.msg);
+		else if (pread(fd, j->dst + j->off, j->len, 0) != (ssize_t)j->len)
+			j->rc = -1, snprintf(j->msg, sizeof(j->msg), "short read back");
+	}
+	wd_scratch_free(&sc);
+	close(fd);
+	return NULL;
+}
+
+/* Run p as k ranges ending at ends[0..k) on k threads at once into out; the bytes read in all. */
+static uint64_t run_ranges(const struct wd_plan *p, const uint64_t *ends, size_t k, uint8_t *out)
+{
+	struct range_job jobs[8];
+	pthread_t th[8];
+	uint64_t total = 0, prev = 0;
+
+	assert_true(k <= 8);
+	for (size_t i = 0; i < k; i++) {
+		jobs[i] = (struct range_job){ .p = p, .off = prev, .len = ends[i] - prev, .dst = out };
+		prev = ends[i];
+	}
+	for (size_t i = 0; i < k; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, range_thread, &jobs[i]), 0);
+	for (size_t i = 0; i < k; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		if (jobs[i].rc < 0)
+			fail_msg("range %zu of %zu: %s", i, k, jobs[i].msg);
+		total += jobs[i].read;
+	}
+	return total;
+}
+
+/*
+ * The fused experts of stack_of_fused_expert_shards made as 1, 3 and 7 ranges on as many threads
+ * at once give the bytes of one execution. Split between experts, the ranges read exactly what
+ * one execution reads (each computes only the scales of its own experts); split anywhere else
+ * (inside an expert, inside a BF16 element) the bytes are the same and the extra reads are at
+ * most the scales once per extra range. A plan with a transpose is not splittable; this one is.
+ */
+static void ranges_on_threads_make_the_same_bytes(void **state)
+{
+	static const size_t splits[] = { 1, 3, 7 };
+	static char names[4 * NEXP][16];
+	const uint64_t per = 2 * 3 * EC * 2;       /* one expert's bytes in the output */
+	struct rb b;
+	uint32_t experts[NEXP];
+	struct wd_plan *p;
+	uint8_t *whole, *out;
+	uint64_t n;
+
+	(void)state;
+	rb_init(&b, 16 * NEXP, 32 * NEXP);
+	for (uint32_t e = 0; e < NEXP; e++) {
+		uint32_t parts[2];
+
+		snprintf(names[4 * e], 16, "g.%u", e), snprintf(names[4 * e + 1], 16, "u.%u", e);
+		snprintf(names[4 * e + 2], 16, "gs.%u", e), snprintf(names[4 * e + 3], 16, "us.%u", e);
+		parts[0] = r_shard(&b, r_dq(&b, r_src(&b, names[4 * e]), r_src(&b, names[4 * e + 2]),
+					    WD_BF16, 2, BR, BC), 0, 3, 8);
+		parts[1] = r_shard(&b, r_dq(&b, r_src(&b, names[4 * e + 1]), r_src(&b, names[4 * e + 3]),
+					    WD_BF16, 2, BR, BC), 0, 3, 8);
+		experts[e] = r_join(&b, WD_OP_CONCAT, 0, parts, 2);
+	}
+	r_join(&b, WD_OP_STACK, 0, experts, NEXP);
+	p = plan_ok(&b);
+	assert_true(wd_plan_splittable(p));
+	n = wd_plan_nbytes(p);
+	assert_int_equal(n, NEXP * per);
+	assert_int_equal(wd_plan_temp_read_bytes(p), NEXP * 2 * 2 * 4); /* two scale floats each */
+	whole = run(p, 4u << 20, NULL);
+	out = malloc(n);
+	assert_non_null(out);
+	for (size_t s = 0; s < 3; s++)
+		for (int how = 0; how < 3; how++) {  /* between experts, on elements, anywhere */
+			size_t k = splits[s];
+			uint64_t ends[8], total;
+
+			for (size_t i = 0; i < k; i++) {
+				uint64_t end = n * (i + 1) / k;
+
+				if (i + 1 < k)
+					end = how == 0 ? end / per * per : how == 1 ? end / 2 * 2 : end | 1;
+				ends[i] = end;
+			}
+			memset(out, 0xee, n);
+			total = run_ranges(p, ends, k, out);
+			assert_memory_equal(out, whole, n);
+			if (how == 0)
+				assert_int_equal(total, wd_plan_read_bytes(p));
+			assert_true(total >= wd_plan_read_bytes(p));
+			assert_true(total <= wd_plan_read_bytes(p) + (k - 1) * wd_plan_temp_read_bytes(p) +
+					     (how == 2 ? k : 0));
+		}
+	free(out);
+	free(whole);
+	wd_plan_free(p);
+	rb_free(&b);
+
+	/* a transpose keeps its whole input: not splittable (ranges would each compute it) */
+	rb_init(&b, 8, 8);
+	{
+		uint32_t q = r_dq(&b, r_src(&b, "w8"), r_src(&b, "ws"), WD_BF16, 2, BR, BC);
+		uint32_t t = rb_add(&b, WD_OP_TRANSPOSE, &q, 1);
+
+		b.n[t].n_perm = 2;
+		b.n[t].perm[0] = 1;
+		b.n[t].perm[1] = 0;
+	}
+	p = plan_ok(&b);
+	assert_false(wd_plan_splittable(p));
+	wd_plan_free(p);
+	rb_free(&b);
+}
+
 /* Each error class names the dequant_block node and what is wrong with which input. */
 static void errors_name_the_node(void **state)
 {
@@ -764,6 +912,7 @@ int main(void)
 		cmocka_unit_test(indices_and_elements),
 		cmocka_unit_test(normalised_forms_share_a_key),
 		cmocka_unit_test(stack_of_fused_expert_shards),
+		cmocka_unit_test(ranges_on_threads_make_the_same_bytes),
 		cmocka_unit_test(errors_name_the_node),
 		cmocka_unit_test(node_limit_recipe_runs),
 	};
