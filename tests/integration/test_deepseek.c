@@ -86,6 +86,65 @@ static int count_lines(const char *path)
 	return n;
 }
 
+/* --- the generator itself ------------------------------------------------------------------- */
+
+/*
+ * The table is the published one: 91,991 tensors whose bytes at the published dimensions add up
+ * to 688,574,839,360 (the sum over the published headers), in 163 shards, with a few entries
+ * checked by name, dtype and shape; and what ds_write put in the files is what the content rule
+ * says (read back here with stdio, independently of weightd).
+ */
+static void table_is_deepseek_v3s(void **state)
+{
+	static const struct {
+		const char *name;
+		enum ds_kind kind;
+		uint64_t r, c;
+	} want[] = {
+		{ "model.embed_tokens.weight", DS_BF16, 1010, 56 },
+		{ "model.layers.0.mlp.gate_proj.weight", DS_FP8, 144, 56 },
+		{ "model.layers.0.mlp.gate_proj.weight_scale_inv", DS_SCALE, 9, 4 },
+		{ "model.layers.2.self_attn.kv_a_proj_with_mqa.weight", DS_FP8, 8, 56 },
+		{ "model.layers.3.mlp.gate.e_score_correction_bias", DS_F32, 256, 0 },
+		{ "model.layers.60.mlp.experts.255.down_proj.weight_scale_inv", DS_SCALE, 4, 1 },
+		{ "model.layers.61.mlp.shared_experts.up_proj.weight", DS_FP8, 16, 56 },
+		{ "model.layers.61.eh_proj.weight", DS_BF16, 56, 112 },
+		{ "lm_head.weight", DS_BF16, 1010, 56 },
+	};
+	char path[600], file[64];
+	FILE *f;
+
+	assert_int_equal(CK.n, 91991);
+	assert_true(CK.real_bytes == 688574839360ull);
+	assert_true(CK.bytes < 64 * MiB);
+	for (uint32_t s = 0; s < DS_SHARDS; s++)
+		assert_true(CK.shard_first[s] < CK.shard_first[s + 1]);
+	assert_int_equal(ds_find(&CK, "model.layers.62.input_layernorm.weight"), -1);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		long k = ds_find(&CK, want[i].name);
+		assert_true(k >= 0);
+		assert_int_equal(CK.t[k].kind, want[i].kind);
+		assert_int_equal(CK.t[k].shape[0], want[i].r);
+		assert_int_equal(CK.t[k].shape[1], want[i].c);
+	}
+	assert_int_equal(CK.t[CK.n - 1].shard, DS_SHARDS - 1);
+
+	/* the last tensor's first bytes, read from its file */
+	ds_shard_name(CK.t[CK.n - 1].shard, file, sizeof(file));
+	snprintf(path, sizeof(path), "%s/%s", CKDIR, file);
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, (long)CK.t[CK.n - 1].offset, SEEK_SET), 0);
+	for (uint64_t k = 0; k < 64; k++) {
+		int ch = fgetc(f);
+		float v = ds_plain_value(CK.t[CK.n - 1].seed, k / 2);
+		uint32_t b;
+		memcpy(&b, &v, 4);
+		assert_int_equal(ch, (int)((b >> (16 + 8 * (k % 2))) & 0xff));
+	}
+	fclose(f);
+}
+
 /* --- one client process binding the whole model ------------------------------------------ */
 
 #define N_INO 4
@@ -581,6 +640,7 @@ static void rank3_binds_fused_dequantized_experts(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(table_is_deepseek_v3s, setup, teardown),
 		cmocka_unit_test_setup_teardown(whole_model_as_one_unit, setup, teardown),
 		cmocka_unit_test_setup_teardown(rank3_binds_fused_dequantized_experts, setup, teardown),
 	};
