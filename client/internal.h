@@ -312,5 +312,7 @@ int wc_inflight_new(weightd_client *c, enum wc_kind kind, weightd_inflight **ret
 int wc_inflight_wait_settle(weightd_inflight *f, weightd_error *err);
 /* Turn the reply of a preflight into a result (unit.c); takes resp in every case. */
 int wc_preflight_from_reply(Weightd__Response *resp, weightd_preflight **ret, weightd_error *err);
+/* Give slot `slot` (declared, in a unit not yet submitted) the recipe r, taking it (unit.c). */
+void wc_unit_take_recipe(weightd_unit *u, const char *slot, weightd_recipe *r);
 
 #endif

@@ -5,7 +5,7 @@
  * all at once, one in uneven chunks (sizes from a generator seeded by the input length), each
  * chunk either fed directly or sent through a socketpair and taken with wd_inbuf_read. Both must
  * hand out the same frames with the same payloads and end in the same state: framing must not
- * depend on how the bytes were split or how they arrived. Every complete payload is also decoded as a Request,
+ * depend on how the bytes were split or how they arrived, nor on how a message was split into frames. Every complete payload is also decoded as a Request,
  * as the daemon would. The last byte picks the limits, so small limits get exercised too.
  */
 #include <stdint.h>
@@ -52,6 +52,7 @@ static void via_socket(struct wd_inbuf *b, const uint8_t *p, size_t n)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint32_t max_payload = 1u << 20, max_fds = 16;
+	uint64_t max_message;
 	struct wd_inbuf *whole = NULL, *split = NULL;
 	uint32_t x = (uint32_t)size * 2654435761u + 1;
 	size_t off = 0;
@@ -62,10 +63,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		max_payload = data[size - 1] & 0x3f;
 		max_fds = data[size - 1] & 0x40 ? 0 : 2;
 	}
+	/* messages may span frames (WD_FRAME_MORE) up to four frames' worth */
+	max_message = (uint64_t)max_payload * 4;
 	whole = wd_inbuf_new(max_payload, max_fds);
 	split = wd_inbuf_new(max_payload, max_fds);
 	if (!whole || !split)
 		goto out;
+	wd_inbuf_set_max_message(whole, max_message);
+	wd_inbuf_set_max_message(split, max_message);
 	if (wd_inbuf_feed(whole, data, size))
 		goto out;
 	while (off < size && rc_split >= 0) {
@@ -83,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check(wd_inbuf_feed(split, data + off, n) == 0);
 		off += n;
 		while ((rc_split = wd_inbuf_next(split, &b)) == 1) {
-			check(b.len <= max_payload && b.nfds == 0 && b.fds == NULL);
+			check(b.len <= max_message && b.nfds == 0 && b.fds == NULL);
 			check(wd_inbuf_next(whole, &a) == 1);
 			check(a.len == b.len && a.nfds == 0);
 			check(a.len == 0 || memcmp(a.payload, b.payload, a.len) == 0);

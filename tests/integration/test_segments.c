@@ -4,6 +4,7 @@
  * eviction and idle limits inside segments, multi-frame requests, limits named, and fd
  * exhaustion in the client and in the daemon. Each ends with the leak check. */
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -247,6 +248,34 @@ static void thousands_of_weights_few_fds(void **state)
 	/* the socket and the segment's fd; one mapping */
 	assert_true(fds_a <= 2);
 	assert_int_equal(maps_a, 1);
+
+	/* weightctl shows the segment and where each weight lies (status --json), and counts it in
+	 * the metrics */
+	{
+		static char out[4 << 20];
+		char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, "--json", "status",
+				 NULL };
+		char *margv[] = { (char *)harness_weightctl(), "--socket", H.sock, "metrics", NULL };
+		json_t *j, *g, *ws;
+		size_t i;
+
+		assert_int_equal(harness_run(argv, out, sizeof(out), (uid_t)-1), 0);
+		j = json_loads(out, 0, NULL);
+		assert_non_null(j);
+		assert_int_equal(json_integer_value(json_object_get(j, "segments")), 1);
+		g = json_array_get(json_object_get(j, "segment_list"), 0);
+		assert_int_equal(json_integer_value(json_object_get(g, "weights")), N_MANY);
+		assert_int_equal(json_integer_value(json_object_get(g, "held")), 0);
+		json_array_foreach(json_object_get(j, "weight_list"), i, ws) {
+			assert_int_equal(json_integer_value(json_object_get(ws, "segment")),
+					 json_integer_value(json_object_get(g, "id")));
+			assert_int_equal(json_integer_value(json_object_get(ws, "offset")) % 64, 0);
+		}
+		json_decref(j);
+		assert_int_equal(harness_run(margv, out, sizeof(out), (uid_t)-1), 0);
+		assert_non_null(strstr(out, "\nweightd_segments 1\n"));
+		assert_non_null(strstr(out, "\nweightd_idle_segments 1\n"));
+	}
 
 	run_bind_child(N_MANY, b, sizeof(b));
 	assert_int_equal(sscanf(b, "bound %llu %d %d %3999[^\n]", &read_b, &fds_b, &maps_b, segs_b),
@@ -579,8 +608,10 @@ static void size_limits_are_frames_not_walls(void **state)
 				hdr[k] = (uint8_t)(4096 >> (8 * k));
 				hdr[4 + k] = (uint8_t)(word >> (8 * k));
 			}
-			if (write(fd, hdr, 8) != 8 || write(fd, buf, 4096) != 4096)
-				break;   /* closed by the daemon: expected once over */
+			/* MSG_NOSIGNAL: the daemon closes once it is over (EPIPE, not SIGPIPE) */
+			if (send(fd, hdr, 8, MSG_NOSIGNAL) != 8 ||
+			    send(fd, buf, 4096, MSG_NOSIGNAL) != 4096)
+				break;
 		}
 		assert_int_equal(read(fd, hdr, 8), 8);
 		len = hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (size_t)hdr[3] << 24;
@@ -673,7 +704,7 @@ static void client_out_of_fds_is_named(void **state)
 static void daemon_out_of_fds_is_named(void **state)
 {
 	char path[512], sec[1024];
-	weightd_client *c;
+	weightd_client *c, *other;
 	weightd_weight *held[64];
 	weightd_error err;
 	weightd_weight *w = NULL;
@@ -689,6 +720,7 @@ static void daemon_out_of_fds_is_named(void **state)
 		skip();
 	assert_int_equal(r, 0);
 	base = it_fd_base(&H);
+	other = it_connect(&H);   /* another client, connected before the daemon runs out */
 	c = it_connect(&H);
 	/* each single request makes a segment of its own, held: one daemon fd each */
 	for (n = 0; n < 64; n++) {
@@ -705,6 +737,16 @@ static void daemon_out_of_fds_is_named(void **state)
 	assert_non_null(strstr(err.message, "weightd"));
 	assert_non_null(strstr(err.message, "RLIMIT_NOFILE"));
 	assert_non_null(strstr(err.message, "LimitNOFILE"));
+	/* the other client is served meanwhile: what needs no new descriptor works */
+	{
+		weightd_status *st = it_status(other);
+
+		assert_int_equal(st->segments, n);
+		weightd_status_free(st);
+		w = it_get_ok(other, "many", "t.00000");   /* held already: shared, no new segment */
+		weightd_release(w);
+	}
+	weightd_close(other);
 	/* let go: the daemon serves again (the held weights stay cached, one fd each) */
 	for (size_t i = 0; i < n; i++)
 		weightd_release(held[i]);
@@ -778,6 +820,49 @@ static void a_million_entries(void **state)
 	it_leak_check(&H, base, 0);
 }
 
+/*
+ * 65,536 chained aliases (each names the one before, the first names the entry) resolve to the
+ * entry: every slot is the entry's memory. Resolution is linear; the quadratic walk this
+ * replaces took minutes here and stalled every client meanwhile.
+ */
+static void chained_aliases_resolve(void **state)
+{
+	const size_t n = 65536;
+	weightd_client *c;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	char name[24], target[24];
+	int base;
+
+	(void)state;
+	start_many(4, NULL, NULL);
+	base = it_fd_base(&H);
+	c = it_connect(&H);
+	assert_int_equal(weightd_unit_new(c, &u, &err), 0);
+	assert_true(weightd_unit_slot(u, "e", NULL, NULL, 0, NULL, &err) >= 0);
+	assert_int_equal(weightd_unit_set_tensor(u, "e", "many", "t.00003", NULL, &err), 0);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "a%zu", i);
+		if (i)
+			snprintf(target, sizeof(target), "a%zu", i - 1);
+		else
+			snprintf(target, sizeof(target), "e");
+		assert_true(weightd_unit_slot(u, name, NULL, NULL, 0, NULL, &err) >= 0);
+		assert_int_equal(weightd_unit_set_alias(u, name, target, &err), 0);
+	}
+	if (weightd_unit_submit(u, &err) < 0 || weightd_unit_validate(u, &err) < 0)
+		fail_msg("chained aliases: %s", err.message);
+	for (size_t i = 0; i < n; i += 997) {
+		snprintf(name, sizeof(name), "a%zu", i);
+		assert_ptr_equal(weightd_unit_data(u, name), weightd_unit_data(u, "e"));
+	}
+	assert_ptr_equal(weightd_unit_data(u, "a65535"), weightd_unit_data(u, "e"));
+	assert_int_equal(it_pattern_mismatch(weightd_unit_data(u, "a65535"), many_bytes(3), 3), -1);
+	weightd_unit_free(u);
+	weightd_close(c);
+	it_leak_check(&H, base, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -788,6 +873,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(size_limits_are_frames_not_walls, setup, teardown),
 		cmocka_unit_test_setup_teardown(client_out_of_fds_is_named, setup, teardown),
 		cmocka_unit_test_setup_teardown(daemon_out_of_fds_is_named, setup, teardown),
+		cmocka_unit_test_setup_teardown(chained_aliases_resolve, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_million_entries, setup, teardown),
 	};
 

@@ -199,7 +199,10 @@ static void inconsistent_segments_refused(void **state)
 	assert_int_equal(wfds, 0);
 	assert_int_equal(fake_count_maps(), 0);
 	weightd_close(c);
-	/* every reference the replies stood for was given back: the unit's, then both refused */
+	/* every reference the replies stood for was given back: the unit's, then both refused
+	 * (releases are sent without a reply to wait for: give the fake time to read them) */
+	for (int i = 0; i < 500 && fake_released(f, rel, 16) < 3; i++)
+		usleep(10000);
 	assert_int_equal(fake_released(f, rel, 16), 3);
 	fake_stop(f);
 }

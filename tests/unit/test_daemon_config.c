@@ -177,6 +177,11 @@ static void check_defaults(const struct config *cfg)
 	assert_true(cfg->client_max_bytes == 0);
 	assert_int_equal(cfg->client_max_weights, 0);
 	assert_int_equal(cfg->max_frame_bytes, 4 * 1024 * 1024);
+	assert_true(cfg->max_message_bytes == 256ull * 1024 * 1024);
+	assert_int_equal(cfg->max_unit_entries, 1048576);
+	assert_true(cfg->segment_max_bytes == 4ull * 1024 * 1024 * 1024);
+	assert_int_equal(cfg->max_idle_weights, 1048576);
+	assert_int_equal(cfg->max_idle_segments, 1024);
 	assert_int_equal(cfg->log_level, -1);
 }
 
@@ -243,7 +248,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 15);    /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 20);    /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);

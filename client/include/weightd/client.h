@@ -4,8 +4,9 @@
 
 /*
  * libweightd talks to the weightd daemon over its Unix socket. The daemon reads each weight of a
- * checkpoint once into POSIX shared memory; every process that asks gets a read-only file
- * descriptor to that same memory and maps it. N processes, one physical copy.
+ * checkpoint once into POSIX shared memory, packing many weights into one segment; every process
+ * that asks gets a read-only file descriptor to that same segment (one per segment, however many
+ * weights it holds in it) and maps it once. N processes, one physical copy.
  *
  * A typical inference engine:
  *
@@ -669,8 +670,9 @@ WEIGHTD_API int weightd_unit_poll(weightd_unit *u, int *ret_done, weightd_error 
 
 /*
  * Wait for the reply. All-or-nothing: on success the unit holds a weight for every slot (one fd
- * per distinct weight; aliases and identical recipes share it); on failure it holds nothing (any
- * fd that came is closed and its reference released) and the error names the slot.
+ * per segment, shared with every other unit of the client that uses it; aliases and identical
+ * recipes share a weight); on failure it holds nothing (any fd that came is closed and its
+ * reference released) and the error names the slot.
  */
 WEIGHTD_API int weightd_unit_finish(weightd_unit *u, weightd_error *err);
 
