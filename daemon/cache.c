@@ -554,6 +554,22 @@ void cache_foreach_segment(struct cache *c, void (*fn)(struct cache_segment *s, 
 
 uint64_t cache_resident(const struct cache *c) { return c->resident; }
 uint64_t cache_budget(const struct cache *c) { return c->budget; }
+
+uint64_t cache_set_budget(struct cache *c, uint64_t budget_bytes)
+{
+	c->budget = budget_bytes;
+	return cache_trim(c);
+}
+
+uint64_t cache_set_limits(struct cache *c, uint64_t segment_max, uint32_t max_idle_weights,
+			  uint32_t max_idle_segments)
+{
+	c->p.segment_max = segment_max ? segment_max : c->p.segment_max;
+	c->p.max_idle_weights = max_idle_weights;
+	c->p.max_idle_segments = max_idle_segments;
+	return cache_enforce_idle(c);
+}
+
 uint64_t cache_count(const struct cache *c) { return c->count; }
 uint64_t cache_segment_count(const struct cache *c) { return c->n_segments; }
 uint64_t cache_segment_bytes(const struct cache *c) { return c->segment_bytes; }

@@ -197,6 +197,13 @@ uint64_t cache_trim(struct cache *c);
 
 uint64_t cache_resident(const struct cache *c);   /* bytes of weights + reservations */
 uint64_t cache_budget(const struct cache *c);
+/* A new budget (reload): unheld weights over it are evicted at once (returns how many); held
+ * ones stay, and a request that cannot fit fails as it always does. */
+uint64_t cache_set_budget(struct cache *c, uint64_t budget_bytes);
+/* New packing cap and idle limits (reload): segments made from now on use the cap; unheld
+ * weights over the idle limits are evicted at once (returns how many). */
+uint64_t cache_set_limits(struct cache *c, uint64_t segment_max, uint32_t max_idle_weights,
+			  uint32_t max_idle_segments);
 uint64_t cache_count(const struct cache *c);
 uint64_t cache_references(const struct cache *c);
 uint64_t cache_segment_count(const struct cache *c);

@@ -183,6 +183,13 @@ static void job_done(struct pool_task *t)
 	struct waiter *wt, *next;
 
 	job_unlink(c, j);
+	if (t->cancelled) {
+		/* skipped by the pool at shutdown: nothing was written */
+		wd_error_clear(&j->err);
+		j->status = wd_error_set(&j->err, WD_E_CANCELLED,
+					 "weightd is stopping: materializing %s was cancelled before "
+					 "it started", wd_plan_label(j->plan));
+	}
 	if (c->p.stats) {
 		c->p.stats->in_flight--;
 		c->p.stats->bytes_read += j->bytes_read;
@@ -230,7 +237,10 @@ static void job_done(struct pool_task *t)
 		c->resident -= j->nbytes;
 		if (c->p.stats)
 			c->p.stats->materializations_failed++;
-		log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
+		if (t->cancelled)
+			log_debug("%s", j->err.msg);
+		else
+			log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
 	}
 	if (sg->n_jobs == 1 && sg->created)
 		seg_filled(c, sg);

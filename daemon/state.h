@@ -63,7 +63,7 @@ int state_recover(const char *dir, const char *instance,
 /* Free what a read record owns (labels, weights). */
 void state_segment_fini(struct state_segment *rec);
 
-/* Remove every record of an instance (weightctl purge). */
+/* Remove every record of an instance (weightd --purge). */
 int state_purge(const char *dir, const char *instance);
 
 #endif

@@ -135,7 +135,9 @@ struct wd_plan;
  * payload. On failure returns -code with err naming the node (err->node = index + 1), the tensor
  * and checkpoint where they apply, and the rule broken (codes WD_E_UNKNOWN_SOURCE ... WD_E_TOO_LARGE).
  * The message starts "node N (op): " where N is the node's index in the list (0-based, as inputs
- * name nodes). Every node's output must have at least one element (WD_E_ZERO_SIZED). An input
+ * name nodes). An output may have no elements (a 0-byte weight), but a selection that takes nothing
+ * from an axis that has rows (an empty range or index list, a shard rank left with nothing) is
+ * WD_E_ZERO_SIZED: it is almost always a mistake, such as a world size above the row count. An input
  * that is not an earlier node, or a wrong input count, is WD_E_INVALID; a selection outside its
  * input is WD_E_OUT_OF_RANGE. Nodes the output does not depend on are validated but not read.
  * Execution keeps some values in memory (a transpose's input; the input of a selection that cannot

@@ -149,8 +149,8 @@ static int xdigest(struct build *b, struct xnode *x)
 }
 
 /*
- * Check an output's dtype/shape and compute its byte length: no zero-sized output, no overflow,
- * and for block types an innermost dimension made of whole blocks.
+ * Check an output's dtype/shape and compute its byte length: no overflow, and for block types an
+ * innermost dimension made of whole blocks. An output of no elements is valid (0 bytes).
  */
 int wd_recipe_finish_shape(struct build *b, uint32_t node, enum wd_dtype t, int ndim,
 			const uint64_t *shape, uint64_t *ret_bytes)
@@ -163,10 +163,6 @@ int wd_recipe_finish_shape(struct build *b, uint32_t node, enum wd_dtype t, int 
 		shape_str(shape, ndim, s, sizeof(s));
 		return nerr(b, node, WD_E_OVERFLOW, -1, 0, 0,
 			    "the output shape %s has more than 2^64 elements", s);
-	}
-	if (elems == 0) {
-		shape_str(shape, ndim, s, sizeof(s));
-		return nerr(b, node, WD_E_ZERO_SIZED, -1, 0, 0, "the output shape %s has no elements", s);
 	}
 	if (be > 1 && (ndim == 0 || shape[ndim - 1] % be)) {
 		shape_str(shape, ndim, s, sizeof(s));
@@ -311,7 +307,7 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 		q = units / s->world;
 		m = units % s->world;
 		cnt = q + (s->rank < m ? 1 : 0);
-		if (cnt == 0)
+		if (cnt == 0 && units > 0)
 			return nerr(b, node, WD_E_ZERO_SIZED, k, s->world, i64(units),
 				    "rank %" PRIu32 " of a %" PRIu32 "-way shard of axis %d (%" PRIu64
 				    " %s) gets nothing", s->rank, s->world, k, units,
@@ -327,18 +323,19 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 				    i64(s->start > s->end ? s->start : s->end),
 				    "the range %" PRIu64 ":%" PRIu64 " on axis %d is outside 0:%" PRIu64,
 				    s->start, s->end, k, dim);
-		if (s->start == s->end)
+		if (s->start == s->end && dim > 0)
 			return nerr(b, node, WD_E_ZERO_SIZED, k, 1, 0,
-				    "the range %" PRIu64 ":%" PRIu64 " on axis %d is empty", s->start,
-				    s->end, k);
+				    "the range %" PRIu64 ":%" PRIu64 " on axis %d is empty (the axis has %"
+				    PRIu64 " rows)", s->start, s->end, k, dim);
 		ret->kind = WD_SEL_RANGE;
 		ret->start = s->start;
 		ret->end = s->end;
 		break;
 	case WD_SEL_INDICES:
-		if (s->n_indices == 0)
-			return nerr(b, node, WD_E_ZERO_SIZED, k, 1, 0, "the index list is empty");
-		if (!s->indices)
+		if (s->n_indices == 0 && dim > 0)
+			return nerr(b, node, WD_E_ZERO_SIZED, k, 1, 0,
+				    "the index list is empty (axis %d has %" PRIu64 " rows)", k, dim);
+		if (!s->indices && s->n_indices)
 			return nerr(b, node, WD_E_INVALID, k, 0, 0, "the index list is missing");
 		if (!wd_add_u64(b->n_indices, s->n_indices, &n) || n > b->lim.max_indices)
 			return nerr(b, node, WD_E_TOO_LARGE, k, i64(b->lim.max_indices), i64(n),
@@ -369,17 +366,14 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 				    i64(s->start > s->end ? s->start : s->end),
 				    "elements %" PRIu64 ":%" PRIu64 " are outside 0:%" PRIu64, s->start,
 				    s->end, total);
-		if (s->start == s->end)
+		if (s->start == s->end && total > 0)
 			return nerr(b, node, WD_E_ZERO_SIZED, -1, 1, 0, "elements %" PRIu64 ":%" PRIu64
-				    " are empty", s->start, s->end);
+				    " are empty (the input has %" PRIu64 " elements)", s->start, s->end,
+				    total);
 		if (s->ndim < 0 || s->ndim > WD_MAX_DIMS)
 			return nerr(b, node, WD_E_INVALID, -1, WD_MAX_DIMS, s->ndim,
 				    "the element selection's shape has %d dimensions (at most %d)", s->ndim,
 				    WD_MAX_DIMS);
-		for (int d = 0; d < s->ndim; d++)
-			if (s->shape[d] == 0)
-				return nerr(b, node, WD_E_ZERO_SIZED, d, 1, 0,
-					    "the element selection's shape has size 0 on axis %d", d);
 		if (!wd_shape_elems(s->shape, s->ndim, &n))
 			return nerr(b, node, WD_E_OVERFLOW, -1, 0, 0,
 				    "the element selection's shape has more than 2^64 elements");
@@ -757,9 +751,6 @@ static int build_reshape_view(struct build *b, uint32_t i, const struct wd_rnode
 	if (rn->ndim < 0 || rn->ndim > WD_MAX_DIMS)
 		return nerr(b, i, WD_E_INVALID, -1, WD_MAX_DIMS, rn->ndim,
 			    "the shape has %d dimensions (at most %d)", rn->ndim, WD_MAX_DIMS);
-	for (int d = 0; d < rn->ndim; d++)
-		if (rn->shape[d] == 0)
-			return nerr(b, i, WD_E_ZERO_SIZED, d, 1, 0, "the shape has size 0 on axis %d", d);
 	if (!wd_shape_elems(rn->shape, rn->ndim, &elems))
 		return nerr(b, i, WD_E_OVERFLOW, -1, 0, 0, "the shape has more than 2^64 elements");
 	shape_str(rn->shape, rn->ndim, s, sizeof(s));

@@ -16,7 +16,6 @@ struct xstate {
 	uint8_t *temp;               /* whole output, once `ready` (temp_alloc) */
 	size_t temp_len;
 	bool ready, busy;            /* busy: being evaluated into temp */
-	bool listed;                 /* in exec.owned */
 	/* a cast's window: converted output bytes [win_off, win_off + win_len) */
 	uint8_t *inbuf, *win;
 	float *mid;                  /* F32 between dequantization and the final conversion */
@@ -27,12 +26,12 @@ struct xstate {
 
 struct exec {
 	const struct wd_plan *p;
-	struct xstate *st;
+	struct xstate **st;          /* by xnode.slot, made when first used (state()) */
 	struct wd_error *err;
 	uint64_t bytes_read;
 	size_t win_bytes;            /* each cast window's budget (exec_alloc) */
-	/* the nodes whose state holds memory, so that freeing it does not walk every node: a range
-	 * of a large plan touches only the state of the nodes it reads */
+	/* the slots made, so that freeing does not walk them all: a range of a large plan makes
+	 * only the state of the nodes it reads */
 	uint32_t *owned;
 	size_t n_owned;
 	/* one pending pread, extended while requests continue it */
@@ -82,6 +81,27 @@ static int pend(struct exec *e, const struct xnode *x, uint64_t off, size_t len,
 static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8_t *dst);
 static int need_temp(struct exec *e, uint32_t i);
 
+/* The execution state of node i (a cast or a temporary), made zeroed on first use; NULL (err
+ * set) when out of memory. */
+static struct xstate *state(struct exec *e, uint32_t i)
+{
+	uint32_t k = e->p->x[i].slot;
+
+	if (k == UINT32_MAX) {
+		wd_error_set(e->err, WD_E_INTERNAL, "a plan node without execution state");
+		return NULL;
+	}
+	if (!e->st[k]) {
+		e->st[k] = calloc(1, sizeof(**e->st));
+		if (!e->st[k]) {
+			wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for the plan's state");
+			return NULL;
+		}
+		e->owned[e->n_owned++] = k;
+	}
+	return e->st[k];
+}
+
 /* Convert nunits input units (elements, or blocks of a block type) from `in` to `out`. */
 static int convert_units(struct exec *e, enum wd_dtype from, const void *in, enum wd_dtype to,
 			 void *out, size_t nunits, float *mid)
@@ -114,7 +134,7 @@ static int convert_at(struct exec *e, const struct xnode *x, uint64_t u0, const 
 		if (r < 0)
 			return r;
 		wd_recipe_dequant_run(x, y->dtype, &e->p->x[x->in[1]],
-				      (const float *)e->st[x->in[1]].temp, u0, k, in, mid, out);
+				      (const float *)state(e, x->in[1])->temp, u0, k, in, mid, out);
 		return 0;
 	}
 	return convert_units(e, y->dtype, in, x->dtype, out, k, mid);
@@ -128,15 +148,13 @@ static int convert_at(struct exec *e, const struct xnode *x, uint64_t u0, const 
 static int win_alloc(struct exec *e, uint32_t i)
 {
 	const struct xnode *x = &e->p->x[i], *y = &e->p->x[x->in[0]];
-	struct xstate *s = &e->st[i];
+	struct xstate *s = state(e, i);
 	uint64_t ib, ob, mb, per;
 
+	if (!s)
+		return -WD_E_EXHAUSTED;
 	if (s->inbuf)
 		return 0;
-	if (!s->listed) {
-		s->listed = true;
-		e->owned[e->n_owned++] = i;
-	}
 	ib = unit_bytes(y->dtype);
 	ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
 	if (x->op == X_DEQUANT)
@@ -170,7 +188,7 @@ static void win_free(struct xstate *s)
 static int cast_units(struct exec *e, uint32_t i, uint64_t u0, size_t k, uint8_t *out)
 {
 	const struct xnode *x = &e->p->x[i], *y = &e->p->x[x->in[0]];
-	struct xstate *s = &e->st[i];
+	struct xstate *s = e->st[x->slot];   /* made by win_alloc */
 	uint64_t ib = unit_bytes(y->dtype);
 	int r;
 
@@ -190,7 +208,7 @@ static int cast_units(struct exec *e, uint32_t i, uint64_t u0, size_t k, uint8_t
 static int read_cast(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8_t *dst)
 {
 	const struct xnode *x = &e->p->x[i], *y = &e->p->x[x->in[0]];
-	struct xstate *s = &e->st[i];
+	struct xstate *s;
 	uint64_t ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
 	uint64_t total_units = x->nbytes / ob, end = off + len;
 	int r;
@@ -198,6 +216,7 @@ static int read_cast(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 	r = win_alloc(e, i);
 	if (r < 0)
 		return r;
+	s = e->st[x->slot];
 	while (len) {
 		uint64_t u0 = off / ob;
 		size_t k;
@@ -415,7 +434,7 @@ static int read_transpose(struct exec *e, const struct xnode *x, uint64_t off, s
 
 	if (r < 0)
 		return r;
-	src = e->st[x->in[0]].temp;
+	src = e->st[e->p->x[x->in[0]].slot]->temp;
 
 	tgeo_init(x, &e->p->x[x->in[0]], &g);
 	if (g.nd < 2 || g.step[g.nd - 2] != 1 || g.step[g.nd - 1] == 1) {
@@ -453,13 +472,19 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 
 	if (!len)
 		return 0;
-	if (x->temp && !e->st[i].busy) {
-		int r = need_temp(e, i);
+	if (x->temp) {
+		struct xstate *s = state(e, i);
+		int r;
 
-		if (r < 0)
-			return r;
-		memcpy(dst, e->st[i].temp + off, len);
-		return 0;
+		if (!s)
+			return -WD_E_EXHAUSTED;
+		if (!s->busy) {
+			r = need_temp(e, i);
+			if (r < 0)
+				return r;
+			memcpy(dst, s->temp + off, len);
+			return 0;
+		}
 	}
 	switch (x->op) {
 	case X_LEAF:
@@ -511,12 +536,13 @@ static void temp_free(void *p, size_t n)
 static void exec_free(struct exec *e)
 {
 	for (size_t k = 0; e->st && k < e->n_owned; k++) {
-		struct xstate *s = &e->st[e->owned[k]];
+		struct xstate *s = e->st[e->owned[k]];
 
 		temp_free(s->temp, s->temp_len);
 		free(s->inbuf);
 		free(s->win);
 		free(s->mid);
+		free(s);
 	}
 	free(e->st);
 	free(e->owned);
@@ -529,9 +555,8 @@ static int exec_alloc(struct exec *e)
 {
 	const struct wd_plan *p = e->p;
 
-	/* calloc of a large array maps zero pages: only the state of nodes read is touched */
-	e->st = calloc(p->nx, sizeof(*e->st));
-	e->owned = malloc((p->n_casts + p->n_temps + 1) * sizeof(*e->owned));
+	e->st = calloc(p->n_slots + 1, sizeof(*e->st));
+	e->owned = malloc((p->n_slots + 1) * sizeof(*e->owned));
 	if (!e->st || !e->owned)
 		return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for the plan's state");
 	e->win_bytes = p->n_casts ? CAST_WINDOWS_TOTAL / p->n_casts : CAST_WINDOW;
@@ -573,15 +598,13 @@ static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
 static int need_temp(struct exec *e, uint32_t i)
 {
 	const struct xnode *x = &e->p->x[i];
-	struct xstate *s = &e->st[i];
+	struct xstate *s = state(e, i);
 	int r;
 
+	if (!s)
+		return -WD_E_EXHAUSTED;
 	if (s->ready)
 		return 0;
-	if (!s->listed) {
-		s->listed = true;
-		e->owned[e->n_owned++] = i;
-	}
 	s->temp = temp_alloc(x->nbytes);
 	s->temp_len = x->nbytes;
 	if (!s->temp)
@@ -605,7 +628,7 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 			 uint64_t start, uint64_t end)
 {
 	const struct xnode *x = &e->p->x[e->p->root], *y = &e->p->x[x->in[0]];
-	const struct xstate *s = &e->st[e->p->root];
+	const struct xstate *s;
 	uint64_t ib = unit_bytes(y->dtype), ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
 	uint64_t total = end / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
 	int r;
@@ -613,6 +636,7 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 	r = win_alloc(e, e->p->root);     /* for its F32 buffer */
 	if (r < 0)
 		return r;
+	s = e->st[x->slot];
 	if (s->mid)
 		k = min_u64(k, s->units);
 	for (uint64_t u = start / ob; u < total;) {

@@ -98,6 +98,7 @@ struct xnode {
 	uint32_t uses;
 	enum xcls cls;
 	uint64_t cost;                /* file bytes read to produce the whole output once */
+	uint32_t slot;                /* execution state index (casts, temporaries) or UINT32_MAX */
 	uint32_t cause;               /* recipe node that made it a temporary */
 	uint8_t digest[WD_DIGEST_LEN];
 };
@@ -116,7 +117,8 @@ struct wd_plan {
 	uint64_t read_bytes;
 	uint64_t temp_bytes;
 	uint64_t temp_read;           /* file bytes the temporaries read */
-	size_t n_casts, n_temps;      /* reachable casts and dequantizations; temporaries */
+	size_t n_casts;               /* reachable casts and dequantizations */
+	size_t n_slots;               /* nodes with execution state (xnode.slot) */
 	struct xnode *x;
 	size_t nx, capx;
 	uint32_t root;

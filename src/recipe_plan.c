@@ -148,7 +148,8 @@ static int account(struct build *b)
 				    "the bytes this recipe reads exceed 2^64");
 		x->cost = c;
 		p->n_casts += x->op == X_CAST || x->op == X_DEQUANT;
-		p->n_temps += x->temp;
+		x->slot = x->temp || x->op == X_CAST || x->op == X_DEQUANT ? (uint32_t)p->n_slots++
+									 : UINT32_MAX;
 		if (x->temp) {
 			if (!wd_add_u64(temp, x->nbytes, &temp) || temp > b->lim.max_temp_bytes)
 				return nerr(b, x->cause, WD_E_TOO_LARGE, -1, i64(b->lim.max_temp_bytes),

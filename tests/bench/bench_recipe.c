@@ -19,7 +19,9 @@
  * each a dequantized shard: 9 nodes per expert), E cycling through the stored experts, from about
  * 1,000 to 65,000 nodes. Each size is preflighted RUNS times; the table shows the median time per
  * node and its ratio to the per-node time of the smallest recipe, measured in the same run (1.0:
- * linear; quadratic work would grow the ratio with the size).
+ * linear; quadratic work would grow the ratio with the size). "1-expert range" is the median
+ * time to execute the bytes of one expert (64 KiB, into a hash-only sink) as a parallel fill's
+ * range: it should not grow with the plan.
  *
  * Part 2. One [2048, 7168] F8_E4M3 tensor with [16, 56] scales, made into a weight in shared
  * memory as the daemon's fill does (plan execution into a sink: pwrite and SHA-256): as stored
@@ -194,7 +196,8 @@ int main(int argc, char **argv)
 		printf("load average %.2f (CPU time below)\n", la[0]);
 	}
 	printf("preflight of w13 (stack of E fused dequantized expert shards), median of %d\n", runs);
-	printf("%8s %8s %12s %14s %10s\n", "experts", "nodes", "ms", "us/node", "ratio");
+	printf("%8s %8s %12s %14s %10s %20s\n", "experts", "nodes", "ms", "us/node", "ratio",
+	       "1-expert range us");
 	for (size_t s = 0; s < sizeof(experts) / sizeof(experts[0]); s++) {
 		struct wd_recipe r;
 		double per;
@@ -215,8 +218,34 @@ int main(int argc, char **argv)
 		per = median(t, runs) / (double)b.len;
 		if (s == 0)
 			base = per;
-		printf("%8zu %8zu %12.2f %14.3f %10.2f\n", experts[s], b.len, median(t, runs) * 1e3,
+		printf("%8zu %8zu %12.2f %14.3f %10.2f", experts[s], b.len, median(t, runs) * 1e3,
 		       per * 1e6, per / base);
+		{
+			struct wd_plan *p = NULL;
+			struct wd_scratch sc;
+			uint64_t one = 2 * (ER / 8) * EC * 2;
+
+			if (wd_recipe_preflight(&r, &resolver, NULL, &p, &err) < 0 ||
+			    wd_scratch_init(&sc, WD_SCRATCH_BYTES) < 0)
+				return 1;
+			for (int k = 0; k < runs; k++) {
+				struct wd_sink sink;
+				uint8_t digest[WD_DIGEST_LEN];
+				double t0 = now();
+
+				if (wd_sink_init(&sink, -1, one) < 0 ||
+				    wd_plan_execute_range(p, one * (experts[s] / 2), one, &sink, &sc, NULL,
+							  &err) < 0 ||
+				    wd_sink_finish(&sink, digest, &err) < 0) {
+					fprintf(stderr, "bench_recipe: %s\n", err.msg);
+					return 1;
+				}
+				t[k] = now() - t0;
+			}
+			printf(" %20.0f\n", median(t, runs) * 1e6);
+			wd_scratch_free(&sc);
+			wd_plan_free(p);
+		}
 	}
 
 	{

@@ -90,7 +90,11 @@ extern "C" {
 #define WEIGHTD_MAX_DIMS 8
 #define WEIGHTD_DIGEST_LEN 32
 #define WEIGHTD_DEFAULT_SOCKET "/run/weightd/weightd.sock"
+/* The protocol versions this libweightd speaks: it talks to any weightd whose range overlaps
+ * (the connection uses the newest version both speak; weightd_server tells which). Version 2
+ * packs weights into shared segments; version 1's one-fd-per-weight replies are no longer read. */
 #define WEIGHTD_PROTOCOL_VERSION 2
+#define WEIGHTD_PROTOCOL_MIN_VERSION 2
 
 /* =========================================================================================== */
 /* Errors                                                                                       */
@@ -130,6 +134,8 @@ enum {
 	WEIGHTD_E_BAD_ALIAS = 41,
 	WEIGHTD_E_ALIAS_CYCLE = 42,
 	WEIGHTD_E_SLOT_MISMATCH = 43,
+	WEIGHTD_E_CANCELLED = 55,            /* weightd stopped before the work started */
+	WEIGHTD_E_UNSUPPORTED_VERSION = 56,  /* no protocol version both sides speak */
 	/* dequant_block: the scale tensor's shape is not the data's block grid */
 	WEIGHTD_E_SCALE_MISMATCH = 65,
 };
@@ -192,7 +198,7 @@ WEIGHTD_API void weightd_close(weightd_client *c);
 
 /* What the daemon said in its hello. Owned by the client; valid until the client is freed. */
 typedef struct weightd_server_info {
-	uint32_t protocol_version;
+	uint32_t protocol_version;     /* of this connection: the newest both sides speak */
 	const char *server_version;
 	const char *instance;          /* the daemon's instance (shared-memory prefix) */
 	uint32_t max_frame_bytes;      /* largest request the daemon accepts */
@@ -201,6 +207,8 @@ typedef struct weightd_server_info {
 	uint32_t max_recipe_nodes;
 	uint64_t max_client_bytes;     /* bytes of weights one client may hold (0: no limit) */
 	uint32_t max_client_weights;   /* weights one client may hold (0: no limit) */
+	uint32_t min_protocol_version; /* the daemon's range (0, 0 from a weightd that does not */
+	uint32_t max_protocol_version; /*   say: it speaks protocol_version only) */
 	uint64_t max_message_bytes;    /* largest request (its frames joined) the daemon accepts */
 	uint64_t segment_max_bytes;    /* how much the daemon packs into one shared-memory segment */
 } weightd_server_info;
