@@ -38,6 +38,7 @@ struct wd_source {
 	struct wd_file *files;
 	size_t n_files;
 	uint64_t bytes;
+	uint8_t identity[32]; /* wd_source_identity, computed once the files are pinned */
 };
 
 /* An index entry while shards are checked against the index. */
@@ -566,6 +567,8 @@ void wd_source_free(struct wd_source *src)
 	free(src);
 }
 
+static void compute_identity(const struct wd_source *src, uint8_t ret[32]);
+
 int wd_source_open(const char *name, const char *path, const struct wd_limits *lim,
 		   struct wd_source **ret, struct wd_error *err)
 {
@@ -620,6 +623,9 @@ int wd_source_open(const char *name, const char *path, const struct wd_limits *l
 			goto out;
 		}
 	}
+	/* The files are pinned for the source's life, so their identity never changes: digest it
+	 * once here rather than for every recipe leaf of every request. */
+	compute_identity(src, src->identity);
 	*ret = src;
 	src = NULL;
 	r = 0;
@@ -726,7 +732,7 @@ static void put_le(uint8_t *p, uint64_t v, int n)
  * its name length (u32) and bytes, dev, inode, size (u64 each) and mtime in ns (i64). If the
  * digest context cannot be created the result is all zeros, which no real identity equals.
  */
-void wd_source_identity(const struct wd_source *src, uint8_t ret[32])
+static void compute_identity(const struct wd_source *src, uint8_t ret[32])
 {
 	struct wd_sha256 s = { 0 };
 	uint8_t b[40];
@@ -752,6 +758,11 @@ void wd_source_identity(const struct wd_source *src, uint8_t ret[32])
 		wd_sha256_update(&s, b, 32);
 	}
 	wd_sha256_final(&s, ret);
+}
+
+void wd_source_identity(const struct wd_source *src, uint8_t ret[32])
+{
+	memcpy(ret, src->identity, 32);
 }
 
 /* Compare a stat with the pin; 0 when equal, else -WD_E_CHANGED with a sentence about what moved. */
