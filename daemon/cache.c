@@ -3,6 +3,8 @@
 #include "cache.h"
 
 #include <errno.h>
+#include <event2/event.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +34,11 @@ struct job {
 	int status;
 	struct wd_error err;
 	struct wd_segment seg;
-	uint8_t digest[32];
+	enum wd_digest_alg alg;      /* chosen on the main thread (config) */
+	uint8_t digest[WD_DIGEST_MAX];
 	uint64_t bytes_read;
 	uint64_t ns;
+	struct job *batch_next;      /* the next job of its batch (small weights share a task) */
 	/* who waits (the request that started the job is the last in the list) */
 	struct waiter *waiters;
 	struct job *key_next;        /* the list of jobs in flight */
@@ -52,8 +56,26 @@ struct waiter {
 	struct waiter *next;
 };
 
+/*
+ * Small weights are filled in batches: one pool task runs several jobs in sequence, so a unit of
+ * thousands of tiny tensors costs a few hand-offs, not one per tensor. A batch collects the small
+ * jobs requested in one turn of the event loop (flushed by a deferred event) or until it is full.
+ */
+#define BATCH_SMALL (1u << 20)        /* a weight of at most this many bytes joins a batch */
+#define BATCH_MAX_BYTES (16u << 20)
+#define BATCH_MAX_JOBS 256
+
+struct batch {
+	struct pool_task task;       /* first */
+	struct job *head, *tail;
+	size_t n;
+	uint64_t bytes;
+};
+
 struct cache {
 	struct daemon *d;
+	struct batch *batch;         /* collecting, not yet submitted */
+	struct event *flush_ev;
 	uint64_t budget;
 	uint64_t resident;           /* finished weights + reservations of running jobs */
 	uint64_t evictable;          /* bytes of the weights on the LRU list (nobody holds them) */
@@ -149,6 +171,7 @@ struct weight *cache_by_id(struct cache *c, uint64_t id)
 }
 
 static void lru_append(struct cache *c, struct weight *w);
+static void job_free(struct job *j);
 
 /* Hash a new weight by key and handle. */
 static void insert(struct cache *c, struct weight *w)
@@ -229,6 +252,22 @@ void cache_free(struct cache *c, bool unlink_segments)
 {
 	if (!c)
 		return;
+	/* A batch still collecting never reached a worker: its jobs and waiters go unanswered. */
+	if (c->batch) {
+		struct job *j, *next;
+		for (j = c->batch->head; j; j = next) {
+			struct waiter *wt, *wn;
+			next = j->batch_next;
+			for (wt = j->waiters; wt; wt = wn) {
+				wn = wt->next;
+				free(wt);
+			}
+			job_free(j);
+		}
+		free(c->batch);
+	}
+	if (c->flush_ev)
+		event_free(c->flush_ev);
 	for (size_t i = 0; i < c->nbuckets; i++)
 		while (c->by_key[i])
 			weight_destroy(c, c->by_key[i], unlink_segments);
@@ -349,11 +388,168 @@ static void shm_full_error(struct job *j)
 	j->err.actual = (int64_t)avail;
 }
 
-/* Worker thread: create, fill, hash and seal the segment. Touches nothing but the job. */
+/*
+ * A weight larger than one digest chunk, whose plan can produce ranges independently, is filled
+ * chunk by chunk by the worker that created its segment and by helpers it posts to the pool
+ * (up to one per other worker): each claims the next chunk, fills it with its own pread/pwrite
+ * or cast and hashes it; the chunk digests are composed at the end (digest.h). Whoever is free
+ * takes the next chunk, so a worker slowed by a busy core simply fills fewer of them.
+ */
+#define FILL_MAX_HELPERS 15
+
+struct fill;
+
+struct fill_helper {
+	struct pool_task task;       /* first */
+	struct fill *f;
+	bool finished;               /* under f->lock */
+};
+
+struct fill {
+	struct job *j;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint64_t nchunks, next;      /* next: the first chunk nobody has claimed */
+	uint8_t *digests;            /* nchunks digests, in order */
+	int status;                  /* the first failure */
+	struct wd_error err;
+	uint64_t bytes_read;
+	unsigned nhelpers;
+	struct fill_helper helper[FILL_MAX_HELPERS];
+};
+
+/* Claim and fill chunks until none is left or one failed. Any worker thread. */
+static void fill_chunks(struct fill *f, struct wd_scratch *scratch)
+{
+	struct job *j = f->j;
+	size_t dlen = wd_digest_len(j->alg);
+
+	for (;;) {
+		struct wd_sink sink;
+		struct wd_error err;
+		uint64_t i, off, len, read = 0;
+		int r;
+
+		pthread_mutex_lock(&f->lock);
+		i = f->status == 0 && f->next < f->nchunks ? f->next++ : f->nchunks;
+		pthread_mutex_unlock(&f->lock);
+		if (i == f->nchunks)
+			return;
+		off = i * WD_DIGEST_CHUNK;
+		len = j->nbytes - off < WD_DIGEST_CHUNK ? j->nbytes - off : WD_DIGEST_CHUNK;
+		wd_error_clear(&err);
+		r = wd_sink_init_range(&sink, j->seg.fd, off, len, j->alg);
+		if (r < 0) {
+			wd_error_set(&err, r, "cannot start a %s digest", wd_digest_name(j->alg));
+		} else {
+			sink.progress = &j->progress;
+			r = wd_plan_execute_range(j->plan, off, len, &sink, scratch, &read, &err);
+			if (r < 0)
+				wd_sink_abort(&sink);
+			else
+				r = wd_sink_finish(&sink, f->digests + i * dlen, &err);
+		}
+		pthread_mutex_lock(&f->lock);
+		f->bytes_read += read;
+		if (r < 0 && f->status == 0) {
+			f->status = r;
+			f->err = err;
+		}
+		pthread_mutex_unlock(&f->lock);
+	}
+}
+
+static void helper_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	struct fill_helper *h = (struct fill_helper *)t;
+	struct fill *f = h->f;
+
+	if (scratch)
+		fill_chunks(f, scratch);
+	pthread_mutex_lock(&f->lock);
+	h->finished = true;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* Fill j's segment with helpers. 0, or a negative code with j->err set. */
+static int fill_parallel(struct job *j, struct wd_scratch *scratch)
+{
+	struct pool *pool = j->cache->d->pool;
+	struct fill *f = calloc(1, sizeof(*f));
+	unsigned n;
+	int r;
+
+	if (f)
+		f->digests = calloc(wd_content_chunks(j->nbytes), wd_digest_len(j->alg));
+	if (!f || !f->digests) {
+		if (f)
+			free(f->digests);
+		free(f);
+		return wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for chunk digests");
+	}
+	f->j = j;
+	f->nchunks = wd_content_chunks(j->nbytes);
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->cond, NULL);
+	n = pool_threads(pool) - 1;
+	if (n > FILL_MAX_HELPERS)
+		n = FILL_MAX_HELPERS;
+	if (n > f->nchunks - 1)
+		n = (unsigned)(f->nchunks - 1);
+	for (unsigned i = 0; i < n; i++) {
+		f->helper[i].f = f;
+		f->helper[i].task.work = helper_work;
+		f->helper[i].task.done = NULL;
+		pool_help(pool, &f->helper[i].task);
+	}
+	f->nhelpers = n;
+	fill_chunks(f, scratch);
+	/* Every chunk is claimed: helpers not started yet are not needed; wait for the others. */
+	for (unsigned i = 0; i < f->nhelpers; i++) {
+		if (pool_withdraw(pool, &f->helper[i].task))
+			continue;
+		pthread_mutex_lock(&f->lock);
+		while (!f->helper[i].finished)
+			pthread_cond_wait(&f->cond, &f->lock);
+		pthread_mutex_unlock(&f->lock);
+	}
+	j->bytes_read += f->bytes_read;
+	r = f->status;
+	if (r < 0)
+		j->err = f->err;
+	else
+		r = wd_content_compose(j->alg, f->digests, f->nchunks, j->digest);
+	pthread_cond_destroy(&f->cond);
+	pthread_mutex_destroy(&f->lock);
+	free(f->digests);
+	free(f);
+	return r;
+}
+
+/* Fill j's segment in order on this worker, hashing on its hasher thread when that helps. */
+static int fill_sequential(struct job *j, struct wd_scratch *scratch)
+{
+	struct wd_sink sink;
+	int r = wd_sink_init_range(&sink, j->seg.fd, 0, j->nbytes, j->alg);
+
+	if (r < 0)
+		return wd_error_set(&j->err, r, "cannot start a %s digest", wd_digest_name(j->alg));
+	sink.progress = &j->progress;
+	wd_sink_pipeline(&sink, scratch->hasher);
+	r = wd_plan_execute(j->plan, &sink, scratch, &j->bytes_read, &j->err);
+	if (r < 0) {
+		wd_sink_abort(&sink);
+		return r;
+	}
+	return wd_sink_finish(&sink, j->digest, &j->err);
+}
+
+/* Worker thread: create, fill, hash and seal the segment. Touches nothing but the job (and the
+ * pool, to post helpers). */
 static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 {
 	struct job *j = (struct job *)t;
-	struct wd_sink sink;
 	struct stat st;
 	uint64_t t0 = now_ns();
 	int r;
@@ -372,24 +568,16 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 			shm_full_error(j);
 		return;
 	}
-	r = wd_sink_init(&sink, j->seg.fd, j->nbytes);
-	if (r < 0) {
-		wd_error_set(&j->err, r, "cannot start a SHA-256 digest");
-		goto fail;
-	}
-	sink.progress = &j->progress;
-	/* The digest is computed on the worker's hasher thread, behind the writes. */
-	wd_sink_pipeline(&sink, scratch->hasher);
-	r = wd_plan_execute(j->plan, &sink, scratch, &j->bytes_read, &j->err);
-	if (r < 0) {
-		wd_sink_abort(&sink);
-		goto fail;
-	}
-	r = wd_sink_finish(&sink, j->digest, &j->err);
+	if (j->nbytes > WD_DIGEST_CHUNK && pool_threads(j->cache->d->pool) > 1 &&
+	    wd_plan_splittable(j->plan))
+		r = fill_parallel(j, scratch);
+	else
+		r = fill_sequential(j, scratch);
 	if (r < 0)
 		goto fail;
 	wd_segment_seal(&j->seg);
-	memcpy(j->rec.digest, j->digest, 32);
+	memcpy(j->rec.digest, j->digest, wd_digest_len(j->alg));
+	j->rec.digest_alg = j->alg;
 	if (fstat(j->seg.ro_fd, &st) == 0)
 		j->rec.ino = (uint64_t)st.st_ino;
 	if (state_write(j->state_dir, j->instance, &j->rec, &j->err) < 0)
@@ -401,6 +589,15 @@ fail:
 	j->status = r;
 	wd_segment_close(&j->seg);
 	wd_segment_unlink(j->name);
+}
+
+/* Worker thread: the jobs of a batch, one after another. */
+static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	struct batch *b = (struct batch *)t;
+
+	for (struct job *j = b->head; j; j = j->batch_next)
+		job_work(&j->task, scratch);
 }
 
 static void job_free(struct job *j)
@@ -475,7 +672,8 @@ static void job_done(struct pool_task *t)
 	if (w) {
 		w->id = c->next_id++;
 		memcpy(w->key, j->key, 32);
-		memcpy(w->digest, j->digest, 32);
+		memcpy(w->digest, j->digest, wd_digest_len(j->alg));
+		w->digest_alg = j->alg;
 		w->dtype = wd_plan_dtype(j->plan);
 		w->ndim = wd_plan_ndim(j->plan);
 		if (w->ndim)
@@ -517,6 +715,77 @@ static void job_done(struct pool_task *t)
 		free(wt);
 	}
 	job_free(j);
+}
+
+/* Main thread: each job of a finished batch, then the batch. */
+static void batch_done(struct pool_task *t)
+{
+	struct batch *b = (struct batch *)t;
+	struct job *j, *next;
+
+	for (j = b->head; j; j = next) {
+		next = j->batch_next;
+		job_done(&j->task);
+	}
+	free(b);
+}
+
+static void batch_submit(struct cache *c)
+{
+	struct batch *b = c->batch;
+
+	if (!b)
+		return;
+	c->batch = NULL;
+	if (b->n == 1) {             /* a lone small job needs no batch */
+		pool_submit(c->d->pool, &b->head->task);
+		free(b);
+		return;
+	}
+	b->task.work = batch_work;
+	b->task.done = batch_done;
+	pool_submit(c->d->pool, &b->task);
+}
+
+static void batch_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+	batch_submit(arg);
+}
+
+/*
+ * Main thread: start a job. Small ones join the batch being collected, which goes to the pool
+ * when full or at the end of this turn of the event loop; if no batch can be had (memory, no
+ * event), the job goes alone.
+ */
+static void job_start(struct cache *c, struct job *j)
+{
+	struct batch *b = c->batch;
+
+	if (j->nbytes > BATCH_SMALL)
+		goto alone;
+	if (!c->flush_ev)
+		c->flush_ev = event_new(c->d->base, -1, 0, batch_flush_cb, c);
+	if (!b && c->flush_ev) {
+		b = calloc(1, sizeof(*b));
+		if (b) {
+			c->batch = b;
+			event_active(c->flush_ev, EV_TIMEOUT, 1);
+		}
+	}
+	if (!b)
+		goto alone;
+	if (b->tail)
+		b->tail->batch_next = j;
+	else
+		b->head = j;
+	b->tail = j;
+	b->n++;
+	b->bytes += j->nbytes;
+	if (b->n >= BATCH_MAX_JOBS || b->bytes >= BATCH_MAX_BYTES)
+		batch_submit(c);
+	return;
+alone:
+	pool_submit(c->d->pool, &j->task);
 }
 
 /*
@@ -608,9 +877,10 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	j->task.work = job_work;
 	j->task.done = job_done;
+	j->alg = c->d->cfg->digest ? c->d->cfg->digest : WD_DIGEST_DEFAULT;
 	job_link(c, j);
 	c->d->stats.in_flight++;
-	pool_submit(c->d->pool, &j->task);
+	job_start(c, j);
 	return 0;
 }
 
@@ -708,16 +978,17 @@ uint64_t cache_references(const struct cache *c)
 	return n;
 }
 
-/* SHA-256 of a whole segment read through its fd (pread: nothing is mapped). */
-static int segment_digest(int fd, uint64_t size, uint8_t out[32])
+/* The content digest (algorithm alg) of a whole segment read through its fd (pread: nothing is
+ * mapped). */
+static int segment_digest(int fd, uint64_t size, enum wd_digest_alg alg, uint8_t *out)
 {
-	struct wd_sha256 h;
+	struct wd_content h;
 	size_t cap = 1u << 20;
 	uint8_t *buf = malloc(cap);
 	uint64_t off = 0;
 	int r = -WD_E_IO;
 
-	if (!buf || wd_sha256_init(&h) < 0) {
+	if (!buf || wd_content_init(&h, alg) < 0) {
 		free(buf);
 		return -WD_E_EXHAUSTED;
 	}
@@ -728,13 +999,13 @@ static int segment_digest(int fd, uint64_t size, uint8_t out[32])
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			wd_sha256_abort(&h);
+			wd_content_abort(&h);
 			goto out;
 		}
-		wd_sha256_update(&h, buf, (size_t)n);
+		wd_content_update(&h, buf, (size_t)n);
 		off += (uint64_t)n;
 	}
-	wd_sha256_final(&h, out);
+	wd_content_final(&h, out);
 	r = 0;
 out:
 	free(buf);
@@ -761,13 +1032,15 @@ int cache_adopt(struct cache *c, const struct state_record *rec)
 		free(w);
 		return -WD_E_CHANGED;
 	}
+	/* A record keeps the algorithm it was hashed with, whatever the configuration says now:
+	 * the weight is checked and served with that digest. */
 	if (c->d->cfg->verify_adopted) {
-		uint8_t digest[32];
+		uint8_t digest[WD_DIGEST_MAX];
 
-		if (segment_digest(w->seg.ro_fd, w->seg.size, digest) < 0 ||
-		    memcmp(digest, rec->digest, 32) != 0) {
-			log_warn("not re-adopting %s (%s): its bytes do not have the recorded SHA-256",
-				 rec->segment, rec->label);
+		if (segment_digest(w->seg.ro_fd, w->seg.size, rec->digest_alg, digest) < 0 ||
+		    memcmp(digest, rec->digest, wd_digest_len(rec->digest_alg)) != 0) {
+			log_warn("not re-adopting %s (%s): its bytes do not have the recorded %s digest",
+				 rec->segment, rec->label, wd_digest_name(rec->digest_alg));
 			wd_segment_close(&w->seg);
 			free(w);
 			return -WD_E_CHANGED;
@@ -781,7 +1054,8 @@ int cache_adopt(struct cache *c, const struct state_record *rec)
 	}
 	w->id = c->next_id++;
 	memcpy(w->key, rec->key, 32);
-	memcpy(w->digest, rec->digest, 32);
+	memcpy(w->digest, rec->digest, sizeof(w->digest));
+	w->digest_alg = rec->digest_alg;
 	w->dtype = rec->dtype;
 	w->ndim = rec->ndim;
 	memcpy(w->shape, rec->shape, sizeof(w->shape));

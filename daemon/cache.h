@@ -25,7 +25,8 @@ struct daemon;
 struct weight {
 	uint64_t id;                 /* the handle clients name it by */
 	uint8_t key[32];
-	uint8_t digest[32];
+	uint8_t digest[WD_DIGEST_MAX];  /* wd_digest_len(digest_alg) bytes */
+	enum wd_digest_alg digest_alg;
 	enum wd_dtype dtype;
 	int ndim;
 	uint64_t shape[WD_MAX_DIMS];

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "checked.h"
+#include "digest.h"
 #include "frame.h"
 #include "log.h"
 
@@ -35,7 +36,7 @@ enum daemon_key {
 	DK_SOCKET, DK_SOCKET_MODE, DK_SOCKET_GROUP, DK_SHM_PREFIX, DK_STATE_DIR, DK_VERIFY_ADOPTED,
 	DK_BUDGET, DK_WORKERS,
 	DK_MAX_CLIENTS, DK_CLIENT_MAX_PENDING, DK_CLIENT_MAX_QUEUE, DK_CLIENT_MAX_BYTES,
-	DK_CLIENT_MAX_WEIGHTS, DK_MAX_FRAME, DK_LOG_LEVEL, DK_COUNT
+	DK_CLIENT_MAX_WEIGHTS, DK_MAX_FRAME, DK_LOG_LEVEL, DK_DIGEST, DK_COUNT
 };
 
 static const char *const daemon_keys[DK_COUNT] = {
@@ -45,7 +46,7 @@ static const char *const daemon_keys[DK_COUNT] = {
 	[DK_WORKERS] = "workers", [DK_MAX_CLIENTS] = "max_clients",
 	[DK_CLIENT_MAX_PENDING] = "client_max_pending", [DK_CLIENT_MAX_QUEUE] = "client_max_queue",
 	[DK_CLIENT_MAX_BYTES] = "client_max_bytes", [DK_CLIENT_MAX_WEIGHTS] = "client_max_weights",
-	[DK_MAX_FRAME] = "max_frame", [DK_LOG_LEVEL] = "log_level",
+	[DK_MAX_FRAME] = "max_frame", [DK_LOG_LEVEL] = "log_level", [DK_DIGEST] = "digest",
 };
 
 enum checkpoint_key { CK_PATH, CK_ALLOW_USERS, CK_ALLOW_GROUPS, CK_PRELOAD, CK_COUNT };
@@ -416,6 +417,12 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		return set_abs_path(ld, key, val, PATH_MAX - 64, &cfg->state_dir);
 	case DK_VERIFY_ADOPTED:
 		return set_bool(ld, key, val, &cfg->verify_adopted);
+	case DK_DIGEST:
+		if (wd_digest_from_name(val) == WD_DIGEST_NONE)
+			return fail(ld, ld->line, WD_E_INVALID,
+				    "%s: '%s' is not a digest algorithm (xxh3-128 or sha256)", key, val);
+		cfg->digest = wd_digest_from_name(val);
+		return 1;
 	case DK_BUDGET:
 		return set_size(ld, key, val, 0, UINT64_MAX, &cfg->budget_bytes);
 	case DK_WORKERS:
@@ -695,6 +702,7 @@ static struct config *config_new(const char *path)
 	cfg->socket_group = (gid_t)-1;
 	cfg->budget_bytes = 0;
 	cfg->workers = 0;
+	cfg->digest = WD_DIGEST_DEFAULT;
 	cfg->max_clients = 1024;
 	cfg->client_max_pending = 256;
 	cfg->client_max_queue_bytes = 64ull << 20;

@@ -38,6 +38,7 @@ static void *worker_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		struct pool_task *t;
+		bool helper;
 
 		while (!p->head && !p->stop)
 			pthread_cond_wait(&p->cond, &p->lock);
@@ -47,11 +48,15 @@ static void *worker_main(void *arg)
 		p->head = t->next;
 		if (!p->head)
 			p->tail = NULL;
+		t->queued = false;
+		helper = !t->done;
 		pthread_mutex_unlock(&p->lock);
 
 		t->work(t, scratch.buf ? &scratch : NULL);
 
 		pthread_mutex_lock(&p->lock);
+		if (helper)
+			continue;   /* its owner may already have freed it */
 		t->next = NULL;
 		if (p->done_tail)
 			p->done_tail->next = t;
@@ -125,9 +130,44 @@ void pool_submit(struct pool *p, struct pool_task *t)
 	else
 		p->head = t;
 	p->tail = t;
+	t->queued = true;
 	p->pending++;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
+}
+
+void pool_help(struct pool *p, struct pool_task *t)
+{
+	pthread_mutex_lock(&p->lock);
+	t->next = p->head;
+	p->head = t;
+	if (!p->tail)
+		p->tail = t;
+	t->queued = true;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+bool pool_withdraw(struct pool *p, struct pool_task *t)
+{
+	struct pool_task **pp, *prev = NULL;
+	bool found = false;
+
+	pthread_mutex_lock(&p->lock);
+	if (t->queued) {
+		/* helpers sit at the front: this is a short walk */
+		for (pp = &p->head; *pp; prev = *pp, pp = &(*pp)->next)
+			if (*pp == t) {
+				*pp = t->next;
+				if (p->tail == t)
+					p->tail = prev;
+				t->queued = false;
+				found = true;
+				break;
+			}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return found;
 }
 
 size_t pool_pending(const struct pool *p)

@@ -2,6 +2,7 @@
 #ifndef WD_POOL_H
 #define WD_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "sink.h"
@@ -18,6 +19,7 @@ struct pool_task {
 	void (*work)(struct pool_task *t, struct wd_scratch *scratch);
 	void (*done)(struct pool_task *t);
 	struct pool_task *next;
+	bool queued;                     /* the pool's: waiting in the queue (under its lock) */
 };
 
 /*
@@ -28,6 +30,17 @@ struct pool *pool_new(struct event_base *base, unsigned nthreads);
 
 /* Queue a task (main thread). Never fails: the queue is an intrusive list. */
 void pool_submit(struct pool *p, struct pool_task *t);
+
+/*
+ * From a worker: queue a helper task at the front, to run next on any free worker (a job that
+ * fills one large weight with several workers posts helpers that claim parts of it). Its done
+ * must be NULL: the pool never touches a helper after its work returns, nor counts it as
+ * pending. Its owner must pool_withdraw it (or see its work finish) before freeing it.
+ */
+void pool_help(struct pool *p, struct pool_task *t);
+/* Take a helper out of the queue if no worker has started it: true if withdrawn (its work will
+ * never run), false if its work has started or finished. */
+bool pool_withdraw(struct pool *p, struct pool_task *t);
 
 /* Tasks queued or running. */
 size_t pool_pending(const struct pool *p);

@@ -142,6 +142,7 @@ static void do_hello(struct session *s, uint64_t id, const Weightd__Hello *h)
 	}
 	hr.protocol_version = WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
 	hr.server_version = WD_VERSION;
+	hr.digest_algorithm = (Weightd__DigestAlgorithm)cfg->digest;
 	hr.max_frame_bytes = cfg->max_frame_bytes;
 	hr.max_pending_requests = cfg->client_max_pending;
 	hr.max_unit_entries = MAX_UNIT_ENTRIES;
@@ -288,7 +289,8 @@ static void fill_weight_info(Weightd__WeightInfo *wi, const struct weight *w, co
 	wi->shape = (uint64_t *)w->shape;
 	wi->nbytes = w->nbytes;
 	wi->digest.data = (uint8_t *)w->digest;
-	wi->digest.len = 32;
+	wi->digest.len = wd_digest_len(w->digest_alg);
+	wi->digest_algorithm = (Weightd__DigestAlgorithm)w->digest_alg;
 	wi->key.data = (uint8_t *)w->key;
 	wi->key.len = 32;
 	wi->generation = w->generation;
@@ -936,7 +938,8 @@ static void status_weight(struct weight *w, void *arg)
 	x->clients = w->holders;
 	x->generation = w->generation;
 	x->digest.data = w->digest;
-	x->digest.len = 32;
+	x->digest.len = wd_digest_len(w->digest_alg);
+	x->digest_algorithm = (Weightd__DigestAlgorithm)w->digest_alg;
 	x->source = w->source;
 	x->adopted = w->adopted;
 	sw->wp[sw->n] = x;
@@ -985,6 +988,8 @@ static void do_status(struct session *s, uint64_t id)
 	}
 	st.instance = d->instance;
 	st.server_version = WD_VERSION;
+	st.digest_algorithm = (Weightd__DigestAlgorithm)d->cfg->digest;
+	st.digest_chunk_bytes = WD_DIGEST_CHUNK;
 	st.uptime_ms = daemon_uptime_ms(d);
 	st.bytes_resident = cache_resident(d->cache);
 	st.budget_bytes = cache_budget(d->cache);

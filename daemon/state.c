@@ -65,12 +65,13 @@ int state_write(const char *dir, const char *instance, const struct state_record
 	if (!enabled(dir))
 		return 0;
 	wd_hex(rec->key, 32, key);
-	wd_hex(rec->digest, 32, digest);
+	wd_hex(rec->digest, wd_digest_len(rec->digest_alg), digest);
 	shape = json_array();
 	for (int i = 0; i < rec->ndim; i++)
 		json_array_append_new(shape, json_integer((json_int_t)rec->shape[i]));
-	o = json_pack("{s:i, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:s, s:I, s:I}", "version", 1, "key",
-		      key, "digest", digest, "dtype", wd_dtype_name(rec->dtype), "shape", shape,
+	o = json_pack("{s:i, s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:s, s:I, s:I}", "version", 1,
+		      "key", key, "digest", digest, "digest_algorithm",
+		      wd_digest_name(rec->digest_alg), "dtype", wd_dtype_name(rec->dtype), "shape", shape,
 		      "nbytes", (json_int_t)rec->nbytes, "segment", rec->segment, "label", rec->label,
 		      "source", rec->source, "generation", (json_int_t)rec->generation, "ino",
 		      (json_int_t)rec->ino);
@@ -104,7 +105,7 @@ static bool read_record(const char *path, struct state_record *rec)
 	json_error_t jerr;
 	json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr), *shape, *v;
 	const char *key = NULL, *digest = NULL, *dtype = NULL, *segment = NULL, *label = NULL,
-		   *source = NULL;
+		   *source = NULL, *alg = "sha256";
 	json_int_t nbytes = -1, generation = 0, ino = 0;
 	bool ok = false;
 	size_t i;
@@ -112,12 +113,16 @@ static bool read_record(const char *path, struct state_record *rec)
 	if (!o)
 		return false;
 	memset(rec, 0, sizeof(*rec));
-	if (json_unpack(o, "{s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:s, s:I, s?I}", "key", &key,
-			"digest", &digest, "dtype", &dtype, "shape", &shape, "nbytes", &nbytes,
-			"segment", &segment, "label", &label, "source", &source, "generation",
-			&generation, "ino", &ino) < 0)
+	if (json_unpack(o, "{s:s, s:s, s?s, s:s, s:o, s:I, s:s, s:s, s:s, s:I, s?I}", "key", &key,
+			"digest", &digest, "digest_algorithm", &alg, "dtype", &dtype, "shape", &shape,
+			"nbytes", &nbytes, "segment", &segment, "label", &label, "source", &source,
+			"generation", &generation, "ino", &ino) < 0)
 		goto out;
-	if (!hex_decode(key, rec->key, 32) || !hex_decode(digest, rec->digest, 32) || nbytes < 0 ||
+	rec->digest_alg = wd_digest_from_name(alg);
+	if (rec->digest_alg == WD_DIGEST_NONE)
+		goto out;
+	if (!hex_decode(key, rec->key, 32) ||
+	    !hex_decode(digest, rec->digest, wd_digest_len(rec->digest_alg)) || nbytes < 0 ||
 	    !json_is_array(shape) || json_array_size(shape) > WD_MAX_DIMS)
 		goto out;
 	rec->dtype = wd_dtype_from_name(dtype);

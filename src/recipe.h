@@ -2,6 +2,7 @@
 #ifndef WD_RECIPE_H
 #define WD_RECIPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -148,10 +149,25 @@ const char *wd_plan_label(const struct wd_plan *p);
  * of checkpoints), checks every source file with wd_source_check before and after reading, and
  * adds the checkpoint bytes read to *ret_bytes_read. Byte-preserving plans stream file ranges
  * through scratch->buf (or the sink's slots, when it pipelines its hashing: wd_sink_buffer) into
- * the sink with no whole-tensor intermediate copy. Thread-safe: one plan
- * may run on one thread at a time; different plans concurrently.
+ * the sink with no whole-tensor intermediate copy. Thread-safe: the plan is only read, so one
+ * plan may run on several threads at once (wd_plan_execute_range) and different plans
+ * concurrently.
  */
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
 		    uint64_t *ret_bytes_read, struct wd_error *err);
+
+/*
+ * The same for output bytes [start, start + len) only, into a sink of len bytes: what one of
+ * several workers filling one weight at once runs. Concurrent calls on one plan are safe (the
+ * plan is only read; each call has its own state). Reads only what that range needs, except
+ * that a plan with intermediate values computes them whole in every call: ask
+ * wd_plan_splittable first.
+ */
+int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
+			  struct wd_sink *sink, struct wd_scratch *scratch, uint64_t *ret_bytes_read,
+			  struct wd_error *err);
+/* Whether ranges of the output can be produced independently at no extra cost (no intermediate
+ * value is kept whole). */
+bool wd_plan_splittable(const struct wd_plan *p);
 
 #endif

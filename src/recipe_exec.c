@@ -495,17 +495,18 @@ static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
  * The root cast: input chunks in scratch->buf, converted straight into the sink's next slot when
  * it pipelines its hashing (else into scratch->buf2), written.
  */
-static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
+static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc,
+			 uint64_t start, uint64_t end)
 {
 	const struct xnode *x = &e->p->x[e->p->root], *y = &e->p->x[x->in[0]];
 	const struct xstate *s = &e->st[e->p->root];
 	uint64_t ib = unit_bytes(y->dtype), ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
-	uint64_t total = x->nbytes / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
+	uint64_t total = (end - start) / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
 	int r;
 
 	if (s->mid)
 		k = min_u64(k, s->units);
-	for (uint64_t u = 0; u < total;) {
+	for (uint64_t u = start / ob; u < start / ob + total;) {
 		size_t cap = 0, n;
 		uint8_t *out = wd_sink_buffer(sink, &cap);
 		uint64_t kk = k;
@@ -514,7 +515,7 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 			kk = min_u64(k, cap / ob);
 		else
 			out = sc->buf2;
-		n = (size_t)min_u64(kk, total - u);
+		n = (size_t)min_u64(kk, start / ob + total - u);
 		r = read_node(e, x->in[0], u * ib, n * ib, sc->buf);
 		if (r == 0)
 			r = flush(e);
@@ -530,12 +531,13 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 }
 
 /* Any other root: produced chunk by chunk into the sink's next slot (or scratch->buf), written. */
-static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
+static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc, uint64_t start,
+		    uint64_t end)
 {
 	const struct wd_plan *p = e->p;
 	int r = 0;
 
-	for (uint64_t off = 0; off < p->nbytes && r == 0;) {
+	for (uint64_t off = start; off < end && r == 0;) {
 		size_t cap = 0, n;
 		uint8_t *out = wd_sink_buffer(sink, &cap);
 
@@ -543,7 +545,7 @@ static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
 			out = sc->buf;
 			cap = sc->cap;
 		}
-		n = (size_t)min_u64(cap, p->nbytes - off);
+		n = (size_t)min_u64(cap, end - off);
 		r = read_node(e, p->root, off, n, out);
 		if (r == 0)
 			r = flush(e);
@@ -554,18 +556,46 @@ static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc)
 	return r;
 }
 
+/* Whether the root cast can run whole units over [start, end): both ends on unit boundaries. */
+static bool root_cast_aligned(const struct wd_plan *p, uint64_t start, uint64_t end)
+{
+	const struct xnode *x = &p->x[p->root], *y = &p->x[x->in[0]];
+	uint64_t ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+
+	return start % ob == 0 && end % ob == 0;
+}
+
+bool wd_plan_splittable(const struct wd_plan *p)
+{
+	for (size_t i = 0; i < p->root; i++)
+		if (p->x[i].reach && p->x[i].temp)
+			return false;
+	return true;
+}
+
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
 		    uint64_t *ret_bytes_read, struct wd_error *err)
+{
+	return wd_plan_execute_range(p, 0, p->nbytes, sink, scratch, ret_bytes_read, err);
+}
+
+int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
+			  struct wd_sink *sink, struct wd_scratch *scratch, uint64_t *ret_bytes_read,
+			  struct wd_error *err)
 {
 	struct exec e = { .p = p, .err = err };
 	int r;
 
 	if (!scratch || !scratch->buf || !scratch->cap)
 		return wd_error_set(err, WD_E_INTERNAL, "materialization needs a scratch buffer");
-	if (sink->size - sink->written != p->nbytes)
+	if (start > p->nbytes || len > p->nbytes - start)
 		return wd_error_set(err, WD_E_INTERNAL,
-				    "the sink takes %" PRIu64 " bytes but the weight is %" PRIu64,
-				    sink->size - sink->written, p->nbytes);
+				    "bytes %" PRIu64 "+%" PRIu64 " are outside the %" PRIu64
+				    "-byte weight", start, len, p->nbytes);
+	if (sink->size - sink->written != len)
+		return wd_error_set(err, WD_E_INTERNAL,
+				    "the sink takes %" PRIu64 " bytes but the range is %" PRIu64,
+				    sink->size - sink->written, len);
 	r = check_files(&e);
 	if (r < 0)
 		goto out;
@@ -591,10 +621,10 @@ int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scr
 			goto out;
 		e.st[i].ready = true;
 	}
-	if (root_cast_fits(p, scratch))
-		r = run_root_cast(&e, sink, scratch);
+	if (root_cast_fits(p, scratch) && root_cast_aligned(p, start, start + len))
+		r = run_root_cast(&e, sink, scratch, start, start + len);
 	else
-		r = run_root(&e, sink, scratch);
+		r = run_root(&e, sink, scratch, start, start + len);
 	if (r < 0)
 		goto out;
 	r = check_files(&e);
