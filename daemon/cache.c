@@ -504,6 +504,8 @@ static int fill_parallel(struct job *j, struct wd_scratch *scratch)
 		pool_help(pool, &f->helper[i].task);
 	}
 	f->nhelpers = n;
+	log_debug("filling %s in %llu chunks, with up to %u helper(s)", wd_plan_label(j->plan),
+		  (unsigned long long)f->nchunks, n);
 	fill_chunks(f, scratch);
 	/* Every chunk is claimed: helpers not started yet are not needed; wait for the others. */
 	for (unsigned i = 0; i < f->nhelpers; i++) {
@@ -744,6 +746,8 @@ static void batch_submit(struct cache *c)
 	}
 	b->task.work = batch_work;
 	b->task.done = batch_done;
+	log_debug("a batch of %zu small weights (%llu bytes) goes to one worker", b->n,
+		  (unsigned long long)b->bytes);
 	pool_submit(c->d->pool, &b->task);
 }
 
