@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <event2/event.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "fill.h"
 #include "log.h"
 #include "sink.h"
 #include "state.h"
@@ -388,165 +388,6 @@ static void shm_full_error(struct job *j)
 	j->err.actual = (int64_t)avail;
 }
 
-/*
- * A weight larger than one digest chunk, whose plan can produce ranges independently, is filled
- * chunk by chunk by the worker that created its segment and by helpers it posts to the pool
- * (up to one per other worker): each claims the next chunk, fills it with its own pread/pwrite
- * or cast and hashes it; the chunk digests are composed at the end (digest.h). Whoever is free
- * takes the next chunk, so a worker slowed by a busy core simply fills fewer of them.
- */
-#define FILL_MAX_HELPERS 15
-
-struct fill;
-
-struct fill_helper {
-	struct pool_task task;       /* first */
-	struct fill *f;
-	bool finished;               /* under f->lock */
-};
-
-struct fill {
-	struct job *j;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	uint64_t nchunks, next;      /* next: the first chunk nobody has claimed */
-	uint8_t *digests;            /* nchunks digests, in order */
-	int status;                  /* the first failure */
-	struct wd_error err;
-	uint64_t bytes_read;
-	unsigned nhelpers;
-	struct fill_helper helper[FILL_MAX_HELPERS];
-};
-
-/* Claim and fill chunks until none is left or one failed. Any worker thread. */
-static void fill_chunks(struct fill *f, struct wd_scratch *scratch)
-{
-	struct job *j = f->j;
-	size_t dlen = wd_digest_len(j->alg);
-
-	for (;;) {
-		struct wd_sink sink;
-		struct wd_error err;
-		uint64_t i, off, len, read = 0;
-		int r;
-
-		pthread_mutex_lock(&f->lock);
-		i = f->status == 0 && f->next < f->nchunks ? f->next++ : f->nchunks;
-		pthread_mutex_unlock(&f->lock);
-		if (i == f->nchunks)
-			return;
-		off = i * WD_DIGEST_CHUNK;
-		len = j->nbytes - off < WD_DIGEST_CHUNK ? j->nbytes - off : WD_DIGEST_CHUNK;
-		wd_error_clear(&err);
-		r = wd_sink_init_range(&sink, j->seg.fd, off, len, j->alg);
-		if (r < 0) {
-			wd_error_set(&err, r, "cannot start a %s digest", wd_digest_name(j->alg));
-		} else {
-			sink.progress = &j->progress;
-			r = wd_plan_execute_range(j->plan, off, len, &sink, scratch, &read, &err);
-			if (r < 0)
-				wd_sink_abort(&sink);
-			else
-				r = wd_sink_finish(&sink, f->digests + i * dlen, &err);
-		}
-		pthread_mutex_lock(&f->lock);
-		f->bytes_read += read;
-		if (r < 0 && f->status == 0) {
-			f->status = r;
-			f->err = err;
-		}
-		pthread_mutex_unlock(&f->lock);
-	}
-}
-
-static void helper_work(struct pool_task *t, struct wd_scratch *scratch)
-{
-	struct fill_helper *h = (struct fill_helper *)t;
-	struct fill *f = h->f;
-
-	if (scratch)
-		fill_chunks(f, scratch);
-	pthread_mutex_lock(&f->lock);
-	h->finished = true;
-	pthread_cond_broadcast(&f->cond);
-	pthread_mutex_unlock(&f->lock);
-}
-
-/* Fill j's segment with helpers. 0, or a negative code with j->err set. */
-static int fill_parallel(struct job *j, struct wd_scratch *scratch)
-{
-	struct pool *pool = j->cache->d->pool;
-	struct fill *f = calloc(1, sizeof(*f));
-	unsigned n;
-	int r;
-
-	if (f)
-		f->digests = calloc(wd_content_chunks(j->nbytes), wd_digest_len(j->alg));
-	if (!f || !f->digests) {
-		if (f)
-			free(f->digests);
-		free(f);
-		return wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for chunk digests");
-	}
-	f->j = j;
-	f->nchunks = wd_content_chunks(j->nbytes);
-	pthread_mutex_init(&f->lock, NULL);
-	pthread_cond_init(&f->cond, NULL);
-	n = pool_threads(pool) - 1;
-	if (n > FILL_MAX_HELPERS)
-		n = FILL_MAX_HELPERS;
-	if (n > f->nchunks - 1)
-		n = (unsigned)(f->nchunks - 1);
-	for (unsigned i = 0; i < n; i++) {
-		f->helper[i].f = f;
-		f->helper[i].task.work = helper_work;
-		f->helper[i].task.done = NULL;
-		pool_help(pool, &f->helper[i].task);
-	}
-	f->nhelpers = n;
-	log_debug("filling %s in %llu chunks, with up to %u helper(s)", wd_plan_label(j->plan),
-		  (unsigned long long)f->nchunks, n);
-	fill_chunks(f, scratch);
-	/* Every chunk is claimed: helpers not started yet are not needed; wait for the others. */
-	for (unsigned i = 0; i < f->nhelpers; i++) {
-		if (pool_withdraw(pool, &f->helper[i].task))
-			continue;
-		pthread_mutex_lock(&f->lock);
-		while (!f->helper[i].finished)
-			pthread_cond_wait(&f->cond, &f->lock);
-		pthread_mutex_unlock(&f->lock);
-	}
-	j->bytes_read += f->bytes_read;
-	r = f->status;
-	if (r < 0)
-		j->err = f->err;
-	else
-		r = wd_content_compose(j->alg, f->digests, f->nchunks, j->digest);
-	pthread_cond_destroy(&f->cond);
-	pthread_mutex_destroy(&f->lock);
-	free(f->digests);
-	free(f);
-	return r;
-}
-
-/* Fill j's segment in order on this worker, hashing on its hasher thread when that helps. */
-static int fill_sequential(struct job *j, struct wd_scratch *scratch)
-{
-	struct wd_sink sink;
-	int r = wd_sink_init_range(&sink, j->seg.fd, 0, j->nbytes, j->alg);
-
-	if (r < 0)
-		return wd_error_set(&j->err, r, "cannot start a %s digest", wd_digest_name(j->alg));
-	sink.progress = &j->progress;
-	wd_sink_pipeline(&sink, scratch->hasher);
-	r = wd_plan_execute(j->plan, &sink, scratch, &j->bytes_read, &j->err);
-	if (r < 0) {
-		wd_sink_abort(&sink);
-		return r;
-	}
-	return wd_sink_finish(&sink, j->digest, &j->err);
-}
-
 /* Worker thread: create, fill, hash and seal the segment. Touches nothing but the job (and the
  * pool, to post helpers). */
 static void job_work(struct pool_task *t, struct wd_scratch *scratch)
@@ -570,11 +411,8 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 			shm_full_error(j);
 		return;
 	}
-	if (j->nbytes > WD_DIGEST_CHUNK && pool_threads(j->cache->d->pool) > 1 &&
-	    wd_plan_splittable(j->plan))
-		r = fill_parallel(j, scratch);
-	else
-		r = fill_sequential(j, scratch);
+	r = fill_weight(j->cache->d->pool, j->plan, j->seg.fd, 0, j->nbytes, j->alg, &j->progress,
+			scratch, j->digest, &j->bytes_read, &j->err);
 	if (r < 0)
 		goto fail;
 	wd_segment_seal(&j->seg);
