@@ -722,6 +722,13 @@ WD_AVX512 static void v5_f16_f32(const void *src, void *dst, size_t n)
 	unsigned char *d = dst;
 	size_t i = 0;
 
+	/* two independent conversions per iteration: VCVTPH2PS is two uops on one port pair */
+	for (; i + 32 <= n; i += 32) {
+		__m256i h0 = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
+		__m256i h1 = _mm256_loadu_si256((const __m256i *)(s + 2 * i + 32));
+		_mm512_storeu_ps((void *)(d + 4 * i), _mm512_cvtph_ps(h0));
+		_mm512_storeu_ps((void *)(d + 4 * i + 64), _mm512_cvtph_ps(h1));
+	}
 	for (; i + 16 <= n; i += 16) {
 		__m256i h = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
 		_mm512_storeu_ps((void *)(d + 4 * i), _mm512_cvtph_ps(h));
