@@ -388,6 +388,39 @@ static void shm_full_error(struct job *j)
 	j->err.actual = (int64_t)avail;
 }
 
+/*
+ * Create the job's segment (names are unique per key: start-up cleared the prefix, eviction
+ * unlinks) and size it with ftruncate rather than reserve it with posix_fallocate. The fill
+ * writes every byte with pwrite, which allocates pages as it goes and reports a full /dev/shm
+ * as ENOSPC, a clean error (nothing writes through a mapping, so there is no SIGBUS to avoid);
+ * reserving first cost about 10% more CPU per byte filled (measured 0.71-0.75 against 0.62-0.69
+ * CPU-s per GiB for pread+pwrite alone) and, for a weight filled by several workers, a serial
+ * pass before they could start. /dev/shm's free space is checked here, so a full one still
+ * fails before anything is read; one that fills up meanwhile fails that write.
+ */
+static int segment_open(struct job *j)
+{
+	struct statvfs sv;
+	int r, e;
+
+	if (statvfs("/dev/shm", &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < j->nbytes)
+		return wd_error_set(&j->err, WD_E_EXHAUSTED, "/dev/shm is full");
+	r = wd_segment_create(j->name, 0, &j->seg, &j->err);
+	if (r < 0)
+		return r;
+	if (ftruncate(j->seg.fd, (off_t)j->nbytes) == 0) {
+		j->seg.size = j->nbytes;
+		return 0;
+	}
+	e = errno;
+	r = wd_error_set(&j->err, e == EFBIG || e == ENOSPC ? WD_E_EXHAUSTED : WD_E_IO,
+			 "segment %s: cannot make it %llu bytes: %s", j->name,
+			 (unsigned long long)j->nbytes, strerror(e));
+	wd_segment_close(&j->seg);
+	wd_segment_unlink(j->name);
+	return r;
+}
+
 /* Worker thread: create, fill, hash and seal the segment. Touches nothing but the job (and the
  * pool, to post helpers). */
 static void job_work(struct pool_task *t, struct wd_scratch *scratch)
@@ -403,8 +436,7 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for read buffers");
 		return;
 	}
-	/* Names are unique per key: start-up cleared the prefix, eviction unlinks. */
-	r = wd_segment_create(j->name, j->nbytes, &j->seg, &j->err);
+	r = segment_open(j);
 	if (r < 0) {
 		j->status = r;
 		if (r == -WD_E_EXHAUSTED)
