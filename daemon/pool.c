@@ -139,10 +139,12 @@ void pool_submit(struct pool *p, struct pool_task *t)
 void pool_help(struct pool *p, struct pool_task *t)
 {
 	pthread_mutex_lock(&p->lock);
-	t->next = p->head;
-	p->head = t;
-	if (!p->tail)
-		p->tail = t;
+	t->next = NULL;
+	if (p->tail)
+		p->tail->next = t;
+	else
+		p->head = t;
+	p->tail = t;
 	t->queued = true;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
@@ -155,7 +157,6 @@ bool pool_withdraw(struct pool *p, struct pool_task *t)
 
 	pthread_mutex_lock(&p->lock);
 	if (t->queued) {
-		/* helpers sit at the front: this is a short walk */
 		for (pp = &p->head; *pp; prev = *pp, pp = &(*pp)->next)
 			if (*pp == t) {
 				*pp = t->next;

@@ -32,10 +32,12 @@ struct pool *pool_new(struct event_base *base, unsigned nthreads);
 void pool_submit(struct pool *p, struct pool_task *t);
 
 /*
- * From a worker: queue a helper task at the front, to run next on any free worker (a job that
- * fills one large weight with several workers posts helpers that claim parts of it). Its done
- * must be NULL: the pool never touches a helper after its work returns, nor counts it as
- * pending. Its owner must pool_withdraw it (or see its work finish) before freeing it.
+ * From a worker: queue a helper task at the back, to run on the first worker with nothing else
+ * to do (a job that fills one large weight posts helpers that claim parts of it). At the back,
+ * so that workers take whole weights of their own before they share one: writes into one
+ * shared-memory object serialize on its inode lock. Its done must be NULL: the pool never
+ * touches a helper after its work returns, nor counts it as pending. Its owner must
+ * pool_withdraw it (or see its work finish) before freeing it.
  */
 void pool_help(struct pool *p, struct pool_task *t);
 /* Take a helper out of the queue if no worker has started it: true if withdrawn (its work will

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pool.h"
 
@@ -45,11 +46,11 @@ static void rec_done(struct pool_task *t)
 }
 
 /*
- * With the only worker held by a blocker: helpers go to the front of the queue (the last one
- * posted first), a withdrawn helper never runs, a helper's work runs before tasks queued earlier
- * and no done() is ever called for it, and withdrawing after it ran says so.
+ * With the only worker held by a blocker: helpers queue behind the tasks already queued, a
+ * withdrawn helper never runs, no done() is ever called for a helper, and withdrawing one after
+ * it ran says so.
  */
-static void test_helpers_front_withdraw_and_no_done(void **state)
+static void test_helpers_queue_withdraw_and_no_done(void **state)
 {
 	struct event_base *base = event_base_new();
 	struct pool *p = pool_new(base, 1);
@@ -79,10 +80,18 @@ static void test_helpers_front_withdraw_and_no_done(void **state)
 	pthread_mutex_unlock(&lock);
 	while (a.done_count == 0)
 		event_base_loop(base, EVLOOP_ONCE);
+	/* the helper runs after a (no done() tells of it): wait for its mark */
+	pthread_mutex_lock(&lock);
+	while (h2.work_seq == 0) {
+		pthread_mutex_unlock(&lock);
+		usleep(1000);
+		pthread_mutex_lock(&lock);
+	}
+	pthread_mutex_unlock(&lock);
 
 	assert_int_equal(blocker.work_seq, 1);
-	assert_int_equal(h2.work_seq, 2);           /* the helper before the task queued earlier */
-	assert_int_equal(a.work_seq, 3);
+	assert_int_equal(a.work_seq, 2);            /* queued before the helpers */
+	assert_int_equal(h2.work_seq, 3);
 	assert_int_equal(h1.work_seq, 0);           /* withdrawn: never ran */
 	assert_false(pool_withdraw(p, &h2.task));   /* it ran */
 	assert_int_equal(blocker.done_count, 1);
@@ -95,7 +104,7 @@ static void test_helpers_front_withdraw_and_no_done(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_helpers_front_withdraw_and_no_done),
+		cmocka_unit_test(test_helpers_queue_withdraw_and_no_done),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
