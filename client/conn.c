@@ -554,7 +554,9 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 
 	if (ms <= 0 || ms > 3600000)
 		ms = WC_HELLO_TIMEOUT_MS;
-	h.protocol_version = WEIGHTD_PROTOCOL_VERSION;
+	/* oldest first: a weightd from before version ranges checks only this field */
+	h.protocol_version = WEIGHTD_PROTOCOL_MIN_VERSION;
+	h.max_protocol_version = WEIGHTD_PROTOCOL_VERSION;
 	h.client_name = (char *)(client_name ? client_name : program_invocation_short_name);
 	req.body_case = WEIGHTD__REQUEST__BODY_HELLO;
 	req.hello = &h;
@@ -572,11 +574,15 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 	if (r < 0)
 		return r;
 	hr = resp->hello;
-	if (!hr || hr->protocol_version != WEIGHTD_PROTOCOL_VERSION) {
-		r = wc_err_set(err, WEIGHTD_E_UNSUPPORTED,
-			       "weightd at %s speaks protocol version %u; this libweightd %s speaks "
-			       "version %d", c->path, hr ? hr->protocol_version : 0, WD_VERSION,
-			       WEIGHTD_PROTOCOL_VERSION);
+	/* The daemon picks the version; it must be one we speak. */
+	if (!hr || hr->protocol_version < WEIGHTD_PROTOCOL_MIN_VERSION ||
+	    hr->protocol_version > WEIGHTD_PROTOCOL_VERSION) {
+		r = wc_err_set(err, WEIGHTD_E_UNSUPPORTED_VERSION,
+			       "weightd at %s answered with protocol version %u (it speaks %u to %u); "
+			       "this libweightd %s speaks %d to %d", c->path,
+			       hr ? hr->protocol_version : 0, hr ? hr->min_protocol_version : 0,
+			       hr ? hr->max_protocol_version : 0, WD_VERSION,
+			       WEIGHTD_PROTOCOL_MIN_VERSION, WEIGHTD_PROTOCOL_VERSION);
 		weightd__response__free_unpacked(resp, NULL);
 		return r;
 	}
@@ -590,6 +596,8 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 	c->info.max_recipe_nodes = hr->max_recipe_nodes;
 	c->info.max_client_bytes = hr->max_client_bytes;
 	c->info.max_client_weights = hr->max_client_weights;
+	c->info.min_protocol_version = hr->min_protocol_version;
+	c->info.max_protocol_version = hr->max_protocol_version;
 	return 0;
 }
 

@@ -15,7 +15,9 @@ struct wd_inbuf;
 
 #define WC_MAX_REPLY (64u << 20)     /* largest reply frame accepted from the daemon */
 #define WC_MAX_EVENTS 1024           /* queued generation events per client */
-#define WC_MAX_NODES 65536           /* nodes in one recipe built here */
+/* nodes in one recipe built here: above the daemon's limit (65,536), so a caller over it gets the
+ * daemon's error naming its limit, yet bounded */
+#define WC_MAX_NODES (1u << 18)
 #define WC_MAX_JSON_DEPTH 64         /* nesting of a recipe in JSON */
 #define WC_MAX_INDICES (1u << 24)    /* indices in one selection */
 #define WC_HELLO_TIMEOUT_MS 30000    /* connect gives up on a peer that never answers hello */
@@ -206,6 +208,8 @@ struct wc_node {
 	size_t ndim;
 	uint32_t perm[WEIGHTD_MAX_DIMS];
 	size_t n_perm;
+	uint64_t block[WEIGHTD_MAX_DIMS];  /* DEQUANT_BLOCK */
+	size_t n_block;
 	char dtype[16];
 	char *path;                  /* where it was in JSON, or NULL */
 };

@@ -1,9 +1,20 @@
 # install.cmake - what lets engines build against an installed libweightd (pkg-config file, CMake
 # package) and the man pages. Included at the end of the top-level CMakeLists.txt, once every
-# target exists. Units, snippets and the example config are installed by systemd/CMakeLists.txt.
+# target exists. Units, snippets and the example config are installed by systemd/CMakeLists.txt
+# (weightd.service and weightd.conf at install time, by cmake/install_paths.cmake).
 include(CMakePackageConfigHelpers)
 
-# pkg-config: lib/pkgconfig/libweightd.pc (under the multiarch libdir where GNUInstallDirs uses one).
+# pkg-config: LIBDIR/pkgconfig/libweightd.pc, relocatable: the prefix is found from the file's
+# own place (${pcfiledir}), so it stays right for `cmake --install --prefix`, a DESTDIR copied
+# elsewhere, or a package. An absolute LIBDIR or INCLUDEDIR is written as it is.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(WD_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+else()
+  # one ".." for pkgconfig/ and one per component of LIBDIR
+  string(REGEX REPLACE "[^/]+" ".." wd_up "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+  string(REGEX REPLACE "/+$" "" wd_up "${wd_up}")
+  set(WD_PC_PREFIX "\${pcfiledir}/${wd_up}")
+endif()
 foreach(dir LIBDIR INCLUDEDIR)
   if(IS_ABSOLUTE "${CMAKE_INSTALL_${dir}}")
     set(WD_PC_${dir} "${CMAKE_INSTALL_${dir}}")

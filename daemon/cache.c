@@ -528,6 +528,13 @@ static void job_done(struct pool_task *t)
 
 	job_unlink(c, j);
 	c->d->stats.in_flight--;
+	if (t->cancelled) {
+		/* skipped by the pool at shutdown: no segment was made */
+		wd_error_clear(&j->err);
+		j->status = wd_error_set(&j->err, WD_E_CANCELLED,
+					 "weightd is stopping: materializing %s was cancelled before "
+					 "it started", wd_plan_label(j->plan));
+	}
 	c->d->stats.bytes_read += j->bytes_read;
 	if (j->status == 0) {
 		w = calloc(1, sizeof(*w));
@@ -571,7 +578,10 @@ static void job_done(struct pool_task *t)
 	} else {
 		c->resident -= j->nbytes;
 		c->d->stats.materializations_failed++;
-		log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
+		if (t->cancelled)
+			log_debug("%s", j->err.msg);
+		else
+			log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
 	}
 	for (wt = j->waiters; wt; wt = next) {
 		/* the reads are charged to the request that started the job, not to those that joined */
@@ -597,6 +607,7 @@ static void batch_done(struct pool_task *t)
 
 	for (j = b->head; j; j = next) {
 		next = j->batch_next;
+		j->task.cancelled = b->task.cancelled;   /* skipped whole at shutdown */
 		job_done(&j->task);
 	}
 	free(b);
@@ -616,6 +627,7 @@ static void batch_submit(struct cache *c)
 	}
 	b->task.work = batch_work;
 	b->task.done = batch_done;
+	b->task.jobs = (unsigned)b->n;
 	log_debug("a batch of %zu small weights (%llu bytes) goes to one worker", b->n,
 		  (unsigned long long)b->bytes);
 	pool_submit(c->d->pool, &b->task);
@@ -835,6 +847,12 @@ uint64_t cache_resident(const struct cache *c)
 uint64_t cache_budget(const struct cache *c)
 {
 	return c->budget;
+}
+
+uint64_t cache_set_budget(struct cache *c, uint64_t budget_bytes)
+{
+	c->budget = budget_bytes;
+	return cache_trim(c);
 }
 
 uint64_t cache_count(const struct cache *c)

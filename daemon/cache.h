@@ -125,6 +125,9 @@ uint64_t cache_trim(struct cache *c);
 
 uint64_t cache_resident(const struct cache *c);   /* bytes of weights + reservations */
 uint64_t cache_budget(const struct cache *c);
+/* A new budget (reload): unheld weights over it are evicted at once (returns how many); held
+ * ones stay, and a request that cannot fit fails as it always does. */
+uint64_t cache_set_budget(struct cache *c, uint64_t budget_bytes);
 uint64_t cache_count(const struct cache *c);
 uint64_t cache_references(const struct cache *c);
 

@@ -317,15 +317,3 @@ void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 	c->n = n;
 	catalog_plan_free(p);
 }
-
-void catalog_reload(struct catalog *c, const struct config *cfg,
-		    void (*changed)(struct csource *cs, const char *what, void *arg), void *arg)
-{
-	struct catalog_plan *p = catalog_reload_prepare(c, cfg);
-
-	if (!p) {
-		log_err("reload: out of memory; keeping the current checkpoints");
-		return;
-	}
-	catalog_reload_apply(c, p, changed, arg);
-}

@@ -67,18 +67,13 @@ void csource_unref(struct csource *cs);
 /*
  * Re-read sources from a new config: new names are admitted, missing ones become REMOVED (they
  * stop taking new requests), and a source whose files' identities changed gets a new generation
- * (a new wd_source; the old stays alive while referenced). Calls changed(cs, what, arg) for every
- * entry that got a new generation ("generation") or was removed ("removed").
- */
-void catalog_reload(struct catalog *c, const struct config *cfg,
-		    void (*changed)(struct csource *cs, const char *what, void *arg), void *arg);
-
-/*
- * The same in two steps, so the main thread never reads checkpoint headers. prepare runs on a
- * worker (one reload at a time): it only reads the catalog, decides for each source of cfg whether
- * the current entry stays (same path, same files) or a new one is admitted, and admits those.
- * apply runs on the main thread: it swaps the result in, calls changed() as catalog_reload does,
- * and frees the plan. cfg must outlive the plan; catalog_plan_free drops an unapplied one.
+ * (a new wd_source; the old stays alive while referenced). In two steps, so the main thread never
+ * reads checkpoint headers. prepare runs on a worker (one reload at a time): it only reads the
+ * catalog, decides for each source of cfg whether the current entry stays (same path, same files)
+ * or a new one is admitted, and admits those. apply runs on the main thread: it swaps the result
+ * in, calls changed(cs, what, arg) for every entry that got a new generation ("generation") or was
+ * removed ("removed"), and frees the plan. cfg must outlive the plan; catalog_plan_free drops an
+ * unapplied one.
  */
 struct catalog_plan;
 struct catalog_plan *catalog_reload_prepare(const struct catalog *c, const struct config *cfg);

@@ -27,6 +27,7 @@
 #define CONFIG_MAX_NAME 128           /* checkpoint names */
 #define CONFIG_MAX_PREFIX 64          /* shm_prefix; leaves room in NAME_MAX for the weight's id */
 #define CONFIG_MAX_SECTION 256        /* text between [ and ] */
+#define CONFIG_MAX_LINE 16384         /* characters of one line: room for a PATH_MAX path */
 
 #define DEFAULT_SOCKET "/run/weightd/weightd.sock"
 #define DEFAULT_SHM_PREFIX "weightd"
@@ -74,6 +75,10 @@ struct loader {
 	int daemon_key_line[DK_COUNT];    /* where each [daemon] key was set */
 	int ckpt_key_line[CK_COUNT];      /* same for the current [checkpoint:NAME] */
 	size_t cap_sources;
+	/* A line longer than inih's buffer reaches inih as "key =" and its value is kept here
+	 * (split_long_line); the handler takes it from here for that line. */
+	int long_line;                    /* the line it belongs to, 0 if none */
+	char long_val[CONFIG_MAX_LINE + 1];
 };
 
 static int fail(struct loader *ld, int line, int code, const char *fmt, ...)
@@ -593,6 +598,65 @@ static void open_section(struct loader *ld, const char *text, size_t n)
  * rejects lines longer than inih's buffer instead of letting inih split them, and opens sections.
  * Returns NULL at the end or once an error is recorded, which stops the parse at the first error.
  */
+/*
+ * inih reads lines into a buffer of its own size (200 bytes in Debian's build), too short for a
+ * path under a Hugging Face cache. A longer line is split here by inih's own rules: the key is
+ * the text before the first '=' or ':', the value what follows, without leading and trailing
+ * blanks and cut at a ';' that follows a blank (an inline comment). inih is handed "key =" and
+ * the handler takes the value from ld->long_val. Writes the short line into str (num bytes);
+ * false with the error recorded when the line is not "key = value" or its key is too long.
+ */
+static bool split_long_line(struct loader *ld, const char *start, size_t n, char *str, int num)
+{
+	const char *sep = NULL, *v, *end = start + n;
+	size_t klen, vlen;
+	bool blank = false;
+
+	if (*start == ';' || *start == '#') {
+		str[0] = '\n';             /* a comment: nothing for inih */
+		str[1] = '\0';
+		return true;
+	}
+	for (const char *p = start; p < end && !sep; p++) {
+		if (*p == '=' || *p == ':')
+			sep = p;
+		else if (*p == ';' && blank)
+			break;
+		blank = *p == ' ' || *p == '\t';
+	}
+	if (!sep || *start == '[') {
+		fail(ld, ld->line, WD_E_INVALID, *start == '['
+		     ? "line is %zu characters long; a section header may be at most %d"
+		     : "expected 'key = value' (a line of %zu characters, longer than %d, must be one)",
+		     n, num - 2);
+		return false;
+	}
+	klen = (size_t)(sep - start);
+	if (klen + 3 > (size_t)num) {
+		fail(ld, ld->line, WD_E_INVALID, "the key name before '%c' is %zu characters long",
+		     *sep, klen);
+		return false;
+	}
+	v = sep + 1;
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	blank = false;
+	for (vlen = 0; v + vlen < end; vlen++) {
+		if (v[vlen] == ';' && blank)
+			break;
+		blank = v[vlen] == ' ' || v[vlen] == '\t';
+	}
+	while (vlen && isspace((unsigned char)v[vlen - 1]))
+		vlen--;
+	memcpy(ld->long_val, v, vlen);
+	ld->long_val[vlen] = '\0';
+	ld->long_line = ld->line;
+	memcpy(str, start, klen + 1);
+	str[klen + 1] = '\n';
+	str[klen + 2] = '\0';
+	return true;
+}
+
 static char *config_reader(char *str, int num, void *stream)
 {
 	struct loader *ld = stream;
@@ -618,11 +682,13 @@ static char *config_reader(char *str, int num, void *stream)
 		fail(ld, ld->line, WD_E_INVALID, "line contains a NUL byte");
 		return NULL;
 	}
-	if (num < 2 || n > (size_t)num - 2) {
+	if (n > CONFIG_MAX_LINE || num < 8) {
 		fail(ld, ld->line, WD_E_INVALID, "line is %zu characters long, at most %d allowed", n,
-		     num < 2 ? 0 : num - 2);
+		     CONFIG_MAX_LINE);
 		return NULL;
 	}
+	if (n > (size_t)num - 2)
+		return split_long_line(ld, start, n, str, num) ? str : NULL;
 	memcpy(str, start, n);
 	str[n] = '\n';
 	str[n + 1] = '\0';
@@ -652,6 +718,8 @@ static int config_handler(void *user, const char *section, const char *key, cons
 
 	if (ld->err_line)
 		return 0;
+	if (ld->long_line == ld->line)
+		val = ld->long_val;
 	if (!key[0])
 		return fail(ld, ld->line, WD_E_INVALID, "key name missing before '='");
 	if (ld->sect == SECT_NONE)

@@ -1,6 +1,13 @@
 /* daemon.c - helpers on the shared daemon context. */
 #include "daemon.h"
 
+#include <sys/statvfs.h>
+#include <systemd/sd-daemon.h>
+
+#include "cache.h"
+#include "catalog.h"
+#include "log.h"
+
 uint64_t daemon_uptime_ms(const struct daemon *d)
 {
 	struct timespec now;
@@ -8,4 +15,32 @@ uint64_t daemon_uptime_ms(const struct daemon *d)
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	return (uint64_t)(now.tv_sec - d->started.tv_sec) * 1000u +
 	       (uint64_t)((now.tv_nsec - d->started.tv_nsec) / 1000000);
+}
+
+uint64_t daemon_effective_budget(const struct config *cfg)
+{
+	struct statvfs sv;
+	uint64_t shm = 0;
+
+	if (statvfs("/dev/shm", &sv) == 0)
+		shm = (uint64_t)sv.f_blocks * sv.f_frsize;
+	if (cfg->budget_bytes == 0)
+		return shm / 2;
+	if (shm && cfg->budget_bytes > shm) {
+		log_warn("budget %llu bytes is more than /dev/shm holds; using %llu",
+			 (unsigned long long)cfg->budget_bytes, (unsigned long long)shm);
+		return shm;
+	}
+	return cfg->budget_bytes;
+}
+
+/* READY=1 together with a STATUS= line, in one datagram (one short-lived socket, not two). */
+void daemon_notify_ready(struct daemon *d)
+{
+	size_t ready = 0;
+
+	for (size_t i = 0; i < catalog_count(d->catalog); i++)
+		ready += catalog_at(d->catalog, i)->state == CSOURCE_READY;
+	sd_notifyf(0, "READY=1\nSTATUS=Serving %zu of %zu checkpoints; %llu weights resident",
+		   ready, catalog_count(d->catalog), (unsigned long long)cache_count(d->cache));
 }

@@ -35,13 +35,23 @@ struct daemon {
 	struct pool *pool;
 	struct server *server;
 	struct preload_set *preloads;   /* the daemon's own holds (preload.c) */
+	struct reload *reload;          /* reload.c */
 	struct stats stats;
 	struct timespec started;
 	char instance[80];              /* shm prefix, shown to clients */
+	int log_level_cli;              /* --log-level, or -1: the file's log_level decides */
+	bool socket_activated;          /* the socket came from systemd (socket* keys unused) */
 	bool stopping;
 };
 
 /* Milliseconds since start (monotonic). */
 uint64_t daemon_uptime_ms(const struct daemon *d);
+
+/* The budget cfg asks for: as configured, never more than /dev/shm holds (logged when capped);
+ * 0 in the file means half of /dev/shm. */
+uint64_t daemon_effective_budget(const struct config *cfg);
+
+/* Tell systemd READY=1 with a STATUS= line (checkpoints served, weights resident). */
+void daemon_notify_ready(struct daemon *d);
 
 #endif

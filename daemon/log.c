@@ -24,14 +24,27 @@ int log_level_parse(const char *s)
 	return -1;
 }
 
+/* Workers log too: the level is read and (on reload) written atomically. */
 void log_set_level(int level)
 {
-	cur_level = level;
+	__atomic_store_n(&cur_level, level, __ATOMIC_RELAXED);
 }
 
 int log_get_level(void)
 {
-	return cur_level;
+	return __atomic_load_n(&cur_level, __ATOMIC_RELAXED);
+}
+
+const char *log_level_name(int level)
+{
+	switch (level) {
+	case LOG_LVL_ERR: return "error";
+	case LOG_LVL_WARNING: return "warning";
+	case LOG_LVL_NOTICE: return "notice";
+	case LOG_LVL_INFO: return "info";
+	case LOG_LVL_DEBUG: return "debug";
+	default: return "?";
+	}
 }
 
 void log_set_prefix(int journald)
@@ -46,7 +59,7 @@ void log_msg(int level, const char *fmt, ...)
 	char line[2048];
 	va_list ap;
 
-	if (level > cur_level)
+	if (level > log_get_level())
 		return;
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);

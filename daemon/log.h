@@ -9,6 +9,8 @@ enum log_level { LOG_LVL_ERR = 3, LOG_LVL_WARNING = 4, LOG_LVL_NOTICE = 5, LOG_L
 int log_level_parse(const char *s);
 void log_set_level(int level);
 int log_get_level(void);
+/* "error" ... "debug" ("?" for anything else). */
+const char *log_level_name(int level);
 /* Prefix lines with "<N>" (journald) when true; plain "weightd: level: " otherwise. */
 void log_set_prefix(int journald);
 

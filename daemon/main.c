@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/statvfs.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -19,12 +18,15 @@
 #include "log.h"
 #include "pool.h"
 #include "preload.h"
+#include "purge.h"
+#include "reload.h"
 #include "segment.h"
 #include "server.h"
 #include "state.h"
 
 static const char usage[] =
 	"usage: weightd --config FILE [--foreground] [--check-config] [--log-level LEVEL]\n"
+	"       weightd --purge --config FILE | --prefix P [--state-dir D]  (--purge --help)\n"
 	"  --config FILE     the configuration (INI; see weightd.conf(5))\n"
 	"  --foreground      stay in the foreground (as under systemd)\n"
 	"  --check-config    validate the configuration and every checkpoint, then exit\n"
@@ -56,173 +58,30 @@ static int check_config(const struct config *cfg)
 	return bad ? 1 : 0;
 }
 
-/* The budget: as configured, never more than /dev/shm holds; 0 means half of /dev/shm. */
-static uint64_t effective_budget(const struct config *cfg)
-{
-	struct statvfs sv;
-	uint64_t shm = 0;
-
-	if (statvfs("/dev/shm", &sv) == 0)
-		shm = (uint64_t)sv.f_blocks * sv.f_frsize;
-	if (cfg->budget_bytes == 0)
-		return shm / 2;
-	if (shm && cfg->budget_bytes > shm) {
-		log_warn("budget %llu bytes is more than /dev/shm holds; using %llu",
-			 (unsigned long long)cfg->budget_bytes, (unsigned long long)shm);
-		return shm;
-	}
-	return cfg->budget_bytes;
-}
-
-/* READY=1 together with a STATUS= line, in one datagram (one short-lived socket, not two). */
-static void notify_ready(struct daemon *d)
-{
-	size_t ready = 0;
-
-	for (size_t i = 0; i < catalog_count(d->catalog); i++)
-		ready += catalog_at(d->catalog, i)->state == CSOURCE_READY;
-	sd_notifyf(0, "READY=1\nSTATUS=Serving %zu of %zu checkpoints; %llu weights resident",
-		   ready, catalog_count(d->catalog), (unsigned long long)cache_count(d->cache));
-}
-
-static void on_changed(struct csource *cs, const char *what, void *arg)
-{
-	struct daemon *d = arg;
-
-	server_notify(d->server, cs->name, cs->generation, what);
-}
-
-/*
- * SIGHUP and `weightctl reload`: re-read the file; on error keep serving as before. The config file
- * and every new or changed checkpoint header are read by a worker (the main thread never waits on
- * disk); the main thread only swaps the result in. One reload runs at a time: a request that
- * arrives meanwhile is answered by the next run, since the files may have changed after the
- * running one read them.
- */
-struct reload_waiter {
-	uint64_t session, request;
-};
-
-struct reload_job {
-	struct pool_task task;
-	struct daemon *d;
-	struct config *ncfg;
-	struct catalog_plan *plan;
-	struct wd_error err;
-	int status;
-	struct reload_waiter *waiters;   /* answered when this run is applied */
-	size_t n_waiters;
-};
-
-static struct reload_job *reload_running;
-static struct reload_waiter *reload_next;  /* asked while a run was under way */
-static size_t reload_n_next;
-static bool reload_again;
-
-static void reload_start(struct daemon *d);
-
-static void reload_work(struct pool_task *t, struct wd_scratch *scratch)
-{
-	struct reload_job *j = (struct reload_job *)t;
-
-	j->status = config_load(j->d->cfg->path, &j->ncfg, &j->err);
-	if (j->status < 0)
-		return;
-	j->plan = catalog_reload_prepare(j->d->catalog, j->ncfg);
-	if (!j->plan)
-		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "out of memory reading the checkpoints");
-}
-
-static void reload_done(struct pool_task *t)
-{
-	struct reload_job *j = (struct reload_job *)t;
-	struct daemon *d = j->d;
-
-	reload_running = NULL;
-	if (d->stopping) {
-		catalog_plan_free(j->plan);
-		goto out;
-	}
-	if (j->status < 0) {
-		log_err("reload failed, keeping the running configuration: %s", j->err.msg);
-	} else {
-		catalog_reload_apply(d->catalog, j->plan, on_changed, d);
-		/* Holds on replaced generations go back first, so their weights can be dropped with
-		 * the other stale ones before the new generations are preloaded. */
-		preload_sync(d);
-		cache_drop_stale(d->cache);
-		d->cfg->client_max_bytes = j->ncfg->client_max_bytes;
-		d->cfg->client_max_weights = j->ncfg->client_max_weights;
-		d->cfg->client_max_pending = j->ncfg->client_max_pending;
-		d->cfg->client_max_queue_bytes = j->ncfg->client_max_queue_bytes;
-	}
-	notify_ready(d);
-	for (size_t i = 0; i < j->n_waiters; i++)
-		server_reload_done(d->server, j->waiters[i].session, j->waiters[i].request,
-				   j->status < 0 ? &j->err : NULL);
-	if (reload_again || reload_n_next)
-		reload_start(d);
-out:
-	config_free(j->ncfg);
-	free(j->waiters);
-	free(j);
-}
-
-static void reload_start(struct daemon *d)
-{
-	struct reload_job *j = calloc(1, sizeof(*j));
-
-	if (!j) {
-		log_err("reload: out of memory; keeping the running configuration");
-		return;
-	}
-	j->d = d;
-	j->waiters = reload_next;
-	j->n_waiters = reload_n_next;
-	reload_next = NULL;
-	reload_n_next = 0;
-	reload_again = false;
-	wd_error_clear(&j->err);
-	j->task.work = reload_work;
-	j->task.done = reload_done;
-	reload_running = j;
-	sd_notify(0, "RELOADING=1");
-	log_notice("reloading %s", d->cfg->path);
-	pool_submit(d->pool, &j->task);
-}
-
-/* Ask for a reload; session/request name the admin request to answer (0: a signal). */
-static void reload(struct daemon *d, uint64_t session, uint64_t request)
-{
-	if (session) {
-		struct reload_waiter *w = realloc(reload_next, (reload_n_next + 1) * sizeof(*w));
-		if (!w) {
-			struct wd_error err;
-			wd_error_clear(&err);
-			wd_error_set(&err, WD_E_EXHAUSTED, "out of memory");
-			server_reload_done(d->server, session, request, &err);
-			return;
-		}
-		reload_next = w;
-		reload_next[reload_n_next].session = session;
-		reload_next[reload_n_next].request = request;
-		reload_n_next++;
-	} else {
-		reload_again = true;
-	}
-	if (!reload_running)
-		reload_start(d);
-}
+/* How long running jobs may take to finish once stopping; then they are abandoned (their
+ * segments have no state record yet, so the next start removes them). Well under systemd's
+ * TimeoutStopSec. */
+#define SHUTDOWN_GRACE_MS 3000u
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct daemon *d = arg;
+	size_t cancelled;
 
 	if (sig == SIGHUP) {
-		reload(d, 0, 0);
+		reload_request(d->reload, 0, 0);
 		return;
 	}
-	log_notice("received %s; stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	if (d->stopping)
+		return;
+	/* Work that has not started is cancelled (its requests fail with "cancelled"); what runs
+	 * gets SHUTDOWN_GRACE_MS to finish. */
+	cancelled = pool_cancel(d->pool);
+	log_notice("received %s; stopping (%zu queued jobs cancelled)",
+		   sig == SIGTERM ? "SIGTERM" : "SIGINT", cancelled);
+	/* the requests they belonged to are answered "cancelled" while the clients are still
+	 * connected; what finishes after this is never sent */
+	pool_dispatch(d->pool);
 	d->stopping = true;
 	sd_notify(0, "STOPPING=1");
 	event_base_loopbreak(d->base);
@@ -279,15 +138,33 @@ static void raise_fd_limit(void)
 	}
 }
 
-static int daemonize(void)
+/*
+ * Detach from the terminal. The process that was started waits on a pipe and exits 0 only when
+ * the daemon writes that it is serving (daemon_readiness), 1 when the pipe closes without that
+ * (the daemon failed, and logged why on the inherited stderr): the exit status tells the truth.
+ * *ret_ready_fd is the pipe's write end in the daemon.
+ */
+static int daemonize(int *ret_ready_fd)
 {
-	pid_t pid = fork();
-	int fd;
+	int pfd[2], fd;
+	pid_t pid;
 
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return -1;
+	pid = fork();
 	if (pid < 0)
 		return -1;
-	if (pid > 0)
-		_exit(0);
+	if (pid > 0) {
+		char c = 0;
+		ssize_t n;
+
+		close(pfd[1]);
+		do
+			n = read(pfd[0], &c, 1);
+		while (n < 0 && errno == EINTR);
+		_exit(n == 1 && c == 'R' ? 0 : 1);
+	}
+	close(pfd[0]);
 	if (setsid() < 0)
 		return -1;
 	pid = fork();
@@ -302,7 +179,19 @@ static int daemonize(void)
 		if (fd > STDERR_FILENO)
 			close(fd);
 	}
+	*ret_ready_fd = pfd[1];
 	return chdir("/");
+}
+
+/* Tell the waiting parent of daemonize() that we serve. */
+static void daemon_readiness(int *fd)
+{
+	if (*fd < 0)
+		return;
+	if (write(*fd, "R", 1) != 1)
+		log_warn("cannot tell the starting process that weightd is ready: %s", strerror(errno));
+	close(*fd);
+	*fd = -1;
 }
 
 int main(int argc, char **argv)
@@ -322,9 +211,12 @@ int main(int argc, char **argv)
 	struct event *ev_hup = NULL, *ev_term = NULL, *ev_int = NULL, *ev_wd = NULL;
 	const char *config_path = NULL;
 	bool foreground = false, check = false;
-	int level = -1, lfd = -1, opt, rc = 1, purged = 0, adopted;
+	int level = -1, lfd = -1, ready_fd = -1, opt, rc = 1, purged = 0, adopted;
 	uint64_t wd_usec = 0;
 
+	for (int i = 1; i < argc; i++)  /* a mode of its own, with its own options */
+		if (strcmp(argv[i], "--purge") == 0)
+			return purge_main(argc, argv);
 	memset(&d, 0, sizeof(d));
 	wd_error_clear(&err);
 	while ((opt = getopt_long(argc, argv, "c:fl:hV", opts, NULL)) != -1) {
@@ -353,6 +245,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "weightd: %s\n", err.msg);
 		return 1;
 	}
+	d.log_level_cli = level;
 	log_set_level(level >= 0 ? level : d.cfg->log_level >= 0 ? d.cfg->log_level : LOG_LVL_INFO);
 	if (check) {
 		rc = check_config(d.cfg);
@@ -363,7 +256,7 @@ int main(int argc, char **argv)
 	raise_fd_limit();
 	clock_gettime(CLOCK_MONOTONIC, &d.started);
 	signal(SIGPIPE, SIG_IGN);
-	if (!foreground && !getenv("NOTIFY_SOCKET") && daemonize() < 0) {
+	if (!foreground && !getenv("NOTIFY_SOCKET") && daemonize(&ready_fd) < 0) {
 		log_err("cannot detach: %s", strerror(errno));
 		goto out;
 	}
@@ -372,9 +265,10 @@ int main(int argc, char **argv)
 	if (!d.base)
 		goto out;
 	d.pool = pool_new(d.base, d.cfg->workers);
-	d.cache = cache_new(&d, effective_budget(d.cfg));
+	d.cache = cache_new(&d, daemon_effective_budget(d.cfg));
 	d.catalog = catalog_new(d.cfg, &lim);
-	if (!d.pool || !d.cache || !d.catalog) {
+	d.reload = reload_new(&d);
+	if (!d.pool || !d.cache || !d.catalog || !d.reload) {
 		log_err("out of memory at start-up");
 		goto out;
 	}
@@ -393,10 +287,10 @@ int main(int argc, char **argv)
 		log_err("%s", err.msg);
 		goto out;
 	}
+	d.socket_activated = socket_activated;
 	d.server = server_new(&d, lfd);
 	if (!d.server)
 		goto out;
-	server_reload_hook = reload;
 
 	ev_hup = evsignal_new(d.base, SIGHUP, on_signal, &d);
 	ev_term = evsignal_new(d.base, SIGTERM, on_signal, &d);
@@ -413,19 +307,30 @@ int main(int argc, char **argv)
 	log_notice("weightd %s serving %zu checkpoints on %s (instance %s, budget %llu bytes, "
 		   "%u workers)", WD_VERSION, catalog_count(d.catalog), d.cfg->socket_path,
 		   d.instance, (unsigned long long)cache_budget(d.cache), pool_threads(d.pool));
-	notify_ready(&d);
+	daemon_notify_ready(&d);
+	daemon_readiness(&ready_fd);
 	/* Clients are served while preloads materialize: they only compete for the same workers. */
 	preload_sync(&d);
 	event_base_dispatch(d.base);
 	rc = 0;
 out:
 	d.stopping = true; /* work finishing during shutdown must not touch the freed server */
+	if (d.pool)
+		pool_cancel(d.pool);
 	if (d.server)
 		server_free(d.server);
 	else if (lfd >= 0)
 		close(lfd);
-	pool_free(d.pool);
-	free(reload_next);
+	if (!pool_free(d.pool, SHUTDOWN_GRACE_MS)) {
+		/* Workers still fill segments from the catalog and cache: exit under them, running
+		 * no exit handlers (nothing they use may be torn down). Their segments have no state
+		 * record, so the next start removes them. */
+		if (d.cfg && d.cfg->socket_path && lfd >= 0 && !socket_activated)
+			unlink(d.cfg->socket_path);
+		fflush(NULL);
+		_exit(rc);
+	}
+	reload_free(d.reload);
 	if (d.cache)
 		preload_free(&d);
 	/* With a state index the segments outlive us and the next start re-adopts them. */

@@ -80,7 +80,8 @@ static void on_ready(struct weight *w, const struct wd_error *err, uint64_t byte
 
 	if (!w) {
 		ps->failed++;
-		log_warn("checkpoint %s: preloading failed: %s", ps->cs->name, err->msg);
+		if (err->code != WD_E_CANCELLED) /* stopping: not a problem of the checkpoint */
+			log_warn("checkpoint %s: preloading failed: %s", ps->cs->name, err->msg);
 	} else if (ps->released) {
 		cache_drop(ps->d->cache, w);
 	} else {
@@ -198,25 +199,6 @@ void preload_sync(struct daemon *d)
 		if (!have)
 			set_start(d, cs);
 	}
-}
-
-size_t preload_held(const struct daemon *d)
-{
-	size_t n = 0;
-
-	for (const struct preload_set *ps = d->preloads; ps; ps = ps->next)
-		for (size_t i = 0; i < ps->n; i++)
-			n += ps->pins[i].w != NULL;
-	return n;
-}
-
-size_t preload_pending(const struct daemon *d)
-{
-	size_t n = 0;
-
-	for (const struct preload_set *ps = d->preloads; ps; ps = ps->next)
-		n += ps->pending;
-	return n;
 }
 
 void preload_free(struct daemon *d)

@@ -17,10 +17,6 @@ struct daemon;
  */
 void preload_sync(struct daemon *d);
 
-/* Weights held by preloads, and tensors still being materialized for them. */
-size_t preload_held(const struct daemon *d);
-size_t preload_pending(const struct daemon *d);
-
 /* Give back every hold (shutdown, after the worker pool has stopped). */
 void preload_free(struct daemon *d);
 

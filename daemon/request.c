@@ -10,12 +10,13 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "reload.h"
 #include "server.h"
 #include "session.h"
 #include "wire.h"
 
 #define MAX_UNIT_ENTRIES 65536
-#define MAX_RECIPE_NODES 256
+#define MAX_RECIPE_NODES WD_RECIPE_MAX_NODES
 
 /* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
  * it resolves to). */
@@ -124,23 +125,58 @@ static void source_info(const struct csource *cs, Weightd__SourceInfo *si)
 
 /* --- hello, list, describe -------------------------------------------------------------------- */
 
+#define PROTO_MIN ((uint32_t)WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_MIN)
+#define PROTO_MAX ((uint32_t)WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT)
+
+/*
+ * The version of a connection: the newest in both the client's range (protocol_version ..
+ * max_protocol_version; a client that sends no maximum speaks protocol_version only) and ours.
+ * None in common: ERR_UNSUPPORTED_VERSION naming both ranges and which side to upgrade, and the
+ * connection is closed once that is sent. Returns the version, or 0 with the error sent.
+ */
+static uint32_t hello_version(struct session *s, uint64_t id, const Weightd__Hello *h)
+{
+	uint32_t cmin = h->protocol_version;
+	uint32_t cmax = h->max_protocol_version ? h->max_protocol_version : cmin;
+	uint32_t v = cmax < PROTO_MAX ? cmax : PROTO_MAX;
+	struct wd_error e;
+
+	wd_error_clear(&e);
+	if (cmin > cmax)
+		wd_error_set(&e, WD_E_INVALID,
+			     "hello: protocol_version %u (the oldest the client speaks) is above "
+			     "max_protocol_version %u", cmin, cmax);
+	else if (cmax == 0)
+		wd_error_set(&e, WD_E_VERSION,
+			     "hello: the client gave no protocol version; this weightd %s speaks "
+			     "protocol versions %u to %u", WD_VERSION, PROTO_MIN, PROTO_MAX);
+	else if (v < cmin || v < PROTO_MIN)
+		wd_error_set(&e, WD_E_VERSION,
+			     "no protocol version in common: the client speaks protocol versions %u "
+			     "to %u, this weightd %s speaks %u to %u; upgrade %s", cmin, cmax,
+			     WD_VERSION, PROTO_MIN, PROTO_MAX,
+			     cmax < PROTO_MIN ? "the client's libweightd" : "weightd");
+	else
+		return v;
+	/* set first: the reply may be flushed inside session_send_error */
+	s->close_after_flush = true;
+	session_send_error(s, id, &e);
+	return 0;
+}
+
 static void do_hello(struct session *s, uint64_t id, const Weightd__Hello *h)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__HelloReply hr = WEIGHTD__HELLO_REPLY__INIT;
 	const struct config *cfg = s->d->cfg;
+	uint32_t version = hello_version(s, id, h);
 
-	if (h->protocol_version != WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT) {
-		struct wd_error e;
-		wd_error_clear(&e);
-		wd_error_set(&e, WD_E_PROTOCOL,
-			     "the client speaks protocol version %u but this weightd speaks %d",
-			     h->protocol_version, WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT);
-		session_send_error(s, id, &e);
-		s->close_after_flush = true;
+	if (!version)
 		return;
-	}
-	hr.protocol_version = WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
+	s->protocol = version;
+	hr.protocol_version = version;
+	hr.min_protocol_version = PROTO_MIN;
+	hr.max_protocol_version = PROTO_MAX;
 	hr.server_version = WD_VERSION;
 	hr.digest_algorithm = (Weightd__DigestAlgorithm)cfg->digest;
 	hr.max_frame_bytes = cfg->max_frame_bytes;
@@ -1041,11 +1077,11 @@ static void do_reload(struct session *s, uint64_t id)
 {
 	if (!require_privilege(s, id, "reload the configuration"))
 		return;
-	if (!server_reload_hook) {
+	if (!s->d->reload) {
 		fail(s, id, WD_E_UNSUPPORTED, "reload is not available");
 		return;
 	}
-	server_reload_hook(s->d, s->id, id);
+	reload_request(s->d->reload, s->id, id);
 }
 
 static void do_evict(struct session *s, uint64_t id, const Weightd__Evict *ev)

@@ -14,10 +14,9 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "peer.h"
 #include "session.h"
 #include "wire.h"
-
-void (*server_reload_hook)(struct daemon *d, uint64_t session, uint64_t request);
 
 struct server {
 	struct daemon *d;
@@ -286,7 +285,7 @@ static void session_free(struct session *s)
 	free(s->subs);
 	free(s->held);
 	free(s->held_index);
-	free(s->peer.groups);
+	peer_clear(&s->peer);
 	free(s);
 }
 
@@ -391,33 +390,6 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 	session_flush(arg);
 }
 
-static void read_peer(int fd, struct peer *p)
-{
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
-	gid_t groups[256];
-
-	memset(p, 0, sizeof(*p));
-	p->uid = (uid_t)-1;
-	p->gid = (gid_t)-1;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-		p->pid = cred.pid;
-		p->uid = cred.uid;
-		p->gid = cred.gid;
-	}
-#ifdef SO_PEERGROUPS
-	len = sizeof(groups);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0 && len) {
-		size_t n = len / sizeof(gid_t);
-		p->groups = malloc(n * sizeof(gid_t));
-		if (p->groups) {
-			memcpy(p->groups, groups, n * sizeof(gid_t));
-			p->n_groups = n;
-		}
-	}
-#endif
-}
-
 static void on_backoff(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *srv = arg;
@@ -466,7 +438,13 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 		s->d = srv->d;
 		s->fd = fd;
 		s->id = ++srv->next_id;
-		read_peer(fd, &s->peer);
+		if (peer_read(fd, &s->peer) < 0) {
+			/* its groups decide what it may read: refuse it rather than guess */
+			log_warn("refusing a client: no memory to read its groups");
+			close(fd);
+			free(s);
+			continue;
+		}
 		s->privileged = s->peer.uid == 0 || s->peer.uid == geteuid();
 		s->in = wd_inbuf_new(srv->d->cfg->max_frame_bytes, 0);
 		s->out = wd_outq_new();

@@ -27,11 +27,7 @@ size_t server_clients(const struct server *s);
 /* Tell subscribed clients that `checkpoint` changed ("generation" or "removed"). */
 void server_notify(struct server *s, const char *checkpoint, uint64_t generation, const char *what);
 
-/* Hook the daemon provides for admin reload requests: starts (or joins) a reload; the daemon calls
- * server_reload_done(session, request) when it has been applied. */
-extern void (*server_reload_hook)(struct daemon *d, uint64_t session, uint64_t request);
-
-/* Answer a reload request of client `session` (if it is still connected): err NULL = success. */
+/* Answer a reload request (reload_request in reload.c) of client `session` (if it is still connected): err NULL = success. */
 void server_reload_done(struct server *s, uint64_t session, uint64_t request,
 			const struct wd_error *err);
 

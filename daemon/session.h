@@ -34,6 +34,7 @@ struct session {
 	uint32_t *held_index; /* open addressing by weight id: position in held + 1, 0 = empty */
 	size_t held_icap;     /* power of two, at least twice n_held */
 	uint64_t held_bytes;  /* bytes of the distinct weights held */
+	uint32_t protocol;    /* the version agreed in hello (0 before it) */
 	uint32_t pending;     /* unit requests not yet answered */
 	uint64_t pending_bytes;   /* bytes of weights those requests will add (per-client limits) */
 	uint32_t pending_weights; /* weights they will add */

@@ -47,7 +47,7 @@ int state_recover(const char *dir, const char *instance,
 		  int (*adopt)(const struct state_record *rec, void *arg), void *arg,
 		  int *ret_removed);
 
-/* Remove every record of an instance (weightctl purge). */
+/* Remove every record of an instance (weightd --purge). */
 int state_purge(const char *dir, const char *instance);
 
 #endif

@@ -50,7 +50,7 @@ static int sel_from_wire(const Weightd__Selection *ps, uint32_t node, const char
 static const char *op_text(Weightd__Op op)
 {
 	static const char *const names[] = { "source", "select", "concat", "stack", "reshape",
-					     "transpose", "cast", "view" };
+					     "transpose", "cast", "view", "dequant_block" };
 
 	return (unsigned)op < sizeof(names) / sizeof(names[0]) ? names[op] : "unknown";
 }
@@ -81,7 +81,7 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 		const Weightd__Node *pn = pr->nodes[i];
 		struct wd_rnode *n = &nodes[i];
 
-		if ((unsigned)pn->op > WD_OP_VIEW) {
+		if ((unsigned)pn->op > WD_OP_LAST) {
 			r = wd_error_set(err, WD_E_INVALID, "node %zu (unknown): unknown operation %d",
 					 i, (int)pn->op);
 			goto fail_node;
@@ -95,14 +95,20 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 		n->inputs = pn->inputs;
 		n->n_inputs = pn->n_inputs;
 		n->axis = pn->axis;
-		if (pn->n_shape > WD_MAX_DIMS || pn->n_perm > WD_MAX_DIMS) {
+		if (pn->n_shape > WD_MAX_DIMS || pn->n_perm > WD_MAX_DIMS ||
+		    pn->n_block > WD_MAX_DIMS) {
+			size_t most = pn->n_shape > pn->n_perm ? pn->n_shape : pn->n_perm;
+
+			if (pn->n_block > most)
+				most = pn->n_block;
 			r = wd_error_set(err, WD_E_TOO_LARGE,
 					 "node %zu (%s): %zu dimensions given (at most %d)", i,
-					 op_text(pn->op),
-					 pn->n_shape > pn->n_perm ? pn->n_shape : pn->n_perm,
-					 WD_MAX_DIMS);
+					 op_text(pn->op), most, WD_MAX_DIMS);
 			goto fail_node;
 		}
+		n->n_block = (int)pn->n_block;
+		if (pn->n_block)
+			memcpy(n->block, pn->block, pn->n_block * sizeof(uint64_t));
 		n->ndim = (int)pn->n_shape;
 		if (pn->n_shape)
 			memcpy(n->shape, pn->shape, pn->n_shape * sizeof(uint64_t));

@@ -88,6 +88,9 @@ const char *wd_code_name(int code)
 	case WD_E_BAD_ALIAS: return "bad-alias";
 	case WD_E_ALIAS_CYCLE: return "alias-cycle";
 	case WD_E_SLOT_MISMATCH: return "slot-mismatch";
+	case WD_E_CANCELLED: return "cancelled";
+	case WD_E_VERSION: return "unsupported-version";
+	case WD_E_SCALE_MISMATCH: return "scale-mismatch";
 	default: return "unknown-error";
 	}
 }

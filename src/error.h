@@ -38,6 +38,9 @@ enum wd_code {
 	WD_E_BAD_ALIAS = 41,
 	WD_E_ALIAS_CYCLE = 42,
 	WD_E_SLOT_MISMATCH = 43,
+	WD_E_CANCELLED = 55,         /* the daemon stopped before the work started */
+	WD_E_VERSION = 56,           /* no protocol version both peers speak */
+	WD_E_SCALE_MISMATCH = 65,
 };
 
 /*

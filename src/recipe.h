@@ -55,7 +55,10 @@ enum wd_op {
 	WD_OP_TRANSPOSE = 5,
 	WD_OP_CAST = 6,
 	WD_OP_VIEW = 7,
+	WD_OP_DEQUANT_BLOCK = 8,
 };
+
+#define WD_OP_LAST WD_OP_DEQUANT_BLOCK
 
 /*
  * One node. Strings and arrays are borrowed from whoever built the recipe (e.g. a decoded frame).
@@ -63,6 +66,14 @@ enum wd_op {
  * [-ndim, ndim), stack [-(ndim + 1), ndim + 1). RESHAPE keeps the element count, VIEW the byte
  * count. CAST from a block type dequantizes (wd_dequant_f32) and converts from F32; casts to block
  * types do not exist. TRANSPOSE of a block type must leave the innermost axis in place.
+ *
+ * DEQUANT_BLOCK takes inputs[0] = data (F8_E4M3, F8_E5M2, BF16, F16 or F32) and inputs[1] = scale
+ * (F32) and gives `dtype` (F32, BF16 or F16) of the data's shape: element x[i] times
+ * scale[i / block] on every axis (block[] has one entry per data axis, each >= 1; n_block is that
+ * count), computed in F32 (the product of the exact F32 values of both, rounded once to F32 by
+ * the FPU, as PyTorch computes x.float() * s) and then converted once to `dtype` by the cast
+ * rules. The scale's shape must be the block grid: ceil(dim / block) on every axis, so edge
+ * blocks may be partial. A mismatch is WD_E_SCALE_MISMATCH naming the axis.
  */
 struct wd_rnode {
 	enum wd_op op;
@@ -76,7 +87,9 @@ struct wd_rnode {
 	int ndim;
 	uint32_t perm[WD_MAX_DIMS]; /* TRANSPOSE */
 	int n_perm;
-	enum wd_dtype dtype;        /* CAST, VIEW */
+	enum wd_dtype dtype;        /* CAST, VIEW, DEQUANT_BLOCK */
+	uint64_t block[WD_MAX_DIMS];/* DEQUANT_BLOCK */
+	int n_block;
 };
 
 /* A flat node list; inputs refer to earlier nodes only; the last node is the output. */
@@ -93,7 +106,15 @@ struct wd_recipe_limits {
 	uint64_t max_temp_bytes;  /* intermediate memory execution may need (transpose, gathers) */
 };
 
-#define WD_RECIPE_LIMITS_DEFAULT { .max_nodes = 256, .max_depth = 32, .max_indices = 1u << 20, \
+/*
+ * Nodes in one recipe, the default of max_nodes and the daemon's limit. A fused MoE weight (a stack
+ * over 384 experts of concat(gate, up), each a dequantized shard) takes about 3,500 nodes;
+ * preflight and execution are linear in the node count, and a request must still fit the frame
+ * limit.
+ */
+#define WD_RECIPE_MAX_NODES 65536
+
+#define WD_RECIPE_LIMITS_DEFAULT { .max_nodes = WD_RECIPE_MAX_NODES, .max_depth = 32, .max_indices = 1u << 20, \
 	.max_output_bytes = 1ull << 40, .max_temp_bytes = 1ull << 32 }
 
 /*
@@ -114,7 +135,9 @@ struct wd_plan;
  * payload. On failure returns -code with err naming the node (err->node = index + 1), the tensor
  * and checkpoint where they apply, and the rule broken (codes WD_E_UNKNOWN_SOURCE ... WD_E_TOO_LARGE).
  * The message starts "node N (op): " where N is the node's index in the list (0-based, as inputs
- * name nodes). Every node's output must have at least one element (WD_E_ZERO_SIZED). An input
+ * name nodes). An output may have no elements (a 0-byte weight), but a selection that takes nothing
+ * from an axis that has rows (an empty range or index list, a shard rank left with nothing) is
+ * WD_E_ZERO_SIZED: it is almost always a mistake, such as a world size above the row count. An input
  * that is not an earlier node, or a wrong input count, is WD_E_INVALID; a selection outside its
  * input is WD_E_OUT_OF_RANGE. Nodes the output does not depend on are validated but not read.
  * Execution keeps some values in memory (a transpose's input; the input of a selection that cannot
@@ -133,8 +156,9 @@ uint64_t wd_plan_nbytes(const struct wd_plan *p);
 /* SHA-256 of the canonical encoding of the recipe with each source replaced by its identity
  * (wd_source_identity) and tensor name: equal keys = equal bytes. The recipe is normalised first
  * (shard -> range, negative axes resolved, no-op nodes and unused nodes dropped, reshape/view
- * chains collapsed, selections moved below casts), so e.g. shard(cast(x)) and cast(shard(x))
- * share one key, and so do one file's tensors under two checkpoint names. */
+ * chains collapsed, selections moved below casts and block-scale dequantizations, a cast of an
+ * F32 dequantization folded into it), so e.g. shard(cast(x)) and cast(shard(x)) share one key,
+ * and so do one file's tensors under two checkpoint names. */
 const uint8_t *wd_plan_key(const struct wd_plan *p);
 /* Bytes execution will read from checkpoints (for accounting and tests). */
 uint64_t wd_plan_read_bytes(const struct wd_plan *p);
@@ -159,15 +183,20 @@ int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scr
 /*
  * The same for output bytes [start, start + len) only, into a sink of len bytes: what one of
  * several workers filling one weight at once runs. Concurrent calls on one plan are safe (the
- * plan is only read; each call has its own state). Reads only what that range needs, except
- * that a plan with intermediate values computes them whole in every call: ask
- * wd_plan_splittable first.
+ * plan is only read; each call has its own state). Reads only what that range needs: the file
+ * bytes it streams, and the intermediate values it reads, each computed whole when first needed
+ * (for a stack of dequantized experts, the scales of the experts the range covers). Ranges split
+ * anywhere give the same bytes; split on element boundaries of the casts they stream, they read
+ * each streamed file byte once over all of them.
  */
 int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
 			  struct wd_sink *sink, struct wd_scratch *scratch, uint64_t *ret_bytes_read,
 			  struct wd_error *err);
-/* Whether ranges of the output can be produced independently at no extra cost (no intermediate
- * value is kept whole). */
+/* Whether ranges of the output can be produced independently at no real extra cost: the only
+ * intermediate values kept whole are dequantization scales (each range computes the few it
+ * needs; wd_plan_temp_read_bytes bounds what they read). */
 bool wd_plan_splittable(const struct wd_plan *p);
+/* Checkpoint bytes the plan's intermediate values read (included in wd_plan_read_bytes). */
+uint64_t wd_plan_temp_read_bytes(const struct wd_plan *p);
 
 #endif

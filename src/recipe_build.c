@@ -132,6 +132,14 @@ static int xdigest(struct build *b, struct xnode *x)
 	case X_CAST:
 		put_str(&s, wd_dtype_name(x->dtype));
 		break;
+	case X_DEQUANT:
+		put_str(&s, wd_dtype_name(x->dtype));
+		put_u32(&s, (uint32_t)x->ndim);
+		for (int i = 0; i < x->ndim; i++) {
+			put_u64(&s, x->block[i]);
+			put_u64(&s, x->phase[i]);
+		}
+		break;
 	}
 	put_u64(&s, x->n_in);
 	for (size_t i = 0; i < x->n_in; i++)
@@ -141,10 +149,10 @@ static int xdigest(struct build *b, struct xnode *x)
 }
 
 /*
- * Check an output's dtype/shape and compute its byte length: no zero-sized output, no overflow,
- * and for block types an innermost dimension made of whole blocks.
+ * Check an output's dtype/shape and compute its byte length: no overflow, and for block types an
+ * innermost dimension made of whole blocks. An output of no elements is valid (0 bytes).
  */
-static int finish_shape(struct build *b, uint32_t node, enum wd_dtype t, int ndim,
+int wd_recipe_finish_shape(struct build *b, uint32_t node, enum wd_dtype t, int ndim,
 			const uint64_t *shape, uint64_t *ret_bytes)
 {
 	uint32_t be = block_elems(t);
@@ -155,10 +163,6 @@ static int finish_shape(struct build *b, uint32_t node, enum wd_dtype t, int ndi
 		shape_str(shape, ndim, s, sizeof(s));
 		return nerr(b, node, WD_E_OVERFLOW, -1, 0, 0,
 			    "the output shape %s has more than 2^64 elements", s);
-	}
-	if (elems == 0) {
-		shape_str(shape, ndim, s, sizeof(s));
-		return nerr(b, node, WD_E_ZERO_SIZED, -1, 0, 0, "the output shape %s has no elements", s);
 	}
 	if (be > 1 && (ndim == 0 || shape[ndim - 1] % be)) {
 		shape_str(shape, ndim, s, sizeof(s));
@@ -174,16 +178,20 @@ static int finish_shape(struct build *b, uint32_t node, enum wd_dtype t, int ndi
 }
 
 /* Append a copy of *proto (its inputs copied too), digest it, return its index. */
-static int xadd(struct build *b, const struct xnode *proto, const uint32_t *in, size_t n_in,
+int wd_recipe_xadd(struct build *b, const struct xnode *proto, const uint32_t *in, size_t n_in,
 		uint32_t *ret)
 {
+	/* Each recipe node adds at most two xnodes, plus what moving selections down adds (bounded
+	 * by max_x, and by two per level of the recursion that does it): a bound on the graph
+	 * that no recipe reaches, kept as a guard. */
+	size_t cap_x = b->max_x + 2 * b->r->n_nodes + 4 * (size_t)b->lim.max_depth + 64;
 	struct wd_plan *p = b->p;
 	struct xnode *x;
 	int r;
 
-	if (p->nx >= MAX_XNODES)
-		return nerr(b, proto->orig, WD_E_TOO_LARGE, -1, MAX_XNODES, i64(p->nx),
-			    "the recipe expands to more than %d operations", MAX_XNODES);
+	if (p->nx >= cap_x)
+		return nerr(b, proto->orig, WD_E_INTERNAL, -1, i64(cap_x), i64(p->nx),
+			    "the recipe expands to more than %zu operations", cap_x);
 	if (p->nx == p->capx) {
 		size_t cap = p->capx ? 2 * p->capx : 16;
 		struct xnode *nx = realloc(p->x, cap * sizeof(*nx));
@@ -211,18 +219,6 @@ static int xadd(struct build *b, const struct xnode *proto, const uint32_t *in, 
 	*ret = (uint32_t)(p->nx - 1);
 	return 0;
 }
-
-/* A selection after validation, in element coordinates, with its output shape. */
-struct nsel {
-	enum wd_sel_kind kind;        /* FULL, RANGE, INDICES or ELEMENTS */
-	uint32_t axis;
-	uint64_t start, end;
-	const uint64_t *idx;
-	size_t n_idx;
-	uint8_t idx_digest[WD_DIGEST_LEN];
-	int ndim;
-	uint64_t shape[WD_MAX_DIMS];
-};
 
 /* Whether a validated selection keeps whole blocks of dtype t (always true for element types). */
 static bool sel_whole_blocks(const struct nsel *s, enum wd_dtype t, int in_ndim)
@@ -311,7 +307,7 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 		q = units / s->world;
 		m = units % s->world;
 		cnt = q + (s->rank < m ? 1 : 0);
-		if (cnt == 0)
+		if (cnt == 0 && units > 0)
 			return nerr(b, node, WD_E_ZERO_SIZED, k, s->world, i64(units),
 				    "rank %" PRIu32 " of a %" PRIu32 "-way shard of axis %d (%" PRIu64
 				    " %s) gets nothing", s->rank, s->world, k, units,
@@ -327,18 +323,19 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 				    i64(s->start > s->end ? s->start : s->end),
 				    "the range %" PRIu64 ":%" PRIu64 " on axis %d is outside 0:%" PRIu64,
 				    s->start, s->end, k, dim);
-		if (s->start == s->end)
+		if (s->start == s->end && dim > 0)
 			return nerr(b, node, WD_E_ZERO_SIZED, k, 1, 0,
-				    "the range %" PRIu64 ":%" PRIu64 " on axis %d is empty", s->start,
-				    s->end, k);
+				    "the range %" PRIu64 ":%" PRIu64 " on axis %d is empty (the axis has %"
+				    PRIu64 " rows)", s->start, s->end, k, dim);
 		ret->kind = WD_SEL_RANGE;
 		ret->start = s->start;
 		ret->end = s->end;
 		break;
 	case WD_SEL_INDICES:
-		if (s->n_indices == 0)
-			return nerr(b, node, WD_E_ZERO_SIZED, k, 1, 0, "the index list is empty");
-		if (!s->indices)
+		if (s->n_indices == 0 && dim > 0)
+			return nerr(b, node, WD_E_ZERO_SIZED, k, 1, 0,
+				    "the index list is empty (axis %d has %" PRIu64 " rows)", k, dim);
+		if (!s->indices && s->n_indices)
 			return nerr(b, node, WD_E_INVALID, k, 0, 0, "the index list is missing");
 		if (!wd_add_u64(b->n_indices, s->n_indices, &n) || n > b->lim.max_indices)
 			return nerr(b, node, WD_E_TOO_LARGE, k, i64(b->lim.max_indices), i64(n),
@@ -369,17 +366,14 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 				    i64(s->start > s->end ? s->start : s->end),
 				    "elements %" PRIu64 ":%" PRIu64 " are outside 0:%" PRIu64, s->start,
 				    s->end, total);
-		if (s->start == s->end)
+		if (s->start == s->end && total > 0)
 			return nerr(b, node, WD_E_ZERO_SIZED, -1, 1, 0, "elements %" PRIu64 ":%" PRIu64
-				    " are empty", s->start, s->end);
+				    " are empty (the input has %" PRIu64 " elements)", s->start, s->end,
+				    total);
 		if (s->ndim < 0 || s->ndim > WD_MAX_DIMS)
 			return nerr(b, node, WD_E_INVALID, -1, WD_MAX_DIMS, s->ndim,
 				    "the element selection's shape has %d dimensions (at most %d)", s->ndim,
 				    WD_MAX_DIMS);
-		for (int d = 0; d < s->ndim; d++)
-			if (s->shape[d] == 0)
-				return nerr(b, node, WD_E_ZERO_SIZED, d, 1, 0,
-					    "the element selection's shape has size 0 on axis %d", d);
 		if (!wd_shape_elems(s->shape, s->ndim, &n))
 			return nerr(b, node, WD_E_OVERFLOW, -1, 0, 0,
 				    "the element selection's shape has more than 2^64 elements");
@@ -444,7 +438,7 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 }
 
 /* Copy an INDICES selection's list into the plan and hash it once for the key. */
-static int own_indices(struct build *b, uint32_t node, struct nsel *s)
+int wd_recipe_own_indices(struct build *b, uint32_t node, struct nsel *s)
 {
 	struct wd_sha256 sha;
 
@@ -475,23 +469,34 @@ static int make_cast(struct build *b, uint32_t node, uint32_t in, enum wd_dtype 
 		*ret = in;
 		return 0;
 	}
+	if (wd_recipe_dequant_folds(x, to)) {
+		uint32_t ins[2] = { x->in[0], x->in[1] };
+
+		n = *x;
+		n.orig = node;
+		n.dtype = to;
+		r = wd_recipe_finish_shape(b, node, to, n.ndim, n.shape, &n.nbytes);
+		if (r < 0)
+			return r;
+		return wd_recipe_xadd(b, &n, ins, 2, ret);
+	}
 	memset(&n, 0, sizeof(n));
 	n.op = X_CAST;
 	n.orig = node;
 	n.dtype = to;
 	n.ndim = x->ndim;
 	memcpy(n.shape, x->shape, sizeof(n.shape));
-	r = finish_shape(b, node, to, n.ndim, n.shape, &n.nbytes);
+	r = wd_recipe_finish_shape(b, node, to, n.ndim, n.shape, &n.nbytes);
 	if (r < 0)
 		return r;
-	return xadd(b, &n, &in, 1, ret);
+	return wd_recipe_xadd(b, &n, &in, 1, ret);
 }
 
 /*
  * A selection of xnode `in`. Over a cast whose input keeps whole blocks under the same selection,
  * the selection moves below the cast (same bytes, fewer read and converted).
  */
-static int make_select(struct build *b, uint32_t node, uint32_t in, const struct nsel *s,
+int wd_recipe_make_select(struct build *b, uint32_t node, uint32_t in, const struct nsel *s,
 		       uint32_t *ret)
 {
 	const struct xnode *x = &b->p->x[in];
@@ -508,12 +513,14 @@ static int make_select(struct build *b, uint32_t node, uint32_t in, const struct
 		enum wd_dtype to = x->dtype;
 
 		if (b->p->nx + 2 <= b->max_x && sel_whole_blocks(s, y->dtype, y->ndim)) {
-			r = make_select(b, node, x->in[0], s, &below);
+			r = wd_recipe_make_select(b, node, x->in[0], s, &below);
 			if (r < 0)
 				return r;
 			return make_cast(b, node, below, to, ret);
 		}
 	}
+	if (x->op == X_DEQUANT && b->p->nx + 4 <= b->max_x && wd_recipe_dequant_can_select(s))
+		return wd_recipe_select_dequant(b, node, in, s, ret);
 	memset(&n, 0, sizeof(n));
 	n.op = X_SELECT;
 	n.orig = node;
@@ -527,10 +534,10 @@ static int make_select(struct build *b, uint32_t node, uint32_t in, const struct
 	memcpy(n.idx_digest, s->idx_digest, WD_DIGEST_LEN);
 	n.ndim = s->ndim;
 	memcpy(n.shape, s->shape, sizeof(n.shape));
-	r = finish_shape(b, node, n.dtype, n.ndim, n.shape, &n.nbytes);
+	r = wd_recipe_finish_shape(b, node, n.dtype, n.ndim, n.shape, &n.nbytes);
 	if (r < 0)
 		return r;
-	return xadd(b, &n, &in, 1, ret);
+	return wd_recipe_xadd(b, &n, &in, 1, ret);
 }
 
 /* A reinterpretation of `in`'s bytes as (t, shape); views of views collapse onto their base. */
@@ -553,26 +560,33 @@ static int make_view(struct build *b, uint32_t node, uint32_t in, enum wd_dtype 
 	n.dtype = t;
 	n.ndim = ndim;
 	memcpy(n.shape, shape, sizeof(uint64_t) * (size_t)ndim);
-	r = finish_shape(b, node, t, ndim, shape, &n.nbytes);
+	r = wd_recipe_finish_shape(b, node, t, ndim, shape, &n.nbytes);
 	if (r < 0)
 		return r;
 	if (n.nbytes != bx->nbytes)
 		return nerr(b, node, WD_E_INTERNAL, -1, i64(bx->nbytes), i64(n.nbytes),
 			    "a reinterpretation changed the byte length");
-	return xadd(b, &n, &base, 1, ret);
+	return wd_recipe_xadd(b, &n, &base, 1, ret);
 }
 
-static int find_source(struct build *b, const struct wd_source *src)
+/*
+ * Note the source of a leaf for the plan: appended unless it is the last one noted, so the list
+ * stays linear in the leaves; prepare() keeps the distinct ones the output reads.
+ */
+static int note_source(struct build *b, const struct wd_source *src)
 {
 	struct wd_plan *p = b->p;
 
-	for (size_t i = 0; i < p->n_srcs; i++)
-		if (p->srcs[i] == src)
-			return 0;
-	const struct wd_source **s = realloc(p->srcs, (p->n_srcs + 1) * sizeof(*s));
-	if (!s)
-		return -WD_E_EXHAUSTED;
-	p->srcs = s;
+	if (p->n_srcs && p->srcs[p->n_srcs - 1] == src)
+		return 0;
+	if (p->n_srcs == b->cap_srcs) {
+		size_t cap = b->cap_srcs ? 2 * b->cap_srcs : 8;
+		const struct wd_source **n = realloc(p->srcs, cap * sizeof(*n));
+		if (!n)
+			return -WD_E_EXHAUSTED;
+		p->srcs = n;
+		b->cap_srcs = cap;
+	}
 	p->srcs[p->n_srcs++] = src;
 	return 0;
 }
@@ -621,7 +635,7 @@ static int build_source(struct build *b, uint32_t i, const struct wd_rnode *rn)
 	memcpy(n.shape, ti->shape, sizeof(uint64_t) * (size_t)ti->ndim);
 	n.file = ti->file;
 	n.offset = ti->offset;
-	r = finish_shape(b, i, n.dtype, n.ndim, n.shape, &n.nbytes);
+	r = wd_recipe_finish_shape(b, i, n.dtype, n.ndim, n.shape, &n.nbytes);
 	if (r < 0)
 		return r;
 	if (n.nbytes != ti->nbytes)
@@ -629,18 +643,18 @@ static int build_source(struct build *b, uint32_t i, const struct wd_rnode *rn)
 			    "tensor \"%s\" holds %" PRIu64 " bytes but its shape needs %" PRIu64, tn,
 			    ti->nbytes, n.nbytes);
 	n.tensor = own(b, tn, strlen(tn) + 1);
-	if (!n.tensor || find_source(b, src) < 0)
+	if (!n.tensor || note_source(b, src) < 0)
 		return nerr(b, i, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
-	r = xadd(b, &n, NULL, 0, &leaf);
+	r = wd_recipe_xadd(b, &n, NULL, 0, &leaf);
 	if (r < 0)
 		return r;
 	r = check_sel(b, i, &rn->sel, n.dtype, n.ndim, n.shape, &s);
 	if (r < 0)
 		return r;
-	r = own_indices(b, i, &s);
+	r = wd_recipe_own_indices(b, i, &s);
 	if (r < 0)
 		return r;
-	return make_select(b, i, leaf, &s, &b->map[i]);
+	return wd_recipe_make_select(b, i, leaf, &s, &b->map[i]);
 }
 
 static int build_join(struct build *b, uint32_t i, const struct wd_rnode *rn)
@@ -698,7 +712,7 @@ static int build_join(struct build *b, uint32_t i, const struct wd_rnode *rn)
 		shape[axis] = total;
 	}
 	memset(&n, 0, sizeof(n));
-	r = finish_shape(b, i, first->dtype, out_ndim, shape, &n.nbytes);
+	r = wd_recipe_finish_shape(b, i, first->dtype, out_ndim, shape, &n.nbytes);
 	if (r < 0)
 		return r;
 	if (rn->n_inputs == 1) {
@@ -719,7 +733,7 @@ static int build_join(struct build *b, uint32_t i, const struct wd_rnode *rn)
 		return nerr(b, i, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
 	for (size_t k = 0; k < rn->n_inputs; k++)
 		in[k] = b->map[rn->inputs[k]];
-	r = xadd(b, &n, in, rn->n_inputs, &b->map[i]);
+	r = wd_recipe_xadd(b, &n, in, rn->n_inputs, &b->map[i]);
 	free(in);
 	return r;
 }
@@ -737,9 +751,6 @@ static int build_reshape_view(struct build *b, uint32_t i, const struct wd_rnode
 	if (rn->ndim < 0 || rn->ndim > WD_MAX_DIMS)
 		return nerr(b, i, WD_E_INVALID, -1, WD_MAX_DIMS, rn->ndim,
 			    "the shape has %d dimensions (at most %d)", rn->ndim, WD_MAX_DIMS);
-	for (int d = 0; d < rn->ndim; d++)
-		if (rn->shape[d] == 0)
-			return nerr(b, i, WD_E_ZERO_SIZED, d, 1, 0, "the shape has size 0 on axis %d", d);
 	if (!wd_shape_elems(rn->shape, rn->ndim, &elems))
 		return nerr(b, i, WD_E_OVERFLOW, -1, 0, 0, "the shape has more than 2^64 elements");
 	shape_str(rn->shape, rn->ndim, s, sizeof(s));
@@ -752,7 +763,7 @@ static int build_reshape_view(struct build *b, uint32_t i, const struct wd_rnode
 	} else {
 		uint32_t be = block_elems(t);
 		if (be > 1 && (rn->ndim == 0 || rn->shape[rn->ndim - 1] % be))
-			return finish_shape(b, i, t, rn->ndim, rn->shape, &nbytes);
+			return wd_recipe_finish_shape(b, i, t, rn->ndim, rn->shape, &nbytes);
 		if (!wd_dtype_bytes(t, elems, &nbytes))
 			return nerr(b, i, WD_E_OVERFLOW, -1, 0, 0,
 				    "%s %s is more than 2^64 bytes", wd_dtype_name(t), s);
@@ -802,10 +813,10 @@ static int build_transpose(struct build *b, uint32_t i, const struct wd_rnode *r
 		n.perm[d] = rn->perm[d];
 		n.shape[d] = x->shape[rn->perm[d]];
 	}
-	r = finish_shape(b, i, n.dtype, n.ndim, n.shape, &n.nbytes);
+	r = wd_recipe_finish_shape(b, i, n.dtype, n.ndim, n.shape, &n.nbytes);
 	if (r < 0)
 		return r;
-	return xadd(b, &n, &in, 1, &b->map[i]);
+	return wd_recipe_xadd(b, &n, &in, 1, &b->map[i]);
 }
 
 static int build_cast(struct build *b, uint32_t i, const struct wd_rnode *rn, const struct xnode *x)
@@ -834,15 +845,21 @@ static int check_inputs(struct build *b, uint32_t i, const struct wd_rnode *rn)
 {
 	uint32_t depth = 0;
 
-	if ((unsigned)rn->op > WD_OP_VIEW)
+	if ((unsigned)rn->op > WD_OP_LAST)
 		return nerr(b, i, WD_E_INVALID, -1, 0, (int64_t)rn->op, "unknown operation %d",
 			    (int)rn->op);
 	if (rn->op != WD_OP_SOURCE) {
 		if (rn->n_inputs == 0)
-			return nerr(b, i, WD_E_EMPTY_INPUTS, -1, 1, 0, "%s needs %s input",
+			return nerr(b, i, WD_E_EMPTY_INPUTS, -1, 1, 0, "%s needs %s",
 				    op_name(rn->op), rn->op == WD_OP_CONCAT || rn->op == WD_OP_STACK ?
-				    "at least one" : "one");
-		if (rn->op != WD_OP_CONCAT && rn->op != WD_OP_STACK && rn->n_inputs != 1)
+				    "at least one input" : rn->op == WD_OP_DEQUANT_BLOCK ?
+				    "two inputs (data, scale)" : "one input");
+		if (rn->op == WD_OP_DEQUANT_BLOCK && rn->n_inputs != 2)
+			return nerr(b, i, WD_E_INVALID, -1, 2, i64(rn->n_inputs),
+				    "dequant_block takes two inputs (data, scale) but %zu %s given",
+				    rn->n_inputs, rn->n_inputs == 1 ? "is" : "are");
+		if (rn->op != WD_OP_CONCAT && rn->op != WD_OP_STACK && rn->op != WD_OP_DEQUANT_BLOCK &&
+		    rn->n_inputs != 1)
 			return nerr(b, i, WD_E_INVALID, -1, 1, i64(rn->n_inputs),
 				    "%s takes one input but %zu are given", op_name(rn->op), rn->n_inputs);
 		if (rn->n_inputs > b->lim.max_nodes)
@@ -882,16 +899,18 @@ int wd_recipe_build_node(struct build *b, uint32_t i)
 		return build_source(b, i, rn);
 	if (rn->op == WD_OP_CONCAT || rn->op == WD_OP_STACK)
 		return build_join(b, i, rn);
+	if (rn->op == WD_OP_DEQUANT_BLOCK)
+		return wd_recipe_build_dequant(b, i, rn);
 	x = &b->p->x[b->map[rn->inputs[0]]];
 	switch (rn->op) {
 	case WD_OP_SELECT:
 		r = check_sel(b, i, &rn->sel, x->dtype, x->ndim, x->shape, &s);
 		if (r < 0)
 			return r;
-		r = own_indices(b, i, &s);
+		r = wd_recipe_own_indices(b, i, &s);
 		if (r < 0)
 			return r;
-		return make_select(b, i, b->map[rn->inputs[0]], &s, &b->map[i]);
+		return wd_recipe_make_select(b, i, b->map[rn->inputs[0]], &s, &b->map[i]);
 	case WD_OP_RESHAPE:
 	case WD_OP_VIEW:
 		return build_reshape_view(b, i, rn, x);

@@ -15,7 +15,7 @@
 struct xstate {
 	uint8_t *temp;               /* whole output, once `ready` (temp_alloc) */
 	size_t temp_len;
-	bool ready;
+	bool ready, busy;            /* busy: being evaluated into temp */
 	/* a cast's window: converted output bytes [win_off, win_off + win_len) */
 	uint8_t *inbuf, *win;
 	float *mid;                  /* F32 between dequantization and the final conversion */
@@ -26,9 +26,14 @@ struct xstate {
 
 struct exec {
 	const struct wd_plan *p;
-	struct xstate *st;
+	struct xstate **st;          /* by xnode.slot, made when first used (state()) */
 	struct wd_error *err;
 	uint64_t bytes_read;
+	size_t win_bytes;            /* each cast window's budget (exec_alloc) */
+	/* the slots made, so that freeing does not walk them all: a range of a large plan makes
+	 * only the state of the nodes it reads */
+	uint32_t *owned;
+	size_t n_owned;
 	/* one pending pread, extended while requests continue it */
 	const struct xnode *pend_leaf;
 	uint64_t pend_off;
@@ -74,6 +79,28 @@ static int pend(struct exec *e, const struct xnode *x, uint64_t off, size_t len,
 }
 
 static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8_t *dst);
+static int need_temp(struct exec *e, uint32_t i);
+
+/* The execution state of node i (a cast or a temporary), made zeroed on first use; NULL (err
+ * set) when out of memory. */
+static struct xstate *state(struct exec *e, uint32_t i)
+{
+	uint32_t k = e->p->x[i].slot;
+
+	if (k == UINT32_MAX) {
+		wd_error_set(e->err, WD_E_INTERNAL, "a plan node without execution state");
+		return NULL;
+	}
+	if (!e->st[k]) {
+		e->st[k] = calloc(1, sizeof(**e->st));
+		if (!e->st[k]) {
+			wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for the plan's state");
+			return NULL;
+		}
+		e->owned[e->n_owned++] = k;
+	}
+	return e->st[k];
+}
 
 /* Convert nunits input units (elements, or blocks of a block type) from `in` to `out`. */
 static int convert_units(struct exec *e, enum wd_dtype from, const void *in, enum wd_dtype to,
@@ -95,11 +122,73 @@ static int convert_units(struct exec *e, enum wd_dtype from, const void *in, enu
 	return 0;
 }
 
+/* Input units [u0, u0 + k) of cast or dequantization x, already in `in`, converted into out. */
+static int convert_at(struct exec *e, const struct xnode *x, uint64_t u0, const void *in, void *out,
+		      size_t k, float *mid)
+{
+	const struct xnode *y = &e->p->x[x->in[0]];
+
+	if (x->op == X_DEQUANT) {
+		int r = need_temp(e, x->in[1]);
+
+		if (r < 0)
+			return r;
+		wd_recipe_dequant_run(x, y->dtype, &e->p->x[x->in[1]],
+				      (const float *)state(e, x->in[1])->temp, u0, k, in, mid, out);
+		return 0;
+	}
+	return convert_units(e, y->dtype, in, x->dtype, out, k, mid);
+}
+
+/*
+ * A cast's window and input buffer, allocated when it is first read and freed once its last byte
+ * has been read, so a plan with hundreds of casts read one after another (a stack of dequantized
+ * experts) holds few at a time.
+ */
+static int win_alloc(struct exec *e, uint32_t i)
+{
+	const struct xnode *x = &e->p->x[i], *y = &e->p->x[x->in[0]];
+	struct xstate *s = state(e, i);
+	uint64_t ib, ob, mb, per;
+
+	if (!s)
+		return -WD_E_EXHAUSTED;
+	if (s->inbuf)
+		return 0;
+	ib = unit_bytes(y->dtype);
+	ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
+	if (x->op == X_DEQUANT)
+		mb = 4;
+	else
+		mb = block_elems(y->dtype) > 1 && x->dtype != WD_F32 ? block_elems(y->dtype) * 4 : 0;
+	per = ib > ob ? ib : ob;
+	if (mb > per)
+		per = mb;
+	s->units = e->win_bytes / per ? e->win_bytes / per : 1;
+	s->inbuf = malloc(s->units * ib);
+	s->win = malloc(s->units * ob);
+	if (mb)
+		s->mid = malloc(s->units * mb);
+	if (!s->inbuf || !s->win || (mb && !s->mid))
+		return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for a cast's buffers");
+	return 0;
+}
+
+static void win_free(struct xstate *s)
+{
+	free(s->inbuf);
+	free(s->win);
+	free(s->mid);
+	s->inbuf = s->win = NULL;
+	s->mid = NULL;
+	s->win_len = 0;
+}
+
 /* Input units [u0, u0 + k) of cast i, read and converted into out. */
 static int cast_units(struct exec *e, uint32_t i, uint64_t u0, size_t k, uint8_t *out)
 {
 	const struct xnode *x = &e->p->x[i], *y = &e->p->x[x->in[0]];
-	struct xstate *s = &e->st[i];
+	struct xstate *s = e->st[x->slot];   /* made by win_alloc */
 	uint64_t ib = unit_bytes(y->dtype);
 	int r;
 
@@ -107,7 +196,7 @@ static int cast_units(struct exec *e, uint32_t i, uint64_t u0, size_t k, uint8_t
 	if (r == 0)
 		r = flush(e);
 	if (r == 0)
-		r = convert_units(e, y->dtype, s->inbuf, x->dtype, out, k, s->mid);
+		r = convert_at(e, x, u0, s->inbuf, out, k, s->mid);
 	return r;
 }
 
@@ -119,11 +208,15 @@ static int cast_units(struct exec *e, uint32_t i, uint64_t u0, size_t k, uint8_t
 static int read_cast(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8_t *dst)
 {
 	const struct xnode *x = &e->p->x[i], *y = &e->p->x[x->in[0]];
-	struct xstate *s = &e->st[i];
+	struct xstate *s;
 	uint64_t ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
-	uint64_t total_units = x->nbytes / ob;
+	uint64_t total_units = x->nbytes / ob, end = off + len;
 	int r;
 
+	r = win_alloc(e, i);
+	if (r < 0)
+		return r;
+	s = e->st[x->slot];
 	while (len) {
 		uint64_t u0 = off / ob;
 		size_t k;
@@ -156,6 +249,8 @@ static int read_cast(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 		s->win_off = u0 * ob;
 		s->win_len = k * ob;
 	}
+	if (end == x->nbytes)
+		win_free(s);
 	return 0;
 }
 
@@ -332,9 +427,14 @@ static inline void gather_units(uint8_t *d, const uint8_t *s, uint64_t n, uint64
 static int read_transpose(struct exec *e, const struct xnode *x, uint64_t off, size_t len,
 			  uint8_t *dst)
 {
-	const uint8_t *src = e->st[x->in[0]].temp;
+	const uint8_t *src;
 	uint64_t end = off + len, idx[WD_MAX_DIMS], row_units, rb, head;
 	struct tgeo g;
+	int r = need_temp(e, x->in[0]);
+
+	if (r < 0)
+		return r;
+	src = e->st[e->p->x[x->in[0]].slot]->temp;
 
 	tgeo_init(x, &e->p->x[x->in[0]], &g);
 	if (g.nd < 2 || g.step[g.nd - 2] != 1 || g.step[g.nd - 1] == 1) {
@@ -372,9 +472,19 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 
 	if (!len)
 		return 0;
-	if (e->st[i].ready) {
-		memcpy(dst, e->st[i].temp + off, len);
-		return 0;
+	if (x->temp) {
+		struct xstate *s = state(e, i);
+		int r;
+
+		if (!s)
+			return -WD_E_EXHAUSTED;
+		if (!s->busy) {
+			r = need_temp(e, i);
+			if (r < 0)
+				return r;
+			memcpy(dst, s->temp + off, len);
+			return 0;
+		}
 	}
 	switch (x->op) {
 	case X_LEAF:
@@ -389,6 +499,7 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 	case X_TRANSPOSE:
 		return read_transpose(e, x, off, len, dst);
 	case X_CAST:
+	case X_DEQUANT:
 		return read_cast(e, i, off, len, dst);
 	}
 	return wd_error_set(e->err, WD_E_INTERNAL, "unknown plan operation");
@@ -424,48 +535,35 @@ static void temp_free(void *p, size_t n)
 
 static void exec_free(struct exec *e)
 {
-	if (!e->st)
-		return;
-	for (size_t i = 0; i < e->p->nx; i++) {
-		temp_free(e->st[i].temp, e->st[i].temp_len);
-		free(e->st[i].inbuf);
-		free(e->st[i].win);
-		free(e->st[i].mid);
+	for (size_t k = 0; e->st && k < e->n_owned; k++) {
+		struct xstate *s = e->st[e->owned[k]];
+
+		temp_free(s->temp, s->temp_len);
+		free(s->inbuf);
+		free(s->win);
+		free(s->mid);
+		free(s);
 	}
 	free(e->st);
+	free(e->owned);
 	e->st = NULL;
+	e->owned = NULL;
 }
 
-/* Windows for every reachable cast (the root's input and output use the scratch buffers). */
+/* Per-node state; each cast's window budget (the windows themselves come when first read). */
 static int exec_alloc(struct exec *e)
 {
 	const struct wd_plan *p = e->p;
 
-	e->st = calloc(p->nx, sizeof(*e->st));
-	if (!e->st)
+	e->st = calloc(p->n_slots + 1, sizeof(*e->st));
+	e->owned = malloc((p->n_slots + 1) * sizeof(*e->owned));
+	if (!e->st || !e->owned)
 		return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for the plan's state");
-	for (size_t i = 0; i <= p->root; i++) {
-		const struct xnode *x = &p->x[i], *y;
-		struct xstate *s = &e->st[i];
-		uint64_t ib, ob, mb, per;
-
-		if (!x->reach || x->op != X_CAST)
-			continue;
-		y = &p->x[x->in[0]];
-		ib = unit_bytes(y->dtype);
-		ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
-		mb = block_elems(y->dtype) > 1 && x->dtype != WD_F32 ? block_elems(y->dtype) * 4 : 0;
-		per = ib > ob ? ib : ob;
-		if (mb > per)
-			per = mb;
-		s->units = CAST_WINDOW / per ? CAST_WINDOW / per : 1;
-		s->inbuf = malloc(s->units * ib);
-		s->win = malloc(s->units * ob);
-		if (mb)
-			s->mid = malloc(s->units * mb);
-		if (!s->inbuf || !s->win || (mb && !s->mid))
-			return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for a cast's buffers");
-	}
+	e->win_bytes = p->n_casts ? CAST_WINDOWS_TOTAL / p->n_casts : CAST_WINDOW;
+	if (e->win_bytes > CAST_WINDOW)
+		e->win_bytes = CAST_WINDOW;
+	if (e->win_bytes < CAST_WINDOW_MIN)
+		e->win_bytes = CAST_WINDOW_MIN;
 	return 0;
 }
 
@@ -484,7 +582,7 @@ static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
 {
 	const struct xnode *x = &p->x[p->root], *y;
 
-	if (x->op != X_CAST || !sc->buf2)
+	if ((x->op != X_CAST && x->op != X_DEQUANT) || !sc->buf2)
 		return false;
 	y = &p->x[x->in[0]];
 	return sc->cap >= unit_bytes(y->dtype) &&
@@ -492,21 +590,56 @@ static bool root_cast_fits(const struct wd_plan *p, const struct wd_scratch *sc)
 }
 
 /*
- * The root cast: input chunks in scratch->buf, converted straight into the sink's next slot when
- * it pipelines its hashing (else into scratch->buf2), written.
+ * Temporary i evaluated whole, when first needed: a range of the output evaluates only the
+ * temporaries it reads (the scales of the experts it covers, not all of them). Its own inputs
+ * that are temporaries come in the same way, recursively (the graph is acyclic; busy marks the
+ * one being filled, whose reads then go to its operation).
+ */
+static int need_temp(struct exec *e, uint32_t i)
+{
+	const struct xnode *x = &e->p->x[i];
+	struct xstate *s = state(e, i);
+	int r;
+
+	if (!s)
+		return -WD_E_EXHAUSTED;
+	if (s->ready)
+		return 0;
+	s->temp = temp_alloc(x->nbytes);
+	s->temp_len = x->nbytes;
+	if (!s->temp)
+		return wd_error_set(e->err, WD_E_EXHAUSTED, "no memory for %" PRIu64
+				    " bytes of working space", x->nbytes);
+	s->busy = true;
+	r = read_node(e, i, 0, x->nbytes, s->temp);
+	if (r == 0)
+		r = flush(e);
+	s->busy = false;
+	s->ready = r == 0;
+	return r;
+}
+
+/*
+ * The root cast, output bytes [start, end) (both on unit boundaries): input chunks in
+ * scratch->buf, converted straight into the sink's next slot when it pipelines its hashing (else
+ * into scratch->buf2), written.
  */
 static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc,
 			 uint64_t start, uint64_t end)
 {
 	const struct xnode *x = &e->p->x[e->p->root], *y = &e->p->x[x->in[0]];
-	const struct xstate *s = &e->st[e->p->root];
+	const struct xstate *s;
 	uint64_t ib = unit_bytes(y->dtype), ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
-	uint64_t total = (end - start) / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
+	uint64_t total = end / ob, k = min_u64(sc->cap / ib, sc->cap2 / ob);
 	int r;
 
+	r = win_alloc(e, e->p->root);     /* for its F32 buffer */
+	if (r < 0)
+		return r;
+	s = e->st[x->slot];
 	if (s->mid)
 		k = min_u64(k, s->units);
-	for (uint64_t u = start / ob; u < start / ob + total;) {
+	for (uint64_t u = start / ob; u < total;) {
 		size_t cap = 0, n;
 		uint8_t *out = wd_sink_buffer(sink, &cap);
 		uint64_t kk = k;
@@ -515,12 +648,12 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 			kk = min_u64(k, cap / ob);
 		else
 			out = sc->buf2;
-		n = (size_t)min_u64(kk, start / ob + total - u);
+		n = (size_t)min_u64(kk, total - u);
 		r = read_node(e, x->in[0], u * ib, n * ib, sc->buf);
 		if (r == 0)
 			r = flush(e);
 		if (r == 0)
-			r = convert_units(e, y->dtype, sc->buf, x->dtype, out, n, s->mid);
+			r = convert_at(e, x, u, sc->buf, out, n, s->mid);
 		if (r == 0)
 			r = wd_sink_write(sink, out, n * ob, e->err);
 		if (r < 0)
@@ -530,11 +663,11 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 	return 0;
 }
 
-/* Any other root: produced chunk by chunk into the sink's next slot (or scratch->buf), written. */
+/* Any other root, bytes [start, end): produced chunk by chunk into the sink's next slot (or
+ * scratch->buf), written. */
 static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc, uint64_t start,
 		    uint64_t end)
 {
-	const struct wd_plan *p = e->p;
 	int r = 0;
 
 	for (uint64_t off = start; off < end && r == 0;) {
@@ -546,7 +679,7 @@ static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc,
 			cap = sc->cap;
 		}
 		n = (size_t)min_u64(cap, end - off);
-		r = read_node(e, p->root, off, n, out);
+		r = read_node(e, e->p->root, off, n, out);
 		if (r == 0)
 			r = flush(e);
 		if (r == 0)
@@ -563,14 +696,6 @@ static bool root_cast_aligned(const struct wd_plan *p, uint64_t start, uint64_t 
 	uint64_t ob = (uint64_t)block_elems(y->dtype) * wd_dtype_size(x->dtype);
 
 	return start % ob == 0 && end % ob == 0;
-}
-
-bool wd_plan_splittable(const struct wd_plan *p)
-{
-	for (size_t i = 0; i < p->root; i++)
-		if (p->x[i].reach && p->x[i].temp)
-			return false;
-	return true;
 }
 
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
@@ -602,25 +727,6 @@ int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
 	r = exec_alloc(&e);
 	if (r < 0)
 		goto out;
-	/* Temporaries in creation order: each one's inputs are ready before it. */
-	for (size_t i = 0; i < p->root; i++) {
-		const struct xnode *x = &p->x[i];
-		if (!x->reach || !x->temp)
-			continue;
-		e.st[i].temp = temp_alloc(x->nbytes);
-		e.st[i].temp_len = x->nbytes;
-		if (!e.st[i].temp) {
-			r = wd_error_set(err, WD_E_EXHAUSTED, "no memory for %" PRIu64
-					 " bytes of working space", x->nbytes);
-			goto out;
-		}
-		r = read_node(&e, (uint32_t)i, 0, x->nbytes, e.st[i].temp);
-		if (r == 0)
-			r = flush(&e);
-		if (r < 0)
-			goto out;
-		e.st[i].ready = true;
-	}
 	if (root_cast_fits(p, scratch) && root_cast_aligned(p, start, start + len))
 		r = run_root_cast(&e, sink, scratch, start, start + len);
 	else
@@ -635,4 +741,15 @@ out:
 	if (ret_bytes_read)
 		*ret_bytes_read += e.bytes_read;
 	return r;
+}
+
+bool wd_plan_splittable(const struct wd_plan *p)
+{
+	for (size_t i = 0; i < p->root; i++) {
+		const struct xnode *x = &p->x[i];
+
+		if (x->reach && x->temp && !x->scale_temp)
+			return false;
+	}
+	return true;
 }

@@ -24,20 +24,28 @@ static enum xcls join_cls(enum xcls a, enum xcls b)
 	return a == b ? a : C_MIXED;
 }
 
-static void mark_temp(struct xnode *x, uint32_t cause, bool *changed)
+/* Make x a temporary; `scale`: only because a dequantization reads it as its scale (the one
+ * kind a range of the output needs in part, so ranges can still be split: wd_plan_splittable). */
+static void mark_temp(struct xnode *x, uint32_t cause, bool scale, bool *changed)
 {
 	if (!x->temp) {
 		x->temp = true;
+		x->scale_temp = scale;
 		x->cause = cause;
 		*changed = true;
+	} else if (!scale) {
+		x->scale_temp = false;
 	}
 }
 
 /*
  * Decide which reachable nodes are evaluated into temporaries: the input of a transpose (read out
  * of order); the input of a selection unless it is plain file or memory bytes (a selection reads
- * parts, out of order); and an in-order-only node used more than once. Repeated until nothing
- * changes, since a temporary changes how its consumers are read.
+ * parts, out of order); the scale of a dequantization; and an in-order-only node used more than
+ * once. Repeated until nothing changes, since a temporary changes how its consumers are read.
+ * A pass visits inputs before their consumers, so it only needs another pass when a node became
+ * a temporary after one of its consumers was visited, and each such change climbs one level of
+ * the graph: at most max_depth + 1 linear passes.
  */
 static void classify(struct wd_plan *p)
 {
@@ -46,6 +54,8 @@ static void classify(struct wd_plan *p)
 	for (size_t i = 0; i < p->nx; i++)
 		p->x[i].reach = false, p->x[i].uses = 0;
 	p->x[p->root].reach = true;
+	for (size_t i = 0; i < p->nx; i++)
+		p->x[i].temp = p->x[i].scale_temp = false;
 	for (size_t i = p->root + 1; i-- > 0;) {
 		if (!p->x[i].reach)
 			continue;
@@ -67,7 +77,7 @@ static void classify(struct wd_plan *p)
 			case X_SELECT: {
 				struct xnode *y = &p->x[x->in[0]];
 				if (eff_cls(y) == C_MIXED || eff_cls(y) == C_SEQ)
-					mark_temp(y, x->orig, &changed);
+					mark_temp(y, x->orig, false, &changed);
 				x->cls = eff_cls(y);
 				break;
 			}
@@ -83,13 +93,18 @@ static void classify(struct wd_plan *p)
 			case X_CAST:
 				x->cls = C_SEQ;
 				break;
+			case X_DEQUANT:
+				/* the scale is read at random, once per block: kept in memory */
+				mark_temp(&p->x[x->in[1]], x->orig, true, &changed);
+				x->cls = C_SEQ;
+				break;
 			case X_TRANSPOSE:
-				mark_temp(&p->x[x->in[0]], x->orig, &changed);
+				mark_temp(&p->x[x->in[0]], x->orig, false, &changed);
 				x->cls = C_MEM;
 				break;
 			}
 			if (x->cls == C_SEQ && x->uses > 1)
-				mark_temp(x, x->orig, &changed);
+				mark_temp(x, x->orig, false, &changed);
 		}
 	} while (changed);
 }
@@ -118,6 +133,7 @@ static int account(struct build *b)
 		case X_STACK:
 		case X_VIEW:
 		case X_CAST:
+		case X_DEQUANT:
 			for (size_t k = 0; k < x->n_in && ok; k++) {
 				const struct xnode *y = &p->x[x->in[k]];
 				ok = wd_add_u64(c, y->temp ? 0 : y->cost, &c);
@@ -131,6 +147,9 @@ static int account(struct build *b)
 			return nerr(b, x->orig, WD_E_OVERFLOW, -1, 0, 0,
 				    "the bytes this recipe reads exceed 2^64");
 		x->cost = c;
+		p->n_casts += x->op == X_CAST || x->op == X_DEQUANT;
+		x->slot = x->temp || x->op == X_CAST || x->op == X_DEQUANT ? (uint32_t)p->n_slots++
+									 : UINT32_MAX;
 		if (x->temp) {
 			if (!wd_add_u64(temp, x->nbytes, &temp) || temp > b->lim.max_temp_bytes)
 				return nerr(b, x->cause, WD_E_TOO_LARGE, -1, i64(b->lim.max_temp_bytes),
@@ -138,33 +157,87 @@ static int account(struct build *b)
 					    " bytes of working memory allowed", b->lim.max_temp_bytes);
 		}
 	}
-	total = p->x[p->root].cost;
+	total = 0;
 	for (size_t i = 0; i < p->root; i++)
 		if (p->x[i].reach && p->x[i].temp && !wd_add_u64(total, p->x[i].cost, &total))
 			return nerr(b, p->x[i].cause, WD_E_OVERFLOW, -1, 0, 0,
 				    "the bytes this recipe reads exceed 2^64");
+	p->temp_read = total;
+	if (!wd_add_u64(total, p->x[p->root].cost, &total))
+		return nerr(b, p->x[p->root].orig, WD_E_OVERFLOW, -1, 0, 0,
+			    "the bytes this recipe reads exceed 2^64");
 	p->temp_bytes = temp;
 	p->read_bytes = total;
 	return 0;
 }
 
-/* Distinct sources and files of the reachable leaves; join geometry. */
+/*
+ * A set of (source, file) pairs, open addressing with linear probing, so collecting the distinct
+ * sources and files of many leaves is linear. file = UINT32_MAX keys a source alone.
+ */
+struct pset {
+	struct pfile *slot;
+	size_t mask;
+};
+
+static int pset_init(struct pset *s, size_t n)
+{
+	size_t cap = 16;
+
+	while (cap < 2 * n)
+		cap *= 2;
+	s->slot = calloc(cap, sizeof(*s->slot));
+	s->mask = cap - 1;
+	return s->slot ? 0 : -WD_E_EXHAUSTED;
+}
+
+/* Adds the pair; true if it was not there yet. */
+static bool pset_add(struct pset *s, const struct wd_source *src, uint32_t file)
+{
+	uint64_t h = ((uint64_t)(uintptr_t)src * 0x9E3779B97F4A7C15ull) ^ (file * 0xC2B2AE3D27D4EB4Full);
+	size_t i = (size_t)(h ^ (h >> 29)) & s->mask;
+
+	for (;; i = (i + 1) & s->mask) {
+		struct pfile *f = &s->slot[i];
+		if (!f->src) {
+			f->src = src;
+			f->file = file;
+			return true;
+		}
+		if (f->src == src && f->file == file)
+			return false;
+	}
+}
+
+/* Distinct sources and files of the reachable leaves (in first-use order); join geometry. */
 static int prepare(struct build *b)
 {
 	struct wd_plan *p = b->p;
+	struct pset set = { NULL, 0 };
+	size_t leaves = 0;
+	int rc = 0;
 
+	for (size_t i = 0; i <= p->root; i++)
+		leaves += p->x[i].reach && p->x[i].op == X_LEAF;
+	/* files and sources: at most one each per leaf */
+	if (pset_init(&set, 2 * leaves) < 0 ||
+	    !(p->files = malloc((leaves ? leaves : 1) * sizeof(*p->files)))) {
+		free(set.slot);
+		return nerr(b, p->x[p->root].orig, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+	}
 	p->n_srcs = 0;
 	for (size_t i = 0; i <= p->root; i++) {
 		struct xnode *x = &p->x[i];
-		bool seen = false;
 
 		if (!x->reach)
 			continue;
 		if (x->op == X_CONCAT || x->op == X_STACK) {
 			x->piece = calloc(x->n_in, sizeof(uint64_t));
 			x->prefix = calloc(x->n_in, sizeof(uint64_t));
-			if (!x->piece || !x->prefix)
-				return nerr(b, x->orig, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+			if (!x->piece || !x->prefix) {
+				rc = nerr(b, x->orig, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+				break;
+			}
 			x->row = 0;
 			for (size_t k = 0; k < x->n_in; k++) {
 				const struct xnode *y = &p->x[x->in[k]];
@@ -178,24 +251,17 @@ static int prepare(struct build *b)
 		}
 		if (x->op != X_LEAF)
 			continue;
-		for (size_t k = 0; k < p->n_files; k++)
-			seen |= p->files[k].src == x->src && p->files[k].file == x->file;
-		if (!seen) {
-			struct pfile *f = realloc(p->files, (p->n_files + 1) * sizeof(*f));
-			if (!f)
-				return nerr(b, x->orig, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
-			p->files = f;
+		if (pset_add(&set, x->src, x->file)) {
 			p->files[p->n_files].src = x->src;
 			p->files[p->n_files].file = x->file;
 			p->n_files++;
 		}
-		seen = false;
-		for (size_t k = 0; k < p->n_srcs; k++)
-			seen |= p->srcs[k] == x->src;
-		if (!seen)
+		/* every source was noted while building, so p->srcs has room for the distinct ones */
+		if (pset_add(&set, x->src, UINT32_MAX))
 			p->srcs[p->n_srcs++] = x->src;
 	}
-	return 0;
+	free(set.slot);
+	return rc;
 }
 
 /* ---- label ----------------------------------------------------------------------------------- */
@@ -267,6 +333,12 @@ static void label_node(const struct build *b, uint32_t i, struct sbuf *sb)
 		break;
 	case WD_OP_CAST:
 		sb_add(sb, ", %s)", wd_dtype_name(n->dtype));
+		break;
+	case WD_OP_DEQUANT_BLOCK:
+		sb_add(sb, ", ");
+		label_node(b, n->inputs[1], sb);
+		shape_str(n->block, n->n_block, s, sizeof(s));
+		sb_add(sb, ", %s, %s)", s, wd_dtype_name(n->dtype));
 		break;
 	default:
 		sb_add(sb, ")");
@@ -397,6 +469,11 @@ const uint8_t *wd_plan_key(const struct wd_plan *p)
 uint64_t wd_plan_read_bytes(const struct wd_plan *p)
 {
 	return p->read_bytes;
+}
+
+uint64_t wd_plan_temp_read_bytes(const struct wd_plan *p)
+{
+	return p->temp_read;
 }
 
 size_t wd_plan_source_count(const struct wd_plan *p)

@@ -147,6 +147,8 @@ static inline void fake_hello(struct fake *f, const Weightd__Request *req)
 	Weightd__HelloReply hr = WEIGHTD__HELLO_REPLY__INIT;
 
 	hr.protocol_version = atomic_load(&f->hello_version);
+	hr.min_protocol_version = 1;
+	hr.max_protocol_version = hr.protocol_version;
 	hr.server_version = (char *)"fake-1";
 	hr.instance = (char *)"fakeinst";
 	hr.max_frame_bytes = 1u << 20;

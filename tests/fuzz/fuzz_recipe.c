@@ -22,8 +22,8 @@ static void put_le(uint8_t *p, uint64_t v, int n)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* safetensors with a F32 [4,6], h U16 [3,5], s F32 [], g BF16 [2,8], i I8 [16]; byte k of the data
- * section is (k * 37 + 11) & 0xff. */
+/* safetensors with a F32 [4,6], h U16 [3,5], s F32 [], g BF16 [2,8], i I8 [16], f F8_E4M3 [4,6],
+ * fs F32 [2,2] (f's scales in [2,4] blocks); byte k of the data section is (k * 37 + 11) & 0xff. */
 static void write_st(void)
 {
 	static const char hdr[] =
@@ -31,8 +31,10 @@ static void write_st(void)
 		"\"h\":{\"dtype\":\"U16\",\"shape\":[3,5],\"data_offsets\":[96,126]},"
 		"\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[126,130]},"
 		"\"g\":{\"dtype\":\"BF16\",\"shape\":[2,8],\"data_offsets\":[130,162]},"
-		"\"i\":{\"dtype\":\"I8\",\"shape\":[16],\"data_offsets\":[162,178]}}";
-	uint8_t len8[8], data[178];
+		"\"i\":{\"dtype\":\"I8\",\"shape\":[16],\"data_offsets\":[162,178]},"
+		"\"f\":{\"dtype\":\"F8_E4M3\",\"shape\":[4,6],\"data_offsets\":[178,202]},"
+		"\"fs\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[202,218]}}";
+	uint8_t len8[8], data[218];
 	FILE *f = fopen(st_path, "wb");
 
 	if (!f)
@@ -151,7 +153,7 @@ static uint64_t num(struct rd *r)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const cks[] = { "m", "q", "x" };
-	static const char *const names[] = { "a", "h", "s", "g", "i", "q", "nope", "" };
+	static const char *const names[] = { "a", "h", "s", "g", "i", "q", "nope", "", "f", "fs" };
 	static struct wd_rnode nodes[MAX_N];
 	static uint32_t inputs[MAX_N][6];
 	static uint64_t idx[MAX_N][8];
@@ -172,9 +174,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint8_t b;
 
 		memset(x, 0, sizeof(*x));
-		x->op = (enum wd_op)(u8(&r) % 9);
+		x->op = (enum wd_op)(u8(&r) % (WD_OP_LAST + 2));
 		x->checkpoint = cks[u8(&r) % 3];
-		x->tensor = names[u8(&r) % 8];
+		x->tensor = names[u8(&r) % 10];
 		b = u8(&r);
 		x->sel.kind = (enum wd_sel_kind)(b % 6);
 		x->sel.axis = u8(&r) % 4;
@@ -203,6 +205,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (int d = 0; d < WD_MAX_DIMS; d++)
 			x->perm[d] = u8(&r) % 10;
 		x->dtype = (enum wd_dtype)(u8(&r) % (WD_DTYPE_COUNT + 1));
+		x->n_block = (int)(u8(&r) % 11) - 1;
+		for (int d = 0; d < WD_MAX_DIMS; d++)
+			x->block[d] = d < x->n_block ? num(&r) : 0;
 	}
 	{
 		struct wd_recipe rec = { nodes, n };

@@ -76,6 +76,30 @@ step "the service runs the installed binary on the installed config"
 grep -qx "ExecStart=$WD_SBINDIR/weightd --config $WD_SYSCONFDIR/weightd/weightd.conf --foreground" \
 	"$dest$unitdir/weightd.service" || fail "ExecStart does not name the installed paths"
 
+step "cmake --install --prefix elsewhere: the service and config follow that prefix"
+alt=$dest/alt
+alt_prefix=/opt/wd-alt
+if DESTDIR=$alt cmake --install "$build" --prefix "$alt_prefix" >"$dest.alt.log" 2>&1; then
+	alt_unitdir=$unitdir
+	case $WD_UNITDIR in /*) ;; *) alt_unitdir=$alt_prefix/$WD_UNITDIR ;; esac
+	want="ExecStart=$alt_prefix/sbin/weightd --config /etc/opt/wd-alt/weightd/weightd.conf --foreground"
+	grep -qx "$want" "$alt$alt_unitdir/weightd.service" ||
+		fail "installed with --prefix $alt_prefix, weightd.service does not say: $want"
+	[ -x "$alt$alt_prefix/sbin/weightd" ] || fail "no $alt_prefix/sbin/weightd"
+	[ -f "$alt/etc/opt/wd-alt/weightd/weightd.conf" ] || fail "no /etc/opt/wd-alt/weightd/weightd.conf"
+	alt_pc=$(find "$alt$alt_prefix" -name libweightd.pc | head -n 1)
+	[ -n "$alt_pc" ] || fail "no libweightd.pc under $alt_prefix"
+	if [ -n "$alt_pc" ]; then
+		got=$(PKG_CONFIG_PATH=$(dirname "$alt_pc") pkg-config --variable=libdir libweightd)
+		[ -f "$got/libweightd.so" ] ||
+			fail "libweightd.pc installed under $alt_prefix points at $got, without libweightd.so"
+	fi
+else
+	cat "$dest.alt.log" >&2
+	fail "cmake --install --prefix $alt_prefix"
+fi
+rm -f "$dest.alt.log"
+
 step "systemd-analyze verify"
 if command -v systemd-analyze >/dev/null; then
 	# verify --root resolves units, binaries and dependencies inside the DESTDIR: give it the
@@ -144,9 +168,12 @@ int main(void)
 EOF
 
 step "build against the installed pkg-config file"
+# No --define-variable: the file finds its prefix from its own place, inside the DESTDIR.
 pc() {
-	PKG_CONFIG_PATH="$dest$WD_LIBDIR/pkgconfig" pkg-config --define-variable=prefix="$dest$WD_PREFIX" "$@"
+	PKG_CONFIG_PATH="$dest$WD_LIBDIR/pkgconfig" pkg-config "$@"
 }
+[ "$(realpath -m "$(pc --variable=prefix libweightd)")" = "$(realpath -m "$dest$WD_PREFIX")" ] ||
+	fail "libweightd.pc's prefix is not $dest$WD_PREFIX: $(pc --variable=prefix libweightd)"
 if [ "$(pc --modversion libweightd)" != "$WD_VERSION" ]; then
 	fail "pkg-config --modversion libweightd is not $WD_VERSION"
 fi

@@ -154,8 +154,12 @@ int harness_write_config(struct harness *h, const char *extra_daemon, const char
 
 	if (!f)
 		return -1;
-	fprintf(f, "[daemon]\nsocket = %s\nsocket_mode = 0666\nshm_prefix = %s\nstate_dir = %s/state\n"
-		   "workers = 2\n%s\n%s\n", h->sock, h->prefix, h->dir, extra_daemon ? extra_daemon : "",
+	/* socket_mode and workers have defaults here that extra_daemon may replace */
+	extra_daemon = extra_daemon ? extra_daemon : "";
+	fprintf(f, "[daemon]\nsocket = %s\nshm_prefix = %s\nstate_dir = %s/state\n%s%s%s\n%s\n",
+		h->sock, h->prefix, h->dir,
+		strstr(extra_daemon, "socket_mode") ? "" : "socket_mode = 0666\n",
+		strstr(extra_daemon, "workers") ? "" : "workers = 2\n", extra_daemon,
 		sections ? sections : "");
 	return fclose(f) == 0 ? 0 : -1;
 }
@@ -299,8 +303,12 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 		/* a test killed by its timeout takes its daemon with it */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		setenv("NOTIFY_SOCKET", h->notify, 1);
-		execl(harness_weightd(), "weightd", "--config", h->conf, "--foreground",
-		      "--log-level", "debug", (char *)NULL);
+		if (opts && opts->file_log_level)
+			execl(harness_weightd(), "weightd", "--config", h->conf, "--foreground",
+			      (char *)NULL);
+		else
+			execl(harness_weightd(), "weightd", "--config", h->conf, "--foreground",
+			      "--log-level", "debug", (char *)NULL);
 		_exit(127);
 	}
 	h->pid = pid;

@@ -29,6 +29,7 @@ struct harness_opts {
 	unsigned long nofile;    /* RLIMIT_NOFILE (soft and hard) of the daemon; 0: inherited */
 	const char *shm_size;    /* a private tmpfs of this size ("64m") on the daemon's /dev/shm, in
 				  * its own mount namespace; NULL: the shared /dev/shm */
+	bool file_log_level;     /* no --log-level debug: the config's log_level decides */
 };
 
 #define HARNESS_UNSUPPORTED (-2)
@@ -36,8 +37,9 @@ struct harness_opts {
 /* Make the temp dir and pick names. Returns 0 or -1. */
 int harness_init(struct harness *h);
 
-/* Write the config: a [daemon] section (socket, prefix, state dir) plus `extra_daemon` lines, then
- * `sections` verbatim (checkpoint sections). */
+/* Write the config: a [daemon] section (socket, prefix, state dir, socket_mode = 0666 and
+ * workers = 2 unless extra_daemon sets them) plus `extra_daemon` lines, then `sections` verbatim
+ * (checkpoint sections). */
 int harness_write_config(struct harness *h, const char *extra_daemon, const char *sections);
 
 /* Start weightd --foreground and wait (up to 30 s) for READY=1. 0, or -1 (log printed). */

@@ -169,6 +169,24 @@ static void allow_groups_grants_a_supplementary_group(void **state)
 	run_as(UID_DAEMON, GID_DAEMON, groups, 3, ex, sizeof(ex) / sizeof(ex[0]));
 }
 
+/* A client in 1,000 supplementary groups, audio the last: every group is read (the first 256 were
+ * once all that counted, and past 256 none did), so the grant comes through. */
+static void allow_groups_sees_groups_past_256(void **state)
+{
+	static const struct expect ex[] = {
+		{ "by_supplementary", 1 }, { "either", 1 }, { "by_primary", 0 },
+	};
+	static gid_t groups[1000];
+	size_t n = 0;
+
+	(void)state;
+	for (gid_t g = 20000; n < 999; g++)
+		if (g != gid_audio)
+			groups[n++] = g;
+	groups[n++] = gid_audio;
+	run_as(UID_DAEMON, GID_DAEMON, groups, n, ex, sizeof(ex) / sizeof(ex[0]));
+}
+
 /* Without a matching uid or group nothing is granted; root is named where it is allowed. */
 static void no_match_no_access(void **state)
 {
@@ -192,6 +210,7 @@ int main(void)
 		cmocka_unit_test(allow_users_lists_every_name),
 		cmocka_unit_test(allow_groups_grants_the_primary_group),
 		cmocka_unit_test(allow_groups_grants_a_supplementary_group),
+		cmocka_unit_test(allow_groups_sees_groups_past_256),
 		cmocka_unit_test(no_match_no_access),
 	};
 

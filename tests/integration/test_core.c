@@ -402,6 +402,54 @@ static void a_denied_uid_gets_a_clear_error(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* The daemon's side of share: another fd to the same memory, one more reference in the daemon,
+ * each released on its own and in any order. */
+static void share_gives_another_reference_to_the_same_memory(void **state)
+{
+	weightd_client *c = it_connect(&H);
+	weightd_weight *w = it_get_ok(c, "tiny", "model.norm.weight"), *w2 = NULL;
+	const weightd_weight_status *ws;
+	weightd_status *st;
+	weightd_error err;
+	struct stat a, b;
+	uint8_t *copy;
+	uint64_t n = weightd_weight_nbytes(w);
+
+	(void)state;
+	copy = malloc(n);
+	assert_non_null(copy);
+	memcpy(copy, it_map(w), n);
+	st = it_status(c);
+	ws = it_weight(st, "tiny", "model.norm.weight");
+	assert_non_null(ws);
+	assert_int_equal(ws->refs, 1);
+	weightd_status_free(st);
+
+	assert_int_equal(weightd_share(w, &w2, &err), 0);
+	assert_int_not_equal(weightd_weight_fd(w2), weightd_weight_fd(w));
+	assert_int_equal(fstat(weightd_weight_fd(w), &a), 0);
+	assert_int_equal(fstat(weightd_weight_fd(w2), &b), 0);
+	assert_true(a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+	assert_int_equal(weightd_weight_handle(w2), weightd_weight_handle(w));
+	assert_memory_equal(weightd_weight_digest(w2), weightd_weight_digest(w), WEIGHTD_DIGEST_LEN);
+	st = it_status(c);
+	assert_int_equal(it_weight(st, "tiny", "model.norm.weight")->refs, 2);
+	weightd_status_free(st);
+
+	/* the original goes first; the share still maps the same bytes */
+	weightd_release(w);
+	st = it_status(c);
+	assert_int_equal(it_weight(st, "tiny", "model.norm.weight")->refs, 1);
+	weightd_status_free(st);
+	assert_memory_equal(it_map(w2), copy, n);
+	weightd_release(w2);
+	st = it_status(c);
+	assert_int_equal(it_weight(st, "tiny", "model.norm.weight")->refs, 0);
+	weightd_status_free(st);
+	free(copy);
+	weightd_close(c);
+}
+
 static void check_config_names_the_bad_file(void **state)
 {
 	char out[8192];
@@ -420,6 +468,7 @@ int main(void)
 		cmocka_unit_test(two_processes_share_one_copy),
 		cmocka_unit_test(clear_errors_and_daemon_keeps_serving),
 		cmocka_unit_test(a_denied_uid_gets_a_clear_error),
+		cmocka_unit_test(share_gives_another_reference_to_the_same_memory),
 		cmocka_unit_test(check_config_names_the_bad_file),
 	};
 

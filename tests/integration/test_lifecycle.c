@@ -901,13 +901,23 @@ static void readoption_checks_what_the_index_vouches_for(void **state)
 	it_leak_check(&H, base, 0);
 }
 
-/* --- weightctl status and purge ------------------------------------------------------------- */
+/* --- weightctl status, weightd --purge ---------------------------------------------------- */
 
 static int weightctl(char *out, size_t cap, const char *a1, const char *a2, const char *a3,
 		     const char *a4, const char *a5)
 {
 	char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, (char *)a1, (char *)a2,
 			 (char *)a3, (char *)a4, (char *)a5, NULL };
+
+	return harness_run(argv, out, cap, (uid_t)-1);
+}
+
+/* weightd --purge with up to five more arguments (NULL-terminated), output in out. */
+static int purge(char *out, size_t cap, const char *a1, const char *a2, const char *a3,
+		 const char *a4, const char *a5)
+{
+	char *argv[] = { (char *)harness_weightd(), "--purge", (char *)a1, (char *)a2, (char *)a3,
+			 (char *)a4, (char *)a5, NULL };
 
 	return harness_run(argv, out, cap, (uid_t)-1);
 }
@@ -936,7 +946,7 @@ static json_int_t jint(json_t *o, const char *key)
 
 /*
  * weightctl status shows what the lifecycle did: budget use, evictions, generations of sources
- * and weights, references per weight, and re-adoptions after a restart. weightctl purge removes
+ * and weights, references per weight, and re-adoptions after a restart. weightd --purge removes
  * an instance's segments and records, and refuses while the daemon runs.
  */
 static void weightctl_status_and_purge(void **state)
@@ -1007,13 +1017,13 @@ static void weightctl_status_and_purge(void **state)
 	/* purge refuses while the daemon runs, and leaves everything */
 	segs = harness_segments(&H);
 	assert_int_equal(segs, 1);
-	assert_int_equal(weightctl(out, sizeof(out), "purge", "--config", H.conf, NULL, NULL), 1);
+	assert_int_equal(purge(out, sizeof(out), "--config", H.conf, NULL, NULL, NULL), 1);
 	assert_int_equal(harness_segments(&H), segs);
 
 	/* stopped cleanly, the segments stay for the next start; purge takes them and the records */
 	assert_int_equal(harness_stop(&H), 0);
 	assert_int_equal(harness_segments(&H), segs);
-	assert_int_equal(weightctl(out, sizeof(out), "purge", "--config", H.conf, NULL, NULL), 0);
+	assert_int_equal(purge(out, sizeof(out), "--config", H.conf, NULL, NULL, NULL), 0);
 	assert_non_null(strstr(out, "removed 1 segment under"));
 	assert_non_null(strstr(out, "1 state record"));
 	assert_int_equal(harness_segments(&H), 0);
@@ -1027,10 +1037,10 @@ static void weightctl_status_and_purge(void **state)
 	harness_kill(&H);
 	assert_int_equal(harness_segments(&H), 2);
 	snprintf(tmp, sizeof(tmp), "%s/state", H.dir);
-	assert_int_equal(weightctl(out, sizeof(out), "--json", "purge", "--prefix", H.prefix,
-				   "--state-dir"), 2); /* missing value: usage */
+	assert_int_equal(purge(out, sizeof(out), "--json", "--prefix", H.prefix, "--state-dir", NULL),
+			 2); /* missing value: usage */
 	{
-		char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, "--json", "purge",
+		char *argv[] = { (char *)harness_weightd(), "--purge", "--socket", H.sock, "--json",
 				 "--prefix", H.prefix, "--state-dir", tmp, NULL };
 		assert_int_equal(harness_run(argv, out, sizeof(out), (uid_t)-1), 0);
 	}

@@ -831,7 +831,7 @@ static const struct bad_case bad_cases[] = {
 	/* node 32 of 40 nested casts is 8 levels below the outermost */
 	{ "recipe too deep", NULL, WEIGHTD_E_RECIPE_TOO_DEEP, 0, "cast",
 	  "$.input.input.input.input.input.input.input.input" },
-	{ "recipe too large", NULL, WEIGHTD_E_RECIPE_TOO_LARGE, 0, "source", "$.inputs[256]" },
+	{ "recipe too large", NULL, WEIGHTD_E_RECIPE_TOO_LARGE, 0, "source", NULL },
 };
 
 /* 40 casts nested over one source: nodes 0 (source), 1..40 (casts); node i is i + 1 deep. */
@@ -852,14 +852,15 @@ static char *too_deep_json(void)
 }
 
 /* A concat of 299 sources: 300 nodes, nodes 0..298 sources. */
-static char *too_large_json(void)
+/* A concat of max_nodes + 43 sources: node max_nodes (a source) is the first past the limit. */
+static char *too_large_json(uint32_t max_nodes)
 {
-	size_t cap = 64 * 1024, len = 0;
+	size_t cap = 64 * ((size_t)max_nodes + 64), len = 0;
 	char *s = malloc(cap);
 
 	assert_non_null(s);
 	len += (size_t)snprintf(s + len, cap - len, "{\"op\":\"concat\",\"axis\":0,\"inputs\":[");
-	for (int i = 0; i < 299; i++)
+	for (uint32_t i = 0; i < max_nodes + 43; i++)
 		len += (size_t)snprintf(s + len, cap - len, "%s" SRC("k"), i ? "," : "");
 	snprintf(s + len, cap - len, "]}");
 	return s;
@@ -895,7 +896,7 @@ static void preflight_errors_name_the_node(void **state)
 			json = too_deep_json();
 			node = lim.max_depth; /* the first node deeper than the daemon's limit */
 		} else if (bc->code == WEIGHTD_E_RECIPE_TOO_LARGE) {
-			json = too_large_json();
+			json = too_large_json(si->max_recipe_nodes);
 			node = si->max_recipe_nodes; /* the first node past the limit */
 		} else {
 			json = strdup(bc->json);
@@ -919,7 +920,12 @@ static void preflight_errors_name_the_node(void **state)
 		snprintf(want, sizeof(want), "node %u (%s)", node, bc->op);
 		if (!strstr(err.message, want))
 			fail_msg("%s: the message does not name \"%s\": %s", bc->what, want, err.message);
-		snprintf(where, sizeof(where), "(node %u is at %s in the recipe JSON)", node, bc->path);
+		if (bc->code == WEIGHTD_E_RECIPE_TOO_LARGE)
+			snprintf(where, sizeof(where), "(node %u is at $.inputs[%u] in the recipe JSON)",
+				 node, node);
+		else
+			snprintf(where, sizeof(where), "(node %u is at %s in the recipe JSON)", node,
+				 bc->path);
 		if (!strstr(err.message, where))
 			fail_msg("%s: the message does not say \"%s\": %s", bc->what, where, err.message);
 		assert_string_equal(err.slot, "output");

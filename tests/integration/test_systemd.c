@@ -257,7 +257,7 @@ static void purge_refuses_a_socket_unit_without_starting_weightd(void **state)
 		usleep(10000);
 	}
 	usleep(100000); /* bound is not yet listening: give it the moment after bind() */
-	char *argv[] = { (char *)harness_weightctl(), "--socket", sock, "purge", "--prefix",
+	char *argv[] = { (char *)harness_weightd(), "--purge", "--socket", sock, "--prefix",
 			 "wdtest-purge-unused", NULL };
 	rc = harness_run(argv, out, sizeof(out), (uid_t)-1);
 	/* a connection would have made systemd-socket-activate run its command by now: a negative

@@ -1,6 +1,7 @@
-/* test_wire.c - requests the client library never sends, encoded by hand from proto/weightd.proto:
- * a hello of another protocol version, empty units, too many pending requests, bad release
- * handles. Each must get a clear error; but for the hello, the connection keeps serving. */
+/* test_wire.c - requests encoded by hand from proto/weightd.proto, many of which the client library
+ * never sends: hellos of other protocol versions and ranges, empty units, too many pending
+ * requests, bad release handles, share of held and not-held handles. Each must get a clear error;
+ * but for a refused hello, the connection keeps serving. */
 #include <poll.h>
 
 #include "itest.h"
@@ -12,7 +13,8 @@ static struct harness H;
 /* Error codes (proto/weightd.proto ErrorCode). */
 #define ERR_NOT_FOUND 2
 #define ERR_LIMIT_EXCEEDED 9
-#define ERR_PROTOCOL 10
+#define ERR_INVALID_ARGUMENT 1
+#define ERR_UNSUPPORTED_VERSION 56
 #define ERR_EMPTY_INPUTS 22
 
 /* ---- a protobuf writer: just what these requests need ---- */
@@ -88,15 +90,23 @@ static void send_frame(int fd, uint64_t id, unsigned body_field, const struct pb
 	send_all(fd, f, frame(f, id, body_field, body));
 }
 
-/* Hello { protocol_version, client_name }. */
-static void send_hello(int fd, uint64_t id, uint32_t version)
+/* Hello { protocol_version = min, client_name, max_protocol_version = max } (0: left out). */
+static void send_hello_range(int fd, uint64_t id, uint32_t min, uint32_t max)
 {
 	struct pb h = { .n = 0 };
 
-	if (version)
-		pb_uint(&h, 1, version);
+	if (min)
+		pb_uint(&h, 1, min);
 	pb_str(&h, 2, "test_wire");
+	if (max)
+		pb_uint(&h, 3, max);
 	send_frame(fd, id, 10, &h);
+}
+
+/* The Hello of a client that speaks one version (as before versions were ranges). */
+static void send_hello(int fd, uint64_t id, uint32_t version)
+{
+	send_hello_range(fd, id, version, 0);
 }
 
 /* Unit { entries = [UnitEntry { name, recipe = Recipe { nodes = [Node { source }] } }] }. */
@@ -189,6 +199,7 @@ static bool pb_find(struct slice m, unsigned field, uint64_t *ret_v, struct slic
 
 /* One response: its id, its error code (0: none) and message, the body field present. */
 struct resp {
+	uint32_t nfds;          /* the frame header's fd count */
 	uint64_t id;
 	uint64_t code;
 	char message[1024];
@@ -237,6 +248,8 @@ static void read_resp(int fd, struct resp *r)
 	assert_true(read_exact(fd, hdr, 8, 10000));
 	len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
 	      (uint32_t)hdr[3] << 24;
+	r->nfds = (uint32_t)hdr[4] | (uint32_t)hdr[5] << 8 | (uint32_t)hdr[6] << 16 |
+		  (uint32_t)hdr[7] << 24;
 	assert_true(len <= sizeof(r->buf));
 	assert_true(read_exact(fd, r->buf, len, 10000));
 	m.p = r->buf;
@@ -309,25 +322,120 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* A hello of a version this daemon does not speak gets ERR_PROTOCOL naming the version. */
+/* The connection is closed by the daemon: reading gives end of file. */
+static void expect_closed(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+
+	assert_int_equal(poll(&p, 1, 10000), 1);
+	assert_int_equal(read(fd, &c, 1), 0);
+}
+
+/*
+ * Versions are ranges: a hello whose range overlaps the daemon's gets the newest version in
+ * both, and the daemon's own range (HelloReply 14, 15). One with no version in common gets
+ * ERR_UNSUPPORTED_VERSION naming both ranges and which side to upgrade, then the connection
+ * closes; a minimum above the maximum is an invalid argument.
+ */
+static void hello_versions_are_ranges(void **state)
+{
+	const uint32_t lo = WEIGHTD_PROTOCOL_MIN_VERSION, hi = WEIGHTD_PROTOCOL_VERSION;
+	static const struct { uint32_t min, max; } ok[] = {
+		{ WEIGHTD_PROTOCOL_VERSION, 0 },                  /* a client of one version */
+		{ WEIGHTD_PROTOCOL_MIN_VERSION, WEIGHTD_PROTOCOL_VERSION + 7 }, /* a newer client */
+		{ 1, WEIGHTD_PROTOCOL_VERSION },
+	};
+	char want[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		struct resp r;
+		uint64_t v = 0, dmin = 0, dmax = 0;
+		int fd = it_raw_connect(&H);
+
+		assert_true(fd >= 0);
+		send_hello_range(fd, 3, ok[i].min, ok[i].max);
+		read_resp(fd, &r);
+		if (r.code)
+			fail_msg("range %u..%u refused: %s", ok[i].min, ok[i].max, r.message);
+		assert_int_equal(r.body, 10);
+		assert_true(pb_find(r.body_msg, 1, &v, NULL));
+		assert_true(pb_find(r.body_msg, 14, &dmin, NULL));
+		assert_true(pb_find(r.body_msg, 15, &dmax, NULL));
+		assert_int_equal(v, ok[i].max == 0 ? ok[i].min : ok[i].max < hi ? ok[i].max : hi);
+		assert_int_equal(dmin, lo);
+		assert_int_equal(dmax, hi);
+		still_serving(fd, 4);
+		close(fd);
+	}
+	{
+		/* a client too new: it speaks only versions above ours */
+		struct resp r;
+		int fd = it_raw_connect(&H);
+
+		send_hello_range(fd, 5, hi + 1, hi + 3);
+		read_resp(fd, &r);
+		assert_int_equal(r.id, 5);
+		assert_int_equal(r.code, ERR_UNSUPPORTED_VERSION);
+		snprintf(want, sizeof(want), "no protocol version in common: the client speaks protocol "
+			 "versions %u to %u, this weightd", hi + 1, hi + 3);
+		if (!strstr(r.message, want) || !strstr(r.message, "upgrade weightd"))
+			fail_msg("message: %s", r.message);
+		snprintf(want, sizeof(want), "speaks %u to %u", lo, hi);
+		assert_non_null(strstr(r.message, want));
+		expect_closed(fd);
+		close(fd);
+	}
+	if (lo > 1) {
+		/* a client too old (possible once versions below the minimum are dropped) */
+		struct resp r;
+		int fd = it_raw_connect(&H);
+
+		send_hello(fd, 6, lo - 1);
+		read_resp(fd, &r);
+		assert_int_equal(r.code, ERR_UNSUPPORTED_VERSION);
+		assert_non_null(strstr(r.message, "upgrade the client's libweightd"));
+		close(fd);
+	}
+	{
+		struct resp r;
+		int fd = it_raw_connect(&H);
+
+		send_hello_range(fd, 8, hi + 2, hi + 1);
+		read_resp(fd, &r);
+		assert_int_equal(r.code, ERR_INVALID_ARGUMENT);
+		snprintf(want, sizeof(want), "protocol_version %u (the oldest the client speaks) is above "
+			 "max_protocol_version %u", hi + 2, hi + 1);
+		assert_non_null(strstr(r.message, want));
+		expect_closed(fd);
+		close(fd);
+	}
+	/* and the daemon serves the next client */
+	close(hello_conn());
+}
+
+/* A hello of one version this daemon does not speak, or of none, is refused by name. */
 static void hello_with_another_version_is_refused(void **state)
 {
 	static const uint32_t versions[] = { 999, 0 /* unset */ };
+	static const char *const said[] = {
+		"the client speaks protocol versions 999 to 999", "the client gave no protocol version",
+	};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
 		struct resp r;
-		char want[64];
 		int fd = it_raw_connect(&H);
 
 		assert_true(fd >= 0);
 		send_hello(fd, 7, versions[i]);
 		read_resp(fd, &r);
 		assert_int_equal(r.id, 7);
-		assert_int_equal(r.code, ERR_PROTOCOL);
-		snprintf(want, sizeof(want), "protocol version %u", versions[i]);
-		if (!strstr(r.message, want))
+		assert_int_equal(r.code, ERR_UNSUPPORTED_VERSION);
+		if (!strstr(r.message, said[i]))
 			fail_msg("message: %s", r.message);
+		expect_closed(fd);
 		close(fd);
 	}
 	/* and the daemon serves the next client */
@@ -492,13 +600,164 @@ static void bad_release_handles_are_refused(void **state)
 	close(fd);
 }
 
+/* Append a varint to buf at *n. */
+static void put_varint(uint8_t *buf, size_t *n, uint64_t v)
+{
+	while (v >= 0x80) {
+		buf[(*n)++] = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	buf[(*n)++] = (uint8_t)v;
+}
+
+/*
+ * Request { id, <body_field> = { `count` copies of the 2 bytes `item` } } as one frame: `count`
+ * empty entries (0a 00), empty aliases (12 00) or handles 1 (08 01) of a body message.
+ */
+static void send_repeated(int fd, uint64_t id, unsigned body_field, const uint8_t item[2],
+			  size_t count)
+{
+	size_t cap = 2 * count + 64, n = 8, body = 2 * count;
+	uint8_t *f = malloc(cap);
+
+	assert_non_null(f);
+	memset(f, 0, 8);
+	f[n++] = 0x08;
+	put_varint(f, &n, id);
+	put_varint(f, &n, (uint64_t)body_field << 3 | 2);
+	put_varint(f, &n, body);
+	for (size_t i = 0; i < count; i++) {
+		f[n++] = item[0];
+		f[n++] = item[1];
+	}
+	f[0] = (uint8_t)(n - 8);
+	f[1] = (uint8_t)((n - 8) >> 8);
+	f[2] = (uint8_t)((n - 8) >> 16);
+	send_all(fd, f, n);
+	free(f);
+}
+
+/* 65,537 entries, aliases or release handles are refused by the limit, before anything else is
+ * looked at; 65,536 pass the limit (and fail on what they are: nameless entries, handles not
+ * held). */
+static void too_many_entries_are_refused(void **state)
+{
+	static const uint8_t entry[2] = { 0x0a, 0x00 }, alias[2] = { 0x12, 0x00 },
+			     handle[2] = { 0x08, 0x01 };
+	static const struct { unsigned body; const uint8_t *item; const char *said; } cases[] = {
+		{ 14, entry, "the unit has more than 65536 entries or aliases" },
+		{ 13, entry, "the unit has more than 65536 entries or aliases" },
+		{ 16, handle, "at most 65536 handles per release" },
+	};
+	int fd = hello_conn();
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct resp r;
+
+		send_repeated(fd, 70 + i, cases[i].body, cases[i].item, 65537);
+		read_resp(fd, &r);
+		assert_int_equal(r.id, 70 + i);
+		assert_int_equal(r.code, ERR_LIMIT_EXCEEDED);
+		if (!strstr(r.message, cases[i].said))
+			fail_msg("message: %s", r.message);
+		send_repeated(fd, 80 + i, cases[i].body, cases[i].item, 65536);
+		read_resp(fd, &r);
+		assert_int_equal(r.id, 80 + i);
+		assert_true(r.code != 0 && r.code != ERR_LIMIT_EXCEEDED);
+	}
+	{
+		/* one entry and 65,537 aliases */
+		struct resp r;
+		size_t count = 65537, n = 8, body = 2 + 2 * count;
+		uint8_t *f = malloc(2 * count + 64);
+
+		assert_non_null(f);
+		memset(f, 0, 8);
+		f[n++] = 0x08;
+		put_varint(f, &n, 90);
+		put_varint(f, &n, 14u << 3 | 2);
+		put_varint(f, &n, body);
+		f[n++] = entry[0];
+		f[n++] = entry[1];
+		for (size_t i = 0; i < count; i++) {
+			f[n++] = alias[0];
+			f[n++] = alias[1];
+		}
+		f[0] = (uint8_t)(n - 8);
+		f[1] = (uint8_t)((n - 8) >> 8);
+		f[2] = (uint8_t)((n - 8) >> 16);
+		send_all(fd, f, n);
+		free(f);
+		read_resp(fd, &r);
+		assert_int_equal(r.code, ERR_LIMIT_EXCEEDED);
+	}
+	still_serving(fd, 99);
+	close(fd);
+}
+
+/* Share { handle }: a held handle gets a ShareReply for the same weight and one fd, and a second
+ * reference (one release is not enough to let go); a handle not held, released, or held by
+ * another connection is NOT_FOUND naming it. */
+static void share_hands_another_reference_to_a_held_weight(void **state)
+{
+	struct pb sh;
+	struct resp r;
+	struct slice w;
+	uint64_t h, got = 0, list[1];
+	char want[96];
+	int fd = hello_conn(), other;
+
+	(void)state;
+	h = materialized_handle(fd, 60, "model.layers.0.mlp.up_proj.weight");
+	sh.n = 0;
+	pb_uint(&sh, 1, h);
+	send_frame(fd, 61, 15, &sh);
+	read_resp(fd, &r);
+	assert_int_equal(r.id, 61);
+	assert_int_equal(r.code, 0);
+	assert_int_equal(r.body, 15);
+	assert_int_equal(r.nfds, 1);
+	assert_true(pb_find(r.body_msg, 1, NULL, &w));
+	assert_true(pb_find(w, 2, &got, NULL));
+	assert_int_equal(got, h);
+	/* two references now: released twice, refused a third time */
+	list[0] = h;
+	expect_release(fd, 62, list, 1, 0);
+	expect_release(fd, 63, list, 1, 0);
+	expect_release(fd, 64, list, 1, ERR_NOT_FOUND);
+	/* released: nothing left to share */
+	send_frame(fd, 65, 15, &sh);
+	read_resp(fd, &r);
+	assert_int_equal(r.code, ERR_NOT_FOUND);
+	assert_int_equal(r.nfds, 0);
+	snprintf(want, sizeof(want), "this client holds no weight with handle %llu",
+		 (unsigned long long)h);
+	assert_non_null(strstr(r.message, want));
+	/* another connection's weight is not this one's to share */
+	other = hello_conn();
+	h = materialized_handle(other, 66, "model.layers.0.mlp.up_proj.weight");
+	sh.n = 0;
+	pb_uint(&sh, 1, h);
+	send_frame(fd, 67, 15, &sh);
+	read_resp(fd, &r);
+	assert_int_equal(r.code, ERR_NOT_FOUND);
+	still_serving(fd, 68);
+	still_serving(other, 69);
+	close(other);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(hello_with_another_version_is_refused),
+		cmocka_unit_test(hello_versions_are_ranges),
 		cmocka_unit_test(empty_units_are_refused),
 		cmocka_unit_test(too_many_pending_requests_are_refused),
 		cmocka_unit_test(bad_release_handles_are_refused),
+		cmocka_unit_test(too_many_entries_are_refused),
+		cmocka_unit_test(share_hands_another_reference_to_a_held_weight),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -175,8 +175,13 @@ static void test_hello_and_server_info(void **state)
 	assert_int_equal(si->max_client_bytes, 123456789);
 	hello = fake_nth(f, WEIGHTD__REQUEST__BODY_HELLO, 0);
 	assert_non_null(hello);
-	assert_int_equal(hello->hello->protocol_version, 1);
+	/* oldest first, where a daemon from before ranges looks */
+	assert_int_equal(hello->hello->protocol_version, WEIGHTD_PROTOCOL_MIN_VERSION);
+	assert_int_equal(hello->hello->max_protocol_version, WEIGHTD_PROTOCOL_VERSION);
 	assert_string_equal(hello->hello->client_name, "test");
+	assert_int_equal(si->protocol_version, 1);
+	assert_int_equal(si->min_protocol_version, 1);
+	assert_int_equal(si->max_protocol_version, 1);
 	assert_true(weightd_client_fd(c) >= 0);
 	weightd_close(c);
 	fake_stop(f);
@@ -188,10 +193,24 @@ static void test_version_mismatch_refused(void **state)
 	weightd_client *c = (weightd_client *)0x1;
 	weightd_error err;
 
-	f->hello_version = 2;
-	assert_int_equal(weightd_connect(f->path, "test", &c, &err), -WEIGHTD_E_UNSUPPORTED);
+	/* a daemon that picks a version outside what this library speaks */
+	f->hello_version = WEIGHTD_PROTOCOL_VERSION + 1;
+	assert_int_equal(weightd_connect(f->path, "test", &c, &err), -WEIGHTD_E_UNSUPPORTED_VERSION);
 	assert_ptr_equal(c, (weightd_client *)0x1);   /* untouched on failure */
-	assert_non_null(strstr(err.message, "protocol version 2"));
+	assert_int_equal(err.code, WEIGHTD_E_UNSUPPORTED_VERSION);
+	{
+		char want[160];
+
+		snprintf(want, sizeof(want), "answered with protocol version %d (it speaks 1 to %d); "
+			 "this libweightd", WEIGHTD_PROTOCOL_VERSION + 1, WEIGHTD_PROTOCOL_VERSION + 1);
+		if (!strstr(err.message, want))
+			fail_msg("message: %s", err.message);
+		snprintf(want, sizeof(want), "speaks %d to %d", WEIGHTD_PROTOCOL_MIN_VERSION,
+			 WEIGHTD_PROTOCOL_VERSION);
+		assert_non_null(strstr(err.message, want));
+	}
+	f->hello_version = 0;
+	assert_int_equal(weightd_connect(f->path, "test", &c, &err), -WEIGHTD_E_UNSUPPORTED_VERSION);
 	fake_stop(f);
 }
 

@@ -211,6 +211,72 @@ static void test_builder_matches_json(void **state)
 	weightd_recipe_free(j);
 }
 
+/* dequant_block: JSON flattens input, scale, node; the builder gives the same bytes on the wire. */
+static void test_dequant_block_json_and_builder(void **state)
+{
+	struct env *e = *state;
+	static const uint64_t block[] = { 128, 64 };
+	weightd_recipe *r, *j;
+	weightd_selection *sel;
+	const Weightd__Recipe *a, *b;
+	uint8_t *pa, *pb;
+	size_t la, lb;
+	weightd_error err;
+	int d, sc, q;
+
+	j = parse_ok("{\"op\":\"select\",\"select\":{\"shard\":[0,3,8]},\"input\":"
+		     "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[128,64],"
+		     "\"input\":" SRC("w") ",\"scale\":" SRC("w_s") "}}");
+	b = sent(e, j, &err);
+	assert_int_equal(b->n_nodes, 4);
+	assert_string_equal(b->nodes[0]->tensor, "w");
+	assert_string_equal(b->nodes[1]->tensor, "w_s");
+	assert_int_equal(b->nodes[2]->op, WEIGHTD__OP__OP_DEQUANT_BLOCK);
+	assert_int_equal(b->nodes[2]->n_inputs, 2);
+	assert_int_equal(b->nodes[2]->inputs[0], 0);
+	assert_int_equal(b->nodes[2]->inputs[1], 1);
+	assert_string_equal(b->nodes[2]->dtype, "BF16");
+	assert_int_equal(b->nodes[2]->n_block, 2);
+	assert_int_equal(b->nodes[2]->block[0], 128);
+	assert_int_equal(b->nodes[2]->block[1], 64);
+	assert_int_equal(b->nodes[3]->inputs[0], 2);
+
+	assert_int_equal(weightd_recipe_new(&r, &err), 0);
+	d = weightd_recipe_source(r, "m", "w", NULL, &err);
+	sc = weightd_recipe_source(r, "m", "w_s", NULL, &err);
+	q = weightd_recipe_dequant_block(r, d, sc, block, 2, "BF16", &err);
+	assert_int_equal(q, 2);
+	assert_int_equal(weightd_selection_shard(0, 3, 8, &sel, &err), 0);
+	assert_int_equal(weightd_recipe_select(r, q, sel, &err), 3);
+	weightd_selection_free(sel);
+	a = sent(e, r, &err);
+	la = weightd__recipe__get_packed_size(a);
+	pa = malloc(la);
+	weightd__recipe__pack(a, pa);
+	b = sent(e, j, &err);
+	lb = weightd__recipe__get_packed_size(b);
+	pb = malloc(lb);
+	weightd__recipe__pack(b, pb);
+	assert_int_equal(la, lb);
+	assert_memory_equal(pa, pb, la);
+	free(pa);
+	free(pb);
+
+	/* what the builder can check alone */
+	assert_int_equal(weightd_recipe_dequant_block(r, d, 7, block, 2, "BF16", &err),
+			 -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_non_null(strstr(err.message, "recipe node 4 (dequant_block): input 1 names node 7"));
+	assert_int_equal(weightd_recipe_dequant_block(r, d, sc, block, 9, "BF16", &err),
+			 -WEIGHTD_E_RECIPE_TOO_LARGE);
+	assert_int_equal(weightd_recipe_dequant_block(r, d, sc, NULL, 2, "BF16", &err),
+			 -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_int_equal(weightd_recipe_dequant_block(r, d, sc, block, 2, "B16", &err),
+			 -WEIGHTD_E_UNSUPPORTED_CAST);
+	assert_int_equal(weightd_recipe_nodes(r), 4);
+	weightd_recipe_free(r);
+	weightd_recipe_free(j);
+}
+
 static void test_json_errors_name_the_path(void **state)
 {
 	static const struct {
@@ -278,6 +344,18 @@ static void test_json_errors_name_the_path(void **state)
 		  "\"input\":" SRC("w") "}}", WEIGHTD_E_INVALID_ARGUMENT,
 		  "at $.input: missing key \"shape\"" },
 		{ "{\"op\":\"source\",\"op\":\"cast\"}", WEIGHTD_E_INVALID_ARGUMENT, "duplicate" },
+		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[128,128],\"input\":"
+		  SRC("w") "}", WEIGHTD_E_INVALID_ARGUMENT, "at $: missing key \"scale\"" },
+		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"input\":" SRC("w") ",\"scale\":"
+		  SRC("s") "}", WEIGHTD_E_INVALID_ARGUMENT, "at $: missing key \"block\"" },
+		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[128,-1],\"input\":"
+		  SRC("w") ",\"scale\":" SRC("s") "}", WEIGHTD_E_INVALID_ARGUMENT,
+		  "at $.block[1]: -1 is out of range" },
+		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[128],\"input\":"
+		  SRC("w") ",\"scale\":{\"op\":\"cast\",\"input\":" SRC("s") "}}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $.scale: missing key \"dtype\"" },
+		{ "{\"op\":\"dequant_block\",\"block\":[128],\"input\":" SRC("w") ",\"scale\":"
+		  SRC("s") "}", WEIGHTD_E_INVALID_ARGUMENT, "at $: missing key \"dtype\"" },
 	};
 	weightd_recipe *r;
 	weightd_error err;
@@ -486,6 +564,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_json_flattens_in_post_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_builder_matches_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dequant_block_json_and_builder, setup, teardown),
 		cmocka_unit_test(test_json_errors_name_the_path),
 		cmocka_unit_test(test_json_nesting_is_bounded),
 		cmocka_unit_test_setup_teardown(test_daemon_node_error_gets_json_path, setup,

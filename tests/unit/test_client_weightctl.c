@@ -198,6 +198,10 @@ static void test_usage_errors_exit_2_without_connecting(void **state)
 		if (r.status != 2 || strncmp(r.err, "weightctl: ", 11) || !strstr(r.err, "usage:"))
 			fail_msg("case %zu: status %d, stderr \"%s\"", i, r.status, r.err);
 	}
+	/* purge moved to the daemon: the usage error names what to run instead */
+	ctl(f, &r, "purge", "--config", "/etc/weightd/weightd.conf", NULL, NULL, NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "weightd --purge"));
 	/* none of them reached the daemon */
 	assert_int_equal(fake_count(f, WEIGHTD__REQUEST__BODY_HELLO), 0);
 	fake_stop(f);

@@ -351,12 +351,17 @@ static void test_long_lines(void **state)
 	snprintf(text, sizeof(text), "[daemon]\nsocket = %s\n", sock);
 	config_free(load_ok(text));
 
-	/* inih reads lines into a fixed buffer; longer lines are refused, not split. */
+	/* lines longer than inih's own buffer are read whole */
 	memset(sock, 'p', sizeof(sock));
 	sock[0] = '/';
 	sock[199] = '\0';
 	snprintf(text, sizeof(text), "[checkpoint:a]\n\npath = %s\n", sock);
-	expect_error(text, 3, "line is 206 characters long");
+	{
+		struct config *cfg = load_ok(text);
+
+		assert_string_equal(cfg->sources[0].path, sock);
+		config_free(cfg);
+	}
 
 	/* checkpoint names of 128 characters are accepted (longer than inih's section buffer). */
 	long_name = "n123456789n123456789n123456789n123456789n123456789n123456789n123456789"
@@ -372,6 +377,71 @@ static void test_long_lines(void **state)
 	}
 	snprintf(text, sizeof(text), "[checkpoint:%sx]\npath = /m\n", long_name);
 	expect_error(text, 1, "is invalid");
+}
+
+/*
+ * A 4,000-character path (a checkpoint deep in a Hugging Face cache) and lines up to 16,384
+ * characters work, by inih's rules for blanks and inline comments; longer lines, over-long
+ * paths, and long lines that are not "key = value" are refused by name.
+ */
+static void test_paths_up_to_path_max(void **state)
+{
+	static char path[5000], text[40000], want[5000];
+	struct config *cfg;
+	size_t n;
+
+	(void)state;
+	path[0] = '/';
+	for (n = 1; n < 4000; n++)
+		path[n] = n % 50 == 0 ? '/' : (char)('a' + n % 26);
+	path[n] = '\0';
+	snprintf(text, sizeof(text), "; a comment\n[checkpoint:hf]\npath = %s\npreload = yes\n", path);
+	cfg = load_ok(text);
+	assert_int_equal(strlen(cfg->sources[0].path), 4000);
+	assert_string_equal(cfg->sources[0].path, path);
+	assert_true(cfg->sources[0].preload);
+	config_free(cfg);
+
+	/* blanks around the value and an inline comment, as on short lines; ':' separates too */
+	snprintf(text, sizeof(text), "[checkpoint:hf]\npath:\t  %s  \t; the %s\n", path, "model");
+	cfg = load_ok(text);
+	assert_string_equal(cfg->sources[0].path, path);
+	config_free(cfg);
+	/* a ';' inside the value (not after a blank) is part of it */
+	memcpy(want, path, 4001);
+	want[100] = ';';
+	snprintf(text, sizeof(text), "[checkpoint:hf]\npath = %s\n", want);
+	cfg = load_ok(text);
+	assert_string_equal(cfg->sources[0].path, want);
+	config_free(cfg);
+	/* a long comment line is a comment */
+	memset(want, 'c', 3000);
+	want[0] = '#';
+	want[3000] = '\0';
+	snprintf(text, sizeof(text), "%s\n[checkpoint:hf]\npath = %s\n", want, path);
+	config_free(load_ok(text));
+
+	/* PATH_MAX counts the NUL: 4,095 characters are the most a path may have */
+	memset(want, 'q', 4096);
+	want[0] = '/';
+	want[4096] = '\0';
+	snprintf(text, sizeof(text), "[checkpoint:hf]\npath = %s\n", want);
+	expect_error(text, 2, "path: path is 4096 bytes long, at most 4095 allowed");
+	want[4095] = '\0';
+	snprintf(text, sizeof(text), "[checkpoint:hf]\npath = %s\n", want);
+	config_free(load_ok(text));
+
+	/* a long line without '=' or ':' */
+	memset(want, 'k', 3000);
+	want[3000] = '\0';
+	snprintf(text, sizeof(text), "[daemon]\n%s\n", want);
+	expect_error(text, 2, "expected 'key = value'");
+	/* longer than any line may be */
+	memset(text, 0, sizeof(text));
+	strcpy(text, "[checkpoint:hf]\npath = /");
+	memset(text + strlen(text), 'z', 16400);
+	strcat(text, "\n");
+	expect_error(text, 2, "at most 16384 allowed");
 }
 
 static void test_nul_byte(void **state)
@@ -458,6 +528,7 @@ int main(void)
 		cmocka_unit_test(test_example_documents_defaults),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_long_lines),
+		cmocka_unit_test(test_paths_up_to_path_max),
 		cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_missing_file),
 		cmocka_unit_test(test_parse_size),

@@ -1,48 +1,279 @@
-/* test_daemon_pool.c - the worker pool's helper tasks: daemon/pool.c (pool_help, pool_withdraw). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
+/* test_daemon_pool.c - the worker pool: done() on the loop thread for every task, queued work
+ * cancelled at shutdown without running, busy workers abandoned after the grace period, and
+ * worker buffers made on first use and given back when idle; fill helpers (pool_help,
+ * pool_withdraw). */
 #include <event2/event.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <cmocka.h>
+
 #include "pool.h"
 
-/* A task that records when its work and done ran; a blocker holds its worker until released. */
-struct rec_task {
+struct ttask {
+	struct pool_task task;
+	sem_t *gate;            /* work waits on it when set */
+	sem_t started;
+	int worked;             /* set by work() */
+	int done;               /* done() calls */
+	bool cancelled;         /* as done() saw it */
+	bool had_scratch;
+	pthread_t done_thread;
+};
+
+static void t_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	struct ttask *x = (struct ttask *)t;
+
+	x->had_scratch = scratch && scratch->buf;
+	sem_post(&x->started);
+	if (x->gate)
+		sem_wait(x->gate);
+	__atomic_store_n(&x->worked, 1, __ATOMIC_RELEASE);
+}
+
+static void t_done(struct pool_task *t)
+{
+	struct ttask *x = (struct ttask *)t;
+
+	x->done++;
+	x->cancelled = t->cancelled;
+	x->done_thread = pthread_self();
+}
+
+static void t_init(struct ttask *x, sem_t *gate)
+{
+	memset(x, 0, sizeof(*x));
+	x->task.work = t_work;
+	x->task.done = t_done;
+	x->gate = gate;
+	sem_init(&x->started, 0, 0);
+}
+
+/* Run the loop until every task in xs has had its done(). */
+static void run_until_done(struct event_base *base, struct ttask *xs, size_t n)
+{
+	for (int spins = 0; spins < 100000; spins++) {
+		size_t left = 0;
+
+		for (size_t i = 0; i < n; i++)
+			left += xs[i].done == 0;
+		if (!left)
+			return;
+		event_base_loop(base, EVLOOP_ONCE);
+	}
+	fail_msg("done() never ran for every task");
+}
+
+static void every_task_finishes_on_the_loop_thread(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct pool *p = pool_new(base, 2);
+	struct ttask xs[16];
+
+	(void)state;
+	assert_non_null(p);
+	for (size_t i = 0; i < 16; i++) {
+		t_init(&xs[i], NULL);
+		pool_submit(p, &xs[i].task);
+	}
+	run_until_done(base, xs, 16);
+	for (size_t i = 0; i < 16; i++) {
+		assert_int_equal(xs[i].worked, 1);
+		assert_int_equal(xs[i].done, 1);
+		assert_false(xs[i].cancelled);
+		assert_true(xs[i].had_scratch);
+		assert_true(pthread_equal(xs[i].done_thread, pthread_self()));
+	}
+	assert_int_equal(pool_pending(p), 0);
+	assert_true(pool_free(p, 0));
+	event_base_free(base);
+}
+
+/* Queued tasks are cancelled without running; the running one finishes; later ones are cancelled
+ * at submission; every done() runs exactly once. */
+static void cancel_skips_queued_work(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct pool *p = pool_new(base, 1);
+	struct ttask xs[10], late;
+	sem_t gate;
+
+	(void)state;
+	sem_init(&gate, 0, 0);
+	for (size_t i = 0; i < 10; i++) {
+		t_init(&xs[i], i == 0 ? &gate : NULL);
+		pool_submit(p, &xs[i].task);
+	}
+	sem_wait(&xs[0].started);          /* the one worker is inside task 0 */
+	assert_int_equal(pool_cancel(p), 9);
+	t_init(&late, NULL);
+	pool_submit(p, &late.task);
+	sem_post(&gate);
+	run_until_done(base, xs, 10);
+	run_until_done(base, &late, 1);
+	assert_int_equal(xs[0].worked, 1);
+	assert_false(xs[0].cancelled);
+	for (size_t i = 1; i < 10; i++) {
+		assert_int_equal(xs[i].worked, 0);
+		assert_true(xs[i].cancelled);
+		assert_int_equal(xs[i].done, 1);
+	}
+	assert_int_equal(late.worked, 0);
+	assert_true(late.cancelled);
+	assert_int_equal(pool_pending(p), 0);
+	assert_true(pool_free(p, 1000));
+	for (size_t i = 0; i < 10; i++)
+		assert_int_equal(xs[i].done, 1);
+	event_base_free(base);
+}
+
+/* Without a grace period pool_free waits; with one, a worker stuck in a task is abandoned and
+ * pool_free says so, after running done() of what was cancelled. */
+static void busy_workers_are_abandoned_after_the_grace(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct pool *p = pool_new(base, 1);
+	static struct ttask stuck, queued;   /* outlive the test: the abandoned worker uses one */
+	static sem_t gate;
+
+	(void)state;
+	sem_init(&gate, 0, 0);
+	t_init(&stuck, &gate);
+	t_init(&queued, NULL);
+	pool_submit(p, &stuck.task);
+	pool_submit(p, &queued.task);
+	sem_wait(&stuck.started);
+	pool_cancel(p);
+	assert_false(pool_free(p, 50));
+	assert_int_equal(queued.done, 1);
+	assert_true(queued.cancelled);
+	assert_int_equal(queued.worked, 0);
+	assert_int_equal(stuck.done, 0);
+	sem_post(&gate); /* let it end: the pool stayed allocated for it, as documented */
+	assert_true(pool_free(p, 0));
+	assert_int_equal(stuck.worked, 1);
+	assert_int_equal(stuck.done, 1);
+	event_base_free(base);
+}
+
+/* Resident set of this process, in KiB (from /proc/self/status). */
+static long rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kib = -1;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+/*
+ * Idle workers hold no buffers: 8 new workers add far less than one worker's WD_SCRATCH_BYTES x 2
+ * of resident memory; after work each has faulted its buffers in, and after the idle period they
+ * are given back.
+ */
+static void worker_buffers_are_made_on_use_and_given_back(void **state)
+{
+	const long one_worker_kib = 2 * WD_SCRATCH_BYTES / 1024;
+	struct event_base *base = event_base_new();
+	struct ttask xs[8];
+	sem_t gate;
+	long before, idle, busy, after = 0;
+	struct pool *p;
+
+	(void)state;
+	before = rss_kib();
+	p = pool_new(base, 8);
+	assert_non_null(p);
+	usleep(100000);
+	idle = rss_kib();
+	print_message("RSS: %ld KiB before, %ld KiB with 8 idle workers\n", before, idle);
+	assert_true(idle - before < one_worker_kib);
+
+	/* all 8 busy at once, so each makes its buffers */
+	sem_init(&gate, 0, 0);
+	pool_set_idle_ms(p, 200);
+	for (size_t i = 0; i < 8; i++) {
+		t_init(&xs[i], &gate);
+		pool_submit(p, &xs[i].task);
+	}
+	for (size_t i = 0; i < 8; i++)
+		sem_wait(&xs[i].started);
+	busy = rss_kib();
+	for (size_t i = 0; i < 8; i++)
+		sem_post(&gate);
+	run_until_done(base, xs, 8);
+	for (size_t i = 0; i < 8; i++)
+		assert_true(xs[i].had_scratch);
+	print_message("RSS: %ld KiB with 8 busy workers\n", busy);
+	assert_true(busy - before >= 4 * one_worker_kib);
+	for (int i = 0; i < 100; i++) {
+		usleep(50000);
+		after = rss_kib();
+		if (after - before < one_worker_kib)
+			break;
+	}
+	print_message("RSS: %ld KiB after the idle period\n", after);
+	assert_true(after - before < one_worker_kib);
+	assert_true(pool_free(p, 0));
+	event_base_free(base);
+}
+
+static void default_worker_count_is_capped(void **state)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	(void)state;
+	assert_true(pool_default_threads() >= 1);
+	assert_true(pool_default_threads() <= POOL_MAX_DEFAULT_THREADS);
+	assert_int_equal(pool_default_threads(),
+			 n < 1 ? 1 : n > (long)POOL_MAX_DEFAULT_THREADS ? POOL_MAX_DEFAULT_THREADS
+									: (unsigned)n);
+}
+
+/* A task that records when its work and done ran; a blocker holds its worker until h_released. */
+struct h_task {
 	struct pool_task task;          /* first */
 	int work_seq, done_count;
 	bool block;
 };
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static bool released, blocking;
-static int seq;
+static pthread_mutex_t h_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t h_cond = PTHREAD_COND_INITIALIZER;
+static bool h_released, h_blocking;
+static int h_seq;
 
-static void rec_work(struct pool_task *t, struct wd_scratch *scratch)
+static void h_work(struct pool_task *t, struct wd_scratch *scratch)
 {
-	struct rec_task *r = (struct rec_task *)t;
+	struct h_task *r = (struct h_task *)t;
 
-	pthread_mutex_lock(&lock);
+	pthread_mutex_lock(&h_lock);
 	if (r->block) {
-		blocking = true;
-		pthread_cond_broadcast(&cond);
-		while (!released)
-			pthread_cond_wait(&cond, &lock);
+		h_blocking = true;
+		pthread_cond_broadcast(&h_cond);
+		while (!h_released)
+			pthread_cond_wait(&h_cond, &h_lock);
 	}
-	r->work_seq = ++seq;
-	pthread_mutex_unlock(&lock);
+	r->work_seq = ++h_seq;
+	pthread_mutex_unlock(&h_lock);
 }
 
-static void rec_done(struct pool_task *t)
+static void h_done(struct pool_task *t)
 {
-	((struct rec_task *)t)->done_count++;
+	((struct h_task *)t)->done_count++;
 }
 
 /*
@@ -50,22 +281,24 @@ static void rec_done(struct pool_task *t)
  * withdrawn helper never runs, no done() is ever called for a helper, and withdrawing one after
  * it ran says so.
  */
-static void test_helpers_queue_withdraw_and_no_done(void **state)
+static void helpers_queue_behind_can_be_withdrawn_and_get_no_done(void **state)
 {
 	struct event_base *base = event_base_new();
 	struct pool *p = pool_new(base, 1);
-	struct rec_task blocker = { .task = { .work = rec_work, .done = rec_done }, .block = true };
-	struct rec_task a = { .task = { .work = rec_work, .done = rec_done } };
-	struct rec_task h1 = { .task = { .work = rec_work, .done = NULL } };
-	struct rec_task h2 = { .task = { .work = rec_work, .done = NULL } };
+	struct h_task blocker = { .task = { .work = h_work, .done = h_done }, .block = true };
+	struct h_task a = { .task = { .work = h_work, .done = h_done } };
+	struct h_task h1 = { .task = { .work = h_work, .done = NULL } };
+	struct h_task h2 = { .task = { .work = h_work, .done = NULL } };
 
+	h_released = h_blocking = false;
+	h_seq = 0;
 	assert_non_null(base);
 	assert_non_null(p);
 	pool_submit(p, &blocker.task);
-	pthread_mutex_lock(&lock);
-	while (!blocking)
-		pthread_cond_wait(&cond, &lock);
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_lock(&h_lock);
+	while (!h_blocking)
+		pthread_cond_wait(&h_cond, &h_lock);
+	pthread_mutex_unlock(&h_lock);
 
 	pool_submit(p, &a.task);
 	pool_help(p, &h1.task);
@@ -74,20 +307,20 @@ static void test_helpers_queue_withdraw_and_no_done(void **state)
 	assert_false(pool_withdraw(p, &h1.task));   /* not queued any more */
 	assert_int_equal(pool_pending(p), 2);       /* helpers are not counted */
 
-	pthread_mutex_lock(&lock);
-	released = true;
-	pthread_cond_broadcast(&cond);
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_lock(&h_lock);
+	h_released = true;
+	pthread_cond_broadcast(&h_cond);
+	pthread_mutex_unlock(&h_lock);
 	while (a.done_count == 0)
 		event_base_loop(base, EVLOOP_ONCE);
 	/* the helper runs after a (no done() tells of it): wait for its mark */
-	pthread_mutex_lock(&lock);
+	pthread_mutex_lock(&h_lock);
 	while (h2.work_seq == 0) {
-		pthread_mutex_unlock(&lock);
+		pthread_mutex_unlock(&h_lock);
 		usleep(1000);
-		pthread_mutex_lock(&lock);
+		pthread_mutex_lock(&h_lock);
 	}
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&h_lock);
 
 	assert_int_equal(blocker.work_seq, 1);
 	assert_int_equal(a.work_seq, 2);            /* queued before the helpers */
@@ -97,14 +330,56 @@ static void test_helpers_queue_withdraw_and_no_done(void **state)
 	assert_int_equal(blocker.done_count, 1);
 	assert_int_equal(a.done_count, 1);
 	assert_int_equal(pool_pending(p), 0);
-	pool_free(p);
+	assert_true(pool_free(p, 0));
+	event_base_free(base);
+}
+
+
+/* Helpers queued when the pool is cancelled are dropped unrun, and pool_withdraw says so (a
+ * filling worker then knows not to wait for them); a helper posted after it never runs. */
+static void cancel_drops_helpers_and_withdraw_says_so(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct pool *p = pool_new(base, 1);
+	struct h_task blocker = { .task = { .work = h_work, .done = h_done }, .block = true };
+	struct h_task h1 = { .task = { .work = h_work, .done = NULL } };
+	struct h_task h2 = { .task = { .work = h_work, .done = NULL } };
+
+	assert_non_null(p);
+	h_released = h_blocking = false;
+	h_seq = 0;
+	pool_submit(p, &blocker.task);
+	pthread_mutex_lock(&h_lock);
+	while (!h_blocking)
+		pthread_cond_wait(&h_cond, &h_lock);
+	pthread_mutex_unlock(&h_lock);
+	pool_help(p, &h1.task);
+	assert_int_equal(pool_cancel(p), 0);        /* the helper is dropped, not reported */
+	pool_help(p, &h2.task);
+	assert_true(pool_withdraw(p, &h1.task));
+	assert_true(pool_withdraw(p, &h2.task));
+	pthread_mutex_lock(&h_lock);
+	h_released = true;
+	pthread_cond_broadcast(&h_cond);
+	pthread_mutex_unlock(&h_lock);
+	while (blocker.done_count == 0)
+		event_base_loop(base, EVLOOP_ONCE);
+	assert_true(pool_free(p, 0));
+	assert_int_equal(h1.work_seq, 0);
+	assert_int_equal(h2.work_seq, 0);
 	event_base_free(base);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_helpers_queue_withdraw_and_no_done),
+		cmocka_unit_test(every_task_finishes_on_the_loop_thread),
+		cmocka_unit_test(cancel_skips_queued_work),
+		cmocka_unit_test(worker_buffers_are_made_on_use_and_given_back),
+		cmocka_unit_test(default_worker_count_is_capped),
+		cmocka_unit_test(busy_workers_are_abandoned_after_the_grace),
+		cmocka_unit_test(helpers_queue_behind_can_be_withdrawn_and_get_no_done),
+		cmocka_unit_test(cancel_drops_helpers_and_withdraw_says_so),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -680,27 +680,64 @@ static void test_error_counts_and_perm(void **state)
 	expect_error(&b, NULL, WD_E_NOT_PERMUTATION, 1, "3 entries");
 }
 
+/*
+ * A selection that takes nothing from an axis that has rows is a mistake (typically a world size
+ * above the row count) and is refused as zero-sized; an output of no elements is otherwise valid.
+ */
 static void test_error_zero_sized(void **state)
 {
 	struct rb b = { .len = 0 };
 
 	r_src(&b, "model", "a", RANGE(1, 2, 2));
-	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "empty");
-	b.len = 0;
-	r_src(&b, "model", "a", FULL());
-	r_reshape(&b, 0, 3, (uint64_t)4, (uint64_t)0, (uint64_t)6);
-	expect_error(&b, NULL, WD_E_ZERO_SIZED, 1, "size 0");
+	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "the range 2:2 on axis 1 is empty (the axis has 6 rows)");
 	b.len = 0;
 	r_src(&b, "model", "a", SHARD(0, 3, 5));  /* 4 rows over 5 ranks: rank 4 gets none */
 	b.n[0].sel.rank = 4;
 	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "gets nothing");
 	b.len = 0;
 	r_src(&b, "model", "a", INDICES(0, NULL, 0));
-	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "empty");
+	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "the index list is empty (axis 0 has 4 rows)");
+	b.len = 0;
+	r_src(&b, "model", "a", ELEMENTS(3, 3, 1, (uint64_t)0));
+	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "elements 3:3 are empty (the input has 24 elements)");
+	/* a zero dimension that does not hold the input's elements is a count mismatch */
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
+	r_reshape(&b, 0, 3, (uint64_t)4, (uint64_t)0, (uint64_t)6);
+	expect_error(&b, NULL, WD_E_ELEMENT_COUNT, 1, "holds 0 elements but the input has 24");
+}
+
+/* Zero-element tensors and everything derived from them are 0-byte weights, read from nowhere. */
+static void test_zero_elements_are_valid_outputs(void **state)
+{
+	struct rb b = { .len = 0 };
+	const uint64_t s0[] = { 0 }, s30[] = { 3, 0 }, s03[] = { 0, 3 }, s20[] = { 2, 0 };
+	uint32_t z, z2;
+
+	(void)state;
 	r_src(&b, "model", "z", FULL());
-	expect_error(&b, NULL, WD_E_ZERO_SIZED, 1, "no elements");
+	expect_result(&b, WD_U8, 1, s0, "", 0, 0);
+	r_cast(&b, 0, WD_F32);
+	expect_result(&b, WD_F32, 1, s0, "", 0, 0);
+	b.len = 0;
+	z = r_src(&b, "model", "z", FULL());
+	z = r_reshape(&b, z, 2, (uint64_t)3, (uint64_t)0);
+	expect_result(&b, WD_U8, 2, s30, "", 0, 0);
+	r_transpose(&b, z, 2, 1u, 0u);
+	expect_result(&b, WD_U8, 2, s03, "", 0, 0);
+	b.len = 0;
+	z = r_src(&b, "model", "z", FULL());
+	z2 = r_src(&b, "model", "z", RANGE(0, 0, 0));
+	r_join(&b, WD_OP_CONCAT, 0, 2, z, z2);
+	expect_result(&b, WD_U8, 1, s0, "", 0, 0);
+	b.len = 0;
+	z = r_src(&b, "model", "z", SHARD(0, 2, 4));  /* every rank of an empty axis gets nothing */
+	z2 = r_src(&b, "model", "z", INDICES(0, NULL, 0));
+	r_join(&b, WD_OP_STACK, 0, 2, z, z2);
+	expect_result(&b, WD_U8, 2, s20, "", 0, 0);
+	b.len = 0;
+	r_src(&b, "model", "z", ELEMENTS(0, 0, 2, (uint64_t)3, (uint64_t)0));
+	expect_result(&b, WD_U8, 2, s30, "", 0, 0);
 }
 
 static void test_error_cast_overflow(void **state)
@@ -1525,6 +1562,7 @@ int main(void)
 		cmocka_unit_test(test_error_dtype_shape_axis),
 		cmocka_unit_test(test_error_counts_and_perm),
 		cmocka_unit_test(test_error_zero_sized),
+		cmocka_unit_test(test_zero_elements_are_valid_outputs),
 		cmocka_unit_test(test_error_cast_overflow),
 		cmocka_unit_test(test_error_limits),
 		cmocka_unit_test(test_error_selection_range),

@@ -89,7 +89,10 @@ extern "C" {
 #define WEIGHTD_MAX_DIMS 8
 #define WEIGHTD_DIGEST_LEN 32      /* identity keys; the longest content digest */
 #define WEIGHTD_DEFAULT_SOCKET "/run/weightd/weightd.sock"
+/* The protocol versions this libweightd speaks: it talks to any weightd whose range overlaps
+ * (the connection uses the newest version both speak; weightd_server tells which). */
 #define WEIGHTD_PROTOCOL_VERSION 1
+#define WEIGHTD_PROTOCOL_MIN_VERSION 1
 
 /* =========================================================================================== */
 /* Errors                                                                                       */
@@ -129,6 +132,10 @@ enum {
 	WEIGHTD_E_BAD_ALIAS = 41,
 	WEIGHTD_E_ALIAS_CYCLE = 42,
 	WEIGHTD_E_SLOT_MISMATCH = 43,
+	WEIGHTD_E_CANCELLED = 55,            /* weightd stopped before the work started */
+	WEIGHTD_E_UNSUPPORTED_VERSION = 56,  /* no protocol version both sides speak */
+	/* dequant_block: the scale tensor's shape is not the data's block grid */
+	WEIGHTD_E_SCALE_MISMATCH = 65,
 };
 
 /*
@@ -189,7 +196,7 @@ WEIGHTD_API void weightd_close(weightd_client *c);
 
 /* What the daemon said in its hello. Owned by the client; valid until the client is freed. */
 typedef struct weightd_server_info {
-	uint32_t protocol_version;
+	uint32_t protocol_version;     /* of this connection: the newest both sides speak */
 	const char *server_version;
 	const char *instance;          /* the daemon's instance (shared-memory prefix) */
 	uint32_t max_frame_bytes;      /* largest request the daemon accepts */
@@ -198,6 +205,8 @@ typedef struct weightd_server_info {
 	uint32_t max_recipe_nodes;
 	uint64_t max_client_bytes;     /* bytes of weights one client may hold (0: no limit) */
 	uint32_t max_client_weights;   /* weights one client may hold (0: no limit) */
+	uint32_t min_protocol_version; /* the daemon's range (0, 0 from a weightd that does not */
+	uint32_t max_protocol_version; /*   say: it speaks protocol_version only) */
 } weightd_server_info;
 
 WEIGHTD_API const weightd_server_info *weightd_server(const weightd_client *c);
@@ -393,6 +402,20 @@ WEIGHTD_API void weightd_selection_free(weightd_selection *s);
  *  transpose(input, perm)             axes permuted: output axis i is input axis perm[i]
  *  cast(input, dtype)                 convert values (round to nearest even; see weightd(8))
  *  view(input, dtype, shape)          reinterpret the same bytes (byte counts must agree)
+ *  dequant_block(input, scale, block, dtype)
+ *                                     block-scale dequantization: input (F8_E4M3, F8_E5M2,
+ *                                     BF16, F16 or F32) times an F32 scale holding one value per
+ *                                     block of shape `block` (one entry per input axis; edge
+ *                                     blocks may be partial, so the scale's shape is
+ *                                     ceil(dim / block) on every axis), computed in F32 and
+ *                                     rounded once to dtype (F32, BF16 or F16). DeepSeek-V3's FP8
+ *                                     weights: dequant_block(w, w.weight_scale_inv, [128, 128]).
+ *                                     Selections of the result (shards, ranges, indices) read
+ *                                     only the matching data and scale blocks, also when they
+ *                                     do not start on a block boundary. A wrong scale shape is
+ *                                     WEIGHTD_E_SCALE_MISMATCH; a scale that is not F32,
+ *                                     WEIGHTD_E_DTYPE_MISMATCH; other input or output dtypes,
+ *                                     WEIGHTD_E_UNSUPPORTED_CAST.
  *
  * Axes count from the outermost, 0 first. The builder only checks what it can without the
  * daemon (indices of inputs, dimension counts, dtype names known to this library); the daemon
@@ -410,6 +433,8 @@ WEIGHTD_API void weightd_selection_free(weightd_selection *s);
  *   {"op":"transpose", "input": R, "perm": [1, 0]}
  *   {"op":"cast", "input": R, "dtype": "F16"}
  *   {"op":"view", "input": R, "dtype": "U8", "shape": [d0, ...]}
+ *   {"op":"dequant_block", "dtype": "BF16", "block": [128, 128], "input": R, "scale": R}
+ *                                     (flattened as input, then scale, then the node)
  *
  * and SEL is one of
  *
@@ -448,6 +473,10 @@ WEIGHTD_API int weightd_recipe_cast(weightd_recipe *r, int input, const char *dt
 				    weightd_error *err);
 WEIGHTD_API int weightd_recipe_view(weightd_recipe *r, int input, const char *dtype,
 				    const uint64_t *shape, size_t ndim, weightd_error *err);
+/* Block-scale dequantization of node `input` by node `scale` (see above); nblock <= 8. */
+WEIGHTD_API int weightd_recipe_dequant_block(weightd_recipe *r, int input, int scale,
+					     const uint64_t *block, size_t nblock,
+					     const char *dtype, weightd_error *err);
 
 /* Parse the JSON form above (len bytes of text; need not be NUL-terminated). */
 WEIGHTD_API int weightd_recipe_from_json(const char *text, size_t len, weightd_recipe **ret,

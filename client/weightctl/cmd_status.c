@@ -1,0 +1,208 @@
+/* cmd_status.c - weightctl status and metrics: the daemon's counters, for people and Prometheus. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weightctl.h"
+
+int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
+{
+	weightd_status *s;
+	weightd_error err;
+
+	if (weightd_status_get(c, &s, &err) < 0)
+		return fail_err(&err);
+	if (o->json) {
+		json_t *src = json_array(), *ws = json_array(), *j;
+
+		for (size_t i = 0; i < s->n_sources; i++)
+			json_array_append_new(src, json_source(&s->sources[i]));
+		for (size_t i = 0; i < s->n_weights; i++) {
+			const weightd_weight_status *w = &s->weight_list[i];
+			char *dg = w->digest ? fmt_hex(w->digest, w->digest_len) : xstrdup("");
+
+			json_array_append_new(ws, json_pack(
+				"{s:I, s:s, s:s, s:o, s:I, s:i, s:i, s:I, s:s, s:s, s:s, s:b}",
+				"handle", (json_int_t)w->handle, "label", w->label, "dtype", w->dtype,
+				"shape", json_shape(w->shape, w->ndim), "bytes", (json_int_t)w->nbytes,
+				"refs", (int)w->refs, "clients", (int)w->clients,
+				"generation", (json_int_t)w->generation, "digest", dg,
+				"digest_algorithm", weightd_digest_algorithm_name(w->digest_algorithm),
+				"source", w->source, "adopted", w->adopted));
+			free(dg);
+		}
+		j = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
+			      " s:I, s:I, s:I, s:o, s:o}",
+			      "instance", s->instance, "server_version", s->server_version,
+			      "uptime_ms", (json_int_t)s->uptime_ms,
+			      "bytes_resident", (json_int_t)s->bytes_resident,
+			      "budget_bytes", (json_int_t)s->budget_bytes,
+			      "weights", (json_int_t)s->weights, "clients", (json_int_t)s->clients,
+			      "bytes_read", (json_int_t)s->bytes_read,
+			      "materializations", (json_int_t)s->materializations,
+			      "materializations_failed", (json_int_t)s->materializations_failed,
+			      "materializations_in_flight",
+			      (json_int_t)s->materializations_in_flight,
+			      "evictions", (json_int_t)s->evictions,
+			      "readoptions", (json_int_t)s->readoptions,
+			      "bytes_materialized", (json_int_t)s->bytes_materialized,
+			      "materialize_ns", (json_int_t)s->materialize_ns,
+			      "references", (json_int_t)s->references, "sources", src,
+			      "weight_list", ws);
+		json_object_set_new(j, "digest_algorithm", json_string(
+			weightd_digest_algorithm_name(s->digest_algorithm)));
+		json_object_set_new(j, "digest_chunk_bytes", json_integer(
+			(json_int_t)s->digest_chunk_bytes));
+		weightd_status_free(s);
+		return print_json(j);
+	}
+	{
+		char *res = fmt_bytes(s->bytes_resident), *bud = fmt_bytes(s->budget_bytes);
+		char *rd = fmt_bytes(s->bytes_read), *mat = fmt_bytes(s->bytes_materialized);
+
+		printf("instance                    %s\nversion                     %s\n"
+		       "uptime                      %.1f s\n"
+		       "resident                    %" PRIu64 " (%s) of budget %" PRIu64 " (%s)\n"
+		       "weights                     %" PRIu64 "\nreferences                  %" PRIu64
+		       "\nclients                     %" PRIu64 "\n"
+		       "checkpoint bytes read       %" PRIu64 " (%s)\n"
+		       "materializations            %" PRIu64 " (%" PRIu64 " failed, %" PRIu64
+		       " in flight)\nbytes materialized          %" PRIu64 " (%s) in %.3f s\n"
+		       "evictions                   %" PRIu64 "\nre-adoptions                %" PRIu64
+		       "\n", s->instance, s->server_version, (double)s->uptime_ms / 1000,
+		       s->bytes_resident, res, s->budget_bytes, bud, s->weights, s->references,
+		       s->clients, s->bytes_read, rd, s->materializations,
+		       s->materializations_failed, s->materializations_in_flight,
+		       s->bytes_materialized, mat, (double)s->materialize_ns / 1e9, s->evictions,
+		       s->readoptions);
+		printf("digest                      %s\n",
+		       weightd_digest_algorithm_name(s->digest_algorithm));
+		free(res);
+		free(bud);
+		free(rd);
+		free(mat);
+	}
+	if (s->n_sources) {
+		putchar('\n');
+		table_sources(s->sources, s->n_sources);
+	}
+	if (s->n_weights) {
+		static const char *const head[] = { "HANDLE", "WEIGHT", "DTYPE", "SHAPE", "BYTES",
+						    "REFS", "CLIENTS", "GEN", "ADOPTED" };
+		static const bool num[] = { 1, 0, 0, 0, 1, 1, 1, 1, 0 };
+		struct table t = { .ncols = 9, .head = head, .numeric = num };
+
+		putchar('\n');
+		for (size_t i = 0; i < s->n_weights; i++) {
+			const weightd_weight_status *w = &s->weight_list[i];
+
+			table_row(&t, fmt("%" PRIu64, w->handle), xstrdup(w->label),
+				  xstrdup(w->dtype), fmt_shape(w->shape, w->ndim),
+				  fmt_bytes(w->nbytes), fmt("%u", w->refs), fmt("%u", w->clients),
+				  fmt("%" PRIu64, w->generation), xstrdup(w->adopted ? "yes" : "no"));
+		}
+		table_print(&t);
+	}
+	weightd_status_free(s);
+	return 0;
+}
+
+/* HELP and TYPE of one metric family. Help texts are constants without '\' or newlines. */
+static void prom_family(const char *name, const char *type, const char *help)
+{
+	printf("# HELP weightd_%s %s\n# TYPE weightd_%s %s\n", name, help, name, type);
+}
+
+static void prom_u64(const char *name, const char *type, const char *help, uint64_t v)
+{
+	prom_family(name, type, help);
+	printf("weightd_%s %" PRIu64 "\n", name, v);
+}
+
+/* A label value as the text format wants it: backslash, double quote and newline escaped. */
+static void prom_label(const char *v)
+{
+	putchar('"');
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			printf("\\%c", *v);
+		else if (*v == '\n')
+			fputs("\\n", stdout);
+		else
+			putchar(*v);
+	}
+	putchar('"');
+}
+
+/*
+ * The daemon's counters in the Prometheus text exposition format (version 0.0.4), every name
+ * prefixed weightd_, counters ending in _total. All values come from one status reply, so they
+ * are consistent with each other.
+ */
+int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
+{
+	weightd_status *s;
+	weightd_error err;
+	double secs;
+
+	if (weightd_status_get(c, &s, &err) < 0)
+		return fail_err(&err);
+	secs = (double)s->materialize_ns / 1e9;
+	prom_family("info", "gauge", "The daemon's version and instance (shared-memory prefix); always 1.");
+	fputs("weightd_info{version=", stdout);
+	prom_label(s->server_version);
+	fputs(",instance=", stdout);
+	prom_label(s->instance);
+	fputs("} 1\n", stdout);
+	prom_family("uptime_seconds", "gauge", "Seconds since the daemon started.");
+	printf("weightd_uptime_seconds %.3f\n", (double)s->uptime_ms / 1000);
+	prom_u64("resident_bytes", "gauge",
+		 "Bytes of shared memory held by weights and by materializations in flight.",
+		 s->bytes_resident);
+	prom_u64("budget_bytes", "gauge", "The memory budget in bytes.", s->budget_bytes);
+	prom_u64("weights", "gauge", "Weights resident in shared memory.", s->weights);
+	prom_u64("clients", "gauge", "Connected clients.", s->clients);
+	prom_u64("references", "gauge", "References clients hold on weights.", s->references);
+	prom_u64("materializations_total", "counter", "Materializations that finished.",
+		 s->materializations);
+	prom_u64("materializations_failed_total", "counter", "Materializations that failed.",
+		 s->materializations_failed);
+	prom_u64("materializations_in_flight", "gauge", "Materializations queued or running.",
+		 s->materializations_in_flight);
+	prom_u64("checkpoint_read_bytes_total", "counter",
+		 "Bytes read from checkpoint files by materializations.", s->bytes_read);
+	prom_u64("materialized_bytes_total", "counter",
+		 "Bytes of weights materialized into shared memory.", s->bytes_materialized);
+	prom_family("materialization_seconds_total", "counter",
+		    "Wall-clock seconds spent by finished materializations.");
+	printf("weightd_materialization_seconds_total %.9f\n", secs);
+	prom_family("materialization_throughput_bytes_per_second", "gauge",
+		    "Bytes materialized per second spent materializing, since start (0 before any).");
+	printf("weightd_materialization_throughput_bytes_per_second %.17g\n",
+	       secs > 0 ? (double)s->bytes_materialized / secs : 0.0);
+	prom_u64("evictions_total", "counter", "Weights evicted to make room or by request.",
+		 s->evictions);
+	prom_u64("readoptions_total", "counter",
+		 "Weights re-adopted from shared memory after a restart instead of read again.",
+		 s->readoptions);
+	prom_family("source_generation", "gauge",
+		    "Generation of each checkpoint source (grows when its files change and the "
+		    "daemon reloads).");
+	for (size_t i = 0; i < s->n_sources; i++) {
+		fputs("weightd_source_generation{source=", stdout);
+		prom_label(s->sources[i].name);
+		printf("} %" PRIu64 "\n", s->sources[i].generation);
+	}
+	prom_family("source_ready", "gauge",
+		    "1 when a checkpoint source is admitted and serving, 0 when it failed or was "
+		    "removed.");
+	for (size_t i = 0; i < s->n_sources; i++) {
+		fputs("weightd_source_ready{source=", stdout);
+		prom_label(s->sources[i].name);
+		printf("} %d\n", strcmp(s->sources[i].state, "ready") == 0);
+	}
+	weightd_status_free(s);
+	return 0;
+}
+

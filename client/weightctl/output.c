@@ -1,0 +1,246 @@
+/* output.c - weightctl's output: error messages, number and shape formatting, tables, JSON, files. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "weightctl.h"
+
+int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("weightctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nusage: weightctl [--socket PATH] [--json] COMMAND [ARGS]  "
+	      "(weightctl --help lists the commands)\n", stderr);
+	return EXIT_USAGE;
+}
+
+int fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("weightctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return EXIT_ERR;
+}
+
+int fail_err(const weightd_error *err)
+{
+	return fail("%s", err->message[0] ? err->message : weightd_code_name(err->code));
+}
+
+
+char *xstrdup(const char *s)
+{
+	char *d = strdup(s ? s : "");
+
+	if (!d) {
+		fputs("weightctl: out of memory\n", stderr);
+		exit(EXIT_ERR);
+	}
+	return d;
+}
+
+char *fmt(const char *f, ...)
+{
+	va_list ap;
+	char *s = NULL;
+
+	va_start(ap, f);
+	if (vasprintf(&s, f, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	if (!s) {
+		fputs("weightctl: out of memory\n", stderr);
+		exit(EXIT_ERR);
+	}
+	return s;
+}
+
+/* "512 B", "4.0 KiB", "1.5 GiB". */
+char *fmt_bytes(uint64_t n)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)n;
+	int u = -1;
+
+	if (n < 1024)
+		return fmt("%" PRIu64 " B", n);
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	return fmt("%.1f %s", v, units[u]);
+}
+
+char *fmt_shape(const uint64_t *shape, size_t ndim)
+{
+	size_t cap = 3 + ndim * 22, len = 0; /* "[", the dimensions, "]" and the NUL */
+	char *s = malloc(cap);
+
+	if (!s)
+		return xstrdup("?");
+	s[len++] = '[';
+	for (size_t i = 0; i < ndim; i++)
+		len += (size_t)snprintf(s + len, cap - len, "%s%" PRIu64, i ? ", " : "", shape[i]);
+	snprintf(s + len, cap - len, "]");
+	return s;
+}
+
+char *fmt_hex(const uint8_t *b, size_t n)
+{
+	char *s = malloc(2 * n + 1);
+
+	if (!s)
+		return xstrdup("?");
+	for (size_t i = 0; i < n; i++)
+		snprintf(s + 2 * i, 3, "%02x", b[i]);
+	s[2 * n] = '\0';
+	return s;
+}
+
+json_t *json_shape(const uint64_t *shape, size_t ndim)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < ndim; i++)
+		json_array_append_new(a, json_integer((json_int_t)shape[i]));
+	return a;
+}
+
+int print_json(json_t *j)
+{
+	int r = json_dumpf(j, stdout, JSON_INDENT(2));
+
+	json_decref(j);
+	if (r < 0)
+		return fail("cannot write JSON output");
+	fputc('\n', stdout);
+	return 0;
+}
+
+void table_row(struct table *t, ...)
+{
+	va_list ap;
+
+	if (t->nrows == t->cap) {
+		size_t cap = t->cap ? t->cap * 2 : 16;
+		char **cells = realloc(t->cells, cap * t->ncols * sizeof(*cells));
+
+		if (!cells) {
+			fputs("weightctl: out of memory\n", stderr);
+			exit(EXIT_ERR);
+		}
+		t->cells = cells;
+		t->cap = cap;
+	}
+	va_start(ap, t);
+	for (size_t c = 0; c < t->ncols; c++)
+		t->cells[t->nrows * t->ncols + c] = va_arg(ap, char *);
+	va_end(ap);
+	t->nrows++;
+}
+
+void table_print(struct table *t)
+{
+	size_t *w = calloc(t->ncols, sizeof(*w));
+
+	for (size_t c = 0; w && c < t->ncols; c++) {
+		w[c] = t->head ? strlen(t->head[c]) : 0;
+		for (size_t r = 0; r < t->nrows; r++) {
+			size_t l = strlen(t->cells[r * t->ncols + c]);
+
+			w[c] = l > w[c] ? l : w[c];
+		}
+	}
+	for (size_t r = t->head ? 0 : 1; w && r <= t->nrows; r++) {
+		for (size_t c = 0; c < t->ncols; c++) {
+			const char *cell = r == 0 ? t->head[c] : t->cells[(r - 1) * t->ncols + c];
+			bool last = c + 1 == t->ncols;
+
+			if (t->numeric && t->numeric[c])
+				printf("%*s", (int)w[c], cell);
+			else
+				printf("%-*s", last ? 0 : (int)w[c], cell);
+			fputs(last ? "\n" : "  ", stdout);
+		}
+	}
+	for (size_t i = 0; i < t->nrows * t->ncols; i++)
+		free(t->cells[i]);
+	free(t->cells);
+	free(w);
+}
+
+int read_file(const char *path, char **ret, size_t *ret_len)
+{
+	struct stat st;
+	char *buf;
+	size_t len = 0;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return fail("cannot open %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_JSON_FILE) {
+		close(fd);
+		return fail("%s is not a regular file of at most %u bytes", path, MAX_JSON_FILE);
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return fail("out of memory");
+	}
+	while (len < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	buf[len] = '\0';
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}
+
+int write_file(const char *path, const void *data, uint64_t n)
+{
+	const uint8_t *p = data;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		return fail("cannot create %s: %s", path, strerror(errno));
+	while (n) {
+		ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : (size_t)n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			int e = errno;
+
+			close(fd);
+			return fail("cannot write %s: %s", path, strerror(e));
+		}
+		p += w;
+		n -= (uint64_t)w;
+	}
+	if (close(fd) < 0)
+		return fail("cannot write %s: %s", path, strerror(errno));
+	return 0;
+}
+

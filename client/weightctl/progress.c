@@ -1,0 +1,230 @@
+/* progress.c - weightctl's progress bar: a unit submitted, polled and drawn on stderr. */
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "weightctl.h"
+
+#define PROGRESS_INTERVAL 0.1  /* seconds between status polls while a unit runs */
+
+/*
+ * A progress bar for a unit, drawn on stderr when it is a terminal. The unit's preflight gives
+ * its distinct weights (by key) and their sizes. While the unit runs, the daemon's status lists
+ * its jobs in flight with the bytes each has written; a weight of the unit is counted with its
+ * job's bytes, or whole when no job has its key: status is asked on the same connection after
+ * the materialize request, which the daemon has then already taken, so such a weight is
+ * resident (it was cached, or its job finished).
+ */
+struct progress {
+	bool on;                    /* stderr is a terminal: poll and draw */
+	bool drawn;                 /* a bar is on the screen (a final line is owed) */
+	size_t n;
+	uint8_t (*keys)[WEIGHTD_DIGEST_LEN];
+	uint64_t *nbytes;
+	uint64_t total;
+	double t0;                  /* when the unit was submitted */
+	bool have_base;             /* first sample: the base the rate is measured from */
+	double t_base;
+	uint64_t done_base;
+};
+
+static double mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void progress_free(struct progress *p)
+{
+	free(p->keys);
+	free(p->nbytes);
+	p->keys = NULL;
+	p->nbytes = NULL;
+}
+
+/* Preflight the unit (reads nothing) to learn its distinct weights. 0, or the preflight's error. */
+static int progress_init(struct progress *p, weightd_unit *u, weightd_error *err)
+{
+	weightd_inflight *f = NULL;
+	weightd_preflight *pf = NULL;
+	int r;
+
+	r = weightd_unit_preflight(u, &f, err);
+	if (r == 0)
+		r = weightd_preflight_finish(f, &pf, err);
+	if (r < 0)
+		return r;
+	p->keys = calloc(pf->count ? pf->count : 1, sizeof(*p->keys));
+	p->nbytes = calloc(pf->count ? pf->count : 1, sizeof(*p->nbytes));
+	if (!p->keys || !p->nbytes) {
+		progress_free(p);
+		p->on = false;   /* no bar, but the unit can still run */
+		weightd_preflight_free(pf);
+		return 0;
+	}
+	for (size_t i = 0; i < pf->count; i++) {
+		const weightd_output_info *o = &pf->outputs[i];
+		size_t k;
+
+		if (o->alias_of[0] || !o->key)
+			continue;
+		for (k = 0; k < p->n; k++)
+			if (memcmp(p->keys[k], o->key, WEIGHTD_DIGEST_LEN) == 0)
+				break;
+		if (k < p->n)
+			continue;
+		memcpy(p->keys[p->n], o->key, WEIGHTD_DIGEST_LEN);
+		p->nbytes[p->n++] = o->nbytes;
+		p->total += o->nbytes;
+	}
+	weightd_preflight_free(pf);
+	return 0;
+}
+
+/* "1:05", "1:02:03"; "--:--" when not known. */
+static void fmt_eta(double s, char *out, size_t cap)
+{
+	uint64_t t;
+
+	if (!(s >= 0) || s > 359999) {
+		snprintf(out, cap, "--:--");
+		return;
+	}
+	t = (uint64_t)(s + 0.5);
+	if (t >= 3600)
+		snprintf(out, cap, "%" PRIu64 ":%02" PRIu64 ":%02" PRIu64, t / 3600, t / 60 % 60,
+			 t % 60);
+	else
+		snprintf(out, cap, "%" PRIu64 ":%02" PRIu64, t / 60, t % 60);
+}
+
+/*
+ * One frame, redrawn in place: " 42% [########----------] 54.0 MiB / 128.0 MiB  250.0 MiB/s  ETA 0:01".
+ * The final frame ends the line and says how long the whole took instead of the time left.
+ */
+static void progress_draw(struct progress *p, uint64_t done, bool final)
+{
+	double now = mono(), rate = -1, frac;
+	char *d, *t, *r = NULL, tail[160], when[40], eta[24], bar[64];
+	struct winsize ws;
+	int cols = 80, width, fill;
+
+	if (done > p->total)
+		done = p->total;
+	frac = p->total ? (double)done / (double)p->total : 1.0;
+	if (p->have_base && now - p->t_base >= 0.05 && done >= p->done_base)
+		rate = (double)(done - p->done_base) / (now - p->t_base);
+	if (final)
+		snprintf(when, sizeof(when), "in %.1f s", now - p->t0);
+	else {
+		fmt_eta(rate > 0 ? (double)(p->total - done) / rate : -1, eta, sizeof(eta));
+		snprintf(when, sizeof(when), "ETA %s", eta);
+	}
+	d = fmt_bytes(done);
+	t = fmt_bytes(p->total);
+	r = rate >= 0 ? fmt_bytes((uint64_t)rate) : xstrdup("-");
+	snprintf(tail, sizeof(tail), " %s / %s  %s/s  %s", d, t, r, when);
+	if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col)
+		cols = ws.ws_col;
+	width = cols - 1 - 7 - (int)strlen(tail);
+	width = width < 10 ? 10 : width > 50 ? 50 : width;
+	fill = (int)(frac * width);
+	for (int i = 0; i < width; i++)
+		bar[i] = i < fill ? '#' : '-';
+	bar[width] = '\0';
+	fprintf(stderr, "\r%3d%% [%s]%s\033[K%s", (int)(frac * 100), bar, tail, final ? "\n" : "");
+	fflush(stderr);
+	p->drawn = !final;
+	free(d);
+	free(t);
+	free(r);
+}
+
+/* Ask the daemon how far the unit's weights are and redraw. Stops drawing if status fails. */
+static void progress_sample(struct progress *p, weightd_client *c)
+{
+	weightd_status *st = NULL;
+	uint64_t done = 0;
+
+	if (weightd_status_get(c, &st, NULL) < 0) {
+		if (p->drawn)
+			fputc('\n', stderr);
+		p->drawn = false;
+		p->on = false;
+		return;
+	}
+	for (size_t k = 0; k < p->n; k++) {
+		uint64_t got = p->nbytes[k];
+
+		for (size_t j = 0; j < st->n_jobs; j++)
+			if (st->jobs[j].key &&
+			    memcmp(st->jobs[j].key, p->keys[k], WEIGHTD_DIGEST_LEN) == 0) {
+				got = st->jobs[j].done < got ? st->jobs[j].done : got;
+				break;
+			}
+		done += got;
+	}
+	weightd_status_free(st);
+	if (!p->have_base) {
+		p->have_base = true;
+		p->t_base = mono();
+		p->done_base = done;
+	}
+	progress_draw(p, done, false);
+}
+
+/*
+ * Submit the unit and wait for the daemon's answer. On a terminal, preflight it first, then
+ * poll the unit and the daemon's status every PROGRESS_INTERVAL and draw a bar once the unit has
+ * taken longer than that (quick units print nothing). Returns 0 or a negative code with err set
+ * (by preflight, submit or finish); a bar on the screen is ended with a newline either way.
+ */
+int run_unit(weightd_client *c, weightd_unit *u, weightd_error *err)
+{
+	struct progress p = { .on = isatty(STDERR_FILENO) == 1 };
+	double next;
+	int r, done = 0;
+
+	if (p.on) {
+		r = progress_init(&p, u, err);
+		if (r < 0)
+			goto out;
+	}
+	r = weightd_unit_submit(u, err);
+	if (r < 0)
+		goto out;
+	p.t0 = mono();
+	next = p.t0 + PROGRESS_INTERVAL;
+	while (p.on) {
+		struct pollfd pfd = { weightd_client_fd(c), POLLIN, 0 };
+		double left;
+
+		if (weightd_unit_poll(u, &done, NULL) < 0 || done)
+			break;
+		left = next - mono();
+		if (left > 0) {
+			/* wakes early when the reply arrives */
+			poll(&pfd, 1, (int)(left * 1000) + 1);
+			continue;
+		}
+		progress_sample(&p, c);
+		next = mono() + PROGRESS_INTERVAL;
+	}
+	r = weightd_unit_finish(u, err);
+	if (p.drawn) {
+		if (r == 0)
+			progress_draw(&p, p.total, true);
+		else
+			fputc('\n', stderr);
+	}
+out:
+	progress_free(&p);
+	return r;
+}

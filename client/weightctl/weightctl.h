@@ -1,0 +1,126 @@
+/* weightctl.h - what weightctl's files share: options, the command table, output helpers. */
+#ifndef WEIGHTCTL_H
+#define WEIGHTCTL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weightd/client.h"
+
+/* Exit codes: 0 success, 1 an error from weightd or the system, 2 a usage error. */
+#define EXIT_ERR 1
+#define EXIT_USAGE 2
+#define MAX_JSON_FILE (64u << 20)
+
+/* Global options, before the command. */
+struct opts {
+	const char *socket;
+	bool json;
+};
+
+struct get_args {
+	const char *checkpoint, *tensor, *range, *out, *recipe;
+	bool has_range;
+	bool sha256;            /* also print the SHA-256 of the fetched bytes */
+	uint32_t axis;
+	uint64_t start, end;
+};
+
+struct preload_args {
+	const char *checkpoint, *recipe;
+	char **tensors;         /* none: every tensor of the checkpoint */
+	size_t n_tensors;
+};
+
+/* One command's arguments: argv[0] is its name; a parse function fills its own member. */
+struct cmd_args {
+	int argc;
+	char **argv;
+	union {
+		struct get_args get;
+		struct preload_args preload;
+	};
+};
+
+/*
+ * A row of the command table (main.c). Usage is checked completely before connecting, so a bad
+ * command line never touches the daemon: nargs first, then parse when there is one.
+ */
+struct command {
+	const char *name;
+	int nargs;        /* exact positional count, -1: parse checks them */
+	int (*parse)(struct cmd_args *args);       /* NULL, or 0 / EXIT_USAGE */
+	/* the command itself, connected; its exit code */
+	int (*run)(const struct opts *o, weightd_client *c, struct cmd_args *args);
+};
+
+/* --- commands (cmd_*.c) ---------------------------------------------------------------------- */
+
+int cmd_list(const struct opts *o, weightd_client *c, struct cmd_args *args);
+int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args);
+int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args);
+int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args);
+int parse_get(struct cmd_args *args);
+int cmd_get(const struct opts *o, weightd_client *c, struct cmd_args *args);
+int parse_preload(struct cmd_args *args);
+int cmd_preload(const struct opts *o, weightd_client *c, struct cmd_args *args);
+int cmd_preflight(const struct opts *o, weightd_client *c, struct cmd_args *args);
+int cmd_reload(const struct opts *o, weightd_client *c, struct cmd_args *args);
+int cmd_evict(const struct opts *o, weightd_client *c, struct cmd_args *args);
+
+/* shared by list, describe and status (cmd_sources.c) */
+json_t *json_source(const weightd_source_info *s);
+void table_sources(const weightd_source_info *src, size_t n);
+
+/* --- progress (progress.c) ------------------------------------------------------------------- */
+
+/*
+ * Submit the unit and wait for the daemon's answer, drawing a progress bar on stderr when it is
+ * a terminal. 0 or a negative code with err set.
+ */
+int run_unit(weightd_client *c, weightd_unit *u, weightd_error *err);
+
+/* --- output (output.c) ----------------------------------------------------------------------- */
+
+/* "weightctl: ..." and the usage line on stderr; returns EXIT_USAGE. */
+int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "weightctl: ..." on stderr; returns EXIT_ERR. */
+int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* fail() with the error's message (or its code's name). */
+int fail_err(const weightd_error *err);
+
+/* Owned strings; out of memory ends the program (exit EXIT_ERR). */
+char *xstrdup(const char *s);
+char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+char *fmt_bytes(uint64_t n);                              /* "512 B", "1.5 GiB" */
+char *fmt_shape(const uint64_t *shape, size_t ndim);      /* "[2, 3]" */
+char *fmt_hex(const uint8_t *b, size_t n);                /* lowercase hex */
+
+json_t *json_shape(const uint64_t *shape, size_t ndim);
+/* Print j indented on stdout and free it: 0 or EXIT_ERR. */
+int print_json(json_t *j);
+
+/*
+ * A table for people: rows of owned strings, columns as wide as their widest cell, two spaces
+ * apart; columns flagged numeric are right-aligned. A table with head NULL prints rows only.
+ */
+struct table {
+	size_t ncols, nrows, cap;
+	const char *const *head;
+	const bool *numeric;
+	char **cells;
+};
+
+/* Add a row of ncols owned strings (taken). */
+void table_row(struct table *t, ...);
+/* Print the table on stdout and free its cells. */
+void table_print(struct table *t);
+
+/* A regular file of at most MAX_JSON_FILE bytes, NUL-terminated: 0 or EXIT_ERR (said). */
+int read_file(const char *path, char **ret, size_t *ret_len);
+/* Create or truncate path with n bytes: 0 or EXIT_ERR (said). */
+int write_file(const char *path, const void *data, uint64_t n);
+
+#endif

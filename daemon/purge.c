@@ -1,0 +1,183 @@
+/* purge.c - weightd --purge: remove every segment and state record of a stopped instance. */
+#include "purge.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "segment.h"
+#include "state.h"
+
+/* Where weightd listens when neither --config nor --socket says (config.c's default). */
+#define PURGE_DEFAULT_SOCKET "/run/weightd/weightd.sock"
+
+static const char purge_usage[] =
+	"usage: weightd --purge --config FILE [--socket PATH] [--json]\n"
+	"       weightd --purge --prefix P [--state-dir D] [--socket PATH] [--json]\n"
+	"  with weightd stopped (weightd.service and weightd.socket), remove every shared-memory\n"
+	"  segment of the instance and its state records\n";
+
+static int usage_error(const char *what)
+{
+	fprintf(stderr, "weightd: %s\n%s", what, purge_usage);
+	return 2;
+}
+
+/*
+ * Does something listen on `path`? 1 yes, 0 no, -1 cannot tell. Read from /proc/net/unix rather
+ * than by connecting: under socket activation a connection would start the very daemon purge must
+ * not race with (systemd's listener counts as "running": stop weightd.socket too). Falls back to a
+ * connection attempt where /proc is not there.
+ */
+static int socket_answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	FILE *f = fopen("/proc/net/unix", "r");
+	char line[4608];
+	int fd, r;
+
+	if (f) {
+		r = 0;
+		/* Num RefCount Protocol Flags Type St Inode Path; Flags 00010000 = listening */
+		while (fgets(line, sizeof(line), f)) {
+			unsigned long flags;
+			char sock_path[4096];
+			line[strcspn(line, "\n")] = '\0';
+			if (sscanf(line, "%*s %*s %*s %lx %*s %*s %*s %4095s", &flags, sock_path) == 2 &&
+			    (flags & 0x10000) && strcmp(sock_path, path) == 0) {
+				r = 1;
+				break;
+			}
+		}
+		fclose(f);
+		return r;
+	}
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -1;
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	if (r == 0)
+		r = 1;
+	else
+		r = errno == ENOENT || errno == ECONNREFUSED ? 0 : -1;
+	close(fd);
+	return r;
+}
+
+/*
+ * With the daemon stopped, unlink every segment under the instance's prefix and remove its state
+ * records, so nothing of the instance is left in /dev/shm. A process still mapping a weight keeps
+ * its memory until it unmaps. Refuses while something listens on the instance's socket (the one
+ * in the config, or --socket, or the default): a running daemon would lose track of its segments.
+ */
+int purge_main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "purge", no_argument, NULL, 'P' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "prefix", required_argument, NULL, 'p' },
+		{ "state-dir", required_argument, NULL, 'd' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *config = NULL, *prefix = NULL, *state_dir = NULL, *sock = NULL;
+	struct config *cfg = NULL;
+	struct wd_error err;
+	bool json = false;
+	int opt, segments, records, rc = 1, live;
+
+	optind = 0;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'P': break;
+		case 'c': config = optarg; break;
+		case 'p': prefix = optarg; break;
+		case 'd': state_dir = optarg; break;
+		case 's': sock = optarg; break;
+		case 'j': json = true; break;
+		case 'h': fputs(purge_usage, stdout); return 0;
+		default:
+			fprintf(stderr, "weightd: --purge: unknown option or missing value: %s\n%s",
+				argv[optind - 1], purge_usage);
+			return 2;
+		}
+	}
+	if (optind != argc)
+		return usage_error("--purge takes no arguments besides its options");
+	if (!config == !prefix || (config && state_dir))
+		return usage_error("--purge takes --config FILE, or --prefix P [--state-dir D]");
+	if (config) {
+		wd_error_clear(&err);
+		if (config_load(config, &cfg, &err) < 0) {
+			fprintf(stderr, "weightd: %s\n", err.msg);
+			return 1;
+		}
+		prefix = cfg->shm_prefix;
+		state_dir = cfg->state_dir;
+		if (!sock)
+			sock = cfg->socket_path;
+	}
+	if (!sock || !sock[0])
+		sock = PURGE_DEFAULT_SOCKET;
+	if (!wd_segment_prefix_valid(prefix)) {
+		fprintf(stderr, "weightd: --purge: \"%s\" is not a shared-memory prefix (1 to 64 of "
+			"A-Z a-z 0-9 _ . -, not starting with .)\n%s", prefix, purge_usage);
+		rc = 2;
+		goto out;
+	}
+	live = socket_answers(sock);
+	if (live != 0) {
+		if (live > 0)
+			fprintf(stderr, "weightd: something listens on %s (weightd, or systemd's "
+				"weightd.socket): stop both before purging (a running daemon would "
+				"lose track of its segments)\n", sock);
+		else
+			fprintf(stderr, "weightd: cannot tell whether weightd is running on %s; "
+				"not purging\n", sock);
+		goto out;
+	}
+	segments = wd_segment_purge(prefix);
+	if (segments < 0) {
+		fprintf(stderr, "weightd: cannot remove the segments /dev/shm/%s.*: %s\n", prefix,
+			wd_code_name(-segments));
+		goto out;
+	}
+	records = state_purge(state_dir ? state_dir : "", prefix);
+	if (json) {
+		json_t *j = json_pack("{s:s, s:s, s:i, s:i}", "prefix", prefix, "state_dir",
+				      state_dir ? state_dir : "", "segments", segments,
+				      "state_records", records);
+
+		if (!j || json_dumpf(j, stdout, JSON_INDENT(2)) < 0) {
+			json_decref(j);
+			fprintf(stderr, "weightd: cannot write JSON output\n");
+			goto out;
+		}
+		json_decref(j);
+		fputc('\n', stdout);
+	} else {
+		printf("removed %d segment%s under /dev/shm/%s.* and %d state record%s%s%s\n",
+		       segments, segments == 1 ? "" : "s", prefix, records, records == 1 ? "" : "s",
+		       state_dir && state_dir[0] ? " in " : "",
+		       state_dir && state_dir[0] ? state_dir : "");
+	}
+	rc = fflush(stdout) == 0 ? 0 : 1;
+	if (rc)
+		fprintf(stderr, "weightd: cannot write output: %s\n", strerror(errno));
+out:
+	config_free(cfg);
+	return rc;
+}

@@ -1,0 +1,117 @@
+/* test_cache.c - a cache of more weights than its first hash table holds (1,024): every weight is
+ * still found by key (a second unit reads nothing) and by handle (each release lands), across
+ * the table's growth. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "itest.h"
+#include "st_writer.h"
+#include "weightd/client.h"
+
+#define N 2500 /* past 1,024 and 2,048: the tables grow twice */
+
+static struct harness H;
+static char names[N][16];
+
+static int setup(void **state)
+{
+	static struct stw_tensor ts[N];
+	char path[512], sect[1024];
+
+	(void)state;
+	if (harness_init(&H) < 0)
+		return -1;
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "w%d", i);
+		ts[i] = (struct stw_tensor){ .name = names[i], .dtype = "U8", .ndim = 1,
+					     .shape = { 64 }, .seed = (uint32_t)i };
+	}
+	harness_path(&H, "many.safetensors", path, sizeof(path));
+	if (stw_write(path, ts, N, NULL, 0, NULL) < 0)
+		return -1;
+	snprintf(sect, sizeof(sect), "[checkpoint:many]\npath = %s\n", path);
+	if (harness_write_config(&H, NULL, sect) < 0 || harness_start(&H) < 0)
+		return -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	harness_cleanup(&H);
+	return 0;
+}
+
+static weightd_unit *unit_of_all(weightd_client *c)
+{
+	weightd_unit *u = NULL;
+	weightd_error err;
+
+	assert_int_equal(weightd_unit_new(c, &u, &err), 0);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(weightd_unit_slot(u, names[i], NULL, NULL, 0, NULL, &err), i);
+		assert_int_equal(weightd_unit_set_tensor(u, names[i], "many", names[i], NULL, &err), 0);
+	}
+	if (weightd_unit_submit(u, &err) < 0 || weightd_unit_validate(u, &err) < 0)
+		fail_msg("unit: %s", err.message);
+	weightd_unit_bind(u);
+	return u;
+}
+
+static void thousands_of_weights_are_found_by_key_and_handle(void **state)
+{
+	weightd_client *c = it_connect(&H);
+	weightd_unit *u1, *u2;
+	weightd_status *st;
+
+	(void)state;
+	u1 = unit_of_all(c);
+	assert_int_equal(weightd_unit_bytes_read(u1), (uint64_t)N * 64);
+	for (int i = 0; i < N; i += 97) {
+		const uint8_t *p = weightd_unit_data(u1, names[i]);
+
+		assert_int_equal(it_pattern_mismatch(p, 64, (unsigned)i), -1);
+	}
+	st = it_status(c);
+	assert_int_equal(st->weights, N);
+	assert_int_equal(st->references, N);
+	weightd_status_free(st);
+
+	/* every one is found by its key: nothing is read again */
+	u2 = unit_of_all(c);
+	assert_int_equal(weightd_unit_bytes_read(u2), 0);
+	for (int i = 0; i < N; i++)
+		assert_non_null(weightd_unit_data(u2, names[i]));
+	st = it_status(c);
+	assert_int_equal(st->weights, N);
+	assert_int_equal(st->references, 2 * N);
+	weightd_status_free(st);
+
+	/* and by handle: each release lands on its weight */
+	weightd_unit_free(u1);
+	weightd_unit_free(u2);
+	st = it_wait_quiet(&H, 0, 1, 30000); /* c is still connected */
+	assert_int_equal(st->references, 0);
+	assert_int_equal(st->weights, N);
+	weightd_status_free(st);
+	weightd_close(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(thousands_of_weights_are_found_by_key_and_handle),
+	};
+
+	alarm(240);
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
