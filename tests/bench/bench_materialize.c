@@ -642,7 +642,7 @@ static void usage(void)
 
 static void parse_args(int argc, char **argv)
 {
-	for (int i = 1; i < argc; i++) {
+	for (int i = 1; i < argc; i += 2) {  /* OPTION VALUE pairs */
 		uint64_t v;
 
 		if (i + 1 >= argc)
@@ -663,7 +663,6 @@ static void parse_args(int argc, char **argv)
 			opt.copy_buf = (size_t)v;
 		else
 			usage();
-		i++;
 	}
 }
 
