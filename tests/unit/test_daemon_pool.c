@@ -188,6 +188,9 @@ static long rss_kib(void)
 static void worker_buffers_are_made_on_use_and_given_back(void **state)
 {
 	const long one_worker_kib = 2 * WD_SCRATCH_BYTES / 1024;
+	/* what "holds no buffers" tolerates: allocator and sanitizer noise is a few MiB, more than
+	 * one worker's buffers now that they are small (8 busy workers still exceed it 3x) */
+	const long noise_kib = one_worker_kib > 4096 ? one_worker_kib : 4096;
 	struct event_base *base = event_base_new();
 	struct ttask xs[8];
 	sem_t gate;
@@ -201,7 +204,7 @@ static void worker_buffers_are_made_on_use_and_given_back(void **state)
 	usleep(100000);
 	idle = rss_kib();
 	print_message("RSS: %ld KiB before, %ld KiB with 8 idle workers\n", before, idle);
-	assert_true(idle - before < one_worker_kib);
+	assert_true(idle - before < noise_kib);
 
 	/* all 8 busy at once, so each makes its buffers */
 	sem_init(&gate, 0, 0);
@@ -219,15 +222,15 @@ static void worker_buffers_are_made_on_use_and_given_back(void **state)
 	for (size_t i = 0; i < 8; i++)
 		assert_true(xs[i].had_scratch);
 	print_message("RSS: %ld KiB with 8 busy workers\n", busy);
-	assert_true(busy - before >= 4 * one_worker_kib);
+	assert_true(busy - before >= 4 * one_worker_kib && busy - before >= 2 * noise_kib);
 	for (int i = 0; i < 100; i++) {
 		usleep(50000);
 		after = rss_kib();
-		if (after - before < one_worker_kib)
+		if (after - before < noise_kib)
 			break;
 	}
 	print_message("RSS: %ld KiB after the idle period\n", after);
-	assert_true(after - before < one_worker_kib);
+	assert_true(after - before < noise_kib);
 	assert_true(pool_free(p, 0));
 	event_base_free(base);
 }
