@@ -290,6 +290,14 @@ static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint3
 	struct wc_pending *p;
 
 	pthread_mutex_lock(&c->mu);
+	if (resp->id == 0 && resp->error) {
+		/* the daemon is closing this connection and says why (a limit, a timeout) */
+		pthread_mutex_unlock(&c->mu);
+		mark_dead(c, resp->error->code ? (int)resp->error->code : WEIGHTD_E_DISCONNECTED,
+			  "weightd at %s closed the connection: %s", c->path,
+			  resp->error->message ? resp->error->message : "");
+		goto drop;
+	}
 	if (resp->id == 0) {
 		if (resp->body_case == WEIGHTD__RESPONSE__BODY_EVENT && resp->event) {
 			struct wc_event *e;
@@ -596,6 +604,9 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 	c->info.max_recipe_nodes = hr->max_recipe_nodes;
 	c->info.max_client_bytes = hr->max_client_bytes;
 	c->info.max_client_weights = hr->max_client_weights;
+	c->info.max_queue_fds = hr->max_queue_fds;
+	c->info.idle_timeout_ms = hr->idle_timeout_ms;
+	c->info.frame_timeout_ms = hr->frame_timeout_ms;
 	c->info.min_protocol_version = hr->min_protocol_version;
 	c->info.max_protocol_version = hr->max_protocol_version;
 	return 0;

@@ -229,6 +229,11 @@ int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *e
 	o->pub.bytes_materialized = sr->bytes_materialized;
 	o->pub.materialize_ns = sr->materialize_ns;
 	o->pub.references = sr->references;
+	o->pub.foreign_segments = sr->foreign_segments;
+	o->pub.clients_refused = sr->clients_refused;
+	o->pub.clients_timed_out = sr->clients_timed_out;
+	o->pub.partial_frame_bytes = sr->partial_frame_bytes;
+	o->pub.temp_bytes = sr->temp_bytes;
 	/* a daemon that does not say (UNSPECIFIED) fills with SHA-256 */
 	switch (sr->digest_algorithm) {
 	case WEIGHTD__DIGEST_ALGORITHM__DIGEST_UNSPECIFIED:

@@ -26,6 +26,7 @@ struct job {
 	struct csource **sources;
 	size_t n_sources;
 	uint64_t nbytes;
+	uint64_t temp;               /* heap temporaries it may allocate, counted while it runs */
 	uint64_t progress;           /* bytes written so far: the worker stores, status loads */
 	char name[WD_SEGMENT_NAME_MAX];
 	struct state_record rec;     /* filled on the main thread; the worker adds the digest */
@@ -237,7 +238,9 @@ static void weight_destroy(struct cache *c, struct weight *w, bool unlink_segmen
 	lru_remove(c, w);
 	unhash(c, w);
 	if (unlink_segment) {
-		wd_segment_unlink(w->seg.name);
+		/* only a name of ours: a record that slipped through never gets a foreign name deleted */
+		if (wd_segment_name_matches(c->d->instance, w->seg.name))
+			wd_segment_unlink(w->seg.name);
 		state_remove(c->d->cfg->state_dir, c->d->instance, w->key);
 	}
 	wd_segment_close(&w->seg);
@@ -389,8 +392,8 @@ static void shm_full_error(struct job *j)
 }
 
 /*
- * Create the job's segment (names are unique per key: start-up cleared the prefix, eviction
- * unlinks) and size it with ftruncate rather than reserve it with posix_fallocate. The fill
+ * Create the job's segment and size it with ftruncate rather than reserve it with
+ * posix_fallocate. The fill
  * writes every byte with pwrite, which allocates pages as it goes and reports a full /dev/shm
  * as ENOSPC, a clean error (nothing writes through a mapping, so there is no SIGBUS to avoid);
  * reserving first cost about 10% more CPU per byte filled (measured 0.71-0.75 against 0.62-0.69
@@ -405,9 +408,12 @@ static int segment_open(struct job *j)
 
 	if (statvfs("/dev/shm", &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < j->nbytes)
 		return wd_error_set(&j->err, WD_E_EXHAUSTED, "/dev/shm is full");
-	r = wd_segment_create(j->name, 0, &j->seg, &j->err);
+	/* A random name (segment.c): the key is not in it, so nobody can take it first. */
+	r = wd_segment_create_unique(j->instance, 0, &j->seg, &j->err);
 	if (r < 0)
 		return r;
+	snprintf(j->name, sizeof(j->name), "%s", j->seg.name);
+	snprintf(j->rec.segment, sizeof(j->rec.segment), "%s", j->seg.name);
 	if (ftruncate(j->seg.fd, (off_t)j->nbytes) == 0) {
 		j->seg.size = j->nbytes;
 		return 0;
@@ -528,6 +534,7 @@ static void job_done(struct pool_task *t)
 
 	job_unlink(c, j);
 	c->d->stats.in_flight--;
+	c->d->stats.temp_bytes -= j->temp;
 	if (t->cancelled) {
 		/* skipped by the pool at shutdown: no segment was made */
 		wd_error_clear(&j->err);
@@ -687,6 +694,30 @@ static void claim_source(struct weight *w, struct csource *cs)
 	csource_ref(cs);
 }
 
+/*
+ * Recipe temporaries live on the heap, outside the shared-memory budget: all running jobs
+ * together may hold max_temp of them (the budget's size when unset). A job that would pass it
+ * fails at once with the figures, rather than growing the daemon past what was configured.
+ */
+static int temp_check(struct cache *c, uint64_t temp, const char *label, struct wd_error *err)
+{
+	uint64_t limit = c->d->cfg->max_temp_bytes ? c->d->cfg->max_temp_bytes : c->budget;
+	uint64_t used = c->d->stats.temp_bytes;
+
+	if (!temp || (temp <= limit && used <= limit - temp))
+		return 0;
+	if (err) {
+		err->expected = (int64_t)(limit - (used < limit ? used : limit));
+		err->actual = (int64_t)temp;
+	}
+	return wd_error_set(err, WD_E_EXHAUSTED,
+			    "resource exhausted: %s needs %llu bytes of working memory but only %llu of "
+			    "max_temp (%llu bytes) are free (%llu in use by running materializations)",
+			    label, (unsigned long long)temp,
+			    (unsigned long long)(used < limit ? limit - used : 0),
+			    (unsigned long long)limit, (unsigned long long)used);
+}
+
 int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *sources,
 		  size_t n_sources, cache_cb cb, void *arg, struct weight **ret_w,
 		  struct wd_error *err)
@@ -695,7 +726,6 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	struct weight *w = find_key(c, key);
 	struct waiter *wt;
 	struct job *j;
-	char hex[65];
 	int r;
 
 	if (w) {
@@ -731,7 +761,10 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	j->plan = plan;
 	j->nbytes = wd_plan_nbytes(plan);
-	r = reserve(c, j->nbytes, wd_plan_label(plan), err);
+	j->temp = wd_plan_temp_bytes(plan);
+	r = temp_check(c, j->temp, wd_plan_label(plan), err);
+	if (r == 0)
+		r = reserve(c, j->nbytes, wd_plan_label(plan), err);
 	if (r < 0) {
 		free(wt);
 		job_free(j);
@@ -744,8 +777,6 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	}
 	j->cache = c;
 	memcpy(j->key, key, 32);
-	wd_hex(key, 32, hex);
-	snprintf(j->name, sizeof(j->name), "/%s.%s", c->d->instance, hex);
 	j->waiters = wt;
 	j->state_dir = c->d->cfg->state_dir;
 	j->instance = c->d->instance;
@@ -755,7 +786,6 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	if (j->rec.ndim)
 		memcpy(j->rec.shape, wd_plan_shape(plan), sizeof(uint64_t) * (size_t)j->rec.ndim);
 	j->rec.nbytes = j->nbytes;
-	snprintf(j->rec.segment, sizeof(j->rec.segment), "%s", j->name);
 	snprintf(j->rec.label, sizeof(j->rec.label), "%s", wd_plan_label(plan));
 	if (n_sources) {
 		snprintf(j->rec.source, sizeof(j->rec.source), "%s", sources[0]->name);
@@ -766,6 +796,7 @@ int cache_request(struct cache *c, struct wd_plan *plan, struct csource *const *
 	j->alg = c->d->cfg->digest ? c->d->cfg->digest : WD_DIGEST_DEFAULT;
 	job_link(c, j);
 	c->d->stats.in_flight++;
+	c->d->stats.temp_bytes += j->temp;
 	job_start(c, j);
 	return 0;
 }
@@ -825,6 +856,8 @@ void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *
 			.label = wd_plan_label(j->plan),
 			.nbytes = j->nbytes,
 			.done = __atomic_load_n(&j->progress, __ATOMIC_RELAXED),
+			.sources = j->sources,
+			.n_sources = j->n_sources,
 		};
 		fn(&info, arg);
 	}

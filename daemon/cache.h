@@ -109,6 +109,8 @@ struct cache_job_info {
 	const char *label;
 	uint64_t nbytes;
 	uint64_t done;
+	struct csource *const *sources; /* the checkpoints it reads (who may see it) */
+	size_t n_sources;
 };
 
 /* Walk every in-flight job (status); the pointers live until the main loop runs on. */

@@ -37,7 +37,10 @@ enum daemon_key {
 	DK_SOCKET, DK_SOCKET_MODE, DK_SOCKET_GROUP, DK_SHM_PREFIX, DK_STATE_DIR, DK_VERIFY_ADOPTED,
 	DK_BUDGET, DK_WORKERS,
 	DK_MAX_CLIENTS, DK_CLIENT_MAX_PENDING, DK_CLIENT_MAX_QUEUE, DK_CLIENT_MAX_BYTES,
-	DK_CLIENT_MAX_WEIGHTS, DK_MAX_FRAME, DK_LOG_LEVEL, DK_DIGEST, DK_COUNT
+	DK_CLIENT_MAX_WEIGHTS, DK_MAX_FRAME, DK_LOG_LEVEL,
+	DK_MAX_CLIENTS_PER_UID, DK_CLIENT_MAX_QUEUE_FDS, DK_UID_MAX_QUEUE_FDS, DK_IDLE_TIMEOUT,
+	DK_FRAME_TIMEOUT, DK_UID_MAX_PARTIAL, DK_MAX_PARTIAL, DK_MAX_TEMP, DK_UID_MAX_PENDING,
+	DK_DIGEST, DK_COUNT
 };
 
 static const char *const daemon_keys[DK_COUNT] = {
@@ -47,7 +50,13 @@ static const char *const daemon_keys[DK_COUNT] = {
 	[DK_WORKERS] = "workers", [DK_MAX_CLIENTS] = "max_clients",
 	[DK_CLIENT_MAX_PENDING] = "client_max_pending", [DK_CLIENT_MAX_QUEUE] = "client_max_queue",
 	[DK_CLIENT_MAX_BYTES] = "client_max_bytes", [DK_CLIENT_MAX_WEIGHTS] = "client_max_weights",
-	[DK_MAX_FRAME] = "max_frame", [DK_LOG_LEVEL] = "log_level", [DK_DIGEST] = "digest",
+	[DK_MAX_FRAME] = "max_frame", [DK_LOG_LEVEL] = "log_level",
+	[DK_MAX_CLIENTS_PER_UID] = "max_clients_per_uid",
+	[DK_CLIENT_MAX_QUEUE_FDS] = "client_max_queue_fds",
+	[DK_UID_MAX_QUEUE_FDS] = "uid_max_queue_fds", [DK_IDLE_TIMEOUT] = "idle_timeout",
+	[DK_FRAME_TIMEOUT] = "frame_timeout", [DK_UID_MAX_PARTIAL] = "uid_max_partial",
+	[DK_MAX_PARTIAL] = "max_partial", [DK_MAX_TEMP] = "max_temp",
+	[DK_UID_MAX_PENDING] = "uid_max_pending", [DK_DIGEST] = "digest",
 };
 
 enum checkpoint_key { CK_PATH, CK_ALLOW_USERS, CK_ALLOW_GROUPS, CK_PRELOAD, CK_COUNT };
@@ -193,6 +202,35 @@ static int set_u32(struct loader *ld, const char *key, const char *val, uint32_t
 		return fail(ld, ld->line, WD_E_INVALID, "%s: %s is out of range (%u to %u)", key, val,
 			    min, max);
 	*ret = (uint32_t)v;
+	return 1;
+}
+
+/* A duration: a whole number of seconds, or one followed by "ms", "s", "m" or "h". 0 = off. */
+static int set_duration_ms(struct loader *ld, const char *key, const char *val, uint64_t *ret)
+{
+	const char *end = NULL;
+	uint64_t v = 0, mul = 1000;
+	enum num_status st = parse_digits(val, &v, &end);
+
+	if (st == NUM_OK) {
+		if (strcmp(end, "ms") == 0)
+			mul = 1;
+		else if (strcmp(end, "s") == 0 || !*end)
+			mul = 1000;
+		else if (strcmp(end, "m") == 0)
+			mul = 60000;
+		else if (strcmp(end, "h") == 0)
+			mul = 3600000;
+		else
+			st = NUM_GARBAGE;
+	}
+	if (st == NUM_GARBAGE)
+		return fail(ld, ld->line, WD_E_INVALID,
+			    "%s: '%s' is not a duration (seconds, or a number followed by ms, s, m or h)",
+			    key, val);
+	if (st == NUM_OVERFLOW || v > UINT64_MAX / mul || v * mul > (30ull * 24 * 3600000))
+		return fail(ld, ld->line, WD_E_INVALID, "%s: %s is longer than 30 days", key, val);
+	*ret = v * mul;
 	return 1;
 }
 
@@ -442,6 +480,24 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		return set_size(ld, key, val, 0, UINT64_MAX, &cfg->client_max_bytes);
 	case DK_CLIENT_MAX_WEIGHTS:
 		return set_u32(ld, key, val, 0, UINT32_MAX, &cfg->client_max_weights);
+	case DK_MAX_CLIENTS_PER_UID:
+		return set_u32(ld, key, val, 1, 1u << 20, &cfg->max_clients_per_uid);
+	case DK_CLIENT_MAX_QUEUE_FDS:
+		return set_u32(ld, key, val, 1, 1u << 20, &cfg->client_max_queue_fds);
+	case DK_UID_MAX_QUEUE_FDS:
+		return set_u32(ld, key, val, 1, 1u << 24, &cfg->uid_max_queue_fds);
+	case DK_IDLE_TIMEOUT:
+		return set_duration_ms(ld, key, val, &cfg->idle_timeout_ms);
+	case DK_FRAME_TIMEOUT:
+		return set_duration_ms(ld, key, val, &cfg->frame_timeout_ms);
+	case DK_UID_MAX_PARTIAL:
+		return set_size(ld, key, val, 4096, UINT64_MAX, &cfg->uid_max_partial_bytes);
+	case DK_MAX_PARTIAL:
+		return set_size(ld, key, val, 4096, UINT64_MAX, &cfg->max_partial_bytes);
+	case DK_UID_MAX_PENDING:
+		return set_u32(ld, key, val, 1, 1u << 24, &cfg->uid_max_pending);
+	case DK_MAX_TEMP:
+		return set_size(ld, key, val, 0, UINT64_MAX, &cfg->max_temp_bytes);
 	case DK_MAX_FRAME:
 		if (!set_size(ld, key, val, 4096, 1u << 30, &u64))
 			return 0;
@@ -777,6 +833,15 @@ static struct config *config_new(const char *path)
 	cfg->client_max_bytes = 0;
 	cfg->client_max_weights = 0;
 	cfg->max_frame_bytes = WD_FRAME_MAX_DEFAULT;
+	cfg->max_clients_per_uid = 64;
+	cfg->client_max_queue_fds = 1024;
+	cfg->uid_max_queue_fds = 4096;
+	cfg->idle_timeout_ms = 600000;
+	cfg->frame_timeout_ms = 30000;
+	cfg->uid_max_partial_bytes = 64ull << 20;
+	cfg->max_partial_bytes = 256ull << 20;
+	cfg->max_temp_bytes = 0;
+	cfg->uid_max_pending = 1024;
 	cfg->log_level = -1;
 	if (!cfg->path || !cfg->socket_path || !cfg->shm_prefix || !cfg->state_dir) {
 		config_free(cfg);
@@ -874,6 +939,17 @@ int config_load(const char *path, struct config **ret, struct wd_error *err)
 		     "client_max_queue (%llu bytes) is smaller than max_frame (%u bytes): one reply "
 		     "must fit in a client's queue", (unsigned long long)cfg->client_max_queue_bytes,
 		     cfg->max_frame_bytes);
+	}
+	if (!ld.err_line && cfg->uid_max_partial_bytes > cfg->max_partial_bytes / 2) {
+		int line = ld.daemon_key_line[DK_UID_MAX_PARTIAL] > ld.daemon_key_line[DK_MAX_PARTIAL]
+			? ld.daemon_key_line[DK_UID_MAX_PARTIAL] : ld.daemon_key_line[DK_MAX_PARTIAL];
+
+		/* else one uid alone could fill the total and lock every other uid out */
+		fail(&ld, line, WD_E_INVALID,
+		     "uid_max_partial (%llu bytes) is more than half of max_partial (%llu bytes): one "
+		     "uid must not be able to take what every uid shares",
+		     (unsigned long long)cfg->uid_max_partial_bytes,
+		     (unsigned long long)cfg->max_partial_bytes);
 	}
 	/* inih reports lines it could not split itself (no '=' or ':'); ours come with a sentence. */
 	if (ini_line > 0 && (!ld.err_line || ini_line < ld.err_line)) {

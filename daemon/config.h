@@ -39,6 +39,17 @@ struct config {
 	uint64_t client_max_bytes;  /* 0 = unlimited */
 	uint32_t client_max_weights;/* 0 = unlimited */
 	uint32_t max_frame_bytes;
+	/* Limits per uid and per connection against other local users (README "Security model"). */
+	uint32_t max_clients_per_uid;   /* root and the daemon's user are exempt (and have a reserve) */
+	uint32_t client_max_queue_fds;  /* fds queued in one client's replies: past it, its requests
+				         * wait until it reads */
+	uint32_t uid_max_queue_fds;     /* the same over all connections of one uid */
+	uint32_t uid_max_pending;       /* unit requests in flight over all connections of one uid */
+	uint64_t idle_timeout_ms;       /* close a connection with nothing held or pending; 0 = never */
+	uint64_t frame_timeout_ms;      /* close one stuck in the middle of a frame; 0 = never */
+	uint64_t uid_max_partial_bytes; /* bytes of frames being received, per uid */
+	uint64_t max_partial_bytes;     /* the same, all clients together */
+	uint64_t max_temp_bytes;        /* recipe temporaries of running jobs; 0 = the budget's room */
 	int log_level;              /* LOG_LVL_* or -1 when not set in the file */
 	struct source_conf *sources;
 	size_t n_sources;

@@ -101,6 +101,27 @@ static int adopt_one(const struct state_record *rec, void *arg)
 	return cache_adopt(d->cache, rec);
 }
 
+static void report_foreign(const char *name, void *arg)
+{
+	unsigned *n = arg;
+
+	if ((*n)++ < 16)
+		log_warn("ignoring /dev/shm%s: weightd did not make it (not its name pattern or not "
+			 "owned by uid %u); it is never served or removed", name, (unsigned)geteuid());
+}
+
+/* Objects under our prefix that we did not make: reported, never trusted (status shows the count). */
+static uint64_t count_foreign(const char *instance)
+{
+	unsigned logged = 0;
+	int n = wd_segment_foreign(instance, report_foreign, &logged);
+
+	if (n > 16)
+		log_warn("%d objects under /dev/shm/%s.* were not made by weightd and are ignored", n,
+			 instance);
+	return n > 0 ? (uint64_t)n : 0;
+}
+
 /* The listening socket: inherited from systemd (socket activation) or made here. */
 static int get_listener(const struct config *cfg, int *ret_fd, struct wd_error *err)
 {
@@ -282,6 +303,7 @@ int main(int argc, char **argv)
 	if (adopted > 0 || purged > 0)
 		log_notice("re-adopted %d weights, removed %d stale segments under /dev/shm/%s.*",
 			   adopted, purged, d.instance);
+	d.stats.foreign_segments = count_foreign(d.instance);
 	cache_trim(d.cache);
 	if (get_listener(d.cfg, &lfd, &err) < 0) {
 		log_err("%s", err.msg);

@@ -66,7 +66,7 @@ static void on_changed(struct csource *cs, const char *what, void *arg)
 {
 	struct daemon *d = arg;
 
-	server_notify(d->server, cs->name, cs->generation, what);
+	server_notify(d->server, cs, what);
 }
 
 /* Worker: the file, then the headers of new and changed checkpoints. */

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "config.h"
 #include "error.h"
@@ -24,8 +25,24 @@ void server_free(struct server *s);
 
 size_t server_clients(const struct server *s);
 
-/* Tell subscribed clients that `checkpoint` changed ("generation" or "removed"). */
-void server_notify(struct server *s, const char *checkpoint, uint64_t generation, const char *what);
+/* Serve an accepted (or otherwise connected) socket, fd owned from now on: the per-uid and total
+ * connection limits apply. accept() uses it; so do tests that drive a socketpair. */
+void server_add_client(struct server *s, int fd);
+
+/* Unit requests in flight over every connection of `uid` (linear in the clients connected). */
+size_t server_uid_pending(const struct server *s, uid_t uid);
+
+/* How many uids have requests being received (at least 1): the share of max_partial each may
+ * count on when the total is reached. Linear in the uids connected; called only then. */
+size_t server_uids_receiving(const struct server *s);
+
+/* A session was killed: take it off the list and free it later from the loop (session.c). */
+struct session;
+void server_session_dead(struct server *s, struct session *sess);
+
+/* Tell subscribed clients that may read `cs` that it changed ("generation" or "removed"). */
+struct csource;
+void server_notify(struct server *s, const struct csource *cs, const char *what);
 
 /* Answer a reload request (reload_request in reload.c) of client `session` (if it is still connected): err NULL = success. */
 void server_reload_done(struct server *s, uint64_t session, uint64_t request,

@@ -1,11 +1,12 @@
 /* session.h - one connected client: its socket queues, the weights it holds, its open requests.
- * Shared by server.c (I/O, lifecycle) and request.c (what requests do). */
+ * session.c does its I/O and lifecycle; server.c lists sessions; request*.c act on them. */
 #ifndef WD_SESSION_H
 #define WD_SESSION_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "cache.h"
 #include "catalog.h"
@@ -14,6 +15,17 @@
 
 struct server;
 struct unitreq;
+
+/* What all connections of one uid hold (server.c keeps one per connected uid). */
+struct uid_usage {
+	uid_t uid;
+	uint32_t conns;
+	uint64_t partial;     /* bytes of frames being received */
+	size_t queued_fds;    /* fds queued in replies, in our queues and the sockets' */
+	uint32_t lingering;   /* refused connections kept open so they can read why */
+	uint32_t refusals_logged;
+	struct uid_usage *next;
+};
 
 struct held {
 	struct weight *w;
@@ -27,6 +39,7 @@ struct session {
 	int fd;
 	struct peer peer;
 	struct event *ev_read, *ev_write;
+	struct event *ev_later;   /* look again soon: paused (has it read its fds?), or done? */
 	struct wd_inbuf *in;
 	struct wd_outq *out;
 	struct held *held;    /* dense, unordered */
@@ -41,12 +54,54 @@ struct session {
 	struct unitreq *unitreqs;
 	char **subs;          /* checkpoints subscribed to ("*" = all) */
 	size_t n_subs;
+	struct uid_usage *uu;  /* its uid's totals (NULL outside a server, e.g. unit tests) */
+	size_t partial_charged;/* what account() last charged for frames being received */
+	size_t fds_charged;    /* ... and for fds queued in replies (ours and the kernel's) */
+	size_t fds_in_flight;  /* fds sent that the client may not have read yet */
+	size_t partial_peak;   /* the most its input buffer held (memory returned when it goes) */
+	bool refused;          /* told why it is being closed; takes no requests */
+	bool lingering;        /* refused, kept open briefly so it can read why */
+	uint64_t refused_ms;
+	size_t discarded;      /* bytes it sent after it was refused, dropped */
+	bool mid_frame;        /* a frame has begun and not finished */
+	uint64_t mid_since_ms; /* when it began */
+	uint64_t active_ms;    /* last request taken or reply bytes sent */
+	uint32_t reloads;      /* reload requests waiting for their answer */
+	bool read_closed;      /* no more requests: the peer shut down its side, or it was refused */
+	bool paused;           /* not read while its replies hold too many fds */
+	bool dispatching;      /* inside request_dispatch (not to be closed under it) */
 	bool dead;
 	bool close_after_flush;
 	bool privileged;      /* uid 0 or the daemon's own uid: may reload and evict */
 	struct session *next, *prev;
 	struct session *dead_next;
 };
+
+/* A session for an accepted socket (fd owned from now on; closed on failure), reading at once.
+ * NULL on allocation failure. The caller links it into the server's list. */
+struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64_t id);
+/* Free a dead session (from the server's deferred reap, never inside its own callbacks). */
+void session_free(struct session *s);
+
+/* fds sent to the client that it may not have read yet (forgotten once its socket's queue is
+ * seen empty). */
+size_t session_fds_in_flight(struct session *s);
+
+/* Monotonic milliseconds (what the timeouts compare). */
+uint64_t session_now_ms(void);
+
+/* Periodic check from the server (now = session_now_ms()): frame and idle timeouts, and resuming
+ * a session paused by its uid's fd limit. May kill or refuse it. */
+void session_tick(struct session *s, uint64_t now);
+/* Take requests again if it was paused and its fds are within limits now. */
+void session_resume(struct session *s);
+/* A client that has stopped sending is closed once every request it sent has been answered and
+ * sent (call when something it waited for finished). */
+void session_check_done(struct session *s);
+/* Refuse the client: read nothing more, drop what is buffered, queue an error frame (request id
+ * 0) saying why, and close once it is sent (or when frame_timeout passes). Logged once. */
+void session_refuse(struct session *s, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* Queue a response (ownership of fds passes, see wd_outq_push). A client whose queue grows past
  * its cap is disconnected. */
@@ -61,10 +116,5 @@ int session_hold(struct session *s, struct weight *w);
 /* Give back one reference; false if the client holds none on w. */
 bool session_release(struct session *s, struct weight *w);
 struct held *session_find_held(struct session *s, uint64_t handle);
-
-/* request.c */
-void request_dispatch(struct session *s, Weightd__Request *req);
-/* Orphan every unit request of a dying session: they finish without replying. */
-void request_session_gone(struct session *s);
 
 #endif

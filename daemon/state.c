@@ -26,6 +26,34 @@ static void inst_dir(const char *dir, const char *instance, char *out, size_t ca
 	snprintf(out, cap, "%s/%s", dir, instance);
 }
 
+/*
+ * A record names a segment whose fd goes to clients, and recovery unlinks what records do not
+ * name: only a directory nobody else can write into may hold them. Owned by this uid, not a
+ * symlink, no group or other write bit.
+ */
+static int trusted_dir(const char *path, struct wd_error *err)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return wd_error_set(err, WD_E_IO, "cannot use state directory %s: %s", path,
+				    strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return wd_error_set(err, WD_E_PERMISSION,
+				    "not using state directory %s: it is not a directory (a symlink?)",
+				    path);
+	if (st.st_uid != geteuid())
+		return wd_error_set(err, WD_E_PERMISSION,
+				    "not using state directory %s: it is owned by uid %u but weightd runs "
+				    "as uid %u (chown it to weightd's user)", path, (unsigned)st.st_uid,
+				    (unsigned)geteuid());
+	if (st.st_mode & 022)
+		return wd_error_set(err, WD_E_PERMISSION,
+				    "not using state directory %s: mode %04o lets group or others write "
+				    "into it (chmod go-w)", path, (unsigned)(st.st_mode & 07777));
+	return 0;
+}
+
 int state_init(const char *dir, const char *instance, struct wd_error *err)
 {
 	char path[4096];
@@ -39,6 +67,8 @@ int state_init(const char *dir, const char *instance, struct wd_error *err)
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return wd_error_set(err, WD_E_IO, "cannot create state directory %s: %s", path,
 				    strerror(errno));
+	if (trusted_dir(dir, err) < 0 || trusted_dir(path, err) < 0)
+		return -WD_E_PERMISSION;
 	return 0;
 }
 
@@ -99,11 +129,32 @@ void state_remove(const char *dir, const char *instance, const uint8_t key[32])
 	unlink(path);
 }
 
-/* Parse one record file; false if it is not a valid record. */
-static bool read_record(const char *path, struct state_record *rec)
+/* Read a record file: a regular file of ours (not a symlink), at most RECORD_MAX_BYTES. */
+static json_t *load_record(const char *path)
 {
 	json_error_t jerr;
-	json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr), *shape, *v;
+	struct stat st;
+	json_t *o = NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+	    st.st_size <= RECORD_MAX_BYTES)
+		o = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+	close(fd);
+	return o;
+}
+
+/*
+ * Parse one record file; false if it is not a valid record. Its segment must be a name weightd
+ * makes under this instance's prefix (never an arbitrary shm object), and its file name must be
+ * its key.
+ */
+static bool read_record(const char *path, const char *file, const char *instance,
+			struct state_record *rec)
+{
+	json_t *o = load_record(path), *shape, *v;
 	const char *key = NULL, *digest = NULL, *dtype = NULL, *segment = NULL, *label = NULL,
 		   *source = NULL, *alg = "sha256";
 	json_int_t nbytes = -1, generation = 0, ino = 0;
@@ -124,6 +175,9 @@ static bool read_record(const char *path, struct state_record *rec)
 	if (!hex_decode(key, rec->key, 32) ||
 	    !hex_decode(digest, rec->digest, wd_digest_len(rec->digest_alg)) || nbytes < 0 ||
 	    !json_is_array(shape) || json_array_size(shape) > WD_MAX_DIMS)
+		goto out;
+	if (!wd_segment_name_matches(instance, segment) || strlen(file) != 64 + 5 ||
+	    strncmp(file, key, 64) != 0)
 		goto out;
 	rec->dtype = wd_dtype_from_name(dtype);
 	if (rec->dtype == WD_DTYPE_INVALID)
@@ -160,6 +214,11 @@ static int unlink_unkept(const char *name, uint64_t size, void *arg)
 	for (size_t i = 0; i < k->n; i++)
 		if (strcmp(k->names[i], name) == 0)
 			return 0;
+	/* what weightd did not make is left alone (main reports it); what an older weightd made
+	 * under key-derived names is removed, never adopted */
+	if ((!wd_segment_name_matches(k->prefix, name) && !wd_segment_name_legacy(k->prefix, name)) ||
+	    !wd_segment_owned(name))
+		return 0;
 	if (wd_segment_unlink(name) == 0)
 		k->removed++;
 	return 0;
@@ -190,7 +249,7 @@ int state_recover(const char *dir, const char *instance,
 				unlink(file); /* a temp file a crash left behind */
 				continue;
 			}
-			if (!read_record(file, &rec) || adopt(&rec, arg) != 0) {
+			if (!read_record(file, e->d_name, instance, &rec) || adopt(&rec, arg) != 0) {
 				unlink(file);
 				continue;
 			}

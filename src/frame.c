@@ -122,6 +122,7 @@ struct wd_outq {
 	struct outq_frame *tail;
 	size_t bytes;       /* unsent bytes over all frames */
 	size_t frames;
+	size_t fds;         /* unsent fds over all frames */
 };
 
 struct wd_outq *wd_outq_new(void)
@@ -190,6 +191,7 @@ int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *
 	q->tail = f;
 	q->bytes += f->len;
 	q->frames++;
+	q->fds += nfds;
 	return 0;
 fail:
 	if (f) {
@@ -235,6 +237,7 @@ int wd_outq_flush(struct wd_outq *q, int sock)
 			return (int)n;
 		close_fds(f->fds, f->fds_sent, f->fds_sent + batch);
 		f->fds_sent += batch;
+		q->fds -= batch;
 		sent = (size_t)n;
 		q->bytes -= sent;
 		while (sent) {
@@ -257,6 +260,11 @@ int wd_outq_flush(struct wd_outq *q, int sock)
 size_t wd_outq_bytes(const struct wd_outq *q)
 {
 	return q ? q->bytes : 0;
+}
+
+size_t wd_outq_fds(const struct wd_outq *q)
+{
+	return q ? q->fds : 0;
 }
 
 size_t wd_outq_frames(const struct wd_outq *q)
@@ -350,6 +358,40 @@ static int inbuf_reserve(struct wd_inbuf *b, size_t want)
 	b->buf = nbuf;
 	b->cap = ncap;
 	return 0;
+}
+
+/*
+ * Walk the buffered frames: complete ones count their bytes, the first incomplete one counts the
+ * size its header announces (what the next reads will grow the buffer to; clamped to the limit,
+ * since a larger announcement fails the stream), or its bytes so far when the header is not in.
+ */
+size_t wd_inbuf_partial(const struct wd_inbuf *b, bool *ret_mid_frame)
+{
+	size_t off = b->start, total = 0;
+	bool mid = false;
+
+	while (off < b->end) {
+		size_t left = b->end - off, whole;
+		uint32_t len;
+
+		if (left < WD_FRAME_HEADER) {
+			total += left;
+			mid = true;
+			break;
+		}
+		len = get_le32(b->buf + off);
+		whole = (size_t)(len <= b->max_payload ? len : b->max_payload) + WD_FRAME_HEADER;
+		if (len > b->max_payload || left < whole) {
+			total += whole > left ? whole : left;
+			mid = true;
+			break;
+		}
+		total += whole;
+		off += whole;
+	}
+	if (ret_mid_frame)
+		*ret_mid_frame = mid;
+	return total;
 }
 
 /* Room for `want` more fds at the tail of the FIFO. */

@@ -2,6 +2,7 @@
 #ifndef WD_FRAME_H
 #define WD_FRAME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +44,8 @@ int wd_outq_flush(struct wd_outq *q, int sock);
 
 size_t wd_outq_bytes(const struct wd_outq *q);
 size_t wd_outq_frames(const struct wd_outq *q);
+/* File descriptors queued and not yet sent (each one an open fd of the sender). */
+size_t wd_outq_fds(const struct wd_outq *q);
 
 /* --- receiving ---------------------------------------------------------------------------- */
 
@@ -78,6 +81,13 @@ struct wd_frame {
  * and the peer should be dropped. ret->fds is malloc'd (free it) or NULL when nfds is 0.
  */
 int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret);
+
+/*
+ * Bytes the buffer holds or is about to hold for frames not yet taken: complete frames waiting,
+ * plus the whole announced size of an incomplete one (its header decides how far the buffer
+ * grows). *ret_mid_frame (may be NULL): an incomplete frame has begun.
+ */
+size_t wd_inbuf_partial(const struct wd_inbuf *b, bool *ret_mid_frame);
 
 /* Close every fd of a frame and free its fd array. */
 void wd_frame_close_fds(struct wd_frame *f);

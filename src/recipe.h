@@ -162,6 +162,9 @@ uint64_t wd_plan_nbytes(const struct wd_plan *p);
 const uint8_t *wd_plan_key(const struct wd_plan *p);
 /* Bytes execution will read from checkpoints (for accounting and tests). */
 uint64_t wd_plan_read_bytes(const struct wd_plan *p);
+/* Bytes of heap temporaries execution will allocate (transposes, gathers), at most
+ * max_temp_bytes of its limits; 0 for plans that stream. */
+uint64_t wd_plan_temp_bytes(const struct wd_plan *p);
 /* Sources the plan reads (distinct), valid while the plan lives. */
 size_t wd_plan_source_count(const struct wd_plan *p);
 const struct wd_source *wd_plan_source(const struct wd_plan *p, size_t i);

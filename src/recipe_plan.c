@@ -471,6 +471,11 @@ uint64_t wd_plan_read_bytes(const struct wd_plan *p)
 	return p->read_bytes;
 }
 
+uint64_t wd_plan_temp_bytes(const struct wd_plan *p)
+{
+	return p->temp_bytes;
+}
+
 uint64_t wd_plan_temp_read_bytes(const struct wd_plan *p)
 {
 	return p->temp_read;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,7 +33,88 @@ static bool name_valid(const char *name)
  * write access. It is checked to be the same inode as the writable one in case the name was
  * replaced in between.
  */
+static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
+			struct wd_error *err, bool *ret_exists);
+
 int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, struct wd_error *err)
+{
+	bool exists = false;
+
+	return create_named(name, size, ret, err, &exists);
+}
+
+/* "/<prefix>." followed by exactly `digits` lowercase hex digits. */
+static bool name_is_hex(const char *prefix, const char *name, int digits)
+{
+	size_t plen;
+
+	if (!name || name[0] != '/' || !wd_segment_prefix_valid(prefix))
+		return false;
+	plen = strlen(prefix);
+	if (strncmp(name + 1, prefix, plen) != 0 || name[1 + plen] != '.')
+		return false;
+	name += 2 + plen;
+	for (int i = 0; i < digits; i++)
+		if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+			return false;
+	return name[digits] == '\0';
+}
+
+bool wd_segment_name_matches(const char *prefix, const char *name)
+{
+	return name_is_hex(prefix, name, WD_SEGMENT_RANDOM_HEX);
+}
+
+bool wd_segment_name_legacy(const char *prefix, const char *name)
+{
+	return name_is_hex(prefix, name, 64);
+}
+
+/*
+ * The name carries 128 random bits from getrandom(): nobody can create it before us, so a taken
+ * name means a collision with another object (practically never) or a squatter guessing (hopeless):
+ * either way a fresh name is drawn, a bounded number of times.
+ */
+int wd_segment_create_unique(const char *prefix, uint64_t size, struct wd_segment *ret,
+			     struct wd_error *err)
+{
+	static const char hexd[] = "0123456789abcdef";
+	char name[WD_SEGMENT_NAME_MAX];
+	int rc = 0;
+
+	if (!wd_segment_prefix_valid(prefix))
+		return wd_error_set(err, WD_E_INVALID, "invalid shared-memory prefix \"%s\"",
+				    prefix ? prefix : "(null)");
+	for (int attempt = 0; attempt < 8; attempt++) {
+		uint8_t rnd[WD_SEGMENT_RANDOM_HEX / 2];
+		size_t got = 0, off;
+		bool exists = false;
+
+		while (got < sizeof(rnd)) {
+			ssize_t n = getrandom(rnd + got, sizeof(rnd) - got, 0);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0)
+				return wd_error_set(err, WD_E_IO, "getrandom for a segment name: %s",
+						    strerror(errno));
+			got += (size_t)n;
+		}
+		off = (size_t)snprintf(name, sizeof(name), "/%s.", prefix);
+		for (size_t i = 0; i < sizeof(rnd); i++) {
+			name[off++] = hexd[rnd[i] >> 4];
+			name[off++] = hexd[rnd[i] & 15];
+		}
+		name[off] = '\0';
+		rc = create_named(name, size, ret, err, &exists);
+		if (!exists)
+			return rc;
+	}
+	return rc; /* eight collisions in a row: the last error says so */
+}
+
+static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
+			struct wd_error *err, bool *ret_exists)
 {
 	struct stat st_rw, st_ro;
 	int fd = -1, ro_fd = -1;
@@ -49,6 +131,7 @@ int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, s
 				    (unsigned long long)size);
 	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0 && errno == EEXIST) {
+		*ret_exists = true;
 		rc = wd_error_set(err, WD_E_INVALID, "shared memory %s already exists", name);
 		goto fail;
 	}
@@ -258,6 +341,46 @@ int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t siz
 	return rc;
 }
 
+bool wd_segment_owned(const char *name)
+{
+	char path[WD_SEGMENT_NAME_MAX + sizeof(SHM_DIR)];
+	struct stat st;
+
+	if (!name_valid(name))
+		return false;
+	snprintf(path, sizeof(path), SHM_DIR "%s", name);
+	return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+}
+
+struct foreign_scan {
+	const char *prefix;
+	void (*fn)(const char *name, void *arg);
+	void *arg;
+	int n;
+};
+
+static int check_foreign(const char *name, uint64_t size, void *arg)
+{
+	struct foreign_scan *f = arg;
+
+	(void)size;
+	if ((wd_segment_name_matches(f->prefix, name) || wd_segment_name_legacy(f->prefix, name)) &&
+	    wd_segment_owned(name))
+		return 0;
+	f->n++;
+	if (f->fn)
+		f->fn(name, f->arg);
+	return 0;
+}
+
+int wd_segment_foreign(const char *prefix, void (*fn)(const char *name, void *arg), void *arg)
+{
+	struct foreign_scan f = { prefix, fn, arg, 0 };
+	int rc = wd_segment_list(prefix, check_foreign, &f);
+
+	return rc < 0 ? rc : f.n;
+}
+
 struct name_list {
 	char **names;
 	size_t n;
@@ -285,7 +408,8 @@ static int collect_name(const char *name, uint64_t size, void *arg)
 	return 0;
 }
 
-/* Names are collected first and unlinked after, so the directory is not changed mid-scan. */
+/* Names are collected first and unlinked after, so the directory is not changed mid-scan. Only
+ * names weightd makes are unlinked: anything else under the prefix is someone else's. */
 int wd_segment_purge(const char *prefix)
 {
 	struct name_list l = { 0 };
@@ -295,6 +419,9 @@ int wd_segment_purge(const char *prefix)
 	if (rc)
 		goto out;
 	for (size_t i = 0; i < l.n; i++) {
+		if (!wd_segment_name_matches(prefix, l.names[i]) &&
+		    !(wd_segment_name_legacy(prefix, l.names[i]) && wd_segment_owned(l.names[i])))
+			continue;
 		if (shm_unlink(l.names[i]) == 0)
 			count++;
 		else if (errno != ENOENT && !rc)

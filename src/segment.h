@@ -2,11 +2,14 @@
 #ifndef WD_SEGMENT_H
 #define WD_SEGMENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
 
 #define WD_SEGMENT_NAME_MAX 200
+/* Hex digits of the random part of a name weightd makes: "/<prefix>.<32 hex digits>". */
+#define WD_SEGMENT_RANDOM_HEX 32
 
 struct wd_segment {
 	int fd;        /* O_RDWR, owned; -1 once sealed or closed */
@@ -23,6 +26,19 @@ struct wd_segment {
  * (that object is left alone).
  */
 int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, struct wd_error *err);
+
+/*
+ * What weightd creates: a new object named "/<prefix>." + 32 lowercase hex digits of getrandom(),
+ * so the name says nothing about the weight (the identity key stays in the daemon and its state
+ * index) and nobody can take it first. A name already in use (EEXIST) is drawn again. The name is
+ * in ret->name. Otherwise as wd_segment_create.
+ */
+int wd_segment_create_unique(const char *prefix, uint64_t size, struct wd_segment *ret,
+			     struct wd_error *err);
+
+/* Is `name` ("/..." as shm_open takes it) one weightd makes under `prefix`? Only such names are
+ * adopted from the state index, unlinked on eviction, or purged. */
+bool wd_segment_name_matches(const char *prefix, const char *name);
 
 /* Drop write access: close the O_RDWR fd after filling. ro_fd stays. */
 void wd_segment_seal(struct wd_segment *seg);
@@ -43,7 +59,24 @@ int wd_segment_unlink(const char *name);
 int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t size, void *arg),
 		    void *arg);
 
-/* Unlink every object under `prefix`; returns how many, or a negative code. */
+/* Is `name` of the form earlier versions of weightd used, "/<prefix>." + the 64 hex digits of a
+ * weight's key? Such objects, when this uid owns them, are old leftovers of ours: never adopted
+ * (a name derived from the key could have been taken first), but removed at start and by purge,
+ * so an upgrade leaves nothing behind. */
+bool wd_segment_name_legacy(const char *prefix, const char *name);
+
+/* Is the object `name` a regular file owned by this process's effective uid? */
+bool wd_segment_owned(const char *name);
+
+/*
+ * Objects under `prefix` that weightd did not make: a name not of wd_segment_name_matches' form, or
+ * not owned by this uid. They are never adopted, served or unlinked; fn(name, arg) (may be NULL)
+ * is called for each so the caller can report them. Returns how many, or a negative code.
+ */
+int wd_segment_foreign(const char *prefix, void (*fn)(const char *name, void *arg), void *arg);
+
+/* Unlink every object under `prefix` whose name weightd makes (wd_segment_name_matches), and
+ * legacy names this uid owns; others are left alone. Returns how many, or a negative code. */
 int wd_segment_purge(const char *prefix);
 
 /* A prefix is 1..64 characters of [A-Za-z0-9_.-], not starting with '.'. */

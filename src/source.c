@@ -148,13 +148,24 @@ static int add_file(struct wd_source *src, const char *name, const char *path, i
 	return 0;
 }
 
-/* Open `path` read-only (flags adds e.g. O_NOFOLLOW) and require a regular file. */
+/* What a non-regular file is, for messages. */
+static const char *file_type(mode_t m)
+{
+	return S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : S_ISCHR(m) ? "a character device" :
+	       S_ISBLK(m) ? "a block device" : S_ISDIR(m) ? "a directory" : "not a regular file";
+}
+
+/*
+ * Open `path` read-only (flags adds e.g. O_NOFOLLOW) and require a regular file. One open, then
+ * fstat of what was opened: O_NONBLOCK makes opening a FIFO (or a device) return at once instead
+ * of waiting for a writer, and the fstat refuses it. It has no effect on reading a regular file.
+ */
 static int open_regular(const char *path, int flags, int *ret_fd, struct stat *ret_st, struct wd_error *err)
 {
 	struct stat st;
 	int fd;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC | flags);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | flags);
 	if (fd < 0)
 		return wd_error_set(err, errno_code(errno), "cannot open %s: %s", path, strerror(errno));
 	if (fstat(fd, &st) < 0) {
@@ -164,7 +175,8 @@ static int open_regular(const char *path, int flags, int *ret_fd, struct stat *r
 	}
 	if (!S_ISREG(st.st_mode)) {
 		close(fd);
-		return wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s is not a regular file", path);
+		return wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s is %s, not a regular file", path,
+				    file_type(st.st_mode));
 	}
 	*ret_fd = fd;
 	*ret_st = st;
@@ -183,7 +195,7 @@ static int open_member(struct wd_source *src, const char *dir_abs, const char *n
 		       struct wd_error *err)
 {
 	char *p = NULL;
-	struct stat st, lst;
+	struct stat st = { 0 }, lst;
 	int fd = -1, r;
 
 	p = join(dir_abs, name);
@@ -234,17 +246,13 @@ static bool named_gguf(const char *path)
  * One file given by path: GGUF when it starts with the magic "GGUF" or is named *.gguf (so a
  * damaged GGUF file is reported by the GGUF rules, as a missing magic), safetensors otherwise.
  */
-static int open_single_file(struct wd_source *src, const char *abs, const struct wd_limits *lim,
-			    struct wd_error *err)
+static int open_single_file(struct wd_source *src, const char *abs, int fd, const struct stat *st,
+			    const struct wd_limits *lim, struct wd_error *err)
 {
-	struct stat st;
 	uint8_t magic[4];
-	int fd, r;
+	int r;
 
-	r = open_regular(abs, 0, &fd, &st, err);
-	if (r)
-		return r;
-	r = add_file(src, "", abs, fd, &st, err);
+	r = add_file(src, "", abs, fd, st, err);
 	if (r)
 		return r;
 	if ((src->files[0].id.size >= 4 && read_all(fd, magic, 4, 0) == 0 &&
@@ -362,15 +370,20 @@ static int read_index(int dirfd, const char *dir_abs, const struct wd_limits *li
 	char *buf = NULL;
 	int fd, r;
 
-	fd = openat(dirfd, INDEX_NAME, O_RDONLY | O_CLOEXEC);
+	fd = openat(dirfd, INDEX_NAME, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return 0;
 		return wd_error_set(err, errno_code(errno), "cannot open %s/" INDEX_NAME ": %s", dir_abs,
 				    strerror(errno));
 	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(fd, &st) < 0) {
 		r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s/" INDEX_NAME " is not a readable regular file", dir_abs);
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s/" INDEX_NAME " is %s, not a regular file",
+				 dir_abs, file_type(st.st_mode));
 		goto out;
 	}
 	if ((uint64_t)st.st_size > lim->max_index_bytes) {
@@ -513,16 +526,14 @@ out:
 	return r;
 }
 
-static int open_directory(struct wd_source *src, const char *dir_abs, const struct wd_limits *lim,
-			  struct wd_error *err)
+/* dirfd: the directory, opened by the caller (owned: closed here). */
+static int open_directory(struct wd_source *src, const char *dir_abs, int dirfd,
+			  const struct wd_limits *lim, struct wd_error *err)
 {
 	char *json = NULL;
 	size_t len = 0;
-	int dirfd, r;
+	int r;
 
-	dirfd = open(dir_abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dirfd < 0)
-		return wd_error_set(err, errno_code(errno), "cannot open directory %s: %s", dir_abs, strerror(errno));
 	r = read_index(dirfd, dir_abs, lim, &json, &len, err);
 	if (r)
 		goto out;
@@ -562,7 +573,7 @@ int wd_source_open(const char *name, const char *path, const struct wd_limits *l
 	struct wd_source *src = NULL;
 	char *abs = NULL;
 	struct stat st;
-	int r;
+	int fd, r;
 
 	if (!lim)
 		lim = &def;
@@ -577,16 +588,29 @@ int wd_source_open(const char *name, const char *path, const struct wd_limits *l
 		goto out;
 	}
 	wd_table_init(&src->table);
-	if (stat(abs, &st) < 0) {
+	/* One open, then fstat of what was opened: never stat-then-open (the path may change in
+	 * between), and O_NONBLOCK so a FIFO or device named as a checkpoint cannot block us. The
+	 * path itself may be a symlink (operators link checkpoints into place). */
+	fd = open(abs, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
 		r = wd_error_set(err, errno_code(errno), "cannot open %s: %s", path, strerror(errno));
 		goto out;
 	}
-	if (S_ISDIR(st.st_mode))
-		r = open_directory(src, abs, lim, err);
-	else if (S_ISREG(st.st_mode))
-		r = open_single_file(src, abs, lim, err);
-	else
-		r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s is neither a regular file nor a directory", path);
+	if (fstat(fd, &st) < 0) {
+		r = wd_error_set(err, errno_code(errno), "cannot stat %s: %s", path, strerror(errno));
+		close(fd);
+		goto out;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		r = open_directory(src, abs, fd, lim, err);
+	} else if (S_ISREG(st.st_mode)) {
+		r = open_single_file(src, abs, fd, &st, lim, err);
+	} else {
+		r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+				 "%s is %s, neither a regular file nor a directory", path,
+				 file_type(st.st_mode));
+		close(fd);
+	}
 	if (r)
 		goto out;
 	if (!src->by_name) {

@@ -50,10 +50,21 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 			      "materialize_ns", (json_int_t)s->materialize_ns,
 			      "references", (json_int_t)s->references, "sources", src,
 			      "weight_list", ws);
-		json_object_set_new(j, "digest_algorithm", json_string(
-			weightd_digest_algorithm_name(s->digest_algorithm)));
-		json_object_set_new(j, "digest_chunk_bytes", json_integer(
-			(json_int_t)s->digest_chunk_bytes));
+		if (j) {
+			json_object_set_new(j, "foreign_segments",
+					    json_integer((json_int_t)s->foreign_segments));
+			json_object_set_new(j, "clients_refused",
+					    json_integer((json_int_t)s->clients_refused));
+			json_object_set_new(j, "clients_timed_out",
+					    json_integer((json_int_t)s->clients_timed_out));
+			json_object_set_new(j, "partial_frame_bytes",
+					    json_integer((json_int_t)s->partial_frame_bytes));
+			json_object_set_new(j, "temp_bytes", json_integer((json_int_t)s->temp_bytes));
+			json_object_set_new(j, "digest_algorithm", json_string(
+				weightd_digest_algorithm_name(s->digest_algorithm)));
+			json_object_set_new(j, "digest_chunk_bytes", json_integer(
+				(json_int_t)s->digest_chunk_bytes));
+		}
 		weightd_status_free(s);
 		return print_json(j);
 	}
@@ -76,6 +87,9 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		       s->materializations_failed, s->materializations_in_flight,
 		       s->bytes_materialized, mat, (double)s->materialize_ns / 1e9, s->evictions,
 		       s->readoptions);
+		printf("refused / timed-out clients %" PRIu64 " / %" PRIu64 "\n"
+		       "foreign objects in /dev/shm %" PRIu64 " (ignored)\n", s->clients_refused,
+		       s->clients_timed_out, s->foreign_segments);
 		printf("digest                      %s\n",
 		       weightd_digest_algorithm_name(s->digest_algorithm));
 		free(res);
@@ -186,6 +200,17 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	prom_u64("readoptions_total", "counter",
 		 "Weights re-adopted from shared memory after a restart instead of read again.",
 		 s->readoptions);
+	prom_u64("foreign_segments", "gauge",
+		 "Objects under the instance's /dev/shm prefix that weightd did not make (ignored).",
+		 s->foreign_segments);
+	prom_u64("clients_refused_total", "counter",
+		 "Connections refused by max_clients or max_clients_per_uid.", s->clients_refused);
+	prom_u64("clients_timed_out_total", "counter",
+		 "Connections closed idle or stuck in the middle of a frame.", s->clients_timed_out);
+	prom_u64("partial_frame_bytes", "gauge", "Bytes of requests being received.",
+		 s->partial_frame_bytes);
+	prom_u64("temp_bytes", "gauge", "Recipe temporaries reserved by running materializations.",
+		 s->temp_bytes);
 	prom_family("source_generation", "gauge",
 		    "Generation of each checkpoint source (grows when its files change and the "
 		    "daemon reloads).");

@@ -220,15 +220,31 @@ static void default_digest_is_xxh3_of_the_bytes(void **state)
 	assert_int_equal(harness_stop(&H), 0);
 }
 
-/* /dev/shm path of the segment of the weight in slot name. */
+/* /dev/shm path of the segment of the weight in slot name, from its state record (segment
+ * names are random; the record, named by the key, says which). */
 static void segment_path(weightd_unit *u, const char *name, char *out, size_t cap)
 {
 	const uint8_t *key = weightd_weight_key(weightd_unit_weight(u, name));
-	char hex[65];
+	char hex[65], recpath[600], json[4096], *p, *q;
+	ssize_t n;
+	int fd;
 
 	for (int k = 0; k < 32; k++)
 		snprintf(hex + 2 * k, 3, "%02x", key[k]);
-	snprintf(out, cap, "/dev/shm/%s.%s", H.prefix, hex);
+	snprintf(recpath, sizeof(recpath), "%s/state/%s/%s.json", H.dir, H.prefix, hex);
+	fd = open(recpath, O_RDONLY);
+	assert_true(fd >= 0);
+	n = read(fd, json, sizeof(json) - 1);
+	close(fd);
+	assert_true(n > 0);
+	json[n] = '\0';
+	p = strstr(json, "\"segment\":\"");
+	assert_non_null(p);
+	p += strlen("\"segment\":\"");
+	q = strchr(p, '"');
+	assert_non_null(q);
+	*q = '\0';
+	snprintf(out, cap, "/dev/shm%s", p);
 }
 
 /*

@@ -712,7 +712,7 @@ static void rt_child(int in, int out)
 
 static void restart_after_kill9_rereads_nothing(void **state)
 {
-	char path[512], sec[1024], line[1024], line2[1024], bound_line[1024], junk[256], rec[600];
+	char path[512], sec[1024], line[1024], line2[1024], bound_line[1024], junk[256], foreign[256], rec[600];
 	int to[2], from[2], base, fd;
 	unsigned long long read1, read2, ino1[N_RT], ino2[N_RT];
 	uint64_t total = 0;
@@ -744,18 +744,24 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	assert_int_equal(sscanf(bound_line, "bound %llu", &read1), 1);
 	assert_int_equal(read1, total);
 
-	/* Leftovers a crash can leave: a segment under the prefix the index does not vouch for, a
-	 * record whose segment is gone, a temp file of an interrupted write. */
-	snprintf(junk, sizeof(junk), "/dev/shm/%s.junk", H.prefix);
+	/* Leftovers a crash can leave: a segment of ours the index does not vouch for, a record
+	 * whose segment is gone, a temp file of an interrupted write; and an object under the prefix
+	 * weightd never makes (not its name pattern), which must be left alone. */
+	snprintf(junk, sizeof(junk), "/dev/shm/%s.0123456789abcdef0123456789abcdef", H.prefix);
 	fd = open(junk, O_CREAT | O_WRONLY, 0600);
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, "junk", 4), 4);
+	close(fd);
+	snprintf(foreign, sizeof(foreign), "/dev/shm/%s.squat", H.prefix);
+	fd = open(foreign, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
 	close(fd);
 	snprintf(rec, sizeof(rec), "%s/state/%s/%064d.json", H.dir, H.prefix, 0);
 	fd = open(rec, O_CREAT | O_WRONLY, 0600);
 	assert_true(fd >= 0);
 	dprintf(fd, "{\"version\":1,\"key\":\"%064d\",\"digest\":\"%064d\",\"dtype\":\"U8\","
-		"\"shape\":[4],\"nbytes\":4,\"segment\":\"/%s.gone\",\"label\":\"r:gone\","
+		"\"shape\":[4],\"nbytes\":4,\"segment\":\"/%s.00000000000000000000000000000000\","
+		"\"label\":\"r:gone\","
 		"\"source\":\"r\",\"generation\":1}", 0, 0, H.prefix);
 	close(fd);
 
@@ -772,7 +778,9 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	/* back: every weight re-adopted, the junk gone, nothing read */
 	assert_int_equal(harness_start(&H), 0);
 	assert_true(harness_log_contains(&H, "re-adopted 4 weights, removed 1 stale segments"));
+	assert_true(harness_log_contains(&H, ".squat: weightd did not make it"));
 	st = it_status_of(&H);
+	assert_int_equal(st->foreign_segments, 1);
 	assert_int_equal(st->readoptions, N_RT);
 	assert_int_equal(st->weights, N_RT);
 	assert_int_equal(st->bytes_read, 0);
@@ -781,6 +789,8 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	weightd_status_free(st);
 	assert_int_equal(access(junk, F_OK), -1);
 	assert_int_equal(access(rec, F_OK), -1);
+	assert_int_equal(access(foreign, F_OK), 0);
+	assert_int_equal(unlink(foreign), 0);
 	assert_int_equal(harness_segments(&H), N_RT);
 	base = it_fd_base(&H);
 
@@ -849,11 +859,28 @@ static void readoption_checks_what_the_index_vouches_for(void **state)
 	c = it_connect(&H);
 	assert_int_equal(bind_rt(c, &u, &err), 0);
 	for (int i = 0; i < N_RT; i++) {
-		char hex[65];
+		char hex[65], recpath[800], json[4096], *p, *q;
 		const uint8_t *key = weightd_weight_key(weightd_unit_weight(u, rt_names[i]));
+		ssize_t n;
+
+		/* the segment's name is random: the state record (named by the key) says which */
 		for (int k = 0; k < 32; k++)
 			snprintf(hex + 2 * k, 3, "%02x", key[k]);
-		snprintf(seg[i], sizeof(seg[i]), "/dev/shm/%s.%s", H.prefix, hex);
+		snprintf(recpath, sizeof(recpath), "%s/state/%s/%s.json", H.dir, H.prefix, hex);
+		fd = open(recpath, O_RDONLY);
+		assert_true(fd >= 0);
+		n = read(fd, json, sizeof(json) - 1);
+		close(fd);
+		assert_true(n > 0);
+		json[n] = '\0';
+		p = strstr(json, "\"segment\":\"");
+		assert_non_null(p);
+		p += strlen("\"segment\":\"");
+		q = strchr(p, '"');
+		assert_non_null(q);
+		*q = '\0';
+		assert_null(strstr(p, hex));
+		snprintf(seg[i], sizeof(seg[i]), "/dev/shm%s", p);
 		assert_int_equal(access(seg[i], F_OK), 0);
 	}
 	weightd_unit_free(u);

@@ -178,6 +178,15 @@ static void check_defaults(const struct config *cfg)
 	assert_true(cfg->client_max_bytes == 0);
 	assert_int_equal(cfg->client_max_weights, 0);
 	assert_int_equal(cfg->max_frame_bytes, 4 * 1024 * 1024);
+	assert_int_equal(cfg->max_clients_per_uid, 64);
+	assert_int_equal(cfg->client_max_queue_fds, 1024);
+	assert_int_equal(cfg->uid_max_queue_fds, 4096);
+	assert_true(cfg->idle_timeout_ms == 600000);
+	assert_true(cfg->frame_timeout_ms == 30000);
+	assert_true(cfg->uid_max_partial_bytes == 64ull * 1024 * 1024);
+	assert_true(cfg->max_partial_bytes == 256ull * 1024 * 1024);
+	assert_true(cfg->max_temp_bytes == 0);
+	assert_int_equal(cfg->uid_max_pending, 1024);
 	assert_int_equal(cfg->log_level, -1);
 }
 
@@ -256,7 +265,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 16);    /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 25);    /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
@@ -264,6 +273,31 @@ static void test_example_documents_defaults(void **state)
 	check_defaults(cfg);
 	assert_int_equal(cfg->n_sources, 0);
 	config_free(cfg);
+}
+
+/* Durations: seconds by default, or ms / s / m / h; 0 turns a timeout off. */
+static void test_durations(void **state)
+{
+	static const struct {
+		const char *text;
+		uint64_t ms;
+	} cases[] = {
+		{ "90", 90000 }, { "250ms", 250 }, { "2s", 2000 }, { "3m", 180000 }, { "1h", 3600000 },
+		{ "0", 0 },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char text[128];
+		struct config *cfg;
+
+		snprintf(text, sizeof(text), "[daemon]\nidle_timeout = %s\nframe_timeout = %s\n",
+			 cases[i].text, cases[i].text);
+		cfg = load_ok(text);
+		assert_true(cfg->idle_timeout_ms == cases[i].ms);
+		assert_true(cfg->frame_timeout_ms == cases[i].ms);
+		config_free(cfg);
+	}
 }
 
 static void test_errors(void **state)
@@ -305,6 +339,13 @@ static void test_errors(void **state)
 		{ "[daemon]\nmax_frame = 2G\n", 2, "max_frame: 2G is out of range" },
 		{ "[daemon]\nclient_max_queue = 1K\n", 2, "client_max_queue: 1K is too small (at least 4096 bytes)" },
 		{ "[daemon]\nworkers = four\n", 2, "workers: 'four' is not a whole number" },
+		{ "[daemon]\nidle_timeout = 5 min\n", 2, "idle_timeout: '5 min' is not a duration" },
+		{ "[daemon]\nframe_timeout = 31d\n", 2, "frame_timeout: '31d' is not a duration" },
+		{ "[daemon]\nframe_timeout = 721h\n", 2, "frame_timeout: 721h is longer than 30 days" },
+		{ "[daemon]\nmax_clients_per_uid = 0\n", 2, "max_clients_per_uid: 0 is out of range" },
+		{ "[daemon]\nuid_max_partial = 1K\n", 2, "uid_max_partial: 1K is too small" },
+		{ "[daemon]\nmax_partial = 64M\nuid_max_partial = 48M\n", 3,
+		  "uid_max_partial (50331648 bytes) is more than half of max_partial" },
 		{ "[daemon]\nworkers = 1025\n", 2, "workers: 1025 is out of range (0 to 1024)" },
 		{ "[daemon]\nmax_clients = 0\n", 2, "max_clients: 0 is out of range" },
 		{ "[daemon]\nclient_max_weights = 4294967296\n", 2, "client_max_weights: 4294967296 is out of range" },
@@ -526,6 +567,7 @@ int main(void)
 		cmocka_unit_test(test_digest_setting),
 		cmocka_unit_test(test_empty_values),
 		cmocka_unit_test(test_example_documents_defaults),
+		cmocka_unit_test(test_durations),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_long_lines),
 		cmocka_unit_test(test_paths_up_to_path_max),

@@ -722,6 +722,77 @@ static void test_outq_free_closes(void **state)
 	free(payload);
 }
 
+/* The fds a queue still owns: pushed ones count, sent ones do not (the kernel has them). */
+static void test_outq_counts_fds(void **state)
+{
+	int sv[2], a[5], sndbuf = 4096;
+	dev_t dev[5];
+	ino_t ino[5];
+	struct wd_outq *q = wd_outq_new();
+	uint8_t *payload = calloc(1, 1u << 20);
+
+	(void)state;
+	assert_non_null(payload);
+	pair(sv, 1);
+	assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
+	make_fds(a, 5, dev, ino);
+	assert_int_equal(wd_outq_fds(q), 0);
+	assert_int_equal(wd_outq_push(q, "x", 1, a, 2), 0);
+	assert_int_equal(wd_outq_push(q, payload, 1u << 20, NULL, 0), 0);
+	assert_int_equal(wd_outq_push(q, "y", 1, a + 2, 3), 0);
+	assert_int_equal(wd_outq_fds(q), 5);
+	/* the first frame (and its fds) goes out, the big one fills the socket: 3 fds left */
+	assert_int_equal(wd_outq_flush(q, sv[0]), 1);
+	assert_int_equal(wd_outq_fds(q), 3);
+	wd_outq_free(q);
+	close(sv[0]);
+	close(sv[1]);
+	free(payload);
+}
+
+/*
+ * What an input buffer holds or is about to hold: a frame counts its whole announced size as
+ * soon as its header is in (clamped to the limit: a longer one fails the stream anyway), complete
+ * frames count until they are taken, nothing is counted once all are taken.
+ */
+static void test_inbuf_partial(void **state)
+{
+	struct wd_inbuf *b = wd_inbuf_new(1000, 0);
+	uint8_t hdr[8] = { 0 }, body[1000] = { 0 };
+	struct wd_frame f;
+	bool mid = true;
+
+	(void)state;
+	assert_non_null(b);
+	assert_int_equal(wd_inbuf_partial(b, &mid), 0);
+	assert_false(mid);
+	le32(hdr, 100);
+	assert_int_equal(wd_inbuf_feed(b, hdr, 3), 0);
+	assert_int_equal(wd_inbuf_partial(b, &mid), 3); /* header not in yet: its bytes so far */
+	assert_true(mid);
+	assert_int_equal(wd_inbuf_feed(b, hdr + 3, 5), 0);
+	assert_int_equal(wd_inbuf_partial(b, &mid), 108); /* announced: the whole frame */
+	assert_true(mid);
+	assert_int_equal(wd_inbuf_feed(b, body, 100), 0);
+	assert_int_equal(wd_inbuf_partial(b, &mid), 108); /* complete, not taken */
+	assert_false(mid);
+	le32(hdr, 50);
+	assert_int_equal(wd_inbuf_feed(b, hdr, 8), 0);
+	assert_int_equal(wd_inbuf_partial(b, &mid), 108 + 58);
+	assert_true(mid);
+	assert_int_equal(wd_inbuf_next(b, &f), 1);
+	assert_int_equal(wd_inbuf_partial(b, &mid), 58);
+	assert_true(mid);
+	assert_int_equal(wd_inbuf_feed(b, body, 50), 0);
+	assert_int_equal(wd_inbuf_next(b, &f), 1);
+	assert_int_equal(wd_inbuf_partial(b, &mid), 0);
+	assert_false(mid);
+	le32(hdr, 0x7fffffff); /* over the limit: counted as the limit */
+	assert_int_equal(wd_inbuf_feed(b, hdr, 8), 0);
+	assert_int_equal(wd_inbuf_partial(b, NULL), 1008);
+	wd_inbuf_free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -737,6 +808,8 @@ int main(void)
 		cmocka_unit_test(test_peer_closes_mid_frame),
 		cmocka_unit_test(test_disconnect),
 		cmocka_unit_test(test_outq_free_closes),
+		cmocka_unit_test(test_outq_counts_fds),
+		cmocka_unit_test(test_inbuf_partial),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

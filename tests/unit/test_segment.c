@@ -21,6 +21,25 @@
 
 #include "segment.h"
 
+/*
+ * getrandom() as segment.c sees it (linked with --wrap=getrandom): the real one, unless a test
+ * scripts the bytes it returns: script_fill[k] fills the whole buffer of the k-th call.
+ */
+ssize_t __real_getrandom(void *buf, size_t len, unsigned flags);
+ssize_t __wrap_getrandom(void *buf, size_t len, unsigned flags);
+
+static const uint8_t *script_fill;
+static size_t script_n, script_calls;
+
+ssize_t __wrap_getrandom(void *buf, size_t len, unsigned flags)
+{
+	if (script_calls < script_n) {
+		memset(buf, script_fill[script_calls++], len);
+		return (ssize_t)len;
+	}
+	return __real_getrandom(buf, len, flags);
+}
+
 /* Every name a test makes is "/<prefix>.<x>" with a prefix unique to this run. */
 static char prefix[64];
 
@@ -365,21 +384,143 @@ static void test_list_purge(void **state)
 	assert_int_equal(wd_segment_list(p2, record, &s), 0);
 	assert_int_equal(s.n, 1);
 
-	assert_int_equal(wd_segment_purge(prefix), 3);
+	/* purge takes only names weightd makes: these three are not of that form */
+	assert_int_equal(wd_segment_purge(prefix), 0);
 	for (int i = 0; i < 3; i++) {
 		seg_name(name, sizeof(name), mine[i]);
-		assert_false(shm_exists(name));
+		assert_true(shm_exists(name));
+		assert_int_equal(wd_segment_unlink(name), 0);
 	}
 	snprintf(name, sizeof(name), "/%sx.d", prefix);
 	assert_true(shm_exists(name));
+	assert_int_equal(wd_segment_unlink(name), 0);
 	snprintf(name, sizeof(name), "/%s", prefix);
 	assert_true(shm_exists(name));
-	assert_int_equal(wd_segment_purge(prefix), 0);
-	assert_int_equal(wd_segment_purge(p2), 1);
 	assert_int_equal(wd_segment_unlink(name), 0);
 
 	assert_int_equal(wd_segment_list("bad/prefix", record, &s), -WD_E_INVALID);
 	assert_int_equal(wd_segment_purge(".hidden"), -WD_E_INVALID);
+}
+
+/*
+ * Names weightd makes are "/<prefix>." + 32 lowercase hex digits, differ every time, are what
+ * purge removes, and nothing else under the prefix counts as weightd's (foreign objects).
+ */
+static void test_unique_names(void **state)
+{
+	struct wd_segment a, b;
+	struct wd_error err;
+	char name[160], other[160];
+	size_t plen = strlen(prefix);
+	int foreign;
+
+	assert_int_equal(wd_segment_create_unique(prefix, 4096, &a, &err), 0);
+	assert_int_equal(wd_segment_create_unique(prefix, 0, &b, &err), 0);
+	assert_string_not_equal(a.name, b.name);
+	assert_int_equal(strlen(a.name), 1 + plen + 1 + 32);
+	assert_true(strncmp(a.name + 1, prefix, plen) == 0 && a.name[1 + plen] == '.');
+	for (size_t i = 2 + plen; a.name[i]; i++)
+		assert_non_null(strchr("0123456789abcdef", a.name[i]));
+	assert_true(shm_exists(a.name));
+	assert_int_equal(a.size, 4096);
+	assert_true(wd_segment_name_matches(prefix, a.name));
+	assert_true(wd_segment_owned(a.name));
+
+	/* lookalikes: wrong length, upper case, another prefix, no dot */
+	snprintf(name, sizeof(name), "%s", a.name);
+	name[strlen(name) - 1] = '\0';
+	assert_false(wd_segment_name_matches(prefix, name));
+	snprintf(name, sizeof(name), "%s0", a.name);
+	assert_false(wd_segment_name_matches(prefix, name));
+	snprintf(name, sizeof(name), "/%s.0123456789ABCDEF0123456789abcdef", prefix);
+	assert_false(wd_segment_name_matches(prefix, name));
+	snprintf(name, sizeof(name), "/%sx.0123456789abcdef0123456789abcdef", prefix);
+	assert_false(wd_segment_name_matches(prefix, name));
+	assert_false(wd_segment_name_matches(prefix, NULL));
+	assert_false(wd_segment_name_matches("bad/prefix", a.name));
+
+	/* a squatter's object under the prefix (any name not of the pattern) is foreign */
+	seg_name(other, sizeof(other), "squat");
+	{
+		struct wd_segment sq;
+
+		assert_int_equal(wd_segment_create(other, 1, &sq, NULL), 0);
+		wd_segment_close(&sq);
+	}
+	/* an earlier weightd's key-derived name, ours: not foreign, and purged */
+	{
+		struct wd_segment old;
+		char legacy[200];
+
+		snprintf(legacy, sizeof(legacy), "/%s.%064d", prefix, 0);
+		assert_true(wd_segment_name_legacy(prefix, legacy));
+		assert_false(wd_segment_name_matches(prefix, legacy));
+		assert_false(wd_segment_name_legacy(prefix, a.name));
+		assert_int_equal(wd_segment_create(legacy, 1, &old, NULL), 0);
+		wd_segment_close(&old);
+	}
+	foreign = wd_segment_foreign(prefix, NULL, NULL);
+	assert_int_equal(foreign, 1);
+
+	/* purge removes ours only (the legacy one included) */
+	wd_segment_close(&a);
+	wd_segment_close(&b);
+	assert_int_equal(wd_segment_purge(prefix), 3);
+	assert_false(shm_exists(a.name));
+	assert_false(shm_exists(b.name));
+	assert_true(shm_exists(other));
+	assert_int_equal(wd_segment_unlink(other), 0);
+	assert_int_equal(wd_segment_create_unique("bad/prefix", 1, &a, &err), -WD_E_INVALID);
+}
+
+/* A name already taken (by anyone) is never reused or touched: a fresh one is drawn. */
+static void test_unique_retries_on_eexist(void **state)
+{
+	static const uint8_t fills[] = { 0xab, 0xab, 0xcd };
+	struct wd_segment a, b;
+	char taken[160], want[160];
+	int fd;
+
+	(void)state;
+	/* someone else's object under the name the first draw gives */
+	snprintf(taken, sizeof(taken), "/%s.abababababababababababababababab", prefix);
+	snprintf(want, sizeof(want), "/%s.cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd", prefix);
+	fd = shm_open(taken, O_CREAT | O_EXCL | O_RDWR, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "x", 1), 1);
+	close(fd);
+	/* first draw: the taken name; second: the same again; third: a free one */
+	script_fill = fills;
+	script_calls = 0;
+	script_n = 3;
+	assert_int_equal(wd_segment_create_unique(prefix, 4096, &a, NULL), 0);
+	assert_int_equal(script_calls, 3);
+	assert_string_equal(a.name, want);
+	assert_int_equal(a.size, 4096);
+	/* the taken object is as it was */
+	{
+		char path[200];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "/dev/shm%s", taken);
+		assert_int_equal(stat(path, &st), 0);
+		assert_int_equal(st.st_size, 1);
+	}
+	/* always taken: the last error says so, and nothing is left behind */
+	{
+		static uint8_t same[8];
+
+		memset(same, 0xab, sizeof(same));
+		script_fill = same;
+		script_calls = 0;
+		script_n = sizeof(same);
+		assert_int_equal(wd_segment_create_unique(prefix, 1, &b, NULL), -WD_E_INVALID);
+		assert_int_equal(script_calls, 8);
+	}
+	script_n = 0;
+	wd_segment_close(&a);
+	assert_int_equal(wd_segment_unlink(a.name), 0);
+	assert_int_equal(wd_segment_unlink(taken), 0);
 }
 
 static void test_prefix_valid(void **state)
@@ -415,6 +556,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_exhausted, teardown),
 		cmocka_unit_test_teardown(test_adopt, teardown),
 		cmocka_unit_test_teardown(test_list_purge, teardown),
+		cmocka_unit_test_teardown(test_unique_names, teardown),
+		cmocka_unit_test_teardown(test_unique_retries_on_eexist, teardown),
 		cmocka_unit_test(test_prefix_valid),
 	};
 

@@ -207,6 +207,10 @@ typedef struct weightd_server_info {
 	uint32_t max_client_weights;   /* weights one client may hold (0: no limit) */
 	uint32_t min_protocol_version; /* the daemon's range (0, 0 from a weightd that does not */
 	uint32_t max_protocol_version; /*   say: it speaks protocol_version only) */
+	/* Appended last; 0 from a daemon that does not say. */
+	uint32_t max_queue_fds;        /* fds of unread replies before the daemon stops reading us */
+	uint64_t idle_timeout_ms;      /* a connection holding nothing is closed after this (0: never) */
+	uint64_t frame_timeout_ms;     /* a request must arrive whole within this (0: no limit) */
 } weightd_server_info;
 
 WEIGHTD_API const weightd_server_info *weightd_server(const weightd_client *c);
@@ -330,6 +334,12 @@ typedef struct weightd_status {
 	/* Materializations in flight (appended last; empty from a daemon that does not report them). */
 	size_t n_jobs;
 	const weightd_job_status *jobs;
+	/* Defences against other local users (appended last; 0 from a daemon without them). */
+	uint64_t foreign_segments;     /* objects under the prefix weightd did not make: ignored */
+	uint64_t clients_refused;      /* connections refused (max_clients, max_clients_per_uid) */
+	uint64_t clients_timed_out;    /* connections closed idle or stuck in the middle of a frame */
+	uint64_t partial_frame_bytes;  /* bytes of requests being received, all clients */
+	uint64_t temp_bytes;           /* recipe temporaries reserved by running materializations */
 	/* appended: the algorithm of the digests of weights filled now (a weight re-adopted from
 	 * an earlier configuration may have another: see each weight's), and the chunk size of
 	 * the digest composition (0 from a daemon that does not report it) */

@@ -1,0 +1,180 @@
+/* unit.c - _weightd.Unit: a set of slots materialized and bound all-or-nothing (weightd_unit),
+ * kept mapped while any slot's memory is viewed. */
+#include "pyweightd.h"
+
+void pyw_unit_maybe_free(pyw_unit *un)
+{
+	if (un->released && un->exports == 0 && un->busy == 0 && un->u) {
+		weightd_unit *u = un->u;
+		un->u = NULL;
+		if (!pyw_client_forked(un->client))
+			weightd_unit_free(u);
+	}
+}
+
+/* The unit, ready for a call that talks to the daemon; raises when it cannot be used. */
+static int unit_check(pyw_unit *un)
+{
+	if (!un->u || un->released) {
+		PyErr_SetString(PyExc_ValueError, "unit was released");
+		return -1;
+	}
+	if (un->busy) {
+		PyErr_SetString(PyExc_RuntimeError, "unit is in use by another thread");
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *unit_submit(pyw_unit *un, PyObject *unused)
+{
+	weightd_error err;
+	int rc;
+
+	if (unit_check(un) < 0 || pyw_client_enter(un->client) < 0)
+		return NULL;
+	un->busy = 1;
+	Py_BEGIN_ALLOW_THREADS
+	rc = weightd_unit_submit(un->u, &err);
+	Py_END_ALLOW_THREADS
+	un->busy = 0;
+	pyw_client_leave(un->client);
+	pyw_unit_maybe_free(un);
+	if (rc < 0)
+		return pyw_error_raise(rc, &err);
+	un->submitted = 1;
+	un->validated = 0;
+	Py_RETURN_NONE;
+}
+
+static PyObject *unit_poll(pyw_unit *un, PyObject *unused)
+{
+	weightd_error err;
+	int done = 0, rc;
+
+	if (unit_check(un) < 0 || pyw_client_check(un->client) < 0)
+		return NULL;
+	rc = weightd_unit_poll(un->u, &done, &err);
+	if (rc < 0)
+		return pyw_error_raise(rc, &err);
+	return PyBool_FromLong(done);
+}
+
+/* finish + validate + bind: afterwards every slot's memory is mapped (or nothing is held). */
+static PyObject *unit_validate(pyw_unit *un, PyObject *unused)
+{
+	weightd_error err;
+	int rc;
+
+	if (unit_check(un) < 0 || pyw_client_enter(un->client) < 0)
+		return NULL;
+	un->busy = 1;
+	Py_BEGIN_ALLOW_THREADS
+	rc = weightd_unit_validate(un->u, &err);
+	if (rc >= 0)
+		weightd_unit_bind(un->u);
+	Py_END_ALLOW_THREADS
+	un->busy = 0;
+	pyw_client_leave(un->client);
+	pyw_unit_maybe_free(un);
+	if (rc < 0) {
+		un->submitted = 0;
+		return pyw_error_raise(rc, &err);
+	}
+	un->validated = 1;
+	Py_RETURN_NONE;
+}
+
+static PyObject *unit_slots(pyw_unit *un, PyObject *unused)
+{
+	size_t n;
+	PyObject *l;
+
+	if (unit_check(un) < 0)
+		return NULL;
+	n = weightd_unit_slot_count(un->u);
+	l = PyList_New((Py_ssize_t)n);
+	for (size_t i = 0; l && i < n; i++) {
+		PyObject *s = PyUnicode_FromString(weightd_unit_slot_name(un->u, i));
+		if (!s) {
+			Py_CLEAR(l);
+			break;
+		}
+		PyList_SET_ITEM(l, (Py_ssize_t)i, s);
+	}
+	return l;
+}
+
+static PyObject *unit_weight(pyw_unit *un, PyObject *args)
+{
+	const char *slot;
+
+	if (!PyArg_ParseTuple(args, "s:weight", &slot) || unit_check(un) < 0)
+		return NULL;
+	return pyw_weight_new_slot(un, slot);
+}
+
+static PyObject *unit_bytes_read(pyw_unit *un, void *unused)
+{
+	if (!un->u)
+		return PyLong_FromLong(0);
+	return PyLong_FromUnsignedLongLong(weightd_unit_bytes_read(un->u));
+}
+
+static PyObject *unit_release(pyw_unit *un, PyObject *unused)
+{
+	un->released = 1;
+	pyw_unit_maybe_free(un);
+	Py_RETURN_NONE;
+}
+
+static PyObject *unit_released(pyw_unit *un, void *unused)
+{
+	return PyBool_FromLong(un->released);
+}
+
+static PyObject *unit_exports(pyw_unit *un, void *unused)
+{
+	return PyLong_FromSsize_t(un->exports);
+}
+
+static void unit_dealloc(pyw_unit *un)
+{
+	if (!pyw_client_forked(un->client))
+		weightd_unit_free(un->u);   /* no export or slot weight is left: each holds one */
+	Py_XDECREF(un->client);
+	PyObject_Free(un);
+}
+
+static PyMethodDef unit_methods[] = {
+	{ "submit", (PyCFunction)unit_submit, METH_NOARGS, "submit(): send the unit (one request)." },
+	{ "poll", (PyCFunction)unit_poll, METH_NOARGS,
+	  "poll() -> bool: has the reply come? Never blocks." },
+	{ "validate", (PyCFunction)unit_validate, METH_NOARGS,
+	  "validate(): wait, check and map every slot, then bind; all or nothing (GIL released)." },
+	{ "slots", (PyCFunction)unit_slots, METH_NOARGS, "slots() -> list[str], in order." },
+	{ "weight", (PyCFunction)unit_weight, METH_VARARGS,
+	  "weight(slot) -> Weight: a bound slot's weight (keeps the unit alive)." },
+	{ "release", (PyCFunction)unit_release, METH_NOARGS,
+	  "release(): let go; memory still viewed stays mapped until the last view goes." },
+	{ NULL, NULL, 0, NULL }
+};
+
+static PyGetSetDef unit_getset[] = {
+	{ "bytes_read", (getter)unit_bytes_read, NULL,
+	  "checkpoint bytes the daemon read for the last submit (0: all shared)", NULL },
+	{ "released", (getter)unit_released, NULL, "True once released", NULL },
+	{ "exports", (getter)unit_exports, NULL, "live views of its slots' memory", NULL },
+	{ NULL, NULL, NULL, NULL, NULL }
+};
+
+PyTypeObject pyw_unit_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "weightd._weightd.Unit",
+	.tp_basicsize = sizeof(pyw_unit),
+	.tp_dealloc = (destructor)unit_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "A unit of slots bound all-or-nothing (from Client.unit_from_json).",
+	.tp_methods = unit_methods,
+	.tp_getset = unit_getset,
+};

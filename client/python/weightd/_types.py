@@ -1,0 +1,152 @@
+"""Plain records returned by Client.list(), describe(), status() and server_info."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+__all__ = ["ServerInfo", "SourceInfo", "TensorInfo", "MetaEntry", "Description",
+           "WeightStatus", "JobStatus", "Status", "Event", "Events"]
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the daemon said when the client connected (its hello)."""
+    protocol_version: int
+    server_version: str
+    instance: str
+    max_frame_bytes: int
+    max_pending_requests: int
+    max_unit_entries: int
+    max_recipe_nodes: int
+    max_client_bytes: int
+    max_client_weights: int
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """A checkpoint the daemon serves."""
+    name: str
+    kind: str            #: "safetensors", "safetensors-sharded" or "gguf"
+    path: str
+    tensors: int
+    bytes: int           #: payload bytes of all its tensors
+    generation: int      #: grows when its files change and the daemon reloads
+    state: str           #: "ready", "failed" or "removed"
+    error: str           #: why it failed ("" when ready)
+    files: int
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of a checkpoint, as stored."""
+    name: str
+    dtype: str
+    shape: Tuple[int, ...]
+    nbytes: int
+    offset: int          #: absolute offset in `file`
+    file: str
+    block_elems: int     #: elements per block: 1 for element types, e.g. 32 for Q4_0
+    block_bytes: int     #: bytes per block (the element size for element types)
+
+
+@dataclass(frozen=True)
+class MetaEntry:
+    """One metadata entry of a checkpoint (rendered as text)."""
+    key: str
+    value: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Description:
+    """A checkpoint's tensor table (in file order) and metadata."""
+    source: SourceInfo
+    tensors: List[TensorInfo] = field(default_factory=list)
+    metadata: List[MetaEntry] = field(default_factory=list)
+
+    def tensor(self, name: str) -> TensorInfo:
+        """The tensor called `name` (KeyError when there is none)."""
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class WeightStatus:
+    """A weight the daemon holds in shared memory."""
+    handle: int
+    label: str
+    dtype: str
+    shape: Tuple[int, ...]
+    nbytes: int
+    refs: int            #: references held, by all clients together
+    clients: int         #: distinct clients holding it
+    generation: int
+    digest: Optional[bytes]
+    source: str
+    adopted: bool        #: re-adopted after a daemon restart rather than read again
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A materialization in flight."""
+    key: Optional[bytes]
+    label: str
+    nbytes: int
+    done: int
+
+
+@dataclass(frozen=True)
+class Status:
+    """The daemon's counters, sources, weights and jobs."""
+    instance: str
+    server_version: str
+    uptime_ms: int
+    bytes_resident: int
+    budget_bytes: int
+    weights: int
+    clients: int
+    bytes_read: int
+    materializations: int
+    materializations_failed: int
+    materializations_in_flight: int
+    evictions: int
+    readoptions: int
+    bytes_materialized: int
+    materialize_ns: int
+    references: int
+    sources: List[SourceInfo]
+    weight_list: List[WeightStatus]
+    jobs: List[JobStatus]
+
+
+@dataclass(frozen=True)
+class Event:
+    """A subscribed checkpoint changed: its files changed and the daemon reloaded it
+    (``what == "generation"``, with the new `generation`), or it was removed."""
+    checkpoint: str
+    generation: int
+    what: str            #: "generation" or "removed"
+
+
+@dataclass(frozen=True)
+class Events:
+    """What Client.poll_events() collected, oldest first, and how many were lost to the
+    library's queue bound (1024) since the last poll."""
+    events: List[Event]
+    dropped: int
+
+
+def _description(d: Dict[str, Any]) -> Description:
+    return Description(SourceInfo(**d["source"]), [TensorInfo(**t) for t in d["tensors"]],
+                       [MetaEntry(**m) for m in d["metadata"]])
+
+
+def _status(d: Dict[str, Any]) -> Status:
+    d = dict(d)
+    d["sources"] = [SourceInfo(**s) for s in d["sources"]]
+    d["weight_list"] = [WeightStatus(**w) for w in d["weight_list"]]
+    d["jobs"] = [JobStatus(**j) for j in d["jobs"]]
+    return Status(**d)

@@ -1,0 +1,31 @@
+/* request.h - dispatch of decoded requests and the helpers the request modules share. */
+#ifndef WD_REQUEST_H
+#define WD_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "catalog.h"
+#include "recipe.h"
+#include "weightd.pb-c.h"
+
+#define MAX_UNIT_ENTRIES 65536
+#define MAX_RECIPE_NODES WD_RECIPE_MAX_NODES
+
+struct session;
+
+/* Act on one decoded request of `s` (every reply goes through session_send). */
+void request_dispatch(struct session *s, Weightd__Request *req);
+/* Orphan every unit request of a dying session: they finish without replying. */
+void request_session_gone(struct session *s);
+
+/* Send `resp` as the answer to request `id` (fds pass to the session, see session_send). */
+void request_reply(struct session *s, Weightd__Response *resp, uint64_t id, const int *fds,
+		   size_t nfds);
+/* Send an error with `code` and a formatted sentence as the answer to request `id`. */
+void request_fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Fill a wire SourceInfo from a catalog entry; strings are borrowed from cs. */
+void request_source_info(const struct csource *cs, Weightd__SourceInfo *si);
+
+#endif

@@ -1,0 +1,47 @@
+/* request_admin.c - the admin requests (reload, evict), accepted from root and the daemon's own
+ * user only. Main thread only. */
+#include "request_admin.h"
+
+#include "daemon.h"
+#include "reload.h"
+#include "request.h"
+#include "server.h"
+#include "session.h"
+
+static bool require_privilege(struct session *s, uint64_t id, const char *what)
+{
+	if (s->privileged)
+		return true;
+	request_fail(s, id, WD_E_PERMISSION, "only root or the daemon's own user may %s", what);
+	return false;
+}
+
+/* Answered by server_reload_done once the reload has been applied. */
+void request_admin_reload(struct session *s, uint64_t id)
+{
+	if (!require_privilege(s, id, "reload the configuration"))
+		return;
+	if (!s->d->reload) {
+		request_fail(s, id, WD_E_UNSUPPORTED, "reload is not available");
+		return;
+	}
+	s->reloads++;
+	reload_request(s->d->reload, s->id, id);
+}
+
+void request_admin_evict(struct session *s, uint64_t id, const Weightd__Evict *ev)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__EvictReply er = WEIGHTD__EVICT_REPLY__INIT;
+	uint64_t bytes = 0;
+
+	if (!require_privilege(s, id, "evict weights"))
+		return;
+	er.weights = cache_evict_all(s->d->cache, &bytes);
+	er.bytes = bytes;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_EVICT;
+	resp.evict = &er;
+	request_reply(s, &resp, id, NULL, 0);
+}
+
+/* A subscription replaces the previous one; an empty list unsubscribes. */

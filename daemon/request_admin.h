@@ -1,0 +1,16 @@
+/* request_admin.h - admin requests (reload, evict): root and the daemon's own user only. */
+#ifndef WD_REQUEST_ADMIN_H
+#define WD_REQUEST_ADMIN_H
+
+#include <stdint.h>
+
+#include "weightd.pb-c.h"
+
+struct session;
+
+/* Starts a reload; answered by server_reload_done once it has been applied. */
+void request_admin_reload(struct session *s, uint64_t id);
+/* Evict every weight no client holds. */
+void request_admin_evict(struct session *s, uint64_t id, const Weightd__Evict *ev);
+
+#endif

@@ -1,0 +1,19 @@
+/* request_query.h - requests that read the daemon's state: hello, list, describe, status,
+ * subscribe. Each answers request `id` of session `s`. */
+#ifndef WD_REQUEST_QUERY_H
+#define WD_REQUEST_QUERY_H
+
+#include <stdint.h>
+
+#include "weightd.pb-c.h"
+
+struct session;
+
+void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h);
+void request_query_list(struct session *s, uint64_t id);
+void request_query_describe(struct session *s, uint64_t id, const Weightd__Describe *dq);
+void request_query_status(struct session *s, uint64_t id);
+/* A subscription replaces the previous one; an empty list unsubscribes. */
+void request_query_subscribe(struct session *s, uint64_t id, const Weightd__Subscribe *sub);
+
+#endif

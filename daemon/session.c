@@ -1,0 +1,657 @@
+/* session.c - one connected client: its socket I/O (frames in, replies and fds out), the weights
+ * it holds, and its lifecycle (created on accept, killed, freed later from the loop). */
+#include "session.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "peer.h"
+#include "request.h"
+#include "server.h"
+#include "wire.h"
+
+#define LINGER_PER_UID 4          /* refused connections of one uid kept open to read why */
+#define LINGER_MS 1000            /* for at most this long */
+#define LINGER_DISCARD (1u << 20) /* reading and dropping at most this much of what they send */
+
+/* Milliseconds on the monotonic clock (timeouts). */
+uint64_t session_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Bring the client's and its uid's counters in line with its queues: bytes of frames being
+ * received (charged as soon as a header announces them, before the buffer grows for them) and
+ * fds queued in replies. A dead session is charged nothing. account_fds is cheap; account also
+ * walks the frames buffered, so it runs once per read, not once per frame.
+ */
+static void account_fds(struct session *s)
+{
+	size_t fds = s->dead ? 0 : wd_outq_fds(s->out) + session_fds_in_flight(s);
+
+	if (s->uu)
+		s->uu->queued_fds = s->uu->queued_fds - s->fds_charged + fds;
+	s->fds_charged = fds;
+}
+
+static void account(struct session *s)
+{
+	bool mid = false;
+	size_t partial = s->dead ? 0 : wd_inbuf_partial(s->in, &mid);
+
+	if (s->uu)
+		s->uu->partial = s->uu->partial - s->partial_charged + partial;
+	s->d->stats.partial_bytes = s->d->stats.partial_bytes - s->partial_charged + partial;
+	s->partial_charged = partial;
+	if (partial > s->partial_peak)
+		s->partial_peak = partial;
+	if (mid && !s->mid_frame)
+		s->mid_since_ms = session_now_ms();
+	s->mid_frame = mid;
+	account_fds(s);
+}
+
+/*
+ * fds already handed to the kernel stay open (in the socket's queue) until the client reads them,
+ * so they count as queued too. The kernel does not say how many fds its queue holds, only whether
+ * anything is left unread (SIOCOUTQ): fds sent count until the queue has been seen empty. That
+ * overcounts for a client that reads while more arrives, which only makes it wait for the queue
+ * to drain; a client that does not read is held to the limit exactly.
+ */
+size_t session_fds_in_flight(struct session *s)
+{
+	int unread = 0;
+
+	if (s->fds_in_flight && s->fd >= 0 && ioctl(s->fd, SIOCOUTQ, &unread) == 0 && unread == 0)
+		s->fds_in_flight = 0;
+	return s->fds_in_flight;
+}
+
+/* Its replies hold too many fds (its own or its uid's): take no more requests until it reads. */
+static bool over_fd_limits(struct session *s)
+{
+	const struct config *cfg = s->d->cfg;
+
+	account_fds(s);
+	return s->fds_charged >= cfg->client_max_queue_fds ||
+	       (s->uu && s->uu->queued_fds >= cfg->uid_max_queue_fds);
+}
+
+static void update_write_event(struct session *s)
+{
+	if (s->dead)
+		return;
+	if (wd_outq_frames(s->out))
+		event_add(s->ev_write, NULL);
+	else
+		event_del(s->ev_write);
+}
+
+static void process_frames(struct session *s);
+
+/* Flush what the socket takes now; arm EV_WRITE only while something is left. */
+static void session_flush(struct session *s)
+{
+	size_t before = wd_outq_bytes(s->out), fds_before = wd_outq_fds(s->out);
+	int r = wd_outq_flush(s->out, s->fd);
+
+	if (r < 0) {
+		session_kill(s, "write failed");
+		return;
+	}
+	s->fds_in_flight += fds_before - wd_outq_fds(s->out);
+	if (wd_outq_bytes(s->out) != before)
+		s->active_ms = session_now_ms();
+	account_fds(s);
+	if (r == 0 && s->close_after_flush) {
+		session_kill(s, "closed after its last reply");
+		return;
+	}
+	update_write_event(s);
+	if (s->paused)
+		session_resume(s);
+	else if (r == 0 && s->read_closed && !s->refused)
+		/* A client that has stopped sending closes after its last answer: looked at once the
+		 * code that sent this one has finished (a unit request is still counted pending
+		 * while its answer goes out). */
+		event_active(s->ev_later, EV_TIMEOUT, 0);
+}
+
+void session_resume(struct session *s)
+{
+	struct timeval again = { 0, 20000 };
+
+	if (s->dead || !s->paused)
+		return;
+	if (over_fd_limits(s)) {
+		/* nothing tells us when it reads from the socket: look again shortly */
+		evtimer_add(s->ev_later, &again);
+		return;
+	}
+	s->paused = false;
+	if (!s->read_closed)
+		event_add(s->ev_read, NULL);
+	process_frames(s);
+	session_check_done(s);
+}
+
+void session_check_done(struct session *s)
+{
+	if (s->dead || s->refused || !s->read_closed || s->dispatching || s->paused || s->pending ||
+	    s->reloads || wd_outq_frames(s->out))
+		return;
+	session_kill(s, "disconnected after its last reply");
+}
+
+void session_refuse(struct session *s, int code, const char *fmt, ...)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Error pe;
+	struct wd_error e;
+	va_list ap;
+
+	if (s->dead)
+		return;
+	wd_error_clear(&e);
+	e.code = code;
+	va_start(ap, fmt);
+	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+	va_end(ap);
+	/* said as a warning a few times per uid, so a uid cannot flood the log with refusals */
+	log_msg(s->uu && s->uu->refusals_logged++ >= 3 ? LOG_LVL_DEBUG : LOG_LVL_WARNING,
+		"client %llu (pid %d uid %u): %s; disconnecting it", (unsigned long long)s->id,
+		(int)s->peer.pid, (unsigned)s->peer.uid, e.msg);
+	/* No request is taken any more, and what was buffered goes at once. */
+	s->read_closed = true;
+	s->refused = true;
+	s->refused_ms = session_now_ms();
+	wd_inbuf_free(s->in);
+	s->in = wd_inbuf_new(s->d->cfg->max_frame_bytes, 0);
+	if (!s->in) {
+		session_kill(s, "out of memory");
+		return;
+	}
+	account(s);
+	/*
+	 * Closing a socket with unread input makes the peer's next read fail with ECONNRESET, and
+	 * it would never see why. So a few refused connections per uid linger (at most
+	 * LINGER_MS): what they send is discarded, and they close when the peer does. More than
+	 * that are closed once the error is sent.
+	 */
+	if (s->uu && s->uu->lingering < LINGER_PER_UID) {
+		s->uu->lingering++;
+		s->lingering = true;
+	} else {
+		event_del(s->ev_read);
+		s->close_after_flush = true;
+	}
+	wire_error(&e, &pe);
+	resp.error = &pe;
+	session_send(s, &resp, NULL, 0);
+}
+
+/* A refused client that lingers: its input is read and dropped (up to a bound), its end of
+ * stream closes it. */
+static void discard_input(struct session *s)
+{
+	uint8_t buf[16384];
+	ssize_t n = recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		session_kill(s, "closed after it was refused");
+		return;
+	}
+	if (n > 0)
+		s->discarded += (size_t)n;
+	if (s->discarded > LINGER_DISCARD)
+		event_del(s->ev_read); /* enough: it goes at the deadline */
+}
+
+void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds)
+{
+	size_t len = weightd__response__get_packed_size(resp);
+	uint8_t stackbuf[4096], *buf = stackbuf;
+	int r;
+
+	if (s->dead) {
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		return;
+	}
+	if (len > sizeof(stackbuf)) {
+		buf = malloc(len);
+		if (!buf) {
+			for (size_t i = 0; i < nfds; i++)
+				close(fds[i]);
+			session_kill(s, "out of memory packing a reply");
+			return;
+		}
+	}
+	weightd__response__pack(resp, buf);
+	r = wd_outq_push(s->out, buf, len, fds, nfds);
+	if (buf != stackbuf)
+		free(buf);
+	if (r < 0) {
+		session_kill(s, "its reply could not be queued");
+		return;
+	}
+	if (wd_outq_bytes(s->out) > s->d->cfg->client_max_queue_bytes) {
+		log_warn("client %llu (pid %d) is not reading its replies (%zu bytes queued); "
+			 "disconnecting it", (unsigned long long)s->id, (int)s->peer.pid,
+			 wd_outq_bytes(s->out));
+		session_kill(s, "reply queue over its limit");
+		return;
+	}
+	session_flush(s);
+}
+
+void session_send_error(struct session *s, uint64_t id, const struct wd_error *err)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Error pe;
+
+	resp.id = id;
+	wire_error(err, &pe);
+	resp.error = &pe;
+	session_send(s, &resp, NULL, 0);
+}
+
+/*
+ * The weights a client holds: a dense array (cheap to walk when the client goes) indexed by an
+ * open-addressing table keyed by weight id, so holding, finding and releasing stay O(1) however
+ * many weights one client holds.
+ */
+static size_t held_hash(uint64_t id, size_t cap)
+{
+	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+}
+
+/* Slot holding `id`, or the empty slot where it would go. */
+static size_t held_slot(const struct session *s, uint64_t id)
+{
+	size_t i = held_hash(id, s->held_icap);
+
+	while (s->held_index[i] && s->held[s->held_index[i] - 1].w->id != id)
+		i = (i + 1) & (s->held_icap - 1);
+	return i;
+}
+
+static int held_index_grow(struct session *s)
+{
+	size_t ncap = s->held_icap ? s->held_icap * 2 : 32;
+	uint32_t *idx = calloc(ncap, sizeof(*idx));
+
+	if (!idx || ncap > UINT32_MAX) {
+		free(idx);
+		return -WD_E_EXHAUSTED;
+	}
+	free(s->held_index);
+	s->held_index = idx;
+	s->held_icap = ncap;
+	for (size_t k = 0; k < s->n_held; k++)
+		s->held_index[held_slot(s, s->held[k].w->id)] = (uint32_t)k + 1;
+	return 0;
+}
+
+/* Empty slot i and shift later members of its probe run back (linear probing deletion). */
+static void held_index_delete(struct session *s, size_t i)
+{
+	size_t mask = s->held_icap - 1, j = i;
+
+	s->held_index[i] = 0;
+	for (;;) {
+		size_t k;
+
+		j = (j + 1) & mask;
+		if (!s->held_index[j])
+			return;
+		k = held_hash(s->held[s->held_index[j] - 1].w->id, s->held_icap);
+		/* leave j where it is if its home k lies cyclically in (i, j] */
+		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+			continue;
+		s->held_index[i] = s->held_index[j];
+		s->held_index[j] = 0;
+		i = j;
+	}
+}
+
+struct held *session_find_held(struct session *s, uint64_t handle)
+{
+	size_t i;
+
+	if (!s->held_icap)
+		return NULL;
+	i = held_slot(s, handle);
+	return s->held_index[i] ? &s->held[s->held_index[i] - 1] : NULL;
+}
+
+int session_hold(struct session *s, struct weight *w)
+{
+	struct held *h = session_find_held(s, w->id);
+
+	if (h) {
+		h->count++;
+		return 0;
+	}
+	if ((s->n_held + 1) * 2 > s->held_icap && held_index_grow(s) < 0)
+		return -WD_E_EXHAUSTED;
+	if (s->n_held == s->cap_held) {
+		size_t ncap = s->cap_held ? s->cap_held * 2 : 16;
+		struct held *nh = realloc(s->held, ncap * sizeof(*nh));
+		if (!nh)
+			return -WD_E_EXHAUSTED;
+		s->held = nh;
+		s->cap_held = ncap;
+	}
+	s->held[s->n_held].w = w;
+	s->held[s->n_held].count = 1;
+	s->held_index[held_slot(s, w->id)] = (uint32_t)s->n_held + 1;
+	s->n_held++;
+	s->held_bytes += w->nbytes;
+	w->holders++;
+	return 0;
+}
+
+bool session_release(struct session *s, struct weight *w)
+{
+	struct held *h = session_find_held(s, w->id);
+	size_t pos, last;
+
+	if (!h)
+		return false;
+	if (--h->count == 0) {
+		pos = (size_t)(h - s->held);
+		last = s->n_held - 1;
+		held_index_delete(s, held_slot(s, w->id));
+		if (pos != last) {
+			s->held[pos] = s->held[last];
+			s->held_index[held_slot(s, s->held[pos].w->id)] = (uint32_t)pos + 1;
+		}
+		s->n_held--;
+		w->holders--;
+		s->held_bytes -= w->nbytes;
+	}
+	cache_drop(s->d->cache, w);
+	return true;
+}
+
+void session_free(struct session *s)
+{
+	if (s->ev_read)
+		event_free(s->ev_read);
+	if (s->ev_write)
+		event_free(s->ev_write);
+	if (s->ev_later)
+		event_free(s->ev_later);
+	wd_inbuf_free(s->in);
+	wd_outq_free(s->out);
+	for (size_t i = 0; i < s->n_subs; i++)
+		free(s->subs[i]);
+	free(s->subs);
+	free(s->held);
+	free(s->held_index);
+	peer_clear(&s->peer);
+	free(s);
+}
+
+void session_kill(struct session *s, const char *why)
+{
+	struct server *srv = s->srv;
+
+	if (s->dead)
+		return;
+	s->dead = true;
+	log_debug("client %llu (pid %d uid %u): %s", (unsigned long long)s->id, (int)s->peer.pid,
+		  (unsigned)s->peer.uid, why);
+	event_del(s->ev_read);
+	event_del(s->ev_write);
+	if (s->ev_later)
+		event_del(s->ev_later);
+	close(s->fd);
+	s->fd = -1;
+	account(s); /* dead: its queues stop counting against its uid and the daemon */
+	if (s->lingering && s->uu)
+		s->uu->lingering--;
+	s->lingering = false;
+	/* Everything it held goes back; mappings it made stay valid in its own process. */
+	while (s->n_held) {
+		struct held *h = &s->held[s->n_held - 1];
+		struct weight *w = h->w;
+		uint32_t n = h->count;
+		w->holders--;
+		s->n_held--;
+		while (n--)
+			cache_drop(s->d->cache, w);
+	}
+	s->held_bytes = 0;
+	request_session_gone(s);
+	server_session_dead(srv, s);
+}
+
+/*
+ * Dispatch the complete frames buffered, in order, until none is left, the client dies, or its
+ * replies hold too many fds (then it is paused: not read, its frames wait in the buffer, and
+ * session_resume carries on once it has read its replies).
+ */
+static void process_frames(struct session *s)
+{
+	for (;;) {
+		struct wd_frame f;
+		Weightd__Request *req;
+		int r;
+
+		if (s->dead || s->close_after_flush)
+			return;
+		if (over_fd_limits(s)) {
+			if (!s->paused)
+				log_debug("client %llu (uid %u): %zu fds queued in its replies (%zu for "
+					  "its uid); not reading it until it reads them",
+					  (unsigned long long)s->id, (unsigned)s->peer.uid,
+					  wd_outq_fds(s->out), s->uu ? s->uu->queued_fds : 0);
+			s->paused = true;
+			event_del(s->ev_read);
+			session_resume(s); /* arms the look-again timer */
+			break;
+		}
+		r = wd_inbuf_next(s->in, &f);
+		if (r == 0)
+			break;
+		if (r < 0) {
+			log_warn("client %llu (pid %d): malformed frame; disconnecting it",
+				 (unsigned long long)s->id, (int)s->peer.pid);
+			session_kill(s, "malformed frame");
+			return;
+		}
+		if (f.nfds) {
+			wd_frame_close_fds(&f);
+			session_kill(s, "sent file descriptors");
+			return;
+		}
+		req = weightd__request__unpack(NULL, f.len, f.payload);
+		if (!req) {
+			log_warn("client %llu (pid %d): undecodable request; disconnecting it",
+				 (unsigned long long)s->id, (int)s->peer.pid);
+			session_kill(s, "undecodable request");
+			return;
+		}
+		s->active_ms = session_now_ms();
+		s->dispatching = true;
+		request_dispatch(s, req);
+		s->dispatching = false;
+		weightd__request__free_unpacked(req, NULL);
+	}
+	if (!s->dead)
+		account(s);
+}
+
+/* Frames being received may hold only so much memory, per uid and in total: past that, the
+ * client that asks for more is refused (before its buffer grows for the frame). */
+static bool partial_over_limits(struct session *s)
+{
+	const struct config *cfg = s->d->cfg;
+
+	if (s->uu && s->uu->partial > cfg->uid_max_partial_bytes) {
+		s->d->stats.clients_refused++;
+		session_refuse(s, WD_E_LIMIT,
+			       "limit exceeded: uid %u has %llu bytes of requests partly received, more "
+			       "than uid_max_partial (%llu)", (unsigned)s->peer.uid,
+			       (unsigned long long)s->uu->partial,
+			       (unsigned long long)cfg->uid_max_partial_bytes);
+		return true;
+	}
+	/* Past the total, only a uid holding more than its fair share (the total over the uids
+	 * receiving) is refused: those holding less, a victim sending its small requests among
+	 * them, carry on, and the overshoot stays within one fair share per uid. */
+	if (s->d->stats.partial_bytes > cfg->max_partial_bytes &&
+	    (!s->uu || s->uu->partial > cfg->max_partial_bytes / server_uids_receiving(s->srv))) {
+		s->d->stats.clients_refused++;
+		session_refuse(s, WD_E_LIMIT,
+			       "limit exceeded: the daemon holds %llu bytes of requests partly received, "
+			       "more than max_partial (%llu)",
+			       (unsigned long long)s->d->stats.partial_bytes,
+			       (unsigned long long)cfg->max_partial_bytes);
+		return true;
+	}
+	return false;
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+	struct session *s = arg;
+	size_t before = s->partial_charged;
+	int r;
+
+	if (s->lingering) {
+		discard_input(s);
+		return;
+	}
+	r = wd_inbuf_read(s->in, s->fd);
+
+	if (r == WD_FRAME_AGAIN)
+		return;
+	if (r == 0) {
+		/* End of its requests, maybe only a half-close (SHUT_WR): what it asked for is
+		 * still answered, then the connection closes. */
+		s->read_closed = true;
+		event_del(s->ev_read);
+		process_frames(s);
+		session_check_done(s);
+		return;
+	}
+	if (r < 0) {
+		session_kill(s, "read failed or sent file descriptors");
+		return;
+	}
+	process_frames(s);
+	if (!s->dead && s->partial_charged > before)
+		partial_over_limits(s);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+	session_flush(arg);
+}
+
+void session_tick(struct session *s, uint64_t now)
+{
+	const struct config *cfg = s->d->cfg;
+
+	if (s->dead)
+		return;
+	if (s->refused) {
+		/* lingering, or not reading the error it was sent: either way, its time is up */
+		if (now - s->refused_ms >= LINGER_MS)
+			session_kill(s, "refused, and its time to read why is up");
+		return;
+	}
+	if (s->paused)
+		session_resume(s);
+	if (s->dead)
+		return;
+	if (cfg->frame_timeout_ms && s->mid_frame && now - s->mid_since_ms >= cfg->frame_timeout_ms) {
+		s->d->stats.clients_timed_out++;
+		session_refuse(s, WD_E_LIMIT,
+			       "timed out: a request was begun %llu ms ago and never finished "
+			       "(frame_timeout %llu ms)", (unsigned long long)(now - s->mid_since_ms),
+			       (unsigned long long)cfg->frame_timeout_ms);
+		return;
+	}
+	/* refused, or half-closed with replies it does not read: given as long as a frame */
+	if (s->read_closed && wd_outq_frames(s->out) && cfg->frame_timeout_ms &&
+	    now - s->active_ms >= cfg->frame_timeout_ms) {
+		s->d->stats.clients_timed_out++;
+		session_kill(s, "closing: it does not read its last replies");
+		return;
+	}
+	if (cfg->idle_timeout_ms && !s->n_held && !s->pending && !s->reloads && !s->n_subs &&
+	    !s->partial_charged && !wd_outq_frames(s->out) && !s->paused &&
+	    now - s->active_ms >= cfg->idle_timeout_ms) {
+		s->d->stats.clients_timed_out++;
+		log_info("client %llu (pid %d uid %u): idle for %llu ms with nothing held; closing it",
+			 (unsigned long long)s->id, (int)s->peer.pid, (unsigned)s->peer.uid,
+			 (unsigned long long)(now - s->active_ms));
+		session_refuse(s, WD_E_LIMIT,
+			       "closed after %llu ms idle with nothing held or pending (idle_timeout)",
+			       (unsigned long long)(now - s->active_ms));
+	}
+}
+
+static void on_later(evutil_socket_t fd, short what, void *arg)
+{
+	struct session *s = arg;
+
+	session_resume(s);
+	session_check_done(s);
+}
+
+struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64_t id)
+{
+	struct session *s = calloc(1, sizeof(*s));
+
+	if (!s) {
+		close(fd);
+		return NULL;
+	}
+	s->srv = srv;
+	s->d = d;
+	s->fd = fd;
+	s->id = id;
+	if (peer_read(fd, &s->peer) < 0) {
+		/* its groups decide what it may read: refuse it rather than guess */
+		log_warn("refusing a client: no memory to read its groups");
+		close(fd);
+		free(s);
+		return NULL;
+	}
+	s->privileged = s->peer.uid == 0 || s->peer.uid == geteuid();
+	s->active_ms = session_now_ms();
+	s->in = wd_inbuf_new(d->cfg->max_frame_bytes, 0);
+	s->out = wd_outq_new();
+	s->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, on_read, s);
+	s->ev_write = event_new(d->base, fd, EV_WRITE | EV_PERSIST, on_write, s);
+	s->ev_later = evtimer_new(d->base, on_later, s);
+	if (!s->in || !s->out || !s->ev_read || !s->ev_write || !s->ev_later ||
+	    event_add(s->ev_read, NULL)) {
+		close(fd);
+		s->fd = -1;
+		session_free(s);
+		return NULL;
+	}
+	return s;
+}
