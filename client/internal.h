@@ -198,6 +198,8 @@ struct weightd_weight {
 	uint64_t nbytes;
 	uint64_t generation;
 	uint8_t digest[WEIGHTD_DIGEST_LEN];
+	size_t digest_len;           /* 0: none sent */
+	weightd_digest_algorithm digest_alg;
 	uint8_t key[WEIGHTD_DIGEST_LEN];
 	void *map;                   /* the mapping, when mapped */
 	bool mapped;
@@ -205,6 +207,9 @@ struct weightd_weight {
 
 /* Check a WeightInfo is well formed (dims, digest/key lengths, dtype present). */
 int wc_weight_info_check(const Weightd__WeightInfo *wi, weightd_error *err);
+/* The algorithm of a digest of `len` bytes sent with `alg` (UNSPECIFIED from an older daemon
+ * means SHA-256); UNKNOWN when the pair does not fit together. */
+weightd_digest_algorithm wc_digest_algorithm(int alg, size_t len);
 /*
  * Make a weight from a checked WeightInfo in segment sg, standing for `count` daemon references
  * (the reference on sg is taken in every case: the weight's on success, dropped on failure; on

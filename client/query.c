@@ -237,6 +237,20 @@ int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *e
 	o->pub.clients_timed_out = sr->clients_timed_out;
 	o->pub.partial_frame_bytes = sr->partial_frame_bytes;
 	o->pub.temp_bytes = sr->temp_bytes;
+	/* a daemon that does not say (UNSPECIFIED) fills with SHA-256 */
+	switch (sr->digest_algorithm) {
+	case WEIGHTD__DIGEST_ALGORITHM__DIGEST_UNSPECIFIED:
+	case WEIGHTD__DIGEST_ALGORITHM__DIGEST_SHA256:
+		o->pub.digest_algorithm = WEIGHTD_DIGEST_SHA256;
+		break;
+	case WEIGHTD__DIGEST_ALGORITHM__DIGEST_XXH3_128:
+		o->pub.digest_algorithm = WEIGHTD_DIGEST_XXH3_128;
+		break;
+	default:
+		o->pub.digest_algorithm = WEIGHTD_DIGEST_UNKNOWN;
+		break;
+	}
+	o->pub.digest_chunk_bytes = sr->digest_chunk_bytes;
 	for (size_t i = 0; i < sr->n_sources; i++)
 		source_from_wire(&o->sources[i], sr->sources[i]);
 	for (size_t i = 0; i < sr->n_weight_list; i++) {
@@ -252,7 +266,9 @@ int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *e
 		ws->refs = w->refs;
 		ws->clients = w->clients;
 		ws->generation = w->generation;
-		ws->digest = w->digest.len == WEIGHTD_DIGEST_LEN ? w->digest.data : NULL;
+		ws->digest_algorithm = wc_digest_algorithm((int)w->digest_algorithm, w->digest.len);
+		ws->digest_len = ws->digest_algorithm ? w->digest.len : 0;
+		ws->digest = ws->digest_len ? w->digest.data : NULL;
 		ws->source = w->source;
 		ws->adopted = w->adopted ? 1 : 0;
 		ws->segment = w->segment;

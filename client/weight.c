@@ -217,12 +217,39 @@ int wc_weight_info_check(const Weightd__WeightInfo *wi, weightd_error *err)
 		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
 				  "weightd described weight \"%s\" with %zu dimensions (at most %d)",
 				  wi->name, wi->n_shape, WEIGHTD_MAX_DIMS);
-	if ((wi->digest.len && wi->digest.len != WEIGHTD_DIGEST_LEN) ||
-	    (wi->key.len && wi->key.len != WEIGHTD_DIGEST_LEN))
+	if (wi->key.len && wi->key.len != WEIGHTD_DIGEST_LEN)
 		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
-				  "weightd sent a digest or key for \"%s\" that is not %d bytes",
-				  wi->name, WEIGHTD_DIGEST_LEN);
+				  "weightd sent a key for \"%s\" that is not %d bytes", wi->name,
+				  WEIGHTD_DIGEST_LEN);
+	if (wi->digest.len && wc_digest_algorithm((int)wi->digest_algorithm, wi->digest.len) ==
+			      WEIGHTD_DIGEST_UNKNOWN)
+		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+				  "weightd sent a %zu-byte digest for \"%s\" with algorithm %d, which "
+				  "this library does not know at that length", wi->digest.len,
+				  wi->name, (int)wi->digest_algorithm);
 	return 0;
+}
+
+weightd_digest_algorithm wc_digest_algorithm(int alg, size_t len)
+{
+	switch (alg) {
+	case WEIGHTD__DIGEST_ALGORITHM__DIGEST_UNSPECIFIED:
+	case WEIGHTD__DIGEST_ALGORITHM__DIGEST_SHA256:
+		return len == 32 ? WEIGHTD_DIGEST_SHA256 : WEIGHTD_DIGEST_UNKNOWN;
+	case WEIGHTD__DIGEST_ALGORITHM__DIGEST_XXH3_128:
+		return len == 16 ? WEIGHTD_DIGEST_XXH3_128 : WEIGHTD_DIGEST_UNKNOWN;
+	default:
+		return WEIGHTD_DIGEST_UNKNOWN;
+	}
+}
+
+const char *weightd_digest_algorithm_name(weightd_digest_algorithm a)
+{
+	switch (a) {
+	case WEIGHTD_DIGEST_SHA256: return "sha256";
+	case WEIGHTD_DIGEST_XXH3_128: return "xxh3-128";
+	default: return "unknown";
+	}
 }
 
 static weightd_weight *weight_alloc(const char *name, const char *dtype)
@@ -313,8 +340,11 @@ int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, struct wc_se
 		memcpy(w->shape, wi->shape, wi->n_shape * sizeof(uint64_t));
 	w->nbytes = wi->nbytes;
 	w->generation = wi->generation;
-	if (wi->digest.len == WEIGHTD_DIGEST_LEN)
-		memcpy(w->digest, wi->digest.data, WEIGHTD_DIGEST_LEN);
+	w->digest_alg = wc_digest_algorithm((int)wi->digest_algorithm, wi->digest.len);
+	if (w->digest_alg != WEIGHTD_DIGEST_UNKNOWN) {
+		w->digest_len = wi->digest.len;
+		memcpy(w->digest, wi->digest.data, wi->digest.len);
+	}
 	if (wi->key.len == WEIGHTD_DIGEST_LEN)
 		memcpy(w->key, wi->key.data, WEIGHTD_DIGEST_LEN);
 	*ret = w;
@@ -330,6 +360,11 @@ size_t weightd_weight_ndim(const weightd_weight *w) { return w ? w->ndim : 0; }
 const uint64_t *weightd_weight_shape(const weightd_weight *w) { return w ? w->shape : NULL; }
 uint64_t weightd_weight_nbytes(const weightd_weight *w) { return w ? w->nbytes : 0; }
 const uint8_t *weightd_weight_digest(const weightd_weight *w) { return w ? w->digest : NULL; }
+size_t weightd_weight_digest_len(const weightd_weight *w) { return w ? w->digest_len : 0; }
+weightd_digest_algorithm weightd_weight_digest_algorithm(const weightd_weight *w)
+{
+	return w ? w->digest_alg : WEIGHTD_DIGEST_UNKNOWN;
+}
 const uint8_t *weightd_weight_key(const weightd_weight *w) { return w ? w->key : NULL; }
 uint64_t weightd_weight_handle(const weightd_weight *w) { return w ? w->ref->handle : 0; }
 uint64_t weightd_weight_generation(const weightd_weight *w) { return w ? w->generation : 0; }
@@ -454,6 +489,8 @@ int weightd_weight_dup(const weightd_weight *w, weightd_weight **ret, weightd_er
 	d->nbytes = w->nbytes;
 	d->generation = w->generation;
 	memcpy(d->digest, w->digest, sizeof(d->digest));
+	d->digest_len = w->digest_len;
+	d->digest_alg = w->digest_alg;
 	memcpy(d->key, w->key, sizeof(d->key));
 	atomic_fetch_add(&w->ref->holders, 1);
 	d->ref = w->ref;

@@ -167,7 +167,8 @@ int cache_seg_write_state(struct cache *c, struct cache_segment *sg, struct wd_e
 		struct state_weight *sw = &rec.weights[i];
 
 		memcpy(sw->key, w->key, 32);
-		memcpy(sw->digest, w->digest, 32);
+		memcpy(sw->digest, w->digest, sizeof(sw->digest));
+		sw->digest_alg = w->digest_alg;
 		sw->dtype = w->dtype;
 		sw->ndim = w->ndim;
 		memcpy(sw->shape, w->shape, sizeof(sw->shape));
@@ -588,16 +589,17 @@ uint64_t cache_references(const struct cache *c)
 	return n;
 }
 
-/* SHA-256 of [off, off + size) of a segment read through its fd (pread: nothing is mapped). */
-static int range_digest(int fd, uint64_t off, uint64_t size, uint8_t out[32])
+/* The content digest (algorithm alg, composed over chunks as digest.h says) of [off, off + size)
+ * of a segment read through its fd (pread: nothing is mapped). */
+static int range_digest(int fd, uint64_t off, uint64_t size, enum wd_digest_alg alg, uint8_t *out)
 {
-	struct wd_sha256 h;
+	struct wd_content h;
 	size_t cap = 1u << 20;
 	uint8_t *buf = malloc(cap);
 	uint64_t done = 0;
 	int r = -WD_E_IO;
 
-	if (!buf || wd_sha256_init(&h) < 0) {
+	if (!buf || wd_content_init(&h, alg) < 0) {
 		free(buf);
 		return -WD_E_EXHAUSTED;
 	}
@@ -608,13 +610,13 @@ static int range_digest(int fd, uint64_t off, uint64_t size, uint8_t out[32])
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			wd_sha256_abort(&h);
+			wd_content_abort(&h);
 			goto out;
 		}
-		wd_sha256_update(&h, buf, (size_t)n);
+		wd_content_update(&h, buf, (size_t)n);
 		done += (uint64_t)n;
 	}
-	wd_sha256_final(&h, out);
+	wd_content_final(&h, out);
 	r = 0;
 out:
 	free(buf);
@@ -654,12 +656,15 @@ int cache_adopt(struct cache *c, const struct state_segment *rec)
 		if (cache_find_key(c, sw->key))
 			continue;
 		if (c->p.verify_adopted) {
-			uint8_t digest[32];
+			uint8_t digest[WD_DIGEST_MAX];
 
-			if (range_digest(sg->seg.ro_fd, sw->offset, sw->nbytes, digest) < 0 ||
-			    memcmp(digest, sw->digest, 32) != 0) {
+			/* a record keeps the algorithm it was hashed with, whatever the config says now */
+			if (range_digest(sg->seg.ro_fd, sw->offset, sw->nbytes, sw->digest_alg,
+					 digest) < 0 ||
+			    memcmp(digest, sw->digest, wd_digest_len(sw->digest_alg)) != 0) {
 				log_warn("not re-adopting %s from %s: its bytes do not have the recorded "
-					 "SHA-256", sw->label, rec->segment);
+					 "%s digest", sw->label, rec->segment,
+					 wd_digest_name(sw->digest_alg));
 				continue;
 			}
 		}
@@ -672,7 +677,8 @@ int cache_adopt(struct cache *c, const struct state_segment *rec)
 		}
 		w->id = c->next_id++;
 		memcpy(w->key, sw->key, 32);
-		memcpy(w->digest, sw->digest, 32);
+		memcpy(w->digest, sw->digest, sizeof(w->digest));
+		w->digest_alg = sw->digest_alg;
 		w->dtype = sw->dtype;
 		w->ndim = sw->ndim;
 		memcpy(w->shape, sw->shape, sizeof(w->shape));

@@ -64,7 +64,8 @@ struct cache_segment {
 struct weight {
 	uint64_t id;                 /* the handle clients name it by */
 	uint8_t key[32];
-	uint8_t digest[32];
+	uint8_t digest[WD_DIGEST_MAX];  /* wd_digest_len(digest_alg) bytes */
+	enum wd_digest_alg digest_alg;
 	enum wd_dtype dtype;
 	int ndim;
 	uint64_t shape[WD_MAX_DIMS];
@@ -99,6 +100,7 @@ struct cache_params {
 	uint32_t max_idle_weights;   /* weights nobody references (0: unlimited) */
 	uint32_t max_idle_segments;  /* segments none of whose weights anyone references (0: any) */
 	bool verify_adopted;         /* rehash re-adopted weights */
+	enum wd_digest_alg digest;   /* content digest of weights filled now (0: the default) */
 	uint64_t max_temp;           /* recipe temporaries of running jobs (0: the budget) */
 	const char *state_dir;       /* "" or NULL: no state index; borrowed for the cache's life
 				      * (emptied by the daemon when the directory is unusable) */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cache_int.h"
+#include "fill.h"
 #include "log.h"
 #include "state.h"
 
@@ -44,7 +45,6 @@ static void shm_full_error(struct job *j, int e)
 static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 {
 	struct job *j = (struct job *)t;
-	struct wd_sink sink;
 	uint64_t t0 = now_ns();
 	int r, e;
 
@@ -64,21 +64,9 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		j->status = -j->err.code;
 		goto fail;
 	}
-	r = wd_sink_init(&sink, j->fd, j->nbytes);
-	if (r < 0) {
-		wd_error_set(&j->err, r, "cannot start a SHA-256 digest");
-		goto fail_r;
-	}
-	sink.base = j->offset;
-	sink.progress = &j->progress;
-	/* The digest is computed on the worker's hasher thread, behind the writes. */
-	wd_sink_pipeline(&sink, scratch->hasher);
-	r = wd_plan_execute(j->plan, &sink, scratch, &j->bytes_read, &j->err);
-	if (r < 0) {
-		wd_sink_abort(&sink);
-		goto fail_r;
-	}
-	r = wd_sink_finish(&sink, j->digest, &j->err);
+	/* A large weight is filled in chunks by several workers (fill.c), a small one in order. */
+	r = fill_weight(j->cache->p.pool, j->plan, j->fd, j->offset, j->nbytes, j->alg,
+			&j->progress, scratch, j->digest, &j->bytes_read, &j->err);
 	if (r < 0)
 		goto fail_r;
 	j->ns = now_ns() - t0;
@@ -192,7 +180,8 @@ static void job_done(struct pool_task *t)
 	if (w) {
 		w->id = c->next_id++;
 		memcpy(w->key, j->key, 32);
-		memcpy(w->digest, j->digest, 32);
+		memcpy(w->digest, j->digest, sizeof(w->digest));
+		w->digest_alg = j->alg;
 		w->dtype = wd_plan_dtype(j->plan);
 		w->ndim = wd_plan_ndim(j->plan);
 		if (w->ndim)
@@ -269,6 +258,96 @@ static void job_start(struct cache *c, struct job *j)
 		return;
 	}
 	pool_submit(c->p.pool, &j->task);
+}
+
+/*
+ * Small weights are filled in batches: one pool task runs several jobs of a segment in
+ * sequence, so a unit of thousands of tiny tensors costs a few hand-offs between the loop and
+ * the workers, not one per tensor. A batch takes consecutive small jobs of one segment, up to
+ * BATCH_MAX_JOBS or BATCH_MAX_BYTES; larger weights keep a task of their own (and fill.c
+ * spreads the largest over several workers).
+ */
+#define BATCH_SMALL (1u << 20)        /* a weight of at most this many bytes joins a batch */
+#define BATCH_MAX_BYTES (16u << 20)
+#define BATCH_MAX_JOBS 256
+
+struct batch {
+	struct pool_task task;       /* first: the pool hands back this pointer */
+	struct job *head;
+};
+
+/* Worker thread: the jobs of a batch, one after another. */
+static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	for (struct job *j = ((struct batch *)t)->head; j; j = j->batch_next)
+		job_work(&j->task, scratch);
+}
+
+/* Main thread: each job of a finished (or cancelled) batch, then the batch. */
+static void batch_done(struct pool_task *t)
+{
+	struct batch *b = (struct batch *)t;
+	struct job *j = b->head, *next;
+
+	for (; j; j = next) {
+		next = j->batch_next;
+		j->task.cancelled = t->cancelled;
+		job_done(&j->task);
+	}
+	free(b);
+}
+
+/* Start the queued jobs of a created segment (in the order they were placed). */
+static void seg_start_queued(struct cache *c, struct cache_segment *sg)
+{
+	struct job *list = NULL;
+
+	/* sg->queued is newest first: reverse it so the segment fills front to back */
+	while (sg->queued) {
+		struct job *j = sg->queued;
+
+		sg->queued = j->queue_next;
+		j->queue_next = list;
+		list = j;
+	}
+	while (list) {
+		struct job *j = list, *tail = j;
+		struct batch *b = NULL;
+		uint64_t bytes = j->nbytes;
+		size_t n = 1;
+
+		list = j->queue_next;
+		if (c->p.stats)
+			c->p.stats->in_flight++;
+		if (!c->p.pool || j->nbytes > BATCH_SMALL || !list || list->nbytes > BATCH_SMALL ||
+		    !(b = calloc(1, sizeof(*b)))) {
+			job_start(c, j); /* without a pool this may finish the segment */
+			continue;
+		}
+		j->fd = sg->seg.fd;
+		j->batch_next = NULL;
+		b->head = j;
+		while (list && list->nbytes <= BATCH_SMALL && n < BATCH_MAX_JOBS &&
+		       bytes + list->nbytes <= BATCH_MAX_BYTES) {
+			struct job *k = list;
+
+			list = k->queue_next;
+			k->fd = sg->seg.fd;
+			k->batch_next = NULL;
+			tail->batch_next = k;
+			tail = k;
+			bytes += k->nbytes;
+			n++;
+			if (c->p.stats)
+				c->p.stats->in_flight++;
+		}
+		b->task.work = batch_work;
+		b->task.done = batch_done;
+		b->task.jobs = (unsigned)n;
+		log_debug("a batch of %zu small weights (%llu bytes) of %s goes to one worker", n,
+			  (unsigned long long)bytes, sg->seg.name);
+		pool_submit(c->p.pool, &b->task);
+	}
 }
 
 /* --- packing ---------------------------------------------------------------------------- */
@@ -409,14 +488,7 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 			sg->ino = (uint64_t)st.st_ino;
 		sg->created = true;
 		c->segment_bytes += sg->seg.size;
-		while (sg->queued) {
-			struct job *j = sg->queued;
-
-			sg->queued = j->queue_next;
-			if (c->p.stats)
-				c->p.stats->in_flight++;
-			job_start(c, j); /* without a pool this may finish the segment */
-		}
+		seg_start_queued(c, sg);
 	}
 	free(pk->open);
 	free(pk->all);
@@ -530,6 +602,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	j->fd = -1;
 	j->task.work = job_work;
 	j->task.done = job_done;
+	j->alg = c->p.digest ? c->p.digest : WD_DIGEST_DEFAULT;
 	sg->n_jobs++;
 	c->temp_used += j->temp;
 	if (c->p.stats)

@@ -23,7 +23,8 @@ struct job {
 	/* result, written by the worker */
 	int status;
 	struct wd_error err;
-	uint8_t digest[32];
+	enum wd_digest_alg alg;      /* chosen on the main thread (cache_params.digest) */
+	uint8_t digest[WD_DIGEST_MAX];
 	uint64_t bytes_read;
 	uint64_t ns;
 	/* who waits (the request that started the job is the last in the list) */
@@ -32,6 +33,7 @@ struct job {
 	struct job *prev;
 	struct job *hash_next;       /* the chain of its bucket in jobs_by_key */
 	struct job *queue_next;      /* the segment's jobs waiting for it to be created */
+	struct job *batch_next;      /* the next job of its batch (small weights share a task) */
 };
 
 /* Jobs in flight are found by key through a fixed hash (a unit of 65,536 new weights starts

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "checked.h"
+#include "digest.h"
 #include "frame.h"
 #include "log.h"
 
@@ -40,7 +41,7 @@ enum daemon_key {
 	DK_SEGMENT_MAX, DK_MAX_IDLE_WEIGHTS, DK_MAX_IDLE_SEGMENTS,
 	DK_MAX_CLIENTS_PER_UID, DK_CLIENT_MAX_QUEUE_FDS, DK_UID_MAX_QUEUE_FDS, DK_IDLE_TIMEOUT,
 	DK_FRAME_TIMEOUT, DK_UID_MAX_PARTIAL, DK_MAX_PARTIAL, DK_MAX_TEMP, DK_UID_MAX_PENDING,
-	DK_COUNT
+	DK_DIGEST, DK_COUNT
 };
 
 static const char *const daemon_keys[DK_COUNT] = {
@@ -59,7 +60,7 @@ static const char *const daemon_keys[DK_COUNT] = {
 	[DK_UID_MAX_QUEUE_FDS] = "uid_max_queue_fds", [DK_IDLE_TIMEOUT] = "idle_timeout",
 	[DK_FRAME_TIMEOUT] = "frame_timeout", [DK_UID_MAX_PARTIAL] = "uid_max_partial",
 	[DK_MAX_PARTIAL] = "max_partial", [DK_MAX_TEMP] = "max_temp",
-	[DK_UID_MAX_PENDING] = "uid_max_pending",
+	[DK_UID_MAX_PENDING] = "uid_max_pending", [DK_DIGEST] = "digest",
 };
 
 enum checkpoint_key { CK_PATH, CK_ALLOW_USERS, CK_ALLOW_GROUPS, CK_PRELOAD, CK_COUNT };
@@ -463,6 +464,12 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		return set_abs_path(ld, key, val, PATH_MAX - 64, &cfg->state_dir);
 	case DK_VERIFY_ADOPTED:
 		return set_bool(ld, key, val, &cfg->verify_adopted);
+	case DK_DIGEST:
+		if (wd_digest_from_name(val) == WD_DIGEST_NONE)
+			return fail(ld, ld->line, WD_E_INVALID,
+				    "%s: '%s' is not a digest algorithm (xxh3-128 or sha256)", key, val);
+		cfg->digest = wd_digest_from_name(val);
+		return 1;
 	case DK_BUDGET:
 		return set_size(ld, key, val, 0, UINT64_MAX, &cfg->budget_bytes);
 	case DK_WORKERS:
@@ -833,6 +840,7 @@ static struct config *config_new(const char *path)
 	cfg->socket_group = (gid_t)-1;
 	cfg->budget_bytes = 0;
 	cfg->workers = 0;
+	cfg->digest = WD_DIGEST_DEFAULT;
 	cfg->max_clients = 1024;
 	cfg->client_max_pending = 256;
 	cfg->client_max_queue_bytes = 64ull << 20;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "digest.h"
 #include "error.h"
 
 struct source_conf {
@@ -28,7 +29,8 @@ struct config {
 	gid_t socket_group;         /* (gid_t)-1: leave as created */
 	char *shm_prefix;
 	char *state_dir;            /* "" = no state index */
-	bool verify_adopted;        /* recompute each re-adopted segment's SHA-256 at start */
+	bool verify_adopted;        /* recompute each re-adopted segment's digest at start */
+	enum wd_digest_alg digest;  /* content digest of new weights (default XXH3-128) */
 	uint64_t budget_bytes;      /* 0 = half of /dev/shm's size at start */
 	uint32_t workers;           /* 0 = number of online CPUs */
 	uint32_t max_clients;

@@ -293,6 +293,7 @@ int main(int argc, char **argv)
 			.max_idle_weights = d.cfg->max_idle_weights,
 			.max_idle_segments = d.cfg->max_idle_segments,
 			.verify_adopted = d.cfg->verify_adopted,
+			.digest = d.cfg->digest,
 			.max_temp = d.cfg->max_temp_bytes,
 			.state_dir = d.cfg->state_dir,
 			.instance = d.instance,

@@ -70,6 +70,7 @@ static void *worker_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		struct pool_task *t;
+		bool helper;
 
 		while (!p->head && !p->stop) {
 			struct timespec ts;
@@ -92,6 +93,8 @@ static void *worker_main(void *arg)
 		p->head = t->next;
 		if (!p->head)
 			p->tail = NULL;
+		t->queued = false;
+		helper = !t->done;
 		pthread_mutex_unlock(&p->lock);
 
 		if (!have) {
@@ -103,6 +106,8 @@ static void *worker_main(void *arg)
 		t->work(t, have ? &scratch : NULL);
 
 		pthread_mutex_lock(&p->lock);
+		if (helper)
+			continue;   /* its owner may already have freed it */
 		push_done(p, t);
 	}
 	p->live--;
@@ -203,8 +208,51 @@ void pool_submit(struct pool *p, struct pool_task *t)
 	else
 		p->head = t;
 	p->tail = t;
+	t->queued = true;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
+}
+
+void pool_help(struct pool *p, struct pool_task *t)
+{
+	pthread_mutex_lock(&p->lock);
+	t->next = NULL;
+	t->cancelled = p->cancelled;
+	t->queued = false;
+	if (t->cancelled) {          /* stopping: it never runs */
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
+	if (p->tail)
+		p->tail->next = t;
+	else
+		p->head = t;
+	p->tail = t;
+	t->queued = true;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+bool pool_withdraw(struct pool *p, struct pool_task *t)
+{
+	struct pool_task **pp, *prev = NULL;
+	bool found = false;
+
+	pthread_mutex_lock(&p->lock);
+	if (t->queued) {
+		for (pp = &p->head; *pp; prev = *pp, pp = &(*pp)->next)
+			if (*pp == t) {
+				*pp = t->next;
+				if (p->tail == t)
+					p->tail = prev;
+				t->queued = false;
+				found = true;
+				break;
+			}
+	}
+	found = found || t->cancelled;   /* pool_cancel dropped it: it never ran */
+	pthread_mutex_unlock(&p->lock);
+	return found;
 }
 
 size_t pool_cancel(struct pool *p)
@@ -217,10 +265,11 @@ size_t pool_cancel(struct pool *p)
 	while ((t = p->head)) {
 		p->head = t->next;
 		t->cancelled = true;
+		t->queued = false;
 		if (!t->done)
-			continue; /* nobody waits for it: dropped */
+			continue; /* nobody waits for it (a fill helper): dropped */
 		push_done(p, t);
-		n++;
+		n += t->jobs ? t->jobs : 1;
 	}
 	p->tail = NULL;
 	pthread_mutex_unlock(&p->lock);

@@ -21,6 +21,8 @@ struct pool_task {
 	void (*done)(struct pool_task *t);
 	struct pool_task *next;
 	bool cancelled;
+	bool queued;                     /* the pool's: waiting in the queue (under its lock) */
+	unsigned jobs;                   /* what pool_cancel counts it as (0: one) */
 };
 
 /* The default worker count is the number of online CPUs, at most this: fills are bound by memory
@@ -44,8 +46,8 @@ struct pool *pool_new(struct event_base *base, unsigned nthreads);
 void pool_submit(struct pool *p, struct pool_task *t);
 
 /* Stopping: every queued task that has not started is cancelled, and so is every later one.
- * Running tasks go on. A task without done() is dropped. Returns how many done() will report
- * cancelled. Main thread. */
+ * Running tasks go on. A task without done() is dropped. Returns how many jobs done() will report
+ * cancelled (a task counts as its `jobs`, or one). Main thread. */
 size_t pool_cancel(struct pool *p);
 
 /* Run done() of every task finished or cancelled so far, now (main thread), instead of on the
@@ -54,6 +56,19 @@ void pool_dispatch(struct pool *p);
 
 /* Tests: how long an idle worker keeps its buffers. */
 void pool_set_idle_ms(struct pool *p, unsigned ms);
+
+/*
+ * From a worker: queue a helper task at the back, to run on the first worker with nothing else
+ * to do (a job that fills one large weight posts helpers that claim parts of it). At the back,
+ * so that workers take whole weights of their own before they share one: writes into one
+ * shared-memory object serialize on its inode lock. Its done must be NULL: the pool never
+ * touches a helper after its work returns, nor counts it as pending, and pool_cancel drops it
+ * unrun. Its owner must pool_withdraw it (or see its work finish) before freeing it.
+ */
+void pool_help(struct pool *p, struct pool_task *t);
+/* Take a helper out of the queue if no worker has started it: true if its work will never run
+ * (withdrawn now, or dropped by pool_cancel), false if its work has started or finished. */
+bool pool_withdraw(struct pool *p, struct pool_task *t);
 
 /* Tasks queued or running. */
 size_t pool_pending(const struct pool *p);

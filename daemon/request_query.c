@@ -64,6 +64,7 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	hr.min_protocol_version = PROTO_MIN;
 	hr.max_protocol_version = PROTO_MAX;
 	hr.server_version = WD_VERSION;
+	hr.digest_algorithm = (Weightd__DigestAlgorithm)cfg->digest;
 	hr.max_frame_bytes = cfg->max_frame_bytes;
 	hr.max_pending_requests = cfg->client_max_pending;
 	hr.max_unit_entries = cfg->max_unit_entries;
@@ -223,7 +224,8 @@ static void status_weight(struct weight *w, void *arg)
 	x->clients = w->holders;
 	x->generation = w->generation;
 	x->digest.data = w->digest;
-	x->digest.len = 32;
+	x->digest.len = wd_digest_len(w->digest_alg);
+	x->digest_algorithm = (Weightd__DigestAlgorithm)w->digest_alg;
 	x->source = w->source;
 	x->adopted = w->adopted;
 	x->segment = w->segment->id;
@@ -311,6 +313,8 @@ void request_query_status(struct session *s, uint64_t id)
 	}
 	st.instance = d->instance;
 	st.server_version = WD_VERSION;
+	st.digest_algorithm = (Weightd__DigestAlgorithm)d->cfg->digest;
+	st.digest_chunk_bytes = WD_DIGEST_CHUNK;
 	st.uptime_ms = daemon_uptime_ms(d);
 	st.bytes_resident = cache_resident(d->cache);
 	st.budget_bytes = cache_budget(d->cache);

@@ -147,7 +147,8 @@ static void fill_weight_info(Weightd__WeightInfo *wi, const struct weight *w, co
 	wi->shape = (uint64_t *)w->shape;
 	wi->nbytes = w->nbytes;
 	wi->digest.data = (uint8_t *)w->digest;
-	wi->digest.len = 32;
+	wi->digest.len = wd_digest_len(w->digest_alg);
+	wi->digest_algorithm = (Weightd__DigestAlgorithm)w->digest_alg;
 	wi->key.data = (uint8_t *)w->key;
 	wi->key.len = 32;
 	wi->generation = w->generation;

@@ -115,10 +115,11 @@ int state_write(const char *dir, const char *instance, const struct state_segmen
 		json_t *shape = json_array(), *wo;
 
 		wd_hex(w->key, 32, key);
-		wd_hex(w->digest, 32, digest);
+		wd_hex(w->digest, wd_digest_len(w->digest_alg), digest);
 		for (int k = 0; shape && k < w->ndim; k++)
 			json_array_append_new(shape, json_integer((json_int_t)w->shape[k]));
-		wo = json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:s}", "key", key, "digest", digest,
+		wo = json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:s}", "key", key, "digest", digest,
+			       "digest_algorithm", wd_digest_name(w->digest_alg),
 			       "dtype", wd_dtype_name(w->dtype), "shape", shape, "nbytes",
 			       (json_int_t)w->nbytes, "offset", (json_int_t)w->offset, "label",
 			       w->label ? w->label : "");
@@ -182,16 +183,19 @@ void state_segment_fini(struct state_segment *rec)
 /* One weight of a record; false if it is not valid or does not lie inside the segment. */
 static bool read_weight(json_t *wo, uint64_t size, struct state_weight *w)
 {
-	const char *key = NULL, *digest = NULL, *dtype = NULL, *label = NULL;
+	const char *key = NULL, *digest = NULL, *dtype = NULL, *label = NULL, *alg = "sha256";
 	json_int_t nbytes = -1, offset = -1;
 	json_t *shape, *v;
 	size_t i;
 
-	if (json_unpack(wo, "{s:s, s:s, s:s, s:o, s:I, s:I, s:s}", "key", &key, "digest", &digest,
+	if (json_unpack(wo, "{s:s, s:s, s?s, s:s, s:o, s:I, s:I, s:s}", "key", &key, "digest", &digest,
+			"digest_algorithm", &alg,
 			"dtype", &dtype, "shape", &shape, "nbytes", &nbytes, "offset", &offset,
 			"label", &label) < 0)
 		return false;
-	if (!hex_decode(key, w->key, 32) || !hex_decode(digest, w->digest, 32) || nbytes < 0 ||
+	w->digest_alg = wd_digest_from_name(alg); /* a record without one was hashed with SHA-256 */
+	if (w->digest_alg == WD_DIGEST_NONE || !hex_decode(key, w->key, 32) ||
+	    !hex_decode(digest, w->digest, wd_digest_len(w->digest_alg)) || nbytes < 0 ||
 	    offset < 0 || (offset % 64) != 0 || (uint64_t)offset > size ||
 	    (uint64_t)nbytes > size - (uint64_t)offset || !json_is_array(shape) ||
 	    json_array_size(shape) > WD_MAX_DIMS)

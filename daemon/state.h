@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "digest.h"
 #include "dtype.h"
 #include "error.h"
 #include "wd_limits.h"
@@ -15,7 +16,8 @@
 /* One weight of a segment record. */
 struct state_weight {
 	uint8_t key[32];
-	uint8_t digest[32];
+	uint8_t digest[32];  /* wd_digest_len(digest_alg) bytes used */
+	enum wd_digest_alg digest_alg; /* records written before it existed: SHA-256 */
 	enum wd_dtype dtype;
 	int ndim;
 	uint64_t shape[WD_MAX_DIMS];

@@ -25,7 +25,7 @@ struct wd_hasher {
 	size_t len[WD_HASHER_SLOTS];
 	size_t cap;                 /* bytes per slot */
 	uint64_t head, tail;
-	struct wd_sha256 *sha;      /* the digest of the sink served; NULL when free */
+	struct wd_content *dg;      /* the digest of the sink served; NULL when free */
 	bool stop;
 };
 
@@ -35,7 +35,7 @@ static void *hasher_main(void *arg)
 
 	pthread_mutex_lock(&h->lock);
 	for (;;) {
-		struct wd_sha256 *sha;
+		struct wd_content *dg;
 		const uint8_t *p;
 		size_t n;
 
@@ -43,11 +43,11 @@ static void *hasher_main(void *arg)
 			pthread_cond_wait(&h->cond, &h->lock);
 		if (h->tail == h->head)
 			break;
-		sha = h->sha;
+		dg = h->dg;
 		p = h->slot[h->tail % WD_HASHER_SLOTS];
 		n = h->len[h->tail % WD_HASHER_SLOTS];
 		pthread_mutex_unlock(&h->lock);
-		wd_sha256_update(sha, p, n);
+		wd_content_update(dg, p, n);
 		pthread_mutex_lock(&h->lock);
 		h->tail++;
 		pthread_cond_broadcast(&h->cond);
@@ -66,29 +66,35 @@ static void detach(struct wd_sink *s)
 	pthread_mutex_lock(&h->lock);
 	while (h->tail != h->head)
 		pthread_cond_wait(&h->cond, &h->lock);
-	h->sha = NULL;
+	h->dg = NULL;
 	pthread_mutex_unlock(&h->lock);
 	s->hasher = NULL;
 }
 
-int wd_sink_init(struct wd_sink *s, int fd, uint64_t size)
+int wd_sink_init_range(struct wd_sink *s, int fd, uint64_t base, uint64_t size,
+		       enum wd_digest_alg alg)
 {
 	s->fd = fd;
-	s->base = 0;
+	s->base = base;
 	s->size = size;
 	s->written = 0;
 	s->hasher = NULL;
 	s->progress = NULL;
-	return wd_sha256_init(&s->sha);
+	return wd_content_init(&s->dg, alg);
+}
+
+int wd_sink_init(struct wd_sink *s, int fd, uint64_t size)
+{
+	return wd_sink_init_range(s, fd, 0, size, WD_DIGEST_DEFAULT);
 }
 
 void wd_sink_pipeline(struct wd_sink *s, struct wd_hasher *h)
 {
-	if (!h || s->hasher || s->written || s->size <= h->cap)
+	if (!h || s->hasher || s->written || s->size <= h->cap || s->dg.alg != WD_DIGEST_SHA256)
 		return;
 	pthread_mutex_lock(&h->lock);
-	if (!h->sha) {
-		h->sha = &s->sha;
+	if (!h->dg) {
+		h->dg = &s->dg;
 		s->hasher = h;
 	}
 	pthread_mutex_unlock(&h->lock);
@@ -135,7 +141,7 @@ int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_erro
 				pthread_cond_wait(&h->cond, &h->lock);
 			pthread_mutex_unlock(&h->lock);
 		}
-		wd_sha256_update(&s->sha, buf, len);
+		wd_content_update(&s->dg, buf, len);
 	}
 	while (s->fd >= 0 && left) {
 		ssize_t n = pwrite(s->fd, p, left, (off_t)(s->base + s->written));
@@ -151,17 +157,17 @@ int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_erro
 		left -= (size_t)n;
 		s->written += (uint64_t)n;
 		if (s->progress)
-			__atomic_store_n(s->progress, s->written, __ATOMIC_RELAXED);
+			__atomic_fetch_add(s->progress, (uint64_t)n, __ATOMIC_RELAXED);
 	}
 	if (s->fd < 0) {
 		s->written += len;
 		if (s->progress)
-			__atomic_store_n(s->progress, s->written, __ATOMIC_RELAXED);
+			__atomic_fetch_add(s->progress, (uint64_t)len, __ATOMIC_RELAXED);
 	}
 	return 0;
 }
 
-int wd_sink_finish(struct wd_sink *s, uint8_t digest[WD_DIGEST_LEN], struct wd_error *err)
+int wd_sink_finish(struct wd_sink *s, uint8_t *digest, struct wd_error *err)
 {
 	detach(s);
 	if (s->written != s->size) {
@@ -170,14 +176,14 @@ int wd_sink_finish(struct wd_sink *s, uint8_t digest[WD_DIGEST_LEN], struct wd_e
 				    "materialization produced %llu of its %llu bytes",
 				    (unsigned long long)s->written, (unsigned long long)s->size);
 	}
-	wd_sha256_final(&s->sha, digest);
+	wd_content_final(&s->dg, digest);
 	return 0;
 }
 
 void wd_sink_abort(struct wd_sink *s)
 {
 	detach(s);
-	wd_sha256_abort(&s->sha);
+	wd_content_abort(&s->dg);
 }
 
 /* Scratch comes from mmap so it is page-aligned; it is touched once here so the first

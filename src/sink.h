@@ -1,4 +1,5 @@
-/* sink.h - writing a weight's bytes into its segment in order, hashing them on the way. */
+/* sink.h - writing a weight's bytes (or one range of them) into its segment in order, hashing
+ * them on the way. */
 #ifndef WD_SINK_H
 #define WD_SINK_H
 
@@ -11,7 +12,8 @@
 /*
  * A hasher is a thread that computes a sink's SHA-256 behind its writes, so hashing (about as
  * costly as the copy itself) runs on another core while the producer reads and writes the next
- * chunks. It owns a ring of WD_HASHER_SLOTS buffers: the producer fills one (wd_sink_buffer) and
+ * chunks. Only SHA-256 sinks use it: XXH3-128 runs at memory speed, so it is cheaper inline, on
+ * bytes still in cache from the read, than handed to another thread. It owns a ring of WD_HASHER_SLOTS buffers: the producer fills one (wd_sink_buffer) and
  * passes it to wd_sink_write, which queues it for hashing and pwrites it at the same time; the
  * slot comes back once hashed. One hasher serves one sink at a time (a worker's jobs run one
  * after another). Owned by a worker's scratch.
@@ -21,29 +23,35 @@ struct wd_hasher;
 #define WD_HASHER_SLOTS 4
 
 /*
- * A sink receives the output of a materialization strictly in order from offset 0 to size and
- * pwrites it into fd, updating a SHA-256 of everything written. Writing past `size` is
- * -WD_E_INTERNAL. fd < 0 makes a sink that only hashes (tests, preflight of digests).
+ * A sink receives `size` bytes strictly in order and pwrites them into fd at base, base + 1, ...,
+ * updating the content digest (digest.h: chunked, of algorithm `alg`) of everything written.
+ * Writing past `size` is -WD_E_INTERNAL. fd < 0 makes a sink that only hashes (tests). A sink
+ * over one whole weight gives the weight's digest; a sink over one WD_DIGEST_CHUNK-aligned chunk
+ * gives that chunk's digest (for wd_content_compose).
  *
- * progress (optional, NULL after wd_sink_init): when set, every write also stores the bytes
- * written so far there with a relaxed atomic store, so another thread (the daemon's main loop
- * answering status) can read how far a materialization is with __atomic_load_n.
+ * progress (optional, NULL after init): when set, every write also adds the bytes written there
+ * with a relaxed atomic add, so another thread (the daemon's main loop answering status) can
+ * read how far a materialization is with __atomic_load_n, however many sinks fill its ranges.
  */
 struct wd_sink {
 	int fd;
-	uint64_t base;              /* where in fd the weight starts (0 after wd_sink_init) */
+	uint64_t base;              /* where in fd the sink's range starts */
 	uint64_t size;
 	uint64_t written;
-	struct wd_sha256 sha;
+	struct wd_content dg;
 	struct wd_hasher *hasher;   /* set by wd_sink_pipeline; NULL: hashed inline */
 	uint64_t *progress;
 };
 
+/* A sink over a whole weight at offset 0 with the default digest. 0 or a negative code. */
 int wd_sink_init(struct wd_sink *s, int fd, uint64_t size);
+/* A sink writing `size` bytes at `base` of fd, with a digest of algorithm alg. */
+int wd_sink_init_range(struct wd_sink *s, int fd, uint64_t base, uint64_t size,
+		       enum wd_digest_alg alg);
 /*
  * Hash this sink on `h` from now on (call it before the first write). Does nothing when h is
- * NULL or busy with another sink, or when the sink is no larger than one slot (nothing would
- * overlap): the sink then hashes inline, with the same result.
+ * NULL or busy with another sink, when the sink is no larger than one slot (nothing would
+ * overlap), or when its digest is not SHA-256: the sink then hashes inline, with the same result.
  */
 void wd_sink_pipeline(struct wd_sink *s, struct wd_hasher *h);
 /*
@@ -55,9 +63,10 @@ uint8_t *wd_sink_buffer(struct wd_sink *s, size_t *ret_cap);
 /* Any buffer may be written; a slot from wd_sink_buffer is hashed behind the write, any other
  * buffer after the queued slots, inline. */
 int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_error *err);
-/* All `size` bytes must have been written (-WD_E_INTERNAL otherwise); gives the digest. Waits
- * for the hasher, which is then free for another sink. */
-int wd_sink_finish(struct wd_sink *s, uint8_t digest[WD_DIGEST_LEN], struct wd_error *err);
+/* All `size` bytes must have been written (-WD_E_INTERNAL otherwise); writes the digest
+ * (wd_digest_len of the sink's algorithm, at most WD_DIGEST_MAX bytes). Waits for the hasher,
+ * which is then free for another sink. */
+int wd_sink_finish(struct wd_sink *s, uint8_t *digest, struct wd_error *err);
 /* Release the hash state on a failure path (after waiting for the hasher). Accepts a finished
  * sink. */
 void wd_sink_abort(struct wd_sink *s);
@@ -72,7 +81,9 @@ struct wd_scratch {
 	struct wd_hasher *hasher;   /* slots of bytes / WD_HASHER_SLOTS; NULL if no thread started */
 };
 
-#define WD_SCRATCH_BYTES (4u << 20)
+/* Small enough that what a read brings in is still in the core's cache when it is hashed and
+ * written (measured: 512 KiB steps filled faster than 4 MiB ones, with or without hashing). */
+#define WD_SCRATCH_BYTES (512u << 10)
 
 /* Buffers of `bytes` each and a hasher (whose thread failing to start leaves hasher NULL, not
  * an error: sinks then hash inline). 0 or -WD_E_EXHAUSTED. */

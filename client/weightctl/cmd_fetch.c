@@ -39,34 +39,45 @@ struct got {
 	const char *name;
 	const weightd_weight *w;
 	const void *data;
-	char sha[2 * WEIGHTD_DIGEST_LEN + 1];
+	char digest[2 * WEIGHTD_DIGEST_LEN + 1];  /* the daemon's, as checked here */
+	char sha[2 * WEIGHTD_DIGEST_LEN + 1];     /* --sha256 */
 };
 
 /*
- * Hash the mapped bytes independently of the daemon and compare with the digest it reported:
- * a mismatch means the memory is not what weightd says it filled.
+ * Hash the mapped bytes independently of the daemon, with the algorithm and chunk composition
+ * it reported, and compare with its digest: a mismatch means the memory is not what weightd
+ * says it filled. With sha256, also the plain SHA-256 of the bytes (what sha256sum gives).
  */
-static int verify(struct got *g)
+static int verify(struct got *g, bool sha256)
 {
-	static const uint8_t zero[WEIGHTD_DIGEST_LEN];
+	weightd_digest_algorithm alg = weightd_weight_digest_algorithm(g->w);
 	const uint8_t *reported = weightd_weight_digest(g->w);
-	uint8_t mine[WD_DIGEST_LEN];
+	size_t len = weightd_weight_digest_len(g->w), n = weightd_weight_nbytes(g->w);
+	uint8_t mine[WD_DIGEST_MAX];
 	char theirs[2 * WEIGHTD_DIGEST_LEN + 1];
+	struct wd_content dg;
 
-	if (wd_sha256(g->data, weightd_weight_nbytes(g->w), mine) < 0)
-		return fail("cannot compute SHA-256 of %s", g->name);
-	wd_hex(mine, WD_DIGEST_LEN, g->sha);
-	if (memcmp(reported, zero, sizeof(zero)) == 0)
-		return fail("weightd reported no digest for %s; its bytes hash to %s", g->name,
-			    g->sha);
-	wd_hex(reported, WEIGHTD_DIGEST_LEN, theirs);
-	if (memcmp(reported, mine, WD_DIGEST_LEN) != 0)
-		return fail("digest mismatch for %s: weightd reported %s but the mapped bytes hash "
-			    "to %s", g->name, theirs, g->sha);
+	if (sha256) {
+		if (wd_sha256(g->data, n, mine) < 0)
+			return fail("cannot compute SHA-256 of %s", g->name);
+		wd_hex(mine, WD_DIGEST_LEN, g->sha);
+	}
+	if (!len || wd_digest_len((enum wd_digest_alg)alg) != len)
+		return fail("weightd reported no digest for %s", g->name);
+	if (wd_content_init(&dg, (enum wd_digest_alg)alg) < 0)
+		return fail("cannot compute the %s digest of %s", weightd_digest_algorithm_name(alg),
+			    g->name);
+	wd_content_update(&dg, g->data, n);
+	wd_content_final(&dg, mine);
+	wd_hex(mine, len, g->digest);
+	wd_hex(reported, len, theirs);
+	if (memcmp(reported, mine, len) != 0)
+		return fail("digest mismatch for %s: weightd reported %s %s but the mapped bytes hash "
+			    "to %s", g->name, weightd_digest_algorithm_name(alg), theirs, g->digest);
 	return 0;
 }
 
-static int print_got(const struct opts *o, struct got *gs, size_t n)
+static int print_got(const struct opts *o, struct got *gs, size_t n, bool sha256)
 {
 	if (o->json) {
 		json_t *a = json_array();
@@ -74,29 +85,42 @@ static int print_got(const struct opts *o, struct got *gs, size_t n)
 		for (size_t i = 0; i < n; i++) {
 			const weightd_weight *w = gs[i].w;
 			char *key = fmt_hex(weightd_weight_key(w), WEIGHTD_DIGEST_LEN);
-
-			json_array_append_new(a, json_pack(
-				"{s:s, s:s, s:o, s:I, s:s, s:b, s:s, s:I, s:I}", "name", gs[i].name,
+			json_t *x = json_pack(
+				"{s:s, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I}", "name", gs[i].name,
 				"dtype", weightd_weight_dtype(w),
 				"shape", json_shape(weightd_weight_shape(w), weightd_weight_ndim(w)),
-				"bytes", (json_int_t)weightd_weight_nbytes(w), "sha256", gs[i].sha,
+				"bytes", (json_int_t)weightd_weight_nbytes(w), "digest", gs[i].digest,
+				"digest_algorithm",
+				weightd_digest_algorithm_name(weightd_weight_digest_algorithm(w)),
 				"verified", 1, "key", key,
 				"handle", (json_int_t)weightd_weight_handle(w),
-				"generation", (json_int_t)weightd_weight_generation(w)));
+				"generation", (json_int_t)weightd_weight_generation(w));
+
+			if (sha256)
+				json_object_set_new(x, "sha256", json_string(gs[i].sha));
+			json_array_append_new(a, x);
 			free(key);
 		}
 		return print_json(json_pack("{s:o}", "weights", a));
 	}
-	static const char *const head[] = { "NAME", "DTYPE", "SHAPE", "BYTES", "SHA256" };
-	static const bool num[] = { 0, 0, 0, 1, 0 };
-	struct table t = { .ncols = 5, .head = head, .numeric = num };
+	static const char *const head[] = { "NAME", "DTYPE", "SHAPE", "BYTES", "DIGEST", "SHA256" };
+	static const bool num[] = { 0, 0, 0, 1, 0, 0 };
+	struct table t = { .ncols = sha256 ? 6 : 5, .head = head, .numeric = num };
 
 	for (size_t i = 0; i < n; i++) {
 		const weightd_weight *w = gs[i].w;
+		char *dg = fmt("%s:%s (verified)",
+			       weightd_digest_algorithm_name(weightd_weight_digest_algorithm(w)),
+			       gs[i].digest);
 
-		table_row(&t, xstrdup(gs[i].name), xstrdup(weightd_weight_dtype(w)),
-			  fmt_shape(weightd_weight_shape(w), weightd_weight_ndim(w)),
-			  fmt("%" PRIu64, weightd_weight_nbytes(w)), fmt("%s (verified)", gs[i].sha));
+		if (sha256)
+			table_row(&t, xstrdup(gs[i].name), xstrdup(weightd_weight_dtype(w)),
+				  fmt_shape(weightd_weight_shape(w), weightd_weight_ndim(w)),
+				  fmt("%" PRIu64, weightd_weight_nbytes(w)), dg, xstrdup(gs[i].sha));
+		else
+			table_row(&t, xstrdup(gs[i].name), xstrdup(weightd_weight_dtype(w)),
+				  fmt_shape(weightd_weight_shape(w), weightd_weight_ndim(w)),
+				  fmt("%" PRIu64, weightd_weight_nbytes(w)), dg);
 	}
 	table_print(&t);
 	return 0;
@@ -164,11 +188,11 @@ static int get_tensor(const struct opts *o, weightd_client *c, const struct get_
 	g.name = label;
 	g.w = weightd_unit_weight(u, a->tensor);
 	g.data = weightd_unit_data(u, a->tensor);
-	if (verify(&g) != 0)
+	if (verify(&g, a->sha256) != 0)
 		goto out;
 	if (a->out && write_file(a->out, g.data, weightd_weight_nbytes(g.w)) != 0)
 		goto out;
-	rc = print_got(o, &g, 1) == 0 ? 0 : EXIT_ERR;
+	rc = print_got(o, &g, 1, a->sha256) == 0 ? 0 : EXIT_ERR;
 out:
 	weightd_unit_free(u);
 	weightd_selection_free(sel);
@@ -192,7 +216,8 @@ static int load_unit(weightd_client *c, const char *path, weightd_unit **ret)
 	return 0;
 }
 
-static int get_recipe(const struct opts *o, weightd_client *c, const char *path, const char *out)
+static int get_recipe(const struct opts *o, weightd_client *c, const char *path, const char *out,
+		      bool sha256)
 {
 	weightd_unit *u = NULL;
 	weightd_error err;
@@ -220,12 +245,12 @@ static int get_recipe(const struct opts *o, weightd_client *c, const char *path,
 		gs[i].name = weightd_unit_slot_name(u, i);
 		gs[i].w = weightd_unit_weight(u, gs[i].name);
 		gs[i].data = weightd_unit_data(u, gs[i].name);
-		if (verify(&gs[i]) != 0)
+		if (verify(&gs[i], sha256) != 0)
 			goto out;
 	}
 	if (out && write_file(out, gs[0].data, weightd_weight_nbytes(gs[0].w)) != 0)
 		goto out;
-	rc = print_got(o, gs, n) == 0 ? 0 : EXIT_ERR;
+	rc = print_got(o, gs, n, sha256) == 0 ? 0 : EXIT_ERR;
 out:
 	free(gs);
 	weightd_unit_free(u);
@@ -239,6 +264,7 @@ int parse_get(struct cmd_args *args)
 		{ "range", required_argument, NULL, 'r' },
 		{ "out", required_argument, NULL, 'o' },
 		{ "recipe", required_argument, NULL, 'R' },
+		{ "sha256", no_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct get_args *g = &args->get;
@@ -249,6 +275,7 @@ int parse_get(struct cmd_args *args)
 	opterr = 0;
 	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (ch) {
+		case 'S': g->sha256 = true; break;
 		case 'r': g->range = optarg; break;
 		case 'o': g->out = optarg; break;
 		case 'R': g->recipe = optarg; break;
@@ -282,7 +309,7 @@ int cmd_get(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	const struct get_args *g = &args->get;
 
 	if (g->recipe)
-		return get_recipe(o, c, g->recipe, g->out);
+		return get_recipe(o, c, g->recipe, g->out, g->sha256);
 	return get_tensor(o, c, g);
 }
 

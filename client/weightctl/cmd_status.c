@@ -29,14 +29,15 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		}
 		for (size_t i = 0; i < s->n_weights; i++) {
 			const weightd_weight_status *w = &s->weight_list[i];
-			char *dg = w->digest ? fmt_hex(w->digest, WEIGHTD_DIGEST_LEN) : xstrdup("");
+			char *dg = w->digest ? fmt_hex(w->digest, w->digest_len) : xstrdup("");
 
 			json_array_append_new(ws, json_pack(
-				"{s:I, s:s, s:s, s:o, s:I, s:i, s:i, s:I, s:s, s:s, s:b, s:I, s:I}",
+				"{s:I, s:s, s:s, s:o, s:I, s:i, s:i, s:I, s:s, s:s, s:s, s:b, s:I, s:I}",
 				"handle", (json_int_t)w->handle, "label", w->label, "dtype", w->dtype,
 				"shape", json_shape(w->shape, w->ndim), "bytes", (json_int_t)w->nbytes,
 				"refs", (int)w->refs, "clients", (int)w->clients,
-				"generation", (json_int_t)w->generation, "sha256", dg,
+				"generation", (json_int_t)w->generation, "digest", dg,
+				"digest_algorithm", weightd_digest_algorithm_name(w->digest_algorithm),
 				"source", w->source, "adopted", w->adopted,
 				"segment", (json_int_t)w->segment, "offset", (json_int_t)w->offset));
 			free(dg);
@@ -77,6 +78,10 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 			json_object_set_new(j, "partial_frame_bytes",
 					    json_integer((json_int_t)s->partial_frame_bytes));
 			json_object_set_new(j, "temp_bytes", json_integer((json_int_t)s->temp_bytes));
+			json_object_set_new(j, "digest_algorithm", json_string(
+				weightd_digest_algorithm_name(s->digest_algorithm)));
+			json_object_set_new(j, "digest_chunk_bytes", json_integer(
+				(json_int_t)s->digest_chunk_bytes));
 		} else {
 			json_decref(gs);
 		}
@@ -105,6 +110,8 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		printf("refused / timed-out clients %" PRIu64 " / %" PRIu64 "\n"
 		       "foreign objects in /dev/shm %" PRIu64 " (ignored)\n", s->clients_refused,
 		       s->clients_timed_out, s->foreign_segments);
+		printf("digest                      %s\n",
+		       weightd_digest_algorithm_name(s->digest_algorithm));
 		free(res);
 		free(bud);
 		free(rd);

@@ -23,6 +23,7 @@ struct opts {
 struct get_args {
 	const char *checkpoint, *tensor, *range, *out, *recipe;
 	bool has_range;
+	bool sha256;            /* also print the SHA-256 of the fetched bytes */
 	uint32_t axis;
 	uint64_t start, end;
 };

@@ -903,7 +903,7 @@ static void readoption_checks_what_the_index_vouches_for(void **state)
 
 	assert_int_equal(harness_start(&H), 0);
 	base = it_fd_base(&H);
-	assert_true(harness_log_contains(&H, "do not have the recorded SHA-256"));
+	assert_true(harness_log_contains(&H, "do not have the recorded xxh3-128 digest"));
 	st = it_status_of(&H);
 	assert_int_equal(st->readoptions, 2);
 	assert_int_equal(st->weights, 2);

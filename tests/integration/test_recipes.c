@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 #include <openssl/evp.h>
+#include <xxhash.h>
 
 #include "frame.h"
 #include "harness.h"
@@ -1472,11 +1473,12 @@ static void sha256_hex(const uint8_t *data, size_t len, char out[65])
 		snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
-/* `weightctl get --recipe FILE.json --out F` writes the recipe's bytes to F and prints their
- * SHA-256; both agree with what this test computes itself. */
+/* `weightctl get --recipe FILE.json --out F --sha256` writes the recipe's bytes to F and prints
+ * their XXH3-128 digest (the daemon's, checked) and SHA-256; all agree with what this test
+ * computes itself. */
 static void weightctl_get_recipe_writes_and_hashes(void **state)
 {
-	char file[400], outfile[400], out[8192], errtext[8192], sha[65];
+	char file[400], outfile[400], out[8192], errtext[8192], sha[65], needle_x[100];
 	uint64_t r0, r1;
 	uint32_t *want;
 	uint8_t *bytes;
@@ -1493,7 +1495,7 @@ static void weightctl_get_recipe_writes_and_hashes(void **state)
 	}
 	{
 		char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, "get", "--recipe",
-				 file, "--out", outfile, NULL };
+				 file, "--out", outfile, "--sha256", NULL };
 		int rc = run_capture(argv, out, sizeof(out), errtext, sizeof(errtext));
 		if (rc != 0)
 			fail_msg("weightctl get --recipe exited %d: %s", rc, errtext);
@@ -1507,6 +1509,17 @@ static void weightctl_get_recipe_writes_and_hashes(void **state)
 	sha256_hex(bytes, len, sha);
 	if (!strstr(out, sha))
 		fail_msg("weightctl printed no SHA-256 %s: %s", sha, out);
+	{
+		XXH128_canonical_t c;
+		char xx[40];
+		assert_true(len <= WEIGHTD_DIGEST_CHUNK);   /* one chunk: the plain hash */
+		XXH128_canonicalFromHash(&c, XXH3_128bits(bytes, len));
+		for (int i = 0; i < 16; i++)
+			snprintf(xx + 2 * i, 3, "%02x", c.digest[i]);
+		snprintf(needle_x, sizeof(needle_x), "xxh3-128:%s (verified)", xx);
+		if (!strstr(out, needle_x))
+			fail_msg("weightctl printed no %s: %s", needle_x, out);
+	}
 	assert_non_null(strstr(out, "F32"));
 	free(want);
 	free(bytes);
@@ -1514,7 +1527,7 @@ static void weightctl_get_recipe_writes_and_hashes(void **state)
 	/* the same through --json */
 	{
 		char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, "--json", "get",
-				 "--recipe", file, NULL };
+				 "--recipe", file, "--sha256", NULL };
 		char needle[100];
 		assert_int_equal(run_capture(argv, out, sizeof(out), errtext, sizeof(errtext)), 0);
 		snprintf(needle, sizeof(needle), "\"sha256\": \"%s\"", sha);

@@ -815,6 +815,16 @@ static int setup_progress(void **state)
 	return harness_start(&H) < 0 ? -1 : 0;
 }
 
+/*
+ * Whether the final frame says the fill took at most 0.2 s: then weightctl, polling every 0.1 s,
+ * had room for only one frame before 100%, and the bar cannot be seen moving (a fill at copy
+ * speed, with the default XXH3-128 digest, takes about that long here).
+ */
+static bool within_two_polls(const char *out)
+{
+	return strstr(out, " in 0.0 s") || strstr(out, " in 0.1 s") || strstr(out, " in 0.2 s");
+}
+
 /* "256.0 MiB" -> bytes (approximately, as printed). */
 static double size_of(const char *num, const char *unit)
 {
@@ -908,7 +918,7 @@ static void get_on_a_terminal_draws_a_bar_to_100(void **state)
 	(void)state;
 	assert_int_equal(ctl_pty(&out, 100, "get", "big", "big.0.weight", NULL), 0);
 	check_frames(out, "256.0 MiB", &fr);
-	if (fr.n < 2 || fr.n_partial < 1 || fr.n_between < 1)
+	if (fr.n < 2 || fr.n_partial < 1 || (fr.n_between < 1 && !within_two_polls(out)))
 		fail_msg("expected a bar that moves, got %d frames (%d before the end, %d between "
 			 "the first and 100%%):\n%s", fr.n, fr.n_partial, fr.n_between, out);
 	assert_int_equal(fr.last_pct, 100);
@@ -947,7 +957,7 @@ static void preload_counts_resident_weights_and_keeps_them(void **state)
 	/* big.0 is resident (released by get, still cached): the bar starts at half or more */
 	assert_int_equal(ctl_pty(&out, 80, "preload", "big", NULL), 0);
 	check_frames(out, "512.0 MiB", &fr);
-	if (fr.n < 2 || fr.n_partial < 1 || fr.n_between < 1)
+	if (fr.n < 2 || fr.n_partial < 1 || (fr.n_between < 1 && !within_two_polls(out)))
 		fail_msg("expected a bar that moves, got %d frames:\n%s", fr.n, out);
 	assert_true(fr.first_pct >= 50);
 	assert_int_equal(fr.last_pct, 100);

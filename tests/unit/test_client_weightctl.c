@@ -294,6 +294,7 @@ static void test_json_output(void **state)
 			    "bad.safetensors: truncated");
 	json_decref(j);
 
+	/* this fake daemon predates the digest algorithm field: its digests are SHA-256 */
 	ctl(f, &r, "--json", "get", "m", "w", NULL);
 	assert_int_equal(r.status, 0);
 	j = json_loads(r.out, 0, &je);
@@ -301,6 +302,16 @@ static void test_json_output(void **state)
 	s = json_array_get(json_object_get(j, "weights"), 0);
 	payload(data, sizeof(data));
 	sha256_hex(data, sizeof(data), hex);
+	assert_string_equal(json_string_value(json_object_get(s, "digest")), hex);
+	assert_string_equal(json_string_value(json_object_get(s, "digest_algorithm")), "sha256");
+	assert_null(json_object_get(s, "sha256"));   /* only asked for with --sha256 */
+	json_decref(j);
+
+	ctl(f, &r, "--json", "get", "m", "w", "--sha256", NULL);
+	assert_int_equal(r.status, 0);
+	j = json_loads(r.out, 0, &je);
+	assert_non_null(j);
+	s = json_array_get(json_object_get(j, "weights"), 0);
 	assert_string_equal(json_string_value(json_object_get(s, "sha256")), hex);
 	assert_true(json_is_true(json_object_get(s, "verified")));
 	assert_int_equal(json_integer_value(json_object_get(s, "bytes")), 16);

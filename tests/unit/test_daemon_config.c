@@ -169,6 +169,7 @@ static void check_defaults(const struct config *cfg)
 	assert_string_equal(cfg->shm_prefix, "weightd");
 	assert_string_equal(cfg->state_dir, "/var/lib/weightd");
 	assert_false(cfg->verify_adopted);
+	assert_int_equal(cfg->digest, WD_DIGEST_XXH3_128);
 	assert_true(cfg->budget_bytes == 0);
 	assert_int_equal(cfg->workers, 0);
 	assert_int_equal(cfg->max_clients, 1024);
@@ -192,6 +193,18 @@ static void check_defaults(const struct config *cfg)
 	assert_true(cfg->max_temp_bytes == 0);
 	assert_int_equal(cfg->uid_max_pending, 1024);
 	assert_int_equal(cfg->log_level, -1);
+}
+
+/* digest takes either algorithm by name. */
+static void test_digest_setting(void **state)
+{
+	struct config *cfg = load_ok("[daemon]\ndigest = sha256\n");
+
+	assert_int_equal(cfg->digest, WD_DIGEST_SHA256);
+	config_free(cfg);
+	cfg = load_ok("[daemon]\ndigest = xxh3-128\n");
+	assert_int_equal(cfg->digest, WD_DIGEST_XXH3_128);
+	config_free(cfg);
 }
 
 static void test_defaults(void **state)
@@ -257,7 +270,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 29);    /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 30);    /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
@@ -315,6 +328,8 @@ static void test_errors(void **state)
 		{ "[checkpoint:a]\npath = /a\nallow_user = root\n", 3, "unknown key 'allow_user' in [checkpoint:a]" },
 		{ "[daemon]\nworkers = 2\n\nworkers = 3\n", 4, "key 'workers' is given twice in [daemon] (first at line 2)" },
 		{ "[daemon]\n= 3\n", 2, "key name missing" },
+		{ "[daemon]\n\ndigest = md5\n", 3,
+		  "digest: 'md5' is not a digest algorithm (xxh3-128 or sha256)" },
 		{ "[daemon]\nworkers\n", 2, "expected 'key = value'" },
 		/* a checkpoint without path is reported where its section starts */
 		{ "[daemon]\n[checkpoint:a]\npreload = yes\n[checkpoint:b]\npath=/b\n", 2, "[checkpoint:a] has no path" },
@@ -554,6 +569,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_full_file),
 		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_digest_setting),
 		cmocka_unit_test(test_empty_values),
 		cmocka_unit_test(test_example_documents_defaults),
 		cmocka_unit_test(test_durations),

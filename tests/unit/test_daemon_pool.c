@@ -1,6 +1,7 @@
 /* test_daemon_pool.c - the worker pool: done() on the loop thread for every task, queued work
  * cancelled at shutdown without running, busy workers abandoned after the grace period, and
- * worker buffers made on first use and given back when idle. */
+ * worker buffers made on first use and given back when idle; fill helpers (pool_help,
+ * pool_withdraw). */
 #include <event2/event.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -187,6 +188,9 @@ static long rss_kib(void)
 static void worker_buffers_are_made_on_use_and_given_back(void **state)
 {
 	const long one_worker_kib = 2 * WD_SCRATCH_BYTES / 1024;
+	/* what "holds no buffers" tolerates: allocator and sanitizer noise is a few MiB, more than
+	 * one worker's buffers now that they are small (8 busy workers still exceed it 3x) */
+	const long noise_kib = one_worker_kib > 4096 ? one_worker_kib : 4096;
 	struct event_base *base = event_base_new();
 	struct ttask xs[8];
 	sem_t gate;
@@ -200,7 +204,7 @@ static void worker_buffers_are_made_on_use_and_given_back(void **state)
 	usleep(100000);
 	idle = rss_kib();
 	print_message("RSS: %ld KiB before, %ld KiB with 8 idle workers\n", before, idle);
-	assert_true(idle - before < one_worker_kib);
+	assert_true(idle - before < noise_kib);
 
 	/* all 8 busy at once, so each makes its buffers */
 	sem_init(&gate, 0, 0);
@@ -218,15 +222,15 @@ static void worker_buffers_are_made_on_use_and_given_back(void **state)
 	for (size_t i = 0; i < 8; i++)
 		assert_true(xs[i].had_scratch);
 	print_message("RSS: %ld KiB with 8 busy workers\n", busy);
-	assert_true(busy - before >= 4 * one_worker_kib);
+	assert_true(busy - before >= 4 * one_worker_kib && busy - before >= 2 * noise_kib);
 	for (int i = 0; i < 100; i++) {
 		usleep(50000);
 		after = rss_kib();
-		if (after - before < one_worker_kib)
+		if (after - before < noise_kib)
 			break;
 	}
 	print_message("RSS: %ld KiB after the idle period\n", after);
-	assert_true(after - before < one_worker_kib);
+	assert_true(after - before < noise_kib);
 	assert_true(pool_free(p, 0));
 	event_base_free(base);
 }
@@ -243,6 +247,132 @@ static void default_worker_count_is_capped(void **state)
 									: (unsigned)n);
 }
 
+/* A task that records when its work and done ran; a blocker holds its worker until h_released. */
+struct h_task {
+	struct pool_task task;          /* first */
+	int work_seq, done_count;
+	bool block;
+};
+
+static pthread_mutex_t h_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t h_cond = PTHREAD_COND_INITIALIZER;
+static bool h_released, h_blocking;
+static int h_seq;
+
+static void h_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	struct h_task *r = (struct h_task *)t;
+
+	pthread_mutex_lock(&h_lock);
+	if (r->block) {
+		h_blocking = true;
+		pthread_cond_broadcast(&h_cond);
+		while (!h_released)
+			pthread_cond_wait(&h_cond, &h_lock);
+	}
+	r->work_seq = ++h_seq;
+	pthread_mutex_unlock(&h_lock);
+}
+
+static void h_done(struct pool_task *t)
+{
+	((struct h_task *)t)->done_count++;
+}
+
+/*
+ * With the only worker held by a blocker: helpers queue behind the tasks already queued, a
+ * withdrawn helper never runs, no done() is ever called for a helper, and withdrawing one after
+ * it ran says so.
+ */
+static void helpers_queue_behind_can_be_withdrawn_and_get_no_done(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct pool *p = pool_new(base, 1);
+	struct h_task blocker = { .task = { .work = h_work, .done = h_done }, .block = true };
+	struct h_task a = { .task = { .work = h_work, .done = h_done } };
+	struct h_task h1 = { .task = { .work = h_work, .done = NULL } };
+	struct h_task h2 = { .task = { .work = h_work, .done = NULL } };
+
+	h_released = h_blocking = false;
+	h_seq = 0;
+	assert_non_null(base);
+	assert_non_null(p);
+	pool_submit(p, &blocker.task);
+	pthread_mutex_lock(&h_lock);
+	while (!h_blocking)
+		pthread_cond_wait(&h_cond, &h_lock);
+	pthread_mutex_unlock(&h_lock);
+
+	pool_submit(p, &a.task);
+	pool_help(p, &h1.task);
+	pool_help(p, &h2.task);
+	assert_true(pool_withdraw(p, &h1.task));
+	assert_false(pool_withdraw(p, &h1.task));   /* not queued any more */
+	assert_int_equal(pool_pending(p), 2);       /* helpers are not counted */
+
+	pthread_mutex_lock(&h_lock);
+	h_released = true;
+	pthread_cond_broadcast(&h_cond);
+	pthread_mutex_unlock(&h_lock);
+	while (a.done_count == 0)
+		event_base_loop(base, EVLOOP_ONCE);
+	/* the helper runs after a (no done() tells of it): wait for its mark */
+	pthread_mutex_lock(&h_lock);
+	while (h2.work_seq == 0) {
+		pthread_mutex_unlock(&h_lock);
+		usleep(1000);
+		pthread_mutex_lock(&h_lock);
+	}
+	pthread_mutex_unlock(&h_lock);
+
+	assert_int_equal(blocker.work_seq, 1);
+	assert_int_equal(a.work_seq, 2);            /* queued before the helpers */
+	assert_int_equal(h2.work_seq, 3);
+	assert_int_equal(h1.work_seq, 0);           /* withdrawn: never ran */
+	assert_false(pool_withdraw(p, &h2.task));   /* it ran */
+	assert_int_equal(blocker.done_count, 1);
+	assert_int_equal(a.done_count, 1);
+	assert_int_equal(pool_pending(p), 0);
+	assert_true(pool_free(p, 0));
+	event_base_free(base);
+}
+
+
+/* Helpers queued when the pool is cancelled are dropped unrun, and pool_withdraw says so (a
+ * filling worker then knows not to wait for them); a helper posted after it never runs. */
+static void cancel_drops_helpers_and_withdraw_says_so(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct pool *p = pool_new(base, 1);
+	struct h_task blocker = { .task = { .work = h_work, .done = h_done }, .block = true };
+	struct h_task h1 = { .task = { .work = h_work, .done = NULL } };
+	struct h_task h2 = { .task = { .work = h_work, .done = NULL } };
+
+	assert_non_null(p);
+	h_released = h_blocking = false;
+	h_seq = 0;
+	pool_submit(p, &blocker.task);
+	pthread_mutex_lock(&h_lock);
+	while (!h_blocking)
+		pthread_cond_wait(&h_cond, &h_lock);
+	pthread_mutex_unlock(&h_lock);
+	pool_help(p, &h1.task);
+	assert_int_equal(pool_cancel(p), 0);        /* the helper is dropped, not reported */
+	pool_help(p, &h2.task);
+	assert_true(pool_withdraw(p, &h1.task));
+	assert_true(pool_withdraw(p, &h2.task));
+	pthread_mutex_lock(&h_lock);
+	h_released = true;
+	pthread_cond_broadcast(&h_cond);
+	pthread_mutex_unlock(&h_lock);
+	while (blocker.done_count == 0)
+		event_base_loop(base, EVLOOP_ONCE);
+	assert_true(pool_free(p, 0));
+	assert_int_equal(h1.work_seq, 0);
+	assert_int_equal(h2.work_seq, 0);
+	event_base_free(base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -251,6 +381,8 @@ int main(void)
 		cmocka_unit_test(worker_buffers_are_made_on_use_and_given_back),
 		cmocka_unit_test(default_worker_count_is_capped),
 		cmocka_unit_test(busy_workers_are_abandoned_after_the_grace),
+		cmocka_unit_test(helpers_queue_behind_can_be_withdrawn_and_get_no_done),
+		cmocka_unit_test(cancel_drops_helpers_and_withdraw_says_so),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,5 @@
-/* test_sink.c - in-order writer with running SHA-256, and scratch buffers: src/sink.c. */
+/* test_sink.c - in-order writer with a running content digest (XXH3-128 by default, SHA-256,
+ * chunked), range sinks, and scratch buffers: src/sink.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -7,6 +8,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <xxhash.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,13 @@ static void oneshot(const void *data, size_t len, uint8_t out[32])
 	assert_int_equal(n, 32);
 }
 
+/* Most tests here check SHA-256 sinks against OpenSSL (and the hasher thread serves SHA-256
+ * only); the default algorithm has tests of its own below. */
+static int sha_sink(struct wd_sink *s, int fd, uint64_t size)
+{
+	return wd_sink_init_range(s, fd, 0, size, WD_DIGEST_SHA256);
+}
+
 static void unhex(const char *hex, uint8_t out[32])
 {
 	for (int i = 0; i < 32; i++)
@@ -69,7 +78,7 @@ static void test_in_order(void **state)
 	assert_true(fd >= 0);
 	for (size_t i = 0; i < size; i++)
 		data[i] = (uint8_t)((i * 2654435761u) >> 13);
-	assert_int_equal(wd_sink_init(&s, fd, size), 0);
+	assert_int_equal(sha_sink(&s, fd, size), 0);
 	while (off < size) {
 		size_t n = chunks[ci++ % (sizeof(chunks) / sizeof(chunks[0]))];
 
@@ -96,19 +105,19 @@ static void test_known_vectors(void **state)
 	uint8_t digest[32], want[32], a[1000];
 	struct wd_sink s;
 
-	assert_int_equal(wd_sink_init(&s, -1, 3), 0);
+	assert_int_equal(sha_sink(&s, -1, 3), 0);
 	assert_int_equal(wd_sink_write(&s, "abc", 3, NULL), 0);
 	assert_int_equal(wd_sink_finish(&s, digest, NULL), 0);
 	unhex("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", want);
 	assert_memory_equal(digest, want, 32);
 
-	assert_int_equal(wd_sink_init(&s, -1, 0), 0);
+	assert_int_equal(sha_sink(&s, -1, 0), 0);
 	assert_int_equal(wd_sink_finish(&s, digest, NULL), 0);
 	unhex("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", want);
 	assert_memory_equal(digest, want, 32);
 
 	memset(a, 'a', sizeof(a));
-	assert_int_equal(wd_sink_init(&s, -1, 1000000), 0);
+	assert_int_equal(sha_sink(&s, -1, 1000000), 0);
 	for (int i = 0; i < 1000; i++)
 		assert_int_equal(wd_sink_write(&s, a, sizeof(a), NULL), 0);
 	assert_int_equal(wd_sink_finish(&s, digest, NULL), 0);
@@ -125,7 +134,7 @@ static void test_overrun(void **state)
 	int fd = open_out(O_RDWR | O_TRUNC);
 
 	assert_true(fd >= 0);
-	assert_int_equal(wd_sink_init(&s, fd, 10), 0);
+	assert_int_equal(sha_sink(&s, fd, 10), 0);
 	assert_int_equal(wd_sink_write(&s, "012345", 6, &err), 0);
 	memset(&err, 0, sizeof(err));
 	assert_int_equal(wd_sink_write(&s, "6789X", 5, &err), -WD_E_INTERNAL);
@@ -150,7 +159,7 @@ static void test_short_finish(void **state)
 	struct wd_sink s;
 	struct wd_error err;
 
-	assert_int_equal(wd_sink_init(&s, -1, 10), 0);
+	assert_int_equal(sha_sink(&s, -1, 10), 0);
 	assert_int_equal(wd_sink_write(&s, "012345678", 9, &err), 0);
 	memset(digest, 0xaa, sizeof(digest));
 	memset(untouched, 0xaa, sizeof(untouched));
@@ -171,7 +180,7 @@ static void test_write_error(void **state)
 	int fd = open_out(O_RDONLY);
 
 	assert_true(fd >= 0);
-	assert_int_equal(wd_sink_init(&s, fd, 4), 0);
+	assert_int_equal(sha_sink(&s, fd, 4), 0);
 	assert_int_equal(wd_sink_write(&s, "abcd", 4, &err), -WD_E_IO);
 	assert_int_equal(err.code, WD_E_IO);
 	wd_sink_abort(&s);
@@ -191,11 +200,12 @@ static void test_progress(void **state)
 
 	assert_true(fd >= 0);
 	for (int backed = 0; backed < 2; backed++) {
-		assert_int_equal(wd_sink_init(&s, backed ? fd : -1, 74112), 0);
+		assert_int_equal(sha_sink(&s, backed ? fd : -1, 74112), 0);
 		assert_null(s.progress);
 		assert_int_equal(wd_sink_write(&s, buf, 10, &err), 0);
 		assert_int_equal(progress, 12345); /* no counter set: nothing stored */
 		s.progress = &progress;
+		progress = 10;   /* the counter adds what is written from now on */
 		sum = 10;
 		for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
 			assert_int_equal(wd_sink_write(&s, buf, chunks[i], &err), 0);
@@ -259,7 +269,7 @@ static void test_pipeline(void **state)
 	for (int round = 0; round < 2; round++) {
 		for (size_t i = 0; i < size; i++)
 			data[i] = (uint8_t)(((i + (size_t)round) * 2654435761u) >> 13);
-		assert_int_equal(wd_sink_init(&s, fd, size), 0);
+		assert_int_equal(sha_sink(&s, fd, size), 0);
 		wd_sink_pipeline(&s, sc.hasher);
 		assert_ptr_equal(s.hasher, sc.hasher);
 		produce(&s, data, size);
@@ -289,9 +299,9 @@ static void test_pipeline_refused_and_aborted(void **state)
 	for (size_t i = 0; i < sizeof(data); i++)
 		data[i] = (uint8_t)(i * 7 + 3);
 	assert_int_equal(wd_scratch_init(&sc, 4 * 1000), 0);
-	assert_int_equal(wd_sink_init(&a, -1, sizeof(data)), 0);
-	assert_int_equal(wd_sink_init(&b, -1, sizeof(data)), 0);
-	assert_int_equal(wd_sink_init(&small, -1, 1000), 0);
+	assert_int_equal(sha_sink(&a, -1, sizeof(data)), 0);
+	assert_int_equal(sha_sink(&b, -1, sizeof(data)), 0);
+	assert_int_equal(sha_sink(&small, -1, 1000), 0);
 	wd_sink_pipeline(&a, sc.hasher);
 	wd_sink_pipeline(&b, sc.hasher);
 	wd_sink_pipeline(&small, sc.hasher);
@@ -313,7 +323,7 @@ static void test_pipeline_refused_and_aborted(void **state)
 	assert_null(a.hasher);
 
 	/* overrunning through a slot is refused and queues nothing */
-	assert_int_equal(wd_sink_init(&a, -1, 5000), 0);
+	assert_int_equal(sha_sink(&a, -1, 5000), 0);
 	wd_sink_pipeline(&a, sc.hasher);
 	assert_ptr_equal(a.hasher, sc.hasher);
 	produce(&a, data, 4999);
@@ -331,7 +341,7 @@ static void test_pipeline_refused_and_aborted(void **state)
 	oneshot(data, 5000, want);
 	assert_memory_equal(digest, want, 32);
 
-	assert_int_equal(wd_sink_init(&b, -1, sizeof(data)), 0);
+	assert_int_equal(sha_sink(&b, -1, sizeof(data)), 0);
 	wd_sink_pipeline(&b, sc.hasher);
 	assert_ptr_equal(b.hasher, sc.hasher);
 	produce(&b, data, sizeof(data));
@@ -339,6 +349,172 @@ static void test_pipeline_refused_and_aborted(void **state)
 	oneshot(data, sizeof(data), want);
 	assert_memory_equal(digest, want, 32);
 	wd_scratch_free(&sc);
+}
+
+/* ---- the content digest: default algorithm, chunks, ranges ----------------------------------- */
+
+/* XXH3-128 straight from libxxhash, in its canonical (big-endian) bytes. */
+static void xxh_oneshot(const void *data, size_t len, uint8_t out[16])
+{
+	XXH128_canonical_t c;
+
+	XXH128_canonicalFromHash(&c, XXH3_128bits(data, len));
+	memcpy(out, c.digest, 16);
+}
+
+static void hash_oneshot(enum wd_digest_alg alg, const void *data, size_t len, uint8_t *out)
+{
+	if (alg == WD_DIGEST_SHA256)
+		oneshot(data, len, out);
+	else
+		xxh_oneshot(data, len, out);
+}
+
+/*
+ * The digest as documented in digest.h, computed here from the libraries directly: the plain
+ * hash up to one chunk, else the hash of the concatenated chunk hashes.
+ */
+static void documented_digest(enum wd_digest_alg alg, const uint8_t *data, size_t len,
+			      uint8_t *out)
+{
+	size_t dl = alg == WD_DIGEST_SHA256 ? 32 : 16, n = (len + WD_DIGEST_CHUNK - 1) / WD_DIGEST_CHUNK;
+	uint8_t *cat;
+
+	if (len <= WD_DIGEST_CHUNK) {
+		hash_oneshot(alg, data, len, out);
+		return;
+	}
+	cat = malloc(n * dl);
+	assert_non_null(cat);
+	for (size_t i = 0; i < n; i++) {
+		size_t off = i * WD_DIGEST_CHUNK;
+		hash_oneshot(alg, data + off, len - off < WD_DIGEST_CHUNK ? len - off : WD_DIGEST_CHUNK,
+			     cat + i * dl);
+	}
+	hash_oneshot(alg, cat, n * dl, out);
+	free(cat);
+}
+
+static uint8_t *pattern(size_t len, unsigned seed)
+{
+	uint8_t *p = malloc(len ? len : 1);
+
+	assert_non_null(p);
+	for (size_t i = 0; i < len; i++)
+		p[i] = (uint8_t)(((i + seed) * 2654435761u) >> 11);
+	return p;
+}
+
+/* A sink made with wd_sink_init hashes XXH3-128, whatever the write sizes; 16 bytes result. */
+static void test_default_is_xxh3(void **state)
+{
+	static const size_t sizes[] = { 0, 1, 240, 4097, 1000003 };
+	struct wd_error err;
+
+	assert_int_equal(WD_DIGEST_DEFAULT, WD_DIGEST_XXH3_128);
+	assert_int_equal(wd_digest_len(WD_DIGEST_XXH3_128), 16);
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		uint8_t *data = pattern(sizes[k], (unsigned)k), digest[WD_DIGEST_MAX], want[16];
+		struct wd_sink s;
+
+		assert_int_equal(wd_sink_init(&s, -1, sizes[k]), 0);
+		for (size_t off = 0; off < sizes[k];) {
+			size_t n = sizes[k] - off < 777 + off / 3 ? sizes[k] - off : 777 + off / 3;
+			assert_int_equal(wd_sink_write(&s, data + off, n, &err), 0);
+			off += n;
+		}
+		memset(digest, 0xee, sizeof(digest));
+		assert_int_equal(wd_sink_finish(&s, digest, &err), 0);
+		xxh_oneshot(data, sizes[k], want);
+		assert_memory_equal(digest, want, 16);
+		assert_int_equal(digest[16], 0xee);   /* nothing written past its length */
+		free(data);
+	}
+}
+
+/*
+ * Weights around and above the chunk size, both algorithms: the sink's digest (fed in uneven
+ * writes that straddle chunk boundaries) equals the documented composition computed here; range
+ * sinks over each chunk, composed with wd_content_compose, give the same digest, and write
+ * their bytes at their offsets.
+ */
+static void test_chunked_digest(void **state)
+{
+	const size_t sizes[] = { WD_DIGEST_CHUNK, WD_DIGEST_CHUNK + 1, 2 * WD_DIGEST_CHUNK + 12345 };
+	const enum wd_digest_alg algs[] = { WD_DIGEST_XXH3_128, WD_DIGEST_SHA256 };
+	struct wd_error err;
+	int fd = open_out(O_RDWR | O_TRUNC);
+
+	assert_true(fd >= 0);
+	for (size_t a = 0; a < 2; a++) {
+		for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+			size_t len = sizes[k], dl = wd_digest_len(algs[a]);
+			size_t nchunks = (size_t)wd_content_chunks(len);
+			uint8_t *data = pattern(len, (unsigned)(k + 10 * a)), *back = malloc(len);
+			uint8_t digest[WD_DIGEST_MAX], want[WD_DIGEST_MAX], *chunks;
+			struct wd_sink s;
+
+			assert_non_null(back);
+			documented_digest(algs[a], data, len, want);
+			assert_int_equal(wd_sink_init_range(&s, -1, 0, len, algs[a]), 0);
+			for (size_t off = 0; off < len;) {
+				size_t n = len - off < 3000007 ? len - off : 3000007;
+				assert_int_equal(wd_sink_write(&s, data + off, n, &err), 0);
+				off += n;
+			}
+			assert_int_equal(wd_sink_finish(&s, digest, &err), 0);
+			assert_memory_equal(digest, want, dl);
+
+			/* chunk by chunk, last chunk first, into the file at their offsets */
+			chunks = malloc(nchunks * dl);
+			assert_non_null(chunks);
+			assert_int_equal(ftruncate(fd, 0), 0);
+			for (size_t i = nchunks; i-- > 0;) {
+				uint64_t off = (uint64_t)i * WD_DIGEST_CHUNK;
+				uint64_t n = len - off < WD_DIGEST_CHUNK ? len - off : WD_DIGEST_CHUNK;
+				assert_int_equal(wd_sink_init_range(&s, fd, off, n, algs[a]), 0);
+				assert_int_equal(wd_sink_write(&s, data + off, (size_t)n, &err), 0);
+				assert_int_equal(wd_sink_finish(&s, chunks + i * dl, &err), 0);
+			}
+			assert_int_equal(wd_content_compose(algs[a], chunks, nchunks, digest), 0);
+			assert_memory_equal(digest, want, dl);
+			assert_int_equal(pread(fd, back, len, 0), (ssize_t)len);
+			assert_memory_equal(back, data, len);
+			free(chunks);
+			free(back);
+			free(data);
+		}
+	}
+	close(fd);
+}
+
+/* The hasher thread takes SHA-256 sinks only: an XXH3 sink hashes inline. */
+static void test_pipeline_only_for_sha256(void **state)
+{
+	struct wd_scratch sc;
+	struct wd_sink s;
+
+	assert_int_equal(wd_scratch_init(&sc, 4 * 1000), 0);
+	assert_non_null(sc.hasher);
+	assert_int_equal(wd_sink_init(&s, -1, 100000), 0);
+	wd_sink_pipeline(&s, sc.hasher);
+	assert_null(s.hasher);
+	assert_null(wd_sink_buffer(&s, &(size_t){ 0 }));
+	wd_sink_abort(&s);
+	wd_scratch_free(&sc);
+}
+
+/* Names both ways; unknown names are refused. */
+static void test_algorithm_names(void **state)
+{
+	assert_string_equal(wd_digest_name(WD_DIGEST_XXH3_128), "xxh3-128");
+	assert_string_equal(wd_digest_name(WD_DIGEST_SHA256), "sha256");
+	assert_int_equal(wd_digest_from_name("XXH3-128"), WD_DIGEST_XXH3_128);
+	assert_int_equal(wd_digest_from_name("sha256"), WD_DIGEST_SHA256);
+	assert_int_equal(wd_digest_from_name("md5"), WD_DIGEST_NONE);
+	assert_int_equal(wd_digest_len(WD_DIGEST_NONE), 0);
+	assert_int_equal(wd_content_compose(WD_DIGEST_NONE, (const uint8_t *)"x", 1,
+					    (uint8_t[32]){ 0 }), -WD_E_INVALID);
 }
 
 static void test_scratch(void **state)
@@ -379,6 +555,10 @@ int main(void)
 		cmocka_unit_test(test_progress),
 		cmocka_unit_test(test_pipeline),
 		cmocka_unit_test(test_pipeline_refused_and_aborted),
+		cmocka_unit_test(test_default_is_xxh3),
+		cmocka_unit_test(test_chunked_digest),
+		cmocka_unit_test(test_pipeline_only_for_sha256),
+		cmocka_unit_test(test_algorithm_names),
 		cmocka_unit_test(test_scratch),
 	};
 

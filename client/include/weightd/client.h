@@ -88,7 +88,7 @@ extern "C" {
 #endif
 
 #define WEIGHTD_MAX_DIMS 8
-#define WEIGHTD_DIGEST_LEN 32
+#define WEIGHTD_DIGEST_LEN 32      /* identity keys; the longest content digest */
 #define WEIGHTD_DEFAULT_SOCKET "/run/weightd/weightd.sock"
 /* The protocol versions this libweightd speaks: it talks to any weightd whose range overlaps
  * (the connection uses the newest version both speak; weightd_server tells which). Version 2
@@ -297,11 +297,14 @@ typedef struct weightd_weight_status {
 	uint32_t refs;           /* references held, by all clients together */
 	uint32_t clients;        /* distinct clients holding it */
 	uint64_t generation;
-	const uint8_t *digest;   /* WEIGHTD_DIGEST_LEN bytes, or NULL when not known */
+	const uint8_t *digest;   /* digest_len bytes, or NULL when not known */
 	const char *source;
 	int adopted;             /* re-adopted after a daemon restart rather than read again */
 	uint64_t segment;        /* the id of the segment it lies in (appended) */
 	uint64_t offset;         /* where in it */
+	/* appended: the digest's algorithm and length (16 for XXH3-128, 32 for SHA-256) */
+	int digest_algorithm;    /* a weightd_digest_algorithm */
+	size_t digest_len;
 } weightd_weight_status;
 
 /* A shared-memory segment of the daemon: one object in /dev/shm holding one or many weights. */
@@ -362,6 +365,11 @@ typedef struct weightd_status {
 	uint64_t idle_segments;            /* segments none of whose weights anyone references */
 	size_t n_segments;
 	const weightd_segment_status *segment_list;
+	/* appended: the algorithm of the digests of weights filled now (a weight re-adopted from
+	 * an earlier configuration may have another: see each weight's), and the chunk size of
+	 * the digest composition (0 from a daemon that does not report it) */
+	int digest_algorithm;    /* a weightd_digest_algorithm */
+	uint64_t digest_chunk_bytes;
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);
@@ -537,8 +545,29 @@ WEIGHTD_API const char *weightd_weight_dtype(const weightd_weight *w);
 WEIGHTD_API size_t weightd_weight_ndim(const weightd_weight *w);
 WEIGHTD_API const uint64_t *weightd_weight_shape(const weightd_weight *w);
 WEIGHTD_API uint64_t weightd_weight_nbytes(const weightd_weight *w);
-/* SHA-256 of the bytes, as the daemon computed it while filling (WEIGHTD_DIGEST_LEN bytes). */
+/*
+ * The content digest the daemon computed while filling: weightd_weight_digest_len bytes (16 for
+ * XXH3-128, the default; 32 for SHA-256 when the daemon is configured `digest = sha256`; 0 when
+ * the daemon sent none), of the algorithm weightd_weight_digest_algorithm says. For a weight of
+ * at most WEIGHTD_DIGEST_CHUNK bytes it is the plain hash of its bytes; a larger weight's is
+ * H(H(c0) || H(c1) || ...) over its bytes cut into WEIGHTD_DIGEST_CHUNK-byte chunks (the last
+ * shorter), each chunk digest in canonical bytes (XXH3-128 big-endian, as xxh128sum prints it),
+ * so that workers filling chunks at once can each hash their own. A daemon older than the
+ * algorithm field sent SHA-256 of the whole bytes.
+ */
+typedef enum weightd_digest_algorithm {
+	WEIGHTD_DIGEST_UNKNOWN = 0,
+	WEIGHTD_DIGEST_SHA256 = 1,
+	WEIGHTD_DIGEST_XXH3_128 = 2,
+} weightd_digest_algorithm;
+
+#define WEIGHTD_DIGEST_CHUNK (16u << 20)
+
 WEIGHTD_API const uint8_t *weightd_weight_digest(const weightd_weight *w);
+WEIGHTD_API size_t weightd_weight_digest_len(const weightd_weight *w);
+WEIGHTD_API weightd_digest_algorithm weightd_weight_digest_algorithm(const weightd_weight *w);
+/* "xxh3-128", "sha256", or "unknown". */
+WEIGHTD_API const char *weightd_digest_algorithm_name(weightd_digest_algorithm a);
 /* Identity: SHA-256 of the canonical recipe and its sources' identities. Equal keys, equal
  * bytes, same segment. */
 WEIGHTD_API const uint8_t *weightd_weight_key(const weightd_weight *w);

@@ -1,0 +1,177 @@
+/* fill.c - one weight's bytes into its segment: chunks claimed by several workers at once, or
+ * one in-order stream. Worker threads only. */
+#include "fill.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "log.h"
+
+#define FILL_MAX_HELPERS 15
+
+struct fill;
+
+struct fill_helper {
+	struct pool_task task;       /* first: the pool hands back this pointer */
+	struct fill *f;
+	bool finished;               /* under f->lock */
+};
+
+/* One weight being filled in chunks; lives on the stack of the worker that called fill_weight. */
+struct fill {
+	const struct wd_plan *plan;
+	int fd;
+	uint64_t base, nbytes;
+	enum wd_digest_alg alg;
+	uint64_t *progress;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint64_t nchunks, next;      /* next: the first chunk nobody has claimed */
+	uint8_t *digests;            /* nchunks digests, in order */
+	int status;                  /* the first failure */
+	struct wd_error err;
+	uint64_t bytes_read;
+	unsigned nhelpers;
+	struct fill_helper helper[FILL_MAX_HELPERS];
+};
+
+/* Claim and fill chunks until none is left or one failed. Any worker thread. */
+static void fill_chunks(struct fill *f, struct wd_scratch *scratch)
+{
+	size_t dlen = wd_digest_len(f->alg);
+
+	for (;;) {
+		struct wd_sink sink;
+		struct wd_error err;
+		uint64_t i, off, len, read = 0;
+		int r;
+
+		pthread_mutex_lock(&f->lock);
+		i = f->status == 0 && f->next < f->nchunks ? f->next++ : f->nchunks;
+		pthread_mutex_unlock(&f->lock);
+		if (i == f->nchunks)
+			return;
+		off = i * WD_DIGEST_CHUNK;
+		len = f->nbytes - off < WD_DIGEST_CHUNK ? f->nbytes - off : WD_DIGEST_CHUNK;
+		wd_error_clear(&err);
+		r = wd_sink_init_range(&sink, f->fd, f->base + off, len, f->alg);
+		if (r < 0) {
+			wd_error_set(&err, r, "cannot start a %s digest", wd_digest_name(f->alg));
+		} else {
+			sink.progress = f->progress;
+			r = wd_plan_execute_range(f->plan, off, len, &sink, scratch, &read, &err);
+			if (r < 0)
+				wd_sink_abort(&sink);
+			else
+				r = wd_sink_finish(&sink, f->digests + i * dlen, &err);
+		}
+		pthread_mutex_lock(&f->lock);
+		f->bytes_read += read;
+		if (r < 0 && f->status == 0) {
+			f->status = r;
+			f->err = err;
+		}
+		pthread_mutex_unlock(&f->lock);
+	}
+}
+
+/* A helper posted to the pool: fills chunks with its own worker's scratch, then says so. */
+static void helper_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	struct fill_helper *h = (struct fill_helper *)t;
+	struct fill *f = h->f;
+
+	if (scratch)
+		fill_chunks(f, scratch);
+	pthread_mutex_lock(&f->lock);
+	h->finished = true;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+}
+
+static int fill_parallel(struct fill *f, struct pool *pool, struct wd_scratch *scratch,
+			 uint8_t *ret_digest, uint64_t *ret_bytes_read, struct wd_error *err)
+{
+	unsigned n = pool_threads(pool) - 1;
+	int r;
+
+	f->nchunks = wd_content_chunks(f->nbytes);
+	f->digests = calloc(f->nchunks, wd_digest_len(f->alg));
+	if (!f->digests)
+		return wd_error_set(err, WD_E_EXHAUSTED, "no memory for %llu chunk digests",
+				    (unsigned long long)f->nchunks);
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->cond, NULL);
+	if (n > FILL_MAX_HELPERS)
+		n = FILL_MAX_HELPERS;
+	if (n > f->nchunks - 1)
+		n = (unsigned)(f->nchunks - 1);
+	for (unsigned i = 0; i < n; i++) {
+		f->helper[i].f = f;
+		f->helper[i].task.work = helper_work;
+		f->helper[i].task.done = NULL;
+		pool_help(pool, &f->helper[i].task);
+	}
+	f->nhelpers = n;
+	log_debug("filling %s in %llu chunks, with up to %u helper(s)", wd_plan_label(f->plan),
+		  (unsigned long long)f->nchunks, n);
+	fill_chunks(f, scratch);
+	/* Every chunk is claimed: helpers not started yet are not needed; wait for the others. */
+	for (unsigned i = 0; i < f->nhelpers; i++) {
+		if (pool_withdraw(pool, &f->helper[i].task))
+			continue;
+		pthread_mutex_lock(&f->lock);
+		while (!f->helper[i].finished)
+			pthread_cond_wait(&f->cond, &f->lock);
+		pthread_mutex_unlock(&f->lock);
+	}
+	*ret_bytes_read += f->bytes_read;
+	r = f->status;
+	if (r < 0) {
+		if (err)
+			*err = f->err;
+	} else {
+		r = wd_content_compose(f->alg, f->digests, f->nchunks, ret_digest);
+		if (r < 0)
+			wd_error_set(err, r, "cannot compose the chunk digests");
+	}
+	pthread_cond_destroy(&f->cond);
+	pthread_mutex_destroy(&f->lock);
+	free(f->digests);
+	return r;
+}
+
+/* In order on this worker, hashing SHA-256 on its hasher thread (which only that helps). */
+static int fill_sequential(struct fill *f, struct wd_scratch *scratch, uint8_t *ret_digest,
+			   uint64_t *ret_bytes_read, struct wd_error *err)
+{
+	struct wd_sink sink;
+	int r = wd_sink_init_range(&sink, f->fd, f->base, f->nbytes, f->alg);
+
+	if (r < 0)
+		return wd_error_set(err, r, "cannot start a %s digest", wd_digest_name(f->alg));
+	sink.progress = f->progress;
+	wd_sink_pipeline(&sink, scratch->hasher);
+	r = wd_plan_execute(f->plan, &sink, scratch, ret_bytes_read, err);
+	if (r < 0) {
+		wd_sink_abort(&sink);
+		return r;
+	}
+	return wd_sink_finish(&sink, ret_digest, err);
+}
+
+int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t base,
+		uint64_t nbytes, enum wd_digest_alg alg, uint64_t *progress,
+		struct wd_scratch *scratch, uint8_t *ret_digest, uint64_t *ret_bytes_read,
+		struct wd_error *err)
+{
+	struct fill f = { .plan = plan, .fd = fd, .base = base, .nbytes = nbytes, .alg = alg,
+			  .progress = progress };
+
+	if (!scratch)
+		return wd_error_set(err, WD_E_EXHAUSTED, "no memory for read buffers");
+	if (nbytes > WD_DIGEST_CHUNK && pool && pool_threads(pool) > 1 && wd_plan_splittable(plan))
+		return fill_parallel(&f, pool, scratch, ret_digest, ret_bytes_read, err);
+	return fill_sequential(&f, scratch, ret_digest, ret_bytes_read, err);
+}
