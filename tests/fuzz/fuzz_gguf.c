@@ -40,7 +40,12 @@ static void check_table(const struct wd_table *t, const uint8_t *data, size_t si
 		uint64_t n, bytes;
 
 		CHECK(ti->name[0] && ti->ndim >= 0 && ti->ndim <= 4);
-		CHECK(wd_shape_elems(ti->shape, ti->ndim, &n)); /* 0 elements: a 0-byte tensor */
+		/* a zero dimension is 0 elements, whatever the others (the parser admits those) */
+		n = 1;
+		for (int k = 0; k < ti->ndim; k++)
+			if (ti->shape[k] == 0)
+				n = 0;
+		CHECK(n == 0 || wd_shape_elems(ti->shape, ti->ndim, &n));
 		CHECK(wd_dtype_bytes(ti->dtype, n, &bytes) && bytes == ti->nbytes);
 		CHECK(ti->offset <= size && ti->nbytes <= size - ti->offset);
 		if (ti->nbytes) { /* a 0-byte tensor occupies nothing, wherever it points */
