@@ -61,11 +61,12 @@ static PyObject *shape_tuple(const uint64_t *shape, size_t ndim)
 	return t;
 }
 
-static PyObject *opt_bytes(const uint8_t *p)
+/* A digest of len bytes (16 for XXH3-128, 32 for SHA-256), or None when the daemon sent none. */
+static PyObject *opt_bytes(const uint8_t *p, size_t len)
 {
-	if (!p)
+	if (!p || !len)
 		Py_RETURN_NONE;
-	return PyBytes_FromStringAndSize((const char *)p, WEIGHTD_DIGEST_LEN);
+	return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)len);
 }
 
 static PyObject *source_dict(const void *p)
@@ -128,7 +129,8 @@ static PyObject *weight_status_dict(const void *p)
 			     "shape", shape, "nbytes", (unsigned long long)w->nbytes, "refs",
 			     (unsigned int)w->refs, "clients", (unsigned int)w->clients,
 			     "generation", (unsigned long long)w->generation, "digest",
-			     opt_bytes(w->digest), "source", w->source ? w->source : "", "adopted",
+			     opt_bytes(w->digest, w->digest_len), "source", w->source ? w->source : "",
+			     "adopted",
 			     w->adopted ? Py_True : Py_False);
 }
 
@@ -136,7 +138,7 @@ static PyObject *job_dict(const void *p)
 {
 	const weightd_job_status *j = p;
 
-	return Py_BuildValue("{s:N,s:s,s:K,s:K}", "key", opt_bytes(j->key), "label", j->label,
+	return Py_BuildValue("{s:N,s:s,s:K,s:K}", "key", opt_bytes(j->key, WEIGHTD_DIGEST_LEN), "label", j->label,
 			     "nbytes", (unsigned long long)j->nbytes, "done",
 			     (unsigned long long)j->done);
 }

@@ -70,11 +70,12 @@ static void layout(pyw_weight *self, const char *dtype, const uint64_t *shape, s
 							: self->bstrides[d + 1] * self->bshape[d + 1];
 }
 
-static PyObject *digest_bytes(const uint8_t *p)
+/* len bytes of a digest or key (a content digest is 16 or 32 bytes; a key 32), or None. */
+static PyObject *digest_bytes(const uint8_t *p, size_t len)
 {
-	if (!p)
+	if (!p || !len)
 		Py_RETURN_NONE;
-	return PyBytes_FromStringAndSize((const char *)p, WEIGHTD_DIGEST_LEN);
+	return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)len);
 }
 
 /* A new Python weight describing `w` (copied into Python objects). */
@@ -93,8 +94,8 @@ static pyw_weight *weight_alloc(const weightd_weight *w)
 	self->name = PyUnicode_FromString(weightd_weight_name(w) ? weightd_weight_name(w) : "");
 	self->dtype = PyUnicode_FromString(weightd_weight_dtype(w));
 	self->shape = PyTuple_New((Py_ssize_t)ndim);
-	self->digest = digest_bytes(weightd_weight_digest(w));
-	self->key = digest_bytes(weightd_weight_key(w));
+	self->digest = digest_bytes(weightd_weight_digest(w), weightd_weight_digest_len(w));
+	self->key = digest_bytes(weightd_weight_key(w), WEIGHTD_DIGEST_LEN);
 	if (!self->name || !self->dtype || !self->shape || !self->digest || !self->key) {
 		Py_DECREF(self);
 		return NULL;

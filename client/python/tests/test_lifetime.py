@@ -63,6 +63,9 @@ def test_release_without_views_drops_the_daemon_reference(daemon):
     with daemon.connect() as c:
         w = c.get("m", "a")
         assert refs(c, "m:a") == 1
+        # the default content digest is XXH3-128: 16 bytes, in the weight and in status alike
+        st = [x for x in c.status().weight_list if x.label == "m:a"]
+        assert len(w.digest) == 16 and st[0].digest == w.digest
         w.release()
         assert refs(c, "m:a") == 0
 
