@@ -923,7 +923,8 @@ static void get_on_a_terminal_draws_a_bar_to_100(void **state)
 			 "the first and 100%%):\n%s", fr.n, fr.n_partial, fr.n_between, out);
 	assert_int_equal(fr.last_pct, 100);
 	assert_true(fr.last_final);
-	assert_true(fr.n_rate >= 1);            /* a rate once two samples exist */
+	/* a rate once two samples exist (a fill over within two polls may end before that) */
+	assert_true(fr.n_rate >= 1 || within_two_polls(out));
 	assert_true(fr.max_width < 100);        /* fits the terminal */
 	/* then the result, on stdout (the same terminal) */
 	assert_non_null(strstr(out, "268435456"));
