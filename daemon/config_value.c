@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* config_value.c - the value parsers of weightd.conf: sizes, whole numbers, durations, booleans,
+ * absolute paths, user and group lists; each error names the key and the text it was given. */
+#include "config_int.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "checked.h"
+
+/* Record the first error (later ones are dropped) and return 0, inih's "handler failed". */
+int config_fail(struct loader *ld, int line, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ld->err_line)
+		return 0;
+	ld->err_line = line;
+	ld->err_code = code;
+	va_start(ap, fmt);
+	vsnprintf(ld->err_msg, sizeof(ld->err_msg), fmt, ap);
+	va_end(ap);
+	return 0;
+}
+
+/* Decimal digits only (no sign, no blanks); *end is set to the first non-digit. */
+enum config_num config_parse_digits(const char *s, uint64_t *ret, const char **end)
+{
+	uint64_t v = 0;
+	const char *p = s;
+
+	if (!isdigit((unsigned char)*p))
+		return CONFIG_NUM_GARBAGE;
+	for (; isdigit((unsigned char)*p); p++)
+		if (!wd_mul_u64(v, 10, &v) || !wd_add_u64(v, (uint64_t)(*p - '0'), &v))
+			return CONFIG_NUM_OVERFLOW;
+	*ret = v;
+	*end = p;
+	return CONFIG_NUM_OK;
+}
+
+static enum config_num parse_size(const char *s, uint64_t *ret)
+{
+	static const char units[] = "KMGTP";
+	const char *end = NULL, *u;
+	uint64_t v = 0;
+	enum config_num st;
+
+	if (!s)
+		return CONFIG_NUM_GARBAGE;
+	st = config_parse_digits(s, &v, &end);
+	if (st != CONFIG_NUM_OK)
+		return st;
+	if (*end) {
+		if (end[1] || !(u = strchr(units, toupper((unsigned char)*end))))
+			return CONFIG_NUM_GARBAGE;
+		for (long i = 0; i <= u - units; i++)
+			if (!wd_mul_u64(v, 1024, &v))
+				return CONFIG_NUM_OVERFLOW;
+	}
+	*ret = v;
+	return CONFIG_NUM_OK;
+}
+
+bool config_parse_size(const char *s, uint64_t *ret)
+{
+	uint64_t v;
+
+	if (parse_size(s, &v) != CONFIG_NUM_OK)
+		return false;
+	*ret = v;
+	return true;
+}
+
+int config_set_size(struct loader *ld, const char *key, const char *val, uint64_t min, uint64_t max,
+		    uint64_t *ret)
+{
+	uint64_t v = 0;
+
+	switch (parse_size(val, &v)) {
+	case CONFIG_NUM_GARBAGE:
+		return config_fail(ld, ld->line, WD_E_INVALID,
+				   "%s: '%s' is not a size (bytes, or a number followed by K, M, G, T or P)",
+				   key, val);
+	case CONFIG_NUM_OVERFLOW:
+		return config_fail(ld, ld->line, WD_E_INVALID, "%s: '%s' does not fit in 64 bits",
+				   key, val);
+	case CONFIG_NUM_OK:
+		break;
+	}
+	if (v < min && max == UINT64_MAX)
+		return config_fail(ld, ld->line, WD_E_INVALID,
+				   "%s: %s is too small (at least %llu bytes)", key, val,
+				   (unsigned long long)min);
+	if (v < min || v > max)
+		return config_fail(ld, ld->line, WD_E_INVALID,
+				   "%s: %s is out of range (%llu to %llu bytes)", key, val,
+				   (unsigned long long)min, (unsigned long long)max);
+	*ret = v;
+	return 1;
+}
+
+int config_set_u32(struct loader *ld, const char *key, const char *val, uint32_t min, uint32_t max,
+		   uint32_t *ret)
+{
+	const char *end = NULL;
+	uint64_t v = 0;
+	enum config_num st = config_parse_digits(val, &v, &end);
+
+	if (st == CONFIG_NUM_OK && *end)
+		st = CONFIG_NUM_GARBAGE;
+	if (st == CONFIG_NUM_GARBAGE)
+		return config_fail(ld, ld->line, WD_E_INVALID, "%s: '%s' is not a whole number",
+				   key, val);
+	if (st == CONFIG_NUM_OVERFLOW || v < min || v > max)
+		return config_fail(ld, ld->line, WD_E_INVALID, "%s: %s is out of range (%u to %u)",
+				   key, val, min, max);
+	*ret = (uint32_t)v;
+	return 1;
+}
+
+/* A duration: a whole number of seconds, or one followed by "ms", "s", "m" or "h". 0 = off. */
+int config_set_duration_ms(struct loader *ld, const char *key, const char *val, uint64_t *ret)
+{
+	const char *end = NULL;
+	uint64_t v = 0, mul = 1000;
+	enum config_num st = config_parse_digits(val, &v, &end);
+
+	if (st == CONFIG_NUM_OK) {
+		if (strcmp(end, "ms") == 0)
+			mul = 1;
+		else if (strcmp(end, "s") == 0 || !*end)
+			mul = 1000;
+		else if (strcmp(end, "m") == 0)
+			mul = 60000;
+		else if (strcmp(end, "h") == 0)
+			mul = 3600000;
+		else
+			st = CONFIG_NUM_GARBAGE;
+	}
+	if (st == CONFIG_NUM_GARBAGE)
+		return config_fail(ld, ld->line, WD_E_INVALID,
+				   "%s: '%s' is not a duration (seconds, or a number followed by ms, s, m or h)",
+				   key, val);
+	if (st == CONFIG_NUM_OVERFLOW || v > UINT64_MAX / mul || v * mul > (30ull * 24 * 3600000))
+		return config_fail(ld, ld->line, WD_E_INVALID, "%s: %s is longer than 30 days", key,
+				   val);
+	*ret = v * mul;
+	return 1;
+}
+
+int config_set_bool(struct loader *ld, const char *key, const char *val, bool *ret)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" };
+	static const char *const no[] = { "0", "no", "false", "off" };
+
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (strcasecmp(val, yes[i]) == 0) {
+			*ret = true;
+			return 1;
+		}
+		if (strcasecmp(val, no[i]) == 0) {
+			*ret = false;
+			return 1;
+		}
+	}
+	return config_fail(ld, ld->line, WD_E_INVALID,
+			   "%s: '%s' is not a boolean (yes/no, true/false, on/off, 1/0)", key, val);
+}
+
+/* Replace *slot by a copy of val. */
+int config_set_string(struct loader *ld, char **slot, const char *val)
+{
+	char *s = strdup(val);
+
+	if (!s)
+		return config_fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+	free(*slot);
+	*slot = s;
+	return 1;
+}
+
+int config_set_abs_path(struct loader *ld, const char *key, const char *val, size_t max,
+			char **slot)
+{
+	if (val[0] != '/')
+		return config_fail(ld, ld->line, WD_E_INVALID, "%s: '%s' is not an absolute path",
+				   key, val);
+	if (strlen(val) > max)
+		return config_fail(ld, ld->line, WD_E_INVALID,
+				   "%s: path is %zu bytes long, at most %zu allowed", key,
+				   strlen(val), max);
+	return config_set_string(ld, slot, val);
+}
+
+/* Buffer size for getpwnam_r/getgrnam_r; grown on ERANGE. */
+static size_t pw_bufsize(int which)
+{
+	long n = sysconf(which);
+
+	return n > 0 && n < (1 << 20) ? (size_t)n : 16384;
+}
+
+/*
+ * Resolve a user (is_group false) or group name, or take a decimal id as it is. Returns 1 and sets
+ * *ret, or records an error naming `key` and returns 0.
+ */
+int config_resolve_id(struct loader *ld, const char *key, const char *name, bool is_group,
+		      uint32_t *ret)
+{
+	const char *what = is_group ? "group" : "user";
+	const char *end = NULL;
+	size_t size = pw_bufsize(is_group ? _SC_GETGR_R_SIZE_MAX : _SC_GETPW_R_SIZE_MAX);
+	char *buf = NULL;
+	uint64_t v = 0;
+	int rc, ok = 0;
+
+	switch (config_parse_digits(name, &v, &end)) {
+	case CONFIG_NUM_OK:
+		if (*end)
+			break;
+		/* (uid_t)-1 and (gid_t)-1 mean "no id" to chown and friends. */
+		if (v >= UINT32_MAX)
+			return config_fail(ld, ld->line, WD_E_INVALID,
+					   "%s: %s id %s is out of range", key, what, name);
+		*ret = (uint32_t)v;
+		return 1;
+	case CONFIG_NUM_OVERFLOW:
+		return config_fail(ld, ld->line, WD_E_INVALID, "%s: %s id %s is out of range", key,
+				   what, name);
+	case CONFIG_NUM_GARBAGE:
+		break;
+	}
+
+	for (;;) {
+		struct passwd pw, *pwp = NULL;
+		struct group gr, *grp = NULL;
+		char *nb = realloc(buf, size);
+
+		if (!nb) {
+			config_fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+			goto out;
+		}
+		buf = nb;
+		if (is_group) {
+			rc = getgrnam_r(name, &gr, buf, size, &grp);
+			if (rc == 0 && grp) {
+				*ret = (uint32_t)grp->gr_gid;
+				ok = 1;
+				goto out;
+			}
+		} else {
+			rc = getpwnam_r(name, &pw, buf, size, &pwp);
+			if (rc == 0 && pwp) {
+				*ret = (uint32_t)pwp->pw_uid;
+				ok = 1;
+				goto out;
+			}
+		}
+		if (rc == ERANGE && size < (1u << 20)) {
+			size *= 2;
+			continue;
+		}
+		/* Not found is rc 0 with a NULL result; some NSS modules report ENOENT/ESRCH instead. */
+		if (rc == 0 || rc == ENOENT || rc == ESRCH || rc == EBADF || rc == EPERM)
+			config_fail(ld, ld->line, WD_E_INVALID, "%s: unknown %s '%s'", key, what,
+				    name);
+		else
+			config_fail(ld, ld->line, WD_E_INVALID, "%s: cannot look up %s '%s': %s",
+				    key, what, name, strerror(rc));
+		goto out;
+	}
+out:
+	free(buf);
+	return ok;
+}
+
+/* Split a comma/blank separated list of users or groups and resolve each into a new array. */
+int config_set_id_list(struct loader *ld, const char *key, const char *val, bool is_group,
+		       uint32_t **ret_ids, size_t *ret_n)
+{
+	uint32_t *ids = NULL;
+	size_t n = 0, cap = 0;
+	char *copy = strdup(val), *save = NULL, *tok;
+	int ok = 0;
+
+	if (!copy) {
+		config_fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	for (tok = strtok_r(copy, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+		uint32_t id = 0;
+
+		if (n == CONFIG_MAX_LIST) {
+			config_fail(ld, ld->line, WD_E_INVALID, "%s: more than %d entries", key,
+				    CONFIG_MAX_LIST);
+			goto out;
+		}
+		if (!config_resolve_id(ld, key, tok, is_group, &id))
+			goto out;
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 8;
+			uint32_t *nids = realloc(ids, ncap * sizeof(*ids));
+
+			if (!nids) {
+				config_fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+				goto out;
+			}
+			ids = nids;
+			cap = ncap;
+		}
+		ids[n++] = id;
+	}
+	if (n == 0) {
+		config_fail(ld, ld->line, WD_E_INVALID,
+			    "%s: the list is empty (leave the key out to allow "
+			    "every peer of the socket)",
+			    key);
+		goto out;
+	}
+	*ret_ids = ids;
+	*ret_n = n;
+	ids = NULL;
+	ok = 1;
+out:
+	free(ids);
+	free(copy);
+	return ok;
+}
+
+/* [A-Za-z0-9_.-], also the rule for shm_prefix (which may not start with '.' or '-'). */
+bool config_name_ok(const char *s)
+{
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '_' && *s != '.' && *s != '-')
+			return false;
+	return true;
+}
