@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <time.h>
 
 #include "config.h"
@@ -39,7 +40,7 @@ struct daemon {
 	struct cache *cache;
 	struct pool *pool;
 	struct server *server;
-	struct preload_set *preloads;   /* the daemon's own holds (preload.c) */
+	LIST_HEAD(, preload_set) preloads; /* the daemon's own holds (preload.c) */
 	struct reload *reload;          /* reload.c */
 	struct stats stats;
 	struct timespec started;

@@ -27,7 +27,7 @@ struct preload_set {
 	size_t pending;              /* jobs whose callback has not run yet */
 	size_t failed;
 	bool released;               /* holds given back; freed once pending reaches 0 */
-	struct preload_set *next;
+	LIST_ENTRY(preload_set) link; /* in d->preloads */
 };
 
 static void set_free(struct preload_set *ps)
@@ -35,15 +35,6 @@ static void set_free(struct preload_set *ps)
 	csource_unref(ps->cs);
 	free(ps->pins);
 	free(ps);
-}
-
-static void unlink_set(struct daemon *d, struct preload_set *ps)
-{
-	for (struct preload_set **pp = &d->preloads; *pp; pp = &(*pp)->next)
-		if (*pp == ps) {
-			*pp = ps->next;
-			return;
-		}
 }
 
 static void set_done_logging(struct preload_set *ps)
@@ -66,7 +57,7 @@ static void set_settle(struct preload_set *ps)
 	if (--ps->pending)
 		return;
 	if (ps->released) {
-		unlink_set(ps->d, ps);
+		LIST_REMOVE(ps, link);
 		set_free(ps);
 		return;
 	}
@@ -122,8 +113,7 @@ static void set_start(struct daemon *d, struct csource *cs)
 	ps->cs = cs;
 	csource_ref(cs);
 	ps->n = n;
-	ps->next = d->preloads;
-	d->preloads = ps;
+	LIST_INSERT_HEAD(&d->preloads, ps, link);
 	ps->pending = 1; /* held by this function until every tensor is asked for */
 	log_info("checkpoint %s: preloading %zu tensors, %llu bytes", cs->name, n,
 		 (unsigned long long)wd_source_bytes(cs->src));
@@ -174,7 +164,7 @@ static void set_release(struct preload_set *ps)
 	log_info("checkpoint %s: generation %llu no longer preloaded", ps->cs->name,
 		 (unsigned long long)ps->cs->generation);
 	if (ps->pending == 0) {
-		unlink_set(ps->d, ps);
+		LIST_REMOVE(ps, link);
 		set_free(ps);
 	}
 }
@@ -183,10 +173,10 @@ void preload_sync(struct daemon *d)
 {
 	struct preload_set *ps, *next;
 
-	for (ps = d->preloads; ps; ps = next) {
+	for (ps = LIST_FIRST(&d->preloads); ps; ps = next) {
 		struct csource *cur = catalog_find(d->catalog, ps->cs->name);
 
-		next = ps->next;
+		next = LIST_NEXT(ps, link);
 		if (ps->released)
 			continue;
 		if (cur != ps->cs || cur->state != CSOURCE_READY || !cur->conf->preload)
@@ -198,7 +188,7 @@ void preload_sync(struct daemon *d)
 
 		if (cs->state != CSOURCE_READY || !cs->conf->preload)
 			continue;
-		for (ps = d->preloads; ps && !have; ps = ps->next)
+		for (ps = LIST_FIRST(&d->preloads); ps && !have; ps = LIST_NEXT(ps, link))
 			have = !ps->released && ps->cs == cs;
 		if (!have)
 			set_start(d, cs);
@@ -209,8 +199,8 @@ void preload_free(struct daemon *d)
 {
 	struct preload_set *ps;
 
-	while ((ps = d->preloads)) {
-		d->preloads = ps->next;
+	while ((ps = LIST_FIRST(&d->preloads))) {
+		LIST_REMOVE(ps, link);
 		for (size_t i = 0; i < ps->n; i++)
 			if (ps->pins[i].w)
 				cache_drop(d->cache, ps->pins[i].w);
