@@ -13,12 +13,14 @@
 
 #include "log.h"
 
+STAILQ_HEAD(pool_tasks, pool_task);
+
 struct pool {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;             /* work queued, or stop */
 	pthread_cond_t exited;           /* a worker left (pool_free waits on it) */
-	struct pool_task *head, *tail;   /* queued work */
-	struct pool_task *done_head, *done_tail; /* finished, waiting for the main thread */
+	struct pool_tasks queue;         /* queued work */
+	struct pool_tasks done;          /* finished, waiting for the main thread */
 	size_t pending;                  /* main thread's count: submitted, done() not yet run */
 	bool stop;
 	bool cancelled;                  /* pool_cancel ran: queued and later tasks are skipped */
@@ -35,12 +37,7 @@ static void push_done(struct pool *p, struct pool_task *t)
 {
 	uint64_t one = 1;
 
-	t->next = NULL;
-	if (p->done_tail)
-		p->done_tail->next = t;
-	else
-		p->done_head = t;
-	p->done_tail = t;
+	STAILQ_INSERT_TAIL(&p->done, t, link);
 	if (write(p->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		log_err("worker: eventfd write failed");
 }
@@ -72,7 +69,7 @@ static void *worker_main(void *arg)
 		struct pool_task *t;
 		bool helper;
 
-		while (!p->head && !p->stop) {
+		while (STAILQ_EMPTY(&p->queue) && !p->stop) {
 			struct timespec ts;
 
 			if (!have) {
@@ -80,19 +77,18 @@ static void *worker_main(void *arg)
 				continue;
 			}
 			deadline_after(&ts, p->idle_ms);
-			if (pthread_cond_timedwait(&p->cond, &p->lock, &ts) == ETIMEDOUT && !p->head) {
+			if (pthread_cond_timedwait(&p->cond, &p->lock, &ts) == ETIMEDOUT &&
+			    STAILQ_EMPTY(&p->queue)) {
 				pthread_mutex_unlock(&p->lock);
 				wd_scratch_free(&scratch);
 				have = false;
 				pthread_mutex_lock(&p->lock);
 			}
 		}
-		if (!p->head)
+		if (STAILQ_EMPTY(&p->queue))
 			break;
-		t = p->head;
-		p->head = t->next;
-		if (!p->head)
-			p->tail = NULL;
+		t = STAILQ_FIRST(&p->queue);
+		STAILQ_REMOVE_HEAD(&p->queue, link);
 		t->queued = false;
 		helper = !t->done;
 		pthread_mutex_unlock(&p->lock);
@@ -121,17 +117,17 @@ static void *worker_main(void *arg)
 static void on_done(evutil_socket_t fd, short what, void *arg)
 {
 	struct pool *p = arg;
-	struct pool_task *list, *t;
+	struct pool_tasks list = STAILQ_HEAD_INITIALIZER(list);
+	struct pool_task *t;
 	uint64_t n;
 
 	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
 		log_err("pool: eventfd read failed");
 	pthread_mutex_lock(&p->lock);
-	list = p->done_head;
-	p->done_head = p->done_tail = NULL;
+	STAILQ_CONCAT(&list, &p->done);
 	pthread_mutex_unlock(&p->lock);
-	while ((t = list)) {
-		list = t->next;
+	while ((t = STAILQ_FIRST(&list))) {
+		STAILQ_REMOVE_HEAD(&list, link);
 		p->pending--;
 		t->done(t);
 	}
@@ -156,6 +152,8 @@ struct pool *pool_new(struct event_base *base, unsigned nthreads)
 	if (nthreads == 0)
 		nthreads = pool_default_threads();
 	p->idle_ms = POOL_IDLE_MS;
+	STAILQ_INIT(&p->queue);
+	STAILQ_INIT(&p->done);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -193,7 +191,6 @@ void pool_set_idle_ms(struct pool *p, unsigned ms)
 
 void pool_submit(struct pool *p, struct pool_task *t)
 {
-	t->next = NULL;
 	t->cancelled = false;
 	pthread_mutex_lock(&p->lock);
 	p->pending++;
@@ -203,11 +200,7 @@ void pool_submit(struct pool *p, struct pool_task *t)
 		pthread_mutex_unlock(&p->lock);
 		return;
 	}
-	if (p->tail)
-		p->tail->next = t;
-	else
-		p->head = t;
-	p->tail = t;
+	STAILQ_INSERT_TAIL(&p->queue, t, link);
 	t->queued = true;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
@@ -216,18 +209,13 @@ void pool_submit(struct pool *p, struct pool_task *t)
 void pool_help(struct pool *p, struct pool_task *t)
 {
 	pthread_mutex_lock(&p->lock);
-	t->next = NULL;
 	t->cancelled = p->cancelled;
 	t->queued = false;
 	if (t->cancelled) {          /* stopping: it never runs */
 		pthread_mutex_unlock(&p->lock);
 		return;
 	}
-	if (p->tail)
-		p->tail->next = t;
-	else
-		p->head = t;
-	p->tail = t;
+	STAILQ_INSERT_TAIL(&p->queue, t, link);
 	t->queued = true;
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
@@ -235,20 +223,13 @@ void pool_help(struct pool *p, struct pool_task *t)
 
 bool pool_withdraw(struct pool *p, struct pool_task *t)
 {
-	struct pool_task **pp, *prev = NULL;
 	bool found = false;
 
 	pthread_mutex_lock(&p->lock);
-	if (t->queued) {
-		for (pp = &p->head; *pp; prev = *pp, pp = &(*pp)->next)
-			if (*pp == t) {
-				*pp = t->next;
-				if (p->tail == t)
-					p->tail = prev;
-				t->queued = false;
-				found = true;
-				break;
-			}
+	if (t->queued) {             /* queued is true exactly while it is in the queue */
+		STAILQ_REMOVE(&p->queue, t, pool_task, link);
+		t->queued = false;
+		found = true;
 	}
 	found = found || t->cancelled;   /* pool_cancel dropped it: it never ran */
 	pthread_mutex_unlock(&p->lock);
@@ -262,8 +243,8 @@ size_t pool_cancel(struct pool *p)
 
 	pthread_mutex_lock(&p->lock);
 	p->cancelled = true;
-	while ((t = p->head)) {
-		p->head = t->next;
+	while ((t = STAILQ_FIRST(&p->queue))) {
+		STAILQ_REMOVE_HEAD(&p->queue, link);
 		t->cancelled = true;
 		t->queued = false;
 		if (!t->done)
@@ -271,7 +252,6 @@ size_t pool_cancel(struct pool *p)
 		push_done(p, t);
 		n += t->jobs ? t->jobs : 1;
 	}
-	p->tail = NULL;
 	pthread_mutex_unlock(&p->lock);
 	return n;
 }

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/queue.h>
 
 #include "sink.h"
 
@@ -14,12 +15,12 @@ struct pool;
  * A task runs `work(task, scratch)` on a worker thread (scratch is that thread's bounce buffers,
  * NULL if they could not be had), then `done(task)` on the main thread. A task cancelled before
  * it started (pool_cancel) skips work() and reaches done() with `cancelled` set. Tasks are owned
- * by the submitter; the pool only links them through `next`.
+ * by the submitter; the pool only links them through `link`.
  */
 struct pool_task {
 	void (*work)(struct pool_task *t, struct wd_scratch *scratch);
 	void (*done)(struct pool_task *t);
-	struct pool_task *next;
+	STAILQ_ENTRY(pool_task) link;
 	bool cancelled;
 	bool queued;                     /* the pool's: waiting in the queue (under its lock) */
 	unsigned jobs;                   /* what pool_cancel counts it as (0: one) */
