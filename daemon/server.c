@@ -27,9 +27,9 @@ struct server {
 	struct event *ev_accept;
 	struct event *ev_backoff;
 	struct event *ev_reap;
-	struct session *sessions;
-	struct session *dead;
-	struct uid_usage *uids;   /* one per uid with a connection */
+	LIST_HEAD(, session) sessions;
+	SLIST_HEAD(, session) dead;
+	LIST_HEAD(, uid_usage) uids; /* one per uid with a connection */
 	struct event *ev_tick;    /* timeouts and paused sessions */
 	size_t n;
 	uint64_t next_id;
@@ -93,8 +93,8 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 
 	size_t freed = 0;
 
-	while ((s = srv->dead)) {
-		srv->dead = s->dead_next;
+	while ((s = SLIST_FIRST(&srv->dead))) {
+		SLIST_REMOVE_HEAD(&srv->dead, dead_link);
 		freed += s->partial_peak;
 		session_free(s);
 	}
@@ -109,15 +109,14 @@ static struct uid_usage *uid_get(struct server *srv, uid_t uid)
 {
 	struct uid_usage *uu;
 
-	for (uu = srv->uids; uu; uu = uu->next)
+	LIST_FOREACH(uu, &srv->uids, link)
 		if (uu->uid == uid)
 			return uu;
 	uu = calloc(1, sizeof(*uu));
 	if (!uu)
 		return NULL;
 	uu->uid = uid;
-	uu->next = srv->uids;
-	srv->uids = uu;
+	LIST_INSERT_HEAD(&srv->uids, uu, link);
 	return uu;
 }
 
@@ -125,19 +124,16 @@ static void uid_put(struct server *srv, struct uid_usage *uu)
 {
 	if (!uu || --uu->conns)
 		return;
-	for (struct uid_usage **pp = &srv->uids; *pp; pp = &(*pp)->next)
-		if (*pp == uu) {
-			*pp = uu->next;
-			break;
-		}
+	LIST_REMOVE(uu, link);
 	free(uu);
 }
 
 size_t server_uid_pending(const struct server *srv, uid_t uid)
 {
+	const struct session *s;
 	size_t n = 0;
 
-	for (const struct session *s = srv->sessions; s; s = s->next)
+	LIST_FOREACH(s, &srv->sessions, link)
 		if (s->peer.uid == uid)
 			n += s->pending;
 	return n;
@@ -145,10 +141,12 @@ size_t server_uid_pending(const struct server *srv, uid_t uid)
 
 size_t server_uids_receiving(const struct server *srv)
 {
+	const struct uid_usage *uu;
 	size_t n = 0;
 
-	for (const struct uid_usage *uu = srv ? srv->uids : NULL; uu; uu = uu->next)
-		n += uu->partial > 0;
+	if (srv)
+		LIST_FOREACH(uu, &srv->uids, link)
+			n += uu->partial > 0;
 	return n ? n : 1;
 }
 
@@ -156,15 +154,9 @@ void server_session_dead(struct server *srv, struct session *s)
 {
 	uid_put(srv, s->uu);
 	s->uu = NULL;
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		srv->sessions = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
+	LIST_REMOVE(s, link);
 	srv->n--;
-	s->dead_next = srv->dead;
-	srv->dead = s;
+	SLIST_INSERT_HEAD(&srv->dead, s, dead_link);
 	event_active(srv->ev_reap, EV_TIMEOUT, 0);
 }
 
@@ -227,10 +219,7 @@ void server_add_client(struct server *srv, int fd)
 		return;
 	}
 	s->uu->conns++;
-	s->next = srv->sessions;
-	if (srv->sessions)
-		srv->sessions->prev = s;
-	srv->sessions = s;
+	LIST_INSERT_HEAD(&srv->sessions, s, link);
 	srv->n++;
 	log_debug("client %llu connected: pid %d uid %u gid %u", (unsigned long long)s->id,
 		  (int)s->peer.pid, (unsigned)s->peer.uid, (unsigned)s->peer.gid);
@@ -253,8 +242,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = session_now_ms();
 	struct session *s, *next;
 
-	for (s = srv->sessions; s; s = next) {
-		next = s->next; /* s may die (it leaves the list) */
+	for (s = LIST_FIRST(&srv->sessions); s; s = next) {
+		next = LIST_NEXT(s, link); /* s may die (it leaves the list) */
 		session_tick(s, now);
 	}
 }
@@ -301,8 +290,8 @@ void server_free(struct server *srv)
 {
 	if (!srv)
 		return;
-	while (srv->sessions)
-		session_kill(srv->sessions, "daemon stopping");
+	while (!LIST_EMPTY(&srv->sessions))
+		session_kill(LIST_FIRST(&srv->sessions), "daemon stopping");
 	on_reap(-1, 0, srv);
 	if (srv->ev_accept)
 		event_free(srv->ev_accept);
@@ -325,7 +314,9 @@ size_t server_clients(const struct server *srv)
  * root and the daemon's user may read all). */
 void server_notify(struct server *srv, const struct csource *cs, const char *what)
 {
-	for (struct session *s = srv->sessions; s; s = s->next) {
+	struct session *s;
+
+	LIST_FOREACH(s, &srv->sessions, link) {
 		bool want = false;
 
 		for (size_t i = 0; i < s->n_subs && !want; i++)
@@ -347,7 +338,9 @@ void server_notify(struct server *srv, const struct csource *cs, const char *wha
 void server_reload_done(struct server *srv, uint64_t session, uint64_t request,
 			const struct wd_error *err)
 {
-	for (struct session *s = srv->sessions; s; s = s->next) {
+	struct session *s;
+
+	LIST_FOREACH(s, &srv->sessions, link) {
 		if (s->id != session)
 			continue;
 		if (s->reloads)

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 
 #include "cache.h"
@@ -24,7 +25,7 @@ struct uid_usage {
 	size_t queued_fds;    /* fds queued in replies, in our queues and the sockets' */
 	uint32_t lingering;   /* refused connections kept open so they can read why */
 	uint32_t refusals_logged;
-	struct uid_usage *next;
+	LIST_ENTRY(uid_usage) link; /* in the server's list of uids */
 };
 
 struct held {
@@ -73,8 +74,8 @@ struct session {
 	bool dead;
 	bool close_after_flush;
 	bool privileged;      /* uid 0 or the daemon's own uid: may reload and evict */
-	struct session *next, *prev;
-	struct session *dead_next;
+	LIST_ENTRY(session) link;      /* in the server's list of sessions, until dead */
+	SLIST_ENTRY(session) dead_link; /* then in its list of sessions to free */
 };
 
 /* A session for an accepted socket (fd owned from now on; closed on failure), reading at once.
