@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -108,7 +109,7 @@ static ssize_t send_part(int sock, struct iovec *iov, int iovcnt, const int *fds
 /* --- sending ------------------------------------------------------------------------------ */
 
 struct outq_frame {
-	struct outq_frame *next;
+	TAILQ_ENTRY(outq_frame) link;
 	uint8_t *bytes;     /* header + payload */
 	size_t len;         /* WD_FRAME_HEADER + payload length */
 	size_t off;         /* bytes already sent */
@@ -118,8 +119,7 @@ struct outq_frame {
 };
 
 struct wd_outq {
-	struct outq_frame *head;
-	struct outq_frame *tail;
+	TAILQ_HEAD(outq_frames, outq_frame) list;
 	size_t bytes;       /* unsent bytes over all frames */
 	size_t frames;
 	uint32_t frame_max; /* payload bytes per frame; longer messages are split */
@@ -130,8 +130,10 @@ struct wd_outq *wd_outq_new(void)
 {
 	struct wd_outq *q = calloc(1, sizeof(struct wd_outq));
 
-	if (q)
+	if (q) {
+		TAILQ_INIT(&q->list);
 		q->frame_max = WD_FRAME_MAX_DEFAULT;
+	}
 	return q;
 }
 
@@ -150,12 +152,12 @@ static void outq_frame_free(struct outq_frame *f)
 
 void wd_outq_free(struct wd_outq *q)
 {
-	struct outq_frame *f, *next;
+	struct outq_frame *f;
 
 	if (!q)
 		return;
-	for (f = q->head; f; f = next) {
-		next = f->next;
+	while ((f = TAILQ_FIRST(&q->list))) {
+		TAILQ_REMOVE(&q->list, f, link);
 		outq_frame_free(f);
 	}
 	free(q);
@@ -187,11 +189,7 @@ static int outq_push_frame(struct wd_outq *q, const uint8_t *payload, size_t len
 	put_le32(f->bytes + 4, (uint32_t)nfds | (more ? WD_FRAME_MORE : 0));
 	if (len)
 		memcpy(f->bytes + WD_FRAME_HEADER, payload, len);
-	if (q->tail)
-		q->tail->next = f;
-	else
-		q->head = f;
-	q->tail = f;
+	TAILQ_INSERT_TAIL(&q->list, f, link);
 	q->bytes += f->len;
 	q->frames++;
 	q->fds += nfds;
@@ -208,7 +206,6 @@ static int outq_push_frame(struct wd_outq *q, const uint8_t *payload, size_t len
 int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds)
 {
 	size_t k, per_bytes, per_fds, off = 0, fd_off = 0;
-	struct outq_frame *old_tail = q->tail;
 	size_t old_frames = q->frames, old_bytes = q->bytes, old_fds = q->fds;
 	int rc;
 
@@ -242,18 +239,14 @@ int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *
 undo:
 	/* Take back this message's frames; their fds are closed below with the rest. */
 	while (q->frames > old_frames) {
-		struct outq_frame *f = old_tail ? old_tail->next : q->head;
+		struct outq_frame *f = TAILQ_LAST(&q->list, outq_frames);
 
-		if (old_tail)
-			old_tail->next = f->next;
-		else
-			q->head = f->next;
+		TAILQ_REMOVE(&q->list, f, link);
 		q->frames--;
 		free(f->fds);
 		free(f->bytes);
 		free(f);
 	}
-	q->tail = old_tail;
 	q->bytes = old_bytes;
 	q->fds = old_fds;
 fail:
@@ -268,8 +261,8 @@ fail:
  */
 int wd_outq_flush(struct wd_outq *q, int sock)
 {
-	while (q->head) {
-		struct outq_frame *f = q->head;
+	while (!TAILQ_EMPTY(&q->list)) {
+		struct outq_frame *f = TAILQ_FIRST(&q->list);
 		struct iovec iov[OUTQ_IOV];
 		size_t fds_left = f->nfds - f->fds_sent;
 		size_t batch = fds_left < WD_FRAME_FDS_PER_MSG ? fds_left : WD_FRAME_FDS_PER_MSG;
@@ -280,8 +273,8 @@ int wd_outq_flush(struct wd_outq *q, int sock)
 		iov[0].iov_base = f->bytes + f->off;
 		iov[0].iov_len = batch_bytes(f->len - f->off, fds_left);
 		if (fds_left <= WD_FRAME_FDS_PER_MSG) {
-			for (struct outq_frame *g = f->next; g && g->nfds == 0 && iovcnt < OUTQ_IOV;
-			     g = g->next) {
+			for (struct outq_frame *g = TAILQ_NEXT(f, link);
+			     g && g->nfds == 0 && iovcnt < OUTQ_IOV; g = TAILQ_NEXT(g, link)) {
 				iov[iovcnt].iov_base = g->bytes;
 				iov[iovcnt].iov_len = g->len;
 				iovcnt++;
@@ -299,15 +292,13 @@ int wd_outq_flush(struct wd_outq *q, int sock)
 		sent = (size_t)n;
 		q->bytes -= sent;
 		while (sent) {
-			f = q->head;
+			f = TAILQ_FIRST(&q->list);
 			if (sent < f->len - f->off) {
 				f->off += sent;
 				break;
 			}
 			sent -= f->len - f->off;
-			q->head = f->next;
-			if (!q->head)
-				q->tail = NULL;
+			TAILQ_REMOVE(&q->list, f, link);
 			q->frames--;
 			outq_frame_free(f);
 		}
