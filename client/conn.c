@@ -40,10 +40,10 @@ static void event_clear(struct wc_event *e)
 
 static void client_destroy(weightd_client *c)
 {
-	while (c->pending) {
-		struct wc_pending *p = c->pending;
+	struct wc_pending *p;
 
-		c->pending = p->next;
+	while ((p = LIST_FIRST(&c->pending))) {
+		LIST_REMOVE(p, link);
 		if (p->resp)
 			weightd__response__free_unpacked(p->resp, NULL);
 		wc_close_fds(p->fds, p->nfds);
@@ -84,7 +84,8 @@ static void mark_dead(weightd_client *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static void mark_dead(weightd_client *c, int code, const char *fmt, ...)
 {
-	struct wc_pending *orphans = NULL;
+	LIST_HEAD(, wc_pending) orphans = LIST_HEAD_INITIALIZER(orphans);
+	struct wc_pending *p;
 	va_list ap;
 
 	pthread_mutex_lock(&c->mu);
@@ -98,15 +99,11 @@ static void mark_dead(weightd_client *c, int code, const char *fmt, ...)
 	vsnprintf(c->dead_err.message, sizeof(c->dead_err.message), fmt, ap);
 	va_end(ap);
 	c->dead = code;
-	while (c->pending) {
-		struct wc_pending *p = c->pending;
-
-		c->pending = p->next;
-		p->prev = p->next = NULL;
+	while ((p = LIST_FIRST(&c->pending))) {
+		LIST_REMOVE(p, link);
 		c->n_pending--;
 		if (p->orphan) {
-			p->next = orphans;
-			orphans = p;
+			LIST_INSERT_HEAD(&orphans, p, link);
 			continue;
 		}
 		p->err = c->dead_err;
@@ -120,23 +117,15 @@ static void mark_dead(weightd_client *c, int code, const char *fmt, ...)
 	if (c->sock >= 0)
 		shutdown(c->sock, SHUT_RDWR);
 	pthread_mutex_unlock(&c->send_mu);
-	while (orphans) {
-		struct wc_pending *p = orphans;
-
-		orphans = p->next;
+	while ((p = LIST_FIRST(&orphans))) {
+		LIST_REMOVE(p, link);
 		free(p);
 	}
 }
 
 static void unlink_pending(weightd_client *c, struct wc_pending *p)
 {
-	if (p->prev)
-		p->prev->next = p->next;
-	else
-		c->pending = p->next;
-	if (p->next)
-		p->next->prev = p->prev;
-	p->prev = p->next = NULL;
+	LIST_REMOVE(p, link);
 	c->n_pending--;
 }
 
@@ -172,10 +161,7 @@ int wc_send(weightd_client *c, Weightd__Request *req, struct wc_pending **ret_p,
 	req->id = ++c->next_id;
 	if (p) {
 		p->id = req->id;
-		p->next = c->pending;
-		if (c->pending)
-			c->pending->prev = p;
-		c->pending = p;
+		LIST_INSERT_HEAD(&c->pending, p, link);
 		c->n_pending++;
 	}
 	max = c->info.max_frame_bytes ? c->info.max_frame_bytes : WD_FRAME_MAX_DEFAULT;
@@ -343,7 +329,7 @@ static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint3
 		pthread_mutex_unlock(&c->mu);
 		goto drop;
 	}
-	for (p = c->pending; p; p = p->next)
+	LIST_FOREACH(p, &c->pending, link)
 		if (p->id == resp->id)
 			break;
 	if (!p) {

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #include "weightd.pb-c.h"
 #include "weightd/client.h"
@@ -58,7 +59,7 @@ struct wc_pending {
 	int *fds;                    /* fds that came with it (owned until taken) */
 	uint32_t nfds;
 	weightd_error err;           /* set when it failed before a reply came */
-	struct wc_pending *prev, *next;
+	LIST_ENTRY(wc_pending) link;  /* in the client's pending list */
 };
 
 struct wc_event {
@@ -79,7 +80,7 @@ struct weightd_client {
 	weightd_error dead_err;
 	uint64_t next_id;
 	size_t n_pending;
-	struct wc_pending *pending;
+	LIST_HEAD(, wc_pending) pending;
 	struct wd_inbuf *in;
 	struct wc_event events[WC_MAX_EVENTS];
 	size_t ev_head, ev_count;
