@@ -46,14 +46,6 @@ void wd_sha256_final(struct wd_sha256 *s, uint8_t out[WD_DIGEST_LEN])
 	s->ctx = NULL;
 }
 
-void wd_sha256_abort(struct wd_sha256 *s)
-{
-	if (s && s->ctx) {
-		EVP_MD_CTX_free(s->ctx);
-		s->ctx = NULL;
-	}
-}
-
 int wd_sha256(const void *data, size_t len, uint8_t out[WD_DIGEST_LEN])
 {
 	unsigned int n = WD_DIGEST_LEN;

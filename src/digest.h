@@ -19,8 +19,6 @@ int wd_sha256_init(struct wd_sha256 *s);
 void wd_sha256_update(struct wd_sha256 *s, const void *data, size_t len);
 /* Writes 32 bytes and frees the context. */
 void wd_sha256_final(struct wd_sha256 *s, uint8_t out[WD_DIGEST_LEN]);
-/* Frees the context without a result (error paths). Accepts an uninitialised-to-zero struct. */
-void wd_sha256_abort(struct wd_sha256 *s);
 /* One-shot. */
 int wd_sha256(const void *data, size_t len, uint8_t out[WD_DIGEST_LEN]);
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
