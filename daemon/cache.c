@@ -24,11 +24,6 @@ size_t cache_key_hash(const uint8_t *key, size_t nb)
 	return (size_t)(h % nb);
 }
 
-static size_t id_hash(uint64_t id, size_t nb)
-{
-	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 17) % nb;
-}
-
 struct cache *cache_new(const struct cache_params *p)
 {
 	struct cache *c = calloc(1, sizeof(*c));
@@ -47,14 +42,12 @@ struct cache *cache_new(const struct cache_params *p)
 	c->next_segment_id = 1;
 	c->nbuckets = 1024;
 	c->by_key = calloc(c->nbuckets, sizeof(*c->by_key));
-	c->by_id = calloc(c->nbuckets, sizeof(*c->by_id));
 	if (!p->pool)
 		c->scratch_ok = wd_scratch_init(&c->scratch, WD_SCRATCH_BYTES) == 0;
-	if (!c->by_key || !c->by_id || (!p->pool && !c->scratch_ok)) {
+	if (!c->by_key || (!p->pool && !c->scratch_ok)) {
 		if (c->scratch_ok)
 			wd_scratch_free(&c->scratch);
 		free(c->by_key);
-		free(c->by_id);
 		free(c);
 		return NULL;
 	}
@@ -64,13 +57,10 @@ struct cache *cache_new(const struct cache_params *p)
 static void rehash(struct cache *c)
 {
 	size_t nb = c->nbuckets * 2;
-	struct weight **bk = calloc(nb, sizeof(*bk)), **bi = calloc(nb, sizeof(*bi));
+	struct weight **bk = calloc(nb, sizeof(*bk));
 
-	if (!bk || !bi) {
-		free(bk);
-		free(bi);
+	if (!bk)
 		return; /* keep the old, longer chains */
-	}
 	for (size_t i = 0; i < c->nbuckets; i++) {
 		struct weight *w, *next;
 		for (w = c->by_key[i]; w; w = next) {
@@ -79,17 +69,9 @@ static void rehash(struct cache *c)
 			w->key_next = bk[h];
 			bk[h] = w;
 		}
-		for (w = c->by_id[i]; w; w = next) {
-			size_t h = id_hash(w->id, nb);
-			next = w->id_next;
-			w->id_next = bi[h];
-			bi[h] = w;
-		}
 	}
 	free(c->by_key);
-	free(c->by_id);
 	c->by_key = bk;
-	c->by_id = bi;
 	c->nbuckets = nb;
 }
 
@@ -97,14 +79,6 @@ struct weight *cache_find_key(struct cache *c, const uint8_t *key)
 {
 	for (struct weight *w = c->by_key[cache_key_hash(key, c->nbuckets)]; w; w = w->key_next)
 		if (memcmp(w->key, key, 32) == 0)
-			return w;
-	return NULL;
-}
-
-struct weight *cache_by_id(struct cache *c, uint64_t id)
-{
-	for (struct weight *w = c->by_id[id_hash(id, c->nbuckets)]; w; w = w->id_next)
-		if (w->id == id)
 			return w;
 	return NULL;
 }
@@ -128,15 +102,11 @@ void cache_seg_update_idle(struct cache *c, struct cache_segment *sg)
 struct cache_segment *cache_seg_alloc(struct cache *c)
 {
 	struct cache_segment *sg = calloc(1, sizeof(*sg));
-	size_t h;
 
 	if (!sg)
 		return NULL;
 	sg->seg.fd = sg->seg.ro_fd = -1;
 	sg->id = c->next_segment_id++;
-	h = id_hash(sg->id, SEG_BUCKETS);
-	sg->id_next = c->seg_by_id[h];
-	c->seg_by_id[h] = sg;
 	sg->next = c->segments;
 	if (c->segments)
 		c->segments->prev = sg;
@@ -197,11 +167,6 @@ void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_se
 	if (sg->created)
 		c->segment_bytes -= sg->seg.size;
 	wd_segment_close(&sg->seg);
-	for (pp = &c->seg_by_id[id_hash(sg->id, SEG_BUCKETS)]; *pp; pp = &(*pp)->id_next)
-		if (*pp == sg) {
-			*pp = sg->id_next;
-			break;
-		}
 	for (pp = &c->dirty; *pp; pp = &(*pp)->dirty_next)
 		if (*pp == sg) {
 			*pp = sg->dirty_next;
@@ -235,7 +200,7 @@ static void flush_dirty(struct cache *c)
 
 /* --- weights ---------------------------------------------------------------------------- */
 
-/* Hash a new weight by key and handle and put it in its segment. */
+/* Hash a new weight by key and put it in its segment. */
 void cache_insert(struct cache *c, struct weight *w)
 {
 	struct cache_segment *sg = w->segment;
@@ -244,8 +209,6 @@ void cache_insert(struct cache *c, struct weight *w)
 		rehash(c);
 	w->key_next = c->by_key[cache_key_hash(w->key, c->nbuckets)];
 	c->by_key[cache_key_hash(w->key, c->nbuckets)] = w;
-	w->id_next = c->by_id[id_hash(w->id, c->nbuckets)];
-	c->by_id[id_hash(w->id, c->nbuckets)] = w;
 	c->count++;
 	w->seg_prev = NULL;
 	w->seg_next = sg->weights;
@@ -294,11 +257,6 @@ static void unhash(struct cache *c, struct weight *w)
 	for (pp = &c->by_key[cache_key_hash(w->key, c->nbuckets)]; *pp; pp = &(*pp)->key_next)
 		if (*pp == w) {
 			*pp = w->key_next;
-			break;
-		}
-	for (pp = &c->by_id[id_hash(w->id, c->nbuckets)]; *pp; pp = &(*pp)->id_next)
-		if (*pp == w) {
-			*pp = w->id_next;
 			break;
 		}
 }
@@ -356,7 +314,6 @@ void cache_free(struct cache *c, bool unlink_segments)
 	if (c->scratch_ok)
 		wd_scratch_free(&c->scratch);
 	free(c->by_key);
-	free(c->by_id);
 	free(c);
 }
 

@@ -52,7 +52,7 @@ struct cache_segment {
 	struct job *queued;          /* jobs waiting for the segment to be created */
 	uint64_t mark;               /* scratch for callers collecting distinct segments */
 	uint32_t mark_index;
-	struct cache_segment *next, *prev, *id_next, *dirty_next;
+	struct cache_segment *next, *prev, *dirty_next;
 };
 
 /*
@@ -82,7 +82,7 @@ struct weight {
 	bool adopted;
 	struct weight *lru_prev, *lru_next;
 	bool in_lru;
-	struct weight *key_next, *id_next;
+	struct weight *key_next;
 	struct weight *seg_next, *seg_prev;
 };
 
@@ -157,9 +157,6 @@ uint64_t cache_room(const struct cache *c);
 int cache_check_room(struct cache *c, uint64_t need, const char *what, struct wd_error *err);
 /* Destroy every unreferenced weight whose source generation is gone (after a reload). */
 uint64_t cache_drop_stale(struct cache *c);
-
-/* Look up by handle; NULL if no such weight. */
-struct weight *cache_by_id(struct cache *c, uint64_t id);
 
 void cache_hold(struct cache *c, struct weight *w);
 /* Give back a reference. At zero the weight joins the LRU list (and the idle limits may evict

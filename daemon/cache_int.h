@@ -39,7 +39,6 @@ struct job {
 /* Jobs in flight are found by key through a fixed hash (a unit of 65,536 new weights starts
  * that many jobs: a list scanned per request would be quadratic). */
 #define JOB_BUCKETS 4096
-#define SEG_BUCKETS 1024
 
 struct waiter {
 	cache_cb cb;
@@ -71,9 +70,8 @@ struct cache {
 	uint64_t next_segment_id;
 	uint64_t n_segments, segment_bytes;
 	size_t nbuckets;
-	struct weight **by_key, **by_id;
+	struct weight **by_key;
 	struct cache_segment *segments;
-	struct cache_segment *seg_by_id[SEG_BUCKETS];
 	struct cache_segment *dirty;
 	struct job *jobs;            /* in flight, for walking them */
 	struct job *jobs_by_key[JOB_BUCKETS];
