@@ -183,8 +183,6 @@ int wc_seg_get(weightd_client *c, uint64_t id, uint64_t size, int fd, struct wc_
 void wc_seg_ref(struct wc_seg *sg);
 /* Drop a reference; the last one unmaps, closes and forgets the segment. Accepts NULL. */
 void wc_seg_unref(struct wc_seg *sg);
-/* Segments and mapped segments this client holds (tests, diagnostics). */
-size_t wc_seg_count(weightd_client *c, size_t *ret_mapped);
 /* Free the table (client destruction; every segment is gone by then). */
 void wc_seg_table_free(weightd_client *c);
 

@@ -151,21 +151,6 @@ void wc_seg_unref(struct wc_seg *sg)
 	free(sg);
 }
 
-size_t wc_seg_count(weightd_client *c, size_t *ret_mapped)
-{
-	size_t n, mapped = 0;
-
-	pthread_mutex_lock(&c->seg_mu);
-	n = c->seg_n;
-	for (size_t i = 0; i < c->seg_cap; i++)
-		for (struct wc_seg *sg = c->seg_tab[i]; sg; sg = sg->next)
-			mapped += sg->mapped;
-	pthread_mutex_unlock(&c->seg_mu);
-	if (ret_mapped)
-		*ret_mapped = mapped;
-	return n;
-}
-
 void wc_seg_table_free(weightd_client *c)
 {
 	free(c->seg_tab);
