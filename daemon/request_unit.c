@@ -44,7 +44,7 @@ struct unitreq {
 	uint64_t new_bytes;        /* counted against the client's limits while in flight */
 	uint32_t new_weights;
 	size_t *first;             /* per entry: the first entry with the same key (itself if none) */
-	struct unitreq *next;
+	LIST_ENTRY(unitreq) link;  /* in its session's unitreqs while the session lasts */
 };
 
 static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
@@ -126,11 +126,7 @@ static void unitreq_unlink(struct unitreq *u)
 {
 	if (!u->s)
 		return;
-	for (struct unitreq **pp = &u->s->unitreqs; *pp; pp = &(*pp)->next)
-		if (*pp == u) {
-			*pp = u->next;
-			break;
-		}
+	LIST_REMOVE(u, link);
 	u->s->pending--;
 	u->s->pending_bytes -= u->new_bytes;
 	u->s->pending_weights -= u->new_weights;
@@ -723,8 +719,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		return;
 	}
 	u->s = s;
-	u->next = s->unitreqs;
-	s->unitreqs = u;
+	LIST_INSERT_HEAD(&s->unitreqs, u, link);
 	s->pending++;
 	s->pending_bytes += u->new_bytes;
 	s->pending_weights += u->new_weights;
@@ -766,8 +761,8 @@ void request_session_gone(struct session *s)
 {
 	struct unitreq *u;
 
-	while ((u = s->unitreqs)) {
-		s->unitreqs = u->next;
+	while ((u = LIST_FIRST(&s->unitreqs))) {
+		LIST_REMOVE(u, link);
 		u->s = NULL; /* finishes later, answering nobody and giving its references back */
 	}
 	s->pending = 0;

@@ -52,7 +52,7 @@ struct session {
 	uint32_t pending;     /* unit requests not yet answered */
 	uint64_t pending_bytes;   /* bytes of weights those requests will add (per-client limits) */
 	uint32_t pending_weights; /* weights they will add */
-	struct unitreq *unitreqs;
+	LIST_HEAD(, unitreq) unitreqs; /* unit requests in flight (request_unit.c) */
 	char **subs;          /* checkpoints subscribed to ("*" = all) */
 	size_t n_subs;
 	struct uid_usage *uu;  /* its uid's totals (NULL outside a server, e.g. unit tests) */
