@@ -7,12 +7,6 @@
 #include <string.h>
 
 /*
- * fgets-style reader over the file's bytes. It numbers lines (inih's handler gets no line number),
- * drops leading blanks so an indented key is a key and not a continuation of the previous value,
- * rejects lines longer than inih's buffer instead of letting inih split them, and opens sections.
- * Returns NULL at the end or once an error is recorded, which stops the parse at the first error.
- */
-/*
  * inih reads lines into a buffer of its own size (200 bytes in Debian's build), too short for a
  * path under a Hugging Face cache. A longer line is split here by inih's own rules: the key is
  * the text before the first '=' or ':', the value what follows, without leading and trailing
@@ -71,6 +65,12 @@ static bool split_long_line(struct loader *ld, const char *start, size_t n, char
 	return true;
 }
 
+/*
+ * fgets-style reader over the file's bytes. It numbers lines (inih's handler gets no line number),
+ * drops leading blanks so an indented key is a key and not a continuation of the previous value,
+ * rejects lines longer than inih's buffer instead of letting inih split them, and opens sections.
+ * Returns NULL at the end or once an error is recorded, which stops the parse at the first error.
+ */
 char *config_reader(char *str, int num, void *stream)
 {
 	struct loader *ld = stream;
