@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_stop.c - the daemon's ends and edges with clients on it: a stop while a client holds a
+ * weight and a preloaded checkpoint is held (the daemon exits 0, the client hears it is gone, the
+ * weight it mapped stays readable), and root's reserve beyond max_clients running out. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "itest.h"
+#include "weightd/client.h"
+
+static struct harness H;
+
+static int setup(void **state)
+{
+	return harness_init(&H) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	harness_cleanup(&H);
+	return 0;
+}
+
+/* Wait until the daemon's own preload holds `refs` references. */
+static void wait_preloaded(uint64_t refs)
+{
+	int64_t end = it_now_ms() + 30000;
+
+	for (;;) {
+		weightd_status *st = it_status_of(&H);
+		bool done = st->references >= refs;
+
+		weightd_status_free(st);
+		if (done)
+			return;
+		if (it_now_ms() > end)
+			fail_msg("the preload did not hold %llu references within 30 s",
+				 (unsigned long long)refs);
+		usleep(20 * 1000);
+	}
+}
+
+static void a_stop_with_a_client_and_a_preload_ends_cleanly(void **state)
+{
+	char path[512], sect[700];
+	weightd_client *c;
+	weightd_weight *w, *w2 = NULL;
+	weightd_error err;
+	const uint8_t *p;
+	uint8_t before[64];
+	int status;
+
+	harness_path(&H, "p.safetensors", path, sizeof(path));
+	it_fixture("safetensors %s --seed 3 --tensor a:U8:65536 --tensor b:U8:65536", path);
+	snprintf(sect, sizeof(sect), "[checkpoint:p]\npath = %s\npreload = yes\n", path);
+	it_start(&H, NULL, sect);
+	wait_preloaded(2);
+
+	c = it_connect(&H);
+	w = it_get_ok(c, "p", "a");
+	p = it_map(w);
+	memcpy(before, p, sizeof(before));
+
+	status = harness_stop(&H);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	/* the client is told the daemon is gone; what it mapped stays as it was */
+	assert_true(it_get(c, "p", "b", &w2, &err) < 0);
+	assert_int_equal(err.code, WEIGHTD_E_DISCONNECTED);
+	assert_null(w2);
+	assert_memory_equal(p, before, sizeof(before));
+	weightd_release(w);
+	weightd_close(c);
+}
+
+/* Root (these tests' uid) may connect past max_clients by its reserve of 16, no further. */
+static void roots_reserve_runs_out(void **state)
+{
+	weightd_client *c[18] = { NULL };
+	weightd_status *st;
+	weightd_error err;
+
+	it_start(&H, "max_clients = 1\n", NULL);
+	for (int i = 0; i < 17; i++)
+		c[i] = it_connect(&H);
+	assert_int_equal(weightd_connect(H.sock, "one too many", &c[17], &err),
+			 -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_int_equal(err.code, WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "max_clients 1"));
+	/* the others are served, and the refusal is counted */
+	st = it_status(c[0]);
+	assert_int_equal(st->clients_refused, 1);
+	weightd_status_free(st);
+	for (int i = 0; i < 17; i++)
+		weightd_close(c[i]);
+	assert_int_equal(harness_stop(&H), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(a_stop_with_a_client_and_a_preload_ends_cleanly, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(roots_reserve_runs_out, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
