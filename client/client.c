@@ -7,19 +7,6 @@
 
 #include "error.h"
 
-_Static_assert((int)WEIGHTD_E_SLOT_MISMATCH == (int)WD_E_SLOT_MISMATCH,
-	       "codes follow enum wd_code");
-_Static_assert((int)WEIGHTD_E_SCALE_MISMATCH == (int)WD_E_SCALE_MISMATCH,
-	       "codes follow enum wd_code");
-_Static_assert(WEIGHTD_E_SCALE_MISMATCH == (int)WEIGHTD__ERROR_CODE__ERR_SCALE_MISMATCH,
-	       "codes follow the wire protocol");
-_Static_assert(WEIGHTD_E_DISCONNECTED == (int)WEIGHTD__ERROR_CODE__ERR_DISCONNECTED,
-	       "codes follow the wire protocol");
-_Static_assert((int)WEIGHTD_E_CANCELLED == (int)WD_E_CANCELLED &&
-	       WEIGHTD_E_CANCELLED == (int)WEIGHTD__ERROR_CODE__ERR_CANCELLED &&
-	       (int)WEIGHTD_E_UNSUPPORTED_VERSION == (int)WD_E_VERSION &&
-	       WEIGHTD_E_UNSUPPORTED_VERSION == (int)WEIGHTD__ERROR_CODE__ERR_UNSUPPORTED_VERSION,
-	       "codes follow enum wd_code and the wire protocol");
 _Static_assert(WEIGHTD_PROTOCOL_VERSION == WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT &&
 	       WEIGHTD_PROTOCOL_MIN_VERSION == WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_MIN,
 	       "protocol versions follow proto/weightd.proto");

@@ -31,6 +31,6 @@
 int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t base,
 		uint64_t nbytes, enum wd_digest_alg alg, uint64_t *progress,
 		struct wd_scratch *scratch, uint8_t *ret_digest, uint64_t *ret_bytes_read,
-		struct wd_error *err);
+		weightd_error *err);
 
 #endif

@@ -216,7 +216,7 @@ struct build {
 	uint64_t n_indices;
 	size_t cap_srcs;              /* capacity of p->srcs */
 	size_t max_x;                 /* graph size up to which selections move below casts */
-	struct wd_error *err;
+	weightd_error *err;
 };
 
 /* Fill err for recipe node `node`: "node N (op): <sentence>", with the structured fields. */

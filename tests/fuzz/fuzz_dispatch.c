@@ -69,7 +69,7 @@ static void setup(void)
 	};
 	const struct wd_limits lim = WD_LIMITS_DEFAULT;
 	char ckpt[4200], conf[4200];
-	struct wd_error err;
+	weightd_error err;
 	FILE *f;
 
 	check(stw_tmpdir(dir, sizeof(dir)) == 0);

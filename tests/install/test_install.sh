@@ -49,7 +49,8 @@ for f in "$WD_SBINDIR/weightd" "$WD_BINDIR/weightctl"; do
 done
 for f in "$WD_LIBDIR/libweightd.so" "$WD_LIBDIR/libweightd.so.${WD_VERSION%%.*}" \
 	"$WD_LIBDIR/libweightd.so.$WD_VERSION" "$WD_LIBDIR/libweightd.a" \
-	"$WD_INCLUDEDIR/weightd/client.h" "$WD_LIBDIR/pkgconfig/libweightd.pc" \
+	"$WD_INCLUDEDIR/weightd/client.h" "$WD_INCLUDEDIR/weightd/error.h" \
+	"$WD_LIBDIR/pkgconfig/libweightd.pc" \
 	"$WD_LIBDIR/cmake/weightd/weightdConfig.cmake" \
 	"$WD_LIBDIR/cmake/weightd/weightdConfigVersion.cmake" \
 	"$WD_LIBDIR/cmake/weightd/weightdTargets.cmake" \

@@ -977,10 +977,10 @@ static void test_env_override(void **state)
 		if (has[k])
 			best = k;
 		else
-			assert_int_equal(wd_convert_select(ksets[k]), -WD_E_UNSUPPORTED);
+			assert_int_equal(wd_convert_select(ksets[k]), -WEIGHTD_E_UNSUPPORTED);
 	}
 	assert_true(has[0]);
-	assert_int_equal(wd_convert_select("avx1024"), -WD_E_INVALID);
+	assert_int_equal(wd_convert_select("avx1024"), -WEIGHTD_E_INVALID_ARGUMENT);
 	assert_int_equal(wd_convert_select("auto"), 0);
 	for (size_t k = 0; k < NKSETS; k++) {
 		size_t want = k;
