@@ -97,15 +97,25 @@ int wc_err_from_wire(weightd_error *err, const Weightd__Error *pe)
 	return -code;
 }
 
-/* Unit errors: the message alone should say which slot; the daemon's sentence may not. */
+/*
+ * The one place a slot's name enters a message. weightd and the library's own checks report the
+ * slot in err->slot and write the sentence without it (no message carries a 'slot "NAME": '
+ * prefix over the wire, so none has to be stripped where the caller named no slot); calls on a
+ * unit, whose caller named its slots, call this to lead the message with 'slot "NAME": '. A
+ * sentence that already names the slot quoted (a duplicate name, an alias, a declared shape) is
+ * left as it is.
+ */
 void wc_err_name_slot(weightd_error *err)
 {
-	char msg[sizeof(err->message)];
+	char msg[sizeof(err->message)], quoted[sizeof(err->slot) + 2];
 
-	if (!err || !err->slot[0] || strstr(err->message, err->slot))
+	if (!err || !err->slot[0])
+		return;
+	snprintf(quoted, sizeof(quoted), "\"%s\"", err->slot);
+	if (strstr(err->message, quoted))
 		return;
 	memcpy(msg, err->message, sizeof(msg));
-	snprintf(err->message, sizeof(err->message), "slot \"%s\": %s", err->slot, msg);
+	snprintf(err->message, sizeof(err->message), "slot %s: %s", quoted, msg);
 }
 
 int wc_err_copy(weightd_error *dst, const weightd_error *src)

@@ -272,7 +272,6 @@ static void on_entry_ready(struct weight *w, const weightd_error *err, uint64_t 
 		u->failed = true;
 		u->err = *err;
 		snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
-		wd_error_prefix(&u->err, "slot \"%s\"", o->name_copy);
 	}
 	if (--u->pending == 0)
 		unitreq_finish(u, u->cache);
@@ -518,7 +517,6 @@ static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__U
 		}
 		if (r < 0) {
 			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
-			wd_error_prefix(err, "slot \"%s\"", o->name_copy);
 			return r;
 		}
 		if (pe->check_slot && !slot_matches(pe, o->plan)) {
@@ -654,7 +652,6 @@ static int unit_check_access(struct session *s, const Weightd__Unit *pu, weightd
 				err->node = (uint32_t)k + 1;
 				wd_error_prefix(err, "node %zu (source)", k);
 				snprintf(err->slot, sizeof(err->slot), "%s", name);
-				wd_error_prefix(err, "slot \"%s\"", name);
 				return r;
 			}
 			last = ck;
@@ -749,7 +746,6 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		} else {
 			u->failed = true;
 			snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
-			wd_error_prefix(&u->err, "slot \"%s\"", o->name_copy);
 			break;
 		}
 	}

@@ -126,23 +126,6 @@ static int print_got(const struct opts *o, struct got *gs, size_t n, bool sha256
 	return 0;
 }
 
-/*
- * A one-slot unit for CHECKPOINT TENSOR was built by weightctl, not by the user: drop the
- * daemon's 'slot "NAME": ' prefix so the sentence is about the tensor.
- */
-static void unslot(weightd_error *err)
-{
-	char prefix[sizeof(err->slot) + 16];
-	size_t n;
-
-	if (!err->slot[0])
-		return;
-	n = (size_t)snprintf(prefix, sizeof(prefix), "slot \"%s\": ", err->slot);
-	if (n < sizeof(prefix) && strncmp(err->message, prefix, n) == 0)
-		memmove(err->message, err->message + n, strlen(err->message + n) + 1);
-	err->slot[0] = '\0';
-}
-
 /* A unit of the given tensors of one checkpoint, slots named after the tensors (sel: NULL for
  * full tensors; only with one tensor). 0 or a negative code with err set. */
 static int tensor_unit(weightd_client *c, const char *checkpoint, char *const *tensors, size_t n,
@@ -178,7 +161,6 @@ static int get_tensor(const struct opts *o, weightd_client *c, const struct get_
 		return fail_err(&err);
 	if (tensor_unit(c, a->checkpoint, &tensor, 1, sel, &u, &err) < 0 ||
 	    run_unit(c, u, &err) < 0 || weightd_unit_validate(u, &err) < 0) {
-		unslot(&err);
 		rc = fail_err(&err);
 		goto out;
 	}
