@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "digest.h"
+#include "checksum.h"
 #include "weightctl.h"
 
 
@@ -53,24 +53,21 @@ static int verify(struct got *g, bool sha256)
 	weightd_digest_algorithm alg = weightd_weight_digest_algorithm(g->w);
 	const uint8_t *reported = weightd_weight_digest(g->w);
 	size_t len = weightd_weight_digest_len(g->w), n = weightd_weight_nbytes(g->w);
-	uint8_t mine[WD_DIGEST_MAX];
+	uint8_t mine[CHECKSUM_MAX];
 	char theirs[2 * WEIGHTD_DIGEST_LEN + 1];
-	struct wd_content dg;
 
 	if (sha256) {
-		if (wd_sha256(g->data, n, mine) < 0)
+		if (checksum_sha256(g->data, n, mine) < 0)
 			return fail("cannot compute SHA-256 of %s", g->name);
-		wd_hex(mine, WD_DIGEST_LEN, g->sha);
+		checksum_hex(mine, 32, g->sha);
 	}
-	if (!len || wd_digest_len((enum wd_digest_alg)alg) != len)
+	if (!len || checksum_len(alg) != len)
 		return fail("weightd reported no digest for %s", g->name);
-	if (wd_content_init(&dg, (enum wd_digest_alg)alg) < 0)
+	if (checksum_content(alg, g->data, n, mine) < 0)
 		return fail("cannot compute the %s digest of %s", weightd_digest_algorithm_name(alg),
 			    g->name);
-	wd_content_update(&dg, g->data, n);
-	wd_content_final(&dg, mine);
-	wd_hex(mine, len, g->digest);
-	wd_hex(reported, len, theirs);
+	checksum_hex(mine, len, g->digest);
+	checksum_hex(reported, len, theirs);
 	if (memcmp(reported, mine, len) != 0)
 		return fail("digest mismatch for %s: weightd reported %s %s but the mapped bytes hash "
 			    "to %s", g->name, weightd_digest_algorithm_name(alg), theirs, g->digest);
