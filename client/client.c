@@ -21,40 +21,30 @@ const char *weightd_code_name(int code)
 	return wd_code_name(code);
 }
 
+/* The client's helpers are the core's (src/error.c), with one difference: a client call starts
+ * from a clean error, so wc_err_set clears every field first. */
 void wc_err_clear(weightd_error *err)
 {
-	if (!err)
-		return;
-	memset(err, 0, sizeof(*err));
-	err->axis = -1;
+	wd_error_clear(err);
 }
 
 int wc_err_set(weightd_error *err, int code, const char *fmt, ...)
 {
 	va_list ap;
+	int r;
 
-	if (code < 0)
-		code = -code;
-	if (err) {
-		wc_err_clear(err);
-		err->code = code;
-		va_start(ap, fmt);
-		vsnprintf(err->message, sizeof(err->message), fmt, ap);
-		va_end(ap);
-	}
-	return -code;
+	wd_error_clear(err);
+	va_start(ap, fmt);
+	r = wd_error_vset(err, code, fmt, ap);
+	va_end(ap);
+	return r;
 }
 
 void wc_err_about(weightd_error *err, const char *checkpoint, const char *tensor,
 		  const char *slot)
 {
-	if (!err)
-		return;
-	if (checkpoint)
-		snprintf(err->checkpoint, sizeof(err->checkpoint), "%s", checkpoint);
-	if (tensor)
-		snprintf(err->tensor, sizeof(err->tensor), "%s", tensor);
-	if (slot)
+	wd_error_about(err, checkpoint, tensor);
+	if (err && slot)
 		snprintf(err->slot, sizeof(err->slot), "%s", slot);
 }
 

@@ -16,18 +16,26 @@ void wd_error_clear(weightd_error *err)
 	err->axis = -1;
 }
 
-int wd_error_set(weightd_error *err, int code, const char *fmt, ...)
+int wd_error_vset(weightd_error *err, int code, const char *fmt, va_list ap)
 {
 	if (code < 0)
 		code = -code;
 	if (err) {
-		va_list ap;
 		err->code = code;
-		va_start(ap, fmt);
 		vsnprintf(err->message, sizeof(err->message), fmt, ap);
-		va_end(ap);
 	}
 	return -code;
+}
+
+int wd_error_set(weightd_error *err, int code, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = wd_error_vset(err, code, fmt, ap);
+	va_end(ap);
+	return r;
 }
 
 void wd_error_about(weightd_error *err, const char *checkpoint, const char *tensor)

@@ -2,6 +2,7 @@
 #ifndef WD_ERROR_H
 #define WD_ERROR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,10 @@ void wd_error_clear(weightd_error *err);
  * Accepts err == NULL (then only returns). */
 int wd_error_set(weightd_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* wd_error_set with a va_list. */
+int wd_error_vset(weightd_error *err, int code, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 
 /* Fill the structured fields that name what the error is about (each may be NULL). */
 void wd_error_about(weightd_error *err, const char *checkpoint, const char *tensor);
