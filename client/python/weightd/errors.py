@@ -93,7 +93,7 @@ for _name in ("invalid-argument", "out-of-range", "empty-inputs", "dtype-mismatc
               "shape-mismatch", "axis-out-of-range", "element-count-mismatch",
               "byte-count-mismatch", "not-a-permutation", "zero-sized-output",
               "unsupported-cast", "arithmetic-overflow", "recipe-too-deep", "recipe-too-large",
-              "duplicate-name", "bad-alias", "alias-cycle", "slot-mismatch"):
+              "duplicate-name", "bad-alias", "alias-cycle", "slot-mismatch", "scale-mismatch"):
     _BY_CODE[_name] = InvalidArgument
 
 
