@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* client.c - libweightd's version and its error reporting (struct weightd_error). */
 #include "internal.h"
 

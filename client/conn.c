@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conn.c - libweightd's connection: requests by id, one reader dispatching replies, events. */
 #include "internal.h"
 

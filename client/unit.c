@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit.c - libweightd's units: slots, one request per unit, validate-then-bind, preflight. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weight.c - libweightd's weights (fd, mapping, daemon reference) and in-flight requests. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cache.h - finished weights packed in shared-memory segments (digests, references, budget, LRU,
  * idle limits) and the jobs that fill them. */
 #ifndef WD_CACHE_H

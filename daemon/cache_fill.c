@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cache_fill.c - making new weights: packing a request's new weights into segments, the jobs
  * that fill them on the worker pool, and cache_request. Main thread only, except job_work. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cache_int.h - what cache.c (weights, segments, budget) and cache_fill.c (packing, jobs) share.
  * Not for other modules. */
 #ifndef WD_CACHE_INT_H

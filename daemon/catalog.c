@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* catalog.c - admission of configured checkpoints, access checks, and generations on reload. */
 #include "catalog.h"
 

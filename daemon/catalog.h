@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* catalog.h - the checkpoint sources a daemon serves, their admission state and access rules. */
 #ifndef WD_CATALOG_H
 #define WD_CATALOG_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.c - reads weightd.conf (INI, split by inih) into struct config; every error names FILE:LINE. */
 #include "config.h"
 

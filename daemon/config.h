@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.h - weightd's INI configuration: the daemon section and one section per checkpoint. */
 #ifndef WD_CONFIG_H
 #define WD_CONFIG_H

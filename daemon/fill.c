@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fill.c - one weight's bytes into its segment: chunks claimed by several workers at once, or
  * one in-order stream. Worker threads only. */
 #include "fill.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fill.h - filling one weight's bytes into its segment on a worker: in chunks shared with the
  * other workers when the weight is large, else in order. */
 #ifndef WD_FILL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - weightd: options, start-up (config, sources, segments, socket), signals, shutdown. */
 #include <errno.h>
 #include <event2/event.h>

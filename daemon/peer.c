@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* peer.c - the credentials of a client connection, all of its groups included. */
 #include "peer.h"
 

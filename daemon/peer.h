@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* peer.h - who is at the other end of a client connection: pid, uid, gid and every group. */
 #ifndef WD_PEER_H
 #define WD_PEER_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* preload.c - the daemon's own holds on the weights of `preload = yes` checkpoints. Main thread. */
 #include "preload.h"
 

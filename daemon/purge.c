@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* purge.c - weightd --purge: remove every segment and state record of a stopped instance. */
 #include "purge.h"
 

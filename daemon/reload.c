@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* reload.c - re-reading the configuration: checkpoints swapped in, [daemon] keys applied per key. */
 #include "reload.h"
 

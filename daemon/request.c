@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request.c - dispatch of decoded requests, the helpers every request module shares (replies,
  * errors, source info), and release. Units and share are in request_unit.c, queries in
  * request_query.c, admin requests in request_admin.c. Main thread only. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request_admin.c - the admin requests (reload, evict), accepted from root and the daemon's own
  * user only. Main thread only. */
 #include "request_admin.h"

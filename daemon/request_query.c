@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request_query.c - the requests that read the daemon's state: hello, list, describe, status and
  * subscribe. Main thread only. */
 #include "request_query.h"

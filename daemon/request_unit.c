@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request_unit.c - preflight and materialize of units (limits, names, aliases, access, recipes,
  * per-client limits, budget, packing the new weights into segments, the all-or-nothing reply)
  * and share. Main thread only. Every step is linear or n log n in the unit's size. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.c - the listening socket, accepting with back-off, the list of sessions, and what is
  * said to all of them (events, reload answers). */
 #include "server.h"

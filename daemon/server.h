@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.h - the listening socket, client sessions, and the requests they send. */
 #ifndef WD_SERVER_H
 #define WD_SERVER_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session.c - one connected client: its socket I/O (frames in, replies and fds out), the weights
  * it holds, and its lifecycle (created on accept, killed, freed later from the loop). */
 #include "session.h"

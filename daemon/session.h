@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session.h - one connected client: its socket queues, the weights it holds, its open requests.
  * session.c does its I/O and lifecycle; server.c lists sessions; request*.c act on them. */
 #ifndef WD_SESSION_H

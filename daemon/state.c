@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* state.c - per-segment JSON records (the weights in each) in the state directory, and recovery
  * at start. */
 #include "state.h"

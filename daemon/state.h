@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* state.h - the state index: one small record per shared-memory segment in the state directory,
  * listing the weights it holds, so a restarted daemon re-adopts its segments instead of rereading
  * checkpoints. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wire.c - protobuf <-> core conversions for recipes and errors. */
 #include "wire.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wire.h - conversions between protobuf messages and weightd's core structs. */
 #ifndef WD_WIRE_H
 #define WD_WIRE_H

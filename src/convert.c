@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* convert.c - element-wise casts: exact portable scalar kernels and vector twins chosen at run time. */
 #include "convert.h"
 

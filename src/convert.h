@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* convert.h - element-wise dtype conversion kernels (casts), vectorised with a scalar twin. */
 #ifndef WD_CONVERT_H
 #define WD_CONVERT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dequant.c - ggml quantized blocks to F32, following ggml's published block formats. */
 #include "dequant.h"
 

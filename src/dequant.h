@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dequant.h - ggml quantized blocks to F32, following ggml's published block formats. */
 #ifndef WD_DEQUANT_H
 #define WD_DEQUANT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* digest.c - SHA-256 through OpenSSL EVP (the hardware SHA extensions when the CPU has them),
  * XXH3-128 through libxxhash (its run-time dispatch to AVX2/AVX-512 where built in), and the
  * chunked content digest over either. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* digest.h - hashes: SHA-256 (OpenSSL EVP) for identity keys, and a weight's content digest
  * (XXH3-128 by default, SHA-256 on request), composed over fixed-size chunks. */
 #ifndef WD_DIGEST_H

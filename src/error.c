@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* error.c - filling weightd_error and naming error codes. */
 #include "error.h"
 

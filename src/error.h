@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* error.h - filling a weightd_error (the type of <weightd/error.h>) and naming its codes. */
 #ifndef WD_ERROR_H
 #define WD_ERROR_H

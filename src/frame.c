@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frame.c - length-prefixed frames with SCM_RIGHTS fds: the send queue and the receive buffer. */
 #include "frame.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frame.h - length-prefixed protobuf frames with file descriptors over a Unix stream socket. */
 #ifndef WD_FRAME_H
 #define WD_FRAME_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf.c - admitting a GGUF file: header, metadata and tensor infos checked, payload untouched. */
 #include "gguf.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf.h - validating a GGUF file's header, metadata and tensor infos without touching payload. */
 #ifndef WD_GGUF_H
 #define WD_GGUF_H

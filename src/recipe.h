@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe.h - derived weights: a recipe's validation, shape inference, identity and execution. */
 #ifndef WD_RECIPE_H
 #define WD_RECIPE_H

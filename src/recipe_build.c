@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_build.c - recipe nodes into the normalised graph: validation, shape inference, digests. */
 #include "recipe_int.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_dequant.c - block-scale dequantization in recipes: validation, moving selections below
  * it, and the F32 kernel that applies one scale per block. */
 #include "recipe_int.h"

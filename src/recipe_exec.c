@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_exec.c - plan execution: pulls the output's bytes through the graph into a sink. */
 #include "recipe_int.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_int.h - private to the recipe engine: the normalised graph, the plan, shared helpers. */
 #ifndef WD_RECIPE_INT_H
 #define WD_RECIPE_INT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_plan.c - preflight: builds the graph, decides how each node is read, accounts, labels. */
 #include "recipe_int.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors.c - validating a safetensors header (8-byte length + JSON) without touching payload. */
 #include "safetensors.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors.h - validating a safetensors header (8-byte length + JSON) without touching payload. */
 #ifndef WD_SAFETENSORS_H
 #define WD_SAFETENSORS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* segment.c - POSIX shared-memory objects that hold weights: create, seal, adopt, list, purge. */
 #include "segment.h"
 

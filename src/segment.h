@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* segment.h - POSIX shared-memory segments that hold weights. */
 #ifndef WD_SEGMENT_H
 #define WD_SEGMENT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sink.c - in-order writer into a segment that hashes as it writes, inline or on a hasher thread
  * behind the writes; per-worker scratch buffers. */
 #include "sink.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sink.h - writing a weight's bytes (or one range of them) into its segment in order, hashing
  * them on the way. */
 #ifndef WD_SINK_H

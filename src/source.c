@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* source.c - a checkpoint source: one safetensors file, a sharded directory, or a GGUF file. */
 #include "source.h"
 

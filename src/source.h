@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* source.h - a checkpoint source: one safetensors file, a sharded directory, or a GGUF file. */
 #ifndef WD_SOURCE_H
 #define WD_SOURCE_H

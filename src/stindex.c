@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stindex.c - parsing model.safetensors.index.json: which shard file holds which tensor. */
 #include "stindex.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stindex.h - model.safetensors.index.json: which shard file holds which tensor. */
 #ifndef WD_STINDEX_H
 #define WD_STINDEX_H

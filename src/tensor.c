@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tensor.c - the growable tensor/metadata table shared by the checkpoint parsers. */
 #include "tensor.h"
 

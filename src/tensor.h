@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tensor.h - the tensor table and metadata every checkpoint parser produces. */
 #ifndef WD_TENSOR_H
 #define WD_TENSOR_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* checksum.c - weightctl's own hashing of the bytes it fetched: a weight's content digest as
  * <weightd/client.h> defines it, and SHA-256 for --sha256. */
 #include "checksum.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* checksum.h - weightctl's own hashing of the bytes it fetched (checksum.c). */
 #ifndef WEIGHTCTL_CHECKSUM_H
 #define WEIGHTCTL_CHECKSUM_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_fetch.c - weightctl get, preload and preflight: units built, materialized and checked. */
 #include <errno.h>
 #include <getopt.h>

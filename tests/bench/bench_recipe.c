@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_recipe.c - MoE recipes: preflight cost per node from 1k to 64k nodes (linear time), and
  * dequant_block throughput beside a plain cast of the same FP8 bytes. */
 #include <stdint.h>

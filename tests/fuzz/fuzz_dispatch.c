@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_dispatch.c - the daemon's request path end to end: frame decoder, request decoder
  * (protobuf), dispatch and every request handler (hello, list, describe, preflight, materialize,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_frame.c - the frame decoder (src/frame.c) and the request decoder behind it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_gguf.c - the GGUF reader on arbitrary bytes (the input is a whole file), and what it admits
  * checked for the promises wd_gguf_parse makes. */
 #include <stdint.h>

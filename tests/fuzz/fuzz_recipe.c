@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_recipe.c - bytes -> a recipe over two small fixed checkpoints -> preflight must fail
  * cleanly or give a plan whose execution writes exactly its bytes and reads exactly what it said. */
 #include <stdbool.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_safetensors.c - feeds arbitrary file bytes to the safetensors header parser. */
 #include <stddef.h>
 #include <stdint.h>

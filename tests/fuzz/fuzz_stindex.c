@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_stindex.c - feeds arbitrary bytes to the model.safetensors.index.json parser. */
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # test_exports.sh SOURCE_DIR - what libweightd and weightctl are made of, checked on the built
 # files (paths in the environment, see tests/install/CMakeLists.txt):
 # - libweightd.so and libweightd.a define exactly the WEIGHTD_API functions declared in

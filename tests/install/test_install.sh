@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # test_install.sh BUILD_DIR - install a weightd build into a DESTDIR and check what was installed:
 # every file in its place, the units pass systemd-analyze verify (and keep a low exposure score),
 # the sysusers.d and tmpfiles.d snippets apply, the man pages format without warnings, and a

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # test_package.sh SOURCE_DIR - build the Debian packages (debian/) from a copy of the source tree
 # with dpkg-buildpackage -us -uc -b, as a Debian 12 machine would offline, then check them:
 # lintian reports no error; each package holds what it should; unpacked into a scratch root

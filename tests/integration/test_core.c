@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_core.c - the core promise, end to end: a real weightd, separate client processes, one copy. */
 #include <errno.h>
 #include <fcntl.h>

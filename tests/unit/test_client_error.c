@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_error.c - the one list of error codes: every code of the wire protocol
  * (weightd.ErrorCode, walked through protobuf-c's descriptor) is in <weightd/error.h> under the
  * same name and number and has a name of its own from weightd_code_name, and the header has no

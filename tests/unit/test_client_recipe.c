@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_recipe.c - libweightd's selections, recipe builder and JSON forms: what reaches
  * weightd (captured by a fake weightd) and every class of error, with its JSON path. */
 #include <stdarg.h>

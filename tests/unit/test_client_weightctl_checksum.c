@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_weightctl_checksum.c - weightctl's own digests (client/weightctl/checksum.c): published
  * values of both hashes, and the chunked content digest against the daemon's implementation
  * (src/digest.c) on either side of every chunk boundary a weight can have. */

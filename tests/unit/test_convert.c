@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_convert.c - dtype casts (src/convert.c) against oracles computed another way. */
 #include <stdarg.h>
 #include <stddef.h>

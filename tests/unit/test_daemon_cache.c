@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_cache.c - the cache on its own (no pool: jobs run inline): packing offsets and
  * segment caps, dedupe, references, budget and LRU eviction order, idle limits, and pages given
  * back when a weight leaves a segment that lives on. Expected offsets are worked out here from

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_config.c - weightd.conf loading: every key, the defaults, each error with its line. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_dequant.c - ggml block decoding checked element by element against values chosen here. */
 #include <stdarg.h>
 #include <stddef.h>

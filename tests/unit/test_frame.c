@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_frame.c - frames and fd passing over a Unix socketpair: src/frame.c. */
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_gguf.c - the GGUF reader against files written here from the specification. */
 #include <stdarg.h>
 #include <stddef.h>

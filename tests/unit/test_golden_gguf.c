@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_golden_gguf.c - a GGUF file written, quantized and decoded by ggml itself, read by weightd. */
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_recipe.c - recipes: every preflight error, results against independent index arithmetic,
  * identity keys, exact read accounting, and files that change between preflight and execution. */
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_recipe_dequant.c - dequant_block recipes against values computed here from the format
  * definitions (tests/common/float_ref.h): every input and output dtype, partial edge blocks,
  * selections that move below it (uneven shards off block boundaries, index lists), stacks over

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_safetensors.c - the safetensors header parser: valid files of every kind, each class of bad header. */
 #include <setjmp.h>
 #include <stdarg.h>

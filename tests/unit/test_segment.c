@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_segment.c - POSIX shm segments: src/segment.c. */
 #include <stdarg.h>
 #include <stddef.h>

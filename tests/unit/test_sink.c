@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sink.c - in-order writer with a running content digest (XXH3-128 by default, SHA-256,
  * chunked), range sinks, and scratch buffers: src/sink.c. */
 #include <stdarg.h>

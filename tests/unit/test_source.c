@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_source.c - checkpoint sources: single files, directories, sharded indexes, pins and change detection. */
 #include <setjmp.h>
 #include <stdarg.h>

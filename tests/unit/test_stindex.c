@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_stindex.c - model.safetensors.index.json parsing: the weight_map and every shard-name rule. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weightd/client.h - libweightd: bind model weights served by weightd from shared memory. */
 #ifndef WEIGHTD_CLIENT_H
 #define WEIGHTD_CLIENT_H

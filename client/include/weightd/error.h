@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weightd/error.h - weightd's error codes and struct weightd_error, shared by libweightd and weightd. */
 #ifndef WEIGHTD_ERROR_H
 #define WEIGHTD_ERROR_H

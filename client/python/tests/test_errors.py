@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Errors are exceptions: each weightd.Error subclass for its case, with the protocol's code
 name and the daemon's (or libweightd's) sentence."""
 

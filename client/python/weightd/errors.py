@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Exceptions raised by weightd: one class per family of protocol error codes.
 
 Every error carries the protocol's code name (``.code``, e.g. ``"unknown-tensor"``) and the
