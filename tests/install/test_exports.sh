@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # test_exports.sh SOURCE_DIR - what libweightd and weightctl are made of, checked on the built
-# files (paths in the environment, see tests/install/CMakeLists.txt):
+# files (paths in the environment, see tests/install/CMakeLists.txt), and what can be checked
+# mechanically of the tree:
 # - libweightd.so and libweightd.a define exactly the WEIGHTD_API functions declared in
 #   client/include/weightd/client.h as global symbols, and client/libweightd.map lists exactly
 #   those (a function added to the header is caught here, not by a list kept in this test);
@@ -10,7 +11,8 @@
 # - weightctl is built from client/weightctl/ and libweightd alone: its objects are those of
 #   client/weightctl/, it links no archive but libweightd.a, it defines no symbol of the daemon's
 #   sources or of the core's, the wire part of the core reaches it only inside libweightd.a (as
-#   local symbols), and it needs no inih.
+#   local symbols), and it needs no inih;
+# - every source file git tracks carries an SPDX-License-Identifier line (scripts/spdx --check).
 set -euo pipefail
 
 src=${1:?usage: test_exports.sh SOURCE_DIR}
@@ -115,6 +117,18 @@ comm -12 "$tmp/wire" "$tmp/ctl-global" >"$tmp/leak"
 	fail "weightctl links the core's wire part itself: $(head -5 "$tmp/leak" | tr '\n' ' ')"
 if readelf -d "$WD_WEIGHTCTL" | grep -q 'NEEDED.*libinih'; then
 	fail "weightctl needs libinih"
+fi
+
+# Every source file carries its license line (scripts/spdx adds what is missing; it reads git's
+# list of files, so a tree without git, such as a source package, is not checked here).
+if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	if ! "$src/scripts/spdx" --check >"$tmp/spdx" 2>&1; then
+		fail "files without an SPDX-License-Identifier line (scripts/spdx adds them):" \
+			"$(grep -v 'file(s) without' "$tmp/spdx" | head -5 | tr '\n' ' ')"
+	fi
+	echo "--- SPDX lines: checked on $(git -C "$src" ls-files | wc -l) tracked files"
+else
+	echo "--- SPDX lines: not checked ($src is not a git checkout)"
 fi
 
 if [ "$failures" -gt 0 ]; then
