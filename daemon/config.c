@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.c - reads weightd.conf (INI, split by inih) into struct config; every error names FILE:LINE.
  * The line reader is in config_line.c, sections and keys in config_section.c, value parsers in
  * config_value.c; config_int.h is what they share. */
@@ -61,7 +62,7 @@ static struct config *config_new(const char *path)
 }
 
 /* Read a whole regular file of at most CONFIG_MAX_FILE_BYTES. */
-static int read_file(const char *path, char **ret_buf, size_t *ret_len, struct wd_error *err)
+static int read_file(const char *path, char **ret_buf, size_t *ret_len, weightd_error *err)
 {
 	struct stat st;
 	char *buf = NULL;
@@ -70,23 +71,25 @@ static int read_file(const char *path, char **ret_buf, size_t *ret_len, struct w
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return wd_error_set(err, WD_E_IO, "%s: cannot open: %s", path, strerror(errno));
+		return wd_error_set(err, WEIGHTD_E_IO, "%s: cannot open: %s", path,
+				    strerror(errno));
 	if (fstat(fd, &st) < 0) {
-		rc = wd_error_set(err, WD_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+		rc = wd_error_set(err, WEIGHTD_E_IO, "%s: cannot stat: %s", path, strerror(errno));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		rc = wd_error_set(err, WD_E_INVALID, "%s: not a regular file", path);
+		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s: not a regular file", path);
 		goto out;
 	}
 	if (st.st_size > (off_t)CONFIG_MAX_FILE_BYTES) {
-		rc = wd_error_set(err, WD_E_INVALID, "%s: %lld bytes, larger than the %u allowed", path,
+		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "%s: %lld bytes, larger than the %u allowed", path,
 				  (long long)st.st_size, CONFIG_MAX_FILE_BYTES);
 		goto out;
 	}
 	buf = malloc((size_t)st.st_size + 1);
 	if (!buf) {
-		rc = wd_error_set(err, WD_E_EXHAUSTED, "%s: out of memory", path);
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "%s: out of memory", path);
 		goto out;
 	}
 	/* Read until EOF but never past the limit, in case the file grows meanwhile. */
@@ -96,7 +99,8 @@ static int read_file(const char *path, char **ret_buf, size_t *ret_len, struct w
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			rc = wd_error_set(err, WD_E_IO, "%s: cannot read: %s", path, strerror(errno));
+			rc = wd_error_set(err, WEIGHTD_E_IO, "%s: cannot read: %s", path,
+					  strerror(errno));
 			goto out;
 		}
 		if (r == 0)
@@ -123,7 +127,7 @@ static void validate(struct loader *ld)
 		int line = ld->daemon_key_line[DK_CLIENT_MAX_QUEUE] > ld->daemon_key_line[DK_MAX_FRAME]
 			? ld->daemon_key_line[DK_CLIENT_MAX_QUEUE] : ld->daemon_key_line[DK_MAX_FRAME];
 
-		config_fail(ld, line, WD_E_INVALID,
+		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "client_max_queue (%llu bytes) is smaller than max_frame (%u bytes): one reply "
 			    "must fit in a client's queue", (unsigned long long)cfg->client_max_queue_bytes,
 			    cfg->max_frame_bytes);
@@ -133,7 +137,7 @@ static void validate(struct loader *ld)
 			? ld->daemon_key_line[DK_UID_MAX_PARTIAL] : ld->daemon_key_line[DK_MAX_PARTIAL];
 
 		/* else one uid alone could fill the total and lock every other uid out */
-		config_fail(ld, line, WD_E_INVALID,
+		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "uid_max_partial (%llu bytes) is more than half of max_partial (%llu bytes): one "
 			    "uid must not be able to take what every uid shares",
 			    (unsigned long long)cfg->uid_max_partial_bytes,
@@ -141,7 +145,7 @@ static void validate(struct loader *ld)
 	}
 }
 
-int config_load(const char *path, struct config **ret, struct wd_error *err)
+int config_load(const char *path, struct config **ret, weightd_error *err)
 {
 	struct loader ld = { 0 };
 	struct config *cfg = NULL;
@@ -154,7 +158,7 @@ int config_load(const char *path, struct config **ret, struct wd_error *err)
 		return rc;
 	cfg = config_new(path);
 	if (!cfg) {
-		rc = wd_error_set(err, WD_E_EXHAUSTED, "%s: out of memory", path);
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "%s: out of memory", path);
 		goto out;
 	}
 	ld.file = path;
@@ -164,7 +168,7 @@ int config_load(const char *path, struct config **ret, struct wd_error *err)
 
 	ini_line = ini_parse_stream(config_reader, &ld, config_handler, &ld);
 	if (ini_line < 0) {
-		rc = wd_error_set(err, WD_E_EXHAUSTED, "%s: out of memory", path);
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "%s: out of memory", path);
 		goto out;
 	}
 	if (!ld.err_line)
@@ -173,7 +177,7 @@ int config_load(const char *path, struct config **ret, struct wd_error *err)
 		validate(&ld);
 	/* inih reports lines it could not split itself (no '=' or ':'); ours come with a sentence. */
 	if (ini_line > 0 && (!ld.err_line || ini_line < ld.err_line)) {
-		rc = wd_error_set(err, WD_E_INVALID, "%s:%d: %s", path, ini_line,
+		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s:%d: %s", path, ini_line,
 				  config_line_is_header(&ld, ini_line)
 				  ? "cannot parse the section header" : "expected 'key = value'");
 		goto out;

@@ -33,7 +33,7 @@ static bool split_long_line(struct loader *ld, const char *start, size_t n, char
 		blank = *p == ' ' || *p == '\t';
 	}
 	if (!sep || *start == '[') {
-		config_fail(ld, ld->line, WD_E_INVALID, *start == '['
+		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, *start == '['
 			    ? "line is %zu characters long; a section header may be at most %d"
 			    : "expected 'key = value' (a line of %zu characters, longer than %d, must be one)",
 			    n, num - 2);
@@ -41,7 +41,7 @@ static bool split_long_line(struct loader *ld, const char *start, size_t n, char
 	}
 	klen = (size_t)(sep - start);
 	if (klen + 3 > (size_t)num) {
-		config_fail(ld, ld->line, WD_E_INVALID,
+		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "the key name before '%c' is %zu characters long", *sep, klen);
 		return false;
 	}
@@ -93,11 +93,11 @@ char *config_reader(char *str, int num, void *stream)
 		n--;
 	}
 	if (memchr(start, '\0', n)) {
-		config_fail(ld, ld->line, WD_E_INVALID, "line contains a NUL byte");
+		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "line contains a NUL byte");
 		return NULL;
 	}
 	if (n > CONFIG_MAX_LINE || num < 8) {
-		config_fail(ld, ld->line, WD_E_INVALID,
+		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "line is %zu characters long, at most %d allowed", n, CONFIG_MAX_LINE);
 		return NULL;
 	}

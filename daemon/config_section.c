@@ -56,7 +56,7 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		for (; *p >= '0' && *p <= '7' && mode <= 07777; p++)
 			mode = mode * 8 + (unsigned long)(*p - '0');
 		if (p == val || *p || mode > 0777)
-			return config_fail(ld, ld->line, WD_E_INVALID,
+			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 					   "%s: '%s' is not an octal mode between 0000 and 0777", key, val);
 		cfg->socket_mode = (mode_t)mode;
 		return 1;
@@ -73,7 +73,7 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 	case DK_SHM_PREFIX:
 		if (!val[0] || strlen(val) > CONFIG_MAX_PREFIX || val[0] == '.' || val[0] == '-' ||
 		    !config_name_ok(val))
-			return config_fail(ld, ld->line, WD_E_INVALID,
+			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 					   "%s: '%s' is invalid (1 to %d of A-Z a-z 0-9 _ . -, not starting "
 					   "with . or -)", key, val, CONFIG_MAX_PREFIX);
 		return config_set_string(ld, &cfg->shm_prefix, val);
@@ -85,7 +85,7 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		return config_set_bool(ld, key, val, &cfg->verify_adopted);
 	case DK_DIGEST:
 		if (wd_digest_from_name(val) == WD_DIGEST_NONE)
-			return config_fail(ld, ld->line, WD_E_INVALID,
+			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 					   "%s: '%s' is not a digest algorithm (xxh3-128 or sha256)", key, val);
 		cfg->digest = wd_digest_from_name(val);
 		return 1;
@@ -141,7 +141,7 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		int level = log_level_parse(val);
 
 		if (level < 0)
-			return config_fail(ld, ld->line, WD_E_INVALID,
+			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 					   "%s: '%s' is not a level (error, warning, notice, info, debug)",
 					   key, val);
 		cfg->log_level = level;
@@ -150,7 +150,7 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 	case DK_COUNT:
 		break;
 	}
-	return config_fail(ld, ld->line, WD_E_INTERNAL, "%s: no parser for this key", key);
+	return config_fail(ld, ld->line, WEIGHTD_E_INTERNAL, "%s: no parser for this key", key);
 }
 
 /* --- [checkpoint:NAME] -------------------------------------------------------------------- */
@@ -175,7 +175,7 @@ static int checkpoint_set(struct loader *ld, int k, const char *key, const char 
 	case CK_COUNT:
 		break;
 	}
-	return config_fail(ld, ld->line, WD_E_INTERNAL, "%s: no parser for this key", key);
+	return config_fail(ld, ld->line, WEIGHTD_E_INTERNAL, "%s: no parser for this key", key);
 }
 
 _Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(gid_t) == sizeof(uint32_t),
@@ -190,7 +190,8 @@ void config_close_section(struct loader *ld)
 		return;
 	src = &ld->cfg->sources[ld->cfg->n_sources - 1];
 	if (!src->path)
-		config_fail(ld, src->line, WD_E_INVALID, "[checkpoint:%s] has no path", src->name);
+		config_fail(ld, src->line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "[checkpoint:%s] has no path", src->name);
 }
 
 static int open_checkpoint(struct loader *ld, const char *name)
@@ -199,23 +200,24 @@ static int open_checkpoint(struct loader *ld, const char *name)
 	struct source_conf *src;
 
 	if (!name[0] || strlen(name) > CONFIG_MAX_NAME || !config_name_ok(name))
-		return config_fail(ld, ld->line, WD_E_INVALID,
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "checkpoint name '%s' is invalid (1 to %d of A-Z a-z 0-9 _ . -)", name,
 				   CONFIG_MAX_NAME);
 	for (size_t i = 0; i < cfg->n_sources; i++)
 		if (strcmp(cfg->sources[i].name, name) == 0)
-			return config_fail(ld, ld->line, WD_E_INVALID,
+			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 					   "checkpoint '%s' is defined twice (first at line %d)", name,
 					   cfg->sources[i].line);
 	if (cfg->n_sources == CONFIG_MAX_SOURCES)
-		return config_fail(ld, ld->line, WD_E_INVALID, "more than %d checkpoints",
-				   CONFIG_MAX_SOURCES);
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "more than %d checkpoints", CONFIG_MAX_SOURCES);
 	if (cfg->n_sources == ld->cap_sources) {
 		size_t ncap = ld->cap_sources ? ld->cap_sources * 2 : 8;
 		struct source_conf *ns = realloc(cfg->sources, ncap * sizeof(*ns));
 
 		if (!ns)
-			return config_fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+			return config_fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED,
+					   "out of memory");
 		cfg->sources = ns;
 		ld->cap_sources = ncap;
 	}
@@ -223,7 +225,7 @@ static int open_checkpoint(struct loader *ld, const char *name)
 	memset(src, 0, sizeof(*src));
 	src->name = strdup(name);
 	if (!src->name)
-		return config_fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+		return config_fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	src->allow_any = true;
 	src->line = ld->line;
 	cfg->n_sources++;
@@ -244,21 +246,22 @@ void config_open_section(struct loader *ld, const char *text, size_t n)
 		return;
 	ld->sect = SECT_NONE;
 	if (!close) {
-		config_fail(ld, ld->line, WD_E_INVALID, "section header has no closing ']'");
+		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "section header has no closing ']'");
 		return;
 	}
 	for (const char *p = close + 1; p < text + n; p++) {
 		if (*p == ';' || *p == '#')
 			break;
 		if (!isspace((unsigned char)*p)) {
-			config_fail(ld, ld->line, WD_E_INVALID,
+			config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				    "unexpected text after the section header");
 			return;
 		}
 	}
 	len = (size_t)(close - text - 1);
 	if (len > CONFIG_MAX_SECTION) {
-		config_fail(ld, ld->line, WD_E_INVALID,
+		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "section name is %zu bytes long, at most %d allowed", len,
 			    CONFIG_MAX_SECTION);
 		return;
@@ -268,7 +271,7 @@ void config_open_section(struct loader *ld, const char *text, size_t n)
 
 	if (strcmp(ld->sect_text, "daemon") == 0) {
 		if (ld->daemon_line) {
-			config_fail(ld, ld->line, WD_E_INVALID,
+			config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				    "section [daemon] is given twice (first at line %d)",
 				    ld->daemon_line);
 			return;
@@ -281,7 +284,7 @@ void config_open_section(struct loader *ld, const char *text, size_t n)
 		memset(ld->ckpt_key_line, 0, sizeof(ld->ckpt_key_line));
 		ld->sect = SECT_CHECKPOINT;
 	} else {
-		config_fail(ld, ld->line, WD_E_INVALID,
+		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "unknown section [%s] (expected [daemon] or [checkpoint:NAME])", ld->sect_text);
 	}
 }
@@ -309,20 +312,21 @@ int config_handler(void *user, const char *section, const char *key, const char 
 	if (ld->long_line == ld->line)
 		val = ld->long_val;
 	if (!key[0])
-		return config_fail(ld, ld->line, WD_E_INVALID, "key name missing before '='");
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "key name missing before '='");
 	if (ld->sect == SECT_NONE)
-		return config_fail(ld, ld->line, WD_E_INVALID,
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "key '%s' comes before any section ([daemon] or [checkpoint:NAME])", key);
 	/* inih and config_open_section() read the same header and must agree (inih cuts long names). */
 	if (strncmp(section, ld->sect_text, strlen(section)) != 0)
-		return config_fail(ld, ld->line, WD_E_INVALID,
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "cannot parse the section header [%s]", section);
 	k = key_index(keys, n, key);
 	if (k < 0)
-		return config_fail(ld, ld->line, WD_E_INVALID, "unknown key '%s' in [%s]", key,
-				   ld->sect_text);
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "unknown key '%s' in [%s]", key, ld->sect_text);
 	if (lines[k])
-		return config_fail(ld, ld->line, WD_E_INVALID,
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "key '%s' is given twice in [%s] (first at line %d)", key,
 				   ld->sect_text, lines[k]);
 	lines[k] = ld->line;

@@ -87,21 +87,21 @@ int config_set_size(struct loader *ld, const char *key, const char *val, uint64_
 
 	switch (parse_size(val, &v)) {
 	case CONFIG_NUM_GARBAGE:
-		return config_fail(ld, ld->line, WD_E_INVALID,
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "%s: '%s' is not a size (bytes, or a number followed by K, M, G, T or P)",
 				   key, val);
 	case CONFIG_NUM_OVERFLOW:
-		return config_fail(ld, ld->line, WD_E_INVALID, "%s: '%s' does not fit in 64 bits",
-				   key, val);
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: '%s' does not fit in 64 bits", key, val);
 	case CONFIG_NUM_OK:
 		break;
 	}
 	if (v < min && max == UINT64_MAX)
-		return config_fail(ld, ld->line, WD_E_INVALID,
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "%s: %s is too small (at least %llu bytes)", key, val,
 				   (unsigned long long)min);
 	if (v < min || v > max)
-		return config_fail(ld, ld->line, WD_E_INVALID,
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "%s: %s is out of range (%llu to %llu bytes)", key, val,
 				   (unsigned long long)min, (unsigned long long)max);
 	*ret = v;
@@ -118,11 +118,11 @@ int config_set_u32(struct loader *ld, const char *key, const char *val, uint32_t
 	if (st == CONFIG_NUM_OK && *end)
 		st = CONFIG_NUM_GARBAGE;
 	if (st == CONFIG_NUM_GARBAGE)
-		return config_fail(ld, ld->line, WD_E_INVALID, "%s: '%s' is not a whole number",
-				   key, val);
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: '%s' is not a whole number", key, val);
 	if (st == CONFIG_NUM_OVERFLOW || v < min || v > max)
-		return config_fail(ld, ld->line, WD_E_INVALID, "%s: %s is out of range (%u to %u)",
-				   key, val, min, max);
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: %s is out of range (%u to %u)", key, val, min, max);
 	*ret = (uint32_t)v;
 	return 1;
 }
@@ -147,12 +147,12 @@ int config_set_duration_ms(struct loader *ld, const char *key, const char *val, 
 			st = CONFIG_NUM_GARBAGE;
 	}
 	if (st == CONFIG_NUM_GARBAGE)
-		return config_fail(ld, ld->line, WD_E_INVALID,
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "%s: '%s' is not a duration (seconds, or a number followed by ms, s, m or h)",
 				   key, val);
 	if (st == CONFIG_NUM_OVERFLOW || v > UINT64_MAX / mul || v * mul > (30ull * 24 * 3600000))
-		return config_fail(ld, ld->line, WD_E_INVALID, "%s: %s is longer than 30 days", key,
-				   val);
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: %s is longer than 30 days", key, val);
 	*ret = v * mul;
 	return 1;
 }
@@ -172,7 +172,7 @@ int config_set_bool(struct loader *ld, const char *key, const char *val, bool *r
 			return 1;
 		}
 	}
-	return config_fail(ld, ld->line, WD_E_INVALID,
+	return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			   "%s: '%s' is not a boolean (yes/no, true/false, on/off, 1/0)", key, val);
 }
 
@@ -182,7 +182,7 @@ int config_set_string(struct loader *ld, char **slot, const char *val)
 	char *s = strdup(val);
 
 	if (!s)
-		return config_fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+		return config_fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	free(*slot);
 	*slot = s;
 	return 1;
@@ -192,10 +192,10 @@ int config_set_abs_path(struct loader *ld, const char *key, const char *val, siz
 			char **slot)
 {
 	if (val[0] != '/')
-		return config_fail(ld, ld->line, WD_E_INVALID, "%s: '%s' is not an absolute path",
-				   key, val);
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: '%s' is not an absolute path", key, val);
 	if (strlen(val) > max)
-		return config_fail(ld, ld->line, WD_E_INVALID,
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "%s: path is %zu bytes long, at most %zu allowed", key,
 				   strlen(val), max);
 	return config_set_string(ld, slot, val);
@@ -229,13 +229,13 @@ int config_resolve_id(struct loader *ld, const char *key, const char *name, bool
 			break;
 		/* (uid_t)-1 and (gid_t)-1 mean "no id" to chown and friends. */
 		if (v >= UINT32_MAX)
-			return config_fail(ld, ld->line, WD_E_INVALID,
+			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 					   "%s: %s id %s is out of range", key, what, name);
 		*ret = (uint32_t)v;
 		return 1;
 	case CONFIG_NUM_OVERFLOW:
-		return config_fail(ld, ld->line, WD_E_INVALID, "%s: %s id %s is out of range", key,
-				   what, name);
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: %s id %s is out of range", key, what, name);
 	case CONFIG_NUM_GARBAGE:
 		break;
 	}
@@ -246,7 +246,7 @@ int config_resolve_id(struct loader *ld, const char *key, const char *name, bool
 		char *nb = realloc(buf, size);
 
 		if (!nb) {
-			config_fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+			config_fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 			goto out;
 		}
 		buf = nb;
@@ -271,11 +271,12 @@ int config_resolve_id(struct loader *ld, const char *key, const char *name, bool
 		}
 		/* Not found is rc 0 with a NULL result; some NSS modules report ENOENT/ESRCH instead. */
 		if (rc == 0 || rc == ENOENT || rc == ESRCH || rc == EBADF || rc == EPERM)
-			config_fail(ld, ld->line, WD_E_INVALID, "%s: unknown %s '%s'", key, what,
-				    name);
+			config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: unknown %s '%s'",
+				    key, what, name);
 		else
-			config_fail(ld, ld->line, WD_E_INVALID, "%s: cannot look up %s '%s': %s",
-				    key, what, name, strerror(rc));
+			config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				    "%s: cannot look up %s '%s': %s", key, what, name,
+				    strerror(rc));
 		goto out;
 	}
 out:
@@ -293,15 +294,15 @@ int config_set_id_list(struct loader *ld, const char *key, const char *val, bool
 	int ok = 0;
 
 	if (!copy) {
-		config_fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+		config_fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	for (tok = strtok_r(copy, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
 		uint32_t id = 0;
 
 		if (n == CONFIG_MAX_LIST) {
-			config_fail(ld, ld->line, WD_E_INVALID, "%s: more than %d entries", key,
-				    CONFIG_MAX_LIST);
+			config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				    "%s: more than %d entries", key, CONFIG_MAX_LIST);
 			goto out;
 		}
 		if (!config_resolve_id(ld, key, tok, is_group, &id))
@@ -311,7 +312,8 @@ int config_set_id_list(struct loader *ld, const char *key, const char *val, bool
 			uint32_t *nids = realloc(ids, ncap * sizeof(*ids));
 
 			if (!nids) {
-				config_fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+				config_fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED,
+					    "out of memory");
 				goto out;
 			}
 			ids = nids;
@@ -320,7 +322,7 @@ int config_set_id_list(struct loader *ld, const char *key, const char *val, bool
 		ids[n++] = id;
 	}
 	if (n == 0) {
-		config_fail(ld, ld->line, WD_E_INVALID,
+		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "%s: the list is empty (leave the key out to allow "
 			    "every peer of the socket)",
 			    key);

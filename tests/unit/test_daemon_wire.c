@@ -35,10 +35,10 @@ static void wrecipe_init(struct wrecipe *w, size_t n)
 }
 
 /* Convert, expecting failure with `code`; returns the error for further checks. */
-static struct wd_error refused(const struct wrecipe *w, uint32_t max_nodes, int code)
+static weightd_error refused(const struct wrecipe *w, uint32_t max_nodes, int code)
 {
 	struct wd_rnode *nodes = NULL;
-	struct wd_error err;
+	weightd_error err;
 	size_t n = 0;
 
 	wd_error_clear(&err);
@@ -57,7 +57,7 @@ static void every_field_is_carried(void **state)
 	uint64_t block[2] = { 128, 64 };
 	uint32_t perm[2] = { 1, 0 }, in0[1] = { 0 }, in01[2] = { 0, 1 };
 	struct wd_rnode *nodes = NULL;
-	struct wd_error err;
+	weightd_error err;
 	struct wrecipe w;
 	size_t n = 0;
 
@@ -157,63 +157,63 @@ static void every_field_is_carried(void **state)
 static void no_nodes_is_refused(void **state)
 {
 	struct wd_rnode *nodes = NULL;
-	struct wd_error err;
+	weightd_error err;
 	struct wrecipe w;
 	size_t n = 0;
 
 	wrecipe_init(&w, 0);
-	err = refused(&w, 16, WD_E_EMPTY_INPUTS);
-	assert_non_null(strstr(err.msg, "no nodes"));
+	err = refused(&w, 16, WEIGHTD_E_EMPTY_INPUTS);
+	assert_non_null(strstr(err.message, "no nodes"));
 	wd_error_clear(&err);
-	assert_int_equal(wire_recipe(NULL, 16, &nodes, &n, &err), -WD_E_EMPTY_INPUTS);
+	assert_int_equal(wire_recipe(NULL, 16, &nodes, &n, &err), -WEIGHTD_E_EMPTY_INPUTS);
 }
 
 static void too_many_nodes_names_the_first_past_the_limit(void **state)
 {
-	struct wd_error err;
+	weightd_error err;
 	struct wrecipe w;
 
 	wrecipe_init(&w, 4);
 	w.node[2].op = WEIGHTD__OP__OP_CAST;
-	err = refused(&w, 2, WD_E_TOO_LARGE);
+	err = refused(&w, 2, WEIGHTD_E_RECIPE_TOO_LARGE);
 	assert_int_equal(err.node, 3);          /* 1-based: the third node is the first too many */
 	assert_int_equal(err.expected, 2);
 	assert_int_equal(err.actual, 4);
-	assert_non_null(strstr(err.msg, "node 2 (cast)"));
-	assert_non_null(strstr(err.msg, "4 nodes"));
+	assert_non_null(strstr(err.message, "node 2 (cast)"));
+	assert_non_null(strstr(err.message, "4 nodes"));
 }
 
 static void unknown_operation_is_refused(void **state)
 {
-	struct wd_error err;
+	weightd_error err;
 	struct wrecipe w;
 
 	wrecipe_init(&w, 2);
 	w.node[1].op = (Weightd__Op)(WD_OP_LAST + 1);
-	err = refused(&w, 16, WD_E_INVALID);
+	err = refused(&w, 16, WEIGHTD_E_INVALID_ARGUMENT);
 	assert_int_equal(err.node, 2);
-	assert_non_null(strstr(err.msg, "node 1 (unknown): unknown operation"));
+	assert_non_null(strstr(err.message, "node 1 (unknown): unknown operation"));
 }
 
 static void unknown_selection_kind_is_refused(void **state)
 {
-	struct wd_error err;
+	weightd_error err;
 	struct wrecipe w;
 
 	wrecipe_init(&w, 2);
 	w.node[1].op = WEIGHTD__OP__OP_SELECT;
 	w.node[1].selection = &w.sel[1];
 	w.sel[1].kind = (Weightd__Selection__Kind)42;
-	err = refused(&w, 16, WD_E_INVALID);
+	err = refused(&w, 16, WEIGHTD_E_INVALID_ARGUMENT);
 	assert_int_equal(err.node, 2);
-	assert_non_null(strstr(err.msg, "node 1 (select): unknown selection kind 42"));
+	assert_non_null(strstr(err.message, "node 1 (select): unknown selection kind 42"));
 }
 
 static void too_many_dimensions_are_refused(void **state)
 {
 	uint64_t big[WD_MAX_DIMS + 1] = { 0 };
 	uint32_t perm[WD_MAX_DIMS + 1] = { 0 };
-	struct wd_error err;
+	weightd_error err;
 	struct wrecipe w;
 
 	/* a selection's shape */
@@ -222,26 +222,26 @@ static void too_many_dimensions_are_refused(void **state)
 	w.sel[0].kind = WEIGHTD__SELECTION__KIND__SEL_ELEMENTS;
 	w.sel[0].n_shape = WD_MAX_DIMS + 1;
 	w.sel[0].shape = big;
-	err = refused(&w, 16, WD_E_TOO_LARGE);
+	err = refused(&w, 16, WEIGHTD_E_RECIPE_TOO_LARGE);
 	assert_int_equal(err.node, 1);
-	assert_non_null(strstr(err.msg, "node 0 (source): selection shape has"));
+	assert_non_null(strstr(err.message, "node 0 (source): selection shape has"));
 
 	/* a node's shape, permutation or block: the largest count is named */
 	wrecipe_init(&w, 2);
 	w.node[1].op = WEIGHTD__OP__OP_RESHAPE;
 	w.node[1].n_shape = WD_MAX_DIMS + 1;
 	w.node[1].shape = big;
-	err = refused(&w, 16, WD_E_TOO_LARGE);
+	err = refused(&w, 16, WEIGHTD_E_RECIPE_TOO_LARGE);
 	assert_int_equal(err.node, 2);
-	assert_non_null(strstr(err.msg, "node 1 (reshape):"));
+	assert_non_null(strstr(err.message, "node 1 (reshape):"));
 
 	wrecipe_init(&w, 2);
 	w.node[1].op = WEIGHTD__OP__OP_TRANSPOSE;
 	w.node[1].n_perm = WD_MAX_DIMS + 1;
 	w.node[1].perm = perm;
-	err = refused(&w, 16, WD_E_TOO_LARGE);
+	err = refused(&w, 16, WEIGHTD_E_RECIPE_TOO_LARGE);
 	assert_int_equal(err.node, 2);
-	assert_non_null(strstr(err.msg, "node 1 (transpose):"));
+	assert_non_null(strstr(err.message, "node 1 (transpose):"));
 
 	wrecipe_init(&w, 2);
 	w.node[1].op = WEIGHTD__OP__OP_DEQUANT_BLOCK;
@@ -249,31 +249,31 @@ static void too_many_dimensions_are_refused(void **state)
 	w.node[1].block = big;
 	w.node[1].n_shape = 1;
 	w.node[1].shape = big;
-	err = refused(&w, 16, WD_E_TOO_LARGE);
+	err = refused(&w, 16, WEIGHTD_E_RECIPE_TOO_LARGE);
 	assert_int_equal(err.node, 2);
-	assert_non_null(strstr(err.msg, "node 1 (dequant_block):"));
+	assert_non_null(strstr(err.message, "node 1 (dequant_block):"));
 }
 
 static void unknown_dtype_is_refused(void **state)
 {
-	struct wd_error err;
+	weightd_error err;
 	struct wrecipe w;
 
 	wrecipe_init(&w, 2);
 	w.node[1].op = WEIGHTD__OP__OP_CAST;
 	w.node[1].dtype = "F17";
-	err = refused(&w, 16, WD_E_UNSUPPORTED_CAST);
+	err = refused(&w, 16, WEIGHTD_E_UNSUPPORTED_CAST);
 	assert_int_equal(err.node, 2);
-	assert_non_null(strstr(err.msg, "node 1 (cast): unknown dtype \"F17\""));
+	assert_non_null(strstr(err.message, "node 1 (cast): unknown dtype \"F17\""));
 }
 
 static void core_errors_become_wire_errors(void **state)
 {
-	struct wd_error e;
+	weightd_error e;
 	Weightd__Error pe;
 
 	wd_error_clear(&e);
-	wd_error_set(&e, WD_E_SCALE_MISMATCH, "scale does not fit");
+	wd_error_set(&e, WEIGHTD_E_SCALE_MISMATCH, "scale does not fit");
 	e.node = 3;
 	e.axis = -1;
 	e.expected = 7;
@@ -282,7 +282,7 @@ static void core_errors_become_wire_errors(void **state)
 	strcpy(e.tensor, "a.weight");
 	strcpy(e.slot, "layers.0.w");
 	wire_error(&e, &pe);
-	assert_int_equal(pe.code, WD_E_SCALE_MISMATCH);
+	assert_int_equal(pe.code, WEIGHTD_E_SCALE_MISMATCH);
 	assert_string_equal(pe.message, "scale does not fit");
 	assert_string_equal(pe.checkpoint, "model");
 	assert_string_equal(pe.tensor, "a.weight");

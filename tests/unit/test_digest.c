@@ -42,12 +42,12 @@ static void unknown_algorithms_are_refused(void **state)
 	struct wd_hash h;
 	uint8_t out[WD_DIGEST_MAX] = { 0 }, two[2 * WD_DIGEST_MAX] = { 0 };
 
-	assert_int_equal(wd_hash_init(&h, WD_DIGEST_NONE), -WD_E_INVALID);
+	assert_int_equal(wd_hash_init(&h, WD_DIGEST_NONE), -WEIGHTD_E_INVALID_ARGUMENT);
 	wd_hash_free(&h);                                  /* nothing was allocated */
-	assert_int_equal(wd_hash((enum wd_digest_alg)99, "x", 1, out), -WD_E_INVALID);
-	assert_int_equal(wd_content_init(&c, WD_DIGEST_NONE), -WD_E_INVALID);
-	assert_int_equal(wd_content_compose(WD_DIGEST_NONE, two, 2, out), -WD_E_INVALID);
-	assert_int_equal(wd_content_compose(WD_DIGEST_SHA256, two, 0, out), -WD_E_INVALID);
+	assert_int_equal(wd_hash((enum wd_digest_alg)99, "x", 1, out), -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_int_equal(wd_content_init(&c, WD_DIGEST_NONE), -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_int_equal(wd_content_compose(WD_DIGEST_NONE, two, 2, out), -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_int_equal(wd_content_compose(WD_DIGEST_SHA256, two, 0, out), -WEIGHTD_E_INVALID_ARGUMENT);
 	/* freeing what was never set up is allowed */
 	memset(&c, 0, sizeof(c));
 	wd_content_abort(&c);

@@ -48,7 +48,7 @@ static void test_push_beyond_the_format(void **state)
 	assert_non_null(q);
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
 	/* the payload pointer is never read: the length is refused first */
-	assert_int_equal(wd_outq_push(q, "", (size_t)UINT32_MAX * 1024 + 1, p, 2), -WD_E_LIMIT);
+	assert_int_equal(wd_outq_push(q, "", (size_t)UINT32_MAX * 1024 + 1, p, 2), -WEIGHTD_E_LIMIT_EXCEEDED);
 	assert_false(fd_is_open(p[0]));
 	assert_false(fd_is_open(p[1]));
 	assert_int_equal(wd_outq_bytes(q), 0);
@@ -91,7 +91,7 @@ static void test_failed_message_is_taken_back_whole(void **state)
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
 	fds[0] = p[0];                    /* in the first frame */
 	fds[16383] = p[1];                /* in the second */
-	assert_int_equal(wd_outq_push(q, payload, sizeof(payload), fds, 16384), -WD_E_LIMIT);
+	assert_int_equal(wd_outq_push(q, payload, sizeof(payload), fds, 16384), -WEIGHTD_E_LIMIT_EXCEEDED);
 	assert_false(fd_is_open(p[0]));
 	assert_false(fd_is_open(p[1]));
 	assert_int_equal(wd_outq_bytes(q), bytes);
@@ -143,7 +143,7 @@ static void test_limits_rise_and_never_fall(void **state)
 	assert_int_equal(wd_inbuf_next(b, &f), 1);
 	assert_int_equal(f.len, 16);
 	assert_int_equal(wd_inbuf_feed(b, buf, frame_bytes(buf, 32)), 0);
-	assert_int_equal(wd_inbuf_next(b, &f), -WD_E_LIMIT);
+	assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_LIMIT_EXCEEDED);
 	wd_inbuf_free(b);
 
 	b = wd_inbuf_new(16, 0);
@@ -212,7 +212,7 @@ static void test_message_needs_a_frame_size(void **state)
 	int sv[2];
 
 	pair(sv);
-	assert_int_equal(wd_message_send_blocking(sv[0], "abc", 3, 0), -WD_E_LIMIT);
+	assert_int_equal(wd_message_send_blocking(sv[0], "abc", 3, 0), -WEIGHTD_E_LIMIT_EXCEEDED);
 	close(sv[0]);
 	close(sv[1]);
 }
