@@ -246,8 +246,11 @@ void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n)
 	rel.handles = (uint64_t *)handles;
 	req.body_case = WEIGHTD__REQUEST__BODY_RELEASE;
 	req.release = &rel;
-	/* No pending entry: the reply is dropped when it comes. A dead connection needs nothing:
-	 * the daemon dropped this client's references when it ended. */
+	/* No pending entry, and quiet: the daemon answers only a failure (an older one answers
+	 * anyway), and whatever comes is dropped. Without an answer to read, a get after a release
+	 * is one message each way, which the scheduler keeps on one CPU like any ping-pong. A dead
+	 * connection needs nothing: the daemon dropped this client's references when it ended. */
+	req.quiet = 1;
 	wc_send(c, &req, NULL, NULL);
 }
 

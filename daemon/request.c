@@ -95,7 +95,7 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static void do_release(struct session *s, uint64_t id, const Weightd__Release *rl)
+static void do_release(struct session *s, uint64_t id, const Weightd__Release *rl, bool quiet)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
@@ -134,6 +134,8 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 	free(sorted);
 	for (size_t i = 0; i < rl->n_handles; i++)
 		session_release(s, session_find_held(s, rl->handles[i])->w);
+	if (quiet)
+		return;   /* nobody waits for it: one round trip is one message each way */
 	resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
 	resp.release = &empty;
 	reply(s, &resp, id, NULL, 0);
@@ -171,7 +173,7 @@ void request_dispatch(struct session *s, Weightd__Request *req)
 			request_unit(s, req->id, req->materialize, false);
 		break;
 	case WEIGHTD__REQUEST__BODY_SHARE: request_share(s, req->id, req->share); break;
-	case WEIGHTD__REQUEST__BODY_RELEASE: do_release(s, req->id, req->release); break;
+	case WEIGHTD__REQUEST__BODY_RELEASE: do_release(s, req->id, req->release, req->quiet); break;
 	case WEIGHTD__REQUEST__BODY_STATUS: request_query_status(s, req->id); break;
 	case WEIGHTD__REQUEST__BODY_RELOAD: request_admin_reload(s, req->id); break;
 	case WEIGHTD__REQUEST__BODY_EVICT: request_admin_evict(s, req->id, req->evict); break;
