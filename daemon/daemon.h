@@ -11,6 +11,7 @@
 struct event_base;
 struct catalog;
 struct cache;
+struct keymemo;
 struct pool;
 struct server;
 struct preload_set;
@@ -37,6 +38,7 @@ struct daemon {
 	struct event_base *base;
 	struct catalog *catalog;
 	struct cache *cache;
+	struct keymemo *keymemo;        /* recipe keys of plain source entries (keymemo.c) */
 	struct pool *pool;
 	struct server *server;
 	struct preload_set *preloads;   /* the daemon's own holds (preload.c) */
