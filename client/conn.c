@@ -45,7 +45,7 @@ static void client_destroy(weightd_client *c)
 
 		c->pending = p->next;
 		if (p->resp)
-			weightd__response__free_unpacked(p->resp, NULL);
+			wd_msg_free(p->resp);
 		wc_close_fds(p->fds, p->nfds);
 		free(p);
 	}
@@ -55,7 +55,7 @@ static void client_destroy(weightd_client *c)
 		close(c->sock);
 	wd_inbuf_free(c->in);
 	if (c->hello)
-		weightd__response__free_unpacked(c->hello, NULL);
+		wd_msg_free(c->hello);
 	wc_seg_table_free(c);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
@@ -293,7 +293,7 @@ void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint
 	wc_send_release(c, handles, n);
 	free(handles);
 	if (resp)
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 }
 
 /* Hand one decoded frame to its pending entry (or the event queue). Called by the reader
@@ -371,7 +371,7 @@ static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint3
 drop:
 drop_unlocked:
 	wc_close_fds(fds, nfds);
-	weightd__response__free_unpacked(resp, NULL);
+	wd_msg_free(resp);
 }
 
 /*
@@ -433,7 +433,7 @@ static int read_some(weightd_client *c, int timeout_ms)
 					  weightd_code_name(r));
 				return -1;
 			}
-			resp = weightd__response__unpack(NULL, f.len, f.payload);
+			resp = wd_msg_unpack(&weightd__response__descriptor, f.payload, f.len);
 			if (!resp) {
 				wd_frame_close_fds(&f);
 				mark_dead(c, WEIGHTD_E_PROTOCOL,
@@ -626,7 +626,7 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 			       hr ? hr->protocol_version : 0, hr ? hr->min_protocol_version : 0,
 			       hr ? hr->max_protocol_version : 0, WD_VERSION,
 			       WEIGHTD_PROTOCOL_MIN_VERSION, WEIGHTD_PROTOCOL_VERSION);
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 		return r;
 	}
 	c->hello = resp;
@@ -775,7 +775,7 @@ int weightd_subscribe(weightd_client *c, const char *const *checkpoints, size_t 
 	req.subscribe = &sub;
 	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_SUBSCRIBE, &resp, NULL, NULL, err);
 	if (r == 0)
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 	return r;
 }
 

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frame.h"
 #include "weightd.pb-c.h"
 #include "weightd/client.h"
 

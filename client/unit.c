@@ -643,7 +643,7 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	free(seg_used);
 	free(segs);
 	free(fds);
-	weightd__response__free_unpacked(resp, NULL);
+	wd_msg_free(resp);
 	return 0;
 
 fail_made:
@@ -661,7 +661,7 @@ fail_segs:
 		if (fds[i] >= 0)
 			close(fds[i]);
 	free(fds);
-	weightd__response__free_unpacked(resp, NULL);
+	wd_msg_free(resp);
 	goto out;
 fail:
 	wc_reply_discard(u->c, resp, fds, nfds);

@@ -545,7 +545,7 @@ fail:
 		wc_send_release(w->ref->c, &resp->share->weight->handle, 1);
 out:
 	wc_close_fds(fds, nfds);
-	weightd__response__free_unpacked(resp, NULL);
+	wd_msg_free(resp);
 	return r;
 }
 
@@ -602,7 +602,7 @@ static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, u
 			wc_release_handle(c, wi->handle, 1);
 	}
 	free(fds);
-	weightd__response__free_unpacked(resp, NULL);
+	wd_msg_free(resp);
 	return r;
 }
 

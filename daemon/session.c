@@ -496,7 +496,7 @@ static void process_frames(struct session *s)
 			session_kill(s, "sent file descriptors");
 			return;
 		}
-		req = weightd__request__unpack(NULL, f.len, f.payload);
+		req = wd_msg_unpack(&weightd__request__descriptor, f.payload, f.len);
 		if (!req) {
 			log_warn("client %llu (pid %d): undecodable request; disconnecting it",
 				 (unsigned long long)s->id, (int)s->peer.pid);
@@ -507,7 +507,7 @@ static void process_frames(struct session *s)
 		s->dispatching = true;
 		request_dispatch(s, req);
 		s->dispatching = false;
-		weightd__request__free_unpacked(req, NULL);
+		wd_msg_free(req);
 	}
 	if (!s->dead)
 		account(s);
