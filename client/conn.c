@@ -377,24 +377,45 @@ drop_unlocked:
 /*
  * Read what the socket has (waiting up to timeout_ms for the first byte) and dispatch every
  * complete frame. Returns 1 when something was read, 0 on timeout, -1 when the connection died.
+ * Waiting for ever is one blocking recvmsg (the socket is blocking; mark_dead's shutdown ends
+ * it); a bounded wait polls first. It stops once the frames read are all dispatched and none is
+ * half there, rather than asking the socket again only to hear EAGAIN: the caller checks its
+ * condition and comes back if it still waits.
  */
 static int read_some(weightd_client *c, int timeout_ms)
 {
-	struct pollfd pfd = { .fd = c->sock, .events = POLLIN };
+	bool wait = timeout_ms < 0;
 	int r;
 
-	r = poll(&pfd, 1, timeout_ms);
-	if (r < 0 && errno == EINTR)
-		return 1;   /* the caller re-checks its condition and time */
-	if (r < 0) {
-		mark_dead(c, WEIGHTD_E_IO, "waiting for weightd at %s failed: %s", c->path,
-			  strerror(errno));
-		return -1;
+	if (!wait) {
+		struct pollfd pfd = { .fd = c->sock, .events = POLLIN };
+
+		r = poll(&pfd, 1, timeout_ms);
+		if (r < 0 && errno == EINTR)
+			return 1;   /* the caller re-checks its condition and time */
+		if (r < 0) {
+			mark_dead(c, WEIGHTD_E_IO, "waiting for weightd at %s failed: %s", c->path,
+				  strerror(errno));
+			return -1;
+		}
+		if (r == 0)
+			return 0;
 	}
-	if (r == 0)
-		return 0;
 	for (;;) {
-		r = wd_inbuf_read(c->in, c->sock);
+		r = wait ? wd_inbuf_read_wait(c->in, c->sock) : wd_inbuf_read(c->in, c->sock);
+		if (r == WD_FRAME_AGAIN && wait) {
+			/* the caller made the socket non-blocking: wait the old way */
+			struct pollfd pfd = { .fd = c->sock, .events = POLLIN };
+
+			wait = false;
+			if (poll(&pfd, 1, -1) < 0 && errno != EINTR) {
+				mark_dead(c, WEIGHTD_E_IO, "waiting for weightd at %s failed: %s",
+					  c->path, strerror(errno));
+				return -1;
+			}
+			continue;
+		}
+		wait = false;
 		if (r == WD_FRAME_AGAIN)
 			break;
 		if (r == 0) {
@@ -443,6 +464,8 @@ static int read_some(weightd_client *c, int timeout_ms)
 			}
 			dispatch(c, resp, f.fds, f.nfds);
 		}
+		if (wd_inbuf_partial(c->in, NULL) == 0)
+			break;
 	}
 	return 1;
 }

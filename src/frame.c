@@ -556,7 +556,7 @@ static int inbuf_take_fds(struct wd_inbuf *b, const int *fds, size_t n)
 	return keep == n ? 0 : -WD_E_PROTOCOL;
 }
 
-int wd_inbuf_read(struct wd_inbuf *b, int sock)
+static int inbuf_read(struct wd_inbuf *b, int sock, int flags)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * RECV_MAX_FDS) + CMSG_SPACE(sizeof(struct ucred))];
@@ -582,7 +582,7 @@ int wd_inbuf_read(struct wd_inbuf *b, int sock)
 		msg.msg_iovlen = 1;
 		msg.msg_control = ctl.buf;
 		msg.msg_controllen = sizeof(ctl.buf);
-		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags);
 		if (n >= 0)
 			break;
 		if (errno == EINTR)
@@ -623,6 +623,16 @@ int wd_inbuf_read(struct wd_inbuf *b, int sock)
 	if (rc)
 		return rc;
 	return (int)n;
+}
+
+int wd_inbuf_read(struct wd_inbuf *b, int sock)
+{
+	return inbuf_read(b, sock, MSG_DONTWAIT);
+}
+
+int wd_inbuf_read_wait(struct wd_inbuf *b, int sock)
+{
+	return inbuf_read(b, sock, 0);
 }
 
 int wd_inbuf_feed(struct wd_inbuf *b, const void *data, size_t len)
