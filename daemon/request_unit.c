@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "daemon.h"
 #include "keymemo.h"
@@ -280,42 +281,57 @@ static void on_entry_ready(struct weight *w, const struct wd_error *err, uint64_
 		unitreq_finish(u, u->cache);
 }
 
-static int cmp_name_idx(const void *a, const void *b, void *arg)
+/* The unit's names by hash: open addressing over indices into outs (SIZE_MAX: empty). */
+struct name_index {
+	size_t *tab;
+	size_t cap;
+};
+
+static size_t name_hash(const char *name)
 {
-	const struct unit_out *outs = arg;
-	return strcmp(outs[*(const size_t *)a].name_copy, outs[*(const size_t *)b].name_copy);
+	return (size_t)XXH3_64bits(name, strlen(name));
 }
 
-static size_t find_name(const struct unit_out *outs, const size_t *sorted, size_t n,
-			const char *name)
+/* The index of `name` in outs, or the empty slot where it would go (*ret_found false). */
+static size_t name_slot(const struct name_index *ix, const struct unit_out *outs, const char *name,
+			bool *ret_found)
 {
-	size_t lo = 0, hi = n;
+	size_t k = name_hash(name) & (ix->cap - 1);
 
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		int c = strcmp(outs[sorted[mid]].name_copy, name);
-		if (c == 0)
-			return sorted[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return SIZE_MAX;
+	while (ix->tab[k] != SIZE_MAX && strcmp(outs[ix->tab[k]].name_copy, name) != 0)
+		k = (k + 1) & (ix->cap - 1);
+	*ret_found = ix->tab[k] != SIZE_MAX;
+	return k;
+}
+
+static size_t find_name(const struct name_index *ix, const struct unit_out *outs, const char *name)
+{
+	bool found;
+	size_t k = name_slot(ix, outs, name, &found);
+
+	return found ? ix->tab[k] : SIZE_MAX;
 }
 
 /* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
 static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct wd_error *err)
 {
-	size_t n = u->n_outs, *sorted = malloc(n * sizeof(size_t)), *path = NULL;
+	size_t n = u->n_outs, *path = NULL;
+	struct name_index ix = { NULL, 64 };
 	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
 	int r = 0;
 
-	if (!sorted)
+	while (ix.cap < 2 * n)
+		ix.cap *= 2;
+	ix.tab = malloc(ix.cap * sizeof(*ix.tab));
+	if (!ix.tab)
 		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+	memset(ix.tab, 0xff, ix.cap * sizeof(*ix.tab));
 	for (size_t i = 0; i < n; i++) {
 		const char *name = i < u->n_entries ? pu->entries[i]->name
 						    : pu->aliases[i - u->n_entries]->name;
+		bool dup;
+		size_t k;
+
 		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
 			r = wd_error_set(err, WD_E_INVALID,
 					 "%s %zu has an empty name or one longer than %d bytes",
@@ -330,17 +346,15 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct w
 		}
 		u->outs[i].owner = i;
 		u->outs[i].u = u;
-		sorted[i] = i;
-	}
-	qsort_r(sorted, n, sizeof(size_t), cmp_name_idx, u->outs);
-	for (size_t i = 1; i < n; i++)
-		if (strcmp(u->outs[sorted[i]].name_copy, u->outs[sorted[i - 1]].name_copy) == 0) {
-			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[sorted[i]].name_copy);
-			r = wd_error_set(err, WD_E_DUPLICATE_NAME,
-					 "the name \"%s\" is used twice in the unit",
-					 u->outs[sorted[i]].name_copy);
+		k = name_slot(&ix, u->outs, name, &dup);
+		if (dup) {
+			snprintf(err->slot, sizeof(err->slot), "%s", name);
+			r = wd_error_set(err, WD_E_DUPLICATE_NAME, "the name \"%s\" is used twice in the unit",
+					 name);
 			goto out;
 		}
+		ix.tab[k] = i;
+	}
 	/*
 	 * Each alias is resolved once: follow targets until an entry or an alias already resolved,
 	 * then give every alias on the path that owner. A path that comes back to an alias of the
@@ -359,7 +373,7 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct w
 			continue;
 		while (cur >= u->n_entries && state[cur - u->n_entries] == 0) {
 			const char *target = pu->aliases[cur - u->n_entries]->target;
-			size_t next = target ? find_name(u->outs, sorted, n, target) : SIZE_MAX;
+			size_t next = target ? find_name(&ix, u->outs, target) : SIZE_MAX;
 
 			state[cur - u->n_entries] = 1;
 			path[depth++] = cur;
@@ -387,7 +401,7 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct w
 		}
 	}
 out:
-	free(sorted);
+	free(ix.tab);
 	free(state);
 	free(path);
 	return r;
