@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keymemo.c - recipe keys of plain source entries by (source identity, tensor name). */
 #include "keymemo.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keymemo.h - the identity keys of plain source entries, remembered, so a warm unit finds its
  * cached weights without building a plan and hashing a recipe per entry. Main thread only. */
 #ifndef WD_KEYMEMO_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_keymemo.c - the memo of plain entries' keys: found only under the same identity and
  * name, replaced in place, never for an all-zero identity, and bounded (full: starts again). */
 #include <setjmp.h>
