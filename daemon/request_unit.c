@@ -351,8 +351,8 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_
 		k = name_slot(&ix, u->outs, name, &dup);
 		if (dup) {
 			snprintf(err->slot, sizeof(err->slot), "%s", name);
-			r = wd_error_set(err, WEIGHTD_E_DUPLICATE_NAME, "the name \"%s\" is used twice in the unit",
-					 name);
+			r = wd_error_set(err, WEIGHTD_E_DUPLICATE_NAME,
+					 "the name \"%s\" is used twice in the unit", name);
 			goto out;
 		}
 		ix.tab[k] = i;
@@ -545,8 +545,9 @@ static void slot_mismatch(const Weightd__UnitEntry *pe, const char *slot, enum w
 	shape_text(pe->shape, pe->n_shape, want, sizeof(want));
 	shape_text(shape, (size_t)ndim, got, sizeof(got));
 	snprintf(err->slot, sizeof(err->slot), "%s", slot);
-	wd_error_set(err, WEIGHTD_E_SLOT_MISMATCH, "slot \"%s\" is declared %s %s but its recipe gives %s %s",
-		     slot, pe->dtype ? pe->dtype : "", want, wd_dtype_name(dtype), got);
+	wd_error_set(err, WEIGHTD_E_SLOT_MISMATCH,
+		     "slot \"%s\" is declared %s %s but its recipe gives %s %s", slot,
+		     pe->dtype ? pe->dtype : "", want, wd_dtype_name(dtype), got);
 }
 
 /*
@@ -612,7 +613,6 @@ static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, stru
 	}
 	if (r < 0) {
 		snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
-		wd_error_prefix(err, "slot \"%s\"", o->name_copy);
 		return r;
 	}
 	memcpy(o->key, wd_plan_key(o->plan), 32);
