@@ -77,6 +77,10 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	hr.max_queue_fds = cfg->client_max_queue_fds;
 	hr.idle_timeout_ms = cfg->idle_timeout_ms;
 	hr.frame_timeout_ms = cfg->frame_timeout_ms;
+	hr.max_uid_segments = (uint32_t)server_uid_max_segments(s->d->server);
+	hr.max_client_segments = cfg->client_max_segments < hr.max_uid_segments
+					 ? cfg->client_max_segments : hr.max_uid_segments;
+	hr.max_uid_weights = cfg->uid_max_weights;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_HELLO;
 	resp.hello = &hr;
 	request_reply(s, &resp, id, NULL, 0);
@@ -192,10 +196,43 @@ static bool may_see(const struct session *s, const struct csource *cs)
 	return s->privileged || (cs && cs->state != CSOURCE_REMOVED && catalog_allowed(cs, &s->peer));
 }
 
+/*
+ * A segment, and every weight in it, is shown to whoever may read EVERY checkpoint its weights
+ * read (a recipe may read several, and they all share the segment): the segment's references to
+ * them, or, for one adopted after a restart, the names its state record gave, joined by '+'.
+ * A name that is not configured any more (or a list cut short) shows it to the privileged only.
+ */
+static bool may_see_segment(const struct session *s, const struct cache_segment *sg)
+{
+	char names[sizeof(sg->source)];
+	char *p = names;
+
+	if (s->privileged)
+		return true;
+	if (sg->n_group) {
+		for (size_t i = 0; i < sg->n_group; i++)
+			if (!may_see(s, sg->group[i]))
+				return false;
+		return true;
+	}
+	snprintf(names, sizeof(names), "%s", sg->source);
+	for (;;) {
+		char *plus = strchr(p, '+');
+
+		if (plus)
+			*plus = '\0';
+		if (!may_see(s, catalog_find(s->d->catalog, p)))
+			return false;
+		if (!plus)
+			return true;
+		p = plus + 1;
+	}
+}
+
 static bool may_see_weight(const struct session *s, const struct weight *w)
 {
 	return s->privileged ||
-	       may_see(s, w->csource ? w->csource : catalog_find(s->d->catalog, w->source));
+	       ((!w->csource || may_see(s, w->csource)) && may_see_segment(s, w->segment));
 }
 
 struct status_walk {
@@ -268,14 +305,13 @@ struct seg_walk {
 	size_t n, cap;
 };
 
-/* A segment is shown to whoever may see the checkpoint its weights come from. */
+/* A segment is shown to whoever may see every checkpoint its weights come from. */
 static void status_segment(struct cache_segment *sg, void *arg)
 {
 	struct seg_walk *gw = arg;
 	Weightd__SegmentStatus *x;
 
-	if (gw->n == gw->cap ||
-	    !(gw->s->privileged || may_see(gw->s, catalog_find(gw->s->d->catalog, sg->source))))
+	if (gw->n == gw->cap || !may_see_segment(gw->s, sg))
 		return;
 	x = &gw->ss[gw->n];
 	weightd__segment_status__init(x);

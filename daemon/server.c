@@ -9,6 +9,7 @@
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -34,6 +35,7 @@ struct server {
 	size_t n;
 	uint64_t next_id;
 	bool accept_paused;       /* out of descriptors: accept retried on a timer */
+	uint64_t fd_share;        /* a quarter of RLIMIT_NOFILE: the most segments one uid may pin */
 };
 
 int server_bind(const struct config *cfg, int *ret_fd, struct wd_error *err)
@@ -273,6 +275,34 @@ static struct timeval tick_interval(const struct config *cfg)
 	return (struct timeval){ (time_t)(ms / 1000), (suseconds_t)(ms % 1000 * 1000) };
 }
 
+/*
+ * Each segment anyone holds a weight in keeps one daemon fd open. One uid may pin at most a
+ * quarter of the daemon's RLIMIT_NOFILE that way, whatever uid_max_segments says, so that it
+ * can never bring the daemon to its fd limit: the rest stays for other uids' segments, the
+ * connections, queued replies and the files of the checkpoints.
+ */
+static uint64_t fd_share(const struct config *cfg)
+{
+	struct rlimit rl;
+	uint64_t share = UINT64_MAX;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		share = (uint64_t)rl.rlim_cur / 4;
+	if (share < cfg->uid_max_segments)
+		log_warn("uid_max_segments %u is more than a quarter of weightd's limit of open files "
+			 "(RLIMIT_NOFILE); each uid may hold weights in at most %llu segments (raise "
+			 "LimitNOFILE= in weightd.service, or ulimit -n)", cfg->uid_max_segments,
+			 (unsigned long long)share);
+	return share;
+}
+
+uint64_t server_uid_max_segments(const struct server *srv)
+{
+	uint64_t max = srv->d->cfg->uid_max_segments;
+
+	return srv->fd_share < max ? srv->fd_share : max;
+}
+
 struct server *server_new(struct daemon *d, int listen_fd)
 {
 	struct server *srv = calloc(1, sizeof(*srv));
@@ -283,6 +313,7 @@ struct server *server_new(struct daemon *d, int listen_fd)
 		return NULL;
 	}
 	srv->d = d;
+	srv->fd_share = fd_share(d->cfg);
 	srv->lfd = listen_fd;
 	srv->ev_accept = event_new(d->base, listen_fd, EV_READ | EV_PERSIST, on_accept, srv);
 	srv->ev_backoff = evtimer_new(d->base, on_backoff, srv);

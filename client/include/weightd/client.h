@@ -215,6 +215,9 @@ typedef struct weightd_server_info {
 	uint64_t frame_timeout_ms;     /* a request must arrive whole within this (0: no limit) */
 	uint64_t max_message_bytes;    /* largest request (its frames joined) the daemon accepts */
 	uint64_t segment_max_bytes;    /* how much the daemon packs into one shared-memory segment */
+	uint32_t max_client_segments;  /* segments one client may hold weights in */
+	uint32_t max_uid_segments;     /* the same over all connections of our uid */
+	uint32_t max_uid_weights;      /* weights held over all connections of our uid */
 } weightd_server_info;
 
 WEIGHTD_API const weightd_server_info *weightd_server(const weightd_client *c);
