@@ -84,6 +84,7 @@ static void squatted_names_break_nothing(void **state)
 
 	(void)state;
 	hostile_start(&H, NULL);
+	base = hostile_baseline(&H);
 	key_of("t2", key); /* what the attacker learns from any reply */
 	evict_all();
 	assert_int_equal(shm_names_with(key), 0);
@@ -119,6 +120,7 @@ static void squatted_names_break_nothing(void **state)
 	hostile_victim_served(&H);
 	assert_int_equal(shm_names_with(key), 1); /* the squatter's file only */
 	assert_int_equal(harness_segments(&H), 1 + N_SQUAT + 1);
+	hostile_back_to_base_foreign(&H, &base, 1 + N_SQUAT);
 
 	/* at the next start: reported, counted, never adopted or removed */
 	restart();
@@ -128,7 +130,7 @@ static void squatted_names_break_nothing(void **state)
 	assert_int_equal(st->readoptions, 1); /* the victim's weight, its own segment */
 	weightd_status_free(st);
 	assert_int_equal(harness_segments(&H), 1 + N_SQUAT + 1);
-	hostile_victim_served(&H);
+	base = hostile_baseline(&H); /* a new process: its own baseline */
 	evict_all();
 	/* the squatter's files are still there: weightd removes only what it made */
 	assert_int_equal(harness_segments(&H), 1 + N_SQUAT);
@@ -142,7 +144,7 @@ static void squatted_names_break_nothing(void **state)
 			assert_int_equal(unlink(path), 0);
 		}
 	}
-	base = hostile_baseline(&H);
+	hostile_victim_served(&H);
 	hostile_back_to_base(&H, &base);
 }
 
@@ -252,6 +254,7 @@ static void state_index_is_not_trusted_blindly(void **state)
 
 	(void)state;
 	hostile_start(&H, NULL);
+	base = hostile_baseline(&H); /* compared with the restarted daemons' below */
 	key_of("t0", key);
 	key_of("t1", other);
 	evict_all();
@@ -286,6 +289,7 @@ static void state_index_is_not_trusted_blindly(void **state)
 	assert_int_equal(access(path, F_OK), 0);
 	assert_int_equal(shm_unlink(secret), 0);
 	assert_int_equal(unlink(path), 0);
+	hostile_back_to_base(&H, &base);
 
 	/* A state directory others can write into: refused with a clear message; nothing in it
 	 * is adopted, the daemon serves anyway. */
@@ -312,7 +316,6 @@ static void state_index_is_not_trusted_blindly(void **state)
 	assert_true(harness_log_contains(&H, "is owned by uid 65534"));
 	assert_int_equal(chown(statedir, 0, 0), 0);
 	hostile_victim_served(&H);
-	base = hostile_baseline(&H);
 	hostile_back_to_base(&H, &base);
 }
 

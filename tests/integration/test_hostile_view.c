@@ -161,8 +161,6 @@ static void other_uids_see_only_what_they_may_read(void **state)
 	weightd_close(root);
 	st = it_wait_quiet(&H, 0, 0, 10000);
 	weightd_status_free(st);
-	(void)base;
-	base = hostile_baseline(&H);
 	hostile_back_to_base(&H, &base);
 }
 
