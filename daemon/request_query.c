@@ -80,8 +80,9 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	hr.idle_timeout_ms = cfg->idle_timeout_ms;
 	hr.frame_timeout_ms = cfg->frame_timeout_ms;
 	hr.max_uid_segments = (uint32_t)server_uid_max_segments(s->d->server);
-	hr.max_client_segments = cfg->client_max_segments < hr.max_uid_segments
-					 ? cfg->client_max_segments : hr.max_uid_segments;
+	hr.max_client_segments = cfg->client_max_segments;
+	if (!s->privileged && hr.max_uid_segments < hr.max_client_segments)
+		hr.max_client_segments = hr.max_uid_segments; /* the uid's limit comes first */
 	hr.max_uid_weights = cfg->uid_max_weights;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_HELLO;
 	resp.hello = &hr;

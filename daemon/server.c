@@ -35,7 +35,7 @@ struct server {
 	size_t n;
 	uint64_t next_id;
 	bool accept_paused;       /* out of descriptors: accept retried on a timer */
-	uint64_t fd_share;        /* a quarter of RLIMIT_NOFILE: the most segments one uid may pin */
+	uint64_t nofile;          /* RLIMIT_NOFILE at start: the per-uid fd limits are cut to it */
 };
 
 int server_bind(const struct config *cfg, int *ret_fd, struct wd_error *err)
@@ -276,31 +276,49 @@ static struct timeval tick_interval(const struct config *cfg)
 }
 
 /*
- * Each segment anyone holds a weight in keeps one daemon fd open. One uid may pin at most a
- * quarter of the daemon's RLIMIT_NOFILE that way, whatever uid_max_segments says, so that it
- * can never bring the daemon to its fd limit: the rest stays for other uids' segments, the
- * connections, queued replies and the files of the checkpoints.
+ * What one uid can make the daemon keep open: a fd per segment it holds a weight in
+ * (uid_max_segments), the fds queued in its replies (uid_max_queue_fds), and about two per unit
+ * request in flight (the segment being filled, writable and read-only: uid_max_pending). Each is
+ * cut to its share of the daemon's RLIMIT_NOFILE as it was at start (a quarter, a quarter and an
+ * eighth), so that together they leave a quarter of it whatever one uid does: for other uids,
+ * the connections and the checkpoint files.
  */
-static uint64_t fd_share(const struct config *cfg)
+static uint64_t nofile_limit(void)
 {
 	struct rlimit rl;
-	uint64_t share = UINT64_MAX;
 
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-		share = (uint64_t)rl.rlim_cur / 4;
-	if (share < cfg->uid_max_segments)
-		log_warn("uid_max_segments %u is more than a quarter of weightd's limit of open files "
-			 "(RLIMIT_NOFILE); each uid may hold weights in at most %llu segments (raise "
-			 "LimitNOFILE= in weightd.service, or ulimit -n)", cfg->uid_max_segments,
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return UINT64_MAX;
+	return (uint64_t)rl.rlim_cur;
+}
+
+static uint64_t cut(uint64_t configured, uint64_t share)
+{
+	return configured < share ? configured : share;
+}
+
+static void warn_cut(const char *key, uint64_t configured, uint64_t share, const char *part)
+{
+	if (share < configured)
+		log_warn("%s %llu is more than %s of weightd's limit of open files (RLIMIT_NOFILE %llu); "
+			 "%llu is used instead (raise LimitNOFILE= in weightd.service, or ulimit -n)",
+			 key, (unsigned long long)configured, part, (unsigned long long)share,
 			 (unsigned long long)share);
-	return share;
 }
 
 uint64_t server_uid_max_segments(const struct server *srv)
 {
-	uint64_t max = srv->d->cfg->uid_max_segments;
+	return cut(srv->d->cfg->uid_max_segments, srv->nofile / 4);
+}
 
-	return srv->fd_share < max ? srv->fd_share : max;
+uint64_t server_uid_max_queue_fds(const struct server *srv)
+{
+	return cut(srv->d->cfg->uid_max_queue_fds, srv->nofile / 4);
+}
+
+uint64_t server_uid_max_pending(const struct server *srv)
+{
+	return cut(srv->d->cfg->uid_max_pending, srv->nofile / 8);
 }
 
 struct server *server_new(struct daemon *d, int listen_fd)
@@ -313,7 +331,14 @@ struct server *server_new(struct daemon *d, int listen_fd)
 		return NULL;
 	}
 	srv->d = d;
-	srv->fd_share = fd_share(d->cfg);
+	srv->nofile = nofile_limit();
+	if (srv->nofile != UINT64_MAX) {
+		const struct config *cfg = d->cfg;
+
+		warn_cut("uid_max_segments", cfg->uid_max_segments, srv->nofile / 4, "a quarter");
+		warn_cut("uid_max_queue_fds", cfg->uid_max_queue_fds, srv->nofile / 4, "a quarter");
+		warn_cut("uid_max_pending", cfg->uid_max_pending, srv->nofile / 8, "an eighth");
+	}
 	srv->lfd = listen_fd;
 	srv->ev_accept = event_new(d->base, listen_fd, EV_READ | EV_PERSIST, on_accept, srv);
 	srv->ev_backoff = evtimer_new(d->base, on_backoff, srv);

@@ -90,7 +90,8 @@ static bool over_fd_limits(struct session *s)
 
 	account_fds(s);
 	return s->fds_charged >= cfg->client_max_queue_fds ||
-	       (s->uu && s->uu->queued_fds >= cfg->uid_max_queue_fds);
+	       (s->uu && s->uu->queued_fds >= (s->srv ? server_uid_max_queue_fds(s->srv)
+							: cfg->uid_max_queue_fds));
 }
 
 static void update_write_event(struct session *s)
@@ -436,7 +437,7 @@ int session_check_holds(struct session *s, struct cache_segment *const *segs, si
 				    "segments (%zu now, %llu more in this reply); its limit is %u "
 				    "(client_max_segments)", (unsigned long long)(s->n_segs + add),
 				    s->n_segs, (unsigned long long)add, cfg->client_max_segments);
-	if (add && s->uu && s->uu->segments + add > uid_max)
+	if (add && s->uu && !s->privileged && s->uu->segments + add > uid_max)
 		return wd_error_set(err, WD_E_LIMIT,
 				    "limit exceeded: uid %u would hold weights in %llu shared-memory "
 				    "segments over its connections (%llu now, %llu more in this reply); "
@@ -444,7 +445,8 @@ int session_check_holds(struct session *s, struct cache_segment *const *segs, si
 				    (unsigned long long)(s->uu->segments + add),
 				    (unsigned long long)s->uu->segments, (unsigned long long)add,
 				    (unsigned long long)uid_max);
-	if (new_weights && s->uu && s->uu->weights + new_weights > cfg->uid_max_weights)
+	if (new_weights && s->uu && !s->privileged &&
+	    s->uu->weights + new_weights > cfg->uid_max_weights)
 		return wd_error_set(err, WD_E_LIMIT,
 				    "limit exceeded: uid %u would hold %llu weights over its connections "
 				    "(%llu now, %llu more in this reply); its limit is %u "

@@ -130,8 +130,9 @@ struct held *session_find_held(struct session *s, uint64_t handle);
 bool session_holds_segment(const struct session *s, const struct cache_segment *sg);
 /*
  * May the client take references on new_weights more distinct weights lying in segs[0..n)
- * (distinct segments)? Checks client_max_segments, uid_max_segments (as server_uid_max_segments
- * gives it) and uid_max_weights; 0, or -WD_E_LIMIT naming the limit, its value and the counts.
+ * (distinct segments)? Checks client_max_segments, and (root and the daemon's user exempt, as
+ * from the other per-uid limits) uid_max_segments as server_uid_max_segments gives it and
+ * uid_max_weights; 0, or -WD_E_LIMIT naming the limit, its value and the counts.
  */
 int session_check_holds(struct session *s, struct cache_segment *const *segs, size_t n,
 			uint64_t new_weights, struct wd_error *err);

@@ -205,12 +205,17 @@ static void held_segments_are_capped_per_client_and_uid(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
-/* However high uid_max_segments is set, one uid may pin at most a quarter of the daemon's
- * RLIMIT_NOFILE: the limit hello reports, and the one enforced, is cut to that, with a warning. */
-static void uid_segments_stay_under_the_fd_limit(void **state)
+/*
+ * However high they are set, the per-uid limits on what pins daemon fds are cut to a share of
+ * the daemon's RLIMIT_NOFILE (segments held and fds queued a quarter each, unit requests in
+ * flight an eighth), with a warning naming each: hello tells another uid the limits in force.
+ * Root is exempt from the uid's limits, as from the others, and told its own connection's.
+ */
+static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
 {
 	char sections[2048];
 	weightd_client *c;
+	pid_t pid;
 
 	(void)state;
 	if (geteuid() != 0)
@@ -220,11 +225,28 @@ static void uid_segments_stay_under_the_fd_limit(void **state)
 				 sections) < 0)
 		fail_msg("cannot prepare the test directory");
 	assert_int_equal(harness_start_with_nofile(&H, 256), 0);
+	assert_true(harness_log_contains(&H, "uid_max_segments 1000000 is more than a quarter"));
+	assert_true(harness_log_contains(&H, "uid_max_queue_fds 4096 is more than a quarter"));
+	assert_true(harness_log_contains(&H, "uid_max_pending 1024 is more than an eighth"));
 	c = it_connect(&H);
 	assert_int_equal(weightd_server(c)->max_uid_segments, 64);
-	assert_int_equal(weightd_server(c)->max_client_segments, 64);
+	assert_int_equal(weightd_server(c)->max_client_segments, 100000);
 	weightd_close(c);
-	assert_true(harness_log_contains(&H, "uid_max_segments 1000000 is more than a quarter"));
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		weightd_error err;
+
+		hostile_become(UID_ATTACKER);
+		if (weightd_connect(H.sock, "told", &c, &err) < 0)
+			_exit(70);
+		if (weightd_server(c)->max_uid_segments != 64 ||
+		    weightd_server(c)->max_client_segments != 64)
+			_exit(71);
+		weightd_close(c);
+		_exit(0);
+	}
+	it_wait_child_ok(pid);
 	hostile_victim_served(&H);
 }
 
@@ -291,7 +313,7 @@ int main(void)
 		cmocka_unit_test_teardown(abandoned_tiny_weights_are_bounded, teardown),
 		cmocka_unit_test_teardown(aliases_of_a_forbidden_entry_are_refused_first, teardown),
 		cmocka_unit_test_teardown(held_segments_are_capped_per_client_and_uid, teardown),
-		cmocka_unit_test_teardown(uid_segments_stay_under_the_fd_limit, teardown),
+		cmocka_unit_test_teardown(uid_fd_limits_stay_under_rlimit_nofile, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
