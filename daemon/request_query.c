@@ -79,7 +79,8 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	hr.max_queue_fds = cfg->client_max_queue_fds;
 	hr.idle_timeout_ms = cfg->idle_timeout_ms;
 	hr.frame_timeout_ms = cfg->frame_timeout_ms;
-	hr.max_uid_segments = (uint32_t)server_uid_max_segments(s->d->server);
+	hr.max_uid_segments = s->d->server ? (uint32_t)server_uid_max_segments(s->d->server)
+					   : cfg->uid_max_segments;
 	hr.max_client_segments = cfg->client_max_segments;
 	if (!s->privileged && hr.max_uid_segments < hr.max_client_segments)
 		hr.max_client_segments = hr.max_uid_segments; /* the uid's limit comes first */
