@@ -297,13 +297,13 @@ static uint64_t cut(uint64_t configured, uint64_t share)
 	return configured < share ? configured : share;
 }
 
-static void warn_cut(const char *key, uint64_t configured, uint64_t share, const char *part)
+static void warn_cut(const char *key, uint64_t configured, uint64_t nofile, unsigned part)
 {
-	if (share < configured)
+	if (nofile / part < configured)
 		log_warn("%s %llu is more than %s of weightd's limit of open files (RLIMIT_NOFILE %llu); "
 			 "%llu is used instead (raise LimitNOFILE= in weightd.service, or ulimit -n)",
-			 key, (unsigned long long)configured, part, (unsigned long long)share,
-			 (unsigned long long)share);
+			 key, (unsigned long long)configured, part == 4 ? "a quarter" : "an eighth",
+			 (unsigned long long)nofile, (unsigned long long)(nofile / part));
 }
 
 uint64_t server_uid_max_segments(const struct server *srv)
@@ -335,9 +335,9 @@ struct server *server_new(struct daemon *d, int listen_fd)
 	if (srv->nofile != UINT64_MAX) {
 		const struct config *cfg = d->cfg;
 
-		warn_cut("uid_max_segments", cfg->uid_max_segments, srv->nofile / 4, "a quarter");
-		warn_cut("uid_max_queue_fds", cfg->uid_max_queue_fds, srv->nofile / 4, "a quarter");
-		warn_cut("uid_max_pending", cfg->uid_max_pending, srv->nofile / 8, "an eighth");
+		warn_cut("uid_max_segments", cfg->uid_max_segments, srv->nofile, 4);
+		warn_cut("uid_max_queue_fds", cfg->uid_max_queue_fds, srv->nofile, 4);
+		warn_cut("uid_max_pending", cfg->uid_max_pending, srv->nofile, 8);
 	}
 	srv->lfd = listen_fd;
 	srv->ev_accept = event_new(d->base, listen_fd, EV_READ | EV_PERSIST, on_accept, srv);

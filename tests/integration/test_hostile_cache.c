@@ -228,6 +228,7 @@ static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
 	assert_true(harness_log_contains(&H, "uid_max_segments 1000000 is more than a quarter"));
 	assert_true(harness_log_contains(&H, "uid_max_queue_fds 4096 is more than a quarter"));
 	assert_true(harness_log_contains(&H, "uid_max_pending 1024 is more than an eighth"));
+	assert_true(harness_log_contains(&H, "(RLIMIT_NOFILE 256); 32 is used instead"));
 	c = it_connect(&H);
 	assert_int_equal(weightd_server(c)->max_uid_segments, 64);
 	assert_int_equal(weightd_server(c)->max_client_segments, 100000);
