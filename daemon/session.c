@@ -435,7 +435,8 @@ int session_check_holds(struct session *s, struct cache_segment *const *segs, si
 		return wd_error_set(err, WD_E_LIMIT,
 				    "limit exceeded: the client would hold weights in %llu shared-memory "
 				    "segments (%zu now, %llu more in this reply); its limit is %u "
-				    "(client_max_segments)", (unsigned long long)(s->n_segs + add),
+				    "(client_max_segments; weights asked for in one unit share "
+				    "segments)", (unsigned long long)(s->n_segs + add),
 				    s->n_segs, (unsigned long long)add, cfg->client_max_segments);
 	if (add && s->uu && !s->privileged && s->uu->segments + add > uid_max)
 		return wd_error_set(err, WD_E_LIMIT,
