@@ -306,6 +306,7 @@ struct seg_walk {
 	struct session *s;
 	Weightd__SegmentStatus *ss;
 	Weightd__SegmentStatus **sp;
+	char (*src)[sizeof(((struct cache_segment *)0)->source)]; /* its checkpoints, joined */
 	size_t n, cap;
 };
 
@@ -324,7 +325,8 @@ static void status_segment(struct cache_segment *sg, void *arg)
 	x->size = sg->seg.size;
 	x->weights = sg->n_weights;
 	x->held = sg->held;
-	x->source = sg->source;
+	cache_seg_source(sg, gw->src[gw->n], sizeof(gw->src[0]));
+	x->source = gw->src[gw->n];
 	x->adopted = sg->adopted;
 	x->filling = sg->n_jobs > 0;
 	gw->sp[gw->n++] = x;
@@ -388,9 +390,10 @@ void request_query_status(struct session *s, uint64_t id)
 			       calloc(nj ? nj : 1, sizeof(*jw.jp)), 0, nj };
 	size_t ng = cache_segment_count(d->cache);
 	struct seg_walk gw = { s, calloc(ng ? ng : 1, sizeof(*gw.ss)),
-			       calloc(ng ? ng : 1, sizeof(*gw.sp)), 0, ng };
+			       calloc(ng ? ng : 1, sizeof(*gw.sp)),
+			       calloc(ng ? ng : 1, sizeof(*gw.src)), 0, ng };
 
-	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp || !gw.ss || !gw.sp) {
+	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp || !gw.ss || !gw.sp || !gw.src) {
 		request_fail(s, id, WD_E_EXHAUSTED, "out of memory");
 		goto out;
 	}
@@ -452,6 +455,7 @@ out:
 	free(jw.jp);
 	free(gw.ss);
 	free(gw.sp);
+	free(gw.src);
 }
 
 

@@ -280,6 +280,14 @@ static void recipes_spanning_checkpoints_are_shown_to_who_may_read_all(void **st
 	mix_seg = weightd_weight_segment(weightd_unit_weight(u, "mix"));
 	plain_seg = weightd_weight_segment(weightd_unit_weight(u, "plain"));
 	assert_true(mix_seg != plain_seg);
+	st = it_status(root); /* root sees mix's segment, named after both checkpoints */
+	for (size_t i = 0; i < st->n_segments; i++)
+		if (st->segment_list[i].id == mix_seg)
+			found = strstr(st->segment_list[i].source, "tiny+secret") ||
+				strstr(st->segment_list[i].source, "secret+tiny");
+	weightd_status_free(st);
+	assert_true(found);
+	found = false;
 	assert_true(status_mentions(0, "secret"));
 	assert_false(status_mentions(UID_ATTACKER, "secret"));
 	pid = fork();

@@ -317,7 +317,7 @@ typedef struct weightd_segment_status {
 	uint64_t size;
 	uint32_t weights;        /* weights in it */
 	uint32_t held;           /* of those, how many someone references */
-	const char *source;      /* the checkpoint its weights come from */
+	const char *source;      /* the checkpoint its weights come from ('+' between several) */
 	int adopted;
 	int filling;             /* weights are still being made in it */
 } weightd_segment_status;
