@@ -206,6 +206,60 @@ static void held_segments_are_capped_per_client_and_uid(void **state)
 }
 
 /*
+ * Weights held cost daemon memory however small: over all connections of a uid they are capped
+ * by uid_max_weights (told in hello). Two connections of the attacker take 8 in all, the ninth
+ * fails naming the limit, another uid is served, and all comes back when the attacker leaves.
+ */
+static void held_weights_are_capped_per_uid(void **state)
+{
+	struct hostile_base base;
+	struct hostile_chan ch;
+	char line[64];
+	pid_t pid;
+
+	(void)state;
+	hostile_start(&H, "uid_max_weights = 8\n");
+	base = hostile_baseline(&H);
+	chan_open(&ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		static weightd_weight *held[16];
+		weightd_client *c1 = NULL, *c2 = NULL;
+		weightd_error err;
+		size_t n1, n2;
+
+		chan_child(&ch);
+		hostile_become(UID_ATTACKER);
+		if (weightd_connect(H.sock, "w1", &c1, &err) < 0 ||
+		    weightd_connect(H.sock, "w2", &c2, &err) < 0)
+			_exit(70);
+		if (weightd_server(c1)->max_uid_weights != 8)
+			_exit(71);
+		n1 = take_until_refused(c1, 0, held, 5, &err);
+		n2 = take_until_refused(c2, 100, held + n1, 16 - n1, &err);
+		if (n1 != 5 || n1 + n2 != 8 || err.code != WEIGHTD_E_LIMIT_EXCEEDED ||
+		    !strstr(err.message, "uid_max_weights") || !strstr(err.message, "its limit is 8")) {
+			fprintf(stderr, "w: %zu + %zu held, then: %s\n", n1, n2, err.message);
+			_exit(72);
+		}
+		chan_say(ch.to_parent[1], "holding\n");
+		if (!chan_hear(ch.to_child[0], line, sizeof(line)))
+			_exit(73);
+		_exit(0); /* leaves holding them */
+	}
+	chan_parent(&ch);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	hostile_victim_served(&H); /* while the attacker holds its 8 */
+	chan_say(ch.to_child[1], "go\n");
+	it_wait_child_ok(pid);
+	close(ch.to_child[1]);
+	close(ch.to_parent[0]);
+	hostile_victim_served(&H);
+	hostile_back_to_base(&H, &base);
+}
+
+/*
  * However high they are set, the per-uid limits on what pins daemon fds are cut to a share of
  * the daemon's RLIMIT_NOFILE (segments held and fds queued a quarter each, unit requests in
  * flight an eighth), with a warning naming each: hello tells another uid the limits in force.
@@ -314,6 +368,7 @@ int main(void)
 		cmocka_unit_test_teardown(abandoned_tiny_weights_are_bounded, teardown),
 		cmocka_unit_test_teardown(aliases_of_a_forbidden_entry_are_refused_first, teardown),
 		cmocka_unit_test_teardown(held_segments_are_capped_per_client_and_uid, teardown),
+		cmocka_unit_test_teardown(held_weights_are_capped_per_uid, teardown),
 		cmocka_unit_test_teardown(uid_fd_limits_stay_under_rlimit_nofile, teardown),
 	};
 
