@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cache_fill.c - making new weights: packing a request's new weights into segments, the jobs
  * that fill them on the worker pool, and cache_request. Main thread only, except job_work. */
 #include <errno.h>
@@ -32,7 +33,7 @@ static void shm_full_error(struct job *j, int e)
 
 	if (statvfs("/dev/shm", &sv) == 0)
 		avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-	wd_error_set(&j->err, WD_E_EXHAUSTED,
+	wd_error_set(&j->err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
 		     "%llu bytes free (%s)", wd_plan_label(j->plan), (unsigned long long)j->nbytes,
 		     (unsigned long long)avail, strerror(e));
@@ -50,7 +51,7 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 
 	wd_error_clear(&j->err);
 	if (!scratch) {
-		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for read buffers");
+		j->status = wd_error_set(&j->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "no memory for read buffers");
 		return;
 	}
 	e = wd_segment_reserve(j->fd, j->offset, j->nbytes);
@@ -58,7 +59,7 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 		if (e == ENOSPC || e == EFBIG)
 			shm_full_error(j, e);
 		else
-			wd_error_set(&j->err, WD_E_IO, "reserving %llu bytes of shared memory for %s: %s",
+			wd_error_set(&j->err, WEIGHTD_E_IO, "reserving %llu bytes of shared memory for %s: %s",
 				     (unsigned long long)j->nbytes, wd_plan_label(j->plan),
 				     strerror(e));
 		j->status = -j->err.code;
@@ -134,14 +135,14 @@ static void job_unlink(struct cache *c, struct job *j)
  */
 static void seg_filled(struct cache *c, struct cache_segment *sg)
 {
-	struct wd_error err;
+	weightd_error err;
 
 	wd_segment_seal(&sg->seg);
 	if (sg->n_weights == 0)
 		return;
 	wd_error_clear(&err);
 	if (cache_seg_write_state(c, sg, &err) < 0)
-		log_warn("%s (its weights are served, but will be rebuilt after a restart)", err.msg);
+		log_warn("%s (its weights are served, but will be rebuilt after a restart)", err.message);
 }
 
 /* Main thread: turn a finished job into a weight and tell everyone who waited. */
@@ -157,7 +158,7 @@ static void job_done(struct pool_task *t)
 	if (t->cancelled) {
 		/* skipped by the pool at shutdown: nothing was written */
 		wd_error_clear(&j->err);
-		j->status = wd_error_set(&j->err, WD_E_CANCELLED,
+		j->status = wd_error_set(&j->err, WEIGHTD_E_CANCELLED,
 					 "weightd is stopping: materializing %s was cancelled before "
 					 "it started", wd_plan_label(j->plan));
 	}
@@ -174,7 +175,7 @@ static void job_done(struct pool_task *t)
 		if (!w || !w->label) {
 			free(w);
 			w = NULL;
-			wd_error_set(&j->err, WD_E_EXHAUSTED, "out of memory recording a weight");
+			wd_error_set(&j->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory recording a weight");
 		}
 	}
 	if (w) {
@@ -212,9 +213,9 @@ static void job_done(struct pool_task *t)
 		if (c->p.stats)
 			c->p.stats->materializations_failed++;
 		if (t->cancelled)
-			log_debug("%s", j->err.msg);
+			log_debug("%s", j->err.message);
 		else
-			log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
+			log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.message);
 	}
 	if (sg->n_jobs == 1 && sg->created) {
 		seg_filled(c, sg);
@@ -387,7 +388,7 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 	ncap = *cap ? *cap * 2 : 8;
 	p = realloc(*arr, ncap * elem);
 	if (!p)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	*arr = p;
 	*cap = ncap;
 	return 0;
@@ -452,7 +453,7 @@ static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
 }
 
 /* The segment could not be made: every job queued for it fails (callbacks run here). */
-static void seg_fail_queued(struct cache *c, struct cache_segment *sg, const struct wd_error *err)
+static void seg_fail_queued(struct cache *c, struct cache_segment *sg, const weightd_error *err)
 {
 	while (sg->queued) {
 		struct job *j = sg->queued;
@@ -474,7 +475,7 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 		return;
 	for (size_t i = 0; i < pk->n_all; i++) {
 		struct cache_segment *sg = pk->all[i];
-		struct wd_error err;
+		weightd_error err;
 		struct stat st;
 		int r;
 
@@ -482,7 +483,7 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 		/* a random name, drawn again when taken (wd_segment_create_unique) */
 		r = wd_segment_create_sparse(c->instance, sg->used, &sg->seg, &err);
 		if (r < 0) {
-			log_warn("%s", err.msg);
+			log_warn("%s", err.message);
 			seg_fail_queued(c, sg, &err); /* and destroys the segment */
 			continue;
 		}
@@ -502,7 +503,7 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
  * together may hold max_temp of them (the budget's size when unset). A job that would pass it
  * fails at once with the figures, rather than growing the daemon past what was configured.
  */
-static int temp_check(struct cache *c, uint64_t temp, const char *label, struct wd_error *err)
+static int temp_check(struct cache *c, uint64_t temp, const char *label, weightd_error *err)
 {
 	uint64_t limit = c->p.max_temp ? c->p.max_temp : c->budget;
 	uint64_t used = c->temp_used;
@@ -513,7 +514,7 @@ static int temp_check(struct cache *c, uint64_t temp, const char *label, struct 
 		err->expected = (int64_t)(limit - (used < limit ? used : limit));
 		err->actual = (int64_t)temp;
 	}
-	return wd_error_set(err, WD_E_EXHAUSTED,
+	return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 			    "resource exhausted: %s needs %llu bytes of working memory but only %llu of "
 			    "max_temp (%llu bytes) are free (%llu in use by running materializations)",
 			    label, (unsigned long long)temp,
@@ -523,7 +524,7 @@ static int temp_check(struct cache *c, uint64_t temp, const char *label, struct 
 
 int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan,
 		  struct csource *const *sources, size_t n_sources, cache_cb cb, void *arg,
-		  struct weight **ret_w, struct wd_error *err)
+		  struct weight **ret_w, weightd_error *err)
 {
 	const uint8_t *key = wd_plan_key(plan);
 	struct weight *w = cache_find_key(c, key);
@@ -542,12 +543,12 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	}
 	if (n_sources > 16) {
 		wd_plan_free(plan);
-		return wd_error_set(err, WD_E_TOO_LARGE, "a recipe may read at most 16 checkpoints");
+		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE, "a recipe may read at most 16 checkpoints");
 	}
 	wt = calloc(1, sizeof(*wt));
 	if (!wt) {
 		wd_plan_free(plan);
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	wt->cb = cb;
 	wt->arg = arg;
@@ -570,7 +571,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		free(wt);
 		free(own);
 		wd_plan_free(plan);
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	j->plan = plan;
 	j->nbytes = wd_plan_nbytes(plan);
@@ -590,7 +591,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		free(wt);
 		job_free(j);
 		free(own);
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	for (size_t i = 0; i < n_sources; i++) {
 		j->sources[i] = sources[i];

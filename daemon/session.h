@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session.h - one connected client: its socket queues, the weights it holds, its open requests.
  * session.c does its I/O and lifecycle; server.c lists sessions; request*.c act on them. */
 #ifndef WD_SESSION_H
@@ -117,7 +118,7 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
  * its cap is disconnected. */
 void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds);
 /* Send an error response for request `id`. */
-void session_send_error(struct session *s, uint64_t id, const struct wd_error *err);
+void session_send_error(struct session *s, uint64_t id, const weightd_error *err);
 /* Mark dead: stop reading, release every reference, free later from the loop. */
 void session_kill(struct session *s, const char *why);
 
@@ -132,9 +133,9 @@ bool session_holds_segment(const struct session *s, const struct cache_segment *
  * May the client take references on new_weights more distinct weights lying in segs[0..n)
  * (distinct segments)? Checks client_max_segments, and (root and the daemon's user exempt, as
  * from the other per-uid limits) uid_max_segments as server_uid_max_segments gives it and
- * uid_max_weights; 0, or -WD_E_LIMIT naming the limit, its value and the counts.
+ * uid_max_weights; 0, or -WEIGHTD_E_LIMIT_EXCEEDED naming the limit, its value and the counts.
  */
 int session_check_holds(struct session *s, struct cache_segment *const *segs, size_t n,
-			uint64_t new_weights, struct wd_error *err);
+			uint64_t new_weights, weightd_error *err);
 
 #endif

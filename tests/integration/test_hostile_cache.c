@@ -1,6 +1,8 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_hostile_cache.c - what one uid can leave behind in the cache, pin in it or cost the event
  * loop through unit requests: thousands of tiny distinct weights taken and abandoned or held,
- * and a unit of chained aliases sent by a uid that may read nothing it names. Needs root (the other uid is 65534). */
+ * and a unit of chained aliases sent by a uid that may read nothing it names. Needs root (the
+ * other uid is 65534). */
 #include "hostile.h"
 
 static struct harness H;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_session.c - a session's held-weight index and its table of segments held in: holds,
  * finds and releases agree with a plain reference count under heavy collisions and random order,
  * and the per-client and per-uid hold limits count what they name. */
@@ -181,7 +182,7 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 	struct uid_usage uu;
 	struct daemon d;
 	struct session s;
-	struct wd_error err;
+	weightd_error err;
 	struct cache_segment *add[3];
 	unsigned seed = 777;
 
@@ -254,18 +255,18 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 	assert_int_equal(session_check_holds(&s, add, 2, 8, &err), 0); /* held already */
 	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), 0);  /* 3 of 3 */
 	add[1] = &seg[3];
-	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), -WD_E_LIMIT);
-	assert_non_null(strstr(err.msg, "client_max_segments"));
+	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "client_max_segments"));
 	cfg.client_max_segments = 100;
 	uu.segments = 4; /* another connection of the uid holds 2 more */
 	wd_error_clear(&err);
-	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), -WD_E_LIMIT);
-	assert_non_null(strstr(err.msg, "uid_max_segments"));
-	assert_non_null(strstr(err.msg, "its limit is 5"));
+	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "uid_max_segments"));
+	assert_non_null(strstr(err.message, "its limit is 5"));
 	uu.segments = 2;
 	wd_error_clear(&err);
-	assert_int_equal(session_check_holds(&s, add, 1, 9, &err), -WD_E_LIMIT);
-	assert_non_null(strstr(err.msg, "uid_max_weights"));
+	assert_int_equal(session_check_holds(&s, add, 1, 9, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "uid_max_weights"));
 	while (s.n_held)
 		assert_true(session_release(&s, s.held[0].w));
 	assert_int_equal(uu.weights, 0);
