@@ -671,6 +671,9 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 	c->info.max_queue_fds = hr->max_queue_fds;
 	c->info.idle_timeout_ms = hr->idle_timeout_ms;
 	c->info.frame_timeout_ms = hr->frame_timeout_ms;
+	c->info.max_client_segments = hr->max_client_segments;
+	c->info.max_uid_segments = hr->max_uid_segments;
+	c->info.max_uid_weights = hr->max_uid_weights;
 	c->info.min_protocol_version = hr->min_protocol_version;
 	c->info.max_protocol_version = hr->max_protocol_version;
 	return 0;

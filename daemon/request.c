@@ -161,16 +161,17 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
  */
 static bool uid_may_start_unit(struct session *s, uint64_t id)
 {
-	const struct config *cfg = s->d->cfg;
+	uint64_t max;
 	size_t n;
 
 	if (s->privileged || !s->srv)
 		return true;
 	n = server_uid_pending(s->srv, s->peer.uid);
-	if (n < cfg->uid_max_pending)
+	max = server_uid_max_pending(s->srv); /* cut to a share of RLIMIT_NOFILE (server.c) */
+	if (n < max)
 		return true;
 	fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: uid %u has %zu unit requests in flight "
-	     "(uid_max_pending %u)", (unsigned)s->peer.uid, n, cfg->uid_max_pending);
+	     "(uid_max_pending %llu)", (unsigned)s->peer.uid, n, (unsigned long long)max);
 	return false;
 }
 

@@ -176,7 +176,9 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	Weightd__WeightInfo *wi = NULL, **wp = NULL;
 	Weightd__SegmentInfo *si = NULL, **sp = NULL;
 	int *fds = NULL;
+	struct cache_segment **segs = NULL;
 	size_t nfds = 0;
+	uint64_t new_weights = 0;
 
 	if (!s || s->dead || u->failed) {
 		for (size_t i = 0; i < u->n_entries; i++)
@@ -191,7 +193,8 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	si = calloc(u->n_entries, sizeof(*si));
 	sp = calloc(u->n_entries, sizeof(*sp));
 	fds = calloc(u->n_entries, sizeof(*fds));
-	if (!wi || !wp || !si || !sp || !fds) {
+	segs = calloc(u->n_entries, sizeof(*segs));
+	if (!wi || !wp || !si || !sp || !fds || !segs) {
 		for (size_t i = 0; i < u->n_entries; i++)
 			cache_drop(cache, u->outs[i].w);
 		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
@@ -224,7 +227,20 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		si[nfds].size = sg->seg.size;
 		si[nfds].fd_index = (uint32_t)nfds;
 		sp[nfds] = &si[nfds];
+		segs[nfds] = sg;
 		nfds++;
+	}
+	/* Every segment held pins a daemon fd: the segments and weights the client and its uid
+	 * would hold are checked against their limits before any reference becomes the client's. */
+	for (size_t i = 0; i < u->n_entries; i++)
+		new_weights += u->first[i] == i && !session_find_held(s, u->outs[i].w->id);
+	if (session_check_holds(s, segs, nfds, new_weights, &u->err) < 0) {
+		for (size_t k = 0; k < nfds; k++)
+			close(fds[k]);
+		for (size_t k = 0; k < u->n_entries; k++)
+			cache_drop(cache, u->outs[k].w);
+		session_send_error(s, u->id, &u->err);
+		goto out;
 	}
 	for (size_t i = 0; i < u->n_outs; i++) {
 		struct unit_out *o = &u->outs[i];
@@ -262,6 +278,7 @@ out:
 	free(si);
 	free(sp);
 	free(fds);
+	free(segs);
 	unitreq_free(u);
 }
 
