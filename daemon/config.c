@@ -53,6 +53,9 @@ static struct config *config_new(const char *path)
 	cfg->max_partial_bytes = 256ull << 20;
 	cfg->max_temp_bytes = 0;
 	cfg->uid_max_pending = 1024;
+	cfg->client_max_segments = 4096;
+	cfg->uid_max_segments = 16384;
+	cfg->uid_max_weights = 1u << 22;
 	cfg->log_level = -1;
 	if (!cfg->path || !cfg->socket_path || !cfg->shm_prefix || !cfg->state_dir) {
 		config_free(cfg);

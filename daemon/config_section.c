@@ -29,6 +29,8 @@ static const char *const daemon_keys[DK_COUNT] = {
 	[DK_FRAME_TIMEOUT] = "frame_timeout", [DK_UID_MAX_PARTIAL] = "uid_max_partial",
 	[DK_MAX_PARTIAL] = "max_partial", [DK_MAX_TEMP] = "max_temp",
 	[DK_UID_MAX_PENDING] = "uid_max_pending", [DK_DIGEST] = "digest",
+	[DK_CLIENT_MAX_SEGMENTS] = "client_max_segments", [DK_UID_MAX_SEGMENTS] = "uid_max_segments",
+	[DK_UID_MAX_WEIGHTS] = "uid_max_weights",
 };
 
 static const char *const checkpoint_keys[CK_COUNT] = {
@@ -120,6 +122,12 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		return config_set_size(ld, key, val, 4096, UINT64_MAX, &cfg->max_partial_bytes);
 	case DK_UID_MAX_PENDING:
 		return config_set_u32(ld, key, val, 1, 1u << 24, &cfg->uid_max_pending);
+	case DK_CLIENT_MAX_SEGMENTS:
+		return config_set_u32(ld, key, val, 1, 1u << 20, &cfg->client_max_segments);
+	case DK_UID_MAX_SEGMENTS:
+		return config_set_u32(ld, key, val, 1, 1u << 24, &cfg->uid_max_segments);
+	case DK_UID_MAX_WEIGHTS:
+		return config_set_u32(ld, key, val, 1, UINT32_MAX, &cfg->uid_max_weights);
 	case DK_MAX_TEMP:
 		return config_set_size(ld, key, val, 0, UINT64_MAX, &cfg->max_temp_bytes);
 	case DK_MAX_FRAME:
