@@ -19,9 +19,10 @@
  *   warm   three times with everything cached: submit + validate + bind, then free (apart).
  *   probe  raw_probe.h with 1,000 fds, 10 round trips: the cost of passing and mapping an fd.
  *
- * Printed: medians, each side's rate, cold as a fraction of the copy's speed (target >= 0.8),
- * and the warm unit's cost per weight beside the probe's cost per fd. Exit status 1 when the
- * cold target is missed or a run failed.
+ * Printed: medians, each side's rate, cold as a fraction of the copy's speed (target >= 0.8)
+ * with the CPU time weightd used meanwhile (all its threads, from /proc) per weight, and the warm
+ * unit's cost per weight beside the probe's cost per fd. Exit status 1 when the cold target is
+ * missed or a run failed.
  */
 #include <dirent.h>
 #include <stdbool.h>
@@ -142,6 +143,27 @@ fail:
 	return -1;
 }
 
+/* CPU seconds (user + system, every thread) the daemon has used so far; -1 if unknown. */
+static double daemon_cpu(void)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut, st;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)H.pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* the command name may hold spaces */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* Stop the daemon, remove every segment and state record it made, start it again. */
 static int restart_cold(void)
 {
@@ -166,7 +188,7 @@ static int restart_cold(void)
 
 int main(int argc, char **argv)
 {
-	static double t_copy[MAX_RUNS], t_cold[MAX_RUNS], t_warm[MAX_RUNS * WARM_ITERS],
+	static double t_copy[MAX_RUNS], t_cold[MAX_RUNS], cpu_cold[MAX_RUNS], t_warm[MAX_RUNS * WARM_ITERS],
 		t_free[MAX_RUNS * WARM_ITERS], t_probe[MAX_RUNS * PROBE_ITERS];
 	struct probe p = { .sock = -1 };
 	struct rlimit rl;
@@ -175,7 +197,7 @@ int main(int argc, char **argv)
 	char dir[400], sec[600];
 	int runs = 5, nw = 0, np = 0, rc = 1;
 	uint64_t bytes = 0, cold_read_min = UINT64_MAX, warm_read = 0;
-	double m_copy, m_cold, m_warm, m_free, m_probe, la[3] = { 0, 0, 0 };
+	double m_copy, m_cold, m_cpu, m_warm, m_free, m_probe, la[3] = { 0, 0, 0 };
 
 	N = DS_TENSORS;
 	for (int i = 1; i < argc; i++) {
@@ -221,7 +243,7 @@ int main(int argc, char **argv)
 
 	for (int r = 0; r < runs; r++) {
 		uint64_t rd = 0;
-		double fr;
+		double fr, cpu0;
 
 		t_copy[r] = copy_reference(dir, bytes);
 		if (t_copy[r] < 0 || restart_cold() < 0)
@@ -230,8 +252,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "bench_deepseek: %s\n", err.message);
 			goto out;
 		}
+		cpu0 = daemon_cpu();
 		if (bind_unit(c, &t_cold[r], &fr, &rd) < 0)
 			goto out;
+		cpu_cold[r] = daemon_cpu() - cpu0;
 		if (rd < cold_read_min)
 			cold_read_min = rd;
 		for (int k = 0; k < WARM_ITERS; k++) {
@@ -257,6 +281,7 @@ int main(int argc, char **argv)
 	}
 	m_copy = probe_median(t_copy, runs);
 	m_cold = probe_median(t_cold, runs);
+	m_cpu = probe_median(cpu_cold, runs);
 	m_warm = probe_median(t_warm, nw);
 	m_free = probe_median(t_free, nw);
 	m_probe = probe_median(t_probe, np);
@@ -269,6 +294,8 @@ int main(int argc, char **argv)
 	       (double)bytes / m_copy / 1e9);
 	printf("  weightd: submit + validate, nothing cached  %9.4f s  (%.3f GB/s, %.0f weights/s)\n",
 	       m_cold, (double)bytes / m_cold / 1e9, (double)N / m_cold);
+	printf("  weightd's CPU time (all threads) meanwhile %9.4f s  = %.3f us per weight\n", m_cpu,
+	       m_cpu / (double)N * 1e6);
 	printf("  -> %.3g of the copy's speed (target >= 0.8): %s; bytes read: %llu of %llu\n\n",
 	       m_copy / m_cold, m_copy / m_cold >= 0.8 ? "met" : "MISSED",
 	       (unsigned long long)cold_read_min, (unsigned long long)bytes);
