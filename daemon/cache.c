@@ -357,6 +357,7 @@ void cache_free(struct cache *c, bool unlink_segments)
 		wd_scratch_free(&c->scratch);
 	free(c->by_key);
 	free(c->by_id);
+	free(c->jobs_by_key);
 	free(c);
 }
 

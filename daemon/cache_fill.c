@@ -25,19 +25,29 @@ static uint64_t now_ns(void)
 }
 
 /* /dev/shm refused the reservation: say how much it has left, in the structured fields too. */
-static void shm_full_error(struct job *j, int e)
+static void shm_full_error(struct job *j, int e, struct wd_error *err)
 {
 	struct statvfs sv;
 	uint64_t avail = 0;
 
 	if (statvfs("/dev/shm", &sv) == 0)
 		avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-	wd_error_set(&j->err, WD_E_EXHAUSTED,
+	wd_error_set(err, WD_E_EXHAUSTED,
 		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
 		     "%llu bytes free (%s)", wd_plan_label(j->plan), (unsigned long long)j->nbytes,
 		     (unsigned long long)avail, strerror(e));
-	j->err.expected = (int64_t)j->nbytes;
-	j->err.actual = (int64_t)avail;
+	err->expected = (int64_t)j->nbytes;
+	err->actual = (int64_t)avail;
+}
+
+/* Keep a failure's error with the job (without memory for it, job_done says so from status). */
+static void job_fail(struct job *j, int status, const struct wd_error *err)
+{
+	j->status = status < 0 ? status : -WD_E_INTERNAL;
+	free(j->err);
+	j->err = malloc(sizeof(*j->err));
+	if (j->err)
+		*j->err = *err;
 }
 
 /* Worker thread: reserve the weight's range, fill and hash it. Touches nothing but the job (the
@@ -45,36 +55,36 @@ static void shm_full_error(struct job *j, int e)
 static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 {
 	struct job *j = (struct job *)t;
+	struct wd_error err;
 	uint64_t t0 = now_ns();
 	int r, e;
 
-	wd_error_clear(&j->err);
+	wd_error_clear(&err);
 	if (!scratch) {
-		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "no memory for read buffers");
+		job_fail(j, wd_error_set(&err, WD_E_EXHAUSTED, "no memory for read buffers"), &err);
 		return;
 	}
 	e = wd_segment_reserve(j->fd, j->offset, j->nbytes);
 	if (e) {
 		if (e == ENOSPC || e == EFBIG)
-			shm_full_error(j, e);
+			shm_full_error(j, e, &err);
 		else
-			wd_error_set(&j->err, WD_E_IO, "reserving %llu bytes of shared memory for %s: %s",
+			wd_error_set(&err, WD_E_IO, "reserving %llu bytes of shared memory for %s: %s",
 				     (unsigned long long)j->nbytes, wd_plan_label(j->plan),
 				     strerror(e));
-		j->status = -j->err.code;
+		r = -err.code;
 		goto fail;
 	}
 	/* A large weight is filled in chunks by several workers (fill.c), a small one in order. */
 	r = fill_weight(j->cache->p.pool, j->plan, j->fd, j->offset, j->nbytes, j->alg,
-			&j->progress, scratch, j->digest, &j->bytes_read, &j->err);
+			&j->progress, scratch, j->digest, &j->bytes_read, &err);
 	if (r < 0)
-		goto fail_r;
+		goto fail;
 	j->ns = now_ns() - t0;
 	j->status = 0;
 	return;
-fail_r:
-	j->status = r;
 fail:
+	job_fail(j, r, &err);
 	/* give back whatever of the range was reserved */
 	if (j->nbytes)
 		fallocate(j->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)j->offset,
@@ -87,28 +97,62 @@ static void job_free(struct job *j)
 		csource_unref(j->sources[i]);
 	free(j->sources);
 	wd_plan_free(j->plan);
+	free(j->err);
 	free(j);
 }
 
 static struct job *find_job(const struct cache *c, const uint8_t *key)
 {
-	for (struct job *j = c->jobs_by_key[cache_key_hash(key, JOB_BUCKETS)]; j; j = j->hash_next)
+	if (!c->jobs_by_key)
+		return NULL;
+	for (struct job *j = c->jobs_by_key[cache_key_hash(key, c->job_buckets)]; j;
+	     j = j->hash_next)
 		if (memcmp(j->key, key, 32) == 0)
 			return j;
 	return NULL;
 }
 
+static void job_hash_add(struct job **buckets, size_t nb, struct job *j)
+{
+	struct job **head = &buckets[cache_key_hash(j->key, nb)];
+
+	j->hash_next = *head;
+	if (*head)
+		(*head)->hash_pprev = &j->hash_next;
+	j->hash_pprev = head;
+	*head = j;
+}
+
+/* Room in the job table for one more (doubling it past one job per bucket; a failed doubling
+ * keeps the old table, only its chains grow). Fails only when there is no table at all. */
+static int job_table_room(struct cache *c)
+{
+	size_t nb = c->job_buckets ? c->job_buckets * 2 : JOB_BUCKETS_MIN;
+	struct job **nt;
+
+	if (c->jobs_by_key && c->job_count < c->job_buckets)
+		return 0;
+	nt = calloc(nb, sizeof(*nt));
+	if (!nt)
+		return c->jobs_by_key ? 0 : -WD_E_EXHAUSTED;
+	for (struct job *j = c->jobs; j; j = j->key_next)
+		job_hash_add(nt, nb, j);
+	free(c->jobs_by_key);
+	c->jobs_by_key = nt;
+	c->job_buckets = nb;
+	return 0;
+}
+
+/* Link a job in flight (job_table_room made room first). */
 static void job_link(struct cache *c, struct job *j)
 {
-	size_t h = cache_key_hash(j->key, JOB_BUCKETS);
-
 	j->prev = NULL;
 	j->key_next = c->jobs;
 	if (c->jobs)
 		c->jobs->prev = j;
 	c->jobs = j;
-	j->hash_next = c->jobs_by_key[h];
-	c->jobs_by_key[h] = j;
+	job_hash_add(c->jobs_by_key, c->job_buckets, j);
+	c->job_count++;
 }
 
 static void job_unlink(struct cache *c, struct job *j)
@@ -119,12 +163,10 @@ static void job_unlink(struct cache *c, struct job *j)
 		c->jobs = j->key_next;
 	if (j->key_next)
 		j->key_next->prev = j->prev;
-	for (struct job **pp = &c->jobs_by_key[cache_key_hash(j->key, JOB_BUCKETS)]; *pp;
-	     pp = &(*pp)->hash_next)
-		if (*pp == j) {
-			*pp = j->hash_next;
-			break;
-		}
+	*j->hash_pprev = j->hash_next;
+	if (j->hash_next)
+		j->hash_next->hash_pprev = j->hash_pprev;
+	c->job_count--;
 }
 
 /*
@@ -152,14 +194,20 @@ static void job_done(struct pool_task *t)
 	struct cache_segment *sg = j->segment;
 	struct weight *w = NULL;
 	struct waiter *wt, *next;
+	struct wd_error lerr, *err = &lerr;
 
 	job_unlink(c, j);
+	wd_error_clear(&lerr);
 	if (t->cancelled) {
 		/* skipped by the pool at shutdown: nothing was written */
-		wd_error_clear(&j->err);
-		j->status = wd_error_set(&j->err, WD_E_CANCELLED,
+		j->status = wd_error_set(&lerr, WD_E_CANCELLED,
 					 "weightd is stopping: materializing %s was cancelled before "
 					 "it started", wd_plan_label(j->plan));
+	} else if (j->status < 0 && j->err) {
+		err = j->err;
+	} else if (j->status < 0) {
+		wd_error_set(&lerr, -j->status, "materializing %s failed and there was no memory "
+			     "left to say why", wd_plan_label(j->plan));
 	}
 	if (c->p.stats) {
 		c->p.stats->in_flight--;
@@ -174,7 +222,7 @@ static void job_done(struct pool_task *t)
 		if (!w || !w->label) {
 			free(w);
 			w = NULL;
-			wd_error_set(&j->err, WD_E_EXHAUSTED, "out of memory recording a weight");
+			wd_error_set(err, WD_E_EXHAUSTED, "out of memory recording a weight");
 		}
 	}
 	if (w) {
@@ -212,9 +260,9 @@ static void job_done(struct pool_task *t)
 		if (c->p.stats)
 			c->p.stats->materializations_failed++;
 		if (t->cancelled)
-			log_debug("%s", j->err.msg);
+			log_debug("%s", err->msg);
 		else
-			log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.msg);
+			log_info("materializing %s failed: %s", wd_plan_label(j->plan), err->msg);
 	}
 	if (sg->n_jobs == 1 && sg->created) {
 		seg_filled(c, sg);
@@ -232,7 +280,7 @@ static void job_done(struct pool_task *t)
 			cache_hold(c, w);
 			wt->cb(w, NULL, charged, wt->arg);
 		} else {
-			wt->cb(NULL, &j->err, charged, wt->arg);
+			wt->cb(NULL, err, charged, wt->arg);
 		}
 		free(wt);
 	}
@@ -456,8 +504,7 @@ static void seg_fail_queued(struct cache *c, struct cache_segment *sg, const str
 		struct job *j = sg->queued;
 
 		sg->queued = j->queue_next;
-		j->status = -err->code;
-		j->err = *err;
+		job_fail(j, -err->code, err);
 		if (c->p.stats)
 			c->p.stats->in_flight++; /* job_done takes it back */
 		job_done(&j->task);
@@ -556,7 +603,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		wd_plan_free(plan);
 		return 0;
 	}
-	j = calloc(1, sizeof(*j));
+	j = job_table_room(c) == 0 ? calloc(1, sizeof(*j)) : NULL;
 	if (j)
 		j->sources = calloc(n_sources ? n_sources : 1, sizeof(*j->sources));
 	if (!pack)
