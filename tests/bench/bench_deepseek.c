@@ -39,6 +39,9 @@
 #define PROBE_ITERS 10
 
 static struct harness H;
+/* the config's log_level (warning), not the harness's debug: a line per weight is not what
+ * users run with */
+static const struct harness_opts QUIET = { .file_log_level = true };
 static struct ds_ckpt CK;
 static size_t N;
 
@@ -183,7 +186,7 @@ static int restart_cold(void)
 		closedir(d);
 	harness_path(&H, "state", path, sizeof(path));
 	stw_rmtree(path);
-	return harness_start(&H);
+	return harness_start_opts(&H, &QUIET);
 }
 
 int main(int argc, char **argv)
@@ -232,7 +235,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < N; i++)
 		bytes += CK.t[i].nbytes;
 	snprintf(sec, sizeof(sec), "[checkpoint:ds]\npath = %s\n", dir);
-	if (harness_write_config(&H, "log_level = warning", sec) < 0 || harness_start(&H) < 0 ||
+	if (harness_write_config(&H, "log_level = warning", sec) < 0 || harness_start_opts(&H, &QUIET) < 0 ||
 	    probe_start(&p, PROBE_FDS, 4096) < 0)
 		goto out;
 	printf("unit: %zu tensors, %llu bytes; weightd %s; %d runs\n\n", N, (unsigned long long)bytes,
