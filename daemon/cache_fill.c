@@ -197,15 +197,16 @@ static void job_done(struct pool_task *t)
 	struct wd_error lerr, *err = &lerr;
 
 	job_unlink(c, j);
-	wd_error_clear(&lerr);
 	if (t->cancelled) {
 		/* skipped by the pool at shutdown: nothing was written */
+		wd_error_clear(&lerr);
 		j->status = wd_error_set(&lerr, WD_E_CANCELLED,
 					 "weightd is stopping: materializing %s was cancelled before "
 					 "it started", wd_plan_label(j->plan));
 	} else if (j->status < 0 && j->err) {
 		err = j->err;
 	} else if (j->status < 0) {
+		wd_error_clear(&lerr);
 		wd_error_set(&lerr, -j->status, "materializing %s failed and there was no memory "
 			     "left to say why", wd_plan_label(j->plan));
 	}
@@ -222,6 +223,7 @@ static void job_done(struct pool_task *t)
 		if (!w || !w->label) {
 			free(w);
 			w = NULL;
+			wd_error_clear(err);
 			wd_error_set(err, WD_E_EXHAUSTED, "out of memory recording a weight");
 		}
 	}
