@@ -7,7 +7,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,19 +23,21 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* /dev/shm refused the reservation: say how much it has left, in the structured fields too. */
-static void shm_full_error(struct job *j, int e, struct wd_error *err)
+/* /dev/shm has no room for a segment: say how much it has left, in the structured fields too. */
+static void shm_full_error(const struct cache_segment *sg, uint64_t avail, struct wd_error *err)
 {
-	struct statvfs sv;
-	uint64_t avail = 0;
+	const struct job *j = sg->queued; /* the newest weight placed in it */
+	char what[600];
 
-	if (statvfs("/dev/shm", &sv) == 0)
-		avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (sg->n_jobs == 1)
+		snprintf(what, sizeof(what), "%s", wd_plan_label(j->plan));
+	else
+		snprintf(what, sizeof(what), "a segment of %zu weights (%s and others)",
+			 (size_t)sg->n_jobs, wd_plan_label(j->plan));
 	wd_error_set(err, WD_E_EXHAUSTED,
 		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
-		     "%llu bytes free (%s)", wd_plan_label(j->plan), (unsigned long long)j->nbytes,
-		     (unsigned long long)avail, strerror(e));
-	err->expected = (int64_t)j->nbytes;
+		     "%llu bytes free", what, (unsigned long long)sg->used, (unsigned long long)avail);
+	err->expected = (int64_t)sg->used;
 	err->actual = (int64_t)avail;
 }
 
@@ -57,24 +58,16 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 	struct job *j = (struct job *)t;
 	struct wd_error err;
 	uint64_t t0 = now_ns();
-	int r, e;
+	int r;
 
 	wd_error_clear(&err);
 	if (!scratch) {
 		job_fail(j, wd_error_set(&err, WD_E_EXHAUSTED, "no memory for read buffers"), &err);
 		return;
 	}
-	e = wd_segment_reserve(j->fd, j->offset, j->nbytes);
-	if (e) {
-		if (e == ENOSPC || e == EFBIG)
-			shm_full_error(j, e, &err);
-		else
-			wd_error_set(&err, WD_E_IO, "reserving %llu bytes of shared memory for %s: %s",
-				     (unsigned long long)j->nbytes, wd_plan_label(j->plan),
-				     strerror(e));
-		r = -err.code;
-		goto fail;
-	}
+	/* Nothing is reserved first: writing allocates the pages (cache_pack_end checked that
+	 * /dev/shm had room; if others filled it since, the write fails with ENOSPC, reported as
+	 * resource exhausted). A posix_fallocate per range cleared every page once more. */
 	/* A large weight is filled in chunks by several workers (fill.c), a small one in order. */
 	r = fill_weight(j->cache->p.pool, j->plan, j->fd, j->offset, j->nbytes, j->alg,
 			&j->progress, scratch, j->digest, &j->bytes_read, &err);
@@ -85,7 +78,7 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 	return;
 fail:
 	job_fail(j, r, &err);
-	/* give back whatever of the range was reserved */
+	/* give back whatever of the range was written */
 	if (j->nbytes)
 		fallocate(j->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)j->offset,
 			  (off_t)j->nbytes);
@@ -519,6 +512,8 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 {
 	if (!pk)
 		return;
+	uint64_t avail = pk->n_all ? wd_segment_shm_free() : 0, claimed = 0;
+
 	for (size_t i = 0; i < pk->n_all; i++) {
 		struct cache_segment *sg = pk->all[i];
 		struct wd_error err;
@@ -526,6 +521,14 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 		int r;
 
 		wd_error_clear(&err);
+		/* One check of /dev/shm per pack, counting what its earlier segments will take. */
+		if (avail != UINT64_MAX && (claimed > avail || sg->used > avail - claimed)) {
+			shm_full_error(sg, avail > claimed ? avail - claimed : 0, &err);
+			log_info("%s", err.msg);
+			seg_fail_queued(c, sg, &err); /* and destroys the segment */
+			continue;
+		}
+		claimed += sg->used;
 		/* a random name, drawn again when taken (wd_segment_create_unique) */
 		r = wd_segment_create_sparse(c->instance, sg->used, &sg->seg, &err);
 		if (r < 0) {
