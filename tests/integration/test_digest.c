@@ -151,7 +151,7 @@ static void expect_digest(weightd_unit *u, const char *name, weightd_digest_algo
 
 /*
  * Default configuration: every weight (a 40 MiB one and a 40 MiB cast filled chunk by chunk by
- * both workers, and the small ones filled in batches) holds exactly the file's bytes (the cast:
+ * both workers, and the small ones filled in batches, runs of them from one read) holds exactly the file's bytes (the cast:
  * each BF16 widened by the IEEE rule, computed here), and carries the XXH3-128 digest of those
  * bytes as the test computes it with libxxhash.
  */
@@ -205,6 +205,9 @@ static void default_digest_is_xxh3_of_the_bytes(void **state)
 	assert_true(harness_log_contains(&H, "filling d:big in 3 chunks, with up to 1 helper"));
 	assert_true(harness_log_contains(&H, "filling cast(d:half, F32) in 3 chunks"));
 	assert_true(harness_log_contains(&H, "small weights"));
+	/* and consecutive small tensors were read together (cache_fill.c, runs) */
+	assert_true(harness_log_contains(&H, "weights (") &&
+		    harness_log_contains(&H, ") from one read of d"));
 	st = it_status(c);
 	assert_int_equal(st->digest_algorithm, WEIGHTD_DIGEST_XXH3_128);
 	assert_int_equal(st->digest_chunk_bytes, WEIGHTD_DIGEST_CHUNK);
