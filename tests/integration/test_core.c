@@ -37,7 +37,7 @@ struct child {
 	int cmd;     /* parent writes */
 };
 
-static void say(int fd, const char *fmt, ...)
+static void __attribute__((format(printf, 2, 3))) say(int fd, const char *fmt, ...)
 {
 	char buf[512];
 	va_list ap;

@@ -391,7 +391,7 @@ static int get_recipe(weightd_client *c, const weightd_recipe *r, weightd_weight
 }
 
 /* Run a command line through sh with stdout and stderr captured together; its exit status. */
-static int run_sh(char *out, size_t cap, const char *fmt, ...)
+static int __attribute__((format(printf, 3, 4))) run_sh(char *out, size_t cap, const char *fmt, ...)
 {
 	char cmd[4096];
 	va_list ap;

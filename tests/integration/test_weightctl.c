@@ -489,8 +489,8 @@ static void the_format_checker_refuses_bad_expositions(void **state)
 		"# HELP weightd_y_total x\n# TYPE weightd_y_total counter\nweightd_y_total -1\n",
 		"# HELP other x\n# TYPE other gauge\nother 1\n",
 		"# TYPE weightd_x gauge\nweightd_x 1\n",                     /* no HELP */
-		"# HELP weightd_x x\n# TYPE weightd_x gauge\n# HELP weightd_y y\n# TYPE weightd_y gauge\n"
-		"weightd_x 1\nweightd_y 1\nweightd_x{a=\"b\"} 1\n",         /* not one group */
+		("# HELP weightd_x x\n# TYPE weightd_x gauge\n# HELP weightd_y y\n# TYPE weightd_y gauge\n"
+		 "weightd_x 1\nweightd_y 1\nweightd_x{a=\"b\"} 1\n"),        /* not one group */
 		"# HELP weightd_x x\n# TYPE weightd_x gauge\nweightd_x 1\nweightd_x 2\n",
 		"# HELP weightd_x x\n# TYPE weightd_x gauge\n\nweightd_x 1\n",
 		"# HELP weightd_x x\n# TYPE weightd_x gauge\nweightd_x 1 \n",
