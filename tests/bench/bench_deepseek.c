@@ -5,9 +5,12 @@
 /*
  * Usage (from a build directory; a Release build measures what users get):
  *
- *     tests/bench/bench_deepseek [--tensors N] [--runs R]
+ *     tests/bench/bench_deepseek [--tensors N] [--runs R] [--scale mid]
  *
- * Defaults: all 91,991 tensors, 5 runs. --tensors N takes the first N of the table (in file
+ * Defaults: all 91,991 tensors, 5 runs, the tiny table (tests/common/deepseek.h, about 45 MB,
+ * 480 bytes per tensor on average). --scale mid writes the same table with the hidden size, the
+ * intermediates, the LoRA ranks and the vocabulary 4x as large (about 0.6 GB, 6.5 KB per tensor:
+ * closer to the published model's average, still well under 1 GiB of /tmp and /dev/shm). --tensors N takes the first N of the table (in file
  * order), for a daemon that cannot take the whole model in one unit. A private weightd
  * (tests/integration/harness.c) serves the checkpoint, written to a temp dir (so in the page
  * cache: both sides copy from memory). Each run:
@@ -43,6 +46,8 @@ static struct harness H;
  * users run with */
 static const struct harness_opts QUIET = { .file_log_level = true };
 static struct ds_ckpt CK;
+/* ds_tiny with hidden, intermediates, LoRA ranks and vocabulary 4x (divided by 32, not 128) */
+static const struct ds_dims ds_mid = { 224, 64, 576, 48, 16, 4, 8, 4, 8, 4040, 16 };
 static size_t N;
 
 /* Declare the first N tensors as one unit (not timed). */
@@ -200,6 +205,7 @@ int main(int argc, char **argv)
 	char dir[400], sec[600];
 	int runs = 5, nw = 0, np = 0, rc = 1;
 	uint64_t bytes = 0, cold_read_min = UINT64_MAX, warm_read = 0;
+	const struct ds_dims *dims = &ds_tiny;
 	double m_copy, m_cold, m_cpu, m_warm, m_free, m_probe, la[3] = { 0, 0, 0 };
 
 	N = DS_TENSORS;
@@ -207,11 +213,15 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--tensors") == 0 && i + 1 < argc && atol(argv[i + 1]) > 0 &&
 		    atol(argv[i + 1]) <= DS_TENSORS)
 			N = (size_t)atol(argv[++i]);
+		else if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc &&
+			 (strcmp(argv[i + 1], "tiny") == 0 || strcmp(argv[i + 1], "mid") == 0))
+			dims = strcmp(argv[++i], "mid") == 0 ? &ds_mid : &ds_tiny;
 		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
 			 atoi(argv[i + 1]) <= MAX_RUNS)
 			runs = atoi(argv[++i]);
 		else {
-			fprintf(stderr, "usage: bench_deepseek [--tensors N<=%d] [--runs R<=%d]\n",
+			fprintf(stderr, "usage: bench_deepseek [--tensors N<=%d] [--runs R<=%d] "
+				"[--scale tiny|mid]\n",
 				DS_TENSORS, MAX_RUNS);
 			return 2;
 		}
@@ -222,11 +232,11 @@ int main(int argc, char **argv)
 	rl.rlim_cur = rl.rlim_max;
 	setrlimit(RLIMIT_NOFILE, &rl);
 
-	if (ds_table(&ds_tiny, &CK) < 0 || harness_init(&H) < 0)
+	if (ds_table(dims, &CK) < 0 || harness_init(&H) < 0)
 		goto out;
 	harness_path(&H, "ds", dir, sizeof(dir));
-	printf("writing the DeepSeek-V3-shaped checkpoint (%d tensors, %d shards) ...\n", DS_TENSORS,
-	       DS_SHARDS);
+	printf("writing the DeepSeek-V3-shaped checkpoint (%d tensors, %d shards, hidden %llu) ...\n", DS_TENSORS,
+	       DS_SHARDS, (unsigned long long)dims->hidden);
 	fflush(stdout);
 	if (mkdir(dir, 0755) < 0 || ds_write(&CK, dir) < 0) {
 		fprintf(stderr, "bench_deepseek: cannot write the checkpoint in %s\n", dir);
