@@ -444,6 +444,9 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 				j = j->batch_next;
 			continue;
 		}
+		if (n > 1)
+			log_debug("a run of %zu weights from one file failed; filling them one by one "
+				  "(starting with %s)", n, wd_plan_label(j->plan));
 		/* one by one (also what a failed run falls back to: every job is redone) */
 		while (n--) {
 			job_work(&j->task, scratch);
