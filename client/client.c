@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* client.c - libweightd's version and its error reporting (struct weightd_error). */
 #include "internal.h"
 
@@ -7,19 +8,6 @@
 
 #include "error.h"
 
-_Static_assert((int)WEIGHTD_E_SLOT_MISMATCH == (int)WD_E_SLOT_MISMATCH,
-	       "codes follow enum wd_code");
-_Static_assert((int)WEIGHTD_E_SCALE_MISMATCH == (int)WD_E_SCALE_MISMATCH,
-	       "codes follow enum wd_code");
-_Static_assert(WEIGHTD_E_SCALE_MISMATCH == (int)WEIGHTD__ERROR_CODE__ERR_SCALE_MISMATCH,
-	       "codes follow the wire protocol");
-_Static_assert(WEIGHTD_E_DISCONNECTED == (int)WEIGHTD__ERROR_CODE__ERR_DISCONNECTED,
-	       "codes follow the wire protocol");
-_Static_assert((int)WEIGHTD_E_CANCELLED == (int)WD_E_CANCELLED &&
-	       WEIGHTD_E_CANCELLED == (int)WEIGHTD__ERROR_CODE__ERR_CANCELLED &&
-	       (int)WEIGHTD_E_UNSUPPORTED_VERSION == (int)WD_E_VERSION &&
-	       WEIGHTD_E_UNSUPPORTED_VERSION == (int)WEIGHTD__ERROR_CODE__ERR_UNSUPPORTED_VERSION,
-	       "codes follow enum wd_code and the wire protocol");
 _Static_assert(WEIGHTD_PROTOCOL_VERSION == WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT &&
 	       WEIGHTD_PROTOCOL_MIN_VERSION == WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_MIN,
 	       "protocol versions follow proto/weightd.proto");
@@ -34,40 +22,30 @@ const char *weightd_code_name(int code)
 	return wd_code_name(code);
 }
 
+/* The client's helpers are the core's (src/error.c), with one difference: a client call starts
+ * from a clean error, so wc_err_set clears every field first. */
 void wc_err_clear(weightd_error *err)
 {
-	if (!err)
-		return;
-	memset(err, 0, sizeof(*err));
-	err->axis = -1;
+	wd_error_clear(err);
 }
 
 int wc_err_set(weightd_error *err, int code, const char *fmt, ...)
 {
 	va_list ap;
+	int r;
 
-	if (code < 0)
-		code = -code;
-	if (err) {
-		wc_err_clear(err);
-		err->code = code;
-		va_start(ap, fmt);
-		vsnprintf(err->message, sizeof(err->message), fmt, ap);
-		va_end(ap);
-	}
-	return -code;
+	wd_error_clear(err);
+	va_start(ap, fmt);
+	r = wd_error_vset(err, code, fmt, ap);
+	va_end(ap);
+	return r;
 }
 
 void wc_err_about(weightd_error *err, const char *checkpoint, const char *tensor,
 		  const char *slot)
 {
-	if (!err)
-		return;
-	if (checkpoint)
-		snprintf(err->checkpoint, sizeof(err->checkpoint), "%s", checkpoint);
-	if (tensor)
-		snprintf(err->tensor, sizeof(err->tensor), "%s", tensor);
-	if (slot)
+	wd_error_about(err, checkpoint, tensor);
+	if (err && slot)
 		snprintf(err->slot, sizeof(err->slot), "%s", slot);
 }
 
@@ -110,15 +88,25 @@ int wc_err_from_wire(weightd_error *err, const Weightd__Error *pe)
 	return -code;
 }
 
-/* Unit errors: the message alone should say which slot; the daemon's sentence may not. */
+/*
+ * The one place a slot's name enters a message. weightd and the library's own checks report the
+ * slot in err->slot and write the sentence without it (no message carries a 'slot "NAME": '
+ * prefix over the wire, so none has to be stripped where the caller named no slot); calls on a
+ * unit, whose caller named its slots, call this to lead the message with 'slot "NAME": '. A
+ * sentence that already names the slot quoted (a duplicate name, an alias, a declared shape) is
+ * left as it is.
+ */
 void wc_err_name_slot(weightd_error *err)
 {
-	char msg[sizeof(err->message)];
+	char msg[sizeof(err->message)], quoted[sizeof(err->slot) + 2];
 
-	if (!err || !err->slot[0] || strstr(err->message, err->slot))
+	if (!err || !err->slot[0])
+		return;
+	snprintf(quoted, sizeof(quoted), "\"%s\"", err->slot);
+	if (strstr(err->message, quoted))
 		return;
 	memcpy(msg, err->message, sizeof(msg));
-	snprintf(err->message, sizeof(err->message), "slot \"%s\": %s", err->slot, msg);
+	snprintf(err->message, sizeof(err->message), "slot %s: %s", quoted, msg);
 }
 
 int wc_err_copy(weightd_error *dst, const weightd_error *src)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conn.c - libweightd's connection: requests by id, one reader dispatching replies, events. */
 #include "internal.h"
 
@@ -399,7 +400,7 @@ static int read_some(weightd_client *c, int timeout_ms)
 				  "weightd at %s closed the connection", c->path);
 			return -1;
 		}
-		if (r == -WD_E_EXHAUSTED && wd_inbuf_fds_dropped(c->in)) {
+		if (r == -WEIGHTD_E_RESOURCE_EXHAUSTED && wd_inbuf_fds_dropped(c->in)) {
 			char why[300];
 
 			/* The kernel dropped the fds of a reply: this process is at its limit. */

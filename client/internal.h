@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* internal.h - libweightd's private types: connection, requests, weights, recipes, units. */
 #ifndef WC_INTERNAL_H
 #define WC_INTERNAL_H

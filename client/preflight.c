@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* preflight.c - a preflight reply as libweightd hands it out: what a unit would make (dtype,
  * shape, bytes, identity of each output), read from the daemon's reply without making anything. */
 #include "internal.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* query.c - libweightd's read-only questions (list, describe, status) and admin requests. */
 #include "internal.h"
 

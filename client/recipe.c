@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe.c - libweightd's selections and recipes: the builders, copies, the wire view, and where
  * JSON put each node (the JSON form itself is recipe_json.c). */
 #include "internal.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_json.c - libweightd's JSON form of recipes and selections, parsed into the builders. */
 #include "internal.h"
 

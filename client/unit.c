@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit.c - libweightd's units: slots, one request per unit, validate-then-bind, preflight. */
 #include "internal.h"
 
@@ -737,20 +738,17 @@ static int check_slot(const struct slot *s, weightd_error *err)
 
 	if (dt == WD_DTYPE_INVALID) {
 		rc = wc_err_set(err, WEIGHTD_E_UNSUPPORTED,
-				"slot \"%s\": weightd served dtype %s, which this libweightd does not "
-				"know", s->name, w->dtype);
+				"weightd served dtype %s, which this libweightd does not know", w->dtype);
 		goto fail;
 	}
 	if (s->dtype && strcmp(s->dtype, w->dtype) != 0) {
 		rc = wc_err_set(err, WEIGHTD_E_DTYPE_MISMATCH,
-				"slot \"%s\": weightd served dtype %s, the slot declares %s", s->name,
-				w->dtype, s->dtype);
+				"weightd served dtype %s, the slot declares %s", w->dtype, s->dtype);
 		goto fail;
 	}
 	if (s->dtype && s->ndim != w->ndim) {
 		rc = wc_err_set(err, WEIGHTD_E_SHAPE_MISMATCH,
-				"slot \"%s\": weightd served %zu dimensions, the slot declares %zu",
-				s->name, w->ndim, s->ndim);
+				"weightd served %zu dimensions, the slot declares %zu", w->ndim, s->ndim);
 		if (err) {
 			err->expected = (int64_t)s->ndim;
 			err->actual = (int64_t)w->ndim;
@@ -760,9 +758,8 @@ static int check_slot(const struct slot *s, weightd_error *err)
 	for (size_t i = 0; s->dtype && i < s->ndim; i++)
 		if (s->shape[i] != w->shape[i]) {
 			rc = wc_err_set(err, WEIGHTD_E_SHAPE_MISMATCH,
-					"slot \"%s\": weightd served %llu along axis %zu, the slot "
-					"declares %llu", s->name, (unsigned long long)w->shape[i], i,
-					(unsigned long long)s->shape[i]);
+					"weightd served %llu along axis %zu, the slot declares %llu",
+					(unsigned long long)w->shape[i], i, (unsigned long long)s->shape[i]);
 			if (err) {
 				err->axis = (int32_t)i;
 				err->expected = (int64_t)s->shape[i];
@@ -772,15 +769,14 @@ static int check_slot(const struct slot *s, weightd_error *err)
 		}
 	if (!wd_shape_elems(w->shape, (int)w->ndim, &elems) || !wd_dtype_bytes(dt, elems, &bytes)) {
 		rc = wc_err_set(err, WEIGHTD_E_OVERFLOW,
-				"slot \"%s\": the served shape's byte count overflows or is not a "
-				"whole number of %s blocks", s->name, w->dtype);
+				"the served shape's byte count overflows or is not a whole number of %s "
+				"blocks", w->dtype);
 		goto fail;
 	}
 	if (bytes != w->nbytes) {
 		rc = wc_err_set(err, WEIGHTD_E_BYTE_COUNT_MISMATCH,
-				"slot \"%s\": weightd served %llu bytes, but %s of that shape takes "
-				"%llu", s->name, (unsigned long long)w->nbytes, w->dtype,
-				(unsigned long long)bytes);
+				"weightd served %llu bytes, but %s of that shape takes %llu",
+				(unsigned long long)w->nbytes, w->dtype, (unsigned long long)bytes);
 		if (err) {
 			err->expected = (int64_t)bytes;
 			err->actual = (int64_t)w->nbytes;
@@ -790,6 +786,7 @@ static int check_slot(const struct slot *s, weightd_error *err)
 	return 0;
 fail:
 	about_slot(s, err);
+	wc_err_name_slot(err);
 	return rc;
 }
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_json.c - libweightd's units from JSON: a recipe, or a list of slots with recipes and
  * aliases (weightd_unit_from_json). */
 #include "internal.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weight.c - libweightd's weights (fd, mapping, daemon reference) and in-flight requests. */
 #include "internal.h"
 
@@ -607,19 +608,11 @@ static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, u
 }
 
 /*
- * A single materialization is sent as a one-entry unit, but the caller named no slot: drop the
- * daemon's 'slot "NAME": ' prefix and slot field so the sentence is about the tensor.
+ * A single materialization is sent as a one-entry unit, but the caller named no slot: forget the
+ * slot weightd reported (its message does not name it), so the error is about the tensor.
  */
 static void unslot(weightd_error *err)
 {
-	char prefix[sizeof(err->slot) + 16];
-	size_t n;
-
-	if (!err->slot[0])
-		return;
-	n = (size_t)snprintf(prefix, sizeof(prefix), "slot \"%s\": ", err->slot);
-	if (n < sizeof(prefix) && strncmp(err->message, prefix, n) == 0)
-		memmove(err->message, err->message + n, strlen(err->message + n) + 1);
 	err->slot[0] = '\0';
 }
 

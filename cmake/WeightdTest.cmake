@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # wd_add_test(NAME SOURCES files... [LIBS libs...] [LABELS labels...] [TIMEOUT s])
 # One cmocka test executable registered with ctest. Every test links weightd-core and cmocka.
 function(wd_add_test name)

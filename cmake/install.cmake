@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # install.cmake - what lets engines build against an installed libweightd (pkg-config file, CMake
 # package) and the man pages. Included at the end of the top-level CMakeLists.txt, once every
 # target exists. Units, snippets and the example config are installed by systemd/CMakeLists.txt

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # install_paths.cmake - runs inside `cmake --install`: writes weightd.service and, when there is
 # none, weightd.conf, with paths that follow the prefix of this install (CMAKE_INSTALL_PREFIX here
 # is --prefix when given, else the configured one), so a build configured for one prefix and

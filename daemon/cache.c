@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cache.c - weights by key and by handle, the segments they lie in, the memory budget with LRU
  * eviction and idle limits, and re-adoption (cache_fill.c makes new weights). Main thread only. */
 #include "cache.h"
@@ -146,7 +147,7 @@ struct cache_segment *cache_seg_alloc(struct cache *c)
 }
 
 /* The state record of a segment: every finished weight in it. */
-int cache_seg_write_state(struct cache *c, struct cache_segment *sg, struct wd_error *err)
+int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_error *err)
 {
 	struct state_segment rec;
 	size_t i = 0;
@@ -162,7 +163,7 @@ int cache_seg_write_state(struct cache *c, struct cache_segment *sg, struct wd_e
 	rec.ino = sg->ino;
 	rec.weights = calloc(sg->n_weights ? sg->n_weights : 1, sizeof(*rec.weights));
 	if (!rec.weights)
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory writing a state record");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory writing a state record");
 	for (struct weight *w = sg->weights; w; w = w->seg_next, i++) {
 		struct state_weight *sw = &rec.weights[i];
 
@@ -222,13 +223,13 @@ static void flush_dirty(struct cache *c)
 {
 	while (c->dirty) {
 		struct cache_segment *sg = c->dirty;
-		struct wd_error err;
+		weightd_error err;
 
 		c->dirty = sg->dirty_next;
 		sg->dirty = false;
 		wd_error_clear(&err);
 		if (cache_seg_write_state(c, sg, &err) < 0)
-			log_warn("%s (segment %s will be dropped after a restart)", err.msg,
+			log_warn("%s (segment %s will be dropped after a restart)", err.message,
 				 sg->seg.name);
 	}
 }
@@ -462,18 +463,18 @@ uint64_t cache_room(const struct cache *c)
 }
 
 /* The exhausted error: how much is wanted, how much could be had, where the rest is. */
-static int exhausted(struct cache *c, uint64_t need, const char *what, struct wd_error *err)
+static int exhausted(struct cache *c, uint64_t need, const char *what, weightd_error *err)
 {
 	uint64_t room = cache_room(c);
 
-	wd_error_set(err, WD_E_EXHAUSTED,
+	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 		     "resource exhausted: %s needs %llu bytes but only %llu of the %llu-byte budget "
 		     "are available (%llu bytes are held by clients, preloaded or being materialized)",
 		     what, (unsigned long long)need, (unsigned long long)room,
 		     (unsigned long long)c->budget, (unsigned long long)(c->resident - c->evictable));
 	err->expected = (int64_t)(need > INT64_MAX ? INT64_MAX : need);
 	err->actual = (int64_t)room;
-	return -WD_E_EXHAUSTED;
+	return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 }
 
 /*
@@ -481,7 +482,7 @@ static int exhausted(struct cache *c, uint64_t need, const char *what, struct wd
  * even evicting every unreferenced weight would not make room, nothing is evicted and the error
  * names the bytes needed and available.
  */
-int cache_reserve(struct cache *c, uint64_t need, const char *what, struct wd_error *err)
+int cache_reserve(struct cache *c, uint64_t need, const char *what, weightd_error *err)
 {
 	if (need > cache_room(c))
 		return exhausted(c, need, what, err);
@@ -521,7 +522,7 @@ struct weight *cache_lookup(struct cache *c, const uint8_t key[32], struct csour
 	return w;
 }
 
-int cache_check_room(struct cache *c, uint64_t need, const char *what, struct wd_error *err)
+int cache_check_room(struct cache *c, uint64_t need, const char *what, weightd_error *err)
 {
 	return need > cache_room(c) ? exhausted(c, need, what, err) : 0;
 }
@@ -598,11 +599,11 @@ static int range_digest(int fd, uint64_t off, uint64_t size, enum wd_digest_alg 
 	size_t cap = 1u << 20;
 	uint8_t *buf = malloc(cap);
 	uint64_t done = 0;
-	int r = -WD_E_IO;
+	int r = -WEIGHTD_E_IO;
 
 	if (!buf || wd_content_init(&h, alg) < 0) {
 		free(buf);
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	}
 	while (done < size) {
 		size_t want = size - done < cap ? (size_t)(size - done) : cap;
@@ -627,21 +628,21 @@ out:
 int cache_adopt(struct cache *c, const struct state_segment *rec)
 {
 	struct cache_segment *sg;
-	struct wd_error err;
+	weightd_error err;
 	struct stat st;
 	int took = 0;
 
 	sg = cache_seg_alloc(c);
 	if (!sg)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	wd_error_clear(&err);
 	/* The index vouches for this name: same size, and (when recorded) the very inode it filled. */
 	if (wd_segment_adopt(rec->segment, &sg->seg, &err) < 0 || sg->seg.size != rec->size ||
 	    (rec->ino && (fstat(sg->seg.ro_fd, &st) < 0 || (uint64_t)st.st_ino != rec->ino))) {
-		if (err.code == WD_E_EXHAUSTED)
-			log_warn("not re-adopting %s: %s", rec->segment, err.msg);
+		if (err.code == WEIGHTD_E_RESOURCE_EXHAUSTED)
+			log_warn("not re-adopting %s: %s", rec->segment, err.message);
 		cache_seg_destroy(c, sg, false);
-		return -WD_E_CHANGED;
+		return -WEIGHTD_E_SOURCE_CHANGED;
 	}
 	sg->ino = rec->ino;
 	sg->created = true;

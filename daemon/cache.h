@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cache.h - finished weights packed in shared-memory segments (digests, references, budget, LRU,
  * idle limits) and the jobs that fill them. */
 #ifndef WD_CACHE_H
@@ -90,7 +91,7 @@ struct weight {
  * callee, who must cache_drop it eventually) or failed (w NULL, err set). bytes_read is what this
  * request made the daemon read: the job's reads for the request that started it, 0 for requests
  * that joined it (so the figures of all requests add up to the daemon's counter). */
-typedef void (*cache_cb)(struct weight *w, const struct wd_error *err, uint64_t bytes_read,
+typedef void (*cache_cb)(struct weight *w, const weightd_error *err, uint64_t bytes_read,
 			 void *arg);
 
 /* What the cache needs from the daemon, given once (it never reaches into struct daemon). */
@@ -135,12 +136,12 @@ void cache_pack_end(struct cache *c, struct cache_pack *pack);
  *  - identical job in flight: joins it; returns 0 and cb runs when it finishes.
  *  - otherwise reserves the bytes (evicting unreferenced weights LRU-first), places the weight
  *    in a segment of `pack` (NULL: a segment of its own, started at once), returns 0.
- *  - cannot fit even after eviction: -WD_E_EXHAUSTED naming bytes needed and available; nothing
- *    is evicted then.
+ *  - cannot fit even after eviction: -WEIGHTD_E_RESOURCE_EXHAUSTED naming bytes needed and
+ *    available; nothing is evicted then.
  */
 int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan,
 		  struct csource *const *sources, size_t n_sources, cache_cb cb, void *arg,
-		  struct weight **ret_w, struct wd_error *err);
+		  struct weight **ret_w, weightd_error *err);
 
 /* The finished weight with this key, or NULL; no reference is taken. */
 struct weight *cache_find(struct cache *c, const uint8_t key[32]);
@@ -152,9 +153,10 @@ struct weight *cache_lookup(struct cache *c, const uint8_t key[32], struct csour
 bool cache_in_flight(const struct cache *c, const uint8_t key[32]);
 /* Budget not held by anyone: what a reservation could get by evicting every unreferenced weight. */
 uint64_t cache_room(const struct cache *c);
-/* 0 if `need` more bytes would fit (evicting as needed), else -WD_E_EXHAUSTED naming `what`, the
- * bytes needed and the bytes available (err->expected / err->actual too). Evicts nothing. */
-int cache_check_room(struct cache *c, uint64_t need, const char *what, struct wd_error *err);
+/* 0 if `need` more bytes would fit (evicting as needed), else -WEIGHTD_E_RESOURCE_EXHAUSTED naming
+ * `what`, the bytes needed and the bytes available (err->expected / err->actual too). Evicts
+ * nothing. */
+int cache_check_room(struct cache *c, uint64_t need, const char *what, weightd_error *err);
 /* Destroy every unreferenced weight whose source generation is gone (after a reload). */
 uint64_t cache_drop_stale(struct cache *c);
 

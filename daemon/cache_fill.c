@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cache_fill.c - making new weights: packing a request's new weights into segments, the jobs
  * that fill them on the worker pool, and cache_request. Main thread only, except job_work. */
 #include <errno.h>
@@ -26,7 +27,7 @@ static uint64_t now_ns(void)
 }
 
 /* /dev/shm has no room for a segment: say how much it has left, in the structured fields too. */
-static void shm_full_error(const struct cache_segment *sg, uint64_t avail, struct wd_error *err)
+static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weightd_error *err)
 {
 	const struct job *j = sg->queued; /* the newest weight placed in it */
 	char what[600];
@@ -36,7 +37,7 @@ static void shm_full_error(const struct cache_segment *sg, uint64_t avail, struc
 	else
 		snprintf(what, sizeof(what), "a segment of %zu weights (%s and others)",
 			 (size_t)sg->n_jobs, wd_plan_label(j->plan));
-	wd_error_set(err, WD_E_EXHAUSTED,
+	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
 		     "%llu bytes free", what, (unsigned long long)sg->used, (unsigned long long)avail);
 	err->expected = (int64_t)sg->used;
@@ -44,9 +45,9 @@ static void shm_full_error(const struct cache_segment *sg, uint64_t avail, struc
 }
 
 /* Keep a failure's error with the job (without memory for it, job_done says so from status). */
-static void job_fail(struct job *j, int status, const struct wd_error *err)
+static void job_fail(struct job *j, int status, const weightd_error *err)
 {
-	j->status = status < 0 ? status : -WD_E_INTERNAL;
+	j->status = status < 0 ? status : -WEIGHTD_E_INTERNAL;
 	free(j->err);
 	j->err = malloc(sizeof(*j->err));
 	if (j->err)
@@ -58,13 +59,13 @@ static void job_fail(struct job *j, int status, const struct wd_error *err)
 static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 {
 	struct job *j = (struct job *)t;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t t0 = now_ns();
 	int r;
 
 	wd_error_clear(&err);
 	if (!scratch) {
-		job_fail(j, wd_error_set(&err, WD_E_EXHAUSTED, "no memory for read buffers"), &err);
+		job_fail(j, wd_error_set(&err, WEIGHTD_E_RESOURCE_EXHAUSTED, "no memory for read buffers"), &err);
 		return;
 	}
 	/* Nothing is reserved first: writing allocates the pages (cache_pack_end checked that
@@ -129,7 +130,7 @@ static int job_table_room(struct cache *c)
 		return 0;
 	nt = calloc(nb, sizeof(*nt));
 	if (!nt)
-		return c->jobs_by_key ? 0 : -WD_E_EXHAUSTED;
+		return c->jobs_by_key ? 0 : -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	for (struct job *j = c->jobs; j; j = j->key_next)
 		job_hash_add(nt, nb, j);
 	free(c->jobs_by_key);
@@ -171,14 +172,14 @@ static void job_unlink(struct cache *c, struct job *j)
  */
 static void seg_filled(struct cache *c, struct cache_segment *sg)
 {
-	struct wd_error err;
+	weightd_error err;
 
 	wd_segment_seal(&sg->seg);
 	if (sg->n_weights == 0)
 		return;
 	wd_error_clear(&err);
 	if (cache_seg_write_state(c, sg, &err) < 0)
-		log_warn("%s (its weights are served, but will be rebuilt after a restart)", err.msg);
+		log_warn("%s (its weights are served, but will be rebuilt after a restart)", err.message);
 }
 
 /* Main thread: turn a finished job into a weight and tell everyone who waited. */
@@ -189,13 +190,13 @@ static void job_done(struct pool_task *t)
 	struct cache_segment *sg = j->segment;
 	struct weight *w = NULL;
 	struct waiter *wt, *next;
-	struct wd_error lerr, *err = &lerr;
+	weightd_error lerr, *err = &lerr;
 
 	job_unlink(c, j);
 	if (t->cancelled) {
 		/* skipped by the pool at shutdown: nothing was written */
 		wd_error_clear(&lerr);
-		j->status = wd_error_set(&lerr, WD_E_CANCELLED,
+		j->status = wd_error_set(&lerr, WEIGHTD_E_CANCELLED,
 					 "weightd is stopping: materializing %s was cancelled before "
 					 "it started", wd_plan_label(j->plan));
 	} else if (j->status < 0 && j->err) {
@@ -219,7 +220,7 @@ static void job_done(struct pool_task *t)
 			free(w);
 			w = NULL;
 			wd_error_clear(err);
-			wd_error_set(err, WD_E_EXHAUSTED, "out of memory recording a weight");
+			wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory recording a weight");
 		}
 	}
 	if (w) {
@@ -257,9 +258,9 @@ static void job_done(struct pool_task *t)
 		if (c->p.stats)
 			c->p.stats->materializations_failed++;
 		if (t->cancelled)
-			log_debug("%s", err->msg);
+			log_debug("%s", err->message);
 		else
-			log_info("materializing %s failed: %s", wd_plan_label(j->plan), err->msg);
+			log_info("materializing %s failed: %s", wd_plan_label(j->plan), err->message);
 	}
 	if (sg->n_jobs == 1 && sg->created) {
 		seg_filled(c, sg);
@@ -375,7 +376,7 @@ static int run_fill(struct job *first, size_t n, struct wd_scratch *scratch)
 {
 	struct iovec iov[RUN_IOV];
 	const struct wd_source *src;
-	struct wd_error err;
+	weightd_error err;
 	uint32_t file;
 	uint64_t off, span = 0, t0 = now_ns(), at = first->offset, len = 0, pos = 0, ns;
 	struct job *j = first;
@@ -559,7 +560,7 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 	ncap = *cap ? *cap * 2 : 8;
 	p = realloc(*arr, ncap * elem);
 	if (!p)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	*arr = p;
 	*cap = ncap;
 	return 0;
@@ -622,7 +623,7 @@ static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
 }
 
 /* The segment could not be made: every job queued for it fails (callbacks run here). */
-static void seg_fail_queued(struct cache *c, struct cache_segment *sg, const struct wd_error *err)
+static void seg_fail_queued(struct cache *c, struct cache_segment *sg, const weightd_error *err)
 {
 	while (sg->queued) {
 		struct job *j = sg->queued;
@@ -645,7 +646,7 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 
 	for (size_t i = 0; i < pk->n_all; i++) {
 		struct cache_segment *sg = pk->all[i];
-		struct wd_error err;
+		weightd_error err;
 		struct stat st;
 		int r;
 
@@ -653,7 +654,7 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 		/* One check of /dev/shm per pack, counting what its earlier segments will take. */
 		if (avail != UINT64_MAX && (claimed > avail || sg->used > avail - claimed)) {
 			shm_full_error(sg, avail > claimed ? avail - claimed : 0, &err);
-			log_info("%s", err.msg);
+			log_info("%s", err.message);
 			seg_fail_queued(c, sg, &err); /* and destroys the segment */
 			continue;
 		}
@@ -661,7 +662,7 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 		/* a random name, drawn again when taken (wd_segment_create_unique) */
 		r = wd_segment_create_sparse(c->instance, sg->used, &sg->seg, &err);
 		if (r < 0) {
-			log_warn("%s", err.msg);
+			log_warn("%s", err.message);
 			seg_fail_queued(c, sg, &err); /* and destroys the segment */
 			continue;
 		}
@@ -681,7 +682,7 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
  * together may hold max_temp of them (the budget's size when unset). A job that would pass it
  * fails at once with the figures, rather than growing the daemon past what was configured.
  */
-static int temp_check(struct cache *c, uint64_t temp, const char *label, struct wd_error *err)
+static int temp_check(struct cache *c, uint64_t temp, const char *label, weightd_error *err)
 {
 	uint64_t limit = c->p.max_temp ? c->p.max_temp : c->budget;
 	uint64_t used = c->temp_used;
@@ -692,7 +693,7 @@ static int temp_check(struct cache *c, uint64_t temp, const char *label, struct 
 		err->expected = (int64_t)(limit - (used < limit ? used : limit));
 		err->actual = (int64_t)temp;
 	}
-	return wd_error_set(err, WD_E_EXHAUSTED,
+	return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 			    "resource exhausted: %s needs %llu bytes of working memory but only %llu of "
 			    "max_temp (%llu bytes) are free (%llu in use by running materializations)",
 			    label, (unsigned long long)temp,
@@ -702,7 +703,7 @@ static int temp_check(struct cache *c, uint64_t temp, const char *label, struct 
 
 int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan,
 		  struct csource *const *sources, size_t n_sources, cache_cb cb, void *arg,
-		  struct weight **ret_w, struct wd_error *err)
+		  struct weight **ret_w, weightd_error *err)
 {
 	const uint8_t *key = wd_plan_key(plan);
 	struct weight *w = cache_find_key(c, key);
@@ -721,12 +722,12 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	}
 	if (n_sources > 16) {
 		wd_plan_free(plan);
-		return wd_error_set(err, WD_E_TOO_LARGE, "a recipe may read at most 16 checkpoints");
+		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE, "a recipe may read at most 16 checkpoints");
 	}
 	wt = calloc(1, sizeof(*wt));
 	if (!wt) {
 		wd_plan_free(plan);
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	wt->cb = cb;
 	wt->arg = arg;
@@ -749,7 +750,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		free(wt);
 		free(own);
 		wd_plan_free(plan);
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	j->plan = plan;
 	j->nbytes = wd_plan_nbytes(plan);
@@ -769,7 +770,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		free(wt);
 		job_free(j);
 		free(own);
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	for (size_t i = 0; i < n_sources; i++) {
 		j->sources[i] = sources[i];

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cache_int.h - what cache.c (weights, segments, budget) and cache_fill.c (packing, jobs) share.
  * Not for other modules. */
 #ifndef WD_CACHE_INT_H
@@ -22,7 +23,7 @@ struct job {
 	int fd;                      /* the segment's writable fd (the worker writes through it) */
 	/* result, written by the worker */
 	int status;
-	struct wd_error *err;        /* on failure (heap: a job is small while it succeeds) */
+	weightd_error *err;        /* on failure (heap: a job is small while it succeeds) */
 	enum wd_digest_alg alg;      /* chosen on the main thread (cache_params.digest) */
 	uint8_t digest[WD_DIGEST_MAX];
 	uint64_t bytes_read;
@@ -90,7 +91,7 @@ void cache_seg_update_idle(struct cache *c, struct cache_segment *sg);
 /* A new segment object (no shm object yet), linked and numbered. */
 struct cache_segment *cache_seg_alloc(struct cache *c);
 /* Write (replace) the state record of a created segment: every finished weight in it. */
-int cache_seg_write_state(struct cache *c, struct cache_segment *sg, struct wd_error *err);
+int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_error *err);
 /* Free a segment; with unlink_segment also its shm object and its state record. */
 void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_segment);
 /* Hash a finished weight and add it to its segment. */
@@ -98,9 +99,9 @@ void cache_insert(struct cache *c, struct weight *w);
 void cache_lru_append(struct cache *c, struct weight *w);
 /* Evict least recently released weights while over the idle limits; returns how many. */
 uint64_t cache_enforce_idle(struct cache *c);
-/* Reserve need bytes of budget, evicting LRU-first; -WD_E_EXHAUSTED (nothing evicted) if it
- * cannot fit. */
-int cache_reserve(struct cache *c, uint64_t need, const char *what, struct wd_error *err);
+/* Reserve need bytes of budget, evicting LRU-first; -WEIGHTD_E_RESOURCE_EXHAUSTED (nothing evicted)
+ * if it cannot fit. */
+int cache_reserve(struct cache *c, uint64_t need, const char *what, weightd_error *err);
 /* Give a re-adopted weight its catalog entry (a reference) when it has none. */
 void cache_claim_source(struct weight *w, struct csource *cs);
 

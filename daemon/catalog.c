@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* catalog.c - admission of configured checkpoints, access checks, and generations on reload. */
 #include "catalog.h"
 
@@ -84,7 +85,7 @@ static struct csource *csource_admit(const struct source_conf *sc, const struct 
 		cs->src = NULL;
 		cs->state = CSOURCE_FAILED;
 		wd_error_about(&cs->error, sc->name, NULL);
-		log_err("checkpoint %s (%s): %s", sc->name, sc->path, cs->error.msg);
+		log_err("checkpoint %s (%s): %s", sc->name, sc->path, cs->error.message);
 	} else {
 		cs->state = CSOURCE_READY;
 		log_info("checkpoint %s: %s, %zu tensors, %llu bytes (%s)", sc->name,
@@ -181,25 +182,25 @@ bool catalog_allowed(const struct csource *cs, const struct peer *peer)
 }
 
 int catalog_resolve(const struct catalog *c, const char *name, const struct peer *peer,
-		    struct csource **ret, struct wd_error *err)
+		    struct csource **ret, weightd_error *err)
 {
 	struct csource *cs = catalog_find(c, name);
 
 	if (!cs || cs->state == CSOURCE_REMOVED) {
 		wd_error_about(err, name, NULL);
-		return wd_error_set(err, WD_E_UNKNOWN_SOURCE, "no checkpoint named \"%s\" is served",
+		return wd_error_set(err, WEIGHTD_E_UNKNOWN_SOURCE, "no checkpoint named \"%s\" is served",
 				    name);
 	}
 	if (!catalog_allowed(cs, peer)) {
 		wd_error_about(err, name, NULL);
-		return wd_error_set(err, WD_E_PERMISSION,
+		return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
 				    "uid %u (gid %u) is not allowed to read checkpoint \"%s\"",
 				    (unsigned)peer->uid, (unsigned)peer->gid, name);
 	}
 	if (cs->state == CSOURCE_FAILED) {
 		wd_error_about(err, name, NULL);
-		return wd_error_set(err, WD_E_BAD_CHECKPOINT, "checkpoint \"%s\" (%s) is not served: %s",
-				    name, cs->path, cs->error.msg);
+		return wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT, "checkpoint \"%s\" (%s) is not served: %s",
+				    name, cs->path, cs->error.message);
 	}
 	*ret = cs;
 	return 0;
@@ -208,7 +209,7 @@ int catalog_resolve(const struct catalog *c, const char *name, const struct peer
 /* Did any file of a ready source change identity since it was admitted? */
 static bool source_changed(const struct csource *cs)
 {
-	struct wd_error e;
+	weightd_error e;
 
 	if (!cs->src)
 		return true;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* catalog.h - the checkpoint sources a daemon serves, their admission state and access rules. */
 #ifndef WD_CATALOG_H
 #define WD_CATALOG_H
@@ -33,7 +34,7 @@ struct csource {
 	char *path;
 	struct wd_source *src;     /* NULL when FAILED */
 	enum csource_state state;
-	struct wd_error error;     /* why it FAILED */
+	weightd_error error;     /* why it FAILED */
 	uint64_t generation;       /* 1, 2, ... bumped when a reload finds the files changed */
 	struct source_conf *conf;  /* copy of its config section (allow lists, preload) */
 	unsigned refs;
@@ -55,11 +56,12 @@ struct csource *catalog_find(const struct catalog *c, const char *name);
 bool catalog_allowed(const struct csource *cs, const struct peer *peer);
 
 /*
- * Resolve a checkpoint name for a peer: 0 and *ret (a borrowed entry) or -WD_E_UNKNOWN_SOURCE,
- * -WD_E_PERMISSION, -WD_E_BAD_CHECKPOINT (admission failed: err carries the admission error).
+ * Resolve a checkpoint name for a peer: 0 and *ret (a borrowed entry) or -WEIGHTD_E_UNKNOWN_SOURCE,
+ * -WEIGHTD_E_PERMISSION_DENIED, -WEIGHTD_E_BAD_CHECKPOINT (admission failed: err carries the
+ * admission error).
  */
 int catalog_resolve(const struct catalog *c, const char *name, const struct peer *peer,
-		    struct csource **ret, struct wd_error *err);
+		    struct csource **ret, weightd_error *err);
 
 void csource_ref(struct csource *cs);
 void csource_unref(struct csource *cs);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.c - reads weightd.conf (INI, split by inih) into struct config; every error names FILE:LINE. */
 #include "config.h"
 
@@ -172,19 +173,20 @@ static int set_size(struct loader *ld, const char *key, const char *val, uint64_
 
 	switch (parse_size(val, &v)) {
 	case NUM_GARBAGE:
-		return fail(ld, ld->line, WD_E_INVALID,
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "%s: '%s' is not a size (bytes, or a number followed by K, M, G, T or P)",
 			    key, val);
 	case NUM_OVERFLOW:
-		return fail(ld, ld->line, WD_E_INVALID, "%s: '%s' does not fit in 64 bits", key, val);
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "%s: '%s' does not fit in 64 bits", key, val);
 	case NUM_OK:
 		break;
 	}
 	if (v < min && max == UINT64_MAX)
-		return fail(ld, ld->line, WD_E_INVALID, "%s: %s is too small (at least %llu bytes)",
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: %s is too small (at least %llu bytes)",
 			    key, val, (unsigned long long)min);
 	if (v < min || v > max)
-		return fail(ld, ld->line, WD_E_INVALID,
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "%s: %s is out of range (%llu to %llu bytes)", key, val,
 			    (unsigned long long)min, (unsigned long long)max);
 	*ret = v;
@@ -201,10 +203,10 @@ static int set_u32(struct loader *ld, const char *key, const char *val, uint32_t
 	if (st == NUM_OK && *end)
 		st = NUM_GARBAGE;
 	if (st == NUM_GARBAGE)
-		return fail(ld, ld->line, WD_E_INVALID, "%s: '%s' is not a whole number", key, val);
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: '%s' is not a whole number", key, val);
 	if (st == NUM_OVERFLOW || v < min || v > max)
-		return fail(ld, ld->line, WD_E_INVALID, "%s: %s is out of range (%u to %u)", key, val,
-			    min, max);
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "%s: %s is out of range (%u to %u)", key, val, min, max);
 	*ret = (uint32_t)v;
 	return 1;
 }
@@ -229,11 +231,11 @@ static int set_duration_ms(struct loader *ld, const char *key, const char *val, 
 			st = NUM_GARBAGE;
 	}
 	if (st == NUM_GARBAGE)
-		return fail(ld, ld->line, WD_E_INVALID,
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "%s: '%s' is not a duration (seconds, or a number followed by ms, s, m or h)",
 			    key, val);
 	if (st == NUM_OVERFLOW || v > UINT64_MAX / mul || v * mul > (30ull * 24 * 3600000))
-		return fail(ld, ld->line, WD_E_INVALID, "%s: %s is longer than 30 days", key, val);
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: %s is longer than 30 days", key, val);
 	*ret = v * mul;
 	return 1;
 }
@@ -253,8 +255,8 @@ static int set_bool(struct loader *ld, const char *key, const char *val, bool *r
 			return 1;
 		}
 	}
-	return fail(ld, ld->line, WD_E_INVALID, "%s: '%s' is not a boolean (yes/no, true/false, on/off, 1/0)",
-		    key, val);
+	return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+		    "%s: '%s' is not a boolean (yes/no, true/false, on/off, 1/0)", key, val);
 }
 
 /* Replace *slot by a copy of val. */
@@ -263,7 +265,7 @@ static int set_string(struct loader *ld, char **slot, const char *val)
 	char *s = strdup(val);
 
 	if (!s)
-		return fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+		return fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	free(*slot);
 	*slot = s;
 	return 1;
@@ -272,10 +274,12 @@ static int set_string(struct loader *ld, char **slot, const char *val)
 static int set_abs_path(struct loader *ld, const char *key, const char *val, size_t max, char **slot)
 {
 	if (val[0] != '/')
-		return fail(ld, ld->line, WD_E_INVALID, "%s: '%s' is not an absolute path", key, val);
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "%s: '%s' is not an absolute path", key, val);
 	if (strlen(val) > max)
-		return fail(ld, ld->line, WD_E_INVALID, "%s: path is %zu bytes long, at most %zu allowed",
-			    key, strlen(val), max);
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "%s: path is %zu bytes long, at most %zu allowed", key, strlen(val),
+			    max);
 	return set_string(ld, slot, val);
 }
 
@@ -307,12 +311,13 @@ static int resolve_id(struct loader *ld, const char *key, const char *name, bool
 			break;
 		/* (uid_t)-1 and (gid_t)-1 mean "no id" to chown and friends. */
 		if (v >= UINT32_MAX)
-			return fail(ld, ld->line, WD_E_INVALID, "%s: %s id %s is out of range", key, what,
+			return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: %s id %s is out of range", key, what,
 				    name);
 		*ret = (uint32_t)v;
 		return 1;
 	case NUM_OVERFLOW:
-		return fail(ld, ld->line, WD_E_INVALID, "%s: %s id %s is out of range", key, what, name);
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "%s: %s id %s is out of range", key, what, name);
 	case NUM_GARBAGE:
 		break;
 	}
@@ -323,7 +328,7 @@ static int resolve_id(struct loader *ld, const char *key, const char *name, bool
 		char *nb = realloc(buf, size);
 
 		if (!nb) {
-			fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+			fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 			goto out;
 		}
 		buf = nb;
@@ -348,9 +353,9 @@ static int resolve_id(struct loader *ld, const char *key, const char *name, bool
 		}
 		/* Not found is rc 0 with a NULL result; some NSS modules report ENOENT/ESRCH instead. */
 		if (rc == 0 || rc == ENOENT || rc == ESRCH || rc == EBADF || rc == EPERM)
-			fail(ld, ld->line, WD_E_INVALID, "%s: unknown %s '%s'", key, what, name);
+			fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: unknown %s '%s'", key, what, name);
 		else
-			fail(ld, ld->line, WD_E_INVALID, "%s: cannot look up %s '%s': %s", key, what, name,
+			fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: cannot look up %s '%s': %s", key, what, name,
 			     strerror(rc));
 		goto out;
 	}
@@ -369,14 +374,14 @@ static int set_id_list(struct loader *ld, const char *key, const char *val, bool
 	int ok = 0;
 
 	if (!copy) {
-		fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+		fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	for (tok = strtok_r(copy, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
 		uint32_t id = 0;
 
 		if (n == CONFIG_MAX_LIST) {
-			fail(ld, ld->line, WD_E_INVALID, "%s: more than %d entries", key, CONFIG_MAX_LIST);
+			fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: more than %d entries", key, CONFIG_MAX_LIST);
 			goto out;
 		}
 		if (!resolve_id(ld, key, tok, is_group, &id))
@@ -386,7 +391,7 @@ static int set_id_list(struct loader *ld, const char *key, const char *val, bool
 			uint32_t *nids = realloc(ids, ncap * sizeof(*ids));
 
 			if (!nids) {
-				fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+				fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 				goto out;
 			}
 			ids = nids;
@@ -395,8 +400,10 @@ static int set_id_list(struct loader *ld, const char *key, const char *val, bool
 		ids[n++] = id;
 	}
 	if (n == 0) {
-		fail(ld, ld->line, WD_E_INVALID, "%s: the list is empty (leave the key out to allow "
-		     "every peer of the socket)", key);
+		fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+		     "%s: the list is empty (leave the key out to allow "
+		     "every peer of the socket)",
+		     key);
 		goto out;
 	}
 	*ret_ids = ids;
@@ -437,7 +444,7 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		for (; *p >= '0' && *p <= '7' && mode <= 07777; p++)
 			mode = mode * 8 + (unsigned long)(*p - '0');
 		if (p == val || *p || mode > 0777)
-			return fail(ld, ld->line, WD_E_INVALID,
+			return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				    "%s: '%s' is not an octal mode between 0000 and 0777", key, val);
 		cfg->socket_mode = (mode_t)mode;
 		return 1;
@@ -454,7 +461,7 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 	case DK_SHM_PREFIX:
 		if (!val[0] || strlen(val) > CONFIG_MAX_PREFIX || val[0] == '.' || val[0] == '-' ||
 		    !name_chars_ok(val))
-			return fail(ld, ld->line, WD_E_INVALID,
+			return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				    "%s: '%s' is invalid (1 to %d of A-Z a-z 0-9 _ . -, not starting "
 				    "with . or -)", key, val, CONFIG_MAX_PREFIX);
 		return set_string(ld, &cfg->shm_prefix, val);
@@ -466,7 +473,7 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		return set_bool(ld, key, val, &cfg->verify_adopted);
 	case DK_DIGEST:
 		if (wd_digest_from_name(val) == WD_DIGEST_NONE)
-			return fail(ld, ld->line, WD_E_INVALID,
+			return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				    "%s: '%s' is not a digest algorithm (xxh3-128 or sha256)", key, val);
 		cfg->digest = wd_digest_from_name(val);
 		return 1;
@@ -521,7 +528,7 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		int level = log_level_parse(val);
 
 		if (level < 0)
-			return fail(ld, ld->line, WD_E_INVALID,
+			return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				    "%s: '%s' is not a level (error, warning, notice, info, debug)",
 				    key, val);
 		cfg->log_level = level;
@@ -530,7 +537,7 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 	case DK_COUNT:
 		break;
 	}
-	return fail(ld, ld->line, WD_E_INTERNAL, "%s: no parser for this key", key);
+	return fail(ld, ld->line, WEIGHTD_E_INTERNAL, "%s: no parser for this key", key);
 }
 
 /* --- [checkpoint:NAME] -------------------------------------------------------------------- */
@@ -553,7 +560,7 @@ static int checkpoint_set(struct loader *ld, int k, const char *key, const char 
 	case CK_COUNT:
 		break;
 	}
-	return fail(ld, ld->line, WD_E_INTERNAL, "%s: no parser for this key", key);
+	return fail(ld, ld->line, WEIGHTD_E_INTERNAL, "%s: no parser for this key", key);
 }
 
 _Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(gid_t) == sizeof(uint32_t),
@@ -568,7 +575,7 @@ static void close_section(struct loader *ld)
 		return;
 	src = &ld->cfg->sources[ld->cfg->n_sources - 1];
 	if (!src->path)
-		fail(ld, src->line, WD_E_INVALID, "[checkpoint:%s] has no path", src->name);
+		fail(ld, src->line, WEIGHTD_E_INVALID_ARGUMENT, "[checkpoint:%s] has no path", src->name);
 }
 
 static int open_checkpoint(struct loader *ld, const char *name)
@@ -577,22 +584,23 @@ static int open_checkpoint(struct loader *ld, const char *name)
 	struct source_conf *src;
 
 	if (!name[0] || strlen(name) > CONFIG_MAX_NAME || !name_chars_ok(name))
-		return fail(ld, ld->line, WD_E_INVALID,
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "checkpoint name '%s' is invalid (1 to %d of A-Z a-z 0-9 _ . -)", name,
 			    CONFIG_MAX_NAME);
 	for (size_t i = 0; i < cfg->n_sources; i++)
 		if (strcmp(cfg->sources[i].name, name) == 0)
-			return fail(ld, ld->line, WD_E_INVALID,
+			return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				    "checkpoint '%s' is defined twice (first at line %d)", name,
 				    cfg->sources[i].line);
 	if (cfg->n_sources == CONFIG_MAX_SOURCES)
-		return fail(ld, ld->line, WD_E_INVALID, "more than %d checkpoints", CONFIG_MAX_SOURCES);
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "more than %d checkpoints",
+			    CONFIG_MAX_SOURCES);
 	if (cfg->n_sources == ld->cap_sources) {
 		size_t ncap = ld->cap_sources ? ld->cap_sources * 2 : 8;
 		struct source_conf *ns = realloc(cfg->sources, ncap * sizeof(*ns));
 
 		if (!ns)
-			return fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+			return fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		cfg->sources = ns;
 		ld->cap_sources = ncap;
 	}
@@ -600,7 +608,7 @@ static int open_checkpoint(struct loader *ld, const char *name)
 	memset(src, 0, sizeof(*src));
 	src->name = strdup(name);
 	if (!src->name)
-		return fail(ld, ld->line, WD_E_EXHAUSTED, "out of memory");
+		return fail(ld, ld->line, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	src->allow_any = true;
 	src->line = ld->line;
 	cfg->n_sources++;
@@ -621,21 +629,21 @@ static void open_section(struct loader *ld, const char *text, size_t n)
 		return;
 	ld->sect = SECT_NONE;
 	if (!close) {
-		fail(ld, ld->line, WD_E_INVALID, "section header has no closing ']'");
+		fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "section header has no closing ']'");
 		return;
 	}
 	for (const char *p = close + 1; p < text + n; p++) {
 		if (*p == ';' || *p == '#')
 			break;
 		if (!isspace((unsigned char)*p)) {
-			fail(ld, ld->line, WD_E_INVALID, "unexpected text after the section header");
+			fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "unexpected text after the section header");
 			return;
 		}
 	}
 	len = (size_t)(close - text - 1);
 	if (len > CONFIG_MAX_SECTION) {
-		fail(ld, ld->line, WD_E_INVALID, "section name is %zu bytes long, at most %d allowed",
-		     len, CONFIG_MAX_SECTION);
+		fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+		     "section name is %zu bytes long, at most %d allowed", len, CONFIG_MAX_SECTION);
 		return;
 	}
 	memcpy(ld->sect_text, text + 1, len);
@@ -643,8 +651,8 @@ static void open_section(struct loader *ld, const char *text, size_t n)
 
 	if (strcmp(ld->sect_text, "daemon") == 0) {
 		if (ld->daemon_line) {
-			fail(ld, ld->line, WD_E_INVALID, "section [daemon] is given twice (first at line %d)",
-			     ld->daemon_line);
+			fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+			     "section [daemon] is given twice (first at line %d)", ld->daemon_line);
 			return;
 		}
 		ld->daemon_line = ld->line;
@@ -655,7 +663,7 @@ static void open_section(struct loader *ld, const char *text, size_t n)
 		memset(ld->ckpt_key_line, 0, sizeof(ld->ckpt_key_line));
 		ld->sect = SECT_CHECKPOINT;
 	} else {
-		fail(ld, ld->line, WD_E_INVALID,
+		fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 		     "unknown section [%s] (expected [daemon] or [checkpoint:NAME])", ld->sect_text);
 	}
 }
@@ -695,7 +703,7 @@ static bool split_long_line(struct loader *ld, const char *start, size_t n, char
 		blank = *p == ' ' || *p == '\t';
 	}
 	if (!sep || *start == '[') {
-		fail(ld, ld->line, WD_E_INVALID, *start == '['
+		fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, *start == '['
 		     ? "line is %zu characters long; a section header may be at most %d"
 		     : "expected 'key = value' (a line of %zu characters, longer than %d, must be one)",
 		     n, num - 2);
@@ -703,7 +711,7 @@ static bool split_long_line(struct loader *ld, const char *start, size_t n, char
 	}
 	klen = (size_t)(sep - start);
 	if (klen + 3 > (size_t)num) {
-		fail(ld, ld->line, WD_E_INVALID, "the key name before '%c' is %zu characters long",
+		fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "the key name before '%c' is %zu characters long",
 		     *sep, klen);
 		return false;
 	}
@@ -749,12 +757,12 @@ static char *config_reader(char *str, int num, void *stream)
 		n--;
 	}
 	if (memchr(start, '\0', n)) {
-		fail(ld, ld->line, WD_E_INVALID, "line contains a NUL byte");
+		fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "line contains a NUL byte");
 		return NULL;
 	}
 	if (n > CONFIG_MAX_LINE || num < 8) {
-		fail(ld, ld->line, WD_E_INVALID, "line is %zu characters long, at most %d allowed", n,
-		     CONFIG_MAX_LINE);
+		fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+		     "line is %zu characters long, at most %d allowed", n, CONFIG_MAX_LINE);
 		return NULL;
 	}
 	if (n > (size_t)num - 2)
@@ -791,20 +799,22 @@ static int config_handler(void *user, const char *section, const char *key, cons
 	if (ld->long_line == ld->line)
 		val = ld->long_val;
 	if (!key[0])
-		return fail(ld, ld->line, WD_E_INVALID, "key name missing before '='");
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "key name missing before '='");
 	if (ld->sect == SECT_NONE)
-		return fail(ld, ld->line, WD_E_INVALID,
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "key '%s' comes before any section ([daemon] or [checkpoint:NAME])", key);
 	/* inih and open_section() read the same header and must agree (inih cuts long names). */
 	if (strncmp(section, ld->sect_text, strlen(section)) != 0)
-		return fail(ld, ld->line, WD_E_INVALID, "cannot parse the section header [%s]",
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "cannot parse the section header [%s]",
 			    section);
 	k = key_index(keys, n, key);
 	if (k < 0)
-		return fail(ld, ld->line, WD_E_INVALID, "unknown key '%s' in [%s]", key, ld->sect_text);
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "unknown key '%s' in [%s]",
+			    key, ld->sect_text);
 	if (lines[k])
-		return fail(ld, ld->line, WD_E_INVALID, "key '%s' is given twice in [%s] (first at line %d)",
-			    key, ld->sect_text, lines[k]);
+		return fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "key '%s' is given twice in [%s] (first at line %d)", key,
+			    ld->sect_text, lines[k]);
 	lines[k] = ld->line;
 	return ld->sect == SECT_DAEMON ? daemon_set(ld, k, key, val) : checkpoint_set(ld, k, key, val);
 }
@@ -870,7 +880,7 @@ static struct config *config_new(const char *path)
 }
 
 /* Read a whole regular file of at most CONFIG_MAX_FILE_BYTES. */
-static int read_file(const char *path, char **ret_buf, size_t *ret_len, struct wd_error *err)
+static int read_file(const char *path, char **ret_buf, size_t *ret_len, weightd_error *err)
 {
 	struct stat st;
 	char *buf = NULL;
@@ -879,23 +889,24 @@ static int read_file(const char *path, char **ret_buf, size_t *ret_len, struct w
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return wd_error_set(err, WD_E_IO, "%s: cannot open: %s", path, strerror(errno));
+		return wd_error_set(err, WEIGHTD_E_IO, "%s: cannot open: %s", path, strerror(errno));
 	if (fstat(fd, &st) < 0) {
-		rc = wd_error_set(err, WD_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+		rc = wd_error_set(err, WEIGHTD_E_IO, "%s: cannot stat: %s", path, strerror(errno));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		rc = wd_error_set(err, WD_E_INVALID, "%s: not a regular file", path);
+		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s: not a regular file", path);
 		goto out;
 	}
 	if (st.st_size > (off_t)CONFIG_MAX_FILE_BYTES) {
-		rc = wd_error_set(err, WD_E_INVALID, "%s: %lld bytes, larger than the %u allowed", path,
+		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "%s: %lld bytes, larger than the %u allowed", path,
 				  (long long)st.st_size, CONFIG_MAX_FILE_BYTES);
 		goto out;
 	}
 	buf = malloc((size_t)st.st_size + 1);
 	if (!buf) {
-		rc = wd_error_set(err, WD_E_EXHAUSTED, "%s: out of memory", path);
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "%s: out of memory", path);
 		goto out;
 	}
 	/* Read until EOF but never past the limit, in case the file grows meanwhile. */
@@ -905,7 +916,7 @@ static int read_file(const char *path, char **ret_buf, size_t *ret_len, struct w
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			rc = wd_error_set(err, WD_E_IO, "%s: cannot read: %s", path, strerror(errno));
+			rc = wd_error_set(err, WEIGHTD_E_IO, "%s: cannot read: %s", path, strerror(errno));
 			goto out;
 		}
 		if (r == 0)
@@ -922,7 +933,7 @@ out:
 	return rc;
 }
 
-int config_load(const char *path, struct config **ret, struct wd_error *err)
+int config_load(const char *path, struct config **ret, weightd_error *err)
 {
 	struct loader ld = { 0 };
 	struct config *cfg = NULL;
@@ -935,7 +946,7 @@ int config_load(const char *path, struct config **ret, struct wd_error *err)
 		return rc;
 	cfg = config_new(path);
 	if (!cfg) {
-		rc = wd_error_set(err, WD_E_EXHAUSTED, "%s: out of memory", path);
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "%s: out of memory", path);
 		goto out;
 	}
 	ld.file = path;
@@ -945,7 +956,7 @@ int config_load(const char *path, struct config **ret, struct wd_error *err)
 
 	ini_line = ini_parse_stream(config_reader, &ld, config_handler, &ld);
 	if (ini_line < 0) {
-		rc = wd_error_set(err, WD_E_EXHAUSTED, "%s: out of memory", path);
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "%s: out of memory", path);
 		goto out;
 	}
 	if (!ld.err_line)
@@ -954,7 +965,7 @@ int config_load(const char *path, struct config **ret, struct wd_error *err)
 		int line = ld.daemon_key_line[DK_CLIENT_MAX_QUEUE] > ld.daemon_key_line[DK_MAX_FRAME]
 			? ld.daemon_key_line[DK_CLIENT_MAX_QUEUE] : ld.daemon_key_line[DK_MAX_FRAME];
 
-		fail(&ld, line, WD_E_INVALID,
+		fail(&ld, line, WEIGHTD_E_INVALID_ARGUMENT,
 		     "client_max_queue (%llu bytes) is smaller than max_frame (%u bytes): one reply "
 		     "must fit in a client's queue", (unsigned long long)cfg->client_max_queue_bytes,
 		     cfg->max_frame_bytes);
@@ -964,7 +975,7 @@ int config_load(const char *path, struct config **ret, struct wd_error *err)
 			? ld.daemon_key_line[DK_UID_MAX_PARTIAL] : ld.daemon_key_line[DK_MAX_PARTIAL];
 
 		/* else one uid alone could fill the total and lock every other uid out */
-		fail(&ld, line, WD_E_INVALID,
+		fail(&ld, line, WEIGHTD_E_INVALID_ARGUMENT,
 		     "uid_max_partial (%llu bytes) is more than half of max_partial (%llu bytes): one "
 		     "uid must not be able to take what every uid shares",
 		     (unsigned long long)cfg->uid_max_partial_bytes,
@@ -972,7 +983,7 @@ int config_load(const char *path, struct config **ret, struct wd_error *err)
 	}
 	/* inih reports lines it could not split itself (no '=' or ':'); ours come with a sentence. */
 	if (ini_line > 0 && (!ld.err_line || ini_line < ld.err_line)) {
-		rc = wd_error_set(err, WD_E_INVALID, "%s:%d: %s", path, ini_line,
+		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s:%d: %s", path, ini_line,
 				  line_is_header(&ld, ini_line) ? "cannot parse the section header"
 				  : "expected 'key = value'");
 		goto out;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.h - weightd's INI configuration: the daemon section and one section per checkpoint. */
 #ifndef WD_CONFIG_H
 #define WD_CONFIG_H
@@ -63,10 +64,10 @@ struct config {
 /*
  * Load and validate `path`. Unknown keys and sections, bad numbers, sizes ("16G", "512M", bytes),
  * octal modes, unknown users/groups, duplicate checkpoint names, invalid shm prefixes: each is an
- * error "FILE:LINE: what is wrong" (-WD_E_INVALID). Missing keys take the defaults documented in
- * systemd/weightd.conf.example.
+ * error "FILE:LINE: what is wrong" (-WEIGHTD_E_INVALID_ARGUMENT). Missing keys take the defaults
+ * documented in systemd/weightd.conf.example.
  */
-int config_load(const char *path, struct config **ret, struct wd_error *err);
+int config_load(const char *path, struct config **ret, weightd_error *err);
 void config_free(struct config *cfg);
 
 /* Parse "123", "64K", "512M", "16G", "1T" (powers of 1024). false on garbage or overflow. */

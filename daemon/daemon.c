@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemon.c - helpers on the shared daemon context. */
 #include "daemon.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemon.h - the one daemon context every main-thread module shares. */
 #ifndef WD_DAEMON_H
 #define WD_DAEMON_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fill.c - one weight's bytes into its segment: chunks claimed by several workers at once, or
  * one in-order stream. Worker threads only. */
 #include "fill.h"
@@ -30,7 +31,7 @@ struct fill {
 	uint64_t nchunks, next;      /* next: the first chunk nobody has claimed */
 	uint8_t *digests;            /* nchunks digests, in order */
 	int status;                  /* the first failure */
-	struct wd_error err;
+	weightd_error err;
 	uint64_t bytes_read;
 	unsigned nhelpers;
 	struct fill_helper helper[FILL_MAX_HELPERS];
@@ -43,7 +44,7 @@ static void fill_chunks(struct fill *f, struct wd_scratch *scratch)
 
 	for (;;) {
 		struct wd_sink sink;
-		struct wd_error err;
+		weightd_error err;
 		uint64_t i, off, len, read = 0;
 		int r;
 
@@ -91,7 +92,7 @@ static void helper_work(struct pool_task *t, struct wd_scratch *scratch)
 }
 
 static int fill_parallel(struct fill *f, struct pool *pool, struct wd_scratch *scratch,
-			 uint8_t *ret_digest, uint64_t *ret_bytes_read, struct wd_error *err)
+			 uint8_t *ret_digest, uint64_t *ret_bytes_read, weightd_error *err)
 {
 	unsigned n = pool_threads(pool) - 1;
 	int r;
@@ -99,7 +100,7 @@ static int fill_parallel(struct fill *f, struct pool *pool, struct wd_scratch *s
 	f->nchunks = wd_content_chunks(f->nbytes);
 	f->digests = calloc(f->nchunks, wd_digest_len(f->alg));
 	if (!f->digests)
-		return wd_error_set(err, WD_E_EXHAUSTED, "no memory for %llu chunk digests",
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "no memory for %llu chunk digests",
 				    (unsigned long long)f->nchunks);
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_cond_init(&f->cond, NULL);
@@ -144,7 +145,7 @@ static int fill_parallel(struct fill *f, struct pool *pool, struct wd_scratch *s
 
 /* In order on this worker, hashing SHA-256 on its hasher thread (which only that helps). */
 static int fill_sequential(struct fill *f, struct wd_scratch *scratch, uint8_t *ret_digest,
-			   uint64_t *ret_bytes_read, struct wd_error *err)
+			   uint64_t *ret_bytes_read, weightd_error *err)
 {
 	struct wd_sink sink;
 	int r = wd_sink_init_range(&sink, f->fd, f->base, f->nbytes, f->alg);
@@ -164,13 +165,13 @@ static int fill_sequential(struct fill *f, struct wd_scratch *scratch, uint8_t *
 int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t base,
 		uint64_t nbytes, enum wd_digest_alg alg, uint64_t *progress,
 		struct wd_scratch *scratch, uint8_t *ret_digest, uint64_t *ret_bytes_read,
-		struct wd_error *err)
+		weightd_error *err)
 {
 	struct fill f = { .plan = plan, .fd = fd, .base = base, .nbytes = nbytes, .alg = alg,
 			  .progress = progress };
 
 	if (!scratch)
-		return wd_error_set(err, WD_E_EXHAUSTED, "no memory for read buffers");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "no memory for read buffers");
 	if (nbytes > WD_DIGEST_CHUNK && pool && pool_threads(pool) > 1 && wd_plan_splittable(plan))
 		return fill_parallel(&f, pool, scratch, ret_digest, ret_bytes_read, err);
 	return fill_sequential(&f, scratch, ret_digest, ret_bytes_read, err);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fill.h - filling one weight's bytes into its segment on a worker: in chunks shared with the
  * other workers when the weight is large, else in order. */
 #ifndef WD_FILL_H
@@ -31,6 +32,6 @@
 int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t base,
 		uint64_t nbytes, enum wd_digest_alg alg, uint64_t *progress,
 		struct wd_scratch *scratch, uint8_t *ret_digest, uint64_t *ret_bytes_read,
-		struct wd_error *err);
+		weightd_error *err);
 
 #endif

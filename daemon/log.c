@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.c - one line per event on stderr; journald turns "<N>" prefixes into priorities. */
 #include "log.h"
 

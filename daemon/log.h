@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.h - daemon logging to stderr with syslog priority prefixes ("<3>") that journald reads. */
 #ifndef WD_LOG_H
 #define WD_LOG_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - weightd: options, start-up (config, sources, segments, socket), signals, shutdown. */
 #include <errno.h>
 #include <event2/event.h>
@@ -41,11 +42,11 @@ static int check_config(const struct config *cfg)
 	for (size_t i = 0; i < cfg->n_sources; i++) {
 		const struct source_conf *sc = &cfg->sources[i];
 		struct wd_source *src = NULL;
-		struct wd_error err;
+		weightd_error err;
 
 		wd_error_clear(&err);
 		if (wd_source_open(sc->name, sc->path, &lim, &src, &err) < 0) {
-			printf("checkpoint %s: FAILED (%s): %s\n", sc->name, sc->path, err.msg);
+			printf("checkpoint %s: FAILED (%s): %s\n", sc->name, sc->path, err.message);
 			bad++;
 			continue;
 		}
@@ -123,19 +124,19 @@ static uint64_t count_foreign(const char *instance)
 }
 
 /* The listening socket: inherited from systemd (socket activation) or made here. */
-static int get_listener(const struct config *cfg, int *ret_fd, struct wd_error *err)
+static int get_listener(const struct config *cfg, int *ret_fd, weightd_error *err)
 {
 	int n = sd_listen_fds(1);
 
 	if (n < 0)
-		return wd_error_set(err, WD_E_IO, "sd_listen_fds: %s", strerror(-n));
+		return wd_error_set(err, WEIGHTD_E_IO, "sd_listen_fds: %s", strerror(-n));
 	if (n > 1)
-		return wd_error_set(err, WD_E_INVALID,
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 				    "systemd passed %d sockets; weightd takes exactly one", n);
 	if (n == 1) {
 		int fd = SD_LISTEN_FDS_START;
 		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0)
-			return wd_error_set(err, WD_E_INVALID,
+			return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 					    "the socket systemd passed is not a listening Unix stream "
 					    "socket");
 		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -228,7 +229,7 @@ int main(int argc, char **argv)
 	};
 	const struct wd_limits lim = WD_LIMITS_DEFAULT;
 	struct daemon d;
-	struct wd_error err;
+	weightd_error err;
 	struct event *ev_hup = NULL, *ev_term = NULL, *ev_int = NULL, *ev_wd = NULL;
 	const char *config_path = NULL;
 	bool foreground = false, check = false;
@@ -263,7 +264,7 @@ int main(int argc, char **argv)
 	}
 	log_set_prefix(getenv("JOURNAL_STREAM") != NULL || getenv("NOTIFY_SOCKET") != NULL);
 	if (config_load(config_path, &d.cfg, &err) < 0) {
-		fprintf(stderr, "weightd: %s\n", err.msg);
+		fprintf(stderr, "weightd: %s\n", err.message);
 		return 1;
 	}
 	d.log_level_cli = level;
@@ -311,7 +312,7 @@ int main(int argc, char **argv)
 	/* Every name under our prefix is from a previous run of this instance: re-adopt what the
 	 * state index vouches for, unlink the rest. */
 	if (state_init(d.cfg->state_dir, d.instance, &err) < 0) {
-		log_warn("%s; restarts will rebuild weights", err.msg);
+		log_warn("%s; restarts will rebuild weights", err.message);
 		d.cfg->state_dir[0] = '\0';
 	}
 	adopted = state_recover(d.cfg->state_dir, d.instance, adopt_one, &d, &purged);
@@ -321,7 +322,7 @@ int main(int argc, char **argv)
 	d.stats.foreign_segments = count_foreign(d.instance);
 	cache_trim(d.cache);
 	if (get_listener(d.cfg, &lfd, &err) < 0) {
-		log_err("%s", err.msg);
+		log_err("%s", err.message);
 		goto out;
 	}
 	d.socket_activated = socket_activated;

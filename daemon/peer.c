@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* peer.c - the credentials of a client connection, all of its groups included. */
 #include "peer.h"
 
@@ -28,7 +29,7 @@ int peer_read(int fd, struct peer *p)
 		gid_t *g = malloc(cap * sizeof(gid_t));
 
 		if (!g)
-			return -WD_E_EXHAUSTED;
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		len = (socklen_t)(cap * sizeof(gid_t));
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len) == 0) {
 			if (len == 0) {

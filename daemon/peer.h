@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* peer.h - who is at the other end of a client connection: pid, uid, gid and every group. */
 #ifndef WD_PEER_H
 #define WD_PEER_H
@@ -11,9 +12,9 @@
  * Fill *ret from SO_PEERCRED and SO_PEERGROUPS of a connected Unix socket. Every supplementary
  * group is read, however many (the buffer grows while the kernel says ERANGE), so allow_groups
  * never misses one. What cannot be read is left as "nobody": uid and gid (uid_t)-1, no groups.
- * Returns 0, or -WD_E_EXHAUSTED when memory for the groups is not to be had (the peer then has
- * only its primary group, and the caller should refuse it rather than guess). ret->groups is
- * malloc'd; free it with peer_clear.
+ * Returns 0, or -WEIGHTD_E_RESOURCE_EXHAUSTED when memory for the groups is not to be had (the peer
+ * then has only its primary group, and the caller should refuse it rather than guess). ret->groups
+ * is malloc'd; free it with peer_clear.
  */
 int peer_read(int fd, struct peer *ret);
 

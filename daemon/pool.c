@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pool.c - worker threads fed by a mutex-protected queue; completions return through an eventfd. */
 #include "pool.h"
 

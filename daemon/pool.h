@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pool.h - a fixed pool of worker threads for disk reads, hashing and conversion. */
 #ifndef WD_POOL_H
 #define WD_POOL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* preload.c - the daemon's own holds on the weights of `preload = yes` checkpoints. Main thread. */
 #include "preload.h"
 
@@ -73,15 +74,15 @@ static void set_settle(struct preload_set *ps)
 	set_done_logging(ps);
 }
 
-static void on_ready(struct weight *w, const struct wd_error *err, uint64_t bytes_read, void *arg)
+static void on_ready(struct weight *w, const weightd_error *err, uint64_t bytes_read, void *arg)
 {
 	struct pin *p = arg;
 	struct preload_set *ps = p->set;
 
 	if (!w) {
 		ps->failed++;
-		if (err->code != WD_E_CANCELLED) /* stopping: not a problem of the checkpoint */
-			log_warn("checkpoint %s: preloading failed: %s", ps->cs->name, err->msg);
+		if (err->code != WEIGHTD_E_CANCELLED) /* stopping: not a problem of the checkpoint */
+			log_warn("checkpoint %s: preloading failed: %s", ps->cs->name, err->message);
 	} else if (ps->released) {
 		cache_drop(ps->d->cache, w);
 	} else {
@@ -92,12 +93,12 @@ static void on_ready(struct weight *w, const struct wd_error *err, uint64_t byte
 
 /* The resolver of a preload: exactly this generation of the checkpoint, nothing else. */
 static int lookup_self(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
-		       struct wd_error *err)
+		       weightd_error *err)
 {
 	struct csource *cs = ctx;
 
 	if (strcmp(checkpoint, cs->name) != 0)
-		return wd_error_set(err, WD_E_UNKNOWN_SOURCE, "no checkpoint named \"%s\"", checkpoint);
+		return wd_error_set(err, WEIGHTD_E_UNKNOWN_SOURCE, "no checkpoint named \"%s\"", checkpoint);
 	*ret_src = cs->src;
 	return 0;
 }
@@ -134,7 +135,7 @@ static void set_start(struct daemon *d, struct csource *cs)
 		struct wd_recipe rec = { &node, 1 };
 		struct wd_plan *plan = NULL;
 		struct weight *w = NULL;
-		struct wd_error err;
+		weightd_error err;
 		int r;
 
 		memset(&node, 0, sizeof(node));
@@ -154,7 +155,7 @@ static void set_start(struct daemon *d, struct csource *cs)
 			ps->pending++;
 		} else {
 			ps->failed++;
-			log_warn("checkpoint %s: cannot preload %s: %s", cs->name, t->name, err.msg);
+			log_warn("checkpoint %s: cannot preload %s: %s", cs->name, t->name, err.message);
 		}
 	}
 	cache_pack_end(d->cache, pack); /* packs the checkpoint's tensors and starts filling */

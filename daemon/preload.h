@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* preload.h - checkpoints the daemon keeps resident itself (`preload = yes` in their section). */
 #ifndef WD_PRELOAD_H
 #define WD_PRELOAD_H

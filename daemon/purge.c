@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* purge.c - weightd --purge: remove every segment and state record of a stopped instance. */
 #include "purge.h"
 
@@ -94,7 +95,7 @@ int purge_main(int argc, char **argv)
 	};
 	const char *config = NULL, *prefix = NULL, *state_dir = NULL, *sock = NULL;
 	struct config *cfg = NULL;
-	struct wd_error err;
+	weightd_error err;
 	bool json = false;
 	int opt, segments, records, rc = 1, live;
 
@@ -122,7 +123,7 @@ int purge_main(int argc, char **argv)
 	if (config) {
 		wd_error_clear(&err);
 		if (config_load(config, &cfg, &err) < 0) {
-			fprintf(stderr, "weightd: %s\n", err.msg);
+			fprintf(stderr, "weightd: %s\n", err.message);
 			return 1;
 		}
 		prefix = cfg->shm_prefix;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* purge.h - weightd --purge: remove a stopped instance's segments and state records. */
 #ifndef WD_PURGE_H
 #define WD_PURGE_H

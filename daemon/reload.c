@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* reload.c - re-reading the configuration: checkpoints swapped in, [daemon] keys applied per key. */
 #include "reload.h"
 
@@ -27,7 +28,7 @@ struct reload_job {
 	struct reload *owner;            /* NULL once reload_free ran */
 	struct config *ncfg;
 	struct catalog_plan *plan;
-	struct wd_error err;
+	weightd_error err;
 	int status;
 	struct reload_waiter *waiters;   /* answered when this run is applied */
 	size_t n_waiters;
@@ -80,7 +81,8 @@ static void reload_work(struct pool_task *t, struct wd_scratch *scratch)
 		return;
 	j->plan = catalog_reload_prepare(j->d->catalog, j->ncfg);
 	if (!j->plan)
-		j->status = wd_error_set(&j->err, WD_E_EXHAUSTED, "out of memory reading the checkpoints");
+		j->status = wd_error_set(&j->err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+					 "out of memory reading the checkpoints");
 }
 
 static bool str_differs(const char *a, const char *b)
@@ -208,7 +210,7 @@ static void reload_done(struct pool_task *t)
 	}
 	r->running = NULL;
 	if (j->status < 0) {
-		log_err("reload failed, keeping the running configuration: %s", j->err.msg);
+		log_err("reload failed, keeping the running configuration: %s", j->err.message);
 	} else {
 		catalog_reload_apply(d->catalog, j->plan, on_changed, d);
 		/* Holds on replaced generations go back first, so their weights can be dropped with
@@ -259,10 +261,10 @@ void reload_request(struct reload *r, uint64_t session, uint64_t request)
 		struct reload_waiter *w = realloc(r->next, (r->n_next + 1) * sizeof(*w));
 
 		if (!w) {
-			struct wd_error err;
+			weightd_error err;
 
 			wd_error_clear(&err);
-			wd_error_set(&err, WD_E_EXHAUSTED, "out of memory");
+			wd_error_set(&err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 			server_reload_done(r->d->server, session, request, &err);
 			return;
 		}

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* reload.h - SIGHUP and `weightctl reload`: re-read the configuration and apply it live. */
 #ifndef WD_RELOAD_H
 #define WD_RELOAD_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request.c - dispatch of decoded requests, the helpers every request module shares (replies,
  * errors, source info), and release. Units and share are in request_unit.c, queries in
  * request_query.c, admin requests in request_admin.c. Main thread only. */
@@ -33,11 +34,11 @@ static void vfail(struct session *s, uint64_t id, int code, const char *fmt, va_
 
 static void vfail(struct session *s, uint64_t id, int code, const char *fmt, va_list ap)
 {
-	struct wd_error e;
+	weightd_error e;
 
 	wd_error_clear(&e);
 	e.code = code;
-	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+	vsnprintf(e.message, sizeof(e.message), fmt, ap);
 	session_send_error(s, id, &e);
 }
 
@@ -83,7 +84,7 @@ void request_source_info(const struct csource *cs, Weightd__SourceInfo *si)
 	} else {
 		si->kind = "";
 		si->state = cs->state == CSOURCE_FAILED ? "failed" : "removed";
-		si->error = (char *)cs->error.msg;
+		si->error = (char *)cs->error.message;
 	}
 }
 
@@ -102,13 +103,13 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 	uint64_t *sorted;
 
 	if (rl->n_handles > s->d->cfg->max_unit_entries) {
-		fail(s, id, WD_E_LIMIT, "limit exceeded: a release of %zu handles; at most %u "
+		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: a release of %zu handles; at most %u "
 		     "(max_unit_entries)", rl->n_handles, s->d->cfg->max_unit_entries);
 		return;
 	}
 	sorted = malloc((rl->n_handles ? rl->n_handles : 1) * sizeof(*sorted));
 	if (!sorted) {
-		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	/* All handles are checked before any is released: a bad list changes nothing. A handle may
@@ -123,7 +124,7 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 		while (j < rl->n_handles && sorted[j] == sorted[i])
 			j++;
 		if (!h || h->count < j - i) {
-			fail(s, id, WD_E_NOT_FOUND,
+			fail(s, id, WEIGHTD_E_NOT_FOUND,
 			     "this client does not hold weight %llu (as many times as it releases it)",
 			     (unsigned long long)sorted[i]);
 			free(sorted);
@@ -154,7 +155,7 @@ static bool uid_may_start_unit(struct session *s, uint64_t id)
 	n = server_uid_pending(s->srv, s->peer.uid);
 	if (n < cfg->uid_max_pending)
 		return true;
-	fail(s, id, WD_E_LIMIT, "limit exceeded: uid %u has %zu unit requests in flight "
+	fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: uid %u has %zu unit requests in flight "
 	     "(uid_max_pending %u)", (unsigned)s->peer.uid, n, cfg->uid_max_pending);
 	return false;
 }
@@ -178,7 +179,7 @@ void request_dispatch(struct session *s, Weightd__Request *req)
 	case WEIGHTD__REQUEST__BODY_SUBSCRIBE: request_query_subscribe(s, req->id, req->subscribe); break;
 	default:
 		/* A newer client's request this daemon does not know: say so, keep the connection. */
-		fail(s, req->id, WD_E_UNSUPPORTED, "this weightd does not know that request");
+		fail(s, req->id, WEIGHTD_E_UNSUPPORTED, "this weightd does not know that request");
 		break;
 	}
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request.h - dispatch of decoded requests and the helpers the request modules share
  * (request.c: dispatch, release; request_unit.c: units, share; request_query.c; request_admin.c). */
 #ifndef WD_REQUEST_H

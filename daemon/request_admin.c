@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request_admin.c - the admin requests (reload, evict), accepted from root and the daemon's own
  * user only. Main thread only. */
 #include "request_admin.h"
@@ -12,7 +13,8 @@ static bool require_privilege(struct session *s, uint64_t id, const char *what)
 {
 	if (s->privileged)
 		return true;
-	request_fail(s, id, WD_E_PERMISSION, "only root or the daemon's own user may %s", what);
+	request_fail(s, id, WEIGHTD_E_PERMISSION_DENIED,
+		     "only root or the daemon's own user may %s", what);
 	return false;
 }
 
@@ -22,7 +24,7 @@ void request_admin_reload(struct session *s, uint64_t id)
 	if (!require_privilege(s, id, "reload the configuration"))
 		return;
 	if (!s->d->reload) {
-		request_fail(s, id, WD_E_UNSUPPORTED, "reload is not available");
+		request_fail(s, id, WEIGHTD_E_UNSUPPORTED, "reload is not available");
 		return;
 	}
 	s->reloads++;

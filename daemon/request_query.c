@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request_query.c - the requests that read the daemon's state: hello, list, describe, status and
  * subscribe. Main thread only. */
 #include "request_query.h"
@@ -25,19 +26,19 @@ static uint32_t hello_version(struct session *s, uint64_t id, const Weightd__Hel
 	uint32_t cmin = h->protocol_version;
 	uint32_t cmax = h->max_protocol_version ? h->max_protocol_version : cmin;
 	uint32_t v = cmax < PROTO_MAX ? cmax : PROTO_MAX;
-	struct wd_error e;
+	weightd_error e;
 
 	wd_error_clear(&e);
 	if (cmin > cmax)
-		wd_error_set(&e, WD_E_INVALID,
+		wd_error_set(&e, WEIGHTD_E_INVALID_ARGUMENT,
 			     "hello: protocol_version %u (the oldest the client speaks) is above "
 			     "max_protocol_version %u", cmin, cmax);
 	else if (cmax == 0)
-		wd_error_set(&e, WD_E_VERSION,
+		wd_error_set(&e, WEIGHTD_E_UNSUPPORTED_VERSION,
 			     "hello: the client gave no protocol version; this weightd %s speaks "
 			     "protocol versions %u to %u", WD_VERSION, PROTO_MIN, PROTO_MAX);
 	else if (v < cmin || v < PROTO_MIN)
-		wd_error_set(&e, WD_E_VERSION,
+		wd_error_set(&e, WEIGHTD_E_UNSUPPORTED_VERSION,
 			     "no protocol version in common: the client speaks protocol versions %u "
 			     "to %u, this weightd %s speaks %u to %u; upgrade %s", cmin, cmax,
 			     WD_VERSION, PROTO_MIN, PROTO_MAX,
@@ -94,7 +95,7 @@ void request_query_list(struct session *s, uint64_t id)
 	if (!infos || !ptrs) {
 		free(infos);
 		free(ptrs);
-		request_fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -122,7 +123,7 @@ void request_query_describe(struct session *s, uint64_t id, const Weightd__Descr
 	Weightd__TensorInfo *ti = NULL, **tp = NULL;
 	Weightd__MetaEntry *me = NULL, **mp = NULL;
 	struct csource *cs;
-	struct wd_error e;
+	weightd_error e;
 	size_t nt, nm;
 
 	wd_error_clear(&e);
@@ -137,7 +138,7 @@ void request_query_describe(struct session *s, uint64_t id, const Weightd__Descr
 	me = calloc(nm ? nm : 1, sizeof(*me));
 	mp = calloc(nm ? nm : 1, sizeof(*mp));
 	if (!ti || !tp || !me || !mp) {
-		request_fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	request_source_info(cs, &si);
@@ -308,7 +309,7 @@ void request_query_status(struct session *s, uint64_t id)
 			       calloc(ng ? ng : 1, sizeof(*gw.sp)), 0, ng };
 
 	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp || !gw.ss || !gw.sp) {
-		request_fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	st.instance = d->instance;
@@ -379,13 +380,13 @@ void request_query_subscribe(struct session *s, uint64_t id, const Weightd__Subs
 	size_t n = 0;
 
 	if (sub->n_checkpoints > 4096) {
-		request_fail(s, id, WD_E_LIMIT, "at most %d subscriptions per client", 4096);
+		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "at most %d subscriptions per client", 4096);
 		return;
 	}
 	if (sub->n_checkpoints) {
 		subs = calloc(sub->n_checkpoints, sizeof(*subs));
 		if (!subs) {
-			request_fail(s, id, WD_E_EXHAUSTED, "out of memory");
+			request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 			return;
 		}
 	}
@@ -395,7 +396,7 @@ void request_query_subscribe(struct session *s, uint64_t id, const Weightd__Subs
 			while (n--)
 				free(subs[n]);
 			free(subs);
-			request_fail(s, id, WD_E_EXHAUSTED, "out of memory");
+			request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 			return;
 		}
 	}

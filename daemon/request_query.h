@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request_query.h - requests that read the daemon's state: hello, list, describe, status,
  * subscribe. Each answers request `id` of session `s`. */
 #ifndef WD_REQUEST_QUERY_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request_unit.c - preflight and materialize of units (limits, names, aliases, access, recipes,
  * per-client limits, budget, packing the new weights into segments, the all-or-nothing reply)
  * and share. Main thread only. Every step is linear or n log n in the unit's size. */
@@ -39,7 +40,7 @@ struct unitreq {
 	struct unit_out *outs;
 	size_t pending;
 	bool failed;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t bytes_read;
 	uint64_t new_bytes;        /* counted against the client's limits while in flight */
 	uint32_t new_weights;
@@ -52,19 +53,19 @@ static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
 
 static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
 {
-	struct wd_error e;
+	weightd_error e;
 	va_list ap;
 
 	wd_error_clear(&e);
 	e.code = code;
 	va_start(ap, fmt);
-	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+	vsnprintf(e.message, sizeof(e.message), fmt, ap);
 	va_end(ap);
 	session_send_error(s, id, &e);
 }
 
 /* The daemon ran out of descriptors for a reply: resource-exhausted naming weightd's limit. */
-static void fds_exhausted(struct wd_error *err, int e)
+static void fds_exhausted(weightd_error *err, int e)
 {
 	char why[300];
 
@@ -73,8 +74,10 @@ static void fds_exhausted(struct wd_error *err, int e)
 			       "LimitNOFILE= in weightd.service, or ulimit -n");
 	else
 		snprintf(why, sizeof(why), "%s", strerror(e));
-	wd_error_set(err, WD_E_EXHAUSTED, "resource exhausted: weightd cannot duplicate a segment's "
-		     "descriptor for the reply: %s", why);
+	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+		     "resource exhausted: weightd cannot duplicate a segment's "
+		     "descriptor for the reply: %s",
+		     why);
 }
 
 /* --- resolving checkpoints for a peer --------------------------------------------------------- */
@@ -85,7 +88,7 @@ struct resolve_ctx {
 };
 
 static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
-			  struct wd_error *err)
+			  weightd_error *err)
 {
 	struct resolve_ctx *rc = ctx;
 	struct csource *cs;
@@ -99,7 +102,7 @@ static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_sou
 			seen |= rc->out->sources[i] == cs;
 		if (!seen) {
 			if (rc->out->n_sources == sizeof(rc->out->sources) / sizeof(rc->out->sources[0]))
-				return wd_error_set(err, WD_E_TOO_LARGE,
+				return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
 						    "a recipe may read at most %zu checkpoints",
 						    sizeof(rc->out->sources) / sizeof(rc->out->sources[0]));
 			rc->out->sources[rc->out->n_sources++] = cs;
@@ -186,7 +189,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	if (!wi || !wp || !si || !sp || !fds) {
 		for (size_t i = 0; i < u->n_entries; i++)
 			cache_drop(cache, u->outs[i].w);
-		wd_error_set(&u->err, WD_E_EXHAUSTED, "out of memory answering the unit");
+		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
 		session_send_error(s, u->id, &u->err);
 		goto out;
 	}
@@ -207,7 +210,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 			for (size_t k = 0; k < u->n_entries; k++)
 				cache_drop(cache, u->outs[k].w);
 			fds_exhausted(&u->err, e);
-			log_warn("client %llu: %s", (unsigned long long)s->id, u->err.msg);
+			log_warn("client %llu: %s", (unsigned long long)s->id, u->err.message);
 			session_send_error(s, u->id, &u->err);
 			goto out;
 		}
@@ -257,7 +260,7 @@ out:
 	unitreq_free(u);
 }
 
-static void on_entry_ready(struct weight *w, const struct wd_error *err, uint64_t bytes_read,
+static void on_entry_ready(struct weight *w, const weightd_error *err, uint64_t bytes_read,
 			   void *arg)
 {
 	struct unit_out *o = arg;
@@ -270,7 +273,6 @@ static void on_entry_ready(struct weight *w, const struct wd_error *err, uint64_
 		u->failed = true;
 		u->err = *err;
 		snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
-		wd_error_prefix(&u->err, "slot \"%s\"", o->name_copy);
 	}
 	if (--u->pending == 0)
 		unitreq_finish(u, u->cache);
@@ -301,19 +303,19 @@ static size_t find_name(const struct unit_out *outs, const size_t *sorted, size_
 }
 
 /* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
-static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct wd_error *err)
+static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_error *err)
 {
 	size_t n = u->n_outs, *sorted = malloc(n * sizeof(size_t)), *path = NULL;
 	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
 	int r = 0;
 
 	if (!sorted)
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		const char *name = i < u->n_entries ? pu->entries[i]->name
 						    : pu->aliases[i - u->n_entries]->name;
 		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
-			r = wd_error_set(err, WD_E_INVALID,
+			r = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 					 "%s %zu has an empty name or one longer than %d bytes",
 					 i < u->n_entries ? "entry" : "alias",
 					 i < u->n_entries ? i : i - u->n_entries, WD_MAX_NAME);
@@ -321,7 +323,7 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct w
 		}
 		u->outs[i].name_copy = strdup(name);
 		if (!u->outs[i].name_copy) {
-			r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+			r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 			goto out;
 		}
 		u->outs[i].owner = i;
@@ -332,7 +334,7 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct w
 	for (size_t i = 1; i < n; i++)
 		if (strcmp(u->outs[sorted[i]].name_copy, u->outs[sorted[i - 1]].name_copy) == 0) {
 			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[sorted[i]].name_copy);
-			r = wd_error_set(err, WD_E_DUPLICATE_NAME,
+			r = wd_error_set(err, WEIGHTD_E_DUPLICATE_NAME,
 					 "the name \"%s\" is used twice in the unit",
 					 u->outs[sorted[i]].name_copy);
 			goto out;
@@ -345,7 +347,7 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct w
 	state = calloc(pu->n_aliases ? pu->n_aliases : 1, 1);
 	path = malloc((pu->n_aliases ? pu->n_aliases : 1) * sizeof(*path));
 	if (!state || !path) {
-		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	for (size_t k = 0; k < pu->n_aliases; k++) {
@@ -361,7 +363,7 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct w
 			path[depth++] = cur;
 			if (next == SIZE_MAX) {
 				snprintf(err->slot, sizeof(err->slot), "%s", u->outs[cur].name_copy);
-				r = wd_error_set(err, WD_E_BAD_ALIAS,
+				r = wd_error_set(err, WEIGHTD_E_BAD_ALIAS,
 						 "alias \"%s\" names \"%s\", which is neither an entry "
 						 "nor an alias of the unit", u->outs[cur].name_copy,
 						 target ? target : "");
@@ -371,7 +373,7 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, struct w
 		}
 		if (cur >= u->n_entries && state[cur - u->n_entries] == 1) {
 			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[cur].name_copy);
-			r = wd_error_set(err, WD_E_ALIAS_CYCLE,
+			r = wd_error_set(err, WEIGHTD_E_ALIAS_CYCLE,
 					 "alias \"%s\" is part of a cycle of aliases",
 					 u->outs[cur].name_copy);
 			goto out;
@@ -429,14 +431,14 @@ static int cmp_entry_key(const void *a, const void *b, void *arg)
 
 /* u->first: for each entry the first entry with the same identity key, by sorting the entries
  * by (key, index) once (a unit may have 65,536 entries: no pairwise comparison). */
-static int unit_find_repeats(struct unitreq *u, struct wd_error *err)
+static int unit_find_repeats(struct unitreq *u, weightd_error *err)
 {
 	size_t n = u->n_entries, *order = malloc(n * sizeof(size_t));
 
 	u->first = malloc(n * sizeof(size_t));
 	if (!order || !u->first) {
 		free(order);
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	for (size_t i = 0; i < n; i++)
 		order[i] = i;
@@ -456,7 +458,7 @@ static int unit_find_repeats(struct unitreq *u, struct wd_error *err)
  * what its other unit requests in flight will add, must stay within client_max_weights and
  * client_max_bytes. Weights the client already holds and repeated entries count once.
  */
-static int unit_check_limits(struct unitreq *u, struct session *s, struct wd_error *err)
+static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error *err)
 {
 	const struct config *cfg = s->d->cfg;
 	uint64_t weights = 0, bytes = 0;
@@ -469,7 +471,7 @@ static int unit_check_limits(struct unitreq *u, struct session *s, struct wd_err
 	}
 	if (cfg->client_max_weights &&
 	    s->n_held + s->pending_weights + weights > cfg->client_max_weights)
-		return wd_error_set(err, WD_E_LIMIT,
+		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
 				    "limit exceeded: the client would hold %llu weights (%zu held, %u "
 				    "requested before, %llu in this unit); its limit is %u "
 				    "(client_max_weights)",
@@ -478,7 +480,7 @@ static int unit_check_limits(struct unitreq *u, struct session *s, struct wd_err
 				    cfg->client_max_weights);
 	if (cfg->client_max_bytes &&
 	    s->held_bytes + s->pending_bytes + bytes > cfg->client_max_bytes)
-		return wd_error_set(err, WD_E_LIMIT,
+		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
 				    "limit exceeded: the client would hold %llu bytes of weights (%llu "
 				    "held, %llu requested before, %llu in this unit); its limit is %llu "
 				    "(client_max_bytes)",
@@ -493,7 +495,7 @@ static int unit_check_limits(struct unitreq *u, struct session *s, struct wd_err
 
 /* Preflight every entry of the unit: recipes valid, sources allowed, declared slots matching. */
 static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__Unit *pu,
-			  struct wd_error *err)
+			  weightd_error *err)
 {
 	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
 
@@ -516,7 +518,6 @@ static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__U
 		}
 		if (r < 0) {
 			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
-			wd_error_prefix(err, "slot \"%s\"", o->name_copy);
 			return r;
 		}
 		if (pe->check_slot && !slot_matches(pe, o->plan)) {
@@ -524,14 +525,14 @@ static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__U
 			shape_text(pe->shape, pe->n_shape, want, sizeof(want));
 			shape_text(wd_plan_shape(o->plan), (size_t)wd_plan_ndim(o->plan), got, sizeof(got));
 			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
-			return wd_error_set(err, WD_E_SLOT_MISMATCH,
+			return wd_error_set(err, WEIGHTD_E_SLOT_MISMATCH,
 					    "slot \"%s\" is declared %s %s but its recipe gives %s %s",
 					    o->name_copy, pe->dtype ? pe->dtype : "", want,
 					    wd_dtype_name(wd_plan_dtype(o->plan)), got);
 		}
 	}
 	if (unit_find_repeats(u, err) < 0)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	return unit_check_limits(u, s, err);
 }
 
@@ -543,7 +544,7 @@ static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
 	Weightd__WeightInfo **wp = calloc(u->n_outs, sizeof(*wp));
 
 	if (!wi || !wp) {
-		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < u->n_outs; i++) {
@@ -578,7 +579,7 @@ out:
  * started: the unit fails whole with the bytes needed and available.
  */
 static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
-					 struct wd_error *err)
+					 weightd_error *err)
 {
 	struct cache *c = s->d->cache;
 	uint64_t need = 0;
@@ -630,7 +631,7 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
  * catalog lookup per change of name (a unit usually names one or two checkpoints), so a client
  * allowed nothing is refused in time linear in the request's size.
  */
-static int unit_check_access(struct session *s, const Weightd__Unit *pu, struct wd_error *err)
+static int unit_check_access(struct session *s, const Weightd__Unit *pu, weightd_error *err)
 {
 	const char *last = NULL;
 
@@ -652,7 +653,6 @@ static int unit_check_access(struct session *s, const Weightd__Unit *pu, struct 
 				err->node = (uint32_t)k + 1;
 				wd_error_prefix(err, "node %zu (source)", k);
 				snprintf(err->slot, sizeof(err->slot), "%s", name);
-				wd_error_prefix(err, "slot \"%s\"", name);
 				return r;
 			}
 			last = ck;
@@ -666,19 +666,19 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 	const uint32_t max = s->d->cfg->max_unit_entries;
 	struct cache_pack *pack;
 	struct unitreq *u;
-	struct wd_error err;
+	weightd_error err;
 	int r;
 
 	wd_error_clear(&err);
 	if (pu->n_entries == 0) {
-		fail(s, id, WD_E_EMPTY_INPUTS, "the unit has no entries");
+		fail(s, id, WEIGHTD_E_EMPTY_INPUTS, "the unit has no entries");
 		return;
 	}
 	if (pu->n_entries > max || pu->n_aliases > max) {
-		struct wd_error e;
+		weightd_error e;
 
 		wd_error_clear(&e);
-		wd_error_set(&e, WD_E_LIMIT,
+		wd_error_set(&e, WEIGHTD_E_LIMIT_EXCEEDED,
 			     "limit exceeded: the unit has %zu %s; this weightd allows at most %u "
 			     "(max_unit_entries)", pu->n_entries > max ? pu->n_entries : pu->n_aliases,
 			     pu->n_entries > max ? "entries" : "aliases", max);
@@ -688,7 +688,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		return;
 	}
 	if (!preflight && s->pending >= s->d->cfg->client_max_pending) {
-		fail(s, id, WD_E_LIMIT, "too many unit requests in flight on this connection");
+		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "too many unit requests in flight on this connection");
 		return;
 	}
 	u = calloc(1, sizeof(*u));
@@ -696,7 +696,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		u->outs = calloc(pu->n_entries + pu->n_aliases, sizeof(*u->outs));
 	if (!u || !u->outs) {
 		free(u);
-		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	u->id = id;
@@ -747,7 +747,6 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		} else {
 			u->failed = true;
 			snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
-			wd_error_prefix(&u->err, "slot \"%s\"", o->name_copy);
 			break;
 		}
 	}
@@ -784,18 +783,18 @@ void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
 	Weightd__SegmentInfo si = WEIGHTD__SEGMENT_INFO__INIT;
 	Weightd__WeightInfo wi;
 	struct held *h = session_find_held(s, sh->handle);
-	struct wd_error e;
+	weightd_error e;
 	int fd;
 
 	if (!h) {
 		char buf[32];
 		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
-		fail(s, id, WD_E_NOT_FOUND, "this client holds no weight with handle %s", buf);
+		fail(s, id, WEIGHTD_E_NOT_FOUND, "this client holds no weight with handle %s", buf);
 		return;
 	}
 	if (s->d->cfg->client_max_weights && s->n_held >= s->d->cfg->client_max_weights &&
 	    h->count == 0) {
-		fail(s, id, WD_E_LIMIT, "the client holds its maximum number of weights");
+		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "the client holds its maximum number of weights");
 		return;
 	}
 	fd = fcntl(h->w->segment->seg.ro_fd, F_DUPFD_CLOEXEC, 0);
@@ -809,7 +808,7 @@ void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
 	if (session_hold(s, h->w) < 0) {
 		cache_drop(s->d->cache, h->w);
 		close(fd);
-		fail(s, id, WD_E_EXHAUSTED, "out of memory");
+		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	fill_weight_info(&wi, h->w, h->w->label);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.c - the listening socket, accepting with back-off, the list of sessions, and what is
  * said to all of them (events, reload answers). */
 #include "server.h"
@@ -36,32 +37,32 @@ struct server {
 	bool accept_paused;       /* out of descriptors: accept retried on a timer */
 };
 
-int server_bind(const struct config *cfg, int *ret_fd, struct wd_error *err)
+int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
 	int fd;
 
 	if (strlen(cfg->socket_path) >= sizeof(sa.sun_path))
-		return wd_error_set(err, WD_E_INVALID, "socket path %s is longer than %zu bytes",
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "socket path %s is longer than %zu bytes",
 				    cfg->socket_path, sizeof(sa.sun_path) - 1);
 	strcpy(sa.sun_path, cfg->socket_path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return wd_error_set(err, WD_E_IO, "socket: %s", strerror(errno));
+		return wd_error_set(err, WEIGHTD_E_IO, "socket: %s", strerror(errno));
 	if (lstat(sa.sun_path, &st) == 0) {
 		int probe;
 
 		if (!S_ISSOCK(st.st_mode)) {
 			close(fd);
-			return wd_error_set(err, WD_E_INVALID, "%s exists and is not a socket",
+			return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s exists and is not a socket",
 					    sa.sun_path);
 		}
 		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
 			close(probe);
 			close(fd);
-			return wd_error_set(err, WD_E_INVALID,
+			return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 					    "another weightd is already listening on %s", sa.sun_path);
 		}
 		if (probe >= 0)
@@ -71,7 +72,7 @@ int server_bind(const struct config *cfg, int *ret_fd, struct wd_error *err)
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int e = errno;
 		close(fd);
-		return wd_error_set(err, WD_E_IO, "bind %s: %s", sa.sun_path, strerror(e));
+		return wd_error_set(err, WEIGHTD_E_IO, "bind %s: %s", sa.sun_path, strerror(e));
 	}
 	if (chmod(sa.sun_path, cfg->socket_mode) < 0 ||
 	    (cfg->socket_group != (gid_t)-1 && chown(sa.sun_path, (uid_t)-1, cfg->socket_group) < 0) ||
@@ -79,7 +80,7 @@ int server_bind(const struct config *cfg, int *ret_fd, struct wd_error *err)
 		int e = errno;
 		close(fd);
 		unlink(sa.sun_path);
-		return wd_error_set(err, WD_E_IO, "setting up %s: %s", sa.sun_path, strerror(e));
+		return wd_error_set(err, WEIGHTD_E_IO, "setting up %s: %s", sa.sun_path, strerror(e));
 	}
 	*ret_fd = fd;
 	return 0;
@@ -236,11 +237,13 @@ void server_add_client(struct server *srv, int fd)
 		  (int)s->peer.pid, (unsigned)s->peer.uid, (unsigned)s->peer.gid);
 	if (srv->n > cfg->max_clients + (s->privileged ? ADMIN_RESERVE : 0)) {
 		srv->d->stats.clients_refused++;
-		session_refuse(s, WD_E_LIMIT, "limit exceeded: %zu clients are connected (max_clients "
-			       "%u)", srv->n - 1, cfg->max_clients);
+		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
+			       "limit exceeded: %zu clients are connected (max_clients "
+			       "%u)",
+			       srv->n - 1, cfg->max_clients);
 	} else if (!s->privileged && s->uu->conns > cfg->max_clients_per_uid) {
 		srv->d->stats.clients_refused++;
-		session_refuse(s, WD_E_LIMIT, "limit exceeded: uid %u has %u connections "
+		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: uid %u has %u connections "
 			       "(max_clients_per_uid %u)", (unsigned)s->peer.uid, s->uu->conns - 1,
 			       cfg->max_clients_per_uid);
 	}
@@ -345,7 +348,7 @@ void server_notify(struct server *srv, const struct csource *cs, const char *wha
 }
 
 void server_reload_done(struct server *srv, uint64_t session, uint64_t request,
-			const struct wd_error *err)
+			const weightd_error *err)
 {
 	for (struct session *s = srv->sessions; s; s = s->next) {
 		if (s->id != session)

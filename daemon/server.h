@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.h - the listening socket, client sessions, and the requests they send. */
 #ifndef WD_SERVER_H
 #define WD_SERVER_H
@@ -16,7 +17,7 @@ struct server;
  * Create, bind and listen on cfg->socket_path (mode and group from cfg). A stale socket file left
  * by a dead daemon is replaced; a live one (connect succeeds) is an error. Returns the fd.
  */
-int server_bind(const struct config *cfg, int *ret_fd, struct wd_error *err);
+int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err);
 
 /* Serve on a listening socket (owned from now on). NULL on allocation failure. */
 struct server *server_new(struct daemon *d, int listen_fd);
@@ -46,6 +47,6 @@ void server_notify(struct server *s, const struct csource *cs, const char *what)
 
 /* Answer a reload request (reload_request in reload.c) of client `session` (if it is still connected): err NULL = success. */
 void server_reload_done(struct server *s, uint64_t session, uint64_t request,
-			const struct wd_error *err);
+			const weightd_error *err);
 
 #endif

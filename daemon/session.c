@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session.c - one connected client: its socket I/O (frames in, replies and fds out), the weights
  * it holds, and its lifecycle (created on accept, killed, freed later from the loop). */
 #include "session.h"
@@ -163,7 +164,7 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__Error pe;
-	struct wd_error e;
+	weightd_error e;
 	va_list ap;
 
 	if (s->dead)
@@ -171,12 +172,12 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 	wd_error_clear(&e);
 	e.code = code;
 	va_start(ap, fmt);
-	vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+	vsnprintf(e.message, sizeof(e.message), fmt, ap);
 	va_end(ap);
 	/* said as a warning a few times per uid, so a uid cannot flood the log with refusals */
 	log_msg(s->uu && s->uu->refusals_logged++ >= 3 ? LOG_LVL_DEBUG : LOG_LVL_WARNING,
 		"client %llu (pid %d uid %u): %s; disconnecting it", (unsigned long long)s->id,
-		(int)s->peer.pid, (unsigned)s->peer.uid, e.msg);
+		(int)s->peer.pid, (unsigned)s->peer.uid, e.message);
 	/* No request is taken any more, and what was buffered goes at once. */
 	s->read_closed = true;
 	s->refused = true;
@@ -265,7 +266,7 @@ void session_send(struct session *s, const Weightd__Response *resp, const int *f
 	session_flush(s);
 }
 
-void session_send_error(struct session *s, uint64_t id, const struct wd_error *err)
+void session_send_error(struct session *s, uint64_t id, const weightd_error *err)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__Error pe;
@@ -303,7 +304,7 @@ static int held_index_grow(struct session *s)
 
 	if (!idx || ncap > UINT32_MAX) {
 		free(idx);
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	}
 	free(s->held_index);
 	s->held_index = idx;
@@ -354,12 +355,12 @@ int session_hold(struct session *s, struct weight *w)
 		return 0;
 	}
 	if ((s->n_held + 1) * 2 > s->held_icap && held_index_grow(s) < 0)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	if (s->n_held == s->cap_held) {
 		size_t ncap = s->cap_held ? s->cap_held * 2 : 16;
 		struct held *nh = realloc(s->held, ncap * sizeof(*nh));
 		if (!nh)
-			return -WD_E_EXHAUSTED;
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		s->held = nh;
 		s->cap_held = ncap;
 	}
@@ -476,9 +477,9 @@ static void process_frames(struct session *s)
 		r = wd_inbuf_next(s->in, &f);
 		if (r == 0)
 			break;
-		if (r == -WD_E_LIMIT) {
+		if (r == -WEIGHTD_E_LIMIT_EXCEEDED) {
 			/* Say which limit before closing: the client was told them in hello. */
-			session_refuse(s, WD_E_LIMIT,
+			session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
 				       "limit exceeded: a request frame is over max_frame (%u bytes) or a "
 				       "request over max_message (%llu bytes)",
 				       s->d->cfg->max_frame_bytes,
@@ -521,7 +522,7 @@ static bool partial_over_limits(struct session *s)
 
 	if (s->uu && s->uu->partial > cfg->uid_max_partial_bytes) {
 		s->d->stats.clients_refused++;
-		session_refuse(s, WD_E_LIMIT,
+		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
 			       "limit exceeded: uid %u has %llu bytes of requests partly received, more "
 			       "than uid_max_partial (%llu)", (unsigned)s->peer.uid,
 			       (unsigned long long)s->uu->partial,
@@ -534,7 +535,7 @@ static bool partial_over_limits(struct session *s)
 	if (s->d->stats.partial_bytes > cfg->max_partial_bytes &&
 	    (!s->uu || s->uu->partial > cfg->max_partial_bytes / server_uids_receiving(s->srv))) {
 		s->d->stats.clients_refused++;
-		session_refuse(s, WD_E_LIMIT,
+		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
 			       "limit exceeded: the daemon holds %llu bytes of requests partly received, "
 			       "more than max_partial (%llu)",
 			       (unsigned long long)s->d->stats.partial_bytes,
@@ -599,7 +600,7 @@ void session_tick(struct session *s, uint64_t now)
 		return;
 	if (cfg->frame_timeout_ms && s->mid_frame && now - s->mid_since_ms >= cfg->frame_timeout_ms) {
 		s->d->stats.clients_timed_out++;
-		session_refuse(s, WD_E_LIMIT,
+		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
 			       "timed out: a request was begun %llu ms ago and never finished "
 			       "(frame_timeout %llu ms)", (unsigned long long)(now - s->mid_since_ms),
 			       (unsigned long long)cfg->frame_timeout_ms);
@@ -619,7 +620,7 @@ void session_tick(struct session *s, uint64_t now)
 		log_info("client %llu (pid %d uid %u): idle for %llu ms with nothing held; closing it",
 			 (unsigned long long)s->id, (int)s->peer.pid, (unsigned)s->peer.uid,
 			 (unsigned long long)(now - s->active_ms));
-		session_refuse(s, WD_E_LIMIT,
+		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
 			       "closed after %llu ms idle with nothing held or pending (idle_timeout)",
 			       (unsigned long long)(now - s->active_ms));
 	}

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* session.h - one connected client: its socket queues, the weights it holds, its open requests.
  * session.c does its I/O and lifecycle; server.c lists sessions; request*.c act on them. */
 #ifndef WD_SESSION_H
@@ -107,7 +108,7 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
  * its cap is disconnected. */
 void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds);
 /* Send an error response for request `id`. */
-void session_send_error(struct session *s, uint64_t id, const struct wd_error *err);
+void session_send_error(struct session *s, uint64_t id, const weightd_error *err);
 /* Mark dead: stop reading, release every reference, free later from the loop. */
 void session_kill(struct session *s, const char *why);
 

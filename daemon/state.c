@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* state.c - per-segment JSON records (the weights in each) in the state directory, and recovery
  * at start. */
 #include "state.h"
@@ -33,44 +34,44 @@ static void inst_dir(const char *dir, const char *instance, char *out, size_t ca
  * name: only a directory nobody else can write into may hold them. Owned by this uid, not a
  * symlink, no group or other write bit.
  */
-static int trusted_dir(const char *path, struct wd_error *err)
+static int trusted_dir(const char *path, weightd_error *err)
 {
 	struct stat st;
 
 	if (lstat(path, &st) < 0)
-		return wd_error_set(err, WD_E_IO, "cannot use state directory %s: %s", path,
+		return wd_error_set(err, WEIGHTD_E_IO, "cannot use state directory %s: %s", path,
 				    strerror(errno));
 	if (!S_ISDIR(st.st_mode))
-		return wd_error_set(err, WD_E_PERMISSION,
+		return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
 				    "not using state directory %s: it is not a directory (a symlink?)",
 				    path);
 	if (st.st_uid != geteuid())
-		return wd_error_set(err, WD_E_PERMISSION,
+		return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
 				    "not using state directory %s: it is owned by uid %u but weightd runs "
 				    "as uid %u (chown it to weightd's user)", path, (unsigned)st.st_uid,
 				    (unsigned)geteuid());
 	if (st.st_mode & 022)
-		return wd_error_set(err, WD_E_PERMISSION,
+		return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
 				    "not using state directory %s: mode %04o lets group or others write "
 				    "into it (chmod go-w)", path, (unsigned)(st.st_mode & 07777));
 	return 0;
 }
 
-int state_init(const char *dir, const char *instance, struct wd_error *err)
+int state_init(const char *dir, const char *instance, weightd_error *err)
 {
 	char path[4096];
 
 	if (!enabled(dir))
 		return 0;
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return wd_error_set(err, WD_E_IO, "cannot create state directory %s: %s", dir,
+		return wd_error_set(err, WEIGHTD_E_IO, "cannot create state directory %s: %s", dir,
 				    strerror(errno));
 	inst_dir(dir, instance, path, sizeof(path));
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
-		return wd_error_set(err, WD_E_IO, "cannot create state directory %s: %s", path,
+		return wd_error_set(err, WEIGHTD_E_IO, "cannot create state directory %s: %s", path,
 				    strerror(errno));
 	if (trusted_dir(dir, err) < 0 || trusted_dir(path, err) < 0)
-		return -WD_E_PERMISSION;
+		return -WEIGHTD_E_PERMISSION_DENIED;
 	return 0;
 }
 
@@ -252,7 +253,7 @@ static int write_all(int fd, const char *p, size_t n)
 }
 
 int state_write(const char *dir, const char *instance, const struct state_segment *rec,
-		struct wd_error *err)
+		weightd_error *err)
 {
 	char path[4096], tmp[4200];
 	struct out o = { 0 };
@@ -261,12 +262,12 @@ int state_write(const char *dir, const char *instance, const struct state_segmen
 	if (!enabled(dir))
 		return 0;
 	if (!record_path(dir, instance, rec->segment, path, sizeof(path)))
-		return wd_error_set(err, WD_E_INVALID, "no state record for segment name \"%s\"",
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "no state record for segment name \"%s\"",
 				    rec->segment);
 	record_text(&o, rec);
 	if (o.failed) {
 		free(o.p);
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory writing a state record");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory writing a state record");
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -281,7 +282,7 @@ int state_write(const char *dir, const char *instance, const struct state_segmen
 	if (fd < 0 || rename(tmp, path) < 0) {
 		e = errno;
 		unlink(tmp);
-		r = wd_error_set(err, WD_E_IO, "cannot write state record %s: %s", path, strerror(e));
+		r = wd_error_set(err, WEIGHTD_E_IO, "cannot write state record %s: %s", path, strerror(e));
 	}
 	free(o.p);
 	return r;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* state.h - the state index: one small record per shared-memory segment in the state directory,
  * listing the weights it holds, so a restarted daemon re-adopts its segments instead of rereading
  * checkpoints. */
@@ -45,10 +46,10 @@ struct state_segment {
  * no-op).
  */
 /* Create DIR/INSTANCE (mode 0700). */
-int state_init(const char *dir, const char *instance, struct wd_error *err);
+int state_init(const char *dir, const char *instance, weightd_error *err);
 /* Write (or replace) the record of a segment. */
 int state_write(const char *dir, const char *instance, const struct state_segment *rec,
-		struct wd_error *err);
+		weightd_error *err);
 /* Remove the record of segment `name` (ENOENT is fine). */
 void state_remove(const char *dir, const char *instance, const char *segment);
 

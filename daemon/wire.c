@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wire.c - protobuf <-> core conversions for recipes and errors. */
 #include "wire.h"
 
@@ -7,7 +8,7 @@
 static const char *op_text(Weightd__Op op);
 
 static int sel_from_wire(const Weightd__Selection *ps, uint32_t node, const char *op,
-			 struct wd_selection *s, struct wd_error *err)
+			 struct wd_selection *s, weightd_error *err)
 {
 	memset(s, 0, sizeof(*s));
 	if (!ps) {
@@ -23,13 +24,13 @@ static int sel_from_wire(const Weightd__Selection *ps, uint32_t node, const char
 	default:
 		if (err)
 			err->node = node + 1;
-		return wd_error_set(err, WD_E_INVALID, "node %u (%s): unknown selection kind %d",
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "node %u (%s): unknown selection kind %d",
 				    node, op, (int)ps->kind);
 	}
 	if (ps->n_shape > WD_MAX_DIMS) {
 		if (err)
 			err->node = node + 1;
-		return wd_error_set(err, WD_E_TOO_LARGE,
+		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
 				    "node %u (%s): selection shape has %zu dimensions (at most %d)",
 				    node, op, ps->n_shape, WD_MAX_DIMS);
 	}
@@ -56,13 +57,13 @@ static const char *op_text(Weightd__Op op)
 }
 
 int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode **ret_nodes,
-		size_t *ret_n, struct wd_error *err)
+		size_t *ret_n, weightd_error *err)
 {
 	struct wd_rnode *nodes;
 	int r;
 
 	if (!pr || pr->n_nodes == 0)
-		return wd_error_set(err, WD_E_EMPTY_INPUTS, "the recipe has no nodes");
+		return wd_error_set(err, WEIGHTD_E_EMPTY_INPUTS, "the recipe has no nodes");
 	if (pr->n_nodes > max_nodes) {
 		/* name the first node past the limit, as every recipe error names a node */
 		if (err) {
@@ -70,19 +71,19 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 			err->expected = max_nodes;
 			err->actual = pr->n_nodes > INT64_MAX ? INT64_MAX : (int64_t)pr->n_nodes;
 		}
-		return wd_error_set(err, WD_E_TOO_LARGE,
+		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
 				    "node %u (%s): the recipe has %zu nodes, more than the %u allowed",
 				    max_nodes, op_text(pr->nodes[max_nodes]->op), pr->n_nodes, max_nodes);
 	}
 	nodes = calloc(pr->n_nodes, sizeof(*nodes));
 	if (!nodes)
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	for (size_t i = 0; i < pr->n_nodes; i++) {
 		const Weightd__Node *pn = pr->nodes[i];
 		struct wd_rnode *n = &nodes[i];
 
 		if ((unsigned)pn->op > WD_OP_LAST) {
-			r = wd_error_set(err, WD_E_INVALID, "node %zu (unknown): unknown operation %d",
+			r = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "node %zu (unknown): unknown operation %d",
 					 i, (int)pn->op);
 			goto fail_node;
 		}
@@ -101,7 +102,7 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 
 			if (pn->n_block > most)
 				most = pn->n_block;
-			r = wd_error_set(err, WD_E_TOO_LARGE,
+			r = wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
 					 "node %zu (%s): %zu dimensions given (at most %d)", i,
 					 op_text(pn->op), most, WD_MAX_DIMS);
 			goto fail_node;
@@ -119,7 +120,7 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 		if (pn->dtype && pn->dtype[0]) {
 			n->dtype = wd_dtype_from_name(pn->dtype);
 			if (n->dtype == WD_DTYPE_INVALID) {
-				r = wd_error_set(err, WD_E_UNSUPPORTED_CAST,
+				r = wd_error_set(err, WEIGHTD_E_UNSUPPORTED_CAST,
 						 "node %zu (%s): unknown dtype \"%s\"", i,
 						 op_text(pn->op), pn->dtype);
 				goto fail_node;
@@ -139,11 +140,11 @@ fail:
 	return r;
 }
 
-void wire_error(const struct wd_error *e, Weightd__Error *pe)
+void wire_error(const weightd_error *e, Weightd__Error *pe)
 {
 	weightd__error__init(pe);
 	pe->code = (Weightd__ErrorCode)e->code;
-	pe->message = (char *)e->msg;
+	pe->message = (char *)e->message;
 	pe->checkpoint = (char *)e->checkpoint;
 	pe->tensor = (char *)e->tensor;
 	pe->slot = (char *)e->slot;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine.c - a minimal inference-engine client of weightd: connect, declare a unit of parameter
  * slots, validate, bind, use, release. Copy it as a starting point.

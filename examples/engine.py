@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """engine.py - a minimal PyTorch inference-engine client of weightd. Copy it as a starting point.
 
     engine.py [--socket PATH] [--dtype DTYPE] [--shard AXIS:RANK:WORLD] [--hold SECONDS] CHECKPOINT

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* checked.h - overflow-checked arithmetic on sizes, shapes and offsets from files and frames. */
 #ifndef WD_CHECKED_H
 #define WD_CHECKED_H

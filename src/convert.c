@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* convert.c - element-wise casts: exact portable scalar kernels and vector twins chosen at run time. */
 #include "convert.h"
 
@@ -580,9 +581,9 @@ int wd_convert_select(const char *name)
 		return 0;
 	}
 	if (k < 0)
-		return -WD_E_INVALID;
+		return -WEIGHTD_E_INVALID_ARGUMENT;
 	if (!cpu_has((enum kset)k))
-		return -WD_E_UNSUPPORTED;
+		return -WEIGHTD_E_UNSUPPORTED;
 	pthread_once(&pick_once, pick_kernels);
 	use_kernels((enum kset)k);
 	return 0;

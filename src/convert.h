@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* convert.h - element-wise dtype conversion kernels (casts), vectorised with a scalar twin. */
 #ifndef WD_CONVERT_H
 #define WD_CONVERT_H
@@ -57,9 +58,9 @@ const char *wd_convert_isa(void);
  * name or "auto" changes nothing).
  *
  * wd_convert_select makes the named set active now, for tests and benchmarks that run every set
- * in one process ("auto" restores the default choice): 0, -WD_E_INVALID for an unknown name,
- * -WD_E_UNSUPPORTED when the CPU lacks it.
- * It must not race with conversions on other threads.
+ * in one process ("auto" restores the default choice): 0, -WEIGHTD_E_INVALID_ARGUMENT for an
+ * unknown name, -WEIGHTD_E_UNSUPPORTED when the CPU lacks it. It must not race with conversions on
+ * other threads.
  */
 int wd_convert_select(const char *name);
 

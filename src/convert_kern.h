@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* convert_kern.h - what convert.c (scalar kernels, run-time choice) and convert_x86.c (the AVX2
  * and AVX-512 kernels) share: the pairs with dedicated kernels and the kernel tables. Not for
  * other modules. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* convert_x86.c - the AVX2 + F16C and AVX-512 twins of convert.c's scalar kernels, bit for bit
  * the same results; convert.c picks a set at run time after checking the CPU. */
 #include "convert_kern.h"

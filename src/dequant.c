@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dequant.c - ggml quantized blocks to F32, following ggml's published block formats. */
 #include "dequant.h"
 
@@ -397,7 +398,7 @@ int wd_dequant_f32(enum wd_dtype t, const void *blocks, size_t nblocks, float *o
 	const uint8_t *b = blocks;
 
 	if (!k || !info)
-		return -WD_E_UNSUPPORTED_CAST;
+		return -WEIGHTD_E_UNSUPPORTED_CAST;
 	for (size_t i = 0; i < nblocks; i++) {
 		k->fn(b, out);
 		b += info->block_bytes;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dequant.h - ggml quantized blocks to F32, following ggml's published block formats. */
 #ifndef WD_DEQUANT_H
 #define WD_DEQUANT_H
@@ -12,7 +13,7 @@
 bool wd_dequant_supported(enum wd_dtype t);
 
 /* Decode nblocks blocks of type t into nblocks * block_elems floats. Returns 0, or
- * -WD_E_UNSUPPORTED_CAST for a type it cannot decode. */
+ * -WEIGHTD_E_UNSUPPORTED_CAST for a type it cannot decode. */
 int wd_dequant_f32(enum wd_dtype t, const void *blocks, size_t nblocks, float *out);
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* digest.c - SHA-256 through OpenSSL EVP (the hardware SHA extensions when the CPU has them),
  * XXH3-128 through libxxhash (its run-time dispatch to AVX2/AVX-512 where built in), and the
  * chunked content digest over either. */
@@ -22,10 +23,10 @@ int wd_sha256_init(struct wd_sha256 *s)
 
 	s->ctx = NULL;
 	if (!ctx)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
 		EVP_MD_CTX_free(ctx);
-		return -WD_E_INTERNAL;
+		return -WEIGHTD_E_INTERNAL;
 	}
 	s->ctx = ctx;
 	return 0;
@@ -58,7 +59,7 @@ int wd_sha256(const void *data, size_t len, uint8_t out[WD_DIGEST_LEN])
 {
 	unsigned int n = WD_DIGEST_LEN;
 
-	return EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) == 1 ? 0 : -WD_E_INTERNAL;
+	return EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) == 1 ? 0 : -WEIGHTD_E_INTERNAL;
 }
 
 void wd_hex(const uint8_t *bytes, size_t n, char *out)
@@ -112,10 +113,10 @@ int wd_hash_init(struct wd_hash *h, enum wd_digest_alg alg)
 	case WD_DIGEST_SHA256: {
 		EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 		if (!ctx)
-			return -WD_E_EXHAUSTED;
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
 			EVP_MD_CTX_free(ctx);
-			return -WD_E_INTERNAL;
+			return -WEIGHTD_E_INTERNAL;
 		}
 		h->state = ctx;
 		return 0;
@@ -123,13 +124,13 @@ int wd_hash_init(struct wd_hash *h, enum wd_digest_alg alg)
 	case WD_DIGEST_XXH3_128: {
 		XXH3_state_t *st = XXH3_createState();
 		if (!st)
-			return -WD_E_EXHAUSTED;
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		XXH3_128bits_reset(st);
 		h->state = st;
 		return 0;
 	}
 	default:
-		return -WD_E_INVALID;
+		return -WEIGHTD_E_INVALID_ARGUMENT;
 	}
 }
 
@@ -272,7 +273,7 @@ int wd_content_compose(enum wd_digest_alg alg, const uint8_t *chunk_digests, siz
 	size_t len = wd_digest_len(alg);
 
 	if (!len || n == 0)
-		return -WD_E_INVALID;
+		return -WEIGHTD_E_INVALID_ARGUMENT;
 	if (n == 1) {
 		memcpy(out, chunk_digests, len);
 		return 0;

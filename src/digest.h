@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* digest.h - hashes: SHA-256 (OpenSSL EVP) for identity keys, and a weight's content digest
  * (XXH3-128 by default, SHA-256 on request), composed over fixed-size chunks. */
 #ifndef WD_DIGEST_H
@@ -14,7 +15,7 @@ struct wd_sha256 {
 	void *ctx; /* EVP_MD_CTX */
 };
 
-/* 0, or -WD_E_EXHAUSTED / -WD_E_INTERNAL. */
+/* 0, or -WEIGHTD_E_RESOURCE_EXHAUSTED / -WEIGHTD_E_INTERNAL. */
 int wd_sha256_init(struct wd_sha256 *s);
 void wd_sha256_update(struct wd_sha256 *s, const void *data, size_t len);
 /* Writes 32 bytes and frees the context. */
@@ -65,7 +66,7 @@ struct wd_hash {
 	void *state; /* XXH3_state_t or EVP_MD_CTX */
 };
 
-/* 0, -WD_E_EXHAUSTED, or -WD_E_INVALID for an unknown algorithm. */
+/* 0, -WEIGHTD_E_RESOURCE_EXHAUSTED, or -WEIGHTD_E_INVALID_ARGUMENT for an unknown algorithm. */
 int wd_hash_init(struct wd_hash *h, enum wd_digest_alg alg);
 /* Start over with the same algorithm (no allocation). */
 void wd_hash_reset(struct wd_hash *h);

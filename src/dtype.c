@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dtype.c - the dtype table: names, block geometry, and ggml type numbers. */
 #include "dtype.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dtype.h - the element and block types weightd knows: names, sizes, and the GGUF type numbers. */
 #ifndef WD_DTYPE_H
 #define WD_DTYPE_H

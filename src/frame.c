@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frame.c - length-prefixed frames with SCM_RIGHTS fds: the send queue and the receive buffer. */
 #include "frame.h"
 
@@ -63,9 +64,9 @@ static size_t batch_bytes(size_t left, size_t fds_left)
 
 /*
  * One sendmsg of iov[0..iovcnt) with fds[0..nfds) (nfds <= WD_FRAME_FDS_PER_MSG) attached.
- * Returns bytes sent (> 0; the fds went with them), WD_FRAME_AGAIN, or -WD_E_DISCONNECTED/-WD_E_IO.
- * On a Unix stream socket the kernel attaches the fds to the first buffer it queues, so any
- * positive return means they were sent.
+ * Returns bytes sent (> 0; the fds went with them), WD_FRAME_AGAIN, or
+ * -WEIGHTD_E_DISCONNECTED/-WEIGHTD_E_IO. On a Unix stream socket the kernel attaches the fds to the
+ * first buffer it queues, so any positive return means they were sent.
  */
 static ssize_t send_part(int sock, struct iovec *iov, int iovcnt, const int *fds, size_t nfds,
 			 int flags)
@@ -94,14 +95,14 @@ static ssize_t send_part(int sock, struct iovec *iov, int iovcnt, const int *fds
 		if (n > 0)
 			return n;
 		if (n == 0)
-			return -WD_E_IO;
+			return -WEIGHTD_E_IO;
 		if (errno == EINTR)
 			continue;
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return WD_FRAME_AGAIN;
 		if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
-			return -WD_E_DISCONNECTED;
-		return -WD_E_IO;
+			return -WEIGHTD_E_DISCONNECTED;
+		return -WEIGHTD_E_IO;
 	}
 }
 
@@ -169,7 +170,7 @@ static int outq_push_frame(struct wd_outq *q, const uint8_t *payload, size_t len
 	struct outq_frame *f = calloc(1, sizeof(*f));
 
 	if (!f)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	f->len = WD_FRAME_HEADER + len;
 	f->bytes = malloc(f->len);
 	if (nfds)
@@ -178,7 +179,7 @@ static int outq_push_frame(struct wd_outq *q, const uint8_t *payload, size_t len
 		free(f->fds);
 		free(f->bytes);
 		free(f);
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	}
 	if (nfds)
 		memcpy(f->fds, fds, sizeof(int) * nfds);
@@ -213,7 +214,7 @@ int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *
 	int rc;
 
 	if (len > (size_t)UINT32_MAX * 1024 || nfds > (size_t)INT32_MAX) {
-		rc = -WD_E_LIMIT;
+		rc = -WEIGHTD_E_LIMIT_EXCEEDED;
 		goto fail;
 	}
 	k = (len + q->frame_max - 1) / q->frame_max;
@@ -228,7 +229,7 @@ int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *
 		size_t n = nfds - fd_off < per_fds ? nfds - fd_off : per_fds;
 
 		if (!fds_fit(WD_FRAME_HEADER + b, n)) {
-			rc = -WD_E_LIMIT;
+			rc = -WEIGHTD_E_LIMIT_EXCEEDED;
 			goto undo;
 		}
 		rc = outq_push_frame(q, (const uint8_t *)payload + off, b, fds + fd_off, n,
@@ -424,7 +425,7 @@ static int inbuf_reserve(struct wd_inbuf *b, size_t want)
 	if (b->cap - b->end >= want)
 		return 0;
 	if (want > SIZE_MAX - live)
-		return -WD_E_LIMIT;
+		return -WEIGHTD_E_LIMIT_EXCEEDED;
 	need = live + want;
 	if (b->cap >= need) {
 		memmove(b->buf, b->buf + b->start, live);
@@ -442,7 +443,7 @@ static int inbuf_reserve(struct wd_inbuf *b, size_t want)
 	}
 	nbuf = realloc(b->buf, ncap);
 	if (!nbuf)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	b->buf = nbuf;
 	b->cap = ncap;
 	return 0;
@@ -508,7 +509,7 @@ static int inbuf_reserve_fds(struct wd_inbuf *b, size_t want)
 		ncap *= 2;
 	nfds = realloc(b->fds, sizeof(int) * ncap);
 	if (!nfds)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	b->fds = nfds;
 	b->fd_cap = ncap;
 	return 0;
@@ -535,8 +536,8 @@ static size_t inbuf_want(const struct wd_inbuf *b)
 }
 
 /*
- * Append received fds; every fd beyond max_fds is closed (-WD_E_PROTOCOL), and all of them when
- * the FIFO cannot grow (-WD_E_EXHAUSTED).
+ * Append received fds; every fd beyond max_fds is closed (-WEIGHTD_E_PROTOCOL), and all of them
+ * when the FIFO cannot grow (-WEIGHTD_E_RESOURCE_EXHAUSTED).
  */
 static int inbuf_take_fds(struct wd_inbuf *b, const int *fds, size_t n)
 {
@@ -545,13 +546,13 @@ static int inbuf_take_fds(struct wd_inbuf *b, const int *fds, size_t n)
 
 	if (keep && inbuf_reserve_fds(b, keep)) {
 		close_fds(fds, 0, n);
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	}
 	if (keep)
 		memcpy(b->fds + b->fd_head + b->fd_count, fds, sizeof(int) * keep);
 	b->fd_count += keep;
 	close_fds(fds, keep, n);
-	return keep == n ? 0 : -WD_E_PROTOCOL;
+	return keep == n ? 0 : -WEIGHTD_E_PROTOCOL;
 }
 
 int wd_inbuf_read(struct wd_inbuf *b, int sock)
@@ -588,8 +589,8 @@ int wd_inbuf_read(struct wd_inbuf *b, int sock)
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return WD_FRAME_AGAIN;
 		if (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN)
-			return -WD_E_DISCONNECTED;
-		return -WD_E_IO;
+			return -WEIGHTD_E_DISCONNECTED;
+		return -WEIGHTD_E_IO;
 	}
 	b->end += (size_t)n;
 	for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
@@ -615,8 +616,8 @@ int wd_inbuf_read(struct wd_inbuf *b, int sock)
 	if (msg.msg_flags & MSG_CTRUNC) {
 		if (!b->fds_dropped)
 			b->fds_dropped = 1;
-		b->failed = -WD_E_EXHAUSTED;
-		return -WD_E_EXHAUSTED;
+		b->failed = -WEIGHTD_E_RESOURCE_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	}
 	if (rc)
 		return rc;
@@ -649,7 +650,7 @@ static int msg_append(struct wd_inbuf *b, const uint8_t *p, size_t len, const in
 			ncap *= 2;
 		n = realloc(b->msg, ncap);
 		if (!n)
-			return -WD_E_EXHAUSTED;
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		b->msg = n;
 		b->msg_cap = ncap;
 	}
@@ -661,7 +662,7 @@ static int msg_append(struct wd_inbuf *b, const uint8_t *p, size_t len, const in
 			ncap *= 2;
 		n = realloc(b->msg_fds, ncap * sizeof(int));
 		if (!n)
-			return -WD_E_EXHAUSTED;
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		b->msg_fds = n;
 		b->msg_fd_cap = ncap;
 	}
@@ -705,17 +706,17 @@ int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
 		nfds = word & ~WD_FRAME_MORE;
 		if (len > b->max_payload || nfds > b->max_fds || nfds > WD_FRAME_MAX_FDS ||
 		    b->msg_len + len > b->max_message || b->msg_nfds + nfds > b->max_fds) {
-			b->failed = -WD_E_LIMIT;
+			b->failed = -WEIGHTD_E_LIMIT_EXCEEDED;
 			return b->failed;
 		}
 		if (!fds_fit((size_t)WD_FRAME_HEADER + len, nfds)) {
-			b->failed = -WD_E_PROTOCOL;
+			b->failed = -WEIGHTD_E_PROTOCOL;
 			return b->failed;
 		}
 		if (live - WD_FRAME_HEADER < len)
 			return 0;
 		if (nfds > b->fd_count) {
-			b->failed = -WD_E_PROTOCOL;
+			b->failed = -WEIGHTD_E_PROTOCOL;
 			return b->failed;
 		}
 		if (!more && b->msg_len == 0 && b->msg_nfds == 0) {
@@ -723,7 +724,7 @@ int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
 			if (nfds) {
 				fds = malloc(sizeof(int) * nfds);
 				if (!fds)
-					return -WD_E_EXHAUSTED;
+					return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 				memcpy(fds, b->fds + b->fd_head, sizeof(int) * nfds);
 				b->fd_head += nfds;
 				b->fd_count -= nfds;
@@ -736,20 +737,20 @@ int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
 			return 1;
 		}
 		if (msg_append(b, h + WD_FRAME_HEADER, len, b->fds + b->fd_head, nfds) < 0)
-			return -WD_E_EXHAUSTED;
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		b->fd_head += nfds;
 		b->fd_count -= nfds;
 		b->start += WD_FRAME_HEADER + (size_t)len;
 		if (more)
 			continue;
 		if (b->msg_len > UINT32_MAX) {
-			b->failed = -WD_E_LIMIT;
+			b->failed = -WEIGHTD_E_LIMIT_EXCEEDED;
 			return b->failed;
 		}
 		if (b->msg_nfds) {
 			fds = malloc(sizeof(int) * b->msg_nfds);
 			if (!fds)
-				return -WD_E_EXHAUSTED;
+				return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 			memcpy(fds, b->msg_fds, sizeof(int) * b->msg_nfds);
 		}
 		ret->payload = b->msg;
@@ -787,7 +788,7 @@ static int send_frame_blocking(int sock, const void *payload, size_t len, const 
 
 	if (len > UINT32_MAX - WD_FRAME_HEADER || nfds > WD_FRAME_MAX_FDS ||
 	    !fds_fit(WD_FRAME_HEADER + len, nfds))
-		return -WD_E_LIMIT;
+		return -WEIGHTD_E_LIMIT_EXCEEDED;
 	put_le32(hdr, (uint32_t)len);
 	put_le32(hdr + 4, (uint32_t)nfds | (more ? WD_FRAME_MORE : 0));
 	total = WD_FRAME_HEADER + len;
@@ -817,7 +818,7 @@ static int send_frame_blocking(int sock, const void *payload, size_t len, const 
 			struct pollfd p = { .fd = sock, .events = POLLOUT };
 
 			if (poll(&p, 1, -1) < 0 && errno != EINTR)
-				return -WD_E_IO;
+				return -WEIGHTD_E_IO;
 			continue;
 		}
 		if (n < 0)
@@ -838,7 +839,7 @@ int wd_message_send_blocking(int sock, const void *payload, size_t len, uint32_t
 	size_t off = 0;
 
 	if (frame_max == 0)
-		return -WD_E_LIMIT;
+		return -WEIGHTD_E_LIMIT_EXCEEDED;
 	do {
 		size_t b = len - off < frame_max ? len - off : frame_max;
 		int r = send_frame_blocking(sock, (const uint8_t *)payload + off, b, NULL, 0,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frame.h - length-prefixed protobuf frames with file descriptors over a Unix stream socket. */
 #ifndef WD_FRAME_H
 #define WD_FRAME_H
@@ -41,14 +42,15 @@ void wd_outq_set_frame_max(struct wd_outq *q, uint32_t frame_max);
 /*
  * Queue one message: one frame, or several when it is longer than the frame maximum or carries
  * more than WD_FRAME_MAX_FDS fds (fds spread over the frames). Takes ownership of fds[0..nfds) in
- * every case (closed after sending, or at once on failure). Returns 0, -WD_E_LIMIT (a message
- * too short to carry its fds, or over 4 GiB), or -WD_E_EXHAUSTED.
+ * every case (closed after sending, or at once on failure). Returns 0, -WEIGHTD_E_LIMIT_EXCEEDED (a
+ * message too short to carry its fds, or over 4 GiB), or -WEIGHTD_E_RESOURCE_EXHAUSTED.
  */
 int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds);
 
 /*
  * Send as much as the socket takes (MSG_NOSIGNAL, MSG_DONTWAIT). Returns 0 when the queue is empty,
- * 1 when data remains (socket full: wait for EPOLLOUT/EV_WRITE), or -WD_E_DISCONNECTED/-WD_E_IO.
+ * 1 when data remains (socket full: wait for EPOLLOUT/EV_WRITE), or
+ * -WEIGHTD_E_DISCONNECTED/-WEIGHTD_E_IO.
  */
 int wd_outq_flush(struct wd_outq *q, int sock);
 
@@ -76,10 +78,10 @@ void wd_inbuf_free(struct wd_inbuf *b);
 
 /*
  * One recvmsg (MSG_CMSG_CLOEXEC, MSG_DONTWAIT). Returns bytes read (> 0), 0 at end of stream,
- * WD_FRAME_AGAIN when nothing is available now, -WD_E_EXHAUSTED on MSG_CTRUNC (the kernel could
- * not install the fds: this process is out of descriptors; the stream has lost fds and cannot go
- * on), -WD_E_PROTOCOL on fds beyond max_fds (those fds are closed), -WD_E_DISCONNECTED on a
- * reset, -WD_E_IO otherwise.
+ * WD_FRAME_AGAIN when nothing is available now, -WEIGHTD_E_RESOURCE_EXHAUSTED on MSG_CTRUNC (the
+ * kernel could not install the fds: this process is out of descriptors; the stream has lost fds and
+ * cannot go on), -WEIGHTD_E_PROTOCOL on fds beyond max_fds (those fds are closed),
+ * -WEIGHTD_E_DISCONNECTED on a reset, -WEIGHTD_E_IO otherwise.
  */
 #define WD_FRAME_AGAIN (-1000)
 int wd_inbuf_read(struct wd_inbuf *b, int sock);
@@ -97,10 +99,10 @@ struct wd_frame {
 
 /*
  * Take the next complete message. Returns 1 with *ret filled, 0 when more bytes are needed, or
- * -WD_E_LIMIT (announced payload over max_payload, a message over its maximum, or fds over the
- * limit) / -WD_E_PROTOCOL (a frame announces more fds than arrived with it) — after which the
- * stream cannot be resynchronised and the peer should be dropped. ret->fds is malloc'd (free it)
- * or NULL when nfds is 0.
+ * -WEIGHTD_E_LIMIT_EXCEEDED (announced payload over max_payload, a message over its maximum, or fds
+ * over the limit) / -WEIGHTD_E_PROTOCOL (a frame announces more fds than arrived with it) — after
+ * which the stream cannot be resynchronised and the peer should be dropped. ret->fds is malloc'd
+ * (free it) or NULL when nfds is 0.
  */
 int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret);
 

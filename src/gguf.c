@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf.c - admitting a GGUF file: header, metadata and tensor infos checked, payload untouched. */
 #include "gguf.h"
 
@@ -66,7 +67,7 @@ struct rd {
 	uint64_t pos;
 	uint64_t need;       /* with GGUF_NEED_MORE: the header needs at least this many bytes */
 	const struct wd_limits *lim;
-	struct wd_error *err;
+	weightd_error *err;
 	char where[384];
 };
 
@@ -96,20 +97,20 @@ static uint64_t le64(const uint8_t *p)
 
 /*
  * Take n bytes at the cursor. Fails with a "truncated" sentence when the file itself ends first,
- * with -WD_E_LIMIT when the header would pass lim->max_header_bytes, and with GGUF_NEED_MORE
- * (setting r->need) when the file has the bytes but the buffer does not yet.
+ * with -WEIGHTD_E_LIMIT_EXCEEDED when the header would pass lim->max_header_bytes, and with
+ * GGUF_NEED_MORE (setting r->need) when the file has the bytes but the buffer does not yet.
  */
 static int take(struct rd *r, uint64_t n, const char *what, const uint8_t **ret)
 {
 	uint64_t end;
 
 	if (!wd_add_u64(r->pos, n, &end) || end > r->file_size)
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF header is truncated: %s%s at byte %" PRIu64 " needs %" PRIu64
 				    " bytes but the file ends at byte %" PRIu64,
 				    r->where, what, r->pos, n, r->file_size);
 	if (end > r->lim->max_header_bytes)
-		return wd_error_set(r->err, WD_E_LIMIT,
+		return wd_error_set(r->err, WEIGHTD_E_LIMIT_EXCEEDED,
 				    "GGUF header region passes the limit of %" PRIu64
 				    " bytes (%s%s at byte %" PRIu64 ")",
 				    r->lim->max_header_bytes, r->where, what, r->pos);
@@ -153,12 +154,12 @@ static int rd_str(struct rd *r, const char *what, const uint8_t **ret_p, uint64_
 	if ((rc = rd_u64(r, what, &len)))
 		return rc;
 	if (len > r->file_size - r->pos)
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF %s%s at byte %" PRIu64 " claims %" PRIu64
 				    " bytes but only %" PRIu64 " remain in the file",
 				    r->where, what, at, len, r->file_size - r->pos);
 	if (len > r->lim->max_string)
-		return wd_error_set(r->err, WD_E_LIMIT,
+		return wd_error_set(r->err, WEIGHTD_E_LIMIT_EXCEEDED,
 				    "GGUF %s%s at byte %" PRIu64 " is %" PRIu64
 				    " bytes long, over the limit of %" PRIu64,
 				    r->where, what, at, len, r->lim->max_string);
@@ -300,7 +301,7 @@ static int parse_value(struct rd *r, uint32_t type, uint32_t depth, uint64_t *bu
 	int rc;
 
 	if (type >= V_COUNT)
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF %shas unknown value type %" PRIu32 " at byte %" PRIu64,
 				    r->where, type, r->pos - 4);
 	snprintf(tname, GGUF_TYPE_NAME, "%s", vtype_names[type]);
@@ -308,7 +309,7 @@ static int parse_value(struct rd *r, uint32_t type, uint32_t depth, uint64_t *bu
 		if ((rc = take(r, vtype_size[type], "value", &p)))
 			return rc;
 		if (type == V_BOOL && p[0] > 1)
-			return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+			return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 					    "GGUF %shas a bool of value %u at byte %" PRIu64
 					    " (only 0 and 1 are valid)",
 					    r->where, p[0], r->pos - 1);
@@ -343,24 +344,24 @@ static int parse_value(struct rd *r, uint32_t type, uint32_t depth, uint64_t *bu
 	max_depth = r->lim->max_array_depth < GGUF_DEPTH_CAP ? r->lim->max_array_depth
 							      : GGUF_DEPTH_CAP;
 	if (depth + 1 > max_depth)
-		return wd_error_set(r->err, WD_E_LIMIT,
+		return wd_error_set(r->err, WEIGHTD_E_LIMIT_EXCEEDED,
 				    "GGUF %snests arrays %u deep at byte %" PRIu64
 				    ", over the limit of %" PRIu32,
 				    r->where, depth + 1, at, max_depth);
 	if ((rc = rd_u32(r, "array element type", &etype)) || (rc = rd_u64(r, "array length", &count)))
 		return rc;
 	if (etype >= V_COUNT)
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF %shas an array of unknown element type %" PRIu32
 				    " at byte %" PRIu64,
 				    r->where, etype, at);
 	if (count > (r->file_size - r->pos) / vtype_min[etype])
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF %shas an array of %" PRIu64 " %s values at byte %" PRIu64
 				    " but only %" PRIu64 " bytes remain in the file",
 				    r->where, count, vtype_names[etype], at, r->file_size - r->pos);
 	if (count > *budget)
-		return wd_error_set(r->err, WD_E_LIMIT,
+		return wd_error_set(r->err, WEIGHTD_E_LIMIT_EXCEEDED,
 				    "GGUF %shas an array of %" PRIu64 " values at byte %" PRIu64
 				    ", over the limit of %" PRIu64 " array elements per entry",
 				    r->where, count, at, r->lim->max_array);
@@ -425,7 +426,7 @@ static int hset_init(struct hset *s, uint64_t n)
 		slots *= 2;
 	s->e = calloc(slots, sizeof(*s->e));
 	if (!s->e)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	s->mask = slots - 1;
 	return 0;
 }
@@ -506,23 +507,23 @@ static int parse_kv(struct rd *r, uint64_t idx, struct hset *keys, struct wd_tab
 	if ((rc = rd_str(r, "key", &key, &klen)))
 		return rc;
 	if (klen == 0)
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF metadata entry #%" PRIu64 " at byte %" PRIu64 " has an empty key",
 				    idx, at);
 	if (klen > GGUF_MAX_KEY)
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF metadata entry #%" PRIu64 " at byte %" PRIu64 " has a key of %"
 				    PRIu64 " bytes; GGUF allows at most %u",
 				    idx, at, klen, GGUF_MAX_KEY);
 	if ((rc = control_byte(key, klen)) >= 0)
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF metadata entry #%" PRIu64 " at byte %" PRIu64
 				    " has a key with control byte 0x%02x in it",
 				    idx, at, (unsigned)rc);
 	snprintf(r->where, sizeof(r->where), "metadata key '%.*s' ", (int)(klen < 200 ? klen : 200),
 		 (const char *)key);
 	if (!hset_add(keys, key, klen))
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF %sat byte %" PRIu64 " is a duplicate: the key appears twice",
 				    r->where, at);
 	if ((rc = rd_u32(r, "value type", &type)))
@@ -535,14 +536,14 @@ static int parse_kv(struct rd *r, uint64_t idx, struct hset *keys, struct wd_tab
 		uint32_t a;
 
 		if (type != V_U32) {
-			rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+			rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 					  "GGUF general.alignment must be a u32, but its type is %s",
 					  tname);
 			goto out;
 		}
 		a = le32(r->buf + r->pos - 4);
 		if (a == 0 || (a & (a - 1)) != 0) {
-			rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+			rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 					  "GGUF general.alignment is %" PRIu32
 					  ", which is not a power of two",
 					  a);
@@ -557,11 +558,11 @@ static int parse_kv(struct rd *r, uint64_t idx, struct hset *keys, struct wd_tab
 		sb_str(&text, "...");
 	}
 	if (text.oom || !(k = dup_name(key, klen))) {
-		rc = wd_error_set(r->err, WD_E_EXHAUSTED, "out of memory reading GGUF metadata");
+		rc = wd_error_set(r->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory reading GGUF metadata");
 		goto out;
 	}
 	if (wd_table_add_meta(table, k, text.p ? text.p : "", tname))
-		rc = wd_error_set(r->err, WD_E_EXHAUSTED, "out of memory reading GGUF metadata");
+		rc = wd_error_set(r->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory reading GGUF metadata");
 out:
 	free(k);
 	free(text.p);
@@ -587,29 +588,30 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 	if ((rc = rd_str(r, "name", &name, &nlen)))
 		return rc;
 	if (nlen == 0)
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF tensor info #%" PRIu64 " at byte %" PRIu64 " has an empty name",
 				    idx, at);
 	if (nlen >= WD_MAX_NAME)
-		return wd_error_set(r->err, WD_E_LIMIT,
+		return wd_error_set(r->err, WEIGHTD_E_LIMIT_EXCEEDED,
 				    "GGUF tensor info #%" PRIu64 " at byte %" PRIu64 " has a name of %"
 				    PRIu64 " bytes, over the limit of %d",
 				    idx, at, nlen, WD_MAX_NAME - 1);
 	if ((rc = control_byte(name, nlen)) >= 0)
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF tensor info #%" PRIu64 " at byte %" PRIu64
 				    " has a name with control byte 0x%02x in it",
 				    idx, at, (unsigned)rc);
 	if (nlen > GGUF_MAX_NAME)
-		return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				    "GGUF tensor info #%" PRIu64 " at byte %" PRIu64 " has a name of %"
 				    PRIu64 " bytes; GGUF allows tensor names of at most %u bytes",
 				    idx, at, nlen, GGUF_MAX_NAME);
 	if (!(n = dup_name(name, nlen)))
-		return wd_error_set(r->err, WD_E_EXHAUSTED, "out of memory reading GGUF tensor infos");
+		return wd_error_set(r->err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				    "out of memory reading GGUF tensor infos");
 	snprintf(r->where, sizeof(r->where), "tensor '%s' ", n);
 	if (!hset_add(names, name, nlen)) {
-		rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				  "GGUF tensor '%s' at byte %" PRIu64 " is a duplicate: the name appears twice",
 				  n, at);
 		goto out;
@@ -617,7 +619,7 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 	if ((rc = rd_u32(r, "dimension count", &ndims)))
 		goto out;
 	if (ndims > GGUF_MAX_DIMS) {
-		rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				  "GGUF tensor '%s' has %" PRIu32 " dimensions; GGUF allows at most %u",
 				  n, ndims, GGUF_MAX_DIMS);
 		goto out;
@@ -628,7 +630,7 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 		dims[i] = le64(dp + 8 * i);
 		/* ggml reads dims as int64_t ne[]: the top bit set is a negative dimension. */
 		if (dims[i] > (uint64_t)INT64_MAX) {
-			rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+			rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 					  "GGUF tensor '%s' has a negative dimension: dims[%" PRIu32
 					  "] in file order (shape axis %" PRIu32 ") is %" PRId64,
 					  n, i, ndims - 1 - i, (int64_t)dims[i]);
@@ -641,7 +643,7 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 			nelems = 0;
 	for (uint32_t i = 0; i < ndims && nelems; i++) {
 		if (!wd_mul_u64(nelems, dims[i], &nelems) || nelems > (uint64_t)INT64_MAX) {
-			rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+			rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 					  "GGUF tensor '%s' has dimensions whose element count overflows",
 					  n);
 			goto out;
@@ -651,7 +653,7 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 		goto out;
 	ti.dtype = wd_dtype_from_ggml(gtype);
 	if (ti.dtype == WD_DTYPE_INVALID) {
-		rc = wd_error_set(r->err, WD_E_UNSUPPORTED,
+		rc = wd_error_set(r->err, WEIGHTD_E_UNSUPPORTED,
 				  "GGUF tensor '%s' has ggml type %" PRIu32 ", which weightd does not know",
 				  n, gtype);
 		goto out;
@@ -659,7 +661,7 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 	di = wd_dtype_info(ti.dtype);
 	/* The row is the innermost dimension: dims[0] in file order (1 for a 0-d tensor). */
 	if ((ndims ? dims[0] : 1) % di->block_elems) {
-		rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				  "GGUF tensor '%s' has rows of %" PRIu64
 				  " elements, not a whole number of %s blocks of %" PRIu32 " elements",
 				  n, ndims ? dims[0] : 1, di->name, di->block_elems);
@@ -670,14 +672,14 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 		goto out;
 	}
 	if (!wd_dtype_bytes(ti.dtype, nelems, &ti.nbytes)) {
-		rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				  "GGUF tensor '%s' is too large: its byte length overflows", n);
 		goto out;
 	}
 	if ((rc = rd_u64(r, "offset", &off)))
 		goto out;
 	if (off % alignment) {
-		rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				  "GGUF tensor '%s' has data offset %" PRIu64
 				  ", which is not a multiple of the alignment %" PRIu32,
 				  n, off, alignment);
@@ -690,7 +692,8 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 	ti.file = file;
 	ti.offset = off;
 	if (wd_table_add_tensor(table, &ti))
-		rc = wd_error_set(r->err, WD_E_EXHAUSTED, "out of memory reading GGUF tensor infos");
+		rc = wd_error_set(r->err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				  "out of memory reading GGUF tensor infos");
 out:
 	if (rc && rc != -GGUF_NEED_MORE)
 		wd_error_about(r->err, NULL, n);
@@ -726,7 +729,7 @@ static int place_tensors(struct rd *r, struct wd_table *table, size_t first, uin
 		if (!wd_add_u64(data_start, t->offset, &abs) || !wd_add_u64(abs, t->nbytes, &end) ||
 		    end > r->file_size) {
 			wd_error_about(r->err, NULL, t->name);
-			return wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+			return wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 					    "GGUF tensor '%s' has %" PRIu64 " bytes at offset %" PRIu64
 					    " of the data section (which starts at byte %" PRIu64
 					    "), past the end of the file at byte %" PRIu64,
@@ -738,7 +741,8 @@ static int place_tensors(struct rd *r, struct wd_table *table, size_t first, uin
 		return 0;
 	sp = malloc(n * sizeof(*sp));
 	if (!sp)
-		return wd_error_set(r->err, WD_E_EXHAUSTED, "out of memory checking GGUF tensor data");
+		return wd_error_set(r->err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				    "out of memory checking GGUF tensor data");
 	/* A 0-byte tensor holds no bytes, so it overlaps nothing wherever its offset points. */
 	n = 0;
 	for (size_t i = first; i < table->n_tensors; i++) {
@@ -756,7 +760,7 @@ static int place_tensors(struct rd *r, struct wd_table *table, size_t first, uin
 
 		if (sp[i].off < sp[i - 1].end) {
 			wd_error_about(r->err, NULL, b->name);
-			rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+			rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 					  "GGUF tensor '%s' (bytes %" PRIu64 "..%" PRIu64
 					  ") overlaps tensor '%s' (bytes %" PRIu64 "..%" PRIu64 ")",
 					  b->name, sp[i].off, sp[i].end, a->name, sp[i - 1].off,
@@ -782,7 +786,7 @@ static int parse(struct rd *r, uint32_t file, struct wd_table *table)
 	if ((rc = take(r, 4, "magic", &p)))
 		goto out;
 	if (memcmp(p, "GGUF", 4) != 0) {
-		rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				  "GGUF magic missing: the file starts with bytes %02x %02x %02x %02x, not \"GGUF\"",
 				  p[0], p[1], p[2], p[3]);
 		goto out;
@@ -793,12 +797,12 @@ static int parse(struct rd *r, uint32_t file, struct wd_table *table)
 		uint32_t swapped = __builtin_bswap32(version);
 
 		if (version > 0xffff && swapped <= 0xffff)
-			rc = wd_error_set(r->err, WD_E_UNSUPPORTED,
+			rc = wd_error_set(r->err, WEIGHTD_E_UNSUPPORTED,
 					  "big-endian GGUF is not supported (the version field reads %"
 					  PRIu32 " byte-swapped)",
 					  swapped);
 		else
-			rc = wd_error_set(r->err, WD_E_UNSUPPORTED,
+			rc = wd_error_set(r->err, WEIGHTD_E_UNSUPPORTED,
 					  "GGUF version %" PRIu32
 					  " is not supported; weightd reads versions 2 and 3",
 					  version);
@@ -810,27 +814,27 @@ static int parse(struct rd *r, uint32_t file, struct wd_table *table)
 	if (!wd_mul_u64(n_tensors, GGUF_MIN_TINFO, &least) || !wd_mul_u64(n_kv, GGUF_MIN_KV, &tmp) ||
 	    !wd_add_u64(least, tmp, &least) || !wd_add_u64(least, GGUF_HEADER, &least) ||
 	    least > r->file_size) {
-		rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT,
+		rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT,
 				  "GGUF header declares %" PRIu64 " tensors and %" PRIu64
 				  " metadata entries, more than a file of %" PRIu64 " bytes can hold",
 				  n_tensors, n_kv, r->file_size);
 		goto out;
 	}
 	if (n_tensors > r->lim->max_tensors) {
-		rc = wd_error_set(r->err, WD_E_LIMIT,
+		rc = wd_error_set(r->err, WEIGHTD_E_LIMIT_EXCEEDED,
 				  "GGUF header declares %" PRIu64 " tensors, over the limit of %" PRIu64,
 				  n_tensors, r->lim->max_tensors);
 		goto out;
 	}
 	if (n_kv > r->lim->max_metadata) {
-		rc = wd_error_set(r->err, WD_E_LIMIT,
+		rc = wd_error_set(r->err, WEIGHTD_E_LIMIT_EXCEEDED,
 				  "GGUF header declares %" PRIu64
 				  " metadata entries, over the limit of %" PRIu64,
 				  n_kv, r->lim->max_metadata);
 		goto out;
 	}
 	if ((rc = hset_init(&keys, n_kv)) || (rc = hset_init(&names, n_tensors))) {
-		rc = wd_error_set(r->err, WD_E_EXHAUSTED, "out of memory reading a GGUF header");
+		rc = wd_error_set(r->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory reading a GGUF header");
 		goto out;
 	}
 	for (uint64_t i = 0; i < n_kv; i++)
@@ -841,7 +845,7 @@ static int parse(struct rd *r, uint32_t file, struct wd_table *table)
 			goto out;
 	/* The data section starts at the header's end rounded up to the alignment. */
 	if (!wd_add_u64(r->pos, alignment - 1, &data_start)) {
-		rc = wd_error_set(r->err, WD_E_BAD_CHECKPOINT, "GGUF data section offset overflows");
+		rc = wd_error_set(r->err, WEIGHTD_E_BAD_CHECKPOINT, "GGUF data section offset overflows");
 		goto out;
 	}
 	data_start &= ~(uint64_t)(alignment - 1);
@@ -855,7 +859,7 @@ out:
 }
 
 int wd_gguf_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size, uint32_t file,
-		  const struct wd_limits *lim, struct wd_table *table, struct wd_error *err)
+		  const struct wd_limits *lim, struct wd_table *table, weightd_error *err)
 {
 	struct rd r = {
 		.buf = buf,
@@ -867,10 +871,10 @@ int wd_gguf_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size, uint32
 	int rc;
 
 	if (!table || (!buf && buf_len))
-		return wd_error_set(err, WD_E_INVALID, "wd_gguf_parse needs a table and a buffer");
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "wd_gguf_parse needs a table and a buffer");
 	rc = parse(&r, file, table);
 	if (rc == -GGUF_NEED_MORE)
-		rc = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+		rc = wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT,
 				  "GGUF header is truncated: it continues past the %" PRIu64
 				  " bytes given (needs at least %" PRIu64 ")",
 				  r.len, r.need);
@@ -878,7 +882,7 @@ int wd_gguf_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size, uint32
 }
 
 /* pread exactly n bytes at off; a file that ends early has changed since it was measured. */
-static int read_exact(int fd, uint8_t *p, uint64_t n, uint64_t off, struct wd_error *err)
+static int read_exact(int fd, uint8_t *p, uint64_t n, uint64_t off, weightd_error *err)
 {
 	while (n) {
 		ssize_t got = pread(fd, p, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)off);
@@ -886,10 +890,10 @@ static int read_exact(int fd, uint8_t *p, uint64_t n, uint64_t off, struct wd_er
 		if (got < 0 && errno == EINTR)
 			continue;
 		if (got < 0)
-			return wd_error_set(err, WD_E_IO, "reading the GGUF header at byte %" PRIu64
+			return wd_error_set(err, WEIGHTD_E_IO, "reading the GGUF header at byte %" PRIu64
 					    " failed: %s", off, strerror(errno));
 		if (got == 0)
-			return wd_error_set(err, WD_E_CHANGED,
+			return wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
 					    "the GGUF file ends at byte %" PRIu64
 					    ", before the size it had when opened",
 					    off);
@@ -901,7 +905,7 @@ static int read_exact(int fd, uint8_t *p, uint64_t n, uint64_t off, struct wd_er
 }
 
 int wd_gguf_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limits *lim,
-		 struct wd_table *table, struct wd_error *err)
+		 struct wd_table *table, weightd_error *err)
 {
 	const struct wd_limits *l = lim ? lim : &default_limits;
 	uint64_t cap = file_size < l->max_header_bytes ? file_size : l->max_header_bytes;
@@ -910,7 +914,7 @@ int wd_gguf_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limi
 	int rc;
 
 	if (!table)
-		return wd_error_set(err, WD_E_INVALID, "wd_gguf_read needs a table");
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "wd_gguf_read needs a table");
 	for (;;) {
 		struct rd r = { .file_size = file_size, .lim = l, .err = err };
 
@@ -918,12 +922,12 @@ int wd_gguf_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limi
 			uint8_t *nb;
 
 			if (want > SIZE_MAX) {
-				rc = wd_error_set(err, WD_E_EXHAUSTED, "GGUF header too large to read");
+				rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "GGUF header too large to read");
 				break;
 			}
 			nb = realloc(buf, (size_t)want);
 			if (!nb) {
-				rc = wd_error_set(err, WD_E_EXHAUSTED,
+				rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 						  "out of memory reading a GGUF header of %" PRIu64
 						  " bytes", want);
 				break;
@@ -943,7 +947,7 @@ int wd_gguf_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limi
 		if (want > cap)
 			want = cap;
 		if (want <= have) {
-			rc = wd_error_set(err, WD_E_INTERNAL, "GGUF header read made no progress");
+			rc = wd_error_set(err, WEIGHTD_E_INTERNAL, "GGUF header read made no progress");
 			break;
 		}
 	}

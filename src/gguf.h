@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf.h - validating a GGUF file's header, metadata and tensor infos without touching payload. */
 #ifndef WD_GGUF_H
 #define WD_GGUF_H
@@ -11,19 +12,19 @@
 
 /*
  * Parse a GGUF (v2 or v3, little-endian) header from `buf` (the start of the file, buf_len bytes;
- * the whole header region must be present, else -WD_E_BAD_CHECKPOINT "truncated") of a file of
+ * the whole header region must be present, else -WEIGHTD_E_BAD_CHECKPOINT "truncated") of a file of
  * file_size bytes. Appends tensors (dims reversed to row-major, outermost first; offsets absolute;
  * nbytes from the block geometry) with file index `file`, and every metadata key as a wd_meta with
  * its value rendered as text (arrays longer than 16 elements summarised as "[N x type]").
- * Returns 0, or -WD_E_BAD_CHECKPOINT / -WD_E_UNSUPPORTED (unknown tensor type, by number; big-endian
- * file, by name) / -WD_E_LIMIT with a sentence naming what was wrong.
+ * Returns 0, or -WEIGHTD_E_BAD_CHECKPOINT / -WEIGHTD_E_UNSUPPORTED (unknown tensor type, by number;
+ * big-endian file, by name) / -WEIGHTD_E_LIMIT_EXCEEDED with a sentence naming what was wrong.
  */
 int wd_gguf_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size, uint32_t file,
-		  const struct wd_limits *lim, struct wd_table *table, struct wd_error *err);
+		  const struct wd_limits *lim, struct wd_table *table, weightd_error *err);
 
 /* Read the header of an open file with pread (growing the read until the header fits, within
  * lim->max_header_bytes) and parse it as above. */
 int wd_gguf_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limits *lim,
-		 struct wd_table *table, struct wd_error *err);
+		 struct wd_table *table, weightd_error *err);
 
 #endif

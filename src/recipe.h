@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe.h - derived weights: a recipe's validation, shape inference, identity and execution. */
 #ifndef WD_RECIPE_H
 #define WD_RECIPE_H
@@ -33,7 +34,7 @@ enum wd_sel_kind {
  * Block types keep their packed bytes: selections on outer axes are free; on the innermost axis a
  * RANGE must start and end on block boundaries, INDICES are refused, ELEMENTS must start and end
  * on block boundaries with an innermost output dimension of whole blocks. Those errors are
- * WD_E_UNSUPPORTED naming the block size.
+ * WEIGHTD_E_UNSUPPORTED naming the block size.
  */
 struct wd_selection {
 	enum wd_sel_kind kind;
@@ -73,7 +74,7 @@ enum wd_op {
  * count), computed in F32 (the product of the exact F32 values of both, rounded once to F32 by
  * the FPU, as PyTorch computes x.float() * s) and then converted once to `dtype` by the cast
  * rules. The scale's shape must be the block grid: ceil(dim / block) on every axis, so edge
- * blocks may be partial. A mismatch is WD_E_SCALE_MISMATCH naming the axis.
+ * blocks may be partial. A mismatch is WEIGHTD_E_SCALE_MISMATCH naming the axis.
  */
 struct wd_rnode {
 	enum wd_op op;
@@ -119,12 +120,13 @@ struct wd_recipe_limits {
 
 /*
  * How a recipe names its sources. lookup returns 0 and the source (kept alive by the caller for
- * the plan's whole life) or a negative code: -WD_E_UNKNOWN_SOURCE, -WD_E_PERMISSION... with err set.
+ * the plan's whole life) or a negative code: -WEIGHTD_E_UNKNOWN_SOURCE,
+ * -WEIGHTD_E_PERMISSION_DENIED... with err set.
  */
 struct wd_resolver {
 	void *ctx;
 	int (*lookup)(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
-		      struct wd_error *err);
+		      weightd_error *err);
 };
 
 struct wd_plan;
@@ -133,19 +135,20 @@ struct wd_plan;
  * Preflight: validate every node, infer the output dtype/shape/bytes with overflow-checked
  * arithmetic, compute the identity key, and build an execution plan. Reads metadata only, never
  * payload. On failure returns -code with err naming the node (err->node = index + 1), the tensor
- * and checkpoint where they apply, and the rule broken (codes WD_E_UNKNOWN_SOURCE ... WD_E_TOO_LARGE).
- * The message starts "node N (op): " where N is the node's index in the list (0-based, as inputs
- * name nodes). An output may have no elements (a 0-byte weight), but a selection that takes nothing
- * from an axis that has rows (an empty range or index list, a shard rank left with nothing) is
- * WD_E_ZERO_SIZED: it is almost always a mistake, such as a world size above the row count. An input
- * that is not an earlier node, or a wrong input count, is WD_E_INVALID; a selection outside its
- * input is WD_E_OUT_OF_RANGE. Nodes the output does not depend on are validated but not read.
- * Execution keeps some values in memory (a transpose's input; the input of a selection that cannot
- * be read piecewise from files) and max_temp_bytes bounds their sum (WD_E_TOO_LARGE naming the
- * node that needs it). The plan does not borrow from `r`: it copies what it needs.
+ * and checkpoint where they apply, and the rule broken (codes WEIGHTD_E_UNKNOWN_SOURCE ...
+ * WEIGHTD_E_RECIPE_TOO_LARGE). The message starts "node N (op): " where N is the node's index in
+ * the list (0-based, as inputs name nodes). An output may have no elements (a 0-byte weight), but a
+ * selection that takes nothing from an axis that has rows (an empty range or index list, a shard
+ * rank left with nothing) is WEIGHTD_E_ZERO_SIZED: it is almost always a mistake, such as a world
+ * size above the row count. An input that is not an earlier node, or a wrong input count, is
+ * WEIGHTD_E_INVALID_ARGUMENT; a selection outside its input is WEIGHTD_E_OUT_OF_RANGE. Nodes the
+ * output does not depend on are validated but not read. Execution keeps some values in memory (a
+ * transpose's input; the input of a selection that cannot be read piecewise from files) and
+ * max_temp_bytes bounds their sum (WEIGHTD_E_RECIPE_TOO_LARGE naming the node that needs it). The
+ * plan does not borrow from `r`: it copies what it needs.
  */
 int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res,
-			const struct wd_recipe_limits *lim, struct wd_plan **ret, struct wd_error *err);
+			const struct wd_recipe_limits *lim, struct wd_plan **ret, weightd_error *err);
 
 void wd_plan_free(struct wd_plan *p);
 
@@ -187,7 +190,7 @@ const char *wd_plan_label(const struct wd_plan *p);
  * concurrently.
  */
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
-		    uint64_t *ret_bytes_read, struct wd_error *err);
+		    uint64_t *ret_bytes_read, weightd_error *err);
 
 /*
  * The same for output bytes [start, start + len) only, into a sink of len bytes: what one of
@@ -200,7 +203,7 @@ int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scr
  */
 int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
 			  struct wd_sink *sink, struct wd_scratch *scratch, uint64_t *ret_bytes_read,
-			  struct wd_error *err);
+			  weightd_error *err);
 /* Whether ranges of the output can be produced independently at no real extra cost: the only
  * intermediate values kept whole are dequantization scales (each range computes the few it
  * needs; wd_plan_temp_read_bytes bounds what they read). */

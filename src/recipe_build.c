@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_build.c - recipe nodes into the normalised graph: validation, shape inference, digests. */
 #include "recipe_int.h"
 
@@ -15,7 +16,7 @@
 int wd_recipe_vnerr(struct build *b, uint32_t node, int code, int32_t axis, int64_t expected,
 		    int64_t actual, const char *fmt, va_list ap)
 {
-	struct wd_error *err = b->err;
+	weightd_error *err = b->err;
 	const struct wd_rnode *n = node < b->r->n_nodes ? &b->r->nodes[node] : NULL;
 	char text[640];
 
@@ -93,7 +94,7 @@ static int xdigest(struct build *b, struct xnode *x)
 	uint8_t id[WD_DIGEST_LEN];
 
 	if (wd_sha256_init(&s) < 0)
-		return nerr(b, x->orig, WD_E_EXHAUSTED, -1, 0, 0, "cannot start a SHA-256 digest");
+		return nerr(b, x->orig, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "cannot start a SHA-256 digest");
 	put_str(&s, "weightd.recipe.1");
 	put_u32(&s, (uint32_t)x->op);
 	switch (x->op) {
@@ -161,18 +162,18 @@ int wd_recipe_finish_shape(struct build *b, uint32_t node, enum wd_dtype t, int 
 
 	if (!wd_shape_elems(shape, ndim, &elems)) {
 		shape_str(shape, ndim, s, sizeof(s));
-		return nerr(b, node, WD_E_OVERFLOW, -1, 0, 0,
+		return nerr(b, node, WEIGHTD_E_OVERFLOW, -1, 0, 0,
 			    "the output shape %s has more than 2^64 elements", s);
 	}
 	if (be > 1 && (ndim == 0 || shape[ndim - 1] % be)) {
 		shape_str(shape, ndim, s, sizeof(s));
-		return nerr(b, node, WD_E_UNSUPPORTED, ndim - 1, be, ndim ? i64(shape[ndim - 1]) : 0,
+		return nerr(b, node, WEIGHTD_E_UNSUPPORTED, ndim - 1, be, ndim ? i64(shape[ndim - 1]) : 0,
 			    "%s stores blocks of %" PRIu32 " elements along the innermost axis, and the "
 			    "output shape %s does not hold whole blocks there",
 			    wd_dtype_name(t), be, s);
 	}
 	if (!wd_dtype_bytes(t, elems, ret_bytes))
-		return nerr(b, node, WD_E_OVERFLOW, -1, 0, 0,
+		return nerr(b, node, WEIGHTD_E_OVERFLOW, -1, 0, 0,
 			    "%" PRIu64 " elements of %s are more than 2^64 bytes", elems, wd_dtype_name(t));
 	return 0;
 }
@@ -190,13 +191,13 @@ int wd_recipe_xadd(struct build *b, const struct xnode *proto, const uint32_t *i
 	int r;
 
 	if (p->nx >= cap_x)
-		return nerr(b, proto->orig, WD_E_INTERNAL, -1, i64(cap_x), i64(p->nx),
+		return nerr(b, proto->orig, WEIGHTD_E_INTERNAL, -1, i64(cap_x), i64(p->nx),
 			    "the recipe expands to more than %zu operations", cap_x);
 	if (p->nx == p->capx) {
 		size_t cap = p->capx ? 2 * p->capx : 16;
 		struct xnode *nx = realloc(p->x, cap * sizeof(*nx));
 		if (!nx)
-			return nerr(b, proto->orig, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+			return nerr(b, proto->orig, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 		p->x = nx;
 		p->capx = cap;
 	}
@@ -208,7 +209,7 @@ int wd_recipe_xadd(struct build *b, const struct xnode *proto, const uint32_t *i
 	if (n_in) {
 		x->in = malloc(n_in * sizeof(*x->in));
 		if (!x->in)
-			return nerr(b, proto->orig, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+			return nerr(b, proto->orig, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 		memcpy(x->in, in, n_in * sizeof(*in));
 		x->n_in = n_in;
 	}
@@ -278,7 +279,7 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 	case WD_SEL_SHARD:
 	case WD_SEL_INDICES:
 		if ((int64_t)s->axis >= ndim)
-			return nerr(b, node, WD_E_AXIS_RANGE, (int32_t)min_u64(s->axis, INT32_MAX), ndim,
+			return nerr(b, node, WEIGHTD_E_AXIS_OUT_OF_RANGE, (int32_t)min_u64(s->axis, INT32_MAX), ndim,
 				    s->axis, "the selection is on axis %" PRIu32 " but the input has %d "
 				    "dimension%s", s->axis, ndim, ndim == 1 ? "" : "s");
 		dim = shape[s->axis];
@@ -287,8 +288,8 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 	case WD_SEL_ELEMENTS:
 		break;
 	default:
-		return nerr(b, node, WD_E_INVALID, -1, 0, (int64_t)s->kind, "unknown selection kind %d",
-			    (int)s->kind);
+		return nerr(b, node, WEIGHTD_E_INVALID_ARGUMENT, -1, 0, (int64_t)s->kind,
+			    "unknown selection kind %d", (int)s->kind);
 	}
 	k = (int)s->axis;
 	switch (s->kind) {
@@ -299,16 +300,17 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 		uint64_t units = dim / step, q, m, cnt;
 
 		if (s->world == 0)
-			return nerr(b, node, WD_E_INVALID, k, 1, 0, "a shard needs a world size of at least 1");
+			return nerr(b, node, WEIGHTD_E_INVALID_ARGUMENT, k, 1, 0,
+				    "a shard needs a world size of at least 1");
 		if (s->rank >= s->world)
-			return nerr(b, node, WD_E_OUT_OF_RANGE, k, s->world, s->rank,
+			return nerr(b, node, WEIGHTD_E_OUT_OF_RANGE, k, s->world, s->rank,
 				    "shard rank %" PRIu32 " is not below the world size %" PRIu32,
 				    s->rank, s->world);
 		q = units / s->world;
 		m = units % s->world;
 		cnt = q + (s->rank < m ? 1 : 0);
 		if (cnt == 0 && units > 0)
-			return nerr(b, node, WD_E_ZERO_SIZED, k, s->world, i64(units),
+			return nerr(b, node, WEIGHTD_E_ZERO_SIZED, k, s->world, i64(units),
 				    "rank %" PRIu32 " of a %" PRIu32 "-way shard of axis %d (%" PRIu64
 				    " %s) gets nothing", s->rank, s->world, k, units,
 				    step > 1 ? "blocks" : "rows");
@@ -319,12 +321,12 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 	}
 	case WD_SEL_RANGE:
 		if (s->start > s->end || s->end > dim)
-			return nerr(b, node, WD_E_OUT_OF_RANGE, k, i64(dim),
+			return nerr(b, node, WEIGHTD_E_OUT_OF_RANGE, k, i64(dim),
 				    i64(s->start > s->end ? s->start : s->end),
 				    "the range %" PRIu64 ":%" PRIu64 " on axis %d is outside 0:%" PRIu64,
 				    s->start, s->end, k, dim);
 		if (s->start == s->end && dim > 0)
-			return nerr(b, node, WD_E_ZERO_SIZED, k, 1, 0,
+			return nerr(b, node, WEIGHTD_E_ZERO_SIZED, k, 1, 0,
 				    "the range %" PRIu64 ":%" PRIu64 " on axis %d is empty (the axis has %"
 				    PRIu64 " rows)", s->start, s->end, k, dim);
 		ret->kind = WD_SEL_RANGE;
@@ -333,22 +335,22 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 		break;
 	case WD_SEL_INDICES:
 		if (s->n_indices == 0 && dim > 0)
-			return nerr(b, node, WD_E_ZERO_SIZED, k, 1, 0,
+			return nerr(b, node, WEIGHTD_E_ZERO_SIZED, k, 1, 0,
 				    "the index list is empty (axis %d has %" PRIu64 " rows)", k, dim);
 		if (!s->indices && s->n_indices)
-			return nerr(b, node, WD_E_INVALID, k, 0, 0, "the index list is missing");
+			return nerr(b, node, WEIGHTD_E_INVALID_ARGUMENT, k, 0, 0, "the index list is missing");
 		if (!wd_add_u64(b->n_indices, s->n_indices, &n) || n > b->lim.max_indices)
-			return nerr(b, node, WD_E_TOO_LARGE, k, i64(b->lim.max_indices), i64(n),
+			return nerr(b, node, WEIGHTD_E_RECIPE_TOO_LARGE, k, i64(b->lim.max_indices), i64(n),
 				    "the recipe holds more than %" PRIu64 " indices in all",
 				    b->lim.max_indices);
 		b->n_indices = n;
 		for (size_t i = 0; i < s->n_indices; i++)
 			if (s->indices[i] >= dim)
-				return nerr(b, node, WD_E_OUT_OF_RANGE, k, i64(dim), i64(s->indices[i]),
+				return nerr(b, node, WEIGHTD_E_OUT_OF_RANGE, k, i64(dim), i64(s->indices[i]),
 					    "index %zu is %" PRIu64 " but axis %d has %" PRIu64 " rows",
 					    i, s->indices[i], k, dim);
 		if (be > 1 && k == ndim - 1)
-			return nerr(b, node, WD_E_UNSUPPORTED, k, be, 1,
+			return nerr(b, node, WEIGHTD_E_UNSUPPORTED, k, be, 1,
 				    "%s is %s, stored in blocks of %" PRIu32 " elements along its "
 				    "innermost axis (axis %d); single indices on axis %d would split "
 				    "blocks", sel_input(b, node, what, sizeof(what)), wd_dtype_name(t), be,
@@ -360,25 +362,25 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 		break;
 	case WD_SEL_ELEMENTS:
 		if (!wd_shape_elems(shape, ndim, &total))
-			return nerr(b, node, WD_E_OVERFLOW, -1, 0, 0, "the input has more than 2^64 elements");
+			return nerr(b, node, WEIGHTD_E_OVERFLOW, -1, 0, 0, "the input has more than 2^64 elements");
 		if (s->start > s->end || s->end > total)
-			return nerr(b, node, WD_E_OUT_OF_RANGE, -1, i64(total),
+			return nerr(b, node, WEIGHTD_E_OUT_OF_RANGE, -1, i64(total),
 				    i64(s->start > s->end ? s->start : s->end),
 				    "elements %" PRIu64 ":%" PRIu64 " are outside 0:%" PRIu64, s->start,
 				    s->end, total);
 		if (s->start == s->end && total > 0)
-			return nerr(b, node, WD_E_ZERO_SIZED, -1, 1, 0, "elements %" PRIu64 ":%" PRIu64
+			return nerr(b, node, WEIGHTD_E_ZERO_SIZED, -1, 1, 0, "elements %" PRIu64 ":%" PRIu64
 				    " are empty (the input has %" PRIu64 " elements)", s->start, s->end,
 				    total);
 		if (s->ndim < 0 || s->ndim > WD_MAX_DIMS)
-			return nerr(b, node, WD_E_INVALID, -1, WD_MAX_DIMS, s->ndim,
+			return nerr(b, node, WEIGHTD_E_INVALID_ARGUMENT, -1, WD_MAX_DIMS, s->ndim,
 				    "the element selection's shape has %d dimensions (at most %d)", s->ndim,
 				    WD_MAX_DIMS);
 		if (!wd_shape_elems(s->shape, s->ndim, &n))
-			return nerr(b, node, WD_E_OVERFLOW, -1, 0, 0,
+			return nerr(b, node, WEIGHTD_E_OVERFLOW, -1, 0, 0,
 				    "the element selection's shape has more than 2^64 elements");
 		if (n != s->end - s->start)
-			return nerr(b, node, WD_E_ELEMENT_COUNT, -1, i64(s->end - s->start), i64(n),
+			return nerr(b, node, WEIGHTD_E_ELEMENT_COUNT_MISMATCH, -1, i64(s->end - s->start), i64(n),
 				    "elements %" PRIu64 ":%" PRIu64 " are %" PRIu64 " but the shape holds %"
 				    PRIu64, s->start, s->end, s->end - s->start, n);
 		ret->kind = WD_SEL_ELEMENTS;
@@ -394,7 +396,7 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 		ret->shape[k] = ret->end - ret->start;
 	if (!sel_whole_blocks(ret, t, ndim)) {
 		if (ret->kind == WD_SEL_ELEMENTS)
-			return nerr(b, node, WD_E_UNSUPPORTED, ndim - 1, be, 0,
+			return nerr(b, node, WEIGHTD_E_UNSUPPORTED, ndim - 1, be, 0,
 				    "%s is %s, stored in blocks of %" PRIu32 " elements along its "
 				    "innermost axis (axis %d); elements %" PRIu64 ":%" PRIu64 " as shape "
 				    "with innermost size %" PRIu64 " do not cover whole blocks (start, end "
@@ -402,7 +404,7 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 				    sel_input(b, node, what, sizeof(what)), wd_dtype_name(t), be,
 				    ndim - 1, ret->start, ret->end,
 				    ret->ndim > 0 ? ret->shape[ret->ndim - 1] : 1, be);
-		return nerr(b, node, WD_E_UNSUPPORTED, k, be, i64(ret->start % be ? ret->start
+		return nerr(b, node, WEIGHTD_E_UNSUPPORTED, k, be, i64(ret->start % be ? ret->start
 									    : ret->end),
 			    "%s is %s, stored in blocks of %" PRIu32 " elements along its innermost "
 			    "axis (axis %d); the range %" PRIu64 ":%" PRIu64 " on axis %d does not "
@@ -446,7 +448,7 @@ int wd_recipe_own_indices(struct build *b, uint32_t node, struct nsel *s)
 		return 0;
 	s->idx = own(b, s->idx, s->n_idx * sizeof(uint64_t));
 	if (!s->idx || wd_sha256_init(&sha) < 0)
-		return nerr(b, node, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+		return nerr(b, node, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 	for (size_t i = 0; i < s->n_idx;) {
 		uint8_t buf[4096];
 		size_t n = 0;
@@ -564,7 +566,7 @@ static int make_view(struct build *b, uint32_t node, uint32_t in, enum wd_dtype 
 	if (r < 0)
 		return r;
 	if (n.nbytes != bx->nbytes)
-		return nerr(b, node, WD_E_INTERNAL, -1, i64(bx->nbytes), i64(n.nbytes),
+		return nerr(b, node, WEIGHTD_E_INTERNAL, -1, i64(bx->nbytes), i64(n.nbytes),
 			    "a reinterpretation changed the byte length");
 	return wd_recipe_xadd(b, &n, &base, 1, ret);
 }
@@ -583,7 +585,7 @@ static int note_source(struct build *b, const struct wd_source *src)
 		size_t cap = b->cap_srcs ? 2 * b->cap_srcs : 8;
 		const struct wd_source **n = realloc(p->srcs, cap * sizeof(*n));
 		if (!n)
-			return -WD_E_EXHAUSTED;
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		p->srcs = n;
 		b->cap_srcs = cap;
 	}
@@ -603,13 +605,13 @@ static int build_source(struct build *b, uint32_t i, const struct wd_rnode *rn)
 	int r;
 
 	if (rn->n_inputs)
-		return nerr(b, i, WD_E_INVALID, -1, 0, i64(rn->n_inputs),
+		return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, 0, i64(rn->n_inputs),
 			    "a source takes no inputs but %zu are given", rn->n_inputs);
 	wd_error_clear(b->err);
 	r = b->res->lookup(b->res->ctx, ck, &src, b->err);
 	if (r < 0 || !src) {
 		if (r >= 0)
-			r = -WD_E_UNKNOWN_SOURCE;
+			r = -WEIGHTD_E_UNKNOWN_SOURCE;
 		if (!b->err)
 			return r;
 		if (b->err->code == 0)
@@ -621,10 +623,10 @@ static int build_source(struct build *b, uint32_t i, const struct wd_rnode *rn)
 	}
 	ti = wd_source_find(src, tn);
 	if (!ti)
-		return nerr(b, i, WD_E_UNKNOWN_TENSOR, -1, 0, 0,
+		return nerr(b, i, WEIGHTD_E_UNKNOWN_TENSOR, -1, 0, 0,
 			    "checkpoint \"%s\" has no tensor \"%s\"", ck, tn);
 	if (ti->ndim < 0 || ti->ndim > WD_MAX_DIMS)
-		return nerr(b, i, WD_E_INTERNAL, -1, WD_MAX_DIMS, ti->ndim,
+		return nerr(b, i, WEIGHTD_E_INTERNAL, -1, WD_MAX_DIMS, ti->ndim,
 			    "tensor \"%s\" has %d dimensions", tn, ti->ndim);
 	memset(&n, 0, sizeof(n));
 	n.op = X_LEAF;
@@ -639,12 +641,12 @@ static int build_source(struct build *b, uint32_t i, const struct wd_rnode *rn)
 	if (r < 0)
 		return r;
 	if (n.nbytes != ti->nbytes)
-		return nerr(b, i, WD_E_BAD_CHECKPOINT, -1, i64(n.nbytes), i64(ti->nbytes),
+		return nerr(b, i, WEIGHTD_E_BAD_CHECKPOINT, -1, i64(n.nbytes), i64(ti->nbytes),
 			    "tensor \"%s\" holds %" PRIu64 " bytes but its shape needs %" PRIu64, tn,
 			    ti->nbytes, n.nbytes);
 	n.tensor = own(b, tn, strlen(tn) + 1);
 	if (!n.tensor || note_source(b, src) < 0)
-		return nerr(b, i, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+		return nerr(b, i, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 	r = wd_recipe_xadd(b, &n, NULL, 0, &leaf);
 	if (r < 0)
 		return r;
@@ -671,28 +673,28 @@ static int build_join(struct build *b, uint32_t i, const struct wd_rnode *rn)
 	if (axis < 0)
 		axis += out_ndim;
 	if (axis < 0 || axis >= out_ndim)
-		return nerr(b, i, WD_E_AXIS_RANGE, rn->axis, out_ndim, rn->axis,
+		return nerr(b, i, WEIGHTD_E_AXIS_OUT_OF_RANGE, rn->axis, out_ndim, rn->axis,
 			    "axis %" PRId32 " is outside %s%d:%d for inputs of %d dimension%s",
 			    rn->axis, out_ndim ? "-" : "", out_ndim, out_ndim, ndim,
 			    ndim == 1 ? "" : "s");
 	if (out_ndim > WD_MAX_DIMS)
-		return nerr(b, i, WD_E_TOO_LARGE, (int32_t)axis, WD_MAX_DIMS, out_ndim,
+		return nerr(b, i, WEIGHTD_E_RECIPE_TOO_LARGE, (int32_t)axis, WD_MAX_DIMS, out_ndim,
 			    "stacking gives %d dimensions (at most %d)", out_ndim, WD_MAX_DIMS);
 	for (size_t k = 1; k < rn->n_inputs; k++) {
 		const struct xnode *x = &b->p->x[b->map[rn->inputs[k]]];
 
 		if (x->dtype != first->dtype)
-			return nerr(b, i, WD_E_DTYPE_MISMATCH, -1, first->dtype, x->dtype,
+			return nerr(b, i, WEIGHTD_E_DTYPE_MISMATCH, -1, first->dtype, x->dtype,
 				    "input %zu (node %" PRIu32 ") is %s but input 0 (node %" PRIu32
 				    ") is %s", k, rn->inputs[k], wd_dtype_name(x->dtype),
 				    rn->inputs[0], wd_dtype_name(first->dtype));
 		if (x->ndim != ndim)
-			return nerr(b, i, WD_E_SHAPE_MISMATCH, -1, ndim, x->ndim,
+			return nerr(b, i, WEIGHTD_E_SHAPE_MISMATCH, -1, ndim, x->ndim,
 				    "input %zu (node %" PRIu32 ") has %d dimensions but input 0 has %d",
 				    k, rn->inputs[k], x->ndim, ndim);
 		for (int d = 0; d < ndim; d++)
 			if (x->shape[d] != first->shape[d] && (stack || d != axis))
-				return nerr(b, i, WD_E_SHAPE_MISMATCH, d, i64(first->shape[d]),
+				return nerr(b, i, WEIGHTD_E_SHAPE_MISMATCH, d, i64(first->shape[d]),
 					    i64(x->shape[d]),
 					    "input %zu (node %" PRIu32 ") has size %" PRIu64 " on axis %d "
 					    "but input 0 has %" PRIu64 "%s", k, rn->inputs[k],
@@ -707,7 +709,7 @@ static int build_join(struct build *b, uint32_t i, const struct wd_rnode *rn)
 		memcpy(shape, first->shape, sizeof(uint64_t) * (size_t)ndim);
 		for (size_t k = 0; k < rn->n_inputs; k++)
 			if (!wd_add_u64(total, b->p->x[b->map[rn->inputs[k]]].shape[axis], &total))
-				return nerr(b, i, WD_E_OVERFLOW, (int32_t)axis, 0, 0,
+				return nerr(b, i, WEIGHTD_E_OVERFLOW, (int32_t)axis, 0, 0,
 					    "the joined axis is longer than 2^64");
 		shape[axis] = total;
 	}
@@ -730,7 +732,7 @@ static int build_join(struct build *b, uint32_t i, const struct wd_rnode *rn)
 	memcpy(n.shape, shape, sizeof(shape));
 	in = malloc(rn->n_inputs * sizeof(*in));
 	if (!in)
-		return nerr(b, i, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+		return nerr(b, i, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 	for (size_t k = 0; k < rn->n_inputs; k++)
 		in[k] = b->map[rn->inputs[k]];
 	r = wd_recipe_xadd(b, &n, in, rn->n_inputs, &b->map[i]);
@@ -747,17 +749,17 @@ static int build_reshape_view(struct build *b, uint32_t i, const struct wd_rnode
 	char s[160];
 
 	if (view && !wd_dtype_info(t))
-		return nerr(b, i, WD_E_INVALID, -1, 0, (int64_t)t, "a view needs a dtype");
+		return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, 0, (int64_t)t, "a view needs a dtype");
 	if (rn->ndim < 0 || rn->ndim > WD_MAX_DIMS)
-		return nerr(b, i, WD_E_INVALID, -1, WD_MAX_DIMS, rn->ndim,
+		return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, WD_MAX_DIMS, rn->ndim,
 			    "the shape has %d dimensions (at most %d)", rn->ndim, WD_MAX_DIMS);
 	if (!wd_shape_elems(rn->shape, rn->ndim, &elems))
-		return nerr(b, i, WD_E_OVERFLOW, -1, 0, 0, "the shape has more than 2^64 elements");
+		return nerr(b, i, WEIGHTD_E_OVERFLOW, -1, 0, 0, "the shape has more than 2^64 elements");
 	shape_str(rn->shape, rn->ndim, s, sizeof(s));
 	if (!view) {
 		wd_shape_elems(x->shape, x->ndim, &in_elems);
 		if (elems != in_elems)
-			return nerr(b, i, WD_E_ELEMENT_COUNT, -1, i64(in_elems), i64(elems),
+			return nerr(b, i, WEIGHTD_E_ELEMENT_COUNT_MISMATCH, -1, i64(in_elems), i64(elems),
 				    "the shape %s holds %" PRIu64 " elements but the input has %" PRIu64,
 				    s, elems, in_elems);
 	} else {
@@ -765,10 +767,10 @@ static int build_reshape_view(struct build *b, uint32_t i, const struct wd_rnode
 		if (be > 1 && (rn->ndim == 0 || rn->shape[rn->ndim - 1] % be))
 			return wd_recipe_finish_shape(b, i, t, rn->ndim, rn->shape, &nbytes);
 		if (!wd_dtype_bytes(t, elems, &nbytes))
-			return nerr(b, i, WD_E_OVERFLOW, -1, 0, 0,
+			return nerr(b, i, WEIGHTD_E_OVERFLOW, -1, 0, 0,
 				    "%s %s is more than 2^64 bytes", wd_dtype_name(t), s);
 		if (nbytes != x->nbytes)
-			return nerr(b, i, WD_E_BYTE_COUNT, -1, i64(x->nbytes), i64(nbytes),
+			return nerr(b, i, WEIGHTD_E_BYTE_COUNT_MISMATCH, -1, i64(x->nbytes), i64(nbytes),
 				    "%s %s is %" PRIu64 " bytes but the input is %" PRIu64 " bytes",
 				    wd_dtype_name(t), s, nbytes, x->nbytes);
 	}
@@ -784,12 +786,12 @@ static int build_transpose(struct build *b, uint32_t i, const struct wd_rnode *r
 	int r;
 
 	if (rn->n_perm != x->ndim)
-		return nerr(b, i, WD_E_NOT_PERMUTATION, -1, x->ndim, rn->n_perm,
+		return nerr(b, i, WEIGHTD_E_NOT_A_PERMUTATION, -1, x->ndim, rn->n_perm,
 			    "the permutation has %d entries but the input has %d dimensions",
 			    rn->n_perm, x->ndim);
 	for (int d = 0; d < rn->n_perm; d++) {
 		if (rn->perm[d] >= (uint32_t)x->ndim || seen[rn->perm[d]])
-			return nerr(b, i, WD_E_NOT_PERMUTATION, d, x->ndim, rn->perm[d],
+			return nerr(b, i, WEIGHTD_E_NOT_A_PERMUTATION, d, x->ndim, rn->perm[d],
 				    "entry %d of the permutation is %" PRIu32 ", %s", d, rn->perm[d],
 				    rn->perm[d] >= (uint32_t)x->ndim ? "not an axis of the input"
 								      : "which appears twice");
@@ -801,7 +803,7 @@ static int build_transpose(struct build *b, uint32_t i, const struct wd_rnode *r
 		return 0;
 	}
 	if (block_elems(x->dtype) > 1 && rn->perm[x->ndim - 1] != (uint32_t)x->ndim - 1)
-		return nerr(b, i, WD_E_UNSUPPORTED, x->ndim - 1, x->ndim - 1, rn->perm[x->ndim - 1],
+		return nerr(b, i, WEIGHTD_E_UNSUPPORTED, x->ndim - 1, x->ndim - 1, rn->perm[x->ndim - 1],
 			    "%s keeps blocks along the innermost axis, which a transpose must leave "
 			    "in place", wd_dtype_name(x->dtype));
 	memset(&n, 0, sizeof(n));
@@ -825,7 +827,7 @@ static int build_cast(struct build *b, uint32_t i, const struct wd_rnode *rn, co
 	bool ok;
 
 	if (!wd_dtype_info(to))
-		return nerr(b, i, WD_E_INVALID, -1, 0, (int64_t)to, "a cast needs a target dtype");
+		return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, 0, (int64_t)to, "a cast needs a target dtype");
 	if (from == to)
 		ok = true;
 	else if (!wd_dtype_is_element(to))
@@ -835,7 +837,7 @@ static int build_cast(struct build *b, uint32_t i, const struct wd_rnode *rn, co
 	else
 		ok = wd_dequant_supported(from) && (to == WD_F32 || wd_convert_supported(WD_F32, to));
 	if (!ok)
-		return nerr(b, i, WD_E_UNSUPPORTED_CAST, -1, from, to, "there is no cast from %s to %s",
+		return nerr(b, i, WEIGHTD_E_UNSUPPORTED_CAST, -1, from, to, "there is no cast from %s to %s",
 			    wd_dtype_name(from), wd_dtype_name(to));
 	return make_cast(b, i, b->map[rn->inputs[0]], to, &b->map[i]);
 }
@@ -846,32 +848,32 @@ static int check_inputs(struct build *b, uint32_t i, const struct wd_rnode *rn)
 	uint32_t depth = 0;
 
 	if ((unsigned)rn->op > WD_OP_LAST)
-		return nerr(b, i, WD_E_INVALID, -1, 0, (int64_t)rn->op, "unknown operation %d",
+		return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, 0, (int64_t)rn->op, "unknown operation %d",
 			    (int)rn->op);
 	if (rn->op != WD_OP_SOURCE) {
 		if (rn->n_inputs == 0)
-			return nerr(b, i, WD_E_EMPTY_INPUTS, -1, 1, 0, "%s needs %s",
+			return nerr(b, i, WEIGHTD_E_EMPTY_INPUTS, -1, 1, 0, "%s needs %s",
 				    op_name(rn->op), rn->op == WD_OP_CONCAT || rn->op == WD_OP_STACK ?
 				    "at least one input" : rn->op == WD_OP_DEQUANT_BLOCK ?
 				    "two inputs (data, scale)" : "one input");
 		if (rn->op == WD_OP_DEQUANT_BLOCK && rn->n_inputs != 2)
-			return nerr(b, i, WD_E_INVALID, -1, 2, i64(rn->n_inputs),
+			return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, 2, i64(rn->n_inputs),
 				    "dequant_block takes two inputs (data, scale) but %zu %s given",
 				    rn->n_inputs, rn->n_inputs == 1 ? "is" : "are");
 		if (rn->op != WD_OP_CONCAT && rn->op != WD_OP_STACK && rn->op != WD_OP_DEQUANT_BLOCK &&
 		    rn->n_inputs != 1)
-			return nerr(b, i, WD_E_INVALID, -1, 1, i64(rn->n_inputs),
+			return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, 1, i64(rn->n_inputs),
 				    "%s takes one input but %zu are given", op_name(rn->op), rn->n_inputs);
 		if (rn->n_inputs > b->lim.max_nodes)
-			return nerr(b, i, WD_E_TOO_LARGE, -1, b->lim.max_nodes, i64(rn->n_inputs),
+			return nerr(b, i, WEIGHTD_E_RECIPE_TOO_LARGE, -1, b->lim.max_nodes, i64(rn->n_inputs),
 				    "%zu inputs are more than the %" PRIu32 " allowed", rn->n_inputs,
 				    b->lim.max_nodes);
 		if (!rn->inputs)
-			return nerr(b, i, WD_E_INVALID, -1, 0, 0, "the input list is missing");
+			return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, 0, 0, "the input list is missing");
 	}
 	for (size_t k = 0; k < rn->n_inputs && rn->op != WD_OP_SOURCE; k++) {
 		if (rn->inputs[k] >= i)
-			return nerr(b, i, WD_E_INVALID, -1, i, rn->inputs[k],
+			return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, i, rn->inputs[k],
 				    "input %zu is node %" PRIu32 ", which does not come before node %"
 				    PRIu32, k, rn->inputs[k], i);
 		if (b->depth[rn->inputs[k]] > depth)
@@ -879,7 +881,7 @@ static int check_inputs(struct build *b, uint32_t i, const struct wd_rnode *rn)
 	}
 	b->depth[i] = depth + 1;
 	if (b->depth[i] > b->lim.max_depth)
-		return nerr(b, i, WD_E_TOO_DEEP, -1, b->lim.max_depth, b->depth[i],
+		return nerr(b, i, WEIGHTD_E_RECIPE_TOO_DEEP, -1, b->lim.max_depth, b->depth[i],
 			    "the recipe is %" PRIu32 " operations deep here (at most %" PRIu32 ")",
 			    b->depth[i], b->lim.max_depth);
 	return 0;
@@ -919,6 +921,6 @@ int wd_recipe_build_node(struct build *b, uint32_t i)
 	case WD_OP_CAST:
 		return build_cast(b, i, rn, x);
 	default:
-		return nerr(b, i, WD_E_INVALID, -1, 0, (int64_t)rn->op, "unknown operation");
+		return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, 0, (int64_t)rn->op, "unknown operation");
 	}
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_dequant.c - block-scale dequantization in recipes: validation, moving selections below
  * it, and the F32 kernel that applies one scale per block. */
 #include "recipe_int.h"
@@ -38,28 +39,28 @@ int wd_recipe_build_dequant(struct build *b, uint32_t i, const struct wd_rnode *
 	int r;
 
 	if (!wd_dtype_info(rn->dtype))
-		return nerr(b, i, WD_E_INVALID, -1, 0, (int64_t)rn->dtype,
+		return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, 0, (int64_t)rn->dtype,
 			    "dequant_block needs a target dtype (F32, BF16 or F16)");
 	if (!out_dtype_ok(rn->dtype))
-		return nerr(b, i, WD_E_UNSUPPORTED_CAST, -1, WD_F32, rn->dtype,
+		return nerr(b, i, WEIGHTD_E_UNSUPPORTED_CAST, -1, WD_F32, rn->dtype,
 			    "dequant_block gives F32, BF16 or F16, not %s", wd_dtype_name(rn->dtype));
 	if (!data_dtype_ok(x->dtype))
-		return nerr(b, i, WD_E_UNSUPPORTED_CAST, -1, x->dtype, rn->dtype,
+		return nerr(b, i, WEIGHTD_E_UNSUPPORTED_CAST, -1, x->dtype, rn->dtype,
 			    "dequant_block takes F8_E4M3, F8_E5M2, BF16, F16 or F32 data, but its "
 			    "data (input 0, node %" PRIu32 ") is %s", rn->inputs[0],
 			    wd_dtype_name(x->dtype));
 	if (s->dtype != WD_F32)
-		return nerr(b, i, WD_E_DTYPE_MISMATCH, -1, WD_F32, s->dtype,
+		return nerr(b, i, WEIGHTD_E_DTYPE_MISMATCH, -1, WD_F32, s->dtype,
 			    "the scale (input 1, node %" PRIu32 ") is %s but must be F32",
 			    rn->inputs[1], wd_dtype_name(s->dtype));
 	if (rn->n_block < 0 || rn->n_block > WD_MAX_DIMS || rn->n_block != x->ndim)
-		return nerr(b, i, WD_E_INVALID, -1, x->ndim, rn->n_block,
+		return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, -1, x->ndim, rn->n_block,
 			    "the block shape has %d entr%s but the data (node %" PRIu32 ") has %d "
 			    "dimension%s", rn->n_block, rn->n_block == 1 ? "y" : "ies", rn->inputs[0],
 			    x->ndim, x->ndim == 1 ? "" : "s");
 	for (int d = 0; d < x->ndim; d++) {
 		if (rn->block[d] == 0)
-			return nerr(b, i, WD_E_INVALID, d, 1, 0,
+			return nerr(b, i, WEIGHTD_E_INVALID_ARGUMENT, d, 1, 0,
 				    "the block size on axis %d is 0 (at least 1)", d);
 		grid[d] = ceil_div(x->shape[d], rn->block[d]);
 	}
@@ -73,7 +74,7 @@ int wd_recipe_build_dequant(struct build *b, uint32_t i, const struct wd_rnode *
 		shape_str(rn->block, rn->n_block, bs, sizeof(bs));
 		shape_str(grid, x->ndim, gs, sizeof(gs));
 		shape_str(s->shape, s->ndim, ss, sizeof(ss));
-		return nerr(b, i, WD_E_SCALE_MISMATCH, ax,
+		return nerr(b, i, WEIGHTD_E_SCALE_MISMATCH, ax,
 			    ax >= 0 ? i64(grid[ax]) : x->ndim, ax >= 0 ? i64(s->shape[ax]) : s->ndim,
 			    "the scale (input 1, node %" PRIu32 ") has shape %s, but data of shape %s "
 			    "in blocks of %s needs one scale per block, shape %s (edge blocks may be "
@@ -134,7 +135,7 @@ int wd_recipe_select_dequant(struct build *b, uint32_t node, uint32_t in, const 
 	} else {
 		idx = malloc((s->n_idx ? s->n_idx : 1) * sizeof(*idx));
 		if (!idx)
-			return nerr(b, node, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+			return nerr(b, node, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 		for (size_t j = 0; j < s->n_idx; j++)
 			idx[j] = (s->idx[j] + ph) / bk;
 		ss.kind = WD_SEL_INDICES;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_exec.c - plan execution: pulls the output's bytes through the graph into a sink. */
 #include "recipe_int.h"
 
@@ -27,7 +28,7 @@ struct xstate {
 struct exec {
 	const struct wd_plan *p;
 	struct xstate **st;          /* by xnode.slot, made when first used (state()) */
-	struct wd_error *err;
+	weightd_error *err;
 	uint64_t bytes_read;
 	size_t win_bytes;            /* each cast window's budget (exec_alloc) */
 	/* the slots made, so that freeing does not walk them all: a range of a large plan makes
@@ -88,13 +89,13 @@ static struct xstate *state(struct exec *e, uint32_t i)
 	uint32_t k = e->p->x[i].slot;
 
 	if (k == UINT32_MAX) {
-		wd_error_set(e->err, WD_E_INTERNAL, "a plan node without execution state");
+		wd_error_set(e->err, WEIGHTD_E_INTERNAL, "a plan node without execution state");
 		return NULL;
 	}
 	if (!e->st[k]) {
 		e->st[k] = calloc(1, sizeof(**e->st));
 		if (!e->st[k]) {
-			wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for the plan's state");
+			wd_error_set(e->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory for the plan's state");
 			return NULL;
 		}
 		e->owned[e->n_owned++] = k;
@@ -115,7 +116,7 @@ static int convert_units(struct exec *e, enum wd_dtype from, const void *in, enu
 	}
 	f = to == WD_F32 ? out : mid;
 	if (wd_dequant_f32(from, in, nunits, f) < 0)
-		return wd_error_set(e->err, WD_E_UNSUPPORTED_CAST, "cannot decode %s blocks",
+		return wd_error_set(e->err, WEIGHTD_E_UNSUPPORTED_CAST, "cannot decode %s blocks",
 				    wd_dtype_name(from));
 	if (to != WD_F32)
 		wd_convert(WD_F32, f, to, out, nunits * be);
@@ -152,7 +153,7 @@ static int win_alloc(struct exec *e, uint32_t i)
 	uint64_t ib, ob, mb, per;
 
 	if (!s)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	if (s->inbuf)
 		return 0;
 	ib = unit_bytes(y->dtype);
@@ -170,7 +171,7 @@ static int win_alloc(struct exec *e, uint32_t i)
 	if (mb)
 		s->mid = malloc(s->units * mb);
 	if (!s->inbuf || !s->win || (mb && !s->mid))
-		return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for a cast's buffers");
+		return wd_error_set(e->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory for a cast's buffers");
 	return 0;
 }
 
@@ -242,7 +243,7 @@ static int read_cast(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 		}
 		k = (size_t)min_u64(s->units, u0 < total_units ? total_units - u0 : 0);
 		if (k == 0)
-			return wd_error_set(e->err, WD_E_INTERNAL, "read past the end of a cast");
+			return wd_error_set(e->err, WEIGHTD_E_INTERNAL, "read past the end of a cast");
 		r = cast_units(e, i, u0, k, s->win);
 		if (r < 0)
 			return r;
@@ -477,7 +478,7 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 		int r;
 
 		if (!s)
-			return -WD_E_EXHAUSTED;
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		if (!s->busy) {
 			r = need_temp(e, i);
 			if (r < 0)
@@ -502,7 +503,7 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 	case X_DEQUANT:
 		return read_cast(e, i, off, len, dst);
 	}
-	return wd_error_set(e->err, WD_E_INTERNAL, "unknown plan operation");
+	return wd_error_set(e->err, WEIGHTD_E_INTERNAL, "unknown plan operation");
 }
 
 /*
@@ -558,7 +559,7 @@ static int exec_alloc(struct exec *e)
 	e->st = calloc(p->n_slots + 1, sizeof(*e->st));
 	e->owned = malloc((p->n_slots + 1) * sizeof(*e->owned));
 	if (!e->st || !e->owned)
-		return wd_error_set(e->err, WD_E_EXHAUSTED, "out of memory for the plan's state");
+		return wd_error_set(e->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory for the plan's state");
 	e->win_bytes = p->n_casts ? CAST_WINDOWS_TOTAL / p->n_casts : CAST_WINDOW;
 	if (e->win_bytes > CAST_WINDOW)
 		e->win_bytes = CAST_WINDOW;
@@ -602,13 +603,13 @@ static int need_temp(struct exec *e, uint32_t i)
 	int r;
 
 	if (!s)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	if (s->ready)
 		return 0;
 	s->temp = temp_alloc(x->nbytes);
 	s->temp_len = x->nbytes;
 	if (!s->temp)
-		return wd_error_set(e->err, WD_E_EXHAUSTED, "no memory for %" PRIu64
+		return wd_error_set(e->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "no memory for %" PRIu64
 				    " bytes of working space", x->nbytes);
 	s->busy = true;
 	r = read_node(e, i, 0, x->nbytes, s->temp);
@@ -699,26 +700,26 @@ static bool root_cast_aligned(const struct wd_plan *p, uint64_t start, uint64_t 
 }
 
 int wd_plan_execute(const struct wd_plan *p, struct wd_sink *sink, struct wd_scratch *scratch,
-		    uint64_t *ret_bytes_read, struct wd_error *err)
+		    uint64_t *ret_bytes_read, weightd_error *err)
 {
 	return wd_plan_execute_range(p, 0, p->nbytes, sink, scratch, ret_bytes_read, err);
 }
 
 int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
 			  struct wd_sink *sink, struct wd_scratch *scratch, uint64_t *ret_bytes_read,
-			  struct wd_error *err)
+			  weightd_error *err)
 {
 	struct exec e = { .p = p, .err = err };
 	int r;
 
 	if (!scratch || !scratch->buf || !scratch->cap)
-		return wd_error_set(err, WD_E_INTERNAL, "materialization needs a scratch buffer");
+		return wd_error_set(err, WEIGHTD_E_INTERNAL, "materialization needs a scratch buffer");
 	if (start > p->nbytes || len > p->nbytes - start)
-		return wd_error_set(err, WD_E_INTERNAL,
+		return wd_error_set(err, WEIGHTD_E_INTERNAL,
 				    "bytes %" PRIu64 "+%" PRIu64 " are outside the %" PRIu64
 				    "-byte weight", start, len, p->nbytes);
 	if (sink->size - sink->written != len)
-		return wd_error_set(err, WD_E_INTERNAL,
+		return wd_error_set(err, WEIGHTD_E_INTERNAL,
 				    "the sink takes %" PRIu64 " bytes but the range is %" PRIu64,
 				    sink->size - sink->written, len);
 	r = check_files(&e);

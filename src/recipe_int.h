@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_int.h - private to the recipe engine: the normalised graph, the plan, shared helpers. */
 #ifndef WD_RECIPE_INT_H
 #define WD_RECIPE_INT_H
@@ -216,7 +217,7 @@ struct build {
 	uint64_t n_indices;
 	size_t cap_srcs;              /* capacity of p->srcs */
 	size_t max_x;                 /* graph size up to which selections move below casts */
-	struct wd_error *err;
+	weightd_error *err;
 };
 
 /* Fill err for recipe node `node`: "node N (op): <sentence>", with the structured fields. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_plan.c - preflight: builds the graph, decides how each node is read, accounts, labels. */
 #include "recipe_int.h"
 
@@ -144,7 +145,7 @@ static int account(struct build *b)
 			break;
 		}
 		if (!ok)
-			return nerr(b, x->orig, WD_E_OVERFLOW, -1, 0, 0,
+			return nerr(b, x->orig, WEIGHTD_E_OVERFLOW, -1, 0, 0,
 				    "the bytes this recipe reads exceed 2^64");
 		x->cost = c;
 		p->n_casts += x->op == X_CAST || x->op == X_DEQUANT;
@@ -152,7 +153,7 @@ static int account(struct build *b)
 									 : UINT32_MAX;
 		if (x->temp) {
 			if (!wd_add_u64(temp, x->nbytes, &temp) || temp > b->lim.max_temp_bytes)
-				return nerr(b, x->cause, WD_E_TOO_LARGE, -1, i64(b->lim.max_temp_bytes),
+				return nerr(b, x->cause, WEIGHTD_E_RECIPE_TOO_LARGE, -1, i64(b->lim.max_temp_bytes),
 					    i64(temp), "evaluating this needs more than the %" PRIu64
 					    " bytes of working memory allowed", b->lim.max_temp_bytes);
 		}
@@ -160,11 +161,11 @@ static int account(struct build *b)
 	total = 0;
 	for (size_t i = 0; i < p->root; i++)
 		if (p->x[i].reach && p->x[i].temp && !wd_add_u64(total, p->x[i].cost, &total))
-			return nerr(b, p->x[i].cause, WD_E_OVERFLOW, -1, 0, 0,
+			return nerr(b, p->x[i].cause, WEIGHTD_E_OVERFLOW, -1, 0, 0,
 				    "the bytes this recipe reads exceed 2^64");
 	p->temp_read = total;
 	if (!wd_add_u64(total, p->x[p->root].cost, &total))
-		return nerr(b, p->x[p->root].orig, WD_E_OVERFLOW, -1, 0, 0,
+		return nerr(b, p->x[p->root].orig, WEIGHTD_E_OVERFLOW, -1, 0, 0,
 			    "the bytes this recipe reads exceed 2^64");
 	p->temp_bytes = temp;
 	p->read_bytes = total;
@@ -188,7 +189,7 @@ static int pset_init(struct pset *s, size_t n)
 		cap *= 2;
 	s->slot = calloc(cap, sizeof(*s->slot));
 	s->mask = cap - 1;
-	return s->slot ? 0 : -WD_E_EXHAUSTED;
+	return s->slot ? 0 : -WEIGHTD_E_RESOURCE_EXHAUSTED;
 }
 
 /* Adds the pair; true if it was not there yet. */
@@ -223,7 +224,7 @@ static int prepare(struct build *b)
 	if (pset_init(&set, 2 * leaves) < 0 ||
 	    !(p->files = malloc((leaves ? leaves : 1) * sizeof(*p->files)))) {
 		free(set.slot);
-		return nerr(b, p->x[p->root].orig, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+		return nerr(b, p->x[p->root].orig, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 	}
 	p->n_srcs = 0;
 	for (size_t i = 0; i <= p->root; i++) {
@@ -235,7 +236,7 @@ static int prepare(struct build *b)
 			x->piece = calloc(x->n_in, sizeof(uint64_t));
 			x->prefix = calloc(x->n_in, sizeof(uint64_t));
 			if (!x->piece || !x->prefix) {
-				rc = nerr(b, x->orig, WD_E_EXHAUSTED, -1, 0, 0, "out of memory");
+				rc = nerr(b, x->orig, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 				break;
 			}
 			x->row = 0;
@@ -359,7 +360,7 @@ static void make_label(const struct build *b)
 /* ---- preflight ------------------------------------------------------------------------------- */
 
 int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res,
-			const struct wd_recipe_limits *lim, struct wd_plan **ret, struct wd_error *err)
+			const struct wd_recipe_limits *lim, struct wd_plan **ret, weightd_error *err)
 {
 	static const struct wd_recipe_limits defaults = WD_RECIPE_LIMITS_DEFAULT;
 	struct build b = { .r = r, .res = res, .lim = lim ? *lim : defaults, .err = err };
@@ -369,11 +370,11 @@ int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res
 
 	wd_error_clear(err);
 	if (!r || r->n_nodes == 0)
-		return wd_error_set(err, WD_E_EMPTY_INPUTS, "the recipe has no nodes");
+		return wd_error_set(err, WEIGHTD_E_EMPTY_INPUTS, "the recipe has no nodes");
 	if (!r->nodes || !res || !res->lookup)
-		return wd_error_set(err, WD_E_INVALID, "the recipe or its resolver is missing");
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "the recipe or its resolver is missing");
 	if (r->n_nodes > b.lim.max_nodes) /* names the first node past the limit */
-		return nerr(&b, b.lim.max_nodes, WD_E_TOO_LARGE, -1, b.lim.max_nodes, i64(r->n_nodes),
+		return nerr(&b, b.lim.max_nodes, WEIGHTD_E_RECIPE_TOO_LARGE, -1, b.lim.max_nodes, i64(r->n_nodes),
 			    "the recipe has %zu nodes, more than the %" PRIu32 " allowed", r->n_nodes,
 			    b.lim.max_nodes);
 	p = calloc(1, sizeof(*p));
@@ -383,7 +384,7 @@ int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res
 	b.depth = calloc(r->n_nodes, sizeof(*b.depth));
 	b.seltxt = calloc(r->n_nodes, sizeof(*b.seltxt));
 	if (!p || !b.map || !b.depth || !b.seltxt) {
-		rc = wd_error_set(err, WD_E_EXHAUSTED, "out of memory");
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	for (uint32_t i = 0; i < r->n_nodes; i++) {
@@ -394,9 +395,10 @@ int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res
 	p->root = b.map[r->n_nodes - 1];
 	root = &p->x[p->root];
 	if (root->nbytes > b.lim.max_output_bytes) {
-		rc = nerr(&b, (uint32_t)r->n_nodes - 1, WD_E_TOO_LARGE, -1, i64(b.lim.max_output_bytes),
-			  i64(root->nbytes), "the output is %" PRIu64 " bytes (at most %" PRIu64 ")",
-			  root->nbytes, b.lim.max_output_bytes);
+		rc = nerr(&b, (uint32_t)r->n_nodes - 1, WEIGHTD_E_RECIPE_TOO_LARGE, -1,
+			  i64(b.lim.max_output_bytes), i64(root->nbytes),
+			  "the output is %" PRIu64 " bytes (at most %" PRIu64 ")", root->nbytes,
+			  b.lim.max_output_bytes);
 		goto out;
 	}
 	p->dtype = root->dtype;

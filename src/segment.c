@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* segment.c - POSIX shared-memory objects that hold weights: create, seal, adopt, list, purge. */
 #include "segment.h"
 
@@ -30,7 +31,7 @@ static bool name_valid(const char *name)
 }
 
 /* An open of a shm object failed (errno): out of descriptors names the process and the limit. */
-static int open_error(struct wd_error *err, const char *what, const char *name)
+static int open_error(weightd_error *err, const char *what, const char *name)
 {
 	int e = errno;
 	char why[300];
@@ -42,10 +43,10 @@ static int open_error(struct wd_error *err, const char *what, const char *name)
 		else
 			wd_nofile_text(why, sizeof(why), "weightd",
 				       "LimitNOFILE= in weightd.service, or ulimit -n");
-		return wd_error_set(err, WD_E_EXHAUSTED, "resource exhausted: %s %s: %s: %s", what,
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "resource exhausted: %s %s: %s: %s", what,
 				    name, strerror(e), why);
 	}
-	return wd_error_set(err, WD_E_IO, "%s %s: %s", what, name, strerror(e));
+	return wd_error_set(err, WEIGHTD_E_IO, "%s %s: %s", what, name, strerror(e));
 }
 
 /*
@@ -54,9 +55,9 @@ static int open_error(struct wd_error *err, const char *what, const char *name)
  * replaced in between.
  */
 static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
-			struct wd_error *err, bool *ret_exists);
+			weightd_error *err, bool *ret_exists);
 
-int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, struct wd_error *err)
+int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, weightd_error *err)
 {
 	bool exists = false;
 
@@ -96,14 +97,14 @@ bool wd_segment_name_legacy(const char *prefix, const char *name)
  * either way a fresh name is drawn, a bounded number of times.
  */
 int wd_segment_create_unique(const char *prefix, uint64_t size, struct wd_segment *ret,
-			     struct wd_error *err)
+			     weightd_error *err)
 {
 	static const char hexd[] = "0123456789abcdef";
 	char name[WD_SEGMENT_NAME_MAX];
 	int rc = 0;
 
 	if (!wd_segment_prefix_valid(prefix))
-		return wd_error_set(err, WD_E_INVALID, "invalid shared-memory prefix \"%s\"",
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "invalid shared-memory prefix \"%s\"",
 				    prefix ? prefix : "(null)");
 	for (int attempt = 0; attempt < 8; attempt++) {
 		uint8_t rnd[WD_SEGMENT_RANDOM_HEX / 2];
@@ -116,7 +117,7 @@ int wd_segment_create_unique(const char *prefix, uint64_t size, struct wd_segmen
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n < 0)
-				return wd_error_set(err, WD_E_IO, "getrandom for a segment name: %s",
+				return wd_error_set(err, WEIGHTD_E_IO, "getrandom for a segment name: %s",
 						    strerror(errno));
 			got += (size_t)n;
 		}
@@ -134,7 +135,7 @@ int wd_segment_create_unique(const char *prefix, uint64_t size, struct wd_segmen
 }
 
 static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
-			struct wd_error *err, bool *ret_exists)
+			weightd_error *err, bool *ret_exists)
 {
 	struct stat st_rw, st_ro;
 	int fd = -1, ro_fd = -1;
@@ -142,17 +143,17 @@ static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
 	int rc;
 
 	if (!name_valid(name))
-		return wd_error_set(err, WD_E_INVALID,
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 				    "segment name \"%s\" must be \"/\" followed by 1 to %d characters "
 				    "without '/'", name ? name : "(null)", WD_SEGMENT_NAME_MAX - 2);
 	if (size > (uint64_t)INT64_MAX)
-		return wd_error_set(err, WD_E_EXHAUSTED,
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 				    "segment %s: need %llu bytes in " SHM_DIR ", more than a file can hold", name,
 				    (unsigned long long)size);
 	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0 && errno == EEXIST) {
 		*ret_exists = true;
-		rc = wd_error_set(err, WD_E_INVALID, "shared memory %s already exists", name);
+		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "shared memory %s already exists", name);
 		goto fail;
 	}
 	if (fd < 0) {
@@ -162,7 +163,7 @@ static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
 	created = true;
 	/* shm_open applies the umask; the mode must be exactly 0600 whatever it is. */
 	if (fchmod(fd, 0600) < 0) {
-		rc = wd_error_set(err, WD_E_IO, "setting mode 0600 on shared memory %s: %s", name,
+		rc = wd_error_set(err, WEIGHTD_E_IO, "setting mode 0600 on shared memory %s: %s", name,
 				  strerror(errno));
 		goto fail;
 	}
@@ -173,13 +174,13 @@ static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
 			e = posix_fallocate(fd, 0, (off_t)size);
 		while (e == EINTR);
 		if (e == ENOSPC || e == EFBIG) {
-			rc = wd_error_set(err, WD_E_EXHAUSTED,
+			rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 					  "segment %s: need %llu bytes in " SHM_DIR ": %s", name,
 					  (unsigned long long)size, strerror(e));
 			goto fail;
 		}
 		if (e) {
-			rc = wd_error_set(err, WD_E_IO, "reserving %llu bytes for segment %s: %s",
+			rc = wd_error_set(err, WEIGHTD_E_IO, "reserving %llu bytes for segment %s: %s",
 					  (unsigned long long)size, name, strerror(e));
 			goto fail;
 		}
@@ -190,12 +191,12 @@ static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
 		goto fail;
 	}
 	if (fstat(fd, &st_rw) < 0 || fstat(ro_fd, &st_ro) < 0) {
-		rc = wd_error_set(err, WD_E_IO, "fstat of shared memory %s: %s", name,
+		rc = wd_error_set(err, WEIGHTD_E_IO, "fstat of shared memory %s: %s", name,
 				  strerror(errno));
 		goto fail;
 	}
 	if (st_rw.st_dev != st_ro.st_dev || st_rw.st_ino != st_ro.st_ino) {
-		rc = wd_error_set(err, WD_E_IO,
+		rc = wd_error_set(err, WEIGHTD_E_IO,
 				  "shared memory %s was replaced while it was being created", name);
 		created = false; /* the name is someone else's now */
 		goto fail;
@@ -216,15 +217,15 @@ fail:
 }
 
 int wd_segment_create_sparse(const char *prefix, uint64_t size, struct wd_segment *ret,
-			     struct wd_error *err)
+			     weightd_error *err)
 {
 	int rc = wd_segment_create_unique(prefix, 0, ret, err);
 
 	if (rc < 0)
 		return rc;
 	if (size > (uint64_t)INT64_MAX || ftruncate(ret->fd, (off_t)size) < 0) {
-		rc = wd_error_set(err, size > (uint64_t)INT64_MAX || errno == EFBIG ? WD_E_EXHAUSTED
-										       : WD_E_IO,
+		rc = wd_error_set(err, size > (uint64_t)INT64_MAX || errno == EFBIG ? WEIGHTD_E_RESOURCE_EXHAUSTED
+										       : WEIGHTD_E_IO,
 				  "sizing shared memory %s to %llu bytes: %s", ret->name,
 				  (unsigned long long)size, strerror(errno));
 		wd_segment_close(ret);
@@ -261,16 +262,16 @@ int wd_segment_punch(const struct wd_segment *seg, uint64_t off, uint64_t len)
 	if (fd < 0) {
 		fd = shm_open(seg->name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
 		if (fd < 0)
-			return -WD_E_IO;
+			return -WEIGHTD_E_IO;
 		if (fstat(fd, &a) < 0 || fstat(seg->ro_fd, &b) < 0 || a.st_ino != b.st_ino ||
 		    a.st_dev != b.st_dev) {
 			close(fd);
-			return -WD_E_IO;
+			return -WEIGHTD_E_IO;
 		}
 	}
 	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)from,
 		      (off_t)(to - from)) < 0)
-		r = -WD_E_IO;
+		r = -WEIGHTD_E_IO;
 	if (fd != seg->fd)
 		close(fd);
 	return r;
@@ -288,29 +289,29 @@ void wd_segment_seal(struct wd_segment *seg)
  * Only an object this user owns and nobody else can write is adopted: anything else under the
  * prefix could change under the clients that map it.
  */
-int wd_segment_adopt(const char *name, struct wd_segment *ret, struct wd_error *err)
+int wd_segment_adopt(const char *name, struct wd_segment *ret, weightd_error *err)
 {
 	struct stat st;
 	int fd = -1;
 	int rc;
 
 	if (!name_valid(name))
-		return wd_error_set(err, WD_E_INVALID, "segment name \"%s\" is not a valid name",
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "segment name \"%s\" is not a valid name",
 				    name ? name : "(null)");
 	fd = shm_open(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 	if (fd < 0) {
-		rc = errno == ENOENT ? wd_error_set(err, WD_E_NOT_FOUND, "opening shared memory %s: %s",
+		rc = errno == ENOENT ? wd_error_set(err, WEIGHTD_E_NOT_FOUND, "opening shared memory %s: %s",
 						    name, strerror(errno))
 				     : open_error(err, "opening shared memory", name);
 		goto fail;
 	}
 	if (fstat(fd, &st) < 0) {
-		rc = wd_error_set(err, WD_E_IO, "fstat of shared memory %s: %s", name,
+		rc = wd_error_set(err, WEIGHTD_E_IO, "fstat of shared memory %s: %s", name,
 				  strerror(errno));
 		goto fail;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
-		rc = wd_error_set(err, WD_E_PERMISSION,
+		rc = wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
 				  "shared memory %s is not a file owned by uid %u and writable only by "
 				  "it (uid %u, mode %04o)", name, (unsigned)geteuid(),
 				  (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
@@ -342,9 +343,9 @@ void wd_segment_close(struct wd_segment *seg)
 int wd_segment_unlink(const char *name)
 {
 	if (!name_valid(name))
-		return -WD_E_INVALID;
+		return -WEIGHTD_E_INVALID_ARGUMENT;
 	if (shm_unlink(name) < 0 && errno != ENOENT)
-		return -WD_E_IO;
+		return -WEIGHTD_E_IO;
 	return 0;
 }
 
@@ -385,11 +386,11 @@ int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t siz
 	int rc = 0;
 
 	if (!wd_segment_prefix_valid(prefix))
-		return -WD_E_INVALID;
+		return -WEIGHTD_E_INVALID_ARGUMENT;
 	plen = strlen(prefix);
 	d = opendir(SHM_DIR);
 	if (!d)
-		return -WD_E_IO;
+		return -WEIGHTD_E_IO;
 	for (;;) {
 		char name[WD_SEGMENT_NAME_MAX];
 		struct stat st;
@@ -398,7 +399,7 @@ int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t siz
 		e = readdir(d);
 		if (!e) {
 			if (errno)
-				rc = -WD_E_IO;
+				rc = -WEIGHTD_E_IO;
 			break;
 		}
 		if (!under_prefix(e->d_name, prefix, plen) ||
@@ -407,7 +408,7 @@ int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t siz
 		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT)
 				continue;
-			rc = -WD_E_IO;
+			rc = -WEIGHTD_E_IO;
 			break;
 		}
 		if (!S_ISREG(st.st_mode))
@@ -477,13 +478,13 @@ static int collect_name(const char *name, uint64_t size, void *arg)
 		char **nn = realloc(l->names, sizeof(char *) * ncap);
 
 		if (!nn)
-			return -WD_E_EXHAUSTED;
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		l->names = nn;
 		l->cap = ncap;
 	}
 	copy = strdup(name);
 	if (!copy)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	l->names[l->n++] = copy;
 	return 0;
 }
@@ -505,7 +506,7 @@ int wd_segment_purge(const char *prefix)
 		if (shm_unlink(l.names[i]) == 0)
 			count++;
 		else if (errno != ENOENT && !rc)
-			rc = -WD_E_IO;
+			rc = -WEIGHTD_E_IO;
 	}
 	if (!rc)
 		rc = count;

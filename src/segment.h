@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* segment.h - POSIX shared-memory segments that hold weights. */
 #ifndef WD_SEGMENT_H
 #define WD_SEGMENT_H
@@ -20,12 +21,13 @@ struct wd_segment {
 
 /*
  * Create a new shm object `name` (must start with '/', no other '/') with mode 0600, O_EXCL, and
- * reserve `size` bytes with posix_fallocate so a full /dev/shm fails here (-WD_E_EXHAUSTED naming
- * bytes needed) instead of as SIGBUS later. size 0 is allowed (nothing reserved). On failure nothing
- * is left behind (the name is unlinked). -WD_E_INVALID for a malformed name or one already in use
- * (that object is left alone).
+ * reserve `size` bytes with posix_fallocate so a full /dev/shm fails here
+ * (-WEIGHTD_E_RESOURCE_EXHAUSTED naming bytes needed) instead of as SIGBUS later. size 0 is allowed
+ * (nothing reserved). On failure nothing is left behind (the name is unlinked).
+ * -WEIGHTD_E_INVALID_ARGUMENT for a malformed name or one already in use (that object is left
+ * alone).
  */
-int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, struct wd_error *err);
+int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, weightd_error *err);
 
 /*
  * What weightd creates: a new object named "/<prefix>." + 32 lowercase hex digits of getrandom(),
@@ -34,7 +36,7 @@ int wd_segment_create(const char *name, uint64_t size, struct wd_segment *ret, s
  * in ret->name. Otherwise as wd_segment_create.
  */
 int wd_segment_create_unique(const char *prefix, uint64_t size, struct wd_segment *ret,
-			     struct wd_error *err);
+			     weightd_error *err);
 
 /* Is `name` ("/..." as shm_open takes it) one weightd makes under `prefix`? Only such names are
  * adopted from the state index, unlinked on eviction, or purged. */
@@ -45,25 +47,26 @@ bool wd_segment_name_matches(const char *prefix, const char *name);
  * (a write into a full /dev/shm fails with ENOSPC; nothing maps it writable). Callers check
  * wd_segment_shm_free first. */
 int wd_segment_create_sparse(const char *prefix, uint64_t size, struct wd_segment *ret,
-			     struct wd_error *err);
+			     weightd_error *err);
 
 /* Bytes /dev/shm has free for this process (statvfs f_bavail), UINT64_MAX if it cannot say. */
 uint64_t wd_segment_shm_free(void);
 
 /* Give the pages of [off, off + len) back to the system (FALLOC_FL_PUNCH_HOLE) while the object
- * lives: an evicted weight's memory. 0 or -WD_E_IO. */
+ * lives: an evicted weight's memory. 0 or -WEIGHTD_E_IO. */
 int wd_segment_punch(const struct wd_segment *seg, uint64_t off, uint64_t len);
 
 /* Drop write access: close the O_RDWR fd after filling. ro_fd stays. */
 void wd_segment_seal(struct wd_segment *seg);
 
 /* Re-open an existing object read-only (re-adoption after a restart): fills ro_fd and size. */
-int wd_segment_adopt(const char *name, struct wd_segment *ret, struct wd_error *err);
+int wd_segment_adopt(const char *name, struct wd_segment *ret, weightd_error *err);
 
 /* Close fds (not the name). Accepts NULL / closed. */
 void wd_segment_close(struct wd_segment *seg);
 
-/* shm_unlink(name); mappings and fds elsewhere stay valid. 0 or -WD_E_IO (ENOENT is success). */
+/* shm_unlink(name); mappings and fds elsewhere stay valid. 0 or -WEIGHTD_E_IO (ENOENT is success).
+ */
 int wd_segment_unlink(const char *name);
 
 /*

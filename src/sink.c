@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sink.c - in-order writer into a segment that hashes as it writes, inline or on a hasher thread
  * behind the writes; per-worker scratch buffers. */
 #include "sink.h"
@@ -118,14 +119,14 @@ uint8_t *wd_sink_buffer(struct wd_sink *s, size_t *ret_cap)
  * A slot is queued before it is written, so the hasher reads it while pwrite does (both only
  * read it). Any other buffer is hashed here, after the queue has drained, to keep the order.
  */
-int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_error *err)
+int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, weightd_error *err)
 {
 	struct wd_hasher *h = s->hasher;
 	const uint8_t *p = buf;
 	size_t left = len;
 
 	if (len > s->size - s->written)
-		return wd_error_set(err, WD_E_INTERNAL,
+		return wd_error_set(err, WEIGHTD_E_INTERNAL,
 				    "materialization produced more than its %llu bytes",
 				    (unsigned long long)s->size);
 	if (h && len && len <= h->cap && buf == h->slot[h->head % WD_HASHER_SLOTS]) {
@@ -150,7 +151,7 @@ int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_erro
 				continue;
 			if (n == 0)
 				errno = EIO;
-			return wd_error_set(err, errno == ENOSPC ? WD_E_EXHAUSTED : WD_E_IO,
+			return wd_error_set(err, errno == ENOSPC ? WEIGHTD_E_RESOURCE_EXHAUSTED : WEIGHTD_E_IO,
 					    "writing the weight into shared memory: %s", strerror(errno));
 		}
 		p += n;
@@ -167,12 +168,12 @@ int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_erro
 	return 0;
 }
 
-int wd_sink_finish(struct wd_sink *s, uint8_t *digest, struct wd_error *err)
+int wd_sink_finish(struct wd_sink *s, uint8_t *digest, weightd_error *err)
 {
 	detach(s);
 	if (s->written != s->size) {
 		wd_sink_abort(s);
-		return wd_error_set(err, WD_E_INTERNAL,
+		return wd_error_set(err, WEIGHTD_E_INTERNAL,
 				    "materialization produced %llu of its %llu bytes",
 				    (unsigned long long)s->written, (unsigned long long)s->size);
 	}
@@ -258,7 +259,7 @@ int wd_scratch_init(struct wd_scratch *s, size_t bytes)
 		s->cap2 = bytes;
 	if (!s->buf || !s->buf2) {
 		wd_scratch_free(s);
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	}
 	s->hasher = hasher_new(bytes / WD_HASHER_SLOTS ? bytes / WD_HASHER_SLOTS : 1);
 	return 0;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sink.h - writing a weight's bytes (or one range of them) into its segment in order, hashing
  * them on the way. */
 #ifndef WD_SINK_H
@@ -25,7 +26,7 @@ struct wd_hasher;
 /*
  * A sink receives `size` bytes strictly in order and pwrites them into fd at base, base + 1, ...,
  * updating the content digest (digest.h: chunked, of algorithm `alg`) of everything written.
- * Writing past `size` is -WD_E_INTERNAL. fd < 0 makes a sink that only hashes (tests). A sink
+ * Writing past `size` is -WEIGHTD_E_INTERNAL. fd < 0 makes a sink that only hashes (tests). A sink
  * over one whole weight gives the weight's digest; a sink over one WD_DIGEST_CHUNK-aligned chunk
  * gives that chunk's digest (for wd_content_compose).
  *
@@ -62,11 +63,11 @@ void wd_sink_pipeline(struct wd_sink *s, struct wd_hasher *h);
 uint8_t *wd_sink_buffer(struct wd_sink *s, size_t *ret_cap);
 /* Any buffer may be written; a slot from wd_sink_buffer is hashed behind the write, any other
  * buffer after the queued slots, inline. */
-int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, struct wd_error *err);
-/* All `size` bytes must have been written (-WD_E_INTERNAL otherwise); writes the digest
+int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, weightd_error *err);
+/* All `size` bytes must have been written (-WEIGHTD_E_INTERNAL otherwise); writes the digest
  * (wd_digest_len of the sink's algorithm, at most WD_DIGEST_MAX bytes). Waits for the hasher,
  * which is then free for another sink. */
-int wd_sink_finish(struct wd_sink *s, uint8_t *digest, struct wd_error *err);
+int wd_sink_finish(struct wd_sink *s, uint8_t *digest, weightd_error *err);
 /* Release the hash state on a failure path (after waiting for the hasher). Accepts a finished
  * sink. */
 void wd_sink_abort(struct wd_sink *s);
@@ -86,7 +87,7 @@ struct wd_scratch {
 #define WD_SCRATCH_BYTES (512u << 10)
 
 /* Buffers of `bytes` each and a hasher (whose thread failing to start leaves hasher NULL, not
- * an error: sinks then hash inline). 0 or -WD_E_EXHAUSTED. */
+ * an error: sinks then hash inline). 0 or -WEIGHTD_E_RESOURCE_EXHAUSTED. */
 int wd_scratch_init(struct wd_scratch *s, size_t bytes);
 /* Stops the hasher's thread. Accepts NULL and a zeroed struct. */
 void wd_scratch_free(struct wd_scratch *s);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* source.c - a checkpoint source: one safetensors file, a sharded directory, or a GGUF file. */
 #include "source.h"
 
@@ -53,16 +54,16 @@ static int errno_code(int e)
 	switch (e) {
 	case ENOENT:
 	case ENOTDIR:
-		return WD_E_NOT_FOUND;
+		return WEIGHTD_E_NOT_FOUND;
 	case EACCES:
 	case EPERM:
-		return WD_E_PERMISSION;
+		return WEIGHTD_E_PERMISSION_DENIED;
 	case ENOMEM:
 	case EMFILE:
 	case ENFILE:
-		return WD_E_EXHAUSTED;
+		return WEIGHTD_E_RESOURCE_EXHAUSTED;
 	default:
-		return WD_E_IO;
+		return WEIGHTD_E_IO;
 	}
 }
 
@@ -127,14 +128,14 @@ static int read_all(int fd, void *buf, size_t len, uint64_t off)
  * Takes ownership of fd (closed on failure).
  */
 static int add_file(struct wd_source *src, const char *name, const char *path, int fd,
-		    const struct stat *st, struct wd_error *err)
+		    const struct stat *st, weightd_error *err)
 {
 	struct wd_file *nf, *f;
 
 	nf = realloc(src->files, (src->n_files + 1) * sizeof(*nf));
 	if (!nf) {
 		close(fd);
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory opening %s", path);
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s", path);
 	}
 	src->files = nf;
 	f = &src->files[src->n_files];
@@ -145,7 +146,7 @@ static int add_file(struct wd_source *src, const char *name, const char *path, i
 	id_from_stat(&f->id, st);
 	src->n_files++;
 	if (!f->name || !f->path)
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory opening %s", path);
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s", path);
 	return 0;
 }
 
@@ -161,7 +162,8 @@ static const char *file_type(mode_t m)
  * fstat of what was opened: O_NONBLOCK makes opening a FIFO (or a device) return at once instead
  * of waiting for a writer, and the fstat refuses it. It has no effect on reading a regular file.
  */
-static int open_regular(const char *path, int flags, int *ret_fd, struct stat *ret_st, struct wd_error *err)
+static int open_regular(const char *path, int flags, int *ret_fd, struct stat *ret_st,
+			weightd_error *err)
 {
 	struct stat st;
 	int fd;
@@ -176,7 +178,7 @@ static int open_regular(const char *path, int flags, int *ret_fd, struct stat *r
 	}
 	if (!S_ISREG(st.st_mode)) {
 		close(fd);
-		return wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s is %s, not a regular file", path,
+		return wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT, "%s is %s, not a regular file", path,
 				    file_type(st.st_mode));
 	}
 	*ret_fd = fd;
@@ -193,7 +195,7 @@ static int open_regular(const char *path, int flags, int *ret_fd, struct stat *r
  * resolves to. Appends the file.
  */
 static int open_member(struct wd_source *src, const char *dir_abs, const char *name,
-		       struct wd_error *err)
+		       weightd_error *err)
 {
 	char *p = NULL;
 	struct stat st = { 0 }, lst;
@@ -201,16 +203,16 @@ static int open_member(struct wd_source *src, const char *dir_abs, const char *n
 
 	p = join(dir_abs, name);
 	if (!p) {
-		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory opening %s", name);
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s", name);
 		goto out;
 	}
 	r = open_regular(p, 0, &fd, &st, err);
-	if (r == -WD_E_NOT_FOUND)
-		r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s does not exist", p);
+	if (r == -WEIGHTD_E_NOT_FOUND)
+		r = wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT, "%s does not exist", p);
 	if (r)
 		goto out;
 	if (stat(p, &lst) < 0 || lst.st_dev != st.st_dev || lst.st_ino != st.st_ino) {
-		r = wd_error_set(err, WD_E_CHANGED, "%s changed while it was being opened", p);
+		r = wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED, "%s changed while it was being opened", p);
 		goto out;
 	}
 	r = add_file(src, name, p, fd, &st, err);
@@ -224,7 +226,7 @@ out:
 
 /* Parse the safetensors header of files[i] into `table`, prefixing errors with the file's path. */
 static int read_st(struct wd_source *src, uint32_t i, const struct wd_limits *lim, struct wd_table *table,
-		   struct wd_error *err)
+		   weightd_error *err)
 {
 	struct wd_file *f = &src->files[i];
 	int r;
@@ -248,7 +250,7 @@ static bool named_gguf(const char *path)
  * damaged GGUF file is reported by the GGUF rules, as a missing magic), safetensors otherwise.
  */
 static int open_single_file(struct wd_source *src, const char *abs, int fd, const struct stat *st,
-			    const struct wd_limits *lim, struct wd_error *err)
+			    const struct wd_limits *lim, weightd_error *err)
 {
 	uint8_t magic[4];
 	int r;
@@ -284,24 +286,26 @@ static int tensor_ptr_cmp(const void *a, const void *b)
  * Sort the lookup array and reject a name that appears twice (possible only across shards: one
  * file's JSON cannot hold a duplicate key).
  */
-static int build_lookup(struct wd_source *src, struct wd_error *err)
+static int build_lookup(struct wd_source *src, weightd_error *err)
 {
 	size_t n = src->table.n_tensors;
 
 	src->by_name = calloc(n ? n : 1, sizeof(*src->by_name));
 	if (!src->by_name)
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory for a table of %zu tensors", n);
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				    "out of memory for a table of %zu tensors", n);
 	for (size_t i = 0; i < n; i++) {
 		src->by_name[i] = &src->table.tensors[i];
 		if (!wd_add_u64(src->bytes, src->table.tensors[i].nbytes, &src->bytes))
-			return wd_error_set(err, WD_E_BAD_CHECKPOINT, "the tensors' sizes add up to more than 64 bits");
+			return wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT,
+					    "the tensors' sizes add up to more than 64 bits");
 	}
 	qsort(src->by_name, n, sizeof(*src->by_name), tensor_ptr_cmp);
 	for (size_t i = 1; i < n; i++) {
 		const struct wd_tensor_info *a = src->by_name[i - 1], *b = src->by_name[i];
 		if (strcmp(a->name, b->name) == 0) {
 			wd_error_about(err, NULL, a->name);
-			return wd_error_set(err, WD_E_BAD_CHECKPOINT, "tensor '%.200s' appears in both %s and %s",
+			return wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT, "tensor '%.200s' appears in both %s and %s",
 					    a->name, src->files[a->file].name, src->files[b->file].name);
 		}
 	}
@@ -312,14 +316,15 @@ static int build_lookup(struct wd_source *src, struct wd_error *err)
  * Every shard must hold exactly the tensors the index assigns to it: each tensor found in a shard is
  * looked up in the sorted index (present, same shard), and every index entry must have been found.
  */
-static int check_against_index(struct wd_source *src, const struct wd_stindex *idx, struct wd_error *err)
+static int check_against_index(struct wd_source *src, const struct wd_stindex *idx,
+			       weightd_error *err)
 {
 	struct ientry *ie;
 	int r = 0;
 
 	ie = calloc(idx->n_tensors ? idx->n_tensors : 1, sizeof(*ie));
 	if (!ie)
-		return wd_error_set(err, WD_E_EXHAUSTED, "out of memory checking the index");
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory checking the index");
 	for (size_t i = 0; i < idx->n_tensors; i++)
 		ie[i] = (struct ientry){ idx->tensors[i], idx->tensor_file[i], false };
 	qsort(ie, idx->n_tensors, sizeof(*ie), ientry_cmp);
@@ -331,13 +336,13 @@ static int check_against_index(struct wd_source *src, const struct wd_stindex *i
 		e = bsearch(&key, ie, idx->n_tensors, sizeof(*ie), ientry_cmp);
 		wd_error_about(err, NULL, t->name);
 		if (!e) {
-			r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+			r = wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT,
 					 "tensor '%.200s' is in shard %s but " INDEX_NAME " does not list it",
 					 t->name, src->files[t->file].name);
 			goto out;
 		}
 		if (e->file != t->file) {
-			r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+			r = wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT,
 					 INDEX_NAME " assigns tensor '%.200s' to shard %s, but it is in shard %s",
 					 t->name, idx->files[e->file], src->files[t->file].name);
 			goto out;
@@ -347,7 +352,7 @@ static int check_against_index(struct wd_source *src, const struct wd_stindex *i
 	for (size_t i = 0; i < idx->n_tensors; i++) {
 		if (!ie[i].seen) {
 			wd_error_about(err, NULL, ie[i].name);
-			r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+			r = wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT,
 					 INDEX_NAME " assigns tensor '%.200s' to shard %s, but that shard has no such tensor",
 					 ie[i].name, idx->files[ie[i].file]);
 			goto out;
@@ -365,7 +370,7 @@ out:
  * directory has no index, returns 0 with *ret_buf NULL.
  */
 static int read_index(int dirfd, const char *dir_abs, const struct wd_limits *lim, char **ret_buf,
-		      size_t *ret_len, struct wd_error *err)
+		      size_t *ret_len, weightd_error *err)
 {
 	struct stat st;
 	char *buf = NULL;
@@ -379,27 +384,30 @@ static int read_index(int dirfd, const char *dir_abs, const struct wd_limits *li
 				    strerror(errno));
 	}
 	if (fstat(fd, &st) < 0) {
-		r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s/" INDEX_NAME " is not a readable regular file", dir_abs);
+		r = wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT,
+				 "%s/" INDEX_NAME " is not a readable regular file", dir_abs);
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		r = wd_error_set(err, WD_E_BAD_CHECKPOINT, "%s/" INDEX_NAME " is %s, not a regular file",
+		r = wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT, "%s/" INDEX_NAME " is %s, not a regular file",
 				 dir_abs, file_type(st.st_mode));
 		goto out;
 	}
 	if ((uint64_t)st.st_size > lim->max_index_bytes) {
-		r = wd_error_set(err, WD_E_LIMIT, "%s/" INDEX_NAME " is %lld bytes, more than the limit of %" PRIu64,
+		r = wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+				 "%s/" INDEX_NAME " is %lld bytes, more than the limit of %" PRIu64,
 				 dir_abs, (long long)st.st_size, lim->max_index_bytes);
 		goto out;
 	}
 	buf = malloc((size_t)st.st_size + 1);
 	if (!buf) {
-		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory reading %s/" INDEX_NAME, dir_abs);
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				 "out of memory reading %s/" INDEX_NAME, dir_abs);
 		goto out;
 	}
 	errno = 0;
 	if (read_all(fd, buf, (size_t)st.st_size, 0)) {
-		r = wd_error_set(err, WD_E_IO, "cannot read %s/" INDEX_NAME ": %s", dir_abs,
+		r = wd_error_set(err, WEIGHTD_E_IO, "cannot read %s/" INDEX_NAME ": %s", dir_abs,
 				 errno ? strerror(errno) : "the file shrank while being read");
 		goto out;
 	}
@@ -416,7 +424,7 @@ out:
 
 /* Every shard the index names is opened, parsed and checked against the index. */
 static int open_sharded(struct wd_source *src, const char *dir_abs, const char *json,
-			size_t len, const struct wd_limits *lim, struct wd_error *err)
+			size_t len, const struct wd_limits *lim, weightd_error *err)
 {
 	struct wd_stindex idx = { 0 };
 	struct wd_table shard;
@@ -439,19 +447,21 @@ static int open_sharded(struct wd_source *src, const char *dir_abs, const char *
 		if (r)
 			goto out;
 		if (src->table.n_tensors + shard.n_tensors > lim->max_tensors) {
-			r = wd_error_set(err, WD_E_LIMIT, "%s: the shards hold more than the limit of %" PRIu64 " tensors",
+			r = wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+					 "%s: the shards hold more than the limit of %" PRIu64
+					 " tensors",
 					 dir_abs, lim->max_tensors);
 			goto out;
 		}
 		for (size_t t = 0; t < shard.n_tensors; t++)
 			if (wd_table_add_tensor(&src->table, &shard.tensors[t])) {
-				r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory for the tensor table");
+				r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory for the tensor table");
 				goto out;
 			}
 		/* Shards normally repeat the same __metadata__; the first shard's is the source's. */
 		for (size_t m = 0; i == 0 && m < shard.n_meta; m++)
 			if (wd_table_add_meta(&src->table, shard.meta[m].key, shard.meta[m].value, shard.meta[m].type)) {
-				r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory for the metadata table");
+				r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory for the metadata table");
 				goto out;
 			}
 		wd_table_free(&shard);
@@ -472,7 +482,7 @@ out:
 
 /* Without an index: exactly one *.safetensors file in the directory is the source. */
 static int open_lone_file(struct wd_source *src, int dirfd, const char *dir_abs,
-			  const struct wd_limits *lim, struct wd_error *err)
+			  const struct wd_limits *lim, weightd_error *err)
 {
 	struct dirent *de;
 	char *first = NULL, *second = NULL;
@@ -503,17 +513,18 @@ static int open_lone_file(struct wd_source *src, int dirfd, const char *dir_abs,
 	}
 	closedir(d);
 	if (count == 0) {
-		r = wd_error_set(err, WD_E_NOT_FOUND, "%s has no " INDEX_NAME " and no *" ST_SUFFIX " file", dir_abs);
+		r = wd_error_set(err, WEIGHTD_E_NOT_FOUND,
+				 "%s has no " INDEX_NAME " and no *" ST_SUFFIX " file", dir_abs);
 		goto out;
 	}
 	if (count > 1) {
-		r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+		r = wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT,
 				 "%s has %zu *" ST_SUFFIX " files (%s, %s, ...) and no " INDEX_NAME " saying how they fit together",
 				 dir_abs, count, first ? first : "?", second ? second : "?");
 		goto out;
 	}
 	if (!first) {
-		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory listing %s", dir_abs);
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory listing %s", dir_abs);
 		goto out;
 	}
 	r = open_member(src, dir_abs, first, err);
@@ -529,7 +540,7 @@ out:
 
 /* dirfd: the directory, opened by the caller (owned: closed here). */
 static int open_directory(struct wd_source *src, const char *dir_abs, int dirfd,
-			  const struct wd_limits *lim, struct wd_error *err)
+			  const struct wd_limits *lim, weightd_error *err)
 {
 	char *json = NULL;
 	size_t len = 0;
@@ -570,7 +581,7 @@ void wd_source_free(struct wd_source *src)
 static void compute_identity(const struct wd_source *src, uint8_t ret[32]);
 
 int wd_source_open(const char *name, const char *path, const struct wd_limits *lim,
-		   struct wd_source **ret, struct wd_error *err)
+		   struct wd_source **ret, weightd_error *err)
 {
 	static const struct wd_limits def = WD_LIMITS_DEFAULT;
 	struct wd_source *src = NULL;
@@ -581,13 +592,13 @@ int wd_source_open(const char *name, const char *path, const struct wd_limits *l
 	if (!lim)
 		lim = &def;
 	if (!name || !path || !*path) {
-		r = wd_error_set(err, WD_E_INVALID, "a checkpoint source needs a name and a path");
+		r = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "a checkpoint source needs a name and a path");
 		goto out;
 	}
 	src = calloc(1, sizeof(*src));
 	abs = absolute(path);
 	if (!src || !abs || !(src->name = strdup(name)) || !(src->path = strdup(path))) {
-		r = wd_error_set(err, WD_E_EXHAUSTED, "out of memory opening %s", path);
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s", path);
 		goto out;
 	}
 	wd_table_init(&src->table);
@@ -609,7 +620,7 @@ int wd_source_open(const char *name, const char *path, const struct wd_limits *l
 	} else if (S_ISREG(st.st_mode)) {
 		r = open_single_file(src, abs, fd, &st, lim, err);
 	} else {
-		r = wd_error_set(err, WD_E_BAD_CHECKPOINT,
+		r = wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT,
 				 "%s is %s, neither a regular file nor a directory", path,
 				 file_type(st.st_mode));
 		close(fd);
@@ -765,22 +776,23 @@ void wd_source_identity(const struct wd_source *src, uint8_t ret[32])
 	memcpy(ret, src->identity, 32);
 }
 
-/* Compare a stat with the pin; 0 when equal, else -WD_E_CHANGED with a sentence about what moved. */
+/* Compare a stat with the pin; 0 when equal, else -WEIGHTD_E_SOURCE_CHANGED with a sentence about
+ * what moved. */
 static int compare_pin(const struct wd_source *src, const struct wd_file *f, const struct stat *st,
-		       const char *how, struct wd_error *err)
+		       const char *how, weightd_error *err)
 {
 	int r;
 
 	if (st->st_dev != f->id.dev || st->st_ino != f->id.ino)
-		r = wd_error_set(err, WD_E_CHANGED,
+		r = wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
 				 "%s was replaced since it was opened (%s now names inode %llu, not %llu)",
 				 f->path, how, (unsigned long long)st->st_ino, (unsigned long long)f->id.ino);
 	else if ((uint64_t)st->st_size != f->id.size)
-		r = wd_error_set(err, WD_E_CHANGED,
+		r = wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
 				 "%s changed size since it was opened (%s: %lld bytes, was %" PRIu64 ")",
 				 f->path, how, (long long)st->st_size, f->id.size);
 	else if (mtime_ns(st) != f->id.mtime_ns)
-		r = wd_error_set(err, WD_E_CHANGED,
+		r = wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
 				 "%s was modified since it was opened (%s: mtime %" PRId64 " ns, was %" PRId64 ")",
 				 f->path, how, mtime_ns(st), f->id.mtime_ns);
 	else
@@ -789,40 +801,43 @@ static int compare_pin(const struct wd_source *src, const struct wd_file *f, con
 	return r;
 }
 
-int wd_source_check(const struct wd_source *src, uint32_t file, struct wd_error *err)
+int wd_source_check(const struct wd_source *src, uint32_t file, weightd_error *err)
 {
 	const struct wd_file *f;
 	struct stat st;
 	int r;
 
 	if (file >= src->n_files)
-		return wd_error_set(err, WD_E_INVALID, "source %s has no file %" PRIu32, src->name, file);
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "source %s has no file %" PRIu32, src->name, file);
 	f = &src->files[file];
 	if (stat(f->path, &st) < 0) {
 		int e = errno;
 		wd_error_about(err, src->name, NULL);
 		if (e == ENOENT || e == ENOTDIR)
-			return wd_error_set(err, WD_E_CHANGED, "%s is gone (removed or renamed since it was opened)",
+			return wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
+					    "%s is gone (removed or renamed since it was opened)",
 					    f->path);
-		return wd_error_set(err, WD_E_IO, "cannot stat %s: %s", f->path, strerror(e));
+		return wd_error_set(err, WEIGHTD_E_IO, "cannot stat %s: %s", f->path, strerror(e));
 	}
 	r = compare_pin(src, f, &st, "the path", err);
 	if (r)
 		return r;
 	if (fstat(f->fd, &st) < 0) {
 		wd_error_about(err, src->name, NULL);
-		return wd_error_set(err, WD_E_IO, "cannot fstat %s: %s", f->path, strerror(errno));
+		return wd_error_set(err, WEIGHTD_E_IO, "cannot fstat %s: %s", f->path, strerror(errno));
 	}
 	return compare_pin(src, f, &st, "the open file", err);
 }
 
 /*
  * Reads with pread only, then fstats the descriptor: bytes read from a file whose size or mtime
- * moved since admission are reported as -WD_E_CHANGED rather than returned as good. (A rename over
- * the path leaves the pinned inode, and so these bytes, intact; wd_source_check notices it.)
+ * moved since admission are reported as -WEIGHTD_E_SOURCE_CHANGED rather than returned as good. (A
+ * rename over the path leaves the pinned inode, and so these bytes, intact; wd_source_check notices
+ * it.)
  */
 int wd_source_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len, uint64_t off,
-		    struct wd_error *err)
+		    weightd_error *err)
 {
 	const struct wd_file *f;
 	uint8_t *p = buf;
@@ -831,11 +846,12 @@ int wd_source_pread(const struct wd_source *src, uint32_t file, void *buf, size_
 	struct stat st;
 
 	if (file >= src->n_files)
-		return wd_error_set(err, WD_E_INVALID, "source %s has no file %" PRIu32, src->name, file);
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "source %s has no file %" PRIu32, src->name, file);
 	f = &src->files[file];
 	if (!wd_add_u64(off, len, &end) || end > f->id.size) {
 		wd_error_about(err, src->name, NULL);
-		return wd_error_set(err, WD_E_INVALID,
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 				    "read of %zu bytes at offset %" PRIu64 " is past the end of %s (%" PRIu64 " bytes)",
 				    len, off, f->path, f->id.size);
 	}
@@ -845,12 +861,12 @@ int wd_source_pread(const struct wd_source *src, uint32_t file, void *buf, size_
 			if (errno == EINTR)
 				continue;
 			wd_error_about(err, src->name, NULL);
-			return wd_error_set(err, WD_E_IO, "reading %s at offset %" PRIu64 ": %s", f->path, pos,
+			return wd_error_set(err, WEIGHTD_E_IO, "reading %s at offset %" PRIu64 ": %s", f->path, pos,
 					    strerror(errno));
 		}
 		if (k == 0) {
 			wd_error_about(err, src->name, NULL);
-			return wd_error_set(err, WD_E_CHANGED,
+			return wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
 					    "%s ends at byte %" PRIu64 " but held %" PRIu64 " bytes when opened (truncated since)",
 					    f->path, pos, f->id.size);
 		}
@@ -860,7 +876,7 @@ int wd_source_pread(const struct wd_source *src, uint32_t file, void *buf, size_
 	}
 	if (fstat(f->fd, &st) < 0) {
 		wd_error_about(err, src->name, NULL);
-		return wd_error_set(err, WD_E_IO, "cannot fstat %s: %s", f->path, strerror(errno));
+		return wd_error_set(err, WEIGHTD_E_IO, "cannot fstat %s: %s", f->path, strerror(errno));
 	}
 	return compare_pin(src, f, &st, "the open file", err);
 }

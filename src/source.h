@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* source.h - a checkpoint source: one safetensors file, a sharded directory, or a GGUF file. */
 #ifndef WD_SOURCE_H
 #define WD_SOURCE_H
@@ -34,7 +35,7 @@ struct wd_source;
  * naming the file and what is wrong.
  */
 int wd_source_open(const char *name, const char *path, const struct wd_limits *lim,
-		   struct wd_source **ret, struct wd_error *err);
+		   struct wd_source **ret, weightd_error *err);
 
 /* Closes its files. Accepts NULL. */
 void wd_source_free(struct wd_source *src);
@@ -63,17 +64,17 @@ void wd_source_identity(const struct wd_source *src, uint8_t ret[32]);
 
 /*
  * Check that file `file` is still the one admitted: the path still names the pinned inode and its
- * size and mtime are unchanged. -WD_E_CHANGED otherwise, with a sentence naming the file.
- * Thread-safe.
+ * size and mtime are unchanged. -WEIGHTD_E_SOURCE_CHANGED otherwise, with a sentence naming the
+ * file. Thread-safe.
  */
-int wd_source_check(const struct wd_source *src, uint32_t file, struct wd_error *err);
+int wd_source_check(const struct wd_source *src, uint32_t file, weightd_error *err);
 
 /*
  * pread exactly len bytes at off from file `file` (retrying short reads and EINTR). A short file
- * (truncated since admission) is -WD_E_CHANGED; other errors -WD_E_IO. Thread-safe (pread only;
- * the source is never mapped, so a truncated file cannot SIGBUS).
+ * (truncated since admission) is -WEIGHTD_E_SOURCE_CHANGED; other errors -WEIGHTD_E_IO. Thread-safe
+ * (pread only; the source is never mapped, so a truncated file cannot SIGBUS).
  */
 int wd_source_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len, uint64_t off,
-		    struct wd_error *err);
+		    weightd_error *err);
 
 #endif

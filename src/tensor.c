@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tensor.c - the growable tensor/metadata table shared by the checkpoint parsers. */
 #include "tensor.h"
 
@@ -36,10 +37,10 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 		return 0;
 	ncap = *cap ? *cap * 2 : 16;
 	if (ncap > SIZE_MAX / elem)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	p = realloc(*arr, ncap * elem);
 	if (!p)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	*arr = p;
 	*cap = ncap;
 	return 0;
@@ -50,10 +51,10 @@ int wd_table_add_tensor(struct wd_table *t, const struct wd_tensor_info *info)
 	char *name;
 
 	if (grow((void **)&t->tensors, &t->cap_tensors, t->n_tensors, sizeof(*t->tensors)))
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	name = strdup(info->name ? info->name : "");
 	if (!name)
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	t->tensors[t->n_tensors] = *info;
 	t->tensors[t->n_tensors].name = name;
 	t->n_tensors++;
@@ -65,7 +66,7 @@ int wd_table_add_meta(struct wd_table *t, const char *key, const char *value, co
 	struct wd_meta m;
 
 	if (grow((void **)&t->meta, &t->cap_meta, t->n_meta, sizeof(*t->meta)))
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	m.key = strdup(key ? key : "");
 	m.value = strdup(value ? value : "");
 	m.type = strdup(type ? type : "");
@@ -73,7 +74,7 @@ int wd_table_add_meta(struct wd_table *t, const char *key, const char *value, co
 		free(m.key);
 		free(m.value);
 		free(m.type);
-		return -WD_E_EXHAUSTED;
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	}
 	t->meta[t->n_meta++] = m;
 	return 0;

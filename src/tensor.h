@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tensor.h - the tensor table and metadata every checkpoint parser produces. */
 #ifndef WD_TENSOR_H
 #define WD_TENSOR_H
@@ -40,7 +41,7 @@ struct wd_table {
 
 void wd_table_init(struct wd_table *t);
 void wd_table_free(struct wd_table *t);
-/* Append (copies strings). Return 0 or -WD_E_EXHAUSTED on allocation failure. */
+/* Append (copies strings). Return 0 or -WEIGHTD_E_RESOURCE_EXHAUSTED on allocation failure. */
 int wd_table_add_tensor(struct wd_table *t, const struct wd_tensor_info *info);
 int wd_table_add_meta(struct wd_table *t, const char *key, const char *value, const char *type);
 /* Linear-time lookup helpers are in source.h; this table is unsorted, in file order. */

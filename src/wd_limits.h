@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wd_limits.h - the bounds on everything a checkpoint file or a client controls. */
 #ifndef WD_LIMITS_H
 #define WD_LIMITS_H

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Builds weightd._weightd against an installed libweightd, found with pkg-config
 (PKG_CONFIG_PATH points elsewhere than the system's). Metadata is in pyproject.toml.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_admin.c - weightctl reload and evict: what changes a running daemon's state. */
 #include <inttypes.h>
 #include <stdio.h>

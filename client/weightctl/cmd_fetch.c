@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_fetch.c - weightctl get, preload and preflight: units built, materialized and checked. */
 #include <errno.h>
 #include <getopt.h>
@@ -6,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "digest.h"
+#include "checksum.h"
 #include "weightctl.h"
 
 
@@ -53,24 +54,21 @@ static int verify(struct got *g, bool sha256)
 	weightd_digest_algorithm alg = weightd_weight_digest_algorithm(g->w);
 	const uint8_t *reported = weightd_weight_digest(g->w);
 	size_t len = weightd_weight_digest_len(g->w), n = weightd_weight_nbytes(g->w);
-	uint8_t mine[WD_DIGEST_MAX];
+	uint8_t mine[CHECKSUM_MAX];
 	char theirs[2 * WEIGHTD_DIGEST_LEN + 1];
-	struct wd_content dg;
 
 	if (sha256) {
-		if (wd_sha256(g->data, n, mine) < 0)
+		if (checksum_sha256(g->data, n, mine) < 0)
 			return fail("cannot compute SHA-256 of %s", g->name);
-		wd_hex(mine, WD_DIGEST_LEN, g->sha);
+		checksum_hex(mine, 32, g->sha);
 	}
-	if (!len || wd_digest_len((enum wd_digest_alg)alg) != len)
+	if (!len || checksum_len(alg) != len)
 		return fail("weightd reported no digest for %s", g->name);
-	if (wd_content_init(&dg, (enum wd_digest_alg)alg) < 0)
+	if (checksum_content(alg, g->data, n, mine) < 0)
 		return fail("cannot compute the %s digest of %s", weightd_digest_algorithm_name(alg),
 			    g->name);
-	wd_content_update(&dg, g->data, n);
-	wd_content_final(&dg, mine);
-	wd_hex(mine, len, g->digest);
-	wd_hex(reported, len, theirs);
+	checksum_hex(mine, len, g->digest);
+	checksum_hex(reported, len, theirs);
 	if (memcmp(reported, mine, len) != 0)
 		return fail("digest mismatch for %s: weightd reported %s %s but the mapped bytes hash "
 			    "to %s", g->name, weightd_digest_algorithm_name(alg), theirs, g->digest);
@@ -126,23 +124,6 @@ static int print_got(const struct opts *o, struct got *gs, size_t n, bool sha256
 	return 0;
 }
 
-/*
- * A one-slot unit for CHECKPOINT TENSOR was built by weightctl, not by the user: drop the
- * daemon's 'slot "NAME": ' prefix so the sentence is about the tensor.
- */
-static void unslot(weightd_error *err)
-{
-	char prefix[sizeof(err->slot) + 16];
-	size_t n;
-
-	if (!err->slot[0])
-		return;
-	n = (size_t)snprintf(prefix, sizeof(prefix), "slot \"%s\": ", err->slot);
-	if (n < sizeof(prefix) && strncmp(err->message, prefix, n) == 0)
-		memmove(err->message, err->message + n, strlen(err->message + n) + 1);
-	err->slot[0] = '\0';
-}
-
 /* A unit of the given tensors of one checkpoint, slots named after the tensors (sel: NULL for
  * full tensors; only with one tensor). 0 or a negative code with err set. */
 static int tensor_unit(weightd_client *c, const char *checkpoint, char *const *tensors, size_t n,
@@ -178,7 +159,6 @@ static int get_tensor(const struct opts *o, weightd_client *c, const struct get_
 		return fail_err(&err);
 	if (tensor_unit(c, a->checkpoint, &tensor, 1, sel, &u, &err) < 0 ||
 	    run_unit(c, u, &err) < 0 || weightd_unit_validate(u, &err) < 0) {
-		unslot(&err);
 		rc = fail_err(&err);
 		goto out;
 	}

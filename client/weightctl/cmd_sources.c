@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_sources.c - weightctl list and describe: the checkpoints weightd serves, one in detail. */
 #include <errno.h>
 #include <inttypes.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_status.c - weightctl status and metrics: the daemon's counters, for people and Prometheus. */
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - weightctl, the command line of weightd: global options and the command table. */
 #include <errno.h>
 #include <getopt.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* output.c - weightctl's output: error messages, number and shape formatting, tables, JSON, files. */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* progress.c - weightctl's progress bar: a unit submitted, polled and drawn on stderr. */
 #include <inttypes.h>
 #include <poll.h>

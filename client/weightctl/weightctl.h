@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weightctl.h - what weightctl's files share: options, the command table, output helpers. */
 #ifndef WEIGHTCTL_H
 #define WEIGHTCTL_H

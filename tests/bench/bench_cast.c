@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_cast.c - cast throughput of one thread in warm memory, beside memcpy of the same bytes. */
 #include <stdint.h>
 #include <stdio.h>

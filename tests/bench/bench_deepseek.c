@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_deepseek.c - the DeepSeek-V3-shaped checkpoint (91,991 tiny tensors in 163 shards,
  * tests/common/deepseek.h) as one unit: warm binding beside the raw fd-passing probe, and cold
  * materialization beside a plain copy of the same bytes into /dev/shm, in the same run. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_materialize.c - weightd's materialization, second bind and casts, each beside a plain
  * reference measured in the same run. */
 

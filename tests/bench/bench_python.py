@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """bench_python: PyTorch processes loading a 1 GiB checkpoint through weightd, beside the
 private way measured in the same run.
 

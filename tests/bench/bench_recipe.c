@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_recipe.c - MoE recipes: preflight cost per node from 1k to 64k nodes (linear time), and
  * dequant_block throughput beside a plain cast of the same FP8 bytes. */
 #include <stdint.h>
@@ -63,14 +64,14 @@ static double median(double *v, int n)
 	return v[n / 2];
 }
 
-static int lookup(void *ctx, const char *ck, const struct wd_source **ret, struct wd_error *err)
+static int lookup(void *ctx, const char *ck, const struct wd_source **ret, weightd_error *err)
 {
 	(void)ctx;
 	if (strcmp(ck, "m") == 0) {
 		*ret = src;
 		return 0;
 	}
-	return wd_error_set(err, WD_E_UNKNOWN_SOURCE, "no checkpoint \"%s\"", ck);
+	return wd_error_set(err, WEIGHTD_E_UNKNOWN_SOURCE, "no checkpoint \"%s\"", ck);
 }
 
 static const struct wd_resolver resolver = { NULL, lookup };
@@ -142,13 +143,13 @@ static void build_w13(struct rb *b, size_t e, uint32_t *experts)
 static double time_plan(const struct wd_plan *p, int fd, struct wd_scratch *sc)
 {
 	struct wd_sink sink;
-	struct wd_error err;
+	weightd_error err;
 	uint8_t digest[WD_DIGEST_LEN];
 	double t0 = now();
 
 	if (wd_sink_init(&sink, fd, wd_plan_nbytes(p)) < 0 ||
 	    wd_plan_execute(p, &sink, sc, NULL, &err) < 0 || wd_sink_finish(&sink, digest, &err) < 0) {
-		fprintf(stderr, "bench_recipe: %s\n", err.msg);
+		fprintf(stderr, "bench_recipe: %s\n", err.message);
 		exit(1);
 	}
 	return now() - t0;
@@ -161,7 +162,7 @@ int main(int argc, char **argv)
 	const struct wd_limits lim = WD_LIMITS_DEFAULT;
 	struct stw_tensor ts[4 * NEXP + 2];
 	char dir[256], path[300];
-	struct wd_error err;
+	weightd_error err;
 	struct rb b;
 	uint32_t *ex = malloc(7281 * sizeof(*ex));
 	double *t = calloc((size_t)runs, sizeof(double)), base = 0;
@@ -209,7 +210,7 @@ int main(int argc, char **argv)
 			double t0 = now();
 
 			if (wd_recipe_preflight(&r, &resolver, NULL, &p, &err) < 0) {
-				fprintf(stderr, "bench_recipe: %s\n", err.msg);
+				fprintf(stderr, "bench_recipe: %s\n", err.message);
 				return 1;
 			}
 			t[k] = now() - t0;
@@ -237,7 +238,7 @@ int main(int argc, char **argv)
 				    wd_plan_execute_range(p, one * (experts[s] / 2), one, &sink, &sc, NULL,
 							  &err) < 0 ||
 				    wd_sink_finish(&sink, digest, &err) < 0) {
-					fprintf(stderr, "bench_recipe: %s\n", err.msg);
+					fprintf(stderr, "bench_recipe: %s\n", err.message);
 					return 1;
 				}
 				t[k] = now() - t0;

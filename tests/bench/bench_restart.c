@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_restart.c - serving a >= 1 GiB unit again after kill -9 + start, beside its first cold
  * materialization, in the same run. */
 

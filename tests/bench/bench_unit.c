@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_unit.c - the per-weight cost of serving warm weights: a 1,000-weight unit and a single
  * weight, each beside a raw fd-passing probe measured in the same run. */
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* raw_probe.h - the reference the unit benchmarks compare weightd with: a server process that
  * holds N read-only shared-memory fds and passes all of them over a socketpair per request, and
  * a client that receives and maps each. No protocol, no library: the floor of "one fd per weight". */

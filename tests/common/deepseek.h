@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* deepseek.h - writes a sharded safetensors checkpoint with DeepSeek-V3's tensor table at a tiny
  * size, and the content function tests check its bytes with. */
 #ifndef WD_TEST_DEEPSEEK_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fake_weightd.h - a scripted stand-in for weightd that libweightd's unit tests talk to. */
 #ifndef WD_TEST_FAKE_WEIGHTD_H
 #define WD_TEST_FAKE_WEIGHTD_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* float_ref.h - reference decoding and rounding of the small float formats, written for the tests
  * from the format definitions, independent of weightd's conversion kernels. */
 #ifndef WD_TEST_FLOAT_REF_H

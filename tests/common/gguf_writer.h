@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gguf_writer.h - builds GGUF files byte by byte from the specification, for tests: well-formed
  * ones and, since every field is written by hand, deliberately malformed ones. Header-only. */
 #ifndef WD_TEST_GGUF_WRITER_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* quant_ref.h - reference ggml quantized blocks for tests: each maker picks scales, mins and
  * quants at random, writes them into a block bit by bit where the published format puts them, and
  * returns the values the format's formula gives for the picks. Header-only, independent of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* st_writer.h - writes safetensors files for the tests and wd-mkfixture: valid ones and bad ones. */
 #ifndef WD_TEST_ST_WRITER_H
 #define WD_TEST_ST_WRITER_H

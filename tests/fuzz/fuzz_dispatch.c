@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_dispatch.c - the daemon's request path end to end: frame decoder, request decoder
  * (protobuf), dispatch and every request handler (hello, list, describe, preflight, materialize,
@@ -69,7 +70,7 @@ static void setup(void)
 	};
 	const struct wd_limits lim = WD_LIMITS_DEFAULT;
 	char ckpt[4200], conf[4200];
-	struct wd_error err;
+	weightd_error err;
 	FILE *f;
 
 	check(stw_tmpdir(dir, sizeof(dir)) == 0);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_frame.c - the frame decoder (src/frame.c) and the request decoder behind it.
  *
@@ -98,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* Both end the same way: needing more bytes, or the same sticky error. */
 	rc_whole = wd_inbuf_next(whole, &a);
 	check(rc_whole == rc_split);
-	check(rc_whole == 0 || rc_whole == -WD_E_LIMIT || rc_whole == -WD_E_PROTOCOL);
+	check(rc_whole == 0 || rc_whole == -WEIGHTD_E_LIMIT_EXCEEDED || rc_whole == -WEIGHTD_E_PROTOCOL);
 out:
 	wd_inbuf_free(whole);
 	wd_inbuf_free(split);

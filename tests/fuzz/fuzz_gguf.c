@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_gguf.c - the GGUF reader on arbitrary bytes (the input is a whole file), and what it admits
  * checked for the promises wd_gguf_parse makes. */
 #include <stdint.h>
@@ -75,7 +76,7 @@ static void check_table(const struct wd_table *t, const uint8_t *data, size_t si
 static void run(const uint8_t *data, size_t size, size_t given, const struct wd_limits *lim)
 {
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	int rc;
 
 	wd_table_init(&t);
@@ -85,9 +86,9 @@ static void run(const uint8_t *data, size_t size, size_t given, const struct wd_
 		check_table(&t, data, size);
 	} else {
 		/* refused with a reason, and nothing left behind */
-		CHECK(rc == -WD_E_BAD_CHECKPOINT || rc == -WD_E_UNSUPPORTED || rc == -WD_E_LIMIT ||
-		      rc == -WD_E_EXHAUSTED);
-		CHECK(err.code == -rc && err.msg[0]);
+		CHECK(rc == -WEIGHTD_E_BAD_CHECKPOINT || rc == -WEIGHTD_E_UNSUPPORTED ||
+		      rc == -WEIGHTD_E_LIMIT_EXCEEDED || rc == -WEIGHTD_E_RESOURCE_EXHAUSTED);
+		CHECK(err.code == -rc && err.message[0]);
 		CHECK(t.n_tensors == 0 && t.n_meta == 0);
 	}
 	wd_table_free(&t);

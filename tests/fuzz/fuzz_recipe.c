@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_recipe.c - bytes -> a recipe over two small fixed checkpoints -> preflight must fail
  * cleanly or give a plan whose execution writes exactly its bytes and reads exactly what it said. */
 #include <stdbool.h>
@@ -93,7 +94,7 @@ static void cleanup(void)
 static void init(void)
 {
 	const struct wd_limits lim = WD_LIMITS_DEFAULT;
-	struct wd_error err;
+	weightd_error err;
 
 	if (!mkdtemp(dir))
 		abort();
@@ -103,7 +104,7 @@ static void init(void)
 	write_gguf();
 	if (wd_source_open("m", st_path, &lim, &st_src, &err) < 0 ||
 	    wd_source_open("q", gg_path, &lim, &gg_src, &err) < 0) {
-		fprintf(stderr, "fuzz_recipe: %s\n", err.msg);
+		fprintf(stderr, "fuzz_recipe: %s\n", err.message);
 		abort();
 	}
 	if (wd_scratch_init(&scratch_big, 4096) < 0 || wd_scratch_init(&scratch_small, 5) < 0)
@@ -111,14 +112,14 @@ static void init(void)
 	atexit(cleanup);
 }
 
-static int lookup(void *ctx, const char *ck, const struct wd_source **ret, struct wd_error *err)
+static int lookup(void *ctx, const char *ck, const struct wd_source **ret, weightd_error *err)
 {
 	if (strcmp(ck, "m") == 0)
 		*ret = st_src;
 	else if (strcmp(ck, "q") == 0)
 		*ret = gg_src;
 	else
-		return wd_error_set(err, WD_E_UNKNOWN_SOURCE, "no checkpoint \"%s\"", ck);
+		return wd_error_set(err, WEIGHTD_E_UNKNOWN_SOURCE, "no checkpoint \"%s\"", ck);
 	return 0;
 }
 
@@ -161,7 +162,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct wd_resolver res = { NULL, lookup };
 	struct rd r = { data, size };
 	struct wd_plan *plan = NULL;
-	struct wd_error err;
+	weightd_error err;
 	size_t n;
 
 	if (!st_src)
@@ -214,8 +215,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		bool verbose = getenv("WD_FUZZ_VERBOSE") != NULL;
 		if (wd_recipe_preflight(&rec, &res, &lim, &plan, &err) < 0) {
 			if (verbose)
-				fprintf(stderr, "%s: %s\n", wd_code_name(err.code), err.msg);
-			if (err.code == 0 || !err.msg[0])
+				fprintf(stderr, "%s: %s\n", wd_code_name(err.code), err.message);
+			if (err.code == 0 || !err.message[0])
 				abort();
 			return 0;
 		}
@@ -239,12 +240,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (wd_sink_init(&sink, -1, wd_plan_nbytes(plan)) < 0)
 			abort();
 		if (wd_plan_execute(plan, &sink, sc, &got, &err) < 0) {
-			fprintf(stderr, "fuzz_recipe: %s failed: %s\n", wd_plan_label(plan), err.msg);
+			fprintf(stderr, "fuzz_recipe: %s failed: %s\n", wd_plan_label(plan), err.message);
 			abort();
 		}
 		if (wd_sink_finish(&sink, digest, &err) < 0 || got != wd_plan_read_bytes(plan)) {
 			fprintf(stderr, "fuzz_recipe: %s: read %llu, said %llu; %s\n", wd_plan_label(plan),
-				(unsigned long long)got, (unsigned long long)wd_plan_read_bytes(plan), err.msg);
+				(unsigned long long)got, (unsigned long long)wd_plan_read_bytes(plan), err.message);
 			abort();
 		}
 	}

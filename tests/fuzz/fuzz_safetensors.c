@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_safetensors.c - feeds arbitrary file bytes to the safetensors header parser. */
 #include <stddef.h>
 #include <stdint.h>
@@ -16,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct wd_limits small = WD_LIMITS_DEFAULT;
 	const struct wd_limits *lims[2] = { &def, &small };
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t ds = 0;
 
 	small.max_header_bytes = 256;
@@ -35,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			if (pos != size)
 				__builtin_trap();
-		} else if (err.msg[0] == '\0' || memchr(err.msg, '\0', sizeof(err.msg)) == NULL) {
+		} else if (err.message[0] == '\0' || memchr(err.message, '\0', sizeof(err.message)) == NULL) {
 			__builtin_trap();
 		}
 		wd_table_free(&t);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_stindex.c - feeds arbitrary bytes to the model.safetensors.index.json parser. */
 #include <stddef.h>
 #include <stdint.h>
@@ -10,7 +11,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct wd_limits lim = WD_LIMITS_DEFAULT;
 	struct wd_stindex idx;
-	struct wd_error err;
+	weightd_error err;
 
 	lim.max_shards = 8;
 	lim.max_tensors = 64;
@@ -25,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (idx.tensor_file[i] >= idx.n_files)
 				__builtin_trap();
 		wd_stindex_free(&idx);
-	} else if (err.msg[0] == '\0') {
+	} else if (err.message[0] == '\0') {
 		__builtin_trap();
 	}
 	return 0;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_unitjson.c - feeds arbitrary bytes to libweightd's JSON recipe and unit parsers, which read
  * the files users hand to weightctl and engines. */
 #include <stdbool.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* replay.c - runs a fuzz target's corpus as an ordinary test (for builds without libFuzzer). */
 #include <dirent.h>
 #include <stdint.h>

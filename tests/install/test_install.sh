@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # test_install.sh BUILD_DIR - install a weightd build into a DESTDIR and check what was installed:
 # every file in its place, the units pass systemd-analyze verify (and keep a low exposure score),
 # the sysusers.d and tmpfiles.d snippets apply, the man pages format without warnings, and a
@@ -49,7 +50,8 @@ for f in "$WD_SBINDIR/weightd" "$WD_BINDIR/weightctl"; do
 done
 for f in "$WD_LIBDIR/libweightd.so" "$WD_LIBDIR/libweightd.so.${WD_VERSION%%.*}" \
 	"$WD_LIBDIR/libweightd.so.$WD_VERSION" "$WD_LIBDIR/libweightd.a" \
-	"$WD_INCLUDEDIR/weightd/client.h" "$WD_LIBDIR/pkgconfig/libweightd.pc" \
+	"$WD_INCLUDEDIR/weightd/client.h" "$WD_INCLUDEDIR/weightd/error.h" \
+	"$WD_LIBDIR/pkgconfig/libweightd.pc" \
 	"$WD_LIBDIR/cmake/weightd/weightdConfig.cmake" \
 	"$WD_LIBDIR/cmake/weightd/weightdConfigVersion.cmake" \
 	"$WD_LIBDIR/cmake/weightd/weightdTargets.cmake" \

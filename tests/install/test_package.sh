@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # test_package.sh SOURCE_DIR - build the Debian packages (debian/) from a copy of the source tree
 # with dpkg-buildpackage -us -uc -b, as a Debian 12 machine would offline, then check them:
 # lintian reports no error; each package holds what it should; unpacked into a scratch root
@@ -83,7 +84,8 @@ has weightd /usr/sbin/weightd /usr/bin/weightctl /lib/systemd/system/weightd.ser
 	/usr/share/man/man8/weightd.8.gz /usr/share/man/man1/weightctl.1.gz \
 	/usr/share/man/man5/weightd.conf.5.gz
 has libweightd0 "/usr/lib/$multiarch/libweightd.so.0"
-has libweightd-dev /usr/include/weightd/client.h "/usr/lib/$multiarch/libweightd.so" \
+has libweightd-dev /usr/include/weightd/client.h /usr/include/weightd/error.h \
+	"/usr/lib/$multiarch/libweightd.so" \
 	"/usr/lib/$multiarch/libweightd.a" "/usr/lib/$multiarch/pkgconfig/libweightd.pc" \
 	"/usr/lib/$multiarch/cmake/weightd/weightdConfig.cmake" \
 	/usr/share/man/man3/libweightd.3.gz /usr/share/doc/libweightd-dev/examples/engine.c

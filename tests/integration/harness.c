@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* harness.c - a private weightd per integration test. */
 #include "harness.h"
 

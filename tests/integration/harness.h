@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* harness.h - runs a private weightd for an integration test: its own socket, shm prefix and
  * state directory in a temp dir; readiness is waited for on a notify socket, never slept for. */
 #ifndef WD_HARNESS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hostile.h - what the hostile-neighbour tests share (header-only): a daemon with a checkpoint any
  * uid may read ("tiny") and one only root may read ("secret"), children that run as other uids,
  * the victim every test keeps serving, and the baseline the daemon must return to. Needs root to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* itest.h - helpers the integration tests share (header-only: static functions). Each
  * test runs its own daemon through harness.h and talks to it with the real libweightd. */
 #ifndef WD_ITEST_H

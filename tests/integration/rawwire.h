@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rawwire.h - a hand-written protobuf writer and reader for integration tests that speak the wire
  * protocol directly (proto/weightd.proto), independent of libweightd: for clients that
  * misbehave. Header-only (static functions); include after itest.h. Units name the checkpoint

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_access.c - allow_users and allow_groups grant access by uid, primary gid and supplementary
  * groups (the denials are in test_core.c). Needs root to take on other credentials. */
 #include <grp.h>

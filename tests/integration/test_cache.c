@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cache.c - a cache of more weights than its first hash table holds (1,024): every weight is
  * still found by key (a second unit reads nothing) and by handle (each release lands), across
  * the table's growth. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_control.c - how weightd starts, stops and reloads as an operator sees it: readiness told
  * to the starting process, SIGTERM cancelling queued work, and reload applying [daemon] keys
  * live or naming each key that needs a restart. */

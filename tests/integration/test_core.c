@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_core.c - the core promise, end to end: a real weightd, separate client processes, one copy. */
 #include <errno.h>
 #include <fcntl.h>
@@ -354,6 +355,28 @@ static void clear_errors_and_daemon_keeps_serving(void **state)
 			 -WEIGHTD_E_UNKNOWN_TENSOR);
 	assert_non_null(strstr(err.message, "no.such.tensor"));
 	assert_string_equal(err.tensor, "no.such.tensor");
+	assert_string_equal(err.slot, "");       /* the caller named no slot: none is mentioned */
+	assert_null(strstr(err.message, "slot"));
+	still_serving(c);
+
+	/* In a unit the same error is about the caller's slot: in its field, and named once at
+	 * the head of the message. */
+	{
+		weightd_unit *u = NULL;
+
+		assert_int_equal(weightd_unit_new(c, &u, &err), 0);
+		assert_true(weightd_unit_slot(u, "w0", NULL, NULL, 0, NULL, &err) >= 0);
+		assert_int_equal(weightd_unit_set_tensor(u, "w0", "tiny", "no.such.tensor", NULL,
+							 &err), 0);
+		assert_int_equal(weightd_unit_submit(u, &err), 0);
+		assert_int_equal(weightd_unit_validate(u, &err), -WEIGHTD_E_UNKNOWN_TENSOR);
+		assert_string_equal(err.slot, "w0");
+		assert_string_equal(err.tensor, "no.such.tensor");
+		assert_int_equal(strncmp(err.message, "slot \"w0\": ", 11), 0);
+		assert_null(strstr(err.message + 11, "\"w0\""));
+		assert_non_null(strstr(err.message, "no.such.tensor"));
+		weightd_unit_free(u);
+	}
 	still_serving(c);
 
 	/* q_proj is [64, 64]: rows 32..100 do not exist. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_deepseek.c - a checkpoint with DeepSeek-V3's tensor table (91,991 tensors in 163 shards,
  * tests/common/deepseek.h) served by a real weightd under LimitNOFILE=4096 to clients with
  * `ulimit -n 1024`: the whole model as one unit, a second process, kill -9 and a restart, and a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_dequant.c - a real weightd serving fused, dequantized, sharded MoE expert weights: two
  * processes bind vLLM-style w13 and w2 for tensor-parallel rank 3 of 8 from an FP8 checkpoint
  * with block scales (a sharded directory), every byte checked against values computed here from

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_digest.c - content digests (XXH3-128 by default, SHA-256 on request, composed over
  * chunks), weights filled by both workers at once, small weights filled in batches, and
  * re-adoption of weights hashed with another algorithm. */

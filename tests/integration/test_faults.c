@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_faults.c - faults weightd must survive: a checkpoint changed while it is read, /dev/shm or
  * the budget too small, a client killed mid-request, a client that stops reading, running out
  * of file descriptors, and a thousand clients at once. Each test runs its own weightd and ends

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_gguf.c - GGUF end to end: a real weightd serving GGUF files this test writes from the
  * specification, driven by separate client processes (libweightd, weightctl). */
 #include <errno.h>

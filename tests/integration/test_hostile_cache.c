@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_hostile_cache.c - what one uid can leave behind in the cache or cost the event loop through
  * unit requests: thousands of tiny distinct weights taken and abandoned, and a unit of chained
  * aliases sent by a uid that may read nothing it names. Needs root (the other uid is 65534). */

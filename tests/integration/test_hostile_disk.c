@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_hostile_disk.c - attacks through the filesystem: squatting on segment names in /dev/shm,
  * planting state records or making the state directory writable by others, and FIFOs in place
  * of checkpoint files. Other uids stay served, nothing foreign is trusted, served or deleted, and

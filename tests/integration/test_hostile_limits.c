@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_hostile_limits.c - one local uid attacks weightd's resources: fds queued in replies it never
  * reads, every connection slot, idle connections, half-sent frames; and a client that half-closes
  * its socket. Each attack, scaled down by the limits in the test's config, must leave another uid

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_hostile_view.c - what one uid can learn or make the daemon spend through requests it is
  * allowed to send: status, list, describe, metrics and events of checkpoints it may not read;
  * recipe temporaries outside the shared-memory budget. Needs root (the other uid is 65534). */

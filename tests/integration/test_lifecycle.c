@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_lifecycle.c - memory budget and eviction, per-client limits, preload, hot reload, and a
  * restart after kill -9 without rereads; each against a real weightd, each ending with the leak
  * check (segments, fds and references). */

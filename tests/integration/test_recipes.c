@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_recipes.c - derived weights end to end: recipes computed once in a real weightd, shared by
  * separate client processes, checked against results computed here from the fixture's pattern. */
 #include <dirent.h>

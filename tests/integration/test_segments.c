@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_segments.c - packed shared-memory segments against a real weightd: thousands of weights
  * bound under `ulimit -n 1024` with a handful of fds and mappings, a second process mapping the
  * same objects reading nothing, share in place, re-adoption of packed segments after kill -9,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_systemd.c - weightd as a systemd service: readiness, reload and stop notifications on a
  * real notify socket, and socket activation through the real systemd-socket-activate. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_weightctl.c - weightctl as operators use it: `metrics` checked line by line against the
  * Prometheus text exposition format and against status after known activity; the progress bar
  * of get and preload on a pseudo-terminal, and nothing of it in a pipe; exit codes. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_wire.c - requests encoded by hand from proto/weightd.proto, many of which the client library
  * never sends: hellos of other protocol versions and ranges, empty units, too many pending
  * requests, bad release handles, share of held and not-held handles. Each must get a clear error;

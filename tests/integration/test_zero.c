@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_zero.c - zero-element tensors end to end: fetched, shared and bound as 0-byte weights,
  * derived by recipes, preloaded by weightctl, and shown by weightctl with their shapes. */
 #include <setjmp.h>

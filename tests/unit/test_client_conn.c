@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_conn.c - libweightd's connection against a fake weightd: hello, requests matched
  * by id in any order, fd ownership, dup/share/release references, disconnects, threads, events. */
 #include <stdarg.h>

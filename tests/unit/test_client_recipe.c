@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_recipe.c - libweightd's selections, recipe builder and JSON forms: what reaches
  * weightd (captured by a fake weightd) and every class of error, with its JSON path. */
 #include <stdarg.h>
@@ -26,8 +27,8 @@ static void h_refuse(struct fake *f, const Weightd__Request *req)
 	struct script *sc = f->ctx;
 	char msg[160];
 
-	snprintf(msg, sizeof(msg), "slot \"%s\": node %u: refused by the test", sc->slot,
-		 sc->node ? sc->node - 1 : 0);
+	/* as weightd does: the slot in its field, the sentence without it */
+	snprintf(msg, sizeof(msg), "node %u: refused by the test", sc->node ? sc->node - 1 : 0);
 	fake_reply_error(f, req->id, sc->code, sc->slot, sc->node, msg);
 }
 
@@ -454,6 +455,9 @@ static void test_unit_json(void **state)
 	assert_int_equal(weightd_preflight_finish(f, &p, &err), -WEIGHTD_E_DTYPE_MISMATCH);
 	assert_null(p);
 	assert_string_equal(err.slot, "k");
+	/* the unit's caller named the slot: libweightd names it in the message, once */
+	assert_non_null(strstr(err.message, "slot \"k\": node 1: refused by the test"));
+	assert_null(strstr(strstr(err.message, "slot \"k\"") + 1, "slot \"k\""));
 	assert_non_null(strstr(err.message, "node 1 is at $.slots[1].recipe in the recipe JSON"));
 	pu = fake_nth(e->f, WEIGHTD__REQUEST__BODY_PREFLIGHT, 0)->preflight;
 	assert_int_equal(pu->n_entries, 2);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_unit.c - libweightd's units against a fake weightd: one request per unit,
  * all-or-nothing finish and validate (nothing left behind on failure), bind, preflight. */
 #include <stdarg.h>

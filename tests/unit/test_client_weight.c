@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_weight.c - libweightd's segment table against a fake daemon that packs: a client
  * holds one fd and one mapping per segment however many units and weights use it, keeps the
  * segment while any weight of it lives, and refuses a segment id that names another object or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_weightctl.c - the weightctl program against a fake weightd: exit codes, the
  * digest it checks itself, tables and --json. */
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_convert.c - dtype casts (src/convert.c) against oracles computed another way. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -977,10 +978,10 @@ static void test_env_override(void **state)
 		if (has[k])
 			best = k;
 		else
-			assert_int_equal(wd_convert_select(ksets[k]), -WD_E_UNSUPPORTED);
+			assert_int_equal(wd_convert_select(ksets[k]), -WEIGHTD_E_UNSUPPORTED);
 	}
 	assert_true(has[0]);
-	assert_int_equal(wd_convert_select("avx1024"), -WD_E_INVALID);
+	assert_int_equal(wd_convert_select("avx1024"), -WEIGHTD_E_INVALID_ARGUMENT);
 	assert_int_equal(wd_convert_select("auto"), 0);
 	for (size_t k = 0; k < NKSETS; k++) {
 		size_t want = k;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_cache.c - the cache on its own (no pool: jobs run inline): packing offsets and
  * segment caps, dedupe, references, budget and LRU eviction order, idle limits, and pages given
  * back when a weight leaves a segment that lives on. Expected offsets are worked out here from
@@ -31,7 +32,7 @@ struct env {
 static struct env E;
 
 static int lookup(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
-		  struct wd_error *err)
+		  weightd_error *err)
 {
 	(void)ctx;
 	(void)checkpoint;
@@ -45,7 +46,7 @@ static int setup(void **state)
 	struct stw_tensor ts[N_T];
 	char names[N_T][8], path[4200];
 	struct wd_limits lim = WD_LIMITS_DEFAULT;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
 	memset(ts, 0, sizeof(ts));
@@ -96,7 +97,7 @@ static struct cache *new_cache(uint64_t budget, uint64_t segment_max, uint32_t i
 }
 
 /* The weight (held for the test) goes where the request said. */
-static void on_ready(struct weight *w, const struct wd_error *err, uint64_t bytes_read, void *arg)
+static void on_ready(struct weight *w, const weightd_error *err, uint64_t bytes_read, void *arg)
 {
 	(void)err;
 	(void)bytes_read;
@@ -114,7 +115,7 @@ static int ask(struct cache *c, struct cache_pack *pack, int i, struct weight **
 	struct wd_rnode node;
 	struct wd_recipe rec = { &node, 1 };
 	struct wd_plan *plan = NULL;
-	struct wd_error err;
+	weightd_error err;
 	char name[8];
 
 	snprintf(name, sizeof(name), "w%d", i);
@@ -249,7 +250,7 @@ static void budget_and_lru_order(void **state)
 	cache_drop(c, w3);
 	assert_int_equal(cache_idle_weights(c), 3);
 	/* 70000 bytes can never fit 16384: refused, nothing evicted */
-	assert_int_equal(ask(c, NULL, 6, &x), -WD_E_EXHAUSTED);
+	assert_int_equal(ask(c, NULL, 6, &x), -WEIGHTD_E_RESOURCE_EXHAUSTED);
 	assert_int_equal(cache_count(c), 3);
 	assert_int_equal(E.stats.evictions, 0);
 	/* 3000 bytes with 2192 free: the least recently released (w1) goes, and only it */

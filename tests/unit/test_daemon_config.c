@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_config.c - weightd.conf loading: every key, the defaults, each error with its line. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -45,10 +46,11 @@ static void write_conf(const char *text)
 	write_conf_len(text, strlen(text));
 }
 
-/* Load `text`, expect -WD_E_INVALID with a message "PATH:LINE: ..." that contains `needle`. */
+/* Load `text`, expect -WEIGHTD_E_INVALID_ARGUMENT with a message "PATH:LINE: ..." that contains
+ * `needle`. */
 static void expect_error_at(const char *text, size_t len, int line, const char *needle)
 {
-	struct wd_error err;
+	weightd_error err;
 	struct config *cfg = NULL;
 	char head[sizeof(conf_path) + 24];
 	int rc;
@@ -56,16 +58,16 @@ static void expect_error_at(const char *text, size_t len, int line, const char *
 	wd_error_clear(&err);
 	write_conf_len(text, len);
 	rc = config_load(conf_path, &cfg, &err);
-	if (rc != -WD_E_INVALID)
-		print_message("config:\n%s\nrc %d, message: %s\n", text, rc, err.msg);
-	assert_int_equal(rc, -WD_E_INVALID);
+	if (rc != -WEIGHTD_E_INVALID_ARGUMENT)
+		print_message("config:\n%s\nrc %d, message: %s\n", text, rc, err.message);
+	assert_int_equal(rc, -WEIGHTD_E_INVALID_ARGUMENT);
 	assert_null(cfg);
-	assert_int_equal(err.code, WD_E_INVALID);
+	assert_int_equal(err.code, WEIGHTD_E_INVALID_ARGUMENT);
 	snprintf(head, sizeof(head), "%s:%d: ", conf_path, line);
-	if (strncmp(err.msg, head, strlen(head)) != 0 || !strstr(err.msg, needle))
-		print_message("expected '%s...%s', got '%s'\n", head, needle, err.msg);
-	assert_true(strncmp(err.msg, head, strlen(head)) == 0);
-	assert_non_null(strstr(err.msg, needle));
+	if (strncmp(err.message, head, strlen(head)) != 0 || !strstr(err.message, needle))
+		print_message("expected '%s...%s', got '%s'\n", head, needle, err.message);
+	assert_true(strncmp(err.message, head, strlen(head)) == 0);
+	assert_non_null(strstr(err.message, needle));
 }
 
 static void expect_error(const char *text, int line, const char *needle)
@@ -75,7 +77,7 @@ static void expect_error(const char *text, int line, const char *needle)
 
 static struct config *load_ok(const char *text)
 {
-	struct wd_error err;
+	weightd_error err;
 	struct config *cfg = NULL;
 	int rc;
 
@@ -83,7 +85,7 @@ static struct config *load_ok(const char *text)
 	write_conf(text);
 	rc = config_load(conf_path, &cfg, &err);
 	if (rc != 0)
-		print_message("unexpected error: %s\n", err.msg);
+		print_message("unexpected error: %s\n", err.message);
 	assert_int_equal(rc, 0);
 	assert_non_null(cfg);
 	return cfg;
@@ -499,19 +501,19 @@ static void test_nul_byte(void **state)
 
 static void test_missing_file(void **state)
 {
-	struct wd_error err;
+	weightd_error err;
 	struct config *cfg = NULL;
 	char path[sizeof(tmpdir) + 32];
 
 	wd_error_clear(&err);
 	snprintf(path, sizeof(path), "%s/absent.conf", tmpdir);
-	assert_int_equal(config_load(path, &cfg, &err), -WD_E_IO);
+	assert_int_equal(config_load(path, &cfg, &err), -WEIGHTD_E_IO);
 	assert_null(cfg);
-	assert_non_null(strstr(err.msg, path));
-	assert_non_null(strstr(err.msg, "No such file"));
+	assert_non_null(strstr(err.message, path));
+	assert_non_null(strstr(err.message, "No such file"));
 
 	/* a directory is not a config file */
-	assert_int_equal(config_load(tmpdir, &cfg, &err), -WD_E_INVALID);
+	assert_int_equal(config_load(tmpdir, &cfg, &err), -WEIGHTD_E_INVALID_ARGUMENT);
 	assert_null(cfg);
 	config_free(NULL);
 }

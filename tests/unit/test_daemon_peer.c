@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_peer.c - a connection's credentials: uid, gid, pid, and every supplementary group
  * of a peer that has far more than the 256 an earlier fixed buffer kept. */
 #include <grp.h>

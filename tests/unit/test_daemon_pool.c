@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_pool.c - the worker pool: done() on the loop thread for every task, queued work
  * cancelled at shutdown without running, busy workers abandoned after the grace period, and
  * worker buffers made on first use and given back when idle; fill helpers (pool_help,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_session.c - a session's held-weight index: holds, finds and releases agree with a
  * plain reference count under heavy collisions and random order. */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_dequant.c - ggml block decoding checked element by element against values chosen here. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -209,7 +210,7 @@ static void test_unsupported(void **state)
 
 	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
 		assert_false(wd_dequant_supported(no[i]));
-		assert_int_equal(wd_dequant_f32(no[i], b, 1, y), -WD_E_UNSUPPORTED_CAST);
+		assert_int_equal(wd_dequant_f32(no[i], b, 1, y), -WEIGHTD_E_UNSUPPORTED_CAST);
 	}
 	/* zero blocks is nothing to do */
 	assert_int_equal(wd_dequant_f32(WD_Q4_0, b, 0, y), 0);

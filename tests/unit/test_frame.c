@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_frame.c - frames and fd passing over a Unix socketpair: src/frame.c. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -368,9 +369,9 @@ static void test_send_blocking(void **state)
 		int many[WD_FRAME_MAX_FDS + 1];
 		for (size_t i = 0; i < WD_FRAME_MAX_FDS + 1; i++)
 			many[i] = 0;
-		assert_int_equal(wd_frame_send_blocking(sv[0], "", 0, many, 2001), -WD_E_LIMIT);
+		assert_int_equal(wd_frame_send_blocking(sv[0], "", 0, many, 2001), -WEIGHTD_E_LIMIT_EXCEEDED);
 		assert_int_equal(wd_frame_send_blocking(sv[0], "", 0, many, WD_FRAME_MAX_FDS + 1),
-				 -WD_E_LIMIT);
+				 -WEIGHTD_E_LIMIT_EXCEEDED);
 	}
 	free(expect);
 	wd_inbuf_free(b);
@@ -461,7 +462,7 @@ static void test_multi_frame(void **state)
 	le32(hdr + 4, 0);
 	assert_int_equal(wd_inbuf_feed(b, hdr, 8), 0);
 	assert_int_equal(wd_inbuf_feed(b, "x", 1), 0);
-	assert_int_equal(wd_inbuf_next(b, &f), -WD_E_LIMIT);
+	assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_LIMIT_EXCEEDED);
 	wd_inbuf_free(b);
 	wd_outq_free(q);
 	free(payload);
@@ -499,12 +500,12 @@ static void test_oversized_length(void **state)
 	assert_int_equal(send(sv[0], "xxxx", 4, 0), 4);
 	before = heap_bytes();
 	assert_int_equal(wd_inbuf_read(b, sv[1]), 12);
-	assert_int_equal(wd_inbuf_next(b, &f), -WD_E_LIMIT);
+	assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_LIMIT_EXCEEDED);
 	/* Further bytes do not size anything for the frame either, and the error stays. */
 	assert_int_equal(send(sv[0], "yyyy", 4, 0), 4);
 	assert_int_equal(wd_inbuf_read(b, sv[1]), 4);
 	assert_true(heap_bytes() - before < (4u << 20));
-	assert_int_equal(wd_inbuf_next(b, &f), -WD_E_LIMIT);
+	assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_LIMIT_EXCEEDED);
 	wd_inbuf_free(b);
 
 	/* Exactly max is accepted (limits are inclusive), max + 1 is not, via feed. */
@@ -519,7 +520,7 @@ static void test_oversized_length(void **state)
 	assert_memory_equal(f.payload, "0123456789abcdef", 16);
 	le32(hdr, 17);
 	assert_int_equal(wd_inbuf_feed(b, hdr, 8), 0);
-	assert_int_equal(wd_inbuf_next(b, &f), -WD_E_LIMIT);
+	assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_LIMIT_EXCEEDED);
 	wd_inbuf_free(b);
 
 	/* The sending side refuses what the format cannot express: 2,001 fds need at least 9
@@ -531,7 +532,7 @@ static void test_oversized_length(void **state)
 
 		for (size_t i = 0; i < 2001; i++)
 			many[i] = fd;
-		assert_int_equal(wd_outq_push(q, "", 0, many, 2001), -WD_E_LIMIT);
+		assert_int_equal(wd_outq_push(q, "", 0, many, 2001), -WEIGHTD_E_LIMIT_EXCEEDED);
 		assert_false(fd_is_open(fd));   /* ownership taken even on failure */
 		assert_int_equal(wd_outq_frames(q), 0);
 		wd_outq_free(q);
@@ -558,7 +559,7 @@ static void test_too_many_fds(void **state)
 	for (int i = 0; i < 10; i++)
 		close(fds[i]);
 	assert_int_equal(count_fds(), base);
-	assert_int_equal(wd_inbuf_read(b, sv[1]), -WD_E_PROTOCOL);
+	assert_int_equal(wd_inbuf_read(b, sv[1]), -WEIGHTD_E_PROTOCOL);
 	/* The 4 within the limit are held until the buffer is freed; the other 6 were closed. */
 	assert_int_equal(count_fds(), base + 4);
 	wd_inbuf_free(b);
@@ -569,7 +570,7 @@ static void test_too_many_fds(void **state)
 	b = wd_inbuf_new(1024, 0);
 	assert_int_equal(wd_frame_send_blocking(sv[0], "x", 1, fds, 1), 0);
 	close(fds[0]);
-	assert_int_equal(wd_inbuf_read(b, sv[1]), -WD_E_PROTOCOL);
+	assert_int_equal(wd_inbuf_read(b, sv[1]), -WEIGHTD_E_PROTOCOL);
 	assert_int_equal(count_fds(), base);
 	wd_inbuf_free(b);
 
@@ -580,12 +581,12 @@ static void test_too_many_fds(void **state)
 		le32(hdr, 100);
 		le32(hdr + 4, 5);
 		assert_int_equal(wd_inbuf_feed(b, hdr, 8), 0);
-		assert_int_equal(wd_inbuf_next(b, &f), -WD_E_LIMIT);
+		assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_LIMIT_EXCEEDED);
 		wd_inbuf_free(b);
 		b = wd_inbuf_new(1024, UINT32_MAX);
 		le32(hdr + 4, WD_FRAME_MAX_FDS + 1);
 		assert_int_equal(wd_inbuf_feed(b, hdr, 8), 0);
-		assert_int_equal(wd_inbuf_next(b, &f), -WD_E_LIMIT);
+		assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_LIMIT_EXCEEDED);
 		wd_inbuf_free(b);
 	}
 	close(sv[0]);
@@ -635,7 +636,7 @@ static void test_ctrunc(void **state)
 		rc = wd_inbuf_read(b, sv[1]);
 		setrlimit(RLIMIT_NOFILE, &old);
 		/* out of descriptors is named as such, not as a protocol error */
-		if (rc != -WD_E_EXHAUSTED || wd_inbuf_fds_dropped(b) == 0) {
+		if (rc != -WEIGHTD_E_RESOURCE_EXHAUSTED || wd_inbuf_fds_dropped(b) == 0) {
 			fprintf(stderr, "read returned %d\n", rc);
 			_exit(14);
 		}
@@ -662,11 +663,11 @@ static void test_garbage_headers(void **state)
 	assert_int_equal(wd_inbuf_feed(b, hdr, 8), 0);
 	assert_int_equal(wd_inbuf_next(b, &f), 0); /* payload not complete yet */
 	assert_int_equal(wd_inbuf_feed(b, "abc", 3), 0);
-	assert_int_equal(wd_inbuf_next(b, &f), -WD_E_PROTOCOL);
+	assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_PROTOCOL);
 	le32(hdr, 0);
 	le32(hdr + 4, 0);
 	assert_int_equal(wd_inbuf_feed(b, hdr, 8), 0);
-	assert_int_equal(wd_inbuf_next(b, &f), -WD_E_PROTOCOL);
+	assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_PROTOCOL);
 	wd_inbuf_free(b);
 
 	/* More fd batches than the frame has bytes: 2001 fds need 9 bytes, a bare header has 8. */
@@ -674,7 +675,7 @@ static void test_garbage_headers(void **state)
 	le32(hdr, 0);
 	le32(hdr + 4, 2001);
 	assert_int_equal(wd_inbuf_feed(b, hdr, 8), 0);
-	assert_int_equal(wd_inbuf_next(b, &f), -WD_E_PROTOCOL);
+	assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_PROTOCOL);
 	wd_inbuf_free(b);
 
 	/* A header arriving one byte at a time, then a frame split at every offset. */
@@ -707,9 +708,9 @@ static void test_garbage_headers(void **state)
 		assert_int_equal(wd_inbuf_feed(b, raw, 8), 0);
 		rc = wd_inbuf_next(b, &f);
 		if (len > 40000 || nfds > 1000)
-			assert_int_equal(rc, -WD_E_LIMIT);
+			assert_int_equal(rc, -WEIGHTD_E_LIMIT_EXCEEDED);
 		else if ((nfds + 249) / 250 > 8 + len || (len == 0 && nfds > 0))
-			assert_int_equal(rc, -WD_E_PROTOCOL);
+			assert_int_equal(rc, -WEIGHTD_E_PROTOCOL);
 		else
 			assert_int_equal(rc, 0);
 		wd_inbuf_free(b);
@@ -769,8 +770,8 @@ static void test_disconnect(void **state)
 	pair(sv, 1);
 	close(sv[1]);
 	assert_int_equal(wd_outq_push(q, "abc", 3, NULL, 0), 0);
-	assert_int_equal(wd_outq_flush(q, sv[0]), -WD_E_DISCONNECTED);
-	assert_int_equal(wd_frame_send_blocking(sv[0], "abc", 3, NULL, 0), -WD_E_DISCONNECTED);
+	assert_int_equal(wd_outq_flush(q, sv[0]), -WEIGHTD_E_DISCONNECTED);
+	assert_int_equal(wd_frame_send_blocking(sv[0], "abc", 3, NULL, 0), -WEIGHTD_E_DISCONNECTED);
 	wd_outq_free(q);
 	close(sv[0]);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_gguf.c - the GGUF reader against files written here from the specification. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,7 +47,7 @@ static void table_with_sentinel(struct wd_table *t)
 }
 
 static int parse_with(const struct gw *g, const struct wd_limits *lim, struct wd_table *t,
-		      struct wd_error *err)
+		      weightd_error *err)
 {
 	wd_error_clear(err);
 	return wd_gguf_parse(g->p, g->len, g->len, 0, lim, t, err);
@@ -57,16 +58,16 @@ static void expect_fail_lim(const struct gw *g, const struct wd_limits *lim, int
 			    const char *needle)
 {
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	int rc;
 
 	table_with_sentinel(&t);
 	rc = parse_with(g, lim, &t, &err);
-	if (rc != -code || !strstr(err.msg, needle))
-		print_error("got rc %d (%s), message: %s\n", rc, wd_code_name(rc), err.msg);
+	if (rc != -code || !strstr(err.message, needle))
+		print_error("got rc %d (%s), message: %s\n", rc, wd_code_name(rc), err.message);
 	assert_int_equal(rc, -code);
 	assert_int_equal(err.code, code);
-	assert_non_null(strstr(err.msg, needle));
+	assert_non_null(strstr(err.message, needle));
 	assert_int_equal(t.n_tensors, 1);
 	assert_int_equal(t.n_meta, 1);
 	assert_string_equal(t.tensors[0].name, "sentinel");
@@ -108,7 +109,7 @@ static void test_tensor_table(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	const struct wd_tensor_info *ti;
 	size_t header_end, data_start;
 	/* dims innermost first, as GGUF stores them */
@@ -186,7 +187,7 @@ static void test_version_2_and_append(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	const uint64_t d[1] = { 4 };
 
 	gw_init(&g);
@@ -210,7 +211,7 @@ static void test_custom_alignment(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	const struct gw_tensor ts[2] = {
 		{ "a", 1, { 3 }, GG_F32, 12 },
 		{ "b", 2, { 2, 2 }, GG_F16, 8 },
@@ -236,7 +237,7 @@ static void test_metadata_types(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	const uint64_t nkv = 13 + 12 + 8;
 	static const struct {
 		const char *key, *value, *type;
@@ -358,7 +359,7 @@ static void test_string_with_nul(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 
 	gw_init(&g);
 	gw_header(&g, 3, 0, 1);
@@ -377,7 +378,7 @@ static void test_long_array_text_cut(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	char s[401];
 	const char *v;
 
@@ -450,7 +451,7 @@ static void test_type_byte_lengths(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	struct gw_tensor ts[NGEOMS];
 	char names[NGEOMS][32];
 
@@ -492,7 +493,7 @@ static void test_partial_block_rows(void **state)
 		gw_tinfo(&g, "w", 2, d, geoms[i].ggml, 0);
 		gw_pad(&g, 32);
 		gw_zeros(&g, 4 * geoms[i].bytes);
-		expect_fail(&g, WD_E_BAD_CHECKPOINT, "not a whole number");
+		expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "not a whole number");
 		gw_free(&g);
 	}
 }
@@ -514,7 +515,7 @@ static void test_unknown_types(void **state)
 		gw_pad(&g, 32);
 		gw_zeros(&g, 1024);
 		snprintf(needle, sizeof(needle), "ggml type %u,", unknown[i]);
-		expect_fail(&g, WD_E_UNSUPPORTED, needle);
+		expect_fail(&g, WEIGHTD_E_UNSUPPORTED, needle);
 		gw_free(&g);
 	}
 }
@@ -531,7 +532,7 @@ static void test_bad_magic(void **state)
 	gw_u32(&g, 3);
 	gw_u64(&g, 0);
 	gw_u64(&g, 0);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "magic");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "magic");
 	gw_free(&g);
 }
 
@@ -547,7 +548,7 @@ static void test_versions(void **state)
 		gw_init(&g);
 		gw_header(&g, bad[i], 0, 0);
 		snprintf(needle, sizeof(needle), "version %u is not supported", bad[i]);
-		expect_fail(&g, WD_E_UNSUPPORTED, needle);
+		expect_fail(&g, WEIGHTD_E_UNSUPPORTED, needle);
 		gw_free(&g);
 	}
 }
@@ -564,7 +565,7 @@ static void test_big_endian(void **state)
 	gw_raw(&g, be_version, 4);
 	gw_raw(&g, be_zero, 8);
 	gw_raw(&g, be_zero, 8);
-	expect_fail(&g, WD_E_UNSUPPORTED, "big-endian GGUF is not supported");
+	expect_fail(&g, WEIGHTD_E_UNSUPPORTED, "big-endian GGUF is not supported");
 	gw_free(&g);
 }
 
@@ -573,7 +574,7 @@ static void test_truncated(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	const struct gw_tensor ts[1] = { { "w", 1, { 8 }, GG_F32, 32 } };
 	size_t data_start, full;
 
@@ -583,17 +584,17 @@ static void test_truncated(void **state)
 	/* the file ends inside the tensor info: header 24 + metadata 44 + 20 of its 33 bytes */
 	assert_int_equal(data_start, 128);
 	g.len = 24 + 44 + 20;
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "truncated");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "truncated");
 	/* the file ends inside the header's counts */
 	g.len = 10;
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "truncated");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "truncated");
 	g.len = 0;
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "truncated");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "truncated");
 	/* the file is whole but the caller handed over less than the header */
 	g.len = full;
 	table_with_sentinel(&t);
-	assert_int_equal(wd_gguf_parse(g.p, 40, g.len, 0, NULL, &t, &err), -WD_E_BAD_CHECKPOINT);
-	assert_non_null(strstr(err.msg, "truncated"));
+	assert_int_equal(wd_gguf_parse(g.p, 40, g.len, 0, NULL, &t, &err), -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "truncated"));
 	assert_int_equal(t.n_meta, 1);
 	wd_table_free(&t);
 	gw_free(&g);
@@ -607,18 +608,18 @@ static void test_counts_vs_file_size(void **state)
 	gw_init(&g);
 	gw_header(&g, 3, 1000, 0);
 	gw_zeros(&g, 100);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "more than a file");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "more than a file");
 	gw_free(&g);
 
 	gw_init(&g);
 	gw_header(&g, 3, 0, 1ull << 62);
 	gw_zeros(&g, 100);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "more than a file");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "more than a file");
 	gw_free(&g);
 
 	gw_init(&g);
 	gw_header(&g, 3, UINT64_MAX, UINT64_MAX);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "more than a file");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "more than a file");
 	gw_free(&g);
 }
 
@@ -635,13 +636,13 @@ static void test_count_limits(void **state)
 	gw_init(&g);
 	gw_file(&g, 32, 2, ts, NULL); /* 2 tensors, 2 metadata entries */
 	lim.max_tensors = 1;
-	expect_fail_lim(&g, &lim, WD_E_LIMIT, "over the limit of 1");
+	expect_fail_lim(&g, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "over the limit of 1");
 	lim = (struct wd_limits)WD_LIMITS_DEFAULT;
 	lim.max_metadata = 1;
-	expect_fail_lim(&g, &lim, WD_E_LIMIT, "metadata entries, over the limit of 1");
+	expect_fail_lim(&g, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "metadata entries, over the limit of 1");
 	lim = (struct wd_limits)WD_LIMITS_DEFAULT;
 	lim.max_header_bytes = 64;
-	expect_fail_lim(&g, &lim, WD_E_LIMIT, "header region passes the limit of 64");
+	expect_fail_lim(&g, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "header region passes the limit of 64");
 	gw_free(&g);
 }
 
@@ -659,7 +660,7 @@ static void test_string_lengths(void **state)
 	gw_u64(&g, 1000);
 	gw_raw(&g, "general.name", 12);
 	gw_zeros(&g, 20);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "remain in the file");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "remain in the file");
 	gw_free(&g);
 
 	/* a string value claiming 2^63 bytes */
@@ -668,7 +669,7 @@ static void test_string_lengths(void **state)
 	gw_key(&g, "general.name", GW_STRING);
 	gw_u64(&g, 1ull << 63);
 	gw_zeros(&g, 20);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "claims 9223372036854775808 bytes");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "claims 9223372036854775808 bytes");
 	gw_free(&g);
 
 	/* a string within the file but over max_string */
@@ -676,7 +677,7 @@ static void test_string_lengths(void **state)
 	gw_header(&g, 3, 0, 1);
 	gw_kv_str(&g, "k", "hello");
 	lim.max_string = 4;
-	expect_fail_lim(&g, &lim, WD_E_LIMIT, "over the limit of 4");
+	expect_fail_lim(&g, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "over the limit of 4");
 	gw_free(&g);
 
 	/* a key longer than GGUF allows */
@@ -687,7 +688,7 @@ static void test_string_lengths(void **state)
 		gw_u8(&g, 'k');
 	gw_u32(&g, GW_U8);
 	gw_u8(&g, 0);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "at most 65535");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "at most 65535");
 	gw_free(&g);
 
 	/* an empty key, and keys with control bytes in them */
@@ -695,20 +696,20 @@ static void test_string_lengths(void **state)
 	gw_header(&g, 3, 0, 1);
 	gw_key(&g, "", GW_U8);
 	gw_u8(&g, 0);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "empty key");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "empty key");
 	gw_free(&g);
 	gw_init(&g);
 	gw_header(&g, 3, 0, 1);
 	gw_strn(&g, "a\0b", 3);
 	gw_u32(&g, GW_U8);
 	gw_u8(&g, 0);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "key with control byte 0x00");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "key with control byte 0x00");
 	gw_free(&g);
 	gw_init(&g);
 	gw_header(&g, 3, 0, 1);
 	gw_key(&g, "general.name\nforged line", GW_U8);
 	gw_u8(&g, 0);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "key with control byte 0x0a");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "key with control byte 0x0a");
 	gw_free(&g);
 }
 
@@ -724,7 +725,7 @@ static void test_array_lengths(void **state)
 	gw_key(&g, "a", GW_ARRAY);
 	gw_arr(&g, GW_U32, 1000000);
 	gw_zeros(&g, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "array of 1000000 u32 values");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "array of 1000000 u32 values");
 	gw_free(&g);
 
 	/* strings: each takes at least its 8-byte length */
@@ -733,7 +734,7 @@ static void test_array_lengths(void **state)
 	gw_key(&g, "a", GW_ARRAY);
 	gw_arr(&g, GW_STRING, 10);
 	gw_zeros(&g, 72);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "array of 10 string values");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "array of 10 string values");
 	gw_free(&g);
 
 	/* within the file but over max_array */
@@ -743,7 +744,7 @@ static void test_array_lengths(void **state)
 	gw_arr(&g, GW_U8, 5);
 	gw_zeros(&g, 5);
 	lim.max_array = 4;
-	expect_fail_lim(&g, &lim, WD_E_LIMIT, "over the limit of 4 array elements");
+	expect_fail_lim(&g, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "over the limit of 4 array elements");
 	gw_free(&g);
 
 	/* max_array counts nested elements too: 2 + 3 + 3 > 7 */
@@ -756,11 +757,11 @@ static void test_array_lengths(void **state)
 	gw_arr(&g, GW_U8, 3);
 	gw_zeros(&g, 3);
 	lim.max_array = 7;
-	expect_fail_lim(&g, &lim, WD_E_LIMIT, "array elements");
+	expect_fail_lim(&g, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "array elements");
 	lim.max_array = 8;
 	{
 		struct wd_table t;
-		struct wd_error err;
+		weightd_error err;
 
 		wd_table_init(&t);
 		assert_int_equal(parse_with(&g, &lim, &t, &err), 0);
@@ -776,7 +777,7 @@ static void test_array_depth(void **state)
 	struct gw g;
 	struct wd_limits lim = WD_LIMITS_DEFAULT;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 
 	/* three levels of arrays */
 	gw_init(&g);
@@ -787,7 +788,7 @@ static void test_array_depth(void **state)
 	gw_arr(&g, GW_U8, 1);
 	gw_u8(&g, 9);
 	lim.max_array_depth = 2;
-	expect_fail_lim(&g, &lim, WD_E_LIMIT, "nests arrays 3 deep");
+	expect_fail_lim(&g, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "nests arrays 3 deep");
 	lim.max_array_depth = 3;
 	wd_table_init(&t);
 	assert_int_equal(parse_with(&g, &lim, &t, &err), 0);
@@ -803,7 +804,7 @@ static void test_array_depth(void **state)
 		gw_arr(&g, GW_ARRAY, 1);
 	gw_arr(&g, GW_U8, 0);
 	lim.max_array_depth = UINT32_MAX;
-	expect_fail_lim(&g, &lim, WD_E_LIMIT, "deep");
+	expect_fail_lim(&g, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "deep");
 	gw_free(&g);
 }
 
@@ -816,7 +817,7 @@ static void test_value_types(void **state)
 	gw_header(&g, 3, 0, 1);
 	gw_key(&g, "a", 13);
 	gw_u64(&g, 0);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "unknown value type 13");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "unknown value type 13");
 	gw_free(&g);
 
 	gw_init(&g);
@@ -824,14 +825,14 @@ static void test_value_types(void **state)
 	gw_key(&g, "a", GW_ARRAY);
 	gw_arr(&g, 99, 1);
 	gw_u64(&g, 0);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "unknown element type 99");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "unknown element type 99");
 	gw_free(&g);
 
 	gw_init(&g);
 	gw_header(&g, 3, 0, 1);
 	gw_key(&g, "flag", GW_BOOL);
 	gw_u8(&g, 2);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "bool of value 2");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "bool of value 2");
 	gw_free(&g);
 
 	/* inside a long array too, where elements are not rendered */
@@ -841,7 +842,7 @@ static void test_value_types(void **state)
 	gw_arr(&g, GW_BOOL, 40);
 	gw_zeros(&g, 39);
 	gw_u8(&g, 7);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "bool of value 7");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "bool of value 7");
 	gw_free(&g);
 }
 
@@ -855,8 +856,8 @@ static void test_duplicate_keys(void **state)
 	gw_kv_str(&g, "general.name", "a");
 	gw_kv_u32(&g, "general.file_type", 1);
 	gw_kv_str(&g, "general.name", "b");
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "metadata key 'general.name' at byte");
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "duplicate");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "metadata key 'general.name' at byte");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "duplicate");
 	gw_free(&g);
 }
 
@@ -871,7 +872,7 @@ static void test_bad_alignment(void **state)
 		gw_init(&g);
 		gw_header(&g, 3, 0, 1);
 		gw_kv_u32(&g, "general.alignment", bad[i]);
-		expect_fail(&g, WD_E_BAD_CHECKPOINT, "not a power of two");
+		expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "not a power of two");
 		gw_free(&g);
 	}
 	{
@@ -881,7 +882,7 @@ static void test_bad_alignment(void **state)
 		gw_header(&g, 3, 0, 1);
 		gw_key(&g, "general.alignment", GW_U64);
 		gw_u64(&g, 64);
-		expect_fail(&g, WD_E_BAD_CHECKPOINT, "must be a u32, but its type is u64");
+		expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "must be a u32, but its type is u64");
 		gw_free(&g);
 	}
 }
@@ -906,14 +907,14 @@ static void test_dim_count(void **state)
 	const uint64_t d[5] = { 1, 1, 1, 1, 1 };
 
 	one_tensor(&g, "w", 5, d, GG_F32, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "has 5 dimensions; GGUF allows at most 4");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "has 5 dimensions; GGUF allows at most 4");
 	gw_free(&g);
 	gw_init(&g);
 	gw_header(&g, 3, 1, 0);
 	gw_str(&g, "w");
 	gw_u32(&g, 0xffffffffu);
 	gw_zeros(&g, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "has 4294967295 dimensions");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "has 4294967295 dimensions");
 	gw_free(&g);
 }
 
@@ -924,11 +925,11 @@ static void test_zero_and_overflowing_dims(void **state)
 	const uint64_t big[2] = { 1ull << 32, 1ull << 32 }, bytes_over[2] = { 1ull << 31, 1ull << 31 };
 
 	one_tensor(&g, "w", 2, big, GG_F32, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "overflows");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "overflows");
 	gw_free(&g);
 	/* 2^62 elements of 8 bytes: the count fits, the byte length does not */
 	one_tensor(&g, "w", 2, bytes_over, GG_F64, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "byte length overflows");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "byte length overflows");
 	gw_free(&g);
 }
 
@@ -938,21 +939,21 @@ static void test_negative_dims(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	const uint64_t over_i64[1] = { 1ull << 63 }, minus5[3] = { 4, (uint64_t)-5, 2 };
 
 	one_tensor(&g, "w", 1, over_i64, GG_I8, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT,
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT,
 		    "negative dimension: dims[0] in file order (shape axis 0) is -9223372036854775808");
 	gw_free(&g);
 	one_tensor(&g, "blk.1.attn_q.weight", 3, minus5, GG_F32, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT,
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT,
 		    "GGUF tensor 'blk.1.attn_q.weight' has a negative dimension: dims[1] in file order "
 		    "(shape axis 1) is -5");
 	table_with_sentinel(&t);
-	assert_int_equal(parse_with(&g, NULL, &t, &err), -WD_E_BAD_CHECKPOINT);
+	assert_int_equal(parse_with(&g, NULL, &t, &err), -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_string_equal(err.tensor, "blk.1.attn_q.weight");
-	assert_null(strstr(err.msg, "overflow"));
+	assert_null(strstr(err.message, "overflow"));
 	wd_table_free(&t);
 	gw_free(&g);
 }
@@ -963,7 +964,7 @@ static void test_zero_dims(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	const uint64_t d16[1] = { 16 }, zero[2] = { 4, 0 }, zero0[1] = { 0 },
 		       zero_q[2] = { 0, 3 }, zero_big[3] = { INT64_MAX, INT64_MAX, 0 };
 	const struct wd_tensor_info *ti;
@@ -1009,11 +1010,11 @@ static void test_zero_dims(void **state)
 
 	/* a 0-byte tensor still has to point inside the file */
 	one_tensor(&g, "w", 2, zero, GG_F32, 96, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "past the end of the file");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "past the end of the file");
 	gw_free(&g);
 	/* and at an aligned offset */
 	one_tensor(&g, "w", 2, zero, GG_F32, 8, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "not a multiple of the alignment 32");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "not a multiple of the alignment 32");
 	gw_free(&g);
 }
 
@@ -1022,13 +1023,14 @@ static void test_row_blocks(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	const uint64_t q4_0[2] = { 48, 2 }, q4_k[1] = { 128 }, scalar_q8[1] = { 1 };
 
 	one_tensor(&g, "blk.0.ffn_up.weight", 2, q4_0, GG_Q4_0, 0, 256);
 	table_with_sentinel(&t);
-	assert_int_equal(parse_with(&g, NULL, &t, &err), -WD_E_BAD_CHECKPOINT);
-	assert_non_null(strstr(err.msg, "rows of 48 elements, not a whole number of Q4_0 blocks of 32"));
+	assert_int_equal(parse_with(&g, NULL, &t, &err), -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message,
+			       "rows of 48 elements, not a whole number of Q4_0 blocks of 32"));
 	assert_string_equal(err.tensor, "blk.0.ffn_up.weight");
 	assert_int_equal(err.expected, 32);
 	assert_int_equal(err.actual, 48);
@@ -1036,14 +1038,14 @@ static void test_row_blocks(void **state)
 	gw_free(&g);
 
 	one_tensor(&g, "w", 1, q4_k, GG_Q4_K, 0, 256);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "Q4_K blocks of 256");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "Q4_K blocks of 256");
 	gw_free(&g);
 	/* a 0-d tensor has a row of one element */
 	one_tensor(&g, "w", 0, NULL, GG_Q8_0, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "rows of 1 elements");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "rows of 1 elements");
 	gw_free(&g);
 	one_tensor(&g, "w", 1, scalar_q8, GG_Q8_0, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "rows of 1 elements");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "rows of 1 elements");
 	gw_free(&g);
 }
 
@@ -1055,15 +1057,15 @@ static void test_data_outside_file(void **state)
 
 	/* 64 bytes of F32 but only 32 bytes of data section */
 	one_tensor(&g, "w", 1, d, GG_F32, 0, 32);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "past the end of the file");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "past the end of the file");
 	gw_free(&g);
 	/* an offset past the end */
 	one_tensor(&g, "w", 1, d, GG_F32, 1024, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "past the end of the file");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "past the end of the file");
 	gw_free(&g);
 	/* an offset that overflows when added to the data section's start */
 	one_tensor(&g, "w", 1, d, GG_F32, UINT64_MAX - 31, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "past the end of the file");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "past the end of the file");
 	gw_free(&g);
 }
 
@@ -1080,8 +1082,8 @@ static void test_overlap(void **state)
 	gw_tinfo(&g, "c", 1, d, GG_F32, 32); /* inside a's 64 bytes */
 	gw_pad(&g, 32);
 	gw_zeros(&g, 256);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "tensor 'c'");
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "overlaps tensor 'a'");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "tensor 'c'");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "overlaps tensor 'a'");
 	gw_free(&g);
 
 	/* two tensors at the same offset */
@@ -1091,13 +1093,13 @@ static void test_overlap(void **state)
 	gw_tinfo(&g, "b", 1, d, GG_F32, 64);
 	gw_pad(&g, 32);
 	gw_zeros(&g, 256);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "overlaps");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "overlaps");
 	gw_free(&g);
 
 	/* back to back is fine */
 	{
 		struct wd_table t;
-		struct wd_error err;
+		weightd_error err;
 
 		gw_init(&g);
 		gw_header(&g, 3, 2, 0);
@@ -1119,7 +1121,8 @@ static void test_misaligned_offset(void **state)
 	const uint64_t d[1] = { 4 };
 
 	one_tensor(&g, "w", 1, d, GG_F32, 16, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "offset 16, which is not a multiple of the alignment 32");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT,
+		    "offset 16, which is not a multiple of the alignment 32");
 	gw_free(&g);
 
 	/* 32 is fine by default but not under general.alignment = 64 */
@@ -1129,7 +1132,7 @@ static void test_misaligned_offset(void **state)
 	gw_tinfo(&g, "w", 1, d, GG_F32, 32);
 	gw_pad(&g, 64);
 	gw_zeros(&g, 128);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "not a multiple of the alignment 64");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "not a multiple of the alignment 64");
 	gw_free(&g);
 }
 
@@ -1146,29 +1149,29 @@ static void test_tensor_names(void **state)
 	gw_tinfo(&g, "output.weight", 1, d, GG_F32, 32);
 	gw_pad(&g, 32);
 	gw_zeros(&g, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "tensor 'output.weight' at byte");
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "duplicate");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "tensor 'output.weight' at byte");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "duplicate");
 	gw_free(&g);
 
 	one_tensor(&g, "", 1, d, GG_F32, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "empty name");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "empty name");
 	gw_free(&g);
 
 	memset(long_name, 'x', WD_MAX_NAME);
 	long_name[WD_MAX_NAME] = '\0';
 	one_tensor(&g, long_name, 1, d, GG_F32, 0, 64);
-	expect_fail(&g, WD_E_LIMIT, "has a name of 1024 bytes");
+	expect_fail(&g, WEIGHTD_E_LIMIT_EXCEEDED, "has a name of 1024 bytes");
 	gw_free(&g);
 
 	/* the GGUF spec caps tensor names at 64 bytes */
 	long_name[65] = '\0';
 	one_tensor(&g, long_name, 1, d, GG_F32, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT,
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT,
 		    "has a name of 65 bytes; GGUF allows tensor names of at most 64 bytes");
 	gw_free(&g);
 	{
 		struct wd_table t;
-		struct wd_error err;
+		weightd_error err;
 
 		long_name[64] = '\0';
 		one_tensor(&g, long_name, 1, d, GG_F32, 0, 64);
@@ -1188,17 +1191,17 @@ static void test_tensor_names(void **state)
 	gw_u64(&g, 0);
 	gw_pad(&g, 32);
 	gw_zeros(&g, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "name with control byte 0x00");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "name with control byte 0x00");
 	gw_free(&g);
 
 	one_tensor(&g, "\x1b[2Jw", 1, d, GG_F32, 0, 64);
-	expect_fail(&g, WD_E_BAD_CHECKPOINT, "name with control byte 0x1b");
+	expect_fail(&g, WEIGHTD_E_BAD_CHECKPOINT, "name with control byte 0x1b");
 	gw_free(&g);
 
 	/* UTF-8 is fine */
 	{
 		struct wd_table t;
-		struct wd_error err;
+		weightd_error err;
 
 		one_tensor(&g, "caf\xc3\xa9.weight", 1, d, GG_F32, 0, 64);
 		wd_table_init(&t);
@@ -1232,7 +1235,7 @@ static void test_read_grows(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	struct wd_limits lim = WD_LIMITS_DEFAULT;
 	const size_t big = 3u << 20;
 	char *s = malloc(big + 1), path[512];
@@ -1266,8 +1269,8 @@ static void test_read_grows(void **state)
 	/* the same header past max_header_bytes is a limit, not an allocation */
 	lim.max_header_bytes = 2u << 20;
 	table_with_sentinel(&t);
-	assert_int_equal(wd_gguf_read(fd, size, 3, &lim, &t, &err), -WD_E_LIMIT);
-	assert_non_null(strstr(err.msg, "header region passes the limit of 2097152"));
+	assert_int_equal(wd_gguf_read(fd, size, 3, &lim, &t, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "header region passes the limit of 2097152"));
 	assert_int_equal(t.n_meta, 1);
 	wd_table_free(&t);
 
@@ -1283,7 +1286,7 @@ static void test_read_small(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	const struct gw_tensor ts[2] = {
 		{ "a", 2, { 256, 2 }, GG_Q4_K, 2 * 144 },
 		{ "b", 1, { 7 }, GG_F16, 14 },
@@ -1305,7 +1308,7 @@ static void test_read_small(void **state)
 
 	/* a file shorter than the size it was measured at has changed */
 	table_with_sentinel(&t);
-	assert_int_equal(wd_gguf_read(fd, size + 4096, 0, NULL, &t, &err), -WD_E_CHANGED);
+	assert_int_equal(wd_gguf_read(fd, size + 4096, 0, NULL, &t, &err), -WEIGHTD_E_SOURCE_CHANGED);
 	assert_int_equal(t.n_tensors, 1);
 	wd_table_free(&t);
 	close(fd);
@@ -1314,8 +1317,8 @@ static void test_read_small(void **state)
 	gw_patch_u32(&g, 0, 0x58554747); /* "GGUX" */
 	fd = open_written(&g, "bad.gguf", path, sizeof(path), &size);
 	table_with_sentinel(&t);
-	assert_int_equal(wd_gguf_read(fd, size, 0, NULL, &t, &err), -WD_E_BAD_CHECKPOINT);
-	assert_non_null(strstr(err.msg, "magic"));
+	assert_int_equal(wd_gguf_read(fd, size, 0, NULL, &t, &err), -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "magic"));
 	assert_int_equal(t.n_tensors, 1);
 	wd_table_free(&t);
 	close(fd);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_golden_gguf.c - a GGUF file written, quantized and decoded by ggml itself, read by weightd. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -100,7 +101,7 @@ static int setup(void **state)
 {
 	const char *d = getenv("WD_GOLDEN_GGUF_DIR");
 	const char *s = getenv("WD_SOURCE_DIR");
-	struct wd_error err;
+	weightd_error err;
 	uint64_t off = 0;
 
 	(void)state;
@@ -134,7 +135,7 @@ static int setup(void **state)
 		snprintf(path, sizeof(path), "%s/oracle.gguf", dir);
 		wd_error_clear(&err);
 		if (wd_source_open("oracle", path, NULL, &src, &err)) {
-			fprintf(stderr, "%s\n", err.msg);
+			fprintf(stderr, "%s\n", err.message);
 			return -1;
 		}
 	}
@@ -199,7 +200,7 @@ static void packed_bytes_are_the_files(void **state)
 	(void)state;
 	for (size_t i = 0; i < n_wants; i++) {
 		const struct want *w = &wants[i];
-		struct wd_error err;
+		weightd_error err;
 		uint8_t *buf = malloc(w->nbytes);
 
 		assert_non_null(buf);
@@ -338,7 +339,7 @@ static void every_cast_matches_ggml(void **state)
 			/* ggml ships no decoder for these, and weightd says it has none */
 			assert_false(wd_dequant_supported(w->g->dtype));
 			assert_int_equal(wd_dequant_f32(w->g->dtype, file + w->offset, 1, got),
-					 -WD_E_UNSUPPORTED_CAST);
+					 -WEIGHTD_E_UNSUPPORTED_CAST);
 			continue;
 		}
 		assert_true(wd_dequant_supported(w->g->dtype));

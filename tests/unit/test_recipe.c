@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_recipe.c - recipes: every preflight error, results against independent index arithmetic,
  * identity keys, exact read accounting, and files that change between preflight and execution. */
 #include <fcntl.h>
@@ -183,14 +184,14 @@ static struct wd_source *open_src(const char *name, const char *file)
 {
 	const struct wd_limits lim = WD_LIMITS_DEFAULT;
 	struct wd_source *src = NULL;
-	struct wd_error err;
+	weightd_error err;
 	char path[256];
 	int r;
 
 	path_of(path, sizeof(path), file);
 	r = wd_source_open(name, path, &lim, &src, &err);
 	if (r < 0)
-		print_message("open %s: %s\n", path, err.msg);
+		print_message("open %s: %s\n", path, err.message);
 	assert_int_equal(r, 0);
 	return src;
 }
@@ -236,7 +237,7 @@ static int group_teardown(void **state)
 
 static struct wd_source *copy_src;
 
-static int lookup(void *ctx, const char *ck, const struct wd_source **ret, struct wd_error *err)
+static int lookup(void *ctx, const char *ck, const struct wd_source **ret, weightd_error *err)
 {
 	struct { const char *name; struct wd_source *src; } reg[] = {
 		{ "model", model }, { "model-again", model2 }, { "quant", quant },
@@ -248,7 +249,7 @@ static int lookup(void *ctx, const char *ck, const struct wd_source **ret, struc
 			*ret = reg[i].src;
 			return 0;
 		}
-	return wd_error_set(err, WD_E_UNKNOWN_SOURCE, "no checkpoint is called \"%s\"", ck);
+	return wd_error_set(err, WEIGHTD_E_UNKNOWN_SOURCE, "no checkpoint is called \"%s\"", ck);
 }
 
 static const struct wd_resolver resolver = { NULL, lookup };
@@ -391,7 +392,7 @@ static uint32_t r_cast(struct rb *b, uint32_t in, enum wd_dtype dt)
 }
 
 static int preflight(struct rb *b, const struct wd_recipe_limits *lim, struct wd_plan **ret,
-		     struct wd_error *err)
+		     weightd_error *err)
 {
 	struct wd_recipe r = { b->n, b->len };
 	return wd_recipe_preflight(&r, &resolver, lim, ret, err);
@@ -402,7 +403,7 @@ static int preflight(struct rb *b, const struct wd_recipe_limits *lim, struct wd
 /* Execute into a memfd-backed sink, hashing inline or (pipeline) on the scratch's hasher thread
  * as the daemon does; the output bytes in *ret (malloc'd). */
 static int execute(const struct wd_plan *p, size_t scratch_bytes, bool pipeline, uint8_t **ret,
-		   uint64_t *ret_read, uint8_t digest[WD_DIGEST_LEN], struct wd_error *err)
+		   uint64_t *ret_read, uint8_t digest[WD_DIGEST_LEN], weightd_error *err)
 {
 	struct wd_scratch sc;
 	struct wd_sink sink;
@@ -442,7 +443,7 @@ static void expect_ranges(const struct wd_plan *p, const void *want, size_t nbyt
 	int fd = memfd_create("wd-test-ranges", MFD_CLOEXEC);
 	uint8_t *out = malloc(nbytes ? nbytes : 1);
 	struct wd_scratch sc;
-	struct wd_error err;
+	weightd_error err;
 
 	assert_true(fd >= 0);
 	assert_non_null(out);
@@ -459,7 +460,7 @@ static void expect_ranges(const struct wd_plan *p, const void *want, size_t nbyt
 		r = wd_plan_execute_range(p, cut[k], len, &sink, &sc, &read, &err);
 		if (r < 0)
 			print_message("range %llu+%llu: %s\n", (unsigned long long)cut[k],
-				      (unsigned long long)len, err.msg);
+				      (unsigned long long)len, err.message);
 		assert_int_equal(r, 0);
 		assert_int_equal(wd_sink_finish(&sink, digest, &err), 0);
 		XXH128_canonicalFromHash(&canon, XXH3_128bits((const uint8_t *)want + cut[k], len));
@@ -483,13 +484,13 @@ static void expect_result(struct rb *b, enum wd_dtype dt, int ndim, const uint64
 {
 	static const size_t scratch[] = { 4u << 20, 13, 64 };
 	struct wd_plan *p = NULL;
-	struct wd_error err;
+	weightd_error err;
 	uint8_t want_digest[16];
 	XXH128_canonical_t canon;
 	int r = preflight(b, NULL, &p, &err);
 
 	if (r < 0)
-		print_message("preflight: %s\n", err.msg);
+		print_message("preflight: %s\n", err.message);
 	assert_int_equal(r, 0);
 	assert_int_equal(wd_plan_dtype(p), dt);
 	assert_int_equal(wd_plan_ndim(p), ndim);
@@ -509,7 +510,7 @@ static void expect_result(struct rb *b, enum wd_dtype dt, int ndim, const uint64
 		r = execute(p, bytes, k % 2, &out, &got_read, digest, &err);
 		if (r < 0)
 			print_message("execute (scratch %zu%s): %s\n", bytes, k % 2 ? ", pipelined" : "",
-				      err.msg);
+				      err.message);
 		assert_int_equal(r, 0);
 		assert_memory_equal(out, want, nbytes);
 		assert_memory_equal(digest, want_digest, sizeof(want_digest));
@@ -525,20 +526,20 @@ static void expect_error(struct rb *b, const struct wd_recipe_limits *lim, int c
 			 const char *needle)
 {
 	struct wd_plan *p = NULL;
-	struct wd_error err;
+	weightd_error err;
 	char head[64];
 	int r = preflight(b, lim, &p, &err);
 
-	if (r != -code || (int)err.node != (int)node + 1 || !strstr(err.msg, needle))
+	if (r != -code || (int)err.node != (int)node + 1 || !strstr(err.message, needle))
 		print_message("want %s at node %u (\"%s\"); got %d at node %u: %s\n",
-			      wd_code_name(code), node, needle, r, err.node, err.msg);
+			      wd_code_name(code), node, needle, r, err.node, err.message);
 	assert_int_equal(r, -code);
 	assert_int_equal(err.code, code);
 	assert_null(p);
 	assert_int_equal(err.node, node + 1);
 	snprintf(head, sizeof(head), "node %u (", node);
-	assert_non_null(strstr(err.msg, head));
-	assert_non_null(strstr(err.msg, needle));
+	assert_non_null(strstr(err.message, head));
+	assert_non_null(strstr(err.message, needle));
 }
 
 /* ---- preflight errors ------------------------------------------------------------------------- */
@@ -547,12 +548,12 @@ static void test_error_unknown_source_and_tensor(void **state)
 {
 	struct rb b = { .len = 0 };
 	struct wd_plan *p = NULL;
-	struct wd_error err;
+	weightd_error err;
 
 	r_src(&b, "model", "a", FULL());
 	r_src(&b, "nope", "a", FULL());
 	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
-	expect_error(&b, NULL, WD_E_UNKNOWN_SOURCE, 1, "nope");
+	expect_error(&b, NULL, WEIGHTD_E_UNKNOWN_SOURCE, 1, "nope");
 	preflight(&b, NULL, &p, &err);
 	assert_string_equal(err.checkpoint, "nope");
 
@@ -560,7 +561,7 @@ static void test_error_unknown_source_and_tensor(void **state)
 	r_src(&b, "model", "a", FULL());
 	r_src(&b, "model", "missing", FULL());
 	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
-	expect_error(&b, NULL, WD_E_UNKNOWN_TENSOR, 1, "missing");
+	expect_error(&b, NULL, WEIGHTD_E_UNKNOWN_TENSOR, 1, "missing");
 	preflight(&b, NULL, &p, &err);
 	assert_string_equal(err.checkpoint, "model");
 	assert_string_equal(err.tensor, "missing");
@@ -572,29 +573,29 @@ static void test_error_inputs(void **state)
 
 	r_src(&b, "model", "a", FULL());
 	r_join(&b, WD_OP_CONCAT, 0, 0);
-	expect_error(&b, NULL, WD_E_EMPTY_INPUTS, 1, "concat");
+	expect_error(&b, NULL, WEIGHTD_E_EMPTY_INPUTS, 1, "concat");
 
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_join(&b, WD_OP_STACK, 0, 0);
-	expect_error(&b, NULL, WD_E_EMPTY_INPUTS, 1, "at least one");
+	expect_error(&b, NULL, WEIGHTD_E_EMPTY_INPUTS, 1, "at least one");
 
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_one(&b, WD_OP_CAST, 0);
 	b.n[1].n_inputs = 0;
-	expect_error(&b, NULL, WD_E_EMPTY_INPUTS, 1, "cast");
+	expect_error(&b, NULL, WEIGHTD_E_EMPTY_INPUTS, 1, "cast");
 
 	/* An input that is the node itself or comes later. */
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
-	expect_error(&b, NULL, WD_E_INVALID, 1, "does not come before");
+	expect_error(&b, NULL, WEIGHTD_E_INVALID_ARGUMENT, 1, "does not come before");
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_cast(&b, 2, WD_F32);
 	r_cast(&b, 0, WD_F32);
-	expect_error(&b, NULL, WD_E_INVALID, 1, "node 2");
+	expect_error(&b, NULL, WEIGHTD_E_INVALID_ARGUMENT, 1, "node 2");
 }
 
 static void test_error_dtype_shape_axis(void **state)
@@ -604,7 +605,7 @@ static void test_error_dtype_shape_axis(void **state)
 	r_src(&b, "model", "a", FULL());
 	r_src(&b, "model", "h", FULL());
 	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
-	expect_error(&b, NULL, WD_E_DTYPE_MISMATCH, 2, "U16");
+	expect_error(&b, NULL, WEIGHTD_E_DTYPE_MISMATCH, 2, "U16");
 
 	/* a [4,6] and c [2,6] join on axis 0 but not on axis 1, nor stack. */
 	b.len = 0;
@@ -613,8 +614,8 @@ static void test_error_dtype_shape_axis(void **state)
 	r_join(&b, WD_OP_CONCAT, 1, 2, 0u, 1u);
 	{
 		struct wd_plan *p = NULL;
-		struct wd_error err;
-		expect_error(&b, NULL, WD_E_SHAPE_MISMATCH, 2, "axis 0");
+		weightd_error err;
+		expect_error(&b, NULL, WEIGHTD_E_SHAPE_MISMATCH, 2, "axis 0");
 		preflight(&b, NULL, &p, &err);
 		assert_int_equal(err.axis, 0);
 		assert_int_equal(err.expected, 4);
@@ -622,37 +623,37 @@ static void test_error_dtype_shape_axis(void **state)
 	}
 	b.n[2].op = WD_OP_STACK;
 	b.n[2].axis = 0;
-	expect_error(&b, NULL, WD_E_SHAPE_MISMATCH, 2, "equal shapes");
+	expect_error(&b, NULL, WEIGHTD_E_SHAPE_MISMATCH, 2, "equal shapes");
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_src(&b, "model", "w", RANGE(0, 0, 1));
 	r_reshape(&b, 1, 1, (uint64_t)3);
 	r_view(&b, 2, WD_F32, 1, (uint64_t)3);
 	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 3u);
-	expect_error(&b, NULL, WD_E_SHAPE_MISMATCH, 4, "dimensions");
+	expect_error(&b, NULL, WEIGHTD_E_SHAPE_MISMATCH, 4, "dimensions");
 
 	/* Join axes: concat on [-2, 2), stack on [-3, 3) for 2-d inputs. */
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_src(&b, "model", "b", FULL());
 	r_join(&b, WD_OP_CONCAT, 2, 2, 0u, 1u);
-	expect_error(&b, NULL, WD_E_AXIS_RANGE, 2, "axis 2");
+	expect_error(&b, NULL, WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "axis 2");
 	b.n[2].axis = -3;
-	expect_error(&b, NULL, WD_E_AXIS_RANGE, 2, "axis -3");
+	expect_error(&b, NULL, WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "axis -3");
 	b.n[2].op = WD_OP_STACK;
 	b.n[2].axis = 3;
-	expect_error(&b, NULL, WD_E_AXIS_RANGE, 2, "axis 3");
+	expect_error(&b, NULL, WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "axis 3");
 	b.n[2].axis = -4;
-	expect_error(&b, NULL, WD_E_AXIS_RANGE, 2, "axis -4");
+	expect_error(&b, NULL, WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "axis -4");
 	/* A 0-d tensor has no axis to concatenate on. */
 	b.len = 0;
 	r_src(&b, "model", "s", FULL());
 	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 0u);
-	expect_error(&b, NULL, WD_E_AXIS_RANGE, 1, "axis 0");
+	expect_error(&b, NULL, WEIGHTD_E_AXIS_OUT_OF_RANGE, 1, "axis 0");
 	/* A selection's axis beyond the input. */
 	b.len = 0;
 	r_src(&b, "model", "a", RANGE(2, 0, 1));
-	expect_error(&b, NULL, WD_E_AXIS_RANGE, 0, "axis 2");
+	expect_error(&b, NULL, WEIGHTD_E_AXIS_OUT_OF_RANGE, 0, "axis 2");
 }
 
 static void test_error_counts_and_perm(void **state)
@@ -661,23 +662,23 @@ static void test_error_counts_and_perm(void **state)
 
 	r_src(&b, "model", "a", FULL());
 	r_reshape(&b, 0, 2, (uint64_t)5, (uint64_t)5);
-	expect_error(&b, NULL, WD_E_ELEMENT_COUNT, 1, "25 elements");
+	expect_error(&b, NULL, WEIGHTD_E_ELEMENT_COUNT_MISMATCH, 1, "25 elements");
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_view(&b, 0, WD_F16, 2, (uint64_t)4, (uint64_t)6);
-	expect_error(&b, NULL, WD_E_BYTE_COUNT, 1, "48 bytes");
+	expect_error(&b, NULL, WEIGHTD_E_BYTE_COUNT_MISMATCH, 1, "48 bytes");
 	b.len = 0;
 	r_src(&b, "model", "a", ELEMENTS(0, 10, 2, (uint64_t)3, (uint64_t)3));
-	expect_error(&b, NULL, WD_E_ELEMENT_COUNT, 0, "holds 9");
+	expect_error(&b, NULL, WEIGHTD_E_ELEMENT_COUNT_MISMATCH, 0, "holds 9");
 
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_transpose(&b, 0, 2, 0u, 0u);
-	expect_error(&b, NULL, WD_E_NOT_PERMUTATION, 1, "twice");
+	expect_error(&b, NULL, WEIGHTD_E_NOT_A_PERMUTATION, 1, "twice");
 	b.n[1].perm[1] = 2;
-	expect_error(&b, NULL, WD_E_NOT_PERMUTATION, 1, "not an axis");
+	expect_error(&b, NULL, WEIGHTD_E_NOT_A_PERMUTATION, 1, "not an axis");
 	b.n[1].n_perm = 3;
-	expect_error(&b, NULL, WD_E_NOT_PERMUTATION, 1, "3 entries");
+	expect_error(&b, NULL, WEIGHTD_E_NOT_A_PERMUTATION, 1, "3 entries");
 }
 
 /*
@@ -689,22 +690,25 @@ static void test_error_zero_sized(void **state)
 	struct rb b = { .len = 0 };
 
 	r_src(&b, "model", "a", RANGE(1, 2, 2));
-	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "the range 2:2 on axis 1 is empty (the axis has 6 rows)");
+	expect_error(&b, NULL, WEIGHTD_E_ZERO_SIZED, 0,
+		     "the range 2:2 on axis 1 is empty (the axis has 6 rows)");
 	b.len = 0;
 	r_src(&b, "model", "a", SHARD(0, 3, 5));  /* 4 rows over 5 ranks: rank 4 gets none */
 	b.n[0].sel.rank = 4;
-	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "gets nothing");
+	expect_error(&b, NULL, WEIGHTD_E_ZERO_SIZED, 0, "gets nothing");
 	b.len = 0;
 	r_src(&b, "model", "a", INDICES(0, NULL, 0));
-	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "the index list is empty (axis 0 has 4 rows)");
+	expect_error(&b, NULL, WEIGHTD_E_ZERO_SIZED, 0, "the index list is empty (axis 0 has 4 rows)");
 	b.len = 0;
 	r_src(&b, "model", "a", ELEMENTS(3, 3, 1, (uint64_t)0));
-	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "elements 3:3 are empty (the input has 24 elements)");
+	expect_error(&b, NULL, WEIGHTD_E_ZERO_SIZED, 0,
+		     "elements 3:3 are empty (the input has 24 elements)");
 	/* a zero dimension that does not hold the input's elements is a count mismatch */
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_reshape(&b, 0, 3, (uint64_t)4, (uint64_t)0, (uint64_t)6);
-	expect_error(&b, NULL, WD_E_ELEMENT_COUNT, 1, "holds 0 elements but the input has 24");
+	expect_error(&b, NULL, WEIGHTD_E_ELEMENT_COUNT_MISMATCH, 1,
+		     "holds 0 elements but the input has 24");
 }
 
 /* Zero-element tensors and everything derived from them are 0-byte weights, read from nowhere. */
@@ -746,20 +750,20 @@ static void test_error_cast_overflow(void **state)
 
 	r_src(&b, "model", "a", FULL());
 	r_cast(&b, 0, WD_Q4_0);
-	expect_error(&b, NULL, WD_E_UNSUPPORTED_CAST, 1, "from F32 to Q4_0");
+	expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED_CAST, 1, "from F32 to Q4_0");
 	b.len = 0;
 	r_src(&b, "quant", "q", FULL());
 	r_cast(&b, 0, WD_Q4_0);
-	expect_error(&b, NULL, WD_E_UNSUPPORTED_CAST, 1, "from Q8_0 to Q4_0");
+	expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED_CAST, 1, "from Q8_0 to Q4_0");
 
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_reshape(&b, 0, 3, (uint64_t)1 << 32, (uint64_t)1 << 32, (uint64_t)2);
-	expect_error(&b, NULL, WD_E_OVERFLOW, 1, "2^64");
+	expect_error(&b, NULL, WEIGHTD_E_OVERFLOW, 1, "2^64");
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_view(&b, 0, WD_F64, 2, (uint64_t)1 << 62, (uint64_t)2);
-	expect_error(&b, NULL, WD_E_OVERFLOW, 1, "2^64");
+	expect_error(&b, NULL, WEIGHTD_E_OVERFLOW, 1, "2^64");
 }
 
 static void test_error_limits(void **state)
@@ -767,7 +771,7 @@ static void test_error_limits(void **state)
 	struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
 	struct rb b = { .len = 0 };
 	struct wd_plan *p = NULL;
-	struct wd_error err;
+	weightd_error err;
 	static uint64_t idx[8];
 
 	/* Too deep: a chain of casts is depth 1 + n. */
@@ -775,7 +779,7 @@ static void test_error_limits(void **state)
 	for (uint32_t i = 0; i < 4; i++)
 		r_cast(&b, i, WD_F32);
 	lim.max_depth = 4;
-	expect_error(&b, &lim, WD_E_TOO_DEEP, 4, "5 operations deep");
+	expect_error(&b, &lim, WEIGHTD_E_RECIPE_TOO_DEEP, 4, "5 operations deep");
 	lim.max_depth = 5;
 	assert_int_equal(preflight(&b, &lim, &p, &err), 0);
 	wd_plan_free(p);
@@ -784,12 +788,12 @@ static void test_error_limits(void **state)
 	/* Too many nodes: the error names the first node past the limit. */
 	lim = (struct wd_recipe_limits)WD_RECIPE_LIMITS_DEFAULT;
 	lim.max_nodes = 4;
-	expect_error(&b, &lim, WD_E_TOO_LARGE, 4, "5 nodes");
+	expect_error(&b, &lim, WEIGHTD_E_RECIPE_TOO_LARGE, 4, "5 nodes");
 
 	/* Output too large. */
 	lim = (struct wd_recipe_limits)WD_RECIPE_LIMITS_DEFAULT;
 	lim.max_output_bytes = 95;
-	expect_error(&b, &lim, WD_E_TOO_LARGE, 4, "96 bytes");
+	expect_error(&b, &lim, WEIGHTD_E_RECIPE_TOO_LARGE, 4, "96 bytes");
 
 	/* Too many indices in all. */
 	lim = (struct wd_recipe_limits)WD_RECIPE_LIMITS_DEFAULT;
@@ -797,7 +801,7 @@ static void test_error_limits(void **state)
 	b.len = 0;
 	r_src(&b, "model", "a", INDICES(0, idx, 6));
 	r_sel(&b, 0, INDICES(1, idx, 5));
-	expect_error(&b, &lim, WD_E_TOO_LARGE, 1, "indices");
+	expect_error(&b, &lim, WEIGHTD_E_RECIPE_TOO_LARGE, 1, "indices");
 	lim.max_indices = 11;
 	assert_int_equal(preflight(&b, &lim, &p, &err), 0);
 	wd_plan_free(p);
@@ -809,7 +813,7 @@ static void test_error_limits(void **state)
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_transpose(&b, 0, 2, 1u, 0u);
-	expect_error(&b, &lim, WD_E_TOO_LARGE, 1, "working memory");
+	expect_error(&b, &lim, WEIGHTD_E_RECIPE_TOO_LARGE, 1, "working memory");
 	lim.max_temp_bytes = 96;
 	assert_int_equal(preflight(&b, &lim, &p, &err), 0);
 	wd_plan_free(p);
@@ -820,29 +824,29 @@ static void test_error_selection_range(void **state)
 	static const uint64_t idx[] = { 1, 4, 2 };
 	struct rb b = { .len = 0 };
 	struct wd_plan *p = NULL;
-	struct wd_error err;
+	weightd_error err;
 
 	r_src(&b, "model", "a", RANGE(1, 2, 7));
-	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 0, "2:7");
+	expect_error(&b, NULL, WEIGHTD_E_OUT_OF_RANGE, 0, "2:7");
 	preflight(&b, NULL, &p, &err);
 	assert_int_equal(err.axis, 1);
 	assert_int_equal(err.expected, 6);
 	assert_int_equal(err.actual, 7);
 	b.n[0].sel = RANGE(0, 3, 1);
-	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 0, "3:1");
+	expect_error(&b, NULL, WEIGHTD_E_OUT_OF_RANGE, 0, "3:1");
 	b.n[0].sel = INDICES(0, idx, 3);
-	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 0, "index 1 is 4");
+	expect_error(&b, NULL, WEIGHTD_E_OUT_OF_RANGE, 0, "index 1 is 4");
 	b.n[0].sel = SHARD(0, 4, 4);
-	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 0, "rank 4");
+	expect_error(&b, NULL, WEIGHTD_E_OUT_OF_RANGE, 0, "rank 4");
 	b.n[0].sel = SHARD(0, 0, 0);
-	expect_error(&b, NULL, WD_E_INVALID, 0, "world");
+	expect_error(&b, NULL, WEIGHTD_E_INVALID_ARGUMENT, 0, "world");
 	b.n[0].sel = ELEMENTS(20, 26, 1, (uint64_t)6);
-	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 0, "20:26");
+	expect_error(&b, NULL, WEIGHTD_E_OUT_OF_RANGE, 0, "20:26");
 	/* The same through a select node. */
 	b.len = 0;
 	r_src(&b, "model", "a", FULL());
 	r_sel(&b, 0, RANGE(0, 0, 5));
-	expect_error(&b, NULL, WD_E_OUT_OF_RANGE, 1, "0:5");
+	expect_error(&b, NULL, WEIGHTD_E_OUT_OF_RANGE, 1, "0:5");
 }
 
 static void test_error_blocks(void **state)
@@ -851,25 +855,25 @@ static void test_error_blocks(void **state)
 	struct rb b = { .len = 0 };
 
 	r_src(&b, "quant", "q", RANGE(1, 0, 16));
-	expect_error(&b, NULL, WD_E_UNSUPPORTED, 0, "whole blocks");
+	expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED, 0, "whole blocks");
 	b.n[0].sel = INDICES(1, idx, 2);
-	expect_error(&b, NULL, WD_E_UNSUPPORTED, 0, "split blocks");
+	expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED, 0, "split blocks");
 	b.n[0].sel = ELEMENTS(0, 48, 2, (uint64_t)3, (uint64_t)16);
-	expect_error(&b, NULL, WD_E_UNSUPPORTED, 0, "whole blocks");
+	expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED, 0, "whole blocks");
 	b.n[0].sel = SHARD(1, 2, 4);   /* 2 blocks over 4 ranks */
-	expect_error(&b, NULL, WD_E_ZERO_SIZED, 0, "blocks");
+	expect_error(&b, NULL, WEIGHTD_E_ZERO_SIZED, 0, "blocks");
 	b.len = 0;
 	r_src(&b, "quant", "q", FULL());
 	r_transpose(&b, 0, 2, 1u, 0u);
-	expect_error(&b, NULL, WD_E_UNSUPPORTED, 1, "innermost");
+	expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED, 1, "innermost");
 	b.len = 0;
 	r_src(&b, "quant", "q", FULL());
 	r_reshape(&b, 0, 2, (uint64_t)256, (uint64_t)1);
-	expect_error(&b, NULL, WD_E_UNSUPPORTED, 1, "whole blocks");
+	expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED, 1, "whole blocks");
 	b.len = 0;
 	r_src(&b, "quant", "q", FULL());
 	r_join(&b, WD_OP_STACK, 2, 2, 0u, 0u);
-	expect_error(&b, NULL, WD_E_UNSUPPORTED, 1, "whole blocks");
+	expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED, 1, "whole blocks");
 }
 
 /* ---- results against independent arithmetic --------------------------------------------------- */
@@ -953,7 +957,7 @@ static void test_shard(void **state)
 	for (int r = 0; r < 4; r++) {
 		struct rb b = { .len = 0 };
 		struct wd_plan *p = NULL;
-		struct wd_error err;
+		weightd_error err;
 		uint8_t *out, digest[WD_DIGEST_LEN];
 		uint64_t got;
 		int n = 0;
@@ -1346,7 +1350,7 @@ static void test_cast_and_shard(void **state)
 {
 	struct rb b1 = { .len = 0 }, b2 = { .len = 0 };
 	struct wd_plan *p1 = NULL, *p2 = NULL;
-	struct wd_error err;
+	weightd_error err;
 	uint16_t h[12];
 	uint64_t shape[2] = { 2, 6 };
 	int n = 0;
@@ -1377,11 +1381,11 @@ static void test_cast_and_shard(void **state)
 static void key_of(struct rb *b, uint8_t key[WD_DIGEST_LEN])
 {
 	struct wd_plan *p = NULL;
-	struct wd_error err;
+	weightd_error err;
 	int r = preflight(b, NULL, &p, &err);
 
 	if (r < 0)
-		print_message("preflight: %s\n", err.msg);
+		print_message("preflight: %s\n", err.message);
 	assert_int_equal(r, 0);
 	memcpy(key, wd_plan_key(p), WD_DIGEST_LEN);
 	wd_plan_free(p);
@@ -1487,7 +1491,7 @@ static void test_label(void **state)
 {
 	struct rb b = { .len = 0 };
 	struct wd_plan *p = NULL;
-	struct wd_error err;
+	weightd_error err;
 
 	r_src(&b, "model", "a", RANGE(0, 0, 2));
 	r_cast(&b, 0, WD_F32);
@@ -1516,7 +1520,7 @@ static void test_changed_files(void **state)
 	char path[256], path_new[256];
 	struct rb b = { .len = 0 };
 	struct wd_plan *p = NULL;
-	struct wd_error err;
+	weightd_error err;
 	uint8_t *out, digest[WD_DIGEST_LEN];
 	uint64_t got = 0;
 	struct stat st;
@@ -1533,8 +1537,8 @@ static void test_changed_files(void **state)
 	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
 	assert_int_equal(wd_plan_nbytes(p), 128);
 	assert_int_equal(wd_plan_read_bytes(p), 128);
-	assert_int_equal(execute(p, 1 << 20, true, &out, &got, digest, &err), -WD_E_CHANGED);
-	assert_int_equal(err.code, WD_E_CHANGED);
+	assert_int_equal(execute(p, 1 << 20, true, &out, &got, digest, &err), -WEIGHTD_E_SOURCE_CHANGED);
+	assert_int_equal(err.code, WEIGHTD_E_SOURCE_CHANGED);
 	wd_plan_free(p);
 	p = NULL;
 	wd_source_free(victim);
@@ -1547,8 +1551,8 @@ static void test_changed_files(void **state)
 	free(out);
 	make_victim("victim.new");
 	assert_int_equal(rename(path_new, path), 0);
-	assert_int_equal(execute(p, 1 << 20, true, &out, &got, digest, &err), -WD_E_CHANGED);
-	assert_non_null(strstr(err.msg, "victim"));
+	assert_int_equal(execute(p, 1 << 20, true, &out, &got, digest, &err), -WEIGHTD_E_SOURCE_CHANGED);
+	assert_non_null(strstr(err.message, "victim"));
 	wd_plan_free(p);
 	wd_source_free(victim);
 	victim = NULL;

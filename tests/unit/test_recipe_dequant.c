@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_recipe_dequant.c - dequant_block recipes against values computed here from the format
  * definitions (tests/common/float_ref.h): every input and output dtype, partial edge blocks,
  * selections that move below it (uneven shards off block boundaries, index lists), stacks over
@@ -66,7 +67,7 @@ static int group_setup(void **state)
 	char names[4 * NEXP][16], path[300];
 	size_t n = 0;
 	const struct wd_limits lim = WD_LIMITS_DEFAULT;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
 	for (uint32_t k = 0; k < R * C; k++) {
@@ -136,7 +137,7 @@ static int group_setup(void **state)
 			return -1;
 	}
 	if (wd_source_open("dq", path, &lim, &src, &err) < 0) {
-		print_message("open: %s\n", err.msg);
+		print_message("open: %s\n", err.message);
 		return -1;
 	}
 	return 0;
@@ -149,14 +150,14 @@ static int group_teardown(void **state)
 	return stw_rmtree(dir);
 }
 
-static int lookup(void *ctx, const char *ck, const struct wd_source **ret, struct wd_error *err)
+static int lookup(void *ctx, const char *ck, const struct wd_source **ret, weightd_error *err)
 {
 	(void)ctx;
 	if (strcmp(ck, "dq") == 0) {
 		*ret = src;
 		return 0;
 	}
-	return wd_error_set(err, WD_E_UNKNOWN_SOURCE, "no checkpoint is called \"%s\"", ck);
+	return wd_error_set(err, WEIGHTD_E_UNKNOWN_SOURCE, "no checkpoint is called \"%s\"", ck);
 }
 
 static const struct wd_resolver resolver = { NULL, lookup };
@@ -306,7 +307,7 @@ static uint32_t r_join(struct rb *b, enum wd_op op, int32_t axis, const uint32_t
 	return i;
 }
 
-static int preflight(const struct rb *b, struct wd_plan **ret, struct wd_error *err)
+static int preflight(const struct rb *b, struct wd_plan **ret, weightd_error *err)
 {
 	struct wd_recipe r = { b->n, b->len };
 
@@ -316,11 +317,11 @@ static int preflight(const struct rb *b, struct wd_plan **ret, struct wd_error *
 static struct wd_plan *plan_ok(const struct rb *b)
 {
 	struct wd_plan *p = NULL;
-	struct wd_error err;
+	weightd_error err;
 	int r = preflight(b, &p, &err);
 
 	if (r < 0)
-		fail_msg("preflight: %s", err.msg);
+		fail_msg("preflight: %s", err.message);
 	return p;
 }
 
@@ -330,7 +331,7 @@ static uint8_t *run(const struct wd_plan *p, size_t scratch, uint64_t *ret_read)
 {
 	struct wd_scratch sc;
 	struct wd_sink sink;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t n = wd_plan_nbytes(p), got = 0;
 	uint8_t digest[WD_DIGEST_LEN], *out = malloc(n);
 	int fd = memfd_create("wd-test-dequant", MFD_CLOEXEC), r;
@@ -341,7 +342,7 @@ static uint8_t *run(const struct wd_plan *p, size_t scratch, uint64_t *ret_read)
 	assert_int_equal(wd_sink_init(&sink, fd, n), 0);
 	r = wd_plan_execute(p, &sink, &sc, &got, &err);
 	if (r < 0)
-		fail_msg("execute: %s", err.msg);
+		fail_msg("execute: %s", err.message);
 	assert_int_equal(wd_sink_finish(&sink, digest, &err), 0);
 	assert_int_equal(pread(fd, out, n, 0), (ssize_t)n);
 	wd_scratch_free(&sc);
@@ -638,7 +639,7 @@ static void *range_thread(void *arg)
 	struct range_job *j = arg;
 	struct wd_scratch sc;
 	struct wd_sink sink;
-	struct wd_error err;
+	weightd_error err;
 	uint8_t digest[WD_DIGEST_LEN];
 	int fd = memfd_create("wd-test-range", MFD_CLOEXEC);
 
@@ -654,7 +655,7 @@ static void *range_thread(void *arg)
 		else
 			wd_sink_abort(&sink);
 		if (j->rc < 0)
-			snprintf(j->msg, sizeof(j->msg), "%s", err.msg);
+			snprintf(j->msg, sizeof(j->msg), "%s", err.message);
 		else if (pread(fd, j->dst + j->off, j->len, 0) != (ssize_t)j->len)
 			j->rc = -1, snprintf(j->msg, sizeof(j->msg), "short read back");
 	}
@@ -779,22 +780,23 @@ static void errors_name_the_node(void **state)
 		int code;
 		const char *text;
 	} cases[] = {
-		{ "scale shape", "w8", "bad_s", WD_BF16, 2, BR, BC, WD_E_SCALE_MISMATCH,
+		{ "scale shape", "w8", "bad_s", WD_BF16, 2, BR, BC, WEIGHTD_E_SCALE_MISMATCH,
 		  "node 2 (dequant_block): the scale (input 1, node 1) has shape [5, 5], but data "
 		  "of shape [37, 50] in blocks of [8, 16] needs one scale per block, shape [5, 4]" },
-		{ "scale for other blocks", "w8", "ws", WD_BF16, 2, 8, 8, WD_E_SCALE_MISMATCH,
+		{ "scale for other blocks", "w8", "ws", WD_BF16, 2, 8, 8, WEIGHTD_E_SCALE_MISMATCH,
 		  "shape [5, 7]" },
-		{ "scale not F32", "w8", "bf_s", WD_BF16, 2, BR, BC, WD_E_DTYPE_MISMATCH,
+		{ "scale not F32", "w8", "bf_s", WD_BF16, 2, BR, BC, WEIGHTD_E_DTYPE_MISMATCH,
 		  "node 2 (dequant_block): the scale (input 1, node 1) is BF16 but must be F32" },
-		{ "integer data", "wi", "ws", WD_BF16, 2, BR, BC, WD_E_UNSUPPORTED_CAST,
+		{ "integer data", "wi", "ws", WD_BF16, 2, BR, BC, WEIGHTD_E_UNSUPPORTED_CAST,
 		  "node 2 (dequant_block): dequant_block takes F8_E4M3, F8_E5M2, BF16, F16 or F32 "
 		  "data, but its data (input 0, node 0) is I32" },
-		{ "FP8 output", "w8", "ws", WD_F8_E4M3, 2, BR, BC, WD_E_UNSUPPORTED_CAST,
+		{ "FP8 output", "w8", "ws", WD_F8_E4M3, 2, BR, BC, WEIGHTD_E_UNSUPPORTED_CAST,
 		  "gives F32, BF16 or F16, not F8_E4M3" },
-		{ "no dtype", "w8", "ws", WD_DTYPE_INVALID, 2, BR, BC, WD_E_INVALID, "target dtype" },
-		{ "block rank", "w8", "ws", WD_BF16, 1, 128, 0, WD_E_INVALID,
+		{ "no dtype", "w8", "ws", WD_DTYPE_INVALID, 2, BR, BC, WEIGHTD_E_INVALID_ARGUMENT,
+		  "target dtype" },
+		{ "block rank", "w8", "ws", WD_BF16, 1, 128, 0, WEIGHTD_E_INVALID_ARGUMENT,
 		  "the block shape has 1 entry but the data (node 0) has 2 dimensions" },
-		{ "zero block", "w8", "ws", WD_BF16, 2, 0, BC, WD_E_INVALID,
+		{ "zero block", "w8", "ws", WD_BF16, 2, 0, BC, WEIGHTD_E_INVALID_ARGUMENT,
 		  "the block size on axis 0 is 0" },
 	};
 
@@ -802,7 +804,7 @@ static void errors_name_the_node(void **state)
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		struct rb b;
 		struct wd_plan *p = NULL;
-		struct wd_error err;
+		weightd_error err;
 		uint32_t d, s, n;
 		int r;
 
@@ -811,8 +813,8 @@ static void errors_name_the_node(void **state)
 		s = r_src(&b, cases[c].scale);
 		n = r_dq(&b, d, s, cases[c].to, cases[c].nb, cases[c].b0, cases[c].b1);
 		r = preflight(&b, &p, &err);
-		if (r != -cases[c].code || !strstr(err.msg, cases[c].text))
-			fail_msg("%s: got %d: %s", cases[c].what, r, err.msg);
+		if (r != -cases[c].code || !strstr(err.message, cases[c].text))
+			fail_msg("%s: got %d: %s", cases[c].what, r, err.message);
 		assert_null(p);
 		assert_int_equal(err.node, n + 1);
 		rb_free(&b);
@@ -821,14 +823,14 @@ static void errors_name_the_node(void **state)
 	{
 		struct rb b;
 		struct wd_plan *p = NULL;
-		struct wd_error err;
+		weightd_error err;
 		uint32_t d;
 
 		rb_init(&b, 8, 8);
 		d = r_src(&b, "w8");
 		rb_add(&b, WD_OP_DEQUANT_BLOCK, &d, 1);
-		assert_int_equal(preflight(&b, &p, &err), -WD_E_INVALID);
-		assert_non_null(strstr(err.msg, "node 1 (dequant_block): dequant_block takes two inputs"));
+		assert_int_equal(preflight(&b, &p, &err), -WEIGHTD_E_INVALID_ARGUMENT);
+		assert_non_null(strstr(err.message, "node 1 (dequant_block): dequant_block takes two inputs"));
 		rb_free(&b);
 	}
 }
@@ -847,7 +849,7 @@ static void node_limit_recipe_runs(void **state)
 	struct rb b;
 	uint32_t *experts = malloc(n_exp * sizeof(*experts)), top, v;
 	struct wd_plan *p;
-	struct wd_error err;
+	weightd_error err;
 	uint8_t *out;
 	uint64_t rd, row = 2 * ER * EC * 2;
 
@@ -895,10 +897,10 @@ static void node_limit_recipe_runs(void **state)
 	v = rb_add(&b, WD_OP_CAST, &top, 1);
 	b.n[v].dtype = WD_F32;
 	p = NULL;
-	assert_int_equal(preflight(&b, &p, &err), -WD_E_TOO_LARGE);
+	assert_int_equal(preflight(&b, &p, &err), -WEIGHTD_E_RECIPE_TOO_LARGE);
 	assert_null(p);
 	assert_int_equal(err.node, WD_RECIPE_MAX_NODES + 1);
-	assert_non_null(strstr(err.msg, "the recipe has 65537 nodes, more than the 65536 allowed"));
+	assert_non_null(strstr(err.message, "the recipe has 65537 nodes, more than the 65536 allowed"));
 	rb_free(&b);
 	free(experts);
 }

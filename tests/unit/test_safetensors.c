@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_safetensors.c - the safetensors header parser: valid files of every kind, each class of bad header. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -64,10 +65,10 @@ static uint64_t file_header_len(const uint8_t *b)
  * wd_safetensors_read) and require the two to agree on code and message. Returns the code.
  */
 static int parse_path(const char *path, const struct wd_limits *lim, struct wd_table *table, uint64_t *ds,
-		      struct wd_error *err)
+		      weightd_error *err)
 {
 	struct wd_table t2;
-	struct wd_error e2;
+	weightd_error e2;
 	uint64_t ds2 = 0;
 	size_t len;
 	uint8_t *buf = slurp(path, &len);
@@ -82,7 +83,7 @@ static int parse_path(const char *path, const struct wd_limits *lim, struct wd_t
 	r2 = wd_safetensors_read(fd, len, 0, lim, &t2, &ds2, &e2);
 	close(fd);
 	assert_int_equal(r, r2);
-	assert_string_equal(err->msg, e2.msg);
+	assert_string_equal(err->message, e2.message);
 	if (r == 0) {
 		assert_int_equal(table->n_tensors, t2.n_tensors);
 		if (ds)
@@ -99,7 +100,7 @@ static void expect_bad_lim(const char *json, size_t data_len, const struct wd_li
 {
 	static uint8_t data[4096];
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t ds = 12345;
 	int r;
 
@@ -107,11 +108,11 @@ static void expect_bad_lim(const char *json, size_t data_len, const struct wd_li
 	assert_int_equal(stw_write_json(tpath("bad.safetensors"), json, data, data_len), 0);
 	wd_table_init(&t);
 	r = parse_path(tpath("bad.safetensors"), lim, &t, &ds, &err);
-	if (r != -code || !strstr(err.msg, needle))
-		print_error("json %s\n-> %d (%s), wanted %d with \"%s\"\n", json, r, err.msg, -code, needle);
+	if (r != -code || !strstr(err.message, needle))
+		print_error("json %s\n-> %d (%s), wanted %d with \"%s\"\n", json, r, err.message, -code, needle);
 	assert_int_equal(r, -code);
 	assert_int_equal(err.code, code);
-	assert_non_null(strstr(err.msg, needle));
+	assert_non_null(strstr(err.message, needle));
 	assert_int_equal(ds, 12345); /* output untouched on failure */
 	if (tensor)
 		assert_string_equal(err.tensor, tensor);
@@ -141,7 +142,7 @@ static void every_dtype_is_accepted_with_exact_offsets_and_bytes(void **state)
 	struct stw_tensor ts[N_DTYPES];
 	char names[N_DTYPES][32];
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t ds = 0, expect_off, hlen;
 	size_t len;
 	uint8_t *file;
@@ -193,7 +194,7 @@ static void scalars_and_empty_tensors_are_valid(void **state)
 		"\"s64\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[4,12]}}";
 	uint8_t data[12] = { 0 };
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t ds = 0;
 
 	(void)state;
@@ -222,7 +223,7 @@ static void empty_header_and_space_padding_are_valid(void **state)
 {
 	static const char padded[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}        ";
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t ds = 0;
 
 	(void)state;
@@ -246,7 +247,7 @@ static void nul_padding_is_rejected_by_its_rule(void **state)
 	static const char json[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
 	char padded[sizeof(json) + 8];
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
 	for (int variant = 0; variant < 3; variant++) {
@@ -259,10 +260,11 @@ static void nul_padding_is_rejected_by_its_rule(void **state)
 		assert_int_equal(stw_write_raw(tpath("n.safetensors"), padded, sizeof(padded) - 1,
 					       sizeof(padded) - 1, "xy", 2), 0);
 		wd_table_init(&t);
-		assert_int_equal(parse_path(tpath("n.safetensors"), NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
-		assert_non_null(strstr(err.msg, "padded with NUL bytes"));
-		assert_non_null(strstr(err.msg, "the format allows only spaces (0x20) as trailing padding"));
-		assert_null(strstr(err.msg, "end of file expected"));
+		assert_int_equal(parse_path(tpath("n.safetensors"), NULL, &t, NULL, &err),
+				 -WEIGHTD_E_BAD_CHECKPOINT);
+		assert_non_null(strstr(err.message, "padded with NUL bytes"));
+		assert_non_null(strstr(err.message, "the format allows only spaces (0x20) as trailing padding"));
+		assert_null(strstr(err.message, "end of file expected"));
 		wd_table_free(&t);
 	}
 	/* the first NUL's file position is named */
@@ -271,12 +273,13 @@ static void nul_padding_is_rejected_by_its_rule(void **state)
 	assert_int_equal(stw_write_raw(tpath("n.safetensors"), padded, sizeof(padded) - 1, sizeof(padded) - 1,
 				       "xy", 2), 0);
 	wd_table_init(&t);
-	assert_int_equal(parse_path(tpath("n.safetensors"), NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
+	assert_int_equal(parse_path(tpath("n.safetensors"), NULL, &t, NULL, &err),
+			 -WEIGHTD_E_BAD_CHECKPOINT);
 	{
 		char want[64];
 
 		snprintf(want, sizeof(want), "(the first at byte %zu of the file)", 8 + sizeof(json) - 1);
-		assert_non_null(strstr(err.msg, want));
+		assert_non_null(strstr(err.message, want));
 	}
 	wd_table_free(&t);
 }
@@ -286,7 +289,7 @@ static void metadata_is_kept_as_strings(void **state)
 	const char *meta[] = { "format", "pt", "note", "with \"quotes\" and \\ backslash" };
 	struct stw_tensor ts[1] = { { .name = "w", .dtype = "F16", .ndim = 1, .shape = { 4 } } };
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t ds;
 	int found = 0;
 
@@ -317,7 +320,7 @@ static void table_is_in_offset_order_whatever_the_json_order(void **state)
 		"\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
 		"\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[2,5]}}";
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t ds;
 
 	(void)state;
@@ -337,7 +340,7 @@ static void truncated_files_are_rejected(void **state)
 	struct stw_tensor ts[2] = { { .name = "a", .dtype = "F32", .ndim = 1, .shape = { 3 } },
 				    { .name = "b", .dtype = "U8", .ndim = 0 } };
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	size_t len;
 	uint8_t *full;
 
@@ -346,9 +349,10 @@ static void truncated_files_are_rejected(void **state)
 	assert_int_equal(stw_write_raw(tpath("t.safetensors"), "", 0, 0, NULL, 0), 0);
 	assert_int_equal(truncate(tpath("t.safetensors"), 5), 0);
 	wd_table_init(&t);
-	assert_int_equal(parse_path(tpath("t.safetensors"), NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
-	assert_non_null(strstr(err.msg, "truncated"));
-	assert_non_null(strstr(err.msg, "5 bytes"));
+	assert_int_equal(parse_path(tpath("t.safetensors"), NULL, &t, NULL, &err),
+			 -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "truncated"));
+	assert_non_null(strstr(err.message, "5 bytes"));
 
 	/* every proper prefix of a valid file is rejected, never read past */
 	assert_int_equal(stw_write(tpath("v.safetensors"), ts, 2, NULL, 0, NULL), 0);
@@ -358,16 +362,18 @@ static void truncated_files_are_rejected(void **state)
 		assert_non_null(copy);
 		memcpy(copy, full, l);
 		wd_error_clear(&err);
-		assert_int_equal(wd_safetensors_parse(copy, l, l, 0, NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
-		assert_true(err.msg[0] != '\0');
+		assert_int_equal(wd_safetensors_parse(copy, l, l, 0, NULL, &t, NULL, &err),
+				 -WEIGHTD_E_BAD_CHECKPOINT);
+		assert_true(err.message[0] != '\0');
 		free(copy);
 		wd_table_free(&t);
 	}
 	assert_int_equal(wd_safetensors_parse(full, len, len, 0, NULL, &t, NULL, &err), 0);
 	/* a buffer that holds less than the header announces is refused even if the file is long */
 	wd_table_free(&t);
-	assert_int_equal(wd_safetensors_parse(full, 20, len, 0, NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
-	assert_non_null(strstr(err.msg, "truncated"));
+	assert_int_equal(wd_safetensors_parse(full, 20, len, 0, NULL, &t, NULL, &err),
+			 -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "truncated"));
 	free(full);
 	wd_table_free(&t);
 }
@@ -377,19 +383,22 @@ static void header_length_past_the_end_is_rejected(void **state)
 	static const char json[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
 	struct wd_limits nolimit = WD_LIMITS_DEFAULT;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
 	nolimit.max_header_bytes = UINT64_MAX;
 	wd_table_init(&t);
 	assert_int_equal(stw_write_raw(tpath("h.safetensors"), json, strlen(json), strlen(json) + 2, "x", 1), 0);
-	assert_int_equal(parse_path(tpath("h.safetensors"), NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
-	assert_non_null(strstr(err.msg, "past the end of the file"));
+	assert_int_equal(parse_path(tpath("h.safetensors"), NULL, &t, NULL, &err),
+			 -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "past the end of the file"));
 	/* a length near 2^64 must not wrap around, even with no header limit */
 	assert_int_equal(stw_write_raw(tpath("h.safetensors"), json, strlen(json), UINT64_MAX - 3, "x", 1), 0);
-	assert_int_equal(parse_path(tpath("h.safetensors"), NULL, &t, NULL, &err), -WD_E_LIMIT);
-	assert_int_equal(parse_path(tpath("h.safetensors"), &nolimit, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
-	assert_non_null(strstr(err.msg, "past the end of the file"));
+	assert_int_equal(parse_path(tpath("h.safetensors"), NULL, &t, NULL, &err),
+			 -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_int_equal(parse_path(tpath("h.safetensors"), &nolimit, &t, NULL, &err),
+			 -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "past the end of the file"));
 	wd_table_free(&t);
 }
 
@@ -398,25 +407,29 @@ static void header_length_over_the_limit_is_rejected(void **state)
 	static const char json[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
 	struct wd_limits lim = WD_LIMITS_DEFAULT;
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
 	wd_table_init(&t);
 	/* over 100 MiB, so over the default limit: refused before anything is allocated for it */
 	assert_int_equal(stw_write_raw(tpath("l.safetensors"), json, strlen(json), (100ull << 20) + 1, "x", 1), 0);
-	assert_int_equal(parse_path(tpath("l.safetensors"), NULL, &t, NULL, &err), -WD_E_LIMIT);
-	assert_non_null(strstr(err.msg, "104857601"));
+	assert_int_equal(parse_path(tpath("l.safetensors"), NULL, &t, NULL, &err),
+			 -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "104857601"));
 	assert_int_equal(err.expected, 100000000);
 	/* the default is the reference's 100,000,000 bytes, not 100 MiB */
 	assert_int_equal(stw_write_raw(tpath("l.safetensors"), json, strlen(json), 100000001, "x", 1), 0);
-	assert_int_equal(parse_path(tpath("l.safetensors"), NULL, &t, NULL, &err), -WD_E_LIMIT);
-	assert_non_null(strstr(err.msg, "header length 100000001 is over the limit of 100000000 bytes"));
+	assert_int_equal(parse_path(tpath("l.safetensors"), NULL, &t, NULL, &err),
+			 -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message,
+			       "header length 100000001 is over the limit of 100000000 bytes"));
 	assert_int_equal(stw_write_raw(tpath("l.safetensors"), json, strlen(json), 100000000, "x", 1), 0);
-	assert_int_equal(parse_path(tpath("l.safetensors"), NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
-	assert_non_null(strstr(err.msg, "reaches past the end of the file"));
+	assert_int_equal(parse_path(tpath("l.safetensors"), NULL, &t, NULL, &err),
+			 -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "reaches past the end of the file"));
 	/* a valid header just over a lowered limit */
 	lim.max_header_bytes = strlen(json) - 1;
-	expect_bad_lim(json, 1, &lim, WD_E_LIMIT, "over the limit", NULL);
+	expect_bad_lim(json, 1, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "over the limit", NULL);
 	lim.max_header_bytes = strlen(json);
 	assert_int_equal(stw_write_json(tpath("l.safetensors"), json, "x", 1), 0);
 	assert_int_equal(parse_path(tpath("l.safetensors"), &lim, &t, NULL, &err), 0);
@@ -426,16 +439,16 @@ static void header_length_over_the_limit_is_rejected(void **state)
 static void non_json_and_non_objects_are_rejected(void **state)
 {
 	(void)state;
-	expect_bad("{\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]", 1, WD_E_BAD_CHECKPOINT,
-		   "not valid JSON", NULL);
-	expect_bad("{\"a\" 1}", 0, WD_E_BAD_CHECKPOINT, "not valid JSON", NULL);
-	expect_bad("{} trailing", 0, WD_E_BAD_CHECKPOINT, "not valid JSON", NULL);
-	expect_bad("{\"a\xff\":1}", 0, WD_E_BAD_CHECKPOINT, "not valid JSON", NULL);
-	expect_bad("[1, 2]", 0, WD_E_BAD_CHECKPOINT, "does not begin with '{'", NULL);
-	expect_bad("\"str\"", 0, WD_E_BAD_CHECKPOINT, "does not begin with '{'", NULL);
+	expect_bad("{\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]", 1,
+		   WEIGHTD_E_BAD_CHECKPOINT, "not valid JSON", NULL);
+	expect_bad("{\"a\" 1}", 0, WEIGHTD_E_BAD_CHECKPOINT, "not valid JSON", NULL);
+	expect_bad("{} trailing", 0, WEIGHTD_E_BAD_CHECKPOINT, "not valid JSON", NULL);
+	expect_bad("{\"a\xff\":1}", 0, WEIGHTD_E_BAD_CHECKPOINT, "not valid JSON", NULL);
+	expect_bad("[1, 2]", 0, WEIGHTD_E_BAD_CHECKPOINT, "does not begin with '{'", NULL);
+	expect_bad("\"str\"", 0, WEIGHTD_E_BAD_CHECKPOINT, "does not begin with '{'", NULL);
 	/* the format requires the very first byte to be '{' */
-	expect_bad(" {}", 0, WD_E_BAD_CHECKPOINT, "does not begin with '{'", NULL);
-	expect_bad("", 0, WD_E_BAD_CHECKPOINT, "does not begin with '{'", NULL);
+	expect_bad(" {}", 0, WEIGHTD_E_BAD_CHECKPOINT, "does not begin with '{'", NULL);
+	expect_bad("", 0, WEIGHTD_E_BAD_CHECKPOINT, "does not begin with '{'", NULL);
 }
 
 static void duplicate_keys_are_rejected(void **state)
@@ -444,10 +457,11 @@ static void duplicate_keys_are_rejected(void **state)
 	/* the same four bytes described twice (U8 x4, then F32 x1): the classic aliasing trick */
 	expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
 		   "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-		   4, WD_E_BAD_CHECKPOINT, "duplicate key", NULL);
-	expect_bad("{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}", 0, WD_E_BAD_CHECKPOINT, "duplicate key", NULL);
+		   4, WEIGHTD_E_BAD_CHECKPOINT, "duplicate key", NULL);
+	expect_bad("{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}", 0, WEIGHTD_E_BAD_CHECKPOINT,
+		   "duplicate key", NULL);
 	expect_bad("{\"w\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4,
-		   WD_E_BAD_CHECKPOINT, "duplicate key", NULL);
+		   WEIGHTD_E_BAD_CHECKPOINT, "duplicate key", NULL);
 }
 
 static void bad_metadata_is_rejected(void **state)
@@ -455,76 +469,86 @@ static void bad_metadata_is_rejected(void **state)
 	struct wd_limits lim = WD_LIMITS_DEFAULT;
 
 	(void)state;
-	expect_bad("{\"__metadata__\":{\"n\":1}}", 0, WD_E_BAD_CHECKPOINT, "__metadata__ entry 'n' is an integer", NULL);
-	expect_bad("{\"__metadata__\":{\"n\":{\"x\":\"y\"}}}", 0, WD_E_BAD_CHECKPOINT, "is an object, expected a string", NULL);
-	expect_bad("{\"__metadata__\":[\"a\"]}", 0, WD_E_BAD_CHECKPOINT, "__metadata__ is an array", NULL);
-	expect_bad("{\"__metadata__\":null}", 0, WD_E_BAD_CHECKPOINT, "__metadata__ is null", NULL);
+	expect_bad("{\"__metadata__\":{\"n\":1}}", 0, WEIGHTD_E_BAD_CHECKPOINT,
+		   "__metadata__ entry 'n' is an integer", NULL);
+	expect_bad("{\"__metadata__\":{\"n\":{\"x\":\"y\"}}}", 0, WEIGHTD_E_BAD_CHECKPOINT,
+		   "is an object, expected a string", NULL);
+	expect_bad("{\"__metadata__\":[\"a\"]}", 0, WEIGHTD_E_BAD_CHECKPOINT,
+		   "__metadata__ is an array", NULL);
+	expect_bad("{\"__metadata__\":null}", 0, WEIGHTD_E_BAD_CHECKPOINT, "__metadata__ is null", NULL);
 	lim.max_metadata = 1;
-	expect_bad_lim("{\"__metadata__\":{\"a\":\"1\",\"b\":\"2\"}}", 0, &lim, WD_E_LIMIT, "2 entries", NULL);
+	expect_bad_lim("{\"__metadata__\":{\"a\":\"1\",\"b\":\"2\"}}", 0, &lim,
+		       WEIGHTD_E_LIMIT_EXCEEDED, "2 entries", NULL);
 	lim = (struct wd_limits)WD_LIMITS_DEFAULT;
 	lim.max_string = 3;
-	expect_bad_lim("{\"__metadata__\":{\"a\":\"1234\"}}", 0, &lim, WD_E_LIMIT, "longer than the limit of 3", NULL);
+	expect_bad_lim("{\"__metadata__\":{\"a\":\"1234\"}}", 0, &lim, WEIGHTD_E_LIMIT_EXCEEDED,
+		       "longer than the limit of 3", NULL);
 }
 
 static void unknown_dtypes_are_unsupported_by_name(void **state)
 {
 	(void)state;
-	expect_bad("{\"q\":{\"dtype\":\"F4\",\"shape\":[2],\"data_offsets\":[0,1]}}", 1, WD_E_UNSUPPORTED,
-		   "\"F4\"", "q");
-	expect_bad("{\"q\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8, WD_E_UNSUPPORTED,
-		   "\"C64\"", "q");
+	expect_bad("{\"q\":{\"dtype\":\"F4\",\"shape\":[2],\"data_offsets\":[0,1]}}", 1,
+		   WEIGHTD_E_UNSUPPORTED, "\"F4\"", "q");
+	expect_bad("{\"q\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
+		   WEIGHTD_E_UNSUPPORTED, "\"C64\"", "q");
 	/* ggml block types are weightd dtypes but not safetensors ones */
-	expect_bad("{\"q\":{\"dtype\":\"Q4_0\",\"shape\":[32],\"data_offsets\":[0,18]}}", 18, WD_E_UNSUPPORTED,
-		   "\"Q4_0\"", "q");
-	expect_bad("{\"q\":{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, WD_E_UNSUPPORTED,
-		   "\"f32\"", "q");
+	expect_bad("{\"q\":{\"dtype\":\"Q4_0\",\"shape\":[32],\"data_offsets\":[0,18]}}", 18,
+		   WEIGHTD_E_UNSUPPORTED, "\"Q4_0\"", "q");
+	expect_bad("{\"q\":{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+		   WEIGHTD_E_UNSUPPORTED, "\"f32\"", "q");
 }
 
 static void missing_and_ill_typed_fields_are_rejected(void **state)
 {
 	(void)state;
-	expect_bad("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, WD_E_BAD_CHECKPOINT, "has no \"dtype\"", "a");
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, WD_E_BAD_CHECKPOINT, "has no \"shape\"", "a");
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, WD_E_BAD_CHECKPOINT, "has no \"data_offsets\"", "a");
-	expect_bad("{\"a\":[1,2]}", 0, WD_E_BAD_CHECKPOINT, "entry is an array", "a");
-	expect_bad("{\"a\":{\"dtype\":32,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, WD_E_BAD_CHECKPOINT,
-		   "\"dtype\" is an integer", "a");
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4, WD_E_BAD_CHECKPOINT,
-		   "\"shape\" is a string", "a");
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, WD_E_BAD_CHECKPOINT,
-		   "dimension 0 is a negative integer", "a");
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1.0],\"data_offsets\":[0,4]}}", 4, WD_E_BAD_CHECKPOINT,
-		   "dimension 1 is a real number", "a");
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4, WD_E_BAD_CHECKPOINT,
-		   "whose length is not 2", "a");
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":{\"b\":0}}}", 4, WD_E_BAD_CHECKPOINT,
-		   "\"data_offsets\" is an object", "a");
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,\"4\"]}}", 4, WD_E_BAD_CHECKPOINT,
-		   "expected two non-negative integers", "a");
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", 4, WD_E_BAD_CHECKPOINT,
-		   "expected two non-negative integers", "a");
+	expect_bad("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, WEIGHTD_E_BAD_CHECKPOINT,
+		   "has no \"dtype\"", "a");
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4,
+		   WEIGHTD_E_BAD_CHECKPOINT, "has no \"shape\"", "a");
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, WEIGHTD_E_BAD_CHECKPOINT,
+		   "has no \"data_offsets\"", "a");
+	expect_bad("{\"a\":[1,2]}", 0, WEIGHTD_E_BAD_CHECKPOINT, "entry is an array", "a");
+	expect_bad("{\"a\":{\"dtype\":32,\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+		   WEIGHTD_E_BAD_CHECKPOINT, "\"dtype\" is an integer", "a");
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4,
+		   WEIGHTD_E_BAD_CHECKPOINT, "\"shape\" is a string", "a");
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
+		   WEIGHTD_E_BAD_CHECKPOINT, "dimension 0 is a negative integer", "a");
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1.0],\"data_offsets\":[0,4]}}", 4,
+		   WEIGHTD_E_BAD_CHECKPOINT, "dimension 1 is a real number", "a");
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4,
+		   WEIGHTD_E_BAD_CHECKPOINT, "whose length is not 2", "a");
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":{\"b\":0}}}", 4,
+		   WEIGHTD_E_BAD_CHECKPOINT, "\"data_offsets\" is an object", "a");
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,\"4\"]}}", 4,
+		   WEIGHTD_E_BAD_CHECKPOINT, "expected two non-negative integers", "a");
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", 4,
+		   WEIGHTD_E_BAD_CHECKPOINT, "expected two non-negative integers", "a");
 }
 
 static void shape_and_byte_count_must_agree(void **state)
 {
 	static uint8_t data[16];
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,16]}}", 16, WD_E_BAD_CHECKPOINT,
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,16]}}", 16,
+		   WEIGHTD_E_BAD_CHECKPOINT,
 		   "hold 16 bytes but shape [2, 3] of F32 needs 24 (6 elements x 4 bytes)", "a");
 	/* structured fields carry the numbers */
 	assert_int_equal(stw_write_json(tpath("x.safetensors"),
 					"{\"a\":{\"dtype\":\"BF16\",\"shape\":[5],\"data_offsets\":[0,8]}}", data, 8), 0);
 	wd_table_init(&t);
-	assert_int_equal(parse_path(tpath("x.safetensors"), NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
+	assert_int_equal(parse_path(tpath("x.safetensors"), NULL, &t, NULL, &err),
+			 -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_int_equal(err.expected, 10);
 	assert_int_equal(err.actual, 8);
 	wd_table_free(&t);
 	/* a 0-d tensor has one element */
-	expect_bad("{\"a\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,0]}}", 0, WD_E_BAD_CHECKPOINT,
-		   "needs 8", "a");
+	expect_bad("{\"a\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,0]}}", 0,
+		   WEIGHTD_E_BAD_CHECKPOINT, "needs 8", "a");
 }
 
 static void overflowing_shapes_are_rejected(void **state)
@@ -534,30 +558,30 @@ static void overflowing_shapes_are_rejected(void **state)
 	(void)state;
 	/* 2^32 * 2^32 = 2^64 elements */
 	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}", 4,
-		   WD_E_BAD_CHECKPOINT, "more elements than fit in 64 bits", "a");
+		   WEIGHTD_E_BAD_CHECKPOINT, "more elements than fit in 64 bits", "a");
 	/* 2^62 elements fit, but x 4 bytes does not */
 	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,4]}}", 4,
-		   WD_E_BAD_CHECKPOINT, "more bytes than fit in 64 bits", "a");
+		   WEIGHTD_E_BAD_CHECKPOINT, "more bytes than fit in 64 bits", "a");
 	/* numbers past 2^63-1 are valid JSON: said to be past what weightd reads, by field */
 	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[18446744073709551616],\"data_offsets\":[0,4]}}", 4,
-		   WD_E_BAD_CHECKPOINT,
+		   WEIGHTD_E_BAD_CHECKPOINT,
 		   "tensor 'a': shape dimension 0 is above 2^63-1, beyond what weightd reads", "a");
 	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
 		   "\"b\":{\"dtype\":\"U8\",\"shape\":[0,9223372036854775808],\"data_offsets\":[2,2]}}", 2,
-		   WD_E_BAD_CHECKPOINT, "tensor 'b': shape dimension 1 is above 2^63-1", "b");
+		   WEIGHTD_E_BAD_CHECKPOINT, "tensor 'b': shape dimension 1 is above 2^63-1", "b");
 	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[-9223372036854775809],\"data_offsets\":[0,4]}}", 4,
-		   WD_E_BAD_CHECKPOINT, "shape dimension 0 is a negative integer", "a");
+		   WEIGHTD_E_BAD_CHECKPOINT, "shape dimension 0 is a negative integer", "a");
 	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,9223372036854775808]}}", 1,
-		   WD_E_BAD_CHECKPOINT, "tensor 'a': data_offsets end is above 2^63-1", "a");
-	expect_bad("{\"__metadata__\":{\"k\":9223372036854775808}}", 0, WD_E_BAD_CHECKPOINT,
+		   WEIGHTD_E_BAD_CHECKPOINT, "tensor 'a': data_offsets end is above 2^63-1", "a");
+	expect_bad("{\"__metadata__\":{\"k\":9223372036854775808}}", 0, WEIGHTD_E_BAD_CHECKPOINT,
 		   "is outside -2^63..2^63-1, the range weightd reads (the JSON itself is valid)", NULL);
 	{
 		struct wd_table t;
-		struct wd_error err;
+		weightd_error err;
 
 		/* 2^63-1 itself is read (and then needs its bytes) */
 		expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775807],\"data_offsets\":[0,4]}}", 4,
-			   WD_E_BAD_CHECKPOINT, "hold 4 bytes but shape [9223372036854775807]", "a");
+			   WEIGHTD_E_BAD_CHECKPOINT, "hold 4 bytes but shape [9223372036854775807]", "a");
 		wd_table_init(&t);
 		assert_int_equal(stw_write_json(tpath("z.safetensors"),
 						"{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775807,0],\"data_offsets\":[0,0]}}",
@@ -568,9 +592,10 @@ static void overflowing_shapes_are_rejected(void **state)
 	}
 	/* a zero dimension makes a huge shape empty, and then it must hold no bytes */
 	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[0,4294967296,4294967296],\"data_offsets\":[0,4]}}", 4,
-		   WD_E_BAD_CHECKPOINT, "hold 4 bytes but shape", "a");
-	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1, WD_E_LIMIT,
-		   "9 dimensions", "a");
+		   WEIGHTD_E_BAD_CHECKPOINT, "hold 4 bytes but shape", "a");
+	expect_bad(
+		"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
+		1, WEIGHTD_E_LIMIT_EXCEEDED, "9 dimensions", "a");
 	(void)lim;
 }
 
@@ -579,15 +604,15 @@ static void overlapping_entries_are_rejected(void **state)
 	(void)state;
 	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
 		   "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
-		   12, WD_E_BAD_CHECKPOINT, "[4, 12] overlap tensor 'a' at [0, 8]", "b");
+		   12, WEIGHTD_E_BAD_CHECKPOINT, "[4, 12] overlap tensor 'a' at [0, 8]", "b");
 	/* the same range twice under two names */
 	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
 		   "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}",
-		   4, WD_E_BAD_CHECKPOINT, "overlap", NULL);
+		   4, WEIGHTD_E_BAD_CHECKPOINT, "overlap", NULL);
 	/* an empty tensor inside another's range */
 	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
 		   "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}",
-		   8, WD_E_BAD_CHECKPOINT, "overlap tensor 'a'", "e");
+		   8, WEIGHTD_E_BAD_CHECKPOINT, "overlap tensor 'a'", "e");
 }
 
 static void out_of_order_offsets_are_rejected(void **state)
@@ -595,7 +620,7 @@ static void out_of_order_offsets_are_rejected(void **state)
 	(void)state;
 	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]},"
 		   "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-		   8, WD_E_BAD_CHECKPOINT, "[8, 4] are out of order", "a");
+		   8, WEIGHTD_E_BAD_CHECKPOINT, "[8, 4] are out of order", "a");
 }
 
 static void gaps_are_rejected(void **state)
@@ -603,34 +628,41 @@ static void gaps_are_rejected(void **state)
 	(void)state;
 	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
 		   "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
-		   12, WD_E_BAD_CHECKPOINT, "gap of 4 bytes between tensor 'a' (ends at 4) and this tensor (begins at 8)", "b");
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, WD_E_BAD_CHECKPOINT,
-		   "starts with 4 bytes that belong to no tensor", "a");
+		   12, WEIGHTD_E_BAD_CHECKPOINT,
+		   "gap of 4 bytes between tensor 'a' (ends at 4) and this tensor (begins at 8)",
+		   "b");
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+		   WEIGHTD_E_BAD_CHECKPOINT, "starts with 4 bytes that belong to no tensor", "a");
 }
 
 static void offsets_outside_the_file_are_rejected(void **state)
 {
 	(void)state;
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8, WD_E_BAD_CHECKPOINT,
+	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8,
+		   WEIGHTD_E_BAD_CHECKPOINT,
 		   "[0, 16] reach past the end of the file (the data section holds 8 bytes)", "a");
 	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[9223372036854775806,9223372036854775807]}}",
-		   8, WD_E_BAD_CHECKPOINT, "reach past the end of the file", "a");
+		   8, WEIGHTD_E_BAD_CHECKPOINT, "reach past the end of the file", "a");
 }
 
 static void data_section_must_be_fully_covered(void **state)
 {
 	static uint8_t data[12];
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
-	expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 12, WD_E_BAD_CHECKPOINT,
-		   "holds 12 bytes but the tensors cover only 4; the last 8 bytes belong to no tensor", NULL);
-	expect_bad("{}", 3, WD_E_BAD_CHECKPOINT, "the last 3 bytes belong to no tensor", NULL);
+	expect_bad(
+		"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 12,
+		WEIGHTD_E_BAD_CHECKPOINT,
+		"holds 12 bytes but the tensors cover only 4; the last 8 bytes belong to no tensor",
+		NULL);
+	expect_bad("{}", 3, WEIGHTD_E_BAD_CHECKPOINT, "the last 3 bytes belong to no tensor", NULL);
 	assert_int_equal(stw_write_json(tpath("c.safetensors"),
 					"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", data, 12), 0);
 	wd_table_init(&t);
-	assert_int_equal(parse_path(tpath("c.safetensors"), NULL, &t, NULL, &err), -WD_E_BAD_CHECKPOINT);
+	assert_int_equal(parse_path(tpath("c.safetensors"), NULL, &t, NULL, &err),
+			 -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_int_equal(err.expected, 12);
 	assert_int_equal(err.actual, 4);
 	wd_table_free(&t);
@@ -646,7 +678,7 @@ static void tensor_count_and_name_limits_hold(void **state)
 	expect_bad_lim("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
 		       "\"b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]},"
 		       "\"c\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[2,3]}}",
-		       3, &lim, WD_E_LIMIT, "3 tensors, more than the limit of 2", NULL);
+		       3, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "3 tensors, more than the limit of 2", NULL);
 	/* __metadata__ does not count as a tensor */
 	lim.max_tensors = 1;
 	assert_int_equal(stw_write_json(tpath("n.safetensors"),
@@ -654,7 +686,7 @@ static void tensor_count_and_name_limits_hold(void **state)
 					"x", 1), 0);
 	{
 		struct wd_table t;
-		struct wd_error err;
+		weightd_error err;
 		wd_table_init(&t);
 		assert_int_equal(parse_path(tpath("n.safetensors"), &lim, &t, NULL, &err), 0);
 		wd_table_free(&t);
@@ -662,14 +694,14 @@ static void tensor_count_and_name_limits_hold(void **state)
 	memset(name, 'n', WD_MAX_NAME + 1);
 	name[WD_MAX_NAME + 1] = '\0';
 	snprintf(json, sizeof(json), "{\"%s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", name);
-	expect_bad(json, 1, WD_E_LIMIT, "longer than the limit of 1024", NULL);
+	expect_bad(json, 1, WEIGHTD_E_LIMIT_EXCEEDED, "longer than the limit of 1024", NULL);
 }
 
 static void tensor_file_index_is_recorded(void **state)
 {
 	struct stw_tensor ts[1] = { { .name = "w", .dtype = "U16", .ndim = 1, .shape = { 2 } } };
 	struct wd_table t;
-	struct wd_error err;
+	weightd_error err;
 	size_t len;
 	uint8_t *buf;
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_segment.c - POSIX shm segments: src/segment.c. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -84,7 +85,7 @@ static int teardown(void **state)
 static void test_create_seal_read_only(void **state)
 {
 	struct wd_segment seg;
-	struct wd_error err;
+	weightd_error err;
 	char name[128];
 	struct stat st;
 	const size_t size = 1u << 20;
@@ -164,16 +165,16 @@ static void test_zero_size(void **state)
 static void test_exclusive(void **state)
 {
 	struct wd_segment a, b;
-	struct wd_error err;
+	weightd_error err;
 	char name[128], got[4];
 
 	seg_name(name, sizeof(name), "excl");
 	assert_int_equal(wd_segment_create(name, 4096, &a, NULL), 0);
 	assert_int_equal(pwrite(a.fd, "keep", 4, 0), 4);
 	memset(&b, 0x5a, sizeof(b));
-	assert_int_equal(wd_segment_create(name, 4096, &b, &err), -WD_E_INVALID);
-	assert_non_null(strstr(err.msg, name));
-	assert_non_null(strstr(err.msg, "already exists"));
+	assert_int_equal(wd_segment_create(name, 4096, &b, &err), -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_non_null(strstr(err.message, name));
+	assert_non_null(strstr(err.message, "already exists"));
 	assert_int_equal(b.fd, 0x5a5a5a5a); /* output untouched on failure */
 	assert_true(shm_exists(name));
 	assert_int_equal(pread(a.ro_fd, got, 4, 0), 4);
@@ -186,21 +187,21 @@ static void test_bad_names(void **state)
 {
 	static const char *bad[] = { "noslash", "/", "/a/b", "//a", "/.", "/..", "" };
 	struct wd_segment seg;
-	struct wd_error err;
+	weightd_error err;
 	char longname[WD_SEGMENT_NAME_MAX + 1];
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		assert_int_equal(wd_segment_create(bad[i], 1, &seg, &err), -WD_E_INVALID);
-		assert_int_equal(err.code, WD_E_INVALID);
-		assert_int_equal(wd_segment_adopt(bad[i], &seg, NULL), -WD_E_INVALID);
-		assert_int_equal(wd_segment_unlink(bad[i]), -WD_E_INVALID);
+		assert_int_equal(wd_segment_create(bad[i], 1, &seg, &err), -WEIGHTD_E_INVALID_ARGUMENT);
+		assert_int_equal(err.code, WEIGHTD_E_INVALID_ARGUMENT);
+		assert_int_equal(wd_segment_adopt(bad[i], &seg, NULL), -WEIGHTD_E_INVALID_ARGUMENT);
+		assert_int_equal(wd_segment_unlink(bad[i]), -WEIGHTD_E_INVALID_ARGUMENT);
 	}
 	memset(longname, 'a', sizeof(longname));
 	memcpy(longname, "/", 1);
 	memcpy(longname + 1, prefix, strlen(prefix));
 	longname[1 + strlen(prefix)] = '.';
 	longname[WD_SEGMENT_NAME_MAX] = '\0';
-	assert_int_equal(wd_segment_create(longname, 1, &seg, NULL), -WD_E_INVALID);
+	assert_int_equal(wd_segment_create(longname, 1, &seg, NULL), -WEIGHTD_E_INVALID_ARGUMENT);
 	longname[WD_SEGMENT_NAME_MAX - 1] = '\0'; /* 199 chars + NUL fits the 200-byte field */
 	assert_int_equal(wd_segment_create(longname, 1, &seg, NULL), 0);
 	assert_string_equal(seg.name, longname);
@@ -212,14 +213,14 @@ static void test_bad_names(void **state)
 static int check_exhausted(const char *name, uint64_t size)
 {
 	struct wd_segment seg;
-	struct wd_error err;
+	weightd_error err;
 	char need[32];
 
 	memset(&err, 0, sizeof(err));
-	if (wd_segment_create(name, size, &seg, &err) != -WD_E_EXHAUSTED)
+	if (wd_segment_create(name, size, &seg, &err) != -WEIGHTD_E_RESOURCE_EXHAUSTED)
 		return 1;
 	snprintf(need, sizeof(need), "%llu", (unsigned long long)size);
-	if (!strstr(err.msg, need) || !strstr(err.msg, "/dev/shm"))
+	if (!strstr(err.message, need) || !strstr(err.message, "/dev/shm"))
 		return 2;
 	if (shm_exists(name))
 		return 3;
@@ -277,7 +278,7 @@ static void test_exhausted(void **state)
 static void test_adopt(void **state)
 {
 	struct wd_segment seg, ad;
-	struct wd_error err;
+	weightd_error err;
 	char name[128], other[128], got[5];
 	int fd;
 
@@ -303,8 +304,8 @@ static void test_adopt(void **state)
 	assert_int_equal(pread(ad.ro_fd, got, 5, 12340), 5);
 	assert_memory_equal(got, "hello", 5);
 	wd_segment_close(&ad);
-	assert_int_equal(wd_segment_adopt(name, &ad, &err), -WD_E_NOT_FOUND);
-	assert_non_null(strstr(err.msg, name));
+	assert_int_equal(wd_segment_adopt(name, &ad, &err), -WEIGHTD_E_NOT_FOUND);
+	assert_non_null(strstr(err.message, name));
 
 	/* An object others could write is not adopted. */
 	seg_name(other, sizeof(other), "open");
@@ -312,7 +313,7 @@ static void test_adopt(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(fchmod(fd, 0666), 0);
 	close(fd);
-	assert_int_equal(wd_segment_adopt(other, &ad, &err), -WD_E_PERMISSION);
+	assert_int_equal(wd_segment_adopt(other, &ad, &err), -WEIGHTD_E_PERMISSION_DENIED);
 	assert_int_equal(shm_unlink(other), 0);
 }
 
@@ -398,8 +399,8 @@ static void test_list_purge(void **state)
 	assert_true(shm_exists(name));
 	assert_int_equal(wd_segment_unlink(name), 0);
 
-	assert_int_equal(wd_segment_list("bad/prefix", record, &s), -WD_E_INVALID);
-	assert_int_equal(wd_segment_purge(".hidden"), -WD_E_INVALID);
+	assert_int_equal(wd_segment_list("bad/prefix", record, &s), -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_int_equal(wd_segment_purge(".hidden"), -WEIGHTD_E_INVALID_ARGUMENT);
 }
 
 /*
@@ -409,7 +410,7 @@ static void test_list_purge(void **state)
 static void test_unique_names(void **state)
 {
 	struct wd_segment a, b;
-	struct wd_error err;
+	weightd_error err;
 	char name[160], other[160];
 	size_t plen = strlen(prefix);
 	int foreign;
@@ -470,7 +471,7 @@ static void test_unique_names(void **state)
 	assert_false(shm_exists(b.name));
 	assert_true(shm_exists(other));
 	assert_int_equal(wd_segment_unlink(other), 0);
-	assert_int_equal(wd_segment_create_unique("bad/prefix", 1, &a, &err), -WD_E_INVALID);
+	assert_int_equal(wd_segment_create_unique("bad/prefix", 1, &a, &err), -WEIGHTD_E_INVALID_ARGUMENT);
 }
 
 /* A name already taken (by anyone) is never reused or touched: a fresh one is drawn. */
@@ -514,7 +515,7 @@ static void test_unique_retries_on_eexist(void **state)
 		script_fill = same;
 		script_calls = 0;
 		script_n = sizeof(same);
-		assert_int_equal(wd_segment_create_unique(prefix, 1, &b, NULL), -WD_E_INVALID);
+		assert_int_equal(wd_segment_create_unique(prefix, 1, &b, NULL), -WEIGHTD_E_INVALID_ARGUMENT);
 		assert_int_equal(script_calls, 8);
 	}
 	script_n = 0;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sink.c - in-order writer with a running content digest (XXH3-128 by default, SHA-256,
  * chunked), range sinks, and scratch buffers: src/sink.c. */
 #include <stdarg.h>
@@ -71,7 +72,7 @@ static void test_in_order(void **state)
 	uint8_t *data = malloc(size), *back = malloc(size);
 	uint8_t digest[32], want[32];
 	struct wd_sink s;
-	struct wd_error err;
+	weightd_error err;
 	size_t off = 0, ci = 0;
 	int fd = open_out(O_RDWR | O_TRUNC);
 
@@ -130,20 +131,20 @@ static void test_overrun(void **state)
 {
 	uint8_t digest[32], want[32], back[16];
 	struct wd_sink s;
-	struct wd_error err;
+	weightd_error err;
 	int fd = open_out(O_RDWR | O_TRUNC);
 
 	assert_true(fd >= 0);
 	assert_int_equal(sha_sink(&s, fd, 10), 0);
 	assert_int_equal(wd_sink_write(&s, "012345", 6, &err), 0);
 	memset(&err, 0, sizeof(err));
-	assert_int_equal(wd_sink_write(&s, "6789X", 5, &err), -WD_E_INTERNAL);
-	assert_int_equal(err.code, WD_E_INTERNAL);
-	assert_non_null(strstr(err.msg, "10"));
+	assert_int_equal(wd_sink_write(&s, "6789X", 5, &err), -WEIGHTD_E_INTERNAL);
+	assert_int_equal(err.code, WEIGHTD_E_INTERNAL);
+	assert_non_null(strstr(err.message, "10"));
 	assert_int_equal(s.written, 6);
 	assert_int_equal(lseek(fd, 0, SEEK_END), 6);
 	assert_int_equal(wd_sink_write(&s, "6789", 4, &err), 0);
-	assert_int_equal(wd_sink_write(&s, "X", 1, &err), -WD_E_INTERNAL);
+	assert_int_equal(wd_sink_write(&s, "X", 1, &err), -WEIGHTD_E_INTERNAL);
 	assert_int_equal(wd_sink_finish(&s, digest, &err), 0);
 	oneshot("0123456789", 10, want);
 	assert_memory_equal(digest, want, 32);
@@ -157,17 +158,17 @@ static void test_short_finish(void **state)
 {
 	uint8_t digest[32], untouched[32];
 	struct wd_sink s;
-	struct wd_error err;
+	weightd_error err;
 
 	assert_int_equal(sha_sink(&s, -1, 10), 0);
 	assert_int_equal(wd_sink_write(&s, "012345678", 9, &err), 0);
 	memset(digest, 0xaa, sizeof(digest));
 	memset(untouched, 0xaa, sizeof(untouched));
 	memset(&err, 0, sizeof(err));
-	assert_int_equal(wd_sink_finish(&s, digest, &err), -WD_E_INTERNAL);
-	assert_int_equal(err.code, WD_E_INTERNAL);
-	assert_non_null(strstr(err.msg, "9"));
-	assert_non_null(strstr(err.msg, "10"));
+	assert_int_equal(wd_sink_finish(&s, digest, &err), -WEIGHTD_E_INTERNAL);
+	assert_int_equal(err.code, WEIGHTD_E_INTERNAL);
+	assert_non_null(strstr(err.message, "9"));
+	assert_non_null(strstr(err.message, "10"));
 	assert_memory_equal(digest, untouched, 32);
 	wd_sink_abort(&s); /* and the failed sink can still be aborted */
 }
@@ -176,13 +177,13 @@ static void test_short_finish(void **state)
 static void test_write_error(void **state)
 {
 	struct wd_sink s;
-	struct wd_error err;
+	weightd_error err;
 	int fd = open_out(O_RDONLY);
 
 	assert_true(fd >= 0);
 	assert_int_equal(sha_sink(&s, fd, 4), 0);
-	assert_int_equal(wd_sink_write(&s, "abcd", 4, &err), -WD_E_IO);
-	assert_int_equal(err.code, WD_E_IO);
+	assert_int_equal(wd_sink_write(&s, "abcd", 4, &err), -WEIGHTD_E_IO);
+	assert_int_equal(err.code, WEIGHTD_E_IO);
 	wd_sink_abort(&s);
 	close(fd);
 }
@@ -195,7 +196,7 @@ static void test_progress(void **state)
 	uint8_t buf[70000] = { 0 };
 	uint64_t progress = 12345, sum = 0;
 	struct wd_sink s;
-	struct wd_error err;
+	weightd_error err;
 	int fd = open_out(O_RDWR | O_TRUNC);
 
 	assert_true(fd >= 0);
@@ -213,7 +214,7 @@ static void test_progress(void **state)
 			assert_int_equal(__atomic_load_n(&progress, __ATOMIC_RELAXED), sum);
 		}
 		assert_int_equal(sum, 74112);
-		assert_int_equal(wd_sink_write(&s, buf, 1, &err), -WD_E_INTERNAL);
+		assert_int_equal(wd_sink_write(&s, buf, 1, &err), -WEIGHTD_E_INTERNAL);
 		assert_int_equal(progress, 74112);
 		wd_sink_abort(&s);
 		progress = 12345;
@@ -226,7 +227,7 @@ static void test_progress(void **state)
 static void produce(struct wd_sink *s, const uint8_t *data, size_t size)
 {
 	static const size_t cut[] = { 0, 1, 4095, 7, 0, 0, 333 };   /* 0: a full slot */
-	struct wd_error err;
+	weightd_error err;
 	size_t off = 0, k = 0;
 
 	while (off < size) {
@@ -260,7 +261,7 @@ static void test_pipeline(void **state)
 	uint8_t digest[32], want[32];
 	struct wd_scratch sc;
 	struct wd_sink s;
-	struct wd_error err;
+	weightd_error err;
 	int fd = open_out(O_RDWR | O_TRUNC);
 
 	assert_true(fd >= 0);
@@ -294,7 +295,7 @@ static void test_pipeline_refused_and_aborted(void **state)
 	uint8_t digest[32], want[32];
 	struct wd_scratch sc;
 	struct wd_sink a, b, small;
-	struct wd_error err;
+	weightd_error err;
 
 	for (size_t i = 0; i < sizeof(data); i++)
 		data[i] = (uint8_t)(i * 7 + 3);
@@ -332,8 +333,8 @@ static void test_pipeline_refused_and_aborted(void **state)
 		uint8_t *slot = wd_sink_buffer(&a, &cap);
 		memcpy(slot, data + 4999, 2);
 		memset(&err, 0, sizeof(err));
-		assert_int_equal(wd_sink_write(&a, slot, 2, &err), -WD_E_INTERNAL);
-		assert_int_equal(err.code, WD_E_INTERNAL);
+		assert_int_equal(wd_sink_write(&a, slot, 2, &err), -WEIGHTD_E_INTERNAL);
+		assert_int_equal(err.code, WEIGHTD_E_INTERNAL);
 		assert_ptr_equal(wd_sink_buffer(&a, &cap), slot);
 		assert_int_equal(wd_sink_write(&a, slot, 1, &err), 0);
 	}
@@ -409,7 +410,7 @@ static uint8_t *pattern(size_t len, unsigned seed)
 static void test_default_is_xxh3(void **state)
 {
 	static const size_t sizes[] = { 0, 1, 240, 4097, 1000003 };
-	struct wd_error err;
+	weightd_error err;
 
 	assert_int_equal(WD_DIGEST_DEFAULT, WD_DIGEST_XXH3_128);
 	assert_int_equal(wd_digest_len(WD_DIGEST_XXH3_128), 16);
@@ -442,7 +443,7 @@ static void test_chunked_digest(void **state)
 {
 	const size_t sizes[] = { WD_DIGEST_CHUNK, WD_DIGEST_CHUNK + 1, 2 * WD_DIGEST_CHUNK + 12345 };
 	const enum wd_digest_alg algs[] = { WD_DIGEST_XXH3_128, WD_DIGEST_SHA256 };
-	struct wd_error err;
+	weightd_error err;
 	int fd = open_out(O_RDWR | O_TRUNC);
 
 	assert_true(fd >= 0);
@@ -514,7 +515,7 @@ static void test_algorithm_names(void **state)
 	assert_int_equal(wd_digest_from_name("md5"), WD_DIGEST_NONE);
 	assert_int_equal(wd_digest_len(WD_DIGEST_NONE), 0);
 	assert_int_equal(wd_content_compose(WD_DIGEST_NONE, (const uint8_t *)"x", 1,
-					    (uint8_t[32]){ 0 }), -WD_E_INVALID);
+					    (uint8_t[32]){ 0 }), -WEIGHTD_E_INVALID_ARGUMENT);
 }
 
 static void test_scratch(void **state)

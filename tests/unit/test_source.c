@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_source.c - checkpoint sources: single files, directories, sharded indexes, pins and change detection. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -65,13 +66,13 @@ static uint8_t want_byte(uint64_t i, uint32_t seed)
 static struct wd_source *open_ok(const char *name, const char *path)
 {
 	struct wd_source *src = NULL;
-	struct wd_error err;
+	weightd_error err;
 	int r;
 
 	wd_error_clear(&err);
 	r = wd_source_open(name, path, NULL, &src, &err);
 	if (r)
-		print_error("opening %s: %d %s\n", path, r, err.msg);
+		print_error("opening %s: %d %s\n", path, r, err.message);
 	assert_int_equal(r, 0);
 	assert_non_null(src);
 	return src;
@@ -81,16 +82,17 @@ static struct wd_source *open_ok(const char *name, const char *path)
 static void open_bad(const char *path, int code, const char *needle)
 {
 	struct wd_source *src = (struct wd_source *)0x1;
-	struct wd_error err;
+	weightd_error err;
 	int r;
 
 	wd_error_clear(&err);
 	r = wd_source_open("ckpt", path, NULL, &src, &err);
-	if (r != -code || !strstr(err.msg, needle))
-		print_error("opening %s -> %d (%s), wanted %d with \"%s\"\n", path, r, err.msg, -code, needle);
+	if (r != -code || !strstr(err.message, needle))
+		print_error("opening %s -> %d (%s), wanted %d with \"%s\"\n", path, r, err.message,
+			    -code, needle);
 	assert_int_equal(r, -code);
 	assert_int_equal(err.code, code);
-	assert_non_null(strstr(err.msg, needle));
+	assert_non_null(strstr(err.message, needle));
 	assert_string_equal(err.checkpoint, "ckpt");
 	assert_ptr_equal(src, (struct wd_source *)0x1);
 }
@@ -98,7 +100,7 @@ static void open_bad(const char *path, int code, const char *needle)
 static void check_tensor_bytes(const struct wd_source *src, const char *name, uint32_t seed)
 {
 	const struct wd_tensor_info *t = wd_source_find(src, name);
-	struct wd_error err;
+	weightd_error err;
 	uint8_t *buf;
 
 	assert_non_null(t);
@@ -125,7 +127,7 @@ static void single_file_opens_and_reads_the_right_bytes(void **state)
 	struct wd_source *src;
 	const struct wd_file_id *id;
 	struct stat st;
-	struct wd_error err;
+	weightd_error err;
 	uint64_t ds;
 	uint8_t b[5];
 
@@ -165,11 +167,12 @@ static void single_file_opens_and_reads_the_right_bytes(void **state)
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(b[i], want_byte(7 + i, 11));
 	/* reads past the pinned size, or of a file that does not exist, are refused */
-	assert_int_equal(wd_source_pread(src, 0, b, 5, (uint64_t)st.st_size - 4, &err), -WD_E_INVALID);
-	assert_int_equal(wd_source_pread(src, 0, b, 5, UINT64_MAX - 2, &err), -WD_E_INVALID);
-	assert_int_equal(wd_source_pread(src, 1, b, 1, 0, &err), -WD_E_INVALID);
+	assert_int_equal(wd_source_pread(src, 0, b, 5, (uint64_t)st.st_size - 4, &err),
+			 -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_int_equal(wd_source_pread(src, 0, b, 5, UINT64_MAX - 2, &err), -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_int_equal(wd_source_pread(src, 1, b, 1, 0, &err), -WEIGHTD_E_INVALID_ARGUMENT);
 	assert_int_equal(wd_source_check(src, 0, &err), 0);
-	assert_int_equal(wd_source_check(src, 1, &err), -WD_E_INVALID);
+	assert_int_equal(wd_source_check(src, 1, &err), -WEIGHTD_E_INVALID_ARGUMENT);
 	wd_source_free(src);
 	wd_source_free(NULL);
 }
@@ -222,21 +225,22 @@ static void directory_with_one_safetensors_file_is_that_file(void **state)
 
 	assert_int_equal(mkdir(tpath("none"), 0755), 0);
 	write_text(tpath("none/README.md"), "hello\n");
-	open_bad(tpath("none"), WD_E_NOT_FOUND, "no model.safetensors.index.json and no *.safetensors file");
+	open_bad(tpath("none"), WEIGHTD_E_NOT_FOUND,
+		 "no model.safetensors.index.json and no *.safetensors file");
 
 	assert_int_equal(stw_write(tpath("lone/other.safetensors"), k_four, 1, NULL, 0, NULL), 0);
-	open_bad(tpath("lone"), WD_E_BAD_CHECKPOINT, "has 2 *.safetensors files");
+	open_bad(tpath("lone"), WEIGHTD_E_BAD_CHECKPOINT, "has 2 *.safetensors files");
 }
 
 static void bad_paths_are_reported(void **state)
 {
 	(void)state;
-	open_bad(tpath("does-not-exist"), WD_E_NOT_FOUND, "does-not-exist");
-	open_bad("/dev/null", WD_E_BAD_CHECKPOINT, "neither a regular file nor a directory");
+	open_bad(tpath("does-not-exist"), WEIGHTD_E_NOT_FOUND, "does-not-exist");
+	open_bad("/dev/null", WEIGHTD_E_BAD_CHECKPOINT, "neither a regular file nor a directory");
 	assert_int_equal(stw_write_json(tpath("broken.safetensors"), "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", "abcd", 4), 0);
 	/* the message names the file and the tensor; err names the checkpoint */
-	open_bad(tpath("broken.safetensors"), WD_E_BAD_CHECKPOINT, tpath("broken.safetensors"));
-	open_bad(tpath("broken.safetensors"), WD_E_BAD_CHECKPOINT, "tensor 'a'");
+	open_bad(tpath("broken.safetensors"), WEIGHTD_E_BAD_CHECKPOINT, tpath("broken.safetensors"));
+	open_bad(tpath("broken.safetensors"), WEIGHTD_E_BAD_CHECKPOINT, "tensor 'a'");
 }
 
 /* Two shards: a.safetensors holds x, y; b.safetensors holds z. */
@@ -307,22 +311,26 @@ static void index_and_shards_must_agree(void **state)
 	/* a shard the index names is missing */
 	make_shards(tpath("s1"));
 	write_index(tpath("s1"), "\"x\": \"a.safetensors\", \"y\": \"a.safetensors\", \"z\": \"c.safetensors\"");
-	open_bad(tpath("s1"), WD_E_BAD_CHECKPOINT, "c.safetensors does not exist");
+	open_bad(tpath("s1"), WEIGHTD_E_BAD_CHECKPOINT, "c.safetensors does not exist");
 
 	/* a tensor in the index that its shard lacks */
 	make_shards(tpath("s2"));
 	write_index(tpath("s2"), "\"x\": \"a.safetensors\", \"y\": \"a.safetensors\", \"z\": \"b.safetensors\", \"w\": \"b.safetensors\"");
-	open_bad(tpath("s2"), WD_E_BAD_CHECKPOINT, "assigns tensor 'w' to shard b.safetensors, but that shard has no such tensor");
+	open_bad(tpath("s2"), WEIGHTD_E_BAD_CHECKPOINT,
+		 "assigns tensor 'w' to shard b.safetensors, but that shard has no such tensor");
 
 	/* a tensor in a shard that the index does not list */
 	make_shards(tpath("s3"));
 	write_index(tpath("s3"), "\"x\": \"a.safetensors\", \"z\": \"b.safetensors\"");
-	open_bad(tpath("s3"), WD_E_BAD_CHECKPOINT, "tensor 'y' is in shard a.safetensors but model.safetensors.index.json does not list it");
+	open_bad(
+		tpath("s3"), WEIGHTD_E_BAD_CHECKPOINT,
+		"tensor 'y' is in shard a.safetensors but model.safetensors.index.json does not list it");
 
 	/* a tensor assigned to the wrong shard */
 	make_shards(tpath("s4"));
 	write_index(tpath("s4"), "\"x\": \"a.safetensors\", \"y\": \"b.safetensors\", \"z\": \"b.safetensors\"");
-	open_bad(tpath("s4"), WD_E_BAD_CHECKPOINT, "assigns tensor 'y' to shard b.safetensors, but it is in shard a.safetensors");
+	open_bad(tpath("s4"), WEIGHTD_E_BAD_CHECKPOINT,
+		 "assigns tensor 'y' to shard b.safetensors, but it is in shard a.safetensors");
 
 	/* the same tensor in two shards */
 	{
@@ -330,19 +338,22 @@ static void index_and_shards_must_agree(void **state)
 		make_shards(tpath("s5"));
 		assert_int_equal(stw_write(tpath("s5/c.safetensors"), dup, 1, NULL, 0, NULL), 0);
 		write_index(tpath("s5"), "\"x\": \"a.safetensors\", \"y\": \"a.safetensors\", \"z\": \"b.safetensors\", \"q\": \"c.safetensors\"");
-		open_bad(tpath("s5"), WD_E_BAD_CHECKPOINT, "tensor 'x' appears in both a.safetensors and c.safetensors");
+		open_bad(tpath("s5"), WEIGHTD_E_BAD_CHECKPOINT,
+			 "tensor 'x' appears in both a.safetensors and c.safetensors");
 	}
 
 	/* a shard with a bad header: the error names the shard file */
 	make_shards(tpath("s6"));
 	assert_int_equal(stw_write_json(tpath("s6/b.safetensors"), "{\"z\":{\"dtype\":\"F64\",\"shape\":[5],\"data_offsets\":[0,8]}}", "12345678", 8), 0);
 	write_index(tpath("s6"), "\"x\": \"a.safetensors\", \"y\": \"a.safetensors\", \"z\": \"b.safetensors\"");
-	open_bad(tpath("s6"), WD_E_BAD_CHECKPOINT, "s6/b.safetensors: safetensors header: tensor 'z'");
+	open_bad(tpath("s6"), WEIGHTD_E_BAD_CHECKPOINT,
+		 "s6/b.safetensors: safetensors header: tensor 'z'");
 
 	/* a broken index file */
 	make_shards(tpath("s7"));
 	write_text(tpath("s7/model.safetensors.index.json"), "{\"weight_map\": ");
-	open_bad(tpath("s7"), WD_E_BAD_CHECKPOINT, "model.safetensors.index.json: index file: not valid JSON");
+	open_bad(tpath("s7"), WEIGHTD_E_BAD_CHECKPOINT,
+		 "model.safetensors.index.json: index file: not valid JSON");
 }
 
 static void index_names_cannot_escape_the_directory(void **state)
@@ -353,9 +364,9 @@ static void index_names_cannot_escape_the_directory(void **state)
 	/* by name */
 	make_shards(tpath("e1"));
 	write_index(tpath("e1"), "\"x\": \"../e1/a.safetensors\", \"y\": \"a.safetensors\", \"z\": \"b.safetensors\"");
-	open_bad(tpath("e1"), WD_E_BAD_CHECKPOINT, "contains \"..\"");
+	open_bad(tpath("e1"), WEIGHTD_E_BAD_CHECKPOINT, "contains \"..\"");
 	write_index(tpath("e1"), "\"x\": \"/etc/passwd\"");
-	open_bad(tpath("e1"), WD_E_BAD_CHECKPOINT, "absolute path");
+	open_bad(tpath("e1"), WEIGHTD_E_BAD_CHECKPOINT, "absolute path");
 
 	/* A symlink placed in the directory is followed wherever it points: that is how the Hugging
 	 * Face hub cache lays out snapshots (snapshots/REV/x.safetensors -> ../../blobs/HASH). */
@@ -388,7 +399,7 @@ static void replaced_file_is_detected(void **state)
 {
 	const char *path = tpath("r.safetensors"), *tmp = tpath("r.safetensors.new");
 	struct wd_source *src;
-	struct wd_error err;
+	weightd_error err;
 	const struct wd_tensor_info *t;
 	uint8_t b[4];
 
@@ -400,9 +411,9 @@ static void replaced_file_is_detected(void **state)
 	assert_int_equal(stw_write(tmp, k_four, 4, NULL, 0, NULL), 0);
 	assert_int_equal(rename(tmp, path), 0);
 	wd_error_clear(&err);
-	assert_int_equal(wd_source_check(src, 0, &err), -WD_E_CHANGED);
-	assert_non_null(strstr(err.msg, "was replaced since it was opened"));
-	assert_non_null(strstr(err.msg, path));
+	assert_int_equal(wd_source_check(src, 0, &err), -WEIGHTD_E_SOURCE_CHANGED);
+	assert_non_null(strstr(err.message, "was replaced since it was opened"));
+	assert_non_null(strstr(err.message, path));
 	assert_string_equal(err.checkpoint, "r");
 	/* the pinned inode still holds the admitted bytes, which pread returns */
 	t = wd_source_find(src, "w.f32");
@@ -411,8 +422,8 @@ static void replaced_file_is_detected(void **state)
 		assert_int_equal(b[i], want_byte((uint64_t)i, 11));
 	/* removed altogether */
 	assert_int_equal(unlink(path), 0);
-	assert_int_equal(wd_source_check(src, 0, &err), -WD_E_CHANGED);
-	assert_non_null(strstr(err.msg, "is gone"));
+	assert_int_equal(wd_source_check(src, 0, &err), -WEIGHTD_E_SOURCE_CHANGED);
+	assert_non_null(strstr(err.message, "is gone"));
 	wd_source_free(src);
 }
 
@@ -420,7 +431,7 @@ static void truncated_file_is_detected(void **state)
 {
 	const char *path = tpath("t.safetensors");
 	struct wd_source *src;
-	struct wd_error err;
+	weightd_error err;
 	const struct wd_tensor_info *first, *last;
 	uint8_t buf[64];
 
@@ -431,13 +442,14 @@ static void truncated_file_is_detected(void **state)
 	last = wd_source_tensor(src, 3);
 	assert_int_equal(truncate(path, (off_t)(last->offset + 3)), 0);
 	wd_error_clear(&err);
-	assert_int_equal(wd_source_pread(src, 0, buf, last->nbytes, last->offset, &err), -WD_E_CHANGED);
-	assert_non_null(strstr(err.msg, "truncated since"));
+	assert_int_equal(wd_source_pread(src, 0, buf, last->nbytes, last->offset, &err),
+			 -WEIGHTD_E_SOURCE_CHANGED);
+	assert_non_null(strstr(err.message, "truncated since"));
 	assert_string_equal(err.checkpoint, "t");
 	/* even a read that still fits is refused once the size moved */
-	assert_int_equal(wd_source_pread(src, 0, buf, 4, first->offset, &err), -WD_E_CHANGED);
-	assert_int_equal(wd_source_check(src, 0, &err), -WD_E_CHANGED);
-	assert_non_null(strstr(err.msg, "changed size"));
+	assert_int_equal(wd_source_pread(src, 0, buf, 4, first->offset, &err), -WEIGHTD_E_SOURCE_CHANGED);
+	assert_int_equal(wd_source_check(src, 0, &err), -WEIGHTD_E_SOURCE_CHANGED);
+	assert_non_null(strstr(err.message, "changed size"));
 	wd_source_free(src);
 }
 
@@ -445,7 +457,7 @@ static void modified_file_is_detected(void **state)
 {
 	const char *path = tpath("m.safetensors");
 	struct wd_source *src;
-	struct wd_error err;
+	weightd_error err;
 	struct timespec ts[2];
 	struct stat st;
 	const struct wd_tensor_info *t;
@@ -468,9 +480,9 @@ static void modified_file_is_detected(void **state)
 	ts[1].tv_nsec = 0;
 	assert_int_equal(utimensat(AT_FDCWD, path, ts, 0), 0);
 	wd_error_clear(&err);
-	assert_int_equal(wd_source_check(src, 0, &err), -WD_E_CHANGED);
-	assert_non_null(strstr(err.msg, "was modified since it was opened"));
-	assert_int_equal(wd_source_pread(src, 0, buf, 4, t->offset, &err), -WD_E_CHANGED);
+	assert_int_equal(wd_source_check(src, 0, &err), -WEIGHTD_E_SOURCE_CHANGED);
+	assert_non_null(strstr(err.message, "was modified since it was opened"));
+	assert_int_equal(wd_source_pread(src, 0, buf, 4, t->offset, &err), -WEIGHTD_E_SOURCE_CHANGED);
 	wd_source_free(src);
 
 	/* a touch alone (same bytes) is also a change: identity is what is pinned */
@@ -478,7 +490,7 @@ static void modified_file_is_detected(void **state)
 	src = open_ok("m", path);
 	ts[1].tv_sec = wd_source_file_id(src, 0)->mtime_ns / 1000000000 - 100;
 	assert_int_equal(utimensat(AT_FDCWD, path, ts, 0), 0);
-	assert_int_equal(wd_source_check(src, 0, &err), -WD_E_CHANGED);
+	assert_int_equal(wd_source_check(src, 0, &err), -WEIGHTD_E_SOURCE_CHANGED);
 	wd_source_free(src);
 }
 
@@ -486,7 +498,7 @@ static void shard_change_is_detected_per_file(void **state)
 {
 	const char *dir = tpath("c1");
 	struct wd_source *src;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
 	make_shards(dir);
@@ -494,8 +506,8 @@ static void shard_change_is_detected_per_file(void **state)
 	src = open_ok("c1", dir);
 	assert_int_equal(truncate(tpath("c1/b.safetensors"), 10), 0);
 	assert_int_equal(wd_source_check(src, 0, &err), 0);
-	assert_int_equal(wd_source_check(src, 1, &err), -WD_E_CHANGED);
-	assert_non_null(strstr(err.msg, "c1/b.safetensors"));
+	assert_int_equal(wd_source_check(src, 1, &err), -WEIGHTD_E_SOURCE_CHANGED);
+	assert_non_null(strstr(err.message, "c1/b.safetensors"));
 	wd_source_free(src);
 }
 
@@ -530,7 +542,7 @@ static void gguf_files_are_routed_to_the_gguf_parser(void **state)
 	uint8_t f[80] = { 0 };
 	size_t o = 0;
 	struct wd_source *src = NULL;
-	struct wd_error err;
+	weightd_error err;
 	const struct wd_tensor_info *t;
 	int r, fd;
 
@@ -575,7 +587,7 @@ static void gguf_named_files_without_the_magic_say_so(void **state)
 	static const uint8_t junk[32] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 'x' };
 	static const char *const names[] = { "bad.gguf", "BAD.GGUF", "tiny.gguf" };
 	struct wd_source *src = NULL;
-	struct wd_error err;
+	weightd_error err;
 	int fd;
 
 	(void)state;
@@ -585,22 +597,26 @@ static void gguf_named_files_without_the_magic_say_so(void **state)
 		assert_int_equal(write(fd, junk, i == 2 ? 3 : sizeof(junk)), i == 2 ? 3 : (ssize_t)sizeof(junk));
 		assert_int_equal(close(fd), 0);
 		wd_error_clear(&err);
-		assert_int_equal(wd_source_open("g", tpath("%s", names[i]), NULL, &src, &err), -WD_E_BAD_CHECKPOINT);
+		assert_int_equal(wd_source_open("g", tpath("%s", names[i]), NULL, &src, &err),
+				 -WEIGHTD_E_BAD_CHECKPOINT);
 		assert_null(src);
-		assert_null(strstr(err.msg, "safetensors"));
+		assert_null(strstr(err.message, "safetensors"));
 		if (i < 2)
-			assert_non_null(strstr(err.msg, "GGUF magic missing: the file starts with bytes ff ff ff ff"));
+			assert_non_null(strstr(
+				err.message,
+				"GGUF magic missing: the file starts with bytes ff ff ff ff"));
 		else
-			assert_non_null(strstr(err.msg, "GGUF header is truncated"));
-		assert_non_null(strstr(err.msg, names[i]));
+			assert_non_null(strstr(err.message, "GGUF header is truncated"));
+		assert_non_null(strstr(err.message, names[i]));
 	}
 	/* the same bytes under another name are read as safetensors */
 	fd = open(tpath("bad.bin"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
 	assert_int_equal(close(fd), 0);
-	assert_int_equal(wd_source_open("g", tpath("bad.bin"), NULL, &src, &err), -WD_E_LIMIT);
-	assert_non_null(strstr(err.msg, "safetensors header"));
+	assert_int_equal(wd_source_open("g", tpath("bad.bin"), NULL, &src, &err),
+			 -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "safetensors header"));
 }
 
 int main(void)

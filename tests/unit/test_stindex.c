@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_stindex.c - model.safetensors.index.json parsing: the weight_map and every shard-name rule. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,7 +12,8 @@
 
 #include "stindex.h"
 
-static int parse(const char *json, const struct wd_limits *lim, struct wd_stindex *idx, struct wd_error *err)
+static int parse(const char *json, const struct wd_limits *lim, struct wd_stindex *idx,
+		 weightd_error *err)
 {
 	wd_error_clear(err);
 	return wd_stindex_parse(json, strlen(json), lim, idx, err);
@@ -21,17 +23,17 @@ static int parse(const char *json, const struct wd_limits *lim, struct wd_stinde
 static void expect_bad_lim(const char *json, const struct wd_limits *lim, int code, const char *needle)
 {
 	struct wd_stindex idx, before;
-	struct wd_error err;
+	weightd_error err;
 	int r;
 
 	memset(&idx, 0xa5, sizeof(idx));
 	before = idx;
 	r = parse(json, lim, &idx, &err);
-	if (r != -code || !strstr(err.msg, needle))
-		print_error("index %s\n-> %d (%s), wanted %d with \"%s\"\n", json, r, err.msg, -code, needle);
+	if (r != -code || !strstr(err.message, needle))
+		print_error("index %s\n-> %d (%s), wanted %d with \"%s\"\n", json, r, err.message, -code, needle);
 	assert_int_equal(r, -code);
 	assert_int_equal(err.code, code);
-	assert_non_null(strstr(err.msg, needle));
+	assert_non_null(strstr(err.message, needle));
 	assert_memory_equal(&idx, &before, sizeof(idx));
 }
 
@@ -50,7 +52,7 @@ static void weight_map_is_read_with_shards_in_first_seen_order(void **state)
 		"  \"lm_head.weight\": \"model-00002-of-00002.safetensors\"\n"
 		" }}";
 	struct wd_stindex idx;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
 	assert_int_equal(parse(json, NULL, &idx, &err), 0);
@@ -76,7 +78,7 @@ static void many_tensors_in_many_shards(void **state)
 	char *json = malloc(1 << 20);
 	size_t off = 0;
 	struct wd_stindex idx;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
 	assert_non_null(json);
@@ -99,7 +101,7 @@ static void many_tensors_in_many_shards(void **state)
 static void empty_weight_map_is_accepted(void **state)
 {
 	struct wd_stindex idx;
-	struct wd_error err;
+	weightd_error err;
 
 	(void)state;
 	assert_int_equal(parse("{\"weight_map\": {}}", NULL, &idx, &err), 0);
@@ -111,36 +113,41 @@ static void empty_weight_map_is_accepted(void **state)
 static void malformed_index_files_are_rejected(void **state)
 {
 	(void)state;
-	expect_bad("{\"weight_map\": {\"a\": \"x.safetensors\"}", WD_E_BAD_CHECKPOINT, "not valid JSON");
-	expect_bad("", WD_E_BAD_CHECKPOINT, "not valid JSON");
-	expect_bad("[\"weight_map\"]", WD_E_BAD_CHECKPOINT, "the top level is an array");
-	expect_bad("{\"metadata\": {}}", WD_E_BAD_CHECKPOINT, "no \"weight_map\"");
-	expect_bad("{\"weight_map\": [\"a\"]}", WD_E_BAD_CHECKPOINT, "\"weight_map\" is an array");
-	expect_bad("{\"weight_map\": {\"a\": 3}}", WD_E_BAD_CHECKPOINT, "tensor 'a' is an integer");
-	expect_bad("{\"weight_map\": {\"a\": null}}", WD_E_BAD_CHECKPOINT, "tensor 'a' is null");
+	expect_bad("{\"weight_map\": {\"a\": \"x.safetensors\"}", WEIGHTD_E_BAD_CHECKPOINT,
+		   "not valid JSON");
+	expect_bad("", WEIGHTD_E_BAD_CHECKPOINT, "not valid JSON");
+	expect_bad("[\"weight_map\"]", WEIGHTD_E_BAD_CHECKPOINT, "the top level is an array");
+	expect_bad("{\"metadata\": {}}", WEIGHTD_E_BAD_CHECKPOINT, "no \"weight_map\"");
+	expect_bad("{\"weight_map\": [\"a\"]}", WEIGHTD_E_BAD_CHECKPOINT, "\"weight_map\" is an array");
+	expect_bad("{\"weight_map\": {\"a\": 3}}", WEIGHTD_E_BAD_CHECKPOINT, "tensor 'a' is an integer");
+	expect_bad("{\"weight_map\": {\"a\": null}}", WEIGHTD_E_BAD_CHECKPOINT, "tensor 'a' is null");
 }
 
 static void duplicate_tensors_are_rejected(void **state)
 {
 	(void)state;
-	expect_bad("{\"weight_map\": {\"a\": \"x.safetensors\", \"a\": \"y.safetensors\"}}", WD_E_BAD_CHECKPOINT,
-		   "duplicate key");
-	expect_bad("{\"weight_map\": {}, \"weight_map\": {\"a\": \"y.safetensors\"}}", WD_E_BAD_CHECKPOINT,
-		   "duplicate key");
+	expect_bad("{\"weight_map\": {\"a\": \"x.safetensors\", \"a\": \"y.safetensors\"}}",
+		   WEIGHTD_E_BAD_CHECKPOINT, "duplicate key");
+	expect_bad("{\"weight_map\": {}, \"weight_map\": {\"a\": \"y.safetensors\"}}",
+		   WEIGHTD_E_BAD_CHECKPOINT, "duplicate key");
 }
 
 static void escaping_shard_names_are_rejected(void **state)
 {
 	(void)state;
-	expect_bad("{\"weight_map\": {\"a\": \"/etc/passwd\"}}", WD_E_BAD_CHECKPOINT, "is an absolute path");
-	expect_bad("{\"weight_map\": {\"a\": \"../x.safetensors\"}}", WD_E_BAD_CHECKPOINT, "contains \"..\"");
-	expect_bad("{\"weight_map\": {\"a\": \"..\"}}", WD_E_BAD_CHECKPOINT, "contains \"..\"");
-	expect_bad("{\"weight_map\": {\"a\": \"sub/x.safetensors\"}}", WD_E_BAD_CHECKPOINT, "contains '/'");
-	expect_bad("{\"weight_map\": {\"a\": \"\"}}", WD_E_BAD_CHECKPOINT, "is empty");
-	expect_bad("{\"weight_map\": {\"a\": \".\"}}", WD_E_BAD_CHECKPOINT, "names the directory itself");
+	expect_bad("{\"weight_map\": {\"a\": \"/etc/passwd\"}}", WEIGHTD_E_BAD_CHECKPOINT,
+		   "is an absolute path");
+	expect_bad("{\"weight_map\": {\"a\": \"../x.safetensors\"}}", WEIGHTD_E_BAD_CHECKPOINT,
+		   "contains \"..\"");
+	expect_bad("{\"weight_map\": {\"a\": \"..\"}}", WEIGHTD_E_BAD_CHECKPOINT, "contains \"..\"");
+	expect_bad("{\"weight_map\": {\"a\": \"sub/x.safetensors\"}}", WEIGHTD_E_BAD_CHECKPOINT,
+		   "contains '/'");
+	expect_bad("{\"weight_map\": {\"a\": \"\"}}", WEIGHTD_E_BAD_CHECKPOINT, "is empty");
+	expect_bad("{\"weight_map\": {\"a\": \".\"}}", WEIGHTD_E_BAD_CHECKPOINT,
+		   "names the directory itself");
 	/* a later bad name fails the whole index, naming the tensor */
-	expect_bad("{\"weight_map\": {\"ok\": \"x.safetensors\", \"bad\": \"a/../../y\"}}", WD_E_BAD_CHECKPOINT,
-		   "for tensor 'bad'");
+	expect_bad("{\"weight_map\": {\"ok\": \"x.safetensors\", \"bad\": \"a/../../y\"}}",
+		   WEIGHTD_E_BAD_CHECKPOINT, "for tensor 'bad'");
 }
 
 static void limits_hold(void **state)
@@ -150,19 +157,20 @@ static void limits_hold(void **state)
 
 	(void)state;
 	lim.max_shards = 2;
-	expect_bad_lim("{\"weight_map\": {\"a\": \"1\", \"b\": \"2\", \"c\": \"3\"}}", &lim, WD_E_LIMIT,
-		       "more than the limit of 2 shard files");
+	expect_bad_lim("{\"weight_map\": {\"a\": \"1\", \"b\": \"2\", \"c\": \"3\"}}", &lim,
+		       WEIGHTD_E_LIMIT_EXCEEDED, "more than the limit of 2 shard files");
 	lim = (struct wd_limits)WD_LIMITS_DEFAULT;
 	lim.max_tensors = 2;
-	expect_bad_lim("{\"weight_map\": {\"a\": \"1\", \"b\": \"1\", \"c\": \"1\"}}", &lim, WD_E_LIMIT,
-		       "maps 3 tensors, more than the limit of 2");
+	expect_bad_lim("{\"weight_map\": {\"a\": \"1\", \"b\": \"1\", \"c\": \"1\"}}", &lim,
+		       WEIGHTD_E_LIMIT_EXCEEDED, "maps 3 tensors, more than the limit of 2");
 	lim = (struct wd_limits)WD_LIMITS_DEFAULT;
 	lim.max_index_bytes = 10;
-	expect_bad_lim("{\"weight_map\": {}}", &lim, WD_E_LIMIT, "more than the limit of 10");
+	expect_bad_lim("{\"weight_map\": {}}", &lim, WEIGHTD_E_LIMIT_EXCEEDED,
+		       "more than the limit of 10");
 	memset(name, 'n', WD_MAX_NAME + 1);
 	name[WD_MAX_NAME + 1] = '\0';
 	snprintf(json, sizeof(json), "{\"weight_map\": {\"%s\": \"x\"}}", name);
-	expect_bad(json, WD_E_LIMIT, "more than the limit of 1024");
+	expect_bad(json, WEIGHTD_E_LIMIT_EXCEEDED, "more than the limit of 1024");
 }
 
 int main(void)

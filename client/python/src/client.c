@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* client.c - _weightd.Client: one libweightd connection; queries and requests made on it. */
 #include "pyweightd.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* module.c - the weightd._weightd module: connect(), errors as weightd.Error, type registration. */
 #include "pyweightd.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pyweightd.h - the weightd._weightd extension: shared declarations of its three types (Client,
  * Weight, Unit, plus the in-flight Request) over libweightd's public API. */
 #ifndef PYWEIGHTD_H

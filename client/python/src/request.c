@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* request.c - _weightd.Request: one in-flight materialization (weightd_inflight), polled without
  * waiting (for event loops) or finished with the GIL released. */
 #include "pyweightd.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit.c - _weightd.Unit: a set of slots materialized and bound all-or-nothing (weightd_unit),
  * kept mapped while any slot's memory is viewed. */
 #include "pyweightd.h"

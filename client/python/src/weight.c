@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weight.c - _weightd.Weight: one weight's description and its read-only memory, exported only
  * through the buffer protocol and let go when released with no export left. */
 #include "pyweightd.h"

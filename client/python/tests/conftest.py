@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pytest fixtures: a private weightd per test (see wdtest.Daemon)."""
 
 from __future__ import annotations

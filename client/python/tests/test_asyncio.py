@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The asyncio forms: requests are sent at once and complete when the client's socket brings
 the reply, so the event loop keeps running (a server loads while it serves)."""
 

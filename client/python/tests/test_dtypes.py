@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every weightd dtype comes into numpy and torch with the right dtype and the checkpoint's own
 bytes, without a copy; GGUF packed blocks, selections and recipes (cast, shard, concat) too."""
 

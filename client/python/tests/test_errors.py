@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Errors are exceptions: each weightd.Error subclass for its case, with the protocol's code
 name and the daemon's (or libweightd's) sentence."""
 
@@ -122,3 +123,15 @@ def test_python_arguments_are_checked_before_the_call(daemon):
             c.load("m", framework="jax")
         np.testing.assert_array_equal(c.get("m", "small", select={"indices": [0, [3, 1]]})
                                       .numpy(), SMALL[[3, 1]])
+
+
+def test_every_code_name_the_classes_list_is_a_code_of_libweightd():
+    """errors.py classifies codes by name: a name no code has (a typo, a renamed code) would
+    leave that code raising the bare weightd.Error."""
+    from weightd import _weightd, errors
+    names = {_weightd.code_name(n) for n in range(256)} - {"unknown-error"}
+    assert len(names) >= 30
+    assert set(errors._BY_CODE) <= names
+    # the recipe checks added last are invalid arguments like the others
+    assert errors.error_class("scale-mismatch") is weightd.InvalidArgument
+    assert errors.error_class("slot-mismatch") is weightd.InvalidArgument

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """examples/engine.py runs against a real weightd: two runs map the same memory, the second
 makes the daemon read nothing, and errors come out as one line and exit status 1."""
 

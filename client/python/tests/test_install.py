@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package installs two ways, both against a libweightd installed in a DESTDIR: by
 `cmake --install` (into the dist-packages directory Debian's /usr/bin/python3 searches for the
 prefix) and by `pip install --no-build-isolation` offline with Debian's setuptools, finding

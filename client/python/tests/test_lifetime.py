@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Lifetime is reference counting: memory stays mapped while any view made from it lives (after
 release(), after the client is closed), and the daemon's reference goes when the last holder
 does."""

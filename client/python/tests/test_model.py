@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real model: a small transformer's state dict saved with the test's own safetensors writer
 and served by weightd; two processes assign() the shared tensors into a freshly built model and
 run a forward pass under torch.inference_mode(). Their outputs are bit-identical to the same

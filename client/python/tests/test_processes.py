@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Two separate Python processes load the same checkpoint: they map the same shared memory
 (device and inode), the second makes the daemon read nothing, the bytes are the file's, and
 together they hold about one copy (PSS). Writes through numpy raise; an in-place torch write

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package's annotations and stubs (py.typed, _weightd.pyi) type-check with mypy, and so
 does code using them as the README shows (examples/engine.py)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small decoder-only transformer for the tests: token + position embeddings, pre-norm blocks
 of causal multi-head attention and a GELU MLP, a final norm and an output head tied to the token
 embedding."""

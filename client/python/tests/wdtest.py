@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers of the weightd Python tests: a private weightd per test, and the tests' own
 safetensors and GGUF writers (independent of weightd's code)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """weightd: bind model weights served by the weightd daemon, with zero copies.
 
 weightd reads each weight of a checkpoint once into POSIX shared memory; every process that asks

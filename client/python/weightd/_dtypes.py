@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """weightd dtype names and their numpy and torch counterparts.
 
 numpy has no bfloat16 or float8: numpy() gives BF16 as uint16 and F8_E4M3 / F8_E5M2 as uint8,

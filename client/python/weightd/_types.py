@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Plain records returned by Client.list(), describe(), status() and server_info."""
 
 from __future__ import annotations

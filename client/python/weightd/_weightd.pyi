@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Type stubs of the extension module weightd._weightd (libweightd's binding). Use the weightd
 # package, which wraps these.
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Exceptions raised by weightd: one class per family of protocol error codes.
 
 Every error carries the protocol's code name (``.code``, e.g. ``"unknown-tensor"``) and the
@@ -93,7 +94,7 @@ for _name in ("invalid-argument", "out-of-range", "empty-inputs", "dtype-mismatc
               "shape-mismatch", "axis-out-of-range", "element-count-mismatch",
               "byte-count-mismatch", "not-a-permutation", "zero-sized-output",
               "unsupported-cast", "arithmetic-overflow", "recipe-too-deep", "recipe-too-large",
-              "duplicate-name", "bad-alias", "alias-cycle", "slot-mismatch"):
+              "duplicate-name", "bad-alias", "alias-cycle", "slot-mismatch", "scale-mismatch"):
     _BY_CODE[_name] = InvalidArgument
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch helpers: load a checkpoint served by weightd the way safetensors.torch.load_file
 does, and put shared tensors into a module without copying them.
 
