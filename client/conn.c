@@ -46,7 +46,7 @@ static void client_destroy(weightd_client *c)
 
 		c->pending = p->next;
 		if (p->resp)
-			weightd__response__free_unpacked(p->resp, NULL);
+			wd_msg_free(p->resp);
 		wc_close_fds(p->fds, p->nfds);
 		free(p);
 	}
@@ -56,7 +56,7 @@ static void client_destroy(weightd_client *c)
 		close(c->sock);
 	wd_inbuf_free(c->in);
 	if (c->hello)
-		weightd__response__free_unpacked(c->hello, NULL);
+		wd_msg_free(c->hello);
 	wc_seg_table_free(c);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
@@ -247,8 +247,11 @@ void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n)
 	rel.handles = (uint64_t *)handles;
 	req.body_case = WEIGHTD__REQUEST__BODY_RELEASE;
 	req.release = &rel;
-	/* No pending entry: the reply is dropped when it comes. A dead connection needs nothing:
-	 * the daemon dropped this client's references when it ended. */
+	/* No pending entry, and quiet: the daemon answers only a failure (an older one answers
+	 * anyway), and whatever comes is dropped. Without an answer to read, a get after a release
+	 * is one message each way, which the scheduler keeps on one CPU like any ping-pong. A dead
+	 * connection needs nothing: the daemon dropped this client's references when it ended. */
+	req.quiet = 1;
 	wc_send(c, &req, NULL, NULL);
 }
 
@@ -291,7 +294,7 @@ void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint
 	wc_send_release(c, handles, n);
 	free(handles);
 	if (resp)
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 }
 
 /* Hand one decoded frame to its pending entry (or the event queue). Called by the reader
@@ -369,30 +372,51 @@ static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint3
 drop:
 drop_unlocked:
 	wc_close_fds(fds, nfds);
-	weightd__response__free_unpacked(resp, NULL);
+	wd_msg_free(resp);
 }
 
 /*
  * Read what the socket has (waiting up to timeout_ms for the first byte) and dispatch every
  * complete frame. Returns 1 when something was read, 0 on timeout, -1 when the connection died.
+ * Waiting for ever is one blocking recvmsg (the socket is blocking; mark_dead's shutdown ends
+ * it); a bounded wait polls first. It stops once the frames read are all dispatched and none is
+ * half there, rather than asking the socket again only to hear EAGAIN: the caller checks its
+ * condition and comes back if it still waits.
  */
 static int read_some(weightd_client *c, int timeout_ms)
 {
-	struct pollfd pfd = { .fd = c->sock, .events = POLLIN };
+	bool wait = timeout_ms < 0;
 	int r;
 
-	r = poll(&pfd, 1, timeout_ms);
-	if (r < 0 && errno == EINTR)
-		return 1;   /* the caller re-checks its condition and time */
-	if (r < 0) {
-		mark_dead(c, WEIGHTD_E_IO, "waiting for weightd at %s failed: %s", c->path,
-			  strerror(errno));
-		return -1;
+	if (!wait) {
+		struct pollfd pfd = { .fd = c->sock, .events = POLLIN };
+
+		r = poll(&pfd, 1, timeout_ms);
+		if (r < 0 && errno == EINTR)
+			return 1;   /* the caller re-checks its condition and time */
+		if (r < 0) {
+			mark_dead(c, WEIGHTD_E_IO, "waiting for weightd at %s failed: %s", c->path,
+				  strerror(errno));
+			return -1;
+		}
+		if (r == 0)
+			return 0;
 	}
-	if (r == 0)
-		return 0;
 	for (;;) {
-		r = wd_inbuf_read(c->in, c->sock);
+		r = wait ? wd_inbuf_read_wait(c->in, c->sock) : wd_inbuf_read(c->in, c->sock);
+		if (r == WD_FRAME_AGAIN && wait) {
+			/* the caller made the socket non-blocking: wait the old way */
+			struct pollfd pfd = { .fd = c->sock, .events = POLLIN };
+
+			wait = false;
+			if (poll(&pfd, 1, -1) < 0 && errno != EINTR) {
+				mark_dead(c, WEIGHTD_E_IO, "waiting for weightd at %s failed: %s",
+					  c->path, strerror(errno));
+				return -1;
+			}
+			continue;
+		}
+		wait = false;
 		if (r == WD_FRAME_AGAIN)
 			break;
 		if (r == 0) {
@@ -431,7 +455,7 @@ static int read_some(weightd_client *c, int timeout_ms)
 					  weightd_code_name(r));
 				return -1;
 			}
-			resp = weightd__response__unpack(NULL, f.len, f.payload);
+			resp = wd_msg_unpack(&weightd__response__descriptor, f.payload, f.len);
 			if (!resp) {
 				wd_frame_close_fds(&f);
 				mark_dead(c, WEIGHTD_E_PROTOCOL,
@@ -441,6 +465,8 @@ static int read_some(weightd_client *c, int timeout_ms)
 			}
 			dispatch(c, resp, f.fds, f.nfds);
 		}
+		if (wd_inbuf_partial(c->in, NULL) == 0)
+			break;
 	}
 	return 1;
 }
@@ -624,7 +650,7 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 			       hr ? hr->protocol_version : 0, hr ? hr->min_protocol_version : 0,
 			       hr ? hr->max_protocol_version : 0, WD_VERSION,
 			       WEIGHTD_PROTOCOL_MIN_VERSION, WEIGHTD_PROTOCOL_VERSION);
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 		return r;
 	}
 	c->hello = resp;
@@ -645,6 +671,9 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 	c->info.max_queue_fds = hr->max_queue_fds;
 	c->info.idle_timeout_ms = hr->idle_timeout_ms;
 	c->info.frame_timeout_ms = hr->frame_timeout_ms;
+	c->info.max_client_segments = hr->max_client_segments;
+	c->info.max_uid_segments = hr->max_uid_segments;
+	c->info.max_uid_weights = hr->max_uid_weights;
 	c->info.min_protocol_version = hr->min_protocol_version;
 	c->info.max_protocol_version = hr->max_protocol_version;
 	return 0;
@@ -773,7 +802,7 @@ int weightd_subscribe(weightd_client *c, const char *const *checkpoints, size_t 
 	req.subscribe = &sub;
 	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_SUBSCRIBE, &resp, NULL, NULL, err);
 	if (r == 0)
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 	return r;
 }
 

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frame.h"
 #include "weightd.pb-c.h"
 #include "weightd/client.h"
 
@@ -277,6 +278,10 @@ struct wc_pb_recipe {
 	Weightd__Node *nodes;
 	Weightd__Node **ptrs;
 	Weightd__Selection *sels;
+	/* a one-node recipe (a tensor, the usual unit entry) lives here: no allocation */
+	Weightd__Node one_node;
+	Weightd__Node *one_ptr;
+	Weightd__Selection one_sel;
 };
 int wc_pb_recipe_init(struct wc_pb_recipe *pb, const weightd_recipe *r, weightd_error *err);
 void wc_pb_recipe_fini(struct wc_pb_recipe *pb);

@@ -21,7 +21,7 @@ int wc_preflight_from_reply(Weightd__Response *resp, weightd_preflight **ret, we
 		int rc = wc_weight_info_check(ur->weights[i], err);
 
 		if (rc < 0) {
-			weightd__response__free_unpacked(resp, NULL);
+			wd_msg_free(resp);
 			return rc;
 		}
 	}
@@ -30,7 +30,7 @@ int wc_preflight_from_reply(Weightd__Response *resp, weightd_preflight **ret, we
 		p->outs = calloc(n ? n : 1, sizeof(*p->outs));
 	if (!p || !p->outs) {
 		free(p);
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -58,7 +58,7 @@ void weightd_preflight_free(weightd_preflight *pub)
 
 	if (!p)
 		return;
-	weightd__response__free_unpacked(p->resp, NULL);
+	wd_msg_free(p->resp);
 	free(p->outs);
 	free(p);
 }

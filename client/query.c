@@ -58,7 +58,7 @@ int weightd_list(weightd_client *c, weightd_source_list **ret, weightd_error *er
 		l->items = calloc(n ? n : 1, sizeof(*l->items));
 	if (!l || !l->items) {
 		free(l);
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	for (size_t i = 0; i < n; i++)
@@ -76,7 +76,7 @@ void weightd_source_list_free(weightd_source_list *pub)
 
 	if (!l)
 		return;
-	weightd__response__free_unpacked(l->resp, NULL);
+	wd_msg_free(l->resp);
 	free(l->items);
 	free(l);
 }
@@ -125,7 +125,7 @@ int weightd_describe(weightd_client *c, const char *checkpoint, weightd_descript
 			free(o->meta);
 		}
 		free(o);
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	source_from_wire(&o->pub.source, dr ? dr->source : NULL);
@@ -163,7 +163,7 @@ void weightd_description_free(weightd_description *pub)
 
 	if (!o)
 		return;
-	weightd__response__free_unpacked(o->resp, NULL);
+	wd_msg_free(o->resp);
 	free(o->tensors);
 	free(o->meta);
 	free(o);
@@ -214,7 +214,7 @@ int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *e
 			free(o->segs);
 		}
 		free(o);
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	o->pub.instance = sr->instance;
@@ -320,7 +320,7 @@ void weightd_status_free(weightd_status *pub)
 
 	if (!o)
 		return;
-	weightd__response__free_unpacked(o->resp, NULL);
+	wd_msg_free(o->resp);
 	free(o->sources);
 	free(o->weights);
 	free(o->jobs);
@@ -344,7 +344,7 @@ int weightd_reload(weightd_client *c, weightd_error *err)
 	req.reload = &empty;
 	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_RELOAD, &resp, NULL, NULL, err);
 	if (r == 0)
-		weightd__response__free_unpacked(resp, NULL);
+		wd_msg_free(resp);
 	return r;
 }
 
@@ -369,6 +369,6 @@ int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t *ret_bytes,
 		*ret_weights = resp->evict ? resp->evict->weights : 0;
 	if (ret_bytes)
 		*ret_bytes = resp->evict ? resp->evict->bytes : 0;
-	weightd__response__free_unpacked(resp, NULL);
+	wd_msg_free(resp);
 	return 0;
 }

@@ -510,9 +510,15 @@ int wc_pb_recipe_init(struct wc_pb_recipe *pb, const weightd_recipe *r, weightd_
 	weightd__recipe__init(&pb->msg);
 	if (!r || r->n == 0)
 		return wc_err_set(err, WEIGHTD_E_EMPTY_INPUTS, "the recipe has no nodes");
-	pb->nodes = calloc(r->n, sizeof(*pb->nodes));
-	pb->ptrs = calloc(r->n, sizeof(*pb->ptrs));
-	pb->sels = calloc(r->n, sizeof(*pb->sels));
+	if (r->n == 1) {
+		pb->nodes = &pb->one_node;
+		pb->ptrs = &pb->one_ptr;
+		pb->sels = &pb->one_sel;
+	} else {
+		pb->nodes = calloc(r->n, sizeof(*pb->nodes));
+		pb->ptrs = calloc(r->n, sizeof(*pb->ptrs));
+		pb->sels = calloc(r->n, sizeof(*pb->sels));
+	}
 	if (!pb->nodes || !pb->ptrs || !pb->sels) {
 		wc_pb_recipe_fini(pb);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -563,10 +569,14 @@ int wc_pb_recipe_init(struct wc_pb_recipe *pb, const weightd_recipe *r, weightd_
 
 void wc_pb_recipe_fini(struct wc_pb_recipe *pb)
 {
-	free(pb->nodes);
-	free(pb->ptrs);
-	free(pb->sels);
-	memset(pb, 0, sizeof(*pb));
+	if (pb->nodes != &pb->one_node) {
+		free(pb->nodes);
+		free(pb->ptrs);
+		free(pb->sels);
+	}
+	pb->nodes = NULL;
+	pb->ptrs = NULL;
+	pb->sels = NULL;
 }
 
 /* --- annotations: JSON paths of nodes ---------------------------------------------------- */

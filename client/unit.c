@@ -61,14 +61,21 @@ int weightd_unit_new(weightd_client *c, weightd_unit **ret, weightd_error *err)
 	return 0;
 }
 
-/* FNV-1a of a slot name. */
+/* FNV-1a of a slot name, then a 64-bit finalizer: names that differ only in their last digits
+ * ("layers.61.mlp.experts.255.up_proj.weight") differ in FNV's high bits more than its low ones,
+ * and the index uses the low ones. */
 static size_t name_hash(const char *name)
 {
 	uint64_t h = 1469598103934665603ull;
 
 	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
 		h = (h ^ *p) * 1099511628211ull;
-	return (size_t)(h ^ (h >> 29));
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ull;
+	h ^= h >> 33;
+	return (size_t)h;
 }
 
 /* O(1): slot lookup is by hash, so declaring and answering a unit of n slots is linear. */
@@ -496,6 +503,28 @@ static void handle_slot(struct handle_index *h, const Weightd__WeightInfo **owne
 }
 
 /*
+ * The daemon answers in the order of the request: the entries (slots with a recipe, in slot
+ * order), then the aliases (in slot order). The slot a reply weight should be is found by
+ * walking the slots along with the reply, so matching a reply is one string comparison per
+ * weight; a name out of that order is looked up by hash (any order is accepted).
+ */
+struct reply_cursor {
+	size_t entry, alias;         /* the next slot to consider for each kind */
+};
+
+static struct slot *reply_slot(weightd_unit *u, struct reply_cursor *cur, bool is_alias,
+			       const char *name)
+{
+	size_t *k = is_alias ? &cur->alias : &cur->entry;
+
+	while (*k < u->n && (u->slots[*k].src == SRC_ALIAS) != is_alias)
+		(*k)++;
+	if (*k < u->n && name && strcmp(u->slots[*k].name, name) == 0)
+		return &u->slots[(*k)++];
+	return find_slot(u, name);
+}
+
+/*
  * Check a unit reply against the unit and turn it into weights: every slot answered exactly
  * once, entries not aliases and aliases aliases, every segment's fd sent once and used, each
  * weight inside its segment, all entries of one handle described alike. One weight object per
@@ -512,6 +541,8 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	uint32_t *dist = NULL;                     /* per reply weight: its distinct weight */
 	bool *seen = NULL, *seg_used = NULL;
 	struct wc_seg **segs = NULL;
+	struct slot **slot_of = NULL;              /* per reply weight: its slot */
+	struct reply_cursor cur = { 0, 0 };
 	weightd_weight **ws = NULL;
 	struct handle_index hx = { NULL, 0 };
 	size_t n_dist = 0, n_made = 0, n_segs = 0;
@@ -546,14 +577,15 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	seen = calloc(u->n, sizeof(*seen));
 	seg_used = calloc(nfds ? nfds : 1, sizeof(*seg_used));
 	segs = calloc(nfds ? nfds : 1, sizeof(*segs));
-	if (!hx.tab || !owner || !refs || !dist || !ws || !seen || !seg_used || !segs) {
+	slot_of = malloc(u->n * sizeof(*slot_of));
+	if (!hx.tab || !owner || !refs || !dist || !ws || !seen || !seg_used || !segs || !slot_of) {
 		rc = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto fail;
 	}
 	for (size_t i = 0; i < ur->n_weights; i++) {
 		const Weightd__WeightInfo *wi = ur->weights[i];
-		struct slot *s = find_slot(u, wi->name);
 		bool is_alias = wi->alias_of && wi->alias_of[0];
+		struct slot *s = reply_slot(u, &cur, is_alias, wi->name);
 		size_t h;
 
 		rc = wc_weight_info_check(wi, err);
@@ -569,6 +601,7 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 			goto fail;
 		}
 		seen[s - u->slots] = true;
+		slot_of[i] = s;
 		seg_used[wi->fd_index] = true;
 		handle_slot(&hx, owner, wi->handle, &h);
 		if (!hx.tab[h]) {
@@ -630,7 +663,7 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 		}
 	}
 	for (size_t i = 0; i < ur->n_weights; i++)
-		find_slot(u, ur->weights[i]->name)->w = ws[dist[i]];
+		slot_of[i]->w = ws[dist[i]];
 	for (uint32_t i = 0; i < nfds; i++)
 		wc_seg_unref(segs[i]);
 	u->weights = ws;
@@ -643,8 +676,9 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	free(seen);
 	free(seg_used);
 	free(segs);
+	free(slot_of);
 	free(fds);
-	weightd__response__free_unpacked(resp, NULL);
+	wd_msg_free(resp);
 	return 0;
 
 fail_made:
@@ -662,7 +696,7 @@ fail_segs:
 		if (fds[i] >= 0)
 			close(fds[i]);
 	free(fds);
-	weightd__response__free_unpacked(resp, NULL);
+	wd_msg_free(resp);
 	goto out;
 fail:
 	wc_reply_discard(u->c, resp, fds, nfds);
@@ -674,6 +708,7 @@ out:
 	free(seen);
 	free(seg_used);
 	free(segs);
+	free(slot_of);
 	free(ws);
 	return rc;
 }

@@ -14,7 +14,11 @@ function(wd_add_test name)
     # ASan+UBSan run the same work 2-5x slower (unit.convert's exhaustive kernel checks take about
     # 100 s alone there): the limits are there to catch hangs, not to time the code.
     math(EXPR T_TIMEOUT "${T_TIMEOUT} * 4")
+    set(T_SCALE 4)
+  else()
+    set(T_SCALE 1)
   endif()
+  # WD_TIME_SCALE stretches the harness's own hang-catching waits the same way.
   set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-                       ENVIRONMENT "WD_BUILD_DIR=${CMAKE_BINARY_DIR};WD_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+                       ENVIRONMENT "WD_BUILD_DIR=${CMAKE_BINARY_DIR};WD_SOURCE_DIR=${CMAKE_SOURCE_DIR};WD_TIME_SCALE=${T_SCALE}")
 endfunction()

@@ -146,6 +146,39 @@ struct cache_segment *cache_seg_alloc(struct cache *c)
 	return sg;
 }
 
+void cache_seg_source(const struct cache_segment *sg, char *out, size_t cap)
+{
+	size_t off = 0;
+
+	if (sg->n_group < 2) {
+		snprintf(out, cap, "%s", sg->source);
+		return;
+	}
+	out[0] = '\0';
+	for (size_t i = 0; i < sg->n_group; i++) {
+		const char *name = sg->group[i]->name;
+		size_t need = strlen(name) + (i ? 1 : 0);
+
+		if (off + need + 2 > cap) { /* room for a closing '+' and the terminator */
+			snprintf(out + off, cap - off, "+");
+			return;
+		}
+		off += (size_t)snprintf(out + off, cap - off, "%s%s", i ? "+" : "", name);
+	}
+}
+
+/* A weight of a segment one of whose checkpoints is removed or replaced can never be asked for
+ * again (its key names files the catalog no longer serves). */
+static bool weight_stale(const struct weight *w)
+{
+	if (w->csource && w->csource->state == CSOURCE_REMOVED)
+		return true;
+	for (size_t i = 0; i < w->segment->n_group; i++)
+		if (w->segment->group[i]->state == CSOURCE_REMOVED)
+			return true;
+	return false;
+}
+
 /* The state record of a segment: every finished weight in it. */
 int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_error *err)
 {
@@ -157,7 +190,7 @@ int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_err
 		return 0;
 	memset(&rec, 0, sizeof(rec));
 	snprintf(rec.segment, sizeof(rec.segment), "%s", sg->seg.name);
-	snprintf(rec.source, sizeof(rec.source), "%s", sg->source);
+	cache_seg_source(sg, rec.source, sizeof(rec.source));
 	rec.generation = sg->generation;
 	rec.size = sg->seg.size;
 	rec.ino = sg->ino;
@@ -198,6 +231,8 @@ void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_se
 	if (sg->created)
 		c->segment_bytes -= sg->seg.size;
 	wd_segment_close(&sg->seg);
+	for (size_t i = 0; i < sg->n_group; i++)
+		csource_unref(sg->group[i]);
 	for (pp = &c->seg_by_id[id_hash(sg->id, SEG_BUCKETS)]; *pp; pp = &(*pp)->id_next)
 		if (*pp == sg) {
 			*pp = sg->id_next;
@@ -427,7 +462,7 @@ void cache_drop(struct cache *c, struct weight *w)
 	cache_seg_update_idle(c, w->segment);
 	/* A weight of a removed source or an old generation can never be asked for again (its key
 	 * names files the catalog no longer serves): give its memory back now. */
-	if (w->csource && w->csource->state == CSOURCE_REMOVED) {
+	if (weight_stale(w)) {
 		log_debug("dropping %s: its checkpoint generation is gone", w->label);
 		weight_destroy(c, w, true);
 		flush_dirty(c);
@@ -444,7 +479,7 @@ uint64_t cache_drop_stale(struct cache *c)
 
 	for (; w; w = next) {
 		next = w->lru_next;
-		if (w->csource && w->csource->state == CSOURCE_REMOVED) {
+		if (weight_stale(w)) {
 			log_debug("dropping %s: its checkpoint generation is gone", w->label);
 			/* next may share w's segment but is never freed by destroying w */
 			weight_destroy(c, w, true);

@@ -45,9 +45,12 @@ struct cache_segment {
 	bool adopted;
 	bool idle;                   /* counted in the cache's idle segments */
 	bool dirty;                  /* its state record lists an evicted weight */
-	struct csource *group[16];   /* the checkpoints its weights read (for packing only) */
+	struct csource *group[16];   /* the checkpoints its weights read, sorted (packing, and who
+				      * may see it); referenced for the segment's life. Empty when
+				      * adopted: then source names them all */
 	size_t n_group;
-	char source[128];
+	char source[128];            /* the first checkpoint; in state records and adopted
+				      * segments every one, joined by '+' (cache_seg_source) */
 	uint64_t generation;
 	struct weight *weights;      /* finished weights in it (seg_next) */
 	struct job *queued;          /* jobs waiting for the segment to be created */
@@ -171,6 +174,11 @@ void cache_drop(struct cache *c, struct weight *w);
 
 /* Evict every unreferenced weight; returns how many, adds their bytes to *ret_bytes. */
 uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes);
+
+/* The checkpoints sg's weights read, joined by '+' (the state record's "source"). When they do
+ * not fit in cap, the names that fit and a '+' with no name after it: a list that names no
+ * checkpoint whole, so who may see the segment is decided as for an unknown one. */
+void cache_seg_source(const struct cache_segment *sg, char *out, size_t cap);
 
 /* Walk every weight / segment (status). */
 void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), void *arg);

@@ -608,6 +608,8 @@ static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
 		return NULL;
 	memcpy(sg->group, g, n_sources * sizeof(*g));
 	sg->n_group = n_sources;
+	for (size_t i = 0; i < n_sources; i++)
+		csource_ref(g[i]); /* given back in cache_seg_destroy */
 	if (n_sources) {
 		snprintf(sg->source, sizeof(sg->source), "%s", sources[0]->name);
 		sg->generation = sources[0]->generation;

@@ -42,7 +42,7 @@ enum daemon_key {
 	DK_SEGMENT_MAX, DK_MAX_IDLE_WEIGHTS, DK_MAX_IDLE_SEGMENTS,
 	DK_MAX_CLIENTS_PER_UID, DK_CLIENT_MAX_QUEUE_FDS, DK_UID_MAX_QUEUE_FDS, DK_IDLE_TIMEOUT,
 	DK_FRAME_TIMEOUT, DK_UID_MAX_PARTIAL, DK_MAX_PARTIAL, DK_MAX_TEMP, DK_UID_MAX_PENDING,
-	DK_DIGEST, DK_COUNT
+	DK_DIGEST, DK_CLIENT_MAX_SEGMENTS, DK_UID_MAX_SEGMENTS, DK_UID_MAX_WEIGHTS, DK_COUNT
 };
 
 static const char *const daemon_keys[DK_COUNT] = {
@@ -62,6 +62,8 @@ static const char *const daemon_keys[DK_COUNT] = {
 	[DK_FRAME_TIMEOUT] = "frame_timeout", [DK_UID_MAX_PARTIAL] = "uid_max_partial",
 	[DK_MAX_PARTIAL] = "max_partial", [DK_MAX_TEMP] = "max_temp",
 	[DK_UID_MAX_PENDING] = "uid_max_pending", [DK_DIGEST] = "digest",
+	[DK_CLIENT_MAX_SEGMENTS] = "client_max_segments", [DK_UID_MAX_SEGMENTS] = "uid_max_segments",
+	[DK_UID_MAX_WEIGHTS] = "uid_max_weights",
 };
 
 enum checkpoint_key { CK_PATH, CK_ALLOW_USERS, CK_ALLOW_GROUPS, CK_PRELOAD, CK_COUNT };
@@ -507,6 +509,12 @@ static int daemon_set(struct loader *ld, int k, const char *key, const char *val
 		return set_size(ld, key, val, 4096, UINT64_MAX, &cfg->max_partial_bytes);
 	case DK_UID_MAX_PENDING:
 		return set_u32(ld, key, val, 1, 1u << 24, &cfg->uid_max_pending);
+	case DK_CLIENT_MAX_SEGMENTS:
+		return set_u32(ld, key, val, 1, 1u << 20, &cfg->client_max_segments);
+	case DK_UID_MAX_SEGMENTS:
+		return set_u32(ld, key, val, 1, 1u << 24, &cfg->uid_max_segments);
+	case DK_UID_MAX_WEIGHTS:
+		return set_u32(ld, key, val, 1, UINT32_MAX, &cfg->uid_max_weights);
 	case DK_MAX_TEMP:
 		return set_size(ld, key, val, 0, UINT64_MAX, &cfg->max_temp_bytes);
 	case DK_MAX_FRAME:
@@ -871,6 +879,9 @@ static struct config *config_new(const char *path)
 	cfg->max_partial_bytes = 256ull << 20;
 	cfg->max_temp_bytes = 0;
 	cfg->uid_max_pending = 1024;
+	cfg->client_max_segments = 4096;
+	cfg->uid_max_segments = 16384;
+	cfg->uid_max_weights = 1u << 22;
 	cfg->log_level = -1;
 	if (!cfg->path || !cfg->socket_path || !cfg->shm_prefix || !cfg->state_dir) {
 		config_free(cfg);

@@ -56,6 +56,11 @@ struct config {
 	uint64_t uid_max_partial_bytes; /* bytes of frames being received, per uid */
 	uint64_t max_partial_bytes;     /* the same, all clients together */
 	uint64_t max_temp_bytes;        /* recipe temporaries of running jobs; 0 = the budget's room */
+	uint32_t client_max_segments;   /* segments one connection holds weights in (one daemon fd
+				         * each) */
+	uint32_t uid_max_segments;      /* the same summed over a uid's connections (never more
+				         * than a quarter of the daemon's RLIMIT_NOFILE) */
+	uint32_t uid_max_weights;       /* weights held, summed over a uid's connections */
 	int log_level;              /* LOG_LVL_* or -1 when not set in the file */
 	struct source_conf *sources;
 	size_t n_sources;

@@ -12,6 +12,7 @@
 struct event_base;
 struct catalog;
 struct cache;
+struct keymemo;
 struct pool;
 struct server;
 struct preload_set;
@@ -26,7 +27,9 @@ struct stats {
 	uint64_t readoptions;
 	uint64_t bytes_materialized;
 	uint64_t materialize_ns;        /* summed wall time of successful jobs */
-	uint64_t foreign_segments;      /* objects under the prefix weightd did not make (at start) */
+	uint64_t foreign_segments;      /* objects under the prefix weightd did not make (at start,
+				         * then as status last found them) */
+	uint64_t foreign_scan_ms;       /* when status last looked (session_now_ms; 0: never) */
 	uint64_t clients_refused;       /* connections refused by max_clients / per-uid limits */
 	uint64_t clients_timed_out;     /* disconnected idle, or stuck in the middle of a frame */
 	uint64_t partial_bytes;         /* bytes held in partially received frames, all clients */
@@ -38,6 +41,7 @@ struct daemon {
 	struct event_base *base;
 	struct catalog *catalog;
 	struct cache *cache;
+	struct keymemo *keymemo;        /* recipe keys of plain source entries (keymemo.c) */
 	struct pool *pool;
 	struct server *server;
 	struct preload_set *preloads;   /* the daemon's own holds (preload.c) */

@@ -16,6 +16,7 @@
 #include "catalog.h"
 #include "config.h"
 #include "daemon.h"
+#include "keymemo.h"
 #include "log.h"
 #include "pool.h"
 #include "preload.h"
@@ -305,7 +306,8 @@ int main(int argc, char **argv)
 	}
 	d.catalog = catalog_new(d.cfg, &lim);
 	d.reload = reload_new(&d);
-	if (!d.pool || !d.cache || !d.catalog || !d.reload) {
+	d.keymemo = keymemo_new(KEYMEMO_MAX_ENTRIES);
+	if (!d.pool || !d.cache || !d.catalog || !d.reload || !d.keymemo) {
 		log_err("out of memory at start-up");
 		goto out;
 	}
@@ -374,6 +376,7 @@ out:
 	/* With a state index the segments outlive us and the next start re-adopts them. */
 	cache_free(d.cache, !(d.cfg && d.cfg->state_dir && d.cfg->state_dir[0]));
 	catalog_free(d.catalog);
+	keymemo_free(d.keymemo);
 	if (ev_hup)
 		event_free(ev_hup);
 	if (ev_term)

@@ -90,51 +90,65 @@ void request_source_info(const struct csource *cs, Weightd__SourceInfo *si)
 
 /* --- release ---------------------------------------------------------------------------------- */
 
-static int cmp_u64(const void *a, const void *b)
+/* How often each handle of a release appears: open addressing over (handle, count). */
+struct handle_count {
+	uint64_t handle;
+	size_t count;                /* 0: empty */
+};
+
+static struct handle_count *count_slot(struct handle_count *tab, size_t cap, uint64_t handle)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
+	size_t k = (size_t)((handle * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
+
+	while (tab[k].count && tab[k].handle != handle)
+		k = (k + 1) & (cap - 1);
+	return &tab[k];
 }
 
-static void do_release(struct session *s, uint64_t id, const Weightd__Release *rl)
+static void do_release(struct session *s, uint64_t id, const Weightd__Release *rl, bool quiet)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
-	uint64_t *sorted;
+	struct handle_count *tab;
+	size_t cap = 64;
 
 	if (rl->n_handles > s->d->cfg->max_unit_entries) {
 		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: a release of %zu handles; at most %u "
 		     "(max_unit_entries)", rl->n_handles, s->d->cfg->max_unit_entries);
 		return;
 	}
-	sorted = malloc((rl->n_handles ? rl->n_handles : 1) * sizeof(*sorted));
-	if (!sorted) {
+	while (cap < 2 * rl->n_handles)
+		cap *= 2;
+	tab = calloc(cap, sizeof(*tab));
+	if (!tab) {
 		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	/* All handles are checked before any is released: a bad list changes nothing. A handle may
-	 * appear as often as the client holds it. */
-	if (rl->n_handles)
-		memcpy(sorted, rl->handles, rl->n_handles * sizeof(*sorted));
-	qsort(sorted, rl->n_handles, sizeof(*sorted), cmp_u64);
-	for (size_t i = 0; i < rl->n_handles;) {
-		struct held *h = session_find_held(s, sorted[i]);
-		size_t j = i;
+	 * appear as often as the client holds it (counted through one hash table: linear). */
+	for (size_t i = 0; i < rl->n_handles; i++) {
+		struct handle_count *hc = count_slot(tab, cap, rl->handles[i]);
 
-		while (j < rl->n_handles && sorted[j] == sorted[i])
-			j++;
-		if (!h || h->count < j - i) {
+		hc->handle = rl->handles[i];
+		hc->count++;
+	}
+	for (size_t i = 0; i < rl->n_handles; i++) {
+		struct handle_count *hc = count_slot(tab, cap, rl->handles[i]);
+		struct held *h = session_find_held(s, rl->handles[i]);
+
+		if (!h || h->count < hc->count) {
 			fail(s, id, WEIGHTD_E_NOT_FOUND,
 			     "this client does not hold weight %llu (as many times as it releases it)",
-			     (unsigned long long)sorted[i]);
-			free(sorted);
+			     (unsigned long long)rl->handles[i]);
+			free(tab);
 			return;
 		}
-		i = j;
 	}
-	free(sorted);
+	free(tab);
 	for (size_t i = 0; i < rl->n_handles; i++)
 		session_release(s, session_find_held(s, rl->handles[i])->w);
+	if (quiet)
+		return;   /* nobody waits for it: one round trip is one message each way */
 	resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
 	resp.release = &empty;
 	reply(s, &resp, id, NULL, 0);
@@ -147,16 +161,17 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
  */
 static bool uid_may_start_unit(struct session *s, uint64_t id)
 {
-	const struct config *cfg = s->d->cfg;
+	uint64_t max;
 	size_t n;
 
 	if (s->privileged || !s->srv)
 		return true;
 	n = server_uid_pending(s->srv, s->peer.uid);
-	if (n < cfg->uid_max_pending)
+	max = server_uid_max_pending(s->srv); /* cut to a share of RLIMIT_NOFILE (server.c) */
+	if (n < max)
 		return true;
 	fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: uid %u has %zu unit requests in flight "
-	     "(uid_max_pending %u)", (unsigned)s->peer.uid, n, cfg->uid_max_pending);
+	     "(uid_max_pending %llu)", (unsigned)s->peer.uid, n, (unsigned long long)max);
 	return false;
 }
 
@@ -172,7 +187,7 @@ void request_dispatch(struct session *s, Weightd__Request *req)
 			request_unit(s, req->id, req->materialize, false);
 		break;
 	case WEIGHTD__REQUEST__BODY_SHARE: request_share(s, req->id, req->share); break;
-	case WEIGHTD__REQUEST__BODY_RELEASE: do_release(s, req->id, req->release); break;
+	case WEIGHTD__REQUEST__BODY_RELEASE: do_release(s, req->id, req->release, req->quiet); break;
 	case WEIGHTD__REQUEST__BODY_STATUS: request_query_status(s, req->id); break;
 	case WEIGHTD__REQUEST__BODY_RELOAD: request_admin_reload(s, req->id); break;
 	case WEIGHTD__REQUEST__BODY_EVICT: request_admin_evict(s, req->id, req->evict); break;

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "log.h"
+#include "segment.h"
 #include "request.h"
 #include "server.h"
 #include "session.h"
@@ -78,6 +80,12 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	hr.max_queue_fds = cfg->client_max_queue_fds;
 	hr.idle_timeout_ms = cfg->idle_timeout_ms;
 	hr.frame_timeout_ms = cfg->frame_timeout_ms;
+	hr.max_uid_segments = s->d->server ? (uint32_t)server_uid_max_segments(s->d->server)
+					   : cfg->uid_max_segments;
+	hr.max_client_segments = cfg->client_max_segments;
+	if (!s->privileged && hr.max_uid_segments < hr.max_client_segments)
+		hr.max_client_segments = hr.max_uid_segments; /* the uid's limit comes first */
+	hr.max_uid_weights = cfg->uid_max_weights;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_HELLO;
 	resp.hello = &hr;
 	request_reply(s, &resp, id, NULL, 0);
@@ -193,10 +201,43 @@ static bool may_see(const struct session *s, const struct csource *cs)
 	return s->privileged || (cs && cs->state != CSOURCE_REMOVED && catalog_allowed(cs, &s->peer));
 }
 
+/*
+ * A segment, and every weight in it, is shown to whoever may read EVERY checkpoint its weights
+ * read (a recipe may read several, and they all share the segment): the segment's references to
+ * them, or, for one adopted after a restart, the names its state record gave, joined by '+'.
+ * A name that is not configured any more (or a list cut short) shows it to the privileged only.
+ */
+static bool may_see_segment(const struct session *s, const struct cache_segment *sg)
+{
+	char names[sizeof(sg->source)];
+	char *p = names;
+
+	if (s->privileged)
+		return true;
+	if (sg->n_group) {
+		for (size_t i = 0; i < sg->n_group; i++)
+			if (!may_see(s, sg->group[i]))
+				return false;
+		return true;
+	}
+	snprintf(names, sizeof(names), "%s", sg->source);
+	for (;;) {
+		char *plus = strchr(p, '+');
+
+		if (plus)
+			*plus = '\0';
+		if (!may_see(s, catalog_find(s->d->catalog, p)))
+			return false;
+		if (!plus)
+			return true;
+		p = plus + 1;
+	}
+}
+
 static bool may_see_weight(const struct session *s, const struct weight *w)
 {
 	return s->privileged ||
-	       may_see(s, w->csource ? w->csource : catalog_find(s->d->catalog, w->source));
+	       ((!w->csource || may_see(s, w->csource)) && may_see_segment(s, w->segment));
 }
 
 struct status_walk {
@@ -266,17 +307,17 @@ struct seg_walk {
 	struct session *s;
 	Weightd__SegmentStatus *ss;
 	Weightd__SegmentStatus **sp;
+	char (*src)[sizeof(((struct cache_segment *)0)->source)]; /* its checkpoints, joined */
 	size_t n, cap;
 };
 
-/* A segment is shown to whoever may see the checkpoint its weights come from. */
+/* A segment is shown to whoever may see every checkpoint its weights come from. */
 static void status_segment(struct cache_segment *sg, void *arg)
 {
 	struct seg_walk *gw = arg;
 	Weightd__SegmentStatus *x;
 
-	if (gw->n == gw->cap ||
-	    !(gw->s->privileged || may_see(gw->s, catalog_find(gw->s->d->catalog, sg->source))))
+	if (gw->n == gw->cap || !may_see_segment(gw->s, sg))
 		return;
 	x = &gw->ss[gw->n];
 	weightd__segment_status__init(x);
@@ -285,10 +326,54 @@ static void status_segment(struct cache_segment *sg, void *arg)
 	x->size = sg->seg.size;
 	x->weights = sg->n_weights;
 	x->held = sg->held;
-	x->source = sg->source;
+	cache_seg_source(sg, gw->src[gw->n], sizeof(gw->src[0]));
+	x->source = gw->src[gw->n];
 	x->adopted = sg->adopted;
 	x->filling = sg->n_jobs > 0;
 	gw->sp[gw->n++] = x;
+}
+
+/*
+ * Objects under the prefix that weightd did not make can appear at any time (any local user may
+ * create one): status looks again, at most once a second whoever asks, so the count is current
+ * and a new one is reported. They are never opened, served or removed; a directory listing of
+ * /dev/shm is all this costs.
+ */
+#define FOREIGN_RESCAN_MS 1000
+
+struct foreign_seen {
+	unsigned n;
+	char names[3][64];
+};
+
+static void note_foreign(const char *name, void *arg)
+{
+	struct foreign_seen *f = arg;
+
+	if (f->n < 3)
+		snprintf(f->names[f->n], sizeof(f->names[0]), "%s", name);
+	f->n++;
+}
+
+static void recount_foreign(struct daemon *d)
+{
+	struct foreign_seen seen = { 0 };
+	uint64_t now = session_now_ms();
+	int n;
+
+	if (d->stats.foreign_scan_ms && now - d->stats.foreign_scan_ms < FOREIGN_RESCAN_MS)
+		return;
+	d->stats.foreign_scan_ms = now;
+	n = wd_segment_foreign(d->instance, note_foreign, &seen);
+	if (n < 0)
+		return;
+	if ((uint64_t)n > d->stats.foreign_segments)
+		log_warn("%d objects under /dev/shm/%s.* were not made by weightd (%llu at the last "
+			 "look), e.g. /dev/shm%s%s%s%s%s; they are ignored, never served or removed", n,
+			 d->instance, (unsigned long long)d->stats.foreign_segments, seen.names[0],
+			 seen.n > 1 ? ", /dev/shm" : "", seen.n > 1 ? seen.names[1] : "",
+			 seen.n > 2 ? ", /dev/shm" : "", seen.n > 2 ? seen.names[2] : "");
+	d->stats.foreign_segments = (uint64_t)n;
 }
 
 void request_query_status(struct session *s, uint64_t id)
@@ -306,9 +391,10 @@ void request_query_status(struct session *s, uint64_t id)
 			       calloc(nj ? nj : 1, sizeof(*jw.jp)), 0, nj };
 	size_t ng = cache_segment_count(d->cache);
 	struct seg_walk gw = { s, calloc(ng ? ng : 1, sizeof(*gw.ss)),
-			       calloc(ng ? ng : 1, sizeof(*gw.sp)), 0, ng };
+			       calloc(ng ? ng : 1, sizeof(*gw.sp)),
+			       calloc(ng ? ng : 1, sizeof(*gw.src)), 0, ng };
 
-	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp || !gw.ss || !gw.sp) {
+	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp || !gw.ss || !gw.sp || !gw.src) {
 		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
@@ -330,6 +416,7 @@ void request_query_status(struct session *s, uint64_t id)
 	st.bytes_materialized = d->stats.bytes_materialized;
 	st.materialize_ns = d->stats.materialize_ns;
 	st.references = cache_references(d->cache);
+	recount_foreign(d);
 	st.foreign_segments = d->stats.foreign_segments;
 	st.clients_refused = d->stats.clients_refused;
 	st.clients_timed_out = d->stats.clients_timed_out;
@@ -369,6 +456,7 @@ out:
 	free(jw.jp);
 	free(gw.ss);
 	free(gw.sp);
+	free(gw.src);
 }
 
 

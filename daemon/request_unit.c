@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "daemon.h"
+#include "keymemo.h"
 #include "log.h"
 #include "request.h"
 #include "server.h"
@@ -27,7 +29,10 @@ struct unit_out {
 	char *name_copy;
 	size_t owner;
 	struct weight *w;          /* entries: one reference held until the unit is answered */
-	struct wd_plan *plan;      /* entries, between preflight and submission */
+	struct wd_plan *plan;      /* entries, between preflight and submission (none for a warm
+				    * plain entry: its key came from the memo, its weight is cached) */
+	uint8_t key[32];           /* entries: the recipe key (the plan's, or the memo's) */
+	uint64_t nbytes;           /* entries: the output's size */
 	struct csource *sources[16];
 	size_t n_sources;
 };
@@ -171,7 +176,9 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	Weightd__WeightInfo *wi = NULL, **wp = NULL;
 	Weightd__SegmentInfo *si = NULL, **sp = NULL;
 	int *fds = NULL;
+	struct cache_segment **segs = NULL;
 	size_t nfds = 0;
+	uint64_t new_weights = 0;
 
 	if (!s || s->dead || u->failed) {
 		for (size_t i = 0; i < u->n_entries; i++)
@@ -186,7 +193,8 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	si = calloc(u->n_entries, sizeof(*si));
 	sp = calloc(u->n_entries, sizeof(*sp));
 	fds = calloc(u->n_entries, sizeof(*fds));
-	if (!wi || !wp || !si || !sp || !fds) {
+	segs = calloc(u->n_entries, sizeof(*segs));
+	if (!wi || !wp || !si || !sp || !fds || !segs) {
 		for (size_t i = 0; i < u->n_entries; i++)
 			cache_drop(cache, u->outs[i].w);
 		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
@@ -219,7 +227,20 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		si[nfds].size = sg->seg.size;
 		si[nfds].fd_index = (uint32_t)nfds;
 		sp[nfds] = &si[nfds];
+		segs[nfds] = sg;
 		nfds++;
+	}
+	/* Every segment held pins a daemon fd: the segments and weights the client and its uid
+	 * would hold are checked against their limits before any reference becomes the client's. */
+	for (size_t i = 0; i < u->n_entries; i++)
+		new_weights += u->first[i] == i && !session_find_held(s, u->outs[i].w->id);
+	if (session_check_holds(s, segs, nfds, new_weights, &u->err) < 0) {
+		for (size_t k = 0; k < nfds; k++)
+			close(fds[k]);
+		for (size_t k = 0; k < u->n_entries; k++)
+			cache_drop(cache, u->outs[k].w);
+		session_send_error(s, u->id, &u->err);
+		goto out;
 	}
 	for (size_t i = 0; i < u->n_outs; i++) {
 		struct unit_out *o = &u->outs[i];
@@ -257,6 +278,7 @@ out:
 	free(si);
 	free(sp);
 	free(fds);
+	free(segs);
 	unitreq_free(u);
 }
 
@@ -278,42 +300,57 @@ static void on_entry_ready(struct weight *w, const weightd_error *err, uint64_t 
 		unitreq_finish(u, u->cache);
 }
 
-static int cmp_name_idx(const void *a, const void *b, void *arg)
+/* The unit's names by hash: open addressing over indices into outs (SIZE_MAX: empty). */
+struct name_index {
+	size_t *tab;
+	size_t cap;
+};
+
+static size_t name_hash(const char *name)
 {
-	const struct unit_out *outs = arg;
-	return strcmp(outs[*(const size_t *)a].name_copy, outs[*(const size_t *)b].name_copy);
+	return (size_t)XXH3_64bits(name, strlen(name));
 }
 
-static size_t find_name(const struct unit_out *outs, const size_t *sorted, size_t n,
-			const char *name)
+/* The index of `name` in outs, or the empty slot where it would go (*ret_found false). */
+static size_t name_slot(const struct name_index *ix, const struct unit_out *outs, const char *name,
+			bool *ret_found)
 {
-	size_t lo = 0, hi = n;
+	size_t k = name_hash(name) & (ix->cap - 1);
 
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		int c = strcmp(outs[sorted[mid]].name_copy, name);
-		if (c == 0)
-			return sorted[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return SIZE_MAX;
+	while (ix->tab[k] != SIZE_MAX && strcmp(outs[ix->tab[k]].name_copy, name) != 0)
+		k = (k + 1) & (ix->cap - 1);
+	*ret_found = ix->tab[k] != SIZE_MAX;
+	return k;
+}
+
+static size_t find_name(const struct name_index *ix, const struct unit_out *outs, const char *name)
+{
+	bool found;
+	size_t k = name_slot(ix, outs, name, &found);
+
+	return found ? ix->tab[k] : SIZE_MAX;
 }
 
 /* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
 static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_error *err)
 {
-	size_t n = u->n_outs, *sorted = malloc(n * sizeof(size_t)), *path = NULL;
+	size_t n = u->n_outs, *path = NULL;
+	struct name_index ix = { NULL, 64 };
 	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
 	int r = 0;
 
-	if (!sorted)
+	while (ix.cap < 2 * n)
+		ix.cap *= 2;
+	ix.tab = malloc(ix.cap * sizeof(*ix.tab));
+	if (!ix.tab)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	memset(ix.tab, 0xff, ix.cap * sizeof(*ix.tab));
 	for (size_t i = 0; i < n; i++) {
 		const char *name = i < u->n_entries ? pu->entries[i]->name
 						    : pu->aliases[i - u->n_entries]->name;
+		bool dup;
+		size_t k;
+
 		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
 			r = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 					 "%s %zu has an empty name or one longer than %d bytes",
@@ -328,17 +365,15 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_
 		}
 		u->outs[i].owner = i;
 		u->outs[i].u = u;
-		sorted[i] = i;
-	}
-	qsort_r(sorted, n, sizeof(size_t), cmp_name_idx, u->outs);
-	for (size_t i = 1; i < n; i++)
-		if (strcmp(u->outs[sorted[i]].name_copy, u->outs[sorted[i - 1]].name_copy) == 0) {
-			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[sorted[i]].name_copy);
+		k = name_slot(&ix, u->outs, name, &dup);
+		if (dup) {
+			snprintf(err->slot, sizeof(err->slot), "%s", name);
 			r = wd_error_set(err, WEIGHTD_E_DUPLICATE_NAME,
-					 "the name \"%s\" is used twice in the unit",
-					 u->outs[sorted[i]].name_copy);
+					 "the name \"%s\" is used twice in the unit", name);
 			goto out;
 		}
+		ix.tab[k] = i;
+	}
 	/*
 	 * Each alias is resolved once: follow targets until an entry or an alias already resolved,
 	 * then give every alias on the path that owner. A path that comes back to an alias of the
@@ -357,7 +392,7 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_
 			continue;
 		while (cur >= u->n_entries && state[cur - u->n_entries] == 0) {
 			const char *target = pu->aliases[cur - u->n_entries]->target;
-			size_t next = target ? find_name(u->outs, sorted, n, target) : SIZE_MAX;
+			size_t next = target ? find_name(&ix, u->outs, target) : SIZE_MAX;
 
 			state[cur - u->n_entries] = 1;
 			path[depth++] = cur;
@@ -385,20 +420,20 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_
 		}
 	}
 out:
-	free(sorted);
+	free(ix.tab);
 	free(state);
 	free(path);
 	return r;
 }
 
-static bool slot_matches(const Weightd__UnitEntry *pe, const struct wd_plan *p)
+static bool slot_matches(const Weightd__UnitEntry *pe, enum wd_dtype dtype, int ndim,
+			 const uint64_t *shape)
 {
-	if (strcmp(pe->dtype ? pe->dtype : "", wd_dtype_name(wd_plan_dtype(p))) != 0)
+	if (strcmp(pe->dtype ? pe->dtype : "", wd_dtype_name(dtype)) != 0)
 		return false;
-	if ((int)pe->n_shape != wd_plan_ndim(p))
+	if ((int)pe->n_shape != ndim)
 		return false;
-	return pe->n_shape == 0 ||
-	       memcmp(pe->shape, wd_plan_shape(p), pe->n_shape * sizeof(uint64_t)) == 0;
+	return pe->n_shape == 0 || memcmp(pe->shape, shape, pe->n_shape * sizeof(uint64_t)) == 0;
 }
 
 static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
@@ -420,36 +455,39 @@ static bool client_holds_key(struct session *s, const uint8_t *key)
 	return w && session_find_held(s, w->id);
 }
 
-static int cmp_entry_key(const void *a, const void *b, void *arg)
+static size_t key_slot(const uint8_t *key, size_t cap)
 {
-	const struct unit_out *outs = arg;
-	size_t i = *(const size_t *)a, j = *(const size_t *)b;
-	int c = memcmp(wd_plan_key(outs[i].plan), wd_plan_key(outs[j].plan), 32);
+	uint64_t h;
 
-	return c ? c : (i > j) - (i < j);
+	memcpy(&h, key, sizeof(h));   /* a SHA-256 digest: its bytes are already uniform */
+	return (size_t)h & (cap - 1);
 }
 
-/* u->first: for each entry the first entry with the same identity key, by sorting the entries
- * by (key, index) once (a unit may have 65,536 entries: no pairwise comparison). */
+/* u->first: for each entry the first entry with the same identity key, through one hash table of
+ * the keys seen (a unit may have 1,048,576 entries: linear, no sort, no pairwise comparison). */
 static int unit_find_repeats(struct unitreq *u, weightd_error *err)
 {
-	size_t n = u->n_entries, *order = malloc(n * sizeof(size_t));
+	size_t n = u->n_entries, cap = 64, *tab;
 
+	while (cap < 2 * n)
+		cap *= 2;
 	u->first = malloc(n * sizeof(size_t));
-	if (!order || !u->first) {
-		free(order);
+	tab = malloc(cap * sizeof(*tab));
+	if (!tab || !u->first) {
+		free(tab);
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	for (size_t i = 0; i < n; i++)
-		order[i] = i;
-	qsort_r(order, n, sizeof(size_t), cmp_entry_key, u->outs);
-	for (size_t k = 0; k < n; k++)
-		u->first[order[k]] = k > 0 && memcmp(wd_plan_key(u->outs[order[k]].plan),
-						     wd_plan_key(u->outs[order[k - 1]].plan),
-						     32) == 0
-					     ? u->first[order[k - 1]]
-					     : order[k];
-	free(order);
+	memset(tab, 0xff, cap * sizeof(*tab));   /* SIZE_MAX: empty */
+	for (size_t i = 0; i < n; i++) {
+		size_t k = key_slot(u->outs[i].key, cap);
+
+		while (tab[k] != SIZE_MAX && memcmp(u->outs[tab[k]].key, u->outs[i].key, 32) != 0)
+			k = (k + 1) & (cap - 1);
+		if (tab[k] == SIZE_MAX)
+			tab[k] = i;
+		u->first[i] = tab[k];
+	}
+	free(tab);
 	return 0;
 }
 
@@ -464,10 +502,10 @@ static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error
 	uint64_t weights = 0, bytes = 0;
 
 	for (size_t i = 0; i < u->n_entries; i++) {
-		if (u->first[i] != i || client_holds_key(s, wd_plan_key(u->outs[i].plan)))
+		if (u->first[i] != i || client_holds_key(s, u->outs[i].key))
 			continue;
 		weights++;
-		bytes += wd_plan_nbytes(u->outs[i].plan);
+		bytes += u->outs[i].nbytes;
 	}
 	if (cfg->client_max_weights &&
 	    s->n_held + s->pending_weights + weights > cfg->client_max_weights)
@@ -493,43 +531,145 @@ static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error
 	return 0;
 }
 
-/* Preflight every entry of the unit: recipes valid, sources allowed, declared slots matching. */
-static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__Unit *pu,
-			  weightd_error *err)
+/*
+ * A plain entry: one source node, the whole tensor, nothing else set. Its key is a function of
+ * the source's identity and the tensor's name alone, which the memo remembers.
+ */
+static bool plain_entry(const Weightd__UnitEntry *pe)
+{
+	const Weightd__Recipe *rc = pe->recipe;
+	const Weightd__Node *n;
+
+	if (!rc || rc->n_nodes != 1)
+		return false;
+	n = rc->nodes[0];
+	return n->op == WEIGHTD__OP__OP_SOURCE && n->checkpoint && n->checkpoint[0] && n->tensor &&
+	       n->tensor[0] && !n->selection && n->n_inputs == 0 && n->axis == 0 &&
+	       n->n_shape == 0 && n->n_perm == 0 && n->n_block == 0 && (!n->dtype || !n->dtype[0]);
+}
+
+/* The last checkpoint a unit's plain entries named, resolved for the peer (most units name one). */
+struct resolved {
+	const char *name;
+	struct csource *cs;
+};
+
+static void slot_mismatch(const Weightd__UnitEntry *pe, const char *slot, enum wd_dtype dtype,
+			  int ndim, const uint64_t *shape, weightd_error *err)
+{
+	char want[160], got[160];
+
+	shape_text(pe->shape, pe->n_shape, want, sizeof(want));
+	shape_text(shape, (size_t)ndim, got, sizeof(got));
+	snprintf(err->slot, sizeof(err->slot), "%s", slot);
+	wd_error_set(err, WEIGHTD_E_SLOT_MISMATCH,
+		     "slot \"%s\" is declared %s %s but its recipe gives %s %s", slot,
+		     pe->dtype ? pe->dtype : "", want, wd_dtype_name(dtype), got);
+}
+
+/*
+ * The warm path of a plain entry: its checkpoint resolved for this peer (access checked), its key
+ * from the memo, its weight in the cache. 1 when all of that held (o->key and o->nbytes set, the
+ * declared slot checked against the weight), 0 when the entry needs a full preflight, or -code.
+ */
+static int entry_warm(struct session *s, const Weightd__UnitEntry *pe, struct unit_out *o,
+		      struct resolved *last, weightd_error *err)
+{
+	const Weightd__Node *n = pe->recipe->nodes[0];
+	uint8_t id[32];
+	struct weight *w;
+
+	if (!s->d->keymemo)
+		return 0;
+	if (!last->name || strcmp(last->name, n->checkpoint) != 0) {
+		weightd_error e;
+
+		/* failures are left to the full preflight, which words them */
+		last->name = NULL;
+		if (catalog_resolve(s->d->catalog, n->checkpoint, &s->peer, &last->cs, &e) < 0)
+			return 0;
+		last->name = n->checkpoint;
+	}
+	if (last->cs->state != CSOURCE_READY || !last->cs->src)
+		return 0;
+	wd_source_identity(last->cs->src, id);
+	if (!keymemo_get(s->d->keymemo, id, n->tensor, o->key))
+		return 0;
+	w = cache_find(s->d->cache, o->key);
+	if (!w)
+		return 0;
+	if (pe->check_slot && !slot_matches(pe, w->dtype, w->ndim, w->shape)) {
+		slot_mismatch(pe, o->name_copy, w->dtype, w->ndim, w->shape, err);
+		return -WEIGHTD_E_SLOT_MISMATCH;
+	}
+	o->nbytes = w->nbytes;
+	o->sources[0] = last->cs;
+	o->n_sources = 1;
+	return 1;
+}
+
+/* The full preflight of one entry: its plan, key and size; a plain entry's key is remembered. */
+static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, struct unit_out *o,
+			   weightd_error *err)
 {
 	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+	struct resolve_ctx rc = { s, o };
+	struct wd_resolver res = { &rc, resolve_lookup };
+	struct wd_rnode *nodes = NULL;
+	struct wd_recipe rec;
+	size_t n = 0;
+	int r;
+
+	o->n_sources = 0;
+	r = wire_recipe(pe->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
+	if (r == 0) {
+		rec.nodes = nodes;
+		rec.n_nodes = n;
+		r = wd_recipe_preflight(&rec, &res, &lim, &o->plan, err);
+		free(nodes);
+	}
+	if (r < 0) {
+		snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
+		return r;
+	}
+	memcpy(o->key, wd_plan_key(o->plan), 32);
+	o->nbytes = wd_plan_nbytes(o->plan);
+	if (pe->check_slot && !slot_matches(pe, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
+					    wd_plan_shape(o->plan))) {
+		slot_mismatch(pe, o->name_copy, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
+			      wd_plan_shape(o->plan), err);
+		return -WEIGHTD_E_SLOT_MISMATCH;
+	}
+	if (plain_entry(pe) && o->n_sources == 1 && o->sources[0]->src) {
+		uint8_t id[32];
+
+		wd_source_identity(o->sources[0]->src, id);
+		keymemo_put(s->d->keymemo, id, pe->recipe->nodes[0]->tensor, o->key);
+	}
+	return 0;
+}
+
+/*
+ * Preflight every entry of the unit: recipes valid, sources allowed, declared slots matching. A
+ * materialization's plain entries whose weights are cached take the warm path (no plan); a
+ * preflight request always builds plans (its reply describes them).
+ */
+static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__Unit *pu,
+			  bool preflight, weightd_error *err)
+{
+	struct resolved last = { NULL, NULL };
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		const Weightd__UnitEntry *pe = pu->entries[i];
 		struct unit_out *o = &u->outs[i];
-		struct resolve_ctx rc = { s, o };
-		struct wd_resolver res = { &rc, resolve_lookup };
-		struct wd_rnode *nodes = NULL;
-		struct wd_recipe rec;
-		size_t n = 0;
-		int r;
+		int r = 0;
 
-		r = wire_recipe(pe->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
-		if (r == 0) {
-			rec.nodes = nodes;
-			rec.n_nodes = n;
-			r = wd_recipe_preflight(&rec, &res, &lim, &o->plan, err);
-			free(nodes);
-		}
-		if (r < 0) {
-			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
+		if (!preflight && plain_entry(pe))
+			r = entry_warm(s, pe, o, &last, err);
+		if (r == 0)
+			r = entry_preflight(s, pe, o, err);
+		if (r < 0)
 			return r;
-		}
-		if (pe->check_slot && !slot_matches(pe, o->plan)) {
-			char want[160], got[160];
-			shape_text(pe->shape, pe->n_shape, want, sizeof(want));
-			shape_text(wd_plan_shape(o->plan), (size_t)wd_plan_ndim(o->plan), got, sizeof(got));
-			snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
-			return wd_error_set(err, WEIGHTD_E_SLOT_MISMATCH,
-					    "slot \"%s\" is declared %s %s but its recipe gives %s %s",
-					    o->name_copy, pe->dtype ? pe->dtype : "", want,
-					    wd_dtype_name(wd_plan_dtype(o->plan)), got);
-		}
 	}
 	if (unit_find_repeats(u, err) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
@@ -579,7 +719,7 @@ out:
  * started: the unit fails whole with the bytes needed and available.
  */
 static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
-					 weightd_error *err)
+					 const Weightd__Unit *pu, weightd_error *err)
 {
 	struct cache *c = s->d->cache;
 	uint64_t need = 0;
@@ -589,20 +729,25 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct unit_out *o = &u->outs[i];
-		struct weight *w = cache_lookup(c, wd_plan_key(o->plan),
-						o->n_sources ? o->sources[0] : NULL);
+		struct weight *w = cache_lookup(c, o->key, o->n_sources ? o->sources[0] : NULL);
 
 		if (w) {
 			o->w = w;
 			wd_plan_free(o->plan);
 			o->plan = NULL;
+		} else if (!o->plan) {
+			/* a warm entry's weight went since its preflight (nothing evicts in between
+			 * today): plan it after all */
+			r = entry_preflight(s, pu->entries[i], o, err);
+			if (r < 0)
+				goto out;
 		}
 	}
 	for (size_t i = 0; i < u->n_entries; i++) {
 		const struct wd_plan *p = u->outs[i].plan;
 
 		/* hits are held; repeats and weights being made need no room of their own */
-		if (!p || u->first[i] != i || cache_in_flight(c, wd_plan_key(p)))
+		if (!p || u->first[i] != i || cache_in_flight(c, u->outs[i].key))
 			continue;
 		if (missing++ == 0)
 			first = i;
@@ -614,15 +759,15 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 	else
 		snprintf(what, sizeof(what), "the unit (%zu weights to materialize)", missing);
 	r = cache_check_room(c, need, what, err);
-	if (r < 0) {
+	if (r < 0 && missing == 1)
+		snprintf(err->slot, sizeof(err->slot), "%s", u->outs[first].name_copy);
+out:
+	if (r < 0)
 		for (size_t i = 0; i < u->n_entries; i++)
 			if (u->outs[i].w) {
 				cache_drop(c, u->outs[i].w);
 				u->outs[i].w = NULL;
 			}
-		if (missing == 1)
-			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[first].name_copy);
-	}
 	return r;
 }
 
@@ -707,7 +852,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 	if (r == 0)
 		r = unit_check_names(u, pu, &err);
 	if (r == 0)
-		r = unit_preflight(u, s, pu, &err);
+		r = unit_preflight(u, s, pu, preflight, &err);
 	if (r < 0 || preflight) {
 		if (r < 0)
 			session_send_error(s, id, &err);
@@ -716,7 +861,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		unitreq_free(u);
 		return;
 	}
-	r = unit_take_hits_and_check_room(u, s, &err);
+	r = unit_take_hits_and_check_room(u, s, pu, &err);
 	if (r < 0) {
 		session_send_error(s, id, &err);
 		unitreq_free(u);

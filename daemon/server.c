@@ -10,6 +10,7 @@
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -35,6 +36,7 @@ struct server {
 	size_t n;
 	uint64_t next_id;
 	bool accept_paused;       /* out of descriptors: accept retried on a timer */
+	uint64_t nofile;          /* RLIMIT_NOFILE at start: the per-uid fd limits are cut to it */
 };
 
 int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err)
@@ -276,6 +278,52 @@ static struct timeval tick_interval(const struct config *cfg)
 	return (struct timeval){ (time_t)(ms / 1000), (suseconds_t)(ms % 1000 * 1000) };
 }
 
+/*
+ * What one uid can make the daemon keep open: a fd per segment it holds a weight in
+ * (uid_max_segments), the fds queued in its replies (uid_max_queue_fds), and about two per unit
+ * request in flight (the segment being filled, writable and read-only: uid_max_pending). Each is
+ * cut to its share of the daemon's RLIMIT_NOFILE as it was at start (a quarter, a quarter and an
+ * eighth), so that together they leave a quarter of it whatever one uid does: for other uids,
+ * the connections and the checkpoint files.
+ */
+static uint64_t nofile_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return UINT64_MAX;
+	return (uint64_t)rl.rlim_cur;
+}
+
+static uint64_t cut(uint64_t configured, uint64_t share)
+{
+	return configured < share ? configured : share;
+}
+
+static void warn_cut(const char *key, uint64_t configured, uint64_t nofile, unsigned part)
+{
+	if (nofile / part < configured)
+		log_warn("%s %llu is more than %s of weightd's limit of open files (RLIMIT_NOFILE %llu); "
+			 "%llu is used instead (raise LimitNOFILE= in weightd.service, or ulimit -n)",
+			 key, (unsigned long long)configured, part == 4 ? "a quarter" : "an eighth",
+			 (unsigned long long)nofile, (unsigned long long)(nofile / part));
+}
+
+uint64_t server_uid_max_segments(const struct server *srv)
+{
+	return cut(srv->d->cfg->uid_max_segments, srv->nofile / 4);
+}
+
+uint64_t server_uid_max_queue_fds(const struct server *srv)
+{
+	return cut(srv->d->cfg->uid_max_queue_fds, srv->nofile / 4);
+}
+
+uint64_t server_uid_max_pending(const struct server *srv)
+{
+	return cut(srv->d->cfg->uid_max_pending, srv->nofile / 8);
+}
+
 struct server *server_new(struct daemon *d, int listen_fd)
 {
 	struct server *srv = calloc(1, sizeof(*srv));
@@ -286,6 +334,14 @@ struct server *server_new(struct daemon *d, int listen_fd)
 		return NULL;
 	}
 	srv->d = d;
+	srv->nofile = nofile_limit();
+	if (srv->nofile != UINT64_MAX) {
+		const struct config *cfg = d->cfg;
+
+		warn_cut("uid_max_segments", cfg->uid_max_segments, srv->nofile, 4);
+		warn_cut("uid_max_queue_fds", cfg->uid_max_queue_fds, srv->nofile, 4);
+		warn_cut("uid_max_pending", cfg->uid_max_pending, srv->nofile, 8);
+	}
 	srv->lfd = listen_fd;
 	srv->ev_accept = event_new(d->base, listen_fd, EV_READ | EV_PERSIST, on_accept, srv);
 	srv->ev_backoff = evtimer_new(d->base, on_backoff, srv);

@@ -32,6 +32,12 @@ void server_add_client(struct server *s, int fd);
 
 /* Unit requests in flight over every connection of `uid` (linear in the clients connected). */
 size_t server_uid_pending(const struct server *s, uid_t uid);
+/* The per-uid limits on what pins daemon fds, as enforced: uid_max_segments and
+ * uid_max_queue_fds cut to a quarter of the daemon's RLIMIT_NOFILE at start, uid_max_pending to
+ * an eighth (together they leave a quarter of it to everyone else whatever one uid does). */
+uint64_t server_uid_max_segments(const struct server *s);
+uint64_t server_uid_max_queue_fds(const struct server *s);
+uint64_t server_uid_max_pending(const struct server *s);
 
 /* How many uids have requests being received (at least 1): the share of max_partial each may
  * count on when the total is reached. Linear in the uids connected; called only then. */

@@ -91,7 +91,8 @@ static bool over_fd_limits(struct session *s)
 
 	account_fds(s);
 	return s->fds_charged >= cfg->client_max_queue_fds ||
-	       (s->uu && s->uu->queued_fds >= cfg->uid_max_queue_fds);
+	       (s->uu && s->uu->queued_fds >= (s->srv ? server_uid_max_queue_fds(s->srv)
+							: cfg->uid_max_queue_fds));
 }
 
 static void update_write_event(struct session *s)
@@ -346,6 +347,118 @@ struct held *session_find_held(struct session *s, uint64_t handle)
 	return s->held_index[i] ? &s->held[s->held_index[i] - 1] : NULL;
 }
 
+/*
+ * The segments a client holds weights in, counted the same way (open addressing by segment id,
+ * linear probing, deletion by shifting back): each one pins a daemon fd, so their number is
+ * limited per client and per uid (session_check_holds).
+ */
+static size_t seg_slot(const struct session *s, const struct cache_segment *sg)
+{
+	size_t i = held_hash(sg->id, s->segs_cap);
+
+	while (s->segs[i].sg && s->segs[i].sg != sg)
+		i = (i + 1) & (s->segs_cap - 1);
+	return i;
+}
+
+bool session_holds_segment(const struct session *s, const struct cache_segment *sg)
+{
+	return s->segs_cap && s->segs[seg_slot(s, sg)].sg == sg;
+}
+
+static int segs_grow(struct session *s)
+{
+	size_t ncap = s->segs_cap ? s->segs_cap * 2 : 16;
+	struct held_segment *old = s->segs, *nt = calloc(ncap, sizeof(*nt));
+	size_t ocap = s->segs_cap;
+
+	if (!nt)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	s->segs = nt;
+	s->segs_cap = ncap;
+	for (size_t k = 0; k < ocap; k++)
+		if (old[k].sg)
+			s->segs[seg_slot(s, old[k].sg)] = old[k];
+	free(old);
+	return 0;
+}
+
+/* One more distinct weight of sg held (the table has room: see session_hold). */
+static void segs_add(struct session *s, struct cache_segment *sg)
+{
+	struct held_segment *e = &s->segs[seg_slot(s, sg)];
+
+	if (!e->sg) {
+		e->sg = sg;
+		s->n_segs++;
+		if (s->uu)
+			s->uu->segments++;
+	}
+	e->weights++;
+}
+
+/* One distinct weight of sg less; the entry goes with the last one. */
+static void segs_remove(struct session *s, struct cache_segment *sg)
+{
+	size_t mask = s->segs_cap - 1, i = seg_slot(s, sg), j = i;
+
+	if (!s->segs[i].sg || --s->segs[i].weights)
+		return;
+	s->segs[i].sg = NULL;
+	s->n_segs--;
+	if (s->uu)
+		s->uu->segments--;
+	for (;;) {
+		size_t k;
+
+		j = (j + 1) & mask;
+		if (!s->segs[j].sg)
+			return;
+		k = held_hash(s->segs[j].sg->id, s->segs_cap);
+		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+			continue;
+		s->segs[i] = s->segs[j];
+		s->segs[j].sg = NULL;
+		i = j;
+	}
+}
+
+int session_check_holds(struct session *s, struct cache_segment *const *segs, size_t n,
+			uint64_t new_weights, weightd_error *err)
+{
+	const struct config *cfg = s->d->cfg;
+	uint64_t add = 0;
+	uint64_t uid_max = s->srv ? server_uid_max_segments(s->srv) : cfg->uid_max_segments;
+
+	for (size_t i = 0; i < n; i++)
+		add += !session_holds_segment(s, segs[i]);
+	if (add && s->n_segs + add > cfg->client_max_segments)
+		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+				    "limit exceeded: the client would hold weights in %llu shared-memory "
+				    "segments (%zu now, %llu more in this reply); its limit is %u "
+				    "(client_max_segments; weights asked for in one unit share "
+				    "segments)", (unsigned long long)(s->n_segs + add),
+				    s->n_segs, (unsigned long long)add, cfg->client_max_segments);
+	if (add && s->uu && !s->privileged && s->uu->segments + add > uid_max)
+		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+				    "limit exceeded: uid %u would hold weights in %llu shared-memory "
+				    "segments over its connections (%llu now, %llu more in this reply); "
+				    "its limit is %llu (uid_max_segments)", (unsigned)s->peer.uid,
+				    (unsigned long long)(s->uu->segments + add),
+				    (unsigned long long)s->uu->segments, (unsigned long long)add,
+				    (unsigned long long)uid_max);
+	if (new_weights && s->uu && !s->privileged &&
+	    s->uu->weights + new_weights > cfg->uid_max_weights)
+		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+				    "limit exceeded: uid %u would hold %llu weights over its connections "
+				    "(%llu now, %llu more in this reply); its limit is %u "
+				    "(uid_max_weights)", (unsigned)s->peer.uid,
+				    (unsigned long long)(s->uu->weights + new_weights),
+				    (unsigned long long)s->uu->weights, (unsigned long long)new_weights,
+				    cfg->uid_max_weights);
+	return 0;
+}
+
 int session_hold(struct session *s, struct weight *w)
 {
 	struct held *h = session_find_held(s, w->id);
@@ -355,6 +468,8 @@ int session_hold(struct session *s, struct weight *w)
 		return 0;
 	}
 	if ((s->n_held + 1) * 2 > s->held_icap && held_index_grow(s) < 0)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	if ((s->n_segs + 1) * 2 > s->segs_cap && segs_grow(s) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	if (s->n_held == s->cap_held) {
 		size_t ncap = s->cap_held ? s->cap_held * 2 : 16;
@@ -370,6 +485,9 @@ int session_hold(struct session *s, struct weight *w)
 	s->n_held++;
 	s->held_bytes += w->nbytes;
 	w->holders++;
+	segs_add(s, w->segment);
+	if (s->uu)
+		s->uu->weights++;
 	return 0;
 }
 
@@ -391,6 +509,9 @@ bool session_release(struct session *s, struct weight *w)
 		s->n_held--;
 		w->holders--;
 		s->held_bytes -= w->nbytes;
+		segs_remove(s, w->segment);
+		if (s->uu)
+			s->uu->weights--;
 	}
 	cache_drop(s->d->cache, w);
 	return true;
@@ -411,6 +532,7 @@ void session_free(struct session *s)
 	free(s->subs);
 	free(s->held);
 	free(s->held_index);
+	free(s->segs);
 	peer_clear(&s->peer);
 	free(s);
 }
@@ -435,6 +557,13 @@ void session_kill(struct session *s, const char *why)
 		s->uu->lingering--;
 	s->lingering = false;
 	/* Everything it held goes back; mappings it made stay valid in its own process. */
+	if (s->uu) {
+		s->uu->weights -= s->n_held;
+		s->uu->segments -= s->n_segs;
+	}
+	if (s->segs_cap)
+		memset(s->segs, 0, s->segs_cap * sizeof(*s->segs));
+	s->n_segs = 0;
 	while (s->n_held) {
 		struct held *h = &s->held[s->n_held - 1];
 		struct weight *w = h->w;
@@ -497,7 +626,7 @@ static void process_frames(struct session *s)
 			session_kill(s, "sent file descriptors");
 			return;
 		}
-		req = weightd__request__unpack(NULL, f.len, f.payload);
+		req = wd_msg_unpack(&weightd__request__descriptor, f.payload, f.len);
 		if (!req) {
 			log_warn("client %llu (pid %d): undecodable request; disconnecting it",
 				 (unsigned long long)s->id, (int)s->peer.pid);
@@ -508,7 +637,7 @@ static void process_frames(struct session *s)
 		s->dispatching = true;
 		request_dispatch(s, req);
 		s->dispatching = false;
-		weightd__request__free_unpacked(req, NULL);
+		wd_msg_free(req);
 	}
 	if (!s->dead)
 		account(s);

@@ -24,6 +24,8 @@ struct uid_usage {
 	uint64_t partial;     /* bytes of frames being received */
 	size_t queued_fds;    /* fds queued in replies, in our queues and the sockets' */
 	uint32_t lingering;   /* refused connections kept open so they can read why */
+	uint64_t segments;    /* segments held: each connection's distinct ones, summed */
+	uint64_t weights;     /* weights held: each connection's distinct ones, summed */
 	uint32_t refusals_logged;
 	struct uid_usage *next;
 };
@@ -31,6 +33,12 @@ struct uid_usage {
 struct held {
 	struct weight *w;
 	uint32_t count;       /* references this client holds on w */
+};
+
+/* A segment the client holds weights in (each one pins a daemon fd while anyone holds it). */
+struct held_segment {
+	struct cache_segment *sg;
+	uint32_t weights;     /* distinct weights of sg this client holds */
 };
 
 struct session {
@@ -48,6 +56,8 @@ struct session {
 	uint32_t *held_index; /* open addressing by weight id: position in held + 1, 0 = empty */
 	size_t held_icap;     /* power of two, at least twice n_held */
 	uint64_t held_bytes;  /* bytes of the distinct weights held */
+	struct held_segment *segs; /* open addressing by segment id; sg NULL = empty */
+	size_t n_segs, segs_cap;   /* segments held in; cap a power of two, at least 2 * n_segs */
 	uint32_t protocol;    /* the version agreed in hello (0 before it) */
 	uint32_t pending;     /* unit requests not yet answered */
 	uint64_t pending_bytes;   /* bytes of weights those requests will add (per-client limits) */
@@ -117,5 +127,15 @@ int session_hold(struct session *s, struct weight *w);
 /* Give back one reference; false if the client holds none on w. */
 bool session_release(struct session *s, struct weight *w);
 struct held *session_find_held(struct session *s, uint64_t handle);
+/* Is the client holding a weight of sg? */
+bool session_holds_segment(const struct session *s, const struct cache_segment *sg);
+/*
+ * May the client take references on new_weights more distinct weights lying in segs[0..n)
+ * (distinct segments)? Checks client_max_segments, and (root and the daemon's user exempt, as
+ * from the other per-uid limits) uid_max_segments as server_uid_max_segments gives it and
+ * uid_max_weights; 0, or -WEIGHTD_E_LIMIT_EXCEEDED naming the limit, its value and the counts.
+ */
+int session_check_holds(struct session *s, struct cache_segment *const *segs, size_t n,
+			uint64_t new_weights, weightd_error *err);
 
 #endif

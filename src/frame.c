@@ -3,6 +3,8 @@
 #include "frame.h"
 
 #include <errno.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stddef.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -555,7 +557,7 @@ static int inbuf_take_fds(struct wd_inbuf *b, const int *fds, size_t n)
 	return keep == n ? 0 : -WEIGHTD_E_PROTOCOL;
 }
 
-int wd_inbuf_read(struct wd_inbuf *b, int sock)
+static int inbuf_read(struct wd_inbuf *b, int sock, int flags)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * RECV_MAX_FDS) + CMSG_SPACE(sizeof(struct ucred))];
@@ -581,7 +583,7 @@ int wd_inbuf_read(struct wd_inbuf *b, int sock)
 		msg.msg_iovlen = 1;
 		msg.msg_control = ctl.buf;
 		msg.msg_controllen = sizeof(ctl.buf);
-		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags);
 		if (n >= 0)
 			break;
 		if (errno == EINTR)
@@ -622,6 +624,16 @@ int wd_inbuf_read(struct wd_inbuf *b, int sock)
 	if (rc)
 		return rc;
 	return (int)n;
+}
+
+int wd_inbuf_read(struct wd_inbuf *b, int sock)
+{
+	return inbuf_read(b, sock, MSG_DONTWAIT);
+}
+
+int wd_inbuf_read_wait(struct wd_inbuf *b, int sock)
+{
+	return inbuf_read(b, sock, 0);
 }
 
 int wd_inbuf_feed(struct wd_inbuf *b, const void *data, size_t len)
@@ -850,4 +862,95 @@ int wd_message_send_blocking(int sock, const void *payload, size_t len, uint32_t
 		off += b;
 	} while (off < len);
 	return 0;
+}
+
+/* --- decoding a frame's message ------------------------------------------------------------ */
+
+#define ARENA_BLOCK_MAX (1u << 20)
+
+/* One block of an arena; the first block's first allocation is the message itself, so the message
+ * finds its arena. The blocks after the first are linked from it. */
+struct arena_block {
+	struct arena_block *next;
+	size_t used, cap;
+	_Alignas(max_align_t) unsigned char data[];
+};
+
+struct arena {
+	struct arena_block *first, *cur;
+	size_t hint;                 /* the first block's size */
+};
+
+static void *arena_alloc(void *ad, size_t size)
+{
+	const size_t align = _Alignof(max_align_t);
+	struct arena *a = ad;
+	struct arena_block *b;
+	size_t cap;
+	void *p;
+
+	if (size > SIZE_MAX - align - sizeof(*b))
+		return NULL;
+	size = (size + align - 1) & ~(align - 1);
+	if (a->cur && a->cur->cap - a->cur->used >= size) {
+		p = a->cur->data + a->cur->used;
+		a->cur->used += size;
+		return p;
+	}
+	cap = a->cur ? (a->cur->cap < ARENA_BLOCK_MAX / 2 ? a->cur->cap * 2 : ARENA_BLOCK_MAX)
+		     : a->hint;
+	if (cap < size)
+		cap = size;
+	b = malloc(sizeof(*b) + cap);
+	if (!b)
+		return NULL;
+	b->cap = cap;
+	b->used = size;
+	if (!a->first) {
+		b->next = NULL;
+		a->first = b;
+	} else {
+		b->next = a->first->next;
+		a->first->next = b;
+	}
+	a->cur = b;
+	return b->data;
+}
+
+static void arena_free(void *ad, void *p)
+{
+	(void)ad;   /* everything goes at once, with the message */
+	(void)p;
+}
+
+static void arena_release(struct arena_block *b)
+{
+	while (b) {
+		struct arena_block *next = b->next;
+
+		free(b);
+		b = next;
+	}
+}
+
+void *wd_msg_unpack(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len)
+{
+	/* a decoded message is typically two to four times its wire size */
+	struct arena a = { NULL, NULL, len < ARENA_BLOCK_MAX / 4 ? 4 * len + 256 : ARENA_BLOCK_MAX };
+	ProtobufCAllocator alloc = { arena_alloc, arena_free, &a };
+	ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, len, data);
+
+	/* protobuf-c allocates the message first: it is the first block's start */
+	if (!m || !a.first || (void *)m != (void *)a.first->data) {
+		arena_release(a.first);
+		return NULL;
+	}
+	return m;
+}
+
+void wd_msg_free(void *msg)
+{
+	if (msg)
+		arena_release((struct arena_block *)((unsigned char *)msg -
+						     offsetof(struct arena_block, data)));
 }

@@ -85,6 +85,9 @@ void wd_inbuf_free(struct wd_inbuf *b);
  */
 #define WD_FRAME_AGAIN (-1000)
 int wd_inbuf_read(struct wd_inbuf *b, int sock);
+/* The same, waiting for the first byte when nothing is there (a blocking recvmsg: one system call
+ * where poll then recvmsg were two). Never WD_FRAME_AGAIN on a blocking socket. */
+int wd_inbuf_read_wait(struct wd_inbuf *b, int sock);
 
 /* Feed bytes directly (fuzzing and tests): appends to the buffer as if read. */
 int wd_inbuf_feed(struct wd_inbuf *b, const void *data, size_t len);
@@ -116,6 +119,23 @@ size_t wd_inbuf_partial(const struct wd_inbuf *b, bool *ret_mid_frame);
 
 /* Close every fd of a frame and free its fd array. */
 void wd_frame_close_fds(struct wd_frame *f);
+
+/* --- decoding a frame's message ------------------------------------------------------------ */
+
+struct ProtobufCMessageDescriptor;
+
+/*
+ * Decode a message (a frame's payload, or several joined) with every allocation protobuf-c makes
+ * for it taken from one arena: a few blocks, not one malloc per field and string, and one free for
+ * all. The arena grows in blocks of at most 1 MiB (or one allocation, if larger); protobuf-c's
+ * own scratch space is not given back before the message is freed, so a message holds at most
+ * about twice what the same decode with malloc held. Returns the message, or NULL when it does
+ * not decode or memory runs out. Free it with wd_msg_free only (never with protobuf-c's
+ * free_unpacked, and never a part of it).
+ */
+void *wd_msg_unpack(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len);
+/* Free a message from wd_msg_unpack, with everything in it. Accepts NULL. */
+void wd_msg_free(void *msg);
 
 /* --- blocking helpers for clients --------------------------------------------------------- */
 

@@ -18,6 +18,9 @@
  *   get     weightd_materialize + weightd_finish + weightd_weight_map + weightd_release of one
  *           cached weight.
  *   probe1  the same probe with one fd: request, fd, mmap, munmap, close.
+ *   scale   declare + submit + validate + bind + free of a unit of 10N slots beside the N-slot
+ *           unit, both warm: the time per slot must not grow with the unit (10x the slots at
+ *           most 11x the time; libweightd's slot lookup is O(1), the daemon's checks linear).
  *
  * The sides alternate round by round so both see the same machine; printed are medians of
  * every iteration, each side's own rate, and the ratios against the targets (unit <= 1.0x
@@ -33,16 +36,19 @@
 
 #define MAX_SAMPLES 4096
 
+#define SCALE 10
+
 struct setup {
 	struct harness h;
-	int n;
+	int n;     /* slots of the unit compared with the probe */
+	int total; /* tensors in the checkpoint: SCALE x n, for the scaling part */
 	uint64_t bytes;
 	char **names;
 	void **ptrs;
 };
 
-static int unit_once(struct setup *s, weightd_client *c, double *ret_declare, double *ret_cycle,
-		     uint64_t *ret_read)
+static int unit_once(struct setup *s, int n, weightd_client *c, double *ret_declare,
+		     double *ret_cycle, uint64_t *ret_read)
 {
 	uint64_t shape[1] = { s->bytes };
 	weightd_unit *u = NULL;
@@ -50,7 +56,7 @@ static int unit_once(struct setup *s, weightd_client *c, double *ret_declare, do
 	double t0 = probe_now(), t1;
 	int r = weightd_unit_new(c, &u, &err);
 
-	for (int i = 0; r >= 0 && i < s->n; i++) {
+	for (int i = 0; r >= 0 && i < n; i++) {
 		r = weightd_unit_slot(u, s->names[i], "U8", shape, 1, &s->ptrs[i], &err);
 		if (r >= 0)
 			r = weightd_unit_set_tensor(u, s->names[i], "u", s->names[i], NULL, &err);
@@ -68,7 +74,7 @@ static int unit_once(struct setup *s, weightd_client *c, double *ret_declare, do
 	*ret_cycle = probe_now() - t1;
 	*ret_declare = t1 - t0;
 	if (r < 0)
-		fprintf(stderr, "bench_unit: unit of %d weights: %s\n", s->n, err.message);
+		fprintf(stderr, "bench_unit: unit of %d weights: %s\n", n, err.message);
 	return r;
 }
 
@@ -92,15 +98,15 @@ static int get_once(weightd_client *c, const char *name)
 
 static int make_checkpoint(struct setup *s)
 {
-	struct stw_tensor *ts = calloc((size_t)s->n, sizeof(*ts));
+	struct stw_tensor *ts = calloc((size_t)s->total, sizeof(*ts));
 	char path[512], sec[700];
 	int r = -1;
 
-	s->names = calloc((size_t)s->n, sizeof(char *));
-	s->ptrs = calloc((size_t)s->n, sizeof(void *));
+	s->names = calloc((size_t)s->total, sizeof(char *));
+	s->ptrs = calloc((size_t)s->total, sizeof(void *));
 	if (!ts || !s->names || !s->ptrs)
 		goto out;
-	for (int i = 0; i < s->n; i++) {
+	for (int i = 0; i < s->total; i++) {
 		s->names[i] = malloc(32);
 		if (!s->names[i])
 			goto out;
@@ -110,7 +116,7 @@ static int make_checkpoint(struct setup *s)
 					     .seed = (uint32_t)i };
 	}
 	harness_path(&s->h, "u.safetensors", path, sizeof(path));
-	if (stw_write(path, ts, (size_t)s->n, NULL, 0, NULL) < 0)
+	if (stw_write(path, ts, (size_t)s->total, NULL, 0, NULL) < 0)
 		goto out;
 	snprintf(sec, sizeof(sec), "[checkpoint:u]\npath = %s\n", path);
 	if (harness_write_config(&s->h, "log_level = warning", sec) < 0)
@@ -129,7 +135,7 @@ static void print_side(const char *what, double med, double per, const char *uni
 int main(int argc, char **argv)
 {
 	static double t_unit[MAX_SAMPLES], t_decl[MAX_SAMPLES], t_probe[MAX_SAMPLES],
-		t_get[MAX_SAMPLES], t_probe1[MAX_SAMPLES];
+		t_get[MAX_SAMPLES], t_probe1[MAX_SAMPLES], t_small[MAX_SAMPLES], t_big[MAX_SAMPLES];
 	struct setup s = { .n = 1000, .bytes = 4096 };
 	struct probe pn = { .sock = -1 }, p1 = { .sock = -1 };
 	struct rlimit rl;
@@ -137,8 +143,8 @@ int main(int argc, char **argv)
 	weightd_error err;
 	int rounds = 15, iters = 10, ns = 0, rc = 1;
 	uint64_t read_warm = 0;
-	double m_unit, m_decl, m_probe, m_get, m_probe1, la[3] = { 0, 0, 0 };
-	bool ok_unit, ok_get;
+	double m_unit, m_decl, m_probe, m_get, m_probe1, m_small, m_big, la[3] = { 0, 0, 0 };
+	bool ok_unit, ok_get, ok_scale;
 
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
@@ -159,6 +165,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_unit: rounds x iters must be at most %d\n", MAX_SAMPLES);
 		return 2;
 	}
+	if ((long)s.n * SCALE > 4000000) {
+		fprintf(stderr, "bench_unit: --weights must be at most %d\n", 4000000 / SCALE);
+		return 2;
+	}
+	s.total = s.n * SCALE;
 	signal(SIGPIPE, SIG_IGN);
 	setenv("WD_WEIGHTD", WD_BENCH_WEIGHTD, 0);
 	/* room for one fd per weight (what a daemon without packed segments needs) and the probe */
@@ -180,10 +191,12 @@ int main(int argc, char **argv)
 	{
 		double d, cy;
 		uint64_t rd;
-		if (unit_once(&s, c, &d, &cy, &rd) < 0)
+		if (unit_once(&s, s.n, c, &d, &cy, &rd) < 0)
 			goto out;
 		printf("cold unit of %d x %llu B: %.3f ms (%llu bytes read)\n", s.n,
 		       (unsigned long long)s.bytes, cy * 1e3, (unsigned long long)rd);
+		if (unit_once(&s, s.total, c, &d, &cy, &rd) < 0)
+			goto out;
 	}
 	printf("weightd %s; %d rounds x %d iterations per side\n\n", harness_weightd(), rounds, iters);
 	fflush(stdout);
@@ -198,8 +211,26 @@ int main(int argc, char **argv)
 		}
 		for (int k = 0; k < iters; k++) {
 			uint64_t rd = 0;
-			if (unit_once(&s, c, &t_decl[ns + k], &t_unit[ns + k], &rd) < 0)
+			if (unit_once(&s, s.n, c, &t_decl[ns + k], &t_unit[ns + k], &rd) < 0)
 				goto out;
+			read_warm += rd;
+		}
+		/* scaling: the whole cycle, declaring included, of n and of SCALE x n slots; one
+		 * big unit per round (it takes SCALE times as long as the others) */
+		for (int k = 0; k < iters; k++) {
+			double d, cy;
+			uint64_t rd = 0;
+			if (unit_once(&s, s.n, c, &d, &cy, &rd) < 0)
+				goto out;
+			t_small[ns + k] = d + cy;
+			read_warm += rd;
+		}
+		{
+			double d, cy;
+			uint64_t rd = 0;
+			if (unit_once(&s, s.total, c, &d, &cy, &rd) < 0)
+				goto out;
+			t_big[r] = d + cy;
 			read_warm += rd;
 		}
 		for (int k = 0; k < iters; k++) {
@@ -221,8 +252,11 @@ int main(int argc, char **argv)
 	m_decl = probe_median(t_decl, ns);
 	m_probe1 = probe_median(t_probe1, ns);
 	m_get = probe_median(t_get, ns);
+	m_small = probe_median(t_small, ns);
+	m_big = probe_median(t_big, rounds);
 	ok_unit = m_unit <= 1.0 * m_probe && read_warm == 0;
 	ok_get = m_get <= 1.3 * m_probe1;
+	ok_scale = m_big <= 1.1 * SCALE * m_small;
 	if (getloadavg(la, 3) < 0)
 		la[0] = -1;
 
@@ -236,16 +270,23 @@ int main(int argc, char **argv)
 	printf("a warm single-weight get, medians of %d:\n", ns);
 	print_side("raw probe: request, one fd, mmap, munmap+close", m_probe1, 1, "round trips");
 	print_side("weightd: materialize, finish, map, release", m_get, 1, "gets");
-	printf("  -> %.2fx the probe (target <= 1.3x): %s\n", m_get / m_probe1, ok_get ? "met" : "MISSED");
+	printf("  -> %.2fx the probe (target <= 1.3x): %s\n\n", m_get / m_probe1, ok_get ? "met" : "MISSED");
+	printf("scaling: declare + submit + validate + bind + free, warm, medians of %d and %d:\n", ns,
+	       rounds);
+	print_side("weightd: a unit of n slots", m_small, s.n, "slots");
+	printf("  %-48s median %9.3f ms  (%.0f slots/s)\n", "weightd: a unit of 10n slots", m_big * 1e3,
+	       s.total / m_big);
+	printf("  -> %dx the slots took %.2fx the time (target <= %.0fx): %s\n", SCALE, m_big / m_small,
+	       1.1 * SCALE, ok_scale ? "met" : "MISSED");
 	printf("load average %.2f (the machine may be shared)\n", la[0]);
-	rc = ok_unit && ok_get ? 0 : 1;
+	rc = ok_unit && ok_get && ok_scale ? 0 : 1;
 out:
 	weightd_close(c);
 	probe_stop(&pn);
 	probe_stop(&p1);
 	harness_cleanup(&s.h);
 	if (s.names)
-		for (int i = 0; i < s.n; i++)
+		for (int i = 0; i < s.total; i++)
 			free(s.names[i]);
 	free(s.names);
 	free(s.ptrs);

@@ -24,12 +24,14 @@ static void check(int ok)
 		__builtin_trap();
 }
 
+/* As the daemon decodes requests (one arena per message), and as libweightd decodes replies. */
 static void decode(const struct wd_frame *f)
 {
-	Weightd__Request *req = weightd__request__unpack(NULL, f->len, f->payload);
+	Weightd__Request *req = wd_msg_unpack(&weightd__request__descriptor, f->payload, f->len);
+	Weightd__Response *resp = wd_msg_unpack(&weightd__response__descriptor, f->payload, f->len);
 
-	if (req)
-		weightd__request__free_unpacked(req, NULL);
+	wd_msg_free(req);
+	wd_msg_free(resp);
 }
 
 /* Send n bytes into the socketpair and read them all into b. */

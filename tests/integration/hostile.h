@@ -140,6 +140,32 @@ static inline void hostile_back_to_base(const struct harness *h, const struct ho
 		fail_msg("daemon RSS %ld KiB, %ld KiB before the attack", rss, b->rss_kb);
 }
 
+/*
+ * The same while `foreign` objects someone else made sit under the prefix (an attack left them,
+ * the daemon must neither open nor remove them): fds and memory as hostile_back_to_base, and
+ * /dev/shm holds the daemon's segments plus exactly those.
+ */
+static inline void hostile_back_to_base_foreign(const struct harness *h,
+						const struct hostile_base *b, int foreign)
+{
+	weightd_client *c;
+	weightd_status *st = it_quiet_with(h, 0, 0, 10000, &c);
+	int want = b->fds + (int)st->segments + it_source_files(st) + 1, fds;
+	long rss;
+
+	assert_int_equal(st->references, 0);
+	assert_int_equal(st->materializations_in_flight, 0);
+	assert_int_equal(harness_segments(h), (int)st->segments + foreign);
+	weightd_status_free(st);
+	fds = harness_wait_fds(h, want, 10000);
+	weightd_close(c);
+	if (fds != want)
+		fail_msg("the daemon has %d fds open; expected %d", fds, want);
+	rss = harness_rss_kb(h->pid);
+	if (HOSTILE_RSS_MEANINGFUL && rss > b->rss_kb + HOSTILE_RSS_SLACK_KB)
+		fail_msg("daemon RSS %ld KiB, %ld KiB before the attack", rss, b->rss_kb);
+}
+
 /* A child to parent line channel: the attacker says where it is, the parent says go on. */
 struct hostile_chan {
 	int to_child[2], to_parent[2];

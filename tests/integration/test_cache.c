@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_cache.c - a cache of more weights than its first hash table holds (1,024): every weight is
  * still found by key (a second unit reads nothing) and by handle (each release lands), across
- * the table's growth. */
+ * the table's growth; cached plain entries (found through the daemon's memo of keys, without a
+ * plan) are checked and deduplicated as cold ones are. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -107,10 +108,61 @@ static void thousands_of_weights_are_found_by_key_and_handle(void **state)
 	weightd_close(c);
 }
 
+/* A cached tensor asked for again (the warm path): a declared slot that does not match is refused
+ * with the words a cold one gets, and two slots of one tensor share one weight, one reference
+ * each. Nothing is read. */
+static void warm_plain_entries_are_checked_and_deduplicated(void **state)
+{
+	static const uint64_t good[1] = { 64 }, bad[1] = { 65 };
+	weightd_client *c = it_connect(&H);
+	weightd_unit *u = NULL;
+	weightd_status *st;
+	weightd_error err;
+
+	(void)state;
+	for (int pass = 0; pass < 2; pass++) {   /* cold (or cached by the test before), then warm */
+		assert_int_equal(weightd_unit_new(c, &u, &err), 0);
+		assert_true(weightd_unit_slot(u, "x", "U8", bad, 1, NULL, &err) >= 0);
+		assert_int_equal(weightd_unit_set_tensor(u, "x", "many", names[7], NULL, &err), 0);
+		assert_int_equal(weightd_unit_submit(u, &err), 0);
+		assert_int_equal(weightd_unit_validate(u, &err), -WEIGHTD_E_SLOT_MISMATCH);
+		assert_string_equal(err.slot, "x");
+		assert_non_null(strstr(err.message, "is declared U8 [65] but its recipe gives U8 [64]"));
+		weightd_unit_free(u);
+		if (pass == 0) {   /* make sure it is cached for the second pass */
+			weightd_inflight *f = NULL;
+			weightd_weight *w = NULL;
+
+			assert_int_equal(weightd_materialize(c, "many", names[7], NULL, &f, &err), 0);
+			assert_int_equal(weightd_finish(f, &w, &err), 0);
+			weightd_release(w);
+		}
+	}
+	assert_int_equal(weightd_unit_new(c, &u, &err), 0);
+	assert_true(weightd_unit_slot(u, "a", "U8", good, 1, NULL, &err) >= 0);
+	assert_true(weightd_unit_slot(u, "b", "U8", good, 1, NULL, &err) >= 0);
+	assert_int_equal(weightd_unit_set_tensor(u, "a", "many", names[7], NULL, &err), 0);
+	assert_int_equal(weightd_unit_set_tensor(u, "b", "many", names[7], NULL, &err), 0);
+	if (weightd_unit_submit(u, &err) < 0 || weightd_unit_validate(u, &err) < 0)
+		fail_msg("warm unit: %s", err.message);
+	assert_int_equal(weightd_unit_bytes_read(u), 0);
+	assert_ptr_equal(weightd_unit_weight(u, "a"), weightd_unit_weight(u, "b"));
+	assert_int_equal(it_pattern_mismatch(weightd_unit_data(u, "a"), 64, 7u), -1);
+	st = it_status(c);
+	assert_int_equal(st->references, 2);
+	weightd_status_free(st);
+	weightd_unit_free(u);
+	st = it_wait_quiet(&H, 0, 1, 30000);
+	assert_int_equal(st->references, 0);
+	weightd_status_free(st);
+	weightd_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(thousands_of_weights_are_found_by_key_and_handle),
+		cmocka_unit_test(warm_plain_entries_are_checked_and_deduplicated),
 	};
 
 	alarm(240);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_hostile_cache.c - what one uid can leave behind in the cache or cost the event loop through
- * unit requests: thousands of tiny distinct weights taken and abandoned, and a unit of chained
- * aliases sent by a uid that may read nothing it names. Needs root (the other uid is 65534). */
+/* test_hostile_cache.c - what one uid can leave behind in the cache, pin in it or cost the event
+ * loop through unit requests: thousands of tiny distinct weights taken and abandoned or held,
+ * and a unit of chained aliases sent by a uid that may read nothing it names. Needs root (the
+ * other uid is 65534). */
 #include "hostile.h"
 
 static struct harness H;
@@ -92,6 +93,220 @@ static void abandoned_tiny_weights_are_bounded(void **state)
 	hostile_victim_served(&H);
 }
 
+/* Byte i of tiny:t0 as a weight of its own (one request: one segment of its own). */
+static int take_byte(weightd_client *c, size_t i, weightd_weight **ret, weightd_error *err)
+{
+	weightd_selection *sel = NULL;
+	weightd_inflight *f = NULL;
+	int r = weightd_selection_range(0, i, i + 1, &sel, err);
+
+	if (r == 0)
+		r = weightd_materialize(c, "tiny", "t0", sel, &f, err);
+	weightd_selection_free(sel);
+	if (r == 0)
+		r = weightd_finish(f, ret, err);
+	return r;
+}
+
+/* Take bytes first, first + 1, ... on c until a request fails; how many succeeded (held in
+ * held[], at most cap), the failure in *err. */
+static size_t take_until_refused(weightd_client *c, size_t first, weightd_weight **held,
+				 size_t cap, weightd_error *err)
+{
+	size_t n = 0;
+
+	while (n < cap && take_byte(c, first + n, &held[n], err) == 0)
+		n++;
+	return n;
+}
+
+#define CLIENT_SEGS 24   /* client_max_segments in this test's config */
+#define UID_SEGS 40      /* uid_max_segments */
+
+/*
+ * The attack: a uid takes tiny weights one by one, each its own request and so its own segment,
+ * and HOLDS them. Every segment held pins one daemon fd, and nothing but bytes used to bound
+ * them: enough of them brought the daemon to its RLIMIT_NOFILE. Now the segments one connection
+ * holds weights in are capped (client_max_segments), and so are those of all connections of a
+ * uid (uid_max_segments): the request past either fails with limit-exceeded naming the limit
+ * and its value (both told in hello); the daemon's fds stay within base + the uid's cap while
+ * the attacker holds everything; another uid is served meanwhile; releasing gives the room
+ * back; and when the attacker leaves, fds, memory and /dev/shm come back to where they were.
+ */
+static void held_segments_are_capped_per_client_and_uid(void **state)
+{
+	struct hostile_base base;
+	struct hostile_chan ch;
+	char line[512];
+	pid_t pid;
+	int fds;
+
+	(void)state;
+	hostile_start(&H, "client_max_segments = 24\nuid_max_segments = 40\n"
+		      "max_idle_segments = 16\nmax_idle_weights = 64\n");
+	base = hostile_baseline(&H);
+	chan_open(&ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		static weightd_weight *held[2 * UID_SEGS];
+		weightd_client *c1 = NULL, *c2 = NULL;
+		const weightd_server_info *si;
+		weightd_weight *again = NULL;
+		weightd_error err;
+		size_t n1, n2;
+
+		chan_child(&ch);
+		hostile_become(UID_ATTACKER);
+		if (weightd_connect(H.sock, "pinner", &c1, &err) < 0 ||
+		    weightd_connect(H.sock, "pinner2", &c2, &err) < 0)
+			_exit(70);
+		si = weightd_server(c1);
+		if (si->max_client_segments != CLIENT_SEGS || si->max_uid_segments != UID_SEGS) {
+			fprintf(stderr, "pinner: hello says %u and %u\n", si->max_client_segments,
+				si->max_uid_segments);
+			_exit(71);
+		}
+		n1 = take_until_refused(c1, 0, held, 2 * UID_SEGS, &err);
+		if (n1 != CLIENT_SEGS || err.code != WEIGHTD_E_LIMIT_EXCEEDED ||
+		    !strstr(err.message, "client_max_segments") || !strstr(err.message, "24")) {
+			fprintf(stderr, "pinner: %zu held, then: %s\n", n1, err.message);
+			_exit(72);
+		}
+		n2 = take_until_refused(c2, 1000, held + n1, 2 * UID_SEGS - n1, &err);
+		if (n1 + n2 != UID_SEGS || err.code != WEIGHTD_E_LIMIT_EXCEEDED ||
+		    !strstr(err.message, "uid_max_segments") || !strstr(err.message, "40")) {
+			fprintf(stderr, "pinner: %zu more held, then: %s\n", n2, err.message);
+			_exit(73);
+		}
+		chan_say(ch.to_parent[1], "holding\n");
+		if (!chan_hear(ch.to_child[0], line, sizeof(line)))
+			_exit(74);
+		/* what is released is room again */
+		weightd_release(held[0]);
+		if (take_byte(c1, 5000, &again, &err) < 0) {
+			fprintf(stderr, "pinner: after a release: %s\n", err.message);
+			_exit(75);
+		}
+		_exit(0); /* leaves holding everything */
+	}
+	chan_parent(&ch);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	/* the attacker holds UID_SEGS segments: the daemon pins that many fds for it, no more
+	 * (its two connections, and the idle segments of the refused requests, besides) */
+	fds = harness_count_fds(H.pid);
+	if (fds > base.fds + UID_SEGS + 2 + 16 + 4)
+		fail_msg("the daemon has %d fds while one uid holds its %d segments (base %d)", fds,
+			 UID_SEGS, base.fds);
+	hostile_victim_served(&H);
+	chan_say(ch.to_child[1], "go on\n");
+	it_wait_child_ok(pid);
+	close(ch.to_child[1]);
+	close(ch.to_parent[0]);
+	hostile_victim_served(&H);
+	hostile_back_to_base(&H, &base);
+}
+
+/*
+ * Weights held cost daemon memory however small: over all connections of a uid they are capped
+ * by uid_max_weights (told in hello). Two connections of the attacker take 8 in all, the ninth
+ * fails naming the limit, another uid is served, and all comes back when the attacker leaves.
+ */
+static void held_weights_are_capped_per_uid(void **state)
+{
+	struct hostile_base base;
+	struct hostile_chan ch;
+	char line[64];
+	pid_t pid;
+
+	(void)state;
+	hostile_start(&H, "uid_max_weights = 8\n");
+	base = hostile_baseline(&H);
+	chan_open(&ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		static weightd_weight *held[16];
+		weightd_client *c1 = NULL, *c2 = NULL;
+		weightd_error err;
+		size_t n1, n2;
+
+		chan_child(&ch);
+		hostile_become(UID_ATTACKER);
+		if (weightd_connect(H.sock, "w1", &c1, &err) < 0 ||
+		    weightd_connect(H.sock, "w2", &c2, &err) < 0)
+			_exit(70);
+		if (weightd_server(c1)->max_uid_weights != 8)
+			_exit(71);
+		n1 = take_until_refused(c1, 0, held, 5, &err);
+		n2 = take_until_refused(c2, 100, held + n1, 16 - n1, &err);
+		if (n1 != 5 || n1 + n2 != 8 || err.code != WEIGHTD_E_LIMIT_EXCEEDED ||
+		    !strstr(err.message, "uid_max_weights") || !strstr(err.message, "its limit is 8")) {
+			fprintf(stderr, "w: %zu + %zu held, then: %s\n", n1, n2, err.message);
+			_exit(72);
+		}
+		chan_say(ch.to_parent[1], "holding\n");
+		if (!chan_hear(ch.to_child[0], line, sizeof(line)))
+			_exit(73);
+		_exit(0); /* leaves holding them */
+	}
+	chan_parent(&ch);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	hostile_victim_served(&H); /* while the attacker holds its 8 */
+	chan_say(ch.to_child[1], "go\n");
+	it_wait_child_ok(pid);
+	close(ch.to_child[1]);
+	close(ch.to_parent[0]);
+	hostile_victim_served(&H);
+	hostile_back_to_base(&H, &base);
+}
+
+/*
+ * However high they are set, the per-uid limits on what pins daemon fds are cut to a share of
+ * the daemon's RLIMIT_NOFILE (segments held and fds queued a quarter each, unit requests in
+ * flight an eighth), with a warning naming each: hello tells another uid the limits in force.
+ * Root is exempt from the uid's limits, as from the others, and told its own connection's.
+ */
+static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
+{
+	char sections[2048];
+	weightd_client *c;
+	pid_t pid;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	if (harness_init(&H) < 0 || hostile_fixtures(&H, sections, sizeof(sections)) < 0 ||
+	    harness_write_config(&H, "uid_max_segments = 1000000\nclient_max_segments = 100000\n",
+				 sections) < 0)
+		fail_msg("cannot prepare the test directory");
+	assert_int_equal(harness_start_with_nofile(&H, 256), 0);
+	assert_true(harness_log_contains(&H, "uid_max_segments 1000000 is more than a quarter"));
+	assert_true(harness_log_contains(&H, "uid_max_queue_fds 4096 is more than a quarter"));
+	assert_true(harness_log_contains(&H, "uid_max_pending 1024 is more than an eighth"));
+	assert_true(harness_log_contains(&H, "(RLIMIT_NOFILE 256); 32 is used instead"));
+	c = it_connect(&H);
+	assert_int_equal(weightd_server(c)->max_uid_segments, 64);
+	assert_int_equal(weightd_server(c)->max_client_segments, 100000);
+	weightd_close(c);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		weightd_error err;
+
+		hostile_become(UID_ATTACKER);
+		if (weightd_connect(H.sock, "told", &c, &err) < 0)
+			_exit(70);
+		if (weightd_server(c)->max_uid_segments != 64 ||
+		    weightd_server(c)->max_client_segments != 64)
+			_exit(71);
+		weightd_close(c);
+		_exit(0);
+	}
+	it_wait_child_ok(pid);
+	hostile_victim_served(&H);
+}
+
 /*
  * The attack: a uid with no access to "secret" sends one entry on it and 65,536 aliases, each
  * naming the one before. Resolving such a chain used to be quadratic and ran before any access
@@ -154,6 +369,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(abandoned_tiny_weights_are_bounded, teardown),
 		cmocka_unit_test_teardown(aliases_of_a_forbidden_entry_are_refused_first, teardown),
+		cmocka_unit_test_teardown(held_segments_are_capped_per_client_and_uid, teardown),
+		cmocka_unit_test_teardown(held_weights_are_capped_per_uid, teardown),
+		cmocka_unit_test_teardown(uid_fd_limits_stay_under_rlimit_nofile, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -85,6 +85,7 @@ static void squatted_names_break_nothing(void **state)
 
 	(void)state;
 	hostile_start(&H, NULL);
+	base = hostile_baseline(&H);
 	key_of("t2", key); /* what the attacker learns from any reply */
 	evict_all();
 	assert_int_equal(shm_names_with(key), 0);
@@ -120,6 +121,7 @@ static void squatted_names_break_nothing(void **state)
 	hostile_victim_served(&H);
 	assert_int_equal(shm_names_with(key), 1); /* the squatter's file only */
 	assert_int_equal(harness_segments(&H), 1 + N_SQUAT + 1);
+	hostile_back_to_base_foreign(&H, &base, 1 + N_SQUAT);
 
 	/* at the next start: reported, counted, never adopted or removed */
 	restart();
@@ -129,7 +131,7 @@ static void squatted_names_break_nothing(void **state)
 	assert_int_equal(st->readoptions, 1); /* the victim's weight, its own segment */
 	weightd_status_free(st);
 	assert_int_equal(harness_segments(&H), 1 + N_SQUAT + 1);
-	hostile_victim_served(&H);
+	base = hostile_baseline(&H); /* a new process: its own baseline */
 	evict_all();
 	/* the squatter's files are still there: weightd removes only what it made */
 	assert_int_equal(harness_segments(&H), 1 + N_SQUAT);
@@ -143,7 +145,82 @@ static void squatted_names_break_nothing(void **state)
 			assert_int_equal(unlink(path), 0);
 		}
 	}
+	hostile_victim_served(&H);
+	hostile_back_to_base(&H, &base);
+}
+
+/* Poll status (as root) until it counts `want` foreign objects; what it last said. */
+static uint64_t wait_foreign(uint64_t want)
+{
+	uint64_t got = UINT64_MAX;
+
+	for (int i = 0; i < 50 && got != want; i++) {
+		weightd_status *st = it_status_of(&H);
+
+		got = st->foreign_segments;
+		weightd_status_free(st);
+		if (got != want)
+			usleep(100000);
+	}
+	return got;
+}
+
+/* The squatter's names: N_SQUAT of weightd's own pattern, and one that is not. */
+static void squat_path(int i, char *out, size_t cap)
+{
+	if (i < N_SQUAT)
+		snprintf(out, cap, "/dev/shm/%s.%032x", H.prefix, 0x5000 + i);
+	else
+		snprintf(out, cap, "/dev/shm/%s.late", H.prefix);
+}
+
+/*
+ * Objects put under the prefix while the daemon runs (between two evictions, say) used to be
+ * found only at the next start. Now status looks again, at most once a second: the count
+ * follows what is there, the log names them, they are never served, adopted or removed (evict
+ * leaves them), another uid is served throughout, and once they are gone the count is 0 and
+ * the daemon is back to its baseline.
+ */
+static void objects_squatted_while_running_are_reported(void **state)
+{
+	struct hostile_base base;
+	weightd_status *st;
+	char path[512];
+	pid_t pid;
+
+	(void)state;
+	hostile_start(&H, NULL);
 	base = hostile_baseline(&H);
+	st = it_status_of(&H);
+	assert_int_equal(st->foreign_segments, 0);
+	weightd_status_free(st);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		hostile_become(UID_ATTACKER);
+		for (int i = 0; i <= N_SQUAT; i++) {
+			int fd;
+
+			squat_path(i, path, sizeof(path));
+			fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0644);
+			if (fd < 0 || ftruncate(fd, TENSOR_BYTES) < 0)
+				_exit(60);
+			close(fd);
+		}
+		_exit(0);
+	}
+	it_wait_child_ok(pid);
+	assert_int_equal(wait_foreign(N_SQUAT + 1), N_SQUAT + 1);
+	assert_true(harness_log_contains(&H, "were not made by weightd"));
+	hostile_victim_served(&H);
+	evict_all();
+	for (int i = 0; i <= N_SQUAT; i++) {
+		squat_path(i, path, sizeof(path));
+		assert_int_equal(access(path, F_OK), 0); /* never removed */
+		assert_int_equal(unlink(path), 0);
+	}
+	assert_int_equal(wait_foreign(0), 0);
+	hostile_victim_served(&H);
 	hostile_back_to_base(&H, &base);
 }
 
@@ -178,6 +255,7 @@ static void state_index_is_not_trusted_blindly(void **state)
 
 	(void)state;
 	hostile_start(&H, NULL);
+	base = hostile_baseline(&H); /* compared with the restarted daemons' below */
 	key_of("t0", key);
 	key_of("t1", other);
 	evict_all();
@@ -212,6 +290,7 @@ static void state_index_is_not_trusted_blindly(void **state)
 	assert_int_equal(access(path, F_OK), 0);
 	assert_int_equal(shm_unlink(secret), 0);
 	assert_int_equal(unlink(path), 0);
+	hostile_back_to_base(&H, &base);
 
 	/* A state directory others can write into: refused with a clear message; nothing in it
 	 * is adopted, the daemon serves anyway. */
@@ -238,7 +317,6 @@ static void state_index_is_not_trusted_blindly(void **state)
 	assert_true(harness_log_contains(&H, "is owned by uid 65534"));
 	assert_int_equal(chown(statedir, 0, 0), 0);
 	hostile_victim_served(&H);
-	base = hostile_baseline(&H);
 	hostile_back_to_base(&H, &base);
 }
 
@@ -335,6 +413,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(squatted_names_break_nothing, teardown),
 		cmocka_unit_test_teardown(state_index_is_not_trusted_blindly, teardown),
+		cmocka_unit_test_teardown(objects_squatted_while_running_are_reported, teardown),
 		cmocka_unit_test_teardown(fifos_are_refused_never_waited_on, teardown),
 	};
 

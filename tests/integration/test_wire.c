@@ -481,6 +481,53 @@ static void share_hands_another_reference_to_a_held_weight(void **state)
 	close(fd);
 }
 
+/* A release marked quiet (Request.quiet) is answered only when it fails: the next reply on the
+ * connection is the next request's, and a refused one still gets its error. */
+static void quiet_release_is_answered_only_when_it_fails(void **state)
+{
+	struct pb rel = { .n = 0 }, req = { .n = 0 };
+	struct resp r;
+	uint8_t f[4200];
+	uint64_t h;
+	int fd = hello_conn();
+
+	(void)state;
+	h = materialized_handle(fd, 70, "model.norm.weight");
+	pb_uint(&rel, 1, h);
+	pb_uint(&req, 1, 71);
+	pb_uint(&req, 6, 1);
+	pb_msg(&req, 16, &rel);
+	memset(f, 0, 8);
+	f[0] = (uint8_t)req.n;
+	memcpy(f + 8, req.b, req.n);
+	send_all(fd, f, 8 + req.n);
+	/* the handle is gone (a share of it is refused), and that refusal is the first reply */
+	{
+		struct pb sh = { .n = 0 };
+
+		pb_uint(&sh, 1, h);
+		send_frame(fd, 72, 15, &sh);
+	}
+	read_resp(fd, &r);
+	assert_int_equal(r.id, 72);
+	assert_int_equal(r.code, ERR_NOT_FOUND);
+	/* the same quiet release again holds nothing to release: its failure is answered */
+	req.n = 0;
+	pb_uint(&req, 1, 73);
+	pb_uint(&req, 6, 1);
+	pb_msg(&req, 16, &rel);
+	memset(f, 0, 8);
+	f[0] = (uint8_t)req.n;
+	memcpy(f + 8, req.b, req.n);
+	send_all(fd, f, 8 + req.n);
+	read_resp(fd, &r);
+	assert_int_equal(r.id, 73);
+	assert_int_equal(r.code, ERR_NOT_FOUND);
+	assert_non_null(strstr(r.message, "does not hold weight"));
+	still_serving(fd, 74);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -491,6 +538,7 @@ int main(void)
 		cmocka_unit_test(bad_release_handles_are_refused),
 		cmocka_unit_test(too_many_entries_are_refused),
 		cmocka_unit_test(share_hands_another_reference_to_a_held_weight),
+		cmocka_unit_test(quiet_release_is_answered_only_when_it_fails),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

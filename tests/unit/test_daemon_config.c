@@ -194,6 +194,9 @@ static void check_defaults(const struct config *cfg)
 	assert_true(cfg->max_partial_bytes == 256ull * 1024 * 1024);
 	assert_true(cfg->max_temp_bytes == 0);
 	assert_int_equal(cfg->uid_max_pending, 1024);
+	assert_int_equal(cfg->client_max_segments, 4096);
+	assert_int_equal(cfg->uid_max_segments, 16384);
+	assert_int_equal(cfg->uid_max_weights, 1u << 22);
 	assert_int_equal(cfg->log_level, -1);
 }
 
@@ -272,7 +275,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 30);    /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 33);    /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
@@ -350,6 +353,10 @@ static void test_errors(void **state)
 		{ "[daemon]\nframe_timeout = 31d\n", 2, "frame_timeout: '31d' is not a duration" },
 		{ "[daemon]\nframe_timeout = 721h\n", 2, "frame_timeout: 721h is longer than 30 days" },
 		{ "[daemon]\nmax_clients_per_uid = 0\n", 2, "max_clients_per_uid: 0 is out of range" },
+		{ "[daemon]\nclient_max_segments = 0\n", 2, "client_max_segments: 0 is out of range" },
+		{ "[daemon]\nuid_max_segments = 16777217\n", 2,
+		  "uid_max_segments: 16777217 is out of range" },
+		{ "[daemon]\nuid_max_weights = 0\n", 2, "uid_max_weights: 0 is out of range" },
 		{ "[daemon]\nuid_max_partial = 1K\n", 2, "uid_max_partial: 1K is too small" },
 		{ "[daemon]\nmax_partial = 64M\nuid_max_partial = 48M\n", 3,
 		  "uid_max_partial (50331648 bytes) is more than half of max_partial" },

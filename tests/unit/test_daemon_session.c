@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_daemon_session.c - a session's held-weight index: holds, finds and releases agree with a
- * plain reference count under heavy collisions and random order. */
+/* test_daemon_session.c - a session's held-weight index and its table of segments held in: holds,
+ * finds and releases agree with a plain reference count under heavy collisions and random order,
+ * and the per-client and per-uid hold limits count what they name. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -83,6 +84,7 @@ static void held_index_matches_a_reference_count(void **state)
 	assert_int_equal(s.held_bytes, 0);
 	free(s.held);
 	free(s.held_index);
+	free(s.segs);
 	cache_free(d.cache, false);
 }
 
@@ -157,6 +159,120 @@ static void held_index_grows_and_releases_everything(void **state)
 	}
 	free(s.held);
 	free(s.held_index);
+	free(s.segs);
+	cache_free(d.cache, false);
+}
+
+/*
+ * Weights spread over SEGS segments, held and released at random: the client holds a segment
+ * exactly while it holds one of its weights, and n_segs and its uid's segment and weight counts
+ * follow (deletion from the open-addressing table keeps every other segment findable). Then
+ * session_check_holds: a reply adding segments past client_max_segments or uid_max_segments, or
+ * weights past uid_max_weights, is refused naming that limit; one adding only segments already
+ * held is not.
+ */
+static void segments_held_are_counted_per_client_and_uid(void **state)
+{
+	enum { W = 3000, SEGS = 300 };
+	static struct weight w[W];
+	static struct cache_segment seg[SEGS];
+	static uint32_t want[W];
+	struct cache_params cp = { .budget = 1ull << 40 };
+	struct config cfg;
+	struct uid_usage uu;
+	struct daemon d;
+	struct session s;
+	weightd_error err;
+	struct cache_segment *add[3];
+	unsigned seed = 777;
+
+	(void)state;
+	memset(&d, 0, sizeof(d));
+	memset(&s, 0, sizeof(s));
+	memset(&uu, 0, sizeof(uu));
+	memset(&cfg, 0, sizeof(cfg));
+	d.cache = cache_new(&cp);
+	assert_non_null(d.cache);
+	d.cfg = &cfg;
+	s.d = &d;
+	s.uu = &uu;
+	for (size_t i = 0; i < SEGS; i++) {
+		memset(&seg[i], 0, sizeof(seg[i]));
+		seg[i].id = 1 + i * 1024; /* spaced: many share a slot's neighbourhood */
+	}
+	for (size_t i = 0; i < W; i++) {
+		memset(&w[i], 0, sizeof(w[i]));
+		w[i].id = 1 + i;
+		w[i].nbytes = 64;
+		w[i].segment = &seg[i % SEGS];
+	}
+	for (int step = 0; step < 100000; step++) {
+		size_t i = (size_t)(rand_r(&seed) % W);
+
+		if (want[i] == 0 || rand_r(&seed) % 2) {
+			cache_hold(d.cache, &w[i]);
+			assert_int_equal(session_hold(&s, &w[i]), 0);
+			want[i]++;
+		} else {
+			assert_true(session_release(&s, &w[i]));
+			want[i]--;
+		}
+		if (step % 4999 == 0) {
+			size_t nsegs = 0, nw = 0;
+
+			for (size_t g = 0; g < SEGS; g++) {
+				bool held = false;
+
+				for (size_t k = g; k < W; k += SEGS)
+					held |= want[k] > 0;
+				assert_int_equal(session_holds_segment(&s, &seg[g]), held);
+				nsegs += held;
+			}
+			for (size_t k = 0; k < W; k++)
+				nw += want[k] > 0;
+			assert_int_equal(s.n_segs, nsegs);
+			assert_int_equal(uu.segments, nsegs);
+			assert_int_equal(uu.weights, nw);
+			assert_true(s.segs_cap >= 2 * s.n_segs);
+		}
+	}
+	/* the limits: exactly at them passes, one past fails naming the limit */
+	while (s.n_held)
+		assert_true(session_release(&s, s.held[0].w));
+	assert_int_equal(s.n_segs, 0);
+	assert_int_equal(uu.segments, 0);
+	for (size_t g = 0; g < 2; g++) {
+		cache_hold(d.cache, &w[g]);
+		assert_int_equal(session_hold(&s, &w[g]), 0);
+	}
+	cfg.client_max_segments = 3;
+	cfg.uid_max_segments = 5;
+	cfg.uid_max_weights = 10;
+	add[0] = &seg[0];
+	add[1] = &seg[1];
+	add[2] = &seg[2];
+	wd_error_clear(&err);
+	assert_int_equal(session_check_holds(&s, add, 2, 8, &err), 0); /* held already */
+	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), 0);  /* 3 of 3 */
+	add[1] = &seg[3];
+	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "client_max_segments"));
+	cfg.client_max_segments = 100;
+	uu.segments = 4; /* another connection of the uid holds 2 more */
+	wd_error_clear(&err);
+	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "uid_max_segments"));
+	assert_non_null(strstr(err.message, "its limit is 5"));
+	uu.segments = 2;
+	wd_error_clear(&err);
+	assert_int_equal(session_check_holds(&s, add, 1, 9, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "uid_max_weights"));
+	while (s.n_held)
+		assert_true(session_release(&s, s.held[0].w));
+	assert_int_equal(uu.weights, 0);
+	free(s.held);
+	free(s.held_index);
+	free(s.segs);
 	cache_free(d.cache, false);
 }
 
@@ -165,6 +281,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(held_index_matches_a_reference_count),
 		cmocka_unit_test(held_index_grows_and_releases_everything),
+		cmocka_unit_test(segments_held_are_counted_per_client_and_uid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -159,6 +159,9 @@ typedef struct weightd_server_info {
 	uint64_t frame_timeout_ms;     /* a request must arrive whole within this (0: no limit) */
 	uint64_t max_message_bytes;    /* largest request (its frames joined) the daemon accepts */
 	uint64_t segment_max_bytes;    /* how much the daemon packs into one shared-memory segment */
+	uint32_t max_client_segments;  /* segments one client may hold weights in */
+	uint32_t max_uid_segments;     /* the same over all connections of our uid */
+	uint32_t max_uid_weights;      /* weights held over all connections of our uid */
 } weightd_server_info;
 
 WEIGHTD_API const weightd_server_info *weightd_server(const weightd_client *c);
@@ -258,7 +261,7 @@ typedef struct weightd_segment_status {
 	uint64_t size;
 	uint32_t weights;        /* weights in it */
 	uint32_t held;           /* of those, how many someone references */
-	const char *source;      /* the checkpoint its weights come from */
+	const char *source;      /* the checkpoint its weights come from ('+' between several) */
 	int adopted;
 	int filling;             /* weights are still being made in it */
 } weightd_segment_status;

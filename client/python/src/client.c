@@ -231,16 +231,23 @@ static PyObject *cl_server_info(pyw_client *cl, PyObject *unused)
 	if (pyw_client_check(cl) < 0)
 		return NULL;
 	si = weightd_server(cl->c);
-	return Py_BuildValue("{s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:K,s:I}", "protocol_version",
-			     (unsigned int)si->protocol_version, "server_version",
-			     si->server_version ? si->server_version : "", "instance",
-			     si->instance ? si->instance : "", "max_frame_bytes",
-			     (unsigned int)si->max_frame_bytes, "max_pending_requests",
-			     (unsigned int)si->max_pending_requests, "max_unit_entries",
-			     (unsigned int)si->max_unit_entries, "max_recipe_nodes",
-			     (unsigned int)si->max_recipe_nodes, "max_client_bytes",
-			     (unsigned long long)si->max_client_bytes, "max_client_weights",
-			     (unsigned int)si->max_client_weights);
+	return Py_BuildValue(
+		"{s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:K,s:I,s:I,s:I,s:I,s:K,s:K,s:K,s:K,s:I,s:I,s:I}",
+		"protocol_version", (unsigned int)si->protocol_version, "server_version",
+		si->server_version ? si->server_version : "", "instance",
+		si->instance ? si->instance : "", "max_frame_bytes", (unsigned int)si->max_frame_bytes,
+		"max_pending_requests", (unsigned int)si->max_pending_requests, "max_unit_entries",
+		(unsigned int)si->max_unit_entries, "max_recipe_nodes", (unsigned int)si->max_recipe_nodes,
+		"max_client_bytes", (unsigned long long)si->max_client_bytes, "max_client_weights",
+		(unsigned int)si->max_client_weights, "min_protocol_version",
+		(unsigned int)si->min_protocol_version, "max_protocol_version",
+		(unsigned int)si->max_protocol_version, "max_queue_fds", (unsigned int)si->max_queue_fds,
+		"idle_timeout_ms", (unsigned long long)si->idle_timeout_ms, "frame_timeout_ms",
+		(unsigned long long)si->frame_timeout_ms, "max_message_bytes",
+		(unsigned long long)si->max_message_bytes, "segment_max_bytes",
+		(unsigned long long)si->segment_max_bytes, "max_client_segments",
+		(unsigned int)si->max_client_segments, "max_uid_segments",
+		(unsigned int)si->max_uid_segments, "max_uid_weights", (unsigned int)si->max_uid_weights);
 }
 
 static PyObject *cl_fileno(pyw_client *cl, PyObject *unused)

@@ -20,8 +20,19 @@ class ServerInfo:
     max_pending_requests: int
     max_unit_entries: int
     max_recipe_nodes: int
-    max_client_bytes: int
-    max_client_weights: int
+    max_client_bytes: int    #: 0: no limit
+    max_client_weights: int  #: 0: no limit
+    # Below: 0 from a daemon that does not say (an older weightd).
+    min_protocol_version: int  #: the daemon's range of protocol versions
+    max_protocol_version: int
+    max_queue_fds: int         #: fds of unread replies before the daemon stops reading us
+    idle_timeout_ms: int       #: a connection holding nothing is closed after this (0: never)
+    frame_timeout_ms: int      #: a request must arrive whole within this (0: no limit)
+    max_message_bytes: int     #: largest request (its frames joined)
+    segment_max_bytes: int     #: how much the daemon packs into one shared-memory segment
+    max_client_segments: int   #: segments one connection may hold weights in
+    max_uid_segments: int      #: the same over all connections of our uid
+    max_uid_weights: int       #: weights held over all connections of our uid
 
 
 @dataclass(frozen=True)
