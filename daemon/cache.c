@@ -350,6 +350,7 @@ void cache_free(struct cache *c, bool unlink_segments)
 	if (c->scratch_ok)
 		wd_scratch_free(&c->scratch);
 	free(c->by_key);
+	free(c->jobs_by_key);
 	free(c);
 }
 

@@ -8,13 +8,14 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cache_int.h"
 #include "fill.h"
 #include "log.h"
+#include "source.h"
 #include "state.h"
 
 static uint64_t now_ns(void)
@@ -25,20 +26,32 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* /dev/shm refused the reservation: say how much it has left, in the structured fields too. */
-static void shm_full_error(struct job *j, int e)
+/* /dev/shm has no room for a segment: say how much it has left, in the structured fields too. */
+static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weightd_error *err)
 {
-	struct statvfs sv;
-	uint64_t avail = 0;
+	const struct job *j = sg->queued; /* the newest weight placed in it */
+	char what[600];
 
-	if (statvfs("/dev/shm", &sv) == 0)
-		avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-	wd_error_set(&j->err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+	if (sg->n_jobs == 1)
+		snprintf(what, sizeof(what), "%s", wd_plan_label(j->plan));
+	else
+		snprintf(what, sizeof(what), "a segment of %zu weights (%s and others)",
+			 (size_t)sg->n_jobs, wd_plan_label(j->plan));
+	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
-		     "%llu bytes free (%s)", wd_plan_label(j->plan), (unsigned long long)j->nbytes,
-		     (unsigned long long)avail, strerror(e));
-	j->err.expected = (int64_t)j->nbytes;
-	j->err.actual = (int64_t)avail;
+		     "%llu bytes free", what, (unsigned long long)sg->used, (unsigned long long)avail);
+	err->expected = (int64_t)sg->used;
+	err->actual = (int64_t)avail;
+}
+
+/* Keep a failure's error with the job (without memory for it, job_done says so from status). */
+static void job_fail(struct job *j, int status, const weightd_error *err)
+{
+	j->status = status < 0 ? status : -WEIGHTD_E_INTERNAL;
+	free(j->err);
+	j->err = malloc(sizeof(*j->err));
+	if (j->err)
+		*j->err = *err;
 }
 
 /* Worker thread: reserve the weight's range, fill and hash it. Touches nothing but the job (the
@@ -46,37 +59,29 @@ static void shm_full_error(struct job *j, int e)
 static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 {
 	struct job *j = (struct job *)t;
+	weightd_error err;
 	uint64_t t0 = now_ns();
-	int r, e;
+	int r;
 
-	wd_error_clear(&j->err);
+	wd_error_clear(&err);
 	if (!scratch) {
-		j->status = wd_error_set(&j->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "no memory for read buffers");
+		job_fail(j, wd_error_set(&err, WEIGHTD_E_RESOURCE_EXHAUSTED, "no memory for read buffers"), &err);
 		return;
 	}
-	e = wd_segment_reserve(j->fd, j->offset, j->nbytes);
-	if (e) {
-		if (e == ENOSPC || e == EFBIG)
-			shm_full_error(j, e);
-		else
-			wd_error_set(&j->err, WEIGHTD_E_IO, "reserving %llu bytes of shared memory for %s: %s",
-				     (unsigned long long)j->nbytes, wd_plan_label(j->plan),
-				     strerror(e));
-		j->status = -j->err.code;
-		goto fail;
-	}
+	/* Nothing is reserved first: writing allocates the pages (cache_pack_end checked that
+	 * /dev/shm had room; if others filled it since, the write fails with ENOSPC, reported as
+	 * resource exhausted). A posix_fallocate per range cleared every page once more. */
 	/* A large weight is filled in chunks by several workers (fill.c), a small one in order. */
 	r = fill_weight(j->cache->p.pool, j->plan, j->fd, j->offset, j->nbytes, j->alg,
-			&j->progress, scratch, j->digest, &j->bytes_read, &j->err);
+			&j->progress, scratch, j->digest, &j->bytes_read, &err);
 	if (r < 0)
-		goto fail_r;
+		goto fail;
 	j->ns = now_ns() - t0;
 	j->status = 0;
 	return;
-fail_r:
-	j->status = r;
 fail:
-	/* give back whatever of the range was reserved */
+	job_fail(j, r, &err);
+	/* give back whatever of the range was written */
 	if (j->nbytes)
 		fallocate(j->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)j->offset,
 			  (off_t)j->nbytes);
@@ -88,28 +93,62 @@ static void job_free(struct job *j)
 		csource_unref(j->sources[i]);
 	free(j->sources);
 	wd_plan_free(j->plan);
+	free(j->err);
 	free(j);
 }
 
 static struct job *find_job(const struct cache *c, const uint8_t *key)
 {
-	for (struct job *j = c->jobs_by_key[cache_key_hash(key, JOB_BUCKETS)]; j; j = j->hash_next)
+	if (!c->jobs_by_key)
+		return NULL;
+	for (struct job *j = c->jobs_by_key[cache_key_hash(key, c->job_buckets)]; j;
+	     j = j->hash_next)
 		if (memcmp(j->key, key, 32) == 0)
 			return j;
 	return NULL;
 }
 
+static void job_hash_add(struct job **buckets, size_t nb, struct job *j)
+{
+	struct job **head = &buckets[cache_key_hash(j->key, nb)];
+
+	j->hash_next = *head;
+	if (*head)
+		(*head)->hash_pprev = &j->hash_next;
+	j->hash_pprev = head;
+	*head = j;
+}
+
+/* Room in the job table for one more (doubling it past one job per bucket; a failed doubling
+ * keeps the old table, only its chains grow). Fails only when there is no table at all. */
+static int job_table_room(struct cache *c)
+{
+	size_t nb = c->job_buckets ? c->job_buckets * 2 : JOB_BUCKETS_MIN;
+	struct job **nt;
+
+	if (c->jobs_by_key && c->job_count < c->job_buckets)
+		return 0;
+	nt = calloc(nb, sizeof(*nt));
+	if (!nt)
+		return c->jobs_by_key ? 0 : -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	for (struct job *j = c->jobs; j; j = j->key_next)
+		job_hash_add(nt, nb, j);
+	free(c->jobs_by_key);
+	c->jobs_by_key = nt;
+	c->job_buckets = nb;
+	return 0;
+}
+
+/* Link a job in flight (job_table_room made room first). */
 static void job_link(struct cache *c, struct job *j)
 {
-	size_t h = cache_key_hash(j->key, JOB_BUCKETS);
-
 	j->prev = NULL;
 	j->key_next = c->jobs;
 	if (c->jobs)
 		c->jobs->prev = j;
 	c->jobs = j;
-	j->hash_next = c->jobs_by_key[h];
-	c->jobs_by_key[h] = j;
+	job_hash_add(c->jobs_by_key, c->job_buckets, j);
+	c->job_count++;
 }
 
 static void job_unlink(struct cache *c, struct job *j)
@@ -120,12 +159,10 @@ static void job_unlink(struct cache *c, struct job *j)
 		c->jobs = j->key_next;
 	if (j->key_next)
 		j->key_next->prev = j->prev;
-	for (struct job **pp = &c->jobs_by_key[cache_key_hash(j->key, JOB_BUCKETS)]; *pp;
-	     pp = &(*pp)->hash_next)
-		if (*pp == j) {
-			*pp = j->hash_next;
-			break;
-		}
+	*j->hash_pprev = j->hash_next;
+	if (j->hash_next)
+		j->hash_next->hash_pprev = j->hash_pprev;
+	c->job_count--;
 }
 
 /*
@@ -153,14 +190,21 @@ static void job_done(struct pool_task *t)
 	struct cache_segment *sg = j->segment;
 	struct weight *w = NULL;
 	struct waiter *wt, *next;
+	weightd_error lerr, *err = &lerr;
 
 	job_unlink(c, j);
 	if (t->cancelled) {
 		/* skipped by the pool at shutdown: nothing was written */
-		wd_error_clear(&j->err);
-		j->status = wd_error_set(&j->err, WEIGHTD_E_CANCELLED,
+		wd_error_clear(&lerr);
+		j->status = wd_error_set(&lerr, WEIGHTD_E_CANCELLED,
 					 "weightd is stopping: materializing %s was cancelled before "
 					 "it started", wd_plan_label(j->plan));
+	} else if (j->status < 0 && j->err) {
+		err = j->err;
+	} else if (j->status < 0) {
+		wd_error_clear(&lerr);
+		wd_error_set(&lerr, -j->status, "materializing %s failed and there was no memory "
+			     "left to say why", wd_plan_label(j->plan));
 	}
 	if (c->p.stats) {
 		c->p.stats->in_flight--;
@@ -175,7 +219,8 @@ static void job_done(struct pool_task *t)
 		if (!w || !w->label) {
 			free(w);
 			w = NULL;
-			wd_error_set(&j->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory recording a weight");
+			wd_error_clear(err);
+			wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory recording a weight");
 		}
 	}
 	if (w) {
@@ -213,9 +258,9 @@ static void job_done(struct pool_task *t)
 		if (c->p.stats)
 			c->p.stats->materializations_failed++;
 		if (t->cancelled)
-			log_debug("%s", j->err.message);
+			log_debug("%s", err->message);
 		else
-			log_info("materializing %s failed: %s", wd_plan_label(j->plan), j->err.message);
+			log_info("materializing %s failed: %s", wd_plan_label(j->plan), err->message);
 	}
 	if (sg->n_jobs == 1 && sg->created) {
 		seg_filled(c, sg);
@@ -233,7 +278,7 @@ static void job_done(struct pool_task *t)
 			cache_hold(c, w);
 			wt->cb(w, NULL, charged, wt->arg);
 		} else {
-			wt->cb(NULL, &j->err, charged, wt->arg);
+			wt->cb(NULL, err, charged, wt->arg);
 		}
 		free(wt);
 	}
@@ -277,11 +322,138 @@ struct batch {
 	struct job *head;
 };
 
-/* Worker thread: the jobs of a batch, one after another. */
+/*
+ * Runs: consecutive jobs of a batch whose bytes are consecutive ranges of one checkpoint file,
+ * read as they are (a DeepSeek shard's tiny tensors, in file order), cost one check of the
+ * file, one pread of them all into the worker's scratch buffer, a digest of each range, and one
+ * pwritev placing each at its (aligned) offset, with zeros in the gaps: not the two stats, a
+ * pread, an fstat and a pwrite per weight that wd_plan_execute makes.
+ */
+#define RUN_IOV 1024                  /* pwritev's limit (IOV_MAX) */
+
+static const uint8_t zeros[CACHE_PAGE]; /* the gap before a weight is under one alignment unit */
+
+static bool job_range(const struct job *j, const struct wd_source **src, uint32_t *file,
+		      uint64_t *off)
+{
+	return j->nbytes && wd_plan_file_range(j->plan, src, file, off);
+}
+
+/* How many jobs from j on form a run that fits in cap bytes (1: no run). */
+static size_t run_length(struct job *j, size_t cap)
+{
+	const struct wd_source *src, *s2;
+	uint32_t file, f2;
+	uint64_t off, o2, span;
+	size_t n = 1;
+
+	if (!job_range(j, &src, &file, &off) || j->nbytes > cap)
+		return 1;
+	span = j->nbytes;
+	for (struct job *k = j->batch_next, *prev = j; k; prev = k, k = k->batch_next, n++) {
+		if (!job_range(k, &s2, &f2, &o2) || s2 != src || f2 != file || o2 != off + span ||
+		    span + k->nbytes > cap || k->offset < prev->offset + prev->nbytes ||
+		    k->offset - (prev->offset + prev->nbytes) > sizeof(zeros))
+			break;
+		span += k->nbytes;
+	}
+	return n;
+}
+
+static int write_iov(int fd, struct iovec *iov, int n, uint64_t at, uint64_t len)
+{
+	ssize_t k;
+
+	do
+		k = pwritev(fd, iov, n, (off_t)at);
+	while (k < 0 && errno == EINTR);
+	return k == (ssize_t)len ? 0 : -1;
+}
+
+/* Fill the n jobs of a run from one read. 0, or -1 with nothing reported: the caller then
+ * fills them one by one, which says precisely what failed. */
+static int run_fill(struct job *first, size_t n, struct wd_scratch *scratch)
+{
+	struct iovec iov[RUN_IOV];
+	const struct wd_source *src;
+	weightd_error err;
+	uint32_t file;
+	uint64_t off, span = 0, t0 = now_ns(), at = first->offset, len = 0, pos = 0, ns;
+	struct job *j = first;
+	int niov = 0;
+
+	job_range(first, &src, &file, &off);
+	for (size_t i = 0; i < n; i++, j = j->batch_next)
+		span += j->nbytes;
+	wd_error_clear(&err);
+	if (wd_source_check(src, file, &err) < 0 ||
+	    wd_source_pread(src, file, scratch->buf, (size_t)span, off, &err) < 0 ||
+	    wd_source_check(src, file, &err) < 0)
+		return -1;
+	j = first;
+	for (size_t i = 0; i < n; i++, j = j->batch_next) {
+		struct wd_content dg;
+		uint64_t end = at + len;
+
+		if (niov + 2 > RUN_IOV) {
+			if (write_iov(j->fd, iov, niov, at, len) < 0)
+				return -1;
+			at += len;
+			len = 0;
+			niov = 0;
+			end = at;
+		}
+		if (j->offset > end) {
+			iov[niov].iov_base = (void *)zeros;
+			iov[niov++].iov_len = (size_t)(j->offset - end);
+			len += j->offset - end;
+		}
+		iov[niov].iov_base = scratch->buf + pos;
+		iov[niov++].iov_len = (size_t)j->nbytes;
+		len += j->nbytes;
+		if (wd_content_init(&dg, j->alg) < 0)
+			return -1;
+		wd_content_update(&dg, scratch->buf + pos, (size_t)j->nbytes);
+		wd_content_final(&dg, j->digest);
+		pos += j->nbytes;
+	}
+	if (niov && write_iov(first->fd, iov, niov, at, len) < 0)
+		return -1;
+	ns = (now_ns() - t0) / n;
+	j = first;
+	for (size_t i = 0; i < n; i++, j = j->batch_next) {
+		j->bytes_read = j->nbytes;
+		j->ns = ns;
+		j->status = 0;
+		__atomic_store_n(&j->progress, j->nbytes, __ATOMIC_RELAXED);
+	}
+	log_debug("filled %zu weights (%llu bytes) from one read of %s", n,
+		  (unsigned long long)span, wd_source_name(src));
+	return 0;
+}
+
+/* Worker thread: the jobs of a batch, one after another (runs of a file's ranges together). */
 static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 {
-	for (struct job *j = ((struct batch *)t)->head; j; j = j->batch_next)
-		job_work(&j->task, scratch);
+	struct job *j = ((struct batch *)t)->head;
+
+	while (j) {
+		size_t n = scratch ? run_length(j, scratch->cap) : 1;
+
+		if (n > 1 && run_fill(j, n, scratch) == 0) {
+			while (n--)
+				j = j->batch_next;
+			continue;
+		}
+		if (n > 1)
+			log_debug("a run of %zu weights from one file failed; filling them one by one "
+				  "(starting with %s)", n, wd_plan_label(j->plan));
+		/* one by one (also what a failed run falls back to: every job is redone) */
+		while (n--) {
+			job_work(&j->task, scratch);
+			j = j->batch_next;
+		}
+	}
 }
 
 /* Main thread: each job of a finished (or cancelled) batch, then the batch. */
@@ -459,8 +631,7 @@ static void seg_fail_queued(struct cache *c, struct cache_segment *sg, const wei
 		struct job *j = sg->queued;
 
 		sg->queued = j->queue_next;
-		j->status = -err->code;
-		j->err = *err;
+		job_fail(j, -err->code, err);
 		if (c->p.stats)
 			c->p.stats->in_flight++; /* job_done takes it back */
 		job_done(&j->task);
@@ -473,6 +644,8 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 {
 	if (!pk)
 		return;
+	uint64_t avail = pk->n_all ? wd_segment_shm_free() : 0, claimed = 0;
+
 	for (size_t i = 0; i < pk->n_all; i++) {
 		struct cache_segment *sg = pk->all[i];
 		weightd_error err;
@@ -480,6 +653,14 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 		int r;
 
 		wd_error_clear(&err);
+		/* One check of /dev/shm per pack, counting what its earlier segments will take. */
+		if (avail != UINT64_MAX && (claimed > avail || sg->used > avail - claimed)) {
+			shm_full_error(sg, avail > claimed ? avail - claimed : 0, &err);
+			log_info("%s", err.message);
+			seg_fail_queued(c, sg, &err); /* and destroys the segment */
+			continue;
+		}
+		claimed += sg->used;
 		/* a random name, drawn again when taken (wd_segment_create_unique) */
 		r = wd_segment_create_sparse(c->instance, sg->used, &sg->seg, &err);
 		if (r < 0) {
@@ -559,7 +740,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		wd_plan_free(plan);
 		return 0;
 	}
-	j = calloc(1, sizeof(*j));
+	j = job_table_room(c) == 0 ? calloc(1, sizeof(*j)) : NULL;
 	if (j)
 		j->sources = calloc(n_sources ? n_sources : 1, sizeof(*j->sources));
 	if (!pack)

@@ -23,7 +23,7 @@ struct job {
 	int fd;                      /* the segment's writable fd (the worker writes through it) */
 	/* result, written by the worker */
 	int status;
-	weightd_error err;
+	weightd_error *err;        /* on failure (heap: a job is small while it succeeds) */
 	enum wd_digest_alg alg;      /* chosen on the main thread (cache_params.digest) */
 	uint8_t digest[WD_DIGEST_MAX];
 	uint64_t bytes_read;
@@ -33,13 +33,14 @@ struct job {
 	struct job *key_next;        /* the list of jobs in flight */
 	struct job *prev;
 	struct job *hash_next;       /* the chain of its bucket in jobs_by_key */
+	struct job **hash_pprev;     /* what points at it in that chain (unlinked in O(1)) */
 	struct job *queue_next;      /* the segment's jobs waiting for it to be created */
 	struct job *batch_next;      /* the next job of its batch (small weights share a task) */
 };
 
-/* Jobs in flight are found by key through a fixed hash (a unit of 65,536 new weights starts
- * that many jobs: a list scanned per request would be quadratic). */
-#define JOB_BUCKETS 4096
+/* Jobs in flight are found by key through a hash that doubles as they grow (a unit of 100,000
+ * new weights starts that many jobs: a list scanned per request would be quadratic). */
+#define JOB_BUCKETS_MIN 4096
 
 struct waiter {
 	cache_cb cb;
@@ -75,7 +76,8 @@ struct cache {
 	struct cache_segment *segments;
 	struct cache_segment *dirty;
 	struct job *jobs;            /* in flight, for walking them */
-	struct job *jobs_by_key[JOB_BUCKETS];
+	struct job **jobs_by_key;    /* job_buckets chains; NULL until the first job */
+	size_t job_buckets, job_count;
 	struct weight *lru_head, *lru_tail; /* head = least recently released */
 };
 

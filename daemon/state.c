@@ -97,52 +97,194 @@ static bool record_path(const char *dir, const char *instance, const char *segme
 	return (size_t)snprintf(out, cap, "%s/%s/%s.json", dir, instance, segment + 1) < cap;
 }
 
+/*
+ * A record is written as text directly (one buffer, one write): a segment packs up to
+ * STATE_MAX_WEIGHTS weights, and building a jansson tree of them cost more than filling their
+ * bytes. The reader (read_record) still parses it with jansson.
+ */
+struct out {
+	char *p;
+	size_t len, cap;
+	bool failed;
+};
+
+static char *out_room(struct out *o, size_t n)
+{
+	if (o->failed)
+		return NULL;
+	if (o->cap - o->len < n) {
+		size_t ncap = o->cap ? o->cap : 4096;
+		char *np;
+
+		while (ncap - o->len < n)
+			ncap *= 2;
+		np = realloc(o->p, ncap);
+		if (!np) {
+			o->failed = true;
+			return NULL;
+		}
+		o->p = np;
+		o->cap = ncap;
+	}
+	return o->p + o->len;
+}
+
+static void out_raw(struct out *o, const char *s, size_t n)
+{
+	char *d = out_room(o, n);
+
+	if (d) {
+		memcpy(d, s, n);
+		o->len += n;
+	}
+}
+
+#define OUT_LIT(o, s) out_raw((o), (s), sizeof(s) - 1)
+
+static void out_u64(struct out *o, uint64_t v)
+{
+	char tmp[24];
+	size_t i = sizeof(tmp);
+
+	do {
+		tmp[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	out_raw(o, tmp + i, sizeof(tmp) - i);
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped; other bytes as they are
+ * (labels and names are UTF-8). */
+static void out_str(struct out *o, const char *s)
+{
+	static const char hexd[] = "0123456789abcdef";
+	size_t n = strlen(s);
+	char *d = out_room(o, 2 + 6 * n), *d0 = d;
+
+	if (!d)
+		return;
+	*d++ = '"';
+	for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+		if (*c == '"' || *c == '\\') {
+			*d++ = '\\';
+			*d++ = (char)*c;
+		} else if (*c < 0x20) {
+			memcpy(d, "\\u00", 4);
+			d[4] = hexd[*c >> 4];
+			d[5] = hexd[*c & 15];
+			d += 6;
+		} else {
+			*d++ = (char)*c;
+		}
+	}
+	*d++ = '"';
+	o->len += (size_t)(d - d0);
+}
+
+static void out_hex(struct out *o, const uint8_t *b, size_t n)
+{
+	char *d = out_room(o, 2 * n + 3);
+
+	if (!d)
+		return;
+	d[0] = '"';
+	wd_hex(b, n, d + 1); /* writes a terminating NUL, overwritten below */
+	d[2 * n + 1] = '"';
+	o->len += 2 * n + 2;
+}
+
+static void record_text(struct out *o, const struct state_segment *rec)
+{
+	OUT_LIT(o, "{\"version\":2,\"segment\":");
+	out_str(o, rec->segment);
+	OUT_LIT(o, ",\"source\":");
+	out_str(o, rec->source);
+	OUT_LIT(o, ",\"generation\":");
+	out_u64(o, rec->generation);
+	OUT_LIT(o, ",\"size\":");
+	out_u64(o, rec->size);
+	OUT_LIT(o, ",\"ino\":");
+	out_u64(o, rec->ino);
+	OUT_LIT(o, ",\"weights\":[");
+	for (size_t i = 0; i < rec->n_weights; i++) {
+		const struct state_weight *w = &rec->weights[i];
+
+		OUT_LIT(o, "{\"key\":");
+		out_hex(o, w->key, 32);
+		OUT_LIT(o, ",\"digest\":");
+		out_hex(o, w->digest, wd_digest_len(w->digest_alg));
+		OUT_LIT(o, ",\"digest_algorithm\":");
+		out_str(o, wd_digest_name(w->digest_alg));
+		OUT_LIT(o, ",\"dtype\":");
+		out_str(o, wd_dtype_name(w->dtype));
+		OUT_LIT(o, ",\"shape\":[");
+		for (int k = 0; k < w->ndim; k++) {
+			if (k)
+				OUT_LIT(o, ",");
+			out_u64(o, w->shape[k]);
+		}
+		OUT_LIT(o, "],\"nbytes\":");
+		out_u64(o, w->nbytes);
+		OUT_LIT(o, ",\"offset\":");
+		out_u64(o, w->offset);
+		OUT_LIT(o, ",\"label\":");
+		out_str(o, w->label ? w->label : "");
+		out_raw(o, "},", i + 1 < rec->n_weights ? 2 : 1);
+	}
+	OUT_LIT(o, "]}\n");
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t k = write(fd, p, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			if (k == 0)
+				errno = EIO;
+			return -1;
+		}
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
 int state_write(const char *dir, const char *instance, const struct state_segment *rec,
 		weightd_error *err)
 {
 	char path[4096], tmp[4200];
-	json_t *o = NULL, *ws = NULL;
-	int r = 0;
+	struct out o = { 0 };
+	int r = 0, fd, e;
 
 	if (!enabled(dir))
 		return 0;
 	if (!record_path(dir, instance, rec->segment, path, sizeof(path)))
 		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "no state record for segment name \"%s\"",
 				    rec->segment);
-	ws = json_array();
-	for (size_t i = 0; ws && i < rec->n_weights; i++) {
-		const struct state_weight *w = &rec->weights[i];
-		char key[65], digest[65];
-		json_t *shape = json_array(), *wo;
-
-		wd_hex(w->key, 32, key);
-		wd_hex(w->digest, wd_digest_len(w->digest_alg), digest);
-		for (int k = 0; shape && k < w->ndim; k++)
-			json_array_append_new(shape, json_integer((json_int_t)w->shape[k]));
-		wo = json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:s}", "key", key, "digest", digest,
-			       "digest_algorithm", wd_digest_name(w->digest_alg),
-			       "dtype", wd_dtype_name(w->dtype), "shape", shape, "nbytes",
-			       (json_int_t)w->nbytes, "offset", (json_int_t)w->offset, "label",
-			       w->label ? w->label : "");
-		if (!wo || json_array_append_new(ws, wo) < 0) {
-			json_decref(ws);
-			ws = NULL;
-		}
-	}
-	if (ws)
-		o = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:o}", "version", 2, "segment",
-			      rec->segment, "source", rec->source, "generation",
-			      (json_int_t)rec->generation, "size", (json_int_t)rec->size, "ino",
-			      (json_int_t)rec->ino, "weights", ws);
-	if (!o)
+	record_text(&o, rec);
+	if (o.failed) {
+		free(o.p);
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory writing a state record");
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if (json_dump_file(o, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0) {
-		unlink(tmp);
-		r = wd_error_set(err, WEIGHTD_E_IO, "cannot write state record %s: %s", path,
-				 strerror(errno));
 	}
-	json_decref(o);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd >= 0 && write_all(fd, o.p, o.len) < 0) {
+		e = errno;
+		close(fd);
+		fd = -1;
+		errno = e;
+	} else if (fd >= 0 && close(fd) < 0) {
+		fd = -1;
+	}
+	if (fd < 0 || rename(tmp, path) < 0) {
+		e = errno;
+		unlink(tmp);
+		r = wd_error_set(err, WEIGHTD_E_IO, "cannot write state record %s: %s", path, strerror(e));
+	}
+	free(o.p);
 	return r;
 }
 

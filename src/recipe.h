@@ -165,6 +165,12 @@ uint64_t wd_plan_nbytes(const struct wd_plan *p);
 const uint8_t *wd_plan_key(const struct wd_plan *p);
 /* Bytes execution will read from checkpoints (for accounting and tests). */
 uint64_t wd_plan_read_bytes(const struct wd_plan *p);
+/* Whether the output is one byte range of one checkpoint file, as it is (a tensor, or a view
+ * of one): its source, file index and offset there. Such plans over consecutive ranges of one
+ * file may be filled with one wd_source_pread of them all (checked with wd_source_check before
+ * and after, as wd_plan_execute does). */
+bool wd_plan_file_range(const struct wd_plan *p, const struct wd_source **ret_src,
+			uint32_t *ret_file, uint64_t *ret_offset);
 /* Bytes of heap temporaries execution will allocate (transposes, gathers), at most
  * max_temp_bytes of its limits; 0 for plans that stream. */
 uint64_t wd_plan_temp_bytes(const struct wd_plan *p);

@@ -473,6 +473,21 @@ uint64_t wd_plan_read_bytes(const struct wd_plan *p)
 	return p->read_bytes;
 }
 
+bool wd_plan_file_range(const struct wd_plan *p, const struct wd_source **ret_src,
+			uint32_t *ret_file, uint64_t *ret_offset)
+{
+	const struct xnode *x = &p->x[p->root];
+
+	while (x->op == X_VIEW)
+		x = &p->x[x->in[0]];
+	if (x->op != X_LEAF || x->nbytes != p->nbytes || p->read_bytes != p->nbytes)
+		return false;
+	*ret_src = x->src;
+	*ret_file = x->file;
+	*ret_offset = x->offset;
+	return true;
+}
+
 uint64_t wd_plan_temp_bytes(const struct wd_plan *p)
 {
 	return p->temp_bytes;

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define SHM_DIR "/dev/shm"
@@ -235,16 +236,13 @@ int wd_segment_create_sparse(const char *prefix, uint64_t size, struct wd_segmen
 	return 0;
 }
 
-int wd_segment_reserve(int fd, uint64_t off, uint64_t len)
+uint64_t wd_segment_shm_free(void)
 {
-	int e;
+	struct statvfs sv;
 
-	if (!len)
-		return 0;
-	do
-		e = posix_fallocate(fd, (off_t)off, (off_t)len);
-	while (e == EINTR);
-	return e;
+	if (statvfs("/dev/shm", &sv) < 0)
+		return UINT64_MAX;
+	return (uint64_t)sv.f_bavail * sv.f_frsize;
 }
 
 /*

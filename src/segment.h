@@ -43,13 +43,14 @@ int wd_segment_create_unique(const char *prefix, uint64_t size, struct wd_segmen
 bool wd_segment_name_matches(const char *prefix, const char *name);
 
 /* Like wd_segment_create_unique (a random name under prefix), but the object is sized with
- * ftruncate and nothing is reserved: the weights packed into it reserve their own ranges
- * (wd_segment_reserve) as they are filled. */
+ * ftruncate and nothing is reserved: pages come as the weights packed into it are written
+ * (a write into a full /dev/shm fails with ENOSPC; nothing maps it writable). Callers check
+ * wd_segment_shm_free first. */
 int wd_segment_create_sparse(const char *prefix, uint64_t size, struct wd_segment *ret,
 			     weightd_error *err);
 
-/* posix_fallocate [off, off + len) of fd: 0 or the errno (ENOSPC when /dev/shm is full). */
-int wd_segment_reserve(int fd, uint64_t off, uint64_t len);
+/* Bytes /dev/shm has free for this process (statvfs f_bavail), UINT64_MAX if it cannot say. */
+uint64_t wd_segment_shm_free(void);
 
 /* Give the pages of [off, off + len) back to the system (FALLOC_FL_PUNCH_HOLE) while the object
  * lives: an evicted weight's memory. 0 or -WEIGHTD_E_IO. */

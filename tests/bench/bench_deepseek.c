@@ -6,9 +6,12 @@
 /*
  * Usage (from a build directory; a Release build measures what users get):
  *
- *     tests/bench/bench_deepseek [--tensors N] [--runs R]
+ *     tests/bench/bench_deepseek [--tensors N] [--runs R] [--scale mid]
  *
- * Defaults: all 91,991 tensors, 5 runs. --tensors N takes the first N of the table (in file
+ * Defaults: all 91,991 tensors, 5 runs, the tiny table (tests/common/deepseek.h, about 45 MB,
+ * 480 bytes per tensor on average). --scale mid writes the same table with the hidden size, the
+ * intermediates, the LoRA ranks and the vocabulary 4x as large (about 0.6 GB, 6.5 KB per tensor:
+ * closer to the published model's average, still well under 1 GiB of /tmp and /dev/shm). --tensors N takes the first N of the table (in file
  * order), for a daemon that cannot take the whole model in one unit. A private weightd
  * (tests/integration/harness.c) serves the checkpoint, written to a temp dir (so in the page
  * cache: both sides copy from memory). Each run:
@@ -20,9 +23,10 @@
  *   warm   three times with everything cached: submit + validate + bind, then free (apart).
  *   probe  raw_probe.h with 1,000 fds, 10 round trips: the cost of passing and mapping an fd.
  *
- * Printed: medians, each side's rate, cold as a fraction of the copy's speed (target >= 0.8),
- * and the warm unit's cost per weight beside the probe's cost per fd. Exit status 1 when the
- * cold target is missed or a run failed.
+ * Printed: medians, each side's rate, cold as a fraction of the copy's speed (target >= 0.8)
+ * with the CPU time weightd used meanwhile (all its threads, from /proc) per weight, and the warm
+ * unit's cost per weight beside the probe's cost per fd. Exit status 1 when the cold target is
+ * missed or a run failed.
  */
 #include <dirent.h>
 #include <stdbool.h>
@@ -39,7 +43,12 @@
 #define PROBE_ITERS 10
 
 static struct harness H;
+/* the config's log_level (warning), not the harness's debug: a line per weight is not what
+ * users run with */
+static const struct harness_opts QUIET = { .file_log_level = true };
 static struct ds_ckpt CK;
+/* ds_tiny with hidden, intermediates, LoRA ranks and vocabulary 4x (divided by 32, not 128) */
+static const struct ds_dims ds_mid = { 224, 64, 576, 48, 16, 4, 8, 4, 8, 4040, 16 };
 static size_t N;
 
 /* Declare the first N tensors as one unit (not timed). */
@@ -143,6 +152,27 @@ fail:
 	return -1;
 }
 
+/* CPU seconds (user + system, every thread) the daemon has used so far; -1 if unknown. */
+static double daemon_cpu(void)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut, st;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)H.pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* the command name may hold spaces */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* Stop the daemon, remove every segment and state record it made, start it again. */
 static int restart_cold(void)
 {
@@ -162,12 +192,12 @@ static int restart_cold(void)
 		closedir(d);
 	harness_path(&H, "state", path, sizeof(path));
 	stw_rmtree(path);
-	return harness_start(&H);
+	return harness_start_opts(&H, &QUIET);
 }
 
 int main(int argc, char **argv)
 {
-	static double t_copy[MAX_RUNS], t_cold[MAX_RUNS], t_warm[MAX_RUNS * WARM_ITERS],
+	static double t_copy[MAX_RUNS], t_cold[MAX_RUNS], cpu_cold[MAX_RUNS], t_warm[MAX_RUNS * WARM_ITERS],
 		t_free[MAX_RUNS * WARM_ITERS], t_probe[MAX_RUNS * PROBE_ITERS];
 	struct probe p = { .sock = -1 };
 	struct rlimit rl;
@@ -176,18 +206,23 @@ int main(int argc, char **argv)
 	char dir[400], sec[600];
 	int runs = 5, nw = 0, np = 0, rc = 1;
 	uint64_t bytes = 0, cold_read_min = UINT64_MAX, warm_read = 0;
-	double m_copy, m_cold, m_warm, m_free, m_probe, la[3] = { 0, 0, 0 };
+	const struct ds_dims *dims = &ds_tiny;
+	double m_copy, m_cold, m_cpu, m_warm, m_free, m_probe, la[3] = { 0, 0, 0 };
 
 	N = DS_TENSORS;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--tensors") == 0 && i + 1 < argc && atol(argv[i + 1]) > 0 &&
 		    atol(argv[i + 1]) <= DS_TENSORS)
 			N = (size_t)atol(argv[++i]);
+		else if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc &&
+			 (strcmp(argv[i + 1], "tiny") == 0 || strcmp(argv[i + 1], "mid") == 0))
+			dims = strcmp(argv[++i], "mid") == 0 ? &ds_mid : &ds_tiny;
 		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
 			 atoi(argv[i + 1]) <= MAX_RUNS)
 			runs = atoi(argv[++i]);
 		else {
-			fprintf(stderr, "usage: bench_deepseek [--tensors N<=%d] [--runs R<=%d]\n",
+			fprintf(stderr, "usage: bench_deepseek [--tensors N<=%d] [--runs R<=%d] "
+				"[--scale tiny|mid]\n",
 				DS_TENSORS, MAX_RUNS);
 			return 2;
 		}
@@ -198,11 +233,11 @@ int main(int argc, char **argv)
 	rl.rlim_cur = rl.rlim_max;
 	setrlimit(RLIMIT_NOFILE, &rl);
 
-	if (ds_table(&ds_tiny, &CK) < 0 || harness_init(&H) < 0)
+	if (ds_table(dims, &CK) < 0 || harness_init(&H) < 0)
 		goto out;
 	harness_path(&H, "ds", dir, sizeof(dir));
-	printf("writing the DeepSeek-V3-shaped checkpoint (%d tensors, %d shards) ...\n", DS_TENSORS,
-	       DS_SHARDS);
+	printf("writing the DeepSeek-V3-shaped checkpoint (%d tensors, %d shards, hidden %llu) ...\n", DS_TENSORS,
+	       DS_SHARDS, (unsigned long long)dims->hidden);
 	fflush(stdout);
 	if (mkdir(dir, 0755) < 0 || ds_write(&CK, dir) < 0) {
 		fprintf(stderr, "bench_deepseek: cannot write the checkpoint in %s\n", dir);
@@ -211,7 +246,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < N; i++)
 		bytes += CK.t[i].nbytes;
 	snprintf(sec, sizeof(sec), "[checkpoint:ds]\npath = %s\n", dir);
-	if (harness_write_config(&H, "log_level = warning", sec) < 0 || harness_start(&H) < 0 ||
+	if (harness_write_config(&H, "log_level = warning", sec) < 0 || harness_start_opts(&H, &QUIET) < 0 ||
 	    probe_start(&p, PROBE_FDS, 4096) < 0)
 		goto out;
 	printf("unit: %zu tensors, %llu bytes; weightd %s; %d runs\n\n", N, (unsigned long long)bytes,
@@ -222,7 +257,7 @@ int main(int argc, char **argv)
 
 	for (int r = 0; r < runs; r++) {
 		uint64_t rd = 0;
-		double fr;
+		double fr, cpu0;
 
 		t_copy[r] = copy_reference(dir, bytes);
 		if (t_copy[r] < 0 || restart_cold() < 0)
@@ -231,8 +266,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "bench_deepseek: %s\n", err.message);
 			goto out;
 		}
+		cpu0 = daemon_cpu();
 		if (bind_unit(c, &t_cold[r], &fr, &rd) < 0)
 			goto out;
+		cpu_cold[r] = daemon_cpu() - cpu0;
 		if (rd < cold_read_min)
 			cold_read_min = rd;
 		for (int k = 0; k < WARM_ITERS; k++) {
@@ -258,6 +295,7 @@ int main(int argc, char **argv)
 	}
 	m_copy = probe_median(t_copy, runs);
 	m_cold = probe_median(t_cold, runs);
+	m_cpu = probe_median(cpu_cold, runs);
 	m_warm = probe_median(t_warm, nw);
 	m_free = probe_median(t_free, nw);
 	m_probe = probe_median(t_probe, np);
@@ -270,6 +308,8 @@ int main(int argc, char **argv)
 	       (double)bytes / m_copy / 1e9);
 	printf("  weightd: submit + validate, nothing cached  %9.4f s  (%.3f GB/s, %.0f weights/s)\n",
 	       m_cold, (double)bytes / m_cold / 1e9, (double)N / m_cold);
+	printf("  weightd's CPU time (all threads) meanwhile %9.4f s  = %.3f us per weight\n", m_cpu,
+	       m_cpu / (double)N * 1e6);
 	printf("  -> %.3g of the copy's speed (target >= 0.8): %s; bytes read: %llu of %llu\n\n",
 	       m_copy / m_cold, m_copy / m_cold >= 0.8 ? "met" : "MISSED",
 	       (unsigned long long)cold_read_min, (unsigned long long)bytes);

@@ -152,7 +152,7 @@ static void expect_digest(weightd_unit *u, const char *name, weightd_digest_algo
 
 /*
  * Default configuration: every weight (a 40 MiB one and a 40 MiB cast filled chunk by chunk by
- * both workers, and the small ones filled in batches) holds exactly the file's bytes (the cast:
+ * both workers, and the small ones filled in batches, runs of them from one read) holds exactly the file's bytes (the cast:
  * each BF16 widened by the IEEE rule, computed here), and carries the XXH3-128 digest of those
  * bytes as the test computes it with libxxhash.
  */
@@ -206,6 +206,9 @@ static void default_digest_is_xxh3_of_the_bytes(void **state)
 	assert_true(harness_log_contains(&H, "filling d:big in 3 chunks, with up to 1 helper"));
 	assert_true(harness_log_contains(&H, "filling cast(d:half, F32) in 3 chunks"));
 	assert_true(harness_log_contains(&H, "small weights"));
+	/* and consecutive small tensors were read together (cache_fill.c, runs) */
+	assert_true(harness_log_contains(&H, "weights (") &&
+		    harness_log_contains(&H, ") from one read of d"));
 	st = it_status(c);
 	assert_int_equal(st->digest_algorithm, WEIGHTD_DIGEST_XXH3_128);
 	assert_int_equal(st->digest_chunk_bytes, WEIGHTD_DIGEST_CHUNK);
@@ -327,6 +330,57 @@ static void sha256_on_request_and_readoption_across_algorithms(void **state)
 	assert_int_equal(harness_stop(&H), 0);
 }
 
+/*
+ * A checkpoint touched after it was admitted (same size, new modification time): the small
+ * tensors' run fails its check, each is retried alone and fails as source-changed, naming the
+ * file; nothing is left made or half-made, and the daemon serves the unchanged "big".
+ */
+static void changed_file_fails_a_run_cleanly(void **state)
+{
+	char path[400], sec[600];
+	weightd_description *d = NULL;
+	struct timespec later[2];
+	weightd_client *c;
+	weightd_status *st;
+	weightd_error err;
+	weightd_unit *u = NULL;
+	int r;
+
+	fixture(path, sizeof(path));
+	snprintf(sec, sizeof(sec), "[checkpoint:d]\npath = %s\n", path);
+	it_start(&H, "log_level = debug", sec);
+	c = it_connect(&H);
+	assert_int_equal(weightd_describe(c, "d", &d, &err), 0);
+	clock_gettime(CLOCK_REALTIME, &later[0]);
+	later[0].tv_sec += 100;
+	later[1] = later[0];
+	assert_int_equal(utimensat(AT_FDCWD, path, later, 0), 0);
+
+	assert_int_equal(weightd_unit_new(c, &u, &err), 0);
+	for (int i = 0; i < N_SMALL; i++) {
+		char n[16];
+		snprintf(n, sizeof(n), "s%d", i);
+		assert_true(weightd_unit_slot(u, n, NULL, NULL, 0, NULL, &err) >= 0);
+		assert_true(weightd_unit_set_tensor(u, n, "d", n, NULL, &err) >= 0);
+	}
+	r = weightd_unit_submit(u, &err);
+	if (r == 0)
+		r = weightd_unit_validate(u, &err);
+	if (r != -WEIGHTD_E_SOURCE_CHANGED)
+		fail_msg("expected source-changed, got %s: %s", weightd_code_name(r), err.message);
+	assert_non_null(strstr(err.message, "d.safetensors"));
+	weightd_unit_free(u);
+	assert_true(harness_log_contains(&H, "a run of "));
+	assert_true(harness_log_contains(&H, "failed; filling them one by one"));
+	st = it_status(c);
+	assert_int_equal(st->n_weights, 0);
+	assert_int_equal(st->n_segments, 0);
+	weightd_status_free(st);
+	weightd_description_free(d);
+	weightd_close(c);
+	assert_int_equal(harness_stop(&H), 0);
+}
+
 /* An unknown algorithm in the configuration is refused at start, naming the key and value. */
 static void unknown_algorithm_is_refused(void **state)
 {
@@ -344,6 +398,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(default_digest_is_xxh3_of_the_bytes, setup, teardown),
 		cmocka_unit_test_setup_teardown(sha256_on_request_and_readoption_across_algorithms,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(changed_file_fails_a_run_cleanly, setup, teardown),
 		cmocka_unit_test_setup_teardown(unknown_algorithm_is_refused, setup, teardown),
 	};
 
