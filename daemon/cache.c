@@ -42,6 +42,7 @@ struct cache *cache_new(const struct cache_params *p)
 	c->next_id = 1;
 	c->next_segment_id = 1;
 	c->nbuckets = 1024;
+	TAILQ_INIT(&c->lru);
 	c->by_key = calloc(c->nbuckets, sizeof(*c->by_key));
 	if (!p->pool)
 		c->scratch_ok = wd_scratch_init(&c->scratch, WD_SCRATCH_BYTES) == 0;
@@ -108,10 +109,7 @@ struct cache_segment *cache_seg_alloc(struct cache *c)
 		return NULL;
 	sg->seg.fd = sg->seg.ro_fd = -1;
 	sg->id = c->next_segment_id++;
-	sg->next = c->segments;
-	if (c->segments)
-		c->segments->prev = sg;
-	c->segments = sg;
+	LIST_INSERT_HEAD(&c->segments, sg, link);
 	c->n_segments++;
 	return sg;
 }
@@ -167,7 +165,7 @@ int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_err
 	rec.weights = calloc(sg->n_weights ? sg->n_weights : 1, sizeof(*rec.weights));
 	if (!rec.weights)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory writing a state record");
-	for (struct weight *w = sg->weights; w; w = w->seg_next, i++) {
+	for (struct weight *w = LIST_FIRST(&sg->weights); w; w = LIST_NEXT(w, seg_link), i++) {
 		struct state_weight *sw = &rec.weights[i];
 
 		memcpy(sw->key, w->key, 32);
@@ -188,8 +186,6 @@ int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_err
 
 void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_segment)
 {
-	struct cache_segment **pp;
-
 	if (sg->idle)
 		c->idle_segments--;
 	if (unlink_segment && sg->created) {
@@ -203,17 +199,9 @@ void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_se
 	wd_segment_close(&sg->seg);
 	for (size_t i = 0; i < sg->n_group; i++)
 		csource_unref(sg->group[i]);
-	for (pp = &c->dirty; *pp; pp = &(*pp)->dirty_next)
-		if (*pp == sg) {
-			*pp = sg->dirty_next;
-			break;
-		}
-	if (sg->prev)
-		sg->prev->next = sg->next;
-	else
-		c->segments = sg->next;
-	if (sg->next)
-		sg->next->prev = sg->prev;
+	if (sg->dirty)
+		LIST_REMOVE(sg, dirty_link);
+	LIST_REMOVE(sg, link);
 	c->n_segments--;
 	free(sg);
 }
@@ -221,11 +209,11 @@ void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_se
 /* Rewrite the records of segments that lost weights (once per segment per batch of evictions). */
 static void flush_dirty(struct cache *c)
 {
-	while (c->dirty) {
-		struct cache_segment *sg = c->dirty;
+	while (!LIST_EMPTY(&c->dirty)) {
+		struct cache_segment *sg = LIST_FIRST(&c->dirty);
 		weightd_error err;
 
-		c->dirty = sg->dirty_next;
+		LIST_REMOVE(sg, dirty_link);
 		sg->dirty = false;
 		wd_error_clear(&err);
 		if (cache_seg_write_state(c, sg, &err) < 0)
@@ -246,11 +234,7 @@ void cache_insert(struct cache *c, struct weight *w)
 	w->key_next = c->by_key[cache_key_hash(w->key, c->nbuckets)];
 	c->by_key[cache_key_hash(w->key, c->nbuckets)] = w;
 	c->count++;
-	w->seg_prev = NULL;
-	w->seg_next = sg->weights;
-	if (sg->weights)
-		sg->weights->seg_prev = w;
-	sg->weights = w;
+	LIST_INSERT_HEAD(&sg->weights, w, seg_link);
 	sg->n_weights++;
 }
 
@@ -260,27 +244,13 @@ static void lru_remove(struct cache *c, struct weight *w)
 		return;
 	c->evictable -= w->nbytes;
 	c->idle_weights--;
-	if (w->lru_prev)
-		w->lru_prev->lru_next = w->lru_next;
-	else
-		c->lru_head = w->lru_next;
-	if (w->lru_next)
-		w->lru_next->lru_prev = w->lru_prev;
-	else
-		c->lru_tail = w->lru_prev;
-	w->lru_prev = w->lru_next = NULL;
+	TAILQ_REMOVE(&c->lru, w, lru_link);
 	w->in_lru = false;
 }
 
 void cache_lru_append(struct cache *c, struct weight *w)
 {
-	w->lru_next = NULL;
-	w->lru_prev = c->lru_tail;
-	if (c->lru_tail)
-		c->lru_tail->lru_next = w;
-	else
-		c->lru_head = w;
-	c->lru_tail = w;
+	TAILQ_INSERT_TAIL(&c->lru, w, lru_link);
 	w->in_lru = true;
 	c->evictable += w->nbytes;
 	c->idle_weights++;
@@ -308,12 +278,7 @@ static void weight_destroy(struct cache *c, struct weight *w, bool evict)
 
 	lru_remove(c, w);
 	unhash(c, w);
-	if (w->seg_prev)
-		w->seg_prev->seg_next = w->seg_next;
-	else
-		sg->weights = w->seg_next;
-	if (w->seg_next)
-		w->seg_next->seg_prev = w->seg_prev;
+	LIST_REMOVE(w, seg_link);
 	sg->n_weights--;
 	if (w->refs)
 		sg->held--; /* cannot happen for an evicted weight; kept consistent at shutdown */
@@ -327,8 +292,7 @@ static void weight_destroy(struct cache *c, struct weight *w, bool evict)
 				log_debug("could not punch %s out of %s", w->label, sg->seg.name);
 			if (!sg->dirty && c->p.state_dir[0]) {
 				sg->dirty = true;
-				sg->dirty_next = c->dirty;
-				c->dirty = sg;
+				LIST_INSERT_HEAD(&c->dirty, sg, dirty_link);
 			}
 		}
 		cache_seg_update_idle(c, sg);
@@ -345,8 +309,8 @@ void cache_free(struct cache *c, bool unlink_segments)
 	for (size_t i = 0; i < c->nbuckets; i++)
 		while (c->by_key[i])
 			weight_destroy(c, c->by_key[i], unlink_segments);
-	while (c->segments)
-		cache_seg_destroy(c, c->segments, unlink_segments);
+	while (!LIST_EMPTY(&c->segments))
+		cache_seg_destroy(c, LIST_FIRST(&c->segments), unlink_segments);
 	if (c->scratch_ok)
 		wd_scratch_free(&c->scratch);
 	free(c->by_key);
@@ -380,21 +344,22 @@ uint64_t cache_enforce_idle(struct cache *c)
 {
 	uint64_t n = 0;
 
-	while (c->p.max_idle_weights && c->idle_weights > c->p.max_idle_weights && c->lru_head) {
-		evict_one(c, c->lru_head, "(max_idle_weights)");
+	while (c->p.max_idle_weights && c->idle_weights > c->p.max_idle_weights &&
+	       !TAILQ_EMPTY(&c->lru)) {
+		evict_one(c, TAILQ_FIRST(&c->lru), "(max_idle_weights)");
 		n++;
 	}
 	while (c->p.max_idle_segments && c->idle_segments > c->p.max_idle_segments) {
-		struct weight *w = c->lru_head;
+		struct weight *w = TAILQ_FIRST(&c->lru);
 		struct cache_segment *sg;
 
 		while (w && !w->segment->idle)
-			w = w->lru_next;
+			w = TAILQ_NEXT(w, lru_link);
 		if (!w)
 			break;
 		sg = w->segment;
-		while (sg->weights) {
-			struct weight *x = sg->weights;
+		while (!LIST_EMPTY(&sg->weights)) {
+			struct weight *x = LIST_FIRST(&sg->weights);
 			bool last = sg->n_weights == 1;
 
 			evict_one(c, x, "(max_idle_segments)");
@@ -432,10 +397,10 @@ void cache_drop(struct cache *c, struct weight *w)
 uint64_t cache_drop_stale(struct cache *c)
 {
 	uint64_t n = 0;
-	struct weight *w = c->lru_head, *next;
+	struct weight *w = TAILQ_FIRST(&c->lru), *next;
 
 	for (; w; w = next) {
-		next = w->lru_next;
+		next = TAILQ_NEXT(w, lru_link);
 		if (weight_stale(w)) {
 			log_debug("dropping %s: its checkpoint generation is gone", w->label);
 			/* next may share w's segment but is never freed by destroying w */
@@ -479,7 +444,7 @@ int cache_reserve(struct cache *c, uint64_t need, const char *what, weightd_erro
 	if (need > cache_room(c))
 		return exhausted(c, need, what, err);
 	while (c->resident + need > c->budget)
-		evict_one(c, c->lru_head, "to make room");
+		evict_one(c, TAILQ_FIRST(&c->lru), "to make room");
 	flush_dirty(c);
 	c->resident += need;
 	return 0;
@@ -523,11 +488,13 @@ uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes)
 {
 	uint64_t n = 0;
 
-	while (c->lru_head) {
-		*ret_bytes += c->lru_head->nbytes;
+	while (!TAILQ_EMPTY(&c->lru)) {
+		struct weight *w = TAILQ_FIRST(&c->lru);
+
+		*ret_bytes += w->nbytes;
 		if (c->p.stats)
 			c->p.stats->evictions++;
-		weight_destroy(c, c->lru_head, true);
+		weight_destroy(c, w, true);
 		n++;
 	}
 	flush_dirty(c);
@@ -544,7 +511,9 @@ void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), voi
 void cache_foreach_segment(struct cache *c, void (*fn)(struct cache_segment *s, void *arg),
 			   void *arg)
 {
-	for (struct cache_segment *sg = c->segments; sg; sg = sg->next)
+	struct cache_segment *sg;
+
+	LIST_FOREACH(sg, &c->segments, link)
 		if (sg->created)
 			fn(sg, arg);
 }
@@ -696,8 +665,7 @@ int cache_adopt(struct cache *c, const struct state_segment *rec)
 	cache_seg_update_idle(c, sg);
 	if ((size_t)took != rec->n_weights && c->p.state_dir[0] && !sg->dirty) {
 		sg->dirty = true; /* the record lists weights that were not taken */
-		sg->dirty_next = c->dirty;
-		c->dirty = sg;
+		LIST_INSERT_HEAD(&c->dirty, sg, dirty_link);
 	}
 	return took;
 }
@@ -706,8 +674,8 @@ uint64_t cache_trim(struct cache *c)
 {
 	uint64_t n = 0;
 
-	while (c->resident > c->budget && c->lru_head) {
-		evict_one(c, c->lru_head, "(over the budget after re-adoption)");
+	while (c->resident > c->budget && !TAILQ_EMPTY(&c->lru)) {
+		evict_one(c, TAILQ_FIRST(&c->lru), "(over the budget after re-adoption)");
 		n++;
 	}
 	n += cache_enforce_idle(c);

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #include "catalog.h"
 #include "digest.h"
@@ -19,6 +20,8 @@
 
 struct stats;
 struct weight;
+
+LIST_HEAD(weight_list, weight);
 
 /* Most weights packed into one segment (its state record stays a few MB). */
 #define CACHE_SEGMENT_MAX_WEIGHTS 16384
@@ -52,11 +55,12 @@ struct cache_segment {
 	char source[128];            /* the first checkpoint; in state records and adopted
 				      * segments every one, joined by '+' (cache_seg_source) */
 	uint64_t generation;
-	struct weight *weights;      /* finished weights in it (seg_next) */
+	struct weight_list weights;  /* finished weights in it, newest first (seg_link) */
 	struct job *queued;          /* jobs waiting for the segment to be created */
 	uint64_t mark;               /* scratch for callers collecting distinct segments */
 	uint32_t mark_index;
-	struct cache_segment *next, *prev, *dirty_next;
+	LIST_ENTRY(cache_segment) link;        /* the cache's segments */
+	LIST_ENTRY(cache_segment) dirty_link;  /* the cache's dirty list, while dirty */
 };
 
 /*
@@ -84,10 +88,10 @@ struct weight {
 	uint32_t refs;
 	uint32_t holders;            /* distinct clients holding it (maintained by sessions) */
 	bool adopted;
-	struct weight *lru_prev, *lru_next;
+	TAILQ_ENTRY(weight) lru_link;  /* the cache's LRU list, while in_lru */
 	bool in_lru;
 	struct weight *key_next;
-	struct weight *seg_next, *seg_prev;
+	LIST_ENTRY(weight) seg_link;   /* its segment's weights */
 };
 
 /* Called on the main thread when a requested weight is ready (w has one reference taken for the

@@ -73,12 +73,12 @@ struct cache {
 	uint64_t n_segments, segment_bytes;
 	size_t nbuckets;
 	struct weight **by_key;
-	struct cache_segment *segments;
-	struct cache_segment *dirty;
+	LIST_HEAD(, cache_segment) segments;  /* newest first */
+	LIST_HEAD(, cache_segment) dirty;     /* records to rewrite (cache_segment.dirty) */
 	struct job *jobs;            /* in flight, for walking them */
 	struct job **jobs_by_key;    /* job_buckets chains; NULL until the first job */
 	size_t job_buckets, job_count;
-	struct weight *lru_head, *lru_tail; /* head = least recently released */
+	TAILQ_HEAD(, weight) lru;    /* first = least recently released */
 };
 
 
