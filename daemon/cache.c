@@ -108,6 +108,7 @@ struct cache_segment *cache_seg_alloc(struct cache *c)
 	if (!sg)
 		return NULL;
 	sg->seg.fd = sg->seg.ro_fd = -1;
+	TAILQ_INIT(&sg->queued);
 	sg->id = c->next_segment_id++;
 	LIST_INSERT_HEAD(&c->segments, sg, link);
 	c->n_segments++;

@@ -18,10 +18,12 @@
 #include "recipe.h"
 #include "segment.h"
 
+struct job;
 struct stats;
 struct weight;
 
 LIST_HEAD(weight_list, weight);
+TAILQ_HEAD(job_queue, job);
 
 /* Most weights packed into one segment (its state record stays a few MB). */
 #define CACHE_SEGMENT_MAX_WEIGHTS 16384
@@ -56,7 +58,8 @@ struct cache_segment {
 				      * segments every one, joined by '+' (cache_seg_source) */
 	uint64_t generation;
 	struct weight_list weights;  /* finished weights in it, newest first (seg_link) */
-	struct job *queued;          /* jobs waiting for the segment to be created */
+	struct job_queue queued;     /* jobs waiting for the segment to be created, in the order
+				      * they were placed (queue_link) */
 	uint64_t mark;               /* scratch for callers collecting distinct segments */
 	uint32_t mark_index;
 	LIST_ENTRY(cache_segment) link;        /* the cache's segments */

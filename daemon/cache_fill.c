@@ -29,7 +29,8 @@ static uint64_t now_ns(void)
 /* /dev/shm has no room for a segment: say how much it has left, in the structured fields too. */
 static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weightd_error *err)
 {
-	const struct job *j = sg->queued; /* the newest weight placed in it */
+	/* the newest weight placed in it */
+	const struct job *j = TAILQ_LAST(&sg->queued, job_queue);
 	char what[600];
 
 	if (sg->n_jobs == 1)
@@ -131,7 +132,9 @@ static int job_table_room(struct cache *c)
 	nt = calloc(nb, sizeof(*nt));
 	if (!nt)
 		return c->jobs_by_key ? 0 : -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	for (struct job *j = c->jobs; j; j = j->key_next)
+	struct job *j;
+
+	LIST_FOREACH(j, &c->jobs, link)
 		job_hash_add(nt, nb, j);
 	free(c->jobs_by_key);
 	c->jobs_by_key = nt;
@@ -142,23 +145,14 @@ static int job_table_room(struct cache *c)
 /* Link a job in flight (job_table_room made room first). */
 static void job_link(struct cache *c, struct job *j)
 {
-	j->prev = NULL;
-	j->key_next = c->jobs;
-	if (c->jobs)
-		c->jobs->prev = j;
-	c->jobs = j;
+	LIST_INSERT_HEAD(&c->jobs, j, link);
 	job_hash_add(c->jobs_by_key, c->job_buckets, j);
 	c->job_count++;
 }
 
 static void job_unlink(struct cache *c, struct job *j)
 {
-	if (j->prev)
-		j->prev->key_next = j->key_next;
-	else
-		c->jobs = j->key_next;
-	if (j->key_next)
-		j->key_next->prev = j->prev;
+	LIST_REMOVE(j, link);
 	*j->hash_pprev = j->hash_next;
 	if (j->hash_next)
 		j->hash_next->hash_pprev = j->hash_pprev;
@@ -269,11 +263,11 @@ static void job_done(struct pool_task *t)
 		if (sg->n_weights == 0 && wd_segment_name_matches(c->instance, sg->seg.name))
 			wd_segment_unlink(sg->seg.name);
 	}
-	for (wt = j->waiters; wt; wt = next) {
+	for (wt = SLIST_FIRST(&j->waiters); wt; wt = next) {
 		/* the reads are charged to the request that started the job, not to those that joined */
-		uint64_t charged = wt->next ? 0 : j->bytes_read;
+		uint64_t charged = SLIST_NEXT(wt, link) ? 0 : j->bytes_read;
 
-		next = wt->next;
+		next = SLIST_NEXT(wt, link);
 		if (w) {
 			cache_hold(c, w);
 			wt->cb(w, NULL, charged, wt->arg);
@@ -319,7 +313,7 @@ static void job_start(struct cache *c, struct job *j)
 
 struct batch {
 	struct pool_task task;       /* first: the pool hands back this pointer */
-	struct job *head;
+	STAILQ_HEAD(, job) jobs;
 };
 
 /*
@@ -350,7 +344,8 @@ static size_t run_length(struct job *j, size_t cap)
 	if (!job_range(j, &src, &file, &off) || j->nbytes > cap)
 		return 1;
 	span = j->nbytes;
-	for (struct job *k = j->batch_next, *prev = j; k; prev = k, k = k->batch_next, n++) {
+	for (struct job *k = STAILQ_NEXT(j, batch_link), *prev = j; k;
+	     prev = k, k = STAILQ_NEXT(k, batch_link), n++) {
 		if (!job_range(k, &s2, &f2, &o2) || s2 != src || f2 != file || o2 != off + span ||
 		    span + k->nbytes > cap || k->offset < prev->offset + prev->nbytes ||
 		    k->offset - (prev->offset + prev->nbytes) > sizeof(zeros))
@@ -383,7 +378,7 @@ static int run_fill(struct job *first, size_t n, struct wd_scratch *scratch)
 	int niov = 0;
 
 	job_range(first, &src, &file, &off);
-	for (size_t i = 0; i < n; i++, j = j->batch_next)
+	for (size_t i = 0; i < n; i++, j = STAILQ_NEXT(j, batch_link))
 		span += j->nbytes;
 	wd_error_clear(&err);
 	if (wd_source_check(src, file, &err) < 0 ||
@@ -391,7 +386,7 @@ static int run_fill(struct job *first, size_t n, struct wd_scratch *scratch)
 	    wd_source_check(src, file, &err) < 0)
 		return -1;
 	j = first;
-	for (size_t i = 0; i < n; i++, j = j->batch_next) {
+	for (size_t i = 0; i < n; i++, j = STAILQ_NEXT(j, batch_link)) {
 		struct wd_content dg;
 		uint64_t end = at + len;
 
@@ -421,7 +416,7 @@ static int run_fill(struct job *first, size_t n, struct wd_scratch *scratch)
 		return -1;
 	ns = (now_ns() - t0) / n;
 	j = first;
-	for (size_t i = 0; i < n; i++, j = j->batch_next) {
+	for (size_t i = 0; i < n; i++, j = STAILQ_NEXT(j, batch_link)) {
 		j->bytes_read = j->nbytes;
 		j->ns = ns;
 		j->status = 0;
@@ -435,14 +430,14 @@ static int run_fill(struct job *first, size_t n, struct wd_scratch *scratch)
 /* Worker thread: the jobs of a batch, one after another (runs of a file's ranges together). */
 static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 {
-	struct job *j = ((struct batch *)t)->head;
+	struct job *j = STAILQ_FIRST(&((struct batch *)t)->jobs);
 
 	while (j) {
 		size_t n = scratch ? run_length(j, scratch->cap) : 1;
 
 		if (n > 1 && run_fill(j, n, scratch) == 0) {
 			while (n--)
-				j = j->batch_next;
+				j = STAILQ_NEXT(j, batch_link);
 			continue;
 		}
 		if (n > 1)
@@ -451,7 +446,7 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 		/* one by one (also what a failed run falls back to: every job is redone) */
 		while (n--) {
 			job_work(&j->task, scratch);
-			j = j->batch_next;
+			j = STAILQ_NEXT(j, batch_link);
 		}
 	}
 }
@@ -460,10 +455,10 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 static void batch_done(struct pool_task *t)
 {
 	struct batch *b = (struct batch *)t;
-	struct job *j = b->head, *next;
+	struct job *j = STAILQ_FIRST(&b->jobs), *next;
 
 	for (; j; j = next) {
-		next = j->batch_next;
+		next = STAILQ_NEXT(j, batch_link);
 		j->task.cancelled = t->cancelled;
 		job_done(&j->task);
 	}
@@ -473,42 +468,35 @@ static void batch_done(struct pool_task *t)
 /* Start the queued jobs of a created segment (in the order they were placed). */
 static void seg_start_queued(struct cache *c, struct cache_segment *sg)
 {
-	struct job *list = NULL;
+	/* Taken off the segment first: without a pool a job may finish (and free) the segment. */
+	struct job_queue list = TAILQ_HEAD_INITIALIZER(list);
 
-	/* sg->queued is newest first: reverse it so the segment fills front to back */
-	while (sg->queued) {
-		struct job *j = sg->queued;
-
-		sg->queued = j->queue_next;
-		j->queue_next = list;
-		list = j;
-	}
-	while (list) {
-		struct job *j = list, *tail = j;
+	TAILQ_CONCAT(&list, &sg->queued, queue_link);
+	while (!TAILQ_EMPTY(&list)) {
+		struct job *j = TAILQ_FIRST(&list), *next;
 		struct batch *b = NULL;
 		uint64_t bytes = j->nbytes;
 		size_t n = 1;
 
-		list = j->queue_next;
+		TAILQ_REMOVE(&list, j, queue_link);
+		next = TAILQ_FIRST(&list);
 		if (c->p.stats)
 			c->p.stats->in_flight++;
-		if (!c->p.pool || j->nbytes > BATCH_SMALL || !list || list->nbytes > BATCH_SMALL ||
+		if (!c->p.pool || j->nbytes > BATCH_SMALL || !next || next->nbytes > BATCH_SMALL ||
 		    !(b = calloc(1, sizeof(*b)))) {
 			job_start(c, j); /* without a pool this may finish the segment */
 			continue;
 		}
 		j->fd = sg->seg.fd;
-		j->batch_next = NULL;
-		b->head = j;
-		while (list && list->nbytes <= BATCH_SMALL && n < BATCH_MAX_JOBS &&
-		       bytes + list->nbytes <= BATCH_MAX_BYTES) {
-			struct job *k = list;
+		STAILQ_INIT(&b->jobs);
+		STAILQ_INSERT_TAIL(&b->jobs, j, batch_link);
+		while ((next = TAILQ_FIRST(&list)) && next->nbytes <= BATCH_SMALL &&
+		       n < BATCH_MAX_JOBS && bytes + next->nbytes <= BATCH_MAX_BYTES) {
+			struct job *k = next;
 
-			list = k->queue_next;
+			TAILQ_REMOVE(&list, k, queue_link);
 			k->fd = sg->seg.fd;
-			k->batch_next = NULL;
-			tail->batch_next = k;
-			tail = k;
+			STAILQ_INSERT_TAIL(&b->jobs, k, batch_link);
 			bytes += k->nbytes;
 			n++;
 			if (c->p.stats)
@@ -627,10 +615,11 @@ static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
 /* The segment could not be made: every job queued for it fails (callbacks run here). */
 static void seg_fail_queued(struct cache *c, struct cache_segment *sg, const weightd_error *err)
 {
-	while (sg->queued) {
-		struct job *j = sg->queued;
+	/* newest first */
+	while (!TAILQ_EMPTY(&sg->queued)) {
+		struct job *j = TAILQ_LAST(&sg->queued, job_queue);
 
-		sg->queued = j->queue_next;
+		TAILQ_REMOVE(&sg->queued, j, queue_link);
 		job_fail(j, -err->code, err);
 		if (c->p.stats)
 			c->p.stats->in_flight++; /* job_done takes it back */
@@ -735,8 +724,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	wt->arg = arg;
 	j = find_job(c, key);
 	if (j) {
-		wt->next = j->waiters;
-		j->waiters = wt;
+		SLIST_INSERT_HEAD(&j->waiters, wt, link);
 		wd_plan_free(plan);
 		return 0;
 	}
@@ -781,7 +769,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	}
 	j->cache = c;
 	memcpy(j->key, key, 32);
-	j->waiters = wt;
+	SLIST_INSERT_HEAD(&j->waiters, wt, link);
 	j->segment = sg;
 	j->fd = -1;
 	j->task.work = job_work;
@@ -791,8 +779,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	c->temp_used += j->temp;
 	if (c->p.stats)
 		c->p.stats->temp_bytes += j->temp;
-	j->queue_next = sg->queued;
-	sg->queued = j;
+	TAILQ_INSERT_TAIL(&sg->queued, j, queue_link);
 	job_link(c, j);
 	if (own)
 		cache_pack_end(c, own);
@@ -807,7 +794,9 @@ bool cache_in_flight(const struct cache *c, const uint8_t key[32])
 void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *j, void *arg),
 		       void *arg)
 {
-	for (struct job *j = c->jobs; j; j = j->key_next) {
+	struct job *j;
+
+	LIST_FOREACH(j, &c->jobs, link) {
 		struct cache_job_info info = {
 			.key = j->key,
 			.label = wd_plan_label(j->plan),
@@ -822,9 +811,10 @@ void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *
 
 size_t cache_job_count(const struct cache *c)
 {
+	const struct job *j;
 	size_t n = 0;
 
-	for (const struct job *j = c->jobs; j; j = j->key_next)
+	LIST_FOREACH(j, &c->jobs, link)
 		n++;
 	return n;
 }

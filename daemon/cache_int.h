@@ -29,13 +29,12 @@ struct job {
 	uint64_t bytes_read;
 	uint64_t ns;
 	/* who waits (the request that started the job is the last in the list) */
-	struct waiter *waiters;
-	struct job *key_next;        /* the list of jobs in flight */
-	struct job *prev;
+	SLIST_HEAD(, waiter) waiters;
+	LIST_ENTRY(job) link;        /* the cache's jobs in flight */
 	struct job *hash_next;       /* the chain of its bucket in jobs_by_key */
 	struct job **hash_pprev;     /* what points at it in that chain (unlinked in O(1)) */
-	struct job *queue_next;      /* the segment's jobs waiting for it to be created */
-	struct job *batch_next;      /* the next job of its batch (small weights share a task) */
+	TAILQ_ENTRY(job) queue_link; /* its segment's jobs waiting for it to be created */
+	STAILQ_ENTRY(job) batch_link; /* its batch's jobs (small weights share a task) */
 };
 
 /* Jobs in flight are found by key through a hash that doubles as they grow (a unit of 100,000
@@ -45,7 +44,7 @@ struct job {
 struct waiter {
 	cache_cb cb;
 	void *arg;
-	struct waiter *next;
+	SLIST_ENTRY(waiter) link;
 };
 
 /* The segments one pack is filling: the open one of each group of checkpoints. */
@@ -75,7 +74,7 @@ struct cache {
 	struct weight **by_key;
 	LIST_HEAD(, cache_segment) segments;  /* newest first */
 	LIST_HEAD(, cache_segment) dirty;     /* records to rewrite (cache_segment.dirty) */
-	struct job *jobs;            /* in flight, for walking them */
+	LIST_HEAD(, job) jobs;       /* in flight, newest first, for walking them */
 	struct job **jobs_by_key;    /* job_buckets chains; NULL until the first job */
 	size_t job_buckets, job_count;
 	TAILQ_HEAD(, weight) lru;    /* first = least recently released */
