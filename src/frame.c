@@ -860,9 +860,10 @@ int wd_message_send_blocking(int sock, const void *payload, size_t len, uint32_t
 #define ARENA_BLOCK_MAX (1u << 20)
 
 /* One block of an arena; the first block's first allocation is the message itself, so the message
- * finds its arena. The blocks after the first are linked from it. */
+ * finds its arena. The blocks after the first are linked from it (the first block is the list's
+ * head: the message knows only it). */
 struct arena_block {
-	struct arena_block *next;
+	SLIST_ENTRY(arena_block) link;
 	size_t used, cap;
 	_Alignas(max_align_t) unsigned char data[];
 };
@@ -898,11 +899,10 @@ static void *arena_alloc(void *ad, size_t size)
 	b->cap = cap;
 	b->used = size;
 	if (!a->first) {
-		b->next = NULL;
+		SLIST_NEXT(b, link) = NULL;
 		a->first = b;
 	} else {
-		b->next = a->first->next;
-		a->first->next = b;
+		SLIST_INSERT_AFTER(a->first, b, link);
 	}
 	a->cur = b;
 	return b->data;
@@ -917,7 +917,7 @@ static void arena_free(void *ad, void *p)
 static void arena_release(struct arena_block *b)
 {
 	while (b) {
-		struct arena_block *next = b->next;
+		struct arena_block *next = SLIST_NEXT(b, link);
 
 		free(b);
 		b = next;
