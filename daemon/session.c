@@ -283,144 +283,102 @@ void session_send_error(struct session *s, uint64_t id, const weightd_error *err
  * open-addressing table keyed by weight id, so holding, finding and releasing stay O(1) however
  * many weights one client holds.
  */
-static size_t held_hash(uint64_t id, size_t cap)
+static uint64_t held_at(const void *ctx, uint32_t pos)
 {
-	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+	const struct session *s = ctx;
+	return s->held[pos].w->id;
 }
 
-/* Slot holding `id`, or the empty slot where it would go. */
-static size_t held_slot(const struct session *s, uint64_t id)
+static bool held_eq(const void *ctx, uint32_t pos, const void *key)
 {
-	size_t i = held_hash(id, s->held_icap);
-
-	while (s->held_index[i] && s->held[s->held_index[i] - 1].w->id != id)
-		i = (i + 1) & (s->held_icap - 1);
-	return i;
-}
-
-static int held_index_grow(struct session *s)
-{
-	size_t ncap = s->held_icap ? s->held_icap * 2 : 32;
-	uint32_t *idx = calloc(ncap, sizeof(*idx));
-
-	if (!idx || ncap > UINT32_MAX) {
-		free(idx);
-		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	}
-	free(s->held_index);
-	s->held_index = idx;
-	s->held_icap = ncap;
-	for (size_t k = 0; k < s->n_held; k++)
-		s->held_index[held_slot(s, s->held[k].w->id)] = (uint32_t)k + 1;
-	return 0;
-}
-
-/* Empty slot i and shift later members of its probe run back (linear probing deletion). */
-static void held_index_delete(struct session *s, size_t i)
-{
-	size_t mask = s->held_icap - 1, j = i;
-
-	s->held_index[i] = 0;
-	for (;;) {
-		size_t k;
-
-		j = (j + 1) & mask;
-		if (!s->held_index[j])
-			return;
-		k = held_hash(s->held[s->held_index[j] - 1].w->id, s->held_icap);
-		/* leave j where it is if its home k lies cyclically in (i, j] */
-		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
-			continue;
-		s->held_index[i] = s->held_index[j];
-		s->held_index[j] = 0;
-		i = j;
-	}
+	const struct session *s = ctx;
+	return s->held[pos].w->id == *(const uint64_t *)key;
 }
 
 struct held *session_find_held(struct session *s, uint64_t handle)
 {
-	size_t i;
+	uint32_t at = wd_hashidx_find(&s->held_index, handle, held_eq, s, &handle);
 
-	if (!s->held_icap)
-		return NULL;
-	i = held_slot(s, handle);
-	return s->held_index[i] ? &s->held[s->held_index[i] - 1] : NULL;
+	return at ? &s->held[at - 1] : NULL;
 }
 
 /*
- * The segments a client holds weights in, counted the same way (open addressing by segment id,
- * linear probing, deletion by shifting back): each one pins a daemon fd, so their number is
- * limited per client and per uid (session_check_holds).
+ * The segments a client holds weights in, counted the same way (a dense array indexed by
+ * segment id): each one pins a daemon fd, so their number is limited per client and per uid
+ * (session_check_holds).
  */
-static size_t seg_slot(const struct session *s, const struct cache_segment *sg)
+static uint64_t seg_at(const void *ctx, uint32_t pos)
 {
-	size_t i = held_hash(sg->id, s->segs_cap);
+	const struct session *s = ctx;
+	return s->segs[pos].sg->id;
+}
 
-	while (s->segs[i].sg && s->segs[i].sg != sg)
-		i = (i + 1) & (s->segs_cap - 1);
-	return i;
+static bool seg_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const struct session *s = ctx;
+	return s->segs[pos].sg == key;
 }
 
 bool session_holds_segment(const struct session *s, const struct cache_segment *sg)
 {
-	return s->segs_cap && s->segs[seg_slot(s, sg)].sg == sg;
+	return wd_hashidx_find(&s->segs_index, sg->id, seg_eq, s, sg) != 0;
 }
 
+/* Room for one more segment, so that segs_add cannot fail. */
 static int segs_grow(struct session *s)
 {
-	size_t ncap = s->segs_cap ? s->segs_cap * 2 : 16;
-	struct held_segment *old = s->segs, *nt = calloc(ncap, sizeof(*nt));
-	size_t ocap = s->segs_cap;
+	if (s->n_segs == s->segs_cap) {
+		size_t ncap = s->segs_cap ? s->segs_cap * 2 : 16;
+		struct held_segment *nt = realloc(s->segs, ncap * sizeof(*nt));
 
-	if (!nt)
+		if (!nt)
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+		s->segs = nt;
+		s->segs_cap = ncap;
+	}
+	if (wd_hashidx_reserve(&s->segs_index, s->n_segs + 1, seg_at, s) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	s->segs = nt;
-	s->segs_cap = ncap;
-	for (size_t k = 0; k < ocap; k++)
-		if (old[k].sg)
-			s->segs[seg_slot(s, old[k].sg)] = old[k];
-	free(old);
 	return 0;
 }
 
 /* One more distinct weight of sg held (the table has room: see session_hold). */
 static void segs_add(struct session *s, struct cache_segment *sg)
 {
-	struct held_segment *e = &s->segs[seg_slot(s, sg)];
+	size_t i = wd_hashidx_slot(&s->segs_index, sg->id, seg_eq, s, sg);
 
-	if (!e->sg) {
-		e->sg = sg;
-		s->n_segs++;
+	if (!s->segs_index.slot[i]) {
+		s->segs[s->n_segs].sg = sg;
+		s->segs[s->n_segs].weights = 0;
+		s->segs_index.slot[i] = (uint32_t)++s->n_segs;
 		if (s->uu)
 			s->uu->segments++;
 	}
-	e->weights++;
+	s->segs[s->segs_index.slot[i] - 1].weights++;
 }
 
 /* One distinct weight of sg less; the entry goes with the last one. */
 static void segs_remove(struct session *s, struct cache_segment *sg)
 {
-	size_t mask = s->segs_cap - 1, i = seg_slot(s, sg), j = i;
+	size_t i;
+	uint32_t pos, last;
 
-	if (!s->segs[i].sg || --s->segs[i].weights)
+	if (!s->segs_index.cap)
 		return;
-	s->segs[i].sg = NULL;
+	i = wd_hashidx_slot(&s->segs_index, sg->id, seg_eq, s, sg);
+	if (!s->segs_index.slot[i])
+		return;
+	pos = s->segs_index.slot[i] - 1;
+	if (--s->segs[pos].weights)
+		return;
+	wd_hashidx_delete(&s->segs_index, i, seg_at, s);
+	last = (uint32_t)s->n_segs - 1;
+	if (pos != last) {
+		s->segs[pos] = s->segs[last];
+		wd_hashidx_move(&s->segs_index, s->segs[pos].sg->id, last, pos);
+	}
 	s->n_segs--;
 	if (s->uu)
 		s->uu->segments--;
-	for (;;) {
-		size_t k;
-
-		j = (j + 1) & mask;
-		if (!s->segs[j].sg)
-			return;
-		k = held_hash(s->segs[j].sg->id, s->segs_cap);
-		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
-			continue;
-		s->segs[i] = s->segs[j];
-		s->segs[j].sg = NULL;
-		i = j;
-	}
 }
 
 int session_check_holds(struct session *s, struct cache_segment *const *segs, size_t n,
@@ -467,9 +425,9 @@ int session_hold(struct session *s, struct weight *w)
 		h->count++;
 		return 0;
 	}
-	if ((s->n_held + 1) * 2 > s->held_icap && held_index_grow(s) < 0)
+	if (wd_hashidx_reserve(&s->held_index, s->n_held + 1, held_at, s) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	if ((s->n_segs + 1) * 2 > s->segs_cap && segs_grow(s) < 0)
+	if (segs_grow(s) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	if (s->n_held == s->cap_held) {
 		size_t ncap = s->cap_held ? s->cap_held * 2 : 16;
@@ -481,7 +439,7 @@ int session_hold(struct session *s, struct weight *w)
 	}
 	s->held[s->n_held].w = w;
 	s->held[s->n_held].count = 1;
-	s->held_index[held_slot(s, w->id)] = (uint32_t)s->n_held + 1;
+	wd_hashidx_put(&s->held_index, w->id, (uint32_t)s->n_held);
 	s->n_held++;
 	s->held_bytes += w->nbytes;
 	w->holders++;
@@ -501,10 +459,12 @@ bool session_release(struct session *s, struct weight *w)
 	if (--h->count == 0) {
 		pos = (size_t)(h - s->held);
 		last = s->n_held - 1;
-		held_index_delete(s, held_slot(s, w->id));
+		wd_hashidx_delete(&s->held_index,
+			       wd_hashidx_slot(&s->held_index, w->id, held_eq, s, &w->id), held_at, s);
 		if (pos != last) {
 			s->held[pos] = s->held[last];
-			s->held_index[held_slot(s, s->held[pos].w->id)] = (uint32_t)pos + 1;
+			wd_hashidx_move(&s->held_index, s->held[pos].w->id, (uint32_t)last,
+				     (uint32_t)pos);
 		}
 		s->n_held--;
 		w->holders--;
@@ -531,8 +491,9 @@ void session_free(struct session *s)
 		free(s->subs[i]);
 	free(s->subs);
 	free(s->held);
-	free(s->held_index);
+	wd_hashidx_free(&s->held_index);
 	free(s->segs);
+	wd_hashidx_free(&s->segs_index);
 	peer_clear(&s->peer);
 	free(s);
 }
@@ -561,8 +522,7 @@ void session_kill(struct session *s, const char *why)
 		s->uu->weights -= s->n_held;
 		s->uu->segments -= s->n_segs;
 	}
-	if (s->segs_cap)
-		memset(s->segs, 0, s->segs_cap * sizeof(*s->segs));
+	wd_hashidx_clear(&s->segs_index);
 	s->n_segs = 0;
 	while (s->n_held) {
 		struct held *h = &s->held[s->n_held - 1];
@@ -573,6 +533,7 @@ void session_kill(struct session *s, const char *why)
 		while (n--)
 			cache_drop(s->d->cache, w);
 	}
+	wd_hashidx_clear(&s->held_index);
 	s->held_bytes = 0;
 	request_session_gone(s);
 	server_session_dead(srv, s);

@@ -13,6 +13,7 @@
 #include "cache.h"
 #include "catalog.h"
 #include "frame.h"
+#include "wd_hashidx.h"
 #include "weightd.pb-c.h"
 
 struct server;
@@ -54,11 +55,11 @@ struct session {
 	struct wd_outq *out;
 	struct held *held;    /* dense, unordered */
 	size_t n_held, cap_held;
-	uint32_t *held_index; /* open addressing by weight id: position in held + 1, 0 = empty */
-	size_t held_icap;     /* power of two, at least twice n_held */
+	struct wd_hashidx held_index; /* by weight id: position in held */
 	uint64_t held_bytes;  /* bytes of the distinct weights held */
-	struct held_segment *segs; /* open addressing by segment id; sg NULL = empty */
-	size_t n_segs, segs_cap;   /* segments held in; cap a power of two, at least 2 * n_segs */
+	struct held_segment *segs; /* segments held in: dense, unordered */
+	size_t n_segs, segs_cap;
+	struct wd_hashidx segs_index; /* by segment id: position in segs */
 	uint32_t protocol;    /* the version agreed in hello (0 before it) */
 	uint32_t pending;     /* unit requests not yet answered */
 	uint64_t pending_bytes;   /* bytes of weights those requests will add (per-client limits) */

@@ -83,8 +83,9 @@ static void held_index_matches_a_reference_count(void **state)
 	}
 	assert_int_equal(s.held_bytes, 0);
 	free(s.held);
-	free(s.held_index);
+	wd_hashidx_free(&s.held_index);
 	free(s.segs);
+	wd_hashidx_free(&s.segs_index);
 	cache_free(d.cache, false);
 }
 
@@ -117,11 +118,11 @@ static void held_index_grows_and_releases_everything(void **state)
 		w[i].segment = &seg;
 		cache_hold(d.cache, &w[i]);
 		assert_int_equal(session_hold(&s, &w[i]), 0);
-		assert_true(s.held_icap >= 2 * s.n_held);
-		assert_int_equal(s.held_icap & (s.held_icap - 1), 0);
-		if (s.held_icap != last_cap) {
+		assert_true(s.held_index.cap >= 2 * s.n_held);
+		assert_int_equal(s.held_index.cap & (s.held_index.cap - 1), 0);
+		if (s.held_index.cap != last_cap) {
 			growths++;
-			last_cap = s.held_icap;
+			last_cap = s.held_index.cap;
 			for (size_t k = 0; k <= i; k++) {
 				struct held *h = session_find_held(&s, w[k].id);
 
@@ -158,8 +159,9 @@ static void held_index_grows_and_releases_everything(void **state)
 		assert_int_equal(w[i].holders, 0);
 	}
 	free(s.held);
-	free(s.held_index);
+	wd_hashidx_free(&s.held_index);
 	free(s.segs);
+	wd_hashidx_free(&s.segs_index);
 	cache_free(d.cache, false);
 }
 
@@ -233,7 +235,7 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 			assert_int_equal(s.n_segs, nsegs);
 			assert_int_equal(uu.segments, nsegs);
 			assert_int_equal(uu.weights, nw);
-			assert_true(s.segs_cap >= 2 * s.n_segs);
+			assert_true(s.segs_index.cap >= 2 * s.n_segs);
 		}
 	}
 	/* the limits: exactly at them passes, one past fails naming the limit */
@@ -271,8 +273,9 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 		assert_true(session_release(&s, s.held[0].w));
 	assert_int_equal(uu.weights, 0);
 	free(s.held);
-	free(s.held_index);
+	wd_hashidx_free(&s.held_index);
 	free(s.segs);
+	wd_hashidx_free(&s.segs_index);
 	cache_free(d.cache, false);
 }
 
