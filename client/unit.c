@@ -9,6 +9,7 @@
 
 #include "checked.h"
 #include "dtype.h"
+#include "wd_hashidx.h"
 
 enum slot_src { SRC_NONE, SRC_RECIPE, SRC_ALIAS };
 
@@ -35,8 +36,7 @@ struct weightd_unit {
 	weightd_client *c;           /* holds a client reference */
 	struct slot *slots;
 	size_t n, cap;
-	uint32_t *index;             /* slots by name: open addressing, slot + 1 (0 = empty) */
-	size_t icap;                 /* power of two, at least twice n */
+	struct wd_hashidx index;     /* slots by name: position in slots */
 	enum unit_state state;
 	struct wc_pending *p;
 	weightd_weight **weights;    /* one per fd of the reply */
@@ -78,51 +78,27 @@ static size_t name_hash(const char *name)
 	return (size_t)h;
 }
 
+static uint64_t slot_at(const void *ctx, uint32_t pos)
+{
+	const weightd_unit *u = ctx;
+	return name_hash(u->slots[pos].name);
+}
+
+static bool slot_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const weightd_unit *u = ctx;
+	return strcmp(u->slots[pos].name, key) == 0;
+}
+
 /* O(1): slot lookup is by hash, so declaring and answering a unit of n slots is linear. */
 static struct slot *find_slot(const weightd_unit *u, const char *name)
 {
-	size_t i;
+	uint32_t at;
 
-	if (!name || !u->icap)
+	if (!name)
 		return NULL;
-	for (i = name_hash(name) & (u->icap - 1); u->index[i]; i = (i + 1) & (u->icap - 1))
-		if (strcmp(u->slots[u->index[i] - 1].name, name) == 0)
-			return &u->slots[u->index[i] - 1];
-	return NULL;
-}
-
-/* Room in the index for one more slot (rebuilt at twice the size when half full). */
-static int index_reserve(weightd_unit *u)
-{
-	size_t ncap;
-	uint32_t *ni;
-
-	if ((u->n + 1) * 2 <= u->icap)
-		return 0;
-	ncap = u->icap ? u->icap * 2 : 32;
-	ni = calloc(ncap, sizeof(*ni));
-	if (!ni)
-		return -1;
-	for (size_t k = 0; k < u->n; k++) {
-		size_t i = name_hash(u->slots[k].name) & (ncap - 1);
-
-		while (ni[i])
-			i = (i + 1) & (ncap - 1);
-		ni[i] = (uint32_t)k + 1;
-	}
-	free(u->index);
-	u->index = ni;
-	u->icap = ncap;
-	return 0;
-}
-
-static void index_add(weightd_unit *u, size_t k)
-{
-	size_t i = name_hash(u->slots[k].name) & (u->icap - 1);
-
-	while (u->index[i])
-		i = (i + 1) & (u->icap - 1);
-	u->index[i] = (uint32_t)k + 1;
+	at = wd_hashidx_find(&u->index, name_hash(name), slot_eq, u, name);
+	return at ? &u->slots[at - 1] : NULL;
 }
 
 /* The calls that change slots are only allowed before submit (and after a failure). */
@@ -179,7 +155,7 @@ int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
 		u->slots = slots;
 		u->cap = cap;
 	}
-	if (index_reserve(u) < 0)
+	if (wd_hashidx_reserve(&u->index, u->n + 1, slot_at, u) < 0)
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	s = &u->slots[u->n];
 	memset(s, 0, sizeof(*s));
@@ -196,7 +172,7 @@ int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
 			memcpy(s->shape, shape, ndim * sizeof(*shape));
 	}
 	s->dest = dest;
-	index_add(u, u->n);
+	wd_hashidx_put(&u->index, name_hash(s->name), (uint32_t)u->n);
 	return (int)u->n++;
 }
 
@@ -486,20 +462,17 @@ static void annotate(const weightd_unit *u, weightd_error *err)
 	}
 }
 
-/* Distinct weights of a reply by handle: open addressing, position + 1 (0 = empty). */
-struct handle_index {
-	uint32_t *tab;
-	size_t cap;
-};
-
-static void handle_slot(struct handle_index *h, const Weightd__WeightInfo **owner,
-			uint64_t handle, size_t *ret_i)
+/* Distinct weights of a reply by handle (a wd_hashidx of positions in owner). */
+static uint64_t owner_at(const void *ctx, uint32_t pos)
 {
-	size_t i = (size_t)((handle * 0x9E3779B97F4A7C15ull) >> 17) & (h->cap - 1);
+	const Weightd__WeightInfo *const *owner = ctx;
+	return owner[pos]->handle;
+}
 
-	while (h->tab[i] && owner[h->tab[i] - 1]->handle != handle)
-		i = (i + 1) & (h->cap - 1);
-	*ret_i = i;
+static bool owner_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const Weightd__WeightInfo *const *owner = ctx;
+	return owner[pos]->handle == *(const uint64_t *)key;
 }
 
 /*
@@ -544,7 +517,7 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	struct slot **slot_of = NULL;              /* per reply weight: its slot */
 	struct reply_cursor cur = { 0, 0 };
 	weightd_weight **ws = NULL;
-	struct handle_index hx = { NULL, 0 };
+	struct wd_hashidx hx = { NULL, 0 };
 	size_t n_dist = 0, n_made = 0, n_segs = 0;
 	int rc = 0;
 
@@ -567,9 +540,6 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 					ur->segments[i]->fd_index);
 			goto fail;
 		}
-	for (hx.cap = 32; hx.cap < 2 * (size_t)u->n; hx.cap *= 2)
-		;
-	hx.tab = calloc(hx.cap, sizeof(*hx.tab));
 	owner = calloc(u->n, sizeof(*owner));
 	refs = calloc(u->n, sizeof(*refs));
 	dist = calloc(u->n, sizeof(*dist));
@@ -578,7 +548,7 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	seg_used = calloc(nfds ? nfds : 1, sizeof(*seg_used));
 	segs = calloc(nfds ? nfds : 1, sizeof(*segs));
 	slot_of = malloc(u->n * sizeof(*slot_of));
-	if (!hx.tab || !owner || !refs || !dist || !ws || !seen || !seg_used || !segs || !slot_of) {
+	if (!owner || wd_hashidx_reserve_from(&hx, u->n, 0, owner_at, owner) < 0 || !refs || !dist || !ws || !seen || !seg_used || !segs || !slot_of) {
 		rc = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto fail;
 	}
@@ -603,12 +573,12 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 		seen[s - u->slots] = true;
 		slot_of[i] = s;
 		seg_used[wi->fd_index] = true;
-		handle_slot(&hx, owner, wi->handle, &h);
-		if (!hx.tab[h]) {
+		h = wd_hashidx_slot(&hx, wi->handle, owner_eq, owner, &wi->handle);
+		if (!hx.slot[h]) {
 			owner[n_dist] = wi;
-			hx.tab[h] = (uint32_t)++n_dist;
+			hx.slot[h] = (uint32_t)++n_dist;
 		} else {
-			const Weightd__WeightInfo *o = owner[hx.tab[h] - 1];
+			const Weightd__WeightInfo *o = owner[hx.slot[h] - 1];
 
 			if (strcmp(o->dtype, wi->dtype) || o->nbytes != wi->nbytes ||
 			    o->n_shape != wi->n_shape || o->fd_index != wi->fd_index ||
@@ -622,7 +592,7 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 				goto fail;
 			}
 		}
-		dist[i] = hx.tab[h] - 1;
+		dist[i] = hx.slot[h] - 1;
 		if (!is_alias)
 			refs[dist[i]]++;
 	}
@@ -669,7 +639,7 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	u->weights = ws;
 	u->n_weights = n_dist;
 	u->bytes_read = ur->bytes_read;
-	free(hx.tab);
+	wd_hashidx_free(&hx);
 	free(owner);
 	free(refs);
 	free(dist);
@@ -701,7 +671,7 @@ fail_segs:
 fail:
 	wc_reply_discard(u->c, resp, fds, nfds);
 out:
-	free(hx.tab);
+	wd_hashidx_free(&hx);
 	free(owner);
 	free(refs);
 	free(dist);
@@ -888,7 +858,7 @@ void weightd_unit_free(weightd_unit *u)
 		slot_clear_src(&u->slots[i]);
 	}
 	free(u->slots);
-	free(u->index);
+	wd_hashidx_free(&u->index);
 	wc_client_unref(u->c);
 	free(u);
 }
