@@ -18,6 +18,7 @@
 #include "request.h"
 #include "server.h"
 #include "session.h"
+#include "wd_hashidx.h"
 #include "wire.h"
 
 
@@ -296,55 +297,45 @@ static void on_entry_ready(struct weight *w, const weightd_error *err, uint64_t 
 		unitreq_finish(u, u->cache);
 }
 
-/* The unit's names by hash: open addressing over indices into outs (SIZE_MAX: empty). */
-struct name_index {
-	size_t *tab;
-	size_t cap;
-};
-
-static size_t name_hash(const char *name)
+/* The unit's names by hash: a wd_hashidx of positions in outs. */
+static uint64_t name_hash(const char *name)
 {
-	return (size_t)XXH3_64bits(name, strlen(name));
+	return XXH3_64bits(name, strlen(name));
 }
 
-/* The index of `name` in outs, or the empty slot where it would go (*ret_found false). */
-static size_t name_slot(const struct name_index *ix, const struct unit_out *outs, const char *name,
-			bool *ret_found)
+static uint64_t name_at(const void *ctx, uint32_t pos)
 {
-	size_t k = name_hash(name) & (ix->cap - 1);
-
-	while (ix->tab[k] != SIZE_MAX && strcmp(outs[ix->tab[k]].name_copy, name) != 0)
-		k = (k + 1) & (ix->cap - 1);
-	*ret_found = ix->tab[k] != SIZE_MAX;
-	return k;
+	const struct unit_out *outs = ctx;
+	return name_hash(outs[pos].name_copy);
 }
 
-static size_t find_name(const struct name_index *ix, const struct unit_out *outs, const char *name)
+static bool name_eq(const void *ctx, uint32_t pos, const void *key)
 {
-	bool found;
-	size_t k = name_slot(ix, outs, name, &found);
+	const struct unit_out *outs = ctx;
+	return strcmp(outs[pos].name_copy, key) == 0;
+}
 
-	return found ? ix->tab[k] : SIZE_MAX;
+/* The index of `name` in outs, or SIZE_MAX. */
+static size_t find_name(const struct wd_hashidx *ix, const struct unit_out *outs, const char *name)
+{
+	uint32_t at = wd_hashidx_find(ix, name_hash(name), name_eq, outs, name);
+
+	return at ? at - 1 : SIZE_MAX;
 }
 
 /* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
 static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_error *err)
 {
 	size_t n = u->n_outs, *path = NULL;
-	struct name_index ix = { NULL, 64 };
+	struct wd_hashidx ix = { NULL, 0 };
 	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
 	int r = 0;
 
-	while (ix.cap < 2 * n)
-		ix.cap *= 2;
-	ix.tab = malloc(ix.cap * sizeof(*ix.tab));
-	if (!ix.tab)
+	if (wd_hashidx_reserve_from(&ix, n, 0, name_at, u->outs) < 0)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	memset(ix.tab, 0xff, ix.cap * sizeof(*ix.tab));
 	for (size_t i = 0; i < n; i++) {
 		const char *name = i < u->n_entries ? pu->entries[i]->name
 						    : pu->aliases[i - u->n_entries]->name;
-		bool dup;
 		size_t k;
 
 		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
@@ -361,14 +352,14 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_
 		}
 		u->outs[i].owner = i;
 		u->outs[i].u = u;
-		k = name_slot(&ix, u->outs, name, &dup);
-		if (dup) {
+		k = wd_hashidx_slot(&ix, name_hash(name), name_eq, u->outs, name);
+		if (ix.slot[k]) {
 			snprintf(err->slot, sizeof(err->slot), "%s", name);
 			r = wd_error_set(err, WEIGHTD_E_DUPLICATE_NAME,
 					 "the name \"%s\" is used twice in the unit", name);
 			goto out;
 		}
-		ix.tab[k] = i;
+		ix.slot[k] = (uint32_t)i + 1;
 	}
 	/*
 	 * Each alias is resolved once: follow targets until an entry or an alias already resolved,
@@ -416,7 +407,7 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_
 		}
 	}
 out:
-	free(ix.tab);
+	wd_hashidx_free(&ix);
 	free(state);
 	free(path);
 	return r;
@@ -451,39 +442,40 @@ static bool client_holds_key(struct session *s, const uint8_t *key)
 	return w && session_find_held(s, w->id);
 }
 
-static size_t key_slot(const uint8_t *key, size_t cap)
+static uint64_t key_at(const void *ctx, uint32_t pos)
 {
+	const struct unit_out *outs = ctx;
 	uint64_t h;
 
-	memcpy(&h, key, sizeof(h));   /* a SHA-256 digest: its bytes are already uniform */
-	return (size_t)h & (cap - 1);
+	memcpy(&h, outs[pos].key, sizeof(h)); /* a SHA-256 digest: its bytes are already uniform */
+	return h;
+}
+
+static bool key_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const struct unit_out *outs = ctx;
+	return memcmp(outs[pos].key, key, 32) == 0;
 }
 
 /* u->first: for each entry the first entry with the same identity key, through one hash table of
  * the keys seen (a unit may have 1,048,576 entries: linear, no sort, no pairwise comparison). */
 static int unit_find_repeats(struct unitreq *u, weightd_error *err)
 {
-	size_t n = u->n_entries, cap = 64, *tab;
+	size_t n = u->n_entries;
+	struct wd_hashidx tab = { NULL, 0 };
 
-	while (cap < 2 * n)
-		cap *= 2;
 	u->first = malloc(n * sizeof(size_t));
-	tab = malloc(cap * sizeof(*tab));
-	if (!tab || !u->first) {
-		free(tab);
+	if (!u->first || wd_hashidx_reserve_from(&tab, n, 0, key_at, u->outs) < 0)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	}
-	memset(tab, 0xff, cap * sizeof(*tab));   /* SIZE_MAX: empty */
 	for (size_t i = 0; i < n; i++) {
-		size_t k = key_slot(u->outs[i].key, cap);
+		size_t k = wd_hashidx_slot(&tab, key_at(u->outs, (uint32_t)i), key_eq, u->outs,
+					   u->outs[i].key);
 
-		while (tab[k] != SIZE_MAX && memcmp(u->outs[tab[k]].key, u->outs[i].key, 32) != 0)
-			k = (k + 1) & (cap - 1);
-		if (tab[k] == SIZE_MAX)
-			tab[k] = i;
-		u->first[i] = tab[k];
+		if (!tab.slot[k])
+			tab.slot[k] = (uint32_t)i + 1;
+		u->first[i] = tab.slot[k] - 1;
 	}
-	free(tab);
+	wd_hashidx_free(&tab);
 	return 0;
 }
 
