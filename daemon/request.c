@@ -18,6 +18,7 @@
 #include "request_query.h"
 #include "server.h"
 #include "session.h"
+#include "wd_hashidx.h"
 #include "wire.h"
 
 /* --- replies ---------------------------------------------------------------------------------- */
@@ -90,19 +91,22 @@ void request_source_info(const struct csource *cs, Weightd__SourceInfo *si)
 
 /* --- release ---------------------------------------------------------------------------------- */
 
-/* How often each handle of a release appears: open addressing over (handle, count). */
+/* How often each handle of a release appears: distinct handles in a dense array, indexed. */
 struct handle_count {
 	uint64_t handle;
-	size_t count;                /* 0: empty */
+	size_t count;
 };
 
-static struct handle_count *count_slot(struct handle_count *tab, size_t cap, uint64_t handle)
+static uint64_t count_at(const void *ctx, uint32_t pos)
 {
-	size_t k = (size_t)((handle * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
+	const struct handle_count *hc = ctx;
+	return hc[pos].handle;
+}
 
-	while (tab[k].count && tab[k].handle != handle)
-		k = (k + 1) & (cap - 1);
-	return &tab[k];
+static bool count_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const struct handle_count *hc = ctx;
+	return hc[pos].handle == *(const uint64_t *)key;
 }
 
 static void do_release(struct session *s, uint64_t id, const Weightd__Release *rl, bool quiet)
@@ -110,30 +114,34 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
 	struct handle_count *tab;
-	size_t cap = 64;
+	struct wd_hashidx ix = { NULL, 0 };
+	uint32_t n_tab = 0;
 
 	if (rl->n_handles > s->d->cfg->max_unit_entries) {
 		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: a release of %zu handles; at most %u "
 		     "(max_unit_entries)", rl->n_handles, s->d->cfg->max_unit_entries);
 		return;
 	}
-	while (cap < 2 * rl->n_handles)
-		cap *= 2;
-	tab = calloc(cap, sizeof(*tab));
-	if (!tab) {
+	tab = calloc(rl->n_handles ? rl->n_handles : 1, sizeof(*tab));
+	if (!tab || wd_hashidx_reserve_from(&ix, rl->n_handles, 0, count_at, tab) < 0) {
+		free(tab);
 		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	/* All handles are checked before any is released: a bad list changes nothing. A handle may
 	 * appear as often as the client holds it (counted through one hash table: linear). */
 	for (size_t i = 0; i < rl->n_handles; i++) {
-		struct handle_count *hc = count_slot(tab, cap, rl->handles[i]);
+		size_t k = wd_hashidx_slot(&ix, rl->handles[i], count_eq, tab, &rl->handles[i]);
 
-		hc->handle = rl->handles[i];
-		hc->count++;
+		if (!ix.slot[k]) {
+			tab[n_tab].handle = rl->handles[i];
+			ix.slot[k] = ++n_tab;
+		}
+		tab[ix.slot[k] - 1].count++;
 	}
 	for (size_t i = 0; i < rl->n_handles; i++) {
-		struct handle_count *hc = count_slot(tab, cap, rl->handles[i]);
+		const struct handle_count *hc =
+			&tab[wd_hashidx_find(&ix, rl->handles[i], count_eq, tab, &rl->handles[i]) - 1];
 		struct held *h = session_find_held(s, rl->handles[i]);
 
 		if (!h || h->count < hc->count) {
@@ -141,10 +149,12 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 			     "this client does not hold weight %llu (as many times as it releases it)",
 			     (unsigned long long)rl->handles[i]);
 			free(tab);
+			wd_hashidx_free(&ix);
 			return;
 		}
 	}
 	free(tab);
+	wd_hashidx_free(&ix);
 	for (size_t i = 0; i < rl->n_handles; i++)
 		session_release(s, session_find_held(s, rl->handles[i])->w);
 	if (quiet)
