@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "checked.h"
+#include "wd_hashidx.h"
 
 /* ---- analysis: how each node is read, what is kept in memory, what is read from files --------- */
 
@@ -173,57 +174,54 @@ static int account(struct build *b)
 }
 
 /*
- * A set of (source, file) pairs, open addressing with linear probing, so collecting the distinct
- * sources and files of many leaves is linear. file = UINT32_MAX keys a source alone.
+ * The distinct files (source, file) and sources of many leaves, collected in linear time: a
+ * wd_hashidx over p->files and one over p->srcs.
  */
-struct pset {
-	struct pfile *slot;
-	size_t mask;
-};
-
-static int pset_init(struct pset *s, size_t n)
+static uint64_t pfile_hash(const struct wd_source *src, uint32_t file)
 {
-	size_t cap = 16;
-
-	while (cap < 2 * n)
-		cap *= 2;
-	s->slot = calloc(cap, sizeof(*s->slot));
-	s->mask = cap - 1;
-	return s->slot ? 0 : -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	return ((uint64_t)(uintptr_t)src * 0x9E3779B97F4A7C15ull) ^ (file * 0xC2B2AE3D27D4EB4Full);
 }
 
-/* Adds the pair; true if it was not there yet. */
-static bool pset_add(struct pset *s, const struct wd_source *src, uint32_t file)
+static uint64_t file_at(const void *ctx, uint32_t pos)
 {
-	uint64_t h = ((uint64_t)(uintptr_t)src * 0x9E3779B97F4A7C15ull) ^ (file * 0xC2B2AE3D27D4EB4Full);
-	size_t i = (size_t)(h ^ (h >> 29)) & s->mask;
+	const struct pfile *f = &((const struct wd_plan *)ctx)->files[pos];
+	return pfile_hash(f->src, f->file);
+}
 
-	for (;; i = (i + 1) & s->mask) {
-		struct pfile *f = &s->slot[i];
-		if (!f->src) {
-			f->src = src;
-			f->file = file;
-			return true;
-		}
-		if (f->src == src && f->file == file)
-			return false;
-	}
+static bool file_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const struct pfile *f = &((const struct wd_plan *)ctx)->files[pos];
+	const struct pfile *k = key;
+
+	return f->src == k->src && f->file == k->file;
+}
+
+static uint64_t src_at(const void *ctx, uint32_t pos)
+{
+	return pfile_hash(((const struct wd_plan *)ctx)->srcs[pos], UINT32_MAX);
+}
+
+static bool src_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	return ((const struct wd_plan *)ctx)->srcs[pos] == key;
 }
 
 /* Distinct sources and files of the reachable leaves (in first-use order); join geometry. */
 static int prepare(struct build *b)
 {
 	struct wd_plan *p = b->p;
-	struct pset set = { NULL, 0 };
+	struct wd_hashidx files = { NULL, 0 }, srcs = { NULL, 0 };
 	size_t leaves = 0;
 	int rc = 0;
 
 	for (size_t i = 0; i <= p->root; i++)
 		leaves += p->x[i].reach && p->x[i].op == X_LEAF;
 	/* files and sources: at most one each per leaf */
-	if (pset_init(&set, 2 * leaves) < 0 ||
+	if (wd_hashidx_reserve_from(&files, leaves, 0, file_at, p) < 0 ||
+	    wd_hashidx_reserve_from(&srcs, leaves, 0, src_at, p) < 0 ||
 	    !(p->files = malloc((leaves ? leaves : 1) * sizeof(*p->files)))) {
-		free(set.slot);
+		wd_hashidx_free(&files);
+		wd_hashidx_free(&srcs);
 		return nerr(b, p->x[p->root].orig, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 	}
 	p->n_srcs = 0;
@@ -252,16 +250,22 @@ static int prepare(struct build *b)
 		}
 		if (x->op != X_LEAF)
 			continue;
-		if (pset_add(&set, x->src, x->file)) {
-			p->files[p->n_files].src = x->src;
-			p->files[p->n_files].file = x->file;
-			p->n_files++;
+		struct pfile key = { x->src, x->file };
+		size_t k = wd_hashidx_slot(&files, pfile_hash(x->src, x->file), file_eq, p, &key);
+
+		if (!files.slot[k]) {
+			p->files[p->n_files] = key;
+			files.slot[k] = (uint32_t)++p->n_files;
 		}
 		/* every source was noted while building, so p->srcs has room for the distinct ones */
-		if (pset_add(&set, x->src, UINT32_MAX))
-			p->srcs[p->n_srcs++] = x->src;
+		k = wd_hashidx_slot(&srcs, pfile_hash(x->src, UINT32_MAX), src_eq, p, x->src);
+		if (!srcs.slot[k]) {
+			p->srcs[p->n_srcs] = x->src;
+			srcs.slot[k] = (uint32_t)++p->n_srcs;
+		}
 	}
-	free(set.slot);
+	wd_hashidx_free(&files);
+	wd_hashidx_free(&srcs);
 	return rc;
 }
 
