@@ -155,22 +155,9 @@ fail:
 /* CPU seconds (user + system, every thread) the daemon has used so far; -1 if unknown. */
 static double daemon_cpu(void)
 {
-	char path[64], buf[1024], *p;
-	unsigned long long ut, st;
-	FILE *f;
-	size_t n;
+	long ticks = harness_cpu_ticks(H.pid);
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)H.pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	p = strrchr(buf, ')'); /* the command name may hold spaces */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-		return -1;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+	return ticks < 0 ? -1 : (double)ticks / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* Stop the daemon, remove every segment and state record it made, start it again. */
