@@ -787,12 +787,13 @@ static void exit_codes(void **state)
 /* --- progress ------------------------------------------------------------------------------------- */
 
 /*
- * The fixture: wd-mkfixture big 512M --tensor-bytes 256M writes big.0.weight (F32 [32768, 2048])
- * and big.1.weight (BF16 [32768, 4096]), 256 MiB each. One worker fills them at most at memory
- * speed (well under 2 GB/s here), so each takes far longer than weightctl's 100 ms before it
- * draws.
+ * The fixture: wd-mkfixture big 1G --tensor-bytes 512M writes big.0.weight and big.1.weight,
+ * 512 MiB each. One worker fills them and hashes them with SHA-256 (digest = sha256), about
+ * 1 GB/s on a fast machine, so each takes several of weightctl's 100 ms polls before the end.
+ * (With 256 MiB and the default XXH3-128, a fill at copy speed ended within the first poll on
+ * a quiet machine and no bar was drawn, as designed for quick units.)
  */
-#define BIG_BYTES (256ull << 20)
+#define BIG_BYTES (512ull << 20)
 
 static int setup_progress(void **state)
 {
@@ -802,7 +803,7 @@ static int setup_progress(void **state)
 	if (harness_init(&H) < 0)
 		return -1;
 	harness_path(&H, "big.safetensors", big, sizeof(big));
-	snprintf(args, sizeof(args), "big %s 512M --tensor-bytes 256M", big);
+	snprintf(args, sizeof(args), "big %s 1G --tensor-bytes 512M", big);
 	if (harness_mkfixture(args) < 0)
 		return -1;
 	/* the harness's daemon section, but one worker: the materializations run one at a time */
@@ -810,7 +811,7 @@ static int setup_progress(void **state)
 	if (!f)
 		return -1;
 	fprintf(f, "[daemon]\nsocket = %s\nsocket_mode = 0666\nshm_prefix = %s\nstate_dir = %s/state\n"
-		   "workers = 1\n\n[checkpoint:big]\npath = %s\n", H.sock, H.prefix, H.dir, big);
+		   "workers = 1\ndigest = sha256\n\n[checkpoint:big]\npath = %s\n", H.sock, H.prefix, H.dir, big);
 	if (fclose(f) != 0)
 		return -1;
 	return harness_start(&H) < 0 ? -1 : 0;
@@ -826,7 +827,7 @@ static bool within_two_polls(const char *out)
 	return strstr(out, " in 0.0 s") || strstr(out, " in 0.1 s") || strstr(out, " in 0.2 s");
 }
 
-/* "256.0 MiB" -> bytes (approximately, as printed). */
+/* "512.0 MiB" -> bytes (approximately, as printed). */
 static double size_of(const char *num, const char *unit)
 {
 	double v = strtod(num, NULL);
@@ -918,7 +919,7 @@ static void get_on_a_terminal_draws_a_bar_to_100(void **state)
 
 	(void)state;
 	assert_int_equal(ctl_pty(&out, 100, "get", "big", "big.0.weight", NULL), 0);
-	check_frames(out, "256.0 MiB", &fr);
+	check_frames(out, "512.0 MiB", &fr);
 	if (fr.n < 2 || fr.n_partial < 1 || (fr.n_between < 1 && !within_two_polls(out)))
 		fail_msg("expected a bar that moves, got %d frames (%d before the end, %d between "
 			 "the first and 100%%):\n%s", fr.n, fr.n_partial, fr.n_between, out);
@@ -928,7 +929,7 @@ static void get_on_a_terminal_draws_a_bar_to_100(void **state)
 	assert_true(fr.n_rate >= 1 || within_two_polls(out));
 	assert_true(fr.max_width < 100);        /* fits the terminal */
 	/* then the result, on stdout (the same terminal) */
-	assert_non_null(strstr(out, "268435456"));
+	assert_non_null(strstr(out, "536870912"));
 	assert_non_null(strstr(out, "(verified)"));
 	free(out);
 }
@@ -958,13 +959,13 @@ static void preload_counts_resident_weights_and_keeps_them(void **state)
 	(void)state;
 	/* big.0 is resident (released by get, still cached): the bar starts at half or more */
 	assert_int_equal(ctl_pty(&out, 80, "preload", "big", NULL), 0);
-	check_frames(out, "512.0 MiB", &fr);
+	check_frames(out, "1.0 GiB", &fr);
 	if (fr.n < 2 || fr.n_partial < 1 || (fr.n_between < 1 && !within_two_polls(out)))
 		fail_msg("expected a bar that moves, got %d frames:\n%s", fr.n, out);
 	assert_true(fr.first_pct >= 50);
 	assert_int_equal(fr.last_pct, 100);
 	assert_true(fr.max_width < 80);
-	assert_non_null(strstr(out, "preloaded 2 weights (512.0 MiB); 256.0 MiB read from checkpoints"));
+	assert_non_null(strstr(out, "preloaded 2 weights (1.0 GiB); 512.0 MiB read from checkpoints"));
 	free(out);
 	/* both stay cached: preloading again reads nothing, and in a pipe says nothing on stderr */
 	assert_int_equal(ctl(&out, &err, "--json", "preload", "big", NULL), 0);
