@@ -144,6 +144,7 @@ int main(int argc, char **argv)
 	int rounds = 15, iters = 10, ns = 0, rc = 1;
 	uint64_t read_warm = 0;
 	double m_unit, m_decl, m_probe, m_get, m_probe1, m_small, m_big, la[3] = { 0, 0, 0 };
+	long flt_small[2] = { 0, 0 }, flt_big[2] = { 0, 0 };
 	bool ok_unit, ok_get, ok_scale;
 
 	for (int i = 1; i < argc; i++) {
@@ -220,17 +221,25 @@ int main(int argc, char **argv)
 		for (int k = 0; k < iters; k++) {
 			double d, cy;
 			uint64_t rd = 0;
+			long f0 = harness_minor_faults(getpid()), g0 = harness_minor_faults(s.h.pid);
 			if (unit_once(&s, s.n, c, &d, &cy, &rd) < 0)
 				goto out;
 			t_small[ns + k] = d + cy;
+			flt_small[0] += harness_minor_faults(getpid()) - f0;
+			flt_small[1] += harness_minor_faults(s.h.pid) - g0;
 			read_warm += rd;
 		}
 		{
 			double d, cy;
 			uint64_t rd = 0;
+			long f0 = harness_minor_faults(getpid()), g0 = harness_minor_faults(s.h.pid);
 			if (unit_once(&s, s.total, c, &d, &cy, &rd) < 0)
 				goto out;
 			t_big[r] = d + cy;
+			if (r > 0) { /* the first big unit is cold */
+				flt_big[0] += harness_minor_faults(getpid()) - f0;
+				flt_big[1] += harness_minor_faults(s.h.pid) - g0;
+			}
 			read_warm += rd;
 		}
 		for (int k = 0; k < iters; k++) {
@@ -278,6 +287,10 @@ int main(int argc, char **argv)
 	       s.total / m_big);
 	printf("  -> %dx the slots took %.2fx the time (target <= %.0fx): %s\n", SCALE, m_big / m_small,
 	       1.1 * SCALE, ok_scale ? "met" : "MISSED");
+	printf("  page faults per slot, client / daemon: n %.3f / %.3f, 10n %.3f / %.3f\n",
+	       (double)flt_small[0] / ((double)ns * s.n), (double)flt_small[1] / ((double)ns * s.n),
+	       rounds > 1 ? (double)flt_big[0] / ((double)(rounds - 1) * s.total) : 0.0,
+	       rounds > 1 ? (double)flt_big[1] / ((double)(rounds - 1) * s.total) : 0.0);
 	printf("load average %.2f (the machine may be shared)\n", la[0]);
 	rc = ok_unit && ok_get && ok_scale ? 0 : 1;
 out:

@@ -580,10 +580,11 @@ long harness_hwm_kb(pid_t pid)
 	return status_field_kb(pid, "VmHWM");
 }
 
-long harness_cpu_ticks(pid_t pid)
+/* Reads /proc/PID/stat fields after the command name, which ends at the last ')'. */
+static int read_stat(pid_t pid, unsigned long *ret_minflt, unsigned long *ret_ticks)
 {
 	char path[64], buf[2048], *p;
-	unsigned long ut, st;
+	unsigned long mf, ut, st;
 	FILE *f;
 	size_t n;
 
@@ -594,11 +595,28 @@ long harness_cpu_ticks(pid_t pid)
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
 	buf[n] = '\0';
-	/* fields after the command name, which ends at the last ')': state is field 3, utime 14 */
+	/* state is field 3, minflt 10, utime 14, stime 15 */
 	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %lu %*u %*u %*u %lu %lu", &mf, &ut,
+			 &st) != 3)
 		return -1;
-	return (long)(ut + st);
+	*ret_minflt = mf;
+	*ret_ticks = ut + st;
+	return 0;
+}
+
+long harness_cpu_ticks(pid_t pid)
+{
+	unsigned long mf, t;
+
+	return read_stat(pid, &mf, &t) < 0 ? -1 : (long)t;
+}
+
+long harness_minor_faults(pid_t pid)
+{
+	unsigned long mf, t;
+
+	return read_stat(pid, &mf, &t) < 0 ? -1 : (long)mf;
 }
 
 int harness_log_contains(const struct harness *h, const char *text)

@@ -108,6 +108,8 @@ long harness_hwm_kb(pid_t pid);
 
 /* utime + stime of a process in clock ticks (/proc/PID/stat); -1 when unreadable. */
 long harness_cpu_ticks(pid_t pid);
+/* Minor page faults of PID so far, or -1. */
+long harness_minor_faults(pid_t pid);
 
 /* Does the daemon's log contain `text`? */
 int harness_log_contains(const struct harness *h, const char *text);
