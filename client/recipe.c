@@ -232,7 +232,8 @@ static int add_node(weightd_recipe *r, int op, const int *inputs, size_t n_input
 			return node_err(err, r->n, op, WEIGHTD_E_INVALID_ARGUMENT, what);
 		}
 	if (r->n == r->cap) {
-		size_t cap = r->cap ? r->cap * 2 : 8;
+		/* most recipes are one source: start at one node (384 bytes), not a batch */
+		size_t cap = r->cap ? r->cap * 2 : 1;
 		struct wc_node *nodes = realloc(r->nodes, cap * sizeof(*nodes));
 
 		if (!nodes)

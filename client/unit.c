@@ -11,17 +11,23 @@
 #include "dtype.h"
 #include "wd_hashidx.h"
 
-enum slot_src { SRC_NONE, SRC_RECIPE, SRC_ALIAS };
+/*
+ * SRC_TENSOR is weightd_unit_set_tensor without a selection, the usual entry of a large unit:
+ * kept as two strings instead of a weightd_recipe (whose node alone is 384 bytes), and sent as
+ * the same one-node recipe.
+ */
+enum slot_src { SRC_NONE, SRC_TENSOR, SRC_RECIPE, SRC_ALIAS };
 
 struct slot {
 	char *name;
-	char *dtype;                 /* declared, or NULL: no expectation */
+	const char *dtype;           /* declared (wd_dtype_name's), or NULL: no expectation */
 	size_t ndim;
 	uint64_t shape[WEIGHTD_MAX_DIMS];
 	void **dest;
 	enum slot_src src;
 	weightd_recipe *recipe;      /* SRC_RECIPE (owned) */
-	char *alias;                 /* SRC_ALIAS: the target slot */
+	char *alias;                 /* SRC_ALIAS: the target slot; SRC_TENSOR: "checkpoint\0tensor"
+				      * (owned either way) */
 	weightd_weight *w;           /* after finish: borrowed from unit->weights */
 	const void *data;            /* after validate */
 };
@@ -160,12 +166,9 @@ int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
 	s = &u->slots[u->n];
 	memset(s, 0, sizeof(*s));
 	s->name = strdup(name);
-	s->dtype = dtype ? strdup(dtype) : NULL;
-	if (!s->name || (dtype && !s->dtype)) {
-		free(s->name);
-		free(s->dtype);
+	if (!s->name)
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	}
+	s->dtype = dtype ? wd_dtype_name(wd_dtype_from_name(dtype)) : NULL;
 	if (dtype) {
 		s->ndim = ndim;
 		if (ndim)
@@ -237,6 +240,19 @@ int weightd_unit_set_tensor(weightd_unit *u, const char *slot, const char *check
 	s = slot_for_set(u, slot, "weightd_unit_set_tensor", err, &rc);
 	if (!s)
 		return rc;
+	if (!sel && checkpoint && checkpoint[0] && tensor && tensor[0]) {
+		size_t cl = strlen(checkpoint) + 1, tl = strlen(tensor) + 1;
+		char *src = malloc(cl + tl);
+
+		if (!src)
+			return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		memcpy(src, checkpoint, cl);
+		memcpy(src + cl, tensor, tl);
+		slot_clear_src(s);
+		s->alias = src;
+		s->src = SRC_TENSOR;
+		return 0;
+	}
 	rc = weightd_recipe_new(&r, err);
 	if (rc == 0)
 		rc = weightd_recipe_source(r, checkpoint, tensor, sel, err);
@@ -276,7 +292,25 @@ int weightd_unit_set_alias(weightd_unit *u, const char *slot, const char *target
 	return 0;
 }
 
+/* The checkpoint and tensor of a SRC_TENSOR slot. */
+static const char *slot_ckpt(const struct slot *s)
+{
+	return s->alias;
+}
+
+static const char *slot_tensor(const struct slot *s)
+{
+	return s->alias + strlen(s->alias) + 1;
+}
+
 /* --- the request ------------------------------------------------------------------------- */
+
+/* The wire form of a SRC_TENSOR slot: a one-node recipe, a source without a selection. */
+struct pb_tensor {
+	Weightd__Recipe msg;
+	Weightd__Node node;
+	Weightd__Node *ptr;
+};
 
 /* The wire form of the unit; points into the unit, which must outlive it. */
 struct pb_unit {
@@ -287,6 +321,7 @@ struct pb_unit {
 	Weightd__Alias **alias_ptrs;
 	struct wc_pb_recipe *recipes;
 	size_t n_recipes;
+	struct pb_tensor *tensors;
 };
 
 static void pb_unit_fini(struct pb_unit *pb)
@@ -294,6 +329,7 @@ static void pb_unit_fini(struct pb_unit *pb)
 	for (size_t i = 0; i < pb->n_recipes; i++)
 		wc_pb_recipe_fini(&pb->recipes[i]);
 	free(pb->recipes);
+	free(pb->tensors);
 	free(pb->entries);
 	free(pb->entry_ptrs);
 	free(pb->aliases);
@@ -303,7 +339,7 @@ static void pb_unit_fini(struct pb_unit *pb)
 
 static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error *err)
 {
-	size_t n = u->n ? u->n : 1;
+	size_t n_src[SRC_ALIAS + 1] = { 0 }, n_tensors = 0;
 	int rc;
 
 	memset(pb, 0, sizeof(*pb));
@@ -326,7 +362,7 @@ static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error
 			return rc;
 		}
 	}
-	for (size_t i = 0; i < u->n; i++)
+	for (size_t i = 0; i < u->n; i++) {
 		if (u->slots[i].src == SRC_NONE) {
 			rc = wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 					"slot \"%s\" has no source: give it a tensor, a recipe or "
@@ -334,12 +370,17 @@ static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error
 			wc_err_about(err, NULL, NULL, u->slots[i].name);
 			return rc;
 		}
-	pb->entries = calloc(n, sizeof(*pb->entries));
-	pb->entry_ptrs = calloc(n, sizeof(*pb->entry_ptrs));
-	pb->aliases = calloc(n, sizeof(*pb->aliases));
-	pb->alias_ptrs = calloc(n, sizeof(*pb->alias_ptrs));
-	pb->recipes = calloc(n, sizeof(*pb->recipes));
-	if (!pb->entries || !pb->entry_ptrs || !pb->aliases || !pb->alias_ptrs || !pb->recipes) {
+		n_src[u->slots[i].src]++;
+	}
+	/* each array as long as its kind needs (at least 1: calloc(0) may return NULL) */
+	pb->entries = calloc(u->n - n_src[SRC_ALIAS] + 1, sizeof(*pb->entries));
+	pb->entry_ptrs = calloc(u->n - n_src[SRC_ALIAS] + 1, sizeof(*pb->entry_ptrs));
+	pb->aliases = calloc(n_src[SRC_ALIAS] + 1, sizeof(*pb->aliases));
+	pb->alias_ptrs = calloc(n_src[SRC_ALIAS] + 1, sizeof(*pb->alias_ptrs));
+	pb->recipes = calloc(n_src[SRC_RECIPE] + 1, sizeof(*pb->recipes));
+	pb->tensors = malloc((n_src[SRC_TENSOR] + 1) * sizeof(*pb->tensors));
+	if (!pb->entries || !pb->entry_ptrs || !pb->aliases || !pb->alias_ptrs || !pb->recipes ||
+	    !pb->tensors) {
 		pb_unit_fini(pb);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
@@ -357,18 +398,32 @@ static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error
 		}
 		Weightd__UnitEntry *e = &pb->entries[pb->msg.n_entries];
 
-		rc = wc_pb_recipe_init(&pb->recipes[pb->n_recipes], s->recipe, err);
-		if (rc < 0) {
-			wc_err_about(err, NULL, NULL, s->name);
-			pb_unit_fini(pb);
-			return rc;
-		}
 		weightd__unit_entry__init(e);
+		if (s->src == SRC_TENSOR) {
+			struct pb_tensor *t = &pb->tensors[n_tensors++];
+
+			weightd__recipe__init(&t->msg);
+			weightd__node__init(&t->node);
+			t->node.op = WEIGHTD__OP__OP_SOURCE;
+			t->node.checkpoint = (char *)slot_ckpt(s);
+			t->node.tensor = (char *)slot_tensor(s);
+			t->ptr = &t->node;
+			t->msg.n_nodes = 1;
+			t->msg.nodes = &t->ptr;
+			e->recipe = &t->msg;
+		} else {
+			rc = wc_pb_recipe_init(&pb->recipes[pb->n_recipes], s->recipe, err);
+			if (rc < 0) {
+				wc_err_about(err, NULL, NULL, s->name);
+				pb_unit_fini(pb);
+				return rc;
+			}
+			e->recipe = &pb->recipes[pb->n_recipes++].msg;
+		}
 		e->name = s->name;
-		e->recipe = &pb->recipes[pb->n_recipes++].msg;
 		if (s->dtype) {
 			e->check_slot = 1;
-			e->dtype = s->dtype;
+			e->dtype = (char *)s->dtype;
 			e->n_shape = s->ndim;
 			e->shape = (uint64_t *)s->shape;
 		}
@@ -435,7 +490,12 @@ static void about_slot(const struct slot *s, weightd_error *err)
 
 	if (!err)
 		return;
-	wc_recipe_about(s->recipe, &ck, &tn);
+	if (s->src == SRC_TENSOR) {
+		ck = slot_ckpt(s);
+		tn = slot_tensor(s);
+	} else {
+		wc_recipe_about(s->recipe, &ck, &tn);
+	}
 	if (!err->checkpoint[0] && !err->tensor[0])
 		wc_err_about(err, ck, tn, NULL);
 	if (!err->slot[0])
@@ -854,7 +914,6 @@ void weightd_unit_free(weightd_unit *u)
 	free(u->weights);
 	for (size_t i = 0; i < u->n; i++) {
 		free(u->slots[i].name);
-		free(u->slots[i].dtype);
 		slot_clear_src(&u->slots[i]);
 	}
 	free(u->slots);
@@ -918,10 +977,15 @@ int weightd_unit_preflight(weightd_unit *u, weightd_inflight **ret, weightd_erro
 			weightd_inflight_free(f);
 			return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		}
-	if (u->n == 1 && u->slots[0].src == SRC_RECIPE) {
+	if (u->n == 1 && (u->slots[0].src == SRC_RECIPE || u->slots[0].src == SRC_TENSOR)) {
 		const char *ck, *tn;
 
-		wc_recipe_about(u->slots[0].recipe, &ck, &tn);
+		if (u->slots[0].src == SRC_TENSOR) {
+			ck = slot_ckpt(&u->slots[0]);
+			tn = slot_tensor(&u->slots[0]);
+		} else {
+			wc_recipe_about(u->slots[0].recipe, &ck, &tn);
+		}
 		snprintf(f->checkpoint, sizeof(f->checkpoint), "%s", ck ? ck : "");
 		snprintf(f->tensor, sizeof(f->tensor), "%s", tn ? tn : "");
 	}
