@@ -58,6 +58,7 @@ static void client_destroy(weightd_client *c)
 	if (c->hello)
 		wd_msg_free(c->hello);
 	wc_seg_table_free(c);
+	wd_msg_cache_unref(c->msgs);   /* replies the user still holds keep it alive */
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->send_mu);
@@ -441,7 +442,8 @@ static int read_some(weightd_client *c, int timeout_ms)
 					  weightd_code_name(r));
 				return -1;
 			}
-			resp = wd_msg_unpack(&weightd__response__descriptor, f.payload, f.len);
+			resp = wd_msg_unpack_cached(&weightd__response__descriptor, f.payload,
+						    f.len, c->msgs);
 			if (!resp) {
 				wd_frame_close_fds(&f);
 				mark_dead(c, WEIGHTD_E_PROTOCOL,
@@ -698,9 +700,12 @@ int weightd_connect(const char *socket_path, const char *client_name, weightd_cl
 	pthread_mutex_init(&c->seg_mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	c->in = wd_inbuf_new(WC_MAX_REPLY, WC_MAX_REPLY_FDS);
-	if (c->in)
+	if (c->in) {
 		wd_inbuf_set_max_message(c->in, WC_MAX_MESSAGE);
-	if (!c->in) {
+		wd_inbuf_set_keep(c->in, WC_INBUF_KEEP);
+	}
+	c->msgs = wd_msg_cache_new(WC_MSG_CACHE);
+	if (!c->in || !c->msgs) {
 		r = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto fail;
 	}

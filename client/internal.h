@@ -18,6 +18,10 @@ struct wd_inbuf;
 struct wc_seg;
 
 #define WC_MAX_REPLY (64u << 20)     /* largest reply frame accepted from the daemon */
+/* decoding space kept per connection between replies (a 10,000-weight unit's takes ~4 MiB) */
+#define WC_MSG_CACHE (16u << 20)
+/* receive buffer kept per connection between replies */
+#define WC_INBUF_KEEP (8u << 20)
 #define WC_MAX_MESSAGE (2ull << 30)  /* largest reply (its frames joined) */
 #define WC_MAX_REPLY_FDS 65536       /* fds one reply may carry (one per segment) */
 #define WC_MAX_EVENTS 1024           /* queued generation events per client */
@@ -84,6 +88,7 @@ struct weightd_client {
 	size_t n_pending;
 	LIST_HEAD(, wc_pending) pending;
 	struct wd_inbuf *in;
+	struct wd_msg_cache *msgs;   /* decoding space of replies, kept for the next ones */
 	struct wc_event events[WC_MAX_EVENTS];
 	size_t ev_head, ev_count;
 	uint64_t ev_dropped;

@@ -6,6 +6,8 @@
 #include <protobuf-c/protobuf-c.h>
 #include <stddef.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +345,7 @@ struct wd_inbuf {
 	uint32_t max_payload;
 	uint32_t max_fds;
 	uint64_t max_message;
+	size_t keep;        /* an idle buffer up to this size is kept (wd_inbuf_set_keep) */
 	int failed;         /* sticky error of wd_inbuf_next: the stream cannot be resynchronised */
 	uint64_t fds_dropped;
 	/* a message being joined from several frames */
@@ -368,6 +371,11 @@ struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds)
 void wd_inbuf_set_max_message(struct wd_inbuf *b, uint64_t max_message)
 {
 	b->max_message = max_message < b->max_payload ? b->max_payload : max_message;
+}
+
+void wd_inbuf_set_keep(struct wd_inbuf *b, size_t bytes)
+{
+	b->keep = bytes;
 }
 
 void wd_inbuf_raise_max_payload(struct wd_inbuf *b, uint32_t max_payload)
@@ -409,7 +417,7 @@ static int inbuf_reserve(struct wd_inbuf *b, size_t want)
 
 	if (live == 0) {
 		b->start = b->end = 0;
-		if (b->cap > 4 * INBUF_CHUNK && want <= INBUF_CHUNK) {
+		if (b->cap > 4 * INBUF_CHUNK && b->cap > b->keep && want <= INBUF_CHUNK) {
 			free(b->buf);
 			b->buf = NULL;
 			b->cap = 0;
@@ -865,13 +873,91 @@ int wd_message_send_blocking(int sock, const void *payload, size_t len, uint32_t
 struct arena_block {
 	SLIST_ENTRY(arena_block) link;
 	size_t used, cap;
+	struct wd_msg_cache *cache;  /* where the blocks go when the message is freed, or NULL */
 	_Alignas(max_align_t) unsigned char data[];
 };
 
 struct arena {
 	struct arena_block *first, *cur;
 	size_t hint;                 /* the first block's size */
+	struct wd_msg_cache *cache;
 };
+
+/*
+ * Blocks of freed messages, kept for the next ones. A large reply decodes into megabytes; malloc
+ * hands blocks that size back to the kernel when they are freed, so every such reply faulted its
+ * arena in anew (on a virtual machine a first touch costs microseconds a page: a 10,000-weight
+ * unit reply spent more time faulting its arena in than decoding it). Holds at most `max` bytes;
+ * referenced by the owner and by every message decoded into it, so a message may outlive the
+ * connection it came from.
+ */
+struct wd_msg_cache {
+	pthread_mutex_t mu;
+	SLIST_HEAD(, arena_block) blocks;
+	size_t bytes, max;
+	atomic_uint refs;
+};
+
+struct wd_msg_cache *wd_msg_cache_new(size_t max_bytes)
+{
+	struct wd_msg_cache *mc = calloc(1, sizeof(*mc));
+
+	if (!mc)
+		return NULL;
+	pthread_mutex_init(&mc->mu, NULL);
+	SLIST_INIT(&mc->blocks);
+	mc->max = max_bytes;
+	atomic_init(&mc->refs, 1);
+	return mc;
+}
+
+void wd_msg_cache_unref(struct wd_msg_cache *mc)
+{
+	struct arena_block *b;
+
+	if (!mc || atomic_fetch_sub(&mc->refs, 1) != 1)
+		return;
+	while ((b = SLIST_FIRST(&mc->blocks))) {
+		SLIST_REMOVE_HEAD(&mc->blocks, link);
+		free(b);
+	}
+	pthread_mutex_destroy(&mc->mu);
+	free(mc);
+}
+
+size_t wd_msg_cache_bytes(struct wd_msg_cache *mc)
+{
+	size_t n;
+
+	pthread_mutex_lock(&mc->mu);
+	n = mc->bytes;
+	pthread_mutex_unlock(&mc->mu);
+	return n;
+}
+
+/* A kept block of at least `cap` bytes (the smallest that fits), or NULL. */
+static struct arena_block *cache_take(struct wd_msg_cache *mc, size_t cap)
+{
+	struct arena_block *b, *best = NULL, *prev = NULL, *best_prev = NULL;
+
+	pthread_mutex_lock(&mc->mu);
+	SLIST_FOREACH(b, &mc->blocks, link) {
+		if (b->cap >= cap && (!best || b->cap < best->cap)) {
+			best = b;
+			best_prev = prev;
+		}
+		prev = b;
+	}
+	if (best) {
+		if (best_prev)
+			SLIST_NEXT(best_prev, link) = SLIST_NEXT(best, link);
+		else
+			SLIST_REMOVE_HEAD(&mc->blocks, link);
+		mc->bytes -= best->cap;
+	}
+	pthread_mutex_unlock(&mc->mu);
+	return best;
+}
 
 static void *arena_alloc(void *ad, size_t size)
 {
@@ -893,10 +979,14 @@ static void *arena_alloc(void *ad, size_t size)
 		     : a->hint;
 	if (cap < size)
 		cap = size;
-	b = malloc(sizeof(*b) + cap);
-	if (!b)
-		return NULL;
-	b->cap = cap;
+	b = a->cache ? cache_take(a->cache, cap) : NULL;
+	if (!b) {
+		b = malloc(sizeof(*b) + cap);
+		if (!b)
+			return NULL;
+		b->cap = cap;
+	}
+	b->cache = a->cache;
 	b->used = size;
 	if (!a->first) {
 		SLIST_NEXT(b, link) = NULL;
@@ -914,34 +1004,61 @@ static void arena_free(void *ad, void *p)
 	(void)p;
 }
 
-static void arena_release(struct arena_block *b)
+/* Free an arena's blocks, or keep them in its cache while it has room; drops the arena's
+ * reference on the cache. */
+static void arena_release(struct arena_block *b, struct wd_msg_cache *mc)
 {
 	while (b) {
 		struct arena_block *next = SLIST_NEXT(b, link);
+		bool kept = false;
 
-		free(b);
+		if (mc) {
+			pthread_mutex_lock(&mc->mu);
+			if (mc->bytes + b->cap <= mc->max) {
+				SLIST_INSERT_HEAD(&mc->blocks, b, link);
+				mc->bytes += b->cap;
+				kept = true;
+			}
+			pthread_mutex_unlock(&mc->mu);
+		}
+		if (!kept)
+			free(b);
 		b = next;
 	}
+	wd_msg_cache_unref(mc);
 }
 
-void *wd_msg_unpack(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len)
+void *wd_msg_unpack_cached(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data,
+			   size_t len, struct wd_msg_cache *mc)
 {
 	/* a decoded message is typically two to four times its wire size */
-	struct arena a = { NULL, NULL, len < ARENA_BLOCK_MAX / 4 ? 4 * len + 256 : ARENA_BLOCK_MAX };
+	struct arena a = { NULL, NULL, len < ARENA_BLOCK_MAX / 4 ? 4 * len + 256 : ARENA_BLOCK_MAX,
+			   mc };
 	ProtobufCAllocator alloc = { arena_alloc, arena_free, &a };
-	ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, len, data);
+	ProtobufCMessage *m;
 
+	if (mc)
+		atomic_fetch_add(&mc->refs, 1);
+	m = protobuf_c_message_unpack(desc, &alloc, len, data);
 	/* protobuf-c allocates the message first: it is the first block's start */
 	if (!m || !a.first || (void *)m != (void *)a.first->data) {
-		arena_release(a.first);
+		arena_release(a.first, mc);
 		return NULL;
 	}
 	return m;
 }
 
+void *wd_msg_unpack(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len)
+{
+	return wd_msg_unpack_cached(desc, data, len, NULL);
+}
+
 void wd_msg_free(void *msg)
 {
-	if (msg)
-		arena_release((struct arena_block *)((unsigned char *)msg -
-						     offsetof(struct arena_block, data)));
+	struct arena_block *first;
+
+	if (!msg)
+		return;
+	first = (struct arena_block *)((unsigned char *)msg - offsetof(struct arena_block, data));
+	arena_release(first, first->cache);
 }

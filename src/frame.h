@@ -69,6 +69,10 @@ struct wd_inbuf;
 struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds);
 /* The largest message (payloads of its frames joined) accepted; at least the frame maximum. */
 void wd_inbuf_set_max_message(struct wd_inbuf *b, uint64_t max_message);
+/* Keep an idle buffer of up to `bytes` for the next frames instead of shrinking it back to one
+ * chunk (a client whose replies are large and frequent; the daemon keeps its default, 256 KiB,
+ * per connection). */
+void wd_inbuf_set_keep(struct wd_inbuf *b, size_t bytes);
 /* Raise the frame maximum (to what the peer said it sends); never lowers it. */
 void wd_inbuf_raise_max_payload(struct wd_inbuf *b, uint32_t max_payload);
 /* fds the kernel dropped because this process was out of descriptors (MSG_CTRUNC), so far. */
@@ -136,6 +140,20 @@ struct ProtobufCMessageDescriptor;
 void *wd_msg_unpack(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len);
 /* Free a message from wd_msg_unpack, with everything in it. Accepts NULL. */
 void wd_msg_free(void *msg);
+
+/*
+ * A cache of decoding blocks for messages that come again and again at a similar size (a
+ * connection's replies): wd_msg_unpack_cached takes its blocks from it and wd_msg_free gives them
+ * back, up to max_bytes kept; beyond that they are freed. Thread-safe. The cache lives until its
+ * owner's wd_msg_cache_unref and the free of the last message decoded into it.
+ */
+struct wd_msg_cache;
+struct wd_msg_cache *wd_msg_cache_new(size_t max_bytes);
+void wd_msg_cache_unref(struct wd_msg_cache *mc);
+/* Bytes of blocks the cache holds now (at most its max_bytes). */
+size_t wd_msg_cache_bytes(struct wd_msg_cache *mc);
+void *wd_msg_unpack_cached(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data,
+			   size_t len, struct wd_msg_cache *mc);
 
 /* --- blocking helpers for clients --------------------------------------------------------- */
 
