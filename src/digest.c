@@ -5,6 +5,7 @@
 #include "digest.h"
 
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <string.h>
 #include <strings.h>
 #include <xxhash.h>
@@ -17,6 +18,25 @@
 
 #include "error.h"
 
+/*
+ * SHA-256 fetched from the default provider once for the process: EVP_sha256() given to
+ * EVP_DigestInit_ex fetches it again on every call (a lock and a hash lookup in OpenSSL 3), which
+ * cost more than hashing the hundred bytes of an identity key. Kept for the process's life.
+ */
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+static EVP_MD *sha256_md;
+
+static void sha256_fetch(void)
+{
+	sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
+static const EVP_MD *sha256_alg(void)
+{
+	pthread_once(&sha256_once, sha256_fetch);
+	return sha256_md ? sha256_md : EVP_sha256();
+}
+
 int wd_sha256_init(struct wd_sha256 *s)
 {
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
@@ -24,7 +44,7 @@ int wd_sha256_init(struct wd_sha256 *s)
 	s->ctx = NULL;
 	if (!ctx)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+	if (EVP_DigestInit_ex(ctx, sha256_alg(), NULL) != 1) {
 		EVP_MD_CTX_free(ctx);
 		return -WEIGHTD_E_INTERNAL;
 	}
@@ -51,7 +71,7 @@ int wd_sha256(const void *data, size_t len, uint8_t out[WD_DIGEST_LEN])
 {
 	unsigned int n = WD_DIGEST_LEN;
 
-	return EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) == 1 ? 0 : -WEIGHTD_E_INTERNAL;
+	return EVP_Digest(data, len, out, &n, sha256_alg(), NULL) == 1 ? 0 : -WEIGHTD_E_INTERNAL;
 }
 
 void wd_hex(const uint8_t *bytes, size_t n, char *out)
@@ -106,7 +126,7 @@ int wd_hash_init(struct wd_hash *h, enum wd_digest_alg alg)
 		EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 		if (!ctx)
 			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-		if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+		if (EVP_DigestInit_ex(ctx, sha256_alg(), NULL) != 1) {
 			EVP_MD_CTX_free(ctx);
 			return -WEIGHTD_E_INTERNAL;
 		}
@@ -129,7 +149,7 @@ int wd_hash_init(struct wd_hash *h, enum wd_digest_alg alg)
 void wd_hash_reset(struct wd_hash *h)
 {
 	if (h->alg == WD_DIGEST_SHA256)
-		EVP_DigestInit_ex(h->state, EVP_sha256(), NULL);
+		EVP_DigestInit_ex(h->state, sha256_alg(), NULL);
 	else
 		XXH3_128bits_reset(h->state);
 }
