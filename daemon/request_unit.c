@@ -605,12 +605,18 @@ static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, stru
 	struct wd_resolver res = { &rc, resolve_lookup };
 	struct wd_rnode *nodes = NULL;
 	struct wd_recipe rec;
+	bool plain = plain_entry(pe);
 	size_t n = 0;
 	int r;
 
 	o->n_sources = 0;
-	r = wire_recipe(pe->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
-	if (r == 0) {
+	if (plain) /* the whole tensor as it is: no general graph (the same plan and key) */
+		r = wd_recipe_preflight_tensor(pe->recipe->nodes[0]->checkpoint,
+					       pe->recipe->nodes[0]->tensor, &res, &lim, &o->plan,
+					       err);
+	else
+		r = wire_recipe(pe->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
+	if (r == 0 && !plain) {
 		rec.nodes = nodes;
 		rec.n_nodes = n;
 		r = wd_recipe_preflight(&rec, &res, &lim, &o->plan, err);
@@ -628,7 +634,7 @@ static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, stru
 			      wd_plan_shape(o->plan), err);
 		return -WEIGHTD_E_SLOT_MISMATCH;
 	}
-	if (plain_entry(pe) && o->n_sources == 1 && o->sources[0]->src) {
+	if (plain && o->n_sources == 1 && o->sources[0]->src) {
 		uint8_t id[32];
 
 		wd_source_identity(o->sources[0]->src, id);

@@ -150,6 +150,15 @@ struct wd_plan;
 int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res,
 			const struct wd_recipe_limits *lim, struct wd_plan **ret, weightd_error *err);
 
+/*
+ * wd_recipe_preflight of the recipe of one SOURCE node (checkpoint, tensor) with no selection:
+ * the whole stored tensor as it is. The same plan, key, label and errors, made in a fraction of
+ * the time (no general graph): the path of a unit's plain entries.
+ */
+int wd_recipe_preflight_tensor(const char *checkpoint, const char *tensor,
+			       const struct wd_resolver *res, const struct wd_recipe_limits *lim,
+			       struct wd_plan **ret, weightd_error *err);
+
 void wd_plan_free(struct wd_plan *p);
 
 enum wd_dtype wd_plan_dtype(const struct wd_plan *p);

@@ -88,20 +88,62 @@ static void put_str(struct wd_sha256 *s, const char *str)
  * fixed order (integers little-endian, strings and arrays prefixed by their length), then the
  * number of inputs and each input's digest. Dtypes are encoded by name, not enum number.
  */
+/*
+ * A LEAF's digest in one pass over one buffer: the same bytes xdigest's encoding gives (the tag,
+ * the operation, the source's identity, the tensor name, no inputs), so the key of a whole stored
+ * tensor costs one SHA-256 of about a hundred bytes.
+ */
+int wd_recipe_leaf_digest(const struct wd_source *src, const char *tensor,
+			  uint8_t out[WD_DIGEST_LEN])
+{
+	static const char tag[] = "weightd.recipe.1";
+	const size_t tag_len = sizeof(tag) - 1, len = strlen(tensor);
+	uint8_t buf[512], *q = buf;
+	struct wd_sha256 s;
+
+	/* the fixed part: the tag's length and bytes, the operation, the identity */
+	for (int i = 0; i < 8; i++)
+		*q++ = (uint8_t)((uint64_t)tag_len >> (8 * i));
+	memcpy(q, tag, tag_len);
+	q += tag_len;
+	for (int i = 0; i < 4; i++)
+		*q++ = (uint8_t)((uint32_t)X_LEAF >> (8 * i));
+	wd_source_identity(src, q);
+	q += WD_DIGEST_LEN;
+	for (int i = 0; i < 8; i++)
+		*q++ = (uint8_t)((uint64_t)len >> (8 * i));
+	if (len + 8 <= sizeof(buf) - (size_t)(q - buf)) {
+		memcpy(q, tensor, len);
+		q += len;
+		memset(q, 0, 8); /* no inputs */
+		q += 8;
+		return wd_sha256(buf, (size_t)(q - buf), out);
+	}
+	if (wd_sha256_init(&s) < 0)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	wd_sha256_update(&s, buf, (size_t)(q - buf));
+	wd_sha256_update(&s, tensor, len);
+	put_u64(&s, 0);
+	wd_sha256_final(&s, out);
+	return 0;
+}
+
 static int xdigest(struct build *b, struct xnode *x)
 {
 	struct wd_sha256 s;
-	uint8_t id[WD_DIGEST_LEN];
 
+	if (x->op == X_LEAF) {
+		if (wd_recipe_leaf_digest(x->src, x->tensor, x->digest) < 0)
+			return nerr(b, x->orig, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0,
+				    "cannot start a SHA-256 digest");
+		return 0;
+	}
 	if (wd_sha256_init(&s) < 0)
 		return nerr(b, x->orig, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "cannot start a SHA-256 digest");
 	put_str(&s, "weightd.recipe.1");
 	put_u32(&s, (uint32_t)x->op);
 	switch (x->op) {
-	case X_LEAF:
-		wd_source_identity(x->src, id);
-		wd_sha256_update(&s, id, sizeof(id));
-		put_str(&s, x->tensor);
+	case X_LEAF: /* wd_recipe_leaf_digest */
 		break;
 	case X_SELECT:
 		put_u32(&s, (uint32_t)x->kind);
@@ -593,15 +635,13 @@ static int note_source(struct build *b, const struct wd_source *src)
 	return 0;
 }
 
-static int build_source(struct build *b, uint32_t i, const struct wd_rnode *rn)
+int wd_recipe_leaf(struct build *b, uint32_t i, const struct wd_rnode *rn, struct xnode *ret)
 {
 	const char *ck = rn->checkpoint ? rn->checkpoint : "";
 	const char *tn = rn->tensor ? rn->tensor : "";
 	const struct wd_source *src = NULL;
 	const struct wd_tensor_info *ti;
 	struct xnode n;
-	struct nsel s;
-	uint32_t leaf;
 	int r;
 
 	if (rn->n_inputs)
@@ -644,8 +684,23 @@ static int build_source(struct build *b, uint32_t i, const struct wd_rnode *rn)
 		return nerr(b, i, WEIGHTD_E_BAD_CHECKPOINT, -1, i64(n.nbytes), i64(ti->nbytes),
 			    "tensor \"%s\" holds %" PRIu64 " bytes but its shape needs %" PRIu64, tn,
 			    ti->nbytes, n.nbytes);
+	*ret = n;
+	return 0;
+}
+
+static int build_source(struct build *b, uint32_t i, const struct wd_rnode *rn)
+{
+	const char *tn = rn->tensor ? rn->tensor : "";
+	struct xnode n;
+	struct nsel s;
+	uint32_t leaf;
+	int r;
+
+	r = wd_recipe_leaf(b, i, rn, &n);
+	if (r < 0)
+		return r;
 	n.tensor = own(b, tn, strlen(tn) + 1);
-	if (!n.tensor || note_source(b, src) < 0)
+	if (!n.tensor || note_source(b, n.src) < 0)
 		return nerr(b, i, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 	r = wd_recipe_xadd(b, &n, NULL, 0, &leaf);
 	if (r < 0)

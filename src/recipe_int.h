@@ -127,6 +127,8 @@ struct wd_plan {
 	size_t n_srcs;
 	struct pfile *files;
 	size_t n_files;
+	bool one_block;               /* x, files, srcs and the tensor name live in p's allocation
+				       * (wd_recipe_preflight_tensor) */
 	char **owned;                 /* tensor names and index arrays the xnodes point into */
 	size_t n_owned, cap_owned;
 	char label[LABEL_MAX];
@@ -253,6 +255,15 @@ struct nsel {
 	int ndim;
 	uint64_t shape[WD_MAX_DIMS];
 };
+
+/* Source node i, checked (its checkpoint resolved, its tensor found, its bytes matching its
+ * shape): *ret is its LEAF xnode, all but the tensor name (which the caller copies) and the
+ * digest. */
+int wd_recipe_leaf(struct build *b, uint32_t i, const struct wd_rnode *rn, struct xnode *ret);
+/* The digest of a LEAF of `tensor` in `src` (its xnode digest, and the key of a recipe that takes
+ * the whole tensor as it is); 0 or -WEIGHTD_E_RESOURCE_EXHAUSTED. */
+int wd_recipe_leaf_digest(const struct wd_source *src, const char *tensor,
+			  uint8_t out[WD_DIGEST_LEN]);
 
 /* Graph building blocks shared with recipe_dequant.c (recipe_build.c). */
 int wd_recipe_finish_shape(struct build *b, uint32_t node, enum wd_dtype t, int ndim,

@@ -429,10 +429,103 @@ out:
 	return rc;
 }
 
+/*
+ * The plan of a recipe that is one source node taking its whole tensor: what wd_recipe_preflight
+ * makes of it (one LEAF, read from its file as it is), made without the general graph: one
+ * allocation, one SHA-256. The checks, their order and their errors are the general path's.
+ */
+int wd_recipe_preflight_tensor(const char *checkpoint, const char *tensor,
+			       const struct wd_resolver *res, const struct wd_recipe_limits *lim,
+			       struct wd_plan **ret, weightd_error *err)
+{
+	static const struct wd_recipe_limits defaults = WD_RECIPE_LIMITS_DEFAULT;
+	struct wd_rnode rn;
+	struct wd_recipe r = { &rn, 1 };
+	uint32_t map = 0, depth = 0;
+	char seltxt[1][96] = { "" };
+	struct build b = { .r = &r, .res = res, .lim = lim ? *lim : defaults, .map = &map,
+			   .depth = &depth, .seltxt = seltxt, .err = err };
+	struct wd_plan *p;
+	struct xnode n;
+	size_t tlen, ck_len;
+	char *name;
+	int rc;
+
+	memset(&rn, 0, sizeof(rn));
+	rn.op = WD_OP_SOURCE;
+	rn.checkpoint = checkpoint;
+	rn.tensor = tensor;
+	/* limits no plain recipe meets (a node too many, a depth of one too deep): the general
+	 * path words them */
+	if (!res || !res->lookup || b.lim.max_nodes < 1 || b.lim.max_depth < 1)
+		return wd_recipe_preflight(&r, res, lim, ret, err);
+	wd_error_clear(err);
+	rc = wd_recipe_leaf(&b, 0, &rn, &n);
+	if (rc < 0)
+		return rc;
+	if (n.nbytes > b.lim.max_output_bytes)
+		return nerr(&b, 0, WEIGHTD_E_RECIPE_TOO_LARGE, -1, i64(b.lim.max_output_bytes),
+			    i64(n.nbytes), "the output is %" PRIu64 " bytes (at most %" PRIu64 ")",
+			    n.nbytes, b.lim.max_output_bytes);
+	tensor = tensor ? tensor : "";
+	tlen = strlen(tensor);
+	p = calloc(1, sizeof(*p) + sizeof(*p->x) + sizeof(*p->files) + sizeof(*p->srcs) + tlen + 1);
+	if (!p)
+		return nerr(&b, 0, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
+	b.p = p;
+	p->one_block = true;
+	p->x = (struct xnode *)(p + 1);
+	p->files = (struct pfile *)(p->x + 1);
+	p->srcs = (const struct wd_source **)(p->files + 1);
+	name = (char *)(p->srcs + 1);
+	memcpy(name, tensor, tlen + 1);
+	n.tensor = name;
+	if (wd_recipe_leaf_digest(n.src, name, n.digest) < 0) {
+		free(p);
+		return nerr(&b, 0, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0,
+			    "cannot start a SHA-256 digest");
+	}
+	/* as classify and account leave a lone leaf: read from its file, in place, no state */
+	n.reach = true;
+	n.cls = C_FILE;
+	n.cost = n.nbytes;
+	n.slot = UINT32_MAX;
+	p->x[0] = n;
+	p->nx = p->capx = 1;
+	p->root = 0;
+	p->dtype = n.dtype;
+	p->ndim = n.ndim;
+	memcpy(p->shape, n.shape, sizeof(p->shape));
+	p->nbytes = n.nbytes;
+	memcpy(p->key, n.digest, WD_DIGEST_LEN);
+	p->read_bytes = n.nbytes;
+	p->files[0].src = n.src;
+	p->files[0].file = n.file;
+	p->n_files = 1;
+	p->srcs[0] = n.src;
+	p->n_srcs = 1;
+	/* "checkpoint:tensor", as make_label writes it when it fits */
+	checkpoint = checkpoint ? checkpoint : "";
+	ck_len = strlen(checkpoint);
+	if (ck_len + 1 + tlen < LABEL_MAX - 1) {
+		memcpy(p->label, checkpoint, ck_len);
+		p->label[ck_len] = ':';
+		memcpy(p->label + ck_len + 1, tensor, tlen + 1);
+	} else {
+		make_label(&b);
+	}
+	*ret = p;
+	return 0;
+}
+
 void wd_plan_free(struct wd_plan *p)
 {
 	if (!p)
 		return;
+	if (p->one_block) {
+		free(p);
+		return;
+	}
 	for (size_t i = 0; i < p->nx; i++) {
 		free(p->x[i].in);
 		free(p->x[i].piece);

@@ -1503,6 +1503,162 @@ static void test_label(void **state)
 	wd_plan_free(p);
 }
 
+/* ---- the plan of a whole stored tensor ----------------------------------------------------------- */
+
+/* A resolver that gives `model` whatever the name (for checkpoint names of any length). */
+static int lookup_any(void *ctx, const char *ck, const struct wd_source **ret, weightd_error *err)
+{
+	(void)ctx;
+	(void)ck;
+	(void)err;
+	*ret = model;
+	return 0;
+}
+
+static const struct wd_resolver resolver_any = { NULL, lookup_any };
+
+/* The key of a whole tensor as the canonical encoding defines it, hashed field by field here:
+ * the tag, the LEAF operation (1), the source's identity, the tensor name, no inputs. Keys are
+ * kept in state records, so this must never change. */
+static void leaf_key(const struct wd_source *src, const char *tensor, uint8_t out[WD_DIGEST_LEN])
+{
+	static const char tag[] = "weightd.recipe.1";
+	uint8_t id[32], b8[8], b4[4] = { 1, 0, 0, 0 };
+	struct wd_sha256 s;
+
+	assert_int_equal(wd_sha256_init(&s), 0);
+	put_le(b8, sizeof(tag) - 1, 8);
+	wd_sha256_update(&s, b8, 8);
+	wd_sha256_update(&s, tag, sizeof(tag) - 1);
+	wd_sha256_update(&s, b4, 4);
+	wd_source_identity(src, id);
+	wd_sha256_update(&s, id, sizeof(id));
+	put_le(b8, strlen(tensor), 8);
+	wd_sha256_update(&s, b8, 8);
+	wd_sha256_update(&s, tensor, strlen(tensor));
+	memset(b8, 0, 8);
+	wd_sha256_update(&s, b8, 8);
+	wd_sha256_final(&s, out);
+}
+
+/* wd_recipe_preflight_tensor against wd_recipe_preflight of the one-node recipe: the same key
+ * (and the key of the encoding), shape, accounting, label, sources, file range and bytes. */
+static void expect_same_plan(const struct wd_resolver *res, const char *ck, const char *tensor,
+			     const struct wd_source *src)
+{
+	struct rb b = { .len = 0 };
+	struct wd_recipe r;
+	struct wd_plan *gen = NULL, *fast = NULL;
+	const struct wd_source *gs, *fs;
+	uint32_t gfile, ffile;
+	uint64_t goff, foff, gread, fread;
+	uint8_t want[WD_DIGEST_LEN], gd[WD_DIGEST_LEN] = { 0 }, fd[WD_DIGEST_LEN] = { 0 };
+	uint8_t *gout = NULL, *fout = NULL;
+	weightd_error err;
+	bool granged;
+
+	r_src(&b, ck, tensor, FULL());
+	r.nodes = b.n;
+	r.n_nodes = b.len;
+	assert_int_equal(wd_recipe_preflight(&r, res, NULL, &gen, &err), 0);
+	assert_int_equal(wd_recipe_preflight_tensor(ck, tensor, res, NULL, &fast, &err), 0);
+	leaf_key(src, tensor, want);
+	assert_memory_equal(wd_plan_key(gen), want, WD_DIGEST_LEN);
+	assert_memory_equal(wd_plan_key(fast), want, WD_DIGEST_LEN);
+	assert_int_equal(wd_plan_dtype(fast), wd_plan_dtype(gen));
+	assert_int_equal(wd_plan_ndim(fast), wd_plan_ndim(gen));
+	if (wd_plan_ndim(gen))
+		assert_memory_equal(wd_plan_shape(fast), wd_plan_shape(gen),
+				    sizeof(uint64_t) * (size_t)wd_plan_ndim(gen));
+	assert_int_equal(wd_plan_nbytes(fast), wd_plan_nbytes(gen));
+	assert_int_equal(wd_plan_read_bytes(fast), wd_plan_read_bytes(gen));
+	assert_int_equal(wd_plan_temp_bytes(fast), wd_plan_temp_bytes(gen));
+	assert_string_equal(wd_plan_label(fast), wd_plan_label(gen));
+	assert_int_equal(wd_plan_source_count(fast), 1);
+	assert_int_equal(wd_plan_source_count(gen), 1);
+	assert_ptr_equal(wd_plan_source(fast, 0), src);
+	assert_ptr_equal(wd_plan_source(gen, 0), src);
+	granged = wd_plan_file_range(gen, &gs, &gfile, &goff);
+	assert_int_equal(wd_plan_file_range(fast, &fs, &ffile, &foff), granged);
+	if (granged) {
+		assert_ptr_equal(fs, gs);
+		assert_int_equal(ffile, gfile);
+		assert_int_equal(foff, goff);
+	}
+	assert_int_equal(execute(gen, 1 << 16, false, &gout, &gread, gd, &err), 0);
+	assert_int_equal(execute(fast, 1 << 16, false, &fout, &fread, fd, &err), 0);
+	assert_int_equal(fread, gread);
+	assert_memory_equal(fd, gd, WD_DIGEST_LEN);
+	if (wd_plan_nbytes(gen))
+		assert_memory_equal(fout, gout, wd_plan_nbytes(gen));
+	free(gout);
+	free(fout);
+	wd_plan_free(gen);
+	wd_plan_free(fast);
+}
+
+static void test_tensor_plan_is_the_general_plan(void **state)
+{
+	static const char *const names[] = { "a", "h", "w", "s", "z", "t" };
+	char *long_ck = malloc(600);
+
+	/* F32, U16, I32, a scalar, an empty tensor, a larger one; under two names of one file */
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		expect_same_plan(&resolver, "model", names[i], model);
+		expect_same_plan(&resolver, "model-again", names[i], model2);
+	}
+	/* a block type from a GGUF file */
+	expect_same_plan(&resolver, "quant", "q", quant);
+	/* a label too long for the plan: cut the same way */
+	assert_non_null(long_ck);
+	memset(long_ck, 'm', 599);
+	long_ck[599] = '\0';
+	expect_same_plan(&resolver_any, long_ck, "a", model);
+	long_ck[509] = '\0'; /* "m...m:a" is 511 characters: one too many to fit whole */
+	expect_same_plan(&resolver_any, long_ck, "a", model);
+	long_ck[508] = '\0'; /* 510: fits */
+	expect_same_plan(&resolver_any, long_ck, "a", model);
+	free(long_ck);
+}
+
+/* Failures word the same error as the general path: code, node, message, checkpoint, tensor. */
+static void expect_same_error(const char *ck, const char *tensor,
+			      const struct wd_recipe_limits *lim, int code)
+{
+	struct rb b = { .len = 0 };
+	struct wd_recipe r;
+	struct wd_plan *gen = NULL, *fast = NULL;
+	weightd_error ge, fe;
+
+	r_src(&b, ck, tensor, FULL());
+	r.nodes = b.n;
+	r.n_nodes = b.len;
+	assert_int_equal(wd_recipe_preflight(&r, &resolver, lim, &gen, &ge), -code);
+	assert_int_equal(wd_recipe_preflight_tensor(ck, tensor, &resolver, lim, &fast, &fe), -code);
+	assert_null(gen);
+	assert_null(fast);
+	assert_int_equal(fe.code, ge.code);
+	assert_int_equal(fe.node, ge.node);
+	assert_int_equal(fe.expected, ge.expected);
+	assert_int_equal(fe.actual, ge.actual);
+	assert_string_equal(fe.message, ge.message);
+	assert_string_equal(fe.checkpoint, ge.checkpoint);
+	assert_string_equal(fe.tensor, ge.tensor);
+}
+
+static void test_tensor_plan_errors(void **state)
+{
+	struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+
+	expect_same_error("nowhere", "a", NULL, WEIGHTD_E_UNKNOWN_SOURCE);
+	expect_same_error("model", "nothing", NULL, WEIGHTD_E_UNKNOWN_TENSOR);
+	lim.max_output_bytes = 95; /* "a" is 96 bytes */
+	expect_same_error("model", "a", &lim, WEIGHTD_E_RECIPE_TOO_LARGE);
+	lim = (struct wd_recipe_limits)WD_RECIPE_LIMITS_DEFAULT;
+	lim.max_depth = 0;
+	expect_same_error("model", "a", &lim, WEIGHTD_E_RECIPE_TOO_DEEP);
+}
+
 /* ---- files that change ------------------------------------------------------------------------ */
 
 static void make_victim(const char *file)
@@ -1580,6 +1736,8 @@ int main(void)
 		cmocka_unit_test(test_cast_and_shard),
 		cmocka_unit_test(test_keys),
 		cmocka_unit_test(test_label),
+		cmocka_unit_test(test_tensor_plan_is_the_general_plan),
+		cmocka_unit_test(test_tensor_plan_errors),
 		cmocka_unit_test(test_changed_files),
 	};
 
