@@ -131,7 +131,7 @@ struct wd_plan {
 				       * (wd_recipe_preflight_tensor) */
 	char **owned;                 /* tensor names and index arrays the xnodes point into */
 	size_t n_owned, cap_owned;
-	char label[LABEL_MAX];
+	char *label;                  /* at most LABEL_MAX bytes, in p's allocation */
 };
 
 /* ---- small helpers --------------------------------------------------------------------------- */

@@ -353,7 +353,7 @@ static void label_node(const struct build *b, uint32_t i, struct sbuf *sb)
 
 static void make_label(const struct build *b)
 {
-	struct sbuf sb = { b->p->label, sizeof(b->p->label), 0 };
+	struct sbuf sb = { b->p->label, LABEL_MAX, 0 };
 
 	b->p->label[0] = '\0';
 	label_node(b, (uint32_t)(b->r->n_nodes - 1), &sb);
@@ -381,7 +381,9 @@ int wd_recipe_preflight(const struct wd_recipe *r, const struct wd_resolver *res
 		return nerr(&b, b.lim.max_nodes, WEIGHTD_E_RECIPE_TOO_LARGE, -1, b.lim.max_nodes, i64(r->n_nodes),
 			    "the recipe has %zu nodes, more than the %" PRIu32 " allowed", r->n_nodes,
 			    b.lim.max_nodes);
-	p = calloc(1, sizeof(*p));
+	p = calloc(1, sizeof(*p) + LABEL_MAX);
+	if (p)
+		p->label = (char *)(p + 1);
 	b.p = p;
 	b.max_x = 4 * r->n_nodes + 64;
 	b.map = calloc(r->n_nodes, sizeof(*b.map));
@@ -448,6 +450,7 @@ int wd_recipe_preflight_tensor(const char *checkpoint, const char *tensor,
 	struct wd_plan *p;
 	struct xnode n;
 	size_t tlen, ck_len;
+	bool fits;
 	char *name;
 	int rc;
 
@@ -469,7 +472,12 @@ int wd_recipe_preflight_tensor(const char *checkpoint, const char *tensor,
 			    n.nbytes, b.lim.max_output_bytes);
 	tensor = tensor ? tensor : "";
 	tlen = strlen(tensor);
-	p = calloc(1, sizeof(*p) + sizeof(*p->x) + sizeof(*p->files) + sizeof(*p->srcs) + tlen + 1);
+	checkpoint = checkpoint ? checkpoint : "";
+	ck_len = strlen(checkpoint);
+	/* the label "checkpoint:tensor" whole, or cut by make_label at LABEL_MAX */
+	fits = ck_len + 1 + tlen < LABEL_MAX - 1;
+	p = calloc(1, sizeof(*p) + sizeof(*p->x) + sizeof(*p->files) + sizeof(*p->srcs) + tlen + 1 +
+			      (fits ? ck_len + 1 + tlen + 1 : LABEL_MAX));
 	if (!p)
 		return nerr(&b, 0, WEIGHTD_E_RESOURCE_EXHAUSTED, -1, 0, 0, "out of memory");
 	b.p = p;
@@ -479,6 +487,7 @@ int wd_recipe_preflight_tensor(const char *checkpoint, const char *tensor,
 	p->srcs = (const struct wd_source **)(p->files + 1);
 	name = (char *)(p->srcs + 1);
 	memcpy(name, tensor, tlen + 1);
+	p->label = name + tlen + 1;
 	n.tensor = name;
 	if (wd_recipe_leaf_digest(n.src, name, n.digest) < 0) {
 		free(p);
@@ -504,10 +513,7 @@ int wd_recipe_preflight_tensor(const char *checkpoint, const char *tensor,
 	p->n_files = 1;
 	p->srcs[0] = n.src;
 	p->n_srcs = 1;
-	/* "checkpoint:tensor", as make_label writes it when it fits */
-	checkpoint = checkpoint ? checkpoint : "";
-	ck_len = strlen(checkpoint);
-	if (ck_len + 1 + tlen < LABEL_MAX - 1) {
+	if (fits) { /* as make_label writes it */
 		memcpy(p->label, checkpoint, ck_len);
 		p->label[ck_len] = ':';
 		memcpy(p->label + ck_len + 1, tensor, tlen + 1);
