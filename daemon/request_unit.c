@@ -27,7 +27,7 @@
 struct unit_out {
 	struct unitreq *u;
 	const char *name;          /* borrowed from the request until the request is answered */
-	char *name_copy;
+	char *name_copy;           /* in the unitreq's names */
 	size_t owner;
 	struct weight *w;          /* entries: one reference held until the unit is answered */
 	struct wd_plan *plan;      /* entries, between preflight and submission (none for a warm
@@ -51,6 +51,7 @@ struct unitreq {
 	uint64_t new_bytes;        /* counted against the client's limits while in flight */
 	uint32_t new_weights;
 	size_t *first;             /* per entry: the first entry with the same key (itself if none) */
+	char *names;               /* every output's name, one after another: one allocation */
 	LIST_ENTRY(unitreq) link;  /* in its session's unitreqs while the session lasts */
 };
 
@@ -122,10 +123,9 @@ static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_sou
 
 static void unitreq_free(struct unitreq *u)
 {
-	for (size_t i = 0; i < u->n_outs; i++) {
+	for (size_t i = 0; i < u->n_outs; i++)
 		wd_plan_free(u->outs[i].plan);
-		free(u->outs[i].name_copy);
-	}
+	free(u->names);
 	free(u->outs);
 	free(u->first);
 	free(u);
@@ -326,17 +326,24 @@ static size_t find_name(const struct wd_hashidx *ix, const struct unit_out *outs
 /* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
 static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_error *err)
 {
-	size_t n = u->n_outs, *path = NULL;
+	size_t n = u->n_outs, *path = NULL, total = 0, at = 0;
 	struct wd_hashidx ix = { NULL, 0 };
 	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
 	int r = 0;
 
-	if (wd_hashidx_reserve_from(&ix, n, 0, name_at, u->outs) < 0)
+	/* the copies in one allocation: the names' lengths first (each checked below, in order) */
+	for (size_t i = 0; i < n; i++) {
+		const char *name = i < u->n_entries ? pu->entries[i]->name
+						    : pu->aliases[i - u->n_entries]->name;
+		total += (name ? strlen(name) : 0) + 1;
+	}
+	u->names = malloc(total);
+	if (!u->names || wd_hashidx_reserve_from(&ix, n, 0, name_at, u->outs) < 0)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		const char *name = i < u->n_entries ? pu->entries[i]->name
 						    : pu->aliases[i - u->n_entries]->name;
-		size_t k;
+		size_t k, len;
 
 		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
 			r = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
@@ -345,11 +352,9 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_
 					 i < u->n_entries ? i : i - u->n_entries, WD_MAX_NAME);
 			goto out;
 		}
-		u->outs[i].name_copy = strdup(name);
-		if (!u->outs[i].name_copy) {
-			r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-			goto out;
-		}
+		len = strlen(name) + 1;
+		u->outs[i].name_copy = memcpy(u->names + at, name, len);
+		at += len;
 		u->outs[i].owner = i;
 		u->outs[i].u = u;
 		k = wd_hashidx_slot(&ix, name_hash(name), name_eq, u->outs, name);
