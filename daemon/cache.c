@@ -77,6 +77,16 @@ static void rehash(struct cache *c)
 	c->nbuckets = nb;
 }
 
+struct weight *cache_weight_new(const char *label)
+{
+	size_t len = strlen(label) + 1;
+	struct weight *w = calloc(1, sizeof(*w) + len);
+
+	if (w)
+		w->label = memcpy(w + 1, label, len);
+	return w;
+}
+
 struct weight *cache_find_key(struct cache *c, const uint8_t *key)
 {
 	for (struct weight *w = c->by_key[cache_key_hash(key, c->nbuckets)]; w; w = w->key_next)
@@ -299,8 +309,7 @@ static void weight_destroy(struct cache *c, struct weight *w, bool evict)
 		cache_seg_update_idle(c, sg);
 	}
 	csource_unref(w->csource);
-	free(w->label);
-	free(w);
+	free(w); /* its label with it */
 }
 
 void cache_free(struct cache *c, bool unlink_segments)
@@ -632,13 +641,9 @@ int cache_adopt(struct cache *c, const struct state_segment *rec)
 				continue;
 			}
 		}
-		w = calloc(1, sizeof(*w));
-		if (w)
-			w->label = strdup(sw->label);
-		if (!w || !w->label) {
-			free(w);
+		w = cache_weight_new(sw->label);
+		if (!w)
 			break;
-		}
 		w->id = c->next_id++;
 		memcpy(w->key, sw->key, 32);
 		memcpy(w->digest, sw->digest, sizeof(w->digest));

@@ -92,7 +92,8 @@ static void job_free(struct job *j)
 {
 	for (size_t i = 0; i < j->n_sources; i++)
 		csource_unref(j->sources[i]);
-	free(j->sources);
+	if (j->sources != &j->source0)
+		free(j->sources);
 	wd_plan_free(j->plan);
 	free(j->err);
 	free(j);
@@ -207,12 +208,8 @@ static void job_done(struct pool_task *t)
 	}
 	c->temp_used -= j->temp;
 	if (j->status == 0) {
-		w = calloc(1, sizeof(*w));
-		if (w)
-			w->label = strdup(wd_plan_label(j->plan));
-		if (!w || !w->label) {
-			free(w);
-			w = NULL;
+		w = cache_weight_new(wd_plan_label(j->plan));
+		if (!w) {
 			wd_error_clear(err);
 			wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory recording a weight");
 		}
@@ -230,9 +227,11 @@ static void job_done(struct pool_task *t)
 		w->segment = sg;
 		w->offset = j->offset;
 		if (j->n_sources) {
+			size_t n = strnlen(j->sources[0]->name, sizeof(w->source) - 1);
+
 			w->csource = j->sources[0];
 			csource_ref(w->csource);
-			snprintf(w->source, sizeof(w->source), "%s", w->csource->name);
+			memcpy(w->source, w->csource->name, n); /* w is zeroed: terminated */
 			w->generation = w->csource->generation;
 		}
 		cache_insert(c, w);
@@ -274,7 +273,8 @@ static void job_done(struct pool_task *t)
 		} else {
 			wt->cb(NULL, err, charged, wt->arg);
 		}
-		free(wt);
+		if (wt != &j->starter)
+			free(wt);
 	}
 	job_free(j);
 	/* Counted down only now: while the callbacks run (and may drop w, or evict neighbours),
@@ -715,29 +715,28 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		wd_plan_free(plan);
 		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE, "a recipe may read at most 16 checkpoints");
 	}
-	wt = calloc(1, sizeof(*wt));
-	if (!wt) {
-		wd_plan_free(plan);
-		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	}
-	wt->cb = cb;
-	wt->arg = arg;
 	j = find_job(c, key);
 	if (j) {
+		wt = calloc(1, sizeof(*wt));
+		if (!wt) {
+			wd_plan_free(plan);
+			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		}
+		wt->cb = cb;
+		wt->arg = arg;
 		SLIST_INSERT_HEAD(&j->waiters, wt, link);
 		wd_plan_free(plan);
 		return 0;
 	}
 	j = job_table_room(c) == 0 ? calloc(1, sizeof(*j)) : NULL;
 	if (j)
-		j->sources = calloc(n_sources ? n_sources : 1, sizeof(*j->sources));
+		j->sources = n_sources <= 1 ? &j->source0 : calloc(n_sources, sizeof(*j->sources));
 	if (!pack)
 		pack = own = cache_pack_begin(c);
 	if (!j || !j->sources || !pack) {
-		if (j)
+		if (j && j->sources != &j->source0)
 			free(j->sources);
 		free(j);
-		free(wt);
 		free(own);
 		wd_plan_free(plan);
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -749,7 +748,6 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	if (r == 0)
 		r = cache_reserve(c, j->nbytes, wd_plan_label(plan), err);
 	if (r < 0) {
-		free(wt);
 		job_free(j);
 		free(own);
 		return r;
@@ -757,7 +755,6 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	sg = pack_place(c, pack, sources, n_sources, j->nbytes, &j->offset);
 	if (!sg) {
 		c->resident -= j->nbytes;
-		free(wt);
 		job_free(j);
 		free(own);
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -769,6 +766,9 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	}
 	j->cache = c;
 	memcpy(j->key, key, 32);
+	wt = &j->starter;
+	wt->cb = cb;
+	wt->arg = arg;
 	SLIST_INSERT_HEAD(&j->waiters, wt, link);
 	j->segment = sg;
 	j->fd = -1;

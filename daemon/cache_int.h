@@ -8,6 +8,12 @@
 #include "daemon.h"
 #include "sink.h"
 
+struct waiter {
+	cache_cb cb;
+	void *arg;
+	SLIST_ENTRY(waiter) link;
+};
+
 struct job {
 	struct pool_task task;       /* first: the pool hands back this pointer */
 	struct cache *cache;
@@ -28,24 +34,22 @@ struct job {
 	uint8_t digest[WD_DIGEST_MAX];
 	uint64_t bytes_read;
 	uint64_t ns;
-	/* who waits (the request that started the job is the last in the list) */
+	/* who waits (the request that started the job is the last in the list: `starter`, kept in
+	 * the job, so that a weight's request costs no allocation of its own; joiners are
+	 * allocated) */
 	SLIST_HEAD(, waiter) waiters;
 	LIST_ENTRY(job) link;        /* the cache's jobs in flight */
 	struct job *hash_next;       /* the chain of its bucket in jobs_by_key */
 	struct job **hash_pprev;     /* what points at it in that chain (unlinked in O(1)) */
 	TAILQ_ENTRY(job) queue_link; /* its segment's jobs waiting for it to be created */
 	STAILQ_ENTRY(job) batch_link; /* its batch's jobs (small weights share a task) */
+	struct csource *source0;     /* sources of a job that reads one checkpoint (most do) */
+	struct waiter starter;       /* the request that started it */
 };
 
 /* Jobs in flight are found by key through a hash that doubles as they grow (a unit of 100,000
  * new weights starts that many jobs: a list scanned per request would be quadratic). */
 #define JOB_BUCKETS_MIN 4096
-
-struct waiter {
-	cache_cb cb;
-	void *arg;
-	SLIST_ENTRY(waiter) link;
-};
 
 /* The segments one pack is filling: the open one of each group of checkpoints. */
 struct cache_pack {
@@ -82,6 +86,8 @@ struct cache {
 
 
 size_t cache_key_hash(const uint8_t *key, size_t nb);
+/* A zeroed weight whose label is a copy of `label` in the same allocation (freed with it). */
+struct weight *cache_weight_new(const char *label);
 struct weight *cache_find_key(struct cache *c, const uint8_t *key);
 /* Recount whether a segment is idle (created, nothing being made, no weight referenced). */
 void cache_seg_update_idle(struct cache *c, struct cache_segment *sg);
