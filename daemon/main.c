@@ -4,7 +4,6 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 #include "catalog.h"
 #include "config.h"
 #include "daemon.h"
+#include "heap.h"
 #include "keymemo.h"
 #include "log.h"
 #include "pool.h"
@@ -218,26 +218,6 @@ static void daemon_readiness(int *fd)
 	*fd = -1;
 }
 
-/*
- * Keep freed heap for the next request instead of handing it back to the kernel at once. A unit
- * of n weights makes O(n) short-lived objects (its decoded request, plans, reply); with glibc's
- * defaults (trim above 128 KiB at the top, mmap above 128 KiB) each such request faults its
- * whole working set in again, and on virtual machines a first-touch fault costs microseconds:
- * a 100,000-weight unit spent more time in page faults than in its own work. Up to 64 MiB of
- * free heap stays mapped; memory a departing client made us take is still returned
- * (server.c, malloc_trim on reap). GLIBC_TUNABLES naming malloc settings win over these.
- */
-static void tune_malloc(void)
-{
-	const char *t = getenv("GLIBC_TUNABLES");
-
-	if (t && strstr(t, "glibc.malloc."))
-		return;
-	mallopt(M_MMAP_THRESHOLD, 32 << 20);
-	mallopt(M_TRIM_THRESHOLD, 64 << 20);
-	mallopt(M_TOP_PAD, 4 << 20);
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -261,7 +241,7 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++)  /* a mode of its own, with its own options */
 		if (strcmp(argv[i], "--purge") == 0)
 			return purge_main(argc, argv);
-	tune_malloc();
+	heap_tune();
 	memset(&d, 0, sizeof(d));
 	wd_error_clear(&err);
 	while ((opt = getopt_long(argc, argv, "c:fl:hV", opts, NULL)) != -1) {

@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "daemon.h"
+#include "heap.h"
 #include "keymemo.h"
 #include "log.h"
 #include "request.h"
@@ -21,6 +22,10 @@
 #include "wd_hashidx.h"
 #include "wire.h"
 
+
+/* Heap a unit takes per slot while it is made, about: its output (unit_out), name, plan, job,
+ * weight and the entries of the memo and the session's holds. */
+#define UNIT_HEAP_PER_SLOT 2048
 
 /* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
  * it resolves to). */
@@ -835,6 +840,9 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "too many unit requests in flight on this connection");
 		return;
 	}
+	/* what a unit makes per slot (its outputs, names, plans, jobs, weights), faulted in huge
+	 * pages rather than one 4 KiB page at a time */
+	heap_reserve((pu->n_entries + pu->n_aliases) * UNIT_HEAP_PER_SLOT);
 	u = calloc(1, sizeof(*u));
 	if (u)
 		u->outs = calloc(pu->n_entries + pu->n_aliases, sizeof(*u->outs));

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "heap.h"
 #include "log.h"
 #include "peer.h"
 #include "request.h"
@@ -42,6 +43,9 @@ uint64_t session_now_ms(void)
  * fds queued in replies. A dead session is charged nothing. account_fds is cheap; account also
  * walks the frames buffered, so it runs once per read, not once per frame.
  */
+/* Heap a decoded request takes per byte of its frame, about (heap_reserve before decoding). */
+#define SESSION_DECODE_HEAP_PER_BYTE 6
+
 static void account_fds(struct session *s)
 {
 	size_t fds = s->dead ? 0 : wd_outq_fds(s->out) + session_fds_in_flight(s);
@@ -587,6 +591,9 @@ static void process_frames(struct session *s)
 			session_kill(s, "sent file descriptors");
 			return;
 		}
+		/* a large request decodes into several times its bytes of structures (a unit
+		 * entry of ~100 bytes on the wire is ~500 decoded) */
+		heap_reserve(f.len * SESSION_DECODE_HEAP_PER_BYTE);
 		req = wd_msg_unpack(&weightd__request__descriptor, f.payload, f.len);
 		if (!req) {
 			log_warn("client %llu (pid %d): undecodable request; disconnecting it",
