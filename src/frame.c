@@ -1053,6 +1053,26 @@ void *wd_msg_unpack(const struct ProtobufCMessageDescriptor *desc, const uint8_t
 	return wd_msg_unpack_cached(desc, data, len, NULL);
 }
 
+void *wd_msg_cache_alloc(struct wd_msg_cache *mc, size_t size)
+{
+	struct arena_block *b = mc ? cache_take(mc, size) : NULL;
+
+	if (!b) {
+		if (size > SIZE_MAX - sizeof(*b))
+			return NULL;
+		b = malloc(sizeof(*b) + size);
+		if (!b)
+			return NULL;
+		b->cap = size;
+	}
+	b->used = size;
+	b->cache = mc;
+	SLIST_NEXT(b, link) = NULL;
+	if (mc)
+		atomic_fetch_add(&mc->refs, 1);
+	return b->data;
+}
+
 void wd_msg_free(void *msg)
 {
 	struct arena_block *first;
