@@ -18,18 +18,19 @@
  */
 enum slot_src { SRC_NONE, SRC_TENSOR, SRC_RECIPE, SRC_ALIAS };
 
+/* 72 bytes: every step of a unit walks the slots, so a 100,000-slot unit's should stay small. */
 struct slot {
 	char *name;                  /* in the unit's arena */
 	const char *dtype;           /* declared (wd_dtype_name's), or NULL: no expectation */
-	size_t ndim;
-	uint64_t shape[WEIGHTD_MAX_DIMS];
+	const uint64_t *shape;       /* ndim dimensions, in the unit's arena (when declared) */
 	void **dest;
-	enum slot_src src;
 	weightd_recipe *recipe;      /* SRC_RECIPE (owned) */
 	char *alias;                 /* SRC_ALIAS: the target slot (owned); SRC_TENSOR:
 				      * "checkpoint\0tensor" (in the unit's arena) */
 	weightd_weight *w;           /* after finish: borrowed from unit->weights */
 	const void *data;            /* after validate */
+	uint32_t ndim;
+	enum slot_src src;
 };
 
 /*
@@ -193,10 +194,14 @@ int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
 	if (!s->name)
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	s->dtype = dtype ? wd_dtype_name(wd_dtype_from_name(dtype)) : NULL;
-	if (dtype) {
-		s->ndim = ndim;
-		if (ndim)
-			memcpy(s->shape, shape, ndim * sizeof(*shape));
+	if (dtype && ndim) {
+		uint64_t *sh = wc_arena_alloc(&u->arena, ndim * sizeof(*shape));
+
+		if (!sh)
+			return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		memcpy(sh, shape, ndim * sizeof(*shape));
+		s->shape = sh;
+		s->ndim = (uint32_t)ndim;
 	}
 	s->dest = dest;
 	wd_hashidx_put(&u->index, name_hash(s->name), (uint32_t)u->n);
@@ -859,7 +864,7 @@ static int check_slot(const struct slot *s, weightd_error *err)
 	}
 	if (s->dtype && s->ndim != w->ndim) {
 		rc = wc_err_set(err, WEIGHTD_E_SHAPE_MISMATCH,
-				"weightd served %zu dimensions, the slot declares %zu", w->ndim, s->ndim);
+				"weightd served %zu dimensions, the slot declares %u", w->ndim, s->ndim);
 		if (err) {
 			err->expected = (int64_t)s->ndim;
 			err->actual = (int64_t)w->ndim;
