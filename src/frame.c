@@ -935,14 +935,15 @@ size_t wd_msg_cache_bytes(struct wd_msg_cache *mc)
 	return n;
 }
 
-/* A kept block of at least `cap` bytes (the smallest that fits), or NULL. */
+/* A kept block of at least `cap` bytes (the smallest that fits, and at most four times that, so
+ * a small request does not sit on a large block the next large one needs), or NULL. */
 static struct arena_block *cache_take(struct wd_msg_cache *mc, size_t cap)
 {
 	struct arena_block *b, *best = NULL, *prev = NULL, *best_prev = NULL;
 
 	pthread_mutex_lock(&mc->mu);
 	SLIST_FOREACH(b, &mc->blocks, link) {
-		if (b->cap >= cap && (!best || b->cap < best->cap)) {
+		if (b->cap >= cap && b->cap / 4 <= cap && (!best || b->cap < best->cap)) {
 			best = b;
 			best_prev = prev;
 		}
