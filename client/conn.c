@@ -183,7 +183,7 @@ int wc_send(weightd_client *c, Weightd__Request *req, struct wc_pending **ret_p,
 		}
 		goto unregister;
 	}
-	buf = malloc(len ? len : 1);
+	buf = wd_msg_cache_alloc(c->msgs, len ? len : 1);
 	if (!buf) {
 		r = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto unregister;
@@ -205,7 +205,7 @@ int wc_send(weightd_client *c, Weightd__Request *req, struct wc_pending **ret_p,
 		pthread_mutex_unlock(&c->mu);
 		goto unregister;
 	}
-	free(buf);
+	wd_msg_free(buf);
 	if (ret_p)
 		*ret_p = p;
 	return 0;
@@ -218,7 +218,7 @@ unregister:
 		pthread_mutex_unlock(&c->mu);
 	}
 out:
-	free(buf);
+	wd_msg_free(buf);
 	free(p);
 	return r;
 }

@@ -18,8 +18,10 @@ struct wd_inbuf;
 struct wc_seg;
 
 #define WC_MAX_REPLY (64u << 20)     /* largest reply frame accepted from the daemon */
-/* decoding space kept per connection between replies (a 10,000-weight unit's takes ~4 MiB) */
-#define WC_MSG_CACHE (16u << 20)
+/* Memory kept per connection between requests: units' arenas, slot arrays and encodings, and
+ * replies' decoding space (a warm 10,000-slot unit uses about 12 MiB of it). Freed by
+ * weightd_close (and by the last reply the user still holds). */
+#define WC_MSG_CACHE (32u << 20)
 /* receive buffer kept per connection between replies */
 #define WC_INBUF_KEEP (8u << 20)
 #define WC_MAX_MESSAGE (2ull << 30)  /* largest reply (its frames joined) */
@@ -88,7 +90,7 @@ struct weightd_client {
 	size_t n_pending;
 	LIST_HEAD(, wc_pending) pending;
 	struct wd_inbuf *in;
-	struct wd_msg_cache *msgs;   /* decoding space of replies, kept for the next ones */
+	struct wd_msg_cache *msgs;   /* blocks of units and replies, kept for the next ones */
 	struct wc_event events[WC_MAX_EVENTS];
 	size_t ev_head, ev_count;
 	uint64_t ev_dropped;
@@ -193,6 +195,22 @@ void wc_seg_unref(struct wc_seg *sg);
 /* Free the table (client destruction; every segment is gone by then). */
 void wc_seg_table_free(weightd_client *c);
 
+/* --- a unit's memory (arena.c) ------------------------------------------------------------ */
+
+/* Bump allocation for what lives exactly as long as a unit (slot names, tensor sources, its
+ * weights); freed all at once, its blocks kept by the connection for the next unit. */
+struct wc_arena {
+	struct wd_msg_cache *mc;
+	unsigned char *last;         /* the newest block */
+	unsigned char *cur;
+	size_t left, next;
+};
+void wc_arena_init(struct wc_arena *a, struct wd_msg_cache *mc);
+/* 16-byte aligned, not zeroed; NULL when out of memory. */
+void *wc_arena_alloc(struct wc_arena *a, size_t size);
+char *wc_arena_strdup(struct wc_arena *a, const char *s);
+void wc_arena_free(struct wc_arena *a);
+
 struct weightd_weight {
 	struct wc_ref *ref;
 	struct wc_seg *seg;
@@ -209,6 +227,7 @@ struct weightd_weight {
 	uint8_t key[WEIGHTD_DIGEST_LEN];
 	void *map;                   /* the mapping, when mapped */
 	bool mapped;
+	bool in_arena;               /* a unit's weight, in the unit's arena: not freed alone */
 };
 
 /* Check a WeightInfo is well formed (dims, digest/key lengths, dtype present). */
@@ -223,7 +242,7 @@ weightd_digest_algorithm wc_digest_algorithm(int alg, size_t len);
  * a client reference while the daemon references live.
  */
 int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, struct wc_seg *sg,
-		  uint32_t count, weightd_weight **ret, weightd_error *err);
+		  uint32_t count, struct wc_arena *a, weightd_weight **ret, weightd_error *err);
 /* The sentence for this process out of descriptors (see wd_nofile_text). */
 void wc_nofile_text(char *buf, size_t cap);
 /* Release `handle` `count` times (one message). */

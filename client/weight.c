@@ -239,14 +239,22 @@ const char *weightd_digest_algorithm_name(weightd_digest_algorithm a)
 }
 
 /* A weight with its name and dtype in the same allocation (one malloc per weight of a reply). */
-static weightd_weight *weight_alloc(const char *name, const char *dtype)
+static weightd_weight *weight_alloc(const char *name, const char *dtype, struct wc_arena *a)
 {
 	size_t nl = strlen(name ? name : "") + 1, dl = strlen(dtype ? dtype : "") + 1;
 	weightd_weight *w;
 
 	if (nl > SIZE_MAX - sizeof(*w) - dl)
 		return NULL;
-	w = calloc(1, sizeof(*w) + nl + dl);
+	if (a) {
+		w = wc_arena_alloc(a, sizeof(*w) + nl + dl);
+		if (!w)
+			return NULL;
+		memset(w, 0, sizeof(*w));
+		w->in_arena = true;
+	} else {
+		w = calloc(1, sizeof(*w) + nl + dl);
+	}
 	if (!w)
 		return NULL;
 	w->name = (char *)(w + 1);
@@ -259,7 +267,8 @@ static weightd_weight *weight_alloc(const char *name, const char *dtype)
 static void weight_free_local(weightd_weight *w)
 {
 	wc_seg_unref(w->seg);
-	free(w);
+	if (!w->in_arena)
+		free(w);
 }
 
 void wc_release_handle(weightd_client *c, uint64_t handle, uint32_t count)
@@ -284,7 +293,7 @@ void wc_release_handle(weightd_client *c, uint64_t handle, uint32_t count)
 }
 
 int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, struct wc_seg *sg,
-		  uint32_t count, weightd_weight **ret, weightd_error *err)
+		  uint32_t count, struct wc_arena *a, weightd_weight **ret, weightd_error *err)
 {
 	weightd_weight *w;
 	struct wc_ref *ref;
@@ -302,7 +311,7 @@ int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, struct wc_se
 		wc_release_handle(c, wi->handle, count);
 		return r;
 	}
-	w = weight_alloc(wi->name, wi->dtype);
+	w = weight_alloc(wi->name, wi->dtype, a);
 	ref = calloc(1, sizeof(*ref));
 	if (!w || !ref) {
 		free(ref);
@@ -463,7 +472,7 @@ int weightd_weight_dup(const weightd_weight *w, weightd_weight **ret, weightd_er
 	wc_err_clear(err);
 	if (!w || !ret)
 		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_weight_dup: no weight");
-	d = weight_alloc(w->name, w->dtype);
+	d = weight_alloc(w->name, w->dtype, NULL);
 	if (!d)
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	wc_seg_ref(w->seg);
@@ -522,7 +531,7 @@ int weightd_share(const weightd_weight *w, weightd_weight **ret, weightd_error *
 			wc_send_release(w->ref->c, &resp->share->weight->handle, 1);
 			goto out;
 		}
-		r = wc_weight_new(w->ref->c, resp->share->weight, sg, 1, ret, err);
+		r = wc_weight_new(w->ref->c, resp->share->weight, sg, 1, NULL, ret, err);
 	}
 	goto out;
 fail:
@@ -582,7 +591,7 @@ static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, u
 
 		r = wc_seg_get(c, si ? si->id : 0, si ? si->size : 0, fds[0], &sg, err);
 		if (r == 0)
-			r = wc_weight_new(c, wi, sg, 1, ret, err);
+			r = wc_weight_new(c, wi, sg, 1, NULL, ret, err);
 		else
 			wc_release_handle(c, wi->handle, 1);
 	}

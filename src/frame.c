@@ -935,14 +935,15 @@ size_t wd_msg_cache_bytes(struct wd_msg_cache *mc)
 	return n;
 }
 
-/* A kept block of at least `cap` bytes (the smallest that fits), or NULL. */
+/* A kept block of at least `cap` bytes (the smallest that fits, and at most four times that, so
+ * a small request does not sit on a large block the next large one needs), or NULL. */
 static struct arena_block *cache_take(struct wd_msg_cache *mc, size_t cap)
 {
 	struct arena_block *b, *best = NULL, *prev = NULL, *best_prev = NULL;
 
 	pthread_mutex_lock(&mc->mu);
 	SLIST_FOREACH(b, &mc->blocks, link) {
-		if (b->cap >= cap && (!best || b->cap < best->cap)) {
+		if (b->cap >= cap && b->cap / 4 <= cap && (!best || b->cap < best->cap)) {
 			best = b;
 			best_prev = prev;
 		}
@@ -1051,6 +1052,26 @@ void *wd_msg_unpack_cached(const struct ProtobufCMessageDescriptor *desc, const 
 void *wd_msg_unpack(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len)
 {
 	return wd_msg_unpack_cached(desc, data, len, NULL);
+}
+
+void *wd_msg_cache_alloc(struct wd_msg_cache *mc, size_t size)
+{
+	struct arena_block *b = mc ? cache_take(mc, size) : NULL;
+
+	if (!b) {
+		if (size > SIZE_MAX - sizeof(*b))
+			return NULL;
+		b = malloc(sizeof(*b) + size);
+		if (!b)
+			return NULL;
+		b->cap = size;
+	}
+	b->used = size;
+	b->cache = mc;
+	SLIST_NEXT(b, link) = NULL;
+	if (mc)
+		atomic_fetch_add(&mc->refs, 1);
+	return b->data;
 }
 
 void wd_msg_free(void *msg)

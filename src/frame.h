@@ -154,6 +154,10 @@ void wd_msg_cache_unref(struct wd_msg_cache *mc);
 size_t wd_msg_cache_bytes(struct wd_msg_cache *mc);
 void *wd_msg_unpack_cached(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data,
 			   size_t len, struct wd_msg_cache *mc);
+/* A block of `size` bytes (not zeroed; aligned for any type) from the cache, or a new one when it
+ * has none that large; give it back with wd_msg_free. For what is built and dropped with each
+ * request (a unit's slots, its encoding, its weights). */
+void *wd_msg_cache_alloc(struct wd_msg_cache *mc, size_t size);
 
 /* --- blocking helpers for clients --------------------------------------------------------- */
 
