@@ -2,7 +2,7 @@
 /* test_daemon_heap.c - room made in the heap ahead of a large unit: asked for in huge pages
  * (MADV_HUGEPAGE over it, seen in /proc/self/smaps), kept after it is freed (not trimmed), and
  * nothing done for small amounts. Skipped where transparent huge pages are not in "madvise"
- * mode or GLIBC_TUNABLES sets malloc itself. */
+ * mode, GLIBC_TUNABLES sets malloc itself, or the sanitizer's allocator replaces glibc's. */
 #include <malloc.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,9 +40,21 @@ static size_t huge_advised_bytes(void)
 	return total;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define WD_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WD_ASAN 1
+#endif
+#endif
+
 static bool applies(void)
 {
 	const char *t = getenv("GLIBC_TUNABLES");
+
+#ifdef WD_ASAN
+	return false; /* the sanitizer's allocator, not glibc's heap */
+#endif
 	char buf[128] = "";
 	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
 
