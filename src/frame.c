@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -20,6 +21,7 @@
 #define OUTQ_IOV 64
 /* Free space a read asks for at least; also the size an idle receive buffer shrinks back to. */
 #define INBUF_CHUNK (64u << 10)
+#define HUGE_PAGE ((size_t)2 << 20)   /* a transparent huge page on x86-64 and arm64 */
 /* recvmsg never delivers more than one SCM_RIGHTS batch, and the kernel caps a batch at 253. */
 #define RECV_MAX_FDS 253
 
@@ -446,6 +448,13 @@ static int inbuf_reserve(struct wd_inbuf *b, size_t want)
 	if (!nbuf)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	b->buf = nbuf;
+	if (ncap >= 2 * HUGE_PAGE) {   /* a large frame: fault it in 2 MiB at a time (block_new) */
+		uintptr_t a = ((uintptr_t)nbuf + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+		uintptr_t e = ((uintptr_t)nbuf + ncap) & ~(uintptr_t)(HUGE_PAGE - 1);
+
+		if (e > a)
+			madvise((void *)a, e - a, MADV_HUGEPAGE);
+	}
 	b->cap = ncap;
 	return 0;
 }
@@ -865,7 +874,7 @@ int wd_message_send_blocking(int sock, const void *payload, size_t len, uint32_t
 
 /* --- decoding a frame's message ------------------------------------------------------------ */
 
-#define ARENA_BLOCK_MAX (1u << 20)
+#define ARENA_BLOCK_MAX (8u << 20)
 
 /* One block of an arena; the first block's first allocation is the message itself, so the message
  * finds its arena. The blocks after the first are linked from it (the first block is the list's
@@ -873,9 +882,61 @@ int wd_message_send_blocking(int sock, const void *payload, size_t len, uint32_t
 struct arena_block {
 	SLIST_ENTRY(arena_block) link;
 	size_t used, cap;
+	size_t mapped;               /* bytes of its own mapping (huge pages), or 0: malloc'd */
 	struct wd_msg_cache *cache;  /* where the blocks go when the message is freed, or NULL */
 	_Alignas(max_align_t) unsigned char data[];
 };
+
+/*
+ * A block of at least `cap` bytes. One of 2 MiB or more is a mapping of its own, aligned to and
+ * advised for transparent huge pages (MADV_HUGEPAGE; the kernel's "madvise" mode honours it):
+ * a large unit's memory then faults in 2 MiB at a time instead of 4 KiB, which on a virtual
+ * machine (~9.5 us a fault here) was most of what binding a 90,000-weight unit cost a fresh
+ * process. Smaller blocks come from malloc.
+ */
+static struct arena_block *block_new(size_t cap)
+{
+	struct arena_block *b;
+	size_t total, len;
+	uintptr_t p, a;
+	void *m;
+
+	if (cap > SIZE_MAX - sizeof(*b) - 2 * HUGE_PAGE)
+		return NULL;
+	total = sizeof(*b) + cap;
+	if (total < HUGE_PAGE) {
+		b = malloc(total);
+		if (b) {
+			b->cap = cap;
+			b->mapped = 0;
+		}
+		return b;
+	}
+	len = (total + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+	m = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	/* keep the aligned len bytes, give back the rest on either side */
+	p = (uintptr_t)m;
+	a = (p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+	if (a > p)
+		munmap(m, a - p);
+	if (p + len + HUGE_PAGE > a + len)
+		munmap((void *)(a + len), p + len + HUGE_PAGE - (a + len));
+	madvise((void *)a, len, MADV_HUGEPAGE);   /* advice: failure changes nothing */
+	b = (struct arena_block *)a;
+	b->cap = len - sizeof(*b);
+	b->mapped = len;
+	return b;
+}
+
+static void block_free(struct arena_block *b)
+{
+	if (b && b->mapped)
+		munmap(b, b->mapped);
+	else
+		free(b);
+}
 
 struct arena {
 	struct arena_block *first, *cur;
@@ -919,7 +980,7 @@ void wd_msg_cache_unref(struct wd_msg_cache *mc)
 		return;
 	while ((b = SLIST_FIRST(&mc->blocks))) {
 		SLIST_REMOVE_HEAD(&mc->blocks, link);
-		free(b);
+		block_free(b);
 	}
 	pthread_mutex_destroy(&mc->mu);
 	free(mc);
@@ -982,10 +1043,9 @@ static void *arena_alloc(void *ad, size_t size)
 		cap = size;
 	b = a->cache ? cache_take(a->cache, cap) : NULL;
 	if (!b) {
-		b = malloc(sizeof(*b) + cap);
+		b = block_new(cap);
 		if (!b)
 			return NULL;
-		b->cap = cap;
 	}
 	b->cache = a->cache;
 	b->used = size;
@@ -1023,7 +1083,7 @@ static void arena_release(struct arena_block *b, struct wd_msg_cache *mc)
 			pthread_mutex_unlock(&mc->mu);
 		}
 		if (!kept)
-			free(b);
+			block_free(b);
 		b = next;
 	}
 	wd_msg_cache_unref(mc);
@@ -1059,12 +1119,9 @@ void *wd_msg_cache_alloc(struct wd_msg_cache *mc, size_t size)
 	struct arena_block *b = mc ? cache_take(mc, size) : NULL;
 
 	if (!b) {
-		if (size > SIZE_MAX - sizeof(*b))
-			return NULL;
-		b = malloc(sizeof(*b) + size);
+		b = block_new(size);
 		if (!b)
 			return NULL;
-		b->cap = size;
 	}
 	b->used = size;
 	b->cache = mc;

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -321,6 +322,56 @@ static void test_msg_outlives_cache_owner(void **state)
 	free(buf);
 }
 
+/* Whether the mapping holding `p` is advised for huge pages ("hg" in its VmFlags), from smaps. */
+static bool advised_huge(const void *p)
+{
+	FILE *f = fopen("/proc/self/smaps", "re");
+	char line[512];
+	bool inside = false, hg = false;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+			inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+			continue;
+		}
+		if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+			hg = strstr(line, " hg") != NULL;
+			break;
+		}
+	}
+	fclose(f);
+	return hg;
+}
+
+/* A message decoding into megabytes gets blocks of their own, advised for transparent huge pages
+ * (a large unit faults in 2 MiB at a time); a small one stays on malloc's heap. */
+static void test_large_message_in_huge_pages(void **state)
+{
+	size_t n = 400000, len, small_len;
+	uint8_t *buf = packed_release(n, &len), *small = packed_release(10, &small_len);
+	struct wd_msg_cache *mc = wd_msg_cache_new(16u << 20);
+	Weightd__Request *a, *b;
+
+	(void)state;
+	if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0)
+		skip();   /* a kernel without transparent huge pages */
+	a = wd_msg_unpack_cached(&weightd__request__descriptor, buf, len, mc);
+	check_release(a, n);
+	assert_true(advised_huge(a));
+	assert_true(advised_huge(a->release->handles));
+	b = wd_msg_unpack(&weightd__request__descriptor, small, small_len);
+	check_release(b, 10);
+	assert_false(advised_huge(b));
+	wd_msg_free(a);
+	wd_msg_free(b);
+	wd_msg_cache_unref(mc);
+	free(buf);
+	free(small);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -332,6 +383,7 @@ int main(void)
 		cmocka_unit_test(test_msg_cache_reuses_blocks),
 		cmocka_unit_test(test_msg_cache_is_bounded),
 		cmocka_unit_test(test_msg_outlives_cache_owner),
+		cmocka_unit_test(test_large_message_in_huge_pages),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
