@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -121,6 +123,35 @@ static void detached_start_reports_readiness_in_its_exit_status(void **state)
 
 #define MANY 200
 
+/* Whether a thread of `pid` is in the middle of an openat(2) (/proc/PID/task/TID/syscall). */
+static bool thread_in_open(pid_t pid)
+{
+	char dir[64], path[320], buf[64];
+	struct dirent *e;
+	bool found = false;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+	d = opendir(dir);
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d))) {
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/syscall", dir, e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f))
+			found = atol(buf) == SYS_openat;
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
 /*
  * SIGTERM with MANY jobs queued behind a worker that cannot finish (the one worker is stuck in a
  * reload opening a config that became a FIFO): the queued jobs are cancelled, not run, and the
@@ -156,6 +187,12 @@ static void sigterm_cancels_queued_work(void **state)
 	harness_forget_notify(&H);
 	assert_int_equal(kill(H.pid, SIGHUP), 0);
 	assert_int_equal(harness_wait_notify(&H, "RELOADING=1", 30000), 0);
+	/* RELOADING=1 comes when the reload is handed to the worker, not when the worker has
+	 * taken it: until a thread sits in open(), the reload is still queued, and a stop now
+	 * would cancel it too (201 jobs) and find no worker to abandon */
+	for (int i = 0; i < 3000 && !thread_in_open(H.pid); i++)
+		usleep(10000);
+	assert_true(thread_in_open(H.pid));
 
 	c = it_connect(&H);
 	assert_int_equal(weightd_unit_new(c, &u, &err), 0);
