@@ -21,9 +21,38 @@ struct xstate {
 	uint8_t *inbuf, *win;
 	float *mid;                  /* F32 between dequantization and the final conversion */
 	size_t units;                /* capacity of inbuf, in input units */
+	size_t inbuf_len, wbuf_len, mid_len;   /* their sizes (buf_alloc) */
 	uint64_t win_off;
 	size_t win_len;
 };
+
+/*
+ * A cast's window buffers: mapped of their own from 128 KiB on, as glibc's defaults did. weightd
+ * raises malloc's mmap threshold and keeps freed heap (daemon/heap.c) for the main thread's
+ * request memory; a worker's heap top is never given back by malloc_trim, so buffers freed there
+ * would stay resident after the work, once per worker thread.
+ */
+#define BUF_MAP_MIN (128u << 10)
+
+static void *buf_alloc(size_t n)
+{
+	void *p;
+
+	if (n < BUF_MAP_MIN)
+		return malloc(n);
+	p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void buf_free(void *p, size_t n)
+{
+	if (!p)
+		return;
+	if (n < BUF_MAP_MIN)
+		free(p);
+	else
+		munmap(p, n);
+}
 
 struct exec {
 	const struct wd_plan *p;
@@ -166,10 +195,13 @@ static int win_alloc(struct exec *e, uint32_t i)
 	if (mb > per)
 		per = mb;
 	s->units = e->win_bytes / per ? e->win_bytes / per : 1;
-	s->inbuf = malloc(s->units * ib);
-	s->win = malloc(s->units * ob);
+	s->inbuf_len = s->units * ib;
+	s->wbuf_len = s->units * ob;
+	s->mid_len = mb ? s->units * mb : 0;
+	s->inbuf = buf_alloc(s->inbuf_len);
+	s->win = buf_alloc(s->wbuf_len);
 	if (mb)
-		s->mid = malloc(s->units * mb);
+		s->mid = buf_alloc(s->mid_len);
 	if (!s->inbuf || !s->win || (mb && !s->mid))
 		return wd_error_set(e->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory for a cast's buffers");
 	return 0;
@@ -177,9 +209,9 @@ static int win_alloc(struct exec *e, uint32_t i)
 
 static void win_free(struct xstate *s)
 {
-	free(s->inbuf);
-	free(s->win);
-	free(s->mid);
+	buf_free(s->inbuf, s->inbuf_len);
+	buf_free(s->win, s->wbuf_len);
+	buf_free(s->mid, s->mid_len);
 	s->inbuf = s->win = NULL;
 	s->mid = NULL;
 	s->win_len = 0;
@@ -507,15 +539,15 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 }
 
 /*
- * Working memory for a whole intermediate value. Large ones are mapped with MAP_POPULATE (and
- * transparent huge pages asked for): faulting fresh pages in one at a time costs more than the
- * copy that fills them.
+ * Working memory for a whole intermediate value. From 128 KiB on (BUF_MAP_MIN: given back when
+ * freed) mapped with MAP_POPULATE (and transparent huge pages asked for): faulting fresh pages
+ * in one at a time costs more than the copy that fills them.
  */
 static void *temp_alloc(size_t n)
 {
 	void *p;
 
-	if (n < (1u << 20))
+	if (n < BUF_MAP_MIN)
 		return malloc(n);
 	p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (p == MAP_FAILED)
@@ -528,7 +560,7 @@ static void temp_free(void *p, size_t n)
 {
 	if (!p)
 		return;
-	if (n < (1u << 20))
+	if (n < BUF_MAP_MIN)
 		free(p);
 	else
 		munmap(p, n);
@@ -540,9 +572,7 @@ static void exec_free(struct exec *e)
 		struct xstate *s = e->st[e->owned[k]];
 
 		temp_free(s->temp, s->temp_len);
-		free(s->inbuf);
-		free(s->win);
-		free(s->mid);
+		win_free(s);
 		free(s);
 	}
 	free(e->st);
