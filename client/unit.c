@@ -750,17 +750,11 @@ static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32
 	u->weights = ws;
 	u->n_weights = n_dist;
 	u->bytes_read = ur->bytes_read;
-	wd_hashidx_free(&hx);
-	wd_msg_free(owner);
-	wd_msg_free(refs);
-	wd_msg_free(dist);
-	wd_msg_free(seen);
-	wd_msg_free(seg_used);
-	wd_msg_free(segs);
-	wd_msg_free(slot_of);
+	ws = NULL;   /* the unit's now */
+	rc = 0;
 	free(fds);
 	wd_msg_free(resp);
-	return 0;
+	goto out;
 
 fail_made:
 	/* weights made so far are released by their objects; the rest by their handles */

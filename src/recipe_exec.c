@@ -541,7 +541,7 @@ static int read_node(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 /*
  * Working memory for a whole intermediate value. From 128 KiB on (BUF_MAP_MIN: given back when
  * freed) mapped with MAP_POPULATE (and transparent huge pages asked for): faulting fresh pages
- * in one at a time costs more than the copy that fills them.
+ * in one at a time costs more than the copy that fills them. Freed with buf_free.
  */
 static void *temp_alloc(size_t n)
 {
@@ -556,22 +556,12 @@ static void *temp_alloc(size_t n)
 	return p;
 }
 
-static void temp_free(void *p, size_t n)
-{
-	if (!p)
-		return;
-	if (n < BUF_MAP_MIN)
-		free(p);
-	else
-		munmap(p, n);
-}
-
 static void exec_free(struct exec *e)
 {
 	for (size_t k = 0; e->st && k < e->n_owned; k++) {
 		struct xstate *s = e->st[e->owned[k]];
 
-		temp_free(s->temp, s->temp_len);
+		buf_free(s->temp, s->temp_len);
 		win_free(s);
 		free(s);
 	}
