@@ -125,17 +125,13 @@ struct cache_segment *cache_seg_alloc(struct cache *c)
 	return sg;
 }
 
-void cache_seg_source(const struct cache_segment *sg, char *out, size_t cap)
+void cache_join_sources(struct csource *const *list, size_t n, char *out, size_t cap)
 {
 	size_t off = 0;
 
-	if (sg->n_group < 2) {
-		snprintf(out, cap, "%s", sg->source);
-		return;
-	}
 	out[0] = '\0';
-	for (size_t i = 0; i < sg->n_group; i++) {
-		const char *name = sg->group[i]->name;
+	for (size_t i = 0; i < n; i++) {
+		const char *name = list[i]->name;
 		size_t need = strlen(name) + (i ? 1 : 0);
 
 		if (off + need + 2 > cap) { /* room for a closing '+' and the terminator */
@@ -144,6 +140,14 @@ void cache_seg_source(const struct cache_segment *sg, char *out, size_t cap)
 		}
 		off += (size_t)snprintf(out + off, cap - off, "%s%s", i ? "+" : "", name);
 	}
+}
+
+void cache_seg_source(const struct cache_segment *sg, char *out, size_t cap)
+{
+	if (sg->n_group < 2)
+		snprintf(out, cap, "%s", sg->source);
+	else
+		cache_join_sources(sg->group, sg->n_group, out, cap);
 }
 
 /* A weight of a segment one of whose checkpoints is removed or replaced can never be asked for

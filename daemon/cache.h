@@ -84,7 +84,7 @@ struct weight {
 	struct cache_segment *segment;
 	uint64_t offset;
 	char *label;
-	char source[128];            /* the checkpoint it was made from (first source) */
+	char source[128];            /* the checkpoints it reads, joined by '+' (cache_join_sources) */
 	uint64_t generation;
 	struct csource *csource;     /* reference held while the weight lives; NULL when adopted,
 				      * until a request for it names its checkpoint */
@@ -183,6 +183,8 @@ uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes);
  * not fit in cap, the names that fit and a '+' with no name after it: a list that names no
  * checkpoint whole, so who may see the segment is decided as for an unknown one. */
 void cache_seg_source(const struct cache_segment *sg, char *out, size_t cap);
+/* The names of list[0..n), joined by '+' into out; cut with a closing '+' when out is full. */
+void cache_join_sources(struct csource *const *list, size_t n, char *out, size_t cap);
 
 /* Walk every weight / segment (status). */
 void cache_foreach(struct cache *c, void (*fn)(struct weight *w, void *arg), void *arg);

@@ -231,7 +231,11 @@ static void job_done(struct pool_task *t)
 
 			w->csource = j->sources[0];
 			csource_ref(w->csource);
-			memcpy(w->source, w->csource->name, n); /* w is zeroed: terminated */
+			if (j->n_sources == 1)
+				memcpy(w->source, w->csource->name, n); /* w is zeroed: terminated */
+			else   /* every checkpoint it reads, as its segment and record name them */
+				cache_join_sources(j->sources, j->n_sources, w->source,
+						   sizeof(w->source));
 			w->generation = w->csource->generation;
 		}
 		cache_insert(c, w);

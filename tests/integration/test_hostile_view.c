@@ -286,6 +286,14 @@ static void recipes_spanning_checkpoints_are_shown_to_who_may_read_all(void **st
 		if (st->segment_list[i].id == mix_seg)
 			found = strstr(st->segment_list[i].source, "tiny+secret") ||
 				strstr(st->segment_list[i].source, "secret+tiny");
+	assert_true(found);
+	found = false;
+	/* and the fresh weight itself names both, as after a restart, not only its first */
+	for (size_t i = 0; i < st->n_weights; i++)
+		if (st->weight_list[i].segment == mix_seg)
+			found = !st->weight_list[i].adopted &&
+				(strcmp(st->weight_list[i].source, "tiny+secret") == 0 ||
+				 strcmp(st->weight_list[i].source, "secret+tiny") == 0);
 	weightd_status_free(st);
 	assert_true(found);
 	found = false;
