@@ -10,7 +10,7 @@
  * serves the next without being given back to the kernel and faulted in again.
  */
 #define ARENA_FIRST (64u << 10)
-#define ARENA_MAX (8u << 20)      /* from 2 MiB on, blocks are huge pages (src/frame.c) */
+#define ARENA_MAX (8u << 20)      /* from 2 MiB on, blocks are huge pages (src/msg.c) */
 #define ARENA_HDR 16
 
 void wc_arena_init(struct wc_arena *a, struct wd_msg_cache *mc)

@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+
+#include "frame.h"
 
 #define HEAP_TRIM_MIN ((size_t)64 << 20)
 #define HEAP_BLOCK ((size_t)16 << 20)     /* under the mmap threshold: carved from the heap */
 #define HEAP_RESERVE_MAX ((size_t)1 << 30)
-#define HUGE_PAGE ((size_t)2 << 20)
 
 static bool tuned;                          /* mallopt applies (no malloc GLIBC_TUNABLES) */
 static size_t trim = HEAP_TRIM_MIN;
@@ -75,15 +75,10 @@ void heap_reserve(size_t bytes)
 		mallopt(M_TRIM_THRESHOLD, (int)trim);
 	}
 	for (; n < bytes / HEAP_BLOCK; n++) {
-		uintptr_t a, e;
-
 		blocks[n] = malloc(HEAP_BLOCK);
 		if (!blocks[n])
 			break;
-		a = ((uintptr_t)blocks[n] + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-		e = ((uintptr_t)blocks[n] + HEAP_BLOCK) & ~(uintptr_t)(HUGE_PAGE - 1);
-		if (e > a)
-			madvise((void *)a, e - a, MADV_HUGEPAGE); /* advice: failure changes nothing */
+		wd_advise_huge(blocks[n], HEAP_BLOCK);
 	}
 	while (n > 0)
 		free(blocks[--n]);

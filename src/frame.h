@@ -124,7 +124,15 @@ size_t wd_inbuf_partial(const struct wd_inbuf *b, bool *ret_mid_frame);
 /* Close every fd of a frame and free its fd array. */
 void wd_frame_close_fds(struct wd_frame *f);
 
-/* --- decoding a frame's message ------------------------------------------------------------ */
+/* --- transparent huge pages (msg.c) ------------------------------------------------------ */
+
+#define WD_HUGE_PAGE ((size_t)2 << 20)   /* a transparent huge page on x86-64 and arm64 */
+
+/* Ask for transparent huge pages over the 2 MiB-aligned part of [p, p + len) (MADV_HUGEPAGE,
+ * honoured in the kernel's "madvise" mode): a large buffer then faults in 2 MiB at a time. */
+void wd_advise_huge(void *p, size_t len);
+
+/* --- decoding a frame's message (msg.c) -------------------------------------------------- */
 
 struct ProtobufCMessageDescriptor;
 
