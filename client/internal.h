@@ -230,18 +230,41 @@ struct weightd_weight {
 	bool in_arena;               /* a unit's weight, in the unit's arena: not freed alone */
 };
 
+/*
+ * What a reply says about one weight, whichever form it came in (a WeightInfo, or a row of a
+ * packed reply's columns): what wc_weight_new makes a weight from. Points into the reply.
+ */
+struct wc_weight_desc {
+	uint64_t handle;
+	const char *name;            /* the weight's name: its slot's, or the tensor's */
+	const char *dtype;
+	size_t ndim;                 /* at most WEIGHTD_MAX_DIMS (checked) */
+	const uint64_t *shape;
+	uint64_t nbytes;
+	uint64_t generation;
+	uint64_t offset;             /* in its segment */
+	const uint8_t *digest;
+	size_t digest_len;           /* 0: none sent */
+	int digest_algorithm;        /* Weightd__DigestAlgorithm */
+	const uint8_t *key;          /* WEIGHTD_DIGEST_LEN bytes, or NULL: none sent */
+};
+
 /* Check a WeightInfo is well formed (dims, digest/key lengths, dtype present). */
 int wc_weight_info_check(const Weightd__WeightInfo *wi, weightd_error *err);
+/* The description of a checked WeightInfo (pointing into it). */
+void wc_weight_desc_of(const Weightd__WeightInfo *wi, struct wc_weight_desc *ret);
+/* True when nbytes at offset lie inside a segment of `size` bytes, at a 64-byte boundary. */
+bool wc_weight_fits(uint64_t offset, uint64_t nbytes, uint64_t size);
 /* The algorithm of a digest of `len` bytes sent with `alg` (UNSPECIFIED from an older daemon
  * means SHA-256); UNKNOWN when the pair does not fit together. */
 weightd_digest_algorithm wc_digest_algorithm(int alg, size_t len);
 /*
- * Make a weight from a checked WeightInfo in segment sg, standing for `count` daemon references
+ * Make a weight from a checked description in segment sg, standing for `count` daemon references
  * (the reference on sg is taken in every case: the weight's on success, dropped on failure; on
  * failure the daemon references are released). Checks the weight lies inside the segment. Takes
- * a client reference while the daemon references live.
+ * a client reference while the daemon references live. a: the unit's arena, or NULL (malloc).
  */
-int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, struct wc_seg *sg,
+int wc_weight_new(weightd_client *c, const struct wc_weight_desc *d, struct wc_seg *sg,
 		  uint32_t count, struct wc_arena *a, weightd_weight **ret, weightd_error *err);
 /* The sentence for this process out of descriptors (see wd_nofile_text). */
 void wc_nofile_text(char *buf, size_t cap);

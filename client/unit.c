@@ -1,29 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* unit.c - libweightd's units: slots, one request per unit, validate-then-bind, preflight. */
+/* unit.c - libweightd's units: slots, submit and finish, validate-then-bind, preflight. */
 #include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "checked.h"
 #include "dtype.h"
 #include "unit_int.h"
 #include "wd_hashidx.h"
-
-/* n zeroed elements of `size` from the connection's block cache (wd_msg_free to give back). */
-static void *unit_calloc(const weightd_unit *u, size_t n, size_t size)
-{
-	void *p;
-
-	if (size && n > SIZE_MAX / size)
-		return NULL;
-	p = wd_msg_cache_alloc(u->c->msgs, n * size > 0 ? n * size : 1);
-	if (p)
-		memset(p, 0, n * size);
-	return p;
-}
 
 int weightd_unit_new(weightd_client *c, weightd_unit **ret, weightd_error *err)
 {
@@ -43,27 +29,10 @@ int weightd_unit_new(weightd_client *c, weightd_unit **ret, weightd_error *err)
 	return 0;
 }
 
-/* FNV-1a of a slot name, then a 64-bit finalizer: names that differ only in their last digits
- * ("layers.61.mlp.experts.255.up_proj.weight") differ in FNV's high bits more than its low ones,
- * and the index uses the low ones. */
-static size_t name_hash(const char *name)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-		h = (h ^ *p) * 1099511628211ull;
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ull;
-	h ^= h >> 33;
-	return (size_t)h;
-}
-
 static uint64_t slot_at(const void *ctx, uint32_t pos)
 {
 	const weightd_unit *u = ctx;
-	return name_hash(u->slots[pos].name);
+	return wc_name_hash(u->slots[pos].name);
 }
 
 static bool slot_eq(const void *ctx, uint32_t pos, const void *key)
@@ -73,13 +42,13 @@ static bool slot_eq(const void *ctx, uint32_t pos, const void *key)
 }
 
 /* O(1): slot lookup is by hash, so declaring and answering a unit of n slots is linear. */
-static struct slot *find_slot(const weightd_unit *u, const char *name)
+struct slot *wc_unit_find_slot(const weightd_unit *u, const char *name)
 {
 	uint32_t at;
 
 	if (!name)
 		return NULL;
-	at = wd_hashidx_find(&u->index, name_hash(name), slot_eq, u, name);
+	at = wd_hashidx_find(&u->index, wc_name_hash(name), slot_eq, u, name);
 	return at ? &u->slots[at - 1] : NULL;
 }
 
@@ -107,7 +76,7 @@ int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
 		return r;
 	if (!name || !name[0])
 		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "a slot needs a non-empty name");
-	if (find_slot(u, name)) {
+	if (wc_unit_find_slot(u, name)) {
 		r = wc_err_set(err, WEIGHTD_E_DUPLICATE_NAME,
 			       "slot \"%s\" is declared twice in the unit", name);
 		wc_err_about(err, NULL, NULL, name);
@@ -158,7 +127,7 @@ int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
 		s->ndim = (uint32_t)ndim;
 	}
 	s->dest = dest;
-	wd_hashidx_put(&u->index, name_hash(s->name), (uint32_t)u->n);
+	wd_hashidx_put(&u->index, wc_name_hash(s->name), (uint32_t)u->n);
 	return (int)u->n++;
 }
 
@@ -170,7 +139,7 @@ static struct slot *slot_for_set(weightd_unit *u, const char *slot, const char *
 	*rc = check_new(u, call, err);
 	if (*rc < 0)
 		return NULL;
-	s = find_slot(u, slot);
+	s = wc_unit_find_slot(u, slot);
 	if (!s) {
 		*rc = wc_err_set(err, WEIGHTD_E_NOT_FOUND, "%s: the unit has no slot \"%s\"", call,
 				 slot ? slot : "(null)");
@@ -328,7 +297,7 @@ static void annotate(const weightd_unit *u, weightd_error *err)
 
 	if (!err || !err->node)
 		return;
-	s = find_slot(u, err->slot);
+	s = wc_unit_find_slot(u, err->slot);
 	if (!s && u->n == 1)
 		s = &u->slots[0];
 	if (s && s->src == SRC_RECIPE) {
@@ -339,221 +308,6 @@ static void annotate(const weightd_unit *u, weightd_error *err)
 			wc_annot_apply(as, n, err);
 		wc_annot_free(as, n);
 	}
-}
-
-/* Distinct weights of a reply by handle (a wd_hashidx of positions in owner). */
-static uint64_t owner_at(const void *ctx, uint32_t pos)
-{
-	const Weightd__WeightInfo *const *owner = ctx;
-	return owner[pos]->handle;
-}
-
-static bool owner_eq(const void *ctx, uint32_t pos, const void *key)
-{
-	const Weightd__WeightInfo *const *owner = ctx;
-	return owner[pos]->handle == *(const uint64_t *)key;
-}
-
-/*
- * The daemon answers in the order of the request: the entries (slots with a recipe, in slot
- * order), then the aliases (in slot order). The slot a reply weight should be is found by
- * walking the slots along with the reply, so matching a reply is one string comparison per
- * weight; a name out of that order is looked up by hash (any order is accepted).
- */
-struct reply_cursor {
-	size_t entry, alias;         /* the next slot to consider for each kind */
-};
-
-static struct slot *reply_slot(weightd_unit *u, struct reply_cursor *cur, bool is_alias,
-			       const char *name)
-{
-	size_t *k = is_alias ? &cur->alias : &cur->entry;
-
-	while (*k < u->n && (u->slots[*k].src == SRC_ALIAS) != is_alias)
-		(*k)++;
-	if (*k < u->n && name && strcmp(u->slots[*k].name, name) == 0)
-		return &u->slots[(*k)++];
-	return find_slot(u, name);
-}
-
-/*
- * Check a unit reply against the unit and turn it into weights: every slot answered exactly
- * once, entries not aliases and aliases aliases, every segment's fd sent once and used, each
- * weight inside its segment, all entries of one handle described alike. One weight object per
- * distinct weight (handle), holding as many daemon references as entries name it; one segment
- * per fd, found in the client's table when this client holds it already. Linear in the reply.
- * Takes resp and fds in every case; on failure every fd is closed and every reference released.
- */
-static int take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32_t nfds,
-		      weightd_error *err)
-{
-	const Weightd__UnitReply *ur = resp->materialize;
-	const Weightd__WeightInfo **owner = NULL;  /* per distinct weight */
-	uint32_t *refs = NULL;                     /* daemon references per distinct weight */
-	uint32_t *dist = NULL;                     /* per reply weight: its distinct weight */
-	bool *seen = NULL, *seg_used = NULL;
-	struct wc_seg **segs = NULL;
-	struct slot **slot_of = NULL;              /* per reply weight: its slot */
-	struct reply_cursor cur = { 0, 0 };
-	weightd_weight **ws = NULL;
-	struct wd_hashidx hx = { NULL, 0 };
-	size_t n_dist = 0, n_made = 0, n_segs = 0;
-	int rc = 0;
-
-	if (!ur || ur->n_weights != u->n) {
-		rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-				"weightd answered a unit of %zu slots with %zu weights", u->n,
-				ur ? ur->n_weights : 0);
-		goto fail;
-	}
-	if (ur->n_segments && ur->n_segments != nfds) {
-		rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-				"weightd answered a unit with %zu segments but %u fds", ur->n_segments,
-				nfds);
-		goto fail;
-	}
-	for (size_t i = 0; i < ur->n_segments; i++)
-		if (ur->segments[i]->fd_index != i) {
-			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					"weightd listed segment %zu of its answer with fd %u", i,
-					ur->segments[i]->fd_index);
-			goto fail;
-		}
-	owner = unit_calloc(u, u->n, sizeof(*owner));
-	refs = unit_calloc(u, u->n, sizeof(*refs));
-	dist = unit_calloc(u, u->n, sizeof(*dist));
-	ws = unit_calloc(u, u->n, sizeof(*ws));
-	seen = unit_calloc(u, u->n, sizeof(*seen));
-	seg_used = unit_calloc(u, nfds ? nfds : 1, sizeof(*seg_used));
-	segs = unit_calloc(u, nfds ? nfds : 1, sizeof(*segs));
-	slot_of = unit_calloc(u, u->n, sizeof(*slot_of));
-	if (!owner || wd_hashidx_reserve_from(&hx, u->n, 0, owner_at, owner) < 0 || !refs || !dist || !ws || !seen || !seg_used || !segs || !slot_of) {
-		rc = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-		goto fail;
-	}
-	for (size_t i = 0; i < ur->n_weights; i++) {
-		const Weightd__WeightInfo *wi = ur->weights[i];
-		bool is_alias = wi->alias_of && wi->alias_of[0];
-		struct slot *s = reply_slot(u, &cur, is_alias, wi->name);
-		size_t h;
-
-		rc = wc_weight_info_check(wi, err);
-		if (rc < 0)
-			goto fail;
-		if (!s || seen[s - u->slots] || is_alias != (s->src == SRC_ALIAS) ||
-		    wi->fd_index >= nfds ||
-		    (ur->n_segments && wi->segment != ur->segments[wi->fd_index]->id)) {
-			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					"weightd's answer to the unit is inconsistent at weight \"%s\" "
-					"(unknown or repeated slot, alias mismatch, or fd %u of %u)",
-					wi->name, wi->fd_index, nfds);
-			goto fail;
-		}
-		seen[s - u->slots] = true;
-		slot_of[i] = s;
-		seg_used[wi->fd_index] = true;
-		h = wd_hashidx_slot(&hx, wi->handle, owner_eq, owner, &wi->handle);
-		if (!hx.slot[h]) {
-			owner[n_dist] = wi;
-			hx.slot[h] = (uint32_t)++n_dist;
-		} else {
-			const Weightd__WeightInfo *o = owner[hx.slot[h] - 1];
-
-			if (strcmp(o->dtype, wi->dtype) || o->nbytes != wi->nbytes ||
-			    o->n_shape != wi->n_shape || o->fd_index != wi->fd_index ||
-			    o->offset != wi->offset ||
-			    (o->n_shape &&
-			     memcmp(o->shape, wi->shape, o->n_shape * sizeof(uint64_t)))) {
-				rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-						"weightd described weight %llu differently for \"%s\" "
-						"and \"%s\"", (unsigned long long)wi->handle, o->name,
-						wi->name);
-				goto fail;
-			}
-		}
-		dist[i] = hx.slot[h] - 1;
-		if (!is_alias)
-			refs[dist[i]]++;
-	}
-	for (size_t d = 0; d < n_dist; d++)
-		if (!refs[d]) {
-			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					"weightd sent weight \"%s\" with the unit but no entry owns it",
-					owner[d]->name);
-			goto fail;
-		}
-	for (uint32_t i = 0; i < nfds; i++)
-		if (!seg_used[i]) {
-			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					"weightd sent fd %u with the unit but no entry lies in it", i);
-			goto fail;
-		}
-	/* From here the fds become segments (one reference each, dropped at the end). */
-	for (uint32_t i = 0; i < nfds; i++) {
-		const Weightd__SegmentInfo *si = ur->n_segments ? ur->segments[i] : NULL;
-
-		rc = wc_seg_get(u->c, si ? si->id : 0, si ? si->size : 0, fds[i], &segs[i], err);
-		fds[i] = -1;
-		n_segs = i + 1;
-		if (rc < 0) {
-			segs[i] = NULL;
-			goto fail_segs;
-		}
-	}
-	for (size_t d = 0; d < n_dist; d++) {
-		struct wc_seg *sg = segs[owner[d]->fd_index];
-
-		wc_seg_ref(sg);
-		rc = wc_weight_new(u->c, owner[d], sg, refs[d], &u->arena, &ws[d], err);
-		n_made = d + 1;
-		if (rc < 0) {   /* its segment reference is dropped and its references released */
-			ws[d] = NULL;
-			goto fail_made;
-		}
-	}
-	for (size_t i = 0; i < ur->n_weights; i++)
-		slot_of[i]->w = ws[dist[i]];
-	for (uint32_t i = 0; i < nfds; i++)
-		wc_seg_unref(segs[i]);
-	u->weights = ws;
-	u->n_weights = n_dist;
-	u->bytes_read = ur->bytes_read;
-	ws = NULL;   /* the unit's now */
-	rc = 0;
-	free(fds);
-	wd_msg_free(resp);
-	goto out;
-
-fail_made:
-	/* weights made so far are released by their objects; the rest by their handles */
-	wc_weights_release(ws, n_made);
-	for (size_t d = n_made; d < n_dist; d++)
-		wc_release_handle(u->c, owner[d]->handle, refs[d]);
-	n_dist = 0;
-fail_segs:
-	for (size_t d = 0; d < n_dist; d++)
-		wc_release_handle(u->c, owner[d]->handle, refs[d]);
-	for (size_t i = 0; i < n_segs; i++)
-		wc_seg_unref(segs[i]);
-	for (uint32_t i = (uint32_t)n_segs; i < nfds; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-	free(fds);
-	wd_msg_free(resp);
-	goto out;
-fail:
-	wc_reply_discard(u->c, resp, fds, nfds);
-out:
-	wd_hashidx_free(&hx);
-	wd_msg_free(owner);
-	wd_msg_free(refs);
-	wd_msg_free(dist);
-	wd_msg_free(seen);
-	wd_msg_free(seg_used);
-	wd_msg_free(segs);
-	wd_msg_free(slot_of);
-	wd_msg_free(ws);
-	return rc;
 }
 
 int weightd_unit_finish(weightd_unit *u, weightd_error *err)
@@ -574,13 +328,13 @@ int weightd_unit_finish(weightd_unit *u, weightd_error *err)
 	wc_wait(u->c, u->p, -1);
 	rc = wc_pending_take(u->p, WEIGHTD__RESPONSE__BODY_MATERIALIZE, &resp, &fds, &nfds, err);
 	if (rc == 0)
-		rc = take_reply(u, resp, fds, nfds, err);
+		rc = wc_unit_take_reply(u, resp, fds, nfds, err);
 	else
 		annotate(u, err);
 	wc_pending_free(u->c, u->p);
 	u->p = NULL;
 	if (rc < 0) {
-		const struct slot *s = err ? find_slot(u, err->slot) : NULL;
+		const struct slot *s = err ? wc_unit_find_slot(u, err->slot) : NULL;
 
 		if (s)
 			about_slot(s, err);
@@ -750,7 +504,7 @@ const weightd_weight *weightd_unit_weight(const weightd_unit *u, const char *slo
 
 	if (!u || (u->state != U_HELD && u->state != U_VALID))
 		return NULL;
-	s = find_slot(u, slot);
+	s = wc_unit_find_slot(u, slot);
 	return s ? s->w : NULL;
 }
 
@@ -760,7 +514,7 @@ const void *weightd_unit_data(const weightd_unit *u, const char *slot)
 
 	if (!u || u->state != U_VALID)
 		return NULL;
-	s = find_slot(u, slot);
+	s = wc_unit_find_slot(u, slot);
 	return s ? s->data : NULL;
 }
 
@@ -831,7 +585,7 @@ int weightd_preflight_finish(weightd_inflight *f, weightd_preflight **ret, weigh
 
 void wc_unit_take_recipe(weightd_unit *u, const char *slot, weightd_recipe *r)
 {
-	struct slot *s = find_slot(u, slot);
+	struct slot *s = wc_unit_find_slot(u, slot);
 
 	slot_clear_src(s);
 	s->recipe = r;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* unit_int.h - a unit's slots, shared by unit.c (slots, reply, validate, bind) and
- * unit_request.c (the request it sends). */
+/* unit_int.h - a unit's slots, shared by unit.c (slots, validate, bind), unit_request.c (the
+ * request it sends) and unit_reply.c (the reply it takes). */
 #ifndef WC_UNIT_INT_H
 #define WC_UNIT_INT_H
 
@@ -68,7 +68,44 @@ static inline const char *slot_tensor(const struct slot *s)
 	return s->alias + strlen(s->alias) + 1;
 }
 
+/* FNV-1a of a slot name, then a 64-bit finalizer: names that differ only in their last digits
+ * ("layers.61.mlp.experts.255.up_proj.weight") differ in FNV's high bits more than its low ones,
+ * and wd_hashidx uses the low ones. */
+static inline size_t wc_name_hash(const char *name)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ull;
+	h ^= h >> 33;
+	return (size_t)h;
+}
+
+/* Room for n of something in a block being laid out: its offset, advanced past it (16-byte
+ * aligned). The callers' sizes are bounded by the slot count, so the sums cannot overflow. */
+static inline size_t wc_take(size_t *at, size_t n, size_t size)
+{
+	size_t off = *at;
+
+	*at += (n * size + 15) & ~(size_t)15;
+	return off;
+}
+
+/* The slot named `name`, or NULL (unit.c; by hash). */
+struct slot *wc_unit_find_slot(const weightd_unit *u, const char *name);
+
 /* Send the unit as a materialize or preflight request (unit_request.c). */
 int wc_unit_send(weightd_unit *u, bool preflight, struct wc_pending **ret_p, weightd_error *err);
+
+/*
+ * Check a materialize reply against the unit and give every slot its weight (unit_reply.c).
+ * Takes resp and fds in every case; on failure every fd is closed and every reference released.
+ */
+int wc_unit_take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32_t nfds,
+		       weightd_error *err);
 
 #endif

@@ -33,15 +33,6 @@ static void pb_unit_fini(struct pb_unit *pb)
 	memset(pb, 0, sizeof(*pb));
 }
 
-/* Room for n of something in the block being laid out: its offset, advanced past it (aligned). */
-static size_t pb_take(size_t *at, size_t n, size_t size)
-{
-	size_t off = *at;
-
-	*at += (n * size + 15) & ~(size_t)15;
-	return off;
-}
-
 static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error *err)
 {
 	size_t n_src[SRC_ALIAS + 1] = { 0 }, n_tensors = 0;
@@ -85,12 +76,12 @@ static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error
 		       o_rec, o_ten;
 		unsigned char *b;
 
-		o_ent = pb_take(&at, n_ent, sizeof(*pb->entries));
-		o_eptr = pb_take(&at, n_ent, sizeof(*pb->entry_ptrs));
-		o_al = pb_take(&at, n_src[SRC_ALIAS], sizeof(*pb->aliases));
-		o_alptr = pb_take(&at, n_src[SRC_ALIAS], sizeof(*pb->alias_ptrs));
-		o_rec = pb_take(&at, n_src[SRC_RECIPE], sizeof(*pb->recipes));
-		o_ten = pb_take(&at, n_src[SRC_TENSOR], sizeof(*pb->tensors));
+		o_ent = wc_take(&at, n_ent, sizeof(*pb->entries));
+		o_eptr = wc_take(&at, n_ent, sizeof(*pb->entry_ptrs));
+		o_al = wc_take(&at, n_src[SRC_ALIAS], sizeof(*pb->aliases));
+		o_alptr = wc_take(&at, n_src[SRC_ALIAS], sizeof(*pb->alias_ptrs));
+		o_rec = wc_take(&at, n_src[SRC_RECIPE], sizeof(*pb->recipes));
+		o_ten = wc_take(&at, n_src[SRC_TENSOR], sizeof(*pb->tensors));
 		b = pb->block = wd_msg_cache_alloc(u->c->msgs, at ? at : 16);
 		if (b) {
 			pb->entries = (Weightd__UnitEntry *)(void *)(b + o_ent);

@@ -292,7 +292,28 @@ void wc_release_handle(weightd_client *c, uint64_t handle, uint32_t count)
 		free(many);
 }
 
-int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, struct wc_seg *sg,
+void wc_weight_desc_of(const Weightd__WeightInfo *wi, struct wc_weight_desc *ret)
+{
+	ret->handle = wi->handle;
+	ret->name = wi->name;
+	ret->dtype = wi->dtype;
+	ret->ndim = wi->n_shape;
+	ret->shape = wi->shape;
+	ret->nbytes = wi->nbytes;
+	ret->generation = wi->generation;
+	ret->offset = wi->offset;
+	ret->digest = wi->digest.data;
+	ret->digest_len = wi->digest.len;
+	ret->digest_algorithm = (int)wi->digest_algorithm;
+	ret->key = wi->key.len == WEIGHTD_DIGEST_LEN ? wi->key.data : NULL;
+}
+
+bool wc_weight_fits(uint64_t offset, uint64_t nbytes, uint64_t size)
+{
+	return offset <= size && nbytes <= size - offset && offset % 64 == 0;
+}
+
+int wc_weight_new(weightd_client *c, const struct wc_weight_desc *d, struct wc_seg *sg,
 		  uint32_t count, struct wc_arena *a, weightd_weight **ret, weightd_error *err)
 {
 	weightd_weight *w;
@@ -301,46 +322,45 @@ int wc_weight_new(weightd_client *c, const Weightd__WeightInfo *wi, struct wc_se
 
 	/* A segment the daemon described was checked to hold its declared size; one it did not
 	 * (id 0) is checked when the weight is mapped, against what fstat found. */
-	if (sg->id && (wi->offset > sg->size || wi->nbytes > sg->size - wi->offset ||
-		       (wi->offset % 64))) {
+	if (sg->id && !wc_weight_fits(d->offset, d->nbytes, sg->size)) {
 		r = wc_err_set(err, WEIGHTD_E_PROTOCOL,
 			       "weightd placed weight \"%s\" (%llu bytes) at offset %llu of a "
-			       "%llu-byte segment", wi->name, (unsigned long long)wi->nbytes,
-			       (unsigned long long)wi->offset, (unsigned long long)sg->size);
+			       "%llu-byte segment", d->name, (unsigned long long)d->nbytes,
+			       (unsigned long long)d->offset, (unsigned long long)sg->size);
 		wc_seg_unref(sg);
-		wc_release_handle(c, wi->handle, count);
+		wc_release_handle(c, d->handle, count);
 		return r;
 	}
-	w = weight_alloc(wi->name, wi->dtype, a);
+	w = weight_alloc(d->name, d->dtype, a);
 	ref = calloc(1, sizeof(*ref));
 	if (!w || !ref) {
 		free(ref);
 		if (w)
 			weight_free_local(w);
 		wc_seg_unref(sg);
-		wc_release_handle(c, wi->handle, count);
+		wc_release_handle(c, d->handle, count);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	atomic_init(&ref->holders, 1);
-	ref->handle = wi->handle;
+	ref->handle = d->handle;
 	ref->count = count;
 	ref->c = c;
 	wc_client_ref(c);
 	w->ref = ref;
 	w->seg = sg;
-	w->offset = wi->offset;
-	w->ndim = wi->n_shape;
-	if (wi->n_shape)   /* a 0-d scalar may come with no array at all */
-		memcpy(w->shape, wi->shape, wi->n_shape * sizeof(uint64_t));
-	w->nbytes = wi->nbytes;
-	w->generation = wi->generation;
-	w->digest_alg = wc_digest_algorithm((int)wi->digest_algorithm, wi->digest.len);
+	w->offset = d->offset;
+	w->ndim = d->ndim;
+	if (d->ndim)   /* a 0-d scalar may come with no array at all */
+		memcpy(w->shape, d->shape, d->ndim * sizeof(uint64_t));
+	w->nbytes = d->nbytes;
+	w->generation = d->generation;
+	w->digest_alg = wc_digest_algorithm(d->digest_algorithm, d->digest_len);
 	if (w->digest_alg != WEIGHTD_DIGEST_UNKNOWN) {
-		w->digest_len = wi->digest.len;
-		memcpy(w->digest, wi->digest.data, wi->digest.len);
+		w->digest_len = d->digest_len;
+		memcpy(w->digest, d->digest, d->digest_len);
 	}
-	if (wi->key.len == WEIGHTD_DIGEST_LEN)
-		memcpy(w->key, wi->key.data, WEIGHTD_DIGEST_LEN);
+	if (d->key)
+		memcpy(w->key, d->key, WEIGHTD_DIGEST_LEN);
 	*ret = w;
 	return 0;
 }
@@ -523,6 +543,7 @@ int weightd_share(const weightd_weight *w, weightd_weight **ret, weightd_error *
 		goto fail;
 	{
 		const Weightd__SegmentInfo *si = resp->share->segment;
+		struct wc_weight_desc d;
 		struct wc_seg *sg;
 
 		r = wc_seg_get(w->ref->c, si ? si->id : 0, si ? si->size : 0, fds[0], &sg, err);
@@ -531,7 +552,8 @@ int weightd_share(const weightd_weight *w, weightd_weight **ret, weightd_error *
 			wc_send_release(w->ref->c, &resp->share->weight->handle, 1);
 			goto out;
 		}
-		r = wc_weight_new(w->ref->c, resp->share->weight, sg, 1, NULL, ret, err);
+		wc_weight_desc_of(resp->share->weight, &d);
+		r = wc_weight_new(w->ref->c, &d, sg, 1, NULL, ret, err);
 	}
 	goto out;
 fail:
@@ -568,7 +590,7 @@ static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, u
 			 weightd_weight **ret, weightd_error *err)
 {
 	const Weightd__UnitReply *ur = resp->materialize;
-	const Weightd__WeightInfo *wi;
+	struct wc_weight_desc d;
 	int r;
 
 	if (!ur || ur->n_weights != 1 || nfds != 1 || ur->weights[0]->fd_index != 0 ||
@@ -576,11 +598,11 @@ static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, u
 		r = wc_err_set(err, WEIGHTD_E_PROTOCOL,
 			       "weightd answered a materialization with %zu weights and %u fds "
 			       "(expected one of each)", ur ? ur->n_weights : 0, nfds);
-		wc_reply_discard(c, resp, fds, nfds);
-		return r;
+	} else {
+		r = wc_weight_info_check(ur->weights[0], err);
+		if (r == 0)
+			wc_weight_desc_of(ur->weights[0], &d);
 	}
-	wi = ur->weights[0];
-	r = wc_weight_info_check(wi, err);
 	if (r < 0) {
 		wc_reply_discard(c, resp, fds, nfds);
 		return r;
@@ -591,9 +613,9 @@ static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, u
 
 		r = wc_seg_get(c, si ? si->id : 0, si ? si->size : 0, fds[0], &sg, err);
 		if (r == 0)
-			r = wc_weight_new(c, wi, sg, 1, NULL, ret, err);
+			r = wc_weight_new(c, &d, sg, 1, NULL, ret, err);
 		else
-			wc_release_handle(c, wi->handle, 1);
+			wc_release_handle(c, d.handle, 1);
 	}
 	free(fds);
 	wd_msg_free(resp);

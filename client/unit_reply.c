@@ -1,0 +1,280 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* unit_reply.c - a unit's materialize reply: checked against the slots, then made into the
+ * unit's weights. */
+#include "unit_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/*
+ * What a reply comes to: its distinct weights (one per handle) and each slot's. Weight d was
+ * first named by reply weight first[d]; the unit's entries hold refs[d] daemon references on
+ * it. Every array but ws is in one block.
+ */
+struct reply {
+	weightd_unit *u;
+	const Weightd__UnitReply *ur;
+	size_t n_dist;
+	uint32_t *first, *refs;            /* per distinct weight */
+	uint32_t *dist_of;                 /* per slot: its weight */
+	uint32_t *slot_of;                 /* per reply weight: its slot */
+	bool *seen;                        /* per slot: answered */
+	bool *seg_used;                    /* per fd: an entry lies in it */
+	struct wc_seg **segs;              /* per fd, once made */
+	weightd_weight **ws;               /* per distinct weight: the unit's on success */
+	struct wd_hashidx by_handle;       /* positions in first */
+	void *block;
+};
+
+static uint64_t dist_handle(const struct reply *r, size_t d)
+{
+	return r->ur->weights[r->first[d]]->handle;
+}
+
+static uint32_t dist_segment(const struct reply *r, size_t d)
+{
+	return r->ur->weights[r->first[d]]->fd_index;
+}
+
+static void dist_desc(const struct reply *r, size_t d, struct wc_weight_desc *ret)
+{
+	wc_weight_desc_of(r->ur->weights[r->first[d]], ret);
+}
+
+static uint64_t handle_at(const void *ctx, uint32_t pos)
+{
+	return dist_handle(ctx, pos);
+}
+
+static bool handle_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	return dist_handle(ctx, pos) == *(const uint64_t *)key;
+}
+
+/* The distinct weight of handle h: the one found, or a new one first named by output i. */
+static uint32_t weight_of(struct reply *r, size_t i, uint64_t h, bool *ret_new)
+{
+	size_t x = wd_hashidx_slot(&r->by_handle, h, handle_eq, r, &h);
+
+	*ret_new = !r->by_handle.slot[x];
+	if (*ret_new) {
+		r->first[r->n_dist] = (uint32_t)i;
+		r->by_handle.slot[x] = (uint32_t)++r->n_dist;
+	}
+	return r->by_handle.slot[x] - 1;
+}
+
+/* Every array, zeroed, from the connection's block cache (n outputs, as many as slots). */
+static int reply_alloc(struct reply *r, uint32_t nfds, weightd_error *err)
+{
+	const weightd_unit *u = r->u;
+	size_t n = u->n, at = 0, o_first, o_refs, o_dist, o_slot, o_seen, o_used, o_segs;
+	unsigned char *b;
+
+	o_first = wc_take(&at, n, sizeof(*r->first));
+	o_refs = wc_take(&at, n, sizeof(*r->refs));
+	o_dist = wc_take(&at, n, sizeof(*r->dist_of));
+	o_slot = wc_take(&at, n, sizeof(*r->slot_of));
+	o_seen = wc_take(&at, n, sizeof(*r->seen));
+	o_used = wc_take(&at, nfds, sizeof(*r->seg_used));
+	o_segs = wc_take(&at, nfds, sizeof(*r->segs));
+	b = r->block = wd_msg_cache_alloc(u->c->msgs, at ? at : 16);
+	r->ws = wd_msg_cache_alloc(u->c->msgs, n * sizeof(*r->ws));
+	if (!b || !r->ws || wd_hashidx_reserve_from(&r->by_handle, n, 0, handle_at, r) < 0)
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	memset(b, 0, at);
+	memset(r->ws, 0, n * sizeof(*r->ws));
+	r->first = (uint32_t *)(void *)(b + o_first);
+	r->refs = (uint32_t *)(void *)(b + o_refs);
+	r->dist_of = (uint32_t *)(void *)(b + o_dist);
+	r->slot_of = (uint32_t *)(void *)(b + o_slot);
+	r->seen = (bool *)(void *)(b + o_seen);
+	r->seg_used = (bool *)(void *)(b + o_used);
+	r->segs = (struct wc_seg **)(void *)(b + o_segs);
+	return 0;
+}
+
+/*
+ * The daemon answers in the order of the request: the entries (slots with a source of their
+ * own, in slot order), then the aliases (in slot order). The slot a reply weight should be is
+ * found by walking the slots along with the reply, so matching a reply is one string comparison
+ * per weight; a name out of that order is looked up by hash (any order is accepted).
+ */
+struct reply_cursor {
+	size_t entry, alias;         /* the next slot to consider for each kind */
+};
+
+static struct slot *reply_slot(weightd_unit *u, struct reply_cursor *cur, bool is_alias,
+			       const char *name)
+{
+	size_t *k = is_alias ? &cur->alias : &cur->entry;
+
+	while (*k < u->n && (u->slots[*k].src == SRC_ALIAS) != is_alias)
+		(*k)++;
+	if (*k < u->n && name && strcmp(u->slots[*k].name, name) == 0)
+		return &u->slots[(*k)++];
+	return wc_unit_find_slot(u, name);
+}
+
+/*
+ * Every slot answered exactly once, entries as entries and aliases as
+ * aliases, every fd used, each weight's fd in range, all weights of one handle described alike,
+ * each distinct weight owned by an entry. Linear in the reply.
+ */
+static int check_infos(struct reply *r, uint32_t nfds, weightd_error *err)
+{
+	weightd_unit *u = r->u;
+	const Weightd__UnitReply *ur = r->ur;
+	struct reply_cursor cur = { 0, 0 };
+	int rc;
+
+	if (ur->n_weights != u->n)
+		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+				  "weightd answered a unit of %zu slots with %zu weights", u->n,
+				  ur->n_weights);
+	if (ur->n_segments && ur->n_segments != nfds)
+		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+				  "weightd answered a unit with %zu segments but %u fds",
+				  ur->n_segments, nfds);
+	for (size_t i = 0; i < ur->n_segments; i++)
+		if (ur->segments[i]->fd_index != i)
+			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					  "weightd listed segment %zu of its answer with fd %u", i,
+					  ur->segments[i]->fd_index);
+	for (size_t i = 0; i < ur->n_weights; i++) {
+		const Weightd__WeightInfo *wi = ur->weights[i], *o;
+		bool is_alias = wi->alias_of && wi->alias_of[0], fresh;
+		struct slot *s = reply_slot(u, &cur, is_alias, wi->name);
+		uint32_t d;
+
+		rc = wc_weight_info_check(wi, err);
+		if (rc < 0)
+			return rc;
+		if (!s || r->seen[s - u->slots] || is_alias != (s->src == SRC_ALIAS) ||
+		    wi->fd_index >= nfds ||
+		    (ur->n_segments && wi->segment != ur->segments[wi->fd_index]->id))
+			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					  "weightd's answer to the unit is inconsistent at weight \"%s\" "
+					  "(unknown or repeated slot, alias mismatch, or fd %u of %u)",
+					  wi->name, wi->fd_index, nfds);
+		r->seen[s - u->slots] = true;
+		r->slot_of[i] = (uint32_t)(s - u->slots);
+		r->seg_used[wi->fd_index] = true;
+		d = weight_of(r, i, wi->handle, &fresh);
+		o = ur->weights[r->first[d]];
+		if (!fresh && (strcmp(o->dtype, wi->dtype) || o->nbytes != wi->nbytes ||
+			       o->n_shape != wi->n_shape || o->fd_index != wi->fd_index ||
+			       o->offset != wi->offset ||
+			       (o->n_shape &&
+				memcmp(o->shape, wi->shape, o->n_shape * sizeof(uint64_t)))))
+			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					  "weightd described weight %llu differently for \"%s\" and "
+					  "\"%s\"", (unsigned long long)wi->handle, o->name, wi->name);
+		r->dist_of[s - u->slots] = d;
+		if (!is_alias)
+			r->refs[d]++;
+	}
+	for (size_t d = 0; d < r->n_dist; d++)
+		if (!r->refs[d])
+			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					  "weightd sent weight \"%s\" with the unit but no entry owns it",
+					  ur->weights[r->first[d]]->name);
+	for (uint32_t i = 0; i < nfds; i++)
+		if (!r->seg_used[i])
+			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					  "weightd sent fd %u with the unit but no entry lies in it", i);
+	return 0;
+}
+
+/*
+ * Turn a checked reply into the unit's weights: one segment per fd (found in the client's table
+ * when this client holds it already), one weight per distinct weight holding as many daemon
+ * references as entries name it, each slot its weight. Takes resp and fds in every case; on
+ * failure every fd is closed and every reference released.
+ */
+static int commit(struct reply *r, Weightd__Response *resp, int *fds, uint32_t nfds,
+		  weightd_error *err)
+{
+	weightd_unit *u = r->u;
+	const Weightd__UnitReply *ur = r->ur;
+	size_t n_dist = r->n_dist, n_made = 0, n_segs = 0;
+	int rc = 0;
+
+	/* From here the fds become segments (one reference each, dropped at the end). */
+	for (uint32_t i = 0; i < nfds; i++) {
+		const Weightd__SegmentInfo *si = ur->n_segments ? ur->segments[i] : NULL;
+
+		rc = wc_seg_get(u->c, si ? si->id : 0, si ? si->size : 0, fds[i], &r->segs[i], err);
+		fds[i] = -1;
+		n_segs = i + 1;
+		if (rc < 0) {
+			r->segs[i] = NULL;
+			goto fail_segs;
+		}
+	}
+	for (size_t d = 0; d < n_dist; d++) {
+		struct wc_seg *sg = r->segs[dist_segment(r, d)];
+		struct wc_weight_desc wd;
+
+		dist_desc(r, d, &wd);
+		wc_seg_ref(sg);
+		rc = wc_weight_new(u->c, &wd, sg, r->refs[d], &u->arena, &r->ws[d], err);
+		n_made = d + 1;
+		if (rc < 0) {   /* its segment reference is dropped and its references released */
+			r->ws[d] = NULL;
+			goto fail_made;
+		}
+	}
+	for (size_t i = 0; i < u->n; i++)
+		u->slots[i].w = r->ws[r->dist_of[i]];
+	for (uint32_t i = 0; i < nfds; i++)
+		wc_seg_unref(r->segs[i]);
+	u->weights = r->ws;
+	u->n_weights = n_dist;
+	u->bytes_read = ur->bytes_read;
+	r->ws = NULL;   /* the unit's now */
+	free(fds);
+	wd_msg_free(resp);
+	return 0;
+
+fail_made:
+	/* weights made so far are released by their objects; the rest by their handles */
+	wc_weights_release(r->ws, n_made);
+	for (size_t d = n_made; d < n_dist; d++)
+		wc_release_handle(u->c, dist_handle(r, d), r->refs[d]);
+	n_dist = 0;
+fail_segs:
+	for (size_t d = 0; d < n_dist; d++)
+		wc_release_handle(u->c, dist_handle(r, d), r->refs[d]);
+	for (size_t i = 0; i < n_segs; i++)
+		wc_seg_unref(r->segs[i]);
+	for (uint32_t i = (uint32_t)n_segs; i < nfds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(fds);
+	wd_msg_free(resp);
+	return rc;
+}
+
+int wc_unit_take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32_t nfds,
+		       weightd_error *err)
+{
+	struct reply r = { .u = u, .ur = resp->materialize };
+	int rc;
+
+	if (!r.ur)
+		rc = wc_err_set(err, WEIGHTD_E_PROTOCOL, "weightd answered a unit without weights");
+	else
+		rc = reply_alloc(&r, nfds, err);
+	if (rc == 0)
+		rc = check_infos(&r, nfds, err);
+	if (rc == 0)
+		rc = commit(&r, resp, fds, nfds, err);
+	else
+		wc_reply_discard(u->c, resp, fds, nfds);
+	wd_hashidx_free(&r.by_handle);
+	wd_msg_free(r.block);
+	wd_msg_free(r.ws);
+	return rc;
+}
