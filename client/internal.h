@@ -33,6 +33,8 @@ struct wc_seg;
 #define WC_MAX_JSON_DEPTH 64         /* nesting of a recipe in JSON */
 #define WC_MAX_INDICES (1u << 24)    /* indices in one selection */
 #define WC_HELLO_TIMEOUT_MS 30000    /* connect gives up on a peer that never answers hello */
+/* the protocol version from which units travel as columns (Unit.tensors, UnitReply.packed) */
+#define WC_PROTOCOL_COLUMNS 3
 
 /* --- errors (client.c) -------------------------------------------------------------------- */
 
@@ -274,6 +276,15 @@ void wc_release_handle(weightd_client *c, uint64_t handle, uint32_t count);
 int wc_weight_map(weightd_weight *w, const char *slot, weightd_error *err);
 /* Release several weights, telling the daemon in one message per client. Accepts NULL entries. */
 void wc_weights_release(weightd_weight **ws, size_t n);
+
+/* --- protocol version 3 ------------------------------------------------------------------- */
+
+/* Whether this connection speaks protocol version 3's columns: a unit's whole-tensor slots go
+ * out as Unit.tensors, its materialize reply comes back as UnitReply.packed. */
+static inline bool wc_columns(const weightd_client *c)
+{
+	return c->info.protocol_version >= WC_PROTOCOL_COLUMNS;
+}
 
 /* --- selections and recipes (recipe.c) ---------------------------------------------------- */
 

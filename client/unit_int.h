@@ -13,7 +13,7 @@
 /*
  * SRC_TENSOR is weightd_unit_set_tensor without a selection, the usual entry of a large unit:
  * kept as two strings instead of a weightd_recipe (whose node alone is 384 bytes), and sent as
- * the same one-node recipe.
+ * the same one-node recipe, or from protocol version 3 as a row of the unit's tensor columns.
  */
 enum slot_src { SRC_NONE, SRC_TENSOR, SRC_RECIPE, SRC_ALIAS };
 
