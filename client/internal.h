@@ -277,7 +277,7 @@ int wc_weight_map(weightd_weight *w, const char *slot, weightd_error *err);
 /* Release several weights, telling the daemon in one message per client. Accepts NULL entries. */
 void wc_weights_release(weightd_weight **ws, size_t n);
 
-/* --- protocol version 3 ------------------------------------------------------------------- */
+/* --- protocol version 3: packed replies (packed.c) ---------------------------------------- */
 
 /* Whether this connection speaks protocol version 3's columns: a unit's whole-tensor slots go
  * out as Unit.tensors, its materialize reply comes back as UnitReply.packed. */
@@ -285,6 +285,29 @@ static inline bool wc_columns(const weightd_client *c)
 {
 	return c->info.protocol_version >= WC_PROTOCOL_COLUMNS;
 }
+
+/* A materialize reply's packed columns when this connection reads them (protocol version 3 and
+ * the reply has them), else NULL: the reply is then read from its WeightInfos. */
+const Weightd__PackedWeights *wc_packed_of(const weightd_client *c, const Weightd__UnitReply *ur);
+
+/* A unit reply's segments: one per fd, listed in fd order (when not required, a reply may
+ * also list none). */
+int wc_segments_check(const Weightd__UnitReply *ur, uint32_t nfds, bool required,
+		      weightd_error *err);
+/*
+ * Check a packed reply for n entries and n_aliases aliases that came with nfds fds, before any
+ * of it is used: every column's length; each weight's segment, dtype, dimensions and digest
+ * algorithm; each weight inside its segment; the segments listed once each, in fd order, and
+ * every one used; each alias answered by an entry. On failure *ret_at is the output the error
+ * is about (entry k, or alias j as n + j; SIZE_MAX: the reply as a whole), for the caller to name.
+ */
+int wc_packed_check(const Weightd__UnitReply *ur, size_t n, size_t n_aliases, uint32_t nfds,
+		    size_t *ret_at, weightd_error *err);
+/* The description of checked entry k, whose dimensions start at dims[at], named `name`. */
+void wc_packed_desc(const Weightd__PackedWeights *pw, size_t k, size_t at, const char *name,
+		    struct wc_weight_desc *ret);
+/* Whether checked entries k and l (their dimensions at ka and la) describe a weight alike. */
+bool wc_packed_alike(const Weightd__PackedWeights *pw, size_t k, size_t ka, size_t l, size_t la);
 
 /* --- selections and recipes (recipe.c) ---------------------------------------------------- */
 
@@ -372,6 +395,7 @@ struct weightd_inflight {
 	struct wc_annot *annots;
 	size_t n_annots;
 	char checkpoint[128], tensor[256];
+	char *name;                  /* a materialization's entry: its weight's name */
 };
 
 int wc_inflight_new(weightd_client *c, enum wc_kind kind, weightd_inflight **ret,

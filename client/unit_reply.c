@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* unit_reply.c - a unit's materialize reply: checked against the slots, then made into the
- * unit's weights. */
+/* unit_reply.c - a unit's materialize reply, as WeightInfos or as packed columns: checked
+ * against the slots, then made into the unit's weights. */
 #include "unit_int.h"
 
 #include <stdlib.h>
@@ -8,19 +8,23 @@
 #include <unistd.h>
 
 /*
- * What a reply comes to: its distinct weights (one per handle) and each slot's. Weight d was
- * first named by reply weight first[d]; the unit's entries hold refs[d] daemon references on
- * it. Every array but ws is in one block.
+ * What a reply comes to, in either form: its distinct weights (one per handle) and each slot's.
+ * Weight d was first named by output first[d] (a reply weight in the WeightInfo form, an entry
+ * in the packed form); the unit's entries hold refs[d] daemon references on it; in the packed
+ * form its dimensions start at dims[at[d]]. Every array but ws is in one block.
  */
 struct reply {
 	weightd_unit *u;
 	const Weightd__UnitReply *ur;
+	const Weightd__PackedWeights *pw;  /* NULL: the WeightInfo form */
 	size_t n_dist;
 	uint32_t *first, *refs;            /* per distinct weight */
+	size_t *at;
 	uint32_t *dist_of;                 /* per slot: its weight */
-	uint32_t *slot_of;                 /* per reply weight: its slot */
-	bool *seen;                        /* per slot: answered */
-	bool *seg_used;                    /* per fd: an entry lies in it */
+	uint32_t *out_of;                  /* per slot: its output (packed form) */
+	uint32_t *slot_of;                 /* per output: its slot */
+	bool *seen;                        /* per slot: answered (WeightInfo form) */
+	bool *seg_used;                    /* per fd: an entry lies in it (WeightInfo form) */
 	struct wc_seg **segs;              /* per fd, once made */
 	weightd_weight **ws;               /* per distinct weight: the unit's on success */
 	struct wd_hashidx by_handle;       /* positions in first */
@@ -29,17 +33,26 @@ struct reply {
 
 static uint64_t dist_handle(const struct reply *r, size_t d)
 {
-	return r->ur->weights[r->first[d]]->handle;
+	size_t i = r->first[d];
+
+	return r->pw ? r->pw->handle[i] : r->ur->weights[i]->handle;
 }
 
 static uint32_t dist_segment(const struct reply *r, size_t d)
 {
-	return r->ur->weights[r->first[d]]->fd_index;
+	size_t i = r->first[d];
+
+	return r->pw ? r->pw->segment[i] : r->ur->weights[i]->fd_index;
 }
 
 static void dist_desc(const struct reply *r, size_t d, struct wc_weight_desc *ret)
 {
-	wc_weight_desc_of(r->ur->weights[r->first[d]], ret);
+	size_t i = r->first[d];
+
+	if (r->pw)
+		wc_packed_desc(r->pw, i, r->at[d], r->u->slots[r->slot_of[i]].name, ret);
+	else
+		wc_weight_desc_of(r->ur->weights[i], ret);
 }
 
 static uint64_t handle_at(const void *ctx, uint32_t pos)
@@ -69,15 +82,18 @@ static uint32_t weight_of(struct reply *r, size_t i, uint64_t h, bool *ret_new)
 static int reply_alloc(struct reply *r, uint32_t nfds, weightd_error *err)
 {
 	const weightd_unit *u = r->u;
-	size_t n = u->n, at = 0, o_first, o_refs, o_dist, o_slot, o_seen, o_used, o_segs;
+	size_t n = u->n, at = 0, o_first, o_refs, o_at, o_dist, o_out, o_slot, o_seen, o_used,
+	       o_segs;
 	unsigned char *b;
 
 	o_first = wc_take(&at, n, sizeof(*r->first));
 	o_refs = wc_take(&at, n, sizeof(*r->refs));
+	o_at = wc_take(&at, r->pw ? n : 0, sizeof(*r->at));
 	o_dist = wc_take(&at, n, sizeof(*r->dist_of));
+	o_out = wc_take(&at, r->pw ? n : 0, sizeof(*r->out_of));
 	o_slot = wc_take(&at, n, sizeof(*r->slot_of));
-	o_seen = wc_take(&at, n, sizeof(*r->seen));
-	o_used = wc_take(&at, nfds, sizeof(*r->seg_used));
+	o_seen = wc_take(&at, r->pw ? 0 : n, sizeof(*r->seen));
+	o_used = wc_take(&at, r->pw ? 0 : nfds, sizeof(*r->seg_used));
 	o_segs = wc_take(&at, nfds, sizeof(*r->segs));
 	b = r->block = wd_msg_cache_alloc(u->c->msgs, at ? at : 16);
 	r->ws = wd_msg_cache_alloc(u->c->msgs, n * sizeof(*r->ws));
@@ -87,7 +103,9 @@ static int reply_alloc(struct reply *r, uint32_t nfds, weightd_error *err)
 	memset(r->ws, 0, n * sizeof(*r->ws));
 	r->first = (uint32_t *)(void *)(b + o_first);
 	r->refs = (uint32_t *)(void *)(b + o_refs);
+	r->at = (size_t *)(void *)(b + o_at);
 	r->dist_of = (uint32_t *)(void *)(b + o_dist);
+	r->out_of = (uint32_t *)(void *)(b + o_out);
 	r->slot_of = (uint32_t *)(void *)(b + o_slot);
 	r->seen = (bool *)(void *)(b + o_seen);
 	r->seg_used = (bool *)(void *)(b + o_used);
@@ -99,7 +117,8 @@ static int reply_alloc(struct reply *r, uint32_t nfds, weightd_error *err)
  * The daemon answers in the order of the request: the entries (slots with a source of their
  * own, in slot order), then the aliases (in slot order). The slot a reply weight should be is
  * found by walking the slots along with the reply, so matching a reply is one string comparison
- * per weight; a name out of that order is looked up by hash (any order is accepted).
+ * per weight; a name out of that order is looked up by hash (any order is accepted: a version 3
+ * request lists the SRC_TENSOR slots after the others, and a daemon may answer it this way).
  */
 struct reply_cursor {
 	size_t entry, alias;         /* the next slot to consider for each kind */
@@ -118,7 +137,7 @@ static struct slot *reply_slot(weightd_unit *u, struct reply_cursor *cur, bool i
 }
 
 /*
- * Every slot answered exactly once, entries as entries and aliases as
+ * The WeightInfo form: every slot answered exactly once, entries as entries and aliases as
  * aliases, every fd used, each weight's fd in range, all weights of one handle described alike,
  * each distinct weight owned by an entry. Linear in the reply.
  */
@@ -133,15 +152,9 @@ static int check_infos(struct reply *r, uint32_t nfds, weightd_error *err)
 		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
 				  "weightd answered a unit of %zu slots with %zu weights", u->n,
 				  ur->n_weights);
-	if (ur->n_segments && ur->n_segments != nfds)
-		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
-				  "weightd answered a unit with %zu segments but %u fds",
-				  ur->n_segments, nfds);
-	for (size_t i = 0; i < ur->n_segments; i++)
-		if (ur->segments[i]->fd_index != i)
-			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					  "weightd listed segment %zu of its answer with fd %u", i,
-					  ur->segments[i]->fd_index);
+	rc = wc_segments_check(ur, nfds, false, err);
+	if (rc < 0)
+		return rc;
 	for (size_t i = 0; i < ur->n_weights; i++) {
 		const Weightd__WeightInfo *wi = ur->weights[i], *o;
 		bool is_alias = wi->alias_of && wi->alias_of[0], fresh;
@@ -184,6 +197,81 @@ static int check_infos(struct reply *r, uint32_t nfds, weightd_error *err)
 		if (!r->seg_used[i])
 			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
 					  "weightd sent fd %u with the unit but no entry lies in it", i);
+	return 0;
+}
+
+/*
+ * The packed form. Its weights carry no names: each slot's output is found by walking the slots
+ * with one counter per kind (the SRC_RECIPE entries come first, then the SRC_TENSOR entries,
+ * then the aliases, each in slot order), so matching costs no lookup. The columns are checked
+ * (wc_packed_check), then entries of one handle must be described alike, and each alias must be
+ * answered by the entry its target is: its target itself, or the same entry as the alias it
+ * names (the one hash lookup, only for an alias of an alias). Errors name the slot.
+ */
+static int check_packed(struct reply *r, uint32_t nfds, weightd_error *err)
+{
+	weightd_unit *u = r->u;
+	const Weightd__PackedWeights *pw = r->pw;
+	size_t n_of[SRC_ALIAS + 1] = { 0 }, n_ent, next_rec, next_ten, next_al, at = 0, bad;
+	const struct slot *s;
+	int rc;
+
+	for (size_t i = 0; i < u->n; i++)
+		n_of[u->slots[i].src]++;
+	n_ent = u->n - n_of[SRC_ALIAS];
+	next_rec = 0;
+	next_ten = n_of[SRC_RECIPE];
+	next_al = n_ent;
+	for (size_t i = 0; i < u->n; i++) {
+		enum slot_src src = u->slots[i].src;
+		size_t o = src == SRC_ALIAS ? next_al++ : src == SRC_TENSOR ? next_ten++ : next_rec++;
+
+		r->out_of[i] = (uint32_t)o;
+		r->slot_of[o] = (uint32_t)i;
+	}
+	rc = wc_packed_check(r->ur, n_ent, n_of[SRC_ALIAS], nfds, &bad, err);
+	if (rc < 0) {
+		if (bad != SIZE_MAX)
+			wc_err_about(err, NULL, NULL, u->slots[r->slot_of[bad]].name);
+		return rc;
+	}
+	for (size_t k = 0; k < n_ent; k++) {
+		bool fresh;
+		uint32_t d = weight_of(r, k, pw->handle[k], &fresh);
+
+		s = &u->slots[r->slot_of[k]];
+		if (fresh) {
+			r->at[d] = at;
+		} else if (!wc_packed_alike(pw, r->first[d], r->at[d], k, at)) {
+			rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+					"weightd described weight %llu differently for \"%s\" and \"%s\"",
+					(unsigned long long)pw->handle[k],
+					u->slots[r->slot_of[r->first[d]]].name, s->name);
+			wc_err_about(err, NULL, NULL, s->name);
+			return rc;
+		}
+		r->refs[d]++;
+		r->dist_of[s - u->slots] = d;
+		at += pw->ndim[k];
+	}
+	for (size_t j = 0; j < n_of[SRC_ALIAS]; j++) {
+		uint32_t owner = pw->alias_owner[j];
+		const struct slot *e = &u->slots[r->slot_of[owner]], *t;
+
+		s = &u->slots[r->slot_of[n_ent + j]];
+		if (strcmp(s->alias, e->name) != 0) {
+			t = wc_unit_find_slot(u, s->alias);
+			if (!t || t->src != SRC_ALIAS ||
+			    pw->alias_owner[r->out_of[t - u->slots] - n_ent] != owner) {
+				rc = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+						"weightd answered alias \"%s\" of \"%s\" with the weight "
+						"of \"%s\"", s->name, s->alias, e->name);
+				wc_err_about(err, NULL, NULL, s->name);
+				return rc;
+			}
+		}
+		r->dist_of[s - u->slots] = r->dist_of[e - u->slots];
+	}
 	return 0;
 }
 
@@ -263,12 +351,13 @@ int wc_unit_take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint3
 	struct reply r = { .u = u, .ur = resp->materialize };
 	int rc;
 
+	r.pw = wc_packed_of(u->c, r.ur);
 	if (!r.ur)
 		rc = wc_err_set(err, WEIGHTD_E_PROTOCOL, "weightd answered a unit without weights");
 	else
 		rc = reply_alloc(&r, nfds, err);
 	if (rc == 0)
-		rc = check_infos(&r, nfds, err);
+		rc = r.pw ? check_packed(&r, nfds, err) : check_infos(&r, nfds, err);
 	if (rc == 0)
 		rc = commit(&r, resp, fds, nfds, err);
 	else

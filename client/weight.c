@@ -583,18 +583,25 @@ int wc_inflight_new(weightd_client *c, enum wc_kind kind, weightd_inflight **ret
 }
 
 /*
- * The reply to a single materialization: one weight (not an alias) and exactly one fd. Takes
- * resp and fds in every case; anything not kept is closed and released.
+ * The reply to a single materialization: one weight (not an alias) and exactly one fd, as a
+ * WeightInfo or as packed columns of one entry (named `name`, the entry's name). Takes resp and
+ * fds in every case; anything not kept is closed and released.
  */
 static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds,
-			 weightd_weight **ret, weightd_error *err)
+			 const char *name, weightd_weight **ret, weightd_error *err)
 {
 	const Weightd__UnitReply *ur = resp->materialize;
+	const Weightd__PackedWeights *pw = wc_packed_of(c, ur);
 	struct wc_weight_desc d;
+	size_t bad;
 	int r;
 
-	if (!ur || ur->n_weights != 1 || nfds != 1 || ur->weights[0]->fd_index != 0 ||
-	    (ur->weights[0]->alias_of && ur->weights[0]->alias_of[0])) {
+	if (pw) {
+		r = wc_packed_check(ur, 1, 0, nfds, &bad, err);
+		if (r == 0)
+			wc_packed_desc(pw, 0, 0, name, &d);
+	} else if (!ur || ur->n_weights != 1 || nfds != 1 || ur->weights[0]->fd_index != 0 ||
+		   (ur->weights[0]->alias_of && ur->weights[0]->alias_of[0])) {
 		r = wc_err_set(err, WEIGHTD_E_PROTOCOL,
 			       "weightd answered a materialization with %zu weights and %u fds "
 			       "(expected one of each)", ur ? ur->n_weights : 0, nfds);
@@ -645,7 +652,7 @@ static int settle(weightd_inflight *f)
 			    WEIGHTD__RESPONSE__BODY_PREFLIGHT, &resp, &fds, &nfds, &f->err);
 	if (r == 0) {
 		if (f->kind == WC_MATERIALIZE) {
-			r = single_weight(f->c, resp, fds, nfds, &f->w, &f->err);
+			r = single_weight(f->c, resp, fds, nfds, f->name, &f->w, &f->err);
 		} else {
 			wc_close_fds(fds, nfds);
 			r = wc_preflight_from_reply(resp, &f->pre, &f->err);
@@ -705,7 +712,8 @@ static int send_single(weightd_client *c, const char *name, const weightd_recipe
 	rc = wc_inflight_new(c, WC_MATERIALIZE, &f, err);
 	if (rc < 0)
 		goto out;
-	rc = wc_annot_add(&f->annots, &f->n_annots, name, r);
+	f->name = strdup(name);   /* a packed reply does not repeat it */
+	rc = f->name ? wc_annot_add(&f->annots, &f->n_annots, name, r) : -1;
 	if (rc < 0) {
 		rc = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
@@ -812,5 +820,6 @@ void weightd_inflight_free(weightd_inflight *f)
 	weightd_preflight_free(f->pre);
 	wc_annot_free(f->annots, f->n_annots);
 	wc_client_unref(f->c);
+	free(f->name);
 	free(f);
 }
