@@ -36,6 +36,12 @@
 #include "weightd.pb-c.h"
 
 #define FAKE_MAX_REQS 4096
+/*
+ * The protocol version the fake's hello names unless a test sets hello_version (after start,
+ * before connecting): 2, the version whose replies (one WeightInfo per output) the tests'
+ * handlers write. A test of version 3's columns sets 3 and answers units with fake_packed.
+ */
+#define FAKE_VERSION 2
 
 struct fake;
 
@@ -231,7 +237,7 @@ static inline struct fake *fake_start(fake_handler h, void *ctx)
 	f->handler = h;
 	f->ctx = ctx;
 	f->conn = -1;
-	atomic_init(&f->hello_version, WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT);
+	atomic_init(&f->hello_version, FAKE_VERSION);
 	atomic_init(&f->max_pending, 64);
 	pthread_mutex_init(&f->mu, NULL);
 	f->in = wd_inbuf_new(1u << 20, 0);
@@ -364,6 +370,83 @@ static inline void fake_wi_fill(struct fake_wi *w, const char *name, uint64_t ha
 	w->wi.fd_index = fd_index;
 	if (alias_of)
 		w->wi.alias_of = (char *)alias_of;
+}
+
+/*
+ * A packed reply (version 3) being built: its entries with fake_packed_add, in the unit's
+ * output order, then each alias's entry with fake_packed_alias; &p->pw goes in UnitReply.packed.
+ * Digests are SHA-256, keys the handle's low byte repeated, generations 3 (as fake_wi_fill).
+ */
+#define FAKE_PACKED_MAX 64
+struct fake_packed {
+	Weightd__PackedWeights pw;
+	uint64_t handle[FAKE_PACKED_MAX], offset[FAKE_PACKED_MAX], nbytes[FAKE_PACKED_MAX];
+	uint64_t generation[FAKE_PACKED_MAX], dims[FAKE_PACKED_MAX * 8 + 1];
+	uint32_t segment[FAKE_PACKED_MAX], dtype[FAKE_PACKED_MAX], ndim[FAKE_PACKED_MAX];
+	uint32_t alias_owner[FAKE_PACKED_MAX + 1];
+	char *dtypes[FAKE_PACKED_MAX];
+	uint8_t alg[FAKE_PACKED_MAX], digests[FAKE_PACKED_MAX * 32], keys[FAKE_PACKED_MAX * 32];
+};
+
+static inline void fake_packed_init(struct fake_packed *p)
+{
+	memset(p, 0, sizeof(*p));
+	weightd__packed_weights__init(&p->pw);
+	p->pw.handle = p->handle;
+	p->pw.segment = p->segment;
+	p->pw.offset = p->offset;
+	p->pw.nbytes = p->nbytes;
+	p->pw.generation = p->generation;
+	p->pw.dtypes = p->dtypes;
+	p->pw.dtype = p->dtype;
+	p->pw.ndim = p->ndim;
+	p->pw.dims = p->dims;
+	p->pw.digest_algorithm.data = p->alg;
+	p->pw.digests.data = p->digests;
+	p->pw.keys.data = p->keys;
+	p->pw.alias_owner = p->alias_owner;
+}
+
+/* The next entry: weight `handle` of dtype and shape, holding data[0..n) at `offset` of
+ * segment `seg` (an index into the reply's segments). */
+static inline void fake_packed_add(struct fake_packed *p, uint64_t handle, const char *dtype,
+				   const uint64_t *shape, size_t ndim, const void *data, size_t n,
+				   uint32_t seg, uint64_t offset)
+{
+	Weightd__PackedWeights *pw = &p->pw;
+	size_t k = pw->n_handle, t;
+
+	if (k == FAKE_PACKED_MAX || ndim > 8)
+		fake_fatal("fake_packed_add: too many entries or dimensions");
+	for (t = 0; t < pw->n_dtypes && strcmp(p->dtypes[t], dtype) != 0; t++)
+		;
+	if (t == pw->n_dtypes)
+		p->dtypes[pw->n_dtypes++] = (char *)dtype;
+	p->handle[k] = handle;
+	p->segment[k] = seg;
+	p->offset[k] = offset;
+	p->nbytes[k] = n;
+	p->generation[k] = 3;
+	p->dtype[k] = (uint32_t)t;
+	p->ndim[k] = (uint32_t)ndim;
+	if (ndim)
+		memcpy(p->dims + pw->n_dims, shape, ndim * sizeof(uint64_t));
+	pw->n_dims += ndim;
+	p->alg[k] = WEIGHTD__DIGEST_ALGORITHM__DIGEST_SHA256;
+	wd_sha256(data, n, p->digests + k * 32);
+	memset(p->keys + k * 32, (int)handle, 32);
+	pw->n_handle = pw->n_segment = pw->n_offset = pw->n_nbytes = pw->n_generation = k + 1;
+	pw->n_dtype = pw->n_ndim = k + 1;
+	pw->digest_algorithm.len = k + 1;
+	pw->digests.len = pw->keys.len = (k + 1) * 32;
+}
+
+/* The next alias resolves to entry `owner`. */
+static inline void fake_packed_alias(struct fake_packed *p, uint32_t owner)
+{
+	if (p->pw.n_alias_owner == FAKE_PACKED_MAX)
+		fake_fatal("fake_packed_alias: too many aliases");
+	p->alias_owner[p->pw.n_alias_owner++] = owner;
 }
 
 /* Count this process's fds, and those that are fake weights (memfd "wdtest"). */

@@ -95,8 +95,10 @@ extern "C" {
 #define WEIGHTD_DEFAULT_SOCKET "/run/weightd/weightd.sock"
 /* The protocol versions this libweightd speaks: it talks to any weightd whose range overlaps
  * (the connection uses the newest version both speak; weightd_server tells which). Version 2
- * packs weights into shared segments; version 1's one-fd-per-weight replies are no longer read. */
-#define WEIGHTD_PROTOCOL_VERSION 2
+ * packs weights into shared segments; version 3 sends a unit's whole-tensor slots and gets its
+ * weights back as columns, not one message each; version 1's one-fd-per-weight replies are no
+ * longer read. */
+#define WEIGHTD_PROTOCOL_VERSION 3
 #define WEIGHTD_PROTOCOL_MIN_VERSION 2
 
 /* =========================================================================================== */
@@ -741,7 +743,9 @@ typedef struct weightd_preflight {
  * Ask the daemon to check the unit and infer each output's dtype, shape and byte count from
  * metadata alone: no payload is read, nothing is materialized or held. Asynchronous like
  * materialize: returns an in-flight handle at once; collect it with weightd_preflight_finish
- * (or drop it with weightd_inflight_free).
+ * (or drop it with weightd_inflight_free). The outputs are one per slot, in the daemon's order:
+ * the slots with a source of their own, then the aliases (protocol version 3 lists the slots
+ * given a whole tensor after those given a recipe or a selection); find a slot by its name.
  */
 WEIGHTD_API int weightd_unit_preflight(weightd_unit *u, weightd_inflight **ret,
 				       weightd_error *err);
