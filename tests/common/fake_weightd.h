@@ -139,6 +139,34 @@ static inline void fake_reply_error(struct fake *f, uint64_t id, int code, const
 	fake_reply(f, &resp);
 }
 
+/* The empty answer to a list, release or subscribe (unsupported for anything else). */
+static inline void fake_reply_empty(struct fake *f, const Weightd__Request *req)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__Empty e = WEIGHTD__EMPTY__INIT;
+	Weightd__ListReply lr = WEIGHTD__LIST_REPLY__INIT;
+
+	resp.id = req->id;
+	switch (req->body_case) {
+	case WEIGHTD__REQUEST__BODY_LIST:
+		resp.body_case = WEIGHTD__RESPONSE__BODY_LIST;
+		resp.list = &lr;
+		break;
+	case WEIGHTD__REQUEST__BODY_RELEASE:
+		resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
+		resp.release = &e;
+		break;
+	case WEIGHTD__REQUEST__BODY_SUBSCRIBE:
+		resp.body_case = WEIGHTD__RESPONSE__BODY_SUBSCRIBE;
+		resp.subscribe = &e;
+		break;
+	default:
+		fake_reply_error(f, req->id, WEIGHTD__ERROR_CODE__ERR_UNSUPPORTED, NULL, 0, "not faked");
+		return;
+	}
+	fake_reply(f, &resp);
+}
+
 /* Hang up on the client (the server thread then waits for stop). */
 static inline void fake_disconnect(struct fake *f)
 {
@@ -447,6 +475,28 @@ static inline void fake_packed_alias(struct fake_packed *p, uint32_t owner)
 	if (p->pw.n_alias_owner == FAKE_PACKED_MAX)
 		fake_fatal("fake_packed_alias: too many aliases");
 	p->alias_owner[p->pw.n_alias_owner++] = owner;
+}
+
+/* Element sizes of the dtypes tests serve, written out here rather than taken from the
+ * library (anything else: 1). */
+static inline size_t fake_dtype_size(const char *dtype)
+{
+	if (!strcmp(dtype, "F32"))
+		return 4;
+	if (!strcmp(dtype, "BF16") || !strcmp(dtype, "F16"))
+		return 2;
+	return 1;
+}
+
+/* The bytes served for a weight: they depend on a name only, so a test can compute them again. */
+static inline void fake_content(const char *name, uint8_t *out, size_t n)
+{
+	uint8_t h = 0;
+
+	for (const char *p = name; *p; p++)
+		h = (uint8_t)(h * 31 + (uint8_t)*p);
+	for (size_t i = 0; i < n; i++)
+		out[i] = (uint8_t)(h + i * 13);
 }
 
 /* Count this process's fds, and those that are fake weights (memfd "wdtest"). */

@@ -65,33 +65,6 @@ static void reply_weight(struct fake *f, const Weightd__Request *req, uint64_t h
 	close(fd);
 }
 
-static void reply_empty(struct fake *f, const Weightd__Request *req)
-{
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-	Weightd__Empty e = WEIGHTD__EMPTY__INIT;
-	Weightd__ListReply lr = WEIGHTD__LIST_REPLY__INIT;
-
-	resp.id = req->id;
-	switch (req->body_case) {
-	case WEIGHTD__REQUEST__BODY_LIST:
-		resp.body_case = WEIGHTD__RESPONSE__BODY_LIST;
-		resp.list = &lr;
-		break;
-	case WEIGHTD__REQUEST__BODY_RELEASE:
-		resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
-		resp.release = &e;
-		break;
-	case WEIGHTD__REQUEST__BODY_SUBSCRIBE:
-		resp.body_case = WEIGHTD__RESPONSE__BODY_SUBSCRIBE;
-		resp.subscribe = &e;
-		break;
-	default:
-		fake_reply_error(f, req->id, WEIGHTD_E_UNSUPPORTED, NULL, 0, "not faked");
-		return;
-	}
-	fake_reply(f, &resp);
-}
-
 static void send_event(struct fake *f, const char *ck, uint64_t gen)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
@@ -112,7 +85,7 @@ static void h_immediate(struct fake *f, const Weightd__Request *req)
 	if (req->body_case == WEIGHTD__REQUEST__BODY_MATERIALIZE)
 		reply_weight(f, req, 100 + req->id);
 	else
-		reply_empty(f, req);
+		fake_reply_empty(f, req);
 }
 
 /* Holds materializations until three are waiting, then answers them newest first. */
@@ -126,7 +99,7 @@ static void h_reverse(struct fake *f, const Weightd__Request *req)
 	struct hold *h = f->ctx;
 
 	if (req->body_case != WEIGHTD__REQUEST__BODY_MATERIALIZE) {
-		reply_empty(f, req);
+		fake_reply_empty(f, req);
 		return;
 	}
 	h->held[h->n++] = req;
@@ -361,7 +334,7 @@ static void h_share(struct fake *f, const Weightd__Request *req)
 	if (req->body_case == WEIGHTD__REQUEST__BODY_MATERIALIZE)
 		reply_weight(f, req, 55);
 	else
-		reply_empty(f, req);
+		fake_reply_empty(f, req);
 }
 
 static size_t releases_after_round_trip(struct fake *f, weightd_client *c, uint64_t *rel)
@@ -496,7 +469,7 @@ static void h_error(struct fake *f, const Weightd__Request *req)
 		fake_reply_error(f, req->id, WEIGHTD_E_UNKNOWN_TENSOR, "", 0,
 				 "checkpoint \"ck\" has no tensor \"tn\"");
 	else
-		reply_empty(f, req);
+		fake_reply_empty(f, req);
 }
 
 static void test_daemon_error_fills_every_field(void **state)
@@ -531,7 +504,7 @@ static void h_late(struct fake *f, const Weightd__Request *req)
 	if (req->body_case == WEIGHTD__REQUEST__BODY_MATERIALIZE)
 		reply_weight(f, req, 9);
 	else
-		reply_empty(f, req);
+		fake_reply_empty(f, req);
 }
 
 static void test_abandoned_request_releases_its_weight(void **state)
@@ -674,13 +647,13 @@ static void test_one_connection_many_threads(void **state)
 static void h_events(struct fake *f, const Weightd__Request *req)
 {
 	if (req->body_case == WEIGHTD__REQUEST__BODY_SUBSCRIBE) {
-		reply_empty(f, req);
+		fake_reply_empty(f, req);
 		send_event(f, req->subscribe->checkpoints[0], 2);
 	} else if (req->body_case == WEIGHTD__REQUEST__BODY_LIST) {
 		send_event(f, "other", 5);
-		reply_empty(f, req);
+		fake_reply_empty(f, req);
 	} else {
-		reply_empty(f, req);
+		fake_reply_empty(f, req);
 	}
 }
 

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fake_weightd.h"
+#include "fake_client.h"
 #include "weightd/client.h"
 
 #define SENTINEL ((void *)0x5e5e)
@@ -33,27 +33,6 @@ struct script {
 	enum mode mode;
 };
 
-/* Element sizes, written out here rather than taken from the library. */
-static size_t dsize(const char *dtype)
-{
-	if (!strcmp(dtype, "F32"))
-		return 4;
-	if (!strcmp(dtype, "BF16") || !strcmp(dtype, "F16"))
-		return 2;
-	return 1;
-}
-
-/* The bytes served for a slot: depends on its name only, so the test recomputes them. */
-static void content(const char *name, uint8_t *out, size_t n)
-{
-	uint8_t h = 0;
-
-	for (const char *p = name; *p; p++)
-		h = (uint8_t)(h * 31 + (uint8_t)*p);
-	for (size_t i = 0; i < n; i++)
-		out[i] = (uint8_t)(h + i * 13);
-}
-
 static const Weightd__UnitEntry *entry_of(const Weightd__Unit *u, const char *name)
 {
 	for (size_t i = 0; i < u->n_entries; i++)
@@ -63,23 +42,6 @@ static const Weightd__UnitEntry *entry_of(const Weightd__Unit *u, const char *na
 		if (!strcmp(u->aliases[i]->name, name))
 			return entry_of(u, u->aliases[i]->target);
 	return NULL;
-}
-
-static void reply_empty(struct fake *f, const Weightd__Request *req)
-{
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-	Weightd__Empty e = WEIGHTD__EMPTY__INIT;
-	Weightd__ListReply lr = WEIGHTD__LIST_REPLY__INIT;
-
-	resp.id = req->id;
-	if (req->body_case == WEIGHTD__REQUEST__BODY_LIST) {
-		resp.body_case = WEIGHTD__RESPONSE__BODY_LIST;
-		resp.list = &lr;
-	} else {
-		resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
-		resp.release = &e;
-	}
-	fake_reply(f, &resp);
 }
 
 static void h_unit(struct fake *f, const Weightd__Request *req)
@@ -95,7 +57,7 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 	size_t nw = 0, nfds = 0;
 
 	if (req->body_case != WEIGHTD__REQUEST__BODY_MATERIALIZE && !pre) {
-		reply_empty(f, req);
+		fake_reply_empty(f, req);
 		return;
 	}
 	u = pre ? req->preflight : req->materialize;
@@ -119,14 +81,14 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 			;
 		if (owner->check_slot && ndim)
 			memcpy(shape, owner->shape, ndim * sizeof(uint64_t));
-		n = dsize(dtype);
+		n = fake_dtype_size(dtype);
 		for (size_t k = 0; k < ndim; k++)
 			n *= shape[k];
 		if (sc->mode == M_LIE_DTYPE && !strcmp(owner->name, "b"))
 			dtype = "I8";
 		if (sc->mode == M_DUP)
 			oi = 0;
-		content(sc->mode == M_DUP ? u->entries[0]->name : owner->name, data, n);
+		fake_content(sc->mode == M_DUP ? u->entries[0]->name : owner->name, data, n);
 		fake_wi_fill(&wi[nw], name, 1000 + oi, dtype, shape, ndim, data, n,
 			     (uint32_t)oi, alias ? owner->name : NULL);
 		if (pre)
@@ -159,36 +121,24 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 
 struct env {
 	struct script sc;
-	struct fake *f;
-	weightd_client *c;
-	int fds_before;
+	struct fake_client fc;
 	void *pa, *pb, *pc, *pd, *pe;
 };
 
 static int setup(void **state)
 {
 	struct env *e = calloc(1, sizeof(*e));
-	weightd_error err;
-	int wfds;
 
-	e->f = fake_start(h_unit, &e->sc);
-	if (weightd_connect(e->f->path, "unit-test", &e->c, &err) < 0) {
-		fprintf(stderr, "connect: %s\n", err.message);
-		return -1;
-	}
-	fake_settle(e->f);
-	e->fds_before = fake_count_fds(&wfds);
 	e->pa = e->pb = e->pc = e->pd = e->pe = SENTINEL;
 	*state = e;
-	return wfds == 0 && fake_count_maps() == 0 ? 0 : -1;
+	return fake_client_start(&e->fc, h_unit, &e->sc, 0);
 }
 
 static int teardown(void **state)
 {
 	struct env *e = *state;
 
-	weightd_close(e->c);
-	fake_stop(e->f);
+	fake_client_stop(&e->fc);
 	free(e);
 	return 0;
 }
@@ -210,7 +160,7 @@ static weightd_unit *make_unit(struct env *e)
 	weightd_error err;
 	int n;
 
-	assert_int_equal(weightd_unit_new(e->c, &u, &err), 0);
+	assert_int_equal(weightd_unit_new(e->fc.c, &u, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "a", "F32", sa, 2, &e->pa, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "b", "U8", sb, 1, &e->pb, &err), 1);
 	assert_int_equal(weightd_unit_slot(u, "c", "BF16", sc, 1, &e->pc, &err), 2);
@@ -231,27 +181,6 @@ static weightd_unit *make_unit(struct env *e)
 	return u;
 }
 
-/* Handles released so far, after a round trip that guarantees the fake saw every release. */
-static size_t released(struct env *e, uint64_t *rel, size_t cap)
-{
-	weightd_source_list *l;
-	weightd_error err;
-
-	assert_int_equal(weightd_list(e->c, &l, &err), 0);
-	weightd_source_list_free(l);
-	return fake_released(e->f, rel, cap);
-}
-
-static void assert_nothing_held(struct env *e)
-{
-	int wfds;
-
-	fake_settle(e->f);
-	assert_int_equal(fake_count_fds(&wfds), e->fds_before);
-	assert_int_equal(wfds, 0);
-	assert_int_equal(fake_count_maps(), 0);
-}
-
 static void assert_unpublished(struct env *e)
 {
 	assert_ptr_equal(e->pa, SENTINEL);
@@ -259,14 +188,6 @@ static void assert_unpublished(struct env *e)
 	assert_ptr_equal(e->pc, SENTINEL);
 	assert_ptr_equal(e->pd, SENTINEL);
 	assert_ptr_equal(e->pe, SENTINEL);
-}
-
-static void assert_content(const void *p, const char *name, size_t n)
-{
-	uint8_t want[256];
-
-	content(name, want, n);
-	assert_memory_equal(p, want, n);
 }
 
 /* ---- tests ------------------------------------------------------------------------------ */
@@ -281,8 +202,8 @@ static void test_one_request_with_declarations_and_aliases(void **state)
 
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
 	assert_int_equal(weightd_unit_finish(u, &err), 0);
-	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 1);
-	req = fake_nth(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE, 0);
+	assert_int_equal(fake_count(e->fc.f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 1);
+	req = fake_nth(e->fc.f, WEIGHTD__REQUEST__BODY_MATERIALIZE, 0);
 	wu = req->materialize;
 	assert_int_equal(wu->n_entries, 3);
 	assert_string_equal(wu->entries[0]->name, "a");
@@ -323,7 +244,7 @@ static void test_validate_then_bind_publishes_every_pointer(void **state)
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
 	assert_int_equal(weightd_unit_validate(u, &err), 0);   /* finishes by itself */
 	assert_unpublished(e);                                  /* validate publishes nothing */
-	fake_settle(e->f);
+	fake_settle(e->fc.f);
 	fake_count_fds(&wfds);
 	assert_int_equal(wfds, 3);                              /* one fd per distinct weight */
 	assert_int_equal(fake_count_maps(), 3);                 /* each mapped once */
@@ -334,19 +255,19 @@ static void test_validate_then_bind_publishes_every_pointer(void **state)
 	assert_ptr_not_equal(e->pc, SENTINEL);
 	assert_ptr_equal(e->pd, e->pa);                         /* aliases: the same memory */
 	assert_ptr_equal(e->pe, e->pa);
-	assert_content(e->pa, "a", 24);
-	assert_content(e->pb, "b", 5);
-	assert_content(e->pc, "c", 8);
+	fake_assert_content(e->pa, "a", 24);
+	fake_assert_content(e->pb, "b", 5);
+	fake_assert_content(e->pc, "c", 8);
 	assert_ptr_equal(weightd_unit_data(u, "c"), e->pc);
 	assert_string_equal(weightd_weight_dtype(weightd_unit_weight(u, "c")), "BF16");
 	assert_int_equal(weightd_weight_handle(weightd_unit_weight(u, "e")), 1000);
 
 	/* free: unmapped, closed, and each entry's reference released exactly once */
 	weightd_unit_free(u);
-	assert_nothing_held(e);
-	assert_int_equal(released(e, rel, 16), 3);
+	fake_client_assert_idle(&e->fc);
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 3);
 	assert_int_equal(rel[0] + rel[1] + rel[2], 1000 + 1001 + 1002);
-	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_RELEASE), 1);   /* one message */
+	assert_int_equal(fake_count(e->fc.f, WEIGHTD__REQUEST__BODY_RELEASE), 1);   /* one message */
 }
 
 static void test_validate_failure_undoes_everything(void **state)
@@ -367,11 +288,11 @@ static void test_validate_failure_undoes_everything(void **state)
 	assert_non_null(strstr(err.message, "U8"));
 	weightd_unit_bind(u);                 /* not validated: publishes nothing */
 	assert_unpublished(e);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 	assert_null(weightd_unit_weight(u, "a"));
-	assert_int_equal(released(e, rel, 16), 3);
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 3);
 	weightd_unit_free(u);
-	assert_int_equal(released(e, rel, 16), 3);   /* nothing left to release */
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 3);   /* nothing left to release */
 }
 
 static void test_map_failure_unmaps_what_was_mapped(void **state)
@@ -389,16 +310,16 @@ static void test_map_failure_unmaps_what_was_mapped(void **state)
 	assert_int_equal(err.expected, 8);
 	assert_int_equal(err.actual, 7);
 	assert_unpublished(e);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 
 	/* the unit is back to before submit: the same unit goes through once the daemon is fine */
 	e->sc.mode = M_OK;
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
 	assert_int_equal(weightd_unit_validate(u, &err), 0);
 	weightd_unit_bind(u);
-	assert_content(e->pc, "c", 8);
+	fake_assert_content(e->pc, "c", 8);
 	weightd_unit_free(u);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 }
 
 static void test_daemon_refusal_holds_nothing(void **state)
@@ -421,7 +342,7 @@ static void test_daemon_refusal_holds_nothing(void **state)
 	assert_int_equal(err.node, 1);
 	assert_non_null(strstr(err.message, "slot \"c\""));
 	assert_unpublished(e);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 	assert_int_equal(weightd_unit_validate(u, &err), -WEIGHTD_E_INVALID_ARGUMENT);
 	weightd_unit_free(u);
 }
@@ -436,8 +357,8 @@ static void test_inconsistent_reply_refused_and_released(void **state)
 	e->sc.mode = M_UNUSED_FD;
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
 	assert_int_equal(weightd_unit_finish(u, &err), -WEIGHTD_E_PROTOCOL);
-	assert_nothing_held(e);
-	assert_int_equal(released(e, rel, 16), 3);   /* every entry's reference let go */
+	fake_client_assert_idle(&e->fc);
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 3);   /* every entry's reference let go */
 	weightd_unit_free(u);
 }
 
@@ -451,7 +372,7 @@ static void test_identical_entries_share_fd_and_release_each(void **state)
 	int wfds;
 
 	e->sc.mode = M_DUP;
-	assert_int_equal(weightd_unit_new(e->c, &u, &err), 0);
+	assert_int_equal(weightd_unit_new(e->fc.c, &u, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "x", "F16", s, 1, &e->pa, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "y", "F16", s, 1, &e->pb, &err), 1);
 	assert_int_equal(weightd_unit_set_tensor(u, "x", "ck", "t", NULL, &err), 0);
@@ -460,15 +381,15 @@ static void test_identical_entries_share_fd_and_release_each(void **state)
 	assert_int_equal(weightd_unit_validate(u, &err), 0);
 	weightd_unit_bind(u);
 	assert_ptr_equal(e->pa, e->pb);
-	fake_settle(e->f);
+	fake_settle(e->fc.f);
 	fake_count_fds(&wfds);
 	assert_int_equal(wfds, 1);
 	weightd_unit_free(u);
 	/* weightd holds one reference per entry: both are released */
-	assert_int_equal(released(e, rel, 16), 2);
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 2);
 	assert_int_equal(rel[0], 1000);
 	assert_int_equal(rel[1], 1000);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 }
 
 static void test_preflight_infers_without_fds(void **state)
@@ -481,8 +402,8 @@ static void test_preflight_infers_without_fds(void **state)
 
 	assert_int_equal(weightd_unit_preflight(u, &f, &err), 0);
 	assert_int_equal(weightd_preflight_finish(f, &p, &err), 0);
-	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_PREFLIGHT), 1);
-	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 0);
+	assert_int_equal(fake_count(e->fc.f, WEIGHTD__REQUEST__BODY_PREFLIGHT), 1);
+	assert_int_equal(fake_count(e->fc.f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 0);
 	assert_int_equal(p->count, 5);
 	assert_string_equal(p->outputs[0].name, "a");
 	assert_string_equal(p->outputs[0].dtype, "F32");
@@ -497,7 +418,7 @@ static void test_preflight_infers_without_fds(void **state)
 	/* preflight does not submit: the unit can still change */
 	assert_int_equal(weightd_unit_set_alias(u, "e", "b", &err), 0);
 	weightd_unit_free(u);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 }
 
 static void test_free_while_submitted_releases_later(void **state)
@@ -509,9 +430,9 @@ static void test_free_while_submitted_releases_later(void **state)
 
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
 	weightd_unit_free(u);
-	released(e, rel, 16);                         /* reads the abandoned unit's reply */
-	assert_int_equal(released(e, rel, 16), 3);
-	assert_nothing_held(e);
+	fake_client_released(&e->fc, rel, 16);                         /* reads the abandoned unit's reply */
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 3);
+	fake_client_assert_idle(&e->fc);
 	assert_unpublished(e);
 }
 
@@ -522,7 +443,7 @@ static void test_declaration_errors(void **state)
 	weightd_unit *u;
 	weightd_error err;
 
-	assert_int_equal(weightd_unit_new(e->c, &u, &err), 0);
+	assert_int_equal(weightd_unit_new(e->fc.c, &u, &err), 0);
 	assert_int_equal(weightd_unit_submit(u, &err), -WEIGHTD_E_EMPTY_INPUTS);
 	assert_int_equal(weightd_unit_slot(u, "w", "F32", NULL, 0, NULL, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "w", "F32", NULL, 0, NULL, &err),
@@ -539,7 +460,7 @@ static void test_declaration_errors(void **state)
 	assert_int_equal(weightd_unit_submit(u, &err), -WEIGHTD_E_INVALID_ARGUMENT);
 	assert_string_equal(err.slot, "w");
 	assert_non_null(strstr(err.message, "slot \"w\" has no source"));
-	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 0);
+	assert_int_equal(fake_count(e->fc.f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 0);
 	/* once submitted, slots are fixed */
 	assert_int_equal(weightd_unit_set_tensor(u, "w", "ck", "a", NULL, &err), 0);
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
@@ -561,7 +482,7 @@ static size_t unit_cycle_growth(struct env *e)
 	weightd_error err;
 	size_t before, during;
 
-	fake_settle(e->f);
+	fake_settle(e->fc.f);
 	before = heap_in_use();
 	u = make_unit(e);
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
@@ -569,7 +490,7 @@ static size_t unit_cycle_growth(struct env *e)
 	weightd_unit_bind(u);
 	during = heap_in_use();
 	weightd_unit_free(u);
-	fake_settle(e->f);
+	fake_settle(e->fc.f);
 	return during > before ? during - before : 0;
 }
 

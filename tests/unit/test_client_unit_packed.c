@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fake_weightd.h"
+#include "fake_client.h"
 #include "weightd/client.h"
 
 #define MAX_OUT 64
@@ -53,27 +53,6 @@ struct script {
 	size_t expect_released;      /* handles the last answer gave (what a failure releases) */
 };
 
-/* Element sizes, written out here rather than taken from the library. */
-static size_t dsize(const char *dtype)
-{
-	if (!strcmp(dtype, "F32"))
-		return 4;
-	if (!strcmp(dtype, "BF16") || !strcmp(dtype, "F16"))
-		return 2;
-	return 1;
-}
-
-/* The bytes served for a weight: depend on a name only, so the test recomputes them. */
-static void content(const char *name, uint8_t *out, size_t n)
-{
-	uint8_t h = 0;
-
-	for (const char *p = name; *p; p++)
-		h = (uint8_t)(h * 31 + (uint8_t)*p);
-	for (size_t i = 0; i < n; i++)
-		out[i] = (uint8_t)(h + i * 13);
-}
-
 /* One output of a unit request, in the daemon's order: entries, tensor entries, aliases. */
 struct out {
 	const char *name, *ck, *tn;  /* entries: the (first) source tensor */
@@ -95,7 +74,7 @@ static void out_declare(struct out *o, const char *dtype, const uint64_t *shape,
 		memcpy(o->shape, shape, ndim * sizeof(uint64_t));
 	else if (!dtype)
 		o->shape[0] = 8;
-	o->nbytes = dsize(o->dtype);
+	o->nbytes = fake_dtype_size(o->dtype);
 	for (size_t i = 0; i < o->ndim; i++)
 		o->nbytes *= o->shape[i];
 }
@@ -161,23 +140,6 @@ static size_t parse_unit(const Weightd__Unit *u, struct out *o, size_t *ret_ent)
 	}
 	*ret_ent = n_ent;
 	return n;
-}
-
-static void reply_empty(struct fake *f, const Weightd__Request *req)
-{
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-	Weightd__Empty e = WEIGHTD__EMPTY__INIT;
-	Weightd__ListReply lr = WEIGHTD__LIST_REPLY__INIT;
-
-	resp.id = req->id;
-	if (req->body_case == WEIGHTD__REQUEST__BODY_LIST) {
-		resp.body_case = WEIGHTD__RESPONSE__BODY_LIST;
-		resp.list = &lr;
-	} else {
-		resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
-		resp.release = &e;
-	}
-	fake_reply(f, &resp);
 }
 
 /* Spoil a packed answer the way c says. */
@@ -249,7 +211,7 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 	int fds[3];
 
 	if (req->body_case != WEIGHTD__REQUEST__BODY_MATERIALIZE && !pre) {
-		reply_empty(f, req);
+		fake_reply_empty(f, req);
 		return;
 	}
 	if (sc->refuse) {
@@ -263,7 +225,7 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 		if (e->dist == k) {
 			e->seg = (uint32_t)(n_dist++ % 2);
 			e->offset = (len[e->seg] + 63) & ~(uint64_t)63;
-			content(e->name, seg[e->seg] + e->offset, e->nbytes);
+			fake_content(e->name, seg[e->seg] + e->offset, e->nbytes);
 			len[e->seg] = e->offset + e->nbytes;
 		} else {
 			e->seg = o[e->dist].seg;
@@ -334,30 +296,18 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 
 struct env {
 	struct script sc;
-	struct fake *f;
-	weightd_client *c;
-	int fds_before;
+	struct fake_client fc;
 	void *pa, *pr, *pd, *pb, *ps, *pc, *pe;
 };
 
 static int setup_version(void **state, unsigned version)
 {
 	struct env *e = calloc(1, sizeof(*e));
-	weightd_error err;
-	int wfds;
 
-	e->f = fake_start(h_unit, &e->sc);
-	atomic_store(&e->f->hello_version, version);
-	if (weightd_connect(e->f->path, "packed-test", &e->c, &err) < 0) {
-		fprintf(stderr, "connect: %s\n", err.message);
-		return -1;
-	}
-	if (weightd_server(e->c)->protocol_version != version)
-		return -1;
-	fake_settle(e->f);
-	e->fds_before = fake_count_fds(&wfds);
 	*state = e;
-	return wfds == 0 && fake_count_maps() == 0 ? 0 : -1;
+	if (fake_client_start(&e->fc, h_unit, &e->sc, version) < 0)
+		return -1;
+	return weightd_server(e->fc.c)->protocol_version == version ? 0 : -1;
 }
 
 static int setup3(void **state)
@@ -374,8 +324,7 @@ static int teardown(void **state)
 {
 	struct env *e = *state;
 
-	weightd_close(e->c);
-	fake_stop(e->f);
+	fake_client_stop(&e->fc);
 	free(e);
 	return 0;
 }
@@ -399,7 +348,7 @@ static weightd_unit *make_unit(struct env *e)
 	weightd_error err;
 
 	e->pa = e->pr = e->pd = e->pb = e->ps = e->pc = e->pe = NULL;
-	assert_int_equal(weightd_unit_new(e->c, &u, &err), 0);
+	assert_int_equal(weightd_unit_new(e->fc.c, &u, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "a", "F32", s23, 2, &e->pa, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "r", "BF16", s4, 1, &e->pr, &err), 1);
 	assert_int_equal(weightd_unit_slot(u, "d", "F32", s23, 2, &e->pd, &err), 2);
@@ -421,43 +370,13 @@ static weightd_unit *make_unit(struct env *e)
 	return u;
 }
 
-/* Handles released so far, after a round trip that guarantees the fake saw every release. */
-static size_t released(struct env *e, uint64_t *rel, size_t cap)
-{
-	weightd_source_list *l;
-	weightd_error err;
-
-	assert_int_equal(weightd_list(e->c, &l, &err), 0);
-	weightd_source_list_free(l);
-	return fake_released(e->f, rel, cap);
-}
-
-static void assert_nothing_held(struct env *e)
-{
-	int wfds;
-
-	fake_settle(e->f);
-	assert_int_equal(fake_count_fds(&wfds), e->fds_before);
-	assert_int_equal(wfds, 0);
-	assert_int_equal(fake_count_maps(), 0);
-}
-
-static void assert_content(const void *p, const char *name, size_t n)
-{
-	uint8_t want[256];
-
-	assert_non_null(p);
-	content(name, want, n);
-	assert_memory_equal(p, want, n);
-}
-
 /* The bound unit of make_unit holds what the fake served, whichever form it came in. */
 static void assert_bound(struct env *e)
 {
-	assert_content(e->pa, "a", 24);
-	assert_content(e->pr, "r", 8);
-	assert_content(e->pb, "b", 8);
-	assert_content(e->pc, "c", 5);
+	fake_assert_content(e->pa, "a", 24);
+	fake_assert_content(e->pr, "r", 8);
+	fake_assert_content(e->pb, "b", 8);
+	fake_assert_content(e->pc, "c", 5);
 	assert_ptr_equal(e->ps, e->pa);   /* the same source: one weight */
 	assert_ptr_equal(e->pd, e->pa);   /* aliases: the same memory */
 	assert_ptr_equal(e->pe, e->pa);
@@ -465,10 +384,10 @@ static void assert_bound(struct env *e)
 
 static const Weightd__Unit *last_unit(struct env *e)
 {
-	size_t n = fake_count(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE);
+	size_t n = fake_count(e->fc.f, WEIGHTD__REQUEST__BODY_MATERIALIZE);
 
 	assert_true(n > 0);
-	return fake_nth(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE, n - 1)->materialize;
+	return fake_nth(e->fc.f, WEIGHTD__REQUEST__BODY_MATERIALIZE, n - 1)->materialize;
 }
 
 /* ---- the request ------------------------------------------------------------------------ */
@@ -517,7 +436,7 @@ static void test_columns_carry_whole_tensor_slots(void **state)
 	assert_int_equal(te->n_dims, 5);
 	assert_memory_equal(te->dims, dims, sizeof(dims));
 	weightd_unit_free(u);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 }
 
 static void test_columns_left_out_when_they_say_nothing(void **state)
@@ -528,7 +447,7 @@ static void test_columns_left_out_when_they_say_nothing(void **state)
 	weightd_unit *u;
 	weightd_error err;
 
-	assert_int_equal(weightd_unit_new(e->c, &u, &err), 0);
+	assert_int_equal(weightd_unit_new(e->fc.c, &u, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "x", NULL, NULL, 0, &px, &err), 0);
 	assert_int_equal(weightd_unit_slot(u, "w", NULL, NULL, 0, &pw, &err), 1);
 	assert_int_equal(weightd_unit_slot(u, "yy", NULL, NULL, 0, NULL, &err), 2);
@@ -538,9 +457,9 @@ static void test_columns_left_out_when_they_say_nothing(void **state)
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
 	assert_int_equal(weightd_unit_validate(u, &err), 0);
 	weightd_unit_bind(u);
-	assert_content(px, "x", 8);
+	fake_assert_content(px, "x", 8);
 	assert_ptr_equal(pw, px);
-	assert_content(weightd_unit_data(u, "yy"), "yy", 8);
+	fake_assert_content(weightd_unit_data(u, "yy"), "yy", 8);
 	te = last_unit(e)->tensors;
 	assert_int_equal(last_unit(e)->n_entries, 0);
 	assert_non_null(te);
@@ -554,7 +473,7 @@ static void test_columns_left_out_when_they_say_nothing(void **state)
 	assert_int_equal(te->n_ndim, 0);
 	assert_int_equal(te->n_dims, 0);
 	weightd_unit_free(u);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 }
 
 static void test_checkpoint_table_of_many(void **state)
@@ -568,7 +487,7 @@ static void test_checkpoint_table_of_many(void **state)
 	/* 600 slots over 150 checkpoints, in runs and jumps: each named once in the table, in the
 	 * order they first appear, and each slot pointing at its own */
 	e->sc.refuse = true;
-	assert_int_equal(weightd_unit_new(e->c, &u, &err), 0);
+	assert_int_equal(weightd_unit_new(e->fc.c, &u, &err), 0);
 	for (int i = 0; i < 600; i++) {
 		snprintf(name, sizeof(name), "t%d", i);
 		snprintf(ck, sizeof(ck), "ck%d", (i / 2 * 7) % 150);
@@ -588,7 +507,7 @@ static void test_checkpoint_table_of_many(void **state)
 			assert_int_equal(te->checkpoint[i], te->checkpoint[i - 1] + 1);
 	}
 	weightd_unit_free(u);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 }
 
 /* ---- the reply -------------------------------------------------------------------------- */
@@ -607,7 +526,7 @@ static void test_packed_reply_binds_every_slot(void **state)
 	assert_int_equal(weightd_unit_validate(u, &err), 0);
 	weightd_unit_bind(u);
 	assert_bound(e);
-	fake_settle(e->f);
+	fake_settle(e->fc.f);
 	fake_count_fds(&wfds);
 	assert_int_equal(wfds, 2);                 /* one fd per segment */
 	assert_int_equal(fake_count_maps(), 2);
@@ -643,7 +562,7 @@ static void test_packed_reply_binds_every_slot(void **state)
 	assert_int_equal(weightd_weight_offset(wr), 0);
 	assert_int_equal(weightd_weight_offset(wb), 64);
 	assert_int_equal(weightd_weight_offset(wc), 64);
-	content("a", want, 24);
+	fake_content("a", want, 24);
 	wd_sha256(want, 24, digest);
 	assert_int_equal(weightd_weight_digest_algorithm(wa), WEIGHTD_DIGEST_SHA256);
 	assert_int_equal(weightd_weight_digest_len(wa), 32);
@@ -653,11 +572,11 @@ static void test_packed_reply_binds_every_slot(void **state)
 
 	/* free: one reference per entry (a's twice: a and s) in one message */
 	weightd_unit_free(u);
-	assert_nothing_held(e);
-	assert_int_equal(released(e, rel, 16), 5);
+	fake_client_assert_idle(&e->fc);
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 5);
 	assert_int_equal(rel[0] + rel[1] + rel[2] + rel[3] + rel[4],
 			 1000 + 1001 + 1002 + 1001 + 1004);
-	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_RELEASE), 1);
+	assert_int_equal(fake_count(e->fc.f, WEIGHTD__REQUEST__BODY_RELEASE), 1);
 }
 
 static void test_digest_of_16_bytes(void **state)
@@ -671,15 +590,15 @@ static void test_digest_of_16_bytes(void **state)
 	/* XXH3-128 travels in 32 bytes, the last 16 zero: the weight has a 16-byte digest (the
 	 * fake sends the first half of the SHA-256 under that name) */
 	e->sc.xxh3 = true;
-	assert_int_equal(weightd_materialize(e->c, "ck", "t", NULL, &f, &err), 0);
+	assert_int_equal(weightd_materialize(e->fc.c, "ck", "t", NULL, &f, &err), 0);
 	assert_int_equal(weightd_finish(f, &w, &err), 0);
 	assert_int_equal(weightd_weight_digest_algorithm(w), WEIGHTD_DIGEST_XXH3_128);
 	assert_int_equal(weightd_weight_digest_len(w), 16);
-	content("t", want, 8);
+	fake_content("t", want, 8);
 	wd_sha256(want, 8, digest);
 	assert_memory_equal(weightd_weight_digest(w), digest, 16);
 	weightd_release(w);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 }
 
 /* What each spoilt answer must be refused for, and the slot the error names ("": none). */
@@ -727,12 +646,12 @@ static void test_malformed_packed_replies_refused(void **state)
 		weightd_unit *u = make_unit(e);
 
 		e->sc.corrupt = (enum corrupt)c;
-		before = released(e, rel, 512);
+		before = fake_client_released(&e->fc, rel, 512);
 		assert_int_equal(weightd_unit_submit(u, &err), 0);
 		if (c == C_NONE) {   /* the answer spoilt below is good as it is */
 			assert_int_equal(weightd_unit_validate(u, &err), 0);
 			weightd_unit_free(u);
-			assert_nothing_held(e);
+			fake_client_assert_idle(&e->fc);
 			continue;
 		}
 		if (weightd_unit_finish(u, &err) != -WEIGHTD_E_PROTOCOL ||
@@ -741,11 +660,11 @@ static void test_malformed_packed_replies_refused(void **state)
 				 "\"%s\")", c, err.message, err.code, err.slot, refusal[c].text,
 				 refusal[c].slot);
 		/* every fd closed, nothing mapped, every reference the answer gave released */
-		assert_nothing_held(e);
-		assert_int_equal(released(e, rel, 512) - before, e->sc.expect_released);
+		fake_client_assert_idle(&e->fc);
+		assert_int_equal(fake_client_released(&e->fc, rel, 512) - before, e->sc.expect_released);
 		assert_null(weightd_unit_weight(u, "a"));
 		weightd_unit_free(u);
-		assert_int_equal(released(e, rel, 512) - before, e->sc.expect_released);
+		assert_int_equal(fake_client_released(&e->fc, rel, 512) - before, e->sc.expect_released);
 	}
 }
 
@@ -774,8 +693,8 @@ static void test_version2_daemon_gets_the_old_form(void **state)
 	assert_string_equal(wu->entries[4]->recipe->nodes[0]->tensor, "other");
 	assert_int_equal(wu->n_aliases, 2);
 	weightd_unit_free(u);
-	assert_nothing_held(e);
-	assert_int_equal(released(e, rel, 16), 5);
+	fake_client_assert_idle(&e->fc);
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 5);
 }
 
 static void test_weights_form_on_version3_taken_too(void **state)
@@ -792,8 +711,8 @@ static void test_weights_form_on_version3_taken_too(void **state)
 	assert_bound(e);
 	assert_non_null(last_unit(e)->tensors);
 	weightd_unit_free(u);
-	assert_nothing_held(e);
-	assert_int_equal(released(e, rel, 16), 5);
+	fake_client_assert_idle(&e->fc);
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 5);
 }
 
 static void test_single_materialize_packed(void **state)
@@ -805,24 +724,24 @@ static void test_single_materialize_packed(void **state)
 	weightd_error err;
 	uint64_t rel[16];
 
-	assert_int_equal(weightd_materialize(e->c, "ck", "t", NULL, &f, &err), 0);
+	assert_int_equal(weightd_materialize(e->fc.c, "ck", "t", NULL, &f, &err), 0);
 	assert_int_equal(weightd_finish(f, &w, &err), 0);
 	assert_string_equal(weightd_weight_name(w), "t");   /* the packed form leaves it out */
 	assert_string_equal(weightd_weight_dtype(w), "U8");
 	assert_int_equal(weightd_weight_nbytes(w), 8);
 	assert_int_equal(weightd_weight_handle(w), 1000);
 	assert_int_equal(weightd_weight_map(w, &p, &err), 0);
-	assert_content(p, "t", 8);
+	fake_assert_content(p, "t", 8);
 	weightd_release(w);
-	assert_nothing_held(e);
-	assert_int_equal(released(e, rel, 16), 1);
+	fake_client_assert_idle(&e->fc);
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 1);
 
 	e->sc.corrupt = C_LEN_KEYS;
-	assert_int_equal(weightd_materialize(e->c, "ck", "t", NULL, &f, &err), 0);
+	assert_int_equal(weightd_materialize(e->fc.c, "ck", "t", NULL, &f, &err), 0);
 	assert_int_equal(weightd_finish(f, &w, &err), -WEIGHTD_E_PROTOCOL);
 	assert_non_null(strstr(err.message, "keys column"));
-	assert_nothing_held(e);
-	assert_int_equal(released(e, rel, 16), 2);
+	fake_client_assert_idle(&e->fc);
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 2);
 }
 
 static void test_preflight_on_version3(void **state)
@@ -835,7 +754,7 @@ static void test_preflight_on_version3(void **state)
 
 	assert_int_equal(weightd_unit_preflight(u, &f, &err), 0);
 	assert_int_equal(weightd_preflight_finish(f, &p, &err), 0);
-	assert_non_null(fake_nth(e->f, WEIGHTD__REQUEST__BODY_PREFLIGHT, 0)->preflight->tensors);
+	assert_non_null(fake_nth(e->fc.f, WEIGHTD__REQUEST__BODY_PREFLIGHT, 0)->preflight->tensors);
 	/* in the daemon's order: the recipe, the whole tensors, the aliases */
 	assert_int_equal(p->count, 7);
 	assert_string_equal(p->outputs[0].name, "r");
@@ -848,7 +767,7 @@ static void test_preflight_on_version3(void **state)
 	assert_string_equal(p->outputs[6].alias_of, "a");
 	weightd_preflight_free(p);
 	weightd_unit_free(u);
-	assert_nothing_held(e);
+	fake_client_assert_idle(&e->fc);
 }
 
 static void test_free_while_submitted_releases_packed(void **state)
@@ -860,9 +779,9 @@ static void test_free_while_submitted_releases_packed(void **state)
 
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
 	weightd_unit_free(u);
-	released(e, rel, 16);                         /* reads the abandoned unit's reply */
-	assert_int_equal(released(e, rel, 16), 5);    /* one per entry of the packed answer */
-	assert_nothing_held(e);
+	fake_client_released(&e->fc, rel, 16);                         /* reads the abandoned unit's reply */
+	assert_int_equal(fake_client_released(&e->fc, rel, 16), 5);    /* one per entry of the packed answer */
+	fake_client_assert_idle(&e->fc);
 }
 
 int main(void)
