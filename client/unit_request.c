@@ -71,7 +71,7 @@ static bool ck_eq(const void *ctx, uint32_t pos, const void *key)
 static int64_t ck_index(struct pb_unit *pb, const char *ck)
 {
 	Weightd__TensorEntries *te = &pb->columns;
-	size_t n = te->n_checkpoints;
+	size_t n = te->n_checkpoints, h;
 	uint32_t at;
 
 	if (n && strcmp(te->checkpoints[pb->ck_last], ck) == 0)
@@ -80,12 +80,13 @@ static int64_t ck_index(struct pb_unit *pb, const char *ck)
 		/* the first reservation indexes the one checkpoint there is */
 		if (wd_hashidx_reserve(&pb->ck_index, n + 1, ck_at, te) < 0)
 			return -1;
-		at = wd_hashidx_find(&pb->ck_index, wc_name_hash(ck), ck_eq, te, ck);
+		h = wc_name_hash(ck);
+		at = wd_hashidx_find(&pb->ck_index, h, ck_eq, te, ck);
 		if (at) {
 			pb->ck_last = at - 1;
 			return (int64_t)pb->ck_last;
 		}
-		wd_hashidx_put(&pb->ck_index, wc_name_hash(ck), (uint32_t)n);
+		wd_hashidx_put(&pb->ck_index, h, (uint32_t)n);
 	}
 	te->checkpoints[n] = (char *)ck;
 	te->n_checkpoints = n + 1;
@@ -113,6 +114,7 @@ static int pb_count(const weightd_unit *u, bool columns, struct pb_sizes *sz, we
 	sz->columns = columns;
 	for (size_t i = 0; i < u->n; i++) {
 		const struct slot *s = &u->slots[i];
+		const char *tn;
 		int rc;
 
 		if (s->src == SRC_NONE) {
@@ -126,10 +128,11 @@ static int pb_count(const weightd_unit *u, bool columns, struct pb_sizes *sz, we
 		if (!columns || s->src != SRC_TENSOR)
 			continue;
 		sz->names += strlen(s->name) + 1;
-		if (strcmp(slot_tensor(s), s->name) == 0) {
+		tn = slot_tensor(s);
+		if (strcmp(tn, s->name) == 0) {
 			sz->tensors += 1;   /* "": named like the slot */
 		} else {
-			sz->tensors += strlen(slot_tensor(s)) + 1;
+			sz->tensors += strlen(tn) + 1;
 			sz->renamed = true;
 		}
 		if (s->dtype) {
@@ -220,8 +223,11 @@ static int pb_column(struct pb_unit *pb, const struct slot *s)
 		return -1;
 	te->checkpoint[te->n_checkpoint++] = (uint32_t)ck;
 	column_put(&te->names, s->name);
-	if (te->tensors.data)
-		column_put(&te->tensors, strcmp(slot_tensor(s), s->name) ? slot_tensor(s) : "");
+	if (te->tensors.data) {
+		const char *tn = slot_tensor(s);
+
+		column_put(&te->tensors, strcmp(tn, s->name) ? tn : "");
+	}
 	if (te->dtype) {
 		te->dtype[k] = s->dtype ? dtype_index(te, s->dtype) : 0;
 		te->ndim[k] = s->dtype ? s->ndim : 0;
