@@ -19,6 +19,7 @@
 #include "request.h"
 #include "server.h"
 #include "session.h"
+#include "unit_wire.h"
 #include "wd_hashidx.h"
 #include "wire.h"
 
@@ -31,7 +32,6 @@
  * it resolves to). */
 struct unit_out {
 	struct unitreq *u;
-	const char *name;          /* borrowed from the request until the request is answered */
 	char *name_copy;           /* in the unitreq's names */
 	size_t owner;
 	struct weight *w;          /* entries: one reference held until the unit is answered */
@@ -166,6 +166,31 @@ static void fill_weight_info(Weightd__WeightInfo *wi, const struct weight *w, co
 	wi->offset = w->offset;
 }
 
+/* A version 3 reply's columns (unit_wire_pack): per entry its weight and its segment's fd, per
+ * alias its entry. The segments are marked (mark_index) already. */
+static int pack_reply(const struct unitreq *u, Weightd__PackedWeights *pw, void **ret_columns)
+{
+	size_t n_al = u->n_outs - u->n_entries;
+	struct weight **ws = malloc(u->n_entries * sizeof(*ws));
+	uint32_t *fdi = malloc(u->n_entries * sizeof(*fdi));
+	uint32_t *owner = malloc((n_al ? n_al : 1) * sizeof(*owner));
+	int r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
+
+	if (ws && fdi && owner) {
+		for (size_t i = 0; i < u->n_entries; i++) {
+			ws[i] = u->outs[i].w;
+			fdi[i] = ws[i]->segment->mark_index;
+		}
+		for (size_t j = 0; j < n_al; j++)
+			owner[j] = (uint32_t)u->outs[u->n_entries + j].owner;
+		r = unit_wire_pack(pw, ws, fdi, u->n_entries, owner, n_al, ret_columns);
+	}
+	free(ws);
+	free(fdi);
+	free(owner);
+	return r;
+}
+
 /* Every entry has its weight (or the request failed): answer, all or nothing. The reply carries
  * one fd per distinct segment (found by stamping each segment once: linear), and each weight
  * says where in its segment it lies. */
@@ -175,8 +200,11 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	struct session *s = u->s;
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
+	Weightd__PackedWeights pw;
 	Weightd__WeightInfo *wi = NULL, **wp = NULL;
 	Weightd__SegmentInfo *si = NULL, **sp = NULL;
+	bool packed = s && s->protocol >= 3;
+	void *columns = NULL;
 	int *fds = NULL;
 	struct cache_segment **segs = NULL;
 	size_t nfds = 0;
@@ -190,13 +218,15 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 			session_send_error(s, u->id, &u->err);
 		goto out;
 	}
-	wi = calloc(u->n_outs, sizeof(*wi));
-	wp = calloc(u->n_outs, sizeof(*wp));
+	if (!packed) {
+		wi = calloc(u->n_outs, sizeof(*wi));
+		wp = calloc(u->n_outs, sizeof(*wp));
+	}
 	si = calloc(u->n_entries, sizeof(*si));
 	sp = calloc(u->n_entries, sizeof(*sp));
 	fds = calloc(u->n_entries, sizeof(*fds));
 	segs = calloc(u->n_entries, sizeof(*segs));
-	if (!wi || !wp || !si || !sp || !fds || !segs) {
+	if ((!packed && (!wi || !wp)) || !si || !sp || !fds || !segs) {
 		for (size_t i = 0; i < u->n_entries; i++)
 			cache_drop(cache, u->outs[i].w);
 		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
@@ -244,7 +274,16 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		session_send_error(s, u->id, &u->err);
 		goto out;
 	}
-	for (size_t i = 0; i < u->n_outs; i++) {
+	if (packed ? pack_reply(u, &pw, &columns) < 0 : false) {
+		for (size_t k = 0; k < nfds; k++)
+			close(fds[k]);
+		for (size_t k = 0; k < u->n_entries; k++)
+			cache_drop(cache, u->outs[k].w);
+		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
+		session_send_error(s, u->id, &u->err);
+		goto out;
+	}
+	for (size_t i = 0; !packed && i < u->n_outs; i++) {
 		struct unit_out *o = &u->outs[i];
 		struct weight *w = u->outs[o->owner].w;
 		fill_weight_info(&wi[i], w, o->name_copy);
@@ -264,8 +303,12 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 			goto out;
 		}
 	}
-	ur.n_weights = u->n_outs;
-	ur.weights = wp;
+	if (packed) {
+		ur.packed = &pw;
+	} else {
+		ur.n_weights = u->n_outs;
+		ur.weights = wp;
+	}
 	ur.n_segments = nfds;
 	ur.segments = sp;
 	ur.bytes_read = u->bytes_read;
@@ -275,6 +318,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	session_send(s, &resp, fds, nfds);
 out:
 	unitreq_unlink(u);
+	free(columns);
 	free(wi);
 	free(wp);
 	free(si);
@@ -328,9 +372,20 @@ static size_t find_name(const struct wd_hashidx *ix, const struct unit_out *outs
 	return at ? at - 1 : SIZE_MAX;
 }
 
-/* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
-static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_error *err)
+/* Output i's name as the request gives it: an entry's (in either form) or an alias's. */
+static const char *out_name(const struct unit_entries *ue, size_t i)
 {
+	if (i < ue->n_msg)
+		return ue->pu->entries[i]->name;
+	if (i < ue->n)
+		return ue->names[i - ue->n_msg];
+	return ue->pu->aliases[i - ue->n]->name;
+}
+
+/* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
+static int unit_check_names(struct unitreq *u, const struct unit_entries *ue, weightd_error *err)
+{
+	const Weightd__Unit *pu = ue->pu;
 	size_t n = u->n_outs, *path = NULL, total = 0, at = 0;
 	struct wd_hashidx ix = { NULL, 0 };
 	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
@@ -338,16 +393,14 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_
 
 	/* the copies in one allocation: the names' lengths first (each checked below, in order) */
 	for (size_t i = 0; i < n; i++) {
-		const char *name = i < u->n_entries ? pu->entries[i]->name
-						    : pu->aliases[i - u->n_entries]->name;
+		const char *name = out_name(ue, i);
 		total += (name ? strlen(name) : 0) + 1;
 	}
 	u->names = malloc(total);
 	if (!u->names || wd_hashidx_reserve_from(&ix, n, 0, name_at, u->outs) < 0)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	for (size_t i = 0; i < n; i++) {
-		const char *name = i < u->n_entries ? pu->entries[i]->name
-						    : pu->aliases[i - u->n_entries]->name;
+		const char *name = out_name(ue, i);
 		size_t k, len;
 
 		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
@@ -423,14 +476,14 @@ out:
 	return r;
 }
 
-static bool slot_matches(const Weightd__UnitEntry *pe, enum wd_dtype dtype, int ndim,
+static bool slot_matches(const struct unit_entry *e, enum wd_dtype dtype, int ndim,
 			 const uint64_t *shape)
 {
-	if (strcmp(pe->dtype ? pe->dtype : "", wd_dtype_name(dtype)) != 0)
+	if (strcmp(e->dtype, wd_dtype_name(dtype)) != 0)
 		return false;
-	if ((int)pe->n_shape != ndim)
+	if ((int)e->ndim != ndim)
 		return false;
-	return pe->n_shape == 0 || memcmp(pe->shape, shape, pe->n_shape * sizeof(uint64_t)) == 0;
+	return e->ndim == 0 || memcmp(e->shape, shape, e->ndim * sizeof(uint64_t)) == 0;
 }
 
 static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
@@ -529,40 +582,23 @@ static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error
 	return 0;
 }
 
-/*
- * A plain entry: one source node, the whole tensor, nothing else set. Its key is a function of
- * the source's identity and the tensor's name alone, which the memo remembers.
- */
-static bool plain_entry(const Weightd__UnitEntry *pe)
-{
-	const Weightd__Recipe *rc = pe->recipe;
-	const Weightd__Node *n;
-
-	if (!rc || rc->n_nodes != 1)
-		return false;
-	n = rc->nodes[0];
-	return n->op == WEIGHTD__OP__OP_SOURCE && n->checkpoint && n->checkpoint[0] && n->tensor &&
-	       n->tensor[0] && !n->selection && n->n_inputs == 0 && n->axis == 0 &&
-	       n->n_shape == 0 && n->n_perm == 0 && n->n_block == 0 && (!n->dtype || !n->dtype[0]);
-}
-
 /* The last checkpoint a unit's plain entries named, resolved for the peer (most units name one). */
 struct resolved {
 	const char *name;
 	struct csource *cs;
 };
 
-static void slot_mismatch(const Weightd__UnitEntry *pe, const char *slot, enum wd_dtype dtype,
+static void slot_mismatch(const struct unit_entry *e, const char *slot, enum wd_dtype dtype,
 			  int ndim, const uint64_t *shape, weightd_error *err)
 {
 	char want[160], got[160];
 
-	shape_text(pe->shape, pe->n_shape, want, sizeof(want));
+	shape_text(e->shape, e->ndim, want, sizeof(want));
 	shape_text(shape, (size_t)ndim, got, sizeof(got));
 	snprintf(err->slot, sizeof(err->slot), "%s", slot);
 	wd_error_set(err, WEIGHTD_E_SLOT_MISMATCH,
 		     "slot \"%s\" is declared %s %s but its recipe gives %s %s", slot,
-		     pe->dtype ? pe->dtype : "", want, wd_dtype_name(dtype), got);
+		     e->dtype, want, wd_dtype_name(dtype), got);
 }
 
 /*
@@ -570,34 +606,33 @@ static void slot_mismatch(const Weightd__UnitEntry *pe, const char *slot, enum w
  * from the memo, its weight in the cache. 1 when all of that held (o->key and o->nbytes set, the
  * declared slot checked against the weight), 0 when the entry needs a full preflight, or -code.
  */
-static int entry_warm(struct session *s, const Weightd__UnitEntry *pe, struct unit_out *o,
+static int entry_warm(struct session *s, const struct unit_entry *e, struct unit_out *o,
 		      struct resolved *last, weightd_error *err)
 {
-	const Weightd__Node *n = pe->recipe->nodes[0];
 	uint8_t id[32];
 	struct weight *w;
 
 	if (!s->d->keymemo)
 		return 0;
-	if (!last->name || strcmp(last->name, n->checkpoint) != 0) {
-		weightd_error e;
+	if (!last->name || (last->name != e->checkpoint && strcmp(last->name, e->checkpoint) != 0)) {
+		weightd_error ignored;
 
 		/* failures are left to the full preflight, which words them */
 		last->name = NULL;
-		if (catalog_resolve(s->d->catalog, n->checkpoint, &s->peer, &last->cs, &e) < 0)
+		if (catalog_resolve(s->d->catalog, e->checkpoint, &s->peer, &last->cs, &ignored) < 0)
 			return 0;
-		last->name = n->checkpoint;
+		last->name = e->checkpoint;
 	}
 	if (last->cs->state != CSOURCE_READY || !last->cs->src)
 		return 0;
 	wd_source_identity(last->cs->src, id);
-	if (!keymemo_get(s->d->keymemo, id, n->tensor, o->key))
+	if (!keymemo_get(s->d->keymemo, id, e->tensor, o->key))
 		return 0;
 	w = cache_find(s->d->cache, o->key);
 	if (!w)
 		return 0;
-	if (pe->check_slot && !slot_matches(pe, w->dtype, w->ndim, w->shape)) {
-		slot_mismatch(pe, o->name_copy, w->dtype, w->ndim, w->shape, err);
+	if (e->check && !slot_matches(e, w->dtype, w->ndim, w->shape)) {
+		slot_mismatch(e, o->name_copy, w->dtype, w->ndim, w->shape, err);
 		return -WEIGHTD_E_SLOT_MISMATCH;
 	}
 	o->nbytes = w->nbytes;
@@ -607,7 +642,7 @@ static int entry_warm(struct session *s, const Weightd__UnitEntry *pe, struct un
 }
 
 /* The full preflight of one entry: its plan, key and size; a plain entry's key is remembered. */
-static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, struct unit_out *o,
+static int entry_preflight(struct session *s, const struct unit_entry *e, struct unit_out *o,
 			   weightd_error *err)
 {
 	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
@@ -615,17 +650,15 @@ static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, stru
 	struct wd_resolver res = { &rc, resolve_lookup };
 	struct wd_rnode *nodes = NULL;
 	struct wd_recipe rec;
-	bool plain = plain_entry(pe);
+	bool plain = e->checkpoint != NULL;
 	size_t n = 0;
 	int r;
 
 	o->n_sources = 0;
 	if (plain) /* the whole tensor as it is: no general graph (the same plan and key) */
-		r = wd_recipe_preflight_tensor(pe->recipe->nodes[0]->checkpoint,
-					       pe->recipe->nodes[0]->tensor, &res, &lim, &o->plan,
-					       err);
+		r = wd_recipe_preflight_tensor(e->checkpoint, e->tensor, &res, &lim, &o->plan, err);
 	else
-		r = wire_recipe(pe->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
+		r = wire_recipe(e->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
 	if (r == 0 && !plain) {
 		rec.nodes = nodes;
 		rec.n_nodes = n;
@@ -638,9 +671,9 @@ static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, stru
 	}
 	memcpy(o->key, wd_plan_key(o->plan), 32);
 	o->nbytes = wd_plan_nbytes(o->plan);
-	if (pe->check_slot && !slot_matches(pe, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
-					    wd_plan_shape(o->plan))) {
-		slot_mismatch(pe, o->name_copy, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
+	if (e->check && !slot_matches(e, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
+				      wd_plan_shape(o->plan))) {
+		slot_mismatch(e, o->name_copy, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
 			      wd_plan_shape(o->plan), err);
 		return -WEIGHTD_E_SLOT_MISMATCH;
 	}
@@ -648,7 +681,7 @@ static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, stru
 		uint8_t id[32];
 
 		wd_source_identity(o->sources[0]->src, id);
-		keymemo_put(s->d->keymemo, id, pe->recipe->nodes[0]->tensor, o->key);
+		keymemo_put(s->d->keymemo, id, e->tensor, o->key);
 	}
 	return 0;
 }
@@ -658,20 +691,21 @@ static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, stru
  * materialization's plain entries whose weights are cached take the warm path (no plan); a
  * preflight request always builds plans (its reply describes them).
  */
-static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__Unit *pu,
+static int unit_preflight(struct unitreq *u, struct session *s, const struct unit_entries *ue,
 			  bool preflight, weightd_error *err)
 {
 	struct resolved last = { NULL, NULL };
 
 	for (size_t i = 0; i < u->n_entries; i++) {
-		const Weightd__UnitEntry *pe = pu->entries[i];
 		struct unit_out *o = &u->outs[i];
+		struct unit_entry e;
 		int r = 0;
 
-		if (!preflight && plain_entry(pe))
-			r = entry_warm(s, pe, o, &last, err);
+		unit_entries_get(ue, i, &e);
+		if (!preflight && e.checkpoint)
+			r = entry_warm(s, &e, o, &last, err);
 		if (r == 0)
-			r = entry_preflight(s, pe, o, err);
+			r = entry_preflight(s, &e, o, err);
 		if (r < 0)
 			return r;
 	}
@@ -723,7 +757,7 @@ out:
  * started: the unit fails whole with the bytes needed and available.
  */
 static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
-					 const Weightd__Unit *pu, weightd_error *err)
+					 const struct unit_entries *ue, weightd_error *err)
 {
 	struct cache *c = s->d->cache;
 	uint64_t need = 0;
@@ -742,7 +776,10 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 		} else if (!o->plan) {
 			/* a warm entry's weight went since its preflight (nothing evicts in between
 			 * today): plan it after all */
-			r = entry_preflight(s, pu->entries[i], o, err);
+			struct unit_entry e;
+
+			unit_entries_get(ue, i, &e);
+			r = entry_preflight(s, &e, o, err);
 			if (r < 0)
 				goto out;
 		}
@@ -780,8 +817,11 @@ out:
  * catalog lookup per change of name (a unit usually names one or two checkpoints), so a client
  * allowed nothing is refused in time linear in the request's size.
  */
-static int unit_check_access(struct session *s, const Weightd__Unit *pu, weightd_error *err)
+static int unit_check_access(struct session *s, const struct unit_entries *ue,
+			     weightd_error *err)
 {
+	const Weightd__Unit *pu = ue->pu;
+	const Weightd__TensorEntries *te = pu->tensors;
 	const char *last = NULL;
 
 	for (size_t i = 0; i < pu->n_entries; i++) {
@@ -807,70 +847,83 @@ static int unit_check_access(struct session *s, const Weightd__Unit *pu, weightd
 			last = ck;
 		}
 	}
+	/* the columns name each checkpoint once; an error names the first entry reading it */
+	for (size_t c = 0; ue->n_cols && c < te->n_checkpoints; c++) {
+		struct csource *cs;
+		size_t k = 0;
+		int r = catalog_resolve(s->d->catalog, te->checkpoints[c], &s->peer, &cs, err);
+
+		if (r == 0)
+			continue;
+		while (te->n_checkpoint && k < ue->n_cols && te->checkpoint[k] != c)
+			k++;
+		err->node = 1;
+		wd_error_prefix(err, "node 0 (source)");
+		if (k < ue->n_cols)
+			snprintf(err->slot, sizeof(err->slot), "%s", ue->names[k]);
+		return r;
+	}
 	return 0;
 }
 
 static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight)
 {
 	const uint32_t max = s->d->cfg->max_unit_entries;
+	struct unit_entries ue;
 	struct cache_pack *pack;
 	struct unitreq *u;
 	weightd_error err;
 	int r;
 
 	wd_error_clear(&err);
-	if (pu->n_entries == 0) {
+	/* the columns are read (and every count checked against its limit) before anything else */
+	if (pu->tensors && s->protocol < 3) {
+		fail(s, id, WEIGHTD_E_INVALID_ARGUMENT,
+		     "unit tensors need protocol version 3; this connection speaks %u", s->protocol);
+		return;
+	}
+	if (unit_entries_init(&ue, pu, max, &err) < 0) {
+		session_send_error(s, id, &err);
+		return;
+	}
+	if (ue.n == 0) {
 		fail(s, id, WEIGHTD_E_EMPTY_INPUTS, "the unit has no entries");
 		return;
 	}
-	if (pu->n_entries > max || pu->n_aliases > max) {
-		weightd_error e;
-
-		wd_error_clear(&e);
-		wd_error_set(&e, WEIGHTD_E_LIMIT_EXCEEDED,
-			     "limit exceeded: the unit has %zu %s; this weightd allows at most %u "
-			     "(max_unit_entries)", pu->n_entries > max ? pu->n_entries : pu->n_aliases,
-			     pu->n_entries > max ? "entries" : "aliases", max);
-		e.expected = max;
-		e.actual = (int64_t)(pu->n_entries > max ? pu->n_entries : pu->n_aliases);
-		session_send_error(s, id, &e);
-		return;
-	}
 	if (!preflight && s->pending >= s->d->cfg->client_max_pending) {
+		unit_entries_fini(&ue);
 		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "too many unit requests in flight on this connection");
 		return;
 	}
 	/* what a unit makes per slot (its outputs, names, plans, jobs, weights), faulted in huge
 	 * pages rather than one 4 KiB page at a time */
-	heap_reserve((pu->n_entries + pu->n_aliases) * UNIT_HEAP_PER_SLOT);
+	heap_reserve((ue.n + pu->n_aliases) * UNIT_HEAP_PER_SLOT);
 	u = calloc(1, sizeof(*u));
 	if (u)
-		u->outs = calloc(pu->n_entries + pu->n_aliases, sizeof(*u->outs));
+		u->outs = calloc(ue.n + pu->n_aliases, sizeof(*u->outs));
 	if (!u || !u->outs) {
 		free(u);
+		unit_entries_fini(&ue);
 		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	u->id = id;
 	u->cache = s->d->cache;
-	u->n_entries = pu->n_entries;
-	u->n_outs = pu->n_entries + pu->n_aliases;
-	r = unit_check_access(s, pu, &err);
+	u->n_entries = ue.n;
+	u->n_outs = ue.n + pu->n_aliases;
+	r = unit_check_access(s, &ue, &err);
 	if (r == 0)
-		r = unit_check_names(u, pu, &err);
+		r = unit_check_names(u, &ue, &err);
 	if (r == 0)
-		r = unit_preflight(u, s, pu, preflight, &err);
+		r = unit_preflight(u, s, &ue, preflight, &err);
+	if (r == 0 && !preflight)
+		r = unit_take_hits_and_check_room(u, s, &ue, &err);
+	unit_entries_fini(&ue); /* nothing below reads the request */
 	if (r < 0 || preflight) {
 		if (r < 0)
 			session_send_error(s, id, &err);
 		else
 			reply_preflight(s, id, u);
-		unitreq_free(u);
-		return;
-	}
-	r = unit_take_hits_and_check_room(u, s, pu, &err);
-	if (r < 0) {
-		session_send_error(s, id, &err);
 		unitreq_free(u);
 		return;
 	}
