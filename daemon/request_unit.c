@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* request_unit.c - preflight and materialize of units (limits, names, aliases, access, recipes,
- * per-client limits, budget, packing the new weights into segments, the all-or-nothing reply)
- * and share. Main thread only. Every step is linear or n log n in the unit's size. */
+ * per-client limits, budget, packing the new weights into segments, the all-or-nothing reply).
+ * Main thread only. Every step is linear or n log n in the unit's size. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -60,38 +60,6 @@ struct unitreq {
 	LIST_ENTRY(unitreq) link;  /* in its session's unitreqs while the session lasts */
 };
 
-static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
-{
-	weightd_error e;
-	va_list ap;
-
-	wd_error_clear(&e);
-	e.code = code;
-	va_start(ap, fmt);
-	vsnprintf(e.message, sizeof(e.message), fmt, ap);
-	va_end(ap);
-	session_send_error(s, id, &e);
-}
-
-/* The daemon ran out of descriptors for a reply: resource-exhausted naming weightd's limit. */
-static void fds_exhausted(weightd_error *err, int e)
-{
-	char why[300];
-
-	if (e == EMFILE)
-		wd_nofile_text(why, sizeof(why), "weightd",
-			       "LimitNOFILE= in weightd.service, or ulimit -n");
-	else
-		snprintf(why, sizeof(why), "%s", strerror(e));
-	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-		     "resource exhausted: weightd cannot duplicate a segment's "
-		     "descriptor for the reply: %s",
-		     why);
-}
-
 /* --- resolving checkpoints for a peer --------------------------------------------------------- */
 
 struct resolve_ctx {
@@ -145,25 +113,6 @@ static void unitreq_unlink(struct unitreq *u)
 	u->s->pending_bytes -= u->new_bytes;
 	u->s->pending_weights -= u->new_weights;
 	u->s = NULL;
-}
-
-static void fill_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name)
-{
-	weightd__weight_info__init(wi);
-	wi->name = (char *)name;
-	wi->handle = w->id;
-	wi->dtype = (char *)wd_dtype_name(w->dtype);
-	wi->n_shape = (size_t)w->ndim;
-	wi->shape = (uint64_t *)w->shape;
-	wi->nbytes = w->nbytes;
-	wi->digest.data = (uint8_t *)w->digest;
-	wi->digest.len = wd_digest_len(w->digest_alg);
-	wi->digest_algorithm = (Weightd__DigestAlgorithm)w->digest_alg;
-	wi->key.data = (uint8_t *)w->key;
-	wi->key.len = 32;
-	wi->generation = w->generation;
-	wi->segment = w->segment->id;
-	wi->offset = w->offset;
 }
 
 /* A version 3 reply's columns (unit_wire_pack): per entry its weight and its segment's fd, per
@@ -249,7 +198,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 				close(fds[k]);
 			for (size_t k = 0; k < u->n_entries; k++)
 				cache_drop(cache, u->outs[k].w);
-			fds_exhausted(&u->err, e);
+			request_fds_exhausted(&u->err, e);
 			log_warn("client %llu: %s", (unsigned long long)s->id, u->err.message);
 			session_send_error(s, u->id, &u->err);
 			goto out;
@@ -286,7 +235,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	for (size_t i = 0; !packed && i < u->n_outs; i++) {
 		struct unit_out *o = &u->outs[i];
 		struct weight *w = u->outs[o->owner].w;
-		fill_weight_info(&wi[i], w, o->name_copy);
+		request_weight_info(&wi[i], w, o->name_copy);
 		wi[i].fd_index = w->segment->mark_index;
 		if (o->owner != i)
 			wi[i].alias_of = u->outs[o->owner].name_copy;
@@ -722,7 +671,7 @@ static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
 	Weightd__WeightInfo **wp = calloc(u->n_outs, sizeof(*wp));
 
 	if (!wi || !wp) {
-		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < u->n_outs; i++) {
@@ -878,7 +827,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 	wd_error_clear(&err);
 	/* the columns are read (and every count checked against its limit) before anything else */
 	if (pu->tensors && s->protocol < 3) {
-		fail(s, id, WEIGHTD_E_INVALID_ARGUMENT,
+		request_fail(s, id, WEIGHTD_E_INVALID_ARGUMENT,
 		     "unit tensors need protocol version 3; this connection speaks %u", s->protocol);
 		return;
 	}
@@ -887,12 +836,12 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		return;
 	}
 	if (ue.n == 0) {
-		fail(s, id, WEIGHTD_E_EMPTY_INPUTS, "the unit has no entries");
+		request_fail(s, id, WEIGHTD_E_EMPTY_INPUTS, "the unit has no entries");
 		return;
 	}
 	if (!preflight && s->pending >= s->d->cfg->client_max_pending) {
 		unit_entries_fini(&ue);
-		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "too many unit requests in flight on this connection");
+		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "too many unit requests in flight on this connection");
 		return;
 	}
 	/* what a unit makes per slot (its outputs, names, plans, jobs, weights), faulted in huge
@@ -904,7 +853,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 	if (!u || !u->outs) {
 		free(u);
 		unit_entries_fini(&ue);
-		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	u->id = id;
@@ -976,54 +925,4 @@ void request_session_gone(struct session *s)
 	s->pending = 0;
 	s->pending_bytes = 0;
 	s->pending_weights = 0;
-}
-
-/* --- share, release --------------------------------------------------------------------------- */
-
-void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
-{
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-	Weightd__ShareReply sr = WEIGHTD__SHARE_REPLY__INIT;
-	Weightd__SegmentInfo si = WEIGHTD__SEGMENT_INFO__INIT;
-	Weightd__WeightInfo wi;
-	struct held *h = session_find_held(s, sh->handle);
-	weightd_error e;
-	int fd;
-
-	if (!h) {
-		char buf[32];
-		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
-		fail(s, id, WEIGHTD_E_NOT_FOUND, "this client holds no weight with handle %s", buf);
-		return;
-	}
-	if (s->d->cfg->client_max_weights && s->n_held >= s->d->cfg->client_max_weights &&
-	    h->count == 0) {
-		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "the client holds its maximum number of weights");
-		return;
-	}
-	fd = fcntl(h->w->segment->seg.ro_fd, F_DUPFD_CLOEXEC, 0);
-	if (fd < 0) {
-		wd_error_clear(&e);
-		fds_exhausted(&e, errno);
-		session_send_error(s, id, &e);
-		return;
-	}
-	cache_hold(s->d->cache, h->w);
-	if (session_hold(s, h->w) < 0) {
-		cache_drop(s->d->cache, h->w);
-		close(fd);
-		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-		return;
-	}
-	fill_weight_info(&wi, h->w, h->w->label);
-	wi.fd_index = 0;
-	si.id = h->w->segment->id;
-	si.size = h->w->segment->seg.size;
-	si.fd_index = 0;
-	sr.weight = &wi;
-	sr.segment = &si;
-	resp.body_case = WEIGHTD__RESPONSE__BODY_SHARE;
-	resp.share = &sr;
-	resp.id = id;
-	session_send(s, &resp, &fd, 1);
 }
