@@ -27,6 +27,8 @@
 /* Heap a unit takes per slot while it is made, about: its output (unit_out), name, plan, job,
  * weight and the entries of the memo and the session's holds. */
 #define UNIT_HEAP_PER_SLOT 2048
+/* Checkpoints one entry's recipe may read. */
+#define UNIT_MAX_SOURCES 16
 
 /* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
  * it resolves to). */
@@ -39,7 +41,8 @@ struct unit_out {
 				    * plain entry: its key came from the memo, its weight is cached) */
 	uint8_t key[32];           /* entries: the recipe key (the plan's, or the memo's) */
 	uint64_t nbytes;           /* entries: the output's size */
-	struct csource *sources[16];
+	struct csource *source;    /* the checkpoints its plan reads: the first (most read one) */
+	struct csource **more;     /* all of them, when there are several (UNIT_MAX_SOURCES) */
 	size_t n_sources;
 };
 
@@ -62,6 +65,34 @@ struct unitreq {
 
 /* --- resolving checkpoints for a peer --------------------------------------------------------- */
 
+/* An entry's sources as one array (for cache_request). */
+static struct csource **out_sources(struct unit_out *o)
+{
+	return o->more ? o->more : &o->source;
+}
+
+/* Another checkpoint an entry's plan reads. The first is kept in the entry itself: a unit's
+ * entries are walked at every step, and a plain entry (nearly all of a large unit) reads one. */
+static int out_add_source(struct unit_out *o, struct csource *cs, weightd_error *err)
+{
+	struct csource **all = out_sources(o);
+
+	for (size_t i = 0; i < o->n_sources; i++)
+		if (all[i] == cs)
+			return 0;
+	if (o->n_sources == UNIT_MAX_SOURCES)
+		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
+				    "a recipe may read at most %d checkpoints", UNIT_MAX_SOURCES);
+	if (o->n_sources == 1 && !o->more) {
+		o->more = malloc(UNIT_MAX_SOURCES * sizeof(*o->more));
+		if (!o->more)
+			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		o->more[0] = o->source;
+	}
+	out_sources(o)[o->n_sources++] = cs;
+	return 0;
+}
+
 struct resolve_ctx {
 	struct session *s;
 	struct unit_out *out;      /* collects the sources a plan reads */
@@ -77,16 +108,9 @@ static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_sou
 	if (r < 0)
 		return r;
 	if (rc->out) {
-		bool seen = false;
-		for (size_t i = 0; i < rc->out->n_sources; i++)
-			seen |= rc->out->sources[i] == cs;
-		if (!seen) {
-			if (rc->out->n_sources == sizeof(rc->out->sources) / sizeof(rc->out->sources[0]))
-				return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
-						    "a recipe may read at most %zu checkpoints",
-						    sizeof(rc->out->sources) / sizeof(rc->out->sources[0]));
-			rc->out->sources[rc->out->n_sources++] = cs;
-		}
+		r = out_add_source(rc->out, cs, err);
+		if (r < 0)
+			return r;
 	}
 	*ret_src = cs->src;
 	return 0;
@@ -96,8 +120,10 @@ static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_sou
 
 static void unitreq_free(struct unitreq *u)
 {
-	for (size_t i = 0; i < u->n_outs; i++)
+	for (size_t i = 0; i < u->n_outs; i++) {
 		wd_plan_free(u->outs[i].plan);
+		free(u->outs[i].more);
+	}
 	free(u->names);
 	free(u->outs);
 	free(u->first);
@@ -585,7 +611,7 @@ static int entry_warm(struct session *s, const struct unit_entry *e, struct unit
 		return -WEIGHTD_E_SLOT_MISMATCH;
 	}
 	o->nbytes = w->nbytes;
-	o->sources[0] = last->cs;
+	o->source = last->cs;
 	o->n_sources = 1;
 	return 1;
 }
@@ -603,6 +629,8 @@ static int entry_preflight(struct session *s, const struct unit_entry *e, struct
 	size_t n = 0;
 	int r;
 
+	free(o->more); /* a second preflight (unit_take_hits_and_check_room) starts over */
+	o->more = NULL;
 	o->n_sources = 0;
 	if (plain) /* the whole tensor as it is: no general graph (the same plan and key) */
 		r = wd_recipe_preflight_tensor(e->checkpoint, e->tensor, &res, &lim, &o->plan, err);
@@ -626,10 +654,10 @@ static int entry_preflight(struct session *s, const struct unit_entry *e, struct
 			      wd_plan_shape(o->plan), err);
 		return -WEIGHTD_E_SLOT_MISMATCH;
 	}
-	if (plain && o->n_sources == 1 && o->sources[0]->src) {
+	if (plain && o->n_sources == 1 && o->source->src) {
 		uint8_t id[32];
 
-		wd_source_identity(o->sources[0]->src, id);
+		wd_source_identity(o->source->src, id);
 		keymemo_put(s->d->keymemo, id, e->tensor, o->key);
 	}
 	return 0;
@@ -716,7 +744,7 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct unit_out *o = &u->outs[i];
-		struct weight *w = cache_lookup(c, o->key, o->n_sources ? o->sources[0] : NULL);
+		struct weight *w = cache_lookup(c, o->key, o->n_sources ? o->source : NULL);
 
 		if (w) {
 			o->w = w;
@@ -891,7 +919,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		if (!plan)
 			continue; /* a cache hit, already held */
 		o->plan = NULL; /* the cache owns it from here, whatever happens */
-		r = cache_request(s->d->cache, pack, plan, o->sources, o->n_sources, on_entry_ready,
+		r = cache_request(s->d->cache, pack, plan, out_sources(o), o->n_sources, on_entry_ready,
 				  o, &w, &u->err);
 		if (r == 1) {
 			o->w = w;
