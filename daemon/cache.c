@@ -482,14 +482,18 @@ struct weight *cache_find(struct cache *c, const uint8_t key[32])
 	return cache_find_key(c, key);
 }
 
+void cache_take(struct cache *c, struct weight *w, struct csource *cs)
+{
+	cache_hold(c, w);
+	cache_claim_source(w, cs);
+}
+
 struct weight *cache_lookup(struct cache *c, const uint8_t key[32], struct csource *cs)
 {
 	struct weight *w = cache_find_key(c, key);
 
-	if (w) {
-		cache_hold(c, w);
-		cache_claim_source(w, cs);
-	}
+	if (w)
+		cache_take(c, w, cs);
 	return w;
 }
 

@@ -159,6 +159,8 @@ struct weight *cache_find(struct cache *c, const uint8_t key[32]);
  * (may be NULL): the first checkpoint the caller's plan reads, given to a re-adopted weight that
  * has none yet. */
 struct weight *cache_lookup(struct cache *c, const uint8_t key[32], struct csource *cs);
+/* cache_lookup of a weight the caller found with cache_find (no event in between). */
+void cache_take(struct cache *c, struct weight *w, struct csource *cs);
 /* Is a job for this key running (a request for it would join, reserving nothing)? */
 bool cache_in_flight(const struct cache *c, const uint8_t key[32]);
 /* Budget not held by anyone: what a reservation could get by evicting every unreferenced weight. */

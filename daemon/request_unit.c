@@ -37,6 +37,9 @@ struct unit_out {
 	char *name_copy;           /* in the unitreq's names */
 	size_t owner;
 	struct weight *w;          /* entries: one reference held until the unit is answered */
+	struct weight *hit;        /* entries: the cached weight the warm path found, no reference
+				    * taken (valid within do_unit: nothing is evicted before the
+				    * hits are held), so the later steps need not look it up again */
 	struct wd_plan *plan;      /* entries, between preflight and submission (none for a warm
 				    * plain entry: its key came from the memo, its weight is cached) */
 	uint8_t key[32];           /* entries: the recipe key (the plan's, or the memo's) */
@@ -473,9 +476,9 @@ static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
 		snprintf(out + off, cap - off, "]");
 }
 
-static bool client_holds_key(struct session *s, const uint8_t *key)
+static bool client_holds(struct session *s, const struct unit_out *o)
 {
-	struct weight *w = cache_find(s->d->cache, key);
+	struct weight *w = o->hit ? o->hit : cache_find(s->d->cache, o->key);
 
 	return w && session_find_held(s, w->id);
 }
@@ -528,7 +531,7 @@ static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error
 	uint64_t weights = 0, bytes = 0;
 
 	for (size_t i = 0; i < u->n_entries; i++) {
-		if (u->first[i] != i || client_holds_key(s, u->outs[i].key))
+		if (u->first[i] != i || client_holds(s, &u->outs[i]))
 			continue;
 		weights++;
 		bytes += u->outs[i].nbytes;
@@ -611,6 +614,7 @@ static int entry_warm(struct session *s, const struct unit_entry *e, struct unit
 		return -WEIGHTD_E_SLOT_MISMATCH;
 	}
 	o->nbytes = w->nbytes;
+	o->hit = w;
 	o->source = last->cs;
 	o->n_sources = 1;
 	return 1;
@@ -744,8 +748,13 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct unit_out *o = &u->outs[i];
-		struct weight *w = cache_lookup(c, o->key, o->n_sources ? o->source : NULL);
+		struct csource *cs = o->n_sources ? o->source : NULL;
+		struct weight *w = o->hit;
 
+		if (w)
+			cache_take(c, w, cs);
+		else
+			w = cache_lookup(c, o->key, cs);
 		if (w) {
 			o->w = w;
 			wd_plan_free(o->plan);
