@@ -73,28 +73,32 @@ struct cache_segment {
  * one with refs > 0 never is.
  */
 struct weight {
-	uint64_t id;                 /* the handle clients name it by */
+	/* What every lookup, hold and release reads first, together at the start (a large unit
+	 * looks up one weight per entry in tables of 100,000 and more: each cache line the walk
+	 * touches is a miss). */
 	uint8_t key[32];
-	uint8_t digest[WD_DIGEST_MAX];  /* wd_digest_len(digest_alg) bytes */
-	enum wd_digest_alg digest_alg;
-	enum wd_dtype dtype;
-	int ndim;
-	uint64_t shape[WD_MAX_DIMS];
+	struct weight *key_next;     /* the next weight in its by-key bucket */
+	uint64_t id;                 /* the handle clients name it by */
+	uint32_t refs;
+	uint32_t holders;            /* distinct clients holding it (maintained by sessions) */
 	uint64_t nbytes;
 	struct cache_segment *segment;
 	uint64_t offset;
-	char *label;
-	char source[128];            /* the checkpoints it reads, joined by '+' (cache_join_sources) */
+	TAILQ_ENTRY(weight) lru_link;  /* the cache's LRU list, while in_lru */
+	bool in_lru;
+	bool adopted;
+	enum wd_dtype dtype;
+	int ndim;
 	uint64_t generation;
 	struct csource *csource;     /* reference held while the weight lives; NULL when adopted,
 				      * until a request for it names its checkpoint */
-	uint32_t refs;
-	uint32_t holders;            /* distinct clients holding it (maintained by sessions) */
-	bool adopted;
-	TAILQ_ENTRY(weight) lru_link;  /* the cache's LRU list, while in_lru */
-	bool in_lru;
-	struct weight *key_next;
+	uint64_t shape[WD_MAX_DIMS];
+	/* the rest: replies, status and records */
+	uint8_t digest[WD_DIGEST_MAX];  /* wd_digest_len(digest_alg) bytes */
+	enum wd_digest_alg digest_alg;
+	char *label;
 	LIST_ENTRY(weight) seg_link;   /* its segment's weights */
+	char source[128];            /* the checkpoints it reads, joined by '+' (cache_join_sources) */
 };
 
 /* Called on the main thread when a requested weight is ready (w has one reference taken for the
@@ -159,6 +163,8 @@ struct weight *cache_find(struct cache *c, const uint8_t key[32]);
  * (may be NULL): the first checkpoint the caller's plan reads, given to a re-adopted weight that
  * has none yet. */
 struct weight *cache_lookup(struct cache *c, const uint8_t key[32], struct csource *cs);
+/* cache_lookup of a weight the caller found with cache_find (no event in between). */
+void cache_take(struct cache *c, struct weight *w, struct csource *cs);
 /* Is a job for this key running (a request for it would join, reserving nothing)? */
 bool cache_in_flight(const struct cache *c, const uint8_t key[32]);
 /* Budget not held by anyone: what a reservation could get by evicting every unreferenced weight. */

@@ -3,6 +3,7 @@
  * errors, source info), and release. Units and share are in request_unit.c, queries in
  * request_query.c, admin requests in request_admin.c. Main thread only. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <event2/event.h>
 #include <stdio.h>
@@ -90,6 +91,91 @@ void request_source_info(const struct csource *cs, Weightd__SourceInfo *si)
 }
 
 /* --- release ---------------------------------------------------------------------------------- */
+
+/* --- share, release --------------------------------------------------------------------------- */
+
+/* The daemon ran out of descriptors for a reply: resource-exhausted naming weightd's limit. */
+void request_fds_exhausted(weightd_error *err, int e)
+{
+	char why[300];
+
+	if (e == EMFILE)
+		wd_nofile_text(why, sizeof(why), "weightd",
+			       "LimitNOFILE= in weightd.service, or ulimit -n");
+	else
+		snprintf(why, sizeof(why), "%s", strerror(e));
+	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+		     "resource exhausted: weightd cannot duplicate a segment's "
+		     "descriptor for the reply: %s",
+		     why);
+}
+
+void request_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name)
+{
+	weightd__weight_info__init(wi);
+	wi->name = (char *)name;
+	wi->handle = w->id;
+	wi->dtype = (char *)wd_dtype_name(w->dtype);
+	wi->n_shape = (size_t)w->ndim;
+	wi->shape = (uint64_t *)w->shape;
+	wi->nbytes = w->nbytes;
+	wi->digest.data = (uint8_t *)w->digest;
+	wi->digest.len = wd_digest_len(w->digest_alg);
+	wi->digest_algorithm = (Weightd__DigestAlgorithm)w->digest_alg;
+	wi->key.data = (uint8_t *)w->key;
+	wi->key.len = 32;
+	wi->generation = w->generation;
+	wi->segment = w->segment->id;
+	wi->offset = w->offset;
+}
+
+void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+	Weightd__ShareReply sr = WEIGHTD__SHARE_REPLY__INIT;
+	Weightd__SegmentInfo si = WEIGHTD__SEGMENT_INFO__INIT;
+	Weightd__WeightInfo wi;
+	struct held *h = session_find_held(s, sh->handle);
+	weightd_error e;
+	int fd;
+
+	if (!h) {
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
+		request_fail(s, id, WEIGHTD_E_NOT_FOUND, "this client holds no weight with handle %s", buf);
+		return;
+	}
+	if (s->d->cfg->client_max_weights && s->n_held >= s->d->cfg->client_max_weights &&
+	    h->count == 0) {
+		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "the client holds its maximum number of weights");
+		return;
+	}
+	fd = fcntl(h->w->segment->seg.ro_fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0) {
+		wd_error_clear(&e);
+		request_fds_exhausted(&e, errno);
+		session_send_error(s, id, &e);
+		return;
+	}
+	cache_hold(s->d->cache, h->w);
+	if (session_hold(s, h->w) < 0) {
+		cache_drop(s->d->cache, h->w);
+		close(fd);
+		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	request_weight_info(&wi, h->w, h->w->label);
+	wi.fd_index = 0;
+	si.id = h->w->segment->id;
+	si.size = h->w->segment->seg.size;
+	si.fd_index = 0;
+	sr.weight = &wi;
+	sr.segment = &si;
+	resp.body_case = WEIGHTD__RESPONSE__BODY_SHARE;
+	resp.share = &sr;
+	resp.id = id;
+	session_send(s, &resp, &fd, 1);
+}
 
 /* How often each handle of a release appears: distinct handles in a dense array, indexed. */
 struct handle_count {

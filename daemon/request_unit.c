@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* request_unit.c - preflight and materialize of units (limits, names, aliases, access, recipes,
- * per-client limits, budget, packing the new weights into segments, the all-or-nothing reply)
- * and share. Main thread only. Every step is linear or n log n in the unit's size. */
+ * per-client limits, budget, packing the new weights into segments, the all-or-nothing reply).
+ * Main thread only. Every step is linear or n log n in the unit's size. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -19,6 +19,7 @@
 #include "request.h"
 #include "server.h"
 #include "session.h"
+#include "unit_wire.h"
 #include "wd_hashidx.h"
 #include "wire.h"
 
@@ -26,20 +27,25 @@
 /* Heap a unit takes per slot while it is made, about: its output (unit_out), name, plan, job,
  * weight and the entries of the memo and the session's holds. */
 #define UNIT_HEAP_PER_SLOT 2048
+/* Checkpoints one entry's recipe may read. */
+#define UNIT_MAX_SOURCES 16
 
 /* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
  * it resolves to). */
 struct unit_out {
 	struct unitreq *u;
-	const char *name;          /* borrowed from the request until the request is answered */
 	char *name_copy;           /* in the unitreq's names */
 	size_t owner;
 	struct weight *w;          /* entries: one reference held until the unit is answered */
+	struct weight *hit;        /* entries: the cached weight the warm path found, no reference
+				    * taken (valid within do_unit: nothing is evicted before the
+				    * hits are held), so the later steps need not look it up again */
 	struct wd_plan *plan;      /* entries, between preflight and submission (none for a warm
 				    * plain entry: its key came from the memo, its weight is cached) */
 	uint8_t key[32];           /* entries: the recipe key (the plan's, or the memo's) */
 	uint64_t nbytes;           /* entries: the output's size */
-	struct csource *sources[16];
+	struct csource *source;    /* the checkpoints its plan reads: the first (most read one) */
+	struct csource **more;     /* all of them, when there are several (UNIT_MAX_SOURCES) */
 	size_t n_sources;
 };
 
@@ -60,39 +66,35 @@ struct unitreq {
 	LIST_ENTRY(unitreq) link;  /* in its session's unitreqs while the session lasts */
 };
 
-static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static void fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
-{
-	weightd_error e;
-	va_list ap;
-
-	wd_error_clear(&e);
-	e.code = code;
-	va_start(ap, fmt);
-	vsnprintf(e.message, sizeof(e.message), fmt, ap);
-	va_end(ap);
-	session_send_error(s, id, &e);
-}
-
-/* The daemon ran out of descriptors for a reply: resource-exhausted naming weightd's limit. */
-static void fds_exhausted(weightd_error *err, int e)
-{
-	char why[300];
-
-	if (e == EMFILE)
-		wd_nofile_text(why, sizeof(why), "weightd",
-			       "LimitNOFILE= in weightd.service, or ulimit -n");
-	else
-		snprintf(why, sizeof(why), "%s", strerror(e));
-	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-		     "resource exhausted: weightd cannot duplicate a segment's "
-		     "descriptor for the reply: %s",
-		     why);
-}
-
 /* --- resolving checkpoints for a peer --------------------------------------------------------- */
+
+/* An entry's sources as one array (for cache_request). */
+static struct csource **out_sources(struct unit_out *o)
+{
+	return o->more ? o->more : &o->source;
+}
+
+/* Another checkpoint an entry's plan reads. The first is kept in the entry itself: a unit's
+ * entries are walked at every step, and a plain entry (nearly all of a large unit) reads one. */
+static int out_add_source(struct unit_out *o, struct csource *cs, weightd_error *err)
+{
+	struct csource **all = out_sources(o);
+
+	for (size_t i = 0; i < o->n_sources; i++)
+		if (all[i] == cs)
+			return 0;
+	if (o->n_sources == UNIT_MAX_SOURCES)
+		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
+				    "a recipe may read at most %d checkpoints", UNIT_MAX_SOURCES);
+	if (o->n_sources == 1 && !o->more) {
+		o->more = malloc(UNIT_MAX_SOURCES * sizeof(*o->more));
+		if (!o->more)
+			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		o->more[0] = o->source;
+	}
+	out_sources(o)[o->n_sources++] = cs;
+	return 0;
+}
 
 struct resolve_ctx {
 	struct session *s;
@@ -109,16 +111,9 @@ static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_sou
 	if (r < 0)
 		return r;
 	if (rc->out) {
-		bool seen = false;
-		for (size_t i = 0; i < rc->out->n_sources; i++)
-			seen |= rc->out->sources[i] == cs;
-		if (!seen) {
-			if (rc->out->n_sources == sizeof(rc->out->sources) / sizeof(rc->out->sources[0]))
-				return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
-						    "a recipe may read at most %zu checkpoints",
-						    sizeof(rc->out->sources) / sizeof(rc->out->sources[0]));
-			rc->out->sources[rc->out->n_sources++] = cs;
-		}
+		r = out_add_source(rc->out, cs, err);
+		if (r < 0)
+			return r;
 	}
 	*ret_src = cs->src;
 	return 0;
@@ -128,8 +123,10 @@ static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_sou
 
 static void unitreq_free(struct unitreq *u)
 {
-	for (size_t i = 0; i < u->n_outs; i++)
+	for (size_t i = 0; i < u->n_outs; i++) {
 		wd_plan_free(u->outs[i].plan);
+		free(u->outs[i].more);
+	}
 	free(u->names);
 	free(u->outs);
 	free(u->first);
@@ -147,23 +144,29 @@ static void unitreq_unlink(struct unitreq *u)
 	u->s = NULL;
 }
 
-static void fill_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name)
+/* A version 3 reply's columns (unit_wire_pack): per entry its weight and its segment's fd, per
+ * alias its entry. The segments are marked (mark_index) already. */
+static int pack_reply(const struct unitreq *u, Weightd__PackedWeights *pw, void **ret_columns)
 {
-	weightd__weight_info__init(wi);
-	wi->name = (char *)name;
-	wi->handle = w->id;
-	wi->dtype = (char *)wd_dtype_name(w->dtype);
-	wi->n_shape = (size_t)w->ndim;
-	wi->shape = (uint64_t *)w->shape;
-	wi->nbytes = w->nbytes;
-	wi->digest.data = (uint8_t *)w->digest;
-	wi->digest.len = wd_digest_len(w->digest_alg);
-	wi->digest_algorithm = (Weightd__DigestAlgorithm)w->digest_alg;
-	wi->key.data = (uint8_t *)w->key;
-	wi->key.len = 32;
-	wi->generation = w->generation;
-	wi->segment = w->segment->id;
-	wi->offset = w->offset;
+	size_t n_al = u->n_outs - u->n_entries;
+	struct weight **ws = malloc(u->n_entries * sizeof(*ws));
+	uint32_t *fdi = malloc(u->n_entries * sizeof(*fdi));
+	uint32_t *owner = malloc((n_al ? n_al : 1) * sizeof(*owner));
+	int r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
+
+	if (ws && fdi && owner) {
+		for (size_t i = 0; i < u->n_entries; i++) {
+			ws[i] = u->outs[i].w;
+			fdi[i] = ws[i]->segment->mark_index;
+		}
+		for (size_t j = 0; j < n_al; j++)
+			owner[j] = (uint32_t)u->outs[u->n_entries + j].owner;
+		r = unit_wire_pack(pw, ws, fdi, u->n_entries, owner, n_al, ret_columns);
+	}
+	free(ws);
+	free(fdi);
+	free(owner);
+	return r;
 }
 
 /* Every entry has its weight (or the request failed): answer, all or nothing. The reply carries
@@ -175,8 +178,11 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	struct session *s = u->s;
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
+	Weightd__PackedWeights pw;
 	Weightd__WeightInfo *wi = NULL, **wp = NULL;
 	Weightd__SegmentInfo *si = NULL, **sp = NULL;
+	bool packed = s && s->protocol >= 3;
+	void *columns = NULL;
 	int *fds = NULL;
 	struct cache_segment **segs = NULL;
 	size_t nfds = 0;
@@ -190,13 +196,15 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 			session_send_error(s, u->id, &u->err);
 		goto out;
 	}
-	wi = calloc(u->n_outs, sizeof(*wi));
-	wp = calloc(u->n_outs, sizeof(*wp));
+	if (!packed) {
+		wi = calloc(u->n_outs, sizeof(*wi));
+		wp = calloc(u->n_outs, sizeof(*wp));
+	}
 	si = calloc(u->n_entries, sizeof(*si));
 	sp = calloc(u->n_entries, sizeof(*sp));
 	fds = calloc(u->n_entries, sizeof(*fds));
 	segs = calloc(u->n_entries, sizeof(*segs));
-	if (!wi || !wp || !si || !sp || !fds || !segs) {
+	if ((!packed && (!wi || !wp)) || !si || !sp || !fds || !segs) {
 		for (size_t i = 0; i < u->n_entries; i++)
 			cache_drop(cache, u->outs[i].w);
 		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
@@ -219,7 +227,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 				close(fds[k]);
 			for (size_t k = 0; k < u->n_entries; k++)
 				cache_drop(cache, u->outs[k].w);
-			fds_exhausted(&u->err, e);
+			request_fds_exhausted(&u->err, e);
 			log_warn("client %llu: %s", (unsigned long long)s->id, u->err.message);
 			session_send_error(s, u->id, &u->err);
 			goto out;
@@ -244,10 +252,19 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		session_send_error(s, u->id, &u->err);
 		goto out;
 	}
-	for (size_t i = 0; i < u->n_outs; i++) {
+	if (packed ? pack_reply(u, &pw, &columns) < 0 : false) {
+		for (size_t k = 0; k < nfds; k++)
+			close(fds[k]);
+		for (size_t k = 0; k < u->n_entries; k++)
+			cache_drop(cache, u->outs[k].w);
+		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
+		session_send_error(s, u->id, &u->err);
+		goto out;
+	}
+	for (size_t i = 0; !packed && i < u->n_outs; i++) {
 		struct unit_out *o = &u->outs[i];
 		struct weight *w = u->outs[o->owner].w;
-		fill_weight_info(&wi[i], w, o->name_copy);
+		request_weight_info(&wi[i], w, o->name_copy);
 		wi[i].fd_index = w->segment->mark_index;
 		if (o->owner != i)
 			wi[i].alias_of = u->outs[o->owner].name_copy;
@@ -264,8 +281,12 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 			goto out;
 		}
 	}
-	ur.n_weights = u->n_outs;
-	ur.weights = wp;
+	if (packed) {
+		ur.packed = &pw;
+	} else {
+		ur.n_weights = u->n_outs;
+		ur.weights = wp;
+	}
 	ur.n_segments = nfds;
 	ur.segments = sp;
 	ur.bytes_read = u->bytes_read;
@@ -275,6 +296,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	session_send(s, &resp, fds, nfds);
 out:
 	unitreq_unlink(u);
+	free(columns);
 	free(wi);
 	free(wp);
 	free(si);
@@ -328,9 +350,20 @@ static size_t find_name(const struct wd_hashidx *ix, const struct unit_out *outs
 	return at ? at - 1 : SIZE_MAX;
 }
 
-/* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
-static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_error *err)
+/* Output i's name as the request gives it: an entry's (in either form) or an alias's. */
+static const char *out_name(const struct unit_entries *ue, size_t i)
 {
+	if (i < ue->n_msg)
+		return ue->pu->entries[i]->name;
+	if (i < ue->n)
+		return ue->names[i - ue->n_msg];
+	return ue->pu->aliases[i - ue->n]->name;
+}
+
+/* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
+static int unit_check_names(struct unitreq *u, const struct unit_entries *ue, weightd_error *err)
+{
+	const Weightd__Unit *pu = ue->pu;
 	size_t n = u->n_outs, *path = NULL, total = 0, at = 0;
 	struct wd_hashidx ix = { NULL, 0 };
 	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
@@ -338,16 +371,14 @@ static int unit_check_names(struct unitreq *u, const Weightd__Unit *pu, weightd_
 
 	/* the copies in one allocation: the names' lengths first (each checked below, in order) */
 	for (size_t i = 0; i < n; i++) {
-		const char *name = i < u->n_entries ? pu->entries[i]->name
-						    : pu->aliases[i - u->n_entries]->name;
+		const char *name = out_name(ue, i);
 		total += (name ? strlen(name) : 0) + 1;
 	}
 	u->names = malloc(total);
 	if (!u->names || wd_hashidx_reserve_from(&ix, n, 0, name_at, u->outs) < 0)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	for (size_t i = 0; i < n; i++) {
-		const char *name = i < u->n_entries ? pu->entries[i]->name
-						    : pu->aliases[i - u->n_entries]->name;
+		const char *name = out_name(ue, i);
 		size_t k, len;
 
 		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
@@ -423,14 +454,14 @@ out:
 	return r;
 }
 
-static bool slot_matches(const Weightd__UnitEntry *pe, enum wd_dtype dtype, int ndim,
+static bool slot_matches(const struct unit_entry *e, enum wd_dtype dtype, int ndim,
 			 const uint64_t *shape)
 {
-	if (strcmp(pe->dtype ? pe->dtype : "", wd_dtype_name(dtype)) != 0)
+	if (strcmp(e->dtype, wd_dtype_name(dtype)) != 0)
 		return false;
-	if ((int)pe->n_shape != ndim)
+	if ((int)e->ndim != ndim)
 		return false;
-	return pe->n_shape == 0 || memcmp(pe->shape, shape, pe->n_shape * sizeof(uint64_t)) == 0;
+	return e->ndim == 0 || memcmp(e->shape, shape, e->ndim * sizeof(uint64_t)) == 0;
 }
 
 static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
@@ -445,9 +476,9 @@ static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
 		snprintf(out + off, cap - off, "]");
 }
 
-static bool client_holds_key(struct session *s, const uint8_t *key)
+static bool client_holds(struct session *s, const struct unit_out *o)
 {
-	struct weight *w = cache_find(s->d->cache, key);
+	struct weight *w = o->hit ? o->hit : cache_find(s->d->cache, o->key);
 
 	return w && session_find_held(s, w->id);
 }
@@ -500,7 +531,7 @@ static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error
 	uint64_t weights = 0, bytes = 0;
 
 	for (size_t i = 0; i < u->n_entries; i++) {
-		if (u->first[i] != i || client_holds_key(s, u->outs[i].key))
+		if (u->first[i] != i || client_holds(s, &u->outs[i]))
 			continue;
 		weights++;
 		bytes += u->outs[i].nbytes;
@@ -529,40 +560,23 @@ static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error
 	return 0;
 }
 
-/*
- * A plain entry: one source node, the whole tensor, nothing else set. Its key is a function of
- * the source's identity and the tensor's name alone, which the memo remembers.
- */
-static bool plain_entry(const Weightd__UnitEntry *pe)
-{
-	const Weightd__Recipe *rc = pe->recipe;
-	const Weightd__Node *n;
-
-	if (!rc || rc->n_nodes != 1)
-		return false;
-	n = rc->nodes[0];
-	return n->op == WEIGHTD__OP__OP_SOURCE && n->checkpoint && n->checkpoint[0] && n->tensor &&
-	       n->tensor[0] && !n->selection && n->n_inputs == 0 && n->axis == 0 &&
-	       n->n_shape == 0 && n->n_perm == 0 && n->n_block == 0 && (!n->dtype || !n->dtype[0]);
-}
-
 /* The last checkpoint a unit's plain entries named, resolved for the peer (most units name one). */
 struct resolved {
 	const char *name;
 	struct csource *cs;
 };
 
-static void slot_mismatch(const Weightd__UnitEntry *pe, const char *slot, enum wd_dtype dtype,
+static void slot_mismatch(const struct unit_entry *e, const char *slot, enum wd_dtype dtype,
 			  int ndim, const uint64_t *shape, weightd_error *err)
 {
 	char want[160], got[160];
 
-	shape_text(pe->shape, pe->n_shape, want, sizeof(want));
+	shape_text(e->shape, e->ndim, want, sizeof(want));
 	shape_text(shape, (size_t)ndim, got, sizeof(got));
 	snprintf(err->slot, sizeof(err->slot), "%s", slot);
 	wd_error_set(err, WEIGHTD_E_SLOT_MISMATCH,
 		     "slot \"%s\" is declared %s %s but its recipe gives %s %s", slot,
-		     pe->dtype ? pe->dtype : "", want, wd_dtype_name(dtype), got);
+		     e->dtype, want, wd_dtype_name(dtype), got);
 }
 
 /*
@@ -570,44 +584,44 @@ static void slot_mismatch(const Weightd__UnitEntry *pe, const char *slot, enum w
  * from the memo, its weight in the cache. 1 when all of that held (o->key and o->nbytes set, the
  * declared slot checked against the weight), 0 when the entry needs a full preflight, or -code.
  */
-static int entry_warm(struct session *s, const Weightd__UnitEntry *pe, struct unit_out *o,
+static int entry_warm(struct session *s, const struct unit_entry *e, struct unit_out *o,
 		      struct resolved *last, weightd_error *err)
 {
-	const Weightd__Node *n = pe->recipe->nodes[0];
 	uint8_t id[32];
 	struct weight *w;
 
 	if (!s->d->keymemo)
 		return 0;
-	if (!last->name || strcmp(last->name, n->checkpoint) != 0) {
-		weightd_error e;
+	if (!last->name || (last->name != e->checkpoint && strcmp(last->name, e->checkpoint) != 0)) {
+		weightd_error ignored;
 
 		/* failures are left to the full preflight, which words them */
 		last->name = NULL;
-		if (catalog_resolve(s->d->catalog, n->checkpoint, &s->peer, &last->cs, &e) < 0)
+		if (catalog_resolve(s->d->catalog, e->checkpoint, &s->peer, &last->cs, &ignored) < 0)
 			return 0;
-		last->name = n->checkpoint;
+		last->name = e->checkpoint;
 	}
 	if (last->cs->state != CSOURCE_READY || !last->cs->src)
 		return 0;
 	wd_source_identity(last->cs->src, id);
-	if (!keymemo_get(s->d->keymemo, id, n->tensor, o->key))
+	if (!keymemo_get(s->d->keymemo, id, e->tensor, o->key))
 		return 0;
 	w = cache_find(s->d->cache, o->key);
 	if (!w)
 		return 0;
-	if (pe->check_slot && !slot_matches(pe, w->dtype, w->ndim, w->shape)) {
-		slot_mismatch(pe, o->name_copy, w->dtype, w->ndim, w->shape, err);
+	if (e->check && !slot_matches(e, w->dtype, w->ndim, w->shape)) {
+		slot_mismatch(e, o->name_copy, w->dtype, w->ndim, w->shape, err);
 		return -WEIGHTD_E_SLOT_MISMATCH;
 	}
 	o->nbytes = w->nbytes;
-	o->sources[0] = last->cs;
+	o->hit = w;
+	o->source = last->cs;
 	o->n_sources = 1;
 	return 1;
 }
 
 /* The full preflight of one entry: its plan, key and size; a plain entry's key is remembered. */
-static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, struct unit_out *o,
+static int entry_preflight(struct session *s, const struct unit_entry *e, struct unit_out *o,
 			   weightd_error *err)
 {
 	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
@@ -615,17 +629,17 @@ static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, stru
 	struct wd_resolver res = { &rc, resolve_lookup };
 	struct wd_rnode *nodes = NULL;
 	struct wd_recipe rec;
-	bool plain = plain_entry(pe);
+	bool plain = e->checkpoint != NULL;
 	size_t n = 0;
 	int r;
 
+	free(o->more); /* a second preflight (unit_take_hits_and_check_room) starts over */
+	o->more = NULL;
 	o->n_sources = 0;
 	if (plain) /* the whole tensor as it is: no general graph (the same plan and key) */
-		r = wd_recipe_preflight_tensor(pe->recipe->nodes[0]->checkpoint,
-					       pe->recipe->nodes[0]->tensor, &res, &lim, &o->plan,
-					       err);
+		r = wd_recipe_preflight_tensor(e->checkpoint, e->tensor, &res, &lim, &o->plan, err);
 	else
-		r = wire_recipe(pe->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
+		r = wire_recipe(e->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
 	if (r == 0 && !plain) {
 		rec.nodes = nodes;
 		rec.n_nodes = n;
@@ -638,17 +652,17 @@ static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, stru
 	}
 	memcpy(o->key, wd_plan_key(o->plan), 32);
 	o->nbytes = wd_plan_nbytes(o->plan);
-	if (pe->check_slot && !slot_matches(pe, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
-					    wd_plan_shape(o->plan))) {
-		slot_mismatch(pe, o->name_copy, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
+	if (e->check && !slot_matches(e, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
+				      wd_plan_shape(o->plan))) {
+		slot_mismatch(e, o->name_copy, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
 			      wd_plan_shape(o->plan), err);
 		return -WEIGHTD_E_SLOT_MISMATCH;
 	}
-	if (plain && o->n_sources == 1 && o->sources[0]->src) {
+	if (plain && o->n_sources == 1 && o->source->src) {
 		uint8_t id[32];
 
-		wd_source_identity(o->sources[0]->src, id);
-		keymemo_put(s->d->keymemo, id, pe->recipe->nodes[0]->tensor, o->key);
+		wd_source_identity(o->source->src, id);
+		keymemo_put(s->d->keymemo, id, e->tensor, o->key);
 	}
 	return 0;
 }
@@ -658,20 +672,21 @@ static int entry_preflight(struct session *s, const Weightd__UnitEntry *pe, stru
  * materialization's plain entries whose weights are cached take the warm path (no plan); a
  * preflight request always builds plans (its reply describes them).
  */
-static int unit_preflight(struct unitreq *u, struct session *s, const Weightd__Unit *pu,
+static int unit_preflight(struct unitreq *u, struct session *s, const struct unit_entries *ue,
 			  bool preflight, weightd_error *err)
 {
 	struct resolved last = { NULL, NULL };
 
 	for (size_t i = 0; i < u->n_entries; i++) {
-		const Weightd__UnitEntry *pe = pu->entries[i];
 		struct unit_out *o = &u->outs[i];
+		struct unit_entry e;
 		int r = 0;
 
-		if (!preflight && plain_entry(pe))
-			r = entry_warm(s, pe, o, &last, err);
+		unit_entries_get(ue, i, &e);
+		if (!preflight && e.checkpoint)
+			r = entry_warm(s, &e, o, &last, err);
 		if (r == 0)
-			r = entry_preflight(s, pe, o, err);
+			r = entry_preflight(s, &e, o, err);
 		if (r < 0)
 			return r;
 	}
@@ -688,7 +703,7 @@ static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
 	Weightd__WeightInfo **wp = calloc(u->n_outs, sizeof(*wp));
 
 	if (!wi || !wp) {
-		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < u->n_outs; i++) {
@@ -723,7 +738,7 @@ out:
  * started: the unit fails whole with the bytes needed and available.
  */
 static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
-					 const Weightd__Unit *pu, weightd_error *err)
+					 const struct unit_entries *ue, weightd_error *err)
 {
 	struct cache *c = s->d->cache;
 	uint64_t need = 0;
@@ -733,8 +748,13 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct unit_out *o = &u->outs[i];
-		struct weight *w = cache_lookup(c, o->key, o->n_sources ? o->sources[0] : NULL);
+		struct csource *cs = o->n_sources ? o->source : NULL;
+		struct weight *w = o->hit;
 
+		if (w)
+			cache_take(c, w, cs);
+		else
+			w = cache_lookup(c, o->key, cs);
 		if (w) {
 			o->w = w;
 			wd_plan_free(o->plan);
@@ -742,7 +762,10 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 		} else if (!o->plan) {
 			/* a warm entry's weight went since its preflight (nothing evicts in between
 			 * today): plan it after all */
-			r = entry_preflight(s, pu->entries[i], o, err);
+			struct unit_entry e;
+
+			unit_entries_get(ue, i, &e);
+			r = entry_preflight(s, &e, o, err);
 			if (r < 0)
 				goto out;
 		}
@@ -780,8 +803,11 @@ out:
  * catalog lookup per change of name (a unit usually names one or two checkpoints), so a client
  * allowed nothing is refused in time linear in the request's size.
  */
-static int unit_check_access(struct session *s, const Weightd__Unit *pu, weightd_error *err)
+static int unit_check_access(struct session *s, const struct unit_entries *ue,
+			     weightd_error *err)
 {
+	const Weightd__Unit *pu = ue->pu;
+	const Weightd__TensorEntries *te = pu->tensors;
 	const char *last = NULL;
 
 	for (size_t i = 0; i < pu->n_entries; i++) {
@@ -807,70 +833,83 @@ static int unit_check_access(struct session *s, const Weightd__Unit *pu, weightd
 			last = ck;
 		}
 	}
+	/* the columns name each checkpoint once; an error names the first entry reading it */
+	for (size_t c = 0; ue->n_cols && c < te->n_checkpoints; c++) {
+		struct csource *cs;
+		size_t k = 0;
+		int r = catalog_resolve(s->d->catalog, te->checkpoints[c], &s->peer, &cs, err);
+
+		if (r == 0)
+			continue;
+		while (te->n_checkpoint && k < ue->n_cols && te->checkpoint[k] != c)
+			k++;
+		err->node = 1;
+		wd_error_prefix(err, "node 0 (source)");
+		if (k < ue->n_cols)
+			snprintf(err->slot, sizeof(err->slot), "%s", ue->names[k]);
+		return r;
+	}
 	return 0;
 }
 
 static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight)
 {
 	const uint32_t max = s->d->cfg->max_unit_entries;
+	struct unit_entries ue;
 	struct cache_pack *pack;
 	struct unitreq *u;
 	weightd_error err;
 	int r;
 
 	wd_error_clear(&err);
-	if (pu->n_entries == 0) {
-		fail(s, id, WEIGHTD_E_EMPTY_INPUTS, "the unit has no entries");
+	/* the columns are read (and every count checked against its limit) before anything else */
+	if (pu->tensors && s->protocol < 3) {
+		request_fail(s, id, WEIGHTD_E_INVALID_ARGUMENT,
+		     "unit tensors need protocol version 3; this connection speaks %u", s->protocol);
 		return;
 	}
-	if (pu->n_entries > max || pu->n_aliases > max) {
-		weightd_error e;
-
-		wd_error_clear(&e);
-		wd_error_set(&e, WEIGHTD_E_LIMIT_EXCEEDED,
-			     "limit exceeded: the unit has %zu %s; this weightd allows at most %u "
-			     "(max_unit_entries)", pu->n_entries > max ? pu->n_entries : pu->n_aliases,
-			     pu->n_entries > max ? "entries" : "aliases", max);
-		e.expected = max;
-		e.actual = (int64_t)(pu->n_entries > max ? pu->n_entries : pu->n_aliases);
-		session_send_error(s, id, &e);
+	if (unit_entries_init(&ue, pu, max, &err) < 0) {
+		session_send_error(s, id, &err);
+		return;
+	}
+	if (ue.n == 0) {
+		request_fail(s, id, WEIGHTD_E_EMPTY_INPUTS, "the unit has no entries");
 		return;
 	}
 	if (!preflight && s->pending >= s->d->cfg->client_max_pending) {
-		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "too many unit requests in flight on this connection");
+		unit_entries_fini(&ue);
+		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "too many unit requests in flight on this connection");
 		return;
 	}
 	/* what a unit makes per slot (its outputs, names, plans, jobs, weights), faulted in huge
 	 * pages rather than one 4 KiB page at a time */
-	heap_reserve((pu->n_entries + pu->n_aliases) * UNIT_HEAP_PER_SLOT);
+	heap_reserve((ue.n + pu->n_aliases) * UNIT_HEAP_PER_SLOT);
 	u = calloc(1, sizeof(*u));
 	if (u)
-		u->outs = calloc(pu->n_entries + pu->n_aliases, sizeof(*u->outs));
+		u->outs = calloc(ue.n + pu->n_aliases, sizeof(*u->outs));
 	if (!u || !u->outs) {
 		free(u);
-		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		unit_entries_fini(&ue);
+		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	u->id = id;
 	u->cache = s->d->cache;
-	u->n_entries = pu->n_entries;
-	u->n_outs = pu->n_entries + pu->n_aliases;
-	r = unit_check_access(s, pu, &err);
+	u->n_entries = ue.n;
+	u->n_outs = ue.n + pu->n_aliases;
+	r = unit_check_access(s, &ue, &err);
 	if (r == 0)
-		r = unit_check_names(u, pu, &err);
+		r = unit_check_names(u, &ue, &err);
 	if (r == 0)
-		r = unit_preflight(u, s, pu, preflight, &err);
+		r = unit_preflight(u, s, &ue, preflight, &err);
+	if (r == 0 && !preflight)
+		r = unit_take_hits_and_check_room(u, s, &ue, &err);
+	unit_entries_fini(&ue); /* nothing below reads the request */
 	if (r < 0 || preflight) {
 		if (r < 0)
 			session_send_error(s, id, &err);
 		else
 			reply_preflight(s, id, u);
-		unitreq_free(u);
-		return;
-	}
-	r = unit_take_hits_and_check_room(u, s, pu, &err);
-	if (r < 0) {
-		session_send_error(s, id, &err);
 		unitreq_free(u);
 		return;
 	}
@@ -889,7 +928,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		if (!plan)
 			continue; /* a cache hit, already held */
 		o->plan = NULL; /* the cache owns it from here, whatever happens */
-		r = cache_request(s->d->cache, pack, plan, o->sources, o->n_sources, on_entry_ready,
+		r = cache_request(s->d->cache, pack, plan, out_sources(o), o->n_sources, on_entry_ready,
 				  o, &w, &u->err);
 		if (r == 1) {
 			o->w = w;
@@ -923,54 +962,4 @@ void request_session_gone(struct session *s)
 	s->pending = 0;
 	s->pending_bytes = 0;
 	s->pending_weights = 0;
-}
-
-/* --- share, release --------------------------------------------------------------------------- */
-
-void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
-{
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-	Weightd__ShareReply sr = WEIGHTD__SHARE_REPLY__INIT;
-	Weightd__SegmentInfo si = WEIGHTD__SEGMENT_INFO__INIT;
-	Weightd__WeightInfo wi;
-	struct held *h = session_find_held(s, sh->handle);
-	weightd_error e;
-	int fd;
-
-	if (!h) {
-		char buf[32];
-		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
-		fail(s, id, WEIGHTD_E_NOT_FOUND, "this client holds no weight with handle %s", buf);
-		return;
-	}
-	if (s->d->cfg->client_max_weights && s->n_held >= s->d->cfg->client_max_weights &&
-	    h->count == 0) {
-		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "the client holds its maximum number of weights");
-		return;
-	}
-	fd = fcntl(h->w->segment->seg.ro_fd, F_DUPFD_CLOEXEC, 0);
-	if (fd < 0) {
-		wd_error_clear(&e);
-		fds_exhausted(&e, errno);
-		session_send_error(s, id, &e);
-		return;
-	}
-	cache_hold(s->d->cache, h->w);
-	if (session_hold(s, h->w) < 0) {
-		cache_drop(s->d->cache, h->w);
-		close(fd);
-		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-		return;
-	}
-	fill_weight_info(&wi, h->w, h->w->label);
-	wi.fd_index = 0;
-	si.id = h->w->segment->id;
-	si.size = h->w->segment->seg.size;
-	si.fd_index = 0;
-	sr.weight = &wi;
-	sr.segment = &si;
-	resp.body_case = WEIGHTD__RESPONSE__BODY_SHARE;
-	resp.share = &sr;
-	resp.id = id;
-	session_send(s, &resp, &fd, 1);
 }

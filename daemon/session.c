@@ -290,13 +290,13 @@ void session_send_error(struct session *s, uint64_t id, const weightd_error *err
 static uint64_t held_at(const void *ctx, uint32_t pos)
 {
 	const struct session *s = ctx;
-	return s->held[pos].w->id;
+	return s->held[pos].id;
 }
 
 static bool held_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const struct session *s = ctx;
-	return s->held[pos].w->id == *(const uint64_t *)key;
+	return s->held[pos].id == *(const uint64_t *)key;
 }
 
 struct held *session_find_held(struct session *s, uint64_t handle)
@@ -442,6 +442,7 @@ int session_hold(struct session *s, struct weight *w)
 		s->cap_held = ncap;
 	}
 	s->held[s->n_held].w = w;
+	s->held[s->n_held].id = w->id;
 	s->held[s->n_held].count = 1;
 	wd_hashidx_put(&s->held_index, w->id, (uint32_t)s->n_held);
 	s->n_held++;
@@ -467,7 +468,7 @@ bool session_release(struct session *s, struct weight *w)
 			       wd_hashidx_slot(&s->held_index, w->id, held_eq, s, &w->id), held_at, s);
 		if (pos != last) {
 			s->held[pos] = s->held[last];
-			wd_hashidx_move(&s->held_index, s->held[pos].w->id, (uint32_t)last,
+			wd_hashidx_move(&s->held_index, s->held[pos].id, (uint32_t)last,
 				     (uint32_t)pos);
 		}
 		s->n_held--;

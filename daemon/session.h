@@ -34,6 +34,7 @@ struct uid_usage {
 
 struct held {
 	struct weight *w;
+	uint64_t id;          /* w->id, here so that a lookup by handle does not touch w */
 	uint32_t count;       /* references this client holds on w */
 };
 

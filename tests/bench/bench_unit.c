@@ -21,6 +21,9 @@
  *   scale   declare + submit + validate + bind + free of a unit of 10N slots beside the N-slot
  *           unit, both warm: the time per slot must not grow with the unit (10x the slots at
  *           most 11x the time; libweightd's slot lookup is O(1), the daemon's checks linear).
+ *           Printed beside it: page faults and CPU time per slot in each process (the client
+ *           from getrusage, weightd from /proc, both over every timed unit of that size), so a
+ *           ratio above 10 says which side grew.
  *
  * The sides alternate round by round so both see the same machine; printed are medians of
  * every iteration, each side's own rate, and the ratios against the targets (unit <= 1.0x
@@ -132,6 +135,22 @@ static void print_side(const char *what, double med, double per, const char *uni
 	printf("  %-48s median %9.3f ms  (%.0f %s/s)\n", what, med * 1e3, per / med, unit);
 }
 
+/* CPU seconds this process has used (every thread). */
+static double cpu_self(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+	       ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* CPU seconds process `pid` has used (every thread; clock-tick resolution). */
+static double cpu_of(pid_t pid)
+{
+	return (double)harness_cpu_ticks(pid) / (double)sysconf(_SC_CLK_TCK);
+}
+
 int main(int argc, char **argv)
 {
 	static double t_unit[MAX_SAMPLES], t_decl[MAX_SAMPLES], t_probe[MAX_SAMPLES],
@@ -145,6 +164,7 @@ int main(int argc, char **argv)
 	uint64_t read_warm = 0;
 	double m_unit, m_decl, m_probe, m_get, m_probe1, m_small, m_big, la[3] = { 0, 0, 0 };
 	long flt_small[2] = { 0, 0 }, flt_big[2] = { 0, 0 };
+	double cpu_small[2] = { 0, 0 }, cpu_big[2] = { 0, 0 }; /* CPU seconds, client / daemon */
 	bool ok_unit, ok_get, ok_scale;
 
 	for (int i = 1; i < argc; i++) {
@@ -222,23 +242,29 @@ int main(int argc, char **argv)
 			double d, cy;
 			uint64_t rd = 0;
 			long f0 = harness_minor_faults(getpid()), g0 = harness_minor_faults(s.h.pid);
+			double c0 = cpu_self(), d0 = cpu_of(s.h.pid);
 			if (unit_once(&s, s.n, c, &d, &cy, &rd) < 0)
 				goto out;
 			t_small[ns + k] = d + cy;
 			flt_small[0] += harness_minor_faults(getpid()) - f0;
 			flt_small[1] += harness_minor_faults(s.h.pid) - g0;
+			cpu_small[0] += cpu_self() - c0;
+			cpu_small[1] += cpu_of(s.h.pid) - d0;
 			read_warm += rd;
 		}
 		{
 			double d, cy;
 			uint64_t rd = 0;
 			long f0 = harness_minor_faults(getpid()), g0 = harness_minor_faults(s.h.pid);
+			double c0 = cpu_self(), d0 = cpu_of(s.h.pid);
 			if (unit_once(&s, s.total, c, &d, &cy, &rd) < 0)
 				goto out;
 			t_big[r] = d + cy;
 			if (r > 0) { /* the first big unit is cold */
 				flt_big[0] += harness_minor_faults(getpid()) - f0;
 				flt_big[1] += harness_minor_faults(s.h.pid) - g0;
+				cpu_big[0] += cpu_self() - c0;
+				cpu_big[1] += cpu_of(s.h.pid) - d0;
 			}
 			read_warm += rd;
 		}
@@ -291,6 +317,14 @@ int main(int argc, char **argv)
 	       (double)flt_small[0] / ((double)ns * s.n), (double)flt_small[1] / ((double)ns * s.n),
 	       rounds > 1 ? (double)flt_big[0] / ((double)(rounds - 1) * s.total) : 0.0,
 	       rounds > 1 ? (double)flt_big[1] / ((double)(rounds - 1) * s.total) : 0.0);
+	if (rounds > 1) {
+		double sc = cpu_small[0] / ((double)ns * s.n), sd = cpu_small[1] / ((double)ns * s.n);
+		double bc = cpu_big[0] / ((double)(rounds - 1) * s.total),
+		       bd = cpu_big[1] / ((double)(rounds - 1) * s.total);
+
+		printf("  CPU time per slot, client / daemon: n %.3f / %.3f us, 10n %.3f / %.3f us "
+		       "(%.2fx / %.2fx)\n", sc * 1e6, sd * 1e6, bc * 1e6, bd * 1e6, bc / sc, bd / sd);
+	}
 	printf("load average %.2f (the machine may be shared)\n", la[0]);
 	rc = ok_unit && ok_get && ok_scale ? 0 : 1;
 out:

@@ -13,7 +13,8 @@
  *
  * Input: byte 0 picks the form. Odd: the rest is sent as is (a raw stream). Even: the rest is a
  * list of [u16 LE length][protobuf Request], each sent as a frame, after a valid hello when bit 1
- * is set; this lets the fuzzer reach the handlers without learning the framing first.
+ * is set (of protocol version 3, or 2 when bit 2 is set too); this lets the fuzzer reach the
+ * handlers without learning the framing first.
  */
 #include <event2/event.h>
 #include <stdint.h>
@@ -191,8 +192,9 @@ static void put_frame(uint8_t *out, size_t *n, const uint8_t *p, size_t len)
 /* The byte stream the client sends for this input (malloc'd). */
 static uint8_t *stream_of(const uint8_t *data, size_t size, size_t *ret_len)
 {
-	/* Request{id: 1, hello: {protocol_version: 1, client_name: "f"}} */
-	static const uint8_t hello[] = { 0x08, 0x01, 0x52, 0x05, 0x08, 0x01, 0x12, 0x01, 'f' };
+	/* Request{id: 1, hello: {protocol_version: 2, client_name: "f", max_protocol_version: 3}}:
+	 * version 3 (columns in units); with bit 2 of byte 0 set, max_protocol_version 2 */
+	uint8_t hello[] = { 0x08, 0x01, 0x52, 0x07, 0x08, 0x02, 0x12, 0x01, 'f', 0x18, 0x03 };
 	uint8_t *out = malloc(size * 4 + 64); /* each 2-byte length becomes an 8-byte header */
 	size_t n = 0;
 
@@ -206,6 +208,8 @@ static uint8_t *stream_of(const uint8_t *data, size_t size, size_t *ret_len)
 		*ret_len = size - 1;
 		return out;
 	}
+	if (data[0] & 4)
+		hello[sizeof(hello) - 1] = 0x02;
 	if (data[0] & 2)
 		put_frame(out, &n, hello, sizeof(hello));
 	for (size_t i = 1; i + 2 <= size;) {

@@ -1,0 +1,531 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_wire_columns.c - protocol version 3's columns, spoken directly from proto/weightd.proto
+ * (not through libweightd): a unit whose whole-tensor entries come as TensorEntries is answered
+ * as PackedWeights that describe the same weights a version 2 reply does, with the right bytes
+ * behind each fd and offset; columns that do not add up are refused by name before anything is
+ * made; and a version 2 connection cannot send them. */
+#include <poll.h>
+#include <sys/mman.h>
+
+#include "float_ref.h"
+#include "frame.h"
+#include "itest.h"
+#include "weightd.pb-c.h"
+
+static struct harness H;
+
+#define MAX_ENTRIES 64
+
+static int setup(void **state)
+{
+	char sample[512], other[512], args[1200], sections[1400];
+
+	(void)state;
+	if (harness_init(&H) < 0)
+		return -1;
+	harness_path(&H, "tiny.safetensors", sample, sizeof(sample));
+	harness_path(&H, "other.safetensors", other, sizeof(other));
+	snprintf(args, sizeof(args), "sample %s", sample);
+	if (harness_mkfixture(args) < 0)
+		return -1;
+	/* "b": float k is ((k * 131 + 5 * 7 + 13) % 251 - 125) / 1024 (the values pattern) */
+	snprintf(args, sizeof(args), "safetensors %s --tensor a:F32:8:values=4 --tensor b:F32:6x5:values=5",
+		 other);
+	if (harness_mkfixture(args) < 0)
+		return -1;
+	snprintf(sections, sizeof(sections), "[checkpoint:tiny]\npath = %s\n[checkpoint:other]\npath = %s\n",
+		 sample, other);
+	snprintf(args, sizeof(args), "max_unit_entries = %d\n", MAX_ENTRIES);
+	if (harness_write_config(&H, args, sections) < 0 || harness_start(&H) < 0)
+		return -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	harness_cleanup(&H);
+	return 0;
+}
+
+/* A reply and the fds that came with it. */
+struct reply {
+	Weightd__Response *resp;
+	int *fds;
+	uint32_t nfds;
+};
+
+static void reply_free(struct reply *r)
+{
+	for (uint32_t i = 0; i < r->nfds; i++)
+		close(r->fds[i]);
+	free(r->fds);
+	weightd__response__free_unpacked(r->resp, NULL);
+	memset(r, 0, sizeof(*r));
+}
+
+/* Send req as one frame and wait for the one message answering it. */
+static struct reply call(int sock, Weightd__Request *req)
+{
+	size_t len = weightd__request__get_packed_size(req);
+	uint8_t *buf = malloc(len ? len : 1);
+	struct wd_inbuf *in = wd_inbuf_new(16u << 20, 256);
+	struct reply r = { NULL, NULL, 0 };
+	struct wd_frame fr;
+
+	assert_non_null(buf);
+	assert_non_null(in);
+	weightd__request__pack(req, buf);
+	assert_int_equal(wd_frame_send_blocking(sock, buf, len, NULL, 0), 0);
+	free(buf);
+	for (;;) {
+		struct pollfd pf = { sock, POLLIN, 0 };
+		int k = wd_inbuf_next(in, &fr);
+
+		assert_true(k >= 0);
+		if (k == 1)
+			break;
+		assert_int_equal(poll(&pf, 1, 10000), 1);
+		k = wd_inbuf_read(in, sock);
+		assert_true(k > 0 || k == WD_FRAME_AGAIN);
+	}
+	r.resp = weightd__response__unpack(NULL, fr.len, fr.payload);
+	assert_non_null(r.resp);
+	assert_int_equal(r.resp->id, req->id);
+	r.fds = fr.fds;
+	r.nfds = fr.nfds;
+	wd_inbuf_free(in);
+	return r;
+}
+
+/* A raw connection that agreed on `version`. */
+static int conn(uint32_t version)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Hello hello = WEIGHTD__HELLO__INIT;
+	struct reply r;
+	int sock = it_raw_connect(&H);
+
+	assert_true(sock >= 0);
+	hello.protocol_version = version;
+	hello.client_name = "columns";
+	req.id = 1;
+	req.body_case = WEIGHTD__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	r = call(sock, &req);
+	assert_int_equal(r.resp->body_case, WEIGHTD__RESPONSE__BODY_HELLO);
+	assert_int_equal(r.resp->hello->protocol_version, version);
+	reply_free(&r);
+	return sock;
+}
+
+static struct reply materialize(int sock, uint64_t id, Weightd__Unit *unit)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+
+	req.id = id;
+	req.body_case = WEIGHTD__REQUEST__BODY_MATERIALIZE;
+	req.materialize = unit;
+	return call(sock, &req);
+}
+
+/* Weights the daemon has made so far (its status). */
+static uint64_t daemon_weights(void)
+{
+	weightd_status *st = it_status_of(&H);
+	uint64_t n = st->weights;
+
+	weightd_status_free(st);
+	return n;
+}
+
+/* The tensors of "tiny" in the version 2 unit, in the order of the entries below. */
+static const char *const TENSOR[] = { "model.norm.weight", "model.layers.0.input_layernorm.weight",
+				      "model.embed_tokens.weight",
+				      "model.layers.0.self_attn.q_proj.weight" };
+#define N_V2 4
+
+/* A one-node recipe reading ckpt/tensor as stored. */
+struct src_entry {
+	Weightd__UnitEntry e;
+	Weightd__Recipe rec;
+	Weightd__Node node, *np;
+};
+
+static void src_entry(struct src_entry *s, const char *name, const char *ckpt, const char *tensor)
+{
+	weightd__unit_entry__init(&s->e);
+	weightd__recipe__init(&s->rec);
+	weightd__node__init(&s->node);
+	s->node.op = WEIGHTD__OP__OP_SOURCE;
+	s->node.checkpoint = (char *)ckpt;
+	s->node.tensor = (char *)tensor;
+	s->np = &s->node;
+	s->rec.n_nodes = 1;
+	s->rec.nodes = &s->np;
+	s->e.name = (char *)name;
+	s->e.recipe = &s->rec;
+}
+
+/* The weight a v2 reply gives for `name`. */
+static const Weightd__WeightInfo *v2_weight(const Weightd__UnitReply *ur, const char *name)
+{
+	for (size_t i = 0; i < ur->n_weights; i++)
+		if (strcmp(ur->weights[i]->name, name) == 0)
+			return ur->weights[i];
+	fail_msg("no weight \"%s\" in the version 2 reply", name);
+	return NULL;
+}
+
+/* Packed weight k is described exactly as the version 2 reply describes `want`. */
+static void same_weight(const Weightd__UnitReply *ur, size_t k, const Weightd__WeightInfo *want,
+			const Weightd__UnitReply *v2)
+{
+	const Weightd__PackedWeights *pw = ur->packed;
+	size_t dims_at = 0, dl = want->digest.len;
+
+	for (size_t i = 0; i < k; i++)
+		dims_at += pw->ndim[i];
+	assert_int_equal(pw->handle[k], want->handle);
+	assert_int_equal(pw->nbytes[k], want->nbytes);
+	assert_int_equal(pw->offset[k], want->offset);
+	assert_int_equal(pw->generation[k], want->generation);
+	assert_string_equal(pw->dtypes[pw->dtype[k]], want->dtype);
+	assert_int_equal(pw->ndim[k], want->n_shape);
+	assert_memory_equal(pw->dims + dims_at, want->shape, want->n_shape * sizeof(uint64_t));
+	assert_int_equal(pw->digest_algorithm.data[k], want->digest_algorithm);
+	assert_memory_equal(pw->digests.data + 32 * k, want->digest.data, dl);
+	for (size_t i = dl; i < 32; i++)
+		assert_int_equal(pw->digests.data[32 * k + i], 0);
+	assert_memory_equal(pw->keys.data + 32 * k, want->key.data, 32);
+	assert_true(pw->segment[k] < ur->n_segments);
+	assert_int_equal(ur->segments[pw->segment[k]]->id, want->segment);
+	assert_int_equal(ur->segments[pw->segment[k]]->id, v2->segments[want->fd_index]->id);
+}
+
+/* The float at element k of the fixture's values pattern with `seed`. */
+static float pattern_value(uint64_t k, unsigned seed)
+{
+	return (float)((int)((k * 131 + seed * 7 + 13) % 251) - 125) / 1024.0f;
+}
+
+/* The F32 weight k of a packed reply holds the values pattern with `seed`, read through its fd. */
+static void check_f32_values(const struct reply *r, size_t k, unsigned seed)
+{
+	const Weightd__PackedWeights *pw = r->resp->materialize->packed;
+	const Weightd__SegmentInfo *si = r->resp->materialize->segments[pw->segment[k]];
+	uint8_t *map;
+
+	assert_int_equal(pw->offset[k] % 64, 0);
+	assert_true(pw->offset[k] + pw->nbytes[k] <= si->size);
+	map = mmap(NULL, si->size, PROT_READ, MAP_SHARED, r->fds[pw->segment[k]], 0);
+	assert_true(map != MAP_FAILED);
+	for (uint64_t e = 0; e < pw->nbytes[k] / 4; e++) {
+		uint32_t bits;
+
+		memcpy(&bits, map + pw->offset[k] + 4 * e, 4);
+		if (ref_f32_from_bits(bits) != pattern_value(e, seed))
+			fail_msg("weight %zu element %llu: %g, want %g", k, (unsigned long long)e,
+				 (double)ref_f32_from_bits(bits), (double)pattern_value(e, seed));
+	}
+	munmap(map, si->size);
+}
+
+/*
+ * One unit, both ways: version 2 with a UnitEntry per tensor, version 3 with one UnitEntry
+ * followed by four column entries over two checkpoints (one tensor named unlike its slot, one
+ * slot declared) and two aliases. The columns describe every weight exactly as version 2 does
+ * (same handles, segments, offsets, digests, keys: nothing is made twice), aliases point at
+ * their entry, and the bytes behind an fd and offset are the checkpoint's.
+ */
+static void columns_answer_like_entries(void **state)
+{
+	int s2 = conn(2), s3 = conn(3);
+	struct src_entry v2e[N_V2 + 1];
+	Weightd__UnitEntry *v2p[N_V2 + 1];
+	Weightd__Unit u2 = WEIGHTD__UNIT__INIT, u3 = WEIGHTD__UNIT__INIT;
+	Weightd__TensorEntries te = WEIGHTD__TENSOR_ENTRIES__INIT;
+	Weightd__Alias a1 = WEIGHTD__ALIAS__INIT, a2 = WEIGHTD__ALIAS__INIT, *ap[2] = { &a1, &a2 };
+	static const char names[] = "model.layers.0.input_layernorm.weight\0emb\0"
+				    "model.layers.0.self_attn.q_proj.weight\0b";
+	static const char tensors[] = "\0model.embed_tokens.weight\0\0b";
+	char *ckpts[] = { "tiny", "other" }, *dtypes[] = { "F16" };
+	uint32_t ck[] = { 0, 0, 0, 1 }, dt[] = { 0, 0, 1, 0 }, nd[] = { 0, 0, 2, 0 };
+	uint64_t dims[] = { 64, 64 };
+	struct src_entry first;
+	Weightd__UnitEntry *fp = &first.e;
+	struct reply r2, r3;
+	const Weightd__UnitReply *ur;
+	const Weightd__PackedWeights *pw;
+
+	(void)state;
+	/* version 2: the same tensors, one entry each ("b" of "other" last) */
+	for (size_t i = 0; i < N_V2; i++) {
+		src_entry(&v2e[i], TENSOR[i], "tiny", TENSOR[i]);
+		v2p[i] = &v2e[i].e;
+	}
+	src_entry(&v2e[N_V2], "b", "other", "b");
+	v2p[N_V2] = &v2e[N_V2].e;
+	u2.n_entries = N_V2 + 1;
+	u2.entries = v2p;
+	r2 = materialize(s2, 2, &u2);
+	assert_int_equal(r2.resp->body_case, WEIGHTD__RESPONSE__BODY_MATERIALIZE);
+	assert_null(r2.resp->materialize->packed);
+	assert_int_equal(r2.resp->materialize->n_weights, N_V2 + 1);
+
+	/* version 3 */
+	src_entry(&first, "norm", "tiny", "model.norm.weight");
+	first.e.check_slot = 1;
+	first.e.dtype = "F32";
+	first.e.n_shape = 1;
+	first.e.shape = dims;
+	te.n_checkpoints = 2;
+	te.checkpoints = ckpts;
+	te.names.data = (uint8_t *)names;
+	te.names.len = sizeof(names);
+	te.tensors.data = (uint8_t *)tensors;
+	te.tensors.len = sizeof(tensors);
+	te.n_checkpoint = 4;
+	te.checkpoint = ck;
+	te.n_dtypes = 1;
+	te.dtypes = dtypes;
+	te.n_dtype = te.n_ndim = 4;
+	te.dtype = dt;
+	te.ndim = nd;
+	te.n_dims = 2;
+	te.dims = dims;
+	a1.name = "q_alias";
+	a1.target = "model.layers.0.self_attn.q_proj.weight";
+	a2.name = "q_alias2";
+	a2.target = "q_alias";
+	u3.n_entries = 1;
+	u3.entries = &fp;
+	u3.tensors = &te;
+	u3.n_aliases = 2;
+	u3.aliases = ap;
+	r3 = materialize(s3, 3, &u3);
+	if (r3.resp->error)
+		fail_msg("refused: %s", r3.resp->error->message);
+	ur = r3.resp->materialize;
+	pw = ur->packed;
+	assert_non_null(pw);
+	assert_int_equal(ur->n_weights, 0);
+	assert_int_equal(ur->bytes_read, 0); /* everything was made for the version 2 unit */
+	assert_int_equal(pw->n_handle, 5);
+	assert_int_equal(pw->n_segment, 5);
+	assert_int_equal(pw->n_offset, 5);
+	assert_int_equal(pw->n_nbytes, 5);
+	assert_int_equal(pw->n_generation, 5);
+	assert_int_equal(pw->n_dtype, 5);
+	assert_int_equal(pw->n_ndim, 5);
+	assert_int_equal(pw->digest_algorithm.len, 5);
+	assert_int_equal(pw->digests.len, 5 * 32);
+	assert_int_equal(pw->keys.len, 5 * 32);
+	assert_int_equal(ur->n_segments, r3.nfds);
+	for (size_t i = 0; i < ur->n_segments; i++)
+		assert_int_equal(ur->segments[i]->fd_index, i);
+	/* entry 0 the UnitEntry, then the columns in order */
+	same_weight(ur, 0, v2_weight(r2.resp->materialize, "model.norm.weight"), r2.resp->materialize);
+	same_weight(ur, 1, v2_weight(r2.resp->materialize, TENSOR[1]), r2.resp->materialize);
+	same_weight(ur, 2, v2_weight(r2.resp->materialize, TENSOR[2]), r2.resp->materialize);
+	same_weight(ur, 3, v2_weight(r2.resp->materialize, TENSOR[3]), r2.resp->materialize);
+	same_weight(ur, 4, v2_weight(r2.resp->materialize, "b"), r2.resp->materialize);
+	/* both aliases resolve to the q_proj column entry (index 1 + 2) */
+	assert_int_equal(pw->n_alias_owner, 2);
+	assert_int_equal(pw->alias_owner[0], 3);
+	assert_int_equal(pw->alias_owner[1], 3);
+	/* the bytes: input_layernorm is tensor 1 of the sample (values, seed 1), "b" seed 5 */
+	check_f32_values(&r3, 1, 1);
+	check_f32_values(&r3, 4, 5);
+	check_f32_values(&r3, 0, 8);
+	reply_free(&r2);
+	reply_free(&r3);
+	close(s2);
+	close(s3);
+}
+
+/* One refused columns request: the code, the words, the slot, and nothing made. */
+static void expect_refused(int sock, Weightd__Unit *u, int code, const char *words, const char *slot)
+{
+	static uint64_t id = 100;
+	uint64_t before = daemon_weights();
+	struct reply r = materialize(sock, ++id, u);
+
+	if (!r.resp->error)
+		fail_msg("accepted; expected \"%s\"", words);
+	assert_int_equal(r.resp->error->code, code);
+	if (!strstr(r.resp->error->message, words))
+		fail_msg("the message does not say \"%s\": %s", words, r.resp->error->message);
+	if (slot)
+		assert_string_equal(r.resp->error->slot, slot);
+	assert_int_equal(r.nfds, 0);
+	reply_free(&r);
+	assert_int_equal(daemon_weights(), before);
+}
+
+/*
+ * Columns that do not add up, each refused with invalid-argument saying which column (and entry)
+ * is wrong; a limit counted over entries and columns together; a declared slot that does not
+ * match; an unknown checkpoint named by its first entry; a name used by an entry and a column.
+ * Nothing is made, and the connection then serves a good unit.
+ */
+static void bad_columns_are_refused_by_name(void **state)
+{
+	int s3 = conn(3);
+	Weightd__Unit u = WEIGHTD__UNIT__INIT;
+	Weightd__TensorEntries te;
+	char *ckpts[] = { "other", "tiny" }, *nowhere[] = { "nowhere" }, *dtypes[] = { "F32" };
+	uint32_t ck2[] = { 0, 2 }, dt2[] = { 1, 3 }, dt_ok[] = { 1, 0 }, nd1[] = { 1, 0 },
+		 nd_under[] = { 0, 1 }, nd_many[] = { 9, 0 };
+	uint64_t dims1[] = { 8 }, dims_bad[] = { 9 };
+	char many[MAX_ENTRIES * 4 + 8];
+	struct src_entry dup;
+	Weightd__UnitEntry *dp = &dup.e;
+	size_t at = 0;
+
+	(void)state;
+	u.tensors = &te;
+#define RESET(names_)                                                                             \
+	do {                                                                                      \
+		weightd__tensor_entries__init(&te);                                               \
+		te.names.data = (uint8_t *)(names_);                                              \
+		te.names.len = sizeof(names_);                                                    \
+		te.n_checkpoints = 1;                                                             \
+		te.checkpoints = ckpts;                                                           \
+	} while (0)
+
+	RESET("a\0b");
+	te.names.len--; /* "b" not ended */
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "unit tensors: the entry names do not end with a NUL byte", NULL);
+	RESET("a\0b");
+	te.n_checkpoints = 0;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "2 entries name no checkpoint", NULL);
+	RESET("a\0b");
+	te.tensors.data = (uint8_t *)"a";
+	te.tensors.len = 2;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "1 tensor names for 2 entries", NULL);
+	RESET("a\0b");
+	te.checkpoint = ck2;
+	te.n_checkpoint = 1;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "1 checkpoint indices for 2 entries", NULL);
+	RESET("a\0b");
+	te.n_checkpoints = 2;
+	te.checkpoint = ck2;
+	te.n_checkpoint = 2;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "entry 1 (\"b\") has checkpoint index 2; it must be below 2", "b");
+	RESET("a\0b");
+	te.dtypes = dtypes;
+	te.n_dtypes = 1;
+	te.dtype = dt2;
+	te.n_dtype = 2;
+	te.ndim = nd1;
+	te.n_ndim = 2;
+	te.dims = dims1;
+	te.n_dims = 1;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "entry 1 (\"b\") has dtype index + 1 3; it must be below 2", "b");
+	te.dtype = dt_ok;
+	te.ndim = nd_under;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "entry 1 (\"b\") has undeclared dtype and rank 1", "b");
+	te.ndim = nd_many;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "entry 0 (\"a\") has rank 9; it must be below 9", "a");
+	te.ndim = nd1;
+	te.n_dims = 0;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "the declared ranks add up to 1 but 0 dimensions came", NULL);
+	te.n_ndim = 1;
+	te.n_dims = 1;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "1 declared ranks for 2 declared dtypes", NULL);
+	/* declared, consistent, but not what the tensor is: "a" of other is F32 [8] */
+	te.n_ndim = 2;
+	te.dims = dims_bad;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_SLOT_MISMATCH,
+		       "slot \"a\" is declared F32 [9] but its recipe gives F32 [8]", "a");
+	weightd__tensor_entries__init(&te);
+	te.checkpoint = ck2;
+	te.n_checkpoint = 2;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "columns came but no entry names", NULL);
+	/* an unknown checkpoint, named by the slot that reads it first */
+	RESET("a\0b");
+	te.checkpoints = nowhere;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_UNKNOWN_SOURCE, "nowhere", "a");
+	/* a name both an entry and a column entry */
+	RESET("a\0b");
+	src_entry(&dup, "b", "other", "b");
+	u.entries = &dp;
+	u.n_entries = 1;
+	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_DUPLICATE_NAME, "\"b\"", "b");
+	/* the limit counts entries and columns together: 1 + 64 > 64 */
+	for (int i = 0; i < MAX_ENTRIES; i++)
+		at += (size_t)snprintf(many + at, sizeof(many) - at, "c%d", i) + 1;
+	weightd__tensor_entries__init(&te);
+	te.names.data = (uint8_t *)many;
+	te.names.len = at;
+	te.n_checkpoints = 1;
+	te.checkpoints = ckpts;
+	{
+		struct reply r = materialize(s3, 50, &u);
+
+		assert_non_null(r.resp->error);
+		assert_int_equal(r.resp->error->code, WEIGHTD__ERROR_CODE__ERR_LIMIT_EXCEEDED);
+		assert_non_null(strstr(r.resp->error->message, "the unit has 65 entries"));
+		assert_non_null(strstr(r.resp->error->message, "max_unit_entries"));
+		assert_int_equal(r.resp->error->expected, MAX_ENTRIES);
+		assert_int_equal(r.resp->error->actual, MAX_ENTRIES + 1);
+		reply_free(&r);
+	}
+	/* and the connection serves a good columns unit */
+	u.n_entries = 0;
+	u.entries = NULL;
+	RESET("a\0b");
+	{
+		struct reply r = materialize(s3, 51, &u);
+
+		if (r.resp->error)
+			fail_msg("refused: %s", r.resp->error->message);
+		assert_int_equal(r.resp->materialize->packed->n_handle, 2);
+		check_f32_values(&r, 1, 5);
+		reply_free(&r);
+	}
+#undef RESET
+	close(s3);
+}
+
+/* A version 2 connection agreed on a form without columns: sending them is refused. */
+static void columns_need_version_3(void **state)
+{
+	int s2 = conn(2);
+	Weightd__Unit u = WEIGHTD__UNIT__INIT;
+	Weightd__TensorEntries te = WEIGHTD__TENSOR_ENTRIES__INIT;
+	char *ckpts[] = { "other" };
+
+	(void)state;
+	te.names.data = (uint8_t *)"a";
+	te.names.len = 2;
+	te.n_checkpoints = 1;
+	te.checkpoints = ckpts;
+	u.tensors = &te;
+	expect_refused(s2, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
+		       "unit tensors need protocol version 3; this connection speaks 2", NULL);
+	close(s2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(columns_answer_like_entries),
+		cmocka_unit_test(bad_columns_are_refused_by_name),
+		cmocka_unit_test(columns_need_version_3),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
