@@ -151,7 +151,7 @@ size_t wd_msg_cache_bytes(struct wd_msg_cache *mc)
 
 /* A kept block of at least `cap` bytes (the smallest that fits, and at most four times that, so
  * a small request does not sit on a large block the next large one needs), or NULL. */
-static struct arena_block *cache_take(struct wd_msg_cache *mc, size_t cap)
+static struct arena_block *msg_cache_take(struct wd_msg_cache *mc, size_t cap)
 {
 	struct arena_block *b, *best = NULL, *prev = NULL, *best_prev = NULL;
 
@@ -194,7 +194,7 @@ static void *arena_alloc(void *ad, size_t size)
 		     : a->hint;
 	if (cap < size)
 		cap = size;
-	b = a->cache ? cache_take(a->cache, cap) : NULL;
+	b = a->cache ? msg_cache_take(a->cache, cap) : NULL;
 	if (!b) {
 		b = block_new(cap);
 		if (!b)
@@ -269,7 +269,7 @@ void *wd_msg_unpack(const struct ProtobufCMessageDescriptor *desc, const uint8_t
 
 void *wd_msg_cache_alloc(struct wd_msg_cache *mc, size_t size)
 {
-	struct arena_block *b = mc ? cache_take(mc, size) : NULL;
+	struct arena_block *b = mc ? msg_cache_take(mc, size) : NULL;
 
 	if (!b) {
 		b = block_new(size);
