@@ -15,10 +15,22 @@ struct memo_entry {
 	char *tensor;
 };
 
+/* Tensor names are copied into chunks one after another, not each into an allocation of its
+ * own: a unit's entries are usually looked up in the order they were remembered, so their names
+ * are then read in address order too. */
+#define NAMES_CHUNK (64 * 1024)
+
+struct names_chunk {
+	struct names_chunk *next;
+	size_t used, cap;
+	char text[];
+};
+
 struct keymemo {
 	struct memo_entry *e;        /* dense: n of cap */
 	size_t n, cap, max;
 	struct wd_hashidx ix;        /* by hash_of: position in e */
+	struct names_chunk *names;   /* the newest first */
 };
 
 struct keymemo *keymemo_new(size_t max_entries)
@@ -33,8 +45,12 @@ struct keymemo *keymemo_new(size_t max_entries)
 
 static void clear(struct keymemo *m)
 {
-	for (size_t i = 0; i < m->n; i++)
-		free(m->e[i].tensor);
+	while (m->names) {
+		struct names_chunk *next = m->names->next;
+
+		free(m->names);
+		m->names = next;
+	}
 	free(m->e);
 	m->e = NULL;
 	m->n = m->cap = 0;
@@ -109,6 +125,28 @@ bool keymemo_get(const struct keymemo *m, const uint8_t identity[32], const char
 	return true;
 }
 
+/* A copy of tensor (len bytes and a NUL) in the memo's chunks; NULL when out of memory. */
+static char *copy_name(struct keymemo *m, const char *tensor, size_t len)
+{
+	struct names_chunk *c = m->names;
+	char *p;
+
+	if (!c || c->cap - c->used < len + 1) {
+		size_t cap = len + 1 > NAMES_CHUNK ? len + 1 : NAMES_CHUNK;
+
+		c = malloc(sizeof(*c) + cap);
+		if (!c)
+			return NULL;
+		c->used = 0;
+		c->cap = cap;
+		c->next = m->names;
+		m->names = c;
+	}
+	p = memcpy(c->text + c->used, tensor, len + 1);
+	c->used += len + 1;
+	return p;
+}
+
 void keymemo_put(struct keymemo *m, const uint8_t identity[32], const char *tensor,
 		 const uint8_t key[32])
 {
@@ -141,10 +179,9 @@ void keymemo_put(struct keymemo *m, const uint8_t identity[32], const char *tens
 		return;
 	}
 	e = &m->e[m->n];
-	e->tensor = malloc(len + 1);
+	e->tensor = copy_name(m, tensor, len);
 	if (!e->tensor)
 		return;
-	memcpy(e->tensor, tensor, len + 1);
 	e->hash = k.hash;
 	memcpy(e->identity, identity, 32);
 	memcpy(e->key, key, 32);

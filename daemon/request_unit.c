@@ -185,7 +185,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	void *columns = NULL;
 	int *fds = NULL;
 	struct cache_segment **segs = NULL;
-	size_t nfds = 0;
+	size_t nfds = 0, *held_at = NULL; /* per entry: its index in s->held, or SIZE_MAX */
 	uint64_t new_weights = 0;
 
 	if (!s || s->dead || u->failed) {
@@ -204,7 +204,8 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	sp = calloc(u->n_entries, sizeof(*sp));
 	fds = calloc(u->n_entries, sizeof(*fds));
 	segs = calloc(u->n_entries, sizeof(*segs));
-	if ((!packed && (!wi || !wp)) || !si || !sp || !fds || !segs) {
+	held_at = malloc(u->n_entries * sizeof(*held_at));
+	if ((!packed && (!wi || !wp)) || !si || !sp || !fds || !segs || !held_at) {
 		for (size_t i = 0; i < u->n_entries; i++)
 			cache_drop(cache, u->outs[i].w);
 		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
@@ -242,8 +243,12 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	}
 	/* Every segment held pins a daemon fd: the segments and weights the client and its uid
 	 * would hold are checked against their limits before any reference becomes the client's. */
-	for (size_t i = 0; i < u->n_entries; i++)
-		new_weights += u->first[i] == i && !session_find_held(s, u->outs[i].w->id);
+	for (size_t i = 0; i < u->n_entries; i++) {
+		struct held *h = u->first[i] == i ? session_find_held(s, u->outs[i].w->id) : NULL;
+
+		held_at[i] = h ? (size_t)(h - s->held) : SIZE_MAX;
+		new_weights += u->first[i] == i && !h;
+	}
 	if (session_check_holds(s, segs, nfds, new_weights, &u->err) < 0) {
 		for (size_t k = 0; k < nfds; k++)
 			close(fds[k]);
@@ -270,9 +275,14 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 			wi[i].alias_of = u->outs[o->owner].name_copy;
 		wp[i] = &wi[i];
 	}
-	/* The references taken for the request become the client's. */
+	/* The references taken for the request become the client's: a first entry was looked up
+	 * above (holding appends, so an index found stays), a repeat is looked up again. */
 	for (size_t i = 0; i < u->n_entries; i++) {
-		if (session_hold(s, u->outs[i].w) < 0) {
+		struct weight *w = u->outs[i].w;
+		int r = u->first[i] != i ? session_hold(s, w)
+			: session_hold_found(s, w, held_at[i] == SIZE_MAX ? NULL : &s->held[held_at[i]]);
+
+		if (r < 0) {
 			for (size_t k = i; k < u->n_entries; k++)
 				cache_drop(cache, u->outs[k].w);
 			for (size_t k = 0; k < nfds; k++)
@@ -303,6 +313,7 @@ out:
 	free(sp);
 	free(fds);
 	free(segs);
+	free(held_at);
 	unitreq_free(u);
 }
 

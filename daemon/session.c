@@ -423,8 +423,11 @@ int session_check_holds(struct session *s, struct cache_segment *const *segs, si
 
 int session_hold(struct session *s, struct weight *w)
 {
-	struct held *h = session_find_held(s, w->id);
+	return session_hold_found(s, w, session_find_held(s, w->id));
+}
 
+int session_hold_found(struct session *s, struct weight *w, struct held *h)
+{
 	if (h) {
 		h->count++;
 		return 0;
@@ -456,16 +459,19 @@ int session_hold(struct session *s, struct weight *w)
 
 bool session_release(struct session *s, struct weight *w)
 {
-	struct held *h = session_find_held(s, w->id);
-	size_t pos, last;
+	size_t k, pos, last;
+	struct held *h;
 
-	if (!h)
+	if (!s->held_index.cap)
 		return false;
+	k = wd_hashidx_slot(&s->held_index, w->id, held_eq, s, &w->id); /* one probe for both */
+	if (!s->held_index.slot[k])
+		return false;
+	h = &s->held[s->held_index.slot[k] - 1];
 	if (--h->count == 0) {
 		pos = (size_t)(h - s->held);
 		last = s->n_held - 1;
-		wd_hashidx_delete(&s->held_index,
-			       wd_hashidx_slot(&s->held_index, w->id, held_eq, s, &w->id), held_at, s);
+		wd_hashidx_delete(&s->held_index, k, held_at, s);
 		if (pos != last) {
 			s->held[pos] = s->held[last];
 			wd_hashidx_move(&s->held_index, s->held[pos].id, (uint32_t)last,

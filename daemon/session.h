@@ -127,6 +127,9 @@ void session_kill(struct session *s, const char *why);
 
 /* Record one more reference of this client on w (the cache reference is already taken). */
 int session_hold(struct session *s, struct weight *w);
+/* session_hold of a weight the caller looked up with session_find_held since the last hold or
+ * release (h: what that returned), so that a large unit looks each weight up once. */
+int session_hold_found(struct session *s, struct weight *w, struct held *h);
 /* Give back one reference; false if the client holds none on w. */
 bool session_release(struct session *s, struct weight *w);
 struct held *session_find_held(struct session *s, uint64_t handle);
