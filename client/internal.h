@@ -143,8 +143,8 @@ void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n);
 
 /*
  * Dispose of a reply nobody keeps: close its fds, tell the daemon to drop the references they
- * stood for (one per non-alias weight of a unit reply, one for a share), free it. Any argument
- * may be NULL/0.
+ * stood for (one per non-alias weight of a unit reply, one per entry of a packed one, one for a
+ * share), free it. Any argument may be NULL/0.
  */
 void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds);
 
