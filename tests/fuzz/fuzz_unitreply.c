@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* fuzz_unitreply.c - feeds arbitrary bytes as weightd's answer to a unit: libweightd's reply
+ * checks in both forms (one WeightInfo per output on protocol version 2, the PackedWeights
+ * columns on version 3), the weights made from a reply that passes, and validating them (every
+ * segment mapped). Whatever the bytes say, nothing may crash, leak an fd or a mapping, or read
+ * outside what was checked. */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_weightd.h"
+#include "unit_int.h"
+#include "weightd/client.h"
+
+/*
+ * Input: byte 0 picks the connection (bit 0: version 3, else 2) and the number of fds that come
+ * with the reply (bits 1-2: 0 to 3, each a 4 KiB memfd); the rest is the Response. The unit is
+ * always the same: three whole-tensor slots (one declared F32 [2, 3]) and two aliases, one of the
+ * other. Each connection has a stand-in daemon that answers its hello and takes the releases
+ * libweightd sends back.
+ */
+static struct fake *fakes[2];
+static weightd_client *clients[2];
+
+/* Only releases come after the hello, quiet ones (answered by weightd only when they fail):
+ * replying would fill a socket nobody reads. */
+static void on_request(struct fake *f, const Weightd__Request *req)
+{
+	(void)f;
+	(void)req;
+}
+
+/* Forget the requests a fake recorded and has handled (it keeps a bounded number). Requests are
+ * recorded and handled in order, so those are the first `handled`; one being handled is kept. */
+static void forget(struct fake *f)
+{
+	size_t h;
+
+	pthread_mutex_lock(&f->mu);
+	h = atomic_load(&f->handled);
+	for (size_t i = 0; i < h; i++)
+		weightd__request__free_unpacked(f->reqs[i], NULL);
+	memmove(f->reqs, f->reqs + h, (f->n_reqs - h) * sizeof(f->reqs[0]));
+	f->n_reqs -= h;
+	atomic_fetch_sub(&f->handled, h);
+	pthread_mutex_unlock(&f->mu);
+}
+
+static void cleanup(void)
+{
+	for (int v = 0; v < 2; v++) {
+		weightd_close(clients[v]);
+		fake_stop(fakes[v]);
+	}
+}
+
+static void init(void)
+{
+	weightd_error err;
+
+	if (clients[0])
+		return;
+	for (int v = 0; v < 2; v++) {
+		fakes[v] = fake_start(on_request, NULL);
+		atomic_store(&fakes[v]->hello_version, v ? 3 : 2);
+		if (weightd_connect(fakes[v]->path, "fuzz", &clients[v], &err) < 0) {
+			fprintf(stderr, "fuzz_unitreply: connect: %s\n", err.message);
+			abort();
+		}
+	}
+	atexit(cleanup);
+}
+
+static weightd_unit *make_unit(weightd_client *c)
+{
+	static const uint64_t shape[] = { 2, 3 };
+	weightd_unit *u = NULL;
+	weightd_error err;
+	static void *dest[5];
+
+	if (weightd_unit_new(c, &u, &err) < 0 ||
+	    weightd_unit_slot(u, "a", NULL, NULL, 0, &dest[0], &err) < 0 ||
+	    weightd_unit_slot(u, "b", "F32", shape, 2, &dest[1], &err) < 0 ||
+	    weightd_unit_slot(u, "c", NULL, NULL, 0, &dest[2], &err) < 0 ||
+	    weightd_unit_slot(u, "x", NULL, NULL, 0, &dest[3], &err) < 0 ||
+	    weightd_unit_slot(u, "y", NULL, NULL, 0, &dest[4], &err) < 0 ||
+	    weightd_unit_set_tensor(u, "a", "m", "a", NULL, &err) < 0 ||
+	    weightd_unit_set_tensor(u, "b", "m", "b", NULL, &err) < 0 ||
+	    weightd_unit_set_tensor(u, "c", "n", "t", NULL, &err) < 0 ||
+	    weightd_unit_set_alias(u, "x", "a", &err) < 0 ||
+	    weightd_unit_set_alias(u, "y", "x", &err) < 0) {
+		fprintf(stderr, "fuzz_unitreply: building the unit: %s\n", err.message);
+		abort();
+	}
+	return u;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static uint8_t page[4096];
+	weightd_client *c;
+	Weightd__Response *resp;
+	weightd_unit *u;
+	weightd_error err;
+	uint32_t nfds;
+	int *fds;
+
+	if (size < 1)
+		return 0;
+	init();
+	c = clients[data[0] & 1];
+	nfds = (data[0] >> 1) & 3;
+	resp = wd_msg_unpack_cached(&weightd__response__descriptor, data + 1, size - 1, c->msgs);
+	if (!resp)
+		return 0;
+	fds = malloc((nfds ? nfds : 1) * sizeof(*fds));
+	if (!fds)
+		abort();
+	for (uint32_t i = 0; i < nfds; i++) {
+		memset(page, (int)i, sizeof(page));
+		fds[i] = fake_memfd(page, sizeof(page));
+	}
+	if (resp->error || resp->body_case != WEIGHTD__RESPONSE__BODY_MATERIALIZE) {
+		/* what wc_pending_take refuses before a reply reaches the unit: given back whole */
+		wc_reply_discard(c, resp, fds, nfds);
+		forget(fakes[data[0] & 1]);
+		return 0;
+	}
+	u = make_unit(c);
+	u->state = U_SUBMITTED;
+	/* takes resp and fds in every case */
+	if (wc_unit_take_reply(u, resp, fds, nfds, &err) == 0) {
+		u->state = U_HELD;
+		if (weightd_unit_validate(u, &err) == 0)
+			weightd_unit_bind(u); /* cannot fail once validated */
+	} else {
+		u->state = U_NEW;
+	}
+	weightd_unit_free(u);
+	forget(fakes[data[0] & 1]);
+	return 0;
+}
