@@ -28,6 +28,7 @@
 
 #include "frame.h"
 #include "harness.h"
+#include "rawcall.h"
 #include "st_writer.h"
 #include "recipe.h"
 #include "weightd.pb-c.h"
@@ -1136,39 +1137,6 @@ static int raw_connect(void)
 	return s;
 }
 
-/* Send req, wait for one reply frame; returns it unpacked (caller frees); fds must be none. */
-static Weightd__Response *raw_call(int sock, Weightd__Request *req)
-{
-	size_t len = weightd__request__get_packed_size(req);
-	uint8_t *buf = malloc(len ? len : 1);
-	struct wd_inbuf *in = wd_inbuf_new(16u << 20, 64);
-	Weightd__Response *resp = NULL;
-	struct wd_frame fr;
-
-	assert_non_null(buf);
-	assert_non_null(in);
-	weightd__request__pack(req, buf);
-	assert_int_equal(wd_frame_send_blocking(sock, buf, len, NULL, 0), 0);
-	free(buf);
-	for (;;) {
-		struct pollfd pf = { sock, POLLIN, 0 };
-		int r = wd_inbuf_next(in, &fr);
-
-		assert_true(r >= 0);
-		if (r == 1)
-			break;
-		assert_int_equal(poll(&pf, 1, 10000), 1);
-		r = wd_inbuf_read(in, sock);
-		assert_true(r > 0 || r == WD_FRAME_AGAIN);
-	}
-	assert_int_equal(fr.nfds, 0);
-	resp = weightd__response__unpack(NULL, fr.len, fr.payload);
-	assert_non_null(resp);
-	wd_frame_close_fds(&fr);
-	wd_inbuf_free(in);
-	return resp;
-}
-
 /* Duplicate names, aliases naming nothing and alias cycles: refused by the library where it can
  * see them, and by the daemon for a client that sends them anyway. */
 static void bad_aliases_and_names_are_refused(void **state)
@@ -1225,7 +1193,7 @@ static void bad_aliases_and_names_are_refused(void **state)
 		req.id = 1;
 		req.body_case = WEIGHTD__REQUEST__BODY_HELLO;
 		req.hello = &hello;
-		resp = raw_call(sock, &req);
+		resp = it_raw_call(sock, &req, NULL, NULL);
 		assert_int_equal(resp->body_case, WEIGHTD__RESPONSE__BODY_HELLO);
 		weightd__response__free_unpacked(resp, NULL);
 
@@ -1245,7 +1213,7 @@ static void bad_aliases_and_names_are_refused(void **state)
 		req.id = 2;
 		req.body_case = WEIGHTD__REQUEST__BODY_MATERIALIZE;
 		req.materialize = &unit;
-		resp = raw_call(sock, &req);
+		resp = it_raw_call(sock, &req, NULL, NULL);
 		assert_non_null(resp->error);
 		assert_int_equal(resp->error->code, WEIGHTD__ERROR_CODE__ERR_DUPLICATE_NAME);
 		assert_string_equal(resp->error->slot, "x");
@@ -1258,7 +1226,7 @@ static void bad_aliases_and_names_are_refused(void **state)
 			unit.entries = two;
 			unit.n_aliases = 0;
 			req.id = 3;
-			resp = raw_call(sock, &req);
+			resp = it_raw_call(sock, &req, NULL, NULL);
 			assert_non_null(resp->error);
 			assert_int_equal(resp->error->code, WEIGHTD__ERROR_CODE__ERR_DUPLICATE_NAME);
 			weightd__response__free_unpacked(resp, NULL);

@@ -4,13 +4,11 @@
  * as PackedWeights that describe the same weights a version 2 reply does, with the right bytes
  * behind each fd and offset; columns that do not add up are refused by name before anything is
  * made; and a version 2 connection cannot send them. */
-#include <poll.h>
 #include <sys/mman.h>
 
 #include "float_ref.h"
-#include "frame.h"
 #include "itest.h"
-#include "weightd.pb-c.h"
+#include "rawcall.h"
 
 static struct harness H;
 
@@ -64,37 +62,12 @@ static void reply_free(struct reply *r)
 	memset(r, 0, sizeof(*r));
 }
 
-/* Send req as one frame and wait for the one message answering it. */
+/* Send req as one frame and wait for the one message answering it, fds and all. */
 static struct reply call(int sock, Weightd__Request *req)
 {
-	size_t len = weightd__request__get_packed_size(req);
-	uint8_t *buf = malloc(len ? len : 1);
-	struct wd_inbuf *in = wd_inbuf_new(16u << 20, 256);
 	struct reply r = { NULL, NULL, 0 };
-	struct wd_frame fr;
 
-	assert_non_null(buf);
-	assert_non_null(in);
-	weightd__request__pack(req, buf);
-	assert_int_equal(wd_frame_send_blocking(sock, buf, len, NULL, 0), 0);
-	free(buf);
-	for (;;) {
-		struct pollfd pf = { sock, POLLIN, 0 };
-		int k = wd_inbuf_next(in, &fr);
-
-		assert_true(k >= 0);
-		if (k == 1)
-			break;
-		assert_int_equal(poll(&pf, 1, 10000), 1);
-		k = wd_inbuf_read(in, sock);
-		assert_true(k > 0 || k == WD_FRAME_AGAIN);
-	}
-	r.resp = weightd__response__unpack(NULL, fr.len, fr.payload);
-	assert_non_null(r.resp);
-	assert_int_equal(r.resp->id, req->id);
-	r.fds = fr.fds;
-	r.nfds = fr.nfds;
-	wd_inbuf_free(in);
+	r.resp = it_raw_call(sock, req, &r.fds, &r.nfds);
 	return r;
 }
 

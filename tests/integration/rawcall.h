@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* rawcall.h - one request and its answer on a raw connection, packed and unpacked with the
+ * generated protobuf-c code (proto/weightd.proto) and framed by src/frame.h, not through
+ * libweightd: for tests that send what the library would not, or read replies as they are.
+ * Header-only; include after cmocka.h. */
+#ifndef WD_RAWCALL_H
+#define WD_RAWCALL_H
+
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "frame.h"
+#include "weightd.pb-c.h"
+
+/*
+ * Send req as one frame and wait (10 s at most) for the one message that answers it; returns it
+ * unpacked (free with weightd__response__free_unpacked). The fds that came with it go to
+ * *ret_fds / *ret_nfds (malloc'd, the caller closes and frees them), or, with ret_fds NULL,
+ * there must be none.
+ */
+static inline Weightd__Response *it_raw_call(int sock, Weightd__Request *req, int **ret_fds,
+					     uint32_t *ret_nfds)
+{
+	size_t len = weightd__request__get_packed_size(req);
+	uint8_t *buf = malloc(len ? len : 1);
+	struct wd_inbuf *in = wd_inbuf_new(16u << 20, 256);
+	Weightd__Response *resp;
+	struct wd_frame fr;
+
+	assert_non_null(buf);
+	assert_non_null(in);
+	weightd__request__pack(req, buf);
+	assert_int_equal(wd_frame_send_blocking(sock, buf, len, NULL, 0), 0);
+	free(buf);
+	for (;;) {
+		struct pollfd pf = { sock, POLLIN, 0 };
+		int r = wd_inbuf_next(in, &fr);
+
+		assert_true(r >= 0);
+		if (r == 1)
+			break;
+		assert_int_equal(poll(&pf, 1, 10000), 1);
+		r = wd_inbuf_read(in, sock);
+		assert_true(r > 0 || r == WD_FRAME_AGAIN);
+	}
+	resp = weightd__response__unpack(NULL, fr.len, fr.payload);
+	assert_non_null(resp);
+	assert_int_equal(resp->id, req->id);
+	if (ret_fds) {
+		*ret_fds = fr.fds;
+		*ret_nfds = fr.nfds;
+	} else {
+		assert_int_equal(fr.nfds, 0);
+		wd_frame_close_fds(&fr);
+	}
+	wd_inbuf_free(in);
+	return resp;
+}
+
+#endif
