@@ -19,8 +19,13 @@
  *           cached weight.
  *   probe1  the same probe with one fd: request, fd, mmap, munmap, close.
  *   scale   declare + submit + validate + bind + free of a unit of 10N slots beside the N-slot
- *           unit, both warm: the time per slot must not grow with the unit (10x the slots at
- *           most 11x the time; libweightd's slot lookup is O(1), the daemon's checks linear).
+ *           unit, both warm, until weightd has also released it (free does not wait for that:
+ *           a list round trip after it does), the two sizes alternating (each runs right after
+ *           the other, never after itself, whose working set would still be in the caches),
+ *           so that neither pays for the other's release nor finds its data cached by its own
+ *           previous run. The time per slot
+ *           must not grow with the unit (10x the slots at most 11x the time; libweightd's slot
+ *           lookup is O(1), the daemon's checks linear).
  *           Printed beside it: page faults and CPU time per slot in each process (the client
  *           from getrusage, weightd from /proc, both over every timed unit of that size), so a
  *           ratio above 10 says which side grew.
@@ -50,8 +55,14 @@ struct setup {
 	void **ptrs;
 };
 
-static int unit_once(struct setup *s, int n, weightd_client *c, double *ret_declare,
-		     double *ret_cycle, uint64_t *ret_read)
+/*
+ * Declare, submit, validate, bind and free a unit of the first n tensors. With `settle`, the
+ * cycle ends only when weightd has also done the release that free sends without waiting: a
+ * list request after it is answered in order (its round trip, tens of microseconds, is part of
+ * every cycle measured so). Without it a unit's release is paid by whatever comes next.
+ */
+static int unit_once_settled(struct setup *s, int n, weightd_client *c, bool settle,
+			     double *ret_declare, double *ret_cycle, uint64_t *ret_read)
 {
 	uint64_t shape[1] = { s->bytes };
 	weightd_unit *u = NULL;
@@ -74,11 +85,23 @@ static int unit_once(struct setup *s, int n, weightd_client *c, double *ret_decl
 		*ret_read = weightd_unit_bytes_read(u);
 	}
 	weightd_unit_free(u);
+	if (r >= 0 && settle) {
+		weightd_source_list *l = NULL;
+
+		r = weightd_list(c, &l, &err);
+		weightd_source_list_free(l);
+	}
 	*ret_cycle = probe_now() - t1;
 	*ret_declare = t1 - t0;
 	if (r < 0)
 		fprintf(stderr, "bench_unit: unit of %d weights: %s\n", n, err.message);
 	return r;
+}
+
+static int unit_once(struct setup *s, int n, weightd_client *c, double *ret_declare,
+		     double *ret_cycle, uint64_t *ret_read)
+{
+	return unit_once_settled(s, n, c, false, ret_declare, ret_cycle, ret_read);
 }
 
 static int get_once(weightd_client *c, const char *name)
@@ -236,37 +259,28 @@ int main(int argc, char **argv)
 				goto out;
 			read_warm += rd;
 		}
-		/* scaling: the whole cycle, declaring included, of n and of SCALE x n slots; one
-		 * big unit per round (it takes SCALE times as long as the others) */
+		/* scaling: the whole cycle, declaring included and the daemon's release of it
+		 * too, of n and of SCALE x n slots, alternating, so that each size runs after the
+		 * other every time (a unit run right after itself finds its own working set in the
+		 * caches) */
 		for (int k = 0; k < iters; k++) {
-			double d, cy;
-			uint64_t rd = 0;
-			long f0 = harness_minor_faults(getpid()), g0 = harness_minor_faults(s.h.pid);
-			double c0 = cpu_self(), d0 = cpu_of(s.h.pid);
-			if (unit_once(&s, s.n, c, &d, &cy, &rd) < 0)
-				goto out;
-			t_small[ns + k] = d + cy;
-			flt_small[0] += harness_minor_faults(getpid()) - f0;
-			flt_small[1] += harness_minor_faults(s.h.pid) - g0;
-			cpu_small[0] += cpu_self() - c0;
-			cpu_small[1] += cpu_of(s.h.pid) - d0;
-			read_warm += rd;
-		}
-		{
-			double d, cy;
-			uint64_t rd = 0;
-			long f0 = harness_minor_faults(getpid()), g0 = harness_minor_faults(s.h.pid);
-			double c0 = cpu_self(), d0 = cpu_of(s.h.pid);
-			if (unit_once(&s, s.total, c, &d, &cy, &rd) < 0)
-				goto out;
-			t_big[r] = d + cy;
-			if (r > 0) { /* the first big unit is cold */
-				flt_big[0] += harness_minor_faults(getpid()) - f0;
-				flt_big[1] += harness_minor_faults(s.h.pid) - g0;
-				cpu_big[0] += cpu_self() - c0;
-				cpu_big[1] += cpu_of(s.h.pid) - d0;
+			for (int big = 0; big < 2; big++) {
+				double d, cy, c0 = cpu_self(), d0 = cpu_of(s.h.pid);
+				uint64_t rd = 0;
+				long f0 = harness_minor_faults(getpid()), g0 = harness_minor_faults(s.h.pid);
+				int size = big ? s.total : s.n;
+
+				if (unit_once_settled(&s, size, c, true, &d, &cy, &rd) < 0)
+					goto out;
+				(big ? t_big : t_small)[ns + k] = d + cy;
+				read_warm += rd;
+				if (r == 0 && k == 0)
+					continue; /* the first of each size counts no faults and no CPU */
+				(big ? flt_big : flt_small)[0] += harness_minor_faults(getpid()) - f0;
+				(big ? flt_big : flt_small)[1] += harness_minor_faults(s.h.pid) - g0;
+				(big ? cpu_big : cpu_small)[0] += cpu_self() - c0;
+				(big ? cpu_big : cpu_small)[1] += cpu_of(s.h.pid) - d0;
 			}
-			read_warm += rd;
 		}
 		for (int k = 0; k < iters; k++) {
 			double t0 = probe_now();
@@ -288,7 +302,7 @@ int main(int argc, char **argv)
 	m_probe1 = probe_median(t_probe1, ns);
 	m_get = probe_median(t_get, ns);
 	m_small = probe_median(t_small, ns);
-	m_big = probe_median(t_big, rounds);
+	m_big = probe_median(t_big, ns);
 	ok_unit = m_unit <= 1.0 * m_probe && read_warm == 0;
 	ok_get = m_get <= 1.3 * m_probe1;
 	ok_scale = m_big <= 1.1 * SCALE * m_small;
@@ -306,24 +320,23 @@ int main(int argc, char **argv)
 	print_side("raw probe: request, one fd, mmap, munmap+close", m_probe1, 1, "round trips");
 	print_side("weightd: materialize, finish, map, release", m_get, 1, "gets");
 	printf("  -> %.2fx the probe (target <= 1.3x): %s\n\n", m_get / m_probe1, ok_get ? "met" : "MISSED");
-	printf("scaling: declare + submit + validate + bind + free, warm, medians of %d and %d:\n", ns,
-	       rounds);
+	printf("scaling: declare + submit + validate + bind + free, warm, alternating, medians of "
+	       "%d each:\n", ns);
 	print_side("weightd: a unit of n slots", m_small, s.n, "slots");
 	printf("  %-48s median %9.3f ms  (%.0f slots/s)\n", "weightd: a unit of 10n slots", m_big * 1e3,
 	       s.total / m_big);
 	printf("  -> %dx the slots took %.2fx the time (target <= %.0fx): %s\n", SCALE, m_big / m_small,
 	       1.1 * SCALE, ok_scale ? "met" : "MISSED");
-	printf("  page faults per slot, client / daemon: n %.3f / %.3f, 10n %.3f / %.3f\n",
-	       (double)flt_small[0] / ((double)ns * s.n), (double)flt_small[1] / ((double)ns * s.n),
-	       rounds > 1 ? (double)flt_big[0] / ((double)(rounds - 1) * s.total) : 0.0,
-	       rounds > 1 ? (double)flt_big[1] / ((double)(rounds - 1) * s.total) : 0.0);
-	if (rounds > 1) {
-		double sc = cpu_small[0] / ((double)ns * s.n), sd = cpu_small[1] / ((double)ns * s.n);
-		double bc = cpu_big[0] / ((double)(rounds - 1) * s.total),
-		       bd = cpu_big[1] / ((double)(rounds - 1) * s.total);
+	if (ns > 1) {
+		double k = (double)(ns - 1), sn = k * s.n, sb = k * s.total; /* slots counted */
 
+		printf("  page faults per slot, client / daemon: n %.3f / %.3f, 10n %.3f / %.3f\n",
+		       (double)flt_small[0] / sn, (double)flt_small[1] / sn,
+		       (double)flt_big[0] / sb, (double)flt_big[1] / sb);
 		printf("  CPU time per slot, client / daemon: n %.3f / %.3f us, 10n %.3f / %.3f us "
-		       "(%.2fx / %.2fx)\n", sc * 1e6, sd * 1e6, bc * 1e6, bd * 1e6, bc / sc, bd / sd);
+		       "(%.2fx / %.2fx)\n", cpu_small[0] / sn * 1e6, cpu_small[1] / sn * 1e6,
+		       cpu_big[0] / sb * 1e6, cpu_big[1] / sb * 1e6,
+		       (cpu_big[0] / sb) / (cpu_small[0] / sn), (cpu_big[1] / sb) / (cpu_small[1] / sn));
 	}
 	printf("load average %.2f (the machine may be shared)\n", la[0]);
 	rc = ok_unit && ok_get && ok_scale ? 0 : 1;
