@@ -257,7 +257,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		session_send_error(s, u->id, &u->err);
 		goto out;
 	}
-	if (packed ? pack_reply(u, &pw, &columns) < 0 : false) {
+	if (packed && pack_reply(u, &pw, &columns) < 0) {
 		for (size_t k = 0; k < nfds; k++)
 			close(fds[k]);
 		for (size_t k = 0; k < u->n_entries; k++)
