@@ -242,7 +242,7 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 	free(tab);
 	wd_hashidx_free(&ix);
 	for (size_t i = 0; i < rl->n_handles; i++)
-		session_release(s, session_find_held(s, rl->handles[i])->w);
+		session_release(s, rl->handles[i]);
 	if (quiet)
 		return;   /* nobody waits for it: one round trip is one message each way */
 	resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;

@@ -457,17 +457,19 @@ int session_hold_found(struct session *s, struct weight *w, struct held *h)
 	return 0;
 }
 
-bool session_release(struct session *s, struct weight *w)
+bool session_release(struct session *s, uint64_t handle)
 {
 	size_t k, pos, last;
+	struct weight *w;
 	struct held *h;
 
 	if (!s->held_index.cap)
 		return false;
-	k = wd_hashidx_slot(&s->held_index, w->id, held_eq, s, &w->id); /* one probe for both */
+	k = wd_hashidx_slot(&s->held_index, handle, held_eq, s, &handle); /* one probe for both */
 	if (!s->held_index.slot[k])
 		return false;
 	h = &s->held[s->held_index.slot[k] - 1];
+	w = h->w;
 	if (--h->count == 0) {
 		pos = (size_t)(h - s->held);
 		last = s->n_held - 1;

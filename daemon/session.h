@@ -130,8 +130,8 @@ int session_hold(struct session *s, struct weight *w);
 /* session_hold of a weight the caller looked up with session_find_held since the last hold or
  * release (h: what that returned), so that a large unit looks each weight up once. */
 int session_hold_found(struct session *s, struct weight *w, struct held *h);
-/* Give back one reference; false if the client holds none on w. */
-bool session_release(struct session *s, struct weight *w);
+/* Give back one reference on the weight of `handle`; false if the client holds none. */
+bool session_release(struct session *s, uint64_t handle);
 struct held *session_find_held(struct session *s, uint64_t handle);
 /* Is the client holding a weight of sg? */
 bool session_holds_segment(const struct session *s, const struct cache_segment *sg);

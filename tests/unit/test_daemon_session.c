@@ -48,7 +48,7 @@ static void held_index_matches_a_reference_count(void **state)
 			assert_int_equal(session_hold(&s, &w[i]), 0);
 			want[i]++;
 		} else {
-			assert_true(session_release(&s, &w[i]));
+			assert_true(session_release(&s, w[i].id));
 			want[i]--;
 		}
 		if (step % 997 == 0) {
@@ -76,10 +76,10 @@ static void held_index_matches_a_reference_count(void **state)
 	/* releasing what is not held is refused and changes nothing */
 	for (size_t k = 0; k < N; k++)
 		if (!want[k])
-			assert_false(session_release(&s, &w[k]));
+			assert_false(session_release(&s, w[k].id));
 	while (s.n_held) {
 		struct weight *x = s.held[0].w;
-		assert_true(session_release(&s, x));
+		assert_true(session_release(&s, x->id));
 	}
 	assert_int_equal(s.held_bytes, 0);
 	free(s.held);
@@ -145,12 +145,12 @@ static void held_index_grows_and_releases_everything(void **state)
 	assert_int_equal(w[7].holders, 1);
 	assert_true(s.held_bytes == (uint64_t)M * 4096);
 	/* release in an order unlike the holding order (odd ids first, then even) */
-	assert_true(session_release(&s, &w[7]));
+	assert_true(session_release(&s, w[7].id));
 	for (int pass = 0; pass < 2; pass++)
 		for (size_t i = (size_t)(1 - pass); i < M; i += 2) {
-			assert_true(session_release(&s, &w[i]));
+			assert_true(session_release(&s, w[i].id));
 			assert_null(session_find_held(&s, w[i].id));
-			assert_false(session_release(&s, &w[i]));
+			assert_false(session_release(&s, w[i].id));
 		}
 	assert_int_equal(s.n_held, 0);
 	assert_true(s.held_bytes == 0);
@@ -216,7 +216,7 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 			assert_int_equal(session_hold(&s, &w[i]), 0);
 			want[i]++;
 		} else {
-			assert_true(session_release(&s, &w[i]));
+			assert_true(session_release(&s, w[i].id));
 			want[i]--;
 		}
 		if (step % 4999 == 0) {
@@ -240,7 +240,7 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 	}
 	/* the limits: exactly at them passes, one past fails naming the limit */
 	while (s.n_held)
-		assert_true(session_release(&s, s.held[0].w));
+		assert_true(session_release(&s, s.held[0].id));
 	assert_int_equal(s.n_segs, 0);
 	assert_int_equal(uu.segments, 0);
 	for (size_t g = 0; g < 2; g++) {
@@ -270,7 +270,7 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 	assert_int_equal(session_check_holds(&s, add, 1, 9, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
 	assert_non_null(strstr(err.message, "uid_max_weights"));
 	while (s.n_held)
-		assert_true(session_release(&s, s.held[0].w));
+		assert_true(session_release(&s, s.held[0].id));
 	assert_int_equal(uu.weights, 0);
 	free(s.held);
 	wd_hashidx_free(&s.held_index);
