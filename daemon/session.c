@@ -37,15 +37,15 @@ uint64_t session_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Heap a decoded request takes per byte of its frame, about (heap_reserve before decoding). */
+#define SESSION_DECODE_HEAP_PER_BYTE 6
+
 /*
  * Bring the client's and its uid's counters in line with its queues: bytes of frames being
  * received (charged as soon as a header announces them, before the buffer grows for them) and
  * fds queued in replies. A dead session is charged nothing. account_fds is cheap; account also
  * walks the frames buffered, so it runs once per read, not once per frame.
  */
-/* Heap a decoded request takes per byte of its frame, about (heap_reserve before decoding). */
-#define SESSION_DECODE_HEAP_PER_BYTE 6
-
 static void account_fds(struct session *s)
 {
 	size_t fds = s->dead ? 0 : wd_outq_fds(s->out) + session_fds_in_flight(s);

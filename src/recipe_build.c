@@ -84,11 +84,6 @@ static void put_str(struct wd_sha256 *s, const char *str)
 }
 
 /*
- * The canonical encoding of one xnode, hashed: a version tag, the operation, its parameters in a
- * fixed order (integers little-endian, strings and arrays prefixed by their length), then the
- * number of inputs and each input's digest. Dtypes are encoded by name, not enum number.
- */
-/*
  * A LEAF's digest in one pass over one buffer: the same bytes xdigest's encoding gives (the tag,
  * the operation, the source's identity, the tensor name, no inputs), so the key of a whole stored
  * tensor costs one SHA-256 of about a hundred bytes.
@@ -128,6 +123,11 @@ int wd_recipe_leaf_digest(const struct wd_source *src, const char *tensor,
 	return 0;
 }
 
+/*
+ * The canonical encoding of one xnode, hashed: a version tag, the operation, its parameters in a
+ * fixed order (integers little-endian, strings and arrays prefixed by their length), then the
+ * number of inputs and each input's digest. Dtypes are encoded by name, not enum number.
+ */
 static int xdigest(struct build *b, struct xnode *x)
 {
 	struct wd_sha256 s;
