@@ -469,6 +469,52 @@ static void batch_done(struct pool_task *t)
 	free(b);
 }
 
+/*
+ * Submit the next task of a created segment's queue `list` (taken off the segment, in the order
+ * they were placed): one job, or a batch of the small jobs that follow. false when the list is
+ * empty. Without a pool the job runs here and may finish (and free) the segment.
+ */
+static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct job_queue *list)
+{
+	struct job *j = TAILQ_FIRST(list), *next;
+	struct batch *b = NULL;
+	uint64_t bytes;
+	size_t n = 1;
+
+	if (!j)
+		return false;
+	bytes = j->nbytes;
+	TAILQ_REMOVE(list, j, queue_link);
+	next = TAILQ_FIRST(list);
+	if (c->p.stats)
+		c->p.stats->in_flight++;
+	if (!c->p.pool || j->nbytes > BATCH_SMALL || !next || next->nbytes > BATCH_SMALL ||
+	    !(b = calloc(1, sizeof(*b)))) {
+		job_start(c, j);
+		return true;
+	}
+	j->fd = sg->seg.fd;
+	STAILQ_INIT(&b->jobs);
+	STAILQ_INSERT_TAIL(&b->jobs, j, batch_link);
+	while ((next = TAILQ_FIRST(list)) && next->nbytes <= BATCH_SMALL && n < BATCH_MAX_JOBS &&
+	       bytes + next->nbytes <= BATCH_MAX_BYTES) {
+		TAILQ_REMOVE(list, next, queue_link);
+		next->fd = sg->seg.fd;
+		STAILQ_INSERT_TAIL(&b->jobs, next, batch_link);
+		bytes += next->nbytes;
+		n++;
+		if (c->p.stats)
+			c->p.stats->in_flight++;
+	}
+	b->task.work = batch_work;
+	b->task.done = batch_done;
+	b->task.jobs = (unsigned)n;
+	log_debug("a batch of %zu small weights (%llu bytes) of %s goes to one worker", n,
+		  (unsigned long long)bytes, sg->seg.name);
+	pool_submit(c->p.pool, &b->task);
+	return true;
+}
+
 /* Start the queued jobs of a created segment (in the order they were placed). */
 static void seg_start_queued(struct cache *c, struct cache_segment *sg)
 {
@@ -476,43 +522,8 @@ static void seg_start_queued(struct cache *c, struct cache_segment *sg)
 	struct job_queue list = TAILQ_HEAD_INITIALIZER(list);
 
 	TAILQ_CONCAT(&list, &sg->queued, queue_link);
-	while (!TAILQ_EMPTY(&list)) {
-		struct job *j = TAILQ_FIRST(&list), *next;
-		struct batch *b = NULL;
-		uint64_t bytes = j->nbytes;
-		size_t n = 1;
-
-		TAILQ_REMOVE(&list, j, queue_link);
-		next = TAILQ_FIRST(&list);
-		if (c->p.stats)
-			c->p.stats->in_flight++;
-		if (!c->p.pool || j->nbytes > BATCH_SMALL || !next || next->nbytes > BATCH_SMALL ||
-		    !(b = calloc(1, sizeof(*b)))) {
-			job_start(c, j); /* without a pool this may finish the segment */
-			continue;
-		}
-		j->fd = sg->seg.fd;
-		STAILQ_INIT(&b->jobs);
-		STAILQ_INSERT_TAIL(&b->jobs, j, batch_link);
-		while ((next = TAILQ_FIRST(&list)) && next->nbytes <= BATCH_SMALL &&
-		       n < BATCH_MAX_JOBS && bytes + next->nbytes <= BATCH_MAX_BYTES) {
-			struct job *k = next;
-
-			TAILQ_REMOVE(&list, k, queue_link);
-			k->fd = sg->seg.fd;
-			STAILQ_INSERT_TAIL(&b->jobs, k, batch_link);
-			bytes += k->nbytes;
-			n++;
-			if (c->p.stats)
-				c->p.stats->in_flight++;
-		}
-		b->task.work = batch_work;
-		b->task.done = batch_done;
-		b->task.jobs = (unsigned)n;
-		log_debug("a batch of %zu small weights (%llu bytes) of %s goes to one worker", n,
-			  (unsigned long long)bytes, sg->seg.name);
-		pool_submit(c->p.pool, &b->task);
-	}
+	while (seg_submit_next(c, sg, &list))
+		;
 }
 
 /* --- packing ---------------------------------------------------------------------------- */
@@ -633,11 +644,41 @@ static void seg_fail_queued(struct cache *c, struct cache_segment *sg, const wei
 		cache_seg_destroy(c, sg, false);
 }
 
+/*
+ * Start the created segments of a pack, one task of each in turn: the workers, taking tasks in
+ * order, then write into different segments rather than queueing on one segment's inode lock
+ * (a write into a shared-memory object holds it). Without a pool, or without memory for the
+ * lists, each segment starts whole in turn.
+ */
+static void pack_start(struct cache *c, struct cache_segment **sgs, size_t n)
+{
+	struct job_queue *lists = c->p.pool && n > 1 ? calloc(n, sizeof(*lists)) : NULL;
+	bool more = true;
+
+	if (!lists) {
+		for (size_t i = 0; i < n; i++)
+			seg_start_queued(c, sgs[i]);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		TAILQ_INIT(&lists[i]);
+		TAILQ_CONCAT(&lists[i], &sgs[i]->queued, queue_link);
+	}
+	/* with a pool nothing finishes before the loop runs again: every segment stays */
+	while (more) {
+		more = false;
+		for (size_t i = 0; i < n; i++)
+			more |= seg_submit_next(c, sgs[i], &lists[i]);
+	}
+	free(lists);
+}
+
 void cache_pack_end(struct cache *c, struct cache_pack *pk)
 {
 	if (!pk)
 		return;
 	uint64_t avail = pk->n_all ? wd_segment_shm_free() : 0, claimed = 0;
+	size_t started = 0;
 
 	for (size_t i = 0; i < pk->n_all; i++) {
 		struct cache_segment *sg = pk->all[i];
@@ -665,8 +706,9 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 			sg->ino = (uint64_t)st.st_ino;
 		sg->created = true;
 		c->segment_bytes += sg->seg.size;
-		seg_start_queued(c, sg);
+		pk->all[started++] = sg; /* the created ones, in order, over the ones handled */
 	}
+	pack_start(c, pk->all, started);
 	free(pk->open);
 	free(pk->all);
 	free(pk);
