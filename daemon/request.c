@@ -90,25 +90,7 @@ void request_source_info(const struct csource *cs, Weightd__SourceInfo *si)
 	}
 }
 
-/* --- release ---------------------------------------------------------------------------------- */
-
 /* --- share, release --------------------------------------------------------------------------- */
-
-/* The daemon ran out of descriptors for a reply: resource-exhausted naming weightd's limit. */
-void request_fds_exhausted(weightd_error *err, int e)
-{
-	char why[300];
-
-	if (e == EMFILE)
-		wd_nofile_text(why, sizeof(why), "weightd",
-			       "LimitNOFILE= in weightd.service, or ulimit -n");
-	else
-		snprintf(why, sizeof(why), "%s", strerror(e));
-	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-		     "resource exhausted: weightd cannot duplicate a segment's "
-		     "descriptor for the reply: %s",
-		     why);
-}
 
 void request_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name)
 {
@@ -136,7 +118,6 @@ void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
 	Weightd__SegmentInfo si = WEIGHTD__SEGMENT_INFO__INIT;
 	Weightd__WeightInfo wi;
 	struct held *h = session_find_held(s, sh->handle);
-	weightd_error e;
 	int fd;
 
 	if (!h) {
@@ -150,17 +131,10 @@ void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
 		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "the client holds its maximum number of weights");
 		return;
 	}
-	fd = fcntl(h->w->segment->seg.ro_fd, F_DUPFD_CLOEXEC, 0);
-	if (fd < 0) {
-		wd_error_clear(&e);
-		request_fds_exhausted(&e, errno);
-		session_send_error(s, id, &e);
-		return;
-	}
+	fd = h->w->segment->seg.ro_fd; /* lent: held by the client (twice now) while it is sent */
 	cache_hold(s->d->cache, h->w);
 	if (session_hold(s, h->w) < 0) {
 		cache_drop(s->d->cache, h->w);
-		close(fd);
 		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
@@ -174,7 +148,7 @@ void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
 	resp.body_case = WEIGHTD__RESPONSE__BODY_SHARE;
 	resp.share = &sr;
 	resp.id = id;
-	session_send(s, &resp, &fd, 1);
+	session_send_borrowed(s, &resp, &fd, 1);
 }
 
 /* How often each handle of a release appears: distinct handles in a dense array, indexed. */

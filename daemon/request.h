@@ -28,8 +28,6 @@ void request_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool 
 void request_share(struct session *s, uint64_t id, const Weightd__Share *sh);
 /* A reply's WeightInfo for w named `name` (strings and bytes borrowed from w). */
 void request_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name);
-/* err: weightd could not duplicate a segment's fd for a reply (errno e), naming its limit. */
-void request_fds_exhausted(weightd_error *err, int e);
 
 /* Send `resp` as the answer to request `id` (fds pass to the session, see session_send). */
 void request_reply(struct session *s, Weightd__Response *resp, uint64_t id, const int *fds,

@@ -220,19 +220,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 			continue;
 		sg->mark = stamp;
 		sg->mark_index = (uint32_t)nfds;
-		fds[nfds] = fcntl(sg->seg.ro_fd, F_DUPFD_CLOEXEC, 0);
-		if (fds[nfds] < 0) {
-			int e = errno;
-
-			for (size_t k = 0; k < nfds; k++)
-				close(fds[k]);
-			for (size_t k = 0; k < u->n_entries; k++)
-				cache_drop(cache, u->outs[k].w);
-			request_fds_exhausted(&u->err, e);
-			log_warn("client %llu: %s", (unsigned long long)s->id, u->err.message);
-			session_send_error(s, u->id, &u->err);
-			goto out;
-		}
+		fds[nfds] = sg->seg.ro_fd; /* lent: the held weights keep it open while it is sent */
 		weightd__segment_info__init(&si[nfds]);
 		si[nfds].id = sg->id;
 		si[nfds].size = sg->seg.size;
@@ -250,16 +238,12 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		new_weights += u->first[i] == i && !h;
 	}
 	if (session_check_holds(s, segs, nfds, new_weights, &u->err) < 0) {
-		for (size_t k = 0; k < nfds; k++)
-			close(fds[k]);
 		for (size_t k = 0; k < u->n_entries; k++)
 			cache_drop(cache, u->outs[k].w);
 		session_send_error(s, u->id, &u->err);
 		goto out;
 	}
 	if (packed && pack_reply(u, &pw, &columns) < 0) {
-		for (size_t k = 0; k < nfds; k++)
-			close(fds[k]);
 		for (size_t k = 0; k < u->n_entries; k++)
 			cache_drop(cache, u->outs[k].w);
 		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
@@ -285,8 +269,6 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		if (r < 0) {
 			for (size_t k = i; k < u->n_entries; k++)
 				cache_drop(cache, u->outs[k].w);
-			for (size_t k = 0; k < nfds; k++)
-				close(fds[k]);
 			session_kill(s, "out of memory recording its references");
 			goto out;
 		}
@@ -303,7 +285,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
 	resp.materialize = &ur;
 	resp.id = u->id;
-	session_send(s, &resp, fds, nfds);
+	session_send_borrowed(s, &resp, fds, nfds);
 out:
 	unitreq_unlink(u);
 	free(columns);

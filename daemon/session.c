@@ -46,13 +46,21 @@ uint64_t session_now_ms(void)
  * fds queued in replies. A dead session is charged nothing. account_fds is cheap; account also
  * walks the frames buffered, so it runs once per read, not once per frame.
  */
-static void account_fds(struct session *s)
+static void account_fds_as(struct session *s, bool ask_kernel)
 {
-	size_t fds = s->dead ? 0 : wd_outq_fds(s->out) + session_fds_in_flight(s);
+	size_t fds = s->dead ? 0 : wd_outq_fds(s->out) +
+				   (ask_kernel ? session_fds_in_flight(s) : s->fds_in_flight);
 
 	if (s->uu)
 		s->uu->queued_fds = s->uu->queued_fds - s->fds_charged + fds;
 	s->fds_charged = fds;
+}
+
+/* The counters with the fds in flight as last seen: never fewer than the truth, and no system
+ * call (a warm get would otherwise pay one ioctl after every reply and one before every request). */
+static void account_fds(struct session *s)
+{
+	account_fds_as(s, false);
 }
 
 static void account(struct session *s)
@@ -89,14 +97,24 @@ size_t session_fds_in_flight(struct session *s)
 }
 
 /* Its replies hold too many fds (its own or its uid's): take no more requests until it reads. */
-static bool over_fd_limits(struct session *s)
+static bool fd_counts_over(const struct session *s)
 {
 	const struct config *cfg = s->d->cfg;
 
-	account_fds(s);
 	return s->fds_charged >= cfg->client_max_queue_fds ||
 	       (s->uu && s->uu->queued_fds >= (s->srv ? server_uid_max_queue_fds(s->srv)
 							: cfg->uid_max_queue_fds));
+}
+
+/* The counts as last seen can only be high: under the limits they settle it; over, the kernel
+ * is asked whether the client has read its fds since. */
+static bool over_fd_limits(struct session *s)
+{
+	account_fds(s);
+	if (!fd_counts_over(s))
+		return false;
+	account_fds_as(s, true);
+	return fd_counts_over(s);
 }
 
 static void update_write_event(struct session *s)
@@ -229,7 +247,8 @@ static void discard_input(struct session *s)
 		event_del(s->ev_read); /* enough: it goes at the deadline */
 }
 
-void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds)
+static void send_msg(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds,
+		     bool borrowed)
 {
 	size_t len = weightd__response__get_packed_size(resp);
 	uint8_t stackbuf[4096], *buf = stackbuf;
@@ -237,14 +256,14 @@ void session_send(struct session *s, const Weightd__Response *resp, const int *f
 	int r;
 
 	if (s->dead) {
-		for (size_t i = 0; i < nfds; i++)
+		for (size_t i = 0; !borrowed && i < nfds; i++)
 			close(fds[i]);
 		return;
 	}
 	if (len > sizeof(stackbuf)) {
 		buf = malloc(len);
 		if (!buf) {
-			for (size_t i = 0; i < nfds; i++)
+			for (size_t i = 0; !borrowed && i < nfds; i++)
 				close(fds[i]);
 			session_kill(s, "out of memory packing a reply");
 			return;
@@ -252,7 +271,8 @@ void session_send(struct session *s, const Weightd__Response *resp, const int *f
 	}
 	weightd__response__pack(resp, buf);
 	queued_before = wd_outq_bytes(s->out);
-	r = wd_outq_push(s->out, buf, len, fds, nfds);
+	r = borrowed ? wd_outq_push_borrowed(s->out, buf, len, fds, nfds)
+		     : wd_outq_push(s->out, buf, len, fds, nfds);
 	if (buf != stackbuf)
 		free(buf);
 	if (r < 0) {
@@ -269,6 +289,27 @@ void session_send(struct session *s, const Weightd__Response *resp, const int *f
 		return;
 	}
 	session_flush(s);
+	/* what the socket did not take keeps duplicates of its own (the caller's may close) */
+	if (borrowed && !s->dead && wd_outq_fds(s->out) && wd_outq_keep_fds(s->out) < 0) {
+		char why[300];
+
+		wd_nofile_text(why, sizeof(why), "weightd", "LimitNOFILE= in weightd.service");
+		log_warn("client %llu (pid %d): a reply waiting for the client to read holds "
+			 "descriptors weightd cannot duplicate: %s; disconnecting it",
+			 (unsigned long long)s->id, (int)s->peer.pid, why);
+		session_kill(s, "out of descriptors for a queued reply");
+	}
+}
+
+void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds)
+{
+	send_msg(s, resp, fds, nfds, false);
+}
+
+void session_send_borrowed(struct session *s, const Weightd__Response *resp, const int *fds,
+			   size_t nfds)
+{
+	send_msg(s, resp, fds, nfds, true);
 }
 
 void session_send_error(struct session *s, uint64_t id, const weightd_error *err)

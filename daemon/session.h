@@ -120,6 +120,11 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 /* Queue a response (ownership of fds passes, see wd_outq_push). A client whose queue grows past
  * its cap is disconnected. */
 void session_send(struct session *s, const Weightd__Response *resp, const int *fds, size_t nfds);
+/* session_send of descriptors the caller keeps open (segments' read-only fds): sent without a
+ * copy when the socket takes the reply at once, duplicated only for what must wait in the queue.
+ * Never closes them. */
+void session_send_borrowed(struct session *s, const Weightd__Response *resp, const int *fds,
+			   size_t nfds);
 /* Send an error response for request `id`. */
 void session_send_error(struct session *s, uint64_t id, const weightd_error *err);
 /* Mark dead: stop reading, release every reference, free later from the loop. */

@@ -3,6 +3,7 @@
 #include "frame.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -115,9 +116,10 @@ struct outq_frame {
 	uint8_t *bytes;     /* header + payload */
 	size_t len;         /* WD_FRAME_HEADER + payload length */
 	size_t off;         /* bytes already sent */
-	int *fds;           /* fds[fds_sent..nfds) still owned and unsent */
+	int *fds;           /* fds[fds_sent..nfds) unsent (owned unless borrowed) */
 	size_t nfds;
 	size_t fds_sent;
+	bool borrowed;      /* the fds are the sender's: never closed here (wd_outq_push_borrowed) */
 };
 
 struct wd_outq {
@@ -146,7 +148,8 @@ void wd_outq_set_frame_max(struct wd_outq *q, uint32_t frame_max)
 
 static void outq_frame_free(struct outq_frame *f)
 {
-	close_fds(f->fds, f->fds_sent, f->nfds);
+	if (!f->borrowed)
+		close_fds(f->fds, f->fds_sent, f->nfds);
 	free(f->fds);
 	free(f->bytes);
 	free(f);
@@ -168,7 +171,7 @@ void wd_outq_free(struct wd_outq *q)
 /* Append one frame (header + payload copy) to the queue; the fds are the caller's until this
  * succeeds, then the queue's. */
 static int outq_push_frame(struct wd_outq *q, const uint8_t *payload, size_t len, const int *fds,
-			   size_t nfds, bool more)
+			   size_t nfds, bool more, bool borrowed)
 {
 	struct outq_frame *f = calloc(1, sizeof(*f));
 
@@ -187,6 +190,7 @@ static int outq_push_frame(struct wd_outq *q, const uint8_t *payload, size_t len
 	if (nfds)
 		memcpy(f->fds, fds, sizeof(int) * nfds);
 	f->nfds = nfds;
+	f->borrowed = borrowed && nfds;
 	put_le32(f->bytes, (uint32_t)len);
 	put_le32(f->bytes + 4, (uint32_t)nfds | (more ? WD_FRAME_MORE : 0));
 	if (len)
@@ -205,7 +209,8 @@ static int outq_push_frame(struct wd_outq *q, const uint8_t *payload, size_t len
  * len / k bytes each, the fds spread evenly; frames already queued for a message that then
  * fails are taken back, so the peer never sees half a message.
  */
-int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds)
+static int outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds,
+		     bool borrowed)
 {
 	size_t k, per_bytes, per_fds, off = 0, fd_off = 0;
 	size_t old_frames = q->frames, old_bytes = q->bytes, old_fds = q->fds;
@@ -231,7 +236,7 @@ int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *
 			goto undo;
 		}
 		rc = outq_push_frame(q, (const uint8_t *)payload + off, b, fds + fd_off, n,
-				     i + 1 < k);
+				     i + 1 < k, borrowed);
 		if (rc < 0)
 			goto undo;
 		off += b;
@@ -252,8 +257,48 @@ undo:
 	q->bytes = old_bytes;
 	q->fds = old_fds;
 fail:
-	close_fds(fds, 0, nfds);
+	if (!borrowed)
+		close_fds(fds, 0, nfds);
 	return rc;
+}
+
+int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds)
+{
+	return outq_push(q, payload, len, fds, nfds, false);
+}
+
+int wd_outq_push_borrowed(struct wd_outq *q, const void *payload, size_t len, const int *fds,
+			  size_t nfds)
+{
+	return outq_push(q, payload, len, fds, nfds, true);
+}
+
+int wd_outq_keep_fds(struct wd_outq *q)
+{
+	struct outq_frame *f;
+
+	TAILQ_FOREACH(f, &q->list, link) {
+		size_t k;
+
+		if (!f->borrowed)
+			continue;
+		/* all of a frame's or none: a frame never carries a number that is not its fd */
+		for (k = f->fds_sent; k < f->nfds; k++) {
+			int d = fcntl(f->fds[k], F_DUPFD_CLOEXEC, 0);
+
+			if (d < 0) {
+				int e = errno;
+
+				while (k-- > f->fds_sent)
+					close(f->fds[k]);
+				errno = e;
+				return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+			}
+			f->fds[k] = d;
+		}
+		f->borrowed = false;
+	}
+	return 0;
 }
 
 /*
@@ -288,7 +333,8 @@ int wd_outq_flush(struct wd_outq *q, int sock)
 			return 1;
 		if (n < 0)
 			return (int)n;
-		close_fds(f->fds, f->fds_sent, f->fds_sent + batch);
+		if (!f->borrowed)
+			close_fds(f->fds, f->fds_sent, f->fds_sent + batch);
 		f->fds_sent += batch;
 		q->fds -= batch;
 		sent = (size_t)n;

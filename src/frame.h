@@ -46,6 +46,18 @@ void wd_outq_set_frame_max(struct wd_outq *q, uint32_t frame_max);
  * message too short to carry its fds, or over 4 GiB), or -WEIGHTD_E_RESOURCE_EXHAUSTED.
  */
 int wd_outq_push(struct wd_outq *q, const void *payload, size_t len, const int *fds, size_t nfds);
+/*
+ * wd_outq_push of fds the caller keeps: the queue neither closes them nor owns them, so they
+ * must stay open while queued. A sender that flushes at once and then calls wd_outq_keep_fds
+ * passes its own long-lived descriptors without a dup and a close per message. Never closes
+ * them, on failure either.
+ */
+int wd_outq_push_borrowed(struct wd_outq *q, const void *payload, size_t len, const int *fds,
+			  size_t nfds);
+/* Replace every borrowed fd still queued (unsent) with a duplicate the queue owns, so the caller
+ * may close its own. 0, or -WEIGHTD_E_RESOURCE_EXHAUSTED (errno set: EMFILE when the process is
+ * out of descriptors), the queue then unchanged for the frame that failed. */
+int wd_outq_keep_fds(struct wd_outq *q);
 
 /*
  * Send as much as the socket takes (MSG_NOSIGNAL, MSG_DONTWAIT). Returns 0 when the queue is empty,

@@ -2,7 +2,8 @@
 /* test_frame_edges.c - the edges of src/frame.c that test_frame.c's round trips do not reach: a
  * message past the frame format's reach, a message whose later frame cannot carry its fds (taken
  * back whole, the queue as it was), raising a receiver's limits after the hello, a blocking send
- * that has to wait for the peer to read, and the message sender's zero frame size. */
+ * that has to wait for the peer to read, and the message sender's zero frame size; borrowed fds
+ * (sent without a copy, never closed by the queue, copied only to wait in it). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "frame.h"
@@ -372,6 +374,117 @@ static void test_large_message_in_huge_pages(void **state)
 	free(small);
 }
 
+static ino_t ino_of(int fd)
+{
+	struct stat st;
+
+	assert_int_equal(fstat(fd, &st), 0);
+	return st.st_ino;
+}
+
+/* Take one whole message from sock into f (the sender flushing q between reads). */
+static void take_message(struct wd_inbuf *in, struct wd_outq *q, int out, int sock,
+			 struct wd_frame *f)
+{
+	for (;;) {
+		int rc = wd_inbuf_next(in, f);
+
+		assert_true(rc >= 0);
+		if (rc == 1)
+			return;
+		assert_true(wd_outq_flush(q, out) >= 0);
+		assert_true(wd_inbuf_read(in, sock) > 0);
+	}
+}
+
+/*
+ * Borrowed fds: a message the socket takes at once carries the caller's own descriptors, which
+ * stay open; one that must wait gets copies of its own from wd_outq_keep_fds, so the caller may
+ * close its own, the peer still receives the same files, and the queue closes its copies once
+ * sent. A queue freed with a borrowed message unsent closes nothing of the caller's.
+ */
+static void test_borrowed_fds(void **state)
+{
+	struct wd_outq *q = wd_outq_new();
+	struct wd_inbuf *in = wd_inbuf_new(2u << 20, 16);
+	uint8_t *big = calloc(1, 1u << 20);
+	int sv[2], p[2], sndbuf = 4096, fl;
+	ino_t ino;
+	struct wd_frame f;
+
+	(void)state;
+	assert_non_null(q);
+	assert_non_null(in);
+	assert_non_null(big);
+	pair(sv);
+	fl = fcntl(sv[0], F_GETFL);
+	assert_int_equal(fcntl(sv[0], F_SETFL, fl | O_NONBLOCK), 0);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	ino = ino_of(p[0]);
+
+	/* taken at once: nothing to copy, the caller's fd stays open */
+	assert_int_equal(wd_outq_push_borrowed(q, "now", 3, p, 1), 0);
+	assert_int_equal(wd_outq_flush(q, sv[0]), 0);
+	assert_int_equal(wd_outq_keep_fds(q), 0);
+	assert_true(fd_is_open(p[0]));
+	take_message(in, q, sv[0], sv[1], &f);
+	assert_int_equal(f.len, 3);
+	assert_int_equal(f.nfds, 1);
+	assert_int_equal(ino_of(f.fds[0]), ino);
+	assert_int_not_equal(f.fds[0], p[0]);
+	wd_frame_close_fds(&f);
+
+	/* behind a megabyte the socket cannot take: copied, then the caller closes its own */
+	assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
+	assert_int_equal(wd_outq_push(q, big, 1u << 20, NULL, 0), 0);
+	assert_int_equal(wd_outq_push_borrowed(q, "later", 5, p, 2), 0);
+	assert_int_equal(wd_outq_flush(q, sv[0]), 1);
+	assert_int_equal(wd_outq_fds(q), 2);
+	assert_int_equal(wd_outq_keep_fds(q), 0);
+	assert_int_equal(wd_outq_fds(q), 2);
+	close(p[0]);
+	close(p[1]);
+	take_message(in, q, sv[0], sv[1], &f);   /* the megabyte */
+	assert_int_equal(f.len, 1u << 20);
+	assert_int_equal(f.nfds, 0);
+	take_message(in, q, sv[0], sv[1], &f);
+	assert_int_equal(f.len, 5);
+	assert_memory_equal(f.payload, "later", 5);
+	assert_int_equal(f.nfds, 2);
+	assert_int_equal(ino_of(f.fds[0]), ino);
+	assert_int_equal(ino_of(f.fds[1]), ino);
+	/* sent: the queue's copies are closed, so the pipe's write end is open only here */
+	assert_int_equal(wd_outq_fds(q), 0);
+	{
+		char byte = 'z', got = 0;
+
+		/* non-blocking: a copy left open would show as EAGAIN, not hang the test */
+		assert_int_equal(fcntl(f.fds[0], F_SETFL, O_NONBLOCK), 0);
+		assert_int_equal(write(f.fds[1], &byte, 1), 1);
+		close(f.fds[1]);
+		f.fds[1] = -1;
+		assert_int_equal(read(f.fds[0], &got, 1), 1);
+		assert_int_equal(got, 'z');
+		assert_int_equal(read(f.fds[0], &got, 1), 0);   /* no writer left anywhere */
+	}
+	wd_frame_close_fds(&f);
+
+	/* freed unsent: the caller's fds are left alone */
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	assert_int_equal(wd_outq_push(q, big, 1u << 20, NULL, 0), 0);
+	assert_int_equal(wd_outq_push_borrowed(q, "never", 5, p, 2), 0);
+	assert_int_equal(wd_outq_flush(q, sv[0]), 1);
+	wd_outq_free(q);
+	assert_true(fd_is_open(p[0]));
+	assert_true(fd_is_open(p[1]));
+	close(p[0]);
+	close(p[1]);
+	wd_inbuf_free(in);
+	close(sv[0]);
+	close(sv[1]);
+	free(big);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -384,6 +497,7 @@ int main(void)
 		cmocka_unit_test(test_msg_cache_is_bounded),
 		cmocka_unit_test(test_msg_outlives_cache_owner),
 		cmocka_unit_test(test_large_message_in_huge_pages),
+		cmocka_unit_test(test_borrowed_fds),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
