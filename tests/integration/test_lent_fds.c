@@ -1,0 +1,276 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_lent_fds.c - a reply lends weightd's own segment fd when the socket takes it at once; one
+ * that has to wait behind a reply the client has not read carries a copy of its own, so it still
+ * brings the right bytes after the segment it names is gone and its fd number reused. */
+#include <sys/mman.h>
+
+#include "itest.h"
+#include "rawcall.h"
+#include "st_writer.h"
+
+static struct harness H;
+
+/* Tensors of "big": their reply (about 100 bytes each, version 2) is far more than a socket's
+ * buffer (about 200 KiB), so whatever is answered after it waits in weightd's queue. */
+#define BIG 8000
+#define W_BYTES 4096
+#define W_SEED 77
+#define X_SEED 99
+
+static int teardown(void **state)
+{
+	(void)state;
+	harness_cleanup(&H);
+	return 0;
+}
+
+static void write_one(const char *file, const char *name, uint32_t seed, char *path, size_t cap)
+{
+	struct stw_tensor t = { .name = name, .dtype = "U8", .ndim = 1, .shape = { W_BYTES },
+				.pattern = STW_BYTES, .seed = seed };
+
+	harness_path(&H, file, path, cap);
+	assert_int_equal(stw_write(path, &t, 1, NULL, 0, NULL), 0);
+}
+
+static void start(void)
+{
+	static char names[BIG][16];
+	struct stw_tensor *ts = calloc(BIG, sizeof(*ts));
+	char big[512], b[512], c[512], sec[2048];
+
+	assert_non_null(ts);
+	assert_int_equal(harness_init(&H), 0);
+	for (size_t i = 0; i < BIG; i++) {
+		snprintf(names[i], sizeof(names[i]), "t.%05zu", i);
+		ts[i] = (struct stw_tensor){ .name = names[i], .dtype = "U8", .ndim = 1,
+					     .shape = { 16 }, .pattern = STW_BYTES,
+					     .seed = (uint32_t)i };
+	}
+	harness_path(&H, "big.safetensors", big, sizeof(big));
+	assert_int_equal(stw_write(big, ts, BIG, NULL, 0, NULL), 0);
+	free(ts);
+	write_one("b.safetensors", "w", W_SEED, b, sizeof(b));
+	write_one("c.safetensors", "x", X_SEED, c, sizeof(c));
+	snprintf(sec, sizeof(sec),
+		 "[checkpoint:big]\npath = %s\n[checkpoint:b]\npath = %s\n[checkpoint:c]\npath = %s\n",
+		 big, b, c);
+	/* segments nobody holds go at once: W's goes with W */
+	it_start(&H, "max_idle_segments = 0", sec);
+}
+
+/* A one-node entry reading ckpt/tensor whole. */
+struct entry {
+	Weightd__UnitEntry e, *ep;
+	Weightd__Recipe rec;
+	Weightd__Node node, *np;
+};
+
+static void entry_init(struct entry *x, const char *ckpt, const char *tensor)
+{
+	weightd__unit_entry__init(&x->e);
+	weightd__recipe__init(&x->rec);
+	weightd__node__init(&x->node);
+	x->node.op = WEIGHTD__OP__OP_SOURCE;
+	x->node.checkpoint = (char *)ckpt;
+	x->node.tensor = (char *)tensor;
+	x->np = &x->node;
+	x->rec.n_nodes = 1;
+	x->rec.nodes = &x->np;
+	x->e.name = (char *)tensor;
+	x->e.recipe = &x->rec;
+	x->ep = &x->e;
+}
+
+static void send_req(int sock, Weightd__Request *req)
+{
+	size_t len = weightd__request__get_packed_size(req);
+	uint8_t *buf = malloc(len);
+
+	assert_non_null(buf);
+	weightd__request__pack(req, buf);
+	assert_int_equal(wd_frame_send_blocking(sock, buf, len, NULL, 0), 0);
+	free(buf);
+}
+
+static void send_unit(int sock, uint64_t id, Weightd__UnitEntry **entries, size_t n)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Unit u = WEIGHTD__UNIT__INIT;
+
+	u.n_entries = n;
+	u.entries = entries;
+	req.id = id;
+	req.body_case = WEIGHTD__REQUEST__BODY_MATERIALIZE;
+	req.materialize = &u;
+	send_req(sock, &req);
+}
+
+/* The next message on sock (10 s at most), fds and all. */
+static Weightd__Response *next_reply(struct wd_inbuf *in, int sock, struct wd_frame *fr)
+{
+	Weightd__Response *resp;
+
+	for (;;) {
+		struct pollfd pf = { sock, POLLIN, 0 };
+		int r = wd_inbuf_next(in, fr);
+
+		assert_true(r >= 0);
+		if (r == 1)
+			break;
+		assert_int_equal(poll(&pf, 1, 10000), 1);
+		r = wd_inbuf_read(in, sock);
+		assert_true(r > 0 || r == WD_FRAME_AGAIN);
+	}
+	resp = weightd__response__unpack(NULL, fr->len, fr->payload);
+	assert_non_null(resp);
+	return resp;
+}
+
+/* W's reply: its bytes, read through the fd that came with it, are tensor "w" of checkpoint b. */
+static void check_w(const Weightd__Response *resp, const struct wd_frame *fr, uint64_t *ret_handle)
+{
+	const Weightd__UnitReply *ur;
+	const Weightd__WeightInfo *wi;
+	const Weightd__SegmentInfo *si = NULL;
+	const uint8_t *p;
+
+	assert_int_equal(resp->body_case, WEIGHTD__RESPONSE__BODY_MATERIALIZE);
+	ur = resp->materialize;
+	assert_int_equal(ur->n_weights, 1);
+	wi = ur->weights[0];
+	assert_int_equal(wi->nbytes, W_BYTES);
+	for (size_t i = 0; i < ur->n_segments; i++)
+		if (ur->segments[i]->id == wi->segment)
+			si = ur->segments[i];
+	assert_non_null(si);
+	assert_true(si->fd_index < fr->nfds);
+	p = mmap(NULL, si->size, PROT_READ, MAP_SHARED, fr->fds[si->fd_index], 0);
+	assert_true(p != MAP_FAILED);
+	assert_int_equal(it_pattern_mismatch(p + wi->offset, W_BYTES, W_SEED), -1);
+	munmap((void *)p, si->size);
+	*ret_handle = wi->handle;
+}
+
+/*
+ * A raw client (protocol version 2) asks for the 8,000 weights of "big" and then for W without
+ * reading: W's reply waits in weightd's queue. It then releases W twice (its earlier hold and the
+ * one the waiting reply took), an admin evicts W, whose segment goes, and takes X of another
+ * checkpoint, whose new segment takes the lowest free descriptors. When the client reads, W's
+ * reply brings W's bytes: the queued reply held a copy of the segment's fd, not its number.
+ */
+static void a_waiting_reply_keeps_its_segment(void **state)
+{
+	static struct entry big[BIG];
+	static Weightd__UnitEntry *big_ep[BIG];
+	static char names[BIG][16];
+	struct wd_inbuf *in = wd_inbuf_new(16u << 20, 256);
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Hello hello = WEIGHTD__HELLO__INIT;
+	Weightd__Release rel = WEIGHTD__RELEASE__INIT;
+	Weightd__Response *resp;
+	weightd_client *admin;
+	weightd_weight *x;
+	struct entry w;
+	struct wd_frame fr;
+	uint64_t hw = 0, hw2 = 0, handles[2], evicted = 0, bytes = 0;
+	int sock, base;
+	bool gone = false;
+
+	(void)state;
+	start();
+	base = it_fd_base(&H);
+	assert_non_null(in);
+	for (size_t i = 0; i < BIG; i++) {
+		snprintf(names[i], sizeof(names[i]), "t.%05zu", i);
+		entry_init(&big[i], "big", names[i]);
+		big_ep[i] = &big[i].e;
+	}
+	entry_init(&w, "b", "w");
+	sock = it_raw_connect(&H);
+	assert_true(sock >= 0);
+	hello.protocol_version = 2;
+	hello.client_name = "lender";
+	req.id = 1;
+	req.body_case = WEIGHTD__REQUEST__BODY_HELLO;
+	req.hello = &hello;
+	resp = it_raw_call(sock, &req, NULL, NULL);
+	weightd__response__free_unpacked(resp, NULL);
+
+	/* warm both, reading the replies: W's handle and segment */
+	send_unit(sock, 2, big_ep, BIG);
+	resp = next_reply(in, sock, &fr);
+	assert_int_equal(resp->id, 2);
+	assert_int_equal(resp->materialize->n_weights, BIG);
+	weightd__response__free_unpacked(resp, NULL);
+	wd_frame_close_fds(&fr);
+	send_unit(sock, 3, &w.ep, 1);
+	resp = next_reply(in, sock, &fr);
+	assert_int_equal(resp->id, 3);
+	check_w(resp, &fr, &hw);
+	weightd__response__free_unpacked(resp, NULL);
+	wd_frame_close_fds(&fr);
+
+	/* nothing read from here on: the big reply fills the socket, W's waits behind it */
+	send_unit(sock, 4, big_ep, BIG);
+	send_unit(sock, 5, &w.ep, 1);
+	handles[0] = handles[1] = hw;
+	rel.n_handles = 2;
+	rel.handles = handles;
+	memset(&req, 0, sizeof(req));
+	weightd__request__init(&req);
+	req.id = 6;
+	req.body_case = WEIGHTD__REQUEST__BODY_RELEASE;
+	req.release = &rel;
+	send_req(sock, &req);
+
+	/* once weightd has taken the release, W can be evicted; its segment goes with it */
+	admin = it_connect(&H);
+	for (int i = 0; i < 200 && !gone; i++) {
+		weightd_status *st;
+		weightd_error err;
+
+		assert_int_equal(weightd_evict(admin, &evicted, &bytes, &err), 0);
+		st = it_status(admin);
+		gone = it_weight(st, "b", "w") == NULL;
+		weightd_status_free(st);
+		if (!gone)
+			usleep(20000);
+	}
+	assert_true(gone);
+	x = it_get_ok(admin, "c", "x");
+	assert_int_equal(it_pattern_mismatch(it_map(x), W_BYTES, X_SEED), -1);
+
+	/* now read: the big unit, then W, with W's bytes */
+	resp = next_reply(in, sock, &fr);
+	assert_int_equal(resp->id, 4);
+	assert_int_equal(resp->materialize->n_weights, BIG);
+	weightd__response__free_unpacked(resp, NULL);
+	wd_frame_close_fds(&fr);
+	resp = next_reply(in, sock, &fr);
+	assert_int_equal(resp->id, 5);
+	check_w(resp, &fr, &hw2);
+	assert_int_equal(hw2, hw);
+	weightd__response__free_unpacked(resp, NULL);
+	wd_frame_close_fds(&fr);
+	resp = next_reply(in, sock, &fr);
+	assert_int_equal(resp->id, 6);
+	assert_int_equal(resp->body_case, WEIGHTD__RESPONSE__BODY_RELEASE);
+	weightd__response__free_unpacked(resp, NULL);
+	wd_frame_close_fds(&fr);
+
+	wd_inbuf_free(in);
+	close(sock);
+	weightd_release(x);
+	weightd_close(admin);
+	it_leak_check(&H, base, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(a_waiting_reply_keeps_its_segment, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
