@@ -182,6 +182,9 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 		     "(max_unit_entries)", rl->n_handles, s->d->cfg->max_unit_entries);
 		return;
 	}
+	/* a unit's free, checked in one pass (nothing changes unless all of it holds) */
+	if (session_release_newest(s, rl->handles, rl->n_handles))
+		goto done;
 	tab = calloc(rl->n_handles ? rl->n_handles : 1, sizeof(*tab));
 	if (!tab || wd_hashidx_reserve_from(&ix, rl->n_handles, 0, count_at, tab) < 0) {
 		free(tab);
@@ -217,6 +220,7 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 	wd_hashidx_free(&ix);
 	for (size_t i = 0; i < rl->n_handles; i++)
 		session_release(s, rl->handles[i]);
+done:
 	if (quiet)
 		return;   /* nobody waits for it: one round trip is one message each way */
 	resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;

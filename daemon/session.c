@@ -340,10 +340,31 @@ static bool held_eq(const void *ctx, uint32_t pos, const void *key)
 	return s->held[pos].id == *(const uint64_t *)key;
 }
 
+/* Index the holds not indexed yet; false (nothing changed) when out of memory. */
+static bool held_index_sync(struct session *s)
+{
+	if (s->n_indexed == s->n_held)
+		return true;
+	if (wd_hashidx_reserve_from(&s->held_index, s->n_held, s->n_indexed, held_at, s) < 0)
+		return false;
+	for (; s->n_indexed < s->n_held; s->n_indexed++)
+		wd_hashidx_put(&s->held_index, s->held[s->n_indexed].id, (uint32_t)s->n_indexed);
+	return true;
+}
+
 struct held *session_find_held(struct session *s, uint64_t handle)
 {
-	uint32_t at = wd_hashidx_find(&s->held_index, handle, held_eq, s, &handle);
+	uint32_t at;
 
+	if (!s->n_held)
+		return NULL;
+	if (!held_index_sync(s)) {
+		/* no memory to index the newest: look through them, then the indexed ones */
+		for (size_t i = s->n_indexed; i < s->n_held; i++)
+			if (s->held[i].id == handle)
+				return &s->held[i];
+	}
+	at = wd_hashidx_find(&s->held_index, handle, held_eq, s, &handle);
 	return at ? &s->held[at - 1] : NULL;
 }
 
@@ -473,8 +494,6 @@ int session_hold_found(struct session *s, struct weight *w, struct held *h)
 		h->count++;
 		return 0;
 	}
-	if (wd_hashidx_reserve(&s->held_index, s->n_held + 1, held_at, s) < 0)
-		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	if (segs_grow(s) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	if (s->n_held == s->cap_held) {
@@ -488,8 +507,7 @@ int session_hold_found(struct session *s, struct weight *w, struct held *h)
 	s->held[s->n_held].w = w;
 	s->held[s->n_held].id = w->id;
 	s->held[s->n_held].count = 1;
-	wd_hashidx_put(&s->held_index, w->id, (uint32_t)s->n_held);
-	s->n_held++;
+	s->n_held++;   /* indexed when a lookup needs it (held_index_sync) */
 	s->held_bytes += w->nbytes;
 	w->holders++;
 	segs_add(s, w->segment);
@@ -504,8 +522,15 @@ bool session_release(struct session *s, uint64_t handle)
 	struct weight *w;
 	struct held *h;
 
-	if (!s->held_index.cap)
+	if (!s->n_held)
 		return false;
+	if (!held_index_sync(s)) {
+		/* no memory to index the newest: only what is indexed can be moved about */
+		log_warn("client %llu: out of memory indexing the weights it holds; its release "
+			 "of weight %llu is ignored", (unsigned long long)s->id,
+			 (unsigned long long)handle);
+		return false;
+	}
 	k = wd_hashidx_slot(&s->held_index, handle, held_eq, s, &handle); /* one probe for both */
 	if (!s->held_index.slot[k])
 		return false;
@@ -521,6 +546,7 @@ bool session_release(struct session *s, uint64_t handle)
 				     (uint32_t)pos);
 		}
 		s->n_held--;
+		s->n_indexed--;
 		w->holders--;
 		s->held_bytes -= w->nbytes;
 		segs_remove(s, w->segment);
@@ -528,6 +554,38 @@ bool session_release(struct session *s, uint64_t handle)
 			s->uu->weights--;
 	}
 	cache_drop(s->d->cache, w);
+	return true;
+}
+
+bool session_release_newest(struct session *s, const uint64_t *handles, size_t n)
+{
+	size_t runs = 0, at, k;
+
+	for (size_t i = 0; i < n; i++)
+		runs += i == 0 || handles[i] != handles[i - 1];
+	if (!n || runs > s->n_held - s->n_indexed)
+		return false;   /* only the unindexed newest: what goes needs no index work */
+	at = s->n_held - runs;
+	for (size_t i = 0, j; i < n; i = j, at++) {
+		for (j = i + 1; j < n && handles[j] == handles[i]; j++)
+			;
+		if (s->held[at].id != handles[i] || s->held[at].count != j - i)
+			return false;
+	}
+	at = s->n_held - runs;
+	for (k = at; k < s->n_held; k++) {
+		struct weight *w = s->held[k].w;
+		uint32_t c = s->held[k].count;
+
+		w->holders--;
+		s->held_bytes -= w->nbytes;
+		segs_remove(s, w->segment);
+		while (c--)
+			cache_drop(s->d->cache, w);
+	}
+	if (s->uu)
+		s->uu->weights -= runs;
+	s->n_held = at;
 	return true;
 }
 
@@ -578,6 +636,7 @@ void session_kill(struct session *s, const char *why)
 	}
 	wd_hashidx_clear(&s->segs_index);
 	s->n_segs = 0;
+	s->n_indexed = 0;   /* the index is cleared below */
 	while (s->n_held) {
 		struct held *h = &s->held[s->n_held - 1];
 		struct weight *w = h->w;

@@ -54,9 +54,11 @@ struct session {
 	struct event *ev_later;   /* look again soon: paused (has it read its fds?), or done? */
 	struct wd_inbuf *in;
 	struct wd_outq *out;
-	struct held *held;    /* dense, unordered */
+	struct held *held;    /* dense: in the order taken, until a release moves the last one */
 	size_t n_held, cap_held;
-	struct wd_hashidx held_index; /* by weight id: position in held */
+	struct wd_hashidx held_index; /* by weight id: position in held, for held[0, n_indexed) */
+	size_t n_indexed;     /* the newest holds are indexed only when a lookup needs them:
+			       * a unit bound and then freed whole never touches the index */
 	uint64_t held_bytes;  /* bytes of the distinct weights held */
 	struct held_segment *segs; /* segments held in: dense, unordered */
 	size_t n_segs, segs_cap;
@@ -137,6 +139,13 @@ int session_hold(struct session *s, struct weight *w);
 int session_hold_found(struct session *s, struct weight *w, struct held *h);
 /* Give back one reference on the weight of `handle`; false if the client holds none. */
 bool session_release(struct session *s, uint64_t handle);
+/*
+ * The release of a unit's free: handles[0..n) give back every reference on the weights held
+ * last, in the order they were taken (each handle as many times in a row as it is held). Then
+ * they are released in one pass, with no lookup, and true is returned; otherwise nothing changes
+ * and false says to release them one by one.
+ */
+bool session_release_newest(struct session *s, const uint64_t *handles, size_t n);
 struct held *session_find_held(struct session *s, uint64_t handle);
 /* Is the client holding a weight of sg? */
 bool session_holds_segment(const struct session *s, const struct cache_segment *sg);

@@ -90,10 +90,10 @@ static void held_index_matches_a_reference_count(void **state)
 }
 
 /*
- * The index grows by doubling as distinct weights are held, always at least twice the number
- * held (so probing stays short), and every weight stays findable across each growth; holding a
- * weight again only counts; releasing everything leaves no reference, no holder, no bytes, and
- * the weights back with the cache unreferenced.
+ * The index grows by doubling as distinct weights are held and looked up, always at least twice
+ * the number held once a lookup has indexed them (so probing stays short), and every weight
+ * stays findable across each growth; holding a weight again only counts; releasing everything
+ * leaves no reference, no holder, no bytes, and the weights back with the cache unreferenced.
  */
 static void held_index_grows_and_releases_everything(void **state)
 {
@@ -118,6 +118,8 @@ static void held_index_grows_and_releases_everything(void **state)
 		w[i].segment = &seg;
 		cache_hold(d.cache, &w[i]);
 		assert_int_equal(session_hold(&s, &w[i]), 0);
+		assert_ptr_equal(session_find_held(&s, w[i].id)->w, &w[i]);
+		assert_int_equal(s.n_indexed, s.n_held);
 		assert_true(s.held_index.cap >= 2 * s.n_held);
 		assert_int_equal(s.held_index.cap & (s.held_index.cap - 1), 0);
 		if (s.held_index.cap != last_cap) {
@@ -279,11 +281,155 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 	cache_free(d.cache, false);
 }
 
+/* A session over a fresh cache, for the tests below. */
+static void bare_session(struct daemon *d, struct session *s, struct cache_params *cp)
+{
+	memset(d, 0, sizeof(*d));
+	memset(s, 0, sizeof(*s));
+	d->cache = cache_new(cp);
+	assert_non_null(d->cache);
+	s->d = d;
+}
+
+static void bare_session_free(struct daemon *d, struct session *s)
+{
+	free(s->held);
+	wd_hashidx_free(&s->held_index);
+	free(s->segs);
+	wd_hashidx_free(&s->segs_index);
+	cache_free(d->cache, false);
+}
+
+/*
+ * Holds taken without a lookup are not indexed (a unit bound and then freed whole never builds
+ * the index); the first lookup indexes all of them, and each is found.
+ */
+static void holds_are_indexed_when_looked_up(void **state)
+{
+	enum { M = 500 };
+	static struct weight w[M];
+	static struct cache_segment seg;
+	struct cache_params cp = { .budget = 1ull << 40 };
+	struct daemon d;
+	struct session s;
+
+	(void)state;
+	bare_session(&d, &s, &cp);
+	for (size_t i = 0; i < M; i++) {
+		memset(&w[i], 0, sizeof(w[i]));
+		w[i].id = 50 + i;
+		w[i].nbytes = 64;
+		w[i].segment = &seg;
+		cache_hold(d.cache, &w[i]);
+		assert_int_equal(session_hold_found(&s, &w[i], NULL), 0);
+	}
+	assert_int_equal(s.n_held, M);
+	assert_int_equal(s.n_indexed, 0);
+	assert_int_equal(s.held_index.cap, 0);
+	assert_null(session_find_held(&s, 49));
+	assert_int_equal(s.n_indexed, M);
+	assert_true(s.held_index.cap >= 2 * M);
+	for (size_t i = 0; i < M; i++)
+		assert_ptr_equal(session_find_held(&s, w[i].id)->w, &w[i]);
+	while (s.n_held)
+		assert_true(session_release(&s, s.held[s.n_held - 1].id));
+	assert_int_equal(s.n_indexed, 0);
+	bare_session_free(&d, &s);
+}
+
+/*
+ * A unit's free: the handles of the newest holds, in the order taken, each as often as it is
+ * held, are released in one pass, and the index is never built for them. Anything else (out of
+ * order, a count short, an older weight among them, a handle not held, nothing) is refused with
+ * nothing changed, for the one-by-one release to handle.
+ */
+static void newest_holds_are_released_in_one_pass(void **state)
+{
+	enum { OLD = 3, NEW = 6 };
+	static struct weight w[OLD + NEW];
+	static struct cache_segment seg;
+	struct cache_params cp = { .budget = 1ull << 40 };
+	struct daemon d;
+	struct session s;
+	uint64_t h[NEW + 1], bytes_old = 0;
+	size_t cap;
+
+	(void)state;
+	bare_session(&d, &s, &cp);
+	for (size_t i = 0; i < OLD + NEW; i++) {
+		memset(&w[i], 0, sizeof(w[i]));
+		w[i].id = 900 + 7 * i;
+		w[i].nbytes = 100 + i;
+		w[i].segment = &seg;
+	}
+	/* the older holds, looked up (so indexed) */
+	for (size_t i = 0; i < OLD; i++) {
+		cache_hold(d.cache, &w[i]);
+		assert_int_equal(session_hold(&s, &w[i]), 0);
+		bytes_old += w[i].nbytes;
+	}
+	assert_non_null(session_find_held(&s, w[0].id));
+	cap = s.held_index.cap;
+	/* a unit's holds: each new weight once, the third twice (an entry and its repeat) */
+	for (size_t i = OLD; i < OLD + NEW; i++) {
+		cache_hold(d.cache, &w[i]);
+		assert_int_equal(session_hold_found(&s, &w[i], NULL), 0);
+	}
+	cache_hold(d.cache, &w[OLD + 2]);
+	s.held[OLD + 2].count++;   /* what session_hold of the repeat does, without a lookup */
+	assert_int_equal(s.n_indexed, OLD);
+
+	for (size_t i = 0, k = 0; i < NEW; i++) {
+		h[k++] = w[OLD + i].id;
+		if (i == 2)
+			h[k++] = w[OLD + i].id;
+	}
+	/* refused, nothing changed: swapped, a count short, an older one, unknown, empty */
+	{
+		uint64_t bad[NEW + 1];
+
+		memcpy(bad, h, sizeof(bad));
+		bad[0] = h[1];
+		bad[1] = h[0];
+		assert_false(session_release_newest(&s, bad, NEW + 1));
+		assert_false(session_release_newest(&s, h, NEW));          /* the last one missing */
+		memcpy(bad, h, sizeof(bad));
+		bad[3] = h[4];                                             /* w[OLD+2] once */
+		assert_false(session_release_newest(&s, bad + 1, NEW));
+		memcpy(bad, h, sizeof(bad));
+		bad[0] = w[OLD - 1].id;
+		assert_false(session_release_newest(&s, bad, NEW + 1));
+		bad[0] = 1;
+		assert_false(session_release_newest(&s, bad, NEW + 1));
+		assert_false(session_release_newest(&s, h, 0));
+	}
+	assert_int_equal(s.n_held, OLD + NEW);
+	for (size_t i = OLD; i < OLD + NEW; i++)
+		assert_int_equal(w[i].refs, i == OLD + 2 ? 2 : 1);
+
+	assert_true(session_release_newest(&s, h, NEW + 1));
+	assert_int_equal(s.n_held, OLD);
+	assert_int_equal(s.held_bytes, bytes_old);
+	assert_int_equal(s.held_index.cap, cap);   /* never indexed */
+	for (size_t i = 0; i < OLD + NEW; i++) {
+		assert_int_equal(w[i].refs, i < OLD);
+		assert_int_equal(w[i].holders, i < OLD);
+	}
+	for (size_t i = 0; i < OLD; i++)
+		assert_ptr_equal(session_find_held(&s, w[i].id)->w, &w[i]);
+	assert_null(session_find_held(&s, w[OLD].id));
+	while (s.n_held)
+		assert_true(session_release(&s, s.held[0].id));
+	bare_session_free(&d, &s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(held_index_matches_a_reference_count),
 		cmocka_unit_test(held_index_grows_and_releases_everything),
+		cmocka_unit_test(holds_are_indexed_when_looked_up),
+		cmocka_unit_test(newest_holds_are_released_in_one_pass),
 		cmocka_unit_test(segments_held_are_counted_per_client_and_uid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
