@@ -278,24 +278,28 @@ int wd_outq_keep_fds(struct wd_outq *q)
 	struct outq_frame *f;
 
 	TAILQ_FOREACH(f, &q->list, link) {
-		size_t k;
+		size_t n = f->nfds - f->fds_sent, k;
+		int *dup;
 
 		if (!f->borrowed)
 			continue;
 		/* all of a frame's or none: a frame never carries a number that is not its fd */
-		for (k = f->fds_sent; k < f->nfds; k++) {
-			int d = fcntl(f->fds[k], F_DUPFD_CLOEXEC, 0);
-
-			if (d < 0) {
+		dup = malloc(sizeof(int) * (n ? n : 1));
+		if (!dup)
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+		for (k = 0; k < n; k++) {
+			dup[k] = fcntl(f->fds[f->fds_sent + k], F_DUPFD_CLOEXEC, 0);
+			if (dup[k] < 0) {
 				int e = errno;
 
-				while (k-- > f->fds_sent)
-					close(f->fds[k]);
+				close_fds(dup, 0, k);
+				free(dup);
 				errno = e;
 				return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 			}
-			f->fds[k] = d;
 		}
+		memcpy(f->fds + f->fds_sent, dup, sizeof(int) * n);
+		free(dup);
 		f->borrowed = false;
 	}
 	return 0;

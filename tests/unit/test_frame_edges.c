@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -467,6 +468,41 @@ static void test_borrowed_fds(void **state)
 		assert_int_equal(got, 'z');
 		assert_int_equal(read(f.fds[0], &got, 1), 0);   /* no writer left anywhere */
 	}
+	wd_frame_close_fds(&f);
+
+	/* out of descriptors half-way through a frame: refused, the copy made is closed and the
+	 * frame is as it was; later, copied and sent */
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	assert_int_equal(wd_outq_push(q, big, 1u << 20, NULL, 0), 0);
+	assert_int_equal(wd_outq_push_borrowed(q, "tight", 5, p, 2), 0);
+	assert_int_equal(wd_outq_flush(q, sv[0]), 1);
+	{
+		struct rlimit old, tight;
+		int lowest = dup(0);
+
+		assert_true(lowest >= 0);
+		close(lowest);
+		assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+		tight = old;
+		/* one number free (the lowest): the first copy is made, the second is not */
+		tight.rlim_cur = (rlim_t)lowest + 1;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &tight), 0);
+		errno = 0;
+		assert_int_equal(wd_outq_keep_fds(q), -WEIGHTD_E_RESOURCE_EXHAUSTED);
+		assert_int_equal(errno, EMFILE);
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+		assert_int_equal(fcntl(lowest, F_GETFD), -1);   /* no copy left behind */
+	}
+	assert_int_equal(wd_outq_keep_fds(q), 0);
+	close(p[0]);
+	close(p[1]);
+	take_message(in, q, sv[0], sv[1], &f);
+	assert_int_equal(f.len, 1u << 20);
+	take_message(in, q, sv[0], sv[1], &f);
+	assert_int_equal(f.len, 5);
+	assert_memory_equal(f.payload, "tight", 5);
+	assert_int_equal(f.nfds, 2);
+	assert_int_equal(ino_of(f.fds[0]), ino_of(f.fds[1]));
 	wd_frame_close_fds(&f);
 
 	/* freed unsent: the caller's fds are left alone */
