@@ -13,6 +13,22 @@
 #include "frame.h"
 #include "weightd.pb-c.h"
 
+/* Wait (10 s at most) for the next whole message on sock, read through `in`, into *fr. */
+static inline void it_raw_next(struct wd_inbuf *in, int sock, struct wd_frame *fr)
+{
+	for (;;) {
+		struct pollfd pf = { sock, POLLIN, 0 };
+		int r = wd_inbuf_next(in, fr);
+
+		assert_true(r >= 0);
+		if (r == 1)
+			return;
+		assert_int_equal(poll(&pf, 1, 10000), 1);
+		r = wd_inbuf_read(in, sock);
+		assert_true(r > 0 || r == WD_FRAME_AGAIN);
+	}
+}
+
 /*
  * Send req as one frame and wait (10 s at most) for the one message that answers it; returns it
  * unpacked (free with weightd__response__free_unpacked). The fds that came with it go to
@@ -33,17 +49,7 @@ static inline Weightd__Response *it_raw_call(int sock, Weightd__Request *req, in
 	weightd__request__pack(req, buf);
 	assert_int_equal(wd_frame_send_blocking(sock, buf, len, NULL, 0), 0);
 	free(buf);
-	for (;;) {
-		struct pollfd pf = { sock, POLLIN, 0 };
-		int r = wd_inbuf_next(in, &fr);
-
-		assert_true(r >= 0);
-		if (r == 1)
-			break;
-		assert_int_equal(poll(&pf, 1, 10000), 1);
-		r = wd_inbuf_read(in, sock);
-		assert_true(r > 0 || r == WD_FRAME_AGAIN);
-	}
+	it_raw_next(in, sock, &fr);
 	resp = weightd__response__unpack(NULL, fr.len, fr.payload);
 	assert_non_null(resp);
 	assert_int_equal(resp->id, req->id);

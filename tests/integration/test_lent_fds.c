@@ -111,17 +111,7 @@ static Weightd__Response *next_reply(struct wd_inbuf *in, int sock, struct wd_fr
 {
 	Weightd__Response *resp;
 
-	for (;;) {
-		struct pollfd pf = { sock, POLLIN, 0 };
-		int r = wd_inbuf_next(in, fr);
-
-		assert_true(r >= 0);
-		if (r == 1)
-			break;
-		assert_int_equal(poll(&pf, 1, 10000), 1);
-		r = wd_inbuf_read(in, sock);
-		assert_true(r > 0 || r == WD_FRAME_AGAIN);
-	}
+	it_raw_next(in, sock, fr);
 	resp = weightd__response__unpack(NULL, fr->len, fr->payload);
 	assert_non_null(resp);
 	return resp;
