@@ -68,6 +68,18 @@ static void still_serving(weightd_client *c)
 enum change { TRUNCATE, OVERWRITE, REPLACE };
 
 /* Change the checkpoint file under a running read, as each kind of writer would. */
+/* What a change needs made beforehand, so that the change itself is one quick call while the
+ * read runs (writing the replacement file meanwhile let a fast read finish first). */
+static void prepare_change(const char *path, enum change how)
+{
+	char tmp[600];
+
+	if (how != REPLACE)
+		return;
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	it_fixture("safetensors %s --tensor other:U8:16", tmp);
+}
+
 static void change_file(const char *path, enum change how)
 {
 	char tmp[600];
@@ -85,9 +97,9 @@ static void change_file(const char *path, enum change how)
 		close(fd);
 		break;
 	case REPLACE:
-		/* a new file renamed over the path: the old inode is still read to its end */
+		/* a new file (prepare_change) renamed over the path: the old inode is still read
+		 * to its end */
 		snprintf(tmp, sizeof(tmp), "%s.new", path);
-		it_fixture("safetensors %s --tensor other:U8:16", tmp);
 		assert_int_equal(rename(tmp, path), 0);
 		break;
 	}
@@ -133,6 +145,7 @@ static void checkpoint_changed_during_materialization(void **state)
 			st = it_status(watch);
 			failed_before = st->materializations_failed;
 			weightd_status_free(st);
+			prepare_change(big, kinds[k]);
 			assert_int_equal(weightd_materialize(c, "big", BIG_TENSOR, NULL, &f, &err), 0);
 			assert_true(wait_in_flight(watch));
 			change_file(big, kinds[k]);
