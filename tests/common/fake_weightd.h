@@ -118,6 +118,26 @@ static inline void fake_reply(struct fake *f, Weightd__Response *resp)
 	fake_reply_fds(f, resp, NULL, 0);
 }
 
+/* Answer a unit request, a preflight or a materialize as req is, with ur and fds (closed here
+ * once sent). */
+static inline void fake_reply_unit(struct fake *f, const Weightd__Request *req,
+				   Weightd__UnitReply *ur, const int *fds, size_t nfds)
+{
+	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+
+	resp.id = req->id;
+	if (req->body_case == WEIGHTD__REQUEST__BODY_PREFLIGHT) {   /* one union: one member */
+		resp.body_case = WEIGHTD__RESPONSE__BODY_PREFLIGHT;
+		resp.preflight = ur;
+	} else {
+		resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
+		resp.materialize = ur;
+	}
+	fake_reply_fds(f, &resp, fds, nfds);
+	for (size_t i = 0; i < nfds; i++)
+		close(fds[i]);
+}
+
 /* An error reply with every structured field. */
 static inline void fake_reply_error(struct fake *f, uint64_t id, int code, const char *slot,
 			     uint32_t node, const char *msg)

@@ -13,6 +13,29 @@
 #include "frame.h"
 #include "weightd.pb-c.h"
 
+/* A unit entry named `name` whose recipe is one source node: ckpt/tensor as stored. */
+struct it_src_entry {
+	Weightd__UnitEntry e;
+	Weightd__Recipe rec;
+	Weightd__Node node, *np;
+};
+
+static inline void it_src_entry(struct it_src_entry *s, const char *name, const char *ckpt,
+				const char *tensor)
+{
+	weightd__unit_entry__init(&s->e);
+	weightd__recipe__init(&s->rec);
+	weightd__node__init(&s->node);
+	s->node.op = WEIGHTD__OP__OP_SOURCE;
+	s->node.checkpoint = (char *)ckpt;
+	s->node.tensor = (char *)tensor;
+	s->np = &s->node;
+	s->rec.n_nodes = 1;
+	s->rec.nodes = &s->np;
+	s->e.name = (char *)name;
+	s->e.recipe = &s->rec;
+}
+
 /* Wait (10 s at most) for the next whole message on sock, read through `in`, into *fr. */
 static inline void it_raw_next(struct wd_inbuf *in, int sock, struct wd_frame *fr)
 {

@@ -59,29 +59,6 @@ static void start(void)
 	it_start(&H, "max_idle_segments = 0", sec);
 }
 
-/* A one-node entry reading ckpt/tensor whole. */
-struct entry {
-	Weightd__UnitEntry e, *ep;
-	Weightd__Recipe rec;
-	Weightd__Node node, *np;
-};
-
-static void entry_init(struct entry *x, const char *ckpt, const char *tensor)
-{
-	weightd__unit_entry__init(&x->e);
-	weightd__recipe__init(&x->rec);
-	weightd__node__init(&x->node);
-	x->node.op = WEIGHTD__OP__OP_SOURCE;
-	x->node.checkpoint = (char *)ckpt;
-	x->node.tensor = (char *)tensor;
-	x->np = &x->node;
-	x->rec.n_nodes = 1;
-	x->rec.nodes = &x->np;
-	x->e.name = (char *)tensor;
-	x->e.recipe = &x->rec;
-	x->ep = &x->e;
-}
-
 static void send_req(int sock, Weightd__Request *req)
 {
 	size_t len = weightd__request__get_packed_size(req);
@@ -151,7 +128,7 @@ static void check_w(const Weightd__Response *resp, const struct wd_frame *fr, ui
  */
 static void a_waiting_reply_keeps_its_segment(void **state)
 {
-	static struct entry big[BIG];
+	static struct it_src_entry big[BIG];
 	static Weightd__UnitEntry *big_ep[BIG];
 	static char names[BIG][16];
 	struct wd_inbuf *in = wd_inbuf_new(16u << 20, 256);
@@ -161,7 +138,8 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 	Weightd__Response *resp;
 	weightd_client *admin;
 	weightd_weight *x;
-	struct entry w;
+	struct it_src_entry w;
+	Weightd__UnitEntry *wp = &w.e;
 	struct wd_frame fr;
 	uint64_t hw = 0, hw2 = 0, handles[2], evicted = 0, bytes = 0;
 	int sock, base;
@@ -173,10 +151,10 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 	assert_non_null(in);
 	for (size_t i = 0; i < BIG; i++) {
 		snprintf(names[i], sizeof(names[i]), "t.%05zu", i);
-		entry_init(&big[i], "big", names[i]);
+		it_src_entry(&big[i], names[i], "big", names[i]);
 		big_ep[i] = &big[i].e;
 	}
-	entry_init(&w, "b", "w");
+	it_src_entry(&w, "w", "b", "w");
 	sock = it_raw_connect(&H);
 	assert_true(sock >= 0);
 	hello.protocol_version = 2;
@@ -194,7 +172,7 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 	assert_int_equal(resp->materialize->n_weights, BIG);
 	weightd__response__free_unpacked(resp, NULL);
 	wd_frame_close_fds(&fr);
-	send_unit(sock, 3, &w.ep, 1);
+	send_unit(sock, 3, &wp, 1);
 	resp = next_reply(in, sock, &fr);
 	assert_int_equal(resp->id, 3);
 	check_w(resp, &fr, &hw);
@@ -203,7 +181,7 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 
 	/* nothing read from here on: the big reply fills the socket, W's waits behind it */
 	send_unit(sock, 4, big_ep, BIG);
-	send_unit(sock, 5, &w.ep, 1);
+	send_unit(sock, 5, &wp, 1);
 	handles[0] = handles[1] = hw;
 	rel.n_handles = 2;
 	rel.handles = handles;

@@ -118,28 +118,6 @@ static const char *const TENSOR[] = { "model.norm.weight", "model.layers.0.input
 				      "model.layers.0.self_attn.q_proj.weight" };
 #define N_V2 4
 
-/* A one-node recipe reading ckpt/tensor as stored. */
-struct src_entry {
-	Weightd__UnitEntry e;
-	Weightd__Recipe rec;
-	Weightd__Node node, *np;
-};
-
-static void src_entry(struct src_entry *s, const char *name, const char *ckpt, const char *tensor)
-{
-	weightd__unit_entry__init(&s->e);
-	weightd__recipe__init(&s->rec);
-	weightd__node__init(&s->node);
-	s->node.op = WEIGHTD__OP__OP_SOURCE;
-	s->node.checkpoint = (char *)ckpt;
-	s->node.tensor = (char *)tensor;
-	s->np = &s->node;
-	s->rec.n_nodes = 1;
-	s->rec.nodes = &s->np;
-	s->e.name = (char *)name;
-	s->e.recipe = &s->rec;
-}
-
 /* The weight a v2 reply gives for `name`. */
 static const Weightd__WeightInfo *v2_weight(const Weightd__UnitReply *ur, const char *name)
 {
@@ -214,7 +192,7 @@ static void check_f32_values(const struct reply *r, size_t k, unsigned seed)
 static void columns_answer_like_entries(void **state)
 {
 	int s2 = conn(2), s3 = conn(3);
-	struct src_entry v2e[N_V2 + 1];
+	struct it_src_entry v2e[N_V2 + 1];
 	Weightd__UnitEntry *v2p[N_V2 + 1];
 	Weightd__Unit u2 = WEIGHTD__UNIT__INIT, u3 = WEIGHTD__UNIT__INIT;
 	Weightd__TensorEntries te = WEIGHTD__TENSOR_ENTRIES__INIT;
@@ -225,7 +203,7 @@ static void columns_answer_like_entries(void **state)
 	char *ckpts[] = { "tiny", "other" }, *dtypes[] = { "F16" };
 	uint32_t ck[] = { 0, 0, 0, 1 }, dt[] = { 0, 0, 1, 0 }, nd[] = { 0, 0, 2, 0 };
 	uint64_t dims[] = { 64, 64 };
-	struct src_entry first;
+	struct it_src_entry first;
 	Weightd__UnitEntry *fp = &first.e;
 	struct reply r2, r3;
 	const Weightd__UnitReply *ur;
@@ -234,10 +212,10 @@ static void columns_answer_like_entries(void **state)
 	(void)state;
 	/* version 2: the same tensors, one entry each ("b" of "other" last) */
 	for (size_t i = 0; i < N_V2; i++) {
-		src_entry(&v2e[i], TENSOR[i], "tiny", TENSOR[i]);
+		it_src_entry(&v2e[i], TENSOR[i], "tiny", TENSOR[i]);
 		v2p[i] = &v2e[i].e;
 	}
-	src_entry(&v2e[N_V2], "b", "other", "b");
+	it_src_entry(&v2e[N_V2], "b", "other", "b");
 	v2p[N_V2] = &v2e[N_V2].e;
 	u2.n_entries = N_V2 + 1;
 	u2.entries = v2p;
@@ -247,7 +225,7 @@ static void columns_answer_like_entries(void **state)
 	assert_int_equal(r2.resp->materialize->n_weights, N_V2 + 1);
 
 	/* version 3 */
-	src_entry(&first, "norm", "tiny", "model.norm.weight");
+	it_src_entry(&first, "norm", "tiny", "model.norm.weight");
 	first.e.check_slot = 1;
 	first.e.dtype = "F32";
 	first.e.n_shape = 1;
@@ -352,7 +330,7 @@ static void bad_columns_are_refused_by_name(void **state)
 		 nd_under[] = { 0, 1 }, nd_many[] = { 9, 0 };
 	uint64_t dims1[] = { 8 }, dims_bad[] = { 9 };
 	char many[MAX_ENTRIES * 4 + 8];
-	struct src_entry dup;
+	struct it_src_entry dup;
 	Weightd__UnitEntry *dp = &dup.e;
 	size_t at = 0;
 
@@ -433,7 +411,7 @@ static void bad_columns_are_refused_by_name(void **state)
 	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_UNKNOWN_SOURCE, "nowhere", "a");
 	/* a name both an entry and a column entry */
 	RESET("a\0b");
-	src_entry(&dup, "b", "other", "b");
+	it_src_entry(&dup, "b", "other", "b");
 	u.entries = &dp;
 	u.n_entries = 1;
 	expect_refused(s3, &u, WEIGHTD__ERROR_CODE__ERR_DUPLICATE_NAME, "\"b\"", "b");

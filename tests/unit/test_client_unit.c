@@ -49,7 +49,6 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 	struct script *sc = f->ctx;
 	const Weightd__Unit *u;
 	bool pre = req->body_case == WEIGHTD__REQUEST__BODY_PREFLIGHT;
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
 	struct fake_wi wi[16];
 	Weightd__WeightInfo *wp[16];
@@ -104,17 +103,7 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 	ur.n_weights = nw;
 	ur.weights = wp;
 	ur.bytes_read = 4242;
-	resp.id = req->id;
-	if (pre) {
-		resp.body_case = WEIGHTD__RESPONSE__BODY_PREFLIGHT;
-		resp.preflight = &ur;
-	} else {
-		resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
-		resp.materialize = &ur;
-	}
-	fake_reply_fds(f, &resp, fds, nfds);
-	for (size_t i = 0; i < nfds; i++)
-		close(fds[i]);
+	fake_reply_unit(f, req, &ur, fds, nfds);
 }
 
 /* ---- helpers ---------------------------------------------------------------------------- */

@@ -199,7 +199,6 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 {
 	struct script *sc = f->ctx;
 	bool pre = req->body_case == WEIGHTD__REQUEST__BODY_PREFLIGHT;
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
 	Weightd__SegmentInfo si[3], *sp[3];
 	static struct fake_packed p;
@@ -263,7 +262,6 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 		memset(p.digests + k * 32 + 16, 0, 16);
 	}
 	ur.bytes_read = 4242;
-	resp.id = req->id;
 	if (pre || sc->weights_form || atomic_load(&f->hello_version) < 3) {
 		ur.n_weights = n;
 		ur.weights = wp;
@@ -280,16 +278,7 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 			close(fds[i]);
 		nfds = 0;
 	}
-	if (pre) {   /* (one union: set one member) */
-		resp.body_case = WEIGHTD__RESPONSE__BODY_PREFLIGHT;
-		resp.preflight = &ur;
-	} else {
-		resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
-		resp.materialize = &ur;
-	}
-	fake_reply_fds(f, &resp, fds, nfds);
-	for (size_t i = 0; i < nfds; i++)
-		close(fds[i]);
+	fake_reply_unit(f, req, &ur, fds, nfds);
 }
 
 /* ---- helpers ---------------------------------------------------------------------------- */
