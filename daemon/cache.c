@@ -485,6 +485,16 @@ struct weight *cache_find(struct cache *c, const uint8_t key[32])
 	return cache_find_key(c, key);
 }
 
+void cache_prefetch(const struct cache *c, const uint8_t key[32], bool deep)
+{
+	struct weight *const *bucket = &c->by_key[cache_key_hash(key, c->nbuckets)];
+
+	if (!deep)
+		__builtin_prefetch(bucket);
+	else
+		weight_prefetch(*bucket, 3); /* key, segment, shape: what a warm entry reads */
+}
+
 void cache_take(struct cache *c, struct weight *w, struct csource *cs)
 {
 	cache_hold(c, w);

@@ -101,6 +101,22 @@ struct weight {
 	char source[128];            /* the checkpoints it reads, joined by '+' (cache_join_sources) */
 };
 
+/*
+ * Walking a large unit's weights (100,000 and more: beyond the CPU caches), each weight is a
+ * wait on memory. The walks ask for the weight WEIGHT_AHEAD places on before they use one:
+ * lines 1 for the first cache line (key, id, refs, nbytes), 2 adds segment, offset and LRU
+ * links, 4 the shape and digest too (what a reply carries).
+ */
+#define WEIGHT_AHEAD 16
+
+static inline void weight_prefetch(const struct weight *w, int lines)
+{
+	if (!w)
+		return;
+	for (int l = 0; l < lines; l++)
+		__builtin_prefetch((const char *)w + 64 * l);
+}
+
 /* Called on the main thread when a requested weight is ready (w has one reference taken for the
  * callee, who must cache_drop it eventually) or failed (w NULL, err set). bytes_read is what this
  * request made the daemon read: the job's reads for the request that started it, 0 for requests
@@ -159,6 +175,9 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 
 /* The finished weight with this key, or NULL; no reference is taken. */
 struct weight *cache_find(struct cache *c, const uint8_t key[32]);
+/* Ask ahead for what cache_find(key) will read: its bucket, and with `deep` (the bucket asked
+ * for earlier) the first weight in it. A walk over 100,000 keys otherwise waits on each. */
+void cache_prefetch(const struct cache *c, const uint8_t key[32], bool deep);
 /* The finished weight with this key, with a reference taken for the caller; NULL if none. cs
  * (may be NULL): the first checkpoint the caller's plan reads, given to a re-adopted weight that
  * has none yet. */

@@ -107,6 +107,12 @@ static bool memo_eq(const void *ctx, uint32_t pos, const void *key)
 	       strcmp(e->tensor, k->tensor) == 0;
 }
 
+void keymemo_prefetch(const struct keymemo *m, const uint8_t identity[32], const char *tensor)
+{
+	if (m && m->n)
+		wd_hashidx_prefetch(&m->ix, hash_of(identity, tensor, strlen(tensor)));
+}
+
 bool keymemo_get(const struct keymemo *m, const uint8_t identity[32], const char *tensor,
 		 uint8_t ret_key[32])
 {

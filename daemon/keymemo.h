@@ -27,6 +27,9 @@ struct keymemo;
 struct keymemo *keymemo_new(size_t max_entries);
 void keymemo_free(struct keymemo *m);
 
+/* Ask ahead for what keymemo_get(identity, tensor) will read first (its index slot). */
+void keymemo_prefetch(const struct keymemo *m, const uint8_t identity[32], const char *tensor);
+
 /* true and ret_key when remembered. An all-zero identity (no digest could be made) never is. */
 bool keymemo_get(const struct keymemo *m, const uint8_t identity[32], const char *tensor,
 		 uint8_t ret_key[32]);

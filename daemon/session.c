@@ -577,6 +577,9 @@ bool session_release_newest(struct session *s, const uint64_t *handles, size_t n
 		struct weight *w = s->held[k].w;
 		uint32_t c = s->held[k].count;
 
+		if (k + WEIGHT_AHEAD < s->n_held)
+			weight_prefetch(s->held[k + WEIGHT_AHEAD].w, 2);
+
 		w->holders--;
 		s->held_bytes -= w->nbytes;
 		segs_remove(s, w->segment);

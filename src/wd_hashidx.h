@@ -50,6 +50,14 @@ static inline size_t wd_hashidx_slot(const struct wd_hashidx *h, uint64_t hash, 
 	return i;
 }
 
+/* Ask ahead for the slot a lookup of hash starts at (a table far larger than the CPU caches
+ * otherwise costs each lookup a wait on memory). */
+static inline void wd_hashidx_prefetch(const struct wd_hashidx *h, uint64_t hash)
+{
+	if (h->cap)
+		__builtin_prefetch(&h->slot[wd_hashidx_home(h, hash)]);
+}
+
 /* Position + 1 of the entry equal to key, 0 if none. */
 static inline uint32_t wd_hashidx_find(const struct wd_hashidx *h, uint64_t hash, wd_hashidx_eq_fn eq,
 				    const void *ctx, const void *key)
