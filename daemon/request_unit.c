@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* request_unit.c - preflight and materialize of units (limits, names, aliases, access, recipes,
- * per-client limits, budget, packing the new weights into segments, the all-or-nothing reply).
- * Main thread only. Every step is linear or n log n in the unit's size. */
+/* request_unit.c - preflight and materialize of units (limits, names, aliases, access, budget,
+ * packing the new weights into segments, the all-or-nothing reply; each entry's own checks are
+ * unit_preflight.c's). Main thread only. Every step is linear or n log n in the unit's size. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -14,110 +14,19 @@
 
 #include "daemon.h"
 #include "heap.h"
-#include "keymemo.h"
 #include "log.h"
 #include "request.h"
 #include "server.h"
 #include "session.h"
+#include "unit_int.h"
 #include "unit_wire.h"
 #include "wd_hashidx.h"
 #include "wire.h"
 
-
 /* Heap a unit takes per slot while it is made, about: its output (unit_out), name, plan, job,
  * weight and the entries of the memo and the session's holds. */
 #define UNIT_HEAP_PER_SLOT 2048
-/* Checkpoints one entry's recipe may read. */
-#define UNIT_MAX_SOURCES 16
 
-/* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
- * it resolves to). */
-struct unit_out {
-	struct unitreq *u;
-	char *name_copy;           /* in the unitreq's names */
-	size_t owner;
-	struct weight *w;          /* entries: one reference held until the unit is answered */
-	struct weight *hit;        /* entries: the cached weight the warm path found, no reference
-				    * taken (valid within do_unit: nothing is evicted before the
-				    * hits are held), so the later steps need not look it up again */
-	struct wd_plan *plan;      /* entries, between preflight and submission (none for a warm
-				    * plain entry: its key came from the memo, its weight is cached) */
-	uint8_t key[32];           /* entries: the recipe key (the plan's, or the memo's) */
-	uint64_t nbytes;           /* entries: the output's size */
-	struct csource *source;    /* the checkpoints its plan reads: the first (most read one) */
-	struct csource **more;     /* all of them, when there are several (UNIT_MAX_SOURCES) */
-	size_t n_sources;
-};
-
-struct unitreq {
-	struct session *s;         /* NULL once the client is gone */
-	struct cache *cache;
-	uint64_t id;
-	size_t n_entries, n_outs;
-	struct unit_out *outs;
-	size_t pending;
-	bool failed;
-	weightd_error err;
-	uint64_t bytes_read;
-	uint64_t new_bytes;        /* counted against the client's limits while in flight */
-	uint32_t new_weights;
-	size_t *first;             /* per entry: the first entry with the same key (itself if none) */
-	char *names;               /* every output's name, one after another: one allocation */
-	LIST_ENTRY(unitreq) link;  /* in its session's unitreqs while the session lasts */
-};
-
-/* --- resolving checkpoints for a peer --------------------------------------------------------- */
-
-/* An entry's sources as one array (for cache_request). */
-static struct csource **out_sources(struct unit_out *o)
-{
-	return o->more ? o->more : &o->source;
-}
-
-/* Another checkpoint an entry's plan reads. The first is kept in the entry itself: a unit's
- * entries are walked at every step, and a plain entry (nearly all of a large unit) reads one. */
-static int out_add_source(struct unit_out *o, struct csource *cs, weightd_error *err)
-{
-	struct csource **all = out_sources(o);
-
-	for (size_t i = 0; i < o->n_sources; i++)
-		if (all[i] == cs)
-			return 0;
-	if (o->n_sources == UNIT_MAX_SOURCES)
-		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
-				    "a recipe may read at most %d checkpoints", UNIT_MAX_SOURCES);
-	if (o->n_sources == 1 && !o->more) {
-		o->more = malloc(UNIT_MAX_SOURCES * sizeof(*o->more));
-		if (!o->more)
-			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-		o->more[0] = o->source;
-	}
-	out_sources(o)[o->n_sources++] = cs;
-	return 0;
-}
-
-struct resolve_ctx {
-	struct session *s;
-	struct unit_out *out;      /* collects the sources a plan reads */
-};
-
-static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
-			  weightd_error *err)
-{
-	struct resolve_ctx *rc = ctx;
-	struct csource *cs;
-	int r = catalog_resolve(rc->s->d->catalog, checkpoint, &rc->s->peer, &cs, err);
-
-	if (r < 0)
-		return r;
-	if (rc->out) {
-		r = out_add_source(rc->out, cs, err);
-		if (r < 0)
-			return r;
-	}
-	*ret_src = cs->src;
-	return 0;
-}
 
 /* --- units ------------------------------------------------------------------------------------ */
 
@@ -144,6 +53,13 @@ static void unitreq_unlink(struct unitreq *u)
 	u->s = NULL;
 }
 
+/* The weight WEIGHT_AHEAD entries after entry i, asked for ahead of its use (cache.h). */
+static void prefetch_entry(const struct unitreq *u, size_t i, int lines)
+{
+	if (i + WEIGHT_AHEAD < u->n_entries)
+		weight_prefetch(u->outs[i + WEIGHT_AHEAD].w, lines);
+}
+
 /* A version 3 reply's columns (unit_wire_pack): per entry its weight and its segment's fd, per
  * alias its entry. The segments are marked (mark_index) already. */
 static int pack_reply(const struct unitreq *u, Weightd__PackedWeights *pw, void **ret_columns)
@@ -152,16 +68,19 @@ static int pack_reply(const struct unitreq *u, Weightd__PackedWeights *pw, void 
 	struct weight **ws = malloc(u->n_entries * sizeof(*ws));
 	uint32_t *fdi = malloc(u->n_entries * sizeof(*fdi));
 	uint32_t *owner = malloc((n_al ? n_al : 1) * sizeof(*owner));
+	size_t dims = 0;
 	int r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
 
 	if (ws && fdi && owner) {
 		for (size_t i = 0; i < u->n_entries; i++) {
+			prefetch_entry(u, i, 2);
 			ws[i] = u->outs[i].w;
 			fdi[i] = ws[i]->segment->mark_index;
+			dims += (size_t)ws[i]->ndim;
 		}
 		for (size_t j = 0; j < n_al; j++)
 			owner[j] = (uint32_t)u->outs[u->n_entries + j].owner;
-		r = unit_wire_pack(pw, ws, fdi, u->n_entries, owner, n_al, ret_columns);
+		r = unit_wire_pack(pw, ws, fdi, u->n_entries, dims, owner, n_al, ret_columns);
 	}
 	free(ws);
 	free(fdi);
@@ -212,10 +131,17 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		session_send_error(s, u->id, &u->err);
 		goto out;
 	}
+	/* One walk over the weights (each a wait on memory in a large unit): the entries the client
+	 * holds already (found now, holding appends so an index found stays), and the segments. */
 	stamp++;
 	for (size_t i = 0; i < u->n_entries; i++) {
-		struct cache_segment *sg = u->outs[i].w->segment;
+		struct weight *w = u->outs[i].w;
+		struct cache_segment *sg = w->segment;
+		struct held *h = u->first[i] == i ? session_find_held(s, w->id) : NULL;
 
+		prefetch_entry(u, i, 2);
+		held_at[i] = h ? (size_t)(h - s->held) : SIZE_MAX;
+		new_weights += u->first[i] == i && !h;
 		if (sg->mark == stamp)
 			continue;
 		sg->mark = stamp;
@@ -231,12 +157,6 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	}
 	/* Every segment held pins a daemon fd: the segments and weights the client and its uid
 	 * would hold are checked against their limits before any reference becomes the client's. */
-	for (size_t i = 0; i < u->n_entries; i++) {
-		struct held *h = u->first[i] == i ? session_find_held(s, u->outs[i].w->id) : NULL;
-
-		held_at[i] = h ? (size_t)(h - s->held) : SIZE_MAX;
-		new_weights += u->first[i] == i && !h;
-	}
 	if (session_check_holds(s, segs, nfds, new_weights, &u->err) < 0) {
 		for (size_t k = 0; k < u->n_entries; k++)
 			cache_drop(cache, u->outs[k].w);
@@ -260,10 +180,13 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		wp[i] = &wi[i];
 	}
 	/* The references taken for the request become the client's: a first entry was looked up
-	 * above (holding appends, so an index found stays), a repeat is looked up again. */
+	 * above, a repeat is looked up again. */
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct weight *w = u->outs[i].w;
-		int r = u->first[i] != i ? session_hold(s, w)
+		int r;
+
+		prefetch_entry(u, i, 2);
+		r = u->first[i] != i ? session_hold(s, w)
 			: session_hold_found(s, w, held_at[i] == SIZE_MAX ? NULL : &s->held[held_at[i]]);
 
 		if (r < 0) {
@@ -447,246 +370,6 @@ out:
 	return r;
 }
 
-static bool slot_matches(const struct unit_entry *e, enum wd_dtype dtype, int ndim,
-			 const uint64_t *shape)
-{
-	if (strcmp(e->dtype, wd_dtype_name(dtype)) != 0)
-		return false;
-	if ((int)e->ndim != ndim)
-		return false;
-	return e->ndim == 0 || memcmp(e->shape, shape, e->ndim * sizeof(uint64_t)) == 0;
-}
-
-static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
-{
-	size_t off = 0;
-
-	off += (size_t)snprintf(out + off, cap - off, "[");
-	for (size_t i = 0; i < n && off < cap; i++)
-		off += (size_t)snprintf(out + off, cap - off, "%s%llu", i ? ", " : "",
-					(unsigned long long)shape[i]);
-	if (off < cap)
-		snprintf(out + off, cap - off, "]");
-}
-
-static bool client_holds(struct session *s, const struct unit_out *o)
-{
-	struct weight *w = o->hit ? o->hit : cache_find(s->d->cache, o->key);
-
-	return w && session_find_held(s, w->id);
-}
-
-static uint64_t key_at(const void *ctx, uint32_t pos)
-{
-	const struct unit_out *outs = ctx;
-	uint64_t h;
-
-	memcpy(&h, outs[pos].key, sizeof(h)); /* a SHA-256 digest: its bytes are already uniform */
-	return h;
-}
-
-static bool key_eq(const void *ctx, uint32_t pos, const void *key)
-{
-	const struct unit_out *outs = ctx;
-	return memcmp(outs[pos].key, key, 32) == 0;
-}
-
-/* u->first: for each entry the first entry with the same identity key, through one hash table of
- * the keys seen (a unit may have 1,048,576 entries: linear, no sort, no pairwise comparison). */
-static int unit_find_repeats(struct unitreq *u, weightd_error *err)
-{
-	size_t n = u->n_entries;
-	struct wd_hashidx tab = { NULL, 0 };
-
-	u->first = malloc(n * sizeof(size_t));
-	if (!u->first || wd_hashidx_reserve_from(&tab, n, 0, key_at, u->outs) < 0)
-		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	for (size_t i = 0; i < n; i++) {
-		size_t k = wd_hashidx_slot(&tab, key_at(u->outs, (uint32_t)i), key_eq, u->outs,
-					   u->outs[i].key);
-
-		if (!tab.slot[k])
-			tab.slot[k] = (uint32_t)i + 1;
-		u->first[i] = tab.slot[k] - 1;
-	}
-	wd_hashidx_free(&tab);
-	return 0;
-}
-
-/*
- * Per-client limits: the weights (and bytes) the unit would add to what the client holds, plus
- * what its other unit requests in flight will add, must stay within client_max_weights and
- * client_max_bytes. Weights the client already holds and repeated entries count once.
- */
-static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error *err)
-{
-	const struct config *cfg = s->d->cfg;
-	uint64_t weights = 0, bytes = 0;
-
-	for (size_t i = 0; i < u->n_entries; i++) {
-		if (u->first[i] != i || client_holds(s, &u->outs[i]))
-			continue;
-		weights++;
-		bytes += u->outs[i].nbytes;
-	}
-	if (cfg->client_max_weights &&
-	    s->n_held + s->pending_weights + weights > cfg->client_max_weights)
-		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
-				    "limit exceeded: the client would hold %llu weights (%zu held, %u "
-				    "requested before, %llu in this unit); its limit is %u "
-				    "(client_max_weights)",
-				    (unsigned long long)(s->n_held + s->pending_weights + weights),
-				    s->n_held, s->pending_weights, (unsigned long long)weights,
-				    cfg->client_max_weights);
-	if (cfg->client_max_bytes &&
-	    s->held_bytes + s->pending_bytes + bytes > cfg->client_max_bytes)
-		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
-				    "limit exceeded: the client would hold %llu bytes of weights (%llu "
-				    "held, %llu requested before, %llu in this unit); its limit is %llu "
-				    "(client_max_bytes)",
-				    (unsigned long long)(s->held_bytes + s->pending_bytes + bytes),
-				    (unsigned long long)s->held_bytes,
-				    (unsigned long long)s->pending_bytes, (unsigned long long)bytes,
-				    (unsigned long long)cfg->client_max_bytes);
-	u->new_weights = (uint32_t)weights;
-	u->new_bytes = bytes;
-	return 0;
-}
-
-/* The last checkpoint a unit's plain entries named, resolved for the peer (most units name one). */
-struct resolved {
-	const char *name;
-	struct csource *cs;
-};
-
-static void slot_mismatch(const struct unit_entry *e, const char *slot, enum wd_dtype dtype,
-			  int ndim, const uint64_t *shape, weightd_error *err)
-{
-	char want[160], got[160];
-
-	shape_text(e->shape, e->ndim, want, sizeof(want));
-	shape_text(shape, (size_t)ndim, got, sizeof(got));
-	snprintf(err->slot, sizeof(err->slot), "%s", slot);
-	wd_error_set(err, WEIGHTD_E_SLOT_MISMATCH,
-		     "slot \"%s\" is declared %s %s but its recipe gives %s %s", slot,
-		     e->dtype, want, wd_dtype_name(dtype), got);
-}
-
-/*
- * The warm path of a plain entry: its checkpoint resolved for this peer (access checked), its key
- * from the memo, its weight in the cache. 1 when all of that held (o->key and o->nbytes set, the
- * declared slot checked against the weight), 0 when the entry needs a full preflight, or -code.
- */
-static int entry_warm(struct session *s, const struct unit_entry *e, struct unit_out *o,
-		      struct resolved *last, weightd_error *err)
-{
-	uint8_t id[32];
-	struct weight *w;
-
-	if (!s->d->keymemo)
-		return 0;
-	if (!last->name || (last->name != e->checkpoint && strcmp(last->name, e->checkpoint) != 0)) {
-		weightd_error ignored;
-
-		/* failures are left to the full preflight, which words them */
-		last->name = NULL;
-		if (catalog_resolve(s->d->catalog, e->checkpoint, &s->peer, &last->cs, &ignored) < 0)
-			return 0;
-		last->name = e->checkpoint;
-	}
-	if (last->cs->state != CSOURCE_READY || !last->cs->src)
-		return 0;
-	wd_source_identity(last->cs->src, id);
-	if (!keymemo_get(s->d->keymemo, id, e->tensor, o->key))
-		return 0;
-	w = cache_find(s->d->cache, o->key);
-	if (!w)
-		return 0;
-	if (e->check && !slot_matches(e, w->dtype, w->ndim, w->shape)) {
-		slot_mismatch(e, o->name_copy, w->dtype, w->ndim, w->shape, err);
-		return -WEIGHTD_E_SLOT_MISMATCH;
-	}
-	o->nbytes = w->nbytes;
-	o->hit = w;
-	o->source = last->cs;
-	o->n_sources = 1;
-	return 1;
-}
-
-/* The full preflight of one entry: its plan, key and size; a plain entry's key is remembered. */
-static int entry_preflight(struct session *s, const struct unit_entry *e, struct unit_out *o,
-			   weightd_error *err)
-{
-	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
-	struct resolve_ctx rc = { s, o };
-	struct wd_resolver res = { &rc, resolve_lookup };
-	struct wd_rnode *nodes = NULL;
-	struct wd_recipe rec;
-	bool plain = e->checkpoint != NULL;
-	size_t n = 0;
-	int r;
-
-	free(o->more); /* a second preflight (unit_take_hits_and_check_room) starts over */
-	o->more = NULL;
-	o->n_sources = 0;
-	if (plain) /* the whole tensor as it is: no general graph (the same plan and key) */
-		r = wd_recipe_preflight_tensor(e->checkpoint, e->tensor, &res, &lim, &o->plan, err);
-	else
-		r = wire_recipe(e->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
-	if (r == 0 && !plain) {
-		rec.nodes = nodes;
-		rec.n_nodes = n;
-		r = wd_recipe_preflight(&rec, &res, &lim, &o->plan, err);
-		free(nodes);
-	}
-	if (r < 0) {
-		snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
-		return r;
-	}
-	memcpy(o->key, wd_plan_key(o->plan), 32);
-	o->nbytes = wd_plan_nbytes(o->plan);
-	if (e->check && !slot_matches(e, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
-				      wd_plan_shape(o->plan))) {
-		slot_mismatch(e, o->name_copy, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
-			      wd_plan_shape(o->plan), err);
-		return -WEIGHTD_E_SLOT_MISMATCH;
-	}
-	if (plain && o->n_sources == 1 && o->source->src) {
-		uint8_t id[32];
-
-		wd_source_identity(o->source->src, id);
-		keymemo_put(s->d->keymemo, id, e->tensor, o->key);
-	}
-	return 0;
-}
-
-/*
- * Preflight every entry of the unit: recipes valid, sources allowed, declared slots matching. A
- * materialization's plain entries whose weights are cached take the warm path (no plan); a
- * preflight request always builds plans (its reply describes them).
- */
-static int unit_preflight(struct unitreq *u, struct session *s, const struct unit_entries *ue,
-			  bool preflight, weightd_error *err)
-{
-	struct resolved last = { NULL, NULL };
-
-	for (size_t i = 0; i < u->n_entries; i++) {
-		struct unit_out *o = &u->outs[i];
-		struct unit_entry e;
-		int r = 0;
-
-		unit_entries_get(ue, i, &e);
-		if (!preflight && e.checkpoint)
-			r = entry_warm(s, &e, o, &last, err);
-		if (r == 0)
-			r = entry_preflight(s, &e, o, err);
-		if (r < 0)
-			return r;
-	}
-	if (unit_find_repeats(u, err) < 0)
-		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	return unit_check_limits(u, s, err);
-}
 
 static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
 {
@@ -744,6 +427,8 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 		struct csource *cs = o->n_sources ? o->source : NULL;
 		struct weight *w = o->hit;
 
+		if (i + WEIGHT_AHEAD < u->n_entries)
+			weight_prefetch(u->outs[i + WEIGHT_AHEAD].hit, 2);
 		if (w)
 			cache_take(c, w, cs);
 		else
@@ -758,7 +443,7 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 			struct unit_entry e;
 
 			unit_entries_get(ue, i, &e);
-			r = entry_preflight(s, &e, o, err);
+			r = unit_entry_preflight(s, &e, o, err);
 			if (r < 0)
 				goto out;
 		}
@@ -921,7 +606,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		if (!plan)
 			continue; /* a cache hit, already held */
 		o->plan = NULL; /* the cache owns it from here, whatever happens */
-		r = cache_request(s->d->cache, pack, plan, out_sources(o), o->n_sources, on_entry_ready,
+		r = cache_request(s->d->cache, pack, plan, unit_out_sources(o), o->n_sources, on_entry_ready,
 				  o, &w, &u->err);
 		if (r == 1) {
 			o->w = w;

@@ -241,16 +241,15 @@ static size_t take(size_t *at, size_t n, size_t size)
 }
 
 int unit_wire_pack(Weightd__PackedWeights *pw, struct weight *const *ws, const uint32_t *fd_index,
-		   size_t n, const uint32_t *alias_owner, size_t n_aliases, void **ret_block)
+		   size_t n, size_t dims, const uint32_t *alias_owner, size_t n_aliases,
+		   void **ret_block)
 {
 	int index_of[WD_DTYPE_COUNT];
-	size_t dims = 0, at = 0, o_handle, o_off, o_nbytes, o_gen, o_dims, o_seg, o_dtype, o_ndim,
+	size_t at = 0, o_handle, o_off, o_nbytes, o_gen, o_dims, o_seg, o_dtype, o_ndim,
 	       o_alg, o_digest, o_key, o_alias, o_names;
 	unsigned char *b;
 
 	weightd__packed_weights__init(pw);
-	for (size_t i = 0; i < n; i++)
-		dims += (size_t)ws[i]->ndim;
 	o_handle = take(&at, n, sizeof(uint64_t));
 	o_off = take(&at, n, sizeof(uint64_t));
 	o_nbytes = take(&at, n, sizeof(uint64_t));
@@ -292,6 +291,9 @@ int unit_wire_pack(Weightd__PackedWeights *pw, struct weight *const *ws, const u
 	for (size_t i = 0; i < n; i++) {
 		const struct weight *w = ws[i];
 		size_t dl = wd_digest_len(w->digest_alg);
+
+		if (i + WEIGHT_AHEAD < n)
+			weight_prefetch(ws[i + WEIGHT_AHEAD], 4);
 
 		pw->handle[i] = w->id;
 		pw->offset[i] = w->offset;

@@ -50,11 +50,13 @@ void unit_entries_get(const struct unit_entries *ue, size_t i, struct unit_entry
 
 /*
  * The columns of a version 3 materialize reply: ws[i] is entry i's weight, fd_index[i] the index
- * of its segment in the reply, alias_owner[j] the entry alias j resolves to. The arrays live in
+ * of its segment in the reply, alias_owner[j] the entry alias j resolves to; dims is the sum of
+ * the weights' ndim (the caller's walk over them counts it: one walk less). The arrays live in
  * *ret_block (free() it after packing); pw's strings and bytes point into it and into static
  * dtype names. -WEIGHTD_E_RESOURCE_EXHAUSTED when out of memory.
  */
 int unit_wire_pack(Weightd__PackedWeights *pw, struct weight *const *ws, const uint32_t *fd_index,
-		   size_t n, const uint32_t *alias_owner, size_t n_aliases, void **ret_block);
+		   size_t n, size_t dims, const uint32_t *alias_owner, size_t n_aliases,
+		   void **ret_block);
 
 #endif

@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* unit_preflight.c - the checks of a unit's entries before anything is made: each entry's
+ * checkpoints resolved for the peer, its recipe planned and keyed (or, warm, its key taken from
+ * the memo and its weight found in the cache), its declared slot matched, repeated keys found
+ * and the client's limits checked. Main thread only; linear in the unit's size. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "keymemo.h"
+#include "request.h"
+#include "unit_int.h"
+#include "wd_hashidx.h"
+#include "wire.h"
+
+/* --- resolving checkpoints for a peer --------------------------------------------------------- */
+
+/* Another checkpoint an entry's plan reads. The first is kept in the entry itself: a unit's
+ * entries are walked at every step, and a plain entry (nearly all of a large unit) reads one. */
+static int out_add_source(struct unit_out *o, struct csource *cs, weightd_error *err)
+{
+	struct csource **all = unit_out_sources(o);
+
+	for (size_t i = 0; i < o->n_sources; i++)
+		if (all[i] == cs)
+			return 0;
+	if (o->n_sources == UNIT_MAX_SOURCES)
+		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
+				    "a recipe may read at most %d checkpoints", UNIT_MAX_SOURCES);
+	if (o->n_sources == 1 && !o->more) {
+		o->more = malloc(UNIT_MAX_SOURCES * sizeof(*o->more));
+		if (!o->more)
+			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		o->more[0] = o->source;
+	}
+	unit_out_sources(o)[o->n_sources++] = cs;
+	return 0;
+}
+
+struct resolve_ctx {
+	struct session *s;
+	struct unit_out *out;      /* collects the sources a plan reads */
+};
+
+static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_source **ret_src,
+			  weightd_error *err)
+{
+	struct resolve_ctx *rc = ctx;
+	struct csource *cs;
+	int r = catalog_resolve(rc->s->d->catalog, checkpoint, &rc->s->peer, &cs, err);
+
+	if (r < 0)
+		return r;
+	if (rc->out) {
+		r = out_add_source(rc->out, cs, err);
+		if (r < 0)
+			return r;
+	}
+	*ret_src = cs->src;
+	return 0;
+}
+
+/* --- entries ------------------------------------------------------------------------------------ */
+
+static bool slot_matches(const struct unit_entry *e, enum wd_dtype dtype, int ndim,
+			 const uint64_t *shape)
+{
+	if (strcmp(e->dtype, wd_dtype_name(dtype)) != 0)
+		return false;
+	if ((int)e->ndim != ndim)
+		return false;
+	return e->ndim == 0 || memcmp(e->shape, shape, e->ndim * sizeof(uint64_t)) == 0;
+}
+
+static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
+{
+	size_t off = 0;
+
+	off += (size_t)snprintf(out + off, cap - off, "[");
+	for (size_t i = 0; i < n && off < cap; i++)
+		off += (size_t)snprintf(out + off, cap - off, "%s%llu", i ? ", " : "",
+					(unsigned long long)shape[i]);
+	if (off < cap)
+		snprintf(out + off, cap - off, "]");
+}
+
+static bool client_holds(struct session *s, const struct unit_out *o)
+{
+	struct weight *w = o->hit ? o->hit : cache_find(s->d->cache, o->key);
+
+	return w && session_find_held(s, w->id);
+}
+
+static uint64_t key_at(const void *ctx, uint32_t pos)
+{
+	const struct unit_out *outs = ctx;
+	uint64_t h;
+
+	memcpy(&h, outs[pos].key, sizeof(h)); /* a SHA-256 digest: its bytes are already uniform */
+	return h;
+}
+
+static bool key_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const struct unit_out *outs = ctx;
+	return memcmp(outs[pos].key, key, 32) == 0;
+}
+
+/* u->first: for each entry the first entry with the same identity key, through one hash table of
+ * the keys seen (a unit may have 1,048,576 entries: linear, no sort, no pairwise comparison). */
+static int unit_find_repeats(struct unitreq *u, weightd_error *err)
+{
+	size_t n = u->n_entries;
+	struct wd_hashidx tab = { NULL, 0 };
+
+	u->first = malloc(n * sizeof(size_t));
+	if (!u->first || wd_hashidx_reserve_from(&tab, n, 0, key_at, u->outs) < 0)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		size_t k;
+
+		if (i + WEIGHT_AHEAD < n)
+			wd_hashidx_prefetch(&tab, key_at(u->outs, (uint32_t)(i + WEIGHT_AHEAD)));
+		k = wd_hashidx_slot(&tab, key_at(u->outs, (uint32_t)i), key_eq, u->outs,
+				    u->outs[i].key);
+
+		if (!tab.slot[k])
+			tab.slot[k] = (uint32_t)i + 1;
+		u->first[i] = tab.slot[k] - 1;
+	}
+	wd_hashidx_free(&tab);
+	return 0;
+}
+
+/*
+ * Per-client limits: the weights (and bytes) the unit would add to what the client holds, plus
+ * what its other unit requests in flight will add, must stay within client_max_weights and
+ * client_max_bytes. Weights the client already holds and repeated entries count once.
+ */
+static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error *err)
+{
+	const struct config *cfg = s->d->cfg;
+	uint64_t weights = 0, bytes = 0;
+
+	for (size_t i = 0; i < u->n_entries; i++) {
+		if (u->first[i] != i || client_holds(s, &u->outs[i]))
+			continue;
+		weights++;
+		bytes += u->outs[i].nbytes;
+	}
+	if (cfg->client_max_weights &&
+	    s->n_held + s->pending_weights + weights > cfg->client_max_weights)
+		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+				    "limit exceeded: the client would hold %llu weights (%zu held, %u "
+				    "requested before, %llu in this unit); its limit is %u "
+				    "(client_max_weights)",
+				    (unsigned long long)(s->n_held + s->pending_weights + weights),
+				    s->n_held, s->pending_weights, (unsigned long long)weights,
+				    cfg->client_max_weights);
+	if (cfg->client_max_bytes &&
+	    s->held_bytes + s->pending_bytes + bytes > cfg->client_max_bytes)
+		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+				    "limit exceeded: the client would hold %llu bytes of weights (%llu "
+				    "held, %llu requested before, %llu in this unit); its limit is %llu "
+				    "(client_max_bytes)",
+				    (unsigned long long)(s->held_bytes + s->pending_bytes + bytes),
+				    (unsigned long long)s->held_bytes,
+				    (unsigned long long)s->pending_bytes, (unsigned long long)bytes,
+				    (unsigned long long)cfg->client_max_bytes);
+	u->new_weights = (uint32_t)weights;
+	u->new_bytes = bytes;
+	return 0;
+}
+
+/* The last checkpoint a unit's plain entries named, resolved for the peer (most units name one). */
+struct resolved {
+	const char *name;
+	struct csource *cs;
+};
+
+static void slot_mismatch(const struct unit_entry *e, const char *slot, enum wd_dtype dtype,
+			  int ndim, const uint64_t *shape, weightd_error *err)
+{
+	char want[160], got[160];
+
+	shape_text(e->shape, e->ndim, want, sizeof(want));
+	shape_text(shape, (size_t)ndim, got, sizeof(got));
+	snprintf(err->slot, sizeof(err->slot), "%s", slot);
+	wd_error_set(err, WEIGHTD_E_SLOT_MISMATCH,
+		     "slot \"%s\" is declared %s %s but its recipe gives %s %s", slot,
+		     e->dtype, want, wd_dtype_name(dtype), got);
+}
+
+/* The checkpoint of a plain entry, resolved for this peer (access checked) into last, which is
+ * kept while entries name the same one: true when it is ready to be read. Failures are left to
+ * the full preflight, which words them. */
+static bool entry_resolve(struct session *s, const struct unit_entry *e, struct resolved *last)
+{
+	if (!last->name || (last->name != e->checkpoint && strcmp(last->name, e->checkpoint) != 0)) {
+		weightd_error ignored;
+
+		last->name = NULL;
+		if (catalog_resolve(s->d->catalog, e->checkpoint, &s->peer, &last->cs, &ignored) < 0)
+			return false;
+		last->name = e->checkpoint;
+	}
+	return last->cs->state == CSOURCE_READY && last->cs->src;
+}
+
+/*
+ * The warm path's first half, for every plain entry before any goes on: its checkpoint
+ * resolved and its key taken from the memo (o->memo, o->key, o->source). Apart from the rest so
+ * that the memo's index can be asked for WEIGHT_AHEAD entries ahead of its use, and the
+ * cache's buckets and weights in turn (unit_preflight): a unit of 100,000 entries would
+ * otherwise wait on memory at each table.
+ */
+static void unit_memo_keys(struct unitreq *u, struct session *s, const struct unit_entries *ue)
+{
+	struct resolved last = { NULL, NULL };
+	uint8_t id[32];
+
+	for (size_t i = 0; i < u->n_entries; i++) {
+		struct unit_out *o = &u->outs[i];
+		struct unit_entry e, ahead;
+
+		o->memo = false;
+		unit_entries_get(ue, i, &e);
+		if (!e.checkpoint || !entry_resolve(s, &e, &last))
+			continue;
+		wd_source_identity(last.cs->src, id);
+		if (i + WEIGHT_AHEAD < u->n_entries) {
+			unit_entries_get(ue, i + WEIGHT_AHEAD, &ahead);
+			if (ahead.checkpoint) /* most likely the same checkpoint's identity */
+				keymemo_prefetch(s->d->keymemo, id, ahead.tensor);
+		}
+		o->memo = keymemo_get(s->d->keymemo, id, e.tensor, o->key);
+		o->source = last.cs;
+	}
+}
+
+/*
+ * The warm path's second half: the weight of a key from the memo in the cache. 1 when it is
+ * there (o->nbytes and o->hit set, the declared slot checked against the weight), 0 when the
+ * entry needs a full preflight, or -code.
+ */
+static int entry_warm(struct session *s, const struct unit_entry *e, struct unit_out *o,
+		      weightd_error *err)
+{
+	struct weight *w;
+
+	if (!o->memo || !(w = cache_find(s->d->cache, o->key)))
+		return 0;
+	if (e->check && !slot_matches(e, w->dtype, w->ndim, w->shape)) {
+		slot_mismatch(e, o->name_copy, w->dtype, w->ndim, w->shape, err);
+		return -WEIGHTD_E_SLOT_MISMATCH;
+	}
+	o->nbytes = w->nbytes;
+	o->hit = w;
+	o->n_sources = 1;
+	return 1;
+}
+
+int unit_entry_preflight(struct session *s, const struct unit_entry *e, struct unit_out *o,
+			   weightd_error *err)
+{
+	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+	struct resolve_ctx rc = { s, o };
+	struct wd_resolver res = { &rc, resolve_lookup };
+	struct wd_rnode *nodes = NULL;
+	struct wd_recipe rec;
+	bool plain = e->checkpoint != NULL;
+	size_t n = 0;
+	int r;
+
+	free(o->more); /* a second preflight (unit_take_hits_and_check_room) starts over */
+	o->more = NULL;
+	o->n_sources = 0;
+	if (plain) /* the whole tensor as it is: no general graph (the same plan and key) */
+		r = wd_recipe_preflight_tensor(e->checkpoint, e->tensor, &res, &lim, &o->plan, err);
+	else
+		r = wire_recipe(e->recipe, REQUEST_MAX_RECIPE_NODES, &nodes, &n, err);
+	if (r == 0 && !plain) {
+		rec.nodes = nodes;
+		rec.n_nodes = n;
+		r = wd_recipe_preflight(&rec, &res, &lim, &o->plan, err);
+		free(nodes);
+	}
+	if (r < 0) {
+		snprintf(err->slot, sizeof(err->slot), "%s", o->name_copy);
+		return r;
+	}
+	memcpy(o->key, wd_plan_key(o->plan), 32);
+	o->nbytes = wd_plan_nbytes(o->plan);
+	if (e->check && !slot_matches(e, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
+				      wd_plan_shape(o->plan))) {
+		slot_mismatch(e, o->name_copy, wd_plan_dtype(o->plan), wd_plan_ndim(o->plan),
+			      wd_plan_shape(o->plan), err);
+		return -WEIGHTD_E_SLOT_MISMATCH;
+	}
+	if (plain && o->n_sources == 1 && o->source->src) {
+		uint8_t id[32];
+
+		wd_source_identity(o->source->src, id);
+		keymemo_put(s->d->keymemo, id, e->tensor, o->key);
+	}
+	return 0;
+}
+
+int unit_preflight(struct unitreq *u, struct session *s, const struct unit_entries *ue,
+			  bool preflight, weightd_error *err)
+{
+	bool warm = !preflight && s->d->keymemo;
+	size_t n = u->n_entries;
+
+	if (warm)
+		unit_memo_keys(u, s, ue);
+	for (size_t i = 0; i < n; i++) {
+		struct unit_out *o = &u->outs[i];
+		struct unit_entry e;
+		int r = 0;
+
+		if (warm && i + 2 * WEIGHT_AHEAD < n && u->outs[i + 2 * WEIGHT_AHEAD].memo)
+			cache_prefetch(s->d->cache, u->outs[i + 2 * WEIGHT_AHEAD].key, false);
+		if (warm && i + WEIGHT_AHEAD < n && u->outs[i + WEIGHT_AHEAD].memo)
+			cache_prefetch(s->d->cache, u->outs[i + WEIGHT_AHEAD].key, true);
+		unit_entries_get(ue, i, &e);
+		if (warm && e.checkpoint)
+			r = entry_warm(s, &e, o, err);
+		if (r == 0)
+			r = unit_entry_preflight(s, &e, o, err);
+		if (r < 0)
+			return r;
+	}
+	if (unit_find_repeats(u, err) < 0)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	return unit_check_limits(u, s, err);
+}
