@@ -29,12 +29,6 @@ int weightd_unit_new(weightd_client *c, weightd_unit **ret, weightd_error *err)
 	return 0;
 }
 
-static uint64_t slot_at(const void *ctx, uint32_t pos)
-{
-	const weightd_unit *u = ctx;
-	return wc_name_hash(u->slots[pos].name);
-}
-
 static bool slot_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const weightd_unit *u = ctx;
@@ -113,7 +107,7 @@ int weightd_unit_slot(weightd_unit *u, const char *name, const char *dtype,
 		u->slots = slots;
 		u->cap = cap;
 	}
-	if (wd_hashidx_reserve(&u->index, u->n + 1, slot_at, u) < 0)
+	if (wd_hashidx_reserve(&u->index, u->n + 1) < 0)
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	s = &u->slots[u->n];
 	memset(s, 0, sizeof(*s));

@@ -55,11 +55,6 @@ static void dist_desc(const struct reply *r, size_t d, struct wc_weight_desc *re
 		wc_weight_desc_of(r->ur->weights[i], ret);
 }
 
-static uint64_t handle_at(const void *ctx, uint32_t pos)
-{
-	return dist_handle(ctx, pos);
-}
-
 static bool handle_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	return dist_handle(ctx, pos) == *(const uint64_t *)key;
@@ -70,12 +65,12 @@ static uint32_t weight_of(struct reply *r, size_t i, uint64_t h, bool *ret_new)
 {
 	size_t x = wd_hashidx_slot(&r->by_handle, h, handle_eq, r, &h);
 
-	*ret_new = !r->by_handle.slot[x];
+	*ret_new = !wd_hashidx_pos(&r->by_handle, x);
 	if (*ret_new) {
 		r->first[r->n_dist] = (uint32_t)i;
-		r->by_handle.slot[x] = (uint32_t)++r->n_dist;
+		wd_hashidx_set(&r->by_handle, x, h, (uint32_t)r->n_dist++);
 	}
-	return r->by_handle.slot[x] - 1;
+	return wd_hashidx_pos(&r->by_handle, x) - 1;
 }
 
 /* Every array, zeroed, from the connection's block cache (n outputs, as many as slots). */
@@ -97,7 +92,7 @@ static int reply_alloc(struct reply *r, uint32_t nfds, weightd_error *err)
 	o_segs = wc_take(&at, nfds, sizeof(*r->segs));
 	b = r->block = wd_msg_cache_alloc(u->c->msgs, at ? at : 16);
 	r->ws = wd_msg_cache_alloc(u->c->msgs, n * sizeof(*r->ws));
-	if (!b || !r->ws || wd_hashidx_reserve_from(&r->by_handle, n, 0, handle_at, r) < 0)
+	if (!b || !r->ws || wd_hashidx_reserve(&r->by_handle, n) < 0)
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	memset(b, 0, at);
 	memset(r->ws, 0, n * sizeof(*r->ws));

@@ -51,12 +51,6 @@ static void pb_unit_fini(struct pb_unit *pb)
 	memset(pb, 0, sizeof(*pb));
 }
 
-static uint64_t ck_at(const void *ctx, uint32_t pos)
-{
-	const Weightd__TensorEntries *te = ctx;
-	return wc_name_hash(te->checkpoints[pos]);
-}
-
 static bool ck_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const Weightd__TensorEntries *te = ctx;
@@ -77,9 +71,12 @@ static int64_t ck_index(struct pb_unit *pb, const char *ck)
 	if (n && strcmp(te->checkpoints[pb->ck_last], ck) == 0)
 		return (int64_t)pb->ck_last;
 	if (n) {
-		/* the first reservation indexes the one checkpoint there is */
-		if (wd_hashidx_reserve(&pb->ck_index, n + 1, ck_at, te) < 0)
+		bool first = !pb->ck_index.cap;
+
+		if (wd_hashidx_reserve(&pb->ck_index, n + 1) < 0)
 			return -1;
+		if (first) /* the index is built at the second checkpoint: add the first */
+			wd_hashidx_put(&pb->ck_index, wc_name_hash(te->checkpoints[0]), 0);
 		h = wc_name_hash(ck);
 		at = wd_hashidx_find(&pb->ck_index, h, ck_eq, te, ck);
 		if (at) {

@@ -92,12 +92,6 @@ struct memo_key {
 	const char *tensor;
 };
 
-static uint64_t memo_at(const void *ctx, uint32_t pos)
-{
-	const struct keymemo *m = ctx;
-	return m->e[pos].hash;
-}
-
 static bool memo_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const struct memo_entry *e = &((const struct keymemo *)ctx)->e[pos];
@@ -173,15 +167,15 @@ void keymemo_put(struct keymemo *m, const uint8_t identity[32], const char *tens
 		m->e = ne;
 		m->cap = ncap;
 	}
-	if (wd_hashidx_reserve(&m->ix, m->n + 1, memo_at, m) < 0)
+	if (wd_hashidx_reserve(&m->ix, m->n + 1) < 0)
 		return;
 	len = strlen(tensor);
 	k.hash = hash_of(identity, tensor, len);
 	k.identity = identity;
 	k.tensor = tensor;
 	i = wd_hashidx_slot(&m->ix, k.hash, memo_eq, m, &k);
-	if (m->ix.slot[i]) {
-		memcpy(m->e[m->ix.slot[i] - 1].key, key, 32);
+	if (wd_hashidx_pos(&m->ix, i)) {
+		memcpy(m->e[wd_hashidx_pos(&m->ix, i) - 1].key, key, 32);
 		return;
 	}
 	e = &m->e[m->n];
@@ -191,5 +185,5 @@ void keymemo_put(struct keymemo *m, const uint8_t identity[32], const char *tens
 	e->hash = k.hash;
 	memcpy(e->identity, identity, 32);
 	memcpy(e->key, key, 32);
-	m->ix.slot[i] = (uint32_t)++m->n;
+	wd_hashidx_set(&m->ix, i, k.hash, (uint32_t)m->n++);
 }

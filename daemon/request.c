@@ -157,12 +157,6 @@ struct handle_count {
 	size_t count;
 };
 
-static uint64_t count_at(const void *ctx, uint32_t pos)
-{
-	const struct handle_count *hc = ctx;
-	return hc[pos].handle;
-}
-
 static bool count_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const struct handle_count *hc = ctx;
@@ -186,7 +180,7 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 	if (session_release_newest(s, rl->handles, rl->n_handles))
 		goto done;
 	tab = calloc(rl->n_handles ? rl->n_handles : 1, sizeof(*tab));
-	if (!tab || wd_hashidx_reserve_from(&ix, rl->n_handles, 0, count_at, tab) < 0) {
+	if (!tab || wd_hashidx_reserve(&ix, rl->n_handles) < 0) {
 		free(tab);
 		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
@@ -196,11 +190,11 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 	for (size_t i = 0; i < rl->n_handles; i++) {
 		size_t k = wd_hashidx_slot(&ix, rl->handles[i], count_eq, tab, &rl->handles[i]);
 
-		if (!ix.slot[k]) {
+		if (!wd_hashidx_pos(&ix, k)) {
 			tab[n_tab].handle = rl->handles[i];
-			ix.slot[k] = ++n_tab;
+			wd_hashidx_set(&ix, k, rl->handles[i], n_tab++);
 		}
-		tab[ix.slot[k] - 1].count++;
+		tab[wd_hashidx_pos(&ix, k) - 1].count++;
 	}
 	for (size_t i = 0; i < rl->n_handles; i++) {
 		const struct handle_count *hc =

@@ -246,12 +246,6 @@ static uint64_t name_hash(const char *name)
 	return XXH3_64bits(name, strlen(name));
 }
 
-static uint64_t name_at(const void *ctx, uint32_t pos)
-{
-	const struct unit_out *outs = ctx;
-	return name_hash(outs[pos].name_copy);
-}
-
 static bool name_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const struct unit_out *outs = ctx;
@@ -291,10 +285,11 @@ static int unit_check_names(struct unitreq *u, const struct unit_entries *ue, we
 		total += (name ? strlen(name) : 0) + 1;
 	}
 	u->names = malloc(total);
-	if (!u->names || wd_hashidx_reserve_from(&ix, n, 0, name_at, u->outs) < 0)
+	if (!u->names || wd_hashidx_reserve(&ix, n) < 0)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		const char *name = out_name(ue, i);
+		uint64_t h;
 		size_t k, len;
 
 		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
@@ -309,14 +304,15 @@ static int unit_check_names(struct unitreq *u, const struct unit_entries *ue, we
 		at += len;
 		u->outs[i].owner = i;
 		u->outs[i].u = u;
-		k = wd_hashidx_slot(&ix, name_hash(name), name_eq, u->outs, name);
-		if (ix.slot[k]) {
+		h = name_hash(name);
+		k = wd_hashidx_slot(&ix, h, name_eq, u->outs, name);
+		if (wd_hashidx_pos(&ix, k)) {
 			snprintf(err->slot, sizeof(err->slot), "%s", name);
 			r = wd_error_set(err, WEIGHTD_E_DUPLICATE_NAME,
 					 "the name \"%s\" is used twice in the unit", name);
 			goto out;
 		}
-		ix.slot[k] = (uint32_t)i + 1;
+		wd_hashidx_set(&ix, k, h, (uint32_t)i);
 	}
 	/*
 	 * Each alias is resolved once: follow targets until an entry or an alias already resolved,

@@ -328,12 +328,6 @@ void session_send_error(struct session *s, uint64_t id, const weightd_error *err
  * open-addressing table keyed by weight id, so holding, finding and releasing stay O(1) however
  * many weights one client holds.
  */
-static uint64_t held_at(const void *ctx, uint32_t pos)
-{
-	const struct session *s = ctx;
-	return s->held[pos].id;
-}
-
 static bool held_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const struct session *s = ctx;
@@ -345,7 +339,7 @@ static bool held_index_sync(struct session *s)
 {
 	if (s->n_indexed == s->n_held)
 		return true;
-	if (wd_hashidx_reserve_from(&s->held_index, s->n_held, s->n_indexed, held_at, s) < 0)
+	if (wd_hashidx_reserve(&s->held_index, s->n_held) < 0)
 		return false;
 	for (; s->n_indexed < s->n_held; s->n_indexed++)
 		wd_hashidx_put(&s->held_index, s->held[s->n_indexed].id, (uint32_t)s->n_indexed);
@@ -373,12 +367,6 @@ struct held *session_find_held(struct session *s, uint64_t handle)
  * segment id): each one pins a daemon fd, so their number is limited per client and per uid
  * (session_check_holds).
  */
-static uint64_t seg_at(const void *ctx, uint32_t pos)
-{
-	const struct session *s = ctx;
-	return s->segs[pos].sg->id;
-}
-
 static bool seg_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const struct session *s = ctx;
@@ -402,7 +390,7 @@ static int segs_grow(struct session *s)
 		s->segs = nt;
 		s->segs_cap = ncap;
 	}
-	if (wd_hashidx_reserve(&s->segs_index, s->n_segs + 1, seg_at, s) < 0)
+	if (wd_hashidx_reserve(&s->segs_index, s->n_segs + 1) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	return 0;
 }
@@ -412,14 +400,14 @@ static void segs_add(struct session *s, struct cache_segment *sg)
 {
 	size_t i = wd_hashidx_slot(&s->segs_index, sg->id, seg_eq, s, sg);
 
-	if (!s->segs_index.slot[i]) {
+	if (!wd_hashidx_pos(&s->segs_index, i)) {
 		s->segs[s->n_segs].sg = sg;
 		s->segs[s->n_segs].weights = 0;
-		s->segs_index.slot[i] = (uint32_t)++s->n_segs;
+		wd_hashidx_set(&s->segs_index, i, sg->id, (uint32_t)s->n_segs++);
 		if (s->uu)
 			s->uu->segments++;
 	}
-	s->segs[s->segs_index.slot[i] - 1].weights++;
+	s->segs[wd_hashidx_pos(&s->segs_index, i) - 1].weights++;
 }
 
 /* One distinct weight of sg less; the entry goes with the last one. */
@@ -431,12 +419,12 @@ static void segs_remove(struct session *s, struct cache_segment *sg)
 	if (!s->segs_index.cap)
 		return;
 	i = wd_hashidx_slot(&s->segs_index, sg->id, seg_eq, s, sg);
-	if (!s->segs_index.slot[i])
+	if (!wd_hashidx_pos(&s->segs_index, i))
 		return;
-	pos = s->segs_index.slot[i] - 1;
+	pos = wd_hashidx_pos(&s->segs_index, i) - 1;
 	if (--s->segs[pos].weights)
 		return;
-	wd_hashidx_delete(&s->segs_index, i, seg_at, s);
+	wd_hashidx_delete(&s->segs_index, i);
 	last = (uint32_t)s->n_segs - 1;
 	if (pos != last) {
 		s->segs[pos] = s->segs[last];
@@ -532,14 +520,14 @@ bool session_release(struct session *s, uint64_t handle)
 		return false;
 	}
 	k = wd_hashidx_slot(&s->held_index, handle, held_eq, s, &handle); /* one probe for both */
-	if (!s->held_index.slot[k])
+	if (!wd_hashidx_pos(&s->held_index, k))
 		return false;
-	h = &s->held[s->held_index.slot[k] - 1];
+	h = &s->held[wd_hashidx_pos(&s->held_index, k) - 1];
 	w = h->w;
 	if (--h->count == 0) {
 		pos = (size_t)(h - s->held);
 		last = s->n_held - 1;
-		wd_hashidx_delete(&s->held_index, k, held_at, s);
+		wd_hashidx_delete(&s->held_index, k);
 		if (pos != last) {
 			s->held[pos] = s->held[last];
 			wd_hashidx_move(&s->held_index, s->held[pos].id, (uint32_t)last,

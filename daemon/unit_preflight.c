@@ -92,6 +92,7 @@ static bool client_holds(struct session *s, const struct unit_out *o)
 	return w && session_find_held(s, w->id);
 }
 
+/* The hash of output pos's key. */
 static uint64_t key_at(const void *ctx, uint32_t pos)
 {
 	const struct unit_out *outs = ctx;
@@ -115,19 +116,18 @@ static int unit_find_repeats(struct unitreq *u, weightd_error *err)
 	struct wd_hashidx tab = { NULL, 0 };
 
 	u->first = malloc(n * sizeof(size_t));
-	if (!u->first || wd_hashidx_reserve_from(&tab, n, 0, key_at, u->outs) < 0)
+	if (!u->first || wd_hashidx_reserve(&tab, n) < 0)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	for (size_t i = 0; i < n; i++) {
+		uint64_t h = key_at(u->outs, (uint32_t)i);
 		size_t k;
 
 		if (i + WEIGHT_AHEAD < n)
 			wd_hashidx_prefetch(&tab, key_at(u->outs, (uint32_t)(i + WEIGHT_AHEAD)));
-		k = wd_hashidx_slot(&tab, key_at(u->outs, (uint32_t)i), key_eq, u->outs,
-				    u->outs[i].key);
-
-		if (!tab.slot[k])
-			tab.slot[k] = (uint32_t)i + 1;
-		u->first[i] = tab.slot[k] - 1;
+		k = wd_hashidx_slot(&tab, h, key_eq, u->outs, u->outs[i].key);
+		if (!wd_hashidx_pos(&tab, k))
+			wd_hashidx_set(&tab, k, h, (uint32_t)i);
+		u->first[i] = wd_hashidx_pos(&tab, k) - 1;
 	}
 	wd_hashidx_free(&tab);
 	return 0;

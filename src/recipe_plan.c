@@ -182,23 +182,12 @@ static uint64_t pfile_hash(const struct wd_source *src, uint32_t file)
 	return ((uint64_t)(uintptr_t)src * 0x9E3779B97F4A7C15ull) ^ (file * 0xC2B2AE3D27D4EB4Full);
 }
 
-static uint64_t file_at(const void *ctx, uint32_t pos)
-{
-	const struct pfile *f = &((const struct wd_plan *)ctx)->files[pos];
-	return pfile_hash(f->src, f->file);
-}
-
 static bool file_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const struct pfile *f = &((const struct wd_plan *)ctx)->files[pos];
 	const struct pfile *k = key;
 
 	return f->src == k->src && f->file == k->file;
-}
-
-static uint64_t src_at(const void *ctx, uint32_t pos)
-{
-	return pfile_hash(((const struct wd_plan *)ctx)->srcs[pos], UINT32_MAX);
 }
 
 static bool src_eq(const void *ctx, uint32_t pos, const void *key)
@@ -217,8 +206,7 @@ static int prepare(struct build *b)
 	for (size_t i = 0; i <= p->root; i++)
 		leaves += p->x[i].reach && p->x[i].op == X_LEAF;
 	/* files and sources: at most one each per leaf */
-	if (wd_hashidx_reserve_from(&files, leaves, 0, file_at, p) < 0 ||
-	    wd_hashidx_reserve_from(&srcs, leaves, 0, src_at, p) < 0 ||
+	if (wd_hashidx_reserve(&files, leaves) < 0 || wd_hashidx_reserve(&srcs, leaves) < 0 ||
 	    !(p->files = malloc((leaves ? leaves : 1) * sizeof(*p->files)))) {
 		wd_hashidx_free(&files);
 		wd_hashidx_free(&srcs);
@@ -251,17 +239,18 @@ static int prepare(struct build *b)
 		if (x->op != X_LEAF)
 			continue;
 		struct pfile key = { x->src, x->file };
-		size_t k = wd_hashidx_slot(&files, pfile_hash(x->src, x->file), file_eq, p, &key);
+		uint64_t hf = pfile_hash(x->src, x->file), hs = pfile_hash(x->src, UINT32_MAX);
+		size_t k = wd_hashidx_slot(&files, hf, file_eq, p, &key);
 
-		if (!files.slot[k]) {
+		if (!wd_hashidx_pos(&files, k)) {
 			p->files[p->n_files] = key;
-			files.slot[k] = (uint32_t)++p->n_files;
+			wd_hashidx_set(&files, k, hf, (uint32_t)p->n_files++);
 		}
 		/* every source was noted while building, so p->srcs has room for the distinct ones */
-		k = wd_hashidx_slot(&srcs, pfile_hash(x->src, UINT32_MAX), src_eq, p, x->src);
-		if (!srcs.slot[k]) {
+		k = wd_hashidx_slot(&srcs, hs, src_eq, p, x->src);
+		if (!wd_hashidx_pos(&srcs, k)) {
 			p->srcs[p->n_srcs] = x->src;
-			srcs.slot[k] = (uint32_t)++p->n_srcs;
+			wd_hashidx_set(&srcs, k, hs, (uint32_t)p->n_srcs++);
 		}
 	}
 	wd_hashidx_free(&files);

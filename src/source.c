@@ -293,13 +293,6 @@ static uint64_t name_hash(const char *name)
 	return XXH3_64bits(name, strlen(name));
 }
 
-static uint64_t by_name_hash(const void *ctx, uint32_t pos)
-{
-	const struct wd_source *src = ctx;
-
-	return name_hash(src->by_name[pos]->name);
-}
-
 static bool by_name_eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const struct wd_source *src = ctx;
@@ -335,7 +328,7 @@ static int build_lookup(struct wd_source *src, weightd_error *err)
 		}
 	}
 	/* without memory for the index, lookups search the sorted array: slower, still right */
-	if (n && wd_hashidx_reserve_from(&src->index, n, 0, by_name_hash, src) == 0)
+	if (n && wd_hashidx_reserve(&src->index, n) == 0)
 		for (size_t i = 0; i < n; i++)
 			wd_hashidx_put(&src->index, name_hash(src->by_name[i]->name), (uint32_t)i);
 	return 0;

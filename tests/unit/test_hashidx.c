@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_hashidx.c - the open-addressing index of wd_hashidx.h: insert, find and delete under random
  * operations match a plain array scanned by hand; growth keeps every entry; deletion keeps probe
- * runs intact, also when every key collides (a constant hash). */
+ * runs intact, also when every key collides (a constant hash); the caller's equality test is
+ * asked only of entries whose kept hash bits match. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,15 +27,13 @@ static uint64_t hash_of(const struct tab *t, uint64_t key)
 	return t->constant ? 7 : key;
 }
 
-static uint64_t at(const void *ctx, uint32_t pos)
-{
-	const struct tab *t = ctx;
-	return hash_of(t, t->key[pos]);
-}
+static unsigned long eq_calls;
 
 static bool eq(const void *ctx, uint32_t pos, const void *key)
 {
 	const struct tab *t = ctx;
+
+	eq_calls++;
 	return t->key[pos] == *(const uint64_t *)key;
 }
 
@@ -54,9 +53,9 @@ static uint32_t scan(const struct tab *t, uint64_t key)
 
 static void add(struct tab *t, uint64_t key)
 {
-	assert_int_equal(wd_hashidx_reserve(&t->h, t->n + 1, at, t), 0);
+	assert_int_equal(wd_hashidx_reserve(&t->h, t->n + 1), 0);
 	assert_true(t->h.cap >= 2 * ((size_t)t->n + 1));
-	assert_int_equal(t->h.slot[wd_hashidx_slot(&t->h, hash_of(t, key), eq, t, &key)], 0);
+	assert_int_equal(wd_hashidx_pos(&t->h, wd_hashidx_slot(&t->h, hash_of(t, key), eq, t, &key)), 0);
 	t->key[t->n] = key;
 	wd_hashidx_put(&t->h, hash_of(t, key), t->n);
 	t->n++;
@@ -65,10 +64,10 @@ static void add(struct tab *t, uint64_t key)
 static void del(struct tab *t, uint64_t key)
 {
 	size_t i = wd_hashidx_slot(&t->h, hash_of(t, key), eq, t, &key);
-	uint32_t pos = t->h.slot[i] - 1, last = t->n - 1;
+	uint32_t pos = wd_hashidx_pos(&t->h, i) - 1, last = t->n - 1;
 
-	assert_int_not_equal(t->h.slot[i], 0);
-	wd_hashidx_delete(&t->h, i, at, t);
+	assert_int_not_equal(wd_hashidx_pos(&t->h, i), 0);
+	wd_hashidx_delete(&t->h, i);
 	if (pos != last) {
 		t->key[pos] = t->key[last];
 		wd_hashidx_move(&t->h, hash_of(t, t->key[pos]), last, pos);
@@ -84,7 +83,7 @@ static void check_all(const struct tab *t)
 	for (uint32_t i = 0; i < t->n; i++)
 		assert_int_equal(find(t, t->key[i]), i + 1);
 	for (size_t i = 0; i < t->h.cap; i++)
-		used += t->h.slot[i] != 0;
+		used += wd_hashidx_pos(&t->h, i) != 0;
 	assert_int_equal(used, t->n);
 }
 
@@ -158,8 +157,8 @@ static void growth_keeps_everything(void **state)
 	assert_int_equal(t->h.cap, 8192);
 	check_all(t);
 	/* reserving for what fits already keeps the table */
-	uint32_t *before = t->h.slot;
-	assert_int_equal(wd_hashidx_reserve(&t->h, 4096, at, t), 0);
+	uint64_t *before = t->h.slot;
+	assert_int_equal(wd_hashidx_reserve(&t->h, 4096), 0);
 	assert_ptr_equal(t->h.slot, before);
 	wd_hashidx_clear(&t->h);
 	assert_int_equal(find(t, 1 * 0x1000193), 0);
@@ -210,7 +209,7 @@ static void wrapping_runs(void **state)
 
 	(void)state;
 	assert_non_null(t);
-	assert_int_equal(wd_hashidx_reserve(&t->h, 1, at, t), 0);
+	assert_int_equal(wd_hashidx_reserve(&t->h, 1), 0);
 	last = t->h.cap - 1;
 	/* keys are their own hashes: three homed at the last slot (they wrap to 0 and 1), then one
 	 * homed at 0, pushed to 2 */
@@ -222,15 +221,67 @@ static void wrapping_runs(void **state)
 		add(t, e[i]);
 	add(t, s0);
 	assert_int_equal(t->h.cap, last + 1); /* no growth: 4 entries in 16 */
-	assert_int_equal(t->h.slot[2], 4);
+	assert_int_equal(wd_hashidx_pos(&t->h, 2), 4);
 	del(t, e[0]);
 	check_all(t);
 	/* the run shifted back: e[1], e[2] at the last slot and 0, s0 at 1 */
-	assert_int_equal(t->key[t->h.slot[1] - 1], s0);
+	assert_int_equal(t->key[wd_hashidx_pos(&t->h, 1) - 1], s0);
 	del(t, e[1]);
 	del(t, e[2]);
 	check_all(t);
-	assert_int_equal(t->key[t->h.slot[0] - 1], s0); /* back home */
+	assert_int_equal(t->key[wd_hashidx_pos(&t->h, 0) - 1], s0); /* back home */
+	wd_hashidx_free(&t->h);
+	free(t);
+}
+
+/*
+ * The equality test is asked only where the kept bits match: a lookup of an absent key whose
+ * bits no entry shares asks it nothing, a lookup of a present one asks it once (distinct bits
+ * are chosen by the test: keys are drawn until their bits, the high half of the key times the
+ * golden-ratio constant, are new). Deleting asks it only in its own lookup.
+ */
+static bool bits_taken(const uint32_t *bits, size_t n, uint32_t b)
+{
+	for (size_t i = 0; i < n; i++)
+		if (bits[i] == b)
+			return true;
+	return false;
+}
+
+static void equality_only_where_bits_match(void **state)
+{
+	struct tab *t = calloc(1, sizeof(*t));
+	static uint32_t bits[3000];
+	uint64_t absent[1000], x = 12345;
+	size_t nb = 0, na = 0;
+
+	(void)state;
+	assert_non_null(t);
+	while (nb < 3000) {
+		uint32_t b;
+
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		b = (uint32_t)((x * 0x9E3779B97F4A7C15ull) >> 32);
+		if (bits_taken(bits, nb, b))
+			continue;
+		bits[nb++] = b;
+		if (t->n < 2000)
+			add(t, x); /* grows the table from 16 to 4096 slots */
+		else
+			absent[na++] = x;
+	}
+	eq_calls = 0;
+	for (size_t i = 0; i < na; i++)
+		assert_int_equal(find(t, absent[i]), 0);
+	assert_int_equal(eq_calls, 0);
+	for (uint32_t i = 0; i < t->n; i++)
+		assert_int_equal(find(t, t->key[i]), i + 1);
+	assert_int_equal(eq_calls, t->n);
+	eq_calls = 0;
+	while (t->n > 1000)
+		del(t, t->key[t->n / 2]); /* its own lookup asks once; the shifts ask nothing */
+	assert_int_equal(eq_calls, 1000);
+	check_all(t);
 	wd_hashidx_free(&t->h);
 	free(t);
 }
@@ -243,6 +294,7 @@ int main(void)
 		cmocka_unit_test(growth_keeps_everything),
 		cmocka_unit_test(constant_hash_deletion),
 		cmocka_unit_test(wrapping_runs),
+		cmocka_unit_test(equality_only_where_bits_match),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
