@@ -277,19 +277,29 @@ static int unit_check_names(struct unitreq *u, const struct unit_entries *ue, we
 	size_t n = u->n_outs, *path = NULL, total = 0, at = 0;
 	struct wd_hashidx ix = { NULL, 0 };
 	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
+	uint64_t *hashes = malloc((n ? n : 1) * sizeof(*hashes));
 	int r = 0;
 
-	/* the copies in one allocation: the names' lengths first (each checked below, in order) */
+	if (!hashes)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	/* The copies in one allocation: the names' lengths first (each checked below, in order),
+	 * and their hashes, read in order from the request, so that the walk below can ask for
+	 * each one's index slot ahead (a table of 100,000 names is a wait on memory at each). */
 	for (size_t i = 0; i < n; i++) {
 		const char *name = out_name(ue, i);
-		total += (name ? strlen(name) : 0) + 1;
+		size_t len = name ? strlen(name) : 0;
+
+		total += len + 1;
+		hashes[i] = name ? XXH3_64bits(name, len) : 0;
 	}
 	u->names = malloc(total);
-	if (!u->names || wd_hashidx_reserve(&ix, n) < 0)
+	if (!u->names || wd_hashidx_reserve(&ix, n) < 0) {
+		free(hashes);
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
 	for (size_t i = 0; i < n; i++) {
 		const char *name = out_name(ue, i);
-		uint64_t h;
+		uint64_t h = hashes[i];
 		size_t k, len;
 
 		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
@@ -304,7 +314,8 @@ static int unit_check_names(struct unitreq *u, const struct unit_entries *ue, we
 		at += len;
 		u->outs[i].owner = i;
 		u->outs[i].u = u;
-		h = name_hash(name);
+		if (i + WEIGHT_AHEAD < n)
+			wd_hashidx_prefetch(&ix, hashes[i + WEIGHT_AHEAD]);
 		k = wd_hashidx_slot(&ix, h, name_eq, u->outs, name);
 		if (wd_hashidx_pos(&ix, k)) {
 			snprintf(err->slot, sizeof(err->slot), "%s", name);
@@ -361,6 +372,7 @@ static int unit_check_names(struct unitreq *u, const struct unit_entries *ue, we
 	}
 out:
 	wd_hashidx_free(&ix);
+	free(hashes);
 	free(state);
 	free(path);
 	return r;

@@ -87,7 +87,11 @@ static void shape_text(const uint64_t *shape, size_t n, char *out, size_t cap)
 
 static bool client_holds(struct session *s, const struct unit_out *o)
 {
-	struct weight *w = o->hit ? o->hit : cache_find(s->d->cache, o->key);
+	struct weight *w;
+
+	if (!s->n_held) /* the usual first unit: no weight of it needs to be read */
+		return false;
+	w = o->hit ? o->hit : cache_find(s->d->cache, o->key);
 
 	return w && session_find_held(s, w->id);
 }
