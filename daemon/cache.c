@@ -43,6 +43,7 @@ struct cache *cache_new(const struct cache_params *p)
 	c->next_segment_id = 1;
 	c->nbuckets = 1024;
 	TAILQ_INIT(&c->lru);
+	slab_init(&c->weights, sizeof(struct weight));
 	c->by_key = calloc(c->nbuckets, sizeof(*c->by_key));
 	if (!p->pool)
 		c->scratch_ok = wd_scratch_init(&c->scratch, WD_SCRATCH_BYTES) == 0;
@@ -77,16 +78,19 @@ static void rehash(struct cache *c)
 	c->nbuckets = nb;
 }
 
-struct weight *cache_weight_new(const char *label)
+struct weight *cache_weight_new(struct cache *c, const char *label)
 {
-	size_t len = strlen(label) + 1;
-	struct weight *w = NULL;
+	/* on a cache line of its own (the slab's objects are 64-byte aligned): the fields a lookup
+	 * reads are then in one or two lines */
+	struct weight *w = slab_alloc(&c->weights);
 
-	/* on a cache line of its own: the fields a lookup reads are then in one or two lines */
-	if (posix_memalign((void **)&w, 64, sizeof(*w) + len) != 0)
+	if (!w)
 		return NULL;
-	memset(w, 0, sizeof(*w));
-	w->label = memcpy(w + 1, label, len);
+	w->label = strdup(label);
+	if (!w->label) {
+		slab_free(&c->weights, w);
+		return NULL;
+	}
 	return w;
 }
 
@@ -316,7 +320,8 @@ static void weight_destroy(struct cache *c, struct weight *w, bool evict)
 		cache_seg_update_idle(c, sg);
 	}
 	csource_unref(w->csource);
-	free(w); /* its label with it */
+	free(w->label);
+	slab_free(&c->weights, w);
 }
 
 void cache_free(struct cache *c, bool unlink_segments)
@@ -332,6 +337,7 @@ void cache_free(struct cache *c, bool unlink_segments)
 		wd_scratch_free(&c->scratch);
 	free(c->by_key);
 	free(c->jobs_by_key);
+	slab_fini(&c->weights);
 	free(c);
 }
 
@@ -662,7 +668,7 @@ int cache_adopt(struct cache *c, const struct state_segment *rec)
 				continue;
 			}
 		}
-		w = cache_weight_new(sw->label);
+		w = cache_weight_new(c, sw->label);
 		if (!w)
 			break;
 		w->id = c->next_id++;

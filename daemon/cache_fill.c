@@ -208,7 +208,7 @@ static void job_done(struct pool_task *t)
 	}
 	c->temp_used -= j->temp;
 	if (j->status == 0) {
-		w = cache_weight_new(wd_plan_label(j->plan));
+		w = cache_weight_new(c, wd_plan_label(j->plan));
 		if (!w) {
 			wd_error_clear(err);
 			wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory recording a weight");

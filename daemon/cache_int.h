@@ -7,6 +7,7 @@
 #include "cache.h"
 #include "daemon.h"
 #include "sink.h"
+#include "slab.h"
 
 struct waiter {
 	cache_cb cb;
@@ -82,12 +83,13 @@ struct cache {
 	struct job **jobs_by_key;    /* job_buckets chains; NULL until the first job */
 	size_t job_buckets, job_count;
 	TAILQ_HEAD(, weight) lru;    /* first = least recently released */
+	struct slab weights;         /* every struct weight (slab.h: why not malloc) */
 };
 
 
 size_t cache_key_hash(const uint8_t *key, size_t nb);
-/* A zeroed weight whose label is a copy of `label` in the same allocation (freed with it). */
-struct weight *cache_weight_new(const char *label);
+/* A zeroed weight from c's slab, its label a copy of `label` (both freed by weight_destroy). */
+struct weight *cache_weight_new(struct cache *c, const char *label);
 struct weight *cache_find_key(struct cache *c, const uint8_t *key);
 /* Recount whether a segment is idle (created, nothing being made, no weight referenced). */
 void cache_seg_update_idle(struct cache *c, struct cache_segment *sg);
