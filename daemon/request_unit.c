@@ -241,9 +241,14 @@ static void on_entry_ready(struct weight *w, const weightd_error *err, uint64_t 
 }
 
 /* The unit's names by hash: a wd_hashidx of positions in outs. */
+static uint64_t name_hash_n(const char *name, size_t len)
+{
+	return XXH3_64bits(name, len);
+}
+
 static uint64_t name_hash(const char *name)
 {
-	return XXH3_64bits(name, strlen(name));
+	return name_hash_n(name, strlen(name));
 }
 
 static bool name_eq(const void *ctx, uint32_t pos, const void *key)
@@ -290,7 +295,7 @@ static int unit_check_names(struct unitreq *u, const struct unit_entries *ue, we
 		size_t len = name ? strlen(name) : 0;
 
 		total += len + 1;
-		hashes[i] = name ? XXH3_64bits(name, len) : 0;
+		hashes[i] = name ? name_hash_n(name, len) : 0; /* as find_name hashes */
 	}
 	u->names = malloc(total);
 	if (!u->names || wd_hashidx_reserve(&ix, n) < 0) {
