@@ -169,12 +169,31 @@ static bool weight_stale(const struct weight *w)
 	return false;
 }
 
+/* state_write's walk over a segment's weights: the next one, or false after the last. */
+static bool seg_next_weight(void *arg, struct state_weight *sw)
+{
+	struct weight **at = arg, *w = *at;
+
+	if (!w)
+		return false;
+	*at = LIST_NEXT(w, seg_link);
+	memcpy(sw->key, w->key, 32);
+	memcpy(sw->digest, w->digest, sizeof(sw->digest));
+	sw->digest_alg = w->digest_alg;
+	sw->dtype = w->dtype;
+	sw->ndim = w->ndim;
+	memcpy(sw->shape, w->shape, sizeof(sw->shape));
+	sw->nbytes = w->nbytes;
+	sw->offset = w->offset;
+	sw->label = w->label;
+	return true;
+}
+
 /* The state record of a segment: every finished weight in it. */
 int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_error *err)
 {
 	struct state_segment rec;
-	size_t i = 0;
-	int r;
+	struct weight *at = LIST_FIRST(&sg->weights);
 
 	if (!c->p.state_dir[0] || !sg->created)
 		return 0;
@@ -184,26 +203,7 @@ int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_err
 	rec.generation = sg->generation;
 	rec.size = sg->seg.size;
 	rec.ino = sg->ino;
-	rec.weights = calloc(sg->n_weights ? sg->n_weights : 1, sizeof(*rec.weights));
-	if (!rec.weights)
-		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory writing a state record");
-	for (struct weight *w = LIST_FIRST(&sg->weights); w; w = LIST_NEXT(w, seg_link), i++) {
-		struct state_weight *sw = &rec.weights[i];
-
-		memcpy(sw->key, w->key, 32);
-		memcpy(sw->digest, w->digest, sizeof(sw->digest));
-		sw->digest_alg = w->digest_alg;
-		sw->dtype = w->dtype;
-		sw->ndim = w->ndim;
-		memcpy(sw->shape, w->shape, sizeof(sw->shape));
-		sw->nbytes = w->nbytes;
-		sw->offset = w->offset;
-		sw->label = w->label;
-	}
-	rec.n_weights = i;
-	r = state_write(c->p.state_dir, c->instance, &rec, err);
-	free(rec.weights);
-	return r;
+	return state_write(c->p.state_dir, c->instance, &rec, seg_next_weight, &at, err);
 }
 
 void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_segment)

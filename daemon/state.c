@@ -98,35 +98,72 @@ static bool record_path(const char *dir, const char *instance, const char *segme
 }
 
 /*
- * A record is written as text directly (one buffer, one write): a segment packs up to
- * STATE_MAX_WEIGHTS weights, and building a jansson tree of them cost more than filling their
- * bytes. The reader (read_record) still parses it with jansson.
+ * A record is written as text directly, streamed to its temp file through a buffer of
+ * OUT_BUFFER bytes: a segment packs up to STATE_MAX_WEIGHTS weights, and building a jansson tree
+ * of them cost more than filling their bytes; building the whole text first cost a few hundred
+ * bytes a weight, faulted in anew by a fresh daemon. The reader (read_record) still parses it with
+ * jansson.
  */
+#define OUT_BUFFER ((size_t)256 << 10)
+
 struct out {
+	int fd;
 	char *p;
 	size_t len, cap;
 	bool failed;
+	int err;             /* errno of a failed write, or ENOMEM */
 };
 
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t k = write(fd, p, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			if (k == 0)
+				errno = EIO;
+			return -1;
+		}
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+/* Write out what the buffer holds. */
+static void out_flush(struct out *o)
+{
+	if (o->failed || o->len == 0)
+		return;
+	if (write_all(o->fd, o->p, o->len) < 0) {
+		o->failed = true;
+		o->err = errno;
+	}
+	o->len = 0;
+}
+
+/* Room for n more bytes: the buffer is flushed when full, and grows only for a single piece
+ * larger than it (none of a record's pieces is, but nothing depends on that). */
 static char *out_room(struct out *o, size_t n)
 {
 	if (o->failed)
 		return NULL;
-	if (o->cap - o->len < n) {
-		size_t ncap = o->cap ? o->cap : 4096;
-		char *np;
+	if (o->cap - o->len < n)
+		out_flush(o);
+	if (!o->failed && o->cap < n) {
+		char *np = realloc(o->p, n);
 
-		while (ncap - o->len < n)
-			ncap *= 2;
-		np = realloc(o->p, ncap);
 		if (!np) {
 			o->failed = true;
+			o->err = ENOMEM;
 			return NULL;
 		}
 		o->p = np;
-		o->cap = ncap;
+		o->cap = n;
 	}
-	return o->p + o->len;
+	return o->failed ? NULL : o->p + o->len;
 }
 
 static void out_raw(struct out *o, const char *s, size_t n)
@@ -193,8 +230,12 @@ static void out_hex(struct out *o, const uint8_t *b, size_t n)
 	o->len += 2 * n + 2;
 }
 
-static void record_text(struct out *o, const struct state_segment *rec)
+static void record_text(struct out *o, const struct state_segment *rec, state_next_weight next,
+			void *arg)
 {
+	struct state_weight sw;
+	bool first = true;
+
 	OUT_LIT(o, "{\"version\":2,\"segment\":");
 	out_str(o, rec->segment);
 	OUT_LIT(o, ",\"source\":");
@@ -206,9 +247,12 @@ static void record_text(struct out *o, const struct state_segment *rec)
 	OUT_LIT(o, ",\"ino\":");
 	out_u64(o, rec->ino);
 	OUT_LIT(o, ",\"weights\":[");
-	for (size_t i = 0; i < rec->n_weights; i++) {
-		const struct state_weight *w = &rec->weights[i];
+	while (!o->failed && next(arg, &sw)) {
+		const struct state_weight *w = &sw;
 
+		if (!first)
+			OUT_LIT(o, ",");
+		first = false;
 		OUT_LIT(o, "{\"key\":");
 		out_hex(o, w->key, 32);
 		OUT_LIT(o, ",\"digest\":");
@@ -229,60 +273,49 @@ static void record_text(struct out *o, const struct state_segment *rec)
 		out_u64(o, w->offset);
 		OUT_LIT(o, ",\"label\":");
 		out_str(o, w->label ? w->label : "");
-		out_raw(o, "},", i + 1 < rec->n_weights ? 2 : 1);
+		OUT_LIT(o, "}");
 	}
 	OUT_LIT(o, "]}\n");
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t k = write(fd, p, n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			if (k == 0)
-				errno = EIO;
-			return -1;
-		}
-		p += k;
-		n -= (size_t)k;
-	}
-	return 0;
+	out_flush(o);
 }
 
 int state_write(const char *dir, const char *instance, const struct state_segment *rec,
-		weightd_error *err)
+		state_next_weight next, void *arg, weightd_error *err)
 {
 	char path[4096], tmp[4200];
-	struct out o = { 0 };
-	int r = 0, fd, e;
+	struct out o = { .fd = -1 };
+	int r = 0, e;
 
 	if (!enabled(dir))
 		return 0;
 	if (!record_path(dir, instance, rec->segment, path, sizeof(path)))
 		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "no state record for segment name \"%s\"",
 				    rec->segment);
-	record_text(&o, rec);
-	if (o.failed) {
-		free(o.p);
+	o.p = malloc(OUT_BUFFER);
+	if (!o.p)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory writing a state record");
-	}
+	o.cap = OUT_BUFFER;
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd >= 0 && write_all(fd, o.p, o.len) < 0) {
+	o.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (o.fd < 0) {
 		e = errno;
-		close(fd);
-		fd = -1;
-		errno = e;
-	} else if (fd >= 0 && close(fd) < 0) {
-		fd = -1;
+		free(o.p);
+		return wd_error_set(err, WEIGHTD_E_IO, "cannot write state record %s: %s", path, strerror(e));
 	}
-	if (fd < 0 || rename(tmp, path) < 0) {
-		e = errno;
+	record_text(&o, rec, next, arg);
+	if (close(o.fd) < 0 && !o.failed) {
+		o.failed = true;
+		o.err = errno;
+	}
+	if (!o.failed && rename(tmp, path) < 0) {
+		o.failed = true;
+		o.err = errno;
+	}
+	if (o.failed) {
 		unlink(tmp);
-		r = wd_error_set(err, WEIGHTD_E_IO, "cannot write state record %s: %s", path, strerror(e));
+		r = o.err == ENOMEM ?
+			wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory writing a state record") :
+			wd_error_set(err, WEIGHTD_E_IO, "cannot write state record %s: %s", path, strerror(o.err));
 	}
 	free(o.p);
 	return r;

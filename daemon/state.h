@@ -33,9 +33,13 @@ struct state_segment {
 	uint64_t generation;
 	uint64_t size;       /* bytes of the object */
 	uint64_t ino;        /* its inode when written (0: not recorded) */
-	struct state_weight *weights;
+	struct state_weight *weights;  /* when read (state_write asks for them one at a time) */
 	size_t n_weights;
 };
+
+/* The weights of a record being written, one per call: fill *w and return true, or return
+ * false after the last. */
+typedef bool (*state_next_weight)(void *arg, struct state_weight *w);
 
 /* Most weights one record may list (a record is read whole before anything is adopted). */
 #define STATE_MAX_WEIGHTS 65536
@@ -47,9 +51,11 @@ struct state_segment {
  */
 /* Create DIR/INSTANCE (mode 0700). */
 int state_init(const char *dir, const char *instance, weightd_error *err);
-/* Write (or replace) the record of a segment. */
+/* Write (or replace) the record of a segment: rec's header fields, then each weight next(arg)
+ * gives (rec->weights is not read). The text is streamed through a buffer of fixed size, so a
+ * record of 65,536 weights costs no more memory than one of ten. */
 int state_write(const char *dir, const char *instance, const struct state_segment *rec,
-		weightd_error *err);
+		state_next_weight next, void *arg, weightd_error *err);
 /* Remove the record of segment `name` (ENOENT is fine). */
 void state_remove(const char *dir, const char *instance, const char *segment);
 
