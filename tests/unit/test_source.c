@@ -356,6 +356,85 @@ static void index_and_shards_must_agree(void **state)
 		 "model.safetensors.index.json: index file: not valid JSON");
 }
 
+/* Shards s00..s23, tensor t<i> in shard i (with `extra`, also u<i>, which the index does not
+ * list); `broken` shards get a header whose offsets are wrong and `missing` is not written (-1:
+ * none). */
+static void make_many_shards(const char *dir, int n, const int *broken, int n_broken, int missing,
+			     bool extra)
+{
+	char p[4400], name[16], name2[16], map[4096] = "";
+	size_t off = 0;
+
+	assert_int_equal(mkdir(dir, 0755), 0);
+	for (int i = 0; i < n; i++) {
+		struct stw_tensor t[2] = {
+			{ .name = name, .dtype = "F32", .ndim = 1, .shape = { 2 }, .seed = (uint32_t)i },
+			{ .name = name2, .dtype = "U8", .ndim = 1, .shape = { 3 }, .seed = (uint32_t)i },
+		};
+		bool bad = false;
+
+		snprintf(name, sizeof(name), "t%d", i);
+		snprintf(name2, sizeof(name2), "u%d", i);
+		off += (size_t)snprintf(map + off, sizeof(map) - off, "%s\"t%d\": \"s%02d.safetensors\"",
+					i ? ", " : "", i, i);
+		snprintf(p, sizeof(p), "%s/s%02d.safetensors", dir, i);
+		for (int b = 0; b < n_broken; b++)
+			bad |= broken[b] == i;
+		if (i == missing)
+			continue;
+		if (bad) {
+			char json[128];
+
+			snprintf(json, sizeof(json), "{\"t%d\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", i);
+			assert_int_equal(stw_write_json(p, json, "abcd", 4), 0);
+		} else {
+			assert_int_equal(stw_write(p, t, extra ? 2 : 1, NULL, 0, NULL), 0);
+		}
+	}
+	write_index(dir, map);
+}
+
+static void many_shards_open_and_fail_in_index_order(void **state)
+{
+	struct wd_limits lim = WD_LIMITS_DEFAULT;
+	struct wd_source *src;
+	weightd_error err;
+	char name[16];
+
+	(void)state;
+	/* headers parsed side by side, joined in index order */
+	make_many_shards(tpath("many"), 24, NULL, 0, -1, false);
+	src = open_ok("many", tpath("many"));
+	assert_int_equal(wd_source_tensor_count(src), 24);
+	for (int i = 0; i < 24; i++) {
+		snprintf(name, sizeof(name), "t%d", i);
+		assert_int_equal(wd_source_find(src, name)->file, (uint32_t)i);
+		check_tensor_bytes(src, name, (uint32_t)i);
+	}
+	wd_source_free(src);
+
+	/* two broken shards and a missing one after them: the first broken shard in order */
+	make_many_shards(tpath("many_bad"), 24, (const int[]){ 17, 9 }, 2, 20, false);
+	open_bad(tpath("many_bad"), WEIGHTD_E_BAD_CHECKPOINT, "many_bad/s09.safetensors: safetensors header: tensor 't9'");
+	/* a missing shard before the broken ones: the walk in order would stop there... after
+	 * parsing the shards before it, which are fine */
+	make_many_shards(tpath("many_gone"), 24, (const int[]){ 17 }, 1, 6, false);
+	open_bad(tpath("many_gone"), WEIGHTD_E_BAD_CHECKPOINT, "s06.safetensors does not exist");
+
+	/* two tensors a shard (the index lists 24, under the limit): the limit of 30 crossed at
+	 * the 16th shard, before a broken 21st: the limit */
+	lim.max_tensors = 30;
+	make_many_shards(tpath("many_limit"), 24, (const int[]){ 20 }, 1, -1, true);
+	wd_error_clear(&err);
+	assert_int_equal(wd_source_open("ckpt", tpath("many_limit"), &lim, &src, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "more than the limit of 30 tensors"));
+	/* a broken 6th before the limit is crossed: the broken shard */
+	make_many_shards(tpath("many_limit2"), 24, (const int[]){ 5 }, 1, -1, true);
+	wd_error_clear(&err);
+	assert_int_equal(wd_source_open("ckpt", tpath("many_limit2"), &lim, &src, &err), -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "s05.safetensors: safetensors header: tensor 't5'"));
+}
+
 static void index_names_cannot_escape_the_directory(void **state)
 {
 	struct wd_source *src;
@@ -628,6 +707,7 @@ int main(void)
 		cmocka_unit_test(bad_paths_are_reported),
 		cmocka_unit_test(sharded_directory_opens_every_shard),
 		cmocka_unit_test(index_and_shards_must_agree),
+		cmocka_unit_test(many_shards_open_and_fail_in_index_order),
 		cmocka_unit_test(index_names_cannot_escape_the_directory),
 		cmocka_unit_test(replaced_file_is_detected),
 		cmocka_unit_test(truncated_file_is_detected),
