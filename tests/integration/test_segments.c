@@ -342,6 +342,18 @@ static void segment_of(const weightd_status *st, const char *tensor, char *path,
 	fail_msg("no segment %llu in status", (unsigned long long)ws->segment);
 }
 
+/* Every byte of the first n weights of unit u (bound by bind_many from 0) is its pattern. */
+static void check_many(weightd_unit *u, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char name[16];
+
+		many_name(i, name, sizeof(name));
+		assert_int_equal(it_pattern_mismatch(weightd_unit_data(u, name), many_bytes(i),
+						     (unsigned)i), -1);
+	}
+}
+
 /*
  * kill -9 and a restart re-adopt a packed segment whole, reading nothing; with verify_adopted a
  * weight whose bytes changed in the segment is dropped alone, and only it is read again.
@@ -388,16 +400,48 @@ static void restart_readopts_packed_segment(void **state)
 	c = it_connect(&H);
 	assert_int_equal(bind_many(c, 0, 50, &u, &err), 0);
 	assert_int_equal(weightd_unit_bytes_read(u), many_bytes(7)); /* only the dropped one */
-	for (size_t i = 0; i < 50; i++) {
-		char name[16];
-
-		many_name(i, name, sizeof(name));
-		assert_int_equal(it_pattern_mismatch(weightd_unit_data(u, name), many_bytes(i),
-						     (unsigned)i), -1);
-	}
+	check_many(u, 50);
 	weightd_unit_free(u);
 	weightd_close(c);
 	it_leak_check(&H, base, 0);
+}
+
+/*
+ * Forty units of one weight each make forty segments, forty state records; a restart reads the
+ * records in batches on a few threads and re-adopts every one, reading nothing.
+ */
+static void restart_readopts_many_records(void **state)
+{
+	weightd_client *c;
+	weightd_unit *u = NULL;
+	weightd_status *st;
+	weightd_error err;
+
+	(void)state;
+	start_many(40, NULL, NULL);
+	c = it_connect(&H);
+	for (size_t i = 0; i < 40; i++) {
+		assert_int_equal(bind_many(c, i, 1, &u, &err), 0);
+		weightd_unit_free(u);
+	}
+	st = it_status(c);
+	assert_int_equal(st->segments, 40);
+	weightd_status_free(st);
+	weightd_close(c);
+	harness_kill(&H);
+
+	assert_int_equal(harness_start(&H), 0);
+	st = it_status_of(&H);
+	assert_int_equal(st->readoptions, 40);
+	assert_int_equal(st->weights, 40);
+	assert_int_equal(st->segments, 40);
+	weightd_status_free(st);
+	c = it_connect(&H);
+	assert_int_equal(bind_many(c, 0, 40, &u, &err), 0);
+	assert_int_equal(weightd_unit_bytes_read(u), 0);
+	check_many(u, 40);
+	weightd_unit_free(u);
+	weightd_close(c);
 }
 
 /* Blocks of a file in /dev/shm (its memory), in bytes. */
@@ -870,6 +914,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(thousands_of_weights_few_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(share_is_same_segment_and_offset, setup, teardown),
 		cmocka_unit_test_setup_teardown(restart_readopts_packed_segment, setup, teardown),
+		cmocka_unit_test_setup_teardown(restart_readopts_many_records, setup, teardown),
 		cmocka_unit_test_setup_teardown(eviction_inside_packed_segments, setup, teardown),
 		cmocka_unit_test_setup_teardown(size_limits_are_frames_not_walls, setup, teardown),
 		cmocka_unit_test_setup_teardown(client_out_of_fds_is_named, setup, teardown),
