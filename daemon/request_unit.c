@@ -88,6 +88,38 @@ static int pack_reply(const struct unitreq *u, Weightd__PackedWeights *pw, void 
 	return r;
 }
 
+/* Room for twice as many segments in a reply's four per-segment arrays. */
+static int grow_segment_arrays(Weightd__SegmentInfo **si, Weightd__SegmentInfo ***sp, int **fds,
+			       struct cache_segment ***segs, size_t *cap)
+{
+	size_t n = *cap ? 2 * *cap : 16;
+	Weightd__SegmentInfo *nsi = realloc(*si, n * sizeof(**si));
+	Weightd__SegmentInfo **nsp;
+	int *nfds;
+	struct cache_segment **nsegs;
+
+	if (!nsi)
+		return -1;
+	/* sp points into si: moved with it */
+	for (size_t i = 0; i < *cap; i++)
+		(*sp)[i] = &nsi[i];
+	*si = nsi;
+	nsp = realloc(*sp, n * sizeof(**sp));
+	if (!nsp)
+		return -1;
+	*sp = nsp;
+	nfds = realloc(*fds, n * sizeof(**fds));
+	if (!nfds)
+		return -1;
+	*fds = nfds;
+	nsegs = realloc(*segs, n * sizeof(**segs));
+	if (!nsegs)
+		return -1;
+	*segs = nsegs;
+	*cap = n;
+	return 0;
+}
+
 /* Every entry has its weight (or the request failed): answer, all or nothing. The reply carries
  * one fd per distinct segment (found by stamping each segment once: linear), and each weight
  * says where in its segment it lies. */
@@ -104,7 +136,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	void *columns = NULL;
 	int *fds = NULL;
 	struct cache_segment **segs = NULL;
-	size_t nfds = 0, *held_at = NULL; /* per entry: its index in s->held, or SIZE_MAX */
+	size_t nfds = 0, seg_cap = 0, *held_at = NULL; /* per entry: its index in s->held, or SIZE_MAX */
 	uint64_t new_weights = 0;
 
 	if (!s || s->dead || u->failed) {
@@ -119,20 +151,12 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		wi = calloc(u->n_outs, sizeof(*wi));
 		wp = calloc(u->n_outs, sizeof(*wp));
 	}
-	si = calloc(u->n_entries, sizeof(*si));
-	sp = calloc(u->n_entries, sizeof(*sp));
-	fds = calloc(u->n_entries, sizeof(*fds));
-	segs = calloc(u->n_entries, sizeof(*segs));
 	held_at = malloc(u->n_entries * sizeof(*held_at));
-	if ((!packed && (!wi || !wp)) || !si || !sp || !fds || !segs || !held_at) {
-		for (size_t i = 0; i < u->n_entries; i++)
-			cache_drop(cache, u->outs[i].w);
-		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
-		session_send_error(s, u->id, &u->err);
-		goto out;
-	}
+	if ((!packed && (!wi || !wp)) || !held_at)
+		goto oom;
 	/* One walk over the weights (each a wait on memory in a large unit): the entries the client
-	 * holds already (found now, holding appends so an index found stays), and the segments. */
+	 * holds already (found now, holding appends so an index found stays), and the segments
+	 * (a handful however many entries: their arrays grow with them). */
 	stamp++;
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct weight *w = u->outs[i].w;
@@ -144,6 +168,8 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		new_weights += u->first[i] == i && !h;
 		if (sg->mark == stamp)
 			continue;
+		if (nfds == seg_cap && grow_segment_arrays(&si, &sp, &fds, &segs, &seg_cap) < 0)
+			goto oom;
 		sg->mark = stamp;
 		sg->mark_index = (uint32_t)nfds;
 		fds[nfds] = sg->seg.ro_fd; /* lent: the held weights keep it open while it is sent */
@@ -209,6 +235,12 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	resp.materialize = &ur;
 	resp.id = u->id;
 	session_send_borrowed(s, &resp, fds, nfds);
+	goto out;
+oom:
+	for (size_t i = 0; i < u->n_entries; i++)
+		cache_drop(cache, u->outs[i].w);
+	wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
+	session_send_error(s, u->id, &u->err);
 out:
 	unitreq_unlink(u);
 	free(columns);
