@@ -25,8 +25,8 @@ struct progress {
 	bool on;                    /* stderr is a terminal: poll and draw */
 	bool drawn;                 /* a bar is on the screen (a final line is owed) */
 	size_t n;
-	uint8_t (*keys)[WEIGHTD_DIGEST_LEN];
-	uint64_t *nbytes;
+	struct pkey *keys;          /* the distinct weights, sorted by key */
+	bool *seen;                 /* per key: a job counted it in this sample */
 	uint64_t total;
 	double t0;                  /* when the unit was submitted */
 	bool have_base;             /* first sample: the base the rate is measured from */
@@ -42,12 +42,23 @@ static double mono(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* One distinct weight of the unit. */
+struct pkey {
+	uint8_t key[WEIGHTD_DIGEST_LEN];
+	uint64_t nbytes;
+};
+
+static int pkey_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, WEIGHTD_DIGEST_LEN); /* key first in struct pkey; bsearch's key too */
+}
+
 static void progress_free(struct progress *p)
 {
 	free(p->keys);
-	free(p->nbytes);
+	free(p->seen);
 	p->keys = NULL;
-	p->nbytes = NULL;
+	p->seen = NULL;
 }
 
 /* Preflight the unit (reads nothing) to learn its distinct weights. 0, or the preflight's error. */
@@ -63,8 +74,8 @@ static int progress_init(struct progress *p, weightd_unit *u, weightd_error *err
 	if (r < 0)
 		return r;
 	p->keys = calloc(pf->count ? pf->count : 1, sizeof(*p->keys));
-	p->nbytes = calloc(pf->count ? pf->count : 1, sizeof(*p->nbytes));
-	if (!p->keys || !p->nbytes) {
+	p->seen = calloc(pf->count ? pf->count : 1, sizeof(*p->seen));
+	if (!p->keys || !p->seen) {
 		progress_free(p);
 		p->on = false;   /* no bar, but the unit can still run */
 		weightd_preflight_free(pf);
@@ -72,20 +83,26 @@ static int progress_init(struct progress *p, weightd_unit *u, weightd_error *err
 	}
 	for (size_t i = 0; i < pf->count; i++) {
 		const weightd_output_info *o = &pf->outputs[i];
-		size_t k;
 
 		if (o->alias_of[0] || !o->key)
 			continue;
-		for (k = 0; k < p->n; k++)
-			if (memcmp(p->keys[k], o->key, WEIGHTD_DIGEST_LEN) == 0)
-				break;
-		if (k < p->n)
-			continue;
-		memcpy(p->keys[p->n], o->key, WEIGHTD_DIGEST_LEN);
-		p->nbytes[p->n++] = o->nbytes;
-		p->total += o->nbytes;
+		memcpy(p->keys[p->n].key, o->key, WEIGHTD_DIGEST_LEN);
+		p->keys[p->n++].nbytes = o->nbytes;
 	}
 	weightd_preflight_free(pf);
+	/* identical recipes share one weight: sorted, each key once (n log n, not n^2: a MoE
+	 * checkpoint has 100,000 tensors) */
+	qsort(p->keys, p->n, sizeof(*p->keys), pkey_cmp);
+	{
+		size_t m = 0;
+
+		for (size_t i = 0; i < p->n; i++)
+			if (m == 0 || pkey_cmp(&p->keys[m - 1], &p->keys[i]) != 0)
+				p->keys[m++] = p->keys[i];
+		p->n = m;
+	}
+	for (size_t i = 0; i < p->n; i++)
+		p->total += p->keys[i].nbytes;
 	return 0;
 }
 
@@ -161,16 +178,19 @@ static void progress_sample(struct progress *p, weightd_client *c)
 		p->on = false;
 		return;
 	}
-	for (size_t k = 0; k < p->n; k++) {
-		uint64_t got = p->nbytes[k];
+	/* every weight whole, less what its job (if one is in flight) has still to write; one
+	 * lookup per job in the sorted keys */
+	done = p->total;
+	memset(p->seen, 0, p->n * sizeof(*p->seen));
+	for (size_t j = 0; j < st->n_jobs; j++) {
+		const struct pkey *k = st->jobs[j].key ?
+			bsearch(st->jobs[j].key, p->keys, p->n, sizeof(*p->keys), pkey_cmp) : NULL;
 
-		for (size_t j = 0; j < st->n_jobs; j++)
-			if (st->jobs[j].key &&
-			    memcmp(st->jobs[j].key, p->keys[k], WEIGHTD_DIGEST_LEN) == 0) {
-				got = st->jobs[j].done < got ? st->jobs[j].done : got;
-				break;
-			}
-		done += got;
+		if (!k || p->seen[k - p->keys])
+			continue;
+		p->seen[k - p->keys] = true;
+		if (st->jobs[j].done < k->nbytes)
+			done -= k->nbytes - st->jobs[j].done;
 	}
 	weightd_status_free(st);
 	if (!p->have_base) {

@@ -784,6 +784,37 @@ static void exit_codes(void **state)
 	free(err);
 }
 
+/*
+ * preload counts distinct weights: two slots with the same recipe share one weight and an alias
+ * has none of its own, so four slots are two weights, each counted once with its bytes.
+ */
+static void preload_counts_each_weight_once(void **state)
+{
+	char path[600], *out, *err;
+	FILE *f;
+
+	(void)state;
+	harness_path(&H, "dup.json", path, sizeof(path));
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("{\"slots\": ["
+	      "{\"name\": \"a\", \"recipe\": {\"op\": \"source\", \"checkpoint\": \"tiny\", \"tensor\": \"lm_head.weight\"}},"
+	      "{\"name\": \"q\", \"recipe\": {\"op\": \"source\", \"checkpoint\": \"tiny\", \"tensor\": \"model.layers.0.self_attn.q_proj.weight\"}},"
+	      "{\"name\": \"b\", \"recipe\": {\"op\": \"source\", \"checkpoint\": \"tiny\", \"tensor\": \"lm_head.weight\"}},"
+	      "{\"name\": \"c\", \"alias\": \"a\"}]}", f);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(ctl(&out, &err, "--json", "preload", "--recipe", path, NULL), 0);
+	assert_non_null(strstr(out, "\"weights\": 2"));
+	{
+		char want[64];
+
+		snprintf(want, sizeof(want), "\"bytes\": %u", LM_HEAD_BYTES + Q_BYTES);
+		assert_non_null(strstr(out, want));
+	}
+	free(out);
+	free(err);
+}
+
 /* --- progress ------------------------------------------------------------------------------------- */
 
 /*
@@ -986,6 +1017,7 @@ int main(void)
 		cmocka_unit_test(the_format_checker_refuses_bad_expositions),
 		cmocka_unit_test(metrics_follow_known_activity),
 		cmocka_unit_test(exit_codes),
+		cmocka_unit_test(preload_counts_each_weight_once),
 	};
 	const struct CMUnitTest progress[] = {
 		cmocka_unit_test(get_on_a_terminal_draws_a_bar_to_100),
