@@ -187,6 +187,37 @@ static PyObject *cl_describe(pyw_client *cl, PyObject *args)
 	return r;
 }
 
+/* The names of a checkpoint's tensors, in file order: describe() without a dict per tensor. */
+static PyObject *cl_tensor_names(pyw_client *cl, PyObject *args)
+{
+	weightd_description *d = NULL;
+	const char *name;
+	weightd_error err;
+	PyObject *r;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "s:tensor_names", &name) || pyw_client_enter(cl) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = weightd_describe(cl->c, name, &d, &err);
+	Py_END_ALLOW_THREADS
+	pyw_client_leave(cl);
+	if (rc < 0)
+		return pyw_error_raise(rc, &err);
+	r = PyList_New((Py_ssize_t)d->n_tensors);
+	for (size_t i = 0; r && i < d->n_tensors; i++) {
+		PyObject *s = PyUnicode_FromString(d->tensors[i].name);
+
+		if (!s) {
+			Py_CLEAR(r);
+			break;
+		}
+		PyList_SET_ITEM(r, (Py_ssize_t)i, s);
+	}
+	weightd_description_free(d);
+	return r;
+}
+
 static PyObject *cl_status(pyw_client *cl, PyObject *unused)
 {
 	weightd_status *s = NULL;
@@ -431,21 +462,11 @@ static PyObject *cl_materialize_recipe(pyw_client *cl, PyObject *args)
 	return request_new(cl, f);
 }
 
-static PyObject *cl_unit_from_json(pyw_client *cl, PyObject *args)
+/* A Unit object owning u (freed if the object cannot be made). */
+static PyObject *unit_wrap(pyw_client *cl, weightd_unit *u)
 {
-	const char *text;
-	Py_ssize_t len;
-	weightd_unit *u = NULL;
-	weightd_error err;
-	pyw_unit *un;
-	int rc;
+	pyw_unit *un = PyObject_New(pyw_unit, &pyw_unit_type);
 
-	if (!PyArg_ParseTuple(args, "s#:unit_from_json", &text, &len) || pyw_client_check(cl) < 0)
-		return NULL;
-	rc = weightd_unit_from_json(cl->c, text, (size_t)len, &u, &err);
-	if (rc < 0)
-		return pyw_error_raise(rc, &err);
-	un = PyObject_New(pyw_unit, &pyw_unit_type);
 	if (!un) {
 		weightd_unit_free(u);
 		return NULL;
@@ -456,6 +477,59 @@ static PyObject *cl_unit_from_json(pyw_client *cl, PyObject *args)
 	un->submitted = un->validated = un->busy = un->released = 0;
 	un->exports = 0;
 	return (PyObject *)un;
+}
+
+static PyObject *cl_unit_from_json(pyw_client *cl, PyObject *args)
+{
+	const char *text;
+	Py_ssize_t len;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "s#:unit_from_json", &text, &len) || pyw_client_check(cl) < 0)
+		return NULL;
+	rc = weightd_unit_from_json(cl->c, text, (size_t)len, &u, &err);
+	if (rc < 0)
+		return pyw_error_raise(rc, &err);
+	return unit_wrap(cl, u);
+}
+
+/* A Unit of whole tensors as stored, each in a slot of its own name with no declared dtype (what
+ * unit_from_json makes of {"name": t, "recipe": {"op": "source", ...}}), declared here without
+ * JSON: a 90,000-tensor checkpoint was a second of it. */
+static PyObject *cl_unit_from_tensors(pyw_client *cl, PyObject *args)
+{
+	const char *ckpt;
+	PyObject *names, *seq;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "sO:unit_from_tensors", &ckpt, &names) || pyw_client_check(cl) < 0)
+		return NULL;
+	seq = PySequence_Fast(names, "unit_from_tensors: names must be a sequence of str");
+	if (!seq)
+		return NULL;
+	rc = weightd_unit_new(cl->c, &u, &err);
+	for (Py_ssize_t i = 0; rc >= 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+		const char *t = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+
+		if (!t) {
+			weightd_unit_free(u);
+			Py_DECREF(seq);
+			return NULL;
+		}
+		rc = weightd_unit_slot(u, t, NULL, NULL, 0, NULL, &err);
+		if (rc >= 0)
+			rc = weightd_unit_set_tensor(u, t, ckpt, t, NULL, &err);
+	}
+	Py_DECREF(seq);
+	if (rc < 0) {
+		weightd_unit_free(u);
+		return pyw_error_raise(rc, &err);
+	}
+	return unit_wrap(cl, u);
 }
 
 static PyObject *cl_reload(pyw_client *cl, PyObject *unused)
@@ -593,6 +667,11 @@ static PyMethodDef cl_methods[] = {
 	  "materialize_recipe(json) -> Request." },
 	{ "unit_from_json", (PyCFunction)cl_unit_from_json, METH_VARARGS,
 	  "unit_from_json(json) -> Unit." },
+	{ "unit_from_tensors", (PyCFunction)cl_unit_from_tensors, METH_VARARGS,
+	  "unit_from_tensors(checkpoint, names) -> Unit: each tensor whole, as stored, in a slot of "
+	  "its name." },
+	{ "tensor_names", (PyCFunction)cl_tensor_names, METH_VARARGS,
+	  "tensor_names(checkpoint) -> list[str]: its tensors, in file order." },
 	{ "reload", (PyCFunction)cl_reload, METH_NOARGS, "reload(): re-read the daemon's config." },
 	{ "evict", (PyCFunction)cl_evict, METH_NOARGS, "evict() -> (weights, bytes)." },
 	{ "subscribe", (PyCFunction)cl_subscribe, METH_O,

@@ -125,6 +125,23 @@ def test_python_arguments_are_checked_before_the_call(daemon):
                                       .numpy(), SMALL[[3, 1]])
 
 
+def test_load_of_whole_tensors_names_what_is_wrong(daemon):
+    """load() without a cast or shard declares its slots in C, not through JSON: the same
+    errors, and the same unit."""
+    with daemon.connect() as c:
+        assert c._c.tensor_names("m") == [t.name for t in c.describe("m").tensors]
+        with pytest.raises(weightd.InvalidArgument) as e:
+            c.load("m", tensors=["small", "small"])
+        assert e.value.code == "duplicate-name" and '"small"' in str(e.value)
+        with pytest.raises(TypeError):
+            c.load("m", tensors=["small", 3])
+        with pytest.raises(weightd.NotFound):
+            c.load("nope")
+        sd = c.load("m", tensors=["small"], framework="numpy")
+        assert list(sd) == ["small"]
+        np.testing.assert_array_equal(sd["small"], SMALL)
+
+
 def test_every_code_name_the_classes_list_is_a_code_of_libweightd():
     """errors.py classifies codes by name: a name no code has (a typo, a renamed code) would
     leave that code raising the bare weightd.Error."""

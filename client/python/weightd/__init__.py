@@ -100,17 +100,10 @@ class Weight(_weightd.Weight):
         SIGSEGV (the memory is mapped read-only; nothing shared is changed). ``.clone()`` gives
         a private, writable copy. The memory stays mapped while the tensor (or a view) lives."""
         import torch
-        dt = torch_dtype(self.dtype, torch)
-        shape = self.buffer_shape
-        if self.nbytes == 0:
-            return torch.empty(shape, dtype=dt)
-        mv = self.memoryview()
         with warnings.catch_warnings():
             # weightd's memory is read-only on purpose; torch warns about any such buffer
             warnings.filterwarnings("ignore", message=_NOT_WRITABLE)
-            t = torch.frombuffer(mv, dtype=dt)
-        _register_read_only(_storage_address(t), self)
-        return t.view(shape)
+            return _torch_view(self, torch)
 
     def share(self) -> "Weight":
         """Another reference to the same memory, counted by the daemon (one round trip, no copy,
@@ -130,6 +123,19 @@ class Weight(_weightd.Weight):
 
 
 _weightd._set_classes(_make, Weight)
+
+
+def _torch_view(w: Weight, torch: Any) -> Any:
+    """Weight.torch() inside the caller's warning filter: a unit's tensors share one, because
+    setting it up per tensor (catch_warnings, a compiled pattern) cost several times the tensor
+    itself, seconds for a 90,000-tensor checkpoint."""
+    dt = torch_dtype(w.dtype, torch)
+    if w.nbytes == 0:
+        return torch.empty(w.buffer_shape, dtype=dt)
+    mv = w.memoryview()
+    t = torch.frombuffer(mv, dtype=dt)
+    _register_read_only(_storage_address(t), w)
+    return t.view(tuple(mv.shape or ()))
 
 # Storage addresses of the torch tensors made from weights -> the weight (weakly: a weight lives
 # exactly as long as a view of it does). weightd.torch.guard_writes() looks tensors up here.
@@ -395,14 +401,32 @@ class Client:
         (axis, rank, world) or None; torch.tensor_split's rule. framework: "torch" (CPU
         tensors), "numpy" (read-only arrays) or "weight" (:class:`Weight` objects).
         """
-        return self.load_unit(self._load_spec(checkpoint, tensors, dtype, shard), framework)
+        _check_framework(framework)
+        unit = self._load_unit(checkpoint, tensors, dtype, shard)
+        unit.submit()
+        unit.validate()
+        return _loaded(unit, framework)
 
     async def aload(self, checkpoint: str, tensors: Optional[Iterable[str]] = None,
                     dtype: Optional[str] = None, shard: Shard = None,
                     framework: str = "torch") -> LoadedUnit:
         """load() for asyncio (the describe() it may need is a short blocking call)."""
-        return await self.aload_unit(self._load_spec(checkpoint, tensors, dtype, shard),
-                                     framework)
+        _check_framework(framework)
+        unit = self._load_unit(checkpoint, tensors, dtype, shard)
+        unit.submit()
+        await self._await(unit.poll, lambda: None, unit.release)
+        unit.validate()   # the reply is there: only checks and maps
+        return _loaded(unit, framework)
+
+    def _load_unit(self, checkpoint: str, tensors: Optional[Iterable[str]], dtype: Optional[str],
+                   shard: Shard) -> Any:
+        """The unit load() binds. Whole tensors as stored are declared in C; a cast or a shard
+        takes the JSON unit form (building and parsing 90,000 slots of JSON costs seconds)."""
+        if dtype is None and shard is None:
+            names = self._c.tensor_names(checkpoint) if tensors is None else list(tensors)
+            return self._c.unit_from_tensors(checkpoint, names)
+        return self._c.unit_from_json(_recipe_json(self._load_spec(checkpoint, tensors, dtype,
+                                                                   shard)))
 
     def load_unit(self, spec: Recipe, framework: str = "torch") -> LoadedUnit:
         """Bind a unit given in the JSON unit form (a dict or a JSON string)::
@@ -467,8 +491,12 @@ def _check_framework(framework: str) -> None:
 
 def _loaded(unit: Any, framework: str) -> LoadedUnit:
     weights: Dict[str, Weight] = {s: unit.weight(s) for s in unit.slots()}
+    items: Dict[str, Any]
     if framework == "torch":
-        items: Dict[str, Any] = {s: w.torch() for s, w in weights.items()}
+        import torch
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_NOT_WRITABLE)
+            items = {s: _torch_view(w, torch) for s, w in weights.items()}
     elif framework == "numpy":
         items = {s: w.numpy() for s, w in weights.items()}
     else:
