@@ -447,7 +447,6 @@ out:
 	return r;
 }
 
-/* Every shard the index names is opened, parsed and checked against the index. */
 /* The shard headers of a sharded source, parsed side by side (parse_shard). */
 struct shard_parse {
 	struct wd_source *src;
@@ -485,7 +484,8 @@ static bool parse_shard(void *arg, size_t i)
 }
 
 /*
- * Every shard is opened first, in the index's order; then their headers are parsed on a few
+ * Every shard the index names is opened, parsed and checked against the index. The shards are
+ * opened first, in the index's order; then their headers are parsed on a few
  * threads (a DeepSeek-V3 checkpoint is 163 headers of 92,000 tensors in all, most of a second of
  * JSON on one CPU); then the tables are joined in order. Errors are the sequential walk's: the
  * first shard in order that cannot be parsed, else the first that cannot be opened, and the

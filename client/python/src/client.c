@@ -164,22 +164,35 @@ static PyObject *cl_list(pyw_client *cl, PyObject *unused)
 	return r;
 }
 
-static PyObject *cl_describe(pyw_client *cl, PyObject *args)
+/* weightd_describe for a call whose one argument is the checkpoint (format "s:<call>"): the
+ * description, or NULL with the exception set. */
+static weightd_description *describe_call(pyw_client *cl, PyObject *args, const char *format)
 {
 	weightd_description *d = NULL;
 	const char *name;
 	weightd_error err;
-	PyObject *r;
 	int rc;
 
-	if (!PyArg_ParseTuple(args, "s:describe", &name) || pyw_client_enter(cl) < 0)
+	if (!PyArg_ParseTuple(args, format, &name) || pyw_client_enter(cl) < 0)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
 	rc = weightd_describe(cl->c, name, &d, &err);
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(cl);
-	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+	if (rc < 0) {
+		pyw_error_raise(rc, &err);
+		return NULL;
+	}
+	return d;
+}
+
+static PyObject *cl_describe(pyw_client *cl, PyObject *args)
+{
+	weightd_description *d = describe_call(cl, args, "s:describe");
+	PyObject *r;
+
+	if (!d)
+		return NULL;
 	r = Py_BuildValue("{s:N,s:N,s:N}", "source", source_dict(&d->source), "tensors",
 			  list_of(d->tensors, d->n_tensors, sizeof(*d->tensors), tensor_dict), "metadata",
 			  list_of(d->metadata, d->n_metadata, sizeof(*d->metadata), meta_dict));
@@ -190,20 +203,11 @@ static PyObject *cl_describe(pyw_client *cl, PyObject *args)
 /* The names of a checkpoint's tensors, in file order: describe() without a dict per tensor. */
 static PyObject *cl_tensor_names(pyw_client *cl, PyObject *args)
 {
-	weightd_description *d = NULL;
-	const char *name;
-	weightd_error err;
+	weightd_description *d = describe_call(cl, args, "s:tensor_names");
 	PyObject *r;
-	int rc;
 
-	if (!PyArg_ParseTuple(args, "s:tensor_names", &name) || pyw_client_enter(cl) < 0)
+	if (!d)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_describe(cl->c, name, &d, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
-	if (rc < 0)
-		return pyw_error_raise(rc, &err);
 	r = PyList_New((Py_ssize_t)d->n_tensors);
 	for (size_t i = 0; r && i < d->n_tensors; i++) {
 		PyObject *s = PyUnicode_FromString(d->tensors[i].name);

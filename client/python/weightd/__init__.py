@@ -403,9 +403,7 @@ class Client:
         """
         _check_framework(framework)
         unit = self._load_unit(checkpoint, tensors, dtype, shard)
-        unit.submit()
-        unit.validate()
-        return _loaded(unit, framework)
+        return self._bind(unit, framework)
 
     async def aload(self, checkpoint: str, tensors: Optional[Iterable[str]] = None,
                     dtype: Optional[str] = None, shard: Shard = None,
@@ -413,6 +411,14 @@ class Client:
         """load() for asyncio (the describe() it may need is a short blocking call)."""
         _check_framework(framework)
         unit = self._load_unit(checkpoint, tensors, dtype, shard)
+        return await self._abind(unit, framework)
+
+    def _bind(self, unit: Any, framework: str) -> LoadedUnit:
+        unit.submit()
+        unit.validate()
+        return _loaded(unit, framework)
+
+    async def _abind(self, unit: Any, framework: str) -> LoadedUnit:
         unit.submit()
         await self._await(unit.poll, lambda: None, unit.release)
         unit.validate()   # the reply is there: only checks and maps
@@ -439,18 +445,13 @@ class Client:
         An alias is the same memory as its target."""
         _check_framework(framework)
         unit = self._c.unit_from_json(_recipe_json(spec))
-        unit.submit()
-        unit.validate()
-        return _loaded(unit, framework)
+        return self._bind(unit, framework)
 
     async def aload_unit(self, spec: Recipe, framework: str = "torch") -> LoadedUnit:
         """load_unit() for asyncio."""
         _check_framework(framework)
         unit = self._c.unit_from_json(_recipe_json(spec))
-        unit.submit()
-        await self._await(unit.poll, lambda: None, unit.release)
-        unit.validate()   # the reply is there: only checks and maps
-        return _loaded(unit, framework)
+        return await self._abind(unit, framework)
 
     def _load_spec(self, checkpoint: str, tensors: Optional[Iterable[str]], dtype: Optional[str],
                    shard: Shard) -> Dict[str, Any]:
