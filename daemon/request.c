@@ -256,7 +256,9 @@ void request_dispatch(struct session *s, Weightd__Request *req)
 		break;
 	case WEIGHTD__REQUEST__BODY_SHARE: request_share(s, req->id, req->share); break;
 	case WEIGHTD__REQUEST__BODY_RELEASE: do_release(s, req->id, req->release, req->quiet); break;
-	case WEIGHTD__REQUEST__BODY_STATUS: request_query_status(s, req->id); break;
+	case WEIGHTD__REQUEST__BODY_STATUS:
+		request_query_status(s, req->id, req->status && req->status->omit_weights);
+		break;
 	case WEIGHTD__REQUEST__BODY_RELOAD: request_admin_reload(s, req->id); break;
 	case WEIGHTD__REQUEST__BODY_EVICT: request_admin_evict(s, req->id, req->evict); break;
 	case WEIGHTD__REQUEST__BODY_SUBSCRIBE: request_query_subscribe(s, req->id, req->subscribe); break;

@@ -376,16 +376,17 @@ static void recount_foreign(struct daemon *d)
 	d->stats.foreign_segments = (uint64_t)n;
 }
 
-void request_query_status(struct session *s, uint64_t id)
+void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__StatusReply st = WEIGHTD__STATUS_REPLY__INIT;
 	struct daemon *d = s->d;
 	size_t ns = catalog_count(d->catalog), nw = cache_count(d->cache);
+	size_t nlist = omit_weights ? 0 : nw;
 	Weightd__SourceInfo *si = calloc(ns ? ns : 1, sizeof(*si));
 	Weightd__SourceInfo **sp = calloc(ns ? ns : 1, sizeof(*sp));
-	struct status_walk sw = { s, calloc(nw ? nw : 1, sizeof(*sw.ws)),
-				  calloc(nw ? nw : 1, sizeof(*sw.wp)), 0 };
+	struct status_walk sw = { s, calloc(nlist ? nlist : 1, sizeof(*sw.ws)),
+				  calloc(nlist ? nlist : 1, sizeof(*sw.wp)), 0 };
 	size_t nj = cache_job_count(d->cache);
 	struct job_walk jw = { s, calloc(nj ? nj : 1, sizeof(*jw.js)),
 			       calloc(nj ? nj : 1, sizeof(*jw.jp)), 0, nj };
@@ -438,7 +439,8 @@ void request_query_status(struct session *s, uint64_t id)
 		st.n_sources++;
 	}
 	st.sources = sp;
-	cache_foreach(d->cache, status_weight, &sw);
+	if (!omit_weights)
+		cache_foreach(d->cache, status_weight, &sw);
 	st.n_weight_list = sw.n;
 	st.weight_list = sw.wp;
 	cache_foreach_job(d->cache, status_job, &jw);

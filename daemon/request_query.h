@@ -4,6 +4,7 @@
 #ifndef WD_REQUEST_QUERY_H
 #define WD_REQUEST_QUERY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "weightd.pb-c.h"
@@ -13,7 +14,7 @@ struct session;
 void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h);
 void request_query_list(struct session *s, uint64_t id);
 void request_query_describe(struct session *s, uint64_t id, const Weightd__Describe *dq);
-void request_query_status(struct session *s, uint64_t id);
+void request_query_status(struct session *s, uint64_t id, bool omit_weights);
 /* A subscription replaces the previous one; an empty list unsubscribes. */
 void request_query_subscribe(struct session *s, uint64_t id, const Weightd__Subscribe *sub);
 

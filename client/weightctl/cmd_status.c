@@ -204,7 +204,8 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	weightd_error err;
 	double secs;
 
-	if (weightd_status_get(c, &s, &err) < 0)
+	/* counters only: the list of weights would be most of the reply on a large cache */
+	if (weightd_status_summary(c, &s, &err) < 0)
 		return fail_err(&err);
 	secs = (double)s->materialize_ns / 1e9;
 	prom_family("info", "gauge", "The daemon's version and instance (shared-memory prefix); always 1.");

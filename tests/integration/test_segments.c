@@ -245,7 +245,22 @@ static void thousands_of_weights_few_fds(void **state)
 	assert_int_equal(st->n_segments, 1);
 	assert_int_equal(st->segment_list[0].weights, N_MANY);
 	assert_true(st->segment_list[0].size >= total);
+	assert_int_equal(st->n_weights, N_MANY);
 	weightd_status_free(st);
+	/* the summary: the same counters and segments, no list of weights */
+	{
+		weightd_client *c = it_connect(&H);
+		weightd_error err;
+
+		assert_int_equal(weightd_status_summary(c, &st, &err), 0);
+		assert_int_equal(st->weights, N_MANY);
+		assert_int_equal(st->n_weights, 0);
+		assert_int_equal(st->n_segments, 1);
+		assert_int_equal(st->segment_list[0].weights, N_MANY);
+		assert_int_equal(st->bytes_resident, total);
+		weightd_status_free(st);
+		weightd_close(c);
+	}
 	/* the socket and the segment's fd; one mapping */
 	assert_true(fds_a <= 2);
 	assert_int_equal(maps_a, 1);

@@ -322,6 +322,11 @@ typedef struct weightd_status {
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);
+/* weightd_status_get without the list of weights (n_weights 0; the counters, sources, segments
+ * and jobs as there): what monitoring and progress need. The full status costs the daemon about
+ * a microsecond and the reply about 150 bytes per cached weight, 14 MB for 92,000. */
+WEIGHTD_API int weightd_status_summary(weightd_client *c, weightd_status **ret,
+				       weightd_error *err);
 WEIGHTD_API void weightd_status_free(weightd_status *s);
 
 /* Ask the daemon to re-read its configuration (privileged peers only: else
