@@ -222,17 +222,17 @@ static PyObject *cl_tensor_names(pyw_client *cl, PyObject *args)
 	return r;
 }
 
-static PyObject *cl_status(pyw_client *cl, PyObject *unused)
+static PyObject *cl_status(pyw_client *cl, PyObject *args)
 {
 	weightd_status *s = NULL;
 	weightd_error err;
 	PyObject *r;
-	int rc;
+	int rc, weights = 1;
 
-	if (pyw_client_enter(cl) < 0)
+	if (!PyArg_ParseTuple(args, "|p:status", &weights) || pyw_client_enter(cl) < 0)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_status_get(cl->c, &s, &err);
+	rc = weights ? weightd_status_get(cl->c, &s, &err) : weightd_status_summary(cl->c, &s, &err);
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(cl);
 	if (rc < 0)
@@ -662,7 +662,8 @@ static void cl_dealloc(pyw_client *cl)
 static PyMethodDef cl_methods[] = {
 	{ "list", (PyCFunction)cl_list, METH_NOARGS, "list() -> list[dict]: every source." },
 	{ "describe", (PyCFunction)cl_describe, METH_VARARGS, "describe(checkpoint) -> dict." },
-	{ "status", (PyCFunction)cl_status, METH_NOARGS, "status() -> dict." },
+	{ "status", (PyCFunction)cl_status, METH_VARARGS,
+	  "status(weights=True) -> dict (weights=False: without the list of weights)." },
 	{ "server_info", (PyCFunction)cl_server_info, METH_NOARGS, "server_info() -> dict." },
 	{ "fileno", (PyCFunction)cl_fileno, METH_NOARGS, "fileno() -> int: the socket, to poll." },
 	{ "materialize", (PyCFunction)cl_materialize, METH_VARARGS,

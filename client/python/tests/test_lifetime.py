@@ -67,6 +67,10 @@ def test_release_without_views_drops_the_daemon_reference(daemon):
         # the default content digest is XXH3-128: 16 bytes, in the weight and in status alike
         st = [x for x in c.status().weight_list if x.label == "m:a"]
         assert len(w.digest) == 16 and st[0].digest == w.digest
+        # the summary: the same counters, no list
+        full, summary = c.status(), c.status(weights=False)
+        assert summary.weight_list == [] and len(full.weight_list) == full.weights >= 1
+        assert summary.weights == full.weights and summary.references == full.references >= 1
         w.release()
         assert refs(c, "m:a") == 0
 

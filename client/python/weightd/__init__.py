@@ -323,9 +323,12 @@ class Client:
         checkpoint)."""
         return _description(self._c.describe(checkpoint))
 
-    def status(self) -> Status:
-        """The daemon's counters, sources, weights (with their reference counts) and jobs."""
-        return _status(self._c.status())
+    def status(self, weights: bool = True) -> Status:
+        """The daemon's counters, sources, weights (with their reference counts) and jobs.
+
+        weights=False leaves the list of weights out (``Status.weight_list`` empty; the counters
+        stay): for monitoring, cheap however many weights the daemon caches."""
+        return _status(self._c.status(weights))
 
     def reload(self) -> None:
         """Ask the daemon to re-read its configuration (privileged peers only)."""
