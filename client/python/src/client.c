@@ -499,41 +499,98 @@ static PyObject *cl_unit_from_json(pyw_client *cl, PyObject *args)
 	return unit_wrap(cl, u);
 }
 
-/* A Unit of whole tensors as stored, each in a slot of its own name with no declared dtype (what
- * unit_from_json makes of {"name": t, "recipe": {"op": "source", ...}}), declared here without
- * JSON: a 90,000-tensor checkpoint was a second of it. */
+/* Fill slot `t` of u with tensor `t` of `ckpt`: its part `sel` (NULL: whole), cast to `cast`
+ * (NULL: as stored), as the recipe {"op": "cast", "input": {"op": "source", "select": ...}}
+ * would. */
+static int fill_tensor_slot(weightd_unit *u, const char *ckpt, const char *t,
+			    const weightd_selection *sel, const char *cast, weightd_error *err)
+{
+	weightd_recipe *r = NULL;
+	int rc, src;
+
+	rc = weightd_unit_slot(u, t, NULL, NULL, 0, NULL, err);
+	if (rc < 0)
+		return rc;
+	if (!cast)
+		return weightd_unit_set_tensor(u, t, ckpt, t, sel, err);
+	rc = weightd_recipe_new(&r, err);
+	if (rc >= 0)
+		rc = src = weightd_recipe_source(r, ckpt, t, sel, err);
+	if (rc >= 0)
+		rc = weightd_recipe_cast(r, src, cast, err);
+	if (rc >= 0)
+		rc = weightd_unit_set_recipe(u, t, r, err);
+	weightd_recipe_free(r);
+	return rc;
+}
+
+/* Item i of an optional sequence (NULL: none given). */
+static PyObject *opt_item(PyObject *seq, Py_ssize_t i)
+{
+	return seq ? PySequence_Fast_GET_ITEM(seq, i) : Py_None;
+}
+
+/*
+ * A Unit of tensors of one checkpoint, each in a slot of its name: whole and as stored, or the
+ * part sels[i] names (a selection tuple, or None) cast to casts[i] (a dtype, or None). What
+ * unit_from_json makes of the same recipes, declared here without JSON: a 90,000-tensor
+ * checkpoint was a second of it.
+ */
 static PyObject *cl_unit_from_tensors(pyw_client *cl, PyObject *args)
 {
 	const char *ckpt;
-	PyObject *names, *seq;
+	PyObject *names, *sels_in = Py_None, *casts_in = Py_None, *seq, *sels = NULL, *casts = NULL;
 	weightd_unit *u = NULL;
 	weightd_error err;
+	Py_ssize_t n;
 	int rc;
 
-	if (!PyArg_ParseTuple(args, "sO:unit_from_tensors", &ckpt, &names) || pyw_client_check(cl) < 0)
+	if (!PyArg_ParseTuple(args, "sO|OO:unit_from_tensors", &ckpt, &names, &sels_in, &casts_in) ||
+	    pyw_client_check(cl) < 0)
 		return NULL;
 	seq = PySequence_Fast(names, "unit_from_tensors: names must be a sequence of str");
 	if (!seq)
 		return NULL;
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (sels_in != Py_None &&
+	    !(sels = PySequence_Fast(sels_in, "unit_from_tensors: sels must be a sequence")))
+		goto fail;
+	if (casts_in != Py_None &&
+	    !(casts = PySequence_Fast(casts_in, "unit_from_tensors: casts must be a sequence")))
+		goto fail;
+	if ((sels && PySequence_Fast_GET_SIZE(sels) != n) ||
+	    (casts && PySequence_Fast_GET_SIZE(casts) != n)) {
+		PyErr_SetString(PyExc_ValueError, "unit_from_tensors: sels and casts must have one "
+				"item per name");
+		goto fail;
+	}
 	rc = weightd_unit_new(cl->c, &u, &err);
-	for (Py_ssize_t i = 0; rc >= 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
-		const char *t = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+	for (Py_ssize_t i = 0; rc >= 0 && i < n; i++) {
+		const char *t = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i)), *cast = NULL;
+		PyObject *c = opt_item(casts, i);
+		weightd_selection *sel = NULL;
 
-		if (!t) {
-			weightd_unit_free(u);
-			Py_DECREF(seq);
-			return NULL;
-		}
-		rc = weightd_unit_slot(u, t, NULL, NULL, 0, NULL, &err);
+		if (!t || (c != Py_None && !(cast = PyUnicode_AsUTF8(c))) ||
+		    make_selection(opt_item(sels, i), &sel, &err, &rc) < 0)
+			goto fail;
 		if (rc >= 0)
-			rc = weightd_unit_set_tensor(u, t, ckpt, t, NULL, &err);
+			rc = fill_tensor_slot(u, ckpt, t, sel, cast, &err);
+		weightd_selection_free(sel);
 	}
 	Py_DECREF(seq);
+	Py_XDECREF(sels);
+	Py_XDECREF(casts);
 	if (rc < 0) {
 		weightd_unit_free(u);
 		return pyw_error_raise(rc, &err);
 	}
 	return unit_wrap(cl, u);
+fail:
+	weightd_unit_free(u);
+	Py_DECREF(seq);
+	Py_XDECREF(sels);
+	Py_XDECREF(casts);
+	return NULL;
 }
 
 static PyObject *cl_reload(pyw_client *cl, PyObject *unused)
@@ -673,8 +730,8 @@ static PyMethodDef cl_methods[] = {
 	{ "unit_from_json", (PyCFunction)cl_unit_from_json, METH_VARARGS,
 	  "unit_from_json(json) -> Unit." },
 	{ "unit_from_tensors", (PyCFunction)cl_unit_from_tensors, METH_VARARGS,
-	  "unit_from_tensors(checkpoint, names) -> Unit: each tensor whole, as stored, in a slot of "
-	  "its name." },
+	  "unit_from_tensors(checkpoint, names, sels=None, casts=None) -> Unit: each tensor in a "
+	  "slot of its name, whole or the part sels[i] names, as stored or cast to casts[i]." },
 	{ "tensor_names", (PyCFunction)cl_tensor_names, METH_VARARGS,
 	  "tensor_names(checkpoint) -> list[str]: its tensors, in file order." },
 	{ "reload", (PyCFunction)cl_reload, METH_NOARGS, "reload(): re-read the daemon's config." },

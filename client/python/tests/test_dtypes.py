@@ -194,6 +194,16 @@ def test_recipes_cast_shard_concat(matrix):
     per = c.load("m", shard={"a": (0, 2, 3)}, framework="numpy")
     np.testing.assert_array_equal(per["a"], np.array_split(a, 3)[2])
     np.testing.assert_array_equal(per["b"], b)
+    # load() declares its recipes in the extension, not as JSON: the same recipe, the same
+    # weight (the shard cast above, held by `shard`, is not read again)
+    again = c.load("m", tensors=["a"], dtype="F16", shard=(1, 1, 2), framework="weight")
+    assert again.bytes_read == 0 and again["a"].handle == shard.handle
+    by_info = c.load("m", shard=lambda t: (0, 0, 2) if t.name == "b" else None,
+                     framework="numpy")
+    np.testing.assert_array_equal(by_info["b"], np.array_split(b, 2)[0])
+    np.testing.assert_array_equal(by_info["a"], a)
+    with pytest.raises(OverflowError):
+        c.load("m", shard=(0, -1, 2))
 
 
 def test_unit_with_alias(matrix):

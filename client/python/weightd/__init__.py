@@ -429,13 +429,34 @@ class Client:
 
     def _load_unit(self, checkpoint: str, tensors: Optional[Iterable[str]], dtype: Optional[str],
                    shard: Shard) -> Any:
-        """The unit load() binds. Whole tensors as stored are declared in C; a cast or a shard
-        takes the JSON unit form (building and parsing 90,000 slots of JSON costs seconds)."""
-        if dtype is None and shard is None:
+        """The unit load() binds, declared in the extension: each tensor, or its shard, cast
+        where it is not already `dtype` (the recipes the JSON unit form would give, without
+        building and parsing 90,000 slots of JSON)."""
+        infos: Dict[str, TensorInfo] = {}
+        if dtype is not None or callable(shard) or (tensors is None and shard is not None):
+            infos = {t.name: t for t in self.describe(checkpoint).tensors}
+            names = list(infos) if tensors is None else list(tensors)
+        else:
             names = self._c.tensor_names(checkpoint) if tensors is None else list(tensors)
-            return self._c.unit_from_tensors(checkpoint, names)
-        return self._c.unit_from_json(_recipe_json(self._load_spec(checkpoint, tensors, dtype,
-                                                                   shard)))
+        sels: Optional[List[Optional[Tuple[Any, ...]]]] = None
+        if shard is not None:
+            sels = []
+            for name in names:
+                sh: Optional[Tuple[int, int, int]]
+                if isinstance(shard, tuple):
+                    sh = shard
+                elif isinstance(shard, Mapping):
+                    sh = shard.get(name)
+                else:
+                    info = infos.get(name)
+                    if info is None:
+                        raise NotFound(f"{checkpoint} has no tensor \"{name}\"", "unknown-tensor",
+                                       21, checkpoint, name)
+                    sh = shard(info)
+                sels.append(None if sh is None else ("shard", *sh))
+        casts = None if dtype is None else [
+            dtype if name not in infos or infos[name].dtype != dtype else None for name in names]
+        return self._c.unit_from_tensors(checkpoint, names, sels, casts)
 
     def load_unit(self, spec: Recipe, framework: str = "torch") -> LoadedUnit:
         """Bind a unit given in the JSON unit form (a dict or a JSON string)::
@@ -455,36 +476,6 @@ class Client:
         _check_framework(framework)
         unit = self._c.unit_from_json(_recipe_json(spec))
         return await self._abind(unit, framework)
-
-    def _load_spec(self, checkpoint: str, tensors: Optional[Iterable[str]], dtype: Optional[str],
-                   shard: Shard) -> Dict[str, Any]:
-        need_info = tensors is None or dtype is not None or callable(shard)
-        infos: Dict[str, TensorInfo] = {}
-        if need_info:
-            infos = {t.name: t for t in self.describe(checkpoint).tensors}
-        names = list(infos) if tensors is None else list(tensors)
-        slots = []
-        for name in names:
-            r: Dict[str, Any] = {"op": "source", "checkpoint": checkpoint, "tensor": name}
-            sh: Optional[Tuple[int, int, int]]
-            if shard is None:
-                sh = None
-            elif isinstance(shard, tuple):
-                sh = shard
-            elif isinstance(shard, Mapping):
-                sh = shard.get(name)
-            else:
-                info = infos.get(name)
-                if info is None:
-                    raise NotFound(f"{checkpoint} has no tensor \"{name}\"", "unknown-tensor", 21,
-                                   checkpoint, name)
-                sh = shard(info)
-            if sh is not None:
-                r["select"] = {"shard": list(sh)}
-            if dtype is not None and (name not in infos or infos[name].dtype != dtype):
-                r = {"op": "cast", "dtype": dtype, "input": r}
-            slots.append({"name": name, "recipe": r})
-        return {"slots": slots}
 
 
 def _check_framework(framework: str) -> None:
