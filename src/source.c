@@ -21,35 +21,13 @@
 #include "digest.h"
 #include "gguf.h"
 #include "parallel.h"
+#include "source_int.h"
 #include "safetensors.h"
 #include "stindex.h"
 #include "wd_hashidx.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define ST_SUFFIX ".safetensors"
-
-struct wd_file {
-	char *name;  /* relative to the source path; "" for a single-file source */
-	char *path;  /* absolute path (symlinks kept) that wd_source_check stats */
-	int fd;
-	struct wd_file_id id;
-};
-
-struct wd_source {
-	char *name;
-	char *path;
-	enum wd_source_kind kind;
-	struct wd_table table;
-	const struct wd_tensor_info **by_name; /* table entries sorted by name */
-	/* by_name positions by name hash: a unit of 100,000 plain entries finds each of its tensors
-	 * with one probe, not 17 string comparisons across a table of 100,000 names (cap 0 when
-	 * there was no memory for it: lookups then search by_name) */
-	struct wd_hashidx index;
-	struct wd_file *files;
-	size_t n_files;
-	uint64_t bytes;
-	uint8_t identity[32]; /* wd_source_identity, computed once the files are pinned */
-};
 
 /* An index entry while shards are checked against the index. */
 struct ientry {
@@ -76,17 +54,12 @@ static int errno_code(int e)
 	}
 }
 
-static int64_t mtime_ns(const struct stat *st)
-{
-	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-}
-
 static void id_from_stat(struct wd_file_id *id, const struct stat *st)
 {
 	id->dev = st->st_dev;
 	id->ino = st->st_ino;
 	id->size = (uint64_t)st->st_size;
-	id->mtime_ns = mtime_ns(st);
+	id->mtime_ns = wd_mtime_ns(st);
 }
 
 /* "a/b" joined, or NULL on allocation failure. */
@@ -460,14 +433,29 @@ struct shard_parse {
 	weightd_error first_err;
 };
 
+/*
+ * Headers longer than this are left to the join, parsed one at a time as before: a header may be
+ * up to 100 MB of JSON, and its tree takes several times that while it is parsed, so eight at once
+ * could take gigabytes. Real shards' headers are tens of kilobytes.
+ */
+#define PARALLEL_HEADER_MAX ((uint64_t)4 << 20)
+
 static bool parse_shard(void *arg, size_t i)
 {
 	struct shard_parse *sp = arg;
+	uint8_t len8[8];
+	uint64_t hlen = 0;
 	weightd_error err;
 
 	/* past the limit: the merge below says where, parsing what is left in order */
 	if (atomic_load(&sp->tensors) > sp->lim->max_tensors)
 		return false;
+	if (pread(sp->src->files[i].fd, len8, sizeof(len8), 0) == (ssize_t)sizeof(len8)) {
+		for (int b = 7; b >= 0; b--)
+			hlen = hlen << 8 | len8[b];   /* little-endian, as the format says */
+		if (hlen > PARALLEL_HEADER_MAX)
+			return true;
+	}
 	wd_error_clear(&err);
 	sp->rc[i] = read_st(sp->src, (uint32_t)i, sp->lim, &sp->tables[i], &err);
 	sp->parsed[i] = true;
@@ -528,7 +516,7 @@ static int open_sharded(struct wd_source *src, const char *dir_abs, const char *
 	for (size_t i = 0; i < n_open; i++) {
 		struct wd_table *shard = &sp.tables[i];
 
-		if (!sp.parsed[i]) { /* not reached: the limit stopped the threads */
+		if (!sp.parsed[i]) { /* a large header, or not reached: the limit stopped the threads */
 			weightd_error e;
 
 			sp.rc[i] = read_st(src, (uint32_t)i, lim, shard, &e);
@@ -886,109 +874,4 @@ static void compute_identity(const struct wd_source *src, uint8_t ret[32])
 void wd_source_identity(const struct wd_source *src, uint8_t ret[32])
 {
 	memcpy(ret, src->identity, 32);
-}
-
-/* Compare a stat with the pin; 0 when equal, else -WEIGHTD_E_SOURCE_CHANGED with a sentence about
- * what moved. */
-static int compare_pin(const struct wd_source *src, const struct wd_file *f, const struct stat *st,
-		       const char *how, weightd_error *err)
-{
-	int r;
-
-	if (st->st_dev != f->id.dev || st->st_ino != f->id.ino)
-		r = wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
-				 "%s was replaced since it was opened (%s now names inode %llu, not %llu)",
-				 f->path, how, (unsigned long long)st->st_ino, (unsigned long long)f->id.ino);
-	else if ((uint64_t)st->st_size != f->id.size)
-		r = wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
-				 "%s changed size since it was opened (%s: %lld bytes, was %" PRIu64 ")",
-				 f->path, how, (long long)st->st_size, f->id.size);
-	else if (mtime_ns(st) != f->id.mtime_ns)
-		r = wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
-				 "%s was modified since it was opened (%s: mtime %" PRId64 " ns, was %" PRId64 ")",
-				 f->path, how, mtime_ns(st), f->id.mtime_ns);
-	else
-		return 0;
-	wd_error_about(err, src->name, NULL);
-	return r;
-}
-
-int wd_source_check(const struct wd_source *src, uint32_t file, weightd_error *err)
-{
-	const struct wd_file *f;
-	struct stat st;
-	int r;
-
-	if (file >= src->n_files)
-		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
-				    "source %s has no file %" PRIu32, src->name, file);
-	f = &src->files[file];
-	if (stat(f->path, &st) < 0) {
-		int e = errno;
-		wd_error_about(err, src->name, NULL);
-		if (e == ENOENT || e == ENOTDIR)
-			return wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
-					    "%s is gone (removed or renamed since it was opened)",
-					    f->path);
-		return wd_error_set(err, WEIGHTD_E_IO, "cannot stat %s: %s", f->path, strerror(e));
-	}
-	r = compare_pin(src, f, &st, "the path", err);
-	if (r)
-		return r;
-	if (fstat(f->fd, &st) < 0) {
-		wd_error_about(err, src->name, NULL);
-		return wd_error_set(err, WEIGHTD_E_IO, "cannot fstat %s: %s", f->path, strerror(errno));
-	}
-	return compare_pin(src, f, &st, "the open file", err);
-}
-
-/*
- * Reads with pread only, then fstats the descriptor: bytes read from a file whose size or mtime
- * moved since admission are reported as -WEIGHTD_E_SOURCE_CHANGED rather than returned as good. (A
- * rename over the path leaves the pinned inode, and so these bytes, intact; wd_source_check notices
- * it.)
- */
-int wd_source_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len, uint64_t off,
-		    weightd_error *err)
-{
-	const struct wd_file *f;
-	uint8_t *p = buf;
-	uint64_t end, pos = off;
-	size_t left = len;
-	struct stat st;
-
-	if (file >= src->n_files)
-		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
-				    "source %s has no file %" PRIu32, src->name, file);
-	f = &src->files[file];
-	if (!wd_add_u64(off, len, &end) || end > f->id.size) {
-		wd_error_about(err, src->name, NULL);
-		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
-				    "read of %zu bytes at offset %" PRIu64 " is past the end of %s (%" PRIu64 " bytes)",
-				    len, off, f->path, f->id.size);
-	}
-	while (left) {
-		ssize_t k = pread(f->fd, p, left, (off_t)pos);
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			wd_error_about(err, src->name, NULL);
-			return wd_error_set(err, WEIGHTD_E_IO, "reading %s at offset %" PRIu64 ": %s", f->path, pos,
-					    strerror(errno));
-		}
-		if (k == 0) {
-			wd_error_about(err, src->name, NULL);
-			return wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
-					    "%s ends at byte %" PRIu64 " but held %" PRIu64 " bytes when opened (truncated since)",
-					    f->path, pos, f->id.size);
-		}
-		p += k;
-		pos += (uint64_t)k;
-		left -= (size_t)k;
-	}
-	if (fstat(f->fd, &st) < 0) {
-		wd_error_about(err, src->name, NULL);
-		return wd_error_set(err, WEIGHTD_E_IO, "cannot fstat %s: %s", f->path, strerror(errno));
-	}
-	return compare_pin(src, f, &st, "the open file", err);
 }
