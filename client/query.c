@@ -258,6 +258,8 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 		break;
 	}
 	o->pub.digest_chunk_bytes = sr->digest_chunk_bytes;
+	o->pub.requests = sr->requests;
+	o->pub.requests_deferred = sr->requests_deferred;
 	for (size_t i = 0; i < sr->n_sources; i++)
 		source_from_wire(&o->sources[i], sr->sources[i]);
 	for (size_t i = 0; i < sr->n_weight_list; i++) {

@@ -35,6 +35,9 @@ struct stats {
 	uint64_t clients_timed_out;     /* disconnected idle, or stuck in the middle of a frame */
 	uint64_t partial_bytes;         /* bytes held in partially received frames, all clients */
 	uint64_t temp_bytes;            /* recipe temporaries reserved by running jobs */
+	uint64_t requests;              /* requests taken from clients */
+	uint64_t requests_deferred;     /* times a connection was held back for other uids' share
+					 * of the main thread (server_charge) */
 };
 
 struct daemon {

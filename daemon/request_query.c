@@ -424,6 +424,8 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 	/* not counting this request's own frame, still charged while it is answered */
 	st.partial_frame_bytes = d->stats.partial_bytes - s->partial_charged;
 	st.temp_bytes = d->stats.temp_bytes;
+	st.requests = d->stats.requests;
+	st.requests_deferred = d->stats.requests_deferred;
 	st.segments = cache_segment_count(d->cache);
 	st.segment_bytes = cache_segment_bytes(d->cache);
 	st.idle_weights = cache_idle_weights(d->cache);

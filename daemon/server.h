@@ -12,6 +12,7 @@
 
 struct daemon;
 struct server;
+struct uid_usage;
 
 /*
  * Create, bind and listen on cfg->socket_path (mode and group from cfg). A stale socket file left
@@ -42,6 +43,13 @@ uint64_t server_uid_max_pending(const struct server *s);
 /* How many uids have requests being received (at least 1): the share of max_partial each may
  * count on when the total is reached. Linear in the uids connected; called only then. */
 size_t server_uids_receiving(const struct server *s);
+
+/* Monotonic nanoseconds (what the fair share of the main thread is counted in). */
+uint64_t server_now_ns(void);
+/* A request of uu's took `spent` ns of the main thread, ending at `now`: charge it (server.c). */
+void server_charge(struct server *s, struct uid_usage *uu, uint64_t now, uint64_t spent);
+/* How long uu's connections must still wait before their next request (0: none). */
+uint64_t server_uid_wait_ns(const struct uid_usage *uu, uint64_t now);
 
 /* A session was killed: take it off the list and free it later from the loop (session.c). */
 struct session;

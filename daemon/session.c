@@ -157,15 +157,29 @@ static void session_flush(struct session *s)
 		event_active(s->ev_later, EV_TIMEOUT, 0);
 }
 
+/* session_resume after `ns` nanoseconds (0: once the loop has polled the other clients). */
+static void look_again_in(struct session *s, uint64_t ns)
+{
+	struct timeval tv = { (time_t)(ns / 1000000000u), (suseconds_t)(ns % 1000000000u / 1000) };
+
+	evtimer_add(s->ev_later, &tv);
+}
+
 void session_resume(struct session *s)
 {
 	struct timeval again = { 0, 20000 };
+	uint64_t wait;
 
 	if (s->dead || !s->paused)
 		return;
 	if (over_fd_limits(s)) {
 		/* nothing tells us when it reads from the socket: look again shortly */
 		evtimer_add(s->ev_later, &again);
+		return;
+	}
+	wait = server_uid_wait_ns(s->uu, server_now_ns());
+	if (wait) {
+		look_again_in(s, wait);
 		return;
 	}
 	s->paused = false;
@@ -644,19 +658,49 @@ void session_kill(struct session *s, const char *why)
 }
 
 /*
+ * Stop taking its requests for now (not read, frames left in the buffer) and look again with
+ * session_resume: after `wait` ns, or (0) once the loop has polled the other clients.
+ */
+static void session_yield(struct session *s, uint64_t wait)
+{
+	if (wait) {
+		s->d->stats.requests_deferred++;
+		log_debug("client %llu (uid %u): held back %.1f ms for other uids' share of the "
+			  "main thread", (unsigned long long)s->id, (unsigned)s->peer.uid,
+			  (double)wait / 1e6);
+	}
+	s->paused = true;
+	event_del(s->ev_read);
+	look_again_in(s, wait);
+}
+
+/* Requests one client may have served back to back before the others are polled: a flood of
+ * cheap pipelined requests in its buffer is served a turn at a time. */
+#define SESSION_TURN_NS 2000000ull
+
+/*
  * Dispatch the complete frames buffered, in order, until none is left, the client dies, or its
  * replies hold too many fds (then it is paused: not read, its frames wait in the buffer, and
- * session_resume carries on once it has read its replies).
+ * session_resume carries on once it has read its replies). It is paused the same way when its
+ * uid owes other uids their share of the main thread (server_charge), and after its turn.
  */
 static void process_frames(struct session *s)
 {
+	uint64_t turn = server_now_ns(), now = turn;
+
 	for (;;) {
 		struct wd_frame f;
 		Weightd__Request *req;
+		uint64_t wait;
 		int r;
 
 		if (s->dead || s->close_after_flush)
 			return;
+		wait = server_uid_wait_ns(s->uu, now);
+		if (wait || now - turn >= SESSION_TURN_NS) {
+			session_yield(s, wait);
+			break;
+		}
 		if (over_fd_limits(s)) {
 			if (!s->paused)
 				log_debug("client %llu (uid %u): %zu fds queued in its replies (%zu for "
@@ -702,10 +746,18 @@ static void process_frames(struct session *s)
 			return;
 		}
 		s->active_ms = session_now_ms();
+		s->d->stats.requests++;
 		s->dispatching = true;
 		request_dispatch(s, req);
 		s->dispatching = false;
 		wd_msg_free(req);
+		{
+			uint64_t t = server_now_ns();
+
+			if (s->uu && s->srv && !s->dead)
+				server_charge(s->srv, s->uu, t, t - now);
+			now = t;
+		}
 	}
 	if (!s->dead)
 		account(s);

@@ -29,6 +29,8 @@ struct uid_usage {
 	uint64_t segments;    /* segments held: each connection's distinct ones, summed */
 	uint64_t weights;     /* weights held: each connection's distinct ones, summed */
 	uint32_t refusals_logged;
+	uint64_t active_ns;   /* when it last sent a request (server_now_ns) */
+	uint64_t busy_until_ns; /* it takes no request before this, for others' share of the loop */
 	LIST_ENTRY(uid_usage) link; /* in the server's list of uids */
 };
 
@@ -84,7 +86,8 @@ struct session {
 	uint64_t active_ms;    /* last request taken or reply bytes sent */
 	uint32_t reloads;      /* reload requests waiting for their answer */
 	bool read_closed;      /* no more requests: the peer shut down its side, or it was refused */
-	bool paused;           /* not read while its replies hold too many fds */
+	bool paused;           /* not read while its replies hold too many fds, its uid waits for
+				* other uids' share of the main thread, or it has had its turn */
 	bool dispatching;      /* inside request_dispatch (not to be closed under it) */
 	bool dead;
 	bool close_after_flush;

@@ -83,6 +83,9 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 				weightd_digest_algorithm_name(s->digest_algorithm)));
 			json_object_set_new(j, "digest_chunk_bytes", json_integer(
 				(json_int_t)s->digest_chunk_bytes));
+			json_object_set_new(j, "requests", json_integer((json_int_t)s->requests));
+			json_object_set_new(j, "requests_deferred",
+					    json_integer((json_int_t)s->requests_deferred));
 		} else {
 			json_decref(gs);
 		}
@@ -109,8 +112,9 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		       s->bytes_materialized, mat, (double)s->materialize_ns / 1e9, s->evictions,
 		       s->readoptions);
 		printf("refused / timed-out clients %" PRIu64 " / %" PRIu64 "\n"
-		       "foreign objects in /dev/shm %" PRIu64 " (ignored)\n", s->clients_refused,
-		       s->clients_timed_out, s->foreign_segments);
+		       "foreign objects in /dev/shm %" PRIu64 " (ignored)\n"
+		       "requests (held back)        %" PRIu64 " (%" PRIu64 ")\n", s->clients_refused,
+		       s->clients_timed_out, s->foreign_segments, s->requests, s->requests_deferred);
 		printf("digest                      %s\n",
 		       weightd_digest_algorithm_name(s->digest_algorithm));
 		free(res);
@@ -263,6 +267,10 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		 s->partial_frame_bytes);
 	prom_u64("temp_bytes", "gauge", "Recipe temporaries reserved by running materializations.",
 		 s->temp_bytes);
+	prom_u64("requests_total", "counter", "Requests taken from clients.", s->requests);
+	prom_u64("requests_deferred_total", "counter",
+		 "Times a uid's connections were held back for other uids' share of the main thread.",
+		 s->requests_deferred);
 	prom_family("source_generation", "gauge",
 		    "Generation of each checkpoint source (grows when its files change and the "
 		    "daemon reloads).");

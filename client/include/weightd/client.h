@@ -319,6 +319,10 @@ typedef struct weightd_status {
 	 * the digest composition (0 from a daemon that does not report it) */
 	int digest_algorithm;    /* a weightd_digest_algorithm */
 	uint64_t digest_chunk_bytes;
+	/* appended: requests taken since start, and how often a uid's connections were held back
+	 * so that other uids got their share of the daemon's main thread (0 from a daemon without) */
+	uint64_t requests;
+	uint64_t requests_deferred;
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);
