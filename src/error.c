@@ -9,12 +9,21 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+/* Every field empty or zero, by its first byte: the struct is 1.4 KB, and a unit's declaration
+ * clears it twice per slot (a memset of the whole was a third of declaring a slot). */
 void wd_error_clear(weightd_error *err)
 {
 	if (!err)
 		return;
-	memset(err, 0, sizeof(*err));
+	err->code = WEIGHTD_OK;
+	err->node = 0;
 	err->axis = -1;
+	err->expected = 0;
+	err->actual = 0;
+	err->checkpoint[0] = '\0';
+	err->tensor[0] = '\0';
+	err->slot[0] = '\0';
+	err->message[0] = '\0';
 }
 
 int wd_error_vset(weightd_error *err, int code, const char *fmt, va_list ap)

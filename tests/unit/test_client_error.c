@@ -2,7 +2,8 @@
 /* test_client_error.c - the one list of error codes: every code of the wire protocol
  * (weightd.ErrorCode, walked through protobuf-c's descriptor) is in <weightd/error.h> under the
  * same name and number and has a name of its own from weightd_code_name, and the header has no
- * code the protocol lacks. The header is read as shipped, so neither list can drift alone. */
+ * code the protocol lacks. The header is read as shipped, so neither list can drift alone. And
+ * a call that succeeds leaves the caller's error empty. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -136,12 +137,54 @@ static void every_code_has_a_name_of_its_own(void **state)
 	assert_string_equal(weightd_code_name(14), unknown);
 }
 
+static void assert_error_empty(const weightd_error *e)
+{
+	assert_int_equal(e->code, WEIGHTD_OK);
+	assert_int_equal(e->node, 0);
+	assert_int_equal(e->axis, -1);
+	assert_int_equal(e->expected, 0);
+	assert_int_equal(e->actual, 0);
+	assert_string_equal(e->checkpoint, "");
+	assert_string_equal(e->tensor, "");
+	assert_string_equal(e->slot, "");
+	assert_string_equal(e->message, "");
+}
+
+/* A call starts from a clean error: whatever the caller's struct held (garbage, or the last
+ * failure with every field set), a call that succeeds leaves every field empty or zero. */
+static void a_call_that_succeeds_leaves_the_error_empty(void **state)
+{
+	weightd_recipe *r = NULL;
+	weightd_error e;
+
+	(void)state;
+	memset(&e, 0x7f, sizeof(e));
+	assert_int_equal(weightd_recipe_new(&r, &e), 0);
+	assert_error_empty(&e);
+	assert_true(weightd_recipe_new(NULL, &e) < 0);
+	assert_int_equal(e.code, WEIGHTD_E_INVALID_ARGUMENT);
+	assert_true(strlen(e.message) > 0);
+	e.node = 3;
+	e.axis = 1;
+	e.expected = 5;
+	e.actual = 6;
+	snprintf(e.checkpoint, sizeof(e.checkpoint), "ck");
+	snprintf(e.tensor, sizeof(e.tensor), "t");
+	snprintf(e.slot, sizeof(e.slot), "s");
+	weightd_recipe_free(r);
+	r = NULL;
+	assert_int_equal(weightd_recipe_new(&r, &e), 0);
+	assert_error_empty(&e);
+	weightd_recipe_free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_wire_code_is_in_the_header),
 		cmocka_unit_test(every_header_code_is_on_the_wire),
 		cmocka_unit_test(every_code_has_a_name_of_its_own),
+		cmocka_unit_test(a_call_that_succeeds_leaves_the_error_empty),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
