@@ -83,22 +83,22 @@ static int bind_unit(weightd_client *c, double *ret_s, double *ret_free, uint64_
 
 	if (r < 0)
 		return r;
-	t0 = probe_now();
+	t0 = bench_now();
 	r = weightd_unit_submit(u, &err);
 	if (r >= 0)
 		r = weightd_unit_validate(u, &err);
 	if (r >= 0)
 		weightd_unit_bind(u);
-	*ret_s = probe_now() - t0;
+	*ret_s = bench_now() - t0;
 	if (r < 0)
 		fprintf(stderr, "bench_deepseek: a unit of %zu tensors: %s\n(a weightd that cannot take "
 				"the whole model as one unit can be measured on part of it: --tensors 3000)\n",
 			N, err.message);
 	else
 		*ret_read = weightd_unit_bytes_read(u);
-	t1 = probe_now();
+	t1 = bench_now();
 	weightd_unit_free(u);
-	*ret_free = probe_now() - t1;
+	*ret_free = bench_now() - t1;
 	return r;
 }
 
@@ -109,7 +109,7 @@ static double copy_reference(const char *dir, uint64_t total)
 	char path[700], name[64], shm[96];
 	uint8_t *buf = malloc(chunk);
 	uint64_t out = 0;
-	double t0 = probe_now(), t;
+	double t0 = bench_now(), t;
 	int dst;
 
 	snprintf(shm, sizeof(shm), "/%s.copy", H.prefix);
@@ -138,7 +138,7 @@ static double copy_reference(const char *dir, uint64_t total)
 		}
 		close(src);
 	}
-	t = probe_now() - t0;
+	t = bench_now() - t0;
 	close(dst);
 	shm_unlink(shm);
 	free(buf);
@@ -269,23 +269,23 @@ int main(int argc, char **argv)
 		weightd_close(c);
 		c = NULL;
 		for (int k = 0; k < PROBE_ITERS; k++) {
-			double t0 = probe_now();
+			double t0 = bench_now();
 			if (probe_round(&p) < 0) {
 				fprintf(stderr, "bench_deepseek: the raw probe failed: %s\n", strerror(errno));
 				goto out;
 			}
-			t_probe[np++] = probe_now() - t0;
+			t_probe[np++] = bench_now() - t0;
 		}
 		printf("%4d  %10.4f  %10.4f  %12llu  %10.4f  %10.3f\n", r + 1, t_copy[r], t_cold[r],
 		       (unsigned long long)cold_read_min, t_warm[nw - 1], t_probe[np - 1] * 1e3);
 		fflush(stdout);
 	}
-	m_copy = probe_median(t_copy, runs);
-	m_cold = probe_median(t_cold, runs);
-	m_cpu = probe_median(cpu_cold, runs);
-	m_warm = probe_median(t_warm, nw);
-	m_free = probe_median(t_free, nw);
-	m_probe = probe_median(t_probe, np);
+	m_copy = bench_median(t_copy, runs);
+	m_cold = bench_median(t_cold, runs);
+	m_cpu = bench_median(cpu_cold, runs);
+	m_warm = bench_median(t_warm, nw);
+	m_free = bench_median(t_free, nw);
+	m_probe = bench_median(t_probe, np);
 	if (getloadavg(la, 3) < 0)
 		la[0] = -1;
 

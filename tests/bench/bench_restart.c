@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "weightd/client.h"
 
 #define MAX_RUNS 32
@@ -59,28 +60,6 @@ struct bench {
 	pid_t pid;
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* A program of the build tree: $ENV, else `rel` from this program's directory. */
 static void find_tool(const char *env, const char *rel, char *out, size_t cap)
 {
 	char self[PATH_MAX];
@@ -217,7 +196,7 @@ static int serve(const struct bench *b, const weightd_description *d, double t0,
 		r = weightd_unit_submit(u, &err);
 	if (r >= 0)
 		r = weightd_unit_validate(u, &err);
-	s->seconds = now_s() - t0;
+	s->seconds = bench_now() - t0;
 	if (r >= 0)
 		r = weightd_status_get(c, &st, &err);
 	if (r < 0) {
@@ -348,11 +327,11 @@ int main(int argc, char **argv)
 		bool run_same = true;
 
 		make_cold(&b);
-		if (start(&b) < 0 || serve(&b, d, now_s(), &cold[r]) < 0)
+		if (start(&b) < 0 || serve(&b, d, bench_now(), &cold[r]) < 0)
 			goto out;
 		stop(&b, SIGKILL); /* crash: no clean shutdown */
 		{
-			double t0 = now_s();
+			double t0 = bench_now();
 			if (start(&b) < 0 || serve(&b, d, t0, &warm[r]) < 0)
 				goto out;
 		}
@@ -373,8 +352,8 @@ int main(int argc, char **argv)
 		       (unsigned long long)warm[r].readoptions, run_same ? "yes" : "NO");
 		fflush(stdout);
 	}
-	mc = median(tc, runs);
-	mw = median(tw, runs);
+	mc = bench_median(tc, runs);
+	mw = bench_median(tw, runs);
 	if (getloadavg(la, 3) < 0)
 		la[0] = -1;
 	printf("\nmedian of %d: cold %.3f s (%.2f GB/s), restart %.4f s -> %.1fx faster "

@@ -67,7 +67,7 @@ static int unit_once_settled(struct setup *s, int n, weightd_client *c, bool set
 	uint64_t shape[1] = { s->bytes };
 	weightd_unit *u = NULL;
 	weightd_error err;
-	double t0 = probe_now(), t1;
+	double t0 = bench_now(), t1;
 	int r = weightd_unit_new(c, &u, &err);
 
 	for (int i = 0; r >= 0 && i < n; i++) {
@@ -75,7 +75,7 @@ static int unit_once_settled(struct setup *s, int n, weightd_client *c, bool set
 		if (r >= 0)
 			r = weightd_unit_set_tensor(u, s->names[i], "u", s->names[i], NULL, &err);
 	}
-	t1 = probe_now();
+	t1 = bench_now();
 	if (r >= 0)
 		r = weightd_unit_submit(u, &err);
 	if (r >= 0)
@@ -91,7 +91,7 @@ static int unit_once_settled(struct setup *s, int n, weightd_client *c, bool set
 		r = weightd_list(c, &l, &err);
 		weightd_source_list_free(l);
 	}
-	*ret_cycle = probe_now() - t1;
+	*ret_cycle = bench_now() - t1;
 	*ret_declare = t1 - t0;
 	if (r < 0)
 		fprintf(stderr, "bench_unit: unit of %d weights: %s\n", n, err.message);
@@ -102,24 +102,6 @@ static int unit_once(struct setup *s, int n, weightd_client *c, double *ret_decl
 		     double *ret_cycle, uint64_t *ret_read)
 {
 	return unit_once_settled(s, n, c, false, ret_declare, ret_cycle, ret_read);
-}
-
-static int get_once(weightd_client *c, const char *name)
-{
-	weightd_inflight *f = NULL;
-	weightd_weight *w = NULL;
-	weightd_error err;
-	const void *p;
-	int r = weightd_materialize(c, "u", name, NULL, &f, &err);
-
-	if (r >= 0)
-		r = weightd_finish(f, &w, &err);
-	if (r >= 0)
-		r = weightd_weight_map(w, &p, &err);
-	weightd_release(w);
-	if (r < 0)
-		fprintf(stderr, "bench_unit: get %s: %s\n", name, err.message);
-	return r;
 }
 
 static int make_checkpoint(struct setup *s)
@@ -246,12 +228,12 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	for (int r = 0; r < rounds; r++) {
 		for (int k = 0; k < iters; k++) {
-			double t0 = probe_now();
+			double t0 = bench_now();
 			if (probe_round(&pn) < 0) {
 				fprintf(stderr, "bench_unit: the raw probe failed: %s\n", strerror(errno));
 				goto out;
 			}
-			t_probe[ns + k] = probe_now() - t0;
+			t_probe[ns + k] = bench_now() - t0;
 		}
 		for (int k = 0; k < iters; k++) {
 			uint64_t rd = 0;
@@ -283,26 +265,26 @@ int main(int argc, char **argv)
 			}
 		}
 		for (int k = 0; k < iters; k++) {
-			double t0 = probe_now();
+			double t0 = bench_now();
 			if (probe_round(&p1) < 0)
 				goto out;
-			t_probe1[ns + k] = probe_now() - t0;
+			t_probe1[ns + k] = bench_now() - t0;
 		}
 		for (int k = 0; k < iters; k++) {
-			double t0 = probe_now();
-			if (get_once(c, s.names[k % s.n]) < 0)
+			double t0 = bench_now();
+			if (bench_get(c, "u", s.names[k % s.n]) < 0)
 				goto out;
-			t_get[ns + k] = probe_now() - t0;
+			t_get[ns + k] = bench_now() - t0;
 		}
 		ns += iters;
 	}
-	m_probe = probe_median(t_probe, ns);
-	m_unit = probe_median(t_unit, ns);
-	m_decl = probe_median(t_decl, ns);
-	m_probe1 = probe_median(t_probe1, ns);
-	m_get = probe_median(t_get, ns);
-	m_small = probe_median(t_small, ns);
-	m_big = probe_median(t_big, ns);
+	m_probe = bench_median(t_probe, ns);
+	m_unit = bench_median(t_unit, ns);
+	m_decl = bench_median(t_decl, ns);
+	m_probe1 = bench_median(t_probe1, ns);
+	m_get = bench_median(t_get, ns);
+	m_small = bench_median(t_small, ns);
+	m_big = bench_median(t_big, ns);
 	ok_unit = m_unit <= 1.0 * m_probe && read_warm == 0;
 	ok_get = m_get <= 1.3 * m_probe1;
 	ok_scale = m_big <= 1.1 * SCALE * m_small;

@@ -31,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
+
 #define PROBE_FDS_PER_MSG 250
 
 struct probe {
@@ -41,14 +43,6 @@ struct probe {
 	int *fds;        /* client side: the fds of one round */
 	void **maps;
 };
-
-static double probe_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void probe_serve(int sock, const int *fds, int n)
 {
@@ -193,20 +187,6 @@ static void probe_stop(struct probe *p)
 	p->maps = NULL;
 	p->sock = -1;
 	p->pid = -1;
-}
-
-static int probe_cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Median of v[0..n) (sorts v). */
-static double probe_median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), probe_cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 #endif
