@@ -33,6 +33,7 @@ struct server {
 	SLIST_HEAD(, session) dead;
 	LIST_HEAD(, uid_usage) uids; /* one per uid with a connection */
 	struct event *ev_tick;    /* timeouts and paused sessions */
+	uint64_t busy_ns;         /* time spent in expensive requests, all uids, ever */
 	size_t n;
 	uint64_t next_id;
 	bool accept_paused;       /* out of descriptors: accept retried on a timer */
@@ -157,34 +158,89 @@ uint64_t server_now_ns(void)
 
 /*
  * The main thread's time is shared between uids. A request that keeps it busy for FAIR_MIN_NS or
- * more while other uids are active (sent a request within FAIR_ACTIVE_NS) puts its uid behind
- * them: none of its connections takes another request for that time multiplied by the number of
- * those uids, so each of them gets as much of the loop as it had. Before, one uid pipelining
- * expensive requests (a full status of 92,000 weights is about 95 ms of the loop) over its
- * connections held every other client for all of them in turn; now others wait for at most the
- * one request being served. Cheaper requests never wait, nor does a uid alone. A request is not
- * cut short: what a single one costs is bounded by the limits on its size.
+ * more while other uids are active puts its uid behind them: none of its connections takes
+ * another request for that time multiplied by the number of those uids, so each of them gets as
+ * much of the loop as it had. Before, one uid pipelining expensive requests (a full status of
+ * 92,000 weights is about 95 ms of the loop) over its connections held every other client for
+ * all of them in turn; now others wait for at most the one request being served. Cheaper
+ * requests never wait, nor does a uid alone. A request is not cut short: what a single one costs
+ * is bounded by the limits on its size.
+ *
+ * Two things keep a client that is waiting from losing its place:
+ * - "active" is a request sent (read, even if not yet served) within FAIR_ACTIVE_NS of the
+ *   loop's time not counting expensive requests (busy_ns): a client stuck behind them has not
+ *   been idle;
+ * - after an expensive request its uid takes no other request until the loop has polled its
+ *   sockets (the gate): otherwise every connection of a flood whose turn came in the same pass
+ *   of the loop would be served before anyone else was even read, however the uids stand. And
+ *   for FAIR_ACTIVE_NS after it, what that uid sends is served from a timer, after the pass has
+ *   served every socket found readable: one of its requests read just ahead of another client's
+ *   in the same pass does not make that client wait for it too.
  */
 #define FAIR_MIN_NS 1000000ull          /* 1 ms */
 #define FAIR_ACTIVE_NS 250000000ull     /* 250 ms */
 #define FAIR_MAX_NS 2000000000ull       /* a uid is held back at most 2 s ahead */
+
+static bool uid_active(const struct server *srv, const struct uid_usage *o, uint64_t now)
+{
+	uint64_t idle;
+
+	if (!o->conns || !o->active_ns)
+		return false;
+	idle = now - o->active_ns;
+	idle = idle > srv->busy_ns - o->active_busy_ns ? idle - (srv->busy_ns - o->active_busy_ns) : 0;
+	return idle < FAIR_ACTIVE_NS;
+}
 
 void server_charge(struct server *srv, struct uid_usage *uu, uint64_t now, uint64_t spent)
 {
 	const struct uid_usage *o;
 	uint64_t others = 0, from;
 
-	uu->active_ns = now;
+	if (spent >= FAIR_MIN_NS) {
+		srv->busy_ns += spent;
+		event_base_gettimeofday_cached(srv->d->base, &uu->gate);
+		uu->heavy_ns = now;
+	}
+	server_touch(srv, uu, now);
 	if (spent < FAIR_MIN_NS)
 		return;
 	LIST_FOREACH(o, &srv->uids, link)
-		others += o != uu && o->conns && o->active_ns && now - o->active_ns < FAIR_ACTIVE_NS;
+		others += o != uu && uid_active(srv, o, now);
 	if (!others)
 		return;
 	from = uu->busy_until_ns > now ? uu->busy_until_ns : now;
 	uu->busy_until_ns = from + spent * others;
 	if (uu->busy_until_ns > now + FAIR_MAX_NS)
 		uu->busy_until_ns = now + FAIR_MAX_NS;
+}
+
+/*
+ * libevent reads the clock once per pass of its loop, right after polling, and hands that time to
+ * every callback of the pass: a different time means the loop has polled since the gate was set.
+ * (Two passes within one microsecond would look like one: that only costs one more pass.) The
+ * sockets found readable then are served before the timers that resume held sessions, so a
+ * client whose request came during an expensive one is read before the next expensive one runs.
+ */
+bool server_polled(const struct server *srv, const struct uid_usage *uu)
+{
+	struct timeval now;
+
+	if (!uu || (!uu->gate.tv_sec && !uu->gate.tv_usec))
+		return true;
+	event_base_gettimeofday_cached(srv->d->base, &now);
+	return now.tv_sec != uu->gate.tv_sec || now.tv_usec != uu->gate.tv_usec;
+}
+
+bool server_uid_heavy(const struct uid_usage *uu, uint64_t now)
+{
+	return uu && uu->heavy_ns && now - uu->heavy_ns < FAIR_ACTIVE_NS;
+}
+
+void server_touch(struct server *srv, struct uid_usage *uu, uint64_t now)
+{
+	uu->active_ns = now;
+	uu->active_busy_ns = srv->busy_ns;
 }
 
 uint64_t server_uid_wait_ns(const struct uid_usage *uu, uint64_t now)

@@ -3,6 +3,7 @@
 #ifndef WD_SERVER_H
 #define WD_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -48,6 +49,13 @@ size_t server_uids_receiving(const struct server *s);
 uint64_t server_now_ns(void);
 /* A request of uu's took `spent` ns of the main thread, ending at `now`: charge it (server.c). */
 void server_charge(struct server *s, struct uid_usage *uu, uint64_t now, uint64_t spent);
+/* False from an expensive request of uu's until the loop has polled its sockets again: none of
+ * its sessions takes a request meanwhile (each looks again after the poll). */
+bool server_polled(const struct server *s, const struct uid_usage *uu);
+/* uu had an expensive request lately (what it sends waits for the pass's other sockets). */
+bool server_uid_heavy(const struct uid_usage *uu, uint64_t now);
+/* uu sent something at `now`: it counts as active (server_charge) from then. */
+void server_touch(struct server *s, struct uid_usage *uu, uint64_t now);
 /* How long uu's connections must still wait before their next request (0: none). */
 uint64_t server_uid_wait_ns(const struct uid_usage *uu, uint64_t now);
 

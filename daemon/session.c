@@ -697,7 +697,7 @@ static void process_frames(struct session *s)
 		if (s->dead || s->close_after_flush)
 			return;
 		wait = server_uid_wait_ns(s->uu, now);
-		if (wait || now - turn >= SESSION_TURN_NS) {
+		if (wait || now - turn >= SESSION_TURN_NS || (s->srv && !server_polled(s->srv, s->uu))) {
 			session_yield(s, wait);
 			break;
 		}
@@ -820,6 +820,20 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 	if (r < 0) {
 		session_kill(s, "read failed or sent file descriptors");
 		return;
+	}
+	if (s->uu && s->srv) {
+		uint64_t now = server_now_ns();
+
+		server_touch(s->srv, s->uu, now); /* it asks, served or not */
+		if (server_uid_heavy(s->uu, now)) {
+			/* served from a timer, once this pass has served the other sockets */
+			account(s);
+			if (s->partial_charged > before)
+				partial_over_limits(s);
+			if (!s->dead)
+				session_yield(s, 0);
+			return;
+		}
 	}
 	process_frames(s);
 	if (!s->dead && s->partial_charged > before)

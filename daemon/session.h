@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
+#include <sys/time.h>
 #include <sys/types.h>
 
 #include "cache.h"
@@ -30,6 +31,9 @@ struct uid_usage {
 	uint64_t weights;     /* weights held: each connection's distinct ones, summed */
 	uint32_t refusals_logged;
 	uint64_t active_ns;   /* when it last sent a request (server_now_ns) */
+	uint64_t active_busy_ns; /* the server's busy_ns then */
+	struct timeval gate;  /* the loop's time (libevent's, per pass) of its last expensive request */
+	uint64_t heavy_ns;    /* when that request ended (server_now_ns) */
 	uint64_t busy_until_ns; /* it takes no request before this, for others' share of the loop */
 	LIST_ENTRY(uid_usage) link; /* in the server's list of uids */
 };
