@@ -170,12 +170,13 @@ uint64_t server_now_ns(void)
  * - "active" is a request sent (read, even if not yet served) within FAIR_ACTIVE_NS of the
  *   loop's time not counting expensive requests (busy_ns): a client stuck behind them has not
  *   been idle;
- * - after an expensive request its uid takes no other request until the loop has polled its
- *   sockets (the gate): otherwise every connection of a flood whose turn came in the same pass
- *   of the loop would be served before anyone else was even read, however the uids stand. And
- *   for FAIR_ACTIVE_NS after it, what that uid sends is served from a timer, after the pass has
- *   served every socket found readable: one of its requests read just ahead of another client's
- *   in the same pass does not make that client wait for it too.
+ * - after an expensive request while other uids are connected, its uid takes no other request
+ *   until the loop has polled its sockets (the gate): otherwise every connection of a flood
+ *   whose turn came in the same pass of the loop would be served before anyone else was even
+ *   read, however the uids stand. And for FAIR_ACTIVE_NS after it, what that uid sends is
+ *   served from a timer, after the pass has served every socket found readable: one of its
+ *   requests read just ahead of another client's in the same pass does not make that client
+ *   wait for it too. A uid alone is held by neither.
  */
 #define FAIR_MIN_NS 1000000ull          /* 1 ms */
 #define FAIR_ACTIVE_NS 250000000ull     /* 250 ms */
@@ -196,17 +197,20 @@ void server_charge(struct server *srv, struct uid_usage *uu, uint64_t now, uint6
 {
 	const struct uid_usage *o;
 	uint64_t others = 0, from;
+	bool company = false;
 
-	if (spent >= FAIR_MIN_NS) {
-		srv->busy_ns += spent;
-		event_base_gettimeofday_cached(srv->d->base, &uu->gate);
-		uu->heavy_ns = now;
-	}
 	server_touch(srv, uu, now);
 	if (spent < FAIR_MIN_NS)
 		return;
-	LIST_FOREACH(o, &srv->uids, link)
+	srv->busy_ns += spent;
+	LIST_FOREACH(o, &srv->uids, link) {
+		company |= o != uu && o->conns;
 		others += o != uu && uid_active(srv, o, now);
+	}
+	if (company) { /* a uid alone is never held back, not even by a pass of the loop */
+		event_base_gettimeofday_cached(srv->d->base, &uu->gate);
+		uu->heavy_ns = now;
+	}
 	if (!others)
 		return;
 	from = uu->busy_until_ns > now ? uu->busy_until_ns : now;
