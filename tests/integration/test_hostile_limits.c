@@ -225,7 +225,19 @@ static void connections_are_capped_per_uid(void **state)
 	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
 	if (strncmp(line, "lib ", 4) != 0 || !strstr(line, "max_clients_per_uid"))
 		fail_msg("refusal through libweightd: %s", line);
-	/* another uid is served while the attacker holds its share of the slots */
+	/* another uid is served while the attacker holds its share of the slots, once the daemon
+	 * has seen its two refused connections close (until then they count as connected: a
+	 * refused client may still be reading why) */
+	for (int64_t end = it_now_ms() + 10000;;) {
+		bool settled;
+
+		st = it_status_of(&H); /* root's, the one asking included */
+		settled = st->clients == PER_UID + 1;
+		weightd_status_free(st);
+		if (settled || it_now_ms() > end)
+			break;
+		usleep(20000);
+	}
 	hostile_victim_served(&H);
 	/* root: past max_clients (4 attacker + 6 root > 6), and its admin requests go through */
 	for (int i = 0; i < MAX_CLIENTS; i++)
