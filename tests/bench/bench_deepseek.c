@@ -26,8 +26,8 @@
  * Printed: medians, each side's rate, cold as a fraction of the copy's speed (target >= 0.8)
  * with the CPU time weightd used meanwhile (all its threads, from /proc) per weight, the warm
  * unit as a fraction of the copy's speed (the ceiling of the cold one: the same work with
- * nothing to make), and the warm unit's cost per weight beside the probe's cost per fd. Exit status 1 when the cold target is
- * missed or a run failed.
+ * nothing to make), and the warm unit's cost per weight beside the probe's cost per fd. Exit
+ * status 1 when the cold target is missed or a run failed.
  */
 #include <dirent.h>
 #include <stdbool.h>
