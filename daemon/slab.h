@@ -6,9 +6,9 @@
 
 /*
  * Why: the cache's weights live as long as the cache keeps them, and a unit of 100,000 weights
- * walks 100,000 of them several times per request. Each weight on its own heap allocation put
+ * walks 100,000 of them several times per request. Each weight on its own heap allocation would put
  * 8 of them on a 4 KiB page: 100,000 weights span 12,500 pages, far more than the CPU's TLB
- * maps, so every weight a walk touched was a page-table walk as well as a cache miss (on a
+ * maps, so every weight a walk touched would be a page-table walk as well as a cache miss (on a
  * virtual machine, an expensive one). Here a chunk is 2 MiB, aligned and advised for
  * transparent huge pages, holding about 5,000 weights: 100,000 weights are 20 TLB entries.
  *

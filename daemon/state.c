@@ -88,8 +88,8 @@ static int hex_digit(char c)
 	return -1;
 }
 
-/* Exactly 2n hex digits into n bytes. (sscanf("%2x") per byte, as before, took a tenth of a
- * restart of 92,000 weights, and also let signs and spaces through.) */
+/* Exactly 2n hex digits into n bytes. Not sscanf("%2x"): a call per byte is a large part of a
+ * restart with many weights, and it lets signs and spaces through. */
 static bool hex_decode(const char *hex, uint8_t *out, size_t n)
 {
 	if (!hex || strlen(hex) != 2 * n)
@@ -535,8 +535,8 @@ static bool keep_name(struct keep *k, const char *name)
 
 /*
  * Records are read RECOVER_BATCH at a time on a few threads (parsing the JSON of a segment of
- * 15,000 weights takes a tenth of a second), then adopted one by one in directory order on the
- * calling thread, as before.
+ * many thousands of weights is the slow part of a restart), then adopted one by one in directory
+ * order on the calling thread.
  */
 int state_recover(const char *dir, const char *instance,
 		  int (*adopt)(const struct state_segment *rec, void *arg), void *arg,

@@ -102,7 +102,7 @@ void wd_inbuf_free(struct wd_inbuf *b);
 #define WD_FRAME_AGAIN (-1000)
 int wd_inbuf_read(struct wd_inbuf *b, int sock);
 /* The same, waiting for the first byte when nothing is there (a blocking recvmsg: one system call
- * where poll then recvmsg were two). Never WD_FRAME_AGAIN on a blocking socket. */
+ * instead of poll then recvmsg). Never WD_FRAME_AGAIN on a blocking socket. */
 int wd_inbuf_read_wait(struct wd_inbuf *b, int sock);
 
 /* Feed bytes directly (fuzzing and tests): appends to the buffer as if read. */

@@ -44,8 +44,8 @@ struct arena_block {
  * A block of at least `cap` bytes. One of 2 MiB or more is a mapping of its own, aligned to and
  * advised for transparent huge pages (MADV_HUGEPAGE; the kernel's "madvise" mode honours it):
  * a large unit's memory then faults in 2 MiB at a time instead of 4 KiB, which on a virtual
- * machine (~9.5 us a fault here) was most of what binding a 90,000-weight unit cost a fresh
- * process. Smaller blocks come from malloc.
+ * machine, where a fault is expensive, would be most of what binding a 90,000-weight unit costs a
+ * fresh process. Smaller blocks come from malloc.
  */
 static struct arena_block *block_new(size_t cap)
 {

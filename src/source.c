@@ -434,7 +434,7 @@ struct shard_parse {
 };
 
 /*
- * Headers longer than this are left to the join, parsed one at a time as before: a header may be
+ * Headers longer than this are left to the join and parsed one at a time: a header may be
  * up to 100 MB of JSON, and its tree takes several times that while it is parsed, so eight at once
  * could take gigabytes. Real shards' headers are tens of kilobytes.
  */

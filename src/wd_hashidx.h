@@ -11,7 +11,7 @@
  * stored hash bits match, and growth and deletion need no callback at all, since each slot
  * knows its home. Why the bits are kept: the entries of a large table (a unit of 100,000 slots)
  * lie far beyond the CPU caches, and every equality test on a passing neighbour in a probe run,
- * and every rehash of an entry on growth, was a wait on the caller's memory; the slot array
+ * and every rehash of an entry on growth, would be a wait on the caller's memory; the slot array
  * itself is read anyway. Callbacks passed as constants inline at -O2 and above.
  *
  * Typical use, with entries in `e[0..n)`:

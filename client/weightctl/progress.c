@@ -172,7 +172,7 @@ static void progress_sample(struct progress *p, weightd_client *c)
 	uint64_t done = 0;
 
 	/* jobs only: ten times a second, the list of weights would keep a daemon caching many
-	 * of them busy answering (90 ms each for 92,000) */
+	 * of them busy answering (it grows with every weight cached) */
 	if (weightd_status_summary(c, &st, NULL) < 0) {
 		if (p->drawn)
 			fputc('\n', stderr);
