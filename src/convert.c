@@ -410,7 +410,7 @@ static int pair_of(enum wd_dtype from, enum wd_dtype to)
 
 /* Scalar kernels of the hot pairs; the vector kernels finish their tails with these. */
 
-static void s_f32_bf16(const void *src, void *dst, size_t n)
+static void convert_scalar_f32_bf16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -418,7 +418,7 @@ static void s_f32_bf16(const void *src, void *dst, size_t n)
 		store_bits(d + 2 * i, 2, f32_bits_to_bf16((uint32_t)load_bits(s + 4 * i, 4)));
 }
 
-static void s_bf16_f32(const void *src, void *dst, size_t n)
+static void convert_scalar_bf16_f32(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -426,7 +426,7 @@ static void s_bf16_f32(const void *src, void *dst, size_t n)
 		store_bits(d + 4 * i, 4, bf16_to_f32_bits((uint16_t)load_bits(s + 2 * i, 2)));
 }
 
-static void s_f16_f32(const void *src, void *dst, size_t n)
+static void convert_scalar_f16_f32(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -434,7 +434,7 @@ static void s_f16_f32(const void *src, void *dst, size_t n)
 		store_bits(d + 4 * i, 4, f16_to_f32_bits((uint16_t)load_bits(s + 2 * i, 2)));
 }
 
-static void s_f32_f16(const void *src, void *dst, size_t n)
+static void convert_scalar_f32_f16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -443,7 +443,7 @@ static void s_f32_f16(const void *src, void *dst, size_t n)
 }
 
 /* bf16 -> f32 and f16 -> f32 are exact, so going through f32 rounds only once. */
-static void s_bf16_f16(const void *src, void *dst, size_t n)
+static void convert_scalar_bf16_f16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -452,7 +452,7 @@ static void s_bf16_f16(const void *src, void *dst, size_t n)
 			   f32_bits_to_f16(bf16_to_f32_bits((uint16_t)load_bits(s + 2 * i, 2))));
 }
 
-static void s_f16_bf16(const void *src, void *dst, size_t n)
+static void convert_scalar_f16_bf16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -461,26 +461,27 @@ static void s_f16_bf16(const void *src, void *dst, size_t n)
 			   f32_bits_to_bf16(f16_to_f32_bits((uint16_t)load_bits(s + 2 * i, 2))));
 }
 
-static void s_f32_f64(const void *src, void *dst, size_t n)
+static void convert_scalar_f32_f64(const void *src, void *dst, size_t n)
 {
 	convert_generic(WD_F32, src, WD_F64, dst, n);
 }
 
-static void s_f64_f32(const void *src, void *dst, size_t n)
+static void convert_scalar_f64_f32(const void *src, void *dst, size_t n)
 {
 	convert_generic(WD_F64, src, WD_F32, dst, n);
 }
 
-const wd_kern_fn wd_kern_scalar[P_COUNT] = {
-	[P_F32_BF16] = s_f32_bf16, [P_BF16_F32] = s_bf16_f32, [P_F16_F32] = s_f16_f32,
-	[P_F32_F16] = s_f32_f16, [P_BF16_F16] = s_bf16_f16, [P_F16_BF16] = s_f16_bf16,
-	[P_F32_F64] = s_f32_f64, [P_F64_F32] = s_f64_f32,
+const wd_convert_kern_fn wd_convert_kern_scalar[P_COUNT] = {
+	[P_F32_BF16] = convert_scalar_f32_bf16, [P_BF16_F32] = convert_scalar_bf16_f32,
+	[P_F16_F32] = convert_scalar_f16_f32, [P_F32_F16] = convert_scalar_f32_f16,
+	[P_BF16_F16] = convert_scalar_bf16_f16, [P_F16_BF16] = convert_scalar_f16_bf16,
+	[P_F32_F64] = convert_scalar_f32_f64, [P_F64_F32] = convert_scalar_f64_f32,
 };
 
 
 /* ---- run-time choice ---- */
 
-static wd_kern_fn active[P_COUNT];
+static wd_convert_kern_fn active[P_COUNT];
 static const char *active_isa = "scalar";
 static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
 
@@ -523,23 +524,23 @@ static bool cpu_has(enum kset k)
 /* Make set k active (the caller checked cpu_has). */
 static void use_kernels(enum kset k)
 {
-	memcpy(active, wd_kern_scalar, sizeof(active));
+	memcpy(active, wd_convert_kern_scalar, sizeof(active));
 	active_isa = "scalar";
 #if defined(__x86_64__)
 	if (k == K_AVX2) {
-		memcpy(active, wd_kern_avx2, sizeof(active));
+		memcpy(active, wd_convert_kern_avx2, sizeof(active));
 		active_isa = "avx2+f16c";
 	}
 	if (k >= K_AVX512) {
-		memcpy(active, wd_kern_avx512, sizeof(active));
+		memcpy(active, wd_convert_kern_avx512, sizeof(active));
 		active_isa = "avx512f";
 		/* every AVX-512 CPU that ships has BW too; the set's name stays what it was */
 		if (__builtin_cpu_supports("avx512bw"))
-			active[P_BF16_F16] = wd_kern_avx512bw_bf16_f16;
+			active[P_BF16_F16] = wd_convert_kern_avx512bw_bf16_f16;
 	}
 #if defined(WD_HAVE_AVX512BF16)
 	if (k == K_AVX512BF16) {
-		active[P_F32_BF16] = wd_kern_avx512bf16_f32_bf16;
+		active[P_F32_BF16] = wd_convert_kern_avx512bf16_f32_bf16;
 		active_isa = "avx512f+avx512bf16";
 	}
 #endif
@@ -611,7 +612,7 @@ void wd_convert_scalar(enum wd_dtype from, const void *src, enum wd_dtype to, vo
 	}
 	p = pair_of(from, to);
 	if (p >= 0)
-		wd_kern_scalar[p](src, dst, n);
+		wd_convert_kern_scalar[p](src, dst, n);
 	else
 		convert_generic(from, src, to, dst, n);
 }

@@ -8,14 +8,14 @@
 #include <stdint.h>
 
 /* The tails (fewer elements than one vector) go to the scalar kernels. */
-#define s_f32_bf16 wd_kern_scalar[P_F32_BF16]
-#define s_bf16_f32 wd_kern_scalar[P_BF16_F32]
-#define s_f16_f32 wd_kern_scalar[P_F16_F32]
-#define s_f32_f16 wd_kern_scalar[P_F32_F16]
-#define s_bf16_f16 wd_kern_scalar[P_BF16_F16]
-#define s_f16_bf16 wd_kern_scalar[P_F16_BF16]
-#define s_f32_f64 wd_kern_scalar[P_F32_F64]
-#define s_f64_f32 wd_kern_scalar[P_F64_F32]
+#define convert_scalar_f32_bf16 wd_convert_kern_scalar[P_F32_BF16]
+#define convert_scalar_bf16_f32 wd_convert_kern_scalar[P_BF16_F32]
+#define convert_scalar_f16_f32 wd_convert_kern_scalar[P_F16_F32]
+#define convert_scalar_f32_f16 wd_convert_kern_scalar[P_F32_F16]
+#define convert_scalar_bf16_f16 wd_convert_kern_scalar[P_BF16_F16]
+#define convert_scalar_f16_bf16 wd_convert_kern_scalar[P_F16_BF16]
+#define convert_scalar_f32_f64 wd_convert_kern_scalar[P_F32_F64]
+#define convert_scalar_f64_f32 wd_convert_kern_scalar[P_F64_F32]
 
 /* ---- AVX2 + F16C ---- */
 
@@ -33,7 +33,7 @@ WD_AVX2 static inline __m256i bf16_round_avx2(__m256i u)
 	return _mm256_srli_epi32(_mm256_blendv_epi8(r, q, nan), 16);
 }
 
-WD_AVX2 static void v2_f32_bf16(const void *src, void *dst, size_t n)
+WD_AVX2 static void convert_avx2_f32_bf16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -46,7 +46,7 @@ WD_AVX2 static void v2_f32_bf16(const void *src, void *dst, size_t n)
 		__m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
 		_mm256_storeu_si256((__m256i *)(d + 2 * i), p);
 	}
-	s_f32_bf16(s + 4 * i, d + 2 * i, n - i);
+	convert_scalar_f32_bf16(s + 4 * i, d + 2 * i, n - i);
 }
 
 /*
@@ -66,7 +66,7 @@ WD_AVX2 static inline void bf16_widen_avx2(__m256i x, __m256i out[2])
 	out[1] = _mm256_permute2x128_si256(lo, hi, 0x31);
 }
 
-WD_AVX2 static void v2_bf16_f32(const void *src, void *dst, size_t n)
+WD_AVX2 static void convert_avx2_bf16_f32(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -78,10 +78,10 @@ WD_AVX2 static void v2_bf16_f32(const void *src, void *dst, size_t n)
 		_mm256_storeu_si256((__m256i *)(d + 4 * i), w[0]);
 		_mm256_storeu_si256((__m256i *)(d + 4 * i + 32), w[1]);
 	}
-	s_bf16_f32(s + 2 * i, d + 4 * i, n - i);
+	convert_scalar_bf16_f32(s + 2 * i, d + 4 * i, n - i);
 }
 
-WD_AVX2 static void v2_f16_f32(const void *src, void *dst, size_t n)
+WD_AVX2 static void convert_avx2_f16_f32(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -96,10 +96,10 @@ WD_AVX2 static void v2_f16_f32(const void *src, void *dst, size_t n)
 		__m128i h = _mm_loadu_si128((const __m128i *)(s + 2 * i));
 		_mm256_storeu_ps((float *)(d + 4 * i), _mm256_cvtph_ps(h));
 	}
-	s_f16_f32(s + 2 * i, d + 4 * i, n - i);
+	convert_scalar_f16_f32(s + 2 * i, d + 4 * i, n - i);
 }
 
-WD_AVX2 static void v2_f32_f16(const void *src, void *dst, size_t n)
+WD_AVX2 static void convert_avx2_f32_f16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -112,7 +112,7 @@ WD_AVX2 static void v2_f32_f16(const void *src, void *dst, size_t n)
 		_mm_storeu_si128((__m128i *)(d + 2 * i), _mm256_cvtps_ph(a, 0));
 		_mm_storeu_si128((__m128i *)(d + 2 * i + 16), _mm256_cvtps_ph(b, 0));
 	}
-	s_f32_f16(s + 4 * i, d + 2 * i, n - i);
+	convert_scalar_f32_f16(s + 4 * i, d + 2 * i, n - i);
 }
 
 /*
@@ -121,7 +121,7 @@ WD_AVX2 static void v2_f32_f16(const void *src, void *dst, size_t n)
  * element is such a value or a zero takes that path; any other block widens to f32 and rounds with
  * VCVTPS2PH, which gives the scalar rule for everything (overflow, subnormals, NaN).
  */
-WD_AVX2 static void v2_bf16_f16(const void *src, void *dst, size_t n)
+WD_AVX2 static void convert_avx2_bf16_f16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -147,10 +147,10 @@ WD_AVX2 static void v2_bf16_f16(const void *src, void *dst, size_t n)
 		_mm_storeu_si128((__m128i *)(d + 2 * i + 16),
 				 _mm256_cvtps_ph(_mm256_castsi256_ps(w[1]), 0));
 	}
-	s_bf16_f16(s + 2 * i, d + 2 * i, n - i);
+	convert_scalar_bf16_f16(s + 2 * i, d + 2 * i, n - i);
 }
 
-WD_AVX2 static void v2_f16_bf16(const void *src, void *dst, size_t n)
+WD_AVX2 static void convert_avx2_f16_bf16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -164,10 +164,10 @@ WD_AVX2 static void v2_f16_bf16(const void *src, void *dst, size_t n)
 		__m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
 		_mm256_storeu_si256((__m256i *)(d + 2 * i), p);
 	}
-	s_f16_bf16(s + 2 * i, d + 2 * i, n - i);
+	convert_scalar_f16_bf16(s + 2 * i, d + 2 * i, n - i);
 }
 
-WD_AVX2 static void v2_f32_f64(const void *src, void *dst, size_t n)
+WD_AVX2 static void convert_avx2_f32_f64(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -179,10 +179,10 @@ WD_AVX2 static void v2_f32_f64(const void *src, void *dst, size_t n)
 		_mm256_storeu_pd((double *)(d + 8 * i), _mm256_cvtps_pd(a));
 		_mm256_storeu_pd((double *)(d + 8 * i + 32), _mm256_cvtps_pd(b));
 	}
-	s_f32_f64(s + 4 * i, d + 8 * i, n - i);
+	convert_scalar_f32_f64(s + 4 * i, d + 8 * i, n - i);
 }
 
-WD_AVX2 static void v2_f64_f32(const void *src, void *dst, size_t n)
+WD_AVX2 static void convert_avx2_f64_f32(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -194,13 +194,14 @@ WD_AVX2 static void v2_f64_f32(const void *src, void *dst, size_t n)
 		_mm_storeu_ps((float *)(d + 4 * i), _mm256_cvtpd_ps(a));
 		_mm_storeu_ps((float *)(d + 4 * i + 16), _mm256_cvtpd_ps(b));
 	}
-	s_f64_f32(s + 8 * i, d + 4 * i, n - i);
+	convert_scalar_f64_f32(s + 8 * i, d + 4 * i, n - i);
 }
 
-const wd_kern_fn wd_kern_avx2[P_COUNT] = {
-	[P_F32_BF16] = v2_f32_bf16, [P_BF16_F32] = v2_bf16_f32, [P_F16_F32] = v2_f16_f32,
-	[P_F32_F16] = v2_f32_f16, [P_BF16_F16] = v2_bf16_f16, [P_F16_BF16] = v2_f16_bf16,
-	[P_F32_F64] = v2_f32_f64, [P_F64_F32] = v2_f64_f32,
+const wd_convert_kern_fn wd_convert_kern_avx2[P_COUNT] = {
+	[P_F32_BF16] = convert_avx2_f32_bf16, [P_BF16_F32] = convert_avx2_bf16_f32,
+	[P_F16_F32] = convert_avx2_f16_f32, [P_F32_F16] = convert_avx2_f32_f16,
+	[P_BF16_F16] = convert_avx2_bf16_f16, [P_F16_BF16] = convert_avx2_f16_bf16,
+	[P_F32_F64] = convert_avx2_f32_f64, [P_F64_F32] = convert_avx2_f64_f32,
 };
 
 /* ---- AVX-512F (and AVX-512 BF16 for f32 -> bf16) ---- */
@@ -225,7 +226,7 @@ WD_AVX512 static inline __m512i bf16_widen_avx512(__m256i h)
 	return _mm512_mask_or_epi32(u, nan, u, _mm512_set1_epi32(0x00400000));
 }
 
-WD_AVX512 static void v5_f32_bf16(const void *src, void *dst, size_t n)
+WD_AVX512 static void convert_avx512_f32_bf16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -235,10 +236,10 @@ WD_AVX512 static void v5_f32_bf16(const void *src, void *dst, size_t n)
 		__m512i u = _mm512_loadu_si512((const void *)(s + 4 * i));
 		_mm256_storeu_si256((__m256i *)(d + 2 * i), _mm512_cvtepi32_epi16(bf16_round_avx512(u)));
 	}
-	s_f32_bf16(s + 4 * i, d + 2 * i, n - i);
+	convert_scalar_f32_bf16(s + 4 * i, d + 2 * i, n - i);
 }
 
-WD_AVX512 static void v5_bf16_f32(const void *src, void *dst, size_t n)
+WD_AVX512 static void convert_avx512_bf16_f32(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -248,10 +249,10 @@ WD_AVX512 static void v5_bf16_f32(const void *src, void *dst, size_t n)
 		__m256i h = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
 		_mm512_storeu_si512((void *)(d + 4 * i), bf16_widen_avx512(h));
 	}
-	s_bf16_f32(s + 2 * i, d + 4 * i, n - i);
+	convert_scalar_bf16_f32(s + 2 * i, d + 4 * i, n - i);
 }
 
-WD_AVX512 static void v5_f16_f32(const void *src, void *dst, size_t n)
+WD_AVX512 static void convert_avx512_f16_f32(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -268,10 +269,10 @@ WD_AVX512 static void v5_f16_f32(const void *src, void *dst, size_t n)
 		__m256i h = _mm256_loadu_si256((const __m256i *)(s + 2 * i));
 		_mm512_storeu_ps((void *)(d + 4 * i), _mm512_cvtph_ps(h));
 	}
-	s_f16_f32(s + 2 * i, d + 4 * i, n - i);
+	convert_scalar_f16_f32(s + 2 * i, d + 4 * i, n - i);
 }
 
-WD_AVX512 static void v5_f32_f16(const void *src, void *dst, size_t n)
+WD_AVX512 static void convert_avx512_f32_f16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -281,10 +282,10 @@ WD_AVX512 static void v5_f32_f16(const void *src, void *dst, size_t n)
 		__m512 a = _mm512_loadu_ps((const void *)(s + 4 * i));
 		_mm256_storeu_si256((__m256i *)(d + 2 * i), _mm512_cvtps_ph(a, 0));
 	}
-	s_f32_f16(s + 4 * i, d + 2 * i, n - i);
+	convert_scalar_f32_f16(s + 4 * i, d + 2 * i, n - i);
 }
 
-WD_AVX512 static void v5_bf16_f16(const void *src, void *dst, size_t n)
+WD_AVX512 static void convert_avx512_bf16_f16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -295,19 +296,19 @@ WD_AVX512 static void v5_bf16_f16(const void *src, void *dst, size_t n)
 		__m512 a = _mm512_castsi512_ps(bf16_widen_avx512(h));
 		_mm256_storeu_si256((__m256i *)(d + 2 * i), _mm512_cvtps_ph(a, 0));
 	}
-	s_bf16_f16(s + 2 * i, d + 2 * i, n - i);
+	convert_scalar_bf16_f16(s + 2 * i, d + 2 * i, n - i);
 }
 
 /*
  * bf16 -> f16 with AVX-512BW, 32 elements at a time: the AVX2 kernel's exact path (a block whose
  * every element is zero or in f16's normal range is rebiased and shifted in 16-bit lanes), with
- * the widening VCVTPS2PH path of v5_bf16_f16 for any other block. Widening every element, as
- * v5_bf16_f16 does, cost a cross-lane zero-extension and a two-uop conversion per 16 elements
- * (measured at 0.46x memcpy in L2); real weights rarely leave the fast path.
+ * the widening VCVTPS2PH path of convert_avx512_bf16_f16 for any other block. Widening every
+ * element costs a cross-lane zero-extension and a two-uop conversion per 16 elements; real
+ * weights rarely leave the fast path.
  */
 #define WD_AVX512BW __attribute__((target("avx512f,avx512bw")))
 
-WD_AVX512BW static void v5bw_bf16_f16(const void *src, void *dst, size_t n)
+WD_AVX512BW static void convert_avx512bw_bf16_f16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -334,10 +335,10 @@ WD_AVX512BW static void v5bw_bf16_f16(const void *src, void *dst, size_t n)
 			_mm256_storeu_si256((__m256i *)(d + 2 * i + 32 * h), _mm512_cvtps_ph(f, 0));
 		}
 	}
-	v5_bf16_f16(s + 2 * i, d + 2 * i, n - i);
+	convert_avx512_bf16_f16(s + 2 * i, d + 2 * i, n - i);
 }
 
-WD_AVX512 static void v5_f16_bf16(const void *src, void *dst, size_t n)
+WD_AVX512 static void convert_avx512_f16_bf16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -348,10 +349,10 @@ WD_AVX512 static void v5_f16_bf16(const void *src, void *dst, size_t n)
 		__m512i u = _mm512_castps_si512(_mm512_cvtph_ps(h));
 		_mm256_storeu_si256((__m256i *)(d + 2 * i), _mm512_cvtepi32_epi16(bf16_round_avx512(u)));
 	}
-	s_f16_bf16(s + 2 * i, d + 2 * i, n - i);
+	convert_scalar_f16_bf16(s + 2 * i, d + 2 * i, n - i);
 }
 
-WD_AVX512 static void v5_f32_f64(const void *src, void *dst, size_t n)
+WD_AVX512 static void convert_avx512_f32_f64(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -361,10 +362,10 @@ WD_AVX512 static void v5_f32_f64(const void *src, void *dst, size_t n)
 		__m256 a = _mm256_loadu_ps((const float *)(s + 4 * i));
 		_mm512_storeu_pd((void *)(d + 8 * i), _mm512_cvtps_pd(a));
 	}
-	s_f32_f64(s + 4 * i, d + 8 * i, n - i);
+	convert_scalar_f32_f64(s + 4 * i, d + 8 * i, n - i);
 }
 
-WD_AVX512 static void v5_f64_f32(const void *src, void *dst, size_t n)
+WD_AVX512 static void convert_avx512_f64_f32(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -374,13 +375,14 @@ WD_AVX512 static void v5_f64_f32(const void *src, void *dst, size_t n)
 		__m512d a = _mm512_loadu_pd((const void *)(s + 8 * i));
 		_mm256_storeu_ps((float *)(d + 4 * i), _mm512_cvtpd_ps(a));
 	}
-	s_f64_f32(s + 8 * i, d + 4 * i, n - i);
+	convert_scalar_f64_f32(s + 8 * i, d + 4 * i, n - i);
 }
 
-const wd_kern_fn wd_kern_avx512[P_COUNT] = {
-	[P_F32_BF16] = v5_f32_bf16, [P_BF16_F32] = v5_bf16_f32, [P_F16_F32] = v5_f16_f32,
-	[P_F32_F16] = v5_f32_f16, [P_BF16_F16] = v5_bf16_f16, [P_F16_BF16] = v5_f16_bf16,
-	[P_F32_F64] = v5_f32_f64, [P_F64_F32] = v5_f64_f32,
+const wd_convert_kern_fn wd_convert_kern_avx512[P_COUNT] = {
+	[P_F32_BF16] = convert_avx512_f32_bf16, [P_BF16_F32] = convert_avx512_bf16_f32,
+	[P_F16_F32] = convert_avx512_f16_f32, [P_F32_F16] = convert_avx512_f32_f16,
+	[P_BF16_F16] = convert_avx512_bf16_f16, [P_F16_BF16] = convert_avx512_f16_bf16,
+	[P_F32_F64] = convert_avx512_f32_f64, [P_F64_F32] = convert_avx512_f64_f32,
 };
 
 #if defined(WD_HAVE_AVX512BF16)
@@ -390,8 +392,8 @@ const wd_kern_fn wd_kern_avx512[P_COUNT] = {
  * rule does, but it treats subnormal inputs as zero. Those lanes (rare) are redone with the integer
  * rounding, so the result stays bit-identical.
  */
-__attribute__((target("avx512f,avx512bf16"))) static void vb_f32_bf16(const void *src, void *dst,
-								     size_t n)
+__attribute__((target("avx512f,avx512bf16"))) static void
+convert_avx512bf16_f32_bf16(const void *src, void *dst, size_t n)
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
@@ -411,12 +413,12 @@ __attribute__((target("avx512f,avx512bf16"))) static void vb_f32_bf16(const void
 		}
 		_mm256_storeu_si256((__m256i *)(d + 2 * i), r);
 	}
-	s_f32_bf16(s + 4 * i, d + 2 * i, n - i);
+	convert_scalar_f32_bf16(s + 4 * i, d + 2 * i, n - i);
 }
 #endif
 
-const wd_kern_fn wd_kern_avx512bw_bf16_f16 = v5bw_bf16_f16;
+const wd_convert_kern_fn wd_convert_kern_avx512bw_bf16_f16 = convert_avx512bw_bf16_f16;
 #if defined(WD_HAVE_AVX512BF16)
-const wd_kern_fn wd_kern_avx512bf16_f32_bf16 = vb_f32_bf16;
+const wd_convert_kern_fn wd_convert_kern_avx512bf16_f32_bf16 = convert_avx512bf16_f32_bf16;
 #endif
 #endif /* __x86_64__ */
