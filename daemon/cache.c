@@ -220,7 +220,7 @@ void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_se
 		c->segment_bytes -= sg->seg.size;
 	wd_segment_close(&sg->seg);
 	for (size_t i = 0; i < sg->n_group; i++)
-		csource_unref(sg->group[i]);
+		catalog_source_unref(sg->group[i]);
 	if (sg->dirty)
 		LIST_REMOVE(sg, dirty_link);
 	LIST_REMOVE(sg, link);
@@ -319,7 +319,7 @@ static void weight_destroy(struct cache *c, struct weight *w, bool evict)
 		}
 		cache_seg_update_idle(c, sg);
 	}
-	csource_unref(w->csource);
+	catalog_source_unref(w->csource);
 	free(w->label);
 	slab_free(&c->weights, w);
 }
@@ -483,7 +483,7 @@ void cache_claim_source(struct weight *w, struct csource *cs)
 	if (w->csource || !cs)
 		return;
 	w->csource = cs;
-	csource_ref(cs);
+	catalog_source_ref(cs);
 }
 
 struct weight *cache_find(struct cache *c, const uint8_t key[32])

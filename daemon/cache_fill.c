@@ -91,7 +91,7 @@ fail:
 static void job_free(struct job *j)
 {
 	for (size_t i = 0; i < j->n_sources; i++)
-		csource_unref(j->sources[i]);
+		catalog_source_unref(j->sources[i]);
 	if (j->sources != &j->source0)
 		free(j->sources);
 	wd_plan_free(j->plan);
@@ -230,7 +230,7 @@ static void job_done(struct pool_task *t)
 			size_t n = strnlen(j->sources[0]->name, sizeof(w->source) - 1);
 
 			w->csource = j->sources[0];
-			csource_ref(w->csource);
+			catalog_source_ref(w->csource);
 			if (j->n_sources == 1)
 				memcpy(w->source, w->csource->name, n); /* w is zeroed: terminated */
 			else   /* every checkpoint it reads, as its segment and record name them */
@@ -612,7 +612,7 @@ static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
 	memcpy(sg->group, g, n_sources * sizeof(*g));
 	sg->n_group = n_sources;
 	for (size_t i = 0; i < n_sources; i++)
-		csource_ref(g[i]); /* given back in cache_seg_destroy */
+		catalog_source_ref(g[i]); /* given back in cache_seg_destroy */
 	if (n_sources) {
 		snprintf(sg->source, sizeof(sg->source), "%s", sources[0]->name);
 		sg->generation = sources[0]->generation;
@@ -807,7 +807,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	}
 	for (size_t i = 0; i < n_sources; i++) {
 		j->sources[i] = sources[i];
-		csource_ref(sources[i]);
+		catalog_source_ref(sources[i]);
 		j->n_sources++;
 	}
 	j->cache = c;

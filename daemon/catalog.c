@@ -61,8 +61,8 @@ static void conf_free(struct source_conf *c)
 }
 
 /* Open one source; a failure is recorded in the entry, not returned. */
-static struct csource *csource_admit(const struct source_conf *sc, const struct wd_limits *lim,
-				     uint64_t generation)
+static struct csource *catalog_source_admit(const struct source_conf *sc,
+					    const struct wd_limits *lim, uint64_t generation)
 {
 	struct csource *cs = calloc(1, sizeof(*cs));
 
@@ -95,12 +95,12 @@ static struct csource *csource_admit(const struct source_conf *sc, const struct 
 	return cs;
 }
 
-void csource_ref(struct csource *cs)
+void catalog_source_ref(struct csource *cs)
 {
 	cs->refs++;
 }
 
-void csource_unref(struct csource *cs)
+void catalog_source_unref(struct csource *cs)
 {
 	if (!cs || --cs->refs)
 		return;
@@ -124,7 +124,7 @@ struct catalog *catalog_new(const struct config *cfg, const struct wd_limits *li
 		return NULL;
 	}
 	for (size_t i = 0; i < cfg->n_sources; i++) {
-		struct csource *cs = csource_admit(&cfg->sources[i], lim, 1);
+		struct csource *cs = catalog_source_admit(&cfg->sources[i], lim, 1);
 		if (!cs) {
 			catalog_free(c);
 			return NULL;
@@ -139,7 +139,7 @@ void catalog_free(struct catalog *c)
 	if (!c)
 		return;
 	for (size_t i = 0; i < c->n; i++)
-		csource_unref(c->items[i]);
+		catalog_source_unref(c->items[i]);
 	free(c->items);
 	free(c);
 }
@@ -248,7 +248,8 @@ struct catalog_plan *catalog_reload_prepare(const struct catalog *c, const struc
 			it->conf = conf_copy(sc); /* same files: keep the entry, take the new rules */
 			continue;
 		}
-		it->fresh = csource_admit(sc, &c->lim, it->old ? it->old->generation + 1 : 1);
+		it->fresh =
+			catalog_source_admit(sc, &c->lim, it->old ? it->old->generation + 1 : 1);
 	}
 	return p;
 }
@@ -258,7 +259,7 @@ void catalog_plan_free(struct catalog_plan *p)
 	if (!p)
 		return;
 	for (size_t i = 0; i < p->n; i++) {
-		csource_unref(p->items[i].fresh);
+		catalog_source_unref(p->items[i].fresh);
 		conf_free(p->items[i].conf);
 	}
 	free(p);
@@ -287,7 +288,7 @@ void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 				it->old->conf = it->conf;
 				it->conf = NULL;
 			}
-			csource_ref(it->old);
+			catalog_source_ref(it->old);
 			items[n++] = it->old;
 			continue;
 		}
@@ -311,7 +312,7 @@ void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 			if (changed)
 				changed(c->items[i], "removed", arg);
 		}
-		csource_unref(c->items[i]);
+		catalog_source_unref(c->items[i]);
 	}
 	free(c->items);
 	c->items = items;

@@ -63,8 +63,8 @@ bool catalog_allowed(const struct csource *cs, const struct peer *peer);
 int catalog_resolve(const struct catalog *c, const char *name, const struct peer *peer,
 		    struct csource **ret, weightd_error *err);
 
-void csource_ref(struct csource *cs);
-void csource_unref(struct csource *cs);
+void catalog_source_ref(struct csource *cs);
+void catalog_source_unref(struct csource *cs);
 
 /*
  * Re-read sources from a new config: new names are admitted, missing ones become REMOVED (they

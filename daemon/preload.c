@@ -33,7 +33,7 @@ struct preload_set {
 
 static void set_free(struct preload_set *ps)
 {
-	csource_unref(ps->cs);
+	catalog_source_unref(ps->cs);
 	free(ps->pins);
 	free(ps);
 }
@@ -112,7 +112,7 @@ static void set_start(struct daemon *d, struct csource *cs)
 	}
 	ps->d = d;
 	ps->cs = cs;
-	csource_ref(cs);
+	catalog_source_ref(cs);
 	ps->n = n;
 	LIST_INSERT_HEAD(&d->preloads, ps, link);
 	ps->pending = 1; /* held by this function until every tensor is asked for */

@@ -77,7 +77,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	csource_unref(E.cs);
+	catalog_source_unref(E.cs);
 	stw_rmtree(E.dir);
 	wd_segment_purge(E.instance);
 	return 0;
