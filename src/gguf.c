@@ -453,7 +453,7 @@ static void hset_free(struct hset *s)
 }
 
 /* Drop whatever was appended to the table past the given counts. */
-static void table_truncate(struct wd_table *t, size_t n_tensors, size_t n_meta)
+static void table_truncate(struct wd_tensor_table *t, size_t n_tensors, size_t n_meta)
 {
 	while (t->n_tensors > n_tensors)
 		free(t->tensors[--t->n_tensors].name);
@@ -492,7 +492,7 @@ static char *dup_name(const uint8_t *p, uint64_t len)
 }
 
 /* Parse one metadata entry and append it; learns general.alignment. */
-static int parse_kv(struct rd *r, uint64_t idx, struct hset *keys, struct wd_table *table,
+static int parse_kv(struct rd *r, uint64_t idx, struct hset *keys, struct wd_tensor_table *table,
 		    uint32_t *alignment)
 {
 	const uint8_t *key;
@@ -561,7 +561,7 @@ static int parse_kv(struct rd *r, uint64_t idx, struct hset *keys, struct wd_tab
 		rc = wd_error_set(r->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory reading GGUF metadata");
 		goto out;
 	}
-	if (wd_table_add_meta(table, k, text.p ? text.p : "", tname))
+	if (wd_tensor_table_add_meta(table, k, text.p ? text.p : "", tname))
 		rc = wd_error_set(r->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory reading GGUF metadata");
 out:
 	free(k);
@@ -574,7 +574,7 @@ out:
  * caller makes it absolute once the header's end, hence the data section, is known).
  */
 static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t alignment,
-		       uint32_t file, struct wd_table *table)
+		       uint32_t file, struct wd_tensor_table *table)
 {
 	struct wd_tensor_info ti = { 0 };
 	const struct wd_dtype_info *di;
@@ -691,7 +691,7 @@ static int parse_tinfo(struct rd *r, uint64_t idx, struct hset *names, uint32_t 
 		ti.shape[i] = dims[ndims - 1 - i];
 	ti.file = file;
 	ti.offset = off;
-	if (wd_table_add_tensor(table, &ti))
+	if (wd_tensor_table_add(table, &ti))
 		rc = wd_error_set(r->err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 				  "out of memory reading GGUF tensor infos");
 out:
@@ -716,7 +716,8 @@ static int span_cmp(const void *a, const void *b)
 }
 
 /* Make offsets absolute and check every tensor's bytes lie in the file without overlapping. */
-static int place_tensors(struct rd *r, struct wd_table *table, size_t first, uint64_t data_start)
+static int place_tensors(struct rd *r, struct wd_tensor_table *table, size_t first,
+			 uint64_t data_start)
 {
 	size_t n = table->n_tensors - first;
 	struct span *sp = NULL;
@@ -773,7 +774,7 @@ static int place_tensors(struct rd *r, struct wd_table *table, size_t first, uin
 }
 
 /* The whole header; on any failure (GGUF_NEED_MORE included) the table is as it was. */
-static int parse(struct rd *r, uint32_t file, struct wd_table *table)
+static int parse(struct rd *r, uint32_t file, struct wd_tensor_table *table)
 {
 	size_t n_tensors0 = table->n_tensors, n_meta0 = table->n_meta;
 	struct hset keys = { 0 }, names = { 0 };
@@ -859,7 +860,7 @@ out:
 }
 
 int wd_gguf_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size, uint32_t file,
-		  const struct wd_limits *lim, struct wd_table *table, weightd_error *err)
+		  const struct wd_limits *lim, struct wd_tensor_table *table, weightd_error *err)
 {
 	struct rd r = {
 		.buf = buf,
@@ -905,7 +906,7 @@ static int read_exact(int fd, uint8_t *p, uint64_t n, uint64_t off, weightd_erro
 }
 
 int wd_gguf_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limits *lim,
-		 struct wd_table *table, weightd_error *err)
+		 struct wd_tensor_table *table, weightd_error *err)
 {
 	const struct wd_limits *l = lim ? lim : &default_limits;
 	uint64_t cap = file_size < l->max_header_bytes ? file_size : l->max_header_bytes;

@@ -20,11 +20,11 @@
  * big-endian file, by name) / -WEIGHTD_E_LIMIT_EXCEEDED with a sentence naming what was wrong.
  */
 int wd_gguf_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size, uint32_t file,
-		  const struct wd_limits *lim, struct wd_table *table, weightd_error *err);
+		  const struct wd_limits *lim, struct wd_tensor_table *table, weightd_error *err);
 
 /* Read the header of an open file with pread (growing the read until the header fits, within
  * lim->max_header_bytes) and parse it as above. */
 int wd_gguf_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limits *lim,
-		 struct wd_table *table, weightd_error *err);
+		 struct wd_tensor_table *table, weightd_error *err);
 
 #endif

@@ -159,8 +159,8 @@ static int report_big_integer(const char *hdr, size_t hlen, const json_error_t *
 }
 
 /* __metadata__: an object of string -> string, within limits. Appended as type "string". */
-static int parse_metadata(const json_t *md, const struct wd_limits *lim, struct wd_table *table,
-			  weightd_error *err)
+static int parse_metadata(const json_t *md, const struct wd_limits *lim,
+			  struct wd_tensor_table *table, weightd_error *err)
 {
 	const char *key;
 	json_t *val;
@@ -182,7 +182,7 @@ static int parse_metadata(const json_t *md, const struct wd_limits *lim, struct 
 			return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
 					    "safetensors header: __metadata__ entry '%.200s' is longer than the limit of %" PRIu64 " bytes",
 					    key, lim->max_string);
-		if (wd_table_add_meta(table, key, json_string_value(val), "string"))
+		if (wd_tensor_table_add_meta(table, key, json_string_value(val), "string"))
 			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 					    "out of memory storing safetensors metadata");
 	}
@@ -336,7 +336,7 @@ static int check_tiling(const struct entry *es, size_t n, uint64_t data_len, wei
 }
 
 int wd_safetensors_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size, uint32_t file,
-			 const struct wd_limits *lim, struct wd_table *table,
+			 const struct wd_limits *lim, struct wd_tensor_table *table,
 			 uint64_t *ret_data_start, weightd_error *err)
 {
 	static const struct wd_limits def = WD_LIMITS_DEFAULT;
@@ -477,7 +477,7 @@ int wd_safetensors_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size,
 			.nbytes = es[i].end - es[i].begin,
 		};
 		memcpy(ti.shape, es[i].shape, sizeof(ti.shape));
-		if (wd_table_add_tensor(table, &ti)) {
+		if (wd_tensor_table_add(table, &ti)) {
 			r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 					 "out of memory storing safetensors tensor table");
 			goto out;
@@ -517,7 +517,7 @@ static int pread_all(int fd, void *buf, size_t len, uint64_t off, weightd_error 
 }
 
 int wd_safetensors_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limits *lim,
-			struct wd_table *table, uint64_t *ret_data_start, weightd_error *err)
+			struct wd_tensor_table *table, uint64_t *ret_data_start, weightd_error *err)
 {
 	static const struct wd_limits def = WD_LIMITS_DEFAULT;
 	uint8_t head[HEADER_LEN_BYTES] = { 0 };

@@ -26,11 +26,12 @@
  * (overflow-checked); entries are contiguous, non-overlapping, and cover the data section exactly.
  */
 int wd_safetensors_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size, uint32_t file,
-			 const struct wd_limits *lim, struct wd_table *table,
+			 const struct wd_limits *lim, struct wd_tensor_table *table,
 			 uint64_t *ret_data_start, weightd_error *err);
 
 /* Read the header of an open file with pread and parse it as above. */
 int wd_safetensors_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limits *lim,
-			struct wd_table *table, uint64_t *ret_data_start, weightd_error *err);
+			struct wd_tensor_table *table, uint64_t *ret_data_start,
+			weightd_error *err);
 
 #endif

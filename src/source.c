@@ -207,8 +207,8 @@ out:
 }
 
 /* Parse the safetensors header of files[i] into `table`, prefixing errors with the file's path. */
-static int read_st(struct wd_source *src, uint32_t i, const struct wd_limits *lim, struct wd_table *table,
-		   weightd_error *err)
+static int read_st(struct wd_source *src, uint32_t i, const struct wd_limits *lim,
+		   struct wd_tensor_table *table, weightd_error *err)
 {
 	struct wd_file *f = &src->files[i];
 	int r;
@@ -424,12 +424,12 @@ out:
 struct shard_parse {
 	struct wd_source *src;
 	const struct wd_limits *lim;
-	struct wd_table *tables;      /* one per shard */
-	bool *parsed;                 /* tables[i] holds shard i's header (or the error did) */
+	struct wd_tensor_table *tables; /* one per shard */
+	bool *parsed;                   /* tables[i] holds shard i's header (or the error did) */
 	int *rc;
-	_Atomic uint64_t tensors;     /* parsed so far, for the limit */
-	pthread_mutex_t lock;         /* first_err */
-	size_t first;                 /* the lowest shard that failed, or SIZE_MAX */
+	_Atomic uint64_t tensors;       /* parsed so far, for the limit */
+	pthread_mutex_t lock;           /* first_err */
+	size_t first;                   /* the lowest shard that failed, or SIZE_MAX */
 	weightd_error first_err;
 };
 
@@ -511,10 +511,10 @@ static int open_sharded(struct wd_source *src, const char *dir_abs, const char *
 		goto out;
 	}
 	for (size_t i = 0; i < n_open; i++)
-		wd_table_init(&sp.tables[i]);
+		wd_tensor_table_init(&sp.tables[i]);
 	wd_parallel_for(n_open, n_open >= 4 ? wd_parallel_width() : 1, parse_shard, &sp);
 	for (size_t i = 0; i < n_open; i++) {
-		struct wd_table *shard = &sp.tables[i];
+		struct wd_tensor_table *shard = &sp.tables[i];
 
 		if (!sp.parsed[i]) { /* a large header, or not reached: the limit stopped the threads */
 			weightd_error e;
@@ -537,17 +537,18 @@ static int open_sharded(struct wd_source *src, const char *dir_abs, const char *
 			goto out;
 		}
 		for (size_t t = 0; t < shard->n_tensors; t++)
-			if (wd_table_add_tensor(&src->table, &shard->tensors[t])) {
+			if (wd_tensor_table_add(&src->table, &shard->tensors[t])) {
 				r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory for the tensor table");
 				goto out;
 			}
 		/* Shards normally repeat the same __metadata__; the first shard's is the source's. */
 		for (size_t m = 0; i == 0 && m < shard->n_meta; m++)
-			if (wd_table_add_meta(&src->table, shard->meta[m].key, shard->meta[m].value, shard->meta[m].type)) {
+			if (wd_tensor_table_add_meta(&src->table, shard->meta[m].key,
+						     shard->meta[m].value, shard->meta[m].type)) {
 				r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory for the metadata table");
 				goto out;
 			}
-		wd_table_free(shard);
+		wd_tensor_table_free(shard);
 	}
 	if (open_r) {
 		if (err)
@@ -565,7 +566,7 @@ static int open_sharded(struct wd_source *src, const char *dir_abs, const char *
 		wd_error_prefix(err, "%s", dir_abs);
 out:
 	for (size_t i = 0; sp.tables && i < n_open; i++)
-		wd_table_free(&sp.tables[i]);
+		wd_tensor_table_free(&sp.tables[i]);
 	free(sp.tables);
 	free(sp.parsed);
 	free(sp.rc);
@@ -667,7 +668,7 @@ void wd_source_free(struct wd_source *src)
 	free(src->files);
 	free(src->by_name);
 	wd_hashidx_free(&src->index);
-	wd_table_free(&src->table);
+	wd_tensor_table_free(&src->table);
 	free(src->name);
 	free(src->path);
 	free(src);
@@ -696,7 +697,7 @@ int wd_source_open(const char *name, const char *path, const struct wd_limits *l
 		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s", path);
 		goto out;
 	}
-	wd_table_init(&src->table);
+	wd_tensor_table_init(&src->table);
 	/* One open, then fstat of what was opened: never stat-then-open (the path may change in
 	 * between), and O_NONBLOCK so a FIFO or device named as a checkpoint cannot block us. The
 	 * path itself may be a symlink (operators link checkpoints into place). */

@@ -22,7 +22,7 @@ struct wd_source {
 	char *name;
 	char *path;
 	enum wd_source_kind kind;
-	struct wd_table table;
+	struct wd_tensor_table table;
 	const struct wd_tensor_info **by_name; /* table entries sorted by name */
 	/* by_name positions by name hash: a unit of 100,000 plain entries finds each of its tensors
 	 * with one probe, not 17 string comparisons across a table of 100,000 names (cap 0 when

@@ -7,12 +7,12 @@
 
 #include "error.h"
 
-void wd_table_init(struct wd_table *t)
+void wd_tensor_table_init(struct wd_tensor_table *t)
 {
 	memset(t, 0, sizeof(*t));
 }
 
-void wd_table_free(struct wd_table *t)
+void wd_tensor_table_free(struct wd_tensor_table *t)
 {
 	if (!t)
 		return;
@@ -46,7 +46,7 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 	return 0;
 }
 
-int wd_table_add_tensor(struct wd_table *t, const struct wd_tensor_info *info)
+int wd_tensor_table_add(struct wd_tensor_table *t, const struct wd_tensor_info *info)
 {
 	char *name;
 
@@ -61,7 +61,8 @@ int wd_table_add_tensor(struct wd_table *t, const struct wd_tensor_info *info)
 	return 0;
 }
 
-int wd_table_add_meta(struct wd_table *t, const char *key, const char *value, const char *type)
+int wd_tensor_table_add_meta(struct wd_tensor_table *t, const char *key, const char *value,
+			     const char *type)
 {
 	struct wd_meta m;
 

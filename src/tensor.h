@@ -31,19 +31,20 @@ struct wd_meta {
 	char *type;
 };
 
-/* A growable table; the parsers fill it, wd_table_free releases everything. */
-struct wd_table {
+/* A growable table; the parsers fill it, wd_tensor_table_free releases everything. */
+struct wd_tensor_table {
 	struct wd_tensor_info *tensors;
 	size_t n_tensors, cap_tensors;
 	struct wd_meta *meta;
 	size_t n_meta, cap_meta;
 };
 
-void wd_table_init(struct wd_table *t);
-void wd_table_free(struct wd_table *t);
+void wd_tensor_table_init(struct wd_tensor_table *t);
+void wd_tensor_table_free(struct wd_tensor_table *t);
 /* Append (copies strings). Return 0 or -WEIGHTD_E_RESOURCE_EXHAUSTED on allocation failure. */
-int wd_table_add_tensor(struct wd_table *t, const struct wd_tensor_info *info);
-int wd_table_add_meta(struct wd_table *t, const char *key, const char *value, const char *type);
+int wd_tensor_table_add(struct wd_tensor_table *t, const struct wd_tensor_info *info);
+int wd_tensor_table_add_meta(struct wd_tensor_table *t, const char *key, const char *value,
+			     const char *type);
 /* Linear-time lookup helpers are in source.h; this table is unsorted, in file order. */
 
 #endif

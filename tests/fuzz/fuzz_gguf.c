@@ -26,7 +26,7 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* An admitted table: every tensor sized by its shape, inside the file, and none overlapping. */
-static void check_table(const struct wd_table *t, const uint8_t *data, size_t size)
+static void check_table(const struct wd_tensor_table *t, const uint8_t *data, size_t size)
 {
 	uint64_t *spans = NULL;
 	size_t n_spans = 0;
@@ -75,11 +75,11 @@ static void check_table(const struct wd_table *t, const uint8_t *data, size_t si
 
 static void run(const uint8_t *data, size_t size, size_t given, const struct wd_limits *lim)
 {
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	int rc;
 
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	wd_error_clear(&err);
 	rc = wd_gguf_parse(data, given, size, 0, lim, &t, &err);
 	if (rc == 0) {
@@ -91,7 +91,7 @@ static void run(const uint8_t *data, size_t size, size_t given, const struct wd_
 		CHECK(err.code == -rc && err.message[0]);
 		CHECK(t.n_tensors == 0 && t.n_meta == 0);
 	}
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

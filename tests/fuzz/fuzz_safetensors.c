@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static const struct wd_limits def = WD_LIMITS_DEFAULT;
 	struct wd_limits small = WD_LIMITS_DEFAULT;
 	const struct wd_limits *lims[2] = { &def, &small };
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	uint64_t ds = 0;
 
@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	small.max_metadata = 2;
 	small.max_string = 8;
 	for (int l = 0; l < 2; l++) {
-		wd_table_init(&t);
+		wd_tensor_table_init(&t);
 		wd_error_clear(&err);
 		if (wd_safetensors_parse(data, size, size, 0, lims[l], &t, &ds, &err) == 0) {
 			uint64_t pos = ds;
@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		} else if (err.message[0] == '\0' || memchr(err.message, '\0', sizeof(err.message)) == NULL) {
 			__builtin_trap();
 		}
-		wd_table_free(&t);
+		wd_tensor_table_free(&t);
 	}
 	return 0;
 }

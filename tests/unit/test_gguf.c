@@ -36,17 +36,17 @@ static int group_teardown(void **state)
 }
 
 /* A table holding one entry of each kind, so a failed parse can be seen to leave it alone. */
-static void table_with_sentinel(struct wd_table *t)
+static void table_with_sentinel(struct wd_tensor_table *t)
 {
 	struct wd_tensor_info s = { .name = "sentinel", .dtype = WD_F32, .ndim = 1, .shape = { 1 },
 				    .nbytes = 4 };
 
-	wd_table_init(t);
-	assert_int_equal(wd_table_add_tensor(t, &s), 0);
-	assert_int_equal(wd_table_add_meta(t, "sentinel.key", "v", "string"), 0);
+	wd_tensor_table_init(t);
+	assert_int_equal(wd_tensor_table_add(t, &s), 0);
+	assert_int_equal(wd_tensor_table_add_meta(t, "sentinel.key", "v", "string"), 0);
 }
 
-static int parse_with(const struct gw *g, const struct wd_limits *lim, struct wd_table *t,
+static int parse_with(const struct gw *g, const struct wd_limits *lim, struct wd_tensor_table *t,
 		      weightd_error *err)
 {
 	wd_error_clear(err);
@@ -57,7 +57,7 @@ static int parse_with(const struct gw *g, const struct wd_limits *lim, struct wd
 static void expect_fail_lim(const struct gw *g, const struct wd_limits *lim, int code,
 			    const char *needle)
 {
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	int rc;
 
@@ -72,7 +72,7 @@ static void expect_fail_lim(const struct gw *g, const struct wd_limits *lim, int
 	assert_int_equal(t.n_meta, 1);
 	assert_string_equal(t.tensors[0].name, "sentinel");
 	assert_string_equal(t.meta[0].key, "sentinel.key");
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void expect_fail(const struct gw *g, int code, const char *needle)
@@ -80,7 +80,7 @@ static void expect_fail(const struct gw *g, int code, const char *needle)
 	expect_fail_lim(g, NULL, code, needle);
 }
 
-static const struct wd_meta *find_meta(const struct wd_table *t, const char *key)
+static const struct wd_meta *find_meta(const struct wd_tensor_table *t, const char *key)
 {
 	for (size_t i = 0; i < t->n_meta; i++)
 		if (strcmp(t->meta[i].key, key) == 0)
@@ -88,7 +88,7 @@ static const struct wd_meta *find_meta(const struct wd_table *t, const char *key
 	return NULL;
 }
 
-static const struct wd_tensor_info *find_tensor(const struct wd_table *t, const char *name)
+static const struct wd_tensor_info *find_tensor(const struct wd_tensor_table *t, const char *name)
 {
 	for (size_t i = 0; i < t->n_tensors; i++)
 		if (strcmp(t->tensors[i].name, name) == 0)
@@ -108,7 +108,7 @@ static void test_tensor_table(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	const struct wd_tensor_info *ti;
 	size_t header_end, data_start;
@@ -129,7 +129,7 @@ static void test_tensor_table(void **state)
 	data_start = g.len;
 	gw_zeros(&g, 352 + 4);
 
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(wd_gguf_parse(g.p, g.len, g.len, 7, NULL, &t, &err), 0);
 	assert_int_equal(data_start, align_up(header_end, 32));
 	assert_int_equal(t.n_tensors, 5);
@@ -177,7 +177,7 @@ static void test_tensor_table(void **state)
 	assert_string_equal(t.meta[0].key, "general.architecture");
 	assert_string_equal(t.meta[0].value, "llama");
 	assert_string_equal(t.meta[0].type, "string");
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 }
 
@@ -186,7 +186,7 @@ static void test_version_2_and_append(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	const uint64_t d[1] = { 4 };
 
@@ -201,7 +201,7 @@ static void test_version_2_and_append(void **state)
 	assert_string_equal(t.tensors[1].name, "w");
 	assert_int_equal(t.tensors[1].file, 1);
 	assert_int_equal(t.tensors[1].offset, 64);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 }
 
@@ -210,7 +210,7 @@ static void test_custom_alignment(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	const struct gw_tensor ts[2] = {
 		{ "a", 1, { 3 }, GG_F32, 12 },
@@ -221,13 +221,13 @@ static void test_custom_alignment(void **state)
 	gw_init(&g);
 	gw_file(&g, 256, 2, ts, &data_start);
 	assert_int_equal(data_start % 256, 0);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
 	assert_int_equal(find_tensor(&t, "a")->offset, data_start);
 	assert_int_equal(find_tensor(&t, "b")->offset, data_start + 256);
 	assert_string_equal(find_meta(&t, "general.alignment")->value, "256");
 	assert_string_equal(find_meta(&t, "general.alignment")->type, "u32");
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 }
 
@@ -236,7 +236,7 @@ static void test_metadata_types(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	const uint64_t nkv = 13 + 12 + 8;
 	static const struct {
@@ -336,7 +336,7 @@ static void test_metadata_types(void **state)
 		gw_u8(&g, (uint8_t)i);
 	}
 
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
 	assert_int_equal(t.n_meta, nkv);
 	assert_int_equal(sizeof(want) / sizeof(want[0]), nkv);
@@ -349,7 +349,7 @@ static void test_metadata_types(void **state)
 		/* entries stay in file order */
 		assert_string_equal(t.meta[i].key, want[i].key);
 	}
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 }
 
@@ -358,17 +358,17 @@ static void test_string_with_nul(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 
 	gw_init(&g);
 	gw_header(&g, 3, 0, 1);
 	gw_key(&g, "k", GW_STRING);
 	gw_strn(&g, "a\0b", 3);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
 	assert_string_equal(t.meta[0].value, "a\\x00b");
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 }
 
@@ -377,7 +377,7 @@ static void test_long_array_text_cut(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	char s[401];
 	const char *v;
@@ -390,14 +390,14 @@ static void test_long_array_text_cut(void **state)
 	gw_arr(&g, GW_STRING, 16);
 	for (int i = 0; i < 16; i++)
 		gw_str(&g, s);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
 	v = t.meta[0].value;
 	assert_int_equal(strlen(v), 4096 + 3);
 	assert_memory_equal(v, "[\"yyy", 5);
 	assert_string_equal(v + 4096, "...");
 	assert_string_equal(t.meta[0].type, "array[string]");
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 }
 
@@ -450,7 +450,7 @@ static void test_type_byte_lengths(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	struct gw_tensor ts[NGEOMS];
 	char names[NGEOMS][32];
@@ -462,7 +462,7 @@ static void test_type_byte_lengths(void **state)
 	}
 	gw_init(&g);
 	gw_file(&g, 0, NGEOMS, ts, NULL);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
 	assert_int_equal(t.n_tensors, NGEOMS);
 	for (size_t i = 0; i < NGEOMS; i++) {
@@ -474,7 +474,7 @@ static void test_type_byte_lengths(void **state)
 		assert_int_equal(ti->shape[0], 3);
 		assert_int_equal(ti->shape[1], 2 * geoms[i].block);
 	}
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 }
 
@@ -573,7 +573,7 @@ static void test_truncated(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	const struct gw_tensor ts[1] = { { "w", 1, { 8 }, GG_F32, 32 } };
 	size_t data_start, full;
@@ -596,7 +596,7 @@ static void test_truncated(void **state)
 	assert_int_equal(wd_gguf_parse(g.p, 40, g.len, 0, NULL, &t, &err), -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_non_null(strstr(err.message, "truncated"));
 	assert_int_equal(t.n_meta, 1);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 }
 
@@ -760,13 +760,13 @@ static void test_array_lengths(void **state)
 	expect_fail_lim(&g, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "array elements");
 	lim.max_array = 8;
 	{
-		struct wd_table t;
+		struct wd_tensor_table t;
 		weightd_error err;
 
-		wd_table_init(&t);
+		wd_tensor_table_init(&t);
 		assert_int_equal(parse_with(&g, &lim, &t, &err), 0);
 		assert_string_equal(t.meta[0].value, "[[0, 0, 0], [0, 0, 0]]");
-		wd_table_free(&t);
+		wd_tensor_table_free(&t);
 	}
 	gw_free(&g);
 }
@@ -776,7 +776,7 @@ static void test_array_depth(void **state)
 	(void)state;
 	struct gw g;
 	struct wd_limits lim = WD_LIMITS_DEFAULT;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 
 	/* three levels of arrays */
@@ -790,10 +790,10 @@ static void test_array_depth(void **state)
 	lim.max_array_depth = 2;
 	expect_fail_lim(&g, &lim, WEIGHTD_E_LIMIT_EXCEEDED, "nests arrays 3 deep");
 	lim.max_array_depth = 3;
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_with(&g, &lim, &t, &err), 0);
 	assert_string_equal(t.meta[0].value, "[[[9]]]");
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 
 	/* far deeper than any limit: refused without running out of stack */
@@ -938,7 +938,7 @@ static void test_negative_dims(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	const uint64_t over_i64[1] = { 1ull << 63 }, minus5[3] = { 4, (uint64_t)-5, 2 };
 
@@ -954,7 +954,7 @@ static void test_negative_dims(void **state)
 	assert_int_equal(parse_with(&g, NULL, &t, &err), -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_string_equal(err.tensor, "blk.1.attn_q.weight");
 	assert_null(strstr(err.message, "overflow"));
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 }
 
@@ -963,7 +963,7 @@ static void test_zero_dims(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	const uint64_t d16[1] = { 16 }, zero[2] = { 4, 0 }, zero0[1] = { 0 },
 		       zero_q[2] = { 0, 3 }, zero_big[3] = { INT64_MAX, INT64_MAX, 0 };
@@ -979,7 +979,7 @@ static void test_zero_dims(void **state)
 	gw_tinfo(&g, "empty_same", 2, zero, GG_F32, 32);
 	gw_pad(&g, 32);
 	gw_zeros(&g, 64);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
 	assert_int_equal(t.n_tensors, 6);
 	ti = find_tensor(&t, "empty");
@@ -1005,7 +1005,7 @@ static void test_zero_dims(void **state)
 	assert_int_equal(ti->shape[0], 0);
 	assert_int_equal(ti->shape[2], INT64_MAX);
 	assert_int_equal(ti->nbytes, 0);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 
 	/* a 0-byte tensor still has to point inside the file */
@@ -1022,7 +1022,7 @@ static void test_row_blocks(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	const uint64_t q4_0[2] = { 48, 2 }, q4_k[1] = { 128 }, scalar_q8[1] = { 1 };
 
@@ -1034,7 +1034,7 @@ static void test_row_blocks(void **state)
 	assert_string_equal(err.tensor, "blk.0.ffn_up.weight");
 	assert_int_equal(err.expected, 32);
 	assert_int_equal(err.actual, 48);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	gw_free(&g);
 
 	one_tensor(&g, "w", 1, q4_k, GG_Q4_K, 0, 256);
@@ -1098,7 +1098,7 @@ static void test_overlap(void **state)
 
 	/* back to back is fine */
 	{
-		struct wd_table t;
+		struct wd_tensor_table t;
 		weightd_error err;
 
 		gw_init(&g);
@@ -1107,9 +1107,9 @@ static void test_overlap(void **state)
 		gw_tinfo(&g, "b", 1, d, GG_F32, 0);
 		gw_pad(&g, 32);
 		gw_zeros(&g, 128);
-		wd_table_init(&t);
+		wd_tensor_table_init(&t);
 		assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
-		wd_table_free(&t);
+		wd_tensor_table_free(&t);
 		gw_free(&g);
 	}
 }
@@ -1170,15 +1170,15 @@ static void test_tensor_names(void **state)
 		    "has a name of 65 bytes; GGUF allows tensor names of at most 64 bytes");
 	gw_free(&g);
 	{
-		struct wd_table t;
+		struct wd_tensor_table t;
 		weightd_error err;
 
 		long_name[64] = '\0';
 		one_tensor(&g, long_name, 1, d, GG_F32, 0, 64);
-		wd_table_init(&t);
+		wd_tensor_table_init(&t);
 		assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
 		assert_int_equal(strlen(t.tensors[0].name), 64);
-		wd_table_free(&t);
+		wd_tensor_table_free(&t);
 		gw_free(&g);
 	}
 
@@ -1200,14 +1200,14 @@ static void test_tensor_names(void **state)
 
 	/* UTF-8 is fine */
 	{
-		struct wd_table t;
+		struct wd_tensor_table t;
 		weightd_error err;
 
 		one_tensor(&g, "caf\xc3\xa9.weight", 1, d, GG_F32, 0, 64);
-		wd_table_init(&t);
+		wd_tensor_table_init(&t);
 		assert_int_equal(parse_with(&g, NULL, &t, &err), 0);
 		assert_string_equal(t.tensors[0].name, "caf\xc3\xa9.weight");
-		wd_table_free(&t);
+		wd_tensor_table_free(&t);
 		gw_free(&g);
 	}
 }
@@ -1234,7 +1234,7 @@ static void test_read_grows(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	struct wd_limits lim = WD_LIMITS_DEFAULT;
 	const size_t big = 3u << 20;
@@ -1255,7 +1255,7 @@ static void test_read_grows(void **state)
 	gw_zeros(&g, 2 * 34);
 	fd = open_written(&g, "big.gguf", path, sizeof(path), &size);
 
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(wd_gguf_read(fd, size, 3, NULL, &t, &err), 0);
 	assert_int_equal(t.n_meta, 2);
 	assert_int_equal(strlen(find_meta(&t, "tokenizer.chat_template")->value), big);
@@ -1264,7 +1264,7 @@ static void test_read_grows(void **state)
 	assert_int_equal(t.tensors[0].nbytes, 68);
 	assert_int_equal(t.tensors[0].file, 3);
 	assert_int_equal(t.tensors[0].offset, size - 68);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 
 	/* the same header past max_header_bytes is a limit, not an allocation */
 	lim.max_header_bytes = 2u << 20;
@@ -1272,7 +1272,7 @@ static void test_read_grows(void **state)
 	assert_int_equal(wd_gguf_read(fd, size, 3, &lim, &t, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
 	assert_non_null(strstr(err.message, "header region passes the limit of 2097152"));
 	assert_int_equal(t.n_meta, 1);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 
 	close(fd);
 	unlink(path);
@@ -1285,7 +1285,7 @@ static void test_read_small(void **state)
 {
 	(void)state;
 	struct gw g;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	const struct gw_tensor ts[2] = {
 		{ "a", 2, { 256, 2 }, GG_Q4_K, 2 * 144 },
@@ -1299,18 +1299,18 @@ static void test_read_small(void **state)
 	gw_init(&g);
 	gw_file(&g, 0, 2, ts, &data_start);
 	fd = open_written(&g, "small.gguf", path, sizeof(path), &size);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(wd_gguf_read(fd, size, 0, NULL, &t, &err), 0);
 	assert_int_equal(t.n_tensors, 2);
 	assert_int_equal(find_tensor(&t, "a")->offset, data_start);
 	assert_int_equal(find_tensor(&t, "b")->offset, data_start + 288);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 
 	/* a file shorter than the size it was measured at has changed */
 	table_with_sentinel(&t);
 	assert_int_equal(wd_gguf_read(fd, size + 4096, 0, NULL, &t, &err), -WEIGHTD_E_SOURCE_CHANGED);
 	assert_int_equal(t.n_tensors, 1);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	close(fd);
 	unlink(path);
 
@@ -1320,7 +1320,7 @@ static void test_read_small(void **state)
 	assert_int_equal(wd_gguf_read(fd, size, 0, NULL, &t, &err), -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_non_null(strstr(err.message, "magic"));
 	assert_int_equal(t.n_tensors, 1);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	close(fd);
 	unlink(path);
 	gw_free(&g);

@@ -64,10 +64,10 @@ static uint64_t file_header_len(const uint8_t *b)
  * Parse `path` both ways (whole buffer through wd_safetensors_parse, and the fd through
  * wd_safetensors_read) and require the two to agree on code and message. Returns the code.
  */
-static int parse_path(const char *path, const struct wd_limits *lim, struct wd_table *table, uint64_t *ds,
-		      weightd_error *err)
+static int parse_path(const char *path, const struct wd_limits *lim, struct wd_tensor_table *table,
+		      uint64_t *ds, weightd_error *err)
 {
-	struct wd_table t2;
+	struct wd_tensor_table t2;
 	weightd_error e2;
 	uint64_t ds2 = 0;
 	size_t len;
@@ -76,7 +76,7 @@ static int parse_path(const char *path, const struct wd_limits *lim, struct wd_t
 
 	wd_error_clear(err);
 	wd_error_clear(&e2);
-	wd_table_init(&t2);
+	wd_tensor_table_init(&t2);
 	r = wd_safetensors_parse(buf, len, len, 0, lim, table, ds, err);
 	fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
@@ -89,7 +89,7 @@ static int parse_path(const char *path, const struct wd_limits *lim, struct wd_t
 		if (ds)
 			assert_int_equal(*ds, ds2);
 	}
-	wd_table_free(&t2);
+	wd_tensor_table_free(&t2);
 	free(buf);
 	return r;
 }
@@ -99,14 +99,14 @@ static void expect_bad_lim(const char *json, size_t data_len, const struct wd_li
 			   const char *needle, const char *tensor)
 {
 	static uint8_t data[4096];
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	uint64_t ds = 12345;
 	int r;
 
 	assert_true(data_len <= sizeof(data));
 	assert_int_equal(stw_write_json(tpath("bad.safetensors"), json, data, data_len), 0);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	r = parse_path(tpath("bad.safetensors"), lim, &t, &ds, &err);
 	if (r != -code || !strstr(err.message, needle))
 		print_error("json %s\n-> %d (%s), wanted %d with \"%s\"\n", json, r, err.message, -code, needle);
@@ -116,7 +116,7 @@ static void expect_bad_lim(const char *json, size_t data_len, const struct wd_li
 	assert_int_equal(ds, 12345); /* output untouched on failure */
 	if (tensor)
 		assert_string_equal(err.tensor, tensor);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void expect_bad(const char *json, size_t data_len, int code, const char *needle, const char *tensor)
@@ -141,7 +141,7 @@ static void every_dtype_is_accepted_with_exact_offsets_and_bytes(void **state)
 {
 	struct stw_tensor ts[N_DTYPES];
 	char names[N_DTYPES][32];
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	uint64_t ds = 0, expect_off, hlen;
 	size_t len;
@@ -155,7 +155,7 @@ static void every_dtype_is_accepted_with_exact_offsets_and_bytes(void **state)
 					     .shape = { 3, i + 1 }, .seed = (uint32_t)i };
 	}
 	assert_int_equal(stw_write(tpath("all.safetensors"), ts, N_DTYPES, NULL, 0, NULL), 0);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_path(tpath("all.safetensors"), NULL, &t, &ds, &err), 0);
 
 	file = slurp(tpath("all.safetensors"), &len);
@@ -183,7 +183,7 @@ static void every_dtype_is_accepted_with_exact_offsets_and_bytes(void **state)
 	assert_int_equal(expect_off, len);
 	assert_int_equal(t.n_meta, 0);
 	free(file);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void scalars_and_empty_tensors_are_valid(void **state)
@@ -193,13 +193,13 @@ static void scalars_and_empty_tensors_are_valid(void **state)
 		"\"e\":{\"dtype\":\"I64\",\"shape\":[0,5],\"data_offsets\":[4,4]},"
 		"\"s64\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[4,12]}}";
 	uint8_t data[12] = { 0 };
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	uint64_t ds = 0;
 
 	(void)state;
 	assert_int_equal(stw_write_json(tpath("s.safetensors"), json, data, sizeof(data)), 0);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_path(tpath("s.safetensors"), NULL, &t, &ds, &err), 0);
 	assert_int_equal(ds, 8 + strlen(json));
 	assert_int_equal(t.n_tensors, 3);
@@ -216,18 +216,18 @@ static void scalars_and_empty_tensors_are_valid(void **state)
 	assert_int_equal(t.tensors[2].ndim, 0);
 	assert_int_equal(t.tensors[2].nbytes, 8);
 	assert_int_equal(t.tensors[2].offset, ds + 4);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void empty_header_and_space_padding_are_valid(void **state)
 {
 	static const char padded[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}        ";
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	uint64_t ds = 0;
 
 	(void)state;
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(stw_write_json(tpath("e.safetensors"), "{}", NULL, 0), 0);
 	assert_int_equal(parse_path(tpath("e.safetensors"), NULL, &t, &ds, &err), 0);
 	assert_int_equal(t.n_tensors, 0);
@@ -238,7 +238,7 @@ static void empty_header_and_space_padding_are_valid(void **state)
 	assert_int_equal(t.n_tensors, 1);
 	assert_int_equal(t.tensors[0].offset, 8 + strlen(padded));
 	assert_int_equal(t.tensors[0].nbytes, 2);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 /* Only spaces may pad the header; NUL padding breaks that rule and is named as such. */
@@ -246,7 +246,7 @@ static void nul_padding_is_rejected_by_its_rule(void **state)
 {
 	static const char json[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
 	char padded[sizeof(json) + 8];
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 
 	(void)state;
@@ -259,20 +259,20 @@ static void nul_padding_is_rejected_by_its_rule(void **state)
 			padded[sizeof(json) - 1 + 2] = '\0'; /* a NUL among spaces */
 		assert_int_equal(stw_write_raw(tpath("n.safetensors"), padded, sizeof(padded) - 1,
 					       sizeof(padded) - 1, "xy", 2), 0);
-		wd_table_init(&t);
+		wd_tensor_table_init(&t);
 		assert_int_equal(parse_path(tpath("n.safetensors"), NULL, &t, NULL, &err),
 				 -WEIGHTD_E_BAD_CHECKPOINT);
 		assert_non_null(strstr(err.message, "padded with NUL bytes"));
 		assert_non_null(strstr(err.message, "the format allows only spaces (0x20) as trailing padding"));
 		assert_null(strstr(err.message, "end of file expected"));
-		wd_table_free(&t);
+		wd_tensor_table_free(&t);
 	}
 	/* the first NUL's file position is named */
 	memcpy(padded, json, sizeof(json) - 1);
 	memset(padded + sizeof(json) - 1, '\0', 8);
 	assert_int_equal(stw_write_raw(tpath("n.safetensors"), padded, sizeof(padded) - 1, sizeof(padded) - 1,
 				       "xy", 2), 0);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_path(tpath("n.safetensors"), NULL, &t, NULL, &err),
 			 -WEIGHTD_E_BAD_CHECKPOINT);
 	{
@@ -281,21 +281,21 @@ static void nul_padding_is_rejected_by_its_rule(void **state)
 		snprintf(want, sizeof(want), "(the first at byte %zu of the file)", 8 + sizeof(json) - 1);
 		assert_non_null(strstr(err.message, want));
 	}
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void metadata_is_kept_as_strings(void **state)
 {
 	const char *meta[] = { "format", "pt", "note", "with \"quotes\" and \\ backslash" };
 	struct stw_tensor ts[1] = { { .name = "w", .dtype = "F16", .ndim = 1, .shape = { 4 } } };
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	uint64_t ds;
 	int found = 0;
 
 	(void)state;
 	assert_int_equal(stw_write(tpath("m.safetensors"), ts, 1, meta, 2, NULL), 0);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_path(tpath("m.safetensors"), NULL, &t, &ds, &err), 0);
 	assert_int_equal(t.n_meta, 2);
 	for (size_t i = 0; i < t.n_meta; i++) {
@@ -310,7 +310,7 @@ static void metadata_is_kept_as_strings(void **state)
 	}
 	assert_int_equal(found, 2);
 	assert_int_equal(t.n_tensors, 1);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void table_is_in_offset_order_whatever_the_json_order(void **state)
@@ -319,27 +319,27 @@ static void table_is_in_offset_order_whatever_the_json_order(void **state)
 		"{\"c\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[5,8]},"
 		"\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
 		"\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[2,5]}}";
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	uint64_t ds;
 
 	(void)state;
 	assert_int_equal(stw_write_json(tpath("o.safetensors"), json, "abcdefgh", 8), 0);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_path(tpath("o.safetensors"), NULL, &t, &ds, &err), 0);
 	assert_int_equal(t.n_tensors, 3);
 	assert_string_equal(t.tensors[0].name, "a");
 	assert_string_equal(t.tensors[1].name, "b");
 	assert_string_equal(t.tensors[2].name, "c");
 	assert_int_equal(t.tensors[2].offset, 8 + strlen(json) + 5);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void truncated_files_are_rejected(void **state)
 {
 	struct stw_tensor ts[2] = { { .name = "a", .dtype = "F32", .ndim = 1, .shape = { 3 } },
 				    { .name = "b", .dtype = "U8", .ndim = 0 } };
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	size_t len;
 	uint8_t *full;
@@ -348,7 +348,7 @@ static void truncated_files_are_rejected(void **state)
 	/* shorter than the length field */
 	assert_int_equal(stw_write_raw(tpath("t.safetensors"), "", 0, 0, NULL, 0), 0);
 	assert_int_equal(truncate(tpath("t.safetensors"), 5), 0);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_path(tpath("t.safetensors"), NULL, &t, NULL, &err),
 			 -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_non_null(strstr(err.message, "truncated"));
@@ -366,28 +366,28 @@ static void truncated_files_are_rejected(void **state)
 				 -WEIGHTD_E_BAD_CHECKPOINT);
 		assert_true(err.message[0] != '\0');
 		free(copy);
-		wd_table_free(&t);
+		wd_tensor_table_free(&t);
 	}
 	assert_int_equal(wd_safetensors_parse(full, len, len, 0, NULL, &t, NULL, &err), 0);
 	/* a buffer that holds less than the header announces is refused even if the file is long */
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	assert_int_equal(wd_safetensors_parse(full, 20, len, 0, NULL, &t, NULL, &err),
 			 -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_non_null(strstr(err.message, "truncated"));
 	free(full);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void header_length_past_the_end_is_rejected(void **state)
 {
 	static const char json[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
 	struct wd_limits nolimit = WD_LIMITS_DEFAULT;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 
 	(void)state;
 	nolimit.max_header_bytes = UINT64_MAX;
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(stw_write_raw(tpath("h.safetensors"), json, strlen(json), strlen(json) + 2, "x", 1), 0);
 	assert_int_equal(parse_path(tpath("h.safetensors"), NULL, &t, NULL, &err),
 			 -WEIGHTD_E_BAD_CHECKPOINT);
@@ -399,18 +399,18 @@ static void header_length_past_the_end_is_rejected(void **state)
 	assert_int_equal(parse_path(tpath("h.safetensors"), &nolimit, &t, NULL, &err),
 			 -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_non_null(strstr(err.message, "past the end of the file"));
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void header_length_over_the_limit_is_rejected(void **state)
 {
 	static const char json[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
 	struct wd_limits lim = WD_LIMITS_DEFAULT;
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 
 	(void)state;
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	/* over 100 MiB, so over the default limit: refused before anything is allocated for it */
 	assert_int_equal(stw_write_raw(tpath("l.safetensors"), json, strlen(json), (100ull << 20) + 1, "x", 1), 0);
 	assert_int_equal(parse_path(tpath("l.safetensors"), NULL, &t, NULL, &err),
@@ -433,7 +433,7 @@ static void header_length_over_the_limit_is_rejected(void **state)
 	lim.max_header_bytes = strlen(json);
 	assert_int_equal(stw_write_json(tpath("l.safetensors"), json, "x", 1), 0);
 	assert_int_equal(parse_path(tpath("l.safetensors"), &lim, &t, NULL, &err), 0);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void non_json_and_non_objects_are_rejected(void **state)
@@ -530,7 +530,7 @@ static void missing_and_ill_typed_fields_are_rejected(void **state)
 static void shape_and_byte_count_must_agree(void **state)
 {
 	static uint8_t data[16];
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 
 	(void)state;
@@ -540,12 +540,12 @@ static void shape_and_byte_count_must_agree(void **state)
 	/* structured fields carry the numbers */
 	assert_int_equal(stw_write_json(tpath("x.safetensors"),
 					"{\"a\":{\"dtype\":\"BF16\",\"shape\":[5],\"data_offsets\":[0,8]}}", data, 8), 0);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_path(tpath("x.safetensors"), NULL, &t, NULL, &err),
 			 -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_int_equal(err.expected, 10);
 	assert_int_equal(err.actual, 8);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 	/* a 0-d tensor has one element */
 	expect_bad("{\"a\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,0]}}", 0,
 		   WEIGHTD_E_BAD_CHECKPOINT, "needs 8", "a");
@@ -576,19 +576,19 @@ static void overflowing_shapes_are_rejected(void **state)
 	expect_bad("{\"__metadata__\":{\"k\":9223372036854775808}}", 0, WEIGHTD_E_BAD_CHECKPOINT,
 		   "is outside -2^63..2^63-1, the range weightd reads (the JSON itself is valid)", NULL);
 	{
-		struct wd_table t;
+		struct wd_tensor_table t;
 		weightd_error err;
 
 		/* 2^63-1 itself is read (and then needs its bytes) */
 		expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775807],\"data_offsets\":[0,4]}}", 4,
 			   WEIGHTD_E_BAD_CHECKPOINT, "hold 4 bytes but shape [9223372036854775807]", "a");
-		wd_table_init(&t);
+		wd_tensor_table_init(&t);
 		assert_int_equal(stw_write_json(tpath("z.safetensors"),
 						"{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775807,0],\"data_offsets\":[0,0]}}",
 						NULL, 0), 0);
 		assert_int_equal(parse_path(tpath("z.safetensors"), NULL, &t, NULL, &err), 0);
 		assert_int_equal(t.tensors[0].shape[0], INT64_MAX);
-		wd_table_free(&t);
+		wd_tensor_table_free(&t);
 	}
 	/* a zero dimension makes a huge shape empty, and then it must hold no bytes */
 	expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[0,4294967296,4294967296],\"data_offsets\":[0,4]}}", 4,
@@ -648,7 +648,7 @@ static void offsets_outside_the_file_are_rejected(void **state)
 static void data_section_must_be_fully_covered(void **state)
 {
 	static uint8_t data[12];
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 
 	(void)state;
@@ -660,12 +660,12 @@ static void data_section_must_be_fully_covered(void **state)
 	expect_bad("{}", 3, WEIGHTD_E_BAD_CHECKPOINT, "the last 3 bytes belong to no tensor", NULL);
 	assert_int_equal(stw_write_json(tpath("c.safetensors"),
 					"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", data, 12), 0);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(parse_path(tpath("c.safetensors"), NULL, &t, NULL, &err),
 			 -WEIGHTD_E_BAD_CHECKPOINT);
 	assert_int_equal(err.expected, 12);
 	assert_int_equal(err.actual, 4);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 static void tensor_count_and_name_limits_hold(void **state)
@@ -685,11 +685,11 @@ static void tensor_count_and_name_limits_hold(void **state)
 					"{\"__metadata__\":{},\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
 					"x", 1), 0);
 	{
-		struct wd_table t;
+		struct wd_tensor_table t;
 		weightd_error err;
-		wd_table_init(&t);
+		wd_tensor_table_init(&t);
 		assert_int_equal(parse_path(tpath("n.safetensors"), &lim, &t, NULL, &err), 0);
-		wd_table_free(&t);
+		wd_tensor_table_free(&t);
 	}
 	memset(name, 'n', WD_MAX_NAME + 1);
 	name[WD_MAX_NAME + 1] = '\0';
@@ -700,7 +700,7 @@ static void tensor_count_and_name_limits_hold(void **state)
 static void tensor_file_index_is_recorded(void **state)
 {
 	struct stw_tensor ts[1] = { { .name = "w", .dtype = "U16", .ndim = 1, .shape = { 2 } } };
-	struct wd_table t;
+	struct wd_tensor_table t;
 	weightd_error err;
 	size_t len;
 	uint8_t *buf;
@@ -708,11 +708,11 @@ static void tensor_file_index_is_recorded(void **state)
 	(void)state;
 	assert_int_equal(stw_write(tpath("f.safetensors"), ts, 1, NULL, 0, NULL), 0);
 	buf = slurp(tpath("f.safetensors"), &len);
-	wd_table_init(&t);
+	wd_tensor_table_init(&t);
 	assert_int_equal(wd_safetensors_parse(buf, len, len, 7, NULL, &t, NULL, &err), 0);
 	assert_int_equal(t.tensors[0].file, 7);
 	free(buf);
-	wd_table_free(&t);
+	wd_tensor_table_free(&t);
 }
 
 int main(void)
