@@ -19,6 +19,7 @@
 #include "request_query.h"
 #include "server.h"
 #include "session.h"
+#include "uid.h"
 #include "wd_hashidx.h"
 #include "wire.h"
 
@@ -235,7 +236,7 @@ static bool uid_may_start_unit(struct session *s, uint64_t id)
 	if (s->privileged || !s->srv)
 		return true;
 	n = server_uid_pending(s->srv, s->peer.uid);
-	max = server_uid_max_pending(s->srv); /* cut to a share of RLIMIT_NOFILE (server.c) */
+	max = uid_max_pending(s->uu, s->d->cfg); /* cut to a share of RLIMIT_NOFILE (uid.c) */
 	if (n < max)
 		return true;
 	fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: uid %u has %zu unit requests in flight "

@@ -9,10 +9,11 @@
 
 #include "daemon.h"
 #include "log.h"
-#include "segment.h"
 #include "request.h"
+#include "segment.h"
 #include "server.h"
 #include "session.h"
+#include "uid.h"
 
 #define PROTO_MIN ((uint32_t)WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_MIN)
 #define PROTO_MAX ((uint32_t)WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT)
@@ -80,8 +81,7 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	hr.max_queue_fds = cfg->client_max_queue_fds;
 	hr.idle_timeout_ms = cfg->idle_timeout_ms;
 	hr.frame_timeout_ms = cfg->frame_timeout_ms;
-	hr.max_uid_segments = s->d->server ? (uint32_t)server_uid_max_segments(s->d->server)
-					   : cfg->uid_max_segments;
+	hr.max_uid_segments = (uint32_t)uid_max_segments(s->uu, cfg);
 	hr.max_client_segments = cfg->client_max_segments;
 	if (!s->privileged && hr.max_uid_segments < hr.max_client_segments)
 		hr.max_client_segments = hr.max_uid_segments; /* the uid's limit comes first */

@@ -4,23 +4,22 @@
 #include "server.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <event2/event.h>
 #include <grp.h>
 #include <malloc.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "log.h"
 #include "peer.h"
 #include "session.h"
+#include "uid.h"
 #include "wire.h"
 
 struct server {
@@ -31,13 +30,11 @@ struct server {
 	struct event *ev_reap;
 	LIST_HEAD(, session) sessions;
 	SLIST_HEAD(, session) dead;
-	LIST_HEAD(, uid_usage) uids; /* one per uid with a connection */
-	struct event *ev_tick;    /* timeouts and paused sessions */
-	uint64_t busy_ns;         /* time spent in expensive requests, all uids, ever */
+	struct uid_table *uids;
+	struct event *ev_tick; /* timeouts and paused sessions */
 	size_t n;
 	uint64_t next_id;
-	bool accept_paused;       /* out of descriptors: accept retried on a timer */
-	uint64_t nofile;          /* RLIMIT_NOFILE at start: the per-uid fd limits are cut to it */
+	bool accept_paused; /* out of descriptors: accept retried on a timer */
 };
 
 int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err)
@@ -108,150 +105,6 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 		malloc_trim(0);
 }
 
-/* The usage record of `uid`, made on its first connection. NULL when out of memory. */
-static struct uid_usage *uid_get(struct server *srv, uid_t uid)
-{
-	struct uid_usage *uu;
-
-	LIST_FOREACH(uu, &srv->uids, link)
-		if (uu->uid == uid)
-			return uu;
-	uu = calloc(1, sizeof(*uu));
-	if (!uu)
-		return NULL;
-	uu->uid = uid;
-	LIST_INSERT_HEAD(&srv->uids, uu, link);
-	return uu;
-}
-
-/* Its last connection gone, a uid's record goes too, unless it still owes others their share
- * of the main thread: then it stays (swept by on_tick), so reconnecting does not wipe the debt. */
-static void uid_put(struct server *srv, struct uid_usage *uu)
-{
-	if (!uu || --uu->conns || uu->busy_until_ns > server_now_ns())
-		return;
-	LIST_REMOVE(uu, link);
-	free(uu);
-}
-
-static void uid_sweep(struct server *srv)
-{
-	struct uid_usage *uu, *next;
-	uint64_t now = server_now_ns();
-
-	for (uu = LIST_FIRST(&srv->uids); uu; uu = next) {
-		next = LIST_NEXT(uu, link);
-		if (!uu->conns && uu->busy_until_ns <= now) {
-			LIST_REMOVE(uu, link);
-			free(uu);
-		}
-	}
-}
-
-uint64_t server_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/*
- * The main thread's time is shared between uids. A request that keeps it busy for FAIR_MIN_NS or
- * more while other uids are active puts its uid behind them: none of its connections takes
- * another request for that time multiplied by the number of those uids, so each of them gets as
- * much of the loop as it had. Before, one uid pipelining expensive requests (a full status of
- * 92,000 weights is about 95 ms of the loop) over its connections held every other client for
- * all of them in turn; now others wait for at most the one request being served. Cheaper
- * requests never wait, nor does a uid alone. A request is not cut short: what a single one costs
- * is bounded by the limits on its size.
- *
- * Two things keep a client that is waiting from losing its place:
- * - "active" is a request sent (read, even if not yet served) within FAIR_ACTIVE_NS of the
- *   loop's time not counting expensive requests (busy_ns): a client stuck behind them has not
- *   been idle;
- * - after an expensive request while other uids are connected, its uid takes no other request
- *   until the loop has polled its sockets (the gate): otherwise every connection of a flood
- *   whose turn came in the same pass of the loop would be served before anyone else was even
- *   read, however the uids stand. And for FAIR_ACTIVE_NS after it, what that uid sends is
- *   served from a timer, after the pass has served every socket found readable: one of its
- *   requests read just ahead of another client's in the same pass does not make that client
- *   wait for it too. A uid alone is held by neither.
- */
-#define FAIR_MIN_NS 1000000ull          /* 1 ms */
-#define FAIR_ACTIVE_NS 250000000ull     /* 250 ms */
-#define FAIR_MAX_NS 2000000000ull       /* a uid is held back at most 2 s ahead */
-
-static bool uid_active(const struct server *srv, const struct uid_usage *o, uint64_t now)
-{
-	uint64_t idle;
-
-	if (!o->conns || !o->active_ns)
-		return false;
-	idle = now - o->active_ns;
-	idle = idle > srv->busy_ns - o->active_busy_ns ? idle - (srv->busy_ns - o->active_busy_ns) : 0;
-	return idle < FAIR_ACTIVE_NS;
-}
-
-void server_charge(struct server *srv, struct uid_usage *uu, uint64_t now, uint64_t spent)
-{
-	const struct uid_usage *o;
-	uint64_t others = 0, from;
-	bool company = false;
-
-	server_touch(srv, uu, now);
-	if (spent < FAIR_MIN_NS)
-		return;
-	srv->busy_ns += spent;
-	LIST_FOREACH(o, &srv->uids, link) {
-		company |= o != uu && o->conns;
-		others += o != uu && uid_active(srv, o, now);
-	}
-	if (company) { /* a uid alone is never held back, not even by a pass of the loop */
-		event_base_gettimeofday_cached(srv->d->base, &uu->gate);
-		uu->heavy_ns = now;
-	}
-	if (!others)
-		return;
-	from = uu->busy_until_ns > now ? uu->busy_until_ns : now;
-	uu->busy_until_ns = from + spent * others;
-	if (uu->busy_until_ns > now + FAIR_MAX_NS)
-		uu->busy_until_ns = now + FAIR_MAX_NS;
-}
-
-/*
- * libevent reads the clock once per pass of its loop, right after polling, and hands that time to
- * every callback of the pass: a different time means the loop has polled since the gate was set.
- * (Two passes within one microsecond would look like one: that only costs one more pass.) The
- * sockets found readable then are served before the timers that resume held sessions, so a
- * client whose request came during an expensive one is read before the next expensive one runs.
- */
-bool server_polled(const struct server *srv, const struct uid_usage *uu)
-{
-	struct timeval now;
-
-	if (!uu || (!uu->gate.tv_sec && !uu->gate.tv_usec))
-		return true;
-	event_base_gettimeofday_cached(srv->d->base, &now);
-	return now.tv_sec != uu->gate.tv_sec || now.tv_usec != uu->gate.tv_usec;
-}
-
-bool server_uid_heavy(const struct uid_usage *uu, uint64_t now)
-{
-	return uu && uu->heavy_ns && now - uu->heavy_ns < FAIR_ACTIVE_NS;
-}
-
-void server_touch(struct server *srv, struct uid_usage *uu, uint64_t now)
-{
-	uu->active_ns = now;
-	uu->active_busy_ns = srv->busy_ns;
-}
-
-uint64_t server_uid_wait_ns(const struct uid_usage *uu, uint64_t now)
-{
-	return uu && uu->busy_until_ns > now ? uu->busy_until_ns - now : 0;
-}
-
 size_t server_uid_pending(const struct server *srv, uid_t uid)
 {
 	const struct session *s;
@@ -263,20 +116,9 @@ size_t server_uid_pending(const struct server *srv, uid_t uid)
 	return n;
 }
 
-size_t server_uids_receiving(const struct server *srv)
-{
-	const struct uid_usage *uu;
-	size_t n = 0;
-
-	if (srv)
-		LIST_FOREACH(uu, &srv->uids, link)
-			n += uu->partial > 0;
-	return n ? n : 1;
-}
-
 void server_session_dead(struct server *srv, struct session *s)
 {
-	uid_put(srv, s->uu);
+	uid_put(s->uu);
 	s->uu = NULL;
 	LIST_REMOVE(s, link);
 	srv->n--;
@@ -336,13 +178,12 @@ void server_add_client(struct server *srv, int fd)
 
 	if (!s)
 		return;
-	s->uu = uid_get(srv, s->peer.uid);
+	s->uu = uid_get(srv->uids, s->peer.uid);
 	if (!s->uu) {
 		close(s->fd);
 		session_free(s);
 		return;
 	}
-	s->uu->conns++;
 	LIST_INSERT_HEAD(&srv->sessions, s, link);
 	srv->n++;
 	log_debug("client %llu connected: pid %d uid %u gid %u", (unsigned long long)s->id,
@@ -372,7 +213,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 		next = LIST_NEXT(s, link); /* s may die (it leaves the list) */
 		session_tick(s, now);
 	}
-	uid_sweep(srv);
+	uid_sweep(srv->uids);
 }
 
 /* Often enough for the shortest timeout to be honoured within a quarter of itself. */
@@ -389,52 +230,6 @@ static struct timeval tick_interval(const struct config *cfg)
 	return (struct timeval){ (time_t)(ms / 1000), (suseconds_t)(ms % 1000 * 1000) };
 }
 
-/*
- * What one uid can make the daemon keep open: a fd per segment it holds a weight in
- * (uid_max_segments), the fds queued in its replies (uid_max_queue_fds), and about two per unit
- * request in flight (the segment being filled, writable and read-only: uid_max_pending). Each is
- * cut to its share of the daemon's RLIMIT_NOFILE as it was at start (a quarter, a quarter and an
- * eighth), so that together they leave a quarter of it whatever one uid does: for other uids,
- * the connections and the checkpoint files.
- */
-static uint64_t nofile_limit(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
-		return UINT64_MAX;
-	return (uint64_t)rl.rlim_cur;
-}
-
-static uint64_t cut(uint64_t configured, uint64_t share)
-{
-	return configured < share ? configured : share;
-}
-
-static void warn_cut(const char *key, uint64_t configured, uint64_t nofile, unsigned part)
-{
-	if (nofile / part < configured)
-		log_warn("%s %llu is more than %s of weightd's limit of open files (RLIMIT_NOFILE %llu); "
-			 "%llu is used instead (raise LimitNOFILE= in weightd.service, or ulimit -n)",
-			 key, (unsigned long long)configured, part == 4 ? "a quarter" : "an eighth",
-			 (unsigned long long)nofile, (unsigned long long)(nofile / part));
-}
-
-uint64_t server_uid_max_segments(const struct server *srv)
-{
-	return cut(srv->d->cfg->uid_max_segments, srv->nofile / 4);
-}
-
-uint64_t server_uid_max_queue_fds(const struct server *srv)
-{
-	return cut(srv->d->cfg->uid_max_queue_fds, srv->nofile / 4);
-}
-
-uint64_t server_uid_max_pending(const struct server *srv)
-{
-	return cut(srv->d->cfg->uid_max_pending, srv->nofile / 8);
-}
-
 struct server *server_new(struct daemon *d, int listen_fd)
 {
 	struct server *srv = calloc(1, sizeof(*srv));
@@ -445,21 +240,14 @@ struct server *server_new(struct daemon *d, int listen_fd)
 		return NULL;
 	}
 	srv->d = d;
-	srv->nofile = nofile_limit();
-	if (srv->nofile != UINT64_MAX) {
-		const struct config *cfg = d->cfg;
-
-		warn_cut("uid_max_segments", cfg->uid_max_segments, srv->nofile, 4);
-		warn_cut("uid_max_queue_fds", cfg->uid_max_queue_fds, srv->nofile, 4);
-		warn_cut("uid_max_pending", cfg->uid_max_pending, srv->nofile, 8);
-	}
 	srv->lfd = listen_fd;
+	srv->uids = uid_table_new(d->base, d->cfg);
 	srv->ev_accept = event_new(d->base, listen_fd, EV_READ | EV_PERSIST, on_accept, srv);
 	srv->ev_backoff = evtimer_new(d->base, on_backoff, srv);
 	srv->ev_reap = event_new(d->base, -1, 0, on_reap, srv);
 	srv->ev_tick = event_new(d->base, -1, EV_PERSIST, on_tick, srv);
 	tick = tick_interval(d->cfg);
-	if (!srv->ev_accept || !srv->ev_backoff || !srv->ev_reap || !srv->ev_tick ||
+	if (!srv->uids || !srv->ev_accept || !srv->ev_backoff || !srv->ev_reap || !srv->ev_tick ||
 	    event_add(srv->ev_accept, NULL) || event_add(srv->ev_tick, &tick)) {
 		server_free(srv);
 		return NULL;
@@ -474,12 +262,7 @@ void server_free(struct server *srv)
 	while (!LIST_EMPTY(&srv->sessions))
 		session_kill(LIST_FIRST(&srv->sessions), "daemon stopping");
 	on_reap(-1, 0, srv);
-	while (!LIST_EMPTY(&srv->uids)) {   /* those kept for their debt */
-		struct uid_usage *uu = LIST_FIRST(&srv->uids);
-
-		LIST_REMOVE(uu, link);
-		free(uu);
-	}
+	uid_table_free(srv->uids);
 	if (srv->ev_accept)
 		event_free(srv->ev_accept);
 	if (srv->ev_backoff)

@@ -13,11 +13,11 @@
 
 struct daemon;
 struct server;
-struct uid_usage;
 
 /*
  * Create, bind and listen on cfg->socket_path (mode and group from cfg). A stale socket file left
- * by a dead daemon is replaced; a live one (connect succeeds) is an error. Returns the fd.
+ * by a dead daemon is replaced; a live one (connect succeeds) is an error. Returns 0 with the
+ * listening socket in *ret_fd (owned by the caller), or a negative error with *ret_fd untouched.
  */
 int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err);
 
@@ -34,31 +34,6 @@ void server_add_client(struct server *s, int fd);
 
 /* Unit requests in flight over every connection of `uid` (linear in the clients connected). */
 size_t server_uid_pending(const struct server *s, uid_t uid);
-/* The per-uid limits on what pins daemon fds, as enforced: uid_max_segments and
- * uid_max_queue_fds cut to a quarter of the daemon's RLIMIT_NOFILE at start, uid_max_pending to
- * an eighth (together they leave a quarter of it to everyone else whatever one uid does). */
-uint64_t server_uid_max_segments(const struct server *s);
-uint64_t server_uid_max_queue_fds(const struct server *s);
-uint64_t server_uid_max_pending(const struct server *s);
-
-/* How many uids have requests being received (at least 1): the share of max_partial each may
- * count on when the total is reached. Linear in the uids connected; called only then. */
-size_t server_uids_receiving(const struct server *s);
-
-/* Monotonic nanoseconds (what the fair share of the main thread is counted in). */
-uint64_t server_now_ns(void);
-/* A request of uu's took `spent` ns of the main thread, ending at `now`: charge it (server.c). */
-void server_charge(struct server *s, struct uid_usage *uu, uint64_t now, uint64_t spent);
-/* False from an expensive request of uu's until the loop has polled its sockets again: none of
- * its sessions takes a request meanwhile (each looks again after the poll). */
-bool server_polled(const struct server *s, const struct uid_usage *uu);
-/* uu had an expensive request lately (what it sends waits for the pass's other sockets). */
-bool server_uid_heavy(const struct uid_usage *uu, uint64_t now);
-/* uu sent something at `now`: it counts as active (server_charge) from then. */
-void server_touch(struct server *s, struct uid_usage *uu, uint64_t now);
-/* How long uu's connections must still wait before their next request (0: none). */
-uint64_t server_uid_wait_ns(const struct uid_usage *uu, uint64_t now);
-
 /* A session was killed: take it off the list and free it later from the loop (session.c). */
 struct session;
 void server_session_dead(struct server *s, struct session *sess);

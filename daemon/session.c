@@ -22,6 +22,7 @@
 #include "peer.h"
 #include "request.h"
 #include "server.h"
+#include "uid.h"
 #include "wire.h"
 
 #define LINGER_PER_UID 4          /* refused connections of one uid kept open to read why */
@@ -102,8 +103,7 @@ static bool fd_counts_over(const struct session *s)
 	const struct config *cfg = s->d->cfg;
 
 	return s->fds_charged >= cfg->client_max_queue_fds ||
-	       (s->uu && s->uu->queued_fds >= (s->srv ? server_uid_max_queue_fds(s->srv)
-							: cfg->uid_max_queue_fds));
+	       (s->uu && s->uu->queued_fds >= uid_max_queue_fds(s->uu, cfg));
 }
 
 /* The counts as last seen can only be high: under the limits they settle it; over, the kernel
@@ -177,7 +177,7 @@ void session_resume(struct session *s)
 		evtimer_add(s->ev_later, &again);
 		return;
 	}
-	wait = server_uid_wait_ns(s->uu, server_now_ns());
+	wait = uid_wait_ns(s->uu, uid_now_ns());
 	if (wait) {
 		look_again_in(s, wait);
 		return;
@@ -454,7 +454,7 @@ int session_check_holds(struct session *s, struct cache_segment *const *segs, si
 {
 	const struct config *cfg = s->d->cfg;
 	uint64_t add = 0;
-	uint64_t uid_max = s->srv ? server_uid_max_segments(s->srv) : cfg->uid_max_segments;
+	uint64_t uid_max = uid_max_segments(s->uu, cfg);
 
 	for (size_t i = 0; i < n; i++)
 		add += !session_holds_segment(s, segs[i]);
@@ -682,11 +682,11 @@ static void session_yield(struct session *s, uint64_t wait)
  * Dispatch the complete frames buffered, in order, until none is left, the client dies, or its
  * replies hold too many fds (then it is paused: not read, its frames wait in the buffer, and
  * session_resume carries on once it has read its replies). It is paused the same way when its
- * uid owes other uids their share of the main thread (server_charge), and after its turn.
+ * uid owes other uids their share of the main thread (uid_charge), and after its turn.
  */
 static void process_frames(struct session *s)
 {
-	uint64_t turn = server_now_ns(), now = turn;
+	uint64_t turn = uid_now_ns(), now = turn;
 
 	for (;;) {
 		struct wd_frame f;
@@ -696,8 +696,8 @@ static void process_frames(struct session *s)
 
 		if (s->dead || s->close_after_flush)
 			return;
-		wait = server_uid_wait_ns(s->uu, now);
-		if (wait || now - turn >= SESSION_TURN_NS || (s->srv && !server_polled(s->srv, s->uu))) {
+		wait = uid_wait_ns(s->uu, now);
+		if (wait || now - turn >= SESSION_TURN_NS || !uid_polled(s->uu)) {
 			session_yield(s, wait);
 			break;
 		}
@@ -752,10 +752,10 @@ static void process_frames(struct session *s)
 		s->dispatching = false;
 		wd_msg_free(req);
 		{
-			uint64_t t = server_now_ns();
+			uint64_t t = uid_now_ns();
 
-			if (s->uu && s->srv && !s->dead)
-				server_charge(s->srv, s->uu, t, t - now);
+			if (!s->dead)
+				uid_charge(s->uu, t, t - now);
 			now = t;
 		}
 	}
@@ -782,7 +782,7 @@ static bool partial_over_limits(struct session *s)
 	 * receiving) is refused: those holding less, a victim sending its small requests among
 	 * them, carry on, and the overshoot stays within one fair share per uid. */
 	if (s->d->stats.partial_bytes > cfg->max_partial_bytes &&
-	    (!s->uu || s->uu->partial > cfg->max_partial_bytes / server_uids_receiving(s->srv))) {
+	    (!s->uu || s->uu->partial > cfg->max_partial_bytes / uid_receiving(s->uu->table))) {
 		s->d->stats.clients_refused++;
 		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
 			       "limit exceeded: the daemon holds %llu bytes of requests partly received, "
@@ -821,11 +821,11 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 		session_kill(s, "read failed or sent file descriptors");
 		return;
 	}
-	if (s->uu && s->srv) {
-		uint64_t now = server_now_ns();
+	if (s->uu) {
+		uint64_t now = uid_now_ns();
 
-		server_touch(s->srv, s->uu, now); /* it asks, served or not */
-		if (server_uid_heavy(s->uu, now)) {
+		uid_touch(s->uu, now); /* it asks, served or not */
+		if (uid_heavy(s->uu, now)) {
 			/* served from a timer, once this pass has served the other sockets */
 			account(s);
 			if (s->partial_charged > before)

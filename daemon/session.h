@@ -14,29 +14,12 @@
 #include "cache.h"
 #include "catalog.h"
 #include "frame.h"
+#include "uid.h"
 #include "wd_hashidx.h"
 #include "weightd.pb-c.h"
 
 struct server;
 struct unitreq;
-
-/* What all connections of one uid hold (server.c keeps one per connected uid). */
-struct uid_usage {
-	uid_t uid;
-	uint32_t conns;
-	uint64_t partial;     /* bytes of frames being received */
-	size_t queued_fds;    /* fds queued in replies, in our queues and the sockets' */
-	uint32_t lingering;   /* refused connections kept open so they can read why */
-	uint64_t segments;    /* segments held: each connection's distinct ones, summed */
-	uint64_t weights;     /* weights held: each connection's distinct ones, summed */
-	uint32_t refusals_logged;
-	uint64_t active_ns;   /* when it last sent a request (server_now_ns) */
-	uint64_t active_busy_ns; /* the server's busy_ns then */
-	struct timeval gate;  /* the loop's time (libevent's, per pass) of its last expensive request */
-	uint64_t heavy_ns;    /* when that request ended (server_now_ns) */
-	uint64_t busy_until_ns; /* it takes no request before this, for others' share of the loop */
-	LIST_ENTRY(uid_usage) link; /* in the server's list of uids */
-};
 
 struct held {
 	struct weight *w;
@@ -159,7 +142,7 @@ bool session_holds_segment(const struct session *s, const struct cache_segment *
 /*
  * May the client take references on new_weights more distinct weights lying in segs[0..n)
  * (distinct segments)? Checks client_max_segments, and (root and the daemon's user exempt, as
- * from the other per-uid limits) uid_max_segments as server_uid_max_segments gives it and
+ * from the other per-uid limits) uid_max_segments as uid_max_segments gives it and
  * uid_max_weights; 0, or -WEIGHTD_E_LIMIT_EXCEEDED naming the limit, its value and the counts.
  */
 int session_check_holds(struct session *s, struct cache_segment *const *segs, size_t n,

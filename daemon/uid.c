@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* uid.c - per-uid accounting: one record per connected uid, the per-uid fd limits cut to the
+ * daemon's RLIMIT_NOFILE, and the fair share of the main thread between uids. */
+#include "uid.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "config.h"
+#include "log.h"
+
+struct uid_table {
+	struct event_base *base;
+	const struct config *cfg;
+	LIST_HEAD(, uid_usage) uids; /* one per uid with a connection, or still owing its share */
+	uint64_t busy_ns;	     /* time spent in expensive requests, all uids, ever */
+	uint64_t nofile; /* RLIMIT_NOFILE at start: the per-uid fd limits are cut to it */
+};
+
+/*
+ * What one uid can make the daemon keep open: a fd per segment it holds a weight in
+ * (uid_max_segments), the fds queued in its replies (uid_max_queue_fds), and about two per unit
+ * request in flight (the segment being filled, writable and read-only: uid_max_pending). Each is
+ * cut to its share of the daemon's RLIMIT_NOFILE as it was at start (a quarter, a quarter and an
+ * eighth), so that together they leave a quarter of it whatever one uid does: for other uids,
+ * the connections and the checkpoint files.
+ */
+static uint64_t nofile_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return UINT64_MAX;
+	return (uint64_t)rl.rlim_cur;
+}
+
+static uint64_t cut(uint64_t configured, uint64_t share)
+{
+	return configured < share ? configured : share;
+}
+
+static void warn_cut(const char *key, uint64_t configured, uint64_t nofile, unsigned part)
+{
+	if (nofile / part < configured)
+		log_warn(
+			"%s %llu is more than %s of weightd's limit of open files (RLIMIT_NOFILE %llu); "
+			"%llu is used instead (raise LimitNOFILE= in weightd.service, or ulimit -n)",
+			key, (unsigned long long)configured, part == 4 ? "a quarter" : "an eighth",
+			(unsigned long long)nofile, (unsigned long long)(nofile / part));
+}
+
+struct uid_table *uid_table_new(struct event_base *base, const struct config *cfg)
+{
+	struct uid_table *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return NULL;
+	t->base = base;
+	t->cfg = cfg;
+	LIST_INIT(&t->uids);
+	t->nofile = nofile_limit();
+	if (t->nofile != UINT64_MAX) {
+		warn_cut("uid_max_segments", cfg->uid_max_segments, t->nofile, 4);
+		warn_cut("uid_max_queue_fds", cfg->uid_max_queue_fds, t->nofile, 4);
+		warn_cut("uid_max_pending", cfg->uid_max_pending, t->nofile, 8);
+	}
+	return t;
+}
+
+void uid_table_free(struct uid_table *t)
+{
+	if (!t)
+		return;
+	while (!LIST_EMPTY(&t->uids)) {
+		struct uid_usage *uu = LIST_FIRST(&t->uids);
+
+		LIST_REMOVE(uu, link);
+		free(uu);
+	}
+	free(t);
+}
+
+struct uid_usage *uid_get(struct uid_table *t, uid_t uid)
+{
+	struct uid_usage *uu;
+
+	LIST_FOREACH(uu, &t->uids, link)
+	if (uu->uid == uid)
+		goto found;
+	uu = calloc(1, sizeof(*uu));
+	if (!uu)
+		return NULL;
+	uu->table = t;
+	uu->uid = uid;
+	LIST_INSERT_HEAD(&t->uids, uu, link);
+found:
+	uu->conns++;
+	return uu;
+}
+
+void uid_put(struct uid_usage *uu)
+{
+	if (!uu || --uu->conns || uu->busy_until_ns > uid_now_ns())
+		return;
+	LIST_REMOVE(uu, link);
+	free(uu);
+}
+
+void uid_sweep(struct uid_table *t)
+{
+	struct uid_usage *uu, *next;
+	uint64_t now = uid_now_ns();
+
+	for (uu = LIST_FIRST(&t->uids); uu; uu = next) {
+		next = LIST_NEXT(uu, link);
+		if (!uu->conns && uu->busy_until_ns <= now) {
+			LIST_REMOVE(uu, link);
+			free(uu);
+		}
+	}
+}
+
+size_t uid_receiving(const struct uid_table *t)
+{
+	const struct uid_usage *uu;
+	size_t n = 0;
+
+	if (t)
+		LIST_FOREACH(uu, &t->uids, link)
+	n += uu->partial > 0;
+	return n ? n : 1;
+}
+
+uint64_t uid_max_segments(const struct uid_usage *uu, const struct config *cfg)
+{
+	if (!uu || !uu->table)
+		return cfg->uid_max_segments;
+	return cut(uu->table->cfg->uid_max_segments, uu->table->nofile / 4);
+}
+
+uint64_t uid_max_queue_fds(const struct uid_usage *uu, const struct config *cfg)
+{
+	if (!uu || !uu->table)
+		return cfg->uid_max_queue_fds;
+	return cut(uu->table->cfg->uid_max_queue_fds, uu->table->nofile / 4);
+}
+
+uint64_t uid_max_pending(const struct uid_usage *uu, const struct config *cfg)
+{
+	if (!uu || !uu->table)
+		return cfg->uid_max_pending;
+	return cut(uu->table->cfg->uid_max_pending, uu->table->nofile / 8);
+}
+
+uint64_t uid_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * The main thread's time is shared between uids. A request that keeps it busy for FAIR_MIN_NS or
+ * more while other uids are active puts its uid behind them: none of its connections takes
+ * another request for that time multiplied by the number of those uids, so each of them gets as
+ * much of the loop as it had. One uid pipelining expensive requests (a full status of many
+ * thousand weights) over its connections thus holds others for at most the one request being
+ * served, not for all of them in turn. Cheaper requests never wait, nor does a uid alone. A
+ * request is not cut short: what a single one costs is bounded by the limits on its size.
+ *
+ * Two things keep a client that is waiting from losing its place:
+ * - "active" is a request sent (read, even if not yet served) within FAIR_ACTIVE_NS of the
+ *   loop's time not counting expensive requests (busy_ns): a client stuck behind them has not
+ *   been idle;
+ * - after an expensive request while other uids are connected, its uid takes no other request
+ *   until the loop has polled its sockets (the gate): otherwise every connection of a flood
+ *   whose turn came in the same pass of the loop would be served before anyone else was even
+ *   read, however the uids stand. And for FAIR_ACTIVE_NS after it, what that uid sends is
+ *   served from a timer, after the pass has served every socket found readable: one of its
+ *   requests read just ahead of another client's in the same pass does not make that client
+ *   wait for it too. A uid alone is held by neither.
+ */
+#define FAIR_MIN_NS    1000000ull    /* 1 ms */
+#define FAIR_ACTIVE_NS 250000000ull  /* 250 ms */
+#define FAIR_MAX_NS    2000000000ull /* a uid is held back at most 2 s ahead */
+
+static bool uid_active(const struct uid_table *t, const struct uid_usage *o, uint64_t now)
+{
+	uint64_t idle;
+
+	if (!o->conns || !o->active_ns)
+		return false;
+	idle = now - o->active_ns;
+	idle = idle > t->busy_ns - o->active_busy_ns ? idle - (t->busy_ns - o->active_busy_ns) : 0;
+	return idle < FAIR_ACTIVE_NS;
+}
+
+void uid_charge(struct uid_usage *uu, uint64_t now, uint64_t spent)
+{
+	struct uid_table *t = uu ? uu->table : NULL;
+	const struct uid_usage *o;
+	uint64_t others = 0, from;
+	bool company = false;
+
+	if (!t)
+		return;
+	uid_touch(uu, now);
+	if (spent < FAIR_MIN_NS)
+		return;
+	t->busy_ns += spent;
+	LIST_FOREACH(o, &t->uids, link)
+	{
+		company |= o != uu && o->conns;
+		others += o != uu && uid_active(t, o, now);
+	}
+	if (company) { /* a uid alone is never held back, not even by a pass of the loop */
+		event_base_gettimeofday_cached(t->base, &uu->gate);
+		uu->heavy_ns = now;
+	}
+	if (!others)
+		return;
+	from = uu->busy_until_ns > now ? uu->busy_until_ns : now;
+	uu->busy_until_ns = from + spent * others;
+	if (uu->busy_until_ns > now + FAIR_MAX_NS)
+		uu->busy_until_ns = now + FAIR_MAX_NS;
+}
+
+/*
+ * libevent reads the clock once per pass of its loop, right after polling, and hands that time to
+ * every callback of the pass: a different time means the loop has polled since the gate was set.
+ * (Two passes within one microsecond would look like one: that only costs one more pass.) The
+ * sockets found readable then are served before the timers that resume held sessions, so a
+ * client whose request came during an expensive one is read before the next expensive one runs.
+ */
+bool uid_polled(const struct uid_usage *uu)
+{
+	struct timeval now;
+
+	if (!uu || !uu->table || (!uu->gate.tv_sec && !uu->gate.tv_usec))
+		return true;
+	event_base_gettimeofday_cached(uu->table->base, &now);
+	return now.tv_sec != uu->gate.tv_sec || now.tv_usec != uu->gate.tv_usec;
+}
+
+bool uid_heavy(const struct uid_usage *uu, uint64_t now)
+{
+	return uu && uu->heavy_ns && now - uu->heavy_ns < FAIR_ACTIVE_NS;
+}
+
+void uid_touch(struct uid_usage *uu, uint64_t now)
+{
+	if (!uu || !uu->table)
+		return;
+	uu->active_ns = now;
+	uu->active_busy_ns = uu->table->busy_ns;
+}
+
+uint64_t uid_wait_ns(const struct uid_usage *uu, uint64_t now)
+{
+	return uu && uu->busy_until_ns > now ? uu->busy_until_ns - now : 0;
+}
