@@ -60,7 +60,7 @@ static void prefetch_entry(const struct unitreq *u, size_t i, int lines)
 		weight_prefetch(u->outs[i + WEIGHT_AHEAD].w, lines);
 }
 
-/* A version 3 reply's columns (unit_wire_pack): per entry its weight and its segment's fd, per
+/* The reply's columns (unit_wire_pack): per entry its weight and its segment's fd, per
  * alias its entry. The segments are marked (mark_index) already. */
 static int pack_reply(const struct unitreq *u, Weightd__PackedWeights *pw, void **ret_columns)
 {
@@ -121,8 +121,8 @@ static int grow_segment_arrays(Weightd__SegmentInfo **si, Weightd__SegmentInfo *
 }
 
 /* Every entry has its weight (or the request failed): answer, all or nothing. The reply carries
- * one fd per distinct segment (found by stamping each segment once: linear), and each weight
- * says where in its segment it lies. */
+ * one fd per distinct segment (found by stamping each segment once: linear), and its columns say
+ * where in its segment each weight lies. */
 static void unitreq_finish(struct unitreq *u, struct cache *cache)
 {
 	static uint64_t stamp;
@@ -130,9 +130,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
 	Weightd__PackedWeights pw;
-	Weightd__WeightInfo *wi = NULL, **wp = NULL;
 	Weightd__SegmentInfo *si = NULL, **sp = NULL;
-	bool packed = s && s->protocol >= 3;
 	void *columns = NULL;
 	int *fds = NULL;
 	struct cache_segment **segs = NULL;
@@ -147,12 +145,8 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 			session_send_error(s, u->id, &u->err);
 		goto out;
 	}
-	if (!packed) {
-		wi = calloc(u->n_outs, sizeof(*wi));
-		wp = calloc(u->n_outs, sizeof(*wp));
-	}
 	held_at = malloc(u->n_entries * sizeof(*held_at));
-	if ((!packed && (!wi || !wp)) || !held_at)
+	if (!held_at)
 		goto oom;
 	/* One walk over the weights (each a wait on memory in a large unit): the entries the client
 	 * holds already (found now, holding appends so an index found stays), and the segments
@@ -189,22 +183,8 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		session_send_error(s, u->id, &u->err);
 		goto out;
 	}
-	if (packed && pack_reply(u, &pw, &columns) < 0) {
-		for (size_t k = 0; k < u->n_entries; k++)
-			cache_drop(cache, u->outs[k].w);
-		wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
-		session_send_error(s, u->id, &u->err);
-		goto out;
-	}
-	for (size_t i = 0; !packed && i < u->n_outs; i++) {
-		struct unit_out *o = &u->outs[i];
-		struct weight *w = u->outs[o->owner].w;
-		request_weight_info(&wi[i], w, o->name_copy);
-		wi[i].fd_index = w->segment->mark_index;
-		if (o->owner != i)
-			wi[i].alias_of = u->outs[o->owner].name_copy;
-		wp[i] = &wi[i];
-	}
+	if (pack_reply(u, &pw, &columns) < 0)
+		goto oom;
 	/* The references taken for the request become the client's: a first entry was looked up
 	 * above, a repeat is looked up again. */
 	for (size_t i = 0; i < u->n_entries; i++) {
@@ -222,12 +202,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 			goto out;
 		}
 	}
-	if (packed) {
-		ur.packed = &pw;
-	} else {
-		ur.n_weights = u->n_outs;
-		ur.weights = wp;
-	}
+	ur.packed = &pw;
 	ur.n_segments = nfds;
 	ur.segments = sp;
 	ur.bytes_read = u->bytes_read;
@@ -244,8 +219,6 @@ oom:
 out:
 	unitreq_unlink(u);
 	free(columns);
-	free(wi);
-	free(wp);
 	free(si);
 	free(sp);
 	free(fds);
@@ -586,11 +559,6 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 
 	wd_error_clear(&err);
 	/* the columns are read (and every count checked against its limit) before anything else */
-	if (pu->tensors && s->protocol < 3) {
-		request_fail(s, id, WEIGHTD_E_INVALID_ARGUMENT,
-		     "unit tensors need protocol version 3; this connection speaks %u", s->protocol);
-		return;
-	}
 	if (unit_entries_init(&ue, pu, max, &err) < 0) {
 		session_send_error(s, id, &err);
 		return;

@@ -193,7 +193,8 @@ static void put_frame(uint8_t *out, size_t *n, const uint8_t *p, size_t len)
 static uint8_t *stream_of(const uint8_t *data, size_t size, size_t *ret_len)
 {
 	/* Request{id: 1, hello: {protocol_version: 2, client_name: "f", max_protocol_version: 3}}:
-	 * version 3 (columns in units); with bit 2 of byte 0 set, max_protocol_version 2 */
+	 * version 3; with bit 2 of byte 0 set, max_protocol_version 2: refused, no version in
+	 * common */
 	uint8_t hello[] = { 0x08, 0x01, 0x52, 0x07, 0x08, 0x02, 0x12, 0x01, 'f', 0x18, 0x03 };
 	uint8_t *out = malloc(size * 4 + 64); /* each 2-byte length becomes an 8-byte header */
 	size_t n = 0;

@@ -264,12 +264,13 @@ static inline void read_resp(int fd, struct resp *r)
 		}
 }
 
-/* Materialize one tensor of "tiny" on a raw connection and return its handle. */
+/* Materialize one tensor of "tiny" on a raw connection and return its handle (the first of
+ * UnitReply.packed.handle, a packed or unpacked repeated varint). */
 static inline uint64_t materialized_handle(int fd, uint64_t id, const char *tensor)
 {
 	struct pb unit;
 	struct resp r;
-	struct slice w;
+	struct slice pw, handles = { NULL, 0 };
 	uint64_t handle = 0;
 
 	unit_of(&unit, &tensor, 1);
@@ -277,8 +278,10 @@ static inline uint64_t materialized_handle(int fd, uint64_t id, const char *tens
 	read_resp(fd, &r);
 	assert_int_equal(r.code, 0);
 	assert_int_equal(r.body, 14);
-	assert_true(pb_find(r.body_msg, 1, NULL, &w));
-	assert_true(pb_find(w, 2, &handle, NULL));
+	assert_true(pb_find(r.body_msg, 4, NULL, &pw));
+	assert_true(pb_find(pw, 1, &handle, &handles));
+	if (handles.n)
+		assert_true(rd_varint(&handles, &handle));
 	assert_true(handle != 0);
 	return handle;
 }

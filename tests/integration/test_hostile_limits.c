@@ -19,8 +19,7 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* A raw connection as the current uid that said hello; non-blocking when asked. It speaks
- * version 2 at most: materialized_handle reads a unit's reply as WeightInfos, not columns. */
+/* A raw connection as the current uid that said hello; non-blocking when asked. */
 static int attacker_conn(bool nonblock)
 {
 	struct resp r;
@@ -28,7 +27,7 @@ static int attacker_conn(bool nonblock)
 
 	if (fd < 0)
 		_exit(10);
-	send_hello(fd, 1, 2);
+	send_hello(fd, 1, WEIGHTD_PROTOCOL_VERSION);
 	read_resp(fd, &r);
 	if (r.code != 0)
 		_exit(11);

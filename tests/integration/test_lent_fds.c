@@ -10,7 +10,7 @@
 
 static struct harness H;
 
-/* Tensors of "big": their reply (about 100 bytes each, version 2) is far more than a socket's
+/* Tensors of "big": their reply (about 75 bytes each in its columns) is far more than a socket's
  * buffer (about 200 KiB), so whatever is answered after it waits in weightd's queue. */
 #define BIG 8000
 #define W_BYTES 4096
@@ -98,29 +98,28 @@ static Weightd__Response *next_reply(struct wd_inbuf *in, int sock, struct wd_fr
 static void check_w(const Weightd__Response *resp, const struct wd_frame *fr, uint64_t *ret_handle)
 {
 	const Weightd__UnitReply *ur;
-	const Weightd__WeightInfo *wi;
-	const Weightd__SegmentInfo *si = NULL;
+	const Weightd__PackedWeights *pw;
+	const Weightd__SegmentInfo *si;
 	const uint8_t *p;
 
 	assert_int_equal(resp->body_case, WEIGHTD__RESPONSE__BODY_MATERIALIZE);
 	ur = resp->materialize;
-	assert_int_equal(ur->n_weights, 1);
-	wi = ur->weights[0];
-	assert_int_equal(wi->nbytes, W_BYTES);
-	for (size_t i = 0; i < ur->n_segments; i++)
-		if (ur->segments[i]->id == wi->segment)
-			si = ur->segments[i];
-	assert_non_null(si);
+	pw = ur->packed;
+	assert_non_null(pw);
+	assert_int_equal(pw->n_handle, 1);
+	assert_int_equal(pw->nbytes[0], W_BYTES);
+	assert_true(pw->segment[0] < ur->n_segments);
+	si = ur->segments[pw->segment[0]];
 	assert_true(si->fd_index < fr->nfds);
 	p = mmap(NULL, si->size, PROT_READ, MAP_SHARED, fr->fds[si->fd_index], 0);
 	assert_true(p != MAP_FAILED);
-	assert_int_equal(it_pattern_mismatch(p + wi->offset, W_BYTES, W_SEED), -1);
+	assert_int_equal(it_pattern_mismatch(p + pw->offset[0], W_BYTES, W_SEED), -1);
 	munmap((void *)p, si->size);
-	*ret_handle = wi->handle;
+	*ret_handle = pw->handle[0];
 }
 
 /*
- * A raw client (protocol version 2) asks for the 8,000 weights of "big" and then for W without
+ * A raw client asks for the 8,000 weights of "big" and then for W without
  * reading: W's reply waits in weightd's queue. It then releases W twice (its earlier hold and the
  * one the waiting reply took), an admin evicts W, whose segment goes, and takes X of another
  * checkpoint, whose new segment takes the lowest free descriptors. When the client reads, W's
@@ -157,7 +156,7 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 	it_src_entry(&w, "w", "b", "w");
 	sock = it_raw_connect(&H);
 	assert_true(sock >= 0);
-	hello.protocol_version = 2;
+	hello.protocol_version = WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
 	hello.client_name = "lender";
 	req.id = 1;
 	req.body_case = WEIGHTD__REQUEST__BODY_HELLO;
@@ -169,7 +168,7 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 	send_unit(sock, 2, big_ep, BIG);
 	resp = next_reply(in, sock, &fr);
 	assert_int_equal(resp->id, 2);
-	assert_int_equal(resp->materialize->n_weights, BIG);
+	assert_int_equal(resp->materialize->packed->n_handle, BIG);
 	weightd__response__free_unpacked(resp, NULL);
 	wd_frame_close_fds(&fr);
 	send_unit(sock, 3, &wp, 1);
@@ -212,7 +211,7 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 	/* now read: the big unit, then W, with W's bytes */
 	resp = next_reply(in, sock, &fr);
 	assert_int_equal(resp->id, 4);
-	assert_int_equal(resp->materialize->n_weights, BIG);
+	assert_int_equal(resp->materialize->packed->n_handle, BIG);
 	weightd__response__free_unpacked(resp, NULL);
 	wd_frame_close_fds(&fr);
 	resp = next_reply(in, sock, &fr);

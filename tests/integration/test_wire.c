@@ -27,7 +27,7 @@ static int hello_conn(void)
 	int fd = it_raw_connect(&H);
 
 	assert_true(fd >= 0);
-	send_hello(fd, 1, 2);
+	send_hello(fd, 1, DAEMON_MAX);
 	read_resp(fd, &r);
 	assert_int_equal(r.code, 0);
 	assert_int_equal(r.body, 10);
@@ -97,8 +97,8 @@ static void hello_versions_are_ranges(void **state)
 	static const struct { uint32_t min, max; } ok[] = {
 		{ DAEMON_MAX, 0 },                  /* a client of one version */
 		{ DAEMON_MIN, DAEMON_MAX + 7 },     /* a newer client */
-		{ 1, DAEMON_MAX },
-		{ DAEMON_MIN, DAEMON_MIN },         /* an older client */
+		{ 1, DAEMON_MAX },                  /* older versions too */
+		{ DAEMON_MIN, DAEMON_MIN },
 	};
 	char want[256];
 
@@ -169,26 +169,41 @@ static void hello_versions_are_ranges(void **state)
 	close(hello_conn());
 }
 
-/* A hello of one version this daemon does not speak, or of none, is refused by name. */
+/*
+ * A hello of one version this daemon does not speak, or of none, is refused by name. A peer of
+ * version 2 (a unit's reply one WeightInfo per output) or 1 (one fd per weight), or of the range
+ * 1 to 2, is told which side to upgrade, and its connection is closed.
+ */
 static void hello_with_another_version_is_refused(void **state)
 {
-	static const uint32_t versions[] = { 999, 1 /* before packed segments */, 0 /* unset */ };
-	static const char *const said[] = {
-		"the client speaks protocol versions 999 to 999",
-		"the client speaks protocol versions 1 to 1", "the client gave no protocol version",
+	static const struct {
+		uint32_t min, max;
+		const char *said;
+	} cases[] = {
+		{ 999, 0, "the client speaks protocol versions 999 to 999" },
+		{ 2, 0, "the client speaks protocol versions 2 to 2" },
+		{ 1, 2, "the client speaks protocol versions 1 to 2" },
+		{ 1, 0, "the client speaks protocol versions 1 to 1" },
+		{ 0, 0, "the client gave no protocol version" },
 	};
+	char want[64];
 
 	(void)state;
-	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+	snprintf(want, sizeof(want), "speaks %u to %u; upgrade the client's libweightd", DAEMON_MIN,
+		 DAEMON_MAX);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct resp r;
 		int fd = it_raw_connect(&H);
 
 		assert_true(fd >= 0);
-		send_hello(fd, 7, versions[i]);
+		send_hello_range(fd, 7, cases[i].min, cases[i].max);
 		read_resp(fd, &r);
 		assert_int_equal(r.id, 7);
 		assert_int_equal(r.code, ERR_UNSUPPORTED_VERSION);
-		if (!strstr(r.message, said[i]))
+		assert_int_equal(r.nfds, 0);
+		if (!strstr(r.message, cases[i].said))
+			fail_msg("message: %s", r.message);
+		if (cases[i].min && cases[i].min < DAEMON_MIN && !strstr(r.message, want))
 			fail_msg("message: %s", r.message);
 		expect_closed(fd);
 		close(fd);
@@ -273,7 +288,6 @@ static void too_many_pending_requests_are_refused(void **state)
 	close(fd);
 }
 
-/* The handle of the one weight in a materialize reply (UnitReply.weights[0].handle). */
 /* Release { handles = [...] } (unpacked repeated varints, which decoders must accept). */
 static void send_release(int fd, uint64_t id, const uint64_t *handles, size_t n)
 {

@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_wire_columns.c - protocol version 3's columns, spoken directly from proto/weightd.proto
- * (not through libweightd): a unit whose whole-tensor entries come as TensorEntries is answered
- * as PackedWeights that describe the same weights a version 2 reply does, with the right bytes
- * behind each fd and offset; columns that do not add up are refused by name before anything is
- * made; and a version 2 connection cannot send them. */
+/* test_wire_columns.c - a unit's columns, spoken directly from proto/weightd.proto (not through
+ * libweightd): a unit whose whole-tensor entries come as TensorEntries is answered with the same
+ * weights as the same unit of UnitEntry messages, with the right bytes behind each fd and offset;
+ * columns that do not add up are refused by name before anything is made. */
 #include <sys/mman.h>
 
 #include "float_ref.h"
@@ -71,9 +70,10 @@ static struct reply call(int sock, Weightd__Request *req)
 	return r;
 }
 
-/* A raw connection that agreed on `version`. */
-static int conn(uint32_t version)
+/* A raw connection that agreed on the current version. */
+static int conn(void)
 {
+	const uint32_t version = WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT;
 	Weightd__Request req = WEIGHTD__REQUEST__INIT;
 	Weightd__Hello hello = WEIGHTD__HELLO__INIT;
 	struct reply r;
@@ -112,46 +112,42 @@ static uint64_t daemon_weights(void)
 	return n;
 }
 
-/* The tensors of "tiny" in the version 2 unit, in the order of the entries below. */
+/* The tensors of "tiny" in the unit of UnitEntry messages, in the order of the entries below. */
 static const char *const TENSOR[] = { "model.norm.weight", "model.layers.0.input_layernorm.weight",
 				      "model.embed_tokens.weight",
 				      "model.layers.0.self_attn.q_proj.weight" };
-#define N_V2 4
+#define N_MSG 4
 
-/* The weight a v2 reply gives for `name`. */
-static const Weightd__WeightInfo *v2_weight(const Weightd__UnitReply *ur, const char *name)
+/* The first dimension of weight k in a packed reply's dims. */
+static size_t dims_at(const Weightd__PackedWeights *pw, size_t k)
 {
-	for (size_t i = 0; i < ur->n_weights; i++)
-		if (strcmp(ur->weights[i]->name, name) == 0)
-			return ur->weights[i];
-	fail_msg("no weight \"%s\" in the version 2 reply", name);
-	return NULL;
-}
-
-/* Packed weight k is described exactly as the version 2 reply describes `want`. */
-static void same_weight(const Weightd__UnitReply *ur, size_t k, const Weightd__WeightInfo *want,
-			const Weightd__UnitReply *v2)
-{
-	const Weightd__PackedWeights *pw = ur->packed;
-	size_t dims_at = 0, dl = want->digest.len;
+	size_t at = 0;
 
 	for (size_t i = 0; i < k; i++)
-		dims_at += pw->ndim[i];
-	assert_int_equal(pw->handle[k], want->handle);
-	assert_int_equal(pw->nbytes[k], want->nbytes);
-	assert_int_equal(pw->offset[k], want->offset);
-	assert_int_equal(pw->generation[k], want->generation);
-	assert_string_equal(pw->dtypes[pw->dtype[k]], want->dtype);
-	assert_int_equal(pw->ndim[k], want->n_shape);
-	assert_memory_equal(pw->dims + dims_at, want->shape, want->n_shape * sizeof(uint64_t));
-	assert_int_equal(pw->digest_algorithm.data[k], want->digest_algorithm);
-	assert_memory_equal(pw->digests.data + 32 * k, want->digest.data, dl);
-	for (size_t i = dl; i < 32; i++)
-		assert_int_equal(pw->digests.data[32 * k + i], 0);
-	assert_memory_equal(pw->keys.data + 32 * k, want->key.data, 32);
+		at += pw->ndim[i];
+	return at;
+}
+
+/* Packed weight k of ur is described exactly as weight j of want (another packed reply). */
+static void same_weight(const Weightd__UnitReply *ur, size_t k, const Weightd__UnitReply *want,
+			size_t j)
+{
+	const Weightd__PackedWeights *pw = ur->packed, *wp = want->packed;
+
+	assert_int_equal(pw->handle[k], wp->handle[j]);
+	assert_int_equal(pw->nbytes[k], wp->nbytes[j]);
+	assert_int_equal(pw->offset[k], wp->offset[j]);
+	assert_int_equal(pw->generation[k], wp->generation[j]);
+	assert_string_equal(pw->dtypes[pw->dtype[k]], wp->dtypes[wp->dtype[j]]);
+	assert_int_equal(pw->ndim[k], wp->ndim[j]);
+	assert_memory_equal(pw->dims + dims_at(pw, k), wp->dims + dims_at(wp, j),
+			    pw->ndim[k] * sizeof(uint64_t));
+	assert_int_equal(pw->digest_algorithm.data[k], wp->digest_algorithm.data[j]);
+	assert_memory_equal(pw->digests.data + 32 * k, wp->digests.data + 32 * j, 32);
+	assert_memory_equal(pw->keys.data + 32 * k, wp->keys.data + 32 * j, 32);
 	assert_true(pw->segment[k] < ur->n_segments);
-	assert_int_equal(ur->segments[pw->segment[k]]->id, want->segment);
-	assert_int_equal(ur->segments[pw->segment[k]]->id, v2->segments[want->fd_index]->id);
+	assert_true(wp->segment[j] < want->n_segments);
+	assert_int_equal(ur->segments[pw->segment[k]]->id, want->segments[wp->segment[j]]->id);
 }
 
 /* The float at element k of the fixture's values pattern with `seed`. */
@@ -183,18 +179,18 @@ static void check_f32_values(const struct reply *r, size_t k, unsigned seed)
 }
 
 /*
- * One unit, both ways: version 2 with a UnitEntry per tensor, version 3 with one UnitEntry
- * followed by four column entries over two checkpoints (one tensor named unlike its slot, one
- * slot declared) and two aliases. The columns describe every weight exactly as version 2 does
- * (same handles, segments, offsets, digests, keys: nothing is made twice), aliases point at
- * their entry, and the bytes behind an fd and offset are the checkpoint's.
+ * One unit, both ways: a UnitEntry per tensor, and one UnitEntry followed by four column entries
+ * over two checkpoints (one tensor named unlike its slot, one slot declared) and two aliases.
+ * The columns' weights are described exactly as the messages' are (same handles, segments,
+ * offsets, digests, keys: nothing is made twice), aliases point at their entry, and the bytes
+ * behind an fd and offset are the checkpoint's.
  */
 static void columns_answer_like_entries(void **state)
 {
-	int s2 = conn(2), s3 = conn(3);
-	struct it_src_entry v2e[N_V2 + 1];
-	Weightd__UnitEntry *v2p[N_V2 + 1];
-	Weightd__Unit u2 = WEIGHTD__UNIT__INIT, u3 = WEIGHTD__UNIT__INIT;
+	int sm = conn(), sc = conn();
+	struct it_src_entry me[N_MSG + 1];
+	Weightd__UnitEntry *mp[N_MSG + 1];
+	Weightd__Unit um = WEIGHTD__UNIT__INIT, uc = WEIGHTD__UNIT__INIT;
 	Weightd__TensorEntries te = WEIGHTD__TENSOR_ENTRIES__INIT;
 	Weightd__Alias a1 = WEIGHTD__ALIAS__INIT, a2 = WEIGHTD__ALIAS__INIT, *ap[2] = { &a1, &a2 };
 	static const char names[] = "model.layers.0.input_layernorm.weight\0emb\0"
@@ -205,26 +201,27 @@ static void columns_answer_like_entries(void **state)
 	uint64_t dims[] = { 64, 64 };
 	struct it_src_entry first;
 	Weightd__UnitEntry *fp = &first.e;
-	struct reply r2, r3;
+	struct reply rm, rc;
 	const Weightd__UnitReply *ur;
 	const Weightd__PackedWeights *pw;
 
 	(void)state;
-	/* version 2: the same tensors, one entry each ("b" of "other" last) */
-	for (size_t i = 0; i < N_V2; i++) {
-		it_src_entry(&v2e[i], TENSOR[i], "tiny", TENSOR[i]);
-		v2p[i] = &v2e[i].e;
+	/* the same tensors, one UnitEntry each ("b" of "other" last) */
+	for (size_t i = 0; i < N_MSG; i++) {
+		it_src_entry(&me[i], TENSOR[i], "tiny", TENSOR[i]);
+		mp[i] = &me[i].e;
 	}
-	it_src_entry(&v2e[N_V2], "b", "other", "b");
-	v2p[N_V2] = &v2e[N_V2].e;
-	u2.n_entries = N_V2 + 1;
-	u2.entries = v2p;
-	r2 = materialize(s2, 2, &u2);
-	assert_int_equal(r2.resp->body_case, WEIGHTD__RESPONSE__BODY_MATERIALIZE);
-	assert_null(r2.resp->materialize->packed);
-	assert_int_equal(r2.resp->materialize->n_weights, N_V2 + 1);
+	it_src_entry(&me[N_MSG], "b", "other", "b");
+	mp[N_MSG] = &me[N_MSG].e;
+	um.n_entries = N_MSG + 1;
+	um.entries = mp;
+	rm = materialize(sm, 2, &um);
+	assert_int_equal(rm.resp->body_case, WEIGHTD__RESPONSE__BODY_MATERIALIZE);
+	assert_non_null(rm.resp->materialize->packed);
+	assert_int_equal(rm.resp->materialize->n_weights, 0);
+	assert_int_equal(rm.resp->materialize->packed->n_handle, N_MSG + 1);
 
-	/* version 3 */
+	/* columns */
 	it_src_entry(&first, "norm", "tiny", "model.norm.weight");
 	first.e.check_slot = 1;
 	first.e.dtype = "F32";
@@ -249,19 +246,19 @@ static void columns_answer_like_entries(void **state)
 	a1.target = "model.layers.0.self_attn.q_proj.weight";
 	a2.name = "q_alias2";
 	a2.target = "q_alias";
-	u3.n_entries = 1;
-	u3.entries = &fp;
-	u3.tensors = &te;
-	u3.n_aliases = 2;
-	u3.aliases = ap;
-	r3 = materialize(s3, 3, &u3);
-	if (r3.resp->error)
-		fail_msg("refused: %s", r3.resp->error->message);
-	ur = r3.resp->materialize;
+	uc.n_entries = 1;
+	uc.entries = &fp;
+	uc.tensors = &te;
+	uc.n_aliases = 2;
+	uc.aliases = ap;
+	rc = materialize(sc, 3, &uc);
+	if (rc.resp->error)
+		fail_msg("refused: %s", rc.resp->error->message);
+	ur = rc.resp->materialize;
 	pw = ur->packed;
 	assert_non_null(pw);
 	assert_int_equal(ur->n_weights, 0);
-	assert_int_equal(ur->bytes_read, 0); /* everything was made for the version 2 unit */
+	assert_int_equal(ur->bytes_read, 0); /* everything was made for the unit of messages */
 	assert_int_equal(pw->n_handle, 5);
 	assert_int_equal(pw->n_segment, 5);
 	assert_int_equal(pw->n_offset, 5);
@@ -272,27 +269,24 @@ static void columns_answer_like_entries(void **state)
 	assert_int_equal(pw->digest_algorithm.len, 5);
 	assert_int_equal(pw->digests.len, 5 * 32);
 	assert_int_equal(pw->keys.len, 5 * 32);
-	assert_int_equal(ur->n_segments, r3.nfds);
+	assert_int_equal(ur->n_segments, rc.nfds);
 	for (size_t i = 0; i < ur->n_segments; i++)
 		assert_int_equal(ur->segments[i]->fd_index, i);
 	/* entry 0 the UnitEntry, then the columns in order */
-	same_weight(ur, 0, v2_weight(r2.resp->materialize, "model.norm.weight"), r2.resp->materialize);
-	same_weight(ur, 1, v2_weight(r2.resp->materialize, TENSOR[1]), r2.resp->materialize);
-	same_weight(ur, 2, v2_weight(r2.resp->materialize, TENSOR[2]), r2.resp->materialize);
-	same_weight(ur, 3, v2_weight(r2.resp->materialize, TENSOR[3]), r2.resp->materialize);
-	same_weight(ur, 4, v2_weight(r2.resp->materialize, "b"), r2.resp->materialize);
+	for (size_t k = 0; k <= N_MSG; k++)
+		same_weight(ur, k, rm.resp->materialize, k);
 	/* both aliases resolve to the q_proj column entry (index 1 + 2) */
 	assert_int_equal(pw->n_alias_owner, 2);
 	assert_int_equal(pw->alias_owner[0], 3);
 	assert_int_equal(pw->alias_owner[1], 3);
 	/* the bytes: input_layernorm is tensor 1 of the sample (values, seed 1), "b" seed 5 */
-	check_f32_values(&r3, 1, 1);
-	check_f32_values(&r3, 4, 5);
-	check_f32_values(&r3, 0, 8);
-	reply_free(&r2);
-	reply_free(&r3);
-	close(s2);
-	close(s3);
+	check_f32_values(&rc, 1, 1);
+	check_f32_values(&rc, 4, 5);
+	check_f32_values(&rc, 0, 8);
+	reply_free(&rm);
+	reply_free(&rc);
+	close(sm);
+	close(sc);
 }
 
 /* One refused columns request: the code, the words, the slot, and nothing made. */
@@ -322,7 +316,7 @@ static void expect_refused(int sock, Weightd__Unit *u, int code, const char *wor
  */
 static void bad_columns_are_refused_by_name(void **state)
 {
-	int s3 = conn(3);
+	int s3 = conn();
 	Weightd__Unit u = WEIGHTD__UNIT__INIT;
 	Weightd__TensorEntries te;
 	char *ckpts[] = { "other", "tiny" }, *nowhere[] = { "nowhere" }, *dtypes[] = { "F32" };
@@ -451,31 +445,11 @@ static void bad_columns_are_refused_by_name(void **state)
 	close(s3);
 }
 
-/* A version 2 connection agreed on a form without columns: sending them is refused. */
-static void columns_need_version_3(void **state)
-{
-	int s2 = conn(2);
-	Weightd__Unit u = WEIGHTD__UNIT__INIT;
-	Weightd__TensorEntries te = WEIGHTD__TENSOR_ENTRIES__INIT;
-	char *ckpts[] = { "other" };
-
-	(void)state;
-	te.names.data = (uint8_t *)"a";
-	te.names.len = 2;
-	te.n_checkpoints = 1;
-	te.checkpoints = ckpts;
-	u.tensors = &te;
-	expect_refused(s2, &u, WEIGHTD__ERROR_CODE__ERR_INVALID_ARGUMENT,
-		       "unit tensors need protocol version 3; this connection speaks 2", NULL);
-	close(s2);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(columns_answer_like_entries),
 		cmocka_unit_test(bad_columns_are_refused_by_name),
-		cmocka_unit_test(columns_need_version_3),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
