@@ -36,7 +36,7 @@ struct wc_seg;
 /* the protocol version from which units travel as columns (Unit.tensors, UnitReply.packed) */
 #define WC_PROTOCOL_COLUMNS 3
 
-/* --- errors (client.c) -------------------------------------------------------------------- */
+/* --- errors (err.c) -------------------------------------------------------------------------- */
 
 void wc_err_clear(weightd_error *err);
 /* Set code and sentence; returns -code. Accepts err == NULL. */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* client.c - libweightd's version and its error reporting (struct weightd_error). */
+/* err.c - libweightd's error reporting: filling a struct weightd_error (wc_err_*) and the
+ * names of its codes. */
 #include "internal.h"
 
 #include <stdarg.h>
@@ -7,15 +8,6 @@
 #include <string.h>
 
 #include "error.h"
-
-_Static_assert(WEIGHTD_PROTOCOL_VERSION <= WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT &&
-	       WEIGHTD_PROTOCOL_MIN_VERSION <= WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_MIN,
-	       "protocol versions follow proto/weightd.proto");
-
-const char *weightd_version(void)
-{
-	return WD_VERSION;
-}
 
 const char *weightd_code_name(int code)
 {
