@@ -158,7 +158,7 @@ static PyObject *cl_list(pyw_client *cl, PyObject *unused)
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(cl);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	r = list_of(l->sources, l->count, sizeof(*l->sources), source_dict);
 	weightd_source_list_free(l);
 	return r;
@@ -180,7 +180,7 @@ static weightd_description *describe_call(pyw_client *cl, PyObject *args, const 
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(cl);
 	if (rc < 0) {
-		pyw_error_raise(rc, &err);
+		pyw_error_raise((PyObject *)cl, rc, &err);
 		return NULL;
 	}
 	return d;
@@ -236,7 +236,7 @@ static PyObject *cl_status(pyw_client *cl, PyObject *args)
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(cl);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	r = Py_BuildValue(
 		"{s:s,s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:N,s:N,s:N}",
 		"instance", s->instance, "server_version", s->server_version, "uptime_ms",
@@ -321,7 +321,8 @@ static int conv_u32(PyObject *o, void *p)
 
 /* sel: None or a tuple ("full",) ("range", axis, start, end) ("indices", axis, [i...])
  * ("elements", start, end, [shape...]) ("shard", axis, rank, world). */
-static int make_selection(PyObject *sel, weightd_selection **ret, weightd_error *err, int *rc)
+static int make_selection(pyw_client *cl, PyObject *sel, weightd_selection **ret,
+			  weightd_error *err, int *rc)
 {
 	const char *kind;
 	uint32_t axis, rank, world;
@@ -391,7 +392,7 @@ static int make_selection(PyObject *sel, weightd_selection **ret, weightd_error 
 		return -1;
 	}
 	if (*rc < 0) {
-		pyw_error_raise(*rc, err);
+		pyw_error_raise((PyObject *)cl, *rc, err);
 		return -1;
 	}
 	return 0;
@@ -399,7 +400,8 @@ static int make_selection(PyObject *sel, weightd_selection **ret, weightd_error 
 
 static PyObject *request_new(pyw_client *cl, weightd_inflight *f)
 {
-	pyw_request *r = PyObject_New(pyw_request, &pyw_request_type);
+	pyw_state *st = pyw_state_of((PyObject *)cl);
+	pyw_request *r = st ? (pyw_request *)st->request_type->tp_alloc(st->request_type, 0) : NULL;
 
 	if (!r) {
 		weightd_inflight_free(f);
@@ -421,7 +423,7 @@ static PyObject *cl_materialize(pyw_client *cl, PyObject *args)
 	int rc;
 
 	if (!PyArg_ParseTuple(args, "ss|O:materialize", &ckpt, &tensor, &sel) ||
-	    pyw_client_check(cl) < 0 || make_selection(sel, &s, &err, &rc) < 0)
+	    pyw_client_check(cl) < 0 || make_selection(cl, sel, &s, &err, &rc) < 0)
 		return NULL;
 	if (pyw_client_enter(cl) < 0) {
 		weightd_selection_free(s);
@@ -433,7 +435,7 @@ static PyObject *cl_materialize(pyw_client *cl, PyObject *args)
 	pyw_client_leave(cl);
 	weightd_selection_free(s);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	return request_new(cl, f);
 }
 
@@ -451,7 +453,7 @@ static PyObject *cl_materialize_recipe(pyw_client *cl, PyObject *args)
 		return NULL;
 	rc = weightd_recipe_from_json(text, (size_t)len, &r, &err);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	if (pyw_client_enter(cl) < 0) {
 		weightd_recipe_free(r);
 		return NULL;
@@ -462,14 +464,15 @@ static PyObject *cl_materialize_recipe(pyw_client *cl, PyObject *args)
 	pyw_client_leave(cl);
 	weightd_recipe_free(r);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	return request_new(cl, f);
 }
 
 /* A Unit object owning u (freed if the object cannot be made). */
 static PyObject *unit_wrap(pyw_client *cl, weightd_unit *u)
 {
-	pyw_unit *un = PyObject_New(pyw_unit, &pyw_unit_type);
+	pyw_state *st = pyw_state_of((PyObject *)cl);
+	pyw_unit *un = st ? (pyw_unit *)st->unit_type->tp_alloc(st->unit_type, 0) : NULL;
 
 	if (!un) {
 		weightd_unit_free(u);
@@ -495,7 +498,7 @@ static PyObject *cl_unit_from_json(pyw_client *cl, PyObject *args)
 		return NULL;
 	rc = weightd_unit_from_json(cl->c, text, (size_t)len, &u, &err);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	return unit_wrap(cl, u);
 }
 
@@ -571,7 +574,7 @@ static PyObject *cl_unit_from_tensors(pyw_client *cl, PyObject *args)
 		weightd_selection *sel = NULL;
 
 		if (!t || (c != Py_None && !(cast = PyUnicode_AsUTF8(c))) ||
-		    make_selection(opt_item(sels, i), &sel, &err, &rc) < 0)
+		    make_selection(cl, opt_item(sels, i), &sel, &err, &rc) < 0)
 			goto fail;
 		if (rc >= 0)
 			rc = fill_tensor_slot(u, ckpt, t, sel, cast, &err);
@@ -582,7 +585,7 @@ static PyObject *cl_unit_from_tensors(pyw_client *cl, PyObject *args)
 	Py_XDECREF(casts);
 	if (rc < 0) {
 		weightd_unit_free(u);
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	}
 	return unit_wrap(cl, u);
 fail:
@@ -605,7 +608,7 @@ static PyObject *cl_reload(pyw_client *cl, PyObject *unused)
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(cl);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	Py_RETURN_NONE;
 }
 
@@ -622,7 +625,7 @@ static PyObject *cl_evict(pyw_client *cl, PyObject *unused)
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(cl);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	return Py_BuildValue("(KK)", (unsigned long long)n, (unsigned long long)bytes);
 }
 
@@ -652,7 +655,7 @@ static PyObject *cl_subscribe(pyw_client *cl, PyObject *arg)
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(cl);
 	if (rc < 0)
-		pyw_error_raise(rc, &err);
+		pyw_error_raise((PyObject *)cl, rc, &err);
 out:
 	PyMem_Free(names);
 	Py_DECREF(fast);   /* owns the strings names[] pointed into */
@@ -683,7 +686,7 @@ static PyObject *cl_poll_events(pyw_client *cl, PyObject *args)
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(cl);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	r = Py_BuildValue("(NK)", list_of(l->events, l->count, sizeof(*l->events), event_dict),
 			  (unsigned long long)l->dropped);
 	weightd_event_list_free(l);
@@ -709,11 +712,23 @@ static PyObject *cl_closed(pyw_client *cl, void *unused)
 	return PyBool_FromLong(!cl->c || cl->closing);
 }
 
+/* A client refers to nothing but its type, which tp_clear never drops: it needs no tp_clear, and
+ * its traverse lets a cycle through its type and module be collected. */
+static int cl_traverse(pyw_client *cl, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE(cl));
+	return 0;
+}
+
 static void cl_dealloc(pyw_client *cl)
 {
+	PyTypeObject *tp = Py_TYPE(cl);
+
+	PyObject_GC_UnTrack(cl);
 	if (!pyw_client_forked(cl))
 		weightd_close(cl->c);   /* no call can be running: each holds a reference */
-	PyObject_Free(cl);
+	tp->tp_free(cl);
+	Py_DECREF(tp);
 }
 
 static PyMethodDef cl_methods[] = {
@@ -749,13 +764,19 @@ static PyGetSetDef cl_getset[] = {
 	{ NULL, NULL, NULL, NULL, NULL }
 };
 
-PyTypeObject pyw_client_type = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "weightd._weightd.Client",
-	.tp_basicsize = sizeof(pyw_client),
-	.tp_dealloc = (destructor)cl_dealloc,
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "A connection to weightd (made by connect()).",
-	.tp_methods = cl_methods,
-	.tp_getset = cl_getset,
+static PyType_Slot cl_type_slots[] = {
+	{ Py_tp_dealloc, cl_dealloc },
+	{ Py_tp_traverse, cl_traverse },
+	{ Py_tp_doc, "A connection to weightd (made by connect())." },
+	{ Py_tp_methods, cl_methods },
+	{ Py_tp_getset, cl_getset },
+	{ 0, NULL },
+};
+
+PyType_Spec pyw_client_spec = {
+	.name = "weightd._weightd.Client",
+	.basicsize = sizeof(pyw_client),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+		 Py_TPFLAGS_DISALLOW_INSTANTIATION,
+	.slots = cl_type_slots,
 };

@@ -1,32 +1,57 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* module.c - the weightd._weightd module: connect(), errors as weightd.Error, type registration. */
+/* module.c - the weightd._weightd module: multi-phase init and its per-module state, connect(),
+ * errors raised as weightd.Error. */
 #include "pyweightd.h"
 
-static PyObject *error_factory;   /* weightd.errors._make (code, name, message, fields...) */
-static PyTypeObject *weight_class;
-
-PyTypeObject *pyw_weight_class(void)
+pyw_state *pyw_state_of(PyObject *obj)
 {
-	return weight_class ? weight_class : &pyw_weight_type;
+	PyObject *m = PyType_GetModuleByDef(Py_TYPE(obj), &pyw_module_def);
+
+	return m ? PyModule_GetState(m) : NULL;
 }
 
-/* Build the exception through the Python factory so its class follows the code; never fails
- * silently (a factory error replaces it). Always returns NULL. */
-PyObject *pyw_error_raise(int rc, const weightd_error *err)
+/* Looked up on the first weight made, not at exec: weightd/__init__.py defines weightd.Weight
+ * as a subclass of this module's Weight, so it cannot exist before the module does. A copy of
+ * the module loaded apart from the package makes weights of its own type. */
+PyTypeObject *pyw_weight_class(pyw_state *st)
+{
+	PyObject *pkg, *cls;
+
+	if (st->weight_class)
+		return st->weight_class;
+	pkg = PyImport_ImportModule("weightd");
+	if (!pkg)
+		return NULL;
+	cls = PyObject_GetAttrString(pkg, "Weight");
+	Py_DECREF(pkg);
+	if (!cls)
+		return NULL;
+	if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, st->weight_type)) {
+		Py_DECREF(cls);
+		cls = Py_NewRef(st->weight_type);
+	}
+	st->weight_class = (PyTypeObject *)cls;
+	return st->weight_class;
+}
+
+/* The class comes from weightd.errors.error_class, so the package keeps the one definition of
+ * the hierarchy; a failure to build the exception replaces it. Always returns NULL. */
+static PyObject *error_raise(pyw_state *st, int rc, const weightd_error *err)
 {
 	int code = err && err->code ? err->code : (rc < 0 ? -rc : rc);
-	const char *msg = err && err->message[0] ? err->message : weightd_code_name(code);
-	PyObject *exc;
+	const char *name = weightd_code_name(code);
+	const char *msg = err && err->message[0] ? err->message : name;
+	PyObject *cls, *exc;
 
-	if (!error_factory) {
-		PyErr_Format(PyExc_RuntimeError, "weightd: %s", msg);
+	cls = PyObject_CallFunction(st->error_class, "s", name);
+	if (!cls)
 		return NULL;
-	}
-	exc = PyObject_CallFunction(error_factory, "issssskiLL", code, weightd_code_name(code), msg,
-				    err ? err->checkpoint : "", err ? err->tensor : "",
-				    err ? err->slot : "", (unsigned long)(err ? err->node : 0),
-				    (int)(err ? err->axis : -1), (long long)(err ? err->expected : 0),
-				    (long long)(err ? err->actual : 0));
+	exc = PyObject_CallFunction(
+		cls, "ssisssKiLL", msg, name, code, err ? err->checkpoint : "",
+		err ? err->tensor : "", err ? err->slot : "",
+		(unsigned long long)(err ? err->node : 0), (int)(err ? err->axis : -1),
+		(long long)(err ? err->expected : 0), (long long)(err ? err->actual : 0));
+	Py_DECREF(cls);
 	if (!exc)
 		return NULL;
 	PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
@@ -34,30 +59,17 @@ PyObject *pyw_error_raise(int rc, const weightd_error *err)
 	return NULL;
 }
 
-static PyObject *mod_set_classes(PyObject *self, PyObject *args)
+PyObject *pyw_error_raise(PyObject *owner, int rc, const weightd_error *err)
 {
-	PyObject *factory, *wclass;
+	pyw_state *st = pyw_state_of(owner);
 
-	if (!PyArg_ParseTuple(args, "OO!", &factory, &PyType_Type, &wclass))
-		return NULL;
-	if (!PyCallable_Check(factory)) {
-		PyErr_SetString(PyExc_TypeError, "error factory must be callable");
-		return NULL;
-	}
-	if (!PyType_IsSubtype((PyTypeObject *)wclass, &pyw_weight_type)) {
-		PyErr_SetString(PyExc_TypeError, "weight class must derive from _weightd.Weight");
-		return NULL;
-	}
-	Py_INCREF(factory);
-	Py_XSETREF(error_factory, factory);
-	Py_INCREF(wclass);
-	Py_XSETREF(weight_class, (PyTypeObject *)wclass);
-	Py_RETURN_NONE;
+	return st ? error_raise(st, rc, err) : NULL;
 }
 
 static PyObject *mod_connect(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "socket", "name", NULL };
+	pyw_state *st = PyModule_GetState(self);
 	const char *path = NULL, *name = NULL;
 	weightd_client *c = NULL;
 	weightd_error err;
@@ -70,8 +82,8 @@ static PyObject *mod_connect(PyObject *self, PyObject *args, PyObject *kw)
 	rc = weightd_connect(path, name, &c, &err);
 	Py_END_ALLOW_THREADS
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
-	cl = PyObject_New(pyw_client, &pyw_client_type);
+		return error_raise(st, rc, &err);
+	cl = (pyw_client *)st->client_type->tp_alloc(st->client_type, 0);
 	if (!cl) {
 		weightd_close(c);
 		return NULL;
@@ -97,47 +109,102 @@ static PyObject *mod_version(PyObject *self, PyObject *unused)
 	return PyUnicode_FromString(weightd_version());
 }
 
+/* Make the types and take the error classes from weightd.errors (which imports nothing of the
+ * extension, so importing it here while weightd/__init__.py is still running is safe). On
+ * failure the module is dropped, and its clear releases what was made. */
+static int mod_exec(PyObject *m)
+{
+	pyw_state *st = PyModule_GetState(m);
+	struct {
+		PyType_Spec *spec;
+		PyTypeObject **type;
+	} types[] = {
+		{ &pyw_client_spec, &st->client_type },
+		{ &pyw_weight_spec, &st->weight_type },
+		{ &pyw_unit_spec, &st->unit_type },
+		{ &pyw_request_spec, &st->request_type },
+	};
+	PyObject *errors;
+
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		*types[i].type = (PyTypeObject *)PyType_FromModuleAndSpec(m, types[i].spec, NULL);
+		if (!*types[i].type || PyModule_AddType(m, *types[i].type) < 0)
+			return -1;
+	}
+	errors = PyImport_ImportModule("weightd.errors");
+	if (!errors)
+		return -1;
+	st->error_class = PyObject_GetAttrString(errors, "error_class");
+	Py_DECREF(errors);
+	if (!st->error_class)
+		return -1;
+	if (PyModule_AddIntConstant(m, "MAX_DIMS", WEIGHTD_MAX_DIMS) < 0 ||
+	    PyModule_AddStringConstant(m, "DEFAULT_SOCKET", WEIGHTD_DEFAULT_SOCKET) < 0)
+		return -1;
+	return 0;
+}
+
+/* The state's references take part in cycles (each type refers back to the module), so the
+ * collector must see them. */
+static int mod_traverse(PyObject *m, visitproc visit, void *arg)
+{
+	pyw_state *st = PyModule_GetState(m);
+
+	Py_VISIT(st->client_type);
+	Py_VISIT(st->weight_type);
+	Py_VISIT(st->unit_type);
+	Py_VISIT(st->request_type);
+	Py_VISIT(st->error_class);
+	Py_VISIT(st->weight_class);
+	return 0;
+}
+
+static int mod_clear(PyObject *m)
+{
+	pyw_state *st = PyModule_GetState(m);
+
+	Py_CLEAR(st->client_type);
+	Py_CLEAR(st->weight_type);
+	Py_CLEAR(st->unit_type);
+	Py_CLEAR(st->request_type);
+	Py_CLEAR(st->error_class);
+	Py_CLEAR(st->weight_class);
+	return 0;
+}
+
+static void mod_free(void *m)
+{
+	mod_clear(m);
+}
+
 static PyMethodDef mod_methods[] = {
 	{ "connect", (PyCFunction)(void (*)(void))mod_connect, METH_VARARGS | METH_KEYWORDS,
 	  "connect(socket=None, name=None) -> Client\n\nConnect to weightd (GIL released)." },
-	{ "code_name", mod_code_name, METH_O, "code_name(code) -> str: the protocol's name of a code." },
-	{ "library_version", mod_version, METH_NOARGS, "library_version() -> str: libweightd's version." },
-	{ "_set_classes", mod_set_classes, METH_VARARGS,
-	  "_set_classes(error_factory, weight_class): used once by weightd/__init__.py." },
+	{ "code_name", mod_code_name, METH_O,
+	  "code_name(code) -> str: the protocol's name of a code." },
+	{ "library_version", mod_version, METH_NOARGS,
+	  "library_version() -> str: libweightd's version." },
 	{ NULL, NULL, 0, NULL }
 };
 
-static struct PyModuleDef mod_def = {
-	PyModuleDef_HEAD_INIT, "weightd._weightd",
-	"Low-level binding of libweightd; use the weightd package instead.", -1, mod_methods,
-	NULL, NULL, NULL, NULL
+static PyModuleDef_Slot mod_slots[] = {
+	{ Py_mod_exec, mod_exec },
+	{ 0, NULL },
+};
+
+PyModuleDef pyw_module_def = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "weightd._weightd",
+	.m_doc = "Low-level binding of libweightd; use the weightd package instead.",
+	.m_size = sizeof(pyw_state),
+	.m_methods = mod_methods,
+	.m_slots = mod_slots,
+	.m_traverse = mod_traverse,
+	.m_clear = mod_clear,
+	.m_free = mod_free,
 };
 
 PyMODINIT_FUNC PyInit__weightd(void)
 {
-	PyTypeObject *types[] = { &pyw_client_type, &pyw_weight_type, &pyw_unit_type,
-				  &pyw_request_type };
-	PyObject *m;
-
-	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
-		if (PyType_Ready(types[i]) < 0)
-			return NULL;
-	m = PyModule_Create(&mod_def);
-	if (!m)
-		return NULL;
-	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
-		const char *dot = strrchr(types[i]->tp_name, '.');
-		Py_INCREF(types[i]);
-		if (PyModule_AddObject(m, dot ? dot + 1 : types[i]->tp_name, (PyObject *)types[i]) < 0) {
-			Py_DECREF(types[i]);
-			Py_DECREF(m);
-			return NULL;
-		}
-	}
-	if (PyModule_AddIntConstant(m, "MAX_DIMS", WEIGHTD_MAX_DIMS) < 0 ||
-	    PyModule_AddStringConstant(m, "DEFAULT_SOCKET", WEIGHTD_DEFAULT_SOCKET) < 0) {
-		Py_DECREF(m);
-		return NULL;
-	}
-	return m;
+	return PyModuleDef_Init(&pyw_module_def);
 }

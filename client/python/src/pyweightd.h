@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* pyweightd.h - the weightd._weightd extension: shared declarations of its three types (Client,
- * Weight, Unit, plus the in-flight Request) over libweightd's public API. */
+/* pyweightd.h - the weightd._weightd extension: shared declarations of its module state and of
+ * its four heap types (Client, Weight, Unit, Request) over libweightd's public API. */
 #ifndef PYWEIGHTD_H
 #define PYWEIGHTD_H
 
@@ -68,12 +68,30 @@ typedef struct pyw_request {
 	weightd_inflight *f;       /* NULL once finish() took it */
 } pyw_request;
 
-extern PyTypeObject pyw_client_type, pyw_weight_type, pyw_unit_type, pyw_request_type;
+/*
+ * The state of one _weightd module object (one per interpreter, or per re-initialisation): its
+ * types, made from the specs below by the module's exec, and what it takes from the weightd
+ * package. Every pointer is a strong reference, visited and cleared with the module.
+ */
+typedef struct pyw_state {
+	PyTypeObject *client_type, *weight_type, *unit_type, *request_type;
+	PyObject *error_class; /* weightd.errors.error_class: code name -> weightd.Error class */
+	PyTypeObject *weight_class; /* weightd.Weight once looked up (see pyw_weight_class) */
+} pyw_state;
 
-/* module.c: raise the weightd.Error (subclass) that `err` describes (rc: the call's return). */
-PyObject *pyw_error_raise(int rc, const weightd_error *err);
-/* The Python class instances of Weight are made of (weightd.Weight, registered at import). */
-PyTypeObject *pyw_weight_class(void);
+extern PyModuleDef pyw_module_def;
+extern PyType_Spec pyw_client_spec, pyw_weight_spec, pyw_unit_spec, pyw_request_spec;
+
+/* module.c: the state of the module whose types `obj` is an instance of (or of a subclass of);
+ * NULL with an exception set for any other object. */
+pyw_state *pyw_state_of(PyObject *obj);
+/* Raise the weightd.Error (subclass) that `err` describes (rc: the call's return), as the
+ * module of `owner` (an object of one of its types) knows it. Always returns NULL. */
+PyObject *pyw_error_raise(PyObject *owner, int rc, const weightd_error *err);
+/* The class a new Weight is made of: weightd.Weight, which adds the numpy and torch views, when
+ * it derives from this module's Weight type; else that type itself. NULL with an exception set
+ * when the weightd package cannot be imported. */
+PyTypeObject *pyw_weight_class(pyw_state *st);
 
 /* client.c: enter/leave a call made without the GIL; enter raises when the client is closed or
  * belongs to the parent of a fork. */

@@ -25,7 +25,7 @@ static PyObject *req_poll(pyw_request *r, PyObject *unused)
 	if (rc < 0) {
 		weightd_inflight_free(r->f);
 		r->f = NULL;
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)r, rc, &err);
 	}
 	return PyBool_FromLong(w != NULL);
 }
@@ -46,7 +46,7 @@ static PyObject *req_finish(pyw_request *r, PyObject *unused)
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(r->client);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)r, rc, &err);
 	return pyw_weight_new_owned(r->client, w);
 }
 
@@ -58,12 +58,32 @@ static PyObject *req_cancel(pyw_request *r, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
+static int req_traverse(pyw_request *r, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE(r));
+	Py_VISIT(r->client);
+	return 0;
+}
+
+/* Breaks a cycle through the request by abandoning it, as cancel() and then deallocation
+ * would. */
+static int req_clear(pyw_request *r)
+{
+	if (r->f && !pyw_client_forked(r->client))
+		weightd_inflight_free(r->f);   /* allowed after the client closed */
+	r->f = NULL;
+	Py_CLEAR(r->client);
+	return 0;
+}
+
 static void req_dealloc(pyw_request *r)
 {
-	if (!pyw_client_forked(r->client))
-		weightd_inflight_free(r->f);   /* allowed after the client closed */
-	Py_XDECREF(r->client);
-	PyObject_Free(r);
+	PyTypeObject *tp = Py_TYPE(r);
+
+	PyObject_GC_UnTrack(r);
+	req_clear(r);
+	tp->tp_free(r);
+	Py_DECREF(tp);
 }
 
 static PyMethodDef req_methods[] = {
@@ -76,12 +96,19 @@ static PyMethodDef req_methods[] = {
 	{ NULL, NULL, 0, NULL }
 };
 
-PyTypeObject pyw_request_type = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "weightd._weightd.Request",
-	.tp_basicsize = sizeof(pyw_request),
-	.tp_dealloc = (destructor)req_dealloc,
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "An in-flight materialization (from Client.materialize*).",
-	.tp_methods = req_methods,
+static PyType_Slot req_type_slots[] = {
+	{ Py_tp_dealloc, req_dealloc },
+	{ Py_tp_traverse, req_traverse },
+	{ Py_tp_clear, req_clear },
+	{ Py_tp_doc, "An in-flight materialization (from Client.materialize*)." },
+	{ Py_tp_methods, req_methods },
+	{ 0, NULL },
+};
+
+PyType_Spec pyw_request_spec = {
+	.name = "weightd._weightd.Request",
+	.basicsize = sizeof(pyw_request),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+		 Py_TPFLAGS_DISALLOW_INSTANTIATION,
+	.slots = req_type_slots,
 };

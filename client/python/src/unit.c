@@ -42,7 +42,7 @@ static PyObject *unit_submit(pyw_unit *un, PyObject *unused)
 	pyw_client_leave(un->client);
 	pyw_unit_maybe_free(un);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)un, rc, &err);
 	un->submitted = 1;
 	un->validated = 0;
 	Py_RETURN_NONE;
@@ -57,7 +57,7 @@ static PyObject *unit_poll(pyw_unit *un, PyObject *unused)
 		return NULL;
 	rc = weightd_unit_poll(un->u, &done, &err);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)un, rc, &err);
 	return PyBool_FromLong(done);
 }
 
@@ -80,7 +80,7 @@ static PyObject *unit_validate(pyw_unit *un, PyObject *unused)
 	pyw_unit_maybe_free(un);
 	if (rc < 0) {
 		un->submitted = 0;
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)un, rc, &err);
 	}
 	un->validated = 1;
 	Py_RETURN_NONE;
@@ -139,12 +139,34 @@ static PyObject *unit_exports(pyw_unit *un, void *unused)
 	return PyLong_FromSsize_t(un->exports);
 }
 
+static int unit_traverse(pyw_unit *un, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE(un));
+	Py_VISIT(un->client);
+	return 0;
+}
+
+/* Breaks a cycle through the unit by letting it go, as release() and then deallocation would;
+ * while a slot's view is exported the unit keeps its mapping (and the client) until the view's
+ * own clear releases it. */
+static int unit_clear(pyw_unit *un)
+{
+	if (un->exports || un->busy)
+		return 0;
+	un->released = 1;
+	pyw_unit_maybe_free(un);
+	Py_CLEAR(un->client);
+	return 0;
+}
+
 static void unit_dealloc(pyw_unit *un)
 {
-	if (!pyw_client_forked(un->client))
-		weightd_unit_free(un->u);   /* no export or slot weight is left: each holds one */
-	Py_XDECREF(un->client);
-	PyObject_Free(un);
+	PyTypeObject *tp = Py_TYPE(un);
+
+	PyObject_GC_UnTrack(un);
+	unit_clear(un); /* no export or slot weight is left: each holds a reference */
+	tp->tp_free(un);
+	Py_DECREF(tp);
 }
 
 static PyMethodDef unit_methods[] = {
@@ -169,13 +191,20 @@ static PyGetSetDef unit_getset[] = {
 	{ NULL, NULL, NULL, NULL, NULL }
 };
 
-PyTypeObject pyw_unit_type = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "weightd._weightd.Unit",
-	.tp_basicsize = sizeof(pyw_unit),
-	.tp_dealloc = (destructor)unit_dealloc,
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "A unit of slots bound all-or-nothing (from Client.unit_from_json).",
-	.tp_methods = unit_methods,
-	.tp_getset = unit_getset,
+static PyType_Slot unit_type_slots[] = {
+	{ Py_tp_dealloc, unit_dealloc },
+	{ Py_tp_traverse, unit_traverse },
+	{ Py_tp_clear, unit_clear },
+	{ Py_tp_doc, "A unit of slots bound all-or-nothing (from Client.unit_from_json)." },
+	{ Py_tp_methods, unit_methods },
+	{ Py_tp_getset, unit_getset },
+	{ 0, NULL },
+};
+
+PyType_Spec pyw_unit_spec = {
+	.name = "weightd._weightd.Unit",
+	.basicsize = sizeof(pyw_unit),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+		 Py_TPFLAGS_DISALLOW_INSTANTIATION,
+	.slots = unit_type_slots,
 };

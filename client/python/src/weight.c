@@ -79,11 +79,13 @@ static PyObject *digest_bytes(const uint8_t *p, size_t len)
 	return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)len);
 }
 
-/* A new Python weight describing `w` (copied into Python objects). */
-static pyw_weight *weight_alloc(const weightd_weight *w)
+/* A new Python weight describing `w` (copied into Python objects), of the class the module of
+ * `owner` makes weights of. */
+static pyw_weight *weight_alloc(PyObject *owner, const weightd_weight *w)
 {
-	PyTypeObject *cls = pyw_weight_class();
-	pyw_weight *self = (pyw_weight *)cls->tp_alloc(cls, 0);
+	pyw_state *st = pyw_state_of(owner);
+	PyTypeObject *cls = st ? pyw_weight_class(st) : NULL;
+	pyw_weight *self = cls ? (pyw_weight *)cls->tp_alloc(cls, 0) : NULL;
 	size_t ndim = weightd_weight_ndim(w);
 	const uint64_t *shape = weightd_weight_shape(w);
 
@@ -123,7 +125,7 @@ static pyw_weight *weight_alloc(const weightd_weight *w)
  * share() runs without the GIL, so the buffer protocol must never need to map. */
 PyObject *pyw_weight_new_owned(pyw_client *cl, weightd_weight *w)
 {
-	pyw_weight *self = weight_alloc(w);
+	pyw_weight *self = weight_alloc((PyObject *)cl, w);
 	weightd_error err;
 	int rc;
 
@@ -137,7 +139,7 @@ PyObject *pyw_weight_new_owned(pyw_client *cl, weightd_weight *w)
 	rc = weightd_weight_map(w, &self->data, &err);
 	if (rc < 0) {
 		Py_DECREF(self);   /* releases w */
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	}
 	return (PyObject *)self;
 }
@@ -151,7 +153,7 @@ PyObject *pyw_weight_new_slot(pyw_unit *un, const char *slot)
 		PyErr_Format(PyExc_KeyError, "unit has no bound slot \"%s\"", slot);
 		return NULL;
 	}
-	self = weight_alloc(w);
+	self = weight_alloc((PyObject *)un, w);
 	if (!self)
 		return NULL;
 	self->slot = PyUnicode_FromString(slot);
@@ -236,11 +238,6 @@ static void wt_releasebuffer(pyw_weight *self, Py_buffer *view)
 	maybe_free(self);
 }
 
-static PyBufferProcs wt_as_buffer = {
-	.bf_getbuffer = (getbufferproc)wt_getbuffer,
-	.bf_releasebuffer = (releasebufferproc)wt_releasebuffer,
-};
-
 static PyObject *wt_release(pyw_weight *self, PyObject *unused)
 {
 	self->released = 1;
@@ -266,7 +263,7 @@ static PyObject *wt_share(pyw_weight *self, PyObject *unused)
 	pyw_client_leave(cl);
 	maybe_free(self);
 	if (rc < 0)
-		return pyw_error_raise(rc, &err);
+		return pyw_error_raise((PyObject *)cl, rc, &err);
 	return pyw_weight_new_owned(cl, nw);
 }
 
@@ -309,27 +306,51 @@ static PyObject *wt_handle(pyw_weight *self, void *unused)
 	return PyLong_FromUnsignedLongLong(self->handle);
 }
 
+/* Visits the type too: a subclass (weightd.Weight) leaves that to its heap-type base. */
 static int wt_traverse(pyw_weight *self, visitproc visit, void *arg)
 {
+	Py_VISIT(Py_TYPE(self));
 	Py_VISIT(self->unit);
+	Py_VISIT(self->client);
+	Py_VISIT(self->slot);
+	Py_VISIT(self->name);
+	Py_VISIT(self->dtype);
+	Py_VISIT(self->shape);
+	Py_VISIT(self->digest);
+	Py_VISIT(self->key);
+	return 0;
+}
+
+/* Breaks a cycle through the weight by letting it go, as release() and then deallocation would.
+ * While a view is exported, the unit and client stay: the view points into the mapping they
+ * own, and its own clear (or end) releases it first. The description (strings, a tuple of
+ * ints, bytes) cannot lead back to the weight, so it stays for dealloc. */
+static int wt_clear(pyw_weight *self)
+{
+	if (self->exports || self->busy)
+		return 0;
+	self->released = 1;
+	maybe_free(self);
+	Py_CLEAR(self->unit);
+	Py_CLEAR(self->client);
 	return 0;
 }
 
 static void wt_dealloc(pyw_weight *self)
 {
+	PyTypeObject *tp = Py_TYPE(self);
+
 	PyObject_GC_UnTrack(self);
-	self->released = 1;
-	maybe_free(self);   /* no export can be left: each holds a reference */
-	Py_CLEAR(self->unit);
-	Py_CLEAR(self->client);
+	wt_clear(self); /* no export can be left: each holds a reference */
 	Py_CLEAR(self->slot);
 	Py_CLEAR(self->name);
 	Py_CLEAR(self->dtype);
 	Py_CLEAR(self->shape);
 	Py_CLEAR(self->digest);
 	Py_CLEAR(self->key);
-	/* a Python subclass's own dealloc drops the reference to its type after this */
-	Py_TYPE(self)->tp_free(self);
+	tp->tp_free(self);
+	/* a Python subclass's dealloc leaves this to its heap-type base */
+	Py_DECREF(tp);
 }
 
 static PyMethodDef wt_methods[] = {
@@ -365,16 +386,24 @@ static PyGetSetDef wt_getset[] = {
 	{ NULL, NULL, NULL, NULL, NULL }
 };
 
-PyTypeObject pyw_weight_type = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "weightd._weightd.Weight",
-	.tp_basicsize = sizeof(pyw_weight),
-	.tp_dealloc = (destructor)wt_dealloc,
-	.tp_traverse = (traverseproc)wt_traverse,
-	.tp_as_buffer = &wt_as_buffer,
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-	.tp_doc = "A weight held from weightd (read-only buffer).",
-	.tp_methods = wt_methods,
-	.tp_members = wt_members,
-	.tp_getset = wt_getset,
+static PyType_Slot wt_type_slots[] = {
+	{ Py_tp_dealloc, wt_dealloc },
+	{ Py_tp_traverse, wt_traverse },
+	{ Py_tp_clear, wt_clear },
+	{ Py_bf_getbuffer, wt_getbuffer },
+	{ Py_bf_releasebuffer, wt_releasebuffer },
+	{ Py_tp_doc, "A weight held from weightd (read-only buffer)." },
+	{ Py_tp_methods, wt_methods },
+	{ Py_tp_members, wt_members },
+	{ Py_tp_getset, wt_getset },
+	{ 0, NULL },
+};
+
+/* A base type: weightd.Weight derives from it to add the numpy and torch views. */
+PyType_Spec pyw_weight_spec = {
+	.name = "weightd._weightd.Weight",
+	.basicsize = sizeof(pyw_weight),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC |
+		 Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+	.slots = wt_type_slots,
 };

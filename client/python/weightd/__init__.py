@@ -31,7 +31,7 @@ from ._dtypes import is_packed, numpy_dtype, torch_dtype
 from ._types import (Description, Event, Events, JobStatus, MetaEntry, ServerInfo, SourceInfo,
                      Status, TensorInfo, WeightStatus, _description, _status)
 from .errors import (Disconnected, Error, InvalidArgument, NotFound, PermissionDenied,
-                     ResourceExhausted, SourceChanged, _make)
+                     ResourceExhausted, SourceChanged)
 
 __all__ = [
     "connect", "Client", "Weight", "LoadedUnit", "Error", "NotFound", "PermissionDenied",
@@ -121,8 +121,6 @@ class Weight(_weightd.Weight):
         return (f"<weightd.Weight {self.name!r} {self.dtype}{list(self.shape)} "
                 f"{self.nbytes} bytes gen {self.generation}{state}>")
 
-
-_weightd._set_classes(_make, Weight)
 
 
 def _torch_view(w: Weight, torch: Any) -> Any:

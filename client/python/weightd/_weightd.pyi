@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Type stubs of the extension module weightd._weightd (libweightd's binding). Use the weightd
 # package, which wraps these.
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 MAX_DIMS: int
 DEFAULT_SOCKET: str
@@ -9,7 +9,6 @@ DEFAULT_SOCKET: str
 def connect(socket: Optional[str] = ..., name: Optional[str] = ...) -> Client: ...
 def code_name(code: int) -> str: ...
 def library_version() -> str: ...
-def _set_classes(error_factory: Callable[..., BaseException], weight_class: Type[Weight]) -> None: ...
 
 class Client:
     closed: bool

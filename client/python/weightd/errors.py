@@ -99,12 +99,7 @@ for _name in ("invalid-argument", "out-of-range", "empty-inputs", "dtype-mismatc
 
 
 def error_class(code: str) -> Type[Error]:
-    """The exception class raised for a protocol code name (``Error`` for the others)."""
+    """The exception class raised for a protocol code name (``Error`` for the others). The
+    extension raises what this returns, built as ``cls(message, code, number, checkpoint,
+    tensor, slot, node, axis, expected, actual)``."""
     return _BY_CODE.get(code, Error)
-
-
-def _make(number: int, code: str, message: str, checkpoint: str, tensor: str, slot: str,
-          node: int, axis: int, expected: int, actual: int) -> Error:
-    """Called by the extension to build the exception for a failed call."""
-    cls = _BY_CODE.get(code, Error)
-    return cls(message, code, number, checkpoint, tensor, slot, node, axis, expected, actual)
