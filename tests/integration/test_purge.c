@@ -28,13 +28,16 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* weightd --purge with up to five more arguments (NULL-terminated), stdout in out. */
-static int purge(char *out, size_t cap, const char *a1, const char *a2, const char *a3,
-		 const char *a4, const char *a5)
+/* weightd --purge with up to seven more arguments (up to the first NULL), stdout in out. */
+static int purge(char *out, size_t cap, ...)
 {
-	char *argv[] = { (char *)harness_weightd(), "--purge", (char *)a1, (char *)a2, (char *)a3,
-			 (char *)a4, (char *)a5, NULL };
+	char *argv[10] = { (char *)harness_weightd(), "--purge" };
+	va_list ap;
 
+	va_start(ap, cap);
+	for (size_t i = 2; i < 9 && (argv[i] = va_arg(ap, char *)); i++)
+		;
+	va_end(ap);
 	out[0] = '\0';
 	return harness_run(argv, out, cap, (uid_t)-1);
 }
@@ -80,7 +83,8 @@ static void nothing_left_nothing_removed(void **state)
 	assert_non_null(strstr(out, "removed 0 segments under /dev/shm/"));
 	assert_non_null(strstr(out, "and 0 state records"));
 	assert_int_equal(purge(out, sizeof(out), "--json", "--prefix", H.prefix, "--state-dir",
-			       H.dir), 0);
+			       H.dir, "--socket", sock, NULL),
+			 0);
 	assert_non_null(strstr(out, "\"segments\": 0"));
 	assert_non_null(strstr(out, "\"state_records\": 0"));
 	assert_non_null(strstr(out, H.prefix));

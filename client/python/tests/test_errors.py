@@ -104,7 +104,7 @@ def test_default_socket_comes_from_the_environment(daemon, monkeypatch):
     with weightd.connect() as c:
         assert [s.name for s in c.list()] == ["m"]   # "secret" is not listed for us
     monkeypatch.setenv("WEIGHTD_SOCKET", "")
-    with pytest.raises(weightd.Error) as e:
+    with wdtest.default_socket_hidden(), pytest.raises(weightd.Error) as e:
         weightd.connect()
     assert weightd.DEFAULT_SOCKET in str(e.value)
 

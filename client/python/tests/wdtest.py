@@ -4,6 +4,8 @@ safetensors and GGUF writers (independent of weightd's code)."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -13,7 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import pytest
 
 import weightd
 
@@ -155,6 +159,29 @@ class Daemon:
             except FileNotFoundError:
                 pass
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def default_socket_hidden() -> Iterator[None]:
+    """Within the block, nothing serves weightd.DEFAULT_SOCKET for this process, even where a
+    system weightd does: its directory is covered by an empty tmpfs in a mount namespace of this
+    process's own, removed again at the end. Skips the test when that needs privileges this
+    process lacks."""
+    where = os.path.dirname(weightd.DEFAULT_SOCKET)
+    if not os.path.exists(weightd.DEFAULT_SOCKET):
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    clone_newns, ms_rec, ms_private = 0x20000, 0x4000, 0x40000
+    if (libc.unshare(clone_newns) != 0 or
+            libc.mount(None, b"/", None, ms_rec | ms_private, None) != 0 or
+            libc.mount(b"tmpfs", where.encode(), b"tmpfs", 0, None) != 0):
+        pytest.skip(f"a weightd serves {weightd.DEFAULT_SOCKET}, and this process cannot hide "
+                    f"it: {os.strerror(ctypes.get_errno())}")
+    try:
+        yield
+    finally:
+        libc.umount2(where.encode(), 0)
 
 
 def env_for_child() -> Dict[str, str]:
