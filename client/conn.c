@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "frame.h"
 
 /*
@@ -466,14 +467,6 @@ static int read_some(weightd_client *c, int timeout_ms)
 	return 1;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static bool cond_holds(weightd_client *c, struct wc_pending *p)
 {
 	return p ? p->done : (c->ev_count > 0 || c->dead);
@@ -481,7 +474,7 @@ static bool cond_holds(weightd_client *c, struct wc_pending *p)
 
 bool wc_wait(weightd_client *c, struct wc_pending *p, int timeout_ms)
 {
-	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+	int64_t deadline = timeout_ms > 0 ? (int64_t)wd_clock_ms() + timeout_ms : 0;
 	bool ok;
 
 	pthread_mutex_lock(&c->mu);
@@ -491,7 +484,7 @@ bool wc_wait(weightd_client *c, struct wc_pending *p, int timeout_ms)
 		if (cond_holds(c, p) || c->dead)
 			break;
 		if (timeout_ms > 0) {
-			int64_t d = deadline - now_ms();
+			int64_t d = deadline - (int64_t)wd_clock_ms();
 
 			if (d <= 0)
 				break;
@@ -524,7 +517,8 @@ bool wc_wait(weightd_client *c, struct wc_pending *p, int timeout_ms)
 		pthread_mutex_lock(&c->mu);
 		c->reading = false;
 		pthread_cond_broadcast(&c->cv);
-		if (timeout_ms == 0 || (r == 0 && timeout_ms > 0 && now_ms() >= deadline))
+		if (timeout_ms == 0 ||
+		    (r == 0 && timeout_ms > 0 && (int64_t)wd_clock_ms() >= deadline))
 			break;
 	}
 	ok = cond_holds(c, p);

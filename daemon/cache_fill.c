@@ -9,22 +9,14 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cache_int.h"
+#include "clock.h"
 #include "fill.h"
 #include "log.h"
 #include "source.h"
 #include "state.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* /dev/shm has no room for a segment: say how much it has left, in the structured fields too. */
 static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weightd_error *err)
@@ -61,7 +53,7 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 {
 	struct job *j = (struct job *)t;
 	weightd_error err;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = wd_clock_ns();
 	int r;
 
 	wd_error_clear(&err);
@@ -77,7 +69,7 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 			&j->progress, scratch, j->digest, &j->bytes_read, &err);
 	if (r < 0)
 		goto fail;
-	j->ns = now_ns() - t0;
+	j->ns = wd_clock_ns() - t0;
 	j->status = 0;
 	return;
 fail:
@@ -377,7 +369,7 @@ static int run_fill(struct job *first, size_t n, struct wd_scratch *scratch)
 	const struct wd_source *src;
 	weightd_error err;
 	uint32_t file;
-	uint64_t off, span = 0, t0 = now_ns(), at = first->offset, len = 0, pos = 0, ns;
+	uint64_t off, span = 0, t0 = wd_clock_ns(), at = first->offset, len = 0, pos = 0, ns;
 	struct job *j = first;
 	int niov = 0;
 
@@ -418,7 +410,7 @@ static int run_fill(struct job *first, size_t n, struct wd_scratch *scratch)
 	}
 	if (niov && write_iov(first->fd, iov, niov, at, len) < 0)
 		return -1;
-	ns = (now_ns() - t0) / n;
+	ns = (wd_clock_ns() - t0) / n;
 	j = first;
 	for (size_t i = 0; i < n; i++, j = STAILQ_NEXT(j, batch_link)) {
 		j->bytes_read = j->nbytes;

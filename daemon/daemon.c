@@ -7,15 +7,12 @@
 
 #include "cache.h"
 #include "catalog.h"
+#include "clock.h"
 #include "log.h"
 
 uint64_t daemon_uptime_ms(const struct daemon *d)
 {
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (uint64_t)(now.tv_sec - d->started.tv_sec) * 1000u +
-	       (uint64_t)((now.tv_nsec - d->started.tv_nsec) / 1000000);
+	return (wd_clock_ns() - d->started_ns) / 1000000u;
 }
 
 uint64_t daemon_effective_budget(const struct config *cfg)

@@ -6,7 +6,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
-#include <time.h>
 
 #include "config.h"
 
@@ -30,7 +29,7 @@ struct stats {
 	uint64_t materialize_ns;        /* summed wall time of successful jobs */
 	uint64_t foreign_segments;      /* objects under the prefix weightd did not make (at start,
 				         * then as status last found them) */
-	uint64_t foreign_scan_ms;       /* when status last looked (session_now_ms; 0: never) */
+	uint64_t foreign_scan_ms;       /* when status last looked (wd_clock_ms; 0: never) */
 	uint64_t clients_refused;       /* connections refused by max_clients / per-uid limits */
 	uint64_t clients_timed_out;     /* disconnected idle, or stuck in the middle of a frame */
 	uint64_t partial_bytes;         /* bytes held in partially received frames, all clients */
@@ -51,7 +50,7 @@ struct daemon {
 	LIST_HEAD(, preload_set) preloads; /* the daemon's own holds (preload.c) */
 	struct reload *reload;          /* reload.c */
 	struct stats stats;
-	struct timespec started;
+	uint64_t started_ns;            /* wd_clock_ns() at start */
 	char instance[80];              /* shm prefix, shown to clients */
 	int log_level_cli;              /* --log-level, or -1: the file's log_level decides */
 	bool socket_activated;          /* the socket came from systemd (socket* keys unused) */

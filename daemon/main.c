@@ -14,6 +14,7 @@
 
 #include "cache.h"
 #include "catalog.h"
+#include "clock.h"
 #include "config.h"
 #include "daemon.h"
 #include "heap.h"
@@ -279,7 +280,7 @@ int main(int argc, char **argv)
 	}
 	snprintf(d.instance, sizeof(d.instance), "%s", d.cfg->shm_prefix);
 	raise_fd_limit();
-	clock_gettime(CLOCK_MONOTONIC, &d.started);
+	d.started_ns = wd_clock_ns();
 	signal(SIGPIPE, SIG_IGN);
 	if (!foreground && !getenv("NOTIFY_SOCKET") && daemonize(&ready_fd) < 0) {
 		log_err("cannot detach: %s", strerror(errno));

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 
 STAILQ_HEAD(pool_tasks, pool_task);
@@ -43,17 +44,6 @@ static void push_done(struct pool *p, struct pool_task *t)
 		log_err("worker: eventfd write failed");
 }
 
-static void deadline_after(struct timespec *ts, unsigned ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 /*
  * A worker's bounce buffers and hasher (WD_SCRATCH_BYTES x 2 plus the hasher's slots) are made
  * when its first task arrives and given back after idle_ms without work, so an idle daemon holds
@@ -77,7 +67,7 @@ static void *worker_main(void *arg)
 				pthread_cond_wait(&p->cond, &p->lock);
 				continue;
 			}
-			deadline_after(&ts, p->idle_ms);
+			ts = wd_clock_deadline(p->idle_ms);
 			if (pthread_cond_timedwait(&p->cond, &p->lock, &ts) == ETIMEDOUT &&
 			    STAILQ_EMPTY(&p->queue)) {
 				pthread_mutex_unlock(&p->lock);
@@ -284,7 +274,7 @@ bool pool_free(struct pool *p, unsigned grace_ms)
 	p->stop = true;
 	pthread_cond_broadcast(&p->cond);
 	if (grace_ms) {
-		deadline_after(&ts, grace_ms);
+		ts = wd_clock_deadline(grace_ms);
 		while (p->live > 0)
 			if (pthread_cond_timedwait(&p->exited, &p->lock, &ts) == ETIMEDOUT)
 				break;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "daemon.h"
 #include "log.h"
 #include "request.h"
@@ -358,7 +359,7 @@ static void note_foreign(const char *name, void *arg)
 static void recount_foreign(struct daemon *d)
 {
 	struct foreign_seen seen = { 0 };
-	uint64_t now = session_now_ms();
+	uint64_t now = wd_clock_ms();
 	int n;
 
 	if (d->stats.foreign_scan_ms && now - d->stats.foreign_scan_ms < FOREIGN_RESCAN_MS)

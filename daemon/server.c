@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon.h"
 #include "log.h"
 #include "peer.h"
@@ -206,7 +207,7 @@ void server_add_client(struct server *srv, int fd)
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *srv = arg;
-	uint64_t now = session_now_ms();
+	uint64_t now = wd_clock_ms();
 	struct session *s, *next;
 
 	for (s = LIST_FIRST(&srv->sessions); s; s = next) {

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon.h"
 #include "heap.h"
 #include "log.h"
@@ -28,15 +29,6 @@
 #define LINGER_PER_UID 4          /* refused connections of one uid kept open to read why */
 #define LINGER_MS 1000            /* for at most this long */
 #define LINGER_DISCARD (1u << 20) /* reading and dropping at most this much of what they send */
-
-/* Milliseconds on the monotonic clock (timeouts). */
-uint64_t session_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* Heap a decoded request takes per byte of its frame, about (heap_reserve before decoding). */
 #define SESSION_DECODE_HEAP_PER_BYTE 6
@@ -76,7 +68,7 @@ static void account(struct session *s)
 	if (partial > s->partial_peak)
 		s->partial_peak = partial;
 	if (mid && !s->mid_frame)
-		s->mid_since_ms = session_now_ms();
+		s->mid_since_ms = wd_clock_ms();
 	s->mid_frame = mid;
 	account_fds(s);
 }
@@ -141,7 +133,7 @@ static void session_flush(struct session *s)
 	}
 	s->fds_in_flight += fds_before - wd_outq_fds(s->out);
 	if (wd_outq_bytes(s->out) != before)
-		s->active_ms = session_now_ms();
+		s->active_ms = wd_clock_ms();
 	account_fds(s);
 	if (r == 0 && s->close_after_flush) {
 		session_kill(s, "closed after its last reply");
@@ -177,7 +169,7 @@ void session_resume(struct session *s)
 		evtimer_add(s->ev_later, &again);
 		return;
 	}
-	wait = uid_wait_ns(s->uu, uid_now_ns());
+	wait = uid_wait_ns(s->uu, wd_clock_ns());
 	if (wait) {
 		look_again_in(s, wait);
 		return;
@@ -218,7 +210,7 @@ void session_refuse(struct session *s, int code, const char *fmt, ...)
 	/* No request is taken any more, and what was buffered goes at once. */
 	s->read_closed = true;
 	s->refused = true;
-	s->refused_ms = session_now_ms();
+	s->refused_ms = wd_clock_ms();
 	wd_inbuf_free(s->in);
 	s->in = wd_inbuf_new(s->d->cfg->max_frame_bytes, 0);
 	if (!s->in) {
@@ -686,7 +678,7 @@ static void session_yield(struct session *s, uint64_t wait)
  */
 static void process_frames(struct session *s)
 {
-	uint64_t turn = uid_now_ns(), now = turn;
+	uint64_t turn = wd_clock_ns(), now = turn;
 
 	for (;;) {
 		struct wd_frame f;
@@ -745,14 +737,14 @@ static void process_frames(struct session *s)
 			session_kill(s, "undecodable request");
 			return;
 		}
-		s->active_ms = session_now_ms();
+		s->active_ms = wd_clock_ms();
 		s->d->stats.requests++;
 		s->dispatching = true;
 		request_dispatch(s, req);
 		s->dispatching = false;
 		wd_msg_free(req);
 		{
-			uint64_t t = uid_now_ns();
+			uint64_t t = wd_clock_ns();
 
 			if (!s->dead)
 				uid_charge(s->uu, t, t - now);
@@ -822,7 +814,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	if (s->uu) {
-		uint64_t now = uid_now_ns();
+		uint64_t now = wd_clock_ns();
 
 		uid_touch(s->uu, now); /* it asks, served or not */
 		if (uid_heavy(s->uu, now)) {
@@ -917,7 +909,7 @@ struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64
 		return NULL;
 	}
 	s->privileged = s->peer.uid == 0 || s->peer.uid == geteuid();
-	s->active_ms = session_now_ms();
+	s->active_ms = wd_clock_ms();
 	s->in = wd_inbuf_new(d->cfg->max_frame_bytes, 0);
 	s->out = wd_outq_new();
 	if (s->in)

@@ -93,10 +93,7 @@ void session_free(struct session *s);
  * seen empty). */
 size_t session_fds_in_flight(struct session *s);
 
-/* Monotonic milliseconds (what the timeouts compare). */
-uint64_t session_now_ms(void);
-
-/* Periodic check from the server (now = session_now_ms()): frame and idle timeouts, and resuming
+/* Periodic check from the server (now = wd_clock_ms()): frame and idle timeouts, and resuming
  * a session paused by its uid's fd limit. May kill or refuse it. */
 void session_tick(struct session *s, uint64_t now);
 /* Take requests again if it was paused and its fds are within limits now. */

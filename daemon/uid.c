@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 
@@ -102,7 +103,7 @@ found:
 
 void uid_put(struct uid_usage *uu)
 {
-	if (!uu || --uu->conns || uu->busy_until_ns > uid_now_ns())
+	if (!uu || --uu->conns || uu->busy_until_ns > wd_clock_ns())
 		return;
 	LIST_REMOVE(uu, link);
 	free(uu);
@@ -111,7 +112,7 @@ void uid_put(struct uid_usage *uu)
 void uid_sweep(struct uid_table *t)
 {
 	struct uid_usage *uu, *next;
-	uint64_t now = uid_now_ns();
+	uint64_t now = wd_clock_ns();
 
 	for (uu = LIST_FIRST(&t->uids); uu; uu = next) {
 		next = LIST_NEXT(uu, link);
@@ -152,14 +153,6 @@ uint64_t uid_max_pending(const struct uid_usage *uu, const struct config *cfg)
 	if (!uu || !uu->table)
 		return cfg->uid_max_pending;
 	return cut(uu->table->cfg->uid_max_pending, uu->table->nofile / 8);
-}
-
-uint64_t uid_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /*

@@ -30,11 +30,11 @@ struct uid_usage {
 	uint64_t segments;  /* segments held: each connection's distinct ones, summed */
 	uint64_t weights;   /* weights held: each connection's distinct ones, summed */
 	uint32_t refusals_logged;
-	uint64_t active_ns;	 /* when it last sent a request (uid_now_ns) */
+	uint64_t active_ns;	 /* when it last sent a request (wd_clock_ns) */
 	uint64_t active_busy_ns; /* the table's busy_ns then */
 	/* the loop's time (libevent's, per pass) of its last expensive request */
 	struct timeval gate;
-	uint64_t heavy_ns;	/* when that request ended (uid_now_ns) */
+	uint64_t heavy_ns;	/* when that request ended (wd_clock_ns) */
 	uint64_t busy_until_ns; /* it takes no request before this, for others' share of the loop */
 	LIST_ENTRY(uid_usage) link; /* in the table's list of uids */
 };
@@ -71,8 +71,6 @@ uint64_t uid_max_segments(const struct uid_usage *uu, const struct config *cfg);
 uint64_t uid_max_queue_fds(const struct uid_usage *uu, const struct config *cfg);
 uint64_t uid_max_pending(const struct uid_usage *uu, const struct config *cfg);
 
-/* Monotonic nanoseconds (what the fair share of the main thread is counted in). */
-uint64_t uid_now_ns(void);
 /* A request of uu's took `spent` ns of the main thread, ending at `now`: charge it. */
 void uid_charge(struct uid_usage *uu, uint64_t now, uint64_t spent);
 /* False from an expensive request of uu's until the loop has polled its sockets again: none of

@@ -6,16 +6,13 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "clock.h"
 #include "weightd/client.h"
 
 static inline double bench_now(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double)wd_clock_ns() * 1e-9;
 }
 
 static inline int bench_cmp_double(const void *a, const void *b)

@@ -59,6 +59,7 @@
 #include <openssl/evp.h>
 #include <xxhash.h>
 
+#include "clock.h"
 #include "harness.h"
 #include "weightd/client.h"
 
@@ -104,10 +105,7 @@ static void die(const char *fmt, ...)
 
 static double now(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double)wd_clock_ns() * 1e-9;
 }
 
 static int cmp_double(const void *a, const void *b)
