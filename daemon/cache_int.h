@@ -5,9 +5,9 @@
 #define WD_CACHE_INT_H
 
 #include "cache.h"
-#include "daemon.h"
 #include "sink.h"
 #include "slab.h"
+#include "stats.h"
 
 struct waiter {
 	cache_cb cb;

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "cache.h"
-#include "daemon.h"
+#include "stats.h"
 #include "st_writer.h"
 
 #define N_T 9
