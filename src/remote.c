@@ -1,0 +1,988 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* remote.c - ranged reads of S3 and HTTP(S) objects with libcurl: URLs, pins, retries, errors. */
+#include "remote.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+
+enum kind { KIND_S3, KIND_HTTP };
+
+struct wd_remote {
+	enum kind kind;
+	bool dir;
+	char *base; /* s3: the request URL's prefix up to the key; http: the URL before any query */
+	char *key;  /* s3: the key or prefix, unencoded; http: unused */
+	char *query; /* http: "?..." kept after every member, or "" */
+	char shown[WD_REMOTE_SHOWN_MAX];
+	char *sigv4; /* "aws:amz:<region>:s3", or NULL: unsigned */
+	char *access_key, *secret_key;
+	struct curl_slist *fixed; /* headers every request carries (token, content hash) */
+	char *ca_file;
+	const char *protocols;
+	long connect_timeout_ms, low_speed_time, low_speed_bytes;
+	unsigned retries, backoff_ms, backoff_max_ms;
+	CURLSH *share;
+	pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
+	_Atomic uint64_t bytes, requests, nretries, errors;
+};
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc;
+
+static void global_init(void)
+{
+	global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+bool wd_remote_is_url(const char *path)
+{
+	return path && (strncmp(path, "s3://", 5) == 0 || strncmp(path, "https://", 8) == 0 ||
+			strncmp(path, "http://", 7) == 0);
+}
+
+/* Bytes a URL path may carry as they are (RFC 3986 unreserved, plus the separator). */
+static bool unreserved(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+	       c == '-' || c == '.' || c == '_' || c == '~' || c == '/';
+}
+
+/* s with every other byte percent-encoded, appended to a new string after prefix. */
+static char *join_encoded(const char *prefix, const char *s, const char *suffix)
+{
+	size_t pl = strlen(prefix), sl = strlen(s), xl = strlen(suffix);
+	char *out = malloc(pl + 3 * sl + xl + 1), *p;
+
+	if (!out)
+		return NULL;
+	memcpy(out, prefix, pl);
+	p = out + pl;
+	for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+		if (unreserved(*c)) {
+			*p++ = (char)*c;
+		} else {
+			static const char hex[] = "0123456789ABCDEF";
+			*p++ = '%';
+			*p++ = hex[*c >> 4];
+			*p++ = hex[*c & 15];
+		}
+	}
+	memcpy(p, suffix, xl + 1);
+	return out;
+}
+
+/* scheme://host[:port]/path of url, without userinfo, query or fragment, into buf. */
+static void shown_of(const char *url, char *buf, size_t cap)
+{
+	const char *scheme_end = strstr(url, "://");
+	const char *host = scheme_end ? scheme_end + 3 : url;
+	const char *path = host + strcspn(host, "/?#");
+	const char *at = memchr(host, '@', (size_t)(path - host));
+	size_t plen = strcspn(path, "?#");
+
+	if (at)
+		host = at + 1;
+	snprintf(buf, cap, "%.*s%.*s%.*s", scheme_end ? (int)(scheme_end + 3 - url) : 0, url,
+		 (int)(path - host), host, (int)plen, path);
+}
+
+static void lock_cb(CURL *h, curl_lock_data data, curl_lock_access access, void *arg)
+{
+	struct wd_remote *r = arg;
+
+	(void)h;
+	(void)access;
+	if (data >= 0 && data < CURL_LOCK_DATA_LAST)
+		pthread_mutex_lock(&r->locks[data]);
+}
+
+static void unlock_cb(CURL *h, curl_lock_data data, void *arg)
+{
+	struct wd_remote *r = arg;
+
+	(void)h;
+	if (data >= 0 && data < CURL_LOCK_DATA_LAST)
+		pthread_mutex_unlock(&r->locks[data]);
+}
+
+static char *dup_or_null(const char *s, bool *oom)
+{
+	char *d;
+
+	if (!s)
+		return NULL;
+	d = strdup(s);
+	if (!d)
+		*oom = true;
+	return d;
+}
+
+static int open_s3(struct wd_remote *r, const char *url, const struct wd_remote_opts *o,
+		   weightd_error *err)
+{
+	const char *b = url + 5, *slash = strchr(b, '/');
+	const char *region = o->region && *o->region ? o->region : "us-east-1";
+	size_t blen = slash ? (size_t)(slash - b) : strlen(b);
+	char endpoint[512], bucket[256];
+	bool oom = false;
+	int n;
+
+	if (blen == 0 || blen >= sizeof(bucket) || strcspn(b, "?#") < strlen(b))
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "%s: an s3 URL is s3://BUCKET/KEY or s3://BUCKET/PREFIX/",
+				    r->shown);
+	memcpy(bucket, b, blen);
+	bucket[blen] = '\0';
+	for (size_t i = 0; i < blen; i++)
+		if (!unreserved((unsigned char)bucket[i]) || bucket[i] == '/')
+			return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+					    "%s: bucket name %s has characters S3 does not allow",
+					    r->shown, bucket);
+	if (o->endpoint && *o->endpoint)
+		n = snprintf(endpoint, sizeof(endpoint), "%s", o->endpoint);
+	else
+		n = snprintf(endpoint, sizeof(endpoint), "https://s3.%s.amazonaws.com", region);
+	if (n < 0 || (size_t)n >= sizeof(endpoint))
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s: endpoint too long",
+				    r->shown);
+	while (n > 0 && endpoint[n - 1] == '/')
+		endpoint[--n] = '\0';
+	if (strncmp(endpoint, "https://", 8) != 0 && strncmp(endpoint, "http://", 7) != 0)
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "%s: the endpoint must start with https:// (or http://)",
+				    r->shown);
+	if (strncmp(endpoint, "http://", 7) == 0 && !o->allow_http)
+		return wd_error_set(
+			err, WEIGHTD_E_INVALID_ARGUMENT,
+			"%s: the endpoint is plain http://, which this checkpoint does not allow",
+			r->shown);
+	if (o->path_style) {
+		size_t len = strlen(endpoint) + blen + 3;
+		r->base = malloc(len);
+		if (r->base)
+			snprintf(r->base, len, "%s/%s/", endpoint, bucket);
+	} else {
+		const char *host = strstr(endpoint, "://") + 3;
+		size_t len = strlen(endpoint) + blen + 3;
+		r->base = malloc(len);
+		if (r->base)
+			snprintf(r->base, len, "%.*s%s.%s/", (int)(host - endpoint), endpoint,
+				 bucket, host);
+	}
+	r->key = strdup(slash ? slash + 1 : "");
+	if (!r->base || !r->key)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	r->dir = !*r->key || r->key[strlen(r->key) - 1] == '/';
+	if (o->access_key && o->secret_key) {
+		size_t len = strlen(region) + 16;
+		r->sigv4 = malloc(len);
+		if (r->sigv4)
+			snprintf(r->sigv4, len, "aws:amz:%s:s3", region);
+		r->access_key = dup_or_null(o->access_key, &oom);
+		r->secret_key = dup_or_null(o->secret_key, &oom);
+		if (!r->sigv4 || oom)
+			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	/* S3 wants the payload's hash in a header of every signed request: a GET has none. */
+	r->fixed = curl_slist_append(
+		r->fixed, "x-amz-content-sha256: "
+			  "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	if (!r->fixed)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	if (r->sigv4 && o->session_token) {
+		char *h = malloc(strlen(o->session_token) + 32);
+		struct curl_slist *l = NULL;
+		if (h) {
+			sprintf(h, "x-amz-security-token: %s", o->session_token);
+			l = curl_slist_append(r->fixed, h);
+			explicit_bzero(h, strlen(h));
+			free(h);
+		}
+		if (!l)
+			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		r->fixed = l;
+	}
+	return 0;
+}
+
+static int open_http(struct wd_remote *r, const char *url, const struct wd_remote_opts *o,
+		     weightd_error *err)
+{
+	size_t qpos = strcspn(url, "?#");
+	const char *host = strstr(url, "://") + 3;
+
+	if (strncmp(url, "http://", 7) == 0 && !o->allow_http)
+		return wd_error_set(
+			err, WEIGHTD_E_INVALID_ARGUMENT,
+			"%s: plain http:// needs allow_http in this checkpoint's section",
+			r->shown);
+	if (strcspn(host, "/?#") == 0)
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s: the URL names no host",
+				    r->shown);
+	r->base = strndup(url, qpos);
+	r->query = strdup(url[qpos] == '?' ? url + qpos : "");
+	if (!r->base || !r->query)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	if (url[qpos] == '?') {
+		char *hash = strchr(r->query, '#');
+		if (hash)
+			*hash = '\0';
+	}
+	r->dir = qpos > 0 && url[qpos - 1] == '/';
+	if (o->bearer_token) {
+		char *h = malloc(strlen(o->bearer_token) + 32);
+		if (h) {
+			sprintf(h, "Authorization: Bearer %s", o->bearer_token);
+			r->fixed = curl_slist_append(NULL, h);
+			explicit_bzero(h, strlen(h));
+			free(h);
+		}
+		if (!r->fixed)
+			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	return 0;
+}
+
+int wd_remote_open(const char *url, const struct wd_remote_opts *opts, struct wd_remote **ret,
+		   weightd_error *err)
+{
+	static const struct wd_remote_opts none;
+	const struct wd_remote_opts *o = opts ? opts : &none;
+	struct wd_remote *r;
+	bool oom = false;
+	int rc;
+
+	if (!wd_remote_is_url(url))
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "not an s3://, https:// or http:// URL");
+	pthread_once(&global_once, global_init);
+	if (global_rc != CURLE_OK)
+		return wd_error_set(err, WEIGHTD_E_INTERNAL, "libcurl did not initialise: %s",
+				    curl_easy_strerror(global_rc));
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_init(&r->locks[i], NULL);
+	shown_of(url, r->shown, sizeof(r->shown));
+	r->kind = strncmp(url, "s3://", 5) == 0 ? KIND_S3 : KIND_HTTP;
+	rc = r->kind == KIND_S3 ? open_s3(r, url, o, err) : open_http(r, url, o, err);
+	if (rc < 0)
+		goto fail;
+	r->ca_file = dup_or_null(o->ca_file, &oom);
+	r->protocols = o->allow_http ? "http,https" : "https";
+	r->connect_timeout_ms = o->connect_timeout_ms ? (long)o->connect_timeout_ms : 10000;
+	r->low_speed_time = o->low_speed_time_s ? (long)o->low_speed_time_s : 30;
+	r->low_speed_bytes = o->low_speed_bytes ? (long)o->low_speed_bytes : 1024;
+	r->retries = o->retries ? o->retries : 6;
+	r->backoff_ms = o->backoff_ms ? o->backoff_ms : 200;
+	r->backoff_max_ms = o->backoff_max_ms ? o->backoff_max_ms : 10000;
+	r->share = curl_share_init();
+	if (oom || !r->share) {
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto fail;
+	}
+	curl_share_setopt(r->share, CURLSHOPT_LOCKFUNC, lock_cb);
+	curl_share_setopt(r->share, CURLSHOPT_UNLOCKFUNC, unlock_cb);
+	curl_share_setopt(r->share, CURLSHOPT_USERDATA, r);
+	curl_share_setopt(r->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+	curl_share_setopt(r->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+	curl_share_setopt(r->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+	*ret = r;
+	return 0;
+fail:
+	wd_remote_free(r);
+	return rc;
+}
+
+static void wipe_free(char *s)
+{
+	if (s) {
+		explicit_bzero(s, strlen(s));
+		free(s);
+	}
+}
+
+void wd_remote_free(struct wd_remote *r)
+{
+	if (!r)
+		return;
+	if (r->share)
+		curl_share_cleanup(r->share);
+	for (struct curl_slist *l = r->fixed; l; l = l->next)
+		explicit_bzero(l->data, strlen(l->data));
+	curl_slist_free_all(r->fixed);
+	free(r->base);
+	free(r->key);
+	wipe_free(r->query);
+	free(r->sigv4);
+	wipe_free(r->access_key);
+	wipe_free(r->secret_key);
+	free(r->ca_file);
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_destroy(&r->locks[i]);
+	free(r);
+}
+
+bool wd_remote_is_dir(const struct wd_remote *r)
+{
+	return r->dir;
+}
+
+const char *wd_remote_shown(const struct wd_remote *r)
+{
+	return r->shown;
+}
+
+void wd_remote_counters(const struct wd_remote *r, struct wd_remote_counters *ret)
+{
+	ret->bytes = atomic_load(&r->bytes);
+	ret->requests = atomic_load(&r->requests);
+	ret->retries = atomic_load(&r->nretries);
+	ret->errors = atomic_load(&r->errors);
+}
+
+/* A member name a directory may be asked for: relative, no empty, "." or ".." component. */
+static bool member_ok(const char *name)
+{
+	const char *p = name;
+
+	if (!*name || *name == '/' || strlen(name) > 1024)
+		return false;
+	while (*p) {
+		size_t len = strcspn(p, "/");
+		if (len == 0 || (len == 1 && p[0] == '.') ||
+		    (len == 2 && p[0] == '.' && p[1] == '.'))
+			return false;
+		for (size_t i = 0; i < len; i++)
+			if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f || p[i] == '?' ||
+			    p[i] == '#')
+				return false;
+		p += len;
+		if (*p == '/')
+			p++;
+		else
+			break;
+	}
+	return name[strlen(name) - 1] != '/';
+}
+
+void wd_remote_object_clear(struct wd_remote_object *o)
+{
+	if (!o)
+		return;
+	wipe_free(o->url);
+	memset(o, 0, sizeof(*o));
+}
+
+/* ---- one transfer ----------------------------------------------------------------------- */
+
+/*
+ * A piece of an object in flight: [off, off + len), of which `got` bytes have arrived and been
+ * written. One attempt is one request for [off + got, off + len).
+ */
+struct piece {
+	const struct wd_remote_object *obj;
+	uint64_t off, len, got;
+	uint64_t asked;	    /* where the current attempt's range starts */
+	unsigned char *buf; /* destination: a buffer, or */
+	int fd;		    /* an fd at fd_off (when buf is NULL) */
+	uint64_t fd_off;
+	bool stat; /* pinning: [0, 1) asked for, identity taken from the answer */
+	unsigned attempts;
+	uint64_t not_before; /* ms, monotonic */
+	CURL *h;
+	struct curl_slist *headers;
+	char errbuf[CURL_ERROR_SIZE];
+	/* what the current answer said */
+	long status;
+	bool have_range;
+	uint64_t range_start, range_total;
+	char etag[WD_REMOTE_ETAG_MAX];
+	char version[WD_REMOTE_VERSION_MAX];
+	char body[512]; /* the start of an error answer (S3 says why in XML) */
+	size_t body_len;
+	curl_off_t content_length; /* of the last answer, -1 when it gave none */
+	int fail; /* a fatal problem found while receiving (-code), with its text */
+	char fail_text[256];
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Copy a header's value (trimmed) into buf. */
+static void header_value(const char *v, size_t n, char *buf, size_t cap)
+{
+	while (n && (*v == ' ' || *v == '\t')) {
+		v++;
+		n--;
+	}
+	while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+		n--;
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(buf, v, n);
+	buf[n] = '\0';
+}
+
+static bool header_is(const char *line, size_t n, const char *name, const char **val, size_t *vn)
+{
+	size_t l = strlen(name);
+
+	if (n <= l || strncasecmp(line, name, l) != 0 || line[l] != ':')
+		return false;
+	*val = line + l + 1;
+	*vn = n - l - 1;
+	return true;
+}
+
+static size_t on_header(char *line, size_t size, size_t nitems, void *arg)
+{
+	struct piece *p = arg;
+	size_t n = size * nitems, vn;
+	const char *v;
+	char tmp[128];
+
+	if (n > 5 && strncmp(line, "HTTP/", 5) == 0) {
+		/* a new answer (after a redirect or a 100): forget the last one's headers */
+		const char *sp = memchr(line, ' ', n);
+		p->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+		p->have_range = false;
+		p->etag[0] = p->version[0] = '\0';
+		p->body_len = 0;
+	} else if (header_is(line, n, "ETag", &v, &vn)) {
+		header_value(v, vn, p->etag, sizeof(p->etag));
+	} else if (header_is(line, n, "x-amz-version-id", &v, &vn)) {
+		header_value(v, vn, p->version, sizeof(p->version));
+	} else if (header_is(line, n, "Content-Range", &v, &vn)) {
+		unsigned long long a, b, t;
+		header_value(v, vn, tmp, sizeof(tmp));
+		if (sscanf(tmp, "bytes %llu-%llu/%llu", &a, &b, &t) == 3) {
+			p->have_range = true;
+			p->range_start = a;
+			p->range_total = t;
+		} else if (sscanf(tmp, "bytes */%llu", &t) == 1) {
+			p->have_range = true;
+			p->range_start = UINT64_MAX;
+			p->range_total = t;
+		}
+	}
+	return n;
+}
+
+static void piece_fail(struct piece *p, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void piece_fail(struct piece *p, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (p->fail)
+		return;
+	p->fail = -code;
+	va_start(ap, fmt);
+	vsnprintf(p->fail_text, sizeof(p->fail_text), fmt, ap);
+	va_end(ap);
+}
+
+/* Write what arrived; 0 on a problem (curl then ends the transfer with CURLE_WRITE_ERROR). */
+static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
+{
+	struct piece *p = arg;
+	size_t n = size * nitems;
+	if (p->status < 200 || p->status > 299) {
+		size_t room = sizeof(p->body) - 1 - p->body_len;
+		size_t take = n < room ? n : room;
+		memcpy(p->body + p->body_len, data, take);
+		p->body_len += take;
+		p->body[p->body_len] = '\0';
+		return n;
+	}
+	if (p->stat)
+		return 0; /* the headers are what was wanted */
+	if (p->obj->etag[0] && p->etag[0] && strcmp(p->obj->etag, p->etag) != 0) {
+		piece_fail(p, WEIGHTD_E_SOURCE_CHANGED, "the object changed: ETag %s, pinned %s",
+			   p->etag, p->obj->etag);
+		return 0;
+	}
+	if (p->status != 206 || !p->have_range || p->range_start != p->asked) {
+		if (p->status == 200 && p->asked == 0 && p->len == p->obj->size) {
+			/* the whole object was asked for; a 200 is the same bytes */
+		} else {
+			piece_fail(p, WEIGHTD_E_IO,
+				   "the server did not answer the range asked for (HTTP %ld)",
+				   p->status);
+			return 0;
+		}
+	}
+	if (n > p->len - p->got) {
+		piece_fail(p, WEIGHTD_E_IO, "the server sent more bytes than asked for");
+		return 0;
+	}
+	if (p->buf) {
+		memcpy(p->buf + p->got, data, n);
+	} else {
+		size_t done = 0;
+		while (done < n) {
+			ssize_t w = pwrite(p->fd, data + done, n - done,
+					   (off_t)(p->fd_off + p->got + done));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				piece_fail(p,
+					   w < 0 && errno == ENOSPC ? WEIGHTD_E_RESOURCE_EXHAUSTED :
+								      WEIGHTD_E_IO,
+					   "writing into shared memory: %s",
+					   w < 0 ? strerror(errno) : "no progress");
+				return 0;
+			}
+			done += (size_t)w;
+		}
+	}
+	p->got += n;
+	return n;
+}
+
+static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_error *err)
+{
+	char range[64], ifmatch[WD_REMOTE_ETAG_MAX + 16];
+	uint64_t from = p->off + p->got, to = p->off + p->len - 1;
+
+	curl_easy_reset(h);
+	curl_slist_free_all(p->headers);
+	p->headers = NULL;
+	if (p->stat)
+		snprintf(range, sizeof(range), "Range: bytes=0-0");
+	else
+		snprintf(range, sizeof(range), "Range: bytes=%llu-%llu", (unsigned long long)from,
+			 (unsigned long long)to);
+	p->headers = curl_slist_append(p->headers, range);
+	if (!p->stat && p->obj->etag[0] && p->headers) {
+		snprintf(ifmatch, sizeof(ifmatch), "If-Match: %s", p->obj->etag);
+		p->headers = curl_slist_append(p->headers, ifmatch);
+	}
+	for (struct curl_slist *l = r->fixed; l && p->headers; l = l->next)
+		p->headers = curl_slist_append(p->headers, l->data);
+	if (!p->headers)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	p->h = h;
+	p->asked = from;
+	p->status = 0;
+	p->have_range = false;
+	p->body_len = 0;
+	p->errbuf[0] = '\0';
+	curl_easy_setopt(h, CURLOPT_URL, p->obj->url);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, r->protocols);
+	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, r->protocols);
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, r->connect_timeout_ms);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, r->low_speed_time);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, r->low_speed_bytes);
+	curl_easy_setopt(h, CURLOPT_USERAGENT, "weightd");
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, p->headers);
+	curl_easy_setopt(h, CURLOPT_SHARE, r->share);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, p->errbuf);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, p);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, p);
+	curl_easy_setopt(h, CURLOPT_PRIVATE, p);
+	if (r->ca_file)
+		curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
+	if (r->sigv4) {
+		curl_easy_setopt(h, CURLOPT_AWS_SIGV4, r->sigv4);
+		curl_easy_setopt(h, CURLOPT_USERNAME, r->access_key);
+		curl_easy_setopt(h, CURLOPT_PASSWORD, r->secret_key);
+	}
+	p->attempts++;
+	atomic_fetch_add(&r->requests, 1);
+	if (p->attempts > 1)
+		atomic_fetch_add(&r->nretries, 1);
+	return 0;
+}
+
+/* S3's <Code> and <Message> from an error body, as printable text; "" when there are none. */
+static void s3_reason(const char *body, char *buf, size_t cap)
+{
+	const char *c = strstr(body, "<Code>"), *ce = c ? strstr(c, "</Code>") : NULL;
+	const char *m = strstr(body, "<Message>"), *me = m ? strstr(m, "</Message>") : NULL;
+	size_t at = 0;
+
+	buf[0] = '\0';
+	if (!c || !ce)
+		return;
+	at = (size_t)snprintf(buf, cap, " (%.*s", (int)(ce - c - 6), c + 6);
+	if (m && me && at < cap)
+		at += (size_t)snprintf(buf + at, cap - at, ": %.*s", (int)(me - m - 9), m + 9);
+	if (at < cap)
+		snprintf(buf + at, cap - at, ")");
+	for (char *q = buf; *q; q++)
+		if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f)
+			*q = '?';
+}
+
+enum outcome { DONE, RETRY, FAILED };
+
+/* What one finished attempt means; on FAILED, err says why. */
+static enum outcome piece_outcome(struct wd_remote *r, struct piece *p, CURLcode rc, int *rcp,
+				  weightd_error *err)
+{
+	char reason[300], what[WD_REMOTE_SHOWN_MAX + 80];
+	bool s3_slowdown;
+	int code;
+
+	if (p->stat)
+		snprintf(what, sizeof(what), "GET %s", p->obj->shown);
+	else
+		snprintf(what, sizeof(what), "GET %s bytes %llu-%llu", p->obj->shown,
+			 (unsigned long long)(p->off + p->got),
+			 (unsigned long long)(p->off + p->len - 1));
+	if (p->fail) {
+		*rcp = wd_error_set(err, -p->fail, "%s: %s", what, p->fail_text);
+		return FAILED;
+	}
+	s3_reason(p->body, reason, sizeof(reason));
+	if (p->stat && (rc == CURLE_OK || rc == CURLE_WRITE_ERROR) && p->status >= 200 &&
+	    p->status <= 299)
+		return DONE;
+	if (p->stat && p->status == 416 && p->have_range && p->range_start == UINT64_MAX &&
+	    p->range_total == 0)
+		return DONE; /* an empty object */
+	if (rc == CURLE_OK && p->status >= 200 && p->status <= 299) {
+		if (p->got == p->len)
+			return DONE;
+		/* the answer ended early: ask for the rest */
+	} else if (rc == CURLE_OK) {
+		s3_slowdown = strstr(p->body, "<Code>SlowDown</Code>") != NULL;
+		if (p->status == 429 || p->status >= 500 || s3_slowdown) {
+			if (p->attempts <= r->retries)
+				return RETRY;
+			*rcp = wd_error_set(err, WEIGHTD_E_IO, "%s: HTTP %ld%s after %u attempts",
+					    what, p->status, reason, p->attempts);
+			return FAILED;
+		}
+		code = p->status == 404			    ? WEIGHTD_E_NOT_FOUND :
+		       p->status == 401 || p->status == 403 ? WEIGHTD_E_PERMISSION_DENIED :
+		       p->status == 412			    ? WEIGHTD_E_SOURCE_CHANGED :
+		       p->status == 416			    ? WEIGHTD_E_OUT_OF_RANGE :
+							      WEIGHTD_E_IO;
+		*rcp = wd_error_set(err, code, "%s: HTTP %ld%s%s", what, p->status, reason,
+				    code == WEIGHTD_E_SOURCE_CHANGED ?
+					    ": the object is no longer the one pinned" :
+					    "");
+		return FAILED;
+	} else {
+		switch (rc) {
+		case CURLE_COULDNT_CONNECT:
+		case CURLE_COULDNT_RESOLVE_HOST:
+		case CURLE_PARTIAL_FILE:
+		case CURLE_RECV_ERROR:
+		case CURLE_SEND_ERROR:
+		case CURLE_GOT_NOTHING:
+		case CURLE_OPERATION_TIMEDOUT:
+		case CURLE_HTTP2:
+		case CURLE_HTTP2_STREAM: break;
+		default:
+			*rcp = wd_error_set(err,
+					    rc == CURLE_PEER_FAILED_VERIFICATION ?
+						    WEIGHTD_E_PERMISSION_DENIED :
+						    WEIGHTD_E_IO,
+					    "%s: %s%s%s", what, curl_easy_strerror(rc),
+					    p->errbuf[0] ? ": " : "", p->errbuf);
+			return FAILED;
+		}
+	}
+	if (p->attempts <= r->retries)
+		return RETRY;
+	if (rc == CURLE_OK)
+		*rcp = wd_error_set(err, WEIGHTD_E_IO, "%s: the answer ended early, %u attempts",
+				    what, p->attempts);
+	else
+		*rcp = wd_error_set(err, WEIGHTD_E_IO, "%s: %s%s%s, %u attempts", what,
+				    curl_easy_strerror(rc), p->errbuf[0] ? ": " : "", p->errbuf,
+				    p->attempts);
+	return FAILED;
+}
+
+/* Full jitter: a wait drawn from [0, min(max, base * 2^(attempt-1))]. */
+static uint64_t backoff(const struct wd_remote *r, unsigned attempt, unsigned *seed)
+{
+	uint64_t cap = r->backoff_ms;
+
+	for (unsigned i = 1; i < attempt && cap < r->backoff_max_ms; i++)
+		cap *= 2;
+	if (cap > r->backoff_max_ms)
+		cap = r->backoff_max_ms;
+	return (uint64_t)rand_r(seed) % (cap + 1);
+}
+
+/*
+ * Run every piece to completion over up to `conc` connections. 0, or the first failure (the
+ * rest abandoned).
+ */
+static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, unsigned conc,
+		      const volatile int *cancel, weightd_error *err)
+{
+	CURLM *m = curl_multi_init();
+	CURL **handles = calloc(conc, sizeof(*handles)); /* every handle made, each once */
+	CURL **idle = calloc(conc, sizeof(*idle));
+	size_t next = 0, done = 0, *retry = calloc(n, sizeof(*retry)), nretry = 0;
+	unsigned nhandles = 0, nidle = 0, seed;
+	int rc = 0;
+
+	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
+		seed = (unsigned)now_ms() ^ (unsigned)getpid();
+	if (!m || !handles || !idle || !retry) {
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	/* One connection per transfer: object stores spread a link's bandwidth over connections. */
+	curl_multi_setopt(m, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
+	while (done < n) {
+		uint64_t now = now_ms(), wait = 100;
+		int running = 0, left = 0;
+		CURLMsg *msg;
+
+		if (cancel && *cancel) {
+			rc = wd_error_set(err, WEIGHTD_E_CANCELLED,
+					  "%s: cancelled (weightd is stopping)",
+					  pieces[0].obj->shown);
+			goto out;
+		}
+		/* start what may start: retries whose wait is over, then new pieces */
+		while (nidle + (conc - nhandles) > 0 && (nretry || next < n)) {
+			struct piece *p = NULL;
+			CURL *h;
+			for (size_t i = 0; i < nretry; i++) {
+				if (pieces[retry[i]].not_before <= now) {
+					p = &pieces[retry[i]];
+					retry[i] = retry[--nretry];
+					break;
+				}
+			}
+			if (!p && next < n)
+				p = &pieces[next++];
+			if (!p)
+				break;
+			if (nidle) {
+				h = idle[--nidle];
+			} else {
+				h = curl_easy_init();
+				if (!h) {
+					rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+							  "out of memory");
+					goto out;
+				}
+				handles[nhandles++] = h;
+			}
+			if ((rc = piece_start(r, p, h, err)) < 0)
+				goto out;
+			if (curl_multi_add_handle(m, h) != CURLM_OK) {
+				p->h = NULL;
+				rc = wd_error_set(err, WEIGHTD_E_INTERNAL,
+						  "curl_multi_add_handle failed");
+				goto out;
+			}
+		}
+		curl_multi_perform(m, &running);
+		while ((msg = curl_multi_info_read(m, &left))) {
+			struct piece *p;
+			CURL *h = msg->easy_handle;
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&p);
+			curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
+					  &p->content_length);
+			curl_multi_remove_handle(m, h);
+			p->h = NULL;
+			idle[nidle++] = h;
+			switch (piece_outcome(r, p, msg->data.result, &rc, err)) {
+			case DONE: done++; break;
+			case RETRY:
+				p->not_before = now_ms() + backoff(r, p->attempts, &seed);
+				retry[nretry++] = (size_t)(p - pieces);
+				break;
+			case FAILED: goto out;
+			}
+		}
+		if (done == n)
+			break;
+		now = now_ms();
+		for (size_t i = 0; i < nretry; i++) {
+			uint64_t nb = pieces[retry[i]].not_before;
+			uint64_t w = nb > now ? nb - now : 0;
+			if (w < wait)
+				wait = w;
+		}
+		if (nidle < nhandles)
+			curl_multi_poll(m, NULL, 0, (int)wait, NULL);
+		else if (wait)
+			usleep((useconds_t)(wait * 1000));
+	}
+out:
+	for (size_t i = 0; i < n; i++) {
+		if (pieces[i].h) /* still attached to the multi */
+			curl_multi_remove_handle(m, pieces[i].h);
+		pieces[i].h = NULL;
+		if (!pieces[i].stat)
+			atomic_fetch_add(&r->bytes, pieces[i].got);
+		curl_slist_free_all(pieces[i].headers);
+		pieces[i].headers = NULL;
+	}
+	for (unsigned i = 0; i < nhandles; i++)
+		curl_easy_cleanup(handles[i]);
+	if (m)
+		curl_multi_cleanup(m);
+	free(handles);
+	free(idle);
+	free(retry);
+	if (rc < 0)
+		atomic_fetch_add(&r->errors, 1);
+	return rc;
+}
+
+int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_object *ret,
+		   weightd_error *err)
+{
+	struct wd_remote_object o = { 0 };
+	struct piece p = { 0 };
+	char shown_base[WD_REMOTE_SHOWN_MAX];
+	int rc;
+
+	if (name && !r->dir)
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "%s names one object, not a directory", r->shown);
+	if (!name && r->dir)
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "%s names a directory: name an object in it", r->shown);
+	if (name && !member_ok(name))
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "%s: %s is not a plain relative object name", r->shown, name);
+	if (r->kind == KIND_S3) {
+		char *key = NULL;
+		if (name && asprintf(&key, "%s%s", r->key, name) < 0)
+			key = NULL;
+		o.url = join_encoded(r->base, name ? (key ? key : "") : r->key, "");
+		if (name && !key) {
+			free(o.url);
+			o.url = NULL;
+		}
+		free(key);
+	} else {
+		o.url = name ? join_encoded(r->base, name, r->query) : NULL;
+		if (!name && asprintf(&o.url, "%s%s", r->base, r->query) < 0)
+			o.url = NULL;
+	}
+	if (!o.url)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	snprintf(shown_base, sizeof(shown_base), "%s", r->shown);
+	snprintf(o.shown, sizeof(o.shown), "%s%s", shown_base, name ? name : "");
+	p.obj = &o;
+	p.len = 1;
+	p.stat = true;
+	rc = run_pieces(r, &p, 1, 1, NULL, err);
+	if (rc < 0) {
+		wd_remote_object_clear(&o);
+		return rc;
+	}
+	if (p.status == 416) {
+		o.size = 0;
+	} else if (p.status == 206 && p.have_range && p.range_start != UINT64_MAX) {
+		o.size = p.range_total;
+	} else {
+		/* a 200: the server sent the whole object's length instead of a range */
+		curl_off_t cl = p.status == 200 ? p.content_length : -1;
+		if (cl < 0) {
+			rc = wd_error_set(
+				err, WEIGHTD_E_IO,
+				"GET %s: the answer gave no size (HTTP %ld, no Content-Range)",
+				o.shown, p.status);
+			wd_remote_object_clear(&o);
+			return rc;
+		}
+		o.size = (uint64_t)cl;
+	}
+	memcpy(o.etag, p.etag, sizeof(o.etag));
+	memcpy(o.version, p.version, sizeof(o.version));
+	*ret = o;
+	return 0;
+}
+
+int wd_remote_read(struct wd_remote *r, const struct wd_remote_object *o, uint64_t off, void *buf,
+		   size_t len, weightd_error *err)
+{
+	struct piece p = { 0 };
+
+	if (off > o->size || len > o->size - off)
+		return wd_error_set(err, WEIGHTD_E_OUT_OF_RANGE,
+				    "%s: bytes %llu-%llu lie past its end (%llu bytes)", o->shown,
+				    (unsigned long long)off, (unsigned long long)(off + len),
+				    (unsigned long long)o->size);
+	if (len == 0)
+		return 0;
+	p.obj = o;
+	p.off = off;
+	p.len = len;
+	p.buf = buf;
+	p.fd = -1;
+	return run_pieces(r, &p, 1, 1, NULL, err);
+}
+
+int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
+		    const struct wd_remote_range *ranges, size_t n, unsigned concurrency,
+		    uint64_t chunk, const volatile int *cancel, weightd_error *err)
+{
+	struct piece *pieces;
+	size_t np = 0, at = 0;
+	int rc;
+
+	if (chunk == 0)
+		chunk = 8u << 20;
+	if (concurrency == 0)
+		concurrency = 1;
+	for (size_t i = 0; i < n; i++) {
+		if (ranges[i].off > o->size || ranges[i].len > o->size - ranges[i].off)
+			return wd_error_set(err, WEIGHTD_E_OUT_OF_RANGE,
+					    "%s: bytes %llu-%llu lie past its end (%llu bytes)",
+					    o->shown, (unsigned long long)ranges[i].off,
+					    (unsigned long long)(ranges[i].off + ranges[i].len),
+					    (unsigned long long)o->size);
+		np += (size_t)((ranges[i].len + chunk - 1) / chunk);
+	}
+	if (np == 0)
+		return 0;
+	pieces = calloc(np, sizeof(*pieces));
+	if (!pieces)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		for (uint64_t d = 0; d < ranges[i].len; d += chunk) {
+			struct piece *p = &pieces[at++];
+			p->obj = o;
+			p->off = ranges[i].off + d;
+			p->len = ranges[i].len - d < chunk ? ranges[i].len - d : chunk;
+			p->fd = ranges[i].fd;
+			p->fd_off = ranges[i].fd_off + d;
+		}
+	}
+	rc = run_pieces(r, pieces, np, concurrency, cancel, err);
+	free(pieces);
+	return rc;
+}
