@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # wd_add_test(NAME SOURCES files... [LIBS libs...] [LABELS labels...] [TIMEOUT s])
-# One cmocka test executable registered with ctest. Every test links weightd-core and cmocka.
+# One cmocka test executable registered with ctest. Every test links the test-support library
+# (tests/common: wd_testsupport), weightd-core and cmocka.
 function(wd_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
-  target_link_libraries(${name} PRIVATE ${T_LIBS} weightd-core PkgConfig::CMOCKA)
-  target_compile_options(${name} PRIVATE -iquote${CMAKE_SOURCE_DIR}/tests/common)
+  target_link_libraries(${name} PRIVATE ${T_LIBS} wd_testsupport weightd-core PkgConfig::CMOCKA)
   add_test(NAME ${name} COMMAND ${name})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)

@@ -7,11 +7,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -49,8 +49,8 @@ struct harness_notify {
 	int fd;
 	int stop[2];
 	char msgs[NQ_SLOTS][512];
-	uint64_t head;   /* messages received */
-	uint64_t tail;   /* messages consumed */
+	uint64_t head; /* messages received */
+	uint64_t tail; /* messages consumed */
 };
 
 static void *notify_reader(void *arg)
@@ -177,7 +177,8 @@ static int has_line(const char *msg, const char *what)
 {
 	size_t wl = strlen(what);
 
-	for (const char *line = msg; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+	for (const char *line = msg; line && *line;
+	     line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
 		if (strncmp(line, what, wl) == 0)
 			return 1;
 	return 0;
@@ -237,9 +238,11 @@ int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 		 * that waits for it itself (after STOPPING=1) still can. */
 		memset(&si, 0, sizeof(si));
 		if (h->pid <= 0 ||
-		    waitid(P_PID, (id_t)h->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+		    waitid(P_PID, (id_t)h->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 ||
+		    si.si_pid == 0)
 			continue;
-		for (int i = 0; i < 1000 && recv(h->notify_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0; i++)
+		for (int i = 0; i < 1000 && recv(h->notify_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+		     i++)
 			usleep(1000);
 		usleep(10000);
 		pthread_mutex_lock(&q->lock);
@@ -366,7 +369,8 @@ int harness_stop(struct harness *h)
 		}
 		usleep(10000);
 	}
-	fprintf(stderr, "harness: weightd did not stop within %d s; killing it\n", 30 * time_scale());
+	fprintf(stderr, "harness: weightd did not stop within %d s; killing it\n",
+		30 * time_scale());
 	harness_kill(h);
 	return -1;
 }

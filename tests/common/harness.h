@@ -12,7 +12,7 @@ struct harness_notify;
 
 struct harness {
 	pid_t pid;
-	char dir[256];        /* temp dir holding config, socket, state, checkpoints */
+	char dir[256]; /* temp dir holding config, socket, state, checkpoints */
 	char sock[320];
 	char prefix[64];
 	char conf[320];
@@ -20,17 +20,17 @@ struct harness {
 	int notify_fd;
 	struct harness_notify *nq; /* a thread reads notify_fd all the time: a daemon never blocks
 				    * on a full notify socket, and no message is missed */
-	char log[320];        /* the daemon's stderr */
-	char shm_dir[128];    /* where the daemon's segments show: /dev/shm, or its private tmpfs */
-	int exit_status;      /* wait status of the last daemon that exited on its own (-1: none) */
+	char log[320];		   /* the daemon's stderr */
+	char shm_dir[128]; /* where the daemon's segments show: /dev/shm, or its private tmpfs */
+	int exit_status;   /* wait status of the last daemon that exited on its own (-1: none) */
 };
 
 /* How to start the daemon; zero fields mean the defaults. */
 struct harness_opts {
-	unsigned long nofile;    /* RLIMIT_NOFILE (soft and hard) of the daemon; 0: inherited */
-	const char *shm_size;    /* a private tmpfs of this size ("64m") on the daemon's /dev/shm, in
+	unsigned long nofile; /* RLIMIT_NOFILE (soft and hard) of the daemon; 0: inherited */
+	const char *shm_size; /* a private tmpfs of this size ("64m") on the daemon's /dev/shm, in
 				  * its own mount namespace; NULL: the shared /dev/shm */
-	bool file_log_level;     /* no --log-level debug: the config's log_level decides */
+	bool file_log_level;  /* no --log-level debug: the config's log_level decides */
 };
 
 #define HARNESS_UNSUPPORTED (-2)

@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* itest.c - what the integration tests share on top of harness.c: starting with the defaults,
+ * connecting, status look-ups, the fixture patterns and the leak check. */
+#include "itest.h"
+
+int64_t it_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint8_t it_pattern_byte(uint64_t i, unsigned seed)
+{
+	return (uint8_t)((i * 131u + seed * 7u + 13u) & 0xffu);
+}
+
+int64_t it_pattern_mismatch(const uint8_t *p, uint64_t n, unsigned seed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (p[i] != it_pattern_byte(i, seed))
+			return (int64_t)i;
+	return -1;
+}
+
+void it_start(struct harness *h, const char *extra_daemon, const char *sections)
+{
+	if (harness_write_config(h, extra_daemon, sections) < 0)
+		fail_msg("cannot write the config in %s", h->dir);
+	if (harness_start(h) < 0)
+		fail_msg("weightd did not start");
+}
+
+weightd_client *it_connect(const struct harness *h)
+{
+	weightd_client *c = NULL;
+	weightd_error err;
+
+	if (weightd_connect(h->sock, "test", &c, &err) < 0)
+		fail_msg("connect: %s", err.message);
+	return c;
+}
+
+weightd_status *it_status(weightd_client *c)
+{
+	weightd_status *st = NULL;
+	weightd_error err;
+
+	if (weightd_status_get(c, &st, &err) < 0)
+		fail_msg("status: %s", err.message);
+	return st;
+}
+
+weightd_status *it_status_of(const struct harness *h)
+{
+	weightd_client *c = it_connect(h);
+	weightd_status *st = it_status(c);
+
+	weightd_close(c);
+	return st;
+}
+
+int it_get(weightd_client *c, const char *ckpt, const char *tensor, weightd_weight **ret,
+	   weightd_error *err)
+{
+	weightd_inflight *f = NULL;
+	int r = weightd_materialize(c, ckpt, tensor, NULL, &f, err);
+
+	if (r < 0)
+		return r;
+	return weightd_finish(f, ret, err);
+}
+
+weightd_weight *it_get_ok(weightd_client *c, const char *ckpt, const char *tensor)
+{
+	weightd_weight *w = NULL;
+	weightd_error err;
+
+	if (it_get(c, ckpt, tensor, &w, &err) < 0)
+		fail_msg("materialize %s:%s: %s", ckpt, tensor, err.message);
+	return w;
+}
+
+const uint8_t *it_map(weightd_weight *w)
+{
+	const void *p = NULL;
+	weightd_error err;
+
+	if (weightd_weight_map(w, &p, &err) < 0)
+		fail_msg("map: %s", err.message);
+	return p;
+}
+
+const weightd_weight_status *it_weight(const weightd_status *st, const char *ckpt,
+				       const char *tensor)
+{
+	char label[512];
+
+	snprintf(label, sizeof(label), "%s:%s", ckpt, tensor);
+	for (size_t i = 0; i < st->n_weights; i++)
+		if (strcmp(st->weight_list[i].label, label) == 0)
+			return &st->weight_list[i];
+	return NULL;
+}
+
+const weightd_source_info *it_source(const weightd_status *st, const char *name)
+{
+	for (size_t i = 0; i < st->n_sources; i++)
+		if (strcmp(st->sources[i].name, name) == 0)
+			return &st->sources[i];
+	return NULL;
+}
+
+weightd_status *it_quiet_with(const struct harness *h, uint64_t refs, uint64_t others,
+			      int timeout_ms, weightd_client **ret_c)
+{
+	int64_t end = it_now_ms() + timeout_ms;
+	weightd_client *c = it_connect(h);
+	weightd_status *st = NULL;
+
+	for (;;) {
+		st = it_status(c);
+		if ((st->materializations_in_flight == 0 && st->references == refs &&
+		     st->clients == others + 1) ||
+		    it_now_ms() > end)
+			break;
+		weightd_status_free(st);
+		usleep(10000);
+	}
+	*ret_c = c;
+	return st;
+}
+
+weightd_status *it_wait_quiet(const struct harness *h, uint64_t refs, uint64_t others,
+			      int timeout_ms)
+{
+	weightd_client *c;
+	weightd_status *st = it_quiet_with(h, refs, others, timeout_ms, &c);
+
+	weightd_close(c);
+	return st;
+}
+
+int it_source_files(const weightd_status *st)
+{
+	int n = 0;
+
+	for (size_t i = 0; i < st->n_sources; i++)
+		if (strcmp(st->sources[i].state, "ready") == 0)
+			n += (int)st->sources[i].files;
+	return n;
+}
+
+int it_fd_base_refs(const struct harness *h, uint64_t refs)
+{
+	weightd_client *c;
+	weightd_status *st = it_quiet_with(h, refs, 0, 10000, &c);
+	int fds = harness_settled_fds(h);
+	int base = fds - 1 - (int)st->segments - it_source_files(st);
+
+	weightd_status_free(st);
+	weightd_close(c);
+	return base;
+}
+
+int it_fd_base(const struct harness *h)
+{
+	return it_fd_base_refs(h, 0);
+}
+
+void it_leak_check(const struct harness *h, int fd_base, uint64_t refs)
+{
+	weightd_client *c;
+	weightd_status *st = it_quiet_with(h, refs, 0, 10000, &c);
+	uint64_t weights = st->weights, segs = st->segments, in_segs = 0;
+	int fds, files = it_source_files(st), want = fd_base + (int)segs + files + 1;
+
+	assert_int_equal(st->materializations_in_flight, 0);
+	assert_int_equal(st->references, refs);
+	assert_int_equal(st->clients, 1);
+	assert_int_equal(harness_segments(h), (int)segs);
+	assert_int_equal(st->n_segments, segs);
+	for (size_t i = 0; i < st->n_segments; i++)
+		in_segs += st->segment_list[i].weights;
+	assert_int_equal(in_segs, weights);
+	assert_true(segs <= weights);
+	for (size_t i = 0; i < st->n_weights; i++)
+		assert_true(st->weight_list[i].refs == 0 || refs > 0);
+	weightd_status_free(st);
+	fds = harness_wait_fds(h, want, 10000);
+	weightd_close(c);
+	if (fds != want)
+		harness_dump_fds(h->pid);
+	if (fds != want)
+		fail_msg("the daemon has %d fds open; expected %d (base %d + %llu segments + %d "
+			 "checkpoint files + 1 client)",
+			 fds, want, fd_base, (unsigned long long)segs, files);
+}
+
+void it_fixture(const char *fmt, ...)
+{
+	char args[8192];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	if (harness_mkfixture(args) < 0)
+		fail_msg("wd-mkfixture %s failed", args);
+}
+
+int it_raw_connect(const struct harness *h)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", h->sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+size_t it_status_frame(uint8_t *out, uint8_t id)
+{
+	const uint8_t payload[] = { 0x08, id, 0x8a, 0x01, 0x00 };
+
+	memset(out, 0, 8);
+	out[0] = sizeof(payload);
+	memcpy(out + 8, payload, sizeof(payload));
+	return 8 + sizeof(payload);
+}
+
+void it_wait_child_ok(pid_t pid)
+{
+	int status;
+
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("child %d ended with status 0x%x", (int)pid, status);
+}
