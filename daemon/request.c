@@ -14,13 +14,12 @@
 #include "request.h"
 
 #include "daemon.h"
+#include "holds.h"
 #include "log.h"
 #include "request_admin.h"
 #include "request_query.h"
-#include "server.h"
 #include "session.h"
 #include "uid.h"
-#include "wd_hashidx.h"
 #include "wire.h"
 
 /* --- replies ---------------------------------------------------------------------------------- */
@@ -118,31 +117,28 @@ void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
 	Weightd__ShareReply sr = WEIGHTD__SHARE_REPLY__INIT;
 	Weightd__SegmentInfo si = WEIGHTD__SEGMENT_INFO__INIT;
 	Weightd__WeightInfo wi;
-	struct held *h = session_find_held(s, sh->handle);
-	int fd;
+	struct weight *w = NULL;
+	int fd, r = holds_share(&s->holds, sh->handle, &w);
 
-	if (!h) {
+	if (r == -WEIGHTD_E_NOT_FOUND) {
 		char buf[32];
 		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
 		request_fail(s, id, WEIGHTD_E_NOT_FOUND, "this client holds no weight with handle %s", buf);
 		return;
 	}
-	if (s->d->cfg->client_max_weights && s->n_held >= s->d->cfg->client_max_weights &&
-	    h->count == 0) {
+	if (r == -WEIGHTD_E_LIMIT_EXCEEDED) {
 		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "the client holds its maximum number of weights");
 		return;
 	}
-	fd = h->w->segment->seg.ro_fd; /* lent: held by the client (twice now) while it is sent */
-	cache_hold(s->d->cache, h->w);
-	if (session_hold(s, h->w) < 0) {
-		cache_drop(s->d->cache, h->w);
+	if (r < 0) {
 		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
-	request_weight_info(&wi, h->w, h->w->label);
+	fd = w->segment->seg.ro_fd; /* lent: held by the client (twice now) while it is sent */
+	request_weight_info(&wi, w, w->label);
 	wi.fd_index = 0;
-	si.id = h->w->segment->id;
-	si.size = h->w->segment->seg.size;
+	si.id = w->segment->id;
+	si.size = w->segment->seg.size;
 	si.fd_index = 0;
 	sr.weight = &wi;
 	sr.segment = &si;
@@ -152,70 +148,29 @@ void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
 	session_send_borrowed(s, &resp, &fd, 1);
 }
 
-/* How often each handle of a release appears: distinct handles in a dense array, indexed. */
-struct handle_count {
-	uint64_t handle;
-	size_t count;
-};
-
-static bool count_eq(const void *ctx, uint32_t pos, const void *key)
-{
-	const struct handle_count *hc = ctx;
-	return hc[pos].handle == *(const uint64_t *)key;
-}
-
 static void do_release(struct session *s, uint64_t id, const Weightd__Release *rl, bool quiet)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
-	struct handle_count *tab;
-	struct wd_hashidx ix = { NULL, 0 };
-	uint32_t n_tab = 0;
+	uint64_t missing = 0;
+	int r;
 
 	if (rl->n_handles > s->d->cfg->max_unit_entries) {
 		fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: a release of %zu handles; at most %u "
 		     "(max_unit_entries)", rl->n_handles, s->d->cfg->max_unit_entries);
 		return;
 	}
-	/* a unit's free, checked in one pass (nothing changes unless all of it holds) */
-	if (session_release_newest(s, rl->handles, rl->n_handles))
-		goto done;
-	tab = calloc(rl->n_handles ? rl->n_handles : 1, sizeof(*tab));
-	if (!tab || wd_hashidx_reserve(&ix, rl->n_handles) < 0) {
-		free(tab);
+	r = holds_release_all(&s->holds, rl->handles, rl->n_handles, &missing);
+	if (r == -WEIGHTD_E_NOT_FOUND) {
+		fail(s, id, WEIGHTD_E_NOT_FOUND,
+		     "this client does not hold weight %llu (as many times as it releases it)",
+		     (unsigned long long)missing);
+		return;
+	}
+	if (r < 0) {
 		fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
-	/* All handles are checked before any is released: a bad list changes nothing. A handle may
-	 * appear as often as the client holds it (counted through one hash table: linear). */
-	for (size_t i = 0; i < rl->n_handles; i++) {
-		size_t k = wd_hashidx_slot(&ix, rl->handles[i], count_eq, tab, &rl->handles[i]);
-
-		if (!wd_hashidx_pos(&ix, k)) {
-			tab[n_tab].handle = rl->handles[i];
-			wd_hashidx_set(&ix, k, rl->handles[i], n_tab++);
-		}
-		tab[wd_hashidx_pos(&ix, k) - 1].count++;
-	}
-	for (size_t i = 0; i < rl->n_handles; i++) {
-		const struct handle_count *hc =
-			&tab[wd_hashidx_find(&ix, rl->handles[i], count_eq, tab, &rl->handles[i]) - 1];
-		struct held *h = session_find_held(s, rl->handles[i]);
-
-		if (!h || h->count < hc->count) {
-			fail(s, id, WEIGHTD_E_NOT_FOUND,
-			     "this client does not hold weight %llu (as many times as it releases it)",
-			     (unsigned long long)rl->handles[i]);
-			free(tab);
-			wd_hashidx_free(&ix);
-			return;
-		}
-	}
-	free(tab);
-	wd_hashidx_free(&ix);
-	for (size_t i = 0; i < rl->n_handles; i++)
-		session_release(s, rl->handles[i]);
-done:
 	if (quiet)
 		return;   /* nobody waits for it: one round trip is one message each way */
 	resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
@@ -233,9 +188,9 @@ static bool uid_may_start_unit(struct session *s, uint64_t id)
 	uint64_t max;
 	size_t n;
 
-	if (s->privileged || !s->srv)
+	if (s->privileged || !s->uu)
 		return true;
-	n = server_uid_pending(s->srv, s->peer.uid);
+	n = s->uu->pending;
 	max = uid_max_pending(s->uu, s->d->cfg); /* cut to a share of RLIMIT_NOFILE (uid.c) */
 	if (n < max)
 		return true;

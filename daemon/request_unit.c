@@ -47,9 +47,7 @@ static void unitreq_unlink(struct unitreq *u)
 	if (!u->s)
 		return;
 	LIST_REMOVE(u, link);
-	u->s->pending--;
-	u->s->pending_bytes -= u->new_bytes;
-	u->s->pending_weights -= u->new_weights;
+	holds_pending_done(&u->s->holds, u->new_bytes, u->new_weights);
 	u->s = NULL;
 }
 
@@ -155,10 +153,10 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct weight *w = u->outs[i].w;
 		struct cache_segment *sg = w->segment;
-		struct held *h = u->first[i] == i ? session_find_held(s, w->id) : NULL;
+		struct held *h = u->first[i] == i ? holds_find(&s->holds, w->id) : NULL;
 
 		prefetch_entry(u, i, 2);
-		held_at[i] = h ? (size_t)(h - s->held) : SIZE_MAX;
+		held_at[i] = h ? (size_t)(h - s->holds.held) : SIZE_MAX;
 		new_weights += u->first[i] == i && !h;
 		if (sg->mark == stamp)
 			continue;
@@ -177,7 +175,7 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 	}
 	/* Every segment held pins a daemon fd: the segments and weights the client and its uid
 	 * would hold are checked against their limits before any reference becomes the client's. */
-	if (session_check_holds(s, segs, nfds, new_weights, &u->err) < 0) {
+	if (holds_check(&s->holds, segs, nfds, new_weights, &u->err) < 0) {
 		for (size_t k = 0; k < u->n_entries; k++)
 			cache_drop(cache, u->outs[k].w);
 		session_send_error(s, u->id, &u->err);
@@ -192,8 +190,8 @@ static void unitreq_finish(struct unitreq *u, struct cache *cache)
 		int r;
 
 		prefetch_entry(u, i, 2);
-		r = u->first[i] != i ? session_hold(s, w)
-			: session_hold_found(s, w, held_at[i] == SIZE_MAX ? NULL : &s->held[held_at[i]]);
+		r = u->first[i] != i ? holds_hold(&s->holds, w)
+			: holds_hold_found(&s->holds, w, held_at[i] == SIZE_MAX ? NULL : &s->holds.held[held_at[i]]);
 
 		if (r < 0) {
 			for (size_t k = i; k < u->n_entries; k++)
@@ -567,7 +565,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		request_fail(s, id, WEIGHTD_E_EMPTY_INPUTS, "the unit has no entries");
 		return;
 	}
-	if (!preflight && s->pending >= s->d->cfg->client_max_pending) {
+	if (!preflight && s->holds.pending >= s->d->cfg->client_max_pending) {
 		unit_entries_fini(&ue);
 		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "too many unit requests in flight on this connection");
 		return;
@@ -606,9 +604,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 	}
 	u->s = s;
 	LIST_INSERT_HEAD(&s->unitreqs, u, link);
-	s->pending++;
-	s->pending_bytes += u->new_bytes;
-	s->pending_weights += u->new_weights;
+	holds_pending_add(&s->holds, u->new_bytes, u->new_weights);
 	u->pending = 1; /* held by this function until every entry is submitted */
 	pack = cache_pack_begin(s->d->cache); /* NULL: each new weight alone, still correct */
 	for (size_t i = 0; i < u->n_entries; i++) {
@@ -650,7 +646,4 @@ void request_session_gone(struct session *s)
 		LIST_REMOVE(u, link);
 		u->s = NULL; /* finishes later, answering nobody and giving its references back */
 	}
-	s->pending = 0;
-	s->pending_bytes = 0;
-	s->pending_weights = 0;
 }

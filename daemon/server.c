@@ -17,6 +17,7 @@
 
 #include "clock.h"
 #include "daemon.h"
+#include "holds.h"
 #include "log.h"
 #include "peer.h"
 #include "session.h"
@@ -106,17 +107,6 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 		malloc_trim(0);
 }
 
-size_t server_uid_pending(const struct server *srv, uid_t uid)
-{
-	const struct session *s;
-	size_t n = 0;
-
-	LIST_FOREACH(s, &srv->sessions, link)
-		if (s->peer.uid == uid)
-			n += s->pending;
-	return n;
-}
-
 void server_session_dead(struct server *srv, struct session *s)
 {
 	uid_put(s->uu);
@@ -185,6 +175,7 @@ void server_add_client(struct server *srv, int fd)
 		session_free(s);
 		return;
 	}
+	holds_init(&s->holds, srv->d->cache, cfg, s->uu, s->id, s->privileged);
 	LIST_INSERT_HEAD(&srv->sessions, s, link);
 	srv->n++;
 	log_debug("client %llu connected: pid %d uid %u gid %u", (unsigned long long)s->id,

@@ -32,8 +32,6 @@ size_t server_clients(const struct server *s);
  * connection limits apply. accept() uses it; so do tests that drive a socketpair. */
 void server_add_client(struct server *s, int fd);
 
-/* Unit requests in flight over every connection of `uid` (linear in the clients connected). */
-size_t server_uid_pending(const struct server *s, uid_t uid);
 /* A session was killed: take it off the list and free it later from the loop (session.c). */
 struct session;
 void server_session_dead(struct server *s, struct session *sess);

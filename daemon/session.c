@@ -183,8 +183,8 @@ void session_resume(struct session *s)
 
 void session_check_done(struct session *s)
 {
-	if (s->dead || s->refused || !s->read_closed || s->dispatching || s->paused || s->pending ||
-	    s->reloads || wd_outq_frames(s->out))
+	if (s->dead || s->refused || !s->read_closed || s->dispatching || s->paused ||
+	    s->holds.pending || s->reloads || wd_outq_frames(s->out))
 		return;
 	session_kill(s, "disconnected after its last reply");
 }
@@ -329,263 +329,6 @@ void session_send_error(struct session *s, uint64_t id, const weightd_error *err
 	session_send(s, &resp, NULL, 0);
 }
 
-/*
- * The weights a client holds: a dense array (cheap to walk when the client goes) indexed by an
- * open-addressing table keyed by weight id, so holding, finding and releasing stay O(1) however
- * many weights one client holds.
- */
-static bool held_eq(const void *ctx, uint32_t pos, const void *key)
-{
-	const struct session *s = ctx;
-	return s->held[pos].id == *(const uint64_t *)key;
-}
-
-/* Index the holds not indexed yet; false (nothing changed) when out of memory. */
-static bool held_index_sync(struct session *s)
-{
-	if (s->n_indexed == s->n_held)
-		return true;
-	if (wd_hashidx_reserve(&s->held_index, s->n_held) < 0)
-		return false;
-	for (; s->n_indexed < s->n_held; s->n_indexed++)
-		wd_hashidx_put(&s->held_index, s->held[s->n_indexed].id, (uint32_t)s->n_indexed);
-	return true;
-}
-
-struct held *session_find_held(struct session *s, uint64_t handle)
-{
-	uint32_t at;
-
-	if (!s->n_held)
-		return NULL;
-	if (!held_index_sync(s)) {
-		/* no memory to index the newest: look through them, then the indexed ones */
-		for (size_t i = s->n_indexed; i < s->n_held; i++)
-			if (s->held[i].id == handle)
-				return &s->held[i];
-	}
-	at = wd_hashidx_find(&s->held_index, handle, held_eq, s, &handle);
-	return at ? &s->held[at - 1] : NULL;
-}
-
-/*
- * The segments a client holds weights in, counted the same way (a dense array indexed by
- * segment id): each one pins a daemon fd, so their number is limited per client and per uid
- * (session_check_holds).
- */
-static bool seg_eq(const void *ctx, uint32_t pos, const void *key)
-{
-	const struct session *s = ctx;
-	return s->segs[pos].sg == key;
-}
-
-bool session_holds_segment(const struct session *s, const struct cache_segment *sg)
-{
-	return wd_hashidx_find(&s->segs_index, sg->id, seg_eq, s, sg) != 0;
-}
-
-/* Room for one more segment, so that segs_add cannot fail. */
-static int segs_grow(struct session *s)
-{
-	if (s->n_segs == s->segs_cap) {
-		size_t ncap = s->segs_cap ? s->segs_cap * 2 : 16;
-		struct held_segment *nt = realloc(s->segs, ncap * sizeof(*nt));
-
-		if (!nt)
-			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-		s->segs = nt;
-		s->segs_cap = ncap;
-	}
-	if (wd_hashidx_reserve(&s->segs_index, s->n_segs + 1) < 0)
-		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	return 0;
-}
-
-/* One more distinct weight of sg held (the table has room: see session_hold). */
-static void segs_add(struct session *s, struct cache_segment *sg)
-{
-	size_t i = wd_hashidx_slot(&s->segs_index, sg->id, seg_eq, s, sg);
-
-	if (!wd_hashidx_pos(&s->segs_index, i)) {
-		s->segs[s->n_segs].sg = sg;
-		s->segs[s->n_segs].weights = 0;
-		wd_hashidx_set(&s->segs_index, i, sg->id, (uint32_t)s->n_segs++);
-		if (s->uu)
-			s->uu->segments++;
-	}
-	s->segs[wd_hashidx_pos(&s->segs_index, i) - 1].weights++;
-}
-
-/* One distinct weight of sg less; the entry goes with the last one. */
-static void segs_remove(struct session *s, struct cache_segment *sg)
-{
-	size_t i;
-	uint32_t pos, last;
-
-	if (!s->segs_index.cap)
-		return;
-	i = wd_hashidx_slot(&s->segs_index, sg->id, seg_eq, s, sg);
-	if (!wd_hashidx_pos(&s->segs_index, i))
-		return;
-	pos = wd_hashidx_pos(&s->segs_index, i) - 1;
-	if (--s->segs[pos].weights)
-		return;
-	wd_hashidx_delete(&s->segs_index, i);
-	last = (uint32_t)s->n_segs - 1;
-	if (pos != last) {
-		s->segs[pos] = s->segs[last];
-		wd_hashidx_move(&s->segs_index, s->segs[pos].sg->id, last, pos);
-	}
-	s->n_segs--;
-	if (s->uu)
-		s->uu->segments--;
-}
-
-int session_check_holds(struct session *s, struct cache_segment *const *segs, size_t n,
-			uint64_t new_weights, weightd_error *err)
-{
-	const struct config *cfg = s->d->cfg;
-	uint64_t add = 0;
-	uint64_t uid_max = uid_max_segments(s->uu, cfg);
-
-	for (size_t i = 0; i < n; i++)
-		add += !session_holds_segment(s, segs[i]);
-	if (add && s->n_segs + add > cfg->client_max_segments)
-		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
-				    "limit exceeded: the client would hold weights in %llu shared-memory "
-				    "segments (%zu now, %llu more in this reply); its limit is %u "
-				    "(client_max_segments; weights asked for in one unit share "
-				    "segments)", (unsigned long long)(s->n_segs + add),
-				    s->n_segs, (unsigned long long)add, cfg->client_max_segments);
-	if (add && s->uu && !s->privileged && s->uu->segments + add > uid_max)
-		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
-				    "limit exceeded: uid %u would hold weights in %llu shared-memory "
-				    "segments over its connections (%llu now, %llu more in this reply); "
-				    "its limit is %llu (uid_max_segments)", (unsigned)s->peer.uid,
-				    (unsigned long long)(s->uu->segments + add),
-				    (unsigned long long)s->uu->segments, (unsigned long long)add,
-				    (unsigned long long)uid_max);
-	if (new_weights && s->uu && !s->privileged &&
-	    s->uu->weights + new_weights > cfg->uid_max_weights)
-		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
-				    "limit exceeded: uid %u would hold %llu weights over its connections "
-				    "(%llu now, %llu more in this reply); its limit is %u "
-				    "(uid_max_weights)", (unsigned)s->peer.uid,
-				    (unsigned long long)(s->uu->weights + new_weights),
-				    (unsigned long long)s->uu->weights, (unsigned long long)new_weights,
-				    cfg->uid_max_weights);
-	return 0;
-}
-
-int session_hold(struct session *s, struct weight *w)
-{
-	return session_hold_found(s, w, session_find_held(s, w->id));
-}
-
-int session_hold_found(struct session *s, struct weight *w, struct held *h)
-{
-	if (h) {
-		h->count++;
-		return 0;
-	}
-	if (segs_grow(s) < 0)
-		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	if (s->n_held == s->cap_held) {
-		size_t ncap = s->cap_held ? s->cap_held * 2 : 16;
-		struct held *nh = realloc(s->held, ncap * sizeof(*nh));
-		if (!nh)
-			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-		s->held = nh;
-		s->cap_held = ncap;
-	}
-	s->held[s->n_held].w = w;
-	s->held[s->n_held].id = w->id;
-	s->held[s->n_held].count = 1;
-	s->n_held++;   /* indexed when a lookup needs it (held_index_sync) */
-	s->held_bytes += w->nbytes;
-	w->holders++;
-	segs_add(s, w->segment);
-	if (s->uu)
-		s->uu->weights++;
-	return 0;
-}
-
-bool session_release(struct session *s, uint64_t handle)
-{
-	size_t k, pos, last;
-	struct weight *w;
-	struct held *h;
-
-	if (!s->n_held)
-		return false;
-	if (!held_index_sync(s)) {
-		/* no memory to index the newest: only what is indexed can be moved about */
-		log_warn("client %llu: out of memory indexing the weights it holds; its release "
-			 "of weight %llu is ignored", (unsigned long long)s->id,
-			 (unsigned long long)handle);
-		return false;
-	}
-	k = wd_hashidx_slot(&s->held_index, handle, held_eq, s, &handle); /* one probe for both */
-	if (!wd_hashidx_pos(&s->held_index, k))
-		return false;
-	h = &s->held[wd_hashidx_pos(&s->held_index, k) - 1];
-	w = h->w;
-	if (--h->count == 0) {
-		pos = (size_t)(h - s->held);
-		last = s->n_held - 1;
-		wd_hashidx_delete(&s->held_index, k);
-		if (pos != last) {
-			s->held[pos] = s->held[last];
-			wd_hashidx_move(&s->held_index, s->held[pos].id, (uint32_t)last,
-				     (uint32_t)pos);
-		}
-		s->n_held--;
-		s->n_indexed--;
-		w->holders--;
-		s->held_bytes -= w->nbytes;
-		segs_remove(s, w->segment);
-		if (s->uu)
-			s->uu->weights--;
-	}
-	cache_drop(s->d->cache, w);
-	return true;
-}
-
-bool session_release_newest(struct session *s, const uint64_t *handles, size_t n)
-{
-	size_t runs = 0, at, k;
-
-	for (size_t i = 0; i < n; i++)
-		runs += i == 0 || handles[i] != handles[i - 1];
-	if (!n || runs > s->n_held - s->n_indexed)
-		return false;   /* only the unindexed newest: what goes needs no index work */
-	at = s->n_held - runs;
-	for (size_t i = 0, j; i < n; i = j, at++) {
-		for (j = i + 1; j < n && handles[j] == handles[i]; j++)
-			;
-		if (s->held[at].id != handles[i] || s->held[at].count != j - i)
-			return false;
-	}
-	at = s->n_held - runs;
-	for (k = at; k < s->n_held; k++) {
-		struct weight *w = s->held[k].w;
-		uint32_t c = s->held[k].count;
-
-		if (k + WEIGHT_AHEAD < s->n_held)
-			weight_prefetch(s->held[k + WEIGHT_AHEAD].w, 2);
-
-		w->holders--;
-		s->held_bytes -= w->nbytes;
-		segs_remove(s, w->segment);
-		while (c--)
-			cache_drop(s->d->cache, w);
-	}
-	if (s->uu)
-		s->uu->weights -= runs;
-	s->n_held = at;
-	return true;
-}
-
 void session_free(struct session *s)
 {
 	if (s->ev_read)
@@ -599,10 +342,7 @@ void session_free(struct session *s)
 	for (size_t i = 0; i < s->n_subs; i++)
 		free(s->subs[i]);
 	free(s->subs);
-	free(s->held);
-	wd_hashidx_free(&s->held_index);
-	free(s->segs);
-	wd_hashidx_free(&s->segs_index);
+	holds_free(&s->holds);
 	peer_clear(&s->peer);
 	free(s);
 }
@@ -626,25 +366,7 @@ void session_kill(struct session *s, const char *why)
 	if (s->lingering && s->uu)
 		s->uu->lingering--;
 	s->lingering = false;
-	/* Everything it held goes back; mappings it made stay valid in its own process. */
-	if (s->uu) {
-		s->uu->weights -= s->n_held;
-		s->uu->segments -= s->n_segs;
-	}
-	wd_hashidx_clear(&s->segs_index);
-	s->n_segs = 0;
-	s->n_indexed = 0;   /* the index is cleared below */
-	while (s->n_held) {
-		struct held *h = &s->held[s->n_held - 1];
-		struct weight *w = h->w;
-		uint32_t n = h->count;
-		w->holders--;
-		s->n_held--;
-		while (n--)
-			cache_drop(s->d->cache, w);
-	}
-	wd_hashidx_clear(&s->held_index);
-	s->held_bytes = 0;
+	holds_clear(&s->holds); /* everything it held goes back */
 	request_session_gone(s);
 	server_session_dead(srv, s);
 }
@@ -868,8 +590,8 @@ void session_tick(struct session *s, uint64_t now)
 		session_kill(s, "closing: it does not read its last replies");
 		return;
 	}
-	if (cfg->idle_timeout_ms && !s->n_held && !s->pending && !s->reloads && !s->n_subs &&
-	    !s->partial_charged && !wd_outq_frames(s->out) && !s->paused &&
+	if (cfg->idle_timeout_ms && !s->holds.n_held && !s->holds.pending && !s->reloads &&
+	    !s->n_subs && !s->partial_charged && !wd_outq_frames(s->out) && !s->paused &&
 	    now - s->active_ms >= cfg->idle_timeout_ms) {
 		s->d->stats.clients_timed_out++;
 		log_info("client %llu (pid %d uid %u): idle for %llu ms with nothing held; closing it",

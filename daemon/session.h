@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* session.h - one connected client: its socket queues, the weights it holds, its open requests.
- * session.c does its I/O and lifecycle; server.c lists sessions; request*.c act on them. */
+/* session.h - one connected client: its socket queues, what it holds (holds.h), its open
+ * requests. session.c does its I/O and lifecycle; server.c lists sessions; request*.c act on
+ * them. */
 #ifndef WD_SESSION_H
 #define WD_SESSION_H
 
@@ -14,24 +15,12 @@
 #include "cache.h"
 #include "catalog.h"
 #include "frame.h"
+#include "holds.h"
 #include "uid.h"
-#include "wd_hashidx.h"
 #include "weightd.pb-c.h"
 
 struct server;
 struct unitreq;
-
-struct held {
-	struct weight *w;
-	uint64_t id;          /* w->id, here so that a lookup by handle does not touch w */
-	uint32_t count;       /* references this client holds on w */
-};
-
-/* A segment the client holds weights in (each one pins a daemon fd while anyone holds it). */
-struct held_segment {
-	struct cache_segment *sg;
-	uint32_t weights;     /* distinct weights of sg this client holds */
-};
 
 struct session {
 	struct server *srv;
@@ -43,19 +32,8 @@ struct session {
 	struct event *ev_later;   /* look again soon: paused (has it read its fds?), or done? */
 	struct wd_inbuf *in;
 	struct wd_outq *out;
-	struct held *held;    /* dense: in the order taken, until a release moves the last one */
-	size_t n_held, cap_held;
-	struct wd_hashidx held_index; /* by weight id: position in held, for held[0, n_indexed) */
-	size_t n_indexed;     /* the newest holds are indexed only when a lookup needs them:
-			       * a unit bound and then freed whole never touches the index */
-	uint64_t held_bytes;  /* bytes of the distinct weights held */
-	struct held_segment *segs; /* segments held in: dense, unordered */
-	size_t n_segs, segs_cap;
-	struct wd_hashidx segs_index; /* by segment id: position in segs */
-	uint32_t protocol;    /* the version agreed in hello (0 before it) */
-	uint32_t pending;     /* unit requests not yet answered */
-	uint64_t pending_bytes;   /* bytes of weights those requests will add (per-client limits) */
-	uint32_t pending_weights; /* weights they will add */
+	struct holds holds; /* the weights it holds, its unit requests in flight (holds.c) */
+	uint32_t protocol;  /* the version agreed in hello (0 before it) */
 	LIST_HEAD(, unitreq) unitreqs; /* unit requests in flight (request_unit.c) */
 	char **subs;          /* checkpoints subscribed to ("*" = all) */
 	size_t n_subs;
@@ -118,31 +96,5 @@ void session_send_borrowed(struct session *s, const Weightd__Response *resp, con
 void session_send_error(struct session *s, uint64_t id, const weightd_error *err);
 /* Mark dead: stop reading, release every reference, free later from the loop. */
 void session_kill(struct session *s, const char *why);
-
-/* Record one more reference of this client on w (the cache reference is already taken). */
-int session_hold(struct session *s, struct weight *w);
-/* session_hold of a weight the caller looked up with session_find_held since the last hold or
- * release (h: what that returned), so that a large unit looks each weight up once. */
-int session_hold_found(struct session *s, struct weight *w, struct held *h);
-/* Give back one reference on the weight of `handle`; false if the client holds none. */
-bool session_release(struct session *s, uint64_t handle);
-/*
- * The release of a unit's free: handles[0..n) give back every reference on the weights held
- * last, in the order they were taken (each handle as many times in a row as it is held). Then
- * they are released in one pass, with no lookup, and true is returned; otherwise nothing changes
- * and false says to release them one by one.
- */
-bool session_release_newest(struct session *s, const uint64_t *handles, size_t n);
-struct held *session_find_held(struct session *s, uint64_t handle);
-/* Is the client holding a weight of sg? */
-bool session_holds_segment(const struct session *s, const struct cache_segment *sg);
-/*
- * May the client take references on new_weights more distinct weights lying in segs[0..n)
- * (distinct segments)? Checks client_max_segments, and (root and the daemon's user exempt, as
- * from the other per-uid limits) uid_max_segments as uid_max_segments gives it and
- * uid_max_weights; 0, or -WEIGHTD_E_LIMIT_EXCEEDED naming the limit, its value and the counts.
- */
-int session_check_holds(struct session *s, struct cache_segment *const *segs, size_t n,
-			uint64_t new_weights, weightd_error *err);
 
 #endif

@@ -89,11 +89,11 @@ static bool client_holds(struct session *s, const struct unit_out *o)
 {
 	struct weight *w;
 
-	if (!s->n_held) /* the usual first unit: no weight of it needs to be read */
+	if (!s->holds.n_held) /* the usual first unit: no weight of it needs to be read */
 		return false;
 	w = o->hit ? o->hit : cache_find(s->d->cache, o->key);
 
-	return w && session_find_held(s, w->id);
+	return w && holds_find(&s->holds, w->id);
 }
 
 /* The hash of output pos's key. */
@@ -145,6 +145,7 @@ static int unit_find_repeats(struct unitreq *u, weightd_error *err)
 static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error *err)
 {
 	const struct config *cfg = s->d->cfg;
+	const struct holds *h = &s->holds;
 	uint64_t weights = 0, bytes = 0;
 
 	for (size_t i = 0; i < u->n_entries; i++) {
@@ -154,23 +155,23 @@ static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error
 		bytes += u->outs[i].nbytes;
 	}
 	if (cfg->client_max_weights &&
-	    s->n_held + s->pending_weights + weights > cfg->client_max_weights)
+	    h->n_held + h->pending_weights + weights > cfg->client_max_weights)
 		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
 				    "limit exceeded: the client would hold %llu weights (%zu held, %u "
 				    "requested before, %llu in this unit); its limit is %u "
 				    "(client_max_weights)",
-				    (unsigned long long)(s->n_held + s->pending_weights + weights),
-				    s->n_held, s->pending_weights, (unsigned long long)weights,
+				    (unsigned long long)(h->n_held + h->pending_weights + weights),
+				    h->n_held, h->pending_weights, (unsigned long long)weights,
 				    cfg->client_max_weights);
 	if (cfg->client_max_bytes &&
-	    s->held_bytes + s->pending_bytes + bytes > cfg->client_max_bytes)
+	    h->held_bytes + h->pending_bytes + bytes > cfg->client_max_bytes)
 		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
 				    "limit exceeded: the client would hold %llu bytes of weights (%llu "
 				    "held, %llu requested before, %llu in this unit); its limit is %llu "
 				    "(client_max_bytes)",
-				    (unsigned long long)(s->held_bytes + s->pending_bytes + bytes),
-				    (unsigned long long)s->held_bytes,
-				    (unsigned long long)s->pending_bytes, (unsigned long long)bytes,
+				    (unsigned long long)(h->held_bytes + h->pending_bytes + bytes),
+				    (unsigned long long)h->held_bytes,
+				    (unsigned long long)h->pending_bytes, (unsigned long long)bytes,
 				    (unsigned long long)cfg->client_max_bytes);
 	u->new_weights = (uint32_t)weights;
 	u->new_bytes = bytes;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_daemon_session.c - a session's held-weight index and its table of segments held in: holds,
+/* test_daemon_holds.c - a client's held-weight index and its table of segments held in: holds,
  * finds and releases agree with a plain reference count under heavy collisions and random order,
  * and the per-client and per-uid hold limits count what they name. */
 #include <setjmp.h>
@@ -13,7 +13,8 @@
 
 #include "cache.h"
 #include "daemon.h"
-#include "session.h"
+#include "holds.h"
+#include "uid.h"
 
 #define N 5000
 
@@ -24,15 +25,15 @@ static void held_index_matches_a_reference_count(void **state)
 	static struct cache_segment seg; /* never created: its weights stay off the idle counts */
 	struct cache_params cp = { .budget = 1ull << 40 };
 	struct daemon d;
-	struct session s;
+	struct holds hs;
 	unsigned seed = 12345;
 
 	(void)state;
 	memset(&d, 0, sizeof(d));
-	memset(&s, 0, sizeof(s));
+	memset(&hs, 0, sizeof(hs));
 	d.cache = cache_new(&cp);
 	assert_non_null(d.cache);
-	s.d = &d;
+	holds_init(&hs, d.cache, NULL, NULL, 0, false);
 	for (size_t i = 0; i < N; i++) {
 		memset(&w[i], 0, sizeof(w[i]));
 		/* ids spaced so many share a hash slot's neighbourhood */
@@ -45,17 +46,17 @@ static void held_index_matches_a_reference_count(void **state)
 		bool hold = want[i] == 0 || rand_r(&seed) % 3 != 0;
 		if (hold) {
 			cache_hold(d.cache, &w[i]);
-			assert_int_equal(session_hold(&s, &w[i]), 0);
+			assert_int_equal(holds_hold(&hs, &w[i]), 0);
 			want[i]++;
 		} else {
-			assert_true(session_release(&s, w[i].id));
+			assert_true(holds_release(&hs, w[i].id));
 			want[i]--;
 		}
 		if (step % 997 == 0) {
 			size_t distinct = 0;
 			uint64_t bytes = 0;
 			for (size_t k = 0; k < N; k++) {
-				struct held *h = session_find_held(&s, w[k].id);
+				struct held *h = holds_find(&hs, w[k].id);
 				if (want[k]) {
 					assert_non_null(h);
 					assert_ptr_equal(h->w, &w[k]);
@@ -69,23 +70,20 @@ static void held_index_matches_a_reference_count(void **state)
 				}
 				assert_int_equal(w[k].refs, want[k]);
 			}
-			assert_int_equal(s.n_held, distinct);
-			assert_int_equal(s.held_bytes, bytes);
+			assert_int_equal(hs.n_held, distinct);
+			assert_int_equal(hs.held_bytes, bytes);
 		}
 	}
 	/* releasing what is not held is refused and changes nothing */
 	for (size_t k = 0; k < N; k++)
 		if (!want[k])
-			assert_false(session_release(&s, w[k].id));
-	while (s.n_held) {
-		struct weight *x = s.held[0].w;
-		assert_true(session_release(&s, x->id));
+			assert_false(holds_release(&hs, w[k].id));
+	while (hs.n_held) {
+		struct weight *x = hs.held[0].w;
+		assert_true(holds_release(&hs, x->id));
 	}
-	assert_int_equal(s.held_bytes, 0);
-	free(s.held);
-	wd_hashidx_free(&s.held_index);
-	free(s.segs);
-	wd_hashidx_free(&s.segs_index);
+	assert_int_equal(hs.held_bytes, 0);
+	holds_free(&hs);
 	cache_free(d.cache, false);
 }
 
@@ -102,68 +100,65 @@ static void held_index_grows_and_releases_everything(void **state)
 	static struct cache_segment seg; /* never created: its weights stay off the idle counts */
 	struct cache_params cp = { .budget = 1ull << 40 };
 	struct daemon d;
-	struct session s;
+	struct holds hs;
 	size_t last_cap = 0, growths = 0;
 
 	(void)state;
 	memset(&d, 0, sizeof(d));
-	memset(&s, 0, sizeof(s));
+	memset(&hs, 0, sizeof(hs));
 	d.cache = cache_new(&cp);
 	assert_non_null(d.cache);
-	s.d = &d;
+	holds_init(&hs, d.cache, NULL, NULL, 0, false);
 	for (size_t i = 0; i < M; i++) {
 		memset(&w[i], 0, sizeof(w[i]));
 		w[i].id = 1000 + i; /* consecutive ids: the worst case for a weak hash */
 		w[i].nbytes = 4096;
 		w[i].segment = &seg;
 		cache_hold(d.cache, &w[i]);
-		assert_int_equal(session_hold(&s, &w[i]), 0);
-		assert_ptr_equal(session_find_held(&s, w[i].id)->w, &w[i]);
-		assert_int_equal(s.n_indexed, s.n_held);
-		assert_true(s.held_index.cap >= 2 * s.n_held);
-		assert_int_equal(s.held_index.cap & (s.held_index.cap - 1), 0);
-		if (s.held_index.cap != last_cap) {
+		assert_int_equal(holds_hold(&hs, &w[i]), 0);
+		assert_ptr_equal(holds_find(&hs, w[i].id)->w, &w[i]);
+		assert_int_equal(hs.n_indexed, hs.n_held);
+		assert_true(hs.held_index.cap >= 2 * hs.n_held);
+		assert_int_equal(hs.held_index.cap & (hs.held_index.cap - 1), 0);
+		if (hs.held_index.cap != last_cap) {
 			growths++;
-			last_cap = s.held_index.cap;
+			last_cap = hs.held_index.cap;
 			for (size_t k = 0; k <= i; k++) {
-				struct held *h = session_find_held(&s, w[k].id);
+				struct held *h = holds_find(&hs, w[k].id);
 
 				assert_non_null(h);
 				assert_ptr_equal(h->w, &w[k]);
 			}
 		}
 	}
-	assert_int_equal(s.n_held, M);
+	assert_int_equal(hs.n_held, M);
 	assert_true(growths >= 6); /* 32 -> 4096 */
-	assert_true(s.held_bytes == (uint64_t)M * 4096);
-	assert_null(session_find_held(&s, 999));
-	assert_null(session_find_held(&s, 1000 + M));
+	assert_true(hs.held_bytes == (uint64_t)M * 4096);
+	assert_null(holds_find(&hs, 999));
+	assert_null(holds_find(&hs, 1000 + M));
 	/* a second hold of the same weight: one entry, two references */
 	cache_hold(d.cache, &w[7]);
-	assert_int_equal(session_hold(&s, &w[7]), 0);
-	assert_int_equal(s.n_held, M);
-	assert_int_equal(session_find_held(&s, w[7].id)->count, 2);
+	assert_int_equal(holds_hold(&hs, &w[7]), 0);
+	assert_int_equal(hs.n_held, M);
+	assert_int_equal(holds_find(&hs, w[7].id)->count, 2);
 	assert_int_equal(w[7].refs, 2);
 	assert_int_equal(w[7].holders, 1);
-	assert_true(s.held_bytes == (uint64_t)M * 4096);
+	assert_true(hs.held_bytes == (uint64_t)M * 4096);
 	/* release in an order unlike the holding order (odd ids first, then even) */
-	assert_true(session_release(&s, w[7].id));
+	assert_true(holds_release(&hs, w[7].id));
 	for (int pass = 0; pass < 2; pass++)
 		for (size_t i = (size_t)(1 - pass); i < M; i += 2) {
-			assert_true(session_release(&s, w[i].id));
-			assert_null(session_find_held(&s, w[i].id));
-			assert_false(session_release(&s, w[i].id));
+			assert_true(holds_release(&hs, w[i].id));
+			assert_null(holds_find(&hs, w[i].id));
+			assert_false(holds_release(&hs, w[i].id));
 		}
-	assert_int_equal(s.n_held, 0);
-	assert_true(s.held_bytes == 0);
+	assert_int_equal(hs.n_held, 0);
+	assert_true(hs.held_bytes == 0);
 	for (size_t i = 0; i < M; i++) {
 		assert_int_equal(w[i].refs, 0);
 		assert_int_equal(w[i].holders, 0);
 	}
-	free(s.held);
-	wd_hashidx_free(&s.held_index);
-	free(s.segs);
-	wd_hashidx_free(&s.segs_index);
+	holds_free(&hs);
 	cache_free(d.cache, false);
 }
 
@@ -171,7 +166,7 @@ static void held_index_grows_and_releases_everything(void **state)
  * Weights spread over SEGS segments, held and released at random: the client holds a segment
  * exactly while it holds one of its weights, and n_segs and its uid's segment and weight counts
  * follow (deletion from the open-addressing table keeps every other segment findable). Then
- * session_check_holds: a reply adding segments past client_max_segments or uid_max_segments, or
+ * holds_check: a reply adding segments past client_max_segments or uid_max_segments, or
  * weights past uid_max_weights, is refused naming that limit; one adding only segments already
  * held is not.
  */
@@ -185,21 +180,20 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 	struct config cfg;
 	struct uid_usage uu;
 	struct daemon d;
-	struct session s;
+	struct holds hs;
 	weightd_error err;
 	struct cache_segment *add[3];
 	unsigned seed = 777;
 
 	(void)state;
 	memset(&d, 0, sizeof(d));
-	memset(&s, 0, sizeof(s));
+	memset(&hs, 0, sizeof(hs));
 	memset(&uu, 0, sizeof(uu));
 	memset(&cfg, 0, sizeof(cfg));
 	d.cache = cache_new(&cp);
 	assert_non_null(d.cache);
 	d.cfg = &cfg;
-	s.d = &d;
-	s.uu = &uu;
+	holds_init(&hs, d.cache, &cfg, &uu, 0, false);
 	for (size_t i = 0; i < SEGS; i++) {
 		memset(&seg[i], 0, sizeof(seg[i]));
 		seg[i].id = 1 + i * 1024; /* spaced: many share a slot's neighbourhood */
@@ -215,10 +209,10 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 
 		if (want[i] == 0 || rand_r(&seed) % 2) {
 			cache_hold(d.cache, &w[i]);
-			assert_int_equal(session_hold(&s, &w[i]), 0);
+			assert_int_equal(holds_hold(&hs, &w[i]), 0);
 			want[i]++;
 		} else {
-			assert_true(session_release(&s, w[i].id));
+			assert_true(holds_release(&hs, w[i].id));
 			want[i]--;
 		}
 		if (step % 4999 == 0) {
@@ -229,25 +223,25 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 
 				for (size_t k = g; k < W; k += SEGS)
 					held |= want[k] > 0;
-				assert_int_equal(session_holds_segment(&s, &seg[g]), held);
+				assert_int_equal(holds_segment(&hs, &seg[g]), held);
 				nsegs += held;
 			}
 			for (size_t k = 0; k < W; k++)
 				nw += want[k] > 0;
-			assert_int_equal(s.n_segs, nsegs);
+			assert_int_equal(hs.n_segs, nsegs);
 			assert_int_equal(uu.segments, nsegs);
 			assert_int_equal(uu.weights, nw);
-			assert_true(s.segs_index.cap >= 2 * s.n_segs);
+			assert_true(hs.segs_index.cap >= 2 * hs.n_segs);
 		}
 	}
 	/* the limits: exactly at them passes, one past fails naming the limit */
-	while (s.n_held)
-		assert_true(session_release(&s, s.held[0].id));
-	assert_int_equal(s.n_segs, 0);
+	while (hs.n_held)
+		assert_true(holds_release(&hs, hs.held[0].id));
+	assert_int_equal(hs.n_segs, 0);
 	assert_int_equal(uu.segments, 0);
 	for (size_t g = 0; g < 2; g++) {
 		cache_hold(d.cache, &w[g]);
-		assert_int_equal(session_hold(&s, &w[g]), 0);
+		assert_int_equal(holds_hold(&hs, &w[g]), 0);
 	}
 	cfg.client_max_segments = 3;
 	cfg.uid_max_segments = 5;
@@ -256,47 +250,41 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 	add[1] = &seg[1];
 	add[2] = &seg[2];
 	wd_error_clear(&err);
-	assert_int_equal(session_check_holds(&s, add, 2, 8, &err), 0); /* held already */
-	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), 0);  /* 3 of 3 */
+	assert_int_equal(holds_check(&hs, add, 2, 8, &err), 0); /* held already */
+	assert_int_equal(holds_check(&hs, add, 3, 1, &err), 0); /* 3 of 3 */
 	add[1] = &seg[3];
-	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_int_equal(holds_check(&hs, add, 3, 1, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
 	assert_non_null(strstr(err.message, "client_max_segments"));
 	cfg.client_max_segments = 100;
 	uu.segments = 4; /* another connection of the uid holds 2 more */
 	wd_error_clear(&err);
-	assert_int_equal(session_check_holds(&s, add, 3, 1, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_int_equal(holds_check(&hs, add, 3, 1, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
 	assert_non_null(strstr(err.message, "uid_max_segments"));
 	assert_non_null(strstr(err.message, "its limit is 5"));
 	uu.segments = 2;
 	wd_error_clear(&err);
-	assert_int_equal(session_check_holds(&s, add, 1, 9, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_int_equal(holds_check(&hs, add, 1, 9, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
 	assert_non_null(strstr(err.message, "uid_max_weights"));
-	while (s.n_held)
-		assert_true(session_release(&s, s.held[0].id));
+	while (hs.n_held)
+		assert_true(holds_release(&hs, hs.held[0].id));
 	assert_int_equal(uu.weights, 0);
-	free(s.held);
-	wd_hashidx_free(&s.held_index);
-	free(s.segs);
-	wd_hashidx_free(&s.segs_index);
+	holds_free(&hs);
 	cache_free(d.cache, false);
 }
 
-/* A session over a fresh cache, for the tests below. */
-static void bare_session(struct daemon *d, struct session *s, struct cache_params *cp)
+/* An empty set of holds over a fresh cache, for the tests below. */
+static void bare_holds(struct daemon *d, struct holds *hs, struct cache_params *cp)
 {
 	memset(d, 0, sizeof(*d));
-	memset(s, 0, sizeof(*s));
+	memset(hs, 0, sizeof(*hs));
 	d->cache = cache_new(cp);
 	assert_non_null(d->cache);
-	s->d = d;
+	holds_init(hs, d->cache, NULL, NULL, 0, false);
 }
 
-static void bare_session_free(struct daemon *d, struct session *s)
+static void bare_holds_free(struct daemon *d, struct holds *hs)
 {
-	free(s->held);
-	wd_hashidx_free(&s->held_index);
-	free(s->segs);
-	wd_hashidx_free(&s->segs_index);
+	holds_free(hs);
 	cache_free(d->cache, false);
 }
 
@@ -311,30 +299,30 @@ static void holds_are_indexed_when_looked_up(void **state)
 	static struct cache_segment seg;
 	struct cache_params cp = { .budget = 1ull << 40 };
 	struct daemon d;
-	struct session s;
+	struct holds hs;
 
 	(void)state;
-	bare_session(&d, &s, &cp);
+	bare_holds(&d, &hs, &cp);
 	for (size_t i = 0; i < M; i++) {
 		memset(&w[i], 0, sizeof(w[i]));
 		w[i].id = 50 + i;
 		w[i].nbytes = 64;
 		w[i].segment = &seg;
 		cache_hold(d.cache, &w[i]);
-		assert_int_equal(session_hold_found(&s, &w[i], NULL), 0);
+		assert_int_equal(holds_hold_found(&hs, &w[i], NULL), 0);
 	}
-	assert_int_equal(s.n_held, M);
-	assert_int_equal(s.n_indexed, 0);
-	assert_int_equal(s.held_index.cap, 0);
-	assert_null(session_find_held(&s, 49));
-	assert_int_equal(s.n_indexed, M);
-	assert_true(s.held_index.cap >= 2 * M);
+	assert_int_equal(hs.n_held, M);
+	assert_int_equal(hs.n_indexed, 0);
+	assert_int_equal(hs.held_index.cap, 0);
+	assert_null(holds_find(&hs, 49));
+	assert_int_equal(hs.n_indexed, M);
+	assert_true(hs.held_index.cap >= 2 * M);
 	for (size_t i = 0; i < M; i++)
-		assert_ptr_equal(session_find_held(&s, w[i].id)->w, &w[i]);
-	while (s.n_held)
-		assert_true(session_release(&s, s.held[s.n_held - 1].id));
-	assert_int_equal(s.n_indexed, 0);
-	bare_session_free(&d, &s);
+		assert_ptr_equal(holds_find(&hs, w[i].id)->w, &w[i]);
+	while (hs.n_held)
+		assert_true(holds_release(&hs, hs.held[hs.n_held - 1].id));
+	assert_int_equal(hs.n_indexed, 0);
+	bare_holds_free(&d, &hs);
 }
 
 /*
@@ -350,12 +338,12 @@ static void newest_holds_are_released_in_one_pass(void **state)
 	static struct cache_segment seg;
 	struct cache_params cp = { .budget = 1ull << 40 };
 	struct daemon d;
-	struct session s;
+	struct holds hs;
 	uint64_t h[NEW + 1], bytes_old = 0;
 	size_t cap;
 
 	(void)state;
-	bare_session(&d, &s, &cp);
+	bare_holds(&d, &hs, &cp);
 	for (size_t i = 0; i < OLD + NEW; i++) {
 		memset(&w[i], 0, sizeof(w[i]));
 		w[i].id = 900 + 7 * i;
@@ -365,19 +353,19 @@ static void newest_holds_are_released_in_one_pass(void **state)
 	/* the older holds, looked up (so indexed) */
 	for (size_t i = 0; i < OLD; i++) {
 		cache_hold(d.cache, &w[i]);
-		assert_int_equal(session_hold(&s, &w[i]), 0);
+		assert_int_equal(holds_hold(&hs, &w[i]), 0);
 		bytes_old += w[i].nbytes;
 	}
-	assert_non_null(session_find_held(&s, w[0].id));
-	cap = s.held_index.cap;
+	assert_non_null(holds_find(&hs, w[0].id));
+	cap = hs.held_index.cap;
 	/* a unit's holds: each new weight once, the third twice (an entry and its repeat) */
 	for (size_t i = OLD; i < OLD + NEW; i++) {
 		cache_hold(d.cache, &w[i]);
-		assert_int_equal(session_hold_found(&s, &w[i], NULL), 0);
+		assert_int_equal(holds_hold_found(&hs, &w[i], NULL), 0);
 	}
 	cache_hold(d.cache, &w[OLD + 2]);
-	s.held[OLD + 2].count++;   /* what session_hold of the repeat does, without a lookup */
-	assert_int_equal(s.n_indexed, OLD);
+	hs.held[OLD + 2].count++; /* what holds_hold of the repeat does, without a lookup */
+	assert_int_equal(hs.n_indexed, OLD);
 
 	for (size_t i = 0, k = 0; i < NEW; i++) {
 		h[k++] = w[OLD + i].id;
@@ -391,36 +379,36 @@ static void newest_holds_are_released_in_one_pass(void **state)
 		memcpy(bad, h, sizeof(bad));
 		bad[0] = h[1];
 		bad[1] = h[0];
-		assert_false(session_release_newest(&s, bad, NEW + 1));
-		assert_false(session_release_newest(&s, h, NEW));          /* the last one missing */
+		assert_false(holds_release_newest(&hs, bad, NEW + 1));
+		assert_false(holds_release_newest(&hs, h, NEW)); /* the last one missing */
 		memcpy(bad, h, sizeof(bad));
-		bad[3] = h[4];                                             /* w[OLD+2] once */
-		assert_false(session_release_newest(&s, bad + 1, NEW));
+		bad[3] = h[4]; /* w[OLD+2] once */
+		assert_false(holds_release_newest(&hs, bad + 1, NEW));
 		memcpy(bad, h, sizeof(bad));
 		bad[0] = w[OLD - 1].id;
-		assert_false(session_release_newest(&s, bad, NEW + 1));
+		assert_false(holds_release_newest(&hs, bad, NEW + 1));
 		bad[0] = 1;
-		assert_false(session_release_newest(&s, bad, NEW + 1));
-		assert_false(session_release_newest(&s, h, 0));
+		assert_false(holds_release_newest(&hs, bad, NEW + 1));
+		assert_false(holds_release_newest(&hs, h, 0));
 	}
-	assert_int_equal(s.n_held, OLD + NEW);
+	assert_int_equal(hs.n_held, OLD + NEW);
 	for (size_t i = OLD; i < OLD + NEW; i++)
 		assert_int_equal(w[i].refs, i == OLD + 2 ? 2 : 1);
 
-	assert_true(session_release_newest(&s, h, NEW + 1));
-	assert_int_equal(s.n_held, OLD);
-	assert_int_equal(s.held_bytes, bytes_old);
-	assert_int_equal(s.held_index.cap, cap);   /* never indexed */
+	assert_true(holds_release_newest(&hs, h, NEW + 1));
+	assert_int_equal(hs.n_held, OLD);
+	assert_int_equal(hs.held_bytes, bytes_old);
+	assert_int_equal(hs.held_index.cap, cap); /* never indexed */
 	for (size_t i = 0; i < OLD + NEW; i++) {
 		assert_int_equal(w[i].refs, i < OLD);
 		assert_int_equal(w[i].holders, i < OLD);
 	}
 	for (size_t i = 0; i < OLD; i++)
-		assert_ptr_equal(session_find_held(&s, w[i].id)->w, &w[i]);
-	assert_null(session_find_held(&s, w[OLD].id));
-	while (s.n_held)
-		assert_true(session_release(&s, s.held[0].id));
-	bare_session_free(&d, &s);
+		assert_ptr_equal(holds_find(&hs, w[i].id)->w, &w[i]);
+	assert_null(holds_find(&hs, w[OLD].id));
+	while (hs.n_held)
+		assert_true(holds_release(&hs, hs.held[0].id));
+	bare_holds_free(&d, &hs);
 }
 
 int main(void)

@@ -1,0 +1,421 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* holds.c - what one client holds: its references on weights (indexed by weight id), the
+ * segments they lie in (each pins a daemon fd), and its unit requests in flight, counted for the
+ * client and its uid. */
+#include "holds.h"
+
+#include <stdlib.h>
+
+#include "cache.h"
+#include "config.h"
+#include "log.h"
+#include "uid.h"
+
+/* A segment the client holds weights in (each one pins a daemon fd while anyone holds it). */
+struct held_segment {
+	struct cache_segment *sg;
+	uint32_t weights; /* distinct weights of sg this client holds */
+};
+
+/*
+ * The weights a client holds: a dense array (cheap to walk when the client goes) indexed by an
+ * open-addressing table keyed by weight id, so holding, finding and releasing stay O(1) however
+ * many weights one client holds.
+ */
+static bool held_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const struct holds *h = ctx;
+	return h->held[pos].id == *(const uint64_t *)key;
+}
+
+/* Index the holds not indexed yet; false (nothing changed) when out of memory. */
+static bool held_index_sync(struct holds *h)
+{
+	if (h->n_indexed == h->n_held)
+		return true;
+	if (wd_hashidx_reserve(&h->held_index, h->n_held) < 0)
+		return false;
+	for (; h->n_indexed < h->n_held; h->n_indexed++)
+		wd_hashidx_put(&h->held_index, h->held[h->n_indexed].id, (uint32_t)h->n_indexed);
+	return true;
+}
+
+struct held *holds_find(struct holds *h, uint64_t handle)
+{
+	uint32_t at;
+
+	if (!h->n_held)
+		return NULL;
+	if (!held_index_sync(h)) {
+		/* no memory to index the newest: look through them, then the indexed ones */
+		for (size_t i = h->n_indexed; i < h->n_held; i++)
+			if (h->held[i].id == handle)
+				return &h->held[i];
+	}
+	at = wd_hashidx_find(&h->held_index, handle, held_eq, h, &handle);
+	return at ? &h->held[at - 1] : NULL;
+}
+
+/*
+ * The segments a client holds weights in, counted the same way (a dense array indexed by
+ * segment id): each one pins a daemon fd, so their number is limited per client and per uid
+ * (holds_check).
+ */
+static bool seg_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const struct holds *h = ctx;
+	return h->segs[pos].sg == key;
+}
+
+bool holds_segment(const struct holds *h, const struct cache_segment *sg)
+{
+	return wd_hashidx_find(&h->segs_index, sg->id, seg_eq, h, sg) != 0;
+}
+
+/* Room for one more segment, so that segs_add cannot fail. */
+static int segs_grow(struct holds *h)
+{
+	if (h->n_segs == h->segs_cap) {
+		size_t ncap = h->segs_cap ? h->segs_cap * 2 : 16;
+		struct held_segment *nt = realloc(h->segs, ncap * sizeof(*nt));
+
+		if (!nt)
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+		h->segs = nt;
+		h->segs_cap = ncap;
+	}
+	if (wd_hashidx_reserve(&h->segs_index, h->n_segs + 1) < 0)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	return 0;
+}
+
+/* One more distinct weight of sg held (the table has room: see holds_hold). */
+static void segs_add(struct holds *h, struct cache_segment *sg)
+{
+	size_t i = wd_hashidx_slot(&h->segs_index, sg->id, seg_eq, h, sg);
+
+	if (!wd_hashidx_pos(&h->segs_index, i)) {
+		h->segs[h->n_segs].sg = sg;
+		h->segs[h->n_segs].weights = 0;
+		wd_hashidx_set(&h->segs_index, i, sg->id, (uint32_t)h->n_segs++);
+		if (h->uu)
+			h->uu->segments++;
+	}
+	h->segs[wd_hashidx_pos(&h->segs_index, i) - 1].weights++;
+}
+
+/* One distinct weight of sg less; the entry goes with the last one. */
+static void segs_remove(struct holds *h, struct cache_segment *sg)
+{
+	size_t i;
+	uint32_t pos, last;
+
+	if (!h->segs_index.cap)
+		return;
+	i = wd_hashidx_slot(&h->segs_index, sg->id, seg_eq, h, sg);
+	if (!wd_hashidx_pos(&h->segs_index, i))
+		return;
+	pos = wd_hashidx_pos(&h->segs_index, i) - 1;
+	if (--h->segs[pos].weights)
+		return;
+	wd_hashidx_delete(&h->segs_index, i);
+	last = (uint32_t)h->n_segs - 1;
+	if (pos != last) {
+		h->segs[pos] = h->segs[last];
+		wd_hashidx_move(&h->segs_index, h->segs[pos].sg->id, last, pos);
+	}
+	h->n_segs--;
+	if (h->uu)
+		h->uu->segments--;
+}
+
+int holds_check(const struct holds *h, struct cache_segment *const *segs, size_t n,
+		uint64_t new_weights, weightd_error *err)
+{
+	const struct config *cfg = h->cfg;
+	uint64_t add = 0;
+	uint64_t uid_max = uid_max_segments(h->uu, cfg);
+
+	for (size_t i = 0; i < n; i++)
+		add += !holds_segment(h, segs[i]);
+	if (add && h->n_segs + add > cfg->client_max_segments)
+		return wd_error_set(
+			err, WEIGHTD_E_LIMIT_EXCEEDED,
+			"limit exceeded: the client would hold weights in %llu shared-memory "
+			"segments (%zu now, %llu more in this reply); its limit is %u "
+			"(client_max_segments; weights asked for in one unit share "
+			"segments)",
+			(unsigned long long)(h->n_segs + add), h->n_segs, (unsigned long long)add,
+			cfg->client_max_segments);
+	if (add && h->uu && !h->exempt && h->uu->segments + add > uid_max)
+		return wd_error_set(
+			err, WEIGHTD_E_LIMIT_EXCEEDED,
+			"limit exceeded: uid %u would hold weights in %llu shared-memory "
+			"segments over its connections (%llu now, %llu more in this reply); "
+			"its limit is %llu (uid_max_segments)",
+			(unsigned)h->uu->uid, (unsigned long long)(h->uu->segments + add),
+			(unsigned long long)h->uu->segments, (unsigned long long)add,
+			(unsigned long long)uid_max);
+	if (new_weights && h->uu && !h->exempt &&
+	    h->uu->weights + new_weights > cfg->uid_max_weights)
+		return wd_error_set(
+			err, WEIGHTD_E_LIMIT_EXCEEDED,
+			"limit exceeded: uid %u would hold %llu weights over its connections "
+			"(%llu now, %llu more in this reply); its limit is %u "
+			"(uid_max_weights)",
+			(unsigned)h->uu->uid, (unsigned long long)(h->uu->weights + new_weights),
+			(unsigned long long)h->uu->weights, (unsigned long long)new_weights,
+			cfg->uid_max_weights);
+	return 0;
+}
+
+int holds_hold(struct holds *h, struct weight *w)
+{
+	return holds_hold_found(h, w, holds_find(h, w->id));
+}
+
+int holds_hold_found(struct holds *h, struct weight *w, struct held *found)
+{
+	if (found) {
+		found->count++;
+		return 0;
+	}
+	if (segs_grow(h) < 0)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	if (h->n_held == h->cap_held) {
+		size_t ncap = h->cap_held ? h->cap_held * 2 : 16;
+		struct held *nh = realloc(h->held, ncap * sizeof(*nh));
+		if (!nh)
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+		h->held = nh;
+		h->cap_held = ncap;
+	}
+	h->held[h->n_held].w = w;
+	h->held[h->n_held].id = w->id;
+	h->held[h->n_held].count = 1;
+	h->n_held++; /* indexed when a lookup needs it (held_index_sync) */
+	h->held_bytes += w->nbytes;
+	w->holders++;
+	segs_add(h, w->segment);
+	if (h->uu)
+		h->uu->weights++;
+	return 0;
+}
+
+bool holds_release(struct holds *h, uint64_t handle)
+{
+	size_t k, pos, last;
+	struct weight *w;
+	struct held *e;
+
+	if (!h->n_held)
+		return false;
+	if (!held_index_sync(h)) {
+		/* no memory to index the newest: only what is indexed can be moved about */
+		log_warn("client %llu: out of memory indexing the weights it holds; its release "
+			 "of weight %llu is ignored",
+			 (unsigned long long)h->client, (unsigned long long)handle);
+		return false;
+	}
+	k = wd_hashidx_slot(&h->held_index, handle, held_eq, h, &handle); /* one probe for both */
+	if (!wd_hashidx_pos(&h->held_index, k))
+		return false;
+	e = &h->held[wd_hashidx_pos(&h->held_index, k) - 1];
+	w = e->w;
+	if (--e->count == 0) {
+		pos = (size_t)(e - h->held);
+		last = h->n_held - 1;
+		wd_hashidx_delete(&h->held_index, k);
+		if (pos != last) {
+			h->held[pos] = h->held[last];
+			wd_hashidx_move(&h->held_index, h->held[pos].id, (uint32_t)last,
+					(uint32_t)pos);
+		}
+		h->n_held--;
+		h->n_indexed--;
+		w->holders--;
+		h->held_bytes -= w->nbytes;
+		segs_remove(h, w->segment);
+		if (h->uu)
+			h->uu->weights--;
+	}
+	cache_drop(h->cache, w);
+	return true;
+}
+
+bool holds_release_newest(struct holds *h, const uint64_t *handles, size_t n)
+{
+	size_t runs = 0, at, k;
+
+	for (size_t i = 0; i < n; i++)
+		runs += i == 0 || handles[i] != handles[i - 1];
+	if (!n || runs > h->n_held - h->n_indexed)
+		return false; /* only the unindexed newest: what goes needs no index work */
+	at = h->n_held - runs;
+	for (size_t i = 0, j; i < n; i = j, at++) {
+		for (j = i + 1; j < n && handles[j] == handles[i]; j++)
+			;
+		if (h->held[at].id != handles[i] || h->held[at].count != j - i)
+			return false;
+	}
+	at = h->n_held - runs;
+	for (k = at; k < h->n_held; k++) {
+		struct weight *w = h->held[k].w;
+		uint32_t c = h->held[k].count;
+
+		if (k + WEIGHT_AHEAD < h->n_held)
+			weight_prefetch(h->held[k + WEIGHT_AHEAD].w, 2);
+
+		w->holders--;
+		h->held_bytes -= w->nbytes;
+		segs_remove(h, w->segment);
+		while (c--)
+			cache_drop(h->cache, w);
+	}
+	if (h->uu)
+		h->uu->weights -= runs;
+	h->n_held = at;
+	return true;
+}
+
+/* How often each handle of a release appears: distinct handles in a dense array, indexed. */
+struct handle_count {
+	uint64_t handle;
+	size_t count;
+};
+
+static bool count_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const struct handle_count *hc = ctx;
+	return hc[pos].handle == *(const uint64_t *)key;
+}
+
+int holds_release_all(struct holds *h, const uint64_t *handles, size_t n, uint64_t *ret_missing)
+{
+	struct handle_count *tab;
+	struct wd_hashidx ix = { NULL, 0 };
+	uint32_t n_tab = 0;
+
+	/* a unit's free, checked in one pass (nothing changes unless all of it holds) */
+	if (holds_release_newest(h, handles, n))
+		return 0;
+	tab = calloc(n ? n : 1, sizeof(*tab));
+	if (!tab || wd_hashidx_reserve(&ix, n) < 0) {
+		free(tab);
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	}
+	/* All handles are checked before any is released: a bad list changes nothing. A handle may
+	 * appear as often as the client holds it (counted through one hash table: linear). */
+	for (size_t i = 0; i < n; i++) {
+		size_t k = wd_hashidx_slot(&ix, handles[i], count_eq, tab, &handles[i]);
+
+		if (!wd_hashidx_pos(&ix, k)) {
+			tab[n_tab].handle = handles[i];
+			wd_hashidx_set(&ix, k, handles[i], n_tab++);
+		}
+		tab[wd_hashidx_pos(&ix, k) - 1].count++;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct handle_count *hc =
+			&tab[wd_hashidx_find(&ix, handles[i], count_eq, tab, &handles[i]) - 1];
+		struct held *e = holds_find(h, handles[i]);
+
+		if (!e || e->count < hc->count) {
+			*ret_missing = handles[i];
+			free(tab);
+			wd_hashidx_free(&ix);
+			return -WEIGHTD_E_NOT_FOUND;
+		}
+	}
+	free(tab);
+	wd_hashidx_free(&ix);
+	for (size_t i = 0; i < n; i++)
+		holds_release(h, handles[i]);
+	return 0;
+}
+
+int holds_share(struct holds *h, uint64_t handle, struct weight **ret_w)
+{
+	struct held *e = holds_find(h, handle);
+	struct weight *w;
+
+	if (!e)
+		return -WEIGHTD_E_NOT_FOUND;
+	if (h->cfg->client_max_weights && h->n_held >= h->cfg->client_max_weights && e->count == 0)
+		return -WEIGHTD_E_LIMIT_EXCEEDED;
+	w = e->w;
+	cache_hold(h->cache, w);
+	if (holds_hold_found(h, w, e) < 0) {
+		cache_drop(h->cache, w);
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	}
+	*ret_w = w;
+	return 0;
+}
+
+void holds_pending_add(struct holds *h, uint64_t bytes, uint32_t weights)
+{
+	h->pending++;
+	h->pending_bytes += bytes;
+	h->pending_weights += weights;
+	if (h->uu)
+		h->uu->pending++;
+}
+
+void holds_pending_done(struct holds *h, uint64_t bytes, uint32_t weights)
+{
+	h->pending--;
+	h->pending_bytes -= bytes;
+	h->pending_weights -= weights;
+	if (h->uu)
+		h->uu->pending--;
+}
+
+void holds_init(struct holds *h, struct cache *cache, const struct config *cfg,
+		struct uid_usage *uu, uint64_t client, bool exempt)
+{
+	h->cache = cache;
+	h->cfg = cfg;
+	h->uu = uu;
+	h->client = client;
+	h->exempt = exempt;
+}
+
+void holds_clear(struct holds *h)
+{
+	if (h->uu) {
+		h->uu->weights -= h->n_held;
+		h->uu->segments -= h->n_segs;
+		h->uu->pending -= h->pending;
+	}
+	wd_hashidx_clear(&h->segs_index);
+	h->n_segs = 0;
+	h->n_indexed = 0; /* the index is cleared below */
+	while (h->n_held) {
+		struct held *e = &h->held[h->n_held - 1];
+		struct weight *w = e->w;
+		uint32_t n = e->count;
+		w->holders--;
+		h->n_held--;
+		while (n--)
+			cache_drop(h->cache, w);
+	}
+	wd_hashidx_clear(&h->held_index);
+	h->held_bytes = 0;
+	h->pending = 0;
+	h->pending_bytes = 0;
+	h->pending_weights = 0;
+	h->uu = NULL;
+}
+
+void holds_free(struct holds *h)
+{
+	free(h->held);
+	h->held = NULL;
+	h->n_held = h->cap_held = h->n_indexed = 0;
+	wd_hashidx_free(&h->held_index);
+	free(h->segs);
+	h->segs = NULL;
+	h->n_segs = h->segs_cap = 0;
+	wd_hashidx_free(&h->segs_index);
+}
