@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "error.h"
 
 enum kind { KIND_S3, KIND_HTTP };
@@ -418,14 +418,6 @@ struct piece {
 	char fail_text[256];
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Copy a header's value (trimmed) into buf. */
 static void header_value(const char *v, size_t n, char *buf, size_t cap)
 {
@@ -749,7 +741,7 @@ static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, unsig
 	int rc = 0;
 
 	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
-		seed = (unsigned)now_ms() ^ (unsigned)getpid();
+		seed = (unsigned)wd_clock_ms() ^ (unsigned)getpid();
 	if (!m || !handles || !idle || !retry) {
 		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
@@ -757,7 +749,7 @@ static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, unsig
 	/* One connection per transfer: object stores spread a link's bandwidth over connections. */
 	curl_multi_setopt(m, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
 	while (done < n) {
-		uint64_t now = now_ms(), wait = 100;
+		uint64_t now = wd_clock_ms(), wait = 100;
 		int running = 0, left = 0;
 		CURLMsg *msg;
 
@@ -817,7 +809,7 @@ static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, unsig
 			switch (piece_outcome(r, p, msg->data.result, &rc, err)) {
 			case DONE: done++; break;
 			case RETRY:
-				p->not_before = now_ms() + backoff(r, p->attempts, &seed);
+				p->not_before = wd_clock_ms() + backoff(r, p->attempts, &seed);
 				retry[nretry++] = (size_t)(p - pieces);
 				break;
 			case FAILED: goto out;
@@ -825,7 +817,7 @@ static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, unsig
 		}
 		if (done == n)
 			break;
-		now = now_ms();
+		now = wd_clock_ms();
 		for (size_t i = 0; i < nretry; i++) {
 			uint64_t nb = pieces[retry[i]].not_before;
 			uint64_t w = nb > now ? nb - now : 0;
