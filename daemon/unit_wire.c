@@ -31,11 +31,12 @@ static bool plain_entry(const Weightd__UnitEntry *pe)
 /* The NUL-ended strings of a blob: how many, or SIZE_MAX when the last one is not ended. */
 static size_t count_strings(const ProtobufCBinaryData *b)
 {
-	const uint8_t *p = b->data, *end = b->data + b->len;
+	const uint8_t *p = b->data, *end;
 	size_t n = 0;
 
 	if (b->len == 0)
-		return 0;
+		return 0; /* data may be NULL then: no arithmetic on it */
+	end = b->data + b->len;
 	if (end[-1] != 0)
 		return SIZE_MAX;
 	while (p < end) {

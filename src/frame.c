@@ -235,8 +235,9 @@ static int outq_push(struct wd_outq *q, const void *payload, size_t len, const i
 			rc = -WEIGHTD_E_LIMIT_EXCEEDED;
 			goto undo;
 		}
-		rc = outq_push_frame(q, (const uint8_t *)payload + off, b, fds + fd_off, n,
-				     i + 1 < k, borrowed);
+		/* an empty payload or fd list may be NULL: no arithmetic on it (NULL + 0 is undefined) */
+		rc = outq_push_frame(q, b ? (const uint8_t *)payload + off : payload, b,
+				     n ? fds + fd_off : fds, n, i + 1 < k, borrowed);
 		if (rc < 0)
 			goto undo;
 		off += b;
@@ -796,7 +797,7 @@ int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
 			b->start += WD_FRAME_HEADER + (size_t)len;
 			return 1;
 		}
-		if (msg_append(b, h + WD_FRAME_HEADER, len, b->fds + b->fd_head, nfds) < 0)
+		if (msg_append(b, h + WD_FRAME_HEADER, len, nfds ? b->fds + b->fd_head : NULL, nfds) < 0)
 			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		b->fd_head += nfds;
 		b->fd_count -= nfds;
