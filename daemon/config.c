@@ -1,68 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* config.c - reads weightd.conf (INI, split by inih) into struct config; every error names FILE:LINE.
- * The line reader is in config_line.c, sections and keys in config_section.c, value parsers in
- * config_value.c; config_int.h is what they share. */
+ * The keys are the rows of config_keys.c; the line reader is in config_line.c, sections and what a
+ * row sets in config_section.c, value parsers in config_value.c; config_int.h is what they share. */
 #include "config_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ini.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include "frame.h"
-
-#define DEFAULT_SOCKET "/run/weightd/weightd.sock"
-#define DEFAULT_SHM_PREFIX "weightd"
-#define DEFAULT_STATE_DIR "/var/lib/weightd"
-
-static struct config *config_new(const char *path)
-{
-	struct config *cfg = calloc(1, sizeof(*cfg));
-
-	if (!cfg)
-		return NULL;
-	cfg->path = strdup(path);
-	cfg->socket_path = strdup(DEFAULT_SOCKET);
-	cfg->shm_prefix = strdup(DEFAULT_SHM_PREFIX);
-	cfg->state_dir = strdup(DEFAULT_STATE_DIR);
-	cfg->socket_mode = 0660;
-	cfg->socket_group = (gid_t)-1;
-	cfg->budget_bytes = 0;
-	cfg->workers = 0;
-	cfg->digest = WD_DIGEST_DEFAULT;
-	cfg->max_clients = 1024;
-	cfg->client_max_pending = 256;
-	cfg->client_max_queue_bytes = 64ull << 20;
-	cfg->client_max_bytes = 0;
-	cfg->client_max_weights = 0;
-	cfg->max_frame_bytes = WD_FRAME_MAX_DEFAULT;
-	cfg->max_message_bytes = 256ull << 20;
-	cfg->max_unit_entries = 1u << 20;
-	cfg->segment_max_bytes = 4ull << 30;
-	cfg->max_idle_weights = 1u << 20;
-	cfg->max_idle_segments = 1024;
-	cfg->max_clients_per_uid = 64;
-	cfg->client_max_queue_fds = 1024;
-	cfg->uid_max_queue_fds = 4096;
-	cfg->idle_timeout_ms = 600000;
-	cfg->frame_timeout_ms = 30000;
-	cfg->uid_max_partial_bytes = 64ull << 20;
-	cfg->max_partial_bytes = 256ull << 20;
-	cfg->max_temp_bytes = 0;
-	cfg->uid_max_pending = 1024;
-	cfg->client_max_segments = 4096;
-	cfg->uid_max_segments = 16384;
-	cfg->uid_max_weights = 1u << 22;
-	cfg->log_level = -1;
-	if (!cfg->path || !cfg->socket_path || !cfg->shm_prefix || !cfg->state_dir) {
-		config_free(cfg);
-		return NULL;
-	}
-	return cfg;
-}
 
 /* Read a whole regular file of at most CONFIG_MAX_FILE_BYTES. */
 static int read_file(const char *path, char **ret_buf, size_t *ret_len, weightd_error *err)
@@ -120,6 +69,14 @@ out:
 	return rc;
 }
 
+/* The later of the lines that set two [daemon] keys. */
+static int later_line(const struct loader *ld, size_t a, size_t b)
+{
+	int la = config_key_line(ld, CONFIG_DAEMON, a), lb = config_key_line(ld, CONFIG_DAEMON, b);
+
+	return la > lb ? la : lb;
+}
+
 /* Rules between keys, checked once the whole file is read; an error names the later of the lines
  * that set the keys involved. */
 static void validate(struct loader *ld)
@@ -127,8 +84,8 @@ static void validate(struct loader *ld)
 	const struct config *cfg = ld->cfg;
 
 	if (cfg->client_max_queue_bytes < cfg->max_frame_bytes) {
-		int line = ld->daemon_key_line[DK_CLIENT_MAX_QUEUE] > ld->daemon_key_line[DK_MAX_FRAME]
-			? ld->daemon_key_line[DK_CLIENT_MAX_QUEUE] : ld->daemon_key_line[DK_MAX_FRAME];
+		int line = later_line(ld, offsetof(struct config, client_max_queue_bytes),
+				      offsetof(struct config, max_frame_bytes));
 
 		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "client_max_queue (%llu bytes) is smaller than max_frame (%u bytes): one reply "
@@ -136,8 +93,8 @@ static void validate(struct loader *ld)
 			    cfg->max_frame_bytes);
 	}
 	if (!ld->err_line && cfg->uid_max_partial_bytes > cfg->max_partial_bytes / 2) {
-		int line = ld->daemon_key_line[DK_UID_MAX_PARTIAL] > ld->daemon_key_line[DK_MAX_PARTIAL]
-			? ld->daemon_key_line[DK_UID_MAX_PARTIAL] : ld->daemon_key_line[DK_MAX_PARTIAL];
+		int line = later_line(ld, offsetof(struct config, uid_max_partial_bytes),
+				      offsetof(struct config, max_partial_bytes));
 
 		/* else one uid alone could fill the total and lock every other uid out */
 		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
@@ -159,8 +116,10 @@ int config_load(const char *path, struct config **ret, weightd_error *err)
 	rc = read_file(path, &buf, &len, err);
 	if (rc < 0)
 		return rc;
-	cfg = config_new(path);
-	if (!cfg) {
+	cfg = calloc(1, sizeof(*cfg));
+	if (cfg)
+		cfg->path = strdup(path);
+	if (!cfg || !cfg->path) {
 		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "%s: out of memory", path);
 		goto out;
 	}
@@ -168,6 +127,10 @@ int config_load(const char *path, struct config **ret, weightd_error *err)
 	ld.buf = buf;
 	ld.len = len;
 	ld.cfg = cfg;
+	if (!config_set_defaults(&ld, CONFIG_DAEMON, cfg)) {
+		rc = wd_error_set(err, ld.err_code, "%s: %s", path, ld.err_msg);
+		goto out;
+	}
 
 	ini_line = ini_parse_stream(config_reader, &ld, config_handler, &ld);
 	if (ini_line < 0) {

@@ -67,10 +67,77 @@ struct config {
 };
 
 /*
+ * The keys of weightd.conf, one row each in config_keys[] (config_keys.c): parsing, defaults and
+ * what a reload does all follow the row, and docs/weightd.conf.5 documents every row (a unit test
+ * holds them to each other).
+ */
+enum config_section { CONFIG_NONE, CONFIG_DAEMON, CONFIG_CHECKPOINT };
+
+/* What a value is: each type has one parser and one error sentence (config_value.c). */
+enum config_type {
+	CONFIG_T_PATH,      /* absolute path of at most `max` bytes */
+	CONFIG_T_NAME,      /* 1 to `max` of A-Z a-z 0-9 _ . -, not starting with '.' or '-' */
+	CONFIG_T_MODE,      /* octal permission bits, at most `max` */
+	CONFIG_T_GROUP,     /* a group name or id; empty: (gid_t)-1, the group it is created with */
+	CONFIG_T_BOOL,      /* yes/no, true/false, on/off, 1/0 */
+	CONFIG_T_DIGEST,    /* a content digest algorithm by name (enum wd_digest_alg) */
+	CONFIG_T_LOG_LEVEL, /* a level name (LOG_LVL_*); -1 until the file names one */
+	CONFIG_T_SIZE,      /* bytes, or a number and K, M, G, T or P; `min` to `max` */
+	CONFIG_T_COUNT,     /* a whole number, `min` to `max` */
+	CONFIG_T_DURATION,  /* seconds, or a number and ms, s, m or h; in ms, at most `max` */
+	CONFIG_T_USERS,     /* users or uids: the array at `field`, its length at `count` */
+	CONFIG_T_GROUPS,    /* groups or gids, the same way */
+};
+
+/* What a reload does when the file gives a [daemon] key a new value. Checkpoint keys are all
+ * taken anew (the catalog's reload). */
+enum config_reload {
+	CONFIG_LIVE,    /* applied at once, with a notice naming the key and both values */
+	CONFIG_RESTART, /* the running value stays, with a warning that only a restart applies it */
+	CONFIG_START,   /* read at start only: the running value stays and the reload says
+			 * nothing (some are cut at start to a share of RLIMIT_NOFILE, so the
+			 * file's value is not the one in force) */
+};
+
+/* Row flags. */
+#define CONFIG_EMPTY_OK    0x1u /* may be empty: "" for a path, (gid_t)-1 for a group */
+#define CONFIG_REQUIRED    0x2u /* the section must set it */
+#define CONFIG_SOCKET_UNIT 0x4u /* under socket activation the .socket unit decides it instead */
+#define CONFIG_NEW_CONNS   0x8u /* a reload applies it to connections made afterwards */
+
+struct config_key {
+	enum config_section section;
+	const char *name;
+	enum config_type type;
+	uint64_t min, max;      /* bounds of a number or size; longest path or name; largest mode */
+	size_t field, width;    /* offsetof and size in struct config or struct source_conf */
+	size_t count;           /* lists: offsetof their length */
+	const char *def;        /* the default, written as in the file; NULL: none */
+	enum config_reload reload;
+	unsigned flags;
+	const char *doc;        /* one line: what it sets */
+};
+
+/* Every key; a reload reports changed keys in this order, so keys whose change it only warns
+ * about come first, then budget and log_level, then the other live keys. */
+extern const struct config_key config_keys[];
+extern const size_t config_n_keys;
+
+/* The row of `name` in `section`, or NULL. */
+const struct config_key *config_key_find(enum config_section section, const char *name);
+/* The value of a number-like key (every type but paths, names and lists) in `base` (a struct
+ * config or struct source_conf), widened. */
+uint64_t config_key_get(const struct config_key *k, const void *base);
+/* Copy a number-like key's value from `src` to `dst`. */
+void config_key_copy(const struct config_key *k, void *dst, const void *src);
+/* The value of a path or name key. */
+const char *config_key_str(const struct config_key *k, const void *base);
+
+/*
  * Load and validate `path`. Unknown keys and sections, bad numbers, sizes ("16G", "512M", bytes),
  * octal modes, unknown users/groups, duplicate checkpoint names, invalid shm prefixes: each is an
  * error "FILE:LINE: what is wrong" (-WEIGHTD_E_INVALID_ARGUMENT). Missing keys take the defaults
- * documented in systemd/weightd.conf.example.
+ * of config_keys[].
  */
 int config_load(const char *path, struct config **ret, weightd_error *err);
 void config_free(struct config *cfg);

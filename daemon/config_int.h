@@ -17,21 +17,7 @@
 #define CONFIG_MAX_PREFIX 64          /* shm_prefix; leaves room in NAME_MAX for the weight's id */
 #define CONFIG_MAX_SECTION 256        /* text between [ and ] */
 #define CONFIG_MAX_LINE 16384         /* characters of one line: room for a PATH_MAX path */
-
-enum daemon_key {
-	DK_SOCKET, DK_SOCKET_MODE, DK_SOCKET_GROUP, DK_SHM_PREFIX, DK_STATE_DIR, DK_VERIFY_ADOPTED,
-	DK_BUDGET, DK_WORKERS,
-	DK_MAX_CLIENTS, DK_CLIENT_MAX_PENDING, DK_CLIENT_MAX_QUEUE, DK_CLIENT_MAX_BYTES,
-	DK_CLIENT_MAX_WEIGHTS, DK_MAX_FRAME, DK_LOG_LEVEL, DK_MAX_MESSAGE, DK_MAX_UNIT_ENTRIES,
-	DK_SEGMENT_MAX, DK_MAX_IDLE_WEIGHTS, DK_MAX_IDLE_SEGMENTS,
-	DK_MAX_CLIENTS_PER_UID, DK_CLIENT_MAX_QUEUE_FDS, DK_UID_MAX_QUEUE_FDS, DK_IDLE_TIMEOUT,
-	DK_FRAME_TIMEOUT, DK_UID_MAX_PARTIAL, DK_MAX_PARTIAL, DK_MAX_TEMP, DK_UID_MAX_PENDING,
-	DK_DIGEST, DK_CLIENT_MAX_SEGMENTS, DK_UID_MAX_SEGMENTS, DK_UID_MAX_WEIGHTS, DK_COUNT
-};
-
-enum checkpoint_key { CK_PATH, CK_ALLOW_USERS, CK_ALLOW_GROUPS, CK_PRELOAD, CK_COUNT };
-
-enum section { SECT_NONE, SECT_DAEMON, SECT_CHECKPOINT };
+#define CONFIG_MAX_KEYS 64            /* rows of config_keys[] (config_keys.c) */
 
 /* Parsing state shared by the line reader and the key handler. */
 struct loader {
@@ -43,11 +29,11 @@ struct loader {
 	int err_code;
 	char err_msg[600];
 	struct config *cfg;
-	enum section sect;
+	enum config_section sect;
 	char sect_text[CONFIG_MAX_SECTION + 1];  /* what inih reports as the section name */
 	int daemon_line;                  /* where [daemon] starts, 0 if not seen */
-	int daemon_key_line[DK_COUNT];    /* where each [daemon] key was set */
-	int ckpt_key_line[CK_COUNT];      /* same for the current [checkpoint:NAME] */
+	int key_line[CONFIG_MAX_KEYS];    /* where each row of config_keys[] was set, 0 if not
+					   * (checkpoint rows: in the current section) */
 	size_t cap_sources;
 	/* A line longer than inih's buffer reaches inih as "key =" and its value is kept here
 	 * (split_long_line); the handler takes it from here for that line. */
@@ -71,8 +57,10 @@ int config_set_size(struct loader *ld, const char *key, const char *val, uint64_
 		    uint64_t *ret);
 int config_set_u32(struct loader *ld, const char *key, const char *val, uint32_t min, uint32_t max,
 		   uint32_t *ret);
-/* A duration: a whole number of seconds, or one followed by "ms", "s", "m" or "h". 0 = off. */
-int config_set_duration_ms(struct loader *ld, const char *key, const char *val, uint64_t *ret);
+/* A duration: a whole number of seconds, or one followed by "ms", "s", "m" or "h", at most max_ms
+ * (a whole number of days). 0 = off. */
+int config_set_duration_ms(struct loader *ld, const char *key, const char *val, uint64_t max_ms,
+			   uint64_t *ret);
 int config_set_bool(struct loader *ld, const char *key, const char *val, bool *ret);
 /* Replace *slot by a copy of val. */
 int config_set_string(struct loader *ld, char **slot, const char *val);
@@ -86,11 +74,19 @@ int config_set_id_list(struct loader *ld, const char *key, const char *val, bool
 /* [A-Za-z0-9_.-], also the rule for shm_prefix (which may not start with '.' or '-'). */
 bool config_name_ok(const char *s);
 
-/* --- sections and keys (config_section.c) ------------------------------------------------ */
+/* --- sections and keys (config_section.c; the rows are in config_keys.c) ----------------- */
 
+/* Parse `val` as row k into `base` (the struct config, or the struct source_conf of the current
+ * checkpoint section). */
+int config_key_set(struct loader *ld, const struct config_key *k, void *base, const char *val);
+/* Give every row of `section` its default in `base`; 0 with the error recorded on failure. */
+int config_set_defaults(struct loader *ld, enum config_section section, void *base);
+/* Where the row of `section` at `field` was set (in the current section for checkpoint rows), 0
+ * if it was not. */
+int config_key_line(const struct loader *ld, enum config_section section, size_t field);
 /* A section header line (starts with '['): closes the previous section and opens this one. */
 void config_open_section(struct loader *ld, const char *text, size_t n);
-/* The checkpoint section that just ended must have named its path. */
+/* The checkpoint section that just ended: its required keys set, allow_any from its lists. */
 void config_close_section(struct loader *ld);
 /* inih's handler: one key of the current section, checked and stored in ld->cfg. */
 int config_handler(void *user, const char *section, const char *key, const char *val);

@@ -1,205 +1,154 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* config_section.c - the sections of weightd.conf: headers ([daemon], [checkpoint:NAME]), the
- * keys each admits, and what every key sets in struct config. */
+ * keys each admits (config_keys[]), and a row's value parsed into the field it names. */
 #include "config_int.h"
 
 #include <ctype.h>
-#include <linux/limits.h> /* PATH_MAX */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/un.h>
 
 #include "digest.h"
 #include "log.h"
 
-static const char *const daemon_keys[DK_COUNT] = {
-	[DK_SOCKET] = "socket", [DK_SOCKET_MODE] = "socket_mode", [DK_SOCKET_GROUP] = "socket_group",
-	[DK_SHM_PREFIX] = "shm_prefix", [DK_STATE_DIR] = "state_dir",
-	[DK_VERIFY_ADOPTED] = "verify_adopted", [DK_BUDGET] = "budget",
-	[DK_WORKERS] = "workers", [DK_MAX_CLIENTS] = "max_clients",
-	[DK_CLIENT_MAX_PENDING] = "client_max_pending", [DK_CLIENT_MAX_QUEUE] = "client_max_queue",
-	[DK_CLIENT_MAX_BYTES] = "client_max_bytes", [DK_CLIENT_MAX_WEIGHTS] = "client_max_weights",
-	[DK_MAX_FRAME] = "max_frame", [DK_LOG_LEVEL] = "log_level",
-	[DK_MAX_MESSAGE] = "max_message", [DK_MAX_UNIT_ENTRIES] = "max_unit_entries",
-	[DK_SEGMENT_MAX] = "segment_max", [DK_MAX_IDLE_WEIGHTS] = "max_idle_weights",
-	[DK_MAX_IDLE_SEGMENTS] = "max_idle_segments",
-	[DK_MAX_CLIENTS_PER_UID] = "max_clients_per_uid",
-	[DK_CLIENT_MAX_QUEUE_FDS] = "client_max_queue_fds",
-	[DK_UID_MAX_QUEUE_FDS] = "uid_max_queue_fds", [DK_IDLE_TIMEOUT] = "idle_timeout",
-	[DK_FRAME_TIMEOUT] = "frame_timeout", [DK_UID_MAX_PARTIAL] = "uid_max_partial",
-	[DK_MAX_PARTIAL] = "max_partial", [DK_MAX_TEMP] = "max_temp",
-	[DK_UID_MAX_PENDING] = "uid_max_pending", [DK_DIGEST] = "digest",
-	[DK_CLIENT_MAX_SEGMENTS] = "client_max_segments", [DK_UID_MAX_SEGMENTS] = "uid_max_segments",
-	[DK_UID_MAX_WEIGHTS] = "uid_max_weights",
-};
+/* --- values ------------------------------------------------------------------------------- */
 
-static const char *const checkpoint_keys[CK_COUNT] = {
-	[CK_PATH] = "path", [CK_ALLOW_USERS] = "allow_users", [CK_ALLOW_GROUPS] = "allow_groups",
-	[CK_PRELOAD] = "preload",
-};
-
-/* --- [daemon] ----------------------------------------------------------------------------- */
-
-static int daemon_set(struct loader *ld, int k, const char *key, const char *val)
+/* Store v in a field of k->width bytes (the row's bounds keep it in range). */
+static void put_uint(const struct config_key *k, void *base, uint64_t v)
 {
-	struct config *cfg = ld->cfg;
+	char *p = (char *)base + k->field;
+	uint32_t u32 = (uint32_t)v;
+
+	if (k->width == sizeof(u32))
+		memcpy(p, &u32, sizeof(u32));
+	else
+		memcpy(p, &v, sizeof(v));
+}
+
+int config_key_set(struct loader *ld, const struct config_key *k, void *base, const char *val)
+{
+	void *field = (char *)base + k->field;
+	const char *key = k->name;
 	uint64_t u64 = 0;
 	uint32_t u32 = 0;
 
-	switch ((enum daemon_key)k) {
-	case DK_SOCKET:
-		return config_set_abs_path(ld, key, val,
-					   sizeof(((struct sockaddr_un *)0)->sun_path) - 1,
-					   &cfg->socket_path);
-	case DK_SOCKET_MODE: {
+	switch (k->type) {
+	case CONFIG_T_PATH:
+		if (!val[0] && (k->flags & CONFIG_EMPTY_OK))
+			return config_set_string(ld, field, "");
+		return config_set_abs_path(ld, key, val, k->max, field);
+	case CONFIG_T_NAME:
+		if (!val[0] || strlen(val) > k->max || val[0] == '.' || val[0] == '-' ||
+		    !config_name_ok(val))
+			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+					   "%s: '%s' is invalid (1 to %d of A-Z a-z 0-9 _ . -, not starting "
+					   "with . or -)", key, val, (int)k->max);
+		return config_set_string(ld, field, val);
+	case CONFIG_T_MODE: {
 		unsigned long mode = 0;
 		const char *p = val;
 
 		for (; *p >= '0' && *p <= '7' && mode <= 07777; p++)
 			mode = mode * 8 + (unsigned long)(*p - '0');
-		if (p == val || *p || mode > 0777)
+		if (p == val || *p || mode > k->max)
 			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
-					   "%s: '%s' is not an octal mode between 0000 and 0777", key, val);
-		cfg->socket_mode = (mode_t)mode;
+					   "%s: '%s' is not an octal mode between %04llo and %04llo", key,
+					   val, (unsigned long long)k->min, (unsigned long long)k->max);
+		*(mode_t *)field = (mode_t)mode;
 		return 1;
 	}
-	case DK_SOCKET_GROUP:
-		if (!val[0]) {
-			cfg->socket_group = (gid_t)-1;  /* as the default: keep the group it is created with */
+	case CONFIG_T_GROUP:
+		if (!val[0] && (k->flags & CONFIG_EMPTY_OK)) {
+			*(gid_t *)field = (gid_t)-1; /* keep the group it is created with */
 			return 1;
 		}
 		if (!config_resolve_id(ld, key, val, true, &u32))
 			return 0;
-		cfg->socket_group = (gid_t)u32;
+		*(gid_t *)field = (gid_t)u32;
 		return 1;
-	case DK_SHM_PREFIX:
-		if (!val[0] || strlen(val) > CONFIG_MAX_PREFIX || val[0] == '.' || val[0] == '-' ||
-		    !config_name_ok(val))
-			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
-					   "%s: '%s' is invalid (1 to %d of A-Z a-z 0-9 _ . -, not starting "
-					   "with . or -)", key, val, CONFIG_MAX_PREFIX);
-		return config_set_string(ld, &cfg->shm_prefix, val);
-	case DK_STATE_DIR:
-		if (!val[0])
-			return config_set_string(ld, &cfg->state_dir, "");
-		return config_set_abs_path(ld, key, val, PATH_MAX - 64, &cfg->state_dir);
-	case DK_VERIFY_ADOPTED:
-		return config_set_bool(ld, key, val, &cfg->verify_adopted);
-	case DK_DIGEST:
+	case CONFIG_T_BOOL:
+		return config_set_bool(ld, key, val, field);
+	case CONFIG_T_DIGEST:
 		if (wd_digest_from_name(val) == WD_DIGEST_NONE)
 			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 					   "%s: '%s' is not a digest algorithm (xxh3-128 or sha256)", key, val);
-		cfg->digest = wd_digest_from_name(val);
+		*(enum wd_digest_alg *)field = wd_digest_from_name(val);
 		return 1;
-	case DK_BUDGET:
-		return config_set_size(ld, key, val, 0, UINT64_MAX, &cfg->budget_bytes);
-	case DK_WORKERS:
-		return config_set_u32(ld, key, val, 0, 1024, &cfg->workers);
-	case DK_MAX_CLIENTS:
-		return config_set_u32(ld, key, val, 1, 1u << 20, &cfg->max_clients);
-	case DK_CLIENT_MAX_PENDING:
-		return config_set_u32(ld, key, val, 1, 1u << 16, &cfg->client_max_pending);
-	case DK_CLIENT_MAX_QUEUE:
-		return config_set_size(ld, key, val, 4096, UINT64_MAX,
-				       &cfg->client_max_queue_bytes);
-	case DK_CLIENT_MAX_BYTES:
-		return config_set_size(ld, key, val, 0, UINT64_MAX, &cfg->client_max_bytes);
-	case DK_CLIENT_MAX_WEIGHTS:
-		return config_set_u32(ld, key, val, 0, UINT32_MAX, &cfg->client_max_weights);
-	case DK_MAX_CLIENTS_PER_UID:
-		return config_set_u32(ld, key, val, 1, 1u << 20, &cfg->max_clients_per_uid);
-	case DK_CLIENT_MAX_QUEUE_FDS:
-		return config_set_u32(ld, key, val, 1, 1u << 20, &cfg->client_max_queue_fds);
-	case DK_UID_MAX_QUEUE_FDS:
-		return config_set_u32(ld, key, val, 1, 1u << 24, &cfg->uid_max_queue_fds);
-	case DK_IDLE_TIMEOUT:
-		return config_set_duration_ms(ld, key, val, &cfg->idle_timeout_ms);
-	case DK_FRAME_TIMEOUT:
-		return config_set_duration_ms(ld, key, val, &cfg->frame_timeout_ms);
-	case DK_UID_MAX_PARTIAL:
-		return config_set_size(ld, key, val, 4096, UINT64_MAX, &cfg->uid_max_partial_bytes);
-	case DK_MAX_PARTIAL:
-		return config_set_size(ld, key, val, 4096, UINT64_MAX, &cfg->max_partial_bytes);
-	case DK_UID_MAX_PENDING:
-		return config_set_u32(ld, key, val, 1, 1u << 24, &cfg->uid_max_pending);
-	case DK_CLIENT_MAX_SEGMENTS:
-		return config_set_u32(ld, key, val, 1, 1u << 20, &cfg->client_max_segments);
-	case DK_UID_MAX_SEGMENTS:
-		return config_set_u32(ld, key, val, 1, 1u << 24, &cfg->uid_max_segments);
-	case DK_UID_MAX_WEIGHTS:
-		return config_set_u32(ld, key, val, 1, UINT32_MAX, &cfg->uid_max_weights);
-	case DK_MAX_TEMP:
-		return config_set_size(ld, key, val, 0, UINT64_MAX, &cfg->max_temp_bytes);
-	case DK_MAX_FRAME:
-		if (!config_set_size(ld, key, val, 4096, 1u << 30, &u64))
-			return 0;
-		cfg->max_frame_bytes = (uint32_t)u64;
-		return 1;
-	case DK_MAX_MESSAGE:
-		return config_set_size(ld, key, val, 4096, 4ull << 30, &cfg->max_message_bytes);
-	case DK_MAX_UNIT_ENTRIES:
-		return config_set_u32(ld, key, val, 1, 1u << 24, &cfg->max_unit_entries);
-	case DK_SEGMENT_MAX:
-		return config_set_size(ld, key, val, 1u << 20, 1ull << 40, &cfg->segment_max_bytes);
-	case DK_MAX_IDLE_WEIGHTS:
-		return config_set_u32(ld, key, val, 0, UINT32_MAX, &cfg->max_idle_weights);
-	case DK_MAX_IDLE_SEGMENTS:
-		return config_set_u32(ld, key, val, 0, UINT32_MAX, &cfg->max_idle_segments);
-	case DK_LOG_LEVEL: {
+	case CONFIG_T_LOG_LEVEL: {
 		int level = log_level_parse(val);
 
 		if (level < 0)
 			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 					   "%s: '%s' is not a level (error, warning, notice, info, debug)",
 					   key, val);
-		cfg->log_level = level;
+		*(int *)field = level;
 		return 1;
 	}
-	case DK_COUNT:
-		break;
+	case CONFIG_T_SIZE:
+		if (!config_set_size(ld, key, val, k->min, k->max, &u64))
+			return 0;
+		put_uint(k, base, u64);
+		return 1;
+	case CONFIG_T_COUNT:
+		if (!config_set_u32(ld, key, val, (uint32_t)k->min, (uint32_t)k->max, &u32))
+			return 0;
+		put_uint(k, base, u32);
+		return 1;
+	case CONFIG_T_DURATION:
+		if (!config_set_duration_ms(ld, key, val, k->max, &u64))
+			return 0;
+		put_uint(k, base, u64);
+		return 1;
+	case CONFIG_T_USERS:
+	case CONFIG_T_GROUPS:
+		return config_set_id_list(ld, key, val, k->type == CONFIG_T_GROUPS, field,
+					  (size_t *)((char *)base + k->count));
 	}
 	return config_fail(ld, ld->line, WEIGHTD_E_INTERNAL, "%s: no parser for this key", key);
 }
 
-/* --- [checkpoint:NAME] -------------------------------------------------------------------- */
-
-static int checkpoint_set(struct loader *ld, int k, const char *key, const char *val)
+int config_set_defaults(struct loader *ld, enum config_section section, void *base)
 {
-	struct source_conf *src = &ld->cfg->sources[ld->cfg->n_sources - 1];
+	for (size_t i = 0; i < config_n_keys; i++) {
+		const struct config_key *k = &config_keys[i];
 
-	switch ((enum checkpoint_key)k) {
-	case CK_PATH:
-		return config_set_abs_path(ld, key, val, PATH_MAX - 1, &src->path);
-	case CK_ALLOW_USERS:
-		src->allow_any = false;
-		return config_set_id_list(ld, key, val, false, (uint32_t **)&src->allow_uids,
-					  &src->n_uids);
-	case CK_ALLOW_GROUPS:
-		src->allow_any = false;
-		return config_set_id_list(ld, key, val, true, (uint32_t **)&src->allow_gids,
-					  &src->n_gids);
-	case CK_PRELOAD:
-		return config_set_bool(ld, key, val, &src->preload);
-	case CK_COUNT:
-		break;
+		if (k->section != section)
+			continue;
+		if (k->type == CONFIG_T_LOG_LEVEL)
+			*(int *)((char *)base + k->field) = -1; /* not named: --log-level or info */
+		else if (k->def && !config_key_set(ld, k, base, k->def))
+			return 0;
 	}
-	return config_fail(ld, ld->line, WEIGHTD_E_INTERNAL, "%s: no parser for this key", key);
+	return 1;
+}
+
+int config_key_line(const struct loader *ld, enum config_section section, size_t field)
+{
+	for (size_t i = 0; i < config_n_keys; i++)
+		if (config_keys[i].section == section && config_keys[i].field == field)
+			return ld->key_line[i];
+	return 0;
 }
 
 _Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(gid_t) == sizeof(uint32_t),
 	       "allow lists are resolved as 32-bit ids");
 
-/* The checkpoint section that just ended must have named its path. */
+/* The checkpoint section that just ended must have set its required keys; with neither allow
+ * list, any peer of the socket may use it. */
 void config_close_section(struct loader *ld)
 {
 	struct source_conf *src;
 
-	if (ld->sect != SECT_CHECKPOINT)
+	if (ld->sect != CONFIG_CHECKPOINT)
 		return;
 	src = &ld->cfg->sources[ld->cfg->n_sources - 1];
-	if (!src->path)
-		config_fail(ld, src->line, WEIGHTD_E_INVALID_ARGUMENT,
-			    "[checkpoint:%s] has no path", src->name);
+	for (size_t i = 0; i < config_n_keys; i++)
+		if (config_keys[i].section == CONFIG_CHECKPOINT &&
+		    (config_keys[i].flags & CONFIG_REQUIRED) && !ld->key_line[i])
+			config_fail(ld, src->line, WEIGHTD_E_INVALID_ARGUMENT,
+				    "[checkpoint:%s] has no %s", src->name, config_keys[i].name);
+	src->allow_any = !config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, allow_uids)) &&
+			 !config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, allow_gids));
 }
 
 static int open_checkpoint(struct loader *ld, const char *name)
@@ -237,7 +186,7 @@ static int open_checkpoint(struct loader *ld, const char *name)
 	src->allow_any = true;
 	src->line = ld->line;
 	cfg->n_sources++;
-	return 1;
+	return config_set_defaults(ld, CONFIG_CHECKPOINT, src);
 }
 
 /*
@@ -252,7 +201,7 @@ void config_open_section(struct loader *ld, const char *text, size_t n)
 	config_close_section(ld);
 	if (ld->err_line)
 		return;
-	ld->sect = SECT_NONE;
+	ld->sect = CONFIG_NONE;
 	if (!close) {
 		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "section header has no closing ']'");
@@ -285,12 +234,14 @@ void config_open_section(struct loader *ld, const char *text, size_t n)
 			return;
 		}
 		ld->daemon_line = ld->line;
-		ld->sect = SECT_DAEMON;
+		ld->sect = CONFIG_DAEMON;
 	} else if (strncmp(ld->sect_text, "checkpoint:", 11) == 0) {
 		if (!open_checkpoint(ld, ld->sect_text + 11))
 			return;
-		memset(ld->ckpt_key_line, 0, sizeof(ld->ckpt_key_line));
-		ld->sect = SECT_CHECKPOINT;
+		for (size_t i = 0; i < config_n_keys; i++)
+			if (config_keys[i].section == CONFIG_CHECKPOINT)
+				ld->key_line[i] = 0;
+		ld->sect = CONFIG_CHECKPOINT;
 	} else {
 		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "unknown section [%s] (expected [daemon] or [checkpoint:NAME])", ld->sect_text);
@@ -299,21 +250,12 @@ void config_open_section(struct loader *ld, const char *text, size_t n)
 
 /* --- keys --------------------------------------------------------------------------------- */
 
-static int key_index(const char *const *keys, int n, const char *key)
-{
-	for (int i = 0; i < n; i++)
-		if (strcmp(keys[i], key) == 0)
-			return i;
-	return -1;
-}
-
 int config_handler(void *user, const char *section, const char *key, const char *val)
 {
 	struct loader *ld = user;
-	const char *const *keys = ld->sect == SECT_DAEMON ? daemon_keys : checkpoint_keys;
-	int n = ld->sect == SECT_DAEMON ? DK_COUNT : CK_COUNT;
-	int *lines = ld->sect == SECT_DAEMON ? ld->daemon_key_line : ld->ckpt_key_line;
-	int k;
+	const struct config_key *k;
+	void *base;
+	int *line;
 
 	if (ld->err_line)
 		return 0;
@@ -322,21 +264,26 @@ int config_handler(void *user, const char *section, const char *key, const char 
 	if (!key[0])
 		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "key name missing before '='");
-	if (ld->sect == SECT_NONE)
+	if (ld->sect == CONFIG_NONE)
 		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "key '%s' comes before any section ([daemon] or [checkpoint:NAME])", key);
 	/* inih and config_open_section() read the same header and must agree (inih cuts long names). */
 	if (strncmp(section, ld->sect_text, strlen(section)) != 0)
 		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "cannot parse the section header [%s]", section);
-	k = key_index(keys, n, key);
-	if (k < 0)
+	k = config_key_find(ld->sect, key);
+	if (!k)
 		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "unknown key '%s' in [%s]", key, ld->sect_text);
-	if (lines[k])
+	line = &ld->key_line[k - config_keys];
+	if (*line)
 		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "key '%s' is given twice in [%s] (first at line %d)", key,
-				   ld->sect_text, lines[k]);
-	lines[k] = ld->line;
-	return ld->sect == SECT_DAEMON ? daemon_set(ld, k, key, val) : checkpoint_set(ld, k, key, val);
+				   ld->sect_text, *line);
+	*line = ld->line;
+	if (ld->sect == CONFIG_DAEMON)
+		base = ld->cfg;
+	else
+		base = &ld->cfg->sources[ld->cfg->n_sources - 1];
+	return config_key_set(ld, k, base, val);
 }

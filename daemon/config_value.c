@@ -127,8 +127,10 @@ int config_set_u32(struct loader *ld, const char *key, const char *val, uint32_t
 	return 1;
 }
 
-/* A duration: a whole number of seconds, or one followed by "ms", "s", "m" or "h". 0 = off. */
-int config_set_duration_ms(struct loader *ld, const char *key, const char *val, uint64_t *ret)
+/* A duration: a whole number of seconds, or one followed by "ms", "s", "m" or "h", at most max_ms
+ * (a whole number of days). 0 = off. */
+int config_set_duration_ms(struct loader *ld, const char *key, const char *val, uint64_t max_ms,
+			   uint64_t *ret)
 {
 	const char *end = NULL;
 	uint64_t v = 0, mul = 1000;
@@ -150,9 +152,10 @@ int config_set_duration_ms(struct loader *ld, const char *key, const char *val, 
 		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				   "%s: '%s' is not a duration (seconds, or a number followed by ms, s, m or h)",
 				   key, val);
-	if (st == CONFIG_NUM_OVERFLOW || v > UINT64_MAX / mul || v * mul > (30ull * 24 * 3600000))
+	if (st == CONFIG_NUM_OVERFLOW || v > UINT64_MAX / mul || v * mul > max_ms)
 		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
-				   "%s: %s is longer than 30 days", key, val);
+				   "%s: %s is longer than %llu days", key, val,
+				   (unsigned long long)(max_ms / (24 * 3600000)));
 	*ret = v * mul;
 	return 1;
 }

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* reload.c - re-reading the configuration: checkpoints swapped in, [daemon] keys applied per key. */
+/* reload.c - re-reading the configuration: checkpoints swapped in, [daemon] keys applied or kept
+ * as their rows in config_keys[] say. */
 #include "reload.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +92,8 @@ static bool str_differs(const char *a, const char *b)
 	return strcmp(a ? a : "", b ? b : "") != 0;
 }
 
+#define NEW_CONNS_NOTE "; connections made before keep theirs"
+
 /* A key that only a restart applies: warn when the file now says otherwise. */
 static void needs_restart(const char *key, bool changed, const char *now, const char *file)
 {
@@ -98,89 +102,122 @@ static void needs_restart(const char *key, bool changed, const char *now, const 
 			 "weightd restarts; still %s", key, file, now);
 }
 
+/* A CONFIG_RESTART key: the running value stays; say so when the file differs. */
+static void check_restart(struct daemon *d, const struct config_key *k, const struct config *ncfg)
+{
+	const struct config *cur = d->cfg;
+	uint64_t a = config_key_get(k, cur), b = config_key_get(k, ncfg);
+	char sa[64], sb[64];
+
+	/* under socket activation systemd's socket unit decides these: nothing to say */
+	if ((k->flags & CONFIG_SOCKET_UNIT) && d->socket_activated)
+		return;
+	switch (k->type) {
+	case CONFIG_T_PATH:
+	case CONFIG_T_NAME: {
+		const char *sa_ = config_key_str(k, cur), *sb_ = config_key_str(k, ncfg);
+
+		/* an unusable directory was switched off at start ("" here): nothing to compare */
+		if ((k->flags & CONFIG_EMPTY_OK) && !sa_[0])
+			return;
+		needs_restart(k->name, str_differs(sa_, sb_), sa_,
+			      (k->flags & CONFIG_EMPTY_OK) && !sb_[0] ? "(none)" : sb_);
+		return;
+	}
+	case CONFIG_T_MODE:
+		snprintf(sa, sizeof(sa), "%04o", (unsigned)a);
+		snprintf(sb, sizeof(sb), "%04o", (unsigned)b);
+		break;
+	case CONFIG_T_GROUP:
+		snprintf(sa, sizeof(sa), "gid %ld", (gid_t)a == (gid_t)-1 ? -1L : (long)a);
+		snprintf(sb, sizeof(sb), "gid %ld", (gid_t)b == (gid_t)-1 ? -1L : (long)b);
+		break;
+	case CONFIG_T_BOOL:
+		snprintf(sa, sizeof(sa), "%s", a ? "yes" : "no");
+		snprintf(sb, sizeof(sb), "%s", b ? "yes" : "no");
+		break;
+	default:
+		/* workers, compared by effect: "0" and the CPU count it means are the same */
+		if (k->field == offsetof(struct config, workers)) {
+			a = pool_threads(d->pool);
+			b = ncfg->workers ? ncfg->workers : pool_default_threads();
+		}
+		snprintf(sa, sizeof(sa), "%" PRIu64, a);
+		snprintf(sb, sizeof(sb), "%" PRIu64, b);
+		break;
+	}
+	needs_restart(k->name, a != b, sa, sb);
+}
+
+static void apply_log_level(struct daemon *d, const struct config *ncfg)
+{
+	d->cfg->log_level = ncfg->log_level;
+	if (d->log_level_cli >= 0) {
+		log_notice("reload: log_level in the file is ignored: --log-level %s was given",
+			   log_level_name(d->log_level_cli));
+	} else {
+		int level = ncfg->log_level >= 0 ? ncfg->log_level : LOG_LVL_INFO;
+		bool quieter = level < log_get_level();
+
+		/* said while the more talkative of the two levels holds, so it shows */
+		if (quieter)
+			log_notice("reload: log_level is now %s", log_level_name(level));
+		log_set_level(level);
+		if (!quieter)
+			log_notice("reload: log_level is now %s", log_level_name(level));
+	}
+}
+
 /*
  * Apply what can change live, one message per key that changed; keep the running value of the
- * others (logged). `cur` is the running configuration, `ncfg` the file just read.
+ * others (logged for CONFIG_RESTART keys). `d->cfg` is the running configuration, `ncfg` the file
+ * just read. Keys are taken in the order of config_keys[].
  */
 static void apply_daemon_keys(struct daemon *d, const struct config *ncfg)
 {
 	struct config *cur = d->cfg;
-	char a[64], b[64];
+	bool cache_limits = false;
 
-	/* under socket activation systemd's socket unit decides these three: nothing to say */
-	if (!d->socket_activated) {
-		needs_restart("socket", str_differs(cur->socket_path, ncfg->socket_path),
-			      cur->socket_path, ncfg->socket_path);
-		snprintf(a, sizeof(a), "%04o", (unsigned)cur->socket_mode);
-		snprintf(b, sizeof(b), "%04o", (unsigned)ncfg->socket_mode);
-		needs_restart("socket_mode", cur->socket_mode != ncfg->socket_mode, a, b);
-		snprintf(a, sizeof(a), "gid %ld",
-			 cur->socket_group == (gid_t)-1 ? -1L : (long)cur->socket_group);
-		snprintf(b, sizeof(b), "gid %ld",
-			 ncfg->socket_group == (gid_t)-1 ? -1L : (long)ncfg->socket_group);
-		needs_restart("socket_group", cur->socket_group != ncfg->socket_group, a, b);
-	}
-	needs_restart("shm_prefix", str_differs(cur->shm_prefix, ncfg->shm_prefix), cur->shm_prefix,
-		      ncfg->shm_prefix);
-	/* an unusable state directory was switched off at start ("" here): nothing to compare */
-	if (cur->state_dir[0])
-		needs_restart("state_dir", str_differs(cur->state_dir, ncfg->state_dir),
-			      cur->state_dir, ncfg->state_dir[0] ? ncfg->state_dir : "(none)");
-	needs_restart("verify_adopted", cur->verify_adopted != ncfg->verify_adopted,
-		      cur->verify_adopted ? "yes" : "no", ncfg->verify_adopted ? "yes" : "no");
-	/* compared by effect: "0" and the CPU count it means are the same */
-	{
-		unsigned now = pool_threads(d->pool);
-		unsigned want = ncfg->workers ? ncfg->workers : pool_default_threads();
+	for (size_t i = 0; i < config_n_keys; i++) {
+		const struct config_key *k = &config_keys[i];
+		uint64_t was, now;
 
-		snprintf(a, sizeof(a), "%u", now);
-		snprintf(b, sizeof(b), "%u", want);
-		needs_restart("workers", now != want, a, b);
-	}
+		if (k->section != CONFIG_DAEMON || k->reload == CONFIG_START)
+			continue;
+		if (k->reload == CONFIG_RESTART) {
+			check_restart(d, k, ncfg);
+			continue;
+		}
+		was = config_key_get(k, cur);
+		now = config_key_get(k, ncfg);
+		if (was == now)
+			continue;
+		switch (k->field) {
+		case offsetof(struct config, budget_bytes): {
+			uint64_t budget = daemon_effective_budget(ncfg), evicted;
 
-	if (cur->budget_bytes != ncfg->budget_bytes) {
-		uint64_t budget = daemon_effective_budget(ncfg), evicted;
-
-		cur->budget_bytes = ncfg->budget_bytes;
-		evicted = cache_set_budget(d->cache, budget);
-		log_notice("reload: budget is now %" PRIu64 " bytes (%" PRIu64 " unheld weights evicted)",
-			   budget, evicted);
-	}
-	if (cur->log_level != ncfg->log_level) {
-		cur->log_level = ncfg->log_level;
-		if (d->log_level_cli >= 0) {
-			log_notice("reload: log_level in the file is ignored: --log-level %s was given",
-				   log_level_name(d->log_level_cli));
-		} else {
-			int level = ncfg->log_level >= 0 ? ncfg->log_level : LOG_LVL_INFO;
-			bool quieter = level < log_get_level();
-
-			/* said while the more talkative of the two levels holds, so it shows */
-			if (quieter)
-				log_notice("reload: log_level is now %s", log_level_name(level));
-			log_set_level(level);
-			if (!quieter)
-				log_notice("reload: log_level is now %s", log_level_name(level));
+			cur->budget_bytes = ncfg->budget_bytes;
+			evicted = cache_set_budget(d->cache, budget);
+			log_notice("reload: budget is now %" PRIu64 " bytes (%" PRIu64
+				   " unheld weights evicted)", budget, evicted);
+			break;
+		}
+		case offsetof(struct config, log_level):
+			apply_log_level(d, ncfg);
+			break;
+		case offsetof(struct config, segment_max_bytes):
+		case offsetof(struct config, max_idle_weights):
+		case offsetof(struct config, max_idle_segments):
+			cache_limits = true; /* one call for the three, below */
+			break;
+		default:
+			log_notice("reload: %s is now %" PRIu64 " (was %" PRIu64 ")%s", k->name, now,
+				   was, k->flags & CONFIG_NEW_CONNS ? NEW_CONNS_NOTE : "");
+			config_key_copy(k, cur, ncfg);
+			break;
 		}
 	}
-#define LIVE(field, key, what)                                                                      \
-	if (cur->field != ncfg->field) {                                                            \
-		log_notice("reload: " key " is now %" PRIu64 " (was %" PRIu64 ")" what,              \
-			   (uint64_t)ncfg->field, (uint64_t)cur->field);                              \
-		cur->field = ncfg->field;                                                           \
-	}
-	LIVE(max_clients, "max_clients", "")
-	LIVE(max_frame_bytes, "max_frame", "; connections made before keep theirs")
-	LIVE(client_max_pending, "client_max_pending", "")
-	LIVE(client_max_queue_bytes, "client_max_queue", "")
-	LIVE(client_max_bytes, "client_max_bytes", "")
-	LIVE(client_max_weights, "client_max_weights", "")
-	LIVE(max_message_bytes, "max_message", "; connections made before keep theirs")
-	LIVE(max_unit_entries, "max_unit_entries", "")
-#undef LIVE
-	if (cur->segment_max_bytes != ncfg->segment_max_bytes ||
-	    cur->max_idle_weights != ncfg->max_idle_weights ||
-	    cur->max_idle_segments != ncfg->max_idle_segments) {
+	if (cache_limits) {
 		uint64_t evicted;
 
 		cur->segment_max_bytes = ncfg->segment_max_bytes;
