@@ -244,32 +244,21 @@ void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n)
 }
 
 /*
- * How many daemon references a reply carries (at most one per non-alias weight of a unit
- * reply, one per entry of a packed one, one for a share); with out, their handles.
+ * How many daemon references a reply carries (one per entry of a unit reply's columns, one for
+ * a share); with out, their handles.
  */
-static size_t reply_handles(const weightd_client *c, const Weightd__Response *resp,
-			    uint32_t nfds, uint64_t *out)
+static size_t reply_handles(const Weightd__Response *resp, uint32_t nfds, uint64_t *out)
 {
 	const Weightd__PackedWeights *pw;
 	size_t n = 0;
 
 	if (!resp || resp->error || nfds == 0)
 		return 0;
-	if (resp->body_case == WEIGHTD__RESPONSE__BODY_MATERIALIZE &&
-	    (pw = wc_packed_of(c, resp->materialize))) {
+	if (resp->body_case == WEIGHTD__RESPONSE__BODY_MATERIALIZE && resp->materialize &&
+	    (pw = resp->materialize->packed)) {
 		if (out && pw->n_handle)
 			memcpy(out, pw->handle, pw->n_handle * sizeof(*out));
 		n = pw->n_handle;
-	} else if (resp->body_case == WEIGHTD__RESPONSE__BODY_MATERIALIZE && resp->materialize) {
-		for (size_t i = 0; i < resp->materialize->n_weights; i++) {
-			const Weightd__WeightInfo *wi = resp->materialize->weights[i];
-
-			if (wi->fd_index < nfds && !(wi->alias_of && wi->alias_of[0])) {
-				if (out)
-					out[n] = wi->handle;
-				n++;
-			}
-		}
 	} else if (resp->body_case == WEIGHTD__RESPONSE__BODY_SHARE && resp->share &&
 		   resp->share->weight) {
 		if (out)
@@ -281,10 +270,10 @@ static size_t reply_handles(const weightd_client *c, const Weightd__Response *re
 
 void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds)
 {
-	size_t n = reply_handles(c, resp, nfds, NULL);
+	size_t n = reply_handles(resp, nfds, NULL);
 	uint64_t *handles = n ? calloc(n, sizeof(*handles)) : NULL;
 
-	n = handles ? reply_handles(c, resp, nfds, handles) : 0;
+	n = handles ? reply_handles(resp, nfds, handles) : 0;
 	wc_close_fds(fds, nfds);
 	wc_send_release(c, handles, n);
 	free(handles);

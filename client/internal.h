@@ -33,8 +33,6 @@ struct wc_seg;
 #define WC_MAX_JSON_DEPTH 64         /* nesting of a recipe in JSON */
 #define WC_MAX_INDICES (1u << 24)    /* indices in one selection */
 #define WC_HELLO_TIMEOUT_MS 30000    /* connect gives up on a peer that never answers hello */
-/* the protocol version from which units travel as columns (Unit.tensors, UnitReply.packed) */
-#define WC_PROTOCOL_COLUMNS 3
 
 /* --- errors (err.c) -------------------------------------------------------------------------- */
 
@@ -143,8 +141,7 @@ void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n);
 
 /*
  * Dispose of a reply nobody keeps: close its fds, tell the daemon to drop the references they
- * stood for (one per non-alias weight of a unit reply, one per entry of a packed one, one for a
- * share), free it. Any argument may be NULL/0.
+ * stood for (one per entry of a unit reply's columns, one for a share), free it. Any argument may be NULL/0.
  */
 void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds);
 
@@ -233,8 +230,8 @@ struct weightd_weight {
 };
 
 /*
- * What a reply says about one weight, whichever form it came in (a WeightInfo, or a row of a
- * packed reply's columns): what wc_weight_new makes a weight from. Points into the reply.
+ * What a reply says about one weight (a share's WeightInfo, or a row of a materialize reply's
+ * columns): what wc_weight_new makes a weight from. Points into the reply.
  */
 struct wc_weight_desc {
 	uint64_t handle;
@@ -251,7 +248,8 @@ struct wc_weight_desc {
 	const uint8_t *key;          /* WEIGHTD_DIGEST_LEN bytes, or NULL: none sent */
 };
 
-/* Check a WeightInfo is well formed (dims, digest/key lengths, dtype present). */
+/* Check a WeightInfo (a share's, a preflight's) is well formed (dims, digest/key lengths, dtype
+ * present). */
 int wc_weight_info_check(const Weightd__WeightInfo *wi, weightd_error *err);
 /* The description of a checked WeightInfo (pointing into it). */
 void wc_weight_desc_of(const Weightd__WeightInfo *wi, struct wc_weight_desc *ret);
@@ -277,23 +275,8 @@ int wc_weight_map(weightd_weight *w, const char *slot, weightd_error *err);
 /* Release several weights, telling the daemon in one message per client. Accepts NULL entries. */
 void wc_weights_release(weightd_weight **ws, size_t n);
 
-/* --- protocol version 3: packed replies (packed.c) ---------------------------------------- */
+/* --- a materialize reply's columns (packed.c) --------------------------------------------- */
 
-/* Whether this connection speaks protocol version 3's columns: a unit's whole-tensor slots go
- * out as Unit.tensors, its materialize reply comes back as UnitReply.packed. */
-static inline bool wc_columns(const weightd_client *c)
-{
-	return c->info.protocol_version >= WC_PROTOCOL_COLUMNS;
-}
-
-/* A materialize reply's packed columns when this connection reads them (protocol version 3 and
- * the reply has them), else NULL: the reply is then read from its WeightInfos. */
-const Weightd__PackedWeights *wc_packed_of(const weightd_client *c, const Weightd__UnitReply *ur);
-
-/* A unit reply's segments: one per fd, listed in fd order (when not required, a reply may
- * also list none). */
-int wc_segments_check(const Weightd__UnitReply *ur, uint32_t nfds, bool required,
-		      weightd_error *err);
 /*
  * Check a packed reply for n entries and n_aliases aliases that came with nfds fds, before any
  * of it is used: every column's length; each weight's segment, dtype, dimensions and digest

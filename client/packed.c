@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* packed.c - a materialize reply in protocol version 3's columns (PackedWeights): its checks,
- * and each weight's description read from them. */
+/* packed.c - a materialize reply's columns (PackedWeights): their checks, and each weight's
+ * description read from them. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -9,13 +9,6 @@
 #include "dtype.h"
 
 #define PACKED_HASH 32               /* bytes of digest and of key per weight */
-
-const Weightd__PackedWeights *wc_packed_of(const weightd_client *c, const Weightd__UnitReply *ur)
-{
-	if (!c || !ur || !wc_columns(c))
-		return NULL;
-	return ur->packed;
-}
 
 /* The bytes of a digest sent with algorithm alg (DIGEST_UNSPECIFIED: none sent); SIZE_MAX for
  * an algorithm this library does not know. */
@@ -29,10 +22,10 @@ static size_t digest_len(uint8_t alg)
 	}
 }
 
-int wc_segments_check(const Weightd__UnitReply *ur, uint32_t nfds, bool required,
-		      weightd_error *err)
+/* The reply's segments: one per fd, listed in fd order. */
+static int check_segments(const Weightd__UnitReply *ur, uint32_t nfds, weightd_error *err)
 {
-	if ((required || ur->n_segments) && ur->n_segments != nfds)
+	if (ur->n_segments != nfds)
 		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
 				  "weightd answered a unit with %zu segments but %u fds",
 				  ur->n_segments, nfds);
@@ -137,7 +130,7 @@ int wc_packed_check(const Weightd__UnitReply *ur, size_t n, size_t n_aliases, ui
 		memset(local, 0, sizeof(local));
 	if (!used)
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	rc = wc_segments_check(ur, nfds, true, err);
+	rc = check_segments(ur, nfds, err);
 	if (rc == 0)
 		rc = check_lengths(pw, n, n_aliases, err);
 	for (k = 0; rc == 0 && k < n; k++) {

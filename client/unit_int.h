@@ -13,7 +13,7 @@
 /*
  * SRC_TENSOR is weightd_unit_set_tensor without a selection, the usual entry of a large unit:
  * kept as two strings instead of a weightd_recipe (whose node alone is 384 bytes), and sent as
- * the same one-node recipe, or from protocol version 3 as a row of the unit's tensor columns.
+ * a row of the unit's tensor columns.
  */
 enum slot_src { SRC_NONE, SRC_TENSOR, SRC_RECIPE, SRC_ALIAS };
 
@@ -104,8 +104,8 @@ int wc_unit_send(weightd_unit *u, bool preflight, struct wc_pending **ret_p, wei
 /*
  * Check a materialize reply against the unit and give every slot its weight (unit_reply.c).
  * Takes resp and fds in every case; on failure every fd is closed and every reference released.
- * With wc_columns the outputs are, in order, the SRC_RECIPE slots, the SRC_TENSOR slots and
- * the aliases (each in slot order); before, every slot with a source, then the aliases.
+ * The outputs are, in order, the SRC_RECIPE slots, the SRC_TENSOR slots and the aliases (each
+ * in slot order).
  */
 int wc_unit_take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint32_t nfds,
 		       weightd_error *err);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* unit_reply.c - a unit's materialize reply, as WeightInfos or as packed columns: checked
- * against the slots, then made into the unit's weights. */
+/* unit_reply.c - a unit's materialize reply, its columns checked against the slots, then made
+ * into the unit's weights. */
 #include "unit_int.h"
 
 #include <stdlib.h>
@@ -8,23 +8,20 @@
 #include <unistd.h>
 
 /*
- * What a reply comes to, in either form: its distinct weights (one per handle) and each slot's.
- * Weight d was first named by output first[d] (a reply weight in the WeightInfo form, an entry
- * in the packed form); the unit's entries hold refs[d] daemon references on it; in the packed
- * form its dimensions start at dims[at[d]]. Every array but ws is in one block.
+ * What a reply comes to: its distinct weights (one per handle) and each slot's. Weight d was
+ * first named by entry first[d]; the unit's entries hold refs[d] daemon references on it; its
+ * dimensions start at dims[at[d]]. Every array but ws is in one block.
  */
 struct reply {
 	weightd_unit *u;
 	const Weightd__UnitReply *ur;
-	const Weightd__PackedWeights *pw;  /* NULL: the WeightInfo form */
+	const Weightd__PackedWeights *pw;
 	size_t n_dist;
 	uint32_t *first, *refs;            /* per distinct weight */
 	size_t *at;
 	uint32_t *dist_of;                 /* per slot: its weight */
-	uint32_t *out_of;                  /* per slot: its output (packed form) */
+	uint32_t *out_of;                  /* per slot: its output */
 	uint32_t *slot_of;                 /* per output: its slot */
-	bool *seen;                        /* per slot: answered (WeightInfo form) */
-	bool *seg_used;                    /* per fd: an entry lies in it (WeightInfo form) */
 	struct wc_seg **segs;              /* per fd, once made */
 	weightd_weight **ws;               /* per distinct weight: the unit's on success */
 	struct wd_hashidx by_handle;       /* positions in first */
@@ -33,26 +30,19 @@ struct reply {
 
 static uint64_t dist_handle(const struct reply *r, size_t d)
 {
-	size_t i = r->first[d];
-
-	return r->pw ? r->pw->handle[i] : r->ur->weights[i]->handle;
+	return r->pw->handle[r->first[d]];
 }
 
 static uint32_t dist_segment(const struct reply *r, size_t d)
 {
-	size_t i = r->first[d];
-
-	return r->pw ? r->pw->segment[i] : r->ur->weights[i]->fd_index;
+	return r->pw->segment[r->first[d]];
 }
 
 static void dist_desc(const struct reply *r, size_t d, struct wc_weight_desc *ret)
 {
 	size_t i = r->first[d];
 
-	if (r->pw)
-		wc_packed_desc(r->pw, i, r->at[d], r->u->slots[r->slot_of[i]].name, ret);
-	else
-		wc_weight_desc_of(r->ur->weights[i], ret);
+	wc_packed_desc(r->pw, i, r->at[d], r->u->slots[r->slot_of[i]].name, ret);
 }
 
 static bool handle_eq(const void *ctx, uint32_t pos, const void *key)
@@ -77,18 +67,15 @@ static uint32_t weight_of(struct reply *r, size_t i, uint64_t h, bool *ret_new)
 static int reply_alloc(struct reply *r, uint32_t nfds, weightd_error *err)
 {
 	const weightd_unit *u = r->u;
-	size_t n = u->n, at = 0, o_first, o_refs, o_at, o_dist, o_out, o_slot, o_seen, o_used,
-	       o_segs;
+	size_t n = u->n, at = 0, o_first, o_refs, o_at, o_dist, o_out, o_slot, o_segs;
 	unsigned char *b;
 
 	o_first = wc_take(&at, n, sizeof(*r->first));
 	o_refs = wc_take(&at, n, sizeof(*r->refs));
-	o_at = wc_take(&at, r->pw ? n : 0, sizeof(*r->at));
+	o_at = wc_take(&at, n, sizeof(*r->at));
 	o_dist = wc_take(&at, n, sizeof(*r->dist_of));
-	o_out = wc_take(&at, r->pw ? n : 0, sizeof(*r->out_of));
+	o_out = wc_take(&at, n, sizeof(*r->out_of));
 	o_slot = wc_take(&at, n, sizeof(*r->slot_of));
-	o_seen = wc_take(&at, r->pw ? 0 : n, sizeof(*r->seen));
-	o_used = wc_take(&at, r->pw ? 0 : nfds, sizeof(*r->seg_used));
 	o_segs = wc_take(&at, nfds, sizeof(*r->segs));
 	b = r->block = wd_msg_cache_alloc(u->c->msgs, at ? at : 16);
 	r->ws = wd_msg_cache_alloc(u->c->msgs, n * sizeof(*r->ws));
@@ -102,101 +89,12 @@ static int reply_alloc(struct reply *r, uint32_t nfds, weightd_error *err)
 	r->dist_of = (uint32_t *)(void *)(b + o_dist);
 	r->out_of = (uint32_t *)(void *)(b + o_out);
 	r->slot_of = (uint32_t *)(void *)(b + o_slot);
-	r->seen = (bool *)(void *)(b + o_seen);
-	r->seg_used = (bool *)(void *)(b + o_used);
 	r->segs = (struct wc_seg **)(void *)(b + o_segs);
 	return 0;
 }
 
 /*
- * The daemon answers in the order of the request: the entries (slots with a source of their
- * own, in slot order), then the aliases (in slot order). The slot a reply weight should be is
- * found by walking the slots along with the reply, so matching a reply is one string comparison
- * per weight; a name out of that order is looked up by hash (any order is accepted: a version 3
- * request lists the SRC_TENSOR slots after the others, and a daemon may answer it this way).
- */
-struct reply_cursor {
-	size_t entry, alias;         /* the next slot to consider for each kind */
-};
-
-static struct slot *reply_slot(weightd_unit *u, struct reply_cursor *cur, bool is_alias,
-			       const char *name)
-{
-	size_t *k = is_alias ? &cur->alias : &cur->entry;
-
-	while (*k < u->n && (u->slots[*k].src == SRC_ALIAS) != is_alias)
-		(*k)++;
-	if (*k < u->n && name && strcmp(u->slots[*k].name, name) == 0)
-		return &u->slots[(*k)++];
-	return wc_unit_find_slot(u, name);
-}
-
-/*
- * The WeightInfo form: every slot answered exactly once, entries as entries and aliases as
- * aliases, every fd used, each weight's fd in range, all weights of one handle described alike,
- * each distinct weight owned by an entry. Linear in the reply.
- */
-static int check_infos(struct reply *r, uint32_t nfds, weightd_error *err)
-{
-	weightd_unit *u = r->u;
-	const Weightd__UnitReply *ur = r->ur;
-	struct reply_cursor cur = { 0, 0 };
-	int rc;
-
-	if (ur->n_weights != u->n)
-		return wc_err_set(err, WEIGHTD_E_PROTOCOL,
-				  "weightd answered a unit of %zu slots with %zu weights", u->n,
-				  ur->n_weights);
-	rc = wc_segments_check(ur, nfds, false, err);
-	if (rc < 0)
-		return rc;
-	for (size_t i = 0; i < ur->n_weights; i++) {
-		const Weightd__WeightInfo *wi = ur->weights[i], *o;
-		bool is_alias = wi->alias_of && wi->alias_of[0], fresh;
-		struct slot *s = reply_slot(u, &cur, is_alias, wi->name);
-		uint32_t d;
-
-		rc = wc_weight_info_check(wi, err);
-		if (rc < 0)
-			return rc;
-		if (!s || r->seen[s - u->slots] || is_alias != (s->src == SRC_ALIAS) ||
-		    wi->fd_index >= nfds ||
-		    (ur->n_segments && wi->segment != ur->segments[wi->fd_index]->id))
-			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					  "weightd's answer to the unit is inconsistent at weight \"%s\" "
-					  "(unknown or repeated slot, alias mismatch, or fd %u of %u)",
-					  wi->name, wi->fd_index, nfds);
-		r->seen[s - u->slots] = true;
-		r->slot_of[i] = (uint32_t)(s - u->slots);
-		r->seg_used[wi->fd_index] = true;
-		d = weight_of(r, i, wi->handle, &fresh);
-		o = ur->weights[r->first[d]];
-		if (!fresh && (strcmp(o->dtype, wi->dtype) || o->nbytes != wi->nbytes ||
-			       o->n_shape != wi->n_shape || o->fd_index != wi->fd_index ||
-			       o->offset != wi->offset ||
-			       (o->n_shape &&
-				memcmp(o->shape, wi->shape, o->n_shape * sizeof(uint64_t)))))
-			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					  "weightd described weight %llu differently for \"%s\" and "
-					  "\"%s\"", (unsigned long long)wi->handle, o->name, wi->name);
-		r->dist_of[s - u->slots] = d;
-		if (!is_alias)
-			r->refs[d]++;
-	}
-	for (size_t d = 0; d < r->n_dist; d++)
-		if (!r->refs[d])
-			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					  "weightd sent weight \"%s\" with the unit but no entry owns it",
-					  ur->weights[r->first[d]]->name);
-	for (uint32_t i = 0; i < nfds; i++)
-		if (!r->seg_used[i])
-			return wc_err_set(err, WEIGHTD_E_PROTOCOL,
-					  "weightd sent fd %u with the unit but no entry lies in it", i);
-	return 0;
-}
-
-/*
- * The packed form. Its weights carry no names: each slot's output is found by walking the slots
+ * The columns. Their weights carry no names: each slot's output is found by walking the slots
  * with one counter per kind (the SRC_RECIPE entries come first, then the SRC_TENSOR entries,
  * then the aliases, each in slot order), so matching costs no lookup. The columns are checked
  * (wc_packed_check), then entries of one handle must be described alike, and each alias must be
@@ -286,9 +184,9 @@ static int commit(struct reply *r, Weightd__Response *resp, int *fds, uint32_t n
 
 	/* From here the fds become segments (one reference each, dropped at the end). */
 	for (uint32_t i = 0; i < nfds; i++) {
-		const Weightd__SegmentInfo *si = ur->n_segments ? ur->segments[i] : NULL;
+		const Weightd__SegmentInfo *si = ur->segments[i];   /* checked: one per fd */
 
-		rc = wc_seg_get(u->c, si ? si->id : 0, si ? si->size : 0, fds[i], &r->segs[i], err);
+		rc = wc_seg_get(u->c, si->id, si->size, fds[i], &r->segs[i], err);
 		fds[i] = -1;
 		n_segs = i + 1;
 		if (rc < 0) {
@@ -346,13 +244,13 @@ int wc_unit_take_reply(weightd_unit *u, Weightd__Response *resp, int *fds, uint3
 	struct reply r = { .u = u, .ur = resp->materialize };
 	int rc;
 
-	r.pw = wc_packed_of(u->c, r.ur);
-	if (!r.ur)
+	r.pw = r.ur ? r.ur->packed : NULL;
+	if (!r.pw)
 		rc = wc_err_set(err, WEIGHTD_E_PROTOCOL, "weightd answered a unit without weights");
 	else
 		rc = reply_alloc(&r, nfds, err);
 	if (rc == 0)
-		rc = r.pw ? check_packed(&r, nfds, err) : check_infos(&r, nfds, err);
+		rc = check_packed(&r, nfds, err);
 	if (rc == 0)
 		rc = commit(&r, resp, fds, nfds, err);
 	else

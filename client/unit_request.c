@@ -6,14 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The wire form of a SRC_TENSOR slot before version 3: a one-node recipe, a source without a
- * selection. */
-struct pb_tensor {
-	Weightd__Recipe msg;
-	Weightd__Node node;
-	Weightd__Node *ptr;
-};
-
 /* The wire form of the unit; points into the unit, which must outlive it. */
 struct pb_unit {
 	Weightd__Unit msg;
@@ -23,8 +15,7 @@ struct pb_unit {
 	Weightd__Alias **alias_ptrs;
 	struct wc_pb_recipe *recipes;
 	size_t n_recipes;
-	struct pb_tensor *tensors;
-	/* Version 3: the SRC_TENSOR slots as columns, with the index of its checkpoint table */
+	/* the SRC_TENSOR slots as columns, with the index of its checkpoint table */
 	Weightd__TensorEntries columns;
 	struct wd_hashidx ck_index;
 	size_t ck_last;              /* the checkpoint the previous slot read */
@@ -33,7 +24,6 @@ struct pb_unit {
 
 /* What the columns of a unit's SRC_TENSOR slots need, counted before the block is laid out. */
 struct pb_sizes {
-	bool columns;                /* SRC_TENSOR slots go in the columns (version 3) */
 	size_t n_src[SRC_ALIAS + 1];
 	size_t names;                /* bytes of the names column */
 	size_t tensors;              /* bytes of the tensors column, when a tensor is renamed */
@@ -104,11 +94,10 @@ static uint32_t dtype_index(Weightd__TensorEntries *te, const char *dtype)
 	return (uint32_t)i + 1;
 }
 
-/* Count the slots of each kind and, with columns, what the SRC_TENSOR slots' columns take. */
-static int pb_count(const weightd_unit *u, bool columns, struct pb_sizes *sz, weightd_error *err)
+/* Count the slots of each kind and what the SRC_TENSOR slots' columns take. */
+static int pb_count(const weightd_unit *u, struct pb_sizes *sz, weightd_error *err)
 {
 	memset(sz, 0, sizeof(*sz));
-	sz->columns = columns;
 	for (size_t i = 0; i < u->n; i++) {
 		const struct slot *s = &u->slots[i];
 		const char *tn;
@@ -122,7 +111,7 @@ static int pb_count(const weightd_unit *u, bool columns, struct pb_sizes *sz, we
 			return rc;
 		}
 		sz->n_src[s->src]++;
-		if (!columns || s->src != SRC_TENSOR)
+		if (s->src != SRC_TENSOR)
 			continue;
 		sz->names += strlen(s->name) + 1;
 		tn = slot_tensor(s);
@@ -149,31 +138,26 @@ static int pb_layout(struct pb_unit *pb, const weightd_unit *u, const struct pb_
 {
 	const size_t *n_src = sz->n_src;
 	size_t n_ten = n_src[SRC_TENSOR], n_ent = u->n - n_src[SRC_ALIAS], at = 0;
-	size_t o_ent, o_eptr, o_al, o_alptr, o_rec, o_ten, o_names = 0, o_tensors = 0, o_ck = 0,
-	       o_cks = 0, o_dt = 0, o_dts = 0, o_ndim = 0, o_dims = 0;
-	bool columns = sz->columns;
+	size_t o_ent, o_eptr, o_al, o_alptr, o_rec, o_names, o_tensors, o_ck, o_cks, o_dt = 0,
+	       o_dts = 0, o_ndim = 0, o_dims = 0;
 	Weightd__TensorEntries *te = &pb->columns;
 	unsigned char *b;
 
-	if (columns)   /* the entries are only the SRC_RECIPE slots */
-		n_ent -= n_ten;
+	n_ent -= n_ten;   /* the entries are only the SRC_RECIPE slots */
 	o_ent = wc_take(&at, n_ent, sizeof(*pb->entries));
 	o_eptr = wc_take(&at, n_ent, sizeof(*pb->entry_ptrs));
 	o_al = wc_take(&at, n_src[SRC_ALIAS], sizeof(*pb->aliases));
 	o_alptr = wc_take(&at, n_src[SRC_ALIAS], sizeof(*pb->alias_ptrs));
 	o_rec = wc_take(&at, n_src[SRC_RECIPE], sizeof(*pb->recipes));
-	o_ten = wc_take(&at, columns ? 0 : n_ten, sizeof(*pb->tensors));
-	if (columns) {
-		o_names = wc_take(&at, sz->names, 1);
-		o_tensors = wc_take(&at, sz->renamed ? sz->tensors : 0, 1);
-		o_ck = wc_take(&at, n_ten, sizeof(*te->checkpoint));
-		o_cks = wc_take(&at, n_ten, sizeof(*te->checkpoints));
-		if (sz->declared) {
-			o_dt = wc_take(&at, n_ten, sizeof(*te->dtype));
-			o_dts = wc_take(&at, n_ten, sizeof(*te->dtypes));
-			o_ndim = wc_take(&at, n_ten, sizeof(*te->ndim));
-			o_dims = wc_take(&at, sz->dims, sizeof(*te->dims));
-		}
+	o_names = wc_take(&at, sz->names, 1);
+	o_tensors = wc_take(&at, sz->renamed ? sz->tensors : 0, 1);
+	o_ck = wc_take(&at, n_ten, sizeof(*te->checkpoint));
+	o_cks = wc_take(&at, n_ten, sizeof(*te->checkpoints));
+	if (sz->declared) {
+		o_dt = wc_take(&at, n_ten, sizeof(*te->dtype));
+		o_dts = wc_take(&at, n_ten, sizeof(*te->dtypes));
+		o_ndim = wc_take(&at, n_ten, sizeof(*te->ndim));
+		o_dims = wc_take(&at, sz->dims, sizeof(*te->dims));
 	}
 	b = pb->block = wd_msg_cache_alloc(u->c->msgs, at ? at : 16);
 	if (!b)
@@ -183,9 +167,6 @@ static int pb_layout(struct pb_unit *pb, const weightd_unit *u, const struct pb_
 	pb->aliases = (Weightd__Alias *)(void *)(b + o_al);
 	pb->alias_ptrs = (Weightd__Alias **)(void *)(b + o_alptr);
 	pb->recipes = (struct wc_pb_recipe *)(void *)(b + o_rec);
-	pb->tensors = (struct pb_tensor *)(void *)(b + o_ten);
-	if (!columns)
-		return 0;
 	/* The columns fill as the slots are walked: their counts are the cursors. */
 	te->names.data = b + o_names;
 	te->tensors.data = sz->renamed ? b + o_tensors : NULL;
@@ -236,33 +217,19 @@ static int pb_column(struct pb_unit *pb, const struct slot *s)
 	return 0;
 }
 
-/* Slot s (SRC_TENSOR or SRC_RECIPE) as the next UnitEntry. */
+/* SRC_RECIPE slot s as the next UnitEntry. */
 static int pb_entry(struct pb_unit *pb, const struct slot *s, weightd_error *err)
 {
 	Weightd__UnitEntry *e = &pb->entries[pb->msg.n_entries];
 	int rc;
 
 	weightd__unit_entry__init(e);
-	if (s->src == SRC_TENSOR) {
-		struct pb_tensor *t = &pb->tensors[pb->msg.n_entries - pb->n_recipes];
-
-		weightd__recipe__init(&t->msg);
-		weightd__node__init(&t->node);
-		t->node.op = WEIGHTD__OP__OP_SOURCE;
-		t->node.checkpoint = (char *)slot_ckpt(s);
-		t->node.tensor = (char *)slot_tensor(s);
-		t->ptr = &t->node;
-		t->msg.n_nodes = 1;
-		t->msg.nodes = &t->ptr;
-		e->recipe = &t->msg;
-	} else {
-		rc = wc_pb_recipe_init(&pb->recipes[pb->n_recipes], s->recipe, err);
-		if (rc < 0) {
-			wc_err_about(err, NULL, NULL, s->name);
-			return rc;
-		}
-		e->recipe = &pb->recipes[pb->n_recipes++].msg;
+	rc = wc_pb_recipe_init(&pb->recipes[pb->n_recipes], s->recipe, err);
+	if (rc < 0) {
+		wc_err_about(err, NULL, NULL, s->name);
+		return rc;
 	}
+	e->recipe = &pb->recipes[pb->n_recipes++].msg;
 	e->name = s->name;
 	if (s->dtype) {
 		e->check_slot = 1;
@@ -277,7 +244,6 @@ static int pb_entry(struct pb_unit *pb, const struct slot *s, weightd_error *err
 static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error *err)
 {
 	const weightd_server_info *si = weightd_server(u->c);
-	bool columns = wc_columns(u->c);
 	struct pb_sizes sz;
 	int rc;
 
@@ -298,7 +264,7 @@ static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error
 		}
 		return rc;
 	}
-	rc = pb_count(u, columns, &sz, err);
+	rc = pb_count(u, &sz, err);
 	if (rc < 0)
 		return rc;
 	if (pb_layout(pb, u, &sz) < 0)
@@ -313,7 +279,7 @@ static int pb_unit_init(struct pb_unit *pb, const weightd_unit *u, weightd_error
 			a->name = s->name;
 			a->target = s->alias;
 			pb->alias_ptrs[pb->msg.n_aliases++] = a;
-		} else if (columns && s->src == SRC_TENSOR) {
+		} else if (s->src == SRC_TENSOR) {
 			if (pb_column(pb, s) < 0)
 				goto oom;
 		} else {

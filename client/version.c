@@ -5,7 +5,7 @@
 #include "weightd.pb-c.h"
 
 _Static_assert(WEIGHTD_PROTOCOL_VERSION <= WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT &&
-	       WEIGHTD_PROTOCOL_MIN_VERSION <= WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_MIN,
+	       WEIGHTD_PROTOCOL_MIN_VERSION == WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_MIN,
 	       "protocol versions follow proto/weightd.proto");
 
 const char *weightd_version(void)

@@ -583,42 +583,36 @@ int wc_inflight_new(weightd_client *c, enum wc_kind kind, weightd_inflight **ret
 }
 
 /*
- * The reply to a single materialization: one weight (not an alias) and exactly one fd, as a
- * WeightInfo or as packed columns of one entry (named `name`, the entry's name). Takes resp and
- * fds in every case; anything not kept is closed and released.
+ * The reply to a single materialization: columns of one entry (named `name`, the entry's name)
+ * and exactly one fd. Takes resp and fds in every case; anything not kept is closed and
+ * released.
  */
 static int single_weight(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds,
 			 const char *name, weightd_weight **ret, weightd_error *err)
 {
 	const Weightd__UnitReply *ur = resp->materialize;
-	const Weightd__PackedWeights *pw = wc_packed_of(c, ur);
+	const Weightd__PackedWeights *pw = ur ? ur->packed : NULL;
 	struct wc_weight_desc d;
 	size_t bad;
 	int r;
 
-	if (pw) {
+	if (!pw) {
+		r = wc_err_set(err, WEIGHTD_E_PROTOCOL,
+			       "weightd answered a materialization without its columns");
+	} else {
 		r = wc_packed_check(ur, 1, 0, nfds, &bad, err);
 		if (r == 0)
 			wc_packed_desc(pw, 0, 0, name, &d);
-	} else if (!ur || ur->n_weights != 1 || nfds != 1 || ur->weights[0]->fd_index != 0 ||
-		   (ur->weights[0]->alias_of && ur->weights[0]->alias_of[0])) {
-		r = wc_err_set(err, WEIGHTD_E_PROTOCOL,
-			       "weightd answered a materialization with %zu weights and %u fds "
-			       "(expected one of each)", ur ? ur->n_weights : 0, nfds);
-	} else {
-		r = wc_weight_info_check(ur->weights[0], err);
-		if (r == 0)
-			wc_weight_desc_of(ur->weights[0], &d);
 	}
 	if (r < 0) {
 		wc_reply_discard(c, resp, fds, nfds);
 		return r;
 	}
 	{
-		const Weightd__SegmentInfo *si = ur->n_segments == 1 ? ur->segments[0] : NULL;
+		const Weightd__SegmentInfo *si = ur->segments[0];   /* checked: one, for fds[0] */
 		struct wc_seg *sg;
 
-		r = wc_seg_get(c, si ? si->id : 0, si ? si->size : 0, fds[0], &sg, err);
+		r = wc_seg_get(c, si->id, si->size, fds[0], &sg, err);
 		if (r == 0)
 			r = wc_weight_new(c, &d, sg, 1, NULL, ret, err);
 		else

@@ -38,10 +38,10 @@
 #define FAKE_MAX_REQS 4096
 /*
  * The protocol version the fake's hello names unless a test sets hello_version (after start,
- * before connecting): 2, the version whose replies (one WeightInfo per output) the tests'
- * handlers write. A test of version 3's columns sets 3 and answers units with fake_packed.
+ * before connecting): 3, whose materialize replies the tests' handlers write as columns
+ * (fake_packed, fake_reply_packed).
  */
-#define FAKE_VERSION 2
+#define FAKE_VERSION 3
 
 struct fake;
 
@@ -495,6 +495,85 @@ static inline void fake_packed_alias(struct fake_packed *p, uint32_t owner)
 	if (p->pw.n_alias_owner == FAKE_PACKED_MAX)
 		fake_fatal("fake_packed_alias: too many aliases");
 	p->alias_owner[p->pw.n_alias_owner++] = owner;
+}
+
+/*
+ * Answer a materialization with p's columns and nfds fds, segment i being fds[i] of size[i]
+ * bytes (each a segment of its own: id 0), and close the fds.
+ */
+static inline void fake_reply_packed(struct fake *f, const Weightd__Request *req,
+				     struct fake_packed *p, const uint64_t *size, const int *fds,
+				     size_t nfds, uint64_t bytes_read)
+{
+	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
+	Weightd__SegmentInfo si[FAKE_PACKED_MAX + 1], *sp[FAKE_PACKED_MAX + 1];
+
+	if (nfds > FAKE_PACKED_MAX + 1)
+		fake_fatal("fake_reply_packed: too many segments");
+	for (size_t i = 0; i < nfds; i++) {
+		weightd__segment_info__init(&si[i]);
+		si[i].size = size[i];
+		si[i].fd_index = (uint32_t)i;
+		sp[i] = &si[i];
+	}
+	ur.n_segments = nfds;
+	ur.segments = sp;
+	ur.packed = &p->pw;
+	ur.bytes_read = bytes_read;
+	fake_reply_unit(f, req, &ur, fds, nfds);
+}
+
+/* An output of a unit request that has a source: its name, the checkpoint and tensor it reads
+ * (an entry's: its recipe's first node's) and what it declares (dtype NULL: nothing). */
+struct fake_source {
+	const char *name, *ckpt, *tensor, *dtype;
+	const uint64_t *shape;
+	size_t ndim;
+};
+
+/* The outputs of a unit request that have a source, in the daemon's order: its entries, then
+ * the rows of its tensor columns. Returns how many (at most cap). */
+static inline size_t fake_unit_sources(const Weightd__Unit *u, struct fake_source *out,
+				       size_t cap)
+{
+	const Weightd__TensorEntries *te = u->tensors;
+	size_t n = 0;
+
+	for (size_t i = 0; i < u->n_entries && n < cap; i++, n++) {
+		const Weightd__UnitEntry *e = u->entries[i];
+
+		memset(&out[n], 0, sizeof(out[n]));
+		out[n].name = e->name;
+		out[n].ckpt = e->recipe->nodes[0]->checkpoint;
+		out[n].tensor = e->recipe->nodes[0]->tensor;
+		if (e->check_slot) {
+			out[n].dtype = e->dtype;
+			out[n].shape = e->shape;
+			out[n].ndim = e->n_shape;
+		}
+	}
+	if (te) {
+		const char *name = (const char *)te->names.data, *end = name + te->names.len;
+		const char *tn = (const char *)te->tensors.data;
+		size_t dims = 0;
+
+		for (size_t k = 0; name < end && n < cap; k++, n++) {
+			memset(&out[n], 0, sizeof(out[n]));
+			out[n].name = name;
+			out[n].tensor = tn && *tn ? tn : name;
+			out[n].ckpt = te->checkpoints[te->n_checkpoint ? te->checkpoint[k] : 0];
+			if (te->n_dtype && te->dtype[k]) {
+				out[n].dtype = te->dtypes[te->dtype[k] - 1];
+				out[n].shape = te->dims + dims;
+				out[n].ndim = te->ndim[k];
+				dims += te->ndim[k];
+			}
+			name += strlen(name) + 1;
+			if (tn)
+				tn += strlen(tn) + 1;
+		}
+	}
+	return n;
 }
 
 /* Element sizes of the dtypes tests serve, written out here rather than taken from the

@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_unitreply.c - feeds arbitrary bytes as weightd's answer to a unit: libweightd's reply
- * checks in both forms (one WeightInfo per output on protocol version 2, the PackedWeights
- * columns on version 3), the weights made from a reply that passes, and validating them (every
- * segment mapped). Whatever the bytes say, nothing may crash, leak an fd or a mapping, or read
- * outside what was checked. */
+ * checks (the PackedWeights columns), the weights made from a reply that passes, and validating
+ * them (every segment mapped). Whatever the bytes say, nothing may crash, leak an fd or a
+ * mapping, or read outside what was checked. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,14 +15,14 @@
 #include "weightd/client.h"
 
 /*
- * Input: byte 0 picks the connection (bit 0: version 3, else 2) and the number of fds that come
- * with the reply (bits 1-2: 0 to 3, each a 4 KiB memfd); the rest is the Response. The unit is
- * always the same: three whole-tensor slots (one declared F32 [2, 3]) and two aliases, one of the
- * other. Each connection has a stand-in daemon that answers its hello and takes the releases
- * libweightd sends back.
+ * Input: byte 0 gives the number of fds that come with the reply (bits 1-2: 0 to 3, each a 4 KiB
+ * memfd; bit 0 is not used, so inputs written when it picked a connection still read the same);
+ * the rest is the Response. The unit is always the same: three whole-tensor slots (one declared
+ * F32 [2, 3]) and two aliases, one of the other. A stand-in daemon answers the connection's
+ * hello and takes the releases libweightd sends back.
  */
-static struct fake *fakes[2];
-static weightd_client *clients[2];
+static struct fake *fake;
+static weightd_client *client;
 
 /* Only releases come after the hello, quiet ones (answered by weightd only when they fail):
  * replying would fill a socket nobody reads. */
@@ -51,25 +50,20 @@ static void forget(struct fake *f)
 
 static void cleanup(void)
 {
-	for (int v = 0; v < 2; v++) {
-		weightd_close(clients[v]);
-		fake_stop(fakes[v]);
-	}
+	weightd_close(client);
+	fake_stop(fake);
 }
 
 static void init(void)
 {
 	weightd_error err;
 
-	if (clients[0])
+	if (client)
 		return;
-	for (int v = 0; v < 2; v++) {
-		fakes[v] = fake_start(on_request, NULL);
-		atomic_store(&fakes[v]->hello_version, v ? 3 : 2);
-		if (weightd_connect(fakes[v]->path, "fuzz", &clients[v], &err) < 0) {
-			fprintf(stderr, "fuzz_unitreply: connect: %s\n", err.message);
-			abort();
-		}
+	fake = fake_start(on_request, NULL);
+	if (weightd_connect(fake->path, "fuzz", &client, &err) < 0) {
+		fprintf(stderr, "fuzz_unitreply: connect: %s\n", err.message);
+		abort();
 	}
 	atexit(cleanup);
 }
@@ -111,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	init();
-	c = clients[data[0] & 1];
+	c = client;
 	nfds = (data[0] >> 1) & 3;
 	resp = wd_msg_unpack_cached(&weightd__response__descriptor, data + 1, size - 1, c->msgs);
 	if (!resp)
@@ -126,7 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (resp->error || resp->body_case != WEIGHTD__RESPONSE__BODY_MATERIALIZE) {
 		/* what wc_pending_take refuses before a reply reaches the unit: given back whole */
 		wc_reply_discard(c, resp, fds, nfds);
-		forget(fakes[data[0] & 1]);
+		forget(fake);
 		return 0;
 	}
 	u = make_unit(c);
@@ -140,6 +134,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		u->state = U_NEW;
 	}
 	weightd_unit_free(u);
-	forget(fakes[data[0] & 1]);
+	forget(fake);
 	return 0;
 }

@@ -44,25 +44,15 @@ static const char *req_tensor(const Weightd__Request *req)
 /* Answer a single materialization: handle `handle`, the tensor's pattern as U8. */
 static void reply_weight(struct fake *f, const Weightd__Request *req, uint64_t handle)
 {
-	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
-	Weightd__WeightInfo *wp[1];
-	struct fake_wi w;
+	struct fake_packed pk;
 	uint8_t data[64];
 	size_t n = pattern(req_tensor(req), data);
-	uint64_t shape[1] = { n };
+	uint64_t shape[1] = { n }, size = n;
 	int fd = fake_memfd(data, n);
 
-	fake_wi_fill(&w, req->materialize->entries[0]->name, handle, "U8", shape, 1, data, n, 0,
-		     NULL);
-	wp[0] = &w.wi;
-	ur.n_weights = 1;
-	ur.weights = wp;
-	resp.id = req->id;
-	resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
-	resp.materialize = &ur;
-	fake_reply_fds(f, &resp, &fd, 1);
-	close(fd);
+	fake_packed_init(&pk);
+	fake_packed_add(&pk, handle, "U8", shape, 1, data, n, 0, 0);
+	fake_reply_packed(f, req, &pk, &size, &fd, 1, 0);
 }
 
 static void send_event(struct fake *f, const char *ck, uint64_t gen)
@@ -153,9 +143,9 @@ static void test_hello_and_server_info(void **state)
 	assert_int_equal(hello->hello->protocol_version, WEIGHTD_PROTOCOL_MIN_VERSION);
 	assert_int_equal(hello->hello->max_protocol_version, WEIGHTD_PROTOCOL_VERSION);
 	assert_string_equal(hello->hello->client_name, "test");
-	assert_int_equal(si->protocol_version, 2);
-	assert_int_equal(si->min_protocol_version, 1);   /* the fake's range: 1 to 2 */
-	assert_int_equal(si->max_protocol_version, 2);
+	assert_int_equal(si->protocol_version, 3);
+	assert_int_equal(si->min_protocol_version, 1);   /* the fake's range: 1 to 3 */
+	assert_int_equal(si->max_protocol_version, 3);
 	assert_true(weightd_client_fd(c) >= 0);
 	weightd_close(c);
 	fake_stop(f);
@@ -187,6 +177,9 @@ static void test_version_mismatch_refused(void **state)
 	assert_int_equal(weightd_connect(f->path, "test", &c, &err), -WEIGHTD_E_UNSUPPORTED_VERSION);
 	/* a daemon from before packed segments, speaking version 1 only */
 	f->hello_version = 1;
+	assert_int_equal(weightd_connect(f->path, "test", &c, &err), -WEIGHTD_E_UNSUPPORTED_VERSION);
+	/* nor one that answers a unit one WeightInfo per output, version 2 at most */
+	f->hello_version = 2;
 	assert_int_equal(weightd_connect(f->path, "test", &c, &err), -WEIGHTD_E_UNSUPPORTED_VERSION);
 	fake_stop(f);
 }

@@ -23,7 +23,7 @@
 enum mode {
 	M_OK,          /* answer as declared */
 	M_LIE_DTYPE,   /* slot "b" served as I8 although it declares U8 */
-	M_SHORT,       /* slot "c"'s shared memory one byte short of its size */
+	M_SHORT,       /* slot "c"'s segment one byte short of its declared size */
 	M_ERROR,       /* refuse the unit naming slot "c" and node 1 */
 	M_UNUSED_FD,   /* one fd more than the weights use */
 	M_DUP,         /* every entry the same weight (one fd, one handle) */
@@ -33,27 +33,37 @@ struct script {
 	enum mode mode;
 };
 
-static const Weightd__UnitEntry *entry_of(const Weightd__Unit *u, const char *name)
+/* The source output that output `name` resolves to (following aliases), or -1. */
+static int owner_of(const Weightd__Unit *u, const struct fake_source *src, size_t n,
+		    const char *name)
 {
-	for (size_t i = 0; i < u->n_entries; i++)
-		if (!strcmp(u->entries[i]->name, name))
-			return u->entries[i];
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(src[i].name, name))
+			return (int)i;
 	for (size_t i = 0; i < u->n_aliases; i++)
 		if (!strcmp(u->aliases[i]->name, name))
-			return entry_of(u, u->aliases[i]->target);
-	return NULL;
+			return owner_of(u, src, n, u->aliases[i]->target);
+	return -1;
 }
 
+/*
+ * Answer in the daemon's order: the entries and the tensor columns (segment k, fd k, for
+ * source k), then the aliases as their owner. Weights are named for their slots: handle 1000
+ * for slot "a", 1001 for "b", and so on. Preflights get WeightInfos.
+ */
 static void h_unit(struct fake *f, const Weightd__Request *req)
 {
 	struct script *sc = f->ctx;
 	const Weightd__Unit *u;
 	bool pre = req->body_case == WEIGHTD__REQUEST__BODY_PREFLIGHT;
 	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
+	struct fake_source src[16];
+	static struct fake_packed pk;
 	struct fake_wi wi[16];
 	Weightd__WeightInfo *wp[16];
+	uint64_t size[17];
 	int fds[17];
-	size_t nw = 0, nfds = 0;
+	size_t n, nw = 0, nfds = 0;
 
 	if (req->body_case != WEIGHTD__REQUEST__BODY_MATERIALIZE && !pre) {
 		fake_reply_empty(f, req);
@@ -65,45 +75,56 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 				 "slot \"c\" is declared BF16 [4] but its recipe gives F32 [4]");
 		return;
 	}
-	/* entries first (fd i for entry i), then aliases on their owner's fd */
-	for (size_t i = 0; i < u->n_entries + u->n_aliases; i++) {
-		bool alias = i >= u->n_entries;
-		const char *name = alias ? u->aliases[i - u->n_entries]->name : u->entries[i]->name;
-		const Weightd__UnitEntry *owner = entry_of(u, name);
-		size_t oi;
-		const char *dtype = owner->check_slot ? owner->dtype : "U8";
-		uint64_t shape[8] = { 8 };
-		size_t ndim = owner->check_slot ? owner->n_shape : 1, n;
+	n = fake_unit_sources(u, src, 16);
+	fake_packed_init(&pk);
+	for (size_t i = 0; i < n + u->n_aliases; i++) {
+		bool alias = i >= n;
+		const char *name = alias ? u->aliases[i - n]->name : src[i].name;
+		int oi = owner_of(u, src, n, name);
+		const struct fake_source *owner = &src[oi];
+		const char *dtype = owner->dtype ? owner->dtype : "U8";
+		uint64_t shape[8] = { 8 }, handle;
+		size_t ndim = owner->dtype ? owner->ndim : 1, nb;
 		uint8_t data[256];
 
-		for (oi = 0; u->entries[oi] != owner; oi++)
-			;
-		if (owner->check_slot && ndim)
+		if (owner->dtype && ndim)
 			memcpy(shape, owner->shape, ndim * sizeof(uint64_t));
-		n = fake_dtype_size(dtype);
+		nb = fake_dtype_size(dtype);
 		for (size_t k = 0; k < ndim; k++)
-			n *= shape[k];
+			nb *= shape[k];
 		if (sc->mode == M_LIE_DTYPE && !strcmp(owner->name, "b"))
 			dtype = "I8";
+		handle = sc->mode == M_DUP ? 1000 : 1000 + (uint64_t)(owner->name[0] - 'a');
 		if (sc->mode == M_DUP)
 			oi = 0;
-		fake_content(sc->mode == M_DUP ? u->entries[0]->name : owner->name, data, n);
-		fake_wi_fill(&wi[nw], name, 1000 + oi, dtype, shape, ndim, data, n,
-			     (uint32_t)oi, alias ? owner->name : NULL);
-		if (pre)
-			wi[nw].wi.handle = 0;
-		wp[nw] = &wi[nw].wi;
-		nw++;
-		if (!pre && !alias && (sc->mode != M_DUP || i == 0))
-			fds[nfds++] = fake_memfd(data, sc->mode == M_SHORT && !strcmp(name, "c") ?
-						 n - 1 : n);
+		fake_content(sc->mode == M_DUP ? src[0].name : owner->name, data, nb);
+		if (pre) {
+			fake_wi_fill(&wi[nw], name, 0, dtype, shape, ndim, data, nb, 0,
+				     alias ? owner->name : NULL);
+			wp[nw] = &wi[nw].wi;
+			nw++;
+		} else if (alias) {
+			fake_packed_alias(&pk, (uint32_t)oi);
+		} else {
+			fake_packed_add(&pk, handle, dtype, shape, ndim, data, nb, (uint32_t)oi, 0);
+			if (sc->mode != M_DUP || i == 0) {
+				size[nfds] = nb;
+				fds[nfds++] = fake_memfd(data, sc->mode == M_SHORT &&
+							 !strcmp(name, "c") ? nb - 1 : nb);
+			}
+		}
 	}
-	if (sc->mode == M_UNUSED_FD && !pre)
+	if (pre) {
+		ur.n_weights = nw;
+		ur.weights = wp;
+		fake_reply_unit(f, req, &ur, NULL, 0);
+		return;
+	}
+	if (sc->mode == M_UNUSED_FD) {
+		size[nfds] = 1;
 		fds[nfds++] = fake_memfd("x", 1);
-	ur.n_weights = nw;
-	ur.weights = wp;
-	ur.bytes_read = 4242;
-	fake_reply_unit(f, req, &ur, fds, nfds);
+	}
+	fake_reply_packed(f, req, &pk, size, fds, nfds, 4242);
 }
 
 /* ---- helpers ---------------------------------------------------------------------------- */
@@ -194,25 +215,36 @@ static void test_one_request_with_declarations_and_aliases(void **state)
 	assert_int_equal(fake_count(e->fc.f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 1);
 	req = fake_nth(e->fc.f, WEIGHTD__REQUEST__BODY_MATERIALIZE, 0);
 	wu = req->materialize;
-	assert_int_equal(wu->n_entries, 3);
-	assert_string_equal(wu->entries[0]->name, "a");
+	/* the whole tensor travels in the columns, declared; the recipes as entries */
+	assert_non_null(wu->tensors);
+	assert_int_equal(wu->tensors->names.len, 2);
+	assert_string_equal((const char *)wu->tensors->names.data, "a");
+	assert_int_equal(wu->tensors->n_checkpoints, 1);
+	assert_string_equal(wu->tensors->checkpoints[0], "ck");
+	assert_null(wu->tensors->tensors.data);   /* named like its slot */
+	assert_int_equal(wu->tensors->n_dtype, 1);
+	assert_string_equal(wu->tensors->dtypes[wu->tensors->dtype[0] - 1], "F32");
+	assert_int_equal(wu->tensors->ndim[0], 2);
+	assert_int_equal(wu->tensors->n_dims, 2);
+	assert_int_equal(wu->tensors->dims[0], 2);
+	assert_int_equal(wu->tensors->dims[1], 3);
+	assert_int_equal(wu->n_entries, 2);
+	assert_string_equal(wu->entries[0]->name, "b");
 	assert_true(wu->entries[0]->check_slot);
-	assert_string_equal(wu->entries[0]->dtype, "F32");
-	assert_int_equal(wu->entries[0]->n_shape, 2);
-	assert_int_equal(wu->entries[0]->shape[0], 2);
-	assert_int_equal(wu->entries[0]->shape[1], 3);
+	assert_string_equal(wu->entries[0]->dtype, "U8");
+	assert_int_equal(wu->entries[0]->n_shape, 1);
+	assert_int_equal(wu->entries[0]->shape[0], 5);
 	assert_int_equal(wu->entries[0]->recipe->n_nodes, 1);
 	assert_string_equal(wu->entries[0]->recipe->nodes[0]->checkpoint, "ck");
-	assert_string_equal(wu->entries[0]->recipe->nodes[0]->tensor, "a");
-	assert_null(wu->entries[0]->recipe->nodes[0]->selection);
-	assert_int_equal(wu->entries[1]->recipe->nodes[0]->selection->kind,
+	assert_string_equal(wu->entries[0]->recipe->nodes[0]->tensor, "b");
+	assert_int_equal(wu->entries[0]->recipe->nodes[0]->selection->kind,
 			 WEIGHTD__SELECTION__KIND__SEL_RANGE);
-	assert_int_equal(wu->entries[1]->recipe->nodes[0]->selection->end, 5);
-	assert_int_equal(wu->entries[2]->recipe->n_nodes, 2);
-	assert_int_equal(wu->entries[2]->recipe->nodes[1]->op, WEIGHTD__OP__OP_CAST);
-	assert_int_equal(wu->entries[2]->recipe->nodes[1]->n_inputs, 1);
-	assert_int_equal(wu->entries[2]->recipe->nodes[1]->inputs[0], 0);
-	assert_string_equal(wu->entries[2]->recipe->nodes[1]->dtype, "BF16");
+	assert_int_equal(wu->entries[0]->recipe->nodes[0]->selection->end, 5);
+	assert_int_equal(wu->entries[1]->recipe->n_nodes, 2);
+	assert_int_equal(wu->entries[1]->recipe->nodes[1]->op, WEIGHTD__OP__OP_CAST);
+	assert_int_equal(wu->entries[1]->recipe->nodes[1]->n_inputs, 1);
+	assert_int_equal(wu->entries[1]->recipe->nodes[1]->inputs[0], 0);
+	assert_string_equal(wu->entries[1]->recipe->nodes[1]->dtype, "BF16");
 	assert_int_equal(wu->n_aliases, 2);
 	assert_string_equal(wu->aliases[0]->name, "d");
 	assert_string_equal(wu->aliases[0]->target, "a");
@@ -284,20 +316,18 @@ static void test_validate_failure_undoes_everything(void **state)
 	assert_int_equal(fake_client_released(&e->fc, rel, 16), 3);   /* nothing left to release */
 }
 
-static void test_map_failure_unmaps_what_was_mapped(void **state)
+static void test_short_segment_refused_holds_nothing(void **state)
 {
 	struct env *e = *state;
 	weightd_unit *u = make_unit(e);
 	weightd_error err;
 
-	/* a and b map fine; c's memory is a byte short: the fstat check catches it, and a's and
-	 * b's mappings must go again */
+	/* c's segment is a byte short of the size the reply declares: the fstat check refuses the
+	 * reply, and the segments already taken (and every reference) must go again */
 	e->sc.mode = M_SHORT;
 	assert_int_equal(weightd_unit_submit(u, &err), 0);
 	assert_int_equal(weightd_unit_validate(u, &err), -WEIGHTD_E_BYTE_COUNT_MISMATCH);
-	assert_string_equal(err.slot, "c");
-	assert_int_equal(err.expected, 8);
-	assert_int_equal(err.actual, 7);
+	assert_non_null(strstr(err.message, "holds 7 bytes"));
 	assert_unpublished(e);
 	fake_client_assert_idle(&e->fc);
 
@@ -394,12 +424,14 @@ static void test_preflight_infers_without_fds(void **state)
 	assert_int_equal(fake_count(e->fc.f, WEIGHTD__REQUEST__BODY_PREFLIGHT), 1);
 	assert_int_equal(fake_count(e->fc.f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 0);
 	assert_int_equal(p->count, 5);
-	assert_string_equal(p->outputs[0].name, "a");
-	assert_string_equal(p->outputs[0].dtype, "F32");
-	assert_int_equal(p->outputs[0].ndim, 2);
-	assert_int_equal(p->outputs[0].nbytes, 24);
-	assert_string_equal(p->outputs[0].alias_of, "");
-	assert_non_null(p->outputs[0].key);
+	/* in the daemon's order: the recipes, the whole tensor, the aliases */
+	assert_string_equal(p->outputs[0].name, "b");
+	assert_string_equal(p->outputs[2].name, "a");
+	assert_string_equal(p->outputs[2].dtype, "F32");
+	assert_int_equal(p->outputs[2].ndim, 2);
+	assert_int_equal(p->outputs[2].nbytes, 24);
+	assert_string_equal(p->outputs[2].alias_of, "");
+	assert_non_null(p->outputs[2].key);
 	assert_string_equal(p->outputs[3].name, "d");
 	assert_string_equal(p->outputs[3].alias_of, "a");
 	assert_string_equal(p->outputs[4].alias_of, "a");
@@ -519,7 +551,7 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_validate_failure_undoes_everything, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_map_failure_unmaps_what_was_mapped, setup,
+		cmocka_unit_test_setup_teardown(test_short_segment_refused_holds_nothing, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_daemon_refusal_holds_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_inconsistent_reply_refused_and_released, setup,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_unit_packed.c - units in protocol version 3's columns against a fake weightd:
- * the columns whole-tensor slots travel in, a packed reply bound slot by slot, every malformed
- * packed reply refused with nothing left behind, and a version 2 daemon served the old form. */
+ * the columns whole-tensor slots travel in, a packed reply bound slot by slot, and every
+ * malformed packed reply refused with nothing left behind. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -41,12 +41,11 @@ enum corrupt {
 	C_OWNER_WRONG,     /* an alias answered by an entry its target is not */
 	C_FD_UNUSED,       /* a segment and fd no weight lies in */
 	C_UNALIKE,         /* two entries of one handle at different places */
-	C_NO_WEIGHTS,      /* neither packed nor WeightInfo */
+	C_NO_WEIGHTS,      /* no columns */
 	C_COUNT
 };
 
 struct script {
-	bool weights_form;           /* answer units with WeightInfos even on version 3 */
 	bool refuse;                 /* answer units with an error */
 	bool xxh3;                   /* digests as XXH3-128: 16 bytes and 16 zeros */
 	enum corrupt corrupt;
@@ -192,8 +191,7 @@ static void corrupt(enum corrupt c, struct fake_packed *p, Weightd__UnitReply *u
 /*
  * Answer a unit: entries in up to two segments (weight d in segment d % 2, 64-byte aligned),
  * the same source tensor the same handle (1000 + its first entry), aliases as their entry; as
- * packed columns (on a version 3 connection) or WeightInfos, spoiled as the script says.
- * Preflights get WeightInfos only.
+ * packed columns, spoiled as the script says. Preflights get WeightInfos.
  */
 static void h_unit(struct fake *f, const Weightd__Request *req)
 {
@@ -262,7 +260,7 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 		memset(p.digests + k * 32 + 16, 0, 16);
 	}
 	ur.bytes_read = 4242;
-	if (pre || sc->weights_form || atomic_load(&f->hello_version) < 3) {
+	if (pre) {
 		ur.n_weights = n;
 		ur.weights = wp;
 	} else {
@@ -272,7 +270,7 @@ static void h_unit(struct fake *f, const Weightd__Request *req)
 		ur.n_segments = nfds;
 		ur.segments = sp;
 		corrupt(sc->corrupt, &p, &ur, si, fds, &nfds);
-		sc->expect_released = ur.packed ? p.pw.n_handle : sc->weights_form ? n_ent : 0;
+		sc->expect_released = ur.packed ? p.pw.n_handle : 0;
 	} else {
 		for (size_t i = 0; i < nfds; i++)
 			close(fds[i]);
@@ -302,11 +300,6 @@ static int setup_version(void **state, unsigned version)
 static int setup3(void **state)
 {
 	return setup_version(state, 3);
-}
-
-static int setup2(void **state)
-{
-	return setup_version(state, 2);
 }
 
 static int teardown(void **state)
@@ -621,7 +614,7 @@ static const struct {
 	[C_OWNER_WRONG] = { "answered alias \"d\" of \"a\" with the weight of \"b\"", "d" },
 	[C_FD_UNUSED] = { "sent fd 2 with the unit but no entry lies in it", "" },
 	[C_UNALIKE] = { "described weight 1000 differently for \"r\" and \"a\"", "a" },
-	[C_NO_WEIGHTS] = { "answered a unit of 7 slots with 0 weights", "" },
+	[C_NO_WEIGHTS] = { "answered a unit without weights", "" },
 };
 
 static void test_malformed_packed_replies_refused(void **state)
@@ -655,53 +648,6 @@ static void test_malformed_packed_replies_refused(void **state)
 		weightd_unit_free(u);
 		assert_int_equal(fake_client_released(&e->fc, rel, 512) - before, e->sc.expect_released);
 	}
-}
-
-static void test_version2_daemon_gets_the_old_form(void **state)
-{
-	struct env *e = *state;
-	weightd_unit *u = make_unit(e);
-	const Weightd__Unit *wu;
-	weightd_error err;
-	uint64_t rel[16];
-
-	assert_int_equal(weightd_unit_submit(u, &err), 0);
-	assert_int_equal(weightd_unit_validate(u, &err), 0);
-	weightd_unit_bind(u);
-	assert_bound(e);
-	wu = last_unit(e);
-	assert_null(wu->tensors);
-	assert_int_equal(wu->n_entries, 5);   /* every slot with a source, in slot order */
-	assert_string_equal(wu->entries[0]->name, "a");
-	assert_string_equal(wu->entries[0]->recipe->nodes[0]->checkpoint, "ck");
-	assert_string_equal(wu->entries[0]->recipe->nodes[0]->tensor, "a");
-	assert_int_equal(wu->entries[0]->n_shape, 2);
-	assert_string_equal(wu->entries[1]->name, "r");
-	assert_string_equal(wu->entries[4]->name, "c");
-	assert_string_equal(wu->entries[4]->recipe->nodes[0]->checkpoint, "ck2");
-	assert_string_equal(wu->entries[4]->recipe->nodes[0]->tensor, "other");
-	assert_int_equal(wu->n_aliases, 2);
-	weightd_unit_free(u);
-	fake_client_assert_idle(&e->fc);
-	assert_int_equal(fake_client_released(&e->fc, rel, 16), 5);
-}
-
-static void test_weights_form_on_version3_taken_too(void **state)
-{
-	struct env *e = *state;
-	weightd_unit *u = make_unit(e);
-	weightd_error err;
-	uint64_t rel[16];
-
-	e->sc.weights_form = true;
-	assert_int_equal(weightd_unit_submit(u, &err), 0);
-	assert_int_equal(weightd_unit_validate(u, &err), 0);
-	weightd_unit_bind(u);
-	assert_bound(e);
-	assert_non_null(last_unit(e)->tensors);
-	weightd_unit_free(u);
-	fake_client_assert_idle(&e->fc);
-	assert_int_equal(fake_client_released(&e->fc, rel, 16), 5);
 }
 
 static void test_single_materialize_packed(void **state)
@@ -785,10 +731,6 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_digest_of_16_bytes, setup3, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed_packed_replies_refused, setup3,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_version2_daemon_gets_the_old_form, setup2,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_weights_form_on_version3_taken_too, setup3,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_single_materialize_packed, setup3, teardown),
 		cmocka_unit_test_setup_teardown(test_preflight_on_version3, setup3, teardown),

@@ -49,8 +49,8 @@ static void h_packed(struct fake *f, const Weightd__Request *req)
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
 	Weightd__SegmentInfo si = WEIGHTD__SEGMENT_INFO__INIT, *sp[1] = { &si };
-	Weightd__WeightInfo *wp[8];
-	struct fake_wi w[8];
+	static struct fake_packed pk;
+	struct fake_source src[8];
 	uint8_t data[SEG_BYTES];
 	size_t n;
 	int fd;
@@ -69,23 +69,20 @@ static void h_packed(struct fake *f, const Weightd__Request *req)
 	if (mode != OTHER_OBJECT && seg_fd < 0)
 		seg_fd = fake_memfd(data, SEG_BYTES);
 	fd = mode == OTHER_OBJECT ? fake_memfd(data, SEG_BYTES) : seg_fd;
-	n = req->materialize->n_entries;
-	for (size_t k = 0; k < n && k < 8; k++) {
-		const char *t = req->materialize->entries[k]->recipe->nodes[0]->tensor;
+	n = fake_unit_sources(req->materialize, src, 8);
+	fake_packed_init(&pk);
+	for (size_t k = 0; k < n; k++) {
+		const char *t = src[k].tensor;
 		int i = t[strlen(t) - 1] - '0';
 		uint64_t shape[1] = { 100 };
 
-		fake_wi_fill(&w[k], req->materialize->entries[k]->name, 10 + (uint64_t)i, "U8", shape,
-			     1, data + 128 * i, 100, 0, NULL);
-		w[k].wi.segment = SEG_ID;
-		w[k].wi.offset = mode == OUTSIDE ? 448 : 128 * (uint64_t)i;
-		wp[k] = &w[k].wi;
+		fake_packed_add(&pk, 10 + (uint64_t)i, "U8", shape, 1, data + 128 * i, 100, 0,
+				mode == OUTSIDE ? 448 : 128 * (uint64_t)i);
 	}
 	si.id = SEG_ID;
 	si.size = SEG_BYTES;
 	si.fd_index = 0;
-	ur.n_weights = n;
-	ur.weights = wp;
+	ur.packed = &pk.pw;
 	ur.n_segments = 1;
 	ur.segments = sp;
 	resp.id = req->id;

@@ -60,27 +60,20 @@ static void h_ctl(struct fake *f, const Weightd__Request *req)
 		fake_reply_error(f, req->id, 20, NULL, 0, "there is no checkpoint \"zz\"");
 		return;
 	case WEIGHTD__REQUEST__BODY_MATERIALIZE: {
-		const Weightd__Node *n = req->materialize->entries[0]->recipe->nodes[0];
-		Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
-		Weightd__WeightInfo *wp[1];
-		struct fake_wi w;
+		struct fake_source src = { 0 };
+		struct fake_packed pk;
 		uint8_t data[16];
-		uint64_t shape[1] = { 16 };
+		uint64_t shape[1] = { 16 }, size = 16;
 		int fd;
 
+		fake_unit_sources(req->materialize, &src, 1);
 		payload(data, sizeof(data));
-		fake_wi_fill(&w, req->materialize->entries[0]->name, 4, "U8", shape, 1, data, 16, 0,
-			     NULL);
-		if (!strcmp(n->tensor, "liar"))
-			w.digest[5] ^= 1;   /* the daemon claims other bytes than it serves */
+		fake_packed_init(&pk);
+		fake_packed_add(&pk, 4, "U8", shape, 1, data, 16, 0, 0);
+		if (src.tensor && !strcmp(src.tensor, "liar"))
+			pk.digests[5] ^= 1;   /* the daemon claims other bytes than it serves */
 		fd = fake_memfd(data, sizeof(data));
-		wp[0] = &w.wi;
-		ur.n_weights = 1;
-		ur.weights = wp;
-		resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
-		resp.materialize = &ur;
-		fake_reply_fds(f, &resp, &fd, 1);
-		close(fd);
+		fake_reply_packed(f, req, &pk, &size, &fd, 1, 0);
 		return;
 	}
 	case WEIGHTD__REQUEST__BODY_STATUS: {

@@ -94,12 +94,11 @@ extern "C" {
 #define WEIGHTD_DIGEST_LEN 32      /* identity keys; the longest content digest */
 #define WEIGHTD_DEFAULT_SOCKET "/run/weightd/weightd.sock"
 /* The protocol versions this libweightd speaks: it talks to any weightd whose range overlaps
- * (the connection uses the newest version both speak; weightd_server tells which). Version 2
- * packs weights into shared segments; version 3 sends a unit's whole-tensor slots and gets its
- * weights back as columns, not one message each; version 1's one-fd-per-weight replies are no
- * longer read. */
+ * (the connection uses the newest version both speak; weightd_server tells which). Version 3
+ * packs weights into shared segments, sends a unit's whole-tensor slots as columns and gets its
+ * weights back as columns, not one message each. */
 #define WEIGHTD_PROTOCOL_VERSION 3
-#define WEIGHTD_PROTOCOL_MIN_VERSION 2
+#define WEIGHTD_PROTOCOL_MIN_VERSION 3
 
 /* =========================================================================================== */
 /* Errors                                                                                       */
