@@ -19,21 +19,31 @@ json_t *json_source(const weightd_source_info *s)
 			 "generation", (json_int_t)s->generation, "files", (int)s->files);
 }
 
+int by_source_name(const void *a, const void *b)
+{
+	const weightd_source_info *x = *(const weightd_source_info *const *)a;
+	const weightd_source_info *y = *(const weightd_source_info *const *)b;
+
+	return strcmp(x->name, y->name);
+}
+
 void table_sources(const weightd_source_info *src, size_t n)
 {
+	const void **order = sorted(src, n, sizeof(*src), by_source_name);
 	static const char *const head[] = { "NAME", "KIND", "STATE", "TENSORS", "BYTES", "GEN",
 					    "FILES", "PATH", "ERROR" };
 	static const bool num[] = { 0, 0, 0, 1, 1, 1, 1, 0, 0 };
 	struct table t = { .ncols = 9, .head = head, .numeric = num };
 
 	for (size_t i = 0; i < n; i++) {
-		const weightd_source_info *s = &src[i];
+		const weightd_source_info *s = order[i];
 
 		table_row(&t, xstrdup(s->name), xstrdup(s->kind), xstrdup(s->state),
 			  fmt("%" PRIu64, s->tensors), fmt_bytes(s->bytes),
 			  fmt("%" PRIu64, s->generation), fmt("%u", s->files), xstrdup(s->path),
 			  xstrdup(s->error));
 	}
+	free(order);
 	table_print(&t);
 }
 
@@ -46,9 +56,12 @@ int cmd_list(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		return fail_err(&err);
 	if (o->json) {
 		json_t *a = json_array();
+		const void **order = sorted(l->sources, l->count, sizeof(*l->sources),
+					    by_source_name);
 
 		for (size_t i = 0; i < l->count; i++)
-			json_array_append_new(a, json_source(&l->sources[i]));
+			json_array_append_new(a, json_source(order[i]));
+		free(order);
 		weightd_source_list_free(l);
 		return print_json(json_pack("{s:o}", "sources", a));
 	}

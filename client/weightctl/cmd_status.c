@@ -7,20 +7,41 @@
 
 #include "weightctl.h"
 
+int by_segment_id(const void *a, const void *b)
+{
+	const weightd_segment_status *x = *(const weightd_segment_status *const *)a;
+	const weightd_segment_status *y = *(const weightd_segment_status *const *)b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int by_weight_label(const void *a, const void *b)
+{
+	const weightd_weight_status *x = *(const weightd_weight_status *const *)a;
+	const weightd_weight_status *y = *(const weightd_weight_status *const *)b;
+	int c = strcmp(x->label, y->label);
+
+	return c ? c : x->handle < y->handle ? -1 : x->handle > y->handle;
+}
+
 int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 {
+	const void **srcs, **segs, **wts;
 	weightd_status *s;
 	weightd_error err;
 
 	if (weightd_status_get(c, &s, &err) < 0)
 		return fail_err(&err);
+	srcs = sorted(s->sources, s->n_sources, sizeof(*s->sources), by_source_name);
+	segs = sorted(s->segment_list, s->n_segments, sizeof(*s->segment_list), by_segment_id);
+	wts = sorted(s->weight_list, s->n_weights, sizeof(*s->weight_list), by_weight_label);
 	if (o->json) {
 		json_t *src = json_array(), *ws = json_array(), *gs = json_array(), *j;
 
 		for (size_t i = 0; i < s->n_sources; i++)
-			json_array_append_new(src, json_source(&s->sources[i]));
+			json_array_append_new(src, json_source(srcs[i]));
 		for (size_t i = 0; i < s->n_segments; i++) {
-			const weightd_segment_status *g = &s->segment_list[i];
+			const weightd_segment_status *g = segs[i];
 
 			json_array_append_new(gs, json_pack(
 				"{s:I, s:s, s:I, s:i, s:i, s:s, s:b, s:b}", "id", (json_int_t)g->id,
@@ -29,7 +50,7 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 				"filling", g->filling));
 		}
 		for (size_t i = 0; i < s->n_weights; i++) {
-			const weightd_weight_status *w = &s->weight_list[i];
+			const weightd_weight_status *w = wts[i];
 			char *dg = w->digest ? fmt_hex(w->digest, w->digest_len) : xstrdup("");
 
 			json_array_append_new(ws, json_pack(
@@ -89,6 +110,9 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		} else {
 			json_decref(gs);
 		}
+		free(srcs);
+		free(segs);
+		free(wts);
 		weightd_status_free(s);
 		return print_json(j);
 	}
@@ -139,7 +163,7 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 
 		putchar('\n');
 		for (size_t i = 0; i < s->n_segments; i++) {
-			const weightd_segment_status *g = &s->segment_list[i];
+			const weightd_segment_status *g = segs[i];
 
 			table_row(&t, fmt("%" PRIu64, g->id), xstrdup(g->name), fmt_bytes(g->size),
 				  fmt("%u", g->weights), fmt("%u", g->held), xstrdup(g->source),
@@ -156,7 +180,7 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 
 		putchar('\n');
 		for (size_t i = 0; i < s->n_weights; i++) {
-			const weightd_weight_status *w = &s->weight_list[i];
+			const weightd_weight_status *w = wts[i];
 
 			table_row(&t, fmt("%" PRIu64, w->handle), xstrdup(w->label),
 				  xstrdup(w->dtype), fmt_shape(w->shape, w->ndim),
@@ -166,6 +190,9 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		}
 		table_print(&t);
 	}
+	free(srcs);
+	free(segs);
+	free(wts);
 	weightd_status_free(s);
 	return 0;
 }

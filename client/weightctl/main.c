@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - weightctl, the command line of weightd: global options and the command table. */
 #include <errno.h>
-#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 
 static const char usage_text[] =
 	"usage: weightctl [--socket PATH] [--json] COMMAND [ARGS]\n"
+	"       (--socket and --json may also follow the command; -- ends the options)\n"
 	"\n"
 	"commands:\n"
 	"  list                                 sources weightd serves\n"
@@ -58,36 +60,75 @@ static const struct command commands[] = {
 	{ "evict", 0, NULL, cmd_evict },
 };
 
+/*
+ * Global options may stand before or after the command (weightctl --json list, weightctl list
+ * --json), so a script can add them to any command line. They are taken out of argv wherever
+ * they are, up to a "--" (after it every word is the command's); what is left, in order, is
+ * the command and its own arguments, written back into argv. Returns 0 with *ret_argc set,
+ * EXIT_USAGE (said), or -1 when --help or --version was answered.
+ */
+static int take_global_options(int argc, char **argv, struct opts *o, int *ret_argc)
+{
+	bool have_cmd = false, verbatim = false;
+	int n = 1;
+
+	/* --json first, wherever it is, so that even a usage error comes out as JSON */
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+		if (strcmp(argv[i], "--json") == 0)
+			o->json = true;
+	output_json_errors(o->json);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (verbatim) {
+			argv[n++] = argv[i];
+		} else if (strcmp(a, "--") == 0) {
+			verbatim = true;
+		} else if (strcmp(a, "--json") == 0) {
+			o->json = true;
+		} else if (strcmp(a, "--socket") == 0) {
+			if (i + 1 >= argc)
+				return usage_error("--socket needs a path");
+			o->socket = argv[++i];
+		} else if (strncmp(a, "--socket=", 9) == 0) {
+			o->socket = a + 9;
+		} else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			fputs(usage_text, stdout);
+			return -1;
+		} else if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
+			printf("weightctl %s\n", weightd_version());
+			return -1;
+		} else if (a[0] == '-' && a[1] && !have_cmd) {
+			return usage_error("unknown option or missing value: %s", a);
+		} else {
+			have_cmd = true;
+			argv[n++] = argv[i];
+		}
+	}
+	argv[n] = NULL;
+	*ret_argc = n;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct opts o = { 0 };
 	struct cmd_args a = { 0 };
 	const struct command *cmd = NULL;
 	weightd_client *c = NULL;
 	const char *name;
-	int ch, rc;
+	int rc;
 
-	opterr = 0;
-	while ((ch = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
-		switch (ch) {
-		case 's': o.socket = optarg; break;
-		case 'j': o.json = true; break;
-		case 'h': fputs(usage_text, stdout); return 0;
-		case 'V': printf("weightctl %s\n", weightd_version()); return 0;
-		default:
-			return usage_error("unknown option or missing value: %s", argv[optind - 1]);
-		}
-	}
-	if (optind >= argc)
+	/* A reader that stops early (weightctl status | head) ends weightctl quietly, as it ends
+	 * any filter, whatever disposition the parent left (libweightd's own socket writes use
+	 * MSG_NOSIGNAL and never raise it). */
+	signal(SIGPIPE, SIG_DFL);
+	rc = take_global_options(argc, argv, &o, &argc);
+	if (rc != 0)
+		return rc < 0 ? 0 : rc;
+	if (argc < 2)
 		return usage_error("no command given");
-	name = argv[optind];
+	name = argv[1];
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(name, commands[i].name) == 0)
 			cmd = &commands[i];
@@ -96,8 +137,8 @@ int main(int argc, char **argv)
 				   "--config FILE (see weightd(8))");
 	if (!cmd)
 		return usage_error("unknown command \"%s\"", name);
-	a.argc = argc - optind;
-	a.argv = argv + optind;
+	a.argc = argc - 1;
+	a.argv = argv + 1;
 	if (cmd->nargs >= 0 && a.argc - 1 != cmd->nargs)
 		return usage_error("%s takes %d argument%s, not %d", name, cmd->nargs,
 				   cmd->nargs == 1 ? "" : "s", a.argc - 1);
@@ -110,6 +151,6 @@ int main(int argc, char **argv)
 	rc = cmd->run(&o, c, &a);
 	weightd_close(c);
 	if (fflush(stdout) != 0 && rc == 0)
-		rc = fail("cannot write output: %s", strerror(errno));
+		rc = errno == EPIPE ? EXIT_ERR : fail("cannot write output: %s", strerror(errno));
 	return rc;
 }

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,15 +13,62 @@
 
 #include "weightctl.h"
 
+/* With --json, errors are objects on stdout too (scripts read stdout; people read stderr). */
+static bool json_errors;
+
+void output_json_errors(bool on)
+{
+	json_errors = on;
+}
+
+/* {"error": {"code": NAME, "number": N, "message": TEXT, and what it is about}} on stdout. */
+static void json_error(const char *code, int number, const char *message,
+		       const weightd_error *err)
+{
+	json_t *e = json_pack("{s:s, s:i, s:s}", "code", code, "number", number, "message",
+			      message);
+
+	if (!e)
+		return;
+	if (err) {
+		if (err->checkpoint[0])
+			json_object_set_new(e, "checkpoint", json_string(err->checkpoint));
+		if (err->tensor[0])
+			json_object_set_new(e, "tensor", json_string(err->tensor));
+		if (err->slot[0])
+			json_object_set_new(e, "slot", json_string(err->slot));
+		if (err->node)
+			json_object_set_new(e, "node", json_integer((json_int_t)err->node - 1));
+		if (err->axis >= 0)
+			json_object_set_new(e, "axis", json_integer(err->axis));
+		if (err->expected || err->actual) {
+			json_object_set_new(e, "expected", json_integer(err->expected));
+			json_object_set_new(e, "actual", json_integer(err->actual));
+		}
+	}
+	print_json(json_pack("{s:o}", "error", e));
+}
+
+/* The text of a message: "weightctl: ..." on stderr, and the JSON form when asked for. */
+static void say(const char *code, int number, const weightd_error *err, const char *fmt,
+		va_list ap)
+{
+	char msg[1024];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	fprintf(stderr, "weightctl: %s\n", msg);
+	if (json_errors)
+		json_error(code, number, msg, err);
+}
+
 int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("weightctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	say("usage", 0, NULL, fmt, ap);
 	va_end(ap);
-	fputs("\nusage: weightctl [--socket PATH] [--json] COMMAND [ARGS]  "
+	fputs("usage: weightctl [--socket PATH] [--json] COMMAND [ARGS]  "
 	      "(weightctl --help lists the commands)\n", stderr);
 	return EXIT_USAGE;
 }
@@ -29,19 +77,43 @@ int fail(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("weightctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	say("error", 0, NULL, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	return EXIT_ERR;
+}
+
+static int fail_code(const weightd_error *err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static int fail_code(const weightd_error *err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	say(weightd_code_name(err->code), err->code, err, fmt, ap);
+	va_end(ap);
 	return EXIT_ERR;
 }
 
 int fail_err(const weightd_error *err)
 {
-	return fail("%s", err->message[0] ? err->message : weightd_code_name(err->code));
+	return fail_code(err, "%s", err->message[0] ? err->message : weightd_code_name(err->code));
 }
 
+const void **sorted(const void *base, size_t n, size_t size,
+		    int (*cmp)(const void *a, const void *b))
+{
+	const void **p = malloc((n ? n : 1) * sizeof(*p));
+
+	if (!p) {
+		fputs("weightctl: out of memory\n", stderr);
+		exit(EXIT_ERR);
+	}
+	for (size_t i = 0; i < n; i++)
+		p[i] = (const char *)base + i * size;
+	qsort(p, n, sizeof(*p), cmp);
+	return p;
+}
 
 char *xstrdup(const char *s)
 {

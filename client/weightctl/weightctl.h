@@ -15,7 +15,7 @@
 #define EXIT_USAGE 2
 #define MAX_JSON_FILE (64u << 20)
 
-/* Global options, before the command. */
+/* Global options, before or after the command. */
 struct opts {
 	const char *socket;
 	bool json;
@@ -85,12 +85,31 @@ int run_unit(weightd_client *c, weightd_unit *u, weightd_error *err);
 
 /* --- output (output.c) ----------------------------------------------------------------------- */
 
+/*
+ * Errors: "weightctl: ..." on stderr and, after output_json_errors(true) (--json), also as
+ * {"error": {"code": NAME, "number": N, "message": TEXT, ...}} on stdout, where a script reads.
+ * NAME is weightd's code name ("unknown-tensor"), "usage" for a bad command line, "error" for
+ * anything else; N is the WEIGHTD_E_* number (0 when not weightd's).
+ */
+void output_json_errors(bool on);
 /* "weightctl: ..." and the usage line on stderr; returns EXIT_USAGE. */
 int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "weightctl: ..." on stderr; returns EXIT_ERR. */
 int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* fail() with the error's message (or its code's name). */
 int fail_err(const weightd_error *err);
+
+/*
+ * Pointers to the n elements of base (each `size` bytes), in the order cmp gives; cmp receives
+ * pointers to two of those pointers. Output lists rows in a stable order, never in the order a
+ * hash table left them. Free the array.
+ */
+const void **sorted(const void *base, size_t n, size_t size,
+		    int (*cmp)(const void *a, const void *b));
+/* sorted()'s orders: sources by name, segments by id, weights by label then handle */
+int by_source_name(const void *a, const void *b);
+int by_segment_id(const void *a, const void *b);
+int by_weight_label(const void *a, const void *b);
 
 /* Owned strings; out of memory ends the program (exit EXIT_ERR). */
 char *xstrdup(const char *s);

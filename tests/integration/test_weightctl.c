@@ -784,6 +784,126 @@ static void exit_codes(void **state)
 	free(err);
 }
 
+/* With --json every error is also an object on stdout, with weightd's code, and exit is nonzero. */
+static void json_errors_are_objects_on_stdout(void **state)
+{
+	char *out, *err;
+	json_t *j, *e;
+
+	(void)state;
+	assert_int_equal(ctl(&out, &err, "--json", "get", "tiny", "no.such.tensor", NULL), 1);
+	j = json_loads(out, 0, NULL);
+	if (!j)
+		fail_msg("stdout is not JSON: %s", out);
+	e = json_object_get(j, "error");
+	assert_string_equal(json_string_value(json_object_get(e, "code")), "unknown-tensor");
+	assert_int_equal(json_integer_value(json_object_get(e, "number")), WEIGHTD_E_UNKNOWN_TENSOR);
+	assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "no.such.tensor"));
+	assert_non_null(strstr(err, "no.such.tensor")); /* people still read stderr */
+	json_decref(j);
+	free(out);
+	free(err);
+
+	/* a usage error too, even with --json after the word that is wrong */
+	assert_int_equal(ctl(&out, &err, "frobnicate", "--json", NULL), 2);
+	j = json_loads(out, 0, NULL);
+	if (!j)
+		fail_msg("stdout is not JSON: %s", out);
+	e = json_object_get(j, "error");
+	assert_string_equal(json_string_value(json_object_get(e, "code")), "usage");
+	assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "frobnicate"));
+	json_decref(j);
+	free(out);
+	free(err);
+}
+
+/* --json and --socket may follow the command; the last --socket given is the one used. */
+static void options_after_the_command(void **state)
+{
+	char *out, *err;
+	json_t *j;
+
+	(void)state;
+	assert_int_equal(ctl(&out, &err, "list", "--json", NULL), 0);
+	j = json_loads(out, 0, NULL);
+	if (!j)
+		fail_msg("stdout is not JSON: %s", out);
+	assert_true(json_array_size(json_object_get(j, "sources")) >= 1);
+	json_decref(j);
+	free(out);
+	free(err);
+	assert_int_equal(ctl(&out, &err, "list", "--socket", "/nonexistent/weightd.sock", NULL), 1);
+	assert_non_null(strstr(err, "/nonexistent/weightd.sock"));
+	free(out);
+	free(err);
+	/* after "--" a word is the command's, even one that looks like an option */
+	assert_int_equal(ctl(&out, &err, "describe", "--", "--json", NULL), 1);
+	assert_null(json_loads(out, 0, NULL));
+	assert_non_null(strstr(err, "--json"));
+	free(out);
+	free(err);
+}
+
+/* status lists weights by name (then handle), whatever order the daemon keeps them in. */
+static void status_lists_in_a_stable_order(void **state)
+{
+	char *out, *err;
+	json_t *j, *ws;
+	size_t n;
+
+	(void)state;
+	assert_int_equal(ctl(&out, &err, "preload", "tiny", NULL), 0);
+	free(out);
+	free(err);
+	assert_int_equal(ctl(&out, &err, "status", "--json", NULL), 0);
+	j = json_loads(out, 0, NULL);
+	assert_non_null(j);
+	ws = json_object_get(j, "weight_list");
+	n = json_array_size(ws);
+	assert_true(n >= 2);
+	for (size_t i = 1; i < n; i++) {
+		const char *a = json_string_value(json_object_get(json_array_get(ws, i - 1), "label"));
+		const char *b = json_string_value(json_object_get(json_array_get(ws, i), "label"));
+		if (strcmp(a, b) > 0)
+			fail_msg("weight %zu (%s) is listed after %s", i, b, a);
+	}
+	json_decref(j);
+	free(out);
+	free(err);
+}
+
+/* weightctl status | head: the reader goes away, and weightctl ends without a word on stderr,
+ * even when its parent left SIGPIPE ignored. */
+static void a_reader_that_stops_early_ends_it_quietly(void **state)
+{
+	char errp[512], *err;
+	int p[2], status;
+	pid_t pid;
+
+	(void)state;
+	harness_path(&H, "pipe.err", errp, sizeof(errp));
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int e = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		signal(SIGPIPE, SIG_IGN);
+		close(p[0]); /* nobody reads: the first write breaks the pipe */
+		if (e < 0 || dup2(p[1], 1) < 0 || dup2(e, 2) < 0)
+			_exit(126);
+		execl(harness_weightctl(), "weightctl", "--socket", H.sock, "status", (char *)NULL);
+		_exit(127);
+	}
+	close(p[0]);
+	close(p[1]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status) ? WTERMSIG(status) == SIGPIPE : WEXITSTATUS(status) != 0);
+	err = slurp(errp);
+	assert_string_equal(err, "");
+	free(err);
+}
+
 /*
  * preload counts distinct weights: two slots with the same recipe share one weight and an alias
  * has none of its own, so four slots are two weights, each counted once with its bytes.
@@ -1017,6 +1137,10 @@ int main(void)
 		cmocka_unit_test(the_format_checker_refuses_bad_expositions),
 		cmocka_unit_test(metrics_follow_known_activity),
 		cmocka_unit_test(exit_codes),
+		cmocka_unit_test(json_errors_are_objects_on_stdout),
+		cmocka_unit_test(options_after_the_command),
+		cmocka_unit_test(status_lists_in_a_stable_order),
+		cmocka_unit_test(a_reader_that_stops_early_ends_it_quietly),
 		cmocka_unit_test(preload_counts_each_weight_once),
 	};
 	const struct CMUnitTest progress[] = {
