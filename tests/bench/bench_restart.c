@@ -42,22 +42,17 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "harness.h"
 #include "weightd/client.h"
 
 #define MAX_RUNS 32
 #define MAX_TENSORS 4096
 
 struct bench {
-	char dir[PATH_MAX];
-	char conf[PATH_MAX + 32];
-	char sock[PATH_MAX + 32];
-	char notify[PATH_MAX + 32];
-	char log[PATH_MAX + 32];
+	struct harness h; /* the daemon, its temp dir, socket and shm prefix */
+	bool ready;	  /* h was set up (teardown cleans it) */
 	char ckpt[PATH_MAX + 32];
-	char prefix[64];
 	char weightd[PATH_MAX];
-	int notify_fd;
-	pid_t pid;
 };
 
 static void find_tool(const char *env, const char *rel, char *out, size_t cap)
@@ -96,17 +91,17 @@ static void make_cold(const struct bench *b)
 {
 	char path[PATH_MAX + 320];
 	struct dirent *e;
-	size_t plen = strlen(b->prefix);
+	size_t plen = strlen(b->h.prefix);
 	DIR *d = opendir("/dev/shm");
 
 	while (d && (e = readdir(d)))
-		if (strncmp(e->d_name, b->prefix, plen) == 0 && e->d_name[plen] == '.') {
+		if (strncmp(e->d_name, b->h.prefix, plen) == 0 && e->d_name[plen] == '.') {
 			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
 			unlink(path);
 		}
 	if (d)
 		closedir(d);
-	snprintf(path, sizeof(path), "%s/state/%s", b->dir, b->prefix);
+	snprintf(path, sizeof(path), "%s/state/%s", b->h.dir, b->h.prefix);
 	d = opendir(path);
 	while (d && (e = readdir(d)))
 		if (e->d_name[0] != '.') {
@@ -118,51 +113,21 @@ static void make_cold(const struct bench *b)
 		closedir(d);
 }
 
-/* Start weightd and wait for READY=1 on our notify socket. */
+/* Start weightd and wait for READY=1 (timed by the caller: the harness returns at once). */
 static int start(struct bench *b)
 {
-	char buf[4096];
+	const struct harness_opts o = { .file_log_level = true, .no_settle = true };
 
-	while (recv(b->notify_fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
-		;
-	b->pid = fork();
-	if (b->pid < 0)
-		return -1;
-	if (b->pid == 0) {
-		int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd >= 0) {
-			dup2(fd, STDERR_FILENO);
-			close(fd);
-		}
-		setenv("NOTIFY_SOCKET", b->notify, 1);
-		execl(b->weightd, "weightd", "--config", b->conf, "--foreground", (char *)NULL);
-		_exit(127);
-	}
-	for (;;) {
-		struct pollfd p = { b->notify_fd, POLLIN, 0 };
-		ssize_t n;
-
-		if (poll(&p, 1, 30000) <= 0) {
-			fprintf(stderr, "bench_restart: weightd did not become ready (see %s)\n", b->log);
-			return -1;
-		}
-		n = recv(b->notify_fd, buf, sizeof(buf) - 1, 0);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
-			if (strcmp(l, "READY=1") == 0)
-				return 0;
-	}
+	return harness_start_opts(&b->h, &o);
 }
 
+/* Stop it: SIGTERM and wait, or SIGKILL (a crash: no clean shutdown). */
 static void stop(struct bench *b, int sig)
 {
-	if (b->pid <= 0)
-		return;
-	kill(b->pid, sig);
-	waitpid(b->pid, NULL, 0);
-	b->pid = -1;
+	if (sig == SIGKILL)
+		harness_kill(&b->h);
+	else
+		harness_stop(&b->h);
 }
 
 struct served {
@@ -183,7 +148,7 @@ static int serve(const struct bench *b, const weightd_description *d, double t0,
 	weightd_error err;
 	int r;
 
-	r = weightd_connect(b->sock, "bench_restart", &c, &err);
+	r = weightd_connect(b->h.sock, "bench_restart", &c, &err);
 	if (r == 0)
 		r = weightd_unit_new(c, &u, &err);
 	for (size_t i = 0; r >= 0 && i < d->n_tensors; i++) {
@@ -223,37 +188,24 @@ static int serve(const struct bench *b, const weightd_description *d, double t0,
 
 static int setup(struct bench *b, const char *base, unsigned long long size)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	char mk[PATH_MAX], cmd[3 * PATH_MAX];
-	FILE *f;
+	char mk[PATH_MAX], cmd[3 * PATH_MAX], extra[128], section[PATH_MAX + 64];
 
-	snprintf(b->dir, sizeof(b->dir), "%s/wd-bench-restart.XXXXXX", base);
-	if (!mkdtemp(b->dir)) {
-		fprintf(stderr, "bench_restart: mkdtemp in %s: %s\n", base, strerror(errno));
-		return -1;
-	}
-	snprintf(b->conf, sizeof(b->conf), "%s/weightd.conf", b->dir);
-	snprintf(b->sock, sizeof(b->sock), "%s/weightd.sock", b->dir);
-	snprintf(b->notify, sizeof(b->notify), "%s/notify.sock", b->dir);
-	snprintf(b->log, sizeof(b->log), "%s/weightd.log", b->dir);
-	snprintf(b->ckpt, sizeof(b->ckpt), "%s/big.safetensors", b->dir);
-	snprintf(b->prefix, sizeof(b->prefix), "wdbench%d", (int)getpid());
 	find_tool("WD_WEIGHTD", "../../daemon/weightd", b->weightd, sizeof(b->weightd));
 	find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
-	b->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", b->notify);
-	if (b->notify_fd < 0 || bind(b->notify_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		fprintf(stderr, "bench_restart: notify socket: %s\n", strerror(errno));
+	setenv("WD_WEIGHTD", b->weightd, 1);
+	if (harness_init_in(&b->h, base) < 0) {
+		fprintf(stderr, "bench_restart: a temp dir in %s: %s\n", base, strerror(errno));
 		return -1;
 	}
-	f = fopen(b->conf, "w");
-	if (!f)
+	b->ready = true;
+	harness_path(&b->h, "big.safetensors", b->ckpt, sizeof(b->ckpt));
+	/* budget: the unit and some room, whatever the default (half of /dev/shm) would be;
+	 * workers: the daemon's default, not the harness's */
+	snprintf(extra, sizeof(extra), "budget = %lluM\nlog_level = notice\nworkers = 0\n",
+		 (size / 2 * 3 >> 20) + 64);
+	snprintf(section, sizeof(section), "[checkpoint:big]\npath = %s\n", b->ckpt);
+	if (harness_write_config(&b->h, extra, section) < 0)
 		return -1;
-	/* budget: the unit and some room, whatever the default (half of /dev/shm) would be */
-	fprintf(f, "[daemon]\nsocket = %s\nshm_prefix = %s\nstate_dir = %s/state\nbudget = %lluM\n"
-		   "log_level = notice\n\n[checkpoint:big]\npath = %s\n", b->sock, b->prefix, b->dir,
-		(size / 2 * 3 >> 20) + 64, b->ckpt);
-	fclose(f);
 	snprintf(cmd, sizeof(cmd), "'%s' big '%s' %llu", mk, b->ckpt, size);
 	printf("writing a %llu-byte checkpoint with wd-mkfixture big ...\n", size);
 	fflush(stdout);
@@ -262,23 +214,19 @@ static int setup(struct bench *b, const char *base, unsigned long long size)
 
 static void teardown(struct bench *b)
 {
-	char cmd[PATH_MAX + 32];
-
+	if (!b->ready)
+		return;
 	stop(b, SIGKILL);
 	make_cold(b);
-	if (b->notify_fd >= 0)
-		close(b->notify_fd);
-	if (b->dir[0] && !getenv("WD_KEEP_BENCH_DIR")) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "bench_restart: could not remove %s\n", b->dir);
-	}
+	if (getenv("WD_KEEP_BENCH_DIR"))
+		setenv("WD_KEEP_TEST_DIR", "1", 1);
+	harness_cleanup(&b->h);
 }
 
 int main(int argc, char **argv)
 {
 	static struct served cold[MAX_RUNS], warm[MAX_RUNS];
-	struct bench b = { .notify_fd = -1, .pid = -1 };
+	struct bench b = { .ready = false };
 	unsigned long long size = 1ull << 30;
 	int runs = 3, rc = 1;
 	const char *base = "/tmp";
@@ -309,7 +257,7 @@ int main(int argc, char **argv)
 		goto out;
 	if (start(&b) < 0)
 		goto out;
-	if (weightd_connect(b.sock, "bench_restart", &c, &err) < 0 ||
+	if (weightd_connect(b.h.sock, "bench_restart", &c, &err) < 0 ||
 	    weightd_describe(c, "big", &d, &err) < 0) {
 		fprintf(stderr, "bench_restart: %s\n", err.message);
 		goto out;

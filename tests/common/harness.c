@@ -121,7 +121,7 @@ static void notify_stop(struct harness *h)
 	h->nq = NULL;
 }
 
-int harness_init(struct harness *h)
+int harness_init_in(struct harness *h, const char *base)
 {
 	static int counter;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -131,7 +131,9 @@ int harness_init(struct harness *h)
 	h->notify_fd = -1;
 	h->exit_status = -1;
 	snprintf(h->shm_dir, sizeof(h->shm_dir), "/dev/shm");
-	snprintf(h->dir, sizeof(h->dir), "/tmp/weightd-test.XXXXXX");
+	if ((size_t)snprintf(h->dir, sizeof(h->dir), "%s/weightd-test.XXXXXX", base) >=
+	    sizeof(h->dir))
+		return -1;
 	if (!mkdtemp(h->dir))
 		return -1;
 	chmod(h->dir, 0755);
@@ -147,6 +149,11 @@ int harness_init(struct harness *h)
 	if (bind(h->notify_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		return -1;
 	return notify_start(h);
+}
+
+int harness_init(struct harness *h)
+{
+	return harness_init_in(h, "/tmp");
 }
 
 int harness_write_config(struct harness *h, const char *extra_daemon, const char *sections)
@@ -338,7 +345,8 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 	}
 	/* READY=1 can arrive while the daemon still holds the socket it sent it with: return once
 	 * its descriptors have settled, so a test's fd baseline counts only lasting ones. */
-	harness_settled_fds(h);
+	if (!opts || !opts->no_settle)
+		harness_settled_fds(h);
 	return 0;
 }
 
@@ -497,6 +505,15 @@ int harness_mkfixture(const char *args)
 
 	snprintf(cmd, sizeof(cmd), "%s %s", tool ? tool : "wd-mkfixture", args);
 	return system(cmd) == 0 ? 0 : -1;
+}
+
+int harness_sample(const struct harness *h, const char *name, char *out, size_t cap)
+{
+	char args[1200];
+
+	harness_path(h, name, out, cap);
+	snprintf(args, sizeof(args), "sample %s", out);
+	return harness_mkfixture(args);
 }
 
 void harness_dump_log(const struct harness *h)

@@ -31,12 +31,17 @@ struct harness_opts {
 	const char *shm_size; /* a private tmpfs of this size ("64m") on the daemon's /dev/shm, in
 				  * its own mount namespace; NULL: the shared /dev/shm */
 	bool file_log_level;  /* no --log-level debug: the config's log_level decides */
+	bool no_settle;	      /* return at READY=1, without waiting for the daemon's fd count to
+			       * settle (for a caller that times the start) */
 };
 
 #define HARNESS_UNSUPPORTED (-2)
 
-/* Make the temp dir and pick names. Returns 0 or -1. */
+/* Make the temp dir (under /tmp) and pick names. Returns 0 or -1. */
 int harness_init(struct harness *h);
+
+/* The same with the temp dir under `base`. */
+int harness_init_in(struct harness *h, const char *base);
 
 /* Write the config: a [daemon] section (socket, prefix, state dir, socket_mode = 0666 and
  * workers = 2 unless extra_daemon sets them) plus `extra_daemon` lines, then `sections` verbatim
@@ -81,6 +86,10 @@ int harness_run(char *const argv[], char *out, size_t cap, uid_t uid);
 
 /* Run `wd-mkfixture args...` (path from $WD_MKFIXTURE). 0 on success. */
 int harness_mkfixture(const char *args);
+
+/* Write the built-in sample checkpoint (wd-mkfixture sample: the quick start's tiny.safetensors)
+ * to `name` in the temp dir, its path into out. 0 on success. */
+int harness_sample(const struct harness *h, const char *name, char *out, size_t cap);
 
 /* Paths of the built programs, from the environment ctest sets. */
 const char *harness_weightd(void);

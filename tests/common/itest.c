@@ -92,6 +92,29 @@ const uint8_t *it_map(weightd_weight *w)
 	return p;
 }
 
+int it_unit_of(weightd_client *c, const char *ckpt, const char *const *names, size_t n,
+	       bool validate, weightd_unit **ret, weightd_error *err)
+{
+	weightd_unit *u = NULL;
+	int r = weightd_unit_new(c, &u, err);
+
+	for (size_t i = 0; r >= 0 && i < n; i++) {
+		r = weightd_unit_slot(u, names[i], NULL, NULL, 0, NULL, err);
+		if (r >= 0)
+			r = weightd_unit_set_tensor(u, names[i], ckpt, names[i], NULL, err);
+	}
+	if (r >= 0)
+		r = weightd_unit_submit(u, err);
+	if (r >= 0)
+		r = validate ? weightd_unit_validate(u, err) : weightd_unit_finish(u, err);
+	if (r < 0) {
+		weightd_unit_free(u);
+		return r;
+	}
+	*ret = u;
+	return 0;
+}
+
 const weightd_weight_status *it_weight(const weightd_status *st, const char *ckpt,
 				       const char *tensor)
 {

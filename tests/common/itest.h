@@ -56,6 +56,15 @@ weightd_weight *it_get_ok(weightd_client *c, const char *ckpt, const char *tenso
 
 const uint8_t *it_map(weightd_weight *w);
 
+/*
+ * A unit with one slot per name in names[0..n), each the whole tensor of that name in checkpoint
+ * ckpt (no declared dtype or shape), submitted, then finished (validate false: no weight
+ * mapped) or validated (validate true: every weight mapped, not bound). 0 with *ret, or the
+ * error with nothing left held.
+ */
+int it_unit_of(weightd_client *c, const char *ckpt, const char *const *names, size_t n,
+	       bool validate, weightd_unit **ret, weightd_error *err);
+
 /* The status entry of the weight made from ckpt:tensor (label "ckpt:tensor"), or NULL. */
 const weightd_weight_status *it_weight(const weightd_status *st, const char *ckpt,
 				       const char *tensor);

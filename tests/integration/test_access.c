@@ -18,7 +18,7 @@ static gid_t gid_audio;
 
 static int setup(void **state)
 {
-	char sample[512], sections[4096], args[700];
+	char sample[512], sections[4096];
 	const struct group *gr = getgrnam("audio");
 
 	(void)state;
@@ -32,11 +32,8 @@ static int setup(void **state)
 		fprintf(stderr, "test_access needs the groups audio, nogroup and daemon\n");
 		return -1;
 	}
-	if (harness_init(&H) < 0)
-		return -1;
-	harness_path(&H, "tiny.safetensors", sample, sizeof(sample));
-	snprintf(args, sizeof(args), "sample %s", sample);
-	if (harness_mkfixture(args) < 0)
+	if (harness_init(&H) < 0 ||
+	    harness_sample(&H, "tiny.safetensors", sample, sizeof(sample)) < 0)
 		return -1;
 	chmod(sample, 0644);
 	snprintf(sections, sizeof(sections),

@@ -198,12 +198,10 @@ static int setup(void **state)
 
 	if (harness_init(&H) < 0)
 		return -1;
-	harness_path(&H, "tiny.safetensors", sample, sizeof(sample));
 	harness_path(&H, "bad.safetensors", bad, sizeof(bad));
-	char args[1200];
-	snprintf(args, sizeof(args), "sample %s", sample);
-	if (harness_mkfixture(args) < 0)
+	if (harness_sample(&H, "tiny.safetensors", sample, sizeof(sample)) < 0)
 		return -1;
+	char args[1200];
 	snprintf(args, sizeof(args), "bad %s overlap", bad);
 	if (harness_mkfixture(args) < 0)
 		return -1;

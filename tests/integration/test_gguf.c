@@ -302,7 +302,7 @@ static const struct tensor *model_tensor(const char *name)
 
 static int setup(void **state)
 {
-	char sections[4096], args[700];
+	char sections[4096];
 
 	(void)state;
 	if (harness_init(&H) < 0)
@@ -312,9 +312,7 @@ static int setup(void **state)
 	make_outside();
 	make_misaligned();
 	/* a safetensors source beside them: its output must stay as it was */
-	harness_path(&H, "tiny.safetensors", st_path, sizeof(st_path));
-	snprintf(args, sizeof(args), "sample %s", st_path);
-	if (harness_mkfixture(args) < 0)
+	if (harness_sample(&H, "tiny.safetensors", st_path, sizeof(st_path)) < 0)
 		return -1;
 	snprintf(sections, sizeof(sections),
 		 "[checkpoint:model]\npath = %s\n\n[checkpoint:legacy]\npath = %s\n\n"

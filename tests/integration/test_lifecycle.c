@@ -104,24 +104,7 @@ static void eviction_follows_lru_order(void **state)
 static int unit_of(weightd_client *c, const char *const *names, size_t n, weightd_unit **ret,
 		   weightd_error *err)
 {
-	weightd_unit *u = NULL;
-	int r = weightd_unit_new(c, &u, err);
-
-	for (size_t i = 0; r >= 0 && i < n; i++) {
-		r = weightd_unit_slot(u, names[i], NULL, NULL, 0, NULL, err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, names[i], "m", names[i], NULL, err);
-	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, err);
-	if (r >= 0)
-		r = weightd_unit_finish(u, err);
-	if (r < 0) {
-		weightd_unit_free(u);
-		return r;
-	}
-	*ret = u;
-	return 0;
+	return it_unit_of(c, "m", names, n, false, ret, err);
 }
 
 /* A weight a client holds is never evicted; what cannot fit fails whole, evicting nothing. */
@@ -621,25 +604,11 @@ static void say(int fd, const char *fmt, ...)
 
 static int bind_rt(weightd_client *c, weightd_unit **ret, weightd_error *err)
 {
-	weightd_unit *u = NULL;
-	int r = weightd_unit_new(c, &u, err);
+	int r = it_unit_of(c, "r", rt_names, N_RT, true, ret, err);
 
-	for (int i = 0; r >= 0 && i < N_RT; i++) {
-		r = weightd_unit_slot(u, rt_names[i], NULL, NULL, 0, NULL, err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, rt_names[i], "r", rt_names[i], NULL, err);
-	}
 	if (r >= 0)
-		r = weightd_unit_submit(u, err);
-	if (r >= 0)
-		r = weightd_unit_validate(u, err);
-	if (r < 0) {
-		weightd_unit_free(u);
-		return r;
-	}
-	weightd_unit_bind(u);
-	*ret = u;
-	return 0;
+		weightd_unit_bind(*ret);
+	return r;
 }
 
 /* "ok" when every slot holds the checkpoint's bytes, else the first bad slot. */

@@ -50,9 +50,7 @@ static int setup(void **state)
 	if (harness_init(&H) < 0)
 		return -1;
 	/* several sources, one sharded into many files, so admission takes a moment */
-	harness_path(&H, "tiny.safetensors", path, sizeof(path));
-	snprintf(args, sizeof(args), "sample %s", path);
-	if (harness_mkfixture(args) < 0)
+	if (harness_sample(&H, "tiny.safetensors", path, sizeof(path)) < 0)
 		return -1;
 	off += (size_t)snprintf(sections + off, sizeof(sections) - off,
 				"[checkpoint:tiny]\npath = %s\n\n", path);

@@ -526,17 +526,11 @@ static char victim[512];
 
 static int setup_metrics(void **state)
 {
-	char sections[2048], tiny[512], args[1200];
+	char sections[2048], tiny[512];
 
-	if (harness_init(&H) < 0)
-		return -1;
-	harness_path(&H, "tiny.safetensors", tiny, sizeof(tiny));
-	harness_path(&H, "victim.safetensors", victim, sizeof(victim));
-	snprintf(args, sizeof(args), "sample %s", tiny);
-	if (harness_mkfixture(args) < 0)
-		return -1;
-	snprintf(args, sizeof(args), "sample %s", victim);
-	if (harness_mkfixture(args) < 0)
+	if (harness_init(&H) < 0 ||
+	    harness_sample(&H, "tiny.safetensors", tiny, sizeof(tiny)) < 0 ||
+	    harness_sample(&H, "victim.safetensors", victim, sizeof(victim)) < 0)
 		return -1;
 	snprintf(sections, sizeof(sections),
 		 "[checkpoint:tiny]\npath = %s\n\n[checkpoint:victim]\npath = %s\n", tiny, victim);

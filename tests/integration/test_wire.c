@@ -49,14 +49,11 @@ static void still_serving(int fd, uint64_t id)
 
 static int setup(void **state)
 {
-	char sample[512], args[700], sections[1024], extra[128];
+	char sample[512], sections[1024], extra[128];
 
 	(void)state;
-	if (harness_init(&H) < 0)
-		return -1;
-	harness_path(&H, "tiny.safetensors", sample, sizeof(sample));
-	snprintf(args, sizeof(args), "sample %s", sample);
-	if (harness_mkfixture(args) < 0)
+	if (harness_init(&H) < 0 ||
+	    harness_sample(&H, "tiny.safetensors", sample, sizeof(sample)) < 0)
 		return -1;
 	snprintf(sections, sizeof(sections), "[checkpoint:tiny]\npath = %s\n", sample);
 	/* max_unit_entries at 65,536 (its default is 1,048,576) keeps the over-limit requests small */

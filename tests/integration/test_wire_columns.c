@@ -20,10 +20,8 @@ static int setup(void **state)
 	(void)state;
 	if (harness_init(&H) < 0)
 		return -1;
-	harness_path(&H, "tiny.safetensors", sample, sizeof(sample));
 	harness_path(&H, "other.safetensors", other, sizeof(other));
-	snprintf(args, sizeof(args), "sample %s", sample);
-	if (harness_mkfixture(args) < 0)
+	if (harness_sample(&H, "tiny.safetensors", sample, sizeof(sample)) < 0)
 		return -1;
 	/* "b": float k is ((k * 131 + 5 * 7 + 13) % 251 - 125) / 1024 (the values pattern) */
 	snprintf(args, sizeof(args), "safetensors %s --tensor a:F32:8:values=4 --tensor b:F32:6x5:values=5",

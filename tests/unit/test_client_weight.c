@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "fake_weightd.h"
+#include "itest.h"
 #include "weightd/client.h"
 
 /* The fake's one segment: 3 weights of 100 bytes at offsets 0, 128, 256 (byte k of weight i is
@@ -96,24 +97,7 @@ static void h_packed(struct fake *f, const Weightd__Request *req)
 static int unit_of(weightd_client *c, const char *const *tensors, size_t n, weightd_unit **ret,
 		   weightd_error *err)
 {
-	weightd_unit *u = NULL;
-	int r = weightd_unit_new(c, &u, err);
-
-	for (size_t i = 0; r >= 0 && i < n; i++) {
-		r = weightd_unit_slot(u, tensors[i], NULL, NULL, 0, NULL, err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, tensors[i], "ck", tensors[i], NULL, err);
-	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, err);
-	if (r >= 0)
-		r = weightd_unit_validate(u, err);
-	if (r < 0) {
-		weightd_unit_free(u);
-		return r;
-	}
-	*ret = u;
-	return 0;
+	return it_unit_of(c, "ck", tensors, n, true, ret, err);
 }
 
 static void check_weight(const weightd_unit *u, const char *slot, int i)
