@@ -24,6 +24,7 @@
 #include "preload.h"
 #include "purge.h"
 #include "reload.h"
+#include "request_query.h"
 #include "segment.h"
 #include "server.h"
 #include "state.h"
@@ -73,7 +74,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	size_t cancelled;
 
 	if (sig == SIGHUP) {
-		reload_request(d->reload, 0, 0);
+		reload_request(d->reload, NULL, 0, 0);
 		return;
 	}
 	if (d->stopping)
@@ -308,7 +309,7 @@ int main(int argc, char **argv)
 		d.cache = d.pool ? cache_new(&cp) : NULL;
 	}
 	d.catalog = catalog_new(d.cfg, &lim);
-	d.reload = reload_new(&d);
+	d.reload = reload_new(&d, request_query_notify);
 	d.keymemo = keymemo_new(KEYMEMO_MAX_ENTRIES);
 	if (!d.pool || !d.cache || !d.catalog || !d.reload || !d.keymemo) {
 		log_err("out of memory at start-up");

@@ -18,9 +18,9 @@
 #include "log.h"
 #include "pool.h"
 #include "preload.h"
-#include "server.h"
 
 struct reload_waiter {
+	reload_done_fn *done;
 	uint64_t session, request;
 };
 
@@ -38,6 +38,7 @@ struct reload_job {
 
 struct reload {
 	struct daemon *d;
+	reload_changed_fn *changed;
 	struct reload_job *running;
 	struct reload_waiter *next;      /* asked while a run was under way */
 	size_t n_next;
@@ -46,12 +47,14 @@ struct reload {
 
 static void reload_start(struct reload *r);
 
-struct reload *reload_new(struct daemon *d)
+struct reload *reload_new(struct daemon *d, reload_changed_fn *changed)
 {
 	struct reload *r = calloc(1, sizeof(*r));
 
-	if (r)
+	if (r) {
 		r->d = d;
+		r->changed = changed;
+	}
 	return r;
 }
 
@@ -67,9 +70,10 @@ void reload_free(struct reload *r)
 
 static void on_changed(struct csource *cs, const char *what, void *arg)
 {
-	struct daemon *d = arg;
+	struct reload *r = arg;
 
-	server_notify(d->server, cs, what);
+	if (r->changed)
+		r->changed(r->d, cs, what);
 }
 
 /* Worker: the file, then the headers of new and changed checkpoints. */
@@ -249,7 +253,7 @@ static void reload_done(struct pool_task *t)
 	if (j->status < 0) {
 		log_err("reload failed, keeping the running configuration: %s", j->err.message);
 	} else {
-		catalog_reload_apply(d->catalog, j->plan, on_changed, d);
+		catalog_reload_apply(d->catalog, j->plan, on_changed, r);
 		/* Holds on replaced generations go back first, so their weights can be dropped with
 		 * the other stale ones before the new generations are preloaded. */
 		preload_sync(d);
@@ -258,7 +262,7 @@ static void reload_done(struct pool_task *t)
 	}
 	daemon_notify_ready(d);
 	for (size_t i = 0; i < j->n_waiters; i++)
-		server_reload_done(d->server, j->waiters[i].session, j->waiters[i].request,
+		j->waiters[i].done(d, j->waiters[i].session, j->waiters[i].request,
 				   j->status < 0 ? &j->err : NULL);
 	if (r->again || r->n_next)
 		reload_start(r);
@@ -292,9 +296,9 @@ static void reload_start(struct reload *r)
 	pool_submit(r->d->pool, &j->task);
 }
 
-void reload_request(struct reload *r, uint64_t session, uint64_t request)
+void reload_request(struct reload *r, reload_done_fn *done, uint64_t session, uint64_t request)
 {
-	if (session) {
+	if (done) {
 		struct reload_waiter *w = realloc(r->next, (r->n_next + 1) * sizeof(*w));
 
 		if (!w) {
@@ -302,10 +306,11 @@ void reload_request(struct reload *r, uint64_t session, uint64_t request)
 
 			wd_error_clear(&err);
 			wd_error_set(&err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-			server_reload_done(r->d->server, session, request, &err);
+			done(r->d, session, request, &err);
 			return;
 		}
 		r->next = w;
+		r->next[r->n_next].done = done;
 		r->next[r->n_next].session = session;
 		r->next[r->n_next].request = request;
 		r->n_next++;

@@ -5,18 +5,31 @@
 
 #include <stdint.h>
 
+#include "error.h"
+
+struct csource;
 struct daemon;
 struct reload;
 
-/* The reload state of daemon `d` (d->cfg, catalog, cache, pool, server must outlive its use). */
-struct reload *reload_new(struct daemon *d);
+/* What a reload reports, on the main thread. changed: a checkpoint got a new generation
+ * ("generation") or was removed ("removed"). done: the reload asked for by request `request` of
+ * client `session` has been applied (err NULL) or has failed (err says why); the client may be
+ * gone by then. */
+typedef void reload_changed_fn(struct daemon *d, const struct csource *cs, const char *what);
+typedef void reload_done_fn(struct daemon *d, uint64_t session, uint64_t request,
+			    const weightd_error *err);
+
+/* The reload state of daemon `d` (d->cfg, catalog, cache, pool must outlive its use), reporting
+ * every changed checkpoint to `changed` (NULL: to nobody). */
+struct reload *reload_new(struct daemon *d, reload_changed_fn *changed);
 
 /*
- * Ask for a reload; session/request name the admin request to answer through
- * server_reload_done (session 0: a signal, nobody to answer). The config file and every new or
- * changed checkpoint header are read by a worker (the main thread never waits on disk); the main
- * thread only swaps the result in. One reload runs at a time: one asked for meanwhile runs after
- * it, since the files may have changed after the running one read them.
+ * Ask for a reload; done(d, session, request, err) is called once it has been applied or has
+ * failed (done NULL: a signal, nobody to answer), before this returns when out of memory. The
+ * config file and every new or changed checkpoint header are read by a worker (the main thread
+ * never waits on disk); the main thread only swaps the result in. One reload runs at a time: one
+ * asked for meanwhile runs after it, since the files may have changed after the running one read
+ * them.
  *
  * Applied live: the checkpoints, budget, log_level (unless --log-level was given), max_clients,
  * max_frame (new connections), client_max_pending, client_max_queue, client_max_bytes,
@@ -24,7 +37,7 @@ struct reload *reload_new(struct daemon *d);
  * verify_adopted, workers) need a restart: a change to one is logged as a warning, naming the
  * key, and the running value is kept.
  */
-void reload_request(struct reload *r, uint64_t session, uint64_t request);
+void reload_request(struct reload *r, reload_done_fn *done, uint64_t session, uint64_t request);
 
 /* Forget waiting requests. A reload still on a worker then finishes into nothing: call this
  * after the pool has run every done() (pool_free). Accepts NULL. */

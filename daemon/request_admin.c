@@ -18,7 +18,31 @@ static bool require_privilege(struct session *s, uint64_t id, const char *what)
 	return false;
 }
 
-/* Answered by server_reload_done once the reload has been applied. */
+/* The answer to a reload request, if its client is still connected. */
+static void reload_answered(struct daemon *d, uint64_t session, uint64_t request,
+			    const weightd_error *err)
+{
+	struct session *s = server_find(d->server, session);
+
+	if (!s)
+		return;
+	if (s->reloads)
+		s->reloads--;
+	if (err) {
+		session_send_error(s, request, err);
+	} else {
+		Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+		Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+
+		resp.id = request;
+		resp.body_case = WEIGHTD__RESPONSE__BODY_RELOAD;
+		resp.reload = &empty;
+		session_send(s, &resp, NULL, 0);
+	}
+	session_check_done(s);
+}
+
+/* Answered by reload_answered once the reload has been applied or has failed. */
 void request_admin_reload(struct session *s, uint64_t id)
 {
 	if (!require_privilege(s, id, "reload the configuration"))
@@ -28,7 +52,7 @@ void request_admin_reload(struct session *s, uint64_t id)
 		return;
 	}
 	s->reloads++;
-	reload_request(s->d->reload, s->id, id);
+	reload_request(s->d->reload, reload_answered, s->id, id);
 }
 
 void request_admin_evict(struct session *s, uint64_t id, const Weightd__Evict *ev)
@@ -45,5 +69,3 @@ void request_admin_evict(struct session *s, uint64_t id, const Weightd__Evict *e
 	resp.evict = &er;
 	request_reply(s, &resp, id, NULL, 0);
 }
-
-/* A subscription replaces the previous one; an empty list unsubscribes. */

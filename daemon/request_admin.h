@@ -9,7 +9,7 @@
 
 struct session;
 
-/* Starts a reload; answered by server_reload_done once it has been applied. */
+/* Start a reload; it is answered once it has been applied or has failed. */
 void request_admin_reload(struct session *s, uint64_t id);
 /* Evict every weight no client holds. */
 void request_admin_evict(struct session *s, uint64_t id, const Weightd__Evict *ev);

@@ -503,3 +503,37 @@ void request_query_subscribe(struct session *s, uint64_t id, const Weightd__Subs
 	request_reply(s, &resp, id, NULL, 0);
 }
 
+struct notify {
+	const struct csource *cs;
+	const char *what;
+};
+
+static void notify_one(struct session *s, void *arg)
+{
+	const struct notify *n = arg;
+	bool want = false;
+
+	for (size_t i = 0; i < s->n_subs && !want; i++)
+		want = strcmp(s->subs[i], "*") == 0 || strcmp(s->subs[i], n->cs->name) == 0;
+	if (want && (s->privileged || catalog_allowed(n->cs, &s->peer))) {
+		Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
+		Weightd__Event ev = WEIGHTD__EVENT__INIT;
+
+		ev.checkpoint = n->cs->name;
+		ev.generation = n->cs->generation;
+		ev.what = (char *)n->what;
+		resp.body_case = WEIGHTD__RESPONSE__BODY_EVENT;
+		resp.event = &ev;
+		session_send(s, &resp, NULL, 0);
+	}
+}
+
+/* Only subscribers who may read the checkpoint hear about it ("*" means every one they may read;
+ * root and the daemon's user may read all). */
+void request_query_notify(struct daemon *d, const struct csource *cs, const char *what)
+{
+	struct notify n = { cs, what };
+
+	if (d->server)
+		server_foreach(d->server, notify_one, &n);
+}

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* request_query.h - requests that read the daemon's state: hello, list, describe, status,
- * subscribe. Each answers request `id` of session `s`. */
+ * subscribe (and the events subscribers are sent). Each answers request `id` of session `s`. */
 #ifndef WD_REQUEST_QUERY_H
 #define WD_REQUEST_QUERY_H
 
@@ -9,6 +9,8 @@
 
 #include "weightd.pb-c.h"
 
+struct csource;
+struct daemon;
 struct session;
 
 void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h);
@@ -17,5 +19,8 @@ void request_query_describe(struct session *s, uint64_t id, const Weightd__Descr
 void request_query_status(struct session *s, uint64_t id, bool omit_weights);
 /* A subscription replaces the previous one; an empty list unsubscribes. */
 void request_query_subscribe(struct session *s, uint64_t id, const Weightd__Subscribe *sub);
+/* Send an Event to every client subscribed to `cs` that may read it: cs got a new generation
+ * (what "generation") or was removed ("removed"). A reload_changed_fn (reload.h). */
+void request_query_notify(struct daemon *d, const struct csource *cs, const char *what);
 
 #endif

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* server.c - the listening socket, accepting with back-off, the list of sessions, and what is
- * said to all of them (events, reload answers). */
+/* server.c - the listening socket, accepting with back-off, the per-uid and total connection
+ * limits, the list of sessions, their timeouts (a periodic tick) and their lifetime: what a
+ * killed one holds goes back, and it is freed from the loop. */
 #include "server.h"
 
 #include <errno.h>
@@ -20,9 +21,9 @@
 #include "holds.h"
 #include "log.h"
 #include "peer.h"
+#include "request.h"
 #include "session.h"
 #include "uid.h"
-#include "wire.h"
 
 struct server {
 	struct daemon *d;
@@ -99,6 +100,7 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 	while ((s = SLIST_FIRST(&srv->dead))) {
 		SLIST_REMOVE_HEAD(&srv->dead, dead_link);
 		freed += s->partial_peak;
+		holds_free(&s->holds);
 		session_free(s);
 	}
 	/* Large frame buffers come back from the heap's middle, which malloc keeps: hand them
@@ -107,8 +109,15 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 		malloc_trim(0);
 }
 
-void server_session_dead(struct server *srv, struct session *s)
+/* A session's socket is closed: what it holds goes back (mappings it made stay valid in its own
+ * process), its requests in flight are orphaned, and it is freed from the loop, outside its own
+ * callbacks. */
+static void on_session_dead(struct session *s)
 {
+	struct server *srv = s->owner;
+
+	holds_clear(&s->holds);
+	request_session_gone(s);
 	uid_put(s->uu);
 	s->uu = NULL;
 	LIST_REMOVE(s, link);
@@ -154,6 +163,11 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 	}
 }
 
+static const struct session_ops session_ops = {
+	.dispatch = request_dispatch,
+	.dead = on_session_dead,
+};
+
 /*
  * Connections are capped in total (max_clients) and per uid (max_clients_per_uid), so one uid
  * cannot take every slot. Root and the daemon's own user are exempt from the per-uid cap and have
@@ -165,7 +179,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 void server_add_client(struct server *srv, int fd)
 {
 	const struct config *cfg = srv->d->cfg;
-	struct session *s = session_new(srv, srv->d, fd, ++srv->next_id);
+	struct session *s = session_new(&session_ops, srv, srv->d, fd, ++srv->next_id);
 
 	if (!s)
 		return;
@@ -272,53 +286,22 @@ size_t server_clients(const struct server *srv)
 	return srv->n;
 }
 
-/* Only subscribers who may read the checkpoint hear about it ("*" means every one they may read;
- * root and the daemon's user may read all). */
-void server_notify(struct server *srv, const struct csource *cs, const char *what)
+struct session *server_find(const struct server *srv, uint64_t id)
 {
 	struct session *s;
 
-	LIST_FOREACH(s, &srv->sessions, link) {
-		bool want = false;
-
-		for (size_t i = 0; i < s->n_subs && !want; i++)
-			want = strcmp(s->subs[i], "*") == 0 || strcmp(s->subs[i], cs->name) == 0;
-		if (want && (s->privileged || catalog_allowed(cs, &s->peer))) {
-			Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-			Weightd__Event ev = WEIGHTD__EVENT__INIT;
-
-			ev.checkpoint = cs->name;
-			ev.generation = cs->generation;
-			ev.what = (char *)what;
-			resp.body_case = WEIGHTD__RESPONSE__BODY_EVENT;
-			resp.event = &ev;
-			session_send(s, &resp, NULL, 0);
-		}
-	}
+	LIST_FOREACH(s, &srv->sessions, link)
+	if (s->id == id)
+		return s;
+	return NULL;
 }
 
-void server_reload_done(struct server *srv, uint64_t session, uint64_t request,
-			const weightd_error *err)
+void server_foreach(struct server *srv, void (*fn)(struct session *s, void *arg), void *arg)
 {
-	struct session *s;
+	struct session *s, *next;
 
-	LIST_FOREACH(s, &srv->sessions, link) {
-		if (s->id != session)
-			continue;
-		if (s->reloads)
-			s->reloads--;
-		if (err) {
-			session_send_error(s, request, err);
-		} else {
-			Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-			Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
-
-			resp.id = request;
-			resp.body_case = WEIGHTD__RESPONSE__BODY_RELOAD;
-			resp.reload = &empty;
-			session_send(s, &resp, NULL, 0);
-		}
-		session_check_done(s);
-		return;
+	for (s = LIST_FIRST(&srv->sessions); s; s = next) {
+		next = LIST_NEXT(s, link); /* s may die (it leaves the list) */
+		fn(s, arg);
 	}
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* server.h - the listening socket, client sessions, and the requests they send. */
+/* server.h - the listening socket and the sessions of the clients it accepted: their connection
+ * limits, timeouts and lifetime. */
 #ifndef WD_SERVER_H
 #define WD_SERVER_H
 
@@ -32,16 +33,10 @@ size_t server_clients(const struct server *s);
  * connection limits apply. accept() uses it; so do tests that drive a socketpair. */
 void server_add_client(struct server *s, int fd);
 
-/* A session was killed: take it off the list and free it later from the loop (session.c). */
+/* The connected (not yet killed) session with this id, or NULL. Linear in the clients. */
 struct session;
-void server_session_dead(struct server *s, struct session *sess);
-
-/* Tell subscribed clients that may read `cs` that it changed ("generation" or "removed"). */
-struct csource;
-void server_notify(struct server *s, const struct csource *cs, const char *what);
-
-/* Answer a reload request (reload_request in reload.c) of client `session` (if it is still connected): err NULL = success. */
-void server_reload_done(struct server *s, uint64_t session, uint64_t request,
-			const weightd_error *err);
+struct session *server_find(const struct server *s, uint64_t id);
+/* Call fn on every connected session; fn may kill the one it is given. */
+void server_foreach(struct server *s, void (*fn)(struct session *sess, void *arg), void *arg);
 
 #endif

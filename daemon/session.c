@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* session.c - one connected client: its socket I/O (frames in, replies and fds out), the weights
- * it holds, and its lifecycle (created on accept, killed, freed later from the loop). */
+/* session.c - one connected client's socket: frames in (with the limits and the fair turn that
+ * decide when they are read), replies and fds out, timeouts, refusal, and its death, reported to
+ * its owner (struct session_ops), which frees it later from the loop. */
 #include "session.h"
 
 #include <errno.h>
@@ -21,8 +22,6 @@
 #include "heap.h"
 #include "log.h"
 #include "peer.h"
-#include "request.h"
-#include "server.h"
 #include "uid.h"
 #include "wire.h"
 
@@ -342,15 +341,12 @@ void session_free(struct session *s)
 	for (size_t i = 0; i < s->n_subs; i++)
 		free(s->subs[i]);
 	free(s->subs);
-	holds_free(&s->holds);
 	peer_clear(&s->peer);
 	free(s);
 }
 
 void session_kill(struct session *s, const char *why)
 {
-	struct server *srv = s->srv;
-
 	if (s->dead)
 		return;
 	s->dead = true;
@@ -366,9 +362,7 @@ void session_kill(struct session *s, const char *why)
 	if (s->lingering && s->uu)
 		s->uu->lingering--;
 	s->lingering = false;
-	holds_clear(&s->holds); /* everything it held goes back */
-	request_session_gone(s);
-	server_session_dead(srv, s);
+	s->ops->dead(s);
 }
 
 /*
@@ -462,7 +456,7 @@ static void process_frames(struct session *s)
 		s->active_ms = wd_clock_ms();
 		s->d->stats.requests++;
 		s->dispatching = true;
-		request_dispatch(s, req);
+		s->ops->dispatch(s, req);
 		s->dispatching = false;
 		wd_msg_free(req);
 		{
@@ -611,7 +605,8 @@ static void on_later(evutil_socket_t fd, short what, void *arg)
 	session_check_done(s);
 }
 
-struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64_t id)
+struct session *session_new(const struct session_ops *ops, void *owner, struct daemon *d, int fd,
+			    uint64_t id)
 {
 	struct session *s = calloc(1, sizeof(*s));
 
@@ -619,7 +614,8 @@ struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64
 		close(fd);
 		return NULL;
 	}
-	s->srv = srv;
+	s->ops = ops;
+	s->owner = owner;
 	s->d = d;
 	s->fd = fd;
 	s->id = id;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* session.h - one connected client: its socket queues, what it holds (holds.h), its open
- * requests. session.c does its I/O and lifecycle; server.c lists sessions; request*.c act on
- * them. */
+ * requests. session.c does its socket I/O and reports to its owner through struct session_ops;
+ * server.c owns the sessions (their list and lifetime); request*.c act on them. */
 #ifndef WD_SESSION_H
 #define WD_SESSION_H
 
@@ -19,11 +19,21 @@
 #include "uid.h"
 #include "weightd.pb-c.h"
 
-struct server;
+struct session;
 struct unitreq;
 
+/* What a session reports to its owner (server.c), which sets them in session_new. */
+struct session_ops {
+	/* Act on one decoded request of s; every reply goes through session_send. */
+	void (*dispatch)(struct session *s, Weightd__Request *req);
+	/* s has been killed: its socket is closed and it sends nothing more. The owner lets go of
+	 * what it holds and frees it later with session_free, never from inside this call. */
+	void (*dead)(struct session *s);
+};
+
 struct session {
-	struct server *srv;
+	const struct session_ops *ops;
+	void *owner; /* for ops, as given to session_new */
 	struct daemon *d;
 	uint64_t id;
 	int fd;
@@ -61,10 +71,12 @@ struct session {
 	SLIST_ENTRY(session) dead_link; /* then in its list of sessions to free */
 };
 
-/* A session for an accepted socket (fd owned from now on; closed on failure), reading at once.
- * NULL on allocation failure. The caller links it into the server's list. */
-struct session *session_new(struct server *srv, struct daemon *d, int fd, uint64_t id);
-/* Free a dead session (from the server's deferred reap, never inside its own callbacks). */
+/* A session for an accepted socket (fd owned from now on; closed on failure), reading at once
+ * and reporting to `owner` through ops (which must outlive it). NULL on allocation failure. */
+struct session *session_new(const struct session_ops *ops, void *owner, struct daemon *d, int fd,
+			    uint64_t id);
+/* Free a dead session (from its owner's deferred reap, never inside its own callbacks). What
+ * s->holds allocated is its owner's to free first (holds_free). */
 void session_free(struct session *s);
 
 /* fds sent to the client that it may not have read yet (forgotten once its socket's queue is
@@ -94,7 +106,8 @@ void session_send_borrowed(struct session *s, const Weightd__Response *resp, con
 			   size_t nfds);
 /* Send an error response for request `id`. */
 void session_send_error(struct session *s, uint64_t id, const weightd_error *err);
-/* Mark dead: stop reading, release every reference, free later from the loop. */
+/* Mark dead: stop reading and writing, close the socket, and tell the owner (ops->dead), which
+ * releases what it holds and frees it later from the loop. */
 void session_kill(struct session *s, const char *why);
 
 #endif

@@ -24,7 +24,7 @@ struct stats {
 	uint64_t temp_bytes;            /* recipe temporaries reserved by running jobs */
 	uint64_t requests;              /* requests taken from clients */
 	uint64_t requests_deferred;     /* times a connection was held back for other uids' share
-					 * of the main thread (server_charge) */
+					 * of the main thread (uid_charge) */
 };
 
 #endif
