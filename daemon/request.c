@@ -1,26 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* request.c - dispatch of decoded requests, the helpers every request module shares (replies,
- * errors, source info), and release. Units and share are in request_unit.c, queries in
- * request_query.c, admin requests in request_admin.c. Main thread only. */
-#include <errno.h>
-#include <fcntl.h>
+ * errors, source info), share and release. Units are in unit.c, queries in request_query.c,
+ * admin requests in request_admin.c. Main thread only. */
 #include <stdarg.h>
-#include <event2/event.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "request.h"
 
 #include "daemon.h"
 #include "holds.h"
-#include "log.h"
 #include "request_admin.h"
 #include "request_query.h"
 #include "session.h"
-#include "uid.h"
-#include "wire.h"
+#include "unit.h"
 
 /* --- replies ---------------------------------------------------------------------------------- */
 
@@ -92,7 +84,8 @@ void request_source_info(const struct csource *cs, Weightd__SourceInfo *si)
 
 /* --- share, release --------------------------------------------------------------------------- */
 
-void request_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name)
+/* A reply's WeightInfo for w named `name` (strings and bytes borrowed from w). */
+static void request_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name)
 {
 	weightd__weight_info__init(wi);
 	wi->name = (char *)name;
@@ -178,37 +171,17 @@ static void do_release(struct session *s, uint64_t id, const Weightd__Release *r
 	reply(s, &resp, id, NULL, 0);
 }
 
-/*
- * Unit requests in flight are bounded per connection (client_max_pending, in do_unit) and over
- * all connections of a uid (uid_max_pending, here), so one uid cannot fill the worker queue for
- * everyone. Root and the daemon's user are not limited here.
- */
-static bool uid_may_start_unit(struct session *s, uint64_t id)
-{
-	uint64_t max;
-	size_t n;
-
-	if (s->privileged || !s->uu)
-		return true;
-	n = s->uu->pending;
-	max = uid_max_pending(s->uu, s->d->cfg); /* cut to a share of RLIMIT_NOFILE (uid.c) */
-	if (n < max)
-		return true;
-	fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: uid %u has %zu unit requests in flight "
-	     "(uid_max_pending %llu)", (unsigned)s->peer.uid, n, (unsigned long long)max);
-	return false;
-}
-
 void request_dispatch(struct session *s, Weightd__Request *req)
 {
 	switch (req->body_case) {
 	case WEIGHTD__REQUEST__BODY_HELLO: request_query_hello(s, req->id, req->hello); break;
 	case WEIGHTD__REQUEST__BODY_LIST: request_query_list(s, req->id); break;
 	case WEIGHTD__REQUEST__BODY_DESCRIBE: request_query_describe(s, req->id, req->describe); break;
-	case WEIGHTD__REQUEST__BODY_PREFLIGHT: request_unit(s, req->id, req->preflight, true); break;
+	case WEIGHTD__REQUEST__BODY_PREFLIGHT:
+		unit_request(s, req->id, req->preflight, true);
+		break;
 	case WEIGHTD__REQUEST__BODY_MATERIALIZE:
-		if (uid_may_start_unit(s, req->id))
-			request_unit(s, req->id, req->materialize, false);
+		unit_request(s, req->id, req->materialize, false);
 		break;
 	case WEIGHTD__REQUEST__BODY_SHARE: request_share(s, req->id, req->share); break;
 	case WEIGHTD__REQUEST__BODY_RELEASE: do_release(s, req->id, req->release, req->quiet); break;
@@ -223,4 +196,9 @@ void request_dispatch(struct session *s, Weightd__Request *req)
 		fail(s, req->id, WEIGHTD_E_UNSUPPORTED, "this weightd does not know that request");
 		break;
 	}
+}
+
+void request_session_gone(struct session *s)
+{
+	unit_session_gone(s);
 }

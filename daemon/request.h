@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* request.h - dispatch of decoded requests and the helpers the request modules share
- * (request.c: dispatch, share, release; request_unit.c: units; request_query.c; request_admin.c). */
+/* request.h - dispatch of decoded requests and the helpers the request modules (request_query.c,
+ * request_admin.c, unit.c) share. */
 #ifndef WD_REQUEST_H
 #define WD_REQUEST_H
 
@@ -15,19 +15,13 @@
 #define REQUEST_MAX_RECIPE_NODES WD_RECIPE_MAX_NODES
 
 struct session;
-struct weight;
 
 /* Act on one decoded request of `s` (every reply goes through session_send). */
 void request_dispatch(struct session *s, Weightd__Request *req);
-/* Orphan every unit request of a dying session: they finish without replying (request_unit.c). */
+/* A dying session's requests in flight finish without replying (unit_session_gone). */
 void request_session_gone(struct session *s);
-/* Preflight or materialize a unit: every limit and name checked before anything is made, the
- * new weights packed into segments together, answered all or nothing (request_unit.c). */
-void request_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight);
 /* Another reference (and fd of its segment) for a weight the client holds. */
 void request_share(struct session *s, uint64_t id, const Weightd__Share *sh);
-/* A reply's WeightInfo for w named `name` (strings and bytes borrowed from w). */
-void request_weight_info(Weightd__WeightInfo *wi, const struct weight *w, const char *name);
 
 /* Send `resp` as the answer to request `id` (fds pass to the session, see session_send). */
 void request_reply(struct session *s, Weightd__Response *resp, uint64_t id, const int *fds,

@@ -20,7 +20,7 @@
 #include "weightd.pb-c.h"
 
 struct session;
-struct unitreq;
+struct unit_req;
 
 /* What a session reports to its owner (server.c), which sets them in session_new. */
 struct session_ops {
@@ -44,7 +44,7 @@ struct session {
 	struct wd_outq *out;
 	struct holds holds; /* the weights it holds, its unit requests in flight (holds.c) */
 	uint32_t protocol;  /* the version agreed in hello (0 before it) */
-	LIST_HEAD(, unitreq) unitreqs; /* unit requests in flight (request_unit.c) */
+	LIST_HEAD(, unit_req) unitreqs; /* unit requests in flight (unit.c) */
 	char **subs;          /* checkpoints subscribed to ("*" = all) */
 	size_t n_subs;
 	struct uid_usage *uu;  /* its uid's totals (NULL outside a server, e.g. unit tests) */

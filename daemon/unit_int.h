@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* unit_int.h - a unit request as the daemon holds it while it is preflighted (unit_preflight.c),
- * made and answered (request_unit.c). Main thread only. */
+ * made and answered (unit.c): what the two files of the unit module share. Main thread only. */
 #ifndef WD_UNIT_INT_H
 #define WD_UNIT_INT_H
 
@@ -13,7 +13,7 @@
 #include "error.h"
 #include "recipe.h"
 #include "session.h"
-#include "unit_wire.h"
+#include "unit_columns.h"
 
 /* Checkpoints one entry's recipe may read. */
 #define UNIT_MAX_SOURCES 16
@@ -21,8 +21,8 @@
 /* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
  * it resolves to). */
 struct unit_out {
-	struct unitreq *u;
-	char *name_copy;           /* in the unitreq's names */
+	struct unit_req *u;
+	char *name_copy;           /* in the request's names */
 	size_t owner;
 	struct weight *w;          /* entries: one reference held until the unit is answered */
 	struct weight *hit;        /* entries: the cached weight the warm path found, no reference
@@ -38,7 +38,7 @@ struct unit_out {
 	bool memo;                 /* entries: key found in the memo (unit_memo_keys) */
 };
 
-struct unitreq {
+struct unit_req {
 	struct session *s;         /* NULL once the client is gone */
 	struct cache *cache;
 	uint64_t id;
@@ -52,7 +52,7 @@ struct unitreq {
 	uint32_t new_weights;
 	size_t *first;             /* per entry: the first entry with the same key (itself if none) */
 	char *names;               /* every output's name, one after another: one allocation */
-	LIST_ENTRY(unitreq) link;  /* in its session's unitreqs while the session lasts */
+	LIST_ENTRY(unit_req) link; /* in its session's unitreqs while the session lasts */
 };
 
 /* An entry's sources as one array (for cache_request). */
@@ -62,16 +62,18 @@ static inline struct csource **unit_out_sources(struct unit_out *o)
 }
 
 /*
- * Preflight every entry of the unit: recipes valid, sources allowed, declared slots matching,
- * repeated keys found (u->first), the client's limits checked. A materialization's plain entries
- * whose weights are cached take the warm path (no plan, o->hit set); a preflight request always
- * builds plans (its reply describes them). 0 or -code with err set.
+ * Preflight the unit: every checkpoint it names allowed to the peer, its names copied and unique
+ * and its aliases resolved (o->owner), every entry's recipe valid and its declared slot matching,
+ * repeated keys found (u->first), the client's limits checked (u->new_weights, u->new_bytes). A
+ * materialization's plain entries whose weights are cached take the warm path (no plan, o->hit
+ * set); a preflight request always builds plans (its reply describes them). u->outs, n_entries
+ * and n_outs are set by the caller. 0 or -code with err set.
  */
-int unit_preflight(struct unitreq *u, struct session *s, const struct unit_entries *ue,
+int unit_preflight(struct unit_req *u, struct session *s, const struct unit_columns *ue,
 		   bool preflight, weightd_error *err);
 
 /* The full preflight of one entry: its plan, key and size; a plain entry's key is remembered. */
-int unit_entry_preflight(struct session *s, const struct unit_entry *e, struct unit_out *o,
+int unit_preflight_entry(struct session *s, const struct unit_columns_entry *e, struct unit_out *o,
 			 weightd_error *err);
 
 #endif

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* unit_preflight.c - the checks of a unit's entries before anything is made: each entry's
- * checkpoints resolved for the peer, its recipe planned and keyed (or, warm, its key taken from
- * the memo and its weight found in the cache), its declared slot matched, repeated keys found
- * and the client's limits checked. Main thread only; linear in the unit's size. */
+/* unit_preflight.c - the checks of a unit request before anything is made: the checkpoints it
+ * names allowed to the peer, its names unique and its aliases resolved, each entry's recipe
+ * planned and keyed (or, warm, its key taken from the memo and its weight found in the cache)
+ * and its declared slot matched, repeated keys found and the client's limits checked. Main
+ * thread only; linear in the unit's size. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "daemon.h"
 #include "keymemo.h"
@@ -13,6 +15,207 @@
 #include "unit_int.h"
 #include "wd_hashidx.h"
 #include "wire.h"
+
+/* --- access ----------------------------------------------------------------------------------- */
+
+/*
+ * Before any per-name work: may this client read every checkpoint the unit's recipes name? One
+ * catalog lookup per change of name (a unit usually names one or two checkpoints), so a client
+ * allowed nothing is refused in time linear in the request's size.
+ */
+static int unit_check_access(struct session *s, const struct unit_columns *ue,
+			     weightd_error *err)
+{
+	const Weightd__Unit *pu = ue->pu;
+	const Weightd__TensorEntries *te = pu->tensors;
+	const char *last = NULL;
+
+	for (size_t i = 0; i < pu->n_entries; i++) {
+		const Weightd__Recipe *rc = pu->entries[i]->recipe;
+
+		for (size_t k = 0; rc && k < rc->n_nodes && k < REQUEST_MAX_RECIPE_NODES; k++) {
+			const char *ck = rc->nodes[k]->checkpoint;
+			struct csource *cs;
+			int r;
+
+			if (!ck || !ck[0] || (last && strcmp(ck, last) == 0))
+				continue;
+			r = catalog_resolve(s->d->catalog, ck, &s->peer, &cs, err);
+			if (r < 0) {
+				const char *name = pu->entries[i]->name ? pu->entries[i]->name : "";
+
+				/* the same words a recipe's own preflight uses for a source node */
+				err->node = (uint32_t)k + 1;
+				wd_error_prefix(err, "node %zu (source)", k);
+				snprintf(err->slot, sizeof(err->slot), "%s", name);
+				return r;
+			}
+			last = ck;
+		}
+	}
+	/* the columns name each checkpoint once; an error names the first entry reading it */
+	for (size_t c = 0; ue->n_cols && c < te->n_checkpoints; c++) {
+		struct csource *cs;
+		size_t k = 0;
+		int r = catalog_resolve(s->d->catalog, te->checkpoints[c], &s->peer, &cs, err);
+
+		if (r == 0)
+			continue;
+		while (te->n_checkpoint && k < ue->n_cols && te->checkpoint[k] != c)
+			k++;
+		err->node = 1;
+		wd_error_prefix(err, "node 0 (source)");
+		if (k < ue->n_cols)
+			snprintf(err->slot, sizeof(err->slot), "%s", ue->names[k]);
+		return r;
+	}
+	return 0;
+}
+
+/* --- names and aliases ------------------------------------------------------------------------ */
+
+/* The unit's names by hash: a wd_hashidx of positions in outs. */
+static uint64_t name_hash_n(const char *name, size_t len)
+{
+	return XXH3_64bits(name, len);
+}
+
+static uint64_t name_hash(const char *name)
+{
+	return name_hash_n(name, strlen(name));
+}
+
+static bool name_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	const struct unit_out *outs = ctx;
+	return strcmp(outs[pos].name_copy, key) == 0;
+}
+
+/* The index of `name` in outs, or SIZE_MAX. */
+static size_t find_name(const struct wd_hashidx *ix, const struct unit_out *outs, const char *name)
+{
+	uint32_t at = wd_hashidx_find(ix, name_hash(name), name_eq, outs, name);
+
+	return at ? at - 1 : SIZE_MAX;
+}
+
+/* Output i's name as the request gives it: an entry's (in either form) or an alias's. */
+static const char *out_name(const struct unit_columns *ue, size_t i)
+{
+	if (i < ue->n_msg)
+		return ue->pu->entries[i]->name;
+	if (i < ue->n)
+		return ue->names[i - ue->n_msg];
+	return ue->pu->aliases[i - ue->n]->name;
+}
+
+/* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
+static int unit_check_names(struct unit_req *u, const struct unit_columns *ue, weightd_error *err)
+{
+	const Weightd__Unit *pu = ue->pu;
+	size_t n = u->n_outs, *path = NULL, total = 0, at = 0;
+	struct wd_hashidx ix = { NULL, 0 };
+	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
+	uint64_t *hashes = malloc((n ? n : 1) * sizeof(*hashes));
+	int r = 0;
+
+	if (!hashes)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	/* The copies in one allocation: the names' lengths first (each checked below, in order),
+	 * and their hashes, read in order from the request, so that the walk below can ask for
+	 * each one's index slot ahead (a table of 100,000 names is a wait on memory at each). */
+	for (size_t i = 0; i < n; i++) {
+		const char *name = out_name(ue, i);
+		size_t len = name ? strlen(name) : 0;
+
+		total += len + 1;
+		hashes[i] = name ? name_hash_n(name, len) : 0; /* as find_name hashes */
+	}
+	u->names = malloc(total);
+	if (!u->names || wd_hashidx_reserve(&ix, n) < 0) {
+		free(hashes);
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		const char *name = out_name(ue, i);
+		uint64_t h = hashes[i];
+		size_t k, len;
+
+		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
+			r = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+					 "%s %zu has an empty name or one longer than %d bytes",
+					 i < u->n_entries ? "entry" : "alias",
+					 i < u->n_entries ? i : i - u->n_entries, WD_MAX_NAME);
+			goto out;
+		}
+		len = strlen(name) + 1;
+		u->outs[i].name_copy = memcpy(u->names + at, name, len);
+		at += len;
+		u->outs[i].owner = i;
+		u->outs[i].u = u;
+		if (i + WEIGHT_AHEAD < n)
+			wd_hashidx_prefetch(&ix, hashes[i + WEIGHT_AHEAD]);
+		k = wd_hashidx_slot(&ix, h, name_eq, u->outs, name);
+		if (wd_hashidx_pos(&ix, k)) {
+			snprintf(err->slot, sizeof(err->slot), "%s", name);
+			r = wd_error_set(err, WEIGHTD_E_DUPLICATE_NAME,
+					 "the name \"%s\" is used twice in the unit", name);
+			goto out;
+		}
+		wd_hashidx_set(&ix, k, h, (uint32_t)i);
+	}
+	/*
+	 * Each alias is resolved once: follow targets until an entry or an alias already resolved,
+	 * then give every alias on the path that owner. A path that comes back to an alias of the
+	 * same walk is a cycle. Every alias is walked over once in all: linear after the sort.
+	 */
+	state = calloc(pu->n_aliases ? pu->n_aliases : 1, 1);
+	path = malloc((pu->n_aliases ? pu->n_aliases : 1) * sizeof(*path));
+	if (!state || !path) {
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < pu->n_aliases; k++) {
+		size_t cur = u->n_entries + k, depth = 0, owner;
+
+		if (state[k] == 2)
+			continue;
+		while (cur >= u->n_entries && state[cur - u->n_entries] == 0) {
+			const char *target = pu->aliases[cur - u->n_entries]->target;
+			size_t next = target ? find_name(&ix, u->outs, target) : SIZE_MAX;
+
+			state[cur - u->n_entries] = 1;
+			path[depth++] = cur;
+			if (next == SIZE_MAX) {
+				snprintf(err->slot, sizeof(err->slot), "%s", u->outs[cur].name_copy);
+				r = wd_error_set(err, WEIGHTD_E_BAD_ALIAS,
+						 "alias \"%s\" names \"%s\", which is neither an entry "
+						 "nor an alias of the unit", u->outs[cur].name_copy,
+						 target ? target : "");
+				goto out;
+			}
+			cur = next;
+		}
+		if (cur >= u->n_entries && state[cur - u->n_entries] == 1) {
+			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[cur].name_copy);
+			r = wd_error_set(err, WEIGHTD_E_ALIAS_CYCLE,
+					 "alias \"%s\" is part of a cycle of aliases",
+					 u->outs[cur].name_copy);
+			goto out;
+		}
+		owner = cur < u->n_entries ? cur : u->outs[cur].owner;
+		for (size_t i = 0; i < depth; i++) {
+			u->outs[path[i]].owner = owner;
+			state[path[i] - u->n_entries] = 2;
+		}
+	}
+out:
+	wd_hashidx_free(&ix);
+	free(hashes);
+	free(state);
+	free(path);
+	return r;
+}
 
 /* --- resolving checkpoints for a peer --------------------------------------------------------- */
 
@@ -63,7 +266,7 @@ static int resolve_lookup(void *ctx, const char *checkpoint, const struct wd_sou
 
 /* --- entries ------------------------------------------------------------------------------------ */
 
-static bool slot_matches(const struct unit_entry *e, enum wd_dtype dtype, int ndim,
+static bool slot_matches(const struct unit_columns_entry *e, enum wd_dtype dtype, int ndim,
 			 const uint64_t *shape)
 {
 	if (strcmp(e->dtype, wd_dtype_name(dtype)) != 0)
@@ -114,7 +317,7 @@ static bool key_eq(const void *ctx, uint32_t pos, const void *key)
 
 /* u->first: for each entry the first entry with the same identity key, through one hash table of
  * the keys seen (a unit may have 1,048,576 entries: linear, no sort, no pairwise comparison). */
-static int unit_find_repeats(struct unitreq *u, weightd_error *err)
+static int unit_find_repeats(struct unit_req *u, weightd_error *err)
 {
 	size_t n = u->n_entries;
 	struct wd_hashidx tab = { NULL, 0 };
@@ -142,7 +345,7 @@ static int unit_find_repeats(struct unitreq *u, weightd_error *err)
  * what its other unit requests in flight will add, must stay within client_max_weights and
  * client_max_bytes. Weights the client already holds and repeated entries count once.
  */
-static int unit_check_limits(struct unitreq *u, struct session *s, weightd_error *err)
+static int unit_check_limits(struct unit_req *u, struct session *s, weightd_error *err)
 {
 	const struct config *cfg = s->d->cfg;
 	const struct holds *h = &s->holds;
@@ -184,7 +387,7 @@ struct resolved {
 	struct csource *cs;
 };
 
-static void slot_mismatch(const struct unit_entry *e, const char *slot, enum wd_dtype dtype,
+static void slot_mismatch(const struct unit_columns_entry *e, const char *slot, enum wd_dtype dtype,
 			  int ndim, const uint64_t *shape, weightd_error *err)
 {
 	char want[160], got[160];
@@ -200,7 +403,7 @@ static void slot_mismatch(const struct unit_entry *e, const char *slot, enum wd_
 /* The checkpoint of a plain entry, resolved for this peer (access checked) into last, which is
  * kept while entries name the same one: true when it is ready to be read. Failures are left to
  * the full preflight, which words them. */
-static bool entry_resolve(struct session *s, const struct unit_entry *e, struct resolved *last)
+static bool entry_resolve(struct session *s, const struct unit_columns_entry *e, struct resolved *last)
 {
 	if (!last->name || (last->name != e->checkpoint && strcmp(last->name, e->checkpoint) != 0)) {
 		weightd_error ignored;
@@ -220,22 +423,22 @@ static bool entry_resolve(struct session *s, const struct unit_entry *e, struct 
  * cache's buckets and weights in turn (unit_preflight): a unit of 100,000 entries would
  * otherwise wait on memory at each table.
  */
-static void unit_memo_keys(struct unitreq *u, struct session *s, const struct unit_entries *ue)
+static void unit_memo_keys(struct unit_req *u, struct session *s, const struct unit_columns *ue)
 {
 	struct resolved last = { NULL, NULL };
 	uint8_t id[32];
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct unit_out *o = &u->outs[i];
-		struct unit_entry e, ahead;
+		struct unit_columns_entry e, ahead;
 
 		o->memo = false;
-		unit_entries_get(ue, i, &e);
+		unit_columns_get(ue, i, &e);
 		if (!e.checkpoint || !entry_resolve(s, &e, &last))
 			continue;
 		wd_source_identity(last.cs->src, id);
 		if (i + WEIGHT_AHEAD < u->n_entries) {
-			unit_entries_get(ue, i + WEIGHT_AHEAD, &ahead);
+			unit_columns_get(ue, i + WEIGHT_AHEAD, &ahead);
 			if (ahead.checkpoint) /* most likely the same checkpoint's identity */
 				keymemo_prefetch(s->d->keymemo, id, ahead.tensor);
 		}
@@ -249,7 +452,7 @@ static void unit_memo_keys(struct unitreq *u, struct session *s, const struct un
  * there (o->nbytes and o->hit set, the declared slot checked against the weight), 0 when the
  * entry needs a full preflight, or -code.
  */
-static int entry_warm(struct session *s, const struct unit_entry *e, struct unit_out *o,
+static int entry_warm(struct session *s, const struct unit_columns_entry *e, struct unit_out *o,
 		      weightd_error *err)
 {
 	struct weight *w;
@@ -266,7 +469,7 @@ static int entry_warm(struct session *s, const struct unit_entry *e, struct unit
 	return 1;
 }
 
-int unit_entry_preflight(struct session *s, const struct unit_entry *e, struct unit_out *o,
+int unit_preflight_entry(struct session *s, const struct unit_columns_entry *e, struct unit_out *o,
 			   weightd_error *err)
 {
 	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
@@ -312,8 +515,9 @@ int unit_entry_preflight(struct session *s, const struct unit_entry *e, struct u
 	return 0;
 }
 
-int unit_preflight(struct unitreq *u, struct session *s, const struct unit_entries *ue,
-			  bool preflight, weightd_error *err)
+/* Every entry's plan and key (or, warm, its cached weight), then the repeats and the limits. */
+static int unit_preflight_entries(struct unit_req *u, struct session *s,
+				  const struct unit_columns *ue, bool preflight, weightd_error *err)
 {
 	bool warm = !preflight && s->d->keymemo;
 	size_t n = u->n_entries;
@@ -322,22 +526,34 @@ int unit_preflight(struct unitreq *u, struct session *s, const struct unit_entri
 		unit_memo_keys(u, s, ue);
 	for (size_t i = 0; i < n; i++) {
 		struct unit_out *o = &u->outs[i];
-		struct unit_entry e;
+		struct unit_columns_entry e;
 		int r = 0;
 
 		if (warm && i + 2 * WEIGHT_AHEAD < n && u->outs[i + 2 * WEIGHT_AHEAD].memo)
 			cache_prefetch(s->d->cache, u->outs[i + 2 * WEIGHT_AHEAD].key, false);
 		if (warm && i + WEIGHT_AHEAD < n && u->outs[i + WEIGHT_AHEAD].memo)
 			cache_prefetch(s->d->cache, u->outs[i + WEIGHT_AHEAD].key, true);
-		unit_entries_get(ue, i, &e);
+		unit_columns_get(ue, i, &e);
 		if (warm && e.checkpoint)
 			r = entry_warm(s, &e, o, err);
 		if (r == 0)
-			r = unit_entry_preflight(s, &e, o, err);
+			r = unit_preflight_entry(s, &e, o, err);
 		if (r < 0)
 			return r;
 	}
 	if (unit_find_repeats(u, err) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	return unit_check_limits(u, s, err);
+}
+
+int unit_preflight(struct unit_req *u, struct session *s, const struct unit_columns *ue,
+		   bool preflight, weightd_error *err)
+{
+	int r = unit_check_access(s, ue, err);
+
+	if (r == 0)
+		r = unit_check_names(u, ue, err);
+	if (r == 0)
+		r = unit_preflight_entries(u, s, ue, preflight, err);
+	return r;
 }

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* unit_wire.c - the columnar forms of a unit (protocol version 3): TensorEntries read as
- * entries, and a unit's weights written as PackedWeights. Both are linear in the unit's size
- * and allocate a handful of arrays, not a message per entry. */
+/* unit_columns.c - the columnar forms of a unit: TensorEntries read as entries (beside the
+ * UnitEntry messages), and a unit's weights written as PackedWeights. Both are linear in the
+ * unit's size and allocate a handful of arrays, not a message per entry. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache.h"
-#include "unit_wire.h"
+#include "unit_columns.h"
 #include "wd_limits.h"
 
 /*
@@ -73,7 +73,7 @@ static int bad_column(weightd_error *err, const char *fmt, ...)
 }
 
 /* An entry whose column value is out of range: invalid-argument naming the entry. */
-static int bad_entry(const struct unit_entries *ue, size_t k, const char *what,
+static int bad_entry(const struct unit_columns *ue, size_t k, const char *what,
 		     unsigned long long value, size_t limit, weightd_error *err)
 {
 	snprintf(err->slot, sizeof(err->slot), "%s", ue->names[k]);
@@ -83,7 +83,7 @@ static int bad_entry(const struct unit_entries *ue, size_t k, const char *what,
 }
 
 /* Every column of te against the n_cols entries its names give. */
-static int check_columns(struct unit_entries *ue, const Weightd__TensorEntries *te,
+static int check_columns(struct unit_columns *ue, const Weightd__TensorEntries *te,
 			 weightd_error *err)
 {
 	size_t n = ue->n_cols, n_tensors = count_strings(&te->tensors), dims = 0;
@@ -124,7 +124,7 @@ static int check_columns(struct unit_entries *ue, const Weightd__TensorEntries *
 	return 0;
 }
 
-int unit_entries_init(struct unit_entries *ue, const Weightd__Unit *pu, uint32_t max,
+int unit_columns_init(struct unit_columns *ue, const Weightd__Unit *pu, uint32_t max,
 		      weightd_error *err)
 {
 	const Weightd__TensorEntries *te = pu->tensors;
@@ -169,7 +169,7 @@ int unit_entries_init(struct unit_entries *ue, const Weightd__Unit *pu, uint32_t
 	split_strings(&te->names, ue->names);
 	r = check_columns(ue, te, err);
 	if (r < 0) {
-		unit_entries_fini(ue);
+		unit_columns_fini(ue);
 		return r;
 	}
 	block += cols * sizeof(char *);
@@ -190,7 +190,7 @@ int unit_entries_init(struct unit_entries *ue, const Weightd__Unit *pu, uint32_t
 	return 0;
 }
 
-void unit_entries_fini(struct unit_entries *ue)
+void unit_columns_fini(struct unit_columns *ue)
 {
 	free(ue->names); /* the block */
 	ue->names = NULL;
@@ -198,7 +198,7 @@ void unit_entries_fini(struct unit_entries *ue)
 	ue->dims_at = NULL;
 }
 
-void unit_entries_get(const struct unit_entries *ue, size_t i, struct unit_entry *e)
+void unit_columns_get(const struct unit_columns *ue, size_t i, struct unit_columns_entry *e)
 {
 	memset(e, 0, sizeof(*e));
 	if (i < ue->n_msg) {
@@ -241,7 +241,7 @@ static size_t take(size_t *at, size_t n, size_t size)
 	return off;
 }
 
-int unit_wire_pack(Weightd__PackedWeights *pw, struct weight *const *ws, const uint32_t *fd_index,
+int unit_columns_pack(Weightd__PackedWeights *pw, struct weight *const *ws, const uint32_t *fd_index,
 		   size_t n, size_t dims, const uint32_t *alias_owner, size_t n_aliases,
 		   void **ret_block)
 {

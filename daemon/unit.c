@@ -1,36 +1,29 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* request_unit.c - preflight and materialize of units (limits, names, aliases, access, budget,
- * packing the new weights into segments, the all-or-nothing reply; each entry's own checks are
- * unit_preflight.c's). Main thread only. Every step is linear or n log n in the unit's size. */
-#include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
-#include <event2/event.h>
+/* unit.c - a unit request's life: its limits in flight, its preflight (unit_preflight.c), the
+ * cached weights it takes and the budget it needs, the new weights packed into segments and
+ * made, and the all-or-nothing reply (its columns written by unit_columns.c); a request whose
+ * client has gone finishes answering nobody. Main thread only. Every step is linear or n log n
+ * in the unit's size. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <xxhash.h>
+
+#include "unit.h"
 
 #include "daemon.h"
 #include "heap.h"
-#include "log.h"
+#include "holds.h"
 #include "request.h"
-#include "server.h"
 #include "session.h"
+#include "uid.h"
+#include "unit_columns.h"
 #include "unit_int.h"
-#include "unit_wire.h"
-#include "wd_hashidx.h"
-#include "wire.h"
 
 /* Heap a unit takes per slot while it is made, about: its output (unit_out), name, plan, job,
  * weight and the entries of the memo and the session's holds. */
 #define UNIT_HEAP_PER_SLOT 2048
 
-
-/* --- units ------------------------------------------------------------------------------------ */
-
-static void unitreq_free(struct unitreq *u)
+static void unit_req_free(struct unit_req *u)
 {
 	for (size_t i = 0; i < u->n_outs; i++) {
 		wd_plan_free(u->outs[i].plan);
@@ -42,7 +35,7 @@ static void unitreq_free(struct unitreq *u)
 	free(u);
 }
 
-static void unitreq_unlink(struct unitreq *u)
+static void unit_req_unlink(struct unit_req *u)
 {
 	if (!u->s)
 		return;
@@ -52,15 +45,15 @@ static void unitreq_unlink(struct unitreq *u)
 }
 
 /* The weight WEIGHT_AHEAD entries after entry i, asked for ahead of its use (cache.h). */
-static void prefetch_entry(const struct unitreq *u, size_t i, int lines)
+static void prefetch_entry(const struct unit_req *u, size_t i, int lines)
 {
 	if (i + WEIGHT_AHEAD < u->n_entries)
 		weight_prefetch(u->outs[i + WEIGHT_AHEAD].w, lines);
 }
 
-/* The reply's columns (unit_wire_pack): per entry its weight and its segment's fd, per
+/* The reply's columns (unit_columns_pack): per entry its weight and its segment's fd, per
  * alias its entry. The segments are marked (mark_index) already. */
-static int pack_reply(const struct unitreq *u, Weightd__PackedWeights *pw, void **ret_columns)
+static int pack_reply(const struct unit_req *u, Weightd__PackedWeights *pw, void **ret_columns)
 {
 	size_t n_al = u->n_outs - u->n_entries;
 	struct weight **ws = malloc(u->n_entries * sizeof(*ws));
@@ -78,7 +71,7 @@ static int pack_reply(const struct unitreq *u, Weightd__PackedWeights *pw, void 
 		}
 		for (size_t j = 0; j < n_al; j++)
 			owner[j] = (uint32_t)u->outs[u->n_entries + j].owner;
-		r = unit_wire_pack(pw, ws, fdi, u->n_entries, dims, owner, n_al, ret_columns);
+		r = unit_columns_pack(pw, ws, fdi, u->n_entries, dims, owner, n_al, ret_columns);
 	}
 	free(ws);
 	free(fdi);
@@ -121,7 +114,7 @@ static int grow_segment_arrays(Weightd__SegmentInfo **si, Weightd__SegmentInfo *
 /* Every entry has its weight (or the request failed): answer, all or nothing. The reply carries
  * one fd per distinct segment (found by stamping each segment once: linear), and its columns say
  * where in its segment each weight lies. */
-static void unitreq_finish(struct unitreq *u, struct cache *cache)
+static void unit_req_finish(struct unit_req *u, struct cache *cache)
 {
 	static uint64_t stamp;
 	struct session *s = u->s;
@@ -215,21 +208,21 @@ oom:
 	wd_error_set(&u->err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
 	session_send_error(s, u->id, &u->err);
 out:
-	unitreq_unlink(u);
+	unit_req_unlink(u);
 	free(columns);
 	free(si);
 	free(sp);
 	free(fds);
 	free(segs);
 	free(held_at);
-	unitreq_free(u);
+	unit_req_free(u);
 }
 
 static void on_entry_ready(struct weight *w, const weightd_error *err, uint64_t bytes_read,
 			   void *arg)
 {
 	struct unit_out *o = arg;
-	struct unitreq *u = o->u;
+	struct unit_req *u = o->u;
 
 	u->bytes_read += bytes_read;
 	if (w) {
@@ -240,154 +233,10 @@ static void on_entry_ready(struct weight *w, const weightd_error *err, uint64_t 
 		snprintf(u->err.slot, sizeof(u->err.slot), "%s", o->name_copy);
 	}
 	if (--u->pending == 0)
-		unitreq_finish(u, u->cache);
+		unit_req_finish(u, u->cache);
 }
 
-/* The unit's names by hash: a wd_hashidx of positions in outs. */
-static uint64_t name_hash_n(const char *name, size_t len)
-{
-	return XXH3_64bits(name, len);
-}
-
-static uint64_t name_hash(const char *name)
-{
-	return name_hash_n(name, strlen(name));
-}
-
-static bool name_eq(const void *ctx, uint32_t pos, const void *key)
-{
-	const struct unit_out *outs = ctx;
-	return strcmp(outs[pos].name_copy, key) == 0;
-}
-
-/* The index of `name` in outs, or SIZE_MAX. */
-static size_t find_name(const struct wd_hashidx *ix, const struct unit_out *outs, const char *name)
-{
-	uint32_t at = wd_hashidx_find(ix, name_hash(name), name_eq, outs, name);
-
-	return at ? at - 1 : SIZE_MAX;
-}
-
-/* Output i's name as the request gives it: an entry's (in either form) or an alias's. */
-static const char *out_name(const struct unit_entries *ue, size_t i)
-{
-	if (i < ue->n_msg)
-		return ue->pu->entries[i]->name;
-	if (i < ue->n)
-		return ue->names[i - ue->n_msg];
-	return ue->pu->aliases[i - ue->n]->name;
-}
-
-/* Names unique and non-empty; every alias resolves (through other aliases) to an entry. */
-static int unit_check_names(struct unitreq *u, const struct unit_entries *ue, weightd_error *err)
-{
-	const Weightd__Unit *pu = ue->pu;
-	size_t n = u->n_outs, *path = NULL, total = 0, at = 0;
-	struct wd_hashidx ix = { NULL, 0 };
-	uint8_t *state = NULL;        /* per alias: 0 unvisited, 1 on the current walk, 2 resolved */
-	uint64_t *hashes = malloc((n ? n : 1) * sizeof(*hashes));
-	int r = 0;
-
-	if (!hashes)
-		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	/* The copies in one allocation: the names' lengths first (each checked below, in order),
-	 * and their hashes, read in order from the request, so that the walk below can ask for
-	 * each one's index slot ahead (a table of 100,000 names is a wait on memory at each). */
-	for (size_t i = 0; i < n; i++) {
-		const char *name = out_name(ue, i);
-		size_t len = name ? strlen(name) : 0;
-
-		total += len + 1;
-		hashes[i] = name ? name_hash_n(name, len) : 0; /* as find_name hashes */
-	}
-	u->names = malloc(total);
-	if (!u->names || wd_hashidx_reserve(&ix, n) < 0) {
-		free(hashes);
-		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	}
-	for (size_t i = 0; i < n; i++) {
-		const char *name = out_name(ue, i);
-		uint64_t h = hashes[i];
-		size_t k, len;
-
-		if (!name || !name[0] || strlen(name) > WD_MAX_NAME) {
-			r = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
-					 "%s %zu has an empty name or one longer than %d bytes",
-					 i < u->n_entries ? "entry" : "alias",
-					 i < u->n_entries ? i : i - u->n_entries, WD_MAX_NAME);
-			goto out;
-		}
-		len = strlen(name) + 1;
-		u->outs[i].name_copy = memcpy(u->names + at, name, len);
-		at += len;
-		u->outs[i].owner = i;
-		u->outs[i].u = u;
-		if (i + WEIGHT_AHEAD < n)
-			wd_hashidx_prefetch(&ix, hashes[i + WEIGHT_AHEAD]);
-		k = wd_hashidx_slot(&ix, h, name_eq, u->outs, name);
-		if (wd_hashidx_pos(&ix, k)) {
-			snprintf(err->slot, sizeof(err->slot), "%s", name);
-			r = wd_error_set(err, WEIGHTD_E_DUPLICATE_NAME,
-					 "the name \"%s\" is used twice in the unit", name);
-			goto out;
-		}
-		wd_hashidx_set(&ix, k, h, (uint32_t)i);
-	}
-	/*
-	 * Each alias is resolved once: follow targets until an entry or an alias already resolved,
-	 * then give every alias on the path that owner. A path that comes back to an alias of the
-	 * same walk is a cycle. Every alias is walked over once in all: linear after the sort.
-	 */
-	state = calloc(pu->n_aliases ? pu->n_aliases : 1, 1);
-	path = malloc((pu->n_aliases ? pu->n_aliases : 1) * sizeof(*path));
-	if (!state || !path) {
-		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-		goto out;
-	}
-	for (size_t k = 0; k < pu->n_aliases; k++) {
-		size_t cur = u->n_entries + k, depth = 0, owner;
-
-		if (state[k] == 2)
-			continue;
-		while (cur >= u->n_entries && state[cur - u->n_entries] == 0) {
-			const char *target = pu->aliases[cur - u->n_entries]->target;
-			size_t next = target ? find_name(&ix, u->outs, target) : SIZE_MAX;
-
-			state[cur - u->n_entries] = 1;
-			path[depth++] = cur;
-			if (next == SIZE_MAX) {
-				snprintf(err->slot, sizeof(err->slot), "%s", u->outs[cur].name_copy);
-				r = wd_error_set(err, WEIGHTD_E_BAD_ALIAS,
-						 "alias \"%s\" names \"%s\", which is neither an entry "
-						 "nor an alias of the unit", u->outs[cur].name_copy,
-						 target ? target : "");
-				goto out;
-			}
-			cur = next;
-		}
-		if (cur >= u->n_entries && state[cur - u->n_entries] == 1) {
-			snprintf(err->slot, sizeof(err->slot), "%s", u->outs[cur].name_copy);
-			r = wd_error_set(err, WEIGHTD_E_ALIAS_CYCLE,
-					 "alias \"%s\" is part of a cycle of aliases",
-					 u->outs[cur].name_copy);
-			goto out;
-		}
-		owner = cur < u->n_entries ? cur : u->outs[cur].owner;
-		for (size_t i = 0; i < depth; i++) {
-			u->outs[path[i]].owner = owner;
-			state[path[i] - u->n_entries] = 2;
-		}
-	}
-out:
-	wd_hashidx_free(&ix);
-	free(hashes);
-	free(state);
-	free(path);
-	return r;
-}
-
-
-static void reply_preflight(struct session *s, uint64_t id, struct unitreq *u)
+static void reply_preflight(struct session *s, uint64_t id, struct unit_req *u)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
@@ -429,8 +278,8 @@ out:
  * budget together. If they do not, the hits are given back and nothing is evicted, reserved or
  * started: the unit fails whole with the bytes needed and available.
  */
-static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
-					 const struct unit_entries *ue, weightd_error *err)
+static int unit_take_hits_and_check_room(struct unit_req *u, struct session *s,
+					 const struct unit_columns *ue, weightd_error *err)
 {
 	struct cache *c = s->d->cache;
 	uint64_t need = 0;
@@ -456,10 +305,10 @@ static int unit_take_hits_and_check_room(struct unitreq *u, struct session *s,
 		} else if (!o->plan) {
 			/* a warm entry's weight went since its preflight (nothing evicts in between
 			 * today): plan it after all */
-			struct unit_entry e;
+			struct unit_columns_entry e;
 
-			unit_entries_get(ue, i, &e);
-			r = unit_entry_preflight(s, &e, o, err);
+			unit_columns_get(ue, i, &e);
+			r = unit_preflight_entry(s, &e, o, err);
 			if (r < 0)
 				goto out;
 		}
@@ -493,71 +342,41 @@ out:
 }
 
 /*
- * Before any per-name work: may this client read every checkpoint the unit's recipes name? One
- * catalog lookup per change of name (a unit usually names one or two checkpoints), so a client
- * allowed nothing is refused in time linear in the request's size.
+ * Unit requests in flight are bounded per connection (client_max_pending, in unit_request) and
+ * over all connections of a uid (uid_max_pending, here), so one uid cannot fill the worker queue
+ * for everyone. Root and the daemon's user are not limited here.
  */
-static int unit_check_access(struct session *s, const struct unit_entries *ue,
-			     weightd_error *err)
+static bool unit_uid_may_start(struct session *s, uint64_t id)
 {
-	const Weightd__Unit *pu = ue->pu;
-	const Weightd__TensorEntries *te = pu->tensors;
-	const char *last = NULL;
+	uint64_t max;
+	size_t n;
 
-	for (size_t i = 0; i < pu->n_entries; i++) {
-		const Weightd__Recipe *rc = pu->entries[i]->recipe;
-
-		for (size_t k = 0; rc && k < rc->n_nodes && k < REQUEST_MAX_RECIPE_NODES; k++) {
-			const char *ck = rc->nodes[k]->checkpoint;
-			struct csource *cs;
-			int r;
-
-			if (!ck || !ck[0] || (last && strcmp(ck, last) == 0))
-				continue;
-			r = catalog_resolve(s->d->catalog, ck, &s->peer, &cs, err);
-			if (r < 0) {
-				const char *name = pu->entries[i]->name ? pu->entries[i]->name : "";
-
-				/* the same words a recipe's own preflight uses for a source node */
-				err->node = (uint32_t)k + 1;
-				wd_error_prefix(err, "node %zu (source)", k);
-				snprintf(err->slot, sizeof(err->slot), "%s", name);
-				return r;
-			}
-			last = ck;
-		}
-	}
-	/* the columns name each checkpoint once; an error names the first entry reading it */
-	for (size_t c = 0; ue->n_cols && c < te->n_checkpoints; c++) {
-		struct csource *cs;
-		size_t k = 0;
-		int r = catalog_resolve(s->d->catalog, te->checkpoints[c], &s->peer, &cs, err);
-
-		if (r == 0)
-			continue;
-		while (te->n_checkpoint && k < ue->n_cols && te->checkpoint[k] != c)
-			k++;
-		err->node = 1;
-		wd_error_prefix(err, "node 0 (source)");
-		if (k < ue->n_cols)
-			snprintf(err->slot, sizeof(err->slot), "%s", ue->names[k]);
-		return r;
-	}
-	return 0;
+	if (s->privileged || !s->uu)
+		return true;
+	n = s->uu->pending;
+	max = uid_max_pending(s->uu, s->d->cfg); /* cut to a share of RLIMIT_NOFILE (uid.c) */
+	if (n < max)
+		return true;
+	request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
+		     "limit exceeded: uid %u has %zu unit requests in flight (uid_max_pending %llu)",
+		     (unsigned)s->peer.uid, n, (unsigned long long)max);
+	return false;
 }
 
-static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight)
+void unit_request(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight)
 {
 	const uint32_t max = s->d->cfg->max_unit_entries;
-	struct unit_entries ue;
+	struct unit_columns ue;
 	struct cache_pack *pack;
-	struct unitreq *u;
+	struct unit_req *u;
 	weightd_error err;
 	int r;
 
+	if (!preflight && !unit_uid_may_start(s, id))
+		return;
 	wd_error_clear(&err);
 	/* the columns are read (and every count checked against its limit) before anything else */
-	if (unit_entries_init(&ue, pu, max, &err) < 0) {
+	if (unit_columns_init(&ue, pu, max, &err) < 0) {
 		session_send_error(s, id, &err);
 		return;
 	}
@@ -566,8 +385,9 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		return;
 	}
 	if (!preflight && s->holds.pending >= s->d->cfg->client_max_pending) {
-		unit_entries_fini(&ue);
-		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "too many unit requests in flight on this connection");
+		unit_columns_fini(&ue);
+		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
+			     "too many unit requests in flight on this connection");
 		return;
 	}
 	/* what a unit makes per slot (its outputs, names, plans, jobs, weights), faulted in huge
@@ -578,7 +398,7 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 		u->outs = calloc(ue.n + pu->n_aliases, sizeof(*u->outs));
 	if (!u || !u->outs) {
 		free(u);
-		unit_entries_fini(&ue);
+		unit_columns_fini(&ue);
 		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
@@ -586,20 +406,16 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 	u->cache = s->d->cache;
 	u->n_entries = ue.n;
 	u->n_outs = ue.n + pu->n_aliases;
-	r = unit_check_access(s, &ue, &err);
-	if (r == 0)
-		r = unit_check_names(u, &ue, &err);
-	if (r == 0)
-		r = unit_preflight(u, s, &ue, preflight, &err);
+	r = unit_preflight(u, s, &ue, preflight, &err);
 	if (r == 0 && !preflight)
 		r = unit_take_hits_and_check_room(u, s, &ue, &err);
-	unit_entries_fini(&ue); /* nothing below reads the request */
+	unit_columns_fini(&ue); /* nothing below reads the request */
 	if (r < 0 || preflight) {
 		if (r < 0)
 			session_send_error(s, id, &err);
 		else
 			reply_preflight(s, id, u);
-		unitreq_free(u);
+		unit_req_free(u);
 		return;
 	}
 	u->s = s;
@@ -630,17 +446,12 @@ static void do_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, boo
 	/* The new weights are placed: create their segments and start filling them. */
 	cache_pack_end(s->d->cache, pack);
 	if (--u->pending == 0)
-		unitreq_finish(u, u->cache);
+		unit_req_finish(u, u->cache);
 }
 
-void request_unit(struct session *s, uint64_t id, const Weightd__Unit *pu, bool preflight)
+void unit_session_gone(struct session *s)
 {
-	do_unit(s, id, pu, preflight);
-}
-
-void request_session_gone(struct session *s)
-{
-	struct unitreq *u;
+	struct unit_req *u;
 
 	while ((u = LIST_FIRST(&s->unitreqs))) {
 		LIST_REMOVE(u, link);
