@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cache_int.h"
@@ -305,145 +304,52 @@ static void job_start(struct cache *c, struct job *j)
  */
 #define BATCH_SMALL (1u << 20)        /* a weight of at most this many bytes joins a batch */
 #define BATCH_MAX_BYTES (16u << 20)
-#define BATCH_MAX_JOBS 256
+#define BATCH_MAX_JOBS FILL_RUN_MAX   /* one run at most (batch_work's arrays are on its stack) */
 
 struct batch {
 	struct pool_task task;       /* first: the pool hands back this pointer */
 	STAILQ_HEAD(, job) jobs;
 };
 
-/*
- * Runs: consecutive jobs of a batch whose bytes are consecutive ranges of one checkpoint file,
- * read as they are (a DeepSeek shard's tiny tensors, in file order), cost one check of the
- * file, one pread of them all into the worker's scratch buffer, a digest of each range, and one
- * pwritev placing each at its (aligned) offset, with zeros in the gaps: not the two stats, a
- * pread, an fstat and a pwrite per weight that wd_plan_execute makes.
- */
-#define RUN_IOV 1024                  /* pwritev's limit (IOV_MAX) */
-
-static const uint8_t zeros[CACHE_PAGE]; /* the gap before a weight is under one alignment unit */
-
-static bool job_range(const struct job *j, const struct wd_source **src, uint32_t *file,
-		      uint64_t *off)
-{
-	return j->nbytes && wd_plan_file_range(j->plan, src, file, off);
-}
-
-/* How many jobs from j on form a run that fits in cap bytes (1: no run). */
-static size_t run_length(struct job *j, size_t cap)
-{
-	const struct wd_source *src, *s2;
-	uint32_t file, f2;
-	uint64_t off, o2, span;
-	size_t n = 1;
-
-	if (!job_range(j, &src, &file, &off) || j->nbytes > cap)
-		return 1;
-	span = j->nbytes;
-	for (struct job *k = STAILQ_NEXT(j, batch_link), *prev = j; k;
-	     prev = k, k = STAILQ_NEXT(k, batch_link), n++) {
-		if (!job_range(k, &s2, &f2, &o2) || s2 != src || f2 != file || o2 != off + span ||
-		    span + k->nbytes > cap || k->offset < prev->offset + prev->nbytes ||
-		    k->offset - (prev->offset + prev->nbytes) > sizeof(zeros))
-			break;
-		span += k->nbytes;
-	}
-	return n;
-}
-
-static int write_iov(int fd, struct iovec *iov, int n, uint64_t at, uint64_t len)
-{
-	ssize_t k;
-
-	do
-		k = pwritev(fd, iov, n, (off_t)at);
-	while (k < 0 && errno == EINTR);
-	return k == (ssize_t)len ? 0 : -1;
-}
-
-/* Fill the n jobs of a run from one read. 0, or -1 with nothing reported: the caller then
- * fills them one by one, which says precisely what failed. */
-static int run_fill(struct job *first, size_t n, struct wd_scratch *scratch)
-{
-	struct iovec iov[RUN_IOV];
-	const struct wd_source *src;
-	weightd_error err;
-	uint32_t file;
-	uint64_t off, span = 0, t0 = wd_clock_ns(), at = first->offset, len = 0, pos = 0, ns;
-	struct job *j = first;
-	int niov = 0;
-
-	job_range(first, &src, &file, &off);
-	for (size_t i = 0; i < n; i++, j = STAILQ_NEXT(j, batch_link))
-		span += j->nbytes;
-	wd_error_clear(&err);
-	if (wd_source_check(src, file, &err) < 0 ||
-	    wd_source_pread(src, file, scratch->buf, (size_t)span, off, &err) < 0 ||
-	    wd_source_check(src, file, &err) < 0)
-		return -1;
-	j = first;
-	for (size_t i = 0; i < n; i++, j = STAILQ_NEXT(j, batch_link)) {
-		struct wd_content dg;
-		uint64_t end = at + len;
-
-		if (niov + 2 > RUN_IOV) {
-			if (write_iov(j->fd, iov, niov, at, len) < 0)
-				return -1;
-			at += len;
-			len = 0;
-			niov = 0;
-			end = at;
-		}
-		if (j->offset > end) {
-			iov[niov].iov_base = (void *)zeros;
-			iov[niov++].iov_len = (size_t)(j->offset - end);
-			len += j->offset - end;
-		}
-		iov[niov].iov_base = scratch->buf + pos;
-		iov[niov++].iov_len = (size_t)j->nbytes;
-		len += j->nbytes;
-		if (wd_content_init(&dg, j->alg) < 0)
-			return -1;
-		wd_content_update(&dg, scratch->buf + pos, (size_t)j->nbytes);
-		wd_content_final(&dg, j->digest);
-		pos += j->nbytes;
-	}
-	if (niov && write_iov(first->fd, iov, niov, at, len) < 0)
-		return -1;
-	ns = (wd_clock_ns() - t0) / n;
-	j = first;
-	for (size_t i = 0; i < n; i++, j = STAILQ_NEXT(j, batch_link)) {
-		j->bytes_read = j->nbytes;
-		j->ns = ns;
-		j->status = 0;
-		__atomic_store_n(&j->progress, j->nbytes, __ATOMIC_RELAXED);
-	}
-	log_debug("filled %zu weights (%llu bytes) from one read of %s", n,
-		  (unsigned long long)span, wd_source_name(src));
-	return 0;
-}
-
-/* Worker thread: the jobs of a batch, one after another (runs of a file's ranges together). */
+/* Worker thread: the jobs of a batch, one after another; a run of them (fill_run_length)
+ * from one read. */
 static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 {
-	struct job *j = STAILQ_FIRST(&((struct batch *)t)->jobs);
+	struct job *jobs[BATCH_MAX_JOBS], *j;
+	struct fill_part parts[BATCH_MAX_JOBS];
+	size_t n = 0;
 
-	while (j) {
-		size_t n = scratch ? run_length(j, scratch->cap) : 1;
+	STAILQ_FOREACH(j, &((struct batch *)t)->jobs, batch_link) {
+		jobs[n] = j;
+		parts[n++] = (struct fill_part){
+			.plan = j->plan,
+			.out = { .base = j->offset, .size = j->nbytes, .alg = j->alg,
+				 .digest = j->digest, .progress = &j->progress },
+		};
+	}
+	for (size_t i = 0; i < n;) {
+		size_t k = scratch ? fill_run_length(parts + i, n - i, scratch->cap) : 1;
 
-		if (n > 1 && run_fill(j, n, scratch) == 0) {
-			while (n--)
-				j = STAILQ_NEXT(j, batch_link);
-			continue;
-		}
-		if (n > 1)
+		if (k > 1) {
+			uint64_t t0 = wd_clock_ns(), ns;
+			weightd_error err;
+
+			wd_error_clear(&err);
+			if (fill_run(jobs[i]->fd, parts + i, k, scratch, &err) == 0) {
+				ns = (wd_clock_ns() - t0) / k;
+				for (; k; k--, i++) {
+					jobs[i]->bytes_read = jobs[i]->nbytes;
+					jobs[i]->ns = ns;
+					jobs[i]->status = 0;
+				}
+				continue;
+			}
 			log_debug("a run of %zu weights from one file failed; filling them one by one "
-				  "(starting with %s)", n, wd_plan_label(j->plan));
-		/* one by one (also what a failed run falls back to: every job is redone) */
-		while (n--) {
-			job_work(&j->task, scratch);
-			j = STAILQ_NEXT(j, batch_link);
+				  "(starting with %s): %s", k, wd_plan_label(jobs[i]->plan), err.message);
 		}
+		/* one by one (also what a failed run falls back to: every job is redone) */
+		for (; k; k--, i++)
+			job_work(&jobs[i]->task, scratch);
 	}
 }
 

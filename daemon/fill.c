@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* fill.c - one weight's bytes into its segment: chunks claimed by several workers at once, or
- * one in-order stream. Worker threads only. */
+/* fill.c - new weights' bytes into their segment: chunks of a large one claimed by several
+ * workers at once, a run of small ones from one read, or one in-order stream. Every byte goes
+ * through a sink (sink.c), which writes and hashes it. Worker threads only. */
 #include "fill.h"
 
 #include <pthread.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "source.h"
 
 #define FILL_MAX_HELPERS 15
 
@@ -175,4 +177,62 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
 	if (nbytes > WD_DIGEST_CHUNK && pool && pool_threads(pool) > 1 && wd_plan_splittable(plan))
 		return fill_parallel(&f, pool, scratch, ret_digest, ret_bytes_read, err);
 	return fill_sequential(&f, scratch, ret_digest, ret_bytes_read, err);
+}
+
+static bool part_range(const struct fill_part *p, const struct wd_source **src, uint32_t *file,
+		       uint64_t *off)
+{
+	return p->out.size && wd_plan_file_range(p->plan, src, file, off);
+}
+
+size_t fill_run_length(const struct fill_part *parts, size_t n, size_t cap)
+{
+	const struct wd_source *src, *s2;
+	uint32_t file, f2;
+	uint64_t off, o2, span;
+	size_t k = 1;
+
+	if (!n || !part_range(&parts[0], &src, &file, &off) || parts[0].out.size > cap)
+		return 1;
+	span = parts[0].out.size;
+	for (; k < n && k < FILL_RUN_MAX; k++) {
+		const struct wd_sink_part *prev = &parts[k - 1].out, *p = &parts[k].out;
+
+		if (!part_range(&parts[k], &s2, &f2, &o2) || s2 != src || f2 != file ||
+		    o2 != off + span || span + p->size > cap || p->base < prev->base + prev->size ||
+		    p->base - (prev->base + prev->size) > WD_SINK_GAP_MAX)
+			break;
+		span += p->size;
+	}
+	return k;
+}
+
+int fill_run(int fd, const struct fill_part *parts, size_t n, struct wd_scratch *scratch,
+	     weightd_error *err)
+{
+	struct wd_sink_part out[FILL_RUN_MAX];
+	const struct wd_source *src;
+	uint32_t file;
+	uint64_t off, span = 0;
+	int r;
+
+	if (n > FILL_RUN_MAX || !part_range(&parts[0], &src, &file, &off))
+		return wd_error_set(err, WEIGHTD_E_INTERNAL, "not a run of file ranges");
+	for (size_t i = 0; i < n; i++) {
+		out[i] = parts[i].out;
+		span += parts[i].out.size;
+	}
+	if (span > scratch->cap)
+		return wd_error_set(err, WEIGHTD_E_INTERNAL, "a run larger than the read buffer");
+	r = wd_source_check(src, file, err);
+	if (r == 0)
+		r = wd_source_pread(src, file, scratch->buf, (size_t)span, off, err);
+	if (r == 0)
+		r = wd_source_check(src, file, err);
+	if (r == 0)
+		r = wd_sink_write_run(fd, scratch->buf, out, n, err);
+	if (r == 0)
+		log_debug("filled %zu weights (%llu bytes) from one read of %s", n,
+			  (unsigned long long)span, wd_source_name(src));
+	return r;
 }

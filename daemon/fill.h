@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* fill.h - filling one weight's bytes into its segment on a worker: in chunks shared with the
- * other workers when the weight is large, else in order. */
+/* fill.h - new weights' bytes into their segment on a worker: a large weight in chunks shared
+ * with the other workers, a run of small ones from one read, any other in order. */
 #ifndef WD_FILL_H
 #define WD_FILL_H
 
@@ -33,5 +33,34 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
 		uint64_t nbytes, enum wd_digest_alg alg, uint64_t *progress,
 		struct wd_scratch *scratch, uint8_t *ret_digest, uint64_t *ret_bytes_read,
 		weightd_error *err);
+
+/* The most weights in one run (fill_run). */
+#define FILL_RUN_MAX 256
+
+/* One weight of a run: its plan, and where its bytes go (out.base: its offset in the segment). */
+struct fill_part {
+	const struct wd_plan *plan;
+	struct wd_sink_part out;
+};
+
+/*
+ * How many of parts[0..n) from the first form a run (1: none): whole weights, each one byte
+ * range of a checkpoint file as it is (wd_plan_file_range), the ranges consecutive in one file
+ * and cap bytes at most in all, their offsets in the segment ascending with at most
+ * WD_SINK_GAP_MAX bytes between them, at most FILL_RUN_MAX. A DeepSeek shard's tiny tensors in
+ * file order, packed in order, are one.
+ */
+size_t fill_run_length(const struct fill_part *parts, size_t n, size_t cap);
+
+/*
+ * Worker thread: fill a run found by fill_run_length into fd (the segment's writable fd): one
+ * pread of all of it into scratch->buf, the file checked before and after as wd_plan_execute
+ * checks it, then the sink writes every weight (wd_sink_write_run) with its digest. A few
+ * syscalls for the run where each weight alone costs a check, a read and a write. 0, or a
+ * negative code with err set: the weights are then to be filled one by one (fill_weight), which
+ * says precisely which failed.
+ */
+int fill_run(int fd, const struct fill_part *parts, size_t n, struct wd_scratch *scratch,
+	     weightd_error *err);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /*
@@ -116,14 +117,69 @@ uint8_t *wd_sink_buffer(struct wd_sink *s, size_t *ret_cap)
 }
 
 /*
+ * Every byte that goes into a segment goes through here: write iov[0..niov) (len bytes in all)
+ * at `at` of fd, again after a short write or EINTR. Moves the iovecs it consumed. A full
+ * /dev/shm is -WEIGHTD_E_RESOURCE_EXHAUSTED, any other failure -WEIGHTD_E_IO.
+ */
+static int put(int fd, struct iovec *iov, int niov, uint64_t at, uint64_t len, weightd_error *err)
+{
+	while (len) {
+		ssize_t n = pwritev(fd, iov, niov, (off_t)at);
+
+		if (n <= 0) {
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n == 0)
+				errno = EIO;
+			return wd_error_set(err, errno == ENOSPC ? WEIGHTD_E_RESOURCE_EXHAUSTED : WEIGHTD_E_IO,
+					    "writing the weight into shared memory: %s", strerror(errno));
+		}
+		at += (uint64_t)n;
+		len -= (uint64_t)n;
+		while (niov && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			niov--;
+		}
+		if (niov) {
+			iov->iov_base = (uint8_t *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+/* Every byte a sink takes is hashed here, in order: after the slots queued on its hasher. */
+static void hash(struct wd_sink *s, const void *buf, size_t len)
+{
+	struct wd_hasher *h = s->hasher;
+
+	if (h) {
+		pthread_mutex_lock(&h->lock);
+		while (h->tail != h->head)
+			pthread_cond_wait(&h->cond, &h->lock);
+		pthread_mutex_unlock(&h->lock);
+	}
+	wd_content_update(&s->dg, buf, len);
+}
+
+/* len bytes of s are written: count them, and add them to its progress. */
+static void advance(struct wd_sink *s, uint64_t len)
+{
+	s->written += len;
+	if (s->progress)
+		__atomic_fetch_add(s->progress, len, __ATOMIC_RELAXED);
+}
+
+/*
  * A slot is queued before it is written, so the hasher reads it while pwrite does (both only
  * read it). Any other buffer is hashed here, after the queue has drained, to keep the order.
  */
 int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, weightd_error *err)
 {
 	struct wd_hasher *h = s->hasher;
-	const uint8_t *p = buf;
-	size_t left = len;
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	int r;
 
 	if (len > s->size - s->written)
 		return wd_error_set(err, WEIGHTD_E_INTERNAL,
@@ -136,35 +192,14 @@ int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, weightd_error 
 		pthread_cond_broadcast(&h->cond);
 		pthread_mutex_unlock(&h->lock);
 	} else {
-		if (h) {
-			pthread_mutex_lock(&h->lock);
-			while (h->tail != h->head)
-				pthread_cond_wait(&h->cond, &h->lock);
-			pthread_mutex_unlock(&h->lock);
-		}
-		wd_content_update(&s->dg, buf, len);
+		hash(s, buf, len);
 	}
-	while (s->fd >= 0 && left) {
-		ssize_t n = pwrite(s->fd, p, left, (off_t)(s->base + s->written));
-		if (n <= 0) {
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n == 0)
-				errno = EIO;
-			return wd_error_set(err, errno == ENOSPC ? WEIGHTD_E_RESOURCE_EXHAUSTED : WEIGHTD_E_IO,
-					    "writing the weight into shared memory: %s", strerror(errno));
-		}
-		p += n;
-		left -= (size_t)n;
-		s->written += (uint64_t)n;
-		if (s->progress)
-			__atomic_fetch_add(s->progress, (uint64_t)n, __ATOMIC_RELAXED);
+	if (s->fd >= 0) {
+		r = put(s->fd, &iov, 1, s->base + s->written, len, err);
+		if (r < 0)
+			return r;
 	}
-	if (s->fd < 0) {
-		s->written += len;
-		if (s->progress)
-			__atomic_fetch_add(s->progress, (uint64_t)len, __ATOMIC_RELAXED);
-	}
+	advance(s, len);
 	return 0;
 }
 
@@ -185,6 +220,68 @@ void wd_sink_abort(struct wd_sink *s)
 {
 	detach(s);
 	wd_content_abort(&s->dg);
+}
+
+/*
+ * Each part is hashed as an inline sink over it would hash it, and its digest finished before
+ * the run is written: one hash state is alive at a time (as when the parts are written one by
+ * one), and its bytes are still in cache from the read. The writes are gathered into iovecs,
+ * with the gaps between parts, and go out through put whenever the array is full and at the end.
+ */
+int wd_sink_write_run(int fd, const uint8_t *buf, const struct wd_sink_part *parts, size_t n,
+		      weightd_error *err)
+{
+	static const uint8_t zeros[WD_SINK_GAP_MAX];
+	struct iovec iov[WD_SINK_RUN_IOV];
+	uint64_t at = n ? parts[0].base : 0, len = 0;
+	size_t flushed = 0; /* parts before this one are written */
+	int niov = 0, r;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct wd_sink_part *p = &parts[i];
+		uint64_t end = at + len;
+		struct wd_content dg;
+
+		if (p->base < end || p->base - end > WD_SINK_GAP_MAX)
+			return wd_error_set(err, WEIGHTD_E_INTERNAL,
+					    "a run's weight at %llu does not follow the one ending at %llu",
+					    (unsigned long long)p->base, (unsigned long long)end);
+		if (niov + 2 > WD_SINK_RUN_IOV) {
+			r = put(fd, iov, niov, at, len, err);
+			if (r < 0)
+				return r;
+			for (; flushed < i; flushed++)
+				if (parts[flushed].progress)
+					__atomic_fetch_add(parts[flushed].progress, parts[flushed].size,
+							   __ATOMIC_RELAXED);
+			at = end;
+			len = 0;
+			niov = 0;
+		}
+		r = wd_content_init(&dg, p->alg);
+		if (r < 0)
+			return wd_error_set(err, r, "cannot start a %s digest", wd_digest_name(p->alg));
+		wd_content_update(&dg, buf, (size_t)p->size);
+		wd_content_final(&dg, p->digest);
+		if (p->base > at + len) {
+			iov[niov].iov_base = (void *)zeros;
+			iov[niov++].iov_len = (size_t)(p->base - (at + len));
+			len += p->base - (at + len);
+		}
+		iov[niov].iov_base = (void *)buf;
+		iov[niov++].iov_len = (size_t)p->size;
+		len += p->size;
+		buf += p->size;
+	}
+	if (niov) {
+		r = put(fd, iov, niov, at, len, err);
+		if (r < 0)
+			return r;
+	}
+	for (; flushed < n; flushed++)
+		if (parts[flushed].progress)
+			__atomic_fetch_add(parts[flushed].progress, parts[flushed].size, __ATOMIC_RELAXED);
+	return 0;
 }
 
 /* Scratch comes from mmap so it is page-aligned; it is touched once here so the first

@@ -72,6 +72,33 @@ int wd_sink_finish(struct wd_sink *s, uint8_t *digest, weightd_error *err);
  * sink. */
 void wd_sink_abort(struct wd_sink *s);
 
+/* The most zero bytes written between two parts of a run (a gap of alignment padding). */
+#define WD_SINK_GAP_MAX 4096
+/* iovecs per pwritev of a run (IOV_MAX): a run of up to half as many parts is one pwritev. */
+#define WD_SINK_RUN_IOV 1024
+
+/* One whole weight of a run (wd_sink_write_run). */
+struct wd_sink_part {
+	uint64_t base;               /* where in fd its bytes go */
+	uint64_t size;
+	enum wd_digest_alg alg;
+	uint8_t *digest;             /* out: its content digest, wd_digest_len(alg) bytes */
+	uint64_t *progress;          /* optional: gets size added once its bytes are written */
+};
+
+/*
+ * Write a run of whole weights: parts[0..n), in ascending order of base with at most
+ * WD_SINK_GAP_MAX bytes between the end of one and the base of the next (zeros are written
+ * there), take their bytes back to back from buf (parts[0].size bytes, then parts[1].size, ...).
+ * Each part is a sink over one weight (wd_sink_init_range, wd_sink_write of its bytes,
+ * wd_sink_finish) whose writes are gathered: its digest is the one such a sink gives, and the
+ * whole run costs one pwritev per WD_SINK_RUN_IOV iovecs, not one pwrite per weight. Hashed
+ * inline (a run's parts are small). 0, or a negative code with err set; then the digests are
+ * undefined and any part may be partly written.
+ */
+int wd_sink_write_run(int fd, const uint8_t *buf, const struct wd_sink_part *parts, size_t n,
+		      weightd_error *err);
+
 /* A worker's scratch buffers (bounce buffer for pread, conversion space) and its hasher. Kept
  * warm per thread. */
 struct wd_scratch {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_sink.c - in-order writer with a running content digest (XXH3-128 by default, SHA-256,
- * chunked), range sinks, and scratch buffers: src/sink.c. */
+ * chunked), range sinks, runs of whole weights, and scratch buffers: src/sink.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -545,6 +545,60 @@ static void test_scratch(void **state)
 	wd_scratch_free(NULL);
 }
 
+/*
+ * A run: each part's digest is the plain digest of its bytes (what a sink over it alone gives),
+ * each lands at its base with zeros in the gaps, each progress counter gets its size; a run
+ * longer than one pwritev's iovecs is written whole too. A part that does not follow the one
+ * before is refused.
+ */
+static void test_run(void **state)
+{
+	enum { N = 700 }; /* two iovecs a part: more than one pwritev */
+	struct wd_sink_part parts[N];
+	uint8_t digests[N][WD_DIGEST_MAX], want[WD_DIGEST_MAX];
+	uint64_t progress[N] = { 0 }, base = 0, total = 0;
+	weightd_error err;
+	uint8_t *buf, *back;
+	int fd = open_out(O_RDWR | O_TRUNC);
+
+	(void)state;
+	assert_true(fd >= 0);
+	for (size_t i = 0; i < N; i++) {
+		uint64_t size = 1 + (i * 37) % 300;
+
+		base += i % 3 == 0 ? 0 : 64 - base % 64; /* packed, or aligned after a gap */
+		parts[i] = (struct wd_sink_part){ .base = base, .size = size,
+						  .alg = i % 2 ? WD_DIGEST_SHA256 : WD_DIGEST_XXH3_128,
+						  .digest = digests[i], .progress = &progress[i] };
+		base += size;
+		total += size;
+	}
+	buf = pattern(total, 7);
+	assert_int_equal(wd_sink_write_run(fd, buf, parts, N, &err), 0);
+	back = malloc(base);
+	assert_non_null(back);
+	assert_int_equal(pread(fd, back, base, 0), (ssize_t)base);
+	for (size_t i = 0, pos = 0, end = 0; i < N; i++) {
+		for (size_t b = end; b < parts[i].base; b++)
+			assert_int_equal(back[b], 0);
+		assert_memory_equal(back + parts[i].base, buf + pos, parts[i].size);
+		documented_digest(parts[i].alg, buf + pos, parts[i].size, want);
+		assert_memory_equal(digests[i], want, wd_digest_len(parts[i].alg));
+		assert_int_equal(progress[i], parts[i].size);
+		pos += parts[i].size;
+		end = parts[i].base + parts[i].size;
+	}
+	/* overlapping, then too far after the previous part */
+	parts[1].base = parts[0].base;
+	assert_true(wd_sink_write_run(fd, buf, parts, 2, &err) < 0);
+	assert_int_equal(err.code, WEIGHTD_E_INTERNAL);
+	parts[1].base = parts[0].base + parts[0].size + WD_SINK_GAP_MAX + 1;
+	assert_true(wd_sink_write_run(fd, buf, parts, 2, &err) < 0);
+	free(back);
+	free(buf);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -561,6 +615,7 @@ int main(void)
 		cmocka_unit_test(test_pipeline_only_for_sha256),
 		cmocka_unit_test(test_algorithm_names),
 		cmocka_unit_test(test_scratch),
+		cmocka_unit_test(test_run),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
