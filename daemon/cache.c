@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cache.c - weights by key and by handle, the segments they lie in, the memory budget with LRU
- * eviction and idle limits, and re-adoption (cache_fill.c makes new weights). Main thread only. */
+ * eviction and idle limits, and re-adoption (cache_pack.c and cache_job.c make new weights).
+ * Main thread only. */
 #include "cache.h"
 #include "cache_int.h"
 

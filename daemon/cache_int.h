@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* cache_int.h - what cache.c (weights, segments, budget) and cache_fill.c (packing, jobs) share.
- * Not for other modules. */
+/* cache_int.h - what the cache's files share: cache.c (weights, segments, budget), cache_pack.c
+ * (requests, placing new weights in segments) and cache_job.c (the jobs that make them). Not for
+ * other modules. */
 #ifndef WD_CACHE_INT_H
 #define WD_CACHE_INT_H
 
@@ -109,5 +110,28 @@ uint64_t cache_enforce_idle(struct cache *c);
 int cache_reserve(struct cache *c, uint64_t need, const char *what, weightd_error *err);
 /* Give a re-adopted weight its catalog entry (a reference) when it has none. */
 void cache_claim_source(struct weight *w, struct csource *cs);
+
+/* cache_job.c */
+/* The job in flight making the weight of this key, or NULL. */
+struct job *cache_job_find(const struct cache *c, const uint8_t *key);
+/* Another request waits for j: cb runs with the others' when j finishes. 0, or
+ * -WEIGHTD_E_RESOURCE_EXHAUSTED. */
+int cache_job_join(struct job *j, cache_cb cb, void *arg);
+/* A job for plan (taken), reading n_sources checkpoints, its nbytes and temp set; NULL when out
+ * of memory (plan not taken). Neither linked nor queued until cache_job_queue. */
+struct job *cache_job_new(struct cache *c, struct wd_plan *plan, size_t n_sources);
+/* Free a job cache_job_queue never took, and its plan. */
+void cache_job_free(struct job *j);
+/* j's weight goes at offset of sg, for the request cb/arg (its bytes and temporaries reserved by
+ * the caller): j references sources[0..n_sources), is in flight (found by key) and queued on sg
+ * until sg is created and its jobs start (cache_job_start). */
+void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sources,
+		     size_t n_sources, struct cache_segment *sg, uint64_t offset, cache_cb cb,
+		     void *arg);
+/* Start the queued jobs of the created segments sgs[0..n), one task of each in turn. */
+void cache_job_start(struct cache *c, struct cache_segment **sgs, size_t n);
+/* sg could not be created: every job queued on it fails with err (callbacks run here), and sg
+ * is destroyed when nothing else uses it. */
+void cache_job_fail_queued(struct cache *c, struct cache_segment *sg, const weightd_error *err);
 
 #endif

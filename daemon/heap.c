@@ -24,10 +24,10 @@ static size_t trim = HEAP_TRIM_MIN;
  * of n weights makes O(n) short-lived objects (its decoded request, plans, reply); with glibc's
  * defaults (trim above 128 KiB at the top, mmap above 128 KiB) each such request faults its
  * whole working set in again, and on virtual machines a first-touch fault costs microseconds:
- * a 100,000-weight unit spent more time in page faults than in its own work. Up to 64 MiB of
- * free heap stays mapped (more after a larger unit: heap_reserve); memory a departing client
- * made us take is still returned (server.c, malloc_trim on reap). GLIBC_TUNABLES naming malloc
- * settings win over these.
+ * a unit of 100,000 weights would spend more time in page faults than in its own work. Up to
+ * 64 MiB of free heap stays mapped (more after a larger unit: heap_reserve); memory a departing
+ * client made us take is still returned (server.c, malloc_trim on reap). GLIBC_TUNABLES naming
+ * malloc settings win over these.
  */
 void heap_tune(void)
 {

@@ -28,7 +28,7 @@ struct pool_task {
 };
 
 /* The default worker count is the number of online CPUs, at most this: fills are bound by memory
- * bandwidth long before, and each busy worker holds about 12 MiB of buffers. */
+ * bandwidth long before, and each busy worker holds buffers of its own (wd_scratch_init). */
 #define POOL_MAX_DEFAULT_THREADS 8u
 
 /* A worker gives its buffers back after this long without work. */

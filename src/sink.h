@@ -110,7 +110,7 @@ struct wd_scratch {
 };
 
 /* Small enough that what a read brings in is still in the core's cache when it is hashed and
- * written (measured: 512 KiB steps filled faster than 4 MiB ones, with or without hashing). */
+ * written: steps of several MiB fall out of it and fill slower, with or without hashing. */
 #define WD_SCRATCH_BYTES (512u << 10)
 
 /* Buffers of `bytes` each and a hasher (whose thread failing to start leaves hasher NULL, not

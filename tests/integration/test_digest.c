@@ -206,7 +206,7 @@ static void default_digest_is_xxh3_of_the_bytes(void **state)
 	assert_true(harness_log_contains(&H, "filling d:big in 3 chunks, with up to 1 helper"));
 	assert_true(harness_log_contains(&H, "filling cast(d:half, F32) in 3 chunks"));
 	assert_true(harness_log_contains(&H, "small weights"));
-	/* and consecutive small tensors were read together (cache_fill.c, runs) */
+	/* and consecutive small tensors were read together (fill.c, runs) */
 	assert_true(harness_log_contains(&H, "weights (") &&
 		    harness_log_contains(&H, ") from one read of d"));
 	st = it_status(c);

@@ -1,40 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* cache_fill.c - making new weights: packing a request's new weights into segments, the jobs
- * that fill them on the worker pool, and cache_request. Main thread only, except job_work. */
-#include <errno.h>
+/* cache_job.c - the jobs that make new weights: found by key while in flight, run on the worker
+ * pool (a segment's consecutive small ones batched into one task), their bytes filled by fill.c,
+ * then turned into weights and their waiters answered. Main thread only, except job_work and
+ * batch_work. */
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cache_int.h"
 #include "clock.h"
 #include "fill.h"
 #include "log.h"
-#include "source.h"
-#include "state.h"
-
-/* /dev/shm has no room for a segment: say how much it has left, in the structured fields too. */
-static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weightd_error *err)
-{
-	/* the newest weight placed in it */
-	const struct job *j = TAILQ_LAST(&sg->queued, job_queue);
-	char what[600];
-
-	if (sg->n_jobs == 1)
-		snprintf(what, sizeof(what), "%s", wd_plan_label(j->plan));
-	else
-		snprintf(what, sizeof(what), "a segment of %zu weights (%s and others)",
-			 (size_t)sg->n_jobs, wd_plan_label(j->plan));
-	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
-		     "%llu bytes free", what, (unsigned long long)sg->used, (unsigned long long)avail);
-	err->expected = (int64_t)sg->used;
-	err->actual = (int64_t)avail;
-}
 
 /* Keep a failure's error with the job (without memory for it, job_done says so from status). */
 static void job_fail(struct job *j, int status, const weightd_error *err)
@@ -46,7 +22,7 @@ static void job_fail(struct job *j, int status, const weightd_error *err)
 		*j->err = *err;
 }
 
-/* Worker thread: reserve the weight's range, fill and hash it. Touches nothing but the job (the
+/* Worker thread: fill the weight's range and hash it (fill.c). Touches nothing but the job (the
  * segment's fd is copied into it and stays open until every job of the segment is done). */
 static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 {
@@ -62,8 +38,8 @@ static void job_work(struct pool_task *t, struct wd_scratch *scratch)
 	}
 	/* Nothing is reserved first: writing allocates the pages (cache_pack_end checked that
 	 * /dev/shm had room; if others filled it since, the write fails with ENOSPC, reported as
-	 * resource exhausted). A posix_fallocate per range cleared every page once more. */
-	/* A large weight is filled in chunks by several workers (fill.c), a small one in order. */
+	 * resource exhausted), where a posix_fallocate of the range would clear every page once
+	 * more. A large weight is filled in chunks by several workers, a small one in order. */
 	r = fill_weight(j->cache->p.pool, j->plan, j->fd, j->offset, j->nbytes, j->alg,
 			&j->progress, scratch, j->digest, &j->bytes_read, &err);
 	if (r < 0)
@@ -79,7 +55,7 @@ fail:
 			  (off_t)j->nbytes);
 }
 
-static void job_free(struct job *j)
+void cache_job_free(struct job *j)
 {
 	for (size_t i = 0; i < j->n_sources; i++)
 		catalog_source_unref(j->sources[i]);
@@ -90,7 +66,7 @@ static void job_free(struct job *j)
 	free(j);
 }
 
-static struct job *find_job(const struct cache *c, const uint8_t *key)
+struct job *cache_job_find(const struct cache *c, const uint8_t *key)
 {
 	if (!c->jobs_by_key)
 		return NULL;
@@ -271,7 +247,7 @@ static void job_done(struct pool_task *t)
 		if (wt != &j->starter)
 			free(wt);
 	}
-	job_free(j);
+	cache_job_free(j);
 	/* Counted down only now: while the callbacks run (and may drop w, or evict neighbours),
 	 * the job keeps the segment alive and busy. */
 	if (--sg->n_jobs == 0 && sg->created) {
@@ -424,131 +400,13 @@ static void seg_start_queued(struct cache *c, struct cache_segment *sg)
 		;
 }
 
-/* --- packing ---------------------------------------------------------------------------- */
-
-struct cache_pack *cache_pack_begin(struct cache *c)
-{
-	(void)c;
-	return calloc(1, sizeof(struct cache_pack));
-}
-
-static int ptr_cmp(const void *a, const void *b)
-{
-	uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static bool same_group(const struct cache_segment *sg, struct csource *const *g, size_t n)
-{
-	return sg->n_group == n && memcmp(sg->group, g, n * sizeof(*g)) == 0;
-}
-
-static uint64_t align_for(uint64_t off, uint64_t nbytes)
-{
-	uint64_t a = nbytes >= CACHE_PAGE ? CACHE_PAGE : CACHE_ALIGN;
-
-	return (off + a - 1) / a * a;
-}
-
-static int grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-	void *p;
-	size_t ncap;
-
-	if (n < *cap)
-		return 0;
-	ncap = *cap ? *cap * 2 : 8;
-	p = realloc(*arr, ncap * elem);
-	if (!p)
-		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	*arr = p;
-	*cap = ncap;
-	return 0;
-}
-
-/*
- * Where a new weight of `nbytes` reading `sources` goes: the pack's open segment of the same
- * checkpoints when it has room (under segment_max and CACHE_SEGMENT_MAX_WEIGHTS), else a new
- * one, which becomes the open segment of that group. A weight over segment_max is alone in
- * its segment. The groups open in one pack are few (one per set of checkpoints a unit reads),
- * so they are scanned.
- */
-static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
-					struct csource *const *sources, size_t n_sources,
-					uint64_t nbytes, uint64_t *ret_off)
-{
-	struct csource *g[16];
-	struct cache_segment *sg = NULL;
-	size_t slot = SIZE_MAX;
-	uint64_t off;
-
-	memcpy(g, sources, n_sources * sizeof(*g));
-	qsort(g, n_sources, sizeof(*g), ptr_cmp);
-	for (size_t i = 0; i < pk->n_open; i++)
-		if (same_group(pk->open[i], g, n_sources)) {
-			slot = i;
-			sg = pk->open[i];
-			break;
-		}
-	if (sg) {
-		off = align_for(sg->used, nbytes);
-		if (off + nbytes <= c->p.segment_max && off + nbytes >= off &&
-		    sg->n_jobs < CACHE_SEGMENT_MAX_WEIGHTS) {
-			sg->used = off + nbytes;
-			*ret_off = off;
-			return sg;
-		}
-	}
-	if (grow((void **)&pk->all, &pk->cap_all, pk->n_all, sizeof(*pk->all)) < 0 ||
-	    (slot == SIZE_MAX &&
-	     grow((void **)&pk->open, &pk->cap_open, pk->n_open, sizeof(*pk->open)) < 0))
-		return NULL;
-	sg = cache_seg_alloc(c);
-	if (!sg)
-		return NULL;
-	memcpy(sg->group, g, n_sources * sizeof(*g));
-	sg->n_group = n_sources;
-	for (size_t i = 0; i < n_sources; i++)
-		catalog_source_ref(g[i]); /* given back in cache_seg_destroy */
-	if (n_sources) {
-		snprintf(sg->source, sizeof(sg->source), "%s", sources[0]->name);
-		sg->generation = sources[0]->generation;
-	}
-	sg->used = nbytes;
-	pk->all[pk->n_all++] = sg;
-	if (slot == SIZE_MAX)
-		pk->open[pk->n_open++] = sg;
-	else
-		pk->open[slot] = sg;
-	*ret_off = 0;
-	return sg;
-}
-
-/* The segment could not be made: every job queued for it fails (callbacks run here). */
-static void seg_fail_queued(struct cache *c, struct cache_segment *sg, const weightd_error *err)
-{
-	/* newest first */
-	while (!TAILQ_EMPTY(&sg->queued)) {
-		struct job *j = TAILQ_LAST(&sg->queued, job_queue);
-
-		TAILQ_REMOVE(&sg->queued, j, queue_link);
-		job_fail(j, -err->code, err);
-		if (c->p.stats)
-			c->p.stats->in_flight++; /* job_done takes it back */
-		job_done(&j->task);
-	}
-	if (sg->n_jobs == 0)
-		cache_seg_destroy(c, sg, false);
-}
-
 /*
  * Start the created segments of a pack, one task of each in turn: the workers, taking tasks in
  * order, then write into different segments rather than queueing on one segment's inode lock
  * (a write into a shared-memory object holds it). Without a pool, or without memory for the
  * lists, each segment starts whole in turn.
  */
-static void pack_start(struct cache *c, struct cache_segment **sgs, size_t n)
+void cache_job_start(struct cache *c, struct cache_segment **sgs, size_t n)
 {
 	struct job_queue *lists = c->p.pool && n > 1 ? calloc(n, sizeof(*lists)) : NULL;
 	bool more = true;
@@ -571,150 +429,70 @@ static void pack_start(struct cache *c, struct cache_segment **sgs, size_t n)
 	free(lists);
 }
 
-void cache_pack_end(struct cache *c, struct cache_pack *pk)
+/* The segment could not be made: every job queued for it fails (callbacks run here). */
+void cache_job_fail_queued(struct cache *c, struct cache_segment *sg, const weightd_error *err)
 {
-	if (!pk)
-		return;
-	uint64_t avail = pk->n_all ? wd_segment_shm_free() : 0, claimed = 0;
-	size_t started = 0;
+	/* newest first */
+	while (!TAILQ_EMPTY(&sg->queued)) {
+		struct job *j = TAILQ_LAST(&sg->queued, job_queue);
 
-	for (size_t i = 0; i < pk->n_all; i++) {
-		struct cache_segment *sg = pk->all[i];
-		weightd_error err;
-		struct stat st;
-		int r;
-
-		wd_error_clear(&err);
-		/* One check of /dev/shm per pack, counting what its earlier segments will take. */
-		if (avail != UINT64_MAX && (claimed > avail || sg->used > avail - claimed)) {
-			shm_full_error(sg, avail > claimed ? avail - claimed : 0, &err);
-			log_info("%s", err.message);
-			seg_fail_queued(c, sg, &err); /* and destroys the segment */
-			continue;
-		}
-		claimed += sg->used;
-		/* a random name, drawn again when taken (wd_segment_create_unique) */
-		r = wd_segment_create_sparse(c->instance, sg->used, &sg->seg, &err);
-		if (r < 0) {
-			log_warn("%s", err.message);
-			seg_fail_queued(c, sg, &err); /* and destroys the segment */
-			continue;
-		}
-		if (fstat(sg->seg.ro_fd, &st) == 0)
-			sg->ino = (uint64_t)st.st_ino;
-		sg->created = true;
-		c->segment_bytes += sg->seg.size;
-		pk->all[started++] = sg; /* the created ones, in order, over the ones handled */
+		TAILQ_REMOVE(&sg->queued, j, queue_link);
+		job_fail(j, -err->code, err);
+		if (c->p.stats)
+			c->p.stats->in_flight++; /* job_done takes it back */
+		job_done(&j->task);
 	}
-	pack_start(c, pk->all, started);
-	free(pk->open);
-	free(pk->all);
-	free(pk);
+	if (sg->n_jobs == 0)
+		cache_seg_destroy(c, sg, false);
 }
 
-/*
- * Recipe temporaries live on the heap, outside the shared-memory budget: all running jobs
- * together may hold max_temp of them (the budget's size when unset). A job that would pass it
- * fails at once with the figures, rather than growing the daemon past what was configured.
- */
-static int temp_check(struct cache *c, uint64_t temp, const char *label, weightd_error *err)
+int cache_job_join(struct job *j, cache_cb cb, void *arg)
 {
-	uint64_t limit = c->p.max_temp ? c->p.max_temp : c->budget;
-	uint64_t used = c->temp_used;
+	struct waiter *wt = calloc(1, sizeof(*wt));
 
-	if (!temp || (temp <= limit && used <= limit - temp))
-		return 0;
-	if (err) {
-		err->expected = (int64_t)(limit - (used < limit ? used : limit));
-		err->actual = (int64_t)temp;
-	}
-	return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-			    "resource exhausted: %s needs %llu bytes of working memory but only %llu of "
-			    "max_temp (%llu bytes) are free (%llu in use by running materializations)",
-			    label, (unsigned long long)temp,
-			    (unsigned long long)(used < limit ? limit - used : 0),
-			    (unsigned long long)limit, (unsigned long long)used);
+	if (!wt)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	wt->cb = cb;
+	wt->arg = arg;
+	SLIST_INSERT_HEAD(&j->waiters, wt, link);
+	return 0;
 }
 
-int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan,
-		  struct csource *const *sources, size_t n_sources, cache_cb cb, void *arg,
-		  struct weight **ret_w, weightd_error *err)
+struct job *cache_job_new(struct cache *c, struct wd_plan *plan, size_t n_sources)
 {
-	const uint8_t *key = wd_plan_key(plan);
-	struct weight *w = cache_find_key(c, key);
-	struct cache_pack *own = NULL;
-	struct cache_segment *sg;
-	struct waiter *wt;
-	struct job *j;
-	int r;
+	struct job *j = job_table_room(c) == 0 ? calloc(1, sizeof(*j)) : NULL;
 
-	if (w) {
-		cache_hold(c, w);
-		cache_claim_source(w, n_sources ? sources[0] : NULL);
-		wd_plan_free(plan);
-		*ret_w = w;
-		return 1;
-	}
-	if (n_sources > 16) {
-		wd_plan_free(plan);
-		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE, "a recipe may read at most 16 checkpoints");
-	}
-	j = find_job(c, key);
-	if (j) {
-		wt = calloc(1, sizeof(*wt));
-		if (!wt) {
-			wd_plan_free(plan);
-			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-		}
-		wt->cb = cb;
-		wt->arg = arg;
-		SLIST_INSERT_HEAD(&j->waiters, wt, link);
-		wd_plan_free(plan);
-		return 0;
-	}
-	j = job_table_room(c) == 0 ? calloc(1, sizeof(*j)) : NULL;
-	if (j)
-		j->sources = n_sources <= 1 ? &j->source0 : calloc(n_sources, sizeof(*j->sources));
-	if (!pack)
-		pack = own = cache_pack_begin(c);
-	if (!j || !j->sources || !pack) {
-		if (j && j->sources != &j->source0)
-			free(j->sources);
+	if (!j)
+		return NULL;
+	j->sources = n_sources <= 1 ? &j->source0 : calloc(n_sources, sizeof(*j->sources));
+	if (!j->sources) {
 		free(j);
-		free(own);
-		wd_plan_free(plan);
-		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		return NULL;
 	}
 	j->plan = plan;
 	j->nbytes = wd_plan_nbytes(plan);
 	j->temp = wd_plan_temp_bytes(plan);
-	r = temp_check(c, j->temp, wd_plan_label(plan), err);
-	if (r == 0)
-		r = cache_reserve(c, j->nbytes, wd_plan_label(plan), err);
-	if (r < 0) {
-		job_free(j);
-		free(own);
-		return r;
-	}
-	sg = pack_place(c, pack, sources, n_sources, j->nbytes, &j->offset);
-	if (!sg) {
-		c->resident -= j->nbytes;
-		job_free(j);
-		free(own);
-		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	}
+	return j;
+}
+
+void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sources,
+		     size_t n_sources, struct cache_segment *sg, uint64_t offset, cache_cb cb,
+		     void *arg)
+{
+	struct waiter *wt = &j->starter;
+
 	for (size_t i = 0; i < n_sources; i++) {
 		j->sources[i] = sources[i];
 		catalog_source_ref(sources[i]);
 		j->n_sources++;
 	}
 	j->cache = c;
-	memcpy(j->key, key, 32);
-	wt = &j->starter;
+	memcpy(j->key, wd_plan_key(j->plan), 32);
 	wt->cb = cb;
 	wt->arg = arg;
 	SLIST_INSERT_HEAD(&j->waiters, wt, link);
 	j->segment = sg;
+	j->offset = offset;
 	j->fd = -1;
 	j->task.work = job_work;
 	j->task.done = job_done;
@@ -725,14 +503,11 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		c->p.stats->temp_bytes += j->temp;
 	TAILQ_INSERT_TAIL(&sg->queued, j, queue_link);
 	job_link(c, j);
-	if (own)
-		cache_pack_end(c, own);
-	return 0;
 }
 
 bool cache_in_flight(const struct cache *c, const uint8_t key[32])
 {
-	return find_job(c, key) != NULL;
+	return cache_job_find(c, key) != NULL;
 }
 
 void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *j, void *arg),

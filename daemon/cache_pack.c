@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* cache_pack.c - asking for a weight (cache_request): found, joined to the job making it, or
+ * placed as a new weight in a segment of its request's pack, whose segments are created and
+ * whose jobs start (cache_job.c) when the pack ends. Main thread only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cache_int.h"
+#include "log.h"
+
+/* /dev/shm has no room for a segment: say how much it has left, in the structured fields too. */
+static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weightd_error *err)
+{
+	/* the newest weight placed in it */
+	const struct job *j = TAILQ_LAST(&sg->queued, job_queue);
+	char what[600];
+
+	if (sg->n_jobs == 1)
+		snprintf(what, sizeof(what), "%s", wd_plan_label(j->plan));
+	else
+		snprintf(what, sizeof(what), "a segment of %zu weights (%s and others)",
+			 (size_t)sg->n_jobs, wd_plan_label(j->plan));
+	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
+		     "%llu bytes free", what, (unsigned long long)sg->used, (unsigned long long)avail);
+	err->expected = (int64_t)sg->used;
+	err->actual = (int64_t)avail;
+}
+
+struct cache_pack *cache_pack_begin(struct cache *c)
+{
+	(void)c;
+	return calloc(1, sizeof(struct cache_pack));
+}
+
+static int ptr_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool same_group(const struct cache_segment *sg, struct csource *const *g, size_t n)
+{
+	return sg->n_group == n && memcmp(sg->group, g, n * sizeof(*g)) == 0;
+}
+
+static uint64_t align_for(uint64_t off, uint64_t nbytes)
+{
+	uint64_t a = nbytes >= CACHE_PAGE ? CACHE_PAGE : CACHE_ALIGN;
+
+	return (off + a - 1) / a * a;
+}
+
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	void *p;
+	size_t ncap;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap ? *cap * 2 : 8;
+	p = realloc(*arr, ncap * elem);
+	if (!p)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+/*
+ * Where a new weight of `nbytes` reading `sources` goes: the pack's open segment of the same
+ * checkpoints when it has room (under segment_max and CACHE_SEGMENT_MAX_WEIGHTS), else a new
+ * one, which becomes the open segment of that group. A weight over segment_max is alone in
+ * its segment. The groups open in one pack are few (one per set of checkpoints a unit reads),
+ * so they are scanned.
+ */
+static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
+					struct csource *const *sources, size_t n_sources,
+					uint64_t nbytes, uint64_t *ret_off)
+{
+	struct csource *g[16];
+	struct cache_segment *sg = NULL;
+	size_t slot = SIZE_MAX;
+	uint64_t off;
+
+	memcpy(g, sources, n_sources * sizeof(*g));
+	qsort(g, n_sources, sizeof(*g), ptr_cmp);
+	for (size_t i = 0; i < pk->n_open; i++)
+		if (same_group(pk->open[i], g, n_sources)) {
+			slot = i;
+			sg = pk->open[i];
+			break;
+		}
+	if (sg) {
+		off = align_for(sg->used, nbytes);
+		if (off + nbytes <= c->p.segment_max && off + nbytes >= off &&
+		    sg->n_jobs < CACHE_SEGMENT_MAX_WEIGHTS) {
+			sg->used = off + nbytes;
+			*ret_off = off;
+			return sg;
+		}
+	}
+	if (grow((void **)&pk->all, &pk->cap_all, pk->n_all, sizeof(*pk->all)) < 0 ||
+	    (slot == SIZE_MAX &&
+	     grow((void **)&pk->open, &pk->cap_open, pk->n_open, sizeof(*pk->open)) < 0))
+		return NULL;
+	sg = cache_seg_alloc(c);
+	if (!sg)
+		return NULL;
+	memcpy(sg->group, g, n_sources * sizeof(*g));
+	sg->n_group = n_sources;
+	for (size_t i = 0; i < n_sources; i++)
+		catalog_source_ref(g[i]); /* given back in cache_seg_destroy */
+	if (n_sources) {
+		snprintf(sg->source, sizeof(sg->source), "%s", sources[0]->name);
+		sg->generation = sources[0]->generation;
+	}
+	sg->used = nbytes;
+	pk->all[pk->n_all++] = sg;
+	if (slot == SIZE_MAX)
+		pk->open[pk->n_open++] = sg;
+	else
+		pk->open[slot] = sg;
+	*ret_off = 0;
+	return sg;
+}
+
+void cache_pack_end(struct cache *c, struct cache_pack *pk)
+{
+	if (!pk)
+		return;
+	uint64_t avail = pk->n_all ? wd_segment_shm_free() : 0, claimed = 0;
+	size_t started = 0;
+
+	for (size_t i = 0; i < pk->n_all; i++) {
+		struct cache_segment *sg = pk->all[i];
+		weightd_error err;
+		struct stat st;
+		int r;
+
+		wd_error_clear(&err);
+		/* One check of /dev/shm per pack, counting what its earlier segments will take. */
+		if (avail != UINT64_MAX && (claimed > avail || sg->used > avail - claimed)) {
+			shm_full_error(sg, avail > claimed ? avail - claimed : 0, &err);
+			log_info("%s", err.message);
+			cache_job_fail_queued(c, sg, &err); /* and destroys the segment */
+			continue;
+		}
+		claimed += sg->used;
+		/* a random name, drawn again when taken (wd_segment_create_unique) */
+		r = wd_segment_create_sparse(c->instance, sg->used, &sg->seg, &err);
+		if (r < 0) {
+			log_warn("%s", err.message);
+			cache_job_fail_queued(c, sg, &err); /* and destroys the segment */
+			continue;
+		}
+		if (fstat(sg->seg.ro_fd, &st) == 0)
+			sg->ino = (uint64_t)st.st_ino;
+		sg->created = true;
+		c->segment_bytes += sg->seg.size;
+		pk->all[started++] = sg; /* the created ones, in order, over the ones handled */
+	}
+	cache_job_start(c, pk->all, started);
+	free(pk->open);
+	free(pk->all);
+	free(pk);
+}
+
+/*
+ * Recipe temporaries live on the heap, outside the shared-memory budget: all running jobs
+ * together may hold max_temp of them (the budget's size when unset). A job that would pass it
+ * fails at once with the figures, rather than growing the daemon past what was configured.
+ */
+static int temp_check(struct cache *c, uint64_t temp, const char *label, weightd_error *err)
+{
+	uint64_t limit = c->p.max_temp ? c->p.max_temp : c->budget;
+	uint64_t used = c->temp_used;
+
+	if (!temp || (temp <= limit && used <= limit - temp))
+		return 0;
+	if (err) {
+		err->expected = (int64_t)(limit - (used < limit ? used : limit));
+		err->actual = (int64_t)temp;
+	}
+	return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+			    "resource exhausted: %s needs %llu bytes of working memory but only %llu of "
+			    "max_temp (%llu bytes) are free (%llu in use by running materializations)",
+			    label, (unsigned long long)temp,
+			    (unsigned long long)(used < limit ? limit - used : 0),
+			    (unsigned long long)limit, (unsigned long long)used);
+}
+
+int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan,
+		  struct csource *const *sources, size_t n_sources, cache_cb cb, void *arg,
+		  struct weight **ret_w, weightd_error *err)
+{
+	const uint8_t *key = wd_plan_key(plan);
+	struct weight *w = cache_find_key(c, key);
+	struct cache_pack *own = NULL;
+	struct cache_segment *sg;
+	struct job *j;
+	uint64_t off;
+	int r;
+
+	if (w) {
+		cache_hold(c, w);
+		cache_claim_source(w, n_sources ? sources[0] : NULL);
+		wd_plan_free(plan);
+		*ret_w = w;
+		return 1;
+	}
+	if (n_sources > 16) {
+		wd_plan_free(plan);
+		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE, "a recipe may read at most 16 checkpoints");
+	}
+	j = cache_job_find(c, key);
+	if (j) {
+		wd_plan_free(plan);
+		if (cache_job_join(j, cb, arg) < 0)
+			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		return 0;
+	}
+	j = cache_job_new(c, plan, n_sources);
+	if (!pack)
+		pack = own = cache_pack_begin(c);
+	if (!j || !pack) {
+		if (j)
+			cache_job_free(j); /* and the plan */
+		else
+			wd_plan_free(plan);
+		free(own);
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	r = temp_check(c, j->temp, wd_plan_label(plan), err);
+	if (r == 0)
+		r = cache_reserve(c, j->nbytes, wd_plan_label(plan), err);
+	if (r < 0) {
+		cache_job_free(j);
+		free(own);
+		return r;
+	}
+	sg = pack_place(c, pack, sources, n_sources, j->nbytes, &off);
+	if (!sg) {
+		c->resident -= j->nbytes;
+		cache_job_free(j);
+		free(own);
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	cache_job_queue(c, j, sources, n_sources, sg, off, cb, arg);
+	if (own)
+		cache_pack_end(c, own);
+	return 0;
+}
