@@ -10,49 +10,6 @@
 #include "slab.h"
 #include "stats.h"
 
-struct waiter {
-	cache_cb cb;
-	void *arg;
-	SLIST_ENTRY(waiter) link;
-};
-
-struct job {
-	struct pool_task task;       /* first: the pool hands back this pointer */
-	struct cache *cache;
-	uint8_t key[32];
-	struct wd_plan *plan;
-	struct csource **sources;
-	size_t n_sources;
-	uint64_t nbytes;
-	uint64_t temp;               /* heap temporaries it may allocate, counted while it runs */
-	uint64_t progress;           /* bytes written so far: the worker stores, status loads */
-	struct cache_segment *segment;
-	uint64_t offset;
-	int fd;                      /* the segment's writable fd (the worker writes through it) */
-	/* result, written by the worker */
-	int status;
-	weightd_error *err;        /* on failure (heap: a job is small while it succeeds) */
-	enum wd_digest_alg alg;      /* chosen on the main thread (cache_params.digest) */
-	uint8_t digest[WD_DIGEST_MAX];
-	uint64_t bytes_read;
-	uint64_t ns;
-	/* who waits (the request that started the job is the last in the list: `starter`, kept in
-	 * the job, so that a weight's request costs no allocation of its own; joiners are
-	 * allocated) */
-	SLIST_HEAD(, waiter) waiters;
-	LIST_ENTRY(job) link;        /* the cache's jobs in flight */
-	struct job *hash_next;       /* the chain of its bucket in jobs_by_key */
-	struct job **hash_pprev;     /* what points at it in that chain (unlinked in O(1)) */
-	TAILQ_ENTRY(job) queue_link; /* its segment's jobs waiting for it to be created */
-	STAILQ_ENTRY(job) batch_link; /* its batch's jobs (small weights share a task) */
-	struct csource *source0;     /* sources of a job that reads one checkpoint (most do) */
-	struct waiter starter;       /* the request that started it */
-};
-
-/* Jobs in flight are found by key through a hash that doubles as they grow (a unit of 100,000
- * new weights starts that many jobs: a list scanned per request would be quadratic). */
-#define JOB_BUCKETS_MIN 4096
-
 /* The segments one pack is filling: the open one of each group of checkpoints. */
 struct cache_pack {
 	struct cache_segment **open;
@@ -112,16 +69,19 @@ int cache_reserve(struct cache *c, uint64_t need, const char *what, weightd_erro
 void cache_claim_source(struct weight *w, struct csource *cs);
 
 /* cache_job.c */
+struct job;
 /* The job in flight making the weight of this key, or NULL. */
 struct job *cache_job_find(const struct cache *c, const uint8_t *key);
 /* Another request waits for j: cb runs with the others' when j finishes. 0, or
  * -WEIGHTD_E_RESOURCE_EXHAUSTED. */
 int cache_job_join(struct job *j, cache_cb cb, void *arg);
-/* A job for plan (taken), reading n_sources checkpoints, its nbytes and temp set; NULL when out
- * of memory (plan not taken). Neither linked nor queued until cache_job_queue. */
+/* A job for plan (taken), reading n_sources checkpoints; NULL when out of memory (plan not
+ * taken). Neither linked nor queued until cache_job_queue. */
 struct job *cache_job_new(struct cache *c, struct wd_plan *plan, size_t n_sources);
 /* Free a job cache_job_queue never took, and its plan. */
 void cache_job_free(struct job *j);
+/* What j makes, e.g. "model:layers.0.q" (wd_plan_label), valid while j lives. */
+const char *cache_job_label(const struct job *j);
 /* j's weight goes at offset of sg, for the request cb/arg (its bytes and temporaries reserved by
  * the caller): j references sources[0..n_sources), is in flight (found by key) and queued on sg
  * until sg is created and its jobs start (cache_job_start). */

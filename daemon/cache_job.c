@@ -12,6 +12,52 @@
 #include "fill.h"
 #include "log.h"
 
+/* A request waiting for a job's weight. */
+struct waiter {
+	cache_cb cb;
+	void *arg;
+	SLIST_ENTRY(waiter) link;
+};
+
+/* One new weight being made: queued on its segment until the segment exists, then run on the
+ * pool (alone or in a batch), then made a weight on the main thread by job_done. */
+struct job {
+	struct pool_task task;       /* first: the pool hands back this pointer */
+	struct cache *cache;
+	uint8_t key[32];
+	struct wd_plan *plan;
+	struct csource **sources;
+	size_t n_sources;
+	uint64_t nbytes;
+	uint64_t temp;               /* heap temporaries it may allocate, counted while it runs */
+	uint64_t progress;           /* bytes written so far: the worker stores, status loads */
+	struct cache_segment *segment;
+	uint64_t offset;
+	int fd;                      /* the segment's writable fd (the worker writes through it) */
+	/* result, written by the worker */
+	int status;
+	weightd_error *err;        /* on failure (heap: a job is small while it succeeds) */
+	enum wd_digest_alg alg;      /* chosen on the main thread (cache_params.digest) */
+	uint8_t digest[WD_DIGEST_MAX];
+	uint64_t bytes_read;
+	uint64_t ns;
+	/* who waits (the request that started the job is the last in the list: `starter`, kept in
+	 * the job, so that a weight's request costs no allocation of its own; joiners are
+	 * allocated) */
+	SLIST_HEAD(, waiter) waiters;
+	LIST_ENTRY(job) link;        /* the cache's jobs in flight */
+	struct job *hash_next;       /* the chain of its bucket in jobs_by_key */
+	struct job **hash_pprev;     /* what points at it in that chain (unlinked in O(1)) */
+	TAILQ_ENTRY(job) queue_link; /* its segment's jobs waiting for it to be created */
+	STAILQ_ENTRY(job) batch_link; /* its batch's jobs (small weights share a task) */
+	struct csource *source0;     /* sources of a job that reads one checkpoint (most do) */
+	struct waiter starter;       /* the request that started it */
+};
+
+/* Jobs in flight are found by key through a hash that doubles as they grow (a unit of 100,000
+ * new weights starts that many jobs: a list scanned per request would be quadratic). */
+#define JOB_BUCKETS_MIN 4096
+
 /* Keep a failure's error with the job (without memory for it, job_done says so from status). */
 static void job_fail(struct job *j, int status, const weightd_error *err)
 {
@@ -64,6 +110,11 @@ void cache_job_free(struct job *j)
 	wd_plan_free(j->plan);
 	free(j->err);
 	free(j);
+}
+
+const char *cache_job_label(const struct job *j)
+{
+	return wd_plan_label(j->plan);
 }
 
 struct job *cache_job_find(const struct cache *c, const uint8_t *key)

@@ -18,10 +18,10 @@ static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weigh
 	char what[600];
 
 	if (sg->n_jobs == 1)
-		snprintf(what, sizeof(what), "%s", wd_plan_label(j->plan));
+		snprintf(what, sizeof(what), "%s", cache_job_label(j));
 	else
 		snprintf(what, sizeof(what), "a segment of %zu weights (%s and others)",
-			 (size_t)sg->n_jobs, wd_plan_label(j->plan));
+			 (size_t)sg->n_jobs, cache_job_label(j));
 	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
 		     "%llu bytes free", what, (unsigned long long)sg->used, (unsigned long long)avail);
@@ -201,8 +201,8 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	struct weight *w = cache_find_key(c, key);
 	struct cache_pack *own = NULL;
 	struct cache_segment *sg;
+	uint64_t nbytes = wd_plan_nbytes(plan), temp = wd_plan_temp_bytes(plan), off;
 	struct job *j;
-	uint64_t off;
 	int r;
 
 	if (w) {
@@ -234,17 +234,17 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		free(own);
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	r = temp_check(c, j->temp, wd_plan_label(plan), err);
+	r = temp_check(c, temp, wd_plan_label(plan), err);
 	if (r == 0)
-		r = cache_reserve(c, j->nbytes, wd_plan_label(plan), err);
+		r = cache_reserve(c, nbytes, wd_plan_label(plan), err);
 	if (r < 0) {
 		cache_job_free(j);
 		free(own);
 		return r;
 	}
-	sg = pack_place(c, pack, sources, n_sources, j->nbytes, &off);
+	sg = pack_place(c, pack, sources, n_sources, nbytes, &off);
 	if (!sg) {
-		c->resident -= j->nbytes;
+		c->resident -= nbytes;
 		cache_job_free(j);
 		free(own);
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
