@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 const char *harness_weightd(void)
 {
 	const char *p = getenv("WD_WEIGHTD");
@@ -172,13 +174,6 @@ int harness_write_config(struct harness *h, const char *extra_daemon, const char
 	return fclose(f) == 0 ? 0 : -1;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Does one datagram hold a line starting with `what`? */
 static int has_line(const char *msg, const char *what)
 {
@@ -213,7 +208,7 @@ static int time_scale(void)
 int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 {
 	struct harness_notify *q = h->nq;
-	int64_t end = now_ms() + (int64_t)timeout_ms * time_scale();
+	int64_t end = (int64_t)wd_clock_ms() + (int64_t)timeout_ms * time_scale();
 
 	if (!q)
 		return -1;
@@ -225,7 +220,7 @@ int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 
 		pthread_mutex_lock(&q->lock);
 		found = take_until(q, what);
-		if (!found && now_ms() < end) {
+		if (!found && (int64_t)wd_clock_ms() < end) {
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_nsec += 100 * 1000000L;
 			if (ts.tv_nsec >= 1000000000L) {
@@ -238,7 +233,7 @@ int harness_wait_notify(struct harness *h, const char *what, int timeout_ms)
 		pthread_mutex_unlock(&q->lock);
 		if (found)
 			return 0;
-		if (now_ms() >= end)
+		if ((int64_t)wd_clock_ms() >= end)
 			return -1;
 		/* A daemon that exited: first take what it sent before exiting (the reader thread
 		 * empties the socket), and reap it only when the message is not there, so a caller
@@ -563,10 +558,10 @@ int harness_settled_fds(const struct harness *h)
 
 int harness_wait_fds(const struct harness *h, int want, int timeout_ms)
 {
-	int64_t end = now_ms() + timeout_ms;
+	int64_t end = (int64_t)wd_clock_ms() + timeout_ms;
 	int n;
 
-	while ((n = harness_count_fds(h->pid)) != want && now_ms() < end)
+	while ((n = harness_count_fds(h->pid)) != want && (int64_t)wd_clock_ms() < end)
 		usleep(10000);
 	return n;
 }

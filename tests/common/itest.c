@@ -3,12 +3,11 @@
  * connecting, status look-ups, the fixture patterns and the leak check. */
 #include "itest.h"
 
+#include "clock.h"
+
 int64_t it_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)wd_clock_ms();
 }
 
 uint8_t it_pattern_byte(uint64_t i, unsigned seed)
