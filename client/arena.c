@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* arena.c - a unit's memory: bump allocation in blocks from the client's block cache. */
-#include "internal.h"
+#include "arena.h"
 
+#include <stdint.h>
 #include <string.h>
+
+#include "frame.h"
 
 /*
  * Each block starts with a pointer to the previous one; allocations follow, 16-byte aligned.

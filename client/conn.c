@@ -1,20 +1,84 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* conn.c - libweightd's connection: requests by id, one reader dispatching replies, events. */
-#include "internal.h"
+#include "conn.h"
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "err.h"
+#include "error.h"
 #include "frame.h"
+#include "seg.h"
+
+#define WC_MAX_REPLY (64u << 20)     /* largest reply frame accepted from the daemon */
+/* Memory kept per connection between requests: units' arenas, slot arrays and encodings, and
+ * replies' decoding space (a warm 10,000-slot unit uses about 12 MiB of it). Freed by
+ * weightd_close (and by the last reply the user still holds). */
+#define WC_MSG_CACHE (32u << 20)
+/* receive buffer kept per connection between replies */
+#define WC_INBUF_KEEP (8u << 20)
+#define WC_MAX_MESSAGE (2ull << 30)  /* largest reply (its frames joined) */
+#define WC_MAX_REPLY_FDS 65536       /* fds one reply may carry (one per segment) */
+#define WC_MAX_EVENTS 1024           /* queued generation events per client */
+#define WC_HELLO_TIMEOUT_MS 30000    /* connect gives up on a peer that never answers hello */
+
+/*
+ * A request waiting for its reply. Linked in the client's list while waiting; the reader
+ * unlinks it, stores the reply and sets done. `orphan` marks one nobody waits for any more: the
+ * reader frees it and releases any weight its reply carries.
+ */
+struct wc_pending {
+	uint64_t id;
+	bool done;
+	bool orphan;
+	Weightd__Response *resp;     /* the reply (owned), NULL when failed locally */
+	int *fds;                    /* fds that came with it (owned until taken) */
+	uint32_t nfds;
+	weightd_error err;           /* set when it failed before a reply came */
+	wc_conn_refs_fn *refs;       /* the references its reply stands for, or NULL: none */
+	LIST_ENTRY(wc_pending) link;  /* in the client's pending list */
+};
+
+struct wc_event {
+	char *checkpoint;
+	char *what;
+	uint64_t generation;
+};
+
+struct weightd_client {
+	atomic_uint refs;            /* the user's, plus one per inflight, unit and daemon reference */
+	int sock;
+	char path[108];
+	pthread_mutex_t mu;          /* everything below but sock and in */
+	pthread_cond_t cv;
+	pthread_mutex_t send_mu;     /* one frame on the socket at a time; guards sock for sending */
+	bool reading;                /* one thread reads the socket (and owns `in`) at a time */
+	int dead;                    /* 0, or the code every call now fails with */
+	weightd_error dead_err;
+	uint64_t next_id;
+	size_t n_pending;
+	LIST_HEAD(, wc_pending) pending;
+	struct wd_inbuf *in;
+	struct wd_msg_cache *msgs;   /* blocks of units and replies, kept for the next ones */
+	struct wc_event events[WC_MAX_EVENTS];
+	size_t ev_head, ev_count;
+	uint64_t ev_dropped;
+	weightd_server_info info;
+	Weightd__Response *hello;    /* backs info's strings */
+	struct wc_seg_table *segs;   /* the segments this client holds (seg.c) */
+};
 
 /*
  * How replies reach their threads. Any thread that must wait for a reply (or for events) and
@@ -25,7 +89,14 @@
  * touches c->in, so the frame buffer needs no lock of its own.
  */
 
-void wc_close_fds(int *fds, uint32_t n)
+/* The sentence for this process out of descriptors (see wd_nofile_text). */
+static void nofile_text(char *buf, size_t cap)
+{
+	wd_nofile_text(buf, cap, "this process",
+		       "ulimit -n, setrlimit(RLIMIT_NOFILE), or LimitNOFILE= for a service");
+}
+
+void wc_conn_close_fds(int *fds, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)
 		if (fds[i] >= 0)
@@ -48,7 +119,7 @@ static void client_destroy(weightd_client *c)
 		LIST_REMOVE(p, link);
 		if (p->resp)
 			wd_msg_free(p->resp);
-		wc_close_fds(p->fds, p->nfds);
+		wc_conn_close_fds(p->fds, p->nfds);
 		free(p);
 	}
 	for (size_t i = 0; i < c->ev_count; i++)
@@ -58,24 +129,33 @@ static void client_destroy(weightd_client *c)
 	wd_inbuf_free(c->in);
 	if (c->hello)
 		wd_msg_free(c->hello);
-	wc_seg_table_free(c);
+	wc_seg_table_free(c->segs);
 	wd_msg_cache_unref(c->msgs);   /* replies the user still holds keep it alive */
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->send_mu);
-	pthread_mutex_destroy(&c->seg_mu);
 	free(c);
 }
 
-void wc_client_ref(weightd_client *c)
+void wc_conn_ref(weightd_client *c)
 {
 	atomic_fetch_add(&c->refs, 1);
 }
 
-void wc_client_unref(weightd_client *c)
+void wc_conn_unref(weightd_client *c)
 {
 	if (c && atomic_fetch_sub(&c->refs, 1) == 1)
 		client_destroy(c);
+}
+
+struct wd_msg_cache *wc_conn_msgs(const weightd_client *c)
+{
+	return c->msgs;
+}
+
+struct wc_seg_table *wc_conn_segs(const weightd_client *c)
+{
+	return c->segs;
 }
 
 /*
@@ -132,8 +212,8 @@ static void unlink_pending(weightd_client *c, struct wc_pending *p)
 	c->n_pending--;
 }
 
-int wc_send(weightd_client *c, Weightd__Request *req, struct wc_pending **ret_p,
-	    weightd_error *err)
+int wc_conn_send(weightd_client *c, Weightd__Request *req, wc_conn_refs_fn *refs,
+		 struct wc_pending **ret_p, weightd_error *err)
 {
 	struct wc_pending *p = NULL;
 	uint8_t *buf = NULL;
@@ -146,6 +226,7 @@ int wc_send(weightd_client *c, Weightd__Request *req, struct wc_pending **ret_p,
 		p = calloc(1, sizeof(*p));
 		if (!p)
 			return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		p->refs = refs;
 	}
 	pthread_mutex_lock(&c->mu);
 	if (c->dead) {
@@ -224,7 +305,7 @@ out:
 	return r;
 }
 
-void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n)
+void wc_conn_release(weightd_client *c, const uint64_t *handles, size_t n)
 {
 	Weightd__Request req = WEIGHTD__REQUEST__INIT;
 	Weightd__Release rel = WEIGHTD__RELEASE__INIT;
@@ -240,42 +321,19 @@ void wc_send_release(weightd_client *c, const uint64_t *handles, size_t n)
 	 * is one message each way, which the scheduler keeps on one CPU like any ping-pong. A dead
 	 * connection needs nothing: the daemon dropped this client's references when it ended. */
 	req.quiet = 1;
-	wc_send(c, &req, NULL, NULL);
+	wc_conn_send(c, &req, NULL, NULL, NULL);
 }
 
-/*
- * How many daemon references a reply carries (one per entry of a unit reply's columns, one for
- * a share); with out, their handles.
- */
-static size_t reply_handles(const Weightd__Response *resp, uint32_t nfds, uint64_t *out)
+void wc_conn_discard(weightd_client *c, wc_conn_refs_fn *refs, Weightd__Response *resp, int *fds,
+		     uint32_t nfds)
 {
-	const Weightd__PackedWeights *pw;
-	size_t n = 0;
-
-	if (!resp || resp->error || nfds == 0)
-		return 0;
-	if (resp->body_case == WEIGHTD__RESPONSE__BODY_MATERIALIZE && resp->materialize &&
-	    (pw = resp->materialize->packed)) {
-		if (out && pw->n_handle)
-			memcpy(out, pw->handle, pw->n_handle * sizeof(*out));
-		n = pw->n_handle;
-	} else if (resp->body_case == WEIGHTD__RESPONSE__BODY_SHARE && resp->share &&
-		   resp->share->weight) {
-		if (out)
-			out[n] = resp->share->weight->handle;
-		n++;
-	}
-	return n;
-}
-
-void wc_reply_discard(weightd_client *c, Weightd__Response *resp, int *fds, uint32_t nfds)
-{
-	size_t n = reply_handles(resp, nfds, NULL);
+	bool some = refs && resp && !resp->error && nfds;
+	size_t n = some ? refs(resp, NULL) : 0;
 	uint64_t *handles = n ? calloc(n, sizeof(*handles)) : NULL;
 
-	n = handles ? reply_handles(resp, nfds, handles) : 0;
-	wc_close_fds(fds, nfds);
-	wc_send_release(c, handles, n);
+	n = handles ? refs(resp, handles) : 0;
+	wc_conn_close_fds(fds, nfds);
+	wc_conn_release(c, handles, n);
 	free(handles);
 	if (resp)
 		wd_msg_free(resp);
@@ -342,8 +400,8 @@ static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint3
 	unlink_pending(c, p);
 	if (p->orphan) {
 		pthread_mutex_unlock(&c->mu);
+		wc_conn_discard(c, p->refs, resp, fds, nfds);
 		free(p);
-		wc_reply_discard(c, resp, fds, nfds);
 		return;
 	}
 	p->resp = resp;
@@ -355,7 +413,7 @@ static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint3
 	return;
 drop:
 drop_unlocked:
-	wc_close_fds(fds, nfds);
+	wc_conn_close_fds(fds, nfds);
 	wd_msg_free(resp);
 }
 
@@ -412,7 +470,7 @@ static int read_some(weightd_client *c, int timeout_ms)
 			char why[300];
 
 			/* The kernel dropped the fds of a reply: this process is at its limit. */
-			wc_nofile_text(why, sizeof(why));
+			nofile_text(why, sizeof(why));
 			mark_dead(c, WEIGHTD_E_RESOURCE_EXHAUSTED,
 				  "resource exhausted: a reply from weightd at %s carried file "
 				  "descriptors this process could not receive, so the connection is "
@@ -461,7 +519,7 @@ static bool cond_holds(weightd_client *c, struct wc_pending *p)
 	return p ? p->done : (c->ev_count > 0 || c->dead);
 }
 
-bool wc_wait(weightd_client *c, struct wc_pending *p, int timeout_ms)
+bool wc_conn_wait(weightd_client *c, struct wc_pending *p, int timeout_ms)
 {
 	int64_t deadline = timeout_ms > 0 ? (int64_t)wd_clock_ms() + timeout_ms : 0;
 	bool ok;
@@ -515,8 +573,8 @@ bool wc_wait(weightd_client *c, struct wc_pending *p, int timeout_ms)
 	return ok;
 }
 
-int wc_pending_take(struct wc_pending *p, int body, Weightd__Response **ret_resp, int **ret_fds,
-		    uint32_t *ret_nfds, weightd_error *err)
+int wc_conn_pending_take(struct wc_pending *p, int body, Weightd__Response **ret_resp,
+			 int **ret_fds, uint32_t *ret_nfds, weightd_error *err)
 {
 	Weightd__Response *resp = p->resp;
 	int r;
@@ -546,11 +604,11 @@ int wc_pending_take(struct wc_pending *p, int body, Weightd__Response **ret_resp
 	}
 	return 0;
 fail:
-	/* the reply stays in p: wc_pending_free closes its fds and releases what they stand for */
+	/* the reply stays in p: wc_conn_pending_free closes its fds and releases what they stand for */
 	return r;
 }
 
-void wc_pending_free(weightd_client *c, struct wc_pending *p)
+void wc_conn_pending_free(weightd_client *c, struct wc_pending *p)
 {
 	if (!p)
 		return;
@@ -561,22 +619,23 @@ void wc_pending_free(weightd_client *c, struct wc_pending *p)
 		return;
 	}
 	pthread_mutex_unlock(&c->mu);
-	wc_reply_discard(c, p->resp, p->fds, p->nfds);
+	wc_conn_discard(c, p->refs, p->resp, p->fds, p->nfds);
 	free(p);
 }
 
-int wc_call(weightd_client *c, Weightd__Request *req, int body, Weightd__Response **ret_resp,
-	    int **ret_fds, uint32_t *ret_nfds, weightd_error *err)
+int wc_conn_call(weightd_client *c, Weightd__Request *req, int body, wc_conn_refs_fn *refs,
+		 Weightd__Response **ret_resp, int **ret_fds, uint32_t *ret_nfds,
+		 weightd_error *err)
 {
 	struct wc_pending *p;
 	int r;
 
-	r = wc_send(c, req, &p, err);
+	r = wc_conn_send(c, req, refs, &p, err);
 	if (r < 0)
 		return r;
-	wc_wait(c, p, -1);
-	r = wc_pending_take(p, body, ret_resp, ret_fds, ret_nfds, err);
-	wc_pending_free(c, p);
+	wc_conn_wait(c, p, -1);
+	r = wc_conn_pending_take(p, body, ret_resp, ret_fds, ret_nfds, err);
+	wc_conn_pending_free(c, p);
 	return r;
 }
 
@@ -605,17 +664,17 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 	h.client_name = (char *)(client_name ? client_name : program_invocation_short_name);
 	req.body_case = WEIGHTD__REQUEST__BODY_HELLO;
 	req.hello = &h;
-	r = wc_send(c, &req, &p, err);
+	r = wc_conn_send(c, &req, NULL, &p, err);
 	if (r < 0)
 		return r;
-	if (!wc_wait(c, p, (int)ms)) {
-		wc_pending_free(c, p);
+	if (!wc_conn_wait(c, p, (int)ms)) {
+		wc_conn_pending_free(c, p);
 		return wc_err_set(err, WEIGHTD_E_DISCONNECTED,
 				  "%s did not answer hello within %ld ms; is weightd listening there?",
 				  c->path, ms);
 	}
-	r = wc_pending_take(p, WEIGHTD__RESPONSE__BODY_HELLO, &resp, NULL, NULL, err);
-	wc_pending_free(c, p);
+	r = wc_conn_pending_take(p, WEIGHTD__RESPONSE__BODY_HELLO, &resp, NULL, NULL, err);
+	wc_conn_pending_free(c, p);
 	if (r < 0)
 		return r;
 	hr = resp->hello;
@@ -687,7 +746,6 @@ int weightd_connect(const char *socket_path, const char *client_name, weightd_cl
 	snprintf(c->path, sizeof(c->path), "%s", path);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->send_mu, NULL);
-	pthread_mutex_init(&c->seg_mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	c->in = wd_inbuf_new(WC_MAX_REPLY, WC_MAX_REPLY_FDS);
 	if (c->in) {
@@ -695,7 +753,8 @@ int weightd_connect(const char *socket_path, const char *client_name, weightd_cl
 		wd_inbuf_set_keep(c->in, WC_INBUF_KEEP);
 	}
 	c->msgs = wd_msg_cache_new(WC_MSG_CACHE);
-	if (!c->in || !c->msgs) {
+	c->segs = wc_seg_table_new();
+	if (!c->in || !c->msgs || !c->segs) {
 		r = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto fail;
 	}
@@ -703,7 +762,7 @@ int weightd_connect(const char *socket_path, const char *client_name, weightd_cl
 	if (c->sock < 0 && errno == EMFILE) {
 		char why[300];
 
-		wc_nofile_text(why, sizeof(why));
+		nofile_text(why, sizeof(why));
 		r = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 			       "resource exhausted: cannot create a socket to reach weightd: %s", why);
 		goto fail;
@@ -746,7 +805,7 @@ void weightd_close(weightd_client *c)
 		c->sock = -1;
 	}
 	pthread_mutex_unlock(&c->send_mu);
-	wc_client_unref(c);
+	wc_conn_unref(c);
 }
 
 const weightd_server_info *weightd_server(const weightd_client *c)
@@ -781,7 +840,7 @@ int weightd_subscribe(weightd_client *c, const char *const *checkpoints, size_t 
 	sub.checkpoints = (char **)checkpoints;
 	req.body_case = WEIGHTD__REQUEST__BODY_SUBSCRIBE;
 	req.subscribe = &sub;
-	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_SUBSCRIBE, &resp, NULL, NULL, err);
+	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_SUBSCRIBE, NULL, &resp, NULL, NULL, err);
 	if (r == 0)
 		wd_msg_free(resp);
 	return r;
@@ -803,7 +862,7 @@ int weightd_poll_events(weightd_client *c, int timeout_ms, weightd_event_list **
 	if (!c || !ret)
 		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 				  "weightd_poll_events: no client or no result pointer");
-	wc_wait(c, NULL, timeout_ms < 0 ? -1 : timeout_ms);
+	wc_conn_wait(c, NULL, timeout_ms < 0 ? -1 : timeout_ms);
 	pthread_mutex_lock(&c->mu);
 	if (c->ev_count == 0 && c->dead) {
 		int r = wc_err_copy(err, &c->dead_err);

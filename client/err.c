@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* err.c - libweightd's error reporting: filling a struct weightd_error (wc_err_*) and the
  * names of its codes. */
-#include "internal.h"
+#include "err.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* query.c - libweightd's read-only questions (list, describe, status) and admin requests. */
-#include "internal.h"
+#include "weightd/client.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "conn.h"
+#include "err.h"
+#include "frame.h"
+#include "weight.h"
 
 /*
  * Result structs point straight into the decoded reply, which they keep: protobuf-c strings are
@@ -49,7 +54,8 @@ int weightd_list(weightd_client *c, weightd_source_list **ret, weightd_error *er
 		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_list: no client");
 	req.body_case = WEIGHTD__REQUEST__BODY_LIST;
 	req.list = &empty;
-	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_LIST, &resp, NULL, NULL, err);
+	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_LIST, wc_weight_reply_refs, &resp, NULL,
+			 NULL, err);
 	if (r < 0)
 		return r;
 	n = resp->list ? resp->list->n_sources : 0;
@@ -107,7 +113,8 @@ int weightd_describe(weightd_client *c, const char *checkpoint, weightd_descript
 	d.checkpoint = (char *)checkpoint;
 	req.body_case = WEIGHTD__REQUEST__BODY_DESCRIBE;
 	req.describe = &d;
-	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_DESCRIBE, &resp, NULL, NULL, err);
+	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_DESCRIBE, wc_weight_reply_refs, &resp,
+			 NULL, NULL, err);
 	if (r < 0) {
 		if (err && !err->checkpoint[0])
 			wc_err_about(err, checkpoint, NULL, NULL);
@@ -197,7 +204,8 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 	sreq.omit_weights = omit_weights;
 	req.body_case = WEIGHTD__REQUEST__BODY_STATUS;
 	req.status = &sreq;
-	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_STATUS, &resp, NULL, NULL, err);
+	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_STATUS, wc_weight_reply_refs, &resp, NULL,
+			 NULL, err);
 	if (r < 0)
 		return r;
 	/* a daemon that does not know omit_weights sends the list anyway: dropped (the message
@@ -275,7 +283,8 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 		ws->refs = w->refs;
 		ws->clients = w->clients;
 		ws->generation = w->generation;
-		ws->digest_algorithm = wc_digest_algorithm((int)w->digest_algorithm, w->digest.len);
+		ws->digest_algorithm =
+			wc_weight_digest_algorithm((int)w->digest_algorithm, w->digest.len);
 		ws->digest_len = ws->digest_algorithm ? w->digest.len : 0;
 		ws->digest = ws->digest_len ? w->digest.data : NULL;
 		ws->source = w->source;
@@ -360,7 +369,8 @@ int weightd_reload(weightd_client *c, weightd_error *err)
 		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_reload: no client");
 	req.body_case = WEIGHTD__REQUEST__BODY_RELOAD;
 	req.reload = &empty;
-	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_RELOAD, &resp, NULL, NULL, err);
+	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_RELOAD, wc_weight_reply_refs, &resp, NULL,
+			 NULL, err);
 	if (r == 0)
 		wd_msg_free(resp);
 	return r;
@@ -380,7 +390,8 @@ int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t *ret_bytes,
 	ev.all_unreferenced = 1;
 	req.body_case = WEIGHTD__REQUEST__BODY_EVICT;
 	req.evict = &ev;
-	r = wc_call(c, &req, WEIGHTD__RESPONSE__BODY_EVICT, &resp, NULL, NULL, err);
+	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_EVICT, wc_weight_reply_refs, &resp, NULL,
+			 NULL, err);
 	if (r < 0)
 		return r;
 	if (ret_weights)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* recipe.c - libweightd's selections and recipes: the builders, copies, the wire view, and where
  * JSON put each node (the JSON form itself is recipe_json.c). */
-#include "internal.h"
+#include "recipe.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "err.h"
 
 /* --- selections -------------------------------------------------------------------------- */
 
@@ -505,7 +506,7 @@ void wc_recipe_about(const weightd_recipe *r, const char **ret_ckpt, const char 
 
 /* --- the wire view ----------------------------------------------------------------------- */
 
-int wc_pb_recipe_init(struct wc_pb_recipe *pb, const weightd_recipe *r, weightd_error *err)
+int wc_recipe_pb_init(struct wc_pb_recipe *pb, const weightd_recipe *r, weightd_error *err)
 {
 	memset(pb, 0, sizeof(*pb));
 	weightd__recipe__init(&pb->msg);
@@ -521,7 +522,7 @@ int wc_pb_recipe_init(struct wc_pb_recipe *pb, const weightd_recipe *r, weightd_
 		pb->sels = calloc(r->n, sizeof(*pb->sels));
 	}
 	if (!pb->nodes || !pb->ptrs || !pb->sels) {
-		wc_pb_recipe_fini(pb);
+		wc_recipe_pb_fini(pb);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	for (size_t i = 0; i < r->n; i++) {
@@ -568,7 +569,7 @@ int wc_pb_recipe_init(struct wc_pb_recipe *pb, const weightd_recipe *r, weightd_
 	return 0;
 }
 
-void wc_pb_recipe_fini(struct wc_pb_recipe *pb)
+void wc_recipe_pb_fini(struct wc_pb_recipe *pb)
 {
 	if (pb->nodes != &pb->one_node) {
 		free(pb->nodes);
@@ -582,7 +583,7 @@ void wc_pb_recipe_fini(struct wc_pb_recipe *pb)
 
 /* --- annotations: JSON paths of nodes ---------------------------------------------------- */
 
-int wc_annot_add(struct wc_annot **as, size_t *n, const char *slot, const weightd_recipe *r)
+int wc_recipe_annot_add(struct wc_annot **as, size_t *n, const char *slot, const weightd_recipe *r)
 {
 	struct wc_annot *grown, *a;
 	bool any = false;
@@ -612,7 +613,7 @@ int wc_annot_add(struct wc_annot **as, size_t *n, const char *slot, const weight
 	return 0;
 }
 
-void wc_annot_free(struct wc_annot *as, size_t n)
+void wc_recipe_annot_free(struct wc_annot *as, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = 0; j < as[i].n; j++)
@@ -623,7 +624,7 @@ void wc_annot_free(struct wc_annot *as, size_t n)
 	free(as);
 }
 
-void wc_annot_apply(const struct wc_annot *as, size_t n, weightd_error *err)
+void wc_recipe_annot_apply(const struct wc_annot *as, size_t n, weightd_error *err)
 {
 	const struct wc_annot *a = NULL;
 

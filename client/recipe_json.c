@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* recipe_json.c - libweightd's JSON form of recipes and selections, parsed into the builders. */
-#include "internal.h"
+#include "recipe.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "err.h"
 
 /* --- JSON -------------------------------------------------------------------------------- */
 

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* unit_json.c - libweightd's units from JSON: a recipe, or a list of slots with recipes and
  * aliases (weightd_unit_from_json). */
-#include "internal.h"
+#include "weightd/client.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "err.h"
+#include "recipe.h"
+#include "unit.h"
 
 static int ujerr(weightd_error *err, int code, const char *path, const char *what,
 		 const char *slot)

@@ -11,7 +11,10 @@
 #include <string.h>
 
 #include "fake_weightd.h"
-#include "unit_int.h"
+#include "conn.h"
+#include "frame.h"
+#include "unit.h"
+#include "weight.h"
 #include "weightd/client.h"
 
 /*
@@ -107,7 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	init();
 	c = client;
 	nfds = (data[0] >> 1) & 3;
-	resp = wd_msg_unpack_cached(&weightd__response__descriptor, data + 1, size - 1, c->msgs);
+	resp = wd_msg_unpack_cached(&weightd__response__descriptor, data + 1, size - 1,
+				    wc_conn_msgs(c));
 	if (!resp)
 		return 0;
 	fds = malloc((nfds ? nfds : 1) * sizeof(*fds));
@@ -118,21 +122,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fds[i] = fake_memfd(page, sizeof(page));
 	}
 	if (resp->error || resp->body_case != WEIGHTD__RESPONSE__BODY_MATERIALIZE) {
-		/* what wc_pending_take refuses before a reply reaches the unit: given back whole */
-		wc_reply_discard(c, resp, fds, nfds);
+		/* what wc_conn_pending_take refuses before a reply reaches the unit: given back whole */
+		wc_conn_discard(c, wc_weight_reply_refs, resp, fds, nfds);
 		forget(fake);
 		return 0;
 	}
 	u = make_unit(c);
-	u->state = U_SUBMITTED;
-	/* takes resp and fds in every case */
-	if (wc_unit_take_reply(u, resp, fds, nfds, &err) == 0) {
-		u->state = U_HELD;
-		if (weightd_unit_validate(u, &err) == 0)
-			weightd_unit_bind(u); /* cannot fail once validated */
-	} else {
-		u->state = U_NEW;
-	}
+	/* takes resp and fds in every case; holds the unit on success */
+	if (wc_unit_take_reply(u, resp, fds, nfds, &err) == 0 &&
+	    weightd_unit_validate(u, &err) == 0)
+		weightd_unit_bind(u); /* cannot fail once validated */
 	weightd_unit_free(u);
 	forget(fake);
 	return 0;

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* packed.c - a materialize reply's columns (PackedWeights): their checks, and each weight's
+/* columns.c - a materialize reply's columns (PackedWeights): their checks, and each weight's
  * description read from them. */
-#include "internal.h"
+#include "columns.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtype.h"
+#include "err.h"
+#include "weight.h"
 
 #define PACKED_HASH 32               /* bytes of digest and of key per weight */
 
@@ -115,8 +117,8 @@ static int check_weight(const Weightd__UnitReply *ur, size_t k, size_t at, weigh
 	return 0;
 }
 
-int wc_packed_check(const Weightd__UnitReply *ur, size_t n, size_t n_aliases, uint32_t nfds,
-		    size_t *ret_at, weightd_error *err)
+int wc_columns_check(const Weightd__UnitReply *ur, size_t n, size_t n_aliases, uint32_t nfds,
+		     size_t *ret_at, weightd_error *err)
 {
 	const Weightd__PackedWeights *pw = ur->packed;
 	uint8_t local[64], *used = local;   /* per fd: an entry lies in it */
@@ -162,8 +164,8 @@ int wc_packed_check(const Weightd__UnitReply *ur, size_t n, size_t n_aliases, ui
 	return rc;
 }
 
-void wc_packed_desc(const Weightd__PackedWeights *pw, size_t k, size_t at, const char *name,
-		    struct wc_weight_desc *ret)
+void wc_columns_desc(const Weightd__PackedWeights *pw, size_t k, size_t at, const char *name,
+		     struct wc_weight_desc *ret)
 {
 	uint8_t alg = pw->digest_algorithm.data[k];
 
@@ -181,7 +183,7 @@ void wc_packed_desc(const Weightd__PackedWeights *pw, size_t k, size_t at, const
 	ret->key = pw->keys.data + k * PACKED_HASH;
 }
 
-bool wc_packed_alike(const Weightd__PackedWeights *pw, size_t k, size_t ka, size_t l, size_t la)
+bool wc_columns_alike(const Weightd__PackedWeights *pw, size_t k, size_t ka, size_t l, size_t la)
 {
 	return pw->segment[k] == pw->segment[l] && pw->offset[k] == pw->offset[l] &&
 	       pw->nbytes[k] == pw->nbytes[l] && pw->ndim[k] == pw->ndim[l] &&

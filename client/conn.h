@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* conn.h - libweightd's connection: requests sent and their replies waited for (conn.c). It
+ * knows nothing of what a reply carries: a request names the references its reply stands for. */
+#ifndef WC_CONN_H
+#define WC_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weightd.pb-c.h"
+#include "weightd/client.h"
+
+struct wd_msg_cache;
+struct wc_seg_table;
+/* A request waiting for its reply (conn.c). */
+struct wc_pending;
+
+/* The daemon references reply resp stands for: how many and, with out, their handles. Called
+ * only for a reply that is not an error and came with fds. */
+typedef size_t wc_conn_refs_fn(const Weightd__Response *resp, uint64_t *out);
+
+/* The user's reference is weightd_connect's; each inflight, unit and held daemon reference
+ * takes one more. */
+void wc_conn_ref(weightd_client *c);
+void wc_conn_unref(weightd_client *c);
+/* Blocks of units and replies, kept by the connection for the next ones. */
+struct wd_msg_cache *wc_conn_msgs(const weightd_client *c);
+/* The segments this client holds. */
+struct wc_seg_table *wc_conn_segs(const weightd_client *c);
+
+/*
+ * Send a request. With ret_p, registers a pending entry (id assigned here) that the caller waits
+ * on with wc_conn_wait and frees with wc_conn_pending_free; without, the reply is dropped when it
+ * comes. refs names the references a reply to it may stand for, so a reply nobody takes (its
+ * waiter gone, or refused) is given back (NULL: its fds are only closed).
+ * Fails with the connection's error when it is dead, WEIGHTD_E_LIMIT_EXCEEDED when the request
+ * is over the daemon's frame limit or too many are pending.
+ */
+int wc_conn_send(weightd_client *c, Weightd__Request *req, wc_conn_refs_fn *refs,
+		 struct wc_pending **ret_p, weightd_error *err);
+
+/*
+ * Wait until p is done (p NULL: until an event is queued or the connection is dead), reading the
+ * socket while no other thread does. timeout_ms: -1 forever, 0 only what is there now. Returns
+ * true when the condition holds.
+ */
+bool wc_conn_wait(weightd_client *c, struct wc_pending *p, int timeout_ms);
+
+/*
+ * Take a finished pending's result: 0 and *ret_resp (owned by the caller) plus its fds, or
+ * -code with err filled (local failure or the daemon's error reply; fds of an error reply are
+ * closed). Checks the body is `body`. Frees nothing else; call wc_conn_pending_free after.
+ */
+int wc_conn_pending_take(struct wc_pending *p, int body, Weightd__Response **ret_resp,
+			 int **ret_fds, uint32_t *ret_nfds, weightd_error *err);
+
+/* Free a pending that is done, or mark a waiting one orphan (the reader frees it). */
+void wc_conn_pending_free(weightd_client *c, struct wc_pending *p);
+
+/* One blocking round trip: send, wait, take. */
+int wc_conn_call(weightd_client *c, Weightd__Request *req, int body, wc_conn_refs_fn *refs,
+		 Weightd__Response **ret_resp, int **ret_fds, uint32_t *ret_nfds,
+		 weightd_error *err);
+
+/* Tell the daemon to drop one reference per handle (no reply waited for; nothing on failure). */
+void wc_conn_release(weightd_client *c, const uint64_t *handles, size_t n);
+
+/*
+ * Dispose of a reply nobody keeps: close its fds, tell the daemon to drop the references refs
+ * says they stood for (none for an error reply or one without fds), free it. Any argument may
+ * be NULL/0.
+ */
+void wc_conn_discard(weightd_client *c, wc_conn_refs_fn *refs, Weightd__Response *resp, int *fds,
+		     uint32_t nfds);
+
+/* Close fds[0..n) and free the array. */
+void wc_conn_close_fds(int *fds, uint32_t n);
+
+#endif
