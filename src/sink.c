@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* sink.c - in-order writer into a segment that hashes as it writes, inline or on a hasher thread
- * behind the writes; per-worker scratch buffers. */
+/* sink.c - the writer into segments that hashes as it writes: in order, inline or on a hasher
+ * thread behind the writes, or a run of whole weights gathered into one pwritev; per-worker
+ * scratch buffers. */
 #include "sink.h"
 
 #include <errno.h>
@@ -172,7 +173,7 @@ static void advance(struct wd_sink *s, uint64_t len)
 }
 
 /*
- * A slot is queued before it is written, so the hasher reads it while pwrite does (both only
+ * A slot is queued before it is written, so the hasher reads it while pwritev does (both only
  * read it). Any other buffer is hashed here, after the queue has drained, to keep the order.
  */
 int wd_sink_write(struct wd_sink *s, const void *buf, size_t len, weightd_error *err)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* sink.h - writing a weight's bytes (or one range of them) into its segment in order, hashing
- * them on the way. */
+/* sink.h - writing a weight's bytes (or one range of them, or a run of whole small weights) into
+ * its segment, hashing them on the way: the one place bytes go into a segment. */
 #ifndef WD_SINK_H
 #define WD_SINK_H
 
@@ -14,9 +14,10 @@
  * A hasher is a thread that computes a sink's SHA-256 behind its writes, so hashing (about as
  * costly as the copy itself) runs on another core while the producer reads and writes the next
  * chunks. Only SHA-256 sinks use it: XXH3-128 runs at memory speed, so it is cheaper inline, on
- * bytes still in cache from the read, than handed to another thread. It owns a ring of WD_HASHER_SLOTS buffers: the producer fills one (wd_sink_buffer) and
- * passes it to wd_sink_write, which queues it for hashing and pwrites it at the same time; the
- * slot comes back once hashed. One hasher serves one sink at a time (a worker's jobs run one
+ * bytes still in cache from the read, than handed to another thread. It owns a ring of
+ * WD_HASHER_SLOTS buffers: the producer fills one (wd_sink_buffer) and passes it to
+ * wd_sink_write, which queues it for hashing and writes it at the same time; the slot comes back
+ * once hashed. One hasher serves one sink at a time (a worker's jobs run one
  * after another). Owned by a worker's scratch.
  */
 struct wd_hasher;
