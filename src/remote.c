@@ -405,13 +405,8 @@ struct piece {
 	CURL *h;
 	struct curl_slist *headers;
 	char errbuf[CURL_ERROR_SIZE];
-	/* what the current answer said */
-	long status;
-	bool have_range;
-	uint64_t range_start, range_total;
-	char etag[WD_REMOTE_ETAG_MAX];
-	char version[WD_REMOTE_VERSION_MAX];
-	char body[512]; /* the start of an error answer (S3 says why in XML) */
+	struct wd_remote_answer ans; /* what the current answer said */
+	char body[512];		     /* the start of an error answer (S3 says why in XML) */
 	size_t body_len;
 	curl_off_t content_length; /* of the last answer, -1 when it gave none */
 	int fail; /* a fatal problem found while receiving (-code), with its text */
@@ -444,37 +439,47 @@ static bool header_is(const char *line, size_t n, const char *name, const char *
 	return true;
 }
 
-static size_t on_header(char *line, size_t size, size_t nitems, void *arg)
+void wd_remote_answer_header(struct wd_remote_answer *a, const char *line, size_t n)
 {
-	struct piece *p = arg;
-	size_t n = size * nitems, vn;
 	const char *v;
+	size_t vn;
 	char tmp[128];
 
 	if (n > 5 && strncmp(line, "HTTP/", 5) == 0) {
 		/* a new answer (after a redirect or a 100): forget the last one's headers */
 		const char *sp = memchr(line, ' ', n);
-		p->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-		p->have_range = false;
-		p->etag[0] = p->version[0] = '\0';
-		p->body_len = 0;
+		char code[4] = { 0 };
+		if (sp && (size_t)(line + n - sp) > 3)
+			memcpy(code, sp + 1, 3);
+		*a = (struct wd_remote_answer){ .status = strtol(code, NULL, 10) };
 	} else if (header_is(line, n, "ETag", &v, &vn)) {
-		header_value(v, vn, p->etag, sizeof(p->etag));
+		header_value(v, vn, a->etag, sizeof(a->etag));
 	} else if (header_is(line, n, "x-amz-version-id", &v, &vn)) {
-		header_value(v, vn, p->version, sizeof(p->version));
+		header_value(v, vn, a->version, sizeof(a->version));
 	} else if (header_is(line, n, "Content-Range", &v, &vn)) {
-		unsigned long long a, b, t;
+		unsigned long long x, y, t;
 		header_value(v, vn, tmp, sizeof(tmp));
-		if (sscanf(tmp, "bytes %llu-%llu/%llu", &a, &b, &t) == 3) {
-			p->have_range = true;
-			p->range_start = a;
-			p->range_total = t;
+		a->have_range = false;
+		if (sscanf(tmp, "bytes %llu-%llu/%llu", &x, &y, &t) == 3 && x <= y && y < t) {
+			a->have_range = true;
+			a->range_start = x;
+			a->range_total = t;
 		} else if (sscanf(tmp, "bytes */%llu", &t) == 1) {
-			p->have_range = true;
-			p->range_start = UINT64_MAX;
-			p->range_total = t;
+			a->have_range = true;
+			a->range_start = UINT64_MAX;
+			a->range_total = t;
 		}
 	}
+}
+
+static size_t on_header(char *line, size_t size, size_t nitems, void *arg)
+{
+	struct piece *p = arg;
+	size_t n = size * nitems;
+
+	if (n > 5 && strncmp(line, "HTTP/", 5) == 0)
+		p->body_len = 0;
+	wd_remote_answer_header(&p->ans, line, n);
 	return n;
 }
 
@@ -497,7 +502,7 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 {
 	struct piece *p = arg;
 	size_t n = size * nitems;
-	if (p->status < 200 || p->status > 299) {
+	if (p->ans.status < 200 || p->ans.status > 299) {
 		size_t room = sizeof(p->body) - 1 - p->body_len;
 		size_t take = n < room ? n : room;
 		memcpy(p->body + p->body_len, data, take);
@@ -507,18 +512,18 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 	}
 	if (p->stat)
 		return 0; /* the headers are what was wanted */
-	if (p->obj->etag[0] && p->etag[0] && strcmp(p->obj->etag, p->etag) != 0) {
+	if (p->obj->etag[0] && p->ans.etag[0] && strcmp(p->obj->etag, p->ans.etag) != 0) {
 		piece_fail(p, WEIGHTD_E_SOURCE_CHANGED, "the object changed: ETag %s, pinned %s",
-			   p->etag, p->obj->etag);
+			   p->ans.etag, p->obj->etag);
 		return 0;
 	}
-	if (p->status != 206 || !p->have_range || p->range_start != p->asked) {
-		if (p->status == 200 && p->asked == 0 && p->len == p->obj->size) {
+	if (p->ans.status != 206 || !p->ans.have_range || p->ans.range_start != p->asked) {
+		if (p->ans.status == 200 && p->asked == 0 && p->len == p->obj->size) {
 			/* the whole object was asked for; a 200 is the same bytes */
 		} else {
 			piece_fail(p, WEIGHTD_E_IO,
 				   "the server did not answer the range asked for (HTTP %ld)",
-				   p->status);
+				   p->ans.status);
 			return 0;
 		}
 	}
@@ -574,8 +579,8 @@ static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_er
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	p->h = h;
 	p->asked = from;
-	p->status = 0;
-	p->have_range = false;
+	p->ans.status = 0;
+	p->ans.have_range = false;
 	p->body_len = 0;
 	p->errbuf[0] = '\0';
 	curl_easy_setopt(h, CURLOPT_URL, p->obj->url);
@@ -612,7 +617,7 @@ static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_er
 }
 
 /* S3's <Code> and <Message> from an error body, as printable text; "" when there are none. */
-static void s3_reason(const char *body, char *buf, size_t cap)
+void wd_remote_s3_reason(const char *body, char *buf, size_t cap)
 {
 	const char *c = strstr(body, "<Code>"), *ce = c ? strstr(c, "</Code>") : NULL;
 	const char *m = strstr(body, "<Message>"), *me = m ? strstr(m, "</Message>") : NULL;
@@ -651,32 +656,32 @@ static enum outcome piece_outcome(struct wd_remote *r, struct piece *p, CURLcode
 		*rcp = wd_error_set(err, -p->fail, "%s: %s", what, p->fail_text);
 		return FAILED;
 	}
-	s3_reason(p->body, reason, sizeof(reason));
-	if (p->stat && (rc == CURLE_OK || rc == CURLE_WRITE_ERROR) && p->status >= 200 &&
-	    p->status <= 299)
+	wd_remote_s3_reason(p->body, reason, sizeof(reason));
+	if (p->stat && (rc == CURLE_OK || rc == CURLE_WRITE_ERROR) && p->ans.status >= 200 &&
+	    p->ans.status <= 299)
 		return DONE;
-	if (p->stat && p->status == 416 && p->have_range && p->range_start == UINT64_MAX &&
-	    p->range_total == 0)
+	if (p->stat && p->ans.status == 416 && p->ans.have_range &&
+	    p->ans.range_start == UINT64_MAX && p->ans.range_total == 0)
 		return DONE; /* an empty object */
-	if (rc == CURLE_OK && p->status >= 200 && p->status <= 299) {
+	if (rc == CURLE_OK && p->ans.status >= 200 && p->ans.status <= 299) {
 		if (p->got == p->len)
 			return DONE;
 		/* the answer ended early: ask for the rest */
 	} else if (rc == CURLE_OK) {
 		s3_slowdown = strstr(p->body, "<Code>SlowDown</Code>") != NULL;
-		if (p->status == 429 || p->status >= 500 || s3_slowdown) {
+		if (p->ans.status == 429 || p->ans.status >= 500 || s3_slowdown) {
 			if (p->attempts <= r->retries)
 				return RETRY;
 			*rcp = wd_error_set(err, WEIGHTD_E_IO, "%s: HTTP %ld%s after %u attempts",
-					    what, p->status, reason, p->attempts);
+					    what, p->ans.status, reason, p->attempts);
 			return FAILED;
 		}
-		code = p->status == 404			    ? WEIGHTD_E_NOT_FOUND :
-		       p->status == 401 || p->status == 403 ? WEIGHTD_E_PERMISSION_DENIED :
-		       p->status == 412			    ? WEIGHTD_E_SOURCE_CHANGED :
-		       p->status == 416			    ? WEIGHTD_E_OUT_OF_RANGE :
-							      WEIGHTD_E_IO;
-		*rcp = wd_error_set(err, code, "%s: HTTP %ld%s%s", what, p->status, reason,
+		code = p->ans.status == 404			    ? WEIGHTD_E_NOT_FOUND :
+		       p->ans.status == 401 || p->ans.status == 403 ? WEIGHTD_E_PERMISSION_DENIED :
+		       p->ans.status == 412			    ? WEIGHTD_E_SOURCE_CHANGED :
+		       p->ans.status == 416			    ? WEIGHTD_E_OUT_OF_RANGE :
+								      WEIGHTD_E_IO;
+		*rcp = wd_error_set(err, code, "%s: HTTP %ld%s%s", what, p->ans.status, reason,
 				    code == WEIGHTD_E_SOURCE_CHANGED ?
 					    ": the object is no longer the one pinned" :
 					    "");
@@ -895,25 +900,25 @@ int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_objec
 		wd_remote_object_clear(&o);
 		return rc;
 	}
-	if (p.status == 416) {
+	if (p.ans.status == 416) {
 		o.size = 0;
-	} else if (p.status == 206 && p.have_range && p.range_start != UINT64_MAX) {
-		o.size = p.range_total;
+	} else if (p.ans.status == 206 && p.ans.have_range && p.ans.range_start != UINT64_MAX) {
+		o.size = p.ans.range_total;
 	} else {
 		/* a 200: the server sent the whole object's length instead of a range */
-		curl_off_t cl = p.status == 200 ? p.content_length : -1;
+		curl_off_t cl = p.ans.status == 200 ? p.content_length : -1;
 		if (cl < 0) {
 			rc = wd_error_set(
 				err, WEIGHTD_E_IO,
 				"GET %s: the answer gave no size (HTTP %ld, no Content-Range)",
-				o.shown, p.status);
+				o.shown, p.ans.status);
 			wd_remote_object_clear(&o);
 			return rc;
 		}
 		o.size = (uint64_t)cl;
 	}
-	memcpy(o.etag, p.etag, sizeof(o.etag));
-	memcpy(o.version, p.version, sizeof(o.version));
+	memcpy(o.etag, p.ans.etag, sizeof(o.etag));
+	memcpy(o.version, p.ans.version, sizeof(o.version));
 	*ret = o;
 	return 0;
 }

@@ -78,6 +78,24 @@ struct wd_remote_object {
 	char version[WD_REMOTE_VERSION_MAX]; /* x-amz-version-id, or "" */
 };
 
+/*
+ * What an HTTP answer's headers said, parsed from what the server sent (untrusted bytes; the
+ * fuzzer drives these two parsers). A status line starts a new answer, as after a redirect.
+ * have_range with range_start UINT64_MAX is "bytes * /TOTAL" (an unsatisfiable range).
+ */
+struct wd_remote_answer {
+	long status;
+	bool have_range;
+	uint64_t range_start, range_total;
+	char etag[WD_REMOTE_ETAG_MAX];
+	char version[WD_REMOTE_VERSION_MAX];
+};
+/* Take one header line (n bytes, CRLF included or not) into a. */
+void wd_remote_answer_header(struct wd_remote_answer *a, const char *line, size_t n);
+/* S3's " (Code: Message)" from a NUL-terminated error body, printable ASCII; "" when it has no
+ * <Code>. Always NUL-terminated within cap. */
+void wd_remote_s3_reason(const char *body, char *buf, size_t cap);
+
 /* Is `path` a remote location (s3://, https://, http://) rather than a local path? */
 bool wd_remote_is_url(const char *path);
 
