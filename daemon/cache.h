@@ -50,7 +50,7 @@ struct cache_segment {
 	bool adopted;
 	bool idle;                   /* counted in the cache's idle segments */
 	bool dirty;                  /* its state record lists an evicted weight */
-	struct csource *group[16];   /* the checkpoints its weights read, sorted (packing, and who
+	struct csource *group[WD_MAX_RECIPE_SOURCES];   /* the checkpoints its weights read, sorted (packing, and who
 				      * may see it); referenced for the segment's life. Empty when
 				      * adopted: then source names them all */
 	size_t n_group;

@@ -81,7 +81,7 @@ static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
 					struct csource *const *sources, size_t n_sources,
 					uint64_t nbytes, uint64_t *ret_off)
 {
-	struct csource *g[16];
+	struct csource *g[WD_MAX_RECIPE_SOURCES];
 	struct cache_segment *sg = NULL;
 	size_t slot = SIZE_MAX;
 	uint64_t off;
@@ -212,9 +212,10 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		*ret_w = w;
 		return 1;
 	}
-	if (n_sources > 16) {
+	if (n_sources > WD_MAX_RECIPE_SOURCES) {
 		wd_plan_free(plan);
-		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE, "a recipe may read at most 16 checkpoints");
+		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE, "a recipe may read at most %d checkpoints",
+				    WD_MAX_RECIPE_SOURCES);
 	}
 	j = cache_job_find(c, key);
 	if (j) {

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include "error.h"
+#include "wd_limits.h"
 
 int peer_read(int fd, struct peer *p)
 {
@@ -41,11 +42,11 @@ int peer_read(int fd, struct peer *p)
 			return 0;
 		}
 		free(g);
-		if (errno != ERANGE || cap >= PEER_MAX_GROUPS)
+		if (errno != ERANGE || cap >= WD_MAX_PEER_GROUPS)
 			return 0;
 		cap = len / sizeof(gid_t) > cap ? len / sizeof(gid_t) : 2 * cap;
-		if (cap > PEER_MAX_GROUPS)
-			cap = PEER_MAX_GROUPS;
+		if (cap > WD_MAX_PEER_GROUPS)
+			cap = WD_MAX_PEER_GROUPS;
 	}
 #else
 	return 0;

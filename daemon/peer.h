@@ -5,9 +5,6 @@
 
 #include "catalog.h"
 
-/* Supplementary groups read per peer, at most (Linux's NGROUPS_MAX). */
-#define PEER_MAX_GROUPS 65536
-
 /*
  * Fill *ret from SO_PEERCRED and SO_PEERGROUPS of a connected Unix socket. Every supplementary
  * group is read, however many (the buffer grows while the kernel says ERANGE), so allow_groups

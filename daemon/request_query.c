@@ -15,6 +15,7 @@
 #include "server.h"
 #include "session.h"
 #include "uid.h"
+#include "wd_limits.h"
 
 #define PROTO_MIN ((uint32_t)WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_MIN)
 #define PROTO_MAX ((uint32_t)WEIGHTD__PROTOCOL_VERSION__PROTOCOL_VERSION_CURRENT)
@@ -472,8 +473,9 @@ void request_query_subscribe(struct session *s, uint64_t id, const Weightd__Subs
 	char **subs = NULL;
 	size_t n = 0;
 
-	if (sub->n_checkpoints > 4096) {
-		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "at most %d subscriptions per client", 4096);
+	if (sub->n_checkpoints > WD_MAX_SUBSCRIPTIONS) {
+		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "at most %d subscriptions per client",
+			     WD_MAX_SUBSCRIPTIONS);
 		return;
 	}
 	if (sub->n_checkpoints) {

@@ -15,9 +15,6 @@
 #include "session.h"
 #include "unit_columns.h"
 
-/* Checkpoints one entry's recipe may read. */
-#define UNIT_MAX_SOURCES 16
-
 /* One output of a unit request: an entry (owner == its own index) or an alias (owner = the entry
  * it resolves to). */
 struct unit_out {
@@ -33,7 +30,7 @@ struct unit_out {
 	uint8_t key[32];           /* entries: the recipe key (the plan's, or the memo's) */
 	uint64_t nbytes;           /* entries: the output's size */
 	struct csource *source;    /* the checkpoints its plan reads: the first (most read one) */
-	struct csource **more;     /* all of them, when there are several (UNIT_MAX_SOURCES) */
+	struct csource **more;     /* all of them, when there are several (WD_MAX_RECIPE_SOURCES) */
 	size_t n_sources;
 	bool memo;                 /* entries: key found in the memo (unit_memo_keys) */
 };

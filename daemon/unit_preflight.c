@@ -228,11 +228,11 @@ static int out_add_source(struct unit_out *o, struct csource *cs, weightd_error 
 	for (size_t i = 0; i < o->n_sources; i++)
 		if (all[i] == cs)
 			return 0;
-	if (o->n_sources == UNIT_MAX_SOURCES)
+	if (o->n_sources == WD_MAX_RECIPE_SOURCES)
 		return wd_error_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
-				    "a recipe may read at most %d checkpoints", UNIT_MAX_SOURCES);
+				    "a recipe may read at most %d checkpoints", WD_MAX_RECIPE_SOURCES);
 	if (o->n_sources == 1 && !o->more) {
-		o->more = malloc(UNIT_MAX_SOURCES * sizeof(*o->more));
+		o->more = malloc(WD_MAX_RECIPE_SOURCES * sizeof(*o->more));
 		if (!o->more)
 			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		o->more[0] = o->source;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "wd_limits.h"
 
 /*
  * Wire format of one frame: uint32 LE payload length, uint32 LE word (bit 31: more frames of the
@@ -24,7 +25,7 @@
 #define WD_FRAME_HEADER 8
 #define WD_FRAME_FDS_PER_MSG 250
 #define WD_FRAME_MAX_DEFAULT (4u << 20)
-#define WD_FRAME_MAX_FDS 8192
+/* WD_FRAME_MAX_FDS, the fds one frame may carry, is in wd_limits.h. */
 #define WD_FRAME_MORE 0x80000000u
 
 /* --- sending ------------------------------------------------------------------------------ */

@@ -107,16 +107,7 @@ struct wd_recipe_limits {
 	uint64_t max_temp_bytes;  /* intermediate memory execution may need (transpose, gathers) */
 };
 
-/*
- * Nodes in one recipe, the default of max_nodes and the daemon's limit. A fused MoE weight (a stack
- * over 384 experts of concat(gate, up), each a dequantized shard) takes about 3,500 nodes;
- * preflight and execution are linear in the node count, and a request must still fit the frame
- * limit.
- */
-#define WD_RECIPE_MAX_NODES 65536
-
-#define WD_RECIPE_LIMITS_DEFAULT { .max_nodes = WD_RECIPE_MAX_NODES, .max_depth = 32, .max_indices = 1u << 20, \
-	.max_output_bytes = 1ull << 40, .max_temp_bytes = 1ull << 32 }
+/* Their defaults, WD_RECIPE_LIMITS_DEFAULT, and WD_RECIPE_MAX_NODES are in wd_limits.h. */
 
 /*
  * How a recipe names its sources. lookup returns 0 and the source (kept alive by the caller for

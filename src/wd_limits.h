@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* wd_limits.h - the bounds on everything a checkpoint file or a client controls. */
+/* wd_limits.h - the bounds on everything a checkpoint file or a client controls. (Bounds an
+ * operator sets in weightd.conf are rows of daemon/config_keys.c; those of a file format's own
+ * specification stay with its parser.) */
 #ifndef WD_LIMITS_H
 #define WD_LIMITS_H
 
@@ -34,5 +36,32 @@ struct wd_limits {
 	.max_shards = 4096, \
 	.max_index_bytes = 64ull << 20, \
 }
+
+/* --- what a client controls ---------------------------------------------------------------- */
+
+/* fds one frame may carry (spread over its sendmsg calls, WD_FRAME_FDS_PER_MSG each). */
+#define WD_FRAME_MAX_FDS 8192
+
+/*
+ * Nodes in one recipe, the default of max_nodes and the daemon's limit. A fused MoE weight (a stack
+ * over 384 experts of concat(gate, up), each a dequantized shard) takes about 3,500 nodes;
+ * preflight and execution are linear in the node count, and a request must still fit the frame
+ * limit.
+ */
+#define WD_RECIPE_MAX_NODES 65536
+
+/* The limits of one recipe (struct wd_recipe_limits, recipe.h). */
+#define WD_RECIPE_LIMITS_DEFAULT { .max_nodes = WD_RECIPE_MAX_NODES, .max_depth = 32, .max_indices = 1u << 20, \
+	.max_output_bytes = 1ull << 40, .max_temp_bytes = 1ull << 32 }
+
+/* Checkpoints one recipe may read: its weights' segment is packed only with weights reading the
+ * same set, which a segment keeps (cache.h). */
+#define WD_MAX_RECIPE_SOURCES 16
+
+/* Checkpoints one client may subscribe to events of. */
+#define WD_MAX_SUBSCRIPTIONS 4096
+
+/* Supplementary groups read per peer (Linux's NGROUPS_MAX); every one counts for allow_groups. */
+#define WD_MAX_PEER_GROUPS 65536
 
 #endif
