@@ -60,8 +60,6 @@ struct cache_segment {
 	struct weight_list weights;  /* finished weights in it, newest first (seg_link) */
 	struct job_queue queued;     /* jobs waiting for the segment to be created, in the order
 				      * they were placed (queue_link) */
-	uint64_t mark;               /* scratch for callers collecting distinct segments */
-	uint32_t mark_index;
 	LIST_ENTRY(cache_segment) link;        /* the cache's segments */
 	LIST_ENTRY(cache_segment) dirty_link;  /* the cache's dirty list, while dirty */
 };

@@ -18,6 +18,7 @@
 #include "uid.h"
 #include "unit_columns.h"
 #include "unit_int.h"
+#include "wd_hashidx.h"
 
 /* Heap a unit takes per slot while it is made, about: its output (unit_out), name, plan, job,
  * weight and the entries of the memo and the session's holds. */
@@ -51,32 +52,42 @@ static void prefetch_entry(const struct unit_req *u, size_t i, int lines)
 		weight_prefetch(u->outs[i + WEIGHT_AHEAD].w, lines);
 }
 
-/* The reply's columns (unit_columns_pack): per entry its weight and its segment's fd, per
- * alias its entry. The segments are marked (mark_index) already. */
-static int pack_reply(const struct unit_req *u, Weightd__PackedWeights *pw, void **ret_columns)
+/* The reply's columns (unit_columns_pack): per entry its weight and its segment's fd (seg_at,
+ * the index of the entry's segment in the reply), per alias its entry. */
+static int pack_reply(const struct unit_req *u, const uint32_t *seg_at, Weightd__PackedWeights *pw,
+		      void **ret_columns)
 {
 	size_t n_al = u->n_outs - u->n_entries;
 	struct weight **ws = malloc(u->n_entries * sizeof(*ws));
-	uint32_t *fdi = malloc(u->n_entries * sizeof(*fdi));
 	uint32_t *owner = malloc((n_al ? n_al : 1) * sizeof(*owner));
 	size_t dims = 0;
 	int r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
 
-	if (ws && fdi && owner) {
+	if (ws && owner) {
 		for (size_t i = 0; i < u->n_entries; i++) {
 			prefetch_entry(u, i, 2);
 			ws[i] = u->outs[i].w;
-			fdi[i] = ws[i]->segment->mark_index;
 			dims += (size_t)ws[i]->ndim;
 		}
 		for (size_t j = 0; j < n_al; j++)
 			owner[j] = (uint32_t)u->outs[u->n_entries + j].owner;
-		r = unit_columns_pack(pw, ws, fdi, u->n_entries, dims, owner, n_al, ret_columns);
+		r = unit_columns_pack(pw, ws, seg_at, u->n_entries, dims, owner, n_al, ret_columns);
 	}
 	free(ws);
-	free(fdi);
 	free(owner);
 	return r;
+}
+
+/* A reply's segments by address: a wd_hashidx of positions in its array of segments. */
+static uint64_t seg_hash(const struct cache_segment *sg)
+{
+	return (uint64_t)(uintptr_t)sg; /* the index mixes it */
+}
+
+static bool seg_eq(const void *ctx, uint32_t pos, const void *key)
+{
+	struct cache_segment *const *segs = ctx;
+	return segs[pos] == key;
 }
 
 /* Room for twice as many segments in a reply's four per-segment arrays. */
@@ -112,11 +123,11 @@ static int grow_segment_arrays(Weightd__SegmentInfo **si, Weightd__SegmentInfo *
 }
 
 /* Every entry has its weight (or the request failed): answer, all or nothing. The reply carries
- * one fd per distinct segment (found by stamping each segment once: linear), and its columns say
- * where in its segment each weight lies. */
+ * one fd per distinct segment (found through an index of the segments seen, asked only when an
+ * entry's segment is not the previous entry's: linear), and its columns say where in its
+ * segment each weight lies. */
 static void unit_req_finish(struct unit_req *u, struct cache *cache)
 {
-	static uint64_t stamp;
 	struct session *s = u->s;
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
@@ -124,8 +135,10 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 	Weightd__SegmentInfo *si = NULL, **sp = NULL;
 	void *columns = NULL;
 	int *fds = NULL;
-	struct cache_segment **segs = NULL;
+	struct cache_segment **segs = NULL, *last = NULL;
+	struct wd_hashidx seg_index = { NULL, 0 };
 	size_t nfds = 0, seg_cap = 0, *held_at = NULL; /* per entry: its index in s->held, or SIZE_MAX */
+	uint32_t *seg_at = NULL, last_at = 0;          /* per entry: its segment's index in segs */
 	uint64_t new_weights = 0;
 
 	if (!s || s->dead || u->failed) {
@@ -137,12 +150,12 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 		goto out;
 	}
 	held_at = malloc(u->n_entries * sizeof(*held_at));
-	if (!held_at)
+	seg_at = malloc(u->n_entries * sizeof(*seg_at));
+	if (!held_at || !seg_at)
 		goto oom;
 	/* One walk over the weights (each a wait on memory in a large unit): the entries the client
 	 * holds already (found now, holding appends so an index found stays), and the segments
 	 * (a handful however many entries: their arrays grow with them). */
-	stamp++;
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct weight *w = u->outs[i].w;
 		struct cache_segment *sg = w->segment;
@@ -151,12 +164,22 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 		prefetch_entry(u, i, 2);
 		held_at[i] = h ? (size_t)(h - s->holds.held) : SIZE_MAX;
 		new_weights += u->first[i] == i && !h;
-		if (sg->mark == stamp)
+		if (sg == last) { /* packed together: most entries are in their neighbour's segment */
+			seg_at[i] = last_at;
 			continue;
+		}
+		last = sg;
+		last_at = wd_hashidx_find(&seg_index, seg_hash(sg), seg_eq, segs, sg);
+		if (last_at) {
+			seg_at[i] = --last_at;
+			continue;
+		}
 		if (nfds == seg_cap && grow_segment_arrays(&si, &sp, &fds, &segs, &seg_cap) < 0)
 			goto oom;
-		sg->mark = stamp;
-		sg->mark_index = (uint32_t)nfds;
+		if (wd_hashidx_reserve(&seg_index, nfds + 1) < 0)
+			goto oom;
+		wd_hashidx_put(&seg_index, seg_hash(sg), (uint32_t)nfds);
+		seg_at[i] = last_at = (uint32_t)nfds;
 		fds[nfds] = sg->seg.ro_fd; /* lent: the held weights keep it open while it is sent */
 		weightd__segment_info__init(&si[nfds]);
 		si[nfds].id = sg->id;
@@ -174,7 +197,7 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 		session_send_error(s, u->id, &u->err);
 		goto out;
 	}
-	if (pack_reply(u, &pw, &columns) < 0)
+	if (pack_reply(u, seg_at, &pw, &columns) < 0)
 		goto oom;
 	/* The references taken for the request become the client's: a first entry was looked up
 	 * above, a repeat is looked up again. */
@@ -215,6 +238,8 @@ out:
 	free(fds);
 	free(segs);
 	free(held_at);
+	free(seg_at);
+	wd_hashidx_free(&seg_index);
 	unit_req_free(u);
 }
 

@@ -281,6 +281,43 @@ static void columns_answer_like_entries(void **state)
 	check_f32_values(&rc, 1, 1);
 	check_f32_values(&rc, 4, 5);
 	check_f32_values(&rc, 0, 8);
+	/* entries whose segments alternate: each segment once in the reply, each entry pointing at
+	 * its own (the weights are those of the unit of messages) */
+	{
+		static const size_t pick[] = { 3, N_MSG, 0, N_MSG, 1 };
+		Weightd__UnitEntry *ap_[5];
+		Weightd__Unit ua = WEIGHTD__UNIT__INIT;
+		struct it_src_entry ae[5];
+		const Weightd__UnitReply *ura;
+		struct reply ra;
+		size_t distinct = 0;
+
+		static const char *const name[] = { "alt0", "alt1", "alt2", "alt3", "alt4" };
+
+		for (size_t k = 0; k < 5; k++) {
+			it_src_entry(&ae[k], name[k], pick[k] == N_MSG ? "other" : "tiny",
+				     pick[k] == N_MSG ? "b" : TENSOR[pick[k]]);
+			ap_[k] = &ae[k].e;
+		}
+		ua.n_entries = 5;
+		ua.entries = ap_;
+		ra = materialize(sm, 4, &ua);
+		if (ra.resp->error)
+			fail_msg("refused: %s", ra.resp->error->message);
+		ura = ra.resp->materialize;
+		for (size_t k = 0; k < 5; k++)
+			same_weight(ura, k, rm.resp->materialize, pick[k]);
+		for (size_t i = 0; i < rm.resp->materialize->n_segments; i++)
+			for (size_t k = 0; k < 5; k++)
+				if (rm.resp->materialize->packed->segment[pick[k]] == i) {
+					distinct++;
+					break;
+				}
+		assert_true(distinct > 1); /* one per checkpoint: segments pack one source's weights */
+		assert_int_equal(ura->n_segments, distinct);
+		assert_int_equal(ra.nfds, distinct);
+		reply_free(&ra);
+	}
 	reply_free(&rm);
 	reply_free(&rc);
 	close(sm);
