@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Every weightd dtype comes into numpy and torch with the right dtype and the checkpoint's own
-bytes, without a copy; GGUF packed blocks, selections and recipes (cast, shard, concat) too."""
+bytes, without a copy; GGUF packed blocks, selections and recipes (cast, shard, concat) too.
+load() takes its dtype as a torch or numpy dtype or a common alias."""
 
 from __future__ import annotations
 
@@ -242,3 +243,41 @@ def test_zero_element_tensors(tmp_path, start_daemon):
         assert t.shape == (0, 4) and t.dtype == torch.bfloat16
         sd = c.load("z")
         assert sd["z"].shape == (0, 4) and sd["a"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("given,name", [
+    ("BF16", "BF16"), ("bf16", "BF16"), ("bfloat16", "BF16"), ("BFloat16", "BF16"),
+    ("float16", "F16"), ("fp16", "F16"), ("FP16", "F16"), ("half", "F16"), ("f16", "F16"),
+    ("f32", "F32"), ("float32", "F32"), ("Float32", "F32"), ("fp32", "F32"), (" F32 ", "F32"),
+    ("float64", "F64"), ("u8", "U8"), ("int8", "I8"), ("int64", "I64"), ("bool", "BOOL"),
+    ("f8_e4m3", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"),
+    (torch.bfloat16, "BF16"), (torch.float16, "F16"), (torch.half, "F16"),
+    (torch.float32, "F32"), (torch.int64, "I64"), (torch.bool, "BOOL"), (torch.uint8, "U8"),
+    (np.float16, "F16"), (np.dtype("float32"), "F32"), (np.dtype(np.int16), "I16"),
+    (np.bool_, "BOOL"), (np.uint64, "U64"),
+    ("Q8_0", "Q8_0"),          # a packed type is weightd's own name: passed as it is
+])
+def test_dtype_name_takes_torch_numpy_and_aliases(given, name):
+    assert weightd.dtype_name(given) == name
+
+
+@pytest.mark.parametrize("given", [torch.complex64, np.complex64, object(), 3, None])
+def test_dtype_name_refuses_what_weightd_has_no_type_for(given):
+    with pytest.raises(TypeError, match="dtype"):
+        weightd.dtype_name(given)
+
+
+def test_load_dtype_as_torch_numpy_or_alias(matrix):
+    c, a, b = matrix
+    want = {"a": torch.from_numpy(a), "b": torch.from_numpy(b)}
+    for dtype, as_torch in ((torch.bfloat16, torch.bfloat16), ("bf16", torch.bfloat16),
+                            ("BFloat16", torch.bfloat16), (np.float16, torch.float16),
+                            ("fp16", torch.float16), ("Float16", torch.float16),
+                            (np.dtype("float32"), torch.float32), ("f32", torch.float32)):
+        sd = c.load("m", dtype=dtype)
+        for k, t in sd.items():
+            assert t.dtype == as_torch, (dtype, k)
+            assert torch.equal(t, want[k].to(as_torch)), (dtype, k)
+        sd.release()
+    half = c.load("m", tensors=["a"], dtype=torch.float16, shard=(1, 0, 2), framework="weight")
+    assert half["a"].dtype == "F16" and half["a"].shape == (7, 3)

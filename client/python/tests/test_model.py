@@ -162,3 +162,24 @@ def test_guard_writes_raises_before_any_write(served_model):
             private.add_(1.0)                             # private tensors are written as usual
             w.clone().add_(1.0)
         assert torch.equal(w, before) and torch.equal(private, torch.ones(3))
+
+
+def test_load_file_casts_and_assign_says_how_to(served_model, monkeypatch):
+    monkeypatch.setenv("WEIGHTD_SOCKET", served_model.sock)
+    ref = wdtest.read_safetensors(served_model.path)
+    for dtype in (torch.bfloat16, "bf16", "BFLOAT16"):
+        sd = wtorch.load_file("lm", dtype=dtype)
+        assert {t.dtype for t in sd.values()} == {torch.bfloat16}, dtype
+        for k, t in sd.items():
+            want = torch.from_numpy(np.frombuffer(ref[k][2], np.float32).reshape(ref[k][1]))
+            assert torch.equal(t, want.to(torch.bfloat16)), k
+    # a float32 model: the error names the tensor and both ways to make the dtypes agree
+    with pytest.raises(ValueError) as e:
+        wtorch.assign(tinylm.TinyLM(), sd)
+    msg = str(e.value)
+    assert "torch.bfloat16" in msg and "torch.float32" in msg
+    assert "dtype=torch.float32" in msg and "module.to(torch.bfloat16)" in msg
+    # converting the module, the other way out, works
+    model = tinylm.TinyLM().to(torch.bfloat16)
+    assert wtorch.assign(model, sd) == ([], [])
+    assert model.tok.weight.data_ptr() == sd["tok.weight"].data_ptr()

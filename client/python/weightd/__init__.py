@@ -27,7 +27,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from . import _weightd
-from ._dtypes import is_packed, numpy_dtype, torch_dtype
+from ._dtypes import dtype_name, is_packed, numpy_dtype, torch_dtype
 from ._types import (Description, Event, Events, JobStatus, MetaEntry, ServerInfo, SourceInfo,
                      Status, TensorInfo, WeightStatus, _description, _status)
 from .errors import (Disconnected, Error, InvalidArgument, NotFound, PermissionDenied,
@@ -37,7 +37,8 @@ __all__ = [
     "connect", "Client", "Weight", "LoadedUnit", "Error", "NotFound", "PermissionDenied",
     "ResourceExhausted", "SourceChanged", "InvalidArgument", "Disconnected", "ServerInfo",
     "SourceInfo", "TensorInfo", "MetaEntry", "Description", "WeightStatus", "JobStatus",
-    "Status", "Event", "Events", "numpy_dtype", "torch_dtype", "is_packed", "DEFAULT_SOCKET", "__version__",
+    "Status", "Event", "Events", "numpy_dtype", "torch_dtype", "dtype_name", "is_packed",
+    "DEFAULT_SOCKET", "__version__",
 ]
 
 __version__ = "0.1.0"
@@ -47,6 +48,8 @@ Selection = Union[None, str, Mapping[str, Any], Tuple[Any, ...]]
 Recipe = Union[str, Mapping[str, Any]]
 Shard = Union[None, Tuple[int, int, int], Mapping[str, Optional[Tuple[int, int, int]]],
               Callable[[TensorInfo], Optional[Tuple[int, int, int]]]]
+# a weightd dtype name or alias ("BF16", "bf16", "float16"...), a torch.dtype or a numpy dtype
+DType = Any
 
 _NOT_WRITABLE = "The given buffer is not writable"
 
@@ -390,24 +393,27 @@ class Client:
 
     # -- units ----------------------------------------------------------------------------
     def load(self, checkpoint: str, tensors: Optional[Iterable[str]] = None,
-             dtype: Optional[str] = None, shard: Shard = None,
+             dtype: Optional[DType] = None, shard: Shard = None,
              framework: str = "torch") -> LoadedUnit:
         """Bind a set of tensors of `checkpoint` all-or-nothing (one unit) and return them as
         a dict name -> tensor.
 
-        tensors: names (default: every tensor, in file order). dtype: a weightd dtype to cast
-        every tensor to that is not already of it (e.g. "BF16"; packed GGUF types are
-        dequantized), done once by the daemon and shared. shard: (axis, rank, world) for every
-        tensor, or a dict name -> (axis, rank, world) or None, or a callable TensorInfo ->
-        (axis, rank, world) or None; torch.tensor_split's rule. framework: "torch" (CPU
-        tensors), "numpy" (read-only arrays) or "weight" (:class:`Weight` objects).
+        tensors: names (default: every tensor, in file order). dtype: the dtype to cast every
+        tensor to that is not already of it, done once by the daemon and shared (packed GGUF
+        types are dequantized): a torch.dtype (``torch.bfloat16``), a numpy dtype, or a name,
+        weightd's or a common alias in any case (``"BF16"``, ``"bf16"``, ``"float16"``,
+        ``"fp16"``, ``"f32"``...; see :func:`weightd.dtype_name`). shard: (axis, rank, world)
+        for every tensor, or a dict name -> (axis, rank, world) or None, or a callable
+        TensorInfo -> (axis, rank, world) or None; torch.tensor_split's rule. framework:
+        "torch" (CPU tensors), "numpy" (read-only arrays) or "weight" (:class:`Weight`
+        objects).
         """
         _check_framework(framework)
         unit = self._load_unit(checkpoint, tensors, dtype, shard)
         return self._bind(unit, framework)
 
     async def aload(self, checkpoint: str, tensors: Optional[Iterable[str]] = None,
-                    dtype: Optional[str] = None, shard: Shard = None,
+                    dtype: Optional[DType] = None, shard: Shard = None,
                     framework: str = "torch") -> LoadedUnit:
         """load() for asyncio (the describe() it may need is a short blocking call)."""
         _check_framework(framework)
@@ -425,11 +431,13 @@ class Client:
         unit.validate()   # the reply is there: only checks and maps
         return _loaded(unit, framework)
 
-    def _load_unit(self, checkpoint: str, tensors: Optional[Iterable[str]], dtype: Optional[str],
-                   shard: Shard) -> Any:
+    def _load_unit(self, checkpoint: str, tensors: Optional[Iterable[str]],
+                   dtype: Optional[DType], shard: Shard) -> Any:
         """The unit load() binds, declared in the extension: each tensor, or its shard, cast
         where it is not already `dtype` (the recipes the JSON unit form would give, without
         building and parsing 90,000 slots of JSON)."""
+        if dtype is not None:
+            dtype = dtype_name(dtype)
         infos: Dict[str, TensorInfo] = {}
         if dtype is not None or callable(shard) or (tensors is None and shard is not None):
             infos = {t.name: t for t in self.describe(checkpoint).tensors}

@@ -8,6 +8,9 @@ where the installed torch has them (2.1 and later), else as uint8 holding the ra
 16/32/64-bit integers become torch.uint16/32/64 where torch has them, else the signed type of
 the same width holding the same bits. Packed GGUF block types (Q4_0, Q6_K, ...) come as uint8
 bytes: the outer axes kept, the innermost axis replaced by its row's bytes.
+
+The other way, :func:`dtype_name` turns what a caller has at hand (a torch.dtype, a numpy dtype,
+or a common spelling such as "bf16" or "float32") into weightd's name of it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,55 @@ _TORCH: Dict[str, Tuple[str, ...]] = {
     "F64": ("float64",), "F8_E4M3": ("float8_e4m3fn", "uint8"),
     "F8_E5M2": ("float8_e5m2", "uint8"),
 }
+
+
+# Spellings of the element types, lower case: weightd's own, the short ones in common use, and the
+# names torch, numpy and ml_dtypes give them. "float", "int" and "long" are left out on purpose:
+# they mean 32 bits to torch and 64 to numpy.
+_ALIASES: Dict[str, str] = {name.lower(): name for name in ELEMENT_SIZES}
+for _name, _spellings in {
+    "BOOL": ("bool", "bool_"),
+    "U8": ("uint8",), "I8": ("int8",),
+    "U16": ("uint16",), "I16": ("int16", "short"),
+    "F16": ("float16", "fp16", "half"), "BF16": ("bfloat16",),
+    "U32": ("uint32",), "I32": ("int32",),
+    "F32": ("float32", "fp32"),
+    "U64": ("uint64",), "I64": ("int64",),
+    "F64": ("float64", "fp64", "double"),
+    "F8_E4M3": ("float8_e4m3fn", "fp8_e4m3", "fp8_e4m3fn"),
+    "F8_E5M2": ("float8_e5m2", "fp8_e5m2"),
+}.items():
+    for _s in _spellings:
+        _ALIASES[_s] = _name
+
+
+def dtype_name(dtype: Any) -> str:
+    """weightd's name of a dtype given as a torch.dtype (``torch.bfloat16``), a numpy dtype or
+    scalar type (``np.float16``, ``np.dtype("float32")``), or a string: weightd's name or a
+    common alias, in any case (``"BF16"``, ``"bf16"``, ``"bfloat16"``, ``"fp16"``, ``"half"``,
+    ``"f32"``, ``"float32"``...). Another string is returned as given (a packed GGUF type such
+    as ``"Q8_0"``, or a name weightd will refuse, saying so). TypeError for a torch or numpy
+    type weightd has no counterpart of, and for anything else."""
+    if isinstance(dtype, str):
+        return _ALIASES.get(dtype.strip().lower(), dtype)
+    module = type(dtype).__module__ or ""
+    if module == "torch" or module.startswith("torch."):
+        spelling = str(dtype)
+        spelling = spelling[len("torch."):] if spelling.startswith("torch.") else spelling
+    elif isinstance(dtype, type) or module == "numpy" or module.startswith("numpy."):
+        try:
+            import numpy as np
+            spelling = np.dtype(dtype).name
+        except (ImportError, TypeError) as e:
+            raise TypeError(f"dtype must be a str, a torch.dtype or a numpy dtype, not "
+                            f"{dtype!r}") from e
+    else:
+        raise TypeError(f"dtype must be a str, a torch.dtype or a numpy dtype, not {dtype!r}")
+    name = _ALIASES.get(spelling.lower())
+    if name is None:
+        raise TypeError(f"weightd has no dtype for {dtype!r}; its types are "
+                        f"{', '.join(ELEMENT_SIZES)}")
+    return name
 
 
 def is_packed(dtype: str) -> bool:

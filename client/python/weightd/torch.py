@@ -27,7 +27,7 @@ import torch
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import Client, LoadedUnit, _is_read_only, _storage_address, connect
+from . import Client, DType, LoadedUnit, _is_read_only, _storage_address, connect
 from ._types import SourceInfo
 
 __all__ = ["load_file", "assign", "guard_writes"]
@@ -50,21 +50,23 @@ def _checkpoint_name(client: Client, checkpoint_or_path: str) -> str:
     raise NotFound(f"weightd serves no checkpoint from {checkpoint_or_path}", "not-found", 2)
 
 
-def load_file(checkpoint_or_path: str, device: str = "cpu", *, client: Optional[Client] = None,
-              socket: Optional[str] = None) -> LoadedUnit:
+def load_file(checkpoint_or_path: str, device: str = "cpu", *, dtype: Optional[DType] = None,
+              client: Optional[Client] = None, socket: Optional[str] = None) -> LoadedUnit:
     """Every tensor of a checkpoint as a dict name -> torch.Tensor, shaped like
     ``safetensors.torch.load_file(filename, device="cpu")``.
 
     checkpoint_or_path: a checkpoint name the daemon serves, or the path of its file or
     directory. device: "cpu" maps the shared memory (no copy); any other device copies each
-    tensor there (``tensor.to(device)``). client: an open client (default: connect to
-    `socket`, closed again before returning; the tensors stay valid).
+    tensor there (``tensor.to(device)``). dtype: cast every tensor not of it, once in the
+    daemon and shared, as :meth:`weightd.Client.load` does (``torch.bfloat16``, ``"bf16"``,
+    ``"F32"``...). client: an open client (default: connect to `socket`, closed again before
+    returning; the tensors stay valid).
     """
     own = client is None
     c = connect(socket) if own else client
     assert c is not None
     try:
-        sd = c.load(_checkpoint_name(c, checkpoint_or_path))
+        sd = c.load(_checkpoint_name(c, checkpoint_or_path), dtype=dtype)
     finally:
         if own:
             c.close()
@@ -104,9 +106,15 @@ def assign(module: torch.nn.Module, state_dict: Mapping[str, torch.Tensor],
         if name not in own:
             continue
         old = own[name]
-        if tuple(old.shape) != tuple(t.shape) or old.dtype != t.dtype:
+        if tuple(old.shape) != tuple(t.shape):
             raise ValueError(f"assign: \"{name}\" is {t.dtype}{list(t.shape)} but the module "
                              f"has {old.dtype}{list(old.shape)}")
+        if old.dtype != t.dtype:
+            raise ValueError(f"assign: \"{name}\" is {t.dtype}{list(t.shape)} but the module "
+                             f"has {old.dtype}{list(old.shape)}: load the tensors as the "
+                             f"module's dtype (load_file(..., dtype={old.dtype}) or "
+                             f"Client.load(..., dtype={old.dtype}), cast once by weightd and "
+                             f"shared), or convert the module first (module.to({t.dtype}))")
     replaced: Dict[int, Any] = {}
     for name, t in state_dict.items():
         if name not in own:
