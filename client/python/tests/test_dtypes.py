@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Every weightd dtype comes into numpy and torch with the right dtype and the checkpoint's own
 bytes, without a copy; GGUF packed blocks, selections and recipes (cast, shard, concat) too.
-load() takes its dtype as a torch or numpy dtype or a common alias."""
+load() takes its dtype as a torch or numpy dtype or a common alias, and says a shard on an axis
+a tensor lacks in its caller's words."""
 
 from __future__ import annotations
 
+import asyncio
 import types
 
 import numpy as np
@@ -281,3 +283,36 @@ def test_load_dtype_as_torch_numpy_or_alias(matrix):
         sd.release()
     half = c.load("m", tensors=["a"], dtype=torch.float16, shard=(1, 0, 2), framework="weight")
     assert half["a"].dtype == "F16" and half["a"].shape == (7, 3)
+
+
+@pytest.fixture
+def with_vector(tmp_path, start_daemon):
+    m = np.arange(24, dtype=np.float32).reshape(4, 6)
+    v = np.arange(6, dtype=np.float32)
+    path = str(tmp_path / "v.safetensors")
+    wdtest.write_safetensors(path, {"w": ("F32", [4, 6], m.tobytes()),
+                                    "bias": ("F32", [6], v.tobytes())})
+    d = start_daemon({"m": path})
+    with d.connect() as c:
+        yield c
+
+
+@pytest.mark.parametrize("kw", [dict(shard=(1, 0, 2)), dict(shard=(1, 0, 2), tensors=["bias"]),
+                                dict(shard={"bias": (1, 1, 2)}),
+                                dict(shard=lambda t: (1, 0, 2))])
+def test_shard_on_an_axis_the_tensor_lacks_is_said_in_the_callers_words(with_vector, kw):
+    c = with_vector
+    with pytest.raises(weightd.InvalidArgument) as e:
+        c.load("m", **kw)
+    msg = str(e.value)
+    assert 'tensor "bias"' in msg and "[6]" in msg and "(1 axis)" in msg, msg
+    assert "axis 1" in msg and "shard" in msg, msg
+    for jargon in ("node", "source", "selection", "recipe", "slot"):
+        assert jargon not in msg, msg
+    assert (e.value.code, e.value.tensor, e.value.axis) == ("axis-out-of-range", "bias", 1)
+    with pytest.raises(weightd.InvalidArgument) as e:       # the asyncio form says the same
+        asyncio.run(c.aload("m", **kw))
+    assert str(e.value) == msg
+    # the 2-d tensor beside it shards on axis 1 as asked
+    ok = c.load("m", shard={"w": (1, 0, 2)}, framework="numpy")
+    np.testing.assert_array_equal(ok["w"], np.arange(24, dtype=np.float32).reshape(4, 6)[:, :3])

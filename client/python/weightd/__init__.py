@@ -409,16 +409,28 @@ class Client:
         objects).
         """
         _check_framework(framework)
-        unit = self._load_unit(checkpoint, tensors, dtype, shard)
-        return self._bind(unit, framework)
+        try:
+            unit = self._load_unit(checkpoint, tensors, dtype, shard)
+            return self._bind(unit, framework)
+        except InvalidArgument as e:
+            said = self._load_error(checkpoint, shard, e)
+            if said is e:
+                raise
+            raise said from None
 
     async def aload(self, checkpoint: str, tensors: Optional[Iterable[str]] = None,
                     dtype: Optional[DType] = None, shard: Shard = None,
                     framework: str = "torch") -> LoadedUnit:
         """load() for asyncio (the describe() it may need is a short blocking call)."""
         _check_framework(framework)
-        unit = self._load_unit(checkpoint, tensors, dtype, shard)
-        return await self._abind(unit, framework)
+        try:
+            unit = self._load_unit(checkpoint, tensors, dtype, shard)
+            return await self._abind(unit, framework)
+        except InvalidArgument as e:
+            said = self._load_error(checkpoint, shard, e)
+            if said is e:
+                raise
+            raise said from None
 
     def _bind(self, unit: Any, framework: str) -> LoadedUnit:
         unit.submit()
@@ -463,6 +475,35 @@ class Client:
         casts = None if dtype is None else [
             dtype if name not in infos or infos[name].dtype != dtype else None for name in names]
         return self._c.unit_from_tensors(checkpoint, names, sels, casts)
+
+    def _load_error(self, checkpoint: str, shard: Shard, e: InvalidArgument) -> InvalidArgument:
+        """The error of a load() in its caller's words: the daemon checks a shard as the
+        selection of a recipe's source node, which the caller of load() never wrote. Any other
+        error is returned as it is."""
+        name = e.tensor or e.slot
+        if shard is None or e.code != "axis-out-of-range" or not name or e.axis < 0:
+            return e
+        try:
+            info = next((t for t in self.describe(checkpoint).tensors if t.name == name), None)
+        except Error:
+            info = None
+        if info is None:
+            return e
+        ndim = len(info.shape)
+        if isinstance(shard, tuple):
+            given = f"shard={shard!r}"
+        elif isinstance(shard, Mapping):
+            given = f"shard={{..., {name!r}: {shard.get(name)!r}}}"
+        else:
+            given = "shard=..."
+        axes = "no axis" if ndim == 0 else "1 axis" if ndim == 1 else f"{ndim} axes"
+        on = "" if ndim == 0 else "shard it on axis 0, or " if ndim == 1 else \
+            f"shard it on an axis from 0 to {ndim - 1}, or "
+        msg = (f"load({checkpoint!r}, {given}): tensor \"{name}\" has shape {list(info.shape)} "
+               f"({axes}), so it cannot be split on axis {e.axis}; {on}leave it whole (None "
+               f"for it in a dict or callable shard=)")
+        return InvalidArgument(msg, e.code, e.number, e.checkpoint or checkpoint, name, e.slot,
+                               0, e.axis, e.expected, e.actual)
 
     def load_unit(self, spec: Recipe, framework: str = "torch") -> LoadedUnit:
         """Bind a unit given in the JSON unit form (a dict or a JSON string)::
