@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_config_keys.c - the table of weightd.conf keys held to weightd.conf(5) and to the
- * example configuration: every key documented, nothing documented that is not a key, and the same
- * default wherever the page or the example states one. */
+ * example configuration: every key documented, nothing documented that is not a key, the same
+ * default wherever the page or the example states one, and the same word on what a reload does. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -226,6 +226,107 @@ static void test_example(void **state)
 	free(text);
 }
 
+/* The name a ".B name" or ".BR name ..." line sets in bold, without troff escapes; "" for others. */
+static void bold_word(const char *line, size_t len, char *out, size_t cap)
+{
+	const char *p = line, *end = line + len, *q;
+
+	out[0] = '\0';
+	if (len > 4 && strncmp(p, ".BR ", 4) == 0)
+		p += 4;
+	else if (len > 3 && strncmp(p, ".B ", 3) == 0)
+		p += 3;
+	else
+		return;
+	for (q = p; q < end && *q != ' '; q++)
+		;
+	untroff(out, cap, p, (size_t)(q - p));
+}
+
+/* Which [daemon] keys weightd.conf(5) says a reload applies (the paragraph that starts "A reload
+ * applies" and the RELOADING section up to "These take effect only when the daemon restarts")
+ * and which it says need a restart (from there to the end of that sentence). */
+static void reload_docs(char live[][64], size_t *n_live, char restart[][64], size_t *n_restart)
+{
+	char *text = read_text(WD_CONF_MAN);
+	enum { NONE, LIVE, RESTART } in = NONE;
+
+	*n_live = *n_restart = 0;
+	for (char *line = text; *line;) {
+		char *nl = strchr(line, '\n');
+		size_t len = nl ? (size_t)(nl - line) : strlen(line);
+		char word[64];
+
+		if (memmem(line, len, "A reload applies", 16) ||
+		    (len >= 13 && strncmp(line, ".SH RELOADING", 13) == 0))
+			in = LIVE;
+		else if (memmem(line, len, "take effect only when the daemon restarts", 41))
+			in = RESTART;
+		else if (len >= 3 && (strncmp(line, ".TP", 3) == 0 || strncmp(line, ".SH", 3) == 0))
+			in = NONE;
+		else if (in == RESTART && memmem(line, len, "a reload that finds", 19))
+			in = NONE;
+		bold_word(line, len, word, sizeof(word));
+		if (in != NONE && word[0] >= 'a' && word[0] <= 'z') { /* not [daemon], --log-level */
+			if (in == LIVE) {
+				assert_true(*n_live < MAX_DOC);
+				strcpy(live[(*n_live)++], word);
+			} else {
+				assert_true(*n_restart < MAX_DOC);
+				strcpy(restart[(*n_restart)++], word);
+			}
+		}
+		line = nl ? nl + 1 : line + len;
+	}
+	free(text);
+}
+
+static bool listed(char names[][64], size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(names[i], name) == 0)
+			return true;
+	return false;
+}
+
+/* weightd.conf(5) says of each key what the table's reload column says: the keys it lists as
+ * applied by a reload are CONFIG_LIVE, those it lists as needing a restart CONFIG_RESTART, and
+ * every key of either kind is listed. */
+static void test_reload_documented(void **state)
+{
+	static char live[MAX_DOC][64], restart[MAX_DOC][64];
+	size_t n_live, n_restart;
+
+	(void)state;
+	reload_docs(live, &n_live, restart, &n_restart);
+	assert_true(n_live > 0 && n_restart > 0);
+	for (size_t i = 0; i < n_live; i++) {
+		const struct config_key *k = config_key_find(CONFIG_DAEMON, live[i]);
+
+		if (!k || k->reload != CONFIG_LIVE)
+			fail_msg("weightd.conf(5) says a reload applies %s; the table does not",
+				 live[i]);
+	}
+	for (size_t i = 0; i < n_restart; i++) {
+		const struct config_key *k = config_key_find(CONFIG_DAEMON, restart[i]);
+
+		if (!k || k->reload != CONFIG_RESTART)
+			fail_msg("weightd.conf(5) says %s needs a restart; the table does not",
+				 restart[i]);
+	}
+	for (size_t i = 0; i < config_n_keys; i++) {
+		const struct config_key *k = &config_keys[i];
+
+		if (k->section != CONFIG_DAEMON)
+			continue;
+		if (k->reload == CONFIG_LIVE && !listed(live, n_live, k->name))
+			fail_msg("%s: a reload applies it, weightd.conf(5) does not say so", k->name);
+		if (k->reload == CONFIG_RESTART && !listed(restart, n_restart, k->name))
+			fail_msg("%s: only a restart applies it, weightd.conf(5) does not say so",
+				 k->name);
+	}
+}
+
 /* Rows are well formed: unique names, bounds that fit their field, a default where optional. */
 static void test_rows(void **state)
 {
@@ -275,6 +376,7 @@ int main(void)
 		cmocka_unit_test(test_table_documented),
 		cmocka_unit_test(test_documented_in_table),
 		cmocka_unit_test(test_example),
+		cmocka_unit_test(test_reload_documented),
 		cmocka_unit_test(test_rows),
 		cmocka_unit_test(test_defaults_match_constants),
 	};
