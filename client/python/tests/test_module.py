@@ -126,18 +126,20 @@ def test_subinterpreters(daemon):
 
 
 def test_cycle_through_weightd_objects_is_collected(daemon):
-    """The module copy's dict holds a weight, a unit, one of its slots and a request in flight,
-    each of which refers to its type, which refers to the module: a cycle only the collector can
-    free, and only when every one of them reports its references."""
+    """The module copy's dict holds a weight, a unit, one of its slots, views of both weights'
+    memory and a request in flight, each of which refers to its type, which refers to the
+    module: a cycle only the collector can free, and only when every one of them reports its
+    references, views included."""
     m = fresh_copy()
     c = m.connect(daemon.sock, "cycle")
     w = c.materialize("m", "a").finish()
     u = c.unit_from_tensors("m", ["b"])
     u.submit()
     u.validate()
-    m.held = [w, u, u.weight("b"), c.materialize("m", "a"), c]
+    slot = u.weight("b")
+    m.held = [w, memoryview(w), u, slot, memoryview(slot).cast("B"), c.materialize("m", "a"), c]
     gone = weakref.ref(m)
-    del m, c, w, u
+    del m, c, w, u, slot
     with daemon.connect() as watcher:
         gc.collect()
         gc.collect()
