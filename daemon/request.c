@@ -129,7 +129,6 @@ void request_share(struct session *s, uint64_t id, const Weightd__Share *sh)
 	}
 	fd = w->segment->seg.ro_fd; /* lent: held by the client (twice now) while it is sent */
 	request_weight_info(&wi, w, w->label);
-	wi.fd_index = 0;
 	si.id = w->segment->id;
 	si.size = w->segment->seg.size;
 	si.fd_index = 0;

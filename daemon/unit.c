@@ -328,8 +328,8 @@ static int unit_take_hits_and_check_room(struct unit_req *u, struct session *s,
 			wd_plan_free(o->plan);
 			o->plan = NULL;
 		} else if (!o->plan) {
-			/* a warm entry's weight went since its preflight (nothing evicts in between
-			 * today): plan it after all */
+			/* a warm entry's weight went since its preflight (a safeguard: nothing in
+			 * between evicts): plan it after all */
 			struct unit_columns_entry e;
 
 			unit_columns_get(ue, i, &e);

@@ -23,7 +23,7 @@ struct unit_out {
 	size_t owner;
 	struct weight *w;          /* entries: one reference held until the unit is answered */
 	struct weight *hit;        /* entries: the cached weight the warm path found, no reference
-				    * taken (valid within do_unit: nothing is evicted before the
+				    * taken (valid within unit_request: nothing is evicted before the
 				    * hits are held), so the later steps need not look it up again */
 	struct wd_plan *plan;      /* entries, between preflight and submission (none for a warm
 				    * plain entry: its key came from the memo, its weight is cached) */

@@ -331,7 +331,6 @@ void fake_wi_fill(struct fake_wi *w, const char *name, uint64_t handle, const ch
 	w->wi.key.len = 32;
 	w->wi.key.data = w->key;
 	w->wi.generation = 3;
-	w->wi.fd_index = fd_index;
 	if (alias_of)
 		w->wi.alias_of = (char *)alias_of;
 }
