@@ -662,9 +662,21 @@ int wd_recipe_leaf(struct build *b, uint32_t i, const struct wd_rnode *rn, struc
 		return r;
 	}
 	ti = wd_source_find(src, tn);
-	if (!ti)
+	if (!ti) {
+		const char *near[3];
+		size_t n_near = wd_source_suggest(src, tn, near, 3);
+		char hint[480] = "";
+
+		if (n_near)
+			snprintf(hint, sizeof(hint),
+				 "; did you mean \"%.120s\"%s%.120s%s%s%.120s%s?", near[0],
+				 n_near > 1 ? (n_near > 2 ? ", \"" : " or \"") : "",
+				 n_near > 1 ? near[1] : "", n_near > 1 ? "\"" : "",
+				 n_near > 2 ? " or \"" : "", n_near > 2 ? near[2] : "",
+				 n_near > 2 ? "\"" : "");
 		return nerr(b, i, WEIGHTD_E_UNKNOWN_TENSOR, -1, 0, 0,
-			    "checkpoint \"%s\" has no tensor \"%s\"", ck, tn);
+			    "checkpoint \"%.120s\" has no tensor \"%.120s\"%s", ck, tn, hint);
+	}
 	if (ti->ndim < 0 || ti->ndim > WD_MAX_DIMS)
 		return nerr(b, i, WEIGHTD_E_INTERNAL, -1, WD_MAX_DIMS, ti->ndim,
 			    "tensor \"%s\" has %d dimensions", tn, ti->ndim);

@@ -779,6 +779,93 @@ const struct wd_tensor_info *wd_source_tensor(const struct wd_source *src, size_
 	return i < src->table.n_tensors ? &src->table.tensors[i] : NULL;
 }
 
+/* Names longer than this are not compared: the distance table is on the stack. */
+#define SUGGEST_MAX_LEN 256
+/* Full distances computed per failed lookup, whatever the checkpoint's size. */
+#define SUGGEST_MAX_DISTANCES 2048
+
+/* Levenshtein distance of a and b, or limit + 1 once it is known to exceed limit. */
+static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb, size_t limit)
+{
+	size_t row[SUGGEST_MAX_LEN + 1];
+
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0], best;
+
+		row[0] = i;
+		best = row[0];
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j];
+			size_t v = diag + (a[i - 1] != b[j - 1]);
+
+			if (up + 1 < v)
+				v = up + 1;
+			if (row[j - 1] + 1 < v)
+				v = row[j - 1] + 1;
+			row[j] = v;
+			diag = up;
+			if (v < best)
+				best = v;
+		}
+		if (best > limit)
+			return limit + 1;
+	}
+	return row[lb];
+}
+
+size_t wd_source_suggest(const struct wd_source *src, const char *tensor, const char **ret,
+			 size_t max)
+{
+	size_t dist[8], n = 0, len, limit, computed = 0;
+	int hist[256] = { 0 };
+
+	if (!tensor || !max)
+		return 0;
+	if (max > 8)
+		max = 8;
+	len = strlen(tensor);
+	if (len > SUGGEST_MAX_LEN)
+		return 0;
+	/* a quarter of the name may be wrong before a name stops being a plausible typo of it */
+	limit = len / 4 < 2 ? 2 : len / 4;
+	for (size_t i = 0; i < len; i++)
+		hist[(unsigned char)tensor[i]]++;
+	for (size_t t = 0; t < src->table.n_tensors && computed < SUGGEST_MAX_DISTANCES; t++) {
+		const char *name = src->table.tensors[t].name;
+		size_t nl = strlen(name), lb, d, at;
+		size_t within = n < max ? limit : dist[n - 1] ? dist[n - 1] - 1 : 0;
+		int diff[256];
+		size_t l1 = 0;
+
+		if (nl > SUGGEST_MAX_LEN || (nl > len ? nl - len : len - nl) > within)
+			continue;
+		/* every edit changes at most two letter counts: half their difference bounds it */
+		memcpy(diff, hist, sizeof(diff));
+		for (size_t i = 0; i < nl; i++)
+			diff[(unsigned char)name[i]]--;
+		for (size_t c = 0; c < 256; c++)
+			l1 += (size_t)(diff[c] < 0 ? -diff[c] : diff[c]);
+		lb = (l1 + 1) / 2;
+		if (lb > within)
+			continue;
+		computed++;
+		d = edit_distance(tensor, len, name, nl, within);
+		if (d > within)
+			continue;
+		at = n < max ? n++ : n - 1;
+		while (at > 0 && dist[at - 1] > d) {
+			dist[at] = dist[at - 1];
+			ret[at] = ret[at - 1];
+			at--;
+		}
+		dist[at] = d;
+		ret[at] = name;
+	}
+	return n;
+}
+
 const struct wd_tensor_info *wd_source_find(const struct wd_source *src, const char *tensor)
 {
 	size_t lo = 0, hi = src->table.n_tensors;

@@ -49,6 +49,14 @@ size_t wd_source_tensor_count(const struct wd_source *src);
 const struct wd_tensor_info *wd_source_tensor(const struct wd_source *src, size_t i);
 /* O(log n) by name; NULL when absent. */
 const struct wd_tensor_info *wd_source_find(const struct wd_source *src, const char *tensor);
+/*
+ * For an error about a tensor src lacks: up to `max` (at most 8) of its tensor names nearest to
+ * `tensor` by edit distance, nearest first, into ret; their count (0 when none is near). Work is
+ * bounded for any checkpoint: one cheap pass over the names, and full distances only for a capped
+ * number of names of about the same length and the same letters.
+ */
+size_t wd_source_suggest(const struct wd_source *src, const char *tensor, const char **ret,
+			 size_t max);
 size_t wd_source_meta_count(const struct wd_source *src);
 const struct wd_meta *wd_source_meta(const struct wd_source *src, size_t i);
 

@@ -355,6 +355,13 @@ static void clear_errors_and_daemon_keeps_serving(void **state)
 	assert_string_equal(err.tensor, "no.such.tensor");
 	assert_string_equal(err.slot, "");       /* the caller named no slot: none is mentioned */
 	assert_null(strstr(err.message, "slot"));
+	assert_null(strstr(err.message, "did you mean")); /* nothing is near that name */
+	still_serving(c);
+
+	/* a typo brings the name it was meant to be */
+	assert_int_equal(materialize_error(c, "tiny", "model.norm.weigth", NULL, &err),
+			 -WEIGHTD_E_UNKNOWN_TENSOR);
+	assert_non_null(strstr(err.message, "; did you mean \"model.norm.weight\""));
 	still_serving(c);
 
 	/* In a unit the same error is about the caller's slot: in its field, and named once at

@@ -206,6 +206,56 @@ static void lookup_by_name_finds_every_tensor(void **state)
 	wd_source_free(src);
 }
 
+/* A name that is not there brings the nearest names back, nearest first, in a checkpoint of
+ * 100,000 tensors named as Llama's are; a name near nothing brings none. */
+static void a_missing_name_suggests_the_nearest(void **state)
+{
+	enum { N = 100000 };
+	static const char *const kinds[] = { "self_attn.q_proj",
+					     "self_attn.k_proj",
+					     "self_attn.v_proj",
+					     "self_attn.o_proj",
+					     "mlp.gate_proj",
+					     "mlp.up_proj",
+					     "mlp.down_proj",
+					     "input_layernorm",
+					     "post_attention_layernorm",
+					     "embed" };
+	struct stw_tensor *ts = calloc(N, sizeof(*ts));
+	char(*names)[64] = calloc(N, 64);
+	const char *near[8];
+	struct wd_source *src;
+	size_t n;
+
+	(void)state;
+	assert_non_null(ts);
+	assert_non_null(names);
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], 64, "model.layers.%d.%s.weight", i / 10, kinds[i % 10]);
+		ts[i] = (struct stw_tensor){
+			.name = names[i], .dtype = "U8", .ndim = 1, .shape = { 1 }
+		};
+	}
+	assert_int_equal(stw_write(tpath("llama.safetensors"), ts, N, NULL, 0, NULL), 0);
+	src = open_ok("llama", tpath("llama.safetensors"));
+
+	n = wd_source_suggest(src, "model.layers.7.self_attn.q_prj.weight", near, 3);
+	assert_int_equal(n, 3);
+	assert_string_equal(near[0], "model.layers.7.self_attn.q_proj.weight");
+	n = wd_source_suggest(src, "model.layers.7.mlp.up.weight", near, 1);
+	assert_int_equal(n, 1);
+	assert_string_equal(near[0], "model.layers.7.mlp.up_proj.weight");
+	/* more than asked for is never written */
+	near[1] = NULL;
+	assert_int_equal(wd_source_suggest(src, "model.layers.7.mlp.up.weight", near, 1), 1);
+	assert_null(near[1]);
+	assert_int_equal(wd_source_suggest(src, "lm_head.bias", near, 3), 0);
+	assert_int_equal(wd_source_suggest(src, "", near, 3), 0);
+	wd_source_free(src);
+	free(names);
+	free(ts);
+}
+
 static void directory_with_one_safetensors_file_is_that_file(void **state)
 {
 	struct wd_source *src;
@@ -703,6 +753,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(single_file_opens_and_reads_the_right_bytes),
 		cmocka_unit_test(lookup_by_name_finds_every_tensor),
+		cmocka_unit_test(a_missing_name_suggests_the_nearest),
 		cmocka_unit_test(directory_with_one_safetensors_file_is_that_file),
 		cmocka_unit_test(bad_paths_are_reported),
 		cmocka_unit_test(sharded_directory_opens_every_shard),
