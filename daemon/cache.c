@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bytes.h"
 #include "log.h"
 #include "sink.h"
 #include "state.h"
@@ -446,12 +447,16 @@ uint64_t cache_room(const struct cache *c)
 static int exhausted(struct cache *c, uint64_t need, const char *what, weightd_error *err)
 {
 	uint64_t room = cache_room(c);
+	char t_need[WD_BYTES_TEXT], t_room[WD_BYTES_TEXT], t_budget[WD_BYTES_TEXT],
+		t_held[WD_BYTES_TEXT];
 
 	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-		     "resource exhausted: %s needs %llu bytes but only %llu of the %llu-byte budget "
-		     "are available (%llu bytes are held by clients, preloaded or being materialized)",
-		     what, (unsigned long long)need, (unsigned long long)room,
-		     (unsigned long long)c->budget, (unsigned long long)(c->resident - c->evictable));
+		     "resource exhausted: %s needs %s but only %s of the %s budget is free (%s is "
+		     "held by clients, preloaded or being materialized); raise `budget` in "
+		     "weightd.conf",
+		     what, wd_bytes_text(t_need, need), wd_bytes_text(t_room, room),
+		     wd_bytes_text(t_budget, c->budget),
+		     wd_bytes_text(t_held, c->resident - c->evictable));
 	err->expected = (int64_t)(need > INT64_MAX ? INT64_MAX : need);
 	err->actual = (int64_t)room;
 	return -WEIGHTD_E_RESOURCE_EXHAUSTED;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bytes.h"
 #include "cache_int.h"
 #include "log.h"
 
@@ -22,9 +23,12 @@ static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weigh
 	else
 		snprintf(what, sizeof(what), "a segment of %zu weights (%s and others)",
 			 (size_t)sg->n_jobs, cache_job_label(j));
+	char t_need[WD_BYTES_TEXT], t_avail[WD_BYTES_TEXT];
+
 	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-		     "resource exhausted: %s needs %llu bytes of shared memory but /dev/shm has only "
-		     "%llu bytes free", what, (unsigned long long)sg->used, (unsigned long long)avail);
+		     "resource exhausted: %s needs %s of shared memory but /dev/shm has only %s "
+		     "free; free or enlarge /dev/shm (its tmpfs size=)",
+		     what, wd_bytes_text(t_need, sg->used), wd_bytes_text(t_avail, avail));
 	err->expected = (int64_t)sg->used;
 	err->actual = (int64_t)avail;
 }
@@ -177,6 +181,8 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 static int temp_check(struct cache *c, uint64_t temp, const char *label, weightd_error *err)
 {
 	uint64_t limit = c->p.max_temp ? c->p.max_temp : c->budget;
+	char t_temp[WD_BYTES_TEXT], t_free[WD_BYTES_TEXT], t_limit[WD_BYTES_TEXT],
+		t_used[WD_BYTES_TEXT];
 	uint64_t used = c->temp_used;
 
 	if (!temp || (temp <= limit && used <= limit - temp))
@@ -185,12 +191,14 @@ static int temp_check(struct cache *c, uint64_t temp, const char *label, weightd
 		err->expected = (int64_t)(limit - (used < limit ? used : limit));
 		err->actual = (int64_t)temp;
 	}
-	return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-			    "resource exhausted: %s needs %llu bytes of working memory but only %llu of "
-			    "max_temp (%llu bytes) are free (%llu in use by running materializations)",
-			    label, (unsigned long long)temp,
-			    (unsigned long long)(used < limit ? limit - used : 0),
-			    (unsigned long long)limit, (unsigned long long)used);
+	return wd_error_set(
+		err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+		"resource exhausted: %s needs %s of working memory but only %s of the %s "
+		"max_temp is free (%s in use by running materializations); raise "
+		"`max_temp` in weightd.conf",
+		label, wd_bytes_text(t_temp, temp),
+		wd_bytes_text(t_free, used < limit ? limit - used : 0),
+		wd_bytes_text(t_limit, limit), wd_bytes_text(t_used, used));
 }
 
 int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan,

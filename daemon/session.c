@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bytes.h"
 #include "clock.h"
 #include "daemon.h"
 #include "heap.h"
@@ -476,14 +477,16 @@ static void process_frames(struct session *s)
 static bool partial_over_limits(struct session *s)
 {
 	const struct config *cfg = s->d->cfg;
+	char t_part[WD_BYTES_TEXT], t_max[WD_BYTES_TEXT];
 
 	if (s->uu && s->uu->partial > cfg->uid_max_partial_bytes) {
 		s->d->stats.clients_refused++;
-		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
-			       "limit exceeded: uid %u has %llu bytes of requests partly received, more "
-			       "than uid_max_partial (%llu)", (unsigned)s->peer.uid,
-			       (unsigned long long)s->uu->partial,
-			       (unsigned long long)cfg->uid_max_partial_bytes);
+		session_refuse(
+			s, WEIGHTD_E_LIMIT_EXCEEDED,
+			"limit exceeded: uid %u has %s of requests partly received, more than "
+			"its %s uid_max_partial; raise `uid_max_partial` in weightd.conf",
+			(unsigned)s->peer.uid, wd_bytes_text(t_part, s->uu->partial),
+			wd_bytes_text(t_max, cfg->uid_max_partial_bytes));
 		return true;
 	}
 	/* Past the total, only a uid holding more than its fair share (the total over the uids

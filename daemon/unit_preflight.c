@@ -9,6 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "bytes.h"
 #include "daemon.h"
 #include "keymemo.h"
 #include "request.h"
@@ -367,15 +368,20 @@ static int unit_check_limits(struct unit_req *u, struct session *s, weightd_erro
 				    h->n_held, h->pending_weights, (unsigned long long)weights,
 				    cfg->client_max_weights);
 	if (cfg->client_max_bytes &&
-	    h->held_bytes + h->pending_bytes + bytes > cfg->client_max_bytes)
-		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
-				    "limit exceeded: the client would hold %llu bytes of weights (%llu "
-				    "held, %llu requested before, %llu in this unit); its limit is %llu "
-				    "(client_max_bytes)",
-				    (unsigned long long)(h->held_bytes + h->pending_bytes + bytes),
-				    (unsigned long long)h->held_bytes,
-				    (unsigned long long)h->pending_bytes, (unsigned long long)bytes,
-				    (unsigned long long)cfg->client_max_bytes);
+	    h->held_bytes + h->pending_bytes + bytes > cfg->client_max_bytes) {
+		char t_all[WD_BYTES_TEXT], t_held[WD_BYTES_TEXT], t_pend[WD_BYTES_TEXT],
+			t_unit[WD_BYTES_TEXT], t_max[WD_BYTES_TEXT];
+
+		return wd_error_set(
+			err, WEIGHTD_E_LIMIT_EXCEEDED,
+			"limit exceeded: the client would hold %s of weights (%s held, %s "
+			"requested before, %s in this unit); its limit is %s: raise "
+			"`client_max_bytes` in weightd.conf",
+			wd_bytes_text(t_all, h->held_bytes + h->pending_bytes + bytes),
+			wd_bytes_text(t_held, h->held_bytes),
+			wd_bytes_text(t_pend, h->pending_bytes), wd_bytes_text(t_unit, bytes),
+			wd_bytes_text(t_max, cfg->client_max_bytes));
+	}
 	u->new_weights = (uint32_t)weights;
 	u->new_bytes = bytes;
 	return 0;

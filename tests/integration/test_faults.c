@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 
+#include "bytes.h"
 #include "itest.h"
 
 static struct harness H;
@@ -221,7 +222,7 @@ static void full_dev_shm_is_a_clean_error(void **state)
 
 	c = it_connect(&H);
 	assert_int_equal(it_get(c, "m", "t16", &w, &err), -WEIGHTD_E_RESOURCE_EXHAUSTED);
-	assert_non_null(strstr(err.message, "16777216"));
+	assert_non_null(strstr(err.message, "needs 16 MiB of shared memory"));
 	assert_non_null(strstr(err.message, "/dev/shm has only"));
 	assert_int_equal(err.expected, 16777216);
 	assert_true(err.actual < 16 * (int64_t)MiB);
@@ -283,8 +284,9 @@ static void request_larger_than_dev_shm(void **state)
 	assert_int_equal(err.expected, (int64_t)n);
 	assert_true(err.actual <= (int64_t)shm_total);
 	{
-		char num[32];
-		snprintf(num, sizeof(num), "%llu", (unsigned long long)n);
+		char size[WD_BYTES_TEXT], num[WD_BYTES_TEXT + 8];
+
+		snprintf(num, sizeof(num), "needs %s", wd_bytes_text(size, n));
 		assert_non_null(strstr(err.message, num));
 	}
 	assert_int_equal(harness_segments(&H), 0);

@@ -210,8 +210,9 @@ static void recipe_temporaries_are_capped(void **state)
 		if (unit_json(a, "{\"slots\":[{\"name\":\"a\",\"recipe\":" T("m0") "},"
 				 "{\"name\":\"b\",\"recipe\":" T("m1") "}]}", &e) == 0)
 			_exit(91);
-		if (e.code != WEIGHTD_E_RESOURCE_EXHAUSTED || !strstr(e.message, "working memory") ||
-		    !strstr(e.message, "max_temp")) {
+		if (e.code != WEIGHTD_E_RESOURCE_EXHAUSTED ||
+		    !strstr(e.message, "working memory") ||
+		    !strstr(e.message, "raise `max_temp` in weightd.conf")) {
 			fprintf(stderr, "temp: %s\n", e.message);
 			_exit(92);
 		}

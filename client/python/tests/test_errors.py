@@ -56,7 +56,9 @@ def test_resource_exhausted(daemon):
         with pytest.raises(weightd.ResourceExhausted) as e:
             c.get("m", "big")
         assert e.value.code == "resource-exhausted"
-        assert str(BIG.nbytes) in str(e.value)
+        assert "needs 2 MiB" in str(e.value)
+        assert "raise `budget` in weightd.conf" in str(e.value)
+        assert e.value.expected == BIG.nbytes
         np.testing.assert_array_equal(c.get("m", "small").numpy(), SMALL)   # still serving
 
 
