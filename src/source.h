@@ -72,10 +72,21 @@ void wd_source_identity(const struct wd_source *src, uint8_t ret[32]);
 
 /*
  * Check that file `file` is still the one admitted: the path still names the pinned inode and its
- * size and mtime are unchanged. -WEIGHTD_E_SOURCE_CHANGED otherwise, with a sentence naming the
- * file. Thread-safe.
+ * size and mtime are unchanged (only the open file after wd_source_keep_files).
+ * -WEIGHTD_E_SOURCE_CHANGED otherwise, with a sentence naming the file. Thread-safe.
  */
 int wd_source_check(const struct wd_source *src, uint32_t file, weightd_error *err);
+
+/*
+ * From now on read `src` from the files it has open, whatever their paths name: wd_source_check
+ * compares only the open files with their pins. For a generation kept serving after the files on
+ * disk were replaced by ones that could not be admitted; a file changed in place is still
+ * noticed. Thread-safe (callable while workers read).
+ */
+void wd_source_keep_files(struct wd_source *src);
+/* wd_source_check with the path compared even after wd_source_keep_files: are the files on disk
+ * still those admitted? */
+int wd_source_check_path(const struct wd_source *src, uint32_t file, weightd_error *err);
 
 /*
  * pread exactly len bytes at off from file `file` (retrying short reads and EINTR). A short file

@@ -32,6 +32,7 @@ struct wd_source {
 	size_t n_files;
 	uint64_t bytes;
 	uint8_t identity[32]; /* wd_source_identity, computed once the files are pinned */
+	int keep_files;	      /* wd_source_keep_files: the paths are no longer compared (atomic) */
 };
 
 /* A stat's modification time in nanoseconds (what a pin records). */

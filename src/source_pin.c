@@ -3,6 +3,7 @@
  * checked by path and by descriptor, and reads that notice a file changed under them. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,16 +36,11 @@ static int compare_pin(const struct wd_source *src, const struct wd_file *f, con
 	return r;
 }
 
-int wd_source_check(const struct wd_source *src, uint32_t file, weightd_error *err)
+/* Does the path still name the pinned file? */
+static int check_path(const struct wd_source *src, const struct wd_file *f, weightd_error *err)
 {
-	const struct wd_file *f;
 	struct stat st;
-	int r;
 
-	if (file >= src->n_files)
-		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
-				    "source %s has no file %" PRIu32, src->name, file);
-	f = &src->files[file];
 	if (stat(f->path, &st) < 0) {
 		int e = errno;
 		wd_error_about(err, src->name, NULL);
@@ -54,14 +50,44 @@ int wd_source_check(const struct wd_source *src, uint32_t file, weightd_error *e
 					    f->path);
 		return wd_error_set(err, WEIGHTD_E_IO, "cannot stat %s: %s", f->path, strerror(e));
 	}
-	r = compare_pin(src, f, &st, "the path", err);
-	if (r)
-		return r;
+	return compare_pin(src, f, &st, "the path", err);
+}
+
+static int check(const struct wd_source *src, uint32_t file, bool paths, weightd_error *err)
+{
+	const struct wd_file *f;
+	struct stat st;
+	int r;
+
+	if (file >= src->n_files)
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "source %s has no file %" PRIu32, src->name, file);
+	f = &src->files[file];
+	if (paths) {
+		r = check_path(src, f, err);
+		if (r)
+			return r;
+	}
 	if (fstat(f->fd, &st) < 0) {
 		wd_error_about(err, src->name, NULL);
 		return wd_error_set(err, WEIGHTD_E_IO, "cannot fstat %s: %s", f->path, strerror(errno));
 	}
 	return compare_pin(src, f, &st, "the open file", err);
+}
+
+int wd_source_check(const struct wd_source *src, uint32_t file, weightd_error *err)
+{
+	return check(src, file, !__atomic_load_n(&src->keep_files, __ATOMIC_RELAXED), err);
+}
+
+int wd_source_check_path(const struct wd_source *src, uint32_t file, weightd_error *err)
+{
+	return check(src, file, true, err);
+}
+
+void wd_source_keep_files(struct wd_source *src)
+{
+	__atomic_store_n(&src->keep_files, 1, __ATOMIC_RELAXED);
 }
 
 /*
