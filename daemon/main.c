@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -127,6 +130,28 @@ static uint64_t count_foreign(const char *instance)
 	return n > 0 ? (uint64_t)n : 0;
 }
 
+/* The name of the socket served: what systemd passed, else the configured path. */
+static const char *served_socket(int fd, char *buf, size_t cap, const char *configured)
+{
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+
+	if (!socket_activated)
+		return configured;
+	memset(&sa, 0, sizeof(sa));
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || sa.sun_family != AF_UNIX ||
+	    len <= offsetof(struct sockaddr_un, sun_path)) {
+		snprintf(buf, cap, "the socket passed by systemd");
+	} else if (sa.sun_path[0] == '\0') {
+		/* abstract: shown as ss(8) does */
+		snprintf(buf, cap, "@%.*s", (int)(len - offsetof(struct sockaddr_un, sun_path) - 1),
+			 sa.sun_path + 1);
+	} else {
+		snprintf(buf, cap, "%.*s", (int)sizeof(sa.sun_path), sa.sun_path);
+	}
+	return buf;
+}
+
 /* The listening socket: inherited from systemd (socket activation) or made here. */
 static int get_listener(const struct config *cfg, int *ret_fd, weightd_error *err)
 {
@@ -239,6 +264,7 @@ int main(int argc, char **argv)
 	bool foreground = false, check = false;
 	int level = -1, lfd = -1, ready_fd = -1, opt, rc = 1, purged = 0, adopted;
 	uint64_t wd_usec = 0;
+	char served[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
 
 	for (int i = 1; i < argc; i++)  /* a mode of its own, with its own options */
 		if (strcmp(argv[i], "--purge") == 0)
@@ -349,7 +375,8 @@ int main(int argc, char **argv)
 			event_add(ev_wd, &tv);
 	}
 	log_notice("weightd %s serving %zu checkpoints on %s (instance %s, budget %llu bytes, "
-		   "%u workers)", WD_VERSION, catalog_count(d.catalog), d.cfg->socket_path,
+		   "%u workers)", WD_VERSION, catalog_count(d.catalog),
+		   served_socket(lfd, served, sizeof(served), d.cfg->socket_path),
 		   d.instance, (unsigned long long)cache_budget(d.cache), pool_threads(d.pool));
 	daemon_notify_ready(&d);
 	daemon_readiness(&ready_fd);

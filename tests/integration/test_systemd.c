@@ -217,13 +217,18 @@ static void serves_on_a_socket_passed_by_systemd(void **state)
 	char log[600];
 	harness_path(&H, "activated.log", log, sizeof(log));
 	FILE *f = fopen(log, "r");
-	char line[1024];
-	bool saw = false;
-	while (f && fgets(line, sizeof(line), f))
+	char line[1024], on[600];
+	bool saw = false, named = false;
+	/* the start line names the socket served, not the configured one */
+	snprintf(on, sizeof(on), "checkpoints on %s (", sock);
+	while (f && fgets(line, sizeof(line), f)) {
 		saw |= strstr(line, "socket passed by systemd") != NULL;
+		named |= strstr(line, on) != NULL;
+	}
 	if (f)
 		fclose(f);
 	assert_true(saw);
+	assert_true(named);
 }
 
 /* purge sees systemd's listener without connecting to it, so it neither starts weightd nor purges
