@@ -357,23 +357,72 @@ void weightd_status_free(weightd_status *pub)
 
 /* --- administration ---------------------------------------------------------------------- */
 
-int weightd_reload(weightd_client *c, weightd_error *err)
+/* A reload's answer, holding the reply its lists point into. */
+struct reload_info {
+	weightd_reload_info pub;
+	Weightd__Response *resp;
+};
+
+static int reload_call(weightd_client *c, const char *fn, Weightd__Response **ret,
+		       weightd_error *err)
 {
 	Weightd__Request req = WEIGHTD__REQUEST__INIT;
 	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
-	Weightd__Response *resp = NULL;
-	int r;
 
 	wc_err_clear(err);
 	if (!c)
-		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_reload: no client");
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s: no client", fn);
 	req.body_case = WEIGHTD__REQUEST__BODY_RELOAD;
 	req.reload = &empty;
-	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_RELOAD, wc_weight_reply_refs, &resp, NULL,
-			 NULL, err);
+	return wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_RELOAD, wc_weight_reply_refs, ret,
+			    NULL, NULL, err);
+}
+
+int weightd_reload(weightd_client *c, weightd_error *err)
+{
+	Weightd__Response *resp = NULL;
+	int r = reload_call(c, "weightd_reload", &resp, err);
+
 	if (r == 0)
 		wd_msg_free(resp);
 	return r;
+}
+
+int weightd_reload_report(weightd_client *c, weightd_reload_info **ret, weightd_error *err)
+{
+	Weightd__Response *resp = NULL;
+	struct reload_info *o;
+	int r;
+
+	if (!ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_reload_report: no ret");
+	r = reload_call(c, "weightd_reload_report", &resp, err);
+	if (r < 0)
+		return r;
+	o = calloc(1, sizeof(*o));
+	if (!o) {
+		wd_msg_free(resp);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	o->resp = resp;
+	if (resp->reload) {
+		o->pub.n_changes = resp->reload->n_changes;
+		o->pub.changes = (const char *const *)resp->reload->changes;
+		o->pub.n_warnings = resp->reload->n_warnings;
+		o->pub.warnings = (const char *const *)resp->reload->warnings;
+	}
+	*ret = &o->pub;
+	return 0;
+}
+
+void weightd_reload_report_free(weightd_reload_info *pub)
+{
+	struct reload_info *o = (struct reload_info *)pub;
+
+	if (!o)
+		return;
+	wd_msg_free(o->resp);
+	free(o);
 }
 
 int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t *ret_bytes,

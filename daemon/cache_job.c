@@ -214,6 +214,9 @@ static void job_done(struct pool_task *t)
 					 "it started", wd_plan_label(j->plan));
 	} else if (j->status < 0 && j->err) {
 		err = j->err;
+		for (size_t i = 0; i < j->n_sources; i++)
+			if (j->n_sources == 1 || strcmp(err->checkpoint, j->sources[i]->name) == 0)
+				catalog_explain_changed(j->sources[i], err);
 	} else if (j->status < 0) {
 		wd_error_clear(&lerr);
 		wd_error_set(&lerr, -j->status, "materializing %s failed and there was no memory "

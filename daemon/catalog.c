@@ -2,6 +2,7 @@
 /* catalog.c - admission of configured checkpoints, access checks, and generations on reload. */
 #include "catalog.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,8 @@ static struct source_conf *conf_copy(const struct source_conf *sc)
 	c->path = strdup(sc->path);
 	c->allow_any = sc->allow_any;
 	c->preload = sc->preload;
+	c->watch = sc->watch;
+	c->watch_delay_ms = sc->watch_delay_ms;
 	c->line = sc->line;
 	if (sc->n_uids) {
 		c->allow_uids = malloc(sc->n_uids * sizeof(uid_t));
@@ -81,11 +84,14 @@ static struct csource *catalog_source_admit(const struct source_conf *sc,
 	cs->refs = 1;
 	cs->generation = generation;
 	wd_error_clear(&cs->error);
+	wd_error_clear(&cs->refused);
 	if (wd_source_open(sc->name, sc->path, lim, &cs->src, &cs->error) < 0) {
 		cs->src = NULL;
 		cs->state = CSOURCE_FAILED;
 		wd_error_about(&cs->error, sc->name, NULL);
-		log_err("checkpoint %s (%s): %s", sc->name, sc->path, cs->error.message);
+		/* a reload that keeps the last good generation says so itself */
+		if (generation == 1)
+			log_err("checkpoint %s (%s): %s", sc->name, sc->path, cs->error.message);
 	} else {
 		cs->state = CSOURCE_READY;
 		log_info("checkpoint %s: %s, %zu tensors, %llu bytes (%s)", sc->name,
@@ -206,6 +212,24 @@ int catalog_resolve(const struct catalog *c, const char *name, const struct peer
 	return 0;
 }
 
+void catalog_explain_changed(const struct csource *cs, weightd_error *err)
+{
+	size_t n = strlen(err->message);
+
+	if (err->code != WEIGHTD_E_SOURCE_CHANGED || !cs)
+		return;
+	if (cs->conf->watch)
+		snprintf(err->message + n, sizeof(err->message) - n,
+			 "; weightd reloads checkpoint \"%s\" once its files have been left alone "
+			 "for %llu ms: ask again then",
+			 cs->name, (unsigned long long)cs->conf->watch_delay_ms);
+	else
+		snprintf(err->message + n, sizeof(err->message) - n,
+			 "; run `weightctl reload` to serve the new files of checkpoint \"%s\", or "
+			 "set `watch = yes` in its section to have weightd reload it by itself",
+			 cs->name);
+}
+
 /* Did any file of a ready source change identity since it was admitted? */
 static bool source_changed(const struct csource *cs)
 {
@@ -214,7 +238,7 @@ static bool source_changed(const struct csource *cs)
 	if (!cs->src)
 		return true;
 	for (size_t f = 0; f < wd_source_file_count(cs->src); f++)
-		if (wd_source_check(cs->src, (uint32_t)f, &e) < 0)
+		if (wd_source_check_path(cs->src, (uint32_t)f, &e) < 0)
 			return true;
 	return false;
 }
@@ -224,12 +248,38 @@ struct plan_item {
 	struct csource *old;         /* current entry of that name, or NULL */
 	struct csource *fresh;       /* newly admitted entry, or NULL when `old` stays */
 	struct source_conf *conf;    /* old stays: its new access rules */
+	weightd_error refused;	     /* old stays because its new files were refused: why */
+	bool has_refused;
+	bool untouched; /* not rechecked: old stays as it is */
 };
 
 struct catalog_plan {
 	size_t n;
 	struct plan_item items[];
 };
+
+/* Worker: decide whether `it->old` stays or checkpoint `sc` is admitted anew. */
+static void plan_decide(const struct catalog *c, struct plan_item *it, const struct source_conf *sc)
+{
+	it->sc = sc;
+	if (it->old && it->old->state == CSOURCE_READY && strcmp(it->old->path, sc->path) == 0 &&
+	    !source_changed(it->old)) {
+		it->conf = conf_copy(sc); /* same files: keep the entry, take the new rules */
+		return;
+	}
+	it->fresh = catalog_source_admit(sc, &c->lim, it->old ? it->old->generation + 1 : 1);
+	if (it->fresh && it->fresh->state == CSOURCE_FAILED && it->old &&
+	    it->old->state == CSOURCE_READY) {
+		/* the new files are broken: the last good generation goes on serving */
+		it->refused = it->fresh->error;
+		it->has_refused = true;
+		catalog_source_unref(it->fresh);
+		it->fresh = NULL;
+		it->conf = conf_copy(sc);
+	} else if (it->fresh && it->fresh->state == CSOURCE_FAILED && it->old) {
+		log_err("checkpoint %s (%s): %s", sc->name, sc->path, it->fresh->error.message);
+	}
+}
 
 struct catalog_plan *catalog_reload_prepare(const struct catalog *c, const struct config *cfg)
 {
@@ -238,18 +288,31 @@ struct catalog_plan *catalog_reload_prepare(const struct catalog *c, const struc
 	if (!p)
 		return NULL;
 	for (size_t i = 0; i < cfg->n_sources; i++) {
-		const struct source_conf *sc = &cfg->sources[i];
 		struct plan_item *it = &p->items[p->n++];
 
-		it->sc = sc;
-		it->old = catalog_find(c, sc->name);
-		if (it->old && it->old->state == CSOURCE_READY && strcmp(it->old->path, sc->path) == 0 &&
-		    !source_changed(it->old)) {
-			it->conf = conf_copy(sc); /* same files: keep the entry, take the new rules */
-			continue;
-		}
-		it->fresh =
-			catalog_source_admit(sc, &c->lim, it->old ? it->old->generation + 1 : 1);
+		it->old = catalog_find(c, cfg->sources[i].name);
+		plan_decide(c, it, &cfg->sources[i]);
+	}
+	return p;
+}
+
+struct catalog_plan *catalog_recheck_prepare(const struct catalog *c, char *const *names, size_t n)
+{
+	struct catalog_plan *p = calloc(1, sizeof(*p) + c->n * sizeof(p->items[0]));
+
+	if (!p)
+		return NULL;
+	for (size_t i = 0; i < c->n; i++) {
+		struct plan_item *it = &p->items[p->n++];
+		bool named = false;
+
+		it->old = c->items[i];
+		for (size_t j = 0; j < n && !named; j++)
+			named = strcmp(names[j], it->old->name) == 0;
+		if (named)
+			plan_decide(c, it, it->old->conf);
+		else
+			it->untouched = true;
 	}
 	return p;
 }
@@ -283,10 +346,34 @@ void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 			/* kept (or its replacement could not be allocated): the old entry stays */
 			if (!it->old)
 				continue;
+			if (it->untouched) {
+				catalog_source_ref(it->old);
+				items[n++] = it->old;
+				continue;
+			}
 			if (it->conf) {
 				conf_free(it->old->conf);
 				it->old->conf = it->conf;
 				it->conf = NULL;
+			}
+			if (it->has_refused) {
+				log_err("checkpoint %s: generation %llu refused, generation %llu is still "
+					"served: %s",
+					it->old->name, (unsigned long long)it->old->generation + 1,
+					(unsigned long long)it->old->generation,
+					it->refused.message);
+				it->old->refused = it->refused;
+				wd_source_keep_files(it->old->src);
+				snprintf(it->old->refused.message, sizeof(it->old->refused.message),
+					 "the changed files were refused, generation %llu is still "
+					 "served: %s",
+					 (unsigned long long)it->old->generation,
+					 it->refused.message);
+			} else if (it->old->refused.code) {
+				log_notice(
+					"checkpoint %s: its files are those of generation %llu again",
+					it->old->name, (unsigned long long)it->old->generation);
+				wd_error_clear(&it->old->refused);
 			}
 			catalog_source_ref(it->old);
 			items[n++] = it->old;

@@ -35,6 +35,9 @@ struct csource {
 	struct wd_source *src;     /* NULL when FAILED */
 	enum csource_state state;
 	weightd_error error;     /* why it FAILED */
+	/* READY, but the files now on disk were refused by the last reload: why (code 0: they were
+	 * not). This generation stays served meanwhile. */
+	weightd_error refused;
 	uint64_t generation;       /* 1, 2, ... bumped when a reload finds the files changed */
 	struct source_conf *conf;  /* copy of its config section (allow lists, preload) */
 	unsigned refs;
@@ -63,13 +66,19 @@ bool catalog_allowed(const struct csource *cs, const struct peer *peer);
 int catalog_resolve(const struct catalog *c, const char *name, const struct peer *peer,
 		    struct csource **ret, weightd_error *err);
 
+/* Append to a -WEIGHTD_E_SOURCE_CHANGED error from reading `cs` what the operator can do about
+ * it (reload, or watch the files); other errors are left as they are. */
+void catalog_explain_changed(const struct csource *cs, weightd_error *err);
+
 void catalog_source_ref(struct csource *cs);
 void catalog_source_unref(struct csource *cs);
 
 /*
  * Re-read sources from a new config: new names are admitted, missing ones become REMOVED (they
  * stop taking new requests), and a source whose files' identities changed gets a new generation
- * (a new wd_source; the old stays alive while referenced). In two steps, so the main thread never
+ * (a new wd_source; the old stays alive while referenced). When the changed files of a READY
+ * source cannot be admitted, the entry stays READY on its current generation and records why in
+ * `refused`: clients keep being served what was last good. In two steps, so the main thread never
  * reads checkpoint headers. prepare runs on a worker (one reload at a time): it only reads the
  * catalog, decides for each source of cfg whether the current entry stays (same path, same files)
  * or a new one is admitted, and admits those. apply runs on the main thread: it swaps the result
@@ -82,5 +91,8 @@ struct catalog_plan *catalog_reload_prepare(const struct catalog *c, const struc
 void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 			  void (*changed)(struct csource *cs, const char *what, void *arg), void *arg);
 void catalog_plan_free(struct catalog_plan *p);
+/* catalog_reload_prepare for the checkpoints `names[0..n)` only, as their sections in the
+ * catalog stand (a watched checkpoint whose files changed): the others stay as they are. */
+struct catalog_plan *catalog_recheck_prepare(const struct catalog *c, char *const *names, size_t n);
 
 #endif

@@ -20,6 +20,8 @@ struct source_conf {
 	size_t n_gids;
 	bool allow_any;      /* neither allow_users nor allow_groups given: any peer of the socket */
 	bool preload;
+	bool watch;		 /* reload it by itself when its files change (inotify) */
+	uint64_t watch_delay_ms; /* ... once they have been quiet this long */
 	int line;            /* where the section starts, for messages */
 };
 

@@ -139,6 +139,12 @@ const struct config_key config_keys[] = {
 	{ CHECKPOINT(preload), .name = "preload", .type = CONFIG_T_BOOL, .def = "no",
 	  .reload = CONFIG_LIVE,
 	  .doc = "materialize and hold every tensor once the daemon serves" },
+	{ CHECKPOINT(watch), .name = "watch", .type = CONFIG_T_BOOL, .def = "no",
+	  .reload = CONFIG_LIVE,
+	  .doc = "reload the checkpoint by itself when its files are replaced or changed" },
+	{ CHECKPOINT(watch_delay_ms), .name = "watch_delay", .type = CONFIG_T_DURATION,
+	  .max = DURATION_MAX_MS, .def = "2s", .reload = CONFIG_LIVE,
+	  .doc = "how long its files must be left alone before a watched change is reloaded" },
 };
 
 const size_t config_n_keys = sizeof(config_keys) / sizeof(config_keys[0]);

@@ -28,6 +28,7 @@ struct daemon {
 	struct server *server;
 	LIST_HEAD(, preload_set) preloads; /* the daemon's own holds (preload.c) */
 	struct reload *reload;          /* reload.c */
+	struct watch *watch;		/* watch.c; NULL without inotify */
 	struct stats stats;
 	uint64_t started_ns;            /* wd_clock_ns() at start */
 	char instance[80];              /* shm prefix, shown to clients */

@@ -5,10 +5,10 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stddef.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -31,6 +31,7 @@
 #include "segment.h"
 #include "server.h"
 #include "state.h"
+#include "watch.h"
 
 static const char usage[] =
 	"usage: weightd --config FILE [--foreground] [--check-config] [--log-level LEVEL]\n"
@@ -101,6 +102,17 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 }
 
 static bool socket_activated;
+
+/* The files of a reload's checkpoints are what the watches follow. */
+static void on_reloaded(struct daemon *d)
+{
+	watch_sync(d->watch);
+}
+
+static void on_watch_fire(struct daemon *d, char *const *names, size_t n)
+{
+	reload_recheck(d->reload, names, n);
+}
 
 static int adopt_one(const struct state_segment *rec, void *arg)
 {
@@ -335,7 +347,7 @@ int main(int argc, char **argv)
 		d.cache = d.pool ? cache_new(&cp) : NULL;
 	}
 	d.catalog = catalog_new(d.cfg, &lim);
-	d.reload = reload_new(&d, request_query_notify);
+	d.reload = reload_new(&d, request_query_notify, on_reloaded);
 	d.keymemo = keymemo_new(KEYMEMO_MAX_ENTRIES);
 	if (!d.pool || !d.cache || !d.catalog || !d.reload || !d.keymemo) {
 		log_err("out of memory at start-up");
@@ -375,9 +387,12 @@ int main(int argc, char **argv)
 			event_add(ev_wd, &tv);
 	}
 	log_notice("weightd %s serving %zu checkpoints on %s (instance %s, budget %llu bytes, "
-		   "%u workers)", WD_VERSION, catalog_count(d.catalog),
-		   served_socket(lfd, served, sizeof(served), d.cfg->socket_path),
-		   d.instance, (unsigned long long)cache_budget(d.cache), pool_threads(d.pool));
+		   "%u workers)",
+		   WD_VERSION, catalog_count(d.catalog),
+		   served_socket(lfd, served, sizeof(served), d.cfg->socket_path), d.instance,
+		   (unsigned long long)cache_budget(d.cache), pool_threads(d.pool));
+	d.watch = watch_new(&d, on_watch_fire);
+	watch_sync(d.watch);
 	daemon_notify_ready(&d);
 	daemon_readiness(&ready_fd);
 	/* Clients are served while preloads materialize: they only compete for the same workers. */
@@ -402,6 +417,7 @@ out:
 		_exit(rc);
 	}
 	reload_free(d.reload);
+	watch_free(d.watch);
 	if (d.cache)
 		preload_free(&d);
 	/* With a state index the segments outlive us and the next start re-adopts them. */

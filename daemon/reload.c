@@ -4,6 +4,7 @@
 #include "reload.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -29,17 +30,25 @@ struct reload_job {
 	struct daemon *d;
 	struct reload *owner;            /* NULL once reload_free ran */
 	struct config *ncfg;
+	char **names; /* a recheck of these checkpoints only (watch), not a reload
+					  * of the file; NULL: the file */
+	size_t n_names;
 	struct catalog_plan *plan;
 	weightd_error err;
 	int status;
 	struct reload_waiter *waiters;   /* answered when this run is applied */
 	size_t n_waiters;
+	struct reload_report rep; /* what it did, for who asked */
 };
 
 struct reload {
 	struct daemon *d;
 	reload_changed_fn *changed;
+	reload_applied_fn *applied;
 	struct reload_job *running;
+	struct reload_job *applying; /* whose report on_changed adds to */
+	char **recheck;		     /* checkpoints to recheck (watch) */
+	size_t n_recheck;
 	struct reload_waiter *next;      /* asked while a run was under way */
 	size_t n_next;
 	bool again;                      /* a signal asked while a run was under way */
@@ -47,15 +56,50 @@ struct reload {
 
 static void reload_start(struct reload *r);
 
-struct reload *reload_new(struct daemon *d, reload_changed_fn *changed)
+struct reload *reload_new(struct daemon *d, reload_changed_fn *changed, reload_applied_fn *applied)
 {
 	struct reload *r = calloc(1, sizeof(*r));
 
 	if (r) {
 		r->d = d;
 		r->changed = changed;
+		r->applied = applied;
 	}
 	return r;
+}
+
+static void free_names(char **names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+/* Add one sentence to j's report (and log it at `level`, unless 0). */
+static void report(struct reload_job *j, bool warning, int level, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void report(struct reload_job *j, bool warning, int level, const char *fmt, ...)
+{
+	char ***lines = warning ? &j->rep.warnings : &j->rep.changes;
+	size_t *n = warning ? &j->rep.n_warnings : &j->rep.n_changes;
+	char *line = NULL, **nl;
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (vasprintf(&line, fmt, ap) < 0)
+		line = NULL;
+	va_end(ap);
+	if (!line)
+		return;
+	if (level)
+		log_msg(level, "reload: %s", line);
+	nl = realloc(*lines, (*n + 1) * sizeof(*nl));
+	if (!nl) {
+		free(line);
+		return;
+	}
+	nl[(*n)++] = line;
+	*lines = nl;
 }
 
 void reload_free(struct reload *r)
@@ -64,6 +108,7 @@ void reload_free(struct reload *r)
 		return;
 	if (r->running)
 		r->running->owner = NULL;
+	free_names(r->recheck, r->n_recheck);
 	free(r->next);
 	free(r);
 }
@@ -72,6 +117,12 @@ static void on_changed(struct csource *cs, const char *what, void *arg)
 {
 	struct reload *r = arg;
 
+	if (r->applying && strcmp(what, "generation") == 0)
+		report(r->applying, false, 0,
+		       "checkpoint %s: new generation %llu (its files changed)", cs->name,
+		       (unsigned long long)cs->generation);
+	else if (r->applying)
+		report(r->applying, false, 0, "checkpoint %s: removed", cs->name);
 	if (r->changed)
 		r->changed(r->d, cs, what);
 }
@@ -82,6 +133,13 @@ static void reload_work(struct pool_task *t, struct wd_scratch *scratch)
 	struct reload_job *j = (struct reload_job *)t;
 
 	(void)scratch;
+	if (j->names) {
+		j->plan = catalog_recheck_prepare(j->d->catalog, j->names, j->n_names);
+		if (!j->plan)
+			j->status = wd_error_set(&j->err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+						 "out of memory reading the checkpoints");
+		return;
+	}
 	j->status = config_load(j->d->cfg->path, &j->ncfg, &j->err);
 	if (j->status < 0)
 		return;
@@ -99,15 +157,28 @@ static bool str_differs(const char *a, const char *b)
 #define NEW_CONNS_NOTE "; connections made before keep theirs"
 
 /* A key that only a restart applies: warn when the file now says otherwise. */
-static void needs_restart(const char *key, bool changed, const char *now, const char *file)
+static void needs_restart(struct reload_job *j, const char *key, bool changed, const char *now,
+			  const char *file)
 {
 	if (changed)
-		log_warn("reload: %s changed to %s in the configuration, but it takes effect only when "
-			 "weightd restarts; still %s", key, file, now);
+		report(j, true, LOG_LVL_WARNING,
+		       "%s changed to %s in the configuration, but weightd keeps %s until it restarts "
+		       "(systemctl restart weightd)",
+		       key, file, now);
+}
+
+/* A group as a reload names it. */
+static void group_words(char *buf, size_t cap, gid_t g)
+{
+	if (g == (gid_t)-1)
+		snprintf(buf, cap, "no group (the socket's group as created)");
+	else
+		snprintf(buf, cap, "gid %ld", (long)g);
 }
 
 /* A CONFIG_RESTART key: the running value stays; say so when the file differs. */
-static void check_restart(struct daemon *d, const struct config_key *k, const struct config *ncfg)
+static void check_restart(struct reload_job *j, struct daemon *d, const struct config_key *k,
+			  const struct config *ncfg)
 {
 	const struct config *cur = d->cfg;
 	uint64_t a = config_key_get(k, cur), b = config_key_get(k, ncfg);
@@ -124,7 +195,7 @@ static void check_restart(struct daemon *d, const struct config_key *k, const st
 		/* an unusable directory was switched off at start ("" here): nothing to compare */
 		if ((k->flags & CONFIG_EMPTY_OK) && !sa_[0])
 			return;
-		needs_restart(k->name, str_differs(sa_, sb_), sa_,
+		needs_restart(j, k->name, str_differs(sa_, sb_), sa_,
 			      (k->flags & CONFIG_EMPTY_OK) && !sb_[0] ? "(none)" : sb_);
 		return;
 	}
@@ -133,8 +204,8 @@ static void check_restart(struct daemon *d, const struct config_key *k, const st
 		snprintf(sb, sizeof(sb), "%04o", (unsigned)b);
 		break;
 	case CONFIG_T_GROUP:
-		snprintf(sa, sizeof(sa), "gid %ld", (gid_t)a == (gid_t)-1 ? -1L : (long)a);
-		snprintf(sb, sizeof(sb), "gid %ld", (gid_t)b == (gid_t)-1 ? -1L : (long)b);
+		group_words(sa, sizeof(sa), (gid_t)a);
+		group_words(sb, sizeof(sb), (gid_t)b);
 		break;
 	case CONFIG_T_BOOL:
 		snprintf(sa, sizeof(sa), "%s", a ? "yes" : "no");
@@ -150,25 +221,28 @@ static void check_restart(struct daemon *d, const struct config_key *k, const st
 		snprintf(sb, sizeof(sb), "%" PRIu64, b);
 		break;
 	}
-	needs_restart(k->name, a != b, sa, sb);
+	needs_restart(j, k->name, a != b, sa, sb);
 }
 
-static void apply_log_level(struct daemon *d, const struct config *ncfg)
+static void apply_log_level(struct reload_job *j, struct daemon *d, const struct config *ncfg)
 {
 	d->cfg->log_level = ncfg->log_level;
 	if (d->log_level_cli >= 0) {
-		log_notice("reload: log_level in the file is ignored: --log-level %s was given",
-			   log_level_name(d->log_level_cli));
+		report(j, true, LOG_LVL_NOTICE,
+		       "log_level in the file is ignored: --log-level %s was given",
+		       log_level_name(d->log_level_cli));
 	} else {
 		int level = ncfg->log_level >= 0 ? ncfg->log_level : LOG_LVL_INFO;
 		bool quieter = level < log_get_level();
 
 		/* said while the more talkative of the two levels holds, so it shows */
 		if (quieter)
-			log_notice("reload: log_level is now %s", log_level_name(level));
+			report(j, false, LOG_LVL_NOTICE, "log_level is now %s",
+			       log_level_name(level));
 		log_set_level(level);
 		if (!quieter)
-			log_notice("reload: log_level is now %s", log_level_name(level));
+			report(j, false, LOG_LVL_NOTICE, "log_level is now %s",
+			       log_level_name(level));
 	}
 }
 
@@ -177,7 +251,7 @@ static void apply_log_level(struct daemon *d, const struct config *ncfg)
  * others (logged for CONFIG_RESTART keys). `d->cfg` is the running configuration, `ncfg` the file
  * just read. Keys are taken in the order of config_keys[].
  */
-static void apply_daemon_keys(struct daemon *d, const struct config *ncfg)
+static void apply_daemon_keys(struct reload_job *j, struct daemon *d, const struct config *ncfg)
 {
 	struct config *cur = d->cfg;
 	bool cache_limits = false;
@@ -189,7 +263,7 @@ static void apply_daemon_keys(struct daemon *d, const struct config *ncfg)
 		if (k->section != CONFIG_DAEMON || k->reload == CONFIG_START)
 			continue;
 		if (k->reload == CONFIG_RESTART) {
-			check_restart(d, k, ncfg);
+			check_restart(j, d, k, ncfg);
 			continue;
 		}
 		was = config_key_get(k, cur);
@@ -202,21 +276,22 @@ static void apply_daemon_keys(struct daemon *d, const struct config *ncfg)
 
 			cur->budget_bytes = ncfg->budget_bytes;
 			evicted = cache_set_budget(d->cache, budget);
-			log_notice("reload: budget is now %" PRIu64 " bytes (%" PRIu64
-				   " unheld weights evicted)", budget, evicted);
+			report(j, false, LOG_LVL_NOTICE,
+			       "budget is now %" PRIu64 " bytes (%" PRIu64
+			       " unheld weights evicted)",
+			       budget, evicted);
 			break;
 		}
-		case offsetof(struct config, log_level):
-			apply_log_level(d, ncfg);
-			break;
+		case offsetof(struct config, log_level): apply_log_level(j, d, ncfg); break;
 		case offsetof(struct config, segment_max_bytes):
 		case offsetof(struct config, max_idle_weights):
 		case offsetof(struct config, max_idle_segments):
 			cache_limits = true; /* one call for the three, below */
 			break;
 		default:
-			log_notice("reload: %s is now %" PRIu64 " (was %" PRIu64 ")%s", k->name, now,
-				   was, k->flags & CONFIG_NEW_CONNS ? NEW_CONNS_NOTE : "");
+			report(j, false, LOG_LVL_NOTICE,
+			       "%s is now %" PRIu64 " (was %" PRIu64 ")%s", k->name, now, was,
+			       k->flags & CONFIG_NEW_CONNS ? NEW_CONNS_NOTE : "");
 			config_key_copy(k, cur, ncfg);
 			break;
 		}
@@ -229,10 +304,33 @@ static void apply_daemon_keys(struct daemon *d, const struct config *ncfg)
 		cur->max_idle_segments = ncfg->max_idle_segments;
 		evicted = cache_set_limits(d->cache, cur->segment_max_bytes, cur->max_idle_weights,
 					   cur->max_idle_segments);
-		log_notice("reload: segment_max is now %" PRIu64 ", max_idle_weights %" PRIu32
-			   ", max_idle_segments %" PRIu32 " (%" PRIu64 " unheld weights evicted)",
-			   cur->segment_max_bytes, cur->max_idle_weights, cur->max_idle_segments,
-			   evicted);
+		report(j, false, LOG_LVL_NOTICE,
+		       "segment_max is now %" PRIu64 ", max_idle_weights %" PRIu32
+		       ", max_idle_segments %" PRIu32 " (%" PRIu64 " unheld weights evicted)",
+		       cur->segment_max_bytes, cur->max_idle_weights, cur->max_idle_segments,
+		       evicted);
+	}
+}
+
+/* After the swap: what the catalog now says about each checkpoint that a reload should name
+ * (added, refused, not served). `before` are the names served before it. */
+static void report_checkpoints(struct reload_job *j, struct catalog *c, char **before,
+			       size_t n_before)
+{
+	for (size_t i = 0; i < catalog_count(c); i++) {
+		const struct csource *cs = catalog_at(c, i);
+		bool known = false;
+
+		for (size_t k = 0; k < n_before && !known; k++)
+			known = before[k] && strcmp(before[k], cs->name) == 0;
+		if (cs->state == CSOURCE_FAILED)
+			report(j, true, 0, "checkpoint %s is not served: %s", cs->name,
+			       cs->error.message);
+		else if (cs->refused.code)
+			report(j, true, 0, "checkpoint %s: %s", cs->name, cs->refused.message);
+		else if (!known)
+			report(j, false, 0, "checkpoint %s: added (generation %llu)", cs->name,
+			       (unsigned long long)cs->generation);
 	}
 }
 
@@ -253,20 +351,38 @@ static void reload_done(struct pool_task *t)
 	if (j->status < 0) {
 		log_err("reload failed, keeping the running configuration: %s", j->err.message);
 	} else {
+		size_t n_before = catalog_count(d->catalog);
+		char **before = calloc(n_before ? n_before : 1, sizeof(*before));
+
+		/* names only: a missing one (no memory) is reported as added, nothing worse */
+		for (size_t i = 0; before && i < n_before; i++)
+			before[i] = strdup(catalog_at(d->catalog, i)->name);
+		r->applying = j;
 		catalog_reload_apply(d->catalog, j->plan, on_changed, r);
+		r->applying = NULL;
 		/* Holds on replaced generations go back first, so their weights can be dropped with
 		 * the other stale ones before the new generations are preloaded. */
 		preload_sync(d);
 		cache_drop_stale(d->cache);
-		apply_daemon_keys(d, j->ncfg);
+		/* A recheck asked for meanwhile still runs: its files may have changed after
+		 * this run read them (one that did not is a stat per file). */
+		if (!j->names)
+			apply_daemon_keys(j, d, j->ncfg);
+		report_checkpoints(j, d->catalog, before, before ? n_before : 0);
+		free_names(before, before ? n_before : 0);
+		if (r->applied)
+			r->applied(d);
 	}
 	daemon_notify_ready(d);
 	for (size_t i = 0; i < j->n_waiters; i++)
 		j->waiters[i].done(d, j->waiters[i].session, j->waiters[i].request,
-				   j->status < 0 ? &j->err : NULL);
-	if (r->again || r->n_next)
+				   j->status < 0 ? NULL : &j->rep, j->status < 0 ? &j->err : NULL);
+	if (r->again || r->n_next || r->n_recheck)
 		reload_start(r);
 out:
+	free_names(j->rep.changes, j->rep.n_changes);
+	free_names(j->rep.warnings, j->rep.n_warnings);
+	free_names(j->names, j->n_names);
 	config_free(j->ncfg);
 	free(j->waiters);
 	free(j);
@@ -282,18 +398,54 @@ static void reload_start(struct reload *r)
 	}
 	j->owner = r;
 	j->d = r->d;
+	wd_error_clear(&j->err);
+	j->task.work = reload_work;
+	j->task.done = reload_done;
+	r->running = j;
+	if (!r->again && !r->n_next) {
+		/* only watched checkpoints changed: the file is not read */
+		j->names = r->recheck;
+		j->n_names = r->n_recheck;
+		r->recheck = NULL;
+		r->n_recheck = 0;
+		for (size_t i = 0; i < j->n_names; i++)
+			log_notice("checkpoint %s: reloading its changed files", j->names[i]);
+		pool_submit(r->d->pool, &j->task);
+		return;
+	}
 	j->waiters = r->next;
 	j->n_waiters = r->n_next;
 	r->next = NULL;
 	r->n_next = 0;
 	r->again = false;
-	wd_error_clear(&j->err);
-	j->task.work = reload_work;
-	j->task.done = reload_done;
-	r->running = j;
 	sd_notify(0, "RELOADING=1");
 	log_notice("reloading %s", r->d->cfg->path);
 	pool_submit(r->d->pool, &j->task);
+}
+
+void reload_recheck(struct reload *r, char *const *names, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		bool known = false;
+		char **nr;
+
+		for (size_t k = 0; k < r->n_recheck && !known; k++)
+			known = strcmp(r->recheck[k], names[i]) == 0;
+		if (known)
+			continue;
+		nr = realloc(r->recheck, (r->n_recheck + 1) * sizeof(*nr));
+		if (!nr || !(nr[r->n_recheck] = strdup(names[i]))) {
+			if (nr)
+				r->recheck = nr;
+			log_err("checkpoint %s: out of memory; its changed files are not reloaded",
+				names[i]);
+			continue;
+		}
+		r->recheck = nr;
+		r->n_recheck++;
+	}
+	if (!r->running && r->n_recheck)
+		reload_start(r);
 }
 
 void reload_request(struct reload *r, reload_done_fn *done, uint64_t session, uint64_t request)
@@ -306,7 +458,7 @@ void reload_request(struct reload *r, reload_done_fn *done, uint64_t session, ui
 
 			wd_error_clear(&err);
 			wd_error_set(&err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-			done(r->d, session, request, &err);
+			done(r->d, session, request, NULL, &err);
 			return;
 		}
 		r->next = w;

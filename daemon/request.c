@@ -75,6 +75,8 @@ void request_source_info(const struct csource *cs, Weightd__SourceInfo *si)
 		si->bytes = wd_source_bytes(cs->src);
 		si->files = (uint32_t)wd_source_file_count(cs->src);
 		si->state = "ready";
+		if (cs->refused.code)
+			si->error = (char *)cs->refused.message;
 	} else {
 		si->kind = "";
 		si->state = cs->state == CSOURCE_FAILED ? "failed" : "removed";

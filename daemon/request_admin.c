@@ -20,7 +20,7 @@ static bool require_privilege(struct session *s, uint64_t id, const char *what)
 
 /* The answer to a reload request, if its client is still connected. */
 static void reload_answered(struct daemon *d, uint64_t session, uint64_t request,
-			    const weightd_error *err)
+			    const struct reload_report *rep, const weightd_error *err)
 {
 	struct session *s = server_find(d->server, session);
 
@@ -32,11 +32,15 @@ static void reload_answered(struct daemon *d, uint64_t session, uint64_t request
 		session_send_error(s, request, err);
 	} else {
 		Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
-		Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+		Weightd__ReloadReply rr = WEIGHTD__RELOAD_REPLY__INIT;
 
+		rr.changes = rep->changes;
+		rr.n_changes = rep->n_changes;
+		rr.warnings = rep->warnings;
+		rr.n_warnings = rep->n_warnings;
 		resp.id = request;
 		resp.body_case = WEIGHTD__RESPONSE__BODY_RELOAD;
-		resp.reload = &empty;
+		resp.reload = &rr;
 		session_send(s, &resp, NULL, 0);
 	}
 	session_check_done(s);

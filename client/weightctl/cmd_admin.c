@@ -5,15 +5,32 @@
 
 #include "weightctl.h"
 
+/* What the reload did, then what it could not do; a reload with warnings did reload (exit 0). */
 int cmd_reload(const struct opts *o, weightd_client *c, struct cmd_args *args)
 {
+	weightd_reload_info *r;
 	weightd_error err;
 
-	if (weightd_reload(c, &err) < 0)
+	if (weightd_reload_report(c, &r, &err) < 0)
 		return fail_err(&err);
-	if (o->json)
-		return print_json(json_pack("{s:b}", "reloaded", 1));
-	puts("weightd reloaded its configuration");
+	if (o->json) {
+		json_t *ch = json_array(), *wa = json_array();
+
+		for (size_t i = 0; i < r->n_changes; i++)
+			json_array_append_new(ch, json_string(r->changes[i]));
+		for (size_t i = 0; i < r->n_warnings; i++)
+			json_array_append_new(wa, json_string(r->warnings[i]));
+		weightd_reload_report_free(r);
+		return print_json(
+			json_pack("{s:b, s:o, s:o}", "reloaded", 1, "changes", ch, "warnings", wa));
+	}
+	printf("weightd reloaded its configuration%s\n",
+	       r->n_changes || r->n_warnings ? ":" : "; nothing changed");
+	for (size_t i = 0; i < r->n_changes; i++)
+		printf("  %s\n", r->changes[i]);
+	for (size_t i = 0; i < r->n_warnings; i++)
+		printf("warning: %s\n", r->warnings[i]);
+	weightd_reload_report_free(r);
 	return 0;
 }
 

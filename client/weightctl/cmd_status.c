@@ -314,6 +314,16 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		prom_label(s->sources[i].name);
 		printf("} %d\n", strcmp(s->sources[i].state, "ready") == 0);
 	}
+	prom_family(
+		"source_refused", "gauge",
+		"1 when a checkpoint's changed files were refused by the last reload and its "
+		"previous generation is still served (the error is in weightctl list), else 0.");
+	for (size_t i = 0; i < s->n_sources; i++) {
+		fputs("weightd_source_refused{source=", stdout);
+		prom_label(s->sources[i].name);
+		printf("} %d\n",
+		       strcmp(s->sources[i].state, "ready") == 0 && s->sources[i].error[0] != '\0');
+	}
 	weightd_status_free(s);
 	return 0;
 }

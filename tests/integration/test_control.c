@@ -239,14 +239,24 @@ static void write_reload_config(const char *daemon_extra)
 		fail_msg("cannot write the config");
 }
 
+/* Whether one of the lines of a reload's report contains `text`. */
+static bool has_line(const char *const *lines, size_t n, const char *text)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strstr(lines[i], text))
+			return true;
+	return false;
+}
+
 /* reload applies budget and the client limits at once; the keys that need a restart are named
- * in the log, one line each, and keep their running values. */
+ * in the log and in the reload's answer, one line each, and keep their running values. */
 static void reload_applies_daemon_keys_or_names_them(void **state)
 {
 	weightd_client *c;
 	weightd_status *st;
 	weightd_error err;
-	char *log;
+	weightd_reload_info *rep;
+	char *log, extra[512];
 	const weightd_server_info *info;
 
 	(void)state;
@@ -257,11 +267,30 @@ static void reload_applies_daemon_keys_or_names_them(void **state)
 	assert_int_equal(st->budget_bytes, 64ull << 20);
 	weightd_status_free(st);
 
-	write_reload_config("budget = 32M\nclient_max_pending = 7\nworkers = 2\nsocket_mode = 0660\n"
-			    "log_level = warning\nverify_adopted = yes\n");
+	snprintf(extra, sizeof(extra),
+		 "budget = 32M\nclient_max_pending = 7\nworkers = 2\nsocket_mode = 0660\n"
+		 "log_level = warning\nverify_adopted = yes\nsocket_group = %u\n",
+		 (unsigned)getgid());
+	write_reload_config(extra);
 	c = it_connect(&H);
-	if (weightd_reload(c, &err) < 0)
+	if (weightd_reload_report(c, &rep, &err) < 0)
 		fail_msg("reload: %s", err.message);
+	/* the answer says what was applied and what waits for a restart, in words */
+	assert_true(has_line(rep->changes, rep->n_changes, "budget is now 33554432 bytes"));
+	assert_true(
+		has_line(rep->changes, rep->n_changes, "client_max_pending is now 7 (was 100)"));
+	assert_true(has_line(rep->warnings, rep->n_warnings,
+			     "workers changed to 2 in the configuration, but weightd keeps 1 until "
+			     "it restarts"));
+	assert_true(has_line(rep->warnings, rep->n_warnings, "verify_adopted changed to yes"));
+	snprintf(extra, sizeof(extra),
+		 "socket_group changed to gid %u in the configuration, but "
+		 "weightd keeps no group (the socket's group as created) until it restarts",
+		 (unsigned)getgid());
+	assert_true(has_line(rep->warnings, rep->n_warnings, extra));
+	assert_false(has_line(rep->warnings, rep->n_warnings, "gid -1"));
+	assert_false(has_line(rep->changes, rep->n_changes, "workers"));
+	weightd_reload_report_free(rep);
 	st = it_status(c);
 	assert_int_equal(st->budget_bytes, 32ull << 20);
 	weightd_status_free(st);
@@ -273,10 +302,12 @@ static void reload_applies_daemon_keys_or_names_them(void **state)
 	weightd_close(c);
 
 	log = slurp(H.log);
-	if (!strstr(log, "reload: workers changed to 2 in the configuration, but it takes effect "
-			 "only when weightd restarts; still 1"))
+	if (!strstr(log, "reload: workers changed to 2 in the configuration, but weightd keeps 1 "
+			 "until it restarts"))
 		fail_msg("workers not named:\n%s", log);
-	assert_non_null(strstr(log, "reload: socket_mode changed to 0660 in the configuration, but it takes effect only when weightd restarts; still 0666"));
+	assert_non_null(strstr(
+		log,
+		"reload: socket_mode changed to 0660 in the configuration, but weightd keeps 0666 until it restarts"));
 	assert_non_null(strstr(log, "reload: verify_adopted changed to yes"));
 	assert_non_null(strstr(log, "reload: budget is now 33554432 bytes"));
 	assert_non_null(strstr(log, "reload: client_max_pending is now 7 (was 100)"));

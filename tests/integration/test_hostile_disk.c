@@ -377,23 +377,33 @@ static void fifos_are_refused_never_waited_on(void **state)
 	weightd_status_free(st);
 	hostile_victim_served(&H);
 
-	/* the symlink now leads to a FIFO: the reload is answered, the source refused */
+	/* the symlink now leads to a FIFO: the reload is answered, the FIFO refused, and the last
+	 * good generation goes on serving from the file it has open */
 	assert_int_equal(unlink(link), 0);
 	assert_int_equal(symlink(fifo, link), 0);
 	c = it_connect(&H);
 	if (weightd_reload(c, &err) < 0)
 		fail_msg("reload: %s", err.message);
 	st = it_status(c);
-	assert_string_equal(it_source(st, "flip")->state, "failed");
+	assert_string_equal(it_source(st, "flip")->state, "ready");
+	assert_int_equal(it_source(st, "flip")->generation, 1);
 	assert_non_null(strstr(it_source(st, "flip")->error, "is a FIFO"));
+	assert_non_null(strstr(it_source(st, "flip")->error, "generation 1 is still served"));
 	weightd_status_free(st);
-	/* and back to the file: served again */
+	{
+		weightd_weight *w = it_get_ok(c, "flip", "t1");
+
+		assert_int_equal(it_pattern_mismatch(it_map(w), TENSOR_BYTES, 1), -1);
+		weightd_release(w);
+	}
+	/* and back to the file: served again, the error gone */
 	assert_int_equal(unlink(link), 0);
 	assert_int_equal(symlink(tiny, link), 0);
 	if (weightd_reload(c, &err) < 0)
 		fail_msg("reload: %s", err.message);
 	st = it_status(c);
 	assert_string_equal(it_source(st, "flip")->state, "ready");
+	assert_string_equal(it_source(st, "flip")->error, "");
 	weightd_status_free(st);
 	{
 		weightd_weight *w = it_get_ok(c, "flip", "t1");

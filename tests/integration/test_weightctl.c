@@ -698,7 +698,7 @@ static void metrics_follow_known_activity(void **state)
 	assert_non_null(strstr(err, "victim"));
 	free(out);
 	free(err);
-	/* a reload sees the changed file: a new generation, which fails admission */
+	/* a reload sees the changed file and refuses it: generation 1 goes on serving */
 	assert_int_equal(ctl(&out, &err, "reload", NULL), 0);
 	free(out);
 	free(err);
@@ -723,8 +723,10 @@ static void metrics_follow_known_activity(void **state)
 	assert_int_equal(metric(e, "weightd_readoptions_total", ""), 0);
 	assert_int_equal(metric(e, "weightd_source_generation", "source=tiny"), 1);
 	assert_int_equal(metric(e, "weightd_source_ready", "source=tiny"), 1);
-	assert_int_equal(metric(e, "weightd_source_generation", "source=victim"), 2);
-	assert_int_equal(metric(e, "weightd_source_ready", "source=victim"), 0);
+	assert_int_equal(metric(e, "weightd_source_generation", "source=victim"), 1);
+	assert_int_equal(metric(e, "weightd_source_ready", "source=victim"), 1);
+	assert_int_equal(metric(e, "weightd_source_refused", "source=victim"), 1);
+	assert_int_equal(metric(e, "weightd_source_refused", "source=tiny"), 0);
 
 	/* kill -9 and start again: the three weights are re-adopted, nothing is read */
 	harness_kill(&H);

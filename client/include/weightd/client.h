@@ -336,6 +336,25 @@ WEIGHTD_API void weightd_status_free(weightd_status *s);
  * WEIGHTD_E_PERMISSION_DENIED). Returns when the daemon has done it. */
 WEIGHTD_API int weightd_reload(weightd_client *c, weightd_error *err);
 
+/* What a reload did, one sentence each. */
+typedef struct weightd_reload_info {
+	/* applied: a key's new value, a checkpoint's new generation, one added or removed */
+	size_t n_changes;
+	const char *const *changes;
+	/* not applied: a key that takes effect only when weightd restarts, a checkpoint whose
+	 * changed files were refused (its last good generation is still served) or that is not
+	 * served */
+	size_t n_warnings;
+	const char *const *warnings;
+} weightd_reload_info;
+
+/* weightd_reload, and *ret what it did (a daemon that does not say gives empty lists). A reload
+ * with warnings succeeded; one that failed returns the error. *ret is freed with
+ * weightd_reload_report_free. */
+WEIGHTD_API int weightd_reload_report(weightd_client *c, weightd_reload_info **ret,
+				      weightd_error *err);
+WEIGHTD_API void weightd_reload_report_free(weightd_reload_info *r);
+
 /* Ask the daemon to evict every weight no client holds (privileged). ret_weights and ret_bytes
  * (each may be NULL) receive how much went. */
 WEIGHTD_API int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t *ret_bytes,
