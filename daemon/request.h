@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* request.h - dispatch of decoded requests and the helpers the request modules (request_query.c,
- * request_admin.c, unit.c) share. */
+ * request_admin.c, request_holds.c, unit.c) share. */
 #ifndef WD_REQUEST_H
 #define WD_REQUEST_H
 
@@ -8,7 +8,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "catalog.h"
 #include "recipe.h"
 #include "weightd.pb-c.h"
 
@@ -20,8 +19,6 @@ struct session;
 void request_dispatch(struct session *s, Weightd__Request *req);
 /* A dying session's requests in flight finish without replying (unit_session_gone). */
 void request_session_gone(struct session *s);
-/* Another reference (and fd of its segment) for a weight the client holds. */
-void request_share(struct session *s, uint64_t id, const Weightd__Share *sh);
 
 /* Send `resp` as the answer to request `id` (fds pass to the session, see session_send). */
 void request_reply(struct session *s, Weightd__Response *resp, uint64_t id, const int *fds,
@@ -29,7 +26,5 @@ void request_reply(struct session *s, Weightd__Response *resp, uint64_t id, cons
 /* Send an error with `code` and a formatted sentence as the answer to request `id`. */
 void request_fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-/* Fill a wire SourceInfo from a catalog entry; strings are borrowed from cs. */
-void request_source_info(const struct csource *cs, Weightd__SourceInfo *si);
 
 #endif

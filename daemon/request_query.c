@@ -93,6 +93,27 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	request_reply(s, &resp, id, NULL, 0);
 }
 
+/* Fill a wire SourceInfo from a catalog entry; strings are borrowed from cs. */
+static void source_info(const struct csource *cs, Weightd__SourceInfo *si)
+{
+	weightd__source_info__init(si);
+	si->name = cs->name;
+	si->path = cs->path;
+	si->generation = cs->generation;
+	if (cs->state == CSOURCE_READY) {
+		si->kind = (char *)wd_source_kind_name(wd_source_kind(cs->src));
+		si->tensors = wd_source_tensor_count(cs->src);
+		si->bytes = wd_source_bytes(cs->src);
+		si->files = (uint32_t)wd_source_file_count(cs->src);
+		si->state = "ready";
+		if (cs->refused.code)
+			si->error = (char *)cs->refused.message;
+	} else {
+		si->kind = "";
+		si->state = cs->state == CSOURCE_FAILED ? "failed" : "removed";
+		si->error = (char *)cs->error.message;
+	}
+}
 
 void request_query_list(struct session *s, uint64_t id)
 {
@@ -112,7 +133,7 @@ void request_query_list(struct session *s, uint64_t id)
 		struct csource *cs = catalog_at(s->d->catalog, i);
 		if (cs->state == CSOURCE_REMOVED || !catalog_allowed(cs, &s->peer))
 			continue;
-		request_source_info(cs, &infos[lr.n_sources]);
+		source_info(cs, &infos[lr.n_sources]);
 		ptrs[lr.n_sources] = &infos[lr.n_sources];
 		lr.n_sources++;
 	}
@@ -151,7 +172,7 @@ void request_query_describe(struct session *s, uint64_t id, const Weightd__Descr
 		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
-	request_source_info(cs, &si);
+	source_info(cs, &si);
 	for (size_t i = 0; i < nt; i++) {
 		const struct wd_tensor_info *t = wd_source_tensor(cs->src, i);
 		const struct wd_dtype_info *di = wd_dtype_info(t->dtype);
@@ -438,7 +459,7 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 	for (size_t i = 0; i < ns; i++) {
 		if (!may_see(s, catalog_at(d->catalog, i)))
 			continue;
-		request_source_info(catalog_at(d->catalog, i), &si[st.n_sources]);
+		source_info(catalog_at(d->catalog, i), &si[st.n_sources]);
 		sp[st.n_sources] = &si[st.n_sources];
 		st.n_sources++;
 	}
