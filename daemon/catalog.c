@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "peer.h"
 
 struct catalog {
 	struct csource **items;

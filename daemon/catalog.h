@@ -13,14 +13,7 @@
 #include "wd_limits.h"
 #include "source.h"
 
-/* Who is asking: from SO_PEERCRED and SO_PEERGROUPS at accept time. */
-struct peer {
-	pid_t pid;
-	uid_t uid;
-	gid_t gid;
-	gid_t *groups;
-	size_t n_groups;
-};
+struct peer; /* who is asking (peer.h) */
 
 enum csource_state { CSOURCE_READY, CSOURCE_FAILED, CSOURCE_REMOVED };
 

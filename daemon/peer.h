@@ -3,7 +3,17 @@
 #ifndef WD_PEER_H
 #define WD_PEER_H
 
-#include "catalog.h"
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Who is asking: from SO_PEERCRED and SO_PEERGROUPS at accept time. */
+struct peer {
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	gid_t *groups;
+	size_t n_groups;
+};
 
 /*
  * Fill *ret from SO_PEERCRED and SO_PEERGROUPS of a connected Unix socket. Every supplementary

@@ -16,6 +16,7 @@
 #include "catalog.h"
 #include "frame.h"
 #include "holds.h"
+#include "peer.h"
 #include "uid.h"
 #include "weightd.pb-c.h"
 
@@ -63,7 +64,7 @@ struct session {
 	bool read_closed;      /* no more requests: the peer shut down its side, or it was refused */
 	bool paused;           /* not read while its replies hold too many fds, its uid waits for
 				* other uids' share of the main thread, or it has had its turn */
-	bool dispatching;      /* inside request_dispatch (not to be closed under it) */
+	bool dispatching;      /* inside ops->dispatch (not to be closed under it) */
 	bool dead;
 	bool close_after_flush;
 	bool privileged;      /* uid 0 or the daemon's own uid: may reload and evict */
