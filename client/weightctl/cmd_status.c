@@ -239,10 +239,12 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	if (weightd_status_summary(c, &s, &err) < 0)
 		return fail_err(&err);
 	secs = (double)s->materialize_ns / 1e9;
-	prom_family("info", "gauge", "The daemon's version and instance (shared-memory prefix); always 1.");
+	/* not "instance": Prometheus sets that label on every target it scrapes */
+	prom_family("info", "gauge",
+		    "The daemon's version and shared-memory prefix (its instance); always 1.");
 	fputs("weightd_info{version=", stdout);
 	prom_label(s->server_version);
-	fputs(",instance=", stdout);
+	fputs(",shm_prefix=", stdout);
 	prom_label(s->instance);
 	fputs("} 1\n", stdout);
 	prom_family("uptime_seconds", "gauge", "Seconds since the daemon started.");
@@ -274,10 +276,6 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	prom_family("materialization_seconds_total", "counter",
 		    "Wall-clock seconds spent by finished materializations.");
 	printf("weightd_materialization_seconds_total %.9f\n", secs);
-	prom_family("materialization_throughput_bytes_per_second", "gauge",
-		    "Bytes materialized per second spent materializing, since start (0 before any).");
-	printf("weightd_materialization_throughput_bytes_per_second %.17g\n",
-	       secs > 0 ? (double)s->bytes_materialized / secs : 0.0);
 	prom_u64("evictions_total", "counter", "Weights evicted to make room or by request.",
 		 s->evictions);
 	prom_u64("readoptions_total", "counter",
