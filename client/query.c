@@ -182,6 +182,7 @@ struct status {
 	weightd_status pub;
 	Weightd__Response *resp;
 	weightd_source_info *sources;
+	weightd_source_stats *source_stats;
 	weightd_weight_status *weights;
 	weightd_job_status *jobs;
 	weightd_segment_status *segs;
@@ -216,13 +217,16 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 	o = calloc(1, sizeof(*o));
 	if (o) {
 		o->sources = calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->sources));
+		o->source_stats =
+			calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->source_stats));
 		o->weights = calloc(sr->n_weight_list ? sr->n_weight_list : 1, sizeof(*o->weights));
 		o->jobs = calloc(sr->n_jobs ? sr->n_jobs : 1, sizeof(*o->jobs));
 		o->segs = calloc(sr->n_segment_list ? sr->n_segment_list : 1, sizeof(*o->segs));
 	}
-	if (!o || !o->sources || !o->weights || !o->jobs || !o->segs) {
+	if (!o || !o->sources || !o->source_stats || !o->weights || !o->jobs || !o->segs) {
 		if (o) {
 			free(o->sources);
+			free(o->source_stats);
 			free(o->weights);
 			free(o->jobs);
 			free(o->segs);
@@ -268,8 +272,18 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 	o->pub.digest_chunk_bytes = sr->digest_chunk_bytes;
 	o->pub.requests = sr->requests;
 	o->pub.requests_deferred = sr->requests_deferred;
-	for (size_t i = 0; i < sr->n_sources; i++)
-		source_from_wire(&o->sources[i], sr->sources[i]);
+	for (size_t i = 0; i < sr->n_sources; i++) {
+		const Weightd__SourceInfo *si = sr->sources[i];
+
+		source_from_wire(&o->sources[i], si);
+		if (!si)
+			continue;
+		o->source_stats[i].resident_bytes = si->resident_bytes;
+		o->source_stats[i].held_bytes = si->held_bytes;
+		o->source_stats[i].materialized_bytes = si->materialized_bytes;
+		o->source_stats[i].clients = si->clients;
+		o->source_stats[i].errors = si->errors;
+	}
 	for (size_t i = 0; i < sr->n_weight_list; i++) {
 		const Weightd__WeightStatus *w = sr->weight_list[i];
 		weightd_weight_status *ws = &o->weights[i];
@@ -325,6 +339,7 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 	o->pub.jobs = o->jobs;
 	o->pub.n_sources = sr->n_sources;
 	o->pub.sources = o->sources;
+	o->pub.source_stats = o->source_stats;
 	o->pub.n_weights = sr->n_weight_list;
 	o->pub.weight_list = o->weights;
 	*ret = &o->pub;
@@ -349,6 +364,7 @@ void weightd_status_free(weightd_status *pub)
 		return;
 	wd_msg_free(o->resp);
 	free(o->sources);
+	free(o->source_stats);
 	free(o->weights);
 	free(o->jobs);
 	free(o->segs);

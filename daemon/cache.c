@@ -259,6 +259,8 @@ void cache_insert(struct cache *c, struct weight *w)
 	c->count++;
 	LIST_INSERT_HEAD(&sg->weights, w, seg_link);
 	sg->n_weights++;
+	if (w->csource)
+		w->csource->stats->resident_bytes += w->nbytes;
 }
 
 static void lru_remove(struct cache *c, struct weight *w)
@@ -267,6 +269,8 @@ static void lru_remove(struct cache *c, struct weight *w)
 		return;
 	c->evictable -= w->nbytes;
 	c->idle_weights--;
+	if (w->csource)
+		w->csource->stats->idle_bytes -= w->nbytes;
 	TAILQ_REMOVE(&c->lru, w, lru_link);
 	w->in_lru = false;
 }
@@ -277,6 +281,8 @@ void cache_lru_append(struct cache *c, struct weight *w)
 	w->in_lru = true;
 	c->evictable += w->nbytes;
 	c->idle_weights++;
+	if (w->csource)
+		w->csource->stats->idle_bytes += w->nbytes;
 }
 
 static void unhash(struct cache *c, struct weight *w)
@@ -307,6 +313,8 @@ static void weight_destroy(struct cache *c, struct weight *w, bool evict)
 		sg->held--; /* cannot happen for an evicted weight; kept consistent at shutdown */
 	c->resident -= w->nbytes;
 	c->count--;
+	if (w->csource)
+		w->csource->stats->resident_bytes -= w->nbytes;
 	if (sg->n_weights == 0 && sg->n_jobs == 0) {
 		cache_seg_destroy(c, sg, evict);
 	} else {
@@ -489,6 +497,10 @@ void cache_claim_source(struct weight *w, struct csource *cs)
 		return;
 	w->csource = cs;
 	catalog_source_ref(cs);
+	/* from now on it counts under its checkpoint (cache_insert and the LRU did not count it) */
+	cs->stats->resident_bytes += w->nbytes;
+	if (w->in_lru)
+		cs->stats->idle_bytes += w->nbytes;
 }
 
 struct weight *cache_find(struct cache *c, const uint8_t key[32])

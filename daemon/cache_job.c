@@ -260,6 +260,8 @@ static void job_done(struct pool_task *t)
 			w->generation = w->csource->generation;
 		}
 		cache_insert(c, w);
+		if (w->csource)
+			w->csource->stats->materialized_bytes += w->nbytes;
 		if (c->p.stats) {
 			c->p.stats->materializations++;
 			c->p.stats->bytes_materialized += w->nbytes;
@@ -273,6 +275,8 @@ static void job_done(struct pool_task *t)
 		cache_lru_append(c, w);
 	} else {
 		c->resident -= j->nbytes;
+		if (j->n_sources)
+			j->sources[0]->stats->errors++;
 		if (c->p.stats)
 			c->p.stats->materializations_failed++;
 		if (t->cancelled)

@@ -75,7 +75,9 @@ static struct csource *catalog_source_admit(const struct source_conf *sc,
 	cs->conf = conf_copy(sc);
 	cs->name = strdup(sc->name);
 	cs->path = strdup(sc->path);
-	if (!cs->conf || !cs->name || !cs->path) {
+	cs->stats = calloc(1, sizeof(*cs->stats));
+	if (!cs->conf || !cs->name || !cs->path || !cs->stats) {
+		free(cs->stats);
 		conf_free(cs->conf);
 		free(cs->name);
 		free(cs->path);
@@ -83,6 +85,7 @@ static struct csource *catalog_source_admit(const struct source_conf *sc,
 		return NULL;
 	}
 	cs->refs = 1;
+	cs->stats->refs = 1;
 	cs->generation = generation;
 	wd_error_clear(&cs->error);
 	wd_error_clear(&cs->refused);
@@ -113,6 +116,8 @@ void catalog_source_unref(struct csource *cs)
 		return;
 	wd_source_free(cs->src);
 	conf_free(cs->conf);
+	if (--cs->stats->refs == 0)
+		free(cs->stats);
 	free(cs->name);
 	free(cs->path);
 	free(cs);
@@ -205,6 +210,7 @@ int catalog_resolve(const struct catalog *c, const char *name, const struct peer
 				    (unsigned)peer->uid, (unsigned)peer->gid, name);
 	}
 	if (cs->state == CSOURCE_FAILED) {
+		cs->stats->errors++;
 		wd_error_about(err, name, NULL);
 		return wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT, "checkpoint \"%s\" (%s) is not served: %s",
 				    name, cs->path, cs->error.message);
@@ -329,6 +335,16 @@ void catalog_plan_free(struct catalog_plan *p)
 	free(p);
 }
 
+/* fresh replaces old (a new generation of the name): it takes over old's counters, which old's
+ * weights still add to, and drops its own (still zero: nothing was made from it yet). */
+static void catalog_stats_hand_on(struct csource *fresh, struct csource *old)
+{
+	if (--fresh->stats->refs == 0)
+		free(fresh->stats);
+	fresh->stats = old->stats;
+	fresh->stats->refs++;
+}
+
 void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 			  void (*changed)(struct csource *cs, const char *what, void *arg), void *arg)
 {
@@ -381,6 +397,8 @@ void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 			continue;
 		}
 		items[n++] = it->fresh;
+		if (it->old)
+			catalog_stats_hand_on(it->fresh, it->old);
 		if (it->old) {
 			log_notice("checkpoint %s: new generation %llu", it->fresh->name,
 				   (unsigned long long)it->fresh->generation);

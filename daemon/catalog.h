@@ -18,6 +18,22 @@ struct peer; /* who is asking (peer.h) */
 enum csource_state { CSOURCE_READY, CSOURCE_FAILED, CSOURCE_REMOVED };
 
 /*
+ * What one checkpoint name has in the cache and has done, for status and metrics. Kept up to date
+ * where bytes come and go (never by walking the weights), and shared by every generation of the
+ * name (a reload that replaces the entry hands the counters on), so its series run on across
+ * reloads. A weight counts under the first checkpoint it reads. Reference counted by the entries
+ * of the name; main thread only.
+ */
+struct csource_stats {
+	uint64_t resident_bytes;     /* finished weights made from it, in the cache */
+	uint64_t idle_bytes;	     /* of those, the ones nobody references (on the LRU list) */
+	uint64_t materialized_bytes; /* counter: bytes its finished materializations wrote */
+	uint64_t errors;	     /* counter: failed materializations and refused requests */
+	uint64_t clients;	     /* clients holding at least one of its weights */
+	unsigned refs;
+};
+
+/*
  * One named checkpoint. Reference counted: the catalog holds one reference while the entry is
  * current; every in-flight materialization and every weight made from it holds another, so a
  * reload that replaces or removes the entry never frees a source something still reads.
@@ -33,6 +49,7 @@ struct csource {
 	weightd_error refused;
 	uint64_t generation;       /* 1, 2, ... bumped when a reload finds the files changed */
 	struct source_conf *conf;  /* copy of its config section (allow lists, preload) */
+	struct csource_stats *stats; /* never NULL; shared with the name's other generations */
 	unsigned refs;
 };
 

@@ -169,6 +169,70 @@ int holds_check(const struct holds *h, struct cache_segment *const *segs, size_t
 	return 0;
 }
 
+/*
+ * The checkpoints a client holds weights of, each with how many: the first weight of one makes
+ * the client one of its clients (csource_stats.clients), the last one released ends that. A
+ * client holds weights of a few checkpoints, so a search in order (the last found first) costs
+ * about nothing per weight. Room for one more is made before anything is held (ckpts_grow), so
+ * that counting cannot fail halfway.
+ */
+static int ckpts_grow(struct holds *h)
+{
+	struct held_checkpoint *n;
+	size_t cap;
+
+	if (h->n_ckpts < h->cap_ckpts)
+		return 0;
+	cap = h->cap_ckpts ? h->cap_ckpts * 2 : 4;
+	n = realloc(h->ckpts, cap * sizeof(*n));
+	if (!n)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	h->ckpts = n;
+	h->cap_ckpts = cap;
+	return 0;
+}
+
+static struct held_checkpoint *ckpts_find(struct holds *h, const struct csource_stats *st)
+{
+	if (h->last_ckpt < h->n_ckpts && h->ckpts[h->last_ckpt].stats == st)
+		return &h->ckpts[h->last_ckpt];
+	for (size_t i = 0; i < h->n_ckpts; i++)
+		if (h->ckpts[i].stats == st) {
+			h->last_ckpt = i;
+			return &h->ckpts[i];
+		}
+	return NULL;
+}
+
+/* w became held by this client (not before); room was made by ckpts_grow. */
+static void ckpts_add(struct holds *h, const struct weight *w)
+{
+	struct held_checkpoint *e;
+
+	if (!w->csource) /* re-adopted and not yet claimed: counts under no checkpoint */
+		return;
+	e = ckpts_find(h, w->csource->stats);
+	if (!e) {
+		h->last_ckpt = h->n_ckpts;
+		e = &h->ckpts[h->n_ckpts++];
+		e->stats = w->csource->stats;
+		e->weights = 0;
+		e->stats->clients++;
+	}
+	e->weights++;
+}
+
+/* This client no longer holds w. */
+static void ckpts_remove(struct holds *h, const struct weight *w)
+{
+	struct held_checkpoint *e = w->csource ? ckpts_find(h, w->csource->stats) : NULL;
+
+	if (!e || --e->weights)
+		return;
+	e->stats->clients--;
+	*e = h->ckpts[--h->n_ckpts];
+}
+
 int holds_hold(struct holds *h, struct weight *w)
 {
 	return holds_hold_found(h, w, holds_find(h, w->id));
@@ -180,7 +244,7 @@ int holds_hold_found(struct holds *h, struct weight *w, struct held *found)
 		found->count++;
 		return 0;
 	}
-	if (segs_grow(h) < 0)
+	if (segs_grow(h) < 0 || ckpts_grow(h) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	if (h->n_held == h->cap_held) {
 		size_t ncap = h->cap_held ? h->cap_held * 2 : 16;
@@ -197,6 +261,7 @@ int holds_hold_found(struct holds *h, struct weight *w, struct held *found)
 	h->held_bytes += w->nbytes;
 	w->holders++;
 	segs_add(h, w->segment);
+	ckpts_add(h, w);
 	if (h->uu)
 		h->uu->weights++;
 	return 0;
@@ -236,6 +301,7 @@ bool holds_release(struct holds *h, uint64_t handle)
 		w->holders--;
 		h->held_bytes -= w->nbytes;
 		segs_remove(h, w->segment);
+		ckpts_remove(h, w);
 		if (h->uu)
 			h->uu->weights--;
 	}
@@ -269,6 +335,7 @@ bool holds_release_newest(struct holds *h, const uint64_t *handles, size_t n)
 		w->holders--;
 		h->held_bytes -= w->nbytes;
 		segs_remove(h, w->segment);
+		ckpts_remove(h, w);
 		while (c--)
 			cache_drop(h->cache, w);
 	}
@@ -390,6 +457,10 @@ void holds_clear(struct holds *h)
 	}
 	wd_hashidx_clear(&h->segs_index);
 	h->n_segs = 0;
+	/* before the references go: the counters live while a weight of theirs does */
+	for (size_t i = 0; i < h->n_ckpts; i++)
+		h->ckpts[i].stats->clients--;
+	h->n_ckpts = 0;
 	h->n_indexed = 0; /* the index is cleared below */
 	while (h->n_held) {
 		struct held *e = &h->held[h->n_held - 1];
@@ -417,5 +488,8 @@ void holds_free(struct holds *h)
 	free(h->segs);
 	h->segs = NULL;
 	h->n_segs = h->segs_cap = 0;
+	free(h->ckpts);
+	h->ckpts = NULL;
+	h->n_ckpts = h->cap_ckpts = h->last_ckpt = 0;
 	wd_hashidx_free(&h->segs_index);
 }

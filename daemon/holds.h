@@ -16,8 +16,15 @@ struct cache;
 struct cache_segment;
 struct config;
 struct held_segment;
+struct csource_stats;
 struct uid_usage;
 struct weight;
+
+/* A checkpoint one client holds weights of: `weights` of them (each counted once). */
+struct held_checkpoint {
+	struct csource_stats *stats;
+	uint64_t weights;
+};
 
 struct held {
 	struct weight *w;
@@ -45,6 +52,10 @@ struct holds {
 	struct held_segment *segs; /* segments held in: dense, unordered */
 	size_t n_segs, segs_cap;
 	struct wd_hashidx segs_index; /* by segment id: position in segs */
+	/* the checkpoints it holds weights of, for their count of clients: few, searched in
+	 * order (the last one found first) */
+	struct held_checkpoint *ckpts;
+	size_t n_ckpts, cap_ckpts, last_ckpt;
 	uint32_t pending;	      /* unit requests not yet answered */
 	uint64_t pending_bytes;	      /* bytes of weights those requests will add */
 	uint32_t pending_weights;     /* weights they will add */

@@ -399,6 +399,18 @@ static void recount_foreign(struct daemon *d)
 	d->stats.foreign_segments = (uint64_t)n;
 }
 
+/* A checkpoint's share of the cache and its counters: kept as they change, so O(1) here. */
+static void status_source_counters(const struct csource *cs, Weightd__SourceInfo *si)
+{
+	const struct csource_stats *st = cs->stats;
+
+	si->resident_bytes = st->resident_bytes;
+	si->held_bytes = st->resident_bytes - st->idle_bytes;
+	si->materialized_bytes = st->materialized_bytes;
+	si->clients = st->clients;
+	si->errors = st->errors;
+}
+
 void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
@@ -460,6 +472,7 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 		if (!may_see(s, catalog_at(d->catalog, i)))
 			continue;
 		source_info(catalog_at(d->catalog, i), &si[st.n_sources]);
+		status_source_counters(catalog_at(d->catalog, i), &si[st.n_sources]);
 		sp[st.n_sources] = &si[st.n_sources];
 		st.n_sources++;
 	}

@@ -24,6 +24,13 @@ int by_weight_label(const void *a, const void *b)
 	return c ? c : x->handle < y->handle ? -1 : x->handle > y->handle;
 }
 
+/* The counters of src, one of s's sources. */
+static const weightd_source_stats *source_stats(const weightd_status *s,
+						const weightd_source_info *src)
+{
+	return &s->source_stats[src - s->sources];
+}
+
 int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 {
 	const void **srcs, **segs, **wts;
@@ -38,8 +45,20 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	if (o->json) {
 		json_t *src = json_array(), *ws = json_array(), *gs = json_array(), *j;
 
-		for (size_t i = 0; i < s->n_sources; i++)
-			json_array_append_new(src, json_source(srcs[i]));
+		for (size_t i = 0; i < s->n_sources; i++) {
+			const weightd_source_stats *ss = source_stats(s, srcs[i]);
+			json_t *js = json_source(srcs[i]);
+
+			json_object_set_new(js, "resident_bytes",
+					    json_integer((json_int_t)ss->resident_bytes));
+			json_object_set_new(js, "held_bytes",
+					    json_integer((json_int_t)ss->held_bytes));
+			json_object_set_new(js, "materialized_bytes",
+					    json_integer((json_int_t)ss->materialized_bytes));
+			json_object_set_new(js, "clients", json_integer((json_int_t)ss->clients));
+			json_object_set_new(js, "errors", json_integer((json_int_t)ss->errors));
+			json_array_append_new(src, js);
+		}
 		for (size_t i = 0; i < s->n_segments; i++) {
 			const weightd_segment_status *g = segs[i];
 
@@ -152,8 +171,23 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		free(res);
 	}
 	if (s->n_sources) {
+		static const char *const head[] = { "CHECKPOINT",   "RESIDENT", "HELD",
+						    "MATERIALIZED", "CLIENTS",	"ERRORS" };
+		static const bool num[] = { 0, 1, 1, 1, 1, 1 };
+		struct table t = { .ncols = 6, .head = head, .numeric = num };
+
 		putchar('\n');
 		table_sources(s->sources, s->n_sources);
+		putchar('\n');
+		for (size_t i = 0; i < s->n_sources; i++) {
+			const weightd_source_stats *ss = source_stats(s, srcs[i]);
+
+			table_row(&t, xstrdup(((const weightd_source_info *)srcs[i])->name),
+				  fmt_bytes(ss->resident_bytes), fmt_bytes(ss->held_bytes),
+				  fmt_bytes(ss->materialized_bytes), fmt("%" PRIu64, ss->clients),
+				  fmt("%" PRIu64, ss->errors));
+		}
+		table_print(&t);
 	}
 	if (s->n_segments) {
 		static const char *const head[] = { "SEGMENT", "NAME", "BYTES", "WEIGHTS", "HELD",
@@ -224,6 +258,14 @@ static void prom_label(const char *v)
 	putchar('"');
 }
 
+/* One sample weightd_source_<name>{source="..."} of a per-checkpoint family. */
+static void prom_source(const weightd_source_info *src, const char *name, uint64_t v)
+{
+	printf("weightd_source_%s{source=", name);
+	prom_label(src->name);
+	printf("} %" PRIu64 "\n", v);
+}
+
 /*
  * The daemon's counters in the Prometheus text exposition format (version 0.0.4), every name
  * prefixed weightd_, counters ending in _total. All values come from one status reply, so they
@@ -231,6 +273,7 @@ static void prom_label(const char *v)
  */
 int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 {
+	const void **srcs;
 	weightd_status *s;
 	weightd_error err;
 	double secs;
@@ -239,6 +282,7 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	if (weightd_status_summary(c, &s, &err) < 0)
 		return fail_err(&err);
 	secs = (double)s->materialize_ns / 1e9;
+	srcs = sorted(s->sources, s->n_sources, sizeof(*s->sources), by_source_name);
 	/* not "instance": Prometheus sets that label on every target it scrapes */
 	prom_family("info", "gauge",
 		    "The daemon's version and shared-memory prefix (its instance); always 1.");
@@ -299,29 +343,49 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	prom_family("source_generation", "gauge",
 		    "Generation of each checkpoint source (grows when its files change and the "
 		    "daemon reloads).");
-	for (size_t i = 0; i < s->n_sources; i++) {
-		fputs("weightd_source_generation{source=", stdout);
-		prom_label(s->sources[i].name);
-		printf("} %" PRIu64 "\n", s->sources[i].generation);
-	}
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "generation",
+			    ((const weightd_source_info *)srcs[i])->generation);
 	prom_family("source_ready", "gauge",
 		    "1 when a checkpoint source is admitted and serving, 0 when it failed or was "
 		    "removed.");
-	for (size_t i = 0; i < s->n_sources; i++) {
-		fputs("weightd_source_ready{source=", stdout);
-		prom_label(s->sources[i].name);
-		printf("} %d\n", strcmp(s->sources[i].state, "ready") == 0);
-	}
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "ready",
+			    strcmp(((const weightd_source_info *)srcs[i])->state, "ready") == 0);
 	prom_family(
 		"source_refused", "gauge",
 		"1 when a checkpoint's changed files were refused by the last reload and its "
 		"previous generation is still served (the error is in weightctl list), else 0.");
 	for (size_t i = 0; i < s->n_sources; i++) {
-		fputs("weightd_source_refused{source=", stdout);
-		prom_label(s->sources[i].name);
-		printf("} %d\n",
-		       strcmp(s->sources[i].state, "ready") == 0 && s->sources[i].error[0] != '\0');
+		const weightd_source_info *src = srcs[i];
+
+		prom_source(src, "refused",
+			    strcmp(src->state, "ready") == 0 && src->error[0] != '\0');
 	}
+	prom_family("source_resident_bytes", "gauge",
+		    "Bytes of each checkpoint's weights in shared memory (a derived weight counts "
+		    "under the first checkpoint it reads).");
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "resident_bytes", source_stats(s, srcs[i])->resident_bytes);
+	prom_family("source_held_bytes", "gauge",
+		    "Of those, bytes of the weights a client or a request references.");
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "held_bytes", source_stats(s, srcs[i])->held_bytes);
+	prom_family("source_materialized_bytes_total", "counter",
+		    "Bytes each checkpoint's finished materializations wrote into shared memory.");
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "materialized_bytes_total",
+			    source_stats(s, srcs[i])->materialized_bytes);
+	prom_family("source_clients", "gauge",
+		    "Clients holding at least one of each checkpoint's weights.");
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "clients", source_stats(s, srcs[i])->clients);
+	prom_family("source_errors_total", "counter",
+		    "Failed materializations of each checkpoint's weights, and requests refused "
+		    "because it is not served.");
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "errors_total", source_stats(s, srcs[i])->errors);
+	free(srcs);
 	weightd_status_free(s);
 	return 0;
 }

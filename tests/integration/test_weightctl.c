@@ -480,8 +480,8 @@ static void the_format_checker_refuses_bad_expositions(void **state)
 		"weightd_x{a=\"r\",b=\"\"} -Inf 1700000000000\n# TYPE weightd_n_total counter\n"
 		"# HELP weightd_n_total Some \\\\ n.\nweightd_n_total 3e+2\n";
 	static const char *const bad_texts[] = {
-		"# HELP weightd_x x\n# TYPE weightd_x gauge\nweightd_x 1",  /* no final newline */
-		"weightd_x 1\n",                                            /* no TYPE */
+		"# HELP weightd_x x\n# TYPE weightd_x gauge\nweightd_x 1", /* no final newline */
+		"weightd_x 1\n",					   /* no TYPE */
 		"# HELP weightd_x x\n# TYPE weightd_x gauge\nweightd_x 1\n# TYPE weightd_x gauge\n",
 		"# HELP weightd_x x\n# TYPE weightd_x gauge\nweightd_x{a=\"\\q\"} 1\n",
 		"# HELP weightd_x x\n# TYPE weightd_x gauge\nweightd_x{a=\"v} 1\n",
@@ -497,9 +497,9 @@ static void the_format_checker_refuses_bad_expositions(void **state)
 		"# HELP weightd_y x\n# TYPE weightd_y counter\nweightd_y 1\n",
 		"# HELP weightd_y_total x\n# TYPE weightd_y_total counter\nweightd_y_total -1\n",
 		"# HELP other x\n# TYPE other gauge\nother 1\n",
-		"# TYPE weightd_x gauge\nweightd_x 1\n",                     /* no HELP */
+		"# TYPE weightd_x gauge\nweightd_x 1\n", /* no HELP */
 		("# HELP weightd_x x\n# TYPE weightd_x gauge\n# HELP weightd_y y\n# TYPE weightd_y gauge\n"
-		 "weightd_x 1\nweightd_y 1\nweightd_x{a=\"b\"} 1\n"),        /* not one group */
+		 "weightd_x 1\nweightd_y 1\nweightd_x{a=\"b\"} 1\n"), /* not one group */
 		"# HELP weightd_x x\n# TYPE weightd_x gauge\nweightd_x 1\nweightd_x 2\n",
 		"# HELP weightd_x x\n# TYPE weightd_x gauge\n\nweightd_x 1\n",
 		"# HELP weightd_x x\n# TYPE weightd_x gauge\nweightd_x 1 \n",
@@ -612,6 +612,15 @@ static void metrics_agree_with_status(struct expo *e, json_t *st)
 		{ "weightd_evictions_total", "evictions" },
 		{ "weightd_readoptions_total", "readoptions" },
 	};
+	static const struct {
+		const char *metric, *field;
+	} per_source[] = {
+		{ "weightd_source_resident_bytes", "resident_bytes" },
+		{ "weightd_source_held_bytes", "held_bytes" },
+		{ "weightd_source_materialized_bytes_total", "materialized_bytes" },
+		{ "weightd_source_clients", "clients" },
+		{ "weightd_source_errors_total", "errors" },
+	};
 	double ns = jnum(st, "materialize_ns");
 	json_t *srcs = json_object_get(st, "sources");
 	char labels[256];
@@ -645,6 +654,13 @@ static void metrics_agree_with_status(struct expo *e, json_t *st)
 		assert_true(metric(e, "weightd_source_generation", labels) ==
 			    jnum(src, "generation"));
 		assert_int_equal(metric(e, "weightd_source_ready", labels), ready);
+		for (size_t k = 0; k < sizeof(per_source) / sizeof(per_source[0]); k++)
+			if (metric(e, per_source[k].metric, labels) !=
+			    jnum(src, per_source[k].field))
+				fail_msg("%s{%s} is %.17g but status says %s %.17g",
+					 per_source[k].metric, labels,
+					 metric(e, per_source[k].metric, labels),
+					 per_source[k].field, jnum(src, per_source[k].field));
 	}
 }
 
@@ -750,6 +766,126 @@ static void metrics_follow_known_activity(void **state)
 	assert_int_equal(metric(e, "weightd_materializations_total", ""), 0);
 	assert_int_equal(metric(e, "weightd_checkpoint_read_bytes_total", ""), 0);
 	assert_int_equal(metric(e, "weightd_references", ""), 0);
+}
+
+/* The payload bytes of one tensor, as describe tells them. */
+static double tensor_bytes(const char *ckpt, const char *tensor)
+{
+	weightd_client *c = NULL;
+	weightd_description *d = NULL;
+	weightd_error err;
+	double n = -1;
+
+	if (weightd_connect(H.sock, "test", &c, &err) < 0 ||
+	    weightd_describe(c, ckpt, &d, &err) < 0)
+		fail_msg("%s", err.message);
+	for (size_t i = 0; i < d->n_tensors; i++)
+		if (strcmp(d->tensors[i].name, tensor) == 0)
+			n = (double)d->tensors[i].nbytes;
+	weightd_description_free(d);
+	weightd_close(c);
+	if (n < 0)
+		fail_msg("%s has no tensor %s", ckpt, tensor);
+	return n;
+}
+
+/* The per-checkpoint series of one checkpoint, from a fresh scrape (checked against status). */
+struct ckpt_series {
+	double resident, held, materialized, clients, errors;
+};
+
+static struct ckpt_series ckpt_now(const char *ckpt)
+{
+	struct ckpt_series r;
+	struct expo *e = metrics_now();
+	json_t *st = json_status();
+	char labels[128];
+
+	metrics_agree_with_status(e, st);
+	json_decref(st);
+	snprintf(labels, sizeof(labels), "source=%s", ckpt);
+	r.resident = metric(e, "weightd_source_resident_bytes", labels);
+	r.held = metric(e, "weightd_source_held_bytes", labels);
+	r.materialized = metric(e, "weightd_source_materialized_bytes_total", labels);
+	r.clients = metric(e, "weightd_source_clients", labels);
+	r.errors = metric(e, "weightd_source_errors_total", labels);
+	assert_string_equal(metric_type(e, "weightd_source_materialized_bytes_total"), "counter");
+	assert_string_equal(metric_type(e, "weightd_source_errors_total"), "counter");
+	assert_string_equal(metric_type(e, "weightd_source_resident_bytes"), "gauge");
+	return r;
+}
+
+static void expect_series(const char *ckpt, double resident, double held, double materialized,
+			  double clients, double errors)
+{
+	struct ckpt_series r = ckpt_now(ckpt);
+
+	if (r.resident != resident || r.held != held || r.materialized != materialized ||
+	    r.clients != clients || r.errors != errors)
+		fail_msg("%s: resident %.0f held %.0f materialized %.0f clients %.0f errors %.0f; "
+			 "expected %.0f %.0f %.0f %.0f %.0f",
+			 ckpt, r.resident, r.held, r.materialized, r.clients, r.errors, resident,
+			 held, materialized, clients, errors);
+}
+
+/* Preload from one checkpoint, hold and get from the other, fail one, release, evict: each
+ * checkpoint's series move with what was done to it and only to it. */
+static void per_checkpoint_series_follow_known_activity(void **state)
+{
+	const double lm = tensor_bytes("tiny", "lm_head.weight");
+	const double norm = tensor_bytes("victim", "model.norm.weight");
+	const double q = tensor_bytes("victim", "model.layers.0.self_attn.q_proj.weight");
+	weightd_client *c = NULL;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	char *out, *errs;
+
+	(void)state;
+	expect_series("tiny", 0, 0, 0, 0, 0);
+	expect_series("victim", 0, 0, 0, 0, 0);
+
+	/* preload: resident and materialized, held by nobody */
+	assert_int_equal(ctl(&out, &errs, "preload", "tiny", "lm_head.weight", NULL), 0);
+	free(out);
+	free(errs);
+	expect_series("tiny", lm, 0, lm, 0, 0);
+	expect_series("victim", 0, 0, 0, 0, 0);
+
+	/* a client holds one weight of the other checkpoint */
+	if (weightd_connect(H.sock, "test", &c, &err) < 0 || weightd_unit_new(c, &u, &err) < 0 ||
+	    weightd_unit_slot(u, "n", NULL, NULL, 0, NULL, &err) < 0 ||
+	    weightd_unit_set_tensor(u, "n", "victim", "model.norm.weight", NULL, &err) < 0 ||
+	    weightd_unit_submit(u, &err) < 0 || weightd_unit_finish(u, &err) < 0)
+		fail_msg("%s", err.message);
+	expect_series("victim", norm, norm, norm, 1, 0);
+	/* get: made, held while weightctl runs, then idle */
+	assert_int_equal(
+		ctl(&out, &errs, "get", "victim", "model.layers.0.self_attn.q_proj.weight", NULL),
+		0);
+	free(out);
+	free(errs);
+	expect_series("victim", norm + q, norm, norm + q, 1, 0);
+	expect_series("tiny", lm, 0, lm, 0, 0);
+
+	/* a materialization that fails, and a tensor asked again (a hit: nothing new) */
+	assert_int_equal(truncate(victim, 1000), 0);
+	assert_int_equal(ctl(&out, &errs, "get", "victim", "lm_head.weight", NULL), 1);
+	free(out);
+	free(errs);
+	assert_int_equal(ctl(&out, &errs, "get", "victim", "model.norm.weight", NULL), 0);
+	free(out);
+	free(errs);
+	expect_series("victim", norm + q, norm, norm + q, 1, 1);
+
+	/* the client lets go, then everything idle is evicted: the counters stay */
+	weightd_unit_free(u);
+	weightd_close(c);
+	expect_series("victim", norm + q, 0, norm + q, 0, 1);
+	assert_int_equal(ctl(&out, &errs, "evict", NULL), 0);
+	free(out);
+	free(errs);
+	expect_series("victim", 0, 0, norm + q, 0, 1);
+	expect_series("tiny", 0, 0, lm, 0, 0);
 }
 
 /* 0 success, 1 an error from weightd, 2 a usage error (which never reaches the daemon). */
@@ -1146,6 +1282,9 @@ int main(void)
 		cmocka_unit_test(a_reader_that_stops_early_ends_it_quietly),
 		cmocka_unit_test(preload_counts_each_weight_once),
 	};
+	const struct CMUnitTest ckpt_metrics[] = {
+		cmocka_unit_test(per_checkpoint_series_follow_known_activity),
+	};
 	const struct CMUnitTest progress[] = {
 		cmocka_unit_test(get_on_a_terminal_draws_a_bar_to_100),
 		cmocka_unit_test(get_in_a_pipe_draws_nothing),
@@ -1155,6 +1294,8 @@ int main(void)
 
 	alarm(240); /* watchdog: a hung daemon fails the test instead of stalling CI */
 	failed = cmocka_run_group_tests_name("metrics", metrics, setup_metrics, teardown_all);
+	failed += cmocka_run_group_tests_name("checkpoint metrics", ckpt_metrics, setup_metrics,
+					      teardown_all);
 	failed += cmocka_run_group_tests_name("progress", progress, setup_progress, teardown_all);
 	return failed;
 }

@@ -67,6 +67,8 @@ static int setup(void **state)
 	E.cs->name = strdup("c");
 	E.cs->path = strdup(path);
 	E.cs->refs = 1;
+	E.cs->stats = calloc(1, sizeof(*E.cs->stats));
+	E.cs->stats->refs = 1;
 	E.cs->generation = 1;
 	if (wd_source_open("c", path, &lim, &E.cs->src, &err) < 0)
 		return -1;

@@ -267,6 +267,16 @@ typedef struct weightd_segment_status {
 	int filling;             /* weights are still being made in it */
 } weightd_segment_status;
 
+/* One checkpoint's share of the daemon's cache and its counters since start. A weight counts under
+ * the first checkpoint it reads; the counters run on across the checkpoint's generations. */
+typedef struct weightd_source_stats {
+	uint64_t resident_bytes;     /* its finished weights in shared memory */
+	uint64_t held_bytes;	     /* of those, the ones a client or a request references */
+	uint64_t materialized_bytes; /* counter: bytes its finished materializations wrote */
+	uint64_t clients;	     /* clients holding at least one of its weights */
+	uint64_t errors;	     /* counter: failed materializations, refused requests */
+} weightd_source_stats;
+
 /* A materialization in flight in the daemon (to show progress). */
 typedef struct weightd_job_status {
 	const uint8_t *key;      /* WEIGHTD_DIGEST_LEN bytes: the identity its weight will have (as
@@ -322,6 +332,10 @@ typedef struct weightd_status {
 	 * so that other uids got their share of the daemon's main thread (0 from a daemon without) */
 	uint64_t requests;
 	uint64_t requests_deferred;
+	/* appended: each source's counters, source_stats[i] for sources[i] (n_sources entries; all
+	 * 0 from a daemon that does not report them). Apart from weightd_source_info, whose size
+	 * the arrays of weightd_list and weightd_status already fix. */
+	const weightd_source_stats *source_stats;
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);

@@ -134,6 +134,15 @@ pub struct weightd_segment_status {
 }
 
 #[repr(C)]
+pub struct weightd_source_stats {
+    pub resident_bytes: u64,
+    pub held_bytes: u64,
+    pub materialized_bytes: u64,
+    pub clients: u64,
+    pub errors: u64,
+}
+
+#[repr(C)]
 pub struct weightd_job_status {
     pub key: *const u8,
     pub label: *const c_char,
@@ -180,6 +189,7 @@ pub struct weightd_status {
     pub digest_chunk_bytes: u64,
     pub requests: u64,
     pub requests_deferred: u64,
+    pub source_stats: *const weightd_source_stats,
 }
 
 #[repr(C)]
@@ -449,6 +459,7 @@ mod tests {
             "weightd_description",
             "weightd_weight_status",
             "weightd_segment_status",
+            "weightd_source_stats",
             "weightd_job_status",
             "weightd_status",
             "weightd_output_info",
@@ -487,6 +498,7 @@ mod tests {
             weightd_description,
             weightd_weight_status,
             weightd_segment_status,
+            weightd_source_stats,
             weightd_job_status,
             weightd_status,
             weightd_output_info,
