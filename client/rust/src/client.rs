@@ -4,9 +4,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::dtype::Dtype;
-use crate::error::Result;
+use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::{ClientHandle, UnitHandle};
-use crate::recipe::{Recipe, Selection};
+use crate::info::{Description, Output, ServerInfo, SourceInfo, Status};
+use crate::recipe::Recipe;
+use crate::selection::Selection;
 use crate::unit::Unit;
 use crate::weight::Materialization;
 
@@ -95,126 +97,31 @@ impl Client {
     }
 }
 
-/// The daemon's hello.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ServerInfo {
-    pub protocol_version: u32,
-    pub server_version: String,
-    /// The daemon's instance (its shared-memory prefix).
-    pub instance: String,
-    pub max_frame_bytes: u32,
-    pub max_pending_requests: u32,
-    pub max_unit_entries: u32,
-    pub max_recipe_nodes: u32,
-    pub max_client_bytes: u64,
-    pub max_client_weights: u32,
-    pub min_protocol_version: u32,
-    pub max_protocol_version: u32,
-    pub segment_max_bytes: u64,
-    pub max_client_segments: u32,
-}
+// A recipe's preflight is a one-slot unit's: it lives beside the client, which makes units, so
+// that recipe.rs stays below client.rs and unit.rs.
+impl Recipe {
+    /// Has the daemon check the recipe and infer its output from metadata alone: nothing is
+    /// read, made or held.
+    pub fn preflight(&self, client: &Client) -> Result<Output> {
+        self.preflight_slot(client, None)
+    }
 
-/// A checkpoint the daemon serves.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SourceInfo {
-    pub name: String,
-    /// "safetensors", "safetensors-sharded" or "gguf".
-    pub kind: String,
-    pub path: String,
-    pub tensors: u64,
-    pub bytes: u64,
-    pub generation: u64,
-    /// "ready", "failed" or "removed".
-    pub state: String,
-    pub error: String,
-    pub files: u32,
-}
+    /// As `preflight`, and the output must be `dtype` and `shape` (`SlotMismatch` otherwise,
+    /// from the daemon, naming both).
+    pub fn preflight_as(&self, client: &Client, dtype: Dtype, shape: &[u64]) -> Result<Output> {
+        self.preflight_slot(client, Some((dtype, shape)))
+    }
 
-/// One tensor of a checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TensorInfo {
-    pub name: String,
-    pub dtype: Dtype,
-    pub shape: Vec<u64>,
-    pub nbytes: u64,
-    pub offset: u64,
-    pub file: String,
-    pub block_elems: u32,
-    pub block_bytes: u32,
-}
-
-/// One metadata entry of a checkpoint (rendered as text).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct MetaEntry {
-    pub key: String,
-    pub value: String,
-    /// "string", "u32", "array[string]", ...
-    pub kind: String,
-}
-
-/// A checkpoint's tensor table (in file order) and metadata.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Description {
-    pub source: SourceInfo,
-    pub tensors: Vec<TensorInfo>,
-    pub metadata: Vec<MetaEntry>,
-}
-
-/// A weight in the daemon's cache.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WeightStatus {
-    pub handle: u64,
-    pub label: String,
-    pub dtype: Dtype,
-    pub shape: Vec<u64>,
-    pub nbytes: u64,
-    /// References held, by all clients together.
-    pub refs: u32,
-    pub clients: u32,
-    pub source: String,
-    pub segment: u64,
-    pub offset: u64,
-}
-
-/// A shared-memory segment of the daemon.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SegmentStatus {
-    pub id: u64,
-    pub name: String,
-    pub size: u64,
-    pub weights: u32,
-    pub held: u32,
-    pub source: String,
-}
-
-/// The daemon's status (a subset of `weightd_status`: the counters an engine or a test reads).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Status {
-    pub instance: String,
-    pub server_version: String,
-    pub uptime_ms: u64,
-    pub bytes_resident: u64,
-    pub budget_bytes: u64,
-    pub weights: u64,
-    pub clients: u64,
-    /// Checkpoint bytes read since the daemon started.
-    pub bytes_read: u64,
-    pub materializations: u64,
-    pub materializations_failed: u64,
-    pub references: u64,
-    pub segments: u64,
-    pub sources: Vec<SourceInfo>,
-    /// Empty from `status_summary`.
-    pub weight_list: Vec<WeightStatus>,
-    pub segment_list: Vec<SegmentStatus>,
+    fn preflight_slot(&self, client: &Client, expect: Option<(Dtype, &[u64])>) -> Result<Output> {
+        let mut u = client.unit()?;
+        match expect {
+            Some((d, s)) => u.slot("output", Some(d), s)?,
+            None => u.slot("output", None, &[])?,
+        };
+        u.set_recipe("output", self)?;
+        let mut outs = u.preflight()?;
+        outs.pop().ok_or_else(|| Error::local(ErrorCode::Protocol, "the daemon's preflight listed no output"))
+    }
 }
 
 /// The version of the linked libweightd.

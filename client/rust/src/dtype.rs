@@ -142,35 +142,6 @@ element!(i64, Dtype::I64);
 element!(f32, Dtype::F32);
 element!(f64, Dtype::F64);
 
-/// `bytes` of a weight of `dtype` viewed as `[T]`: checked that `T` is the dtype's element
-/// type, that the length is a whole number of elements and that the start is aligned for `T`.
-pub(crate) fn view<T: Element>(bytes: &[u8], dtype: Dtype) -> crate::Result<&[T]> {
-    let size = std::mem::size_of::<T>();
-    if !T::DTYPES.contains(&dtype) {
-        return Err(crate::Error::local(
-            crate::ErrorCode::DtypeMismatch,
-            format!(
-                "a {} weight cannot be viewed as [{}] (that takes {:?})",
-                dtype,
-                std::any::type_name::<T>(),
-                T::DTYPES
-            ),
-        ));
-    }
-    if bytes.len() % size != 0 {
-        return Err(crate::Error::local(
-            crate::ErrorCode::ByteCountMismatch,
-            format!("{} bytes are not a whole number of {}-byte elements", bytes.len(), size),
-        ));
-    }
-    crate::ffi::cast_slice(bytes).ok_or_else(|| {
-        crate::Error::invalid(format!(
-            "the weight's memory is not aligned for [{}]",
-            std::any::type_name::<T>()
-        ))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,29 +154,5 @@ mod tests {
         assert_eq!(Dtype::F64.element_bytes(), Some(8));
         assert_eq!(Dtype::UNKNOWN.element_bytes(), None);
         assert_eq!(Dtype::from_name_or_unknown("NEW"), Dtype::UNKNOWN);
-    }
-
-    #[test]
-    fn views_check_dtype_length_and_alignment() {
-        let words = [1.5f32.to_bits(), 2.5f32.to_bits(), 0];
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        // a Vec<u8> from the allocator is aligned for f32 in practice; find an aligned start
-        let start = (0..4).find(|i| view::<f32>(&bytes[*i..*i + 8], Dtype::F32).is_ok()).unwrap();
-        let v = view::<f32>(&bytes[start..start + 8], Dtype::F32).unwrap();
-        assert_eq!(v.len(), 2);
-        let misaligned = &bytes[start + 1..start + 9];
-        assert_eq!(
-            view::<f32>(misaligned, Dtype::F32).unwrap_err().code(),
-            crate::ErrorCode::InvalidArgument
-        );
-        assert_eq!(
-            view::<f32>(&bytes[start..start + 6], Dtype::F32).unwrap_err().code(),
-            crate::ErrorCode::ByteCountMismatch
-        );
-        assert_eq!(
-            view::<u16>(&bytes[start..start + 8], Dtype::F32).unwrap_err().code(),
-            crate::ErrorCode::DtypeMismatch
-        );
-        assert_eq!(view::<u16>(&bytes[start..start + 8], Dtype::BF16).unwrap().len(), 4);
     }
 }

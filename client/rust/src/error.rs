@@ -96,11 +96,6 @@ impl ErrorCode {
             c => CODES.iter().find(|(_, k)| *k == c).map(|(n, _)| *n).unwrap_or(0),
         }
     }
-
-    /// libweightd's short stable name ("unknown-tensor", "disconnected", ...).
-    pub fn name(self) -> &'static str {
-        crate::ffi::code_name(self.raw())
-    }
 }
 
 impl fmt::Display for ErrorCode {

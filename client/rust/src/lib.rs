@@ -55,22 +55,26 @@ mod client;
 mod dtype;
 mod error;
 mod ffi;
+mod info;
 mod recipe;
+mod selection;
 mod unit;
 mod weight;
 
 #[doc(hidden)]
 pub mod testing;
 
-pub use client::{
-    library_version, Client, Description, MetaEntry, SegmentStatus, ServerInfo, SourceInfo, Status,
-    TensorInfo, WeightStatus,
-};
+pub use client::{library_version, Client};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, ErrorCode, Result};
-pub use recipe::{Output, Recipe, Selection};
+pub use info::{
+    Description, MetaEntry, Output, SegmentStatus, ServerInfo, SourceInfo, Status, TensorInfo, WeightInfo,
+    WeightStatus,
+};
+pub use recipe::Recipe;
+pub use selection::Selection;
 pub use unit::{BoundUnit, SlotWeight, Unit, ValidateError, ValidatedUnit};
-pub use weight::{Materialization, Weight, WeightInfo};
+pub use weight::{Materialization, Weight};
 
 #[cfg(test)]
 mod thread_rules {

@@ -3,58 +3,10 @@
 //! sent between threads; lowered to libweightd's node-by-node form only when a request is made.
 use std::os::raw::c_int;
 
-use crate::client::Client;
 use crate::dtype::Dtype;
 use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::RecipeHandle;
-
-/// Which part of a source tensor to take (axes count from the outermost, 0 first). Bounds are
-/// checked by the daemon against the tensor (`OutOfRange`, `AxisOutOfRange`).
-///
-/// ```
-/// use weightd::Selection;
-///
-/// // tensor-parallel rank 1 of 4 along the rows (torch.tensor_split's rule when 4 does not
-/// // divide them)
-/// let shard = Selection::shard(0, 1, 4);
-/// assert_eq!(shard, Selection::Shard { axis: 0, rank: 1, world: 4 });
-/// let rows = Selection::range(0, 8, 16);
-/// let picked = Selection::indices(1, vec![3, 1, 2]);
-/// let flat = Selection::elements(0, 64, vec![8, 8]);
-/// assert_ne!(rows, picked);
-/// # let _ = (flat, Selection::full());
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Selection {
-    /// The whole tensor.
-    Full,
-    /// `[start, end)` along `axis`, the other axes whole.
-    Range { axis: u32, start: u64, end: u64 },
-    /// The listed positions along `axis`, in that order (repeats allowed).
-    Indices { axis: u32, indices: Vec<u64> },
-    /// Elements `[start, end)` of the row-major flattened tensor, reshaped to `shape`.
-    Elements { start: u64, end: u64, shape: Vec<u64> },
-    /// The part tensor-parallel rank `rank` of `world` takes along `axis`.
-    Shard { axis: u32, rank: u32, world: u32 },
-}
-
-impl Selection {
-    pub fn full() -> Selection {
-        Selection::Full
-    }
-    pub fn range(axis: u32, start: u64, end: u64) -> Selection {
-        Selection::Range { axis, start, end }
-    }
-    pub fn indices(axis: u32, indices: Vec<u64>) -> Selection {
-        Selection::Indices { axis, indices }
-    }
-    pub fn elements(start: u64, end: u64, shape: Vec<u64>) -> Selection {
-        Selection::Elements { start, end, shape }
-    }
-    pub fn shard(axis: u32, rank: u32, world: u32) -> Selection {
-        Selection::Shard { axis, rank, world }
-    }
-}
+use crate::selection::Selection;
 
 /// A derived weight: a small tree of operations over source tensors. The daemon computes it
 /// once and shares the result with every process that asks for the same recipe. A recipe is a
@@ -226,43 +178,6 @@ impl Recipe {
         self.lower(&mut r)?;
         Ok(r)
     }
-
-    /// Has the daemon check the recipe and infer its output from metadata alone: nothing is
-    /// read, made or held.
-    pub fn preflight(&self, client: &Client) -> Result<Output> {
-        self.preflight_slot(client, None)
-    }
-
-    /// As `preflight`, and the output must be `dtype` and `shape` (`SlotMismatch` otherwise,
-    /// from the daemon, naming both).
-    pub fn preflight_as(&self, client: &Client, dtype: Dtype, shape: &[u64]) -> Result<Output> {
-        self.preflight_slot(client, Some((dtype, shape)))
-    }
-
-    fn preflight_slot(&self, client: &Client, expect: Option<(Dtype, &[u64])>) -> Result<Output> {
-        let mut u = client.unit()?;
-        match expect {
-            Some((d, s)) => u.slot("output", Some(d), s)?,
-            None => u.slot("output", None, &[])?,
-        };
-        u.set_recipe("output", self)?;
-        let mut outs = u.preflight()?;
-        outs.pop().ok_or_else(|| Error::local(ErrorCode::Protocol, "the daemon's preflight listed no output"))
-    }
-}
-
-/// What a slot would hold, inferred by preflight.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Output {
-    pub name: String,
-    pub dtype: Dtype,
-    pub shape: Vec<u64>,
-    pub nbytes: u64,
-    /// The slot this one is an alias of.
-    pub alias_of: Option<String>,
-    /// The identity the weight would have (equal keys: equal bytes, one copy).
-    pub key: Option<Vec<u8>>,
 }
 
 #[cfg(test)]

@@ -4,11 +4,13 @@
 //! whose `bind` cannot fail and yields the `BoundUnit` the slots' weights are borrowed from.
 use std::fmt;
 
-use crate::dtype::{self, Dtype, Element};
+use crate::dtype::{Dtype, Element};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::UnitHandle;
-use crate::recipe::{Output, Recipe, Selection};
-use crate::weight::{Weight, WeightInfo};
+use crate::info::{Output, WeightInfo};
+use crate::recipe::Recipe;
+use crate::selection::Selection;
+use crate::weight::Weight;
 
 /// A set of parameter slots bound atomically: a layer, a model, one rank's shards. Each slot has
 /// a name, the dtype and shape the engine expects, and a source tensor, a recipe, or another
@@ -240,7 +242,7 @@ impl<'u> SlotWeight<'u> {
     }
     /// The bytes as `T` (see [`Weight::as_slice`]).
     pub fn as_slice<T: Element>(&self) -> Result<&'u [T]> {
-        dtype::view(self.bytes, self.info.dtype)
+        crate::ffi::typed_view(self.bytes, self.info.dtype)
     }
     pub fn as_f32(&self) -> Result<&'u [f32]> {
         self.as_slice()

@@ -3,34 +3,10 @@
 use std::cell::Cell;
 use std::fmt;
 
-use crate::dtype::{self, Dtype, Element};
+use crate::dtype::{Dtype, Element};
 use crate::error::{Error, Result};
 use crate::ffi::{InflightHandle, OnceSlot, WeightHandle};
-
-/// What a weight is: where it lies, its dtype and shape, its identity and content digest.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WeightInfo {
-    /// The entry name (the tensor's, or the recipe's label).
-    pub name: String,
-    pub dtype: Dtype,
-    pub shape: Vec<u64>,
-    pub nbytes: u64,
-    /// The daemon's id of the shared-memory segment (equal ids: the same memory).
-    pub segment: u64,
-    /// Where the weight starts in its segment.
-    pub offset: u64,
-    /// The daemon's name for the weight.
-    pub handle: u64,
-    /// The generation of the checkpoint it was made from.
-    pub generation: u64,
-    /// Identity: SHA-256 of the canonical recipe and its sources' identities.
-    pub key: [u8; 32],
-    /// The content digest computed while filling (16 bytes for XXH3-128, 32 for SHA-256).
-    pub digest: Vec<u8>,
-    /// "xxh3-128", "sha256" or "unknown".
-    pub digest_algorithm: String,
-}
+use crate::info::WeightInfo;
 
 /// A weight this process holds: read-only bytes in shared memory, one physical copy however
 /// many processes hold it. `Send + Sync`; [`share`](Weight::share) gets another reference to the
@@ -84,7 +60,7 @@ impl Weight {
     /// the bits of BF16 and F16, `u8` for FP8, ...), that the size is whole elements and the
     /// memory aligned for `T`.
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
-        dtype::view(self.as_bytes(), self.dtype())
+        crate::ffi::typed_view(self.as_bytes(), self.dtype())
     }
 
     pub fn as_f32(&self) -> Result<&[f32]> {

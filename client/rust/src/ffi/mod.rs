@@ -17,7 +17,6 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::{CStr, CString};
-use std::io;
 use std::mem::ManuallyDrop;
 use std::os::raw::{c_char, c_int, c_void};
 use std::os::unix::ffi::OsStrExt;
@@ -25,15 +24,19 @@ use std::path::Path;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use crate::client::{
-    Description, MetaEntry, SegmentStatus, ServerInfo, SourceInfo, Status, TensorInfo, WeightStatus,
-};
 use crate::dtype::{Dtype, Element};
 use crate::error::{Error, ErrorCode, Result};
-use crate::recipe::{Output, Selection};
-use crate::weight::WeightInfo;
+use crate::info::Output;
+use crate::info::WeightInfo;
+use crate::info::{
+    Description, MetaEntry, SegmentStatus, ServerInfo, SourceInfo, Status, TensorInfo, WeightStatus,
+};
+use crate::selection::Selection;
 
+mod process;
 pub(crate) mod sys;
+
+pub(crate) use process::{die_with_parent, terminate};
 
 // ------------------------------------------------------------------------------------------
 // Errors and strings
@@ -115,8 +118,15 @@ unsafe fn slice<'a, T>(p: *const T, n: usize) -> &'a [T] {
     }
 }
 
+impl ErrorCode {
+    /// libweightd's short stable name ("unknown-tensor", "disconnected", ...).
+    pub fn name(self) -> &'static str {
+        code_name(self.raw())
+    }
+}
+
 /// libweightd's name of a code (`weightd_code_name`).
-pub(crate) fn code_name(code: i32) -> &'static str {
+fn code_name(code: i32) -> &'static str {
     // SAFETY: weightd_code_name accepts any int and returns a pointer to a static,
     // NUL-terminated string (client.h: "never NULL"), valid for the life of the program.
     let p = unsafe { sys::weightd_code_name(code) };
@@ -939,6 +949,35 @@ pub(crate) fn cast_slice<T: Element>(bytes: &[u8]) -> Option<&[T]> {
     Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, bytes.len() / size) })
 }
 
+/// `bytes` of a weight of `dtype` viewed as `[T]`: checked that `T` is the dtype's element
+/// type, that the length is a whole number of elements and that the start is aligned for `T`.
+pub(crate) fn typed_view<T: Element>(bytes: &[u8], dtype: Dtype) -> crate::Result<&[T]> {
+    let size = std::mem::size_of::<T>();
+    if !T::DTYPES.contains(&dtype) {
+        return Err(crate::Error::local(
+            crate::ErrorCode::DtypeMismatch,
+            format!(
+                "a {} weight cannot be viewed as [{}] (that takes {:?})",
+                dtype,
+                std::any::type_name::<T>(),
+                T::DTYPES
+            ),
+        ));
+    }
+    if bytes.len() % size != 0 {
+        return Err(crate::Error::local(
+            crate::ErrorCode::ByteCountMismatch,
+            format!("{} bytes are not a whole number of {}-byte elements", bytes.len(), size),
+        ));
+    }
+    cast_slice(bytes).ok_or_else(|| {
+        crate::Error::invalid(format!(
+            "the weight's memory is not aligned for [{}]",
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
 /// A value set at most once, readable by reference afterwards: what a `Materialization` keeps
 /// its arrived weight in, so that `weight(&self)` can hand out `&Weight`. Not Sync (UnsafeCell).
 pub(crate) struct OnceSlot<T> {
@@ -972,39 +1011,31 @@ impl<T> OnceSlot<T> {
     }
 }
 
-// ------------------------------------------------------------------------------------------
-// Process control for `testing::Daemon`
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-extern "C" {
-    fn kill(pid: c_int, sig: c_int) -> c_int;
-    fn prctl(option: c_int, ...) -> c_int;
-}
-
-const SIGTERM: c_int = 15;
-const PR_SET_PDEATHSIG: c_int = 1;
-
-/// Sends SIGTERM to `pid`.
-pub(crate) fn terminate(pid: u32) -> io::Result<()> {
-    let pid = c_int::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    if unsafe { kill(pid, SIGTERM) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Makes the spawned process get SIGTERM when the thread that spawned it dies, so a test that
-/// is killed does not leave its daemon behind.
-pub(crate) fn die_with_parent(cmd: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2), a
-    // single system call that is async-signal-safe, allocates nothing and takes no lock.
-    unsafe {
-        cmd.pre_exec(|| {
-            if prctl(PR_SET_PDEATHSIG, SIGTERM as std::os::raw::c_ulong) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
+    #[test]
+    fn views_check_dtype_length_and_alignment() {
+        let words = [1.5f32.to_bits(), 2.5f32.to_bits(), 0];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        // a Vec<u8> from the allocator is aligned for f32 in practice; find an aligned start
+        let start = (0..4).find(|i| typed_view::<f32>(&bytes[*i..*i + 8], Dtype::F32).is_ok()).unwrap();
+        let v = typed_view::<f32>(&bytes[start..start + 8], Dtype::F32).unwrap();
+        assert_eq!(v.len(), 2);
+        let misaligned = &bytes[start + 1..start + 9];
+        assert_eq!(
+            typed_view::<f32>(misaligned, Dtype::F32).unwrap_err().code(),
+            crate::ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            typed_view::<f32>(&bytes[start..start + 6], Dtype::F32).unwrap_err().code(),
+            crate::ErrorCode::ByteCountMismatch
+        );
+        assert_eq!(
+            typed_view::<u16>(&bytes[start..start + 8], Dtype::F32).unwrap_err().code(),
+            crate::ErrorCode::DtypeMismatch
+        );
+        assert_eq!(typed_view::<u16>(&bytes[start..start + 8], Dtype::BF16).unwrap().len(), 4);
     }
 }
