@@ -80,7 +80,7 @@ has() { # has PACKAGE PATH...
 }
 has weightd /usr/sbin/weightd /usr/bin/weightctl /lib/systemd/system/weightd.service \
 	/lib/systemd/system/weightd.socket /usr/lib/sysusers.d/weightd.conf \
-	/usr/lib/tmpfiles.d/weightd.conf /etc/weightd/weightd.conf \
+	/usr/lib/tmpfiles.d/weightd.conf /usr/share/weightd/weightd.conf.example \
 	/usr/share/man/man8/weightd.8.gz /usr/share/man/man1/weightctl.1.gz \
 	/usr/share/man/man5/weightd.conf.5.gz
 has libweightd0 "/usr/lib/$multiarch/libweightd.so.0"
@@ -91,10 +91,14 @@ has libweightd-dev /usr/include/weightd/client.h /usr/include/weightd/error.h \
 	/usr/share/man/man3/libweightd.3.gz /usr/share/doc/libweightd-dev/examples/engine.c
 dpkg-deb -f "$work/libweightd-dev_${version}_${arch}.deb" Depends |
 	grep -q "libweightd0 (= $version)" || fail "libweightd-dev does not depend on libweightd0 (= $version)"
-dpkg-deb -I "$work/weightd_${version}_${arch}.deb" conffiles | grep -qx /etc/weightd/weightd.conf ||
-	fail "/etc/weightd/weightd.conf is not a conffile"
+# no conffile: installing over a config that was there first (cmake --install, an edit) must
+# not stop at a dpkg prompt
+if dpkg-deb -I "$work/weightd_${version}_${arch}.deb" conffiles 2>/dev/null |
+	grep -q /etc/weightd/weightd.conf; then
+	fail "/etc/weightd/weightd.conf is a conffile (dpkg would prompt over an existing one)"
+fi
 dpkg-deb -e "$work/weightd_${version}_${arch}.deb" "$work/control"
-grep -q 'systemd-sysusers weightd.conf' "$work/control/postinst" ||
+grep -q 'systemd-sysusers .*weightd.conf' "$work/control/postinst" ||
 	fail "weightd's postinst does not create the user with systemd-sysusers"
 grep -q 'systemd-tmpfiles .*--create weightd.conf' "$work/control/postinst" ||
 	fail "weightd's postinst does not create the tmpfiles.d directories"
@@ -130,6 +134,32 @@ if command -v systemd-analyze >/dev/null; then
 else
 	fail "systemd-analyze is required"
 fi
+
+step "maintainer scripts in the scratch root (DPKG_ROOT)"
+# weightd's own parts of its maintainer scripts (the sources: debhelper's parts, which enable
+# units on the running system, are left out), run as dpkg runs them for another root
+maint() { # maint SCRIPT ARGS...
+	local s=$1
+	shift
+	DPKG_ROOT=$root sh "$src/debian/weightd.$s" "$@" >"$work/maint.log" 2>&1
+}
+rm -rf "$root/etc/weightd"
+maint postinst configure || fail "postinst configure failed: $(cat "$work/maint.log")"
+cmp -s "$root/etc/weightd/weightd.conf" "$root/usr/share/weightd/weightd.conf.example" ||
+	fail "postinst did not make /etc/weightd/weightd.conf from the example"
+printf '[daemon]\nbudget = 1G\n' >"$root/etc/weightd/weightd.conf"
+maint postinst configure 0.0.1 || fail "postinst configure (upgrade) failed"
+grep -qx 'budget = 1G' "$root/etc/weightd/weightd.conf" ||
+	fail "postinst replaced a configuration that was there"
+mkdir -p "$root/var/lib/weightd"
+touch "$root/var/lib/weightd/state-record"
+maint postrm remove || fail "postrm remove failed"
+[ -f "$root/var/lib/weightd/state-record" ] && [ -f "$root/etc/weightd/weightd.conf" ] ||
+	fail "postrm remove (not purge) removed the state or the configuration"
+maint postrm purge || fail "postrm purge failed"
+[ ! -e "$root/var/lib/weightd" ] || fail "purge left /var/lib/weightd behind"
+[ ! -e "$root/etc/weightd" ] || fail "purge left /etc/weightd behind"
+maint prerm remove || fail "prerm remove failed"
 
 step "examples/engine.c against the installed libweightd-dev"
 libdir=$root/usr/lib/$multiarch
