@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <ini.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -92,7 +93,7 @@ static void validate(struct loader *ld)
 			    "must fit in a client's queue", (unsigned long long)cfg->client_max_queue_bytes,
 			    cfg->max_frame_bytes);
 	}
-	if (!ld->err_line && cfg->uid_max_partial_bytes > cfg->max_partial_bytes / 2) {
+	if (cfg->uid_max_partial_bytes > cfg->max_partial_bytes / 2) {
 		int line = later_line(ld, offsetof(struct config, uid_max_partial_bytes),
 				      offsetof(struct config, max_partial_bytes));
 
@@ -105,7 +106,55 @@ static void validate(struct loader *ld)
 	}
 }
 
+static int by_line(const void *a, const void *b)
+{
+	const struct config_error *x = a, *y = b;
+
+	return (x->line > y->line) - (x->line < y->line);
+}
+
+/* The errors found, in line order, to `report`, and the first into err. */
+static int report_errors(struct loader *ld, const char *path, weightd_error *err,
+			 config_report_fn *report, void *ctx)
+{
+	const struct config_error *first;
+	char line[sizeof(ld->errors[0].msg) + 4200];
+
+	/* stable: errors of one line stay in the order found */
+	for (size_t i = 1; i < ld->n_errors; i++)
+		for (size_t j = i; j > 0 && by_line(&ld->errors[j - 1], &ld->errors[j]) > 0; j--) {
+			struct config_error t = ld->errors[j];
+
+			ld->errors[j] = ld->errors[j - 1];
+			ld->errors[j - 1] = t;
+		}
+	for (size_t i = 0; report && i < ld->n_errors; i++) {
+		snprintf(line, sizeof(line), "%s:%d: %s", path, ld->errors[i].line,
+			 ld->errors[i].msg);
+		report(ctx, line);
+	}
+	if (report && ld->stop && ld->n_errors == CONFIG_MAX_ERRORS) {
+		snprintf(line, sizeof(line), "%s: stopped after %d errors", path,
+			 CONFIG_MAX_ERRORS);
+		report(ctx, line);
+	}
+	first = &ld->errors[0];
+	if (ld->n_errors > 1)
+		return wd_error_set(err, first->code,
+				    "%s:%d: %s (and %zu more error%s: weightd "
+				    "--check-config lists them)",
+				    path, first->line, first->msg, ld->n_errors - 1,
+				    ld->n_errors > 2 ? "s" : "");
+	return wd_error_set(err, first->code, "%s:%d: %s", path, first->line, first->msg);
+}
+
 int config_load(const char *path, struct config **ret, weightd_error *err)
+{
+	return config_load_report(path, ret, err, NULL, NULL);
+}
+
+int config_load_report(const char *path, struct config **ret, weightd_error *err,
+		       config_report_fn *report, void *ctx)
 {
 	struct loader ld = { 0 };
 	struct config *cfg = NULL;
@@ -128,7 +177,10 @@ int config_load(const char *path, struct config **ret, weightd_error *err)
 	ld.len = len;
 	ld.cfg = cfg;
 	if (!config_set_defaults(&ld, CONFIG_DAEMON, cfg)) {
-		rc = wd_error_set(err, ld.err_code, "%s: %s", path, ld.err_msg);
+		rc = ld.n_errors ? wd_error_set(err, ld.errors[0].code, "%s: %s", path,
+						ld.errors[0].msg) :
+				   wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+						"%s: out of memory", path);
 		goto out;
 	}
 
@@ -137,25 +189,30 @@ int config_load(const char *path, struct config **ret, weightd_error *err)
 		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "%s: out of memory", path);
 		goto out;
 	}
-	if (!ld.err_line)
+	if (!ld.stop)
 		config_close_section(&ld);
-	if (!ld.err_line)
+	/* rules between keys mean nothing while a key involved may have kept its default */
+	if (!ld.n_errors)
 		validate(&ld);
-	/* inih reports lines it could not split itself (no '=' or ':'); ours come with a sentence. */
-	if (ini_line > 0 && (!ld.err_line || ini_line < ld.err_line)) {
-		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s:%d: %s", path, ini_line,
-				  config_line_is_header(&ld, ini_line)
-				  ? "cannot parse the section header" : "expected 'key = value'");
+	/* the reader hands inih only lines it can split; should it still find one, it is said */
+	if (ini_line > 0)
+		config_fail(&ld, ini_line, WEIGHTD_E_INVALID_ARGUMENT, "%s",
+			    config_line_is_header(&ld, ini_line) ?
+				    "cannot parse the section header" :
+				    "expected 'key = value'");
+	if (ld.n_errors) {
+		rc = report_errors(&ld, path, err, report, ctx);
 		goto out;
 	}
-	if (ld.err_line) {
-		rc = wd_error_set(err, ld.err_code, "%s:%d: %s", path, ld.err_line, ld.err_msg);
+	if (ld.stop) {
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "%s: out of memory", path);
 		goto out;
 	}
 	*ret = cfg;
 	cfg = NULL;
 out:
 	config_free(cfg);
+	free(ld.errors);
 	free(buf);
 	return rc;
 }

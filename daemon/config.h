@@ -139,9 +139,15 @@ const char *config_key_str(const struct config_key *k, const void *base);
  * Load and validate `path`. Unknown keys and sections, bad numbers, sizes ("16G", "512M", bytes),
  * octal modes, unknown users/groups, duplicate checkpoint names, invalid shm prefixes: each is an
  * error "FILE:LINE: what is wrong" (-WEIGHTD_E_INVALID_ARGUMENT). Missing keys take the defaults
- * of config_keys[].
+ * of config_keys[]. Reading goes on past an error, so that every one is found; err holds the
+ * first by line, with the count of the others.
  */
 int config_load(const char *path, struct config **ret, weightd_error *err);
+/* Called with each error found, "FILE:LINE: what is wrong", in line order. */
+typedef void config_report_fn(void *ctx, const char *line);
+/* config_load, with every error found also handed to `report` (when not NULL). */
+int config_load_report(const char *path, struct config **ret, weightd_error *err,
+		       config_report_fn *report, void *ctx);
 void config_free(struct config *cfg);
 
 /* Parse "123", "64K", "512M", "16G", "1T" (powers of 1024). false on garbage or overflow. */

@@ -18,6 +18,14 @@
 #define CONFIG_MAX_SECTION 256        /* text between [ and ] */
 #define CONFIG_MAX_LINE 16384         /* characters of one line: room for a PATH_MAX path */
 #define CONFIG_MAX_KEYS 64            /* rows of config_keys[] (config_keys.c) */
+#define CONFIG_MAX_ERRORS     64	    /* errors one read reports; past them it stops */
+
+/* One error found, at its line; ld->errors keeps them in the order found. */
+struct config_error {
+	int line;
+	int code;
+	char msg[600];
+};
 
 /* Parsing state shared by the line reader and the key handler. */
 struct loader {
@@ -25,9 +33,13 @@ struct loader {
 	const char *buf;                  /* the whole file */
 	size_t len, pos;                  /* its size and the reader's offset */
 	int line;                         /* 1-based number of the line last handed to inih */
-	int err_line;                     /* first error found here (0 = none); parsing stops there */
-	int err_code;
-	char err_msg[600];
+	/* Every error found, so that one run reports them all; a key or section in error is
+	 * skipped and reading goes on, except where stop says nothing after can be judged. */
+	struct config_error *errors;
+	size_t n_errors;
+	bool stop;	    /* out of memory or too many errors: read no further */
+	bool skip_keys;	    /* the section header was refused: ignore its keys */
+	size_t sect_errors; /* n_errors when the current section opened */
 	struct config *cfg;
 	enum config_section sect;
 	char sect_text[CONFIG_MAX_SECTION + 1];  /* what inih reports as the section name */
@@ -41,8 +53,8 @@ struct loader {
 	char long_val[CONFIG_MAX_LINE + 1];
 };
 
-/* Record the first error at `line` (later ones are dropped) and return 0, inih's "handler
- * failed". Every setter below records its error through it and returns 1 on success, 0 after. */
+/* Record an error at `line` and return 0. Every setter below records its error through it and
+ * returns 1 on success, 0 after; the caller leaves that key or section as it was and goes on. */
 int config_fail(struct loader *ld, int line, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
@@ -84,8 +96,9 @@ int config_set_defaults(struct loader *ld, enum config_section section, void *ba
 /* Where the row of `section` at `field` was set (in the current section for checkpoint rows), 0
  * if it was not. */
 int config_key_line(const struct loader *ld, enum config_section section, size_t field);
-/* A section header line (starts with '['): closes the previous section and opens this one. */
-void config_open_section(struct loader *ld, const char *text, size_t n);
+/* A section header line (starts with '['): closes the previous section and opens this one; false
+ * with the error recorded when this header is refused. */
+bool config_open_section(struct loader *ld, const char *text, size_t n);
 /* The checkpoint section that just ended: its required keys set, allow_any from its lists. */
 void config_close_section(struct loader *ld);
 /* inih's handler: one key of the current section, checked and stored in ld->cfg. */

@@ -65,11 +65,44 @@ static bool split_long_line(struct loader *ld, const char *start, size_t n, char
 	return true;
 }
 
+/* An empty line for inih in place of one in error; NULL once reading must stop. */
+static char *skipped(const struct loader *ld, char *str)
+{
+	if (ld->stop)
+		return NULL;
+	str[0] = '\n';
+	str[1] = '\0';
+	return str;
+}
+
+/* Would inih split this line (not a section header) into a key and a value? Blank lines and
+ * comments pass. By inih's rules: the first '=' or ':' before a ';' that follows a blank. */
+static bool key_value(const char *start, size_t n)
+{
+	bool blank = false;
+
+	if (!n || *start == ';' || *start == '#')
+		return true;
+	for (size_t i = 0; i < n; i++) {
+		if (start[i] == '=' || start[i] == ':')
+			return true;
+		if (start[i] == ';' && blank)
+			return false;
+		blank = start[i] == ' ' || start[i] == '\t';
+	}
+	/* a line of blanks only (a CR of a CRLF file among them) */
+	for (size_t i = 0; i < n; i++)
+		if (!isspace((unsigned char)start[i]))
+			return false;
+	return true;
+}
+
 /*
  * fgets-style reader over the file's bytes. It numbers lines (inih's handler gets no line number),
  * drops leading blanks so an indented key is a key and not a continuation of the previous value,
  * rejects lines longer than inih's buffer instead of letting inih split them, and opens sections.
- * Returns NULL at the end or once an error is recorded, which stops the parse at the first error.
+ * A line in error is recorded and handed to inih as an empty line, so that reading goes on and
+ * every error of the file is found; NULL at the end or once reading must stop.
  */
 char *config_reader(char *str, int num, void *stream)
 {
@@ -77,7 +110,7 @@ char *config_reader(char *str, int num, void *stream)
 	const char *start, *nl;
 	size_t n;
 
-	if (ld->err_line || ld->pos >= ld->len)
+	if (ld->stop || ld->pos >= ld->len)
 		return NULL;
 	start = ld->buf + ld->pos;
 	nl = memchr(start, '\n', ld->len - ld->pos);
@@ -92,25 +125,29 @@ char *config_reader(char *str, int num, void *stream)
 		start++;
 		n--;
 	}
+	if (num < 8)
+		return NULL;
 	if (memchr(start, '\0', n)) {
 		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "line contains a NUL byte");
-		return NULL;
+		return skipped(ld, str);
 	}
-	if (n > CONFIG_MAX_LINE || num < 8) {
+	if (n > CONFIG_MAX_LINE) {
 		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "line is %zu characters long, at most %d allowed", n, CONFIG_MAX_LINE);
-		return NULL;
+		return skipped(ld, str);
 	}
 	if (n > (size_t)num - 2)
-		return split_long_line(ld, start, n, str, num) ? str : NULL;
+		return split_long_line(ld, start, n, str, num) ? str : skipped(ld, str);
+	if (n && start[0] == '[') {
+		if (!config_open_section(ld, start, n))
+			return skipped(ld, str);
+	} else if (!key_value(start, n)) {
+		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "expected 'key = value'");
+		return skipped(ld, str);
+	}
 	memcpy(str, start, n);
 	str[n] = '\n';
 	str[n + 1] = '\0';
-	if (n && start[0] == '[') {
-		config_open_section(ld, start, n);
-		if (ld->err_line)
-			return NULL;
-	}
 	return str;
 }
 

@@ -142,7 +142,8 @@ void config_close_section(struct loader *ld)
 	if (ld->sect != CONFIG_CHECKPOINT)
 		return;
 	src = &ld->cfg->sources[ld->cfg->n_sources - 1];
-	for (size_t i = 0; i < config_n_keys; i++)
+	/* a required key may be on a line in error: "no path" would then be wrong */
+	for (size_t i = 0; ld->n_errors == ld->sect_errors && i < config_n_keys; i++)
 		if (config_keys[i].section == CONFIG_CHECKPOINT &&
 		    (config_keys[i].flags & CONFIG_REQUIRED) && !ld->key_line[i])
 			config_fail(ld, src->line, WEIGHTD_E_INVALID_ARGUMENT,
@@ -193,19 +194,19 @@ static int open_checkpoint(struct loader *ld, const char *name)
  * A section header line (starts with '['). Checked here rather than in the handler because inih
  * calls the handler only for keys: an empty or misspelt section would otherwise go unnoticed.
  */
-void config_open_section(struct loader *ld, const char *text, size_t n)
+bool config_open_section(struct loader *ld, const char *text, size_t n)
 {
 	const char *close = memchr(text, ']', n);
 	size_t len;
 
 	config_close_section(ld);
-	if (ld->err_line)
-		return;
 	ld->sect = CONFIG_NONE;
+	/* until this header is known good, keys below it belong to no section that exists */
+	ld->skip_keys = true;
 	if (!close) {
 		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "section header has no closing ']'");
-		return;
+		return false;
 	}
 	for (const char *p = close + 1; p < text + n; p++) {
 		if (*p == ';' || *p == '#')
@@ -213,7 +214,7 @@ void config_open_section(struct loader *ld, const char *text, size_t n)
 		if (!isspace((unsigned char)*p)) {
 			config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				    "unexpected text after the section header");
-			return;
+			return false;
 		}
 	}
 	len = (size_t)(close - text - 1);
@@ -221,7 +222,7 @@ void config_open_section(struct loader *ld, const char *text, size_t n)
 		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "section name is %zu bytes long, at most %d allowed", len,
 			    CONFIG_MAX_SECTION);
-		return;
+		return false;
 	}
 	memcpy(ld->sect_text, text + 1, len);
 	ld->sect_text[len] = '\0';
@@ -231,34 +232,36 @@ void config_open_section(struct loader *ld, const char *text, size_t n)
 			config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 				    "section [daemon] is given twice (first at line %d)",
 				    ld->daemon_line);
-			return;
+			return false;
 		}
 		ld->daemon_line = ld->line;
 		ld->sect = CONFIG_DAEMON;
+		ld->skip_keys = false;
 	} else if (strncmp(ld->sect_text, "checkpoint:", 11) == 0) {
 		if (!open_checkpoint(ld, ld->sect_text + 11))
-			return;
+			return false;
 		for (size_t i = 0; i < config_n_keys; i++)
 			if (config_keys[i].section == CONFIG_CHECKPOINT)
 				ld->key_line[i] = 0;
 		ld->sect = CONFIG_CHECKPOINT;
+		ld->skip_keys = false;
+		ld->sect_errors = ld->n_errors;
 	} else {
 		config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "unknown section [%s] (expected [daemon] or [checkpoint:NAME])", ld->sect_text);
+		return false;
 	}
+	return true;
 }
 
 /* --- keys --------------------------------------------------------------------------------- */
 
-int config_handler(void *user, const char *section, const char *key, const char *val)
+static int handle_key(struct loader *ld, const char *section, const char *key, const char *val)
 {
-	struct loader *ld = user;
 	const struct config_key *k;
 	void *base;
 	int *line;
 
-	if (ld->err_line)
-		return 0;
 	if (ld->long_line == ld->line)
 		val = ld->long_val;
 	if (!key[0])
@@ -286,4 +289,14 @@ int config_handler(void *user, const char *section, const char *key, const char 
 	else
 		base = &ld->cfg->sources[ld->cfg->n_sources - 1];
 	return config_key_set(ld, k, base, val);
+}
+
+int config_handler(void *user, const char *section, const char *key, const char *val)
+{
+	struct loader *ld = user;
+
+	if (!ld->stop && !ld->skip_keys)
+		handle_key(ld, section, key, val);
+	/* errors are recorded here, never handed to inih, which would keep only the first */
+	return 1;
 }

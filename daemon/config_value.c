@@ -19,15 +19,28 @@
 /* Record the first error (later ones are dropped) and return 0, inih's "handler failed". */
 int config_fail(struct loader *ld, int line, int code, const char *fmt, ...)
 {
+	struct config_error *e;
 	va_list ap;
 
-	if (ld->err_line)
+	if (ld->stop)
 		return 0;
-	ld->err_line = line;
-	ld->err_code = code;
+	if (!ld->errors) {
+		ld->errors = calloc(CONFIG_MAX_ERRORS, sizeof(*ld->errors));
+		if (!ld->errors) {
+			ld->stop = true;
+			return 0;
+		}
+	}
+	e = &ld->errors[ld->n_errors++];
+	e->line = line;
+	e->code = code;
 	va_start(ap, fmt);
-	vsnprintf(ld->err_msg, sizeof(ld->err_msg), fmt, ap);
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
 	va_end(ap);
+	/* out of memory leaves nothing to trust after it; past the cap a file is beyond fixing
+	 * line by line */
+	if (code == WEIGHTD_E_RESOURCE_EXHAUSTED || ld->n_errors == CONFIG_MAX_ERRORS)
+		ld->stop = true;
 	return 0;
 }
 

@@ -41,6 +41,13 @@ static const char usage[] =
 	"  --check-config    validate the configuration and every checkpoint, then exit\n"
 	"  --log-level LEVEL error, warning, notice, info or debug\n";
 
+/* Every error in the configuration, one line each, so that one run shows them all. */
+static void print_config_error(void *ctx, const char *line)
+{
+	(*(size_t *)ctx)++;
+	fprintf(stderr, "weightd: %s\n", line);
+}
+
 /* Validate the config and every checkpoint without starting; prints one line per checkpoint. */
 static int check_config(const struct config *cfg)
 {
@@ -277,6 +284,7 @@ int main(int argc, char **argv)
 	int level = -1, lfd = -1, ready_fd = -1, opt, rc = 1, purged = 0, adopted;
 	uint64_t wd_usec = 0;
 	char served[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
+	size_t n_errors = 0;
 
 	for (int i = 1; i < argc; i++)  /* a mode of its own, with its own options */
 		if (strcmp(argv[i], "--purge") == 0)
@@ -306,8 +314,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_set_prefix(getenv("JOURNAL_STREAM") != NULL || getenv("NOTIFY_SOCKET") != NULL);
-	if (config_load(config_path, &d.cfg, &err) < 0) {
-		fprintf(stderr, "weightd: %s\n", err.message);
+	if (config_load_report(config_path, &d.cfg, &err, print_config_error, &n_errors) < 0) {
+		/* what is not about a line (the file cannot be read) was not reported */
+		if (!n_errors)
+			fprintf(stderr, "weightd: %s\n", err.message);
 		return 1;
 	}
 	d.log_level_cli = level;

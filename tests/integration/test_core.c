@@ -495,6 +495,40 @@ static void check_config_names_the_bad_file(void **state)
 	assert_non_null(strstr(out, "bad.safetensors"));
 }
 
+/* --check-config lists every error of a file in one run, each as FILE:LINE, and exits 1. */
+static void check_config_reports_every_error(void **state)
+{
+	char conf[512], cmd[1200], out[8192], want[600];
+	char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+	FILE *f;
+	int rc;
+
+	(void)state;
+	harness_path(&H, "bad.conf", conf, sizeof(conf));
+	f = fopen(conf, "w");
+	assert_non_null(f);
+	fputs("[daemon]\nworkers = four\nbudget = 16Q\n"
+	      "[checkpoint:a]\npath = relative/a\n"
+	      "[checkpoint:b]\npreload = maybe\npath = /b\n",
+	      f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "exec '%s' --config '%s' --check-config 2>&1", harness_weightd(),
+		 conf);
+	rc = harness_run(argv, out, sizeof(out), (uid_t)-1);
+	assert_int_equal(rc, 1);
+	snprintf(want, sizeof(want), "weightd: %s:2: workers:", conf);
+	assert_non_null(strstr(out, want));
+	snprintf(want, sizeof(want), "weightd: %s:3: budget:", conf);
+	assert_non_null(strstr(out, want));
+	snprintf(want, sizeof(want), "weightd: %s:5: path:", conf);
+	assert_non_null(strstr(out, want));
+	snprintf(want, sizeof(want), "weightd: %s:7: preload:", conf);
+	assert_non_null(strstr(out, want));
+	/* each once: the first is not repeated as a summary */
+	snprintf(want, sizeof(want), "%s:2:", conf);
+	assert_null(strstr(strstr(out, want) + 1, want));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -503,6 +537,7 @@ int main(void)
 		cmocka_unit_test(a_denied_uid_gets_a_clear_error),
 		cmocka_unit_test(share_gives_another_reference_to_the_same_memory),
 		cmocka_unit_test(check_config_names_the_bad_file),
+		cmocka_unit_test(check_config_reports_every_error),
 	};
 
 	alarm(240); /* watchdog: a hung daemon fails the test instead of stalling CI */

@@ -391,6 +391,79 @@ static void test_errors(void **state)
 		expect_error(cases[i].text, cases[i].line, cases[i].needle);
 }
 
+struct collected {
+	char lines[16][700];
+	size_t n;
+};
+
+static void collect(void *ctx, const char *line)
+{
+	struct collected *c = ctx;
+
+	if (c->n < 16)
+		snprintf(c->lines[c->n], sizeof(c->lines[0]), "%s", line);
+	c->n++;
+}
+
+/* One read reports every independent error, in line order, each as FILE:LINE; a key under a
+ * refused section header, and a missing path in a section whose lines had errors, are not
+ * reported again as errors of their own. */
+static void test_every_error_is_reported(void **state)
+{
+	static const struct {
+		int line;
+		const char *needle;
+	} want[] = {
+		{ 2, "workers: 'four' is not a whole number" },
+		{ 3, "budget: '16Q' is not a size" },
+		{ 4, "expected 'key = value'" },
+		{ 5, "unknown section [deamon]" },
+		{ 8, "path: 'relative/a' is not an absolute path" },
+		{ 9, "preload: 'maybe' is not a boolean" },
+		{ 10, "checkpoint 'a' is defined twice (first at line 7)" },
+		{ 13, "[checkpoint:c] has no path" },
+		{ 15, "unknown key 'alow_users' in [checkpoint:d]" },
+	};
+	struct collected got = { .n = 0 };
+	struct config *cfg = NULL;
+	weightd_error err;
+	char head[sizeof(conf_path) + 24];
+
+	(void)state;
+	write_conf("[daemon]\n"
+		   "workers = four\n"
+		   "budget = 16Q\n"
+		   "bogus line\n"
+		   "[deamon]\n"
+		   "workers = 1\n"
+		   "[checkpoint:a]\n"
+		   "path = relative/a\n"
+		   "preload = maybe\n"
+		   "[checkpoint:a]\n"
+		   "path = /a\n"
+		   "\n"
+		   "[checkpoint:c]\n"
+		   "[checkpoint:d]\n"
+		   "alow_users = root\n"
+		   "path = /d\n");
+	assert_int_equal(config_load_report(conf_path, &cfg, &err, collect, &got),
+			 -WEIGHTD_E_INVALID_ARGUMENT);
+	assert_null(cfg);
+	for (size_t i = 0; i < got.n && i < 16; i++)
+		print_message("%s\n", got.lines[i]);
+	assert_int_equal(got.n, sizeof(want) / sizeof(want[0]));
+	for (size_t i = 0; i < got.n; i++) {
+		snprintf(head, sizeof(head), "%s:%d: ", conf_path, want[i].line);
+		assert_int_equal(strncmp(got.lines[i], head, strlen(head)), 0);
+		assert_non_null(strstr(got.lines[i], want[i].needle));
+	}
+	/* the caller's error is the first, and says there are more */
+	snprintf(head, sizeof(head), "%s:2: ", conf_path);
+	assert_int_equal(strncmp(err.message, head, strlen(head)), 0);
+	assert_non_null(
+		strstr(err.message, "(and 8 more errors: weightd --check-config lists them)"));
+}
+
 static void test_long_lines(void **state)
 {
 	char sock[200], text[1024];
@@ -583,6 +656,7 @@ int main(void)
 		cmocka_unit_test(test_example_documents_defaults),
 		cmocka_unit_test(test_durations),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_every_error_is_reported),
 		cmocka_unit_test(test_long_lines),
 		cmocka_unit_test(test_paths_up_to_path_max),
 		cmocka_unit_test(test_nul_byte),
