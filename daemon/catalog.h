@@ -65,7 +65,11 @@ struct csource *catalog_at(const struct catalog *c, size_t i);
 /* The current entry by name (READY or FAILED), or NULL. */
 struct csource *catalog_find(const struct catalog *c, const char *name);
 
-/* True when `peer` may read `cs` (its allow lists; no lists = anyone who can reach the socket). */
+/*
+ * True when `peer` may read `cs`: a privileged peer (root, the daemon's own user) reads every
+ * checkpoint; anyone else by its allow lists (no lists: anyone who can reach the socket). The one
+ * access rule: listing, describing, status, events and units all ask it.
+ */
 bool catalog_allowed(const struct csource *cs, const struct peer *peer);
 
 /*

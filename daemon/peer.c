@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "wd_limits.h"
@@ -23,6 +24,7 @@ int peer_read(int fd, struct peer *p)
 		p->pid = cred.pid;
 		p->uid = cred.uid;
 		p->gid = cred.gid;
+		p->privileged = cred.uid == 0 || cred.uid == geteuid();
 	}
 #ifdef SO_PEERGROUPS
 	/* The kernel says ERANGE with the length it needs when the buffer is too small. */

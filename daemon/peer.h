@@ -3,6 +3,7 @@
 #ifndef WD_PEER_H
 #define WD_PEER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -13,12 +14,14 @@ struct peer {
 	gid_t gid;
 	gid_t *groups;
 	size_t n_groups;
+	bool privileged; /* root or the daemon's own uid: sees and reads everything, may reload */
 };
 
 /*
  * Fill *ret from SO_PEERCRED and SO_PEERGROUPS of a connected Unix socket. Every supplementary
  * group is read, however many (the buffer grows while the kernel says ERANGE), so allow_groups
- * never misses one. What cannot be read is left as "nobody": uid and gid (uid_t)-1, no groups.
+ * never misses one. The peer is privileged when its uid is 0 or the daemon's effective uid. What
+ * cannot be read is left as "nobody": uid and gid (uid_t)-1, no groups, not privileged.
  * Returns 0, or -WEIGHTD_E_RESOURCE_EXHAUSTED when memory for the groups is not to be had (the peer
  * then has only its primary group, and the caller should refuse it rather than guess). ret->groups
  * is malloc'd; free it with peer_clear.

@@ -11,7 +11,7 @@
 
 static bool require_privilege(struct session *s, uint64_t id, const char *what)
 {
-	if (s->privileged)
+	if (s->peer.privileged)
 		return true;
 	request_fail(s, id, WEIGHTD_E_PERMISSION_DENIED,
 		     "only root or the daemon's own user may %s", what);

@@ -85,7 +85,7 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	hr.frame_timeout_ms = cfg->frame_timeout_ms;
 	hr.max_uid_segments = (uint32_t)uid_max_segments(s->uu, cfg);
 	hr.max_client_segments = cfg->client_max_segments;
-	if (!s->privileged && hr.max_uid_segments < hr.max_client_segments)
+	if (!s->peer.privileged && hr.max_uid_segments < hr.max_client_segments)
 		hr.max_client_segments = hr.max_uid_segments; /* the uid's limit comes first */
 	hr.max_uid_weights = cfg->uid_max_weights;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_HELLO;
@@ -221,7 +221,9 @@ out:
  */
 static bool may_see(const struct session *s, const struct csource *cs)
 {
-	return s->privileged || (cs && cs->state != CSOURCE_REMOVED && catalog_allowed(cs, &s->peer));
+	if (!cs || cs->state == CSOURCE_REMOVED)
+		return s->peer.privileged;
+	return catalog_allowed(cs, &s->peer);
 }
 
 /*
@@ -235,7 +237,7 @@ static bool may_see_segment(const struct session *s, const struct cache_segment 
 	char names[sizeof(sg->source)];
 	char *p = names;
 
-	if (s->privileged)
+	if (s->peer.privileged)
 		return true;
 	if (sg->n_group) {
 		for (size_t i = 0; i < sg->n_group; i++)
@@ -259,8 +261,7 @@ static bool may_see_segment(const struct session *s, const struct cache_segment 
 
 static bool may_see_weight(const struct session *s, const struct weight *w)
 {
-	return s->privileged ||
-	       ((!w->csource || may_see(s, w->csource)) && may_see_segment(s, w->segment));
+	return (!w->csource || may_see(s, w->csource)) && may_see_segment(s, w->segment);
 }
 
 struct status_walk {
@@ -551,7 +552,7 @@ static void notify_one(struct session *s, void *arg)
 
 	for (size_t i = 0; i < s->n_subs && !want; i++)
 		want = strcmp(s->subs[i], "*") == 0 || strcmp(s->subs[i], n->cs->name) == 0;
-	if (want && (s->privileged || catalog_allowed(n->cs, &s->peer))) {
+	if (want && catalog_allowed(n->cs, &s->peer)) {
 		Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 		Weightd__Event ev = WEIGHTD__EVENT__INIT;
 

@@ -189,18 +189,18 @@ void server_add_client(struct server *srv, int fd)
 		session_free(s);
 		return;
 	}
-	holds_init(&s->holds, srv->d->cache, cfg, s->uu, s->id, s->privileged);
+	holds_init(&s->holds, srv->d->cache, cfg, s->uu, s->id, s->peer.privileged);
 	LIST_INSERT_HEAD(&srv->sessions, s, link);
 	srv->n++;
 	log_debug("client %llu connected: pid %d uid %u gid %u", (unsigned long long)s->id,
 		  (int)s->peer.pid, (unsigned)s->peer.uid, (unsigned)s->peer.gid);
-	if (srv->n > cfg->max_clients + (s->privileged ? ADMIN_RESERVE : 0)) {
+	if (srv->n > cfg->max_clients + (s->peer.privileged ? ADMIN_RESERVE : 0)) {
 		srv->d->stats.clients_refused++;
 		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
 			       "limit exceeded: %zu clients are connected (max_clients "
 			       "%u)",
 			       srv->n - 1, cfg->max_clients);
-	} else if (!s->privileged && s->uu->conns > cfg->max_clients_per_uid) {
+	} else if (!s->peer.privileged && s->uu->conns > cfg->max_clients_per_uid) {
 		srv->d->stats.clients_refused++;
 		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: uid %u has %u connections "
 			       "(max_clients_per_uid %u)", (unsigned)s->peer.uid, s->uu->conns - 1,

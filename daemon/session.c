@@ -629,7 +629,6 @@ struct session *session_new(const struct session_ops *ops, void *owner, struct d
 		free(s);
 		return NULL;
 	}
-	s->privileged = s->peer.uid == 0 || s->peer.uid == geteuid();
 	s->active_ms = wd_clock_ms();
 	s->in = wd_inbuf_new(d->cfg->max_frame_bytes, 0);
 	s->out = wd_outq_new();

@@ -67,7 +67,6 @@ struct session {
 	bool dispatching;      /* inside ops->dispatch (not to be closed under it) */
 	bool dead;
 	bool close_after_flush;
-	bool privileged;      /* uid 0 or the daemon's own uid: may reload and evict */
 	LIST_ENTRY(session) link;      /* in the server's list of sessions, until dead */
 	SLIST_ENTRY(session) dead_link; /* then in its list of sessions to free */
 };

@@ -376,7 +376,7 @@ static bool unit_uid_may_start(struct session *s, uint64_t id)
 	uint64_t max;
 	size_t n;
 
-	if (s->privileged || !s->uu)
+	if (s->peer.privileged || !s->uu)
 		return true;
 	n = s->uu->pending;
 	max = uid_max_pending(s->uu, s->d->cfg); /* cut to a share of RLIMIT_NOFILE (uid.c) */

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -291,6 +292,10 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 	harness_forget_notify(h);
 	snprintf(h->shm_dir, sizeof(h->shm_dir), "/dev/shm");
 	h->exit_status = -1;
+	/* a daemon of another user makes its socket and state in the temp dir and notifies */
+	if (opts && opts->uid &&
+	    (chown(h->dir, opts->uid, opts->gid) < 0 || chown(h->notify, opts->uid, opts->gid) < 0))
+		return -1;
 	pid = fork();
 	if (pid < 0)
 		return -1;
@@ -315,6 +320,13 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 				fprintf(stderr, "harness: setrlimit: %s\n", strerror(errno));
 				_exit(CHILD_UNSUPPORTED);
 			}
+		}
+		/* before the death signal: a change of credentials clears it */
+		if (opts && opts->uid &&
+		    (setgroups(0, NULL) < 0 || setgid(opts->gid) < 0 || setuid(opts->uid) < 0)) {
+			fprintf(stderr, "harness: running as uid %u: %s\n", (unsigned)opts->uid,
+				strerror(errno));
+			_exit(CHILD_UNSUPPORTED);
 		}
 		/* a test killed by its timeout takes its daemon with it */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);

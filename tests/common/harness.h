@@ -33,6 +33,10 @@ struct harness_opts {
 	bool file_log_level;  /* no --log-level debug: the config's log_level decides */
 	bool no_settle;	      /* return at READY=1, without waiting for the daemon's fd count to
 			       * settle (for a caller that times the start) */
+	/* run the daemon as uid and gid, no supplementary groups (the temp dir and the notify
+	 * socket are given to it); uid 0: as the test runs */
+	uid_t uid;
+	gid_t gid;
 };
 
 #define HARNESS_UNSUPPORTED (-2)

@@ -1,18 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_access.c - allow_users and allow_groups grant access by uid, primary gid and supplementary
- * groups (the denials are in test_core.c). Needs root to take on other credentials. */
+ * groups, and root and the daemon's own user read every checkpoint whatever the lists say (the
+ * denials are in test_core.c). Needs root to take on other credentials. */
 #include <grp.h>
 #include <signal.h>
 
 #include "itest.h"
 
 static struct harness H;
+static struct harness H_USER; /* the same checkpoints, served by a daemon running as UID_WEIGHTD */
 
 /* Groups and users every Debian base system has. */
 #define UID_NOBODY 65534
 #define GID_NOGROUP 65534
 #define UID_DAEMON 1
 #define GID_DAEMON 1
+#define UID_WEIGHTD 2 /* bin: the user the second daemon runs as */
+#define GID_WEIGHTD 2
 
 static gid_t gid_audio;
 
@@ -46,12 +50,17 @@ static int setup(void **state)
 		 sample, sample, sample, sample, sample, sample);
 	if (harness_write_config(&H, NULL, sections) < 0 || harness_start(&H) < 0)
 		return -1;
+	if (harness_init(&H_USER) < 0 || harness_write_config(&H_USER, NULL, sections) < 0 ||
+	    harness_start_opts(
+		    &H_USER, &(struct harness_opts){ .uid = UID_WEIGHTD, .gid = GID_WEIGHTD }) < 0)
+		return -1;
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
+	harness_cleanup(&H_USER);
 	harness_cleanup(&H);
 	return 0;
 }
@@ -62,13 +71,23 @@ struct expect {
 	int granted;
 };
 
+/* Is `name` in the list the daemon gives this client? */
+static bool listed(const weightd_source_list *l, const char *name)
+{
+	for (size_t i = 0; i < l->count; i++)
+		if (strcmp(l->sources[i].name, name) == 0)
+			return true;
+	return false;
+}
+
 /*
- * In a child with uid, gid and supplementary groups `groups[n]`: describe and materialize each
- * checkpoint, and require a grant or a clear denial as `ex` says. Exit status: 0, or the index
+ * In a child with uid, gid and supplementary groups `groups[n]`, against the daemon of h: list,
+ * describe and materialize each checkpoint, and require a grant (listed, described, read) or a
+ * clear denial (not listed, refused with its name) as `ex` says. Exit status: 0, or the index
  * + 10 of the first checkpoint that answered otherwise.
  */
-static void run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n, const struct expect *ex,
-		   size_t n_ex)
+static void run_as_on(const struct harness *h, uid_t uid, gid_t gid, const gid_t *groups, size_t n,
+		      const struct expect *ex, size_t n_ex)
 {
 	pid_t pid = fork();
 	int status;
@@ -76,12 +95,21 @@ static void run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n, const st
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		weightd_client *c = NULL;
+		weightd_source_list *l = NULL;
 		weightd_error err;
 
 		if (setgroups(n, groups) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
 			_exit(2);
-		if (weightd_connect(H.sock, "access", &c, &err) < 0)
+		if (weightd_connect(h->sock, "access", &c, &err) < 0 ||
+		    weightd_list(c, &l, &err) < 0)
 			_exit(3);
+		for (size_t i = 0; i < n_ex; i++)
+			if (listed(l, ex[i].checkpoint) != (ex[i].granted != 0)) {
+				fprintf(stderr, "uid %d gid %d: %s is%s listed\n", (int)uid,
+					(int)gid, ex[i].checkpoint, ex[i].granted ? " not" : "");
+				_exit(10 + (int)i);
+			}
+		weightd_source_list_free(l);
 		for (size_t i = 0; i < n_ex; i++) {
 			weightd_description *d = NULL;
 			weightd_inflight *f = NULL;
@@ -113,6 +141,79 @@ static void run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n, const st
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n, const struct expect *ex,
+		   size_t n_ex)
+{
+	run_as_on(&H, uid, gid, groups, n, ex, n_ex);
+}
+
+/* `weightctl preload CHECKPOINT` as uid and gid (no supplementary groups) against the daemon of
+ * h: its exit status, its stdout and stderr in out. */
+static int preload_as(const struct harness *h, uid_t uid, gid_t gid, const char *checkpoint,
+		      char *out, size_t cap)
+{
+	int pfd[2], status;
+	size_t len = 0;
+	ssize_t got;
+	pid_t pid;
+
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], STDOUT_FILENO);
+		dup2(pfd[1], STDERR_FILENO);
+		close(pfd[0]);
+		close(pfd[1]);
+		if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+			_exit(126);
+		execl(harness_weightctl(), "weightctl", "--socket", h->sock, "preload", checkpoint,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (len + 1 < cap && (got = read(pfd[0], out + len, cap - 1 - len)) > 0)
+		len += (size_t)got;
+	out[len] = '\0';
+	close(pfd[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Every checkpoint of the config: what root and the daemon's user read (all), what UID_NOBODY
+ * with GID_NOGROUP reads (its name and its group), and what a uid in no list reads (nothing). */
+static const struct expect every[] = {
+	{ "by_user", 1 },	   { "by_uid_list", 1 }, { "by_primary", 1 },
+	{ "by_supplementary", 1 }, { "either", 1 },	 { "root_only", 1 },
+};
+static const struct expect nobody[] = {
+	{ "by_user", 1 },	   { "by_uid_list", 1 }, { "by_primary", 1 },
+	{ "by_supplementary", 0 }, { "either", 0 },	 { "root_only", 0 },
+};
+static const struct expect outsider[] = {
+	{ "by_user", 0 },	   { "by_uid_list", 0 }, { "by_primary", 0 },
+	{ "by_supplementary", 0 }, { "either", 0 },	 { "root_only", 0 },
+};
+
+/* Preload every checkpoint of `ex` as uid and gid: granted ones preload, the others are refused
+ * with their name and the permission words of the daemon. */
+static void preload_each_as(const struct harness *h, uid_t uid, gid_t gid, const struct expect *ex,
+			    size_t n_ex)
+{
+	for (size_t i = 0; i < n_ex; i++) {
+		char out[4096];
+		int r = preload_as(h, uid, gid, ex[i].checkpoint, out, sizeof(out));
+
+		if (ex[i].granted ? r != 0 || !strstr(out, "preloaded 10 weights") :
+				    r != 1 || !strstr(out, "is not allowed to read checkpoint") ||
+					    !strstr(out, ex[i].checkpoint)) {
+			fprintf(stderr, "uid %u: preload %s exited %d: %s\n", (unsigned)uid,
+				ex[i].checkpoint, r, out);
+			fail();
+		}
+	}
 }
 
 /* nobody is named in allow_users: granted whatever its groups. */
@@ -185,20 +286,44 @@ static void allow_groups_sees_groups_past_256(void **state)
 	run_as(UID_DAEMON, GID_DAEMON, groups, n, ex, sizeof(ex) / sizeof(ex[0]));
 }
 
-/* Without a matching uid or group nothing is granted; root is named where it is allowed. */
+/* Without a matching uid or group nothing is granted. */
 static void no_match_no_access(void **state)
 {
 	static const struct expect ex[] = {
-		{ "by_user", 0 }, { "by_primary", 0 }, { "by_supplementary", 0 }, { "either", 0 },
-		{ "root_only", 0 },
-	};
-	static const struct expect root[] = {
-		{ "by_user", 0 }, { "by_uid_list", 1 }, { "either", 1 }, { "root_only", 1 },
+		{ "by_user", 0 }, { "by_primary", 0 }, { "by_supplementary", 0 },
+		{ "either", 0 },  { "root_only", 0 },
 	};
 
 	(void)state;
 	run_as(UID_DAEMON, GID_DAEMON, NULL, 0, ex, sizeof(ex) / sizeof(ex[0]));
-	run_as(0, 0, NULL, 0, root, sizeof(root) / sizeof(root[0]));
+	run_as(UID_NOBODY, GID_NOGROUP, NULL, 0, nobody, sizeof(nobody) / sizeof(nobody[0]));
+	preload_each_as(&H, UID_NOBODY, GID_NOGROUP, nobody, sizeof(nobody) / sizeof(nobody[0]));
+}
+
+/* Root lists, describes, preloads and reads every checkpoint, those whose lists leave it out
+ * (allow_users = nobody, allow_groups = audio or nogroup) too. */
+static void root_reads_every_checkpoint(void **state)
+{
+	(void)state;
+	run_as(0, 0, NULL, 0, every, sizeof(every) / sizeof(every[0]));
+	preload_each_as(&H, 0, 0, every, sizeof(every) / sizeof(every[0]));
+}
+
+/* So does the user the daemon runs as, of a daemon not running as root; root still does, and
+ * a uid the lists leave out still gets exactly the refusals it gets from a root daemon. */
+static void daemon_user_reads_every_checkpoint(void **state)
+{
+	(void)state;
+	run_as_on(&H_USER, UID_WEIGHTD, GID_WEIGHTD, NULL, 0, every,
+		  sizeof(every) / sizeof(every[0]));
+	preload_each_as(&H_USER, UID_WEIGHTD, GID_WEIGHTD, every, sizeof(every) / sizeof(every[0]));
+	run_as_on(&H_USER, 0, 0, NULL, 0, every, sizeof(every) / sizeof(every[0]));
+	run_as_on(&H_USER, UID_NOBODY, GID_NOGROUP, NULL, 0, nobody,
+		  sizeof(nobody) / sizeof(nobody[0]));
+	preload_each_as(&H_USER, UID_NOBODY, GID_NOGROUP, nobody,
+			sizeof(nobody) / sizeof(nobody[0]));
+	/* the daemon's user is another uid to the root daemon: its lists apply */
+	run_as(UID_WEIGHTD, GID_WEIGHTD, NULL, 0, outsider, sizeof(outsider) / sizeof(outsider[0]));
 }
 
 int main(void)
@@ -210,6 +335,8 @@ int main(void)
 		cmocka_unit_test(allow_groups_grants_a_supplementary_group),
 		cmocka_unit_test(allow_groups_sees_groups_past_256),
 		cmocka_unit_test(no_match_no_access),
+		cmocka_unit_test(root_reads_every_checkpoint),
+		cmocka_unit_test(daemon_user_reads_every_checkpoint),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
