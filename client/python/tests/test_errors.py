@@ -4,6 +4,8 @@ name and the daemon's (or libweightd's) sentence."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -21,7 +23,7 @@ def daemon(tmp_path, start_daemon):
                                     "big": ("F32", [BIG.size], BIG.tobytes())})
     d = start_daemon({"m": path},
                      extra="budget = 1M",
-                     sections=f"[checkpoint:secret]\npath = {path}\nallow_users = nobody\n")
+                     sections=f"[checkpoint:secret]\npath = {path}\nallow_users = daemon\n")
     d.path = path
     return d
 
@@ -42,13 +44,22 @@ def test_not_found(daemon):
             c.load("m", tensors=["small", "missing"])
 
 
+NOBODY = 65534    # a uid and gid no allow list names
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root takes on another uid to be denied")
 def test_permission_denied(daemon):
-    with daemon.connect() as c:
-        with pytest.raises(weightd.PermissionDenied) as e:
-            c.get("secret", "small")
-        assert e.value.code == "permission-denied"
-        assert "secret" in str(e.value)
-        assert isinstance(e.value, weightd.Error)
+    def denied():
+        with daemon.connect() as c:
+            with pytest.raises(weightd.PermissionDenied) as e:
+                c.get("secret", "small")
+            assert e.value.code == "permission-denied"
+            assert "secret" in str(e.value)
+            assert isinstance(e.value, weightd.Error)
+            assert [s.name for s in c.list()] == ["m"]   # "secret" is not listed for it
+
+    os.chmod(daemon.dir, 0o755)    # the other uid reaches the socket
+    assert wdtest.run_as(NOBODY, NOBODY, denied) == 0
 
 
 def test_resource_exhausted(daemon):
@@ -104,7 +115,9 @@ def test_disconnected(tmp_path):
 def test_default_socket_comes_from_the_environment(daemon, monkeypatch):
     monkeypatch.setenv("WEIGHTD_SOCKET", daemon.sock)
     with weightd.connect() as c:
-        assert [s.name for s in c.list()] == ["m"]   # "secret" is not listed for us
+        # root sees every checkpoint, "secret" too, whatever its allow list says
+        expect = ["m", "secret"] if os.geteuid() == 0 else ["m"]
+        assert [s.name for s in c.list()] == expect
     monkeypatch.setenv("WEIGHTD_SOCKET", "")
     with wdtest.default_socket_hidden(), pytest.raises(weightd.Error) as e:
         weightd.connect()

@@ -184,6 +184,26 @@ def default_socket_hidden() -> Iterator[None]:
         libc.umount2(where.encode(), 0)
 
 
+def run_as(uid: int, gid: int, fn) -> int:
+    """Call fn() in a forked child with uid and gid and no other groups (the test must be root):
+    its exit status, 0 when fn returned, 1 when it raised (the traceback on stderr)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            fn()
+            code = 0
+        except BaseException:    # whatever it was (pytest.fail too), the parent sees a failure
+            import traceback
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 def env_for_child() -> Dict[str, str]:
     """The environment a child Python process needs to import the same weightd."""
     env = dict(os.environ)
