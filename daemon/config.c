@@ -231,6 +231,7 @@ void config_free(struct config *cfg)
 	free(cfg->path);
 	free(cfg->socket_path);
 	free(cfg->shm_prefix);
+	free(cfg->metrics_listen);
 	free(cfg->state_dir);
 	free(cfg);
 }

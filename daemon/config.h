@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "digest.h"
@@ -31,6 +32,7 @@ struct config {
 	mode_t socket_mode;
 	gid_t socket_group;         /* (gid_t)-1: leave as created */
 	char *shm_prefix;
+	char *metrics_listen;       /* "" or a loopback address:port serving GET /metrics */
 	char *state_dir;            /* "" = no state index */
 	bool verify_adopted;        /* recompute each re-adopted segment's digest at start */
 	enum wd_digest_alg digest;  /* content digest of new weights (default XXH3-128) */
@@ -89,6 +91,7 @@ enum config_type {
 	CONFIG_T_DURATION,  /* seconds, or a number and ms, s, m or h; in ms, at most `max` */
 	CONFIG_T_USERS,     /* users or uids: the array at `field`, its length at `count` */
 	CONFIG_T_GROUPS,    /* groups or gids, the same way */
+	CONFIG_T_LISTEN,    /* a loopback address and port (config_parse_listen); empty: off */
 };
 
 /* What a reload does when the file gives a [daemon] key a new value. Checkpoint keys are all
@@ -124,6 +127,15 @@ struct config_key {
  * about come first, then budget and log_level, then the other live keys. */
 extern const struct config_key config_keys[];
 extern const size_t config_n_keys;
+
+/*
+ * An address to listen on over TCP: "127.0.0.1:9464", "[::1]:9464" or "localhost:9464" (an IP
+ * literal, never a name to look up). Loopback only (127.0.0.0/8, ::1): the endpoint has no
+ * authentication, and what it shows (checkpoint names, sizes) is for the host's own collector.
+ * 0 and the socket address, or -1 and *ret_why (a constant sentence).
+ */
+int config_parse_listen(const char *val, struct sockaddr_storage *ret_ss, socklen_t *ret_len,
+			const char **ret_why);
 
 /* The row of `name` in `section`, or NULL. */
 const struct config_key *config_key_find(enum config_section section, const char *name);

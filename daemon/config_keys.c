@@ -45,6 +45,9 @@ const struct config_key config_keys[] = {
 	{ DAEMON(workers), .name = "workers", .type = CONFIG_T_COUNT, .max = 1024, .def = "0",
 	  .reload = CONFIG_RESTART,
 	  .doc = "threads that read checkpoints and fill segments; 0: the CPUs, at most 8" },
+	{ DAEMON(metrics_listen), .name = "metrics_listen", .type = CONFIG_T_LISTEN, .def = "",
+	  .reload = CONFIG_RESTART,
+	  .doc = "loopback address:port serving Prometheus metrics at /metrics; empty: off" },
 
 	/* [daemon], applied by a reload */
 	{ DAEMON(budget_bytes), .name = "budget", .type = CONFIG_T_SIZE, .max = UINT64_MAX,

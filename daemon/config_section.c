@@ -99,6 +99,16 @@ int config_key_set(struct loader *ld, const struct config_key *k, void *base, co
 			return 0;
 		put_uint(k, base, u64);
 		return 1;
+	case CONFIG_T_LISTEN: {
+		struct sockaddr_storage ss;
+		socklen_t len;
+		const char *why;
+
+		if (val[0] && config_parse_listen(val, &ss, &len, &why) < 0)
+			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: '%s': %s",
+					   key, val, why);
+		return config_set_string(ld, field, val);
+	}
 	case CONFIG_T_USERS:
 	case CONFIG_T_GROUPS:
 		return config_set_id_list(ld, key, val, k->type == CONFIG_T_GROUPS, field,

@@ -3,9 +3,11 @@
  * absolute paths, user and group lists; each error names the key and the text it was given. */
 #include "config_int.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -361,4 +363,87 @@ bool config_name_ok(const char *s)
 		if (!isalnum((unsigned char)*s) && *s != '_' && *s != '.' && *s != '-')
 			return false;
 	return true;
+}
+
+int config_parse_listen(const char *val, struct sockaddr_storage *ret_ss, socklen_t *ret_len,
+			const char **ret_why)
+{
+	struct sockaddr_storage ss;
+	char host[64];
+	const char *colon, *h = val;
+	size_t hn;
+	char *end;
+	unsigned long port;
+
+	memset(&ss, 0, sizeof(ss));
+	if (val[0] == '[') {
+		const char *rb = strchr(val, ']');
+
+		if (!rb || rb[1] != ':') {
+			*ret_why = "an IPv6 address is written [::1]:PORT";
+			return -1;
+		}
+		h = val + 1;
+		hn = (size_t)(rb - h);
+		colon = rb + 1;
+	} else {
+		colon = strrchr(val, ':');
+		if (!colon || strchr(val, ':') != colon) {
+			*ret_why = "not HOST:PORT (e.g. 127.0.0.1:9464; [::1]:9464 for IPv6)";
+			return -1;
+		}
+		hn = (size_t)(colon - val);
+	}
+	if (hn == 0 || hn >= sizeof(host)) {
+		*ret_why = "not HOST:PORT (e.g. 127.0.0.1:9464; [::1]:9464 for IPv6)";
+		return -1;
+	}
+	memcpy(host, h, hn);
+	host[hn] = '\0';
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (!colon[1] || *end || errno || port == 0 || port > 65535 || colon[1] == '-' ||
+	    colon[1] == '+') {
+		*ret_why = "the port is not a number from 1 to 65535";
+		return -1;
+	}
+	if (strcmp(host, "localhost") == 0)
+		snprintf(host, sizeof(host), "127.0.0.1");
+	if (val[0] != '[') {
+		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+
+		if (inet_pton(AF_INET, host, &sin->sin_addr) != 1) {
+			*ret_why = "the host is not an IPv4 address, [IPv6] or localhost";
+			return -1;
+		}
+		if ((ntohl(sin->sin_addr.s_addr) >> 24) != 127) {
+			*ret_why =
+				"only a loopback address (127.0.0.0/8, [::1], localhost) may serve "
+				"metrics: the endpoint has no authentication (scrape it from this "
+				"host, or put a proxy with access control in front)";
+			return -1;
+		}
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons((uint16_t)port);
+		*ret_len = sizeof(*sin);
+	} else {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+
+		if (inet_pton(AF_INET6, host, &sin6->sin6_addr) != 1) {
+			*ret_why = "the host is not an IPv4 address, [IPv6] or localhost";
+			return -1;
+		}
+		if (!IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr)) {
+			*ret_why =
+				"only a loopback address (127.0.0.0/8, [::1], localhost) may serve "
+				"metrics: the endpoint has no authentication (scrape it from this "
+				"host, or put a proxy with access control in front)";
+			return -1;
+		}
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons((uint16_t)port);
+		*ret_len = sizeof(*sin6);
+	}
+	*ret_ss = ss;
+	return 0;
 }

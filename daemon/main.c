@@ -23,6 +23,7 @@
 #include "heap.h"
 #include "keymemo.h"
 #include "log.h"
+#include "metrics.h"
 #include "pool.h"
 #include "preload.h"
 #include "purge.h"
@@ -279,6 +280,7 @@ int main(int argc, char **argv)
 	struct daemon d;
 	weightd_error err;
 	struct event *ev_hup = NULL, *ev_term = NULL, *ev_int = NULL, *ev_wd = NULL;
+	struct metrics *metrics = NULL;
 	const char *config_path = NULL;
 	bool foreground = false, check = false;
 	int level = -1, lfd = -1, ready_fd = -1, opt, rc = 1, purged = 0, adopted;
@@ -383,6 +385,11 @@ int main(int argc, char **argv)
 	d.server = server_new(&d, lfd);
 	if (!d.server)
 		goto out;
+	metrics = metrics_new(&d, &err);
+	if (!metrics && d.cfg->metrics_listen && d.cfg->metrics_listen[0]) {
+		log_err("%s", err.message);
+		goto out;
+	}
 
 	ev_hup = evsignal_new(d.base, SIGHUP, on_signal, &d);
 	ev_term = evsignal_new(d.base, SIGTERM, on_signal, &d);
@@ -411,6 +418,7 @@ int main(int argc, char **argv)
 	rc = 0;
 out:
 	d.stopping = true; /* work finishing during shutdown must not touch the freed server */
+	metrics_free(metrics);
 	if (d.pool)
 		pool_cancel(d.pool);
 	if (d.server)

@@ -189,7 +189,8 @@ static void check_restart(struct reload_job *j, struct daemon *d, const struct c
 		return;
 	switch (k->type) {
 	case CONFIG_T_PATH:
-	case CONFIG_T_NAME: {
+	case CONFIG_T_NAME:
+	case CONFIG_T_LISTEN: {
 		const char *sa_ = config_key_str(k, cur), *sb_ = config_key_str(k, ncfg);
 
 		/* an unusable directory was switched off at start ("" here): nothing to compare */

@@ -24,6 +24,9 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <curl/curl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "harness.h"
 #include "weightd/client.h"
@@ -888,6 +891,207 @@ static void per_checkpoint_series_follow_known_activity(void **state)
 	expect_series("tiny", 0, 0, lm, 0, 0);
 }
 
+/* --- the HTTP endpoint (metrics_listen) ---------------------------------------------------- */
+
+static int metrics_port;
+
+/* A loopback port nothing listens on now (the kernel's pick, released again). */
+static int free_port(void)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+	socklen_t len = sizeof(sin);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&sin, &len) == 0)
+		port = ntohs(sin.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+static int setup_http(void **state)
+{
+	char sections[2048], tiny[512], extra[128];
+
+	metrics_port = free_port();
+	if (metrics_port < 0 || harness_init(&H) < 0 ||
+	    harness_sample(&H, "tiny.safetensors", tiny, sizeof(tiny)) < 0 ||
+	    harness_sample(&H, "victim.safetensors", victim, sizeof(victim)) < 0)
+		return -1;
+	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:%d\n", metrics_port);
+	snprintf(sections, sizeof(sections),
+		 "[checkpoint:tiny]\npath = %s\n\n[checkpoint:victim]\npath = %s\n", tiny, victim);
+	if (harness_write_config(&H, extra, sections) < 0 || harness_start(&H) < 0)
+		return -1;
+	return 0;
+}
+
+static size_t curl_body(char *p, size_t size, size_t n, void *arg)
+{
+	FILE *f = arg;
+
+	return fwrite(p, size, n, f);
+}
+
+/* One HTTP request to the endpoint with libcurl: its status, body and Content-Type; a transfer
+ * that fails fails the test, or returns -1 when soft. */
+static long http_req(const char *method, const char *path, char **ret_body, char *ctype, size_t cap,
+		     bool soft)
+{
+	char url[128], *body = NULL, *ct = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&body, &len);
+	CURL *c = curl_easy_init();
+	long code = 0;
+	CURLcode rc;
+
+	assert_non_null(f);
+	assert_non_null(c);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", metrics_port, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+	rc = curl_easy_perform(c);
+	if (rc != CURLE_OK && soft) {
+		curl_easy_cleanup(c);
+		fclose(f);
+		free(body);
+		return -1;
+	}
+	if (rc != CURLE_OK)
+		fail_msg("%s %s: %s", method, url, curl_easy_strerror(rc));
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+	if (ctype)
+		snprintf(ctype, cap, "%s", ct ? ct : "");
+	curl_easy_cleanup(c);
+	fclose(f);
+	if (ret_body)
+		*ret_body = body;
+	else
+		free(body);
+	return code;
+}
+
+static long http(const char *method, const char *path, char **ret_body, char *ctype, size_t cap)
+{
+	return http_req(method, path, ret_body, ctype, cap, false);
+}
+
+/* A scrape of http://127.0.0.1:PORT/metrics is valid text of the same families, with the same
+ * types, as weightctl metrics, and the same values where nothing moved in between. */
+static void http_endpoint_serves_the_same_families(void **state)
+{
+	static struct expo web;
+	struct expo *cli;
+	char ctype[128], *body;
+	weightd_client *c;
+	weightd_unit *u = NULL;
+
+	(void)state;
+	c = hold_three(&u); /* something in the per-checkpoint series */
+	assert_int_equal(http("GET", "/metrics", &body, ctype, sizeof(ctype)), 200);
+	assert_string_equal(ctype, "text/plain; version=0.0.4; charset=utf-8");
+	if (parse_exposition(body, &web) < 0)
+		fail_msg("the endpoint breaks the format: %s\n%s", web.why, body);
+	free(body);
+	cli = metrics_now();
+	assert_int_equal(web.n_fam, cli->n_fam);
+	for (size_t i = 0; i < cli->n_fam; i++) {
+		struct family *f = find_family(&web, cli->fam[i].name);
+
+		if (!f)
+			fail_msg("the endpoint lacks %s", cli->fam[i].name);
+		assert_string_equal(f->type, cli->fam[i].type);
+	}
+	assert_int_equal(web.n_smp, cli->n_smp);
+	for (size_t i = 0; i < cli->n_smp; i++) {
+		const struct sample *x = &cli->smp[i];
+
+		/* weightctl is a client of its own, the scrape is not; the uptime moves */
+		if (strcmp(x->name, "weightd_clients") == 0 ||
+		    strcmp(x->name, "weightd_uptime_seconds") == 0 ||
+		    strcmp(x->name, "weightd_requests_total") == 0)
+			continue;
+		if (metric(&web, x->name, x->labels) != x->value)
+			fail_msg("%s{%s}: %.17g on the endpoint, %.17g from weightctl", x->name,
+				 x->labels, metric(&web, x->name, x->labels), x->value);
+	}
+	assert_true(metric(&web, "weightd_source_held_bytes", "source=tiny") ==
+		    EMBED_BYTES + NORM0_BYTES + Q_BYTES);
+	assert_int_equal(metric(&web, "weightd_source_clients", "source=tiny"), 1);
+	weightd_unit_free(u);
+	weightd_close(c);
+}
+
+/* GET /metrics and nothing else. */
+static void http_endpoint_serves_only_get_metrics(void **state)
+{
+	(void)state;
+	assert_int_equal(http("GET", "/", NULL, NULL, 0), 404);
+	assert_int_equal(http("GET", "/metrics/x", NULL, NULL, 0), 404);
+	assert_int_equal(http("POST", "/metrics", NULL, NULL, 0), 405);
+	assert_int_equal(http("DELETE", "/metrics", NULL, NULL, 0), 405);
+	assert_int_equal(http("GET", "/metrics", NULL, NULL, 0), 200);
+}
+
+static int tcp_connect(void)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons((uint16_t)metrics_port),
+				   .sin_addr.s_addr = htonl(0x7f000001) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	return fd;
+}
+
+/* Scrapers that connect and say nothing take at most 8 connections; one more is closed at
+ * once, a request head without end is cut at 8 KiB, and the daemon serves its clients all along. */
+static void http_endpoint_bounds_connections_and_requests(void **state)
+{
+	struct pollfd p;
+	char big[9000], buf[256], *out, *err;
+	int idle[8], extra, fd;
+	ssize_t n;
+
+	(void)state;
+	for (size_t i = 0; i < 8; i++)
+		idle[i] = tcp_connect();
+	extra = tcp_connect();
+	p = (struct pollfd){ .fd = extra, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, 5000), 1);
+	assert_int_equal(recv(extra, buf, sizeof(buf), 0), 0); /* closed, nothing said */
+	close(extra);
+	/* the Unix socket is served meanwhile */
+	assert_int_equal(ctl(&out, &err, "status", NULL), 0);
+	free(out);
+	free(err);
+	for (size_t i = 0; i < 8; i++)
+		close(idle[i]);
+	/* a head that never ends */
+	fd = tcp_connect();
+	memset(big, 'a', sizeof(big));
+	memcpy(big, "GET /metrics HTTP/1.1\r\nX: ", 26);
+	assert_int_equal(send(fd, big, sizeof(big), MSG_NOSIGNAL), (ssize_t)sizeof(big));
+	p = (struct pollfd){ .fd = fd, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, 5000), 1);
+	n = recv(fd, buf, sizeof(buf) - 1, 0);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	assert_non_null(strstr(buf, "HTTP/1.1 431 "));
+	close(fd);
+	/* the slots are free again (the daemon closes its ends as it sees ours go) */
+	for (int tries = 0; http_req("GET", "/metrics", NULL, NULL, 0, true) != 200 && tries < 50;
+	     tries++)
+		usleep(100000);
+	assert_int_equal(http("GET", "/metrics", NULL, NULL, 0), 200);
+}
+
 /* 0 success, 1 an error from weightd, 2 a usage error (which never reaches the daemon). */
 static void exit_codes(void **state)
 {
@@ -1285,6 +1489,11 @@ int main(void)
 	const struct CMUnitTest ckpt_metrics[] = {
 		cmocka_unit_test(per_checkpoint_series_follow_known_activity),
 	};
+	const struct CMUnitTest http_metrics[] = {
+		cmocka_unit_test(http_endpoint_serves_the_same_families),
+		cmocka_unit_test(http_endpoint_serves_only_get_metrics),
+		cmocka_unit_test(http_endpoint_bounds_connections_and_requests),
+	};
 	const struct CMUnitTest progress[] = {
 		cmocka_unit_test(get_on_a_terminal_draws_a_bar_to_100),
 		cmocka_unit_test(get_in_a_pipe_draws_nothing),
@@ -1296,6 +1505,8 @@ int main(void)
 	failed = cmocka_run_group_tests_name("metrics", metrics, setup_metrics, teardown_all);
 	failed += cmocka_run_group_tests_name("checkpoint metrics", ckpt_metrics, setup_metrics,
 					      teardown_all);
+	failed +=
+		cmocka_run_group_tests_name("http metrics", http_metrics, setup_http, teardown_all);
 	failed += cmocka_run_group_tests_name("progress", progress, setup_progress, teardown_all);
 	return failed;
 }

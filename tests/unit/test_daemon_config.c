@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon_config.c - weightd.conf loading: every key, the defaults, each error with its line. */
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -170,6 +171,7 @@ static void check_defaults(const struct config *cfg)
 	assert_true(cfg->socket_group == (gid_t)-1);
 	assert_string_equal(cfg->shm_prefix, "weightd");
 	assert_string_equal(cfg->state_dir, "/var/lib/weightd");
+	assert_string_equal(cfg->metrics_listen, ""); /* no HTTP endpoint unless asked */
 	assert_false(cfg->verify_adopted);
 	assert_int_equal(cfg->digest, WD_DIGEST_XXH3_128);
 	assert_true(cfg->budget_bytes == 0);
@@ -275,7 +277,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 33);    /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 34); /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
@@ -310,6 +312,34 @@ static void test_durations(void **state)
 	}
 }
 
+/* Loopback addresses, IPv4 and IPv6, are what metrics_listen takes. */
+static void test_metrics_listen_loopback(void **state)
+{
+	static const char *const ok[] = { "127.0.0.1:9464", "127.1.2.3:1", "[::1]:9464",
+					  "localhost:65535" };
+	struct sockaddr_storage ss;
+	socklen_t len;
+	const char *why;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		char text[128];
+		struct config *cfg;
+
+		snprintf(text, sizeof(text), "[daemon]\nmetrics_listen = %s\n", ok[i]);
+		cfg = load_ok(text);
+		assert_string_equal(cfg->metrics_listen, ok[i]);
+		config_free(cfg);
+		assert_int_equal(config_parse_listen(ok[i], &ss, &len, &why), 0);
+	}
+	assert_int_equal(config_parse_listen("[::1]:9464", &ss, &len, &why), 0);
+	assert_int_equal(ss.ss_family, AF_INET6);
+	assert_int_equal(ntohs(((struct sockaddr_in6 *)&ss)->sin6_port), 9464);
+	assert_int_equal(config_parse_listen("localhost:80", &ss, &len, &why), 0);
+	assert_int_equal(ss.ss_family, AF_INET);
+	assert_int_equal(ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr), 0x7f000001);
+}
+
 static void test_errors(void **state)
 {
 	static const struct {
@@ -321,25 +351,32 @@ static void test_errors(void **state)
 		{ "[daemon]\nworkers = 2\n[deamon]\n", 3, "unknown section [deamon]" },
 		{ "\n\n[daemon\nworkers = 1\n", 3, "no closing ']'" },
 		{ "[daemon] x\n", 1, "unexpected text after the section header" },
-		{ "[daemon]\n[checkpoint:a]\npath=/a\n[daemon]\n", 4, "[daemon] is given twice (first at line 1)" },
+		{ "[daemon]\n[checkpoint:a]\npath=/a\n[daemon]\n", 4,
+		  "[daemon] is given twice (first at line 1)" },
 		{ "[checkpoint:a]\npath=/a\n\n[checkpoint:a]\npath=/b\n", 4,
 		  "checkpoint 'a' is defined twice (first at line 1)" },
 		{ "[checkpoint:a b]\npath=/a\n", 1, "checkpoint name 'a b' is invalid" },
 		{ "[checkpoint:a/b]\npath=/a\n", 1, "checkpoint name 'a/b' is invalid" },
 		{ "[checkpoint:]\npath=/a\n", 1, "checkpoint name '' is invalid" },
-		{ "; comment\nworkers = 2\n[daemon]\n", 2, "key 'workers' comes before any section" },
+		{ "; comment\nworkers = 2\n[daemon]\n", 2,
+		  "key 'workers' comes before any section" },
 		/* keys */
 		{ "[daemon]\nworkers = 2\nsockets = /x\n", 3, "unknown key 'sockets' in [daemon]" },
-		{ "[checkpoint:a]\npath = /a\nallow_user = root\n", 3, "unknown key 'allow_user' in [checkpoint:a]" },
-		{ "[daemon]\nworkers = 2\n\nworkers = 3\n", 4, "key 'workers' is given twice in [daemon] (first at line 2)" },
+		{ "[checkpoint:a]\npath = /a\nallow_user = root\n", 3,
+		  "unknown key 'allow_user' in [checkpoint:a]" },
+		{ "[daemon]\nworkers = 2\n\nworkers = 3\n", 4,
+		  "key 'workers' is given twice in [daemon] (first at line 2)" },
 		{ "[daemon]\n= 3\n", 2, "key name missing" },
 		{ "[daemon]\n\ndigest = md5\n", 3,
 		  "digest: 'md5' is not a digest algorithm (xxh3-128 or sha256)" },
 		{ "[daemon]\nworkers\n", 2, "expected 'key = value'" },
 		/* a checkpoint without path is reported where its section starts */
-		{ "[daemon]\n[checkpoint:a]\npreload = yes\n[checkpoint:b]\npath=/b\n", 2, "[checkpoint:a] has no path" },
-		{ "[checkpoint:a]\npath=/a\n[checkpoint:last]\n", 3, "[checkpoint:last] has no path" },
-		{ "[checkpoint:a]\npath = models/a\n", 2, "path: 'models/a' is not an absolute path" },
+		{ "[daemon]\n[checkpoint:a]\npreload = yes\n[checkpoint:b]\npath=/b\n", 2,
+		  "[checkpoint:a] has no path" },
+		{ "[checkpoint:a]\npath=/a\n[checkpoint:last]\n", 3,
+		  "[checkpoint:last] has no path" },
+		{ "[checkpoint:a]\npath = models/a\n", 2,
+		  "path: 'models/a' is not an absolute path" },
 		/* values */
 		{ "[daemon]\nbudget = 16Q\n", 2, "budget: '16Q' is not a size" },
 		{ "[daemon]\nbudget = -1\n", 2, "budget: '-1' is not a size" },
@@ -347,13 +384,30 @@ static void test_errors(void **state)
 		{ "[daemon]\nbudget = 16384P\n", 2, "budget: '16384P' does not fit in 64 bits" },
 		{ "[daemon]\nbudget = 18446744073709551616\n", 2, "does not fit in 64 bits" },
 		{ "[daemon]\nmax_frame = 2G\n", 2, "max_frame: 2G is out of range" },
-		{ "[daemon]\nclient_max_queue = 1K\n", 2, "client_max_queue: 1K is too small (at least 4096 bytes)" },
+		{ "[daemon]\nclient_max_queue = 1K\n", 2,
+		  "client_max_queue: 1K is too small (at least 4096 bytes)" },
 		{ "[daemon]\nworkers = four\n", 2, "workers: 'four' is not a whole number" },
-		{ "[daemon]\nidle_timeout = 5 min\n", 2, "idle_timeout: '5 min' is not a duration" },
+		/* metrics are served on loopback only: the endpoint has no authentication */
+		{ "[daemon]\nmetrics_listen = 0.0.0.0:9464\n", 2,
+		  "metrics_listen: '0.0.0.0:9464': only a loopback address" },
+		{ "[daemon]\n\nmetrics_listen = 192.168.1.10:9464\n", 3,
+		  "metrics_listen: '192.168.1.10:9464': only a loopback address" },
+		{ "[daemon]\nmetrics_listen = [::]:9464\n", 2, "only a loopback address" },
+		{ "[daemon]\nmetrics_listen = example.com:9464\n", 2,
+		  "the host is not an IPv4 address, [IPv6] or localhost" },
+		{ "[daemon]\nmetrics_listen = 127.0.0.1\n", 2, "not HOST:PORT" },
+		{ "[daemon]\nmetrics_listen = 127.0.0.1:0\n", 2, "the port is not a number" },
+		{ "[daemon]\nmetrics_listen = 127.0.0.1:65536\n", 2, "the port is not a number" },
+		{ "[daemon]\nmetrics_listen = ::1:9464\n", 2, "not HOST:PORT" },
+		{ "[daemon]\nidle_timeout = 5 min\n", 2,
+		  "idle_timeout: '5 min' is not a duration" },
 		{ "[daemon]\nframe_timeout = 31d\n", 2, "frame_timeout: '31d' is not a duration" },
-		{ "[daemon]\nframe_timeout = 721h\n", 2, "frame_timeout: 721h is longer than 30 days" },
-		{ "[daemon]\nmax_clients_per_uid = 0\n", 2, "max_clients_per_uid: 0 is out of range" },
-		{ "[daemon]\nclient_max_segments = 0\n", 2, "client_max_segments: 0 is out of range" },
+		{ "[daemon]\nframe_timeout = 721h\n", 2,
+		  "frame_timeout: 721h is longer than 30 days" },
+		{ "[daemon]\nmax_clients_per_uid = 0\n", 2,
+		  "max_clients_per_uid: 0 is out of range" },
+		{ "[daemon]\nclient_max_segments = 0\n", 2,
+		  "client_max_segments: 0 is out of range" },
 		{ "[daemon]\nuid_max_segments = 16777217\n", 2,
 		  "uid_max_segments: 16777217 is out of range" },
 		{ "[daemon]\nuid_max_weights = 0\n", 2, "uid_max_weights: 0 is out of range" },
@@ -362,23 +416,30 @@ static void test_errors(void **state)
 		  "uid_max_partial (50331648 bytes) is more than half of max_partial" },
 		{ "[daemon]\nworkers = 1025\n", 2, "workers: 1025 is out of range (0 to 1024)" },
 		{ "[daemon]\nmax_clients = 0\n", 2, "max_clients: 0 is out of range" },
-		{ "[daemon]\nclient_max_weights = 4294967296\n", 2, "client_max_weights: 4294967296 is out of range" },
+		{ "[daemon]\nclient_max_weights = 4294967296\n", 2,
+		  "client_max_weights: 4294967296 is out of range" },
 		{ "[daemon]\nsocket_mode = 0690\n", 2, "socket_mode: '0690' is not an octal mode" },
 		{ "[daemon]\nsocket_mode = 1777\n", 2, "socket_mode: '1777' is not an octal mode" },
 		{ "[daemon]\nsocket_mode = rw\n", 2, "socket_mode: 'rw' is not an octal mode" },
-		{ "[daemon]\nsocket_group = wd-no-such-group-x\n", 2, "socket_group: unknown group 'wd-no-such-group-x'" },
-		{ "[daemon]\nsocket_group = 4294967295\n", 2, "socket_group: group id 4294967295 is out of range" },
+		{ "[daemon]\nsocket_group = wd-no-such-group-x\n", 2,
+		  "socket_group: unknown group 'wd-no-such-group-x'" },
+		{ "[daemon]\nsocket_group = 4294967295\n", 2,
+		  "socket_group: group id 4294967295 is out of range" },
 		{ "[checkpoint:a]\npath=/a\nallow_users = root, wd-no-such-user-x\n", 3,
 		  "allow_users: unknown user 'wd-no-such-user-x'" },
 		{ "[checkpoint:a]\npath=/a\nallow_groups = wd-no-such-group-x\n", 3,
 		  "allow_groups: unknown group 'wd-no-such-group-x'" },
-		{ "[checkpoint:a]\npath=/a\nallow_users = , ,\n", 3, "allow_users: the list is empty" },
-		{ "[checkpoint:a]\npath=/a\npreload = maybe\n", 3, "preload: 'maybe' is not a boolean" },
+		{ "[checkpoint:a]\npath=/a\nallow_users = , ,\n", 3,
+		  "allow_users: the list is empty" },
+		{ "[checkpoint:a]\npath=/a\npreload = maybe\n", 3,
+		  "preload: 'maybe' is not a boolean" },
 		{ "[daemon]\nlog_level = loud\n", 2, "log_level: 'loud' is not a level" },
 		{ "[daemon]\nshm_prefix = a/b\n", 2, "shm_prefix: 'a/b' is invalid" },
 		{ "[daemon]\nshm_prefix = .hidden\n", 2, "shm_prefix: '.hidden' is invalid" },
-		{ "[daemon]\nsocket = run/weightd.sock\n", 2, "socket: 'run/weightd.sock' is not an absolute path" },
-		{ "[daemon]\nstate_dir = var/lib\n", 2, "state_dir: 'var/lib' is not an absolute path" },
+		{ "[daemon]\nsocket = run/weightd.sock\n", 2,
+		  "socket: 'run/weightd.sock' is not an absolute path" },
+		{ "[daemon]\nstate_dir = var/lib\n", 2,
+		  "state_dir: 'var/lib' is not an absolute path" },
 		/* cross-key: reported at the later of the two keys */
 		{ "[daemon]\nclient_max_queue = 64K\nworkers = 1\nmax_frame = 1M\n", 4,
 		  "client_max_queue (65536 bytes) is smaller than max_frame (1048576 bytes)" },
@@ -655,6 +716,7 @@ int main(void)
 		cmocka_unit_test(test_empty_values),
 		cmocka_unit_test(test_example_documents_defaults),
 		cmocka_unit_test(test_durations),
+		cmocka_unit_test(test_metrics_listen_loopback),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_every_error_is_reported),
 		cmocka_unit_test(test_long_lines),
