@@ -596,20 +596,47 @@ fail:
 	return NULL;
 }
 
+/* A list of str from n C strings, or NULL with an exception set. */
+static PyObject *str_list(const char *const *v, size_t n)
+{
+	PyObject *l = PyList_New((Py_ssize_t)n);
+
+	for (size_t i = 0; l && i < n; i++) {
+		PyObject *s = PyUnicode_DecodeUTF8(v[i], (Py_ssize_t)strlen(v[i]), "replace");
+		if (!s) {
+			Py_CLEAR(l);
+			break;
+		}
+		PyList_SET_ITEM(l, (Py_ssize_t)i, s);
+	}
+	return l;
+}
+
+/* reload(): what the daemon applied and what it could not, as {"changes": [...],
+ * "warnings": [...]}; a failed reload raises. */
 static PyObject *cl_reload(pyw_client *cl, PyObject *unused)
 {
+	weightd_reload_info *r = NULL;
+	PyObject *changes, *warnings, *d = NULL;
 	weightd_error err;
 	int rc;
 
 	if (pyw_client_enter(cl) < 0)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_reload(cl->c, &err);
+	rc = weightd_reload_report(cl->c, &r, &err);
 	Py_END_ALLOW_THREADS
 	pyw_client_leave(cl);
 	if (rc < 0)
 		return pyw_error_raise((PyObject *)cl, rc, &err);
-	Py_RETURN_NONE;
+	changes = str_list(r->changes, r->n_changes);
+	warnings = str_list(r->warnings, r->n_warnings);
+	if (changes && warnings)
+		d = Py_BuildValue("{s:O,s:O}", "changes", changes, "warnings", warnings);
+	Py_XDECREF(changes);
+	Py_XDECREF(warnings);
+	weightd_reload_report_free(r);
+	return d;
 }
 
 static PyObject *cl_evict(pyw_client *cl, PyObject *unused)
@@ -749,7 +776,8 @@ static PyMethodDef cl_methods[] = {
 	  "slot of its name, whole or the part sels[i] names, as stored or cast to casts[i]." },
 	{ "tensor_names", (PyCFunction)cl_tensor_names, METH_VARARGS,
 	  "tensor_names(checkpoint) -> list[str]: its tensors, in file order." },
-	{ "reload", (PyCFunction)cl_reload, METH_NOARGS, "reload(): re-read the daemon's config." },
+	{ "reload", (PyCFunction)cl_reload, METH_NOARGS,
+	  "reload(): re-read the daemon's config; {'changes': [...], 'warnings': [...]}." },
 	{ "evict", (PyCFunction)cl_evict, METH_NOARGS, "evict() -> (weights, bytes)." },
 	{ "subscribe", (PyCFunction)cl_subscribe, METH_O,
 	  "subscribe(checkpoints): be told of their new generations (replaces the last call)." },

@@ -221,7 +221,9 @@ def test_generation_events_and_the_new_generation(daemon, tmp_path):
         wdtest.write_safetensors(tmp, {"a": ("F32", list(A.shape), A.tobytes()),
                                        "b": ("F32", list(B.shape), new.tobytes())})
         os.rename(tmp, path)                          # replaced the way downloaders do
-        admin.reload()
+        report = admin.reload()
+        assert report.warnings == []
+        assert any("m" in line and "generation" in line for line in report.changes), report
         got = c.poll_events(timeout=30)
         assert got.dropped == 0
         assert [(e.checkpoint, e.what, e.generation) for e in got.events] == \

@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import _weightd
 from ._dtypes import dtype_name, is_packed, numpy_dtype, torch_dtype
-from ._types import (Description, Event, Events, JobStatus, MetaEntry, ServerInfo, SourceInfo,
-                     Status, TensorInfo, WeightStatus, _description, _status)
+from ._types import (Description, Event, Events, JobStatus, MetaEntry, ReloadReport, ServerInfo,
+                     SourceInfo, Status, TensorInfo, WeightStatus, _description, _status)
 from .errors import (Disconnected, Error, InvalidArgument, NotFound, PermissionDenied,
                      ResourceExhausted, SourceChanged)
 
@@ -37,7 +37,7 @@ __all__ = [
     "connect", "Client", "Weight", "LoadedUnit", "Error", "NotFound", "PermissionDenied",
     "ResourceExhausted", "SourceChanged", "InvalidArgument", "Disconnected", "ServerInfo",
     "SourceInfo", "TensorInfo", "MetaEntry", "Description", "WeightStatus", "JobStatus",
-    "Status", "Event", "Events", "numpy_dtype", "torch_dtype", "dtype_name", "is_packed",
+    "Status", "Event", "Events", "ReloadReport", "numpy_dtype", "torch_dtype", "dtype_name", "is_packed",
     "DEFAULT_SOCKET", "__version__",
 ]
 
@@ -331,9 +331,12 @@ class Client:
         stay): for monitoring, cheap however many weights the daemon caches."""
         return _status(self._c.status(weights))
 
-    def reload(self) -> None:
-        """Ask the daemon to re-read its configuration (privileged peers only)."""
-        self._c.reload()
+    def reload(self) -> ReloadReport:
+        """Ask the daemon to re-read its configuration (privileged peers only). Returns what it
+        applied and, in ``warnings``, what it could not (keys that need a restart, checkpoints
+        whose changed files were refused); a reload that failed raises."""
+        r = self._c.reload()
+        return ReloadReport(list(r["changes"]), list(r["warnings"]))
 
     def evict(self) -> Tuple[int, int]:
         """Evict every weight no client holds (privileged). Returns (weights, bytes)."""

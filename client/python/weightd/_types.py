@@ -151,6 +151,16 @@ class Events:
     dropped: int
 
 
+@dataclass(frozen=True)
+class ReloadReport:
+    """What Client.reload() did, one sentence each: `changes` it applied (a key's new value, a
+    checkpoint's new generation, one added or removed) and `warnings` about what it could not
+    apply (a key that takes effect only when weightd restarts, a checkpoint whose changed files
+    were refused while its last good generation is still served)."""
+    changes: List[str]
+    warnings: List[str]
+
+
 def _description(d: Dict[str, Any]) -> Description:
     return Description(SourceInfo(**d["source"]), [TensorInfo(**t) for t in d["tensors"]],
                        [MetaEntry(**m) for m in d["metadata"]])
