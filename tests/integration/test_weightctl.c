@@ -841,7 +841,7 @@ static void per_checkpoint_series_follow_known_activity(void **state)
 	weightd_client *c = NULL;
 	weightd_unit *u = NULL;
 	weightd_error err;
-	char *out, *errs;
+	char *out, *errs, next[512];
 
 	(void)state;
 	expect_series("tiny", 0, 0, 0, 0, 0);
@@ -889,6 +889,19 @@ static void per_checkpoint_series_follow_known_activity(void **state)
 	free(errs);
 	expect_series("victim", 0, 0, norm + q, 0, 1);
 	expect_series("tiny", 0, 0, lm, 0, 0);
+
+	/* the file replaced by a good one: a new generation, whose series go on from the old */
+	assert_int_equal(harness_sample(&H, "victim-next.safetensors", next, sizeof(next)), 0);
+	assert_int_equal(rename(next, victim), 0);
+	assert_int_equal(ctl(&out, &errs, "reload", NULL), 0);
+	free(out);
+	free(errs);
+	assert_int_equal(metric(metrics_now(), "weightd_source_generation", "source=victim"), 2);
+	expect_series("victim", 0, 0, norm + q, 0, 1);
+	assert_int_equal(ctl(&out, &errs, "get", "victim", "model.norm.weight", NULL), 0);
+	free(out);
+	free(errs);
+	expect_series("victim", norm, 0, 2 * norm + q, 0, 1);
 }
 
 /* --- the HTTP endpoint (metrics_listen) ---------------------------------------------------- */
