@@ -82,7 +82,14 @@ static int later_line(const struct loader *ld, size_t a, size_t b)
  * that set the keys involved. */
 static void validate(struct loader *ld)
 {
-	const struct config *cfg = ld->cfg;
+	struct config *cfg = ld->cfg;
+
+	cfg->uid_max_segments_set =
+		config_key_line(ld, CONFIG_DAEMON, offsetof(struct config, uid_max_segments)) != 0;
+	cfg->uid_max_queue_fds_set =
+		config_key_line(ld, CONFIG_DAEMON, offsetof(struct config, uid_max_queue_fds)) != 0;
+	cfg->uid_max_pending_set =
+		config_key_line(ld, CONFIG_DAEMON, offsetof(struct config, uid_max_pending)) != 0;
 
 	if (cfg->client_max_queue_bytes < cfg->max_frame_bytes) {
 		int line = later_line(ld, offsetof(struct config, client_max_queue_bytes),

@@ -55,6 +55,9 @@ struct config {
 				         * wait until it reads */
 	uint32_t uid_max_queue_fds;     /* the same over all connections of one uid */
 	uint32_t uid_max_pending;       /* unit requests in flight over all connections of one uid */
+	/* Which of the three per-uid fd limits the file gives: a default is cut to its share of
+	 * RLIMIT_NOFILE without a word, a value given is cut with a warning (uid.c). */
+	bool uid_max_segments_set, uid_max_queue_fds_set, uid_max_pending_set;
 	uint64_t idle_timeout_ms;       /* close a connection with nothing held or pending; 0 = never */
 	uint64_t frame_timeout_ms;      /* close one stuck in the middle of a frame; 0 = never */
 	uint64_t uid_max_partial_bytes; /* bytes of frames being received, per uid */

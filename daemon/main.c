@@ -32,6 +32,7 @@
 #include "segment.h"
 #include "server.h"
 #include "state.h"
+#include "uid.h"
 #include "watch.h"
 
 static const char usage[] =
@@ -53,6 +54,7 @@ static void print_config_error(void *ctx, const char *line)
 static int check_config(const struct config *cfg)
 {
 	const struct wd_limits lim = WD_LIMITS_DEFAULT;
+	char limits[256];
 	int bad = 0;
 
 	for (size_t i = 0; i < cfg->n_sources; i++) {
@@ -71,6 +73,8 @@ static int check_config(const struct config *cfg)
 		       (unsigned long long)wd_source_bytes(src));
 		wd_source_free(src);
 	}
+	uid_limits_text(cfg, limits, sizeof(limits));
+	printf("%s\n", limits);
 	printf("%s: %zu checkpoints, %d with errors\n", cfg->path, cfg->n_sources, bad);
 	return bad ? 1 : 0;
 }
@@ -324,13 +328,13 @@ int main(int argc, char **argv)
 	}
 	d.log_level_cli = level;
 	log_set_level(level >= 0 ? level : d.cfg->log_level >= 0 ? d.cfg->log_level : LOG_LVL_INFO);
+	raise_fd_limit(); /* before --check-config too: it prints the limits derived from it */
 	if (check) {
 		rc = check_config(d.cfg);
 		config_free(d.cfg);
 		return rc;
 	}
 	snprintf(d.instance, sizeof(d.instance), "%s", d.cfg->shm_prefix);
-	raise_fd_limit();
 	d.started_ns = wd_clock_ns();
 	signal(SIGPIPE, SIG_IGN);
 	if (!foreground && !getenv("NOTIFY_SOCKET") && daemonize(&ready_fd) < 0) {

@@ -4,6 +4,7 @@
 #include "uid.h"
 
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -42,9 +43,11 @@ static uint64_t cut(uint64_t configured, uint64_t share)
 	return configured < share ? configured : share;
 }
 
-static void warn_cut(const char *key, uint64_t configured, uint64_t nofile, unsigned part)
+/* A value the file gives that is cut is worth a warning; a default is meant to be cut. */
+static void warn_cut(const char *key, bool given, uint64_t configured, uint64_t nofile,
+		     unsigned part)
 {
-	if (nofile / part < configured)
+	if (given && nofile / part < configured)
 		log_warn(
 			"%s %llu is more than %s of weightd's limit of open files (RLIMIT_NOFILE %llu); "
 			"%llu is used instead (raise LimitNOFILE= in weightd.service, or ulimit -n)",
@@ -63,9 +66,12 @@ struct uid_table *uid_table_new(struct event_base *base, const struct config *cf
 	LIST_INIT(&t->uids);
 	t->nofile = nofile_limit();
 	if (t->nofile != UINT64_MAX) {
-		warn_cut("uid_max_segments", cfg->uid_max_segments, t->nofile, 4);
-		warn_cut("uid_max_queue_fds", cfg->uid_max_queue_fds, t->nofile, 4);
-		warn_cut("uid_max_pending", cfg->uid_max_pending, t->nofile, 8);
+		warn_cut("uid_max_segments", cfg->uid_max_segments_set, cfg->uid_max_segments,
+			 t->nofile, 4);
+		warn_cut("uid_max_queue_fds", cfg->uid_max_queue_fds_set, cfg->uid_max_queue_fds,
+			 t->nofile, 4);
+		warn_cut("uid_max_pending", cfg->uid_max_pending_set, cfg->uid_max_pending,
+			 t->nofile, 8);
 	}
 	return t;
 }
@@ -146,6 +152,21 @@ uint64_t uid_max_queue_fds(const struct uid_usage *uu, const struct config *cfg)
 	if (!uu || !uu->table)
 		return cfg->uid_max_queue_fds;
 	return cut(uu->table->cfg->uid_max_queue_fds, uu->table->nofile / 4);
+}
+
+void uid_limits_text(const struct config *cfg, char *buf, size_t cap)
+{
+	uint64_t nofile = nofile_limit();
+	char lim[24] = "unlimited";
+
+	if (nofile != UINT64_MAX)
+		snprintf(lim, sizeof(lim), "%llu", (unsigned long long)nofile);
+	snprintf(buf, cap,
+		 "per-uid limits (RLIMIT_NOFILE %s): uid_max_segments %llu, uid_max_queue_fds %llu, "
+		 "uid_max_pending %llu",
+		 lim, (unsigned long long)cut(cfg->uid_max_segments, nofile / 4),
+		 (unsigned long long)cut(cfg->uid_max_queue_fds, nofile / 4),
+		 (unsigned long long)cut(cfg->uid_max_pending, nofile / 8));
 }
 
 uint64_t uid_max_pending(const struct uid_usage *uu, const struct config *cfg)

@@ -73,6 +73,9 @@ uint64_t uid_max_segments(const struct uid_usage *uu, const struct config *cfg);
 uint64_t uid_max_queue_fds(const struct uid_usage *uu, const struct config *cfg);
 uint64_t uid_max_pending(const struct uid_usage *uu, const struct config *cfg);
 
+/* The three as this process's RLIMIT_NOFILE cuts them now, as one line for --check-config. */
+void uid_limits_text(const struct config *cfg, char *buf, size_t cap);
+
 /* A request of uu's took `spent` ns of the main thread, ending at `now`: charge it. */
 void uid_charge(struct uid_usage *uu, uint64_t now, uint64_t spent);
 /* False from an expensive request of uu's until the loop has polled its sockets again: none of

@@ -3,6 +3,8 @@
  * loop through unit requests: thousands of tiny distinct weights taken and abandoned or held,
  * and a unit of chained aliases sent by a uid that may read nothing it names. Needs root (the
  * other uid is 65534). */
+#include <sys/resource.h>
+
 #include "hostile.h"
 
 static struct harness H;
@@ -264,7 +266,8 @@ static void held_weights_are_capped_per_uid(void **state)
 /*
  * However high they are set, the per-uid limits on what pins daemon fds are cut to a share of
  * the daemon's RLIMIT_NOFILE (segments held and fds queued a quarter each, unit requests in
- * flight an eighth), with a warning naming each: hello tells another uid the limits in force.
+ * flight an eighth), with a warning naming each value the config gives: hello tells another uid
+ * the limits in force.
  * Root is exempt from the uid's limits, as from the others, and told its own connection's.
  */
 static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
@@ -277,7 +280,9 @@ static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
 	if (geteuid() != 0)
 		skip();
 	if (harness_init(&H) < 0 || hostile_fixtures(&H, sections, sizeof(sections)) < 0 ||
-	    harness_write_config(&H, "uid_max_segments = 1000000\nclient_max_segments = 100000\n",
+	    harness_write_config(&H,
+				 "uid_max_segments = 1000000\nclient_max_segments = 100000\n"
+				 "uid_max_queue_fds = 4096\nuid_max_pending = 1024\n",
 				 sections) < 0)
 		fail_msg("cannot prepare the test directory");
 	assert_int_equal(harness_start_with_nofile(&H, 256), 0);
@@ -305,6 +310,93 @@ static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
 	}
 	it_wait_child_ok(pid);
 	hostile_victim_served(&H);
+}
+
+/* `weightd --check-config` on h's config with RLIMIT_NOFILE `nofile`: its stdout in out. */
+static void check_config_with_nofile(const struct harness *h, unsigned long nofile, char *out,
+				     size_t cap)
+{
+	int pfd[2], status;
+	size_t len = 0;
+	ssize_t got;
+	pid_t pid;
+
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit rl = { nofile, nofile };
+
+		dup2(pfd[1], STDOUT_FILENO);
+		close(pfd[0]);
+		close(pfd[1]);
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			_exit(126);
+		execl(harness_weightd(), "weightd", "--config", h->conf, "--check-config",
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (len + 1 < cap && (got = read(pfd[0], out + len, cap - 1 - len)) > 0)
+		len += (size_t)got;
+	out[len] = '\0';
+	close(pfd[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/*
+ * The per-uid fd limits left at their defaults are derived from the RLIMIT_NOFILE the daemon
+ * runs under, without a warning: under the shipped unit's LimitNOFILE=65536 and under a lower
+ * 20000, which once warned on every start. The derived values are what hello tells a client
+ * and what --check-config prints.
+ */
+static void default_uid_fd_limits_fit_rlimit_nofile_silently(void **state)
+{
+	static const struct {
+		unsigned long nofile;
+		unsigned segments, queue_fds, pending;
+	} runs[] = { { 65536, 16384, 4096, 1024 }, { 20000, 5000, 4096, 1024 }, { 4000, 1000, 1000, 500 } };
+	char sections[2048], out[4096], want[256];
+	int r, tried = 0;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		weightd_client *c;
+
+		if (harness_init(&H) < 0 || hostile_fixtures(&H, sections, sizeof(sections)) < 0 ||
+		    harness_write_config(&H, NULL, sections) < 0)
+			fail_msg("cannot prepare the test directory");
+		r = harness_start_with_nofile(&H, runs[i].nofile);
+		if (r == HARNESS_UNSUPPORTED) { /* a hard limit this process may not raise */
+			fprintf(stderr, "RLIMIT_NOFILE %lu not to be had here: not tried\n",
+				runs[i].nofile);
+			harness_cleanup(&H);
+			memset(&H, 0, sizeof(H));
+			continue;
+		}
+		assert_int_equal(r, 0);
+		tried++;
+		if (harness_log_contains(&H, "is more than a") || harness_log_contains(&H, "warning")) {
+			harness_dump_log(&H);
+			fail_msg("a default start under RLIMIT_NOFILE %lu warned", runs[i].nofile);
+		}
+		c = it_connect(&H);
+		assert_int_equal(weightd_server(c)->max_uid_segments, runs[i].segments);
+		weightd_close(c);
+		check_config_with_nofile(&H, runs[i].nofile, out, sizeof(out));
+		snprintf(want, sizeof(want),
+			 "per-uid limits (RLIMIT_NOFILE %lu): uid_max_segments %u, uid_max_queue_fds "
+			 "%u, uid_max_pending %u",
+			 runs[i].nofile, runs[i].segments, runs[i].queue_fds, runs[i].pending);
+		if (!strstr(out, want))
+			fail_msg("--check-config printed:\n%s\nwithout: %s", out, want);
+		harness_cleanup(&H);
+		memset(&H, 0, sizeof(H));
+	}
+	assert_true(tried >= 2); /* 20000 and 4000 are under any hard limit a test runs with */
 }
 
 /*
@@ -372,6 +464,7 @@ int main(void)
 		cmocka_unit_test_teardown(held_segments_are_capped_per_client_and_uid, teardown),
 		cmocka_unit_test_teardown(held_weights_are_capped_per_uid, teardown),
 		cmocka_unit_test_teardown(uid_fd_limits_stay_under_rlimit_nofile, teardown),
+		cmocka_unit_test_teardown(default_uid_fd_limits_fit_rlimit_nofile_silently, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
