@@ -398,7 +398,7 @@ int weightd_recipe_transpose(weightd_recipe *r, int input, const uint32_t *perm,
 	return commit_node(r);
 }
 
-int weightd_recipe_cast(weightd_recipe *r, int input, const char *dtype, weightd_error *err)
+static int cast(weightd_recipe *r, int input, const char *dtype, bool truncate, weightd_error *err)
 {
 	struct wc_node *n = NULL;
 	int rc;
@@ -406,8 +406,20 @@ int weightd_recipe_cast(weightd_recipe *r, int input, const char *dtype, weightd
 	rc = add_node(r, WEIGHTD__OP__OP_CAST, &input, 1, &n, err);
 	if (rc < 0)
 		return rc;
+	n->truncate = truncate;
 	rc = set_dtype(r, n, dtype, err);
 	return rc < 0 ? abort_node(r, rc) : commit_node(r);
+}
+
+int weightd_recipe_cast(weightd_recipe *r, int input, const char *dtype, weightd_error *err)
+{
+	return cast(r, input, dtype, false, err);
+}
+
+int weightd_recipe_cast_truncate(weightd_recipe *r, int input, const char *dtype,
+				 weightd_error *err)
+{
+	return cast(r, input, dtype, true, err);
 }
 
 int weightd_recipe_view(weightd_recipe *r, int input, const char *dtype, const uint64_t *shape,
@@ -562,6 +574,7 @@ int wc_recipe_pb_init(struct wc_pb_recipe *pb, const weightd_recipe *r, weightd_
 		pn->block = (uint64_t *)n->block;
 		if (n->dtype[0])
 			pn->dtype = (char *)n->dtype;
+		pn->truncate = n->truncate;
 		pb->ptrs[i] = pn;
 	}
 	pb->msg.n_nodes = r->n;

@@ -43,6 +43,7 @@ struct wc_node {
 	uint64_t block[WEIGHTD_MAX_DIMS];  /* DEQUANT_BLOCK */
 	size_t n_block;
 	char dtype[16];
+	bool truncate;		     /* CAST: float to integer or BOOL allowed */
 	char *path;                  /* where it was in JSON, or NULL */
 };
 

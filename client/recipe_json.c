@@ -448,7 +448,7 @@ static int jnode(struct jctx *j, const json_t *v, int depth)
 	static const char *const k_select[] = { "op", "input", "select", NULL };
 	static const char *const k_reshape[] = { "op", "input", "shape", NULL };
 	static const char *const k_transpose[] = { "op", "input", "perm", NULL };
-	static const char *const k_cast[] = { "op", "input", "dtype", NULL };
+	static const char *const k_cast[] = { "op", "input", "dtype", "truncate", NULL };
 	static const char *const k_view[] = { "op", "input", "dtype", "shape", NULL };
 	static const char *const k_dequant[] = { "op", "input", "scale", "block", "dtype", NULL };
 	struct weightd_selection sel;
@@ -507,10 +507,20 @@ static int jnode(struct jctx *j, const json_t *v, int depth)
 		return jpath(j, weightd_recipe_transpose(j->r, input, perm, ndim, j->err));
 	}
 	if (strcmp(op, "cast") == 0) {
+		const json_t *t = json_object_get(v, "truncate");
+
 		if ((rc = jkeys(j, v, k_cast)) < 0 || (rc = jinput(j, v, depth, &input)) < 0 ||
 		    (rc = jdtype(j, v, &dtype)) < 0)
 			return rc;
-		return jpath(j, weightd_recipe_cast(j->r, input, dtype, j->err));
+		if (t && !json_is_boolean(t)) {
+			old = jpush(j, ".truncate");
+			rc = jerr(j, WEIGHTD_E_INVALID_ARGUMENT, "expected true or false");
+			jpop(j, old);
+			return rc;
+		}
+		return jpath(j, json_is_true(t) ?
+					weightd_recipe_cast_truncate(j->r, input, dtype, j->err) :
+					weightd_recipe_cast(j->r, input, dtype, j->err));
 	}
 	if (strcmp(op, "view") == 0) {
 		if ((rc = jkeys(j, v, k_view)) < 0 || (rc = jinput(j, v, depth, &input)) < 0 ||

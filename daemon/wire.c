@@ -116,6 +116,7 @@ int wire_recipe(const Weightd__Recipe *pr, uint32_t max_nodes, struct wd_rnode *
 		n->n_perm = (int)pn->n_perm;
 		if (pn->n_perm)
 			memcpy(n->perm, pn->perm, pn->n_perm * sizeof(uint32_t));
+		n->truncate = pn->truncate;
 		n->dtype = WD_DTYPE_INVALID;
 		if (pn->dtype && pn->dtype[0]) {
 			n->dtype = wd_dtype_from_name(pn->dtype);

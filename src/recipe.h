@@ -89,6 +89,7 @@ struct wd_rnode {
 	uint32_t perm[WD_MAX_DIMS]; /* TRANSPOSE */
 	int n_perm;
 	enum wd_dtype dtype;        /* CAST, VIEW, DEQUANT_BLOCK */
+	bool truncate; /* CAST: a float to integer or BOOL cast is asked for knowingly */
 	uint64_t block[WD_MAX_DIMS];/* DEQUANT_BLOCK */
 	int n_block;
 };

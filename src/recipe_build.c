@@ -906,6 +906,14 @@ static int build_cast(struct build *b, uint32_t i, const struct wd_rnode *rn, co
 	if (!ok)
 		return nerr(b, i, WEIGHTD_E_UNSUPPORTED_CAST, -1, from, to, "there is no cast from %s to %s",
 			    wd_dtype_name(from), wd_dtype_name(to));
+	/* float to integer silently turns 0.7 into 0: only a recipe that says so gets it */
+	if (from != to && !rn->truncate && !wd_dtype_info(to)->is_float &&
+	    (wd_dtype_info(from)->is_float || !wd_dtype_is_element(from)))
+		return nerr(
+			b, i, WEIGHTD_E_UNSUPPORTED_CAST, -1, from, to,
+			"a cast from %s to %s loses the fraction of every value; to cast anyway, "
+			"set \"truncate\": true on the cast (weightd_recipe_cast_truncate() in C)",
+			wd_dtype_name(from), wd_dtype_name(to));
 	return make_cast(b, i, b->map[rn->inputs[0]], to, &b->map[i]);
 }
 

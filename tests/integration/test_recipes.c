@@ -691,6 +691,28 @@ static void structural_ops_match_reference(void **state)
 			check_f16(p, r * 64 + col, col < 32 ? v16(3, 32, r, col) : v16(4, 32, r, col - 32));
 	free(p);
 
+	/* F16 to I32 drops the fraction: only with "truncate" (the values are all below 1) */
+	{
+		struct kid k;
+
+		kid_start(&k, "{\"op\":\"cast\",\"dtype\":\"I32\",\"input\":" SRC("q") "}", path,
+			  &g);
+		kid_end(&k);
+	}
+	assert_false(g.ok);
+	assert_int_equal(g.code, WEIGHTD_E_UNSUPPORTED_CAST);
+	assert_non_null(strstr(g.message, "a cast from F16 to I32 loses the fraction"));
+	assert_non_null(strstr(g.message, "\"truncate\": true"));
+	get_once("{\"op\":\"cast\",\"dtype\":\"I32\",\"truncate\":true,\"input\":" SRC("q") "}",
+		 path, &g);
+	assert_true(g.ok);
+	assert_string_equal(g.dtype, "I32");
+	p = read_all(path, &len);
+	assert_int_equal(len, 48 * 32 * 4);
+	for (size_t i = 0; i < 48 * 32; i++)
+		assert_int_equal(((const int32_t *)(const void *)p)[i], 0);
+	free(p);
+
 	/* transpose of w [24, 40] -> [40, 24] */
 	get_once("{\"op\":\"transpose\",\"perm\":[1,0],\"input\":" SRC("w") "}", path, &g);
 	assert_string_equal(g.dtype, "F32");
@@ -803,35 +825,50 @@ struct bad_case {
 };
 
 static const struct bad_case bad_cases[] = {
-	{ "unknown source", "{\"op\":\"cast\",\"dtype\":\"F32\",\"input\":{\"op\":\"source\","
-	  "\"checkpoint\":\"nope\",\"tensor\":\"q\"}}", WEIGHTD_E_UNKNOWN_SOURCE, 0, "source",
-	  "$.input" },
-	{ "unknown tensor", "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") ","
-	  SRC("no.such") "]}", WEIGHTD_E_UNKNOWN_TENSOR, 1, "source", "$.inputs[1]" },
-	{ "empty inputs", "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") ",{\"op\":\"stack\","
-	  "\"axis\":0,\"inputs\":[]}]}", WEIGHTD_E_EMPTY_INPUTS, 1, "stack", "$.inputs[1]" },
-	{ "dtype mismatch", "{\"op\":\"concat\",\"axis\":1,\"inputs\":[" SRC("q") "," SRC("emb") "]}",
+	{ "unknown source",
+	  "{\"op\":\"cast\",\"dtype\":\"F32\",\"input\":{\"op\":\"source\","
+	  "\"checkpoint\":\"nope\",\"tensor\":\"q\"}}",
+	  WEIGHTD_E_UNKNOWN_SOURCE, 0, "source", "$.input" },
+	{ "unknown tensor",
+	  "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") "," SRC("no.such") "]}",
+	  WEIGHTD_E_UNKNOWN_TENSOR, 1, "source", "$.inputs[1]" },
+	{ "empty inputs",
+	  "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") ",{\"op\":\"stack\","
+								"\"axis\":0,\"inputs\":[]}]}",
+	  WEIGHTD_E_EMPTY_INPUTS, 1, "stack", "$.inputs[1]" },
+	{ "dtype mismatch",
+	  "{\"op\":\"concat\",\"axis\":1,\"inputs\":[" SRC("q") "," SRC("emb") "]}",
 	  WEIGHTD_E_DTYPE_MISMATCH, 2, "concat", "$" },
-	{ "shape mismatch", "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("q") ",{\"op\":"
-	  "\"transpose\",\"perm\":[1,0],\"input\":" SRC("k") "}]}", WEIGHTD_E_SHAPE_MISMATCH, 3,
-	  "concat", "$" },
-	{ "join axis out of range", "{\"op\":\"concat\",\"axis\":2,\"inputs\":[" SRC("q") "," SRC("k")
-	  "]}", WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "concat", "$" },
-	{ "negative join axis out of range", "{\"op\":\"stack\",\"axis\":-4,\"inputs\":[" SRC("k")
-	  "," SRC("v") "]}", WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "stack", "$" },
+	{ "shape mismatch",
+	  "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC(
+		  "q") ",{\"op\":"
+		       "\"transpose\",\"perm\":[1,0],\"input\":" SRC("k") "}]}",
+	  WEIGHTD_E_SHAPE_MISMATCH, 3, "concat", "$" },
+	{ "join axis out of range",
+	  "{\"op\":\"concat\",\"axis\":2,\"inputs\":[" SRC("q") "," SRC("k") "]}",
+	  WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "concat", "$" },
+	{ "negative join axis out of range",
+	  "{\"op\":\"stack\",\"axis\":-4,\"inputs\":[" SRC("k") "," SRC("v") "]}",
+	  WEIGHTD_E_AXIS_OUT_OF_RANGE, 2, "stack", "$" },
 	{ "element count mismatch", "{\"op\":\"reshape\",\"shape\":[10,10],\"input\":" SRC("q") "}",
 	  WEIGHTD_E_ELEMENT_COUNT_MISMATCH, 1, "reshape", "$" },
-	{ "byte count mismatch", "{\"op\":\"view\",\"dtype\":\"F32\",\"shape\":[48,32],\"input\":"
-	  SRC("q") "}", WEIGHTD_E_BYTE_COUNT_MISMATCH, 1, "view", "$" },
+	{ "byte count mismatch",
+	  "{\"op\":\"view\",\"dtype\":\"F32\",\"shape\":[48,32],\"input\":" SRC("q") "}",
+	  WEIGHTD_E_BYTE_COUNT_MISMATCH, 1, "view", "$" },
 	{ "not a permutation", "{\"op\":\"transpose\",\"perm\":[1,1],\"input\":" SRC("q") "}",
 	  WEIGHTD_E_NOT_A_PERMUTATION, 1, "transpose", "$" },
-	{ "zero-sized output", "{\"op\":\"cast\",\"dtype\":\"F32\",\"input\":{\"op\":\"select\","
-	  "\"select\":{\"shard\":[0,63,64]},\"input\":" SRC("q") "}}", WEIGHTD_E_ZERO_SIZED, 1,
-	  "select", "$.input" },
+	{ "zero-sized output",
+	  "{\"op\":\"cast\",\"dtype\":\"F32\",\"input\":{\"op\":\"select\","
+	  "\"select\":{\"shard\":[0,63,64]},\"input\":" SRC("q") "}}",
+	  WEIGHTD_E_ZERO_SIZED, 1, "select", "$.input" },
 	{ "unsupported cast", "{\"op\":\"cast\",\"dtype\":\"Q4_0\",\"input\":" SRC("q") "}",
 	  WEIGHTD_E_UNSUPPORTED_CAST, 1, "cast", "$" },
-	{ "arithmetic overflow", "{\"op\":\"view\",\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,"
-	  "2],\"input\":" SRC("q") "}", WEIGHTD_E_OVERFLOW, 1, "view", "$" },
+	{ "lossy cast", "{\"op\":\"cast\",\"dtype\":\"BOOL\",\"input\":" SRC("q") "}",
+	  WEIGHTD_E_UNSUPPORTED_CAST, 1, "cast", "$" },
+	{ "arithmetic overflow",
+	  "{\"op\":\"view\",\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,"
+	  "2],\"input\":" SRC("q") "}",
+	  WEIGHTD_E_OVERFLOW, 1, "view", "$" },
 	/* node 32 of 40 nested casts is 8 levels below the outermost */
 	{ "recipe too deep", NULL, WEIGHTD_E_RECIPE_TOO_DEEP, 0, "cast",
 	  "$.input.input.input.input.input.input.input.input" },

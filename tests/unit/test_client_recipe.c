@@ -208,6 +208,20 @@ static void test_builder_matches_json(void **state)
 	assert_memory_equal(pa, pb, la);
 	free(pa);
 	free(pb);
+	assert_false(a->nodes[2]->truncate);
+	weightd_recipe_free(r);
+	weightd_recipe_free(j);
+
+	/* a truncating cast: the flag on the wire, the same from JSON */
+	assert_int_equal(weightd_recipe_new(&r, &err), 0);
+	s = weightd_recipe_source(r, "m", "w", NULL, &err);
+	assert_int_equal(weightd_recipe_cast_truncate(r, s, "U8", &err), 1);
+	j = parse_ok("{\"op\":\"cast\",\"dtype\":\"U8\",\"truncate\":true,\"input\":"
+		     "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\"}}");
+	a = sent(e, r, &err);
+	assert_true(a->nodes[1]->truncate);
+	b = sent(e, j, &err);
+	assert_true(b->nodes[1]->truncate);
 	weightd_recipe_free(r);
 	weightd_recipe_free(j);
 }
@@ -287,7 +301,8 @@ static void test_json_errors_name_the_path(void **state)
 	} cases[] = {
 		{ "{", WEIGHTD_E_INVALID_ARGUMENT, "line 1" },
 		{ "[]", WEIGHTD_E_INVALID_ARGUMENT, "at $: expected a recipe object" },
-		{ "{\"checkpoint\":\"m\"}", WEIGHTD_E_INVALID_ARGUMENT, "at $: missing key \"op\"" },
+		{ "{\"checkpoint\":\"m\"}", WEIGHTD_E_INVALID_ARGUMENT,
+		  "at $: missing key \"op\"" },
 		{ "{\"op\":7}", WEIGHTD_E_INVALID_ARGUMENT, "at $.op: expected an operation name" },
 		{ "{\"op\":\"sauce\"}", WEIGHTD_E_INVALID_ARGUMENT,
 		  "at $.op: unknown operation \"sauce\"" },
@@ -297,6 +312,9 @@ static void test_json_errors_name_the_path(void **state)
 		  WEIGHTD_E_INVALID_ARGUMENT, "at $.checkpoint: expected a non-empty name" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\"}", WEIGHTD_E_INVALID_ARGUMENT,
 		  "at $: missing key \"tensor\"" },
+		{ "{\"op\":\"cast\",\"dtype\":\"U8\",\"truncate\":1,\"input\":{\"op\":\"source\","
+		  "\"checkpoint\":\"m\",\"tensor\":\"w\"}}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $.truncate: expected true or false" },
 		{ "{\"op\":\"cast\",\"dtype\":\"F16\"}", WEIGHTD_E_INVALID_ARGUMENT,
 		  "at $: missing key \"input\"" },
 		{ "{\"op\":\"cast\",\"dtype\":\"F17\",\"input\":" SRC("w") "}",
@@ -304,30 +322,32 @@ static void test_json_errors_name_the_path(void **state)
 		{ "{\"op\":\"cast\",\"dtype\":16,\"input\":" SRC("w") "}",
 		  WEIGHTD_E_INVALID_ARGUMENT, "at $.dtype: expected a dtype name" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\","
-		  "\"select\":{\"range\":[0,5]}}", WEIGHTD_E_INVALID_ARGUMENT,
-		  "at $.select.range: expected [axis, start, end]" },
+		  "\"select\":{\"range\":[0,5]}}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $.select.range: expected [axis, start, end]" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\","
-		  "\"select\":{\"range\":[0,-1,5]}}", WEIGHTD_E_INVALID_ARGUMENT,
-		  "at $.select.range[1]: -1 is out of range" },
+		  "\"select\":{\"range\":[0,-1,5]}}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $.select.range[1]: -1 is out of range" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\","
-		  "\"select\":{\"range\":[0,5,5]}}", WEIGHTD_E_OUT_OF_RANGE,
-		  "at $.select.range: the range [5, 5) is empty" },
+		  "\"select\":{\"range\":[0,5,5]}}",
+		  WEIGHTD_E_OUT_OF_RANGE, "at $.select.range: the range [5, 5) is empty" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\","
-		  "\"select\":{\"shard\":[0,4,4]}}", WEIGHTD_E_OUT_OF_RANGE,
-		  "at $.select.shard: rank 4 of world 4" },
+		  "\"select\":{\"shard\":[0,4,4]}}",
+		  WEIGHTD_E_OUT_OF_RANGE, "at $.select.shard: rank 4 of world 4" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\",\"select\":\"half\"}",
 		  WEIGHTD_E_INVALID_ARGUMENT, "at $.select: unknown selection \"half\"" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\","
-		  "\"select\":{\"range\":[0,0,1],\"shard\":[0,0,1]}}", WEIGHTD_E_INVALID_ARGUMENT,
+		  "\"select\":{\"range\":[0,0,1],\"shard\":[0,0,1]}}",
+		  WEIGHTD_E_INVALID_ARGUMENT,
 		  "at $.select: expected \"full\" or an object with one key" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\","
-		  "\"select\":{\"slice\":[0,0,1]}}", WEIGHTD_E_INVALID_ARGUMENT,
-		  "at $.select: unknown selection \"slice\"" },
+		  "\"select\":{\"slice\":[0,0,1]}}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $.select: unknown selection \"slice\"" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\","
-		  "\"select\":{\"indices\":[0,[]]}}", WEIGHTD_E_EMPTY_INPUTS,
-		  "at $.select.indices[1]: expected a non-empty array" },
+		  "\"select\":{\"indices\":[0,[]]}}",
+		  WEIGHTD_E_EMPTY_INPUTS, "at $.select.indices[1]: expected a non-empty array" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\","
-		  "\"select\":{\"elements\":[0,4,[1,1,1,1,1,1,1,1,4]]}}", WEIGHTD_E_RECIPE_TOO_LARGE,
+		  "\"select\":{\"elements\":[0,4,[1,1,1,1,1,1,1,1,4]]}}",
+		  WEIGHTD_E_RECIPE_TOO_LARGE,
 		  "at $.select.elements[2]: 9 entries given (at most 8)" },
 		{ "{\"op\":\"reshape\",\"shape\":[1,1,1,1,1,1,1,1,1],\"input\":" SRC("w") "}",
 		  WEIGHTD_E_RECIPE_TOO_LARGE, "at $.shape: 9 entries given" },
@@ -339,24 +359,28 @@ static void test_json_errors_name_the_path(void **state)
 		  "at $.inputs: expected an array" },
 		{ "{\"op\":\"concat\",\"axis\":\"x\",\"inputs\":[]}", WEIGHTD_E_INVALID_ARGUMENT,
 		  "at $.axis: expected an axis number" },
-		{ "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC("a") ",{\"op\":\"cast\",\"input\":"
-		  SRC("b") "}]}", WEIGHTD_E_INVALID_ARGUMENT, "at $.inputs[1]: missing key \"dtype\"" },
+		{ "{\"op\":\"concat\",\"axis\":0,\"inputs\":[" SRC(
+			  "a") ",{\"op\":\"cast\",\"input\":" SRC("b") "}]}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $.inputs[1]: missing key \"dtype\"" },
 		{ "{\"op\":\"select\",\"select\":\"full\",\"input\":{\"op\":\"view\",\"dtype\":\"U8\","
-		  "\"input\":" SRC("w") "}}", WEIGHTD_E_INVALID_ARGUMENT,
-		  "at $.input: missing key \"shape\"" },
+		  "\"input\":" SRC("w") "}}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $.input: missing key \"shape\"" },
 		{ "{\"op\":\"source\",\"op\":\"cast\"}", WEIGHTD_E_INVALID_ARGUMENT, "duplicate" },
-		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[128,128],\"input\":"
-		  SRC("w") "}", WEIGHTD_E_INVALID_ARGUMENT, "at $: missing key \"scale\"" },
-		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"input\":" SRC("w") ",\"scale\":"
-		  SRC("s") "}", WEIGHTD_E_INVALID_ARGUMENT, "at $: missing key \"block\"" },
-		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[128,-1],\"input\":"
-		  SRC("w") ",\"scale\":" SRC("s") "}", WEIGHTD_E_INVALID_ARGUMENT,
-		  "at $.block[1]: -1 is out of range" },
-		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[128],\"input\":"
-		  SRC("w") ",\"scale\":{\"op\":\"cast\",\"input\":" SRC("s") "}}",
+		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[128,128],\"input\":" SRC(
+			  "w") "}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $: missing key \"scale\"" },
+		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"input\":" SRC(
+			  "w") ",\"scale\":" SRC("s") "}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $: missing key \"block\"" },
+		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[128,-1],\"input\":" SRC(
+			  "w") ",\"scale\":" SRC("s") "}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $.block[1]: -1 is out of range" },
+		{ "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[128],\"input\":" SRC(
+			  "w") ",\"scale\":{\"op\":\"cast\",\"input\":" SRC("s") "}}",
 		  WEIGHTD_E_INVALID_ARGUMENT, "at $.scale: missing key \"dtype\"" },
-		{ "{\"op\":\"dequant_block\",\"block\":[128],\"input\":" SRC("w") ",\"scale\":"
-		  SRC("s") "}", WEIGHTD_E_INVALID_ARGUMENT, "at $: missing key \"dtype\"" },
+		{ "{\"op\":\"dequant_block\",\"block\":[128],\"input\":" SRC("w") ",\"scale\":" SRC(
+			  "s") "}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $: missing key \"dtype\"" },
 	};
 	weightd_recipe *r;
 	weightd_error err;

@@ -744,6 +744,46 @@ static void test_zero_elements_are_valid_outputs(void **state)
 	expect_result(&b, WD_U8, 2, s30, "", 0, 0);
 }
 
+/* Float (or block) to integer or BOOL drops the fraction: refused unless the cast says
+ * truncate; float narrowing and integer casts stay allowed. */
+static void test_error_lossy_cast(void **state)
+{
+	static const enum wd_dtype lossy[] = { WD_U8, WD_BOOL, WD_I32, WD_I64 };
+	struct rb b = { .len = 0 };
+	struct wd_plan *p = NULL;
+	weightd_error err;
+
+	(void)state;
+	for (size_t k = 0; k < sizeof(lossy) / sizeof(lossy[0]); k++) {
+		b.len = 0;
+		r_src(&b, "model", "a", FULL());
+		r_cast(&b, 0, WD_BF16);
+		r_cast(&b, 1, lossy[k]);
+		expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED_CAST, 2, "loses the fraction");
+		expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED_CAST, 2, "\"truncate\": true");
+		b.n[2].truncate = true;
+		assert_int_equal(preflight(&b, NULL, &p, &err), 0);
+		wd_plan_free(p);
+		p = NULL;
+	}
+	b.len = 0;
+	r_src(&b, "quant", "q", FULL());
+	r_cast(&b, 0, WD_I8);
+	expect_error(&b, NULL, WEIGHTD_E_UNSUPPORTED_CAST, 1, "from Q8_0 to I8 loses the fraction");
+	/* narrowing floats, and integers to anything, are what users ask for */
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_cast(&b, 0, WD_F8_E4M3);
+	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
+	wd_plan_free(p);
+	p = NULL;
+	b.len = 0;
+	r_src(&b, "model", "w", FULL());
+	r_cast(&b, 0, WD_U8);
+	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
+	wd_plan_free(p);
+}
+
 static void test_error_cast_overflow(void **state)
 {
 	struct rb b = { .len = 0 };
@@ -1723,6 +1763,7 @@ int main(void)
 		cmocka_unit_test(test_error_counts_and_perm),
 		cmocka_unit_test(test_error_zero_sized),
 		cmocka_unit_test(test_zero_elements_are_valid_outputs),
+		cmocka_unit_test(test_error_lossy_cast),
 		cmocka_unit_test(test_error_cast_overflow),
 		cmocka_unit_test(test_error_limits),
 		cmocka_unit_test(test_error_selection_range),

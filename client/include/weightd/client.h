@@ -425,7 +425,11 @@ WEIGHTD_API void weightd_selection_free(weightd_selection *s);
  *  stack(axis, inputs[n])             join along a new axis inserted at `axis` (n >= 1)
  *  reshape(input, shape)              same elements, new shape (element counts must agree)
  *  transpose(input, perm)             axes permuted: output axis i is input axis perm[i]
- *  cast(input, dtype)                 convert values (round to nearest even; see weightd(8))
+ *  cast(input, dtype)                 convert values (round to nearest even; see weightd(8)).
+ *                                     From a floating-point or block dtype to an integer or
+ *                                     BOOL the fraction is lost: such a cast is refused
+ *                                     (WEIGHTD_E_UNSUPPORTED_CAST) unless made with
+ *                                     weightd_recipe_cast_truncate ("truncate": true in JSON).
  *  view(input, dtype, shape)          reinterpret the same bytes (byte counts must agree)
  *  dequant_block(input, scale, block, dtype)
  *                                     block-scale dequantization: input (F8_E4M3, F8_E5M2,
@@ -456,7 +460,7 @@ WEIGHTD_API void weightd_selection_free(weightd_selection *s);
  *   {"op":"stack", "axis": 0, "inputs": [R, R, ...]}
  *   {"op":"reshape", "input": R, "shape": [d0, d1, ...]}
  *   {"op":"transpose", "input": R, "perm": [1, 0]}
- *   {"op":"cast", "input": R, "dtype": "F16"}
+ *   {"op":"cast", "input": R, "dtype": "F16"}      ("truncate": true optional)
  *   {"op":"view", "input": R, "dtype": "U8", "shape": [d0, ...]}
  *   {"op":"dequant_block", "dtype": "BF16", "block": [128, 128], "input": R, "scale": R}
  *                                     (flattened as input, then scale, then the node)
@@ -496,6 +500,10 @@ WEIGHTD_API int weightd_recipe_transpose(weightd_recipe *r, int input, const uin
 					 size_t n, weightd_error *err);
 WEIGHTD_API int weightd_recipe_cast(weightd_recipe *r, int input, const char *dtype,
 				    weightd_error *err);
+/* A cast that may drop the fraction: from a floating-point or block dtype to an integer or
+ * BOOL, which weightd_recipe_cast's node is refused at preflight. */
+WEIGHTD_API int weightd_recipe_cast_truncate(weightd_recipe *r, int input, const char *dtype,
+					     weightd_error *err);
 WEIGHTD_API int weightd_recipe_view(weightd_recipe *r, int input, const char *dtype,
 				    const uint64_t *shape, size_t ndim, weightd_error *err);
 /* Block-scale dequantization of node `input` by node `scale` (see above); nblock <= 8. */
