@@ -30,6 +30,20 @@
 #define LINGER_MS 1000            /* for at most this long */
 #define LINGER_DISCARD (1u << 20) /* reading and dropping at most this much of what they send */
 
+/*
+ * A request may span at most one frame per this many bytes of max_message (empty frames count
+ * too): clients split a request into frames of max_frame, which is never smaller, so only a
+ * sender of needless frames meets this bound before max_message.
+ */
+#define SESSION_BYTES_PER_FRAME 4096u
+
+static uint32_t session_max_frames(const struct config *cfg)
+{
+	uint64_t n = cfg->max_message_bytes / SESSION_BYTES_PER_FRAME + 1;
+
+	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 /* Heap a decoded request takes per byte of its frame, about (heap_reserve before decoding). */
 #define SESSION_DECODE_HEAP_PER_BYTE 6
 
@@ -424,6 +438,14 @@ static void process_frames(struct session *s)
 		r = wd_inbuf_next(s->in, &f);
 		if (r == 0)
 			break;
+		if (r == -WEIGHTD_E_LIMIT_EXCEEDED && wd_inbuf_over_frames(s->in)) {
+			session_refuse(
+				s, WEIGHTD_E_LIMIT_EXCEEDED,
+				"limit exceeded: a request spans more than %u frames (its frames, "
+				"empty ones included, must average %u bytes of max_message)",
+				session_max_frames(s->d->cfg), SESSION_BYTES_PER_FRAME);
+			return;
+		}
 		if (r == -WEIGHTD_E_LIMIT_EXCEEDED) {
 			/* Say which limit before closing: the client was told them in hello. */
 			session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
@@ -439,6 +461,9 @@ static void process_frames(struct session *s)
 			session_kill(s, "malformed frame");
 			return;
 		}
+		/* frame_timeout runs for the whole of a request, from its first frame: the next
+		 * one's clock starts when account() sees it begun */
+		s->mid_frame = false;
 		if (f.nfds) {
 			wd_frame_close_fds(&f);
 			session_kill(s, "sent file descriptors");
@@ -576,7 +601,8 @@ void session_tick(struct session *s, uint64_t now)
 		s->d->stats.clients_timed_out++;
 		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
 			       "timed out: a request was begun %llu ms ago and never finished "
-			       "(frame_timeout %llu ms)", (unsigned long long)(now - s->mid_since_ms),
+			       "(frame_timeout %llu ms, for all the frames of a request)",
+			       (unsigned long long)(now - s->mid_since_ms),
 			       (unsigned long long)cfg->frame_timeout_ms);
 		return;
 	}
@@ -632,8 +658,10 @@ struct session *session_new(const struct session_ops *ops, void *owner, struct d
 	s->active_ms = wd_clock_ms();
 	s->in = wd_inbuf_new(d->cfg->max_frame_bytes, 0);
 	s->out = wd_outq_new();
-	if (s->in)
+	if (s->in) {
 		wd_inbuf_set_max_message(s->in, d->cfg->max_message_bytes);
+		wd_inbuf_set_max_frames(s->in, session_max_frames(d->cfg));
+	}
 	if (s->out)
 		wd_outq_set_frame_max(s->out, d->cfg->max_frame_bytes);
 	s->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, on_read, s);

@@ -402,6 +402,9 @@ struct wd_inbuf {
 	int *msg_fds;
 	size_t msg_nfds, msg_fd_cap;
 	bool msg_handed;    /* msg was handed out: reset on the next call */
+	uint32_t msg_frames; /* frames joined into msg so far, empty ones too */
+	uint32_t max_frames; /* the most one message may span (0: any) */
+	bool over_frames;    /* the sticky failure is for max_frames */
 };
 
 struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds)
@@ -419,6 +422,16 @@ struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds)
 void wd_inbuf_set_max_message(struct wd_inbuf *b, uint64_t max_message)
 {
 	b->max_message = max_message < b->max_payload ? b->max_payload : max_message;
+}
+
+void wd_inbuf_set_max_frames(struct wd_inbuf *b, uint32_t max_frames)
+{
+	b->max_frames = max_frames;
+}
+
+bool wd_inbuf_over_frames(const struct wd_inbuf *b)
+{
+	return b && b->over_frames;
 }
 
 void wd_inbuf_set_keep(struct wd_inbuf *b, size_t bytes)
@@ -529,8 +542,9 @@ size_t wd_inbuf_partial(const struct wd_inbuf *b, bool *ret_mid_frame)
 		total += whole;
 		off += whole;
 	}
-	/* a message being joined from frames: its bytes so far are held too, and it is unfinished */
-	if (!b->msg_handed && (b->msg_len || b->msg_nfds)) {
+	/* a message being joined from frames: its bytes so far are held too, and it is unfinished
+	 * (even when its frames so far were empty) */
+	if (!b->msg_handed && (b->msg_len || b->msg_nfds || b->msg_frames)) {
 		total += b->msg_len;
 		mid = true;
 	}
@@ -749,6 +763,7 @@ int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
 	if (b->msg_handed) {
 		b->msg_len = 0;
 		b->msg_nfds = 0;
+		b->msg_frames = 0;
 		b->msg_handed = false;
 	}
 	for (;;) {
@@ -774,13 +789,20 @@ int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
 			b->failed = -WEIGHTD_E_PROTOCOL;
 			return b->failed;
 		}
+		/* empty frames count: a message of endless empty "more" frames carries no bytes for
+		 * the byte limit to stop */
+		if (b->max_frames && (more || b->msg_frames) && b->msg_frames >= b->max_frames) {
+			b->over_frames = true;
+			b->failed = -WEIGHTD_E_LIMIT_EXCEEDED;
+			return b->failed;
+		}
 		if (live - WD_FRAME_HEADER < len)
 			return 0;
 		if (nfds > b->fd_count) {
 			b->failed = -WEIGHTD_E_PROTOCOL;
 			return b->failed;
 		}
-		if (!more && b->msg_len == 0 && b->msg_nfds == 0) {
+		if (!more && b->msg_frames == 0) {
 			/* the common case: a whole message in one frame, handed out in place */
 			if (nfds) {
 				fds = malloc(sizeof(int) * nfds);
@@ -802,6 +824,7 @@ int wd_inbuf_next(struct wd_inbuf *b, struct wd_frame *ret)
 		b->fd_head += nfds;
 		b->fd_count -= nfds;
 		b->start += WD_FRAME_HEADER + (size_t)len;
+		b->msg_frames++;
 		if (more)
 			continue;
 		if (b->msg_len > UINT32_MAX) {

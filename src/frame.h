@@ -82,6 +82,11 @@ struct wd_inbuf;
 struct wd_inbuf *wd_inbuf_new(uint32_t max_payload, uint32_t max_fds);
 /* The largest message (payloads of its frames joined) accepted; at least the frame maximum. */
 void wd_inbuf_set_max_message(struct wd_inbuf *b, uint64_t max_message);
+/* The most frames one message may span, empty ones included (0, the default: bounded by bytes
+ * only). A message with more fails wd_inbuf_next with -WEIGHTD_E_LIMIT_EXCEEDED, and then
+ * wd_inbuf_over_frames says that was the reason. */
+void wd_inbuf_set_max_frames(struct wd_inbuf *b, uint32_t max_frames);
+bool wd_inbuf_over_frames(const struct wd_inbuf *b);
 /* Keep an idle buffer of up to `bytes` for the next frames instead of shrinking it back to one
  * chunk (a client whose replies are large and frequent; the daemon keeps its default, 256 KiB,
  * per connection). */

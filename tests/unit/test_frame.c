@@ -891,6 +891,38 @@ static void test_inbuf_partial(void **state)
 	wd_inbuf_free(b);
 }
 
+/* Empty "more" frames carry no bytes: they count towards max_frames, and a message of them is
+ * unfinished (wd_inbuf_partial says mid-frame) until its last frame. */
+static void test_inbuf_empty_frames_count(void **state)
+{
+	static const uint8_t empty_more[8] = { 0, 0, 0, 0, 0, 0, 0, 0x80 };
+	static const uint8_t last[9] = { 1, 0, 0, 0, 0, 0, 0, 0, 'x' };
+	struct wd_inbuf *b = wd_inbuf_new(4096, 0);
+	struct wd_frame f;
+	bool mid = false;
+
+	(void)state;
+	wd_inbuf_set_max_frames(b, 4);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(wd_inbuf_feed(b, empty_more, 8), 0);
+	assert_int_equal(wd_inbuf_next(b, &f), 0);
+	wd_inbuf_partial(b, &mid);
+	assert_true(mid);
+	assert_int_equal(wd_inbuf_feed(b, last, 9), 0);
+	assert_int_equal(wd_inbuf_next(b, &f), 1);
+	assert_int_equal(f.len, 1);
+	assert_int_equal(f.payload[0], 'x');
+	wd_inbuf_partial(b, &mid);
+	assert_false(mid);
+	assert_false(wd_inbuf_over_frames(b));
+	/* a fifth frame is one too many, empty or not */
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(wd_inbuf_feed(b, empty_more, 8), 0);
+	assert_int_equal(wd_inbuf_next(b, &f), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_true(wd_inbuf_over_frames(b));
+	wd_inbuf_free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -909,6 +941,7 @@ int main(void)
 		cmocka_unit_test(test_outq_free_closes),
 		cmocka_unit_test(test_outq_counts_fds),
 		cmocka_unit_test(test_inbuf_partial),
+		cmocka_unit_test(test_inbuf_empty_frames_count),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_hostile_fair.c - one local uid tries to take more than its share of what weightd has: the
+ * main loop (a message of endless empty frames), the connection slots (connections that never
+ * ask for anything), the weight limits (references to one weight), and what it may learn of
+ * checkpoints it may not read. Each attack, scaled down to run in seconds, must leave another uid
+ * served throughout, tell the attacker why it was refused, and leave the daemon's fds, memory and
+ * /dev/shm as they were. Needs root (the attacker and the victim are other uids). */
+#include <fcntl.h>
+
+#include "hostile.h"
+
+static struct harness H;
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (H.dir[0]) /* not when the test was skipped before making one */
+		harness_cleanup(&H);
+	memset(&H, 0, sizeof(H));
+	return 0;
+}
+
+/* A raw connection as the current uid that said hello. */
+static int attacker_conn(void)
+{
+	struct resp r;
+	int fd = it_raw_connect(&H);
+
+	if (fd < 0)
+		_exit(10);
+	send_hello(fd, 1, WEIGHTD_PROTOCOL_VERSION);
+	read_resp(fd, &r);
+	if (r.code != 0)
+		_exit(11);
+	return fd;
+}
+
+/* The victim is served, and within `bound_ms`. */
+static void victim_served_within(int64_t bound_ms)
+{
+	int64_t t0 = it_now_ms(), took;
+
+	hostile_victim_served(&H);
+	took = it_now_ms() - t0;
+	if (took > bound_ms)
+		fail_msg("the victim took %lld ms to be served (bound %lld ms)", (long long)took,
+			 (long long)bound_ms);
+}
+
+/* An empty frame flagged "more frames follow". */
+static const uint8_t EMPTY_MORE[8] = { 0, 0, 0, 0, 0, 0, 0, 0x80 };
+
+/*
+ * Empty continuation frames carry no bytes, so no byte limit stopped a message made of them: one
+ * connection sent billions, holding the main loop. A request now spans at most one frame per
+ * 4 KiB of max_message, empty ones included, and frame_timeout runs from its first frame to its
+ * last. Scaled: max_message 1 MiB (257 frames), frame_timeout 1.5 s, 8 flooding connections and
+ * one sending an empty frame every 100 ms.
+ */
+#define EF_CONNS 8
+static void empty_frames_are_bounded_in_count_and_time(void **state)
+{
+	struct hostile_chan ch;
+	struct hostile_base base;
+	char line[1200];
+	weightd_status *st;
+	pid_t pid;
+
+	(void)state;
+	hostile_start(&H, "max_message = 1M\nframe_timeout = 1500ms\n");
+	base = hostile_baseline(&H);
+	chan_open(&ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		uint8_t batch[8 * 512];
+		int fl[EF_CONNS], slow;
+		bool done[EF_CONNS] = { false };
+		int left = EF_CONNS;
+		int64_t end;
+
+		chan_child(&ch);
+		hostile_become(UID_ATTACKER);
+		for (size_t i = 0; i < sizeof(batch); i += 8)
+			memcpy(batch + i, EMPTY_MORE, 8);
+		slow = attacker_conn();
+		for (int i = 0; i < EF_CONNS; i++) {
+			fl[i] = attacker_conn();
+			fcntl(fl[i], F_SETFL, fcntl(fl[i], F_GETFL) | O_NONBLOCK);
+		}
+		chan_say(ch.to_parent[1], "flooding\n");
+		/* flood until the daemon answers each connection (its closing error), at most 10 s */
+		end = it_now_ms() + 10000;
+		while (left && it_now_ms() < end) {
+			for (int i = 0; i < EF_CONNS; i++) {
+				struct pollfd pf = { .fd = fl[i], .events = POLLIN };
+				uint64_t code = 0;
+				char msg[1024];
+
+				if (done[i])
+					continue;
+				(void)send(fl[i], batch, sizeof(batch),
+					   MSG_NOSIGNAL | MSG_DONTWAIT);
+				if (poll(&pf, 1, 0) <= 0)
+					continue;
+				fcntl(fl[i], F_SETFL, fcntl(fl[i], F_GETFL) & ~O_NONBLOCK);
+				if (hostile_closing_error(fl[i], &code, msg, sizeof(msg), 5000) !=
+					    1 ||
+				    !hostile_eof(fl[i]))
+					_exit(20);
+				chan_say(ch.to_parent[1], "flood %llu %s\n",
+					 (unsigned long long)code, msg);
+				done[i] = true;
+				left--;
+				close(fl[i]);
+			}
+		}
+		if (left)
+			_exit(21); /* still taking empty frames after 10 s */
+		/* a trickle: one empty frame every 100 ms, never the last one */
+		fcntl(slow, F_SETFL, fcntl(slow, F_GETFL) | O_NONBLOCK);
+		end = it_now_ms() + 10000;
+		for (;;) {
+			struct pollfd pf = { .fd = slow, .events = POLLIN };
+			uint64_t code = 0;
+			char msg[1024];
+
+			if (it_now_ms() > end)
+				_exit(22); /* never timed out */
+			(void)send(slow, EMPTY_MORE, 8, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (poll(&pf, 1, 100) <= 0)
+				continue;
+			fcntl(slow, F_SETFL, fcntl(slow, F_GETFL) & ~O_NONBLOCK);
+			if (hostile_closing_error(slow, &code, msg, sizeof(msg), 5000) != 1 ||
+			    !hostile_eof(slow))
+				_exit(23);
+			chan_say(ch.to_parent[1], "slow %llu %s\n", (unsigned long long)code, msg);
+			break;
+		}
+		close(slow);
+		_exit(0);
+	}
+	chan_parent(&ch);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	/* served while the flood goes on */
+	victim_served_within(2000);
+	for (int i = 0; i < EF_CONNS; i++) {
+		assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+		if (strncmp(line, "flood 9 ", 8) != 0 || !strstr(line, "257 frames") ||
+		    !strstr(line, "max_message"))
+			fail_msg("the flood of empty frames was closed with: %s", line);
+	}
+	victim_served_within(2000);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	if (strncmp(line, "slow 9 ", 7) != 0 || !strstr(line, "frame_timeout"))
+		fail_msg("the trickle of empty frames was closed with: %s", line);
+	it_wait_child_ok(pid);
+	close(ch.to_child[1]);
+	close(ch.to_parent[0]);
+	st = it_status_of(&H);
+	assert_true(st->clients_timed_out >= 1);
+	assert_int_equal(st->partial_frame_bytes, 0);
+	weightd_status_free(st);
+	victim_served_within(2000);
+	hostile_back_to_base(&H, &base);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(empty_frames_are_bounded_in_count_and_time, teardown),
+	};
+
+	alarm(600);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
