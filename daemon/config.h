@@ -59,6 +59,7 @@ struct config {
 	 * RLIMIT_NOFILE without a word, a value given is cut with a warning (uid.c). */
 	bool uid_max_segments_set, uid_max_queue_fds_set, uid_max_pending_set;
 	uint64_t idle_timeout_ms;       /* close a connection with nothing held or pending; 0 = never */
+	uint64_t first_request_timeout_ms; /* close one that never asks for anything; 0 = never */
 	uint64_t frame_timeout_ms;      /* close one stuck in the middle of a frame; 0 = never */
 	uint64_t uid_max_partial_bytes; /* bytes of frames being received, per uid */
 	uint64_t max_partial_bytes;     /* the same, all clients together */

@@ -176,6 +176,43 @@ static const struct session_ops session_ops = {
  */
 #define ADMIN_RESERVE 16
 
+/*
+ * The slots are full and `s` (unprivileged, its uid counted) has just come: the oldest idle
+ * connection of the uid with the most connections, if that uid has more than s's, gives way to
+ * it (told why, and closed), so uids holding many slots cannot keep a new uid out until their
+ * idle_timeout. Root's and the daemon's own connections never give way. Linear in the sessions,
+ * only when the slots are full. True when one gave way.
+ */
+static bool make_room(struct server *srv, struct session *s)
+{
+	struct session *o, *pick = NULL;
+
+	if (s->uu->conns > srv->d->cfg->max_clients_per_uid)
+		return false; /* refused for its own uid's limit anyway */
+	LIST_FOREACH(o, &srv->sessions, link)
+	{
+		if (o == s || o->peer.privileged || !o->uu || o->uu->conns <= s->uu->conns ||
+		    !session_idle(o))
+			continue;
+		if (!pick || o->uu->conns > pick->uu->conns ||
+		    (o->uu == pick->uu && o->active_ms < pick->active_ms))
+			pick = o;
+	}
+	if (!pick)
+		return false;
+	srv->d->stats.clients_refused++;
+	log_info("client %llu (pid %d uid %u): idle, and its uid has the most connections (%u); "
+		 "closing it for a new client of uid %u",
+		 (unsigned long long)pick->id, (int)pick->peer.pid, (unsigned)pick->peer.uid,
+		 pick->uu->conns, (unsigned)s->peer.uid);
+	session_refuse(
+		pick, WEIGHTD_E_LIMIT_EXCEEDED,
+		"closed: all %u connection slots are taken (max_clients), uid %u has the most "
+		"(%u), and this one was its oldest idle connection: it gave way to another uid",
+		srv->d->cfg->max_clients, (unsigned)pick->peer.uid, pick->uu->conns);
+	return true;
+}
+
 void server_add_client(struct server *srv, int fd)
 {
 	const struct config *cfg = srv->d->cfg;
@@ -194,7 +231,8 @@ void server_add_client(struct server *srv, int fd)
 	srv->n++;
 	log_debug("client %llu connected: pid %d uid %u gid %u", (unsigned long long)s->id,
 		  (int)s->peer.pid, (unsigned)s->peer.uid, (unsigned)s->peer.gid);
-	if (srv->n > cfg->max_clients + (s->peer.privileged ? ADMIN_RESERVE : 0)) {
+	if (srv->n > cfg->max_clients + (s->peer.privileged ? ADMIN_RESERVE : 0) &&
+	    (s->peer.privileged || !make_room(srv, s))) {
 		srv->d->stats.clients_refused++;
 		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
 			       "limit exceeded: %zu clients are connected (max_clients "
@@ -227,6 +265,8 @@ static struct timeval tick_interval(const struct config *cfg)
 {
 	uint64_t ms = 1000;
 
+	if (cfg->first_request_timeout_ms && cfg->first_request_timeout_ms / 4 < ms)
+		ms = cfg->first_request_timeout_ms / 4;
 	if (cfg->idle_timeout_ms && cfg->idle_timeout_ms / 4 < ms)
 		ms = cfg->idle_timeout_ms / 4;
 	if (cfg->frame_timeout_ms && cfg->frame_timeout_ms / 4 < ms)

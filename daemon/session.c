@@ -480,6 +480,7 @@ static void process_frames(struct session *s)
 			return;
 		}
 		s->active_ms = wd_clock_ms();
+		s->asked = true;
 		s->d->stats.requests++;
 		s->dispatching = true;
 		s->ops->dispatch(s, req);
@@ -581,6 +582,12 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 	session_flush(arg);
 }
 
+bool session_idle(const struct session *s)
+{
+	return !s->dead && !s->refused && !s->holds.n_held && !s->holds.pending && !s->reloads &&
+	       !s->n_subs && !s->partial_charged && !wd_outq_frames(s->out) && !s->paused;
+}
+
 void session_tick(struct session *s, uint64_t now)
 {
 	const struct config *cfg = s->d->cfg;
@@ -613,9 +620,18 @@ void session_tick(struct session *s, uint64_t now)
 		session_kill(s, "closing: it does not read its last replies");
 		return;
 	}
-	if (cfg->idle_timeout_ms && !s->holds.n_held && !s->holds.pending && !s->reloads &&
-	    !s->n_subs && !s->partial_charged && !wd_outq_frames(s->out) && !s->paused &&
-	    now - s->active_ms >= cfg->idle_timeout_ms) {
+	/* a connection slot is for asking: one taken by a client that never asks is given back */
+	if (cfg->first_request_timeout_ms && !s->asked && !s->paused &&
+	    now - s->connected_ms >= cfg->first_request_timeout_ms) {
+		s->d->stats.clients_timed_out++;
+		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED,
+			       "closed: no request within %llu ms of connecting "
+			       "(first_request_timeout %llu ms)",
+			       (unsigned long long)(now - s->connected_ms),
+			       (unsigned long long)cfg->first_request_timeout_ms);
+		return;
+	}
+	if (cfg->idle_timeout_ms && session_idle(s) && now - s->active_ms >= cfg->idle_timeout_ms) {
 		s->d->stats.clients_timed_out++;
 		log_info("client %llu (pid %d uid %u): idle for %llu ms with nothing held; closing it",
 			 (unsigned long long)s->id, (int)s->peer.pid, (unsigned)s->peer.uid,
@@ -656,6 +672,7 @@ struct session *session_new(const struct session_ops *ops, void *owner, struct d
 		return NULL;
 	}
 	s->active_ms = wd_clock_ms();
+	s->connected_ms = s->active_ms;
 	s->in = wd_inbuf_new(d->cfg->max_frame_bytes, 0);
 	s->out = wd_outq_new();
 	if (s->in) {

@@ -60,6 +60,8 @@ struct session {
 	bool mid_frame;        /* a frame has begun and not finished */
 	uint64_t mid_since_ms; /* when it began */
 	uint64_t active_ms;    /* last request taken or reply bytes sent */
+	uint64_t connected_ms; /* when it was accepted */
+	bool asked;	       /* it has sent a request (first_request_timeout no longer applies) */
 	uint32_t reloads;      /* reload requests waiting for their answer */
 	bool read_closed;      /* no more requests: the peer shut down its side, or it was refused */
 	bool paused;           /* not read while its replies hold too many fds, its uid waits for
@@ -91,6 +93,9 @@ void session_resume(struct session *s);
 /* A client that has stopped sending is closed once every request it sent has been answered and
  * sent (call when something it waited for finished). */
 void session_check_done(struct session *s);
+/* It holds, waits for and is sent nothing, and is being read: closing it loses nothing but the
+ * connection (idle_timeout's rule, and which connection may give way to another uid's). */
+bool session_idle(const struct session *s);
 /* Refuse the client: read nothing more, drop what is buffered, queue an error frame (request id
  * 0) saying why, and close once it is sent (or when frame_timeout passes). Logged once. */
 void session_refuse(struct session *s, int code, const char *fmt, ...)

@@ -165,10 +165,106 @@ static void empty_frames_are_bounded_in_count_and_time(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
+/*
+ * 17 uids with 64 silent connections each used to take all 1,024 slots, and a new uid was refused
+ * until idle_timeout. Now a connection that sends no request within first_request_timeout is
+ * closed, and when the slots are full a new uid's connection makes the oldest idle connection of
+ * the uid with the most give way. Scaled: 6 slots, first_request_timeout 1 s.
+ */
+#define SL_SLOTS 6
+static void silent_connections_give_their_slots_back(void **state)
+{
+	struct hostile_chan ch;
+	struct hostile_base base;
+	char line[1200], extra[256];
+	weightd_status *st;
+	pid_t pid;
+
+	(void)state;
+	snprintf(extra, sizeof(extra),
+		 "max_clients = %d\nmax_clients_per_uid = %d\n"
+		 "first_request_timeout = 1s\n",
+		 SL_SLOTS, SL_SLOTS);
+	hostile_start(&H, extra);
+	base = hostile_baseline(&H);
+	chan_open(&ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int conns[SL_SLOTS], silent;
+		uint64_t code = 0;
+		char msg[1024];
+		int64_t t0;
+
+		chan_child(&ch);
+		hostile_become(UID_ATTACKER);
+		/* a connection that never says anything is closed, and told why */
+		t0 = it_now_ms();
+		silent = it_raw_connect(&H);
+		if (silent < 0 ||
+		    hostile_closing_error(silent, &code, msg, sizeof(msg), 5000) != 1 ||
+		    !hostile_eof(silent))
+			_exit(30);
+		chan_say(ch.to_parent[1], "silent %llu %lld %s\n", (unsigned long long)code,
+			 (long long)(it_now_ms() - t0), msg);
+		close(silent);
+		/* every slot, by connections that said hello and then nothing, oldest first */
+		for (int i = 0; i < SL_SLOTS; i++) {
+			conns[i] = attacker_conn();
+			usleep(20000);
+		}
+		chan_say(ch.to_parent[1], "full\n");
+		if (!chan_hear(ch.to_child[0], line, sizeof(line)))
+			_exit(31);
+		/* the oldest gave way, told why; the others are still open */
+		if (hostile_closing_error(conns[0], &code, msg, sizeof(msg), 5000) != 1 ||
+		    !hostile_eof(conns[0]))
+			_exit(32);
+		chan_say(ch.to_parent[1], "gave %llu %s\n", (unsigned long long)code, msg);
+		for (int i = 1; i < SL_SLOTS; i++) {
+			struct pollfd pf = { .fd = conns[i], .events = POLLIN };
+
+			if (poll(&pf, 1, 0) != 0)
+				_exit(33);
+		}
+		for (int i = 0; i < SL_SLOTS; i++)
+			close(conns[i]);
+		_exit(0);
+	}
+	chan_parent(&ch);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	{
+		long long ms = 0;
+		char *msg = NULL;
+
+		if (strncmp(line, "silent 9 ", 9) != 0 || sscanf(line + 9, "%lld", &ms) != 1 ||
+		    !(msg = strstr(line, "first_request_timeout")) || ms < 900 || ms > 3000)
+			fail_msg("the silent connection was closed with: %s", line);
+	}
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	assert_string_equal(line, "full");
+	/* a new uid gets in while the slots are full */
+	victim_served_within(2000);
+	chan_say(ch.to_child[1], "check\n");
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	if (strncmp(line, "gave 9 ", 7) != 0 || !strstr(line, "max_clients") ||
+	    !strstr(line, "uid 65534") || !strstr(line, "gave way"))
+		fail_msg("the connection that gave way was told: %s", line);
+	it_wait_child_ok(pid);
+	close(ch.to_child[1]);
+	close(ch.to_parent[0]);
+	st = it_status_of(&H);
+	assert_true(st->clients_timed_out >= 1);
+	weightd_status_free(st);
+	victim_served_within(2000);
+	hostile_back_to_base(&H, &base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(empty_frames_are_bounded_in_count_and_time, teardown),
+		cmocka_unit_test_teardown(silent_connections_give_their_slots_back, teardown),
 	};
 
 	alarm(600);
