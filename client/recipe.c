@@ -126,6 +126,16 @@ int weightd_selection_shard(uint32_t axis, uint32_t rank, uint32_t world,
 	return r;
 }
 
+int weightd_selection_shard_even(uint32_t axis, uint32_t rank, uint32_t world,
+				 weightd_selection **ret, weightd_error *err)
+{
+	int r = weightd_selection_shard(axis, rank, world, ret, err);
+
+	if (r == 0)
+		(*ret)->even = true;
+	return r;
+}
+
 void weightd_selection_free(weightd_selection *s)
 {
 	if (!s)
@@ -561,6 +571,7 @@ int wc_recipe_pb_init(struct wc_pb_recipe *pb, const weightd_recipe *r, weightd_
 			ps->shape = (uint64_t *)n->sel.shape;
 			ps->rank = n->sel.rank;
 			ps->world = n->sel.world;
+			ps->even = n->sel.even;
 			pn->selection = ps;
 		}
 		pn->n_inputs = n->n_inputs;

@@ -26,6 +26,7 @@ struct weightd_selection {
 	uint64_t shape[WEIGHTD_MAX_DIMS];
 	size_t ndim;
 	uint32_t rank, world;
+	bool even; /* SHARD */
 };
 
 struct wc_node {

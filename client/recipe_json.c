@@ -268,6 +268,23 @@ static int jsel(struct jctx *j, const json_t *v, struct weightd_selection *sel)
 			    "unknown selection \"%s\" (a string selection can only be \"full\")",
 			    json_string_value(v));
 	}
+	/* "even" goes with "shard" only: the strict split */
+	if (json_is_object(v) && json_object_size(v) == 2 && json_object_get(v, "shard") &&
+	    json_object_get(v, "even")) {
+		const json_t *even = json_object_get(v, "even");
+
+		if (!json_is_boolean(even)) {
+			old = jpush(j, ".even");
+			r = jerr(j, WEIGHTD_E_INVALID_ARGUMENT, "expected true or false");
+			jpop(j, old);
+			return r;
+		}
+		old = jpush(j, ".shard");
+		r = jsel_arg(j, "shard", json_object_get(v, "shard"), sel);
+		jpop(j, old);
+		sel->even = r == 0 && json_is_true(even);
+		return r;
+	}
 	if (!json_is_object(v) || json_object_size(v) != 1)
 		return jerr(j, WEIGHTD_E_INVALID_ARGUMENT,
 			    "expected \"full\" or an object with one key: \"range\", \"indices\", "

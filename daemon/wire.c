@@ -44,6 +44,7 @@ static int sel_from_wire(const Weightd__Selection *ps, uint32_t node, const char
 		memcpy(s->shape, ps->shape, ps->n_shape * sizeof(uint64_t));
 	s->rank = ps->rank;
 	s->world = ps->world;
+	s->even = ps->even;
 	return 0;
 }
 

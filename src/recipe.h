@@ -28,7 +28,8 @@ enum wd_sel_kind {
  * SHARD(axis, rank, world) is the range torch.tensor_split(x, world, axis)[rank] takes: with
  * dim = q * world + m (0 <= m < world), the first m ranks take q + 1 rows and the others q, in
  * rank order, so the ranks' outputs concatenated on `axis` are the whole tensor. A rank left with
- * no rows (world > dim) is a zero-sized output. On the innermost axis of a block type (Q4_0, ...)
+ * no rows (world > dim) is a zero-sized output. With `even`, an axis that does not divide by
+ * world is refused instead (WEIGHTD_E_SHAPE_MISMATCH), as vLLM and Megatron do. On the innermost axis of a block type (Q4_0, ...)
  * the rule splits whole blocks instead of elements.
  *
  * Block types keep their packed bytes: selections on outer axes are free; on the innermost axis a
@@ -45,6 +46,7 @@ struct wd_selection {
 	uint64_t shape[WD_MAX_DIMS]; /* ELEMENTS: output shape */
 	int ndim;
 	uint32_t rank, world;      /* SHARD */
+	bool even;		   /* SHARD: refuse an axis that does not divide by world */
 };
 
 enum wd_op {

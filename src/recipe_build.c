@@ -350,6 +350,15 @@ static int check_sel(struct build *b, uint32_t node, const struct wd_selection *
 				    s->rank, s->world);
 		q = units / s->world;
 		m = units % s->world;
+		if (s->even && m)
+			return nerr(b, node, WEIGHTD_E_SHAPE_MISMATCH, k, i64(units - m + s->world),
+				    i64(units),
+				    "even shard: %s %" PRIu64
+				    " of axis %d do not divide by world %" PRIu32
+				    " (the even rule was asked for; without it rank %" PRIu32
+				    " would take %" PRIu64 " of them, as torch.tensor_split does)",
+				    step > 1 ? "blocks" : "rows", units, k, s->world, s->rank,
+				    q + (s->rank < m ? 1 : 0));
 		cnt = q + (s->rank < m ? 1 : 0);
 		if (cnt == 0 && units > 0)
 			return nerr(b, node, WEIGHTD_E_ZERO_SIZED, k, s->world, i64(units),

@@ -212,6 +212,22 @@ static void test_builder_matches_json(void **state)
 	weightd_recipe_free(r);
 	weightd_recipe_free(j);
 
+	/* an even shard: the flag on the wire, the same from JSON */
+	assert_int_equal(weightd_recipe_new(&r, &err), 0);
+	assert_int_equal(weightd_selection_shard_even(0, 1, 2, &sel, &err), 0);
+	assert_int_equal(weightd_recipe_source(r, "m", "w", sel, &err), 0);
+	weightd_selection_free(sel);
+	j = parse_ok("{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\","
+		     "\"select\":{\"shard\":[0,1,2],\"even\":true}}");
+	a = sent(e, r, &err);
+	assert_true(a->nodes[0]->selection->even);
+	assert_int_equal(a->nodes[0]->selection->world, 2);
+	b = sent(e, j, &err);
+	assert_true(b->nodes[0]->selection->even);
+	assert_int_equal(b->nodes[0]->selection->rank, 1);
+	weightd_recipe_free(r);
+	weightd_recipe_free(j);
+
 	/* a truncating cast: the flag on the wire, the same from JSON */
 	assert_int_equal(weightd_recipe_new(&r, &err), 0);
 	s = weightd_recipe_source(r, "m", "w", NULL, &err);
@@ -312,6 +328,9 @@ static void test_json_errors_name_the_path(void **state)
 		  WEIGHTD_E_INVALID_ARGUMENT, "at $.checkpoint: expected a non-empty name" },
 		{ "{\"op\":\"source\",\"checkpoint\":\"m\"}", WEIGHTD_E_INVALID_ARGUMENT,
 		  "at $: missing key \"tensor\"" },
+		{ "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"w\",\"select\":"
+		  "{\"shard\":[0,1,2],\"even\":\"yes\"}}",
+		  WEIGHTD_E_INVALID_ARGUMENT, "at $.select.even: expected true or false" },
 		{ "{\"op\":\"cast\",\"dtype\":\"U8\",\"truncate\":1,\"input\":{\"op\":\"source\","
 		  "\"checkpoint\":\"m\",\"tensor\":\"w\"}}",
 		  WEIGHTD_E_INVALID_ARGUMENT, "at $.truncate: expected true or false" },

@@ -746,6 +746,36 @@ static void test_zero_elements_are_valid_outputs(void **state)
 
 /* Float (or block) to integer or BOOL drops the fraction: refused unless the cast says
  * truncate; float narrowing and integer casts stay allowed. */
+/* An even shard refuses an axis that does not divide by world and says which rule it applied;
+ * one that divides is the same as the default's. */
+static void test_error_even_shard(void **state)
+{
+	struct rb b = { .len = 0 };
+	struct wd_selection s = SHARD(0, 1, 3);
+	struct wd_plan *p = NULL;
+	weightd_error err;
+
+	(void)state;
+	s.even = true;
+	r_src(&b, "model", "w", s); /* w [10,3] */
+	expect_error(&b, NULL, WEIGHTD_E_SHAPE_MISMATCH, 0,
+		     "even shard: rows 10 of axis 0 do not divide by world 3");
+	expect_error(&b, NULL, WEIGHTD_E_SHAPE_MISMATCH, 0, "torch.tensor_split");
+	/* the default split takes it, 4/3/3 */
+	b.len = 0;
+	r_src(&b, "model", "w", SHARD(0, 1, 3));
+	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
+	wd_plan_free(p);
+	p = NULL;
+	/* 10 rows over 2 ranks divide */
+	b.len = 0;
+	s = SHARD(0, 1, 2);
+	s.even = true;
+	r_src(&b, "model", "w", s);
+	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
+	wd_plan_free(p);
+}
+
 static void test_error_lossy_cast(void **state)
 {
 	static const enum wd_dtype lossy[] = { WD_U8, WD_BOOL, WD_I32, WD_I64 };
@@ -1764,6 +1794,7 @@ int main(void)
 		cmocka_unit_test(test_error_zero_sized),
 		cmocka_unit_test(test_zero_elements_are_valid_outputs),
 		cmocka_unit_test(test_error_lossy_cast),
+		cmocka_unit_test(test_error_even_shard),
 		cmocka_unit_test(test_error_cast_overflow),
 		cmocka_unit_test(test_error_limits),
 		cmocka_unit_test(test_error_selection_range),

@@ -395,6 +395,7 @@ WEIGHTD_API int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t
  *                               does not, torch.tensor_split's rule: with dim = q * world + m,
  *                               ranks below m take q + 1 rows, the others q, in rank order;
  *                               weightd_unit_preflight tells the resulting shape.
+ *                               weightd_selection_shard_even refuses such an axis instead.
  */
 typedef struct weightd_selection weightd_selection;
 
@@ -407,6 +408,10 @@ WEIGHTD_API int weightd_selection_elements(uint64_t start, uint64_t end, const u
 					   size_t ndim, weightd_selection **ret, weightd_error *err);
 WEIGHTD_API int weightd_selection_shard(uint32_t axis, uint32_t rank, uint32_t world,
 					weightd_selection **ret, weightd_error *err);
+/* shard(), strict: an axis that does not divide by world is refused at preflight
+ * (WEIGHTD_E_SHAPE_MISMATCH, naming the rows and the world), as vLLM and Megatron refuse it. */
+WEIGHTD_API int weightd_selection_shard_even(uint32_t axis, uint32_t rank, uint32_t world,
+					     weightd_selection **ret, weightd_error *err);
 WEIGHTD_API void weightd_selection_free(weightd_selection *s);
 
 /* =========================================================================================== */
@@ -469,7 +474,7 @@ WEIGHTD_API void weightd_selection_free(weightd_selection *s);
  *
  *   "full"                                   {"range": [axis, start, end]}
  *   {"indices": [axis, [i0, i1, ...]]}       {"elements": [start, end, [d0, d1, ...]]}
- *   {"shard": [axis, rank, world]}
+ *   {"shard": [axis, rank, world]}           {"shard": [axis, rank, world], "even": true}
  *
  * e.g. {"op":"cast","dtype":"F16","input":{"op":"source","checkpoint":"m","tensor":"w",
  * "select":{"range":[0,0,512]}}}. Numbers are JSON integers; an unknown key, a missing key, a

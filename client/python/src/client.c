@@ -320,7 +320,7 @@ static int conv_u32(PyObject *o, void *p)
 }
 
 /* sel: None or a tuple ("full",) ("range", axis, start, end) ("indices", axis, [i...])
- * ("elements", start, end, [shape...]) ("shard", axis, rank, world). */
+ * ("elements", start, end, [shape...]) ("shard", axis, rank, world[, even]). */
 static int make_selection(pyw_client *cl, PyObject *sel, weightd_selection **ret,
 			  weightd_error *err, int *rc)
 {
@@ -348,10 +348,13 @@ static int make_selection(pyw_client *cl, PyObject *sel, weightd_selection **ret
 			return -1;
 		*rc = weightd_selection_range(axis, a, b, ret, err);
 	} else if (strcmp(kind, "shard") == 0) {
-		if (!PyArg_ParseTuple(sel, "sO&O&O&", &kind, conv_u32, &axis, conv_u32,
-				      &rank, conv_u32, &world))
+		int even = 0;
+
+		if (!PyArg_ParseTuple(sel, "sO&O&O&|p", &kind, conv_u32, &axis, conv_u32, &rank,
+				      conv_u32, &world, &even))
 			return -1;
-		*rc = weightd_selection_shard(axis, rank, world, ret, err);
+		*rc = even ? weightd_selection_shard_even(axis, rank, world, ret, err) :
+			     weightd_selection_shard(axis, rank, world, ret, err);
 	} else if (strcmp(kind, "indices") == 0 || strcmp(kind, "elements") == 0) {
 		int elements = kind[0] == 'e';
 		if (elements ? !PyArg_ParseTuple(sel, "sO&O&O", &kind, conv_u64, &a, conv_u64, &b,

@@ -207,6 +207,13 @@ def test_recipes_cast_shard_concat(matrix):
     np.testing.assert_array_equal(by_info["a"], a)
     with pytest.raises(OverflowError):
         c.load("m", shard=(0, -1, 2))
+    # the strict rule: 7 rows do not divide by 3, and the error says which rule refused them
+    with pytest.raises(weightd.InvalidArgument) as e:
+        c.load("m", tensors=["a"], shard=(0, 1, 3, True))
+    assert e.value.code == "shape-mismatch"
+    assert "rows 7 of axis 0 do not divide by world 3" in str(e.value)
+    even = c.load("m", tensors=["a"], shard=(1, 1, 2, True), framework="numpy")
+    np.testing.assert_array_equal(even["a"], a[:, 3:6])
 
 
 def test_unit_with_alias(matrix):

@@ -46,8 +46,10 @@ DEFAULT_SOCKET: str = _weightd.DEFAULT_SOCKET
 
 Selection = Union[None, str, Mapping[str, Any], Tuple[Any, ...]]
 Recipe = Union[str, Mapping[str, Any]]
-Shard = Union[None, Tuple[int, int, int], Mapping[str, Optional[Tuple[int, int, int]]],
-              Callable[[TensorInfo], Optional[Tuple[int, int, int]]]]
+# (axis, rank, world), or (axis, rank, world, True) for the even split only
+ShardOf = Union[Tuple[int, int, int], Tuple[int, int, int, bool]]
+Shard = Union[None, ShardOf, Mapping[str, Optional[ShardOf]],
+              Callable[[TensorInfo], Optional[ShardOf]]]
 # a weightd dtype name or alias ("BF16", "bf16", "float16"...), a torch.dtype or a numpy dtype
 DType = Any
 
@@ -407,7 +409,10 @@ class Client:
         weightd's or a common alias in any case (``"BF16"``, ``"bf16"``, ``"float16"``,
         ``"fp16"``, ``"f32"``...; see :func:`weightd.dtype_name`). shard: (axis, rank, world)
         for every tensor, or a dict name -> (axis, rank, world) or None, or a callable
-        TensorInfo -> (axis, rank, world) or None; torch.tensor_split's rule. framework:
+        TensorInfo -> (axis, rank, world) or None; torch.tensor_split's rule (7 rows over 3
+        ranks: 3, 2, 2). (axis, rank, world, True) is the strict rule of vLLM and Megatron: an
+        axis that does not divide by world is refused (InvalidArgument,
+        code "shape-mismatch"). framework:
         "torch" (CPU tensors), "numpy" (read-only arrays) or "weight" (:class:`Weight`
         objects).
         """
@@ -463,7 +468,7 @@ class Client:
         if shard is not None:
             sels = []
             for name in names:
-                sh: Optional[Tuple[int, int, int]]
+                sh: Optional[ShardOf]
                 if isinstance(shard, tuple):
                     sh = shard
                 elif isinstance(shard, Mapping):
