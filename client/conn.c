@@ -3,15 +3,19 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -94,6 +98,72 @@ static void nofile_text(char *buf, size_t cap)
 {
 	wd_nofile_text(buf, cap, "this process",
 		       "ulimit -n, setrlimit(RLIMIT_NOFILE), or LimitNOFILE= for a service");
+}
+
+/* Is this process in group gid (its effective or a supplementary group)? */
+static bool in_group(gid_t gid)
+{
+	int n = getgroups(0, NULL);
+	gid_t *groups = n > 0 ? calloc((size_t)n, sizeof(*groups)) : NULL;
+	bool found = getegid() == gid;
+
+	if (groups)
+		n = getgroups(n, groups);
+	for (int i = 0; groups && i < n && !found; i++)
+		found = groups[i] == gid;
+	free(groups);
+	return found;
+}
+
+/* A user's or group's name, or its number when it has none. */
+static void user_name(uid_t uid, char *buf, size_t cap)
+{
+	struct passwd pw, *res = NULL;
+	char tmp[1024];
+
+	if (getpwuid_r(uid, &pw, tmp, sizeof(tmp), &res) == 0 && res)
+		snprintf(buf, cap, "%s", res->pw_name);
+	else
+		snprintf(buf, cap, "%u", (unsigned)uid);
+}
+
+static void group_name(gid_t gid, char *buf, size_t cap)
+{
+	struct group gr, *res = NULL;
+	char tmp[4096];
+
+	if (getgrgid_r(gid, &gr, tmp, sizeof(tmp), &res) == 0 && res)
+		snprintf(buf, cap, "%s", res->gr_name);
+	else
+		snprintf(buf, cap, "%u", (unsigned)gid);
+}
+
+/*
+ * Why connecting to the socket at path was refused (EACCES, EPERM), for the error: its owner,
+ * group and mode, and what lets this process in (most often: join the socket's group).
+ */
+static void denied_text(const char *path, char *buf, size_t cap)
+{
+	char owner[64], group[64], me[64];
+	struct stat st;
+
+	if (stat(path, &st) < 0) {
+		snprintf(buf, cap, " (a directory on the way to it is not searchable by this process)");
+		return;
+	}
+	user_name(st.st_uid, owner, sizeof(owner));
+	group_name(st.st_gid, group, sizeof(group));
+	user_name(geteuid(), me, sizeof(me));
+	if ((st.st_mode & S_IWGRP) && !in_group(st.st_gid))
+		snprintf(buf, cap,
+			 " (the socket is owned by %s:%s, mode %04o; this process runs as %s, who is "
+			 "not in the group %s: join it (usermod -aG %s %s, then log in again))",
+			 owner, group, (unsigned)(st.st_mode & 07777), me, group, group, me);
+	else
+		snprintf(buf, cap,
+			 " (the socket is owned by %s:%s, mode %04o, which does not let %s connect: "
+			 "ask for the group the socket is given to, or a wider socket_mode)",
+			 owner, group, (unsigned)(st.st_mode & 07777), me);
 }
 
 void wc_conn_close_fds(int *fds, uint32_t n)
@@ -776,11 +846,16 @@ int weightd_connect(const char *socket_path, const char *client_name, weightd_cl
 		r = connect(c->sock, (struct sockaddr *)&sa, sizeof(sa));
 	while (r < 0 && errno == EINTR);
 	if (r < 0) {
+		char why[400] = "";
+
 		e = errno;
+		if (e == EACCES || e == EPERM)
+			denied_text(path, why, sizeof(why));
+		else if (e == ENOENT || e == ECONNREFUSED)
+			snprintf(why, sizeof(why), " (is weightd running?)");
 		r = wc_err_set(err, e == EACCES || e == EPERM ? WEIGHTD_E_PERMISSION_DENIED :
 			       WEIGHTD_E_DISCONNECTED,
-			       "cannot connect to weightd at %s: %s%s", path, strerror(e),
-			       e == ENOENT || e == ECONNREFUSED ? " (is weightd running?)" : "");
+			       "cannot connect to weightd at %s: %s%s", path, strerror(e), why);
 		goto fail;
 	}
 	r = hello(c, client_name, err);

@@ -8,7 +8,9 @@
 #include <event2/event.h>
 #include <grp.h>
 #include <malloc.h>
+#include <pwd.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -39,6 +41,50 @@ struct server {
 	uint64_t next_id;
 	bool accept_paused; /* out of descriptors: accept retried on a timer */
 };
+
+/* Is this process in group gid (its effective or a supplementary group)? */
+static bool in_group(gid_t gid)
+{
+	int n = getgroups(0, NULL);
+	gid_t *groups = n > 0 ? calloc((size_t)n, sizeof(*groups)) : NULL;
+	bool found = getegid() == gid;
+
+	if (groups)
+		n = getgroups(n, groups);
+	for (int i = 0; groups && i < n && !found; i++)
+		found = groups[i] == gid;
+	free(groups);
+	return found;
+}
+
+/*
+ * The socket could not be given socket_group: only a member of the group (or root) may chown a
+ * file to it, and that is what the fix is about. Names the socket, the user, the group and what
+ * to do.
+ */
+static int socket_group_error(const char *path, gid_t gid, int e, weightd_error *err)
+{
+	const struct passwd *pw = getpwuid(geteuid());
+	char user[64], group[64];
+	const struct group *gr;
+
+	snprintf(user, sizeof(user), "%s", pw ? pw->pw_name : "");
+	if (!user[0])
+		snprintf(user, sizeof(user), "%u", (unsigned)geteuid());
+	gr = getgrgid(gid);
+	snprintf(group, sizeof(group), "%s", gr ? gr->gr_name : "");
+	if (!group[0])
+		snprintf(group, sizeof(group), "%u", (unsigned)gid);
+	if (e == EPERM && !in_group(gid))
+		return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
+				    "setting up %s: cannot give it socket_group %s: weightd runs as user "
+				    "%s (uid %u), which is not a member of %s; add it to the group "
+				    "(usermod -aG %s %s) and restart weightd, or unset socket_group",
+				    path, group, user, (unsigned)geteuid(), group, group, user);
+	return wd_error_set(err, WEIGHTD_E_IO,
+			    "setting up %s: cannot give it socket_group %s as user %s (uid %u): %s",
+			    path, group, user, (unsigned)geteuid(), strerror(e));
+}
 
 int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err)
 {
@@ -77,9 +123,14 @@ int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err)
 		close(fd);
 		return wd_error_set(err, WEIGHTD_E_IO, "bind %s: %s", sa.sun_path, strerror(e));
 	}
-	if (chmod(sa.sun_path, cfg->socket_mode) < 0 ||
-	    (cfg->socket_group != (gid_t)-1 && chown(sa.sun_path, (uid_t)-1, cfg->socket_group) < 0) ||
-	    listen(fd, SOMAXCONN) < 0) {
+	if (cfg->socket_group != (gid_t)-1 && chown(sa.sun_path, (uid_t)-1, cfg->socket_group) < 0) {
+		int e = errno;
+
+		close(fd);
+		unlink(sa.sun_path);
+		return socket_group_error(sa.sun_path, cfg->socket_group, e, err);
+	}
+	if (chmod(sa.sun_path, cfg->socket_mode) < 0 || listen(fd, SOMAXCONN) < 0) {
 		int e = errno;
 		close(fd);
 		unlink(sa.sun_path);

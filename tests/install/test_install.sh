@@ -136,6 +136,8 @@ mkdir -p "$dest/etc"
 if systemd-sysusers --root="$dest" "$dest$sysusersdir/weightd.conf" >/dev/null 2>&1; then
 	grep -q '^weightd:' "$dest/etc/passwd" || fail "sysusers created no weightd user"
 	grep -q '^weightd-clients:' "$dest/etc/group" || fail "sysusers created no weightd-clients group"
+	grep -Eq '^weightd-clients:[^:]*:[^:]*:(.*,)?weightd(,|$)' "$dest/etc/group" ||
+		fail "sysusers did not make weightd a member of weightd-clients"
 else
 	fail "systemd-sysusers rejected $sysusersdir/weightd.conf"
 fi

@@ -326,6 +326,70 @@ static void daemon_user_reads_every_checkpoint(void **state)
 	run_as(UID_WEIGHTD, GID_WEIGHTD, NULL, 0, outsider, sizeof(outsider) / sizeof(outsider[0]));
 }
 
+/* A daemon that cannot give its socket to socket_group, since its user is not in the group,
+ * does not start, and says so: the socket, the user, the group and the fix. */
+static void socket_group_without_membership_names_the_fix(void **state)
+{
+	struct harness h;
+	char want[512];
+	int r;
+
+	(void)state;
+	assert_int_equal(harness_init(&h), 0);
+	assert_int_equal(harness_write_config(&h, "socket_group = audio\n", NULL), 0);
+	r = harness_start_opts(&h, &(struct harness_opts){ .uid = UID_WEIGHTD, .gid = GID_WEIGHTD });
+	assert_int_not_equal(r, 0);
+	snprintf(want, sizeof(want),
+		 "setting up %s: cannot give it socket_group audio: weightd runs as user bin (uid "
+		 "%d), which is not a member of audio; add it to the group (usermod -aG audio bin) "
+		 "and restart weightd, or unset socket_group",
+		 h.sock, UID_WEIGHTD);
+	if (!harness_log_contains(&h, want)) {
+		harness_dump_log(&h);
+		fail_msg("no line: %s", want);
+	}
+	harness_cleanup(&h);
+}
+
+/* A client refused by the socket's mode is told the socket, its owner, group and mode, and the
+ * group to join. */
+static void socket_denial_names_the_group_to_join(void **state)
+{
+	struct harness h;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(harness_init(&h), 0);
+	assert_int_equal(harness_write_config(&h, "socket_group = audio\nsocket_mode = 0660\n", NULL),
+			 0);
+	assert_int_equal(harness_start(&h), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		weightd_client *c = NULL;
+		weightd_error err;
+		char want[512];
+		int r;
+
+		if (setgroups(0, NULL) < 0 || setgid(GID_NOGROUP) < 0 || setuid(UID_NOBODY) < 0)
+			_exit(2);
+		r = weightd_connect(h.sock, "denied", &c, &err);
+		snprintf(want, sizeof(want),
+			 "cannot connect to weightd at %s: Permission denied (the socket is owned by "
+			 "root:audio, mode 0660; this process runs as nobody, who is not in the group "
+			 "audio: join it (usermod -aG audio nobody, then log in again))",
+			 h.sock);
+		if (r != -WEIGHTD_E_PERMISSION_DENIED || strcmp(err.message, want) != 0) {
+			fprintf(stderr, "connect answered %d: %s\nwanted: %s\n", r,
+				r ? err.message : "", want);
+			_exit(3);
+		}
+		_exit(0);
+	}
+	it_wait_child_ok(pid);
+	harness_cleanup(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -337,6 +401,8 @@ int main(void)
 		cmocka_unit_test(no_match_no_access),
 		cmocka_unit_test(root_reads_every_checkpoint),
 		cmocka_unit_test(daemon_user_reads_every_checkpoint),
+		cmocka_unit_test(socket_group_without_membership_names_the_fix),
+		cmocka_unit_test(socket_denial_names_the_group_to_join),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
