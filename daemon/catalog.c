@@ -27,6 +27,7 @@ static struct source_conf *conf_copy(const struct source_conf *sc)
 	c->preload = sc->preload;
 	c->watch = sc->watch;
 	c->watch_delay_ms = sc->watch_delay_ms;
+	c->drop_page_cache = sc->drop_page_cache;
 	c->line = sc->line;
 	if (sc->n_uids) {
 		c->allow_uids = malloc(sc->n_uids * sizeof(uid_t));
@@ -98,6 +99,7 @@ static struct csource *catalog_source_admit(const struct source_conf *sc,
 			log_err("checkpoint %s (%s): %s", sc->name, sc->path, cs->error.message);
 	} else {
 		cs->state = CSOURCE_READY;
+		wd_source_set_drop_cache(cs->src, sc->drop_page_cache);
 		log_info("checkpoint %s: %s, %zu tensors, %llu bytes (%s)", sc->name,
 			 wd_source_kind_name(wd_source_kind(cs->src)), wd_source_tensor_count(cs->src),
 			 (unsigned long long)wd_source_bytes(cs->src), sc->path);
@@ -372,6 +374,8 @@ void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 				conf_free(it->old->conf);
 				it->old->conf = it->conf;
 				it->conf = NULL;
+				wd_source_set_drop_cache(it->old->src,
+							 it->old->conf->drop_page_cache);
 			}
 			if (it->has_refused) {
 				log_err("checkpoint %s: generation %llu refused, generation %llu is still "

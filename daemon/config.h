@@ -23,6 +23,7 @@ struct source_conf {
 	bool preload;
 	bool watch;		 /* reload it by itself when its files change (inotify) */
 	uint64_t watch_delay_ms; /* ... once they have been quiet this long */
+	bool drop_page_cache;	 /* evict the file pages a fill read (wd_source_set_drop_cache) */
 	int line;            /* where the section starts, for messages */
 };
 

@@ -151,6 +151,9 @@ const struct config_key config_keys[] = {
 	{ CHECKPOINT(watch_delay_ms), .name = "watch_delay", .type = CONFIG_T_DURATION,
 	  .max = DURATION_MAX_MS, .def = "2s", .reload = CONFIG_LIVE,
 	  .doc = "how long its files must be left alone before a watched change is reloaded" },
+	{ CHECKPOINT(drop_page_cache), .name = "drop_page_cache", .type = CONFIG_T_BOOL,
+	  .def = "yes", .reload = CONFIG_LIVE,
+	  .doc = "evict the file pages weightd read once their bytes are in shared memory" },
 };
 
 const size_t config_n_keys = sizeof(config_keys) / sizeof(config_keys[0]);

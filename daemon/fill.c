@@ -232,6 +232,8 @@ int fill_run(int fd, const struct fill_part *parts, size_t n, struct wd_scratch 
 	if (r == 0)
 		r = wd_sink_write_run(fd, scratch->buf, out, n, err);
 	if (r == 0)
+		wd_source_drop_cache(src, file, off, span);
+	if (r == 0)
 		log_debug("filled %zu weights (%llu bytes) from one read of %s", n,
 			  (unsigned long long)span, wd_source_name(src));
 	return r;

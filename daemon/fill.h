@@ -56,7 +56,8 @@ size_t fill_run_length(const struct fill_part *parts, size_t n, size_t cap);
  * Worker thread: fill a run found by fill_run_length into fd (the segment's writable fd): one
  * pread of all of it into scratch->buf, the file checked before and after as wd_plan_execute
  * checks it, then the sink writes every weight (wd_sink_write_run) with its digest. A few
- * syscalls for the run where each weight alone costs a check, a read and a write. 0, or a
+ * syscalls for the run where each weight alone costs a check, a read and a write; once written,
+ * the range read leaves the page cache when its source drops it (wd_source_drop_cache). 0, or a
  * negative code with err set: the weights are then to be filled one by one (fill_weight), which
  * says precisely which failed.
  */

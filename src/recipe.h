@@ -188,7 +188,8 @@ const char *wd_plan_label(const struct wd_plan *p);
  * of checkpoints), checks every source file with wd_source_check before and after reading, and
  * adds the checkpoint bytes read to *ret_bytes_read. Byte-preserving plans stream file ranges
  * through scratch->buf (or the sink's slots, when it pipelines its hashing: wd_sink_buffer) into
- * the sink with no whole-tensor intermediate copy. Thread-safe: the plan is only read, so one
+ * the sink with no whole-tensor intermediate copy. What it read is handed to wd_source_drop_cache
+ * once written, in extents of consecutive reads. Thread-safe: the plan is only read, so one
  * plan may run on several threads at once (wd_plan_execute_range) and different plans
  * concurrently.
  */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "convert.h"
 #include "dequant.h"
@@ -54,6 +55,23 @@ static void buf_free(void *p, size_t n)
 		munmap(p, n);
 }
 
+/*
+ * Checkpoint bytes read are dropped from the page cache (wd_source_drop_cache) once written into
+ * the sink: ranges read back to back are joined into one extent, dropped when it reaches
+ * DROP_STEP (a long weight does not pile up in the cache) and at the end of the execution, so
+ * there is one fadvise per chunk or large step, not one per read. A few extents stay open at
+ * once for plans that read several tensors in turn (a concatenation); the oldest is dropped
+ * early when a fifth one starts.
+ */
+#define DROP_EXTENTS 4
+#define DROP_STEP    (16u << 20)
+
+struct extent {
+	const struct wd_source *src;
+	uint32_t file;
+	uint64_t off, len;
+};
+
 struct exec {
 	const struct wd_plan *p;
 	struct xstate **st;          /* by xnode.slot, made when first used (state()) */
@@ -69,7 +87,59 @@ struct exec {
 	uint64_t pend_off;
 	size_t pend_len;
 	uint8_t *pend_dst;
+	struct extent read[DROP_EXTENTS]; /* read, not yet dropped */
+	size_t n_read;
 };
+
+static void drop_extent(struct exec *e, size_t i)
+{
+	const struct extent *x = &e->read[i];
+
+	wd_source_drop_cache(x->src, x->file, x->off, x->len);
+	memmove(&e->read[i], &e->read[i + 1], (e->n_read - i - 1) * sizeof(e->read[0]));
+	e->n_read--;
+}
+
+/*
+ * Drop the extents of at least `min` bytes (0: all); called once their bytes are in the sink. A
+ * step's extent is dropped up to its last page boundary and goes on from there, so the page the
+ * reads are in the middle of is dropped with the next step, not left behind.
+ */
+static void drop_read(struct exec *e, uint64_t min)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	for (size_t i = e->n_read; i-- > 0;) {
+		struct extent *x = &e->read[i];
+		uint64_t cut = (x->off + x->len) / page * page;
+
+		if (x->len < min || !x->len)
+			continue;
+		if (!min || cut <= x->off) {
+			drop_extent(e, i);
+			continue;
+		}
+		wd_source_drop_cache(x->src, x->file, x->off, cut - x->off);
+		x->len = x->off + x->len - cut;
+		x->off = cut;
+	}
+}
+
+static void note_read(struct exec *e, const struct wd_source *src, uint32_t file, uint64_t off,
+		      uint64_t len)
+{
+	for (size_t i = 0; i < e->n_read; i++) {
+		struct extent *x = &e->read[i];
+
+		if (x->src == src && x->file == file && off == x->off + x->len) {
+			x->len += len;
+			return;
+		}
+	}
+	if (e->n_read == DROP_EXTENTS)
+		drop_extent(e, 0);
+	e->read[e->n_read++] = (struct extent){ .src = src, .file = file, .off = off, .len = len };
+}
 
 static int flush(struct exec *e)
 {
@@ -84,6 +154,7 @@ static int flush(struct exec *e)
 		return r;
 	}
 	e->bytes_read += e->pend_len;
+	note_read(e, x->src, x->file, e->pend_off, e->pend_len);
 	e->pend_len = 0;
 	return 0;
 }
@@ -679,6 +750,7 @@ static int run_root_cast(struct exec *e, struct wd_sink *sink, struct wd_scratch
 			r = wd_sink_write(sink, out, n * ob, e->err);
 		if (r < 0)
 			return r;
+		drop_read(e, DROP_STEP);
 		u += n;
 	}
 	return 0;
@@ -705,6 +777,8 @@ static int run_root(struct exec *e, struct wd_sink *sink, struct wd_scratch *sc,
 			r = flush(e);
 		if (r == 0)
 			r = wd_sink_write(sink, out, n, e->err);
+		if (r == 0)
+			drop_read(e, DROP_STEP);
 		off += n;
 	}
 	return r;
@@ -755,6 +829,8 @@ int wd_plan_execute_range(const struct wd_plan *p, uint64_t start, uint64_t len,
 	if (r < 0)
 		goto out;
 	r = check_files(&e);
+	if (r == 0)
+		drop_read(&e, 0);
 out:
 	if (r < 0 && err)
 		wd_error_prefix(err, "materializing %s", p->label);

@@ -3,6 +3,7 @@
 #ifndef WD_SOURCE_H
 #define WD_SOURCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -95,5 +96,20 @@ int wd_source_check_path(const struct wd_source *src, uint32_t file, weightd_err
  */
 int wd_source_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len, uint64_t off,
 		    weightd_error *err);
+
+/*
+ * Whether wd_source_drop_cache drops anything (off when opened): a daemon that keeps the bytes it
+ * read in shared memory sets it, so that a checkpoint is not held twice, in its segments and in
+ * the page cache. Thread-safe (callable while workers read).
+ */
+void wd_source_set_drop_cache(struct wd_source *src, bool on);
+
+/*
+ * Bytes [off, off + len) of file `file` have been read and are kept elsewhere: when the source
+ * drops its cache, evict their pages from the page cache (posix_fadvise POSIX_FADV_DONTNEED).
+ * Only the pages wholly inside the range: a page it shares with a neighbouring range may be
+ * about to be read for that one. Advisory: failures are ignored. Thread-safe.
+ */
+void wd_source_drop_cache(const struct wd_source *src, uint32_t file, uint64_t off, uint64_t len);
 
 #endif

@@ -33,6 +33,7 @@ struct wd_source {
 	uint64_t bytes;
 	uint8_t identity[32]; /* wd_source_identity, computed once the files are pinned */
 	int keep_files;	      /* wd_source_keep_files: the paths are no longer compared (atomic) */
+	int drop_cache;	      /* wd_source_set_drop_cache (atomic) */
 };
 
 /* A stat's modification time in nanoseconds (what a pin records). */

@@ -2,6 +2,7 @@
 /* source_pin.c - a source's files stay what was opened: the pin (device, inode, size, mtime)
  * checked by path and by descriptor, and reads that notice a file changed under them. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <string.h>
@@ -88,6 +89,25 @@ int wd_source_check_path(const struct wd_source *src, uint32_t file, weightd_err
 void wd_source_keep_files(struct wd_source *src)
 {
 	__atomic_store_n(&src->keep_files, 1, __ATOMIC_RELAXED);
+}
+
+void wd_source_set_drop_cache(struct wd_source *src, bool on)
+{
+	__atomic_store_n(&src->drop_cache, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+void wd_source_drop_cache(const struct wd_source *src, uint32_t file, uint64_t off, uint64_t len)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), first, end;
+
+	if (!__atomic_load_n(&src->drop_cache, __ATOMIC_RELAXED) || file >= src->n_files ||
+	    len > src->files[file].id.size || off > src->files[file].id.size - len)
+		return;
+	first = off % page ? off - off % page + page : off;
+	end = (off + len) / page * page;
+	if (end > first)
+		(void)posix_fadvise(src->files[file].fd, (off_t)first, (off_t)(end - first),
+				    POSIX_FADV_DONTNEED);
 }
 
 /*

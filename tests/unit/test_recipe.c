@@ -1784,6 +1784,80 @@ static void test_changed_files(void **state)
 	victim = NULL;
 }
 
+/* ---- dropping what was read from the page cache ---------------------------------------------- */
+
+/* The POSIX_FADV_DONTNEED calls made (wd_source_drop_cache, linked with --wrap). */
+static int dontneed_calls;
+static uint64_t dontneed_bytes;
+
+int __real_posix_fadvise(int fd, off_t off, off_t len, int advice);
+int __wrap_posix_fadvise(int fd, off_t off, off_t len, int advice)
+{
+	if (advice == POSIX_FADV_DONTNEED) {
+		dontneed_calls++;
+		dontneed_bytes += (uint64_t)len;
+	}
+	return __real_posix_fadvise(fd, off, len, advice);
+}
+
+/*
+ * A 40 MiB tensor read in 1 MiB steps: nothing dropped while the source does not drop its cache;
+ * once it does, one call per 16 MiB of reads, not one per read, covering every whole page of the
+ * tensor. Split into ranges (as workers fill chunks), each drops its own pages only.
+ */
+static void test_drop_page_cache(void **state)
+{
+	const uint64_t n = (40u << 20) + 100;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), off, whole, got = 0;
+	uint8_t *data = calloc(1, n), *out, digest[WD_DIGEST_LEN];
+	struct wt t[] = { { "v", "U8", 1, { n }, data, n } };
+	struct rb b = { .len = 0 };
+	struct wd_plan *p = NULL;
+	const struct wd_source *src;
+	weightd_error err;
+	uint32_t file;
+
+	assert_non_null(data);
+	write_st("victim.safetensors", t, 1);
+	free(data);
+	victim = open_src("victim", "victim.safetensors");
+	r_src(&b, "victim", "v", FULL());
+	assert_int_equal(preflight(&b, NULL, &p, &err), 0);
+	assert_true(wd_plan_file_range(p, &src, &file, &off));
+	whole = (off + n) / page * page - (off + page - 1) / page * page;
+
+	dontneed_calls = 0;
+	assert_int_equal(execute(p, 1 << 20, false, &out, &got, digest, &err), 0);
+	free(out);
+	assert_int_equal(dontneed_calls, 0);
+
+	wd_source_set_drop_cache(victim, true);
+	dontneed_bytes = 0;
+	assert_int_equal(execute(p, 1 << 20, false, &out, &got, digest, &err), 0);
+	free(out);
+	assert_true(dontneed_calls >= 2 && dontneed_calls <= 4);
+	assert_int_equal(dontneed_bytes, whole);
+
+	/* in three ranges, as workers fill chunks: none drops a page it shares with the next one */
+	dontneed_bytes = 0;
+	for (int k = 0; k < 3; k++) {
+		uint64_t start = n / 3 * (uint64_t)k, len = k == 2 ? n - start : n / 3, read = 0;
+		struct wd_scratch sc;
+		struct wd_sink sink;
+
+		assert_int_equal(wd_scratch_init(&sc, 1 << 20), 0);
+		assert_int_equal(wd_sink_init_range(&sink, -1, 0, len, WD_DIGEST_XXH3_128), 0);
+		assert_int_equal(wd_plan_execute_range(p, start, len, &sink, &sc, &read, &err), 0);
+		assert_int_equal(wd_sink_finish(&sink, digest, &err), 0);
+		wd_scratch_free(&sc);
+	}
+	assert_true(dontneed_bytes <= whole);
+	assert_true(dontneed_bytes + 2 * page >= whole);
+	wd_plan_free(p);
+	wd_source_free(victim);
+	victim = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1811,6 +1885,7 @@ int main(void)
 		cmocka_unit_test(test_tensor_plan_is_the_general_plan),
 		cmocka_unit_test(test_tensor_plan_errors),
 		cmocka_unit_test(test_changed_files),
+		cmocka_unit_test(test_drop_page_cache),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
