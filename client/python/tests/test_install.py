@@ -93,3 +93,35 @@ def test_pip_install_offline_against_pkg_config(installed, daemon):
                          text=True, env=python_env(root, str(site)), cwd=str(tmp))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == np.arange(4, dtype=np.float32).tobytes().hex()
+
+
+def test_pip_in_a_venv_without_wheel_says_what_to_do(installed, tmp_path):
+    """A plain venv has setuptools but not wheel: --no-build-isolation cannot build a wheel
+    there, and the message must say how to get one, not only "invalid command 'bdist_wheel'"."""
+    tmp, root = installed
+    src = tmp / "src-venv"
+    shutil.copytree(os.path.dirname(wdtest.HERE), src,
+                    ignore=shutil.ignore_patterns("tests", "__pycache__", "build", "*.egg-info"))
+    pcdir = glob.glob(f"{root}/**/pkgconfig/libweightd.pc", recursive=True)
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.dirname(pcdir[0]),
+               PKG_CONFIG_SYSROOT_DIR=str(root), PIP_NO_INDEX="1",
+               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    venv = tmp_path / "venv"
+    subprocess.run([wdtest.PY, "-m", "venv", str(venv)], check=True)
+    if subprocess.run([str(venv / "bin" / "python"), "-c", "import wheel"],
+                      capture_output=True).returncode == 0:
+        pytest.skip("this venv has wheel")
+    r = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
+                        "--no-build-isolation", "--no-index", str(src)],
+                       capture_output=True, text=True, env=env, cwd=str(tmp))
+    assert r.returncode != 0
+    assert "--system-site-packages" in r.stdout + r.stderr, r.stdout + r.stderr
+
+    # the way the message gives: a venv that sees Debian's setuptools and wheel installs it
+    venv2 = tmp_path / "venv2"
+    subprocess.run([wdtest.PY, "-m", "venv", "--system-site-packages", str(venv2)], check=True)
+    r = subprocess.run([str(venv2 / "bin" / "python"), "-m", "pip", "install",
+                        "--no-build-isolation", "--no-index", str(src)],
+                       capture_output=True, text=True, env=env, cwd=str(tmp))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert glob.glob(f"{venv2}/lib/python3*/site-packages/weightd/_weightd*.so")
