@@ -9,7 +9,7 @@
 #include "dtype.h"
 
 /*
- * Rules (documented in README "Casts"):
+ * Rules (documented in docs/recipes.md, "Casts"):
  * - float -> float rounds once to nearest, ties to even, straight from the source value (F64 -> F16
  *   does not pass through F32); +-inf and signed zeros are kept; subnormals are produced and
  *   consumed exactly (never flushed to zero). For non-NaN inputs F32 -> BF16 equals c10's

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The package's annotations and stubs (py.typed, _weightd.pyi) type-check with mypy, and so
-does code using them as the README shows (examples/engine.py)."""
+does code using them as docs/python.md shows (examples/engine.py)."""
 
 from __future__ import annotations
 

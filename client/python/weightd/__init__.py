@@ -361,7 +361,7 @@ class Client:
 
     # -- single weights -------------------------------------------------------------------
     def get(self, checkpoint: str, tensor: str, select: Selection = None) -> Weight:
-        """One source tensor, or the part `select` names (see the README's selections:
+        """One source tensor, or the part `select` names (see docs/recipes.md for selections:
         ``{"range": [axis, start, end]}``, ``{"indices": [axis, [i, ...]]}``,
         ``{"elements": [start, end, shape]}``, ``{"shard": [axis, rank, world]}``)."""
         return self._c.materialize(checkpoint, tensor, _selection(select)).finish()
