@@ -60,6 +60,24 @@ weightd_status *it_status_of(const struct harness *h)
 	return st;
 }
 
+void it_wait_references(const struct harness *h, uint64_t refs)
+{
+	int64_t end = it_now_ms() + 30000;
+
+	for (;;) {
+		weightd_status *st = it_status_of(h);
+		bool done = st->references >= refs;
+
+		weightd_status_free(st);
+		if (done)
+			return;
+		if (it_now_ms() > end)
+			fail_msg("the daemon did not hold %llu references within 30 s",
+				 (unsigned long long)refs);
+		usleep(20 * 1000);
+	}
+}
+
 int it_get(weightd_client *c, const char *ckpt, const char *tensor, weightd_weight **ret,
 	   weightd_error *err)
 {

@@ -48,6 +48,10 @@ weightd_status *it_status(weightd_client *c);
 /* A fresh connection's view of the daemon. */
 weightd_status *it_status_of(const struct harness *h);
 
+/* Wait until the daemon's references reach `refs` (a preload's holds, say); fails the test
+ * after 30 s. */
+void it_wait_references(const struct harness *h, uint64_t refs);
+
 /* Materialize one full tensor; 0 with *ret, or the error. */
 int it_get(weightd_client *c, const char *ckpt, const char *tensor, weightd_weight **ret,
 	   weightd_error *err);

@@ -100,25 +100,6 @@ static bool page_cache_applies(void)
 	return true;
 }
 
-/* Wait until the daemon's own preload holds `refs` references. */
-static void wait_preloaded(uint64_t refs)
-{
-	int64_t end = it_now_ms() + 30000;
-
-	for (;;) {
-		weightd_status *st = it_status_of(&H);
-		bool done = st->references >= refs;
-
-		weightd_status_free(st);
-		if (done)
-			return;
-		if (it_now_ms() > end)
-			fail_msg("the preload did not hold %llu references within 30 s",
-				 (unsigned long long)refs);
-		usleep(20 * 1000);
-	}
-}
-
 /* Every tensor served is the checkpoint's bytes. */
 static void check_served(void)
 {
@@ -142,7 +123,7 @@ static void start_preloading(const char *key)
 
 	snprintf(sect, sizeof(sect), "[checkpoint:c]\npath = %s\npreload = yes\n%s", ckpt, key);
 	it_start(&H, "workers = 2\n", sect);
-	wait_preloaded(N_TENSORS);
+	it_wait_references(&H, N_TENSORS);
 }
 
 static void a_preload_leaves_the_file_out_of_the_page_cache(void **state)

@@ -31,25 +31,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* Wait until the daemon's own preload holds `refs` references. */
-static void wait_preloaded(uint64_t refs)
-{
-	int64_t end = it_now_ms() + 30000;
-
-	for (;;) {
-		weightd_status *st = it_status_of(&H);
-		bool done = st->references >= refs;
-
-		weightd_status_free(st);
-		if (done)
-			return;
-		if (it_now_ms() > end)
-			fail_msg("the preload did not hold %llu references within 30 s",
-				 (unsigned long long)refs);
-		usleep(20 * 1000);
-	}
-}
-
 static void a_stop_with_a_client_and_a_preload_ends_cleanly(void **state)
 {
 	char path[512], sect[700];
@@ -64,7 +45,7 @@ static void a_stop_with_a_client_and_a_preload_ends_cleanly(void **state)
 	it_fixture("safetensors %s --seed 3 --tensor a:U8:65536 --tensor b:U8:65536", path);
 	snprintf(sect, sizeof(sect), "[checkpoint:p]\npath = %s\npreload = yes\n", path);
 	it_start(&H, NULL, sect);
-	wait_preloaded(2);
+	it_wait_references(&H, 2);
 
 	c = it_connect(&H);
 	w = it_get_ok(c, "p", "a");
