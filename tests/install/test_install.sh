@@ -126,6 +126,34 @@ if command -v systemd-analyze >/dev/null; then
 		}
 		echo "$out" | grep 'Overall exposure' || true
 	fi
+	# The drop-in for remote checkpoints, applied as an operator applies it: the unit still
+	# verifies cleanly and its effective settings open the network, and nothing else.
+	dropin=$WD_DOCDIR/weightd.service.d/remote.conf
+	[ -f "$dest$dropin" ] || fail "$dropin is not installed"
+	mkdir -p "$dest/etc/systemd/system/weightd.service.d"
+	cp "$dest$dropin" "$dest/etc/systemd/system/weightd.service.d/remote.conf"
+	out=$(MANPATH="$dest$WD_MANDIR" systemd-analyze verify --root="$dest" \
+		"$unitdir/weightd.service" 2>&1) || fail "systemd-analyze verify failed with remote.conf"
+	if [ -n "$out" ]; then
+		echo "$out" >&2
+		fail "systemd-analyze verify reported problems with remote.conf"
+	fi
+	if systemd-analyze --help | grep -q -- '--offline'; then
+		# the network is open (those checks now fail) and the rest of the sandbox is as it was
+		out=$(systemd-analyze security --offline=true --root="$dest" \
+			"$unitdir/weightd.service" 2>&1) || true
+		for want in PrivateNetwork= IPAddressDeny= RestrictAddressFamilies=~AF_.INET.; do
+			echo "$out" | grep -E "^. $want" | grep -q '^✗' ||
+				fail "with remote.conf, systemd-analyze security does not see $want opened"
+		done
+		for kept in NoNewPrivileges= ProtectSystem= PrivateDevices= ProtectKernelModules= \
+			CapabilityBoundingSet=~CAP_SYS_ADMIN SystemCallFilter=~@mount; do
+			echo "$out" | grep -E "^. $kept" | grep -q '^✓' ||
+				fail "with remote.conf, $kept is no longer set"
+		done
+		echo "$out" | grep 'Overall exposure' | sed 's/^/with remote.conf: /' || true
+	fi
+	rm -r "$dest/etc/systemd/system/weightd.service.d"
 else
 	echo "systemd-analyze not found: units not verified" >&2
 	fail "systemd-analyze is required"

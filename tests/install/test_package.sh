@@ -82,7 +82,7 @@ has weightd /usr/sbin/weightd /usr/bin/weightctl /lib/systemd/system/weightd.ser
 	/lib/systemd/system/weightd.socket /usr/lib/sysusers.d/weightd.conf \
 	/usr/lib/tmpfiles.d/weightd.conf /usr/share/weightd/weightd.conf.example \
 	/usr/share/man/man8/weightd.8.gz /usr/share/man/man1/weightctl.1.gz \
-	/usr/share/man/man5/weightd.conf.5.gz
+	/usr/share/man/man5/weightd.conf.5.gz /usr/share/doc/weightd/weightd.service.d/remote.conf
 has libweightd0 "/usr/lib/$multiarch/libweightd.so.0"
 has libweightd-dev /usr/include/weightd/client.h /usr/include/weightd/error.h \
 	"/usr/lib/$multiarch/libweightd.so" \
