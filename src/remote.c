@@ -6,11 +6,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -43,6 +45,72 @@ static CURLcode global_rc;
 static void global_init(void)
 {
 	global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* The node's transfer slots (wd_remote_set_limit) and the stop flag (wd_remote_stop). */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t freed;
+	unsigned limit, in_use, peak, waiting;
+} slots = {
+	PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, WD_REMOTE_CONCURRENCY_DEFAULT, 0, 0, 0
+};
+static volatile sig_atomic_t stopping;
+
+void wd_remote_set_limit(unsigned transfers)
+{
+	pthread_mutex_lock(&slots.lock);
+	slots.limit = transfers ? transfers : WD_REMOTE_CONCURRENCY_DEFAULT;
+	pthread_cond_broadcast(&slots.freed);
+	pthread_mutex_unlock(&slots.lock);
+}
+
+void wd_remote_slots(unsigned *ret_in_use, unsigned *ret_peak)
+{
+	pthread_mutex_lock(&slots.lock);
+	*ret_in_use = slots.in_use;
+	*ret_peak = slots.peak;
+	pthread_mutex_unlock(&slots.lock);
+}
+
+void wd_remote_stop(bool on)
+{
+	stopping = on;
+}
+
+/*
+ * A slot for a call that runs `held` transfers already. One that runs none waits up to wait_ms
+ * for one (its caller polls its cancel flag between waits); one that runs some takes another only
+ * while no call waits, so the slots a large fetch gives back go to the calls that have none.
+ */
+static bool slot_take(unsigned held, unsigned wait_ms)
+{
+	bool got;
+
+	pthread_mutex_lock(&slots.lock);
+	if (held == 0 && slots.in_use >= slots.limit && wait_ms) {
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+		until.tv_sec += wait_ms / 1000 + until.tv_nsec / 1000000000;
+		until.tv_nsec %= 1000000000;
+		slots.waiting++;
+		pthread_cond_timedwait(&slots.freed, &slots.lock, &until);
+		slots.waiting--;
+	}
+	got = slots.in_use < slots.limit && (held == 0 || slots.waiting == 0);
+	if (got && ++slots.in_use > slots.peak)
+		slots.peak = slots.in_use;
+	pthread_mutex_unlock(&slots.lock);
+	return got;
+}
+
+static void slot_give(void)
+{
+	pthread_mutex_lock(&slots.lock);
+	slots.in_use--;
+	pthread_cond_signal(&slots.freed);
+	pthread_mutex_unlock(&slots.lock);
 }
 
 bool wd_remote_is_url(const char *path)
@@ -400,6 +468,7 @@ struct piece {
 	int fd;		    /* an fd at fd_off (when buf is NULL) */
 	uint64_t fd_off;
 	bool stat; /* pinning: [0, 1) asked for, identity taken from the answer */
+	size_t range; /* which of the call's ranges it belongs to */
 	unsigned attempts;
 	uint64_t not_before; /* ms, monotonic */
 	CURL *h;
@@ -731,13 +800,23 @@ static uint64_t backoff(const struct wd_remote *r, unsigned attempt, unsigned *s
 	return (uint64_t)rand_r(seed) % (cap + 1);
 }
 
+/* What a run of pieces may do, and whom it tells when a range is whole. */
+struct run {
+	unsigned conc;
+	const volatile int *cancel;
+	int (*range_done)(void *arg, size_t i, weightd_error *err);
+	void *arg;
+	size_t *remaining; /* pieces not done per range (with range_done) */
+};
+
 /*
- * Run every piece to completion over up to `conc` connections. 0, or the first failure (the
- * rest abandoned).
+ * Run every piece to completion over up to run->conc connections, each transfer holding one of
+ * the node's slots. 0, or the first failure (the rest abandoned).
  */
-static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, unsigned conc,
-		      const volatile int *cancel, weightd_error *err)
+static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, const struct run *run,
+		      weightd_error *err)
 {
+	unsigned conc = run->conc;
 	CURLM *m = curl_multi_init();
 	CURL **handles = calloc(conc, sizeof(*handles)); /* every handle made, each once */
 	CURL **idle = calloc(conc, sizeof(*idle));
@@ -756,46 +835,59 @@ static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, unsig
 	while (done < n) {
 		uint64_t now = wd_clock_ms(), wait = 100;
 		int running = 0, left = 0;
+		bool starved = false;
 		CURLMsg *msg;
 
-		if (cancel && *cancel) {
+		if ((run->cancel && *run->cancel) || stopping) {
 			rc = wd_error_set(err, WEIGHTD_E_CANCELLED,
 					  "%s: cancelled (weightd is stopping)",
 					  pieces[0].obj->shown);
 			goto out;
 		}
 		/* start what may start: retries whose wait is over, then new pieces */
-		while (nidle + (conc - nhandles) > 0 && (nretry || next < n)) {
+		while (nidle + (conc - nhandles) > 0) {
+			unsigned held = nhandles - nidle;
 			struct piece *p = NULL;
+			size_t ready = nretry;
 			CURL *h;
 			for (size_t i = 0; i < nretry; i++) {
 				if (pieces[retry[i]].not_before <= now) {
-					p = &pieces[retry[i]];
-					retry[i] = retry[--nretry];
+					ready = i;
 					break;
 				}
 			}
-			if (!p && next < n)
-				p = &pieces[next++];
-			if (!p)
+			if (ready == nretry && next == n)
 				break;
+			if (!slot_take(held, held ? 0 : 100)) {
+				starved = held == 0;
+				break;
+			}
+			if (ready < nretry) {
+				p = &pieces[retry[ready]];
+				retry[ready] = retry[--nretry];
+			} else {
+				p = &pieces[next++];
+			}
 			if (nidle) {
 				h = idle[--nidle];
 			} else {
 				h = curl_easy_init();
 				if (!h) {
+					slot_give();
 					rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 							  "out of memory");
 					goto out;
 				}
 				handles[nhandles++] = h;
 			}
-			if ((rc = piece_start(r, p, h, err)) < 0)
-				goto out;
-			if (curl_multi_add_handle(m, h) != CURLM_OK) {
+			if ((rc = piece_start(r, p, h, err)) < 0 ||
+			    curl_multi_add_handle(m, h) != CURLM_OK) {
 				p->h = NULL;
-				rc = wd_error_set(err, WEIGHTD_E_INTERNAL,
-						  "curl_multi_add_handle failed");
+				idle[nidle++] = h;
+				slot_give();
+				if (rc == 0)
+					rc = wd_error_set(err, WEIGHTD_E_INTERNAL,
+							  "curl_multi_add_handle failed");
 				goto out;
 			}
 		}
@@ -811,8 +903,14 @@ static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, unsig
 			curl_multi_remove_handle(m, h);
 			p->h = NULL;
 			idle[nidle++] = h;
+			slot_give();
 			switch (piece_outcome(r, p, msg->data.result, &rc, err)) {
-			case DONE: done++; break;
+			case DONE:
+				done++;
+				if (run->remaining && --run->remaining[p->range] == 0 &&
+				    (rc = run->range_done(run->arg, p->range, err)) < 0)
+					goto out;
+				break;
 			case RETRY:
 				p->not_before = wd_clock_ms() + backoff(r, p->attempts, &seed);
 				retry[nretry++] = (size_t)(p - pieces);
@@ -831,13 +929,15 @@ static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, unsig
 		}
 		if (nidle < nhandles)
 			curl_multi_poll(m, NULL, 0, (int)wait, NULL);
-		else if (wait)
+		else if (wait && !starved) /* a starved call has just waited for a slot */
 			usleep((useconds_t)(wait * 1000));
 	}
 out:
 	for (size_t i = 0; i < n; i++) {
-		if (pieces[i].h) /* still attached to the multi */
+		if (pieces[i].h) { /* still attached to the multi */
 			curl_multi_remove_handle(m, pieces[i].h);
+			slot_give();
+		}
 		pieces[i].h = NULL;
 		if (!pieces[i].stat)
 			atomic_fetch_add(&r->bytes, pieces[i].got);
@@ -895,7 +995,7 @@ int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_objec
 	p.obj = &o;
 	p.len = 1;
 	p.stat = true;
-	rc = run_pieces(r, &p, 1, 1, NULL, err);
+	rc = run_pieces(r, &p, 1, &(struct run){ .conc = 1 }, err);
 	if (rc < 0) {
 		wd_remote_object_clear(&o);
 		return rc;
@@ -940,21 +1040,21 @@ int wd_remote_read(struct wd_remote *r, const struct wd_remote_object *o, uint64
 	p.len = len;
 	p.buf = buf;
 	p.fd = -1;
-	return run_pieces(r, &p, 1, 1, NULL, err);
+	return run_pieces(r, &p, 1, &(struct run){ .conc = 1 }, err);
 }
 
 int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
-		    const struct wd_remote_range *ranges, size_t n, unsigned concurrency,
-		    uint64_t chunk, const volatile int *cancel, weightd_error *err)
+		    const struct wd_remote_range *ranges, size_t n,
+		    const struct wd_remote_fetch_opts *opts, weightd_error *err)
 {
+	static const struct wd_remote_fetch_opts none;
+	const struct wd_remote_fetch_opts *fo = opts ? opts : &none;
+	uint64_t chunk = fo->chunk ? fo->chunk : WD_REMOTE_CHUNK_DEFAULT;
+	struct run run = { .conc = fo->concurrency ? fo->concurrency : 1, .cancel = fo->cancel };
 	struct piece *pieces;
 	size_t np = 0, at = 0;
 	int rc;
 
-	if (chunk == 0)
-		chunk = 8u << 20;
-	if (concurrency == 0)
-		concurrency = 1;
 	for (size_t i = 0; i < n; i++) {
 		if (ranges[i].off > o->size || ranges[i].len > o->size - ranges[i].off)
 			return wd_error_set(err, WEIGHTD_E_OUT_OF_RANGE,
@@ -964,11 +1064,18 @@ int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
 					    (unsigned long long)o->size);
 		np += (size_t)((ranges[i].len + chunk - 1) / chunk);
 	}
-	if (np == 0)
-		return 0;
-	pieces = calloc(np, sizeof(*pieces));
-	if (!pieces)
+	if (fo->range_done) {
+		run.range_done = fo->range_done;
+		run.arg = fo->arg;
+		run.remaining = calloc(n ? n : 1, sizeof(*run.remaining));
+		if (!run.remaining)
+			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	pieces = calloc(np ? np : 1, sizeof(*pieces));
+	if (!pieces) {
+		free(run.remaining);
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
 	for (size_t i = 0; i < n; i++) {
 		for (uint64_t d = 0; d < ranges[i].len; d += chunk) {
 			struct piece *p = &pieces[at++];
@@ -977,9 +1084,17 @@ int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
 			p->len = ranges[i].len - d < chunk ? ranges[i].len - d : chunk;
 			p->fd = ranges[i].fd;
 			p->fd_off = ranges[i].fd_off + d;
+			p->range = i;
+			if (run.remaining)
+				run.remaining[i]++;
 		}
 	}
-	rc = run_pieces(r, pieces, np, concurrency, cancel, err);
+	rc = np ? run_pieces(r, pieces, np, &run, err) : 0;
+	/* empty ranges have no piece to finish them */
+	for (size_t i = 0; rc == 0 && run.remaining && i < n; i++)
+		if (ranges[i].len == 0)
+			rc = run.range_done(run.arg, i, err);
 	free(pieces);
+	free(run.remaining);
 	return rc;
 }

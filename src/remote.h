@@ -128,7 +128,8 @@ void wd_remote_object_clear(struct wd_remote_object *o);
 /*
  * Read [off, off + len) of a pinned object into buf: all of it, or an error
  * (-WEIGHTD_E_SOURCE_CHANGED when the object is no longer the one pinned, -WEIGHTD_E_OUT_OF_RANGE
- * past its end, the rest as wd_remote_stat).
+ * past its end, -WEIGHTD_E_CANCELLED after wd_remote_stop, the rest as wd_remote_stat). One
+ * request (and its retries) on one connection: for payload at line rate, wd_remote_fetch.
  */
 int wd_remote_read(struct wd_remote *r, const struct wd_remote_object *o, uint64_t off, void *buf,
 		   size_t len, weightd_error *err);
@@ -141,17 +142,53 @@ struct wd_remote_range {
 	uint64_t fd_off;
 };
 
+/* How one wd_remote_fetch runs. Zeroed fields take the defaults. */
+struct wd_remote_fetch_opts {
+	/* transfers this call runs at once, at most (default 1); the node's limit
+	 * (wd_remote_set_limit) bounds all calls together */
+	unsigned concurrency;
+	uint64_t chunk;		    /* bytes per request (default WD_REMOTE_CHUNK_DEFAULT) */
+	const volatile int *cancel; /* polled: nonzero stops the fetch */
+	/* Called on the calling thread as soon as every byte of ranges[i] is written, while the
+	 * rest goes on arriving (a digest of what landed); a negative return (err set) fails the
+	 * fetch with it. */
+	int (*range_done)(void *arg, size_t i, weightd_error *err);
+	void *arg;
+};
+
+#define WD_REMOTE_CHUNK_DEFAULT	      (8u << 20)
+#define WD_REMOTE_CONCURRENCY_DEFAULT 16u
+
 /*
  * Fetch every range, split into pieces of at most `chunk` bytes, over up to `concurrency`
  * connections at once, each piece written straight into its fd as it arrives (no temporary
  * file, no whole-object buffer). A piece that breaks is retried for its missing bytes only.
  * Returns 0 when every byte is written, or the first error (the rest are then abandoned; what
- * was written is the caller's to discard). `cancel`, when not NULL, is polled: once it reads
- * nonzero the fetch stops within about 100 ms with -WEIGHTD_E_CANCELLED.
+ * was written is the caller's to discard). A cancel (opts->cancel, or wd_remote_stop) stops the
+ * fetch within about 100 ms with -WEIGHTD_E_CANCELLED.
  */
 int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
-		    const struct wd_remote_range *ranges, size_t n, unsigned concurrency,
-		    uint64_t chunk, const volatile int *cancel, weightd_error *err);
+		    const struct wd_remote_range *ranges, size_t n,
+		    const struct wd_remote_fetch_opts *opts, weightd_error *err);
+
+/*
+ * The node's limit: transfers running at once across every location, call and thread of the
+ * process (requests of wd_remote_stat, wd_remote_read and wd_remote_fetch alike; default
+ * WD_REMOTE_CONCURRENCY_DEFAULT). A call that has none waits for one; a call that has some takes
+ * another only while no other call waits, so one large fetch cannot starve the rest. Lowering
+ * it lets the transfers above it finish. Any thread.
+ */
+void wd_remote_set_limit(unsigned transfers);
+/* Transfers running now, and the most that ever ran at once (for tests and status). */
+void wd_remote_slots(unsigned *ret_in_use, unsigned *ret_peak);
+
+/*
+ * Stopping (on): every transfer in flight and every later one, of every location, fails with
+ * -WEIGHTD_E_CANCELLED within about 100 ms. What a daemon does on SIGTERM, so that workers in a
+ * stalled transfer come back within its stop timeout. off: transfers run again (tests). Any
+ * thread; async-signal-safe.
+ */
+void wd_remote_stop(bool on);
 
 /*
  * S3 credentials from an AWS shared-credentials file (INI: [profile] with aws_access_key_id,

@@ -393,7 +393,9 @@ static int fetch_all(struct wd_remote *r, const char *name, uint64_t chunk, unsi
 		return rc;
 	}
 	rg = (struct wd_remote_range){ .off = 0, .len = obj.size, .fd = fd, .fd_off = 4096 };
-	rc = wd_remote_fetch(r, &obj, &rg, 1, conc, chunk, NULL, err);
+	rc = wd_remote_fetch(r, &obj, &rg, 1,
+			     &(struct wd_remote_fetch_opts){ .concurrency = conc, .chunk = chunk },
+			     err);
 	if (rc == 0 && compare) {
 		got = mmap(NULL, FILE_SIZE + 4096, PROT_READ, MAP_SHARED, fd, 0);
 		assert_true(got != MAP_FAILED);
@@ -699,7 +701,11 @@ static void cancel_stops_a_fetch_in_flight(void **state)
 	rg = (struct wd_remote_range){ .len = obj.size, .fd = fd };
 	pthread_create(&t, NULL, cancel_soon, &c);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	assert_int_equal(wd_remote_fetch(r, &obj, &rg, 1, 2, 1 << 20, &flag, &err),
+	assert_int_equal(wd_remote_fetch(r, &obj, &rg, 1,
+					 &(struct wd_remote_fetch_opts){ .concurrency = 2,
+									 .chunk = 1 << 20,
+									 .cancel = &flag },
+					 &err),
 			 -WEIGHTD_E_CANCELLED);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	pthread_join(t, NULL);
@@ -708,6 +714,173 @@ static void cancel_stops_a_fetch_in_flight(void **state)
 	ctl("reset=1");
 	wd_remote_object_clear(&obj);
 	close(fd);
+	wd_remote_free(r);
+}
+
+static void *stop_soon(void *arg)
+{
+	(void)arg;
+	usleep(300000);
+	wd_remote_stop(true);
+	return NULL;
+}
+
+/* wd_remote_stop reaches a single read stalled in its answer, not only fetches given a flag. */
+static void stop_cancels_a_stalled_read(void **state)
+{
+	struct wd_remote *r = fault_remote(0, 30);
+	struct wd_remote_object obj;
+	unsigned char *buf = malloc(FILE_SIZE);
+	struct timespec t0, t1;
+	weightd_error err;
+	pthread_t t;
+
+	(void)state;
+	ctl("reset=1");
+	wd_error_clear(&err);
+	assert_int_equal(wd_remote_stat(r, NULL, &obj, &err), 0);
+	ctl("fault=stall&n=100&seconds=20");
+	pthread_create(&t, NULL, stop_soon, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(wd_remote_read(r, &obj, 0, buf, FILE_SIZE, &err), -WEIGHTD_E_CANCELLED);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	pthread_join(t, NULL);
+	assert_true(t1.tv_sec - t0.tv_sec < 3);
+	assert_non_null(strstr(err.message, "stopping"));
+	/* later calls fail at once until transfers are allowed again */
+	assert_int_equal(wd_remote_read(r, &obj, 0, buf, 10, &err), -WEIGHTD_E_CANCELLED);
+	wd_remote_stop(false);
+	ctl("reset=1");
+	assert_int_equal(wd_remote_read(r, &obj, 0, buf, FILE_SIZE, &err), 0);
+	assert_memory_equal(buf, expect, FILE_SIZE);
+	wd_remote_object_clear(&obj);
+	free(buf);
+	wd_remote_free(r);
+}
+
+struct fetcher {
+	struct wd_remote *r;
+	struct wd_remote_object *obj;
+	int fd;
+	int rc;
+};
+
+static void *fetch_thread(void *arg)
+{
+	struct fetcher *f = arg;
+	struct wd_remote_range rg = { .len = f->obj->size, .fd = f->fd };
+	weightd_error err;
+
+	f->rc = wd_remote_fetch(
+		f->r, f->obj, &rg, 1,
+		&(struct wd_remote_fetch_opts){ .concurrency = 8, .chunk = 256 << 10 }, &err);
+	return NULL;
+}
+
+/*
+ * The node's limit holds across calls and threads: two fetches that would run 8 transfers each
+ * run 3 together, as the server sees while every answer stalls; both then finish whole.
+ */
+static void the_node_limit_bounds_every_call_together(void **state)
+{
+	struct wd_remote *r = fault_remote(0, 30);
+	struct wd_remote_object obj;
+	struct fetcher f[2];
+	pthread_t t[2];
+	weightd_error err;
+	json_t *st;
+
+	(void)state;
+	ctl("reset=1");
+	wd_error_clear(&err);
+	assert_int_equal(wd_remote_stat(r, NULL, &obj, &err), 0);
+	wd_remote_set_limit(3);
+	ctl("reset=1");
+	ctl("fault=stall&n=6&seconds=1");
+	for (int i = 0; i < 2; i++) {
+		f[i] = (struct fetcher){ r, &obj, memfd_create("remote-test", MFD_CLOEXEC), -1 };
+		assert_int_equal(ftruncate(f[i].fd, FILE_SIZE), 0);
+		pthread_create(&t[i], NULL, fetch_thread, &f[i]);
+	}
+	usleep(600000);
+	st = stats(port_fault);
+	assert_int_equal(json_integer_value(json_object_get(st, "requests")), 3);
+	json_decref(st);
+	for (int i = 0; i < 2; i++) {
+		unsigned char *got;
+		pthread_join(t[i], NULL);
+		assert_int_equal(f[i].rc, 0);
+		got = mmap(NULL, FILE_SIZE, PROT_READ, MAP_SHARED, f[i].fd, 0);
+		assert_true(got != MAP_FAILED);
+		assert_memory_equal(got, expect, FILE_SIZE);
+		munmap(got, FILE_SIZE);
+		close(f[i].fd);
+	}
+	wd_remote_set_limit(0);
+	ctl("reset=1");
+	wd_remote_object_clear(&obj);
+	wd_remote_free(r);
+}
+
+struct landed {
+	int fd;
+	const struct wd_remote_range *rg;
+	unsigned calls[4];
+	bool whole[4];
+};
+
+static int on_range(void *arg, size_t i, weightd_error *err)
+{
+	struct landed *l = arg;
+	unsigned char *buf = malloc(l->rg[i].len + 1);
+	ssize_t n = pread(l->fd, buf, l->rg[i].len, (off_t)l->rg[i].fd_off);
+
+	(void)err;
+	l->calls[i]++;
+	l->whole[i] =
+		n == (ssize_t)l->rg[i].len && memcmp(buf, expect + l->rg[i].off, l->rg[i].len) == 0;
+	free(buf);
+	return 0;
+}
+
+/* range_done hears of each range once, when all its bytes are in place; its error ends it. */
+static void each_range_is_reported_once_when_whole(void **state)
+{
+	char url[160];
+	struct wd_remote *r;
+	struct wd_remote_object obj;
+	struct wd_remote_range rg[4];
+	struct landed l = { 0 };
+	struct wd_remote_opts o = { .allow_http = true };
+	weightd_error err;
+
+	(void)state;
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/a.bin", port_http);
+	r = open_url(url, &o);
+	wd_error_clear(&err);
+	assert_int_equal(wd_remote_stat(r, NULL, &obj, &err), 0);
+	l.fd = memfd_create("remote-test", MFD_CLOEXEC);
+	assert_int_equal(ftruncate(l.fd, 2 * FILE_SIZE), 0);
+	rg[0] = (struct wd_remote_range){ .off = 0, .len = 1000000, .fd = l.fd, .fd_off = 7 };
+	rg[1] = (struct wd_remote_range){ .off = 5, .len = 0, .fd = l.fd, .fd_off = 0 };
+	rg[2] = (struct wd_remote_range){
+		.off = 1000000, .len = 2000017, .fd = l.fd, .fd_off = FILE_SIZE
+	};
+	rg[3] = (struct wd_remote_range){ .off = 17, .len = 3, .fd = l.fd, .fd_off = 1 << 20 };
+	l.rg = rg;
+	assert_int_equal(wd_remote_fetch(r, &obj, rg, 4,
+					 &(struct wd_remote_fetch_opts){ .concurrency = 4,
+									 .chunk = 300000,
+									 .range_done = on_range,
+									 .arg = &l },
+					 &err),
+			 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(l.calls[i], 1);
+		assert_true(l.whole[i]);
+	}
+	close(l.fd);
+	wd_remote_object_clear(&obj);
 	wd_remote_free(r);
 }
 
@@ -798,6 +971,9 @@ int main(void)
 		cmocka_unit_test_setup(an_object_replaced_mid_fetch_is_source_changed, reset_files),
 		cmocka_unit_test(secrets_in_the_query_are_never_shown),
 		cmocka_unit_test(cancel_stops_a_fetch_in_flight),
+		cmocka_unit_test(stop_cancels_a_stalled_read),
+		cmocka_unit_test(the_node_limit_bounds_every_call_together),
+		cmocka_unit_test(each_range_is_reported_once_when_whole),
 	};
 
 	curl_global_init(CURL_GLOBAL_DEFAULT);
