@@ -88,6 +88,12 @@ const struct config_key config_keys[] = {
 	{ DAEMON(max_idle_segments), .name = "max_idle_segments", .type = CONFIG_T_COUNT,
 	  .max = UINT32_MAX, .def = "1024", .reload = CONFIG_LIVE,
 	  .doc = "segments no client holds a weight in kept; 0: no limit" },
+	{ DAEMON(remote_concurrency), .name = "remote_concurrency", .type = CONFIG_T_COUNT,
+	  .min = 1, .max = 1024, .def = "16", .reload = CONFIG_LIVE,
+	  .doc = "range requests to object storage at once, all checkpoints together" },
+	{ DAEMON(remote_chunk_bytes), .name = "remote_chunk", .type = CONFIG_T_SIZE,
+	  .min = 64u << 10, .max = 1u << 30, .def = "8M", .reload = CONFIG_LIVE,
+	  .doc = "bytes asked for by one range request of a remote checkpoint's payload" },
 
 	/* [daemon], read at start only */
 	{ DAEMON(digest), .name = "digest", .type = CONFIG_T_DIGEST, .def = "xxh3-128",

@@ -9,11 +9,23 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "remote.h"
 #include "source.h"
 
 #define FILL_MAX_HELPERS 15
 
 struct fill;
+
+/* remote_concurrency and remote_chunk, as fills read them (atomics: set on the main thread). */
+static unsigned remote_conc = WD_REMOTE_CONCURRENCY_DEFAULT;
+static uint64_t remote_chunk = WD_REMOTE_CHUNK_DEFAULT;
+
+void fill_remote_set(unsigned concurrency, uint64_t chunk)
+{
+	wd_remote_set_limit(concurrency);
+	__atomic_store_n(&remote_conc, concurrency, __ATOMIC_RELAXED);
+	__atomic_store_n(&remote_chunk, chunk, __ATOMIC_RELAXED);
+}
 
 struct fill_helper {
 	struct pool_task task;       /* first: the pool hands back this pointer */

@@ -34,6 +34,13 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
 		struct wd_scratch *scratch, uint8_t *ret_digest, uint64_t *ret_bytes_read,
 		weightd_error *err);
 
+/*
+ * Remote checkpoints' payload: range requests in flight at once, node-wide (remote_concurrency,
+ * wd_remote_set_limit), and the bytes of each (remote_chunk). Main thread; fills started after
+ * it use them.
+ */
+void fill_remote_set(unsigned concurrency, uint64_t chunk);
+
 /* The most weights in one run (fill_run). */
 #define FILL_RUN_MAX 256
 

@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "config.h"
 #include "daemon.h"
+#include "fill.h"
 #include "heap.h"
 #include "keymemo.h"
 #include "log.h"
@@ -28,6 +29,7 @@
 #include "preload.h"
 #include "purge.h"
 #include "reload.h"
+#include "remote.h"
 #include "request_query.h"
 #include "segment.h"
 #include "server.h"
@@ -98,6 +100,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	/* Work that has not started is cancelled (its requests fail with "cancelled"); what runs
 	 * gets SHUTDOWN_GRACE_MS to finish. */
 	cancelled = pool_cancel(d->pool);
+	/* transfers from object storage in flight end within ~100 ms, so that workers waiting on
+	 * a slow or stalled server come back well within the stop timeout */
+	wd_remote_stop(true);
 	log_notice("received %s; stopping (%zu queued jobs cancelled)",
 		   sig == SIGTERM ? "SIGTERM" : "SIGINT", cancelled);
 	/* the requests they belonged to are answered "cancelled" while the clients are still
@@ -346,6 +351,7 @@ int main(int argc, char **argv)
 	if (!d.base)
 		goto out;
 	d.pool = pool_new(d.base, d.cfg->workers);
+	fill_remote_set(d.cfg->remote_concurrency, d.cfg->remote_chunk_bytes);
 	{
 		struct cache_params cp = {
 			.budget = daemon_effective_budget(d.cfg),

@@ -16,6 +16,7 @@
 #include "catalog.h"
 #include "config.h"
 #include "daemon.h"
+#include "fill.h"
 #include "log.h"
 #include "pool.h"
 #include "preload.h"
@@ -297,6 +298,7 @@ static void apply_daemon_keys(struct reload_job *j, struct daemon *d, const stru
 			break;
 		}
 	}
+	fill_remote_set(cur->remote_concurrency, cur->remote_chunk_bytes);
 	if (cache_limits) {
 		uint64_t evicted;
 

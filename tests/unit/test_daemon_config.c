@@ -187,6 +187,8 @@ static void check_defaults(const struct config *cfg)
 	assert_true(cfg->segment_max_bytes == 4ull * 1024 * 1024 * 1024);
 	assert_int_equal(cfg->max_idle_weights, 1048576);
 	assert_int_equal(cfg->max_idle_segments, 1024);
+	assert_int_equal(cfg->remote_concurrency, 16);
+	assert_int_equal(cfg->remote_chunk_bytes, 8u << 20);
 	assert_int_equal(cfg->max_clients_per_uid, 64);
 	assert_int_equal(cfg->client_max_queue_fds, 1024);
 	assert_int_equal(cfg->uid_max_queue_fds, 4096);
@@ -277,7 +279,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 35); /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 37); /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
