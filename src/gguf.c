@@ -905,8 +905,20 @@ static int read_exact(int fd, uint8_t *p, uint64_t n, uint64_t off, weightd_erro
 	return 0;
 }
 
+static int fd_reader(void *ctx, uint8_t *buf, uint64_t n, uint64_t off, weightd_error *err)
+{
+	return read_exact(*(const int *)ctx, buf, n, off, err);
+}
+
 int wd_gguf_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limits *lim,
 		 struct wd_tensor_table *table, weightd_error *err)
+{
+	return wd_gguf_read_with(fd_reader, &fd, file_size, file, lim, table, err);
+}
+
+int wd_gguf_read_with(wd_gguf_reader_fn *reader, void *ctx, uint64_t file_size, uint32_t file,
+		      const struct wd_limits *lim, struct wd_tensor_table *table,
+		      weightd_error *err)
 {
 	const struct wd_limits *l = lim ? lim : &default_limits;
 	uint64_t cap = file_size < l->max_header_bytes ? file_size : l->max_header_bytes;
@@ -934,7 +946,7 @@ int wd_gguf_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limi
 				break;
 			}
 			buf = nb;
-			if ((rc = read_exact(fd, buf + have, want - have, have, err)))
+			if ((rc = reader(ctx, buf + have, want - have, have, err)))
 				break;
 			have = want;
 		}

@@ -27,4 +27,12 @@ int wd_gguf_parse(const uint8_t *buf, size_t buf_len, uint64_t file_size, uint32
 int wd_gguf_read(int fd, uint64_t file_size, uint32_t file, const struct wd_limits *lim,
 		 struct wd_tensor_table *table, weightd_error *err);
 
+/* Reads exactly n bytes at off into buf: 0, or a negative code with err set. */
+typedef int wd_gguf_reader_fn(void *ctx, uint8_t *buf, uint64_t n, uint64_t off,
+			      weightd_error *err);
+/* wd_gguf_read through `reader` (a remote object's range reads): the same growing reads. */
+int wd_gguf_read_with(wd_gguf_reader_fn *reader, void *ctx, uint64_t file_size, uint32_t file,
+		      const struct wd_limits *lim, struct wd_tensor_table *table,
+		      weightd_error *err);
+
 #endif

@@ -183,6 +183,8 @@ static int open_member(struct wd_source *src, const char *dir_abs, const char *n
 	struct stat st = { 0 }, lst;
 	int fd = -1, r;
 
+	if (src->remote)
+		return wd_source_remote_member(src, name, err);
 	p = join(dir_abs, name);
 	if (!p) {
 		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s", name);
@@ -213,7 +215,10 @@ static int read_st(struct wd_source *src, uint32_t i, const struct wd_limits *li
 	struct wd_file *f = &src->files[i];
 	int r;
 
-	r = wd_safetensors_read(f->fd, f->id.size, i, lim, table, NULL, err);
+	if (f->obj)
+		r = wd_source_remote_read_st(src, i, lim, table, err);
+	else
+		r = wd_safetensors_read(f->fd, f->id.size, i, lim, table, NULL, err);
 	if (r)
 		wd_error_prefix(err, "%s", f->path);
 	return r;
@@ -450,7 +455,10 @@ static bool parse_shard(void *arg, size_t i)
 	/* past the limit: the merge below says where, parsing what is left in order */
 	if (atomic_load(&sp->tensors) > sp->lim->max_tensors)
 		return false;
-	if (pread(sp->src->files[i].fd, len8, sizeof(len8), 0) == (ssize_t)sizeof(len8)) {
+	wd_error_clear(&err);
+	if (sp->src->remote ?
+		    wd_source_remote_head(sp->src, (uint32_t)i, len8, &err) == 0 :
+		    pread(sp->src->files[i].fd, len8, sizeof(len8), 0) == (ssize_t)sizeof(len8)) {
 		for (int b = 7; b >= 0; b--)
 			hlen = hlen << 8 | len8[b];   /* little-endian, as the format says */
 		if (hlen > PARALLEL_HEADER_MAX)
@@ -479,8 +487,8 @@ static bool parse_shard(void *arg, size_t i)
  * first shard in order that cannot be parsed, else the first that cannot be opened, and the
  * tensor limit at the shard that crosses it.
  */
-static int open_sharded(struct wd_source *src, const char *dir_abs, const char *json,
-			size_t len, const struct wd_limits *lim, weightd_error *err)
+int wd_source_open_sharded(struct wd_source *src, const char *dir_abs, const char *json, size_t len,
+			   const struct wd_limits *lim, weightd_error *err)
 {
 	struct wd_stindex idx = { 0 };
 	struct shard_parse sp = { .src = src, .lim = lim, .first = SIZE_MAX };
@@ -648,7 +656,7 @@ static int open_directory(struct wd_source *src, const char *dir_abs, int dirfd,
 		r = open_lone_file(src, dirfd, dir_abs, lim, err);
 		goto out;
 	}
-	r = open_sharded(src, dir_abs, json, len, lim, err);
+	r = wd_source_open_sharded(src, dir_abs, json, len, lim, err);
 out:
 	free(json);
 	close(dirfd);
@@ -659,6 +667,7 @@ void wd_source_free(struct wd_source *src)
 {
 	if (!src)
 		return;
+	wd_source_remote_free(src);
 	for (size_t i = 0; i < src->n_files; i++) {
 		if (src->files[i].fd >= 0)
 			close(src->files[i].fd);
@@ -679,6 +688,12 @@ static void compute_identity(const struct wd_source *src, uint8_t ret[32]);
 int wd_source_open(const char *name, const char *path, const struct wd_limits *lim,
 		   struct wd_source **ret, weightd_error *err)
 {
+	return wd_source_open_at(name, path, NULL, lim, ret, err);
+}
+
+int wd_source_open_at(const char *name, const char *path, const struct wd_source_remote_conf *rc,
+		      const struct wd_limits *lim, struct wd_source **ret, weightd_error *err)
+{
 	static const struct wd_limits def = WD_LIMITS_DEFAULT;
 	struct wd_source *src = NULL;
 	char *abs = NULL;
@@ -692,6 +707,22 @@ int wd_source_open(const char *name, const char *path, const struct wd_limits *l
 		goto out;
 	}
 	src = calloc(1, sizeof(*src));
+	if (src && wd_source_is_url(path)) {
+		char shown[1024];
+
+		/* a remote path's query may be a signature: only its shown form is kept */
+		wd_source_show_path(path, shown, sizeof(shown));
+		if (!(src->name = strdup(name)) || !(src->path = strdup(shown))) {
+			r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+					 "out of memory opening %s", shown);
+			goto out;
+		}
+		wd_tensor_table_init(&src->table);
+		r = wd_source_remote_open(src, path, rc, lim, err);
+		if (r)
+			goto out;
+		goto opened;
+	}
 	abs = absolute(path);
 	if (!src || !abs || !(src->name = strdup(name)) || !(src->path = strdup(path))) {
 		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s", path);
@@ -723,10 +754,11 @@ int wd_source_open(const char *name, const char *path, const struct wd_limits *l
 	}
 	if (r)
 		goto out;
+opened:
 	if (!src->by_name) {
 		r = build_lookup(src, err);
 		if (r) {
-			wd_error_prefix(err, "%s", path);
+			wd_error_prefix(err, "%s", src->path);
 			goto out;
 		}
 	}
@@ -943,6 +975,12 @@ static void compute_identity(const struct wd_source *src, uint8_t ret[32])
 	put_le(b, (uint64_t)src->kind, 4);
 	put_le(b + 4, src->n_files, 4);
 	wd_sha256_update(&s, b, 8);
+	if (src->remote) {
+		/* its own encoding, which starts with a tag no local source's can hold */
+		wd_source_remote_identity(src, &s);
+		wd_sha256_final(&s, ret);
+		return;
+	}
 	for (size_t i = 0; i < src->n_files; i++) {
 		const struct wd_file *f = &src->files[i];
 		size_t nl = strlen(f->name);

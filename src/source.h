@@ -27,6 +27,26 @@ struct wd_file_id {
 };
 
 struct wd_source;
+struct wd_remote;
+struct wd_remote_object;
+
+/*
+ * How to reach a remote source (`path` s3://, https:// or http://): what its checkpoint section
+ * says. Strings are borrowed for the call; NULL or "" (0) picks the default. The secret files are
+ * read at open, refused when others can read them, and their contents kept only inside the
+ * remote handle (never in an error).
+ */
+struct wd_source_remote_conf {
+	const char *endpoint;	      /* s3: scheme://host[:port] */
+	const char *region;	      /* s3: signing region */
+	bool path_style;	      /* s3: endpoint/bucket/key */
+	const char *credentials_file; /* s3: AWS shared-credentials INI; NULL: the environment */
+	const char *profile;	      /* s3: its profile (NULL: "default") */
+	const char *token_file;	      /* http(s): bearer token */
+	const char *ca_file;	      /* PEM bundle that verifies servers */
+	bool allow_http;	      /* plain http:// allowed */
+	unsigned connect_timeout_ms, low_speed_time_s, retries; /* 0: wd_remote's defaults */
+};
 
 /*
  * Open and validate a source (header only; payload untouched). `path` is a safetensors file, a GGUF
@@ -37,6 +57,33 @@ struct wd_source;
  */
 int wd_source_open(const char *name, const char *path, const struct wd_limits *lim,
 		   struct wd_source **ret, weightd_error *err);
+
+/*
+ * wd_source_open for a path that may be remote (wd_source_is_url): an s3://, https:// or http://
+ * object (.safetensors, or .gguf by magic or name) or directory (a trailing '/', read through its
+ * model.safetensors.index.json; there is no listing to fall back on). Only metadata is read: the
+ * index, and each shard's 8-byte length and header by range reads (GGUF: the header by growing
+ * range reads). Each object is pinned by ETag, size and version id; every later read carries
+ * If-Match. `rc` may be NULL (defaults, credentials from the environment). A local path is
+ * wd_source_open's, rc ignored. Errors name the URL without its query, the HTTP status and S3's
+ * error code; never a secret.
+ */
+int wd_source_open_at(const char *name, const char *path, const struct wd_source_remote_conf *rc,
+		      const struct wd_limits *lim, struct wd_source **ret, weightd_error *err);
+
+/* Does `path` name a remote source rather than a local file or directory? */
+bool wd_source_is_url(const char *path);
+/* `path` as it may be shown (logs, status, describe): a URL without userinfo, query or
+ * fragment; a local path as it is. Always NUL-terminated within cap. */
+void wd_source_show_path(const char *path, char *buf, size_t cap);
+/* Is src read from object storage or a web server? */
+bool wd_source_is_remote(const struct wd_source *src);
+/* The kind of location: "s3", "https", "http", or "file". */
+const char *wd_source_location_kind(const struct wd_source *src);
+/* A remote source's handle (counters, wd_remote_fetch), or NULL for a local one. */
+struct wd_remote *wd_source_remote(const struct wd_source *src);
+/* The pinned object behind file `file` of a remote source (URL, ETag, version), or NULL. */
+const struct wd_remote_object *wd_source_remote_object(const struct wd_source *src, uint32_t file);
 
 /* Closes its files. Accepts NULL. */
 void wd_source_free(struct wd_source *src);
@@ -68,12 +115,15 @@ const struct wd_file_id *wd_source_file_id(const struct wd_source *src, uint32_t
 /* Sum of tensor bytes. */
 uint64_t wd_source_bytes(const struct wd_source *src);
 
-/* SHA-256 over the kind and every file's identity: equal identities = same bytes on disk. */
+/* SHA-256 over the kind and every file's identity: equal identities = same bytes on disk (for a
+ * remote source: every object's shown URL, ETag, size and version id, so equal identities = the
+ * same objects, known without reading a payload byte). */
 void wd_source_identity(const struct wd_source *src, uint8_t ret[32]);
 
 /*
  * Check that file `file` is still the one admitted: the path still names the pinned inode and its
- * size and mtime are unchanged (only the open file after wd_source_keep_files).
+ * size and mtime are unchanged (only the open file after wd_source_keep_files). A remote object
+ * is pinned by every read's If-Match instead: 0 without a request.
  * -WEIGHTD_E_SOURCE_CHANGED otherwise, with a sentence naming the file. Thread-safe.
  */
 int wd_source_check(const struct wd_source *src, uint32_t file, weightd_error *err);
@@ -86,7 +136,8 @@ int wd_source_check(const struct wd_source *src, uint32_t file, weightd_error *e
  */
 void wd_source_keep_files(struct wd_source *src);
 /* wd_source_check with the path compared even after wd_source_keep_files: are the files on disk
- * still those admitted? */
+ * still those admitted? For a remote object, one request asks whether its ETag, size and version
+ * are still those pinned (what a reload compares). */
 int wd_source_check_path(const struct wd_source *src, uint32_t file, weightd_error *err);
 
 /*

@@ -64,6 +64,8 @@ static int check(const struct wd_source *src, uint32_t file, bool paths, weightd
 		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 				    "source %s has no file %" PRIu32, src->name, file);
 	f = &src->files[file];
+	if (f->obj)
+		return paths ? wd_source_remote_check(src, file, err) : 0;
 	if (paths) {
 		r = check_path(src, f, err);
 		if (r)
@@ -78,6 +80,12 @@ static int check(const struct wd_source *src, uint32_t file, bool paths, weightd
 
 int wd_source_check(const struct wd_source *src, uint32_t file, weightd_error *err)
 {
+	/* a remote object's pin is every read's If-Match: asking the server here costs a request */
+	if (src->remote)
+		return file < src->n_files ?
+			       0 :
+			       wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+					    "source %s has no file %" PRIu32, src->name, file);
 	return check(src, file, !__atomic_load_n(&src->keep_files, __ATOMIC_RELAXED), err);
 }
 
@@ -101,7 +109,8 @@ void wd_source_drop_cache(const struct wd_source *src, uint32_t file, uint64_t o
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), first, end;
 
 	if (!__atomic_load_n(&src->drop_cache, __ATOMIC_RELAXED) || file >= src->n_files ||
-	    len > src->files[file].id.size || off > src->files[file].id.size - len)
+	    src->files[file].fd < 0 || len > src->files[file].id.size ||
+	    off > src->files[file].id.size - len)
 		return;
 	first = off % page ? off - off % page + page : off;
 	end = (off + len) / page * page;
@@ -135,6 +144,8 @@ int wd_source_pread(const struct wd_source *src, uint32_t file, void *buf, size_
 				    "read of %zu bytes at offset %" PRIu64 " is past the end of %s (%" PRIu64 " bytes)",
 				    len, off, f->path, f->id.size);
 	}
+	if (f->obj)
+		return wd_source_remote_pread(src, file, buf, len, off, err);
 	while (left) {
 		ssize_t k = pread(f->fd, p, left, (off_t)pos);
 		if (k < 0) {

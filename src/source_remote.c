@@ -1,0 +1,424 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* source_remote.c - a checkpoint source in object storage or on a web server: its objects pinned
+ * by ETag, size and version, headers read by range, payload read through the pin. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "digest.h"
+#include "gguf.h"
+#include "remote.h"
+#include "safetensors.h"
+#include "source_int.h"
+
+#define INDEX_NAME "model.safetensors.index.json"
+
+bool wd_source_is_url(const char *path)
+{
+	return wd_remote_is_url(path);
+}
+
+void wd_source_show_path(const char *path, char *buf, size_t cap)
+{
+	const char *scheme_end, *host, *rest, *at;
+	size_t plen;
+
+	if (!cap)
+		return;
+	if (!wd_remote_is_url(path)) {
+		snprintf(buf, cap, "%s", path);
+		return;
+	}
+	/* scheme://host[:port]/path: userinfo, query and fragment may hold secrets */
+	scheme_end = strstr(path, "://");
+	host = scheme_end + 3;
+	rest = host + strcspn(host, "/?#");
+	at = memchr(host, '@', (size_t)(rest - host));
+	if (at)
+		host = at + 1;
+	plen = strcspn(rest, "?#");
+	snprintf(buf, cap, "%.*s%.*s%.*s", (int)(scheme_end + 3 - path), path, (int)(rest - host),
+		 host, (int)plen, rest);
+}
+
+bool wd_source_is_remote(const struct wd_source *src)
+{
+	return src->remote != NULL;
+}
+
+const char *wd_source_location_kind(const struct wd_source *src)
+{
+	if (!src->remote)
+		return "file";
+	if (strncmp(src->path, "s3://", 5) == 0)
+		return "s3";
+	return strncmp(src->path, "https://", 8) == 0 ? "https" : "http";
+}
+
+struct wd_remote *wd_source_remote(const struct wd_source *src)
+{
+	return src->remote;
+}
+
+const struct wd_remote_object *wd_source_remote_object(const struct wd_source *src, uint32_t file)
+{
+	return file < src->n_files ? src->files[file].obj : NULL;
+}
+
+/* err's code becomes `code` and its sentence "WHAT: <the sentence it had>". */
+static int reword(weightd_error *err, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int reword(weightd_error *err, int code, const char *fmt, ...)
+{
+	char what[512];
+	va_list ap;
+
+	if (!err)
+		return -code;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	wd_error_prefix(err, "%s", what);
+	err->code = code;
+	return -code;
+}
+
+/* Append a pinned object (taken over: cleared here on failure) as file `name`. */
+static int add_object(struct wd_source *src, const char *name, struct wd_remote_object *o,
+		      weightd_error *err)
+{
+	struct wd_file *nf, *f;
+
+	nf = realloc(src->files, (src->n_files + 1) * sizeof(*nf));
+	if (!nf) {
+		wd_remote_object_clear(o);
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s",
+				    o->shown);
+	}
+	src->files = nf;
+	f = &src->files[src->n_files++];
+	memset(f, 0, sizeof(*f));
+	f->fd = -1;
+	f->obj = malloc(sizeof(*f->obj));
+	if (f->obj)
+		*f->obj = *o;
+	else
+		wd_remote_object_clear(o);
+	f->name = strdup(name);
+	f->path = f->obj ? strdup(f->obj->shown) : NULL;
+	if (!f->obj || !f->name || !f->path)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s",
+				    src->path);
+	f->id.size = f->obj->size;
+	return 0;
+}
+
+int wd_source_remote_member(struct wd_source *src, const char *name, weightd_error *err)
+{
+	struct wd_remote_object o;
+	int r;
+
+	r = wd_remote_stat(src->remote, name, &o, err);
+	if (r == -WEIGHTD_E_NOT_FOUND)
+		r = reword(err, WEIGHTD_E_BAD_CHECKPOINT, "%s does not exist", name);
+	if (r)
+		return r;
+	return add_object(src, name, &o, err);
+}
+
+int wd_source_remote_head(struct wd_source *src, uint32_t file, uint8_t ret[8], weightd_error *err)
+{
+	struct wd_file *f = &src->files[file];
+	int r;
+
+	if (!f->head_read) {
+		if (f->id.size < sizeof(f->head))
+			return wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT,
+					    "%s is %" PRIu64 " bytes, too short for a header",
+					    f->path, f->id.size);
+		r = wd_remote_read(src->remote, f->obj, 0, f->head, sizeof(f->head), err);
+		if (r)
+			return r;
+		f->head_read = true;
+	}
+	memcpy(ret, f->head, sizeof(f->head));
+	return 0;
+}
+
+int wd_source_remote_read_st(struct wd_source *src, uint32_t file, const struct wd_limits *lim,
+			     struct wd_tensor_table *table, weightd_error *err)
+{
+	const struct wd_file *f = &src->files[file];
+	uint8_t head[8] = { 0 }, *buf;
+	uint64_t hlen = 0;
+	int r;
+
+	if (f->id.size < sizeof(head)) /* the parser says what is wrong */
+		return wd_safetensors_parse(head, 0, f->id.size, file, lim, table, NULL, err);
+	r = wd_source_remote_head(src, file, head, err);
+	if (r)
+		return r;
+	for (int b = 7; b >= 0; b--)
+		hlen = hlen << 8 | head[b];
+	if (hlen > lim->max_header_bytes || hlen > f->id.size - sizeof(head))
+		return wd_safetensors_parse(head, sizeof(head), f->id.size, file, lim, table, NULL,
+					    err);
+	buf = malloc(sizeof(head) + hlen);
+	if (!buf)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				    "out of memory for a %" PRIu64 "-byte safetensors header",
+				    hlen);
+	memcpy(buf, head, sizeof(head));
+	r = wd_remote_read(src->remote, f->obj, sizeof(head), buf + sizeof(head), (size_t)hlen,
+			   err);
+	if (r == 0)
+		r = wd_safetensors_parse(buf, sizeof(head) + hlen, f->id.size, file, lim, table,
+					 NULL, err);
+	free(buf);
+	return r;
+}
+
+struct gguf_ctx {
+	struct wd_remote *remote;
+	const struct wd_remote_object *obj;
+};
+
+static int gguf_reader(void *ctx, uint8_t *buf, uint64_t n, uint64_t off, weightd_error *err)
+{
+	const struct gguf_ctx *g = ctx;
+
+	return wd_remote_read(g->remote, g->obj, off, buf, (size_t)n, err);
+}
+
+/* True when the URL's last path component ends in ".gguf" (any case). */
+static bool named_gguf(const char *shown)
+{
+	size_t n = strlen(shown);
+
+	return n >= 5 && strcasecmp(shown + n - 5, ".gguf") == 0;
+}
+
+/* One object: GGUF by its magic or name, safetensors otherwise. */
+static int open_object(struct wd_source *src, const struct wd_limits *lim, weightd_error *err)
+{
+	struct wd_remote_object o;
+	struct wd_file *f;
+	uint8_t head[8];
+	bool gguf;
+	int r;
+
+	r = wd_remote_stat(src->remote, NULL, &o, err);
+	if (r)
+		return r;
+	r = add_object(src, "", &o, err);
+	if (r)
+		return r;
+	f = &src->files[0];
+	gguf = named_gguf(f->path);
+	if (!gguf && f->id.size >= sizeof(head)) {
+		r = wd_source_remote_head(src, 0, head, err);
+		if (r)
+			return r;
+		gguf = memcmp(head, "GGUF", 4) == 0;
+	}
+	if (gguf) {
+		struct gguf_ctx g = { src->remote, f->obj };
+
+		src->kind = WD_SOURCE_GGUF;
+		r = wd_gguf_read_with(gguf_reader, &g, f->id.size, 0, lim, &src->table, err);
+	} else {
+		src->kind = WD_SOURCE_SAFETENSORS;
+		r = wd_source_remote_read_st(src, 0, lim, &src->table, err);
+	}
+	if (r)
+		wd_error_prefix(err, "%s", f->path);
+	return r;
+}
+
+/* A directory: its index, then every shard it names. There is no listing to fall back on. */
+static int open_dir(struct wd_source *src, const struct wd_limits *lim, weightd_error *err)
+{
+	struct wd_remote_object idx;
+	char dir[WD_REMOTE_SHOWN_MAX];
+	char *json = NULL;
+	size_t dl;
+	int r;
+
+	snprintf(dir, sizeof(dir), "%s", src->path);
+	dl = strlen(dir);
+	if (dl && dir[dl - 1] == '/')
+		dir[dl - 1] = '\0'; /* messages add "/" INDEX_NAME */
+	r = wd_remote_stat(src->remote, INDEX_NAME, &idx, err);
+	if (r == -WEIGHTD_E_NOT_FOUND)
+		return reword(err, WEIGHTD_E_NOT_FOUND,
+			      "%s/ has no " INDEX_NAME
+			      " (a remote directory is read through its index)",
+			      dir);
+	if (r)
+		return r;
+	if (idx.size > lim->max_index_bytes) {
+		r = wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+				 "%s/" INDEX_NAME " is %" PRIu64
+				 " bytes, more than the limit of %" PRIu64,
+				 dir, idx.size, lim->max_index_bytes);
+		goto out;
+	}
+	json = malloc((size_t)idx.size + 1);
+	if (!json) {
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				 "out of memory reading %s/" INDEX_NAME, dir);
+		goto out;
+	}
+	r = wd_remote_read(src->remote, &idx, 0, json, (size_t)idx.size, err);
+	if (r)
+		goto out;
+	json[idx.size] = '\0';
+	r = wd_source_open_sharded(src, dir, json, (size_t)idx.size, lim, err);
+out:
+	free(json);
+	wd_remote_object_clear(&idx);
+	return r;
+}
+
+int wd_source_remote_open(struct wd_source *src, const char *url,
+			  const struct wd_source_remote_conf *rc, const struct wd_limits *lim,
+			  weightd_error *err)
+{
+	static const struct wd_source_remote_conf none;
+	struct wd_remote_credentials cred = { 0 };
+	struct wd_remote_opts o = { 0 };
+	char *token = NULL;
+	bool s3 = strncmp(url, "s3://", 5) == 0;
+	int r;
+
+	if (!rc)
+		rc = &none;
+	o.endpoint = rc->endpoint;
+	o.region = rc->region;
+	o.path_style = rc->path_style;
+	o.ca_file = rc->ca_file && *rc->ca_file ? rc->ca_file : NULL;
+	o.allow_http = rc->allow_http;
+	o.connect_timeout_ms = rc->connect_timeout_ms;
+	o.low_speed_time_s = rc->low_speed_time_s;
+	o.retries = rc->retries;
+	if (s3) {
+		const char *file =
+			rc->credentials_file && *rc->credentials_file ? rc->credentials_file : NULL;
+
+		r = wd_remote_credentials(file, rc->profile && *rc->profile ? rc->profile : NULL,
+					  &cred, err);
+		if (r == -WEIGHTD_E_NOT_FOUND && !file) {
+			r = 0; /* none in the environment: requests go unsigned */
+		} else if (r) {
+			wd_error_prefix(err, "%s", src->path);
+			goto out;
+		}
+		o.access_key = cred.access_key;
+		o.secret_key = cred.secret_key;
+		o.session_token = cred.session_token;
+	} else if (rc->token_file && *rc->token_file) {
+		r = wd_remote_token(rc->token_file, &token, err);
+		if (r) {
+			wd_error_prefix(err, "%s", src->path);
+			goto out;
+		}
+		o.bearer_token = token;
+	}
+	r = wd_remote_open(url, &o, &src->remote, err);
+	if (r) {
+		src->remote = NULL;
+		goto out;
+	}
+	r = wd_remote_is_dir(src->remote) ? open_dir(src, lim, err) : open_object(src, lim, err);
+out:
+	wd_remote_credentials_clear(&cred);
+	if (token) {
+		explicit_bzero(token, strlen(token));
+		free(token);
+	}
+	return r;
+}
+
+int wd_source_remote_check(const struct wd_source *src, uint32_t file, weightd_error *err)
+{
+	const struct wd_file *f = &src->files[file];
+	struct wd_remote_object now;
+	int r;
+
+	r = wd_remote_stat(src->remote, f->name[0] ? f->name : NULL, &now, err);
+	if (r == -WEIGHTD_E_NOT_FOUND)
+		r = reword(err, WEIGHTD_E_SOURCE_CHANGED, "%s is gone", f->path);
+	if (r) {
+		wd_error_about(err, src->name, NULL);
+		return r;
+	}
+	if (strcmp(now.etag, f->obj->etag) != 0 || now.size != f->obj->size ||
+	    strcmp(now.version, f->obj->version) != 0)
+		r = wd_error_set(err, WEIGHTD_E_SOURCE_CHANGED,
+				 "%s was replaced since it was opened (ETag %s, %" PRIu64
+				 " bytes%s%s; pinned %s, %" PRIu64 " bytes)",
+				 f->path, now.etag[0] ? now.etag : "none", now.size,
+				 now.version[0] ? ", version " : "", now.version,
+				 f->obj->etag[0] ? f->obj->etag : "none", f->obj->size);
+	wd_remote_object_clear(&now);
+	if (r)
+		wd_error_about(err, src->name, NULL);
+	return r;
+}
+
+int wd_source_remote_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len,
+			   uint64_t off, weightd_error *err)
+{
+	int r = wd_remote_read(src->remote, src->files[file].obj, off, buf, len, err);
+
+	if (r)
+		wd_error_about(err, src->name, NULL);
+	return r;
+}
+
+static void put_str(struct wd_sha256 *s, const char *str)
+{
+	uint32_t n = (uint32_t)strlen(str);
+	uint8_t b[4] = { (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24) };
+
+	wd_sha256_update(s, b, 4);
+	wd_sha256_update(s, str, n);
+}
+
+/*
+ * After the kind and file count: the tag "remote" (a local file's name length could never be
+ * 0xffffffff), then per object its shown URL, ETag, version id (length-prefixed) and size (u64
+ * little-endian). The URL's query is left out: a presigned URL is re-signed, the object is not.
+ */
+void wd_source_remote_identity(const struct wd_source *src, struct wd_sha256 *s)
+{
+	static const uint8_t tag[4] = { 0xff, 0xff, 0xff, 0xff };
+
+	wd_sha256_update(s, tag, sizeof(tag));
+	put_str(s, "remote");
+	for (size_t i = 0; i < src->n_files; i++) {
+		const struct wd_remote_object *o = src->files[i].obj;
+		uint8_t b[8];
+
+		put_str(s, o->shown);
+		put_str(s, o->etag);
+		put_str(s, o->version);
+		for (int k = 0; k < 8; k++)
+			b[k] = (uint8_t)(o->size >> (8 * k));
+		wd_sha256_update(s, b, 8);
+	}
+}
+
+void wd_source_remote_free(struct wd_source *src)
+{
+	for (size_t i = 0; i < src->n_files; i++) {
+		wd_remote_object_clear(src->files[i].obj);
+		free(src->files[i].obj);
+		src->files[i].obj = NULL;
+	}
+	wd_remote_free(src->remote);
+	src->remote = NULL;
+}

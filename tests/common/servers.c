@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* servers.c - the remote-checkpoint test servers (tests/remote/servers.py) run from a C test. */
+#include "servers.h"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void copy_str(json_t *j, const char *key, char *buf, size_t cap)
+{
+	const char *v = json_string_value(json_object_get(j, key));
+
+	snprintf(buf, cap, "%s", v ? v : "");
+}
+
+int wd_servers_start(const char *root, bool s3, struct wd_servers *ret, char *why, size_t cap)
+{
+	const char *src = getenv("WD_SOURCE_DIR");
+	char script[512], line[4096] = "";
+	int in[2], out[2];
+	json_error_t je;
+	json_t *j;
+	FILE *f;
+
+	memset(ret, 0, sizeof(*ret));
+	ret->stdin_fd = -1;
+	signal(SIGPIPE, SIG_IGN);
+	snprintf(script, sizeof(script), "%s/tests/remote/servers.py", src ? src : ".");
+	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0) {
+		snprintf(why, cap, "pipe failed");
+		return -1;
+	}
+	ret->pid = fork();
+	if (ret->pid == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		if (s3)
+			execl("/usr/bin/python3", "python3", script, "--root", root, "--s3",
+			      (char *)NULL);
+		else
+			execl("/usr/bin/python3", "python3", script, "--root", root, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	ret->stdin_fd = in[1];
+	f = fdopen(out[0], "r");
+	if (!f || !fgets(line, sizeof(line), f) || strncmp(line, "ready ", 6) != 0) {
+		line[strcspn(line, "\n")] = '\0';
+		snprintf(why, cap, "the test servers did not start: %s",
+			 line[0] ? line : "(no answer)");
+		if (f)
+			fclose(f);
+		wd_servers_stop(ret);
+		return -1;
+	}
+	fclose(f);
+	j = json_loads(line + 6, 0, &je);
+	if (!j) {
+		snprintf(why, cap, "servers.py said: %s", line);
+		wd_servers_stop(ret);
+		return -1;
+	}
+	ret->http = (int)json_integer_value(json_object_get(j, "http"));
+	ret->https = (int)json_integer_value(json_object_get(j, "https"));
+	ret->fault = (int)json_integer_value(json_object_get(j, "fault"));
+	ret->s3 = (int)json_integer_value(json_object_get(j, "s3"));
+	copy_str(j, "ca", ret->ca, sizeof(ret->ca));
+	copy_str(j, "token", ret->token, sizeof(ret->token));
+	copy_str(j, "s3_key", ret->s3_key, sizeof(ret->s3_key));
+	copy_str(j, "s3_secret", ret->s3_secret, sizeof(ret->s3_secret));
+	copy_str(j, "bucket", ret->bucket, sizeof(ret->bucket));
+	json_decref(j);
+	return 0;
+}
+
+void wd_servers_stop(struct wd_servers *s)
+{
+	int st;
+
+	if (s->stdin_fd >= 0)
+		close(s->stdin_fd);
+	s->stdin_fd = -1;
+	if (s->pid > 0)
+		waitpid(s->pid, &st, 0);
+	s->pid = 0;
+}
+
+struct grow {
+	char *p;
+	size_t n;
+};
+
+static size_t on_data(char *d, size_t size, size_t n, void *arg)
+{
+	struct grow *g = arg;
+	char *np = realloc(g->p, g->n + size * n + 1);
+
+	if (!np)
+		return 0;
+	memcpy(np + g->n, d, size * n);
+	g->n += size * n;
+	np[g->n] = '\0';
+	g->p = np;
+	return size * n;
+}
+
+char *wd_servers_get(int port, const char *path)
+{
+	struct grow g = { NULL, 0 };
+	char url[1024];
+	CURL *h = curl_easy_init();
+	CURLcode rc;
+
+	if (!h)
+		return NULL;
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &g);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+	rc = curl_easy_perform(h);
+	curl_easy_cleanup(h);
+	if (rc != CURLE_OK) {
+		free(g.p);
+		return NULL;
+	}
+	return g.p ? g.p : strdup("");
+}

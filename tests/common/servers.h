@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* servers.h - the remote-checkpoint test servers (tests/remote/servers.py) run from a C test. */
+#ifndef WD_TEST_SERVERS_H
+#define WD_TEST_SERVERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* What servers.py said it runs (ports on 127.0.0.1; s3 0 without --s3). */
+struct wd_servers {
+	pid_t pid;
+	int stdin_fd; /* closing it stops them */
+	int http, https, fault, s3;
+	char ca[512], token[128], s3_key[64], s3_secret[64], bucket[64];
+};
+
+/*
+ * Start servers.py serving `root` (with s3rver when `s3`): 0, or -1 with why (a sentence, e.g.
+ * nginx or s3rver not installed) for the test to skip on.
+ */
+int wd_servers_start(const char *root, bool s3, struct wd_servers *ret, char *why, size_t cap);
+/* Stop them and wait. Accepts a never-started one (pid 0). */
+void wd_servers_stop(struct wd_servers *s);
+
+/* GET http://127.0.0.1:port/path into a malloc'd NUL-terminated string (NULL on failure): the
+ * fault proxy's /__ctl and /__stats. */
+char *wd_servers_get(int port, const char *path);
+
+#endif
