@@ -13,14 +13,39 @@ struct catalog {
 	struct csource **items;
 	size_t n;
 	struct wd_limits lim;
+	/* [daemon]'s remote_* keys, as read at start */
+	unsigned remote_connect_timeout_ms, remote_low_speed_time_s, remote_retries;
 };
+
+static char *dup_opt(const char *s, bool *oom)
+{
+	char *d;
+
+	if (!s)
+		return NULL;
+	d = strdup(s);
+	if (!d)
+		*oom = true;
+	return d;
+}
+
+static void conf_free(struct source_conf *c);
 
 static struct source_conf *conf_copy(const struct source_conf *sc)
 {
 	struct source_conf *c = calloc(1, sizeof(*c));
+	bool oom = false;
 
 	if (!c)
 		return NULL;
+	c->endpoint = dup_opt(sc->endpoint, &oom);
+	c->region = dup_opt(sc->region, &oom);
+	c->path_style = sc->path_style;
+	c->credentials_file = dup_opt(sc->credentials_file, &oom);
+	c->profile = dup_opt(sc->profile, &oom);
+	c->token_file = dup_opt(sc->token_file, &oom);
+	c->ca_file = dup_opt(sc->ca_file, &oom);
+	c->allow_http = sc->allow_http;
 	c->name = strdup(sc->name);
 	c->path = strdup(sc->path);
 	c->allow_any = sc->allow_any;
@@ -43,12 +68,8 @@ static struct source_conf *conf_copy(const struct source_conf *sc)
 			c->n_gids = sc->n_gids;
 		}
 	}
-	if (!c->name || !c->path || c->n_uids != sc->n_uids || c->n_gids != sc->n_gids) {
-		free(c->name);
-		free(c->path);
-		free(c->allow_uids);
-		free(c->allow_gids);
-		free(c);
+	if (oom || !c->name || !c->path || c->n_uids != sc->n_uids || c->n_gids != sc->n_gids) {
+		conf_free(c);
 		return NULL;
 	}
 	return c;
@@ -62,20 +83,54 @@ static void conf_free(struct source_conf *c)
 	free(c->path);
 	free(c->allow_uids);
 	free(c->allow_gids);
+	free(c->endpoint);
+	free(c->region);
+	free(c->credentials_file);
+	free(c->profile);
+	free(c->token_file);
+	free(c->ca_file);
 	free(c);
 }
 
+void catalog_remote_conf(const struct source_conf *sc, const struct config *cfg,
+			 struct wd_source_remote_conf *ret)
+{
+	*ret = (struct wd_source_remote_conf){
+		.endpoint = sc->endpoint,
+		.region = sc->region,
+		.path_style = sc->path_style,
+		.credentials_file = sc->credentials_file,
+		.profile = sc->profile,
+		.token_file = sc->token_file,
+		.ca_file = sc->ca_file,
+		.allow_http = sc->allow_http,
+	};
+	if (cfg) {
+		ret->connect_timeout_ms = (unsigned)cfg->remote_connect_timeout_ms;
+		ret->low_speed_time_s = (unsigned)((cfg->remote_low_speed_time_ms + 999) / 1000);
+		ret->retries = cfg->remote_retries;
+	}
+}
+
 /* Open one source; a failure is recorded in the entry, not returned. */
-static struct csource *catalog_source_admit(const struct source_conf *sc,
-					    const struct wd_limits *lim, uint64_t generation)
+static struct csource *catalog_source_admit(const struct catalog *c, const struct source_conf *sc,
+					    uint64_t generation)
 {
 	struct csource *cs = calloc(1, sizeof(*cs));
+	struct wd_source_remote_conf rc;
+	char shown[1024];
 
 	if (!cs)
 		return NULL;
+	/* what is shown of the path (status, logs, errors): a URL without its query */
+	wd_source_show_path(sc->path, shown, sizeof(shown));
+	catalog_remote_conf(sc, NULL, &rc);
+	rc.connect_timeout_ms = c->remote_connect_timeout_ms;
+	rc.low_speed_time_s = c->remote_low_speed_time_s;
+	rc.retries = c->remote_retries;
 	cs->conf = conf_copy(sc);
 	cs->name = strdup(sc->name);
-	cs->path = strdup(sc->path);
+	cs->path = strdup(shown);
 	cs->stats = calloc(1, sizeof(*cs->stats));
 	if (!cs->conf || !cs->name || !cs->path || !cs->stats) {
 		free(cs->stats);
@@ -90,19 +145,20 @@ static struct csource *catalog_source_admit(const struct source_conf *sc,
 	cs->generation = generation;
 	wd_error_clear(&cs->error);
 	wd_error_clear(&cs->refused);
-	if (wd_source_open(sc->name, sc->path, lim, &cs->src, &cs->error) < 0) {
+	if (wd_source_open_at(sc->name, sc->path, &rc, &c->lim, &cs->src, &cs->error) < 0) {
 		cs->src = NULL;
 		cs->state = CSOURCE_FAILED;
 		wd_error_about(&cs->error, sc->name, NULL);
 		/* a reload that keeps the last good generation says so itself */
 		if (generation == 1)
-			log_err("checkpoint %s (%s): %s", sc->name, sc->path, cs->error.message);
+			log_err("checkpoint %s (%s): %s", sc->name, cs->path, cs->error.message);
 	} else {
 		cs->state = CSOURCE_READY;
 		wd_source_set_drop_cache(cs->src, sc->drop_page_cache);
 		log_info("checkpoint %s: %s, %zu tensors, %llu bytes (%s)", sc->name,
-			 wd_source_kind_name(wd_source_kind(cs->src)), wd_source_tensor_count(cs->src),
-			 (unsigned long long)wd_source_bytes(cs->src), sc->path);
+			 wd_source_kind_name(wd_source_kind(cs->src)),
+			 wd_source_tensor_count(cs->src),
+			 (unsigned long long)wd_source_bytes(cs->src), cs->path);
 	}
 	return cs;
 }
@@ -132,13 +188,16 @@ struct catalog *catalog_new(const struct config *cfg, const struct wd_limits *li
 	if (!c)
 		return NULL;
 	c->lim = *lim;
+	c->remote_connect_timeout_ms = (unsigned)cfg->remote_connect_timeout_ms;
+	c->remote_low_speed_time_s = (unsigned)((cfg->remote_low_speed_time_ms + 999) / 1000);
+	c->remote_retries = cfg->remote_retries;
 	c->items = calloc(cfg->n_sources ? cfg->n_sources : 1, sizeof(*c->items));
 	if (!c->items) {
 		free(c);
 		return NULL;
 	}
 	for (size_t i = 0; i < cfg->n_sources; i++) {
-		struct csource *cs = catalog_source_admit(&cfg->sources[i], lim, 1);
+		struct csource *cs = catalog_source_admit(c, &cfg->sources[i], 1);
 		if (!cs) {
 			catalog_free(c);
 			return NULL;
@@ -267,16 +326,31 @@ struct catalog_plan {
 	struct plan_item items[];
 };
 
+static bool str_same(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Would sc reach the same objects the same way as the entry's section? */
+static bool same_location(const struct source_conf *a, const struct source_conf *b)
+{
+	return strcmp(a->path, b->path) == 0 && str_same(a->endpoint, b->endpoint) &&
+	       str_same(a->region, b->region) && a->path_style == b->path_style &&
+	       str_same(a->credentials_file, b->credentials_file) &&
+	       str_same(a->profile, b->profile) && str_same(a->token_file, b->token_file) &&
+	       str_same(a->ca_file, b->ca_file) && a->allow_http == b->allow_http;
+}
+
 /* Worker: decide whether `it->old` stays or checkpoint `sc` is admitted anew. */
 static void plan_decide(const struct catalog *c, struct plan_item *it, const struct source_conf *sc)
 {
 	it->sc = sc;
-	if (it->old && it->old->state == CSOURCE_READY && strcmp(it->old->path, sc->path) == 0 &&
+	if (it->old && it->old->state == CSOURCE_READY && same_location(it->old->conf, sc) &&
 	    !source_changed(it->old)) {
 		it->conf = conf_copy(sc); /* same files: keep the entry, take the new rules */
 		return;
 	}
-	it->fresh = catalog_source_admit(sc, &c->lim, it->old ? it->old->generation + 1 : 1);
+	it->fresh = catalog_source_admit(c, sc, it->old ? it->old->generation + 1 : 1);
 	if (it->fresh && it->fresh->state == CSOURCE_FAILED && it->old &&
 	    it->old->state == CSOURCE_READY) {
 		/* the new files are broken: the last good generation goes on serving */
@@ -286,7 +360,8 @@ static void plan_decide(const struct catalog *c, struct plan_item *it, const str
 		it->fresh = NULL;
 		it->conf = conf_copy(sc);
 	} else if (it->fresh && it->fresh->state == CSOURCE_FAILED && it->old) {
-		log_err("checkpoint %s (%s): %s", sc->name, sc->path, it->fresh->error.message);
+		log_err("checkpoint %s (%s): %s", sc->name, it->fresh->path,
+			it->fresh->error.message);
 	}
 }
 

@@ -40,7 +40,7 @@ struct csource_stats {
  */
 struct csource {
 	char *name;
-	char *path;
+	char *path;		   /* as it may be shown: a URL without its query */
 	struct wd_source *src;     /* NULL when FAILED */
 	enum csource_state state;
 	weightd_error error;     /* why it FAILED */
@@ -54,6 +54,11 @@ struct csource {
 };
 
 struct catalog;
+
+/* The remote settings of checkpoint section sc as wd_source_open_at takes them (borrowing its
+ * strings), with [daemon]'s remote timeouts from cfg (NULL: wd_remote's defaults). */
+void catalog_remote_conf(const struct source_conf *sc, const struct config *cfg,
+			 struct wd_source_remote_conf *ret);
 
 /* Admit every source of cfg (header validation only). Failed sources are kept as FAILED with
  * their error and logged; the catalog itself only fails on allocation failure. */

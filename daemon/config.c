@@ -231,6 +231,12 @@ void config_free(struct config *cfg)
 	for (size_t i = 0; i < cfg->n_sources; i++) {
 		free(cfg->sources[i].name);
 		free(cfg->sources[i].path);
+		free(cfg->sources[i].endpoint);
+		free(cfg->sources[i].region);
+		free(cfg->sources[i].credentials_file);
+		free(cfg->sources[i].profile);
+		free(cfg->sources[i].token_file);
+		free(cfg->sources[i].ca_file);
 		free(cfg->sources[i].allow_uids);
 		free(cfg->sources[i].allow_gids);
 	}

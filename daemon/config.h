@@ -24,6 +24,15 @@ struct source_conf {
 	bool watch;		 /* reload it by itself when its files change (inotify) */
 	uint64_t watch_delay_ms; /* ... once they have been quiet this long */
 	bool drop_page_cache;	 /* evict the file pages a fill read (wd_source_set_drop_cache) */
+	/* A remote path (s3://, https://, http://): how to reach it. NULL: not set. */
+	char *endpoint;		/* s3: scheme://host[:port] */
+	char *region;		/* s3: signing region */
+	bool path_style;	/* s3: endpoint/bucket/key */
+	char *credentials_file; /* s3: AWS shared-credentials INI */
+	char *profile;		/* s3: its profile */
+	char *token_file;	/* http(s): bearer token */
+	char *ca_file;		/* PEM bundle verifying servers */
+	bool allow_http;	/* plain http:// allowed */
 	int line;            /* where the section starts, for messages */
 };
 
@@ -72,6 +81,10 @@ struct config {
 	uint32_t uid_max_segments;      /* the same summed over a uid's connections (never more
 				         * than a quarter of the daemon's RLIMIT_NOFILE) */
 	uint32_t uid_max_weights;       /* weights held, summed over a uid's connections */
+	/* Remote checkpoints (s3://, https://): how long to wait and how often to try again. */
+	uint64_t remote_connect_timeout_ms; /* to connect, TLS included */
+	uint64_t remote_low_speed_time_ms;  /* a transfer under 1 KiB/s this long fails */
+	uint32_t remote_retries;	    /* attempts after the first, per range */
 	int log_level;              /* LOG_LVL_* or -1 when not set in the file */
 	struct source_conf *sources;
 	size_t n_sources;
@@ -87,6 +100,8 @@ enum config_section { CONFIG_NONE, CONFIG_DAEMON, CONFIG_CHECKPOINT };
 /* What a value is: each type has one parser and one error sentence (config_value.c). */
 enum config_type {
 	CONFIG_T_PATH,      /* absolute path of at most `max` bytes */
+	CONFIG_T_LOCATION,  /* an absolute path, or an s3://, https:// or http:// URL */
+	CONFIG_T_URL,       /* an http:// or https:// URL of a server: scheme, host, port */
 	CONFIG_T_NAME,      /* 1 to `max` of A-Z a-z 0-9 _ . -, not starting with '.' or '-' */
 	CONFIG_T_MODE,      /* octal permission bits, at most `max` */
 	CONFIG_T_GROUP,     /* a group name or id; empty: (gid_t)-1, the group it is created with */

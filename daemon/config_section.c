@@ -10,8 +10,79 @@
 
 #include "digest.h"
 #include "log.h"
+#include "source.h"
 
 /* --- values ------------------------------------------------------------------------------- */
+
+/* Bytes a URL in the file may not hold: blanks and control characters. */
+static bool url_chars_ok(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s <= ' ' || *s == 0x7f)
+			return false;
+	return true;
+}
+
+/*
+ * A checkpoint's path: an absolute path, or a remote location. A URL's query may be a signature
+ * (a presigned URL, an Azure SAS): errors show the URL without it.
+ */
+static int set_location(struct loader *ld, const struct config_key *k, const char *val, char **slot)
+{
+	char shown[600];
+	const char *host;
+
+	if (!wd_source_is_url(val))
+		return config_set_abs_path(ld, k->name, val, k->max, slot);
+	wd_source_show_path(val, shown, sizeof(shown));
+	if (strlen(val) > k->max)
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: the URL is %zu bytes long, at most %llu allowed", k->name,
+				   strlen(val), (unsigned long long)k->max);
+	if (!url_chars_ok(val))
+		return config_fail(
+			ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+			"%s: %s holds a blank or a control character (write it %%-encoded)",
+			k->name, shown);
+	host = strstr(val, "://") + 3;
+	if (strcspn(host, "/?#") == 0)
+		return config_fail(
+			ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: %s names no %s", k->name,
+			shown, strncmp(val, "s3://", 5) == 0 ? "bucket (s3://BUCKET/KEY)" : "host");
+	if (strncmp(val, "s3://", 5) == 0 && strcspn(host, "?#") != strlen(host))
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: an s3:// path takes no query or fragment", k->name);
+	if (strncmp(val, "s3://", 5) == 0 &&
+	    (!host[strcspn(host, "/")] || !host[strcspn(host, "/") + 1]))
+		return config_fail(
+			ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+			"%s: %s names a bucket but no object or prefix (s3://BUCKET/KEY or "
+			"s3://BUCKET/PREFIX/)",
+			k->name, shown);
+	return config_set_string(ld, slot, val);
+}
+
+/* A server's URL: http:// or https://, a host, an optional port, nothing after but "/". */
+static int set_url(struct loader *ld, const struct config_key *k, const char *val, char **slot)
+{
+	const char *host = strstr(val, "://");
+	size_t hl;
+
+	if (strlen(val) > k->max)
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: the URL is %zu bytes long, at most %llu allowed", k->name,
+				   strlen(val), (unsigned long long)k->max);
+	if (!host || (strncmp(val, "http://", 7) != 0 && strncmp(val, "https://", 8) != 0))
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: '%s' is not an http:// or https:// URL", k->name, val);
+	host += 3;
+	hl = strcspn(host, "/?#@");
+	if (hl == 0 || !url_chars_ok(val) || (host[hl] && strcmp(host + hl, "/") != 0))
+		return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT,
+				   "%s: '%s' is not scheme://HOST[:PORT] (no path, user or query)",
+				   k->name, val);
+	return config_set_string(ld, slot, val);
+}
 
 /* Store v in a field of k->width bytes (the row's bounds keep it in range). */
 static void put_uint(const struct config_key *k, void *base, uint64_t v)
@@ -37,6 +108,8 @@ int config_key_set(struct loader *ld, const struct config_key *k, void *base, co
 		if (!val[0] && (k->flags & CONFIG_EMPTY_OK))
 			return config_set_string(ld, field, "");
 		return config_set_abs_path(ld, key, val, k->max, field);
+	case CONFIG_T_LOCATION: return set_location(ld, k, val, field);
+	case CONFIG_T_URL: return set_url(ld, k, val, field);
 	case CONFIG_T_NAME:
 		if (!val[0] || strlen(val) > k->max || val[0] == '.' || val[0] == '-' ||
 		    !config_name_ok(val))
@@ -143,6 +216,83 @@ int config_key_line(const struct loader *ld, enum config_section section, size_t
 _Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(gid_t) == sizeof(uint32_t),
 	       "allow lists are resolved as 32-bit ids");
 
+/* Which location kinds a key applies to. */
+#define FOR_LOCAL 1u
+#define FOR_S3	  2u
+#define FOR_HTTP  4u /* https:// and http:// */
+
+static const struct {
+	size_t field;
+	unsigned kinds;
+	const char *says;
+} location_keys[] = {
+	{ offsetof(struct source_conf, endpoint), FOR_S3, "s3:// paths" },
+	{ offsetof(struct source_conf, region), FOR_S3, "s3:// paths" },
+	{ offsetof(struct source_conf, path_style), FOR_S3, "s3:// paths" },
+	{ offsetof(struct source_conf, credentials_file), FOR_S3, "s3:// paths" },
+	{ offsetof(struct source_conf, profile), FOR_S3, "s3:// paths" },
+	{ offsetof(struct source_conf, token_file), FOR_HTTP, "https:// and http:// paths" },
+	{ offsetof(struct source_conf, ca_file), FOR_S3 | FOR_HTTP, "remote paths" },
+	{ offsetof(struct source_conf, allow_http), FOR_S3 | FOR_HTTP, "remote paths" },
+	{ offsetof(struct source_conf, watch), FOR_LOCAL,
+	  "local paths (a remote checkpoint is reloaded by `weightctl reload`, which compares "
+	  "ETags)" },
+	{ offsetof(struct source_conf, watch_delay_ms), FOR_LOCAL, "local paths" },
+};
+
+/*
+ * The keys of a checkpoint section must fit its path's kind: each one set for another kind is an
+ * error at its line. Plain http:// (the path, or an s3 endpoint) needs allow_http; a profile
+ * needs the credentials file it is a profile of. Nothing here touches the network or the files.
+ */
+static void check_location_keys(struct loader *ld, const struct source_conf *src)
+{
+	const char *p = src->path;
+	unsigned kind = strncmp(p, "s3://", 5) == 0 ? FOR_S3 :
+			wd_source_is_url(p)	    ? FOR_HTTP :
+						      FOR_LOCAL;
+	int line;
+
+	for (size_t i = 0; i < sizeof(location_keys) / sizeof(location_keys[0]); i++) {
+		line = config_key_line(ld, CONFIG_CHECKPOINT, location_keys[i].field);
+		if (line && !(location_keys[i].kinds & kind)) {
+			const char *name = "?";
+
+			for (size_t k = 0; k < config_n_keys; k++)
+				if (config_keys[k].section == CONFIG_CHECKPOINT &&
+				    config_keys[k].field == location_keys[i].field)
+					name = config_keys[k].name;
+			config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
+				    "[checkpoint:%s] %s applies to %s only; this path is %s",
+				    src->name, name, location_keys[i].says,
+				    kind == FOR_S3   ? "an s3:// URL" :
+				    kind == FOR_HTTP ? "an http(s):// URL" :
+						       "a local path");
+		}
+	}
+	line = config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, path));
+	if (strncmp(p, "http://", 7) == 0 && !src->allow_http)
+		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "[checkpoint:%s] path is plain http://: set allow_http = yes in this "
+			    "section to allow it (or use https://)",
+			    src->name);
+	line = config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, endpoint));
+	if (kind == FOR_S3 && src->endpoint && strncmp(src->endpoint, "http://", 7) == 0 &&
+	    !src->allow_http)
+		config_fail(
+			ld, line, WEIGHTD_E_INVALID_ARGUMENT,
+			"[checkpoint:%s] endpoint is plain http://: set allow_http = yes in this "
+			"section to allow it (or use https://)",
+			src->name);
+	line = config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, profile));
+	if (kind == FOR_S3 && line && !src->credentials_file)
+		config_fail(
+			ld, line, WEIGHTD_E_INVALID_ARGUMENT,
+			"[checkpoint:%s] profile names a profile of credentials_file, which this "
+			"section does not set",
+			src->name);
+}
+
 /* The checkpoint section that just ended must have set its required keys; with neither allow
  * list, any peer of the socket may use it. */
 void config_close_section(struct loader *ld)
@@ -160,6 +310,8 @@ void config_close_section(struct loader *ld)
 				    "[checkpoint:%s] has no %s", src->name, config_keys[i].name);
 	src->allow_any = !config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, allow_uids)) &&
 			 !config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, allow_gids));
+	if (ld->n_errors == ld->sect_errors && src->path)
+		check_location_keys(ld, src);
 }
 
 static int open_checkpoint(struct loader *ld, const char *name)

@@ -52,6 +52,37 @@ static void print_config_error(void *ctx, const char *line)
 	fprintf(stderr, "weightd: %s\n", line);
 }
 
+/*
+ * A remote checkpoint as far as it can be checked without the network: its section was checked
+ * with the file; its credentials or token file must be readable and private. Prints its line.
+ */
+static int check_remote(const struct source_conf *sc, weightd_error *err)
+{
+	char shown[1024];
+	int r = 0;
+
+	wd_source_show_path(sc->path, shown, sizeof(shown));
+	if (sc->credentials_file) {
+		struct wd_remote_credentials c = { 0 };
+
+		r = wd_remote_credentials(sc->credentials_file, sc->profile, &c, err);
+		wd_remote_credentials_clear(&c);
+	} else if (sc->token_file) {
+		char *t = NULL;
+
+		r = wd_remote_token(sc->token_file, &t, err);
+		if (t) {
+			explicit_bzero(t, strlen(t));
+			free(t);
+		}
+	}
+	if (r == 0)
+		printf("checkpoint %s: ok, remote %s (not contacted: --check-config reads no "
+		       "network)\n",
+		       sc->name, shown);
+	return r;
+}
+
 /* Validate the config and every checkpoint without starting; prints one line per checkpoint. */
 static int check_config(const struct config *cfg)
 {
@@ -65,6 +96,13 @@ static int check_config(const struct config *cfg)
 		weightd_error err;
 
 		wd_error_clear(&err);
+		if (wd_source_is_url(sc->path)) {
+			if (check_remote(sc, &err) < 0) {
+				printf("checkpoint %s: FAILED: %s\n", sc->name, err.message);
+				bad++;
+			}
+			continue;
+		}
 		if (wd_source_open(sc->name, sc->path, &lim, &src, &err) < 0) {
 			printf("checkpoint %s: FAILED (%s): %s\n", sc->name, sc->path, err.message);
 			bad++;

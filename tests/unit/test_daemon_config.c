@@ -202,6 +202,9 @@ static void check_defaults(const struct config *cfg)
 	assert_int_equal(cfg->uid_max_segments, 16384);
 	assert_int_equal(cfg->uid_max_weights, 1u << 22);
 	assert_int_equal(cfg->log_level, -1);
+	assert_int_equal(cfg->remote_connect_timeout_ms, 10000);
+	assert_int_equal(cfg->remote_low_speed_time_ms, 30000);
+	assert_int_equal(cfg->remote_retries, 6);
 }
 
 /* digest takes either algorithm by name. */
@@ -279,7 +282,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 37); /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 40); /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
@@ -340,6 +343,63 @@ static void test_metrics_listen_loopback(void **state)
 	assert_int_equal(config_parse_listen("localhost:80", &ss, &len, &why), 0);
 	assert_int_equal(ss.ss_family, AF_INET);
 	assert_int_equal(ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr), 0x7f000001);
+}
+
+/* Remote paths and the keys that go with them. */
+static void test_remote_sections(void **state)
+{
+	struct config *cfg;
+
+	(void)state;
+	cfg = load_ok("[daemon]\nremote_retries = 3\nremote_connect_timeout = 2s\n"
+		      "[checkpoint:s]\npath = s3://bkt/models/llama/\n"
+		      "endpoint = http://127.0.0.1:9000\nregion = eu-west-1\npath_style = yes\n"
+		      "credentials_file = /etc/weightd/s3.credentials\nprofile = minio\n"
+		      "allow_http = yes\nca_file = /etc/ssl/ca.pem\n"
+		      "[checkpoint:h]\npath = https://huggingface.co/o/r/resolve/main/m.safetensors"
+		      "?X-Amz-Signature=abc\ntoken_file = /etc/weightd/hf.token\n"
+		      "[checkpoint:l]\npath = /m/a\n");
+	assert_int_equal(cfg->remote_retries, 3);
+	assert_int_equal(cfg->remote_connect_timeout_ms, 2000);
+	assert_string_equal(cfg->sources[0].path, "s3://bkt/models/llama/");
+	assert_string_equal(cfg->sources[0].endpoint, "http://127.0.0.1:9000");
+	assert_string_equal(cfg->sources[0].region, "eu-west-1");
+	assert_true(cfg->sources[0].path_style);
+	assert_true(cfg->sources[0].allow_http);
+	assert_string_equal(cfg->sources[0].profile, "minio");
+	assert_string_equal(cfg->sources[1].token_file, "/etc/weightd/hf.token");
+	assert_null(cfg->sources[1].endpoint);
+	assert_false(cfg->sources[2].allow_http);
+	config_free(cfg);
+
+	/* a key for another kind of path is an error at its line */
+	expect_error("[checkpoint:a]\npath = /m/a\nendpoint = https://x\n", 3,
+		     "endpoint applies to s3:// paths only; this path is a local path");
+	expect_error("[checkpoint:a]\npath = https://h/m.safetensors\nregion = us-east-1\n", 3,
+		     "region applies to s3:// paths only");
+	expect_error("[checkpoint:a]\npath = s3://b/k\ntoken_file = /t\n", 3,
+		     "token_file applies to https:// and http:// paths only");
+	expect_error("[checkpoint:a]\npath = /m/a\nallow_http = yes\n", 3,
+		     "allow_http applies to remote paths only");
+	expect_error("[checkpoint:a]\npath = s3://b/k/\nwatch = yes\n", 3,
+		     "watch applies to local paths");
+	/* plain http needs allow_http, for the path and for an s3 endpoint */
+	expect_error("[checkpoint:a]\npath = http://h/m.safetensors\n", 2, "allow_http = yes");
+	expect_error("[checkpoint:a]\npath = s3://b/k\nendpoint = http://h:9000\n", 3,
+		     "endpoint is plain http://");
+	expect_error("[checkpoint:a]\npath = s3://b/k\nprofile = p\n", 3,
+		     "profile names a profile of credentials_file");
+	/* malformed locations; a query is never repeated in an error */
+	expect_error("[checkpoint:a]\npath = s3:///k\n", 2, "names no bucket");
+	expect_error("[checkpoint:a]\npath = s3://b\n", 2, "names a bucket but no object");
+	expect_error("[checkpoint:a]\npath = https:///x\n", 2, "names no host");
+	expect_error("[checkpoint:a]\npath = s3://b/k\nendpoint = ftp://h\n", 3,
+		     "is not an http:// or https:// URL");
+	expect_error("[checkpoint:a]\npath = s3://b/k\nendpoint = https://h/path\n", 3,
+		     "is not scheme://HOST[:PORT]");
+	expect_error("[checkpoint:a]\npath = https://h/a\x01z?sig=SECRETSIG\n", 2,
+		     "path: https://h/a\x01z holds a blank");
+	expect_error("[daemon]\nremote_retries = 0\n", 2, "remote_retries");
 }
 
 static void test_errors(void **state)
@@ -726,6 +786,7 @@ int main(void)
 		cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_missing_file),
 		cmocka_unit_test(test_parse_size),
+		cmocka_unit_test(test_remote_sections),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
