@@ -153,6 +153,9 @@ void cache_free(struct cache *c, bool unlink_segments);
  * cache_pack_begin returns NULL when out of memory (then each weight gets a segment of its own).
  */
 struct cache_pack *cache_pack_begin(struct cache *c);
+/* Whose request the pack serves (a uid): its jobs are served from that uid's share of the
+ * workers (pool.h). Without it, weightd's own (POOL_OWNER_SELF). Accepts NULL. */
+void cache_pack_owner(struct cache_pack *pack, uint32_t owner);
 /* Create the pack's segments and start their jobs. A segment that cannot be created fails its
  * weights' callbacks right here. Frees the pack; accepts NULL. */
 void cache_pack_end(struct cache *c, struct cache_pack *pack);

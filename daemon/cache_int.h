@@ -12,6 +12,7 @@
 
 /* The segments one pack is filling: the open one of each group of checkpoints. */
 struct cache_pack {
+	uint32_t owner; /* whose share of the workers its jobs are (pool.h) */
 	struct cache_segment **open;
 	size_t n_open, cap_open;
 	struct cache_segment **all;  /* every segment this pack made, to create at the end */
@@ -72,9 +73,10 @@ void cache_claim_source(struct weight *w, struct csource *cs);
 struct job;
 /* The job in flight making the weight of this key, or NULL. */
 struct job *cache_job_find(const struct cache *c, const uint8_t *key);
-/* Another request waits for j: cb runs with the others' when j finishes. 0, or
+/* Another request, of `owner`, waits for j: cb runs with the others' when j finishes. A job
+ * still queued moves to that owner's share of the workers if it would start sooner there. 0, or
  * -WEIGHTD_E_RESOURCE_EXHAUSTED. */
-int cache_job_join(struct job *j, cache_cb cb, void *arg);
+int cache_job_join(struct cache *c, struct job *j, uint32_t owner, cache_cb cb, void *arg);
 /* A job for plan (taken), reading n_sources checkpoints; NULL when out of memory (plan not
  * taken). Neither linked nor queued until cache_job_queue. */
 struct job *cache_job_new(struct cache *c, struct wd_plan *plan, size_t n_sources);
@@ -82,12 +84,13 @@ struct job *cache_job_new(struct cache *c, struct wd_plan *plan, size_t n_source
 void cache_job_free(struct job *j);
 /* What j makes, e.g. "model:layers.0.q" (wd_plan_label), valid while j lives. */
 const char *cache_job_label(const struct job *j);
-/* j's weight goes at offset of sg, for the request cb/arg (its bytes and temporaries reserved by
- * the caller): j references sources[0..n_sources), is in flight (found by key) and queued on sg
- * until sg is created and its jobs start (cache_job_start). */
+/* j's weight goes at offset of sg, for the request cb/arg of `owner` (its bytes and temporaries
+ * reserved by the caller): j references sources[0..n_sources), is in flight (found by key) and
+ * queued on sg until sg is created and its jobs start (cache_job_start), in owner's share of
+ * the workers. */
 void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sources,
-		     size_t n_sources, struct cache_segment *sg, uint64_t offset, cache_cb cb,
-		     void *arg);
+		     size_t n_sources, struct cache_segment *sg, uint64_t offset, uint32_t owner,
+		     cache_cb cb, void *arg);
 /* Start the queued jobs of the created segments sgs[0..n), one task of each in turn. */
 void cache_job_start(struct cache *c, struct cache_segment **sgs, size_t n);
 /* sg could not be created: every job queued on it fails with err (callbacks run here), and sg

@@ -49,6 +49,7 @@ struct job {
 	struct job *hash_next;       /* the chain of its bucket in jobs_by_key */
 	struct job **hash_pprev;     /* what points at it in that chain (unlinked in O(1)) */
 	TAILQ_ENTRY(job) queue_link; /* its segment's jobs waiting for it to be created */
+	struct pool_task *submitted; /* the pool task that runs it (its own, or its batch's) */
 	STAILQ_ENTRY(job) batch_link; /* its batch's jobs (small weights share a task) */
 	struct csource *source0;     /* sources of a job that reads one checkpoint (most do) */
 	struct waiter starter;       /* the request that started it */
@@ -321,6 +322,8 @@ static void job_done(struct pool_task *t)
 static void job_start(struct cache *c, struct job *j)
 {
 	j->fd = j->segment->seg.fd;
+	j->task.cost = j->nbytes;
+	j->submitted = &j->task;
 	if (!c->p.pool) {
 		job_work(&j->task, c->scratch_ok ? &c->scratch : NULL);
 		job_done(&j->task);
@@ -426,12 +429,14 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 		return true;
 	}
 	j->fd = sg->seg.fd;
+	j->submitted = &b->task;
 	STAILQ_INIT(&b->jobs);
 	STAILQ_INSERT_TAIL(&b->jobs, j, batch_link);
 	while ((next = TAILQ_FIRST(list)) && next->nbytes <= BATCH_SMALL && n < BATCH_MAX_JOBS &&
 	       bytes + next->nbytes <= BATCH_MAX_BYTES) {
 		TAILQ_REMOVE(list, next, queue_link);
 		next->fd = sg->seg.fd;
+		next->submitted = &b->task;
 		STAILQ_INSERT_TAIL(&b->jobs, next, batch_link);
 		bytes += next->nbytes;
 		n++;
@@ -441,6 +446,8 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	b->task.work = batch_work;
 	b->task.done = batch_done;
 	b->task.jobs = (unsigned)n;
+	b->task.owner = j->task.owner; /* a segment's jobs are all of its pack's owner */
+	b->task.cost = bytes;
 	log_debug("a batch of %zu small weights (%llu bytes) of %s goes to one worker", n,
 		  (unsigned long long)bytes, sg->seg.name);
 	pool_submit(c->p.pool, &b->task);
@@ -504,12 +511,22 @@ void cache_job_fail_queued(struct cache *c, struct cache_segment *sg, const weig
 		cache_seg_destroy(c, sg, false);
 }
 
-int cache_job_join(struct job *j, cache_cb cb, void *arg)
+/*
+ * A job belongs to the uid whose request started it, and is charged to it. When another uid
+ * joins it while it is still queued, it moves to that uid's share if it would start sooner
+ * there: one uid's long queue never delays a weight another uid waits for too, and the uid it
+ * moves to is charged for what it gets. A job of a batch moves its whole batch (at most
+ * BATCH_MAX_BYTES).
+ */
+int cache_job_join(struct cache *c, struct job *j, uint32_t owner, cache_cb cb, void *arg)
 {
 	struct waiter *wt = calloc(1, sizeof(*wt));
 
 	if (!wt)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	if (c->p.pool && j->submitted && pool_reown(c->p.pool, j->submitted, owner))
+		log_debug("materializing %s: moved to uid %u's share of the workers",
+			  wd_plan_label(j->plan), (unsigned)owner);
 	wt->cb = cb;
 	wt->arg = arg;
 	SLIST_INSERT_HEAD(&j->waiters, wt, link);
@@ -534,8 +551,8 @@ struct job *cache_job_new(struct cache *c, struct wd_plan *plan, size_t n_source
 }
 
 void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sources,
-		     size_t n_sources, struct cache_segment *sg, uint64_t offset, cache_cb cb,
-		     void *arg)
+		     size_t n_sources, struct cache_segment *sg, uint64_t offset, uint32_t owner,
+		     cache_cb cb, void *arg)
 {
 	struct waiter *wt = &j->starter;
 
@@ -554,6 +571,7 @@ void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sour
 	j->fd = -1;
 	j->task.work = job_work;
 	j->task.done = job_done;
+	j->task.owner = owner;
 	j->alg = c->p.digest ? c->p.digest : WD_DIGEST_DEFAULT;
 	sg->n_jobs++;
 	c->temp_used += j->temp;

@@ -35,8 +35,18 @@ static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weigh
 
 struct cache_pack *cache_pack_begin(struct cache *c)
 {
+	struct cache_pack *pk = calloc(1, sizeof(*pk));
+
 	(void)c;
-	return calloc(1, sizeof(struct cache_pack));
+	if (pk)
+		pk->owner = POOL_OWNER_SELF;
+	return pk;
+}
+
+void cache_pack_owner(struct cache_pack *pack, uint32_t owner)
+{
+	if (pack)
+		pack->owner = owner;
 }
 
 static int ptr_cmp(const void *a, const void *b)
@@ -228,7 +238,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	j = cache_job_find(c, key);
 	if (j) {
 		wd_plan_free(plan);
-		if (cache_job_join(j, cb, arg) < 0)
+		if (cache_job_join(c, j, pack ? pack->owner : POOL_OWNER_SELF, cb, arg) < 0)
 			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return 0;
 	}
@@ -258,7 +268,7 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		free(own);
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	cache_job_queue(c, j, sources, n_sources, sg, off, cb, arg);
+	cache_job_queue(c, j, sources, n_sources, sg, off, pack->owner, cb, arg);
 	if (own)
 		cache_pack_end(c, own);
 	return 0;

@@ -35,6 +35,7 @@ struct fill_helper {
 
 /* One weight being filled in chunks; lives on the stack of the worker that called fill_weight. */
 struct fill {
+	struct pool *pool;
 	const struct wd_plan *plan;
 	int fd;
 	uint64_t base, nbytes;
@@ -51,10 +52,15 @@ struct fill {
 	struct fill_helper helper[FILL_MAX_HELPERS];
 };
 
-/* Claim and fill chunks until none is left or one failed. Any worker thread. */
+/*
+ * Claim and fill chunks until none is left or one failed. Any worker thread. Between two chunks
+ * the worker serves another owner's task that is due before this fill's (pool_yield): a chunk is
+ * how long a large fill makes a small request of another uid wait.
+ */
 static void fill_chunks(struct fill *f, struct wd_scratch *scratch)
 {
 	size_t dlen = wd_digest_len(f->alg);
+	bool first = true;
 
 	for (;;) {
 		struct wd_sink sink;
@@ -62,6 +68,17 @@ static void fill_chunks(struct fill *f, struct wd_scratch *scratch)
 		uint64_t i, off, len, read = 0;
 		int r;
 
+		if (!first) {
+			bool more;
+
+			pthread_mutex_lock(&f->lock);
+			more = f->status == 0 && f->next < f->nchunks;
+			pthread_mutex_unlock(&f->lock);
+			if (!more)
+				return;
+			pool_yield(f->pool, scratch);
+		}
+		first = false;
 		pthread_mutex_lock(&f->lock);
 		i = f->status == 0 && f->next < f->nchunks ? f->next++ : f->nchunks;
 		pthread_mutex_unlock(&f->lock);
@@ -181,7 +198,12 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
 		struct wd_scratch *scratch, uint8_t *ret_digest, uint64_t *ret_bytes_read,
 		weightd_error *err)
 {
-	struct fill f = { .plan = plan, .fd = fd, .base = base, .nbytes = nbytes, .alg = alg,
+	struct fill f = { .pool = pool,
+			  .plan = plan,
+			  .fd = fd,
+			  .base = base,
+			  .nbytes = nbytes,
+			  .alg = alg,
 			  .progress = progress };
 
 	if (!scratch)

@@ -17,11 +17,12 @@
  * writable fd) and compute their content digest of algorithm alg (digest.h) into ret_digest.
  *
  * A weight above WD_DIGEST_CHUNK whose plan produces ranges independently (wd_plan_splittable)
- * is filled chunk by chunk by this worker and by helpers it posts at the back of `pool`'s
- * queue, up to one per other worker (so other workers finish the weights queued before joining
- * this one): whoever is free claims the next chunk, fills it with its
+ * is filled chunk by chunk by this worker and by helpers it posts behind its owner's other
+ * queued tasks (pool_help), up to one per other worker (so other workers finish the weights
+ * queued before joining this one): whoever is free claims the next chunk, fills it with its
  * own pread/pwrite or cast and hashes it, and the chunk digests are composed at the end. A
- * worker slowed by a busy core simply fills fewer chunks. Any other weight is filled in order
+ * worker slowed by a busy core simply fills fewer chunks. Between chunks each of them serves
+ * another owner's task that is due first (pool_yield). Any other weight is filled in order
  * here, its SHA-256 (if that is the algorithm) on the scratch's hasher thread.
  *
  * progress (may be NULL) gets the bytes written added as they are. *ret_bytes_read gets the

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* pool.c - worker threads fed by a mutex-protected queue; completions return through an eventfd. */
+/* pool.c - worker threads fed by a mutex-protected queue, served fairly between the tasks' owners;
+ * completions return through an eventfd. */
 #include "pool.h"
 
 #include <errno.h>
@@ -15,13 +16,32 @@
 #include "clock.h"
 #include "log.h"
 
-STAILQ_HEAD(pool_tasks, pool_task);
+TAILQ_HEAD(pool_tasks, pool_task);
+
+/*
+ * One owner's queued tasks, in the order they came. Virtual time counts bytes: a task starts
+ * (virtually) when its owner's earlier tasks are paid for, and not before the pool's virtual
+ * clock, `vnow`, the virtual start of the task that started last; it finishes its cost later.
+ * Workers take the queued task with the earliest virtual start. A flow with nothing queued is
+ * kept while its last task's finish lies ahead of vnow (what it was charged still counts), then
+ * freed: at most one flow per owner with work queued or just started.
+ */
+struct pool_flow {
+	uint32_t owner;
+	uint64_t last; /* virtual finish of its last task queued */
+	struct pool_tasks queue;
+	LIST_ENTRY(pool_flow) link;
+};
 
 struct pool {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;             /* work queued, or stop */
 	pthread_cond_t exited;           /* a worker left (pool_free waits on it) */
-	struct pool_tasks queue;         /* queued work */
+	LIST_HEAD(, pool_flow) flows;
+	struct pool_flow *recent; /* the flow found last (submissions come in runs) */
+	struct pool_flow spare;	  /* shared by every owner whose flow could not be allocated */
+	uint64_t vnow;		  /* virtual start of the task started last */
+	size_t nqueued;		  /* tasks in every flow */
 	struct pool_tasks done;          /* finished, waiting for the main thread */
 	size_t pending;                  /* main thread's count: submitted, done() not yet run */
 	bool stop;
@@ -34,14 +54,119 @@ struct pool {
 	struct event *ev;
 };
 
+/* The task this worker runs, and whether it runs inside another's pool_yield. */
+static __thread struct pool_task *tl_running;
+static __thread bool tl_nested;
+
 /* Lock held: hand a task to the main thread. */
 static void push_done(struct pool *p, struct pool_task *t)
 {
 	uint64_t one = 1;
 
-	STAILQ_INSERT_TAIL(&p->done, t, link);
+	TAILQ_INSERT_TAIL(&p->done, t, link);
 	if (write(p->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		log_err("worker: eventfd write failed");
+}
+
+static uint64_t max64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+/* Lock held: the flow of `owner`, made if it has none (the spare when out of memory). */
+static struct pool_flow *flow_of(struct pool *p, uint32_t owner)
+{
+	struct pool_flow *f = p->recent;
+
+	if (f && f->owner == owner)
+		return f;
+	LIST_FOREACH(f, &p->flows, link)
+	if (f->owner == owner)
+		goto found;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return &p->spare;
+	f->owner = owner;
+	TAILQ_INIT(&f->queue);
+	LIST_INSERT_HEAD(&p->flows, f, link);
+found:
+	p->recent = f;
+	return f;
+}
+
+/* Lock held: what flow_of would find, without making one. */
+static struct pool_flow *flow_find(struct pool *p, uint32_t owner)
+{
+	struct pool_flow *f;
+
+	LIST_FOREACH(f, &p->flows, link)
+	if (f->owner == owner)
+		return f;
+	return NULL;
+}
+
+/* Lock held: queue t at the back of its owner's flow, charged `cost`. */
+static void enqueue(struct pool *p, struct pool_task *t, uint64_t cost)
+{
+	struct pool_flow *f = flow_of(p, t->owner);
+
+	t->start = max64(p->vnow, f->last);
+	t->finish = t->start + cost;
+	f->last = t->finish;
+	t->flow = f;
+	TAILQ_INSERT_TAIL(&f->queue, t, link);
+	t->queued = true;
+	p->nqueued++;
+}
+
+/* Lock held: take t out of its flow. */
+static void unqueue(struct pool *p, struct pool_task *t)
+{
+	TAILQ_REMOVE(&t->flow->queue, t, link);
+	t->queued = false;
+	p->nqueued--;
+}
+
+/*
+ * Lock held: the queued task to start next, the earliest virtual start of any flow's first (a
+ * flow's tasks start in order). With `other`, only among owners other than its owner's, and only
+ * one that starts before `other` finishes. Flows with nothing queued and nothing charged ahead of
+ * vnow are freed on the way. Linear in the flows: one per owner with work queued.
+ */
+static struct pool_task *pick(struct pool *p, const struct pool_task *other)
+{
+	struct pool_flow *f, *next;
+	struct pool_task *best = NULL;
+
+	for (f = LIST_FIRST(&p->flows); f; f = next) {
+		struct pool_task *t = TAILQ_FIRST(&f->queue);
+
+		next = LIST_NEXT(f, link);
+		if (!t) {
+			if (f->last <= p->vnow) {
+				if (p->recent == f)
+					p->recent = NULL;
+				LIST_REMOVE(f, link);
+				free(f);
+			}
+			continue;
+		}
+		if (other && (f->owner == other->owner || t->start >= other->finish))
+			continue;
+		if (!best || t->start < best->start)
+			best = t;
+	}
+	if (TAILQ_FIRST(&p->spare.queue) && !other) {
+		struct pool_task *t = TAILQ_FIRST(&p->spare.queue);
+
+		if (!best || t->start < best->start)
+			best = t;
+	}
+	if (best) {
+		unqueue(p, best);
+		p->vnow = max64(p->vnow, best->start);
+	}
+	return best;
 }
 
 /*
@@ -60,7 +185,7 @@ static void *worker_main(void *arg)
 		struct pool_task *t;
 		bool helper;
 
-		while (STAILQ_EMPTY(&p->queue) && !p->stop) {
+		while (!p->nqueued && !p->stop) {
 			struct timespec ts;
 
 			if (!have) {
@@ -69,18 +194,16 @@ static void *worker_main(void *arg)
 			}
 			ts = wd_clock_deadline(p->idle_ms);
 			if (pthread_cond_timedwait(&p->cond, &p->lock, &ts) == ETIMEDOUT &&
-			    STAILQ_EMPTY(&p->queue)) {
+			    !p->nqueued) {
 				pthread_mutex_unlock(&p->lock);
 				wd_scratch_free(&scratch);
 				have = false;
 				pthread_mutex_lock(&p->lock);
 			}
 		}
-		if (STAILQ_EMPTY(&p->queue))
+		t = p->nqueued ? pick(p, NULL) : NULL;
+		if (!t)
 			break;
-		t = STAILQ_FIRST(&p->queue);
-		STAILQ_REMOVE_HEAD(&p->queue, link);
-		t->queued = false;
 		helper = !t->done;
 		pthread_mutex_unlock(&p->lock);
 
@@ -90,7 +213,9 @@ static void *worker_main(void *arg)
 				log_err("worker: cannot allocate its %u-byte buffers",
 					(unsigned)WD_SCRATCH_BYTES);
 		}
+		tl_running = t;
 		t->work(t, have ? &scratch : NULL);
+		tl_running = NULL;
 
 		pthread_mutex_lock(&p->lock);
 		if (helper)
@@ -108,17 +233,17 @@ static void *worker_main(void *arg)
 static void on_done(evutil_socket_t fd, short what, void *arg)
 {
 	struct pool *p = arg;
-	struct pool_tasks list = STAILQ_HEAD_INITIALIZER(list);
+	struct pool_tasks list = TAILQ_HEAD_INITIALIZER(list);
 	struct pool_task *t;
 	uint64_t n;
 
 	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
 		log_err("pool: eventfd read failed");
 	pthread_mutex_lock(&p->lock);
-	STAILQ_CONCAT(&list, &p->done);
+	TAILQ_CONCAT(&list, &p->done, link);
 	pthread_mutex_unlock(&p->lock);
-	while ((t = STAILQ_FIRST(&list))) {
-		STAILQ_REMOVE_HEAD(&list, link);
+	while ((t = TAILQ_FIRST(&list))) {
+		TAILQ_REMOVE(&list, t, link);
 		p->pending--;
 		t->done(t);
 	}
@@ -143,8 +268,10 @@ struct pool *pool_new(struct event_base *base, unsigned nthreads)
 	if (nthreads == 0)
 		nthreads = pool_default_threads();
 	p->idle_ms = POOL_IDLE_MS;
-	STAILQ_INIT(&p->queue);
-	STAILQ_INIT(&p->done);
+	LIST_INIT(&p->flows);
+	TAILQ_INIT(&p->spare.queue);
+	p->spare.owner = POOL_OWNER_SELF;
+	TAILQ_INIT(&p->done);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -191,8 +318,7 @@ void pool_submit(struct pool *p, struct pool_task *t)
 		pthread_mutex_unlock(&p->lock);
 		return;
 	}
-	STAILQ_INSERT_TAIL(&p->queue, t, link);
-	t->queued = true;
+	enqueue(p, t, max64(t->cost, POOL_MIN_COST));
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -206,8 +332,9 @@ void pool_help(struct pool *p, struct pool_task *t)
 		pthread_mutex_unlock(&p->lock);
 		return;
 	}
-	STAILQ_INSERT_TAIL(&p->queue, t, link);
-	t->queued = true;
+	if (tl_running)
+		t->owner = tl_running->owner;
+	enqueue(p, t, 0);
 	pthread_cond_signal(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -218,8 +345,7 @@ bool pool_withdraw(struct pool *p, struct pool_task *t)
 
 	pthread_mutex_lock(&p->lock);
 	if (t->queued) {             /* queued is true exactly while it is in the queue */
-		STAILQ_REMOVE(&p->queue, t, pool_task, link);
-		t->queued = false;
+		unqueue(p, t);
 		found = true;
 	}
 	found = found || t->cancelled;   /* pool_cancel dropped it: it never ran */
@@ -234,10 +360,8 @@ size_t pool_cancel(struct pool *p)
 
 	pthread_mutex_lock(&p->lock);
 	p->cancelled = true;
-	while ((t = STAILQ_FIRST(&p->queue))) {
-		STAILQ_REMOVE_HEAD(&p->queue, link);
+	while ((t = p->nqueued ? pick(p, NULL) : NULL)) {
 		t->cancelled = true;
-		t->queued = false;
 		if (!t->done)
 			continue; /* nobody waits for it (a fill helper): dropped */
 		push_done(p, t);
@@ -245,6 +369,51 @@ size_t pool_cancel(struct pool *p)
 	}
 	pthread_mutex_unlock(&p->lock);
 	return n;
+}
+
+bool pool_yield(struct pool *p, struct wd_scratch *scratch)
+{
+	struct pool_task *cur = tl_running, *t;
+	bool helper;
+
+	if (!cur || tl_nested || !__atomic_load_n(&p->nqueued, __ATOMIC_RELAXED))
+		return false;
+	pthread_mutex_lock(&p->lock);
+	t = p->nqueued ? pick(p, cur) : NULL;
+	pthread_mutex_unlock(&p->lock);
+	if (!t)
+		return false;
+	helper = !t->done;
+	tl_running = t;
+	tl_nested = true;
+	t->work(t, scratch);
+	tl_nested = false;
+	tl_running = cur;
+	if (helper)
+		return true; /* its owner may already have freed it */
+	pthread_mutex_lock(&p->lock);
+	push_done(p, t);
+	pthread_mutex_unlock(&p->lock);
+	return true;
+}
+
+bool pool_reown(struct pool *p, struct pool_task *t, uint32_t owner)
+{
+	struct pool_flow *f;
+	bool moved = false;
+
+	pthread_mutex_lock(&p->lock);
+	if (t->queued && t->owner != owner) {
+		f = flow_find(p, owner);
+		if (max64(p->vnow, f ? f->last : 0) < t->start) {
+			unqueue(p, t);
+			t->owner = owner;
+			enqueue(p, t, t->finish - t->start);
+			moved = true;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return moved;
 }
 
 void pool_dispatch(struct pool *p)
@@ -299,6 +468,12 @@ bool pool_free(struct pool *p, unsigned grace_ms)
 		event_free(p->ev);
 	if (p->efd >= 0)
 		close(p->efd);
+	while (!LIST_EMPTY(&p->flows)) {
+		struct pool_flow *f = LIST_FIRST(&p->flows);
+
+		LIST_REMOVE(f, link);
+		free(f);
+	}
 	pthread_cond_destroy(&p->cond);
 	pthread_cond_destroy(&p->exited);
 	pthread_mutex_destroy(&p->lock);

@@ -5,27 +5,46 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/queue.h>
 
 #include "sink.h"
 
 struct event_base;
 struct pool;
+struct pool_flow;
 
 /*
  * A task runs `work(task, scratch)` on a worker thread (scratch is that thread's bounce buffers,
  * NULL if they could not be had), then `done(task)` on the main thread. A task cancelled before
  * it started (pool_cancel) skips work() and reaches done() with `cancelled` set. Tasks are owned
  * by the submitter; the pool only links them through `link`.
+ *
+ * Workers serve the owners of queued tasks fairly (start-time fair queueing over bytes): each
+ * task is charged its `cost` to its `owner`, and the next task to start is the one whose owner
+ * has been charged least since it began to wait (an owner that had nothing queued starts level
+ * with the task started last: idle time is not banked). One owner's queue of large fills thus
+ * waits behind another owner's small request, not the other way round.
  */
 struct pool_task {
 	void (*work)(struct pool_task *t, struct wd_scratch *scratch);
 	void (*done)(struct pool_task *t);
-	STAILQ_ENTRY(pool_task) link;
+	TAILQ_ENTRY(pool_task) link;
 	bool cancelled;
 	bool queued;                     /* the pool's: waiting in the queue (under its lock) */
 	unsigned jobs;                   /* what pool_cancel counts it as (0: one) */
+	uint32_t owner; /* whose share it is served from (a uid, or POOL_OWNER_SELF) */
+	uint64_t cost;	/* bytes it writes: what its owner is charged */
+	/* the pool's, under its lock */
+	uint64_t start, finish; /* its virtual start and finish (pool.c) */
+	struct pool_flow *flow; /* the owner's queue it waits in */
 };
+
+/* The owner of work weightd does for itself (preloads, reloads). */
+#define POOL_OWNER_SELF UINT32_MAX
+
+/* What a task is charged at least, whatever its cost: handing it to a worker is not free. */
+#define POOL_MIN_COST (64u << 10)
 
 /* The default worker count is the number of online CPUs, at most this: fills are bound by memory
  * bandwidth long before, and each busy worker holds buffers of its own (wd_scratch_init). */
@@ -60,9 +79,11 @@ void pool_dispatch(struct pool *p);
 void pool_set_idle_ms(struct pool *p, unsigned ms);
 
 /*
- * From a worker: queue a helper task at the back, to run on the first worker with nothing else
- * to do (a job that fills one large weight posts helpers that claim parts of it). At the back,
- * so that workers take whole weights of their own before they share one: writes into one
+ * From a worker: queue a helper task, to run on the first worker with nothing else to do (a job
+ * that fills one large weight posts helpers that claim parts of it). It is the owner's of the
+ * task that worker runs (of t->owner when called from any other thread) and costs nothing (the
+ * job that posts it was charged its bytes); it waits behind that owner's other queued tasks, so
+ * that workers take whole weights of their own before they share one: writes into one
  * shared-memory object serialize on its inode lock. Its done must be NULL: the pool never
  * touches a helper after its work returns, nor counts it as pending, and pool_cancel drops it
  * unrun. Its owner must pool_withdraw it (or see its work finish) before freeing it.
@@ -71,6 +92,20 @@ void pool_help(struct pool *p, struct pool_task *t);
 /* Take a helper out of the queue if no worker has started it: true if its work will never run
  * (withdrawn now, or dropped by pool_cancel), false if its work has started or finished. */
 bool pool_withdraw(struct pool *p, struct pool_task *t);
+
+/*
+ * From a worker between two steps of a long task (the chunks of a large fill): if another owner
+ * has a task queued that would start before the running task finishes (its virtual start is
+ * earlier than the running task's virtual finish), run it now on this worker with `scratch`,
+ * then return true; the long task goes on after. So a small request waits for about one step of
+ * another owner's long task, not for all of it. A task run this way does not yield in turn.
+ * scratch must not hold anything of the caller's between its steps. False when nothing ran.
+ */
+bool pool_yield(struct pool *p, struct wd_scratch *scratch);
+
+/* Change the owner of a task still queued to `owner` when that owner would start it sooner (a
+ * weight another uid also waits for). Main thread. True if it moved. */
+bool pool_reown(struct pool *p, struct pool_task *t, uint32_t owner);
 
 /* Tasks queued or running. */
 size_t pool_pending(const struct pool *p);

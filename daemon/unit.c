@@ -448,6 +448,7 @@ void unit_request(struct session *s, uint64_t id, const Weightd__Unit *pu, bool 
 	holds_pending_add(&s->holds, u->new_bytes, u->new_weights);
 	u->pending = 1; /* held by this function until every entry is submitted */
 	pack = cache_pack_begin(s->d->cache); /* NULL: each new weight alone, still correct */
+	cache_pack_owner(pack, s->peer.uid);
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct unit_out *o = &u->outs[i];
 		struct weight *w = NULL;

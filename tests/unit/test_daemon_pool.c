@@ -2,7 +2,8 @@
 /* test_daemon_pool.c - the worker pool: done() on the loop thread for every task, queued work
  * cancelled at shutdown without running, busy workers abandoned after the grace period, and
  * worker buffers made on first use and given back when idle; fill helpers (pool_help,
- * pool_withdraw). */
+ * pool_withdraw); owners served fairly over bytes, long tasks yielding to other owners between
+ * steps (pool_yield), queued tasks moving to the owner due first (pool_reown). */
 #include <event2/event.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -374,6 +375,196 @@ static void cancel_drops_helpers_and_withdraw_says_so(void **state)
 	event_base_free(base);
 }
 
+/* Records the order works ran in (h_seq) and whether it ran inside another task's yield. */
+struct f_task {
+	struct pool_task task; /* first */
+	int seq, done_count;
+};
+
+static struct pool *f_pool;
+static sem_t f_go, f_running;
+static int f_yield_first, f_yield_second;
+
+static void f_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	(void)scratch;
+	pthread_mutex_lock(&h_lock);
+	((struct f_task *)t)->seq = ++h_seq;
+	pthread_mutex_unlock(&h_lock);
+}
+
+static void f_done(struct pool_task *t)
+{
+	((struct f_task *)t)->done_count++;
+}
+
+/* A long task of owner 1 in steps: between them it offers its worker (pool_yield). */
+static void f_long_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	sem_post(&f_running);
+	sem_wait(&f_go);
+	f_yield_first = pool_yield(f_pool, scratch);  /* owner 2's task is due: it runs here */
+	f_yield_second = pool_yield(f_pool, scratch); /* only owner 1's own are left: nothing */
+	f_work(t, scratch);
+}
+
+static void f_init(struct f_task *x, uint32_t owner, uint64_t cost)
+{
+	memset(x, 0, sizeof(*x));
+	x->task.work = f_work;
+	x->task.done = f_done;
+	x->task.owner = owner;
+	x->task.cost = cost;
+}
+
+/*
+ * Workers serve owners fairly over bytes: with one owner's four 256 MiB tasks queued ahead, a
+ * small task of another owner starts after at most one of them, not after all four; and an
+ * owner that comes back after others were served starts level with a new owner, not ahead by
+ * what it did not ask for meanwhile.
+ */
+static void owners_are_served_fairly_over_bytes(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct h_task blocker = { .task = { .work = h_work, .done = h_done }, .block = true };
+	struct f_task big[4], small, later;
+	struct pool *p;
+
+	(void)state;
+	assert_non_null(base);
+	p = pool_new(base, 1);
+	assert_non_null(p);
+	h_released = h_blocking = false;
+	h_seq = 0;
+	pool_submit(p, &blocker.task);
+	pthread_mutex_lock(&h_lock);
+	while (!h_blocking)
+		pthread_cond_wait(&h_cond, &h_lock);
+	pthread_mutex_unlock(&h_lock);
+	for (int i = 0; i < 4; i++) {
+		f_init(&big[i], 1000, 256u << 20);
+		pool_submit(p, &big[i].task);
+	}
+	f_init(&small, 2000, 4096);
+	pool_submit(p, &small.task);
+	pthread_mutex_lock(&h_lock);
+	h_released = true;
+	pthread_cond_broadcast(&h_cond);
+	pthread_mutex_unlock(&h_lock);
+	while (big[3].done_count == 0 || small.done_count == 0)
+		event_base_loop(base, EVLOOP_ONCE);
+	/* blocker 1; the small one second or third, before the second big one */
+	assert_true(small.seq <= 3);
+	assert_true(small.seq < big[1].seq);
+	for (int i = 1; i < 4; i++)
+		assert_true(big[i - 1].seq < big[i].seq); /* one owner's in order */
+
+	/* owner 2000, idle while owner 1000's bytes were served, gets no credit for it: a new
+	 * owner's task is not queued behind all of its tasks */
+	h_released = h_blocking = false;
+	blocker.work_seq = 0;
+	pool_submit(p, &blocker.task);
+	pthread_mutex_lock(&h_lock);
+	while (!h_blocking)
+		pthread_cond_wait(&h_cond, &h_lock);
+	pthread_mutex_unlock(&h_lock);
+	for (int i = 0; i < 3; i++) {
+		f_init(&big[i], 2000, 1u << 20);
+		pool_submit(p, &big[i].task);
+	}
+	f_init(&later, 3000, 1u << 20);
+	pool_submit(p, &later.task);
+	pthread_mutex_lock(&h_lock);
+	h_released = true;
+	pthread_cond_broadcast(&h_cond);
+	pthread_mutex_unlock(&h_lock);
+	while (big[2].done_count == 0 || later.done_count == 0)
+		event_base_loop(base, EVLOOP_ONCE);
+	assert_true(later.seq < big[1].seq);
+	assert_true(pool_free(p, 0));
+	event_base_free(base);
+}
+
+/*
+ * A long task that yields between its steps lets another owner's due task run on its worker
+ * then and there (its done() still comes on the loop), but never one of its own owner's.
+ */
+static void a_long_task_yields_to_another_owner_only(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct f_task lng, own, other;
+
+	(void)state;
+	assert_non_null(base);
+	f_pool = pool_new(base, 1);
+	assert_non_null(f_pool);
+	h_seq = 0;
+	sem_init(&f_go, 0, 0);
+	sem_init(&f_running, 0, 0);
+	f_init(&lng, 1, 256u << 20);
+	lng.task.work = f_long_work;
+	f_init(&own, 1, 4096);
+	f_init(&other, 2, 4096);
+	pool_submit(f_pool, &lng.task);
+	sem_wait(&f_running);
+	pool_submit(f_pool, &own.task);
+	pool_submit(f_pool, &other.task);
+	sem_post(&f_go);
+	while (lng.done_count == 0 || own.done_count == 0 || other.done_count == 0)
+		event_base_loop(base, EVLOOP_ONCE);
+	assert_true(f_yield_first);
+	assert_false(f_yield_second);
+	assert_int_equal(other.seq, 1); /* inside the long one */
+	assert_int_equal(lng.seq, 2);
+	assert_int_equal(own.seq, 3); /* after it, as queued */
+	assert_int_equal(other.done_count, 1);
+	assert_true(pool_free(f_pool, 0));
+	sem_destroy(&f_go);
+	sem_destroy(&f_running);
+	event_base_free(base);
+}
+
+/* A queued task moves to an owner that would start it sooner (a weight both wait for), and not
+ * to one that would start it later. */
+static void a_queued_task_moves_to_the_owner_due_first(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct h_task blocker = { .task = { .work = h_work, .done = h_done }, .block = true };
+	struct f_task a[3], b;
+	struct pool *p;
+
+	(void)state;
+	assert_non_null(base);
+	p = pool_new(base, 1);
+	assert_non_null(p);
+	h_released = h_blocking = false;
+	h_seq = 0;
+	pool_submit(p, &blocker.task);
+	pthread_mutex_lock(&h_lock);
+	while (!h_blocking)
+		pthread_cond_wait(&h_cond, &h_lock);
+	pthread_mutex_unlock(&h_lock);
+	for (int i = 0; i < 3; i++) {
+		f_init(&a[i], 1000, 64u << 20);
+		pool_submit(p, &a[i].task);
+	}
+	f_init(&b, 2000, 64u << 20);
+	pool_submit(p, &b.task);
+	assert_false(pool_reown(p, &a[0].task, 2000)); /* first already */
+	assert_true(pool_reown(p, &a[2].task, 3000));  /* owner 3000 has nothing queued */
+	assert_int_equal(a[2].task.owner, 3000);
+	assert_false(pool_reown(p, &blocker.task, 3000)); /* running */
+	pthread_mutex_lock(&h_lock);
+	h_released = true;
+	pthread_cond_broadcast(&h_cond);
+	pthread_mutex_unlock(&h_lock);
+	while (a[1].done_count == 0 || a[2].done_count == 0 || b.done_count == 0)
+		event_base_loop(base, EVLOOP_ONCE);
+	assert_true(a[2].seq < a[1].seq);
+	assert_true(pool_free(p, 0));
+	event_base_free(base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -384,6 +575,9 @@ int main(void)
 		cmocka_unit_test(busy_workers_are_abandoned_after_the_grace),
 		cmocka_unit_test(helpers_queue_behind_can_be_withdrawn_and_get_no_done),
 		cmocka_unit_test(cancel_drops_helpers_and_withdraw_says_so),
+		cmocka_unit_test(owners_are_served_fairly_over_bytes),
+		cmocka_unit_test(a_long_task_yields_to_another_owner_only),
+		cmocka_unit_test(a_queued_task_moves_to_the_owner_due_first),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_hostile_workers.c - one local uid queues many large cold fills; another uid's small cold
+ * get must still be served within about one chunk's fill time of what it takes on an idle
+ * daemon, and the daemon's fds, memory and /dev/shm come back to where they were. Needs root
+ * (the attacker and the victim are other uids). */
+#include "hostile.h"
+
+static struct harness H;
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (H.dir[0]) /* not when the test was skipped before making one */
+		harness_cleanup(&H);
+	memset(&H, 0, sizeof(H));
+	return 0;
+}
+
+#define BIG_N	    16
+#define BIG_BYTES   (64ull << 20)
+#define CHUNK_BYTES (16ull << 20) /* what one worker fills before it looks at the queue again */
+
+/* A daemon with "tiny", "secret" and "big": BIG_N tensors of BIG_BYTES that anyone may read. */
+static void start_with_big(const char *extra)
+{
+	char sections[4096], big[512], args[2048];
+	size_t n;
+
+	if (geteuid() != 0)
+		skip();
+	if (harness_init(&H) < 0 || hostile_fixtures(&H, sections, sizeof(sections)) < 0)
+		fail_msg("cannot prepare the test directory");
+	harness_path(&H, "big.safetensors", big, sizeof(big));
+	n = (size_t)snprintf(args, sizeof(args), "safetensors %s", big);
+	for (int i = 0; i < BIG_N; i++)
+		n += (size_t)snprintf(args + n, sizeof(args) - n, " --tensor b%d:U8:%llu", i,
+				      BIG_BYTES);
+	if (harness_mkfixture(args) < 0)
+		fail_msg("cannot write %s", big);
+	chmod(big, 0644);
+	n = strlen(sections);
+	snprintf(sections + n, sizeof(sections) - n, "\n[checkpoint:big]\npath = %s\n", big);
+	it_start(&H, extra, sections);
+}
+
+/* The victim's cold get of tiny:`tensor` (pattern `seed`), in a child as UID_VICTIM: how long
+ * from fork to the checked bytes, in ms (fails the test if it was not served). */
+static int64_t victim_cold_get(const char *tensor, unsigned seed)
+{
+	int64_t t0 = it_now_ms();
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		weightd_client *c = NULL;
+		weightd_weight *w = NULL;
+		const void *p = NULL;
+		weightd_error err;
+
+		hostile_become(UID_VICTIM);
+		if (weightd_connect(H.sock, "victim", &c, &err) < 0 ||
+		    it_get(c, "tiny", tensor, &w, &err) < 0) {
+			fprintf(stderr, "victim: %s: %s\n", tensor, err.message);
+			_exit(2);
+		}
+		if (weightd_weight_map(w, &p, &err) < 0 ||
+		    it_pattern_mismatch(p, TENSOR_BYTES, seed) != -1)
+			_exit(3);
+		weightd_release(w);
+		weightd_close(c);
+		_exit(0);
+	}
+	it_wait_child_ok(pid);
+	return it_now_ms() - t0;
+}
+
+/*
+ * Workers served jobs first come, first served: 12 queued cold 256 MiB fills of one uid made
+ * another uid's cold 64-byte get wait 3.6 s. Workers now serve uids fairly over bytes, and a
+ * worker filling a large weight serves another uid's due job between two of its chunks, so the
+ * victim waits for about one chunk per worker, not for the queue. Scaled: 16 fills of 64 MiB
+ * queued at once by one connection; the victim's cold gets of 64 KiB tensors during them must
+ * take at most twice as long as on the idle daemon plus two chunks' fill time (a chunk's time
+ * measured from the attack's own rate) plus 100 ms for a shared machine. The attacker is not
+ * refused (each fill is within its limits): its fills all complete, after the victim's.
+ */
+static void queued_fills_do_not_stall_another_uids_cold_get(void **state)
+{
+	struct hostile_chan ch;
+	struct hostile_base base;
+	char line[1200];
+	int64_t idle, took[2], bound, attack_ms = 0;
+	double chunk_ms;
+	pid_t pid;
+
+	(void)state;
+	start_with_big("budget = 6G\nworkers = 2\n");
+	base = hostile_baseline(&H);
+	idle = victim_cold_get("t0", 0);
+	chan_open(&ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		weightd_inflight *f[BIG_N];
+		weightd_weight *w[BIG_N];
+		weightd_client *c = NULL;
+		weightd_error err;
+		char name[16];
+		int64_t t0;
+
+		chan_child(&ch);
+		hostile_become(UID_ATTACKER);
+		if (weightd_connect(H.sock, "attacker", &c, &err) < 0)
+			_exit(10);
+		t0 = it_now_ms();
+		for (int i = 0; i < BIG_N; i++) {
+			snprintf(name, sizeof(name), "b%d", i);
+			if (weightd_materialize(c, "big", name, NULL, &f[i], &err) < 0)
+				_exit(11);
+		}
+		chan_say(ch.to_parent[1], "queued\n");
+		for (int i = 0; i < BIG_N; i++)
+			if (weightd_finish(f[i], &w[i], &err) < 0 ||
+			    weightd_weight_nbytes(w[i]) != BIG_BYTES) {
+				fprintf(stderr, "attacker: b%d: %s\n", i, err.message);
+				_exit(12);
+			}
+		chan_say(ch.to_parent[1], "filled %lld\n", (long long)(it_now_ms() - t0));
+		for (int i = 0; i < BIG_N; i++)
+			weightd_release(w[i]);
+		weightd_close(c);
+		_exit(0);
+	}
+	chan_parent(&ch);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	assert_string_equal(line, "queued");
+	/* every fill is in flight before the victim asks */
+	for (int64_t end = it_now_ms() + 10000;;) {
+		weightd_status *st = it_status_of(&H);
+		uint64_t n = st->materializations_in_flight;
+
+		weightd_status_free(st);
+		if (n >= BIG_N)
+			break;
+		if (it_now_ms() > end)
+			fail_msg("only %llu of the attacker's %d fills were ever in flight",
+				 (unsigned long long)n, BIG_N);
+		usleep(2000);
+	}
+	took[0] = victim_cold_get("t1", 1);
+	took[1] = victim_cold_get("t3", 3);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	if (sscanf(line, "filled %lld", (long long *)&attack_ms) != 1)
+		fail_msg("the attacker said: %s", line);
+	it_wait_child_ok(pid);
+	close(ch.to_child[1]);
+	close(ch.to_parent[0]);
+	chunk_ms = (double)attack_ms * (double)CHUNK_BYTES / (double)(BIG_N * BIG_BYTES);
+	bound = 2 * idle + (int64_t)(2 * chunk_ms) + 100;
+	print_message("victim's cold get: %lld ms idle; %lld and %lld ms while %d x %llu MiB fills "
+		      "were queued (%lld ms for all of them, %.1f ms a chunk); bound %lld ms\n",
+		      (long long)idle, (long long)took[0], (long long)took[1], BIG_N,
+		      BIG_BYTES >> 20, (long long)attack_ms, chunk_ms, (long long)bound);
+	for (int i = 0; i < 2; i++)
+		if (took[i] > bound)
+			fail_msg(
+				"the victim's cold get took %lld ms while another uid's fills were "
+				"queued (%lld ms idle, bound %lld ms)",
+				(long long)took[i], (long long)idle, (long long)bound);
+	hostile_back_to_base(&H, &base);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(queued_fills_do_not_stall_another_uids_cold_get,
+					  teardown),
+	};
+
+	alarm(600);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
