@@ -48,5 +48,12 @@ void wc_seg_ref(struct wc_seg *sg);
 void wc_seg_unref(struct wc_seg *sg);
 /* Map the whole segment once (the weight `name` the error names needs it); 0 when mapped. */
 int wc_seg_map(struct wc_seg *sg, const char *name, weightd_error *err);
+/*
+ * Enter bytes [off, off + len) of a mapped segment into this process's page tables, so that
+ * reading them takes no page fault: MADV_POPULATE_READ, or where the kernel lacks it (EINVAL,
+ * before Linux 5.14) a read of each page. Advisory: 0, or a negative errno when the kernel
+ * refused part of it (the mapping is intact; what was not populated faults in when read).
+ */
+int wc_seg_populate(struct wc_seg *sg, uint64_t off, uint64_t len);
 
 #endif

@@ -61,6 +61,7 @@ struct weightd_unit {
 	weightd_weight **weights;    /* one per fd of the reply */
 	size_t n_weights;
 	uint64_t bytes_read;
+	bool populate; /* weightd_unit_set_populate */
 	/* Names, tensor sources and weights live in the arena; the slot array, the request's
 	 * arrays and finish's scratch are blocks of the connection's cache. All of it serves the
 	 * next unit when this one is freed, instead of going back to the kernel and being faulted
@@ -1174,6 +1175,65 @@ fail:
 	return rc;
 }
 
+/* A byte range of one segment that validate pre-faults. */
+struct pop_range {
+	struct wc_seg *seg;
+	uint64_t off, end;
+};
+
+static int pop_cmp(const void *a, const void *b)
+{
+	const struct pop_range *x = a, *y = b;
+
+	if (x->seg != y->seg)
+		return (uintptr_t)x->seg < (uintptr_t)y->seg ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Ranges closer than this are populated as one: the pages between them (other weights of the
+ * segment, or alignment padding) cost less to map than another system call per weight. */
+#define POP_GAP (64u << 10)
+
+/*
+ * Pre-fault the unit's distinct weights, each segment's ranges sorted and joined so that a
+ * packed unit of many small weights is a few madvise calls, not one per weight. Advisory: a
+ * failure (of the kernel, or of the sort's allocation) leaves the rest to demand faults.
+ */
+static void unit_populate(weightd_unit *u)
+{
+	struct pop_range *r = malloc(u->n_weights * sizeof(*r) + 1);
+	size_t n = 0;
+
+	if (!r)
+		return;
+	for (size_t i = 0; i < u->n_weights; i++) {
+		weightd_weight *w = u->weights[i];
+
+		if (w && w->mapped && w->nbytes)
+			r[n++] = (struct pop_range){ w->seg, w->offset, w->offset + w->nbytes };
+	}
+	qsort(r, n, sizeof(*r), pop_cmp);
+	for (size_t i = 0; i < n;) {
+		struct pop_range cur = r[i];
+
+		for (i++; i < n && r[i].seg == cur.seg && r[i].off <= cur.end + POP_GAP; i++)
+			if (r[i].end > cur.end)
+				cur.end = r[i].end;
+		(void)wc_seg_populate(cur.seg, cur.off, cur.end - cur.off);
+	}
+	free(r);
+}
+
+int weightd_unit_set_populate(weightd_unit *u, int on, weightd_error *err)
+{
+	wc_err_clear(err);
+	if (!u)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "weightd_unit_set_populate: unit is NULL");
+	u->populate = on != 0;
+	return 0;
+}
+
 int weightd_unit_validate(weightd_unit *u, weightd_error *err)
 {
 	int rc;
@@ -1207,6 +1267,8 @@ int weightd_unit_validate(weightd_unit *u, weightd_error *err)
 		}
 		s->data = s->w->map;
 	}
+	if (u->populate)
+		unit_populate(u);
 	u->state = U_VALID;
 	return 0;
 fail:

@@ -7,10 +7,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fake_client.h"
@@ -542,6 +545,112 @@ static void test_next_unit_reuses_the_memory_of_the_last(void **state)
 	assert_true(third * 8 < first);
 }
 
+/* ---- populate at validate --------------------------------------------------------------- */
+
+/* What madvise(MADV_POPULATE_READ) does in these tests (-Wl,--wrap=madvise): 0 lets the kernel
+ * do it; an errno makes the call fail with it, as a kernel without it (EINVAL) or out of memory
+ * for page tables (ENOMEM) would. Other advice always reaches the kernel. */
+static int populate_errno;
+static int populate_calls;
+int __real_madvise(void *addr, size_t len, int advice);
+
+int __wrap_madvise(void *addr, size_t len, int advice)
+{
+	if (advice == MADV_POPULATE_READ) {
+		populate_calls++;
+		if (populate_errno) {
+			errno = populate_errno;
+			return -1;
+		}
+	}
+	return __real_madvise(addr, len, advice);
+}
+
+/* Whether the page holding p is in this process's page tables (/proc/self/pagemap's present
+ * bit, readable without privileges). Not mincore(): that tells whether the page is in memory at
+ * all, which a segment's pages always are, mapped here or not. */
+static bool page_present(const void *p)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t ent = 0;
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &ent, sizeof(ent), (off_t)((uintptr_t)p / (uintptr_t)page * 8)),
+			 sizeof(ent));
+	close(fd);
+	return (ent >> 63) & 1;
+}
+
+/* Submit and validate the test unit with populate set to `on`; returns how many of its three
+ * distinct weights' pages are in the page tables before anything reads them. */
+static int validate_and_count_present(struct env *e, int on, weightd_unit **ret)
+{
+	weightd_unit *u = make_unit(e);
+	weightd_error err;
+	int n = 0;
+
+	assert_int_equal(weightd_unit_set_populate(u, on, &err), 0);
+	assert_int_equal(weightd_unit_submit(u, &err), 0);
+	populate_calls = 0;
+	if (weightd_unit_validate(u, &err) < 0)
+		fail_msg("validate: %s", err.message);
+	n += page_present(weightd_unit_data(u, "a"));
+	n += page_present(weightd_unit_data(u, "b"));
+	n += page_present(weightd_unit_data(u, "c"));
+	*ret = u;
+	return n;
+}
+
+static void test_populate_prefaults_at_validate(void **state)
+{
+	struct env *e = *state;
+	weightd_unit *u;
+
+	populate_errno = 0;
+	/* off (the default): validate maps, nothing is faulted in until read */
+	assert_int_equal(validate_and_count_present(e, 0, &u), 0);
+	assert_int_equal(populate_calls, 0);
+	weightd_unit_free(u);
+	/* on: every weight's page is in the page tables when validate returns, one call each
+	 * (three segments) */
+	assert_int_equal(validate_and_count_present(e, 1, &u), 3);
+	assert_int_equal(populate_calls, 3);
+	weightd_unit_bind(u);
+	fake_assert_content(e->pa, "a", 24);
+	weightd_unit_free(u);
+	assert_int_equal(weightd_unit_set_populate(NULL, 1, NULL), -WEIGHTD_E_INVALID_ARGUMENT);
+}
+
+/* A kernel before 5.14 refuses MADV_POPULATE_READ with EINVAL: each page is read instead. */
+static void test_populate_without_madvise_reads_each_page(void **state)
+{
+	struct env *e = *state;
+	weightd_unit *u;
+
+	populate_errno = EINVAL;
+	assert_int_equal(validate_and_count_present(e, 1, &u), 3);
+	populate_errno = 0;
+	weightd_unit_free(u);
+}
+
+/* Populating is advisory: refused, it leaves validate successful and the unit bound. */
+static void test_populate_refused_still_validates(void **state)
+{
+	struct env *e = *state;
+	weightd_unit *u;
+
+	populate_errno = ENOMEM;
+	assert_int_equal(validate_and_count_present(e, 1, &u), 0);
+	populate_errno = 0;
+	assert_int_equal(populate_calls, 3);
+	weightd_unit_bind(u);
+	fake_assert_content(e->pa, "a", 24);
+	fake_assert_content(e->pc, "c", 8);
+	weightd_unit_free(u);
+	fake_client_assert_idle(&e->fc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -563,6 +672,12 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_declaration_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_next_unit_reuses_the_memory_of_the_last, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_populate_prefaults_at_validate, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_populate_without_madvise_reads_each_page,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_populate_refused_still_validates, setup,
 						teardown),
 	};
 

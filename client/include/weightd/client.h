@@ -736,6 +736,19 @@ WEIGHTD_API int weightd_unit_finish(weightd_unit *u, weightd_error *err);
 WEIGHTD_API int weightd_unit_validate(weightd_unit *u, weightd_error *err);
 
 /*
+ * Ask validate to pre-fault the unit's memory (on != 0; off by default): once every slot is
+ * mapped, validate enters each distinct weight's pages into this process's page tables
+ * (MADV_POPULATE_READ, Linux 5.14 and later; a read of each page on older kernels), so the
+ * engine pays its page faults in one batch before it serves instead of during its first
+ * requests. Costs validate the time of those faults; then touching the unit takes none.
+ * Advisory: a populate the kernel refuses (out of memory for page tables, a signal) leaves the
+ * unit mapped and validate succeeds as without it; the memory then faults in on first touch as
+ * usual. Takes effect at the next validate (a validated unit is not populated again).
+ * Returns 0, or WEIGHTD_E_INVALID_ARGUMENT when u is NULL.
+ */
+WEIGHTD_API int weightd_unit_set_populate(weightd_unit *u, int on, weightd_error *err);
+
+/*
  * Store each slot's address into its destination (slots declared with dest NULL are skipped;
  * aliases get their target's address; a weight of 0 bytes publishes NULL). Only stores pointers:
  * it cannot fail. Does nothing unless the last weightd_unit_validate succeeded.

@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* bench_populate.c - a new process binding a large warm unit and touching every page of it, with
+ * populate at validate (weightd_unit_set_populate) beside demand faulting, in the same run. */
+
+/*
+ * Usage (from a build directory; a Release build measures what users get):
+ *
+ *     tests/bench/bench_populate [--size BYTES] [--runs R]
+ *
+ * Defaults: 1 GiB (eight U8 tensors of 128 MiB), 7 runs of each side. A private weightd
+ * (tests/integration/harness.c) serves the checkpoint; the whole of it is materialized once as
+ * a unit and freed before timing, so every run maps weights already in shared memory.
+ *
+ * Each run is a new process (its page tables start empty, as an engine's do) that connects,
+ * submits the whole checkpoint as one unit and waits for the reply, then, timed:
+ *
+ *   demand    validate + bind, then one read per page of every slot (each page faulted in on
+ *             first touch: the reference).
+ *   populate  the same with weightd_unit_set_populate(u, 1): validate pre-faults the unit's
+ *             pages, and the reads that follow take no fault.
+ *
+ * The sides alternate run by run. Printed: medians of validate, of the touch and of their sum
+ * (time from validate to every page touched) per side, the page faults of the touch, each
+ * side's rate, and demand / populate (above 1: populate gets the process to a fully touched
+ * unit sooner). There is no target: populate moves the faults before serving, and the ratio
+ * says what that costs or saves in all. Exit status 1 when a run failed.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "harness.h"
+
+#define MAX_RUNS  64
+#define N_TENSORS 8
+
+static struct harness H;
+
+struct sample {
+	double validate, touch;
+	long faults;
+	int ok;
+};
+
+/* The whole checkpoint as one unit, submitted and finished (nothing mapped yet). */
+static int unit_of_all(weightd_client *c, weightd_unit **ret, weightd_error *err)
+{
+	weightd_unit *u = NULL;
+	int r = weightd_unit_new(c, &u, err);
+
+	for (int i = 0; r >= 0 && i < N_TENSORS; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "t%d", i);
+		r = weightd_unit_slot(u, name, NULL, NULL, 0, NULL, err);
+		if (r >= 0)
+			r = weightd_unit_set_tensor(u, name, "p", name, NULL, err);
+	}
+	if (r >= 0)
+		r = weightd_unit_submit(u, err);
+	if (r >= 0)
+		r = weightd_unit_finish(u, err);
+	if (r < 0) {
+		weightd_unit_free(u);
+		return r;
+	}
+	*ret = u;
+	return 0;
+}
+
+/* In a new process: one timed run; the sample is written to fd. */
+static void run_child(int populate, int fd)
+{
+	struct sample s = { 0 };
+	weightd_client *c = NULL;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	volatile uint8_t sink = 0;
+	struct rusage ru;
+	double t0, t1;
+	long f0;
+
+	if (weightd_connect(H.sock, "bench_populate", &c, &err) < 0 ||
+	    unit_of_all(c, &u, &err) < 0 || weightd_unit_set_populate(u, populate, &err) < 0) {
+		fprintf(stderr, "bench_populate: %s\n", err.message);
+		_exit(1);
+	}
+	t0 = bench_now();
+	if (weightd_unit_validate(u, &err) < 0) {
+		fprintf(stderr, "bench_populate: validate: %s\n", err.message);
+		_exit(1);
+	}
+	weightd_unit_bind(u);
+	t1 = bench_now();
+	getrusage(RUSAGE_SELF, &ru);
+	f0 = ru.ru_minflt;
+	for (int i = 0; i < N_TENSORS; i++) {
+		char name[16];
+		const uint8_t *p;
+		uint64_t n;
+
+		snprintf(name, sizeof(name), "t%d", i);
+		p = weightd_unit_data(u, name);
+		n = weightd_weight_nbytes(weightd_unit_weight(u, name));
+		for (uint64_t at = 0; at < n; at += page)
+			sink += p[at];
+	}
+	s.touch = bench_now() - t1;
+	s.validate = t1 - t0;
+	getrusage(RUSAGE_SELF, &ru);
+	s.faults = ru.ru_minflt - f0;
+	s.ok = 1;
+	(void)sink;
+	if (write(fd, &s, sizeof(s)) != (ssize_t)sizeof(s))
+		_exit(1);
+	weightd_unit_free(u);
+	weightd_close(c);
+	_exit(0);
+}
+
+static int run(int populate, struct sample *s)
+{
+	int p[2], status;
+	pid_t pid;
+	ssize_t k;
+
+	if (pipe(p) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		close(p[0]);
+		run_child(populate, p[1]);
+	}
+	close(p[1]);
+	k = read(p[0], s, sizeof(*s));
+	close(p[0]);
+	waitpid(pid, &status, 0);
+	if (k != (ssize_t)sizeof(*s) || !s->ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return -1;
+	return 0;
+}
+
+static void print_side(const char *what, struct sample *s, int runs, uint64_t bytes,
+		       double *ret_total)
+{
+	double v[MAX_RUNS], t[MAX_RUNS], sum[MAX_RUNS], f[MAX_RUNS];
+
+	for (int i = 0; i < runs; i++) {
+		v[i] = s[i].validate;
+		t[i] = s[i].touch;
+		sum[i] = s[i].validate + s[i].touch;
+		f[i] = (double)s[i].faults;
+	}
+	*ret_total = bench_median(sum, runs);
+	printf("  %-9s validate %8.1f ms  touch %8.1f ms (%6.0f faults)  validate..touched "
+	       "%8.1f ms  (%.2f GB/s)\n",
+	       what, bench_median(v, runs) * 1e3, bench_median(t, runs) * 1e3,
+	       bench_median(f, runs), *ret_total * 1e3, (double)bytes / *ret_total / 1e9);
+}
+
+int main(int argc, char **argv)
+{
+	static struct sample demand[MAX_RUNS], populate[MAX_RUNS];
+	unsigned long long size = 1ull << 30;
+	int runs = 7, rc = 1;
+	char path[512], args[1024], sec[800];
+	weightd_client *c = NULL;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	double td, tp;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
+		    strtoull(argv[i + 1], NULL, 0) >= N_TENSORS * 4096ull)
+			size = strtoull(argv[++i], NULL, 0);
+		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
+			 atoi(argv[i + 1]) <= MAX_RUNS)
+			runs = atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: %s [--size BYTES] [--runs R (1..%d)]\n", argv[0],
+				MAX_RUNS);
+			return 2;
+		}
+	}
+	size = size / N_TENSORS / 4096 * 4096 * N_TENSORS;
+#ifdef WD_BENCH_WEIGHTD
+	setenv("WD_WEIGHTD", WD_BENCH_WEIGHTD, 0);
+	setenv("WD_MKFIXTURE", WD_BENCH_MKFIXTURE, 0);
+#endif
+	if (harness_init(&H) < 0) {
+		fprintf(stderr, "bench_populate: cannot make a temp dir: %s\n", strerror(errno));
+		return 1;
+	}
+	harness_path(&H, "p.safetensors", path, sizeof(path));
+	snprintf(args, sizeof(args), "safetensors %s --seed 0", path);
+	for (int i = 0; i < N_TENSORS; i++)
+		snprintf(args + strlen(args), sizeof(args) - strlen(args), " --tensor t%d:U8:%llu",
+			 i, size / N_TENSORS);
+	snprintf(sec, sizeof(sec), "[checkpoint:p]\npath = %s\n", path);
+	if (harness_mkfixture(args) < 0 ||
+	    harness_write_config(&H, "log_level = warning\nbudget = 0", sec) < 0 ||
+	    harness_start(&H) < 0) {
+		fprintf(stderr, "bench_populate: cannot set up the checkpoint and weightd\n");
+		goto out;
+	}
+	if (weightd_connect(H.sock, "bench_populate", &c, &err) < 0 ||
+	    unit_of_all(c, &u, &err) < 0) {
+		fprintf(stderr, "bench_populate: warming: %s\n", err.message);
+		goto out;
+	}
+	weightd_unit_free(u); /* the weights stay cached */
+	printf("weightd %s; a %llu MiB unit on %s, %d runs per side, alternating\n\n",
+	       harness_weightd(), size >> 20, H.shm_dir[0] ? H.shm_dir : "/dev/shm", runs);
+	for (int i = 0; i < runs; i++)
+		if (run(i % 2, i % 2 ? &populate[i] : &demand[i]) < 0 ||
+		    run(!(i % 2), i % 2 ? &demand[i] : &populate[i]) < 0) {
+			fprintf(stderr, "bench_populate: run %d failed\n", i);
+			goto out;
+		}
+	print_side("demand", demand, runs, size, &td);
+	print_side("populate", populate, runs, size, &tp);
+	printf("\n  demand / populate, validate..touched: %.2fx  (demand's own rate %.2f GB/s)\n",
+	       td / tp, (double)size / td / 1e9);
+	rc = 0;
+out:
+	weightd_close(c);
+	harness_cleanup(&H);
+	return rc;
+}
