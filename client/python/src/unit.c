@@ -61,17 +61,22 @@ static PyObject *unit_poll(pyw_unit *un, PyObject *unused)
 	return PyBool_FromLong(done);
 }
 
-/* finish + validate + bind: afterwards every slot's memory is mapped (or nothing is held). */
-static PyObject *unit_validate(pyw_unit *un, PyObject *unused)
+/* finish + validate + bind: afterwards every slot's memory is mapped (or nothing is held);
+ * with populate, its pages are pre-faulted too (weightd_unit_set_populate: advisory). */
+static PyObject *unit_validate(pyw_unit *un, PyObject *args, PyObject *kw)
 {
+	static char *kwlist[] = { "populate", NULL };
 	weightd_error err;
-	int rc;
+	int populate = 0, rc;
 
-	if (unit_check(un) < 0 || pyw_client_enter(un->client) < 0)
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:validate", kwlist, &populate) ||
+	    unit_check(un) < 0 || pyw_client_enter(un->client) < 0)
 		return NULL;
 	un->busy = 1;
 	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_unit_validate(un->u, &err);
+	rc = weightd_unit_set_populate(un->u, populate, &err);
+	if (rc >= 0)
+		rc = weightd_unit_validate(un->u, &err);
 	if (rc >= 0)
 		weightd_unit_bind(un->u);
 	Py_END_ALLOW_THREADS
@@ -173,8 +178,9 @@ static PyMethodDef unit_methods[] = {
 	{ "submit", (PyCFunction)unit_submit, METH_NOARGS, "submit(): send the unit (one request)." },
 	{ "poll", (PyCFunction)unit_poll, METH_NOARGS,
 	  "poll() -> bool: has the reply come? Never blocks." },
-	{ "validate", (PyCFunction)unit_validate, METH_NOARGS,
-	  "validate(): wait, check and map every slot, then bind; all or nothing (GIL released)." },
+	{ "validate", (PyCFunction)(void (*)(void))unit_validate, METH_VARARGS | METH_KEYWORDS,
+	  "validate(populate=False): wait, check and map every slot (pre-faulting its pages with\n"
+	  "populate), then bind; all or nothing (GIL released)." },
 	{ "slots", (PyCFunction)unit_slots, METH_NOARGS, "slots() -> list[str], in order." },
 	{ "weight", (PyCFunction)unit_weight, METH_VARARGS,
 	  "weight(slot) -> Weight: a bound slot's weight (keeps the unit alive)." },

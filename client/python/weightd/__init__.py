@@ -399,7 +399,7 @@ class Client:
     # -- units ----------------------------------------------------------------------------
     def load(self, checkpoint: str, tensors: Optional[Iterable[str]] = None,
              dtype: Optional[DType] = None, shard: Shard = None,
-             framework: str = "torch") -> LoadedUnit:
+             framework: str = "torch", populate: bool = False) -> LoadedUnit:
         """Bind a set of tensors of `checkpoint` all-or-nothing (one unit) and return them as
         a dict name -> tensor.
 
@@ -414,12 +414,14 @@ class Client:
         axis that does not divide by world is refused (InvalidArgument,
         code "shape-mismatch"). framework:
         "torch" (CPU tensors), "numpy" (read-only arrays) or "weight" (:class:`Weight`
-        objects).
+        objects). populate: pre-fault every page of the tensors before returning (one batch
+        of page faults now instead of one per few pages on first use; advisory: if the kernel
+        refuses, the pages fault in on first use as without it).
         """
         _check_framework(framework)
         try:
             unit = self._load_unit(checkpoint, tensors, dtype, shard)
-            return self._bind(unit, framework)
+            return self._bind(unit, framework, populate)
         except InvalidArgument as e:
             said = self._load_error(checkpoint, shard, e)
             if said is e:
@@ -428,27 +430,28 @@ class Client:
 
     async def aload(self, checkpoint: str, tensors: Optional[Iterable[str]] = None,
                     dtype: Optional[DType] = None, shard: Shard = None,
-                    framework: str = "torch") -> LoadedUnit:
+                    framework: str = "torch", populate: bool = False) -> LoadedUnit:
         """load() for asyncio (the describe() it may need is a short blocking call)."""
         _check_framework(framework)
         try:
             unit = self._load_unit(checkpoint, tensors, dtype, shard)
-            return await self._abind(unit, framework)
+            return await self._abind(unit, framework, populate)
         except InvalidArgument as e:
             said = self._load_error(checkpoint, shard, e)
             if said is e:
                 raise
             raise said from None
 
-    def _bind(self, unit: Any, framework: str) -> LoadedUnit:
+    def _bind(self, unit: Any, framework: str, populate: bool) -> LoadedUnit:
         unit.submit()
-        unit.validate()
+        unit.validate(populate=populate)
         return _loaded(unit, framework)
 
-    async def _abind(self, unit: Any, framework: str) -> LoadedUnit:
+    async def _abind(self, unit: Any, framework: str, populate: bool) -> LoadedUnit:
         unit.submit()
         await self._await(unit.poll, lambda: None, unit.release)
-        unit.validate()   # the reply is there: only checks and maps
+        # the reply is there: only checks and maps (and pre-faults, with populate)
+        unit.validate(populate=populate)
         return _loaded(unit, framework)
 
     def _load_unit(self, checkpoint: str, tensors: Optional[Iterable[str]],
@@ -513,7 +516,8 @@ class Client:
         return InvalidArgument(msg, e.code, e.number, e.checkpoint or checkpoint, name, e.slot,
                                0, e.axis, e.expected, e.actual)
 
-    def load_unit(self, spec: Recipe, framework: str = "torch") -> LoadedUnit:
+    def load_unit(self, spec: Recipe, framework: str = "torch",
+                  populate: bool = False) -> LoadedUnit:
         """Bind a unit given in the JSON unit form (a dict or a JSON string)::
 
             {"slots": [{"name": "q", "dtype": "F16", "shape": [512, 4096], "recipe": R},
@@ -521,16 +525,17 @@ class Client:
                        {"name": "lm_head", "alias": "wte"}]}
 
         or a single recipe (one slot named "output"). All-or-nothing: on error nothing is held.
-        An alias is the same memory as its target."""
+        An alias is the same memory as its target. populate: as for load()."""
         _check_framework(framework)
         unit = self._c.unit_from_json(_recipe_json(spec))
-        return self._bind(unit, framework)
+        return self._bind(unit, framework, populate)
 
-    async def aload_unit(self, spec: Recipe, framework: str = "torch") -> LoadedUnit:
+    async def aload_unit(self, spec: Recipe, framework: str = "torch",
+                         populate: bool = False) -> LoadedUnit:
         """load_unit() for asyncio."""
         _check_framework(framework)
         unit = self._c.unit_from_json(_recipe_json(spec))
-        return await self._abind(unit, framework)
+        return await self._abind(unit, framework, populate)
 
 
 def _check_framework(framework: str) -> None:
