@@ -110,6 +110,15 @@ impl Unit {
         self.h.slot_names()
     }
 
+    /// Whether validate pre-faults the unit's pages (off by default): with `true`, once every
+    /// slot is mapped, validate enters each weight's pages into this process's page tables, so
+    /// the page faults of a first read are paid there, before the engine serves, and reading
+    /// the unit afterwards takes none. Advisory: a populate the kernel refuses leaves validate
+    /// successful and the pages fault in on first read as usual.
+    pub fn set_populate(&mut self, on: bool) -> Result<()> {
+        self.h.set_populate(on)
+    }
+
     /// Every fallible step of binding (waiting for the reply first): each slot's dtype, shape
     /// and size checked against its declaration, each segment checked and mapped. On failure
     /// nothing is held or mapped and the unit comes back as it was before submit (its slots and

@@ -560,3 +560,41 @@ fn validate_failure_returns_the_unit_to_fix() {
     drop(bound);
     assert_eq!(kept.as_f32().unwrap()[1], 1.0);
 }
+
+/// Whether the page holding `p` is in this process's page tables (/proc/self/pagemap's present
+/// bit; mincore would say yes for any page of a segment, mapped here or not).
+fn page_present(p: *const u8) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    extern "C" {
+        fn sysconf(name: std::os::raw::c_int) -> std::os::raw::c_long;
+    }
+    // _SC_PAGESIZE on Linux
+    const SC_PAGESIZE: std::os::raw::c_int = 30;
+    // SAFETY: sysconf only reads the system's configuration.
+    let page = unsafe { sysconf(SC_PAGESIZE) } as u64;
+    let mut f = std::fs::File::open("/proc/self/pagemap").unwrap();
+    f.seek(SeekFrom::Start(p as u64 / page * 8)).unwrap();
+    let mut ent = [0u8; 8];
+    f.read_exact(&mut ent).unwrap();
+    u64::from_le_bytes(ent) >> 63 == 1
+}
+
+#[test]
+fn populate_at_validate_puts_the_pages_in_the_page_tables() {
+    let d = daemon();
+    let mut seen = Vec::new();
+    for populate in [false, true] {
+        // a connection of its own: its own mapping of the segment, not yet read
+        let client = Client::connect(Some(d.socket()), "populate").unwrap();
+        let mut u = client.unit().unwrap();
+        u.slot("q", Some(Dtype::F32), &[8, 16]).unwrap();
+        u.set_tensor("q", "m", "q", None).unwrap();
+        u.set_populate(populate).unwrap();
+        u.submit().unwrap();
+        let bound = u.validate().unwrap().bind();
+        let q = bound.weight("q").unwrap();
+        seen.push(page_present(q.as_bytes().as_ptr()));
+        assert_eq!(q.as_f32().unwrap()[127], 127.0);
+    }
+    assert_eq!(seen, [false, true]);
+}

@@ -827,6 +827,13 @@ impl UnitHandle {
         Ok(())
     }
 
+    pub(crate) fn set_populate(&mut self, on: bool) -> Result<()> {
+        let u = self.p();
+        // SAFETY: see above; only sets a flag validate reads.
+        call(|e| unsafe { sys::weightd_unit_set_populate(u, c_int::from(on), e) })?;
+        Ok(())
+    }
+
     pub(crate) fn bind(&mut self) {
         let u = self.p();
         // SAFETY: see above; with every dest NULL this stores nothing, and it cannot fail.

@@ -416,6 +416,7 @@ extern "C" {
     pub fn weightd_unit_poll(u: *mut weightd_unit, ret_done: *mut c_int, err: *mut E) -> c_int;
     pub fn weightd_unit_finish(u: *mut weightd_unit, err: *mut E) -> c_int;
     pub fn weightd_unit_validate(u: *mut weightd_unit, err: *mut E) -> c_int;
+    pub fn weightd_unit_set_populate(u: *mut weightd_unit, on: c_int, err: *mut E) -> c_int;
     pub fn weightd_unit_bind(u: *mut weightd_unit);
     pub fn weightd_unit_free(u: *mut weightd_unit);
     pub fn weightd_unit_slot_count(u: *const weightd_unit) -> usize;
