@@ -29,10 +29,11 @@
  *     >= 0.7); the time ratio is shown too.
  *
  * Usage: bench_materialize [--size BYTES] [--tensor-bytes BYTES] [--runs N] [--workers N]
- *                          [--copy-buf BYTES]
+ *                          [--copy-buf BYTES] [--drop-page-cache yes|no]
  * BYTES takes K, M, G suffixes (powers of 1024). Defaults: 1G in tensors of 256M, 5 runs,
- * 2 workers, 4M. With one tensor (--tensor-bytes >= --size) there is no BF16 tensor, and (c)
- * shows F32 -> BF16 only.
+ * 2 workers, 4M, drop yes (the checkpoints' drop_page_cache key: with no, the file pages a fill
+ * read stay cached, and the reads before each measurement find them there). With one tensor
+ * (--tensor-bytes >= --size) there is no BF16 tensor, and (c) shows F32 -> BF16 only.
  * Paths of weightd and wd-mkfixture come from WD_WEIGHTD and WD_MKFIXTURE (defaults: the build
  * tree this was built in). Data lives in a temp dir under /tmp and segments under a private shm
  * prefix, removed at the end, on a failure and on SIGINT/SIGTERM.
@@ -77,7 +78,8 @@ static struct {
 	unsigned workers;
 	size_t copy_buf;
 	uint64_t tensor_bytes;
-} opt = { 1ull << 30, 5, 2, 4u << 20, 256u << 20 };
+	bool keep_page_cache; /* --drop-page-cache no */
+} opt = { 1ull << 30, 5, 2, 4u << 20, 256u << 20, false };
 
 /* The checkpoint as the daemon describes it; "one" holds the same bytes as one tensor. */
 static char ckpt_path[512], one_path[512];
@@ -163,20 +165,50 @@ static uint8_t *warm_buffer(size_t bytes)
  * weightd drops the pages it read once they are in shared memory (drop_page_cache), so without
  * this a fill would be timed from the disk and a plain copy after it too.
  */
+/* Whether every page of the file open on fd (size bytes) is in the page cache. */
+static bool all_cached(int fd, uint64_t size)
+{
+	size_t pages = (size_t)((size + PAGE - 1) / PAGE), n = 0;
+	unsigned char *vec = malloc(pages ? pages : 1);
+	void *map = size ? mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+
+	if (!vec || map == MAP_FAILED)
+		die("cannot check the page cache: %s", strerror(errno));
+	if (size && mincore(map, (size_t)size, vec) != 0)
+		die("mincore: %s", strerror(errno));
+	for (size_t i = 0; i < pages; i++)
+		n += vec[i] & 1;
+	if (size)
+		munmap(map, (size_t)size);
+	free(vec);
+	return n == pages;
+}
+
+/*
+ * Read the whole file into the page cache, and make sure it stays there: weightd drops what a
+ * fill read on a low-priority thread shortly after the fill, which may land after this read
+ * began. So: read, give a pending drop time to land, and read again until the file stays whole.
+ */
 static void warm_file(const char *path)
 {
 	static uint8_t *buf;
+	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-	if (fd < 0)
+	if (fd < 0 || fstat(fd, &st) != 0)
 		die("open %s: %s", path, strerror(errno));
 	if (!buf)
 		buf = warm_buffer(4u << 20);
-	for (off_t off = 0;;) {
-		ssize_t n = pread(fd, buf, 4u << 20, off);
-		if (n <= 0)
+	for (int tries = 0; tries < 10; tries++) {
+		for (off_t off = 0;;) {
+			ssize_t n = pread(fd, buf, 4u << 20, off);
+			if (n <= 0)
+				break;
+			off += n;
+		}
+		usleep(50000);
+		if (all_cached(fd, (uint64_t)st.st_size))
 			break;
-		off += n;
 	}
 	close(fd);
 }
@@ -667,7 +699,7 @@ static void on_signal(int sig)
 static void usage(void)
 {
 	fprintf(stderr, "usage: bench_materialize [--size BYTES] [--tensor-bytes BYTES] [--runs N] "
-			"[--workers N] [--copy-buf BYTES]\n");
+			"[--workers N] [--copy-buf BYTES] [--drop-page-cache yes|no]\n");
 	exit(2);
 }
 
@@ -692,6 +724,9 @@ static void parse_args(int argc, char **argv)
 		else if (strcmp(argv[i], "--copy-buf") == 0 && parse_size(argv[i + 1], &v) == 0 &&
 			 v >= PAGE && v <= (256u << 20))
 			opt.copy_buf = (size_t)v;
+		else if (strcmp(argv[i], "--drop-page-cache") == 0 &&
+			 (strcmp(argv[i + 1], "yes") == 0 || strcmp(argv[i + 1], "no") == 0))
+			opt.keep_page_cache = strcmp(argv[i + 1], "no") == 0;
 		else
 			usage();
 	}
@@ -708,12 +743,14 @@ static void write_config(const char *extra)
 
 	if (!f)
 		die("cannot write %s: %s", H.conf, strerror(errno));
-	fprintf(f, "[daemon]\nsocket = %s\nsocket_mode = 0666\nshm_prefix = %s\nstate_dir = %s/state\n"
-		   "workers = %u\nbudget = %lluM\n%s\n[checkpoint:big]\npath = %s\n\n"
-		   "[checkpoint:one]\npath = %s\n",
+	fprintf(f,
+		"[daemon]\nsocket = %s\nsocket_mode = 0666\nshm_prefix = %s\nstate_dir = %s/state\n"
+		"workers = %u\nbudget = %lluM\n%s\n[checkpoint:big]\npath = %s\n%s\n"
+		"[checkpoint:one]\npath = %s\n%s",
 		H.sock, H.prefix, H.dir, opt.workers,
 		(unsigned long long)(4 * opt.size / (1u << 20) + 64), extra ? extra : "", ckpt_path,
-		one_path);
+		opt.keep_page_cache ? "drop_page_cache = no\n" : "", one_path,
+		opt.keep_page_cache ? "drop_page_cache = no\n" : "");
 	if (fclose(f) != 0)
 		die("cannot write %s", H.conf);
 }
