@@ -183,6 +183,7 @@ struct status {
 	Weightd__Response *resp;
 	weightd_source_info *sources;
 	weightd_source_stats *source_stats;
+	weightd_source_remote *source_remote;
 	weightd_weight_status *weights;
 	weightd_job_status *jobs;
 	weightd_segment_status *segs;
@@ -219,14 +220,18 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 		o->sources = calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->sources));
 		o->source_stats =
 			calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->source_stats));
+		o->source_remote =
+			calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->source_remote));
 		o->weights = calloc(sr->n_weight_list ? sr->n_weight_list : 1, sizeof(*o->weights));
 		o->jobs = calloc(sr->n_jobs ? sr->n_jobs : 1, sizeof(*o->jobs));
 		o->segs = calloc(sr->n_segment_list ? sr->n_segment_list : 1, sizeof(*o->segs));
 	}
-	if (!o || !o->sources || !o->source_stats || !o->weights || !o->jobs || !o->segs) {
+	if (!o || !o->sources || !o->source_stats || !o->source_remote || !o->weights || !o->jobs ||
+	    !o->segs) {
 		if (o) {
 			free(o->sources);
 			free(o->source_stats);
+			free(o->source_remote);
 			free(o->weights);
 			free(o->jobs);
 			free(o->segs);
@@ -283,6 +288,10 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 		o->source_stats[i].materialized_bytes = si->materialized_bytes;
 		o->source_stats[i].clients = si->clients;
 		o->source_stats[i].errors = si->errors;
+		o->source_remote[i].bytes = si->remote_bytes;
+		o->source_remote[i].requests = si->remote_requests;
+		o->source_remote[i].retries = si->remote_retries;
+		o->source_remote[i].errors = si->remote_errors;
 	}
 	for (size_t i = 0; i < sr->n_weight_list; i++) {
 		const Weightd__WeightStatus *w = sr->weight_list[i];
@@ -340,6 +349,7 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 	o->pub.n_sources = sr->n_sources;
 	o->pub.sources = o->sources;
 	o->pub.source_stats = o->source_stats;
+	o->pub.source_remote = o->source_remote;
 	o->pub.n_weights = sr->n_weight_list;
 	o->pub.weight_list = o->weights;
 	*ret = &o->pub;
@@ -365,6 +375,7 @@ void weightd_status_free(weightd_status *pub)
 	wd_msg_free(o->resp);
 	free(o->sources);
 	free(o->source_stats);
+	free(o->source_remote);
 	free(o->weights);
 	free(o->jobs);
 	free(o->segs);

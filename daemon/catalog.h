@@ -10,8 +10,9 @@
 
 #include "config.h"
 #include "error.h"
-#include "wd_limits.h"
+#include "remote.h"
 #include "source.h"
+#include "wd_limits.h"
 
 struct peer; /* who is asking (peer.h) */
 
@@ -30,6 +31,9 @@ struct csource_stats {
 	uint64_t materialized_bytes; /* counter: bytes its finished materializations wrote */
 	uint64_t errors;	     /* counter: failed materializations and refused requests */
 	uint64_t clients;	     /* clients holding at least one of its weights */
+	/* a remote checkpoint's counters of the generations it no longer serves (each generation
+	 * has its own connection to the store, whose counters start at zero) */
+	struct wd_remote_counters remote_done;
 	unsigned refs;
 };
 

@@ -17,7 +17,9 @@
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
+#include "remote.h"
 #include "server.h"
+#include "source.h"
 
 /*
  * A scraper sends one small request and reads one reply of a few KB per checkpoint, so the
@@ -81,11 +83,32 @@ enum per_source {
 	PS_HELD,
 	PS_MATERIALIZED,
 	PS_CLIENTS,
-	PS_ERRORS
+	PS_ERRORS,
+	PS_REMOTE_BYTES,
+	PS_REMOTE_REQUESTS,
+	PS_REMOTE_RETRIES,
+	PS_REMOTE_ERRORS
 };
+
+void metrics_remote_counters(const struct csource *cs, struct wd_remote_counters *ret)
+{
+	struct wd_remote *r = cs->src ? wd_source_remote(cs->src) : NULL;
+	struct wd_remote_counters now = { 0 };
+
+	*ret = cs->stats->remote_done;
+	if (!r)
+		return;
+	wd_remote_counters(r, &now);
+	ret->bytes += now.bytes;
+	ret->requests += now.requests;
+	ret->retries += now.retries;
+	ret->errors += now.errors;
+}
 
 static uint64_t source_value(const struct csource *cs, enum per_source what)
 {
+	struct wd_remote_counters rc;
+
 	switch (what) {
 	case PS_GENERATION: return cs->generation;
 	case PS_READY: return cs->state == CSOURCE_READY;
@@ -95,6 +118,10 @@ static uint64_t source_value(const struct csource *cs, enum per_source what)
 	case PS_MATERIALIZED: return cs->stats->materialized_bytes;
 	case PS_CLIENTS: return cs->stats->clients;
 	case PS_ERRORS: return cs->stats->errors;
+	case PS_REMOTE_BYTES: return metrics_remote_counters(cs, &rc), rc.bytes;
+	case PS_REMOTE_REQUESTS: return metrics_remote_counters(cs, &rc), rc.requests;
+	case PS_REMOTE_RETRIES: return metrics_remote_counters(cs, &rc), rc.retries;
+	case PS_REMOTE_ERRORS: return metrics_remote_counters(cs, &rc), rc.errors;
 	}
 	return 0;
 }
@@ -126,6 +153,15 @@ void metrics_format(struct daemon *d, struct evbuffer *out)
 		{ PS_ERRORS, "source_errors_total", "counter",
 		  "Failed materializations of each checkpoint's weights, and requests refused because "
 		  "it is not served." },
+		{ PS_REMOTE_BYTES, "source_remote_bytes_total", "counter",
+		  "Payload bytes each remote checkpoint received from its store (0 for a local "
+		  "checkpoint)." },
+		{ PS_REMOTE_REQUESTS, "source_remote_requests_total", "counter",
+		  "Requests sent to each remote checkpoint's store, retries included." },
+		{ PS_REMOTE_RETRIES, "source_remote_retries_total", "counter",
+		  "Of those, the retries (after a 5xx, 429, SlowDown, a reset or a cut-off body)." },
+		{ PS_REMOTE_ERRORS, "source_remote_errors_total", "counter",
+		  "Reads of each remote checkpoint that failed after their retries." },
 	};
 	size_t ns = catalog_count(d->catalog);
 	struct csource **srcs = calloc(ns ? ns : 1, sizeof(*srcs));

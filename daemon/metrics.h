@@ -5,9 +5,11 @@
 
 #include "error.h"
 
+struct csource;
 struct daemon;
 struct evbuffer;
 struct metrics;
+struct wd_remote_counters;
 
 /* Listen on d->cfg->metrics_listen (a loopback address, checked when the file was read). NULL
  * with *ret_err untouched when the key is empty (off); NULL and err set when the address cannot
@@ -20,5 +22,10 @@ void metrics_free(struct metrics *m);
  * weightctl metrics writes, appended to out. Every checkpoint is listed (the endpoint listens on
  * loopback only). */
 void metrics_format(struct daemon *d, struct evbuffer *out);
+
+/* A remote checkpoint's traffic with its store since start: what the generations it no longer
+ * serves counted until the reload that replaced them, and what its current one has counted
+ * (every generation has its own connections). All zero for a local checkpoint. Main thread. */
+void metrics_remote_counters(const struct csource *cs, struct wd_remote_counters *ret);
 
 #endif

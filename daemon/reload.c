@@ -18,6 +18,7 @@
 #include "daemon.h"
 #include "fill.h"
 #include "log.h"
+#include "metrics.h"
 #include "pool.h"
 #include "preload.h"
 
@@ -126,6 +127,51 @@ static void on_changed(struct csource *cs, const char *what, void *arg)
 		report(r->applying, false, 0, "checkpoint %s: removed", cs->name);
 	if (r->changed)
 		r->changed(r->d, cs, what);
+}
+
+/*
+ * What each generation in the catalog has counted with its store, taken just before a reload
+ * swaps generations in: a generation it replaces (or removes) hands its counts on to the name's
+ * counters, so that remote traffic counters run on across generations like the others. The
+ * entries are referenced until then. NULL when out of memory (the counts then start again).
+ */
+struct remote_snap {
+	struct csource *cs;
+	struct wd_remote_counters c;
+};
+
+static struct remote_snap *remote_snap_take(const struct catalog *c, size_t *ret_n)
+{
+	size_t n = catalog_count(c);
+	struct remote_snap *s = calloc(n ? n : 1, sizeof(*s));
+
+	*ret_n = s ? n : 0;
+	for (size_t i = 0; s && i < n; i++) {
+		struct wd_remote *r;
+
+		s[i].cs = catalog_at(c, i);
+		catalog_source_ref(s[i].cs);
+		r = s[i].cs->src ? wd_source_remote(s[i].cs->src) : NULL;
+		if (r)
+			wd_remote_counters(r, &s[i].c);
+	}
+	return s;
+}
+
+static void remote_snap_hand_on(struct remote_snap *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct wd_remote_counters *done = &s[i].cs->stats->remote_done;
+
+		if (s[i].cs->state == CSOURCE_REMOVED) {
+			done->bytes += s[i].c.bytes;
+			done->requests += s[i].c.requests;
+			done->retries += s[i].c.retries;
+			done->errors += s[i].c.errors;
+		}
+		catalog_source_unref(s[i].cs);
+	}
+	free(s);
 }
 
 /* Worker: the file, then the headers of new and changed checkpoints. */
@@ -354,15 +400,18 @@ static void reload_done(struct pool_task *t)
 	if (j->status < 0) {
 		log_err("reload failed, keeping the running configuration: %s", j->err.message);
 	} else {
-		size_t n_before = catalog_count(d->catalog);
+		size_t n_before = catalog_count(d->catalog), n_snap;
 		char **before = calloc(n_before ? n_before : 1, sizeof(*before));
+		struct remote_snap *snap;
 
 		/* names only: a missing one (no memory) is reported as added, nothing worse */
 		for (size_t i = 0; before && i < n_before; i++)
 			before[i] = strdup(catalog_at(d->catalog, i)->name);
+		snap = remote_snap_take(d->catalog, &n_snap);
 		r->applying = j;
 		catalog_reload_apply(d->catalog, j->plan, on_changed, r);
 		r->applying = NULL;
+		remote_snap_hand_on(snap, n_snap);
 		/* Holds on replaced generations go back first, so their weights can be dropped with
 		 * the other stale ones before the new generations are preloaded. */
 		preload_sync(d);

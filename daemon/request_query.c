@@ -10,6 +10,7 @@
 #include "clock.h"
 #include "daemon.h"
 #include "log.h"
+#include "metrics.h"
 #include "request.h"
 #include "segment.h"
 #include "server.h"
@@ -404,12 +405,18 @@ static void recount_foreign(struct daemon *d)
 static void status_source_counters(const struct csource *cs, Weightd__SourceInfo *si)
 {
 	const struct csource_stats *st = cs->stats;
+	struct wd_remote_counters rc;
 
 	si->resident_bytes = st->resident_bytes;
 	si->held_bytes = st->resident_bytes - st->idle_bytes;
 	si->materialized_bytes = st->materialized_bytes;
 	si->clients = st->clients;
 	si->errors = st->errors;
+	metrics_remote_counters(cs, &rc);
+	si->remote_bytes = rc.bytes;
+	si->remote_requests = rc.requests;
+	si->remote_retries = rc.retries;
+	si->remote_errors = rc.errors;
 }
 
 void request_query_status(struct session *s, uint64_t id, bool omit_weights)

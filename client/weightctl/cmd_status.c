@@ -31,6 +31,40 @@ static const weightd_source_stats *source_stats(const weightd_status *s,
 	return &s->source_stats[src - s->sources];
 }
 
+/* The remote traffic of src, one of s's sources (zeros for a local one). */
+static const weightd_source_remote *source_remote(const weightd_status *s,
+						  const weightd_source_info *src)
+{
+	static const weightd_source_remote none;
+
+	return s->source_remote ? &s->source_remote[src - s->sources] : &none;
+}
+
+/* The remote checkpoints' traffic with their stores, when there is any. */
+static void status_remote(const weightd_status *s, const void **srcs)
+{
+	static const char *const head[] = { "CHECKPOINT", "REMOTE", "REQUESTS", "RETRIES",
+					    "ERRORS" };
+	static const bool num[] = { 0, 1, 1, 1, 1 };
+	struct table t = { .ncols = 5, .head = head, .numeric = num };
+	bool any = false;
+
+	for (size_t i = 0; i < s->n_sources; i++) {
+		const weightd_source_remote *sr = source_remote(s, srcs[i]);
+
+		if (!sr->requests)
+			continue;
+		any = true;
+		table_row(&t, xstrdup(((const weightd_source_info *)srcs[i])->name),
+			  fmt_bytes(sr->bytes), fmt("%" PRIu64, sr->requests),
+			  fmt("%" PRIu64, sr->retries), fmt("%" PRIu64, sr->errors));
+	}
+	if (any) {
+		putchar('\n');
+		table_print(&t);
+	}
+}
+
 int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 {
 	const void **srcs, **segs, **wts;
@@ -47,6 +81,7 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 
 		for (size_t i = 0; i < s->n_sources; i++) {
 			const weightd_source_stats *ss = source_stats(s, srcs[i]);
+			const weightd_source_remote *sr = source_remote(s, srcs[i]);
 			json_t *js = json_source(srcs[i]);
 
 			json_object_set_new(js, "resident_bytes",
@@ -57,6 +92,12 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 					    json_integer((json_int_t)ss->materialized_bytes));
 			json_object_set_new(js, "clients", json_integer((json_int_t)ss->clients));
 			json_object_set_new(js, "errors", json_integer((json_int_t)ss->errors));
+			json_object_set_new(js, "remote",
+					    json_pack("{s:I, s:I, s:I, s:I}", "bytes",
+						      (json_int_t)sr->bytes, "requests",
+						      (json_int_t)sr->requests, "retries",
+						      (json_int_t)sr->retries, "errors",
+						      (json_int_t)sr->errors));
 			json_array_append_new(src, js);
 		}
 		for (size_t i = 0; i < s->n_segments; i++) {
@@ -188,6 +229,7 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 				  fmt("%" PRIu64, ss->errors));
 		}
 		table_print(&t);
+		status_remote(s, srcs);
 	}
 	if (s->n_segments) {
 		static const char *const head[] = { "SEGMENT", "NAME", "BYTES", "WEIGHTS", "HELD",
@@ -385,6 +427,24 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		    "because it is not served.");
 	for (size_t i = 0; i < s->n_sources; i++)
 		prom_source(srcs[i], "errors_total", source_stats(s, srcs[i])->errors);
+	prom_family("source_remote_bytes_total", "counter",
+		    "Payload bytes each remote checkpoint received from its store (0 for a local "
+		    "checkpoint).");
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "remote_bytes_total", source_remote(s, srcs[i])->bytes);
+	prom_family("source_remote_requests_total", "counter",
+		    "Requests sent to each remote checkpoint's store, retries included.");
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "remote_requests_total", source_remote(s, srcs[i])->requests);
+	prom_family(
+		"source_remote_retries_total", "counter",
+		"Of those, the retries (after a 5xx, 429, SlowDown, a reset or a cut-off body).");
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "remote_retries_total", source_remote(s, srcs[i])->retries);
+	prom_family("source_remote_errors_total", "counter",
+		    "Reads of each remote checkpoint that failed after their retries.");
+	for (size_t i = 0; i < s->n_sources; i++)
+		prom_source(srcs[i], "remote_errors_total", source_remote(s, srcs[i])->errors);
 	free(srcs);
 	weightd_status_free(s);
 	return 0;

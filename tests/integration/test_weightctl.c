@@ -624,6 +624,7 @@ static void metrics_agree_with_status(struct expo *e, json_t *st)
 		{ "weightd_source_clients", "clients" },
 		{ "weightd_source_errors_total", "errors" },
 	};
+	static const char *const remote[] = { "bytes", "requests", "retries", "errors" };
 	double ns = jnum(st, "materialize_ns");
 	json_t *srcs = json_object_get(st, "sources");
 	char labels[256];
@@ -664,6 +665,16 @@ static void metrics_agree_with_status(struct expo *e, json_t *st)
 					 per_source[k].metric, labels,
 					 metric(e, per_source[k].metric, labels),
 					 per_source[k].field, jnum(src, per_source[k].field));
+		/* remote traffic, under "remote" in status: all 0 for these local checkpoints */
+		for (size_t k = 0; k < sizeof(remote) / sizeof(remote[0]); k++) {
+			char m[128];
+
+			snprintf(m, sizeof(m), "weightd_source_remote_%s_total", remote[k]);
+			assert_string_equal(metric_type(e, m), "counter");
+			assert_true(metric(e, m, labels) ==
+				    jnum(json_object_get(src, "remote"), remote[k]));
+			assert_int_equal(metric(e, m, labels), 0);
+		}
 	}
 }
 

@@ -277,6 +277,15 @@ typedef struct weightd_source_stats {
 	uint64_t errors;	     /* counter: failed materializations, refused requests */
 } weightd_source_stats;
 
+/* A remote checkpoint's traffic with its object store or web server since the daemon started,
+ * over all its generations; all 0 for a local checkpoint. */
+typedef struct weightd_source_remote {
+	uint64_t bytes;	   /* payload bytes received */
+	uint64_t requests; /* requests sent, retries included */
+	uint64_t retries;  /* of those, retries (after a 5xx, 429, SlowDown, a reset, a cut body) */
+	uint64_t errors;   /* reads that failed after their retries */
+} weightd_source_remote;
+
 /* A materialization in flight in the daemon (to show progress). */
 typedef struct weightd_job_status {
 	const uint8_t *key;      /* WEIGHTD_DIGEST_LEN bytes: the identity its weight will have (as
@@ -336,6 +345,9 @@ typedef struct weightd_status {
 	 * 0 from a daemon that does not report them). Apart from weightd_source_info, whose size
 	 * the arrays of weightd_list and weightd_status already fix. */
 	const weightd_source_stats *source_stats;
+	/* appended: each source's remote traffic, source_remote[i] for sources[i] (n_sources
+	 * entries; all 0 for local sources and from a daemon that does not report it) */
+	const weightd_source_remote *source_remote;
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);

@@ -143,6 +143,14 @@ pub struct weightd_source_stats {
 }
 
 #[repr(C)]
+pub struct weightd_source_remote {
+    pub bytes: u64,
+    pub requests: u64,
+    pub retries: u64,
+    pub errors: u64,
+}
+
+#[repr(C)]
 pub struct weightd_job_status {
     pub key: *const u8,
     pub label: *const c_char,
@@ -190,6 +198,7 @@ pub struct weightd_status {
     pub requests: u64,
     pub requests_deferred: u64,
     pub source_stats: *const weightd_source_stats,
+    pub source_remote: *const weightd_source_remote,
 }
 
 #[repr(C)]
@@ -461,6 +470,7 @@ mod tests {
             "weightd_weight_status",
             "weightd_segment_status",
             "weightd_source_stats",
+            "weightd_source_remote",
             "weightd_job_status",
             "weightd_status",
             "weightd_output_info",
@@ -500,6 +510,7 @@ mod tests {
             weightd_weight_status,
             weightd_segment_status,
             weightd_source_stats,
+            weightd_source_remote,
             weightd_job_status,
             weightd_status,
             weightd_output_info,
