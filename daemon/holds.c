@@ -152,10 +152,12 @@ int holds_check(const struct holds *h, struct cache_segment *const *segs, size_t
 			err, WEIGHTD_E_LIMIT_EXCEEDED,
 			"limit exceeded: uid %u would hold weights in %llu shared-memory "
 			"segments over its connections (%llu now, %llu more in this reply); "
-			"its limit is %llu (uid_max_segments)",
+			"its limit is %llu (uid_max_segments, cut to its share of weightd's open "
+			"files among %u uids connected and one kept for a new uid; raise "
+			"LimitNOFILE= for more)",
 			(unsigned)h->uu->uid, (unsigned long long)(h->uu->segments + add),
 			(unsigned long long)h->uu->segments, (unsigned long long)add,
-			(unsigned long long)uid_max);
+			(unsigned long long)uid_max, (unsigned)uid_sharers(h->uu));
 	if (new_weights && h->uu && !h->exempt &&
 	    h->uu->weights + new_weights > cfg->uid_max_weights)
 		return wd_error_set(

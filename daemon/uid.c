@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* uid.c - per-uid accounting: one record per connected uid, the per-uid fd limits cut to the
- * daemon's RLIMIT_NOFILE, and the fair share of the main thread between uids. */
+/* uid.c - per-uid accounting: one record per connected uid, the per-uid fd limits as shares of
+ * the daemon's RLIMIT_NOFILE between the uids connected, and the fair share of the main thread
+ * between uids. */
 #include "uid.h"
 
 #include <event2/event.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "config.h"
@@ -18,17 +20,30 @@ struct uid_table {
 	const struct config *cfg;
 	LIST_HEAD(, uid_usage) uids; /* one per uid with a connection, or still owing its share */
 	uint64_t busy_ns;	     /* time spent in expensive requests, all uids, ever */
-	uint64_t nofile; /* RLIMIT_NOFILE at start: the per-uid fd limits are cut to it */
+	uint64_t nofile;  /* RLIMIT_NOFILE at start: the per-uid fd limits are shares of it */
+	uid_t self;	  /* the daemon's uid: like root, it takes no share */
+	uint32_t sharing; /* uids with a connection that take a share (neither root nor self) */
 };
 
 /*
  * What one uid can make the daemon keep open: a fd per segment it holds a weight in
  * (uid_max_segments), the fds queued in its replies (uid_max_queue_fds), and about two per unit
- * request in flight (the segment being filled, writable and read-only: uid_max_pending). Each is
- * cut to its share of the daemon's RLIMIT_NOFILE as it was at start (a quarter, a quarter and an
- * eighth), so that together they leave a quarter of it whatever one uid does: for other uids,
- * the connections and the checkpoint files.
+ * request in flight (the segment being filled, writable and read-only: uid_max_pending).
+ *
+ * Half of the daemon's RLIMIT_NOFILE (N, as it was at start) is shared by the uids connected
+ * now, one share each plus one share kept for a uid not yet seen: with n uids connected, each
+ * may keep open N/2/(n+1) fds, half of them for segments, a quarter for queued fds and a quarter
+ * for requests in flight (two fds each). A uid alone thus may have N/8 segments, N/16 queued fds
+ * and N/32 requests; n uids that come together keep open at most n/(n+1) of the half, leaving a
+ * share for the next uid and the other half for connections, checkpoint files, root and the
+ * daemon's own uid (which take no share and are not limited by it). A uid that holds more than
+ * its share when others come keeps it, but takes no more until it is back under. The configured
+ * value caps each share. Uids that come one after another, each filling its share before the
+ * next, keep open at most N/2 * (1/2 + 1/3 + ... + 1/(k+1)) for k of them (0.64 N for 4).
  */
+#define SHARE_SEGMENTS	4u /* N over this, over (n + 1), for n uids sharing */
+#define SHARE_QUEUE_FDS 8u
+#define SHARE_PENDING	16u
 static uint64_t nofile_limit(void)
 {
 	struct rlimit rl;
@@ -43,16 +58,25 @@ static uint64_t cut(uint64_t configured, uint64_t share)
 	return configured < share ? configured : share;
 }
 
-/* A value the file gives that is cut is worth a warning; a default is meant to be cut. */
+/* What one of n uids sharing may take of what N over `part` shares out. */
+static uint64_t share(uint64_t nofile, unsigned part, uint32_t n)
+{
+	return nofile / part / ((uint64_t)n + 1);
+}
+
+/* A value the file gives that is more than a uid alone may take is worth a warning; a default
+ * is meant to be cut. */
 static void warn_cut(const char *key, bool given, uint64_t configured, uint64_t nofile,
 		     unsigned part)
 {
-	if (given && nofile / part < configured)
+	if (given && share(nofile, part, 1) < configured)
 		log_warn(
-			"%s %llu is more than %s of weightd's limit of open files (RLIMIT_NOFILE %llu); "
-			"%llu is used instead (raise LimitNOFILE= in weightd.service, or ulimit -n)",
-			key, (unsigned long long)configured, part == 4 ? "a quarter" : "an eighth",
-			(unsigned long long)nofile, (unsigned long long)(nofile / part));
+			"%s %llu is more than 1/%u of weightd's limit of open files (RLIMIT_NOFILE "
+			"%llu), the most a uid alone may take; %llu is used instead, less while "
+			"other uids are connected (raise LimitNOFILE= in weightd.service, or "
+			"ulimit -n)",
+			key, (unsigned long long)configured, part * 2, (unsigned long long)nofile,
+			(unsigned long long)share(nofile, part, 1));
 }
 
 struct uid_table *uid_table_new(struct event_base *base, const struct config *cfg)
@@ -65,13 +89,14 @@ struct uid_table *uid_table_new(struct event_base *base, const struct config *cf
 	t->cfg = cfg;
 	LIST_INIT(&t->uids);
 	t->nofile = nofile_limit();
+	t->self = geteuid();
 	if (t->nofile != UINT64_MAX) {
 		warn_cut("uid_max_segments", cfg->uid_max_segments_set, cfg->uid_max_segments,
-			 t->nofile, 4);
+			 t->nofile, SHARE_SEGMENTS);
 		warn_cut("uid_max_queue_fds", cfg->uid_max_queue_fds_set, cfg->uid_max_queue_fds,
-			 t->nofile, 4);
+			 t->nofile, SHARE_QUEUE_FDS);
 		warn_cut("uid_max_pending", cfg->uid_max_pending_set, cfg->uid_max_pending,
-			 t->nofile, 8);
+			 t->nofile, SHARE_PENDING);
 	}
 	return t;
 }
@@ -103,13 +128,18 @@ struct uid_usage *uid_get(struct uid_table *t, uid_t uid)
 	uu->uid = uid;
 	LIST_INSERT_HEAD(&t->uids, uu, link);
 found:
-	uu->conns++;
+	if (uu->conns++ == 0 && uid != 0 && uid != t->self)
+		t->sharing++;
 	return uu;
 }
 
 void uid_put(struct uid_usage *uu)
 {
-	if (!uu || --uu->conns || uu->busy_until_ns > wd_clock_ns())
+	if (!uu)
+		return;
+	if (--uu->conns == 0 && uu->table && uu->uid != 0 && uu->uid != uu->table->self)
+		uu->table->sharing--;
+	if (uu->conns || uu->busy_until_ns > wd_clock_ns())
 		return;
 	LIST_REMOVE(uu, link);
 	free(uu);
@@ -140,18 +170,36 @@ size_t uid_receiving(const struct uid_table *t)
 	return n ? n : 1;
 }
 
+/* The uids sharing as uu sees them (itself included). Root and the daemon's uid take no share
+ * and keep what a uid alone may take: theirs is the reserve an operator needs. */
+static uint32_t sharing(const struct uid_usage *uu)
+{
+	const struct uid_table *t = uu->table;
+
+	if (uu->uid == 0 || uu->uid == t->self || !t->sharing)
+		return 1;
+	return t->sharing;
+}
+
+uint32_t uid_sharers(const struct uid_usage *uu)
+{
+	return uu && uu->table ? sharing(uu) : 1;
+}
+
 uint64_t uid_max_segments(const struct uid_usage *uu, const struct config *cfg)
 {
 	if (!uu || !uu->table)
 		return cfg->uid_max_segments;
-	return cut(uu->table->cfg->uid_max_segments, uu->table->nofile / 4);
+	return cut(uu->table->cfg->uid_max_segments,
+		   share(uu->table->nofile, SHARE_SEGMENTS, sharing(uu)));
 }
 
 uint64_t uid_max_queue_fds(const struct uid_usage *uu, const struct config *cfg)
 {
 	if (!uu || !uu->table)
 		return cfg->uid_max_queue_fds;
-	return cut(uu->table->cfg->uid_max_queue_fds, uu->table->nofile / 4);
+	return cut(uu->table->cfg->uid_max_queue_fds,
+		   share(uu->table->nofile, SHARE_QUEUE_FDS, sharing(uu)));
 }
 
 void uid_limits_text(const struct config *cfg, char *buf, size_t cap)
@@ -161,19 +209,22 @@ void uid_limits_text(const struct config *cfg, char *buf, size_t cap)
 
 	if (nofile != UINT64_MAX)
 		snprintf(lim, sizeof(lim), "%llu", (unsigned long long)nofile);
-	snprintf(buf, cap,
-		 "per-uid limits (RLIMIT_NOFILE %s): uid_max_segments %llu, uid_max_queue_fds %llu, "
-		 "uid_max_pending %llu",
-		 lim, (unsigned long long)cut(cfg->uid_max_segments, nofile / 4),
-		 (unsigned long long)cut(cfg->uid_max_queue_fds, nofile / 4),
-		 (unsigned long long)cut(cfg->uid_max_pending, nofile / 8));
+	snprintf(
+		buf, cap,
+		"per-uid limits for a uid alone (RLIMIT_NOFILE %s; shares shrink as uids connect): "
+		"uid_max_segments %llu, uid_max_queue_fds %llu, uid_max_pending %llu",
+		lim,
+		(unsigned long long)cut(cfg->uid_max_segments, share(nofile, SHARE_SEGMENTS, 1)),
+		(unsigned long long)cut(cfg->uid_max_queue_fds, share(nofile, SHARE_QUEUE_FDS, 1)),
+		(unsigned long long)cut(cfg->uid_max_pending, share(nofile, SHARE_PENDING, 1)));
 }
 
 uint64_t uid_max_pending(const struct uid_usage *uu, const struct config *cfg)
 {
 	if (!uu || !uu->table)
 		return cfg->uid_max_pending;
-	return cut(uu->table->cfg->uid_max_pending, uu->table->nofile / 8);
+	return cut(uu->table->cfg->uid_max_pending,
+		   share(uu->table->nofile, SHARE_PENDING, sharing(uu)));
 }
 
 /*

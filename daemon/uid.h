@@ -65,15 +65,20 @@ void uid_sweep(struct uid_table *t);
  * NULL (1). */
 size_t uid_receiving(const struct uid_table *t);
 
-/* The per-uid limits on what pins daemon fds, as enforced for uu: uid_max_segments and
- * uid_max_queue_fds cut to a quarter of the daemon's RLIMIT_NOFILE at start, uid_max_pending to
- * an eighth (together they leave a quarter of it to everyone else whatever one uid does). As
- * configured (cfg) when uu is NULL or in no table. */
+/* The per-uid limits on what pins daemon fds, as enforced for uu now: each configured value cut
+ * to uu's share of the daemon's RLIMIT_NOFILE at start, which shrinks as more uids connect and
+ * keeps one share for a uid not yet seen (uid.c says how it is shared). O(1). As configured
+ * (cfg) when uu is NULL or in no table. */
 uint64_t uid_max_segments(const struct uid_usage *uu, const struct config *cfg);
 uint64_t uid_max_queue_fds(const struct uid_usage *uu, const struct config *cfg);
 uint64_t uid_max_pending(const struct uid_usage *uu, const struct config *cfg);
 
-/* The three as this process's RLIMIT_NOFILE cuts them now, as one line for --check-config. */
+/* How many uids share the fds as uu sees it (itself included; at least 1): what its limits
+ * above are divided by. 1 for NULL. */
+uint32_t uid_sharers(const struct uid_usage *uu);
+
+/* The three as this process's RLIMIT_NOFILE cuts them for a uid alone, as one line for
+ * --check-config. */
 void uid_limits_text(const struct config *cfg, char *buf, size_t cap);
 
 /* A request of uu's took `spent` ns of the main thread, ending at `now`: charge it. */

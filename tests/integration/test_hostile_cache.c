@@ -265,9 +265,9 @@ static void held_weights_are_capped_per_uid(void **state)
 
 /*
  * However high they are set, the per-uid limits on what pins daemon fds are cut to a share of
- * the daemon's RLIMIT_NOFILE (segments held and fds queued a quarter each, unit requests in
- * flight an eighth), with a warning naming each value the config gives: hello tells another uid
- * the limits in force.
+ * the daemon's RLIMIT_NOFILE (for a uid alone, an eighth for segments held, a sixteenth for fds
+ * queued, a thirty-second for unit requests in flight), with a warning naming each value the
+ * config gives: hello tells another uid the limits in force.
  * Root is exempt from the uid's limits, as from the others, and told its own connection's.
  */
 static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
@@ -286,12 +286,13 @@ static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
 				 sections) < 0)
 		fail_msg("cannot prepare the test directory");
 	assert_int_equal(harness_start_with_nofile(&H, 256), 0);
-	assert_true(harness_log_contains(&H, "uid_max_segments 1000000 is more than a quarter"));
-	assert_true(harness_log_contains(&H, "uid_max_queue_fds 4096 is more than a quarter"));
-	assert_true(harness_log_contains(&H, "uid_max_pending 1024 is more than an eighth"));
-	assert_true(harness_log_contains(&H, "(RLIMIT_NOFILE 256); 32 is used instead"));
+	assert_true(harness_log_contains(&H, "uid_max_segments 1000000 is more than 1/8"));
+	assert_true(harness_log_contains(&H, "uid_max_queue_fds 4096 is more than 1/16"));
+	assert_true(harness_log_contains(&H, "uid_max_pending 1024 is more than 1/32"));
+	assert_true(harness_log_contains(&H, "(RLIMIT_NOFILE 256), the most a uid alone may take; "
+					     "32 is used instead"));
 	c = it_connect(&H);
-	assert_int_equal(weightd_server(c)->max_uid_segments, 64);
+	assert_int_equal(weightd_server(c)->max_uid_segments, 32);
 	assert_int_equal(weightd_server(c)->max_client_segments, 100000);
 	weightd_close(c);
 	pid = fork();
@@ -302,8 +303,8 @@ static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
 		hostile_become(UID_ATTACKER);
 		if (weightd_connect(H.sock, "told", &c, &err) < 0)
 			_exit(70);
-		if (weightd_server(c)->max_uid_segments != 64 ||
-		    weightd_server(c)->max_client_segments != 64)
+		if (weightd_server(c)->max_uid_segments != 32 ||
+		    weightd_server(c)->max_client_segments != 32)
 			_exit(71);
 		weightd_close(c);
 		_exit(0);
@@ -348,7 +349,7 @@ static void check_config_with_nofile(const struct harness *h, unsigned long nofi
 /*
  * The per-uid fd limits left at their defaults are derived from the RLIMIT_NOFILE the daemon
  * runs under, without a warning: under the shipped unit's LimitNOFILE=65536 and under a lower
- * 20000, which once warned on every start. The derived values are what hello tells a client
+ * 20000, which once warned on every start (the values are a uid alone's). The derived values are what hello tells a client
  * and what --check-config prints.
  */
 static void default_uid_fd_limits_fit_rlimit_nofile_silently(void **state)
@@ -356,7 +357,9 @@ static void default_uid_fd_limits_fit_rlimit_nofile_silently(void **state)
 	static const struct {
 		unsigned long nofile;
 		unsigned segments, queue_fds, pending;
-	} runs[] = { { 65536, 16384, 4096, 1024 }, { 20000, 5000, 4096, 1024 }, { 4000, 1000, 1000, 500 } };
+	} runs[] = { { 65536, 8192, 4096, 1024 },
+		     { 20000, 2500, 1250, 625 },
+		     { 4000, 500, 250, 125 } };
 	char sections[2048], out[4096], want[256];
 	int r, tried = 0;
 
@@ -379,7 +382,8 @@ static void default_uid_fd_limits_fit_rlimit_nofile_silently(void **state)
 		}
 		assert_int_equal(r, 0);
 		tried++;
-		if (harness_log_contains(&H, "is more than a") || harness_log_contains(&H, "warning")) {
+		if (harness_log_contains(&H, "is more than 1/") ||
+		    harness_log_contains(&H, "warning")) {
 			harness_dump_log(&H);
 			fail_msg("a default start under RLIMIT_NOFILE %lu warned", runs[i].nofile);
 		}
@@ -388,8 +392,8 @@ static void default_uid_fd_limits_fit_rlimit_nofile_silently(void **state)
 		weightd_close(c);
 		check_config_with_nofile(&H, runs[i].nofile, out, sizeof(out));
 		snprintf(want, sizeof(want),
-			 "per-uid limits (RLIMIT_NOFILE %lu): uid_max_segments %u, uid_max_queue_fds "
-			 "%u, uid_max_pending %u",
+			 "per-uid limits for a uid alone (RLIMIT_NOFILE %lu; shares shrink as uids "
+			 "connect): uid_max_segments %u, uid_max_queue_fds %u, uid_max_pending %u",
 			 runs[i].nofile, runs[i].segments, runs[i].queue_fds, runs[i].pending);
 		if (!strstr(out, want))
 			fail_msg("--check-config printed:\n%s\nwithout: %s", out, want);
