@@ -11,7 +11,8 @@
 #include "cache_int.h"
 #include "log.h"
 
-/* /dev/shm has no room for a segment: say how much it has left, in the structured fields too. */
+/* The segments' filesystem has no room for a segment: say how much it has left, in the
+ * structured fields too. */
 static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weightd_error *err)
 {
 	/* the newest weight placed in it */
@@ -26,9 +27,10 @@ static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weigh
 	char t_need[WD_BYTES_TEXT], t_avail[WD_BYTES_TEXT];
 
 	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-		     "resource exhausted: %s needs %s of shared memory but /dev/shm has only %s "
-		     "free; free or enlarge /dev/shm (its tmpfs size=)",
-		     what, wd_bytes_text(t_need, sg->used), wd_bytes_text(t_avail, avail));
+		     "resource exhausted: %s needs %s of shared memory but %s has only %s "
+		     "free; free or enlarge %s (its tmpfs size=)",
+		     what, wd_bytes_text(t_need, sg->used), wd_segment_dir(),
+		     wd_bytes_text(t_avail, avail), wd_segment_dir());
 	err->expected = (int64_t)sg->used;
 	err->actual = (int64_t)avail;
 }

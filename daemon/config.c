@@ -246,5 +246,6 @@ void config_free(struct config *cfg)
 	free(cfg->shm_prefix);
 	free(cfg->metrics_listen);
 	free(cfg->state_dir);
+	free(cfg->segment_dir);
 	free(cfg);
 }

@@ -44,6 +44,7 @@ struct config {
 	char *shm_prefix;
 	char *metrics_listen;       /* "" or a loopback address:port serving GET /metrics */
 	char *state_dir;            /* "" = no state index */
+	char *segment_dir;	    /* "" = segments in /dev/shm; else a private tmpfs directory */
 	bool verify_adopted;        /* recompute each re-adopted segment's digest at start */
 	enum wd_digest_alg digest;  /* content digest of new weights (default XXH3-128) */
 	uint64_t budget_bytes;      /* 0 = half of /dev/shm's size at start */

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/un.h>
 
+#include "segment.h" /* WD_SEGMENT_DIR_MAX */
+
 #define DAEMON(f)                                                                                  \
 	.section = CONFIG_DAEMON, .field = offsetof(struct config, f),                             \
 	.width = sizeof(((struct config *)0)->f)
@@ -39,6 +41,10 @@ const struct config_key config_keys[] = {
 	{ DAEMON(state_dir), .name = "state_dir", .type = CONFIG_T_PATH, .max = PATH_MAX - 64,
 	  .def = "/var/lib/weightd", .reload = CONFIG_RESTART, .flags = CONFIG_EMPTY_OK,
 	  .doc = "directory of the state index for re-adopting segments; empty: none" },
+	{ DAEMON(segment_dir), .name = "segment_dir", .type = CONFIG_T_PATH,
+	  .max = WD_SEGMENT_DIR_MAX - 1, .def = "", .reload = CONFIG_RESTART,
+	  .flags = CONFIG_EMPTY_OK,
+	  .doc = "tmpfs directory only weightd's user can write, for segments; empty: /dev/shm" },
 	{ DAEMON(verify_adopted), .name = "verify_adopted", .type = CONFIG_T_BOOL, .def = "no",
 	  .reload = CONFIG_RESTART,
 	  .doc = "recompute the digest of every re-adopted weight at start" },

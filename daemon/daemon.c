@@ -9,6 +9,8 @@
 #include "catalog.h"
 #include "clock.h"
 #include "log.h"
+#include "segment.h"
+#include "shmscan.h"
 
 uint64_t daemon_uptime_ms(const struct daemon *d)
 {
@@ -20,13 +22,14 @@ uint64_t daemon_effective_budget(const struct config *cfg)
 	struct statvfs sv;
 	uint64_t shm = 0;
 
-	if (statvfs("/dev/shm", &sv) == 0)
+	if (statvfs(wd_segment_dir(), &sv) == 0)
 		shm = (uint64_t)sv.f_blocks * sv.f_frsize;
 	if (cfg->budget_bytes == 0)
 		return shm / 2;
 	if (shm && cfg->budget_bytes > shm) {
-		log_warn("budget %llu bytes is more than /dev/shm holds; using %llu",
-			 (unsigned long long)cfg->budget_bytes, (unsigned long long)shm);
+		log_warn("budget %llu bytes is more than %s holds; using %llu",
+			 (unsigned long long)cfg->budget_bytes, wd_segment_dir(),
+			 (unsigned long long)shm);
 		return shm;
 	}
 	return cfg->budget_bytes;
@@ -41,4 +44,11 @@ void daemon_notify_ready(struct daemon *d)
 		ready += catalog_at(d->catalog, i)->state == CSOURCE_READY;
 	sd_notifyf(0, "READY=1\nSTATUS=Serving %zu of %zu checkpoints; %llu weights resident",
 		   ready, catalog_count(d->catalog), (unsigned long long)cache_count(d->cache));
+}
+
+uint64_t daemon_foreign_segments(struct daemon *d)
+{
+	shmscan_poke(d->shmscan);
+	d->stats.foreign_segments = shmscan_count(d->shmscan, NULL);
+	return d->stats.foreign_segments;
 }

@@ -29,6 +29,8 @@ struct daemon {
 	LIST_HEAD(, preload_set) preloads; /* the daemon's own holds (preload.c) */
 	struct reload *reload;          /* reload.c */
 	struct watch *watch;		/* watch.c; NULL without inotify */
+	struct shmscan *shmscan;	/* foreign names under the /dev/shm prefix (shmscan.c); NULL
+					 * with a segment_dir, where nobody else can make any */
 	struct stats stats;
 	uint64_t started_ns;            /* wd_clock_ns() at start */
 	char instance[80];              /* shm prefix, shown to clients */
@@ -40,11 +42,15 @@ struct daemon {
 /* Milliseconds since start (monotonic). */
 uint64_t daemon_uptime_ms(const struct daemon *d);
 
-/* The budget cfg asks for: as configured, never more than /dev/shm holds (logged when capped);
- * 0 in the file means half of /dev/shm. */
+/* The budget cfg asks for: as configured, never more than the segments' filesystem (/dev/shm or
+ * segment_dir) holds (logged when capped); 0 in the file means half of it. */
 uint64_t daemon_effective_budget(const struct config *cfg);
 
 /* Tell systemd READY=1 with a STATUS= line (checkpoints served, weights resident). */
 void daemon_notify_ready(struct daemon *d);
+
+/* Objects under the prefix weightd did not make, as the last look found them; asks for a new
+ * look (off the main loop, rate-limited). O(1). */
+uint64_t daemon_foreign_segments(struct daemon *d);
 
 #endif

@@ -33,6 +33,7 @@
 #include "request_query.h"
 #include "segment.h"
 #include "server.h"
+#include "shmscan.h"
 #include "state.h"
 #include "uid.h"
 #include "watch.h"
@@ -113,6 +114,17 @@ static int check_config(const struct config *cfg)
 		       (unsigned long long)wd_source_bytes(src));
 		wd_source_free(src);
 	}
+	if (cfg->segment_dir && cfg->segment_dir[0]) {
+		weightd_error err;
+
+		wd_error_clear(&err);
+		if (wd_segment_set_dir(cfg->segment_dir, &err) < 0) {
+			printf("segment_dir %s: FAILED: %s\n", cfg->segment_dir, err.message);
+			bad++;
+		} else {
+			printf("segment_dir %s: ok\n", cfg->segment_dir);
+		}
+	}
 	uid_limits_text(cfg, limits, sizeof(limits));
 	printf("%s\n", limits);
 	printf("%s: %zu checkpoints, %d with errors\n", cfg->path, cfg->n_sources, bad);
@@ -174,27 +186,6 @@ static int adopt_one(const struct state_segment *rec, void *arg)
 	struct daemon *d = arg;
 
 	return cache_adopt(d->cache, rec);
-}
-
-static void report_foreign(const char *name, void *arg)
-{
-	unsigned *n = arg;
-
-	if ((*n)++ < 16)
-		log_warn("ignoring /dev/shm%s: weightd did not make it (not its name pattern or not "
-			 "owned by uid %u); it is never served or removed", name, (unsigned)geteuid());
-}
-
-/* Objects under our prefix that we did not make: reported, never trusted (status shows the count). */
-static uint64_t count_foreign(const char *instance)
-{
-	unsigned logged = 0;
-	int n = wd_segment_foreign(instance, report_foreign, &logged);
-
-	if (n > 16)
-		log_warn("%d objects under /dev/shm/%s.* were not made by weightd and are ignored", n,
-			 instance);
-	return n > 0 ? (uint64_t)n : 0;
 }
 
 /* The name of the socket served: what systemd passed, else the configured path. */
@@ -378,6 +369,11 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	snprintf(d.instance, sizeof(d.instance), "%s", d.cfg->shm_prefix);
+	if (wd_segment_set_dir(d.cfg->segment_dir, &err) < 0) {
+		log_err("%s", err.message);
+		config_free(d.cfg);
+		return 1;
+	}
 	d.started_ns = wd_clock_ns();
 	signal(SIGPIPE, SIG_IGN);
 	if (!foreground && !getenv("NOTIFY_SOCKET") && daemonize(&ready_fd) < 0) {
@@ -421,9 +417,13 @@ int main(int argc, char **argv)
 	}
 	adopted = state_recover(d.cfg->state_dir, d.instance, adopt_one, &d, &purged);
 	if (adopted > 0 || purged > 0)
-		log_notice("re-adopted %d weights, removed %d stale segments under /dev/shm/%s.*",
-			   adopted, purged, d.instance);
-	d.stats.foreign_segments = count_foreign(d.instance);
+		log_notice("re-adopted %d weights, removed %d stale segments under %s/%s.*",
+			   adopted, purged, wd_segment_dir(), d.instance);
+	if (!wd_segment_dir_private()) {
+		d.shmscan = shmscan_new(d.instance);
+		shmscan_look_now(d.shmscan); /* capped like every look; logged */
+		d.stats.foreign_segments = shmscan_count(d.shmscan, NULL);
+	}
 	cache_trim(d.cache);
 	if (get_listener(d.cfg, &lfd, &err) < 0) {
 		log_err("%s", err.message);
@@ -484,6 +484,7 @@ out:
 	}
 	reload_free(d.reload);
 	watch_free(d.watch);
+	shmscan_free(d.shmscan);
 	if (d.cache)
 		preload_free(&d);
 	/* With a state index the segments outlive us and the next start re-adopts them. */

@@ -214,7 +214,7 @@ void metrics_format(struct daemon *d, struct evbuffer *out)
 	    st->readoptions);
 	u64(out, "foreign_segments", "gauge",
 	    "Objects under the instance's /dev/shm prefix that weightd did not make (ignored).",
-	    st->foreign_segments);
+	    daemon_foreign_segments(d));
 	u64(out, "clients_refused_total", "counter",
 	    "Connections refused by max_clients or max_clients_per_uid.", st->clients_refused);
 	u64(out, "clients_timed_out_total", "counter",

@@ -21,9 +21,9 @@
 
 static const char purge_usage[] =
 	"usage: weightd --purge --config FILE [--socket PATH] [--json]\n"
-	"       weightd --purge --prefix P [--state-dir D] [--socket PATH] [--json]\n"
+	"       weightd --purge --prefix P [--state-dir D] [--segment-dir D] [--socket PATH] [--json]\n"
 	"  with weightd stopped (weightd.service and weightd.socket), remove every shared-memory\n"
-	"  segment of the instance and its state records\n";
+	"  segment of the instance (in /dev/shm, or its segment_dir) and its state records\n";
 
 static int usage_error(const char *what)
 {
@@ -88,12 +88,13 @@ int purge_main(int argc, char **argv)
 		{ "config", required_argument, NULL, 'c' },
 		{ "prefix", required_argument, NULL, 'p' },
 		{ "state-dir", required_argument, NULL, 'd' },
+		{ "segment-dir", required_argument, NULL, 'g' },
 		{ "socket", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *config = NULL, *prefix = NULL, *state_dir = NULL, *sock = NULL;
+	const char *config = NULL, *prefix = NULL, *state_dir = NULL, *sock = NULL, *seg_dir = NULL;
 	struct config *cfg = NULL;
 	weightd_error err;
 	bool json = false;
@@ -107,6 +108,7 @@ int purge_main(int argc, char **argv)
 		case 'c': config = optarg; break;
 		case 'p': prefix = optarg; break;
 		case 'd': state_dir = optarg; break;
+		case 'g': seg_dir = optarg; break;
 		case 's': sock = optarg; break;
 		case 'j': json = true; break;
 		case 'h': fputs(purge_usage, stdout); return 0;
@@ -118,8 +120,9 @@ int purge_main(int argc, char **argv)
 	}
 	if (optind != argc)
 		return usage_error("--purge takes no arguments besides its options");
-	if (!config == !prefix || (config && state_dir))
-		return usage_error("--purge takes --config FILE, or --prefix P [--state-dir D]");
+	if (!config == !prefix || (config && (state_dir || seg_dir)))
+		return usage_error("--purge takes --config FILE, or --prefix P [--state-dir D] "
+				   "[--segment-dir D]");
 	if (config) {
 		wd_error_clear(&err);
 		if (config_load(config, &cfg, &err) < 0) {
@@ -128,6 +131,7 @@ int purge_main(int argc, char **argv)
 		}
 		prefix = cfg->shm_prefix;
 		state_dir = cfg->state_dir;
+		seg_dir = cfg->segment_dir;
 		if (!sock)
 			sock = cfg->socket_path;
 	}
@@ -137,6 +141,15 @@ int purge_main(int argc, char **argv)
 		fprintf(stderr, "weightd: --purge: \"%s\" is not a shared-memory prefix (1 to 64 of "
 			"A-Z a-z 0-9 _ . -, not starting with .)\n%s", prefix, purge_usage);
 		rc = 2;
+		goto out;
+	}
+	wd_error_clear(&err);
+	if (wd_segment_set_dir(seg_dir, &err) < 0) {
+		fprintf(stderr, "weightd: --purge: %s%s\n", err.message,
+			err.code == WEIGHTD_E_PERMISSION_DENIED ?
+				" (or run the purge as that directory's owner, weightd's user: "
+				"runuser -u weightd -- weightd --purge ...)" :
+				"");
 		goto out;
 	}
 	live = socket_answers(sock);
@@ -152,8 +165,8 @@ int purge_main(int argc, char **argv)
 	}
 	segments = wd_segment_purge(prefix);
 	if (segments < 0) {
-		fprintf(stderr, "weightd: cannot remove the segments /dev/shm/%s.*: %s\n", prefix,
-			wd_code_name(-segments));
+		fprintf(stderr, "weightd: cannot remove the segments %s/%s.*: %s\n",
+			wd_segment_dir(), prefix, wd_code_name(-segments));
 		goto out;
 	}
 	records = state_purge(state_dir ? state_dir : "", prefix);
@@ -170,9 +183,9 @@ int purge_main(int argc, char **argv)
 		json_decref(j);
 		fputc('\n', stdout);
 	} else {
-		printf("removed %d segment%s under /dev/shm/%s.* and %d state record%s%s%s\n",
-		       segments, segments == 1 ? "" : "s", prefix, records, records == 1 ? "" : "s",
-		       state_dir && state_dir[0] ? " in " : "",
+		printf("removed %d segment%s under %s/%s.* and %d state record%s%s%s\n", segments,
+		       segments == 1 ? "" : "s", wd_segment_dir(), prefix, records,
+		       records == 1 ? "" : "s", state_dir && state_dir[0] ? " in " : "",
 		       state_dir && state_dir[0] ? state_dir : "");
 	}
 	rc = fflush(stdout) == 0 ? 0 : 1;

@@ -358,49 +358,6 @@ static void status_segment(struct cache_segment *sg, void *arg)
 	gw->sp[gw->n++] = x;
 }
 
-/*
- * Objects under the prefix that weightd did not make can appear at any time (any local user may
- * create one): status looks again, at most once a second whoever asks, so the count is current
- * and a new one is reported. They are never opened, served or removed; a directory listing of
- * /dev/shm is all this costs.
- */
-#define FOREIGN_RESCAN_MS 1000
-
-struct foreign_seen {
-	unsigned n;
-	char names[3][64];
-};
-
-static void note_foreign(const char *name, void *arg)
-{
-	struct foreign_seen *f = arg;
-
-	if (f->n < 3)
-		snprintf(f->names[f->n], sizeof(f->names[0]), "%s", name);
-	f->n++;
-}
-
-static void recount_foreign(struct daemon *d)
-{
-	struct foreign_seen seen = { 0 };
-	uint64_t now = wd_clock_ms();
-	int n;
-
-	if (d->stats.foreign_scan_ms && now - d->stats.foreign_scan_ms < FOREIGN_RESCAN_MS)
-		return;
-	d->stats.foreign_scan_ms = now;
-	n = wd_segment_foreign(d->instance, note_foreign, &seen);
-	if (n < 0)
-		return;
-	if ((uint64_t)n > d->stats.foreign_segments)
-		log_warn("%d objects under /dev/shm/%s.* were not made by weightd (%llu at the last "
-			 "look), e.g. /dev/shm%s%s%s%s%s; they are ignored, never served or removed", n,
-			 d->instance, (unsigned long long)d->stats.foreign_segments, seen.names[0],
-			 seen.n > 1 ? ", /dev/shm" : "", seen.n > 1 ? seen.names[1] : "",
-			 seen.n > 2 ? ", /dev/shm" : "", seen.n > 2 ? seen.names[2] : "");
-	d->stats.foreign_segments = (uint64_t)n;
-}
-
 /* A checkpoint's share of the cache and its counters: kept as they change, so O(1) here. */
 static void status_source_counters(const struct csource *cs, Weightd__SourceInfo *si)
 {
@@ -460,8 +417,8 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 	st.bytes_materialized = d->stats.bytes_materialized;
 	st.materialize_ns = d->stats.materialize_ns;
 	st.references = cache_references(d->cache);
-	recount_foreign(d);
-	st.foreign_segments = d->stats.foreign_segments;
+	/* a count kept by another thread: any local user can fill /dev/shm with names */
+	st.foreign_segments = daemon_foreign_segments(d);
 	st.clients_refused = d->stats.clients_refused;
 	st.clients_timed_out = d->stats.clients_timed_out;
 	/* not counting this request's own frame, still charged while it is answered */

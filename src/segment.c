@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* segment.c - POSIX shared-memory objects that hold weights: create, seal, adopt, list, purge. */
+/* segment.c - the files that hold weights, in /dev/shm or a private tmpfs directory: create,
+ * seal, adopt, list, purge. */
 #include "segment.h"
 
 #include <dirent.h>
@@ -12,10 +13,145 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <linux/magic.h> /* TMPFS_MAGIC */
+
 #define SHM_DIR "/dev/shm"
+
+/*
+ * Where segments live. -1: /dev/shm, opened by path as shm_open does (O_NOFOLLOW, O_CLOEXEC);
+ * otherwise a directory opened once by wd_segment_set_dir, whose names are opened relative to it,
+ * so a path renamed or replaced later does not move weightd's segments. Set once at start.
+ */
+static int dir_fd = -1;
+static char dir_path[WD_SEGMENT_DIR_MAX] = SHM_DIR;
+
+/* The path to hand to *at(at_fd(), ...) for "/<name>". */
+static int at_fd(void)
+{
+	return dir_fd >= 0 ? dir_fd : AT_FDCWD;
+}
+
+static const char *rel(const char *name, char *buf, size_t cap)
+{
+	if (dir_fd >= 0)
+		return name + 1;
+	snprintf(buf, cap, SHM_DIR "%s", name);
+	return buf;
+}
+
+static int seg_open(const char *name, int flags, mode_t mode)
+{
+	char buf[WD_SEGMENT_NAME_MAX + sizeof(SHM_DIR)];
+
+	return openat(at_fd(), rel(name, buf, sizeof(buf)), flags | O_NOFOLLOW | O_CLOEXEC, mode);
+}
+
+static int seg_unlink(const char *name)
+{
+	char buf[WD_SEGMENT_NAME_MAX + sizeof(SHM_DIR)];
+
+	return unlinkat(at_fd(), rel(name, buf, sizeof(buf)), 0);
+}
+
+int wd_segment_set_dir(const char *dir, weightd_error *err)
+{
+	struct statfs sf;
+	struct stat st;
+	int fd, rc;
+
+	if (!dir || !dir[0]) {
+		if (dir_fd >= 0)
+			close(dir_fd);
+		dir_fd = -1;
+		snprintf(dir_path, sizeof(dir_path), SHM_DIR);
+		return 0;
+	}
+	if (dir[0] != '/' || strlen(dir) >= sizeof(dir_path))
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "segment_dir \"%s\" must be an absolute path shorter than %zu "
+				    "characters",
+				    dir, sizeof(dir_path));
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return wd_error_set(
+			err, errno == ENOENT ? WEIGHTD_E_NOT_FOUND : WEIGHTD_E_IO,
+			"segment_dir %s: %s; mount a tmpfs there owned by uid %u with "
+			"mode 0700 (weightd-segments.mount does), or set segment_dir empty "
+			"to use /dev/shm",
+			dir, strerror(errno), (unsigned)geteuid());
+	if (fstatfs(fd, &sf) < 0 || fstat(fd, &st) < 0) {
+		rc = wd_error_set(err, WEIGHTD_E_IO, "segment_dir %s: %s", dir, strerror(errno));
+		goto fail;
+	}
+	if (sf.f_type != TMPFS_MAGIC) {
+		rc = wd_error_set(
+			err, WEIGHTD_E_INVALID_ARGUMENT,
+			"segment_dir %s is not a tmpfs (filesystem type 0x%llx): weights there "
+			"would be written to disk; mount one there (mount -t tmpfs -o "
+			"huge=within_size,mode=0700,uid=%u tmpfs %s)",
+			dir, (unsigned long long)sf.f_type, (unsigned)geteuid(), dir);
+		goto fail;
+	}
+	if (st.st_uid != geteuid()) {
+		rc = wd_error_set(
+			err, WEIGHTD_E_PERMISSION_DENIED,
+			"segment_dir %s is owned by uid %u, not by weightd's uid %u: another "
+			"user could replace weightd's segments; chown %u %s",
+			dir, (unsigned)st.st_uid, (unsigned)geteuid(), (unsigned)geteuid(), dir);
+		goto fail;
+	}
+	if (st.st_mode & 022) {
+		rc = wd_error_set(
+			err, WEIGHTD_E_PERMISSION_DENIED,
+			"segment_dir %s is writable by group or others (mode %04o): anyone "
+			"could plant names there; chmod go-w %s",
+			dir, (unsigned)(st.st_mode & 07777), dir);
+		goto fail;
+	}
+	if (dir_fd >= 0)
+		close(dir_fd);
+	dir_fd = fd;
+	snprintf(dir_path, sizeof(dir_path), "%s", dir);
+	return 0;
+fail:
+	close(fd);
+	return rc;
+}
+
+const char *wd_segment_dir(void)
+{
+	return dir_path;
+}
+
+bool wd_segment_dir_private(void)
+{
+	return dir_fd >= 0;
+}
+
+/*
+ * A tmpfs reports st_blksize as the huge page size for a file it would back with huge pages
+ * (shmem_getattr): on a mount with huge=always, or huge=within_size once the file spans a whole
+ * huge page, or anywhere when transparent_hugepage/shmem_enabled is "force". A directory's own
+ * blksize does not say, so a sparse probe of 2 MiB is made under the prefix and removed.
+ */
+uint64_t wd_segment_page_size(const char *prefix)
+{
+	struct wd_segment seg;
+	struct stat st;
+	uint64_t page = 4096;
+
+	if (wd_segment_create_sparse(prefix, 2u << 20, &seg, NULL) < 0)
+		return page;
+	if (fstat(seg.fd, &st) == 0 && st.st_blksize > 4096)
+		page = (uint64_t)st.st_blksize;
+	wd_segment_close(&seg);
+	seg_unlink(seg.name);
+	return page;
+}
 
 /* "/x" with no other '/', shorter than WD_SEGMENT_NAME_MAX, not "/." or "/..". */
 static bool name_valid(const char *name)
@@ -148,9 +284,9 @@ static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
 				    "without '/'", name ? name : "(null)", WD_SEGMENT_NAME_MAX - 2);
 	if (size > (uint64_t)INT64_MAX)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-				    "segment %s: need %llu bytes in " SHM_DIR ", more than a file can hold", name,
-				    (unsigned long long)size);
-	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+				    "segment %s: need %llu bytes in %s, more than a file can hold",
+				    name, (unsigned long long)size, dir_path);
+	fd = seg_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
 	if (fd < 0 && errno == EEXIST) {
 		*ret_exists = true;
 		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "shared memory %s already exists", name);
@@ -175,8 +311,8 @@ static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
 		while (e == EINTR);
 		if (e == ENOSPC || e == EFBIG) {
 			rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-					  "segment %s: need %llu bytes in " SHM_DIR ": %s", name,
-					  (unsigned long long)size, strerror(e));
+					  "segment %s: need %llu bytes in %s: %s", name,
+					  (unsigned long long)size, dir_path, strerror(e));
 			goto fail;
 		}
 		if (e) {
@@ -185,7 +321,7 @@ static int create_named(const char *name, uint64_t size, struct wd_segment *ret,
 			goto fail;
 		}
 	}
-	ro_fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	ro_fd = seg_open(name, O_RDONLY, 0);
 	if (ro_fd < 0) {
 		rc = open_error(err, "re-opening read-only the shared memory", name);
 		goto fail;
@@ -212,7 +348,7 @@ fail:
 	if (fd >= 0)
 		close(fd);
 	if (created)
-		shm_unlink(name);
+		seg_unlink(name);
 	return rc;
 }
 
@@ -229,7 +365,7 @@ int wd_segment_create_sparse(const char *prefix, uint64_t size, struct wd_segmen
 				  "sizing shared memory %s to %llu bytes: %s", ret->name,
 				  (unsigned long long)size, strerror(errno));
 		wd_segment_close(ret);
-		shm_unlink(ret->name);
+		seg_unlink(ret->name);
 		return rc;
 	}
 	ret->size = size;
@@ -240,7 +376,7 @@ uint64_t wd_segment_shm_free(void)
 {
 	struct statvfs sv;
 
-	if (statvfs("/dev/shm", &sv) < 0)
+	if (dir_fd >= 0 ? fstatvfs(dir_fd, &sv) < 0 : statvfs(SHM_DIR, &sv) < 0)
 		return UINT64_MAX;
 	return (uint64_t)sv.f_bavail * sv.f_frsize;
 }
@@ -260,7 +396,7 @@ int wd_segment_punch(const struct wd_segment *seg, uint64_t off, uint64_t len)
 	if (to <= from)
 		return 0;
 	if (fd < 0) {
-		fd = shm_open(seg->name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+		fd = seg_open(seg->name, O_RDWR, 0);
 		if (fd < 0)
 			return -WEIGHTD_E_IO;
 		if (fstat(fd, &a) < 0 || fstat(seg->ro_fd, &b) < 0 || a.st_ino != b.st_ino ||
@@ -298,7 +434,7 @@ int wd_segment_adopt(const char *name, struct wd_segment *ret, weightd_error *er
 	if (!name_valid(name))
 		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "segment name \"%s\" is not a valid name",
 				    name ? name : "(null)");
-	fd = shm_open(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+	fd = seg_open(name, O_RDONLY, 0);
 	if (fd < 0) {
 		rc = errno == ENOENT ? wd_error_set(err, WEIGHTD_E_NOT_FOUND, "opening shared memory %s: %s",
 						    name, strerror(errno))
@@ -344,7 +480,7 @@ int wd_segment_unlink(const char *name)
 {
 	if (!name_valid(name))
 		return -WEIGHTD_E_INVALID_ARGUMENT;
-	if (shm_unlink(name) < 0 && errno != ENOENT)
+	if (seg_unlink(name) < 0 && errno != ENOENT)
 		return -WEIGHTD_E_IO;
 	return 0;
 }
@@ -375,26 +511,44 @@ static bool under_prefix(const char *entry, const char *prefix, size_t plen)
 
 /*
  * Regular files only (anything else is not a segment of ours). Entries that vanish between
- * readdir and fstatat are skipped.
+ * readdir and fstatat are skipped. At most max_entries entries are read (0: all); *ret_partial
+ * says whether the walk stopped there.
  */
-int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t size, void *arg),
-		    void *arg)
+static int list_capped(const char *prefix, uint64_t max_entries, bool *ret_partial,
+		       int (*fn)(const char *name, uint64_t size, void *arg), void *arg)
 {
+	uint64_t seen = 0;
 	size_t plen;
 	DIR *d = NULL;
 	struct dirent *e;
 	int rc = 0;
 
+	if (ret_partial)
+		*ret_partial = false;
 	if (!wd_segment_prefix_valid(prefix))
 		return -WEIGHTD_E_INVALID_ARGUMENT;
 	plen = strlen(prefix);
-	d = opendir(SHM_DIR);
+	if (dir_fd >= 0) {
+		/* a description of its own: a dup would share the offset with another lister */
+		int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		d = fd >= 0 ? fdopendir(fd) : NULL;
+		if (!d && fd >= 0)
+			close(fd);
+	} else {
+		d = opendir(SHM_DIR);
+	}
 	if (!d)
 		return -WEIGHTD_E_IO;
 	for (;;) {
 		char name[WD_SEGMENT_NAME_MAX];
 		struct stat st;
 
+		if (max_entries && seen++ >= max_entries) {
+			if (ret_partial)
+				*ret_partial = true;
+			break;
+		}
 		errno = 0;
 		e = readdir(d);
 		if (!e) {
@@ -422,15 +576,21 @@ int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t siz
 	return rc;
 }
 
+int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t size, void *arg),
+		    void *arg)
+{
+	return list_capped(prefix, 0, NULL, fn, arg);
+}
+
 bool wd_segment_owned(const char *name)
 {
-	char path[WD_SEGMENT_NAME_MAX + sizeof(SHM_DIR)];
+	char buf[WD_SEGMENT_NAME_MAX + sizeof(SHM_DIR)];
 	struct stat st;
 
 	if (!name_valid(name))
 		return false;
-	snprintf(path, sizeof(path), SHM_DIR "%s", name);
-	return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+	return fstatat(at_fd(), rel(name, buf, sizeof(buf)), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISREG(st.st_mode) && st.st_uid == geteuid();
 }
 
 struct foreign_scan {
@@ -454,10 +614,11 @@ static int check_foreign(const char *name, uint64_t size, void *arg)
 	return 0;
 }
 
-int wd_segment_foreign(const char *prefix, void (*fn)(const char *name, void *arg), void *arg)
+int wd_segment_foreign(const char *prefix, uint64_t max_entries, bool *ret_partial,
+		       void (*fn)(const char *name, void *arg), void *arg)
 {
 	struct foreign_scan f = { prefix, fn, arg, 0 };
-	int rc = wd_segment_list(prefix, check_foreign, &f);
+	int rc = list_capped(prefix, max_entries, ret_partial, check_foreign, &f);
 
 	return rc < 0 ? rc : f.n;
 }
@@ -503,7 +664,7 @@ int wd_segment_purge(const char *prefix)
 		if (!wd_segment_name_matches(prefix, l.names[i]) &&
 		    !(wd_segment_name_legacy(prefix, l.names[i]) && wd_segment_owned(l.names[i])))
 			continue;
-		if (shm_unlink(l.names[i]) == 0)
+		if (seg_unlink(l.names[i]) == 0)
 			count++;
 		else if (errno != ENOENT && !rc)
 			rc = -WEIGHTD_E_IO;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* segment.h - POSIX shared-memory segments that hold weights. */
+/* segment.h - the files that hold weights: POSIX shared memory in /dev/shm, or files in a
+ * private tmpfs directory (segment_dir). */
 #ifndef WD_SEGMENT_H
 #define WD_SEGMENT_H
 
@@ -11,6 +12,8 @@
 #define WD_SEGMENT_NAME_MAX 200
 /* Hex digits of the random part of a name weightd makes: "/<prefix>.<32 hex digits>". */
 #define WD_SEGMENT_RANDOM_HEX 32
+/* Longest segment_dir, with room for a name under it within PATH_MAX. */
+#define WD_SEGMENT_DIR_MAX 3800
 
 struct wd_segment {
 	int fd;        /* O_RDWR, owned; -1 once sealed or closed */
@@ -18,6 +21,29 @@ struct wd_segment {
 	uint64_t size;
 	char name[WD_SEGMENT_NAME_MAX]; /* "/prefix.xxxx" as given to shm_open */
 };
+
+/*
+ * Where every other function of this module creates, opens, lists and removes names. NULL or "":
+ * /dev/shm, with shm_open's semantics (the default). Otherwise `dir` must be a directory on a
+ * tmpfs owned by this process's effective uid and not writable by group or others, so nobody
+ * else can create, replace or remove a name in it: -WEIGHTD_E_NOT_FOUND, _INVALID_ARGUMENT or
+ * _PERMISSION_DENIED with a message naming the directory and the fix otherwise. The directory is
+ * held open, so later renames of its path do not matter. Called once at start, before any other
+ * call of this module and before other threads use it.
+ */
+int wd_segment_set_dir(const char *dir, weightd_error *err);
+
+/* The directory names live in: "/dev/shm" or segment_dir. Valid until the next set_dir. */
+const char *wd_segment_dir(void);
+
+/* True when names live in segment_dir: only weightd's uid can create names there, so nothing
+ * under the prefix can be foreign. */
+bool wd_segment_dir_private(void);
+
+/* The page size the kernel backs segments with there: 2 MiB (the huge page size) when it gives
+ * huge pages to a segment that spans one, else 4096. Made by a sparse probe file under `prefix`,
+ * removed at once. */
+uint64_t wd_segment_page_size(const char *prefix);
 
 /*
  * Create a new shm object `name` (must start with '/', no other '/') with mode 0600, O_EXCL, and
@@ -49,7 +75,8 @@ bool wd_segment_name_matches(const char *prefix, const char *name);
 int wd_segment_create_sparse(const char *prefix, uint64_t size, struct wd_segment *ret,
 			     weightd_error *err);
 
-/* Bytes /dev/shm has free for this process (statvfs f_bavail), UINT64_MAX if it cannot say. */
+/* Bytes the segments' filesystem has free for this process (statvfs f_bavail), UINT64_MAX if it
+ * cannot say. */
 uint64_t wd_segment_shm_free(void);
 
 /* Give the pages of [off, off + len) back to the system (FALLOC_FL_PUNCH_HOLE) while the object
@@ -70,8 +97,9 @@ void wd_segment_close(struct wd_segment *seg);
 int wd_segment_unlink(const char *name);
 
 /*
- * Call fn(name, size, arg) for every object in /dev/shm whose name starts with `prefix` (without
- * the leading '/'; the name passed to fn has it). Stops at fn's first nonzero return and returns it.
+ * Call fn(name, size, arg) for every regular file in the segments' directory whose name starts
+ * with "<prefix>." (the name passed to fn has a leading '/'). Stops at fn's first nonzero return
+ * and returns it.
  */
 int wd_segment_list(const char *prefix, int (*fn)(const char *name, uint64_t size, void *arg),
 		    void *arg);
@@ -88,9 +116,12 @@ bool wd_segment_owned(const char *name);
 /*
  * Objects under `prefix` that weightd did not make: a name not of wd_segment_name_matches' form, or
  * not owned by this uid. They are never adopted, served or unlinked; fn(name, arg) (may be NULL)
- * is called for each so the caller can report them. Returns how many, or a negative code.
+ * is called for each so the caller can report them. Returns how many, or a negative code. At most
+ * `max_entries` directory entries are read (0: all), so a directory anyone can fill costs a
+ * bounded time; *ret_partial (may be NULL) tells whether the count stopped there.
  */
-int wd_segment_foreign(const char *prefix, void (*fn)(const char *name, void *arg), void *arg);
+int wd_segment_foreign(const char *prefix, uint64_t max_entries, bool *ret_partial,
+		       void (*fn)(const char *name, void *arg), void *arg);
 
 /* Unlink every object under `prefix` whose name weightd makes (wd_segment_name_matches), and
  * legacy names this uid owns; others are left alone. Returns how many, or a negative code. */

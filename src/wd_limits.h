@@ -61,6 +61,12 @@ struct wd_limits {
 /* Checkpoints one client may subscribe to events of. */
 #define WD_MAX_SUBSCRIPTIONS 4096
 
+/* Any local user can create names under the /dev/shm prefix: one look for objects weightd did
+ * not make reads at most this many directory entries, at most once per interval, on a thread of
+ * its own (daemon/shmscan.c). */
+#define WD_FOREIGN_SCAN_ENTRIES	    65536
+#define WD_FOREIGN_SCAN_INTERVAL_MS 5000
+
 /* Supplementary groups read per peer (Linux's NGROUPS_MAX); every one counts for allow_groups. */
 #define WD_MAX_PEER_GROUPS 65536
 

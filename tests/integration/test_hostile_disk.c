@@ -4,6 +4,7 @@
  * of checkpoint files. Other uids stay served, nothing foreign is trusted, served or deleted, and
  * the daemon comes back to its baseline. Needs root (the attacker is uid 65534). */
 #include <dirent.h>
+#include <poll.h>
 #include <sys/mman.h>
 
 #include "hostile.h"
@@ -125,7 +126,7 @@ static void squatted_names_break_nothing(void **state)
 
 	/* at the next start: reported, counted, never adopted or removed */
 	restart();
-	assert_true(harness_log_contains(&H, "weightd did not make it"));
+	assert_true(harness_log_contains(&H, "were not made by weightd"));
 	st = it_status_of(&H);
 	assert_int_equal(st->foreign_segments, 1 + N_SQUAT);
 	assert_int_equal(st->readoptions, 1); /* the victim's weight, its own segment */
@@ -154,7 +155,8 @@ static uint64_t wait_foreign(uint64_t want)
 {
 	uint64_t got = UINT64_MAX;
 
-	for (int i = 0; i < 50 && got != want; i++) {
+	/* a look runs at most every 5 s (WD_FOREIGN_SCAN_INTERVAL_MS) */
+	for (int i = 0; i < 150 && got != want; i++) {
 		weightd_status *st = it_status_of(&H);
 
 		got = st->foreign_segments;
@@ -220,6 +222,130 @@ static void objects_squatted_while_running_are_reported(void **state)
 		assert_int_equal(unlink(path), 0);
 	}
 	assert_int_equal(wait_foreign(0), 0);
+	hostile_victim_served(&H);
+	hostile_back_to_base(&H, &base);
+}
+
+/*
+ * Anyone may create names under the /dev/shm prefix, and each status used to list them all on
+ * the main loop: 200,000 empty files made every status take seconds and held every other
+ * client's request behind it. The look is now another thread's, capped and rate-limited: while
+ * the attacker loops status calls over 200,000 names, every victim get and every status answers
+ * within FULL_PREFIX_BOUND_MS (an idle get takes a few ms), and the names are still reported.
+ */
+#define FULL_PREFIX_NAMES    200000
+#define FULL_PREFIX_BOUND_MS 300
+static void a_prefix_full_of_names_costs_requests_nothing(void **state)
+{
+	struct hostile_chan ch;
+	struct hostile_base base;
+	char line[256], path[512];
+	weightd_status *st;
+	int64_t worst = 0;
+	pid_t pid;
+
+	(void)state;
+	hostile_start(&H, NULL);
+	base = hostile_baseline(&H);
+	chan_open(&ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		weightd_client *c = NULL;
+		weightd_error err;
+		int64_t slowest = 0;
+		int dfd, calls = 0;
+
+		chan_child(&ch);
+		hostile_become(UID_ATTACKER);
+		dfd = open("/dev/shm", O_RDONLY | O_DIRECTORY);
+		if (dfd < 0)
+			_exit(60);
+		for (int i = 0; i < FULL_PREFIX_NAMES; i++) {
+			int fd;
+
+			snprintf(path, sizeof(path), "%s.%x", H.prefix, i);
+			fd = openat(dfd, path, O_CREAT | O_EXCL | O_WRONLY, 0644);
+			if (fd < 0)
+				_exit(61);
+			close(fd);
+		}
+		close(dfd);
+		if (weightd_connect(H.sock, "attacker", &c, &err) < 0)
+			_exit(62);
+		chan_say(ch.to_parent[1], "planted\n");
+		/* status after status until told to stop */
+		for (;;) {
+			struct pollfd p = { ch.to_child[0], POLLIN, 0 };
+			weightd_status *s = NULL;
+			int64_t t0 = it_now_ms();
+
+			if (poll(&p, 1, 0) > 0)
+				break;
+			if (weightd_status_get(c, &s, &err) < 0)
+				_exit(63);
+			weightd_status_free(s);
+			if (it_now_ms() - t0 > slowest)
+				slowest = it_now_ms() - t0;
+			calls++;
+		}
+		weightd_close(c);
+		chan_say(ch.to_parent[1], "%d %lld\n", calls, (long long)slowest);
+		_exit(0);
+	}
+	chan_parent(&ch);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	for (int i = 0; i < 20; i++) {
+		int64_t t0 = it_now_ms(), took;
+
+		hostile_victim_served(&H);
+		took = it_now_ms() - t0;
+		worst = took > worst ? took : worst;
+		usleep(100000);
+	}
+	chan_say(ch.to_child[1], "stop\n");
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	it_wait_child_ok(pid);
+	{
+		int calls = 0;
+		long long slowest = 0;
+
+		assert_int_equal(sscanf(line, "%d %lld", &calls, &slowest), 2);
+		fprintf(stderr,
+			"note: %d status calls over %d names, slowest %lld ms; slowest victim "
+			"get %lld ms\n",
+			calls, FULL_PREFIX_NAMES, slowest, (long long)worst);
+		assert_true(calls > 10);
+		if (slowest > FULL_PREFIX_BOUND_MS)
+			fail_msg("a status took %lld ms over %d foreign names (bound %d ms)",
+				 slowest, FULL_PREFIX_NAMES, FULL_PREFIX_BOUND_MS);
+	}
+	if (worst > FULL_PREFIX_BOUND_MS)
+		fail_msg(
+			"a victim's get took %lld ms while status calls looked at %d foreign names "
+			"(bound %d ms)",
+			(long long)worst, FULL_PREFIX_NAMES, FULL_PREFIX_BOUND_MS);
+	/* still reported: a capped look counts part of them, and the log says "at least" */
+	for (int i = 0; i < 150; i++) {
+		st = it_status_of(&H);
+		worst = (int64_t)st->foreign_segments;
+		weightd_status_free(st);
+		if (worst > 0 && harness_log_contains(&H, "were not made by weightd"))
+			break;
+		usleep(100000);
+	}
+	assert_true(worst > 0);
+	assert_true(harness_log_contains(&H, "at least"));
+	{
+		int dfd = open("/dev/shm", O_RDONLY | O_DIRECTORY);
+
+		assert_true(dfd >= 0);
+		for (int i = 0; i < FULL_PREFIX_NAMES; i++) {
+			snprintf(path, sizeof(path), "%s.%x", H.prefix, i);
+			assert_int_equal(unlinkat(dfd, path, 0), 0);
+		}
+		close(dfd);
+	}
 	hostile_victim_served(&H);
 	hostile_back_to_base(&H, &base);
 }
@@ -424,6 +550,7 @@ int main(void)
 		cmocka_unit_test_teardown(squatted_names_break_nothing, teardown),
 		cmocka_unit_test_teardown(state_index_is_not_trusted_blindly, teardown),
 		cmocka_unit_test_teardown(objects_squatted_while_running_are_reported, teardown),
+		cmocka_unit_test_teardown(a_prefix_full_of_names_costs_requests_nothing, teardown),
 		cmocka_unit_test_teardown(fifos_are_refused_never_waited_on, teardown),
 	};
 

@@ -752,7 +752,7 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	/* back: every weight re-adopted, the junk gone, nothing read */
 	assert_int_equal(harness_start(&H), 0);
 	assert_true(harness_log_contains(&H, "re-adopted 4 weights, removed 1 stale segments"));
-	assert_true(harness_log_contains(&H, ".squat: weightd did not make it"));
+	assert_true(harness_log_contains(&H, ".squat; they are ignored"));
 	st = it_status_of(&H);
 	assert_int_equal(st->foreign_segments, 1);
 	assert_int_equal(st->readoptions, N_RT);

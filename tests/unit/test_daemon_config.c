@@ -171,6 +171,7 @@ static void check_defaults(const struct config *cfg)
 	assert_true(cfg->socket_group == (gid_t)-1);
 	assert_string_equal(cfg->shm_prefix, "weightd");
 	assert_string_equal(cfg->state_dir, "/var/lib/weightd");
+	assert_string_equal(cfg->segment_dir, "");
 	assert_string_equal(cfg->metrics_listen, ""); /* no HTTP endpoint unless asked */
 	assert_false(cfg->verify_adopted);
 	assert_int_equal(cfg->digest, WD_DIGEST_XXH3_128);
@@ -282,7 +283,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 40); /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 41); /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
