@@ -183,6 +183,9 @@ int wc_seg_map(struct wc_seg *sg, const char *name, weightd_error *err)
 			r = wc_err_set(err, WEIGHTD_E_OVERFLOW,
 				       "the segment of weight \"%s\" is too large to map here", name);
 		} else if (sg->size) {
+			/* No address hint: for a file on a tmpfs that gives huge pages the kernel
+			 * itself places the mapping on a 2 MiB boundary (shmem_get_unmapped_area),
+			 * so weights weightd starts on 2 MiB boundaries are mapped with PMDs. */
 			void *p = mmap(NULL, (size_t)sg->size, PROT_READ, MAP_SHARED, sg->fd, 0);
 
 			if (p == MAP_FAILED) {

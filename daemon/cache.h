@@ -27,9 +27,13 @@ TAILQ_HEAD(job_queue, job);
 
 /* Most weights packed into one segment (its state record stays a few MB). */
 #define CACHE_SEGMENT_MAX_WEIGHTS 16384
-/* Every weight starts at a multiple of this; one of at least a page starts on a page. */
+/* Every weight starts at a multiple of this; one of at least a page starts on a page, and one of
+ * at least a huge page on a huge page, so a client maps it with PMD entries wherever the
+ * segment's filesystem gives huge pages (the kernel places mappings of such files on a huge-page
+ * boundary). The gap costs no memory: segments are sparse until written. */
 #define CACHE_ALIGN 64
 #define CACHE_PAGE 4096
+#define CACHE_HUGE_PAGE (2u << 20)
 
 /*
  * One shared-memory object holding one or many weights, each at its own aligned offset. The

@@ -65,7 +65,9 @@ static bool same_group(const struct cache_segment *sg, struct csource *const *g,
 
 static uint64_t align_for(uint64_t off, uint64_t nbytes)
 {
-	uint64_t a = nbytes >= CACHE_PAGE ? CACHE_PAGE : CACHE_ALIGN;
+	uint64_t a = nbytes >= CACHE_HUGE_PAGE ? CACHE_HUGE_PAGE :
+		     nbytes >= CACHE_PAGE      ? CACHE_PAGE :
+						 CACHE_ALIGN;
 
 	return (off + a - 1) / a * a;
 }

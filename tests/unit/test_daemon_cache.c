@@ -2,7 +2,8 @@
 /* test_daemon_cache.c - the cache on its own (no pool: jobs run inline): packing offsets and
  * segment caps, dedupe, references, budget and LRU eviction order, idle limits, and pages given
  * back when a weight leaves a segment that lives on. Expected offsets are worked out here from
- * the packing rule (64-byte alignment, page alignment for weights of a page or more). */
+ * the packing rule (64-byte alignment, page alignment for weights of a page or more, 2 MiB
+ * alignment for weights of 2 MiB or more). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -19,8 +20,9 @@
 #include "stats.h"
 #include "st_writer.h"
 
-#define N_T 9
-static const uint64_t t_bytes[N_T] = { 1000, 5000, 100, 8192, 64, 3, 70000, 10, 3000 };
+#define N_T 11
+static const uint64_t t_bytes[N_T] = { 1000,  5000, 100,  8192,	    64,	     3,
+				       70000, 10,   3000, 3u << 20, 2u << 20 };
 
 struct env {
 	char dir[4096];
@@ -193,6 +195,34 @@ static void pack_offsets(void **state)
 	assert_int_equal(wd_segment_purge(E.instance), 0);  /* nothing left behind */
 }
 
+/* Weights of 2 MiB or more start on a 2 MiB boundary (PMD-mapped on a huge-page tmpfs); smaller
+ * ones still pack after them. */
+static void pack_huge_offsets(void **state)
+{
+	struct cache *c = new_cache(64u << 20, 64u << 20, 0, 0);
+	struct cache_pack *pk = cache_pack_begin(c);
+	struct weight *w[4];
+	/* w0 1000 B at 0; w9 3 MiB at 2 MiB; w2 100 B right after it, 5 MiB; w10 2 MiB at the
+	 * next 2 MiB boundary after 5 MiB + 100, 6 MiB */
+	const int which[4] = { 0, 9, 2, 10 };
+	const uint64_t want[4] = { 0, 2u << 20, 5u << 20, 6u << 20 };
+
+	(void)state;
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(ask(c, pk, which[i], &w[i]), 0);
+	cache_pack_end(c, pk);
+	assert_int_equal(cache_segment_count(c), 1);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(w[i]->offset, want[i]);
+		check_bytes(w[i], which[i]);
+	}
+	assert_int_equal(cache_segment_bytes(c), 8u << 20);
+	for (int i = 0; i < 4; i++)
+		cache_drop(c, w[i]);
+	cache_free(c, true);
+	assert_int_equal(wd_segment_purge(E.instance), 0);
+}
+
 /* segment_max caps a segment: a weight that does not fit starts the next one; one larger than
  * the cap is alone. */
 static void pack_cap(void **state)
@@ -330,11 +360,9 @@ static void eviction_punches_pages(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(pack_offsets),
-		cmocka_unit_test(pack_cap),
-		cmocka_unit_test(budget_and_lru_order),
-		cmocka_unit_test(idle_weight_limit),
-		cmocka_unit_test(eviction_punches_pages),
+		cmocka_unit_test(pack_offsets),	     cmocka_unit_test(pack_huge_offsets),
+		cmocka_unit_test(pack_cap),	     cmocka_unit_test(budget_and_lru_order),
+		cmocka_unit_test(idle_weight_limit), cmocka_unit_test(eviction_punches_pages),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
