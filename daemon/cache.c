@@ -207,6 +207,28 @@ int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_err
 	return state_write(c->p.state_dir, c->instance, &rec, seg_next_weight, &at, err);
 }
 
+void cache_seg_count(struct cache *c, struct cache_segment *sg)
+{
+	uint64_t huge = c->p.page_bytes >= CACHE_HUGE_PAGE ? c->p.page_bytes : 0;
+
+	sg->huge_bytes = huge ? sg->seg.size / huge * huge : 0;
+	c->segment_bytes += sg->seg.size;
+	c->huge_bytes += sg->huge_bytes;
+}
+
+/* The whole huge pages of [off, off + len), just punched out, are no longer counted. */
+static void punched_huge(struct cache *c, struct cache_segment *sg, uint64_t off, uint64_t len)
+{
+	uint64_t huge = c->p.page_bytes;
+	uint64_t from = (off + huge - 1) / huge * huge, to = (off + len) / huge * huge;
+	uint64_t gone = to > from ? to - from : 0;
+
+	if (gone > sg->huge_bytes)
+		gone = sg->huge_bytes;
+	sg->huge_bytes -= gone;
+	c->huge_bytes -= gone;
+}
+
 void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_segment)
 {
 	if (sg->idle)
@@ -217,8 +239,10 @@ void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_se
 			wd_segment_unlink(sg->seg.name);
 		state_remove(c->p.state_dir, c->instance, sg->seg.name);
 	}
-	if (sg->created)
+	if (sg->created) {
 		c->segment_bytes -= sg->seg.size;
+		c->huge_bytes -= sg->huge_bytes;
+	}
 	wd_segment_close(&sg->seg);
 	for (size_t i = 0; i < sg->n_group; i++)
 		catalog_source_unref(sg->group[i]);
@@ -321,6 +345,8 @@ static void weight_destroy(struct cache *c, struct weight *w, bool evict)
 		if (evict) {
 			if (wd_segment_punch(&sg->seg, w->offset, w->nbytes) < 0)
 				log_debug("could not punch %s out of %s", w->label, sg->seg.name);
+			else if (sg->huge_bytes)
+				punched_huge(c, sg, w->offset, w->nbytes);
 			if (!sg->dirty && c->p.state_dir[0]) {
 				sg->dirty = true;
 				LIST_INSERT_HEAD(&c->dirty, sg, dirty_link);
@@ -593,6 +619,7 @@ uint64_t cache_set_limits(struct cache *c, uint64_t segment_max, uint32_t max_id
 uint64_t cache_count(const struct cache *c) { return c->count; }
 uint64_t cache_segment_count(const struct cache *c) { return c->n_segments; }
 uint64_t cache_segment_bytes(const struct cache *c) { return c->segment_bytes; }
+uint64_t cache_huge_bytes(const struct cache *c) { return c->huge_bytes; }
 uint64_t cache_idle_weights(const struct cache *c) { return c->idle_weights; }
 uint64_t cache_idle_segments(const struct cache *c) { return c->idle_segments; }
 
@@ -663,7 +690,7 @@ int cache_adopt(struct cache *c, const struct state_segment *rec)
 	sg->created = true;
 	sg->adopted = true;
 	sg->used = sg->seg.size;
-	c->segment_bytes += sg->seg.size;
+	cache_seg_count(c, sg);
 	snprintf(sg->source, sizeof(sg->source), "%s", rec->source);
 	sg->generation = rec->generation;
 	for (size_t i = 0; i < rec->n_weights; i++) {

@@ -47,6 +47,8 @@ struct cache_segment {
 	struct wd_segment seg;       /* name, size, ro_fd (what clients get), fd while filling */
 	uint64_t used;               /* packing cursor: end of the last weight placed */
 	uint64_t ino;
+	uint64_t huge_bytes;         /* of seg.size, in whole huge pages not punched out (0 on
+				      * 4 KiB pages) */
 	uint32_t n_weights;          /* finished weights in it */
 	uint32_t n_jobs;             /* weights being made in it */
 	uint32_t held;               /* finished weights in it that someone references */
@@ -138,6 +140,7 @@ struct cache_params {
 	const char *state_dir;       /* "" or NULL: no state index; borrowed for the cache's life
 				      * (emptied by the daemon when the directory is unusable) */
 	const char *instance;        /* shm prefix; borrowed */
+	uint64_t page_bytes;         /* page size segments get (wd_segment_page_size); 0: 4096 */
 	struct pool *pool;           /* NULL: jobs run inline on the calling thread (tests) */
 	struct stats *stats;         /* counters to add to; borrowed */
 };
@@ -259,6 +262,11 @@ uint64_t cache_count(const struct cache *c);
 uint64_t cache_references(const struct cache *c);
 uint64_t cache_segment_count(const struct cache *c);
 uint64_t cache_segment_bytes(const struct cache *c); /* sizes of the segments' objects */
+/* Of those, the bytes in whole huge pages, which a filesystem that gives huge pages (page_bytes
+ * 2 MiB) backs with them: a huge=within_size tmpfs gives one to every huge page of a file that
+ * lies within its size once written. Whole huge pages punched out of evicted weights are not
+ * counted. 0 on 4 KiB pages. */
+uint64_t cache_huge_bytes(const struct cache *c);
 uint64_t cache_idle_weights(const struct cache *c);
 uint64_t cache_idle_segments(const struct cache *c);
 

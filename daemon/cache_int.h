@@ -34,6 +34,7 @@ struct cache {
 	uint64_t next_id;
 	uint64_t next_segment_id;
 	uint64_t n_segments, segment_bytes;
+	uint64_t huge_bytes;         /* sum of the segments' huge_bytes */
 	size_t nbuckets;
 	struct weight **by_key;
 	LIST_HEAD(, cache_segment) segments;  /* newest first */
@@ -96,5 +97,8 @@ void cache_job_start(struct cache *c, struct cache_segment **sgs, size_t n);
 /* sg could not be created: every job queued on it fails with err (callbacks run here), and sg
  * is destroyed when nothing else uses it. */
 void cache_job_fail_queued(struct cache *c, struct cache_segment *sg, const weightd_error *err);
+
+/* A created or adopted segment of seg.size bytes is counted in segment_bytes and huge_bytes. */
+void cache_seg_count(struct cache *c, struct cache_segment *sg);
 
 #endif

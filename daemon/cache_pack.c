@@ -178,7 +178,7 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 		if (fstat(sg->seg.ro_fd, &st) == 0)
 			sg->ino = (uint64_t)st.st_ino;
 		sg->created = true;
-		c->segment_bytes += sg->seg.size;
+		cache_seg_count(c, sg);
 		pk->all[started++] = sg; /* the created ones, in order, over the ones handled */
 	}
 	cache_job_start(c, pk->all, started);

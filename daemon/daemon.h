@@ -34,6 +34,7 @@ struct daemon {
 	struct stats stats;
 	uint64_t started_ns;            /* wd_clock_ns() at start */
 	char instance[80];              /* shm prefix, shown to clients */
+	uint64_t page_bytes;            /* page size segments get: 2 MiB on huge pages, else 4096 */
 	int log_level_cli;              /* --log-level, or -1: the file's log_level decides */
 	bool socket_activated;          /* the socket came from systemd (socket* keys unused) */
 	bool stopping;

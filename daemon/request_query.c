@@ -428,6 +428,9 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 	st.requests_deferred = d->stats.requests_deferred;
 	st.segments = cache_segment_count(d->cache);
 	st.segment_bytes = cache_segment_bytes(d->cache);
+	st.segment_dir = (char *)wd_segment_dir();
+	st.segment_page_bytes = d->page_bytes;
+	st.segment_huge_bytes = cache_huge_bytes(d->cache);
 	st.idle_weights = cache_idle_weights(d->cache);
 	st.idle_segments = cache_idle_segments(d->cache);
 	cache_foreach_segment(d->cache, status_segment, &gw);

@@ -146,6 +146,12 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 			json_object_set_new(j, "segments", json_integer((json_int_t)s->segments));
 			json_object_set_new(j, "segment_bytes",
 					    json_integer((json_int_t)s->segment_bytes));
+			json_object_set_new(j, "segment_dir",
+					    json_string(s->segment_dir ? s->segment_dir : ""));
+			json_object_set_new(j, "segment_page_bytes",
+					    json_integer((json_int_t)s->segment_page_bytes));
+			json_object_set_new(j, "segment_huge_bytes",
+					    json_integer((json_int_t)s->segment_huge_bytes));
 			json_object_set_new(j, "idle_weights",
 					    json_integer((json_int_t)s->idle_weights));
 			json_object_set_new(j, "idle_segments",
@@ -210,6 +216,13 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		       "idle                        %" PRIu64 " weights, %" PRIu64 " segments\n",
 		       s->segments, res, s->idle_weights, s->idle_segments);
 		free(res);
+		if (s->segment_dir) {
+			res = fmt_bytes(s->segment_huge_bytes);
+			printf("segments in                 %s, %s pages (%s on huge pages)\n",
+			       s->segment_dir, s->segment_page_bytes >= (2u << 20) ? "2 MiB" : "4 KiB",
+			       res);
+			free(res);
+		}
 	}
 	if (s->n_sources) {
 		static const char *const head[] = { "CHECKPOINT",   "RESIDENT", "HELD",
@@ -346,6 +359,11 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		 s->segments);
 	prom_u64("segment_bytes", "gauge", "Sizes of the shared-memory segments, in bytes.",
 		 s->segment_bytes);
+	prom_u64("segment_page_bytes", "gauge",
+		 "Page size the kernel gives segments: 2097152 on huge pages, else 4096.",
+		 s->segment_page_bytes);
+	prom_u64("segment_huge_bytes", "gauge", "Bytes of the segments in whole huge pages.",
+		 s->segment_huge_bytes);
 	prom_u64("idle_weights", "gauge", "Cached weights no client references.", s->idle_weights);
 	prom_u64("idle_segments", "gauge",
 		 "Segments none of whose weights any client references.", s->idle_segments);

@@ -348,6 +348,12 @@ typedef struct weightd_status {
 	/* appended: each source's remote traffic, source_remote[i] for sources[i] (n_sources
 	 * entries; all 0 for local sources and from a daemon that does not report it) */
 	const weightd_source_remote *source_remote;
+	/* appended: where segments live ("/dev/shm" or the daemon's segment_dir), the page size the
+	 * kernel gives them there (2 MiB: huge pages; 4096), and the bytes of segments in whole huge
+	 * pages (NULL and 0 from a daemon that does not report them) */
+	const char *segment_dir;
+	uint64_t segment_page_bytes;
+	uint64_t segment_huge_bytes;
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);
