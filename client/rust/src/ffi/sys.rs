@@ -199,6 +199,9 @@ pub struct weightd_status {
     pub requests_deferred: u64,
     pub source_stats: *const weightd_source_stats,
     pub source_remote: *const weightd_source_remote,
+    pub segment_dir: *const c_char,
+    pub segment_page_bytes: u64,
+    pub segment_huge_bytes: u64,
 }
 
 #[repr(C)]
