@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Remote checkpoints in operation, against a real weightd and real servers on loopback (nginx
- * behind the fault proxy of tests/remote/servers.py): two processes share one remote read, a
- * restart after kill -9 re-adopts with no payload request, a new ETag is a new generation on
- * reload (and the same one changes nothing), each fault the proxy makes ends in the file's
- * exact bytes or a typed error while a local checkpoint keeps being served, and a credentials
- * file others can read is refused. */
-#include <arpa/inet.h>
+ * behind the fault proxy of tests/remote/servers.py, and s3rver behind its SigV4 check): two
+ * processes share one remote read, a restart after kill -9 re-adopts with no payload request
+ * (over S3 too, with no secret in a state record), a new ETag is a new generation on reload
+ * (and the same one changes nothing), each fault the proxy makes ends in the file's exact bytes
+ * or a typed error while a local checkpoint keeps being served, and a credentials file others
+ * can read is refused. */
+#include <dirent.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/time.h>
 
 #include "itest.h"
+#include "servers.h"
 
 #define N_T	 4
 #define T_BYTES	 (1u << 20)
@@ -19,86 +19,61 @@
 #define SEED_NEW 40
 
 static struct harness H;
-static char root[512];	 /* what nginx serves */
+#define SEED_S3 90
+
+static struct harness H;
+static char root[512];	 /* what nginx and s3rver serve */
 static char remote[600]; /* root/m.safetensors */
 static char other[600];	 /* a local checkpoint, served throughout */
-static pid_t servers_pid;
-static int servers_stdin = -1;
+static struct wd_servers srv;
 static int port_fault;
 static uint64_t data_start; /* where m.safetensors' payload starts: 8 + its header */
 static const char *const names[N_T] = { "t0", "t1", "t2", "t3" };
 
 /* --- the servers --------------------------------------------------------------------------- */
 
-/* GET path from the fault proxy; its body (NUL-terminated) into out. 0 or -1. */
-static int http_get(const char *path, char *out, size_t cap)
+static void ctl_at(int port, const char *query)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port_fault) };
-	struct timeval tv = { .tv_sec = 10 };
-	size_t got = 0;
-	char req[512];
-	char *body;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	ssize_t n;
+	char path[512], *out;
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0)
-		return -1;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		close(fd);
-		return -1;
-	}
-	snprintf(req, sizeof(req),
-		 "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
-	if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
-		close(fd);
-		return -1;
-	}
-	while (got + 1 < cap && (n = read(fd, out + got, cap - 1 - got)) > 0)
-		got += (size_t)n;
-	out[got] = '\0';
-	close(fd);
-	body = strstr(out, "\r\n\r\n");
-	if (strncmp(out, "HTTP/1.1 200", 12) != 0 || !body)
-		return -1;
-	memmove(out, body + 4, strlen(body + 4) + 1);
-	return 0;
+	snprintf(path, sizeof(path), "/__ctl?%s", query);
+	out = wd_servers_get(port, path);
+	assert_non_null(out);
+	free(out);
 }
 
 static void ctl(const char *query)
 {
-	char path[512], out[4096];
-
-	snprintf(path, sizeof(path), "/__ctl?%s", query);
-	assert_int_equal(http_get(path, out, sizeof(out)), 0);
+	ctl_at(port_fault, query);
 }
 
-/* What the proxy saw for /m.safetensors since its last reset: requests whose range starts in
- * the payload (or that have no range: the whole object), and those that read metadata only. */
+/* What a proxy saw for `object` since its last reset: requests whose range starts in the payload
+ * (or that have no range: the whole object), and those that read metadata only (the payload of
+ * `object` starts at `start`). */
 struct seen {
 	int payload, metadata;
 };
 
-static struct seen proxy_seen(void)
+static struct seen proxy_seen_at(int port, const char *object, uint64_t start)
 {
-	static char out[1 << 20];
 	struct seen s = { 0, 0 };
+	char *out = wd_servers_get(port, "/__stats");
 	json_error_t je;
 	json_t *j, *r;
 	size_t i;
 
-	assert_int_equal(http_get("/__stats", out, sizeof(out)), 0);
+	assert_non_null(out);
 	j = json_loads(out, 0, &je);
+	free(out);
 	assert_non_null(j);
 	json_array_foreach(json_object_get(j, "ranges"), i, r) {
 		const char *path = json_string_value(json_array_get(r, 0));
 		const char *range = json_string_value(json_array_get(r, 1));
-		unsigned long long start;
+		unsigned long long first;
 
-		if (!path || strcmp(path, "/m.safetensors") != 0)
+		if (!path || strcmp(path, object) != 0)
 			continue;
-		if (range && sscanf(range, "bytes=%llu-", &start) == 1 && start < data_start)
+		if (range && sscanf(range, "bytes=%llu-", &first) == 1 && first < start)
 			s.metadata++;
 		else
 			s.payload++;
@@ -107,42 +82,9 @@ static struct seen proxy_seen(void)
 	return s;
 }
 
-static int start_servers(void)
+static struct seen proxy_seen(void)
 {
-	const char *src = getenv("WD_SOURCE_DIR");
-	char script[512], line[4096];
-	int in[2], out[2];
-	json_error_t je;
-	json_t *j;
-	FILE *f;
-
-	snprintf(script, sizeof(script), "%s/tests/remote/servers.py", src ? src : ".");
-	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0)
-		return -1;
-	servers_pid = fork();
-	if (servers_pid == 0) {
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		execl("/usr/bin/python3", "python3", script, "--root", root, (char *)NULL);
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	servers_stdin = in[1];
-	f = fdopen(out[0], "r");
-	if (!f || !fgets(line, sizeof(line), f) || strncmp(line, "ready ", 6) != 0) {
-		fprintf(stderr, "test servers did not start: %s\n", f ? line : "(no pipe)");
-		if (f)
-			fclose(f);
-		return -1;
-	}
-	fclose(f);
-	j = json_loads(line + 6, 0, &je);
-	if (!j)
-		return -1;
-	port_fault = (int)json_integer_value(json_object_get(j, "fault"));
-	json_decref(j);
-	return 0;
+	return proxy_seen_at(port_fault, "/m.safetensors", data_start);
 }
 
 /* --- the checkpoints ----------------------------------------------------------------------- */
@@ -160,6 +102,17 @@ static void write_remote(unsigned seed, time_t mtime)
 		   tmp, seed, T_BYTES, T_BYTES, T_BYTES, T_BYTES);
 	assert_int_equal(utimensat(AT_FDCWD, tmp, ts, 0), 0);
 	assert_int_equal(rename(tmp, remote), 0);
+}
+
+static uint64_t payload_start(const char *path);
+
+/* payload_start of a file of the servers' directory */
+static uint64_t payload_start_of(const char *name)
+{
+	char path[700];
+
+	snprintf(path, sizeof(path), "%s/%s", root, name);
+	return payload_start(path);
 }
 
 static uint64_t payload_start(const char *path)
@@ -396,17 +349,25 @@ static int client_once(const char *ckpt, unsigned seed)
 
 static int setup(void **state)
 {
+	char why[600], s3file[600];
+
 	(void)state;
 	signal(SIGPIPE, SIG_IGN);
-	if (access("/usr/sbin/nginx", X_OK) != 0) {
-		fprintf(stderr, "SKIP: nginx is not installed (scripts/deps installs it)\n");
-		return -1;
-	}
 	snprintf(root, sizeof(root), "/tmp/wd-remote-ops-XXXXXX");
 	if (!mkdtemp(root) || chmod(root, 0755) < 0)
 		return -1;
 	snprintf(remote, sizeof(remote), "%s/m.safetensors", root);
-	return start_servers();
+	/* s3rver takes its bucket's objects from the directory when it starts */
+	snprintf(s3file, sizeof(s3file), "%s/s3.safetensors", root);
+	it_fixture("safetensors %s --seed %u --tensor t0:U8:%u --tensor t1:U8:%u --tensor t2:U8:%u "
+		   "--tensor t3:U8:%u",
+		   s3file, SEED_S3, T_BYTES, T_BYTES, T_BYTES, T_BYTES);
+	if (wd_servers_start(root, true, &srv, why, sizeof(why)) < 0) {
+		fprintf(stderr, "the test servers did not start: %s\n", why);
+		return -1;
+	}
+	port_fault = srv.fault;
+	return 0;
 }
 
 static int teardown(void **state)
@@ -414,10 +375,7 @@ static int teardown(void **state)
 	char cmd[600];
 
 	(void)state;
-	if (servers_stdin >= 0)
-		close(servers_stdin); /* servers.py stops everything when its stdin closes */
-	if (servers_pid > 0)
-		waitpid(servers_pid, NULL, 0);
+	wd_servers_stop(&srv);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	return system(cmd) == 0 ? 0 : -1;
 }
@@ -672,6 +630,100 @@ static void readable_credentials_refused(void **state)
 	assert_true(time_local_get() < 2000);
 }
 
+/* Does any file under dir (recursively) contain `needle`? Names the first that does. */
+static bool tree_contains(const char *dir, const char *needle, char *found, size_t cap)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool hit = false;
+
+	while (d && !hit && (e = readdir(d))) {
+		char path[1200];
+		struct stat st;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (lstat(path, &st) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			hit = tree_contains(path, needle, found, cap);
+		} else if (S_ISREG(st.st_mode)) {
+			FILE *f = fopen(path, "r");
+			char *buf = f ? malloc((size_t)st.st_size + 1) : NULL;
+
+			if (buf && fread(buf, 1, (size_t)st.st_size, f) == (size_t)st.st_size) {
+				buf[st.st_size] = '\0';
+				hit = memmem(buf, (size_t)st.st_size, needle, strlen(needle)) !=
+				      NULL;
+				if (hit)
+					snprintf(found, cap, "%s", path);
+			}
+			free(buf);
+			if (f)
+				fclose(f);
+		}
+	}
+	if (d)
+		closedir(d);
+	return hit;
+}
+
+/* Over S3 (SigV4 checked by botocore): kill -9 after a fill and a start re-adopt every weight
+ * with no payload request, and neither the state records nor the log hold the access key or the
+ * secret key. */
+static void s3_restart_readopts_and_records_hold_no_secret(void **state)
+{
+	char creds[600], sec[2048], statedir[600], found[1200] = "";
+	uint64_t s3_start = payload_start_of("s3.safetensors");
+	struct seen s;
+	FILE *f;
+
+	(void)state;
+	harness_stop(&H);
+	harness_path(&H, "s3.credentials", creds, sizeof(creds));
+	f = fopen(creds, "w");
+	assert_non_null(f);
+	fprintf(f, "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n", srv.s3_key,
+		srv.s3_secret);
+	fclose(f);
+	assert_int_equal(chmod(creds, 0600), 0);
+	snprintf(sec, sizeof(sec),
+		 "[checkpoint:s3]\npath = s3://%s/s3.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		 "path_style = yes\nallow_http = yes\nregion = us-east-1\ncredentials_file = %s\n",
+		 srv.bucket, srv.s3, creds);
+	it_start(&H, "remote_chunk = 256K\n", sec);
+	wait_ready("s3");
+	ctl_at(srv.s3, "reset=1");
+	assert_int_equal(client_once("s3", SEED_S3), BOUND_OK);
+	s = proxy_seen_at(srv.s3, "/bkt/s3.safetensors", s3_start);
+	assert_true(s.payload > 0);
+
+	harness_kill(&H);
+	ctl_at(srv.s3, "reset=1");
+	assert_int_equal(harness_start(&H), 0);
+	wait_ready("s3");
+	assert_int_equal(client_once("s3", SEED_S3), BOUND_OK);
+	s = proxy_seen_at(srv.s3, "/bkt/s3.safetensors", s3_start);
+	printf("after the restart: %d metadata requests, %d payload requests\n", s.metadata,
+	       s.payload);
+	assert_int_equal(s.payload, 0);
+	assert_true(s.metadata > 0);
+	{
+		weightd_status *st = it_status_of(&H);
+
+		assert_int_equal(st->readoptions, N_T);
+		weightd_status_free(st);
+	}
+	harness_path(&H, "state", statedir, sizeof(statedir));
+	assert_true(tree_contains(statedir, "s3:t0", found, sizeof(found))); /* the records */
+	if (tree_contains(statedir, srv.s3_secret, found, sizeof(found)) ||
+	    tree_contains(statedir, srv.s3_key, found, sizeof(found)))
+		fail_msg("%s holds a credential", found);
+	assert_false(harness_log_contains(&H, srv.s3_secret));
+	assert_false(harness_log_contains(&H, srv.s3_key));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -682,6 +734,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(faults_end_in_the_exact_bytes, before, after),
 		cmocka_unit_test_setup_teardown(swap_half_way_is_source_changed, before, after),
 		cmocka_unit_test_setup_teardown(readable_credentials_refused, before, after),
+		cmocka_unit_test_setup_teardown(s3_restart_readopts_and_records_hold_no_secret,
+						before, after),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
