@@ -25,6 +25,7 @@
 #include "keymemo.h"
 #include "log.h"
 #include "metrics.h"
+#include "netcheck.h"
 #include "pool.h"
 #include "preload.h"
 #include "purge.h"
@@ -429,6 +430,7 @@ int main(int argc, char **argv)
 		d.cache = d.pool ? cache_new(&cp) : NULL;
 	}
 	d.catalog = catalog_new(d.cfg, &lim);
+	netcheck_warn(d.cfg);
 	d.reload = reload_new(&d, request_query_notify, on_reloaded);
 	d.keymemo = keymemo_new(KEYMEMO_MAX_ENTRIES);
 	if (!d.pool || !d.cache || !d.catalog || !d.reload || !d.keymemo) {

@@ -19,6 +19,7 @@
 #include "fill.h"
 #include "log.h"
 #include "metrics.h"
+#include "netcheck.h"
 #include "pool.h"
 #include "preload.h"
 
@@ -418,8 +419,10 @@ static void reload_done(struct pool_task *t)
 		cache_drop_stale(d->cache);
 		/* A recheck asked for meanwhile still runs: its files may have changed after
 		 * this run read them (one that did not is a stat per file). */
-		if (!j->names)
+		if (!j->names) {
 			apply_daemon_keys(j, d, j->ncfg);
+			netcheck_warn(j->ncfg);
+		}
 		report_checkpoints(j, d->catalog, before, before ? n_before : 0);
 		free_names(before, before ? n_before : 0);
 		if (r->applied)
