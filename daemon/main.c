@@ -26,6 +26,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "netcheck.h"
+#include "pagedrop.h"
 #include "pool.h"
 #include "preload.h"
 #include "purge.h"
@@ -412,6 +413,10 @@ int main(int argc, char **argv)
 		goto out;
 	d.pool = pool_new(d.base, d.cfg->workers);
 	fill_remote_set(d.cfg->remote_concurrency, d.cfg->remote_chunk_bytes);
+	/* Page-cache drops of what fills read run on their own low-priority thread (synchronous
+	 * on the workers if it cannot start). */
+	if (wd_pagedrop_start() < 0)
+		log_warn("cannot start the page-cache drop thread; fills drop pages as they go");
 	{
 		struct cache_params cp = {
 			.budget = daemon_effective_budget(d.cfg),
@@ -510,6 +515,7 @@ out:
 		fflush(NULL);
 		_exit(rc);
 	}
+	wd_pagedrop_stop(); /* the drops still queued, while their sources are open */
 	reload_free(d.reload);
 	watch_free(d.watch);
 	shmscan_free(d.shmscan);

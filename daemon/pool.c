@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "pagedrop.h"
 
 TAILQ_HEAD(pool_tasks, pool_task);
 
@@ -214,7 +215,9 @@ static void *worker_main(void *arg)
 					(unsigned)WD_SCRATCH_BYTES);
 		}
 		tl_running = t;
+		wd_pagedrop_pause(); /* page-cache drops wait for the copies */
 		t->work(t, have ? &scratch : NULL);
+		wd_pagedrop_resume();
 		tl_running = NULL;
 
 		pthread_mutex_lock(&p->lock);

@@ -57,10 +57,11 @@ static void buf_free(void *p, size_t n)
 
 /*
  * Checkpoint bytes read are dropped from the page cache (wd_source_drop_cache) once written into
- * the sink: ranges read back to back are joined into one extent, dropped when it reaches
- * DROP_STEP (a long weight does not pile up in the cache) and at the end of the execution, so
- * there is one fadvise per chunk or large step, not one per read. A few extents stay open at
- * once for plans that read several tensors in turn (a concatenation); the oldest is dropped
+ * the sink: ranges read back to back are joined into one extent, handed over when it reaches
+ * DROP_STEP (a long weight's pages count against the drop queue's bound as it goes, and are
+ * dropped by the workers themselves when that is full) and at the end of the execution, so
+ * there is one hand-over per chunk or large step, not one per read. A few extents stay open at
+ * once for plans that read several tensors in turn (a concatenation); the oldest is handed over
  * early when a fifth one starts.
  */
 #define DROP_EXTENTS 4

@@ -20,9 +20,10 @@
 #include "checked.h"
 #include "digest.h"
 #include "gguf.h"
+#include "pagedrop.h"
 #include "parallel.h"
-#include "source_int.h"
 #include "safetensors.h"
+#include "source_int.h"
 #include "stindex.h"
 #include "wd_hashidx.h"
 
@@ -667,6 +668,7 @@ void wd_source_free(struct wd_source *src)
 {
 	if (!src)
 		return;
+	wd_pagedrop_forget(src); /* before its fds close: a queued drop names them */
 	wd_source_remote_free(src);
 	for (size_t i = 0; i < src->n_files; i++) {
 		if (src->files[i].fd >= 0)

@@ -157,9 +157,11 @@ void wd_source_set_drop_cache(struct wd_source *src, bool on);
 
 /*
  * Bytes [off, off + len) of file `file` have been read and are kept elsewhere: when the source
- * drops its cache, evict their pages from the page cache (posix_fadvise POSIX_FADV_DONTNEED).
- * Only the pages wholly inside the range: a page it shares with a neighbouring range may be
- * about to be read for that one. Advisory: failures are ignored. Thread-safe.
+ * drops its cache, evict their pages from the page cache (posix_fadvise POSIX_FADV_DONTNEED),
+ * through wd_pagedrop_add: later, by the drop thread and joined with the ranges next to it,
+ * once the daemon has started it (else now). Only the pages wholly inside the range: a page it
+ * shares with a neighbouring range may be about to be read for that one. Advisory: failures
+ * are ignored. Thread-safe.
  */
 void wd_source_drop_cache(const struct wd_source *src, uint32_t file, uint64_t off, uint64_t len);
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "checked.h"
+#include "pagedrop.h"
 #include "source_int.h"
 
 /* Compare a stat with the pin; 0 when equal, else -WEIGHTD_E_SOURCE_CHANGED with a sentence about
@@ -106,17 +107,11 @@ void wd_source_set_drop_cache(struct wd_source *src, bool on)
 
 void wd_source_drop_cache(const struct wd_source *src, uint32_t file, uint64_t off, uint64_t len)
 {
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), first, end;
-
 	if (!__atomic_load_n(&src->drop_cache, __ATOMIC_RELAXED) || file >= src->n_files ||
 	    src->files[file].fd < 0 || len > src->files[file].id.size ||
 	    off > src->files[file].id.size - len)
 		return;
-	first = off % page ? off - off % page + page : off;
-	end = (off + len) / page * page;
-	if (end > first)
-		(void)posix_fadvise(src->files[file].fd, (off_t)first, (off_t)(end - first),
-				    POSIX_FADV_DONTNEED);
+	wd_pagedrop_add(src, src->files[file].fd, off, len);
 }
 
 /*
