@@ -112,9 +112,11 @@ void catalog_remote_conf(const struct source_conf *sc, const struct config *cfg,
 	}
 }
 
+static void catalog_source_unref_final(struct csource *cs);
+
 /* Open one source; a failure is recorded in the entry, not returned. */
 static struct csource *catalog_source_admit(const struct catalog *c, const struct source_conf *sc,
-					    uint64_t generation)
+					    uint64_t generation, bool defer_remote)
 {
 	struct csource *cs = calloc(1, sizeof(*cs));
 	struct wd_source_remote_conf rc;
@@ -143,8 +145,24 @@ static struct csource *catalog_source_admit(const struct catalog *c, const struc
 	cs->refs = 1;
 	cs->stats->refs = 1;
 	cs->generation = generation;
+	cs->catalog = c;
 	wd_error_clear(&cs->error);
 	wd_error_clear(&cs->refused);
+	if (defer_remote && wd_source_is_url(sc->path)) {
+		cs->state = CSOURCE_LOADING;
+		cs->load_conf = conf_copy(sc);
+		if (!cs->load_conf) {
+			cs->refs = 0;
+			catalog_source_unref_final(cs);
+			return NULL;
+		}
+		wd_error_set(&cs->error, WEIGHTD_E_BAD_CHECKPOINT,
+			     "checkpoint \"%s\" is still being admitted (its index and headers are "
+			     "being read from %s): ask again shortly",
+			     sc->name, cs->path);
+		log_info("checkpoint %s: admitting %s", sc->name, cs->path);
+		return cs;
+	}
 	if (wd_source_open_at(sc->name, sc->path, &rc, &c->lim, &cs->src, &cs->error) < 0) {
 		cs->src = NULL;
 		cs->state = CSOURCE_FAILED;
@@ -163,22 +181,66 @@ static struct csource *catalog_source_admit(const struct catalog *c, const struc
 	return cs;
 }
 
+int catalog_open(const struct csource *cs, struct wd_source **ret, weightd_error *err)
+{
+	const struct catalog *c = cs->catalog;
+	struct wd_source_remote_conf rc;
+
+	catalog_remote_conf(cs->load_conf, NULL, &rc);
+	rc.connect_timeout_ms = c->remote_connect_timeout_ms;
+	rc.low_speed_time_s = c->remote_low_speed_time_s;
+	rc.retries = c->remote_retries;
+	return wd_source_open_at(cs->name, cs->load_conf->path, &rc, &c->lim, ret, err);
+}
+
+bool catalog_admitted(struct csource *cs, struct wd_source *src, const weightd_error *err)
+{
+	if (cs->state != CSOURCE_LOADING) {
+		wd_source_free(src);
+		return false;
+	}
+	if (src) {
+		cs->src = src;
+		cs->state = CSOURCE_READY;
+		wd_error_clear(&cs->error);
+		wd_source_set_drop_cache(cs->src, cs->conf->drop_page_cache);
+		log_info("checkpoint %s: %s, %zu tensors, %llu bytes (%s)", cs->name,
+			 wd_source_kind_name(wd_source_kind(src)), wd_source_tensor_count(src),
+			 (unsigned long long)wd_source_bytes(src), cs->path);
+		return true;
+	}
+	cs->state = CSOURCE_FAILED;
+	if (err)
+		cs->error = *err;
+	else
+		wd_error_set(&cs->error, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	wd_error_about(&cs->error, cs->name, NULL);
+	log_err("checkpoint %s (%s): %s", cs->name, cs->path, cs->error.message);
+	return true;
+}
+
 void catalog_source_ref(struct csource *cs)
 {
 	cs->refs++;
+}
+
+static void catalog_source_unref_final(struct csource *cs)
+{
+	wd_source_free(cs->src);
+	conf_free(cs->conf);
+	conf_free(cs->load_conf);
+	if (--cs->stats->refs == 0)
+		free(cs->stats);
+	free(cs->name);
+	free(cs->path);
+	free(cs);
 }
 
 void catalog_source_unref(struct csource *cs)
 {
 	if (!cs || --cs->refs)
 		return;
-	wd_source_free(cs->src);
-	conf_free(cs->conf);
-	if (--cs->stats->refs == 0)
-		free(cs->stats);
-	free(cs->name);
-	free(cs->path);
-	free(cs);
+	catalog_source_unref_final(cs);
 }
 
 struct catalog *catalog_new(const struct config *cfg, const struct wd_limits *lim)
@@ -197,7 +259,7 @@ struct catalog *catalog_new(const struct config *cfg, const struct wd_limits *li
 		return NULL;
 	}
 	for (size_t i = 0; i < cfg->n_sources; i++) {
-		struct csource *cs = catalog_source_admit(c, &cfg->sources[i], 1);
+		struct csource *cs = catalog_source_admit(c, &cfg->sources[i], 1, true);
 		if (!cs) {
 			catalog_free(c);
 			return NULL;
@@ -269,6 +331,10 @@ int catalog_resolve(const struct catalog *c, const char *name, const struct peer
 		return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
 				    "uid %u (gid %u) is not allowed to read checkpoint \"%s\"",
 				    (unsigned)peer->uid, (unsigned)peer->gid, name);
+	}
+	if (cs->state == CSOURCE_LOADING) {
+		wd_error_about(err, name, NULL);
+		return wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT, "%s", cs->error.message);
 	}
 	if (cs->state == CSOURCE_FAILED) {
 		cs->stats->errors++;
@@ -345,12 +411,18 @@ static bool same_location(const struct source_conf *a, const struct source_conf 
 static void plan_decide(const struct catalog *c, struct plan_item *it, const struct source_conf *sc)
 {
 	it->sc = sc;
+	if (it->old && it->old->state == CSOURCE_LOADING && same_location(it->old->conf, sc)) {
+		it->conf = conf_copy(sc); /* being admitted: that goes on, with the new rules */
+		return;
+	}
 	if (it->old && it->old->state == CSOURCE_READY && same_location(it->old->conf, sc) &&
 	    !source_changed(it->old)) {
 		it->conf = conf_copy(sc); /* same files: keep the entry, take the new rules */
 		return;
 	}
-	it->fresh = catalog_source_admit(c, sc, it->old ? it->old->generation + 1 : 1);
+	/* on a reload's worker already: a remote checkpoint is opened here too, so that a changed
+	 * one replaces the last good generation only once it is admitted */
+	it->fresh = catalog_source_admit(c, sc, it->old ? it->old->generation + 1 : 1, false);
 	if (it->fresh && it->fresh->state == CSOURCE_FAILED && it->old &&
 	    it->old->state == CSOURCE_READY) {
 		/* the new files are broken: the last good generation goes on serving */
@@ -449,8 +521,9 @@ void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 				conf_free(it->old->conf);
 				it->old->conf = it->conf;
 				it->conf = NULL;
-				wd_source_set_drop_cache(it->old->src,
-							 it->old->conf->drop_page_cache);
+				if (it->old->src)
+					wd_source_set_drop_cache(it->old->src,
+								 it->old->conf->drop_page_cache);
 			}
 			if (it->has_refused) {
 				log_err("checkpoint %s: generation %llu refused, generation %llu is still "

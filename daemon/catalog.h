@@ -16,7 +16,8 @@
 
 struct peer; /* who is asking (peer.h) */
 
-enum csource_state { CSOURCE_READY, CSOURCE_FAILED, CSOURCE_REMOVED };
+/* LOADING: a remote checkpoint whose headers are being read off the main loop (admit.c). */
+enum csource_state { CSOURCE_READY, CSOURCE_FAILED, CSOURCE_REMOVED, CSOURCE_LOADING };
 
 /*
  * What one checkpoint name has in the cache and has done, for status and metrics. Kept up to date
@@ -54,6 +55,10 @@ struct csource {
 	uint64_t generation;       /* 1, 2, ... bumped when a reload finds the files changed */
 	struct source_conf *conf;  /* copy of its config section (allow lists, preload) */
 	struct csource_stats *stats; /* never NULL; shared with the name's other generations */
+	const struct catalog *catalog; /* what opened it (its limits and remote settings) */
+	/* LOADING: its section as it was when admission began, which the admission thread reads
+	 * (conf may be replaced by a reload meanwhile); NULL otherwise */
+	struct source_conf *load_conf;
 	unsigned refs;
 };
 
@@ -65,9 +70,22 @@ void catalog_remote_conf(const struct source_conf *sc, const struct config *cfg,
 			 struct wd_source_remote_conf *ret);
 
 /* Admit every source of cfg (header validation only). Failed sources are kept as FAILED with
- * their error and logged; the catalog itself only fails on allocation failure. */
+ * their error and logged; the catalog itself only fails on allocation failure. A remote source
+ * is left LOADING, unopened: admit.c opens it off the main loop. */
 struct catalog *catalog_new(const struct config *cfg, const struct wd_limits *lim);
 void catalog_free(struct catalog *c);
+
+/*
+ * Open the source of a LOADING entry as its section says (any thread: reads only what never
+ * changes). 0 and *ret, or a negative code with err.
+ */
+int catalog_open(const struct csource *cs, struct wd_source **ret, weightd_error *err);
+/*
+ * Main thread: the admission of a LOADING entry ended; src (taken over, NULL on failure) makes
+ * it READY, else err (NULL: out of memory) makes it FAILED, logged either way. False, and src
+ * freed, when the entry is no longer LOADING (a reload replaced or removed it meanwhile).
+ */
+bool catalog_admitted(struct csource *cs, struct wd_source *src, const weightd_error *err);
 
 size_t catalog_count(const struct catalog *c);
 struct csource *catalog_at(const struct catalog *c, size_t i);

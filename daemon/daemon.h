@@ -17,6 +17,7 @@ struct keymemo;
 struct pool;
 struct server;
 struct preload_set;
+struct admit;
 
 struct daemon {
 	struct config *cfg;
@@ -28,6 +29,7 @@ struct daemon {
 	struct server *server;
 	LIST_HEAD(, preload_set) preloads; /* the daemon's own holds (preload.c) */
 	struct reload *reload;          /* reload.c */
+	struct admit *admit;		/* admit.c: remote checkpoints being admitted */
 	struct watch *watch;		/* watch.c; NULL without inotify */
 	struct shmscan *shmscan;	/* foreign names under the /dev/shm prefix (shmscan.c); NULL
 					 * with a segment_dir, where nobody else can make any */

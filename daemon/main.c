@@ -15,6 +15,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "admit.h"
 #include "cache.h"
 #include "catalog.h"
 #include "clock.h"
@@ -176,6 +177,16 @@ static bool socket_activated;
 static void on_reloaded(struct daemon *d)
 {
 	watch_sync(d->watch);
+}
+
+/* A remote checkpoint's admission ended (admit.c): a ready one may be preloaded now. */
+static void on_admitted(struct csource *cs, void *arg)
+{
+	struct daemon *d = arg;
+
+	(void)cs;
+	if (!d->stopping)
+		preload_sync(d);
 }
 
 static void on_watch_fire(struct daemon *d, char *const *names, size_t n)
@@ -491,6 +502,12 @@ int main(int argc, char **argv)
 		   (unsigned long long)cache_budget(d.cache), pool_threads(d.pool));
 	d.watch = watch_new(&d, on_watch_fire);
 	watch_sync(d.watch);
+	d.admit = admit_new(d.base, on_admitted, &d);
+	if (!d.admit) {
+		log_err("out of memory at start-up");
+		goto out;
+	}
+	admit_start(d.admit, d.catalog);
 	daemon_notify_ready(&d);
 	daemon_readiness(&ready_fd);
 	/* Clients are served while preloads materialize: they only compete for the same workers. */
@@ -519,6 +536,7 @@ out:
 	reload_free(d.reload);
 	watch_free(d.watch);
 	shmscan_free(d.shmscan);
+	admit_free(d.admit); /* before the catalog its threads read */
 	if (d.cache)
 		preload_free(&d);
 	/* With a state index the segments outlive us and the next start re-adopts them. */
