@@ -94,6 +94,7 @@ struct description {
 	Weightd__Response *resp;
 	weightd_tensor_info *tensors;
 	weightd_meta_entry *meta;
+	weightd_remote_object *objects;
 };
 
 int weightd_describe(weightd_client *c, const char *checkpoint, weightd_description **ret,
@@ -125,11 +126,14 @@ int weightd_describe(weightd_client *c, const char *checkpoint, weightd_descript
 	if (o && dr) {
 		o->tensors = calloc(dr->n_tensors ? dr->n_tensors : 1, sizeof(*o->tensors));
 		o->meta = calloc(dr->n_metadata ? dr->n_metadata : 1, sizeof(*o->meta));
+		o->objects = calloc(dr->source && dr->source->n_objects ? dr->source->n_objects : 1,
+				    sizeof(*o->objects));
 	}
-	if (!o || (dr && (!o->tensors || !o->meta))) {
+	if (!o || (dr && (!o->tensors || !o->meta || !o->objects))) {
 		if (o) {
 			free(o->tensors);
 			free(o->meta);
+			free(o->objects);
 		}
 		free(o);
 		wd_msg_free(resp);
@@ -155,6 +159,18 @@ int weightd_describe(weightd_client *c, const char *checkpoint, weightd_descript
 		o->meta[i].value = dr->metadata[i]->value;
 		o->meta[i].type = dr->metadata[i]->type;
 	}
+	for (size_t i = 0; dr && dr->source && i < dr->source->n_objects; i++) {
+		const Weightd__RemoteObject *ro = dr->source->objects[i];
+
+		o->objects[i].url = ro->url;
+		o->objects[i].size = ro->size;
+		o->objects[i].etag = ro->etag;
+		o->objects[i].version = ro->version;
+	}
+	o->pub.location =
+		dr && dr->source && dr->source->location[0] ? dr->source->location : "file";
+	o->pub.n_objects = dr && dr->source ? dr->source->n_objects : 0;
+	o->pub.objects = o->objects;
 	o->resp = resp;
 	o->pub.n_tensors = dr ? dr->n_tensors : 0;
 	o->pub.tensors = o->tensors;
@@ -173,6 +189,7 @@ void weightd_description_free(weightd_description *pub)
 	wd_msg_free(o->resp);
 	free(o->tensors);
 	free(o->meta);
+	free(o->objects);
 	free(o);
 }
 

@@ -11,6 +11,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "metrics.h"
+#include "remote.h"
 #include "request.h"
 #include "segment.h"
 #include "server.h"
@@ -101,6 +102,7 @@ static void source_info(const struct csource *cs, Weightd__SourceInfo *si)
 	si->name = cs->name;
 	si->path = cs->path;
 	si->generation = cs->generation;
+	si->location = (char *)wd_source_location_of(cs->path);
 	if (cs->state == CSOURCE_READY) {
 		si->kind = (char *)wd_source_kind_name(wd_source_kind(cs->src));
 		si->tensors = wd_source_tensor_count(cs->src);
@@ -111,7 +113,9 @@ static void source_info(const struct csource *cs, Weightd__SourceInfo *si)
 			si->error = (char *)cs->refused.message;
 	} else {
 		si->kind = "";
-		si->state = cs->state == CSOURCE_FAILED ? "failed" : "removed";
+		si->state = cs->state == CSOURCE_FAILED	 ? "failed" :
+			    cs->state == CSOURCE_LOADING ? "loading" :
+							   "removed";
 		si->error = (char *)cs->error.message;
 	}
 }
@@ -154,9 +158,10 @@ void request_query_describe(struct session *s, uint64_t id, const Weightd__Descr
 	Weightd__SourceInfo si;
 	Weightd__TensorInfo *ti = NULL, **tp = NULL;
 	Weightd__MetaEntry *me = NULL, **mp = NULL;
+	Weightd__RemoteObject *ro = NULL, **rp = NULL;
 	struct csource *cs;
 	weightd_error e;
-	size_t nt, nm;
+	size_t nt, nm, no;
 
 	wd_error_clear(&e);
 	if (catalog_resolve(s->d->catalog, dq->checkpoint, &s->peer, &cs, &e) < 0) {
@@ -169,11 +174,26 @@ void request_query_describe(struct session *s, uint64_t id, const Weightd__Descr
 	tp = calloc(nt ? nt : 1, sizeof(*tp));
 	me = calloc(nm ? nm : 1, sizeof(*me));
 	mp = calloc(nm ? nm : 1, sizeof(*mp));
-	if (!ti || !tp || !me || !mp) {
+	no = wd_source_is_remote(cs->src) ? wd_source_file_count(cs->src) : 0;
+	ro = calloc(no ? no : 1, sizeof(*ro));
+	rp = calloc(no ? no : 1, sizeof(*rp));
+	if (!ti || !tp || !me || !mp || !ro || !rp) {
 		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	source_info(cs, &si);
+	for (size_t i = 0; i < no; i++) {
+		const struct wd_remote_object *o = wd_source_remote_object(cs->src, (uint32_t)i);
+
+		weightd__remote_object__init(&ro[i]);
+		ro[i].url = (char *)o->shown;
+		ro[i].size = o->size;
+		ro[i].etag = (char *)o->etag;
+		ro[i].version = (char *)o->version;
+		rp[i] = &ro[i];
+	}
+	si.n_objects = no;
+	si.objects = rp;
 	for (size_t i = 0; i < nt; i++) {
 		const struct wd_tensor_info *t = wd_source_tensor(cs->src, i);
 		const struct wd_dtype_info *di = wd_dtype_info(t->dtype);
@@ -211,6 +231,8 @@ out:
 	free(tp);
 	free(me);
 	free(mp);
+	free(ro);
+	free(rp);
 }
 
 

@@ -80,6 +80,8 @@ void wd_source_show_path(const char *path, char *buf, size_t cap);
 bool wd_source_is_remote(const struct wd_source *src);
 /* The kind of location: "s3", "https", "http", or "file". */
 const char *wd_source_location_kind(const struct wd_source *src);
+/* The same for a path (or its shown form). */
+const char *wd_source_location_of(const char *path);
 /* A remote source's handle (counters, wd_remote_fetch), or NULL for a local one. */
 struct wd_remote *wd_source_remote(const struct wd_source *src);
 /* The pinned object behind file `file` of a remote source (URL, ETag, version), or NULL. */

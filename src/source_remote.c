@@ -49,13 +49,18 @@ bool wd_source_is_remote(const struct wd_source *src)
 	return src->remote != NULL;
 }
 
+const char *wd_source_location_of(const char *path)
+{
+	if (strncmp(path, "s3://", 5) == 0)
+		return "s3";
+	if (strncmp(path, "https://", 8) == 0)
+		return "https";
+	return strncmp(path, "http://", 7) == 0 ? "http" : "file";
+}
+
 const char *wd_source_location_kind(const struct wd_source *src)
 {
-	if (!src->remote)
-		return "file";
-	if (strncmp(src->path, "s3://", 5) == 0)
-		return "s3";
-	return strncmp(src->path, "https://", 8) == 0 ? "https" : "http";
+	return src->remote ? wd_source_location_of(src->path) : "file";
 }
 
 struct wd_remote *wd_source_remote(const struct wd_source *src)

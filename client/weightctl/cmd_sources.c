@@ -11,12 +11,38 @@
 /* bytes of a GGUF metadata value describe shows in its table (--json has them whole) */
 #define GGUF_VALUE_SHOWN 100u
 
+/* Where a checkpoint is read from, by its path's scheme: "s3", "https", "http" or "file". */
+static const char *location_of(const char *path)
+{
+	static const char *const schemes[] = { "s3", "https", "http" };
+
+	for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
+		size_t n = strlen(schemes[i]);
+
+		if (strncmp(path, schemes[i], n) == 0 && strncmp(path + n, "://", 3) == 0)
+			return schemes[i];
+	}
+	return "file";
+}
+
 json_t *json_source(const weightd_source_info *s)
 {
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:i}", "name", s->name,
-			 "kind", s->kind, "path", s->path, "state", s->state, "error", s->error,
-			 "tensors", (json_int_t)s->tensors, "bytes", (json_int_t)s->bytes,
-			 "generation", (json_int_t)s->generation, "files", (int)s->files);
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:i}", "name", s->name,
+			 "kind", s->kind, "location", location_of(s->path), "path", s->path,
+			 "state", s->state, "error", s->error, "tensors", (json_int_t)s->tensors,
+			 "bytes", (json_int_t)s->bytes, "generation", (json_int_t)s->generation,
+			 "files", (int)s->files);
+}
+
+/* The kind as list shows it: a remote checkpoint's location after it ("sharded-safetensors
+ * (s3)"). Allocated. */
+static char *kind_shown(const weightd_source_info *s)
+{
+	const char *loc = location_of(s->path);
+
+	if (strcmp(loc, "file") == 0)
+		return xstrdup(s->kind);
+	return fmt("%s%s(%s)", s->kind, s->kind[0] ? " " : "", loc);
 }
 
 int by_source_name(const void *a, const void *b)
@@ -38,7 +64,7 @@ void table_sources(const weightd_source_info *src, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		const weightd_source_info *s = order[i];
 
-		table_row(&t, xstrdup(s->name), xstrdup(s->kind), xstrdup(s->state),
+		table_row(&t, xstrdup(s->name), kind_shown(s), xstrdup(s->state),
 			  fmt("%" PRIu64, s->tensors), fmt_bytes(s->bytes),
 			  fmt("%" PRIu64, s->generation), fmt("%u", s->files), xstrdup(s->path),
 			  xstrdup(s->error));
@@ -343,8 +369,16 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 			json_array_append_new(ms, json_pack("{s:s, s:s, s:s}", "key",
 				d->metadata[i].key, "type", d->metadata[i].type, "value",
 				d->metadata[i].value));
-		json_t *j = json_pack("{s:o, s:o, s:o}", "source", json_source(&d->source),
-				      "tensors", ts, "metadata", ms);
+		json_t *os = json_array();
+
+		for (size_t i = 0; i < d->n_objects; i++)
+			json_array_append_new(os, json_pack("{s:s, s:I, s:s, s:s}", "url",
+							    d->objects[i].url, "size",
+							    (json_int_t)d->objects[i].size, "etag",
+							    d->objects[i].etag, "version",
+							    d->objects[i].version));
+		json_t *j = json_pack("{s:o, s:o, s:o, s:o}", "source", json_source(&d->source),
+				      "tensors", ts, "metadata", ms, "objects", os);
 		if (gguf)
 			json_object_set_new(j, "gguf", json_gguf_summary(d));
 		weightd_description_free(d);
@@ -360,7 +394,23 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		       s->generation, s->files, s->tensors, s->bytes, b);
 		if (s->error[0])
 			printf("error       %s\n", s->error);
+		if (strcmp(d->location, "file") != 0)
+			printf("location    %s\n", d->location);
 		free(b);
+	}
+	if (d->n_objects) {
+		/* what each object is pinned by: every payload range is sent with If-Match on it */
+		static const char *const head[] = { "OBJECT", "BYTES", "ETAG", "VERSION" };
+		static const bool num[] = { 0, 1, 0, 0 };
+		struct table t = { .ncols = 4, .head = head, .numeric = num };
+
+		putchar('\n');
+		for (size_t i = 0; i < d->n_objects; i++)
+			table_row(&t, xstrdup(d->objects[i].url),
+				  fmt("%" PRIu64, d->objects[i].size),
+				  xstrdup(d->objects[i].etag[0] ? d->objects[i].etag : "-"),
+				  xstrdup(d->objects[i].version[0] ? d->objects[i].version : "-"));
+		table_print(&t);
 	}
 	if (gguf) {
 		putchar('\n');

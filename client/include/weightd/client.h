@@ -185,7 +185,7 @@ typedef struct weightd_source_info {
 	uint64_t tensors;
 	uint64_t bytes;          /* payload bytes of all its tensors */
 	uint64_t generation;     /* grows when the files change and the daemon reloads */
-	const char *state;       /* "ready", "failed", "removed" */
+	const char *state;       /* "ready", "failed", "removed", "loading" (being admitted) */
 	const char *error;       /* why it failed ("" when ready) */
 	uint32_t files;
 } weightd_source_info;
@@ -211,6 +211,15 @@ typedef struct weightd_tensor_info {
 	uint32_t block_bytes;    /* bytes per block (the element size for element types) */
 } weightd_tensor_info;
 
+/* One object of a remote checkpoint: its URL without any query, size, ETag (every payload range
+ * is sent with If-Match on it) and S3 version id ("" when none). */
+typedef struct weightd_remote_object {
+	const char *url;
+	uint64_t size;
+	const char *etag;
+	const char *version;
+} weightd_remote_object;
+
 typedef struct weightd_meta_entry {
 	const char *key;
 	const char *value;       /* rendered as text; long arrays summarised */
@@ -223,6 +232,11 @@ typedef struct weightd_description {
 	const weightd_tensor_info *tensors;   /* in file order */
 	size_t n_metadata;
 	const weightd_meta_entry *metadata;
+	/* Where it is read from: "file", "s3", "https" or "http". */
+	const char *location;
+	/* A remote checkpoint's objects as pinned at admission (0 for local files). */
+	size_t n_objects;
+	const weightd_remote_object *objects;
 } weightd_description;
 
 /* One source's tensor table and metadata (WEIGHTD_E_UNKNOWN_SOURCE when there is no such

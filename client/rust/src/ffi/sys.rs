@@ -93,12 +93,23 @@ pub struct weightd_meta_entry {
 }
 
 #[repr(C)]
+pub struct weightd_remote_object {
+    pub url: *const c_char,
+    pub size: u64,
+    pub etag: *const c_char,
+    pub version: *const c_char,
+}
+
+#[repr(C)]
 pub struct weightd_description {
     pub source: weightd_source_info,
     pub n_tensors: usize,
     pub tensors: *const weightd_tensor_info,
     pub n_metadata: usize,
     pub metadata: *const weightd_meta_entry,
+    pub location: *const c_char,
+    pub n_objects: usize,
+    pub objects: *const weightd_remote_object,
 }
 
 #[repr(C)]
@@ -469,6 +480,7 @@ mod tests {
             "weightd_source_list",
             "weightd_tensor_info",
             "weightd_meta_entry",
+            "weightd_remote_object",
             "weightd_description",
             "weightd_weight_status",
             "weightd_segment_status",
@@ -509,6 +521,7 @@ mod tests {
             weightd_source_list,
             weightd_tensor_info,
             weightd_meta_entry,
+            weightd_remote_object,
             weightd_description,
             weightd_weight_status,
             weightd_segment_status,

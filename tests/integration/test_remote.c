@@ -1,0 +1,513 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Remote checkpoints served by a real weightd from real servers on loopback
+ * (tests/remote/servers.py): nginx over HTTP and HTTPS (a CA made by the test), the Hugging Face
+ * resolve redirect, a bearer-protected path, s3rver path-style behind botocore's SigV4 check.
+ * Bytes served equal the local file's; admission happens off the main loop (a hung server keeps
+ * a checkpoint "loading" while the others are served); a recipe reads only the bytes it needs;
+ * and no secret shows in the log, list, status, describe, metrics, errors or state records.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "itest.h"
+#include "servers.h"
+#include "weightd/client.h"
+
+#define SIG_SECRET   "SIGdeadbeef0123"	/* a presigned URL's signature */
+#define WRONG_SECRET "wr0ngSecretValue" /* an S3 secret the store refuses */
+
+static struct harness H;
+static struct wd_servers srv;
+static bool have_servers;
+static char skip_why[600];
+static char root[600], local_m[700], local_big[700];
+static char token_file[700], cred_file[700], bad_cred_file[700];
+static int metrics_port;
+
+static void write_text(const char *path, const char *text, mode_t mode)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(chmod(path, mode), 0);
+}
+
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/* Every checkpoint of the daemon admitted (none "loading"); fails after 60 s. */
+static void wait_admitted(const char *except)
+{
+	int64_t until = it_now_ms() + 60000;
+
+	for (;;) {
+		weightd_client *c = it_connect(&H);
+		weightd_source_list *l;
+		weightd_error err;
+		bool loading = false;
+
+		assert_int_equal(weightd_list(c, &l, &err), 0);
+		for (size_t i = 0; i < l->count; i++)
+			if (strcmp(l->sources[i].state, "loading") == 0 &&
+			    (!except || strcmp(l->sources[i].name, except) != 0))
+				loading = true;
+		weightd_source_list_free(l);
+		weightd_close(c);
+		if (!loading)
+			return;
+		if (it_now_ms() > until)
+			fail_msg("checkpoints still loading after 60 s");
+		usleep(50000);
+	}
+}
+
+static int setup(void **state)
+{
+	char sections[8192], extra[256], text[512], p[700];
+
+	(void)state;
+	if (harness_init(&H))
+		return -1;
+	snprintf(root, sizeof(root), "%s/srv", H.dir);
+	mkdir(root, 0755);
+	snprintf(local_m, sizeof(local_m), "%s/m.safetensors", root);
+	it_fixture("safetensors %s --tensor a:F32:64x32 --tensor b:BF16:300 --tensor c:F16:7x9",
+		   local_m);
+	snprintf(p, sizeof(p), "%s/dir", root);
+	it_fixture("sharded %s 3", p);
+	snprintf(local_big, sizeof(local_big), "%s/big.safetensors", root);
+	it_fixture("safetensors %s --tensor w:F32:1024x1024 --tensor v:F32:16", local_big);
+	have_servers = wd_servers_start(root, true, &srv, skip_why, sizeof(skip_why)) == 0;
+	if (!have_servers)
+		return 0;
+	snprintf(token_file, sizeof(token_file), "%s/hf.token", H.dir);
+	snprintf(text, sizeof(text), "%s\n", srv.token);
+	write_text(token_file, text, 0600);
+	snprintf(cred_file, sizeof(cred_file), "%s/s3.credentials", H.dir);
+	snprintf(text, sizeof(text),
+		 "[store]\naws_access_key_id = %s\naws_secret_access_key = %s\n", srv.s3_key,
+		 srv.s3_secret);
+	write_text(cred_file, text, 0600);
+	snprintf(bad_cred_file, sizeof(bad_cred_file), "%s/bad.credentials", H.dir);
+	snprintf(text, sizeof(text),
+		 "[default]\naws_access_key_id = %s\naws_secret_access_key = " WRONG_SECRET "\n",
+		 srv.s3_key);
+	write_text(bad_cred_file, text, 0600);
+	metrics_port = free_port();
+	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:%d\nremote_retries = 2\n",
+		 metrics_port);
+	snprintf(
+		sections, sizeof(sections),
+		"[checkpoint:local]\npath = %s\n[checkpoint:local-big]\npath = %s\n"
+		"[checkpoint:http]\npath = http://127.0.0.1:%d/m.safetensors?X-Amz-Signature=" SIG_SECRET
+		"\nallow_http = yes\n"
+		"[checkpoint:tls-dir]\npath = https://127.0.0.1:%d/dir/\nca_file = %s\n"
+		"[checkpoint:hf]\npath = https://127.0.0.1:%d/hf/org/repo/resolve/main/m.safetensors\n"
+		"ca_file = %s\n"
+		"[checkpoint:private]\npath = https://127.0.0.1:%d/private/m.safetensors\nca_file = %s\n"
+		"token_file = %s\n"
+		"[checkpoint:s3-dir]\npath = s3://%s/dir/\nendpoint = http://127.0.0.1:%d\n"
+		"path_style = yes\nallow_http = yes\ncredentials_file = %s\nprofile = store\n"
+		"[checkpoint:s3-one]\npath = s3://%s/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		"path_style = yes\nallow_http = yes\ncredentials_file = %s\nprofile = store\n"
+		"[checkpoint:s3-wrong]\npath = s3://%s/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		"path_style = yes\nallow_http = yes\ncredentials_file = %s\n"
+		"[checkpoint:proxied]\npath = http://127.0.0.1:%d/big.safetensors\nallow_http = yes\n",
+		local_m, local_big, srv.http, srv.https, srv.ca, srv.https, srv.ca, srv.https,
+		srv.ca, token_file, srv.bucket, srv.s3, cred_file, srv.bucket, srv.s3, cred_file,
+		srv.bucket, srv.s3, bad_cred_file, srv.fault);
+	it_start(&H, extra, sections);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	harness_cleanup(&H);
+	wd_servers_stop(&srv);
+	return 0;
+}
+
+#define NEED_SERVERS()                                            \
+	do {                                                      \
+		if (!have_servers) {                              \
+			print_message("skipped: %s\n", skip_why); \
+			skip();                                   \
+		}                                                 \
+	} while (0)
+
+/* Tensor `t` of checkpoint `ck` has the bytes of the same tensor of checkpoint "local" (or of
+ * `ref` when given). */
+static void assert_same_bytes(weightd_client *c, const char *ck, const char *ref, const char *t)
+{
+	weightd_weight *a = it_get_ok(c, ck, t), *b = it_get_ok(c, ref ? ref : "local", t);
+
+	assert_int_equal(weightd_weight_nbytes(a), weightd_weight_nbytes(b));
+	assert_memory_equal(it_map(a), it_map(b), weightd_weight_nbytes(a));
+	weightd_release(a);
+	weightd_release(b);
+}
+
+/* Every kind of location serves the local file's bytes; a wrong S3 secret fails admission with
+ * a typed error naming the URL and S3's code. */
+static void test_kinds(void **state)
+{
+	weightd_client *c;
+	weightd_error err;
+	weightd_source_list *l;
+	weightd_weight *w;
+
+	(void)state;
+	NEED_SERVERS();
+	wait_admitted(NULL);
+	c = it_connect(&H);
+	assert_same_bytes(c, "http", NULL, "a");
+	assert_same_bytes(c, "hf", NULL, "b");
+	assert_same_bytes(c, "private", NULL, "c");
+	assert_same_bytes(c, "s3-one", NULL, "a");
+	{
+		/* every tensor of the sharded directory over S3 and over HTTPS alike */
+		weightd_description *d;
+
+		assert_int_equal(weightd_describe(c, "s3-dir", &d, &err), 0);
+		for (size_t i = 0; i < d->n_tensors; i++)
+			assert_same_bytes(c, "s3-dir", "tls-dir", d->tensors[i].name);
+		weightd_description_free(d);
+	}
+	assert_int_equal(weightd_list(c, &l, &err), 0);
+	for (size_t i = 0; i < l->count; i++) {
+		const weightd_source_info *s = &l->sources[i];
+
+		if (strcmp(s->name, "s3-wrong") == 0) {
+			assert_string_equal(s->state, "failed");
+			assert_non_null(strstr(s->error, "403"));
+			assert_non_null(strstr(s->error, "SignatureDoesNotMatch"));
+			assert_non_null(strstr(s->error, "m.safetensors"));
+		} else {
+			assert_string_equal(s->state, "ready");
+		}
+		assert_null(strstr(s->path, SIG_SECRET));
+	}
+	weightd_source_list_free(l);
+	assert_int_equal(it_get(c, "s3-wrong", "a", &w, &err), -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "SignatureDoesNotMatch"));
+	weightd_close(c);
+}
+
+/* describe shows the URL without its query, the location and each object's ETag. */
+static void test_describe(void **state)
+{
+	weightd_client *c;
+	weightd_description *d;
+	weightd_error err;
+
+	(void)state;
+	NEED_SERVERS();
+	wait_admitted(NULL);
+	c = it_connect(&H);
+	assert_int_equal(weightd_describe(c, "s3-dir", &d, &err), 0);
+	assert_string_equal(d->location, "s3");
+	assert_int_equal(d->n_objects, 3);
+	for (size_t i = 0; i < d->n_objects; i++) {
+		assert_true(strncmp(d->objects[i].url, "s3://", 5) == 0);
+		assert_true(d->objects[i].etag[0] != '\0');
+		assert_true(d->objects[i].size > 8);
+	}
+	weightd_description_free(d);
+	assert_int_equal(weightd_describe(c, "http", &d, &err), 0);
+	assert_string_equal(d->location, "http");
+	assert_int_equal(d->n_objects, 1);
+	assert_null(strstr(d->objects[0].url, SIG_SECRET));
+	assert_null(strstr(d->source.path, "?"));
+	assert_true(d->objects[0].etag[0] != '\0');
+	weightd_description_free(d);
+	assert_int_equal(weightd_describe(c, "local", &d, &err), 0);
+	assert_string_equal(d->location, "file");
+	assert_int_equal(d->n_objects, 0);
+	weightd_description_free(d);
+	weightd_close(c);
+}
+
+/* Sum of the bytes the fault proxy was asked for, by path (its /__stats). */
+static uint64_t proxied_bytes(const char *path_part, size_t *ret_requests)
+{
+	char *stats = wd_servers_get(srv.fault, "/__stats");
+	json_error_t je;
+	json_t *j, *ranges, *e;
+	uint64_t sum = 0;
+	size_t i, n = 0;
+
+	assert_non_null(stats);
+	j = json_loads(stats, 0, &je);
+	assert_non_null(j);
+	ranges = json_object_get(j, "ranges");
+	json_array_foreach(ranges, i, e) {
+		unsigned long long from, to;
+
+		if (!strstr(json_string_value(json_array_get(e, 0)), path_part))
+			continue;
+		n++;
+		if (sscanf(json_string_value(json_array_get(e, 1)), "bytes=%llu-%llu", &from,
+			   &to) == 2)
+			sum += to - from + 1;
+	}
+	json_decref(j);
+	free(stats);
+	if (ret_requests)
+		*ret_requests = n;
+	return sum;
+}
+
+/* One shard (a quarter of the rows) of w, cast to F16, from checkpoint ck. */
+static weightd_weight *quarter_f16(weightd_client *c, const char *ck)
+{
+	weightd_selection *sel;
+	weightd_recipe *r;
+	weightd_inflight *f;
+	weightd_weight *w;
+	weightd_error err;
+	int n;
+
+	assert_int_equal(weightd_selection_shard(0, 1, 4, &sel, &err), 0);
+	assert_int_equal(weightd_recipe_new(&r, &err), 0);
+	n = weightd_recipe_source(r, ck, "w", sel, &err);
+	assert_true(n >= 0);
+	assert_true(weightd_recipe_cast(r, n, "F16", &err) >= 0);
+	if (weightd_materialize_recipe(c, r, &f, &err) < 0 || weightd_finish(f, &w, &err) < 0)
+		fail_msg("%s: %s", ck, err.message);
+	weightd_recipe_free(r);
+	weightd_selection_free(sel);
+	return w;
+}
+
+/* A recipe over a remote source (a quarter of the rows, cast to F16) reads only the rows it
+ * needs, and gives the bytes the same recipe gives over the local file. */
+static void test_recipe_reads_what_it_needs(void **state)
+{
+	weightd_client *c;
+	weightd_weight *wr, *wl;
+	uint64_t read;
+
+	(void)state;
+	NEED_SERVERS();
+	wait_admitted(NULL);
+	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+	c = it_connect(&H);
+	wr = quarter_f16(c, "proxied");
+	wl = quarter_f16(c, "local-big");
+	assert_int_equal(weightd_weight_nbytes(wr), 256 * 1024 * 2);
+	assert_int_equal(weightd_weight_nbytes(wl), weightd_weight_nbytes(wr));
+	assert_memory_equal(it_map(wr), it_map(wl), weightd_weight_nbytes(wr));
+	/* rows 256..511 of a 4 MiB F32 tensor: 1 MiB, nothing of the other rows */
+	read = proxied_bytes("big.safetensors", NULL);
+	if (read != 1024 * 1024)
+		fail_msg("the recipe read %" PRIu64 " bytes of the remote object, not 1 MiB", read);
+	weightd_release(wr);
+	weightd_release(wl);
+	weightd_close(c);
+}
+
+/* Does file `path` contain `needle` (binary-safe)? */
+static bool file_has(const char *path, const char *needle)
+{
+	struct stat st;
+	FILE *f;
+	char *buf;
+	long n;
+	bool has;
+
+	if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || !(f = fopen(path, "rb")))
+		return false;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	n = (long)fread(buf, 1, (size_t)n, f);
+	fclose(f);
+	buf[n] = '\0';
+	has = memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
+	free(buf);
+	return has;
+}
+
+static void assert_no_secret(const char *what, const char *text)
+{
+	const char *secrets[] = { SIG_SECRET, WRONG_SECRET, srv.token, srv.s3_secret };
+
+	for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++)
+		if (strstr(text, secrets[i]))
+			fail_msg("%s shows a secret (%s)", what, secrets[i]);
+}
+
+/* No secret (the presigned signature, the bearer token, either S3 secret) in the log, list,
+ * status, describe, metrics, errors or state records. */
+static void test_secrets_never_shown(void **state)
+{
+	static const char *const cmds[][4] = {
+		{ "list", "--json", NULL },
+		{ "status", "--json", NULL },
+		{ "describe", "http", "--json", NULL },
+		{ "describe", "s3-dir", NULL },
+		{ "describe", "s3-wrong", NULL },
+		{ "describe", "private", "--json", NULL },
+	};
+	char out[1 << 16], *metrics, statedir[700];
+	weightd_client *c;
+	weightd_weight *w;
+	weightd_error err;
+	DIR *d;
+	struct dirent *de;
+	int n_records = 0;
+
+	(void)state;
+	NEED_SERVERS();
+	wait_admitted(NULL);
+	c = it_connect(&H);
+	/* some traffic first, so that metrics and state records exist */
+	w = it_get_ok(c, "http", "a");
+	weightd_release(w);
+	w = it_get_ok(c, "s3-one", "b");
+	weightd_release(w);
+	assert_true(it_get(c, "s3-wrong", "a", &w, &err) < 0);
+	assert_no_secret("an error", err.message);
+	weightd_close(c);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		char *argv[8] = { (char *)harness_weightctl(), "--socket", H.sock };
+		size_t k = 3;
+
+		for (size_t j = 0; j < 4 && cmds[i][j]; j++)
+			argv[k++] = (char *)cmds[i][j];
+		argv[k] = NULL;
+		harness_run(argv, out, sizeof(out), (uid_t)-1);
+		assert_no_secret(cmds[i][0], out);
+	}
+	metrics = wd_servers_get(metrics_port, "/metrics");
+	assert_non_null(metrics);
+	assert_non_null(strstr(metrics, "weightd_"));
+	assert_no_secret("metrics", metrics);
+	free(metrics);
+	assert_false(file_has(H.log, SIG_SECRET));
+	assert_false(file_has(H.log, WRONG_SECRET));
+	assert_false(file_has(H.log, srv.token));
+	assert_false(file_has(H.log, srv.s3_secret));
+	assert_true(file_has(H.log, "SignatureDoesNotMatch")); /* the log does say what failed */
+	snprintf(statedir, sizeof(statedir), "%s/state/%s", H.dir, H.prefix);
+	d = opendir(statedir);
+	while (d && (de = readdir(d))) {
+		char p[1024];
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", statedir, de->d_name);
+		n_records += file_has(p, "");
+		assert_false(file_has(p, SIG_SECRET));
+		assert_false(file_has(p, srv.token));
+		assert_false(file_has(p, srv.s3_secret));
+	}
+	if (d)
+		closedir(d);
+	assert_true(n_records > 0); /* there were records to look into */
+}
+
+/* A server that answers nothing keeps its checkpoint "loading" (with a sentence saying so to a
+ * client that asks) while the others are served; the main loop answers at once. */
+static void test_hung_server_blocks_nothing(void **state)
+{
+	struct harness h2;
+	char sections[2048], hung[64];
+	int lfd;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	weightd_client *c;
+	weightd_weight *w;
+	weightd_error err;
+	weightd_source_list *l;
+	int64_t t0;
+
+	(void)state;
+	NEED_SERVERS();
+	/* a listener that accepts (the kernel does) and never answers */
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+	assert_int_equal(listen(lfd, 16), 0);
+	snprintf(hung, sizeof(hung), "127.0.0.1:%d", ntohs(a.sin_port));
+	assert_int_equal(harness_init(&h2), 0);
+	snprintf(sections, sizeof(sections),
+		 "[checkpoint:hung]\npath = http://%s/m.safetensors\nallow_http = yes\n"
+		 "[checkpoint:local]\npath = %s\n"
+		 "[checkpoint:http]\npath = http://127.0.0.1:%d/m.safetensors\nallow_http = yes\n",
+		 hung, local_m, srv.http);
+	it_start(&h2, "remote_low_speed_time = 60s\n", sections);
+	c = it_connect(&h2);
+	t0 = it_now_ms();
+	w = it_get_ok(c, "local", "a");
+	weightd_release(w);
+	assert_int_equal(it_get(c, "hung", "a", &w, &err), -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "still being admitted"));
+	assert_true(it_now_ms() - t0 < 5000);
+	/* the other remote checkpoint is admitted and served meanwhile */
+	for (int i = 0; i < 200; i++) {
+		if (it_get(c, "http", "a", &w, &err) == 0)
+			break;
+		usleep(50000);
+	}
+	assert_non_null(w);
+	weightd_release(w);
+	assert_int_equal(weightd_list(c, &l, &err), 0);
+	for (size_t i = 0; i < l->count; i++)
+		if (strcmp(l->sources[i].name, "hung") == 0)
+			assert_string_equal(l->sources[i].state, "loading");
+	weightd_source_list_free(l);
+	weightd_close(c);
+	/* and a stop does not wait for it */
+	t0 = it_now_ms();
+	assert_int_equal(harness_stop(&h2), 0);
+	assert_true(it_now_ms() - t0 < 10000);
+	harness_cleanup(&h2);
+	close(lfd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kinds),
+		cmocka_unit_test(test_describe),
+		cmocka_unit_test(test_recipe_reads_what_it_needs),
+		cmocka_unit_test(test_secrets_never_shown),
+		cmocka_unit_test(test_hung_server_blocks_nothing),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
