@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -73,6 +74,24 @@ static int socket_answers(const char *path)
 		r = errno == ENOENT || errno == ECONNREFUSED ? 0 : -1;
 	close(fd);
 	return r;
+}
+
+/*
+ * Use `dir` (NULL or "": /dev/shm) for the segments. Run by root on a segment_dir of weightd's
+ * user (as the package's removal does), the purge acts as that user until its segments are gone
+ * (the caller returns to root with seteuid(getuid())), so the directory passes the same checks
+ * as for the daemon and only what that user could remove is removed.
+ */
+static int segment_dir_as_owner(const char *dir, weightd_error *err)
+{
+	struct stat st;
+
+	if (dir && dir[0] && geteuid() == 0 && stat(dir, &st) == 0 && st.st_uid != 0 &&
+	    (setegid(st.st_gid) < 0 || seteuid(st.st_uid) < 0))
+		return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
+				    "cannot act as uid %u, the owner of segment_dir %s: %s",
+				    (unsigned)st.st_uid, dir, strerror(errno));
+	return wd_segment_set_dir(dir, err);
 }
 
 /*
@@ -144,12 +163,8 @@ int purge_main(int argc, char **argv)
 		goto out;
 	}
 	wd_error_clear(&err);
-	if (wd_segment_set_dir(seg_dir, &err) < 0) {
-		fprintf(stderr, "weightd: --purge: %s%s\n", err.message,
-			err.code == WEIGHTD_E_PERMISSION_DENIED ?
-				" (or run the purge as that directory's owner, weightd's user: "
-				"runuser -u weightd -- weightd --purge ...)" :
-				"");
+	if (segment_dir_as_owner(seg_dir, &err) < 0) {
+		fprintf(stderr, "weightd: --purge: %s\n", err.message);
 		goto out;
 	}
 	live = socket_answers(sock);
@@ -164,6 +179,11 @@ int purge_main(int argc, char **argv)
 		goto out;
 	}
 	segments = wd_segment_purge(prefix);
+	if (geteuid() != getuid() && (seteuid(getuid()) < 0 || setegid(getgid()) < 0)) {
+		fprintf(stderr, "weightd: --purge: cannot become uid %u again: %s\n",
+			(unsigned)getuid(), strerror(errno));
+		goto out;
+	}
 	if (segments < 0) {
 		fprintf(stderr, "weightd: cannot remove the segments %s/%s.*: %s\n",
 			wd_segment_dir(), prefix, wd_code_name(-segments));

@@ -80,7 +80,7 @@ int wd_segment_set_dir(const char *dir, weightd_error *err)
 		return wd_error_set(
 			err, errno == ENOENT ? WEIGHTD_E_NOT_FOUND : WEIGHTD_E_IO,
 			"segment_dir %s: %s; mount a tmpfs there owned by uid %u with "
-			"mode 0700 (weightd-segments.mount does), or set segment_dir empty "
+			"mode 0700 (var-lib-weightd-segments.mount does), or set segment_dir empty "
 			"to use /dev/shm",
 			dir, strerror(errno), (unsigned)geteuid());
 	if (fstatfs(fd, &sf) < 0 || fstat(fd, &st) < 0) {

@@ -56,6 +56,7 @@ for f in "$WD_LIBDIR/libweightd.so" "$WD_LIBDIR/libweightd.so.${WD_VERSION%%.*}"
 	"$WD_LIBDIR/cmake/weightd/weightdConfigVersion.cmake" \
 	"$WD_LIBDIR/cmake/weightd/weightdTargets.cmake" \
 	"$unitdir/weightd.service" "$unitdir/weightd.socket" \
+	"$unitdir/var-lib-weightd-segments.mount" \
 	"$sysusersdir/weightd.conf" "$tmpfilesdir/weightd.conf" \
 	"$WD_DOCDIR/weightd.conf.example" "$WD_SYSCONFDIR/weightd/weightd.conf" \
 	"$WD_MANDIR/man8/weightd.8" "$WD_MANDIR/man1/weightctl.1" \
@@ -111,7 +112,8 @@ if command -v systemd-analyze >/dev/null; then
 	[ -e "$dest/bin/kill" ] || cp /bin/kill "$dest/bin/kill"
 	# Documentation= man pages are looked up with man(1): the installed ones must be found.
 	out=$(MANPATH="$dest$WD_MANDIR" systemd-analyze verify --root="$dest" \
-		"$unitdir/weightd.service" "$unitdir/weightd.socket" 2>&1) || fail "systemd-analyze verify failed"
+		"$unitdir/weightd.service" "$unitdir/weightd.socket" \
+		"$unitdir/var-lib-weightd-segments.mount" 2>&1) || fail "systemd-analyze verify failed"
 	# Unknown keys and unparsable values are only warnings for systemd: any output fails here.
 	if [ -n "$out" ]; then
 		echo "$out" >&2

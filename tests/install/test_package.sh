@@ -79,7 +79,8 @@ has() { # has PACKAGE PATH...
 	done
 }
 has weightd /usr/sbin/weightd /usr/bin/weightctl /lib/systemd/system/weightd.service \
-	/lib/systemd/system/weightd.socket /usr/lib/sysusers.d/weightd.conf \
+	/lib/systemd/system/weightd.socket /lib/systemd/system/var-lib-weightd-segments.mount \
+	/usr/lib/sysusers.d/weightd.conf \
 	/usr/lib/tmpfiles.d/weightd.conf /usr/share/weightd/weightd.conf.example \
 	/usr/share/man/man8/weightd.8.gz /usr/share/man/man1/weightctl.1.gz \
 	/usr/share/man/man5/weightd.conf.5.gz /usr/share/doc/weightd/weightd.service.d/remote.conf

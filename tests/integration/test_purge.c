@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_purge.c - weightd --purge's command line as an operator meets it: its help, each way of
- * calling it wrongly refused with status 2 (or 1 for a config that cannot be read), and a purge of
- * an instance that left nothing removing nothing. Purging a real instance is in test_lifecycle. */
+ * calling it wrongly refused with status 2 (or 1 for a config that cannot be read), a purge of
+ * an instance that left nothing removing nothing, and a purge by root of a segment_dir owned by
+ * weightd's user. Purging a real instance is in test_lifecycle. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -90,12 +92,55 @@ static void nothing_left_nothing_removed(void **state)
 	assert_non_null(strstr(out, H.prefix));
 }
 
+/*
+ * The package's removal purges as root, while a segment_dir belongs to weightd's user and must
+ * pass the daemon's checks (owned by its uid, mode 0700): the purge acts as that user, removes
+ * its segments there and leaves other names alone. A directory that fails the checks is refused
+ * with status 1, naming it.
+ */
+static void segment_dir_of_another_user(void **state)
+{
+	char out[4096], sock[400], dir[64], seg[200], other[200];
+	FILE *f;
+
+	if (geteuid() != 0)
+		skip(); /* giving the directory to another uid needs root */
+	snprintf(sock, sizeof(sock), "%s/nobody.sock", H.dir);
+	snprintf(dir, sizeof(dir), "/dev/shm/wdtest-purge-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	snprintf(seg, sizeof(seg), "%s/%s.%032x", dir, H.prefix, 7);
+	snprintf(other, sizeof(other), "%s/%s.notours", dir, H.prefix);
+	assert_non_null(f = fopen(seg, "w"));
+	fclose(f);
+	assert_non_null(f = fopen(other, "w"));
+	fclose(f);
+	assert_int_equal(chown(seg, 65534, 65534), 0);
+	assert_int_equal(chown(other, 65534, 65534), 0);
+	assert_int_equal(chmod(dir, 0770), 0);
+	assert_int_equal(chown(dir, 65534, 65534), 0);
+	assert_int_equal(purge(out, sizeof(out), "--prefix", H.prefix, "--segment-dir", dir,
+			       "--socket", sock, NULL),
+			 1); /* group-writable: refused */
+	assert_int_equal(access(seg, F_OK), 0);
+	assert_int_equal(chmod(dir, 0700), 0);
+	assert_int_equal(purge(out, sizeof(out), "--prefix", H.prefix, "--segment-dir", dir,
+			       "--socket", sock, NULL),
+			 0);
+	assert_non_null(strstr(out, "removed 1 segment under "));
+	assert_non_null(strstr(out, dir));
+	assert_int_equal(access(seg, F_OK), -1);
+	assert_int_equal(access(other, F_OK), 0); /* not a name weightd makes */
+	assert_int_equal(unlink(other), 0);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(help_is_printed, setup, teardown),
 		cmocka_unit_test_setup_teardown(wrong_calls_are_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(nothing_left_nothing_removed, setup, teardown),
+		cmocka_unit_test_setup_teardown(segment_dir_of_another_user, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
