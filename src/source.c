@@ -505,7 +505,13 @@ int wd_source_open_sharded(struct wd_source *src, const char *dir_abs, const cha
 	}
 	src->kind = WD_SOURCE_SHARDED;
 	wd_error_clear(&open_err);
-	for (; n_open < idx.n_files; n_open++) {
+	if (src->remote) {
+		/* one round trip each: pinned side by side */
+		open_r = wd_source_remote_members(src, idx.files, idx.n_files, &n_open, &open_err);
+		if (open_r)
+			wd_error_prefix(&open_err, "shard named by " INDEX_NAME);
+	}
+	for (; !src->remote && n_open < idx.n_files; n_open++) {
 		open_r = open_member(src, dir_abs, idx.files[n_open], &open_err);
 		if (open_r) {
 			wd_error_prefix(&open_err, "shard named by " INDEX_NAME);
@@ -521,7 +527,12 @@ int wd_source_open_sharded(struct wd_source *src, const char *dir_abs, const cha
 	}
 	for (size_t i = 0; i < n_open; i++)
 		wd_tensor_table_init(&sp.tables[i]);
-	wd_parallel_for(n_open, n_open >= 4 ? wd_parallel_width() : 1, parse_shard, &sp);
+	/* a remote shard's header is two round trips: wait for many at once, not for a CPU each */
+	wd_parallel_for(n_open,
+			src->remote ? WD_SOURCE_REMOTE_WIDTH :
+			n_open >= 4 ? wd_parallel_width() :
+				      1,
+			parse_shard, &sp);
 	for (size_t i = 0; i < n_open; i++) {
 		struct wd_tensor_table *shard = &sp.tables[i];
 

@@ -60,6 +60,13 @@ int wd_source_open_sharded(struct wd_source *src, const char *dir, const char *j
 int wd_source_remote_open(struct wd_source *src, const char *url,
 			  const struct wd_source_remote_conf *rc, const struct wd_limits *lim,
 			  weightd_error *err);
+/* Remote objects pinned, or shard headers read, at once during admission. */
+#define WD_SOURCE_REMOTE_WIDTH 16u
+
+/* Pin members names[0..n) of a remote directory side by side and append them to src->files in
+ * order, up to the first that fails (whose error is returned); *ret_added says how many. */
+int wd_source_remote_members(struct wd_source *src, char *const *names, size_t n, size_t *ret_added,
+			     weightd_error *err);
 /* Pin member `name` of a remote directory and append it to src->files. */
 int wd_source_remote_member(struct wd_source *src, const char *name, weightd_error *err);
 /* The 8 bytes a remote safetensors object starts with (read once, then kept). */

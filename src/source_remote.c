@@ -10,6 +10,7 @@
 
 #include "digest.h"
 #include "gguf.h"
+#include "parallel.h"
 #include "remote.h"
 #include "safetensors.h"
 #include "source_int.h"
@@ -132,6 +133,67 @@ int wd_source_remote_member(struct wd_source *src, const char *name, weightd_err
 	if (r)
 		return r;
 	return add_object(src, name, &o, err);
+}
+
+struct members {
+	struct wd_source *src;
+	char *const *names;
+	struct wd_remote_object *objs;
+	int *rc;
+	weightd_error *errs;
+};
+
+static bool stat_member(void *arg, size_t i)
+{
+	struct members *m = arg;
+
+	wd_error_clear(&m->errs[i]);
+	m->rc[i] = wd_remote_stat(m->src->remote, m->names[i], &m->objs[i], &m->errs[i]);
+	if (m->rc[i] == -WEIGHTD_E_NOT_FOUND)
+		m->rc[i] = reword(&m->errs[i], WEIGHTD_E_BAD_CHECKPOINT, "%s does not exist",
+				  m->names[i]);
+	return m->rc[i] == 0;
+}
+
+int wd_source_remote_members(struct wd_source *src, char *const *names, size_t n, size_t *ret_added,
+			     weightd_error *err)
+{
+	struct members m = { src, names, NULL, NULL, NULL };
+	size_t claimed, base = src->n_files, i = 0;
+	int r = 0;
+
+	*ret_added = 0;
+	m.objs = calloc(n ? n : 1, sizeof(*m.objs));
+	m.rc = calloc(n ? n : 1, sizeof(*m.rc));
+	m.errs = calloc(n ? n : 1, sizeof(*m.errs));
+	if (!m.objs || !m.rc || !m.errs) {
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s",
+				 src->path);
+		goto out;
+	}
+	/* every pin is claimed in order, so the first failure in order is among those claimed */
+	claimed = wd_parallel_for(n, WD_SOURCE_REMOTE_WIDTH, stat_member, &m);
+	for (; i < claimed; i++) {
+		if (m.rc[i]) {
+			r = m.rc[i];
+			if (err)
+				*err = m.errs[i];
+			break;
+		}
+		r = add_object(src, names[i], &m.objs[i], err);
+		if (r) {
+			i++; /* add_object took the object, appended or not */
+			break;
+		}
+	}
+	*ret_added = src->n_files - base;
+out:
+	for (size_t k = i; m.objs && k < n; k++)
+		wd_remote_object_clear(&m.objs[k]);
+	free(m.objs);
+	free(m.rc);
+	free(m.errs);
+	return r;
 }
 
 int wd_source_remote_head(struct wd_source *src, uint32_t file, uint8_t ret[8], weightd_error *err)

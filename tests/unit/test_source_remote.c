@@ -469,6 +469,33 @@ static void test_query_never_shown(void **state)
 	assert_null(s);
 }
 
+/* An index naming a shard the server does not have: the shard is named, nothing is kept. */
+static void test_missing_shard(void **state)
+{
+	struct wd_source_remote_conf rc = http_conf();
+	struct wd_source *s = NULL;
+	char url[256], p[4300];
+	weightd_error err;
+
+	(void)state;
+	NEED_SERVERS();
+	snprintf(p, sizeof(p), "%s/holey", root);
+	assert_int_equal(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/holey/a.safetensors", root);
+	put_st(p, shard1_ts, 2);
+	snprintf(p, sizeof(p), "%s/holey/model.safetensors.index.json", root);
+	write_text(p,
+		   "{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"a.safetensors\","
+		   " \"z\": \"gone.safetensors\"}}",
+		   0644);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/holey/", srv.http);
+	assert_int_equal(wd_source_open_at("m", url, &rc, NULL, &s, &err),
+			 -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "gone.safetensors does not exist"));
+	assert_non_null(strstr(err.message, "404"));
+	assert_null(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -480,6 +507,7 @@ int main(void)
 		cmocka_unit_test(test_gguf),
 		cmocka_unit_test(test_replaced),
 		cmocka_unit_test(test_query_never_shown),
+		cmocka_unit_test(test_missing_shard),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
