@@ -500,6 +500,49 @@ static void test_hung_server_blocks_nothing(void **state)
 	close(lfd);
 }
 
+/* --check-config checks a remote section and its secret files without contacting the server
+ * (here one that would never answer), and refuses a credentials file others can read. */
+static void test_check_config_offline(void **state)
+{
+	char conf[700], loose[700], text[4096], out[8192];
+	char *argv[] = { (char *)harness_weightd(), "--config", conf, "--check-config", NULL };
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int lfd, st;
+	int64_t t0;
+
+	(void)state;
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+	assert_int_equal(listen(lfd, 16), 0);
+	snprintf(loose, sizeof(loose), "%s/loose.credentials", H.dir);
+	write_text(loose, "[default]\naws_access_key_id = k\naws_secret_access_key = s\n", 0644);
+	snprintf(conf, sizeof(conf), "%s/check.conf", H.dir);
+	snprintf(text, sizeof(text),
+		 "[checkpoint:quiet]\npath = http://127.0.0.1:%d/m.safetensors\nallow_http = yes\n"
+		 "[checkpoint:s3]\npath = s3://b/m/\nendpoint = http://127.0.0.1:%d\n"
+		 "allow_http = yes\npath_style = yes\n",
+		 ntohs(a.sin_port), ntohs(a.sin_port));
+	write_text(conf, text, 0644);
+	t0 = it_now_ms();
+	st = harness_run(argv, out, sizeof(out), (uid_t)-1);
+	assert_int_equal(st, 0);
+	assert_true(it_now_ms() - t0 < 5000);
+	assert_non_null(strstr(out, "checkpoint quiet: ok, remote http://127.0.0.1:"));
+	assert_non_null(strstr(out, "not contacted"));
+	/* a credentials file others can read: refused, naming it */
+	snprintf(text + strlen(text), sizeof(text) - strlen(text), "credentials_file = %s\n",
+		 loose);
+	write_text(conf, text, 0644);
+	st = harness_run(argv, out, sizeof(out), (uid_t)-1);
+	assert_int_equal(st, 1);
+	assert_non_null(strstr(out, "checkpoint s3: FAILED"));
+	assert_non_null(strstr(out, loose));
+	assert_non_null(strstr(out, "can be read by others"));
+	close(lfd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -508,6 +551,7 @@ int main(void)
 		cmocka_unit_test(test_recipe_reads_what_it_needs),
 		cmocka_unit_test(test_secrets_never_shown),
 		cmocka_unit_test(test_hung_server_blocks_nothing),
+		cmocka_unit_test(test_check_config_offline),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
