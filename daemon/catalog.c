@@ -321,16 +321,15 @@ int catalog_resolve(const struct catalog *c, const char *name, const struct peer
 {
 	struct csource *cs = catalog_find(c, name);
 
-	if (!cs || cs->state == CSOURCE_REMOVED) {
+	/* A checkpoint the peer may not read gets the same answer, word for word, as a name that is
+	 * not served: otherwise the answer would confirm the names of checkpoints it may not read.
+	 * The message names the peer so that whoever is refused knows which allow list to ask for. */
+	if (!cs || cs->state == CSOURCE_REMOVED || !catalog_allowed(cs, peer)) {
 		wd_error_about(err, name, NULL);
-		return wd_error_set(err, WEIGHTD_E_UNKNOWN_SOURCE, "no checkpoint named \"%s\" is served",
-				    name);
-	}
-	if (!catalog_allowed(cs, peer)) {
-		wd_error_about(err, name, NULL);
-		return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
-				    "uid %u (gid %u) is not allowed to read checkpoint \"%s\"",
-				    (unsigned)peer->uid, (unsigned)peer->gid, name);
+		return wd_error_set(err, WEIGHTD_E_UNKNOWN_SOURCE,
+				    "no checkpoint named \"%s\" that uid %u (gid %u) may read is "
+				    "served (`weightctl list` shows those it may)",
+				    name, (unsigned)peer->uid, (unsigned)peer->gid);
 	}
 	if (cs->state == CSOURCE_LOADING) {
 		wd_error_about(err, name, NULL);

@@ -100,9 +100,9 @@ struct csource *catalog_find(const struct catalog *c, const char *name);
 bool catalog_allowed(const struct csource *cs, const struct peer *peer);
 
 /*
- * Resolve a checkpoint name for a peer: 0 and *ret (a borrowed entry) or -WEIGHTD_E_UNKNOWN_SOURCE,
- * -WEIGHTD_E_PERMISSION_DENIED, -WEIGHTD_E_BAD_CHECKPOINT (admission failed: err carries the
- * admission error).
+ * Resolve a checkpoint name for a peer: 0 and *ret (a borrowed entry) or -WEIGHTD_E_UNKNOWN_SOURCE
+ * (no such name, or one the peer may not read: the same code and words for both),
+ * -WEIGHTD_E_BAD_CHECKPOINT (admission failed: err carries the admission error).
  */
 int catalog_resolve(const struct catalog *c, const char *name, const struct peer *peer,
 		    struct csource **ret, weightd_error *err);

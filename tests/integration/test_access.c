@@ -120,15 +120,16 @@ static void run_as_on(const struct harness *h, uid_t uid, gid_t gid, const gid_t
 			if (r == 0)
 				r = weightd_finish(f, &w, &err);
 			if (ex[i].granted ? r != 0 || !w || weightd_weight_nbytes(w) != 64 * 4 :
-					    r != -WEIGHTD_E_PERMISSION_DENIED ||
-						    !strstr(err.message, ex[i].checkpoint)) {
+					    r != -WEIGHTD_E_UNKNOWN_SOURCE ||
+						    !strstr(err.message, ex[i].checkpoint) ||
+						    !strstr(err.message, "may read")) {
 				fprintf(stderr, "uid %d gid %d: %s answered %d (%s)\n", (int)uid, (int)gid,
 					ex[i].checkpoint, r, r ? err.message : "granted");
 				_exit(10 + (int)i);
 			}
 			weightd_release(w);
 			r = weightd_describe(c, ex[i].checkpoint, &d, &err);
-			if (ex[i].granted ? r != 0 : r != -WEIGHTD_E_PERMISSION_DENIED) {
+			if (ex[i].granted ? r != 0 : r != -WEIGHTD_E_UNKNOWN_SOURCE) {
 				fprintf(stderr, "uid %d gid %d: describe %s answered %d\n", (int)uid,
 					(int)gid, ex[i].checkpoint, r);
 				_exit(10 + (int)i);
@@ -207,7 +208,8 @@ static void preload_each_as(const struct harness *h, uid_t uid, gid_t gid, const
 		int r = preload_as(h, uid, gid, ex[i].checkpoint, out, sizeof(out));
 
 		if (ex[i].granted ? r != 0 || !strstr(out, "preloaded 10 weights") :
-				    r != 1 || !strstr(out, "is not allowed to read checkpoint") ||
+				    r != 1 || !strstr(out, "that uid") ||
+					    !strstr(out, "may read is served") ||
 					    !strstr(out, ex[i].checkpoint)) {
 			fprintf(stderr, "uid %u: preload %s exited %d: %s\n", (unsigned)uid,
 				ex[i].checkpoint, r, out);

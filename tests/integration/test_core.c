@@ -418,7 +418,7 @@ static void a_denied_uid_gets_a_clear_error(void **state)
 		if (weightd_connect(H.sock, "nobody", &c, &err) < 0)
 			_exit(11);
 		r = materialize_error(c, "rootonly", "model.norm.weight", NULL, &err);
-		if (r != -WEIGHTD_E_PERMISSION_DENIED || !strstr(err.message, "65534") ||
+		if (r != -WEIGHTD_E_UNKNOWN_SOURCE || !strstr(err.message, "65534") ||
 		    !strstr(err.message, "rootonly"))
 			_exit(12);
 		/* the same file under an open checkpoint is fine for this uid */

@@ -407,7 +407,7 @@ static void default_uid_fd_limits_fit_rlimit_nofile_silently(void **state)
  * The attack: a uid with no access to "secret" sends one entry on it and 65,536 aliases, each
  * naming the one before. Resolving such a chain used to be quadratic and ran before any access
  * check, blocking the event loop for minutes. Now the access check comes first: the request is
- * refused as permission-denied naming the checkpoint, and a victim of another uid is served
+ * refused as unknown-source naming the checkpoint, and a victim of another uid is served
  * right after by the same daemon.
  */
 static void aliases_of_a_forbidden_entry_are_refused_first(void **state)
@@ -447,7 +447,7 @@ static void aliases_of_a_forbidden_entry_are_refused_first(void **state)
 		r = weightd_unit_submit(u, &err);
 		if (r == 0)
 			r = weightd_unit_validate(u, &err);
-		if (r != -WEIGHTD_E_PERMISSION_DENIED || !strstr(err.message, "secret")) {
+		if (r != -WEIGHTD_E_UNKNOWN_SOURCE || !strstr(err.message, "secret")) {
 			fprintf(stderr, "chainer: got %d: %s\n", r, err.message);
 			_exit(72);
 		}

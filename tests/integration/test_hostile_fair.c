@@ -260,11 +260,87 @@ static void silent_connections_give_their_slots_back(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
+/* The error a uid gets for checkpoint `ck` through describe ("describe"), a get ("get") or a
+ * unit ("unit"): its code, and its message with `ck` written as "<NAME>". */
+static int answer_for(weightd_client *c, const char *how, const char *ck, char *msg, size_t cap)
+{
+	static const char *const names[] = { "s0" };
+	weightd_description *d = NULL;
+	weightd_weight *w = NULL;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	char *at;
+	int r;
+
+	if (strcmp(how, "describe") == 0)
+		r = weightd_describe(c, ck, &d, &err);
+	else if (strcmp(how, "get") == 0)
+		r = it_get(c, ck, "s0", &w, &err);
+	else
+		r = it_unit_of(c, ck, names, 1, false, &u, &err);
+	if (r == 0)
+		return 0;
+	snprintf(msg, cap, "%s", err.message);
+	while ((at = strstr(msg, ck))) {
+		char rest[1024];
+
+		snprintf(rest, sizeof(rest), "%s", at + strlen(ck));
+		snprintf(at, cap - (size_t)(at - msg), "<NAME>%s", rest);
+	}
+	return err.code;
+}
+
+/*
+ * `describe secret` answered "not allowed" while an unknown name answered "not served", so a uid
+ * could confirm the names of checkpoints it may not read. Now describe, a get and a unit of a
+ * checkpoint it may not read get the answer of a name that is not served, code and words alike
+ * (but the name), and the answer still says what to do. Another uid is served throughout.
+ */
+static void names_it_may_not_read_are_not_confirmed(void **state)
+{
+	static const char *const hows[] = { "describe", "get", "unit" };
+	struct hostile_base base;
+	pid_t pid;
+
+	(void)state;
+	hostile_start(&H, NULL);
+	base = hostile_baseline(&H);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		weightd_client *c = NULL;
+		weightd_error err;
+
+		hostile_become(UID_ATTACKER);
+		if (weightd_connect(H.sock, "prober", &c, &err) < 0)
+			_exit(50);
+		for (size_t i = 0; i < sizeof(hows) / sizeof(hows[0]); i++) {
+			char secret[1024], unknown[1024];
+			int a = answer_for(c, hows[i], "secret", secret, sizeof(secret));
+			int b = answer_for(c, hows[i], "secreX", unknown, sizeof(unknown));
+
+			if (a != WEIGHTD_E_UNKNOWN_SOURCE || b != a ||
+			    strcmp(secret, unknown) != 0 || !strstr(secret, "uid 65534") ||
+			    !strstr(secret, "may read") || !strstr(secret, "weightctl list")) {
+				fprintf(stderr, "%s: secret %d \"%s\", unknown %d \"%s\"\n",
+					hows[i], a, secret, b, unknown);
+				_exit(51 + (int)i);
+			}
+		}
+		weightd_close(c);
+		_exit(0);
+	}
+	it_wait_child_ok(pid);
+	victim_served_within(2000);
+	hostile_back_to_base(&H, &base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(empty_frames_are_bounded_in_count_and_time, teardown),
 		cmocka_unit_test_teardown(silent_connections_give_their_slots_back, teardown),
+		cmocka_unit_test_teardown(names_it_may_not_read_are_not_confirmed, teardown),
 	};
 
 	alarm(600);

@@ -81,7 +81,7 @@ static void other_uids_see_only_what_they_may_read(void **state)
 				_exit(75);
 		weightd_source_list_free(l);
 		if (weightd_describe(c, "secret", &dsc, &err) == 0 ||
-		    err.code != WEIGHTD_E_PERMISSION_DENIED)
+		    err.code != WEIGHTD_E_UNKNOWN_SOURCE)
 			_exit(76);
 		if (weightd_subscribe(c, all, 1, &err) < 0 || weightd_subscribe(c2, named, 2, &err) < 0)
 			_exit(77);
@@ -311,7 +311,7 @@ static void recipes_spanning_checkpoints_are_shown_to_who_may_read_all(void **st
 		if (weightd_connect(H.sock, "mixer", &c, &e) < 0)
 			_exit(70);
 		if (unit_json(c, "{\"slots\":[" MIX "]}", &e) == 0 ||
-		    e.code != WEIGHTD_E_PERMISSION_DENIED || !strstr(e.message, "secret")) {
+		    e.code != WEIGHTD_E_UNKNOWN_SOURCE || !strstr(e.message, "secret")) {
 			fprintf(stderr, "mixer: %s\n", e.message);
 			_exit(71);
 		}

@@ -48,13 +48,18 @@ NOBODY = 65534    # a uid and gid no allow list names
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="root takes on another uid to be denied")
-def test_permission_denied(daemon):
+def test_not_readable_is_not_found(daemon):
     def denied():
         with daemon.connect() as c:
-            with pytest.raises(weightd.PermissionDenied) as e:
+            # the same answer as for a name that is not served: nothing confirms "secret" exists
+            with pytest.raises(weightd.NotFound) as e:
                 c.get("secret", "small")
-            assert e.value.code == "permission-denied"
-            assert "secret" in str(e.value)
+            assert e.value.code == "unknown-source"
+            assert e.value.checkpoint == "secret"
+            assert "secret" in str(e.value) and "may read" in str(e.value)
+            with pytest.raises(weightd.NotFound) as other:
+                c.get("secreX", "small")
+            assert other.value.message.replace("secreX", "secret") == e.value.message
             assert isinstance(e.value, weightd.Error)
             assert [s.name for s in c.list()] == ["m"]   # "secret" is not listed for it
 

@@ -53,11 +53,12 @@ class Error(Exception):
 
 
 class NotFound(Error):
-    """No such checkpoint or tensor (``not-found``, ``unknown-source``, ``unknown-tensor``)."""
+    """No such checkpoint or tensor (``not-found``, ``unknown-source``, ``unknown-tensor``).
+    A checkpoint this process's uid may not read is answered the same way."""
 
 
 class PermissionDenied(Error):
-    """The daemon's access rules or the socket's mode refuse this process."""
+    """The socket's mode, or an operator-only request, refuses this process."""
 
 
 class ResourceExhausted(Error):
