@@ -129,8 +129,21 @@ static void segs_remove(struct holds *h, struct cache_segment *sg)
 		h->uu->segments--;
 }
 
+/* uid_max_weights refused new_refs more references (`where`: in this reply, by this share). */
+static int uid_weights_exceeded(const struct holds *h, uint64_t new_refs, const char *where,
+				weightd_error *err)
+{
+	return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
+			    "limit exceeded: uid %u would hold %llu weights over its connections "
+			    "(%llu now, %llu more %s; a weight held twice counts twice); its limit "
+			    "is %u (uid_max_weights)",
+			    (unsigned)h->uu->uid, (unsigned long long)(h->uu->weights + new_refs),
+			    (unsigned long long)h->uu->weights, (unsigned long long)new_refs, where,
+			    h->cfg->uid_max_weights);
+}
+
 int holds_check(const struct holds *h, struct cache_segment *const *segs, size_t n,
-		uint64_t new_weights, weightd_error *err)
+		uint64_t new_refs, weightd_error *err)
 {
 	const struct config *cfg = h->cfg;
 	uint64_t add = 0;
@@ -158,16 +171,8 @@ int holds_check(const struct holds *h, struct cache_segment *const *segs, size_t
 			(unsigned)h->uu->uid, (unsigned long long)(h->uu->segments + add),
 			(unsigned long long)h->uu->segments, (unsigned long long)add,
 			(unsigned long long)uid_max, (unsigned)uid_sharers(h->uu));
-	if (new_weights && h->uu && !h->exempt &&
-	    h->uu->weights + new_weights > cfg->uid_max_weights)
-		return wd_error_set(
-			err, WEIGHTD_E_LIMIT_EXCEEDED,
-			"limit exceeded: uid %u would hold %llu weights over its connections "
-			"(%llu now, %llu more in this reply); its limit is %u "
-			"(uid_max_weights)",
-			(unsigned)h->uu->uid, (unsigned long long)(h->uu->weights + new_weights),
-			(unsigned long long)h->uu->weights, (unsigned long long)new_weights,
-			cfg->uid_max_weights);
+	if (new_refs && h->uu && !h->exempt && h->uu->weights + new_refs > cfg->uid_max_weights)
+		return uid_weights_exceeded(h, new_refs, "in this reply", err);
 	return 0;
 }
 
@@ -244,6 +249,9 @@ int holds_hold_found(struct holds *h, struct weight *w, struct held *found)
 {
 	if (found) {
 		found->count++;
+		h->refs++;
+		if (h->uu)
+			h->uu->weights++;
 		return 0;
 	}
 	if (segs_grow(h) < 0 || ckpts_grow(h) < 0)
@@ -261,6 +269,7 @@ int holds_hold_found(struct holds *h, struct weight *w, struct held *found)
 	h->held[h->n_held].count = 1;
 	h->n_held++; /* indexed when a lookup needs it (held_index_sync) */
 	h->held_bytes += w->nbytes;
+	h->refs++;
 	w->holders++;
 	segs_add(h, w->segment);
 	ckpts_add(h, w);
@@ -289,6 +298,9 @@ bool holds_release(struct holds *h, uint64_t handle)
 		return false;
 	e = &h->held[wd_hashidx_pos(&h->held_index, k) - 1];
 	w = e->w;
+	h->refs--;
+	if (h->uu)
+		h->uu->weights--;
 	if (--e->count == 0) {
 		pos = (size_t)(e - h->held);
 		last = h->n_held - 1;
@@ -304,8 +316,6 @@ bool holds_release(struct holds *h, uint64_t handle)
 		h->held_bytes -= w->nbytes;
 		segs_remove(h, w->segment);
 		ckpts_remove(h, w);
-		if (h->uu)
-			h->uu->weights--;
 	}
 	cache_drop(h->cache, w);
 	return true;
@@ -341,8 +351,9 @@ bool holds_release_newest(struct holds *h, const uint64_t *handles, size_t n)
 		while (c--)
 			cache_drop(h->cache, w);
 	}
+	h->refs -= n; /* n handles: one reference each */
 	if (h->uu)
-		h->uu->weights -= runs;
+		h->uu->weights -= n;
 	h->n_held = at;
 	return true;
 }
@@ -403,15 +414,25 @@ int holds_release_all(struct holds *h, const uint64_t *handles, size_t n, uint64
 	return 0;
 }
 
-int holds_share(struct holds *h, uint64_t handle, struct weight **ret_w)
+int holds_share(struct holds *h, uint64_t handle, struct weight **ret_w, weightd_error *err)
 {
 	struct held *e = holds_find(h, handle);
 	struct weight *w;
 
 	if (!e)
 		return -WEIGHTD_E_NOT_FOUND;
-	if (h->cfg->client_max_weights && h->n_held >= h->cfg->client_max_weights && e->count == 0)
-		return -WEIGHTD_E_LIMIT_EXCEEDED;
+	if (h->cfg->client_max_weights &&
+	    h->refs + h->pending_weights >= h->cfg->client_max_weights)
+		return wd_error_set(
+			err, WEIGHTD_E_LIMIT_EXCEEDED,
+			"limit exceeded: the client would hold %llu weights (%llu held, "
+			"%u requested before, 1 more by this share; a weight held twice "
+			"counts twice); its limit is %u (client_max_weights)",
+			(unsigned long long)(h->refs + h->pending_weights + 1),
+			(unsigned long long)h->refs, h->pending_weights,
+			h->cfg->client_max_weights);
+	if (h->uu && !h->exempt && h->uu->weights + 1 > h->cfg->uid_max_weights)
+		return uid_weights_exceeded(h, 1, "by this share", err);
 	w = e->w;
 	cache_hold(h->cache, w);
 	if (holds_hold_found(h, w, e) < 0) {
@@ -453,7 +474,7 @@ void holds_init(struct holds *h, struct cache *cache, const struct config *cfg,
 void holds_clear(struct holds *h)
 {
 	if (h->uu) {
-		h->uu->weights -= h->n_held;
+		h->uu->weights -= h->refs;
 		h->uu->segments -= h->n_segs;
 		h->uu->pending -= h->pending;
 	}
@@ -475,6 +496,7 @@ void holds_clear(struct holds *h)
 	}
 	wd_hashidx_clear(&h->held_index);
 	h->held_bytes = 0;
+	h->refs = 0;
 	h->pending = 0;
 	h->pending_bytes = 0;
 	h->pending_weights = 0;

@@ -49,6 +49,7 @@ struct holds {
 	 * whole never touches the index */
 	size_t n_indexed;
 	uint64_t held_bytes;	   /* bytes of the distinct weights held */
+	uint64_t refs;		   /* references held: a weight held twice counts twice */
 	struct held_segment *segs; /* segments held in: dense, unordered */
 	size_t n_segs, segs_cap;
 	struct wd_hashidx segs_index; /* by segment id: position in segs */
@@ -58,7 +59,7 @@ struct holds {
 	size_t n_ckpts, cap_ckpts, last_ckpt;
 	uint32_t pending;	      /* unit requests not yet answered */
 	uint64_t pending_bytes;	      /* bytes of weights those requests will add */
-	uint32_t pending_weights;     /* weights they will add */
+	uint32_t pending_weights;     /* references they will add (one per entry) */
 };
 
 /* Make h (zeroed, or after holds_free) an empty set of client `client`: weights go back to
@@ -95,25 +96,29 @@ bool holds_release_newest(struct holds *h, const uint64_t *handles, size_t n);
 int holds_release_all(struct holds *h, const uint64_t *handles, size_t n, uint64_t *ret_missing);
 /*
  * Another reference for a weight the client holds (the client's and the cache's): *ret_w is it.
- * -WEIGHTD_E_NOT_FOUND when it holds none of `handle`, -WEIGHTD_E_LIMIT_EXCEEDED at
- * client_max_weights, -WEIGHTD_E_RESOURCE_EXHAUSTED when out of memory; nothing changes then.
+ * A reference counts toward the weight limits like a weight of its own (otherwise shares of one
+ * weight would pass them). -WEIGHTD_E_NOT_FOUND when it holds none of `handle`,
+ * -WEIGHTD_E_LIMIT_EXCEEDED at client_max_weights or (exempt clients aside) uid_max_weights, with
+ * err naming the limit and the counts, -WEIGHTD_E_RESOURCE_EXHAUSTED when out of memory; nothing
+ * changes then.
  */
-int holds_share(struct holds *h, uint64_t handle, struct weight **ret_w);
+int holds_share(struct holds *h, uint64_t handle, struct weight **ret_w, weightd_error *err);
 /* The hold of the weight of `handle`, or NULL. */
 struct held *holds_find(struct holds *h, uint64_t handle);
 /* Is the client holding a weight of sg? */
 bool holds_segment(const struct holds *h, const struct cache_segment *sg);
 /*
- * May the client take references on new_weights more distinct weights lying in segs[0..n)
- * (distinct segments)? Checks client_max_segments, and (exempt clients aside, as from the other
- * per-uid limits) uid_max_segments as uid_max_segments gives it and uid_max_weights; 0, or
+ * May the client take new_refs more references on weights lying in segs[0..n) (distinct
+ * segments)? Checks client_max_segments, and (exempt clients aside, as from the other per-uid
+ * limits) uid_max_segments as uid_max_segments gives it and uid_max_weights, which counts
+ * references (a weight held twice, by one connection or two, counts twice); 0, or
  * -WEIGHTD_E_LIMIT_EXCEEDED naming the limit, its value and the counts.
  */
 int holds_check(const struct holds *h, struct cache_segment *const *segs, size_t n,
-		uint64_t new_weights, weightd_error *err);
+		uint64_t new_refs, weightd_error *err);
 
-/* A unit request will add `weights` weights of `bytes` bytes: it counts as pending (the
- * client's and its uid's) until holds_pending_done with the same figures. */
+/* A unit request will add `weights` references and `bytes` bytes of weights not held yet: it
+ * counts as pending (the client's and its uid's) until holds_pending_done with the same figures. */
 void holds_pending_add(struct holds *h, uint64_t bytes, uint32_t weights);
 void holds_pending_done(struct holds *h, uint64_t bytes, uint32_t weights);
 

@@ -37,8 +37,11 @@ void request_holds_share(struct session *s, uint64_t id, const Weightd__Share *s
 	Weightd__SegmentInfo si = WEIGHTD__SEGMENT_INFO__INIT;
 	Weightd__WeightInfo wi;
 	struct weight *w = NULL;
-	int fd, r = holds_share(&s->holds, sh->handle, &w);
+	weightd_error err;
+	int fd, r;
 
+	wd_error_clear(&err);
+	r = holds_share(&s->holds, sh->handle, &w, &err);
 	if (r == -WEIGHTD_E_NOT_FOUND) {
 		char buf[32];
 		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
@@ -47,8 +50,7 @@ void request_holds_share(struct session *s, uint64_t id, const Weightd__Share *s
 		return;
 	}
 	if (r == -WEIGHTD_E_LIMIT_EXCEEDED) {
-		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
-			     "the client holds its maximum number of weights");
+		session_send_error(s, id, &err);
 		return;
 	}
 	if (r < 0) {

@@ -29,7 +29,7 @@ struct uid_usage {
 	size_t queued_fds;  /* fds queued in replies, in our queues and the sockets' */
 	uint32_t lingering; /* refused connections kept open so they can read why */
 	uint64_t segments;  /* segments held: each connection's distinct ones, summed */
-	uint64_t weights;   /* weights held: each connection's distinct ones, summed */
+	uint64_t weights;   /* references held over its connections: a weight twice counts twice */
 	uint64_t pending;   /* unit requests in flight over its connections */
 	uint32_t refusals_logged;
 	uint64_t active_ns;	 /* when it last sent a request (wd_clock_ns) */

@@ -139,7 +139,6 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 	struct wd_hashidx seg_index = { NULL, 0 };
 	size_t nfds = 0, seg_cap = 0, *held_at = NULL; /* per entry: its index in s->held, or SIZE_MAX */
 	uint32_t *seg_at = NULL, last_at = 0;          /* per entry: its segment's index in segs */
-	uint64_t new_weights = 0;
 
 	if (!s || s->dead || u->failed) {
 		for (size_t i = 0; i < u->n_entries; i++)
@@ -163,7 +162,6 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 
 		prefetch_entry(u, i, 2);
 		held_at[i] = h ? (size_t)(h - s->holds.held) : SIZE_MAX;
-		new_weights += u->first[i] == i && !h;
 		if (sg == last) { /* packed together: most entries are in their neighbour's segment */
 			seg_at[i] = last_at;
 			continue;
@@ -189,9 +187,10 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 		segs[nfds] = sg;
 		nfds++;
 	}
-	/* Every segment held pins a daemon fd: the segments and weights the client and its uid
-	 * would hold are checked against their limits before any reference becomes the client's. */
-	if (holds_check(&s->holds, segs, nfds, new_weights, &u->err) < 0) {
+	/* Every segment held pins a daemon fd: the segments and references (one per entry) the
+	 * client and its uid would hold are checked against their limits before any reference
+	 * becomes the client's. */
+	if (holds_check(&s->holds, segs, nfds, u->n_entries, &u->err) < 0) {
 		for (size_t k = 0; k < u->n_entries; k++)
 			cache_drop(cache, u->outs[k].w);
 		session_send_error(s, u->id, &u->err);

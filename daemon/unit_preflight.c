@@ -342,31 +342,33 @@ static int unit_find_repeats(struct unit_req *u, weightd_error *err)
 }
 
 /*
- * Per-client limits: the weights (and bytes) the unit would add to what the client holds, plus
- * what its other unit requests in flight will add, must stay within client_max_weights and
- * client_max_bytes. Weights the client already holds and repeated entries count once.
+ * Per-client limits: the references (and bytes) the unit would add to what the client holds,
+ * plus what its other unit requests in flight will add, must stay within client_max_weights and
+ * client_max_bytes. Every entry takes a reference, so it counts toward client_max_weights even
+ * when the client holds its weight already or the unit repeats it (otherwise references to one
+ * weight would pass the limit); bytes count once per weight.
  */
 static int unit_check_limits(struct unit_req *u, struct session *s, weightd_error *err)
 {
 	const struct config *cfg = s->d->cfg;
 	const struct holds *h = &s->holds;
-	uint64_t weights = 0, bytes = 0;
+	uint64_t weights = u->n_entries, bytes = 0;
 
 	for (size_t i = 0; i < u->n_entries; i++) {
 		if (u->first[i] != i || client_holds(s, &u->outs[i]))
 			continue;
-		weights++;
 		bytes += u->outs[i].nbytes;
 	}
 	if (cfg->client_max_weights &&
-	    h->n_held + h->pending_weights + weights > cfg->client_max_weights)
-		return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
-				    "limit exceeded: the client would hold %llu weights (%zu held, %u "
-				    "requested before, %llu in this unit); its limit is %u "
-				    "(client_max_weights)",
-				    (unsigned long long)(h->n_held + h->pending_weights + weights),
-				    h->n_held, h->pending_weights, (unsigned long long)weights,
-				    cfg->client_max_weights);
+	    h->refs + h->pending_weights + weights > cfg->client_max_weights)
+		return wd_error_set(
+			err, WEIGHTD_E_LIMIT_EXCEEDED,
+			"limit exceeded: the client would hold %llu weights (%llu held, %u "
+			"requested before, %llu in this unit; a weight held twice counts "
+			"twice); its limit is %u (client_max_weights)",
+			(unsigned long long)(h->refs + h->pending_weights + weights),
+			(unsigned long long)h->refs, h->pending_weights,
+			(unsigned long long)weights, cfg->client_max_weights);
 	if (cfg->client_max_bytes &&
 	    h->held_bytes + h->pending_bytes + bytes > cfg->client_max_bytes) {
 		char t_all[WD_BYTES_TEXT], t_held[WD_BYTES_TEXT], t_pend[WD_BYTES_TEXT],

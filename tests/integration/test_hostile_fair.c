@@ -260,6 +260,73 @@ static void silent_connections_give_their_slots_back(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
+/*
+ * References were not counted: 500 shares of one weight passed a uid_max_weights of 300, and each
+ * is a count the daemon keeps. Now every reference counts as a weight toward uid_max_weights
+ * (and client_max_weights): the uid holds exactly its limit of references, the next share and
+ * the next unit naming the weight again are refused naming uid_max_weights, another uid is
+ * served meanwhile, and everything comes back when the attacker leaves.
+ */
+#define RF_MAX 300
+static void references_count_toward_the_weight_limit(void **state)
+{
+	struct hostile_base base;
+	struct hostile_chan ch;
+	char line[1200], extra[64];
+	weightd_status *st;
+	pid_t pid;
+
+	(void)state;
+	snprintf(extra, sizeof(extra), "uid_max_weights = %d\n", RF_MAX);
+	hostile_start(&H, extra);
+	base = hostile_baseline(&H);
+	chan_open(&ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		static weightd_weight *held[2 * RF_MAX];
+		weightd_client *c = NULL;
+		weightd_weight *w = NULL;
+		weightd_error err;
+		size_t n = 1;
+
+		chan_child(&ch);
+		hostile_become(UID_ATTACKER);
+		if (weightd_connect(H.sock, "sharer", &c, &err) < 0 ||
+		    it_get(c, "tiny", "t0", &held[0], &err) < 0)
+			_exit(40);
+		while (n < 2 * RF_MAX && weightd_share(held[0], &held[n], &err) == 0)
+			n++;
+		if (n != RF_MAX || err.code != WEIGHTD_E_LIMIT_EXCEEDED)
+			_exit(41);
+		chan_say(ch.to_parent[1], "share %zu %s\n", n, err.message);
+		if (it_get(c, "tiny", "t0", &w, &err) == 0 || err.code != WEIGHTD_E_LIMIT_EXCEEDED)
+			_exit(42);
+		chan_say(ch.to_parent[1], "get %s\n", err.message);
+		if (!chan_hear(ch.to_child[0], line, sizeof(line)))
+			_exit(43);
+		_exit(0); /* leaves holding them all */
+	}
+	chan_parent(&ch);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	if (strncmp(line, "share 300 ", 10) != 0 || !strstr(line, "uid_max_weights") ||
+	    !strstr(line, "its limit is 300") || !strstr(line, "a weight held twice counts twice"))
+		fail_msg("the share past the limit was refused with: %s", line);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	if (strncmp(line, "get ", 4) != 0 || !strstr(line, "uid_max_weights"))
+		fail_msg("a get of the same weight past the limit was refused with: %s", line);
+	st = it_status_of(&H);
+	assert_int_equal(st->references, RF_MAX);
+	weightd_status_free(st);
+	victim_served_within(2000); /* while the attacker holds its 300 */
+	chan_say(ch.to_child[1], "go\n");
+	it_wait_child_ok(pid);
+	close(ch.to_child[1]);
+	close(ch.to_parent[0]);
+	victim_served_within(2000);
+	hostile_back_to_base(&H, &base);
+}
+
 /* The error a uid gets for checkpoint `ck` through describe ("describe"), a get ("get") or a
  * unit ("unit"): its code, and its message with `ck` written as "<NAME>". */
 static int answer_for(weightd_client *c, const char *how, const char *ck, char *msg, size_t cap)
@@ -340,6 +407,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(empty_frames_are_bounded_in_count_and_time, teardown),
 		cmocka_unit_test_teardown(silent_connections_give_their_slots_back, teardown),
+		cmocka_unit_test_teardown(references_count_toward_the_weight_limit, teardown),
 		cmocka_unit_test_teardown(names_it_may_not_read_are_not_confirmed, teardown),
 	};
 

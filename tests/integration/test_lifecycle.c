@@ -237,14 +237,21 @@ static void per_client_limits(void **state)
 	assert_null(strstr(err.message, "`budget`"));
 	/* ... which does not stop another client */
 	wc2 = it_get_ok(c2, "m", "c");
-	/* a weight c1 already holds adds nothing */
+	/* a weight c1 already holds adds no bytes, but its reference counts as a weight: a third
+	 * reference fits, a fourth is over client_max_weights whether it is a new weight or a
+	 * share of one held */
 	wa2 = it_get_ok(c1, "m", "a");
+	assert_int_equal(it_get(c1, "m", "s1", &w, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "client_max_weights"));
+	assert_non_null(strstr(err.message, "a weight held twice counts twice"));
+	assert_int_equal(weightd_share(wa, &w, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "client_max_weights"));
+	weightd_release(wa2);
 	/* a third weight fits the bytes; a fourth is over client_max_weights */
 	ws1 = it_get_ok(c1, "m", "s1");
 	assert_int_equal(it_get(c1, "m", "s2", &w, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
 	assert_non_null(strstr(err.message, "client_max_weights"));
 	weightd_release(wa);
-	weightd_release(wa2);
 	weightd_release(wb);
 	weightd_release(ws1);
 	weightd_release(wc2);
