@@ -241,6 +241,7 @@ void config_free(struct config *cfg)
 		free(cfg->sources[i].allow_gids);
 	}
 	free(cfg->sources);
+	free(cfg->budget_uids);
 	free(cfg->path);
 	free(cfg->socket_path);
 	free(cfg->shm_prefix);

@@ -86,6 +86,9 @@ struct config {
 	uint64_t remote_connect_timeout_ms; /* to connect, TLS included */
 	uint64_t remote_low_speed_time_ms;  /* a transfer under 1 KiB/s this long fails */
 	uint32_t remote_retries;	    /* attempts after the first, per range */
+	uint32_t uid_budget_share;      /* percent of the budget one uid may hold (holds.c) */
+	uid_t *budget_uids;             /* uids that may hold the whole budget, like root */
+	size_t n_budget_uids;
 	int log_level;              /* LOG_LVL_* or -1 when not set in the file */
 	struct source_conf *sources;
 	size_t n_sources;

@@ -79,6 +79,9 @@ const struct config_key config_keys[] = {
 	{ DAEMON(client_max_weights), .name = "client_max_weights", .type = CONFIG_T_COUNT,
 	  .max = UINT32_MAX, .def = "0", .reload = CONFIG_LIVE,
 	  .doc = "weights one client may hold; 0: unlimited" },
+	{ DAEMON(uid_budget_share), .name = "uid_budget_share", .type = CONFIG_T_COUNT, .min = 1,
+	  .max = 100, .def = "50", .reload = CONFIG_LIVE,
+	  .doc = "percent of the budget one uid may hold over its connections" },
 	{ DAEMON(max_message_bytes), .name = "max_message", .type = CONFIG_T_SIZE, .min = 4096,
 	  .max = 4ull << 30, .def = "256M", .reload = CONFIG_LIVE, .flags = CONFIG_NEW_CONNS,
 	  .doc = "the largest request accepted, its frames joined" },
@@ -152,6 +155,10 @@ const struct config_key config_keys[] = {
 	{ DAEMON(remote_retries), .name = "remote_retries", .type = CONFIG_T_COUNT, .min = 1,
 	  .max = 100, .def = "6", .reload = CONFIG_START,
 	  .doc = "retries of a failed remote range, with exponential backoff and jitter" },
+	{ DAEMON(budget_uids), .name = "budget_users", .type = CONFIG_T_USERS,
+	  .count = offsetof(struct config, n_budget_uids), .def = "", .reload = CONFIG_START,
+	  .flags = CONFIG_EMPTY_OK,
+	  .doc = "users who may hold the whole budget, as root and weightd's user may" },
 
 	/* [checkpoint:NAME]: a reload takes every checkpoint section anew */
 	{ CHECKPOINT(path), .name = "path", .type = CONFIG_T_LOCATION, .max = PATH_MAX - 1,

@@ -184,6 +184,12 @@ int config_key_set(struct loader *ld, const struct config_key *k, void *base, co
 	}
 	case CONFIG_T_USERS:
 	case CONFIG_T_GROUPS:
+		if (!val[0] && (k->flags & CONFIG_EMPTY_OK)) { /* an empty list: nobody */
+			free(*(uint32_t **)field);
+			*(uint32_t **)field = NULL;
+			*(size_t *)((char *)base + k->count) = 0;
+			return 1;
+		}
 		return config_set_id_list(ld, key, val, k->type == CONFIG_T_GROUPS, field,
 					  (size_t *)((char *)base + k->count));
 	}

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include "bytes.h"
 #include "cache.h"
 #include "config.h"
 #include "log.h"
@@ -273,8 +274,10 @@ int holds_hold_found(struct holds *h, struct weight *w, struct held *found)
 	w->holders++;
 	segs_add(h, w->segment);
 	ckpts_add(h, w);
-	if (h->uu)
+	if (h->uu) {
 		h->uu->weights++;
+		h->uu->bytes += w->nbytes;
+	}
 	return 0;
 }
 
@@ -314,6 +317,8 @@ bool holds_release(struct holds *h, uint64_t handle)
 		h->n_indexed--;
 		w->holders--;
 		h->held_bytes -= w->nbytes;
+		if (h->uu)
+			h->uu->bytes -= w->nbytes;
 		segs_remove(h, w->segment);
 		ckpts_remove(h, w);
 	}
@@ -346,6 +351,8 @@ bool holds_release_newest(struct holds *h, const uint64_t *handles, size_t n)
 
 		w->holders--;
 		h->held_bytes -= w->nbytes;
+		if (h->uu)
+			h->uu->bytes -= w->nbytes;
 		segs_remove(h, w->segment);
 		ckpts_remove(h, w);
 		while (c--)
@@ -356,6 +363,53 @@ bool holds_release_newest(struct holds *h, const uint64_t *handles, size_t n)
 		h->uu->weights -= n;
 	h->n_held = at;
 	return true;
+}
+
+/*
+ * A uid's share of the budget. Weights a client holds are never evicted, so whatever one uid
+ * holds is out of everyone else's reach until it lets go: without a cap, one uid could take the
+ * whole budget (a recipe that stacks and casts one small tensor makes many times its bytes) and
+ * every other uid's smallest request would fail. The share is a fixed fraction rather than one
+ * computed from the uids asking now, because a share computed while a uid was alone could not be
+ * taken back once others come: a fixed fraction always leaves the rest for them. Bytes are those
+ * of the weights as made (a recipe counts for what it makes, not what it reads), each distinct
+ * weight once per connection, summed over the uid's connections, plus what its requests in
+ * flight will add.
+ */
+static bool budget_exempt(const struct holds *h)
+{
+	if (h->exempt || !h->uu)
+		return true;
+	for (size_t i = 0; i < h->cfg->n_budget_uids; i++)
+		if (h->cfg->budget_uids[i] == h->uu->uid)
+			return true;
+	return false;
+}
+
+int holds_check_budget(const struct holds *h, uint64_t bytes, uint64_t budget, weightd_error *err)
+{
+	const struct config *cfg = h->cfg;
+	uint64_t share, now;
+	char t_all[WD_BYTES_TEXT], t_held[WD_BYTES_TEXT], t_pend[WD_BYTES_TEXT],
+		t_unit[WD_BYTES_TEXT], t_share[WD_BYTES_TEXT], t_budget[WD_BYTES_TEXT];
+
+	if (!bytes || budget_exempt(h))
+		return 0;
+	/* budget / 100 first: budget * share could overflow, and a budget is far above 100 bytes */
+	share = budget / 100 * cfg->uid_budget_share + budget % 100 * cfg->uid_budget_share / 100;
+	now = h->uu->bytes + h->uu->pending_bytes;
+	if (now + bytes <= share && now + bytes >= now)
+		return 0;
+	return wd_error_set(
+		err, WEIGHTD_E_LIMIT_EXCEEDED,
+		"limit exceeded: uid %u would hold %s of weights over its connections (%s held, %s "
+		"requested before, %s in this request); its share of the budget is %s "
+		"(uid_budget_share %u%% of %s): raise `uid_budget_share`, or name the user in "
+		"`budget_users`, in weightd.conf",
+		(unsigned)h->uu->uid, wd_bytes_text(t_all, now + bytes),
+		wd_bytes_text(t_held, h->uu->bytes), wd_bytes_text(t_pend, h->uu->pending_bytes),
+		wd_bytes_text(t_unit, bytes), wd_bytes_text(t_share, share), cfg->uid_budget_share,
+		wd_bytes_text(t_budget, budget));
 }
 
 /* How often each handle of a release appears: distinct handles in a dense array, indexed. */
@@ -448,8 +502,10 @@ void holds_pending_add(struct holds *h, uint64_t bytes, uint32_t weights)
 	h->pending++;
 	h->pending_bytes += bytes;
 	h->pending_weights += weights;
-	if (h->uu)
+	if (h->uu) {
 		h->uu->pending++;
+		h->uu->pending_bytes += bytes;
+	}
 }
 
 void holds_pending_done(struct holds *h, uint64_t bytes, uint32_t weights)
@@ -457,8 +513,10 @@ void holds_pending_done(struct holds *h, uint64_t bytes, uint32_t weights)
 	h->pending--;
 	h->pending_bytes -= bytes;
 	h->pending_weights -= weights;
-	if (h->uu)
+	if (h->uu) {
 		h->uu->pending--;
+		h->uu->pending_bytes -= bytes;
+	}
 }
 
 void holds_init(struct holds *h, struct cache *cache, const struct config *cfg,
@@ -477,6 +535,8 @@ void holds_clear(struct holds *h)
 		h->uu->weights -= h->refs;
 		h->uu->segments -= h->n_segs;
 		h->uu->pending -= h->pending;
+		h->uu->bytes -= h->held_bytes;
+		h->uu->pending_bytes -= h->pending_bytes;
 	}
 	wd_hashidx_clear(&h->segs_index);
 	h->n_segs = 0;

@@ -117,6 +117,15 @@ bool holds_segment(const struct holds *h, const struct cache_segment *sg);
 int holds_check(const struct holds *h, struct cache_segment *const *segs, size_t n,
 		uint64_t new_refs, weightd_error *err);
 
+/*
+ * May the client's uid hold `bytes` more bytes of weights (not held by this client yet, or being
+ * made for it)? Its share is uid_budget_share percent of `budget`, over all its connections with
+ * their requests in flight; root, the daemon's user and the users of budget_users may hold the
+ * whole budget. 0, or -WEIGHTD_E_LIMIT_EXCEEDED naming the share, the counts and the keys to
+ * raise.
+ */
+int holds_check_budget(const struct holds *h, uint64_t bytes, uint64_t budget, weightd_error *err);
+
 /* A unit request will add `weights` references and `bytes` bytes of weights not held yet: it
  * counts as pending (the client's and its uid's) until holds_pending_done with the same figures. */
 void holds_pending_add(struct holds *h, uint64_t bytes, uint32_t weights);

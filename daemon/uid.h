@@ -18,8 +18,8 @@ struct uid_table;
 /*
  * What all connections of one uid hold. The table keeps one per connected uid. Each counter is
  * kept by the one module that changes what it counts: partial, queued_fds, lingering and
- * refusals_logged by session.c (its queues); segments, weights and pending by holds.c; the
- * fair-share fields by uid.c.
+ * refusals_logged by session.c (its queues); segments, weights, pending and the bytes by
+ * holds.c; the fair-share fields by uid.c.
  */
 struct uid_usage {
 	struct uid_table *table; /* NULL outside a table (unit tests): limits as configured */
@@ -31,6 +31,8 @@ struct uid_usage {
 	uint64_t segments;  /* segments held: each connection's distinct ones, summed */
 	uint64_t weights;   /* references held over its connections: a weight twice counts twice */
 	uint64_t pending;   /* unit requests in flight over its connections */
+	uint64_t bytes;	    /* bytes of weights held: each connection's distinct ones, summed */
+	uint64_t pending_bytes; /* bytes its unit requests in flight will add */
 	uint32_t refusals_logged;
 	uint64_t active_ns;	 /* when it last sent a request (wd_clock_ns) */
 	uint64_t active_busy_ns; /* the table's busy_ns then */

@@ -384,6 +384,8 @@ static int unit_check_limits(struct unit_req *u, struct session *s, weightd_erro
 			wd_bytes_text(t_pend, h->pending_bytes), wd_bytes_text(t_unit, bytes),
 			wd_bytes_text(t_max, cfg->client_max_bytes));
 	}
+	if (holds_check_budget(h, bytes, cache_budget(s->d->cache), err) < 0)
+		return -WEIGHTD_E_LIMIT_EXCEEDED;
 	u->new_weights = (uint32_t)weights;
 	u->new_bytes = bytes;
 	return 0;

@@ -327,6 +327,112 @@ static void references_count_toward_the_weight_limit(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
+/* A unit of one slot "w" whose recipe stacks `copies` of tiny's m0 (F32 [256, 256], 256 KiB)
+ * and casts them to F64: 512 KiB of weight per copy read, made from one 256 KiB tensor. */
+static int amplified(weightd_client *c, int copies, weightd_unit **ret, weightd_error *err)
+{
+	static const char src[] = "{\"op\":\"source\",\"checkpoint\":\"tiny\",\"tensor\":\"m0\"}";
+	char json[8192];
+	size_t n = 0;
+	int r;
+
+	n += (size_t)snprintf(json + n, sizeof(json) - n,
+			      "{\"slots\":[{\"name\":\"w\",\"recipe\":{\"op\":\"cast\",\"dtype\":"
+			      "\"F64\",\"input\":{\"op\":\"stack\",\"axis\":0,\"inputs\":[");
+	for (int i = 0; i < copies; i++)
+		n += (size_t)snprintf(json + n, sizeof(json) - n, "%s%s", i ? "," : "", src);
+	snprintf(json + n, sizeof(json) - n, "]}}}]}");
+	r = weightd_unit_from_json(c, json, strlen(json), ret, err);
+	if (r == 0)
+		r = weightd_unit_submit(*ret, err);
+	if (r == 0)
+		r = weightd_unit_validate(*ret, err);
+	if (r < 0) {
+		weightd_unit_free(*ret);
+		*ret = NULL;
+	}
+	return r;
+}
+
+/*
+ * One uid held the whole 2 GiB budget in 2.9 s by stacking and casting one 4 MiB tensor, and
+ * another uid's 64-byte get then failed for want of room. Now a uid may hold uid_budget_share
+ * (50%) of the budget, counting each weight for the bytes it has as made: the attacker's units
+ * pass until the next would take it past 32 MiB of a 64 MiB budget, which is refused naming the
+ * share and the keys to raise, while another uid is served throughout and root (exempt) may still
+ * hold more than the share. When the attacker leaves, its weights are cached for nobody (the
+ * budget evicts them for others) and an evict gives /dev/shm back.
+ */
+#define BS_BUDGET_MIB 64
+static void one_uid_holds_at_most_its_share_of_the_budget(void **state)
+{
+	struct hostile_base base;
+	struct hostile_chan ch;
+	char line[1200], extra[64];
+	weightd_client *root;
+	weightd_unit *big = NULL;
+	weightd_status *st;
+	weightd_error err;
+	uint64_t n_ev = 0, b_ev = 0;
+	pid_t pid;
+
+	(void)state;
+	snprintf(extra, sizeof(extra), "budget = %dM\n", BS_BUDGET_MIB);
+	hostile_start(&H, extra);
+	base = hostile_baseline(&H);
+	chan_open(&ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		weightd_unit *held[64];
+		weightd_client *c = NULL;
+		int n = 0;
+
+		chan_child(&ch);
+		hostile_become(UID_ATTACKER);
+		if (weightd_connect(H.sock, "amplifier", &c, &err) < 0)
+			_exit(60);
+		/* 4.5 MiB, 5 MiB, 5.5 MiB, ...: distinct weights, each made from m0 alone */
+		while (n < 64 && amplified(c, 9 + n, &held[n], &err) == 0)
+			n++;
+		chan_say(ch.to_parent[1], "held %d %llu %s\n", n, (unsigned long long)err.code,
+			 err.message);
+		if (!chan_hear(ch.to_child[0], line, sizeof(line)))
+			_exit(61);
+		_exit(0); /* leaves holding them */
+	}
+	chan_parent(&ch);
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	/* 4.5 + 5 + 5.5 + 6 + 6.5 = 27.5 MiB held; 7 MiB more would pass 32 MiB */
+	if (strncmp(line, "held 5 9 ", 9) != 0 || !strstr(line, "uid 65534") ||
+	    !strstr(line, "its share of the budget is 32 MiB") ||
+	    !strstr(line, "uid_budget_share 50% of 64 MiB") ||
+	    !strstr(line, "raise `uid_budget_share`") || !strstr(line, "`budget_users`"))
+		fail_msg("the attacker's units ended with: %s", line);
+	st = it_status_of(&H);
+	assert_true(st->bytes_resident <= (uint64_t)BS_BUDGET_MIB / 2 * 1024 * 1024 + 65536);
+	weightd_status_free(st);
+	/* the victim is served while the attacker holds its share */
+	victim_served_within(2000);
+	/* root may hold past the share: 35 MiB, in the room the attacker cannot take */
+	root = it_connect(&H);
+	if (amplified(root, 70, &big, &err) < 0)
+		fail_msg("root's 35 MiB unit: %s", err.message);
+	weightd_unit_free(big);
+	chan_say(ch.to_child[1], "go\n");
+	it_wait_child_ok(pid);
+	close(ch.to_child[1]);
+	close(ch.to_parent[0]);
+	victim_served_within(2000);
+	/* nothing is held; what is cached for nobody goes with an evict, and /dev/shm with it */
+	st = it_wait_quiet(&H, 0, 0, 10000);
+	weightd_status_free(st);
+	assert_int_equal(weightd_evict(root, &n_ev, &b_ev, &err), 0);
+	weightd_close(root);
+	assert_int_equal(harness_segments(&H), 0);
+	hostile_back_to_base(&H, &base);
+}
+
 /* The error a uid gets for checkpoint `ck` through describe ("describe"), a get ("get") or a
  * unit ("unit"): its code, and its message with `ck` written as "<NAME>". */
 static int answer_for(weightd_client *c, const char *how, const char *ck, char *msg, size_t cap)
@@ -408,6 +514,7 @@ int main(void)
 		cmocka_unit_test_teardown(empty_frames_are_bounded_in_count_and_time, teardown),
 		cmocka_unit_test_teardown(silent_connections_give_their_slots_back, teardown),
 		cmocka_unit_test_teardown(references_count_toward_the_weight_limit, teardown),
+		cmocka_unit_test_teardown(one_uid_holds_at_most_its_share_of_the_budget, teardown),
 		cmocka_unit_test_teardown(names_it_may_not_read_are_not_confirmed, teardown),
 	};
 

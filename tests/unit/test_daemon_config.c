@@ -110,6 +110,8 @@ static void test_full_file(void **state)
 		"client_max_queue = 8M\n"
 		"client_max_bytes = 2T\n"
 		"client_max_weights = 500\n"
+		"uid_budget_share = 25\n"
+		"budget_users = daemon, 1234\n"
 		"max_frame = 1M ; inline comment\n"
 		"log_level = debug\n"
 		"\n"
@@ -136,13 +138,17 @@ static void test_full_file(void **state)
 	assert_true(cfg->client_max_queue_bytes == 8388608ull);
 	assert_true(cfg->client_max_bytes == 2199023255552ull);
 	assert_int_equal(cfg->client_max_weights, 500);
+	assert_int_equal(cfg->uid_budget_share, 25);
+	assert_int_equal(cfg->n_budget_uids, 2);
+	assert_int_equal(cfg->budget_uids[0], 1); /* daemon */
+	assert_int_equal(cfg->budget_uids[1], 1234);
 	assert_int_equal(cfg->max_frame_bytes, 1048576);
 	assert_int_equal(cfg->log_level, LOG_LVL_DEBUG);
 
 	assert_int_equal(cfg->n_sources, 2);
 	assert_string_equal(cfg->sources[0].name, "llama-3.1_8B");
 	assert_string_equal(cfg->sources[0].path, "/models/llama/model.safetensors");
-	assert_int_equal(cfg->sources[0].line, 19);
+	assert_int_equal(cfg->sources[0].line, 21);
 	assert_false(cfg->sources[0].allow_any);
 	assert_true(cfg->sources[0].preload);
 	assert_int_equal(cfg->sources[0].n_uids, 3);
@@ -155,7 +161,7 @@ static void test_full_file(void **state)
 
 	assert_string_equal(cfg->sources[1].name, "open");
 	assert_string_equal(cfg->sources[1].path, "/models/open");
-	assert_int_equal(cfg->sources[1].line, 24);
+	assert_int_equal(cfg->sources[1].line, 26);
 	assert_true(cfg->sources[1].allow_any);
 	assert_false(cfg->sources[1].preload);
 	assert_int_equal(cfg->sources[1].n_uids, 0);
@@ -202,6 +208,9 @@ static void check_defaults(const struct config *cfg)
 	assert_int_equal(cfg->client_max_segments, 4096);
 	assert_int_equal(cfg->uid_max_segments, 16384);
 	assert_int_equal(cfg->uid_max_weights, 1u << 22);
+	assert_int_equal(cfg->uid_budget_share, 50);
+	assert_int_equal(cfg->n_budget_uids, 0);
+	assert_null(cfg->budget_uids);
 	assert_int_equal(cfg->log_level, -1);
 	assert_int_equal(cfg->remote_connect_timeout_ms, 10000);
 	assert_int_equal(cfg->remote_low_speed_time_ms, 30000);
@@ -286,7 +295,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 41); /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 43); /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
@@ -477,6 +486,7 @@ static void test_errors(void **state)
 		{ "[daemon]\nuid_max_segments = 16777217\n", 2,
 		  "uid_max_segments: 16777217 is out of range" },
 		{ "[daemon]\nuid_max_weights = 0\n", 2, "uid_max_weights: 0 is out of range" },
+		{ "[daemon]\nuid_budget_share = 101\n", 2, "uid_budget_share: 101 is out of range" },
 		{ "[daemon]\nuid_max_partial = 1K\n", 2, "uid_max_partial: 1K is too small" },
 		{ "[daemon]\nmax_partial = 64M\nuid_max_partial = 48M\n", 3,
 		  "uid_max_partial (50331648 bytes) is more than half of max_partial" },

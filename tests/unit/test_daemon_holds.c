@@ -412,6 +412,76 @@ static void newest_holds_are_released_in_one_pass(void **state)
 	bare_holds_free(&d, &hs);
 }
 
+/*
+ * A uid's share of the budget: the bytes of distinct weights each of its connections holds and
+ * what their requests in flight will add, summed, up to uid_budget_share percent of the budget.
+ * Exactly the share passes and a byte past it fails naming the share and both keys; root and the
+ * daemon's user (exempt) and the users of budget_users pass whatever they hold.
+ */
+static void a_uid_holds_at_most_its_share_of_the_budget(void **state)
+{
+	static struct weight w[2];
+	static struct cache_segment seg;
+	struct cache_params cp = { .budget = 1ull << 40 };
+	struct config cfg;
+	struct uid_usage uu;
+	struct daemon d;
+	struct holds a, b;
+	weightd_error err;
+	uid_t listed[2] = { 7, 65534 };
+
+	(void)state;
+	memset(&d, 0, sizeof(d));
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	memset(&uu, 0, sizeof(uu));
+	memset(&cfg, 0, sizeof(cfg));
+	memset(&seg, 0, sizeof(seg));
+	d.cache = cache_new(&cp);
+	assert_non_null(d.cache);
+	cfg.uid_budget_share = 50;
+	uu.uid = 65534;
+	holds_init(&a, d.cache, &cfg, &uu, 1, false);
+	holds_init(&b, d.cache, &cfg, &uu, 2, false);
+	for (size_t i = 0; i < 2; i++) {
+		memset(&w[i], 0, sizeof(w[i]));
+		w[i].id = 1 + i;
+		w[i].nbytes = 300;
+		w[i].segment = &seg;
+	}
+	/* two connections hold w[0] (each counts it), one holds w[1] twice (counted once) */
+	for (size_t k = 0; k < 4; k++) {
+		cache_hold(d.cache, &w[k == 3]);
+		assert_int_equal(holds_hold(k == 1 ? &b : &a, &w[k == 3 ? 1 : k == 2]), 0);
+	}
+	assert_int_equal(uu.bytes, 900);
+	holds_pending_add(&b, 50, 1);
+	assert_int_equal(uu.pending_bytes, 50);
+	wd_error_clear(&err);
+	assert_int_equal(holds_check_budget(&a, 50, 2000, &err), 0); /* 1000 of 1000 */
+	assert_int_equal(holds_check_budget(&a, 51, 2000, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "uid 65534"));
+	assert_non_null(strstr(err.message, "its share of the budget is 1000 bytes"));
+	assert_non_null(strstr(err.message, "uid_budget_share 50%"));
+	assert_non_null(strstr(err.message, "`budget_users`"));
+	cfg.budget_uids = listed;
+	cfg.n_budget_uids = 2;
+	assert_int_equal(holds_check_budget(&a, 1u << 20, 2000, &err), 0);
+	cfg.n_budget_uids = 1; /* 7 only */
+	assert_int_equal(holds_check_budget(&a, 51, 2000, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	a.exempt = true;
+	assert_int_equal(holds_check_budget(&a, 1u << 20, 2000, &err), 0);
+	/* everything given back: the uid's bytes follow */
+	holds_pending_done(&b, 50, 1);
+	holds_clear(&a);
+	holds_clear(&b);
+	assert_int_equal(uu.bytes, 0);
+	assert_int_equal(uu.pending_bytes, 0);
+	holds_free(&a);
+	holds_free(&b);
+	cache_free(d.cache, false);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -420,6 +490,7 @@ int main(void)
 		cmocka_unit_test(holds_are_indexed_when_looked_up),
 		cmocka_unit_test(newest_holds_are_released_in_one_pass),
 		cmocka_unit_test(segments_held_are_counted_per_client_and_uid),
+		cmocka_unit_test(a_uid_holds_at_most_its_share_of_the_budget),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
