@@ -89,6 +89,7 @@ struct config {
 	uint32_t uid_budget_share;      /* percent of the budget one uid may hold (holds.c) */
 	uid_t *budget_uids;             /* uids that may hold the whole budget, like root */
 	size_t n_budget_uids;
+	uint64_t uid_max_unit_memory;   /* heap of a uid's requests being decoded, planned or made */
 	int log_level;              /* LOG_LVL_* or -1 when not set in the file */
 	struct source_conf *sources;
 	size_t n_sources;

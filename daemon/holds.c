@@ -412,6 +412,41 @@ int holds_check_budget(const struct holds *h, uint64_t bytes, uint64_t budget, w
 		wd_bytes_text(t_budget, budget));
 }
 
+/*
+ * Decoding a request takes heap in proportion to its bytes, and planning a unit in proportion to
+ * its entries (a million-entry unit about a GiB) for as long as it is in flight; a uid may send
+ * many over several connections. What its requests are counted for is bounded per uid, so that
+ * one uid cannot grow the daemon's memory past it however it splits its requests.
+ */
+int holds_unit_memory(struct holds *h, uint64_t bytes, bool alone, const char *what,
+		      weightd_error *err)
+{
+	uint64_t max = h->cfg->uid_max_unit_memory, now = h->uu && !alone ? h->uu->unit_memory : 0;
+	char t_all[WD_BYTES_TEXT], t_now[WD_BYTES_TEXT], t_unit[WD_BYTES_TEXT],
+		t_max[WD_BYTES_TEXT];
+
+	if (h->uu && !h->exempt && (now + bytes > max || now + bytes < now))
+		return wd_error_set(
+			err, WEIGHTD_E_LIMIT_EXCEEDED,
+			"limit exceeded: uid %u would have %s of daemon memory in requests being "
+			"decoded, planned or made (%s now, %s for %s); its limit is %s: raise "
+			"`uid_max_unit_memory` in weightd.conf, or split the unit",
+			(unsigned)h->uu->uid, wd_bytes_text(t_all, now + bytes),
+			wd_bytes_text(t_now, now), wd_bytes_text(t_unit, bytes), what,
+			wd_bytes_text(t_max, max));
+	h->unit_memory += bytes;
+	if (h->uu)
+		h->uu->unit_memory += bytes;
+	return 0;
+}
+
+void holds_unit_memory_done(struct holds *h, uint64_t bytes)
+{
+	h->unit_memory -= bytes;
+	if (h->uu)
+		h->uu->unit_memory -= bytes;
+}
+
 /* How often each handle of a release appears: distinct handles in a dense array, indexed. */
 struct handle_count {
 	uint64_t handle;
@@ -537,6 +572,7 @@ void holds_clear(struct holds *h)
 		h->uu->pending -= h->pending;
 		h->uu->bytes -= h->held_bytes;
 		h->uu->pending_bytes -= h->pending_bytes;
+		h->uu->unit_memory -= h->unit_memory;
 	}
 	wd_hashidx_clear(&h->segs_index);
 	h->n_segs = 0;
@@ -560,6 +596,7 @@ void holds_clear(struct holds *h)
 	h->pending = 0;
 	h->pending_bytes = 0;
 	h->pending_weights = 0;
+	h->unit_memory = 0;
 	h->uu = NULL;
 }
 

@@ -60,6 +60,7 @@ struct holds {
 	uint32_t pending;	      /* unit requests not yet answered */
 	uint64_t pending_bytes;	      /* bytes of weights those requests will add */
 	uint32_t pending_weights;     /* references they will add (one per entry) */
+	uint64_t unit_memory;	      /* heap its unit requests are counted for (holds_unit_memory) */
 };
 
 /* Make h (zeroed, or after holds_free) an empty set of client `client`: weights go back to
@@ -125,6 +126,19 @@ int holds_check(const struct holds *h, struct cache_segment *const *segs, size_t
  * raise.
  */
 int holds_check_budget(const struct holds *h, uint64_t bytes, uint64_t budget, weightd_error *err);
+
+/*
+ * A request is about to be decoded, or a unit planned (its outputs, names, plans and jobs),
+ * taking about `bytes` of daemon heap (`what`: the error's words for it, "a unit of N entries"):
+ * 0 and it counts (the client's and its uid's) until holds_unit_memory_done with the same bytes,
+ * or -WEIGHTD_E_LIMIT_EXCEEDED naming uid_max_unit_memory and the counts when it would take the
+ * uid past that (root and the daemon's user are counted, never refused). `alone`: only `bytes`
+ * itself is held to the limit (requests are decoded one at a time, so a decode never adds to
+ * another; it is counted all the same, so that the unit it carries sees it).
+ */
+int holds_unit_memory(struct holds *h, uint64_t bytes, bool alone, const char *what,
+		      weightd_error *err);
+void holds_unit_memory_done(struct holds *h, uint64_t bytes);
 
 /* A unit request will add `weights` references and `bytes` bytes of weights not held yet: it
  * counts as pending (the client's and its uid's) until holds_pending_done with the same figures. */

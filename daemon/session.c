@@ -414,7 +414,9 @@ static void process_frames(struct session *s)
 	for (;;) {
 		struct wd_frame f;
 		Weightd__Request *req;
-		uint64_t wait;
+		weightd_error err;
+		uint64_t wait, decoding;
+		char what[64];
 		int r;
 
 		if (s->dead || s->close_after_flush)
@@ -470,10 +472,18 @@ static void process_frames(struct session *s)
 			return;
 		}
 		/* a large request decodes into several times its bytes of structures (a unit
-		 * entry of ~100 bytes on the wire is ~500 decoded) */
-		heap_reserve(f.len * SESSION_DECODE_HEAP_PER_BYTE);
+		 * entry of ~100 bytes on the wire is ~500 decoded): counted against its uid's
+		 * uid_max_unit_memory while it is decoded and dispatched */
+		decoding = (uint64_t)f.len * SESSION_DECODE_HEAP_PER_BYTE;
+		snprintf(what, sizeof(what), "decoding a request of %zu bytes", (size_t)f.len);
+		if (holds_unit_memory(&s->holds, decoding, true, what, &err) < 0) {
+			session_refuse(s, err.code, "%s", err.message);
+			return;
+		}
+		heap_reserve(decoding);
 		req = wd_msg_unpack(&weightd__request__descriptor, f.payload, f.len);
 		if (!req) {
+			holds_unit_memory_done(&s->holds, decoding);
 			log_warn("client %llu (pid %d): undecodable request; disconnecting it",
 				 (unsigned long long)s->id, (int)s->peer.pid);
 			session_kill(s, "undecodable request");
@@ -486,6 +496,8 @@ static void process_frames(struct session *s)
 		s->ops->dispatch(s, req);
 		s->dispatching = false;
 		wd_msg_free(req);
+		if (!s->dead) /* a dead session's holds were cleared, this count with them */
+			holds_unit_memory_done(&s->holds, decoding);
 		{
 			uint64_t t = wd_clock_ns();
 

@@ -33,6 +33,7 @@ struct uid_usage {
 	uint64_t pending;   /* unit requests in flight over its connections */
 	uint64_t bytes;	    /* bytes of weights held: each connection's distinct ones, summed */
 	uint64_t pending_bytes; /* bytes its unit requests in flight will add */
+	uint64_t unit_memory;	/* heap its unit requests being planned or made are counted for */
 	uint32_t refusals_logged;
 	uint64_t active_ns;	 /* when it last sent a request (wd_clock_ns) */
 	uint64_t active_busy_ns; /* the table's busy_ns then */

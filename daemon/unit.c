@@ -42,6 +42,7 @@ static void unit_req_unlink(struct unit_req *u)
 		return;
 	LIST_REMOVE(u, link);
 	holds_pending_done(&u->s->holds, u->new_bytes, u->new_weights);
+	holds_unit_memory_done(&u->s->holds, u->memory);
 	u->s = NULL;
 }
 
@@ -394,6 +395,8 @@ void unit_request(struct session *s, uint64_t id, const Weightd__Unit *pu, bool 
 	struct cache_pack *pack;
 	struct unit_req *u;
 	weightd_error err;
+	uint64_t memory;
+	char what[96];
 	int r;
 
 	if (!preflight && !unit_uid_may_start(s, id))
@@ -414,18 +417,29 @@ void unit_request(struct session *s, uint64_t id, const Weightd__Unit *pu, bool 
 			     "too many unit requests in flight on this connection");
 		return;
 	}
-	/* what a unit makes per slot (its outputs, names, plans, jobs, weights), faulted in huge
-	 * pages rather than one 4 KiB page at a time */
-	heap_reserve((ue.n + pu->n_aliases) * UNIT_HEAP_PER_SLOT);
+	/* what a unit makes per slot (its outputs, names, plans, jobs, weights): counted against
+	 * its uid's uid_max_unit_memory before any of it is taken, and faulted in huge pages rather
+	 * than one 4 KiB page at a time */
+	memory = (uint64_t)(ue.n + pu->n_aliases) * UNIT_HEAP_PER_SLOT;
+	snprintf(what, sizeof(what), "planning a unit of %zu entries and %zu aliases", ue.n,
+		 pu->n_aliases);
+	if (holds_unit_memory(&s->holds, memory, false, what, &err) < 0) {
+		unit_columns_fini(&ue);
+		session_send_error(s, id, &err);
+		return;
+	}
+	heap_reserve(memory);
 	u = calloc(1, sizeof(*u));
 	if (u)
 		u->outs = calloc(ue.n + pu->n_aliases, sizeof(*u->outs));
 	if (!u || !u->outs) {
 		free(u);
 		unit_columns_fini(&ue);
+		holds_unit_memory_done(&s->holds, memory);
 		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
+	u->memory = memory;
 	u->id = id;
 	u->cache = s->d->cache;
 	u->n_entries = ue.n;
@@ -439,6 +453,8 @@ void unit_request(struct session *s, uint64_t id, const Weightd__Unit *pu, bool 
 			session_send_error(s, id, &err);
 		else
 			reply_preflight(s, id, u);
+		if (!s->dead) /* a dead session's holds were cleared, this count with them */
+			holds_unit_memory_done(&s->holds, memory);
 		unit_req_free(u);
 		return;
 	}

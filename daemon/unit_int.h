@@ -47,6 +47,7 @@ struct unit_req {
 	uint64_t bytes_read;
 	uint64_t new_bytes;        /* counted against the client's limits while in flight */
 	uint32_t new_weights;
+	uint64_t memory;           /* heap it is counted for (holds_unit_memory) while in flight */
 	size_t *first;             /* per entry: the first entry with the same key (itself if none) */
 	char *names;               /* every output's name, one after another: one allocation */
 	LIST_ENTRY(unit_req) link; /* in its session's unitreqs while the session lasts */

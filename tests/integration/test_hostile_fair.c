@@ -433,6 +433,133 @@ static void one_uid_holds_at_most_its_share_of_the_budget(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
+/* A unit of n distinct slots s0, s1, ...: slot i is byte i of tiny's t0 (n <= 65536), submitted
+ * and finished (no mapping). */
+static int wide_unit(weightd_client *c, size_t n, weightd_error *err)
+{
+	weightd_unit *u = NULL;
+	char name[24];
+	int r = weightd_unit_new(c, &u, err);
+
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		weightd_selection *sel = NULL;
+
+		snprintf(name, sizeof(name), "s%zu", i);
+		r = weightd_unit_slot(u, name, NULL, NULL, 0, NULL, err); /* its index */
+		if (r >= 0)
+			r = weightd_selection_range(0, i, i + 1, &sel, err);
+		if (r == 0)
+			r = weightd_unit_set_tensor(u, name, "tiny", "t0", sel, err);
+		weightd_selection_free(sel);
+	}
+	if (r == 0)
+		r = weightd_unit_submit(u, err);
+	if (r == 0)
+		r = weightd_unit_finish(u, err);
+	weightd_unit_free(u);
+	return r;
+}
+
+/*
+ * A million-entry unit made weightd take about 950 MB while it decoded and planned it, and 8
+ * connections sending such units took it to 1.18 GB. Now what a uid's requests take to decode
+ * (6 bytes per byte received) and its units to plan and make (2 KiB per entry) is counted
+ * against uid_max_unit_memory before any of it is taken. Scaled to a 16 MiB limit: 8 connections
+ * at once each send a unit of 60,000 entries (about 21 MB on the wire) and are refused naming
+ * the limit (or uid_max_partial, which bounds what they send at once), with the daemon's peak
+ * memory within what their bytes received take; a unit of 8,000 entries, whose decoding fits
+ * but whose planning does not, is refused and its connection stays usable; a unit of 1,000
+ * entries is served; another uid is served throughout.
+ */
+#define UM_CONNS   8
+#define UM_ENTRIES 60000
+static void unit_memory_is_bounded_per_uid(void **state)
+{
+	struct hostile_base base;
+	struct hostile_chan ch;
+	char line[1200];
+	long hwm0, hwm1;
+	pid_t pid;
+
+	(void)state;
+	hostile_start(&H, "uid_max_unit_memory = 16M\nuid_max_partial = 32M\n");
+	base = hostile_baseline(&H);
+	hwm0 = harness_hwm_kb(H.pid);
+	chan_open(&ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		weightd_client *c = NULL;
+		weightd_error err;
+		pid_t kids[UM_CONNS];
+
+		chan_child(&ch);
+		hostile_become(UID_ATTACKER);
+		/* all at once, one connection per process */
+		for (int i = 0; i < UM_CONNS; i++) {
+			kids[i] = fork();
+			if (kids[i] != 0)
+				continue;
+			if (weightd_connect(H.sock, "wide", &c, &err) < 0)
+				_exit(80);
+			if (wide_unit(c, UM_ENTRIES, &err) == 0) {
+				fprintf(stderr, "wide: 60,000 entries were served\n");
+				_exit(81);
+			}
+			chan_say(ch.to_parent[1], "wide %s\n", err.message);
+			weightd_close(c);
+			_exit(0);
+		}
+		for (int i = 0; i < UM_CONNS; i++) {
+			int st = 0;
+
+			if (waitpid(kids[i], &st, 0) != kids[i] || !WIFEXITED(st) ||
+			    WEXITSTATUS(st) != 0) {
+				fprintf(stderr, "wide: a connection ended with %#x\n", st);
+				_exit(82);
+			}
+		}
+		/* decoding fits, planning does not: refused, and the connection goes on */
+		if (weightd_connect(H.sock, "planner", &c, &err) < 0)
+			_exit(83);
+		if (wide_unit(c, 8000, &err) == 0) {
+			fprintf(stderr, "planner: 8,000 entries were served\n");
+			_exit(84);
+		}
+		chan_say(ch.to_parent[1], "plan %s\n", err.message);
+		if (wide_unit(c, 1000, &err) < 0) {
+			fprintf(stderr, "planner: 1,000 entries: %s\n", err.message);
+			_exit(85);
+		}
+		weightd_close(c);
+		_exit(0);
+	}
+	chan_parent(&ch);
+	for (int i = 0; i < UM_CONNS; i++) {
+		assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+		if (!strstr(line, "limit exceeded") ||
+		    (!(strstr(line, "`uid_max_unit_memory`") && strstr(line, "uid 65534") &&
+		       strstr(line, "its limit is 16 MiB")) &&
+		     !strstr(line, "uid_max_partial")))
+			fail_msg("a unit of 60,000 entries was refused with: %s", line);
+		if (i == 0)
+			victim_served_within(2000);
+	}
+	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
+	if (!strstr(line, "planning a unit of 8000 entries") ||
+	    !strstr(line, "`uid_max_unit_memory`"))
+		fail_msg("a unit of 8,000 entries was refused with: %s", line);
+	it_wait_child_ok(pid);
+	close(ch.to_child[1]);
+	close(ch.to_parent[0]);
+	hwm1 = harness_hwm_kb(H.pid);
+	fprintf(stderr, "daemon peak memory %ld KiB before, %ld KiB after\n", hwm0, hwm1);
+	if (HOSTILE_RSS_MEANINGFUL && hwm1 > hwm0 + 56 * 1024)
+		fail_msg("the daemon's peak memory grew from %ld KiB to %ld KiB", hwm0, hwm1);
+	victim_served_within(2000);
+	hostile_back_to_base(&H, &base);
+}
+
 /* The error a uid gets for checkpoint `ck` through describe ("describe"), a get ("get") or a
  * unit ("unit"): its code, and its message with `ck` written as "<NAME>". */
 static int answer_for(weightd_client *c, const char *how, const char *ck, char *msg, size_t cap)
@@ -515,6 +642,7 @@ int main(void)
 		cmocka_unit_test_teardown(silent_connections_give_their_slots_back, teardown),
 		cmocka_unit_test_teardown(references_count_toward_the_weight_limit, teardown),
 		cmocka_unit_test_teardown(one_uid_holds_at_most_its_share_of_the_budget, teardown),
+		cmocka_unit_test_teardown(unit_memory_is_bounded_per_uid, teardown),
 		cmocka_unit_test_teardown(names_it_may_not_read_are_not_confirmed, teardown),
 	};
 

@@ -211,6 +211,7 @@ static void check_defaults(const struct config *cfg)
 	assert_int_equal(cfg->uid_budget_share, 50);
 	assert_int_equal(cfg->n_budget_uids, 0);
 	assert_null(cfg->budget_uids);
+	assert_true(cfg->uid_max_unit_memory == 512ull << 20);
 	assert_int_equal(cfg->log_level, -1);
 	assert_int_equal(cfg->remote_connect_timeout_ms, 10000);
 	assert_int_equal(cfg->remote_low_speed_time_ms, 30000);
@@ -295,7 +296,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 43); /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 44); /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
@@ -486,7 +487,10 @@ static void test_errors(void **state)
 		{ "[daemon]\nuid_max_segments = 16777217\n", 2,
 		  "uid_max_segments: 16777217 is out of range" },
 		{ "[daemon]\nuid_max_weights = 0\n", 2, "uid_max_weights: 0 is out of range" },
-		{ "[daemon]\nuid_budget_share = 101\n", 2, "uid_budget_share: 101 is out of range" },
+		{ "[daemon]\nuid_budget_share = 101\n", 2,
+		  "uid_budget_share: 101 is out of range" },
+		{ "[daemon]\nuid_max_unit_memory = 64K\n", 2,
+		  "uid_max_unit_memory: 64K is too small" },
 		{ "[daemon]\nuid_max_partial = 1K\n", 2, "uid_max_partial: 1K is too small" },
 		{ "[daemon]\nmax_partial = 64M\nuid_max_partial = 48M\n", 3,
 		  "uid_max_partial (50331648 bytes) is more than half of max_partial" },

@@ -482,6 +482,61 @@ static void a_uid_holds_at_most_its_share_of_the_budget(void **state)
 	cache_free(d.cache, false);
 }
 
+/*
+ * Heap counted for a uid's requests: summed over its connections and held to
+ * uid_max_unit_memory (a decode only by its own size), given back when done or when a
+ * connection goes; exempt clients are counted and never refused.
+ */
+static void unit_memory_is_counted_per_uid(void **state)
+{
+	struct cache_params cp = { .budget = 1ull << 30 };
+	struct config cfg;
+	struct uid_usage uu;
+	struct daemon d;
+	struct holds a, b;
+	weightd_error err;
+
+	(void)state;
+	memset(&d, 0, sizeof(d));
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	memset(&uu, 0, sizeof(uu));
+	memset(&cfg, 0, sizeof(cfg));
+	d.cache = cache_new(&cp);
+	assert_non_null(d.cache);
+	cfg.uid_max_unit_memory = 1000;
+	uu.uid = 65534;
+	holds_init(&a, d.cache, &cfg, &uu, 1, false);
+	holds_init(&b, d.cache, &cfg, &uu, 2, false);
+	wd_error_clear(&err);
+	assert_int_equal(holds_unit_memory(&a, 600, false, "a unit", &err), 0);
+	assert_int_equal(holds_unit_memory(&b, 400, false, "a unit", &err), 0); /* 1000 of 1000 */
+	assert_int_equal(holds_unit_memory(&b, 1, false, "planning x", &err),
+			 -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_non_null(strstr(err.message, "uid 65534"));
+	assert_non_null(strstr(err.message, "for planning x"));
+	assert_non_null(strstr(err.message, "`uid_max_unit_memory`"));
+	assert_int_equal(uu.unit_memory, 1000);
+	/* a decode is held to the limit by itself, and counted */
+	assert_int_equal(holds_unit_memory(&b, 1000, true, "decoding", &err), 0);
+	assert_int_equal(holds_unit_memory(&b, 1001, true, "decoding", &err),
+			 -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_int_equal(uu.unit_memory, 2000);
+	holds_unit_memory_done(&b, 1000);
+	holds_unit_memory_done(&a, 600);
+	assert_int_equal(uu.unit_memory, 400);
+	a.exempt = true;
+	assert_int_equal(holds_unit_memory(&a, 5000, false, "a unit", &err), 0);
+	assert_int_equal(uu.unit_memory, 5400);
+	/* connections that go give back what they were counted for */
+	holds_clear(&a);
+	holds_clear(&b);
+	assert_int_equal(uu.unit_memory, 0);
+	holds_free(&a);
+	holds_free(&b);
+	cache_free(d.cache, false);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -491,6 +546,7 @@ int main(void)
 		cmocka_unit_test(newest_holds_are_released_in_one_pass),
 		cmocka_unit_test(segments_held_are_counted_per_client_and_uid),
 		cmocka_unit_test(a_uid_holds_at_most_its_share_of_the_budget),
+		cmocka_unit_test(unit_memory_is_counted_per_uid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
