@@ -500,6 +500,71 @@ static void test_hung_server_blocks_nothing(void **state)
 	close(lfd);
 }
 
+/* A remote checkpoint that fails admission (its object is missing) is FAILED with a typed error
+ * naming the URL and the status, in list and describe alike; the next reload admits it once the
+ * object is there. */
+static void test_failed_admission_retried_on_reload(void **state)
+{
+	struct harness h3;
+	char sections[1024], later[700], cmd[1600];
+	weightd_client *c;
+	weightd_description *d;
+	weightd_source_list *l;
+	weightd_weight *w;
+	weightd_error err;
+	bool ready = false;
+
+	(void)state;
+	NEED_SERVERS();
+	snprintf(later, sizeof(later), "%s/later.safetensors", root);
+	unlink(later);
+	assert_int_equal(harness_init(&h3), 0);
+	snprintf(sections, sizeof(sections),
+		 "[checkpoint:later]\npath = http://127.0.0.1:%d/later.safetensors\n"
+		 "allow_http = yes\n[checkpoint:local]\npath = %s\n",
+		 srv.http, local_m);
+	it_start(&h3, NULL, sections);
+	c = it_connect(&h3);
+	for (int i = 0; i < 600 && !ready; i++) {
+		assert_int_equal(weightd_list(c, &l, &err), 0);
+		for (size_t k = 0; k < l->count; k++)
+			if (strcmp(l->sources[k].name, "later") == 0 &&
+			    strcmp(l->sources[k].state, "failed") == 0) {
+				assert_non_null(strstr(l->sources[k].error, "404"));
+				assert_non_null(strstr(l->sources[k].error, "later.safetensors"));
+				ready = true;
+			}
+		weightd_source_list_free(l);
+		if (!ready)
+			usleep(50000);
+	}
+	assert_true(ready);
+	assert_int_equal(weightd_describe(c, "later", &d, &err), -WEIGHTD_E_BAD_CHECKPOINT);
+	assert_non_null(strstr(err.message, "404"));
+	/* the object appears; a reload admits it */
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", local_m, later);
+	assert_int_equal(system(cmd), 0);
+	if (weightd_reload(c, &err) < 0)
+		fail_msg("reload: %s", err.message);
+	ready = false;
+	for (int i = 0; i < 600 && !ready; i++) {
+		if (it_get(c, "later", "a", &w, &err) == 0) {
+			weightd_weight *lw = it_get_ok(c, "local", "a");
+
+			assert_memory_equal(it_map(w), it_map(lw), weightd_weight_nbytes(w));
+			weightd_release(lw);
+			weightd_release(w);
+			ready = true;
+		} else {
+			usleep(50000);
+		}
+	}
+	assert_true(ready);
+	weightd_close(c);
+	harness_cleanup(&h3);
+	unlink(later);
+}
+
 /* --check-config checks a remote section and its secret files without contacting the server
  * (here one that would never answer), and refuses a credentials file others can read. */
 static void test_check_config_offline(void **state)
@@ -552,6 +617,7 @@ int main(void)
 		cmocka_unit_test(test_secrets_never_shown),
 		cmocka_unit_test(test_hung_server_blocks_nothing),
 		cmocka_unit_test(test_check_config_offline),
+		cmocka_unit_test(test_failed_admission_retried_on_reload),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
