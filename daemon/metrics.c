@@ -154,8 +154,8 @@ void metrics_format(struct daemon *d, struct evbuffer *out)
 		  "Failed materializations of each checkpoint's weights, and requests refused because "
 		  "it is not served." },
 		{ PS_REMOTE_BYTES, "source_remote_bytes_total", "counter",
-		  "Payload bytes each remote checkpoint received from its store (0 for a local "
-		  "checkpoint)." },
+		  "Bytes each remote checkpoint received from its store: its weights' and the "
+		  "metadata its admission reads (0 for a local checkpoint)." },
 		{ PS_REMOTE_REQUESTS, "source_remote_requests_total", "counter",
 		  "Requests sent to each remote checkpoint's store, retries included." },
 		{ PS_REMOTE_RETRIES, "source_remote_retries_total", "counter",

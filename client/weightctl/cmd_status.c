@@ -446,8 +446,8 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	for (size_t i = 0; i < s->n_sources; i++)
 		prom_source(srcs[i], "errors_total", source_stats(s, srcs[i])->errors);
 	prom_family("source_remote_bytes_total", "counter",
-		    "Payload bytes each remote checkpoint received from its store (0 for a local "
-		    "checkpoint).");
+		    "Bytes each remote checkpoint received from its store: its weights' and the "
+		    "metadata its admission reads (0 for a local checkpoint).");
 	for (size_t i = 0; i < s->n_sources; i++)
 		prom_source(srcs[i], "remote_bytes_total", source_remote(s, srcs[i])->bytes);
 	prom_family("source_remote_requests_total", "counter",

@@ -294,7 +294,7 @@ typedef struct weightd_source_stats {
 /* A remote checkpoint's traffic with its object store or web server since the daemon started,
  * over all its generations; all 0 for a local checkpoint. */
 typedef struct weightd_source_remote {
-	uint64_t bytes;	   /* payload bytes received */
+	uint64_t bytes;	   /* bytes received: weights, and the metadata admission reads */
 	uint64_t requests; /* requests sent, retries included */
 	uint64_t retries;  /* of those, retries (after a 5xx, 429, SlowDown, a reset, a cut body) */
 	uint64_t errors;   /* reads that failed after their retries */
