@@ -126,6 +126,7 @@ struct out {
 	int fd;
 	char *p;
 	size_t len, cap;
+	bool whole; /* kept whole in memory (grown, never flushed) */
 	bool failed;
 	int err;             /* errno of a failed write, or ENOMEM */
 };
@@ -166,6 +167,18 @@ static char *out_room(struct out *o, size_t n)
 {
 	if (o->failed)
 		return NULL;
+	if (o->whole && o->cap - o->len < n) {
+		size_t ncap = o->cap * 2 > o->len + n ? o->cap * 2 : o->len + n;
+		char *np = realloc(o->p, ncap);
+
+		if (!np) {
+			o->failed = true;
+			o->err = ENOMEM;
+			return NULL;
+		}
+		o->p = np;
+		o->cap = ncap;
+	}
 	if (o->cap - o->len < n)
 		out_flush(o);
 	if (!o->failed && o->cap < n) {
@@ -246,6 +259,34 @@ static void out_hex(struct out *o, const uint8_t *b, size_t n)
 	o->len += 2 * n + 2;
 }
 
+static void weight_text(struct out *o, const struct state_weight *w)
+{
+	OUT_LIT(o, "{\"key\":");
+	out_hex(o, w->key, 32);
+	OUT_LIT(o, ",\"digest\":");
+	out_hex(o, w->digest, wd_digest_len(w->digest_alg));
+	OUT_LIT(o, ",\"digest_algorithm\":");
+	out_str(o, wd_digest_name(w->digest_alg));
+	OUT_LIT(o, ",\"dtype\":");
+	out_str(o, wd_dtype_name(w->dtype));
+	OUT_LIT(o, ",\"shape\":[");
+	for (int k = 0; k < w->ndim; k++) {
+		if (k)
+			OUT_LIT(o, ",");
+		out_u64(o, w->shape[k]);
+	}
+	OUT_LIT(o, "],\"nbytes\":");
+	out_u64(o, w->nbytes);
+	OUT_LIT(o, ",\"offset\":");
+	out_u64(o, w->offset);
+	OUT_LIT(o, ",\"label\":");
+	out_str(o, w->label ? w->label : "");
+	OUT_LIT(o, "}");
+}
+
+/* What every record ends with: state_append writes over it. */
+#define RECORD_END "]}\n"
+
 static void record_text(struct out *o, const struct state_segment *rec, state_next_weight next,
 			void *arg)
 {
@@ -264,34 +305,12 @@ static void record_text(struct out *o, const struct state_segment *rec, state_ne
 	out_u64(o, rec->ino);
 	OUT_LIT(o, ",\"weights\":[");
 	while (!o->failed && next(arg, &sw)) {
-		const struct state_weight *w = &sw;
-
 		if (!first)
 			OUT_LIT(o, ",");
 		first = false;
-		OUT_LIT(o, "{\"key\":");
-		out_hex(o, w->key, 32);
-		OUT_LIT(o, ",\"digest\":");
-		out_hex(o, w->digest, wd_digest_len(w->digest_alg));
-		OUT_LIT(o, ",\"digest_algorithm\":");
-		out_str(o, wd_digest_name(w->digest_alg));
-		OUT_LIT(o, ",\"dtype\":");
-		out_str(o, wd_dtype_name(w->dtype));
-		OUT_LIT(o, ",\"shape\":[");
-		for (int k = 0; k < w->ndim; k++) {
-			if (k)
-				OUT_LIT(o, ",");
-			out_u64(o, w->shape[k]);
-		}
-		OUT_LIT(o, "],\"nbytes\":");
-		out_u64(o, w->nbytes);
-		OUT_LIT(o, ",\"offset\":");
-		out_u64(o, w->offset);
-		OUT_LIT(o, ",\"label\":");
-		out_str(o, w->label ? w->label : "");
-		OUT_LIT(o, "}");
+		weight_text(o, &sw);
 	}
-	OUT_LIT(o, "]}\n");
+	OUT_LIT(o, RECORD_END);
 	out_flush(o);
 }
 
@@ -333,6 +352,64 @@ int state_write(const char *dir, const char *instance, const struct state_segmen
 			wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory writing a state record") :
 			wd_error_set(err, WEIGHTD_E_IO, "cannot write state record %s: %s", path, strerror(o.err));
 	}
+	free(o.p);
+	return r;
+}
+
+/*
+ * The record's closing bytes are overwritten by ",{weight}]}\n" in one pwrite, so a reader sees
+ * the record before or after (a process killed in a write of a few hundred bytes to a regular
+ * file never leaves half of it; /dev/shm, and with it every segment, does not outlive the
+ * machine). A record that does not end as state_write ends it is not touched.
+ */
+int state_append(const char *dir, const char *instance, const char *segment,
+		 const struct state_weight *w, weightd_error *err)
+{
+	char path[4096], tail[sizeof(RECORD_END)];
+	struct out o = { .fd = -1, .whole = true };
+	const size_t n_end = sizeof(RECORD_END) - 1;
+	struct stat st;
+	int r = 0, fd, e;
+
+	if (!enabled(dir))
+		return 0;
+	if (!record_path(dir, instance, segment, path, sizeof(path)))
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "no state record for segment name \"%s\"", segment);
+	fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		e = errno;
+		return wd_error_set(err, WEIGHTD_E_IO, "cannot open state record %s: %s", path,
+				    strerror(e));
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)n_end + 1 ||
+	    pread(fd, tail, n_end + 1, st.st_size - (off_t)n_end - 1) != (ssize_t)n_end + 1 ||
+	    memcmp(tail + 1, RECORD_END, n_end) != 0) {
+		close(fd);
+		return wd_error_set(err, WEIGHTD_E_IO, "state record %s does not end as written",
+				    path);
+	}
+	/* the text is built whole, then written at once */
+	o.p = malloc(1024);
+	o.cap = o.p ? 1024 : 0;
+	if (tail[0] != '[')
+		OUT_LIT(&o, ",");
+	weight_text(&o, w);
+	OUT_LIT(&o, RECORD_END);
+	if (!o.failed) {
+		errno = 0;
+		if (pwrite(fd, o.p, o.len, st.st_size - (off_t)n_end) != (ssize_t)o.len) {
+			o.failed = true;
+			o.err = errno ? errno : EIO;
+		}
+	}
+	close(fd);
+	if (o.failed)
+		r = o.err == ENOMEM ?
+			    wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+					 "out of memory writing a state record") :
+			    wd_error_set(err, WEIGHTD_E_IO, "cannot append to state record %s: %s",
+					 path, strerror(o.err));
 	free(o.p);
 	return r;
 }

@@ -56,6 +56,11 @@ int state_init(const char *dir, const char *instance, weightd_error *err);
  * record of 65,536 weights costs no more memory than one of ten. */
 int state_write(const char *dir, const char *instance, const struct state_segment *rec,
 		state_next_weight next, void *arg, weightd_error *err);
+/* Add one weight to the record of `segment` that state_write wrote (and earlier appends grew),
+ * in place: its cost is the weight's, not the record's. An error when the record is missing or
+ * does not end as written (the caller then writes it whole). */
+int state_append(const char *dir, const char *instance, const char *segment,
+		 const struct state_weight *w, weightd_error *err);
 /* Remove the record of segment `name` (ENOENT is fine). */
 void state_remove(const char *dir, const char *instance, const char *segment);
 
