@@ -421,6 +421,20 @@ void wd_segment_seal(struct wd_segment *seg)
 	seg->fd = -1;
 }
 
+int wd_segment_unseal(struct wd_segment *seg, weightd_error *err)
+{
+	char path[64];
+
+	if (seg->fd >= 0)
+		return 0;
+	/* through the descriptor, not the name: no other object can be opened in its place */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", seg->ro_fd);
+	seg->fd = open(path, O_RDWR | O_CLOEXEC);
+	if (seg->fd >= 0)
+		return 0;
+	return open_error(err, "reopening for writing shared memory", seg->name);
+}
+
 /*
  * Only an object this user owns and nobody else can write is adopted: anything else under the
  * prefix could change under the clients that map it.

@@ -85,6 +85,10 @@ int wd_segment_punch(const struct wd_segment *seg, uint64_t off, uint64_t len);
 
 /* Drop write access: close the O_RDWR fd after filling. ro_fd stays. */
 void wd_segment_seal(struct wd_segment *seg);
+/* Write access again to a sealed segment (one that takes more weights over time): fd reopened
+ * from ro_fd, the same object whatever its name now points at. 0 (also when not sealed), or
+ * -WEIGHTD_E_IO / -WEIGHTD_E_RESOURCE_EXHAUSTED (out of descriptors) with err set. */
+int wd_segment_unseal(struct wd_segment *seg, weightd_error *err);
 
 /* Re-open an existing object read-only (re-adoption after a restart): fills ro_fd and size. */
 int wd_segment_adopt(const char *name, struct wd_segment *ret, weightd_error *err);
