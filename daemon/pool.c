@@ -242,13 +242,21 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 
 	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
 		log_err("pool: eventfd read failed");
-	pthread_mutex_lock(&p->lock);
-	TAILQ_CONCAT(&list, &p->done, link);
-	pthread_mutex_unlock(&p->lock);
-	while ((t = TAILQ_FIRST(&list))) {
-		TAILQ_REMOVE(&list, t, link);
-		p->pending--;
-		t->done(t);
+	/* Again while a done() submitted a task that was cancelled at once (a stop): its done() is
+	 * due now too, and no later turn of the loop may come. */
+	for (;;) {
+		pthread_mutex_lock(&p->lock);
+		TAILQ_CONCAT(&list, &p->done, link);
+		pthread_mutex_unlock(&p->lock);
+		if (TAILQ_EMPTY(&list))
+			break;
+		while ((t = TAILQ_FIRST(&list))) {
+			TAILQ_REMOVE(&list, t, link);
+			p->pending--;
+			t->done(t);
+		}
+		if (!p->cancelled)
+			break;
 	}
 }
 
