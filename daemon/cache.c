@@ -195,6 +195,7 @@ int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_err
 {
 	struct state_segment rec;
 	struct weight *at = LIST_FIRST(&sg->weights);
+	int r;
 
 	if (!c->p.state_dir[0] || !sg->created)
 		return 0;
@@ -204,7 +205,46 @@ int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_err
 	rec.generation = sg->generation;
 	rec.size = sg->seg.size;
 	rec.ino = sg->ino;
-	return state_write(c->p.state_dir, c->instance, &rec, seg_next_weight, &at, err);
+	r = state_write(c->p.state_dir, c->instance, &rec, seg_next_weight, &at, err);
+	if (r == 0)
+		sg->recorded = true;
+	return r;
+}
+
+void cache_arena_record(struct cache *c, struct cache_segment *sg, struct weight *w)
+{
+	struct weight *at = w;
+	struct state_weight sw;
+	weightd_error err;
+
+	if (!c->p.state_dir[0])
+		return;
+	wd_error_clear(&err);
+	/* One weight appended, not the whole record rewritten: an arena takes thousands of
+	 * weights one request at a time. */
+	if (sg->recorded && !sg->dirty) {
+		seg_next_weight(&at, &sw);
+		if (state_append(c->p.state_dir, c->instance, sg->seg.name, &sw, &err) == 0)
+			return;
+		log_debug("%s; rewriting the record whole", err.message);
+		wd_error_clear(&err);
+	}
+	if (cache_seg_write_state(c, sg, &err) < 0)
+		log_warn("%s (its weights are served, but will be rebuilt after a restart)",
+			 err.message);
+}
+
+void cache_arena_close(struct cache *c, struct cache_segment *sg)
+{
+	for (size_t i = 0; i < c->n_arenas; i++)
+		if (c->arenas[i] == sg) {
+			c->arenas[i] = c->arenas[--c->n_arenas];
+			break;
+		}
+	sg->arena_open = false;
+	/* no write access left over once nothing is being made in it (else the last job drops it) */
+	if (sg->n_jobs == 0)
+		wd_segment_seal(&sg->seg);
 }
 
 void cache_seg_count(struct cache *c, struct cache_segment *sg)
@@ -231,6 +271,8 @@ static void punched_huge(struct cache *c, struct cache_segment *sg, uint64_t off
 
 void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_segment)
 {
+	if (sg->arena_open)
+		cache_arena_close(c, sg);
 	if (sg->idle)
 		c->idle_segments--;
 	if (unlink_segment && sg->created) {
@@ -372,6 +414,7 @@ void cache_free(struct cache *c, bool unlink_segments)
 		wd_scratch_free(&c->scratch);
 	free(c->by_key);
 	free(c->jobs_by_key);
+	free(c->arenas);
 	slab_fini(&c->weights);
 	free(c);
 }

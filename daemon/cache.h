@@ -56,6 +56,14 @@ struct cache_segment {
 	bool adopted;
 	bool idle;                   /* counted in the cache's idle segments */
 	bool dirty;                  /* its state record lists an evicted weight */
+	bool arena;		     /* shared by small requests (cache_pack_begin_shared): made
+				      * at its full size when opened, each weight filled and added
+				      * to its state record as it comes */
+	bool arena_open;	     /* an arena still taking new weights (the cache's open
+				      * arena of its group) */
+	bool recorded;		     /* its state record exists */
+	uint32_t placed;	     /* weights ever placed in it (an arena's cap) */
+	uint32_t tasks;		     /* pool tasks filling it now */
 	struct csource *group[WD_MAX_RECIPE_SOURCES];   /* the checkpoints its weights read, sorted (packing, and who
 				      * may see it); referenced for the segment's life. Empty when
 				      * adopted: then source names them all */
@@ -163,6 +171,17 @@ struct cache_pack *cache_pack_begin(struct cache *c);
 /* Whose request the pack serves (a uid): its jobs are served from that uid's share of the
  * workers (pool.h). Without it, weightd's own (POOL_OWNER_SELF). Accepts NULL. */
 void cache_pack_owner(struct cache_pack *pack, uint32_t owner);
+/*
+ * A pack for a request of a few new weights (a single get): its new weights go into the cache's
+ * open arena of their checkpoints, a segment shared by every such request until it is full
+ * (segment_max, CACHE_SEGMENT_MAX_WEIGHTS), so a client making thousands of single gets holds a
+ * few segments, not one per weight. An arena is made whole when it opens (sparse: it costs
+ * memory only for the weights placed in it); a weight larger than it is alone in a segment of
+ * its own. Each weight is filled as soon as its pack ends, at most ARENA_TASKS tasks at once per
+ * arena: requests arriving while those run are filled together in batches. NULL when out of
+ * memory.
+ */
+struct cache_pack *cache_pack_begin_shared(struct cache *c);
 /* Create the pack's segments and start their jobs. A segment that cannot be created fails its
  * weights' callbacks right here. Frees the pack; accepts NULL. */
 void cache_pack_end(struct cache *c, struct cache_pack *pack);

@@ -17,7 +17,16 @@ struct cache_pack {
 	size_t n_open, cap_open;
 	struct cache_segment **all;  /* every segment this pack made, to create at the end */
 	size_t n_all, cap_all;
+	bool shared;		       /* new weights go into the cache's arenas */
+	struct cache_segment **arenas; /* the arenas it placed weights in, started at the end */
+	size_t n_arenas, cap_arenas;
+	uint64_t shm_avail;   /* /dev/shm free when its first arena weight was placed */
+	uint64_t shm_claimed; /* what its arena weights will take of it */
+	bool shm_checked;
 };
+
+/* Tasks filling one arena at once; its other jobs wait on it and go in batches. */
+#define ARENA_TASKS 2
 
 struct cache {
 	struct cache_params p;
@@ -39,6 +48,8 @@ struct cache {
 	struct weight **by_key;
 	LIST_HEAD(, cache_segment) segments;  /* newest first */
 	LIST_HEAD(, cache_segment) dirty;     /* records to rewrite (cache_segment.dirty) */
+	struct cache_segment **arenas;	      /* the open arena of each group: few, scanned */
+	size_t n_arenas, cap_arenas;
 	LIST_HEAD(, job) jobs;       /* in flight, newest first, for walking them */
 	struct job **jobs_by_key;    /* job_buckets chains; NULL until the first job */
 	size_t job_buckets, job_count;
@@ -69,6 +80,12 @@ uint64_t cache_enforce_idle(struct cache *c);
 int cache_reserve(struct cache *c, uint64_t need, const char *what, weightd_error *err);
 /* Give a re-adopted weight its catalog entry (a reference) when it has none. */
 void cache_claim_source(struct weight *w, struct csource *cs);
+/* Add w, just finished in arena sg, to sg's state record (the whole record when there is none
+ * yet), before anyone is answered. */
+void cache_arena_record(struct cache *c, struct cache_segment *sg, struct weight *w);
+/* Take sg out of the open arenas: it takes no new weight, and is sealed once nothing is being
+ * made in it. */
+void cache_arena_close(struct cache *c, struct cache_segment *sg);
 
 /* cache_job.c */
 struct job;
@@ -92,6 +109,9 @@ const char *cache_job_label(const struct job *j);
 void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sources,
 		     size_t n_sources, struct cache_segment *sg, uint64_t offset, uint32_t owner,
 		     cache_cb cb, void *arg);
+/* Start queued jobs of arena sg while fewer than ARENA_TASKS tasks fill it (the small ones that
+ * follow each other in batches), after a pack of `owner` queued jobs on it. */
+void cache_job_kick(struct cache *c, struct cache_segment *sg, uint32_t owner);
 /* Start the queued jobs of the created segments sgs[0..n), one task of each in turn. */
 void cache_job_start(struct cache *c, struct cache_segment **sgs, size_t n);
 /* sg could not be created: every job queued on it fails with err (callbacks run here), and sg

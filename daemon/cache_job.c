@@ -285,7 +285,18 @@ static void job_done(struct pool_task *t)
 		else
 			log_info("materializing %s failed: %s", wd_plan_label(j->plan), err->message);
 	}
-	if (sg->n_jobs == 1 && sg->created) {
+	if (sg->arena) {
+		/* each weight is recorded as it comes: the arena's other jobs answer other requests */
+		if (w)
+			cache_arena_record(c, sg, w);
+		/* nothing more being made in it: no write access kept (an fd per segment); an open
+		 * arena gets it back with its next weight */
+		if (sg->n_jobs == 1)
+			wd_segment_seal(&sg->seg);
+		if (sg->n_jobs == 1 && sg->n_weights == 0 &&
+		    wd_segment_name_matches(c->instance, sg->seg.name))
+			wd_segment_unlink(sg->seg.name);
+	} else if (sg->n_jobs == 1 && sg->created) {
 		seg_filled(c, sg);
 		/* nothing was made in it: its name goes before anyone hears of the failure (the
 		 * struct goes after the callbacks) */
@@ -318,6 +329,41 @@ static void job_done(struct pool_task *t)
 	cache_enforce_idle(c);
 }
 
+static void arena_continue(struct cache *c, struct cache_segment *sg);
+
+/*
+ * A task of sg is over (cancelled: it never ran). The jobs still queued on an arena go on: in
+ * the next tasks, or, when weightd is stopping, failed as cancelled (nothing new is started).
+ */
+static void seg_task_over(struct cache *c, struct cache_segment *sg, bool cancelled)
+{
+	weightd_error err;
+
+	if (!cancelled) {
+		arena_continue(c, sg);
+		return;
+	}
+	wd_error_clear(&err);
+	wd_error_set(&err, WEIGHTD_E_CANCELLED,
+		     "weightd is stopping: a materialization was cancelled before it started");
+	cache_job_fail_queued(c, sg, &err);
+}
+
+/* Main thread: a job that had a task of its own is done. */
+static void job_task_done(struct pool_task *t)
+{
+	struct job *j = (struct job *)t;
+	struct cache *c = j->cache;
+	struct cache_segment *sg = j->segment;
+	/* jobs queued behind it keep the segment alive through job_done */
+	bool more = !TAILQ_EMPTY(&sg->queued);
+
+	sg->tasks--;
+	job_done(t);
+	if (more)
+		seg_task_over(c, sg, t->cancelled);
+}
+
 /* Start a job whose segment exists: inline without a pool (tests), else on a worker. */
 static void job_start(struct cache *c, struct job *j)
 {
@@ -326,7 +372,7 @@ static void job_start(struct cache *c, struct job *j)
 	j->submitted = &j->task;
 	if (!c->p.pool) {
 		job_work(&j->task, c->scratch_ok ? &c->scratch : NULL);
-		job_done(&j->task);
+		job_task_done(&j->task);
 		return;
 	}
 	pool_submit(c->p.pool, &j->task);
@@ -395,12 +441,18 @@ static void batch_done(struct pool_task *t)
 {
 	struct batch *b = (struct batch *)t;
 	struct job *j = STAILQ_FIRST(&b->jobs), *next;
+	struct cache *c = j->cache;
+	struct cache_segment *sg = j->segment; /* every job of a batch is in one segment */
+	bool more = !TAILQ_EMPTY(&sg->queued);
 
+	sg->tasks--;
 	for (; j; j = next) {
 		next = STAILQ_NEXT(j, batch_link);
 		j->task.cancelled = t->cancelled;
 		job_done(&j->task);
 	}
+	if (more)
+		seg_task_over(c, sg, t->cancelled);
 	free(b);
 }
 
@@ -421,6 +473,7 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	bytes = j->nbytes;
 	TAILQ_REMOVE(list, j, queue_link);
 	next = TAILQ_FIRST(list);
+	sg->tasks++;
 	if (c->p.stats)
 		c->p.stats->in_flight++;
 	if (!c->p.pool || j->nbytes > BATCH_SMALL || !next || next->nbytes > BATCH_SMALL ||
@@ -433,7 +486,7 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	STAILQ_INIT(&b->jobs);
 	STAILQ_INSERT_TAIL(&b->jobs, j, batch_link);
 	while ((next = TAILQ_FIRST(list)) && next->nbytes <= BATCH_SMALL && n < BATCH_MAX_JOBS &&
-	       bytes + next->nbytes <= BATCH_MAX_BYTES) {
+	       bytes + next->nbytes <= BATCH_MAX_BYTES && next->task.owner == j->task.owner) {
 		TAILQ_REMOVE(list, next, queue_link);
 		next->fd = sg->seg.fd;
 		next->submitted = &b->task;
@@ -446,12 +499,48 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	b->task.work = batch_work;
 	b->task.done = batch_done;
 	b->task.jobs = (unsigned)n;
-	b->task.owner = j->task.owner; /* a segment's jobs are all of its pack's owner */
+	b->task.owner = j->task.owner; /* every job of a batch is its owner's */
 	b->task.cost = bytes;
 	log_debug("a batch of %zu small weights (%llu bytes) of %s goes to one worker", n,
 		  (unsigned long long)bytes, sg->seg.name);
 	pool_submit(c->p.pool, &b->task);
 	return true;
+}
+
+/* Start queued jobs of arena sg while fewer than ARENA_TASKS tasks fill it. Without a pool the
+ * job runs here, and the next is started when it is done (it may have ended the segment by
+ * then). */
+static void arena_continue(struct cache *c, struct cache_segment *sg)
+{
+	if (!c->p.pool) {
+		seg_submit_next(c, sg, &sg->queued);
+		return;
+	}
+	while (sg->tasks < ARENA_TASKS && seg_submit_next(c, sg, &sg->queued))
+		;
+}
+
+void cache_job_kick(struct cache *c, struct cache_segment *sg, uint32_t owner)
+{
+	struct job *j = TAILQ_FIRST(&sg->queued), *next;
+	struct job_queue mine = TAILQ_HEAD_INITIALIZER(mine);
+
+	/* An arena's queue batches one owner's requests; it is no order between owners (the
+	 * pool's fair queueing is): jobs of `owner` that would wait behind another owner's go to
+	 * the pool now. */
+	if (!c->p.pool || !j || j->task.owner == owner || sg->tasks < ARENA_TASKS) {
+		arena_continue(c, sg);
+		return;
+	}
+	for (; j; j = next) {
+		next = TAILQ_NEXT(j, queue_link);
+		if (j->task.owner == owner) {
+			TAILQ_REMOVE(&sg->queued, j, queue_link);
+			TAILQ_INSERT_TAIL(&mine, j, queue_link);
+		}
+	}
+	while (seg_submit_next(c, sg, &mine))
+		;
 }
 
 /* Start the queued jobs of a created segment (in the order they were placed). */
@@ -570,7 +659,7 @@ void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sour
 	j->offset = offset;
 	j->fd = -1;
 	j->task.work = job_work;
-	j->task.done = job_done;
+	j->task.done = job_task_done;
 	j->task.owner = owner;
 	j->alg = c->p.digest ? c->p.digest : WD_DIGEST_DEFAULT;
 	sg->n_jobs++;

@@ -11,8 +11,22 @@
 #include "cache_int.h"
 #include "log.h"
 
-/* The segments' filesystem has no room for a segment: say how much it has left, in the
- * structured fields too. */
+/* The segments' filesystem has no room for `what`: say how much it has left, in the structured
+ * fields too. */
+static void shm_error(const char *what, uint64_t need, uint64_t avail, weightd_error *err)
+{
+	char t_need[WD_BYTES_TEXT], t_avail[WD_BYTES_TEXT];
+
+	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+		     "resource exhausted: %s needs %s of shared memory but %s has only %s "
+		     "free; free or enlarge %s (its tmpfs size=)",
+		     what, wd_bytes_text(t_need, need), wd_segment_dir(),
+		     wd_bytes_text(t_avail, avail), wd_segment_dir());
+	err->expected = (int64_t)need;
+	err->actual = (int64_t)avail;
+}
+
+/* The segments' filesystem has no room for a segment of a pack. */
 static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weightd_error *err)
 {
 	/* the newest weight placed in it */
@@ -24,15 +38,7 @@ static void shm_full_error(const struct cache_segment *sg, uint64_t avail, weigh
 	else
 		snprintf(what, sizeof(what), "a segment of %zu weights (%s and others)",
 			 (size_t)sg->n_jobs, cache_job_label(j));
-	char t_need[WD_BYTES_TEXT], t_avail[WD_BYTES_TEXT];
-
-	wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-		     "resource exhausted: %s needs %s of shared memory but %s has only %s "
-		     "free; free or enlarge %s (its tmpfs size=)",
-		     what, wd_bytes_text(t_need, sg->used), wd_segment_dir(),
-		     wd_bytes_text(t_avail, avail), wd_segment_dir());
-	err->expected = (int64_t)sg->used;
-	err->actual = (int64_t)avail;
+	shm_error(what, sg->used, avail, err);
 }
 
 struct cache_pack *cache_pack_begin(struct cache *c)
@@ -51,6 +57,15 @@ void cache_pack_owner(struct cache_pack *pack, uint32_t owner)
 		pack->owner = owner;
 }
 
+struct cache_pack *cache_pack_begin_shared(struct cache *c)
+{
+	struct cache_pack *pk = cache_pack_begin(c);
+
+	if (pk)
+		pk->shared = true;
+	return pk;
+}
+
 static int ptr_cmp(const void *a, const void *b)
 {
 	uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
@@ -61,6 +76,13 @@ static int ptr_cmp(const void *a, const void *b)
 static bool same_group(const struct cache_segment *sg, struct csource *const *g, size_t n)
 {
 	return sg->n_group == n && memcmp(sg->group, g, n * sizeof(*g)) == 0;
+}
+
+/* sources[0..n) in the order groups are compared in. */
+static void sorted_group(struct csource *const *sources, size_t n, struct csource **g)
+{
+	memcpy(g, sources, n * sizeof(*g));
+	qsort(g, n, sizeof(*g), ptr_cmp);
 }
 
 static uint64_t align_for(uint64_t off, uint64_t nbytes)
@@ -104,8 +126,7 @@ static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
 	size_t slot = SIZE_MAX;
 	uint64_t off;
 
-	memcpy(g, sources, n_sources * sizeof(*g));
-	qsort(g, n_sources, sizeof(*g), ptr_cmp);
+	sorted_group(sources, n_sources, g);
 	for (size_t i = 0; i < pk->n_open; i++)
 		if (same_group(pk->open[i], g, n_sources)) {
 			slot = i;
@@ -146,6 +167,115 @@ static struct cache_segment *pack_place(struct cache *c, struct cache_pack *pk,
 	return sg;
 }
 
+/* An arena's size: segment_max, but no more than the budget can ever fill, in whole 2 MiB
+ * pages. Fixed while it lives: clients map it whole, once. */
+static uint64_t arena_size(const struct cache *c)
+{
+	const uint64_t huge = 2u << 20;
+	uint64_t s = c->p.segment_max;
+
+	if (c->budget && c->budget < s)
+		s = c->budget;
+	return s > UINT64_MAX - huge ? s : (s + huge - 1) / huge * huge;
+}
+
+/* A new open arena for group g[0..n) (sorted): made now, at its full size, sparse. */
+static struct cache_segment *arena_open(struct cache *c, struct csource *const *g, size_t n,
+					weightd_error *err)
+{
+	struct cache_segment *sg;
+	struct stat st;
+
+	if (grow((void **)&c->arenas, &c->cap_arenas, c->n_arenas, sizeof(*c->arenas)) < 0 ||
+	    !(sg = cache_seg_alloc(c))) {
+		wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		return NULL;
+	}
+	memcpy(sg->group, g, n * sizeof(*g));
+	sg->n_group = n;
+	for (size_t i = 0; i < n; i++)
+		catalog_source_ref(g[i]); /* given back in cache_seg_destroy */
+	if (n) {
+		snprintf(sg->source, sizeof(sg->source), "%s", g[0]->name);
+		sg->generation = g[0]->generation;
+	}
+	if (wd_segment_create_sparse(c->instance, arena_size(c), &sg->seg, err) < 0) {
+		log_warn("%s", err->message);
+		cache_seg_destroy(c, sg, false);
+		return NULL;
+	}
+	if (fstat(sg->seg.ro_fd, &st) == 0)
+		sg->ino = (uint64_t)st.st_ino;
+	sg->created = true;
+	sg->arena = sg->arena_open = true;
+	c->segment_bytes += sg->seg.size;
+	c->arenas[c->n_arenas++] = sg;
+	log_debug("opened arena %s (%llu bytes) for %s", sg->seg.name,
+		  (unsigned long long)sg->seg.size, sg->source);
+	return sg;
+}
+
+/*
+ * Where a new weight of a shared pack goes: the open arena of its checkpoints when it has room,
+ * else a new arena (the full one is closed). 0 with *ret_sg and *ret_off; 1 when the weight is
+ * larger than an arena (the caller gives it a segment of its own); or an error: /dev/shm has no
+ * room for it (checked once per pack, as for other packs), or no arena could be made.
+ */
+static int arena_place(struct cache *c, struct cache_pack *pk, struct csource *const *sources,
+		       size_t n_sources, uint64_t nbytes, const char *label,
+		       struct cache_segment **ret_sg, uint64_t *ret_off, weightd_error *err)
+{
+	struct csource *g[WD_MAX_RECIPE_SOURCES];
+	struct cache_segment *sg = NULL;
+	uint64_t off = 0;
+	size_t k;
+
+	if (nbytes > arena_size(c))
+		return 1;
+	if (!pk->shm_checked) {
+		pk->shm_avail = wd_segment_shm_free();
+		pk->shm_checked = true;
+	}
+	if (pk->shm_avail != UINT64_MAX &&
+	    (pk->shm_claimed > pk->shm_avail || nbytes > pk->shm_avail - pk->shm_claimed)) {
+		shm_error(label, nbytes,
+			  pk->shm_avail > pk->shm_claimed ? pk->shm_avail - pk->shm_claimed : 0,
+			  err);
+		log_info("%s", err->message);
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	}
+	if (grow((void **)&pk->arenas, &pk->cap_arenas, pk->n_arenas, sizeof(*pk->arenas)) < 0)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	sorted_group(sources, n_sources, g);
+	for (size_t i = 0; i < c->n_arenas; i++)
+		if (same_group(c->arenas[i], g, n_sources)) {
+			sg = c->arenas[i];
+			break;
+		}
+	if (sg) {
+		off = align_for(sg->used, nbytes);
+		if (off + nbytes < off || off + nbytes > sg->seg.size ||
+		    sg->placed >= CACHE_SEGMENT_MAX_WEIGHTS ||
+		    wd_segment_unseal(&sg->seg, err) < 0) {
+			cache_arena_close(c, sg);
+			sg = NULL;
+			off = 0;
+		}
+	}
+	if (!sg && !(sg = arena_open(c, g, n_sources, err)))
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	sg->used = off + nbytes;
+	sg->placed++;
+	pk->shm_claimed += nbytes;
+	for (k = 0; k < pk->n_arenas && pk->arenas[k] != sg; k++)
+		;
+	if (k == pk->n_arenas)
+		pk->arenas[pk->n_arenas++] = sg;
+	*ret_sg = sg;
+	*ret_off = off;
+	return 0;
+}
+
 void cache_pack_end(struct cache *c, struct cache_pack *pk)
 {
 	if (!pk)
@@ -182,6 +312,10 @@ void cache_pack_end(struct cache *c, struct cache_pack *pk)
 		pk->all[started++] = sg; /* the created ones, in order, over the ones handled */
 	}
 	cache_job_start(c, pk->all, started);
+	/* Each arena here has jobs of this pack queued, so none is gone before its turn. */
+	for (size_t i = 0; i < pk->n_arenas; i++)
+		cache_job_kick(c, pk->arenas[i], pk->owner);
+	free(pk->arenas);
 	free(pk->open);
 	free(pk->all);
 	free(pk);
@@ -264,6 +398,19 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 		cache_job_free(j);
 		free(own);
 		return r;
+	}
+	if (pack->shared) {
+		r = arena_place(c, pack, sources, n_sources, nbytes, wd_plan_label(plan), &sg, &off,
+				err);
+		if (r < 0) {
+			c->resident -= nbytes;
+			cache_job_free(j);
+			return r;
+		}
+		if (r == 0) {
+			cache_job_queue(c, j, sources, n_sources, sg, off, pack->owner, cb, arg);
+			return 0;
+		}
 	}
 	sg = pack_place(c, pack, sources, n_sources, nbytes, &off);
 	if (!sg) {

@@ -24,6 +24,12 @@
  * weight and the entries of the memo and the session's holds. */
 #define UNIT_HEAP_PER_SLOT 2048
 
+/* A unit with at most this many entries not found in the cache (a single get, or a unit whose
+ * other entries are cached) puts what it makes into the cache's shared arenas: thousands of
+ * such requests would otherwise each cost their client a segment (an fd and a mapping). A
+ * larger one is packed on its own, its weights together. */
+#define UNIT_SHARED_MAX_WEIGHTS 1
+
 static void unit_req_free(struct unit_req *u)
 {
 	for (size_t i = 0; i < u->n_outs; i++) {
@@ -397,6 +403,7 @@ void unit_request(struct session *s, uint64_t id, const Weightd__Unit *pu, bool 
 	weightd_error err;
 	uint64_t memory;
 	char what[96];
+	size_t to_make = 0;
 	int r;
 
 	if (!preflight && !unit_uid_may_start(s, id))
@@ -462,7 +469,11 @@ void unit_request(struct session *s, uint64_t id, const Weightd__Unit *pu, bool 
 	LIST_INSERT_HEAD(&s->unitreqs, u, link);
 	holds_pending_add(&s->holds, u->new_bytes, u->new_weights);
 	u->pending = 1; /* held by this function until every entry is submitted */
-	pack = cache_pack_begin(s->d->cache); /* NULL: each new weight alone, still correct */
+	for (size_t i = 0; i < u->n_entries && to_make <= UNIT_SHARED_MAX_WEIGHTS; i++)
+		to_make += u->outs[i].plan != NULL; /* not a cache hit */
+	/* NULL: each new weight alone, still correct */
+	pack = to_make <= UNIT_SHARED_MAX_WEIGHTS ? cache_pack_begin_shared(s->d->cache) :
+						    cache_pack_begin(s->d->cache);
 	cache_pack_owner(pack, s->peer.uid);
 	for (size_t i = 0; i < u->n_entries; i++) {
 		struct unit_out *o = &u->outs[i];

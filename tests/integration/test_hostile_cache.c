@@ -122,12 +122,54 @@ static size_t take_until_refused(weightd_client *c, size_t first, weightd_weight
 	return n;
 }
 
+/* Bytes 2i and 2i + 1 of tiny:t0 as a unit of two weights (a request of more than one new
+ * weight: a segment of its own; single gets would share one). */
+static int take_pair(weightd_client *c, size_t i, weightd_unit **ret, weightd_error *err)
+{
+	weightd_unit *u = NULL;
+	int r = weightd_unit_new(c, &u, err);
+
+	for (size_t k = 0; r >= 0 && k < 2; k++) {
+		weightd_selection *sel = NULL;
+		char slot[8];
+
+		snprintf(slot, sizeof(slot), "b%zu", k);
+		r = weightd_selection_range(0, 2 * i + k, 2 * i + k + 1, &sel, err);
+		if (r >= 0)
+			r = weightd_unit_slot(u, slot, NULL, NULL, 0, NULL, err);
+		if (r >= 0)
+			r = weightd_unit_set_tensor(u, slot, "tiny", "t0", sel, err);
+		weightd_selection_free(sel);
+	}
+	if (r >= 0)
+		r = weightd_unit_submit(u, err);
+	if (r >= 0)
+		r = weightd_unit_finish(u, err);
+	if (r < 0) {
+		weightd_unit_free(u);
+		return r;
+	}
+	*ret = u;
+	return 0;
+}
+
+/* take_pair(first), take_pair(first + 1), ... until one fails; how many succeeded. */
+static size_t take_pairs_until_refused(weightd_client *c, size_t first, weightd_unit **held,
+				       size_t cap, weightd_error *err)
+{
+	size_t n = 0;
+
+	while (n < cap && take_pair(c, first + n, &held[n], err) == 0)
+		n++;
+	return n;
+}
+
 #define CLIENT_SEGS 24   /* client_max_segments in this test's config */
 #define UID_SEGS 40      /* uid_max_segments */
 
 /*
- * The attack: a uid takes tiny weights one by one, each its own request and so its own segment,
- * and HOLDS them. Every segment held pins one daemon fd, and nothing but bytes used to bound
+ * The attack: a uid takes tiny weights two by two, each pair its own request and so its own
+ * segment, and HOLDS them. Every segment held pins one daemon fd, and nothing but bytes used to bound
  * them: enough of them brought the daemon to its RLIMIT_NOFILE. Now the segments one connection
  * holds weights in are capped (client_max_segments), and so are those of all connections of a
  * uid (uid_max_segments): the request past either fails with limit-exceeded naming the limit
@@ -151,10 +193,10 @@ static void held_segments_are_capped_per_client_and_uid(void **state)
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		static weightd_weight *held[2 * UID_SEGS];
+		static weightd_unit *held[2 * UID_SEGS];
 		weightd_client *c1 = NULL, *c2 = NULL;
 		const weightd_server_info *si;
-		weightd_weight *again = NULL;
+		weightd_unit *again = NULL;
 		weightd_error err;
 		size_t n1, n2;
 
@@ -169,13 +211,13 @@ static void held_segments_are_capped_per_client_and_uid(void **state)
 				si->max_uid_segments);
 			_exit(71);
 		}
-		n1 = take_until_refused(c1, 0, held, 2 * UID_SEGS, &err);
+		n1 = take_pairs_until_refused(c1, 0, held, 2 * UID_SEGS, &err);
 		if (n1 != CLIENT_SEGS || err.code != WEIGHTD_E_LIMIT_EXCEEDED ||
 		    !strstr(err.message, "client_max_segments") || !strstr(err.message, "24")) {
 			fprintf(stderr, "pinner: %zu held, then: %s\n", n1, err.message);
 			_exit(72);
 		}
-		n2 = take_until_refused(c2, 1000, held + n1, 2 * UID_SEGS - n1, &err);
+		n2 = take_pairs_until_refused(c2, 1000, held + n1, 2 * UID_SEGS - n1, &err);
 		if (n1 + n2 != UID_SEGS || err.code != WEIGHTD_E_LIMIT_EXCEEDED ||
 		    !strstr(err.message, "uid_max_segments") || !strstr(err.message, "40")) {
 			fprintf(stderr, "pinner: %zu more held, then: %s\n", n2, err.message);
@@ -185,8 +227,8 @@ static void held_segments_are_capped_per_client_and_uid(void **state)
 		if (!chan_hear(ch.to_child[0], line, sizeof(line)))
 			_exit(74);
 		/* what is released is room again */
-		weightd_release(held[0]);
-		if (take_byte(c1, 5000, &again, &err) < 0) {
+		weightd_unit_free(held[0]);
+		if (take_pair(c1, 5000, &again, &err) < 0) {
 			fprintf(stderr, "pinner: after a release: %s\n", err.message);
 			_exit(75);
 		}

@@ -84,8 +84,9 @@ static void zero_element_tensors_are_fetched_as_0_byte_weights(void **state)
 		assert_int_equal(weightd_weight_shape(w)[ndims[i] - 1], 0);
 		assert_int_equal(weightd_weight_map(w, &p, &err), 0);
 		assert_null(p);
+		/* it lies inside its segment (shared with other single gets) */
 		assert_int_equal(fstat(weightd_weight_fd(w), &st), 0);
-		assert_int_equal(st.st_size, 0);
+		assert_true((uint64_t)st.st_size >= weightd_weight_offset(w));
 		/* the daemon hands another fd for the same (empty) segment */
 		assert_int_equal(weightd_share(w, &w2, &err), 0);
 		assert_int_equal(weightd_weight_nbytes(w2), 0);

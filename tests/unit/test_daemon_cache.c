@@ -17,8 +17,9 @@
 #include <unistd.h>
 
 #include "cache.h"
-#include "stats.h"
 #include "st_writer.h"
+#include "state.h"
+#include "stats.h"
 
 #define N_T 11
 static const uint64_t t_bytes[N_T] = { 1000,  5000, 100,  8192,	    64,	     3,
@@ -357,12 +358,104 @@ static void eviction_punches_pages(void **state)
 	cache_free(c, true);
 }
 
+/* state_recover's adopt: count the weights of the one record, keep it. */
+static int count_record(const struct state_segment *rec, void *arg)
+{
+	*(size_t *)arg += rec->n_weights;
+	return (int)rec->n_weights;
+}
+
+/* The weights the state index lists for the cache's instance. */
+static size_t recorded_weights(const char *dir)
+{
+	size_t n = 0;
+	int removed = 0;
+
+	state_recover(dir, E.instance, count_record, &n, &removed);
+	assert_int_equal(removed, 0);
+	return n;
+}
+
+/*
+ * Single gets (shared packs of one weight each) go into one arena: offsets by the packing rule
+ * as if they were one pack, the arena made whole at once (sparse), write access dropped between
+ * gets, and each weight added to the arena's state record before its request is answered. An
+ * evicted weight is punched out and leaves the record; the next get still goes into the arena.
+ */
+static void single_gets_share_an_arena(void **state)
+{
+	struct cache_params p = {
+		.budget = 1u << 20,
+		.segment_max = 1u << 20,
+		.instance = E.instance,
+		.stats = &E.stats,
+	};
+	const uint64_t want[4] = { 0, 4096, 9152, 12288 };
+	struct weight *w[5];
+	struct cache_segment *sg;
+	char dir[4200];
+	uint64_t bytes = 0;
+	struct cache *c;
+	weightd_error err;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/state", E.dir);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	assert_int_equal(state_init(dir, E.instance, &err), 0);
+	p.state_dir = dir;
+	c = cache_new(&p);
+	assert_non_null(c);
+	for (int i = 0; i < 4; i++) {
+		struct cache_pack *pk = cache_pack_begin_shared(c);
+
+		assert_int_equal(ask(c, pk, i, &w[i]), 0);
+		cache_pack_end(c, pk);
+		assert_non_null(w[i]);
+		assert_int_equal(recorded_weights(dir), (size_t)i + 1);
+	}
+	sg = w[0]->segment;
+	assert_int_equal(cache_segment_count(c), 1);
+	/* min(segment_max, budget) in whole 2 MiB pages */
+	assert_int_equal(sg->seg.size, 2u << 20);
+	assert_int_equal(sg->seg.fd, -1);
+	for (int i = 0; i < 4; i++) {
+		assert_ptr_equal(w[i]->segment, sg);
+		assert_int_equal(w[i]->offset, want[i]);
+		check_bytes(w[i], i);
+	}
+	/* w1 (5000 bytes at 4096: page 1 whole) evicted: punched, and gone from the record */
+	cache_drop(c, w[1]);
+	assert_int_equal(cache_evict_all(c, &bytes), 1);
+	assert_int_equal(recorded_weights(dir), 3);
+	check_bytes(w[3], 3);
+	/* the arena is still open: the next get lands after the last weight placed */
+	{
+		struct cache_pack *pk = cache_pack_begin_shared(c);
+
+		assert_int_equal(ask(c, pk, 4, &w[4]), 0);
+		cache_pack_end(c, pk);
+	}
+	assert_ptr_equal(w[4]->segment, sg);
+	assert_int_equal(w[4]->offset, 12288 + 8192);
+	check_bytes(w[4], 4);
+	assert_int_equal(recorded_weights(dir), 4);
+	cache_drop(c, w[0]);
+	cache_drop(c, w[2]);
+	cache_drop(c, w[3]);
+	cache_drop(c, w[4]);
+	cache_free(c, true);
+	assert_int_equal(wd_segment_purge(E.instance), 0);
+	state_purge(dir, E.instance);
+	stw_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(pack_offsets),	     cmocka_unit_test(pack_huge_offsets),
 		cmocka_unit_test(pack_cap),	     cmocka_unit_test(budget_and_lru_order),
 		cmocka_unit_test(idle_weight_limit), cmocka_unit_test(eviction_punches_pages),
+		cmocka_unit_test(single_gets_share_an_arena),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
