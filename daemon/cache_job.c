@@ -474,8 +474,6 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	TAILQ_REMOVE(list, j, queue_link);
 	next = TAILQ_FIRST(list);
 	sg->tasks++;
-	if (c->p.stats)
-		c->p.stats->in_flight++;
 	if (!c->p.pool || j->nbytes > BATCH_SMALL || !next || next->nbytes > BATCH_SMALL ||
 	    !(b = calloc(1, sizeof(*b)))) {
 		job_start(c, j);
@@ -493,8 +491,6 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 		STAILQ_INSERT_TAIL(&b->jobs, next, batch_link);
 		bytes += next->nbytes;
 		n++;
-		if (c->p.stats)
-			c->p.stats->in_flight++;
 	}
 	b->task.work = batch_work;
 	b->task.done = batch_done;
@@ -592,8 +588,6 @@ void cache_job_fail_queued(struct cache *c, struct cache_segment *sg, const weig
 
 		TAILQ_REMOVE(&sg->queued, j, queue_link);
 		job_fail(j, -err->code, err);
-		if (c->p.stats)
-			c->p.stats->in_flight++; /* job_done takes it back */
 		job_done(&j->task);
 	}
 	if (sg->n_jobs == 0)
@@ -664,8 +658,12 @@ void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sour
 	j->alg = c->p.digest ? c->p.digest : WD_DIGEST_DEFAULT;
 	sg->n_jobs++;
 	c->temp_used += j->temp;
-	if (c->p.stats)
+	if (c->p.stats) {
 		c->p.stats->temp_bytes += j->temp;
+		/* in flight from the request's view, queued on its segment or not (job_done
+		 * counts it out) */
+		c->p.stats->in_flight++;
+	}
 	TAILQ_INSERT_TAIL(&sg->queued, j, queue_link);
 	job_link(c, j);
 }
