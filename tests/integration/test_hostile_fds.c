@@ -59,7 +59,7 @@ static int64_t victim_cold_get(const char *tensor, unsigned seed)
  */
 static void attacker(uid_t uid, uint64_t first, int say, int hear)
 {
-	weightd_weight *held[MAX_GETS];
+	weightd_unit *held[MAX_GETS];
 	weightd_client *c = NULL;
 	weightd_error err;
 	char line[64];
@@ -71,26 +71,39 @@ static void attacker(uid_t uid, uint64_t first, int say, int hear)
 	chan_say(say, "ready\n");
 	if (!chan_hear(hear, line, sizeof(line)))
 		_exit(13);
+	/* units of two new weights (bytes 2k and 2k + 1 of t0): a segment each (single gets would
+	 * share one) */
 	for (; n < MAX_GETS; n++) {
-		weightd_selection *sel = NULL;
-		weightd_inflight *f = NULL;
+		uint64_t k = 2 * (first + (uint64_t)n);
+		int r = weightd_unit_new(c, &held[n], &err);
 
-		if (weightd_selection_range(0, first + (uint64_t)n, first + (uint64_t)n + 1, &sel,
-					    &err) < 0)
-			_exit(11);
-		if (weightd_materialize(c, "tiny", "t0", sel, &f, &err) < 0 ||
-		    weightd_finish(f, &held[n], &err) < 0) {
+		for (uint64_t b = 0; r >= 0 && b < 2; b++) {
+			weightd_selection *sel = NULL;
+			char slot[8];
+
+			snprintf(slot, sizeof(slot), "b%d", (int)b);
+			r = weightd_selection_range(0, k + b, k + b + 1, &sel, &err);
+			if (r >= 0)
+				r = weightd_unit_slot(held[n], slot, NULL, NULL, 0, NULL, &err);
+			if (r >= 0)
+				r = weightd_unit_set_tensor(held[n], slot, "tiny", "t0", sel, &err);
 			weightd_selection_free(sel);
+		}
+		if (r >= 0)
+			r = weightd_unit_submit(held[n], &err);
+		if (r >= 0)
+			r = weightd_unit_finish(held[n], &err);
+		if (r < 0) {
+			weightd_unit_free(held[n]);
 			break;
 		}
-		weightd_selection_free(sel);
 	}
 	/* one line: how many it holds, the code and message of the refusal */
 	chan_say(say, "held %d %d %.400s\n", n, (int)err.code, n < MAX_GETS ? err.message : "");
 	if (!chan_hear(hear, line, sizeof(line)))
 		_exit(12);
 	for (int i = 0; i < n; i++)
-		weightd_release(held[i]);
+		weightd_unit_free(held[i]);
 	weightd_close(c);
 	_exit(0);
 }
