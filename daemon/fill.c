@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* fill.c - new weights' bytes into their segment: chunks of a large one claimed by several
- * workers at once, a run of small ones from one read, or one in-order stream. Every byte goes
- * through a sink (sink.c), which writes and hashes it. Worker threads only. */
+ * workers at once, a run of small ones from one read, or one in-order stream, each byte through
+ * a sink (sink.c) that writes and hashes it; a stored weight of a remote checkpoint in parallel
+ * ranges straight into the segment, hashed where it landed. Worker threads only. */
 #include "fill.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "remote.h"
@@ -193,6 +197,110 @@ static int fill_sequential(struct fill *f, struct wd_scratch *scratch, uint8_t *
 	return wd_sink_finish(&sink, ret_digest, err);
 }
 
+/* A weight fetched from a remote object straight into its segment, digested chunk by chunk as
+ * each chunk lands. */
+struct fill_remote {
+	int fd;
+	uint64_t base, nbytes;
+	enum wd_digest_alg alg;
+	struct wd_hash hash;
+	uint8_t *digests; /* one per WD_DIGEST_CHUNK chunk, in order */
+	struct wd_scratch *scratch;
+};
+
+/* range_done: chunk i of the weight is in the segment; hash it from there. */
+static int remote_chunk_landed(void *arg, size_t i, weightd_error *err)
+{
+	struct fill_remote *fr = arg;
+	uint64_t off = (uint64_t)i * WD_DIGEST_CHUNK;
+	uint64_t len = fr->nbytes - off < WD_DIGEST_CHUNK ? fr->nbytes - off : WD_DIGEST_CHUNK;
+
+	if (fr->alg == WD_DIGEST_NONE)
+		return 0;
+	wd_hash_reset(&fr->hash);
+	for (uint64_t at = 0; at < len;) {
+		size_t want = len - at < fr->scratch->cap ? (size_t)(len - at) : fr->scratch->cap;
+		ssize_t n = pread(fr->fd, fr->scratch->buf, want, (off_t)(fr->base + off + at));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return wd_error_set(err, WEIGHTD_E_IO, "reading back shared memory: %s",
+					    n < 0 ? strerror(errno) : "short read");
+		wd_hash_update(&fr->hash, fr->scratch->buf, (size_t)n);
+		at += (uint64_t)n;
+	}
+	wd_hash_digest(&fr->hash, fr->digests + i * wd_digest_len(fr->alg));
+	return 0;
+}
+
+/*
+ * A weight that is one byte range of a remote object as stored: its chunks of WD_DIGEST_CHUNK
+ * bytes are fetched as ranges of remote_chunk bytes over up to remote_concurrency connections
+ * (the node's limit shared with every other fill), each written into the segment as it
+ * arrives, and each chunk hashed from the segment as soon as it is whole while the rest
+ * arrives: the digest is of what landed, composed as fill_parallel composes its chunks. No
+ * helper is posted: the transfers wait on the network, not on a core, and one worker drives
+ * them all.
+ */
+static int fill_from_remote(struct fill *f, const struct wd_source *src, uint32_t file,
+			    uint64_t off, struct wd_scratch *scratch, uint8_t *ret_digest,
+			    uint64_t *ret_bytes_read, weightd_error *err)
+{
+	struct fill_remote fr = {
+		.fd = f->fd, .base = f->base, .nbytes = f->nbytes, .alg = f->alg, .scratch = scratch
+	};
+	struct wd_remote_fetch_opts fo = {
+		.concurrency = __atomic_load_n(&remote_conc, __ATOMIC_RELAXED),
+		.chunk = __atomic_load_n(&remote_chunk, __ATOMIC_RELAXED),
+		.progress = f->progress,
+		.range_done = remote_chunk_landed,
+		.arg = &fr,
+	};
+	uint64_t nchunks = wd_content_chunks(f->nbytes);
+	struct wd_remote_range *ranges = calloc(nchunks, sizeof(*ranges));
+	size_t dlen = wd_digest_len(f->alg);
+	int r;
+
+	fr.digests = calloc(nchunks, dlen ? dlen : 1);
+	if (!ranges || !fr.digests) {
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				 "no memory for %llu ranges of a remote weight",
+				 (unsigned long long)nchunks);
+		goto out;
+	}
+	if (f->alg != WD_DIGEST_NONE && (r = wd_hash_init(&fr.hash, f->alg)) < 0) {
+		wd_error_set(err, r, "cannot start a %s digest", wd_digest_name(f->alg));
+		goto out;
+	}
+	for (uint64_t i = 0; i < nchunks; i++) {
+		uint64_t at = i * WD_DIGEST_CHUNK;
+		ranges[i] = (struct wd_remote_range){
+			.off = off + at,
+			.len = f->nbytes - at < WD_DIGEST_CHUNK ? f->nbytes - at : WD_DIGEST_CHUNK,
+			.fd = f->fd,
+			.fd_off = f->base + at,
+		};
+	}
+	log_debug("fetching %s (%llu bytes) from %s in ranges of %llu bytes, up to %u at once",
+		  wd_plan_label(f->plan), (unsigned long long)f->nbytes, wd_source_name(src),
+		  (unsigned long long)fo.chunk, fo.concurrency);
+	r = wd_remote_fetch(wd_source_remote(src), wd_source_remote_object(src, file), ranges,
+			    (size_t)nchunks, &fo, err);
+	if (r == 0) {
+		*ret_bytes_read += f->nbytes;
+		if (f->alg == WD_DIGEST_NONE)
+			r = 0;
+		else if ((r = wd_content_compose(f->alg, fr.digests, (size_t)nchunks, ret_digest)) <
+			 0)
+			wd_error_set(err, r, "cannot compose the chunk digests");
+	}
+out:
+	wd_hash_free(&fr.hash);
+	free(fr.digests);
+	free(ranges);
+	return r;
+}
+
 int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t base,
 		uint64_t nbytes, enum wd_digest_alg alg, uint64_t *progress,
 		struct wd_scratch *scratch, uint8_t *ret_digest, uint64_t *ret_bytes_read,
@@ -206,8 +314,15 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
 			  .alg = alg,
 			  .progress = progress };
 
+	const struct wd_source *src;
+	uint32_t file;
+	uint64_t off;
+
 	if (!scratch)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "no memory for read buffers");
+	if (nbytes && wd_plan_file_range(plan, &src, &file, &off) && wd_source_is_remote(src))
+		return fill_from_remote(&f, src, file, off, scratch, ret_digest, ret_bytes_read,
+					err);
 	if (nbytes > WD_DIGEST_CHUNK && pool && pool_threads(pool) > 1 && wd_plan_splittable(plan))
 		return fill_parallel(&f, pool, scratch, ret_digest, ret_bytes_read, err);
 	return fill_sequential(&f, scratch, ret_digest, ret_bytes_read, err);

@@ -29,6 +29,13 @@
  * checkpoint bytes read added. Returns 0, or a negative code with err set (the first failure
  * of any chunk; no chunk is started after one failed). Returns only when no helper touches
  * anything of this call any more.
+ *
+ * A weight that is one byte range of a remote object as stored (wd_plan_file_range over a
+ * remote source) is fetched instead: ranges of remote_chunk bytes over up to
+ * remote_concurrency connections (fill_remote_set; the node's limit, shared with every other
+ * fill), each written straight into fd as it arrives, each WD_DIGEST_CHUNK chunk hashed from fd
+ * as soon as it is whole. No helper is posted; progress counts bytes as they arrive. Recipes
+ * over remote sources take the paths above, reading what they need through wd_source_pread.
  */
 int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t base,
 		uint64_t nbytes, enum wd_digest_alg alg, uint64_t *progress,

@@ -468,7 +468,8 @@ struct piece {
 	int fd;		    /* an fd at fd_off (when buf is NULL) */
 	uint64_t fd_off;
 	bool stat; /* pinning: [0, 1) asked for, identity taken from the answer */
-	size_t range; /* which of the call's ranges it belongs to */
+	size_t range;	    /* which of the call's ranges it belongs to */
+	uint64_t *progress; /* bytes written are added here, or NULL */
 	unsigned attempts;
 	uint64_t not_before; /* ms, monotonic */
 	CURL *h;
@@ -621,6 +622,8 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 		}
 	}
 	p->got += n;
+	if (p->progress)
+		__atomic_fetch_add(p->progress, n, __ATOMIC_RELAXED);
 	return n;
 }
 
@@ -1085,6 +1088,7 @@ int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
 			p->fd = ranges[i].fd;
 			p->fd_off = ranges[i].fd_off + d;
 			p->range = i;
+			p->progress = fo->progress;
 			if (run.remaining)
 				run.remaining[i]++;
 		}

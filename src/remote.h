@@ -149,6 +149,7 @@ struct wd_remote_fetch_opts {
 	unsigned concurrency;
 	uint64_t chunk;		    /* bytes per request (default WD_REMOTE_CHUNK_DEFAULT) */
 	const volatile int *cancel; /* polled: nonzero stops the fetch */
+	uint64_t *progress; /* when not NULL, gets the bytes written added as they are (atomic) */
 	/* Called on the calling thread as soon as every byte of ranges[i] is written, while the
 	 * rest goes on arriving (a digest of what landed); a negative return (err set) fails the
 	 * fetch with it. */

@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_daemon_fill.c - daemon/fill.c over remote checkpoints: a stored weight fetched in parallel
+ * ranges straight into its segment, digested as it lands (the same bytes and digest as the local
+ * fill of the same file), a failure or a stop that ends the fill with a typed error. Against
+ * nginx and the fault proxy of tests/remote/servers.py on loopback.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fill.h"
+#include "recipe.h"
+#include "remote.h"
+#include "servers.h"
+#include "source.h"
+#include "st_writer.h"
+
+#define BIG_BYTES   ((40ull << 20) + 5) /* three digest chunks, the last short */
+#define SMALL_BYTES 1000u
+
+static char root[4096], skip_why[512];
+static struct wd_servers srv;
+static bool have_servers;
+
+#define NEED_SERVERS()                                     \
+	do {                                               \
+		if (!have_servers) {                       \
+			printf("skipped: %s\n", skip_why); \
+			skip();                            \
+		}                                          \
+	} while (0)
+
+static int setup(void **state)
+{
+	const struct stw_tensor ts[] = {
+		{ .name = "small", .dtype = "U8", .ndim = 1, .shape = { SMALL_BYTES }, .seed = 3 },
+		{ .name = "big", .dtype = "U8", .ndim = 1, .shape = { BIG_BYTES }, .seed = 5 },
+	};
+	char path[4200];
+
+	(void)state;
+	if (stw_tmpdir(root, sizeof(root)))
+		return -1;
+	snprintf(path, sizeof(path), "%s/m.safetensors", root);
+	if (stw_write(path, ts, 2, NULL, 0, NULL) < 0)
+		return -1;
+	have_servers = wd_servers_start(root, false, &srv, skip_why, sizeof(skip_why)) == 0;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	wd_servers_stop(&srv);
+	stw_rmtree(root);
+	return 0;
+}
+
+static int lookup(void *ctx, const char *checkpoint, const struct wd_source **ret,
+		  weightd_error *err)
+{
+	(void)checkpoint;
+	(void)err;
+	*ret = ctx;
+	return 0;
+}
+
+/* The remote source: m.safetensors through the fault proxy (its log shows every range). */
+static struct wd_source *open_remote(unsigned retries)
+{
+	struct wd_source_remote_conf rc = { .allow_http = true, .retries = retries };
+	struct wd_source *s = NULL;
+	char url[256];
+	weightd_error err;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/m.safetensors", srv.fault);
+	wd_error_clear(&err);
+	if (wd_source_open_at("m", url, &rc, NULL, &s, &err) < 0)
+		fail_msg("%s: %s", url, err.message);
+	return s;
+}
+
+static struct wd_source *open_local(void)
+{
+	struct wd_source *s = NULL;
+	char path[4200];
+	weightd_error err;
+
+	snprintf(path, sizeof(path), "%s/m.safetensors", root);
+	wd_error_clear(&err);
+	if (wd_source_open("m", path, NULL, &s, &err) < 0)
+		fail_msg("%s: %s", path, err.message);
+	return s;
+}
+
+struct filled {
+	int rc;
+	weightd_error err;
+	uint8_t digest[WD_DIGEST_MAX];
+	uint64_t read, progress;
+	int fd; /* the "segment": the weight at offset 4096 */
+};
+
+/* Fill tensor `name` of src into a fresh memfd at offset 4096, as a worker without helpers. */
+static void fill(const struct wd_source *src, const char *name, uint64_t nbytes,
+		 enum wd_digest_alg alg, struct filled *f)
+{
+	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+	struct wd_resolver res = { (void *)src, lookup };
+	struct wd_scratch scratch;
+	struct wd_plan *plan = NULL;
+
+	memset(f, 0, sizeof(*f));
+	f->fd = memfd_create("fill-test", MFD_CLOEXEC);
+	assert_true(f->fd >= 0);
+	assert_int_equal(ftruncate(f->fd, (off_t)(4096 + nbytes)), 0);
+	assert_int_equal(wd_scratch_init(&scratch, WD_SCRATCH_BYTES), 0);
+	assert_int_equal(wd_recipe_preflight_tensor("m", name, &res, &lim, &plan, &f->err), 0);
+	wd_error_clear(&f->err);
+	f->rc = fill_weight(NULL, plan, f->fd, 4096, nbytes, alg, &f->progress, &scratch, f->digest,
+			    &f->read, &f->err);
+	wd_plan_free(plan);
+	wd_scratch_free(&scratch);
+}
+
+/* Byte i of tensor with `seed` (tests/common/st_writer.h's pattern, computed here). */
+static void check_bytes(int fd, uint64_t nbytes, uint32_t seed)
+{
+	uint8_t *p = mmap(NULL, 4096 + nbytes, PROT_READ, MAP_SHARED, fd, 0);
+
+	assert_true(p != MAP_FAILED);
+	for (uint64_t i = 0; i < nbytes; i++)
+		if (p[4096 + i] != (uint8_t)((i * 131 + seed * 7 + 13) & 0xff))
+			fail_msg("byte %llu differs", (unsigned long long)i);
+	munmap(p, 4096 + nbytes);
+}
+
+/* The proxy's log since the last reset: requests, and the largest range asked for. */
+static void proxy_log(int *ret_requests, uint64_t *ret_largest)
+{
+	char *body = wd_servers_get(srv.fault, "/__stats");
+	json_t *j = json_loads(body, 0, NULL), *ranges;
+	size_t i;
+	json_t *r;
+
+	assert_non_null(j);
+	*ret_requests = (int)json_integer_value(json_object_get(j, "requests"));
+	*ret_largest = 0;
+	ranges = json_object_get(j, "ranges");
+	json_array_foreach(ranges, i, r) {
+		unsigned long long a, b;
+		if (sscanf(json_string_value(json_array_get(r, 1)), "bytes=%llu-%llu", &a, &b) ==
+			    2 &&
+		    b - a + 1 > *ret_largest)
+			*ret_largest = b - a + 1;
+	}
+	json_decref(j);
+	free(body);
+}
+
+/*
+ * A stored weight of a remote object lands in its segment through many ranges of remote_chunk
+ * bytes at once (the node's slots show more than one in flight), with the same bytes and the
+ * same digest, of either algorithm, as the local fill of the same file; progress counts every
+ * byte once.
+ */
+static void test_remote_weight_is_fetched_in_parallel_ranges(void **state)
+{
+	enum wd_digest_alg algs[] = { WD_DIGEST_XXH3_128, WD_DIGEST_SHA256 };
+	struct wd_source *remote, *local;
+	struct filled fr, fl;
+	unsigned in_use, peak;
+	uint64_t largest;
+	int requests;
+
+	(void)state;
+	NEED_SERVERS();
+	remote = open_remote(0);
+	local = open_local();
+	fill_remote_set(6, 1u << 20);
+	for (size_t a = 0; a < 2; a++) {
+		free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+		fill(remote, "big", BIG_BYTES, algs[a], &fr);
+		if (fr.rc)
+			fail_msg("%s", fr.err.message);
+		proxy_log(&requests, &largest);
+		/* 41 ranges of at most 1 MiB, no more (nothing read twice) */
+		assert_int_equal(requests, (int)((BIG_BYTES + (1u << 20) - 1) >> 20));
+		assert_true(largest <= 1u << 20);
+		wd_remote_slots(&in_use, &peak);
+		assert_int_equal(in_use, 0);
+		assert_true(peak > 1);
+		assert_int_equal(fr.read, BIG_BYTES);
+		assert_int_equal(fr.progress, BIG_BYTES);
+		check_bytes(fr.fd, BIG_BYTES, 5);
+		fill(local, "big", BIG_BYTES, algs[a], &fl);
+		assert_int_equal(fl.rc, 0);
+		assert_memory_equal(fr.digest, fl.digest, wd_digest_len(algs[a]));
+		close(fr.fd);
+		close(fl.fd);
+	}
+	/* a weight under one chunk is one range, and its digest the plain hash of its bytes */
+	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+	fill(remote, "small", SMALL_BYTES, WD_DIGEST_XXH3_128, &fr);
+	assert_int_equal(fr.rc, 0);
+	proxy_log(&requests, &largest);
+	assert_int_equal(requests, 1);
+	check_bytes(fr.fd, SMALL_BYTES, 3);
+	fill(local, "small", SMALL_BYTES, WD_DIGEST_XXH3_128, &fl);
+	assert_memory_equal(fr.digest, fl.digest, 16);
+	close(fr.fd);
+	close(fl.fd);
+	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT);
+	wd_source_free(remote);
+	wd_source_free(local);
+}
+
+/* A server that keeps failing fails the fill with a typed error naming the URL and the status
+ * (the caller discards the range: job_work punches it out). */
+static void test_a_failing_server_fails_the_weight(void **state)
+{
+	struct wd_source *remote;
+	struct filled fr;
+
+	(void)state;
+	NEED_SERVERS();
+	remote = open_remote(1);
+	fill_remote_set(4, 1u << 20);
+	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+	free(wd_servers_get(srv.fault, "/__ctl?fault=500&n=1000"));
+	fill(remote, "big", BIG_BYTES, WD_DIGEST_XXH3_128, &fr);
+	assert_int_equal(fr.rc, -WEIGHTD_E_IO);
+	assert_non_null(strstr(fr.err.message, "/m.safetensors"));
+	assert_non_null(strstr(fr.err.message, "HTTP 500"));
+	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+	close(fr.fd);
+	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT);
+	wd_source_free(remote);
+}
+
+static void *stop_soon(void *arg)
+{
+	(void)arg;
+	usleep(300000);
+	wd_remote_stop(true);
+	return NULL;
+}
+
+/* A fill waiting on a stalled server ends soon after the daemon stops transfers (SIGTERM). */
+static void test_stop_ends_a_stalled_fill(void **state)
+{
+	struct wd_source *remote;
+	struct filled fr;
+	struct timespec t0, t1;
+	pthread_t t;
+
+	(void)state;
+	NEED_SERVERS();
+	remote = open_remote(0);
+	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+	free(wd_servers_get(srv.fault, "/__ctl?fault=stall&n=1000&seconds=30"));
+	pthread_create(&t, NULL, stop_soon, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	fill(remote, "big", BIG_BYTES, WD_DIGEST_XXH3_128, &fr);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	pthread_join(t, NULL);
+	wd_remote_stop(false);
+	assert_int_equal(fr.rc, -WEIGHTD_E_CANCELLED);
+	assert_true(t1.tv_sec - t0.tv_sec < 3);
+	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+	close(fr.fd);
+	wd_source_free(remote);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_remote_weight_is_fetched_in_parallel_ranges),
+		cmocka_unit_test(test_a_failing_server_fails_the_weight),
+		cmocka_unit_test(test_stop_ends_a_stalled_fill),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
