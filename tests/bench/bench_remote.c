@@ -1,0 +1,636 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* bench_remote.c - a sharded checkpoint cold-loaded from a web server on loopback, beside the raw
+ * limit of the same transfers and beside a download to local disk followed by a local load. */
+
+/*
+ * Usage (from a build directory; a Release build measures what users get):
+ *
+ *     tests/bench/bench_remote [--size BYTES] [--shards N] [--runs N] [--concurrency N]
+ *                              [--chunk BYTES] [--tensor-bytes BYTES] [--dir DIR] [--no-s3]
+ *
+ * Defaults: 2G in 4 shards of tensors of at most 64M, 3 runs, 16 connections of 8M ranges, a
+ * temporary directory under /var/tmp (removed at the end with every segment the runs made).
+ * nginx (and s3rver) come from tests/remote/servers.py, as the tests run them.
+ *
+ * Each run, in turn:
+ *   weightd   a daemon with a cold /dev/shm prefix serves the checkpoint at
+ *             http://127.0.0.1:PORT/ckpt/ (remote_concurrency and remote_chunk as given): from
+ *             starting it to the whole checkpoint bound as one unit (every weight mapped),
+ *             admission included.
+ *   raw       the limit: every byte of the shard files fetched with libcurl's multi interface by
+ *             the same number of parallel range requests of the same size, written with pwrite
+ *             into one /dev/shm object.
+ *   today     what users do without weightd: the same parallel download into files on local disk
+ *             (the directory of --dir), then a daemon serving that local copy as one unit.
+ * CPU seconds are the daemon's (utime + stime from /proc) and the fetching child's (wait4), per
+ * GiB moved. nginx serves the files from the page cache (they were just written), so the
+ * network and the copies are what is measured, never the disk under nginx. Then one weightd run
+ * against s3rver (path-style, SigV4-signed) behind servers.py's signature-checking proxy, beside
+ * raw signed transfers through the same proxy: that proxy is Python and bounds both.
+ *
+ * Printed: each run's seconds, MB/s and CPU s/GiB, then medians with the two ratios beside their
+ * targets (weightd >= 0.9x raw; weightd >= 1.5x faster than today).
+ */
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "harness.h"
+#include "servers.h"
+#include "weightd/client.h"
+
+#define MAX_RUNS   16
+#define MAX_SHARDS 64
+#define MAX_CONC   256
+
+struct bench {
+	struct harness h; /* the daemon, its temp dir, socket and shm prefix */
+	bool ready;
+	struct wd_servers srv;
+	bool have_srv;
+	char root[PATH_MAX];	    /* what the servers serve: ckpt/ */
+	char local[PATH_MAX];	    /* today's download target */
+	char cred[PATH_MAX];	    /* s3 credentials file */
+	char shard[MAX_SHARDS][64]; /* every file of the checkpoint, its index included */
+	uint64_t shard_size[MAX_SHARDS];
+	int nshards;
+	uint64_t file_bytes; /* all of them */
+	unsigned conc;
+	uint64_t chunk;
+};
+
+/* One measured load: wall seconds, CPU seconds, bytes moved. */
+struct sample {
+	double s, cpu;
+	uint64_t bytes;
+};
+
+static void find_tool(const char *env, const char *rel, char *out, size_t cap)
+{
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (getenv(env)) {
+		snprintf(out, cap, "%s", getenv(env));
+		return;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
+	snprintf(out, cap, "%s/%s", dirname(self), rel);
+}
+
+static int parse_size(const char *s, unsigned long long *ret)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	switch (*end) {
+	case 'G':
+	case 'g':
+		v <<= 30;
+		end++;
+		break;
+	case 'M':
+	case 'm':
+		v <<= 20;
+		end++;
+		break;
+	case 'K':
+	case 'k':
+		v <<= 10;
+		end++;
+		break;
+	default: break;
+	}
+	if (*end || v == 0)
+		return -1;
+	*ret = v;
+	return 0;
+}
+
+/* ---- the reference: parallel range requests with libcurl ------------------------------------ */
+
+struct xfer {
+	int fd;	     /* destination */
+	uint64_t at; /* where the next byte goes */
+	uint64_t end;
+};
+
+static size_t on_data(char *p, size_t size, size_t n, void *arg)
+{
+	struct xfer *x = arg;
+	size_t len = size * n, done = 0;
+
+	if (x->at + len > x->end)
+		return 0;
+	while (done < len) {
+		ssize_t w = pwrite(x->fd, p + done, len - done, (off_t)(x->at + done));
+		if (w <= 0)
+			return 0;
+		done += (size_t)w;
+	}
+	x->at += len;
+	return len;
+}
+
+/* One range of one shard file and where it goes. */
+struct job {
+	int shard;
+	uint64_t off, len;
+	int fd;
+	uint64_t dst;
+};
+
+/* The reference's connections: one easy handle each, reused from job to job (its connection
+ * kept), as weightd's engine does. */
+struct conns {
+	const struct bench *b;
+	const char *base;
+	bool s3;
+	CURLM *m;
+	CURL *h[MAX_CONC];
+	struct xfer x[MAX_CONC];
+	struct curl_slist *hdr[MAX_CONC];
+};
+
+static void start_job(struct conns *c, unsigned i, const struct job *j)
+{
+	char url[PATH_MAX + 256], range[96];
+
+	snprintf(url, sizeof(url), "%s%s", c->base, c->b->shard[j->shard]);
+	snprintf(range, sizeof(range), "Range: bytes=%llu-%llu", (unsigned long long)j->off,
+		 (unsigned long long)(j->off + j->len - 1));
+	curl_slist_free_all(c->hdr[i]);
+	c->hdr[i] = curl_slist_append(NULL, range);
+	if (c->s3)
+		c->hdr[i] = curl_slist_append(c->hdr[i],
+					      "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb"
+					      "92427ae41e4649b934ca495991b7852b855");
+	c->x[i] = (struct xfer){ j->fd, j->dst, j->dst + j->len };
+	curl_easy_setopt(c->h[i], CURLOPT_URL, url);
+	curl_easy_setopt(c->h[i], CURLOPT_HTTPHEADER, c->hdr[i]);
+	curl_multi_add_handle(c->m, c->h[i]);
+}
+
+/* Fetch every job over b->conc connections (s3: signed with SigV4). 0 or -1. */
+static int fetch_all(const struct bench *b, const char *base, bool s3, struct job *jobs, size_t n)
+{
+	static struct conns c;
+	size_t next = 0, done = 0;
+	unsigned conc = b->conc;
+	int rc = 0;
+
+	c = (struct conns){ .b = b, .base = base, .s3 = s3, .m = curl_multi_init() };
+	for (unsigned i = 0; i < conc; i++) {
+		c.h[i] = curl_easy_init();
+		curl_easy_setopt(c.h[i], CURLOPT_WRITEFUNCTION, on_data);
+		curl_easy_setopt(c.h[i], CURLOPT_WRITEDATA, &c.x[i]);
+		curl_easy_setopt(c.h[i], CURLOPT_PRIVATE, (char *)(uintptr_t)i);
+		curl_easy_setopt(c.h[i], CURLOPT_FAILONERROR, 1L);
+		if (s3) {
+			curl_easy_setopt(c.h[i], CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
+			curl_easy_setopt(c.h[i], CURLOPT_USERNAME, b->srv.s3_key);
+			curl_easy_setopt(c.h[i], CURLOPT_PASSWORD, b->srv.s3_secret);
+		}
+		if (next < n)
+			start_job(&c, i, &jobs[next++]);
+	}
+	while (done < n && rc == 0) {
+		int running, left;
+		CURLMsg *msg;
+
+		curl_multi_perform(c.m, &running);
+		while ((msg = curl_multi_info_read(c.m, &left))) {
+			unsigned i;
+			char *priv;
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
+			i = (unsigned)(uintptr_t)priv;
+			curl_multi_remove_handle(c.m, c.h[i]);
+			if (msg->data.result != CURLE_OK || c.x[i].at != c.x[i].end) {
+				fprintf(stderr, "bench_remote: a reference transfer failed: %s\n",
+					curl_easy_strerror(msg->data.result));
+				rc = -1;
+				break;
+			}
+			done++;
+			if (next < n)
+				start_job(&c, i, &jobs[next++]);
+		}
+		if (done < n && rc == 0)
+			curl_multi_poll(c.m, NULL, 0, 100, NULL);
+	}
+	for (unsigned i = 0; i < conc; i++) {
+		curl_multi_remove_handle(c.m, c.h[i]);
+		curl_easy_cleanup(c.h[i]);
+		curl_slist_free_all(c.hdr[i]);
+	}
+	curl_multi_cleanup(c.m);
+	return rc;
+}
+
+/*
+ * In a child (its CPU measured alone): every shard file in chunk-sized ranges, into one /dev/shm
+ * object (to_shm) or into one file per shard under b->local. The sample's s is the child's wall
+ * time.
+ */
+static int reference(const struct bench *b, const char *base, bool s3, bool to_shm,
+		     struct sample *ret)
+{
+	char shm[128];
+	struct rusage ru;
+	int status, pfd[2];
+	double t0 = bench_now();
+	pid_t pid;
+
+	snprintf(shm, sizeof(shm), "/%s.bench-raw", b->h.prefix);
+	if (pipe(pfd) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		static struct job jobs[1 << 16];
+		int fds[MAX_SHARDS];
+		size_t n = 0;
+		uint64_t at = 0;
+		char path[PATH_MAX + 80];
+
+		close(pfd[0]);
+		curl_global_init(CURL_GLOBAL_DEFAULT);
+		if (to_shm) {
+			fds[0] = shm_open(shm, O_RDWR | O_CREAT | O_TRUNC, 0600);
+			if (fds[0] < 0 || ftruncate(fds[0], (off_t)b->file_bytes) < 0)
+				_exit(1);
+		}
+		for (int s = 0; s < b->nshards; s++) {
+			if (to_shm) {
+				fds[s] = fds[0];
+			} else {
+				snprintf(path, sizeof(path), "%s/%s", b->local, b->shard[s]);
+				fds[s] = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+				if (fds[s] < 0 || ftruncate(fds[s], (off_t)b->shard_size[s]) < 0)
+					_exit(1);
+			}
+			for (uint64_t off = 0; off < b->shard_size[s] && n < 1 << 16;
+			     off += b->chunk) {
+				uint64_t len = b->shard_size[s] - off < b->chunk ?
+						       b->shard_size[s] - off :
+						       b->chunk;
+				jobs[n++] = (struct job){ s, off, len, fds[s],
+							  (to_shm ? at : 0) + off };
+			}
+			at += b->shard_size[s];
+		}
+		_exit(fetch_all(b, base, s3, jobs, n) == 0 ? 0 : 1);
+	}
+	close(pfd[1]);
+	close(pfd[0]);
+	if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
+		shm_unlink(shm);
+		return -1;
+	}
+	ret->s = bench_now() - t0;
+	ret->cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+		   (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+	ret->bytes = b->file_bytes;
+	shm_unlink(shm);
+	return 0;
+}
+
+/* ---- weightd ------------------------------------------------------------------------------- */
+
+/* Unlink every segment under the prefix and every state record: the next start is cold. */
+static void make_cold(const struct bench *b)
+{
+	char path[PATH_MAX + 320];
+	struct dirent *e;
+	size_t plen = strlen(b->h.prefix);
+	DIR *d = opendir("/dev/shm");
+
+	while (d && (e = readdir(d)))
+		if (strncmp(e->d_name, b->h.prefix, plen) == 0 && e->d_name[plen] == '.') {
+			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+			unlink(path);
+		}
+	if (d)
+		closedir(d);
+	snprintf(path, sizeof(path), "%s/state/%s", b->h.dir, b->h.prefix);
+	d = opendir(path);
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			char f[PATH_MAX + 600];
+			snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
+			unlink(f);
+		}
+	if (d)
+		closedir(d);
+}
+
+/* Start a daemon serving `section` as checkpoint "ckpt", bind all of it as one unit, stop it.
+ * The sample: from the start to the unit validated; the daemon's CPU; the checkpoint's bytes. */
+static int load(struct bench *b, const char *section, struct sample *ret)
+{
+	const struct harness_opts o = { .file_log_level = true, .no_settle = true };
+	char extra[256];
+	weightd_client *c = NULL;
+	weightd_description *d = NULL;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	double t0, until;
+	long ticks;
+	int r;
+
+	make_cold(b);
+	snprintf(extra, sizeof(extra),
+		 "budget = %lluM\nlog_level = notice\nworkers = 0\n"
+		 "remote_concurrency = %u\nremote_chunk = %llu\n",
+		 (unsigned long long)(b->file_bytes / 2 * 3 >> 20) + 64, b->conc,
+		 (unsigned long long)b->chunk);
+	if (harness_write_config(&b->h, extra, section) < 0)
+		return -1;
+	t0 = bench_now();
+	if (harness_start_opts(&b->h, &o) < 0)
+		return -1;
+	r = weightd_connect(b->h.sock, "bench_remote", &c, &err);
+	/* a remote checkpoint may still be being admitted when the daemon is ready */
+	for (until = bench_now() + 120; r == 0;) {
+		r = weightd_describe(c, "ckpt", &d, &err);
+		if (r == 0 || bench_now() > until)
+			break;
+		usleep(2000);
+		r = 0;
+	}
+	if (r == 0)
+		r = weightd_unit_new(c, &u, &err);
+	for (size_t i = 0; r >= 0 && i < d->n_tensors; i++) {
+		const weightd_tensor_info *t = &d->tensors[i];
+		r = weightd_unit_slot(u, t->name, t->dtype, t->shape, t->ndim, NULL, &err);
+		if (r >= 0)
+			r = weightd_unit_set_tensor(u, t->name, "ckpt", t->name, NULL, &err);
+	}
+	if (r >= 0)
+		r = weightd_unit_submit(u, &err);
+	if (r >= 0)
+		r = weightd_unit_validate(u, &err);
+	ret->s = bench_now() - t0;
+	ticks = harness_cpu_ticks(b->h.pid);
+	ret->cpu = (double)ticks / (double)sysconf(_SC_CLK_TCK);
+	ret->bytes = d ? d->source.bytes : 0;
+	if (r < 0)
+		fprintf(stderr, "bench_remote: %s\n", err.message);
+	weightd_unit_free(u);
+	weightd_description_free(d);
+	weightd_close(c);
+	harness_stop(&b->h);
+	make_cold(b);
+	return r < 0 ? -1 : 0;
+}
+
+/* ---- setup --------------------------------------------------------------------------------- */
+
+static int setup(struct bench *b, const char *base, unsigned long long size,
+		 unsigned long long tensor_bytes, int shards, bool s3)
+{
+	char mk[PATH_MAX], weightd[PATH_MAX], cmd[4 * PATH_MAX], big[PATH_MAX + 16],
+		dir[PATH_MAX + 16], why[512];
+	struct dirent *e;
+	DIR *d;
+	FILE *f;
+
+	find_tool("WD_WEIGHTD", "../../daemon/weightd", weightd, sizeof(weightd));
+	find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
+	setenv("WD_WEIGHTD", weightd, 1);
+	if (!getenv("WD_SOURCE_DIR")) /* where tests/remote/servers.py is */
+		setenv("WD_SOURCE_DIR", WD_BENCH_SOURCE_DIR, 1);
+	if (harness_init_in(&b->h, base) < 0) {
+		fprintf(stderr, "bench_remote: a temp dir in %s: %s\n", base, strerror(errno));
+		return -1;
+	}
+	b->ready = true;
+	snprintf(b->root, sizeof(b->root), "%s/srv", b->h.dir);
+	snprintf(b->local, sizeof(b->local), "%s/local", b->h.dir);
+	snprintf(b->cred, sizeof(b->cred), "%s/s3.credentials", b->h.dir);
+	if (mkdir(b->root, 0755) < 0)
+		return -1;
+	snprintf(big, sizeof(big), "%s/big.safetensors", b->h.dir);
+	snprintf(dir, sizeof(dir), "%s/ckpt", b->root);
+	printf("writing a %llu-byte checkpoint in %d shards under %s ...\n", size, shards,
+	       b->h.dir);
+	fflush(stdout);
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' big '%s' %llu --tensor-bytes %llu && '%s' sharded '%s' %d "
+		 "--from '%s' && rm -f '%s'",
+		 mk, big, size, tensor_bytes, mk, dir, shards, big, big);
+	if (system(cmd) != 0)
+		return -1;
+	d = opendir(dir);
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.' && b->nshards < MAX_SHARDS) { /* the index too */
+			char p[PATH_MAX + 200];
+			struct stat st;
+			snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+			if (stat(p, &st) < 0)
+				return -1;
+			snprintf(b->shard[b->nshards], sizeof(b->shard[0]), "%s", e->d_name);
+			b->shard_size[b->nshards++] = (uint64_t)st.st_size;
+			b->file_bytes += (uint64_t)st.st_size;
+		}
+	if (d)
+		closedir(d);
+	if (wd_servers_start(b->root, s3, &b->srv, why, sizeof(why)) < 0) {
+		fprintf(stderr, "bench_remote: the servers did not start: %s\n", why);
+		return -1;
+	}
+	b->have_srv = true;
+	f = fopen(b->cred, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n", b->srv.s3_key,
+		b->srv.s3_secret);
+	fclose(f);
+	chmod(b->cred, 0600);
+	return 0;
+}
+
+static void teardown(struct bench *b)
+{
+	char cmd[PATH_MAX + 32];
+
+	if (b->have_srv)
+		wd_servers_stop(&b->srv);
+	if (!b->ready)
+		return;
+	harness_kill(&b->h);
+	make_cold(b);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->local);
+	if (system(cmd) != 0)
+		fprintf(stderr, "bench_remote: could not remove %s\n", b->local);
+	if (getenv("WD_KEEP_BENCH_DIR"))
+		setenv("WD_KEEP_TEST_DIR", "1", 1);
+	harness_cleanup(&b->h);
+}
+
+static double mbps(const struct sample *s)
+{
+	return (double)s->bytes / s->s / 1e6;
+}
+
+static double cpu_per_gib(const struct sample *s)
+{
+	return s->cpu / ((double)s->bytes / (double)(1u << 30));
+}
+
+static void row(const char *what, int run, const struct sample *s)
+{
+	printf("%4d  %-8s %9.3f s %9.0f MB/s %8.3f CPU s/GiB\n", run, what, s->s, mbps(s),
+	       cpu_per_gib(s));
+	fflush(stdout);
+}
+
+/* The median of a field over runs, as a sample (medians of each figure taken apart). */
+static struct sample median(const struct sample *v, int n)
+{
+	double s[MAX_RUNS], cpu[MAX_RUNS];
+
+	for (int i = 0; i < n; i++) {
+		s[i] = v[i].s;
+		cpu[i] = v[i].cpu;
+	}
+	return (struct sample){ bench_median(s, n), bench_median(cpu, n), v[0].bytes };
+}
+
+int main(int argc, char **argv)
+{
+	static struct sample wd[MAX_RUNS], raw[MAX_RUNS], today[MAX_RUNS];
+	struct bench b = { .ready = false, .conc = 16, .chunk = 8u << 20 };
+	unsigned long long size = 2ull << 30, tensor_bytes = 64u << 20, v;
+	int runs = 3, shards = 4, rc = 1;
+	const char *base = "/var/tmp";
+	bool s3 = true;
+	char section[2 * PATH_MAX], url[256];
+	struct sample mw, mr, mt, dl;
+	double la[3] = { 0, 0, 0 };
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
+		    parse_size(argv[i + 1], &size) == 0)
+			i++;
+		else if (strcmp(argv[i], "--tensor-bytes") == 0 && i + 1 < argc &&
+			 parse_size(argv[i + 1], &tensor_bytes) == 0)
+			i++;
+		else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc &&
+			 parse_size(argv[i + 1], &v) == 0 && v >= 65536)
+			b.chunk = v, i++;
+		else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc &&
+			 atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= MAX_CONC)
+			b.conc = (unsigned)atoi(argv[++i]);
+		else if (strcmp(argv[i], "--shards") == 0 && i + 1 < argc &&
+			 atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= MAX_SHARDS)
+			shards = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
+			 atoi(argv[i + 1]) <= MAX_RUNS)
+			runs = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+			base = argv[++i];
+		else if (strcmp(argv[i], "--no-s3") == 0)
+			s3 = false;
+		else {
+			fprintf(stderr,
+				"usage: bench_remote [--size BYTES] [--shards N] [--runs N<=%d] "
+				"[--concurrency N] [--chunk BYTES] [--tensor-bytes BYTES] [--dir DIR] "
+				"[--no-s3]\n",
+				MAX_RUNS);
+			return 2;
+		}
+	}
+	signal(SIGPIPE, SIG_IGN);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	if (setup(&b, base, size, tensor_bytes, shards, s3) < 0)
+		goto out;
+	printf("checkpoint: %d files, %llu bytes; nginx on 127.0.0.1:%d; %u connections "
+	       "of %llu-byte ranges\n\n",
+	       b.nshards, (unsigned long long)b.file_bytes, b.srv.http, b.conc,
+	       (unsigned long long)b.chunk);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/ckpt/", b.srv.http);
+	for (int r = 0; r < runs; r++) {
+		char cmd[PATH_MAX + 32];
+
+		snprintf(section, sizeof(section),
+			 "[checkpoint:ckpt]\npath = %s\nallow_http = yes\n", url);
+		if (load(&b, section, &wd[r]) < 0)
+			goto out;
+		row("weightd", r + 1, &wd[r]);
+		if (reference(&b, url, false, true, &raw[r]) < 0)
+			goto out;
+		row("raw", r + 1, &raw[r]);
+		/* today: download, then load the local copy */
+		if (mkdir(b.local, 0755) < 0 || reference(&b, url, false, false, &dl) < 0)
+			goto out;
+		snprintf(section, sizeof(section), "[checkpoint:ckpt]\npath = %s/\n", b.local);
+		if (load(&b, section, &today[r]) < 0)
+			goto out;
+		today[r].s += dl.s;
+		today[r].cpu += dl.cpu;
+		row("today", r + 1, &today[r]);
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b.local);
+		if (system(cmd) != 0)
+			goto out;
+	}
+	mw = median(wd, runs);
+	mr = median(raw, runs);
+	mt = median(today, runs);
+	printf("\nmedian of %d:\n", runs);
+	printf("  weightd  %8.3f s %6.0f MB/s %6.3f CPU s/GiB\n", mw.s, mbps(&mw),
+	       cpu_per_gib(&mw));
+	printf("  raw      %8.3f s %6.0f MB/s %6.3f CPU s/GiB   weightd/raw rate %.2fx "
+	       "(target >= 0.9x)\n",
+	       mr.s, mbps(&mr), cpu_per_gib(&mr), mr.s / mw.s);
+	printf("  today    %8.3f s %6.0f MB/s %6.3f CPU s/GiB   weightd %.2fx faster end to end "
+	       "(target >= 1.5x)\n",
+	       mt.s, mbps(&mt), cpu_per_gib(&mt), mt.s / mw.s);
+	rc = mr.s / mw.s >= 0.9 && mt.s / mw.s >= 1.5 ? 0 : 1;
+	if (s3 && b.srv.s3) {
+		struct sample ws, rs;
+		char s3url[256];
+
+		snprintf(section, sizeof(section),
+			 "[checkpoint:ckpt]\npath = s3://%s/ckpt/\nendpoint = http://127.0.0.1:%d\n"
+			 "region = us-east-1\npath_style = yes\ncredentials_file = %s\n"
+			 "allow_http = yes\n",
+			 b.srv.bucket, b.srv.s3, b.cred);
+		snprintf(s3url, sizeof(s3url), "http://127.0.0.1:%d/%s/ckpt/", b.srv.s3,
+			 b.srv.bucket);
+		printf("\ns3rver behind the SigV4-checking proxy (Python: it bounds both):\n");
+		if (load(&b, section, &ws) == 0 && reference(&b, s3url, true, true, &rs) == 0) {
+			row("weightd", 1, &ws);
+			row("raw", 1, &rs);
+			printf("  weightd/raw rate %.2fx\n", rs.s / ws.s);
+		} else {
+			printf("  failed (see above)\n");
+			rc = 1;
+		}
+	}
+	if (getloadavg(la, 3) < 0)
+		la[0] = -1;
+	printf("load average %.2f (the machine may be shared)\n", la[0]);
+out:
+	teardown(&b);
+	return rc;
+}
