@@ -662,6 +662,7 @@ static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_er
 	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, r->connect_timeout_ms);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, r->low_speed_time);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, r->low_speed_bytes);

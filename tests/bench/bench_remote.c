@@ -202,6 +202,9 @@ static int fetch_all(const struct bench *b, const char *base, bool s3, struct jo
 		curl_easy_setopt(c.h[i], CURLOPT_WRITEDATA, &c.x[i]);
 		curl_easy_setopt(c.h[i], CURLOPT_PRIVATE, (char *)(uintptr_t)i);
 		curl_easy_setopt(c.h[i], CURLOPT_FAILONERROR, 1L);
+		/* as weightd reads: 512 KiB per read and write (curl's default, 16 KiB, costs a
+		 * recv and a pwrite per 16 KiB) */
+		curl_easy_setopt(c.h[i], CURLOPT_BUFFERSIZE, 512L << 10);
 		if (s3) {
 			curl_easy_setopt(c.h[i], CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
 			curl_easy_setopt(c.h[i], CURLOPT_USERNAME, b->srv.s3_key);
