@@ -104,7 +104,7 @@ const struct config_key config_keys[] = {
 	  .min = 1, .max = 1024, .def = "16", .reload = CONFIG_LIVE,
 	  .doc = "range requests to object storage at once, all checkpoints together" },
 	{ DAEMON(remote_chunk_bytes), .name = "remote_chunk", .type = CONFIG_T_SIZE,
-	  .min = 64u << 10, .max = 1u << 30, .def = "8M", .reload = CONFIG_LIVE,
+	  .min = 64u << 10, .max = 1u << 30, .def = "16M", .reload = CONFIG_LIVE,
 	  .doc = "bytes asked for by one range request of a remote checkpoint's payload" },
 
 	/* [daemon], read at start only */

@@ -206,7 +206,23 @@ struct fill_remote {
 	struct wd_hash hash;
 	uint8_t *digests; /* one per WD_DIGEST_CHUNK chunk, in order */
 	struct wd_scratch *scratch;
+	struct wd_hash *streams; /* per chunk while it arrives (a chunk in one request), or NULL */
 };
+
+/* range_data: bytes of chunk i just written, in order: hash them while they are in cache. */
+static int remote_chunk_data(void *arg, size_t i, const void *data, size_t n, weightd_error *err)
+{
+	struct fill_remote *fr = arg;
+	struct wd_hash *h = &fr->streams[i];
+	int r;
+
+	if (fr->alg == WD_DIGEST_NONE)
+		return 0;
+	if (!h->state && (r = wd_hash_init(h, fr->alg)) < 0)
+		return wd_error_set(err, r, "cannot start a %s digest", wd_digest_name(fr->alg));
+	wd_hash_update(h, data, n);
+	return 0;
+}
 
 /* range_done: chunk i of the weight is in the segment; hash it from there. */
 static int remote_chunk_landed(void *arg, size_t i, weightd_error *err)
@@ -217,6 +233,16 @@ static int remote_chunk_landed(void *arg, size_t i, weightd_error *err)
 
 	if (fr->alg == WD_DIGEST_NONE)
 		return 0;
+	if (fr->streams) {
+		struct wd_hash *h = &fr->streams[i];
+		int r;
+		if (!h->state && (r = wd_hash_init(h, fr->alg)) < 0) /* an empty chunk */
+			return wd_error_set(err, r, "cannot start a %s digest",
+					    wd_digest_name(fr->alg));
+		wd_hash_digest(h, fr->digests + i * wd_digest_len(fr->alg));
+		wd_hash_free(h);
+		return 0;
+	}
 	wd_hash_reset(&fr->hash);
 	for (uint64_t at = 0; at < len;) {
 		size_t want = len - at < fr->scratch->cap ? (size_t)(len - at) : fr->scratch->cap;
@@ -237,8 +263,10 @@ static int remote_chunk_landed(void *arg, size_t i, weightd_error *err)
  * A weight that is one byte range of a remote object as stored: its chunks of WD_DIGEST_CHUNK
  * bytes are fetched as ranges of remote_chunk bytes over up to remote_concurrency connections
  * (the node's limit shared with every other fill), each written into the segment as it
- * arrives, and each chunk hashed from the segment as soon as it is whole while the rest
- * arrives: the digest is of what landed, composed as fill_parallel composes its chunks. No
+ * arrives. The digest is of what landed, composed as fill_parallel composes its chunks: with
+ * remote_chunk of at least WD_DIGEST_CHUNK each chunk is one request, hashed as its bytes
+ * arrive (in cache, no second pass); with smaller ranges a chunk arrives in several pieces at
+ * once and is hashed from the segment as soon as it is whole, while the rest arrives. No
  * helper is posted: the transfers wait on the network, not on a core, and one worker drives
  * them all.
  */
@@ -262,13 +290,19 @@ static int fill_from_remote(struct fill *f, const struct wd_source *src, uint32_
 	int r;
 
 	fr.digests = calloc(nchunks, dlen ? dlen : 1);
+	if (fo.chunk >= WD_DIGEST_CHUNK && f->alg != WD_DIGEST_NONE) {
+		fr.streams = calloc(nchunks, sizeof(*fr.streams));
+		fo.range_data = remote_chunk_data;
+		if (!fr.streams)
+			fr.digests = (free(fr.digests), NULL);
+	}
 	if (!ranges || !fr.digests) {
 		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
 				 "no memory for %llu ranges of a remote weight",
 				 (unsigned long long)nchunks);
 		goto out;
 	}
-	if (f->alg != WD_DIGEST_NONE && (r = wd_hash_init(&fr.hash, f->alg)) < 0) {
+	if (f->alg != WD_DIGEST_NONE && !fr.streams && (r = wd_hash_init(&fr.hash, f->alg)) < 0) {
 		wd_error_set(err, r, "cannot start a %s digest", wd_digest_name(f->alg));
 		goto out;
 	}
@@ -295,6 +329,9 @@ static int fill_from_remote(struct fill *f, const struct wd_source *src, uint32_
 			wd_error_set(err, r, "cannot compose the chunk digests");
 	}
 out:
+	for (uint64_t i = 0; fr.streams && i < nchunks; i++)
+		wd_hash_free(&fr.streams[i]); /* those a failure left open */
+	free(fr.streams);
 	wd_hash_free(&fr.hash);
 	free(fr.digests);
 	free(ranges);

@@ -470,6 +470,8 @@ struct piece {
 	bool stat; /* pinning: [0, 1) asked for, identity taken from the answer */
 	size_t range;	    /* which of the call's ranges it belongs to */
 	uint64_t *progress; /* bytes written are added here, or NULL */
+	int (*data_cb)(void *arg, size_t i, const void *data, size_t n, weightd_error *err);
+	void *data_arg;
 	unsigned attempts;
 	uint64_t not_before; /* ms, monotonic */
 	CURL *h;
@@ -619,6 +621,15 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 				return 0;
 			}
 			done += (size_t)w;
+		}
+	}
+	if (p->data_cb) {
+		weightd_error e;
+		int r;
+		wd_error_clear(&e);
+		if ((r = p->data_cb(p->data_arg, p->range, data, n, &e)) < 0) {
+			piece_fail(p, -r, "%s", e.message);
+			return 0;
 		}
 	}
 	p->got += n;
@@ -1068,6 +1079,13 @@ int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
 					    (unsigned long long)o->size);
 		np += (size_t)((ranges[i].len + chunk - 1) / chunk);
 	}
+	for (size_t i = 0; fo->range_data && i < n; i++)
+		if (ranges[i].len > chunk)
+			return wd_error_set(
+				err, WEIGHTD_E_INVALID_ARGUMENT,
+				"%s: range_data with a range of %llu bytes, longer than "
+				"the chunk",
+				o->shown, (unsigned long long)ranges[i].len);
 	if (fo->range_done) {
 		run.range_done = fo->range_done;
 		run.arg = fo->arg;
@@ -1090,6 +1108,8 @@ int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
 			p->fd_off = ranges[i].fd_off + d;
 			p->range = i;
 			p->progress = fo->progress;
+			p->data_cb = fo->range_data;
+			p->data_arg = fo->arg;
 			if (run.remaining)
 				run.remaining[i]++;
 		}

@@ -154,10 +154,15 @@ struct wd_remote_fetch_opts {
 	 * rest goes on arriving (a digest of what landed); a negative return (err set) fails the
 	 * fetch with it. */
 	int (*range_done)(void *arg, size_t i, weightd_error *err);
+	/* Called on the calling thread with each piece of payload just written for ranges[i], in
+	 * order and each byte once (a digest of what arrives, while it is in cache). Only for
+	 * fetches whose every range is one request (no longer than chunk): the call is refused
+	 * otherwise. A negative return (err set) fails the fetch with it. */
+	int (*range_data)(void *arg, size_t i, const void *data, size_t n, weightd_error *err);
 	void *arg;
 };
 
-#define WD_REMOTE_CHUNK_DEFAULT	      (8u << 20)
+#define WD_REMOTE_CHUNK_DEFAULT	      (16u << 20)
 #define WD_REMOTE_CONCURRENCY_DEFAULT 16u
 
 /*

@@ -8,7 +8,7 @@
  *     tests/bench/bench_remote [--size BYTES] [--shards N] [--runs N] [--concurrency N]
  *                              [--chunk BYTES] [--tensor-bytes BYTES] [--dir DIR] [--no-s3]
  *
- * Defaults: 2G in 4 shards of tensors of at most 64M, 3 runs, 16 connections of 8M ranges, a
+ * Defaults: 2G in 4 shards of tensors of at most 64M, 3 runs, 16 connections of 16M ranges, a
  * temporary directory under /var/tmp (removed at the end with every segment the runs made).
  * nginx (and s3rver) come from tests/remote/servers.py, as the tests run them.
  *
@@ -522,7 +522,7 @@ static struct sample median(const struct sample *v, int n)
 int main(int argc, char **argv)
 {
 	static struct sample wd[MAX_RUNS], raw[MAX_RUNS], today[MAX_RUNS];
-	struct bench b = { .ready = false, .conc = 16, .chunk = 8u << 20 };
+	struct bench b = { .ready = false, .conc = 16, .chunk = 16u << 20 };
 	unsigned long long size = 2ull << 30, tensor_bytes = 64u << 20, v;
 	int runs = 3, shards = 4, rc = 1;
 	const char *base = "/var/tmp";

@@ -195,7 +195,7 @@ static void check_defaults(const struct config *cfg)
 	assert_int_equal(cfg->max_idle_weights, 1048576);
 	assert_int_equal(cfg->max_idle_segments, 1024);
 	assert_int_equal(cfg->remote_concurrency, 16);
-	assert_int_equal(cfg->remote_chunk_bytes, 8u << 20);
+	assert_int_equal(cfg->remote_chunk_bytes, 16u << 20);
 	assert_int_equal(cfg->max_clients_per_uid, 64);
 	assert_int_equal(cfg->client_max_queue_fds, 1024);
 	assert_int_equal(cfg->uid_max_queue_fds, 4096);

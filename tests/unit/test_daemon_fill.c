@@ -189,16 +189,20 @@ static void test_remote_weight_is_fetched_in_parallel_ranges(void **state)
 	NEED_SERVERS();
 	remote = open_remote(0);
 	local = open_local();
-	fill_remote_set(6, 1u << 20);
-	for (size_t a = 0; a < 2; a++) {
+	/* ranges of 1 MiB (a chunk in 16 pieces, hashed from the segment) and of 16 MiB (a chunk
+	 * per request, hashed as it arrives) */
+	for (size_t k = 0; k < 4; k++) {
+		size_t a = k % 2;
+		uint64_t chunk = k < 2 ? 1u << 20 : 16u << 20;
+		fill_remote_set(6, chunk);
 		free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
 		fill(remote, "big", BIG_BYTES, algs[a], &fr);
 		if (fr.rc)
 			fail_msg("%s", fr.err.message);
 		proxy_log(&requests, &largest);
-		/* 41 ranges of at most 1 MiB, no more (nothing read twice) */
-		assert_int_equal(requests, (int)((BIG_BYTES + (1u << 20) - 1) >> 20));
-		assert_true(largest <= 1u << 20);
+		/* ranges of at most `chunk`, no more (nothing read twice) */
+		assert_int_equal(requests, (int)((BIG_BYTES + chunk - 1) / chunk));
+		assert_true(largest <= chunk);
 		wd_remote_slots(&in_use, &peak);
 		assert_int_equal(in_use, 0);
 		assert_true(peak > 1);
@@ -250,6 +254,35 @@ static void test_a_failing_server_fails_the_weight(void **state)
 	wd_source_free(remote);
 }
 
+/* Answers cut mid-body are resumed from their missing bytes, and a chunk hashed as it arrives
+ * still sees each byte once: the digest is the local fill's. */
+static void test_resumed_ranges_keep_the_digest(void **state)
+{
+	struct wd_source *remote, *local;
+	struct filled fr, fl;
+
+	(void)state;
+	NEED_SERVERS();
+	remote = open_remote(3);
+	local = open_local();
+	fill_remote_set(4, 16u << 20);
+	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+	free(wd_servers_get(srv.fault, "/__ctl?fault=drop&n=3&after=1000000"));
+	fill(remote, "big", BIG_BYTES, WD_DIGEST_XXH3_128, &fr);
+	if (fr.rc)
+		fail_msg("%s", fr.err.message);
+	assert_int_equal(fr.progress, BIG_BYTES);
+	check_bytes(fr.fd, BIG_BYTES, 5);
+	fill(local, "big", BIG_BYTES, WD_DIGEST_XXH3_128, &fl);
+	assert_memory_equal(fr.digest, fl.digest, 16);
+	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+	close(fr.fd);
+	close(fl.fd);
+	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT);
+	wd_source_free(remote);
+	wd_source_free(local);
+}
+
 static void *stop_soon(void *arg)
 {
 	(void)arg;
@@ -289,6 +322,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_remote_weight_is_fetched_in_parallel_ranges),
 		cmocka_unit_test(test_a_failing_server_fails_the_weight),
+		cmocka_unit_test(test_resumed_ranges_keep_the_digest),
 		cmocka_unit_test(test_stop_ends_a_stalled_fill),
 	};
 
