@@ -395,7 +395,8 @@ struct batch {
 };
 
 /* Worker thread: the jobs of a batch, one after another; a run of them (fill_run_length)
- * from one read. */
+ * from one read, the stored weights of one remote object (fill_remote_run_length) fetched
+ * together. */
 static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 {
 	struct job *jobs[BATCH_MAX_JOBS], *j;
@@ -411,8 +412,30 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 		};
 	}
 	for (size_t i = 0; i < n;) {
-		size_t k = scratch ? fill_run_length(parts + i, n - i, scratch->cap) : 1;
+		size_t k = fill_remote_run_length(parts + i, n - i);
 
+		if (k > 0) {
+			uint64_t t0 = wd_clock_ns(), ns;
+			weightd_error err;
+
+			wd_error_clear(&err);
+			if (fill_remote_run(jobs[i]->fd, parts + i, k, &err) == 0) {
+				ns = (wd_clock_ns() - t0) / k;
+				for (; k; k--, i++) {
+					jobs[i]->bytes_read = jobs[i]->nbytes;
+					jobs[i]->ns = ns;
+					jobs[i]->status = 0;
+				}
+				continue;
+			}
+			log_debug("%zu weights fetched together failed; fetching them one by one "
+				  "(starting with %s): %s",
+				  k, wd_plan_label(jobs[i]->plan), err.message);
+			for (; k; k--, i++)
+				job_work(&jobs[i]->task, scratch);
+			continue;
+		}
+		k = scratch ? fill_run_length(parts + i, n - i, scratch->cap) : 1;
 		if (k > 1) {
 			uint64_t t0 = wd_clock_ns(), ns;
 			weightd_error err;

@@ -365,6 +365,105 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
 	return fill_sequential(&f, scratch, ret_digest, ret_bytes_read, err);
 }
 
+/* A run of small stored weights of one remote object, fetched together. */
+struct remote_run {
+	const struct fill_part *parts;
+	struct wd_hash *streams; /* one per weight while it arrives */
+};
+
+static int run_data(void *arg, size_t i, const void *data, size_t n, weightd_error *err)
+{
+	struct remote_run *rr = arg;
+	struct wd_hash *h = &rr->streams[i];
+	int r;
+
+	if (rr->parts[i].out.alg == WD_DIGEST_NONE)
+		return 0;
+	if (!h->state && (r = wd_hash_init(h, rr->parts[i].out.alg)) < 0)
+		return wd_error_set(err, r, "cannot start a %s digest",
+				    wd_digest_name(rr->parts[i].out.alg));
+	wd_hash_update(h, data, n);
+	return 0;
+}
+
+static int run_done(void *arg, size_t i, weightd_error *err)
+{
+	struct remote_run *rr = arg;
+	const struct wd_sink_part *out = &rr->parts[i].out;
+	struct wd_hash *h = &rr->streams[i];
+	int r;
+
+	if (out->alg != WD_DIGEST_NONE) {
+		if (!h->state && (r = wd_hash_init(h, out->alg)) < 0) /* an empty weight */
+			return wd_error_set(err, r, "cannot start a %s digest",
+					    wd_digest_name(out->alg));
+		wd_hash_digest(h, out->digest);
+		wd_hash_free(h);
+	}
+	if (out->progress)
+		__atomic_fetch_add(out->progress, out->size, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static bool remote_part(const struct fill_part *p, const struct wd_source **src, uint32_t *file,
+			uint64_t *off)
+{
+	return p->out.size <= WD_DIGEST_CHUNK && wd_plan_file_range(p->plan, src, file, off) &&
+	       wd_source_is_remote(*src);
+}
+
+size_t fill_remote_run_length(const struct fill_part *parts, size_t n)
+{
+	const struct wd_source *src, *s2;
+	uint32_t file, f2;
+	uint64_t off;
+	size_t k = 1;
+
+	if (!n || !remote_part(&parts[0], &src, &file, &off))
+		return 0;
+	while (k < n && k < FILL_RUN_MAX && remote_part(&parts[k], &s2, &f2, &off) && s2 == src &&
+	       f2 == file)
+		k++;
+	return k;
+}
+
+int fill_remote_run(int fd, const struct fill_part *parts, size_t n, weightd_error *err)
+{
+	struct wd_remote_range ranges[FILL_RUN_MAX];
+	struct wd_hash streams[FILL_RUN_MAX] = { { 0 } };
+	struct remote_run rr = { parts, streams };
+	struct wd_remote_fetch_opts fo = {
+		.concurrency = __atomic_load_n(&remote_conc, __ATOMIC_RELAXED),
+		.chunk = WD_DIGEST_CHUNK, /* each weight one request: hashed as it arrives */
+		.range_data = run_data,
+		.range_done = run_done,
+		.arg = &rr,
+	};
+	const struct wd_source *src = NULL;
+	uint32_t file = 0;
+	uint64_t off, total = 0;
+	int r;
+
+	if (n > FILL_RUN_MAX)
+		return wd_error_set(err, WEIGHTD_E_INTERNAL, "a remote run of %zu weights", n);
+	for (size_t i = 0; i < n; i++) {
+		if (!remote_part(&parts[i], &src, &file, &off))
+			return wd_error_set(err, WEIGHTD_E_INTERNAL, "not a run of remote ranges");
+		ranges[i] = (struct wd_remote_range){
+			.off = off, .len = parts[i].out.size, .fd = fd, .fd_off = parts[i].out.base
+		};
+		total += parts[i].out.size;
+	}
+	r = wd_remote_fetch(wd_source_remote(src), wd_source_remote_object(src, file), ranges, n,
+			    &fo, err);
+	for (size_t i = 0; i < n; i++)
+		wd_hash_free(&streams[i]);
+	if (r == 0)
+		log_debug("fetched %zu weights (%llu bytes) of %s together", n,
+			  (unsigned long long)total, wd_source_name(src));
+	return r;
+}
+
 static bool part_range(const struct fill_part *p, const struct wd_source **src, uint32_t *file,
 		       uint64_t *off)
 {

@@ -68,6 +68,22 @@ struct fill_part {
 size_t fill_run_length(const struct fill_part *parts, size_t n, size_t cap);
 
 /*
+ * How many of parts[0..n) from the first are stored weights of one remote object (each one byte
+ * range of it as it is, wd_plan_file_range over a remote source, of at most WD_DIGEST_CHUNK
+ * bytes), at most FILL_RUN_MAX: 0 when parts[0] is not one.
+ */
+size_t fill_remote_run_length(const struct fill_part *parts, size_t n);
+
+/*
+ * Worker thread: fetch a run found by fill_remote_run_length into fd with one wd_remote_fetch,
+ * a range per weight over up to remote_concurrency connections (so a batch of small weights
+ * waits for one round trip per remote_concurrency of them, not one each), each hashed as it
+ * arrives. 0, or a negative code with err set: the weights are then to be filled one by one
+ * (fill_weight), which says precisely which failed.
+ */
+int fill_remote_run(int fd, const struct fill_part *parts, size_t n, weightd_error *err);
+
+/*
  * Worker thread: fill a run found by fill_run_length into fd (the segment's writable fd): one
  * pread of all of it into scratch->buf, the file checked before and after as wd_plan_execute
  * checks it, then the sink writes every weight (wd_sink_write_run) with its digest. A few

@@ -47,6 +47,12 @@ static int setup(void **state)
 	const struct stw_tensor ts[] = {
 		{ .name = "small", .dtype = "U8", .ndim = 1, .shape = { SMALL_BYTES }, .seed = 3 },
 		{ .name = "big", .dtype = "U8", .ndim = 1, .shape = { BIG_BYTES }, .seed = 5 },
+		{ .name = "s0", .dtype = "U8", .ndim = 1, .shape = { 100003 }, .seed = 10 },
+		{ .name = "s1", .dtype = "U8", .ndim = 1, .shape = { 100003 }, .seed = 11 },
+		{ .name = "s2", .dtype = "U8", .ndim = 1, .shape = { 100003 }, .seed = 12 },
+		{ .name = "s3", .dtype = "U8", .ndim = 1, .shape = { 100003 }, .seed = 13 },
+		{ .name = "s4", .dtype = "U8", .ndim = 1, .shape = { 100003 }, .seed = 14 },
+		{ .name = "s5", .dtype = "U8", .ndim = 1, .shape = { 100003 }, .seed = 15 },
 	};
 	char path[4200];
 
@@ -54,7 +60,7 @@ static int setup(void **state)
 	if (stw_tmpdir(root, sizeof(root)))
 		return -1;
 	snprintf(path, sizeof(path), "%s/m.safetensors", root);
-	if (stw_write(path, ts, 2, NULL, 0, NULL) < 0)
+	if (stw_write(path, ts, sizeof(ts) / sizeof(ts[0]), NULL, 0, NULL) < 0)
 		return -1;
 	have_servers = wd_servers_start(root, false, &srv, skip_why, sizeof(skip_why)) == 0;
 	return 0;
@@ -231,6 +237,83 @@ static void test_remote_weight_is_fetched_in_parallel_ranges(void **state)
 	wd_source_free(local);
 }
 
+/*
+ * Small stored weights of one remote object, as a batch holds them, are fetched together: a
+ * request each, several at once, each digest the plain hash of its bytes (the local fill's),
+ * each progress counted whole.
+ */
+static void test_a_run_of_small_weights_is_fetched_together(void **state)
+{
+	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+	struct wd_source *remote, *local;
+	struct wd_resolver res;
+	struct wd_plan *plans[6];
+	struct fill_part parts[6];
+	uint8_t digests[6][WD_DIGEST_MAX];
+	uint64_t progress[6] = { 0 };
+	struct filled fl;
+	weightd_error err;
+	unsigned in_use, peak;
+	uint64_t largest;
+	int requests, fd = memfd_create("fill-test", MFD_CLOEXEC);
+
+	(void)state;
+	NEED_SERVERS();
+	remote = open_remote(0);
+	local = open_local();
+	res = (struct wd_resolver){ remote, lookup };
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	for (int i = 0; i < 6; i++) {
+		char name[8];
+		snprintf(name, sizeof(name), "s%d", i);
+		assert_int_equal(wd_recipe_preflight_tensor("m", name, &res, &lim, &plans[i], &err),
+				 0);
+		/* in the segment in another order than in the file, with gaps */
+		parts[i] = (struct fill_part){ plans[i],
+					       { .base = (uint64_t)(5 - i) * 150000 + 7,
+						 .size = 100003,
+						 .alg = WD_DIGEST_XXH3_128,
+						 .digest = digests[i],
+						 .progress = &progress[i] } };
+	}
+	assert_int_equal(fill_remote_run_length(parts, 6), 6);
+	fill_remote_set(4, 1u << 20);
+	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+	wd_error_clear(&err);
+	assert_int_equal(fill_remote_run(fd, parts, 6, &err), 0);
+	proxy_log(&requests, &largest);
+	assert_int_equal(requests, 6);
+	wd_remote_slots(&in_use, &peak);
+	assert_true(peak > 1);
+	for (int i = 0; i < 6; i++) {
+		uint8_t *p = mmap(NULL, 1 << 20, PROT_READ, MAP_SHARED, fd, 0);
+		char name[8];
+		assert_true(p != MAP_FAILED);
+		for (uint64_t b = 0; b < 100003; b++)
+			if (p[parts[i].out.base + b] !=
+			    (uint8_t)((b * 131 + (10 + i) * 7 + 13) & 0xff))
+				fail_msg("s%d: byte %llu differs", i, (unsigned long long)b);
+		munmap(p, 1 << 20);
+		assert_int_equal(progress[i], 100003);
+		snprintf(name, sizeof(name), "s%d", i);
+		fill(local, name, 100003, WD_DIGEST_XXH3_128, &fl);
+		assert_int_equal(fl.rc, 0);
+		assert_memory_equal(digests[i], fl.digest, 16);
+		close(fl.fd);
+		wd_plan_free(plans[i]);
+	}
+	/* a local weight starts no remote run */
+	res = (struct wd_resolver){ local, lookup };
+	assert_int_equal(wd_recipe_preflight_tensor("m", "s0", &res, &lim, &plans[0], &err), 0);
+	parts[0].plan = plans[0];
+	assert_int_equal(fill_remote_run_length(parts, 1), 0);
+	wd_plan_free(plans[0]);
+	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT);
+	close(fd);
+	wd_source_free(remote);
+	wd_source_free(local);
+}
+
 /* A server that keeps failing fails the fill with a typed error naming the URL and the status
  * (the caller discards the range: job_work punches it out). */
 static void test_a_failing_server_fails_the_weight(void **state)
@@ -321,6 +404,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_remote_weight_is_fetched_in_parallel_ranges),
+		cmocka_unit_test(test_a_run_of_small_weights_is_fetched_together),
 		cmocka_unit_test(test_a_failing_server_fails_the_weight),
 		cmocka_unit_test(test_resumed_ranges_keep_the_digest),
 		cmocka_unit_test(test_stop_ends_a_stalled_fill),
