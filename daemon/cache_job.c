@@ -419,7 +419,8 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 			weightd_error err;
 
 			wd_error_clear(&err);
-			if (fill_remote_run(jobs[i]->fd, parts + i, k, &err) == 0) {
+			if (fill_remote_run(jobs[i]->cache->p.pool, jobs[i]->fd, parts + i, k,
+					    scratch, &err) == 0) {
 				ns = (wd_clock_ns() - t0) / k;
 				for (; k; k--, i++) {
 					jobs[i]->bytes_read = jobs[i]->nbytes;

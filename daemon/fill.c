@@ -199,15 +199,35 @@ static int fill_sequential(struct fill *f, struct wd_scratch *scratch, uint8_t *
 
 /* A weight fetched from a remote object straight into its segment, digested chunk by chunk as
  * each chunk lands. */
+/* What a remote fill waiting on a stalled server may do meanwhile: the first member of the
+ * structs its callbacks get. */
+struct remote_yield {
+	struct pool *pool; /* NULL: nothing (tests without a pool) */
+	struct wd_scratch *scratch;
+};
+
 struct fill_remote {
+	struct remote_yield y;
 	int fd;
 	uint64_t base, nbytes;
 	enum wd_digest_alg alg;
 	struct wd_hash hash;
-	uint8_t *digests; /* one per WD_DIGEST_CHUNK chunk, in order */
-	struct wd_scratch *scratch;
+	uint8_t *digests;	 /* one per WD_DIGEST_CHUNK chunk, in order */
 	struct wd_hash *streams; /* per chunk while it arrives (a chunk in one request), or NULL */
 };
+
+/*
+ * stalled: nothing has arrived for a while (a slow or hung server). Serve another owner's task
+ * that is due meanwhile, as fill_chunks does between chunks, so that a hung server does not
+ * hold this worker from everyone else; the transfers resume after it.
+ */
+static void remote_stalled(void *arg)
+{
+	struct remote_yield *y = arg;
+
+	if (y->pool && y->scratch)
+		pool_yield(y->pool, y->scratch);
+}
 
 /* range_data: bytes of chunk i just written, in order: hash them while they are in cache. */
 static int remote_chunk_data(void *arg, size_t i, const void *data, size_t n, weightd_error *err)
@@ -245,14 +265,15 @@ static int remote_chunk_landed(void *arg, size_t i, weightd_error *err)
 	}
 	wd_hash_reset(&fr->hash);
 	for (uint64_t at = 0; at < len;) {
-		size_t want = len - at < fr->scratch->cap ? (size_t)(len - at) : fr->scratch->cap;
-		ssize_t n = pread(fr->fd, fr->scratch->buf, want, (off_t)(fr->base + off + at));
+		size_t want =
+			len - at < fr->y.scratch->cap ? (size_t)(len - at) : fr->y.scratch->cap;
+		ssize_t n = pread(fr->fd, fr->y.scratch->buf, want, (off_t)(fr->base + off + at));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			return wd_error_set(err, WEIGHTD_E_IO, "reading back shared memory: %s",
 					    n < 0 ? strerror(errno) : "short read");
-		wd_hash_update(&fr->hash, fr->scratch->buf, (size_t)n);
+		wd_hash_update(&fr->hash, fr->y.scratch->buf, (size_t)n);
 		at += (uint64_t)n;
 	}
 	wd_hash_digest(&fr->hash, fr->digests + i * wd_digest_len(fr->alg));
@@ -274,14 +295,17 @@ static int fill_from_remote(struct fill *f, const struct wd_source *src, uint32_
 			    uint64_t off, struct wd_scratch *scratch, uint8_t *ret_digest,
 			    uint64_t *ret_bytes_read, weightd_error *err)
 {
-	struct fill_remote fr = {
-		.fd = f->fd, .base = f->base, .nbytes = f->nbytes, .alg = f->alg, .scratch = scratch
-	};
+	struct fill_remote fr = { .y = { f->pool, scratch },
+				  .fd = f->fd,
+				  .base = f->base,
+				  .nbytes = f->nbytes,
+				  .alg = f->alg };
 	struct wd_remote_fetch_opts fo = {
 		.concurrency = __atomic_load_n(&remote_conc, __ATOMIC_RELAXED),
 		.chunk = __atomic_load_n(&remote_chunk, __ATOMIC_RELAXED),
 		.progress = f->progress,
 		.range_done = remote_chunk_landed,
+		.stalled = remote_stalled,
 		.arg = &fr,
 	};
 	uint64_t nchunks = wd_content_chunks(f->nbytes);
@@ -367,6 +391,7 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
 
 /* A run of small stored weights of one remote object, fetched together. */
 struct remote_run {
+	struct remote_yield y;
 	const struct fill_part *parts;
 	struct wd_hash *streams; /* one per weight while it arrives */
 };
@@ -427,16 +452,18 @@ size_t fill_remote_run_length(const struct fill_part *parts, size_t n)
 	return k;
 }
 
-int fill_remote_run(int fd, const struct fill_part *parts, size_t n, weightd_error *err)
+int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, size_t n,
+		    struct wd_scratch *scratch, weightd_error *err)
 {
 	struct wd_remote_range ranges[FILL_RUN_MAX];
 	struct wd_hash streams[FILL_RUN_MAX] = { { 0 } };
-	struct remote_run rr = { parts, streams };
+	struct remote_run rr = { { pool, scratch }, parts, streams };
 	struct wd_remote_fetch_opts fo = {
 		.concurrency = __atomic_load_n(&remote_conc, __ATOMIC_RELAXED),
 		.chunk = WD_DIGEST_CHUNK, /* each weight one request: hashed as it arrives */
 		.range_data = run_data,
 		.range_done = run_done,
+		.stalled = remote_stalled,
 		.arg = &rr,
 	};
 	const struct wd_source *src = NULL;

@@ -34,7 +34,9 @@
  * remote source) is fetched instead: ranges of remote_chunk bytes over up to
  * remote_concurrency connections (fill_remote_set; the node's limit, shared with every other
  * fill), each written straight into fd as it arrives, each WD_DIGEST_CHUNK chunk hashed from fd
- * as soon as it is whole. No helper is posted; progress counts bytes as they arrive. Recipes
+ * as soon as it is whole. No helper is posted; progress counts bytes as they arrive. While the
+ * server sends nothing for WD_REMOTE_STALL_MS, the worker serves another owner's task that is
+ * due (pool_yield), so a hung server does not keep it from everyone else. Recipes
  * over remote sources take the paths above, reading what they need through wd_source_pread.
  */
 int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t base,
@@ -78,10 +80,12 @@ size_t fill_remote_run_length(const struct fill_part *parts, size_t n);
  * Worker thread: fetch a run found by fill_remote_run_length into fd with one wd_remote_fetch,
  * a range per weight over up to remote_concurrency connections (so a batch of small weights
  * waits for one round trip per remote_concurrency of them, not one each), each hashed as it
- * arrives. 0, or a negative code with err set: the weights are then to be filled one by one
- * (fill_weight), which says precisely which failed.
+ * arrives. While the server sends nothing the worker serves other owners' tasks that are due
+ * (pool_yield; pool may be NULL). 0, or a negative code with err set: the weights are then to
+ * be filled one by one (fill_weight), which says precisely which failed.
  */
-int fill_remote_run(int fd, const struct fill_part *parts, size_t n, weightd_error *err);
+int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, size_t n,
+		    struct wd_scratch *scratch, weightd_error *err);
 
 /*
  * Worker thread: fill a run found by fill_run_length into fd (the segment's writable fd): one

@@ -470,6 +470,7 @@ struct piece {
 	bool stat; /* pinning: [0, 1) asked for, identity taken from the answer */
 	size_t range;	    /* which of the call's ranges it belongs to */
 	uint64_t *progress; /* bytes written are added here, or NULL */
+	uint64_t *arrived;  /* the run's count of payload bytes (its stall watch) */
 	int (*data_cb)(void *arg, size_t i, const void *data, size_t n, weightd_error *err);
 	void *data_arg;
 	unsigned attempts;
@@ -633,6 +634,7 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 		}
 	}
 	p->got += n;
+	*p->arrived += n;
 	if (p->progress)
 		__atomic_fetch_add(p->progress, n, __ATOMIC_RELAXED);
 	return n;
@@ -819,6 +821,7 @@ static uint64_t backoff(const struct wd_remote *r, unsigned attempt, unsigned *s
 struct run {
 	unsigned conc;
 	const volatile int *cancel;
+	void (*stalled)(void *arg);
 	int (*range_done)(void *arg, size_t i, weightd_error *err);
 	void *arg;
 	size_t *remaining; /* pieces not done per range (with range_done) */
@@ -837,7 +840,11 @@ static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, const
 	CURL **idle = calloc(conc, sizeof(*idle));
 	size_t next = 0, done = 0, *retry = calloc(n, sizeof(*retry)), nretry = 0;
 	unsigned nhandles = 0, nidle = 0, seed;
+	uint64_t arrived = 0, last_got = 0, last_change = wd_clock_ms();
 	int rc = 0;
+
+	for (size_t i = 0; i < n; i++)
+		pieces[i].arrived = &arrived;
 
 	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
 		seed = (unsigned)wd_clock_ms() ^ (unsigned)getpid();
@@ -936,6 +943,16 @@ static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, const
 		if (done == n)
 			break;
 		now = wd_clock_ms();
+		if (run->stalled) {
+			if (arrived != last_got) {
+				last_got = arrived;
+				last_change = now;
+			} else if (now - last_change >= WD_REMOTE_STALL_MS) {
+				run->stalled(run->arg);
+				now = wd_clock_ms();
+				last_change = now;
+			}
+		}
 		for (size_t i = 0; i < nretry; i++) {
 			uint64_t nb = pieces[retry[i]].not_before;
 			uint64_t w = nb > now ? nb - now : 0;
@@ -1065,7 +1082,10 @@ int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
 	static const struct wd_remote_fetch_opts none;
 	const struct wd_remote_fetch_opts *fo = opts ? opts : &none;
 	uint64_t chunk = fo->chunk ? fo->chunk : WD_REMOTE_CHUNK_DEFAULT;
-	struct run run = { .conc = fo->concurrency ? fo->concurrency : 1, .cancel = fo->cancel };
+	struct run run = { .conc = fo->concurrency ? fo->concurrency : 1,
+			   .cancel = fo->cancel,
+			   .stalled = fo->stalled,
+			   .arg = fo->arg };
 	struct piece *pieces;
 	size_t np = 0, at = 0;
 	int rc;

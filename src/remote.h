@@ -159,8 +159,14 @@ struct wd_remote_fetch_opts {
 	 * fetches whose every range is one request (no longer than chunk): the call is refused
 	 * otherwise. A negative return (err set) fails the fetch with it. */
 	int (*range_data)(void *arg, size_t i, const void *data, size_t n, weightd_error *err);
+	/* Called on the calling thread, between two polls, while no byte has arrived for
+	 * WD_REMOTE_STALL_MS: the caller may do other work meanwhile (a worker serving others
+	 * while a server stalls); the transfers wait for it to return. */
+	void (*stalled)(void *arg);
 	void *arg;
 };
+
+#define WD_REMOTE_STALL_MS 1000u
 
 #define WD_REMOTE_CHUNK_DEFAULT	      (16u << 20)
 #define WD_REMOTE_CONCURRENCY_DEFAULT 16u

@@ -280,7 +280,7 @@ static void test_a_run_of_small_weights_is_fetched_together(void **state)
 	fill_remote_set(4, 1u << 20);
 	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
 	wd_error_clear(&err);
-	assert_int_equal(fill_remote_run(fd, parts, 6, &err), 0);
+	assert_int_equal(fill_remote_run(NULL, fd, parts, 6, NULL, &err), 0);
 	proxy_log(&requests, &largest);
 	assert_int_equal(requests, 6);
 	wd_remote_slots(&in_use, &peak);

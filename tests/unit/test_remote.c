@@ -884,6 +884,55 @@ static void each_range_is_reported_once_when_whole(void **state)
 	wd_remote_free(r);
 }
 
+static void count_stall(void *arg)
+{
+	(*(int *)arg)++;
+}
+
+/* A fetch whose server sends nothing for a while says so to its caller, between polls, and
+ * then goes on; one whose bytes flow never does. */
+static void a_stalled_fetch_lets_its_caller_work(void **state)
+{
+	struct wd_remote *r = fault_remote(0, 30);
+	struct wd_remote_object obj;
+	struct wd_remote_range rg;
+	int stalls = 0, fd = memfd_create("remote-test", MFD_CLOEXEC);
+	unsigned char *got;
+	weightd_error err;
+
+	(void)state;
+	ctl("reset=1");
+	wd_error_clear(&err);
+	assert_int_equal(wd_remote_stat(r, NULL, &obj, &err), 0);
+	assert_int_equal(ftruncate(fd, FILE_SIZE), 0);
+	rg = (struct wd_remote_range){ .len = obj.size, .fd = fd };
+	assert_int_equal(wd_remote_fetch(r, &obj, &rg, 1,
+					 &(struct wd_remote_fetch_opts){ .concurrency = 2,
+									 .chunk = 1 << 20,
+									 .stalled = count_stall,
+									 .arg = &stalls },
+					 &err),
+			 0);
+	assert_int_equal(stalls, 0);
+	ctl("fault=stall&n=4&seconds=3");
+	assert_int_equal(wd_remote_fetch(r, &obj, &rg, 1,
+					 &(struct wd_remote_fetch_opts){ .concurrency = 4,
+									 .chunk = 1 << 20,
+									 .stalled = count_stall,
+									 .arg = &stalls },
+					 &err),
+			 0);
+	assert_true(stalls >= 1);
+	got = mmap(NULL, FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(got != MAP_FAILED);
+	assert_memory_equal(got, expect, FILE_SIZE);
+	munmap(got, FILE_SIZE);
+	ctl("reset=1");
+	close(fd);
+	wd_remote_object_clear(&obj);
+	wd_remote_free(r);
+}
+
 static void credentials_file_rules(void **state)
 {
 	char cf[300];
@@ -974,6 +1023,7 @@ int main(void)
 		cmocka_unit_test(stop_cancels_a_stalled_read),
 		cmocka_unit_test(the_node_limit_bounds_every_call_together),
 		cmocka_unit_test(each_range_is_reported_once_when_whole),
+		cmocka_unit_test(a_stalled_fetch_lets_its_caller_work),
 	};
 
 	curl_global_init(CURL_GLOBAL_DEFAULT);
