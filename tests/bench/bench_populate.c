@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* bench_populate.c - a new process binding a large warm unit and touching every page of it, with
- * populate at validate (weightd_unit_set_populate) beside demand faulting, in the same run. */
+ * populate at validate (weightd_unit_set_populate) beside demand faulting, in the same run, on
+ * /dev/shm and on a huge-page tmpfs (segment_dir). */
 
 /*
  * Usage (from a build directory; a Release build measures what users get):
@@ -9,7 +10,10 @@
  *
  * Defaults: 1 GiB (eight U8 tensors of 128 MiB), 7 runs of each side. A private weightd
  * (tests/integration/harness.c) serves the checkpoint; the whole of it is materialized once as
- * a unit and freed before timing, so every run maps weights already in shared memory.
+ * a unit and freed before timing, so every run maps weights already in shared memory. All of it
+ * twice: with segments on /dev/shm (4 KiB pages), then with segment_dir on a tmpfs mounted with
+ * huge=within_size (2 MiB pages) in a mount namespace of the benchmark's own (root only; skipped
+ * with the reason otherwise).
  *
  * Each run is a new process (its page tables start empty, as an engine's do) that connects,
  * submits the whole checkpoint as one unit and waits for the reply, then, timed:
@@ -26,8 +30,11 @@
  * says what that costs or saves in all. Exit status 1 when a run failed.
  */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -164,16 +171,95 @@ static void print_side(const char *what, struct sample *s, int runs, uint64_t by
 	       bench_median(f, runs), *ret_total * 1e3, (double)bytes / *ret_total / 1e9);
 }
 
-int main(int argc, char **argv)
+/* kB of shared memory on huge pages (/proc/meminfo ShmemHugePages), or -1. */
+static long shmem_huge_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "ShmemHugePages: %ld kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/*
+ * Start weightd on the checkpoint (segments in segment_dir, or /dev/shm when NULL), warm the
+ * whole of it, and time both sides alternately. 0, or -1 when a run failed.
+ */
+static int measure(const char *ckpt, const char *segment_dir, uint64_t size, int runs)
 {
 	static struct sample demand[MAX_RUNS], populate[MAX_RUNS];
-	unsigned long long size = 1ull << 30;
-	int runs = 7, rc = 1;
-	char path[512], args[1024], sec[800];
+	char extra[600], sec[800];
 	weightd_client *c = NULL;
 	weightd_unit *u = NULL;
 	weightd_error err;
+	long huge0 = shmem_huge_kb();
 	double td, tp;
+	int rc = -1;
+
+	snprintf(extra, sizeof(extra), "log_level = warning\nbudget = %lluM\n%s%s%s",
+		 (unsigned long long)(size >> 20) + 64, segment_dir ? "segment_dir = " : "",
+		 segment_dir ? segment_dir : "", segment_dir ? "\n" : "");
+	snprintf(sec, sizeof(sec), "[checkpoint:p]\npath = %s\n", ckpt);
+	if (harness_write_config(&H, extra, sec) < 0 || harness_start(&H) < 0) {
+		fprintf(stderr, "bench_populate: weightd did not start\n");
+		return -1;
+	}
+	if (weightd_connect(H.sock, "bench_populate", &c, &err) < 0 ||
+	    unit_of_all(c, &u, &err) < 0) {
+		fprintf(stderr, "bench_populate: warming: %s\n", err.message);
+		goto out;
+	}
+	weightd_unit_free(u); /* the weights stay cached */
+	printf("a %llu MiB unit in %s (%ld MiB more of shared memory on huge pages), %d runs per "
+	       "side, alternating\n",
+	       (unsigned long long)(size >> 20), segment_dir ? segment_dir : "/dev/shm",
+	       (shmem_huge_kb() - huge0) >> 10, runs);
+	for (int i = 0; i < runs; i++)
+		if (run(i % 2, i % 2 ? &populate[i] : &demand[i]) < 0 ||
+		    run(!(i % 2), i % 2 ? &demand[i] : &populate[i]) < 0) {
+			fprintf(stderr, "bench_populate: run %d failed\n", i);
+			goto out;
+		}
+	print_side("demand", demand, runs, size, &td);
+	print_side("populate", populate, runs, size, &tp);
+	printf("  demand / populate, validate..touched: %.2fx  (demand's own rate %.2f GB/s)\n\n",
+	       td / tp, (double)size / td / 1e9);
+	rc = 0;
+out:
+	weightd_close(c);
+	harness_stop(&H);
+	return rc;
+}
+
+/*
+ * A tmpfs mounted with huge=within_size at dir, in a mount namespace of this process's own (the
+ * daemon and the clients it forks share it; the machine's mounts are untouched, and the mount
+ * goes when they exit). 0, or -1 with the reason printed.
+ */
+static int huge_tmpfs(const char *dir, uint64_t size)
+{
+	char opts[128];
+
+	snprintf(opts, sizeof(opts), "huge=within_size,mode=0700,size=%llum",
+		 (unsigned long long)(size >> 20) * 2 + 128);
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mkdir(dir, 0700) < 0 || mount("tmpfs", dir, "tmpfs", 0, opts) < 0) {
+		printf("huge-page tmpfs: skipped (%s; needs root)\n", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long long size = 1ull << 30;
+	int runs = 7, rc = 1;
+	char path[512], args[1024], dir[512];
 
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
@@ -202,34 +288,18 @@ int main(int argc, char **argv)
 	for (int i = 0; i < N_TENSORS; i++)
 		snprintf(args + strlen(args), sizeof(args) - strlen(args), " --tensor t%d:U8:%llu",
 			 i, size / N_TENSORS);
-	snprintf(sec, sizeof(sec), "[checkpoint:p]\npath = %s\n", path);
-	if (harness_mkfixture(args) < 0 ||
-	    harness_write_config(&H, "log_level = warning\nbudget = 0", sec) < 0 ||
-	    harness_start(&H) < 0) {
-		fprintf(stderr, "bench_populate: cannot set up the checkpoint and weightd\n");
+	if (harness_mkfixture(args) < 0) {
+		fprintf(stderr, "bench_populate: cannot write the checkpoint\n");
 		goto out;
 	}
-	if (weightd_connect(H.sock, "bench_populate", &c, &err) < 0 ||
-	    unit_of_all(c, &u, &err) < 0) {
-		fprintf(stderr, "bench_populate: warming: %s\n", err.message);
+	printf("weightd %s\n\n", harness_weightd());
+	if (measure(path, NULL, size, runs) < 0)
 		goto out;
-	}
-	weightd_unit_free(u); /* the weights stay cached */
-	printf("weightd %s; a %llu MiB unit on %s, %d runs per side, alternating\n\n",
-	       harness_weightd(), size >> 20, H.shm_dir[0] ? H.shm_dir : "/dev/shm", runs);
-	for (int i = 0; i < runs; i++)
-		if (run(i % 2, i % 2 ? &populate[i] : &demand[i]) < 0 ||
-		    run(!(i % 2), i % 2 ? &demand[i] : &populate[i]) < 0) {
-			fprintf(stderr, "bench_populate: run %d failed\n", i);
-			goto out;
-		}
-	print_side("demand", demand, runs, size, &td);
-	print_side("populate", populate, runs, size, &tp);
-	printf("\n  demand / populate, validate..touched: %.2fx  (demand's own rate %.2f GB/s)\n",
-	       td / tp, (double)size / td / 1e9);
+	harness_path(&H, "huge", dir, sizeof(dir));
+	if (huge_tmpfs(dir, size) == 0 && measure(path, dir, size, runs) < 0)
+		goto out;
 	rc = 0;
 out:
-	weightd_close(c);
 	harness_cleanup(&H);
 	return rc;
 }
