@@ -18,11 +18,14 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/magic.h> /* TMPFS_MAGIC */
 
 #include "clock.h"
 
@@ -124,6 +127,29 @@ static void notify_stop(struct harness *h)
 	h->nq = NULL;
 }
 
+/* The segment_dir of this test's daemon, from WD_TEST_SEGMENT_TMPFS: <tmpfs>/<prefix>, 0700. */
+static int segment_tmpfs(struct harness *h)
+{
+	const char *fs = getenv("WD_TEST_SEGMENT_TMPFS");
+	struct statfs sf;
+
+	if (!fs || !fs[0])
+		return 0;
+	if (statfs(fs, &sf) < 0 || sf.f_type != TMPFS_MAGIC) {
+		fprintf(stderr,
+			"skipped: WD_TEST_SEGMENT_TMPFS=%s is not a mounted tmpfs (mounting "
+			"one needs root)\n",
+			fs);
+		exit(77);
+	}
+	if ((size_t)snprintf(h->seg_dir, sizeof(h->seg_dir), "%s/%s", fs, h->prefix) >=
+		    sizeof(h->seg_dir) ||
+	    mkdir(h->seg_dir, 0700) < 0)
+		return -1;
+	snprintf(h->shm_dir, sizeof(h->shm_dir), "%s", h->seg_dir);
+	return 0;
+}
+
 int harness_init_in(struct harness *h, const char *base)
 {
 	static int counter;
@@ -145,6 +171,8 @@ int harness_init_in(struct harness *h, const char *base)
 	snprintf(h->notify, sizeof(h->notify), "%s/notify.sock", h->dir);
 	snprintf(h->log, sizeof(h->log), "%s/weightd.log", h->dir);
 	snprintf(h->prefix, sizeof(h->prefix), "wdtest%d-%d", (int)getpid(), counter++);
+	if (segment_tmpfs(h) < 0)
+		return -1;
 	h->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (h->notify_fd < 0)
 		return -1;
@@ -167,8 +195,11 @@ int harness_write_config(struct harness *h, const char *extra_daemon, const char
 		return -1;
 	/* socket_mode and workers have defaults here that extra_daemon may replace */
 	extra_daemon = extra_daemon ? extra_daemon : "";
-	fprintf(f, "[daemon]\nsocket = %s\nshm_prefix = %s\nstate_dir = %s/state\n%s%s%s\n%s\n",
-		h->sock, h->prefix, h->dir,
+	fprintf(f, "[daemon]\nsocket = %s\nshm_prefix = %s\nstate_dir = %s/state\n", h->sock,
+		h->prefix, h->dir);
+	if (h->seg_dir[0] && !strstr(extra_daemon, "segment_dir"))
+		fprintf(f, "segment_dir = %s\n", h->seg_dir);
+	fprintf(f, "%s%s%s\n%s\n",
 		strstr(extra_daemon, "socket_mode") ? "" : "socket_mode = 0666\n",
 		strstr(extra_daemon, "workers") ? "" : "workers = 2\n", extra_daemon,
 		sections ? sections : "");
@@ -290,11 +321,13 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 
 	/* a stale READY=1 of an earlier daemon must not count for this one */
 	harness_forget_notify(h);
-	snprintf(h->shm_dir, sizeof(h->shm_dir), "/dev/shm");
+	snprintf(h->shm_dir, sizeof(h->shm_dir), "%s", h->seg_dir[0] ? h->seg_dir : "/dev/shm");
 	h->exit_status = -1;
 	/* a daemon of another user makes its socket and state in the temp dir and notifies */
 	if (opts && opts->uid &&
-	    (chown(h->dir, opts->uid, opts->gid) < 0 || chown(h->notify, opts->uid, opts->gid) < 0))
+	    (chown(h->dir, opts->uid, opts->gid) < 0 ||
+	     chown(h->notify, opts->uid, opts->gid) < 0 ||
+	     (h->seg_dir[0] && chown(h->seg_dir, opts->uid, opts->gid) < 0)))
 		return -1;
 	pid = fork();
 	if (pid < 0)
@@ -460,6 +493,8 @@ void harness_cleanup(struct harness *h)
 	}
 	if (d)
 		closedir(d);
+	if (h->seg_dir[0])
+		rm_tree(h->seg_dir);
 	if (!getenv("WD_KEEP_TEST_DIR"))
 		rm_tree(h->dir);
 }

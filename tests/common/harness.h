@@ -21,7 +21,10 @@ struct harness {
 	struct harness_notify *nq; /* a thread reads notify_fd all the time: a daemon never blocks
 				    * on a full notify socket, and no message is missed */
 	char log[320];		   /* the daemon's stderr */
-	char shm_dir[128]; /* where the daemon's segments show: /dev/shm, or its private tmpfs */
+	char shm_dir[256]; /* where the daemon's segments show: /dev/shm, its private tmpfs, or
+			    * seg_dir */
+	char seg_dir[256]; /* the daemon's segment_dir, "" for /dev/shm: a directory of its own in
+			    * the tmpfs WD_TEST_SEGMENT_TMPFS names, when the environment sets it */
 	int exit_status;   /* wait status of the last daemon that exited on its own (-1: none) */
 };
 
@@ -41,7 +44,10 @@ struct harness_opts {
 
 #define HARNESS_UNSUPPORTED (-2)
 
-/* Make the temp dir (under /tmp) and pick names. Returns 0 or -1. */
+/* Make the temp dir (under /tmp) and pick names. Returns 0 or -1. With WD_TEST_SEGMENT_TMPFS set
+ * (ctest's second run of some tests, on a tmpfs mounted with huge pages), the daemon keeps its
+ * segments in a directory of its own there (segment_dir); a process whose environment names a
+ * directory that is not a tmpfs exits with status 77 (skipped), saying why. */
 int harness_init(struct harness *h);
 
 /* The same with the temp dir under `base`. */
@@ -75,7 +81,7 @@ int harness_stop(struct harness *h);
 /* SIGKILL and reap. */
 void harness_kill(struct harness *h);
 
-/* Count /dev/shm objects under the instance prefix. */
+/* Count objects under the instance prefix where its segments live (shm_dir). */
 int harness_segments(const struct harness *h);
 
 /* Stop if running, remove the temp dir and any leftover segments. */
