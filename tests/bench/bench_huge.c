@@ -1,0 +1,429 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* bench_huge.c - segments on 2 MiB pages against 4 KiB pages: a new process binding a large unit
+ * and touching every page, beside the same on /dev/shm and beside reading the file into private
+ * memory; and a cold fill into a huge-page segment_dir beside a plain copy into the same tmpfs. */
+
+/*
+ * Usage (from a build directory, as root: it mounts a tmpfs; a Release build measures what users
+ * get):
+ *
+ *     tests/bench/bench_huge [--size BYTES] [--runs R]
+ *
+ * Defaults: 1 GiB (eight U8 tensors of 128 MiB), 7 runs of each side. Two private weightds
+ * (tests/integration/harness.c) serve the same checkpoint: one keeps its segments in /dev/shm
+ * (4 KiB pages here), the other in a segment_dir on a tmpfs this program mounts with
+ * huge=within_size in its temp dir (unmounted at the end).
+ *
+ * First touch, each run a new process (its page tables start empty, as an engine's do), the
+ * sides alternating, timed from validate to every page read once:
+ *
+ *   huge     the unit from the segment_dir daemon: validate + bind, one read per 4 KiB
+ *   4k       the same from the /dev/shm daemon (reference)
+ *   private  the checkpoint file (warm in the page cache) read with pread into malloc'd memory,
+ *            then one read per page (reference: what a process without weightd does)
+ *
+ * Printed: the medians, each side's rate, and 4k / huge and private / huge (targets: at least
+ * 8x and 20x).
+ *
+ * Cold fill: per run, everything evicted from the huge daemon and the file read into the page
+ * cache, then the whole unit materialized (submit to finish), beside a plain copy of the same
+ * bytes into a new file on the same tmpfs (pread into a warm 1 MiB buffer + pwrite, one thread
+ * per worker, each a contiguous part). Printed: medians, rates and fill / copy (target: at least
+ * 0.98). Exit status 1 when a run failed, 77 when not root.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "harness.h"
+
+#define MAX_RUNS  64
+#define N_TENSORS 8
+#define WORKERS	  2
+#define COPY_BUF  (1u << 20)
+
+static struct harness H4, HH;
+static char mnt[400], ckpt[512];
+static uint64_t size, data_off;
+
+/* The whole checkpoint as one unit, submitted and finished (nothing mapped yet). */
+static int unit_of_all(weightd_client *c, weightd_unit **ret, weightd_error *err)
+{
+	weightd_unit *u = NULL;
+	int r = weightd_unit_new(c, &u, err);
+
+	for (int i = 0; r >= 0 && i < N_TENSORS; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "t%d", i);
+		r = weightd_unit_slot(u, name, NULL, NULL, 0, NULL, err);
+		if (r >= 0)
+			r = weightd_unit_set_tensor(u, name, "p", name, NULL, err);
+	}
+	if (r >= 0)
+		r = weightd_unit_submit(u, err);
+	if (r >= 0)
+		r = weightd_unit_finish(u, err);
+	if (r < 0) {
+		weightd_unit_free(u);
+		return r;
+	}
+	*ret = u;
+	return 0;
+}
+
+/* Read the file once so the page cache holds it. */
+static void warm_file(void)
+{
+	static uint8_t buf[COPY_BUF];
+	int fd = open(ckpt, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+	close(fd);
+}
+
+/* In a new process: the seconds from validate (or from open, for the private side) to every
+ * page read once, written to fd. */
+static void run_child(int side, int fd)
+{
+	volatile uint8_t sink = 0;
+	double t = -1, t0;
+
+	if (side < 2) {
+		const struct harness *h = side == 0 ? &HH : &H4;
+		weightd_client *c = NULL;
+		weightd_unit *u = NULL;
+		weightd_error err;
+
+		if (weightd_connect(h->sock, "bench_huge", &c, &err) < 0 ||
+		    unit_of_all(c, &u, &err) < 0) {
+			fprintf(stderr, "bench_huge: %s\n", err.message);
+			_exit(1);
+		}
+		t0 = bench_now();
+		if (weightd_unit_validate(u, &err) < 0) {
+			fprintf(stderr, "bench_huge: validate: %s\n", err.message);
+			_exit(1);
+		}
+		weightd_unit_bind(u);
+		for (int i = 0; i < N_TENSORS; i++) {
+			char name[16];
+			const uint8_t *p;
+			uint64_t n;
+
+			snprintf(name, sizeof(name), "t%d", i);
+			p = weightd_unit_data(u, name);
+			n = weightd_weight_nbytes(weightd_unit_weight(u, name));
+			for (uint64_t at = 0; at < n; at += 4096)
+				sink += p[at];
+		}
+		t = bench_now() - t0;
+	} else {
+		int f;
+		uint8_t *mem;
+		uint64_t got = 0;
+
+		warm_file();
+		t0 = bench_now();
+		f = open(ckpt, O_RDONLY | O_CLOEXEC);
+		mem = malloc(size);
+		if (f < 0 || !mem)
+			_exit(1);
+		while (got < size) {
+			ssize_t n = pread(f, mem + got, size - got, (off_t)(data_off + got));
+
+			if (n <= 0)
+				_exit(1);
+			got += (uint64_t)n;
+		}
+		for (uint64_t at = 0; at < size; at += 4096)
+			sink += mem[at];
+		t = bench_now() - t0;
+		close(f);
+	}
+	(void)sink;
+	if (write(fd, &t, sizeof(t)) != (ssize_t)sizeof(t))
+		_exit(1);
+	_exit(0);
+}
+
+static int run(int side, double *ret_t)
+{
+	int p[2], status;
+	pid_t pid;
+	ssize_t k;
+
+	if (pipe(p) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		close(p[0]);
+		run_child(side, p[1]);
+	}
+	close(p[1]);
+	k = read(p[0], ret_t, sizeof(*ret_t));
+	close(p[0]);
+	waitpid(pid, &status, 0);
+	return k == (ssize_t)sizeof(*ret_t) && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 :
+											       -1;
+}
+
+struct copier {
+	pthread_t thread;
+	int in, out;
+	uint64_t off, len;
+	uint8_t *buf;
+	pthread_barrier_t *go;
+};
+
+static void *copier_main(void *arg)
+{
+	struct copier *c = arg;
+
+	pthread_barrier_wait(c->go);
+	for (uint64_t done = 0; done < c->len;) {
+		size_t want = c->len - done < COPY_BUF ? (size_t)(c->len - done) : COPY_BUF;
+		ssize_t n = pread(c->in, c->buf, want, (off_t)(data_off + c->off + done));
+
+		if (n <= 0 || pwrite(c->out, c->buf, (size_t)n, (off_t)(c->off + done)) != n)
+			return NULL;
+		done += (uint64_t)n;
+	}
+	return NULL;
+}
+
+/* The plain copy: the tensors' bytes into a new file on the huge tmpfs, one thread per worker. */
+static double plain_copy(void)
+{
+	struct copier c[WORKERS];
+	pthread_barrier_t go;
+	char dst[600];
+	uint64_t part = (size / WORKERS + 4095) / 4096 * 4096;
+	int in, out;
+	double t0, t;
+
+	snprintf(dst, sizeof(dst), "%s/plain-copy", mnt);
+	warm_file();
+	in = open(ckpt, O_RDONLY | O_CLOEXEC);
+	pthread_barrier_init(&go, NULL, WORKERS + 1);
+	for (int i = 0; i < WORKERS; i++) {
+		c[i].buf = mmap(NULL, COPY_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				-1, 0);
+		memset(c[i].buf, 1, COPY_BUF); /* warm: faults are not the copy's */
+		c[i].in = in;
+		c[i].off = part * (uint64_t)i < size ? part * (uint64_t)i : size;
+		c[i].len = size - c[i].off < part ? size - c[i].off : part;
+		c[i].go = &go;
+	}
+	t0 = bench_now();
+	out = open(dst, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	if (out < 0 || ftruncate(out, (off_t)size) < 0)
+		return -1;
+	for (int i = 0; i < WORKERS; i++) {
+		c[i].out = out;
+		pthread_create(&c[i].thread, NULL, copier_main, &c[i]);
+	}
+	pthread_barrier_wait(&go);
+	for (int i = 0; i < WORKERS; i++)
+		pthread_join(c[i].thread, NULL);
+	t = bench_now() - t0;
+	close(out);
+	close(in);
+	unlink(dst);
+	for (int i = 0; i < WORKERS; i++)
+		munmap(c[i].buf, COPY_BUF);
+	pthread_barrier_destroy(&go);
+	return t;
+}
+
+/* A cold fill of the whole unit in the huge daemon, everything evicted first. */
+static double cold_fill(weightd_client *c)
+{
+	weightd_unit *u = NULL;
+	weightd_error err;
+	uint64_t nw, nb;
+	double t0, t;
+
+	if (weightd_evict(c, &nw, &nb, &err) < 0) {
+		fprintf(stderr, "bench_huge: evict: %s\n", err.message);
+		return -1;
+	}
+	warm_file();
+	t0 = bench_now();
+	if (unit_of_all(c, &u, &err) < 0) {
+		fprintf(stderr, "bench_huge: fill: %s\n", err.message);
+		return -1;
+	}
+	t = bench_now() - t0;
+	weightd_unit_free(u);
+	return t;
+}
+
+static int start(struct harness *h, const char *seg_dir)
+{
+	char extra[800], sec[700];
+
+	snprintf(extra, sizeof(extra), "log_level = notice\nbudget = 0\nworkers = %d\n%s%s%s",
+		 WORKERS, seg_dir ? "segment_dir = " : "", seg_dir ? seg_dir : "",
+		 seg_dir ? "\n" : "");
+	snprintf(sec, sizeof(sec), "[checkpoint:p]\npath = %s\n", ckpt);
+	return harness_write_config(h, extra, sec) < 0 || harness_start(h) < 0 ? -1 : 0;
+}
+
+static void line(const char *what, double *v, int runs, double *ret_med)
+{
+	*ret_med = bench_median(v, runs);
+	printf("  %-34s %9.1f ms  (%6.2f GB/s)\n", what, *ret_med * 1e3,
+	       (double)size / *ret_med / 1e9);
+}
+
+int main(int argc, char **argv)
+{
+	static double th[MAX_RUNS], t4[MAX_RUNS], tp[MAX_RUNS], tf[MAX_RUNS], tc[MAX_RUNS];
+	int runs = 7, rc = 1;
+	char args[1024], seg[500];
+	weightd_client *c = NULL;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	double mh, m4, mp, mf, mc;
+
+	size = 1ull << 30;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
+		    strtoull(argv[i + 1], NULL, 0) >= N_TENSORS * (2ull << 20))
+			size = strtoull(argv[++i], NULL, 0);
+		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
+			 atoi(argv[i + 1]) <= MAX_RUNS)
+			runs = atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: %s [--size BYTES] [--runs R (1..%d)]\n", argv[0],
+				MAX_RUNS);
+			return 2;
+		}
+	}
+	size = size / N_TENSORS / (2u << 20) * (2u << 20) * N_TENSORS;
+	if (geteuid() != 0) {
+		fprintf(stderr, "bench_huge: needs root to mount a huge-page tmpfs\n");
+		return 77;
+	}
+#ifdef WD_BENCH_WEIGHTD
+	setenv("WD_WEIGHTD", WD_BENCH_WEIGHTD, 0);
+	setenv("WD_MKFIXTURE", WD_BENCH_MKFIXTURE, 0);
+#endif
+	unsetenv("WD_TEST_SEGMENT_TMPFS");
+	if (harness_init(&H4) < 0 || harness_init(&HH) < 0) {
+		fprintf(stderr, "bench_huge: cannot make a temp dir: %s\n", strerror(errno));
+		return 1;
+	}
+	snprintf(mnt, sizeof(mnt), "%s/huge", HH.dir);
+	snprintf(seg, sizeof(seg), "%s/seg", mnt);
+	if (mkdir(mnt, 0700) < 0 ||
+	    mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, "huge=within_size,mode=0700") < 0 ||
+	    mkdir(seg, 0700) < 0) {
+		fprintf(stderr, "bench_huge: cannot mount a huge-page tmpfs on %s: %s\n", mnt,
+			strerror(errno));
+		mnt[0] = '\0';
+		goto out;
+	}
+	harness_path(&H4, "p.safetensors", ckpt, sizeof(ckpt));
+	snprintf(args, sizeof(args), "safetensors %s --seed 0", ckpt);
+	for (int i = 0; i < N_TENSORS; i++)
+		snprintf(args + strlen(args), sizeof(args) - strlen(args), " --tensor t%d:U8:%llu",
+			 i, (unsigned long long)(size / N_TENSORS));
+	if (harness_mkfixture(args) < 0 || start(&H4, NULL) < 0 || start(&HH, seg) < 0) {
+		fprintf(stderr, "bench_huge: cannot set up the checkpoint and weightd\n");
+		goto out;
+	}
+	{
+		/* the data starts after the 8-byte length and the JSON header */
+		int fd = open(ckpt, O_RDONLY);
+		uint64_t hl = 0;
+
+		if (fd < 0 || pread(fd, &hl, 8, 0) != 8)
+			goto out;
+		close(fd);
+		data_off = 8 + hl;
+	}
+	for (int d = 0; d < 2; d++) {
+		if (weightd_connect(d ? H4.sock : HH.sock, "bench_huge", &c, &err) < 0 ||
+		    unit_of_all(c, &u, &err) < 0) {
+			fprintf(stderr, "bench_huge: warming: %s\n", err.message);
+			goto out;
+		}
+		weightd_unit_free(u); /* the weights stay cached */
+		weightd_close(c);
+		c = NULL;
+	}
+	printf("weightd %s; a %llu MiB unit, %d runs per side, alternating\n"
+	       "huge: segment_dir %s (huge=within_size); 4k: /dev/shm\n\n",
+	       harness_weightd(), (unsigned long long)(size >> 20), runs, seg);
+	printf("a new process binds the unit and reads every page (validate..touched):\n");
+	for (int i = 0; i < runs; i++) {
+		int order[3] = { i % 3, (i + 1) % 3, (i + 2) % 3 };
+
+		for (int k = 0; k < 3; k++) {
+			double *dst = order[k] == 0 ? &th[i] : order[k] == 1 ? &t4[i] : &tp[i];
+
+			if (run(order[k], dst) < 0) {
+				fprintf(stderr, "bench_huge: run %d failed\n", i);
+				goto out;
+			}
+		}
+	}
+	line("huge (segment_dir, 2 MiB pages)", th, runs, &mh);
+	line("4k (/dev/shm, reference)", t4, runs, &m4);
+	line("private (pread into malloc, ref.)", tp, runs, &mp);
+	printf("  4k / huge      %6.1fx  (target >= 8x; 4k's own rate %.2f GB/s)\n", m4 / mh,
+	       (double)size / m4 / 1e9);
+	printf("  private / huge %6.1fx  (target >= 20x; private's own rate %.2f GB/s)\n\n",
+	       mp / mh, (double)size / mp / 1e9);
+
+	printf("cold fill into the huge-page segment_dir (%d workers) beside a plain copy into the "
+	       "same tmpfs (%d threads):\n",
+	       WORKERS, WORKERS);
+	if (weightd_connect(HH.sock, "bench_huge", &c, &err) < 0) {
+		fprintf(stderr, "bench_huge: %s\n", err.message);
+		goto out;
+	}
+	for (int i = 0; i < runs; i++) {
+		if (i % 2) {
+			tc[i] = plain_copy();
+			tf[i] = cold_fill(c);
+		} else {
+			tf[i] = cold_fill(c);
+			tc[i] = plain_copy();
+		}
+		if (tf[i] < 0 || tc[i] < 0) {
+			fprintf(stderr, "bench_huge: fill run %d failed\n", i);
+			goto out;
+		}
+	}
+	line("cold fill (submit..finish)", tf, runs, &mf);
+	line("plain copy (reference)", tc, runs, &mc);
+	printf("  fill / copy speed %.3f  (target >= 0.98; the copy's own rate %.2f GB/s)\n",
+	       mc / mf, (double)size / mc / 1e9);
+	rc = 0;
+out:
+	weightd_close(c);
+	if (HH.pid > 0)
+		harness_stop(&HH); /* before its segments' tmpfs goes */
+	if (mnt[0]) {
+		umount2(mnt, MNT_DETACH);
+		rmdir(mnt);
+	}
+	harness_cleanup(&HH);
+	harness_cleanup(&H4);
+	return rc;
+}
