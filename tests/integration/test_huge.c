@@ -271,12 +271,86 @@ static void unsafe_segment_dirs_are_refused(void **state)
 	assert_true(harness_log_contains(&H, "/missing: No such file or directory"));
 }
 
+/*
+ * What a neighbour could try in a segment_dir: another uid cannot create a name there at all.
+ * What only root could plant is still not trusted: with the daemon stopped, its segment is
+ * replaced by a symlink to another file and a FIFO is put under a name of its pattern; the next
+ * start neither follows, opens nor removes them, re-adopts nothing, and serves afresh.
+ */
+static void planted_names_in_segment_dir(void **state)
+{
+	char extra[600], seg[700], fifo[700], target[600], line[64];
+	weightd_client *c;
+	weightd_status *st;
+	weightd_weight *w;
+	pid_t pid;
+	FILE *f;
+
+	(void)state;
+	assert_int_equal(harness_init(&H), 0);
+	mount_tmpfs("size=64m,mode=0755,huge=within_size");
+	snprintf(extra, sizeof(extra), "%s/seg", mnt);
+	assert_int_equal(mkdir(extra, 0700), 0);
+	snprintf(seg, sizeof(seg), "%s", extra);
+	snprintf(extra, sizeof(extra), "segment_dir = %s\n", seg);
+	start_with(extra);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char p[800];
+
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(99);
+		snprintf(p, sizeof(p), "%s/%s.%032x", seg, H.prefix, 1);
+		_exit(open(p, O_CREAT | O_EXCL | O_WRONLY, 0644) < 0 && errno == EACCES ? 0 : 1);
+	}
+	it_wait_child_ok(pid);
+
+	c = it_connect(&H);
+	w = it_get_ok(c, "m", "small");
+	weightd_release(w);
+	st = it_status(c);
+	assert_int_equal(st->n_segments, 1);
+	snprintf(extra, sizeof(extra), "%s%s", seg, st->segment_list[0].name);
+	weightd_status_free(st);
+	weightd_close(c);
+	assert_int_equal(harness_stop(&H), 0);
+	/* the segment the index vouches for becomes a symlink to a file of root's */
+	snprintf(target, sizeof(target), "%s/target", H.dir);
+	assert_non_null(f = fopen(target, "w"));
+	fputs("not a weight\n", f);
+	fclose(f);
+	assert_int_equal(unlink(extra), 0);
+	assert_int_equal(symlink(target, extra), 0);
+	snprintf(fifo, sizeof(fifo), "%s/%s.%032x", seg, H.prefix, 2);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+
+	assert_int_equal(harness_start(&H), 0); /* ready: nothing waited on the FIFO */
+	st = it_status_of(&H);
+	assert_int_equal(st->readoptions, 0);
+	assert_int_equal(st->weights, 0);
+	weightd_status_free(st);
+	c = it_connect(&H);
+	w = it_get_ok(c, "m", "small");
+	weightd_release(w);
+	weightd_close(c);
+	assert_non_null(f = fopen(target, "r"));
+	assert_non_null(fgets(line, sizeof(line), f));
+	fclose(f);
+	assert_string_equal(line, "not a weight\n");
+	assert_int_equal(access(extra, F_OK), 0); /* neither followed nor removed */
+	assert_int_equal(access(fifo, F_OK), 0);
+	assert_int_equal(unlink(extra), 0);
+	assert_int_equal(unlink(fifo), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(huge_pages_reach_clients, teardown),
 		cmocka_unit_test_teardown(four_kib_pages_are_told, teardown),
 		cmocka_unit_test_teardown(unsafe_segment_dirs_are_refused, teardown),
+		cmocka_unit_test_teardown(planted_names_in_segment_dir, teardown),
 	};
 
 	alarm(300);
