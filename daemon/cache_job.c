@@ -432,8 +432,11 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 			log_debug("%zu weights fetched together failed; fetching them one by one "
 				  "(starting with %s): %s",
 				  k, wd_plan_label(jobs[i]->plan), err.message);
-			for (; k; k--, i++)
+			for (; k; k--, i++) {
+				/* those that arrived whole are fetched again: count them once */
+				__atomic_store_n(&jobs[i]->progress, 0, __ATOMIC_RELAXED);
 				job_work(&jobs[i]->task, scratch);
+			}
 			continue;
 		}
 		k = scratch ? fill_run_length(parts + i, n - i, scratch->cap) : 1;
