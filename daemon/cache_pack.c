@@ -179,6 +179,27 @@ static uint64_t arena_size(const struct cache *c)
 	return s > UINT64_MAX - huge ? s : (s + huge - 1) / huge * huge;
 }
 
+/*
+ * An arena is sparse: only the huge pages its weights reach are backed (a huge=within_size tmpfs
+ * gives a huge page to every one written within the file's size), so they are counted as its
+ * weights come, up to `used` (cache_seg_count counts a segment whole).
+ */
+static void arena_count_huge(struct cache *c, struct cache_segment *sg, uint64_t used)
+{
+	uint64_t h = c->p.page_bytes, from, to;
+
+	if (h < CACHE_HUGE_PAGE || used <= sg->used)
+		return;
+	from = (sg->used + h - 1) / h * h;
+	to = (used + h - 1) / h * h;
+	if (to > sg->seg.size)
+		to = sg->seg.size / h * h;
+	if (to > from) {
+		sg->huge_bytes += to - from;
+		c->huge_bytes += to - from;
+	}
+}
+
 /* A new open arena for group g[0..n) (sorted): made now, at its full size, sparse. */
 static struct cache_segment *arena_open(struct cache *c, struct csource *const *g, size_t n,
 					weightd_error *err)
@@ -264,6 +285,7 @@ static int arena_place(struct cache *c, struct cache_pack *pk, struct csource *c
 	}
 	if (!sg && !(sg = arena_open(c, g, n_sources, err)))
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	arena_count_huge(c, sg, off + nbytes);
 	sg->used = off + nbytes;
 	sg->placed++;
 	pk->shm_claimed += nbytes;

@@ -378,17 +378,20 @@ static size_t recorded_weights(const char *dir)
 
 /*
  * Single gets (shared packs of one weight each) go into one arena: offsets by the packing rule
- * as if they were one pack, the arena made whole at once (sparse), write access dropped between
+ * as if they were one pack, the arena made whole at once (sparse, its huge pages counted as the
+ * weights reach them), write access dropped between
  * gets, and each weight added to the arena's state record before its request is answered. An
  * evicted weight is punched out and leaves the record; the next get still goes into the arena.
  */
 static void single_gets_share_an_arena(void **state)
 {
+	/* as on a huge-page tmpfs: the arena's huge pages count as its weights reach them */
 	struct cache_params p = {
-		.budget = 1u << 20,
-		.segment_max = 1u << 20,
+		.budget = 8u << 20,
+		.segment_max = 8u << 20,
 		.instance = E.instance,
 		.stats = &E.stats,
+		.page_bytes = 2u << 20,
 	};
 	const uint64_t want[4] = { 0, 4096, 9152, 12288 };
 	struct weight *w[5];
@@ -415,8 +418,9 @@ static void single_gets_share_an_arena(void **state)
 	}
 	sg = w[0]->segment;
 	assert_int_equal(cache_segment_count(c), 1);
-	/* min(segment_max, budget) in whole 2 MiB pages */
-	assert_int_equal(sg->seg.size, 2u << 20);
+	/* min(segment_max, budget) in whole 2 MiB pages; of it, one huge page is reached */
+	assert_int_equal(sg->seg.size, 8u << 20);
+	assert_int_equal(cache_huge_bytes(c), 2u << 20);
 	assert_int_equal(sg->seg.fd, -1);
 	for (int i = 0; i < 4; i++) {
 		assert_ptr_equal(w[i]->segment, sg);
