@@ -710,6 +710,29 @@ out:
 	return r;
 }
 
+/*
+ * A re-adopted segment's huge pages, counted whole by cache_seg_count, are only those its weights
+ * reach: one a previous run filled one weight at a time (an arena) is sparse past its last.
+ */
+static void adopted_huge(struct cache *c, struct cache_segment *sg)
+{
+	uint64_t h = c->p.page_bytes, end = 0, reach;
+	const struct weight *w;
+
+	if (h < CACHE_HUGE_PAGE)
+		return;
+	LIST_FOREACH(w, &sg->weights, seg_link)
+	{
+		if (w->offset + w->nbytes > end)
+			end = w->offset + w->nbytes;
+	}
+	reach = (end + h - 1) / h * h;
+	if (reach < sg->huge_bytes) {
+		c->huge_bytes -= sg->huge_bytes - reach;
+		sg->huge_bytes = reach;
+	}
+}
+
 int cache_adopt(struct cache *c, const struct state_segment *rec)
 {
 	struct cache_segment *sg;
@@ -782,6 +805,7 @@ int cache_adopt(struct cache *c, const struct state_segment *rec)
 		cache_seg_destroy(c, sg, false);
 		return 0;
 	}
+	adopted_huge(c, sg);
 	cache_seg_update_idle(c, sg);
 	if ((size_t)took != rec->n_weights && c->p.state_dir[0] && !sg->dirty) {
 		sg->dirty = true; /* the record lists weights that were not taken */

@@ -365,6 +365,12 @@ static int count_record(const struct state_segment *rec, void *arg)
 	return (int)rec->n_weights;
 }
 
+/* state_recover's adopt: into the cache arg. */
+static int adopt_into(const struct state_segment *rec, void *arg)
+{
+	return cache_adopt(arg, rec);
+}
+
 /* The weights the state index lists for the cache's instance. */
 static size_t recorded_weights(const char *dir)
 {
@@ -447,6 +453,17 @@ static void single_gets_share_an_arena(void **state)
 	cache_drop(c, w[2]);
 	cache_drop(c, w[3]);
 	cache_drop(c, w[4]);
+	/* a restart re-adopts the four from the record, and counts only the huge page they reach */
+	cache_free(c, false);
+	c = cache_new(&p);
+	assert_non_null(c);
+	{
+		int removed = 0;
+
+		assert_int_equal(state_recover(dir, E.instance, adopt_into, c, &removed), 4);
+	}
+	assert_int_equal(cache_count(c), 4);
+	assert_int_equal(cache_huge_bytes(c), 2u << 20);
 	cache_free(c, true);
 	assert_int_equal(wd_segment_purge(E.instance), 0);
 	state_purge(dir, E.instance);
