@@ -8,7 +8,7 @@
  *     tests/bench/bench_remote [--size BYTES] [--shards N] [--runs N] [--concurrency N]
  *                              [--chunk BYTES] [--tensor-bytes BYTES] [--dir DIR] [--no-s3]
  *
- * Defaults: 2G in 4 shards of tensors of at most 64M, 3 runs, 16 connections of 16M ranges, a
+ * Defaults: 2G in 4 shards of tensors of at most 64M, 5 runs, 16 connections of 16M ranges, a
  * temporary directory under /var/tmp (removed at the end with every segment the runs made).
  * nginx (and s3rver) come from tests/remote/servers.py, as the tests run them.
  *
@@ -28,8 +28,8 @@
  * against s3rver (path-style, SigV4-signed) behind servers.py's signature-checking proxy, beside
  * raw signed transfers through the same proxy: that proxy is Python and bounds both.
  *
- * Printed: each run's seconds, MB/s and CPU s/GiB, then medians with the two ratios beside their
- * targets (weightd >= 0.9x raw; weightd >= 1.5x faster than today).
+ * Printed: each run's seconds, MB/s and CPU s/GiB, then medians, and the medians of the runs'
+ * ratios beside their targets (weightd >= 0.9x raw; weightd >= 1.5x faster than today).
  */
 #include <curl/curl.h>
 #include <dirent.h>
@@ -524,11 +524,12 @@ int main(int argc, char **argv)
 	static struct sample wd[MAX_RUNS], raw[MAX_RUNS], today[MAX_RUNS];
 	struct bench b = { .ready = false, .conc = 16, .chunk = 16u << 20 };
 	unsigned long long size = 2ull << 30, tensor_bytes = 64u << 20, v;
-	int runs = 3, shards = 4, rc = 1;
+	int runs = 5, shards = 4, rc = 1;
 	const char *base = "/var/tmp";
 	bool s3 = true;
 	char section[2 * PATH_MAX], url[256];
 	struct sample mw, mr, mt, dl;
+	double ratio_raw[MAX_RUNS], ratio_today[MAX_RUNS], rr, rt;
 	double la[3] = { 0, 0, 0 };
 
 	for (int i = 1; i < argc; i++) {
@@ -572,6 +573,11 @@ int main(int argc, char **argv)
 	       b.nshards, (unsigned long long)b.file_bytes, b.srv.http, b.conc,
 	       (unsigned long long)b.chunk);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/ckpt/", b.srv.http);
+	/* a round not counted: the checkpoint just written is still being written back, which
+	 * slows whatever runs first */
+	if (reference(&b, url, false, true, &dl) < 0)
+		goto out;
+	printf("(warm-up: one raw fetch, %.3f s, not counted)\n", dl.s);
 	for (int r = 0; r < runs; r++) {
 		char cmd[PATH_MAX + 32];
 
@@ -599,16 +605,24 @@ int main(int argc, char **argv)
 	mw = median(wd, runs);
 	mr = median(raw, runs);
 	mt = median(today, runs);
+	/* ratios per run (its three loads back to back), then their median: what the machine's
+	 * load does to a whole run moves both sides of its ratio */
+	for (int r = 0; r < runs; r++) {
+		ratio_raw[r] = raw[r].s / wd[r].s;
+		ratio_today[r] = today[r].s / wd[r].s;
+	}
+	rr = bench_median(ratio_raw, runs);
+	rt = bench_median(ratio_today, runs);
 	printf("\nmedian of %d:\n", runs);
 	printf("  weightd  %8.3f s %6.0f MB/s %6.3f CPU s/GiB\n", mw.s, mbps(&mw),
 	       cpu_per_gib(&mw));
 	printf("  raw      %8.3f s %6.0f MB/s %6.3f CPU s/GiB   weightd/raw rate %.2fx "
-	       "(target >= 0.9x)\n",
-	       mr.s, mbps(&mr), cpu_per_gib(&mr), mr.s / mw.s);
+	       "(median of the runs' ratios; target >= 0.9x)\n",
+	       mr.s, mbps(&mr), cpu_per_gib(&mr), rr);
 	printf("  today    %8.3f s %6.0f MB/s %6.3f CPU s/GiB   weightd %.2fx faster end to end "
-	       "(target >= 1.5x)\n",
-	       mt.s, mbps(&mt), cpu_per_gib(&mt), mt.s / mw.s);
-	rc = mr.s / mw.s >= 0.9 && mt.s / mw.s >= 1.5 ? 0 : 1;
+	       "(median of the runs' ratios; target >= 1.5x)\n",
+	       mt.s, mbps(&mt), cpu_per_gib(&mt), rt);
+	rc = rr >= 0.9 && rt >= 1.5 ? 0 : 1;
 	if (s3 && b.srv.s3) {
 		struct sample ws, rs;
 		char s3url[256];
