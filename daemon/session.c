@@ -103,6 +103,48 @@ size_t session_fds_in_flight(struct session *s)
 	return s->fds_in_flight;
 }
 
+/*
+ * A client that reads its fds and then goes quiet would leave them charged to its uid (only the
+ * session itself asks the kernel, when it sends or is paused), holding every other connection of
+ * its uid over uid_max_queue_fds. So a flush that leaves fds in flight arms a timer that asks
+ * SIOCOUTQ: after SETTLE_FIRST_MS, doubling up to SETTLE_MAX_MS while the client leaves its queue
+ * unread, back to the first delay when it has read some of it. One armed timer per session at
+ * most: a burst of gets costs one ioctl per SETTLE_FIRST_MS, not one per reply.
+ */
+#define SETTLE_FIRST_MS 20u
+#define SETTLE_MAX_MS	1000u
+
+static void settle_arm(struct session *s)
+{
+	struct timeval tv = { (time_t)(s->settle_ms / 1000),
+			      (suseconds_t)(s->settle_ms % 1000 * 1000) };
+
+	evtimer_add(s->ev_settle, &tv);
+}
+
+static void on_settle(evutil_socket_t fd, short what, void *arg)
+{
+	struct session *s = arg;
+	int unread = 0;
+
+	(void)fd;
+	(void)what;
+	if (s->dead || !s->fds_in_flight)
+		return;
+	if (ioctl(s->fd, SIOCOUTQ, &unread) == 0 && unread == 0) {
+		/* its uid's other connections see the fds gone at their next look */
+		s->fds_in_flight = 0;
+		account_fds(s);
+		return;
+	}
+	if (unread > 0 && (size_t)unread < s->settle_unread)
+		s->settle_ms = SETTLE_FIRST_MS;
+	else if (s->settle_ms < SETTLE_MAX_MS)
+		s->settle_ms = s->settle_ms * 2 > SETTLE_MAX_MS ? SETTLE_MAX_MS : s->settle_ms * 2;
+	s->settle_unread = unread > 0 ? (size_t)unread : 0;
+	settle_arm(s);
+}
+
 /* Its replies hold too many fds (its own or its uid's): take no more requests until it reads. */
 static bool fd_counts_over(const struct session *s)
 {
@@ -146,6 +188,11 @@ static void session_flush(struct session *s)
 		return;
 	}
 	s->fds_in_flight += fds_before - wd_outq_fds(s->out);
+	if (s->fds_in_flight && !evtimer_pending(s->ev_settle, NULL)) {
+		s->settle_ms = SETTLE_FIRST_MS;
+		s->settle_unread = 0;
+		settle_arm(s);
+	}
 	if (wd_outq_bytes(s->out) != before)
 		s->active_ms = wd_clock_ms();
 	account_fds(s);
@@ -351,6 +398,8 @@ void session_free(struct session *s)
 		event_free(s->ev_write);
 	if (s->ev_later)
 		event_free(s->ev_later);
+	if (s->ev_settle)
+		event_free(s->ev_settle);
 	wd_inbuf_free(s->in);
 	wd_outq_free(s->out);
 	for (size_t i = 0; i < s->n_subs; i++)
@@ -371,6 +420,8 @@ void session_kill(struct session *s, const char *why)
 	event_del(s->ev_write);
 	if (s->ev_later)
 		event_del(s->ev_later);
+	if (s->ev_settle)
+		event_del(s->ev_settle);
 	close(s->fd);
 	s->fd = -1;
 	account(s); /* dead: its queues stop counting against its uid and the daemon */
@@ -696,7 +747,8 @@ struct session *session_new(const struct session_ops *ops, void *owner, struct d
 	s->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, on_read, s);
 	s->ev_write = event_new(d->base, fd, EV_WRITE | EV_PERSIST, on_write, s);
 	s->ev_later = evtimer_new(d->base, on_later, s);
-	if (!s->in || !s->out || !s->ev_read || !s->ev_write || !s->ev_later ||
+	s->ev_settle = evtimer_new(d->base, on_settle, s);
+	if (!s->in || !s->out || !s->ev_read || !s->ev_write || !s->ev_later || !s->ev_settle ||
 	    event_add(s->ev_read, NULL)) {
 		close(fd);
 		s->fd = -1;

@@ -41,6 +41,7 @@ struct session {
 	struct peer peer;
 	struct event *ev_read, *ev_write;
 	struct event *ev_later;   /* look again soon: paused (has it read its fds?), or done? */
+	struct event *ev_settle;  /* has it read the fds in flight? (armed while there are some) */
 	struct wd_inbuf *in;
 	struct wd_outq *out;
 	struct holds holds; /* the weights it holds, its unit requests in flight (holds.c) */
@@ -52,6 +53,8 @@ struct session {
 	size_t partial_charged;/* what account() last charged for frames being received */
 	size_t fds_charged;    /* ... and for fds queued in replies (ours and the kernel's) */
 	size_t fds_in_flight;  /* fds sent that the client may not have read yet */
+	uint32_t settle_ms;    /* ev_settle's next delay */
+	size_t settle_unread;  /* bytes its socket's queue held at ev_settle's last look */
 	size_t partial_peak;   /* the most its input buffer held (memory returned when it goes) */
 	bool refused;          /* told why it is being closed; takes no requests */
 	bool lingering;        /* refused, kept open briefly so it can read why */

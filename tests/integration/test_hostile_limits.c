@@ -166,6 +166,62 @@ static void queued_fds_are_bounded_per_client_and_uid(void **state)
 }
 
 /*
+ * fds a client has read stop counting against its uid even when it then goes quiet: answers
+ * that went out after the daemon last looked at the connection (cold materializations, answered
+ * as their fills finish) are charged until the kernel is seen to have handed them over. Another
+ * connection of the same uid must then be served at once, its hello and a request answered.
+ */
+#define SETTLE_FDS 8
+
+static void read_fds_stop_counting_for_a_quiet_client(void **state)
+{
+	char extra[256];
+	pid_t pid;
+
+	(void)state;
+	snprintf(extra, sizeof(extra), "client_max_queue_fds = %d\nuid_max_queue_fds = %d\n",
+		 SETTLE_FDS, SETTLE_FDS);
+	hostile_start(&H, extra);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		static const char *const names[SETTLE_FDS] = { "t0", "t1", "t2", "t3",
+							       "m0", "m1", "t0", "t1" };
+		uint8_t buf[SETTLE_FDS * 256];
+		size_t len = 0;
+		struct resp r;
+		int a, b;
+
+		hostile_become(UID_ATTACKER);
+		a = attacker_conn(false);
+		/* in one write, so all are read before any fill finishes: every answer goes out
+		 * from a finished fill, with one segment fd each */
+		for (int i = 0; i < SETTLE_FDS; i++) {
+			struct pb unit;
+
+			unit_of(&unit, &names[i], 1);
+			len += frame(buf + len, 10 + (uint64_t)i, 14, &unit);
+		}
+		send_all(a, buf, len);
+		for (int i = 0; i < SETTLE_FDS; i++) {
+			read_resp(a, &r);
+			if (r.code != 0 || r.body != 14 || r.nfds != 1)
+				_exit(20);
+		}
+		/* a stays open and silent; a hang below fails instead of blocking */
+		alarm(2);
+		b = attacker_conn(false);
+		(void)materialized_handle(b, 2, "t2");
+		alarm(0);
+		close(b);
+		close(a);
+		_exit(0);
+	}
+	it_wait_child_ok(pid);
+	hostile_victim_served(&H);
+}
+
+/*
  * One uid filling max_clients used to lock everyone out. Now it gets max_clients_per_uid
  * connections and a clear refusal past that (raw and through libweightd); another uid still
  * connects, and root gets in past max_clients (its reserve) and its admin requests work.
@@ -619,6 +675,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(queued_fds_are_bounded_per_client_and_uid, teardown),
+		cmocka_unit_test_teardown(read_fds_stop_counting_for_a_quiet_client, teardown),
 		cmocka_unit_test_teardown(connections_are_capped_per_uid, teardown),
 		cmocka_unit_test_teardown(idle_connections_time_out, teardown),
 		cmocka_unit_test_teardown(partial_frames_are_bounded_and_time_out, teardown),
