@@ -192,16 +192,6 @@ static void singles_child(int in, int out, size_t window)
 				r.got++;
 		}
 	}
-	/* One more request, answered without an fd: weightd learns on it that this client has
-	 * read every fd it was sent, which its uid's other connections are otherwise charged
-	 * for until this one sends again. */
-	if (!r.rc) {
-		weightd_status *st = NULL;
-
-		if ((rc = weightd_status_summary(c, &st, &err)) < 0)
-			rep_fail(&r, rc, "status: %s", err.message);
-		weightd_status_free(st);
-	}
 	for (size_t i = 0; !r.rc && i < CK.n; i++) {
 		uint64_t id = weightd_weight_segment(ws[i]);
 		size_t k;
