@@ -626,17 +626,31 @@ void cache_job_fail_queued(struct cache *c, struct cache_segment *sg, const weig
  * joins it while it is still queued, it moves to that uid's share if it would start sooner
  * there: one uid's long queue never delays a weight another uid waits for too, and the uid it
  * moves to is charged for what it gets. A job of a batch moves its whole batch (at most
- * BATCH_MAX_BYTES).
+ * BATCH_MAX_BYTES). A job still waiting in a created arena's queue behind its owner's other
+ * jobs becomes the joiner's and goes to the pool now, as cache_job_kick sends a new owner's.
  */
 int cache_job_join(struct cache *c, struct job *j, uint32_t owner, cache_cb cb, void *arg)
 {
 	struct waiter *wt = calloc(1, sizeof(*wt));
+	struct cache_segment *sg = j->segment;
 
 	if (!wt)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	if (c->p.pool && j->submitted && pool_reown(c->p.pool, j->submitted, owner))
+	if (c->p.pool && j->submitted && pool_reown(c->p.pool, j->submitted, owner)) {
 		log_debug("materializing %s: moved to uid %u's share of the workers",
 			  wd_plan_label(j->plan), (unsigned)owner);
+	} else if (c->p.pool && !j->submitted && j->task.owner != owner && sg && sg->arena &&
+		   sg->created) {
+		struct job_queue one = TAILQ_HEAD_INITIALIZER(one);
+
+		TAILQ_REMOVE(&sg->queued, j, queue_link);
+		TAILQ_INSERT_TAIL(&one, j, queue_link);
+		j->task.owner = owner;
+		seg_submit_next(c, sg, &one);
+		log_debug("materializing %s: moved out of its arena's queue to uid %u's share of "
+			  "the workers",
+			  wd_plan_label(j->plan), (unsigned)owner);
+	}
 	wt->cb = cb;
 	wt->arg = arg;
 	SLIST_INSERT_HEAD(&j->waiters, wt, link);
