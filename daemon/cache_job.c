@@ -356,12 +356,12 @@ static void job_task_done(struct pool_task *t)
 	struct cache *c = j->cache;
 	struct cache_segment *sg = j->segment;
 	/* jobs queued behind it keep the segment alive through job_done */
-	bool more = !TAILQ_EMPTY(&sg->queued);
+	bool more = !TAILQ_EMPTY(&sg->queued), cancelled = t->cancelled;
 
 	sg->tasks--;
-	job_done(t);
+	job_done(t); /* frees j, and t with it */
 	if (more)
-		seg_task_over(c, sg, t->cancelled);
+		seg_task_over(c, sg, cancelled);
 }
 
 /* Start a job whose segment exists: inline without a pool (tests), else on a worker. */
