@@ -378,8 +378,8 @@ int cache_request(struct cache *c, struct cache_pack *pack, struct wd_plan *plan
 	const uint8_t *key = wd_plan_key(plan);
 	struct weight *w = cache_find_key(c, key);
 	struct cache_pack *own = NULL;
-	struct cache_segment *sg;
-	uint64_t nbytes = wd_plan_nbytes(plan), temp = wd_plan_temp_bytes(plan), off;
+	struct cache_segment *sg = NULL; /* arena_place sets both when it returns 0 */
+	uint64_t nbytes = wd_plan_nbytes(plan), temp = wd_plan_temp_bytes(plan), off = 0;
 	struct job *j;
 	int r;
 
