@@ -1480,7 +1480,9 @@ static void preload_counts_resident_weights_and_keeps_them(void **state)
 	/* big.0 is resident (released by get, still cached): the bar starts at half or more */
 	assert_int_equal(ctl_pty(&out, 80, "preload", "big", NULL), 0);
 	check_frames(out, "1.0 GiB", &fr);
-	if (fr.n < 2 || fr.n_partial < 1 || (fr.n_between < 1 && !within_two_polls(out)))
+	/* Half of it is there at the first poll, so the bar moves from there to 100% in as little
+	 * as one more frame; frames in between are the get test's to check. */
+	if (fr.n < 2 || fr.n_partial < 1)
 		fail_msg("expected a bar that moves, got %d frames:\n%s", fr.n, out);
 	assert_true(fr.first_pct >= 50);
 	assert_int_equal(fr.last_pct, 100);
