@@ -19,6 +19,8 @@
 
 #include <linux/magic.h> /* TMPFS_MAGIC */
 
+#include "holdlock.h"
+
 #define SHM_DIR "/dev/shm"
 
 /*
@@ -435,6 +437,19 @@ int wd_segment_unseal(struct wd_segment *seg, weightd_error *err)
 	return open_error(err, "reopening for writing shared memory", seg->name);
 }
 
+int wd_segment_open_ro(const struct wd_segment *seg)
+{
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", seg->ro_fd);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0)
+		return fd;
+	return errno == EMFILE || errno == ENFILE || errno == ENOMEM ? -WEIGHTD_E_RESOURCE_EXHAUSTED
+								     : -WEIGHTD_E_IO;
+}
+
 /*
  * Only an object this user owns and nobody else can write is adopted: anything else under the
  * prefix could change under the clients that map it.
@@ -690,4 +705,60 @@ out:
 		free(l.names[i]);
 	free(l.names);
 	return rc;
+}
+
+/* A locked segment has a lock test per lock run at most: this bounds a hostile one. */
+#define LOCK_TESTS_MAX (1u << 20)
+
+int wd_segment_locked_bytes(const char *name, uint64_t *ret_bytes)
+{
+	struct stat st;
+	uint64_t bytes = 0;
+	int fd, r;
+
+	*ret_bytes = 0;
+	if (!name_valid(name))
+		return -WEIGHTD_E_INVALID_ARGUMENT;
+	fd = seg_open(name, O_RDONLY, 0);
+	if (fd < 0)
+		return errno == ENOENT ? -WEIGHTD_E_NOT_FOUND : -WEIGHTD_E_IO;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return -WEIGHTD_E_IO;
+	}
+	r = wd_holdlock_count(fd, (uint64_t)st.st_size, LOCK_TESTS_MAX, &bytes, NULL);
+	close(fd);
+	*ret_bytes = bytes;
+	/* tests that ran out still found locks: that is what matters to the callers */
+	return r < 0 && !(r == -E2BIG && bytes) ? -WEIGHTD_E_IO : 0;
+}
+
+struct locked_scan {
+	const char *prefix;
+	uint64_t segments, bytes;
+};
+
+static int count_locked(const char *name, uint64_t size, void *arg)
+{
+	struct locked_scan *ls = arg;
+	uint64_t bytes = 0;
+
+	(void)size;
+	if (!wd_segment_name_matches(ls->prefix, name))
+		return 0;
+	if (wd_segment_locked_bytes(name, &bytes) == 0 && bytes) {
+		ls->segments++;
+		ls->bytes += bytes;
+	}
+	return 0;
+}
+
+int wd_segment_locked(const char *prefix, uint64_t *ret_segments, uint64_t *ret_bytes)
+{
+	struct locked_scan ls = { prefix, 0, 0 };
+	int rc = wd_segment_list(prefix, count_locked, &ls);
+
+	*ret_segments = ls.segments;
+	*ret_bytes = ls.bytes;
+	return rc < 0 ? rc : 0;
 }

@@ -90,6 +90,10 @@ void wd_segment_seal(struct wd_segment *seg);
  * -WEIGHTD_E_IO / -WEIGHTD_E_RESOURCE_EXHAUSTED (out of descriptors) with err set. */
 int wd_segment_unseal(struct wd_segment *seg, weightd_error *err);
 
+/* A read-only open file description of the segment's object of its own (through ro_fd, so it
+ * is the very object), close-on-exec: what a client gets, so that the locks it takes on it are
+ * its own (holdlock.h). The fd, or a negative weightd code (errno set: EMFILE, ENFILE). */
+int wd_segment_open_ro(const struct wd_segment *seg);
 /* Re-open an existing object read-only (re-adoption after a restart): fills ro_fd and size. */
 int wd_segment_adopt(const char *name, struct wd_segment *ret, weightd_error *err);
 
@@ -130,6 +134,14 @@ int wd_segment_foreign(const char *prefix, uint64_t max_entries, bool *ret_parti
 /* Unlink every object under `prefix` whose name weightd makes (wd_segment_name_matches), and
  * legacy names this uid owns; others are left alone. Returns how many, or a negative code. */
 int wd_segment_purge(const char *prefix);
+/*
+ * The bytes of segment `name` that processes have locked (holdlock.h: what they map), in
+ * *ret_bytes: 0, or a negative weightd code (-WEIGHTD_E_NOT_FOUND when there is no such object).
+ */
+int wd_segment_locked_bytes(const char *name, uint64_t *ret_bytes);
+/* Over every segment weightd makes under prefix: how many have locked bytes, and how many bytes
+ * in all (wd_segment_locked_bytes). 0 or a negative weightd code. */
+int wd_segment_locked(const char *prefix, uint64_t *ret_segments, uint64_t *ret_bytes);
 
 /* A prefix is 1..64 characters of [A-Za-z0-9_.-], not starting with '.'. */
 int wd_segment_prefix_valid(const char *prefix);
