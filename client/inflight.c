@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "columns.h"
 #include "conn.h"
@@ -62,11 +63,22 @@ static int single_weight(weightd_inflight *f, Weightd__Response *resp, int *fds,
 		struct wc_seg *sg;
 		weightd_weight *w = NULL;
 
-		r = wc_seg_get(wc_conn_segs(c), si->id, si->size, fds[0], &sg, err);
-		if (r == 0)
+		int spare = -1;
+
+		r = wc_seg_get(wc_conn_segs(c), si->id, si->size, fds[0], &sg, &spare, err);
+		if (r == 0) {
+			wc_seg_ref(sg);   /* kept while the lock is taken */
 			r = wc_weight_new(c, &d, sg, 1, NULL, &w, err);
-		else
+			if (r == 0 && wc_seg_hold_commit(sg, err) < 0) {
+				weightd_release(w);
+				r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
+			}
+			wc_seg_unref(sg);
+		} else {
 			wc_weight_release_handle(c, d.handle, 1);
+		}
+		if (spare >= 0)
+			close(spare);
 		if (r == 0)
 			*ret = w;
 	}

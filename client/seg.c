@@ -4,6 +4,7 @@
 #include "seg.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,30 @@
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* Linux 5.14; the kernel refuses it with EINVAL before */
 #endif
+
+/* fork()s this process has made (or been made by), counted by the handlers seg_atfork sets */
+static atomic_uint forks;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static bool holds_off;
+
+static void count_fork(void)
+{
+	atomic_fetch_add(&forks, 1);
+}
+
+static void seg_atfork(void)
+{
+	const char *e = getenv("WEIGHTD_HOLD_LOCKS");
+
+	holds_off = e && strcmp(e, "0") == 0;
+	pthread_atfork(NULL, count_fork, count_fork);
+}
+
+bool wc_seg_holds_on(void)
+{
+	pthread_once(&atfork_once, seg_atfork);
+	return !holds_off;
+}
 
 struct wc_seg_table {
 	pthread_mutex_t mu;          /* the table, and every segment's refs, map and mapped */
@@ -51,12 +76,14 @@ static int seg_table_grow(struct wc_seg_table *t)
 }
 
 int wc_seg_get(struct wc_seg_table *t, uint64_t id, uint64_t size, int fd, struct wc_seg **ret,
-	       weightd_error *err)
+	       int *ret_spare, weightd_error *err)
 {
 	struct wc_seg *sg = NULL;
 	struct stat st;
 	int r;
 
+	if (ret_spare)
+		*ret_spare = -1;
 	if (fstat(fd, &st) < 0) {
 		r = wc_err_set(err, WEIGHTD_E_IO, "cannot stat a shared-memory segment from weightd: %s",
 			       strerror(errno));
@@ -89,7 +116,11 @@ int wc_seg_get(struct wc_seg_table *t, uint64_t id, uint64_t size, int fd, struc
 		}
 		sg->refs++;
 		pthread_mutex_unlock(&t->mu);
-		close(fd);   /* this client has the segment already: one fd per segment */
+		/* this client has the segment already: one fd per segment */
+		if (ret_spare)
+			*ret_spare = fd;
+		else
+			close(fd);
 		*ret = sg;
 		return 0;
 	}
@@ -107,6 +138,7 @@ int wc_seg_get(struct wc_seg_table *t, uint64_t id, uint64_t size, int fd, struc
 	sg->ino = (uint64_t)st.st_ino;
 	sg->refs = 1;
 	sg->t = t;
+	sg->forks = atomic_load(&forks);
 	if (id) {
 		size_t b = seg_bucket(id, t->cap);
 
@@ -148,9 +180,14 @@ void wc_seg_unref(struct wc_seg *sg)
 	}
 	t->n--;
 	pthread_mutex_unlock(&t->mu);
+	/* Unmapped and closed, its open file description ends with every lock on it (unless a
+	 * child of a fork() still has it, which is what the locks are for then). */
 	if (sg->mapped && sg->map)
 		munmap(sg->map, (size_t)sg->size);
 	close(sg->fd);
+	free(sg->holds);
+	free(sg->pend);
+	free(sg->drop);
 	free(sg);
 }
 
@@ -158,6 +195,7 @@ struct wc_seg_table *wc_seg_table_new(void)
 {
 	struct wc_seg_table *t = calloc(1, sizeof(*t));
 
+	pthread_once(&atfork_once, seg_atfork);
 	if (t)
 		pthread_mutex_init(&t->mu, NULL);
 	return t;
@@ -229,4 +267,308 @@ int wc_seg_populate(struct wc_seg *sg, uint64_t off, uint64_t len)
 	for (uint64_t at = first; at < end; at += page)
 		(void)p[at];
 	return 0;
+}
+
+void wc_seg_table_rekey(struct wc_seg_table *t, struct wc_seg *const *segs, const uint64_t *ids,
+			size_t n)
+{
+	struct wc_seg *all = NULL, *sg;
+
+	pthread_mutex_lock(&t->mu);
+	/* out of the buckets, all of them, with no id */
+	for (size_t b = 0; b < t->cap; b++)
+		while ((sg = t->tab[b])) {
+			t->tab[b] = sg->next;
+			sg->id = 0;
+			sg->next = all;
+			all = sg;
+		}
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] && segs[i]->id == 0)
+			segs[i]->id = ids[i];
+	/* back in under their new ids; those without one stay out (found by nobody) */
+	while ((sg = all)) {
+		all = sg->next;
+		sg->next = NULL;
+		if (sg->id) {
+			size_t bk = seg_bucket(sg->id, t->cap);
+
+			sg->next = t->tab[bk];
+			t->tab[bk] = sg;
+		}
+	}
+	pthread_mutex_unlock(&t->mu);
+}
+
+/* --- holds ------------------------------------------------------------------------------- */
+
+static uint64_t hold_end(const struct wc_hold *h)
+{
+	return h->off + h->len;
+}
+
+/* Grow *p (of *cap elements of `size` bytes) to room for `need`; false when out of memory. */
+static bool room(void **p, size_t *cap, size_t need, size_t size)
+{
+	size_t ncap;
+	void *np;
+
+	if (need <= *cap)
+		return true;
+	ncap = *cap ? *cap : 16;
+	while (ncap < need)
+		ncap *= 2;
+	np = realloc(*p, ncap * size);
+	if (!np)
+		return false;
+	*p = np;
+	*cap = ncap;
+	return true;
+}
+
+/* The first hold at or after offset off (n_holds when none). */
+static size_t hold_at(const struct wc_seg *sg, uint64_t off)
+{
+	size_t lo = 0, hi = sg->n_holds;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (sg->holds[mid].off < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The first hold whose end lies after off (holds are disjoint: ends are sorted too). */
+static size_t hold_ending_after(const struct wc_seg *sg, uint64_t off)
+{
+	size_t lo = 0, hi = sg->n_holds;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (hold_end(&sg->holds[mid]) <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* What the locks cover around hold i: from the end of the hold before it, when that is closer
+ * than WD_HOLD_GAP, to the start of the one after it, likewise. */
+static void hold_reach(const struct wc_seg *sg, size_t i, uint64_t *ret_a, uint64_t *ret_b)
+{
+	const struct wc_hold *h = &sg->holds[i];
+	uint64_t a = h->off, b = hold_end(h);
+
+	if (i > 0 && h->off - hold_end(&sg->holds[i - 1]) < WD_HOLD_GAP)
+		a = hold_end(&sg->holds[i - 1]);
+	if (i + 1 < sg->n_holds && sg->holds[i + 1].off - hold_end(h) < WD_HOLD_GAP)
+		b = sg->holds[i + 1].off;
+	*ret_a = a;
+	*ret_b = b;
+}
+
+int wc_seg_hold(struct wc_seg *sg, uint64_t off, uint64_t len)
+{
+	int r = 0;
+
+	if (len == 0 || !wc_seg_holds_on())
+		return 0;
+	pthread_mutex_lock(&sg->t->mu);
+	if (room((void **)&sg->pend, &sg->cap_pend, sg->n_pend + 1, sizeof(*sg->pend)))
+		sg->pend[sg->n_pend++] = (struct wd_hold_range){ off, len };
+	else
+		r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	pthread_mutex_unlock(&sg->t->mu);
+	return r;
+}
+
+static int range_cmp(const void *a, const void *b)
+{
+	const struct wd_hold_range *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/*
+ * Enter the queued ranges (sorted) into holds. fresh[0..*ret_n) receives, in increasing order,
+ * the indices of holds that are new (a range held already only counts up). One merge pass when
+ * many come at once; appends and a few inserts in place otherwise.
+ */
+static int enter_pending(struct wc_seg *sg, size_t *fresh, size_t *ret_n)
+{
+	size_t n = sg->n_pend, nf = 0;
+	struct wd_hold_range *p = sg->pend;
+
+	if (!room((void **)&sg->holds, &sg->cap_holds, sg->n_holds + n, sizeof(*sg->holds)))
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	if (sg->n_holds == 0 || p[0].off > sg->holds[sg->n_holds - 1].off) {
+		/* after every hold (a unit packed in order, the next single get of an arena) */
+		for (size_t k = 0; k < n; k++) {
+			if (sg->n_holds && sg->holds[sg->n_holds - 1].off == p[k].off) {
+				sg->holds[sg->n_holds - 1].count++;
+				continue;
+			}
+			fresh[nf++] = sg->n_holds;
+			sg->holds[sg->n_holds++] = (struct wc_hold){ p[k].off, p[k].len, 1 };
+		}
+	} else if (n <= 8) {
+		for (size_t k = 0; k < n; k++) {
+			size_t i = hold_at(sg, p[k].off);
+
+			if (i < sg->n_holds && sg->holds[i].off == p[k].off) {
+				sg->holds[i].count++;
+				continue;
+			}
+			memmove(&sg->holds[i + 1], &sg->holds[i],
+				(sg->n_holds - i) * sizeof(*sg->holds));
+			sg->holds[i] = (struct wc_hold){ p[k].off, p[k].len, 1 };
+			sg->n_holds++;
+			/* p is sorted, so each lands after the ones before it: indices stay in order */
+			fresh[nf++] = i;
+		}
+	} else {
+		struct wc_hold *out = malloc((sg->n_holds + n) * sizeof(*out));
+		size_t i = 0, k = 0, o = 0;
+
+		if (!out)
+			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+		while (i < sg->n_holds || k < n) {
+			if (k == n || (i < sg->n_holds && sg->holds[i].off < p[k].off)) {
+				out[o++] = sg->holds[i++];
+			} else if (o > 0 && out[o - 1].off == p[k].off) {
+				out[o - 1].count++;
+				k++;
+			} else if (i < sg->n_holds && sg->holds[i].off == p[k].off) {
+				out[o] = sg->holds[i++];
+				out[o++].count++;
+				k++;
+			} else {
+				out[o] = (struct wc_hold){ p[k].off, p[k].len, 1 };
+				fresh[nf++] = o++;
+				k++;
+			}
+		}
+		free(sg->holds);
+		sg->holds = out;
+		sg->cap_holds = sg->n_holds + n;
+		sg->n_holds = o;
+	}
+	sg->n_pend = 0;
+	*ret_n = nf;
+	return 0;
+}
+
+int wc_seg_hold_commit(struct wc_seg *sg, weightd_error *err)
+{
+	size_t *fresh = NULL, nf = 0;
+	uint64_t a = 0, b = 0;
+	bool open = false;
+	int r = 0;
+
+	pthread_mutex_lock(&sg->t->mu);
+	if (sg->n_pend == 0)
+		goto out;
+	fresh = malloc(sg->n_pend * sizeof(*fresh));
+	if (!fresh) {
+		r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
+		goto out;
+	}
+	qsort(sg->pend, sg->n_pend, sizeof(*sg->pend), range_cmp);
+	r = enter_pending(sg, fresh, &nf);
+	/* One lock call per run of new holds: their reaches touch when they lie together. */
+	for (size_t f = 0; r == 0 && f <= nf; f++) {
+		uint64_t x = 0, y = 0;
+
+		if (f < nf)
+			hold_reach(sg, fresh[f], &x, &y);
+		if (open && f < nf && x <= b) {
+			if (y > b)
+				b = y;
+			continue;
+		}
+		if (open)
+			r = wd_holdlock_lock(sg->fd, a, b - a);
+		a = x;
+		b = y;
+		open = f < nf;
+	}
+out:
+	if (r < 0 && r != -WEIGHTD_E_RESOURCE_EXHAUSTED)
+		r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	pthread_mutex_unlock(&sg->t->mu);
+	free(fresh);
+	if (r < 0)
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				  "cannot lock held weights of segment %llu (the kernel's record that "
+				  "this process maps them): %s", (unsigned long long)sg->id,
+				  r == -WEIGHTD_E_RESOURCE_EXHAUSTED ? "out of memory or of locks" :
+				  "lock refused");
+	return 0;
+}
+
+void wc_seg_unhold(struct wc_seg *sg, uint64_t off, uint64_t len)
+{
+	size_t i;
+
+	if (len == 0 || !wc_seg_holds_on())
+		return;
+	pthread_mutex_lock(&sg->t->mu);
+	i = hold_at(sg, off);
+	if (i < sg->n_holds && sg->holds[i].off == off && --sg->holds[i].count == 0) {
+		uint64_t a, b;
+
+		hold_reach(sg, i, &a, &b);
+		memmove(&sg->holds[i], &sg->holds[i + 1], (sg->n_holds - i - 1) * sizeof(*sg->holds));
+		sg->n_holds--;
+		/* what may need unlocking, joined to the last range queued when they touch; when out
+		 * of memory it stays locked (until the segment is let go), which is safe */
+		if (sg->n_drop && sg->drop[sg->n_drop - 1].off + sg->drop[sg->n_drop - 1].len >= a &&
+		    sg->drop[sg->n_drop - 1].off <= b) {
+			struct wd_hold_range *d = &sg->drop[sg->n_drop - 1];
+			uint64_t s = d->off < a ? d->off : a, e = d->off + d->len > b ? d->off + d->len : b;
+
+			d->off = s;
+			d->len = e - s;
+		} else if (room((void **)&sg->drop, &sg->cap_drop, sg->n_drop + 1, sizeof(*sg->drop))) {
+			sg->drop[sg->n_drop++] = (struct wd_hold_range){ a, b - a };
+		}
+	}
+	pthread_mutex_unlock(&sg->t->mu);
+}
+
+/* Unlock the parts of [a, b) that no hold (with the gaps between close holds) covers now. */
+static void unlock_uncovered(struct wc_seg *sg, uint64_t a, uint64_t b)
+{
+	uint64_t cursor = a;
+	size_t k = hold_ending_after(sg, a > WD_HOLD_GAP ? a - WD_HOLD_GAP : 0);
+
+	while (k < sg->n_holds && cursor < b && sg->holds[k].off < b + WD_HOLD_GAP) {
+		uint64_t rs = sg->holds[k].off, re = hold_end(&sg->holds[k]);
+
+		while (k + 1 < sg->n_holds && sg->holds[k + 1].off - re < WD_HOLD_GAP)
+			re = hold_end(&sg->holds[++k]);
+		k++;
+		if (rs > cursor)
+			wd_holdlock_unlock(sg->fd, cursor, (rs < b ? rs : b) - cursor);
+		if (re > cursor)
+			cursor = re;
+	}
+	if (cursor < b)
+		wd_holdlock_unlock(sg->fd, cursor, b - cursor);
+}
+
+void wc_seg_unhold_commit(struct wc_seg *sg)
+{
+	pthread_mutex_lock(&sg->t->mu);
+	if (sg->forks == atomic_load(&forks))
+		for (size_t i = 0; i < sg->n_drop; i++)
+			unlock_uncovered(sg, sg->drop[i].off, sg->drop[i].off + sg->drop[i].len);
+	sg->n_drop = 0;
+	pthread_mutex_unlock(&sg->t->mu);
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "holdlock.h"
 #include "weightd/client.h"
 
 /* A connection's segments by the daemon's id (opaque; its lock guards every segment's refs,
@@ -29,6 +30,20 @@ struct wc_seg {
 	size_t refs;
 	struct wc_seg_table *t;
 	struct wc_seg *next;         /* bucket chain */
+	/* The weights this process holds in it, read-locked on fd (src/holdlock.h) so that no
+	 * weightd, now or after a restart, changes them: sorted by offset, disjoint, count > 0.
+	 * Entered in batches (pend) and dropped in batches (drop); under the table's lock. */
+	struct wc_hold *holds;
+	size_t n_holds, cap_holds;
+	struct wd_hold_range *pend, *drop;
+	size_t n_pend, cap_pend, n_drop, cap_drop;
+	unsigned forks;              /* the process's fork count when the segment came */
+};
+
+/* One held range of a segment: `count` weights of this process lie at [off, off + len). */
+struct wc_hold {
+	uint64_t off, len;
+	uint32_t count;
 };
 
 /* An empty table, or NULL when out of memory. */
@@ -38,11 +53,14 @@ void wc_seg_table_free(struct wc_seg_table *t);
 
 /*
  * The segment a received fd stands for, with one reference taken: the table's, when it has
- * segment `id` already (the fd is checked to be the same object, then closed), else a new one
- * that owns fd. size: the segment's size (0: from fstat). fd is taken in every case.
+ * segment `id` already (the fd is checked to be the same object), else a new one that owns fd.
+ * size: the segment's size (0: from fstat). fd is taken in every case: when the table had the
+ * segment, it is closed, or with ret_spare handed back there (-1 otherwise) for the caller to
+ * close once the weights it carries are locked on the table's fd (weightd locked them on this
+ * one, so they are never unprotected in between).
  */
 int wc_seg_get(struct wc_seg_table *t, uint64_t id, uint64_t size, int fd, struct wc_seg **ret,
-	       weightd_error *err);
+	       int *ret_spare, weightd_error *err);
 void wc_seg_ref(struct wc_seg *sg);
 /* Drop a reference; the last one unmaps, closes and forgets the segment. Accepts NULL. */
 void wc_seg_unref(struct wc_seg *sg);
@@ -55,5 +73,30 @@ int wc_seg_map(struct wc_seg *sg, const char *name, weightd_error *err);
  * refused part of it (the mapping is intact; what was not populated faults in when read).
  */
 int wc_seg_populate(struct wc_seg *sg, uint64_t off, uint64_t len);
+
+/*
+ * Holds. A weight this process holds is read-locked on its segment's fd for as long as it holds
+ * it. wc_seg_hold queues [off, off + len) (zero-length ranges are never locked) and
+ * wc_seg_hold_commit enters what is queued and locks it, in as few lock calls as runs: 0, or a
+ * negative weightd code (the ranges stay entered, so wc_seg_unhold undoes them as usual).
+ * wc_seg_unhold counts a range down and queues what may need unlocking; wc_seg_unhold_commit
+ * unlocks what no held weight covers any more. After a fork(), a segment that came before it is
+ * never unlocked: the child may map what the parent lets go, and the lock lasts until every
+ * process has unmapped the segment. WEIGHTD_HOLD_LOCKS=0 in the environment turns holds off
+ * (measurement only: a restart of weightd may then change what this process maps).
+ */
+int wc_seg_hold(struct wc_seg *sg, uint64_t off, uint64_t len);
+int wc_seg_hold_commit(struct wc_seg *sg, weightd_error *err);
+void wc_seg_unhold(struct wc_seg *sg, uint64_t off, uint64_t len);
+void wc_seg_unhold_commit(struct wc_seg *sg);
+/*
+ * A new connection names segments anew (conn.c's reconnect): segs[i] is now ids[i] (0: unknown
+ * to the daemon, the segment is this process's alone and is never found by id again). Every
+ * segment of the table not named here becomes such a one too. Entries may repeat a segment.
+ */
+void wc_seg_table_rekey(struct wc_seg_table *t, struct wc_seg *const *segs, const uint64_t *ids,
+			size_t n);
+/* Are holds on (WEIGHTD_HOLD_LOCKS is not "0")? */
+bool wc_seg_holds_on(void);
 
 #endif

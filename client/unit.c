@@ -627,12 +627,16 @@ static int commit(struct reply *r, Weightd__Response *resp, int *fds, uint32_t n
 	size_t n_dist = r->n_dist, n_made = 0, n_segs = 0;
 	int rc = 0;
 
-	/* From here the fds become segments (one reference each, dropped at the end). */
+	/* From here the fds become segments (one reference each, dropped at the end). An fd of a
+	 * segment this client has already is kept (in fds[i]) until the weights are locked on the
+	 * client's own: weightd's lock on it protects them until then. */
 	for (uint32_t i = 0; i < nfds; i++) {
 		const Weightd__SegmentInfo *si = ur->segments[i];   /* checked: one per fd */
+		int spare = -1;
 
-		rc = wc_seg_get(wc_conn_segs(u->c), si->id, si->size, fds[i], &r->segs[i], err);
-		fds[i] = -1;
+		rc = wc_seg_get(wc_conn_segs(u->c), si->id, si->size, fds[i], &r->segs[i], &spare,
+				err);
+		fds[i] = spare;
 		n_segs = i + 1;
 		if (rc < 0) {
 			r->segs[i] = NULL;
@@ -652,6 +656,11 @@ static int commit(struct reply *r, Weightd__Response *resp, int *fds, uint32_t n
 			goto fail_made;
 		}
 	}
+	for (uint32_t i = 0; i < nfds; i++) {
+		rc = wc_seg_hold_commit(r->segs[i], err);
+		if (rc < 0)
+			goto fail_locked;
+	}
 	for (size_t i = 0; i < u->n; i++)
 		u->slots[i].w = r->ws[r->dist_of[i]];
 	for (uint32_t i = 0; i < nfds; i++)
@@ -660,9 +669,12 @@ static int commit(struct reply *r, Weightd__Response *resp, int *fds, uint32_t n
 	u->n_weights = n_dist;
 	u->bytes_read = ur->bytes_read;
 	r->ws = NULL;   /* the unit's now */
-	free(fds);
+	wc_conn_close_fds(fds, nfds);
 	wd_msg_free(resp);
 	return 0;
+
+fail_locked:
+	n_made = n_dist;
 
 fail_made:
 	/* weights made so far are released by their objects; the rest by their handles */
@@ -675,10 +687,7 @@ fail_segs:
 		wc_weight_release_handle(u->c, dist_handle(r, d), r->refs[d]);
 	for (size_t i = 0; i < n_segs; i++)
 		wc_seg_unref(r->segs[i]);
-	for (uint32_t i = (uint32_t)n_segs; i < nfds; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-	free(fds);
+	wc_conn_close_fds(fds, nfds);
 	wd_msg_free(resp);
 	return rc;
 }

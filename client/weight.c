@@ -27,8 +27,7 @@
  */
 struct wc_ref {
 	atomic_uint holders;
-	uint64_t handle;
-	uint32_t count;
+	struct wc_held held;         /* handle, count, and where it lies, as the connection knows it */
 	weightd_client *c;           /* holds a client reference */
 };
 
@@ -104,8 +103,11 @@ static weightd_weight *weight_alloc(const char *name, const char *dtype, struct 
 	return w;
 }
 
+/* Free a weight of this process: its hold on the segment's range is counted down (the unlock,
+ * if any, is left to the caller's wc_seg_unhold_commit), then its segment reference dropped. */
 static void weight_free_local(weightd_weight *w)
 {
+	wc_seg_unhold(w->seg, w->offset, w->nbytes);
 	wc_seg_unref(w->seg);
 	if (!w->in_arena)
 		free(w);
@@ -173,19 +175,25 @@ int wc_weight_new(weightd_client *c, const struct wc_weight_desc *d, struct wc_s
 	}
 	w = weight_alloc(d->name, d->dtype, a);
 	ref = calloc(1, sizeof(*ref));
-	if (!w || !ref) {
+	if (!w || !ref || wc_seg_hold(sg, d->offset, d->nbytes) < 0) {
 		free(ref);
-		if (w)
-			weight_free_local(w);
+		if (w && !w->in_arena)
+			free(w);
 		wc_seg_unref(sg);
 		wc_weight_release_handle(c, d->handle, count);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	atomic_init(&ref->holders, 1);
-	ref->handle = d->handle;
-	ref->count = count;
+	ref->held.handle = d->handle;
+	ref->held.count = count;
+	ref->held.seg = sg;
+	ref->held.offset = d->offset;
+	ref->held.nbytes = d->nbytes;
+	if (d->key)
+		memcpy(ref->held.key, d->key, WEIGHTD_DIGEST_LEN);
 	ref->c = c;
 	wc_conn_ref(c);
+	wc_conn_held_add(c, &ref->held);
 	w->ref = ref;
 	w->seg = sg;
 	w->offset = d->offset;
@@ -220,7 +228,7 @@ weightd_digest_algorithm weightd_weight_digest_algorithm(const weightd_weight *w
 	return w ? w->digest_alg : WEIGHTD_DIGEST_UNKNOWN;
 }
 const uint8_t *weightd_weight_key(const weightd_weight *w) { return w ? w->key : NULL; }
-uint64_t weightd_weight_handle(const weightd_weight *w) { return w ? w->ref->handle : 0; }
+uint64_t weightd_weight_handle(const weightd_weight *w) { return w ? w->ref->held.handle : 0; }
 uint64_t weightd_weight_generation(const weightd_weight *w) { return w ? w->generation : 0; }
 
 /*
@@ -286,8 +294,11 @@ void wc_weight_release_all(weightd_weight **ws, size_t n)
 	weightd_client *c = NULL;
 	size_t nh = 0, total = 0, nc = 0;
 
+	struct wc_seg *at = NULL;   /* the segment whose unlocks are being gathered */
+	uint64_t handle;
+
 	for (size_t i = 0; i < n; i++)
-		total += ws[i] ? ws[i]->ref->count : 0;
+		total += ws[i] ? ws[i]->ref->held.count : 0;
 	handles = total ? calloc(total, sizeof(*handles)) : NULL;
 	for (size_t i = 0; i < n; i++) {
 		weightd_weight *w = ws[i];
@@ -295,22 +306,39 @@ void wc_weight_release_all(weightd_weight **ws, size_t n)
 
 		if (!w)
 			continue;
+		/* The unlocks of one segment's weights are made together (a unit's weights lie side
+		 * by side): the segment is kept while they are gathered. */
+		if (w->seg != at) {
+			if (at) {
+				wc_seg_unhold_commit(at);
+				wc_seg_unref(at);
+			}
+			at = w->seg;
+			wc_seg_ref(at);
+		}
 		ref = w->ref;
 		weight_free_local(w);
 		if (!ref_drop(ref))
 			continue;
+		/* its handle, when taken on the connection there is now (one taken before a restart
+		 * of weightd and not re-attached names nothing there) */
+		handle = wc_conn_held_remove(ref->c, &ref->held);
 		/* Batch the handles of one client into one message; a weight of another client
 		 * (or any, when out of memory) is told on its own. */
 		if (handles && (!c || c == ref->c)) {
 			c = ref->c;
-			for (uint32_t k = 0; k < ref->count; k++)
-				handles[nh++] = ref->handle;
+			for (uint32_t k = 0; handle && k < ref->held.count; k++)
+				handles[nh++] = handle;
 			nc++;
 		} else {
-			wc_weight_release_handle(ref->c, ref->handle, ref->count);
+			wc_weight_release_handle(ref->c, handle, handle ? ref->held.count : 0);
 			wc_conn_unref(ref->c);
 		}
 		free(ref);
+	}
+	if (at) {
+		wc_seg_unhold_commit(at);
+		wc_seg_unref(at);
 	}
 	if (c) {
 		wc_conn_release(c, handles, nh);
@@ -354,6 +382,16 @@ int weightd_weight_dup(const weightd_weight *w, weightd_weight **ret, weightd_er
 	d = weight_alloc(w->name, w->dtype, NULL);
 	if (!d)
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	if (wc_seg_hold(w->seg, w->offset, w->nbytes) < 0) {
+		free(d);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	if (wc_seg_hold_commit(w->seg, err) < 0) {
+		wc_seg_unhold(w->seg, w->offset, w->nbytes);
+		wc_seg_unhold_commit(w->seg);
+		free(d);
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	}
 	wc_seg_ref(w->seg);
 	d->seg = w->seg;
 	d->offset = w->offset;
@@ -383,7 +421,7 @@ int weightd_share(const weightd_weight *w, weightd_weight **ret, weightd_error *
 	wc_err_clear(err);
 	if (!w || !ret)
 		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_share: no weight");
-	sh.handle = w->ref->handle;
+	sh.handle = w->ref->held.handle;
 	req.body_case = WEIGHTD__REQUEST__BODY_SHARE;
 	req.share = &sh;
 	r = wc_conn_call(w->ref->c, &req, WEIGHTD__RESPONSE__BODY_SHARE, wc_weight_reply_refs,
@@ -406,15 +444,26 @@ int weightd_share(const weightd_weight *w, weightd_weight **ret, weightd_error *
 		struct wc_weight_desc d;
 		struct wc_seg *sg;
 
+		int spare = -1;
+
 		r = wc_seg_get(wc_conn_segs(w->ref->c), si ? si->id : 0, si ? si->size : 0, fds[0],
-			       &sg, err);
+			       &sg, &spare, err);
 		fds[0] = -1;
 		if (r < 0) {
 			wc_conn_release(w->ref->c, &resp->share->weight->handle, 1);
 			goto out;
 		}
 		wc_weight_desc_of(resp->share->weight, &d);
+		wc_seg_ref(sg);   /* kept while the lock is taken */
 		r = wc_weight_new(w->ref->c, &d, sg, 1, NULL, ret, err);
+		if (r == 0 && wc_seg_hold_commit(sg, err) < 0) {
+			weightd_release(*ret);
+			*ret = NULL;
+			r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
+		}
+		wc_seg_unref(sg);
+		if (spare >= 0)
+			close(spare);
 	}
 	goto out;
 fail:
