@@ -46,6 +46,7 @@ struct config {
 	char *state_dir;            /* "" = no state index */
 	char *segment_dir;	    /* "" = segments in /dev/shm; else a private tmpfs directory */
 	bool verify_adopted;        /* recompute each re-adopted segment's digest at start */
+	bool hold_locks;            /* clients' kernel locks on what they map (src/holdlock.h) */
 	enum wd_digest_alg digest;  /* content digest of new weights (default XXH3-128) */
 	uint64_t budget_bytes;      /* 0 = half of /dev/shm's size at start */
 	uint32_t workers;           /* 0 = number of online CPUs */

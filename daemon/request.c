@@ -66,6 +66,7 @@ void request_dispatch(struct session *s, Weightd__Request *req)
 	case WEIGHTD__REQUEST__BODY_RELOAD: request_admin_reload(s, req->id); break;
 	case WEIGHTD__REQUEST__BODY_EVICT: request_admin_evict(s, req->id, req->evict); break;
 	case WEIGHTD__REQUEST__BODY_SUBSCRIBE: request_query_subscribe(s, req->id, req->subscribe); break;
+	case WEIGHTD__REQUEST__BODY_REATTACH: request_holds_reattach(s, req->id, req->reattach); break;
 	default:
 		/* A newer client's request this daemon does not know: say so, keep the connection. */
 		request_fail(s, req->id, WEIGHTD_E_UNSUPPORTED,

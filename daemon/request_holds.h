@@ -14,5 +14,8 @@ struct session;
 void request_holds_share(struct session *s, uint64_t id, const Weightd__Share *sh);
 /* Let go of every handle of `rl`, all or nothing; answered only on failure when `quiet`. */
 void request_holds_release(struct session *s, uint64_t id, const Weightd__Release *rl, bool quiet);
+/* A client back after a restart: the weights it still maps become its references again, each
+ * one that weightd has at that very place and that the client may read, within its limits. */
+void request_holds_reattach(struct session *s, uint64_t id, const Weightd__Reattach *ra);
 
 #endif

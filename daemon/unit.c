@@ -11,6 +11,7 @@
 #include "unit.h"
 
 #include "daemon.h"
+#include "give.h"
 #include "heap.h"
 #include "holds.h"
 #include "request.h"
@@ -133,9 +134,26 @@ static int grow_segment_arrays(Weightd__SegmentInfo **si, Weightd__SegmentInfo *
  * one fd per distinct segment (found through an index of the segments seen, asked only when an
  * entry's segment is not the previous entry's: linear), and its columns say where in its
  * segment each weight lies. */
+struct entry_ctx {
+	const struct unit_req *u;
+	const uint32_t *seg_at;
+};
+
+/* give_fds's view of entry i: its segment in the reply and its weight's range. */
+static void entry_of(void *arg, size_t i, uint32_t *ret_seg, uint64_t *ret_off, uint64_t *ret_len)
+{
+	const struct entry_ctx *ec = arg;
+	const struct weight *w = ec->u->outs[i].w;
+
+	*ret_seg = ec->seg_at[i];
+	*ret_off = w->offset;
+	*ret_len = w->nbytes;
+}
+
 static void unit_req_finish(struct unit_req *u, struct cache *cache)
 {
 	struct session *s = u->s;
+	bool locks = s && s->d->cfg->hold_locks;
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
 	Weightd__UnitReply ur = WEIGHTD__UNIT_REPLY__INIT;
 	Weightd__PackedWeights pw;
@@ -203,6 +221,18 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 		session_send_error(s, u->id, &u->err);
 		goto out;
 	}
+	/* The client's own descriptions of the segments, locked over its weights (give.c); with
+	 * hold_locks off, weightd's own descriptors are lent as they are. */
+	if (locks) {
+		struct entry_ctx ec = { u, seg_at };
+
+		if (give_fds(segs, nfds, u->n_entries, entry_of, &ec, fds, &u->err) < 0) {
+			for (size_t k = 0; k < u->n_entries; k++)
+				cache_drop(cache, u->outs[k].w);
+			session_send_error(s, u->id, &u->err);
+			goto out;
+		}
+	}
 	if (pack_reply(u, seg_at, &pw, &columns) < 0)
 		goto oom;
 	/* The references taken for the request become the client's: a first entry was looked up
@@ -229,7 +259,10 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 	resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
 	resp.materialize = &ur;
 	resp.id = u->id;
-	session_send_borrowed(s, &resp, fds, nfds);
+	if (locks)
+		session_send(s, &resp, fds, nfds);
+	else
+		session_send_borrowed(s, &resp, fds, nfds);
 	goto out;
 oom:
 	for (size_t i = 0; i < u->n_entries; i++)

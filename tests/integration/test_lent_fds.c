@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_lent_fds.c - a reply lends weightd's own segment fd when the socket takes it at once; one
- * that has to wait behind a reply the client has not read carries a copy of its own, so it still
- * brings the right bytes after the segment it names is gone and its fd number reused. */
+/* test_lent_fds.c - what a reply waiting in weightd's queue carries. With hold_locks (the
+ * default) each segment fd is a description of the client's own, locked over the reply's
+ * weights: the weight cannot be evicted while its reply waits, and comes whole. With hold_locks
+ * off, a reply lends weightd's own segment fd when the socket takes it at once; one that has to
+ * wait carries a copy of its own, so it still brings the right bytes after the segment it names
+ * is gone and its fd number reused. */
 #include <sys/mman.h>
 
 #include "itest.h"
@@ -33,7 +36,7 @@ static void write_one(const char *file, const char *name, uint32_t seed, char *p
 	assert_int_equal(stw_write(path, &t, 1, NULL, 0, NULL), 0);
 }
 
-static void start(void)
+static void start(bool locks)
 {
 	static char names[BIG][16];
 	struct stw_tensor *ts = calloc(BIG, sizeof(*ts));
@@ -56,7 +59,7 @@ static void start(void)
 		 "[checkpoint:big]\npath = %s\n[checkpoint:b]\npath = %s\n[checkpoint:c]\npath = %s\n",
 		 big, b, c);
 	/* segments nobody holds go at once: W's goes with W */
-	it_start(&H, "max_idle_segments = 0", sec);
+	it_start(&H, locks ? "max_idle_segments = 0" : "max_idle_segments = 0\nhold_locks = no", sec);
 }
 
 static void send_req(int sock, Weightd__Request *req)
@@ -121,11 +124,13 @@ static void check_w(const Weightd__Response *resp, const struct wd_frame *fr, ui
 /*
  * A raw client asks for the 8,000 weights of "big" and then for W without
  * reading: W's reply waits in weightd's queue. It then releases W twice (its earlier hold and the
- * one the waiting reply took), an admin evicts W, whose segment goes, and takes X of another
- * checkpoint, whose new segment takes the lowest free descriptors. When the client reads, W's
- * reply brings W's bytes: the queued reply held a copy of the segment's fd, not its number.
+ * one the waiting reply took), and an admin evicts. Without locks W goes, its segment with it,
+ * and X of another checkpoint takes the lowest free descriptors: when the client reads, W's
+ * reply brings W's bytes because the queued reply held a copy of the segment's fd, not its
+ * number. With locks the reply's own description holds a lock over W, so W is kept (counted as
+ * mapped) until the client has read the reply and closed the fd; then it goes.
  */
-static void a_waiting_reply_keeps_its_segment(void **state)
+static void waiting_reply(bool locks)
 {
 	static struct it_src_entry big[BIG];
 	static Weightd__UnitEntry *big_ep[BIG];
@@ -144,8 +149,7 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 	int sock, base;
 	bool gone = false;
 
-	(void)state;
-	start();
+	start(locks);
 	base = it_fd_base(&H);
 	assert_non_null(in);
 	for (size_t i = 0; i < BIG; i++) {
@@ -191,8 +195,25 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 	req.release = &rel;
 	send_req(sock, &req);
 
-	/* once weightd has taken the release, W can be evicted; its segment goes with it */
+	/* once weightd has taken the release, W can be evicted; its segment goes with it (without
+	 * locks: with them, the waiting reply keeps it) */
 	admin = it_connect(&H);
+	if (locks) {
+		for (int i = 0; i < 200; i++) {
+			weightd_status *st;
+			weightd_error err;
+			bool kept;
+
+			assert_int_equal(weightd_evict(admin, &evicted, &bytes, &err), 0);
+			st = it_status(admin);
+			kept = st->locked_weights == 1 && it_weight(st, "b", "w") != NULL;
+			weightd_status_free(st);
+			if (kept)
+				break;
+			usleep(20000);
+		}
+		gone = true; /* nothing to wait for below */
+	}
 	for (int i = 0; i < 200 && !gone; i++) {
 		weightd_status *st;
 		weightd_error err;
@@ -205,6 +226,14 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 			usleep(20000);
 	}
 	assert_true(gone);
+	if (locks) {
+		weightd_status *st = it_status(admin);
+
+		/* kept, counted as mapped by a process weightd does not know */
+		assert_non_null(it_weight(st, "b", "w"));
+		assert_int_equal(st->locked_weights, 1);
+		weightd_status_free(st);
+	}
 	x = it_get_ok(admin, "c", "x");
 	assert_int_equal(it_pattern_mismatch(it_map(x), W_BYTES, X_SEED), -1);
 
@@ -229,14 +258,46 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 	wd_inbuf_free(in);
 	close(sock);
 	weightd_release(x);
+	if (locks) {
+		/* the fd is closed: the lock is gone, and W with the next evict */
+		for (int i = 0; i < 500; i++) {
+			weightd_status *st = it_status(admin);
+			bool none = st->locked_weights == 0;
+
+			weightd_status_free(st);
+			if (none)
+				break;
+			usleep(20000);
+		}
+		assert_int_equal(weightd_evict(admin, &evicted, &bytes, NULL), 0);
+		{
+			weightd_status *st = it_status(admin);
+
+			assert_null(it_weight(st, "b", "w"));
+			weightd_status_free(st);
+		}
+	}
 	weightd_close(admin);
 	it_leak_check(&H, base, 0);
+}
+
+static void a_waiting_reply_keeps_its_segment(void **state)
+{
+	(void)state;
+	waiting_reply(false);
+}
+
+static void a_waiting_reply_keeps_its_weight_locked(void **state)
+{
+	(void)state;
+	waiting_reply(true);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(a_waiting_reply_keeps_its_segment, teardown),
+		cmocka_unit_test_teardown(a_waiting_reply_keeps_its_weight_locked, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

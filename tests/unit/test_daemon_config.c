@@ -180,6 +180,7 @@ static void check_defaults(const struct config *cfg)
 	assert_string_equal(cfg->segment_dir, "");
 	assert_string_equal(cfg->metrics_listen, ""); /* no HTTP endpoint unless asked */
 	assert_false(cfg->verify_adopted);
+	assert_true(cfg->hold_locks);
 	assert_int_equal(cfg->digest, WD_DIGEST_XXH3_128);
 	assert_true(cfg->budget_bytes == 0);
 	assert_int_equal(cfg->workers, 0);
@@ -296,7 +297,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 44); /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 45); /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
