@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +27,15 @@ size_t cache_key_hash(const uint8_t *key, size_t nb)
 	return (size_t)(h % nb);
 }
 
+static uint64_t first_id(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_REALTIME, &ts) < 0 || ts.tv_sec <= 0)
+		return 1;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 struct cache *cache_new(const struct cache_params *p)
 {
 	struct cache *c = calloc(1, sizeof(*c));
@@ -40,10 +50,13 @@ struct cache *cache_new(const struct cache_params *p)
 	if (!c->p.segment_max)
 		c->p.segment_max = 4ull << 30;
 	c->budget = p->budget;
-	c->next_id = 1;
-	c->next_segment_id = 1;
+	/* Handles and segment ids start past any an earlier run of this daemon gave out (the
+	 * clock's nanoseconds), so that a client still holding an old one after a restart never
+	 * names another weight with it (libweightd re-attaches what it holds under new ones). */
+	c->next_id = c->next_segment_id = first_id();
 	c->nbuckets = 1024;
 	TAILQ_INIT(&c->lru);
+	TAILQ_INIT(&c->locked);
 	slab_init(&c->weights, sizeof(struct weight));
 	c->by_key = calloc(c->nbuckets, sizeof(*c->by_key));
 	if (!p->pool)
@@ -292,10 +305,31 @@ void cache_seg_destroy(struct cache *c, struct cache_segment *sg, bool unlink_se
 		LIST_REMOVE(sg, dirty_link);
 	LIST_REMOVE(sg, link);
 	c->n_segments--;
+	free(sg->punch);
 	free(sg);
 }
 
-/* Rewrite the records of segments that lost weights (once per segment per batch of evictions). */
+/* Give back the pages of the weights evicted from sg, which its record no longer lists. */
+static void punch_pending(struct cache *c, struct cache_segment *sg)
+{
+	for (size_t i = 0; i < sg->n_punch; i++) {
+		const struct wd_hold_range *r = &sg->punch[i];
+
+		if (wd_segment_punch(&sg->seg, r->off, r->len) < 0)
+			log_debug("could not punch %llu bytes at %llu out of %s",
+				  (unsigned long long)r->len, (unsigned long long)r->off, sg->seg.name);
+		else if (sg->huge_bytes)
+			punched_huge(c, sg, r->off, r->len);
+	}
+	sg->n_punch = 0;
+}
+
+/*
+ * Rewrite the records of segments that lost weights (once per segment per batch of evictions),
+ * then punch the evicted weights out: a daemon killed in between finds a record that no longer
+ * names them, never one that names bytes that are gone. A record that cannot be rewritten is
+ * removed before the punch (the segment is then not re-adopted after a restart).
+ */
 static void flush_dirty(struct cache *c)
 {
 	while (!LIST_EMPTY(&c->dirty)) {
@@ -305,9 +339,13 @@ static void flush_dirty(struct cache *c)
 		LIST_REMOVE(sg, dirty_link);
 		sg->dirty = false;
 		wd_error_clear(&err);
-		if (cache_seg_write_state(c, sg, &err) < 0)
+		if (cache_seg_write_state(c, sg, &err) < 0) {
 			log_warn("%s (segment %s will be dropped after a restart)", err.message,
 				 sg->seg.name);
+			state_remove(c->p.state_dir, c->instance, sg->seg.name);
+			sg->recorded = false;
+		}
+		punch_pending(c, sg);
 	}
 }
 
@@ -362,6 +400,23 @@ static void unhash(struct cache *c, struct weight *w)
 		}
 }
 
+/* Room for one more range to punch in sg; false when out of memory. */
+static bool punch_room(struct cache_segment *sg)
+{
+	size_t ncap;
+	struct wd_hold_range *np;
+
+	if (sg->n_punch < sg->cap_punch)
+		return true;
+	ncap = sg->cap_punch ? 2 * sg->cap_punch : 16;
+	np = realloc(sg->punch, ncap * sizeof(*np));
+	if (!np)
+		return false;
+	sg->punch = np;
+	sg->cap_punch = ncap;
+	return true;
+}
+
 /*
  * Remove a weight from the cache and free it. Clients mapping its segment keep their memory.
  * When it was the segment's last weight the segment goes too; otherwise (evict) its whole pages
@@ -384,11 +439,25 @@ static void weight_destroy(struct cache *c, struct weight *w, bool evict)
 	if (sg->n_weights == 0 && sg->n_jobs == 0) {
 		cache_seg_destroy(c, sg, evict);
 	} else {
-		if (evict) {
-			if (wd_segment_punch(&sg->seg, w->offset, w->nbytes) < 0)
-				log_debug("could not punch %s out of %s", w->label, sg->seg.name);
-			else if (sg->huge_bytes)
-				punched_huge(c, sg, w->offset, w->nbytes);
+		if (evict && w->nbytes) {
+			/* punched once the record no longer lists it (flush_dirty); at once when there
+			 * is no record, or when out of memory (the record is then removed first) */
+			bool queued = c->p.state_dir[0] &&
+				      punch_room(sg);
+
+			if (queued) {
+				sg->punch[sg->n_punch++] = (struct wd_hold_range){ w->offset, w->nbytes };
+			} else {
+				if (c->p.state_dir[0]) {
+					state_remove(c->p.state_dir, c->instance, sg->seg.name);
+					sg->recorded = false;
+				}
+				if (wd_segment_punch(&sg->seg, w->offset, w->nbytes) < 0)
+					log_debug("could not punch %s out of %s", w->label,
+						  sg->seg.name);
+				else if (sg->huge_bytes)
+					punched_huge(c, sg, w->offset, w->nbytes);
+			}
 			if (!sg->dirty && c->p.state_dir[0]) {
 				sg->dirty = true;
 				LIST_INSERT_HEAD(&c->dirty, sg, dirty_link);
@@ -403,13 +472,30 @@ static void weight_destroy(struct cache *c, struct weight *w, bool evict)
 
 void cache_free(struct cache *c, bool unlink_segments)
 {
+	struct cache_segment *sg;
+
 	if (!c)
 		return;
+	/* Names only: a weight a client still maps is never punched at shutdown, and an unlinked
+	 * object lives on in every mapping of it. */
+	if (unlink_segments)
+		LIST_FOREACH(sg, &c->segments, link)
+			if (sg->created) {
+				if (wd_segment_name_matches(c->instance, sg->seg.name))
+					wd_segment_unlink(sg->seg.name);
+				state_remove(c->p.state_dir, c->instance, sg->seg.name);
+			}
+	while (!TAILQ_EMPTY(&c->locked)) {
+		struct weight *w = TAILQ_FIRST(&c->locked);
+
+		TAILQ_REMOVE(&c->locked, w, lru_link);
+		w->lock_held = false;
+	}
 	for (size_t i = 0; i < c->nbuckets; i++)
 		while (c->by_key[i])
-			weight_destroy(c, c->by_key[i], unlink_segments);
+			weight_destroy(c, c->by_key[i], false);
 	while (!LIST_EMPTY(&c->segments))
-		cache_seg_destroy(c, LIST_FIRST(&c->segments), unlink_segments);
+		cache_seg_destroy(c, LIST_FIRST(&c->segments), false);
 	if (c->scratch_ok)
 		wd_scratch_free(&c->scratch);
 	free(c->by_key);
@@ -428,13 +514,69 @@ void cache_hold(struct cache *c, struct weight *w)
 	}
 }
 
-static void evict_one(struct cache *c, struct weight *w, const char *why)
+/* Does a process map w (a lock over its bytes on a description not weightd's)? A lock test that
+ * fails counts as a lock: keeping a weight is always safe. */
+static bool weight_locked(struct cache *c, struct weight *w)
 {
+	int r;
+
+	(void)c;
+	if (w->nbytes == 0 || w->segment->seg.ro_fd < 0)
+		return false;
+	r = wd_holdlock_test(w->segment->seg.ro_fd, w->offset, w->nbytes, NULL, NULL);
+	return r != 0;
+}
+
+/* Keep w, which nobody connected references but a process maps: a reference of the cache's own
+ * until cache_recheck_locks finds it unlocked. */
+static void lock_hold(struct cache *c, struct weight *w, const char *why)
+{
+	log_debug("keeping %s (%llu bytes) %s: a process maps it", w->label,
+		  (unsigned long long)w->nbytes, why);
+	cache_hold(c, w);
+	w->lock_held = true;
+	TAILQ_INSERT_TAIL(&c->locked, w, lru_link);
+	c->locked_weights++;
+	c->locked_bytes += w->nbytes;
+}
+
+/* Evict an unreferenced weight, unless a process maps it: then it is kept (lock_hold). True
+ * when it was evicted. */
+static bool evict_one(struct cache *c, struct weight *w, const char *why)
+{
+	if (weight_locked(c, w)) {
+		lock_hold(c, w, why);
+		return false;
+	}
 	log_info("evicting %s (%llu bytes) %s", w->label, (unsigned long long)w->nbytes, why);
 	if (c->p.stats)
 		c->p.stats->evictions++;
 	weight_destroy(c, w, true);
+	return true;
 }
+
+uint64_t cache_recheck_locks(struct cache *c)
+{
+	struct weight *w = TAILQ_FIRST(&c->locked), *next;
+
+	for (; w; w = next) {
+		next = TAILQ_NEXT(w, lru_link);
+		if (weight_locked(c, w))
+			continue;
+		TAILQ_REMOVE(&c->locked, w, lru_link);
+		w->lock_held = false;
+		c->locked_weights--;
+		c->locked_bytes -= w->nbytes;
+		log_debug("%s is no longer mapped by a process weightd does not know", w->label);
+		/* next is never freed by this: a drop destroys w alone (its segment may go with it
+		 * only when w was its last weight, and next lies in the list, not the segment) */
+		cache_drop(c, w);
+	}
+	return c->locked_weights;
+}
+
+uint64_t cache_locked_weights(const struct cache *c) { return c->locked_weights; }
+uint64_t cache_locked_bytes(const struct cache *c) { return c->locked_bytes; }
 
 /*
  * Keep the weights and segments nobody holds within their counts. Over the segment limit, the
@@ -446,10 +588,8 @@ uint64_t cache_enforce_idle(struct cache *c)
 	uint64_t n = 0;
 
 	while (c->p.max_idle_weights && c->idle_weights > c->p.max_idle_weights &&
-	       !TAILQ_EMPTY(&c->lru)) {
-		evict_one(c, TAILQ_FIRST(&c->lru), "(max_idle_weights)");
-		n++;
-	}
+	       !TAILQ_EMPTY(&c->lru))
+		n += evict_one(c, TAILQ_FIRST(&c->lru), "(max_idle_weights)");
 	while (c->p.max_idle_segments && c->idle_segments > c->p.max_idle_segments) {
 		struct weight *w = TAILQ_FIRST(&c->lru);
 		struct cache_segment *sg;
@@ -459,14 +599,19 @@ uint64_t cache_enforce_idle(struct cache *c)
 		if (!w)
 			break;
 		sg = w->segment;
-		while (!LIST_EMPTY(&sg->weights)) {
-			struct weight *x = LIST_FIRST(&sg->weights);
+		/* every weight of an idle segment is unreferenced; one a process maps is kept (and
+		 * the segment is then no longer idle) */
+		for (struct weight *x = LIST_FIRST(&sg->weights), *nx; x; x = nx) {
 			bool last = sg->n_weights == 1;
 
-			evict_one(c, x, "(max_idle_segments)");
-			n++;
-			if (last)
-				break; /* the segment went with its last weight */
+			nx = LIST_NEXT(x, seg_link);
+			if (x->refs)
+				continue;
+			if (evict_one(c, x, "(max_idle_segments)")) {
+				n++;
+				if (last)
+					break; /* the segment went with its last weight */
+			}
 		}
 	}
 	flush_dirty(c);
@@ -486,6 +631,10 @@ void cache_drop(struct cache *c, struct weight *w)
 	/* A weight of a removed source or an old generation can never be asked for again (its key
 	 * names files the catalog no longer serves): give its memory back now. */
 	if (weight_stale(w)) {
+		if (weight_locked(c, w)) {
+			lock_hold(c, w, "(its checkpoint generation is gone)");
+			return;
+		}
 		log_debug("dropping %s: its checkpoint generation is gone", w->label);
 		weight_destroy(c, w, true);
 		flush_dirty(c);
@@ -503,6 +652,10 @@ uint64_t cache_drop_stale(struct cache *c)
 	for (; w; w = next) {
 		next = TAILQ_NEXT(w, lru_link);
 		if (weight_stale(w)) {
+			if (weight_locked(c, w)) {
+				lock_hold(c, w, "(its checkpoint generation is gone)");
+				continue;
+			}
 			log_debug("dropping %s: its checkpoint generation is gone", w->label);
 			/* next may share w's segment but is never freed by destroying w */
 			weight_destroy(c, w, true);
@@ -548,9 +701,12 @@ int cache_reserve(struct cache *c, uint64_t need, const char *what, weightd_erro
 {
 	if (need > cache_room(c))
 		return exhausted(c, need, what, err);
-	while (c->resident + need > c->budget)
+	/* a weight found mapped by a process on the way is kept, and the room may then fall short */
+	while (c->resident + need > c->budget && !TAILQ_EMPTY(&c->lru))
 		evict_one(c, TAILQ_FIRST(&c->lru), "to make room");
 	flush_dirty(c);
+	if (c->resident + need > c->budget)
+		return exhausted(c, need, what, err);
 	c->resident += need;
 	return 0;
 }
@@ -613,12 +769,12 @@ uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes)
 
 	while (!TAILQ_EMPTY(&c->lru)) {
 		struct weight *w = TAILQ_FIRST(&c->lru);
+		uint64_t nbytes = w->nbytes;
 
-		*ret_bytes += w->nbytes;
-		if (c->p.stats)
-			c->p.stats->evictions++;
-		weight_destroy(c, w, true);
-		n++;
+		if (evict_one(c, w, "(evict)")) {
+			*ret_bytes += nbytes;
+			n++;
+		}
 	}
 	flush_dirty(c);
 	return n;
@@ -796,7 +952,11 @@ int cache_adopt(struct cache *c, const struct state_segment *rec)
 		w->adopted = true;
 		cache_insert(c, w);
 		c->resident += w->nbytes;
-		cache_lru_append(c, w);
+		/* a process from before the restart may still map it: then it stays held */
+		if (weight_locked(c, w))
+			lock_hold(c, w, "(re-adopted)");
+		else
+			cache_lru_append(c, w);
 		if (c->p.stats)
 			c->p.stats->readoptions++;
 		took++;
@@ -818,10 +978,8 @@ uint64_t cache_trim(struct cache *c)
 {
 	uint64_t n = 0;
 
-	while (c->resident > c->budget && !TAILQ_EMPTY(&c->lru)) {
-		evict_one(c, TAILQ_FIRST(&c->lru), "(over the budget after re-adoption)");
-		n++;
-	}
+	while (c->resident > c->budget && !TAILQ_EMPTY(&c->lru))
+		n += evict_one(c, TAILQ_FIRST(&c->lru), "(over the budget after re-adoption)");
 	n += cache_enforce_idle(c);
 	flush_dirty(c);
 	return n;

@@ -13,6 +13,7 @@
 #include "digest.h"
 #include "dtype.h"
 #include "error.h"
+#include "holdlock.h"
 #include "wd_limits.h"
 #include "pool.h"
 #include "recipe.h"
@@ -63,6 +64,10 @@ struct cache_segment {
 				      * arena of its group) */
 	bool recorded;		     /* its state record exists */
 	uint32_t placed;	     /* weights ever placed in it (an arena's cap) */
+	/* ranges of evicted weights to punch out once the state record no longer lists them
+	 * (flush_dirty), so that no record ever names bytes that are gone */
+	struct wd_hold_range *punch;
+	size_t n_punch, cap_punch;
 	uint32_t tasks;		     /* pool tasks filling it now */
 	struct csource *group[WD_MAX_RECIPE_SOURCES];   /* the checkpoints its weights read, sorted (packing, and who
 				      * may see it); referenced for the segment's life. Empty when
@@ -99,6 +104,8 @@ struct weight {
 	TAILQ_ENTRY(weight) lru_link;  /* the cache's LRU list, while in_lru */
 	bool in_lru;
 	bool adopted;
+	bool lock_held;              /* on the cache's locked list, holding a reference for a process
+				      * that maps it (cache_recheck_locks) */
 	enum wd_dtype dtype;
 	int ndim;
 	uint64_t generation;
@@ -228,8 +235,19 @@ void cache_hold(struct cache *c, struct weight *w);
  * reload), is destroyed at once. */
 void cache_drop(struct cache *c, struct weight *w);
 
-/* Evict every unreferenced weight; returns how many, adds their bytes to *ret_bytes. */
+/* Evict every unreferenced weight; returns how many, adds their bytes to *ret_bytes. A weight a
+ * process maps (a kernel lock on it) is kept and counted as held instead (cache_locked_*). */
 uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes);
+
+/*
+ * Weights that no connected client references but that some process maps: weightd learns of them
+ * from the kernel's locks (holdlock.h), at re-adoption and whenever it would evict or drop one,
+ * and keeps them, counted as held, until the lock is gone. cache_recheck_locks looks again at
+ * each (a lock test each) and lets go of the unlocked ones; returns how many are still kept.
+ */
+uint64_t cache_recheck_locks(struct cache *c);
+uint64_t cache_locked_weights(const struct cache *c);
+uint64_t cache_locked_bytes(const struct cache *c);
 
 /* The checkpoints sg's weights read, joined by '+' (the state record's "source"). When they do
  * not fit in cap, the names that fit and a '+' with no name after it: a list that names no

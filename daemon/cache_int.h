@@ -54,6 +54,11 @@ struct cache {
 	struct job **jobs_by_key;    /* job_buckets chains; NULL until the first job */
 	size_t job_buckets, job_count;
 	TAILQ_HEAD(, weight) lru;    /* first = least recently released */
+	/* Weights some process maps, as the kernel's locks on them say (holdlock.h), that weightd
+	 * would otherwise have evicted or dropped: each holds a reference of the cache's own until
+	 * cache_recheck_locks finds it unlocked (linked through lru_link). */
+	TAILQ_HEAD(, weight) locked;
+	uint64_t locked_weights, locked_bytes;
 	struct slab weights;         /* every struct weight (slab.h: why not malloc) */
 };
 

@@ -171,6 +171,17 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 	sd_notify(0, "WATCHDOG=1");
 }
 
+/* Weights kept because a process maps them go back to the LRU once it has let go. */
+static void on_locks(evutil_socket_t fd, short what, void *arg)
+{
+	struct daemon *d = arg;
+
+	(void)fd;
+	(void)what;
+	if (cache_locked_weights(d->cache))
+		cache_recheck_locks(d->cache);
+}
+
 static bool socket_activated;
 
 /* The files of a reload's checkpoints are what the watches follow. */
@@ -353,7 +364,8 @@ int main(int argc, char **argv)
 	const struct wd_limits lim = WD_LIMITS_DEFAULT;
 	struct daemon d;
 	weightd_error err;
-	struct event *ev_hup = NULL, *ev_term = NULL, *ev_int = NULL, *ev_wd = NULL;
+	struct event *ev_hup = NULL, *ev_term = NULL, *ev_int = NULL, *ev_wd = NULL, *ev_locks = NULL;
+	bool was_clean = true;
 	struct metrics *metrics = NULL;
 	const char *config_path = NULL;
 	bool foreground = false, check = false;
@@ -428,13 +440,19 @@ int main(int argc, char **argv)
 	 * on the workers if it cannot start). */
 	if (wd_pagedrop_start() < 0)
 		log_warn("cannot start the page-cache drop thread; fills drop pages as they go");
+	/* A daemon killed mid-way may have left anything half done: what it re-adopts is verified
+	 * (state.c's marker says whether the last stop was clean). */
+	was_clean = state_was_clean(d.cfg->state_dir, d.instance);
+	if (!was_clean && !d.cfg->verify_adopted)
+		log_notice("the last run of instance %s did not stop cleanly: the digest of every "
+			   "re-adopted weight is verified before it is served", d.instance);
 	{
 		struct cache_params cp = {
 			.budget = daemon_effective_budget(d.cfg),
 			.segment_max = d.cfg->segment_max_bytes,
 			.max_idle_weights = d.cfg->max_idle_weights,
 			.max_idle_segments = d.cfg->max_idle_segments,
-			.verify_adopted = d.cfg->verify_adopted,
+			.verify_adopted = d.cfg->verify_adopted || !was_clean,
 			.digest = d.cfg->digest,
 			.max_temp = d.cfg->max_temp_bytes,
 			.state_dir = d.cfg->state_dir,
@@ -460,9 +478,15 @@ int main(int argc, char **argv)
 		d.cfg->state_dir[0] = '\0';
 	}
 	adopted = state_recover(d.cfg->state_dir, d.instance, adopt_one, &d, &purged);
+	state_mark_clean(d.cfg->state_dir, d.instance, false);
 	if (adopted > 0 || purged > 0)
 		log_notice("re-adopted %d weights, removed %d stale segments under %s/%s.*",
 			   adopted, purged, wd_segment_dir(), d.instance);
+	if (cache_locked_weights(d.cache))
+		log_notice("%llu re-adopted weights (%llu bytes) are mapped by processes from before "
+			   "the restart: they are kept, counted as held, until those let go",
+			   (unsigned long long)cache_locked_weights(d.cache),
+			   (unsigned long long)cache_locked_bytes(d.cache));
 	if (!wd_segment_dir_private()) {
 		d.shmscan = shmscan_new(d.instance);
 		shmscan_look_now(d.shmscan); /* capped like every look; logged */
@@ -488,6 +512,10 @@ int main(int argc, char **argv)
 	ev_int = evsignal_new(d.base, SIGINT, on_signal, &d);
 	if (!ev_hup || !ev_term || !ev_int || evsignal_add(ev_hup, NULL) ||
 	    evsignal_add(ev_term, NULL) || evsignal_add(ev_int, NULL))
+		goto out;
+	/* Weights kept for processes that map them are looked at again every second. */
+	ev_locks = event_new(d.base, -1, EV_PERSIST, on_locks, &d);
+	if (!ev_locks || event_add(ev_locks, &(struct timeval){ 1, 0 }))
 		goto out;
 	if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec) {
 		struct timeval tv = { (time_t)(wd_usec / 2000000), (suseconds_t)(wd_usec / 2 % 1000000) };
@@ -541,6 +569,8 @@ out:
 		preload_free(&d);
 	/* With a state index the segments outlive us and the next start re-adopts them. */
 	cache_free(d.cache, !(d.cfg && d.cfg->state_dir && d.cfg->state_dir[0]));
+	if (d.cache && rc == 0)
+		state_mark_clean(d.cfg->state_dir, d.instance, true);
 	catalog_free(d.catalog);
 	keymemo_free(d.keymemo);
 	if (ev_hup)
@@ -551,6 +581,8 @@ out:
 		event_free(ev_int);
 	if (ev_wd)
 		event_free(ev_wd);
+	if (ev_locks)
+		event_free(ev_locks);
 	if (d.base)
 		event_base_free(d.base);
 	if (d.cfg && d.cfg->socket_path && lfd >= 0 && !socket_activated)

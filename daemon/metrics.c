@@ -193,6 +193,10 @@ void metrics_format(struct daemon *d, struct evbuffer *out)
 	    "Page size the kernel gives segments: 2097152 on huge pages, else 4096.", d->page_bytes);
 	u64(out, "segment_huge_bytes", "gauge", "Bytes of the segments in whole huge pages.",
 	    cache_huge_bytes(d->cache));
+	u64(out, "locked_weights", "gauge",
+	    "Weights no connected client references, kept because processes map them.",
+	    cache_locked_weights(d->cache));
+	u64(out, "locked_bytes", "gauge", "Bytes of those weights.", cache_locked_bytes(d->cache));
 	u64(out, "idle_weights", "gauge", "Cached weights no client references.",
 	    cache_idle_weights(d->cache));
 	u64(out, "idle_segments", "gauge", "Segments none of whose weights any client references.",

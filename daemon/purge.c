@@ -13,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "bytes.h"
 #include "config.h"
 #include "segment.h"
 #include "state.h"
@@ -21,10 +22,13 @@
 #define PURGE_DEFAULT_SOCKET "/run/weightd/weightd.sock"
 
 static const char purge_usage[] =
-	"usage: weightd --purge --config FILE [--socket PATH] [--json]\n"
-	"       weightd --purge --prefix P [--state-dir D] [--segment-dir D] [--socket PATH] [--json]\n"
+	"usage: weightd --purge --config FILE [--socket PATH] [--force] [--json]\n"
+	"       weightd --purge --prefix P [--state-dir D] [--segment-dir D] [--socket PATH] [--force]\n"
+	"                       [--json]\n"
 	"  with weightd stopped (weightd.service and weightd.socket), remove every shared-memory\n"
-	"  segment of the instance (in /dev/shm, or its segment_dir) and its state records\n";
+	"  segment of the instance (in /dev/shm, or its segment_dir) and its state records;\n"
+	"  refused while processes map weights of the instance, unless --force (which only removes\n"
+	"  names: what those processes map stays intact until they unmap it)\n";
 
 static int usage_error(const char *what)
 {
@@ -110,13 +114,15 @@ int purge_main(int argc, char **argv)
 		{ "segment-dir", required_argument, NULL, 'g' },
 		{ "socket", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *config = NULL, *prefix = NULL, *state_dir = NULL, *sock = NULL, *seg_dir = NULL;
 	struct config *cfg = NULL;
 	weightd_error err;
-	bool json = false;
+	bool json = false, force = false;
+	uint64_t locked_segs = 0, locked_bytes = 0;
 	int opt, segments, records, rc = 1, live;
 
 	optind = 0;
@@ -130,6 +136,7 @@ int purge_main(int argc, char **argv)
 		case 'g': seg_dir = optarg; break;
 		case 's': sock = optarg; break;
 		case 'j': json = true; break;
+		case 'f': force = true; break;
 		case 'h': fputs(purge_usage, stdout); return 0;
 		default:
 			fprintf(stderr, "weightd: --purge: unknown option or missing value: %s\n%s",
@@ -178,6 +185,22 @@ int purge_main(int argc, char **argv)
 				"not purging\n", sock);
 		goto out;
 	}
+	/* Processes that map weights of the instance hold kernel locks on them (holdlock.h): the
+	 * next weightd would re-adopt those segments and keep them for them, so a purge waits for
+	 * them, unless forced. Even forced it only unlinks names, which changes no mapped byte. */
+	if (wd_segment_locked(prefix, &locked_segs, &locked_bytes) == 0 && locked_segs && !force) {
+		char t[WD_BYTES_TEXT];
+
+		fprintf(stderr, "weightd: --purge: processes still map %s in %llu segment%s of instance "
+			"%s (%s/%s.*); stop them first, or purge with --force (they keep what they map, "
+			"but its memory is then no longer counted by any weightd)\n",
+			wd_bytes_text(t, locked_bytes), (unsigned long long)locked_segs,
+			locked_segs == 1 ? "" : "s", prefix, wd_segment_dir(), prefix);
+		if (geteuid() != getuid() && (seteuid(getuid()) < 0 || setegid(getgid()) < 0))
+			fprintf(stderr, "weightd: --purge: cannot become uid %u again: %s\n",
+				(unsigned)getuid(), strerror(errno));
+		goto out;
+	}
 	segments = wd_segment_purge(prefix);
 	if (geteuid() != getuid() && (seteuid(getuid()) < 0 || setegid(getgid()) < 0)) {
 		fprintf(stderr, "weightd: --purge: cannot become uid %u again: %s\n",
@@ -191,9 +214,10 @@ int purge_main(int argc, char **argv)
 	}
 	records = state_purge(state_dir ? state_dir : "", prefix);
 	if (json) {
-		json_t *j = json_pack("{s:s, s:s, s:i, s:i}", "prefix", prefix, "state_dir",
+		json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:I, s:I}", "prefix", prefix, "state_dir",
 				      state_dir ? state_dir : "", "segments", segments,
-				      "state_records", records);
+				      "state_records", records, "segments_mapped",
+				      (json_int_t)locked_segs, "bytes_mapped", (json_int_t)locked_bytes);
 
 		if (!j || json_dumpf(j, stdout, JSON_INDENT(2)) < 0) {
 			json_decref(j);
@@ -207,6 +231,13 @@ int purge_main(int argc, char **argv)
 		       segments == 1 ? "" : "s", wd_segment_dir(), prefix, records,
 		       records == 1 ? "" : "s", state_dir && state_dir[0] ? " in " : "",
 		       state_dir && state_dir[0] ? state_dir : "");
+		if (locked_segs) {
+			char t[WD_BYTES_TEXT];
+
+			printf("(forced: %llu of them still mapped by processes, %s, which they keep "
+			       "until they unmap it)\n", (unsigned long long)locked_segs,
+			       wd_bytes_text(t, locked_bytes));
+		}
 	}
 	rc = fflush(stdout) == 0 ? 0 : 1;
 	if (rc)

@@ -453,6 +453,8 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 	st.segment_dir = (char *)wd_segment_dir();
 	st.segment_page_bytes = d->page_bytes;
 	st.segment_huge_bytes = cache_huge_bytes(d->cache);
+	st.locked_weights = cache_locked_weights(d->cache);
+	st.locked_bytes = cache_locked_bytes(d->cache);
 	st.idle_weights = cache_idle_weights(d->cache);
 	st.idle_segments = cache_idle_segments(d->cache);
 	cache_foreach_segment(d->cache, status_segment, &gw);

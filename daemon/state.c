@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "digest.h"
+#include "log.h"
 #include "parallel.h"
 #include "segment.h"
 
@@ -554,11 +555,13 @@ struct keep {
 	size_t n, cap;
 	const char *prefix;
 	int removed;
+	int kept_locked;             /* not adopted, but mapped by a process: left in place */
 };
 
 static int unlink_unkept(const char *name, uint64_t size, void *arg)
 {
 	struct keep *k = arg;
+	uint64_t locked = 0;
 
 	for (size_t i = 0; i < k->n; i++)
 		if (strcmp(k->names[i], name) == 0)
@@ -568,6 +571,12 @@ static int unlink_unkept(const char *name, uint64_t size, void *arg)
 	if ((!wd_segment_name_matches(k->prefix, name) && !wd_segment_name_legacy(k->prefix, name)) ||
 	    !wd_segment_owned(name))
 		return 0;
+	/* one a process still maps (its locks say so) stays until it lets go: the next start
+	 * looks again */
+	if (wd_segment_locked_bytes(name, &locked) == 0 && locked) {
+		k->kept_locked++;
+		return 0;
+	}
 	if (wd_segment_unlink(name) == 0)
 		k->removed++;
 	return 0;
@@ -619,7 +628,7 @@ int state_recover(const char *dir, const char *instance,
 		  int (*adopt)(const struct state_segment *rec, void *arg), void *arg,
 		  int *ret_removed)
 {
-	struct keep k = { NULL, 0, 0, instance, 0 };
+	struct keep k = { NULL, 0, 0, instance, 0, 0 };
 	char path[RECOVER_BATCH][4400];
 	char names[RECOVER_BATCH][256], dpath[4096];
 	const char *files[RECOVER_BATCH];
@@ -675,6 +684,10 @@ int state_recover(const char *dir, const char *instance,
 	if (d)
 		closedir(d);
 	wd_segment_list(instance, unlink_unkept, &k);
+	if (k.kept_locked)
+		log_warn("kept %d segments under %s/%s.* that could not be re-adopted: processes still "
+			 "map them; they are removed once unmapped, at a later start or by weightd "
+			 "--purge", k.kept_locked, wd_segment_dir(), instance);
 	for (size_t i = 0; i < k.n; i++)
 		free(k.names[i]);
 	free(k.names);
@@ -706,4 +719,37 @@ int state_purge(const char *dir, const char *instance)
 	}
 	closedir(d);
 	return n;
+}
+
+/* The marker of a clean stop: a dot file, which recovery passes over. */
+static bool clean_path(const char *dir, const char *instance, char *out, size_t cap)
+{
+	return (size_t)snprintf(out, cap, "%s/%s/.clean", dir, instance) < cap;
+}
+
+bool state_was_clean(const char *dir, const char *instance)
+{
+	char path[4096];
+	struct stat st;
+
+	if (!enabled(dir))
+		return true;
+	return clean_path(dir, instance, path, sizeof(path)) && lstat(path, &st) == 0 &&
+	       S_ISREG(st.st_mode) && st.st_uid == geteuid();
+}
+
+void state_mark_clean(const char *dir, const char *instance, bool clean)
+{
+	char path[4096];
+	int fd;
+
+	if (!enabled(dir) || !clean_path(dir, instance, path, sizeof(path)))
+		return;
+	if (!clean) {
+		unlink(path);
+		return;
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd >= 0)
+		close(fd);
 }

@@ -80,4 +80,13 @@ void state_segment_fini(struct state_segment *rec);
 /* Remove every record of an instance (weightd --purge). */
 int state_purge(const char *dir, const char *instance);
 
+/*
+ * Whether the last run of the instance stopped cleanly: state_mark_clean(true) at a clean stop
+ * leaves a marker that state_was_clean finds; state_mark_clean(false) at start removes it, so a
+ * daemon killed in between is seen as such by the next start (which then verifies what it
+ * re-adopts). Without a state directory every stop is clean.
+ */
+bool state_was_clean(const char *dir, const char *instance);
+void state_mark_clean(const char *dir, const char *instance, bool clean);
+
 #endif

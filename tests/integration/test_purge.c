@@ -51,6 +51,7 @@ static void help_is_printed(void **state)
 	assert_int_equal(purge(out, sizeof(out), "--help", NULL, NULL, NULL, NULL), 0);
 	assert_non_null(strstr(out, "usage: weightd --purge --config FILE"));
 	assert_non_null(strstr(out, "--prefix P"));
+	assert_non_null(strstr(out, "unless --force"));
 }
 
 static void wrong_calls_are_refused(void **state)
@@ -63,7 +64,7 @@ static void wrong_calls_are_refused(void **state)
 	assert_int_equal(purge(out, sizeof(out), "--config", H.conf, "--state-dir", H.dir, NULL), 2);
 	/* an argument that is no option, an unknown option, an option without its value */
 	assert_int_equal(purge(out, sizeof(out), "--prefix", H.prefix, "extra", NULL, NULL), 2);
-	assert_int_equal(purge(out, sizeof(out), "--prefix", H.prefix, "--force", NULL, NULL), 2);
+	assert_int_equal(purge(out, sizeof(out), "--prefix", H.prefix, "--yes", NULL, NULL), 2);
 	assert_int_equal(purge(out, sizeof(out), "--prefix", NULL, NULL, NULL, NULL), 2);
 	/* a prefix no instance could have */
 	assert_int_equal(purge(out, sizeof(out), "--prefix", ".hidden", NULL, NULL, NULL), 2);
