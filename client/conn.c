@@ -3,6 +3,7 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <pthread.h>
@@ -45,6 +46,7 @@
  */
 struct wc_pending {
 	uint64_t id;
+	uint64_t epoch;              /* the connection it was sent on */
 	bool done;
 	bool orphan;
 	Weightd__Response *resp;     /* the reply (owned), NULL when failed locally */
@@ -52,6 +54,7 @@ struct wc_pending {
 	uint32_t nfds;
 	weightd_error err;           /* set when it failed before a reply came */
 	wc_conn_refs_fn *refs;       /* the references its reply stands for, or NULL: none */
+	weightd_client *c;
 	LIST_ENTRY(wc_pending) link;  /* in the client's pending list */
 };
 
@@ -82,6 +85,24 @@ struct weightd_client {
 	weightd_server_info info;
 	Weightd__Response *hello;    /* backs info's strings */
 	struct wc_seg_table *segs;   /* the segments this client holds (seg.c) */
+	/* Reconnection (conn.h). epoch counts the connections made (under mu); sock_epoch is the
+	 * one sock is now (under send_mu), so a release meant for an earlier one is never sent on
+	 * a later one. */
+	char *name;                  /* the name given at connect, said again at each hello */
+	uint64_t epoch, sock_epoch;
+	bool closed;                 /* weightd_close: never connect again */
+	bool no_reconnect;           /* WEIGHTD_RECONNECT=0 */
+	bool reconnecting;           /* a thread (reconnector) connects again; others wait */
+	pthread_t reconnector;
+	Weightd__Response **old_hellos;  /* hellos of earlier connections (info's strings) */
+	size_t n_old_hellos;
+	char **subs;                 /* the checkpoints subscribed to, said again after a reconnect */
+	size_t n_subs;
+	pthread_mutex_t held_mu;     /* held and everything in it */
+	pthread_cond_t held_cv;      /* a re-attach is over */
+	bool reattaching;
+	struct wc_held *held;        /* the references this process holds (conn.h) */
+	size_t n_held;
 };
 
 /*
@@ -199,6 +220,15 @@ static void client_destroy(weightd_client *c)
 	wd_inbuf_free(c->in);
 	if (c->hello)
 		wd_msg_free(c->hello);
+	for (size_t i = 0; i < c->n_old_hellos; i++)
+		wd_msg_free(c->old_hellos[i]);
+	free(c->old_hellos);
+	for (size_t i = 0; i < c->n_subs; i++)
+		free(c->subs[i]);
+	free(c->subs);
+	free(c->name);
+	pthread_cond_destroy(&c->held_cv);
+	pthread_mutex_destroy(&c->held_mu);
 	wc_seg_table_free(c->segs);
 	wd_msg_cache_unref(c->msgs);   /* replies the user still holds keep it alive */
 	pthread_cond_destroy(&c->cv);
@@ -282,14 +312,29 @@ static void unlink_pending(weightd_client *c, struct wc_pending *p)
 	c->n_pending--;
 }
 
-int wc_conn_send(weightd_client *c, Weightd__Request *req, wc_conn_refs_fn *refs,
-		 struct wc_pending **ret_p, weightd_error *err)
+static int reconnect(weightd_client *c, weightd_error *err);
+
+/* May the next call connect again (conn.h)? Under c->mu. */
+static bool can_reconnect(const weightd_client *c)
+{
+	return c->dead == WEIGHTD_E_DISCONNECTED && !c->closed && !c->no_reconnect && !c->reading;
+}
+
+/*
+ * wc_conn_send, and the release's form: epoch != 0 sends only on that connection (a release of
+ * references taken on an earlier one is dropped: they name nothing on this one), and
+ * may_reconnect says whether a dead connection is made again first. *ret_lost (may be NULL) is
+ * set when this very send found the connection broken.
+ */
+static int send_req(weightd_client *c, Weightd__Request *req, wc_conn_refs_fn *refs,
+		    struct wc_pending **ret_p, uint64_t epoch, bool may_reconnect, bool *ret_lost,
+		    weightd_error *err)
 {
 	struct wc_pending *p = NULL;
 	uint8_t *buf = NULL;
 	size_t len;
 	uint32_t max;
-	uint64_t max_msg;
+	uint64_t max_msg, want;
 	int r;
 
 	if (ret_p) {
@@ -299,6 +344,21 @@ int wc_conn_send(weightd_client *c, Weightd__Request *req, wc_conn_refs_fn *refs
 		p->refs = refs;
 	}
 	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		/* while another thread connects again, nothing else is sent */
+		while (c->reconnecting && !pthread_equal(c->reconnector, pthread_self()))
+			pthread_cond_wait(&c->cv, &c->mu);
+		if (!c->dead || !may_reconnect || !can_reconnect(c))
+			break;
+		pthread_mutex_unlock(&c->mu);
+		r = reconnect(c, err);
+		pthread_mutex_lock(&c->mu);
+		if (r < 0) {
+			pthread_mutex_unlock(&c->mu);
+			goto out;
+		}
+		may_reconnect = false; /* once per call */
+	}
 	if (c->dead) {
 		r = wc_err_copy(err, &c->dead_err);
 		pthread_mutex_unlock(&c->mu);
@@ -313,8 +373,11 @@ int wc_conn_send(weightd_client *c, Weightd__Request *req, wc_conn_refs_fn *refs
 		goto out;
 	}
 	req->id = ++c->next_id;
+	want = epoch ? epoch : c->epoch;
 	if (p) {
 		p->id = req->id;
+		p->epoch = c->epoch;
+		p->c = c;
 		LIST_INSERT_HEAD(&c->pending, p, link);
 		c->n_pending++;
 	}
@@ -345,6 +408,8 @@ int wc_conn_send(weightd_client *c, Weightd__Request *req, wc_conn_refs_fn *refs
 	pthread_mutex_lock(&c->send_mu);
 	if (c->sock < 0)
 		r = -WEIGHTD_E_DISCONNECTED;
+	else if (c->sock_epoch != want)
+		r = 0; /* meant for a connection that is gone: its references name nothing here */
 	else
 		r = wd_message_send_blocking(c->sock, buf, len, max);
 	pthread_mutex_unlock(&c->send_mu);
@@ -352,6 +417,8 @@ int wc_conn_send(weightd_client *c, Weightd__Request *req, wc_conn_refs_fn *refs
 		mark_dead(c, WEIGHTD_E_DISCONNECTED,
 			  "the connection to weightd at %s was lost while sending a request (%s)",
 			  c->path, weightd_code_name(r));
+		if (ret_lost)
+			*ret_lost = true;
 		pthread_mutex_lock(&c->mu);
 		r = wc_err_copy(err, &c->dead_err);
 		pthread_mutex_unlock(&c->mu);
@@ -375,10 +442,24 @@ out:
 	return r;
 }
 
+int wc_conn_send(weightd_client *c, Weightd__Request *req, wc_conn_refs_fn *refs,
+		 struct wc_pending **ret_p, weightd_error *err)
+{
+	bool lost = false;
+	int r = send_req(c, req, refs, ret_p, 0, true, &lost, err);
+
+	/* found broken by this send (weightd restarted since the last call): once more, which
+	 * connects again first */
+	if (r < 0 && lost)
+		r = send_req(c, req, refs, ret_p, 0, true, NULL, err);
+	return r;
+}
+
 void wc_conn_release(weightd_client *c, const uint64_t *handles, size_t n)
 {
 	Weightd__Request req = WEIGHTD__REQUEST__INIT;
 	Weightd__Release rel = WEIGHTD__RELEASE__INIT;
+	uint64_t epoch;
 
 	if (!c || n == 0)
 		return;
@@ -389,9 +470,13 @@ void wc_conn_release(weightd_client *c, const uint64_t *handles, size_t n)
 	/* No pending entry, and quiet: the daemon answers only a failure (an older one answers
 	 * anyway), and whatever comes is dropped. Without an answer to read, a get after a release
 	 * is one message each way, which the scheduler keeps on one CPU like any ping-pong. A dead
-	 * connection needs nothing: the daemon dropped this client's references when it ended. */
+	 * connection needs nothing: the daemon dropped this client's references when it ended, and
+	 * a connection made since knows them by other handles (re-attached, conn.h). */
 	req.quiet = 1;
-	wc_conn_send(c, &req, NULL, NULL, NULL);
+	pthread_mutex_lock(&c->mu);
+	epoch = c->epoch;
+	pthread_mutex_unlock(&c->mu);
+	send_req(c, &req, NULL, NULL, epoch, false, NULL, NULL);
 }
 
 void wc_conn_discard(weightd_client *c, wc_conn_refs_fn *refs, Weightd__Response *resp, int *fds,
@@ -407,6 +492,31 @@ void wc_conn_discard(weightd_client *c, wc_conn_refs_fn *refs, Weightd__Response
 	free(handles);
 	if (resp)
 		wd_msg_free(resp);
+}
+
+/* Queue an event (under c->mu), the oldest dropped and counted when the queue is full. */
+static void queue_event(weightd_client *c, const char *checkpoint, const char *what,
+			uint64_t generation)
+{
+	struct wc_event *e;
+
+	if (c->ev_count == WC_MAX_EVENTS) {
+		event_clear(&c->events[c->ev_head]);
+		c->ev_head = (c->ev_head + 1) % WC_MAX_EVENTS;
+		c->ev_count--;
+		c->ev_dropped++;
+	}
+	e = &c->events[(c->ev_head + c->ev_count) % WC_MAX_EVENTS];
+	e->checkpoint = strdup(checkpoint ? checkpoint : "");
+	e->what = strdup(what ? what : "");
+	e->generation = generation;
+	if (e->checkpoint && e->what) {
+		c->ev_count++;
+		pthread_cond_broadcast(&c->cv);
+	} else {
+		event_clear(e);
+		c->ev_dropped++;
+	}
 }
 
 /* Hand one decoded frame to its pending entry (or the event queue). Called by the reader
@@ -435,27 +545,9 @@ static void dispatch(weightd_client *c, Weightd__Response *resp, int *fds, uint3
 		goto drop;
 	}
 	if (resp->id == 0) {
-		if (resp->body_case == WEIGHTD__RESPONSE__BODY_EVENT && resp->event) {
-			struct wc_event *e;
-
-			if (c->ev_count == WC_MAX_EVENTS) {
-				event_clear(&c->events[c->ev_head]);
-				c->ev_head = (c->ev_head + 1) % WC_MAX_EVENTS;
-				c->ev_count--;
-				c->ev_dropped++;
-			}
-			e = &c->events[(c->ev_head + c->ev_count) % WC_MAX_EVENTS];
-			e->checkpoint = strdup(resp->event->checkpoint ? resp->event->checkpoint : "");
-			e->what = strdup(resp->event->what ? resp->event->what : "");
-			e->generation = resp->event->generation;
-			if (e->checkpoint && e->what) {
-				c->ev_count++;
-				pthread_cond_broadcast(&c->cv);
-			} else {
-				event_clear(e);
-				c->ev_dropped++;
-			}
-		}
+		if (resp->body_case == WEIGHTD__RESPONSE__BODY_EVENT && resp->event)
+			queue_event(c, resp->event->checkpoint, resp->event->what,
+				    resp->event->generation);
 		pthread_mutex_unlock(&c->mu);
 		goto drop;
 	}
@@ -647,8 +739,20 @@ int wc_conn_pending_take(struct wc_pending *p, int body, Weightd__Response **ret
 			 int **ret_fds, uint32_t *ret_nfds, weightd_error *err)
 {
 	Weightd__Response *resp = p->resp;
+	weightd_client *c = p->c;
 	int r;
 
+	/* a reply of a connection that is gone (weightd restarted before it was taken): its
+	 * handles name nothing on this one */
+	if (resp && c) {
+		pthread_mutex_lock(&c->mu);
+		r = p->epoch != c->epoch;
+		pthread_mutex_unlock(&c->mu);
+		if (r)
+			return wc_err_set(err, WEIGHTD_E_DISCONNECTED,
+					  "the connection to weightd was lost and made again before "
+					  "this request's reply was taken; ask again");
+	}
 	if (!resp) {
 		if (!p->err.code)   /* cannot happen: a pending is done with a reply or an error */
 			return wc_err_set(err, WEIGHTD_E_INTERNAL, "a request ended without a reply");
@@ -711,6 +815,18 @@ int wc_conn_call(weightd_client *c, Weightd__Request *req, int body, wc_conn_ref
 
 /* --- public: connect, close, hello ------------------------------------------------------- */
 
+/* A receive buffer for one connection's replies. */
+static struct wd_inbuf *new_inbuf(void)
+{
+	struct wd_inbuf *in = wd_inbuf_new(WC_MAX_REPLY, WC_MAX_REPLY_FDS);
+
+	if (in) {
+		wd_inbuf_set_max_message(in, WC_MAX_MESSAGE);
+		wd_inbuf_set_keep(in, WC_INBUF_KEEP);
+	}
+	return in;
+}
+
 /*
  * Say hello and check the version. The wait is bounded: a process that accepts connections on
  * the socket but never answers must not hang an engine's start for ever.
@@ -760,6 +876,18 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 		wd_msg_free(resp);
 		return r;
 	}
+	/* an earlier connection's hello backs strings the user may still hold: kept to the end */
+	if (c->hello) {
+		Weightd__Response **o = realloc(c->old_hellos,
+						(c->n_old_hellos + 1) * sizeof(*o));
+
+		if (!o) {
+			wd_msg_free(resp);
+			return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		}
+		c->old_hellos = o;
+		c->old_hellos[c->n_old_hellos++] = c->hello;
+	}
 	c->hello = resp;
 	c->info.protocol_version = hr->protocol_version;
 	c->info.server_version = hr->server_version;
@@ -784,6 +912,259 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 	c->info.min_protocol_version = hr->min_protocol_version;
 	c->info.max_protocol_version = hr->max_protocol_version;
 	return 0;
+}
+
+/* --- reconnection (conn.h) ---------------------------------------------------------------- */
+
+void wc_conn_held_add(weightd_client *c, struct wc_held *h)
+{
+	uint64_t epoch;
+
+	pthread_mutex_lock(&c->mu);
+	epoch = c->epoch;
+	pthread_mutex_unlock(&c->mu);
+	pthread_mutex_lock(&c->held_mu);
+	h->epoch = epoch;
+	h->prev = NULL;
+	h->next = c->held;
+	if (c->held)
+		c->held->prev = h;
+	c->held = h;
+	c->n_held++;
+	pthread_mutex_unlock(&c->held_mu);
+}
+
+uint64_t wc_conn_held_remove(weightd_client *c, struct wc_held *h)
+{
+	uint64_t handle, epoch, now;
+
+	pthread_mutex_lock(&c->held_mu);
+	while (c->reattaching)
+		pthread_cond_wait(&c->held_cv, &c->held_mu);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		c->held = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	c->n_held--;
+	handle = h->handle;
+	epoch = h->epoch;
+	pthread_mutex_unlock(&c->held_mu);
+	pthread_mutex_lock(&c->mu);
+	now = c->epoch;
+	pthread_mutex_unlock(&c->mu);
+	return epoch == now ? handle : 0;
+}
+
+/* Weights re-attached at most per request (the daemon's max_unit_entries may be lower). */
+#define REATTACH_BATCH 65536
+
+/*
+ * Say which weights this process still holds, in batches, so that they count as its own on the
+ * new connection: each gets its new handle (0: not re-attached, so never released there), and
+ * the segment table its new ids. Holders cannot let go meanwhile (wc_conn_held_remove waits).
+ * Returns how many were re-attached.
+ */
+static uint64_t reattach(weightd_client *c, uint64_t epoch)
+{
+	struct wc_held **hs = NULL, *h;
+	struct wc_seg **segs = NULL;
+	uint64_t *ids = NULL, attached = 0;
+	size_t n = 0, batch;
+
+	pthread_mutex_lock(&c->held_mu);
+	c->reattaching = true;
+	if (c->n_held) {
+		hs = calloc(c->n_held, sizeof(*hs));
+		segs = calloc(c->n_held, sizeof(*segs));
+		ids = calloc(c->n_held, sizeof(*ids));
+	}
+	for (h = c->held; hs && segs && ids && h; h = h->next)
+		hs[n++] = h;
+	pthread_mutex_unlock(&c->held_mu);
+	batch = c->info.max_unit_entries && c->info.max_unit_entries < REATTACH_BATCH ?
+			c->info.max_unit_entries : REATTACH_BATCH;
+	for (size_t from = 0; from < n; from += batch) {
+		size_t k = n - from < batch ? n - from : batch;
+		Weightd__Request req = WEIGHTD__REQUEST__INIT;
+		Weightd__Reattach ra = WEIGHTD__REATTACH__INIT;
+		Weightd__Response *resp = NULL;
+		uint8_t *keys = malloc(k * WEIGHTD_DIGEST_LEN + 1);
+		uint64_t *ino = malloc(k * sizeof(*ino)), *off = malloc(k * sizeof(*off)),
+			 *nb = malloc(k * sizeof(*nb));
+		uint32_t *cnt = malloc(k * sizeof(*cnt));
+		const Weightd__ReattachReply *rr = NULL;
+		int r = -1;
+
+		if (keys && ino && off && nb && cnt) {
+			for (size_t i = 0; i < k; i++) {
+				h = hs[from + i];
+				memcpy(keys + i * WEIGHTD_DIGEST_LEN, h->key, WEIGHTD_DIGEST_LEN);
+				ino[i] = h->seg->ino;
+				off[i] = h->offset;
+				nb[i] = h->nbytes;
+				cnt[i] = h->count;
+			}
+			ra.keys.data = keys;
+			ra.keys.len = k * WEIGHTD_DIGEST_LEN;
+			ra.n_ino = ra.n_offset = ra.n_nbytes = ra.n_count = k;
+			ra.ino = ino;
+			ra.offset = off;
+			ra.nbytes = nb;
+			ra.count = cnt;
+			req.body_case = WEIGHTD__REQUEST__BODY_REATTACH;
+			req.reattach = &ra;
+			/* a daemon that does not know the request answers unsupported: none then */
+			r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_REATTACH, NULL, &resp, NULL,
+					 NULL, NULL);
+		}
+		if (r == 0)
+			rr = resp->reattach;
+		pthread_mutex_lock(&c->held_mu);
+		for (size_t i = 0; i < k; i++) {
+			bool ok = rr && rr->n_handle == k && rr->n_segment == k && rr->handle[i];
+
+			h = hs[from + i];
+			h->handle = ok ? rr->handle[i] : 0;
+			h->epoch = epoch;
+			segs[from + i] = h->seg;
+			ids[from + i] = ok ? rr->segment[i] : 0;
+			attached += ok;
+		}
+		pthread_mutex_unlock(&c->held_mu);
+		if (resp)
+			wd_msg_free(resp);
+		free(keys);
+		free(ino);
+		free(off);
+		free(nb);
+		free(cnt);
+	}
+	/* the daemon names segments anew: the table follows (those no weight came back in are
+	 * this process's alone now) */
+	if (segs && ids)
+		wc_seg_table_rekey(c->segs, segs, ids, n);
+	pthread_mutex_lock(&c->held_mu);
+	/* out of memory for the list: nothing re-attached, nothing released on the new one */
+	if (!hs || !segs || !ids)
+		for (h = c->held; h; h = h->next) {
+			h->handle = 0;
+			h->epoch = epoch;
+		}
+	c->reattaching = false;
+	pthread_cond_broadcast(&c->held_cv);
+	pthread_mutex_unlock(&c->held_mu);
+	free(hs);
+	free(segs);
+	free(ids);
+	return attached;
+}
+
+/* Subscribe again to what the user subscribed to (conn.h); failures are the next poll's. */
+static void resubscribe(weightd_client *c)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Subscribe sub = WEIGHTD__SUBSCRIBE__INIT;
+	Weightd__Response *resp = NULL;
+
+	if (!c->n_subs)
+		return;
+	sub.n_checkpoints = c->n_subs;
+	sub.checkpoints = c->subs;
+	req.body_case = WEIGHTD__REQUEST__BODY_SUBSCRIBE;
+	req.subscribe = &sub;
+	if (wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_SUBSCRIBE, NULL, &resp, NULL, NULL,
+			 NULL) == 0)
+		wd_msg_free(resp);
+}
+
+/*
+ * Connect again after weightd went away (conn.h): a new socket in the old one's place (the fd
+ * number stays, see weightd_client_fd), hello, re-attach, subscriptions, then the event. Other
+ * threads wait meanwhile (send_req). 0, or the error the calling request fails with (the next
+ * call tries again).
+ */
+static int reconnect(weightd_client *c, weightd_error *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint64_t epoch, attached;
+	int s = -1, r = 0, e;
+
+	pthread_mutex_lock(&c->mu);
+	if (!can_reconnect(c) || c->reconnecting) {
+		pthread_mutex_unlock(&c->mu);
+		return 0; /* another thread did it, or does it: the caller looks again */
+	}
+	c->reconnecting = true;
+	c->reconnector = pthread_self();
+	pthread_mutex_unlock(&c->mu);
+
+	memcpy(sa.sun_path, c->path, strlen(c->path) + 1);
+	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s >= 0) {
+		do
+			e = connect(s, (struct sockaddr *)&sa, sizeof(sa));
+		while (e < 0 && errno == EINTR);
+	}
+	if (s < 0 || e < 0) {
+		e = errno;
+		if (s >= 0)
+			close(s);
+		r = wc_err_set(err, WEIGHTD_E_DISCONNECTED,
+			       "weightd at %s went away and does not answer again yet (%s); what this "
+			       "process maps stays intact, and the next call connects again",
+			       c->path, strerror(e));
+		goto done;
+	}
+	pthread_mutex_lock(&c->send_mu);
+	if (c->sock >= 0) {
+		/* the same fd number: a caller that polls weightd_client_fd keeps it */
+		if (dup3(s, c->sock, O_CLOEXEC) < 0) {
+			e = errno;
+			pthread_mutex_unlock(&c->send_mu);
+			close(s);
+			r = wc_err_set(err, WEIGHTD_E_DISCONNECTED,
+				       "cannot connect to weightd at %s again: %s", c->path,
+				       strerror(e));
+			goto done;
+		}
+		close(s);
+	} else {
+		c->sock = s;
+	}
+	epoch = ++c->sock_epoch;
+	pthread_mutex_unlock(&c->send_mu);
+	/* nobody reads a dead connection: its buffer (and any half frame of the old one) goes */
+	wd_inbuf_free(c->in);
+	c->in = new_inbuf();
+	pthread_mutex_lock(&c->mu);
+	if (!c->in) {
+		pthread_mutex_unlock(&c->mu);
+		r = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto done;
+	}
+	c->epoch = epoch;
+	c->dead = 0;
+	wc_err_clear(&c->dead_err);
+	pthread_mutex_unlock(&c->mu);
+	r = hello(c, c->name, err);
+	if (r < 0) {
+		mark_dead(c, WEIGHTD_E_DISCONNECTED, "weightd at %s answered again, but not its hello: %s",
+			  c->path, err ? err->message : weightd_code_name(r));
+		goto done;
+	}
+	attached = reattach(c, epoch);
+	resubscribe(c);
+	pthread_mutex_lock(&c->mu);
+	queue_event(c, "", WEIGHTD_EVENT_RECONNECTED, attached);
+	pthread_mutex_unlock(&c->mu);
+done:
+	pthread_mutex_lock(&c->mu);
+	c->reconnecting = false;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	return r;
 }
 
 int weightd_connect(const char *socket_path, const char *client_name, weightd_client **ret,
@@ -817,14 +1198,15 @@ int weightd_connect(const char *socket_path, const char *client_name, weightd_cl
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->send_mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
-	c->in = wd_inbuf_new(WC_MAX_REPLY, WC_MAX_REPLY_FDS);
-	if (c->in) {
-		wd_inbuf_set_max_message(c->in, WC_MAX_MESSAGE);
-		wd_inbuf_set_keep(c->in, WC_INBUF_KEEP);
-	}
+	pthread_mutex_init(&c->held_mu, NULL);
+	pthread_cond_init(&c->held_cv, NULL);
+	c->epoch = c->sock_epoch = 1;
+	c->no_reconnect = getenv("WEIGHTD_RECONNECT") && strcmp(getenv("WEIGHTD_RECONNECT"), "0") == 0;
+	c->name = strdup(client_name ? client_name : program_invocation_short_name);
+	c->in = new_inbuf();
 	c->msgs = wd_msg_cache_new(WC_MSG_CACHE);
 	c->segs = wc_seg_table_new();
-	if (!c->in || !c->msgs || !c->segs) {
+	if (!c->in || !c->msgs || !c->segs || !c->name) {
 		r = wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto fail;
 	}
@@ -858,7 +1240,7 @@ int weightd_connect(const char *socket_path, const char *client_name, weightd_cl
 			       "cannot connect to weightd at %s: %s%s", path, strerror(e), why);
 		goto fail;
 	}
-	r = hello(c, client_name, err);
+	r = hello(c, c->name, err);
 	if (r < 0)
 		goto fail;
 	*ret = c;
@@ -872,6 +1254,9 @@ void weightd_close(weightd_client *c)
 {
 	if (!c)
 		return;
+	pthread_mutex_lock(&c->mu);
+	c->closed = true;
+	pthread_mutex_unlock(&c->mu);
 	mark_dead(c, WEIGHTD_E_DISCONNECTED, "the connection to weightd at %s was closed",
 		  c->path);
 	pthread_mutex_lock(&c->send_mu);
@@ -895,6 +1280,30 @@ int weightd_client_fd(const weightd_client *c)
 
 /* --- events ------------------------------------------------------------------------------ */
 
+/* Keep the subscription, to say again after a reconnect (when out of memory, it is not). */
+static void remember_subs(weightd_client *c, const char *const *checkpoints, size_t n)
+{
+	char **subs = n ? calloc(n, sizeof(*subs)) : NULL;
+	size_t k = 0;
+
+	for (; subs && k < n; k++)
+		if (!(subs[k] = strdup(checkpoints[k])))
+			break;
+	if (n && (!subs || k < n)) {
+		while (subs && k--)
+			free(subs[k]);
+		free(subs);
+		return;
+	}
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < c->n_subs; i++)
+		free(c->subs[i]);
+	free(c->subs);
+	c->subs = subs;
+	c->n_subs = n;
+	pthread_mutex_unlock(&c->mu);
+}
+
 int weightd_subscribe(weightd_client *c, const char *const *checkpoints, size_t n,
 		      weightd_error *err)
 {
@@ -916,8 +1325,10 @@ int weightd_subscribe(weightd_client *c, const char *const *checkpoints, size_t 
 	req.body_case = WEIGHTD__REQUEST__BODY_SUBSCRIBE;
 	req.subscribe = &sub;
 	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_SUBSCRIBE, NULL, &resp, NULL, NULL, err);
-	if (r == 0)
+	if (r == 0) {
 		wd_msg_free(resp);
+		remember_subs(c, checkpoints, n);
+	}
 	return r;
 }
 

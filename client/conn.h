@@ -77,4 +77,34 @@ void wc_conn_discard(weightd_client *c, wc_conn_refs_fn *refs, Weightd__Response
 /* Close fds[0..n) and free the array. */
 void wc_conn_close_fds(int *fds, uint32_t n);
 
+/*
+ * Reconnection. When weightd goes away (a restart, a crash) the next call that talks to it
+ * connects again (once per call; a call made while it is down fails with
+ * WEIGHTD_E_DISCONNECTED as before), says hello, re-attaches every weight this process still
+ * holds (they stayed intact: their kernel locks kept them, see seg.h) so that they count as its
+ * own again, subscribes again, and queues one event, what "reconnected" (WEIGHTD_EVENT_*). A
+ * request in flight when the connection broke fails. WEIGHTD_RECONNECT=0 in the environment
+ * turns this off (every later call then fails, as before).
+ */
+
+/* A set of daemon references this process holds on one weight (weight.c's), as the connection
+ * knows it to re-attach it: registered while it lives. handle and epoch change under the
+ * connection's lock only (wc_conn_held_*). */
+struct wc_held {
+	struct wc_held *prev, *next;   /* the connection's list */
+	uint64_t handle;               /* the daemon's name for it on the current connection (0:
+					* not re-attached: released to nobody) */
+	uint64_t epoch;                /* the connection it was taken on (wc_conn_epoch) */
+	uint32_t count;                /* daemon references it stands for */
+	uint8_t key[WEIGHTD_DIGEST_LEN];  /* the weight's identity */
+	struct wc_seg *seg;            /* where this process maps it */
+	uint64_t offset, nbytes;
+};
+
+/* Register h (its handle taken on the current connection). */
+void wc_conn_held_add(weightd_client *c, struct wc_held *h);
+/* Unregister h (waiting while a re-attach is under way): its handle when it may be released on
+ * the current connection, else 0 (taken on one that is gone: nothing to release). */
+uint64_t wc_conn_held_remove(weightd_client *c, struct wc_held *h);
+
 #endif

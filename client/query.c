@@ -277,6 +277,8 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 	o->pub.segment_dir = sr->segment_dir && sr->segment_dir[0] ? sr->segment_dir : NULL;
 	o->pub.segment_page_bytes = sr->segment_page_bytes;
 	o->pub.segment_huge_bytes = sr->segment_huge_bytes;
+	o->pub.locked_weights = sr->locked_weights;
+	o->pub.locked_bytes = sr->locked_bytes;
 	o->pub.clients_refused = sr->clients_refused;
 	o->pub.clients_timed_out = sr->clients_timed_out;
 	o->pub.partial_frame_bytes = sr->partial_frame_bytes;

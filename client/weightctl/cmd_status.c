@@ -152,6 +152,10 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 					    json_integer((json_int_t)s->segment_page_bytes));
 			json_object_set_new(j, "segment_huge_bytes",
 					    json_integer((json_int_t)s->segment_huge_bytes));
+			json_object_set_new(j, "locked_weights",
+					    json_integer((json_int_t)s->locked_weights));
+			json_object_set_new(j, "locked_bytes",
+					    json_integer((json_int_t)s->locked_bytes));
 			json_object_set_new(j, "idle_weights",
 					    json_integer((json_int_t)s->idle_weights));
 			json_object_set_new(j, "idle_segments",
@@ -215,6 +219,10 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		printf("segments                    %" PRIu64 " (%s)\n"
 		       "idle                        %" PRIu64 " weights, %" PRIu64 " segments\n",
 		       s->segments, res, s->idle_weights, s->idle_segments);
+		free(res);
+		res = fmt_bytes(s->locked_bytes);
+		printf("mapped, not connected       %" PRIu64 " weights (%s) kept for processes that "
+		       "map them\n", s->locked_weights, res);
 		free(res);
 		if (s->segment_dir) {
 			res = fmt_bytes(s->segment_huge_bytes);
@@ -364,6 +372,10 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		 s->segment_page_bytes);
 	prom_u64("segment_huge_bytes", "gauge", "Bytes of the segments in whole huge pages.",
 		 s->segment_huge_bytes);
+	prom_u64("locked_weights", "gauge",
+		 "Weights no connected client references, kept because processes map them.",
+		 s->locked_weights);
+	prom_u64("locked_bytes", "gauge", "Bytes of those weights.", s->locked_bytes);
 	prom_u64("idle_weights", "gauge", "Cached weights no client references.", s->idle_weights);
 	prom_u64("idle_segments", "gauge",
 		 "Segments none of whose weights any client references.", s->idle_segments);

@@ -413,6 +413,9 @@ static void *finish_thread(void *arg)
 	return NULL;
 }
 
+/* With reconnection off (WEIGHTD_RECONNECT=0: the behaviour before it, which an engine may still
+ * ask for), a connection the daemon dropped fails what waits and every later call. With it on, a
+ * later call connects again: tests/integration/test_restart_holds.c. */
 static void test_disconnect_fails_pending_and_later_calls(void **state)
 {
 	struct fake *f = fake_start(h_hangup_on_b, NULL);
@@ -427,7 +430,9 @@ static void test_disconnect_fails_pending_and_later_calls(void **state)
 	uint8_t want[64];
 	size_t n = pattern("a", want);
 
+	setenv("WEIGHTD_RECONNECT", "0", 1);
 	connect_ok(f, &c);
+	unsetenv("WEIGHTD_RECONNECT");
 	assert_int_equal(weightd_materialize(c, "ck", "a", NULL, &fa, &err), 0);
 	assert_int_equal(weightd_finish(fa, &a, &err), 0);
 	assert_int_equal(weightd_weight_map(a, &pa, &err), 0);

@@ -368,6 +368,11 @@ typedef struct weightd_status {
 	const char *segment_dir;
 	uint64_t segment_page_bytes;
 	uint64_t segment_huge_bytes;
+	/* appended: weights that no connected client references but that weightd keeps because
+	 * processes map them, as their kernel locks say (engines from before a restart that have
+	 * not reconnected, say), and their bytes, counted as held (0 from a daemon without) */
+	uint64_t locked_weights;
+	uint64_t locked_bytes;
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);
@@ -871,8 +876,20 @@ WEIGHTD_API int weightd_subscribe(weightd_client *c, const char *const *checkpoi
 typedef struct weightd_event {
 	const char *checkpoint;
 	uint64_t generation;
-	const char *what;        /* "generation" or "removed" */
+	const char *what;        /* "generation", "removed", or WEIGHTD_EVENT_RECONNECTED */
 } weightd_event;
+
+/*
+ * weightd went away (restarted, crashed) and this client connected to it again, on the first
+ * call after it was back: checkpoint is "", generation the number of held weights re-attached.
+ * Nothing this process maps changed: each weight it holds is locked in the kernel, and no weightd
+ * changes a locked weight. The re-attached ones count as this client's again (its references,
+ * shares, limits); one weightd no longer has (its record lost) stays mapped and intact until
+ * released. Requests in flight when it went away failed with WEIGHTD_E_DISCONNECTED; a call made
+ * while it is down fails the same way and the next one tries again. Subscriptions are renewed.
+ * Queued without a subscription. WEIGHTD_RECONNECT=0 in the environment turns reconnection off.
+ */
+#define WEIGHTD_EVENT_RECONNECTED "reconnected"
 
 typedef struct weightd_event_list {
 	size_t count;

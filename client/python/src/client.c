@@ -238,7 +238,7 @@ static PyObject *cl_status(pyw_client *cl, PyObject *args)
 	if (rc < 0)
 		return pyw_error_raise((PyObject *)cl, rc, &err);
 	r = Py_BuildValue(
-		"{s:s,s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:N,s:N,s:N}",
+		"{s:s,s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:N,s:N,s:N}",
 		"instance", s->instance, "server_version", s->server_version, "uptime_ms",
 		(unsigned long long)s->uptime_ms, "bytes_resident",
 		(unsigned long long)s->bytes_resident, "budget_bytes",
@@ -251,7 +251,9 @@ static PyObject *cl_status(pyw_client *cl, PyObject *args)
 		(unsigned long long)s->evictions, "readoptions", (unsigned long long)s->readoptions,
 		"bytes_materialized", (unsigned long long)s->bytes_materialized, "materialize_ns",
 		(unsigned long long)s->materialize_ns, "references",
-		(unsigned long long)s->references, "sources",
+		(unsigned long long)s->references, "locked_weights",
+		(unsigned long long)s->locked_weights, "locked_bytes",
+		(unsigned long long)s->locked_bytes, "sources",
 		list_of(s->sources, s->n_sources, sizeof(*s->sources), source_dict), "weight_list",
 		list_of(s->weight_list, s->n_weights, sizeof(*s->weight_list), weight_status_dict), "jobs",
 		list_of(s->jobs, s->n_jobs, sizeof(*s->jobs), job_dict));

@@ -132,15 +132,27 @@ class Status:
     sources: List[SourceInfo]
     weight_list: List[WeightStatus]
     jobs: List[JobStatus]
+    #: weights no connected client references that the daemon keeps because processes map
+    #: them (engines from before a restart that have not reconnected), and their bytes
+    locked_weights: int = 0
+    locked_bytes: int = 0
 
 
 @dataclass(frozen=True)
 class Event:
     """A subscribed checkpoint changed: its files changed and the daemon reloaded it
-    (``what == "generation"``, with the new `generation`), or it was removed."""
+    (``what == "generation"``, with the new `generation`), or it was removed. Or weightd went
+    away (a restart) and the client connected again by itself (``what == "reconnected"``,
+    `reconnected` true, `generation` the number of held weights it re-attached): nothing the
+    process maps changed, and the weights it holds are its own again."""
     checkpoint: str
     generation: int
-    what: str            #: "generation" or "removed"
+    what: str            #: "generation", "removed" or "reconnected"
+
+    @property
+    def reconnected(self) -> bool:
+        """The client connected again after weightd went away (see above)."""
+        return self.what == "reconnected"
 
 
 @dataclass(frozen=True)

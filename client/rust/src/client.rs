@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::dtype::Dtype;
 use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::{ClientHandle, UnitHandle};
-use crate::info::{Description, Output, ServerInfo, SourceInfo, Status};
+use crate::info::{Description, Event, Output, ServerInfo, SourceInfo, Status};
 use crate::recipe::Recipe;
 use crate::selection::Selection;
 use crate::unit::Unit;
@@ -67,6 +67,13 @@ impl Client {
     /// The daemon's counters, sources, cached weights and segments.
     pub fn status(&self) -> Result<Status> {
         self.handle.status(true)
+    }
+
+    /// Events queued since the last call, waiting up to `timeout_ms` (0: not at all; -1: until
+    /// one comes) when none is. See [`Event`]; generation events need a subscription, a
+    /// reconnection event does not.
+    pub fn poll_events(&self, timeout_ms: i32) -> Result<Vec<Event>> {
+        self.handle.poll_events(timeout_ms)
     }
 
     /// `status` without the list of weights: what monitoring needs, cheap on a large cache.

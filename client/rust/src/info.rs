@@ -119,10 +119,32 @@ pub struct Status {
     pub materializations_failed: u64,
     pub references: u64,
     pub segments: u64,
+    /// Weights no connected client references that the daemon keeps because processes map
+    /// them (engines from before a restart that have not reconnected, say), and their bytes.
+    pub locked_weights: u64,
+    pub locked_bytes: u64,
     pub sources: Vec<SourceInfo>,
     /// Empty from `status_summary`.
     pub weight_list: Vec<WeightStatus>,
     pub segment_list: Vec<SegmentStatus>,
+}
+
+/// What `Client::poll_events` collects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A subscribed checkpoint's files changed and the daemon reloaded it.
+    Generation { checkpoint: String, generation: u64 },
+    /// A subscribed checkpoint was removed from the configuration.
+    Removed { checkpoint: String },
+    /// weightd went away (a restart, a crash) and the client connected again by itself, on the
+    /// first call after weightd was back. Nothing this process maps changed (each weight it
+    /// holds is locked in the kernel, and no weightd changes a locked weight); `reattached` of
+    /// the weights it holds count as its own again. Requests in flight when weightd went away
+    /// failed with `ErrorCode::Disconnected`.
+    Reconnected { reattached: u64 },
+    /// An event this crate does not know yet.
+    Other { checkpoint: String, what: String, generation: u64 },
 }
 
 /// What a slot would hold, inferred by preflight.

@@ -68,8 +68,8 @@ pub use client::{library_version, Client};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, ErrorCode, Result};
 pub use info::{
-    Description, MetaEntry, Output, SegmentStatus, ServerInfo, SourceInfo, Status, TensorInfo, WeightInfo,
-    WeightStatus,
+    Description, Event, MetaEntry, Output, SegmentStatus, ServerInfo, SourceInfo, Status, TensorInfo,
+    WeightInfo, WeightStatus,
 };
 pub use recipe::Recipe;
 pub use selection::Selection;

@@ -140,6 +140,17 @@ impl Daemon {
         }
     }
 
+    /// Kills the daemon with SIGKILL, as a crash would, and waits for it. Its segments and state
+    /// stay for the next `start`.
+    pub fn kill(&mut self) -> io::Result<ExitStatus> {
+        let mut child = match self.child.take() {
+            Some(c) => c,
+            None => return Err(io::Error::new(io::ErrorKind::Other, "not running")),
+        };
+        child.kill()?;
+        child.wait()
+    }
+
     /// What the daemon logged so far.
     pub fn log(&self) -> String {
         fs::read_to_string(self.dir.join("weightd.log")).unwrap_or_default()

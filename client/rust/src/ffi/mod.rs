@@ -29,7 +29,8 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::info::Output;
 use crate::info::WeightInfo;
 use crate::info::{
-    Description, MetaEntry, SegmentStatus, ServerInfo, SourceInfo, Status, TensorInfo, WeightStatus,
+    Description, Event, MetaEntry, SegmentStatus, ServerInfo, SourceInfo, Status, TensorInfo,
+    WeightStatus,
 };
 use crate::selection::Selection;
 
@@ -270,6 +271,32 @@ impl ClientHandle {
         Ok(out)
     }
 
+    pub(crate) fn poll_events(&self, timeout_ms: i32) -> Result<Vec<Event>> {
+        let mut l: *mut sys::weightd_event_list = ptr::null_mut();
+        // SAFETY: a concurrent-safe call on an open client; outputs valid for writes.
+        call(|e| unsafe { sys::weightd_poll_events(self.ptr(), timeout_ms, &mut l, e) })?;
+        // SAFETY: on success `l` is a list we own until weightd_event_list_free; its array holds
+        // `count` events, whose strings live as long as the list.
+        let out = unsafe {
+            slice((*l).events, (*l).count)
+                .iter()
+                .map(|ev| {
+                    let what = text(ev.what);
+                    let checkpoint = text(ev.checkpoint);
+                    match what.as_str() {
+                        "reconnected" => Event::Reconnected { reattached: ev.generation },
+                        "generation" => Event::Generation { checkpoint, generation: ev.generation },
+                        "removed" => Event::Removed { checkpoint },
+                        _ => Event::Other { checkpoint, what, generation: ev.generation },
+                    }
+                })
+                .collect()
+        };
+        // SAFETY: freed once, after the last read of it.
+        unsafe { sys::weightd_event_list_free(l) };
+        Ok(out)
+    }
+
     pub(crate) fn status(&self, full: bool) -> Result<Status> {
         let mut s: *mut sys::weightd_status = ptr::null_mut();
         call(|e| {
@@ -299,6 +326,8 @@ impl ClientHandle {
                 materializations_failed: s.materializations_failed,
                 references: s.references,
                 segments: s.segments,
+                locked_weights: s.locked_weights,
+                locked_bytes: s.locked_bytes,
                 sources: slice(s.sources, s.n_sources).iter().map(|x| source_info(x)).collect(),
                 weight_list: slice(s.weight_list, s.n_weights)
                     .iter()

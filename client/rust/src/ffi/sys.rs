@@ -213,6 +213,22 @@ pub struct weightd_status {
     pub segment_dir: *const c_char,
     pub segment_page_bytes: u64,
     pub segment_huge_bytes: u64,
+    pub locked_weights: u64,
+    pub locked_bytes: u64,
+}
+
+#[repr(C)]
+pub struct weightd_event {
+    pub checkpoint: *const c_char,
+    pub generation: u64,
+    pub what: *const c_char,
+}
+
+#[repr(C)]
+pub struct weightd_event_list {
+    pub count: usize,
+    pub events: *const weightd_event,
+    pub dropped: u64,
 }
 
 #[repr(C)]
@@ -264,6 +280,13 @@ extern "C" {
         err: *mut E,
     ) -> c_int;
     pub fn weightd_status_free(s: *mut weightd_status);
+    pub fn weightd_poll_events(
+        c: *mut weightd_client,
+        timeout_ms: c_int,
+        ret: *mut *mut weightd_event_list,
+        err: *mut E,
+    ) -> c_int;
+    pub fn weightd_event_list_free(l: *mut weightd_event_list);
 
     pub fn weightd_selection_full(ret: *mut *mut weightd_selection, err: *mut E) -> c_int;
     pub fn weightd_selection_range(
@@ -490,6 +513,8 @@ mod tests {
             "weightd_status",
             "weightd_output_info",
             "weightd_preflight",
+            "weightd_event",
+            "weightd_event_list",
         ];
         let mut c = String::from("#include <stdio.h>\n#include <weightd/client.h>\nint main(void) {\n");
         for n in names {
@@ -530,7 +555,9 @@ mod tests {
             weightd_job_status,
             weightd_status,
             weightd_output_info,
-            weightd_preflight
+            weightd_preflight,
+            weightd_event,
+            weightd_event_list
         );
         for ((n, g), w) in names.iter().zip(&got).zip(&want) {
             assert_eq!(g, w, "{n}: C (size, align) vs Rust");
