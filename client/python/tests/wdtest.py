@@ -108,15 +108,25 @@ class Daemon:
             for name, path in checkpoints.items():
                 f.write(f"[checkpoint:{name}]\npath = {path}\n\n")
             f.write(sections)
+        self._spawn()
+
+    def _spawn(self) -> None:
         exe = os.environ.get("WD_WEIGHTD")
         if not exe:
             build = os.environ.get("WD_BUILD_DIR", os.path.join(HERE, "../../../build"))
             exe = os.path.join(build, "daemon", "weightd")
-        with open(self.log, "wb") as logf:
+        with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen([exe, "--config", self.conf, "--foreground",
                                           "--log-level", "debug"], stdin=subprocess.DEVNULL,
                                          stdout=logf, stderr=logf)
         self._wait_ready()
+
+    def restart(self, sig: int = signal.SIGKILL) -> None:
+        """End the daemon with `sig` (SIGKILL: a crash; SIGTERM: systemctl restart) and start
+        it again on the same configuration, socket and segments."""
+        self.proc.send_signal(sig)
+        self.proc.wait(30)
+        self._spawn()
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
         end = time.monotonic() + timeout
