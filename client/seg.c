@@ -514,31 +514,13 @@ out:
 
 void wc_seg_unhold(struct wc_seg *sg, uint64_t off, uint64_t len)
 {
-	size_t i;
-
 	if (len == 0 || !wc_seg_holds_on())
 		return;
 	pthread_mutex_lock(&sg->t->mu);
-	i = hold_at(sg, off);
-	if (i < sg->n_holds && sg->holds[i].off == off && --sg->holds[i].count == 0) {
-		uint64_t a, b;
-
-		hold_reach(sg, i, &a, &b);
-		memmove(&sg->holds[i], &sg->holds[i + 1], (sg->n_holds - i - 1) * sizeof(*sg->holds));
-		sg->n_holds--;
-		/* what may need unlocking, joined to the last range queued when they touch; when out
-		 * of memory it stays locked (until the segment is let go), which is safe */
-		if (sg->n_drop && sg->drop[sg->n_drop - 1].off + sg->drop[sg->n_drop - 1].len >= a &&
-		    sg->drop[sg->n_drop - 1].off <= b) {
-			struct wd_hold_range *d = &sg->drop[sg->n_drop - 1];
-			uint64_t s = d->off < a ? d->off : a, e = d->off + d->len > b ? d->off + d->len : b;
-
-			d->off = s;
-			d->len = e - s;
-		} else if (room((void **)&sg->drop, &sg->cap_drop, sg->n_drop + 1, sizeof(*sg->drop))) {
-			sg->drop[sg->n_drop++] = (struct wd_hold_range){ a, b - a };
-		}
-	}
+	/* counted down at the commit, all at once (when out of memory it stays held, and locked
+	 * until the segment is let go, which is safe) */
+	if (room((void **)&sg->drop, &sg->cap_drop, sg->n_drop + 1, sizeof(*sg->drop)))
+		sg->drop[sg->n_drop++] = (struct wd_hold_range){ off, len };
 	pthread_mutex_unlock(&sg->t->mu);
 }
 
@@ -565,10 +547,39 @@ static void unlock_uncovered(struct wc_seg *sg, uint64_t a, uint64_t b)
 
 void wc_seg_unhold_commit(struct wc_seg *sg)
 {
+	struct wd_hold_range *d;
+	size_t i = 0, o = 0, gone = 0;
+
 	pthread_mutex_lock(&sg->t->mu);
+	d = sg->drop;
+	qsort(d, sg->n_drop, sizeof(*d), range_cmp);
+	/* count them down in one merge pass; the ranges that reach 0 stay in d[0..gone) */
+	for (size_t k = 0; k < sg->n_drop; k++) {
+		while (i < sg->n_holds && sg->holds[i].off < d[k].off)
+			i++;
+		if (i == sg->n_holds || sg->holds[i].off != d[k].off || sg->holds[i].count == 0)
+			continue; /* not held (cannot happen): nothing to let go */
+		if (--sg->holds[i].count == 0)
+			d[gone++] = d[k];
+	}
+	/* and out of the array, in one pass */
+	for (i = 0; i < sg->n_holds; i++)
+		if (sg->holds[i].count)
+			sg->holds[o++] = sg->holds[i];
+	sg->n_holds = o;
+	/* Unlock, around each range let go, what no hold covers any more. Not after a fork(): the
+	 * child may map what this process let go (seg.h). */
 	if (sg->forks == atomic_load(&forks))
-		for (size_t i = 0; i < sg->n_drop; i++)
-			unlock_uncovered(sg, sg->drop[i].off, sg->drop[i].off + sg->drop[i].len);
+		for (size_t k = 0; k < gone;) {
+			uint64_t a = d[k].off > WD_HOLD_GAP ? d[k].off - WD_HOLD_GAP : 0;
+			uint64_t b = d[k].off + d[k].len + WD_HOLD_GAP;
+
+			/* ranges let go side by side are one region */
+			for (k++; k < gone && d[k].off <= b; k++)
+				if (d[k].off + d[k].len + WD_HOLD_GAP > b)
+					b = d[k].off + d[k].len + WD_HOLD_GAP;
+			unlock_uncovered(sg, a, b);
+		}
 	sg->n_drop = 0;
 	pthread_mutex_unlock(&sg->t->mu);
 }

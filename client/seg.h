@@ -35,7 +35,7 @@ struct wc_seg {
 	 * Entered in batches (pend) and dropped in batches (drop); under the table's lock. */
 	struct wc_hold *holds;
 	size_t n_holds, cap_holds;
-	struct wd_hold_range *pend, *drop;
+	struct wd_hold_range *pend, *drop;   /* queued holds and releases */
 	size_t n_pend, cap_pend, n_drop, cap_drop;
 	unsigned forks;              /* the process's fork count when the segment came */
 };
@@ -79,8 +79,8 @@ int wc_seg_populate(struct wc_seg *sg, uint64_t off, uint64_t len);
  * it. wc_seg_hold queues [off, off + len) (zero-length ranges are never locked) and
  * wc_seg_hold_commit enters what is queued and locks it, in as few lock calls as runs: 0, or a
  * negative weightd code (the ranges stay entered, so wc_seg_unhold undoes them as usual).
- * wc_seg_unhold counts a range down and queues what may need unlocking; wc_seg_unhold_commit
- * unlocks what no held weight covers any more. After a fork(), a segment that came before it is
+ * wc_seg_unhold queues a range to let go; wc_seg_unhold_commit counts the queued ones down (in
+ * one pass however many) and unlocks what no held weight covers any more. After a fork(), a segment that came before it is
  * never unlocked: the child may map what the parent lets go, and the lock lasts until every
  * process has unmapped the segment. WEIGHTD_HOLD_LOCKS=0 in the environment turns holds off
  * (measurement only: a restart of weightd may then change what this process maps).
