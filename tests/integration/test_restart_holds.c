@@ -615,6 +615,56 @@ static void engine_reconnects_and_reattaches(void **state)
 	assert_int_equal(other_unit(10, 10, true), 0);
 }
 
+/*
+ * A start after a stop that was not clean verifies every weight it re-adopts. One byte of a
+ * cached, unheld weight is changed in its segment while weightd is down (after kill -9): it is
+ * not re-adopted (the log says so), and a fresh get makes it anew with the right bytes, while
+ * its untouched neighbours are re-adopted as they were.
+ */
+static void unclean_start_verifies_what_it_readopts(void **state)
+{
+	char seg[600];
+	weightd_client *c;
+	weightd_status *st;
+	const weightd_weight_status *w1;
+	uint64_t off = 0;
+	int fd;
+
+	(void)state;
+	start(NULL);
+	assert_int_equal(other_unit(0, 4, true), 0);
+	st = it_status_of(&H);
+	w1 = it_weight(st, "h", "t1");
+	assert_non_null(w1);
+	seg[0] = '\0';
+	for (size_t i = 0; i < st->n_segments; i++)
+		if (st->segment_list[i].id == w1->segment)
+			snprintf(seg, sizeof(seg), "%s%s", H.shm_dir, st->segment_list[i].name);
+	off = w1->offset;
+	weightd_status_free(st);
+	assert_true(seg[0] != '\0');
+	harness_kill(&H);
+	fd = open(seg, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "\xff\x00", 2, (off_t)(off + 1000)), 2);
+	close(fd);
+	assert_int_equal(harness_start(&H), 0);
+	assert_true(harness_log_contains(&H, "not re-adopting h:t1"));
+	st = it_status_of(&H);
+	assert_null(it_weight(st, "h", "t1"));
+	assert_non_null(it_weight(st, "h", "t0"));
+	assert_true(it_weight(st, "h", "t0")->adopted);
+	weightd_status_free(st);
+	c = it_connect(&H);
+	{
+		weightd_weight *w = it_get_ok(c, "h", "t1");
+
+		assert_true(it_pattern_mismatch(it_map(w), T_BYTES, 1) < 0);
+		weightd_release(w);
+	}
+	weightd_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -627,6 +677,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(engine_in_its_own_pid_namespace, setup, teardown),
 		cmocka_unit_test_setup_teardown(engine_forked_after_binding, setup, teardown),
 		cmocka_unit_test_setup_teardown(engine_reconnects_and_reattaches, setup, teardown),
+		cmocka_unit_test_setup_teardown(unclean_start_verifies_what_it_readopts, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
