@@ -551,6 +551,10 @@ void wc_seg_unhold_commit(struct wc_seg *sg)
 	size_t i = 0, o = 0, gone = 0;
 
 	pthread_mutex_lock(&sg->t->mu);
+	if (sg->n_drop == 0) {
+		pthread_mutex_unlock(&sg->t->mu);
+		return;
+	}
 	d = sg->drop;
 	qsort(d, sg->n_drop, sizeof(*d), range_cmp);
 	/* count them down in one merge pass; the ranges that reach 0 stay in d[0..gone) */

@@ -1,22 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* give.c - the segment fds a reply hands a client: a description of its own per segment, locked
- * over the reply's weights before it leaves, so that they are protected from the moment they are
- * sent, whatever happens to weightd before the client reads the reply. */
+/* give.c - the segment fds a reply hands a client: its own description of each segment (one per
+ * segment, kept by its holds, so every fd it gets for a segment is the one it keeps and locks on),
+ * locked over the reply's weights before it leaves, so that they are protected from the moment
+ * they are sent, whatever happens to weightd before the client reads the reply. */
 #include "give.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cache.h"
 #include "holdlock.h"
+#include "holds.h"
 
-int give_fds(struct cache_segment *const *segs, size_t n, size_t n_entries, give_entry_fn *entry,
-	     void *arg, int *fds, weightd_error *err)
+int give_fds(struct holds *h, struct cache_segment *const *segs, size_t n, size_t n_entries,
+	     give_entry_fn *entry, void *arg, int *fds, weightd_error *err)
 {
 	struct wd_hold_range *ranges = NULL;
-	size_t *start = NULL, opened = 0;
+	size_t *start = NULL;
 	uint32_t *seg_of = NULL;
 	int r = 0;
 
@@ -44,17 +47,25 @@ int give_fds(struct cache_segment *const *segs, size_t n, size_t n_entries, give
 		ranges[start[k]++] = (struct wd_hold_range){ off, len };
 	}
 	/* start[k] is now where segment k's ranges end */
+	holds_segment_fds_trim(h);
 	for (size_t k = 0; k < n; k++) {
 		size_t from = k ? start[k - 1] : 0;
-		int fd = wd_segment_open_ro(&segs[k]->seg), e;
+		int fd = holds_segment_fd(h, segs[k]), e;
 
 		if (fd < 0) {
+			char why[300];
+
+			if (errno == EMFILE || errno == ENFILE)
+				wd_nofile_text(why, sizeof(why), "weightd",
+					       "LimitNOFILE= in weightd.service");
+			else
+				snprintf(why, sizeof(why), "%s", strerror(errno));
 			r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
-					 "resource exhausted: weightd cannot open a descriptor of segment "
-					 "%s for the client: %s", segs[k]->seg.name, strerror(errno));
+					 "resource exhausted: weightd cannot open the client's own "
+					 "descriptor of segment %s: %s", segs[k]->seg.name, why);
 			goto out;
 		}
-		fds[opened++] = fd;
+		fds[k] = fd;
 		e = wd_holdlock_runs(fd, ranges + from, start[k] - from);
 		if (e < 0) {
 			r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
@@ -64,9 +75,6 @@ int give_fds(struct cache_segment *const *segs, size_t n, size_t n_entries, give
 		}
 	}
 out:
-	if (r < 0)
-		for (size_t k = 0; k < opened; k++)
-			close(fds[k]);
 	free(ranges);
 	free(seg_of);
 	free(start);

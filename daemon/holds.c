@@ -4,7 +4,11 @@
  * client and its uid. */
 #include "holds.h"
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "bytes.h"
 #include "cache.h"
@@ -105,6 +109,63 @@ static void segs_add(struct holds *h, struct cache_segment *sg)
 	h->segs[wd_hashidx_pos(&h->segs_index, i) - 1].weights++;
 }
 
+static ssize_t segfd_find(struct holds *h, uint64_t id)
+{
+	if (h->last_segfd < h->n_segfds && h->segfds[h->last_segfd].seg_id == id)
+		return (ssize_t)h->last_segfd;
+	for (size_t i = 0; i < h->n_segfds; i++)
+		if (h->segfds[i].seg_id == id) {
+			h->last_segfd = i;
+			return (ssize_t)i;
+		}
+	return -1;
+}
+
+static void segfd_drop_at(struct holds *h, size_t i)
+{
+	close(h->segfds[i].fd);
+	h->segfds[i] = h->segfds[--h->n_segfds];
+}
+
+void holds_segment_fds_trim(struct holds *h)
+{
+	if (h->n_segfds < 16 || h->n_segfds < 2 * h->n_segs)
+		return;
+	for (size_t k = h->n_segfds; k-- > 0;) {
+		bool held = false;
+
+		for (size_t s = 0; s < h->n_segs && !held; s++)
+			held = h->segs[s].sg->id == h->segfds[k].seg_id;
+		if (!held)
+			segfd_drop_at(h, k);
+	}
+}
+
+int holds_segment_fd(struct holds *h, struct cache_segment *sg)
+{
+	ssize_t i = segfd_find(h, sg->id);
+	int fd;
+
+	if (i >= 0)
+		return h->segfds[i].fd;
+	if (h->n_segfds == h->cap_segfds) {
+		size_t ncap = h->cap_segfds ? 2 * h->cap_segfds : 8;
+		struct holds_segfd *n = realloc(h->segfds, ncap * sizeof(*n));
+
+		if (!n) {
+			errno = ENOMEM;
+			return -1;
+		}
+		h->segfds = n;
+		h->cap_segfds = ncap;
+	}
+	fd = wd_segment_open_ro(&sg->seg);
+	if (fd < 0)
+		return -1;
+	h->segfds[h->n_segfds++] = (struct holds_segfd){ sg->id, fd };
+	return fd;
+}
+
 /* One distinct weight of sg less; the entry goes with the last one. */
 static void segs_remove(struct holds *h, struct cache_segment *sg)
 {
@@ -119,6 +180,9 @@ static void segs_remove(struct holds *h, struct cache_segment *sg)
 	pos = wd_hashidx_pos(&h->segs_index, i) - 1;
 	if (--h->segs[pos].weights)
 		return;
+	/* weightd's copy of the client's description goes; the client's stays while it maps */
+	if (segfd_find(h, sg->id) >= 0)
+		segfd_drop_at(h, (size_t)segfd_find(h, sg->id));
 	wd_hashidx_delete(&h->segs_index, i);
 	last = (uint32_t)h->n_segs - 1;
 	if (pos != last) {
@@ -576,6 +640,8 @@ void holds_clear(struct holds *h)
 	}
 	wd_hashidx_clear(&h->segs_index);
 	h->n_segs = 0;
+	while (h->n_segfds)
+		segfd_drop_at(h, h->n_segfds - 1);
 	/* before the references go: the counters live while a weight of theirs does */
 	for (size_t i = 0; i < h->n_ckpts; i++)
 		h->ckpts[i].stats->clients--;
@@ -609,6 +675,11 @@ void holds_free(struct holds *h)
 	free(h->segs);
 	h->segs = NULL;
 	h->n_segs = h->segs_cap = 0;
+	while (h->n_segfds)
+		segfd_drop_at(h, h->n_segfds - 1);
+	free(h->segfds);
+	h->segfds = NULL;
+	h->cap_segfds = h->last_segfd = 0;
 	free(h->ckpts);
 	h->ckpts = NULL;
 	h->n_ckpts = h->cap_ckpts = h->last_ckpt = 0;

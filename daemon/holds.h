@@ -26,6 +26,13 @@ struct held_checkpoint {
 	uint64_t weights;
 };
 
+/* The description of a segment this client is given (give.c): one per segment, so that every fd
+ * the client gets for it is the same description, the one it keeps and locks on. */
+struct holds_segfd {
+	uint64_t seg_id;
+	int fd;
+};
+
 struct held {
 	struct weight *w;
 	uint64_t id;	/* w->id, here so that a lookup by handle does not touch w */
@@ -57,6 +64,8 @@ struct holds {
 	 * order (the last one found first) */
 	struct held_checkpoint *ckpts;
 	size_t n_ckpts, cap_ckpts, last_ckpt;
+	struct holds_segfd *segfds;   /* dense, few: searched in order (the last one found first) */
+	size_t n_segfds, cap_segfds, last_segfd;
 	uint32_t pending;	      /* unit requests not yet answered */
 	uint64_t pending_bytes;	      /* bytes of weights those requests will add */
 	uint32_t pending_weights;     /* references they will add (one per entry) */
@@ -108,6 +117,16 @@ int holds_share(struct holds *h, uint64_t handle, struct weight **ret_w, weightd
 struct held *holds_find(struct holds *h, uint64_t handle);
 /* Is the client holding a weight of sg? */
 bool holds_segment(const struct holds *h, const struct cache_segment *sg);
+/*
+ * The client's own description of sg (read-only, opened the first time and kept while the
+ * client holds weights of sg): what every reply's fd for sg is, so that the locks weightd takes
+ * on it for a reply are the client's own (src/holdlock.h). Borrowed: the holds close it. -1 with
+ * errno set when it cannot be opened.
+ */
+int holds_segment_fd(struct holds *h, struct cache_segment *sg);
+/* Let go of the descriptions of segments given but never held (a reply that failed) once they
+ * outnumber what the client holds; before a reply takes any (its own would go too). */
+void holds_segment_fds_trim(struct holds *h);
 /*
  * May the client take new_refs more references on weights lying in segs[0..n) (distinct
  * segments)? Checks client_max_segments, and (exempt clients aside, as from the other per-uid

@@ -80,12 +80,13 @@ void request_holds_share(struct session *s, uint64_t id, const Weightd__Share *s
 		return;
 	}
 	/* the client's own description of the segment, locked over the weight (give.c); with
-	 * hold_locks off, weightd's own, lent: held by the client (twice now) while it is sent */
+	 * hold_locks off, weightd's own: either is lent, held (by the client's holds, or by the
+	 * client's reference twice now) while it is sent */
 	fd = w->segment->seg.ro_fd;
 	if (s->d->cfg->hold_locks) {
 		struct give_one one = { w };
 
-		if (give_fds(&w->segment, 1, 1, give_one_entry, &one, &fd, &err) < 0) {
+		if (give_fds(&s->holds, &w->segment, 1, 1, give_one_entry, &one, &fd, &err) < 0) {
 			holds_release(&s->holds, w->id);
 			session_send_error(s, id, &err);
 			return;
@@ -100,10 +101,7 @@ void request_holds_share(struct session *s, uint64_t id, const Weightd__Share *s
 	resp.body_case = WEIGHTD__RESPONSE__BODY_SHARE;
 	resp.share = &sr;
 	resp.id = id;
-	if (s->d->cfg->hold_locks)
-		session_send(s, &resp, &fd, 1);
-	else
-		session_send_borrowed(s, &resp, &fd, 1);
+	session_send_borrowed(s, &resp, &fd, 1);
 }
 
 void request_holds_release(struct session *s, uint64_t id, const Weightd__Release *rl, bool quiet)

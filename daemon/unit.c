@@ -221,12 +221,13 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 		session_send_error(s, u->id, &u->err);
 		goto out;
 	}
-	/* The client's own descriptions of the segments, locked over its weights (give.c); with
-	 * hold_locks off, weightd's own descriptors are lent as they are. */
+	/* The client's own descriptions of the segments (its holds keep them), locked over its
+	 * weights (give.c); with hold_locks off, weightd's own descriptors are lent as they are. */
 	if (locks) {
 		struct entry_ctx ec = { u, seg_at };
 
-		if (give_fds(segs, nfds, u->n_entries, entry_of, &ec, fds, &u->err) < 0) {
+		if (give_fds(&s->holds, segs, nfds, u->n_entries, entry_of, &ec, fds, &u->err) <
+		    0) {
 			for (size_t k = 0; k < u->n_entries; k++)
 				cache_drop(cache, u->outs[k].w);
 			session_send_error(s, u->id, &u->err);
@@ -259,10 +260,7 @@ static void unit_req_finish(struct unit_req *u, struct cache *cache)
 	resp.body_case = WEIGHTD__RESPONSE__BODY_MATERIALIZE;
 	resp.materialize = &ur;
 	resp.id = u->id;
-	if (locks)
-		session_send(s, &resp, fds, nfds);
-	else
-		session_send_borrowed(s, &resp, fds, nfds);
+	session_send_borrowed(s, &resp, fds, nfds);
 	goto out;
 oom:
 	for (size_t i = 0; i < u->n_entries; i++)
