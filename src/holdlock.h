@@ -10,9 +10,9 @@
 
 /*
  * The contract between libweightd and weightd, part of the wire protocol:
- *  - every segment fd weightd sends is an open file description of its own (never one weightd
- *    or another client uses), with a read lock already taken over the reply's weights in it, in
- *    runs as wd_holdlock_runs forms them;
+ *  - every segment fd weightd sends a client is that client's own open file description of the
+ *    segment (one per client and segment, never weightd's or another client's), with a read lock
+ *    already taken over the reply's weights in it, in runs as wd_holdlock_runs forms them;
  *  - libweightd keeps, on the one fd it keeps per segment, a read lock over every weight it
  *    holds (runs of held weights closer than WD_HOLD_GAP joined), and drops a range only when
  *    no weight of its own lies under it any more;
