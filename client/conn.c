@@ -483,10 +483,10 @@ void wc_conn_discard(weightd_client *c, wc_conn_refs_fn *refs, Weightd__Response
 		     uint32_t nfds)
 {
 	bool some = refs && resp && !resp->error && nfds;
-	size_t n = some ? refs(resp, NULL) : 0;
+	size_t n = some ? refs(c, resp, NULL) : 0;
 	uint64_t *handles = n ? calloc(n, sizeof(*handles)) : NULL;
 
-	n = handles ? refs(resp, handles) : 0;
+	n = handles ? refs(c, resp, handles) : 0;
 	wc_conn_close_fds(fds, nfds);
 	wc_conn_release(c, handles, n);
 	free(handles);

@@ -16,9 +16,11 @@ struct wc_seg_table;
 /* A request waiting for its reply (conn.c). */
 struct wc_pending;
 
-/* The daemon references reply resp stands for: how many and, with out, their handles. Called
- * only for a reply that is not an error and came with fds. */
-typedef size_t wc_conn_refs_fn(const Weightd__Response *resp, uint64_t *out);
+/* The daemon references reply resp stands for: how many and, with out, their handles, the reply
+ * being given back (then what weightd locked for it on c's segments and no weight of this process
+ * covers is unlocked too, seg.h). Called only for a reply that is not an error and came with
+ * fds, before they are closed. */
+typedef size_t wc_conn_refs_fn(weightd_client *c, const Weightd__Response *resp, uint64_t *out);
 
 /* The user's reference is weightd_connect's; each inflight, unit and held daemon reference
  * takes one more. */

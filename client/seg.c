@@ -545,6 +545,31 @@ static void unlock_uncovered(struct wc_seg *sg, uint64_t a, uint64_t b)
 		wd_holdlock_unlock(sg->fd, cursor, b - cursor);
 }
 
+struct wc_seg *wc_seg_find(struct wc_seg_table *t, uint64_t id)
+{
+	struct wc_seg *sg = NULL;
+
+	pthread_mutex_lock(&t->mu);
+	if (t->cap)
+		for (sg = t->tab[seg_bucket(id, t->cap)]; sg; sg = sg->next)
+			if (sg->id == id)
+				break;
+	if (sg)
+		sg->refs++;
+	pthread_mutex_unlock(&t->mu);
+	return sg;
+}
+
+void wc_seg_unlock_range(struct wc_seg *sg, uint64_t off, uint64_t len)
+{
+	if (len == 0 || !wc_seg_holds_on())
+		return;
+	pthread_mutex_lock(&sg->t->mu);
+	if (sg->forks == atomic_load(&forks))
+		unlock_uncovered(sg, off, off + len);
+	pthread_mutex_unlock(&sg->t->mu);
+}
+
 void wc_seg_unhold_commit(struct wc_seg *sg)
 {
 	struct wd_hold_range *d;

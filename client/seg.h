@@ -96,6 +96,11 @@ void wc_seg_unhold_commit(struct wc_seg *sg);
  */
 void wc_seg_table_rekey(struct wc_seg_table *t, struct wc_seg *const *segs, const uint64_t *ids,
 			size_t n);
+/* The segment `id` of the table with a reference taken, or NULL. */
+struct wc_seg *wc_seg_find(struct wc_seg_table *t, uint64_t id);
+/* Unlock what of [off, off + len) no held weight covers (a reply given back unread: weightd
+ * locked its weights for it). */
+void wc_seg_unlock_range(struct wc_seg *sg, uint64_t off, uint64_t len);
 /* Are holds on (WEIGHTD_HOLD_LOCKS is not "0")? */
 bool wc_seg_holds_on(void);
 

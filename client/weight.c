@@ -348,20 +348,43 @@ void wc_weight_release_all(weightd_weight **ws, size_t n)
 	free(handles);
 }
 
-size_t wc_weight_reply_refs(const Weightd__Response *resp, uint64_t *out)
+/* weightd locked a reply's weights on this client's descriptions before sending it (give.c); one
+ * given back unread must not leave them locked on a segment this process keeps. */
+static void unlock_given_back(weightd_client *c, uint64_t seg_id, uint64_t off, uint64_t len)
+{
+	struct wc_seg *sg = seg_id ? wc_seg_find(wc_conn_segs(c), seg_id) : NULL;
+
+	if (sg) {
+		wc_seg_unlock_range(sg, off, len);
+		wc_seg_unref(sg);
+	}
+}
+
+size_t wc_weight_reply_refs(weightd_client *c, const Weightd__Response *resp, uint64_t *out)
 {
 	const Weightd__PackedWeights *pw;
+	const Weightd__UnitReply *ur;
 	size_t n = 0;
 
-	if (resp->body_case == WEIGHTD__RESPONSE__BODY_MATERIALIZE && resp->materialize &&
-	    (pw = resp->materialize->packed)) {
+	if (resp->body_case == WEIGHTD__RESPONSE__BODY_MATERIALIZE && (ur = resp->materialize) &&
+	    (pw = ur->packed)) {
 		if (out && pw->n_handle)
 			memcpy(out, pw->handle, pw->n_handle * sizeof(*out));
 		n = pw->n_handle;
+		for (size_t k = 0; out && k < pw->n_handle && k < pw->n_segment &&
+				   k < pw->n_offset && k < pw->n_nbytes; k++)
+			if (pw->segment[k] < ur->n_segments && ur->segments[pw->segment[k]])
+				unlock_given_back(c, ur->segments[pw->segment[k]]->id, pw->offset[k],
+						  pw->nbytes[k]);
 	} else if (resp->body_case == WEIGHTD__RESPONSE__BODY_SHARE && resp->share &&
 		   resp->share->weight) {
-		if (out)
+		if (out) {
 			out[n] = resp->share->weight->handle;
+			if (resp->share->segment)
+				unlock_given_back(c, resp->share->segment->id,
+						  resp->share->weight->offset,
+						  resp->share->weight->nbytes);
+		}
 		n++;
 	}
 	return n;

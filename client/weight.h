@@ -79,6 +79,6 @@ int wc_weight_map(weightd_weight *w, const char *slot, weightd_error *err);
 void wc_weight_release_all(weightd_weight **ws, size_t n);
 /* The daemon references a reply stands for (wc_conn_refs_fn): one per entry of a unit reply's
  * columns, one for a share. */
-size_t wc_weight_reply_refs(const Weightd__Response *resp, uint64_t *out);
+size_t wc_weight_reply_refs(weightd_client *c, const Weightd__Response *resp, uint64_t *out);
 
 #endif

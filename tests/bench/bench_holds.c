@@ -16,7 +16,12 @@
  * lock anywhere): the reference. Each side is measured by a fresh client process, the sides
  * alternating in order run by run, after one warm-up pass each. Measured:
  *
- *   single    materialize + finish + map + release of one small tensor (cycling through 64)
+ *   single    materialize + finish + map + release of one small tensor (cycling through 64): the
+ *             process holds nothing else, so each get maps its segment anew and each release
+ *             lets it go (and with locks weightd opens and closes the process's description of
+ *             it): the worst case
+ *   held      the same while the process holds a unit of those 64 tensors: an engine fetching
+ *             more while it runs, the segment mapped throughout
  *   unit1k    a unit of 1,000 tensors: submit + validate + bind, then free
  *   unit      a unit of all 91,991 tensors: submit + validate + bind, then free
  *
@@ -68,13 +73,14 @@ static int unit_round(weightd_client *c, size_t n, double *ret_s)
 }
 
 /*
- * The measuring process: one client on `sock`, warm, prints "single_s unit1k_s unit_s" (the
- * median of each over its repetitions).
+ * The measuring process: one client on `sock`, warm, prints "single_s held_s unit1k_s unit_s"
+ * (the median of each over its repetitions).
  */
 static int measure(const char *sock, int gets, int reps)
 {
-	static double s[MAX_REPS], k[MAX_REPS], a[MAX_REPS];
+	static double s[MAX_REPS], hs[MAX_REPS], k[MAX_REPS], a[MAX_REPS];
 	weightd_client *c = NULL;
+	weightd_unit *keep = NULL;
 	weightd_error err;
 	int big = reps < 3 ? reps : 3;
 
@@ -89,21 +95,44 @@ static int measure(const char *sock, int gets, int reps)
 			return 1;
 		s[i % MAX_REPS] = bench_now() - t0;
 	}
+	/* the 64 held as a unit meanwhile */
+	if (weightd_unit_new(c, &keep, &err) < 0)
+		return 1;
+	for (size_t i = 0; i < 64; i++) {
+		const struct ds_tensor *t = &CK.t[i];
+
+		if (weightd_unit_slot(keep, t->name, ds_dtype(t->kind), t->shape, (size_t)t->ndim,
+				      NULL, &err) < 0 ||
+		    weightd_unit_set_tensor(keep, t->name, "ds", t->name, NULL, &err) < 0)
+			return 1;
+	}
+	if (weightd_unit_submit(keep, &err) < 0 || weightd_unit_validate(keep, &err) < 0)
+		return 1;
+	weightd_unit_bind(keep);
+	for (int i = 0; i < gets; i++) {
+		double t0 = bench_now();
+
+		if (bench_get(c, "ds", CK.t[(size_t)i % 64].name) < 0)
+			return 1;
+		hs[i % MAX_REPS] = bench_now() - t0;
+	}
+	weightd_unit_free(keep);
 	for (int i = 0; i < reps; i++)
 		if (unit_round(c, 1000, &k[i]) < 0)
 			return 1;
 	for (int i = 0; i < big; i++)
 		if (unit_round(c, DS_TENSORS, &a[i]) < 0)
 			return 1;
-	printf("%.9f %.9f %.9f\n", bench_median(s, gets < MAX_REPS ? gets : MAX_REPS),
-	       bench_median(k, reps), bench_median(a, big));
+	printf("%.9f %.9f %.9f %.9f\n", bench_median(s, gets < MAX_REPS ? gets : MAX_REPS),
+	       bench_median(hs, gets < MAX_REPS ? gets : MAX_REPS), bench_median(k, reps),
+	       bench_median(a, big));
 	weightd_close(c);
 	return 0;
 }
 
 /* Run this program as the measuring process against `sock`, locks or not; its three figures. */
 static int run_side(const char *self, const char *sock, bool locks, int gets, int reps,
-		    double out[3])
+		    double out[4])
 {
 	char g[16], r[16], line[256];
 	int pfd[2], status;
@@ -129,7 +158,7 @@ static int run_side(const char *self, const char *sock, bool locks, int gets, in
 	f = fdopen(pfd[0], "r");
 	line[0] = '\0';
 	if (!f || !fgets(line, sizeof(line), f) ||
-	    sscanf(line, "%lf %lf %lf", &out[0], &out[1], &out[2]) != 3) {
+	    sscanf(line, "%lf %lf %lf %lf", &out[0], &out[1], &out[2], &out[3]) != 4) {
 		if (f)
 			fclose(f);
 		waitpid(pid, &status, 0);
@@ -155,14 +184,14 @@ static int start(struct harness *h, const char *dir, bool locks)
 
 int main(int argc, char **argv)
 {
-	static double on[3][MAX_RUNS], off[3][MAX_RUNS];
-	static const char *const what[3] = { "warm single get", "warm unit of 1,000",
-					     "warm unit of 91,991" };
-	static const double per[3] = { 1, 1000, DS_TENSORS };
+	static double on[4][MAX_RUNS], off[4][MAX_RUNS];
+	static const char *const what[4] = { "warm single get", "... segment held",
+					     "warm unit of 1,000", "warm unit of 91,991" };
+	static const double per[4] = { 1, 1, 1000, DS_TENSORS };
 	struct harness h_on, h_off, h_ck;
 	char dir[400];
 	int runs = 5, gets = 2000, reps = 20, rc = 1;
-	double la[3] = { 0, 0, 0 }, warm[3];
+	double la[3] = { 0, 0, 0 }, warm[4];
 
 	if (argc == 5 && strcmp(argv[1], "--measure") == 0) {
 		if (ds_table(&ds_tiny, &CK) < 0)
@@ -208,10 +237,10 @@ int main(int argc, char **argv)
 		goto out;
 	printf("%d runs; per side and run %d single gets, %d units of 1,000, %d of %d\n\n", runs,
 	       gets, reps, reps < 3 ? reps : 3, DS_TENSORS);
-	printf("%4s  %-7s  %12s  %12s  %12s\n", "run", "locks", "single (us)", "1,000 (ms)",
-	       "91,991 (ms)");
+	printf("%4s  %-7s  %12s  %12s  %12s  %12s\n", "run", "locks", "single (us)", "held (us)",
+	       "1,000 (ms)", "91,991 (ms)");
 	for (int r = 0; r < runs; r++) {
-		double a[3], b[3];
+		double a[4], b[4];
 		bool on_first = r % 2 == 0;
 
 		if (run_side(argv[0], on_first ? h_on.sock : h_off.sock, on_first, gets, reps,
@@ -221,21 +250,21 @@ int main(int argc, char **argv)
 			fprintf(stderr, "bench_holds: a measuring run failed\n");
 			goto out;
 		}
-		for (int i = 0; i < 3; i++) {
+		for (int i = 0; i < 4; i++) {
 			on[i][r] = a[i];
 			off[i][r] = b[i];
 		}
-		printf("%4d  %-7s  %12.2f  %12.3f  %12.1f\n", r + 1, "with", a[0] * 1e6, a[1] * 1e3,
-		       a[2] * 1e3);
-		printf("%4s  %-7s  %12.2f  %12.3f  %12.1f\n", "", "without", b[0] * 1e6, b[1] * 1e3,
-		       b[2] * 1e3);
+		printf("%4d  %-7s  %12.2f  %12.2f  %12.3f  %12.1f\n", r + 1, "with", a[0] * 1e6,
+		       a[1] * 1e6, a[2] * 1e3, a[3] * 1e3);
+		printf("%4s  %-7s  %12.2f  %12.2f  %12.3f  %12.1f\n", "", "without", b[0] * 1e6,
+		       b[1] * 1e6, b[2] * 1e3, b[3] * 1e3);
 		fflush(stdout);
 	}
 	if (getloadavg(la, 3) < 0)
 		la[0] = -1;
 	printf("\nmedians of %d runs (with locks / without: the cost of the holds; goal <= 1.10):\n",
 	       runs);
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		double m_on = bench_median(on[i], runs), m_off = bench_median(off[i], runs);
 
 		printf("  %-20s  with %10.3f ms  without %10.3f ms (%.0f weights/s)  -> %.3fx\n",

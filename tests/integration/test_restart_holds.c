@@ -665,6 +665,51 @@ static void unclean_start_verifies_what_it_readopts(void **state)
 	weightd_close(c);
 }
 
+/*
+ * weightd locks a reply's weights on the client's own description before sending it. A request
+ * the client abandons leaves its reply to be given back unread: that must unlock what it locked on
+ * a segment the client keeps (here because it holds t0 there), or t1 would stay pinned as
+ * "mapped" for as long as the client holds anything in that segment.
+ */
+static void an_abandoned_reply_pins_nothing(void **state)
+{
+	weightd_client *c;
+	weightd_unit *u = NULL;
+	weightd_inflight *f = NULL;
+	weightd_status *st;
+	weightd_error err;
+	uint64_t ev = 0, bytes = 0;
+	const char *two[2] = { "t0", "t1" };
+
+	(void)state;
+	start(NULL);
+	assert_int_equal(other_unit(0, 2, true), 0); /* t0 and t1 made together, one segment */
+	c = it_connect(&H);
+	assert_int_equal(it_unit_of(c, "h", two, 1, true, &u, &err), 0); /* holds t0 */
+	assert_int_equal(weightd_materialize(c, "h", "t1", NULL, &f, &err), 0);
+	weightd_inflight_free(f);
+	/* a round trip: the abandoned reply has come and been given back, t1 released */
+	weightd_status_free(it_status(c));
+	weightd_status_free(it_status(c));
+	for (int i = 0; i < 100; i++) {
+		bool gone;
+
+		assert_int_equal(weightd_evict(c, &ev, &bytes, &err), 0);
+		st = it_status(c);
+		gone = it_weight(st, "h", "t1") == NULL;
+		assert_int_equal(st->locked_weights, 0);
+		weightd_status_free(st);
+		if (gone)
+			break;
+		assert_true(i < 99);
+		usleep(20000);
+	}
+	/* t0, held, stays whole */
+	assert_int_equal(it_pattern_mismatch(weightd_unit_data(u, "t0"), T_BYTES, 0), -1);
+	weightd_unit_free(u);
+	weightd_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -679,6 +724,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(engine_reconnects_and_reattaches, setup, teardown),
 		cmocka_unit_test_setup_teardown(unclean_start_verifies_what_it_readopts, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(an_abandoned_reply_pins_nothing, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
