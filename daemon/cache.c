@@ -890,6 +890,21 @@ static void adopted_huge(struct cache *c, struct cache_segment *sg)
 	}
 }
 
+/*
+ * Has [off, off + len) of the segment a hole: pages never written or punched out? Written pages
+ * are data on a tmpfs (zeros written too), so a weight whose record outlived its bytes shows one,
+ * for the price of a seek instead of a read of every byte.
+ */
+static bool has_hole(int fd, uint64_t off, uint64_t len)
+{
+	off_t h;
+
+	if (len == 0)
+		return false;
+	h = lseek(fd, (off_t)off, SEEK_HOLE);
+	return h < 0 || (uint64_t)h < off + len;
+}
+
 /* The digests of a record's weights checked side by side (verify_adopted, or a start after a
  * stop that was not clean): a node's worth of weights is read once, on every CPU. */
 struct verify {
@@ -956,6 +971,11 @@ int cache_adopt(struct cache *c, const struct state_segment *rec)
 		if (ok && !ok[i]) {
 			log_warn("not re-adopting %s from %s: its bytes do not have the recorded %s "
 				 "digest", sw->label, rec->segment, wd_digest_name(sw->digest_alg));
+			continue;
+		}
+		if (!ok && c->p.check_adopted_holes && has_hole(sg->seg.ro_fd, sw->offset, sw->nbytes)) {
+			log_warn("not re-adopting %s from %s: part of its bytes are gone (a hole in its "
+				 "pages)", sw->label, rec->segment);
 			continue;
 		}
 		w = cache_weight_new(c, sw->label);

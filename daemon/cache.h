@@ -150,6 +150,8 @@ struct cache_params {
 	uint32_t max_idle_weights;   /* weights nobody references (0: unlimited) */
 	uint32_t max_idle_segments;  /* segments none of whose weights anyone references (0: any) */
 	bool verify_adopted;         /* rehash re-adopted weights */
+	bool check_adopted_holes;    /* drop re-adopted weights with a hole in their pages (a start
+				      * after a stop that was not clean) */
 	enum wd_digest_alg digest;   /* content digest of weights filled now (0: the default) */
 	uint64_t max_temp;           /* recipe temporaries of running jobs (0: the budget) */
 	const char *state_dir;       /* "" or NULL: no state index; borrowed for the cache's life

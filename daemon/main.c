@@ -440,19 +440,20 @@ int main(int argc, char **argv)
 	 * on the workers if it cannot start). */
 	if (wd_pagedrop_start() < 0)
 		log_warn("cannot start the page-cache drop thread; fills drop pages as they go");
-	/* A daemon killed mid-way may have left anything half done: what it re-adopts is verified
-	 * (state.c's marker says whether the last stop was clean). */
+	/* A daemon killed mid-way: what it re-adopts is checked for pages that are gone (state.c's
+	 * marker says whether the last stop was clean); verify_adopted checks every digest. */
 	was_clean = state_was_clean(d.cfg->state_dir, d.instance);
 	if (!was_clean && !d.cfg->verify_adopted)
-		log_notice("the last run of instance %s did not stop cleanly: the digest of every "
-			   "re-adopted weight is verified before it is served", d.instance);
+		log_info("the last run of instance %s did not stop cleanly: every re-adopted weight "
+			 "is checked for pages that are gone", d.instance);
 	{
 		struct cache_params cp = {
 			.budget = daemon_effective_budget(d.cfg),
 			.segment_max = d.cfg->segment_max_bytes,
 			.max_idle_weights = d.cfg->max_idle_weights,
 			.max_idle_segments = d.cfg->max_idle_segments,
-			.verify_adopted = d.cfg->verify_adopted || !was_clean,
+			.verify_adopted = d.cfg->verify_adopted,
+			.check_adopted_holes = !was_clean,
 			.digest = d.cfg->digest,
 			.max_temp = d.cfg->max_temp_bytes,
 			.state_dir = d.cfg->state_dir,

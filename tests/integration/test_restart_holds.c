@@ -616,10 +616,12 @@ static void engine_reconnects_and_reattaches(void **state)
 }
 
 /*
- * A start after a stop that was not clean verifies every weight it re-adopts. One byte of a
- * cached, unheld weight is changed in its segment while weightd is down (after kill -9): it is
- * not re-adopted (the log says so), and a fresh get makes it anew with the right bytes, while
- * its untouched neighbours are re-adopted as they were.
+ * A start after a stop that was not clean checks what it re-adopts for pages that are gone: the
+ * state of a segment whose record still named a weight punched out before the kill (what an
+ * eviction killed between its punch and its record once left, and a fresh get then served as
+ * zeros). A hole is punched in a cached, unheld weight while weightd is down (after kill -9): it
+ * is not re-adopted (the log says so), a fresh get makes it anew with the right bytes, and its
+ * untouched neighbours are re-adopted as they were.
  */
 static void unclean_start_verifies_what_it_readopts(void **state)
 {
@@ -646,10 +648,12 @@ static void unclean_start_verifies_what_it_readopts(void **state)
 	harness_kill(&H);
 	fd = open(seg, O_WRONLY);
 	assert_true(fd >= 0);
-	assert_int_equal(pwrite(fd, "\xff\x00", 2, (off_t)(off + 1000)), 2);
+	assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				   (off_t)(off + 8192), 65536), 0);
 	close(fd);
 	assert_int_equal(harness_start(&H), 0);
 	assert_true(harness_log_contains(&H, "not re-adopting h:t1"));
+	assert_true(harness_log_contains(&H, "a hole in its pages"));
 	st = it_status_of(&H);
 	assert_null(it_weight(st, "h", "t1"));
 	assert_non_null(it_weight(st, "h", "t0"));
