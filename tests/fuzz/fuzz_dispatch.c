@@ -2,7 +2,8 @@
 /*
  * fuzz_dispatch.c - the daemon's request path end to end: frame decoder, request decoder
  * (protobuf), dispatch and every request handler (hello, list, describe, preflight, materialize,
- * share, release, status, subscribe, evict, reload, reattach), with the session's limits and replies.
+ * share, release, status, subscribe, evict, reload, reattach), with the session's limits and
+ * replies.
  *
  * One real daemon context (catalog, cache, one worker, server) is built once around a small
  * safetensors checkpoint written at start. Each input becomes one client on a socketpair: its
