@@ -80,9 +80,9 @@ int wc_seg_populate(struct wc_seg *sg, uint64_t off, uint64_t len);
  * wc_seg_hold_commit enters what is queued and locks it, in as few lock calls as runs: 0, or a
  * negative weightd code (the ranges stay entered, so wc_seg_unhold undoes them as usual).
  * wc_seg_unhold queues a range to let go; wc_seg_unhold_commit counts the queued ones down (in
- * one pass however many) and unlocks what no held weight covers any more. After a fork(), a segment that came before it is
- * never unlocked: the child may map what the parent lets go, and the lock lasts until every
- * process has unmapped the segment. WEIGHTD_HOLD_LOCKS=0 in the environment turns holds off
+ * one pass however many) and unlocks what no held weight covers any more. After a fork(), a
+ * segment that came before it is never unlocked: the child may map what the parent lets go, and
+ * the lock lasts until every process has unmapped the segment. WEIGHTD_HOLD_LOCKS=0 in the environment turns holds off
  * (measurement only: a restart of weightd may then change what this process maps).
  */
 int wc_seg_hold(struct wc_seg *sg, uint64_t off, uint64_t len);
