@@ -576,3 +576,18 @@ void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 	c->n = n;
 	catalog_plan_free(p);
 }
+
+void catalog_remote_counters(const struct csource *cs, struct wd_remote_counters *ret)
+{
+	struct wd_remote *r = cs->src ? wd_source_remote(cs->src) : NULL;
+	struct wd_remote_counters now = { 0 };
+
+	*ret = cs->stats->remote_done;
+	if (!r)
+		return;
+	wd_remote_counters(r, &now);
+	ret->bytes += now.bytes;
+	ret->requests += now.requests;
+	ret->retries += now.retries;
+	ret->errors += now.errors;
+}

@@ -45,7 +45,7 @@ void request_holds_share(struct session *s, uint64_t id, const Weightd__Share *s
 	if (r == -WEIGHTD_E_NOT_FOUND) {
 		char buf[32];
 		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
-		request_fail(s, id, WEIGHTD_E_NOT_FOUND,
+		session_fail(s, id, WEIGHTD_E_NOT_FOUND,
 			     "this client holds no weight with handle %s", buf);
 		return;
 	}
@@ -54,7 +54,7 @@ void request_holds_share(struct session *s, uint64_t id, const Weightd__Share *s
 		return;
 	}
 	if (r < 0) {
-		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	fd = w->segment->seg.ro_fd; /* lent: held by the client (twice now) while it is sent */
@@ -78,7 +78,7 @@ void request_holds_release(struct session *s, uint64_t id, const Weightd__Releas
 	int r;
 
 	if (rl->n_handles > s->d->cfg->max_unit_entries) {
-		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
+		session_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
 			     "limit exceeded: a release of %zu handles; at most %u "
 			     "(max_unit_entries)",
 			     rl->n_handles, s->d->cfg->max_unit_entries);
@@ -86,19 +86,19 @@ void request_holds_release(struct session *s, uint64_t id, const Weightd__Releas
 	}
 	r = holds_release_all(&s->holds, rl->handles, rl->n_handles, &missing);
 	if (r == -WEIGHTD_E_NOT_FOUND) {
-		request_fail(
+		session_fail(
 			s, id, WEIGHTD_E_NOT_FOUND,
 			"this client does not hold weight %llu (as many times as it releases it)",
 			(unsigned long long)missing);
 		return;
 	}
 	if (r < 0) {
-		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	if (quiet)
 		return; /* nobody waits for it: one round trip is one message each way */
 	resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
 	resp.release = &empty;
-	request_reply(s, &resp, id, NULL, 0);
+	session_reply(s, &resp, id, NULL, 0);
 }
