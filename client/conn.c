@@ -24,6 +24,7 @@
 #include "err.h"
 #include "error.h"
 #include "frame.h"
+#include "msg.h"
 #include "seg.h"
 
 #define WC_MAX_REPLY (64u << 20)     /* largest reply frame accepted from the daemon */

@@ -14,7 +14,7 @@
 #include "conn.h"
 #include "dtype.h"
 #include "err.h"
-#include "frame.h"
+#include "msg.h"
 #include "inflight.h"
 #include "recipe.h"
 #include "seg.h"

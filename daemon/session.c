@@ -22,6 +22,7 @@
 #include "daemon.h"
 #include "heap.h"
 #include "log.h"
+#include "msg.h"
 #include "peer.h"
 #include "uid.h"
 #include "wire.h"

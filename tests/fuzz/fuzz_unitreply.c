@@ -12,7 +12,7 @@
 
 #include "fake_weightd.h"
 #include "conn.h"
-#include "frame.h"
+#include "msg.h"
 #include "unit.h"
 #include "weight.h"
 #include "weightd/client.h"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_frame.c - frames and fd passing over a Unix socketpair: src/frame.c. */
+/* test_frame.c - frames and fd passing over a Unix socketpair: src/frame_*.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

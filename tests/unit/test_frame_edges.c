@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_frame_edges.c - the edges of src/frame.c that test_frame.c's round trips do not reach: a
+/* test_frame_edges.c - the edges of src/frame_*.c that test_frame.c's round trips do not reach: a
  * message past the frame format's reach, a message whose later frame cannot carry its fds (taken
  * back whole, the queue as it was), raising a receiver's limits after the hello, a blocking send
  * that has to wait for the peer to read, and the message sender's zero frame size; borrowed fds
@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "msg.h"
 #include "weightd.pb-c.h"
 
 static void pair(int sv[2])
