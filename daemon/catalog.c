@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "wd_strdup.h"
 #include "peer.h"
 
 struct catalog {
@@ -17,18 +18,6 @@ struct catalog {
 	unsigned remote_connect_timeout_ms, remote_low_speed_time_s, remote_retries;
 };
 
-static char *dup_opt(const char *s, bool *oom)
-{
-	char *d;
-
-	if (!s)
-		return NULL;
-	d = strdup(s);
-	if (!d)
-		*oom = true;
-	return d;
-}
-
 static void conf_free(struct source_conf *c);
 
 static struct source_conf *conf_copy(const struct source_conf *sc)
@@ -38,13 +27,13 @@ static struct source_conf *conf_copy(const struct source_conf *sc)
 
 	if (!c)
 		return NULL;
-	c->endpoint = dup_opt(sc->endpoint, &oom);
-	c->region = dup_opt(sc->region, &oom);
+	c->endpoint = wd_strdup_opt(sc->endpoint, &oom);
+	c->region = wd_strdup_opt(sc->region, &oom);
 	c->path_style = sc->path_style;
-	c->credentials_file = dup_opt(sc->credentials_file, &oom);
-	c->profile = dup_opt(sc->profile, &oom);
-	c->token_file = dup_opt(sc->token_file, &oom);
-	c->ca_file = dup_opt(sc->ca_file, &oom);
+	c->credentials_file = wd_strdup_opt(sc->credentials_file, &oom);
+	c->profile = wd_strdup_opt(sc->profile, &oom);
+	c->token_file = wd_strdup_opt(sc->token_file, &oom);
+	c->ca_file = wd_strdup_opt(sc->ca_file, &oom);
 	c->allow_http = sc->allow_http;
 	c->name = strdup(sc->name);
 	c->path = strdup(sc->path);

@@ -20,6 +20,7 @@
 
 #include "clock.h"
 #include "daemon.h"
+#include "group.h"
 #include "holds.h"
 #include "log.h"
 #include "peer.h"
@@ -41,21 +42,6 @@ struct server {
 	bool accept_paused; /* out of descriptors: accept retried on a timer */
 };
 
-/* Is this process in group gid (its effective or a supplementary group)? */
-static bool in_group(gid_t gid)
-{
-	int n = getgroups(0, NULL);
-	gid_t *groups = n > 0 ? calloc((size_t)n, sizeof(*groups)) : NULL;
-	bool found = getegid() == gid;
-
-	if (groups)
-		n = getgroups(n, groups);
-	for (int i = 0; groups && i < n && !found; i++)
-		found = groups[i] == gid;
-	free(groups);
-	return found;
-}
-
 /*
  * The socket could not be given socket_group: only a member of the group (or root) may chown a
  * file to it, and that is what the fix is about. Names the socket, the user, the group and what
@@ -74,7 +60,7 @@ static int socket_group_error(const char *path, gid_t gid, int e, weightd_error 
 	snprintf(group, sizeof(group), "%s", gr ? gr->gr_name : "");
 	if (!group[0])
 		snprintf(group, sizeof(group), "%u", (unsigned)gid);
-	if (e == EPERM && !in_group(gid))
+	if (e == EPERM && !wd_group_member(gid))
 		return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
 				    "setting up %s: cannot give it socket_group %s: weightd runs as user "
 				    "%s (uid %u), which is not a member of %s; add it to the group "
