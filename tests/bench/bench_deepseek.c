@@ -164,22 +164,8 @@ static double daemon_cpu(void)
 /* Stop the daemon, remove every segment and state record it made, start it again. */
 static int restart_cold(void)
 {
-	char path[600];
-	struct dirent *e;
-	size_t plen = strlen(H.prefix);
-	DIR *d;
-
 	harness_stop(&H);
-	d = opendir("/dev/shm");
-	while (d && (e = readdir(d)))
-		if (strncmp(e->d_name, H.prefix, plen) == 0 && e->d_name[plen] == '.') {
-			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
-	harness_path(&H, "state", path, sizeof(path));
-	stw_rmtree(path);
+	harness_make_cold(&H);
 	return harness_start_opts(&H, &QUIET);
 }
 

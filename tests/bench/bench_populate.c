@@ -40,6 +40,7 @@
 
 #include "bench.h"
 #include "harness.h"
+#include "itest.h"
 
 #define MAX_RUNS  64
 #define N_TENSORS 8
@@ -51,32 +52,6 @@ struct sample {
 	long faults;
 	int ok;
 };
-
-/* The whole checkpoint as one unit, submitted and finished (nothing mapped yet). */
-static int unit_of_all(weightd_client *c, weightd_unit **ret, weightd_error *err)
-{
-	weightd_unit *u = NULL;
-	int r = weightd_unit_new(c, &u, err);
-
-	for (int i = 0; r >= 0 && i < N_TENSORS; i++) {
-		char name[16];
-
-		snprintf(name, sizeof(name), "t%d", i);
-		r = weightd_unit_slot(u, name, NULL, NULL, 0, NULL, err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, name, "p", name, NULL, err);
-	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, err);
-	if (r >= 0)
-		r = weightd_unit_finish(u, err);
-	if (r < 0) {
-		weightd_unit_free(u);
-		return r;
-	}
-	*ret = u;
-	return 0;
-}
 
 /* In a new process: one timed run; the sample is written to fd. */
 static void run_child(int populate, int fd)
@@ -92,7 +67,7 @@ static void run_child(int populate, int fd)
 	long f0;
 
 	if (weightd_connect(H.sock, "bench_populate", &c, &err) < 0 ||
-	    unit_of_all(c, &u, &err) < 0 || weightd_unit_set_populate(u, populate, &err) < 0) {
+	    it_unit_of_numbered(c, "p", "t", N_TENSORS, false, &u, &err) < 0 || weightd_unit_set_populate(u, populate, &err) < 0) {
 		fprintf(stderr, "bench_populate: %s\n", err.message);
 		_exit(1);
 	}
@@ -210,7 +185,7 @@ static int measure(const char *ckpt, const char *segment_dir, uint64_t size, int
 		return -1;
 	}
 	if (weightd_connect(H.sock, "bench_populate", &c, &err) < 0 ||
-	    unit_of_all(c, &u, &err) < 0) {
+	    it_unit_of_numbered(c, "p", "t", N_TENSORS, false, &u, &err) < 0) {
 		fprintf(stderr, "bench_populate: warming: %s\n", err.message);
 		goto out;
 	}

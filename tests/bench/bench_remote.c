@@ -319,33 +319,6 @@ static int reference(const struct bench *b, const char *base, bool s3, bool to_s
 
 /* ---- weightd ------------------------------------------------------------------------------- */
 
-/* Unlink every segment under the prefix and every state record: the next start is cold. */
-static void make_cold(const struct bench *b)
-{
-	char path[PATH_MAX + 320];
-	struct dirent *e;
-	size_t plen = strlen(b->h.prefix);
-	DIR *d = opendir("/dev/shm");
-
-	while (d && (e = readdir(d)))
-		if (strncmp(e->d_name, b->h.prefix, plen) == 0 && e->d_name[plen] == '.') {
-			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
-	snprintf(path, sizeof(path), "%s/state/%s", b->h.dir, b->h.prefix);
-	d = opendir(path);
-	while (d && (e = readdir(d)))
-		if (e->d_name[0] != '.') {
-			char f[PATH_MAX + 600];
-			snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
-			unlink(f);
-		}
-	if (d)
-		closedir(d);
-}
-
 /* Start a daemon serving `section` as checkpoint "ckpt", bind all of it as one unit, stop it.
  * The sample: from the start to the unit validated; the daemon's CPU; the checkpoint's bytes. */
 static int load(struct bench *b, const char *section, struct sample *ret)
@@ -360,7 +333,7 @@ static int load(struct bench *b, const char *section, struct sample *ret)
 	long ticks;
 	int r;
 
-	make_cold(b);
+	harness_make_cold(&b->h);
 	snprintf(extra, sizeof(extra),
 		 "budget = %lluM\nlog_level = notice\nworkers = 0\n"
 		 "remote_concurrency = %u\nremote_chunk = %llu\n",
@@ -402,7 +375,7 @@ static int load(struct bench *b, const char *section, struct sample *ret)
 	weightd_description_free(d);
 	weightd_close(c);
 	harness_stop(&b->h);
-	make_cold(b);
+	harness_make_cold(&b->h);
 	return r < 0 ? -1 : 0;
 }
 
@@ -481,7 +454,7 @@ static void teardown(struct bench *b)
 	if (!b->ready)
 		return;
 	harness_kill(&b->h);
-	make_cold(b);
+	harness_make_cold(&b->h);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->local);
 	if (system(cmd) != 0)
 		fprintf(stderr, "bench_remote: could not remove %s\n", b->local);

@@ -86,33 +86,6 @@ static int parse_size(const char *s, unsigned long long *ret)
 	return 0;
 }
 
-/* Unlink every segment under the prefix and every state record: the next start is cold. */
-static void make_cold(const struct bench *b)
-{
-	char path[PATH_MAX + 320];
-	struct dirent *e;
-	size_t plen = strlen(b->h.prefix);
-	DIR *d = opendir("/dev/shm");
-
-	while (d && (e = readdir(d)))
-		if (strncmp(e->d_name, b->h.prefix, plen) == 0 && e->d_name[plen] == '.') {
-			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
-	snprintf(path, sizeof(path), "%s/state/%s", b->h.dir, b->h.prefix);
-	d = opendir(path);
-	while (d && (e = readdir(d)))
-		if (e->d_name[0] != '.') {
-			char f[PATH_MAX + 600];
-			snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
-			unlink(f);
-		}
-	if (d)
-		closedir(d);
-}
-
 /* Start weightd and wait for READY=1 (timed by the caller: the harness returns at once). */
 static int start(struct bench *b)
 {
@@ -217,7 +190,7 @@ static void teardown(struct bench *b)
 	if (!b->ready)
 		return;
 	stop(b, SIGKILL);
-	make_cold(b);
+	harness_make_cold(&b->h);
 	if (getenv("WD_KEEP_BENCH_DIR"))
 		setenv("WD_KEEP_TEST_DIR", "1", 1);
 	harness_cleanup(&b->h);
@@ -274,7 +247,7 @@ int main(int argc, char **argv)
 	for (int r = 0; r < runs; r++) {
 		bool run_same = true;
 
-		make_cold(&b);
+		harness_make_cold(&b.h);
 		if (start(&b) < 0 || serve(&b, d, bench_now(), &cold[r]) < 0)
 			goto out;
 		stop(&b, SIGKILL); /* crash: no clean shutdown */

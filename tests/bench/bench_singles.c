@@ -32,6 +32,7 @@
 #include "bench.h"
 #include "deepseek.h"
 #include "harness.h"
+#include "itest.h"
 #include "weightd/client.h"
 
 #define MAX_RUNS 32
@@ -41,52 +42,11 @@ static const struct harness_opts QUIET = { .file_log_level = true };
 static struct ds_ckpt CK;
 static size_t N, WINDOW = 200;
 
-static int count_dir(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-static int count_lines(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	int n = 0, ch;
-
-	if (!f)
-		return -1;
-	while ((ch = fgetc(f)) != EOF)
-		n += ch == '\n';
-	fclose(f);
-	return n;
-}
-
 /* Stop the daemon, remove every segment and state record it made, start it again. */
 static int restart_cold(void)
 {
-	char path[600];
-	struct dirent *e;
-	size_t plen = strlen(H.prefix);
-	DIR *d;
-
 	harness_stop(&H);
-	d = opendir("/dev/shm");
-	while (d && (e = readdir(d)))
-		if (strncmp(e->d_name, H.prefix, plen) == 0 && e->d_name[plen] == '.') {
-			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
-	harness_path(&H, "state", path, sizeof(path));
-	stw_rmtree(path);
+	harness_make_cold(&H);
 	return harness_start_opts(&H, &QUIET);
 }
 
@@ -126,7 +86,7 @@ static int singles_cold(weightd_client *c, size_t window, double *ret_s, int *re
 {
 	weightd_weight **ws = calloc(N, sizeof(*ws));
 	weightd_inflight **fl = calloc(window, sizeof(*fl));
-	int fds0 = count_dir("/proc/self/fd"), maps0 = count_lines("/proc/self/maps"), r = 0;
+	int fds0 = it_count_dir("/proc/self/fd"), maps0 = it_count_lines("/proc/self/maps"), r = 0;
 	weightd_error err;
 	size_t got = 0;
 	double t0 = bench_now();
@@ -152,8 +112,8 @@ static int singles_cold(weightd_client *c, size_t window, double *ret_s, int *re
 		}
 	}
 	*ret_s = bench_now() - t0;
-	*ret_fds = count_dir("/proc/self/fd") - fds0;
-	*ret_maps = count_lines("/proc/self/maps") - maps0;
+	*ret_fds = it_count_dir("/proc/self/fd") - fds0;
+	*ret_maps = it_count_lines("/proc/self/maps") - maps0;
 	if (!ws || !fl)
 		r = -1;
 	if (r < 0)

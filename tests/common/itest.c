@@ -3,6 +3,8 @@
  * connecting, status look-ups, the fixture patterns and the leak check. */
 #include "itest.h"
 
+#include <dirent.h>
+
 #include "clock.h"
 
 int64_t it_now_ms(void)
@@ -130,6 +132,55 @@ int it_unit_of(weightd_client *c, const char *ckpt, const char *const *names, si
 	}
 	*ret = u;
 	return 0;
+}
+
+int it_unit_of_numbered(weightd_client *c, const char *ckpt, const char *prefix, size_t n,
+			bool validate, weightd_unit **ret, weightd_error *err)
+{
+	char(*buf)[64] = calloc(n ? n : 1, sizeof(*buf));
+	const char **names = calloc(n ? n : 1, sizeof(*names));
+	int r = -ENOMEM;
+
+	if (buf && names) {
+		for (size_t i = 0; i < n; i++) {
+			snprintf(buf[i], sizeof(buf[i]), "%s%zu", prefix, i);
+			names[i] = buf[i];
+		}
+		r = it_unit_of(c, ckpt, names, n, validate, ret, err);
+	} else {
+		memset(err, 0, sizeof(*err));
+		err->code = WEIGHTD_E_RESOURCE_EXHAUSTED;
+	}
+	free(names);
+	free(buf);
+	return r;
+}
+
+int it_count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+int it_count_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0, ch;
+
+	if (!f)
+		return -1;
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
 }
 
 const weightd_weight_status *it_weight(const weightd_status *st, const char *ckpt,

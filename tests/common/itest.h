@@ -69,6 +69,17 @@ const uint8_t *it_map(weightd_weight *w);
 int it_unit_of(weightd_client *c, const char *ckpt, const char *const *names, size_t n,
 	       bool validate, weightd_unit **ret, weightd_error *err);
 
+/* it_unit_of of the n tensors named `prefix`0 .. `prefix`(n-1) ("t0", "t1", ...). */
+int it_unit_of_numbered(weightd_client *c, const char *ckpt, const char *prefix, size_t n,
+			bool validate, weightd_unit **ret, weightd_error *err);
+
+/* Entries of a directory but "." and "..", and other dot files (/proc/self/fd: fds open); -1
+ * when it cannot be read. */
+int it_count_dir(const char *path);
+
+/* Lines of a file (/proc/self/maps: mappings); -1 when it cannot be read. */
+int it_count_lines(const char *path);
+
 /* The status entry of the weight made from ckpt:tensor (label "ckpt:tensor"), or NULL. */
 const weightd_weight_status *it_weight(const weightd_status *st, const char *ckpt,
 				       const char *tensor);

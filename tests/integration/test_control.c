@@ -23,24 +23,9 @@
 #include <cmocka.h>
 
 #include "harness.h"
-#include "itest.h"
+#include "fixture.h"
 #include "st_writer.h"
 #include "weightd/client.h"
-
-static struct harness H;
-
-static int setup(void **state)
-{
-	(void)state;
-	return harness_init(&H);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
-}
 
 static char *slurp(const char *path)
 {
@@ -406,5 +391,5 @@ int main(void)
 	};
 
 	alarm(240);
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, fixture_init, fixture_cleanup);
 }

@@ -18,10 +18,9 @@
 #include <cmocka.h>
 
 #include "harness.h"
-#include "itest.h"
+#include "fixture.h"
 #include "weightd/client.h"
 
-static struct harness H;
 static char sample[512];
 
 /* --- a client process ---------------------------------------------------------------------- */
@@ -211,15 +210,7 @@ static int setup(void **state)
 		 "[checkpoint:rootonly]\npath = %s\nallow_users = root\n\n"
 		 "[checkpoint:broken]\npath = %s\n",
 		 sample, sample, bad);
-	if (harness_write_config(&H, NULL, sections) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
+	return fixture_start(NULL, sections);
 }
 
 /* --- tests --------------------------------------------------------------------------------- */
@@ -541,5 +532,5 @@ int main(void)
 	};
 
 	alarm(240); /* watchdog: a hung daemon fails the test instead of stalling CI */
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, fixture_cleanup);
 }

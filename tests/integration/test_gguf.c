@@ -23,7 +23,7 @@
 
 #include "gguf_writer.h"
 #include "harness.h"
-#include "itest.h"
+#include "fixture.h"
 #include "quant_ref.h"
 #include "weightd/client.h"
 
@@ -69,7 +69,6 @@ struct file {
 	size_t n_meta;
 };
 
-static struct harness H;
 static struct file model, legacy;
 static char bad_outside[512], bad_misaligned[512], st_path[512];
 
@@ -319,9 +318,7 @@ static int setup(void **state)
 		 "[checkpoint:outside]\npath = %s\n\n[checkpoint:misaligned]\npath = %s\n\n"
 		 "[checkpoint:tiny]\npath = %s\n",
 		 model.path, legacy.path, bad_outside, bad_misaligned, st_path);
-	if (harness_write_config(&H, NULL, sections) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
+	return fixture_start(NULL, sections);
 }
 
 static int teardown(void **state)

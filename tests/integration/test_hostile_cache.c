@@ -5,18 +5,8 @@
  * other uid is 65534). */
 #include <sys/resource.h>
 
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0])
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 #define HOARD 1500       /* distinct one-byte weights the attacker takes */
 #define IDLE_SEGMENTS 16 /* max_idle_segments in this test's config */
@@ -502,16 +492,10 @@ static void aliases_of_a_forbidden_entry_are_refused_first(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(abandoned_tiny_weights_are_bounded, teardown),
-		cmocka_unit_test_teardown(aliases_of_a_forbidden_entry_are_refused_first, teardown),
-		cmocka_unit_test_teardown(held_segments_are_capped_per_client_and_uid, teardown),
-		cmocka_unit_test_teardown(held_weights_are_capped_per_uid, teardown),
-		cmocka_unit_test_teardown(uid_fd_limits_stay_under_rlimit_nofile, teardown),
-		cmocka_unit_test_teardown(default_uid_fd_limits_fit_rlimit_nofile_silently, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL,
+	 TEST(abandoned_tiny_weights_are_bounded),
+	 TEST(aliases_of_a_forbidden_entry_are_refused_first),
+	 TEST(held_segments_are_capped_per_client_and_uid),
+	 TEST(held_weights_are_capped_per_uid),
+	 TEST(uid_fd_limits_stay_under_rlimit_nofile),
+	 TEST(default_uid_fd_limits_fit_rlimit_nofile_silently))

@@ -7,18 +7,8 @@
  * /dev/shm as they were. Needs root (the attacker and the victim are other uids). */
 #include <fcntl.h>
 
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 /* A raw connection as the current uid that said hello. */
 static int attacker_conn(void)
@@ -638,12 +628,12 @@ static void names_it_may_not_read_are_not_confirmed(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(empty_frames_are_bounded_in_count_and_time, teardown),
-		cmocka_unit_test_teardown(silent_connections_give_their_slots_back, teardown),
-		cmocka_unit_test_teardown(references_count_toward_the_weight_limit, teardown),
-		cmocka_unit_test_teardown(one_uid_holds_at_most_its_share_of_the_budget, teardown),
-		cmocka_unit_test_teardown(unit_memory_is_bounded_per_uid, teardown),
-		cmocka_unit_test_teardown(names_it_may_not_read_are_not_confirmed, teardown),
+		TEST(empty_frames_are_bounded_in_count_and_time),
+		TEST(silent_connections_give_their_slots_back),
+		TEST(references_count_toward_the_weight_limit),
+		TEST(one_uid_holds_at_most_its_share_of_the_budget),
+		TEST(unit_memory_is_bounded_per_uid),
+		TEST(names_it_may_not_read_are_not_confirmed),
 	};
 
 	alarm(600);

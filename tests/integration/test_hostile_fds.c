@@ -3,18 +3,8 @@
  * open; another uid's cold get must still be served, each attacker is told which limit stopped
  * it, and the daemon's fds, memory and /dev/shm come back to where they were. Needs root (the
  * attackers and the victim are other uids). */
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 /* The victim's cold get of tiny:`tensor` (pattern `seed`), in a child as UID_VICTIM: how long
  * from fork to the checked bytes, in ms (fails the test if it was not served). */
@@ -187,7 +177,7 @@ static void a_few_uids_cannot_take_every_fd(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(a_few_uids_cannot_take_every_fd, teardown),
+		TEST(a_few_uids_cannot_take_every_fd),
 	};
 
 	alarm(600);

@@ -6,18 +6,8 @@
  * /dev/shm as they were. Needs root (the attacker and the victim are other uids). */
 #include <fcntl.h>
 
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 /* A raw connection as the current uid that said hello; non-blocking when asked. */
 static int attacker_conn(bool nonblock)
@@ -674,14 +664,14 @@ static void half_closed_client_gets_its_replies(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(queued_fds_are_bounded_per_client_and_uid, teardown),
-		cmocka_unit_test_teardown(read_fds_stop_counting_for_a_quiet_client, teardown),
-		cmocka_unit_test_teardown(connections_are_capped_per_uid, teardown),
-		cmocka_unit_test_teardown(idle_connections_time_out, teardown),
-		cmocka_unit_test_teardown(partial_frames_are_bounded_and_time_out, teardown),
-		cmocka_unit_test_teardown(partial_total_is_shared_fairly, teardown),
-		cmocka_unit_test_teardown(unit_requests_in_flight_are_capped_per_uid, teardown),
-		cmocka_unit_test_teardown(half_closed_client_gets_its_replies, teardown),
+		TEST(queued_fds_are_bounded_per_client_and_uid),
+		TEST(read_fds_stop_counting_for_a_quiet_client),
+		TEST(connections_are_capped_per_uid),
+		TEST(idle_connections_time_out),
+		TEST(partial_frames_are_bounded_and_time_out),
+		TEST(partial_total_is_shared_fairly),
+		TEST(unit_requests_in_flight_are_capped_per_uid),
+		TEST(half_closed_client_gets_its_replies),
 	};
 
 	alarm(600);

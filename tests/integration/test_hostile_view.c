@@ -2,18 +2,8 @@
 /* test_hostile_view.c - what one uid can learn or make the daemon spend through requests it is
  * allowed to send: status, list, describe, metrics and events of checkpoints it may not read;
  * recipe temporaries outside the shared-memory budget. Needs root (the other uid is 65534). */
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 /* Rewrite a checkpoint under the same path (new file, renamed into place): a new generation. */
 static void rewrite(const char *name, const char *spec)
@@ -354,10 +344,9 @@ static void recipes_spanning_checkpoints_are_shown_to_who_may_read_all(void **st
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(other_uids_see_only_what_they_may_read, teardown),
-		cmocka_unit_test_teardown(recipe_temporaries_are_capped, teardown),
-		cmocka_unit_test_teardown(recipes_spanning_checkpoints_are_shown_to_who_may_read_all,
-					  teardown),
+		TEST(other_uids_see_only_what_they_may_read),
+		TEST(recipe_temporaries_are_capped),
+		TEST(recipes_spanning_checkpoints_are_shown_to_who_may_read_all),
 	};
 
 	alarm(600);

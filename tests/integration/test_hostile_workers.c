@@ -5,18 +5,8 @@
  * (the attacker and the victim are other uids). */
 #include <sys/mman.h>
 
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 #define BIG_N	    16
 #define BIG_BYTES   (64ull << 20)
@@ -246,10 +236,9 @@ static void a_weight_both_wait_for_is_not_held_back_by_the_others_queue(void **s
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(queued_fills_do_not_stall_another_uids_cold_get,
-					  teardown),
+		TEST(queued_fills_do_not_stall_another_uids_cold_get),
 		cmocka_unit_test_teardown(
-			a_weight_both_wait_for_is_not_held_back_by_the_others_queue, teardown),
+			a_weight_both_wait_for_is_not_held_back_by_the_others_queue, fixture_cleanup),
 	};
 
 	alarm(600);

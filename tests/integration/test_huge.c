@@ -10,9 +10,8 @@
 
 #include <linux/magic.h>
 
-#include "itest.h"
+#include "fixture.h"
 
-static struct harness H;
 static char mnt[400];
 
 static int teardown(void **state)

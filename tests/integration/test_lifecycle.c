@@ -6,20 +6,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 
-#include "itest.h"
-
-static struct harness H;
-
-static int setup(void **state)
-{
-	return harness_init(&H) < 0 ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
-}
+#include "fixture.h"
 
 /* m.safetensors: five 1 MiB U8 tensors a..e, bytes pattern with seeds 0..4. */
 static void five_mib_tensors(char *path, size_t cap, const char *extra)
@@ -1087,17 +1074,14 @@ static void weightctl_status_and_purge(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(eviction_follows_lru_order, setup, teardown),
-		cmocka_unit_test_setup_teardown(held_weights_stay_and_what_cannot_fit_fails_cleanly,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(per_client_limits, setup, teardown),
-		cmocka_unit_test_setup_teardown(preload_keeps_a_checkpoint_resident, setup, teardown),
-		cmocka_unit_test_setup_teardown(reload_adds_removes_and_makes_new_generations, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(restart_after_kill9_rereads_nothing, setup, teardown),
-		cmocka_unit_test_setup_teardown(readoption_checks_what_the_index_vouches_for, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(weightctl_status_and_purge, setup, teardown),
+		TEST_IN_DIR(eviction_follows_lru_order),
+		TEST_IN_DIR(held_weights_stay_and_what_cannot_fit_fails_cleanly),
+		TEST_IN_DIR(per_client_limits),
+		TEST_IN_DIR(preload_keeps_a_checkpoint_resident),
+		TEST_IN_DIR(reload_adds_removes_and_makes_new_generations),
+		TEST_IN_DIR(restart_after_kill9_rereads_nothing),
+		TEST_IN_DIR(readoption_checks_what_the_index_vouches_for),
+		TEST_IN_DIR(weightctl_status_and_purge),
 	};
 
 	if (getenv("WD_TEST_FILTER")) /* e.g. WD_TEST_FILTER='preload*' runs only those */

@@ -28,7 +28,7 @@
 #include <xxhash.h>
 
 #include "frame.h"
-#include "harness.h"
+#include "fixture.h"
 #include "rawcall.h"
 #include "st_writer.h"
 #include "recipe.h"
@@ -48,7 +48,6 @@
 #define EMB_ROWS 1026
 #define EMB_COLS 64
 
-static struct harness H;
 static char ckpt[512], fragile[512];
 
 /* --- oracles: the fixture's contents by their definition --------------------------------- */
@@ -429,16 +428,7 @@ static int setup(void **state)
 		return -1;
 	snprintf(sections, sizeof(sections),
 		 "[checkpoint:rt]\npath = %s\n\n[checkpoint:fragile]\npath = %s\n", ckpt, fragile);
-	if (harness_write_config(&H, NULL, sections) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
+	return fixture_start(NULL, sections);
 }
 
 #define SRC(t) "{\"op\":\"source\",\"checkpoint\":\"rt\",\"tensor\":\"" t "\"}"
@@ -1575,5 +1565,5 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN); /* a child that already left must not kill the test */
 
 	alarm(240); /* watchdog: a hung daemon fails the test instead of stalling CI */
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, fixture_cleanup);
 }

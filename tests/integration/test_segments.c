@@ -10,11 +10,9 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include "itest.h"
+#include "fixture.h"
 #include "st_writer.h"
 #include "weightd.pb-c.h"
-
-static struct harness H;
 
 #define N_MANY 3000
 
@@ -22,13 +20,6 @@ static int setup(void **state)
 {
 	(void)state;
 	return harness_init(&H) < 0 ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
 }
 
 /* Tensor i of many.safetensors: U8, sizes from 64 bytes to about 9 KB (some a page or more),
@@ -921,20 +912,14 @@ static void chained_aliases_resolve(void **state)
 	it_leak_check(&H, base, 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(thousands_of_weights_few_fds, setup, teardown),
-		cmocka_unit_test_setup_teardown(share_is_same_segment_and_offset, setup, teardown),
-		cmocka_unit_test_setup_teardown(restart_readopts_packed_segment, setup, teardown),
-		cmocka_unit_test_setup_teardown(restart_readopts_many_records, setup, teardown),
-		cmocka_unit_test_setup_teardown(eviction_inside_packed_segments, setup, teardown),
-		cmocka_unit_test_setup_teardown(size_limits_are_frames_not_walls, setup, teardown),
-		cmocka_unit_test_setup_teardown(client_out_of_fds_is_named, setup, teardown),
-		cmocka_unit_test_setup_teardown(daemon_out_of_fds_is_named, setup, teardown),
-		cmocka_unit_test_setup_teardown(chained_aliases_resolve, setup, teardown),
-		cmocka_unit_test_setup_teardown(a_million_entries, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL,
+	 cmocka_unit_test_setup_teardown(thousands_of_weights_few_fds, setup, fixture_cleanup),
+	 cmocka_unit_test_setup_teardown(share_is_same_segment_and_offset, setup, fixture_cleanup),
+	 cmocka_unit_test_setup_teardown(restart_readopts_packed_segment, setup, fixture_cleanup),
+	 cmocka_unit_test_setup_teardown(restart_readopts_many_records, setup, fixture_cleanup),
+	 cmocka_unit_test_setup_teardown(eviction_inside_packed_segments, setup, fixture_cleanup),
+	 cmocka_unit_test_setup_teardown(size_limits_are_frames_not_walls, setup, fixture_cleanup),
+	 cmocka_unit_test_setup_teardown(client_out_of_fds_is_named, setup, fixture_cleanup),
+	 cmocka_unit_test_setup_teardown(daemon_out_of_fds_is_named, setup, fixture_cleanup),
+	 cmocka_unit_test_setup_teardown(chained_aliases_resolve, setup, fixture_cleanup),
+	 cmocka_unit_test_setup_teardown(a_million_entries, setup, fixture_cleanup))

@@ -17,11 +17,8 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
+#include "fixture.h"
 #include "weightd/client.h"
-
-
-static struct harness H;
 
 /* Ready sources and the total the daemon knows, as a client sees them right now. */
 static void count_sources(const char *sock, size_t *ret_ready, size_t *ret_total)
@@ -62,12 +59,6 @@ static int setup(void **state)
 				"[checkpoint:sharded]\npath = %s\n\n", path);
 	if (harness_write_config(&H, NULL, sections) < 0)
 		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
 	return 0;
 }
 
@@ -286,5 +277,5 @@ int main(void)
 	};
 
 	alarm(240);
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, fixture_cleanup);
 }

@@ -15,11 +15,9 @@
 
 #include "gguf_writer.h"
 #include "harness.h"
-#include "itest.h"
+#include "fixture.h"
 #include "st_writer.h"
 #include "weightd/client.h"
-
-static struct harness H;
 
 static int setup(void **state)
 {
@@ -53,16 +51,7 @@ static int setup(void **state)
 	gw_free(&g);
 	snprintf(sect, sizeof(sect), "[checkpoint:zero]\npath = %s\n[checkpoint:gzero]\npath = %s\n",
 		 path, gpath);
-	if (harness_write_config(&H, NULL, sect) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
+	return fixture_start(NULL, sect);
 }
 
 /* Each zero-element tensor is a weight of 0 bytes with its shape, mapped as NULL; share works. */
@@ -247,5 +236,5 @@ int main(void)
 	};
 
 	alarm(120);
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, fixture_cleanup);
 }

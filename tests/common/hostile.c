@@ -1,47 +1,39 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* hostile.h - what the hostile-neighbour tests share (header-only): a daemon with a checkpoint any
- * uid may read ("tiny") and one only root may read ("secret"), children that run as other uids,
- * the victim every test keeps serving, and the baseline the daemon must return to. Needs root to
- * take on other credentials. */
-#ifndef WD_HOSTILE_H
-#define WD_HOSTILE_H
+/* hostile.c - what the hostile-neighbour tests share: their daemon, other uids, the victim and the
+ * baseline the daemon must return to. */
+#include "hostile.h"
 
-#include <grp.h>
-#include <signal.h>
+#include <sys/wait.h>
 
-#include "rawwire.h"
-
-#define UID_ATTACKER 65534   /* nobody */
-#define UID_VICTIM 1         /* daemon: another unprivileged uid */
-#define TENSOR_BYTES 65536
-#define ERR_LIMIT_EXCEEDED 9
-
-/* "tiny": t0..t3, U8[65536] each, byte i of tk = it_pattern_byte(i, k), and m0, m1 F32[256, 256].
- * "secret": root only. */
-static inline int hostile_fixtures(struct harness *h, char *sections, size_t cap)
+int hostile_fixtures(struct harness *h, char *sections, size_t cap)
 {
 	char tiny[512], secret[512], args[1400];
 
 	harness_path(h, "tiny.safetensors", tiny, sizeof(tiny));
 	harness_path(h, "secret.safetensors", secret, sizeof(secret));
-	snprintf(args, sizeof(args), "safetensors %s --tensor t0:U8:65536 --tensor t1:U8:65536 "
+	snprintf(args, sizeof(args),
+		 "safetensors %s --tensor t0:U8:65536 --tensor t1:U8:65536 "
 		 "--tensor t2:U8:65536 --tensor t3:U8:65536 --tensor m0:F32:256x256 "
-		 "--tensor m1:F32:256x256", tiny);
+		 "--tensor m1:F32:256x256",
+		 tiny);
 	if (harness_mkfixture(args) < 0)
 		return -1;
-	snprintf(args, sizeof(args), "safetensors %s --seed 7 --tensor s0:U8:4096 "
-		 "--tensor s1:F32:128x128", secret);
+	snprintf(args, sizeof(args),
+		 "safetensors %s --seed 7 --tensor s0:U8:4096 "
+		 "--tensor s1:F32:128x128",
+		 secret);
 	if (harness_mkfixture(args) < 0)
 		return -1;
 	chmod(tiny, 0644);
 	chmod(secret, 0644); /* readable on disk: only weightd's allow list keeps others out */
-	snprintf(sections, cap, "[checkpoint:tiny]\npath = %s\n\n"
-		 "[checkpoint:secret]\npath = %s\nallow_users = root\n", tiny, secret);
+	snprintf(sections, cap,
+		 "[checkpoint:tiny]\npath = %s\n\n"
+		 "[checkpoint:secret]\npath = %s\nallow_users = root\n",
+		 tiny, secret);
 	return 0;
 }
 
-/* Start a daemon with these [daemon] lines, or fail the test. */
-static inline void hostile_start(struct harness *h, const char *extra)
+void hostile_start(struct harness *h, const char *extra)
 {
 	char sections[2048];
 
@@ -52,8 +44,7 @@ static inline void hostile_start(struct harness *h, const char *extra)
 	it_start(h, extra, sections);
 }
 
-/* In a forked child: become `uid` (group the same number, no supplementary groups). */
-static inline void hostile_become(uid_t uid)
+void hostile_become(uid_t uid)
 {
 	if (setgroups(0, NULL) < 0 || setgid((gid_t)uid) < 0 || setuid(uid) < 0) {
 		fprintf(stderr, "cannot become uid %u: %s\n", (unsigned)uid, strerror(errno));
@@ -61,11 +52,7 @@ static inline void hostile_become(uid_t uid)
 	}
 }
 
-/*
- * A victim of another uid is served: in a child as UID_VICTIM, connect, materialize tiny:t2, map
- * it and check every byte. Returns 0 or fails the test (the child prints what went wrong).
- */
-static inline void hostile_victim_served(const struct harness *h)
+void hostile_victim_served(const struct harness *h)
 {
 	pid_t pid = fork();
 
@@ -97,21 +84,7 @@ static inline void hostile_victim_served(const struct harness *h)
 	it_wait_child_ok(pid);
 }
 
-/* Under AddressSanitizer freed memory sits in quarantine, so the daemon's RSS says nothing about
- * what it holds: memory is then checked by the status counters only. */
-#if defined(__SANITIZE_ADDRESS__)
-#define HOSTILE_RSS_MEANINGFUL 0
-#else
-#define HOSTILE_RSS_MEANINGFUL 1
-#endif
-
-/* The daemon's state before an attack: what it must come back to. */
-struct hostile_base {
-	int fds;     /* it_fd_base */
-	long rss_kb;
-};
-
-static inline struct hostile_base hostile_baseline(const struct harness *h)
+struct hostile_base hostile_baseline(const struct harness *h)
 {
 	struct hostile_base b;
 
@@ -121,16 +94,7 @@ static inline struct hostile_base hostile_baseline(const struct harness *h)
 	return b;
 }
 
-/*
- * Memory the daemon may gain or lose without any attack: each of its 2 workers takes its
- * read/hash buffers (a few MiB) on its first task and gives them back when idle, whenever that
- * is. RSS is checked with this much slack; the attacks are sized well past it.
- */
-#define HOSTILE_RSS_SLACK_KB (16 * 1024)
-
-/* Back to baseline: fds (it_leak_check: also nothing held, one segment per cached weight and
- * none besides), memory within HOSTILE_RSS_SLACK_KB of where it was. */
-static inline void hostile_back_to_base(const struct harness *h, const struct hostile_base *b)
+void hostile_back_to_base(const struct harness *h, const struct hostile_base *b)
 {
 	long rss;
 
@@ -140,13 +104,8 @@ static inline void hostile_back_to_base(const struct harness *h, const struct ho
 		fail_msg("daemon RSS %ld KiB, %ld KiB before the attack", rss, b->rss_kb);
 }
 
-/*
- * The same while `foreign` objects someone else made sit under the prefix (an attack left them,
- * the daemon must neither open nor remove them): fds and memory as hostile_back_to_base, and
- * /dev/shm holds the daemon's segments plus exactly those.
- */
-static inline void hostile_back_to_base_foreign(const struct harness *h,
-						const struct hostile_base *b, int foreign)
+void hostile_back_to_base_foreign(const struct harness *h, const struct hostile_base *b,
+				  int foreign)
 {
 	weightd_client *c;
 	weightd_status *st = it_quiet_with(h, 0, 0, 10000, &c);
@@ -166,32 +125,25 @@ static inline void hostile_back_to_base_foreign(const struct harness *h,
 		fail_msg("daemon RSS %ld KiB, %ld KiB before the attack", rss, b->rss_kb);
 }
 
-/* A child to parent line channel: the attacker says where it is, the parent says go on. */
-struct hostile_chan {
-	int to_child[2], to_parent[2];
-};
-
-static inline void chan_open(struct hostile_chan *ch)
+void chan_open(struct hostile_chan *ch)
 {
 	assert_int_equal(pipe(ch->to_child), 0);
 	assert_int_equal(pipe(ch->to_parent), 0);
 }
 
-/* In the child: keep its ends. In the parent: keep the other ends. */
-static inline void chan_child(struct hostile_chan *ch)
+void chan_child(struct hostile_chan *ch)
 {
 	close(ch->to_child[1]);
 	close(ch->to_parent[0]);
 }
 
-static inline void chan_parent(struct hostile_chan *ch)
+void chan_parent(struct hostile_chan *ch)
 {
 	close(ch->to_child[0]);
 	close(ch->to_parent[1]);
 }
 
-static inline void chan_say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static inline void chan_say(int fd, const char *fmt, ...)
+void chan_say(int fd, const char *fmt, ...)
 {
 	char line[512];
 	va_list ap;
@@ -204,8 +156,7 @@ static inline void chan_say(int fd, const char *fmt, ...)
 		_exit(98);
 }
 
-/* Read one line (up to '\n', which is dropped); false at EOF. */
-static inline bool chan_hear(int fd, char *line, size_t cap)
+bool chan_hear(int fd, char *line, size_t cap)
 {
 	size_t n = 0;
 
@@ -225,13 +176,7 @@ static inline bool chan_hear(int fd, char *line, size_t cap)
 	return n > 0;
 }
 
-/*
- * Wait up to timeout_ms for what the daemon says when it closes a connection on its own: an error
- * frame with request id 0, then end of stream. 1 with the code and message, 0 when the
- * connection ended without one, -1 on timeout. Replies before it are skipped (fds closed).
- */
-static inline int hostile_closing_error(int fd, uint64_t *ret_code, char *msg, size_t cap,
-					int timeout_ms)
+int hostile_closing_error(int fd, uint64_t *ret_code, char *msg, size_t cap, int timeout_ms)
 {
 	int64_t end = it_now_ms() + timeout_ms;
 
@@ -272,8 +217,7 @@ static inline int hostile_closing_error(int fd, uint64_t *ret_code, char *msg, s
 	}
 }
 
-/* After the closing error: the daemon has closed the connection (end of stream within 5 s). */
-static inline bool hostile_eof(int fd)
+bool hostile_eof(int fd)
 {
 	uint8_t b[256];
 
@@ -290,5 +234,3 @@ static inline bool hostile_eof(int fd)
 			return errno == ECONNRESET;
 	}
 }
-
-#endif
