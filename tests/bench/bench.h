@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* bench.h - what the benchmarks share: the monotonic clock in seconds, the median of a run's
- * samples, and one warm get through libweightd. Header-only (static inline functions). */
+ * samples, one warm get through libweightd, sizes on the command line and the tools built
+ * beside them. Header-only (static inline functions). */
 #ifndef WD_BENCH_H
 #define WD_BENCH_H
 
+#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "weightd/client.h"
@@ -47,6 +51,52 @@ static inline int bench_get(weightd_client *c, const char *ckpt, const char *ten
 	if (r < 0)
 		fprintf(stderr, "get %s:%s: %s\n", ckpt, tensor, err.message);
 	return r;
+}
+
+/* A size on the command line: a number with an optional K, M or G (powers of 1024). 0 with *ret,
+ * or -1 for anything else or zero. */
+static inline int bench_parse_size(const char *s, unsigned long long *ret)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	switch (*end) {
+	case 'G':
+	case 'g':
+		v <<= 30;
+		end++;
+		break;
+	case 'M':
+	case 'm':
+		v <<= 20;
+		end++;
+		break;
+	case 'K':
+	case 'k':
+		v <<= 10;
+		end++;
+		break;
+	default: break;
+	}
+	if (*end || v == 0)
+		return -1;
+	*ret = v;
+	return 0;
+}
+
+/* The path of a tool: the environment variable `env` when set, else `rel` beside this program. */
+static inline void bench_find_tool(const char *env, const char *rel, char *out, size_t cap)
+{
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (getenv(env)) {
+		snprintf(out, cap, "%s", getenv(env));
+		return;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = '\0';
+	snprintf(out, cap, "%s/%s", dirname(self), rel);
 }
 
 #endif

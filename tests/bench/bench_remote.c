@@ -80,49 +80,6 @@ struct sample {
 	uint64_t bytes;
 };
 
-static void find_tool(const char *env, const char *rel, char *out, size_t cap)
-{
-	char self[PATH_MAX];
-	ssize_t n;
-
-	if (getenv(env)) {
-		snprintf(out, cap, "%s", getenv(env));
-		return;
-	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	self[n > 0 ? n : 0] = '\0';
-	snprintf(out, cap, "%s/%s", dirname(self), rel);
-}
-
-static int parse_size(const char *s, unsigned long long *ret)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-
-	switch (*end) {
-	case 'G':
-	case 'g':
-		v <<= 30;
-		end++;
-		break;
-	case 'M':
-	case 'm':
-		v <<= 20;
-		end++;
-		break;
-	case 'K':
-	case 'k':
-		v <<= 10;
-		end++;
-		break;
-	default: break;
-	}
-	if (*end || v == 0)
-		return -1;
-	*ret = v;
-	return 0;
-}
-
 /* ---- the reference: parallel range requests with libcurl ------------------------------------ */
 
 struct xfer {
@@ -390,8 +347,8 @@ static int setup(struct bench *b, const char *base, unsigned long long size,
 	DIR *d;
 	FILE *f;
 
-	find_tool("WD_WEIGHTD", "../../daemon/weightd", weightd, sizeof(weightd));
-	find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
+	bench_find_tool("WD_WEIGHTD", "../../daemon/weightd", weightd, sizeof(weightd));
+	bench_find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
 	setenv("WD_WEIGHTD", weightd, 1);
 	if (!getenv("WD_SOURCE_DIR")) /* where tests/remote/servers.py is */
 		setenv("WD_SOURCE_DIR", WD_BENCH_SOURCE_DIR, 1);
@@ -507,13 +464,13 @@ int main(int argc, char **argv)
 
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
-		    parse_size(argv[i + 1], &size) == 0)
+		    bench_parse_size(argv[i + 1], &size) == 0)
 			i++;
 		else if (strcmp(argv[i], "--tensor-bytes") == 0 && i + 1 < argc &&
-			 parse_size(argv[i + 1], &tensor_bytes) == 0)
+			 bench_parse_size(argv[i + 1], &tensor_bytes) == 0)
 			i++;
 		else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc &&
-			 parse_size(argv[i + 1], &v) == 0 && v >= 65536)
+			 bench_parse_size(argv[i + 1], &v) == 0 && v >= 65536)
 			b.chunk = v, i++;
 		else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc &&
 			 atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= MAX_CONC)

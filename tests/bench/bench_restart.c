@@ -55,37 +55,6 @@ struct bench {
 	char weightd[PATH_MAX];
 };
 
-static void find_tool(const char *env, const char *rel, char *out, size_t cap)
-{
-	char self[PATH_MAX];
-	ssize_t n;
-
-	if (getenv(env)) {
-		snprintf(out, cap, "%s", getenv(env));
-		return;
-	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	self[n > 0 ? n : 0] = '\0';
-	snprintf(out, cap, "%s/%s", dirname(self), rel);
-}
-
-static int parse_size(const char *s, unsigned long long *ret)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-
-	switch (*end) {
-	case 'G': case 'g': v <<= 30; end++; break;
-	case 'M': case 'm': v <<= 20; end++; break;
-	case 'K': case 'k': v <<= 10; end++; break;
-	default: break;
-	}
-	if (*end || v == 0)
-		return -1;
-	*ret = v;
-	return 0;
-}
-
 /* Start weightd and wait for READY=1 (timed by the caller: the harness returns at once). */
 static int start(struct bench *b)
 {
@@ -163,8 +132,8 @@ static int setup(struct bench *b, const char *base, unsigned long long size)
 {
 	char mk[PATH_MAX], cmd[3 * PATH_MAX], extra[128], section[PATH_MAX + 64];
 
-	find_tool("WD_WEIGHTD", "../../daemon/weightd", b->weightd, sizeof(b->weightd));
-	find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
+	bench_find_tool("WD_WEIGHTD", "../../daemon/weightd", b->weightd, sizeof(b->weightd));
+	bench_find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
 	setenv("WD_WEIGHTD", b->weightd, 1);
 	if (harness_init_in(&b->h, base) < 0) {
 		fprintf(stderr, "bench_restart: a temp dir in %s: %s\n", base, strerror(errno));
@@ -212,7 +181,7 @@ int main(int argc, char **argv)
 	double la[3] = { 0, 0, 0 };
 
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc && parse_size(argv[i + 1], &size) == 0)
+		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc && bench_parse_size(argv[i + 1], &size) == 0)
 			i++;
 		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
 			 atoi(argv[i + 1]) <= MAX_RUNS)

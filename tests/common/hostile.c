@@ -3,6 +3,7 @@
  * baseline the daemon must return to. */
 #include "hostile.h"
 
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 int hostile_fixtures(struct harness *h, char *sections, size_t cap)
@@ -52,29 +53,36 @@ void hostile_become(uid_t uid)
 	}
 }
 
-void hostile_victim_served(const struct harness *h)
+void hostile_victim_get(const struct harness *h, const char *ckpt, const char *tensor,
+			unsigned seed, uint64_t bytes, int64_t *ret_ms)
 {
-	pid_t pid = fork();
+	int64_t *took = mmap(NULL, sizeof(*took), PROT_READ | PROT_WRITE,
+			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pid_t pid;
 
+	assert_true(took != MAP_FAILED);
+	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		weightd_client *c = NULL;
 		weightd_weight *w = NULL;
 		const void *p = NULL;
 		weightd_error err;
+		int64_t t0;
 
 		hostile_become(UID_VICTIM);
 		if (weightd_connect(h->sock, "victim", &c, &err) < 0) {
 			fprintf(stderr, "victim: connect: %s\n", err.message);
 			_exit(1);
 		}
-		if (it_get(c, "tiny", "t2", &w, &err) < 0) {
-			fprintf(stderr, "victim: materialize: %s\n", err.message);
+		t0 = it_now_ms();
+		if (it_get(c, ckpt, tensor, &w, &err) < 0) {
+			fprintf(stderr, "victim: %s: %s\n", tensor, err.message);
 			_exit(2);
 		}
-		if (weightd_weight_map(w, &p, &err) < 0 ||
-		    it_pattern_mismatch(p, TENSOR_BYTES, 2) != -1) {
-			fprintf(stderr, "victim: wrong bytes\n");
+		*took = it_now_ms() - t0;
+		if (weightd_weight_map(w, &p, &err) < 0 || it_pattern_mismatch(p, bytes, seed) != -1) {
+			fprintf(stderr, "victim: %s: wrong bytes\n", tensor);
 			_exit(3);
 		}
 		weightd_release(w);
@@ -82,6 +90,14 @@ void hostile_victim_served(const struct harness *h)
 		_exit(0);
 	}
 	it_wait_child_ok(pid);
+	if (ret_ms)
+		*ret_ms = *took;
+	munmap(took, sizeof(*took));
+}
+
+void hostile_victim_served(const struct harness *h)
+{
+	hostile_victim_get(h, "tiny", "t2", 2, TENSOR_BYTES, NULL);
 }
 
 struct hostile_base hostile_baseline(const struct harness *h)
@@ -233,4 +249,35 @@ bool hostile_eof(int fd)
 		if (k < 0)
 			return errno == ECONNRESET;
 	}
+}
+
+pid_t hostile_fork(struct hostile_chan *ch)
+{
+	pid_t pid;
+
+	chan_open(ch);
+	pid = fork();
+	assert_true(pid >= 0);
+	return pid;
+}
+
+void hostile_reap(struct hostile_chan *ch, pid_t pid)
+{
+	it_wait_child_ok(pid);
+	close(ch->to_child[1]);
+	close(ch->to_parent[0]);
+}
+
+int hostile_conn(const struct harness *h)
+{
+	struct resp r;
+	int fd = it_raw_connect(h);
+
+	if (fd < 0)
+		_exit(10);
+	send_hello(fd, 1, WEIGHTD_PROTOCOL_VERSION);
+	read_resp(fd, &r);
+	if (r.code != 0)
+		_exit(11);
+	return fd;
 }

@@ -95,4 +95,22 @@ int hostile_closing_error(int fd, uint64_t *ret_code, char *msg, size_t cap, int
 /* After the closing error: the daemon has closed the connection (end of stream within 5 s). */
 bool hostile_eof(int fd);
 
+/* An attack's child: chan_open(ch), then fork. The child's pid in the parent, 0 in the child;
+ * a fork that fails fails the test. */
+pid_t hostile_fork(struct hostile_chan *ch);
+
+/* The parent's end of an attack: the child's exit status 0 awaited (it_wait_child_ok), then the
+ * parent's ends of the channel closed. */
+void hostile_reap(struct hostile_chan *ch, pid_t pid);
+
+/* In a child: a raw connection to h's daemon as the current uid that said hello; the child exits
+ * 10 when it cannot connect, 11 when hello is refused. */
+int hostile_conn(const struct harness *h);
+
+/* A get of ckpt:tensor (`bytes` long, pattern `seed`) by the victim, in a child as UID_VICTIM,
+ * its bytes checked; fails the test if it was not served. *ret_ms (unless NULL): how long the
+ * get itself took, connecting not counted. */
+void hostile_victim_get(const struct harness *h, const char *ckpt, const char *tensor,
+			unsigned seed, uint64_t bytes, int64_t *ret_ms);
+
 #endif

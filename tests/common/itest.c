@@ -326,6 +326,29 @@ size_t it_status_frame(uint8_t *out, uint8_t id)
 	return 8 + sizeof(payload);
 }
 
+pid_t it_fork_piped(int *ret_to, int *ret_from)
+{
+	int to[2], from[2];
+	pid_t pid;
+
+	assert_int_equal(pipe(to), 0);
+	assert_int_equal(pipe(from), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(to[1]);
+		close(from[0]);
+		*ret_to = to[0];
+		*ret_from = from[1];
+		return 0;
+	}
+	close(to[0]);
+	close(from[1]);
+	*ret_to = to[1];
+	*ret_from = from[0];
+	return pid;
+}
+
 void it_wait_child_ok(pid_t pid)
 {
 	int status;

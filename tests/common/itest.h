@@ -133,6 +133,14 @@ int it_raw_connect(const struct harness *h);
  */
 size_t it_status_frame(uint8_t *out, uint8_t id);
 
+/*
+ * Fork a child joined to this process by two pipes. In the child (returns 0), *ret_to is the end
+ * it reads what the parent sends and *ret_from the end it writes to the parent; in the parent
+ * (returns the child's pid), *ret_to is the end it writes to the child and *ret_from the end it
+ * reads the child's answers from. Each closes the other's ends; a failure fails the test.
+ */
+pid_t it_fork_piped(int *ret_to, int *ret_from);
+
 /* Wait for a child and require exit status 0. */
 void it_wait_child_ok(pid_t pid);
 

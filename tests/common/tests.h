@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <unistd.h>
+
 #include <cmocka.h>
 
 /*
@@ -20,6 +22,16 @@
 	int main(void)                                                        \
 	{                                                                     \
 		const struct CMUnitTest tests_[] = { __VA_ARGS__ };          \
+		return cmocka_run_group_tests(tests_, (setup), (teardown));  \
+	}
+
+/* TEST_MAIN with a watchdog: SIGALRM ends the program after `seconds`, so a hung daemon fails
+ * the test instead of stalling CI. */
+#define TEST_MAIN_WATCHDOG(seconds, setup, teardown, ...)                     \
+	int main(void)                                                        \
+	{                                                                     \
+		const struct CMUnitTest tests_[] = { __VA_ARGS__ };          \
+		alarm(seconds);                                               \
 		return cmocka_run_group_tests(tests_, (setup), (teardown));  \
 	}
 

@@ -147,13 +147,6 @@ static void warm_plain_entries_are_checked_and_deduplicated(void **state)
 	weightd_close(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(thousands_of_weights_are_found_by_key_and_handle),
-		cmocka_unit_test(warm_plain_entries_are_checked_and_deduplicated),
-	};
-
-	alarm(240);
-	return cmocka_run_group_tests(tests, setup, fixture_cleanup);
-}
+TEST_MAIN_WATCHDOG(240, setup, fixture_cleanup,
+		   cmocka_unit_test(thousands_of_weights_are_found_by_key_and_handle),
+		   cmocka_unit_test(warm_plain_entries_are_checked_and_deduplicated))

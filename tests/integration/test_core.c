@@ -121,21 +121,13 @@ static void child_main(const char *checkpoint, int in, int out)
 
 static void child_start(struct child *ch, const char *checkpoint)
 {
-	int to[2], from[2];
+	int to, from;
 
-	assert_int_equal(pipe(to), 0);
-	assert_int_equal(pipe(from), 0);
-	ch->pid = fork();
-	assert_true(ch->pid >= 0);
-	if (ch->pid == 0) {
-		close(to[1]);
-		close(from[0]);
-		child_main(checkpoint, to[0], from[1]);
-	}
-	close(to[0]);
-	close(from[1]);
-	ch->cmd = to[1];
-	ch->out = fdopen(from[0], "r");
+	ch->pid = it_fork_piped(&to, &from);
+	if (ch->pid == 0)
+		child_main(checkpoint, to, from);
+	ch->cmd = to;
+	ch->out = fdopen(from, "r");
 }
 
 static char *child_line(struct child *ch, char *buf, size_t cap)
@@ -520,17 +512,10 @@ static void check_config_reports_every_error(void **state)
 	assert_null(strstr(strstr(out, want) + 1, want));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(two_processes_share_one_copy),
-		cmocka_unit_test(clear_errors_and_daemon_keeps_serving),
-		cmocka_unit_test(a_denied_uid_gets_a_clear_error),
-		cmocka_unit_test(share_gives_another_reference_to_the_same_memory),
-		cmocka_unit_test(check_config_names_the_bad_file),
-		cmocka_unit_test(check_config_reports_every_error),
-	};
-
-	alarm(240); /* watchdog: a hung daemon fails the test instead of stalling CI */
-	return cmocka_run_group_tests(tests, setup, fixture_cleanup);
-}
+TEST_MAIN_WATCHDOG(240, setup, fixture_cleanup,
+		   cmocka_unit_test(two_processes_share_one_copy),
+		   cmocka_unit_test(clear_errors_and_daemon_keeps_serving),
+		   cmocka_unit_test(a_denied_uid_gets_a_clear_error),
+		   cmocka_unit_test(share_gives_another_reference_to_the_same_memory),
+		   cmocka_unit_test(check_config_names_the_bad_file),
+		   cmocka_unit_test(check_config_reports_every_error))

@@ -220,21 +220,13 @@ struct kid {
 /* Fork a binding client and wait for its report; fail the test with its message. */
 static void kid_bind(struct kid *k, size_t every)
 {
-	int to[2], from[2];
+	int to, from;
 
-	assert_int_equal(pipe(to), 0);
-	assert_int_equal(pipe(from), 0);
-	k->pid = fork();
-	assert_true(k->pid >= 0);
-	if (k->pid == 0) {
-		close(to[1]);
-		close(from[0]);
-		bind_all_child(to[0], from[1], every);
-	}
-	close(to[0]);
-	close(from[1]);
-	k->to = to[1];
-	k->from = from[0];
+	k->pid = it_fork_piped(&to, &from);
+	if (k->pid == 0)
+		bind_all_child(to, from, every);
+	k->to = to;
+	k->from = from;
 	if (read(k->from, &k->r, sizeof(k->r)) != (ssize_t)sizeof(k->r))
 		fail_msg("the client process died before it reported");
 	if (k->r.rc) {

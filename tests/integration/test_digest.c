@@ -380,15 +380,8 @@ static void unknown_algorithm_is_refused(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		TEST_IN_DIR(default_digest_is_xxh3_of_the_bytes),
-		TEST_IN_DIR(sha256_on_request_and_readoption_across_algorithms),
-		TEST_IN_DIR(changed_file_fails_a_run_cleanly),
-		TEST_IN_DIR(unknown_algorithm_is_refused),
-	};
-
-	alarm(280); /* watchdog: a hung daemon fails the test instead of stalling CI */
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(280, NULL, NULL,
+		   TEST_IN_DIR(default_digest_is_xxh3_of_the_bytes),
+		   TEST_IN_DIR(sha256_on_request_and_readoption_across_algorithms),
+		   TEST_IN_DIR(changed_file_fails_a_run_cleanly),
+		   TEST_IN_DIR(unknown_algorithm_is_refused))

@@ -179,9 +179,7 @@ static void held_segments_are_capped_per_client_and_uid(void **state)
 	hostile_start(&H, "client_max_segments = 24\nuid_max_segments = 40\n"
 		      "max_idle_segments = 16\nmax_idle_weights = 64\n");
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		static weightd_unit *held[2 * UID_SEGS];
 		weightd_client *c1 = NULL, *c2 = NULL;
@@ -234,9 +232,7 @@ static void held_segments_are_capped_per_client_and_uid(void **state)
 			 UID_SEGS, base.fds);
 	hostile_victim_served(&H);
 	chan_say(ch.to_child[1], "go on\n");
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	hostile_victim_served(&H);
 	hostile_back_to_base(&H, &base);
 }
@@ -256,9 +252,7 @@ static void held_weights_are_capped_per_uid(void **state)
 	(void)state;
 	hostile_start(&H, "uid_max_weights = 8\n");
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		static weightd_weight *held[16];
 		weightd_client *c1 = NULL, *c2 = NULL;
@@ -288,9 +282,7 @@ static void held_weights_are_capped_per_uid(void **state)
 	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
 	hostile_victim_served(&H); /* while the attacker holds its 8 */
 	chan_say(ch.to_child[1], "go\n");
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	hostile_victim_served(&H);
 	hostile_back_to_base(&H, &base);
 }

@@ -237,9 +237,7 @@ static void a_prefix_full_of_names_costs_requests_nothing(void **state)
 	(void)state;
 	hostile_start(&H, NULL);
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		weightd_client *c = NULL;
 		weightd_error err;
@@ -534,16 +532,9 @@ static void fifos_are_refused_never_waited_on(void **state)
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		TEST(squatted_names_break_nothing),
-		TEST(state_index_is_not_trusted_blindly),
-		TEST(objects_squatted_while_running_are_reported),
-		TEST(a_prefix_full_of_names_costs_requests_nothing),
-		TEST(fifos_are_refused_never_waited_on),
-	};
-
-	alarm(600);
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(600, NULL, NULL,
+		   TEST(squatted_names_break_nothing),
+		   TEST(state_index_is_not_trusted_blindly),
+		   TEST(objects_squatted_while_running_are_reported),
+		   TEST(a_prefix_full_of_names_costs_requests_nothing),
+		   TEST(fifos_are_refused_never_waited_on))

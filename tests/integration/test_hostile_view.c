@@ -38,9 +38,7 @@ static void other_uids_see_only_what_they_may_read(void **state)
 	harness_path(&H, "secret.safetensors", secret_path, sizeof(secret_path));
 	root = it_connect(&H);
 	held = it_get_ok(root, "secret", "s0"); /* a secret weight is resident and held */
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		const char *all[] = { "*" }, *named[] = { "secret", "tiny" };
 		weightd_client *c = NULL, *c2 = NULL;
@@ -145,9 +143,7 @@ static void other_uids_see_only_what_they_may_read(void **state)
 	}
 	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
 	assert_string_equal(line, "tiny events 2");
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	weightd_release(held);
 	weightd_close(root);
 	st = it_wait_quiet(&H, 0, 0, 10000);
@@ -341,14 +337,7 @@ static void recipes_spanning_checkpoints_are_shown_to_who_may_read_all(void **st
 	hostile_victim_served(&H);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		TEST(other_uids_see_only_what_they_may_read),
-		TEST(recipe_temporaries_are_capped),
-		TEST(recipes_spanning_checkpoints_are_shown_to_who_may_read_all),
-	};
-
-	alarm(600);
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(600, NULL, NULL,
+		   TEST(other_uids_see_only_what_they_may_read),
+		   TEST(recipe_temporaries_are_capped),
+		   TEST(recipes_spanning_checkpoints_are_shown_to_who_may_read_all))

@@ -215,21 +215,13 @@ static void kid_main(const char *json, const char *outpath, bool gate, int in, i
 /* Start a client process for `json` (see kid_main). */
 static void kid_spawn(struct kid *k, const char *json, const char *outpath, bool gate)
 {
-	int to[2], from[2];
+	int to, from;
 
-	assert_int_equal(pipe(to), 0);
-	assert_int_equal(pipe(from), 0);
-	k->pid = fork();
-	assert_true(k->pid >= 0);
-	if (k->pid == 0) {
-		close(to[1]);
-		close(from[0]);
-		kid_main(json, outpath, gate, to[0], from[1]);
-	}
-	close(to[0]);
-	close(from[1]);
-	k->cmd = to[1];
-	k->out = fdopen(from[0], "r");
+	k->pid = it_fork_piped(&to, &from);
+	if (k->pid == 0)
+		kid_main(json, outpath, gate, to, from);
+	k->cmd = to;
+	k->out = fdopen(from, "r");
 	assert_non_null(k->out);
 }
 

@@ -173,22 +173,14 @@ struct kid {
 /* Fork a client, wait for its report; fail the test with its message. */
 static void kid_run(struct kid *k, size_t window)
 {
-	int to[2], from[2];
+	int to, from;
 	int64_t t0 = it_now_ms();
 
-	assert_int_equal(pipe(to), 0);
-	assert_int_equal(pipe(from), 0);
-	k->pid = fork();
-	assert_true(k->pid >= 0);
-	if (k->pid == 0) {
-		close(to[1]);
-		close(from[0]);
-		singles_child(to[0], from[1], window);
-	}
-	close(to[0]);
-	close(from[1]);
-	k->to = to[1];
-	k->from = from[0];
+	k->pid = it_fork_piped(&to, &from);
+	if (k->pid == 0)
+		singles_child(to, from, window);
+	k->to = to;
+	k->from = from;
 	if (read(k->from, &k->r, sizeof(k->r)) != (ssize_t)sizeof(k->r))
 		fail_msg("the client process died before it reported");
 	if (k->r.rc) {

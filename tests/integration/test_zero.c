@@ -226,15 +226,8 @@ static void weightctl_preloads_and_describes_empty_and_scalar_tensors(void **sta
 	assert_non_null(strstr(out, "[3, 0]"));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(zero_element_tensors_are_fetched_as_0_byte_weights),
-		cmocka_unit_test(a_unit_with_empty_tensors_binds_whole),
-		cmocka_unit_test(recipes_over_empty_tensors_are_valid),
-		cmocka_unit_test(weightctl_preloads_and_describes_empty_and_scalar_tensors),
-	};
-
-	alarm(120);
-	return cmocka_run_group_tests(tests, setup, fixture_cleanup);
-}
+TEST_MAIN_WATCHDOG(120, setup, fixture_cleanup,
+		   cmocka_unit_test(zero_element_tensors_are_fetched_as_0_byte_weights),
+		   cmocka_unit_test(a_unit_with_empty_tensors_binds_whole),
+		   cmocka_unit_test(recipes_over_empty_tensors_are_valid),
+		   cmocka_unit_test(weightctl_preloads_and_describes_empty_and_scalar_tensors))

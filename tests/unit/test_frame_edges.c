@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -522,20 +524,14 @@ static void test_borrowed_fds(void **state)
 	free(big);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_push_beyond_the_format),
-		cmocka_unit_test(test_failed_message_is_taken_back_whole),
-		cmocka_unit_test(test_limits_rise_and_never_fall),
-		cmocka_unit_test(test_blocking_send_waits_for_room),
-		cmocka_unit_test(test_message_needs_a_frame_size),
-		cmocka_unit_test(test_msg_cache_reuses_blocks),
-		cmocka_unit_test(test_msg_cache_is_bounded),
-		cmocka_unit_test(test_msg_outlives_cache_owner),
-		cmocka_unit_test(test_large_message_in_huge_pages),
-		cmocka_unit_test(test_borrowed_fds),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL,
+	 cmocka_unit_test(test_push_beyond_the_format),
+	 cmocka_unit_test(test_failed_message_is_taken_back_whole),
+	 cmocka_unit_test(test_limits_rise_and_never_fall),
+	 cmocka_unit_test(test_blocking_send_waits_for_room),
+	 cmocka_unit_test(test_message_needs_a_frame_size),
+	 cmocka_unit_test(test_msg_cache_reuses_blocks),
+	 cmocka_unit_test(test_msg_cache_is_bounded),
+	 cmocka_unit_test(test_msg_outlives_cache_owner),
+	 cmocka_unit_test(test_large_message_in_huge_pages),
+	 cmocka_unit_test(test_borrowed_fds))
