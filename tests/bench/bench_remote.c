@@ -20,7 +20,7 @@
  *   raw       the limit: every byte of the shard files fetched with libcurl's multi interface by
  *             the same number of parallel range requests of the same size, written with pwrite
  *             into one /dev/shm object.
- *   today     what users do without weightd: the same parallel download into files on local disk
+ *   copy      what users do without weightd: the same parallel download into files on local disk
  *             (the directory of --dir), then a daemon serving that local copy as one unit.
  * CPU seconds are the daemon's (utime + stime from /proc) and the fetching child's (wait4), per
  * GiB moved. nginx serves the files from the page cache (they were just written), so the
@@ -29,7 +29,7 @@
  * raw signed transfers through the same proxy: that proxy is Python and bounds both.
  *
  * Printed: each run's seconds, MB/s and CPU s/GiB, then medians, and the medians of the runs'
- * ratios beside their targets (weightd >= 0.9x raw; weightd >= 1.5x faster than today).
+ * ratios beside their targets (weightd >= 0.9x raw; weightd >= 1.5x faster than copy).
  */
 #include <curl/curl.h>
 #include <dirent.h>
@@ -64,7 +64,7 @@ struct bench {
 	struct wd_servers srv;
 	bool have_srv;
 	char root[PATH_MAX];	    /* what the servers serve: ckpt/ */
-	char local[PATH_MAX];	    /* today's download target */
+	char local[PATH_MAX];	    /* copy's download target */
 	char cred[PATH_MAX];	    /* s3 credentials file */
 	char shard[MAX_SHARDS][64]; /* every file of the checkpoint, its index included */
 	uint64_t shard_size[MAX_SHARDS];
@@ -451,7 +451,7 @@ static struct sample median(const struct sample *v, int n)
 
 int main(int argc, char **argv)
 {
-	static struct sample wd[MAX_RUNS], raw[MAX_RUNS], today[MAX_RUNS];
+	static struct sample wd[MAX_RUNS], raw[MAX_RUNS], copied[MAX_RUNS];
 	struct bench b = { .ready = false, .conc = 16, .chunk = 16u << 20 };
 	unsigned long long size = 2ull << 30, tensor_bytes = 64u << 20, v;
 	int runs = 5, shards = 4, rc = 1;
@@ -459,7 +459,7 @@ int main(int argc, char **argv)
 	bool s3 = true;
 	char section[2 * PATH_MAX], url[256];
 	struct sample mw, mr, mt, dl;
-	double ratio_raw[MAX_RUNS], ratio_today[MAX_RUNS], rr, rt;
+	double ratio_raw[MAX_RUNS], ratio_copied[MAX_RUNS], rr, rt;
 	double la[3] = { 0, 0, 0 };
 
 	for (int i = 1; i < argc; i++) {
@@ -519,37 +519,37 @@ int main(int argc, char **argv)
 		if (reference(&b, url, false, true, &raw[r]) < 0)
 			goto out;
 		row("raw", r + 1, &raw[r]);
-		/* today: download, then load the local copy */
+		/* copy: download, then load the local copy */
 		if (mkdir(b.local, 0755) < 0 || reference(&b, url, false, false, &dl) < 0)
 			goto out;
 		snprintf(section, sizeof(section), "[checkpoint:ckpt]\npath = %s/\n", b.local);
-		if (load(&b, section, &today[r]) < 0)
+		if (load(&b, section, &copied[r]) < 0)
 			goto out;
-		today[r].s += dl.s;
-		today[r].cpu += dl.cpu;
-		row("today", r + 1, &today[r]);
+		copied[r].s += dl.s;
+		copied[r].cpu += dl.cpu;
+		row("copy", r + 1, &copied[r]);
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b.local);
 		if (system(cmd) != 0)
 			goto out;
 	}
 	mw = median(wd, runs);
 	mr = median(raw, runs);
-	mt = median(today, runs);
+	mt = median(copied, runs);
 	/* ratios per run (its three loads back to back), then their median: what the machine's
 	 * load does to a whole run moves both sides of its ratio */
 	for (int r = 0; r < runs; r++) {
 		ratio_raw[r] = raw[r].s / wd[r].s;
-		ratio_today[r] = today[r].s / wd[r].s;
+		ratio_copied[r] = copied[r].s / wd[r].s;
 	}
 	rr = bench_median(ratio_raw, runs);
-	rt = bench_median(ratio_today, runs);
+	rt = bench_median(ratio_copied, runs);
 	printf("\nmedian of %d:\n", runs);
 	printf("  weightd  %8.3f s %6.0f MB/s %6.3f CPU s/GiB\n", mw.s, mbps(&mw),
 	       cpu_per_gib(&mw));
 	printf("  raw      %8.3f s %6.0f MB/s %6.3f CPU s/GiB   weightd/raw rate %.2fx "
 	       "(median of the runs' ratios; target >= 0.9x)\n",
 	       mr.s, mbps(&mr), cpu_per_gib(&mr), rr);
-	printf("  today    %8.3f s %6.0f MB/s %6.3f CPU s/GiB   weightd %.2fx faster end to end "
+	printf("  copy     %8.3f s %6.0f MB/s %6.3f CPU s/GiB   weightd %.2fx faster end to end "
 	       "(median of the runs' ratios; target >= 1.5x)\n",
 	       mt.s, mbps(&mt), cpu_per_gib(&mt), rt);
 	rc = rr >= 0.9 && rt >= 1.5 ? 0 : 1;
