@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "log.h"
-#include "wd_strdup.h"
 #include "peer.h"
+#include "wd_strdup.h"
 
 struct catalog {
 	struct csource **items;

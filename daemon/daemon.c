@@ -9,8 +9,8 @@
 #include "catalog.h"
 #include "clock.h"
 #include "log.h"
-#include "session.h"
 #include "segment.h"
+#include "session.h"
 #include "shmscan.h"
 
 uint64_t daemon_uptime_ms(const struct daemon *d)

@@ -28,8 +28,9 @@ struct daemon {
 	struct keymemo *keymemo;        /* recipe keys of plain source entries (keymemo.c) */
 	struct pool *pool;
 	struct server *server;
-	LIST_HEAD(, session) sessions;  /* connected and not yet killed: server.c keeps the list (it
-					 * owns them); the handlers reach them by daemon_session */
+	/* the sessions connected and not yet killed: server.c keeps the list (it owns them), the
+	 * handlers reach them through daemon_session and daemon_foreach_session */
+	LIST_HEAD(, session) sessions;
 	LIST_HEAD(, preload_set) preloads; /* the daemon's own holds (preload.c) */
 	struct reload *reload;          /* reload.c */
 	struct admit *admit;		/* admit.c: remote checkpoints being admitted */
