@@ -67,7 +67,8 @@ static void run_child(int populate, int fd)
 	long f0;
 
 	if (weightd_connect(H.sock, "bench_populate", &c, &err) < 0 ||
-	    it_unit_of_numbered(c, "p", "t", N_TENSORS, false, &u, &err) < 0 || weightd_unit_set_populate(u, populate, &err) < 0) {
+	    it_unit_of_numbered(c, "p", "t", N_TENSORS, false, &u, &err) < 0 ||
+	    weightd_unit_set_populate(u, populate, &err) < 0) {
 		fprintf(stderr, "bench_populate: %s\n", err.message);
 		_exit(1);
 	}

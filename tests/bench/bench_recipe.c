@@ -207,8 +207,8 @@ int main(int argc, char **argv)
 		per = bench_median(t, runs) / (double)b.len;
 		if (s == 0)
 			base = per;
-		printf("%8zu %8zu %12.2f %14.3f %10.2f", experts[s], b.len, bench_median(t, runs) * 1e3,
-		       per * 1e6, per / base);
+		printf("%8zu %8zu %12.2f %14.3f %10.2f", experts[s], b.len,
+		       bench_median(t, runs) * 1e3, per * 1e6, per / base);
 		{
 			struct wd_plan *p = NULL;
 			struct wd_scratch sc;

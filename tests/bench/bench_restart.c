@@ -181,7 +181,8 @@ int main(int argc, char **argv)
 	double la[3] = { 0, 0, 0 };
 
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc && bench_parse_size(argv[i + 1], &size) == 0)
+		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
+		    bench_parse_size(argv[i + 1], &size) == 0)
 			i++;
 		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
 			 atoi(argv[i + 1]) <= MAX_RUNS)

@@ -81,7 +81,8 @@ void hostile_victim_get(const struct harness *h, const char *ckpt, const char *t
 			_exit(2);
 		}
 		*took = it_now_ms() - t0;
-		if (weightd_weight_map(w, &p, &err) < 0 || it_pattern_mismatch(p, bytes, seed) != -1) {
+		if (weightd_weight_map(w, &p, &err) < 0 ||
+		    it_pattern_mismatch(p, bytes, seed) != -1) {
 			fprintf(stderr, "victim: %s: wrong bytes\n", tensor);
 			_exit(3);
 		}

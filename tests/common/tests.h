@@ -18,21 +18,21 @@
  * group's setup and teardown (either may be NULL). The program's exit status is cmocka's: the
  * number of tests that failed.
  */
-#define TEST_MAIN(setup, teardown, ...)                                       \
-	int main(void)                                                        \
-	{                                                                     \
-		const struct CMUnitTest tests_[] = { __VA_ARGS__ };          \
-		return cmocka_run_group_tests(tests_, (setup), (teardown));  \
+#define TEST_MAIN(setup, teardown, ...)                                     \
+	int main(void)                                                      \
+	{                                                                   \
+		const struct CMUnitTest tests_[] = { __VA_ARGS__ };         \
+		return cmocka_run_group_tests(tests_, (setup), (teardown)); \
 	}
 
 /* TEST_MAIN with a watchdog: SIGALRM ends the program after `seconds`, so a hung daemon fails
  * the test instead of stalling CI. */
-#define TEST_MAIN_WATCHDOG(seconds, setup, teardown, ...)                     \
-	int main(void)                                                        \
-	{                                                                     \
-		const struct CMUnitTest tests_[] = { __VA_ARGS__ };          \
-		alarm(seconds);                                               \
-		return cmocka_run_group_tests(tests_, (setup), (teardown));  \
+#define TEST_MAIN_WATCHDOG(seconds, setup, teardown, ...)                   \
+	int main(void)                                                      \
+	{                                                                   \
+		const struct CMUnitTest tests_[] = { __VA_ARGS__ };         \
+		alarm(seconds);                                             \
+		return cmocka_run_group_tests(tests_, (setup), (teardown)); \
 	}
 
 #endif

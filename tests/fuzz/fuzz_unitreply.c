@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fake_weightd.h"
 #include "conn.h"
+#include "fake_weightd.h"
 #include "msg.h"
 #include "unit.h"
 #include "weight.h"

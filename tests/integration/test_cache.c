@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
 #include "fixture.h"
+#include "harness.h"
 #include "st_writer.h"
 #include "weightd/client.h"
 

@@ -17,8 +17,8 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
 #include "fixture.h"
+#include "harness.h"
 #include "weightd/client.h"
 
 static char sample[512];
@@ -512,8 +512,7 @@ static void check_config_reports_every_error(void **state)
 	assert_null(strstr(strstr(out, want) + 1, want));
 }
 
-TEST_MAIN_WATCHDOG(240, setup, fixture_cleanup,
-		   cmocka_unit_test(two_processes_share_one_copy),
+TEST_MAIN_WATCHDOG(240, setup, fixture_cleanup, cmocka_unit_test(two_processes_share_one_copy),
 		   cmocka_unit_test(clear_errors_and_daemon_keeps_serving),
 		   cmocka_unit_test(a_denied_uid_gets_a_clear_error),
 		   cmocka_unit_test(share_gives_another_reference_to_the_same_memory),

@@ -552,7 +552,8 @@ static void rank3_binds_fused_dequantized_experts(void **state)
 		uint64_t data = n_layers * DS_EXPERTS * 3 * (d->moe_inter / WORLD) * d->hidden;
 		uint64_t scales = 0;
 		for (int e = 0; e < DS_EXPERTS; e++)
-			scales += DS.t[expert(DS_LAYERS, e, "gate_proj")->scale].nbytes * 3 * n_layers;
+			scales += DS.t[expert(DS_LAYERS, e, "gate_proj")->scale].nbytes * 3 *
+				  n_layers;
 		assert_true(r.unit_read >= data);
 		assert_true(r.unit_read <= data + scales);
 	}
@@ -561,9 +562,12 @@ static void rank3_binds_fused_dequantized_experts(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(table_is_deepseek_v3s, fixture_ds_write, fixture_cleanup),
-		cmocka_unit_test_setup_teardown(whole_model_as_one_unit, fixture_ds_write, fixture_cleanup),
-		cmocka_unit_test_setup_teardown(rank3_binds_fused_dequantized_experts, fixture_ds_write, fixture_cleanup),
+		cmocka_unit_test_setup_teardown(table_is_deepseek_v3s, fixture_ds_write,
+						fixture_cleanup),
+		cmocka_unit_test_setup_teardown(whole_model_as_one_unit, fixture_ds_write,
+						fixture_cleanup),
+		cmocka_unit_test_setup_teardown(rank3_binds_fused_dequantized_experts,
+						fixture_ds_write, fixture_cleanup),
 	};
 
 	if (getenv("WD_TEST_FILTER"))

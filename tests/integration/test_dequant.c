@@ -424,8 +424,7 @@ static void node_limit_recipe_through_the_daemon(void **state)
 	weightd_close(c);
 }
 
-TEST_MAIN(setup, teardown,
-	 cmocka_unit_test(two_engines_bind_fused_dequantized_shards),
-	 cmocka_unit_test(preflight_names_the_scale_mismatch),
-	 cmocka_unit_test(weightctl_preflights_the_fused_weight),
-	 cmocka_unit_test(node_limit_recipe_through_the_daemon))
+TEST_MAIN(setup, teardown, cmocka_unit_test(two_engines_bind_fused_dequantized_shards),
+	  cmocka_unit_test(preflight_names_the_scale_mismatch),
+	  cmocka_unit_test(weightctl_preflights_the_fused_weight),
+	  cmocka_unit_test(node_limit_recipe_through_the_daemon))

@@ -380,8 +380,7 @@ static void unknown_algorithm_is_refused(void **state)
 	}
 }
 
-TEST_MAIN_WATCHDOG(280, NULL, NULL,
-		   TEST_IN_DIR(default_digest_is_xxh3_of_the_bytes),
+TEST_MAIN_WATCHDOG(280, NULL, NULL, TEST_IN_DIR(default_digest_is_xxh3_of_the_bytes),
 		   TEST_IN_DIR(sha256_on_request_and_readoption_across_algorithms),
 		   TEST_IN_DIR(changed_file_fails_a_run_cleanly),
 		   TEST_IN_DIR(unknown_algorithm_is_refused))

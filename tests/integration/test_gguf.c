@@ -21,9 +21,9 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "gguf_writer.h"
 #include "harness.h"
-#include "fixture.h"
 #include "quant_ref.h"
 #include "weightd/client.h"
 
@@ -1097,8 +1097,7 @@ static void bad_files_are_reported_and_others_served(void **state)
 	weightd_close(c);
 }
 
-TEST_MAIN_WATCHDOG(240, setup, teardown,
-		   cmocka_unit_test(describe_reports_metadata_and_table),
+TEST_MAIN_WATCHDOG(240, setup, teardown, cmocka_unit_test(describe_reports_metadata_and_table),
 		   cmocka_unit_test(quantized_blocks_stay_packed),
 		   cmocka_unit_test(outer_axis_selections_take_rows_of_blocks),
 		   cmocka_unit_test(innermost_axis_needs_whole_blocks),

@@ -484,10 +484,8 @@ static void aliases_of_a_forbidden_entry_are_refused_first(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
-TEST_MAIN(NULL, NULL,
-	 TEST(abandoned_tiny_weights_are_bounded),
-	 TEST(aliases_of_a_forbidden_entry_are_refused_first),
-	 TEST(held_segments_are_capped_per_client_and_uid),
-	 TEST(held_weights_are_capped_per_uid),
-	 TEST(uid_fd_limits_stay_under_rlimit_nofile),
-	 TEST(default_uid_fd_limits_fit_rlimit_nofile_silently))
+TEST_MAIN(NULL, NULL, TEST(abandoned_tiny_weights_are_bounded),
+	  TEST(aliases_of_a_forbidden_entry_are_refused_first),
+	  TEST(held_segments_are_capped_per_client_and_uid), TEST(held_weights_are_capped_per_uid),
+	  TEST(uid_fd_limits_stay_under_rlimit_nofile),
+	  TEST(default_uid_fd_limits_fit_rlimit_nofile_silently))

@@ -532,8 +532,7 @@ static void fifos_are_refused_never_waited_on(void **state)
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-TEST_MAIN_WATCHDOG(600, NULL, NULL,
-		   TEST(squatted_names_break_nothing),
+TEST_MAIN_WATCHDOG(600, NULL, NULL, TEST(squatted_names_break_nothing),
 		   TEST(state_index_is_not_trusted_blindly),
 		   TEST(objects_squatted_while_running_are_reported),
 		   TEST(a_prefix_full_of_names_costs_requests_nothing),

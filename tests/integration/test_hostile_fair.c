@@ -590,8 +590,7 @@ static void names_it_may_not_read_are_not_confirmed(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
-TEST_MAIN_WATCHDOG(600, NULL, NULL,
-		   TEST(empty_frames_are_bounded_in_count_and_time),
+TEST_MAIN_WATCHDOG(600, NULL, NULL, TEST(empty_frames_are_bounded_in_count_and_time),
 		   TEST(silent_connections_give_their_slots_back),
 		   TEST(references_count_toward_the_weight_limit),
 		   TEST(one_uid_holds_at_most_its_share_of_the_budget),

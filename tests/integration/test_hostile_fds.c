@@ -153,5 +153,4 @@ static void a_few_uids_cannot_take_every_fd(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
-TEST_MAIN_WATCHDOG(600, NULL, NULL,
-		   TEST(a_few_uids_cannot_take_every_fd))
+TEST_MAIN_WATCHDOG(600, NULL, NULL, TEST(a_few_uids_cannot_take_every_fd))

@@ -638,11 +638,9 @@ static void half_closed_client_gets_its_replies(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
-TEST_MAIN_WATCHDOG(600, NULL, NULL,
-		   TEST(queued_fds_are_bounded_per_client_and_uid),
+TEST_MAIN_WATCHDOG(600, NULL, NULL, TEST(queued_fds_are_bounded_per_client_and_uid),
 		   TEST(read_fds_stop_counting_for_a_quiet_client),
-		   TEST(connections_are_capped_per_uid),
-		   TEST(idle_connections_time_out),
+		   TEST(connections_are_capped_per_uid), TEST(idle_connections_time_out),
 		   TEST(partial_frames_are_bounded_and_time_out),
 		   TEST(partial_total_is_shared_fairly),
 		   TEST(unit_requests_in_flight_are_capped_per_uid),

@@ -337,7 +337,6 @@ static void recipes_spanning_checkpoints_are_shown_to_who_may_read_all(void **st
 	hostile_victim_served(&H);
 }
 
-TEST_MAIN_WATCHDOG(600, NULL, NULL,
-		   TEST(other_uids_see_only_what_they_may_read),
+TEST_MAIN_WATCHDOG(600, NULL, NULL, TEST(other_uids_see_only_what_they_may_read),
 		   TEST(recipe_temporaries_are_capped),
 		   TEST(recipes_spanning_checkpoints_are_shown_to_who_may_read_all))

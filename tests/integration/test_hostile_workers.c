@@ -202,7 +202,7 @@ static void a_weight_both_wait_for_is_not_held_back_by_the_others_queue(void **s
 	hostile_back_to_base(&H, &base);
 }
 
-TEST_MAIN_WATCHDOG(600, NULL, NULL,
-		   TEST(queued_fills_do_not_stall_another_uids_cold_get),
-		   cmocka_unit_test_teardown(
-		   a_weight_both_wait_for_is_not_held_back_by_the_others_queue, fixture_cleanup))
+TEST_MAIN_WATCHDOG(
+	600, NULL, NULL, TEST(queued_fills_do_not_stall_another_uids_cold_get),
+	cmocka_unit_test_teardown(a_weight_both_wait_for_is_not_held_back_by_the_others_queue,
+				  fixture_cleanup))

@@ -343,8 +343,7 @@ static void planted_names_in_segment_dir(void **state)
 	assert_int_equal(unlink(fifo), 0);
 }
 
-TEST_MAIN_WATCHDOG(300, NULL, NULL,
-		   cmocka_unit_test_teardown(huge_pages_reach_clients, teardown),
+TEST_MAIN_WATCHDOG(300, NULL, NULL, cmocka_unit_test_teardown(huge_pages_reach_clients, teardown),
 		   cmocka_unit_test_teardown(four_kib_pages_are_told, teardown),
 		   cmocka_unit_test_teardown(unsafe_segment_dirs_are_refused, teardown),
 		   cmocka_unit_test_teardown(planted_names_in_segment_dir, teardown))

@@ -224,5 +224,4 @@ static void a_waiting_reply_keeps_its_segment(void **state)
 	it_leak_check(&H, base, 0);
 }
 
-TEST_MAIN(NULL, NULL,
-	 TEST(a_waiting_reply_keeps_its_segment))
+TEST_MAIN(NULL, NULL, TEST(a_waiting_reply_keeps_its_segment))

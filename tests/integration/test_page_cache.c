@@ -200,8 +200,8 @@ static void a_reload_applies_drop_page_cache(void **state)
 }
 
 TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test_setup_teardown(a_preload_leaves_the_file_out_of_the_page_cache,
-	 setup, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(drop_page_cache_no_leaves_the_file_cached, setup,
-	 fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(a_reload_applies_drop_page_cache, setup, fixture_cleanup))
+	  cmocka_unit_test_setup_teardown(a_preload_leaves_the_file_out_of_the_page_cache, setup,
+					  fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(drop_page_cache_no_leaves_the_file_cached, setup,
+					  fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(a_reload_applies_drop_page_cache, setup, fixture_cleanup))

@@ -160,6 +160,5 @@ static void without_populate_pages_fault_in_when_read(void **state)
 	in_child(0);
 }
 
-TEST_MAIN(setup, fixture_cleanup,
-	 cmocka_unit_test(populate_prefaults_every_page_at_validate),
-	 cmocka_unit_test(without_populate_pages_fault_in_when_read))
+TEST_MAIN(setup, fixture_cleanup, cmocka_unit_test(populate_prefaults_every_page_at_validate),
+	  cmocka_unit_test(without_populate_pages_fault_in_when_read))

@@ -126,8 +126,5 @@ static void segment_dir_of_another_user(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
-TEST_MAIN(NULL, NULL,
-	 TEST_IN_DIR(help_is_printed),
-	 TEST_IN_DIR(wrong_calls_are_refused),
-	 TEST_IN_DIR(nothing_left_nothing_removed),
-	 TEST_IN_DIR(segment_dir_of_another_user))
+TEST_MAIN(NULL, NULL, TEST_IN_DIR(help_is_printed), TEST_IN_DIR(wrong_calls_are_refused),
+	  TEST_IN_DIR(nothing_left_nothing_removed), TEST_IN_DIR(segment_dir_of_another_user))

@@ -27,11 +27,11 @@
 #include <openssl/evp.h>
 #include <xxhash.h>
 
-#include "frame.h"
 #include "fixture.h"
+#include "frame.h"
 #include "rawcall.h"
-#include "st_writer.h"
 #include "recipe.h"
+#include "st_writer.h"
 #include "weightd.pb-c.h"
 #include "weightd/client.h"
 

@@ -387,8 +387,7 @@ static void weightctl_reload_reports_what_it_did(void **state)
 	assert_int_equal(harness_stop(&H), 0);
 }
 
-TEST_MAIN_WATCHDOG(240, NULL, NULL,
-		   TEST_IN_DIR(a_changed_file_error_says_what_to_do),
+TEST_MAIN_WATCHDOG(240, NULL, NULL, TEST_IN_DIR(a_changed_file_error_says_what_to_do),
 		   TEST_IN_DIR(a_broken_reload_keeps_the_last_good_generation),
 		   TEST_IN_DIR(watch_reloads_changed_files_once_quiet),
 		   TEST_IN_DIR(weightctl_reload_reports_what_it_did))

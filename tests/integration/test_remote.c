@@ -26,8 +26,8 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
 #include "fixture.h"
+#include "harness.h"
 #include "servers.h"
 #include "weightd/client.h"
 
@@ -607,11 +607,9 @@ static void test_check_config_offline(void **state)
 	close(lfd);
 }
 
-TEST_MAIN(setup, teardown,
-	 cmocka_unit_test(test_kinds),
-	 cmocka_unit_test(test_describe),
-	 cmocka_unit_test(test_recipe_reads_what_it_needs),
-	 cmocka_unit_test(test_secrets_never_shown),
-	 cmocka_unit_test(test_hung_server_blocks_nothing),
-	 cmocka_unit_test(test_check_config_offline),
-	 cmocka_unit_test(test_failed_admission_retried_on_reload))
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_kinds), cmocka_unit_test(test_describe),
+	  cmocka_unit_test(test_recipe_reads_what_it_needs),
+	  cmocka_unit_test(test_secrets_never_shown),
+	  cmocka_unit_test(test_hung_server_blocks_nothing),
+	  cmocka_unit_test(test_check_config_offline),
+	  cmocka_unit_test(test_failed_admission_retried_on_reload))

@@ -5,8 +5,8 @@
  * bytes as they arrive, and SIGTERM ending a fill stalled on a hung server within the stop
  * timeout. nginx and the fault proxy of tests/remote/servers.py on loopback.
  */
-#include "harness.h"
 #include "fixture.h"
+#include "harness.h"
 #include "servers.h"
 #include "st_writer.h"
 
@@ -176,6 +176,5 @@ static void test_sigterm_ends_a_stalled_fill(void **state)
 	harness_cleanup(&H);
 }
 
-TEST_MAIN(setup, teardown,
-	 cmocka_unit_test(test_a_weight_arrives_in_parallel_ranges),
-	 cmocka_unit_test(test_sigterm_ends_a_stalled_fill))
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_a_weight_arrives_in_parallel_ranges),
+	  cmocka_unit_test(test_sigterm_ends_a_stalled_fill))

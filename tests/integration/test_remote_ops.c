@@ -723,12 +723,11 @@ static void s3_restart_readopts_and_records_hold_no_secret(void **state)
 }
 
 TEST_MAIN(setup, teardown,
-	 cmocka_unit_test_setup_teardown(second_process_reads_nothing, before, after),
-	 cmocka_unit_test_setup_teardown(restart_readopts_without_payload_requests, before,
-	 after),
-	 cmocka_unit_test_setup_teardown(new_etag_new_generation, before, after),
-	 cmocka_unit_test_setup_teardown(faults_end_in_the_exact_bytes, before, after),
-	 cmocka_unit_test_setup_teardown(swap_half_way_is_source_changed, before, after),
-	 cmocka_unit_test_setup_teardown(readable_credentials_refused, before, after),
-	 cmocka_unit_test_setup_teardown(s3_restart_readopts_and_records_hold_no_secret,
-	 before, after))
+	  cmocka_unit_test_setup_teardown(second_process_reads_nothing, before, after),
+	  cmocka_unit_test_setup_teardown(restart_readopts_without_payload_requests, before, after),
+	  cmocka_unit_test_setup_teardown(new_etag_new_generation, before, after),
+	  cmocka_unit_test_setup_teardown(faults_end_in_the_exact_bytes, before, after),
+	  cmocka_unit_test_setup_teardown(swap_half_way_is_source_changed, before, after),
+	  cmocka_unit_test_setup_teardown(readable_credentials_refused, before, after),
+	  cmocka_unit_test_setup_teardown(s3_restart_readopts_and_records_hold_no_secret, before,
+					  after))

@@ -914,13 +914,13 @@ static void chained_aliases_resolve(void **state)
 }
 
 TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test_setup_teardown(thousands_of_weights_few_fds, setup, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(share_is_same_segment_and_offset, setup, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(restart_readopts_packed_segment, setup, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(restart_readopts_many_records, setup, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(eviction_inside_packed_segments, setup, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(size_limits_are_frames_not_walls, setup, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(client_out_of_fds_is_named, setup, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(daemon_out_of_fds_is_named, setup, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(chained_aliases_resolve, setup, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(a_million_entries, setup, fixture_cleanup))
+	  cmocka_unit_test_setup_teardown(thousands_of_weights_few_fds, setup, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(share_is_same_segment_and_offset, setup, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(restart_readopts_packed_segment, setup, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(restart_readopts_many_records, setup, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(eviction_inside_packed_segments, setup, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(size_limits_are_frames_not_walls, setup, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(client_out_of_fds_is_named, setup, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(daemon_out_of_fds_is_named, setup, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(chained_aliases_resolve, setup, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(a_million_entries, setup, fixture_cleanup))

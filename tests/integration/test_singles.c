@@ -269,5 +269,6 @@ static void singles_in_flight_then_restart(void **state)
 }
 
 TEST_MAIN(fixture_ds_table, fixture_ds_free,
-	 cmocka_unit_test_setup_teardown(singles_one_at_a_time, fixture_ds_write, fixture_cleanup),
-	 cmocka_unit_test_setup_teardown(singles_in_flight_then_restart, fixture_ds_write, fixture_cleanup))
+	  cmocka_unit_test_setup_teardown(singles_one_at_a_time, fixture_ds_write, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(singles_in_flight_then_restart, fixture_ds_write,
+					  fixture_cleanup))

@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
 #include "fixture.h"
+#include "harness.h"
 #include "weightd/client.h"
 
 static void a_stop_with_a_client_and_a_preload_ends_cleanly(void **state)
@@ -74,6 +74,5 @@ static void roots_reserve_runs_out(void **state)
 	assert_int_equal(harness_stop(&H), 0);
 }
 
-TEST_MAIN(NULL, NULL,
-	 TEST_IN_DIR(a_stop_with_a_client_and_a_preload_ends_cleanly),
-	 TEST_IN_DIR(roots_reserve_runs_out))
+TEST_MAIN(NULL, NULL, TEST_IN_DIR(a_stop_with_a_client_and_a_preload_ends_cleanly),
+	  TEST_IN_DIR(roots_reserve_runs_out))

@@ -535,12 +535,10 @@ static void quiet_release_is_answered_only_when_it_fails(void **state)
 	close(fd);
 }
 
-TEST_MAIN(setup, fixture_cleanup,
-	 cmocka_unit_test(hello_with_another_version_is_refused),
-	 cmocka_unit_test(hello_versions_are_ranges),
-	 cmocka_unit_test(empty_units_are_refused),
-	 cmocka_unit_test(too_many_pending_requests_are_refused),
-	 cmocka_unit_test(bad_release_handles_are_refused),
-	 cmocka_unit_test(too_many_entries_are_refused),
-	 cmocka_unit_test(share_hands_another_reference_to_a_held_weight),
-	 cmocka_unit_test(quiet_release_is_answered_only_when_it_fails))
+TEST_MAIN(setup, fixture_cleanup, cmocka_unit_test(hello_with_another_version_is_refused),
+	  cmocka_unit_test(hello_versions_are_ranges), cmocka_unit_test(empty_units_are_refused),
+	  cmocka_unit_test(too_many_pending_requests_are_refused),
+	  cmocka_unit_test(bad_release_handles_are_refused),
+	  cmocka_unit_test(too_many_entries_are_refused),
+	  cmocka_unit_test(share_hands_another_reference_to_a_held_weight),
+	  cmocka_unit_test(quiet_release_is_answered_only_when_it_fails))

@@ -5,8 +5,8 @@
  * columns that do not add up are refused by name before anything is made. */
 #include <sys/mman.h>
 
-#include "float_ref.h"
 #include "fixture.h"
+#include "float_ref.h"
 #include "rawcall.h"
 
 #define MAX_ENTRIES 64
@@ -469,6 +469,5 @@ static void bad_columns_are_refused_by_name(void **state)
 	close(s3);
 }
 
-TEST_MAIN(setup, fixture_cleanup,
-	 cmocka_unit_test(columns_answer_like_entries),
-	 cmocka_unit_test(bad_columns_are_refused_by_name))
+TEST_MAIN(setup, fixture_cleanup, cmocka_unit_test(columns_answer_like_entries),
+	  cmocka_unit_test(bad_columns_are_refused_by_name))

@@ -13,9 +13,9 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "gguf_writer.h"
 #include "harness.h"
-#include "fixture.h"
 #include "st_writer.h"
 #include "weightd/client.h"
 

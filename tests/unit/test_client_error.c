@@ -180,8 +180,7 @@ static void a_call_that_succeeds_leaves_the_error_empty(void **state)
 	weightd_recipe_free(r);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(every_wire_code_is_in_the_header),
-	 cmocka_unit_test(every_header_code_is_on_the_wire),
-	 cmocka_unit_test(every_code_has_a_name_of_its_own),
-	 cmocka_unit_test(a_call_that_succeeds_leaves_the_error_empty))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(every_wire_code_is_in_the_header),
+	  cmocka_unit_test(every_header_code_is_on_the_wire),
+	  cmocka_unit_test(every_code_has_a_name_of_its_own),
+	  cmocka_unit_test(a_call_that_succeeds_leaves_the_error_empty))

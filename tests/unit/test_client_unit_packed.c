@@ -722,17 +722,14 @@ static void test_free_while_submitted_releases_packed(void **state)
 }
 
 TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test_setup_teardown(test_columns_carry_whole_tensor_slots, setup3,
-	 teardown),
-	 cmocka_unit_test_setup_teardown(test_columns_left_out_when_they_say_nothing, setup3,
-	 teardown),
-	 cmocka_unit_test_setup_teardown(test_checkpoint_table_of_many, setup3, teardown),
-	 cmocka_unit_test_setup_teardown(test_packed_reply_binds_every_slot, setup3,
-	 teardown),
-	 cmocka_unit_test_setup_teardown(test_digest_of_16_bytes, setup3, teardown),
-	 cmocka_unit_test_setup_teardown(test_malformed_packed_replies_refused, setup3,
-	 teardown),
-	 cmocka_unit_test_setup_teardown(test_single_materialize_packed, setup3, teardown),
-	 cmocka_unit_test_setup_teardown(test_preflight_on_version3, setup3, teardown),
-	 cmocka_unit_test_setup_teardown(test_free_while_submitted_releases_packed, setup3,
-	 teardown))
+	  cmocka_unit_test_setup_teardown(test_columns_carry_whole_tensor_slots, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_columns_left_out_when_they_say_nothing, setup3,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(test_checkpoint_table_of_many, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_packed_reply_binds_every_slot, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_digest_of_16_bytes, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_malformed_packed_replies_refused, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_single_materialize_packed, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_preflight_on_version3, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_free_while_submitted_releases_packed, setup3,
+					  teardown))

@@ -191,6 +191,5 @@ static void inconsistent_segments_refused(void **state)
 	fake_stop(f);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(one_fd_and_mapping_per_segment),
-	 cmocka_unit_test(inconsistent_segments_refused))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(one_fd_and_mapping_per_segment),
+	  cmocka_unit_test(inconsistent_segments_refused))

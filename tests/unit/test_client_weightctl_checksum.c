@@ -75,6 +75,5 @@ static void chunked_digests_agree_with_the_daemon(void **state)
 	free(buf);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(small_inputs_give_the_published_hashes),
-	 cmocka_unit_test(chunked_digests_agree_with_the_daemon))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(small_inputs_give_the_published_hashes),
+	  cmocka_unit_test(chunked_digests_agree_with_the_daemon))

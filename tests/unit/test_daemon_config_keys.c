@@ -372,10 +372,7 @@ static void test_defaults_match_constants(void **state)
 	unlink(path);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(test_table_documented),
-	 cmocka_unit_test(test_documented_in_table),
-	 cmocka_unit_test(test_example),
-	 cmocka_unit_test(test_reload_documented),
-	 cmocka_unit_test(test_rows),
-	 cmocka_unit_test(test_defaults_match_constants))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_table_documented),
+	  cmocka_unit_test(test_documented_in_table), cmocka_unit_test(test_example),
+	  cmocka_unit_test(test_reload_documented), cmocka_unit_test(test_rows),
+	  cmocka_unit_test(test_defaults_match_constants))

@@ -97,7 +97,6 @@ static void grows_and_stays_bounded(void **state)
 	keymemo_free(NULL);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(remembered_by_identity_and_name),
-	 cmocka_unit_test(zero_identity_is_never_remembered),
-	 cmocka_unit_test(grows_and_stays_bounded))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(remembered_by_identity_and_name),
+	  cmocka_unit_test(zero_identity_is_never_remembered),
+	  cmocka_unit_test(grows_and_stays_bounded))

@@ -182,8 +182,6 @@ static void warning_names_checkpoint_and_dropin(void **state)
 	assert_int_equal(r, 0);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(restricted_address_families),
-	 cmocka_unit_test(private_network),
-	 cmocka_unit_test(host_network),
-	 cmocka_unit_test(warning_names_checkpoint_and_dropin))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(restricted_address_families),
+	  cmocka_unit_test(private_network), cmocka_unit_test(host_network),
+	  cmocka_unit_test(warning_names_checkpoint_and_dropin))

@@ -106,6 +106,5 @@ static void an_unconnected_socket_is_nobody(void **state)
 	close(fd);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(every_supplementary_group_is_read),
-	 cmocka_unit_test(an_unconnected_socket_is_nobody))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(every_supplementary_group_is_read),
+	  cmocka_unit_test(an_unconnected_socket_is_nobody))

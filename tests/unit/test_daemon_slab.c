@@ -131,7 +131,5 @@ static void scattered_frees_return_chunks(void **state)
 	free(p);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(objects_aligned_zeroed_distinct),
-	 cmocka_unit_test(freed_objects_reused),
-	 cmocka_unit_test(scattered_frees_return_chunks))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(objects_aligned_zeroed_distinct),
+	  cmocka_unit_test(freed_objects_reused), cmocka_unit_test(scattered_frees_return_chunks))

@@ -106,5 +106,4 @@ static void shares_follow_the_uids_connected(void **state)
 	event_base_free(base);
 }
 
-TEST_MAIN(setup, teardown,
-	 cmocka_unit_test(shares_follow_the_uids_connected))
+TEST_MAIN(setup, teardown, cmocka_unit_test(shares_follow_the_uids_connected))

@@ -295,12 +295,11 @@ static void core_errors_become_wire_errors(void **state)
 	assert_int_equal(pe.actual, -9);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(every_field_is_carried),
-	 cmocka_unit_test(no_nodes_is_refused),
-	 cmocka_unit_test(too_many_nodes_names_the_first_past_the_limit),
-	 cmocka_unit_test(unknown_operation_is_refused),
-	 cmocka_unit_test(unknown_selection_kind_is_refused),
-	 cmocka_unit_test(too_many_dimensions_are_refused),
-	 cmocka_unit_test(unknown_dtype_is_refused),
-	 cmocka_unit_test(core_errors_become_wire_errors))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(every_field_is_carried),
+	  cmocka_unit_test(no_nodes_is_refused),
+	  cmocka_unit_test(too_many_nodes_names_the_first_past_the_limit),
+	  cmocka_unit_test(unknown_operation_is_refused),
+	  cmocka_unit_test(unknown_selection_kind_is_refused),
+	  cmocka_unit_test(too_many_dimensions_are_refused),
+	  cmocka_unit_test(unknown_dtype_is_refused),
+	  cmocka_unit_test(core_errors_become_wire_errors))

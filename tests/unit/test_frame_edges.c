@@ -524,14 +524,12 @@ static void test_borrowed_fds(void **state)
 	free(big);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(test_push_beyond_the_format),
-	 cmocka_unit_test(test_failed_message_is_taken_back_whole),
-	 cmocka_unit_test(test_limits_rise_and_never_fall),
-	 cmocka_unit_test(test_blocking_send_waits_for_room),
-	 cmocka_unit_test(test_message_needs_a_frame_size),
-	 cmocka_unit_test(test_msg_cache_reuses_blocks),
-	 cmocka_unit_test(test_msg_cache_is_bounded),
-	 cmocka_unit_test(test_msg_outlives_cache_owner),
-	 cmocka_unit_test(test_large_message_in_huge_pages),
-	 cmocka_unit_test(test_borrowed_fds))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_push_beyond_the_format),
+	  cmocka_unit_test(test_failed_message_is_taken_back_whole),
+	  cmocka_unit_test(test_limits_rise_and_never_fall),
+	  cmocka_unit_test(test_blocking_send_waits_for_room),
+	  cmocka_unit_test(test_message_needs_a_frame_size),
+	  cmocka_unit_test(test_msg_cache_reuses_blocks),
+	  cmocka_unit_test(test_msg_cache_is_bounded),
+	  cmocka_unit_test(test_msg_outlives_cache_owner),
+	  cmocka_unit_test(test_large_message_in_huge_pages), cmocka_unit_test(test_borrowed_fds))

@@ -288,10 +288,7 @@ static void equality_only_where_bits_match(void **state)
 	free(t);
 }
 
-TEST_MAIN(NULL, NULL,
-	 cmocka_unit_test(random_against_reference),
-	 cmocka_unit_test(random_structured_keys),
-	 cmocka_unit_test(growth_keeps_everything),
-	 cmocka_unit_test(constant_hash_deletion),
-	 cmocka_unit_test(wrapping_runs),
-	 cmocka_unit_test(equality_only_where_bits_match))
+TEST_MAIN(NULL, NULL, cmocka_unit_test(random_against_reference),
+	  cmocka_unit_test(random_structured_keys), cmocka_unit_test(growth_keeps_everything),
+	  cmocka_unit_test(constant_hash_deletion), cmocka_unit_test(wrapping_runs),
+	  cmocka_unit_test(equality_only_where_bits_match))

@@ -498,13 +498,8 @@ static void test_missing_shard(void **state)
 	assert_null(s);
 }
 
-TEST_MAIN(setup, teardown,
-	 cmocka_unit_test(test_http_single),
-	 cmocka_unit_test(test_http_refused),
-	 cmocka_unit_test(test_sharded_headers_only),
-	 cmocka_unit_test(test_https_redirect_and_token),
-	 cmocka_unit_test(test_s3),
-	 cmocka_unit_test(test_gguf),
-	 cmocka_unit_test(test_replaced),
-	 cmocka_unit_test(test_query_never_shown),
-	 cmocka_unit_test(test_missing_shard))
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_http_single), cmocka_unit_test(test_http_refused),
+	  cmocka_unit_test(test_sharded_headers_only),
+	  cmocka_unit_test(test_https_redirect_and_token), cmocka_unit_test(test_s3),
+	  cmocka_unit_test(test_gguf), cmocka_unit_test(test_replaced),
+	  cmocka_unit_test(test_query_never_shown), cmocka_unit_test(test_missing_shard))
