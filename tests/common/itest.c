@@ -326,6 +326,19 @@ size_t it_status_frame(uint8_t *out, uint8_t id)
 	return 8 + sizeof(payload);
 }
 
+void it_say(int fd, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof(buf) || write(fd, buf, (size_t)n) != n)
+		_exit(3);
+}
+
 pid_t it_fork_piped(int *ret_to, int *ret_from)
 {
 	int to[2], from[2];

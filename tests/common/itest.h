@@ -141,6 +141,10 @@ size_t it_status_frame(uint8_t *out, uint8_t id);
  */
 pid_t it_fork_piped(int *ret_to, int *ret_from);
 
+/* In a child: a printf-style line written to fd (to its parent); the child exits 3 when it cannot
+ * write it whole. */
+void it_say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Wait for a child and require exit status 0. */
 void it_wait_child_ok(pid_t pid);
 

@@ -37,19 +37,6 @@ struct child {
 	int cmd;     /* parent writes */
 };
 
-static void __attribute__((format(printf, 2, 3))) say(int fd, const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (write(fd, buf, (size_t)n) != n)
-		_exit(3);
-}
-
 static void child_main(const char *checkpoint, int in, int out)
 {
 	weightd_client *c = NULL;
@@ -61,23 +48,23 @@ static void child_main(const char *checkpoint, int in, int out)
 
 	if (weightd_connect(H.sock, "test-child", &c, &err) < 0 ||
 	    weightd_describe(c, checkpoint, &d, &err) < 0 || weightd_unit_new(c, &u, &err) < 0) {
-		say(out, "error %s\n", err.message);
+		it_say(out, "error %s\n", err.message);
 		_exit(1);
 	}
 	for (size_t i = 0; i < d->n_tensors; i++) {
 		const weightd_tensor_info *t = &d->tensors[i];
 		if (weightd_unit_slot(u, t->name, t->dtype, t->shape, t->ndim, NULL, &err) < 0 ||
 		    weightd_unit_set_tensor(u, t->name, checkpoint, t->name, NULL, &err) < 0) {
-			say(out, "error %s\n", err.message);
+			it_say(out, "error %s\n", err.message);
 			_exit(1);
 		}
 	}
 	if (weightd_unit_submit(u, &err) < 0 || weightd_unit_validate(u, &err) < 0) {
-		say(out, "error %s\n", err.message);
+		it_say(out, "error %s\n", err.message);
 		_exit(1);
 	}
 	weightd_unit_bind(u);
-	say(out, "bound %zu %llu\n", d->n_tensors, (unsigned long long)weightd_unit_bytes_read(u));
+	it_say(out, "bound %zu %llu\n", d->n_tensors, (unsigned long long)weightd_unit_bytes_read(u));
 	file = open(sample, O_RDONLY);
 	while (read(in, &op, 1) == 1) {
 		if (op == 'q')
@@ -90,7 +77,7 @@ static void child_main(const char *checkpoint, int in, int out)
 
 			if (op == 'i') {
 				fstat(fd, &st);
-				say(out, "%s %llu %llu\n", t->name, (unsigned long long)st.st_dev,
+				it_say(out, "%s %llu %llu\n", t->name, (unsigned long long)st.st_dev,
 				    (unsigned long long)st.st_ino);
 			} else if (op == 'v') {
 				const uint8_t *mem = weightd_unit_data(u, t->name);
@@ -100,7 +87,7 @@ static void child_main(const char *checkpoint, int in, int out)
 					    memcmp(want, mem, t->nbytes) == 0;
 				free(want);
 				if (!same)
-					say(out, "bad %s\n", t->name);
+					it_say(out, "bad %s\n", t->name);
 			} else if (op == 'w' && i == 0) {
 				void *p = mmap(NULL, t->nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 				int merr = p == MAP_FAILED ? errno : 0;
@@ -108,10 +95,10 @@ static void child_main(const char *checkpoint, int in, int out)
 				int werr = n < 0 ? errno : 0;
 				if (p != MAP_FAILED)
 					munmap(p, t->nbytes);
-				say(out, "mmap-write=%d write=%d\n", merr, werr);
+				it_say(out, "mmap-write=%d write=%d\n", merr, werr);
 			}
 		}
-		say(out, "done\n");
+		it_say(out, "done\n");
 	}
 	weightd_unit_free(u);
 	weightd_description_free(d);
