@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -97,6 +98,56 @@ static inline void bench_find_tool(const char *env, const char *rel, char *out, 
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[n > 0 ? n : 0] = '\0';
 	snprintf(out, cap, "%s/%s", dirname(self), rel);
+}
+
+/* A unit of every tensor d lists (checkpoint `ckpt`), each slot declared with the tensor's dtype
+ * and shape, submitted and validated. *ret is the unit (NULL if none was made), the caller's to
+ * free whether or not it succeeded; the return is the first failing call's. */
+static inline int bench_unit_described(weightd_client *c, const char *ckpt,
+				       const weightd_description *d, weightd_unit **ret,
+				       weightd_error *err)
+{
+	weightd_unit *u = NULL;
+	int r = weightd_unit_new(c, &u, err);
+
+	for (size_t i = 0; r >= 0 && i < d->n_tensors; i++) {
+		const weightd_tensor_info *t = &d->tensors[i];
+		r = weightd_unit_slot(u, t->name, t->dtype, t->shape, t->ndim, NULL, err);
+		if (r >= 0)
+			r = weightd_unit_set_tensor(u, t->name, ckpt, t->name, NULL, err);
+	}
+	if (r >= 0)
+		r = weightd_unit_submit(u, err);
+	if (r >= 0)
+		r = weightd_unit_validate(u, err);
+	*ret = u;
+	return r;
+}
+
+/* Run child(arg, fd) in a forked process that writes `len` bytes of its result to fd and exits;
+ * those bytes into out. 0 when they all came and the child exited 0, else -1. */
+static inline int bench_child_result(void (*child)(int arg, int fd), int arg, void *out,
+				     size_t len)
+{
+	int p[2], status;
+	pid_t pid;
+	ssize_t k;
+
+	if (pipe(p) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		close(p[0]);
+		child(arg, p[1]);
+		_exit(1);
+	}
+	close(p[1]);
+	k = read(p[0], out, len);
+	close(p[0]);
+	waitpid(pid, &status, 0);
+	return k == (ssize_t)len && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
 #endif

@@ -10,7 +10,7 @@
  *     tests/bench/bench_huge [--size BYTES] [--runs R]
  *
  * Defaults: 1 GiB (eight U8 tensors of 128 MiB), 7 runs of each side. Two private weightds
- * (tests/integration/harness.c) serve the same checkpoint: one keeps its segments in /dev/shm
+ * (tests/common/harness.c) serve the same checkpoint: one keeps its segments in /dev/shm
  * (4 KiB pages here), the other in a segment_dir on a tmpfs this program mounts with
  * huge=within_size in its temp dir (unmounted at the end).
  *
@@ -179,24 +179,8 @@ static void run_child(int side, int fd)
 static int run(int side, double *ret_t, double *ret_faults, double *ret_again)
 {
 	double r[3];
-	int p[2], status;
-	pid_t pid;
-	ssize_t k;
 
-	if (pipe(p) < 0)
-		return -1;
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		close(p[0]);
-		run_child(side, p[1]);
-	}
-	close(p[1]);
-	k = read(p[0], r, sizeof(r));
-	close(p[0]);
-	waitpid(pid, &status, 0);
-	if (k != (ssize_t)sizeof(r) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+	if (bench_child_result(run_child, side, r, sizeof(r)) < 0)
 		return -1;
 	*ret_t = r[0];
 	*ret_faults = r[1];

@@ -9,7 +9,7 @@
  *     tests/bench/bench_populate [--size BYTES] [--runs R]
  *
  * Defaults: 1 GiB (eight U8 tensors of 128 MiB), 7 runs of each side. A private weightd
- * (tests/integration/harness.c) serves the checkpoint; the whole of it is materialized once as
+ * (tests/common/harness.c) serves the checkpoint; the whole of it is materialized once as
  * a unit and freed before timing, so every run maps weights already in shared memory. All of it
  * twice: with segments on /dev/shm (4 KiB pages), then with segment_dir on a tmpfs mounted with
  * huge=within_size (2 MiB pages) in a mount namespace of the benchmark's own (root only; skipped
@@ -107,24 +107,7 @@ static void run_child(int populate, int fd)
 
 static int run(int populate, struct sample *s)
 {
-	int p[2], status;
-	pid_t pid;
-	ssize_t k;
-
-	if (pipe(p) < 0)
-		return -1;
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		close(p[0]);
-		run_child(populate, p[1]);
-	}
-	close(p[1]);
-	k = read(p[0], s, sizeof(*s));
-	close(p[0]);
-	waitpid(pid, &status, 0);
-	if (k != (ssize_t)sizeof(*s) || !s->ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+	if (bench_child_result(run_child, populate, s, sizeof(*s)) < 0 || !s->ok)
 		return -1;
 	return 0;
 }

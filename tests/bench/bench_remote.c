@@ -311,17 +311,7 @@ static int load(struct bench *b, const char *section, struct sample *ret)
 		r = 0;
 	}
 	if (r == 0)
-		r = weightd_unit_new(c, &u, &err);
-	for (size_t i = 0; r >= 0 && i < d->n_tensors; i++) {
-		const weightd_tensor_info *t = &d->tensors[i];
-		r = weightd_unit_slot(u, t->name, t->dtype, t->shape, t->ndim, NULL, &err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, t->name, "ckpt", t->name, NULL, &err);
-	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, &err);
-	if (r >= 0)
-		r = weightd_unit_validate(u, &err);
+		r = bench_unit_described(c, "ckpt", d, &u, &err);
 	ret->s = bench_now() - t0;
 	ticks = harness_cpu_ticks(b->h.pid);
 	ret->cpu = (double)ticks / (double)sysconf(_SC_CLK_TCK);

@@ -92,17 +92,7 @@ static int serve(const struct bench *b, const weightd_description *d, double t0,
 
 	r = weightd_connect(b->h.sock, "bench_restart", &c, &err);
 	if (r == 0)
-		r = weightd_unit_new(c, &u, &err);
-	for (size_t i = 0; r >= 0 && i < d->n_tensors; i++) {
-		const weightd_tensor_info *t = &d->tensors[i];
-		r = weightd_unit_slot(u, t->name, t->dtype, t->shape, t->ndim, NULL, &err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, t->name, "big", t->name, NULL, &err);
-	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, &err);
-	if (r >= 0)
-		r = weightd_unit_validate(u, &err);
+		r = bench_unit_described(c, "big", d, &u, &err);
 	s->seconds = bench_now() - t0;
 	if (r >= 0)
 		r = weightd_status_get(c, &st, &err);

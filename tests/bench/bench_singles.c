@@ -10,7 +10,7 @@
  *     tests/bench/bench_singles [--tensors N] [--runs R] [--window W]
  *
  * Defaults: all 91,991 tensors, 3 runs, 200 requests in flight. A private weightd
- * (tests/integration/harness.c, log_level warning) serves the checkpoint, written to a temp dir
+ * (tests/common/harness.c, log_level warning) serves the checkpoint, written to a temp dir
  * (so in the page cache). Each run starts weightd anew with no segment and no state record
  * before each of:
  *
@@ -132,7 +132,6 @@ int main(int argc, char **argv)
 	struct rlimit rl;
 	weightd_client *c = NULL;
 	weightd_error err;
-	char dir[400], sec[600];
 	int runs = 3, rc = 1, fds = 0, maps = 0, wfds = 0, wmaps = 0;
 	uint64_t bytes = 0;
 	double m_unit, m_single, m_window, la[3] = { 0, 0, 0 };
@@ -163,22 +162,10 @@ int main(int argc, char **argv)
 	rl.rlim_cur = rl.rlim_max < 1024 ? rl.rlim_max : 1024;
 	setrlimit(RLIMIT_NOFILE, &rl);
 
-	if (ds_table(&ds_tiny, &CK) < 0 || harness_init(&H) < 0)
+	if (ds_serve(&H, &ds_tiny, &CK, &QUIET, "log_level = warning") < 0)
 		goto out;
-	harness_path(&H, "ds", dir, sizeof(dir));
-	printf("writing the DeepSeek-V3-shaped checkpoint (%d tensors, %d shards) ...\n",
-	       DS_TENSORS, DS_SHARDS);
-	fflush(stdout);
-	if (mkdir(dir, 0755) < 0 || ds_write(&CK, dir) < 0) {
-		fprintf(stderr, "bench_singles: cannot write the checkpoint in %s\n", dir);
-		goto out;
-	}
 	for (size_t i = 0; i < N; i++)
 		bytes += CK.t[i].nbytes;
-	snprintf(sec, sizeof(sec), "[checkpoint:ds]\npath = %s\n", dir);
-	if (harness_write_config(&H, "log_level = warning", sec) < 0 ||
-	    harness_start_opts(&H, &QUIET) < 0)
-		goto out;
 	printf("%zu tensors, %llu bytes; weightd %s; %d runs; client ulimit -n %llu\n\n", N,
 	       (unsigned long long)bytes, harness_weightd(), runs, (unsigned long long)rl.rlim_cur);
 	printf("%4s  %10s  %12s  %12s\n", "run", "unit (s)", "single (s)", "window (s)");
