@@ -282,3 +282,14 @@ int hostile_conn(const struct harness *h)
 		_exit(11);
 	return fd;
 }
+
+pid_t hostile_attack(struct harness *h, const char *extra, struct hostile_base *ret_base)
+{
+	pid_t pid;
+
+	hostile_start(h, extra);
+	*ret_base = hostile_baseline(h);
+	pid = fork();
+	assert_true(pid >= 0);
+	return pid;
+}

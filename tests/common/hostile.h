@@ -113,4 +113,8 @@ int hostile_conn(const struct harness *h);
 void hostile_victim_get(const struct harness *h, const char *ckpt, const char *tensor,
 			unsigned seed, uint64_t bytes, int64_t *ret_ms);
 
+/* An attack's start: h's daemon started with `extra` [daemon] lines (hostile_start), its baseline
+ * into *ret_base, then fork. The child's pid in the parent, 0 in the child. */
+pid_t hostile_attack(struct harness *h, const char *extra, struct hostile_base *ret_base);
+
 #endif

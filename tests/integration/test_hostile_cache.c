@@ -27,10 +27,7 @@ static void abandoned_tiny_weights_are_bounded(void **state)
 	pid_t pid;
 
 	(void)state;
-	hostile_start(&H, "max_idle_segments = 16\nmax_idle_weights = 64");
-	base = hostile_baseline(&H);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_attack(&H, "max_idle_segments = 16\nmax_idle_weights = 64", &base);
 	if (pid == 0) {
 		static weightd_weight *held[HOARD];
 		weightd_client *c = NULL;
@@ -440,10 +437,7 @@ static void aliases_of_a_forbidden_entry_are_refused_first(void **state)
 	pid_t pid;
 
 	(void)state;
-	hostile_start(&H, NULL);
-	base = hostile_baseline(&H);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_attack(&H, NULL, &base);
 	if (pid == 0) {
 		const size_t n = 65536;
 		weightd_client *c = NULL;

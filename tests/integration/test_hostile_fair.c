@@ -558,10 +558,7 @@ static void names_it_may_not_read_are_not_confirmed(void **state)
 	pid_t pid;
 
 	(void)state;
-	hostile_start(&H, NULL);
-	base = hostile_baseline(&H);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_attack(&H, NULL, &base);
 	if (pid == 0) {
 		weightd_client *c = NULL;
 		weightd_error err;

@@ -599,10 +599,7 @@ static void half_closed_client_gets_its_replies(void **state)
 	pid_t pid;
 
 	(void)state;
-	hostile_start(&H, NULL);
-	base = hostile_baseline(&H);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_attack(&H, NULL, &base);
 	if (pid == 0) {
 		const char *tensor = "t3";
 		struct pb unit, empty = { .n = 0 }, h = { .n = 0 };

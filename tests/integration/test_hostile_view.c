@@ -182,10 +182,7 @@ static void recipe_temporaries_are_capped(void **state)
 	pid_t pid;
 
 	(void)state;
-	hostile_start(&H, "max_temp = 300K\n");
-	base = hostile_baseline(&H);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_attack(&H, "max_temp = 300K\n", &base);
 	if (pid == 0) {
 		weightd_client *a = NULL;
 		weightd_error e;

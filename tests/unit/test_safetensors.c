@@ -18,24 +18,10 @@
 #include "safetensors.h"
 #include "st_writer.h"
 
-static char g_dir[4096];
-
-static int setup(void **state)
-{
-	(void)state;
-	return stw_tmpdir(g_dir, sizeof(g_dir));
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return stw_rmtree(g_dir);
-}
-
 static const char *tpath(const char *name)
 {
 	static char p[4200];
-	snprintf(p, sizeof(p), "%s/%s", g_dir, name);
+	snprintf(p, sizeof(p), "%s/%s", stw_test_dir, name);
 	return p;
 }
 
@@ -717,7 +703,7 @@ static void tensor_file_index_is_recorded(void **state)
 	wd_tensor_table_free(&t);
 }
 
-TEST_MAIN(setup, teardown, cmocka_unit_test(every_dtype_is_accepted_with_exact_offsets_and_bytes),
+TEST_MAIN(stw_setup, stw_teardown, cmocka_unit_test(every_dtype_is_accepted_with_exact_offsets_and_bytes),
 	  cmocka_unit_test(scalars_and_empty_tensors_are_valid),
 	  cmocka_unit_test(empty_header_and_space_padding_are_valid),
 	  cmocka_unit_test(nul_padding_is_rejected_by_its_rule),

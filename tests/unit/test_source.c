@@ -19,21 +19,7 @@
 #include "source.h"
 #include "st_writer.h"
 
-static char g_dir[4096];
-
-static int setup(void **state)
-{
-	(void)state;
-	return stw_tmpdir(g_dir, sizeof(g_dir));
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return stw_rmtree(g_dir);
-}
-
-/* g_dir/<fmt...>, in one of a few rotating buffers. */
+/* stw_test_dir/<fmt...>, in one of a few rotating buffers. */
 static const char *tpath(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static const char *tpath(const char *fmt, ...)
 {
@@ -46,7 +32,7 @@ static const char *tpath(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(rel, sizeof(rel), fmt, ap);
 	va_end(ap);
-	snprintf(p, 4300, "%s/%s", g_dir, rel);
+	snprintf(p, 4300, "%s/%s", stw_test_dir, rel);
 	return p;
 }
 
@@ -750,7 +736,7 @@ static void gguf_named_files_without_the_magic_say_so(void **state)
 	assert_non_null(strstr(err.message, "safetensors header"));
 }
 
-TEST_MAIN(setup, teardown, cmocka_unit_test(single_file_opens_and_reads_the_right_bytes),
+TEST_MAIN(stw_setup, stw_teardown, cmocka_unit_test(single_file_opens_and_reads_the_right_bytes),
 	  cmocka_unit_test(lookup_by_name_finds_every_tensor),
 	  cmocka_unit_test(a_missing_name_suggests_the_nearest),
 	  cmocka_unit_test(directory_with_one_safetensors_file_is_that_file),
