@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "frame.h"
+#include "msg.h"
 
 /*
  * Each block starts with a pointer to the previous one; allocations follow, 16-byte aligned.

@@ -25,6 +25,8 @@
 #include "err.h"
 #include "error.h"
 #include "frame.h"
+#include "group.h"
+#include "msg.h"
 #include "seg.h"
 
 #define WC_MAX_REPLY (64u << 20)     /* largest reply frame accepted from the daemon */
@@ -121,21 +123,6 @@ static void nofile_text(char *buf, size_t cap)
 		       "ulimit -n, setrlimit(RLIMIT_NOFILE), or LimitNOFILE= for a service");
 }
 
-/* Is this process in group gid (its effective or a supplementary group)? */
-static bool in_group(gid_t gid)
-{
-	int n = getgroups(0, NULL);
-	gid_t *groups = n > 0 ? calloc((size_t)n, sizeof(*groups)) : NULL;
-	bool found = getegid() == gid;
-
-	if (groups)
-		n = getgroups(n, groups);
-	for (int i = 0; groups && i < n && !found; i++)
-		found = groups[i] == gid;
-	free(groups);
-	return found;
-}
-
 /* A user's or group's name, or its number when it has none. */
 static void user_name(uid_t uid, char *buf, size_t cap)
 {
@@ -175,7 +162,7 @@ static void denied_text(const char *path, char *buf, size_t cap)
 	user_name(st.st_uid, owner, sizeof(owner));
 	group_name(st.st_gid, group, sizeof(group));
 	user_name(geteuid(), me, sizeof(me));
-	if ((st.st_mode & S_IWGRP) && !in_group(st.st_gid))
+	if ((st.st_mode & S_IWGRP) && !wd_group_member(st.st_gid))
 		snprintf(buf, cap,
 			 " (the socket is owned by %s:%s, mode %04o; this process runs as %s, who is "
 			 "not in the group %s: join it (usermod -aG %s %s, then log in again))",

@@ -11,7 +11,7 @@
 #include "columns.h"
 #include "conn.h"
 #include "err.h"
-#include "frame.h"
+#include "msg.h"
 #include "recipe.h"
 #include "seg.h"
 #include "weight.h"

@@ -7,7 +7,7 @@
 
 #include "conn.h"
 #include "err.h"
-#include "frame.h"
+#include "msg.h"
 #include "weight.h"
 
 /*

@@ -16,7 +16,7 @@
 #include "arena.h"
 #include "conn.h"
 #include "err.h"
-#include "frame.h"
+#include "msg.h"
 #include "seg.h"
 
 /*

@@ -394,6 +394,20 @@ struct batch {
 	STAILQ_HEAD(, job) jobs;
 };
 
+/* The k jobs from jobs[i] were filled together, starting at t0 (wd_clock_ns): each is whole, with
+ * an equal share of the time. Returns the index after them. */
+static size_t batch_run_done(struct job **jobs, size_t i, size_t k, uint64_t t0)
+{
+	uint64_t ns = (wd_clock_ns() - t0) / k;
+
+	for (; k; k--, i++) {
+		jobs[i]->bytes_read = jobs[i]->nbytes;
+		jobs[i]->ns = ns;
+		jobs[i]->status = 0;
+	}
+	return i;
+}
+
 /* Worker thread: the jobs of a batch, one after another; a run of them (fill_run_length)
  * from one read, the stored weights of one remote object (fill_remote_run_length) fetched
  * together. */
@@ -415,18 +429,13 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 		size_t k = fill_remote_run_length(parts + i, n - i);
 
 		if (k > 0) {
-			uint64_t t0 = wd_clock_ns(), ns;
+			uint64_t t0 = wd_clock_ns();
 			weightd_error err;
 
 			wd_error_clear(&err);
 			if (fill_remote_run(jobs[i]->cache->p.pool, jobs[i]->fd, parts + i, k,
 					    scratch, &err) == 0) {
-				ns = (wd_clock_ns() - t0) / k;
-				for (; k; k--, i++) {
-					jobs[i]->bytes_read = jobs[i]->nbytes;
-					jobs[i]->ns = ns;
-					jobs[i]->status = 0;
-				}
+				i = batch_run_done(jobs, i, k, t0);
 				continue;
 			}
 			log_debug("%zu weights fetched together failed; fetching them one by one "
@@ -441,17 +450,12 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 		}
 		k = scratch ? fill_run_length(parts + i, n - i, scratch->cap) : 1;
 		if (k > 1) {
-			uint64_t t0 = wd_clock_ns(), ns;
+			uint64_t t0 = wd_clock_ns();
 			weightd_error err;
 
 			wd_error_clear(&err);
 			if (fill_run(jobs[i]->fd, parts + i, k, scratch, &err) == 0) {
-				ns = (wd_clock_ns() - t0) / k;
-				for (; k; k--, i++) {
-					jobs[i]->bytes_read = jobs[i]->nbytes;
-					jobs[i]->ns = ns;
-					jobs[i]->status = 0;
-				}
+				i = batch_run_done(jobs, i, k, t0);
 				continue;
 			}
 			log_debug("a run of %zu weights from one file failed; filling them one by one "

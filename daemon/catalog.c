@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "peer.h"
+#include "wd_strdup.h"
 
 struct catalog {
 	struct csource **items;
@@ -16,18 +17,6 @@ struct catalog {
 	/* [daemon]'s remote_* keys, as read at start */
 	unsigned remote_connect_timeout_ms, remote_low_speed_time_s, remote_retries;
 };
-
-static char *dup_opt(const char *s, bool *oom)
-{
-	char *d;
-
-	if (!s)
-		return NULL;
-	d = strdup(s);
-	if (!d)
-		*oom = true;
-	return d;
-}
 
 static void conf_free(struct source_conf *c);
 
@@ -38,13 +27,13 @@ static struct source_conf *conf_copy(const struct source_conf *sc)
 
 	if (!c)
 		return NULL;
-	c->endpoint = dup_opt(sc->endpoint, &oom);
-	c->region = dup_opt(sc->region, &oom);
+	c->endpoint = wd_strdup_opt(sc->endpoint, &oom);
+	c->region = wd_strdup_opt(sc->region, &oom);
 	c->path_style = sc->path_style;
-	c->credentials_file = dup_opt(sc->credentials_file, &oom);
-	c->profile = dup_opt(sc->profile, &oom);
-	c->token_file = dup_opt(sc->token_file, &oom);
-	c->ca_file = dup_opt(sc->ca_file, &oom);
+	c->credentials_file = wd_strdup_opt(sc->credentials_file, &oom);
+	c->profile = wd_strdup_opt(sc->profile, &oom);
+	c->token_file = wd_strdup_opt(sc->token_file, &oom);
+	c->ca_file = wd_strdup_opt(sc->ca_file, &oom);
 	c->allow_http = sc->allow_http;
 	c->name = strdup(sc->name);
 	c->path = strdup(sc->path);
@@ -575,4 +564,19 @@ void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 	c->items = items;
 	c->n = n;
 	catalog_plan_free(p);
+}
+
+void catalog_remote_counters(const struct csource *cs, struct wd_remote_counters *ret)
+{
+	struct wd_remote *r = cs->src ? wd_source_remote(cs->src) : NULL;
+	struct wd_remote_counters now = { 0 };
+
+	*ret = cs->stats->remote_done;
+	if (!r)
+		return;
+	wd_remote_counters(r, &now);
+	ret->bytes += now.bytes;
+	ret->requests += now.requests;
+	ret->retries += now.retries;
+	ret->errors += now.errors;
 }

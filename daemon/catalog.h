@@ -136,4 +136,9 @@ void catalog_plan_free(struct catalog_plan *p);
  * catalog stand (a watched checkpoint whose files changed): the others stay as they are. */
 struct catalog_plan *catalog_recheck_prepare(const struct catalog *c, char *const *names, size_t n);
 
+/* A remote checkpoint's traffic with its store since start: what the generations it no longer
+ * serves counted until the reload that replaced them, and what its current one has counted
+ * (every generation has its own connections). All zero for a local checkpoint. Main thread. */
+void catalog_remote_counters(const struct csource *cs, struct wd_remote_counters *ret);
+
 #endif

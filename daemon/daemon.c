@@ -10,6 +10,7 @@
 #include "clock.h"
 #include "log.h"
 #include "segment.h"
+#include "session.h"
 #include "shmscan.h"
 
 uint64_t daemon_uptime_ms(const struct daemon *d)
@@ -51,4 +52,24 @@ uint64_t daemon_foreign_segments(struct daemon *d)
 	shmscan_poke(d->shmscan);
 	d->stats.foreign_segments = shmscan_count(d->shmscan, NULL);
 	return d->stats.foreign_segments;
+}
+
+struct session *daemon_session(const struct daemon *d, uint64_t id)
+{
+	struct session *s;
+
+	LIST_FOREACH(s, &d->sessions, link)
+	if (s->id == id)
+		return s;
+	return NULL;
+}
+
+void daemon_foreach_session(struct daemon *d, void (*fn)(struct session *s, void *arg), void *arg)
+{
+	struct session *s, *next;
+
+	for (s = LIST_FIRST(&d->sessions); s; s = next) {
+		next = LIST_NEXT(s, link); /* s may die (it leaves the list) */
+		fn(s, arg);
+	}
 }

@@ -16,6 +16,7 @@ struct cache;
 struct keymemo;
 struct pool;
 struct server;
+struct session;
 struct preload_set;
 struct admit;
 
@@ -27,6 +28,9 @@ struct daemon {
 	struct keymemo *keymemo;        /* recipe keys of plain source entries (keymemo.c) */
 	struct pool *pool;
 	struct server *server;
+	/* the sessions connected and not yet killed: server.c keeps the list (it owns them), the
+	 * handlers reach them through daemon_session and daemon_foreach_session */
+	LIST_HEAD(, session) sessions;
 	LIST_HEAD(, preload_set) preloads; /* the daemon's own holds (preload.c) */
 	struct reload *reload;          /* reload.c */
 	struct admit *admit;		/* admit.c: remote checkpoints being admitted */
@@ -55,5 +59,11 @@ void daemon_notify_ready(struct daemon *d);
 /* Objects under the prefix weightd did not make, as the last look found them; asks for a new
  * look (off the main loop, rate-limited). O(1). */
 uint64_t daemon_foreign_segments(struct daemon *d);
+
+/* The connected (not yet killed) session with this id, or NULL. Linear in the clients. */
+struct session *daemon_session(const struct daemon *d, uint64_t id);
+
+/* Call fn on every connected session; fn may kill the one it is given. */
+void daemon_foreach_session(struct daemon *d, void (*fn)(struct session *s, void *arg), void *arg);
 
 #endif

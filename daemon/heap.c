@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
+#include "msg.h"
 
 #define HEAP_TRIM_MIN ((size_t)64 << 20)
 #define HEAP_BLOCK ((size_t)16 << 20)     /* under the mmap threshold: carved from the heap */
@@ -78,7 +78,7 @@ void heap_reserve(size_t bytes)
 		blocks[n] = malloc(HEAP_BLOCK);
 		if (!blocks[n])
 			break;
-		wd_advise_huge(blocks[n], HEAP_BLOCK);
+		wd_msg_advise_huge(blocks[n], HEAP_BLOCK);
 	}
 	while (n > 0)
 		free(blocks[--n]);

@@ -18,7 +18,6 @@
 #include "daemon.h"
 #include "log.h"
 #include "remote.h"
-#include "server.h"
 #include "source.h"
 
 /*
@@ -90,21 +89,6 @@ enum per_source {
 	PS_REMOTE_ERRORS
 };
 
-void metrics_remote_counters(const struct csource *cs, struct wd_remote_counters *ret)
-{
-	struct wd_remote *r = cs->src ? wd_source_remote(cs->src) : NULL;
-	struct wd_remote_counters now = { 0 };
-
-	*ret = cs->stats->remote_done;
-	if (!r)
-		return;
-	wd_remote_counters(r, &now);
-	ret->bytes += now.bytes;
-	ret->requests += now.requests;
-	ret->retries += now.retries;
-	ret->errors += now.errors;
-}
-
 static uint64_t source_value(const struct csource *cs, enum per_source what)
 {
 	struct wd_remote_counters rc;
@@ -118,10 +102,10 @@ static uint64_t source_value(const struct csource *cs, enum per_source what)
 	case PS_MATERIALIZED: return cs->stats->materialized_bytes;
 	case PS_CLIENTS: return cs->stats->clients;
 	case PS_ERRORS: return cs->stats->errors;
-	case PS_REMOTE_BYTES: return metrics_remote_counters(cs, &rc), rc.bytes;
-	case PS_REMOTE_REQUESTS: return metrics_remote_counters(cs, &rc), rc.requests;
-	case PS_REMOTE_RETRIES: return metrics_remote_counters(cs, &rc), rc.retries;
-	case PS_REMOTE_ERRORS: return metrics_remote_counters(cs, &rc), rc.errors;
+	case PS_REMOTE_BYTES: return catalog_remote_counters(cs, &rc), rc.bytes;
+	case PS_REMOTE_REQUESTS: return catalog_remote_counters(cs, &rc), rc.requests;
+	case PS_REMOTE_RETRIES: return catalog_remote_counters(cs, &rc), rc.retries;
+	case PS_REMOTE_ERRORS: return catalog_remote_counters(cs, &rc), rc.errors;
 	}
 	return 0;
 }
@@ -182,7 +166,7 @@ void metrics_format(struct daemon *d, struct evbuffer *out)
 	    cache_resident(d->cache));
 	u64(out, "budget_bytes", "gauge", "The memory budget in bytes.", cache_budget(d->cache));
 	u64(out, "weights", "gauge", "Weights resident in shared memory.", cache_count(d->cache));
-	u64(out, "clients", "gauge", "Connected clients.", server_clients(d->server));
+	u64(out, "clients", "gauge", "Connected clients.", d->stats.clients);
 	u64(out, "references", "gauge", "References clients hold on weights.",
 	    cache_references(d->cache));
 	u64(out, "segments", "gauge", "Shared-memory segments (each holds one or many weights).",

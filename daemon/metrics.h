@@ -23,9 +23,4 @@ void metrics_free(struct metrics *m);
  * loopback only). */
 void metrics_format(struct daemon *d, struct evbuffer *out);
 
-/* A remote checkpoint's traffic with its store since start: what the generations it no longer
- * serves counted until the reload that replaced them, and what its current one has counted
- * (every generation has its own connections). All zero for a local checkpoint. Main thread. */
-void metrics_remote_counters(const struct csource *cs, struct wd_remote_counters *ret);
-
 #endif

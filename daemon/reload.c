@@ -18,7 +18,6 @@
 #include "daemon.h"
 #include "fill.h"
 #include "log.h"
-#include "metrics.h"
 #include "netcheck.h"
 #include "pool.h"
 #include "preload.h"

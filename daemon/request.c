@@ -1,10 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* request.c - dispatch of decoded requests to their modules (units in unit.c, share and release in
- * request_holds.c, queries in request_query.c, admin requests in request_admin.c), and the reply
- * and error helpers they share. Main thread only. */
-#include <stdarg.h>
-#include <stdio.h>
-
+ * request_holds.c, queries in request_query.c, admin requests in request_admin.c). They answer
+ * through session_reply and session_fail (session.c), never back through here. Main thread only. */
 #include "request.h"
 
 #include "request_admin.h"
@@ -12,37 +9,6 @@
 #include "request_query.h"
 #include "session.h"
 #include "unit.h"
-
-/* --- replies ---------------------------------------------------------------------------------- */
-
-void request_reply(struct session *s, Weightd__Response *resp, uint64_t id, const int *fds,
-		   size_t nfds)
-{
-	resp->id = id;
-	session_send(s, resp, fds, nfds);
-}
-
-static void vfail(struct session *s, uint64_t id, int code, const char *fmt, va_list ap)
-	__attribute__((format(printf, 4, 0)));
-
-static void vfail(struct session *s, uint64_t id, int code, const char *fmt, va_list ap)
-{
-	weightd_error e;
-
-	wd_error_clear(&e);
-	e.code = code;
-	vsnprintf(e.message, sizeof(e.message), fmt, ap);
-	session_send_error(s, id, &e);
-}
-
-void request_fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vfail(s, id, code, fmt, ap);
-	va_end(ap);
-}
 
 void request_dispatch(struct session *s, Weightd__Request *req)
 {
@@ -69,7 +35,7 @@ void request_dispatch(struct session *s, Weightd__Request *req)
 	case WEIGHTD__REQUEST__BODY_REATTACH: request_holds_reattach(s, req->id, req->reattach); break;
 	default:
 		/* A newer client's request this daemon does not know: say so, keep the connection. */
-		request_fail(s, req->id, WEIGHTD_E_UNSUPPORTED,
+		session_fail(s, req->id, WEIGHTD_E_UNSUPPORTED,
 			     "this weightd does not know that request");
 		break;
 	}

@@ -20,11 +20,4 @@ void request_dispatch(struct session *s, Weightd__Request *req);
 /* A dying session's requests in flight finish without replying (unit_session_gone). */
 void request_session_gone(struct session *s);
 
-/* Send `resp` as the answer to request `id` (fds pass to the session, see session_send). */
-void request_reply(struct session *s, Weightd__Response *resp, uint64_t id, const int *fds,
-		   size_t nfds);
-/* Send an error with `code` and a formatted sentence as the answer to request `id`. */
-void request_fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
 #endif

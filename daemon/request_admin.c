@@ -6,14 +6,13 @@
 #include "daemon.h"
 #include "reload.h"
 #include "request.h"
-#include "server.h"
 #include "session.h"
 
 static bool require_privilege(struct session *s, uint64_t id, const char *what)
 {
 	if (s->peer.privileged)
 		return true;
-	request_fail(s, id, WEIGHTD_E_PERMISSION_DENIED,
+	session_fail(s, id, WEIGHTD_E_PERMISSION_DENIED,
 		     "only root or the daemon's own user may %s", what);
 	return false;
 }
@@ -22,7 +21,7 @@ static bool require_privilege(struct session *s, uint64_t id, const char *what)
 static void reload_answered(struct daemon *d, uint64_t session, uint64_t request,
 			    const struct reload_report *rep, const weightd_error *err)
 {
-	struct session *s = server_find(d->server, session);
+	struct session *s = daemon_session(d, session);
 
 	if (!s)
 		return;
@@ -52,7 +51,7 @@ void request_admin_reload(struct session *s, uint64_t id)
 	if (!require_privilege(s, id, "reload the configuration"))
 		return;
 	if (!s->d->reload) {
-		request_fail(s, id, WEIGHTD_E_UNSUPPORTED, "reload is not available");
+		session_fail(s, id, WEIGHTD_E_UNSUPPORTED, "reload is not available");
 		return;
 	}
 	s->reloads++;
@@ -71,5 +70,5 @@ void request_admin_evict(struct session *s, uint64_t id, const Weightd__Evict *e
 	er.bytes = bytes;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_EVICT;
 	resp.evict = &er;
-	request_reply(s, &resp, id, NULL, 0);
+	session_reply(s, &resp, id, NULL, 0);
 }

@@ -67,7 +67,7 @@ void request_holds_share(struct session *s, uint64_t id, const Weightd__Share *s
 	if (r == -WEIGHTD_E_NOT_FOUND) {
 		char buf[32];
 		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sh->handle);
-		request_fail(s, id, WEIGHTD_E_NOT_FOUND,
+		session_fail(s, id, WEIGHTD_E_NOT_FOUND,
 			     "this client holds no weight with handle %s", buf);
 		return;
 	}
@@ -76,7 +76,7 @@ void request_holds_share(struct session *s, uint64_t id, const Weightd__Share *s
 		return;
 	}
 	if (r < 0) {
-		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	/* the client's own description of the segment, locked over the weight (give.c); with
@@ -112,7 +112,7 @@ void request_holds_release(struct session *s, uint64_t id, const Weightd__Releas
 	int r;
 
 	if (rl->n_handles > s->d->cfg->max_unit_entries) {
-		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
+		session_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
 			     "limit exceeded: a release of %zu handles; at most %u "
 			     "(max_unit_entries)",
 			     rl->n_handles, s->d->cfg->max_unit_entries);
@@ -120,21 +120,21 @@ void request_holds_release(struct session *s, uint64_t id, const Weightd__Releas
 	}
 	r = holds_release_all(&s->holds, rl->handles, rl->n_handles, &missing);
 	if (r == -WEIGHTD_E_NOT_FOUND) {
-		request_fail(
+		session_fail(
 			s, id, WEIGHTD_E_NOT_FOUND,
 			"this client does not hold weight %llu (as many times as it releases it)",
 			(unsigned long long)missing);
 		return;
 	}
 	if (r < 0) {
-		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	if (quiet)
 		return; /* nobody waits for it: one round trip is one message each way */
 	resp.body_case = WEIGHTD__RESPONSE__BODY_RELEASE;
 	resp.release = &empty;
-	request_reply(s, &resp, id, NULL, 0);
+	session_reply(s, &resp, id, NULL, 0);
 }
 
 /* May the client read every checkpoint weight w reads? A re-adopted weight names them joined by
@@ -175,14 +175,14 @@ void request_holds_reattach(struct session *s, uint64_t id, const Weightd__Reatt
 
 	if (ra->n_offset != n || ra->n_nbytes != n || ra->n_count != n ||
 	    ra->keys.len != n * 32) {
-		request_fail(s, id, WEIGHTD_E_INVALID_ARGUMENT,
+		session_fail(s, id, WEIGHTD_E_INVALID_ARGUMENT,
 			     "a reattach request whose columns differ in length (%zu inodes, %zu "
 			     "offsets, %zu sizes, %zu counts, %zu key bytes)", n, ra->n_offset,
 			     ra->n_nbytes, ra->n_count, ra->keys.len);
 		return;
 	}
 	if (n > s->d->cfg->max_unit_entries) {
-		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
+		session_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
 			     "limit exceeded: a reattach of %zu weights; at most %u (max_unit_entries)",
 			     n, s->d->cfg->max_unit_entries);
 		return;
@@ -192,7 +192,7 @@ void request_holds_reattach(struct session *s, uint64_t id, const Weightd__Reatt
 	if (!handles || !segments) {
 		free(handles);
 		free(segments);
-		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {

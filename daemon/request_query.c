@@ -10,11 +10,9 @@
 #include "clock.h"
 #include "daemon.h"
 #include "log.h"
-#include "metrics.h"
 #include "remote.h"
 #include "request.h"
 #include "segment.h"
-#include "server.h"
 #include "session.h"
 #include "uid.h"
 #include "wd_limits.h"
@@ -92,7 +90,7 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	hr.max_uid_weights = cfg->uid_max_weights;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_HELLO;
 	resp.hello = &hr;
-	request_reply(s, &resp, id, NULL, 0);
+	session_reply(s, &resp, id, NULL, 0);
 }
 
 /* Fill a wire SourceInfo from a catalog entry; strings are borrowed from cs. */
@@ -131,7 +129,7 @@ void request_query_list(struct session *s, uint64_t id)
 	if (!infos || !ptrs) {
 		free(infos);
 		free(ptrs);
-		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -145,7 +143,7 @@ void request_query_list(struct session *s, uint64_t id)
 	lr.sources = ptrs;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_LIST;
 	resp.list = &lr;
-	request_reply(s, &resp, id, NULL, 0);
+	session_reply(s, &resp, id, NULL, 0);
 	free(infos);
 	free(ptrs);
 }
@@ -178,7 +176,7 @@ void request_query_describe(struct session *s, uint64_t id, const Weightd__Descr
 	ro = calloc(no ? no : 1, sizeof(*ro));
 	rp = calloc(no ? no : 1, sizeof(*rp));
 	if (!ti || !tp || !me || !mp || !ro || !rp) {
-		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	source_info(cs, &si);
@@ -225,7 +223,7 @@ void request_query_describe(struct session *s, uint64_t id, const Weightd__Descr
 	dr.metadata = mp;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_DESCRIBE;
 	resp.describe = &dr;
-	request_reply(s, &resp, id, NULL, 0);
+	session_reply(s, &resp, id, NULL, 0);
 out:
 	free(ti);
 	free(tp);
@@ -391,7 +389,7 @@ static void status_source_counters(const struct csource *cs, Weightd__SourceInfo
 	si->materialized_bytes = st->materialized_bytes;
 	si->clients = st->clients;
 	si->errors = st->errors;
-	metrics_remote_counters(cs, &rc);
+	catalog_remote_counters(cs, &rc);
 	si->remote_bytes = rc.bytes;
 	si->remote_requests = rc.requests;
 	si->remote_retries = rc.retries;
@@ -418,7 +416,7 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 			       calloc(ng ? ng : 1, sizeof(*gw.src)), 0, ng };
 
 	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp || !gw.ss || !gw.sp || !gw.src) {
-		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	st.instance = d->instance;
@@ -429,7 +427,7 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 	st.bytes_resident = cache_resident(d->cache);
 	st.budget_bytes = cache_budget(d->cache);
 	st.weights = nw;
-	st.clients = server_clients(d->server);
+	st.clients = d->stats.clients;
 	st.bytes_read = d->stats.bytes_read;
 	st.materializations = d->stats.materializations;
 	st.materializations_failed = d->stats.materializations_failed;
@@ -478,7 +476,7 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 	st.jobs = jw.jp;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_STATUS;
 	resp.status = &st;
-	request_reply(s, &resp, id, NULL, 0);
+	session_reply(s, &resp, id, NULL, 0);
 out:
 	free(si);
 	free(sp);
@@ -500,14 +498,14 @@ void request_query_subscribe(struct session *s, uint64_t id, const Weightd__Subs
 	size_t n = 0;
 
 	if (sub->n_checkpoints > WD_MAX_SUBSCRIPTIONS) {
-		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "at most %d subscriptions per client",
+		session_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED, "at most %d subscriptions per client",
 			     WD_MAX_SUBSCRIPTIONS);
 		return;
 	}
 	if (sub->n_checkpoints) {
 		subs = calloc(sub->n_checkpoints, sizeof(*subs));
 		if (!subs) {
-			request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+			session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 			return;
 		}
 	}
@@ -517,7 +515,7 @@ void request_query_subscribe(struct session *s, uint64_t id, const Weightd__Subs
 			while (n--)
 				free(subs[n]);
 			free(subs);
-			request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+			session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 			return;
 		}
 	}
@@ -528,7 +526,7 @@ void request_query_subscribe(struct session *s, uint64_t id, const Weightd__Subs
 	s->n_subs = n;
 	resp.body_case = WEIGHTD__RESPONSE__BODY_SUBSCRIBE;
 	resp.subscribe = &empty;
-	request_reply(s, &resp, id, NULL, 0);
+	session_reply(s, &resp, id, NULL, 0);
 }
 
 struct notify {
@@ -562,6 +560,5 @@ void request_query_notify(struct daemon *d, const struct csource *cs, const char
 {
 	struct notify n = { cs, what };
 
-	if (d->server)
-		server_foreach(d->server, notify_one, &n);
+	daemon_foreach_session(d, notify_one, &n);
 }

@@ -20,6 +20,7 @@
 
 #include "clock.h"
 #include "daemon.h"
+#include "group.h"
 #include "holds.h"
 #include "log.h"
 #include "peer.h"
@@ -33,7 +34,6 @@ struct server {
 	struct event *ev_accept;
 	struct event *ev_backoff;
 	struct event *ev_reap;
-	LIST_HEAD(, session) sessions;
 	SLIST_HEAD(, session) dead;
 	struct uid_table *uids;
 	struct event *ev_tick; /* timeouts and paused sessions */
@@ -41,21 +41,6 @@ struct server {
 	uint64_t next_id;
 	bool accept_paused; /* out of descriptors: accept retried on a timer */
 };
-
-/* Is this process in group gid (its effective or a supplementary group)? */
-static bool in_group(gid_t gid)
-{
-	int n = getgroups(0, NULL);
-	gid_t *groups = n > 0 ? calloc((size_t)n, sizeof(*groups)) : NULL;
-	bool found = getegid() == gid;
-
-	if (groups)
-		n = getgroups(n, groups);
-	for (int i = 0; groups && i < n && !found; i++)
-		found = groups[i] == gid;
-	free(groups);
-	return found;
-}
 
 /*
  * The socket could not be given socket_group: only a member of the group (or root) may chown a
@@ -75,7 +60,7 @@ static int socket_group_error(const char *path, gid_t gid, int e, weightd_error 
 	snprintf(group, sizeof(group), "%s", gr ? gr->gr_name : "");
 	if (!group[0])
 		snprintf(group, sizeof(group), "%u", (unsigned)gid);
-	if (e == EPERM && !in_group(gid))
+	if (e == EPERM && !wd_group_member(gid))
 		return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
 				    "setting up %s: cannot give it socket_group %s: weightd runs as user "
 				    "%s (uid %u), which is not a member of %s; add it to the group "
@@ -173,6 +158,7 @@ static void on_session_dead(struct session *s)
 	s->uu = NULL;
 	LIST_REMOVE(s, link);
 	srv->n--;
+	srv->d->stats.clients = srv->n;
 	SLIST_INSERT_HEAD(&srv->dead, s, dead_link);
 	event_active(srv->ev_reap, EV_TIMEOUT, 0);
 }
@@ -240,7 +226,7 @@ static bool make_room(struct server *srv, struct session *s)
 
 	if (s->uu->conns > srv->d->cfg->max_clients_per_uid)
 		return false; /* refused for its own uid's limit anyway */
-	LIST_FOREACH(o, &srv->sessions, link)
+	LIST_FOREACH(o, &srv->d->sessions, link)
 	{
 		if (o == s || o->peer.privileged || !o->uu || o->uu->conns <= s->uu->conns ||
 		    !session_idle(o))
@@ -278,8 +264,9 @@ void server_add_client(struct server *srv, int fd)
 		return;
 	}
 	holds_init(&s->holds, srv->d->cache, cfg, s->uu, s->id, s->peer.privileged);
-	LIST_INSERT_HEAD(&srv->sessions, s, link);
+	LIST_INSERT_HEAD(&srv->d->sessions, s, link);
 	srv->n++;
+	srv->d->stats.clients = srv->n;
 	log_debug("client %llu connected: pid %d uid %u gid %u", (unsigned long long)s->id,
 		  (int)s->peer.pid, (unsigned)s->peer.uid, (unsigned)s->peer.gid);
 	if (srv->n > cfg->max_clients + (s->peer.privileged ? ADMIN_RESERVE : 0) &&
@@ -304,7 +291,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = wd_clock_ms();
 	struct session *s, *next;
 
-	for (s = LIST_FIRST(&srv->sessions); s; s = next) {
+	for (s = LIST_FIRST(&srv->d->sessions); s; s = next) {
 		next = LIST_NEXT(s, link); /* s may die (it leaves the list) */
 		session_tick(s, now);
 	}
@@ -356,8 +343,8 @@ void server_free(struct server *srv)
 {
 	if (!srv)
 		return;
-	while (!LIST_EMPTY(&srv->sessions))
-		session_kill(LIST_FIRST(&srv->sessions), "daemon stopping");
+	while (!LIST_EMPTY(&srv->d->sessions))
+		session_kill(LIST_FIRST(&srv->d->sessions), "daemon stopping");
 	on_reap(-1, 0, srv);
 	uid_table_free(srv->uids);
 	if (srv->ev_accept)
@@ -375,24 +362,4 @@ void server_free(struct server *srv)
 size_t server_clients(const struct server *srv)
 {
 	return srv->n;
-}
-
-struct session *server_find(const struct server *srv, uint64_t id)
-{
-	struct session *s;
-
-	LIST_FOREACH(s, &srv->sessions, link)
-	if (s->id == id)
-		return s;
-	return NULL;
-}
-
-void server_foreach(struct server *srv, void (*fn)(struct session *s, void *arg), void *arg)
-{
-	struct session *s, *next;
-
-	for (s = LIST_FIRST(&srv->sessions); s; s = next) {
-		next = LIST_NEXT(s, link); /* s may die (it leaves the list) */
-		fn(s, arg);
-	}
 }

@@ -27,16 +27,11 @@ struct server *server_new(struct daemon *d, int listen_fd);
 /* Disconnect every client and close the socket. Accepts NULL. */
 void server_free(struct server *s);
 
+/* Connected clients (also d->stats.clients, which the handlers and metrics read). */
 size_t server_clients(const struct server *s);
 
 /* Serve an accepted (or otherwise connected) socket, fd owned from now on: the per-uid and total
  * connection limits apply. accept() uses it; so do tests that drive a socketpair. */
 void server_add_client(struct server *s, int fd);
-
-/* The connected (not yet killed) session with this id, or NULL. Linear in the clients. */
-struct session;
-struct session *server_find(const struct server *s, uint64_t id);
-/* Call fn on every connected session; fn may kill the one it is given. */
-void server_foreach(struct server *s, void (*fn)(struct session *sess, void *arg), void *arg);
 
 #endif

@@ -22,6 +22,7 @@
 #include "daemon.h"
 #include "heap.h"
 #include "log.h"
+#include "msg.h"
 #include "peer.h"
 #include "uid.h"
 #include "wire.h"
@@ -756,4 +757,26 @@ struct session *session_new(const struct session_ops *ops, void *owner, struct d
 		return NULL;
 	}
 	return s;
+}
+
+/* --- replies of the request handlers (request*.c, unit.c) --------------------------------------- */
+
+void session_reply(struct session *s, Weightd__Response *resp, uint64_t id, const int *fds,
+		   size_t nfds)
+{
+	resp->id = id;
+	session_send(s, resp, fds, nfds);
+}
+
+void session_fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
+{
+	weightd_error e;
+	va_list ap;
+
+	wd_error_clear(&e);
+	e.code = code;
+	va_start(ap, fmt);
+	vsnprintf(e.message, sizeof(e.message), fmt, ap);
+	va_end(ap);
+	session_send_error(s, id, &e);
 }

@@ -118,4 +118,13 @@ void session_send_error(struct session *s, uint64_t id, const weightd_error *err
  * releases what it holds and frees it later from the loop. */
 void session_kill(struct session *s, const char *why);
 
+/* Send `resp` as the answer to request `id` (fds pass to the session, see session_send): how the
+ * request handlers (request*.c, unit.c) reply, so that they call down into the session and never
+ * back up into their dispatcher. */
+void session_reply(struct session *s, Weightd__Response *resp, uint64_t id, const int *fds,
+		   size_t nfds);
+/* Send an error with `code` and a formatted sentence as the answer to request `id`. */
+void session_fail(struct session *s, uint64_t id, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 #endif

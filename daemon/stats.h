@@ -17,6 +17,7 @@ struct stats {
 	uint64_t materialize_ns;        /* summed wall time of successful jobs */
 	uint64_t foreign_segments;	/* objects under the prefix weightd did not make, as the
 					 * last look found them (daemon_foreign_segments) */
+	uint64_t clients;               /* connected now (server.c keeps it) */
 	uint64_t clients_refused;       /* connections refused by max_clients / per-uid limits */
 	uint64_t clients_timed_out;     /* disconnected idle, or stuck in the middle of a frame */
 	uint64_t partial_bytes;         /* bytes held in partially received frames, all clients */

@@ -306,7 +306,7 @@ static void reply_preflight(struct session *s, uint64_t id, struct unit_req *u)
 	Weightd__WeightInfo **wp = calloc(u->n_outs, sizeof(*wp));
 
 	if (!wi || !wp) {
-		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < u->n_outs; i++) {
@@ -419,7 +419,7 @@ static bool unit_uid_may_start(struct session *s, uint64_t id)
 	max = uid_max_pending(s->uu, s->d->cfg); /* cut to a share of RLIMIT_NOFILE (uid.c) */
 	if (n < max)
 		return true;
-	request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
+	session_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
 		     "limit exceeded: uid %u has %zu unit requests in flight (uid_max_pending %llu)",
 		     (unsigned)s->peer.uid, n, (unsigned long long)max);
 	return false;
@@ -446,12 +446,12 @@ void unit_request(struct session *s, uint64_t id, const Weightd__Unit *pu, bool 
 		return;
 	}
 	if (ue.n == 0) {
-		request_fail(s, id, WEIGHTD_E_EMPTY_INPUTS, "the unit has no entries");
+		session_fail(s, id, WEIGHTD_E_EMPTY_INPUTS, "the unit has no entries");
 		return;
 	}
 	if (!preflight && s->holds.pending >= s->d->cfg->client_max_pending) {
 		unit_columns_fini(&ue);
-		request_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
+		session_fail(s, id, WEIGHTD_E_LIMIT_EXCEEDED,
 			     "too many unit requests in flight on this connection");
 		return;
 	}
@@ -474,7 +474,7 @@ void unit_request(struct session *s, uint64_t id, const Weightd__Unit *pu, bool 
 		free(u);
 		unit_columns_fini(&ue);
 		holds_unit_memory_done(&s->holds, memory);
-		request_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	u->memory = memory;

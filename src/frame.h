@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* frame.h - length-prefixed protobuf frames with file descriptors over a Unix stream socket. */
+/* frame.h - length-prefixed protobuf frames with file descriptors over a Unix stream socket: the
+ * wire format, the send queue (frame_send.c) and the receive buffer (frame_recv.c). */
 #ifndef WD_FRAME_H
 #define WD_FRAME_H
 
@@ -141,49 +142,6 @@ size_t wd_inbuf_partial(const struct wd_inbuf *b, bool *ret_mid_frame);
 
 /* Close every fd of a frame and free its fd array. */
 void wd_frame_close_fds(struct wd_frame *f);
-
-/* --- transparent huge pages (msg.c) ------------------------------------------------------ */
-
-#define WD_HUGE_PAGE ((size_t)2 << 20)   /* a transparent huge page on x86-64 and arm64 */
-
-/* Ask for transparent huge pages over the 2 MiB-aligned part of [p, p + len) (MADV_HUGEPAGE,
- * honoured in the kernel's "madvise" mode): a large buffer then faults in 2 MiB at a time. */
-void wd_advise_huge(void *p, size_t len);
-
-/* --- decoding a frame's message (msg.c) -------------------------------------------------- */
-
-struct ProtobufCMessageDescriptor;
-
-/*
- * Decode a message (a frame's payload, or several joined) with every allocation protobuf-c makes
- * for it taken from one arena: a few blocks, not one malloc per field and string, and one free for
- * all. The arena grows in blocks of at most 1 MiB (or one allocation, if larger); protobuf-c's
- * own scratch space is not given back before the message is freed, so a message holds at most
- * about twice what the same decode with malloc held. Returns the message, or NULL when it does
- * not decode or memory runs out. Free it with wd_msg_free only (never with protobuf-c's
- * free_unpacked, and never a part of it).
- */
-void *wd_msg_unpack(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len);
-/* Free a message from wd_msg_unpack, with everything in it. Accepts NULL. */
-void wd_msg_free(void *msg);
-
-/*
- * A cache of decoding blocks for messages that come again and again at a similar size (a
- * connection's replies): wd_msg_unpack_cached takes its blocks from it and wd_msg_free gives them
- * back, up to max_bytes kept; beyond that they are freed. Thread-safe. The cache lives until its
- * owner's wd_msg_cache_unref and the free of the last message decoded into it.
- */
-struct wd_msg_cache;
-struct wd_msg_cache *wd_msg_cache_new(size_t max_bytes);
-void wd_msg_cache_unref(struct wd_msg_cache *mc);
-/* Bytes of blocks the cache holds now (at most its max_bytes). */
-size_t wd_msg_cache_bytes(struct wd_msg_cache *mc);
-void *wd_msg_unpack_cached(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data,
-			   size_t len, struct wd_msg_cache *mc);
-/* A block of `size` bytes (not zeroed; aligned for any type) from the cache, or a new one when it
- * has none that large; give it back with wd_msg_free. For what is built and dropped with each
- * request (a unit's slots, its encoding, its weights). */
-void *wd_msg_cache_alloc(struct wd_msg_cache *mc, size_t size);
 
 /* --- blocking helpers for clients --------------------------------------------------------- */
 

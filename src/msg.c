@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* msg.c - decoding a frame's message into an arena, the blocks kept between messages, and
  * transparent huge pages for large ones. */
-#include "frame.h"
+#include "msg.h"
 
 #include <protobuf-c/protobuf-c.h>
 #include <pthread.h>
@@ -16,7 +16,7 @@
 
 /* --- transparent huge pages ---------------------------------------------------------------- */
 
-void wd_advise_huge(void *p, size_t len)
+void wd_msg_advise_huge(void *p, size_t len)
 {
 	uintptr_t a = ((uintptr_t)p + WD_HUGE_PAGE - 1) & ~(uintptr_t)(WD_HUGE_PAGE - 1);
 	uintptr_t e = ((uintptr_t)p + len) & ~(uintptr_t)(WD_HUGE_PAGE - 1);
@@ -76,7 +76,7 @@ static struct arena_block *block_new(size_t cap)
 		munmap(m, a - p);
 	if (p + len + WD_HUGE_PAGE > a + len)
 		munmap((void *)(a + len), p + len + WD_HUGE_PAGE - (a + len));
-	wd_advise_huge((void *)a, len);
+	wd_msg_advise_huge((void *)a, len);
 	b = (struct arena_block *)a;
 	b->cap = len - sizeof(*b);
 	b->mapped = len;

@@ -359,6 +359,21 @@ static int read_cast(struct exec *e, uint32_t i, uint64_t off, size_t len, uint8
 	return 0;
 }
 
+/* One piece of a selection or a join: `take` bytes of input `in` from `from` into *dst, then
+ * *off, *dst and *len moved past it. 0, or read_node's error. */
+static int read_piece(struct exec *e, uint32_t in, uint64_t from, size_t take, uint64_t *off,
+		      uint8_t **dst, size_t *len)
+{
+	int r = read_node(e, in, from, take, *dst);
+
+	if (r < 0)
+		return r;
+	*off += take;
+	*dst += take;
+	*len -= take;
+	return 0;
+}
+
 static int read_select(struct exec *e, const struct xnode *x, uint64_t off, size_t len, uint8_t *dst)
 {
 	const struct xnode *y = &e->p->x[x->in[0]];
@@ -375,28 +390,26 @@ static int read_select(struct exec *e, const struct xnode *x, uint64_t off, size
 		uint64_t step = k == y->ndim - 1 ? be : 1;
 		base = x->start / step * inner;
 		row_out = (x->end - x->start) / step * inner;
-		while (len) {
-			uint64_t o = off / row_out, rem = off % row_out;
-			size_t take = (size_t)min_u64(len, row_out - rem);
-			r = read_node(e, x->in[0], o * row_in + base + rem, take, dst);
-			if (r < 0)
-				return r;
-			off += take;
-			dst += take;
-			len -= take;
-		}
-		return 0;
+	} else {
+		base = 0;
+		row_out = x->n_idx * inner;
 	}
-	row_out = x->n_idx * inner;
 	while (len) {
-		uint64_t o = off / row_out, rem = off % row_out, j = rem / inner, in_off = rem % inner;
-		size_t take = (size_t)min_u64(len, inner - in_off);
-		r = read_node(e, x->in[0], o * row_in + x->idx[j] * inner + in_off, take, dst);
+		uint64_t o = off / row_out, rem = off % row_out, from;
+		size_t take;
+
+		if (x->kind == WD_SEL_RANGE) {
+			/* a range: what is selected of each outer row lies in one piece */
+			take = (size_t)min_u64(len, row_out - rem);
+			from = base + rem;
+		} else {
+			/* indices: each is a piece of its own, `inner` bytes long */
+			take = (size_t)min_u64(len, inner - rem % inner);
+			from = x->idx[rem / inner] * inner + rem % inner;
+		}
+		r = read_piece(e, x->in[0], o * row_in + from, take, &off, &dst, &len);
 		if (r < 0)
 			return r;
-		off += take;
-		dst += take;
-		len -= take;
 	}
 	return 0;
 }
@@ -418,12 +431,9 @@ static int read_join(struct exec *e, const struct xnode *x, uint64_t off, size_t
 		}
 		rem -= x->prefix[lo];
 		take = (size_t)min_u64(len, x->piece[lo] - rem);
-		r = read_node(e, x->in[lo], o * x->piece[lo] + rem, take, dst);
+		r = read_piece(e, x->in[lo], o * x->piece[lo] + rem, take, &off, &dst, &len);
 		if (r < 0)
 			return r;
-		off += take;
-		dst += take;
-		len -= take;
 	}
 	return 0;
 }

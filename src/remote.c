@@ -17,6 +17,7 @@
 
 #include "clock.h"
 #include "error.h"
+#include "wd_strdup.h"
 
 enum kind { KIND_S3, KIND_HTTP };
 
@@ -184,18 +185,6 @@ static void unlock_cb(CURL *h, curl_lock_data data, void *arg)
 		pthread_mutex_unlock(&r->locks[data]);
 }
 
-static char *dup_or_null(const char *s, bool *oom)
-{
-	char *d;
-
-	if (!s)
-		return NULL;
-	d = strdup(s);
-	if (!d)
-		*oom = true;
-	return d;
-}
-
 static int open_s3(struct wd_remote *r, const char *url, const struct wd_remote_opts *o,
 		   weightd_error *err)
 {
@@ -257,8 +246,8 @@ static int open_s3(struct wd_remote *r, const char *url, const struct wd_remote_
 		r->sigv4 = malloc(len);
 		if (r->sigv4)
 			snprintf(r->sigv4, len, "aws:amz:%s:s3", region);
-		r->access_key = dup_or_null(o->access_key, &oom);
-		r->secret_key = dup_or_null(o->secret_key, &oom);
+		r->access_key = wd_strdup_opt(o->access_key, &oom);
+		r->secret_key = wd_strdup_opt(o->secret_key, &oom);
 		if (!r->sigv4 || oom)
 			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
@@ -348,7 +337,7 @@ int wd_remote_open(const char *url, const struct wd_remote_opts *opts, struct wd
 	rc = r->kind == KIND_S3 ? open_s3(r, url, o, err) : open_http(r, url, o, err);
 	if (rc < 0)
 		goto fail;
-	r->ca_file = dup_or_null(o->ca_file, &oom);
+	r->ca_file = wd_strdup_opt(o->ca_file, &oom);
 	r->protocols = o->allow_http ? "http,https" : "https";
 	r->connect_timeout_ms = o->connect_timeout_ms ? (long)o->connect_timeout_ms : 10000;
 	r->low_speed_time = o->low_speed_time_s ? (long)o->low_speed_time_s : 30;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* source.h - a checkpoint source: one safetensors file, a sharded directory, or a GGUF file. */
+/* source.h - a checkpoint source: one safetensors file, a sharded directory, or a GGUF file, on
+ * local disk or remote (source.c, source_pin.c, source_remote.c). */
 #ifndef WD_SOURCE_H
 #define WD_SOURCE_H
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* source_int.h - a checkpoint source's insides, shared by source.c (opening, parsing, lookup)
- * and source_pin.c (the pins checked on every read). */
+/* source_int.h - a checkpoint source's insides, shared by source.c (opening, parsing, lookup),
+ * source_pin.c (the pins checked on every read) and source_remote.c (sources in object storage
+ * or on a web server). */
 #ifndef WD_SOURCE_INT_H
 #define WD_SOURCE_INT_H
 

@@ -12,7 +12,7 @@ int cmd_reload(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	weightd_error err;
 
 	if (weightd_reload_report(c, &r, &err) < 0)
-		return fail_err(&err);
+		return output_fail_err(&err);
 	if (o->json) {
 		json_t *ch = json_array(), *wa = json_array();
 
@@ -21,7 +21,7 @@ int cmd_reload(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		for (size_t i = 0; i < r->n_warnings; i++)
 			json_array_append_new(wa, json_string(r->warnings[i]));
 		weightd_reload_report_free(r);
-		return print_json(
+		return output_print_json(
 			json_pack("{s:b, s:o, s:o}", "reloaded", 1, "changes", ch, "warnings", wa));
 	}
 	printf("weightd reloaded its configuration%s\n",
@@ -41,11 +41,11 @@ int cmd_evict(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	char *b;
 
 	if (weightd_evict(c, &n, &bytes, &err) < 0)
-		return fail_err(&err);
+		return output_fail_err(&err);
 	if (o->json)
-		return print_json(json_pack("{s:I, s:I}", "weights", (json_int_t)n, "bytes",
-					    (json_int_t)bytes));
-	b = fmt_bytes(bytes);
+		return output_print_json(json_pack("{s:I, s:I}", "weights", (json_int_t)n, "bytes",
+						   (json_int_t)bytes));
+	b = output_fmt_bytes(bytes);
 	printf("evicted %" PRIu64 " weight%s (%s)\n", n, n == 1 ? "" : "s", b);
 	free(b);
 	return 0;

@@ -59,19 +59,21 @@ static int verify(struct got *g, bool sha256)
 
 	if (sha256) {
 		if (checksum_sha256(g->data, n, mine) < 0)
-			return fail("cannot compute SHA-256 of %s", g->name);
+			return output_fail("cannot compute SHA-256 of %s", g->name);
 		checksum_hex(mine, 32, g->sha);
 	}
 	if (!len || checksum_len(alg) != len)
-		return fail("weightd reported no digest for %s", g->name);
+		return output_fail("weightd reported no digest for %s", g->name);
 	if (checksum_content(alg, g->data, n, mine) < 0)
-		return fail("cannot compute the %s digest of %s", weightd_digest_algorithm_name(alg),
-			    g->name);
+		return output_fail("cannot compute the %s digest of %s",
+				   weightd_digest_algorithm_name(alg), g->name);
 	checksum_hex(mine, len, g->digest);
 	checksum_hex(reported, len, theirs);
 	if (memcmp(reported, mine, len) != 0)
-		return fail("digest mismatch for %s: weightd reported %s %s but the mapped bytes hash "
-			    "to %s", g->name, weightd_digest_algorithm_name(alg), theirs, g->digest);
+		return output_fail(
+			"digest mismatch for %s: weightd reported %s %s but the mapped bytes hash "
+			"to %s",
+			g->name, weightd_digest_algorithm_name(alg), theirs, g->digest);
 	return 0;
 }
 
@@ -82,24 +84,24 @@ static int print_got(const struct opts *o, struct got *gs, size_t n, bool sha256
 
 		for (size_t i = 0; i < n; i++) {
 			const weightd_weight *w = gs[i].w;
-			char *key = fmt_hex(weightd_weight_key(w), WEIGHTD_DIGEST_LEN);
+			char *key = output_fmt_hex(weightd_weight_key(w), WEIGHTD_DIGEST_LEN);
 			json_t *x = json_pack(
-				"{s:s, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I}", "name", gs[i].name,
-				"dtype", weightd_weight_dtype(w),
-				"shape", json_shape(weightd_weight_shape(w), weightd_weight_ndim(w)),
-				"bytes", (json_int_t)weightd_weight_nbytes(w), "digest", gs[i].digest,
-				"digest_algorithm",
+				"{s:s, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I}", "name",
+				gs[i].name, "dtype", weightd_weight_dtype(w), "shape",
+				output_json_shape(weightd_weight_shape(w), weightd_weight_ndim(w)),
+				"bytes", (json_int_t)weightd_weight_nbytes(w), "digest",
+				gs[i].digest, "digest_algorithm",
 				weightd_digest_algorithm_name(weightd_weight_digest_algorithm(w)),
-				"verified", 1, "key", key,
-				"handle", (json_int_t)weightd_weight_handle(w),
-				"generation", (json_int_t)weightd_weight_generation(w));
+				"verified", 1, "key", key, "handle",
+				(json_int_t)weightd_weight_handle(w), "generation",
+				(json_int_t)weightd_weight_generation(w));
 
 			if (sha256)
 				json_object_set_new(x, "sha256", json_string(gs[i].sha));
 			json_array_append_new(a, x);
 			free(key);
 		}
-		return print_json(json_pack("{s:o}", "weights", a));
+		return output_print_json(json_pack("{s:o}", "weights", a));
 	}
 	static const char *const head[] = { "NAME", "DTYPE", "SHAPE", "BYTES", "DIGEST", "SHA256" };
 	static const bool num[] = { 0, 0, 0, 1, 0, 0 };
@@ -107,20 +109,26 @@ static int print_got(const struct opts *o, struct got *gs, size_t n, bool sha256
 
 	for (size_t i = 0; i < n; i++) {
 		const weightd_weight *w = gs[i].w;
-		char *dg = fmt("%s:%s (verified)",
-			       weightd_digest_algorithm_name(weightd_weight_digest_algorithm(w)),
-			       gs[i].digest);
+		char *dg = output_fmt(
+			"%s:%s (verified)",
+			weightd_digest_algorithm_name(weightd_weight_digest_algorithm(w)),
+			gs[i].digest);
 
 		if (sha256)
-			table_row(&t, xstrdup(gs[i].name), xstrdup(weightd_weight_dtype(w)),
-				  fmt_shape(weightd_weight_shape(w), weightd_weight_ndim(w)),
-				  fmt("%" PRIu64, weightd_weight_nbytes(w)), dg, xstrdup(gs[i].sha));
+			output_table_row(
+				&t, output_strdup(gs[i].name),
+				output_strdup(weightd_weight_dtype(w)),
+				output_fmt_shape(weightd_weight_shape(w), weightd_weight_ndim(w)),
+				output_fmt("%" PRIu64, weightd_weight_nbytes(w)), dg,
+				output_strdup(gs[i].sha));
 		else
-			table_row(&t, xstrdup(gs[i].name), xstrdup(weightd_weight_dtype(w)),
-				  fmt_shape(weightd_weight_shape(w), weightd_weight_ndim(w)),
-				  fmt("%" PRIu64, weightd_weight_nbytes(w)), dg);
+			output_table_row(
+				&t, output_strdup(gs[i].name),
+				output_strdup(weightd_weight_dtype(w)),
+				output_fmt_shape(weightd_weight_shape(w), weightd_weight_ndim(w)),
+				output_fmt("%" PRIu64, weightd_weight_nbytes(w)), dg);
 	}
-	table_print(&t);
+	output_table_print(&t);
 	return 0;
 }
 
@@ -156,21 +164,21 @@ static int get_tensor(const struct opts *o, weightd_client *c, const struct get_
 	int rc = EXIT_ERR;
 
 	if (a->has_range && weightd_selection_range(a->axis, a->start, a->end, &sel, &err) < 0)
-		return fail_err(&err);
+		return output_fail_err(&err);
 	if (tensor_unit(c, a->checkpoint, &tensor, 1, sel, &u, &err) < 0 ||
 	    run_unit(c, u, &err) < 0 || weightd_unit_validate(u, &err) < 0) {
-		rc = fail_err(&err);
+		rc = output_fail_err(&err);
 		goto out;
 	}
-	label = a->has_range ? fmt("%s:%s[axis %u: %" PRIu64 "..%" PRIu64 "]", a->checkpoint,
-				   a->tensor, a->axis, a->start, a->end) :
-			       fmt("%s:%s", a->checkpoint, a->tensor);
+	label = a->has_range ? output_fmt("%s:%s[axis %u: %" PRIu64 "..%" PRIu64 "]", a->checkpoint,
+					  a->tensor, a->axis, a->start, a->end) :
+			       output_fmt("%s:%s", a->checkpoint, a->tensor);
 	g.name = label;
 	g.w = weightd_unit_weight(u, a->tensor);
 	g.data = weightd_unit_data(u, a->tensor);
 	if (verify(&g, a->sha256) != 0)
 		goto out;
-	if (a->out && write_file(a->out, g.data, weightd_weight_nbytes(g.w)) != 0)
+	if (a->out && output_write_file(a->out, g.data, weightd_weight_nbytes(g.w)) != 0)
 		goto out;
 	rc = print_got(o, &g, 1, a->sha256) == 0 ? 0 : EXIT_ERR;
 out:
@@ -187,12 +195,12 @@ static int load_unit(weightd_client *c, const char *path, weightd_unit **ret)
 	size_t len = 0;
 	int r;
 
-	if (read_file(path, &text, &len) != 0)
+	if (output_read_file(path, &text, &len) != 0)
 		return EXIT_ERR;
 	r = weightd_unit_from_json(c, text, len, ret, &err);
 	free(text);
 	if (r < 0)
-		return fail("%s: %s", path, err.message);
+		return output_fail("%s: %s", path, err.message);
 	return 0;
 }
 
@@ -210,15 +218,15 @@ static int get_recipe(const struct opts *o, weightd_client *c, const char *path,
 	n = weightd_unit_slot_count(u);
 	if (out && n != 1) {
 		weightd_unit_free(u);
-		return usage_error("--out writes one weight; %s has %zu slots", path, n);
+		return output_usage_error("--out writes one weight; %s has %zu slots", path, n);
 	}
 	if (run_unit(c, u, &err) < 0 || weightd_unit_validate(u, &err) < 0) {
-		rc = fail("%s: %s", path, err.message);
+		rc = output_fail("%s: %s", path, err.message);
 		goto out;
 	}
 	gs = calloc(n, sizeof(*gs));
 	if (!gs) {
-		rc = fail("out of memory");
+		rc = output_fail("out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -228,7 +236,7 @@ static int get_recipe(const struct opts *o, weightd_client *c, const char *path,
 		if (verify(&gs[i], sha256) != 0)
 			goto out;
 	}
-	if (out && write_file(out, gs[0].data, weightd_weight_nbytes(gs[0].w)) != 0)
+	if (out && output_write_file(out, gs[0].data, weightd_weight_nbytes(gs[0].w)) != 0)
 		goto out;
 	rc = print_got(o, gs, n, sha256) == 0 ? 0 : EXIT_ERR;
 out:
@@ -260,25 +268,30 @@ int parse_get(struct cmd_args *args)
 		case 'o': g->out = optarg; break;
 		case 'R': g->recipe = optarg; break;
 		default:
-			return usage_error("get: unknown option or missing value: %s",
-					   argv[optind - 1]);
+			return output_usage_error("get: unknown option or missing value: %s",
+						  argv[optind - 1]);
 		}
 	}
 	if (g->recipe) {
 		if (g->range || optind != argc)
-			return usage_error("get --recipe FILE takes no CHECKPOINT, TENSOR or --range");
+			return output_usage_error(
+				"get --recipe FILE takes no CHECKPOINT, TENSOR or --range");
 		return 0;
 	}
 	if (argc - optind != 2)
-		return usage_error("get needs CHECKPOINT and TENSOR (or --recipe FILE.json)");
+		return output_usage_error(
+			"get needs CHECKPOINT and TENSOR (or --recipe FILE.json)");
 	g->checkpoint = argv[optind];
 	g->tensor = argv[optind + 1];
 	if (g->range) {
 		if (!parse_range(g->range, &g->axis, &g->start, &g->end))
-			return usage_error("--range takes AXIS:START:END (non-negative integers), "
-					   "not \"%s\"", g->range);
+			return output_usage_error(
+				"--range takes AXIS:START:END (non-negative integers), "
+				"not \"%s\"",
+				g->range);
 		if (g->start >= g->end)
-			return usage_error("--range %s is empty: START must be below END", g->range);
+			return output_usage_error("--range %s is empty: START must be below END",
+						  g->range);
 		g->has_range = true;
 	}
 	return 0;
@@ -308,17 +321,19 @@ int parse_preload(struct cmd_args *args)
 	opterr = 0;
 	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		if (ch != 'R')
-			return usage_error("preload: unknown option or missing value: %s",
-					   argv[optind - 1]);
+			return output_usage_error("preload: unknown option or missing value: %s",
+						  argv[optind - 1]);
 		pa->recipe = optarg;
 	}
 	if (pa->recipe) {
 		if (optind != argc)
-			return usage_error("preload --recipe FILE takes no CHECKPOINT or TENSOR");
+			return output_usage_error(
+				"preload --recipe FILE takes no CHECKPOINT or TENSOR");
 		return 0;
 	}
 	if (optind >= argc)
-		return usage_error("preload needs CHECKPOINT [TENSOR...] (or --recipe FILE.json)");
+		return output_usage_error(
+			"preload needs CHECKPOINT [TENSOR...] (or --recipe FILE.json)");
 	pa->checkpoint = argv[optind];
 	pa->tensors = argv + optind + 1;
 	pa->n_tensors = (size_t)(argc - optind - 1);
@@ -353,28 +368,29 @@ int cmd_preload(const struct opts *o, weightd_client *c, struct cmd_args *args)
 			return EXIT_ERR;
 	} else if (pa->n_tensors) {
 		if (tensor_unit(c, pa->checkpoint, pa->tensors, pa->n_tensors, NULL, &u, &err) < 0)
-			return fail_err(&err);
+			return output_fail_err(&err);
 	} else {
 		if (weightd_describe(c, pa->checkpoint, &d, &err) < 0)
-			return fail_err(&err);
+			return output_fail_err(&err);
 		if (d->n_tensors == 0) {
-			rc = fail("checkpoint %s has no tensors", pa->checkpoint);
+			rc = output_fail("checkpoint %s has no tensors", pa->checkpoint);
 			goto out;
 		}
 		names = calloc(d->n_tensors, sizeof(*names));
 		if (!names) {
-			rc = fail("out of memory");
+			rc = output_fail("out of memory");
 			goto out;
 		}
 		for (size_t i = 0; i < d->n_tensors; i++)
 			names[i] = (char *)d->tensors[i].name;
 		if (tensor_unit(c, pa->checkpoint, names, d->n_tensors, NULL, &u, &err) < 0) {
-			rc = fail_err(&err);
+			rc = output_fail_err(&err);
 			goto out;
 		}
 	}
 	if (run_unit(c, u, &err) < 0) {
-		rc = pa->recipe ? fail("%s: %s", pa->recipe, err.message) : fail_err(&err);
+		rc = pa->recipe ? output_fail("%s: %s", pa->recipe, err.message) :
+				  output_fail_err(&err);
 		goto out;
 	}
 	/* distinct weights (aliases and identical recipes share one): sorted by handle, each
@@ -382,7 +398,7 @@ int cmd_preload(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	n = weightd_unit_slot_count(u);
 	handles = calloc(n ? 2 * n : 1, sizeof(*handles));
 	if (!handles) {
-		rc = fail("out of memory");
+		rc = output_fail("out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -399,13 +415,15 @@ int cmd_preload(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		}
 	bytes_read = weightd_unit_bytes_read(u);
 	if (o->json) {
-		rc = print_json(json_pack("{s:I, s:I, s:I}", "weights", (json_int_t)nw, "bytes",
-					  (json_int_t)bytes, "bytes_read", (json_int_t)bytes_read)) ?
-			     EXIT_ERR : 0;
+		rc = output_print_json(json_pack("{s:I, s:I, s:I}", "weights", (json_int_t)nw,
+						 "bytes", (json_int_t)bytes, "bytes_read",
+						 (json_int_t)bytes_read)) ?
+			     EXIT_ERR :
+			     0;
 		goto out;
 	}
-	b = fmt_bytes(bytes);
-	rd = fmt_bytes(bytes_read);
+	b = output_fmt_bytes(bytes);
+	rd = output_fmt_bytes(bytes_read);
 	printf("preloaded %zu weight%s (%s); %s read from checkpoints\n", nw, nw == 1 ? "" : "s", b,
 	       rd);
 	rc = 0;
@@ -431,7 +449,7 @@ int cmd_preflight(const struct opts *o, weightd_client *c, struct cmd_args *args
 		return EXIT_ERR;
 	if (weightd_unit_preflight(u, &f, &err) < 0 || weightd_preflight_finish(f, &p, &err) < 0) {
 		weightd_unit_free(u);
-		return fail("%s: %s", path, err.message);
+		return output_fail("%s: %s", path, err.message);
 	}
 	weightd_unit_free(u);
 	if (o->json) {
@@ -439,16 +457,18 @@ int cmd_preflight(const struct opts *o, weightd_client *c, struct cmd_args *args
 
 		for (size_t i = 0; i < p->count; i++) {
 			const weightd_output_info *x = &p->outputs[i];
-			char *key = x->key ? fmt_hex(x->key, WEIGHTD_DIGEST_LEN) : xstrdup("");
+			char *key = x->key ? output_fmt_hex(x->key, WEIGHTD_DIGEST_LEN) :
+					     output_strdup("");
 
-			json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:I, s:s, s:s}",
-				"name", x->name, "dtype", x->dtype,
-				"shape", json_shape(x->shape, x->ndim), "bytes", (json_int_t)x->nbytes,
-				"alias_of", x->alias_of, "key", key));
+			json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:I, s:s, s:s}", "name",
+							   x->name, "dtype", x->dtype, "shape",
+							   output_json_shape(x->shape, x->ndim),
+							   "bytes", (json_int_t)x->nbytes,
+							   "alias_of", x->alias_of, "key", key));
 			free(key);
 		}
 		weightd_preflight_free(p);
-		return print_json(json_pack("{s:o}", "outputs", a));
+		return output_print_json(json_pack("{s:o}", "outputs", a));
 	}
 	static const char *const head[] = { "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS OF" };
 	static const bool num[] = { 0, 0, 0, 1, 0 };
@@ -457,10 +477,12 @@ int cmd_preflight(const struct opts *o, weightd_client *c, struct cmd_args *args
 	for (size_t i = 0; i < p->count; i++) {
 		const weightd_output_info *x = &p->outputs[i];
 
-		table_row(&t, xstrdup(x->name), xstrdup(x->dtype), fmt_shape(x->shape, x->ndim),
-			  fmt("%" PRIu64, x->nbytes), xstrdup(x->alias_of[0] ? x->alias_of : "-"));
+		output_table_row(&t, output_strdup(x->name), output_strdup(x->dtype),
+				 output_fmt_shape(x->shape, x->ndim),
+				 output_fmt("%" PRIu64, x->nbytes),
+				 output_strdup(x->alias_of[0] ? x->alias_of : "-"));
 	}
-	table_print(&t);
+	output_table_print(&t);
 	weightd_preflight_free(p);
 	return 0;
 }

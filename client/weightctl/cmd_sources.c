@@ -41,8 +41,8 @@ static char *kind_shown(const weightd_source_info *s)
 	const char *loc = location_of(s->path);
 
 	if (strcmp(loc, "file") == 0)
-		return xstrdup(s->kind);
-	return fmt("%s%s(%s)", s->kind, s->kind[0] ? " " : "", loc);
+		return output_strdup(s->kind);
+	return output_fmt("%s%s(%s)", s->kind, s->kind[0] ? " " : "", loc);
 }
 
 int by_source_name(const void *a, const void *b)
@@ -55,7 +55,7 @@ int by_source_name(const void *a, const void *b)
 
 void table_sources(const weightd_source_info *src, size_t n)
 {
-	const void **order = sorted(src, n, sizeof(*src), by_source_name);
+	const void **order = output_sorted(src, n, sizeof(*src), by_source_name);
 	static const char *const head[] = { "NAME", "KIND", "STATE", "TENSORS", "BYTES", "GEN",
 					    "FILES", "PATH", "ERROR" };
 	static const bool num[] = { 0, 0, 0, 1, 1, 1, 1, 0, 0 };
@@ -64,13 +64,13 @@ void table_sources(const weightd_source_info *src, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		const weightd_source_info *s = order[i];
 
-		table_row(&t, xstrdup(s->name), kind_shown(s), xstrdup(s->state),
-			  fmt("%" PRIu64, s->tensors), fmt_bytes(s->bytes),
-			  fmt("%" PRIu64, s->generation), fmt("%u", s->files), xstrdup(s->path),
-			  xstrdup(s->error));
+		output_table_row(&t, output_strdup(s->name), kind_shown(s), output_strdup(s->state),
+				 output_fmt("%" PRIu64, s->tensors), output_fmt_bytes(s->bytes),
+				 output_fmt("%" PRIu64, s->generation), output_fmt("%u", s->files),
+				 output_strdup(s->path), output_strdup(s->error));
 	}
 	free(order);
-	table_print(&t);
+	output_table_print(&t);
 }
 
 int cmd_list(const struct opts *o, weightd_client *c, struct cmd_args *args)
@@ -79,17 +79,17 @@ int cmd_list(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	weightd_error err;
 
 	if (weightd_list(c, &l, &err) < 0)
-		return fail_err(&err);
+		return output_fail_err(&err);
 	if (o->json) {
 		json_t *a = json_array();
-		const void **order = sorted(l->sources, l->count, sizeof(*l->sources),
-					    by_source_name);
+		const void **order =
+			output_sorted(l->sources, l->count, sizeof(*l->sources), by_source_name);
 
 		for (size_t i = 0; i < l->count; i++)
 			json_array_append_new(a, json_source(order[i]));
 		free(order);
 		weightd_source_list_free(l);
-		return print_json(json_pack("{s:o}", "sources", a));
+		return output_print_json(json_pack("{s:o}", "sources", a));
 	}
 	table_sources(l->sources, l->count);
 	weightd_source_list_free(l);
@@ -187,7 +187,7 @@ static char *fmt_short(const char *v, size_t max)
 	char *s = malloc(cap);
 
 	if (!s)
-		return xstrdup("?");
+		return output_strdup("?");
 	for (size_t i = 0; v[i]; i++) {
 		unsigned char ch = (unsigned char)v[i];
 
@@ -283,7 +283,7 @@ static json_t *json_gguf_summary(const weightd_description *d)
 		      "tensors", (json_int_t)d->n_tensors, "types", types,
 		      "metadata_keys", (json_int_t)d->n_metadata);
 	for (size_t i = 0; i < N_ARCH_KEYS; i++) {
-		char *key = arch ? fmt("%s.%s", arch, gguf_arch_keys[i].suffix) : NULL;
+		char *key = arch ? output_fmt("%s.%s", arch, gguf_arch_keys[i].suffix) : NULL;
 
 		json_object_set_new(j, gguf_arch_keys[i].json,
 				    key && meta_uint(d, key, &v) ? json_integer((json_int_t)v)
@@ -309,16 +309,18 @@ static void print_gguf_summary(const weightd_description *d)
 		fputs("weightctl: out of memory\n", stderr);
 		exit(EXIT_ERR);
 	}
-	table_row(&t, xstrdup("architecture"), fmt_short(arch ? arch : "-", 100));
-	table_row(&t, xstrdup("model name"), fmt_short(name ? name : "-", 100));
-	table_row(&t, xstrdup("tokenizer"), fmt_short(tok ? tok : "-", 100));
+	output_table_row(&t, output_strdup("architecture"), fmt_short(arch ? arch : "-", 100));
+	output_table_row(&t, output_strdup("model name"), fmt_short(name ? name : "-", 100));
+	output_table_row(&t, output_strdup("tokenizer"), fmt_short(tok ? tok : "-", 100));
 	if (meta_array_len(d, "tokenizer.ggml.tokens", &v))
-		table_row(&t, xstrdup("vocabulary"), fmt("%" PRIu64 " tokens", v));
+		output_table_row(&t, output_strdup("vocabulary"),
+				 output_fmt("%" PRIu64 " tokens", v));
 	for (size_t i = 0; arch && i < N_ARCH_KEYS; i++) {
-		char *key = fmt("%s.%s", arch, gguf_arch_keys[i].suffix);
+		char *key = output_fmt("%s.%s", arch, gguf_arch_keys[i].suffix);
 
 		if (meta_uint(d, key, &v))
-			table_row(&t, xstrdup(gguf_arch_keys[i].label), fmt("%" PRIu64, v));
+			output_table_row(&t, output_strdup(gguf_arch_keys[i].label),
+					 output_fmt("%" PRIu64, v));
 		free(key);
 	}
 	nt = count_types(d, tc);
@@ -335,9 +337,9 @@ static void print_gguf_summary(const weightd_description *d)
 	if (nt && len < cap)
 		snprintf(types + len, cap - len, ")");
 	free(tc);
-	table_row(&t, xstrdup("tensors"), types);
-	table_row(&t, xstrdup("metadata keys"), fmt("%zu", d->n_metadata));
-	table_print(&t);
+	output_table_row(&t, output_strdup("tensors"), types);
+	output_table_row(&t, output_strdup("metadata keys"), output_fmt("%zu", d->n_metadata));
+	output_table_print(&t);
 }
 
 int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
@@ -348,7 +350,7 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	bool blocks = false, gguf;
 
 	if (weightd_describe(c, checkpoint, &d, &err) < 0)
-		return fail_err(&err);
+		return output_fail_err(&err);
 	gguf = strcmp(d->source.kind, "gguf") == 0;
 	for (size_t i = 0; i < d->n_tensors; i++)
 		blocks |= d->tensors[i].block_elems > 1;
@@ -358,12 +360,14 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		for (size_t i = 0; i < d->n_tensors; i++) {
 			const weightd_tensor_info *t = &d->tensors[i];
 
-			json_array_append_new(ts, json_pack(
-				"{s:s, s:s, s:o, s:I, s:I, s:s, s:i, s:i}", "name", t->name,
-				"dtype", t->dtype, "shape", json_shape(t->shape, t->ndim),
-				"bytes", (json_int_t)t->nbytes, "offset", (json_int_t)t->offset,
-				"file", t->file, "block_elems", (int)t->block_elems,
-				"block_bytes", (int)t->block_bytes));
+			json_array_append_new(ts,
+					      json_pack("{s:s, s:s, s:o, s:I, s:I, s:s, s:i, s:i}",
+							"name", t->name, "dtype", t->dtype, "shape",
+							output_json_shape(t->shape, t->ndim),
+							"bytes", (json_int_t)t->nbytes, "offset",
+							(json_int_t)t->offset, "file", t->file,
+							"block_elems", (int)t->block_elems,
+							"block_bytes", (int)t->block_bytes));
 		}
 		for (size_t i = 0; i < d->n_metadata; i++)
 			json_array_append_new(ms, json_pack("{s:s, s:s, s:s}", "key",
@@ -382,11 +386,11 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		if (gguf)
 			json_object_set_new(j, "gguf", json_gguf_summary(d));
 		weightd_description_free(d);
-		return print_json(j);
+		return output_print_json(j);
 	}
 	{
 		const weightd_source_info *s = &d->source;
-		char *b = fmt_bytes(s->bytes);
+		char *b = output_fmt_bytes(s->bytes);
 
 		printf("name        %s\nkind        %s\npath        %s\nstate       %s\n"
 		       "generation  %" PRIu64 "\nfiles       %u\ntensors     %" PRIu64 "\n"
@@ -406,11 +410,13 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 
 		putchar('\n');
 		for (size_t i = 0; i < d->n_objects; i++)
-			table_row(&t, xstrdup(d->objects[i].url),
-				  fmt("%" PRIu64, d->objects[i].size),
-				  xstrdup(d->objects[i].etag[0] ? d->objects[i].etag : "-"),
-				  xstrdup(d->objects[i].version[0] ? d->objects[i].version : "-"));
-		table_print(&t);
+			output_table_row(
+				&t, output_strdup(d->objects[i].url),
+				output_fmt("%" PRIu64, d->objects[i].size),
+				output_strdup(d->objects[i].etag[0] ? d->objects[i].etag : "-"),
+				output_strdup(d->objects[i].version[0] ? d->objects[i].version :
+									 "-"));
+		output_table_print(&t);
 	}
 	if (gguf) {
 		putchar('\n');
@@ -427,12 +433,14 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		for (size_t i = 0; i < d->n_tensors; i++) {
 			const weightd_tensor_info *ti = &d->tensors[i];
 
-			table_row(&t, xstrdup(ti->name), xstrdup(ti->dtype),
-				  fmt_shape(ti->shape, ti->ndim), fmt("%" PRIu64, ti->nbytes),
-				  fmt("%" PRIu64, ti->offset),
-				  fmt("%u el / %u B", ti->block_elems, ti->block_bytes));
+			output_table_row(
+				&t, output_strdup(ti->name), output_strdup(ti->dtype),
+				output_fmt_shape(ti->shape, ti->ndim),
+				output_fmt("%" PRIu64, ti->nbytes),
+				output_fmt("%" PRIu64, ti->offset),
+				output_fmt("%u el / %u B", ti->block_elems, ti->block_bytes));
 		}
-		table_print(&t);
+		output_table_print(&t);
 	} else if (d->n_tensors) {
 		static const char *const head[] = { "TENSOR", "DTYPE", "SHAPE", "BYTES", "OFFSET",
 						    "BLOCK", "FILE" };
@@ -443,15 +451,17 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		for (size_t i = 0; i < d->n_tensors; i++) {
 			const weightd_tensor_info *ti = &d->tensors[i];
 
-			table_row(&t, xstrdup(ti->name), xstrdup(ti->dtype),
-				  fmt_shape(ti->shape, ti->ndim), fmt("%" PRIu64, ti->nbytes),
-				  fmt("%" PRIu64, ti->offset),
-				  blocks && ti->block_elems > 1 ?
-					  fmt("%u el / %u B", ti->block_elems, ti->block_bytes) :
-					  xstrdup("-"),
-				  xstrdup(ti->file));
+			output_table_row(&t, output_strdup(ti->name), output_strdup(ti->dtype),
+					 output_fmt_shape(ti->shape, ti->ndim),
+					 output_fmt("%" PRIu64, ti->nbytes),
+					 output_fmt("%" PRIu64, ti->offset),
+					 blocks && ti->block_elems > 1 ?
+						 output_fmt("%u el / %u B", ti->block_elems,
+							    ti->block_bytes) :
+						 output_strdup("-"),
+					 output_strdup(ti->file));
 		}
-		table_print(&t);
+		output_table_print(&t);
 	}
 	if (d->n_metadata) {
 		static const char *const head[] = { "KEY", "TYPE", "VALUE" };
@@ -459,10 +469,11 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 
 		putchar('\n');
 		for (size_t i = 0; i < d->n_metadata; i++)
-			table_row(&t, xstrdup(d->metadata[i].key), xstrdup(d->metadata[i].type),
-				  gguf ? fmt_short(d->metadata[i].value, GGUF_VALUE_SHOWN)
-				       : xstrdup(d->metadata[i].value));
-		table_print(&t);
+			output_table_row(&t, output_strdup(d->metadata[i].key),
+					 output_strdup(d->metadata[i].type),
+					 gguf ? fmt_short(d->metadata[i].value, GGUF_VALUE_SHOWN) :
+						output_strdup(d->metadata[i].value));
+		output_table_print(&t);
 	}
 	weightd_description_free(d);
 	return 0;

@@ -55,13 +55,14 @@ static void status_remote(const weightd_status *s, const void **srcs)
 		if (!sr->requests)
 			continue;
 		any = true;
-		table_row(&t, xstrdup(((const weightd_source_info *)srcs[i])->name),
-			  fmt_bytes(sr->bytes), fmt("%" PRIu64, sr->requests),
-			  fmt("%" PRIu64, sr->retries), fmt("%" PRIu64, sr->errors));
+		output_table_row(&t, output_strdup(((const weightd_source_info *)srcs[i])->name),
+				 output_fmt_bytes(sr->bytes), output_fmt("%" PRIu64, sr->requests),
+				 output_fmt("%" PRIu64, sr->retries),
+				 output_fmt("%" PRIu64, sr->errors));
 	}
 	if (any) {
 		putchar('\n');
-		table_print(&t);
+		output_table_print(&t);
 	}
 }
 
@@ -72,10 +73,11 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	weightd_error err;
 
 	if (weightd_status_get(c, &s, &err) < 0)
-		return fail_err(&err);
-	srcs = sorted(s->sources, s->n_sources, sizeof(*s->sources), by_source_name);
-	segs = sorted(s->segment_list, s->n_segments, sizeof(*s->segment_list), by_segment_id);
-	wts = sorted(s->weight_list, s->n_weights, sizeof(*s->weight_list), by_weight_label);
+		return output_fail_err(&err);
+	srcs = output_sorted(s->sources, s->n_sources, sizeof(*s->sources), by_source_name);
+	segs = output_sorted(s->segment_list, s->n_segments, sizeof(*s->segment_list),
+			     by_segment_id);
+	wts = output_sorted(s->weight_list, s->n_weights, sizeof(*s->weight_list), by_weight_label);
 	if (o->json) {
 		json_t *src = json_array(), *ws = json_array(), *gs = json_array(), *j;
 
@@ -111,17 +113,21 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		}
 		for (size_t i = 0; i < s->n_weights; i++) {
 			const weightd_weight_status *w = wts[i];
-			char *dg = w->digest ? fmt_hex(w->digest, w->digest_len) : xstrdup("");
+			char *dg = w->digest ? output_fmt_hex(w->digest, w->digest_len) :
+					       output_strdup("");
 
-			json_array_append_new(ws, json_pack(
-				"{s:I, s:s, s:s, s:o, s:I, s:i, s:i, s:I, s:s, s:s, s:s, s:b, s:I, s:I}",
-				"handle", (json_int_t)w->handle, "label", w->label, "dtype", w->dtype,
-				"shape", json_shape(w->shape, w->ndim), "bytes", (json_int_t)w->nbytes,
-				"refs", (int)w->refs, "clients", (int)w->clients,
-				"generation", (json_int_t)w->generation, "digest", dg,
-				"digest_algorithm", weightd_digest_algorithm_name(w->digest_algorithm),
-				"source", w->source, "adopted", w->adopted,
-				"segment", (json_int_t)w->segment, "offset", (json_int_t)w->offset));
+			json_array_append_new(
+				ws,
+				json_pack(
+					"{s:I, s:s, s:s, s:o, s:I, s:i, s:i, s:I, s:s, s:s, s:s, s:b, s:I, s:I}",
+					"handle", (json_int_t)w->handle, "label", w->label, "dtype",
+					w->dtype, "shape", output_json_shape(w->shape, w->ndim),
+					"bytes", (json_int_t)w->nbytes, "refs", (int)w->refs,
+					"clients", (int)w->clients, "generation",
+					(json_int_t)w->generation, "digest", dg, "digest_algorithm",
+					weightd_digest_algorithm_name(w->digest_algorithm),
+					"source", w->source, "adopted", w->adopted, "segment",
+					(json_int_t)w->segment, "offset", (json_int_t)w->offset));
 			free(dg);
 		}
 		j = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
@@ -184,11 +190,13 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		free(segs);
 		free(wts);
 		weightd_status_free(s);
-		return print_json(j);
+		return output_print_json(j);
 	}
 	{
-		char *res = fmt_bytes(s->bytes_resident), *bud = fmt_bytes(s->budget_bytes);
-		char *rd = fmt_bytes(s->bytes_read), *mat = fmt_bytes(s->bytes_materialized);
+		char *res = output_fmt_bytes(s->bytes_resident),
+		     *bud = output_fmt_bytes(s->budget_bytes);
+		char *rd = output_fmt_bytes(s->bytes_read),
+		     *mat = output_fmt_bytes(s->bytes_materialized);
 
 		printf("instance                    %s\nversion                     %s\n"
 		       "uptime                      %.1f s\n"
@@ -215,17 +223,17 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		free(bud);
 		free(rd);
 		free(mat);
-		res = fmt_bytes(s->segment_bytes);
+		res = output_fmt_bytes(s->segment_bytes);
 		printf("segments                    %" PRIu64 " (%s)\n"
 		       "idle                        %" PRIu64 " weights, %" PRIu64 " segments\n",
 		       s->segments, res, s->idle_weights, s->idle_segments);
 		free(res);
-		res = fmt_bytes(s->locked_bytes);
+		res = output_fmt_bytes(s->locked_bytes);
 		printf("mapped, not connected       %" PRIu64 " weights (%s) kept for processes that "
 		       "map them\n", s->locked_weights, res);
 		free(res);
 		if (s->segment_dir) {
-			res = fmt_bytes(s->segment_huge_bytes);
+			res = output_fmt_bytes(s->segment_huge_bytes);
 			printf("segments in                 %s, %s pages (%s on huge pages)\n",
 			       s->segment_dir, s->segment_page_bytes >= (2u << 20) ? "2 MiB" : "4 KiB",
 			       res);
@@ -244,12 +252,15 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		for (size_t i = 0; i < s->n_sources; i++) {
 			const weightd_source_stats *ss = source_stats(s, srcs[i]);
 
-			table_row(&t, xstrdup(((const weightd_source_info *)srcs[i])->name),
-				  fmt_bytes(ss->resident_bytes), fmt_bytes(ss->held_bytes),
-				  fmt_bytes(ss->materialized_bytes), fmt("%" PRIu64, ss->clients),
-				  fmt("%" PRIu64, ss->errors));
+			output_table_row(
+				&t, output_strdup(((const weightd_source_info *)srcs[i])->name),
+				output_fmt_bytes(ss->resident_bytes),
+				output_fmt_bytes(ss->held_bytes),
+				output_fmt_bytes(ss->materialized_bytes),
+				output_fmt("%" PRIu64, ss->clients),
+				output_fmt("%" PRIu64, ss->errors));
 		}
-		table_print(&t);
+		output_table_print(&t);
 		status_remote(s, srcs);
 	}
 	if (s->n_segments) {
@@ -262,11 +273,14 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		for (size_t i = 0; i < s->n_segments; i++) {
 			const weightd_segment_status *g = segs[i];
 
-			table_row(&t, fmt("%" PRIu64, g->id), xstrdup(g->name), fmt_bytes(g->size),
-				  fmt("%u", g->weights), fmt("%u", g->held), xstrdup(g->source),
-				  xstrdup(g->filling ? "filling" : g->adopted ? "adopted" : "ready"));
+			output_table_row(&t, output_fmt("%" PRIu64, g->id), output_strdup(g->name),
+					 output_fmt_bytes(g->size), output_fmt("%u", g->weights),
+					 output_fmt("%u", g->held), output_strdup(g->source),
+					 output_strdup(g->filling ? "filling" :
+						       g->adopted ? "adopted" :
+								    "ready"));
 		}
-		table_print(&t);
+		output_table_print(&t);
 	}
 	if (s->n_weights) {
 		static const char *const head[] = { "HANDLE", "WEIGHT", "DTYPE", "SHAPE", "BYTES",
@@ -279,13 +293,16 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		for (size_t i = 0; i < s->n_weights; i++) {
 			const weightd_weight_status *w = wts[i];
 
-			table_row(&t, fmt("%" PRIu64, w->handle), xstrdup(w->label),
-				  xstrdup(w->dtype), fmt_shape(w->shape, w->ndim),
-				  fmt_bytes(w->nbytes), fmt("%u", w->refs), fmt("%u", w->clients),
-				  fmt("%" PRIu64, w->generation), xstrdup(w->adopted ? "yes" : "no"),
-				  fmt("%" PRIu64, w->segment), fmt("%" PRIu64, w->offset));
+			output_table_row(
+				&t, output_fmt("%" PRIu64, w->handle), output_strdup(w->label),
+				output_strdup(w->dtype), output_fmt_shape(w->shape, w->ndim),
+				output_fmt_bytes(w->nbytes), output_fmt("%u", w->refs),
+				output_fmt("%u", w->clients), output_fmt("%" PRIu64, w->generation),
+				output_strdup(w->adopted ? "yes" : "no"),
+				output_fmt("%" PRIu64, w->segment),
+				output_fmt("%" PRIu64, w->offset));
 		}
-		table_print(&t);
+		output_table_print(&t);
 	}
 	free(srcs);
 	free(segs);
@@ -343,9 +360,9 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 
 	/* counters only: the list of weights would be most of the reply on a large cache */
 	if (weightd_status_summary(c, &s, &err) < 0)
-		return fail_err(&err);
+		return output_fail_err(&err);
 	secs = (double)s->materialize_ns / 1e9;
-	srcs = sorted(s->sources, s->n_sources, sizeof(*s->sources), by_source_name);
+	srcs = output_sorted(s->sources, s->n_sources, sizeof(*s->sources), by_source_name);
 	/* not "instance": Prometheus sets that label on every target it scrapes */
 	prom_family("info", "gauge",
 		    "The daemon's version and shared-memory prefix (its instance); always 1.");

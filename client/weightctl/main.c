@@ -43,7 +43,7 @@ static int connect_or_fail(const struct opts *o, weightd_client **ret)
 	weightd_error err;
 
 	if (weightd_connect(o->socket, "weightctl", ret, &err) < 0)
-		return fail_err(&err);
+		return output_fail_err(&err);
 	return 0;
 }
 
@@ -88,7 +88,7 @@ static int take_global_options(int argc, char **argv, struct opts *o, int *ret_a
 			o->json = true;
 		} else if (strcmp(a, "--socket") == 0) {
 			if (i + 1 >= argc)
-				return usage_error("--socket needs a path");
+				return output_usage_error("--socket needs a path");
 			o->socket = argv[++i];
 		} else if (strncmp(a, "--socket=", 9) == 0) {
 			o->socket = a + 9;
@@ -99,7 +99,7 @@ static int take_global_options(int argc, char **argv, struct opts *o, int *ret_a
 			printf("weightctl %s\n", weightd_version());
 			return -1;
 		} else if (a[0] == '-' && a[1] && !have_cmd) {
-			return usage_error("unknown option or missing value: %s", a);
+			return output_usage_error("unknown option or missing value: %s", a);
 		} else {
 			have_cmd = true;
 			argv[n++] = argv[i];
@@ -127,21 +127,22 @@ int main(int argc, char **argv)
 	if (rc != 0)
 		return rc < 0 ? 0 : rc;
 	if (argc < 2)
-		return usage_error("no command given");
+		return output_usage_error("no command given");
 	name = argv[1];
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(name, commands[i].name) == 0)
 			cmd = &commands[i];
 	if (!cmd && strcmp(name, "purge") == 0)
-		return usage_error("purge is done by the daemon itself, stopped: weightd --purge "
-				   "--config FILE (see weightd(8))");
+		return output_usage_error(
+			"purge is done by the daemon itself, stopped: weightd --purge "
+			"--config FILE (see weightd(8))");
 	if (!cmd)
-		return usage_error("unknown command \"%s\"", name);
+		return output_usage_error("unknown command \"%s\"", name);
 	a.argc = argc - 1;
 	a.argv = argv + 1;
 	if (cmd->nargs >= 0 && a.argc - 1 != cmd->nargs)
-		return usage_error("%s takes %d argument%s, not %d", name, cmd->nargs,
-				   cmd->nargs == 1 ? "" : "s", a.argc - 1);
+		return output_usage_error("%s takes %d argument%s, not %d", name, cmd->nargs,
+					  cmd->nargs == 1 ? "" : "s", a.argc - 1);
 	/* usage is checked before connecting: a bad command line never touches the daemon */
 	if (cmd->parse && (rc = cmd->parse(&a)) != 0)
 		return rc;
@@ -151,6 +152,7 @@ int main(int argc, char **argv)
 	rc = cmd->run(&o, c, &a);
 	weightd_close(c);
 	if (fflush(stdout) != 0 && rc == 0)
-		rc = errno == EPIPE ? EXIT_ERR : fail("cannot write output: %s", strerror(errno));
+		rc = errno == EPIPE ? EXIT_ERR :
+				      output_fail("cannot write output: %s", strerror(errno));
 	return rc;
 }

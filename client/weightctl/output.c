@@ -46,7 +46,7 @@ static void json_error(const char *code, int number, const char *message,
 			json_object_set_new(e, "actual", json_integer(err->actual));
 		}
 	}
-	print_json(json_pack("{s:o}", "error", e));
+	output_print_json(json_pack("{s:o}", "error", e));
 }
 
 /* The text of a message: "weightctl: ..." on stderr, and the JSON form when asked for. */
@@ -61,7 +61,7 @@ static void say(const char *code, int number, const weightd_error *err, const ch
 		json_error(code, number, msg, err);
 }
 
-int usage_error(const char *fmt, ...)
+int output_usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -73,7 +73,7 @@ int usage_error(const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
-int fail(const char *fmt, ...)
+int output_fail(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -95,13 +95,13 @@ static int fail_code(const weightd_error *err, const char *fmt, ...)
 	return EXIT_ERR;
 }
 
-int fail_err(const weightd_error *err)
+int output_fail_err(const weightd_error *err)
 {
 	return fail_code(err, "%s", err->message[0] ? err->message : weightd_code_name(err->code));
 }
 
-const void **sorted(const void *base, size_t n, size_t size,
-		    int (*cmp)(const void *a, const void *b))
+const void **output_sorted(const void *base, size_t n, size_t size,
+			   int (*cmp)(const void *a, const void *b))
 {
 	const void **p = malloc((n ? n : 1) * sizeof(*p));
 
@@ -115,7 +115,7 @@ const void **sorted(const void *base, size_t n, size_t size,
 	return p;
 }
 
-char *xstrdup(const char *s)
+char *output_strdup(const char *s)
 {
 	char *d = strdup(s ? s : "");
 
@@ -126,7 +126,7 @@ char *xstrdup(const char *s)
 	return d;
 }
 
-char *fmt(const char *f, ...)
+char *output_fmt(const char *f, ...)
 {
 	va_list ap;
 	char *s = NULL;
@@ -143,28 +143,28 @@ char *fmt(const char *f, ...)
 }
 
 /* "512 B", "4.0 KiB", "1.5 GiB". */
-char *fmt_bytes(uint64_t n)
+char *output_fmt_bytes(uint64_t n)
 {
 	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
 	double v = (double)n;
 	int u = -1;
 
 	if (n < 1024)
-		return fmt("%" PRIu64 " B", n);
+		return output_fmt("%" PRIu64 " B", n);
 	while (v >= 1024 && u < 5) {
 		v /= 1024;
 		u++;
 	}
-	return fmt("%.1f %s", v, units[u]);
+	return output_fmt("%.1f %s", v, units[u]);
 }
 
-char *fmt_shape(const uint64_t *shape, size_t ndim)
+char *output_fmt_shape(const uint64_t *shape, size_t ndim)
 {
 	size_t cap = 3 + ndim * 22, len = 0; /* "[", the dimensions, "]" and the NUL */
 	char *s = malloc(cap);
 
 	if (!s)
-		return xstrdup("?");
+		return output_strdup("?");
 	s[len++] = '[';
 	for (size_t i = 0; i < ndim; i++)
 		len += (size_t)snprintf(s + len, cap - len, "%s%" PRIu64, i ? ", " : "", shape[i]);
@@ -172,19 +172,19 @@ char *fmt_shape(const uint64_t *shape, size_t ndim)
 	return s;
 }
 
-char *fmt_hex(const uint8_t *b, size_t n)
+char *output_fmt_hex(const uint8_t *b, size_t n)
 {
 	char *s = malloc(2 * n + 1);
 
 	if (!s)
-		return xstrdup("?");
+		return output_strdup("?");
 	for (size_t i = 0; i < n; i++)
 		snprintf(s + 2 * i, 3, "%02x", b[i]);
 	s[2 * n] = '\0';
 	return s;
 }
 
-json_t *json_shape(const uint64_t *shape, size_t ndim)
+json_t *output_json_shape(const uint64_t *shape, size_t ndim)
 {
 	json_t *a = json_array();
 
@@ -193,18 +193,18 @@ json_t *json_shape(const uint64_t *shape, size_t ndim)
 	return a;
 }
 
-int print_json(json_t *j)
+int output_print_json(json_t *j)
 {
 	int r = json_dumpf(j, stdout, JSON_INDENT(2));
 
 	json_decref(j);
 	if (r < 0)
-		return fail("cannot write JSON output");
+		return output_fail("cannot write JSON output");
 	fputc('\n', stdout);
 	return 0;
 }
 
-void table_row(struct table *t, ...)
+void output_table_row(struct table *t, ...)
 {
 	va_list ap;
 
@@ -226,7 +226,7 @@ void table_row(struct table *t, ...)
 	t->nrows++;
 }
 
-void table_print(struct table *t)
+void output_table_print(struct table *t)
 {
 	size_t *w = calloc(t->ncols, sizeof(*w));
 
@@ -256,7 +256,7 @@ void table_print(struct table *t)
 	free(w);
 }
 
-int read_file(const char *path, char **ret, size_t *ret_len)
+int output_read_file(const char *path, char **ret, size_t *ret_len)
 {
 	struct stat st;
 	char *buf;
@@ -265,15 +265,16 @@ int read_file(const char *path, char **ret, size_t *ret_len)
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail("cannot open %s: %s", path, strerror(errno));
+		return output_fail("cannot open %s: %s", path, strerror(errno));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > MAX_JSON_FILE) {
 		close(fd);
-		return fail("%s is not a regular file of at most %u bytes", path, MAX_JSON_FILE);
+		return output_fail("%s is not a regular file of at most %u bytes", path,
+				   MAX_JSON_FILE);
 	}
 	buf = malloc((size_t)st.st_size + 1);
 	if (!buf) {
 		close(fd);
-		return fail("out of memory");
+		return output_fail("out of memory");
 	}
 	while (len < (size_t)st.st_size) {
 		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
@@ -291,13 +292,13 @@ int read_file(const char *path, char **ret, size_t *ret_len)
 	return 0;
 }
 
-int write_file(const char *path, const void *data, uint64_t n)
+int output_write_file(const char *path, const void *data, uint64_t n)
 {
 	const uint8_t *p = data;
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 
 	if (fd < 0)
-		return fail("cannot create %s: %s", path, strerror(errno));
+		return output_fail("cannot create %s: %s", path, strerror(errno));
 	while (n) {
 		ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : (size_t)n);
 
@@ -307,13 +308,13 @@ int write_file(const char *path, const void *data, uint64_t n)
 			int e = errno;
 
 			close(fd);
-			return fail("cannot write %s: %s", path, strerror(e));
+			return output_fail("cannot write %s: %s", path, strerror(e));
 		}
 		p += w;
 		n -= (uint64_t)w;
 	}
 	if (close(fd) < 0)
-		return fail("cannot write %s: %s", path, strerror(errno));
+		return output_fail("cannot write %s: %s", path, strerror(errno));
 	return 0;
 }
 

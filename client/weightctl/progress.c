@@ -145,9 +145,9 @@ static void progress_draw(struct progress *p, uint64_t done, bool final)
 		fmt_eta(rate > 0 ? (double)(p->total - done) / rate : -1, eta, sizeof(eta));
 		snprintf(when, sizeof(when), "ETA %s", eta);
 	}
-	d = fmt_bytes(done);
-	t = fmt_bytes(p->total);
-	r = rate >= 0 ? fmt_bytes((uint64_t)rate) : xstrdup("-");
+	d = output_fmt_bytes(done);
+	t = output_fmt_bytes(p->total);
+	r = rate >= 0 ? output_fmt_bytes((uint64_t)rate) : output_strdup("-");
 	snprintf(tail, sizeof(tail), " %s / %s  %s/s  %s", d, t, r, when);
 	if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col)
 		cols = ws.ws_col;

@@ -93,34 +93,34 @@ int run_unit(weightd_client *c, weightd_unit *u, weightd_error *err);
  */
 void output_json_errors(bool on);
 /* "weightctl: ..." and the usage line on stderr; returns EXIT_USAGE. */
-int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int output_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "weightctl: ..." on stderr; returns EXIT_ERR. */
-int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* fail() with the error's message (or its code's name). */
-int fail_err(const weightd_error *err);
+int output_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* output_fail() with the error's message (or its code's name). */
+int output_fail_err(const weightd_error *err);
 
 /*
  * Pointers to the n elements of base (each `size` bytes), in the order cmp gives; cmp receives
  * pointers to two of those pointers. Output lists rows in a stable order, never in the order a
  * hash table left them. Free the array.
  */
-const void **sorted(const void *base, size_t n, size_t size,
-		    int (*cmp)(const void *a, const void *b));
-/* sorted()'s orders: sources by name, segments by id, weights by label then handle */
+const void **output_sorted(const void *base, size_t n, size_t size,
+			   int (*cmp)(const void *a, const void *b));
+/* output_sorted()'s orders: sources by name, segments by id, weights by label then handle */
 int by_source_name(const void *a, const void *b);
 int by_segment_id(const void *a, const void *b);
 int by_weight_label(const void *a, const void *b);
 
 /* Owned strings; out of memory ends the program (exit EXIT_ERR). */
-char *xstrdup(const char *s);
-char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-char *fmt_bytes(uint64_t n);                              /* "512 B", "1.5 GiB" */
-char *fmt_shape(const uint64_t *shape, size_t ndim);      /* "[2, 3]" */
-char *fmt_hex(const uint8_t *b, size_t n);                /* lowercase hex */
+char *output_strdup(const char *s);
+char *output_fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+char *output_fmt_bytes(uint64_t n);			    /* "512 B", "1.5 GiB" */
+char *output_fmt_shape(const uint64_t *shape, size_t ndim); /* "[2, 3]" */
+char *output_fmt_hex(const uint8_t *b, size_t n);	    /* lowercase hex */
 
-json_t *json_shape(const uint64_t *shape, size_t ndim);
+json_t *output_json_shape(const uint64_t *shape, size_t ndim);
 /* Print j indented on stdout and free it: 0 or EXIT_ERR. */
-int print_json(json_t *j);
+int output_print_json(json_t *j);
 
 /*
  * A table for people: rows of owned strings, columns as wide as their widest cell, two spaces
@@ -134,13 +134,13 @@ struct table {
 };
 
 /* Add a row of ncols owned strings (taken). */
-void table_row(struct table *t, ...);
+void output_table_row(struct table *t, ...);
 /* Print the table on stdout and free its cells. */
-void table_print(struct table *t);
+void output_table_print(struct table *t);
 
 /* A regular file of at most MAX_JSON_FILE bytes, NUL-terminated: 0 or EXIT_ERR (said). */
-int read_file(const char *path, char **ret, size_t *ret_len);
+int output_read_file(const char *path, char **ret, size_t *ret_len);
 /* Create or truncate path with n bytes: 0 or EXIT_ERR (said). */
-int write_file(const char *path, const void *data, uint64_t n);
+int output_write_file(const char *path, const void *data, uint64_t n);
 
 #endif

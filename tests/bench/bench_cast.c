@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "convert.h"
 #include "dtype.h"
 
@@ -52,18 +53,6 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -166,9 +155,9 @@ int main(int argc, char **argv)
 				ts[r] = (now() - t0) / (double)((reps + 7) / 8);
 				sink = dst[(size_t)r % db];
 			}
-			c = median(tc, runs);
-			s = median(ts, runs);
-			m = median(tm, runs);
+			c = bench_median(tc, runs);
+			s = bench_median(ts, runs);
+			m = bench_median(tm, runs);
 			printf("%-10s %-6s %9zu | %11.2f %11.2f %11.2f | %11.2f %12.2f | %6.2f %8.2f\n",
 			       pairs[p].name, sizes[z].name, n, (double)sb / c / 1e9,
 			       (double)sb / s / 1e9, (double)sb / m / 1e9, (double)(sb + db) / c / 1e9,

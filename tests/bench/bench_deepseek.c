@@ -13,7 +13,7 @@
  * intermediates, the LoRA ranks and the vocabulary 4x as large (about 0.6 GB, 6.5 KB per tensor:
  * closer to the published model's average, still well under 1 GiB of /tmp and /dev/shm). --tensors N takes the first N of the table (in file
  * order), for a daemon that cannot take the whole model in one unit. A private weightd
- * (tests/integration/harness.c) serves the checkpoint, written to a temp dir (so in the page
+ * (tests/common/harness.c) serves the checkpoint, written to a temp dir (so in the page
  * cache: both sides copy from memory). Each run:
  *
  *   copy   the reference: every tensor's bytes, shard by shard, pread into a 1 MiB buffer and
@@ -164,22 +164,8 @@ static double daemon_cpu(void)
 /* Stop the daemon, remove every segment and state record it made, start it again. */
 static int restart_cold(void)
 {
-	char path[600];
-	struct dirent *e;
-	size_t plen = strlen(H.prefix);
-	DIR *d;
-
 	harness_stop(&H);
-	d = opendir("/dev/shm");
-	while (d && (e = readdir(d)))
-		if (strncmp(e->d_name, H.prefix, plen) == 0 && e->d_name[plen] == '.') {
-			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
-	harness_path(&H, "state", path, sizeof(path));
-	stw_rmtree(path);
+	harness_make_cold(&H);
 	return harness_start_opts(&H, &QUIET);
 }
 
@@ -191,7 +177,7 @@ int main(int argc, char **argv)
 	struct rlimit rl;
 	weightd_client *c = NULL;
 	weightd_error err;
-	char dir[400], sec[600];
+	char dir[400];
 	int runs = 5, nw = 0, np = 0, rc = 1;
 	uint64_t bytes = 0, cold_read_min = UINT64_MAX, warm_read = 0;
 	const struct ds_dims *dims = &ds_tiny;
@@ -221,22 +207,12 @@ int main(int argc, char **argv)
 	rl.rlim_cur = rl.rlim_max;
 	setrlimit(RLIMIT_NOFILE, &rl);
 
-	if (ds_table(dims, &CK) < 0 || harness_init(&H) < 0)
-		goto out;
-	harness_path(&H, "ds", dir, sizeof(dir));
-	printf("writing the DeepSeek-V3-shaped checkpoint (%d tensors, %d shards, hidden %llu) ...\n", DS_TENSORS,
-	       DS_SHARDS, (unsigned long long)dims->hidden);
-	fflush(stdout);
-	if (mkdir(dir, 0755) < 0 || ds_write(&CK, dir) < 0) {
-		fprintf(stderr, "bench_deepseek: cannot write the checkpoint in %s\n", dir);
-		goto out;
-	}
-	for (size_t i = 0; i < N; i++)
-		bytes += CK.t[i].nbytes;
-	snprintf(sec, sizeof(sec), "[checkpoint:ds]\npath = %s\n", dir);
-	if (harness_write_config(&H, "log_level = warning", sec) < 0 || harness_start_opts(&H, &QUIET) < 0 ||
+	if (ds_serve(&H, dims, &CK, &QUIET, "log_level = warning") < 0 ||
 	    probe_start(&p, PROBE_FDS, 4096) < 0)
 		goto out;
+	harness_path(&H, "ds", dir, sizeof(dir));
+	for (size_t i = 0; i < N; i++)
+		bytes += CK.t[i].nbytes;
 	printf("unit: %zu tensors, %llu bytes; weightd %s; %d runs\n\n", N, (unsigned long long)bytes,
 	       harness_weightd(), runs);
 	printf("%4s  %10s  %10s  %12s  %10s  %10s\n", "run", "copy (s)", "cold (s)", "cold read", "warm (s)",

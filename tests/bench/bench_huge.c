@@ -10,7 +10,7 @@
  *     tests/bench/bench_huge [--size BYTES] [--runs R]
  *
  * Defaults: 1 GiB (eight U8 tensors of 128 MiB), 7 runs of each side. Two private weightds
- * (tests/integration/harness.c) serve the same checkpoint: one keeps its segments in /dev/shm
+ * (tests/common/harness.c) serve the same checkpoint: one keeps its segments in /dev/shm
  * (4 KiB pages here), the other in a segment_dir on a tmpfs this program mounts with
  * huge=within_size in its temp dir (unmounted at the end).
  *
@@ -62,6 +62,7 @@
 
 #include "bench.h"
 #include "harness.h"
+#include "itest.h"
 
 #define MAX_RUNS  64
 #define N_TENSORS 8
@@ -71,32 +72,6 @@
 static struct harness H4, HH;
 static char mnt[400], ckpt[512];
 static uint64_t size, data_off;
-
-/* The whole checkpoint as one unit, submitted and finished (nothing mapped yet). */
-static int unit_of_all(weightd_client *c, weightd_unit **ret, weightd_error *err)
-{
-	weightd_unit *u = NULL;
-	int r = weightd_unit_new(c, &u, err);
-
-	for (int i = 0; r >= 0 && i < N_TENSORS; i++) {
-		char name[16];
-
-		snprintf(name, sizeof(name), "t%d", i);
-		r = weightd_unit_slot(u, name, NULL, NULL, 0, NULL, err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, name, "p", name, NULL, err);
-	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, err);
-	if (r >= 0)
-		r = weightd_unit_finish(u, err);
-	if (r < 0) {
-		weightd_unit_free(u);
-		return r;
-	}
-	*ret = u;
-	return 0;
-}
 
 /* Read the file once so the page cache holds it. */
 static void warm_file(void)
@@ -151,7 +126,7 @@ static void run_child(int side, int fd)
 		weightd_error err;
 
 		if (weightd_connect(h->sock, "bench_huge", &c, &err) < 0 ||
-		    unit_of_all(c, &u, &err) < 0) {
+		    it_unit_of_numbered(c, "p", "t", N_TENSORS, false, &u, &err) < 0) {
 			fprintf(stderr, "bench_huge: %s\n", err.message);
 			_exit(1);
 		}
@@ -204,24 +179,8 @@ static void run_child(int side, int fd)
 static int run(int side, double *ret_t, double *ret_faults, double *ret_again)
 {
 	double r[3];
-	int p[2], status;
-	pid_t pid;
-	ssize_t k;
 
-	if (pipe(p) < 0)
-		return -1;
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		close(p[0]);
-		run_child(side, p[1]);
-	}
-	close(p[1]);
-	k = read(p[0], r, sizeof(r));
-	close(p[0]);
-	waitpid(pid, &status, 0);
-	if (k != (ssize_t)sizeof(r) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+	if (bench_child_result(run_child, side, r, sizeof(r)) < 0)
 		return -1;
 	*ret_t = r[0];
 	*ret_faults = r[1];
@@ -312,7 +271,7 @@ static double cold_fill(weightd_client *c)
 	}
 	warm_file();
 	t0 = bench_now();
-	if (unit_of_all(c, &u, &err) < 0) {
+	if (it_unit_of_numbered(c, "p", "t", N_TENSORS, false, &u, &err) < 0) {
 		fprintf(stderr, "bench_huge: fill: %s\n", err.message);
 		return -1;
 	}
@@ -420,7 +379,7 @@ int main(int argc, char **argv)
 	}
 	for (int d = 0; d < 2; d++) {
 		if (weightd_connect(d ? H4.sock : HH.sock, "bench_huge", &c, &err) < 0 ||
-		    unit_of_all(c, &u, &err) < 0) {
+		    it_unit_of_numbered(c, "p", "t", N_TENSORS, false, &u, &err) < 0) {
 			fprintf(stderr, "bench_huge: warming: %s\n", err.message);
 			goto out;
 		}

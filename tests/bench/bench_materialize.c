@@ -3,7 +3,7 @@
  * reference measured in the same run. */
 
 /*
- * A private weightd (tests/integration/harness.c) serves a generated checkpoint of SIZE bytes
+ * A private weightd (tests/common/harness.c) serves a generated checkpoint of SIZE bytes
  * (wd-mkfixture big: 256 MiB tensors alternating F32 and BF16) that is read again, untimed,
  * before every measurement that reads it, so every one starts from the page cache (weightd drops
  * the file pages it copied, drop_page_cache). Every run interleaves the contenders, rotating their

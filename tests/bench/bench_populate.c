@@ -9,7 +9,7 @@
  *     tests/bench/bench_populate [--size BYTES] [--runs R]
  *
  * Defaults: 1 GiB (eight U8 tensors of 128 MiB), 7 runs of each side. A private weightd
- * (tests/integration/harness.c) serves the checkpoint; the whole of it is materialized once as
+ * (tests/common/harness.c) serves the checkpoint; the whole of it is materialized once as
  * a unit and freed before timing, so every run maps weights already in shared memory. All of it
  * twice: with segments on /dev/shm (4 KiB pages), then with segment_dir on a tmpfs mounted with
  * huge=within_size (2 MiB pages) in a mount namespace of the benchmark's own (root only; skipped
@@ -40,6 +40,7 @@
 
 #include "bench.h"
 #include "harness.h"
+#include "itest.h"
 
 #define MAX_RUNS  64
 #define N_TENSORS 8
@@ -51,32 +52,6 @@ struct sample {
 	long faults;
 	int ok;
 };
-
-/* The whole checkpoint as one unit, submitted and finished (nothing mapped yet). */
-static int unit_of_all(weightd_client *c, weightd_unit **ret, weightd_error *err)
-{
-	weightd_unit *u = NULL;
-	int r = weightd_unit_new(c, &u, err);
-
-	for (int i = 0; r >= 0 && i < N_TENSORS; i++) {
-		char name[16];
-
-		snprintf(name, sizeof(name), "t%d", i);
-		r = weightd_unit_slot(u, name, NULL, NULL, 0, NULL, err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, name, "p", name, NULL, err);
-	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, err);
-	if (r >= 0)
-		r = weightd_unit_finish(u, err);
-	if (r < 0) {
-		weightd_unit_free(u);
-		return r;
-	}
-	*ret = u;
-	return 0;
-}
 
 /* In a new process: one timed run; the sample is written to fd. */
 static void run_child(int populate, int fd)
@@ -92,7 +67,8 @@ static void run_child(int populate, int fd)
 	long f0;
 
 	if (weightd_connect(H.sock, "bench_populate", &c, &err) < 0 ||
-	    unit_of_all(c, &u, &err) < 0 || weightd_unit_set_populate(u, populate, &err) < 0) {
+	    it_unit_of_numbered(c, "p", "t", N_TENSORS, false, &u, &err) < 0 ||
+	    weightd_unit_set_populate(u, populate, &err) < 0) {
 		fprintf(stderr, "bench_populate: %s\n", err.message);
 		_exit(1);
 	}
@@ -131,24 +107,7 @@ static void run_child(int populate, int fd)
 
 static int run(int populate, struct sample *s)
 {
-	int p[2], status;
-	pid_t pid;
-	ssize_t k;
-
-	if (pipe(p) < 0)
-		return -1;
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		close(p[0]);
-		run_child(populate, p[1]);
-	}
-	close(p[1]);
-	k = read(p[0], s, sizeof(*s));
-	close(p[0]);
-	waitpid(pid, &status, 0);
-	if (k != (ssize_t)sizeof(*s) || !s->ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+	if (bench_child_result(run_child, populate, s, sizeof(*s)) < 0 || !s->ok)
 		return -1;
 	return 0;
 }
@@ -210,7 +169,7 @@ static int measure(const char *ckpt, const char *segment_dir, uint64_t size, int
 		return -1;
 	}
 	if (weightd_connect(H.sock, "bench_populate", &c, &err) < 0 ||
-	    unit_of_all(c, &u, &err) < 0) {
+	    it_unit_of_numbered(c, "p", "t", N_TENSORS, false, &u, &err) < 0) {
 		fprintf(stderr, "bench_populate: warming: %s\n", err.message);
 		goto out;
 	}

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "recipe.h"
 #include "sink.h"
 #include "source.h"
@@ -49,19 +50,6 @@ static double now(void)
 
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return v[n / 2];
 }
 
 static int lookup(void *ctx, const char *ck, const struct wd_source **ret, weightd_error *err)
@@ -216,11 +204,11 @@ int main(int argc, char **argv)
 			t[k] = now() - t0;
 			wd_plan_free(p);
 		}
-		per = median(t, runs) / (double)b.len;
+		per = bench_median(t, runs) / (double)b.len;
 		if (s == 0)
 			base = per;
-		printf("%8zu %8zu %12.2f %14.3f %10.2f", experts[s], b.len, median(t, runs) * 1e3,
-		       per * 1e6, per / base);
+		printf("%8zu %8zu %12.2f %14.3f %10.2f", experts[s], b.len,
+		       bench_median(t, runs) * 1e3, per * 1e6, per / base);
 		{
 			struct wd_plan *p = NULL;
 			struct wd_scratch sc;
@@ -243,7 +231,7 @@ int main(int argc, char **argv)
 				}
 				t[k] = now() - t0;
 			}
-			printf(" %20.0f\n", median(t, runs) * 1e6);
+			printf(" %20.0f\n", bench_median(t, runs) * 1e6);
 			wd_scratch_free(&sc);
 			wd_plan_free(p);
 		}
@@ -280,7 +268,7 @@ int main(int argc, char **argv)
 		for (int k = 0; k < 3; k++) {
 			for (int i = 0; i < runs; i++)
 				t[i] = time_plan(pl[k], fd, &sc);
-			rate[k] = mb / median(t, runs);
+			rate[k] = mb / bench_median(t, runs);
 		}
 		for (int k = 0; k < 3; k++)
 			printf("%20s %16.0f %24.2f\n", what[k], rate[k], rate[k] / rate[1]);

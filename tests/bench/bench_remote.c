@@ -20,7 +20,7 @@
  *   raw       the limit: every byte of the shard files fetched with libcurl's multi interface by
  *             the same number of parallel range requests of the same size, written with pwrite
  *             into one /dev/shm object.
- *   today     what users do without weightd: the same parallel download into files on local disk
+ *   copy      what users do without weightd: the same parallel download into files on local disk
  *             (the directory of --dir), then a daemon serving that local copy as one unit.
  * CPU seconds are the daemon's (utime + stime from /proc) and the fetching child's (wait4), per
  * GiB moved. nginx serves the files from the page cache (they were just written), so the
@@ -29,7 +29,7 @@
  * raw signed transfers through the same proxy: that proxy is Python and bounds both.
  *
  * Printed: each run's seconds, MB/s and CPU s/GiB, then medians, and the medians of the runs'
- * ratios beside their targets (weightd >= 0.9x raw; weightd >= 1.5x faster than today).
+ * ratios beside their targets (weightd >= 0.9x raw; weightd >= 1.5x faster than copy).
  */
 #include <curl/curl.h>
 #include <dirent.h>
@@ -64,7 +64,7 @@ struct bench {
 	struct wd_servers srv;
 	bool have_srv;
 	char root[PATH_MAX];	    /* what the servers serve: ckpt/ */
-	char local[PATH_MAX];	    /* today's download target */
+	char local[PATH_MAX];	    /* copy's download target */
 	char cred[PATH_MAX];	    /* s3 credentials file */
 	char shard[MAX_SHARDS][64]; /* every file of the checkpoint, its index included */
 	uint64_t shard_size[MAX_SHARDS];
@@ -79,49 +79,6 @@ struct sample {
 	double s, cpu;
 	uint64_t bytes;
 };
-
-static void find_tool(const char *env, const char *rel, char *out, size_t cap)
-{
-	char self[PATH_MAX];
-	ssize_t n;
-
-	if (getenv(env)) {
-		snprintf(out, cap, "%s", getenv(env));
-		return;
-	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	self[n > 0 ? n : 0] = '\0';
-	snprintf(out, cap, "%s/%s", dirname(self), rel);
-}
-
-static int parse_size(const char *s, unsigned long long *ret)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-
-	switch (*end) {
-	case 'G':
-	case 'g':
-		v <<= 30;
-		end++;
-		break;
-	case 'M':
-	case 'm':
-		v <<= 20;
-		end++;
-		break;
-	case 'K':
-	case 'k':
-		v <<= 10;
-		end++;
-		break;
-	default: break;
-	}
-	if (*end || v == 0)
-		return -1;
-	*ret = v;
-	return 0;
-}
 
 /* ---- the reference: parallel range requests with libcurl ------------------------------------ */
 
@@ -319,33 +276,6 @@ static int reference(const struct bench *b, const char *base, bool s3, bool to_s
 
 /* ---- weightd ------------------------------------------------------------------------------- */
 
-/* Unlink every segment under the prefix and every state record: the next start is cold. */
-static void make_cold(const struct bench *b)
-{
-	char path[PATH_MAX + 320];
-	struct dirent *e;
-	size_t plen = strlen(b->h.prefix);
-	DIR *d = opendir("/dev/shm");
-
-	while (d && (e = readdir(d)))
-		if (strncmp(e->d_name, b->h.prefix, plen) == 0 && e->d_name[plen] == '.') {
-			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
-	snprintf(path, sizeof(path), "%s/state/%s", b->h.dir, b->h.prefix);
-	d = opendir(path);
-	while (d && (e = readdir(d)))
-		if (e->d_name[0] != '.') {
-			char f[PATH_MAX + 600];
-			snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
-			unlink(f);
-		}
-	if (d)
-		closedir(d);
-}
-
 /* Start a daemon serving `section` as checkpoint "ckpt", bind all of it as one unit, stop it.
  * The sample: from the start to the unit validated; the daemon's CPU; the checkpoint's bytes. */
 static int load(struct bench *b, const char *section, struct sample *ret)
@@ -360,7 +290,7 @@ static int load(struct bench *b, const char *section, struct sample *ret)
 	long ticks;
 	int r;
 
-	make_cold(b);
+	harness_make_cold(&b->h);
 	snprintf(extra, sizeof(extra),
 		 "budget = %lluM\nlog_level = notice\nworkers = 0\n"
 		 "remote_concurrency = %u\nremote_chunk = %llu\n",
@@ -381,17 +311,7 @@ static int load(struct bench *b, const char *section, struct sample *ret)
 		r = 0;
 	}
 	if (r == 0)
-		r = weightd_unit_new(c, &u, &err);
-	for (size_t i = 0; r >= 0 && i < d->n_tensors; i++) {
-		const weightd_tensor_info *t = &d->tensors[i];
-		r = weightd_unit_slot(u, t->name, t->dtype, t->shape, t->ndim, NULL, &err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, t->name, "ckpt", t->name, NULL, &err);
-	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, &err);
-	if (r >= 0)
-		r = weightd_unit_validate(u, &err);
+		r = bench_unit_described(c, "ckpt", d, &u, &err);
 	ret->s = bench_now() - t0;
 	ticks = harness_cpu_ticks(b->h.pid);
 	ret->cpu = (double)ticks / (double)sysconf(_SC_CLK_TCK);
@@ -402,7 +322,7 @@ static int load(struct bench *b, const char *section, struct sample *ret)
 	weightd_description_free(d);
 	weightd_close(c);
 	harness_stop(&b->h);
-	make_cold(b);
+	harness_make_cold(&b->h);
 	return r < 0 ? -1 : 0;
 }
 
@@ -417,8 +337,8 @@ static int setup(struct bench *b, const char *base, unsigned long long size,
 	DIR *d;
 	FILE *f;
 
-	find_tool("WD_WEIGHTD", "../../daemon/weightd", weightd, sizeof(weightd));
-	find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
+	bench_find_tool("WD_WEIGHTD", "../../daemon/weightd", weightd, sizeof(weightd));
+	bench_find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
 	setenv("WD_WEIGHTD", weightd, 1);
 	if (!getenv("WD_SOURCE_DIR")) /* where tests/remote/servers.py is */
 		setenv("WD_SOURCE_DIR", WD_BENCH_SOURCE_DIR, 1);
@@ -481,7 +401,7 @@ static void teardown(struct bench *b)
 	if (!b->ready)
 		return;
 	harness_kill(&b->h);
-	make_cold(b);
+	harness_make_cold(&b->h);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->local);
 	if (system(cmd) != 0)
 		fprintf(stderr, "bench_remote: could not remove %s\n", b->local);
@@ -521,7 +441,7 @@ static struct sample median(const struct sample *v, int n)
 
 int main(int argc, char **argv)
 {
-	static struct sample wd[MAX_RUNS], raw[MAX_RUNS], today[MAX_RUNS];
+	static struct sample wd[MAX_RUNS], raw[MAX_RUNS], copied[MAX_RUNS];
 	struct bench b = { .ready = false, .conc = 16, .chunk = 16u << 20 };
 	unsigned long long size = 2ull << 30, tensor_bytes = 64u << 20, v;
 	int runs = 5, shards = 4, rc = 1;
@@ -529,18 +449,18 @@ int main(int argc, char **argv)
 	bool s3 = true;
 	char section[2 * PATH_MAX], url[256];
 	struct sample mw, mr, mt, dl;
-	double ratio_raw[MAX_RUNS], ratio_today[MAX_RUNS], rr, rt;
+	double ratio_raw[MAX_RUNS], ratio_copied[MAX_RUNS], rr, rt;
 	double la[3] = { 0, 0, 0 };
 
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
-		    parse_size(argv[i + 1], &size) == 0)
+		    bench_parse_size(argv[i + 1], &size) == 0)
 			i++;
 		else if (strcmp(argv[i], "--tensor-bytes") == 0 && i + 1 < argc &&
-			 parse_size(argv[i + 1], &tensor_bytes) == 0)
+			 bench_parse_size(argv[i + 1], &tensor_bytes) == 0)
 			i++;
 		else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc &&
-			 parse_size(argv[i + 1], &v) == 0 && v >= 65536)
+			 bench_parse_size(argv[i + 1], &v) == 0 && v >= 65536)
 			b.chunk = v, i++;
 		else if (strcmp(argv[i], "--concurrency") == 0 && i + 1 < argc &&
 			 atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= MAX_CONC)
@@ -589,37 +509,37 @@ int main(int argc, char **argv)
 		if (reference(&b, url, false, true, &raw[r]) < 0)
 			goto out;
 		row("raw", r + 1, &raw[r]);
-		/* today: download, then load the local copy */
+		/* copy: download, then load the local copy */
 		if (mkdir(b.local, 0755) < 0 || reference(&b, url, false, false, &dl) < 0)
 			goto out;
 		snprintf(section, sizeof(section), "[checkpoint:ckpt]\npath = %s/\n", b.local);
-		if (load(&b, section, &today[r]) < 0)
+		if (load(&b, section, &copied[r]) < 0)
 			goto out;
-		today[r].s += dl.s;
-		today[r].cpu += dl.cpu;
-		row("today", r + 1, &today[r]);
+		copied[r].s += dl.s;
+		copied[r].cpu += dl.cpu;
+		row("copy", r + 1, &copied[r]);
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b.local);
 		if (system(cmd) != 0)
 			goto out;
 	}
 	mw = median(wd, runs);
 	mr = median(raw, runs);
-	mt = median(today, runs);
+	mt = median(copied, runs);
 	/* ratios per run (its three loads back to back), then their median: what the machine's
 	 * load does to a whole run moves both sides of its ratio */
 	for (int r = 0; r < runs; r++) {
 		ratio_raw[r] = raw[r].s / wd[r].s;
-		ratio_today[r] = today[r].s / wd[r].s;
+		ratio_copied[r] = copied[r].s / wd[r].s;
 	}
 	rr = bench_median(ratio_raw, runs);
-	rt = bench_median(ratio_today, runs);
+	rt = bench_median(ratio_copied, runs);
 	printf("\nmedian of %d:\n", runs);
 	printf("  weightd  %8.3f s %6.0f MB/s %6.3f CPU s/GiB\n", mw.s, mbps(&mw),
 	       cpu_per_gib(&mw));
 	printf("  raw      %8.3f s %6.0f MB/s %6.3f CPU s/GiB   weightd/raw rate %.2fx "
 	       "(median of the runs' ratios; target >= 0.9x)\n",
 	       mr.s, mbps(&mr), cpu_per_gib(&mr), rr);
-	printf("  today    %8.3f s %6.0f MB/s %6.3f CPU s/GiB   weightd %.2fx faster end to end "
+	printf("  copy     %8.3f s %6.0f MB/s %6.3f CPU s/GiB   weightd %.2fx faster end to end "
 	       "(median of the runs' ratios; target >= 1.5x)\n",
 	       mt.s, mbps(&mt), cpu_per_gib(&mt), rt);
 	rc = rr >= 0.9 && rt >= 1.5 ? 0 : 1;

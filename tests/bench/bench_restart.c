@@ -55,64 +55,6 @@ struct bench {
 	char weightd[PATH_MAX];
 };
 
-static void find_tool(const char *env, const char *rel, char *out, size_t cap)
-{
-	char self[PATH_MAX];
-	ssize_t n;
-
-	if (getenv(env)) {
-		snprintf(out, cap, "%s", getenv(env));
-		return;
-	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	self[n > 0 ? n : 0] = '\0';
-	snprintf(out, cap, "%s/%s", dirname(self), rel);
-}
-
-static int parse_size(const char *s, unsigned long long *ret)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-
-	switch (*end) {
-	case 'G': case 'g': v <<= 30; end++; break;
-	case 'M': case 'm': v <<= 20; end++; break;
-	case 'K': case 'k': v <<= 10; end++; break;
-	default: break;
-	}
-	if (*end || v == 0)
-		return -1;
-	*ret = v;
-	return 0;
-}
-
-/* Unlink every segment under the prefix and every state record: the next start is cold. */
-static void make_cold(const struct bench *b)
-{
-	char path[PATH_MAX + 320];
-	struct dirent *e;
-	size_t plen = strlen(b->h.prefix);
-	DIR *d = opendir("/dev/shm");
-
-	while (d && (e = readdir(d)))
-		if (strncmp(e->d_name, b->h.prefix, plen) == 0 && e->d_name[plen] == '.') {
-			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
-	snprintf(path, sizeof(path), "%s/state/%s", b->h.dir, b->h.prefix);
-	d = opendir(path);
-	while (d && (e = readdir(d)))
-		if (e->d_name[0] != '.') {
-			char f[PATH_MAX + 600];
-			snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
-			unlink(f);
-		}
-	if (d)
-		closedir(d);
-}
-
 /* Start weightd and wait for READY=1 (timed by the caller: the harness returns at once). */
 static int start(struct bench *b)
 {
@@ -150,17 +92,7 @@ static int serve(const struct bench *b, const weightd_description *d, double t0,
 
 	r = weightd_connect(b->h.sock, "bench_restart", &c, &err);
 	if (r == 0)
-		r = weightd_unit_new(c, &u, &err);
-	for (size_t i = 0; r >= 0 && i < d->n_tensors; i++) {
-		const weightd_tensor_info *t = &d->tensors[i];
-		r = weightd_unit_slot(u, t->name, t->dtype, t->shape, t->ndim, NULL, &err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, t->name, "big", t->name, NULL, &err);
-	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, &err);
-	if (r >= 0)
-		r = weightd_unit_validate(u, &err);
+		r = bench_unit_described(c, "big", d, &u, &err);
 	s->seconds = bench_now() - t0;
 	if (r >= 0)
 		r = weightd_status_get(c, &st, &err);
@@ -190,8 +122,8 @@ static int setup(struct bench *b, const char *base, unsigned long long size)
 {
 	char mk[PATH_MAX], cmd[3 * PATH_MAX], extra[128], section[PATH_MAX + 64];
 
-	find_tool("WD_WEIGHTD", "../../daemon/weightd", b->weightd, sizeof(b->weightd));
-	find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
+	bench_find_tool("WD_WEIGHTD", "../../daemon/weightd", b->weightd, sizeof(b->weightd));
+	bench_find_tool("WD_MKFIXTURE", "../wd-mkfixture", mk, sizeof(mk));
 	setenv("WD_WEIGHTD", b->weightd, 1);
 	if (harness_init_in(&b->h, base) < 0) {
 		fprintf(stderr, "bench_restart: a temp dir in %s: %s\n", base, strerror(errno));
@@ -217,7 +149,7 @@ static void teardown(struct bench *b)
 	if (!b->ready)
 		return;
 	stop(b, SIGKILL);
-	make_cold(b);
+	harness_make_cold(&b->h);
 	if (getenv("WD_KEEP_BENCH_DIR"))
 		setenv("WD_KEEP_TEST_DIR", "1", 1);
 	harness_cleanup(&b->h);
@@ -239,7 +171,8 @@ int main(int argc, char **argv)
 	double la[3] = { 0, 0, 0 };
 
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc && parse_size(argv[i + 1], &size) == 0)
+		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
+		    bench_parse_size(argv[i + 1], &size) == 0)
 			i++;
 		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
 			 atoi(argv[i + 1]) <= MAX_RUNS)
@@ -274,7 +207,7 @@ int main(int argc, char **argv)
 	for (int r = 0; r < runs; r++) {
 		bool run_same = true;
 
-		make_cold(&b);
+		harness_make_cold(&b.h);
 		if (start(&b) < 0 || serve(&b, d, bench_now(), &cold[r]) < 0)
 			goto out;
 		stop(&b, SIGKILL); /* crash: no clean shutdown */

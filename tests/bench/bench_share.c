@@ -9,7 +9,7 @@
  *     tests/bench/bench_share [--conns C] [--pipeline K] [--gets G] [--rounds R]
  *
  * Defaults: 8 connections, 4 requests pipelined on each, 1,000 gets per side, 5 rounds of queued
- * fills. A private weightd (tests/integration/harness.c, 2 workers) serves the checkpoint of
+ * fills. A private weightd (tests/common/harness.c, 2 workers) serves the checkpoint of
  * tests/common/deepseek.h, all of it materialized once as one unit (then freed: the weights stay
  * cached, so a full status lists 91,991 of them, about 14 MB), "cold" (256 tensors of 64 KiB)
  * and "big" (16 tensors of 64 MiB).

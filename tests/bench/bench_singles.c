@@ -10,7 +10,7 @@
  *     tests/bench/bench_singles [--tensors N] [--runs R] [--window W]
  *
  * Defaults: all 91,991 tensors, 3 runs, 200 requests in flight. A private weightd
- * (tests/integration/harness.c, log_level warning) serves the checkpoint, written to a temp dir
+ * (tests/common/harness.c, log_level warning) serves the checkpoint, written to a temp dir
  * (so in the page cache). Each run starts weightd anew with no segment and no state record
  * before each of:
  *
@@ -32,6 +32,7 @@
 #include "bench.h"
 #include "deepseek.h"
 #include "harness.h"
+#include "itest.h"
 #include "weightd/client.h"
 
 #define MAX_RUNS 32
@@ -41,52 +42,11 @@ static const struct harness_opts QUIET = { .file_log_level = true };
 static struct ds_ckpt CK;
 static size_t N, WINDOW = 200;
 
-static int count_dir(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-static int count_lines(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	int n = 0, ch;
-
-	if (!f)
-		return -1;
-	while ((ch = fgetc(f)) != EOF)
-		n += ch == '\n';
-	fclose(f);
-	return n;
-}
-
 /* Stop the daemon, remove every segment and state record it made, start it again. */
 static int restart_cold(void)
 {
-	char path[600];
-	struct dirent *e;
-	size_t plen = strlen(H.prefix);
-	DIR *d;
-
 	harness_stop(&H);
-	d = opendir("/dev/shm");
-	while (d && (e = readdir(d)))
-		if (strncmp(e->d_name, H.prefix, plen) == 0 && e->d_name[plen] == '.') {
-			snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
-	harness_path(&H, "state", path, sizeof(path));
-	stw_rmtree(path);
+	harness_make_cold(&H);
 	return harness_start_opts(&H, &QUIET);
 }
 
@@ -126,7 +86,7 @@ static int singles_cold(weightd_client *c, size_t window, double *ret_s, int *re
 {
 	weightd_weight **ws = calloc(N, sizeof(*ws));
 	weightd_inflight **fl = calloc(window, sizeof(*fl));
-	int fds0 = count_dir("/proc/self/fd"), maps0 = count_lines("/proc/self/maps"), r = 0;
+	int fds0 = it_count_dir("/proc/self/fd"), maps0 = it_count_lines("/proc/self/maps"), r = 0;
 	weightd_error err;
 	size_t got = 0;
 	double t0 = bench_now();
@@ -152,8 +112,8 @@ static int singles_cold(weightd_client *c, size_t window, double *ret_s, int *re
 		}
 	}
 	*ret_s = bench_now() - t0;
-	*ret_fds = count_dir("/proc/self/fd") - fds0;
-	*ret_maps = count_lines("/proc/self/maps") - maps0;
+	*ret_fds = it_count_dir("/proc/self/fd") - fds0;
+	*ret_maps = it_count_lines("/proc/self/maps") - maps0;
 	if (!ws || !fl)
 		r = -1;
 	if (r < 0)
@@ -172,7 +132,6 @@ int main(int argc, char **argv)
 	struct rlimit rl;
 	weightd_client *c = NULL;
 	weightd_error err;
-	char dir[400], sec[600];
 	int runs = 3, rc = 1, fds = 0, maps = 0, wfds = 0, wmaps = 0;
 	uint64_t bytes = 0;
 	double m_unit, m_single, m_window, la[3] = { 0, 0, 0 };
@@ -203,22 +162,10 @@ int main(int argc, char **argv)
 	rl.rlim_cur = rl.rlim_max < 1024 ? rl.rlim_max : 1024;
 	setrlimit(RLIMIT_NOFILE, &rl);
 
-	if (ds_table(&ds_tiny, &CK) < 0 || harness_init(&H) < 0)
+	if (ds_serve(&H, &ds_tiny, &CK, &QUIET, "log_level = warning") < 0)
 		goto out;
-	harness_path(&H, "ds", dir, sizeof(dir));
-	printf("writing the DeepSeek-V3-shaped checkpoint (%d tensors, %d shards) ...\n",
-	       DS_TENSORS, DS_SHARDS);
-	fflush(stdout);
-	if (mkdir(dir, 0755) < 0 || ds_write(&CK, dir) < 0) {
-		fprintf(stderr, "bench_singles: cannot write the checkpoint in %s\n", dir);
-		goto out;
-	}
 	for (size_t i = 0; i < N; i++)
 		bytes += CK.t[i].nbytes;
-	snprintf(sec, sizeof(sec), "[checkpoint:ds]\npath = %s\n", dir);
-	if (harness_write_config(&H, "log_level = warning", sec) < 0 ||
-	    harness_start_opts(&H, &QUIET) < 0)
-		goto out;
 	printf("%zu tensors, %llu bytes; weightd %s; %d runs; client ulimit -n %llu\n\n", N,
 	       (unsigned long long)bytes, harness_weightd(), runs, (unsigned long long)rl.rlim_cur);
 	printf("%4s  %10s  %12s  %12s\n", "run", "unit (s)", "single (s)", "window (s)");

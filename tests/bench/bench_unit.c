@@ -8,7 +8,7 @@
  *     tests/bench/bench_unit [--weights N] [--bytes B] [--rounds R] [--iters K]
  *
  * Defaults: 1,000 weights of 4,096 bytes, 15 rounds of 10 iterations of each side. A private
- * weightd (tests/integration/harness.c: temp dir, socket, shm prefix) serves a generated
+ * weightd (tests/common/harness.c: temp dir, socket, shm prefix) serves a generated
  * checkpoint of N U8 tensors; everything is materialized once before timing (warm).
  *
  *   unit    submit + validate (every weight mapped) + bind + free of an N-slot unit, one slot

@@ -3,6 +3,11 @@
  * its sharded safetensors checkpoint (the layout and content rules are in deepseek.h). */
 #include "deepseek.h"
 
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include "harness.h"
+
 const struct ds_dims ds_real = { 7168, 2048, 18432, 1536, 512, 128, 128, 64, 128, 129280, 128 };
 const struct ds_dims ds_tiny = { 56, 16, 144, 12, 4, 4, 8, 4, 8, 1010, 16 };
 
@@ -342,4 +347,23 @@ out:
 	free(ts);
 	free(buf);
 	return r;
+}
+
+int ds_serve(struct harness *h, const struct ds_dims *dims, struct ds_ckpt *ck,
+	     const struct harness_opts *o, const char *extra)
+{
+	char dir[400], sec[600];
+
+	if (ds_table(dims, ck) < 0 || harness_init(h) < 0)
+		return -1;
+	harness_path(h, "ds", dir, sizeof(dir));
+	printf("writing the DeepSeek-V3-shaped checkpoint (%d tensors, %d shards, hidden %llu) ...\n",
+	       DS_TENSORS, DS_SHARDS, (unsigned long long)dims->hidden);
+	fflush(stdout);
+	if (mkdir(dir, 0755) < 0 || ds_write(ck, dir) < 0) {
+		fprintf(stderr, "cannot write the checkpoint in %s\n", dir);
+		return -1;
+	}
+	snprintf(sec, sizeof(sec), "[checkpoint:ds]\npath = %s\n", dir);
+	return harness_write_config(h, extra, sec) < 0 || harness_start_opts(h, o) < 0 ? -1 : 0;
 }

@@ -158,4 +158,13 @@ long ds_find(const struct ds_ckpt *ck, const char *name);
  */
 int ds_write(struct ds_ckpt *ck, const char *dir);
 
+struct harness;
+struct harness_opts;
+/* For the programs that serve the checkpoint themselves (benchmarks): the table at `dims` made
+ * into *ck, h made (harness_init), the checkpoint written to "ds" in its temp dir (saying so on
+ * stdout, as it takes a while), and a daemon started with o serving it as checkpoint "ds" with
+ * `extra` [daemon] lines. 0, or -1 with what failed on stderr. */
+int ds_serve(struct harness *h, const struct ds_dims *dims, struct ds_ckpt *ck,
+	     const struct harness_opts *o, const char *extra);
+
 #endif

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -726,4 +727,33 @@ void harness_dump_fds(pid_t pid)
 		fprintf(stderr, "%s -> %s\n", e->d_name, target);
 	}
 	closedir(d);
+}
+
+void harness_make_cold(const struct harness *h)
+{
+	char path[sizeof(h->dir) + sizeof(h->prefix) + 16];
+	struct dirent *e;
+	size_t plen = strlen(h->prefix);
+	DIR *d = opendir("/dev/shm");
+
+	while (d && (e = readdir(d)))
+		if (strncmp(e->d_name, h->prefix, plen) == 0 && e->d_name[plen] == '.') {
+			char f[NAME_MAX + 16];
+
+			snprintf(f, sizeof(f), "/dev/shm/%s", e->d_name);
+			unlink(f);
+		}
+	if (d)
+		closedir(d);
+	snprintf(path, sizeof(path), "%s/state/%s", h->dir, h->prefix);
+	d = opendir(path);
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			char f[sizeof(path) + NAME_MAX + 2];
+
+			snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
+			unlink(f);
+		}
+	if (d)
+		closedir(d);
 }

@@ -84,6 +84,10 @@ void harness_kill(struct harness *h);
 /* Count objects under the instance prefix where its segments live (shm_dir). */
 int harness_segments(const struct harness *h);
 
+/* Unlink every segment under the instance prefix in /dev/shm and every state record of the
+ * instance: the next start is cold (nothing to re-adopt). Call with the daemon stopped. */
+void harness_make_cold(const struct harness *h);
+
 /* Stop if running, remove the temp dir and any leftover segments. */
 void harness_cleanup(struct harness *h);
 

@@ -3,6 +3,8 @@
  * connecting, status look-ups, the fixture patterns and the leak check. */
 #include "itest.h"
 
+#include <dirent.h>
+
 #include "clock.h"
 
 int64_t it_now_ms(void)
@@ -130,6 +132,55 @@ int it_unit_of(weightd_client *c, const char *ckpt, const char *const *names, si
 	}
 	*ret = u;
 	return 0;
+}
+
+int it_unit_of_numbered(weightd_client *c, const char *ckpt, const char *prefix, size_t n,
+			bool validate, weightd_unit **ret, weightd_error *err)
+{
+	char(*buf)[64] = calloc(n ? n : 1, sizeof(*buf));
+	const char **names = calloc(n ? n : 1, sizeof(*names));
+	int r = -ENOMEM;
+
+	if (buf && names) {
+		for (size_t i = 0; i < n; i++) {
+			snprintf(buf[i], sizeof(buf[i]), "%s%zu", prefix, i);
+			names[i] = buf[i];
+		}
+		r = it_unit_of(c, ckpt, names, n, validate, ret, err);
+	} else {
+		memset(err, 0, sizeof(*err));
+		err->code = WEIGHTD_E_RESOURCE_EXHAUSTED;
+	}
+	free(names);
+	free(buf);
+	return r;
+}
+
+int it_count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+int it_count_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0, ch;
+
+	if (!f)
+		return -1;
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
 }
 
 const weightd_weight_status *it_weight(const weightd_status *st, const char *ckpt,
@@ -273,6 +324,42 @@ size_t it_status_frame(uint8_t *out, uint8_t id)
 	out[0] = sizeof(payload);
 	memcpy(out + 8, payload, sizeof(payload));
 	return 8 + sizeof(payload);
+}
+
+void it_say(int fd, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof(buf) || write(fd, buf, (size_t)n) != n)
+		_exit(3);
+}
+
+pid_t it_fork_piped(int *ret_to, int *ret_from)
+{
+	int to[2], from[2];
+	pid_t pid;
+
+	assert_int_equal(pipe(to), 0);
+	assert_int_equal(pipe(from), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(to[1]);
+		close(from[0]);
+		*ret_to = to[0];
+		*ret_from = from[1];
+		return 0;
+	}
+	close(to[0]);
+	close(from[1]);
+	*ret_to = to[1];
+	*ret_from = from[0];
+	return pid;
 }
 
 void it_wait_child_ok(pid_t pid)

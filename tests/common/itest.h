@@ -69,6 +69,17 @@ const uint8_t *it_map(weightd_weight *w);
 int it_unit_of(weightd_client *c, const char *ckpt, const char *const *names, size_t n,
 	       bool validate, weightd_unit **ret, weightd_error *err);
 
+/* it_unit_of of the n tensors named `prefix`0 .. `prefix`(n-1) ("t0", "t1", ...). */
+int it_unit_of_numbered(weightd_client *c, const char *ckpt, const char *prefix, size_t n,
+			bool validate, weightd_unit **ret, weightd_error *err);
+
+/* Entries of a directory but "." and "..", and other dot files (/proc/self/fd: fds open); -1
+ * when it cannot be read. */
+int it_count_dir(const char *path);
+
+/* Lines of a file (/proc/self/maps: mappings); -1 when it cannot be read. */
+int it_count_lines(const char *path);
+
 /* The status entry of the weight made from ckpt:tensor (label "ckpt:tensor"), or NULL. */
 const weightd_weight_status *it_weight(const weightd_status *st, const char *ckpt,
 				       const char *tensor);
@@ -121,6 +132,18 @@ int it_raw_connect(const struct harness *h);
  * {id (field 1, varint), status (field 17, empty message)}.
  */
 size_t it_status_frame(uint8_t *out, uint8_t id);
+
+/*
+ * Fork a child joined to this process by two pipes. In the child (returns 0), *ret_to is the end
+ * it reads what the parent sends and *ret_from the end it writes to the parent; in the parent
+ * (returns the child's pid), *ret_to is the end it writes to the child and *ret_from the end it
+ * reads the child's answers from. Each closes the other's ends; a failure fails the test.
+ */
+pid_t it_fork_piped(int *ret_to, int *ret_from);
+
+/* In a child: a printf-style line written to fd (to its parent); the child exits 3 when it cannot
+ * write it whole. */
+void it_say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Wait for a child and require exit status 0. */
 void it_wait_child_ok(pid_t pid);

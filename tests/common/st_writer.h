@@ -363,9 +363,27 @@ static inline int stw_rm_one(const char *path, const struct stat *st, int flag, 
 }
 
 /* Remove a directory tree (symlinks are removed, never followed). */
+/* For a test program whose files all go into one temp dir: its path, and the cmocka setup and
+ * teardown that make and remove it. */
+static char stw_test_dir[4096] __attribute__((unused));
+
+static inline int stw_setup(void **state)
+{
+	(void)state;
+	return stw_tmpdir(stw_test_dir, sizeof(stw_test_dir));
+}
+
+static inline int stw_teardown(void **state);
+
 static inline int stw_rmtree(const char *dir)
 {
 	return nftw(dir, stw_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static inline int stw_teardown(void **state)
+{
+	(void)state;
+	return stw_rmtree(stw_test_dir);
 }
 
 #endif

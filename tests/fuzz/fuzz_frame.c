@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz_frame.c - the frame decoder (src/frame.c) and the request decoder behind it.
+ * fuzz_frame.c - the frame decoder (src/frame_recv.c) and the request decoder behind it.
  *
  * The input is a byte stream as a peer would send it. It goes into two receive buffers: one fed
  * all at once, one in uneven chunks (sizes from a generator seeded by the input length), each
@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "msg.h"
 #include "weightd.pb-c.h"
 
 static void check(int ok)

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fake_weightd.h"
 #include "conn.h"
-#include "frame.h"
+#include "fake_weightd.h"
+#include "msg.h"
 #include "unit.h"
 #include "weight.h"
 #include "weightd/client.h"

@@ -5,9 +5,8 @@
 #include <grp.h>
 #include <signal.h>
 
-#include "itest.h"
+#include "fixture.h"
 
-static struct harness H;
 static struct harness H_USER; /* the same checkpoints, served by a daemon running as UID_WEIGHTD */
 
 /* Groups and users every Debian base system has. */
@@ -392,20 +391,12 @@ static void socket_denial_names_the_group_to_join(void **state)
 	harness_cleanup(&h);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(allow_users_grants_the_named_uid),
-		cmocka_unit_test(allow_users_lists_every_name),
-		cmocka_unit_test(allow_groups_grants_the_primary_group),
-		cmocka_unit_test(allow_groups_grants_a_supplementary_group),
-		cmocka_unit_test(allow_groups_sees_groups_past_256),
-		cmocka_unit_test(no_match_no_access),
-		cmocka_unit_test(root_reads_every_checkpoint),
-		cmocka_unit_test(daemon_user_reads_every_checkpoint),
-		cmocka_unit_test(socket_group_without_membership_names_the_fix),
-		cmocka_unit_test(socket_denial_names_the_group_to_join),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(allow_users_grants_the_named_uid),
+	  cmocka_unit_test(allow_users_lists_every_name),
+	  cmocka_unit_test(allow_groups_grants_the_primary_group),
+	  cmocka_unit_test(allow_groups_grants_a_supplementary_group),
+	  cmocka_unit_test(allow_groups_sees_groups_past_256), cmocka_unit_test(no_match_no_access),
+	  cmocka_unit_test(root_reads_every_checkpoint),
+	  cmocka_unit_test(daemon_user_reads_every_checkpoint),
+	  cmocka_unit_test(socket_group_without_membership_names_the_fix),
+	  cmocka_unit_test(socket_denial_names_the_group_to_join))

@@ -14,14 +14,13 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "harness.h"
-#include "itest.h"
 #include "st_writer.h"
 #include "weightd/client.h"
 
 #define N 2500 /* past 1,024 and 2,048: the tables grow twice */
 
-static struct harness H;
 static char names[N][16];
 
 static int setup(void **state)
@@ -41,29 +40,19 @@ static int setup(void **state)
 	if (stw_write(path, ts, N, NULL, 0, NULL) < 0)
 		return -1;
 	snprintf(sect, sizeof(sect), "[checkpoint:many]\npath = %s\n", path);
-	if (harness_write_config(&H, NULL, sect) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
+	return fixture_start(NULL, sect);
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
-}
-
+/* Every weight of "many" as one unit, validated and bound. */
 static weightd_unit *unit_of_all(weightd_client *c)
 {
+	static const char *ptrs[N];
 	weightd_unit *u = NULL;
 	weightd_error err;
 
-	assert_int_equal(weightd_unit_new(c, &u, &err), 0);
-	for (int i = 0; i < N; i++) {
-		assert_int_equal(weightd_unit_slot(u, names[i], NULL, NULL, 0, NULL, &err), i);
-		assert_int_equal(weightd_unit_set_tensor(u, names[i], "many", names[i], NULL, &err), 0);
-	}
-	if (weightd_unit_submit(u, &err) < 0 || weightd_unit_validate(u, &err) < 0)
+	for (int i = 0; i < N; i++)
+		ptrs[i] = names[i];
+	if (it_unit_of(c, "many", ptrs, N, true, &u, &err) < 0)
 		fail_msg("unit: %s", err.message);
 	weightd_unit_bind(u);
 	return u;
@@ -158,13 +147,6 @@ static void warm_plain_entries_are_checked_and_deduplicated(void **state)
 	weightd_close(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(thousands_of_weights_are_found_by_key_and_handle),
-		cmocka_unit_test(warm_plain_entries_are_checked_and_deduplicated),
-	};
-
-	alarm(240);
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN_WATCHDOG(240, setup, fixture_cleanup,
+		   cmocka_unit_test(thousands_of_weights_are_found_by_key_and_handle),
+		   cmocka_unit_test(warm_plain_entries_are_checked_and_deduplicated))

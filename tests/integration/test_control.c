@@ -22,25 +22,10 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "harness.h"
-#include "itest.h"
 #include "st_writer.h"
 #include "weightd/client.h"
-
-static struct harness H;
-
-static int setup(void **state)
-{
-	(void)state;
-	return harness_init(&H);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
-}
 
 static char *slurp(const char *path)
 {
@@ -395,16 +380,9 @@ static void a_4000_character_checkpoint_path_is_served(void **state)
 	assert_int_equal(harness_stop(&H), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(detached_start_reports_readiness_in_its_exit_status),
-		cmocka_unit_test(sigterm_cancels_queued_work),
-		cmocka_unit_test(reload_applies_daemon_keys_or_names_them),
-		cmocka_unit_test(reload_applies_log_level_live),
-		cmocka_unit_test(a_4000_character_checkpoint_path_is_served),
-	};
-
-	alarm(240);
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN_WATCHDOG(240, fixture_init, fixture_cleanup,
+		   cmocka_unit_test(detached_start_reports_readiness_in_its_exit_status),
+		   cmocka_unit_test(sigterm_cancels_queued_work),
+		   cmocka_unit_test(reload_applies_daemon_keys_or_names_them),
+		   cmocka_unit_test(reload_applies_log_level_live),
+		   cmocka_unit_test(a_4000_character_checkpoint_path_is_served))

@@ -17,11 +17,10 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "harness.h"
-#include "itest.h"
 #include "weightd/client.h"
 
-static struct harness H;
 static char sample[512];
 
 /* --- a client process ---------------------------------------------------------------------- */
@@ -38,19 +37,6 @@ struct child {
 	int cmd;     /* parent writes */
 };
 
-static void __attribute__((format(printf, 2, 3))) say(int fd, const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (write(fd, buf, (size_t)n) != n)
-		_exit(3);
-}
-
 static void child_main(const char *checkpoint, int in, int out)
 {
 	weightd_client *c = NULL;
@@ -62,23 +48,23 @@ static void child_main(const char *checkpoint, int in, int out)
 
 	if (weightd_connect(H.sock, "test-child", &c, &err) < 0 ||
 	    weightd_describe(c, checkpoint, &d, &err) < 0 || weightd_unit_new(c, &u, &err) < 0) {
-		say(out, "error %s\n", err.message);
+		it_say(out, "error %s\n", err.message);
 		_exit(1);
 	}
 	for (size_t i = 0; i < d->n_tensors; i++) {
 		const weightd_tensor_info *t = &d->tensors[i];
 		if (weightd_unit_slot(u, t->name, t->dtype, t->shape, t->ndim, NULL, &err) < 0 ||
 		    weightd_unit_set_tensor(u, t->name, checkpoint, t->name, NULL, &err) < 0) {
-			say(out, "error %s\n", err.message);
+			it_say(out, "error %s\n", err.message);
 			_exit(1);
 		}
 	}
 	if (weightd_unit_submit(u, &err) < 0 || weightd_unit_validate(u, &err) < 0) {
-		say(out, "error %s\n", err.message);
+		it_say(out, "error %s\n", err.message);
 		_exit(1);
 	}
 	weightd_unit_bind(u);
-	say(out, "bound %zu %llu\n", d->n_tensors, (unsigned long long)weightd_unit_bytes_read(u));
+	it_say(out, "bound %zu %llu\n", d->n_tensors, (unsigned long long)weightd_unit_bytes_read(u));
 	file = open(sample, O_RDONLY);
 	while (read(in, &op, 1) == 1) {
 		if (op == 'q')
@@ -91,7 +77,7 @@ static void child_main(const char *checkpoint, int in, int out)
 
 			if (op == 'i') {
 				fstat(fd, &st);
-				say(out, "%s %llu %llu\n", t->name, (unsigned long long)st.st_dev,
+				it_say(out, "%s %llu %llu\n", t->name, (unsigned long long)st.st_dev,
 				    (unsigned long long)st.st_ino);
 			} else if (op == 'v') {
 				const uint8_t *mem = weightd_unit_data(u, t->name);
@@ -101,7 +87,7 @@ static void child_main(const char *checkpoint, int in, int out)
 					    memcmp(want, mem, t->nbytes) == 0;
 				free(want);
 				if (!same)
-					say(out, "bad %s\n", t->name);
+					it_say(out, "bad %s\n", t->name);
 			} else if (op == 'w' && i == 0) {
 				void *p = mmap(NULL, t->nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 				int merr = p == MAP_FAILED ? errno : 0;
@@ -109,10 +95,10 @@ static void child_main(const char *checkpoint, int in, int out)
 				int werr = n < 0 ? errno : 0;
 				if (p != MAP_FAILED)
 					munmap(p, t->nbytes);
-				say(out, "mmap-write=%d write=%d\n", merr, werr);
+				it_say(out, "mmap-write=%d write=%d\n", merr, werr);
 			}
 		}
-		say(out, "done\n");
+		it_say(out, "done\n");
 	}
 	weightd_unit_free(u);
 	weightd_description_free(d);
@@ -122,21 +108,13 @@ static void child_main(const char *checkpoint, int in, int out)
 
 static void child_start(struct child *ch, const char *checkpoint)
 {
-	int to[2], from[2];
+	int to, from;
 
-	assert_int_equal(pipe(to), 0);
-	assert_int_equal(pipe(from), 0);
-	ch->pid = fork();
-	assert_true(ch->pid >= 0);
-	if (ch->pid == 0) {
-		close(to[1]);
-		close(from[0]);
-		child_main(checkpoint, to[0], from[1]);
-	}
-	close(to[0]);
-	close(from[1]);
-	ch->cmd = to[1];
-	ch->out = fdopen(from[0], "r");
+	ch->pid = it_fork_piped(&to, &from);
+	if (ch->pid == 0)
+		child_main(checkpoint, to, from);
+	ch->cmd = to;
+	ch->out = fdopen(from, "r");
 }
 
 static char *child_line(struct child *ch, char *buf, size_t cap)
@@ -211,15 +189,7 @@ static int setup(void **state)
 		 "[checkpoint:rootonly]\npath = %s\nallow_users = root\n\n"
 		 "[checkpoint:broken]\npath = %s\n",
 		 sample, sample, bad);
-	if (harness_write_config(&H, NULL, sections) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
+	return fixture_start(NULL, sections);
 }
 
 /* --- tests --------------------------------------------------------------------------------- */
@@ -529,17 +499,9 @@ static void check_config_reports_every_error(void **state)
 	assert_null(strstr(strstr(out, want) + 1, want));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(two_processes_share_one_copy),
-		cmocka_unit_test(clear_errors_and_daemon_keeps_serving),
-		cmocka_unit_test(a_denied_uid_gets_a_clear_error),
-		cmocka_unit_test(share_gives_another_reference_to_the_same_memory),
-		cmocka_unit_test(check_config_names_the_bad_file),
-		cmocka_unit_test(check_config_reports_every_error),
-	};
-
-	alarm(240); /* watchdog: a hung daemon fails the test instead of stalling CI */
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN_WATCHDOG(240, setup, fixture_cleanup, cmocka_unit_test(two_processes_share_one_copy),
+		   cmocka_unit_test(clear_errors_and_daemon_keeps_serving),
+		   cmocka_unit_test(a_denied_uid_gets_a_clear_error),
+		   cmocka_unit_test(share_gives_another_reference_to_the_same_memory),
+		   cmocka_unit_test(check_config_names_the_bad_file),
+		   cmocka_unit_test(check_config_reports_every_error))

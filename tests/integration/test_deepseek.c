@@ -9,83 +9,11 @@
 #include <sys/resource.h>
 
 #include "deepseek.h"
-#include "itest.h"
+#include "fixture.h"
 
-#define DAEMON_NOFILE 4096
 #define CLIENT_NOFILE 1024
 /* "At most a few hundred" fds and mappings for the whole model in one client. */
 #define MAX_HELD 300
-
-static struct harness H;
-static struct ds_ckpt CK;
-static char CKDIR[400];
-
-static int group_setup(void **state)
-{
-	return ds_table(&ds_tiny, &CK) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-	ds_free(&CK);
-	return 0;
-}
-
-static int setup(void **state)
-{
-	if (harness_init(&H) < 0)
-		return -1;
-	harness_path(&H, "ds", CKDIR, sizeof(CKDIR));
-	if (mkdir(CKDIR, 0755) < 0 || ds_write(&CK, CKDIR) < 0)
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
-}
-
-/* Start the daemon with RLIMIT_NOFILE 4096 (what LimitNOFILE=4096 gives a service). */
-static void start_ds(const char *extra_daemon)
-{
-	struct harness_opts o = { .nofile = DAEMON_NOFILE };
-	char sec[600];
-
-	snprintf(sec, sizeof(sec), "[checkpoint:ds]\npath = %s\n", CKDIR);
-	if (harness_write_config(&H, extra_daemon, sec) < 0)
-		fail_msg("cannot write the config in %s", H.dir);
-	if (harness_start_opts(&H, &o) < 0)
-		fail_msg("weightd did not start");
-}
-
-static int count_dir(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-static int count_lines(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	int n = 0, ch;
-
-	if (!f)
-		return -1;
-	while ((ch = fgetc(f)) != EOF)
-		n += ch == '\n';
-	fclose(f);
-	return n;
-}
 
 /* --- the generator itself ------------------------------------------------------------------- */
 
@@ -115,30 +43,30 @@ static void table_is_deepseek_v3s(void **state)
 	char path[600], file[64];
 	FILE *f;
 
-	assert_int_equal(CK.n, 91991);
-	assert_true(CK.real_bytes == 688574839360ull);
-	assert_true(CK.bytes < 64 * MiB);
+	assert_int_equal(DS.n, 91991);
+	assert_true(DS.real_bytes == 688574839360ull);
+	assert_true(DS.bytes < 64 * MiB);
 	for (uint32_t s = 0; s < DS_SHARDS; s++)
-		assert_true(CK.shard_first[s] < CK.shard_first[s + 1]);
-	assert_int_equal(ds_find(&CK, "model.layers.62.input_layernorm.weight"), -1);
+		assert_true(DS.shard_first[s] < DS.shard_first[s + 1]);
+	assert_int_equal(ds_find(&DS, "model.layers.62.input_layernorm.weight"), -1);
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-		long k = ds_find(&CK, want[i].name);
+		long k = ds_find(&DS, want[i].name);
 		assert_true(k >= 0);
-		assert_int_equal(CK.t[k].kind, want[i].kind);
-		assert_int_equal(CK.t[k].shape[0], want[i].r);
-		assert_int_equal(CK.t[k].shape[1], want[i].c);
+		assert_int_equal(DS.t[k].kind, want[i].kind);
+		assert_int_equal(DS.t[k].shape[0], want[i].r);
+		assert_int_equal(DS.t[k].shape[1], want[i].c);
 	}
-	assert_int_equal(CK.t[CK.n - 1].shard, DS_SHARDS - 1);
+	assert_int_equal(DS.t[DS.n - 1].shard, DS_SHARDS - 1);
 
 	/* the last tensor's first bytes, read from its file */
-	ds_shard_name(CK.t[CK.n - 1].shard, file, sizeof(file));
-	snprintf(path, sizeof(path), "%s/%s", CKDIR, file);
+	ds_shard_name(DS.t[DS.n - 1].shard, file, sizeof(file));
+	snprintf(path, sizeof(path), "%s/%s", DS_DIR, file);
 	f = fopen(path, "rb");
 	assert_non_null(f);
-	assert_int_equal(fseek(f, (long)CK.t[CK.n - 1].offset, SEEK_SET), 0);
+	assert_int_equal(fseek(f, (long)DS.t[DS.n - 1].offset, SEEK_SET), 0);
 	for (uint64_t k = 0; k < 64; k++) {
 		int ch = fgetc(f);
-		float v = ds_plain_value(CK.t[CK.n - 1].seed, k / 2);
+		float v = ds_plain_value(DS.t[DS.n - 1].seed, k / 2);
 		uint32_t b;
 		memcpy(&b, &v, 4);
 		assert_int_equal(ch, (int)((b >> (16 + 8 * (k % 2))) & 0xff));
@@ -179,8 +107,8 @@ static void rep_fail(struct report *r, int rc, const char *fmt, ...)
  * middle, last 16) of every tensor with the shard files, read with pread one file at a time. */
 static void check_bytes(struct report *r, void *const *ptrs, size_t every)
 {
-	for (size_t i = 0; i < CK.n && !r->rc; i++) {
-		const struct ds_tensor *t = &CK.t[i];
+	for (size_t i = 0; i < DS.n && !r->rc; i++) {
+		const struct ds_tensor *t = &DS.t[i];
 		const uint8_t *p = ptrs[i];
 
 		if (!p || ((uintptr_t)p & 63)) {
@@ -202,14 +130,14 @@ static void check_bytes(struct report *r, void *const *ptrs, size_t every)
 		int fd;
 
 		ds_shard_name(s, file, sizeof(file));
-		snprintf(path, sizeof(path), "%s/%s", CKDIR, file);
+		snprintf(path, sizeof(path), "%s/%s", DS_DIR, file);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			rep_fail(r, 0, "open %s: %s", path, strerror(errno));
 			return;
 		}
-		for (size_t i = CK.shard_first[s]; i < CK.shard_first[s + 1] && !r->rc; i++) {
-			const struct ds_tensor *t = &CK.t[i];
+		for (size_t i = DS.shard_first[s]; i < DS.shard_first[s + 1] && !r->rc; i++) {
+			const struct ds_tensor *t = &DS.t[i];
 			uint64_t n = t->nbytes, at[3] = { 0, n / 2, n > 16 ? n - 16 : 0 };
 			uint8_t f[16];
 
@@ -237,7 +165,7 @@ static void bind_all_child(int in, int out, size_t every)
 	weightd_client *c = NULL;
 	weightd_unit *u = NULL;
 	weightd_error err = { 0 };
-	void **ptrs = calloc(CK.n, sizeof(*ptrs));
+	void **ptrs = calloc(DS.n, sizeof(*ptrs));
 	char x;
 	int rc = 0;
 
@@ -245,15 +173,15 @@ static void bind_all_child(int in, int out, size_t every)
 		rep_fail(&r, 0, "setrlimit/calloc: %s", strerror(errno));
 	if (!r.rc && (rc = weightd_connect(H.sock, "deepseek", &c, &err)) == 0)
 		rc = weightd_unit_new(c, &u, &err);
-	for (size_t i = 0; rc >= 0 && !r.rc && i < CK.n; i++) {
-		const struct ds_tensor *t = &CK.t[i];
+	for (size_t i = 0; rc >= 0 && !r.rc && i < DS.n; i++) {
+		const struct ds_tensor *t = &DS.t[i];
 		rc = weightd_unit_slot(u, t->name, ds_dtype(t->kind), t->shape, (size_t)t->ndim, &ptrs[i],
 				       &err);
 		if (rc >= 0)
 			rc = weightd_unit_set_tensor(u, t->name, "ds", t->name, NULL, &err);
 	}
-	r.fds_before = count_dir("/proc/self/fd");
-	r.maps_before = count_lines("/proc/self/maps");
+	r.fds_before = it_count_dir("/proc/self/fd");
+	r.maps_before = it_count_lines("/proc/self/maps");
 	if (rc >= 0)
 		rc = weightd_unit_submit(u, &err);
 	if (rc >= 0)
@@ -262,12 +190,12 @@ static void bind_all_child(int in, int out, size_t every)
 		rep_fail(&r, rc, "%s (%s)", err.message, weightd_code_name(rc));
 	if (!r.rc) {
 		weightd_unit_bind(u);
-		r.fds_after = count_dir("/proc/self/fd");
-		r.maps_after = count_lines("/proc/self/maps");
+		r.fds_after = it_count_dir("/proc/self/fd");
+		r.maps_after = it_count_lines("/proc/self/maps");
 		r.unit_read = weightd_unit_bytes_read(u);
 		for (int k = 0; k < N_INO; k++) {
 			struct stat sb;
-			const weightd_weight *w = weightd_unit_weight(u, CK.t[ino_of[k]].name);
+			const weightd_weight *w = weightd_unit_weight(u, DS.t[ino_of[k]].name);
 			if (w && fstat(weightd_weight_fd(w), &sb) == 0)
 				r.ino[k] = sb.st_ino;
 		}
@@ -292,21 +220,13 @@ struct kid {
 /* Fork a binding client and wait for its report; fail the test with its message. */
 static void kid_bind(struct kid *k, size_t every)
 {
-	int to[2], from[2];
+	int to, from;
 
-	assert_int_equal(pipe(to), 0);
-	assert_int_equal(pipe(from), 0);
-	k->pid = fork();
-	assert_true(k->pid >= 0);
-	if (k->pid == 0) {
-		close(to[1]);
-		close(from[0]);
-		bind_all_child(to[0], from[1], every);
-	}
-	close(to[0]);
-	close(from[1]);
-	k->to = to[1];
-	k->from = from[0];
+	k->pid = it_fork_piped(&to, &from);
+	if (k->pid == 0)
+		bind_all_child(to, from, every);
+	k->to = to;
+	k->from = from;
 	if (read(k->from, &k->r, sizeof(k->r)) != (ssize_t)sizeof(k->r))
 		fail_msg("the client process died before it reported");
 	if (k->r.rc) {
@@ -357,17 +277,17 @@ static void whole_model_as_one_unit(void **state)
 	int fds0, segs0, dfds;
 	int64_t t0 = it_now_ms();
 
-	start_ds(NULL);
+	fixture_ds_start(NULL);
 	st = it_status_of(&H);
 	assert_non_null(it_source(st, "ds"));
 	assert_string_equal(it_source(st, "ds")->state, "ready");
 	assert_int_equal(it_source(st, "ds")->tensors, DS_TENSORS);
 	assert_int_equal(it_source(st, "ds")->files, DS_SHARDS);
-	assert_int_equal(it_source(st, "ds")->bytes, CK.bytes);
+	assert_int_equal(it_source(st, "ds")->bytes, DS.bytes);
 	weightd_status_free(st);
 
 	kid_bind(&a, 1);
-	assert_int_equal(a.r.unit_read, CK.bytes); /* every byte read, each once */
+	assert_int_equal(a.r.unit_read, DS.bytes); /* every byte read, each once */
 	/* the daemon's own fds grow with its segments and checkpoint files, not with weights */
 	dfds = harness_count_fds(H.pid);
 	print_message("first bind: %lld ms; the daemon holds %d fds for %d weights in %d files\n",
@@ -379,14 +299,14 @@ static void whole_model_as_one_unit(void **state)
 	for (int k = 0; k < N_INO; k++)
 		assert_int_equal(b.r.ino[k], a.r.ino[k]);
 	st = it_status_of(&H);
-	assert_int_equal(st->bytes_read, CK.bytes);
+	assert_int_equal(st->bytes_read, DS.bytes);
 	assert_int_equal(st->weights, DS_TENSORS);
 	weightd_status_free(st);
 	kid_done(&a);
 	kid_done(&b);
 
 	harness_kill(&H);
-	start_ds(NULL);
+	fixture_ds_start(NULL);
 	fds0 = quiet_fds(0);
 	segs0 = harness_segments(&H);
 	st = it_status_of(&H);
@@ -439,8 +359,8 @@ static uint16_t bf16_rne(float f)
 /* The expected BF16 of dequant(w)[row][col] with w's 128x128-style block scale (tiny: 16x16). */
 static uint16_t want_dq(const struct ds_tensor *w, uint64_t row, uint64_t col)
 {
-	const struct ds_tensor *s = &CK.t[w->scale];
-	uint64_t bl = CK.dims.block;
+	const struct ds_tensor *s = &DS.t[w->scale];
+	uint64_t bl = DS.dims.block;
 	float scale = ds_scale_value(s->seed, (row / bl) * s->shape[1] + col / bl);
 
 	return bf16_rne(e4m3(ds_fp8_byte(w->seed, row * w->shape[1] + col)) * scale);
@@ -452,10 +372,10 @@ static const struct ds_tensor *expert(int layer, int e, const char *proj)
 	long i;
 
 	snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%d.%s.weight", layer, e, proj);
-	i = ds_find(&CK, name);
+	i = ds_find(&DS, name);
 	if (i < 0)
 		fail_msg("the table has no %s", name);
-	return &CK.t[i];
+	return &DS.t[i];
 }
 
 /* {"op":"select","select":{"shard":[axis,RANK,WORLD]},"input":dequant_block(w, w's scale)} */
@@ -463,11 +383,11 @@ static void json_dq_shard(struct stw_str *j, const struct ds_tensor *w, int axis
 {
 	stw_str_addf(j, "{\"op\":\"select\",\"select\":{\"shard\":[%d,%d,%d]},\"input\":", axis, RANK, WORLD);
 	stw_str_addf(j, "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[%llu,%llu],",
-		     (unsigned long long)CK.dims.block, (unsigned long long)CK.dims.block);
+		     (unsigned long long)DS.dims.block, (unsigned long long)DS.dims.block);
 	stw_str_addf(j, "\"input\":{\"op\":\"source\",\"checkpoint\":\"ds\",\"tensor\":");
 	stw_str_json(j, w->name);
 	stw_str_addf(j, "},\"scale\":{\"op\":\"source\",\"checkpoint\":\"ds\",\"tensor\":");
-	stw_str_json(j, CK.t[w->scale].name);
+	stw_str_json(j, DS.t[w->scale].name);
 	stw_str_add(j, "}}}", 3);
 }
 
@@ -479,7 +399,7 @@ static void json_dq_shard(struct stw_str *j, const struct ds_tensor *w, int axis
  */
 static char *fused_unit_json(void)
 {
-	const struct ds_dims *d = &CK.dims;
+	const struct ds_dims *d = &DS.dims;
 	struct stw_str j = { 0 };
 
 	stw_str_add(&j, "{\"slots\":[", 10);
@@ -517,7 +437,7 @@ static char *fused_unit_json(void)
 /* Compare one layer's w13 and w2 with values computed here from the content rule. */
 static void check_fused(struct report *r, int L, const uint16_t *w13, const uint16_t *w2)
 {
-	const struct ds_dims *d = &CK.dims;
+	const struct ds_dims *d = &DS.dims;
 	uint64_t rows = d->moe_inter / WORLD, first = RANK * rows; /* 16 divides by 8: even shards */
 
 	for (int e = 0; e < DS_EXPERTS && !r->rc; e++) {
@@ -602,7 +522,7 @@ static void rank3_binds_fused_dequantized_experts(void **state)
 	pid_t pid;
 
 	json = fused_unit_json();
-	start_ds(NULL);
+	fixture_ds_start(NULL);
 	assert_int_equal(pipe(from), 0);
 	pid = fork();
 	assert_true(pid >= 0);
@@ -627,12 +547,13 @@ static void rank3_binds_fused_dequantized_experts(void **state)
 	/* only the rank's rows and columns are read (and the scales they need): never the whole
 	 * experts, which are WORLD times as large */
 	{
-		const struct ds_dims *d = &CK.dims;
+		const struct ds_dims *d = &DS.dims;
 		uint64_t n_layers = sizeof(moe_layers) / sizeof(moe_layers[0]);
 		uint64_t data = n_layers * DS_EXPERTS * 3 * (d->moe_inter / WORLD) * d->hidden;
 		uint64_t scales = 0;
 		for (int e = 0; e < DS_EXPERTS; e++)
-			scales += CK.t[expert(DS_LAYERS, e, "gate_proj")->scale].nbytes * 3 * n_layers;
+			scales += DS.t[expert(DS_LAYERS, e, "gate_proj")->scale].nbytes * 3 *
+				  n_layers;
 		assert_true(r.unit_read >= data);
 		assert_true(r.unit_read <= data + scales);
 	}
@@ -641,13 +562,16 @@ static void rank3_binds_fused_dequantized_experts(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(table_is_deepseek_v3s, setup, teardown),
-		cmocka_unit_test_setup_teardown(whole_model_as_one_unit, setup, teardown),
-		cmocka_unit_test_setup_teardown(rank3_binds_fused_dequantized_experts, setup, teardown),
+		cmocka_unit_test_setup_teardown(table_is_deepseek_v3s, fixture_ds_write,
+						fixture_cleanup),
+		cmocka_unit_test_setup_teardown(whole_model_as_one_unit, fixture_ds_write,
+						fixture_cleanup),
+		cmocka_unit_test_setup_teardown(rank3_binds_fused_dequantized_experts,
+						fixture_ds_write, fixture_cleanup),
 	};
 
 	if (getenv("WD_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("WD_TEST_FILTER"));
 	alarm(290); /* watchdog: a hung daemon fails the test instead of stalling CI */
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	return cmocka_run_group_tests(tests, fixture_ds_table, fixture_ds_free);
 }

@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "float_ref.h"
 #include "itest.h"
 #include "st_writer.h"
@@ -422,14 +424,7 @@ static void node_limit_recipe_through_the_daemon(void **state)
 	weightd_close(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(two_engines_bind_fused_dequantized_shards),
-		cmocka_unit_test(preflight_names_the_scale_mismatch),
-		cmocka_unit_test(weightctl_preflights_the_fused_weight),
-		cmocka_unit_test(node_limit_recipe_through_the_daemon),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(two_engines_bind_fused_dequantized_shards),
+	  cmocka_unit_test(preflight_names_the_scale_mismatch),
+	  cmocka_unit_test(weightctl_preflights_the_fused_weight),
+	  cmocka_unit_test(node_limit_recipe_through_the_daemon))

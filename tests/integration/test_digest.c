@@ -5,21 +5,9 @@
 #include <openssl/evp.h>
 #include <xxhash.h>
 
-#include "itest.h"
+#include "fixture.h"
 
-static struct harness H;
 static char ckpt[400];   /* the fixture's path */
-
-static int setup(void **state)
-{
-	return harness_init(&H) < 0 ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
-}
 
 #define N_SMALL 96
 
@@ -392,16 +380,7 @@ static void unknown_algorithm_is_refused(void **state)
 	}
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(default_digest_is_xxh3_of_the_bytes, setup, teardown),
-		cmocka_unit_test_setup_teardown(sha256_on_request_and_readoption_across_algorithms,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(changed_file_fails_a_run_cleanly, setup, teardown),
-		cmocka_unit_test_setup_teardown(unknown_algorithm_is_refused, setup, teardown),
-	};
-
-	alarm(280); /* watchdog: a hung daemon fails the test instead of stalling CI */
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(280, NULL, NULL, TEST_IN_DIR(default_digest_is_xxh3_of_the_bytes),
+		   TEST_IN_DIR(sha256_on_request_and_readoption_across_algorithms),
+		   TEST_IN_DIR(changed_file_fails_a_run_cleanly),
+		   TEST_IN_DIR(unknown_algorithm_is_refused))

@@ -9,20 +9,7 @@
 #include <sys/statvfs.h>
 
 #include "bytes.h"
-#include "itest.h"
-
-static struct harness H;
-
-static int setup(void **state)
-{
-	return harness_init(&H) < 0 ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
-}
+#include "fixture.h"
 
 #define BIG_BYTES (256ull * MiB)
 #define BIG_TENSOR "big.0.weight"
@@ -709,16 +696,13 @@ static void a_thousand_concurrent_clients(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(checkpoint_changed_during_materialization, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(full_dev_shm_is_a_clean_error, setup, teardown),
-		cmocka_unit_test_setup_teardown(request_larger_than_dev_shm, setup, teardown),
-		cmocka_unit_test_setup_teardown(client_killed_while_its_materialization_runs, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(client_that_stops_reading_is_disconnected, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(accept_backs_off_when_out_of_fds, setup, teardown),
-		cmocka_unit_test_setup_teardown(a_thousand_concurrent_clients, setup, teardown),
+		TEST_IN_DIR(checkpoint_changed_during_materialization),
+		TEST_IN_DIR(full_dev_shm_is_a_clean_error),
+		TEST_IN_DIR(request_larger_than_dev_shm),
+		TEST_IN_DIR(client_killed_while_its_materialization_runs),
+		TEST_IN_DIR(client_that_stops_reading_is_disconnected),
+		TEST_IN_DIR(accept_backs_off_when_out_of_fds),
+		TEST_IN_DIR(a_thousand_concurrent_clients),
 	};
 
 	if (getenv("WD_TEST_FILTER")) /* e.g. WD_TEST_FILTER='preload*' runs only those */

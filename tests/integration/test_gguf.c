@@ -21,9 +21,9 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "gguf_writer.h"
 #include "harness.h"
-#include "itest.h"
 #include "quant_ref.h"
 #include "weightd/client.h"
 
@@ -69,7 +69,6 @@ struct file {
 	size_t n_meta;
 };
 
-static struct harness H;
 static struct file model, legacy;
 static char bad_outside[512], bad_misaligned[512], st_path[512];
 
@@ -319,9 +318,7 @@ static int setup(void **state)
 		 "[checkpoint:outside]\npath = %s\n\n[checkpoint:misaligned]\npath = %s\n\n"
 		 "[checkpoint:tiny]\npath = %s\n",
 		 model.path, legacy.path, bad_outside, bad_misaligned, st_path);
-	if (harness_write_config(&H, NULL, sections) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
+	return fixture_start(NULL, sections);
 }
 
 static int teardown(void **state)
@@ -846,21 +843,13 @@ struct proc {
 
 static void sharer_start(struct proc *p)
 {
-	int to[2], from[2];
+	int to, from;
 
-	assert_int_equal(pipe(to), 0);
-	assert_int_equal(pipe(from), 0);
-	p->pid = fork();
-	assert_true(p->pid >= 0);
-	if (p->pid == 0) {
-		close(to[1]);
-		close(from[0]);
-		sharer(to[0], from[1]);
-	}
-	close(to[0]);
-	close(from[1]);
-	p->cmd = to[1];
-	p->out = fdopen(from[0], "r");
+	p->pid = it_fork_piped(&to, &from);
+	if (p->pid == 0)
+		sharer(to, from);
+	p->cmd = to;
+	p->out = fdopen(from, "r");
 }
 
 static void sharer_end(struct proc *p)
@@ -1108,19 +1097,11 @@ static void bad_files_are_reported_and_others_served(void **state)
 	weightd_close(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(describe_reports_metadata_and_table),
-		cmocka_unit_test(quantized_blocks_stay_packed),
-		cmocka_unit_test(outer_axis_selections_take_rows_of_blocks),
-		cmocka_unit_test(innermost_axis_needs_whole_blocks),
-		cmocka_unit_test(casts_match_the_block_formulas),
-		cmocka_unit_test(two_processes_share_a_dequantized_weight),
-		cmocka_unit_test(weightctl_describe_summarises_gguf),
-		cmocka_unit_test(bad_files_are_reported_and_others_served),
-	};
-
-	alarm(240); /* watchdog: a hung daemon fails the test instead of stalling CI */
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN_WATCHDOG(240, setup, teardown, cmocka_unit_test(describe_reports_metadata_and_table),
+		   cmocka_unit_test(quantized_blocks_stay_packed),
+		   cmocka_unit_test(outer_axis_selections_take_rows_of_blocks),
+		   cmocka_unit_test(innermost_axis_needs_whole_blocks),
+		   cmocka_unit_test(casts_match_the_block_formulas),
+		   cmocka_unit_test(two_processes_share_a_dequantized_weight),
+		   cmocka_unit_test(weightctl_describe_summarises_gguf),
+		   cmocka_unit_test(bad_files_are_reported_and_others_served))

@@ -5,18 +5,8 @@
  * other uid is 65534). */
 #include <sys/resource.h>
 
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0])
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 #define HOARD 1500       /* distinct one-byte weights the attacker takes */
 #define IDLE_SEGMENTS 16 /* max_idle_segments in this test's config */
@@ -37,10 +27,7 @@ static void abandoned_tiny_weights_are_bounded(void **state)
 	pid_t pid;
 
 	(void)state;
-	hostile_start(&H, "max_idle_segments = 16\nmax_idle_weights = 64");
-	base = hostile_baseline(&H);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_attack(&H, "max_idle_segments = 16\nmax_idle_weights = 64", &base);
 	if (pid == 0) {
 		static weightd_weight *held[HOARD];
 		weightd_client *c = NULL;
@@ -189,9 +176,7 @@ static void held_segments_are_capped_per_client_and_uid(void **state)
 	hostile_start(&H, "client_max_segments = 24\nuid_max_segments = 40\n"
 		      "max_idle_segments = 16\nmax_idle_weights = 64\n");
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		static weightd_unit *held[2 * UID_SEGS];
 		weightd_client *c1 = NULL, *c2 = NULL;
@@ -244,9 +229,7 @@ static void held_segments_are_capped_per_client_and_uid(void **state)
 			 UID_SEGS, base.fds);
 	hostile_victim_served(&H);
 	chan_say(ch.to_child[1], "go on\n");
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	hostile_victim_served(&H);
 	hostile_back_to_base(&H, &base);
 }
@@ -266,9 +249,7 @@ static void held_weights_are_capped_per_uid(void **state)
 	(void)state;
 	hostile_start(&H, "uid_max_weights = 8\n");
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		static weightd_weight *held[16];
 		weightd_client *c1 = NULL, *c2 = NULL;
@@ -298,9 +279,7 @@ static void held_weights_are_capped_per_uid(void **state)
 	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
 	hostile_victim_served(&H); /* while the attacker holds its 8 */
 	chan_say(ch.to_child[1], "go\n");
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	hostile_victim_served(&H);
 	hostile_back_to_base(&H, &base);
 }
@@ -458,10 +437,7 @@ static void aliases_of_a_forbidden_entry_are_refused_first(void **state)
 	pid_t pid;
 
 	(void)state;
-	hostile_start(&H, NULL);
-	base = hostile_baseline(&H);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_attack(&H, NULL, &base);
 	if (pid == 0) {
 		const size_t n = 65536;
 		weightd_client *c = NULL;
@@ -502,16 +478,8 @@ static void aliases_of_a_forbidden_entry_are_refused_first(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(abandoned_tiny_weights_are_bounded, teardown),
-		cmocka_unit_test_teardown(aliases_of_a_forbidden_entry_are_refused_first, teardown),
-		cmocka_unit_test_teardown(held_segments_are_capped_per_client_and_uid, teardown),
-		cmocka_unit_test_teardown(held_weights_are_capped_per_uid, teardown),
-		cmocka_unit_test_teardown(uid_fd_limits_stay_under_rlimit_nofile, teardown),
-		cmocka_unit_test_teardown(default_uid_fd_limits_fit_rlimit_nofile_silently, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, TEST(abandoned_tiny_weights_are_bounded),
+	  TEST(aliases_of_a_forbidden_entry_are_refused_first),
+	  TEST(held_segments_are_capped_per_client_and_uid), TEST(held_weights_are_capped_per_uid),
+	  TEST(uid_fd_limits_stay_under_rlimit_nofile),
+	  TEST(default_uid_fd_limits_fit_rlimit_nofile_silently))

@@ -7,18 +7,8 @@
 #include <poll.h>
 #include <sys/mman.h>
 
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 static void hex(const uint8_t *b, size_t n, char *out)
 {
@@ -247,9 +237,7 @@ static void a_prefix_full_of_names_costs_requests_nothing(void **state)
 	(void)state;
 	hostile_start(&H, NULL);
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		weightd_client *c = NULL;
 		weightd_error err;
@@ -544,16 +532,8 @@ static void fifos_are_refused_never_waited_on(void **state)
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(squatted_names_break_nothing, teardown),
-		cmocka_unit_test_teardown(state_index_is_not_trusted_blindly, teardown),
-		cmocka_unit_test_teardown(objects_squatted_while_running_are_reported, teardown),
-		cmocka_unit_test_teardown(a_prefix_full_of_names_costs_requests_nothing, teardown),
-		cmocka_unit_test_teardown(fifos_are_refused_never_waited_on, teardown),
-	};
-
-	alarm(600);
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(600, NULL, NULL, TEST(squatted_names_break_nothing),
+		   TEST(state_index_is_not_trusted_blindly),
+		   TEST(objects_squatted_while_running_are_reported),
+		   TEST(a_prefix_full_of_names_costs_requests_nothing),
+		   TEST(fifos_are_refused_never_waited_on))

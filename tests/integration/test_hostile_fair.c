@@ -7,33 +7,8 @@
  * /dev/shm as they were. Needs root (the attacker and the victim are other uids). */
 #include <fcntl.h>
 
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
-
-/* A raw connection as the current uid that said hello. */
-static int attacker_conn(void)
-{
-	struct resp r;
-	int fd = it_raw_connect(&H);
-
-	if (fd < 0)
-		_exit(10);
-	send_hello(fd, 1, WEIGHTD_PROTOCOL_VERSION);
-	read_resp(fd, &r);
-	if (r.code != 0)
-		_exit(11);
-	return fd;
-}
 
 /* The victim is served, and within `bound_ms`. */
 static void victim_served_within(int64_t bound_ms)
@@ -69,9 +44,7 @@ static void empty_frames_are_bounded_in_count_and_time(void **state)
 	(void)state;
 	hostile_start(&H, "max_message = 1M\nframe_timeout = 1500ms\n");
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		uint8_t batch[8 * 512];
 		int fl[EF_CONNS], slow;
@@ -83,9 +56,9 @@ static void empty_frames_are_bounded_in_count_and_time(void **state)
 		hostile_become(UID_ATTACKER);
 		for (size_t i = 0; i < sizeof(batch); i += 8)
 			memcpy(batch + i, EMPTY_MORE, 8);
-		slow = attacker_conn();
+		slow = hostile_conn(&H);
 		for (int i = 0; i < EF_CONNS; i++) {
-			fl[i] = attacker_conn();
+			fl[i] = hostile_conn(&H);
 			fcntl(fl[i], F_SETFL, fcntl(fl[i], F_GETFL) | O_NONBLOCK);
 		}
 		chan_say(ch.to_parent[1], "flooding\n");
@@ -154,9 +127,7 @@ static void empty_frames_are_bounded_in_count_and_time(void **state)
 	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
 	if (strncmp(line, "slow 9 ", 7) != 0 || !strstr(line, "frame_timeout"))
 		fail_msg("the trickle of empty frames was closed with: %s", line);
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	st = it_status_of(&H);
 	assert_true(st->clients_timed_out >= 1);
 	assert_int_equal(st->partial_frame_bytes, 0);
@@ -187,9 +158,7 @@ static void silent_connections_give_their_slots_back(void **state)
 		 SL_SLOTS, SL_SLOTS);
 	hostile_start(&H, extra);
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		int conns[SL_SLOTS], silent;
 		uint64_t code = 0;
@@ -210,7 +179,7 @@ static void silent_connections_give_their_slots_back(void **state)
 		close(silent);
 		/* every slot, by connections that said hello and then nothing, oldest first */
 		for (int i = 0; i < SL_SLOTS; i++) {
-			conns[i] = attacker_conn();
+			conns[i] = hostile_conn(&H);
 			usleep(20000);
 		}
 		chan_say(ch.to_parent[1], "full\n");
@@ -250,9 +219,7 @@ static void silent_connections_give_their_slots_back(void **state)
 	if (strncmp(line, "gave 9 ", 7) != 0 || !strstr(line, "max_clients") ||
 	    !strstr(line, "uid 65534") || !strstr(line, "gave way"))
 		fail_msg("the connection that gave way was told: %s", line);
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	st = it_status_of(&H);
 	assert_true(st->clients_timed_out >= 1);
 	weightd_status_free(st);
@@ -280,9 +247,7 @@ static void references_count_toward_the_weight_limit(void **state)
 	snprintf(extra, sizeof(extra), "uid_max_weights = %d\n", RF_MAX);
 	hostile_start(&H, extra);
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		static weightd_weight *held[2 * RF_MAX];
 		weightd_client *c = NULL;
@@ -320,9 +285,7 @@ static void references_count_toward_the_weight_limit(void **state)
 	weightd_status_free(st);
 	victim_served_within(2000); /* while the attacker holds its 300 */
 	chan_say(ch.to_child[1], "go\n");
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	victim_served_within(2000);
 	hostile_back_to_base(&H, &base);
 }
@@ -380,9 +343,7 @@ static void one_uid_holds_at_most_its_share_of_the_budget(void **state)
 	snprintf(extra, sizeof(extra), "budget = %dM\n", BS_BUDGET_MIB);
 	hostile_start(&H, extra);
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		weightd_unit *held[64];
 		weightd_client *c = NULL;
@@ -420,9 +381,7 @@ static void one_uid_holds_at_most_its_share_of_the_budget(void **state)
 		fail_msg("root's 35 MiB unit: %s", err.message);
 	weightd_unit_free(big);
 	chan_say(ch.to_child[1], "go\n");
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	victim_served_within(2000);
 	/* nothing is held; what is cached for nobody goes with an evict, and /dev/shm with it */
 	st = it_wait_quiet(&H, 0, 0, 10000);
@@ -485,9 +444,7 @@ static void unit_memory_is_bounded_per_uid(void **state)
 	hostile_start(&H, "uid_max_unit_memory = 16M\nuid_max_partial = 32M\n");
 	base = hostile_baseline(&H);
 	hwm0 = harness_hwm_kb(H.pid);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		weightd_client *c = NULL;
 		weightd_error err;
@@ -549,9 +506,7 @@ static void unit_memory_is_bounded_per_uid(void **state)
 	if (!strstr(line, "planning a unit of 8000 entries") ||
 	    !strstr(line, "`uid_max_unit_memory`"))
 		fail_msg("a unit of 8,000 entries was refused with: %s", line);
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	hwm1 = harness_hwm_kb(H.pid);
 	fprintf(stderr, "daemon peak memory %ld KiB before, %ld KiB after\n", hwm0, hwm1);
 	if (HOSTILE_RSS_MEANINGFUL && hwm1 > hwm0 + 56 * 1024)
@@ -603,10 +558,7 @@ static void names_it_may_not_read_are_not_confirmed(void **state)
 	pid_t pid;
 
 	(void)state;
-	hostile_start(&H, NULL);
-	base = hostile_baseline(&H);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_attack(&H, NULL, &base);
 	if (pid == 0) {
 		weightd_client *c = NULL;
 		weightd_error err;
@@ -635,17 +587,9 @@ static void names_it_may_not_read_are_not_confirmed(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(empty_frames_are_bounded_in_count_and_time, teardown),
-		cmocka_unit_test_teardown(silent_connections_give_their_slots_back, teardown),
-		cmocka_unit_test_teardown(references_count_toward_the_weight_limit, teardown),
-		cmocka_unit_test_teardown(one_uid_holds_at_most_its_share_of_the_budget, teardown),
-		cmocka_unit_test_teardown(unit_memory_is_bounded_per_uid, teardown),
-		cmocka_unit_test_teardown(names_it_may_not_read_are_not_confirmed, teardown),
-	};
-
-	alarm(600);
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(600, NULL, NULL, TEST(empty_frames_are_bounded_in_count_and_time),
+		   TEST(silent_connections_give_their_slots_back),
+		   TEST(references_count_toward_the_weight_limit),
+		   TEST(one_uid_holds_at_most_its_share_of_the_budget),
+		   TEST(unit_memory_is_bounded_per_uid),
+		   TEST(names_it_may_not_read_are_not_confirmed))

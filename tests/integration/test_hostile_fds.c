@@ -3,47 +3,16 @@
  * open; another uid's cold get must still be served, each attacker is told which limit stopped
  * it, and the daemon's fds, memory and /dev/shm come back to where they were. Needs root (the
  * attackers and the victim are other uids). */
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 /* The victim's cold get of tiny:`tensor` (pattern `seed`), in a child as UID_VICTIM: how long
  * from fork to the checked bytes, in ms (fails the test if it was not served). */
 static int64_t victim_cold_get(const char *tensor, unsigned seed)
 {
 	int64_t t0 = it_now_ms();
-	pid_t pid = fork();
 
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		weightd_client *c = NULL;
-		weightd_weight *w = NULL;
-		const void *p = NULL;
-		weightd_error err;
-
-		hostile_become(UID_VICTIM);
-		if (weightd_connect(H.sock, "victim", &c, &err) < 0 ||
-		    it_get(c, "tiny", tensor, &w, &err) < 0) {
-			fprintf(stderr, "victim: %s: %s\n", tensor, err.message);
-			_exit(2);
-		}
-		if (weightd_weight_map(w, &p, &err) < 0 ||
-		    it_pattern_mismatch(p, TENSOR_BYTES, seed) != -1)
-			_exit(3);
-		weightd_release(w);
-		weightd_close(c);
-		_exit(0);
-	}
-	it_wait_child_ok(pid);
+	hostile_victim_get(&H, "tiny", tensor, seed, TENSOR_BYTES, NULL);
 	return it_now_ms() - t0;
 }
 
@@ -184,12 +153,4 @@ static void a_few_uids_cannot_take_every_fd(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(a_few_uids_cannot_take_every_fd, teardown),
-	};
-
-	alarm(600);
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(600, NULL, NULL, TEST(a_few_uids_cannot_take_every_fd))

@@ -6,31 +6,14 @@
  * /dev/shm as they were. Needs root (the attacker and the victim are other uids). */
 #include <fcntl.h>
 
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 /* A raw connection as the current uid that said hello; non-blocking when asked. */
 static int attacker_conn(bool nonblock)
 {
-	struct resp r;
-	int fd = it_raw_connect(&H);
+	int fd = hostile_conn(&H);
 
-	if (fd < 0)
-		_exit(10);
-	send_hello(fd, 1, WEIGHTD_PROTOCOL_VERSION);
-	read_resp(fd, &r);
-	if (r.code != 0)
-		_exit(11);
 	if (nonblock)
 		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 	return fd;
@@ -83,9 +66,7 @@ static void queued_fds_are_bounded_per_client_and_uid(void **state)
 		 QFDS_CLIENT, QFDS_UID);
 	hostile_start(&H, extra);
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		int conns[QCONNS], sent[QCONNS], got = 0;
 		uint64_t handle[QCONNS];
@@ -158,9 +139,7 @@ static void queued_fds_are_bounded_per_client_and_uid(void **state)
 	chan_say(ch.to_child[1], "read\n");
 	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
 	assert_true(sscanf(line, "replies %d", &replies) == 1 && replies > 2 * QFDS_UID);
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	hostile_victim_served(&H);
 	hostile_back_to_base(&H, &base);
 }
@@ -243,9 +222,7 @@ static void connections_are_capped_per_uid(void **state)
 		 MAX_CLIENTS);
 	hostile_start(&H, extra);
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		int conns[PER_UID], extra_fd;
 		uint64_t code = 0;
@@ -318,9 +295,7 @@ static void connections_are_capped_per_uid(void **state)
 	for (int i = 0; i < MAX_CLIENTS; i++)
 		weightd_close(root[i]);
 	chan_say(ch.to_child[1], "done\n");
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	hostile_victim_served(&H);
 	hostile_back_to_base(&H, &base);
 }
@@ -351,9 +326,7 @@ static void idle_connections_time_out(void **state)
 	assert_true(weightd_server(holder)->frame_timeout_ms == 30000);
 	assert_int_equal(weightd_server(holder)->max_queue_fds, 1024);
 	w = it_get_ok(holder, "tiny", "t1");
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		chan_child(&ch);
 		hostile_become(UID_ATTACKER);
@@ -376,9 +349,7 @@ static void idle_connections_time_out(void **state)
 		if (strncmp(line, "9 ", 2) != 0 || !strstr(line, "idle_timeout"))
 			fail_msg("idle connection closed with: %s", line);
 	}
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	/* the holder sat quiet just as long and is still served, its weight intact */
 	assert_int_equal(it_pattern_mismatch(it_map(w), TENSOR_BYTES, 1), -1);
 	st = it_status(holder);
@@ -476,9 +447,7 @@ static void partial_frames_are_bounded_and_time_out(void **state)
 		 "max_clients_per_uid = 100\n", PF_FRAME, PF_UID_MAX);
 	hostile_start(&H, extra);
 	base = hostile_baseline(&H);
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0)
 		half_frames_child(&ch, UID_ATTACKER, PF_CONNS);
 	chan_parent(&ch);
@@ -506,9 +475,7 @@ static void partial_frames_are_bounded_and_time_out(void **state)
 	assert_int_equal(sscanf(line, "%d %d %*d", &refused, &timed_out), 2);
 	assert_int_equal(refused + timed_out, PF_CONNS);
 	assert_true(refused > 0 && timed_out > 0);
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	st = it_status_of(&H);
 	assert_int_equal(st->partial_frame_bytes, 0);
 	assert_true(st->clients_timed_out >= (uint64_t)timed_out);
@@ -632,10 +599,7 @@ static void half_closed_client_gets_its_replies(void **state)
 	pid_t pid;
 
 	(void)state;
-	hostile_start(&H, NULL);
-	base = hostile_baseline(&H);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_attack(&H, NULL, &base);
 	if (pid == 0) {
 		const char *tensor = "t3";
 		struct pb unit, empty = { .n = 0 }, h = { .n = 0 };
@@ -671,19 +635,10 @@ static void half_closed_client_gets_its_replies(void **state)
 	hostile_back_to_base(&H, &base);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(queued_fds_are_bounded_per_client_and_uid, teardown),
-		cmocka_unit_test_teardown(read_fds_stop_counting_for_a_quiet_client, teardown),
-		cmocka_unit_test_teardown(connections_are_capped_per_uid, teardown),
-		cmocka_unit_test_teardown(idle_connections_time_out, teardown),
-		cmocka_unit_test_teardown(partial_frames_are_bounded_and_time_out, teardown),
-		cmocka_unit_test_teardown(partial_total_is_shared_fairly, teardown),
-		cmocka_unit_test_teardown(unit_requests_in_flight_are_capped_per_uid, teardown),
-		cmocka_unit_test_teardown(half_closed_client_gets_its_replies, teardown),
-	};
-
-	alarm(600);
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(600, NULL, NULL, TEST(queued_fds_are_bounded_per_client_and_uid),
+		   TEST(read_fds_stop_counting_for_a_quiet_client),
+		   TEST(connections_are_capped_per_uid), TEST(idle_connections_time_out),
+		   TEST(partial_frames_are_bounded_and_time_out),
+		   TEST(partial_total_is_shared_fairly),
+		   TEST(unit_requests_in_flight_are_capped_per_uid),
+		   TEST(half_closed_client_gets_its_replies))

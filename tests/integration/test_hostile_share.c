@@ -2,14 +2,12 @@
 /* test_hostile_share.c - one local uid pipelines requests that keep the daemon's main thread busy
  * (describe of a checkpoint of many tensors) over many connections: another uid is served
  * between them, not after all of them, and every one of the attacker's requests is answered. */
-#include "itest.h"
+#include "fixture.h"
 #include "hostile.h"
 #include "st_writer.h"
 
 #include <fcntl.h>
 #include <poll.h>
-
-static struct harness H;
 
 /* "many": MANY_TENSORS U8[4] tensors, so a describe of it takes the daemon milliseconds. */
 #define MANY_TENSORS 40000

@@ -2,18 +2,8 @@
 /* test_hostile_view.c - what one uid can learn or make the daemon spend through requests it is
  * allowed to send: status, list, describe, metrics and events of checkpoints it may not read;
  * recipe temporaries outside the shared-memory budget. Needs root (the other uid is 65534). */
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 /* Rewrite a checkpoint under the same path (new file, renamed into place): a new generation. */
 static void rewrite(const char *name, const char *spec)
@@ -48,9 +38,7 @@ static void other_uids_see_only_what_they_may_read(void **state)
 	harness_path(&H, "secret.safetensors", secret_path, sizeof(secret_path));
 	root = it_connect(&H);
 	held = it_get_ok(root, "secret", "s0"); /* a secret weight is resident and held */
-	chan_open(&ch);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_fork(&ch);
 	if (pid == 0) {
 		const char *all[] = { "*" }, *named[] = { "secret", "tiny" };
 		weightd_client *c = NULL, *c2 = NULL;
@@ -155,9 +143,7 @@ static void other_uids_see_only_what_they_may_read(void **state)
 	}
 	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
 	assert_string_equal(line, "tiny events 2");
-	it_wait_child_ok(pid);
-	close(ch.to_child[1]);
-	close(ch.to_parent[0]);
+	hostile_reap(&ch, pid);
 	weightd_release(held);
 	weightd_close(root);
 	st = it_wait_quiet(&H, 0, 0, 10000);
@@ -196,10 +182,7 @@ static void recipe_temporaries_are_capped(void **state)
 	pid_t pid;
 
 	(void)state;
-	hostile_start(&H, "max_temp = 300K\n");
-	base = hostile_baseline(&H);
-	pid = fork();
-	assert_true(pid >= 0);
+	pid = hostile_attack(&H, "max_temp = 300K\n", &base);
 	if (pid == 0) {
 		weightd_client *a = NULL;
 		weightd_error e;
@@ -351,15 +334,6 @@ static void recipes_spanning_checkpoints_are_shown_to_who_may_read_all(void **st
 	hostile_victim_served(&H);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(other_uids_see_only_what_they_may_read, teardown),
-		cmocka_unit_test_teardown(recipe_temporaries_are_capped, teardown),
-		cmocka_unit_test_teardown(recipes_spanning_checkpoints_are_shown_to_who_may_read_all,
-					  teardown),
-	};
-
-	alarm(600);
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(600, NULL, NULL, TEST(other_uids_see_only_what_they_may_read),
+		   TEST(recipe_temporaries_are_capped),
+		   TEST(recipes_spanning_checkpoints_are_shown_to_who_may_read_all))

@@ -5,18 +5,8 @@
  * (the attacker and the victim are other uids). */
 #include <sys/mman.h>
 
+#include "fixture.h"
 #include "hostile.h"
-
-static struct harness H;
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (H.dir[0]) /* not when the test was skipped before making one */
-		harness_cleanup(&H);
-	memset(&H, 0, sizeof(H));
-	return 0;
-}
 
 #define BIG_N	    16
 #define BIG_BYTES   (64ull << 20)
@@ -50,40 +40,9 @@ static void start_with_big(const char *extra)
  * fails the test if it was not served). */
 static int64_t victim_get(const char *ckpt, const char *tensor, unsigned seed, uint64_t bytes)
 {
-	int64_t *took = mmap(NULL, sizeof(*took), PROT_READ | PROT_WRITE,
-			     MAP_SHARED | MAP_ANONYMOUS, -1, 0),
-		ms;
-	pid_t pid;
+	int64_t ms;
 
-	assert_true(took != MAP_FAILED);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		weightd_client *c = NULL;
-		weightd_weight *w = NULL;
-		const void *p = NULL;
-		weightd_error err;
-		int64_t t0;
-
-		hostile_become(UID_VICTIM);
-		if (weightd_connect(H.sock, "victim", &c, &err) < 0)
-			_exit(2);
-		t0 = it_now_ms();
-		if (it_get(c, ckpt, tensor, &w, &err) < 0) {
-			fprintf(stderr, "victim: %s: %s\n", tensor, err.message);
-			_exit(2);
-		}
-		*took = it_now_ms() - t0;
-		if (weightd_weight_map(w, &p, &err) < 0 ||
-		    it_pattern_mismatch(p, bytes, seed) != -1)
-			_exit(3);
-		weightd_release(w);
-		weightd_close(c);
-		_exit(0);
-	}
-	it_wait_child_ok(pid);
-	ms = *took;
-	munmap(took, sizeof(*took));
+	hostile_victim_get(&H, ckpt, tensor, seed, bytes, &ms);
 	return ms;
 }
 
@@ -243,15 +202,7 @@ static void a_weight_both_wait_for_is_not_held_back_by_the_others_queue(void **s
 	hostile_back_to_base(&H, &base);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(queued_fills_do_not_stall_another_uids_cold_get,
-					  teardown),
-		cmocka_unit_test_teardown(
-			a_weight_both_wait_for_is_not_held_back_by_the_others_queue, teardown),
-	};
-
-	alarm(600);
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(
+	600, NULL, NULL, TEST(queued_fills_do_not_stall_another_uids_cold_get),
+	cmocka_unit_test_teardown(a_weight_both_wait_for_is_not_held_back_by_the_others_queue,
+				  fixture_cleanup))

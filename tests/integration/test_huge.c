@@ -10,9 +10,8 @@
 
 #include <linux/magic.h>
 
-#include "itest.h"
+#include "fixture.h"
 
-static struct harness H;
 static char mnt[400];
 
 static int teardown(void **state)
@@ -344,15 +343,7 @@ static void planted_names_in_segment_dir(void **state)
 	assert_int_equal(unlink(fifo), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(huge_pages_reach_clients, teardown),
-		cmocka_unit_test_teardown(four_kib_pages_are_told, teardown),
-		cmocka_unit_test_teardown(unsafe_segment_dirs_are_refused, teardown),
-		cmocka_unit_test_teardown(planted_names_in_segment_dir, teardown),
-	};
-
-	alarm(300);
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(300, NULL, NULL, cmocka_unit_test_teardown(huge_pages_reach_clients, teardown),
+		   cmocka_unit_test_teardown(four_kib_pages_are_told, teardown),
+		   cmocka_unit_test_teardown(unsafe_segment_dirs_are_refused, teardown),
+		   cmocka_unit_test_teardown(planted_names_in_segment_dir, teardown))

@@ -7,11 +7,9 @@
  * is gone and its fd number reused. */
 #include <sys/mman.h>
 
-#include "itest.h"
+#include "fixture.h"
 #include "rawcall.h"
 #include "st_writer.h"
-
-static struct harness H;
 
 /* Tensors of "big": their reply (about 75 bytes each in its columns) is far more than a socket's
  * buffer (about 200 KiB), so whatever is answered after it waits in weightd's queue. */
@@ -19,13 +17,6 @@ static struct harness H;
 #define W_BYTES 4096
 #define W_SEED 77
 #define X_SEED 99
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
-}
 
 static void write_one(const char *file, const char *name, uint32_t seed, char *path, size_t cap)
 {
@@ -293,12 +284,5 @@ static void a_waiting_reply_keeps_its_weight_locked(void **state)
 	waiting_reply(true);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(a_waiting_reply_keeps_its_segment, teardown),
-		cmocka_unit_test_teardown(a_waiting_reply_keeps_its_weight_locked, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, TEST(a_waiting_reply_keeps_its_segment),
+	  TEST(a_waiting_reply_keeps_its_weight_locked))

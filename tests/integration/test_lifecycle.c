@@ -6,20 +6,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 
-#include "itest.h"
-
-static struct harness H;
-
-static int setup(void **state)
-{
-	return harness_init(&H) < 0 ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
-}
+#include "fixture.h"
 
 /* m.safetensors: five 1 MiB U8 tensors a..e, bytes pattern with seeds 0..4. */
 static void five_mib_tensors(char *path, size_t cap, const char *extra)
@@ -599,20 +586,6 @@ static void reload_adds_removes_and_makes_new_generations(void **state)
 static const char *const rt_names[N_RT] = { "w0", "w1", "w2", "w3" };
 static const uint64_t rt_bytes[N_RT] = { 256 * 64 * 4, 128 * 128 * 2, 100000, 33 * 7 * 2 };
 
-static void say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(int fd, const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (write(fd, buf, (size_t)n) != n)
-		_exit(3);
-}
-
 static int bind_rt(weightd_client *c, weightd_unit **ret, weightd_error *err)
 {
 	int r = it_unit_of(c, "r", rt_names, N_RT, true, ret, err);
@@ -647,39 +620,39 @@ static void rt_child(int in, int out)
 	char op;
 
 	if (weightd_connect(H.sock, "restart-child", &c, &err) < 0 || bind_rt(c, &u, &err) < 0) {
-		say(out, "error %s\n", err.message);
+		it_say(out, "error %s\n", err.message);
 		_exit(1);
 	}
-	say(out, "bound %llu", (unsigned long long)weightd_unit_bytes_read(u));
+	it_say(out, "bound %llu", (unsigned long long)weightd_unit_bytes_read(u));
 	for (int i = 0; i < N_RT; i++) {
 		struct stat sb;
 		fstat(weightd_weight_fd(weightd_unit_weight(u, rt_names[i])), &sb);
-		say(out, " %llu", (unsigned long long)sb.st_ino);
+		it_say(out, " %llu", (unsigned long long)sb.st_ino);
 	}
-	say(out, "\n");
+	it_say(out, "\n");
 	while (read(in, &op, 1) == 1) {
 		if (op == 'd') {
 			int r1 = weightd_status_get(c, &st, &err);
 			int r2;
-			say(out, "memory %s status %d %s\n", rt_verify(u), r1,
+			it_say(out, "memory %s status %d %s\n", rt_verify(u), r1,
 			    err.message[0] ? "message" : "silent");
 			r2 = weightd_materialize(c, "r", "w0", NULL, &f, &err);
 			if (r2 == 0)
 				r2 = weightd_finish(f, NULL, &err);
-			say(out, "materialize %d\n", r2);
+			it_say(out, "materialize %d\n", r2);
 		} else if (op == 'r') {
 			if (weightd_connect(H.sock, "restart-child-again", &c2, &err) < 0 ||
 			    bind_rt(c2, &u2, &err) < 0) {
-				say(out, "error %s\n", err.message);
+				it_say(out, "error %s\n", err.message);
 				_exit(1);
 			}
-			say(out, "rebound %llu", (unsigned long long)weightd_unit_bytes_read(u2));
+			it_say(out, "rebound %llu", (unsigned long long)weightd_unit_bytes_read(u2));
 			for (int i = 0; i < N_RT; i++) {
 				struct stat sb;
 				fstat(weightd_weight_fd(weightd_unit_weight(u2, rt_names[i])), &sb);
-				say(out, " %llu", (unsigned long long)sb.st_ino);
+				it_say(out, " %llu", (unsigned long long)sb.st_ino);
 			}
-			say(out, " %s %s\n", rt_verify(u2), rt_verify(u));
+			it_say(out, " %s %s\n", rt_verify(u2), rt_verify(u));
 		} else {
 			break;
 		}
@@ -694,7 +667,7 @@ static void rt_child(int in, int out)
 static void restart_after_kill9_rereads_nothing(void **state)
 {
 	char path[512], sec[1024], line[1024], line2[1024], bound_line[1024], junk[256], foreign[256], rec[600];
-	int to[2], from[2], base, fd;
+	int to, from, base, fd;
 	unsigned long long read1, read2, ino1[N_RT], ino2[N_RT];
 	uint64_t total = 0;
 	weightd_status *st;
@@ -709,18 +682,10 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	snprintf(sec, sizeof(sec), "[checkpoint:r]\npath = %s\n", path);
 	it_start(&H, NULL, sec);
 
-	assert_int_equal(pipe(to), 0);
-	assert_int_equal(pipe(from), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(to[1]);
-		close(from[0]);
-		rt_child(to[0], from[1]);
-	}
-	close(to[0]);
-	close(from[1]);
-	out = fdopen(from[0], "r");
+	pid = it_fork_piped(&to, &from);
+	if (pid == 0)
+		rt_child(to, from);
+	out = fdopen(from, "r");
 	assert_non_null(fgets(bound_line, sizeof(bound_line), out));
 	assert_int_equal(sscanf(bound_line, "bound %llu", &read1), 1);
 	assert_int_equal(read1, total);
@@ -748,7 +713,7 @@ static void restart_after_kill9_rereads_nothing(void **state)
 
 	harness_kill(&H);
 	/* the daemon is gone: the client's memory is intact and calls say so clearly */
-	assert_int_equal(write(to[1], "d", 1), 1);
+	assert_int_equal(write(to, "d", 1), 1);
 	assert_non_null(fgets(line, sizeof(line), out));
 	snprintf(line2, sizeof(line2), "memory ok status %d message\n", -WEIGHTD_E_DISCONNECTED);
 	assert_string_equal(line, line2);
@@ -782,7 +747,7 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	base = it_fd_base(&H);
 
 	/* the client reconnects and asks again: the very same segments, zero bytes read */
-	assert_int_equal(write(to[1], "r", 1), 1);
+	assert_int_equal(write(to, "r", 1), 1);
 	assert_non_null(fgets(line2, sizeof(line2), out));
 	assert_int_equal(sscanf(line2, "rebound %llu", &read2), 1);
 	assert_int_equal(read2, 0);
@@ -797,8 +762,8 @@ static void restart_after_kill9_rereads_nothing(void **state)
 	st = it_status_of(&H);
 	assert_int_equal(st->bytes_read, 0);
 	weightd_status_free(st);
-	assert_int_equal(write(to[1], "q", 1), 1);
-	close(to[1]);
+	assert_int_equal(write(to, "q", 1), 1);
+	close(to);
 	fclose(out);
 	it_wait_child_ok(pid);
 
@@ -1087,17 +1052,14 @@ static void weightctl_status_and_purge(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(eviction_follows_lru_order, setup, teardown),
-		cmocka_unit_test_setup_teardown(held_weights_stay_and_what_cannot_fit_fails_cleanly,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(per_client_limits, setup, teardown),
-		cmocka_unit_test_setup_teardown(preload_keeps_a_checkpoint_resident, setup, teardown),
-		cmocka_unit_test_setup_teardown(reload_adds_removes_and_makes_new_generations, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(restart_after_kill9_rereads_nothing, setup, teardown),
-		cmocka_unit_test_setup_teardown(readoption_checks_what_the_index_vouches_for, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(weightctl_status_and_purge, setup, teardown),
+		TEST_IN_DIR(eviction_follows_lru_order),
+		TEST_IN_DIR(held_weights_stay_and_what_cannot_fit_fails_cleanly),
+		TEST_IN_DIR(per_client_limits),
+		TEST_IN_DIR(preload_keeps_a_checkpoint_resident),
+		TEST_IN_DIR(reload_adds_removes_and_makes_new_generations),
+		TEST_IN_DIR(restart_after_kill9_rereads_nothing),
+		TEST_IN_DIR(readoption_checks_what_the_index_vouches_for),
+		TEST_IN_DIR(weightctl_status_and_purge),
 	};
 
 	if (getenv("WD_TEST_FILTER")) /* e.g. WD_TEST_FILTER='preload*' runs only those */

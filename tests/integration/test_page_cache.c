@@ -6,13 +6,12 @@
 #include <sys/mman.h>
 #include <sys/statfs.h>
 
-#include "itest.h"
+#include "fixture.h"
 
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
 #endif
 
-static struct harness H;
 static char ckpt[512];
 
 /* c.safetensors: a (20 MiB, filled in chunks by both workers), b (12 MiB) and eight 64 KiB
@@ -30,12 +29,6 @@ static int setup(void **state)
 		"--tensor c:U8:65536 --tensor d:U8:65536 --tensor e:U8:65536 --tensor f:U8:65536 "
 		"--tensor g:U8:65536 --tensor h:U8:65536 --tensor i:U8:65536 --tensor j:U8:65536",
 		ckpt);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
 	return 0;
 }
 
@@ -206,15 +199,9 @@ static void a_reload_applies_drop_page_cache(void **state)
 	weightd_close(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(a_preload_leaves_the_file_out_of_the_page_cache,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(drop_page_cache_no_leaves_the_file_cached, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(a_reload_applies_drop_page_cache, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL,
+	  cmocka_unit_test_setup_teardown(a_preload_leaves_the_file_out_of_the_page_cache, setup,
+					  fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(drop_page_cache_no_leaves_the_file_cached, setup,
+					  fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(a_reload_applies_drop_page_cache, setup, fixture_cleanup))

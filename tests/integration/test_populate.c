@@ -4,9 +4,7 @@
  * all), one that does not has none until it reads; both see the checkpoint's bytes. */
 #include <sys/resource.h>
 
-#include "itest.h"
-
-static struct harness H;
+#include "fixture.h"
 
 /* p.safetensors: a (24 MiB), b (8 MiB + 1 byte, so its end shares a page) and four 64 KiB
  * tensors c..f (packed into one run), U8, bytes pattern with seeds 0..5. */
@@ -28,13 +26,6 @@ static int setup(void **state)
 	snprintf(sect, sizeof(sect), "[checkpoint:p]\npath = %s\npreload = yes\n", ckpt);
 	it_start(&H, "workers = 2\n", sect);
 	it_wait_references(&H, N_TENSORS);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
 	return 0;
 }
 
@@ -169,12 +160,5 @@ static void without_populate_pages_fault_in_when_read(void **state)
 	in_child(0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(populate_prefaults_every_page_at_validate),
-		cmocka_unit_test(without_populate_pages_fault_in_when_read),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, fixture_cleanup, cmocka_unit_test(populate_prefaults_every_page_at_validate),
+	  cmocka_unit_test(without_populate_pages_fault_in_when_read))

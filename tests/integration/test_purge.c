@@ -15,20 +15,7 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
-
-static struct harness H;
-
-static int setup(void **state)
-{
-	return harness_init(&H) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
-}
+#include "fixture.h"
 
 /* weightd --purge with up to seven more arguments (up to the first NULL), stdout in out. */
 static int purge(char *out, size_t cap, ...)
@@ -140,14 +127,5 @@ static void segment_dir_of_another_user(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(help_is_printed, setup, teardown),
-		cmocka_unit_test_setup_teardown(wrong_calls_are_refused, setup, teardown),
-		cmocka_unit_test_setup_teardown(nothing_left_nothing_removed, setup, teardown),
-		cmocka_unit_test_setup_teardown(segment_dir_of_another_user, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, TEST_IN_DIR(help_is_printed), TEST_IN_DIR(wrong_calls_are_refused),
+	  TEST_IN_DIR(nothing_left_nothing_removed), TEST_IN_DIR(segment_dir_of_another_user))

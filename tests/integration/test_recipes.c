@@ -27,11 +27,11 @@
 #include <openssl/evp.h>
 #include <xxhash.h>
 
+#include "fixture.h"
 #include "frame.h"
-#include "harness.h"
 #include "rawcall.h"
-#include "st_writer.h"
 #include "recipe.h"
+#include "st_writer.h"
 #include "weightd.pb-c.h"
 #include "weightd/client.h"
 
@@ -48,7 +48,6 @@
 #define EMB_ROWS 1026
 #define EMB_COLS 64
 
-static struct harness H;
 static char ckpt[512], fragile[512];
 
 /* --- oracles: the fixture's contents by their definition --------------------------------- */
@@ -216,21 +215,13 @@ static void kid_main(const char *json, const char *outpath, bool gate, int in, i
 /* Start a client process for `json` (see kid_main). */
 static void kid_spawn(struct kid *k, const char *json, const char *outpath, bool gate)
 {
-	int to[2], from[2];
+	int to, from;
 
-	assert_int_equal(pipe(to), 0);
-	assert_int_equal(pipe(from), 0);
-	k->pid = fork();
-	assert_true(k->pid >= 0);
-	if (k->pid == 0) {
-		close(to[1]);
-		close(from[0]);
-		kid_main(json, outpath, gate, to[0], from[1]);
-	}
-	close(to[0]);
-	close(from[1]);
-	k->cmd = to[1];
-	k->out = fdopen(from[0], "r");
+	k->pid = it_fork_piped(&to, &from);
+	if (k->pid == 0)
+		kid_main(json, outpath, gate, to, from);
+	k->cmd = to;
+	k->out = fdopen(from, "r");
 	assert_non_null(k->out);
 }
 
@@ -429,16 +420,7 @@ static int setup(void **state)
 		return -1;
 	snprintf(sections, sizeof(sections),
 		 "[checkpoint:rt]\npath = %s\n\n[checkpoint:fragile]\npath = %s\n", ckpt, fragile);
-	if (harness_write_config(&H, NULL, sections) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
+	return fixture_start(NULL, sections);
 }
 
 #define SRC(t) "{\"op\":\"source\",\"checkpoint\":\"rt\",\"tensor\":\"" t "\"}"
@@ -1575,5 +1557,5 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN); /* a child that already left must not kill the test */
 
 	alarm(240); /* watchdog: a hung daemon fails the test instead of stalling CI */
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, fixture_cleanup);
 }

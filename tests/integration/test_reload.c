@@ -5,22 +5,9 @@
  * quiet, and weightctl reload says what the reload did. */
 #include <jansson.h>
 
-#include "itest.h"
-
-static struct harness H;
+#include "fixture.h"
 
 #define T_BYTES 65536u
-
-static int setup(void **state)
-{
-	return harness_init(&H) < 0 ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
-}
 
 /* `path`: four U8 tensors t0..t3 of T_BYTES, pattern seeds seed..seed+3. */
 static void four_tensors(const char *path, unsigned seed)
@@ -400,19 +387,7 @@ static void weightctl_reload_reports_what_it_did(void **state)
 	assert_int_equal(harness_stop(&H), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(a_changed_file_error_says_what_to_do, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(a_broken_reload_keeps_the_last_good_generation,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(watch_reloads_changed_files_once_quiet, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(weightctl_reload_reports_what_it_did, setup,
-						teardown),
-	};
-
-	alarm(240);
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN_WATCHDOG(240, NULL, NULL, TEST_IN_DIR(a_changed_file_error_says_what_to_do),
+		   TEST_IN_DIR(a_broken_reload_keeps_the_last_good_generation),
+		   TEST_IN_DIR(watch_reloads_changed_files_once_quiet),
+		   TEST_IN_DIR(weightctl_reload_reports_what_it_did))

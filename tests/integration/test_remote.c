@@ -26,15 +26,14 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "harness.h"
-#include "itest.h"
 #include "servers.h"
 #include "weightd/client.h"
 
 #define SIG_SECRET   "SIGdeadbeef0123"	/* a presigned URL's signature */
 #define WRONG_SECRET "wr0ngSecretValue" /* an S3 secret the store refuses */
 
-static struct harness H;
 static struct wd_servers srv;
 static bool have_servers;
 static char skip_why[600];
@@ -608,16 +607,9 @@ static void test_check_config_offline(void **state)
 	close(lfd);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_kinds),
-		cmocka_unit_test(test_describe),
-		cmocka_unit_test(test_recipe_reads_what_it_needs),
-		cmocka_unit_test(test_secrets_never_shown),
-		cmocka_unit_test(test_hung_server_blocks_nothing),
-		cmocka_unit_test(test_check_config_offline),
-		cmocka_unit_test(test_failed_admission_retried_on_reload),
-	};
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_kinds), cmocka_unit_test(test_describe),
+	  cmocka_unit_test(test_recipe_reads_what_it_needs),
+	  cmocka_unit_test(test_secrets_never_shown),
+	  cmocka_unit_test(test_hung_server_blocks_nothing),
+	  cmocka_unit_test(test_check_config_offline),
+	  cmocka_unit_test(test_failed_admission_retried_on_reload))

@@ -5,8 +5,8 @@
  * bytes as they arrive, and SIGTERM ending a fill stalled on a hung server within the stop
  * timeout. nginx and the fault proxy of tests/remote/servers.py on loopback.
  */
+#include "fixture.h"
 #include "harness.h"
-#include "itest.h"
 #include "servers.h"
 #include "st_writer.h"
 
@@ -16,7 +16,6 @@
 
 #define BIG_BYTES (48ull << 20)
 
-static struct harness H;
 static struct wd_servers srv;
 static char root[4096], skip_why[512];
 static bool have_servers;
@@ -177,12 +176,5 @@ static void test_sigterm_ends_a_stalled_fill(void **state)
 	harness_cleanup(&H);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_a_weight_arrives_in_parallel_ranges),
-		cmocka_unit_test(test_sigterm_ends_a_stalled_fill),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_a_weight_arrives_in_parallel_ranges),
+	  cmocka_unit_test(test_sigterm_ends_a_stalled_fill))

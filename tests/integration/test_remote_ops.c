@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include <signal.h>
 
-#include "itest.h"
+#include "fixture.h"
 #include "servers.h"
 
 #define N_T	 4
@@ -18,10 +18,8 @@
 #define SEED_OLD 3
 #define SEED_NEW 40
 
-static struct harness H;
 #define SEED_S3 90
 
-static struct harness H;
 static char root[512];	 /* what nginx and s3rver serve */
 static char remote[600]; /* root/m.safetensors */
 static char other[600];	 /* a local checkpoint, served throughout */
@@ -724,19 +722,12 @@ static void s3_restart_readopts_and_records_hold_no_secret(void **state)
 	assert_false(harness_log_contains(&H, srv.s3_key));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(second_process_reads_nothing, before, after),
-		cmocka_unit_test_setup_teardown(restart_readopts_without_payload_requests, before,
-						after),
-		cmocka_unit_test_setup_teardown(new_etag_new_generation, before, after),
-		cmocka_unit_test_setup_teardown(faults_end_in_the_exact_bytes, before, after),
-		cmocka_unit_test_setup_teardown(swap_half_way_is_source_changed, before, after),
-		cmocka_unit_test_setup_teardown(readable_credentials_refused, before, after),
-		cmocka_unit_test_setup_teardown(s3_restart_readopts_and_records_hold_no_secret,
-						before, after),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown,
+	  cmocka_unit_test_setup_teardown(second_process_reads_nothing, before, after),
+	  cmocka_unit_test_setup_teardown(restart_readopts_without_payload_requests, before, after),
+	  cmocka_unit_test_setup_teardown(new_etag_new_generation, before, after),
+	  cmocka_unit_test_setup_teardown(faults_end_in_the_exact_bytes, before, after),
+	  cmocka_unit_test_setup_teardown(swap_half_way_is_source_changed, before, after),
+	  cmocka_unit_test_setup_teardown(readable_credentials_refused, before, after),
+	  cmocka_unit_test_setup_teardown(s3_restart_readopts_and_records_hold_no_secret, before,
+					  after))

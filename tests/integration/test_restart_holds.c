@@ -11,22 +11,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 
-#include "itest.h"
-
-static struct harness H;
-
-static int setup(void **state)
-{
-	(void)state;
-	return harness_init(&H) < 0 ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
-}
+#include "fixture.h"
 
 /* Checkpoint h: N_T tensors of 1 MiB, t0..t19, each its own pattern seed (k). */
 #define N_T 20
@@ -87,20 +72,6 @@ struct engine {
 	FILE *from;
 };
 
-static void say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(int fd, const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (write(fd, buf, (size_t)n) != n)
-		_exit(3);
-}
-
 /* The digest of every slot, or "name" of the first slot off its pattern in *bad. */
 static uint64_t unit_digest(weightd_unit *u, int from, int n, const char **bad)
 {
@@ -130,7 +101,7 @@ static void engine_loop(weightd_client *c, weightd_unit *u, int from, int n, uin
 		if (op == 'c') {
 			uint64_t d = unit_digest(u, from, n, &bad);
 
-			say(out, "%s %s\n", bad ? "changed" : d == d0 ? "same" : "differs",
+			it_say(out, "%s %s\n", bad ? "changed" : d == d0 ? "same" : "differs",
 			    bad ? bad : "-");
 		} else if (op == 't') {
 			/* talk again: the first call connects anew and re-attaches what is held */
@@ -153,7 +124,7 @@ static void engine_loop(weightd_client *c, weightd_unit *u, int from, int n, uin
 			if (r == 0 && it_pattern_mismatch(it_map(sh), T_BYTES, (unsigned)from) >= 0)
 				r = -1;
 			weightd_release(sh);
-			say(out, "talked %d reattached %lld %s\n", r,
+			it_say(out, "talked %d reattached %lld %s\n", r,
 			    attached == UINT64_MAX ? -1ll : (long long)attached,
 			    r < 0 && r != -1 ? err.message : "-");
 		} else {
@@ -176,13 +147,13 @@ static void engine_main(enum engine_mode mode, int from, int n, int in, int out)
 
 	if (weightd_connect(H.sock, "engine", &c, &err) < 0 ||
 	    it_unit_of(c, "h", name_of + from, (size_t)n, true, &u, &err) < 0) {
-		say(out, "error %s\n", err.message);
+		it_say(out, "error %s\n", err.message);
 		_exit(1);
 	}
 	weightd_unit_bind(u);
 	d0 = unit_digest(u, from, n, &bad);
 	if (bad) {
-		say(out, "error %s differs at bind\n", bad);
+		it_say(out, "error %s differs at bind\n", bad);
 		_exit(1);
 	}
 	if (mode == ENGINE_FORKED) {
@@ -199,7 +170,7 @@ static void engine_main(enum engine_mode mode, int from, int n, int in, int out)
 		}
 		/* the child: its copy of the client is the parent's; it only computes */
 	}
-	say(out, "bound %llu\n", (unsigned long long)d0);
+	it_say(out, "bound %llu\n", (unsigned long long)d0);
 	engine_loop(c, u, from, n, d0, in, out);
 }
 
@@ -714,22 +685,10 @@ static void an_abandoned_reply_pins_nothing(void **state)
 	weightd_close(c);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(held_through_sigkill_idle, setup, teardown),
-		cmocka_unit_test_setup_teardown(held_through_sigterm, setup, teardown),
-		cmocka_unit_test_setup_teardown(held_through_sigkill_mid_fill, setup, teardown),
-		cmocka_unit_test_setup_teardown(held_through_reload_with_file_replaced, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(purge_refuses_while_mapped, setup, teardown),
-		cmocka_unit_test_setup_teardown(engine_in_its_own_pid_namespace, setup, teardown),
-		cmocka_unit_test_setup_teardown(engine_forked_after_binding, setup, teardown),
-		cmocka_unit_test_setup_teardown(engine_reconnects_and_reattaches, setup, teardown),
-		cmocka_unit_test_setup_teardown(unclean_start_verifies_what_it_readopts, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(an_abandoned_reply_pins_nothing, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, TEST_IN_DIR(held_through_sigkill_idle), TEST_IN_DIR(held_through_sigterm),
+	  TEST_IN_DIR(held_through_sigkill_mid_fill),
+	  TEST_IN_DIR(held_through_reload_with_file_replaced),
+	  TEST_IN_DIR(purge_refuses_while_mapped), TEST_IN_DIR(engine_in_its_own_pid_namespace),
+	  TEST_IN_DIR(engine_forked_after_binding), TEST_IN_DIR(engine_reconnects_and_reattaches),
+	  TEST_IN_DIR(unclean_start_verifies_what_it_readopts),
+	  TEST_IN_DIR(an_abandoned_reply_pins_nothing))

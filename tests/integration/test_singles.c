@@ -8,9 +8,8 @@
 #include <sys/resource.h>
 
 #include "deepseek.h"
-#include "itest.h"
+#include "fixture.h"
 
-#define DAEMON_NOFILE 4096
 #define CLIENT_NOFILE 1024
 /* A handful of segments hold every weight; a few dozen fds and mappings is "a handful" with
  * room to spare, and two orders of magnitude below the 1,024 fds a segment per get would
@@ -18,63 +17,6 @@
 #define MAX_HELD 64
 /* Requests in flight at once: under client_max_pending (256). */
 #define WINDOW 200
-
-static struct harness H;
-static struct ds_ckpt CK;
-static char CKDIR[400];
-
-static int group_setup(void **state)
-{
-	return ds_table(&ds_tiny, &CK) < 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-	ds_free(&CK);
-	return 0;
-}
-
-static int setup(void **state)
-{
-	if (harness_init(&H) < 0)
-		return -1;
-	harness_path(&H, "ds", CKDIR, sizeof(CKDIR));
-	if (mkdir(CKDIR, 0755) < 0 || ds_write(&CK, CKDIR) < 0)
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
-}
-
-static void start_ds(void)
-{
-	struct harness_opts o = { .nofile = DAEMON_NOFILE };
-	char sec[600];
-
-	snprintf(sec, sizeof(sec), "[checkpoint:ds]\npath = %s\n", CKDIR);
-	if (harness_write_config(&H, NULL, sec) < 0)
-		fail_msg("cannot write the config in %s", H.dir);
-	if (harness_start_opts(&H, &o) < 0)
-		fail_msg("weightd did not start");
-}
-
-static int count_dir(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
 
 /* Mappings of the test daemon's segments: the lines of /proc/self/maps naming one of its files
  * ("/PREFIX.<hex>", in /dev/shm or a segment_dir). Other mappings come and go with the allocator
@@ -121,7 +63,7 @@ static void rep_fail(struct report *r, int rc, const char *fmt, ...)
 /* Tensor i's weight: its size, and its bytes (all of every 97th, else first, middle, last). */
 static void check_weight(struct report *r, size_t i, weightd_weight *w)
 {
-	const struct ds_tensor *t = &CK.t[i];
+	const struct ds_tensor *t = &DS.t[i];
 	const uint8_t *p = NULL;
 	weightd_error err;
 	uint64_t n = t->nbytes;
@@ -162,9 +104,9 @@ static void singles_child(int in, int out, size_t window)
 	struct report r = { 0 };
 	weightd_client *c = NULL;
 	weightd_error err = { 0 };
-	weightd_weight **ws = calloc(CK.n, sizeof(*ws));
+	weightd_weight **ws = calloc(DS.n, sizeof(*ws));
 	weightd_inflight **fl = calloc(window, sizeof(*fl));
-	uint64_t *segs = calloc(CK.n, sizeof(*segs));
+	uint64_t *segs = calloc(DS.n, sizeof(*segs));
 	char x;
 	int rc = 0;
 
@@ -172,17 +114,17 @@ static void singles_child(int in, int out, size_t window)
 		rep_fail(&r, 0, "setrlimit/calloc: %s", strerror(errno));
 	if (!r.rc && (rc = weightd_connect(H.sock, "singles", &c, &err)) < 0)
 		rep_fail(&r, rc, "connect: %s", err.message);
-	r.fds_before = count_dir("/proc/self/fd");
+	r.fds_before = it_count_dir("/proc/self/fd");
 	r.maps_before = count_segment_maps();
-	for (size_t first = 0; !r.rc && first < CK.n; first += window) {
-		size_t n = CK.n - first < window ? CK.n - first : window, sent = 0;
+	for (size_t first = 0; !r.rc && first < DS.n; first += window) {
+		size_t n = DS.n - first < window ? DS.n - first : window, sent = 0;
 
 		for (; sent < n; sent++) {
-			rc = weightd_materialize(c, "ds", CK.t[first + sent].name, NULL, &fl[sent],
+			rc = weightd_materialize(c, "ds", DS.t[first + sent].name, NULL, &fl[sent],
 						 &err);
 			if (rc < 0) {
 				rep_fail(&r, rc, "materialize %s (%zu held): %s (%s)",
-					 CK.t[first + sent].name, r.got, err.message,
+					 DS.t[first + sent].name, r.got, err.message,
 					 weightd_code_name(rc));
 				break;
 			}
@@ -191,13 +133,13 @@ static void singles_child(int in, int out, size_t window)
 			rc = weightd_finish(fl[k], &ws[first + k], &err);
 			if (rc < 0)
 				rep_fail(&r, rc, "finish %s (%zu held): %s (%s)",
-					 CK.t[first + k].name, r.got, err.message,
+					 DS.t[first + k].name, r.got, err.message,
 					 weightd_code_name(rc));
 			else
 				r.got++;
 		}
 	}
-	for (size_t i = 0; !r.rc && i < CK.n; i++) {
+	for (size_t i = 0; !r.rc && i < DS.n; i++) {
 		uint64_t id = weightd_weight_segment(ws[i]);
 		size_t k;
 
@@ -207,13 +149,13 @@ static void singles_child(int in, int out, size_t window)
 		if (k == r.segments)
 			segs[r.segments++] = id;
 	}
-	r.fds_after = count_dir("/proc/self/fd");
+	r.fds_after = it_count_dir("/proc/self/fd");
 	r.maps_after = count_segment_maps();
 	if (write(out, &r, sizeof(r)) != (ssize_t)sizeof(r))
 		_exit(3);
 	if (read(in, &x, 1) < 0)
 		_exit(4);
-	for (size_t i = 0; i < CK.n; i++)
+	for (size_t i = 0; i < DS.n; i++)
 		weightd_release(ws[i]);
 	weightd_close(c);
 	free(ws);
@@ -231,22 +173,14 @@ struct kid {
 /* Fork a client, wait for its report; fail the test with its message. */
 static void kid_run(struct kid *k, size_t window)
 {
-	int to[2], from[2];
+	int to, from;
 	int64_t t0 = it_now_ms();
 
-	assert_int_equal(pipe(to), 0);
-	assert_int_equal(pipe(from), 0);
-	k->pid = fork();
-	assert_true(k->pid >= 0);
-	if (k->pid == 0) {
-		close(to[1]);
-		close(from[0]);
-		singles_child(to[0], from[1], window);
-	}
-	close(to[0]);
-	close(from[1]);
-	k->to = to[1];
-	k->from = from[0];
+	k->pid = it_fork_piped(&to, &from);
+	if (k->pid == 0)
+		singles_child(to, from, window);
+	k->to = to;
+	k->from = from;
 	if (read(k->from, &k->r, sizeof(k->r)) != (ssize_t)sizeof(k->r))
 		fail_msg("the client process died before it reported");
 	if (k->r.rc) {
@@ -284,14 +218,14 @@ static void singles_one_at_a_time(void **state)
 	weightd_status *st;
 	int dfds;
 
-	start_ds();
+	fixture_ds_start(NULL);
 	kid_run(&a, 1);
 	dfds = harness_count_fds(H.pid);
 	st = it_status_of(&H);
 	print_message("the daemon holds %d fds and %llu segments for %llu weights\n", dfds,
 		      (unsigned long long)st->segments, (unsigned long long)st->weights);
 	assert_int_equal(st->weights, DS_TENSORS);
-	assert_int_equal(st->bytes_read, CK.bytes);
+	assert_int_equal(st->bytes_read, DS.bytes);
 	assert_true(st->segments <= MAX_HELD);
 	weightd_status_free(st);
 	assert_true(dfds <= DS_SHARDS + MAX_HELD);
@@ -309,18 +243,18 @@ static void singles_in_flight_then_restart(void **state)
 	weightd_status *st;
 	int64_t t0;
 
-	start_ds();
+	fixture_ds_start(NULL);
 	kid_run(&a, WINDOW);
 	assert_true(harness_log_contains(&H, "small weights"));
 	st = it_status_of(&H);
 	assert_int_equal(st->weights, DS_TENSORS);
-	assert_int_equal(st->bytes_read, CK.bytes);
+	assert_int_equal(st->bytes_read, DS.bytes);
 	weightd_status_free(st);
 	kid_done(&a);
 
 	harness_kill(&H);
 	t0 = it_now_ms();
-	start_ds();
+	fixture_ds_start(NULL);
 	st = it_status_of(&H);
 	print_message("restarted, re-adopting %llu weights, in %lld ms\n",
 		      (unsigned long long)st->readoptions, (long long)(it_now_ms() - t0));
@@ -334,12 +268,7 @@ static void singles_in_flight_then_restart(void **state)
 	kid_done(&b);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(singles_one_at_a_time, setup, teardown),
-		cmocka_unit_test_setup_teardown(singles_in_flight_then_restart, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+TEST_MAIN(fixture_ds_table, fixture_ds_free,
+	  cmocka_unit_test_setup_teardown(singles_one_at_a_time, fixture_ds_write, fixture_cleanup),
+	  cmocka_unit_test_setup_teardown(singles_in_flight_then_restart, fixture_ds_write,
+					  fixture_cleanup))

@@ -14,22 +14,9 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "harness.h"
-#include "itest.h"
 #include "weightd/client.h"
-
-static struct harness H;
-
-static int setup(void **state)
-{
-	return harness_init(&H) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
-	return 0;
-}
 
 static void a_stop_with_a_client_and_a_preload_ends_cleanly(void **state)
 {
@@ -87,13 +74,5 @@ static void roots_reserve_runs_out(void **state)
 	assert_int_equal(harness_stop(&H), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(a_stop_with_a_client_and_a_preload_ends_cleanly, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(roots_reserve_runs_out, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, TEST_IN_DIR(a_stop_with_a_client_and_a_preload_ends_cleanly),
+	  TEST_IN_DIR(roots_reserve_runs_out))

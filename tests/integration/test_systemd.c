@@ -17,11 +17,8 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
+#include "fixture.h"
 #include "weightd/client.h"
-
-
-static struct harness H;
 
 /* Ready sources and the total the daemon knows, as a client sees them right now. */
 static void count_sources(const char *sock, size_t *ret_ready, size_t *ret_total)
@@ -62,12 +59,6 @@ static int setup(void **state)
 				"[checkpoint:sharded]\npath = %s\n\n", path);
 	if (harness_write_config(&H, NULL, sections) < 0)
 		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	harness_cleanup(&H);
 	return 0;
 }
 
@@ -274,17 +265,10 @@ static void purge_refuses_a_socket_unit_without_starting_weightd(void **state)
 	assert_int_not_equal(access(marker, F_OK), 0); /* nothing was activated */
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(ready_only_after_every_source_is_admitted),
-		cmocka_unit_test(reload_says_reloading_then_ready),
-		cmocka_unit_test(concurrent_reloads_are_all_answered),
-		cmocka_unit_test(stop_says_stopping),
-		cmocka_unit_test(serves_on_a_socket_passed_by_systemd),
-		cmocka_unit_test(purge_refuses_a_socket_unit_without_starting_weightd),
-	};
-
-	alarm(240);
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN_WATCHDOG(240, setup, fixture_cleanup,
+		   cmocka_unit_test(ready_only_after_every_source_is_admitted),
+		   cmocka_unit_test(reload_says_reloading_then_ready),
+		   cmocka_unit_test(concurrent_reloads_are_all_answered),
+		   cmocka_unit_test(stop_says_stopping),
+		   cmocka_unit_test(serves_on_a_socket_passed_by_systemd),
+		   cmocka_unit_test(purge_refuses_a_socket_unit_without_starting_weightd))

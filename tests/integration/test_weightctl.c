@@ -28,10 +28,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "harness.h"
+#include "fixture.h"
 #include "weightd/client.h"
-
-static struct harness H;
 
 /* --- running weightctl ------------------------------------------------------------------------ */
 
@@ -545,9 +543,7 @@ static int setup_metrics(void **state)
 		return -1;
 	snprintf(sections, sizeof(sections),
 		 "[checkpoint:tiny]\npath = %s\n\n[checkpoint:victim]\npath = %s\n", tiny, victim);
-	if (harness_write_config(&H, NULL, sections) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
+	return fixture_start(NULL, sections);
 }
 
 static int teardown_all(void **state)
@@ -946,9 +942,7 @@ static int setup_http(void **state)
 	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:%d\n", metrics_port);
 	snprintf(sections, sizeof(sections),
 		 "[checkpoint:tiny]\npath = %s\n\n[checkpoint:victim]\npath = %s\n", tiny, victim);
-	if (harness_write_config(&H, extra, sections) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
+	return fixture_start(extra, sections);
 }
 
 static size_t curl_body(char *p, size_t size, size_t n, void *arg)

@@ -3,10 +3,9 @@
  * never sends: hellos of other protocol versions and ranges, empty units, too many pending
  * requests, bad release handles, share of held and not-held handles. Each must get a clear error;
  * but for a refused hello, the connection keeps serving. */
+#include "fixture.h"
 #include "rawwire.h"
 #include "weightd.pb-c.h"
-
-static struct harness H;
 
 #define MAX_PENDING 2
 
@@ -59,16 +58,7 @@ static int setup(void **state)
 	/* max_unit_entries at 65,536 (its default is 1,048,576) keeps the over-limit requests small */
 	snprintf(extra, sizeof(extra), "client_max_pending = %d\nmax_unit_entries = 65536\n",
 		 MAX_PENDING);
-	if (harness_write_config(&H, extra, sections) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
+	return fixture_start(extra, sections);
 }
 
 /* The connection is closed by the daemon: reading gives end of file. */
@@ -545,18 +535,10 @@ static void quiet_release_is_answered_only_when_it_fails(void **state)
 	close(fd);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(hello_with_another_version_is_refused),
-		cmocka_unit_test(hello_versions_are_ranges),
-		cmocka_unit_test(empty_units_are_refused),
-		cmocka_unit_test(too_many_pending_requests_are_refused),
-		cmocka_unit_test(bad_release_handles_are_refused),
-		cmocka_unit_test(too_many_entries_are_refused),
-		cmocka_unit_test(share_hands_another_reference_to_a_held_weight),
-		cmocka_unit_test(quiet_release_is_answered_only_when_it_fails),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, fixture_cleanup, cmocka_unit_test(hello_with_another_version_is_refused),
+	  cmocka_unit_test(hello_versions_are_ranges), cmocka_unit_test(empty_units_are_refused),
+	  cmocka_unit_test(too_many_pending_requests_are_refused),
+	  cmocka_unit_test(bad_release_handles_are_refused),
+	  cmocka_unit_test(too_many_entries_are_refused),
+	  cmocka_unit_test(share_hands_another_reference_to_a_held_weight),
+	  cmocka_unit_test(quiet_release_is_answered_only_when_it_fails))

@@ -5,11 +5,9 @@
  * columns that do not add up are refused by name before anything is made. */
 #include <sys/mman.h>
 
+#include "fixture.h"
 #include "float_ref.h"
-#include "itest.h"
 #include "rawcall.h"
-
-static struct harness H;
 
 #define MAX_ENTRIES 64
 
@@ -31,16 +29,7 @@ static int setup(void **state)
 	snprintf(sections, sizeof(sections), "[checkpoint:tiny]\npath = %s\n[checkpoint:other]\npath = %s\n",
 		 sample, other);
 	snprintf(args, sizeof(args), "max_unit_entries = %d\n", MAX_ENTRIES);
-	if (harness_write_config(&H, args, sections) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
+	return fixture_start(args, sections);
 }
 
 /* A reply and the fds that came with it. */
@@ -480,12 +469,5 @@ static void bad_columns_are_refused_by_name(void **state)
 	close(s3);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(columns_answer_like_entries),
-		cmocka_unit_test(bad_columns_are_refused_by_name),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, fixture_cleanup, cmocka_unit_test(columns_answer_like_entries),
+	  cmocka_unit_test(bad_columns_are_refused_by_name))

@@ -13,13 +13,11 @@
 
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "gguf_writer.h"
 #include "harness.h"
-#include "itest.h"
 #include "st_writer.h"
 #include "weightd/client.h"
-
-static struct harness H;
 
 static int setup(void **state)
 {
@@ -53,16 +51,7 @@ static int setup(void **state)
 	gw_free(&g);
 	snprintf(sect, sizeof(sect), "[checkpoint:zero]\npath = %s\n[checkpoint:gzero]\npath = %s\n",
 		 path, gpath);
-	if (harness_write_config(&H, NULL, sect) < 0 || harness_start(&H) < 0)
-		return -1;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_cleanup(&H);
-	return 0;
+	return fixture_start(NULL, sect);
 }
 
 /* Each zero-element tensor is a weight of 0 bytes with its shape, mapped as NULL; share works. */
@@ -237,15 +226,8 @@ static void weightctl_preloads_and_describes_empty_and_scalar_tensors(void **sta
 	assert_non_null(strstr(out, "[3, 0]"));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(zero_element_tensors_are_fetched_as_0_byte_weights),
-		cmocka_unit_test(a_unit_with_empty_tensors_binds_whole),
-		cmocka_unit_test(recipes_over_empty_tensors_are_valid),
-		cmocka_unit_test(weightctl_preloads_and_describes_empty_and_scalar_tensors),
-	};
-
-	alarm(120);
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN_WATCHDOG(120, setup, fixture_cleanup,
+		   cmocka_unit_test(zero_element_tensors_are_fetched_as_0_byte_weights),
+		   cmocka_unit_test(a_unit_with_empty_tensors_binds_whole),
+		   cmocka_unit_test(recipes_over_empty_tensors_are_valid),
+		   cmocka_unit_test(weightctl_preloads_and_describes_empty_and_scalar_tensors))

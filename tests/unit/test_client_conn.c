@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -689,24 +691,15 @@ static void test_events(void **state)
 	fake_stop(f);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_hello_and_server_info),
-		cmocka_unit_test(test_version_mismatch_refused),
-		cmocka_unit_test(test_connect_gives_up_on_a_silent_peer),
-		cmocka_unit_test(test_connect_nothing_listening),
-		cmocka_unit_test(test_replies_matched_out_of_order),
-		cmocka_unit_test(test_fd_owned_and_released),
-		cmocka_unit_test(test_dup_shares_reference_share_takes_new),
-		cmocka_unit_test(test_disconnect_fails_pending_and_later_calls),
-		cmocka_unit_test(test_daemon_error_fills_every_field),
-		cmocka_unit_test(test_abandoned_request_releases_its_weight),
-		cmocka_unit_test(test_pending_limit),
-		cmocka_unit_test(test_close_with_inflight),
-		cmocka_unit_test(test_one_connection_many_threads),
-		cmocka_unit_test(test_events),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_hello_and_server_info),
+	  cmocka_unit_test(test_version_mismatch_refused),
+	  cmocka_unit_test(test_connect_gives_up_on_a_silent_peer),
+	  cmocka_unit_test(test_connect_nothing_listening),
+	  cmocka_unit_test(test_replies_matched_out_of_order),
+	  cmocka_unit_test(test_fd_owned_and_released),
+	  cmocka_unit_test(test_dup_shares_reference_share_takes_new),
+	  cmocka_unit_test(test_disconnect_fails_pending_and_later_calls),
+	  cmocka_unit_test(test_daemon_error_fills_every_field),
+	  cmocka_unit_test(test_abandoned_request_releases_its_weight),
+	  cmocka_unit_test(test_pending_limit), cmocka_unit_test(test_close_with_inflight),
+	  cmocka_unit_test(test_one_connection_many_threads), cmocka_unit_test(test_events))

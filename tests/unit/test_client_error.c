@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,13 +180,7 @@ static void a_call_that_succeeds_leaves_the_error_empty(void **state)
 	weightd_recipe_free(r);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(every_wire_code_is_in_the_header),
-		cmocka_unit_test(every_header_code_is_on_the_wire),
-		cmocka_unit_test(every_code_has_a_name_of_its_own),
-		cmocka_unit_test(a_call_that_succeeds_leaves_the_error_empty),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(every_wire_code_is_in_the_header),
+	  cmocka_unit_test(every_header_code_is_on_the_wire),
+	  cmocka_unit_test(every_code_has_a_name_of_its_own),
+	  cmocka_unit_test(a_call_that_succeeds_leaves_the_error_empty))

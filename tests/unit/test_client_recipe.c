@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -606,20 +608,13 @@ static void test_builder_and_selection_errors(void **state)
 	assert_int_equal(fake_count(e->f, WEIGHTD__REQUEST__BODY_MATERIALIZE), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_json_flattens_in_post_order, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_builder_matches_json, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dequant_block_json_and_builder, setup, teardown),
-		cmocka_unit_test(test_json_errors_name_the_path),
-		cmocka_unit_test(test_json_nesting_is_bounded),
-		cmocka_unit_test_setup_teardown(test_daemon_node_error_gets_json_path, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_unit_json, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_unit_json_errors, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_builder_and_selection_errors, setup, teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL,
+	  cmocka_unit_test_setup_teardown(test_json_flattens_in_post_order, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_builder_matches_json, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_dequant_block_json_and_builder, setup, teardown),
+	  cmocka_unit_test(test_json_errors_name_the_path),
+	  cmocka_unit_test(test_json_nesting_is_bounded),
+	  cmocka_unit_test_setup_teardown(test_daemon_node_error_gets_json_path, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_unit_json, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_unit_json_errors, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_builder_and_selection_errors, setup, teardown))

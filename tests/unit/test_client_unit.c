@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -651,35 +653,26 @@ static void test_populate_refused_still_validates(void **state)
 	fake_client_assert_idle(&e->fc);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_one_request_with_declarations_and_aliases,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_validate_then_bind_publishes_every_pointer,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_validate_failure_undoes_everything, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_short_segment_refused_holds_nothing, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_daemon_refusal_holds_nothing, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_inconsistent_reply_refused_and_released, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_identical_entries_share_fd_and_release_each,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_preflight_infers_without_fds, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_free_while_submitted_releases_later, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_declaration_errors, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_next_unit_reuses_the_memory_of_the_last, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_populate_prefaults_at_validate, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_populate_without_madvise_reads_each_page,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_populate_refused_still_validates, setup,
-						teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL,
+	  cmocka_unit_test_setup_teardown(test_one_request_with_declarations_and_aliases, setup,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(test_validate_then_bind_publishes_every_pointer, setup,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(test_validate_failure_undoes_everything, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_short_segment_refused_holds_nothing, setup,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(test_daemon_refusal_holds_nothing, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_inconsistent_reply_refused_and_released, setup,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(test_identical_entries_share_fd_and_release_each, setup,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(test_preflight_infers_without_fds, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_free_while_submitted_releases_later, setup,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(test_declaration_errors, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_next_unit_reuses_the_memory_of_the_last, setup,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(test_populate_prefaults_at_validate, setup, teardown),
+	  cmocka_unit_test_setup_teardown(test_populate_without_madvise_reads_each_page, setup,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(test_populate_refused_still_validates, setup, teardown))

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -719,24 +721,15 @@ static void test_free_while_submitted_releases_packed(void **state)
 	fake_client_assert_idle(&e->fc);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_columns_carry_whole_tensor_slots, setup3,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_columns_left_out_when_they_say_nothing, setup3,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_checkpoint_table_of_many, setup3, teardown),
-		cmocka_unit_test_setup_teardown(test_packed_reply_binds_every_slot, setup3,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_digest_of_16_bytes, setup3, teardown),
-		cmocka_unit_test_setup_teardown(test_malformed_packed_replies_refused, setup3,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_single_materialize_packed, setup3, teardown),
-		cmocka_unit_test_setup_teardown(test_preflight_on_version3, setup3, teardown),
-		cmocka_unit_test_setup_teardown(test_free_while_submitted_releases_packed, setup3,
-						teardown),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL,
+	  cmocka_unit_test_setup_teardown(test_columns_carry_whole_tensor_slots, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_columns_left_out_when_they_say_nothing, setup3,
+					  teardown),
+	  cmocka_unit_test_setup_teardown(test_checkpoint_table_of_many, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_packed_reply_binds_every_slot, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_digest_of_16_bytes, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_malformed_packed_replies_refused, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_single_materialize_packed, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_preflight_on_version3, setup3, teardown),
+	  cmocka_unit_test_setup_teardown(test_free_while_submitted_releases_packed, setup3,
+					  teardown))

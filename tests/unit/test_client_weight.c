@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,12 +191,5 @@ static void inconsistent_segments_refused(void **state)
 	fake_stop(f);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(one_fd_and_mapping_per_segment),
-		cmocka_unit_test(inconsistent_segments_refused),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(one_fd_and_mapping_per_segment),
+	  cmocka_unit_test(inconsistent_segments_refused))

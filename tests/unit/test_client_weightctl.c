@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <fcntl.h>
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -368,16 +370,7 @@ static void test_recipe_file_errors(void **state)
 	fake_stop(f);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_usage_errors_exit_2_without_connecting),
-		cmocka_unit_test(test_daemon_errors_exit_1_with_a_sentence),
-		cmocka_unit_test(test_get_verifies_the_digest),
-		cmocka_unit_test(test_json_output),
-		cmocka_unit_test(test_tables_are_aligned),
-		cmocka_unit_test(test_recipe_file_errors),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_usage_errors_exit_2_without_connecting),
+	  cmocka_unit_test(test_daemon_errors_exit_1_with_a_sentence),
+	  cmocka_unit_test(test_get_verifies_the_digest), cmocka_unit_test(test_json_output),
+	  cmocka_unit_test(test_tables_are_aligned), cmocka_unit_test(test_recipe_file_errors))

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,11 +75,5 @@ static void chunked_digests_agree_with_the_daemon(void **state)
 	free(buf);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(small_inputs_give_the_published_hashes),
-		cmocka_unit_test(chunked_digests_agree_with_the_daemon),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(small_inputs_give_the_published_hashes),
+	  cmocka_unit_test(chunked_digests_agree_with_the_daemon))

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -470,14 +472,7 @@ static void single_gets_share_an_arena(void **state)
 	stw_rmtree(dir);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(pack_offsets),	     cmocka_unit_test(pack_huge_offsets),
-		cmocka_unit_test(pack_cap),	     cmocka_unit_test(budget_and_lru_order),
-		cmocka_unit_test(idle_weight_limit), cmocka_unit_test(eviction_punches_pages),
-		cmocka_unit_test(single_gets_share_an_arena),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(pack_offsets), cmocka_unit_test(pack_huge_offsets),
+	  cmocka_unit_test(pack_cap), cmocka_unit_test(budget_and_lru_order),
+	  cmocka_unit_test(idle_weight_limit), cmocka_unit_test(eviction_punches_pages),
+	  cmocka_unit_test(single_gets_share_an_arena))

@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "config.h"
 #include "log.h"
 
@@ -788,25 +790,11 @@ static void test_parse_size(void **state)
 	assert_false(config_parse_size(NULL, &(uint64_t){ 0 }));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_full_file),
-		cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_digest_setting),
-		cmocka_unit_test(test_empty_values),
-		cmocka_unit_test(test_example_documents_defaults),
-		cmocka_unit_test(test_durations),
-		cmocka_unit_test(test_metrics_listen_loopback),
-		cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_every_error_is_reported),
-		cmocka_unit_test(test_long_lines),
-		cmocka_unit_test(test_paths_up_to_path_max),
-		cmocka_unit_test(test_nul_byte),
-		cmocka_unit_test(test_missing_file),
-		cmocka_unit_test(test_parse_size),
-		cmocka_unit_test(test_remote_sections),
-	};
-
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+TEST_MAIN(group_setup, group_teardown, cmocka_unit_test(test_full_file),
+	  cmocka_unit_test(test_defaults), cmocka_unit_test(test_digest_setting),
+	  cmocka_unit_test(test_empty_values), cmocka_unit_test(test_example_documents_defaults),
+	  cmocka_unit_test(test_durations), cmocka_unit_test(test_metrics_listen_loopback),
+	  cmocka_unit_test(test_errors), cmocka_unit_test(test_every_error_is_reported),
+	  cmocka_unit_test(test_long_lines), cmocka_unit_test(test_paths_up_to_path_max),
+	  cmocka_unit_test(test_nul_byte), cmocka_unit_test(test_missing_file),
+	  cmocka_unit_test(test_parse_size), cmocka_unit_test(test_remote_sections))

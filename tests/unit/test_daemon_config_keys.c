@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "config.h"
 #include "digest.h"
 #include "frame.h"
@@ -370,16 +372,7 @@ static void test_defaults_match_constants(void **state)
 	unlink(path);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_table_documented),
-		cmocka_unit_test(test_documented_in_table),
-		cmocka_unit_test(test_example),
-		cmocka_unit_test(test_reload_documented),
-		cmocka_unit_test(test_rows),
-		cmocka_unit_test(test_defaults_match_constants),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_table_documented),
+	  cmocka_unit_test(test_documented_in_table), cmocka_unit_test(test_example),
+	  cmocka_unit_test(test_reload_documented), cmocka_unit_test(test_rows),
+	  cmocka_unit_test(test_defaults_match_constants))

@@ -20,6 +20,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "fill.h"
 #include "recipe.h"
 #include "remote.h"
@@ -400,15 +402,8 @@ static void test_stop_ends_a_stalled_fill(void **state)
 	wd_source_free(remote);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_remote_weight_is_fetched_in_parallel_ranges),
-		cmocka_unit_test(test_a_run_of_small_weights_is_fetched_together),
-		cmocka_unit_test(test_a_failing_server_fails_the_weight),
-		cmocka_unit_test(test_resumed_ranges_keep_the_digest),
-		cmocka_unit_test(test_stop_ends_a_stalled_fill),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_remote_weight_is_fetched_in_parallel_ranges),
+	  cmocka_unit_test(test_a_run_of_small_weights_is_fetched_together),
+	  cmocka_unit_test(test_a_failing_server_fails_the_weight),
+	  cmocka_unit_test(test_resumed_ranges_keep_the_digest),
+	  cmocka_unit_test(test_stop_ends_a_stalled_fill))

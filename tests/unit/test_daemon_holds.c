@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "cache.h"
 #include "daemon.h"
 #include "holds.h"
@@ -537,16 +539,10 @@ static void unit_memory_is_counted_per_uid(void **state)
 	cache_free(d.cache, false);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(held_index_matches_a_reference_count),
-		cmocka_unit_test(held_index_grows_and_releases_everything),
-		cmocka_unit_test(holds_are_indexed_when_looked_up),
-		cmocka_unit_test(newest_holds_are_released_in_one_pass),
-		cmocka_unit_test(segments_held_are_counted_per_client_and_uid),
-		cmocka_unit_test(a_uid_holds_at_most_its_share_of_the_budget),
-		cmocka_unit_test(unit_memory_is_counted_per_uid),
-	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(held_index_matches_a_reference_count),
+	  cmocka_unit_test(held_index_grows_and_releases_everything),
+	  cmocka_unit_test(holds_are_indexed_when_looked_up),
+	  cmocka_unit_test(newest_holds_are_released_in_one_pass),
+	  cmocka_unit_test(segments_held_are_counted_per_client_and_uid),
+	  cmocka_unit_test(a_uid_holds_at_most_its_share_of_the_budget),
+	  cmocka_unit_test(unit_memory_is_counted_per_uid))

@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "keymemo.h"
 
 static void fill(uint8_t out[32], uint8_t v)
@@ -95,13 +97,6 @@ static void grows_and_stays_bounded(void **state)
 	keymemo_free(NULL);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(remembered_by_identity_and_name),
-		cmocka_unit_test(zero_identity_is_never_remembered),
-		cmocka_unit_test(grows_and_stays_bounded),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(remembered_by_identity_and_name),
+	  cmocka_unit_test(zero_identity_is_never_remembered),
+	  cmocka_unit_test(grows_and_stays_bounded))

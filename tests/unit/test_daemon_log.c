@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "log.h"
 
 static void levels_parse_and_print(void **state)
@@ -132,14 +134,7 @@ static void a_long_line_is_cut_not_overrun(void **state)
 	log_set_prefix(0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(levels_parse_and_print),
-		cmocka_unit_test(lines_below_the_level_are_dropped),
-		cmocka_unit_test(journald_lines_carry_the_priority),
-		cmocka_unit_test(a_long_line_is_cut_not_overrun),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(levels_parse_and_print),
+	  cmocka_unit_test(lines_below_the_level_are_dropped),
+	  cmocka_unit_test(journald_lines_carry_the_priority),
+	  cmocka_unit_test(a_long_line_is_cut_not_overrun))

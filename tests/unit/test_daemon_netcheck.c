@@ -23,6 +23,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "config.h"
 #include "log.h"
 #include "netcheck.h"
@@ -180,14 +182,6 @@ static void warning_names_checkpoint_and_dropin(void **state)
 	assert_int_equal(r, 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(restricted_address_families),
-		cmocka_unit_test(private_network),
-		cmocka_unit_test(host_network),
-		cmocka_unit_test(warning_names_checkpoint_and_dropin),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(restricted_address_families),
+	  cmocka_unit_test(private_network), cmocka_unit_test(host_network),
+	  cmocka_unit_test(warning_names_checkpoint_and_dropin))

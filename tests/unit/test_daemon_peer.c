@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "peer.h"
 
 /*
@@ -104,12 +106,5 @@ static void an_unconnected_socket_is_nobody(void **state)
 	close(fd);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(every_supplementary_group_is_read),
-		cmocka_unit_test(an_unconnected_socket_is_nobody),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(every_supplementary_group_is_read),
+	  cmocka_unit_test(an_unconnected_socket_is_nobody))

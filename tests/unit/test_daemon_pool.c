@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "pool.h"
 
 struct ttask {
@@ -565,20 +567,13 @@ static void a_queued_task_moves_to_the_owner_due_first(void **state)
 	event_base_free(base);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(every_task_finishes_on_the_loop_thread),
-		cmocka_unit_test(cancel_skips_queued_work),
-		cmocka_unit_test(worker_buffers_are_made_on_use_and_given_back),
-		cmocka_unit_test(default_worker_count_is_capped),
-		cmocka_unit_test(busy_workers_are_abandoned_after_the_grace),
-		cmocka_unit_test(helpers_queue_behind_can_be_withdrawn_and_get_no_done),
-		cmocka_unit_test(cancel_drops_helpers_and_withdraw_says_so),
-		cmocka_unit_test(owners_are_served_fairly_over_bytes),
-		cmocka_unit_test(a_long_task_yields_to_another_owner_only),
-		cmocka_unit_test(a_queued_task_moves_to_the_owner_due_first),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(every_task_finishes_on_the_loop_thread),
+	  cmocka_unit_test(cancel_skips_queued_work),
+	  cmocka_unit_test(worker_buffers_are_made_on_use_and_given_back),
+	  cmocka_unit_test(default_worker_count_is_capped),
+	  cmocka_unit_test(busy_workers_are_abandoned_after_the_grace),
+	  cmocka_unit_test(helpers_queue_behind_can_be_withdrawn_and_get_no_done),
+	  cmocka_unit_test(cancel_drops_helpers_and_withdraw_says_so),
+	  cmocka_unit_test(owners_are_served_fairly_over_bytes),
+	  cmocka_unit_test(a_long_task_yields_to_another_owner_only),
+	  cmocka_unit_test(a_queued_task_moves_to_the_owner_due_first))

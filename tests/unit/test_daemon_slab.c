@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "slab.h"
 
 #define OBJ 384 /* sizeof(struct weight) today; any multiple of 64 behaves alike */
@@ -129,13 +131,5 @@ static void scattered_frees_return_chunks(void **state)
 	free(p);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(objects_aligned_zeroed_distinct),
-		cmocka_unit_test(freed_objects_reused),
-		cmocka_unit_test(scattered_frees_return_chunks),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(objects_aligned_zeroed_distinct),
+	  cmocka_unit_test(freed_objects_reused), cmocka_unit_test(scattered_frees_return_chunks))

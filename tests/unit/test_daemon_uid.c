@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "config.h"
 #include "uid.h"
 
@@ -104,11 +106,4 @@ static void shares_follow_the_uids_connected(void **state)
 	event_base_free(base);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(shares_follow_the_uids_connected),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(shares_follow_the_uids_connected))

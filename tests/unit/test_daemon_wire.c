@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "wire.h"
 
 /* A recipe of `n` nodes the test fills in; nodes[i] points at node[i]. */
@@ -293,18 +295,11 @@ static void core_errors_become_wire_errors(void **state)
 	assert_int_equal(pe.actual, -9);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(every_field_is_carried),
-		cmocka_unit_test(no_nodes_is_refused),
-		cmocka_unit_test(too_many_nodes_names_the_first_past_the_limit),
-		cmocka_unit_test(unknown_operation_is_refused),
-		cmocka_unit_test(unknown_selection_kind_is_refused),
-		cmocka_unit_test(too_many_dimensions_are_refused),
-		cmocka_unit_test(unknown_dtype_is_refused),
-		cmocka_unit_test(core_errors_become_wire_errors),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(every_field_is_carried),
+	  cmocka_unit_test(no_nodes_is_refused),
+	  cmocka_unit_test(too_many_nodes_names_the_first_past_the_limit),
+	  cmocka_unit_test(unknown_operation_is_refused),
+	  cmocka_unit_test(unknown_selection_kind_is_refused),
+	  cmocka_unit_test(too_many_dimensions_are_refused),
+	  cmocka_unit_test(unknown_dtype_is_refused),
+	  cmocka_unit_test(core_errors_become_wire_errors))

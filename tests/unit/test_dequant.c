@@ -5,6 +5,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -216,31 +218,12 @@ static void test_unsupported(void **state)
 	assert_int_equal(wd_dequant_f32(WD_Q4_0, b, 0, y), 0);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_q4_0),
-		cmocka_unit_test(test_q4_1),
-		cmocka_unit_test(test_q5_0),
-		cmocka_unit_test(test_q5_1),
-		cmocka_unit_test(test_q8_0),
-		cmocka_unit_test(test_q8_1),
-		cmocka_unit_test(test_q2_k),
-		cmocka_unit_test(test_q3_k),
-		cmocka_unit_test(test_q4_k),
-		cmocka_unit_test(test_q5_k),
-		cmocka_unit_test(test_q6_k),
-		cmocka_unit_test(test_q8_k),
-		cmocka_unit_test(test_iq4_nl),
-		cmocka_unit_test(test_iq4_xs),
-		cmocka_unit_test(test_mxfp4),
-		cmocka_unit_test(test_geometry_matches_table),
-		cmocka_unit_test(test_q4_0_by_hand),
-		cmocka_unit_test(test_q4_k_by_hand),
-		cmocka_unit_test(test_every_half_scale),
-		cmocka_unit_test(test_mxfp4_extremes),
-		cmocka_unit_test(test_unsupported),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_1),
+	  cmocka_unit_test(test_q5_0), cmocka_unit_test(test_q5_1), cmocka_unit_test(test_q8_0),
+	  cmocka_unit_test(test_q8_1), cmocka_unit_test(test_q2_k), cmocka_unit_test(test_q3_k),
+	  cmocka_unit_test(test_q4_k), cmocka_unit_test(test_q5_k), cmocka_unit_test(test_q6_k),
+	  cmocka_unit_test(test_q8_k), cmocka_unit_test(test_iq4_nl), cmocka_unit_test(test_iq4_xs),
+	  cmocka_unit_test(test_mxfp4), cmocka_unit_test(test_geometry_matches_table),
+	  cmocka_unit_test(test_q4_0_by_hand), cmocka_unit_test(test_q4_k_by_hand),
+	  cmocka_unit_test(test_every_half_scale), cmocka_unit_test(test_mxfp4_extremes),
+	  cmocka_unit_test(test_unsupported))

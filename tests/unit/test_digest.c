@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include "tests.h"
 #include <xxhash.h>
 
 #include "digest.h"
@@ -174,16 +176,9 @@ static void an_abandoned_content_digest_frees_its_state(void **state)
 	wd_content_abort(&c);                              /* twice is harmless */
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(names_both_ways),
-		cmocka_unit_test(unknown_algorithms_are_refused),
-		cmocka_unit_test(sha256_matches_the_standard),
-		cmocka_unit_test(xxh3_is_big_endian_like_xxh128sum),
-		cmocka_unit_test(content_digest_follows_its_definition),
-		cmocka_unit_test(an_abandoned_content_digest_frees_its_state),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(names_both_ways),
+	  cmocka_unit_test(unknown_algorithms_are_refused),
+	  cmocka_unit_test(sha256_matches_the_standard),
+	  cmocka_unit_test(xxh3_is_big_endian_like_xxh128sum),
+	  cmocka_unit_test(content_digest_follows_its_definition),
+	  cmocka_unit_test(an_abandoned_content_digest_frees_its_state))

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_frame.c - frames and fd passing over a Unix socketpair: src/frame.c. */
+/* test_frame.c - frames and fd passing over a Unix socketpair: src/frame_*.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "tests.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -923,26 +925,11 @@ static void test_inbuf_empty_frames_count(void **state)
 	wd_inbuf_free(b);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_wire_format),
-		cmocka_unit_test(test_small_round_trip),
-		cmocka_unit_test(test_large_frames_partial),
-		cmocka_unit_test(test_fd_counts),
-		cmocka_unit_test(test_send_blocking),
-		cmocka_unit_test(test_multi_frame),
-		cmocka_unit_test(test_oversized_length),
-		cmocka_unit_test(test_too_many_fds),
-		cmocka_unit_test(test_ctrunc),
-		cmocka_unit_test(test_garbage_headers),
-		cmocka_unit_test(test_peer_closes_mid_frame),
-		cmocka_unit_test(test_disconnect),
-		cmocka_unit_test(test_outq_free_closes),
-		cmocka_unit_test(test_outq_counts_fds),
-		cmocka_unit_test(test_inbuf_partial),
-		cmocka_unit_test(test_inbuf_empty_frames_count),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_wire_format), cmocka_unit_test(test_small_round_trip),
+	  cmocka_unit_test(test_large_frames_partial), cmocka_unit_test(test_fd_counts),
+	  cmocka_unit_test(test_send_blocking), cmocka_unit_test(test_multi_frame),
+	  cmocka_unit_test(test_oversized_length), cmocka_unit_test(test_too_many_fds),
+	  cmocka_unit_test(test_ctrunc), cmocka_unit_test(test_garbage_headers),
+	  cmocka_unit_test(test_peer_closes_mid_frame), cmocka_unit_test(test_disconnect),
+	  cmocka_unit_test(test_outq_free_closes), cmocka_unit_test(test_outq_counts_fds),
+	  cmocka_unit_test(test_inbuf_partial), cmocka_unit_test(test_inbuf_empty_frames_count))

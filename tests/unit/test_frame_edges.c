@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_frame_edges.c - the edges of src/frame.c that test_frame.c's round trips do not reach: a
+/* test_frame_edges.c - the edges of src/frame_*.c that test_frame.c's round trips do not reach: a
  * message past the frame format's reach, a message whose later frame cannot carry its fds (taken
  * back whole, the queue as it was), raising a receiver's limits after the hello, a blocking send
  * that has to wait for the peer to read, and the message sender's zero frame size; borrowed fds
@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "tests.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +25,7 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "msg.h"
 #include "weightd.pb-c.h"
 
 static void pair(int sv[2])
@@ -521,20 +524,12 @@ static void test_borrowed_fds(void **state)
 	free(big);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_push_beyond_the_format),
-		cmocka_unit_test(test_failed_message_is_taken_back_whole),
-		cmocka_unit_test(test_limits_rise_and_never_fall),
-		cmocka_unit_test(test_blocking_send_waits_for_room),
-		cmocka_unit_test(test_message_needs_a_frame_size),
-		cmocka_unit_test(test_msg_cache_reuses_blocks),
-		cmocka_unit_test(test_msg_cache_is_bounded),
-		cmocka_unit_test(test_msg_outlives_cache_owner),
-		cmocka_unit_test(test_large_message_in_huge_pages),
-		cmocka_unit_test(test_borrowed_fds),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_push_beyond_the_format),
+	  cmocka_unit_test(test_failed_message_is_taken_back_whole),
+	  cmocka_unit_test(test_limits_rise_and_never_fall),
+	  cmocka_unit_test(test_blocking_send_waits_for_room),
+	  cmocka_unit_test(test_message_needs_a_frame_size),
+	  cmocka_unit_test(test_msg_cache_reuses_blocks),
+	  cmocka_unit_test(test_msg_cache_is_bounded),
+	  cmocka_unit_test(test_msg_outlives_cache_owner),
+	  cmocka_unit_test(test_large_message_in_huge_pages), cmocka_unit_test(test_borrowed_fds))

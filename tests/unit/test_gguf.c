@@ -5,6 +5,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1326,42 +1328,20 @@ static void test_read_small(void **state)
 	gw_free(&g);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_tensor_table),
-		cmocka_unit_test(test_version_2_and_append),
-		cmocka_unit_test(test_custom_alignment),
-		cmocka_unit_test(test_metadata_types),
-		cmocka_unit_test(test_string_with_nul),
-		cmocka_unit_test(test_long_array_text_cut),
-		cmocka_unit_test(test_type_byte_lengths),
-		cmocka_unit_test(test_partial_block_rows),
-		cmocka_unit_test(test_unknown_types),
-		cmocka_unit_test(test_bad_magic),
-		cmocka_unit_test(test_versions),
-		cmocka_unit_test(test_big_endian),
-		cmocka_unit_test(test_truncated),
-		cmocka_unit_test(test_counts_vs_file_size),
-		cmocka_unit_test(test_count_limits),
-		cmocka_unit_test(test_string_lengths),
-		cmocka_unit_test(test_array_lengths),
-		cmocka_unit_test(test_array_depth),
-		cmocka_unit_test(test_value_types),
-		cmocka_unit_test(test_duplicate_keys),
-		cmocka_unit_test(test_bad_alignment),
-		cmocka_unit_test(test_dim_count),
-		cmocka_unit_test(test_zero_and_overflowing_dims),
-		cmocka_unit_test(test_negative_dims),
-		cmocka_unit_test(test_zero_dims),
-		cmocka_unit_test(test_row_blocks),
-		cmocka_unit_test(test_data_outside_file),
-		cmocka_unit_test(test_overlap),
-		cmocka_unit_test(test_misaligned_offset),
-		cmocka_unit_test(test_tensor_names),
-		cmocka_unit_test(test_read_grows),
-		cmocka_unit_test(test_read_small),
-	};
-
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+TEST_MAIN(group_setup, group_teardown, cmocka_unit_test(test_tensor_table),
+	  cmocka_unit_test(test_version_2_and_append), cmocka_unit_test(test_custom_alignment),
+	  cmocka_unit_test(test_metadata_types), cmocka_unit_test(test_string_with_nul),
+	  cmocka_unit_test(test_long_array_text_cut), cmocka_unit_test(test_type_byte_lengths),
+	  cmocka_unit_test(test_partial_block_rows), cmocka_unit_test(test_unknown_types),
+	  cmocka_unit_test(test_bad_magic), cmocka_unit_test(test_versions),
+	  cmocka_unit_test(test_big_endian), cmocka_unit_test(test_truncated),
+	  cmocka_unit_test(test_counts_vs_file_size), cmocka_unit_test(test_count_limits),
+	  cmocka_unit_test(test_string_lengths), cmocka_unit_test(test_array_lengths),
+	  cmocka_unit_test(test_array_depth), cmocka_unit_test(test_value_types),
+	  cmocka_unit_test(test_duplicate_keys), cmocka_unit_test(test_bad_alignment),
+	  cmocka_unit_test(test_dim_count), cmocka_unit_test(test_zero_and_overflowing_dims),
+	  cmocka_unit_test(test_negative_dims), cmocka_unit_test(test_zero_dims),
+	  cmocka_unit_test(test_row_blocks), cmocka_unit_test(test_data_outside_file),
+	  cmocka_unit_test(test_overlap), cmocka_unit_test(test_misaligned_offset),
+	  cmocka_unit_test(test_tensor_names), cmocka_unit_test(test_read_grows),
+	  cmocka_unit_test(test_read_small))

@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "wd_hashidx.h"
 
 /* The caller's side: a dense array of keys, swap-removed, and the hash in use. */
@@ -286,16 +288,7 @@ static void equality_only_where_bits_match(void **state)
 	free(t);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(random_against_reference),
-		cmocka_unit_test(random_structured_keys),
-		cmocka_unit_test(growth_keeps_everything),
-		cmocka_unit_test(constant_hash_deletion),
-		cmocka_unit_test(wrapping_runs),
-		cmocka_unit_test(equality_only_where_bits_match),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(random_against_reference),
+	  cmocka_unit_test(random_structured_keys), cmocka_unit_test(growth_keeps_everything),
+	  cmocka_unit_test(constant_hash_deletion), cmocka_unit_test(wrapping_runs),
+	  cmocka_unit_test(equality_only_where_bits_match))

@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -250,17 +252,9 @@ static void test_stop_drains(void **state)
 	assert_int_equal(W.last_tid, gettid());
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_synchronous_until_started),
-		cmocka_unit_test(test_adjacent_ranges_joined_on_the_thread),
-		cmocka_unit_test(test_ranges_queued_together_are_one_call),
-		cmocka_unit_test(test_ranges_that_meet_become_one),
-		cmocka_unit_test(test_forget_drops_nothing_more_and_waits),
-		cmocka_unit_test(test_full_queue_drops_on_the_caller),
-		cmocka_unit_test(test_stop_drains),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(test_synchronous_until_started),
+	  cmocka_unit_test(test_adjacent_ranges_joined_on_the_thread),
+	  cmocka_unit_test(test_ranges_queued_together_are_one_call),
+	  cmocka_unit_test(test_ranges_that_meet_become_one),
+	  cmocka_unit_test(test_forget_drops_nothing_more_and_waits),
+	  cmocka_unit_test(test_full_queue_drops_on_the_caller), cmocka_unit_test(test_stop_drains))

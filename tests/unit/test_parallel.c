@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -100,14 +102,7 @@ static void width_is_between_one_and_eight(void **state)
 	assert_true(w >= 1 && w <= 8);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(every_index_is_called_once),
-		cmocka_unit_test(one_thread_is_the_caller_alone),
-		cmocka_unit_test(false_stops_claiming_and_claims_are_a_prefix),
-		cmocka_unit_test(width_is_between_one_and_eight),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(every_index_is_called_once),
+	  cmocka_unit_test(one_thread_is_the_caller_alone),
+	  cmocka_unit_test(false_stops_claiming_and_claims_are_a_prefix),
+	  cmocka_unit_test(width_is_between_one_and_eight))

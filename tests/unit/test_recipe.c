@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "tests.h"
 #include <xxhash.h>
 
 #include "convert.h"
@@ -1858,35 +1860,17 @@ static void test_drop_page_cache(void **state)
 	victim = NULL;
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_error_unknown_source_and_tensor),
-		cmocka_unit_test(test_error_inputs),
-		cmocka_unit_test(test_error_dtype_shape_axis),
-		cmocka_unit_test(test_error_counts_and_perm),
-		cmocka_unit_test(test_error_zero_sized),
-		cmocka_unit_test(test_zero_elements_are_valid_outputs),
-		cmocka_unit_test(test_error_lossy_cast),
-		cmocka_unit_test(test_error_even_shard),
-		cmocka_unit_test(test_error_cast_overflow),
-		cmocka_unit_test(test_error_limits),
-		cmocka_unit_test(test_error_selection_range),
-		cmocka_unit_test(test_error_blocks),
-		cmocka_unit_test(test_source_selections),
-		cmocka_unit_test(test_shard),
-		cmocka_unit_test(test_concat_stack),
-		cmocka_unit_test(test_transpose_reshape_view),
-		cmocka_unit_test(test_quantized),
-		cmocka_unit_test(test_casts),
-		cmocka_unit_test(test_cast_and_shard),
-		cmocka_unit_test(test_keys),
-		cmocka_unit_test(test_label),
-		cmocka_unit_test(test_tensor_plan_is_the_general_plan),
-		cmocka_unit_test(test_tensor_plan_errors),
-		cmocka_unit_test(test_changed_files),
-		cmocka_unit_test(test_drop_page_cache),
-	};
-
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+TEST_MAIN(group_setup, group_teardown, cmocka_unit_test(test_error_unknown_source_and_tensor),
+	  cmocka_unit_test(test_error_inputs), cmocka_unit_test(test_error_dtype_shape_axis),
+	  cmocka_unit_test(test_error_counts_and_perm), cmocka_unit_test(test_error_zero_sized),
+	  cmocka_unit_test(test_zero_elements_are_valid_outputs),
+	  cmocka_unit_test(test_error_lossy_cast), cmocka_unit_test(test_error_even_shard),
+	  cmocka_unit_test(test_error_cast_overflow), cmocka_unit_test(test_error_limits),
+	  cmocka_unit_test(test_error_selection_range), cmocka_unit_test(test_error_blocks),
+	  cmocka_unit_test(test_source_selections), cmocka_unit_test(test_shard),
+	  cmocka_unit_test(test_concat_stack), cmocka_unit_test(test_transpose_reshape_view),
+	  cmocka_unit_test(test_quantized), cmocka_unit_test(test_casts),
+	  cmocka_unit_test(test_cast_and_shard), cmocka_unit_test(test_keys),
+	  cmocka_unit_test(test_label), cmocka_unit_test(test_tensor_plan_is_the_general_plan),
+	  cmocka_unit_test(test_tensor_plan_errors), cmocka_unit_test(test_changed_files),
+	  cmocka_unit_test(test_drop_page_cache))

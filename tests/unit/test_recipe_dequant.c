@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "../common/float_ref.h"
 #include "../common/st_writer.h"
 #include "digest.h"
@@ -905,19 +907,10 @@ static void node_limit_recipe_runs(void **state)
 	free(experts);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(whole_tensor_every_dtype),
-		cmocka_unit_test(three_dims_partial_blocks),
-		cmocka_unit_test(shards_select_the_matching_scale_blocks),
-		cmocka_unit_test(indices_and_elements),
-		cmocka_unit_test(normalised_forms_share_a_key),
-		cmocka_unit_test(stack_of_fused_expert_shards),
-		cmocka_unit_test(ranges_on_threads_make_the_same_bytes),
-		cmocka_unit_test(errors_name_the_node),
-		cmocka_unit_test(node_limit_recipe_runs),
-	};
-
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+TEST_MAIN(group_setup, group_teardown, cmocka_unit_test(whole_tensor_every_dtype),
+	  cmocka_unit_test(three_dims_partial_blocks),
+	  cmocka_unit_test(shards_select_the_matching_scale_blocks),
+	  cmocka_unit_test(indices_and_elements), cmocka_unit_test(normalised_forms_share_a_key),
+	  cmocka_unit_test(stack_of_fused_expert_shards),
+	  cmocka_unit_test(ranges_on_threads_make_the_same_bytes),
+	  cmocka_unit_test(errors_name_the_node), cmocka_unit_test(node_limit_recipe_runs))

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,24 +18,10 @@
 #include "safetensors.h"
 #include "st_writer.h"
 
-static char g_dir[4096];
-
-static int setup(void **state)
-{
-	(void)state;
-	return stw_tmpdir(g_dir, sizeof(g_dir));
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return stw_rmtree(g_dir);
-}
-
 static const char *tpath(const char *name)
 {
 	static char p[4200];
-	snprintf(p, sizeof(p), "%s/%s", g_dir, name);
+	snprintf(p, sizeof(p), "%s/%s", stw_test_dir, name);
 	return p;
 }
 
@@ -715,33 +703,24 @@ static void tensor_file_index_is_recorded(void **state)
 	wd_tensor_table_free(&t);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(every_dtype_is_accepted_with_exact_offsets_and_bytes),
-		cmocka_unit_test(scalars_and_empty_tensors_are_valid),
-		cmocka_unit_test(empty_header_and_space_padding_are_valid),
-		cmocka_unit_test(nul_padding_is_rejected_by_its_rule),
-		cmocka_unit_test(metadata_is_kept_as_strings),
-		cmocka_unit_test(table_is_in_offset_order_whatever_the_json_order),
-		cmocka_unit_test(truncated_files_are_rejected),
-		cmocka_unit_test(header_length_past_the_end_is_rejected),
-		cmocka_unit_test(header_length_over_the_limit_is_rejected),
-		cmocka_unit_test(non_json_and_non_objects_are_rejected),
-		cmocka_unit_test(duplicate_keys_are_rejected),
-		cmocka_unit_test(bad_metadata_is_rejected),
-		cmocka_unit_test(unknown_dtypes_are_unsupported_by_name),
-		cmocka_unit_test(missing_and_ill_typed_fields_are_rejected),
-		cmocka_unit_test(shape_and_byte_count_must_agree),
-		cmocka_unit_test(overflowing_shapes_are_rejected),
-		cmocka_unit_test(overlapping_entries_are_rejected),
-		cmocka_unit_test(out_of_order_offsets_are_rejected),
-		cmocka_unit_test(gaps_are_rejected),
-		cmocka_unit_test(offsets_outside_the_file_are_rejected),
-		cmocka_unit_test(data_section_must_be_fully_covered),
-		cmocka_unit_test(tensor_count_and_name_limits_hold),
-		cmocka_unit_test(tensor_file_index_is_recorded),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(stw_setup, stw_teardown, cmocka_unit_test(every_dtype_is_accepted_with_exact_offsets_and_bytes),
+	  cmocka_unit_test(scalars_and_empty_tensors_are_valid),
+	  cmocka_unit_test(empty_header_and_space_padding_are_valid),
+	  cmocka_unit_test(nul_padding_is_rejected_by_its_rule),
+	  cmocka_unit_test(metadata_is_kept_as_strings),
+	  cmocka_unit_test(table_is_in_offset_order_whatever_the_json_order),
+	  cmocka_unit_test(truncated_files_are_rejected),
+	  cmocka_unit_test(header_length_past_the_end_is_rejected),
+	  cmocka_unit_test(header_length_over_the_limit_is_rejected),
+	  cmocka_unit_test(non_json_and_non_objects_are_rejected),
+	  cmocka_unit_test(duplicate_keys_are_rejected), cmocka_unit_test(bad_metadata_is_rejected),
+	  cmocka_unit_test(unknown_dtypes_are_unsupported_by_name),
+	  cmocka_unit_test(missing_and_ill_typed_fields_are_rejected),
+	  cmocka_unit_test(shape_and_byte_count_must_agree),
+	  cmocka_unit_test(overflowing_shapes_are_rejected),
+	  cmocka_unit_test(overlapping_entries_are_rejected),
+	  cmocka_unit_test(out_of_order_offsets_are_rejected), cmocka_unit_test(gaps_are_rejected),
+	  cmocka_unit_test(offsets_outside_the_file_are_rejected),
+	  cmocka_unit_test(data_section_must_be_fully_covered),
+	  cmocka_unit_test(tensor_count_and_name_limits_hold),
+	  cmocka_unit_test(tensor_file_index_is_recorded))

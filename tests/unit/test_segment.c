@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -678,22 +680,14 @@ static void test_prefix_valid(void **state)
 	assert_false(wd_segment_prefix_valid(max));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_create_seal_read_only, teardown),
-		cmocka_unit_test_teardown(test_zero_size, teardown),
-		cmocka_unit_test_teardown(test_exclusive, teardown),
-		cmocka_unit_test_teardown(test_bad_names, teardown),
-		cmocka_unit_test_teardown(test_exhausted, teardown),
-		cmocka_unit_test_teardown(test_adopt, teardown),
-		cmocka_unit_test_teardown(test_list_purge, teardown),
-		cmocka_unit_test_teardown(test_unique_names, teardown),
-		cmocka_unit_test_teardown(test_unique_retries_on_eexist, teardown),
-		cmocka_unit_test_teardown(test_segment_dir, teardown),
-		cmocka_unit_test(test_page_size),
-		cmocka_unit_test(test_prefix_valid),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test_teardown(test_create_seal_read_only, teardown),
+	  cmocka_unit_test_teardown(test_zero_size, teardown),
+	  cmocka_unit_test_teardown(test_exclusive, teardown),
+	  cmocka_unit_test_teardown(test_bad_names, teardown),
+	  cmocka_unit_test_teardown(test_exhausted, teardown),
+	  cmocka_unit_test_teardown(test_adopt, teardown),
+	  cmocka_unit_test_teardown(test_list_purge, teardown),
+	  cmocka_unit_test_teardown(test_unique_names, teardown),
+	  cmocka_unit_test_teardown(test_unique_retries_on_eexist, teardown),
+	  cmocka_unit_test_teardown(test_segment_dir, teardown), cmocka_unit_test(test_page_size),
+	  cmocka_unit_test(test_prefix_valid))

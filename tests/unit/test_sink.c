@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <xxhash.h>
@@ -599,24 +601,10 @@ static void test_run(void **state)
 	close(fd);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_in_order),
-		cmocka_unit_test(test_known_vectors),
-		cmocka_unit_test(test_overrun),
-		cmocka_unit_test(test_short_finish),
-		cmocka_unit_test(test_write_error),
-		cmocka_unit_test(test_progress),
-		cmocka_unit_test(test_pipeline),
-		cmocka_unit_test(test_pipeline_refused_and_aborted),
-		cmocka_unit_test(test_default_is_xxh3),
-		cmocka_unit_test(test_chunked_digest),
-		cmocka_unit_test(test_pipeline_only_for_sha256),
-		cmocka_unit_test(test_algorithm_names),
-		cmocka_unit_test(test_scratch),
-		cmocka_unit_test(test_run),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_in_order), cmocka_unit_test(test_known_vectors),
+	  cmocka_unit_test(test_overrun), cmocka_unit_test(test_short_finish),
+	  cmocka_unit_test(test_write_error), cmocka_unit_test(test_progress),
+	  cmocka_unit_test(test_pipeline), cmocka_unit_test(test_pipeline_refused_and_aborted),
+	  cmocka_unit_test(test_default_is_xxh3), cmocka_unit_test(test_chunked_digest),
+	  cmocka_unit_test(test_pipeline_only_for_sha256), cmocka_unit_test(test_algorithm_names),
+	  cmocka_unit_test(test_scratch), cmocka_unit_test(test_run))

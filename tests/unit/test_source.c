@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,21 +19,7 @@
 #include "source.h"
 #include "st_writer.h"
 
-static char g_dir[4096];
-
-static int setup(void **state)
-{
-	(void)state;
-	return stw_tmpdir(g_dir, sizeof(g_dir));
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return stw_rmtree(g_dir);
-}
-
-/* g_dir/<fmt...>, in one of a few rotating buffers. */
+/* stw_test_dir/<fmt...>, in one of a few rotating buffers. */
 static const char *tpath(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static const char *tpath(const char *fmt, ...)
 {
@@ -44,7 +32,7 @@ static const char *tpath(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(rel, sizeof(rel), fmt, ap);
 	va_end(ap);
-	snprintf(p, 4300, "%s/%s", g_dir, rel);
+	snprintf(p, 4300, "%s/%s", stw_test_dir, rel);
 	return p;
 }
 
@@ -748,26 +736,18 @@ static void gguf_named_files_without_the_magic_say_so(void **state)
 	assert_non_null(strstr(err.message, "safetensors header"));
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(single_file_opens_and_reads_the_right_bytes),
-		cmocka_unit_test(lookup_by_name_finds_every_tensor),
-		cmocka_unit_test(a_missing_name_suggests_the_nearest),
-		cmocka_unit_test(directory_with_one_safetensors_file_is_that_file),
-		cmocka_unit_test(bad_paths_are_reported),
-		cmocka_unit_test(sharded_directory_opens_every_shard),
-		cmocka_unit_test(index_and_shards_must_agree),
-		cmocka_unit_test(many_shards_open_and_fail_in_index_order),
-		cmocka_unit_test(index_names_cannot_escape_the_directory),
-		cmocka_unit_test(replaced_file_is_detected),
-		cmocka_unit_test(truncated_file_is_detected),
-		cmocka_unit_test(modified_file_is_detected),
-		cmocka_unit_test(shard_change_is_detected_per_file),
-		cmocka_unit_test(identity_follows_the_files),
-		cmocka_unit_test(gguf_files_are_routed_to_the_gguf_parser),
-		cmocka_unit_test(gguf_named_files_without_the_magic_say_so),
-	};
-
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(stw_setup, stw_teardown, cmocka_unit_test(single_file_opens_and_reads_the_right_bytes),
+	  cmocka_unit_test(lookup_by_name_finds_every_tensor),
+	  cmocka_unit_test(a_missing_name_suggests_the_nearest),
+	  cmocka_unit_test(directory_with_one_safetensors_file_is_that_file),
+	  cmocka_unit_test(bad_paths_are_reported),
+	  cmocka_unit_test(sharded_directory_opens_every_shard),
+	  cmocka_unit_test(index_and_shards_must_agree),
+	  cmocka_unit_test(many_shards_open_and_fail_in_index_order),
+	  cmocka_unit_test(index_names_cannot_escape_the_directory),
+	  cmocka_unit_test(replaced_file_is_detected), cmocka_unit_test(truncated_file_is_detected),
+	  cmocka_unit_test(modified_file_is_detected),
+	  cmocka_unit_test(shard_change_is_detected_per_file),
+	  cmocka_unit_test(identity_follows_the_files),
+	  cmocka_unit_test(gguf_files_are_routed_to_the_gguf_parser),
+	  cmocka_unit_test(gguf_named_files_without_the_magic_say_so))

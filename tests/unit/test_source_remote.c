@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include "gguf_writer.h"
 #include "remote.h"
 #include "servers.h"
@@ -496,18 +498,8 @@ static void test_missing_shard(void **state)
 	assert_null(s);
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_http_single),
-		cmocka_unit_test(test_http_refused),
-		cmocka_unit_test(test_sharded_headers_only),
-		cmocka_unit_test(test_https_redirect_and_token),
-		cmocka_unit_test(test_s3),
-		cmocka_unit_test(test_gguf),
-		cmocka_unit_test(test_replaced),
-		cmocka_unit_test(test_query_never_shown),
-		cmocka_unit_test(test_missing_shard),
-	};
-	return cmocka_run_group_tests(tests, setup, teardown);
-}
+TEST_MAIN(setup, teardown, cmocka_unit_test(test_http_single), cmocka_unit_test(test_http_refused),
+	  cmocka_unit_test(test_sharded_headers_only),
+	  cmocka_unit_test(test_https_redirect_and_token), cmocka_unit_test(test_s3),
+	  cmocka_unit_test(test_gguf), cmocka_unit_test(test_replaced),
+	  cmocka_unit_test(test_query_never_shown), cmocka_unit_test(test_missing_shard))

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,17 +175,9 @@ static void limits_hold(void **state)
 	expect_bad(json, WEIGHTD_E_LIMIT_EXCEEDED, "more than the limit of 1024");
 }
 
-int main(void)
-{
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(weight_map_is_read_with_shards_in_first_seen_order),
-		cmocka_unit_test(many_tensors_in_many_shards),
-		cmocka_unit_test(empty_weight_map_is_accepted),
-		cmocka_unit_test(malformed_index_files_are_rejected),
-		cmocka_unit_test(duplicate_tensors_are_rejected),
-		cmocka_unit_test(escaping_shard_names_are_rejected),
-		cmocka_unit_test(limits_hold),
-	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TEST_MAIN(NULL, NULL, cmocka_unit_test(weight_map_is_read_with_shards_in_first_seen_order),
+	  cmocka_unit_test(many_tensors_in_many_shards),
+	  cmocka_unit_test(empty_weight_map_is_accepted),
+	  cmocka_unit_test(malformed_index_files_are_rejected),
+	  cmocka_unit_test(duplicate_tensors_are_rejected),
+	  cmocka_unit_test(escaping_shard_names_are_rejected), cmocka_unit_test(limits_hold))

@@ -1,70 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* module.c - the weightd._weightd module: multi-phase init and its per-module state, connect(),
- * errors raised as weightd.Error. */
+/* module.c - the weightd._weightd module: multi-phase init that makes the four types and fills
+ * its per-module state, connect(). The types reach that state through state.c, never through
+ * here, so calls go one way: module.c down into the types, the types down into state.c. */
 #include "pyweightd.h"
-
-pyw_state *pyw_state_of(PyObject *obj)
-{
-	PyObject *m = PyType_GetModuleByDef(Py_TYPE(obj), &pyw_module_def);
-
-	return m ? PyModule_GetState(m) : NULL;
-}
-
-/* Looked up on the first weight made, not at exec: weightd/__init__.py defines weightd.Weight
- * as a subclass of this module's Weight, so it cannot exist before the module does. A copy of
- * the module loaded apart from the package makes weights of its own type. */
-PyTypeObject *pyw_weight_class(pyw_state *st)
-{
-	PyObject *pkg, *cls;
-
-	if (st->weight_class)
-		return st->weight_class;
-	pkg = PyImport_ImportModule("weightd");
-	if (!pkg)
-		return NULL;
-	cls = PyObject_GetAttrString(pkg, "Weight");
-	Py_DECREF(pkg);
-	if (!cls)
-		return NULL;
-	if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, st->weight_type)) {
-		Py_DECREF(cls);
-		cls = Py_NewRef(st->weight_type);
-	}
-	st->weight_class = (PyTypeObject *)cls;
-	return st->weight_class;
-}
-
-/* The class comes from weightd.errors.error_class, so the package keeps the one definition of
- * the hierarchy; a failure to build the exception replaces it. Always returns NULL. */
-static PyObject *error_raise(pyw_state *st, int rc, const weightd_error *err)
-{
-	int code = err && err->code ? err->code : (rc < 0 ? -rc : rc);
-	const char *name = weightd_code_name(code);
-	const char *msg = err && err->message[0] ? err->message : name;
-	PyObject *cls, *exc;
-
-	cls = PyObject_CallFunction(st->error_class, "s", name);
-	if (!cls)
-		return NULL;
-	exc = PyObject_CallFunction(
-		cls, "ssisssKiLL", msg, name, code, err ? err->checkpoint : "",
-		err ? err->tensor : "", err ? err->slot : "",
-		(unsigned long long)(err ? err->node : 0), (int)(err ? err->axis : -1),
-		(long long)(err ? err->expected : 0), (long long)(err ? err->actual : 0));
-	Py_DECREF(cls);
-	if (!exc)
-		return NULL;
-	PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-	Py_DECREF(exc);
-	return NULL;
-}
-
-PyObject *pyw_error_raise(PyObject *owner, int rc, const weightd_error *err)
-{
-	pyw_state *st = pyw_state_of(owner);
-
-	return st ? error_raise(st, rc, err) : NULL;
-}
 
 static PyObject *mod_connect(PyObject *self, PyObject *args, PyObject *kw)
 {
@@ -82,7 +20,7 @@ static PyObject *mod_connect(PyObject *self, PyObject *args, PyObject *kw)
 	rc = weightd_connect(path, name, &c, &err);
 	Py_END_ALLOW_THREADS
 	if (rc < 0)
-		return error_raise(st, rc, &err);
+		return pyw_state_error(st, rc, &err);
 	cl = (pyw_client *)st->client_type->tp_alloc(st->client_type, 0);
 	if (!cl) {
 		weightd_close(c);
@@ -192,7 +130,7 @@ static PyModuleDef_Slot mod_slots[] = {
 	{ 0, NULL },
 };
 
-PyModuleDef pyw_module_def = {
+static PyModuleDef pyw_module_def = {
 	PyModuleDef_HEAD_INIT,
 	.m_name = "weightd._weightd",
 	.m_doc = "Low-level binding of libweightd; use the weightd package instead.",
@@ -206,5 +144,6 @@ PyModuleDef pyw_module_def = {
 
 PyMODINIT_FUNC PyInit__weightd(void)
 {
+	pyw_state_init(&pyw_module_def);
 	return PyModuleDef_Init(&pyw_module_def);
 }

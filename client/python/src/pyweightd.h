@@ -79,15 +79,18 @@ typedef struct pyw_state {
 	PyTypeObject *weight_class; /* weightd.Weight once looked up (see pyw_weight_class) */
 } pyw_state;
 
-extern PyModuleDef pyw_module_def;
 extern PyType_Spec pyw_client_spec, pyw_weight_spec, pyw_unit_spec, pyw_request_spec;
 
-/* module.c: the state of the module whose types `obj` is an instance of (or of a subclass of);
- * NULL with an exception set for any other object. */
+/* state.c: remember the module's definition (module.c, before the module is made). */
+void pyw_state_init(PyModuleDef *def);
+/* The state of the module whose types `obj` is an instance of (or of a subclass of); NULL with
+ * an exception set for any other object. */
 pyw_state *pyw_state_of(PyObject *obj);
 /* Raise the weightd.Error (subclass) that `err` describes (rc: the call's return), as the
  * module of `owner` (an object of one of its types) knows it. Always returns NULL. */
 PyObject *pyw_error_raise(PyObject *owner, int rc, const weightd_error *err);
+/* The same with the module's state at hand. Always returns NULL. */
+PyObject *pyw_state_error(pyw_state *st, int rc, const weightd_error *err);
 /* The class a new Weight is made of: weightd.Weight, which adds the numpy and torch views, when
  * it derives from this module's Weight type; else that type itself. NULL with an exception set
  * when the weightd package cannot be imported. */

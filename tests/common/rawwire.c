@@ -1,24 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* rawwire.h - a hand-written protobuf writer and reader for integration tests that speak the wire
- * protocol directly (proto/weightd.proto), independent of libweightd: for clients that
- * misbehave. Header-only (static functions); include after itest.h. Units name the checkpoint
- * "tiny". */
-#ifndef WD_RAWWIRE_H
-#define WD_RAWWIRE_H
+/* rawwire.c - a hand-written protobuf writer and reader for tests that speak the wire protocol
+ * directly, independent of libweightd. */
+#include "rawwire.h"
 
-#include <poll.h>
-#include <stdbool.h>
-
-#include "itest.h"
-
-/* ---- a protobuf writer: just what these requests need ---- */
-
-struct pb {
-	uint8_t b[4096];
-	size_t n;
-};
-
-static inline void pb_varint(struct pb *p, uint64_t v)
+void pb_varint(struct pb *p, uint64_t v)
 {
 	do {
 		assert_true(p->n < sizeof(p->b));
@@ -27,13 +12,13 @@ static inline void pb_varint(struct pb *p, uint64_t v)
 	} while (v);
 }
 
-static inline void pb_uint(struct pb *p, unsigned field, uint64_t v)
+void pb_uint(struct pb *p, unsigned field, uint64_t v)
 {
 	pb_varint(p, (uint64_t)field << 3);
 	pb_varint(p, v);
 }
 
-static inline void pb_bytes(struct pb *p, unsigned field, const void *data, size_t len)
+void pb_bytes(struct pb *p, unsigned field, const void *data, size_t len)
 {
 	pb_varint(p, (uint64_t)field << 3 | 2);
 	pb_varint(p, len);
@@ -42,18 +27,17 @@ static inline void pb_bytes(struct pb *p, unsigned field, const void *data, size
 	p->n += len;
 }
 
-static inline void pb_str(struct pb *p, unsigned field, const char *s)
+void pb_str(struct pb *p, unsigned field, const char *s)
 {
 	pb_bytes(p, field, s, strlen(s));
 }
 
-static inline void pb_msg(struct pb *p, unsigned field, const struct pb *m)
+void pb_msg(struct pb *p, unsigned field, const struct pb *m)
 {
 	pb_bytes(p, field, m->b, m->n);
 }
 
-/* Request { id = 1; <body field> = body } as a frame: u32 LE length, u32 LE fd count, payload. */
-static inline size_t frame(uint8_t *out, uint64_t id, unsigned body_field, const struct pb *body)
+size_t frame(uint8_t *out, uint64_t id, unsigned body_field, const struct pb *body)
 {
 	struct pb req = { .n = 0 };
 
@@ -66,7 +50,7 @@ static inline size_t frame(uint8_t *out, uint64_t id, unsigned body_field, const
 	return 8 + req.n;
 }
 
-static inline void send_all(int fd, const uint8_t *p, size_t n)
+void send_all(int fd, const uint8_t *p, size_t n)
 {
 	while (n) {
 		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
@@ -77,15 +61,14 @@ static inline void send_all(int fd, const uint8_t *p, size_t n)
 	}
 }
 
-static inline void send_frame(int fd, uint64_t id, unsigned body_field, const struct pb *body)
+void send_frame(int fd, uint64_t id, unsigned body_field, const struct pb *body)
 {
 	uint8_t f[4200];
 
 	send_all(fd, f, frame(f, id, body_field, body));
 }
 
-/* Hello { protocol_version = min, client_name, max_protocol_version = max } (0: left out). */
-static inline void send_hello_range(int fd, uint64_t id, uint32_t min, uint32_t max)
+void send_hello_range(int fd, uint64_t id, uint32_t min, uint32_t max)
 {
 	struct pb h = { .n = 0 };
 
@@ -97,14 +80,12 @@ static inline void send_hello_range(int fd, uint64_t id, uint32_t min, uint32_t 
 	send_frame(fd, id, 10, &h);
 }
 
-/* The Hello of a client that speaks one version (as before versions were ranges). */
-static inline void send_hello(int fd, uint64_t id, uint32_t version)
+void send_hello(int fd, uint64_t id, uint32_t version)
 {
 	send_hello_range(fd, id, version, 0);
 }
 
-/* Unit { entries = [UnitEntry { name, recipe = Recipe { nodes = [Node { source }] } }] }. */
-static inline void unit_of(struct pb *unit, const char *const *tensors, size_t n)
+void unit_of(struct pb *unit, const char *const *tensors, size_t n)
 {
 	unit->n = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -119,14 +100,7 @@ static inline void unit_of(struct pb *unit, const char *const *tensors, size_t n
 	}
 }
 
-/* ---- a protobuf reader ---- */
-
-struct slice {
-	const uint8_t *p;
-	size_t n;
-};
-
-static inline bool rd_varint(struct slice *s, uint64_t *v)
+bool rd_varint(struct slice *s, uint64_t *v)
 {
 	*v = 0;
 	for (int shift = 0; shift < 64 && s->n; shift += 7) {
@@ -140,11 +114,7 @@ static inline bool rd_varint(struct slice *s, uint64_t *v)
 	return false;
 }
 
-/*
- * The first field `field` of message m: a varint in *ret_v, or a length-delimited body in
- * *ret_s. False when absent.
- */
-static inline bool pb_find(struct slice m, unsigned field, uint64_t *ret_v, struct slice *ret_s)
+bool pb_find(struct slice m, unsigned field, uint64_t *ret_v, struct slice *ret_s)
 {
 	while (m.n) {
 		uint64_t key, v, len;
@@ -184,31 +154,21 @@ static inline bool pb_find(struct slice m, unsigned field, uint64_t *ret_v, stru
 				return false;
 			m.p += 4, m.n -= 4;
 			break;
-		default:
-			return false;
+		default: return false;
 		}
 	}
 	return false;
 }
 
-/* One response: its id, its error code (0: none) and message, the body field present. */
-struct resp {
-	uint32_t nfds;          /* the frame header's fd count */
-	uint64_t id;
-	uint64_t code;
-	char message[1024];
-	unsigned body;
-	uint8_t buf[65536];
-	struct slice body_msg;
-};
-
-static inline bool read_exact(int fd, uint8_t *p, size_t n, int timeout_ms)
+bool read_exact(int fd, uint8_t *p, size_t n, int timeout_ms)
 {
 	while (n) {
 		struct pollfd pf = { .fd = fd, .events = POLLIN };
 		char cbuf[CMSG_SPACE(sizeof(int) * 253)];
 		struct iovec iov = { .iov_base = p, .iov_len = n };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+		struct msghdr mh = { .msg_iov = &iov,
+				     .msg_iovlen = 1,
+				     .msg_control = cbuf,
 				     .msg_controllen = sizeof(cbuf) };
 		ssize_t k;
 
@@ -220,7 +180,8 @@ static inline bool read_exact(int fd, uint8_t *p, size_t n, int timeout_ms)
 		/* close whatever fds came along: these tests never map them */
 		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
 			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-				for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+				for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+				     i++) {
 					int rfd;
 
 					memcpy(&rfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
@@ -232,7 +193,7 @@ static inline bool read_exact(int fd, uint8_t *p, size_t n, int timeout_ms)
 	return true;
 }
 
-static inline void read_resp(int fd, struct resp *r)
+void read_resp(int fd, struct resp *r)
 {
 	uint8_t hdr[8];
 	uint32_t len;
@@ -264,9 +225,7 @@ static inline void read_resp(int fd, struct resp *r)
 		}
 }
 
-/* Materialize one tensor of "tiny" on a raw connection and return its handle (the first of
- * UnitReply.packed.handle, a packed or unpacked repeated varint). */
-static inline uint64_t materialized_handle(int fd, uint64_t id, const char *tensor)
+uint64_t materialized_handle(int fd, uint64_t id, const char *tensor)
 {
 	struct pb unit;
 	struct resp r;
@@ -285,5 +244,3 @@ static inline uint64_t materialized_handle(int fd, uint64_t id, const char *tens
 	assert_true(handle != 0);
 	return handle;
 }
-
-#endif
