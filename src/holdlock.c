@@ -6,18 +6,32 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* A lock of `type` over [off, off + len) (l_pid 0, as OFD locks require); 0, or
+ * -EOVERFLOW when the range is past what off_t holds. */
+static int range(struct flock *fl, short type, uint64_t off, uint64_t len)
+{
+	memset(fl, 0, sizeof(*fl));
+	if (off > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - off)
+		return -EOVERFLOW;
+	fl->l_type = type;
+	fl->l_whence = SEEK_SET;
+	fl->l_start = (off_t)off;
+	fl->l_len = (off_t)len;
+	return 0;
+}
 
 static int set(int fd, short type, uint64_t off, uint64_t len)
 {
-	struct flock fl = { .l_type = type, .l_whence = SEEK_SET };
+	struct flock fl;
+	int r;
 
 	if (len == 0)
 		return 0;
-	if (off > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - off)
-		return -EOVERFLOW;
-	fl.l_start = (off_t)off;
-	fl.l_len = (off_t)len;
-	/* l_pid must be 0 for OFD locks; the struct starts zeroed */
+	r = range(&fl, type, off, len);
+	if (r < 0)
+		return r;
 	while (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
 		if (errno != EINTR)
 			return -errno;
@@ -37,16 +51,16 @@ int wd_holdlock_unlock(int fd, uint64_t off, uint64_t len)
 
 int wd_holdlock_test(int fd, uint64_t off, uint64_t len, uint64_t *ret_start, uint64_t *ret_end)
 {
-	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	struct flock fl;
 	uint64_t s, e;
+	int r;
 
 	if (len == 0)
 		return 0;
-	if (off > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - off)
-		return -EOVERFLOW;
-	fl.l_start = (off_t)off;
-	fl.l_len = (off_t)len;
 	/* a write lock conflicts with any lock another description holds; fd's own never do */
+	r = range(&fl, F_WRLCK, off, len);
+	if (r < 0)
+		return r;
 	while (fcntl(fd, F_OFD_GETLK, &fl) < 0) {
 		if (errno != EINTR)
 			return -errno;
