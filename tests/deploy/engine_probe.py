@@ -41,8 +41,13 @@ def fetch(c, ckpt):
 
 def namespaces():
     st = os.stat("/dev/shm")
+    pmd = 0
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("FilePmdMapped:"):
+                pmd = int(line.split()[1]) * 1024
     return {"ipc": os.readlink("/proc/self/ns/ipc"), "shm_dev": st.st_dev,
-            "shm_entries": sorted(os.listdir("/dev/shm"))}
+            "shm_entries": sorted(os.listdir("/dev/shm")), "pmd_mapped": pmd}
 
 
 def bench(ckpt, deadline=600):
