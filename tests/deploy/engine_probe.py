@@ -44,8 +44,9 @@ def namespaces():
     pmd = 0
     with open("/proc/self/smaps_rollup") as f:
         for line in f:
-            if line.startswith("FilePmdMapped:"):
-                pmd = int(line.split()[1]) * 1024
+            # a tmpfs file's huge pages count as ShmemPmdMapped (FilePmdMapped elsewhere)
+            if line.startswith(("ShmemPmdMapped:", "FilePmdMapped:")):
+                pmd += int(line.split()[1]) * 1024
     return {"ipc": os.readlink("/proc/self/ns/ipc"), "shm_dev": st.st_dev,
             "shm_entries": sorted(os.listdir("/dev/shm")), "pmd_mapped": pmd}
 

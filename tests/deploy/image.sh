@@ -17,6 +17,9 @@ if [ -n "$why" ]; then
   [ "${CI:-}" != true ] || { echo "FAIL: CI=true: the image must build in CI"; exit 1; }
   exit 77
 fi
+# the packages install.package built, if they are this tree's
 args=()
-ls "$debs"/weightd_*.deb >/dev/null 2>&1 && args=(--debs "$debs")
+if [ -f "$debs/tree" ] && [ "$(cat "$debs/tree")" = "$("$src/scripts/image" --print-key)" ]; then
+  args=(--debs "$debs")
+fi
 exec "$src/scripts/image" "${args[@]}"

@@ -273,6 +273,12 @@ allow_users = 1000 1001
           f"1: the engine's IPC namespace ({m.get('ipc')}) is not weightd's ({wd_ipc})")
     check(str(m.get("shm_dev")) != wd_shm and m.get("shm_entries") == [],
           "1: the engine's /dev/shm is its own (another device, empty), not weightd's")
+    st0 = status(node, p1)
+    check(st0.get("segment_page_bytes") == 2 * MiB and st0.get("segment_huge_bytes", 0) > 0 and
+          m.get("pmd_mapped", 0) >= 512 * MiB,
+          f"1: segments on the node's tmpfs get 2 MiB pages ({st0.get('segment_huge_bytes', 0) // MiB}"
+          f" MiB huge), and the engine maps them with PMDs ({m.get('pmd_mapped', 0) // MiB} MiB "
+          "PMD-mapped)")
     eng_vols = node.inspect(e1, "engine")["Mounts"]
     check([x["Source"] for x in eng_vols if x["Type"] == "bind"] == [run_dir],
           "1: the engine's only volume is the socket's directory on the host")
@@ -416,7 +422,8 @@ def errors(node, ck, srv, run_dir):
           f"6: an engine without the socket's directory is told to mount it ({r.get('error')})")
     node.remove(p, grace=1)
 
-    def one_weightd(name, conf, hp_extra=None, edit=None, secret_mode=0o400, secret_owner=0):
+    def one_weightd(name, conf, hp_extra=None, edit=None, secret_mode=0o400, secret_owner=0,
+                    secret_group=0):
         run2 = node.dir(f"{name}-run")
         state2 = node.dir(f"{name}-state")
         seg2 = hp_extra or node.tmpfs(f"{name}-seg", "huge=within_size,size=256m,mode=0755")
@@ -425,7 +432,7 @@ def errors(node, ck, srv, run_dir):
         sec2 = node.dir(f"{name}-secret")
         node.write(f"{name}-secret/s3.credentials", "[default]\naws_access_key_id = K\n"
                    "aws_secret_access_key = S\n", mode=secret_mode, owner=secret_owner,
-                   group=secret_owner)
+                   group=secret_group)
         hp = {"/run/weightd": run2, "/var/lib/weightd/segments": seg2,
               "/var/lib/weightd/state": state2}
         pod = node.weightd_pod(name, conf2, sec2, hp, [(ck, "/checkpoints")],
@@ -479,14 +486,15 @@ def errors(node, ck, srv, run_dir):
           next((x for x in log.splitlines() if "owned by" in x), "(no line)"))
     node.remove(name, grace=1)
 
-    # d) the Secret given to weightd directly, with fsGroup's mode, or owned by another user
+    # d) the Secret given to weightd directly: with fsGroup's mode and group (weightd's), as
+    # Kubernetes makes it (root's, 0400), or another user's
     remote = (f"\n[checkpoint:remote]\npath = s3://{srv['bucket']}/remote.safetensors\n"
               f"endpoint = http://127.0.0.1:{srv['s3']}\npath_style = yes\nallow_http = yes\n"
               "region = us-east-1\ncredentials_file = /run/weightd-secrets/s3.credentials\n")
     conf = base_conf("128M", "/var/lib/weightd/segments", remote)
-    for mode, owner, words in ((0o440, 0, "can be read by others (mode 0440)"),
-                               (0o400, 1234, "belongs to uid 1234"),
-                               (0o400, 0, "Permission denied")):
+    denied = "Permission denied: weightd's user (uid 65532) must own it"
+    for mode, owner, group, words in ((0o440, 0, 65532, "can be read by others (mode 0440)"),
+                                      (0o400, 0, 0, denied), (0o400, 1234, 1234, denied)):
         def secret_direct(spec):
             # no copy by the init container: weightd mounts the Secret's files themselves
             for c in spec["initContainers"]:
@@ -498,7 +506,8 @@ def errors(node, ck, srv, run_dir):
                 if v["name"] == "secrets":
                     v["name"] = "s3-secret"
         name, _ = one_weightd(f"{node.tag}-err-secret-{mode:o}-{owner}", conf,
-                              edit=secret_direct, secret_mode=mode, secret_owner=owner)
+                              edit=secret_direct, secret_mode=mode, secret_owner=owner,
+                              secret_group=group)
         end = time.monotonic() + 60
         log = ""
         while time.monotonic() < end and "credentials file" not in log:
@@ -506,7 +515,7 @@ def errors(node, ck, srv, run_dir):
             log = node.logs(name, "weightd")
         line = next((x for x in log.splitlines() if "credentials file" in x), "(no line)")
         check(words in line and "defaultMode 0400" in line and "init container" in line,
-              f"6: a Secret mounted with mode {mode:04o}, owner {owner}: {line}")
+              f"6: a Secret mounted with mode {mode:04o}, owner {owner}:{group}: {line}")
         node.remove(name, grace=5)
 
 

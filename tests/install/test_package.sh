@@ -62,6 +62,7 @@ done
 # The packages for scripts/image (deploy.image), so that the suite builds them once.
 if [ -n "${WD_DEBS_OUT:-}" ]; then
 	rm -rf "$WD_DEBS_OUT" && mkdir -p "$WD_DEBS_OUT" && cp "$work"/*.deb "$WD_DEBS_OUT/"
+	"$src/scripts/image" --print-key >"$WD_DEBS_OUT/tree" 2>/dev/null || true
 fi
 
 step "lintian"
