@@ -174,6 +174,22 @@ static void denied_text(const char *path, char *buf, size_t cap)
 			 owner, group, (unsigned)(st.st_mode & 07777), me);
 }
 
+/*
+ * Why there is no socket at path (ENOENT): no weightd, or, in a container, a socket directory
+ * that is the container's own rather than the host's, where weightd made the socket.
+ */
+static void missing_text(const char *path, char *buf, size_t cap)
+{
+	const char *slash = strrchr(path, '/');
+	int dlen = slash && slash != path ? (int)(slash - path) : 1;
+
+	snprintf(buf, cap,
+		 " (is weightd running? In a container, the socket's directory %.*s must be the "
+		 "one weightd's socket is in, shared from the host: mount it as a hostPath volume "
+		 "as deploy/kubernetes/engine.yaml does)",
+		 dlen, path);
+}
+
 void wc_conn_close_fds(int *fds, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)
@@ -1220,7 +1236,9 @@ int weightd_connect(const char *socket_path, const char *client_name, weightd_cl
 		e = errno;
 		if (e == EACCES || e == EPERM)
 			denied_text(path, why, sizeof(why));
-		else if (e == ENOENT || e == ECONNREFUSED)
+		else if (e == ENOENT)
+			missing_text(path, why, sizeof(why));
+		else if (e == ECONNREFUSED)
 			snprintf(why, sizeof(why), " (is weightd running?)");
 		r = wc_err_set(err, e == EACCES || e == EPERM ? WEIGHTD_E_PERMISSION_DENIED :
 			       WEIGHTD_E_DISCONNECTED,

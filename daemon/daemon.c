@@ -7,6 +7,7 @@
 
 #include "cache.h"
 #include "catalog.h"
+#include "bytes.h"
 #include "clock.h"
 #include "log.h"
 #include "segment.h"
@@ -28,9 +29,17 @@ uint64_t daemon_effective_budget(const struct config *cfg)
 	if (cfg->budget_bytes == 0)
 		return shm / 2;
 	if (shm && cfg->budget_bytes > shm) {
-		log_warn("budget %llu bytes is more than %s holds; using %llu",
-			 (unsigned long long)cfg->budget_bytes, wd_segment_dir(),
-			 (unsigned long long)shm);
+		char b[WD_BYTES_TEXT], h[WD_BYTES_TEXT];
+
+		/* Fills never outrun the tmpfs (space is reserved before a byte is written), so
+		 * this costs refusals, never a SIGBUS; but say what to give weightd. A container's
+		 * /dev/shm is 64 MiB unless its pod says otherwise. */
+		log_warn("budget %s is more than %s holds (%s); using %s: give weightd a tmpfs that "
+			 "holds the budget: segment_dir on a tmpfs of the node (a hostPath, as "
+			 "deploy/kubernetes does), a /dev/shm volume of medium Memory with a "
+			 "sizeLimit above the budget, podman --shm-size, or a lower budget",
+			 wd_bytes_text(b, cfg->budget_bytes), wd_segment_dir(),
+			 wd_bytes_text(h, shm), h);
 		return shm;
 	}
 	return cfg->budget_bytes;

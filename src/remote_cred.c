@@ -20,12 +20,23 @@
  * someone else: a secret anyone could copy is not a secret, and a file another user controls
  * could be swapped for theirs.
  */
+/* What fixes each refusal below for a Kubernetes Secret, whose files are root's (with fsGroup,
+ * mode 0440 and that group's). */
+#define K8S_SECRET_HINT                                                                         \
+	"a Kubernetes Secret: mount it with defaultMode 0400 and no fsGroup, and copy it for "  \
+	"weightd's user as the init container of deploy/kubernetes/daemonset.yaml does"
+
 static int open_secret(const char *file, const char *what, FILE **ret, weightd_error *err)
 {
 	struct stat st;
 	int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	FILE *f;
 
+	if (fd < 0 && errno == EACCES)
+		return wd_error_set(
+			err, WEIGHTD_E_PERMISSION_DENIED,
+			"%s %s: %s: weightd's user (uid %u) must own it, mode 0400 or 0600 (%s)", what,
+			file, strerror(errno), (unsigned)geteuid(), K8S_SECRET_HINT);
 	if (fd < 0)
 		return wd_error_set(
 			err, errno == ENOENT ? WEIGHTD_E_NOT_FOUND : WEIGHTD_E_PERMISSION_DENIED,
@@ -40,15 +51,17 @@ static int open_secret(const char *file, const char *what, FILE **ret, weightd_e
 		return wd_error_set(
 			err, WEIGHTD_E_PERMISSION_DENIED,
 			"%s %s can be read by others (mode %04o): make it readable by its owner "
-			"alone (chmod 600)",
-			what, file, (unsigned)(st.st_mode & 07777));
+			"alone (chmod 600; %s)",
+			what, file, (unsigned)(st.st_mode & 07777), K8S_SECRET_HINT);
 	}
 	if (st.st_uid != geteuid() && st.st_uid != 0) {
 		close(fd);
 		return wd_error_set(
 			err, WEIGHTD_E_PERMISSION_DENIED,
-			"%s %s belongs to uid %u, not to weightd's user (uid %u) or root", what,
-			file, (unsigned)st.st_uid, (unsigned)geteuid());
+			"%s %s belongs to uid %u, not to weightd's user (uid %u) or root: chown %u "
+			"it (%s)",
+			what, file, (unsigned)st.st_uid, (unsigned)geteuid(), (unsigned)geteuid(),
+			K8S_SECRET_HINT);
 	}
 	if (st.st_size > SECRET_FILE_MAX) {
 		close(fd);

@@ -3,9 +3,11 @@
 """deploy/kubernetes/ as a cluster would take it: every manifest parses, and what weightd's
 deployment depends on holds. The socket's directory is a hostPath that the DaemonSet and the
 engines mount at the path of the configured socket; no pod asks for hostIPC (the fds travel over
-the socket); the Secret is mounted with mode 0400 and reaches weightd as a 0400 copy of its own
-user; memory limits leave room for the budget; probes ask weightctl; and the ConfigMap's
-weightd.conf passes `weightd --check-config`.
+the socket); segments lie in segment_dir on a hostPath (the node's tmpfs) and the state index on
+another, so both outlive the pod; the image is the one scripts/image builds, its registry a
+kustomize images: entry; the Secret is mounted with mode 0400 and reaches weightd as a 0400 copy
+of its own user; memory limits leave room for the budget; probes ask weightctl; and the
+ConfigMap's weightd.conf passes `weightd --check-config`.
 
 Usage: test_kubernetes.py DEPLOY_DIR (WD_WEIGHTD names the weightd binary)."""
 import configparser
@@ -121,12 +123,41 @@ def main():
     check(sc.get("runAsNonRoot") and sc.get("runAsUser", 0) != 0, "weightd runs as a non-root uid")
     check(sc.get("capabilities", {}).get("drop") == ["ALL"], "weightd drops every capability")
 
-    # the socket's directory: a hostPath, in weightd at the configured socket's directory
-    on_host = [(v, m) for v, m in mounts_of(wd, vols) if "hostPath" in v]
-    check(len(on_host) == 1, "weightd mounts exactly one hostPath (the socket's directory)")
-    for v, m in on_host:
-        check(m["mountPath"] == sockdir, f"the hostPath is mounted at {sockdir}, where the socket is")
-        host_sockdir = v["hostPath"]["path"]
+    # the image: the one scripts/image builds (weightd:<version of debian/changelog>), its
+    # registry named by kustomization.yaml's images: entry, never in the manifests
+    src = os.path.dirname(os.path.dirname(os.path.abspath(d)))
+    with open(os.path.join(src, "debian", "changelog")) as f:
+        version = re.match(r"weightd \(([^)]+)\)", f.readline()).group(1)
+    for c in spec.get("initContainers", []) + spec["containers"]:
+        check(c["image"] == f"weightd:{version}",
+              f"{c['name']} runs weightd:{version}, the image scripts/image builds")
+    imgs = {i["name"]: i for i in (kust or {}).get("images", [])}
+    check("weightd" in imgs and "/" in imgs["weightd"].get("newName", "") and
+          imgs["weightd"].get("newTag") == version,
+          f"kustomization.yaml's images: gives weightd a registry and the tag {version}")
+
+    # the socket's directory, the segments and the state index: hostPaths, so that all three
+    # outlive the pod; the socket's at the configured socket's directory
+    on_host = {m["mountPath"]: v for v, m in mounts_of(wd, vols) if "hostPath" in v}
+    segdir = conf["daemon"].get("segment_dir", "")
+    statedir = conf["daemon"].get("state_dir", "")
+    check(set(on_host) == {sockdir, segdir, statedir},
+          f"weightd's hostPaths are the socket's directory, segment_dir and state_dir "
+          f"({sorted(on_host)})")
+    host_sockdir = on_host.get(sockdir, {}).get("hostPath", {}).get("path")
+    seg = on_host.get(segdir, {}).get("hostPath", {})
+    check(seg.get("type") == "Directory", "the segments' hostPath must exist (the node mounts "
+          "its tmpfs there): type Directory, never created empty on the node's disk")
+    check(not any(m["mountPath"].startswith("/dev/shm") for m in wd["volumeMounts"]),
+          "weightd keeps no segments in the pod's /dev/shm (a new pod would start empty)")
+    ds_text = open(os.path.join(d, "daemonset.yaml")).read()
+    check("huge=within_size" in ds_text and seg.get("path", "?") in ds_text.split("mount -t")[-1],
+          "daemonset.yaml says how the node mounts the segments' tmpfs (huge=within_size)")
+    init_script = " ".join(" ".join(c.get("command", []) + c.get("args", []))
+                           for c in spec.get("initContainers", []))
+    for p in (sockdir, segdir, statedir):
+        check(re.search(rf"install -d -o {sc['runAsUser']} -g \d+ -m 07[05]0 [^&]*{re.escape(p)}",
+                        init_script), f"the init container gives {p} to weightd's uid")
 
     # the engines: only that directory, nothing of /dev/shm
     engine_specs = [(n, name, s) for n, name, s in pod_specs(docs) if n == "engine.yaml"]
@@ -176,20 +207,16 @@ def main():
         check(quantity(res["limits"]["memory"]) > budget, "weightd's memory limit exceeds the budget")
         check(res["limits"]["memory"] == res["requests"].get("memory"),
               "weightd's memory request equals its limit (a Guaranteed pod, evicted last)")
-    shm = [vols[m["name"]] for m in wd["volumeMounts"] if m["mountPath"] == "/dev/shm"]
-    check(shm and shm[0].get("emptyDir", {}).get("medium") == "Memory",
-          "/dev/shm is a memory-backed emptyDir")
-    if shm and "sizeLimit" in shm[0].get("emptyDir", {}):
-        check(quantity(shm[0]["emptyDir"]["sizeLimit"]) >= budget, "/dev/shm holds the budget")
+    m = re.search(r"mount -t tmpfs -o \S*size=(\d+[KMGT]?)", ds_text)
+    check(m and conf_size(m.group(1)) >= budget, "the node's tmpfs (size=) holds the budget")
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         cmd = wd.get(probe, {}).get("exec", {}).get("command", [])
         check(cmd and posixpath.basename(cmd[0]) == "weightctl" and socket in cmd and
               ("metrics" in cmd or "status" in cmd), f"weightd's {probe} asks weightctl")
-    check(any(m["mountPath"] == posixpath.dirname(conf["daemon"]["state_dir"])
-              for m in wd["volumeMounts"]), "the state index lies on a volume of the pod")
 
     # the configuration itself, as weightd reads it, with the Secret's file where the init
-    # container puts it (here: a temp dir, the credentials_file lines pointed at it)
+    # container puts it (here: a temp dir, the credentials_file lines pointed at it) and the
+    # segments in /dev/shm
     weightd = os.environ.get("WD_WEIGHTD")
     check(weightd, "WD_WEIGHTD names weightd")
     if weightd:
@@ -202,6 +229,8 @@ def main():
                     f.write(secret.get("stringData", {}).get(key, ""))
                 text = re.sub(rf"(?m)^(credentials_file\s*=\s*){re.escape(c)}\s*$",
                               lambda m: m.group(1) + local, text)
+            # the node's tmpfs is not on this machine: /dev/shm (a tmpfs) stands for it
+            text = re.sub(r"(?m)^(segment_dir\s*=).*$", r"\1", text)
             conf_path = os.path.join(tmp, "weightd.conf")
             with open(conf_path, "w") as f:
                 f.write(text)

@@ -59,6 +59,11 @@ for p in weightd libweightd0 libweightd-dev; do
 	[ -f "$work/${p}_${version}_${arch}.deb" ] || fail "no ${p}_${version}_${arch}.deb"
 done
 [ -f "$changes" ] || fail "no $(basename "$changes")"
+# The packages for scripts/image (deploy.image), so that the suite builds them once.
+if [ -n "${WD_DEBS_OUT:-}" ]; then
+	rm -rf "$WD_DEBS_OUT" && mkdir -p "$WD_DEBS_OUT" && cp "$work"/*.deb "$WD_DEBS_OUT/"
+	"$src/scripts/image" --print-key >"$WD_DEBS_OUT/tree" 2>/dev/null || true
+fi
 
 step "lintian"
 # --fail-on error: warnings and infos are printed, errors fail.
