@@ -4,8 +4,9 @@
  * and nothing after it (budget pressure from another client, weightctl evict, a reload with the
  * file replaced, weightd --purge) changes a byte a running engine maps, whether that engine never
  * talks to weightd again, lives in a PID namespace of its own, forked after binding, or
- * reconnects. Each engine is a separate process on the real libweightd; its bytes are checked by
- * a digest it takes at bind and against the fixture's pattern, before, during and after.
+ * reconnects; and through a restart as weightd.service and weightd.socket make it. Each engine is
+ * a separate process on the real libweightd; its bytes are checked by a digest it takes at bind
+ * and against the fixture's pattern, before, during and after.
  */
 #include <sched.h>
 #include <signal.h>
@@ -586,6 +587,131 @@ static void engine_reconnects_and_reattaches(void **state)
 	assert_int_equal(other_unit(10, 10, true), 0);
 }
 
+/* --- a restart as weightd.service and weightd.socket make it ----------------------------- */
+
+/* What systemd/weightd.service says a stop is: its KillSignal (SIGTERM when not set) and its
+ * TimeoutStopSec in seconds (then SIGKILL). */
+static void unit_stop(int *ret_sig, int *ret_timeout_s)
+{
+	char path[600], line[512];
+	const char *src = getenv("WD_SOURCE_DIR");
+	FILE *f;
+
+	*ret_sig = SIGTERM;
+	*ret_timeout_s = 90; /* systemd's default */
+	assert_non_null(src);
+	snprintf(path, sizeof(path), "%s/systemd/weightd.service", src);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "KillSignal=", 11) == 0)
+			*ret_sig = strncmp(line + 11, "SIGKILL", 7) == 0 ? SIGKILL :
+				   strncmp(line + 11, "SIGINT", 6) == 0 ? SIGINT : SIGTERM;
+		if (strncmp(line, "TimeoutStopSec=", 15) == 0)
+			*ret_timeout_s = atoi(line + 15);
+		assert_true(strncmp(line, "Type=", 5) != 0 || strncmp(line, "Type=notify", 11) == 0);
+	}
+	fclose(f);
+}
+
+/* weightd started as systemd starts the service behind weightd.socket: the listening socket as fd
+ * 3 (LISTEN_FDS, LISTEN_PID), readiness on NOTIFY_SOCKET (Type=notify); ready when it says so. */
+static void unit_start(int listen_fd)
+{
+	pid_t pid;
+
+	harness_forget_notify(&H);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char n[32];
+
+		if (dup2(listen_fd, 3) < 0)
+			_exit(126);
+		snprintf(n, sizeof(n), "%d", (int)getpid());
+		setenv("LISTEN_FDS", "1", 1);
+		setenv("LISTEN_PID", n, 1);
+		setenv("NOTIFY_SOCKET", H.notify, 1);
+		execl(harness_weightd(), "weightd", "--config", H.conf, "--foreground", (char *)NULL);
+		_exit(127);
+	}
+	H.pid = pid;
+	if (harness_wait_notify(&H, "READY=1", 30000) < 0) {
+		harness_dump_log(&H);
+		fail_msg("weightd did not say READY=1");
+	}
+}
+
+/* `systemctl restart weightd`: the unit's stop (its signal, then SIGKILL after its timeout), then
+ * its start, while weightd.socket keeps listening. */
+static void unit_restart(int listen_fd)
+{
+	int sig, timeout_s, status = 0;
+	int64_t until;
+
+	unit_stop(&sig, &timeout_s);
+	assert_int_equal(kill(H.pid, sig), 0);
+	for (until = it_now_ms() + (int64_t)timeout_s * 1000;; usleep(10000)) {
+		if (waitpid(H.pid, &status, WNOHANG) == H.pid)
+			break;
+		if (it_now_ms() > until) {
+			kill(H.pid, SIGKILL);
+			waitpid(H.pid, &status, 0);
+			break;
+		}
+	}
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* stopped cleanly */
+	H.pid = 0;
+	unit_start(listen_fd);
+}
+
+/*
+ * A restart through the systemd unit with its socket: the socket keeps listening while weightd
+ * restarts, so an engine that calls meanwhile connects, waits for hello, and is answered by the
+ * new weightd, its weights re-attached; one that never calls keeps its bytes under the pressure
+ * that follows.
+ */
+static void held_through_a_restart_by_the_unit(void **state)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char sec[1024], path[512], line[512];
+	struct engine a, b;
+	int lfd;
+
+	(void)state;
+	fixture("h.safetensors", 0);
+	harness_path(&H, "h.safetensors", path, sizeof(path));
+	snprintf(sec, sizeof(sec), "[checkpoint:h]\npath = %s\n", path);
+	assert_int_equal(harness_write_config(&H, "budget = 12M", sec), 0);
+	/* weightd.socket: systemd binds and listens before weightd starts, and keeps it across */
+	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", H.sock);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(chmod(H.sock, 0666), 0);
+	assert_int_equal(listen(lfd, 64), 0);
+	assert_int_equal(fcntl(lfd, F_SETFD, 0), 0); /* passed on, as systemd does */
+	unit_start(lfd);
+	engine_start(&a, ENGINE_SILENT, 0, 5);
+	engine_start(&b, ENGINE_TALKS, 5, 5);
+	unit_restart(lfd);
+	assert_int_equal(locked_weights(NULL), 10);
+	assert_int_equal(write(b.to, "t", 1), 1);
+	assert_non_null(fgets(line, sizeof(line), b.from));
+	assert_string_equal(line, "talked 0 reattached 5 -\n");
+	engine_expect_same(&a);
+	engine_expect_same(&b);
+	assert_int_equal(other_unit(10, 10, false), -WEIGHTD_E_RESOURCE_EXHAUSTED);
+	weightctl_evict();
+	engine_expect_same(&a);
+	engine_expect_same(&b);
+	engine_stop(&a);
+	engine_stop(&b);
+	wait_locked(0);
+	assert_int_equal(other_unit(10, 10, true), 0);
+	close(lfd);
+}
+
 /*
  * A start after a stop that was not clean checks what it re-adopts for pages that are gone: the
  * state of a segment whose record still named a weight punched out before the kill (what an
@@ -691,4 +817,5 @@ TEST_MAIN(NULL, NULL, TEST_IN_DIR(held_through_sigkill_idle), TEST_IN_DIR(held_t
 	  TEST_IN_DIR(purge_refuses_while_mapped), TEST_IN_DIR(engine_in_its_own_pid_namespace),
 	  TEST_IN_DIR(engine_forked_after_binding), TEST_IN_DIR(engine_reconnects_and_reattaches),
 	  TEST_IN_DIR(unclean_start_verifies_what_it_readopts),
-	  TEST_IN_DIR(an_abandoned_reply_pins_nothing))
+	  TEST_IN_DIR(an_abandoned_reply_pins_nothing),
+	  TEST_IN_DIR(held_through_a_restart_by_the_unit))
