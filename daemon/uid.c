@@ -26,22 +26,23 @@ struct uid_table {
 };
 
 /*
- * What one uid can make the daemon keep open: a fd per segment it holds a weight in
+ * What one uid can make the daemon keep open: two fds per segment it holds a weight in, the
+ * segment's own and the connection's description of it, the one its kernel locks go on
  * (uid_max_segments), the fds queued in its replies (uid_max_queue_fds), and about two per unit
  * request in flight (the segment being filled, writable and read-only: uid_max_pending).
  *
  * Half of the daemon's RLIMIT_NOFILE (N, as it was at start) is shared by the uids connected
  * now, one share each plus one share kept for a uid not yet seen: with n uids connected, each
- * may keep open N/2/(n+1) fds, half of them for segments, a quarter for queued fds and a quarter
- * for requests in flight (two fds each). A uid alone thus may have N/8 segments, N/16 queued fds
- * and N/32 requests; n uids that come together keep open at most n/(n+1) of the half, leaving a
+ * may keep open N/2/(n+1) fds, half of them for segments (two fds each), a quarter for queued fds
+ * and a quarter for requests in flight (two fds each). A uid alone thus may have N/16 segments,
+ * N/16 queued fds and N/32 requests; n uids that come together keep open at most n/(n+1) of the half, leaving a
  * share for the next uid and the other half for connections, checkpoint files, root and the
  * daemon's own uid (which take no share and are not limited by it). A uid that holds more than
  * its share when others come keeps it, but takes no more until it is back under. The configured
  * value caps each share. Uids that come one after another, each filling its share before the
  * next, keep open at most N/2 * (1/2 + 1/3 + ... + 1/(k+1)) for k of them (0.64 N for 4).
  */
-#define SHARE_SEGMENTS	4u /* N over this, over (n + 1), for n uids sharing */
+#define SHARE_SEGMENTS	8u /* N over this, over (n + 1), for n uids sharing */
 #define SHARE_QUEUE_FDS 8u
 #define SHARE_PENDING	16u
 static uint64_t nofile_limit(void)

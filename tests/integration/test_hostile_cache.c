@@ -221,10 +221,11 @@ static void held_segments_are_capped_per_client_and_uid(void **state)
 	}
 	chan_parent(&ch);
 	assert_true(chan_hear(ch.to_parent[0], line, sizeof(line)));
-	/* the attacker holds UID_SEGS segments: the daemon pins that many fds for it, no more
-	 * (its two connections, and the idle segments of the refused requests, besides) */
+	/* the attacker holds UID_SEGS segments: the daemon pins two fds for each (the segment's
+	 * and the connection's own description of it, which its locks go on), no more (its two
+	 * connections, and the idle segments of the refused requests, besides) */
 	fds = harness_count_fds(H.pid);
-	if (fds > base.fds + UID_SEGS + 2 + 16 + 4)
+	if (fds > base.fds + 2 * UID_SEGS + 2 + 16 + 4)
 		fail_msg("the daemon has %d fds while one uid holds its %d segments (base %d)", fds,
 			 UID_SEGS, base.fds);
 	hostile_victim_served(&H);
@@ -286,8 +287,8 @@ static void held_weights_are_capped_per_uid(void **state)
 
 /*
  * However high they are set, the per-uid limits on what pins daemon fds are cut to a share of
- * the daemon's RLIMIT_NOFILE (for a uid alone, an eighth for segments held, a sixteenth for fds
- * queued, a thirty-second for unit requests in flight), with a warning naming each value the
+ * the daemon's RLIMIT_NOFILE (for a uid alone, a sixteenth for segments held, two fds each, a
+ * sixteenth for fds queued, a thirty-second for unit requests in flight), with a warning naming each value the
  * config gives: hello tells another uid the limits in force.
  * Root is exempt from the uid's limits, as from the others, and told its own connection's.
  */
@@ -307,13 +308,13 @@ static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
 				 sections) < 0)
 		fail_msg("cannot prepare the test directory");
 	assert_int_equal(harness_start_with_nofile(&H, 256), 0);
-	assert_true(harness_log_contains(&H, "uid_max_segments 1000000 is more than 1/8"));
+	assert_true(harness_log_contains(&H, "uid_max_segments 1000000 is more than 1/16"));
 	assert_true(harness_log_contains(&H, "uid_max_queue_fds 4096 is more than 1/16"));
 	assert_true(harness_log_contains(&H, "uid_max_pending 1024 is more than 1/32"));
 	assert_true(harness_log_contains(&H, "(RLIMIT_NOFILE 256), the most a uid alone may take; "
-					     "32 is used instead"));
+					     "16 is used instead"));
 	c = it_connect(&H);
-	assert_int_equal(weightd_server(c)->max_uid_segments, 32);
+	assert_int_equal(weightd_server(c)->max_uid_segments, 16);
 	assert_int_equal(weightd_server(c)->max_client_segments, 100000);
 	weightd_close(c);
 	pid = fork();
@@ -324,8 +325,8 @@ static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
 		hostile_become(UID_ATTACKER);
 		if (weightd_connect(H.sock, "told", &c, &err) < 0)
 			_exit(70);
-		if (weightd_server(c)->max_uid_segments != 32 ||
-		    weightd_server(c)->max_client_segments != 32)
+		if (weightd_server(c)->max_uid_segments != 16 ||
+		    weightd_server(c)->max_client_segments != 16)
 			_exit(71);
 		weightd_close(c);
 		_exit(0);
@@ -378,9 +379,9 @@ static void default_uid_fd_limits_fit_rlimit_nofile_silently(void **state)
 	static const struct {
 		unsigned long nofile;
 		unsigned segments, queue_fds, pending;
-	} runs[] = { { 65536, 8192, 4096, 1024 },
-		     { 20000, 2500, 1250, 625 },
-		     { 4000, 500, 250, 125 } };
+	} runs[] = { { 65536, 4096, 4096, 1024 },
+		     { 20000, 1250, 1250, 625 },
+		     { 4000, 250, 250, 125 } };
 	char sections[2048], out[4096], want[256];
 	int r, tried = 0;
 
