@@ -6,9 +6,12 @@
 #define WD_BENCH_H
 
 #include <libgen.h>
+#include <signal.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +103,18 @@ static inline void bench_find_tool(const char *env, const char *rel, char *out, 
 	snprintf(out, cap, "%s/%s", dirname(self), rel);
 }
 
+/* A declared unit submitted, validated and bound; the first failing call's return. */
+static inline int bench_unit_bind(weightd_unit *u, weightd_error *err)
+{
+	int r = weightd_unit_submit(u, err);
+
+	if (r >= 0)
+		r = weightd_unit_validate(u, err);
+	if (r >= 0)
+		weightd_unit_bind(u);
+	return r;
+}
+
 /* A unit of every tensor d lists (checkpoint `ckpt`), each slot declared with the tensor's dtype
  * and shape, submitted and validated. *ret is the unit (NULL if none was made), the caller's to
  * free whether or not it succeeded; the return is the first failing call's. */
@@ -149,5 +164,26 @@ static inline int bench_child_result(void (*child)(int arg, int fd), int arg, vo
 	waitpid(pid, &status, 0);
 	return k == (ssize_t)len && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
+
+/* Is argv[*i] "--runs" followed by a number from 1 to max? Then *ret is that number, *i has moved
+ * past it and the answer is true; else nothing changes. */
+static inline bool bench_arg_runs(int argc, char **argv, int *i, int max, int *ret)
+{
+	if (strcmp(argv[*i], "--runs") != 0 || *i + 1 >= argc || atoi(argv[*i + 1]) <= 0 ||
+	    atoi(argv[*i + 1]) > max)
+		return false;
+	*ret = atoi(argv[++*i]);
+	return true;
+}
+
+#ifdef WD_BENCH_WEIGHTD
+/* What every benchmark does first: a daemon that goes away is an error, not a signal; the
+ * weightd started is the one built beside it unless WD_WEIGHTD names another. */
+static inline void bench_prepare(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	setenv("WD_WEIGHTD", WD_BENCH_WEIGHTD, 0);
+}
+#endif
 
 #endif

@@ -33,6 +33,7 @@
 #include <stdbool.h>
 #include <sys/resource.h>
 
+#include "bench.h"
 #include "deepseek.h"
 #include "harness.h"
 #include "raw_probe.h"
@@ -85,11 +86,7 @@ static int bind_unit(weightd_client *c, double *ret_s, double *ret_free, uint64_
 	if (r < 0)
 		return r;
 	t0 = bench_now();
-	r = weightd_unit_submit(u, &err);
-	if (r >= 0)
-		r = weightd_unit_validate(u, &err);
-	if (r >= 0)
-		weightd_unit_bind(u);
+	r = bench_unit_bind(u, &err);
 	*ret_s = bench_now() - t0;
 	if (r < 0)
 		fprintf(stderr, "bench_deepseek: a unit of %zu tensors: %s\n(a weightd that cannot take "
@@ -191,9 +188,8 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc &&
 			 (strcmp(argv[i + 1], "tiny") == 0 || strcmp(argv[i + 1], "mid") == 0))
 			dims = strcmp(argv[++i], "mid") == 0 ? &ds_mid : &ds_tiny;
-		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
-			 atoi(argv[i + 1]) <= MAX_RUNS)
-			runs = atoi(argv[++i]);
+		else if (bench_arg_runs(argc, argv, &i, MAX_RUNS, &runs))
+			continue;
 		else {
 			fprintf(stderr, "usage: bench_deepseek [--tensors N<=%d] [--runs R<=%d] "
 				"[--scale tiny|mid]\n",
@@ -201,8 +197,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	signal(SIGPIPE, SIG_IGN);
-	setenv("WD_WEIGHTD", WD_BENCH_WEIGHTD, 0);
+	bench_prepare();
 	getrlimit(RLIMIT_NOFILE, &rl);
 	rl.rlim_cur = rl.rlim_max;
 	setrlimit(RLIMIT_NOFILE, &rl);

@@ -224,9 +224,8 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
 		    strtoull(argv[i + 1], NULL, 0) >= N_TENSORS * 4096ull)
 			size = strtoull(argv[++i], NULL, 0);
-		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
-			 atoi(argv[i + 1]) <= MAX_RUNS)
-			runs = atoi(argv[++i]);
+		else if (bench_arg_runs(argc, argv, &i, MAX_RUNS, &runs))
+			continue;
 		else {
 			fprintf(stderr, "usage: %s [--size BYTES] [--runs R (1..%d)]\n", argv[0],
 				MAX_RUNS);

@@ -468,9 +468,8 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--shards") == 0 && i + 1 < argc &&
 			 atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= MAX_SHARDS)
 			shards = atoi(argv[++i]);
-		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
-			 atoi(argv[i + 1]) <= MAX_RUNS)
-			runs = atoi(argv[++i]);
+		else if (bench_arg_runs(argc, argv, &i, MAX_RUNS, &runs))
+			continue;
 		else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
 			base = argv[++i];
 		else if (strcmp(argv[i], "--no-s3") == 0)

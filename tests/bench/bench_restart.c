@@ -174,9 +174,8 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
 		    bench_parse_size(argv[i + 1], &size) == 0)
 			i++;
-		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
-			 atoi(argv[i + 1]) <= MAX_RUNS)
-			runs = atoi(argv[++i]);
+		else if (bench_arg_runs(argc, argv, &i, MAX_RUNS, &runs))
+			continue;
 		else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
 			base = argv[++i];
 		else {

@@ -392,8 +392,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_share: needs root (the flood runs as uid %d)\n", FLOOD_UID);
 		return 2;
 	}
-	signal(SIGPIPE, SIG_IGN);
-	setenv("WD_WEIGHTD", WD_BENCH_WEIGHTD, 0);
+	bench_prepare();
 	setenv("WD_MKFIXTURE", WD_BENCH_MKFIXTURE, 0);
 	if (ds_table(&ds_tiny, &CK) < 0 || harness_init(&H) < 0)
 		goto out;

@@ -67,11 +67,7 @@ static int unit_cold(weightd_client *c, double *ret_s)
 	}
 	t0 = bench_now();
 	if (r >= 0)
-		r = weightd_unit_submit(u, &err);
-	if (r >= 0)
-		r = weightd_unit_validate(u, &err);
-	if (r >= 0)
-		weightd_unit_bind(u);
+		r = bench_unit_bind(u, &err);
 	*ret_s = bench_now() - t0;
 	if (r < 0)
 		fprintf(stderr, "bench_singles: a unit of %zu tensors: %s\n", N, err.message);
@@ -141,9 +137,8 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--tensors") == 0 && i + 1 < argc && atol(argv[i + 1]) > 0 &&
 		    atol(argv[i + 1]) <= DS_TENSORS)
 			N = (size_t)atol(argv[++i]);
-		else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
-			 atoi(argv[i + 1]) <= MAX_RUNS)
-			runs = atoi(argv[++i]);
+		else if (bench_arg_runs(argc, argv, &i, MAX_RUNS, &runs))
+			continue;
 		else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc &&
 			 atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= 256)
 			WINDOW = (size_t)atoi(argv[++i]);
@@ -155,8 +150,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	signal(SIGPIPE, SIG_IGN);
-	setenv("WD_WEIGHTD", WD_BENCH_WEIGHTD, 0);
+	bench_prepare();
 	/* the client as engines run it: ulimit -n 1024 */
 	getrlimit(RLIMIT_NOFILE, &rl);
 	rl.rlim_cur = rl.rlim_max < 1024 ? rl.rlim_max : 1024;

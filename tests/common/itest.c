@@ -326,6 +326,18 @@ size_t it_status_frame(uint8_t *out, uint8_t id)
 	return 8 + sizeof(payload);
 }
 
+void it_report_fail(int *rc, char *msg, size_t cap, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (*rc)
+		return;
+	*rc = code ? code : -1;
+	va_start(ap, fmt);
+	vsnprintf(msg, cap, fmt, ap);
+	va_end(ap);
+}
+
 void it_say(int fd, const char *fmt, ...)
 {
 	char buf[1024];

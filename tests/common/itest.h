@@ -145,6 +145,11 @@ pid_t it_fork_piped(int *ret_to, int *ret_from);
  * write it whole. */
 void it_say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A child's report to its parent: the first failure only is kept, as its code (*rc; -1 for a
+ * code of 0, a failed check) and its sentence (msg, cap bytes). */
+void it_report_fail(int *rc, char *msg, size_t cap, int code, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
 /* Wait for a child and require exit status 0. */
 void it_wait_child_ok(pid_t pid);
 

@@ -90,19 +90,6 @@ struct report {
 
 static const size_t ino_of[N_INO] = { 0, 1, 40000, DS_TENSORS - 1 };
 
-static void rep_fail(struct report *r, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void rep_fail(struct report *r, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (r->rc)
-		return;
-	r->rc = rc ? rc : -1;
-	va_start(ap, fmt);
-	vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
-	va_end(ap);
-}
-
 /* Compare every `every`-th tensor's bytes with the content rule, and sampled bytes (first,
  * middle, last 16) of every tensor with the shard files, read with pread one file at a time. */
 static void check_bytes(struct report *r, void *const *ptrs, size_t every)
@@ -112,14 +99,14 @@ static void check_bytes(struct report *r, void *const *ptrs, size_t every)
 		const uint8_t *p = ptrs[i];
 
 		if (!p || ((uintptr_t)p & 63)) {
-			rep_fail(r, 0, "%s is bound at %p: not 64-byte aligned", t->name, (const void *)p);
+			it_report_fail(&r->rc, r->msg, sizeof(r->msg), 0, "%s is bound at %p: not 64-byte aligned", t->name, (const void *)p);
 			return;
 		}
 		if (i % every)
 			continue;
 		for (uint64_t k = 0; k < t->nbytes; k++)
 			if (p[k] != ds_byte(t, k)) {
-				rep_fail(r, 0, "%s: byte %llu is 0x%02x, the checkpoint has 0x%02x", t->name,
+				it_report_fail(&r->rc, r->msg, sizeof(r->msg), 0, "%s: byte %llu is 0x%02x, the checkpoint has 0x%02x", t->name,
 					 (unsigned long long)k, p[k], ds_byte(t, k));
 				return;
 			}
@@ -133,7 +120,7 @@ static void check_bytes(struct report *r, void *const *ptrs, size_t every)
 		snprintf(path, sizeof(path), "%s/%s", DS_DIR, file);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
-			rep_fail(r, 0, "open %s: %s", path, strerror(errno));
+			it_report_fail(&r->rc, r->msg, sizeof(r->msg), 0, "open %s: %s", path, strerror(errno));
 			return;
 		}
 		for (size_t i = DS.shard_first[s]; i < DS.shard_first[s + 1] && !r->rc; i++) {
@@ -145,7 +132,7 @@ static void check_bytes(struct report *r, void *const *ptrs, size_t every)
 				size_t len = n - at[j] < 16 ? (size_t)(n - at[j]) : 16;
 				if (pread(fd, f, len, (off_t)(t->offset + at[j])) != (ssize_t)len ||
 				    memcmp(f, (const uint8_t *)ptrs[i] + at[j], len) != 0)
-					rep_fail(r, 0, "%s: bytes %llu..%llu differ from %s", t->name,
+					it_report_fail(&r->rc, r->msg, sizeof(r->msg), 0, "%s: bytes %llu..%llu differ from %s", t->name,
 						 (unsigned long long)at[j], (unsigned long long)(at[j] + len), file);
 			}
 		}
@@ -170,7 +157,7 @@ static void bind_all_child(int in, int out, size_t every)
 	int rc = 0;
 
 	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || !ptrs)
-		rep_fail(&r, 0, "setrlimit/calloc: %s", strerror(errno));
+		it_report_fail(&r.rc, r.msg, sizeof(r.msg), 0, "setrlimit/calloc: %s", strerror(errno));
 	if (!r.rc && (rc = weightd_connect(H.sock, "deepseek", &c, &err)) == 0)
 		rc = weightd_unit_new(c, &u, &err);
 	for (size_t i = 0; rc >= 0 && !r.rc && i < DS.n; i++) {
@@ -187,7 +174,7 @@ static void bind_all_child(int in, int out, size_t every)
 	if (rc >= 0)
 		rc = weightd_unit_validate(u, &err);
 	if (rc < 0)
-		rep_fail(&r, rc, "%s (%s)", err.message, weightd_code_name(rc));
+		it_report_fail(&r.rc, r.msg, sizeof(r.msg), rc, "%s (%s)", err.message, weightd_code_name(rc));
 	if (!r.rc) {
 		weightd_unit_bind(u);
 		r.fds_after = it_count_dir("/proc/self/fd");
@@ -220,13 +207,9 @@ struct kid {
 /* Fork a binding client and wait for its report; fail the test with its message. */
 static void kid_bind(struct kid *k, size_t every)
 {
-	int to, from;
-
-	k->pid = it_fork_piped(&to, &from);
+	k->pid = it_fork_piped(&k->to, &k->from);
 	if (k->pid == 0)
-		bind_all_child(to, from, every);
-	k->to = to;
-	k->from = from;
+		bind_all_child(k->to, k->from, every);
 	if (read(k->from, &k->r, sizeof(k->r)) != (ssize_t)sizeof(k->r))
 		fail_msg("the client process died before it reported");
 	if (k->r.rc) {
@@ -448,7 +431,7 @@ static void check_fused(struct report *r, int L, const uint16_t *w13, const uint
 				uint16_t want = j < rows ? want_dq(g, first + j, h) : want_dq(u, first + j - rows, h);
 				uint16_t got = w13[((uint64_t)e * 2 * rows + j) * d->hidden + h];
 				if (got != want) {
-					rep_fail(r, 0, "layer %d w13[%d][%llu][%llu] is 0x%04x, expected 0x%04x", L,
+					it_report_fail(&r->rc, r->msg, sizeof(r->msg), 0, "layer %d w13[%d][%llu][%llu] is 0x%04x, expected 0x%04x", L,
 						 e, (unsigned long long)j, (unsigned long long)h, got, want);
 					return;
 				}
@@ -458,7 +441,7 @@ static void check_fused(struct report *r, int L, const uint16_t *w13, const uint
 				uint16_t want = want_dq(dn, h, first + j);
 				uint16_t got = w2[((uint64_t)e * d->hidden + h) * rows + j];
 				if (got != want) {
-					rep_fail(r, 0, "layer %d w2[%d][%llu][%llu] is 0x%04x, expected 0x%04x", L,
+					it_report_fail(&r->rc, r->msg, sizeof(r->msg), 0, "layer %d w2[%d][%llu][%llu] is 0x%04x, expected 0x%04x", L,
 						 e, (unsigned long long)h, (unsigned long long)j, got, want);
 					return;
 				}
@@ -487,7 +470,7 @@ static void fused_child(int out, const char *json)
 	if (rc == 0)
 		rc = weightd_unit_validate(u, &err);
 	if (rc < 0)
-		rep_fail(&r, rc, "%s (%s)", err.message, weightd_code_name(rc));
+		it_report_fail(&r.rc, r.msg, sizeof(r.msg), rc, "%s (%s)", err.message, weightd_code_name(rc));
 	if (!r.rc) {
 		weightd_unit_bind(u);
 		r.unit_read = weightd_unit_bytes_read(u);
@@ -502,9 +485,9 @@ static void fused_child(int out, const char *json)
 	/* computed once for every process: the same recipes again read nothing */
 	if (!r.rc && ((rc = weightd_unit_from_json(c, json, strlen(json), &u2, &err)) < 0 ||
 		      (rc = weightd_unit_submit(u2, &err)) < 0 || (rc = weightd_unit_validate(u2, &err)) < 0))
-		rep_fail(&r, rc, "again: %s", err.message);
+		it_report_fail(&r.rc, r.msg, sizeof(r.msg), rc, "again: %s", err.message);
 	if (!r.rc && weightd_unit_bytes_read(u2) != 0)
-		rep_fail(&r, 0, "the same fused unit again read %llu bytes",
+		it_report_fail(&r.rc, r.msg, sizeof(r.msg), 0, "the same fused unit again read %llu bytes",
 			 (unsigned long long)weightd_unit_bytes_read(u2));
 	if (write(out, &r, sizeof(r)) != (ssize_t)sizeof(r))
 		_exit(3);

@@ -46,20 +46,6 @@ struct report {
 	uint64_t full_checked;
 };
 
-static void rep_fail(struct report *r, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void rep_fail(struct report *r, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (r->rc)
-		return;
-	r->rc = rc ? rc : -1;
-	va_start(ap, fmt);
-	vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
-	va_end(ap);
-}
-
 /* Tensor i's weight: its size, and its bytes (all of every 97th, else first, middle, last). */
 static void check_weight(struct report *r, size_t i, weightd_weight *w)
 {
@@ -69,18 +55,18 @@ static void check_weight(struct report *r, size_t i, weightd_weight *w)
 	uint64_t n = t->nbytes;
 
 	if (weightd_weight_nbytes(w) != n) {
-		rep_fail(r, 0, "%s: %llu bytes, the checkpoint has %llu", t->name,
+		it_report_fail(&r->rc, r->msg, sizeof(r->msg), 0, "%s: %llu bytes, the checkpoint has %llu", t->name,
 			 (unsigned long long)weightd_weight_nbytes(w), (unsigned long long)n);
 		return;
 	}
 	if (weightd_weight_map(w, (const void **)&p, &err) < 0) {
-		rep_fail(r, err.code ? -err.code : -1, "map %s: %s", t->name, err.message);
+		it_report_fail(&r->rc, r->msg, sizeof(r->msg), err.code ? -err.code : -1, "map %s: %s", t->name, err.message);
 		return;
 	}
 	if (i % 97 == 0) {
 		for (uint64_t k = 0; k < n; k++)
 			if (p[k] != ds_byte(t, k)) {
-				rep_fail(r, 0, "%s: byte %llu is 0x%02x, the checkpoint has 0x%02x",
+				it_report_fail(&r->rc, r->msg, sizeof(r->msg), 0, "%s: byte %llu is 0x%02x, the checkpoint has 0x%02x",
 					 t->name, (unsigned long long)k, p[k], ds_byte(t, k));
 				return;
 			}
@@ -89,7 +75,7 @@ static void check_weight(struct report *r, size_t i, weightd_weight *w)
 	}
 	if (n && (p[0] != ds_byte(t, 0) || p[n / 2] != ds_byte(t, n / 2) ||
 		  p[n - 1] != ds_byte(t, n - 1)))
-		rep_fail(r, 0, "%s: its first, middle or last byte differs from the checkpoint",
+		it_report_fail(&r->rc, r->msg, sizeof(r->msg), 0, "%s: its first, middle or last byte differs from the checkpoint",
 			 t->name);
 }
 
@@ -111,9 +97,9 @@ static void singles_child(int in, int out, size_t window)
 	int rc = 0;
 
 	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || !ws || !fl || !segs)
-		rep_fail(&r, 0, "setrlimit/calloc: %s", strerror(errno));
+		it_report_fail(&r.rc, r.msg, sizeof(r.msg), 0, "setrlimit/calloc: %s", strerror(errno));
 	if (!r.rc && (rc = weightd_connect(H.sock, "singles", &c, &err)) < 0)
-		rep_fail(&r, rc, "connect: %s", err.message);
+		it_report_fail(&r.rc, r.msg, sizeof(r.msg), rc, "connect: %s", err.message);
 	r.fds_before = it_count_dir("/proc/self/fd");
 	r.maps_before = count_segment_maps();
 	for (size_t first = 0; !r.rc && first < DS.n; first += window) {
@@ -123,7 +109,7 @@ static void singles_child(int in, int out, size_t window)
 			rc = weightd_materialize(c, "ds", DS.t[first + sent].name, NULL, &fl[sent],
 						 &err);
 			if (rc < 0) {
-				rep_fail(&r, rc, "materialize %s (%zu held): %s (%s)",
+				it_report_fail(&r.rc, r.msg, sizeof(r.msg), rc, "materialize %s (%zu held): %s (%s)",
 					 DS.t[first + sent].name, r.got, err.message,
 					 weightd_code_name(rc));
 				break;
@@ -132,7 +118,7 @@ static void singles_child(int in, int out, size_t window)
 		for (size_t k = 0; k < sent; k++) {
 			rc = weightd_finish(fl[k], &ws[first + k], &err);
 			if (rc < 0)
-				rep_fail(&r, rc, "finish %s (%zu held): %s (%s)",
+				it_report_fail(&r.rc, r.msg, sizeof(r.msg), rc, "finish %s (%zu held): %s (%s)",
 					 DS.t[first + k].name, r.got, err.message,
 					 weightd_code_name(rc));
 			else
@@ -173,14 +159,11 @@ struct kid {
 /* Fork a client, wait for its report; fail the test with its message. */
 static void kid_run(struct kid *k, size_t window)
 {
-	int to, from;
 	int64_t t0 = it_now_ms();
 
-	k->pid = it_fork_piped(&to, &from);
+	k->pid = it_fork_piped(&k->to, &k->from);
 	if (k->pid == 0)
-		singles_child(to, from, window);
-	k->to = to;
-	k->from = from;
+		singles_child(k->to, k->from, window);
 	if (read(k->from, &k->r, sizeof(k->r)) != (ssize_t)sizeof(k->r))
 		fail_msg("the client process died before it reported");
 	if (k->r.rc) {
