@@ -77,18 +77,29 @@ bool holds_segment(const struct holds *h, const struct cache_segment *sg)
 	return wd_hashidx_find(&h->segs_index, sg->id, seg_eq, h, sg) != 0;
 }
 
+/* Room in the dense array *p (of *cap elements of `size` bytes, n used) for one more: doubled
+ * from `first` when full. 0 or -WEIGHTD_E_RESOURCE_EXHAUSTED (nothing changed). */
+static int room_for_one(void **p, size_t *cap, size_t n, size_t size, size_t first)
+{
+	size_t ncap;
+	void *np;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap ? *cap * 2 : first;
+	np = realloc(*p, ncap * size);
+	if (!np)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+	*p = np;
+	*cap = ncap;
+	return 0;
+}
+
 /* Room for one more segment, so that segs_add cannot fail. */
 static int segs_grow(struct holds *h)
 {
-	if (h->n_segs == h->segs_cap) {
-		size_t ncap = h->segs_cap ? h->segs_cap * 2 : 16;
-		struct held_segment *nt = realloc(h->segs, ncap * sizeof(*nt));
-
-		if (!nt)
-			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-		h->segs = nt;
-		h->segs_cap = ncap;
-	}
+	if (room_for_one((void **)&h->segs, &h->segs_cap, h->n_segs, sizeof(*h->segs), 16) < 0)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	if (wd_hashidx_reserve(&h->segs_index, h->n_segs + 1) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	return 0;
@@ -148,16 +159,10 @@ int holds_segment_fd(struct holds *h, struct cache_segment *sg)
 
 	if (i >= 0)
 		return h->segfds[i].fd;
-	if (h->n_segfds == h->cap_segfds) {
-		size_t ncap = h->cap_segfds ? 2 * h->cap_segfds : 8;
-		struct holds_segfd *n = realloc(h->segfds, ncap * sizeof(*n));
-
-		if (!n) {
-			errno = ENOMEM;
-			return -1;
-		}
-		h->segfds = n;
-		h->cap_segfds = ncap;
+	if (room_for_one((void **)&h->segfds, &h->cap_segfds, h->n_segfds, sizeof(*h->segfds),
+			 8) < 0) {
+		errno = ENOMEM;
+		return -1;
 	}
 	fd = wd_segment_open_ro(&sg->seg);
 	if (fd < 0)
@@ -250,18 +255,7 @@ int holds_check(const struct holds *h, struct cache_segment *const *segs, size_t
  */
 static int ckpts_grow(struct holds *h)
 {
-	struct held_checkpoint *n;
-	size_t cap;
-
-	if (h->n_ckpts < h->cap_ckpts)
-		return 0;
-	cap = h->cap_ckpts ? h->cap_ckpts * 2 : 4;
-	n = realloc(h->ckpts, cap * sizeof(*n));
-	if (!n)
-		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	h->ckpts = n;
-	h->cap_ckpts = cap;
-	return 0;
+	return room_for_one((void **)&h->ckpts, &h->cap_ckpts, h->n_ckpts, sizeof(*h->ckpts), 4);
 }
 
 static struct held_checkpoint *ckpts_find(struct holds *h, const struct csource_stats *st)
@@ -321,14 +315,8 @@ int holds_hold_found(struct holds *h, struct weight *w, struct held *found)
 	}
 	if (segs_grow(h) < 0 || ckpts_grow(h) < 0)
 		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-	if (h->n_held == h->cap_held) {
-		size_t ncap = h->cap_held ? h->cap_held * 2 : 16;
-		struct held *nh = realloc(h->held, ncap * sizeof(*nh));
-		if (!nh)
-			return -WEIGHTD_E_RESOURCE_EXHAUSTED;
-		h->held = nh;
-		h->cap_held = ncap;
-	}
+	if (room_for_one((void **)&h->held, &h->cap_held, h->n_held, sizeof(*h->held), 16) < 0)
+		return -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	h->held[h->n_held].w = w;
 	h->held[h->n_held].id = w->id;
 	h->held[h->n_held].count = 1;
@@ -343,6 +331,18 @@ int holds_hold_found(struct holds *h, struct weight *w, struct held *found)
 		h->uu->bytes += w->nbytes;
 	}
 	return 0;
+}
+
+/* w is no longer held by this client (its last reference here gone; the cache's is the caller's):
+ * its counts, its segment's and its checkpoint's entries follow. */
+static void unhold(struct holds *h, struct weight *w)
+{
+	w->holders--;
+	h->held_bytes -= w->nbytes;
+	if (h->uu)
+		h->uu->bytes -= w->nbytes;
+	segs_remove(h, w->segment);
+	ckpts_remove(h, w);
 }
 
 bool holds_release(struct holds *h, uint64_t handle)
@@ -379,12 +379,7 @@ bool holds_release(struct holds *h, uint64_t handle)
 		}
 		h->n_held--;
 		h->n_indexed--;
-		w->holders--;
-		h->held_bytes -= w->nbytes;
-		if (h->uu)
-			h->uu->bytes -= w->nbytes;
-		segs_remove(h, w->segment);
-		ckpts_remove(h, w);
+		unhold(h, w);
 	}
 	cache_drop(h->cache, w);
 	return true;
@@ -413,12 +408,7 @@ bool holds_release_newest(struct holds *h, const uint64_t *handles, size_t n)
 		if (k + WEIGHT_AHEAD < h->n_held)
 			weight_prefetch(h->held[k + WEIGHT_AHEAD].w, 2);
 
-		w->holders--;
-		h->held_bytes -= w->nbytes;
-		if (h->uu)
-			h->uu->bytes -= w->nbytes;
-		segs_remove(h, w->segment);
-		ckpts_remove(h, w);
+		unhold(h, w);
 		while (c--)
 			cache_drop(h->cache, w);
 	}
