@@ -556,21 +556,28 @@ static bool evict_one(struct cache *c, struct weight *w, const char *why)
 	return true;
 }
 
+/* Weights looked at again per call: an engine from before a restart may hold a whole model of
+ * 100,000 weights for days, and each look is a lock test on the main thread. */
+#define RECHECK_PER_CALL 4096
+
 uint64_t cache_recheck_locks(struct cache *c)
 {
-	struct weight *w = TAILQ_FIRST(&c->locked), *next;
+	uint64_t n = c->locked_weights < RECHECK_PER_CALL ? c->locked_weights : RECHECK_PER_CALL;
 
-	for (; w; w = next) {
-		next = TAILQ_NEXT(w, lru_link);
-		if (weight_locked(c, w))
-			continue;
+	/* In turn: each one looked at goes to the back while still locked, so the next call starts
+	 * where this one stopped. */
+	while (n-- && !TAILQ_EMPTY(&c->locked)) {
+		struct weight *w = TAILQ_FIRST(&c->locked);
+
 		TAILQ_REMOVE(&c->locked, w, lru_link);
+		if (weight_locked(c, w)) {
+			TAILQ_INSERT_TAIL(&c->locked, w, lru_link);
+			continue;
+		}
 		w->lock_held = false;
 		c->locked_weights--;
 		c->locked_bytes -= w->nbytes;
 		log_debug("%s is no longer mapped by a process weightd does not know", w->label);
-		/* next is never freed by this: a drop destroys w alone (its segment may go with it
-		 * only when w was its last weight, and next lies in the list, not the segment) */
 		cache_drop(c, w);
 	}
 	return c->locked_weights;

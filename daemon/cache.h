@@ -245,7 +245,8 @@ uint64_t cache_evict_all(struct cache *c, uint64_t *ret_bytes);
  * Weights that no connected client references but that some process maps: weightd learns of them
  * from the kernel's locks (holdlock.h), at re-adoption and whenever it would evict or drop one,
  * and keeps them, counted as held, until the lock is gone. cache_recheck_locks looks again at
- * each (a lock test each) and lets go of the unlocked ones; returns how many are still kept.
+ * up to 4,096 of them in turn (a lock test each) and lets go of the unlocked ones; returns how
+ * many are still kept.
  */
 uint64_t cache_recheck_locks(struct cache *c);
 uint64_t cache_locked_weights(const struct cache *c);
