@@ -4,13 +4,17 @@
 #include "seg.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <linux/kcmp.h>
 
 #include "err.h"
 
@@ -40,6 +44,15 @@ bool wc_seg_holds_on(void)
 {
 	pthread_once(&atfork_once, seg_atfork);
 	return !holds_off;
+}
+
+/* Do fds a and b stand for other open file descriptions? kcmp(2) tells; where it may not be used
+ * (a seccomp profile, a kernel without it), they are taken to be the same one. */
+static bool other_description(int a, int b)
+{
+	pid_t me = getpid();
+
+	return syscall(SYS_kcmp, me, me, KCMP_FILE, a, b) > 0;
 }
 
 struct wc_seg_table {
@@ -115,11 +128,18 @@ int wc_seg_get(struct wc_seg_table *t, uint64_t id, uint64_t size, int fd, struc
 					  (unsigned long long)id);
 		}
 		sg->refs++;
+		/* weightd lends one description per client and segment, the one the client keeps;
+		 * after a reconnection it lends a new one, which becomes the kept one at the next
+		 * commit (the locks move to it: see hold_commit) */
+		if (sg->swap_fd < 0 && sg->fd >= 0 && other_description(sg->fd, fd)) {
+			sg->swap_fd = fd;
+			fd = -1;
+		}
 		pthread_mutex_unlock(&t->mu);
 		/* this client has the segment already: one fd per segment */
 		if (ret_spare)
 			*ret_spare = fd;
-		else
+		else if (fd >= 0)
 			close(fd);
 		*ret = sg;
 		return 0;
@@ -138,6 +158,7 @@ int wc_seg_get(struct wc_seg_table *t, uint64_t id, uint64_t size, int fd, struc
 	sg->ino = (uint64_t)st.st_ino;
 	sg->refs = 1;
 	sg->t = t;
+	sg->swap_fd = -1;
 	sg->forks = atomic_load(&forks);
 	if (id) {
 		size_t b = seg_bucket(id, t->cap);
@@ -185,6 +206,8 @@ void wc_seg_unref(struct wc_seg *sg)
 	if (sg->mapped && sg->map)
 		munmap(sg->map, (size_t)sg->size);
 	close(sg->fd);
+	if (sg->swap_fd >= 0)
+		close(sg->swap_fd);
 	free(sg->holds);
 	free(sg->pend);
 	free(sg->drop);
@@ -464,6 +487,37 @@ static int enter_pending(struct wc_seg *sg, size_t *fresh, size_t *ret_n)
 	return 0;
 }
 
+/*
+ * The description weightd lent after a reconnection becomes the kept one (under the table's
+ * lock): every held run is locked on it first, then the old one's locks go (not after a fork:
+ * a child may rely on them) and the new one takes the old fd's number (dup3), so that the fd
+ * weightd_weight_fd gave stays valid. The old description lives on in the mapping, unlocked.
+ * Out of locks, the new one is closed and nothing changes.
+ */
+static void swap_description(struct wc_seg *sg)
+{
+	int nfd = sg->swap_fd;
+
+	sg->swap_fd = -1;
+	for (size_t k = 0; k < sg->n_holds;) {
+		uint64_t a = sg->holds[k].off, b = hold_end(&sg->holds[k]);
+
+		for (k++; k < sg->n_holds && sg->holds[k].off - b < WD_HOLD_GAP; k++)
+			b = hold_end(&sg->holds[k]);
+		if (wd_holdlock_lock(nfd, a, b - a) < 0) {
+			close(nfd);
+			return;
+		}
+	}
+	if (sg->forks == atomic_load(&forks))
+		wd_holdlock_unlock(sg->fd, 0, sg->size ? sg->size : UINT64_MAX / 2);
+	if (dup3(nfd, sg->fd, O_CLOEXEC) < 0) {
+		close(nfd);
+		return;
+	}
+	close(nfd);
+}
+
 int wc_seg_hold_commit(struct wc_seg *sg, weightd_error *err)
 {
 	size_t *fresh = NULL, nf = 0;
@@ -499,6 +553,8 @@ int wc_seg_hold_commit(struct wc_seg *sg, weightd_error *err)
 		open = f < nf;
 	}
 out:
+	if (r == 0 && sg->swap_fd >= 0)
+		swap_description(sg);
 	if (r < 0 && r != -WEIGHTD_E_RESOURCE_EXHAUSTED)
 		r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
 	pthread_mutex_unlock(&sg->t->mu);

@@ -38,6 +38,8 @@ struct wc_seg {
 	struct wd_hold_range *pend, *drop;   /* queued holds and releases */
 	size_t n_pend, cap_pend, n_drop, cap_drop;
 	unsigned forks;              /* the process's fork count when the segment came */
+	int swap_fd;                 /* a description weightd lent after a reconnection, to become
+				      * the kept one at the next commit (-1: none) */
 };
 
 /* One held range of a segment: `count` weights of this process lie at [off, off + len). */

@@ -128,6 +128,17 @@ static void engine_loop(weightd_client *c, weightd_unit *u, int from, int n, uin
 			it_say(out, "talked %d reattached %lld %s\n", r,
 			    attached == UINT64_MAX ? -1ll : (long long)attached,
 			    r < 0 && r != -1 ? err.message : "-");
+		} else if (op == 'g') {
+			/* the tensor after its range, fetched and let go */
+			weightd_weight *w = NULL;
+			weightd_error err;
+			int r = it_get(c, "h", name_of[from + n], &w, &err);
+
+			if (r == 0 &&
+			    it_pattern_mismatch(it_map(w), T_BYTES, (unsigned)(from + n)) >= 0)
+				r = -1;
+			weightd_release(w);
+			it_say(out, "got %d\n", r);
 		} else {
 			break;
 		}
@@ -587,6 +598,52 @@ static void engine_reconnects_and_reattaches(void **state)
 	assert_int_equal(other_unit(10, 10, true), 0);
 }
 
+/*
+ * After a reconnection weightd lends the engine a new description of a segment it already
+ * maps (its old one went with the old weightd); libweightd moves its locks onto it. A weight
+ * of that segment the engine fetches and lets go afterwards is then not pinned: weightd may
+ * evict it, while the five the engine holds stay.
+ */
+static void a_reconnected_engine_pins_only_what_it_holds(void **state)
+{
+	char line[512];
+	struct engine a;
+	weightd_client *c;
+	weightd_status *st;
+	weightd_error err;
+	uint64_t ev = 0, bytes = 0;
+
+	(void)state;
+	start(NULL);
+	assert_int_equal(other_unit(0, 10, true), 0); /* t0..t9 in one segment */
+	engine_start(&a, ENGINE_TALKS, 0, 5);
+	harness_kill(&H);
+	assert_int_equal(harness_start(&H), 0);
+	assert_int_equal(write(a.to, "t", 1), 1);
+	assert_non_null(fgets(line, sizeof(line), a.from));
+	assert_string_equal(line, "talked 0 reattached 5 -\n");
+	assert_int_equal(write(a.to, "g", 1), 1);
+	assert_non_null(fgets(line, sizeof(line), a.from));
+	assert_string_equal(line, "got 0\n");
+	c = it_connect(&H);
+	for (int i = 0;; i++) {
+		bool gone;
+
+		assert_int_equal(weightd_evict(c, &ev, &bytes, &err), 0);
+		st = it_status(c);
+		gone = it_weight(st, "h", "t5") == NULL;
+		weightd_status_free(st);
+		if (gone)
+			break;
+		assert_true(i < 150);
+		usleep(20000);
+	}
+	weightd_close(c);
+	engine_expect_same(&a);
+	engine_stop(&a);
+	wait_locked(0);
+}
+
 /* --- a restart as weightd.service and weightd.socket make it ----------------------------- */
 
 /* What systemd/weightd.service says a stop is: its KillSignal (SIGTERM when not set) and its
@@ -818,4 +875,5 @@ TEST_MAIN(NULL, NULL, TEST_IN_DIR(held_through_sigkill_idle), TEST_IN_DIR(held_t
 	  TEST_IN_DIR(engine_forked_after_binding), TEST_IN_DIR(engine_reconnects_and_reattaches),
 	  TEST_IN_DIR(unclean_start_verifies_what_it_readopts),
 	  TEST_IN_DIR(an_abandoned_reply_pins_nothing),
-	  TEST_IN_DIR(held_through_a_restart_by_the_unit))
+	  TEST_IN_DIR(held_through_a_restart_by_the_unit),
+	  TEST_IN_DIR(a_reconnected_engine_pins_only_what_it_holds))
