@@ -48,23 +48,11 @@ static int unit_round(weightd_client *c, size_t n, double *ret_s)
 	weightd_unit *u = NULL;
 	weightd_error err;
 	double t0;
-	int r = weightd_unit_new(c, &u, &err);
+	int r = ds_unit_declare(c, &CK, n, "ds", &u, &err);
 
-	for (size_t i = 0; r >= 0 && i < n; i++) {
-		const struct ds_tensor *t = &CK.t[i];
-
-		r = weightd_unit_slot(u, t->name, ds_dtype(t->kind), t->shape, (size_t)t->ndim,
-				      NULL, &err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, t->name, "ds", t->name, NULL, &err);
-	}
 	t0 = bench_now();
 	if (r >= 0)
-		r = weightd_unit_submit(u, &err);
-	if (r >= 0)
-		r = weightd_unit_validate(u, &err);
-	if (r >= 0)
-		weightd_unit_bind(u);
+		r = bench_unit_bind(u, &err);
 	weightd_unit_free(u);
 	*ret_s = bench_now() - t0;
 	if (r < 0)
@@ -73,8 +61,8 @@ static int unit_round(weightd_client *c, size_t n, double *ret_s)
 }
 
 /*
- * The measuring process: one client on `sock`, warm, prints "single_s held_s unit1k_s unit_s"
- * (the median of each over its repetitions).
+ * The measuring process: one client on `sock`, warm, writes single, held, unit1k and unit (the
+ * median seconds of each over its repetitions) as four raw doubles on stdout.
  */
 static int measure(const char *sock, int gets, int reps)
 {
@@ -96,19 +84,8 @@ static int measure(const char *sock, int gets, int reps)
 		s[i % MAX_REPS] = bench_now() - t0;
 	}
 	/* the 64 held as a unit meanwhile */
-	if (weightd_unit_new(c, &keep, &err) < 0)
+	if (ds_unit_declare(c, &CK, 64, "ds", &keep, &err) < 0 || bench_unit_bind(keep, &err) < 0)
 		return 1;
-	for (size_t i = 0; i < 64; i++) {
-		const struct ds_tensor *t = &CK.t[i];
-
-		if (weightd_unit_slot(keep, t->name, ds_dtype(t->kind), t->shape, (size_t)t->ndim,
-				      NULL, &err) < 0 ||
-		    weightd_unit_set_tensor(keep, t->name, "ds", t->name, NULL, &err) < 0)
-			return 1;
-	}
-	if (weightd_unit_submit(keep, &err) < 0 || weightd_unit_validate(keep, &err) < 0)
-		return 1;
-	weightd_unit_bind(keep);
 	for (int i = 0; i < gets; i++) {
 		double t0 = bench_now();
 
@@ -123,50 +100,48 @@ static int measure(const char *sock, int gets, int reps)
 	for (int i = 0; i < big; i++)
 		if (unit_round(c, DS_TENSORS, &a[i]) < 0)
 			return 1;
-	printf("%.9f %.9f %.9f %.9f\n", bench_median(s, gets < MAX_REPS ? gets : MAX_REPS),
-	       bench_median(hs, gets < MAX_REPS ? gets : MAX_REPS), bench_median(k, reps),
-	       bench_median(a, big));
+	{
+		double out[4] = { bench_median(s, gets < MAX_REPS ? gets : MAX_REPS),
+				  bench_median(hs, gets < MAX_REPS ? gets : MAX_REPS),
+				  bench_median(k, reps), bench_median(a, big) };
+
+		/* the four figures, raw, to the parent (run_side) */
+		if (write(STDOUT_FILENO, out, sizeof(out)) != (ssize_t)sizeof(out))
+			return 1;
+	}
 	weightd_close(c);
 	return 0;
 }
 
-/* Run this program as the measuring process against `sock`, locks or not; its three figures. */
+/* What the measuring process is run with (run_side hands it to side_child). */
+static struct {
+	const char *self, *sock;
+	bool locks;
+	char gets[16], reps[16];
+} side;
+
+/* In the forked child: this program again as the measuring process, its stdout the pipe. */
+static void side_child(int arg, int fd)
+{
+	(void)arg;
+	if (dup2(fd, STDOUT_FILENO) < 0)
+		_exit(126);
+	if (!side.locks)
+		setenv("WEIGHTD_HOLD_LOCKS", "0", 1);
+	execl(side.self, side.self, "--measure", side.sock, side.gets, side.reps, (char *)NULL);
+	_exit(127);
+}
+
+/* Run this program as the measuring process against `sock`, locks or not: its four figures. */
 static int run_side(const char *self, const char *sock, bool locks, int gets, int reps,
 		    double out[4])
 {
-	char g[16], r[16], line[256];
-	int pfd[2], status;
-	FILE *f;
-	pid_t pid;
-
-	snprintf(g, sizeof(g), "%d", gets);
-	snprintf(r, sizeof(r), "%d", reps);
-	if (pipe(pfd) < 0)
-		return -1;
-	pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		dup2(pfd[1], STDOUT_FILENO);
-		close(pfd[0]);
-		if (!locks)
-			setenv("WEIGHTD_HOLD_LOCKS", "0", 1);
-		execl(self, self, "--measure", sock, g, r, (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	f = fdopen(pfd[0], "r");
-	line[0] = '\0';
-	if (!f || !fgets(line, sizeof(line), f) ||
-	    sscanf(line, "%lf %lf %lf %lf", &out[0], &out[1], &out[2], &out[3]) != 4) {
-		if (f)
-			fclose(f);
-		waitpid(pid, &status, 0);
-		return -1;
-	}
-	fclose(f);
-	waitpid(pid, &status, 0);
-	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+	side.self = self;
+	side.sock = sock;
+	side.locks = locks;
+	snprintf(side.gets, sizeof(side.gets), "%d", gets);
+	snprintf(side.reps, sizeof(side.reps), "%d", reps);
+	return bench_child_result(side_child, 0, out, 4 * sizeof(double));
 }
 
 static int start(struct harness *h, const char *dir, bool locks)

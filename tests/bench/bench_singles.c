@@ -56,15 +56,8 @@ static int unit_cold(weightd_client *c, double *ret_s)
 	weightd_error err;
 	weightd_unit *u = NULL;
 	double t0;
-	int r = weightd_unit_new(c, &u, &err);
+	int r = ds_unit_declare(c, &CK, N, "ds", &u, &err);
 
-	for (size_t i = 0; r >= 0 && i < N; i++) {
-		const struct ds_tensor *t = &CK.t[i];
-		r = weightd_unit_slot(u, t->name, ds_dtype(t->kind), t->shape, (size_t)t->ndim,
-				      NULL, &err);
-		if (r >= 0)
-			r = weightd_unit_set_tensor(u, t->name, "ds", t->name, NULL, &err);
-	}
 	t0 = bench_now();
 	if (r >= 0)
 		r = bench_unit_bind(u, &err);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "harness.h"
+#include "weightd/client.h"
 
 const struct ds_dims ds_real = { 7168, 2048, 18432, 1536, 512, 128, 128, 64, 128, 129280, 128 };
 const struct ds_dims ds_tiny = { 56, 16, 144, 12, 4, 4, 8, 4, 8, 1010, 16 };
@@ -366,4 +367,22 @@ int ds_serve(struct harness *h, const struct ds_dims *dims, struct ds_ckpt *ck,
 	}
 	snprintf(sec, sizeof(sec), "[checkpoint:ds]\npath = %s\n", dir);
 	return harness_write_config(h, extra, sec) < 0 || harness_start_opts(h, o) < 0 ? -1 : 0;
+}
+
+int ds_unit_declare(struct weightd_client *c, const struct ds_ckpt *ck, size_t n,
+		    const char *ckpt, struct weightd_unit **ret, struct weightd_error *err)
+{
+	weightd_unit *u = NULL;
+	int r = weightd_unit_new(c, &u, err);
+
+	for (size_t i = 0; r >= 0 && i < n && i < ck->n; i++) {
+		const struct ds_tensor *t = &ck->t[i];
+
+		r = weightd_unit_slot(u, t->name, ds_dtype(t->kind), t->shape, (size_t)t->ndim,
+				      NULL, err);
+		if (r >= 0)
+			r = weightd_unit_set_tensor(u, t->name, ckpt, t->name, NULL, err);
+	}
+	*ret = u;
+	return r;
 }

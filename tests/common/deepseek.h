@@ -167,4 +167,13 @@ struct harness_opts;
 int ds_serve(struct harness *h, const struct ds_dims *dims, struct ds_ckpt *ck,
 	     const struct harness_opts *o, const char *extra);
 
+struct weightd_client;
+struct weightd_unit;
+struct weightd_error;
+/* A new unit of c with a slot for each of ck's first n tensors (checkpoint `ckpt`), declared
+ * with its dtype and shape, nothing sent yet. *ret is the unit (NULL if none was made), the
+ * caller's to free either way; the return is the first failing call's. */
+int ds_unit_declare(struct weightd_client *c, const struct ds_ckpt *ck, size_t n,
+		    const char *ckpt, struct weightd_unit **ret, struct weightd_error *err);
+
 #endif
