@@ -92,6 +92,7 @@ struct weightd_client {
 	 * a later one. */
 	char *name;                  /* the name given at connect, said again at each hello */
 	uint64_t epoch, sock_epoch;
+	atomic_uint_least64_t epoch_now;   /* epoch, for the holds' bookkeeping to read unlocked */
 	bool closed;                 /* weightd_close: never connect again */
 	bool no_reconnect;           /* WEIGHTD_RECONNECT=0 */
 	bool reconnecting;           /* a thread (reconnector) connects again; others wait */
@@ -921,11 +922,8 @@ static int hello(weightd_client *c, const char *client_name, weightd_error *err)
 
 void wc_conn_held_add(weightd_client *c, struct wc_held *h)
 {
-	uint64_t epoch;
+	uint64_t epoch = atomic_load(&c->epoch_now);
 
-	pthread_mutex_lock(&c->mu);
-	epoch = c->epoch;
-	pthread_mutex_unlock(&c->mu);
 	pthread_mutex_lock(&c->held_mu);
 	h->epoch = epoch;
 	h->prev = NULL;
@@ -954,9 +952,7 @@ uint64_t wc_conn_held_remove(weightd_client *c, struct wc_held *h)
 	handle = h->handle;
 	epoch = h->epoch;
 	pthread_mutex_unlock(&c->held_mu);
-	pthread_mutex_lock(&c->mu);
-	now = c->epoch;
-	pthread_mutex_unlock(&c->mu);
+	now = atomic_load(&c->epoch_now);
 	return epoch == now ? handle : 0;
 }
 
@@ -1148,6 +1144,7 @@ static int reconnect(weightd_client *c, weightd_error *err)
 		goto done;
 	}
 	c->epoch = epoch;
+	atomic_store(&c->epoch_now, epoch);
 	c->dead = 0;
 	wc_err_clear(&c->dead_err);
 	pthread_mutex_unlock(&c->mu);
@@ -1204,6 +1201,7 @@ int weightd_connect(const char *socket_path, const char *client_name, weightd_cl
 	pthread_mutex_init(&c->held_mu, NULL);
 	pthread_cond_init(&c->held_cv, NULL);
 	c->epoch = c->sock_epoch = 1;
+	atomic_init(&c->epoch_now, 1);
 	c->no_reconnect = getenv("WEIGHTD_RECONNECT") && strcmp(getenv("WEIGHTD_RECONNECT"), "0") == 0;
 	c->name = strdup(client_name ? client_name : program_invocation_short_name);
 	c->in = new_inbuf();

@@ -418,6 +418,16 @@ static int range_cmp(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* By offset; a unit's weights mostly come in order already, and a check is linear. */
+static void sort_ranges(struct wd_hold_range *r, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (r[i - 1].off > r[i].off) {
+			qsort(r, n, sizeof(*r), range_cmp);
+			return;
+		}
+}
+
 /*
  * Enter the queued ranges (sorted) into holds. fresh[0..*ret_n) receives, in increasing order,
  * the indices of holds that are new (a range held already only counts up). One merge pass when
@@ -533,7 +543,7 @@ int wc_seg_hold_commit(struct wc_seg *sg, weightd_error *err)
 		r = -WEIGHTD_E_RESOURCE_EXHAUSTED;
 		goto out;
 	}
-	qsort(sg->pend, sg->n_pend, sizeof(*sg->pend), range_cmp);
+	sort_ranges(sg->pend, sg->n_pend);
 	r = enter_pending(sg, fresh, &nf);
 	/* One lock call per run of new holds: their reaches touch when they lie together. */
 	for (size_t f = 0; r == 0 && f <= nf; f++) {
@@ -637,7 +647,7 @@ void wc_seg_unhold_commit(struct wc_seg *sg)
 		return;
 	}
 	d = sg->drop;
-	qsort(d, sg->n_drop, sizeof(*d), range_cmp);
+	sort_ranges(d, sg->n_drop);
 	/* count them down in one merge pass; the ranges that reach 0 stay in d[0..gone) */
 	for (size_t k = 0; k < sg->n_drop; k++) {
 		while (i < sg->n_holds && sg->holds[i].off < d[k].off)
