@@ -18,34 +18,29 @@
 int give_fds(struct holds *h, struct cache_segment *const *segs, size_t n, size_t n_entries,
 	     give_entry_fn *entry, void *arg, int *fds, weightd_error *err)
 {
-	struct wd_hold_range *ranges = NULL;
+	struct wd_hold_range *ranges = NULL, *all = NULL;
 	size_t *start = NULL;
 	uint32_t *seg_of = NULL;
 	int r = 0;
 
 	ranges = malloc((n_entries ? n_entries : 1) * sizeof(*ranges));
+	all = malloc((n_entries ? n_entries : 1) * sizeof(*all));
 	seg_of = malloc((n_entries ? n_entries : 1) * sizeof(*seg_of));
 	start = calloc(n + 1, sizeof(*start));
-	if (!ranges || !seg_of || !start) {
+	if (!ranges || !all || !seg_of || !start) {
 		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory answering the unit");
 		goto out;
 	}
-	/* the entries grouped by segment (a counting sort: linear however many segments) */
+	/* the entries grouped by segment (a counting sort: linear however many segments), each
+	 * weight read once (in a large unit each is a wait on memory) */
 	for (size_t i = 0; i < n_entries; i++) {
-		uint64_t off, len;
-
-		entry(arg, i, &seg_of[i], &off, &len);
+		entry(arg, i, &seg_of[i], &all[i].off, &all[i].len);
 		start[seg_of[i] + 1]++;
 	}
 	for (size_t k = 0; k < n; k++)
 		start[k + 1] += start[k];
-	for (size_t i = 0; i < n_entries; i++) {
-		uint64_t off, len;
-		uint32_t k;
-
-		entry(arg, i, &k, &off, &len);
-		ranges[start[k]++] = (struct wd_hold_range){ off, len };
-	}
+	for (size_t i = 0; i < n_entries; i++)
+		ranges[start[seg_of[i]]++] = all[i];
 	/* start[k] is now where segment k's ranges end */
 	holds_segment_fds_trim(h);
 	for (size_t k = 0; k < n; k++) {
@@ -76,6 +71,7 @@ int give_fds(struct holds *h, struct cache_segment *const *segs, size_t n, size_
 	}
 out:
 	free(ranges);
+	free(all);
 	free(seg_of);
 	free(start);
 	return r;
