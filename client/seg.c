@@ -131,7 +131,8 @@ int wc_seg_get(struct wc_seg_table *t, uint64_t id, uint64_t size, int fd, struc
 		/* weightd lends one description per client and segment, the one the client keeps;
 		 * after a reconnection it lends a new one, which becomes the kept one at the next
 		 * commit (the locks move to it: see hold_commit) */
-		if (sg->swap_fd < 0 && sg->fd >= 0 && other_description(sg->fd, fd)) {
+		if (sg->from_before && sg->swap_fd < 0 && sg->fd >= 0 &&
+		    other_description(sg->fd, fd)) {
 			sg->swap_fd = fd;
 			fd = -1;
 		}
@@ -313,6 +314,7 @@ void wc_seg_table_rekey(struct wc_seg_table *t, struct wc_seg *const *segs, cons
 	while ((sg = all)) {
 		all = sg->next;
 		sg->next = NULL;
+		sg->from_before = true; /* weightd will lend it anew (see wc_seg_get) */
 		if (sg->id) {
 			size_t bk = seg_bucket(sg->id, t->cap);
 
@@ -509,6 +511,7 @@ static void swap_description(struct wc_seg *sg)
 	int nfd = sg->swap_fd;
 
 	sg->swap_fd = -1;
+	sg->from_before = false;
 	for (size_t k = 0; k < sg->n_holds;) {
 		uint64_t a = sg->holds[k].off, b = hold_end(&sg->holds[k]);
 

@@ -40,6 +40,8 @@ struct wc_seg {
 	unsigned forks;              /* the process's fork count when the segment came */
 	int swap_fd;                 /* a description weightd lent after a reconnection, to become
 				      * the kept one at the next commit (-1: none) */
+	bool from_before;            /* kept across a reconnection: the next fd weightd lends for it
+				      * may be another description (kcmp asks only then) */
 };
 
 /* One held range of a segment: `count` weights of this process lie at [off, off + len). */

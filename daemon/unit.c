@@ -139,7 +139,8 @@ struct entry_ctx {
 	const uint32_t *seg_at;
 };
 
-/* give_fds's view of entry i: its segment in the reply and its weight's range. */
+/* give_fds's view of entry i: its segment in the reply and its weight's range (locked even when
+ * the client holds the weight already: it may be letting go of it as this reply leaves). */
 static void entry_of(void *arg, size_t i, uint32_t *ret_seg, uint64_t *ret_off, uint64_t *ret_len)
 {
 	const struct entry_ctx *ec = arg;
