@@ -83,13 +83,7 @@ def run(node, a):
                                 {f"layer{i:02d}": 128 * MiB for i in range(n)}, 7)
     print(f"checkpoint written in {time.monotonic() - t:.1f} s", flush=True)
     t = time.monotonic()
-    servers = subprocess.Popen([sys.executable, os.path.join(pods.SRC, "tests", "remote",
-                                                             "servers.py"), "--root", s3root,
-                                "--s3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    line = servers.stdout.readline()
-    if not line.startswith("ready "):
-        raise RuntimeError(f"servers.py: {line}")
-    srv = json.loads(line[6:])
+    servers, srv = pods.start_s3(s3root)
     print(f"servers up (s3rver holding the checkpoint) in {time.monotonic() - t:.1f} s",
           flush=True)
     # the four engines run as one uid, which may hold the whole budget

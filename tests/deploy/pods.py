@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -265,6 +266,18 @@ class Node:
         for d in reversed(self.mounts):
             subprocess.run(["umount", "-l", d], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start_s3(root):
+    """tests/remote/servers.py serving `root` through s3rver behind the SigV4 check: the process
+    (its stdin keeps it running) and what it said when ready (addresses, keys)."""
+    servers = subprocess.Popen([sys.executable, os.path.join(SRC, "tests", "remote", "servers.py"),
+                                "--root", root, "--s3"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    line = servers.stdout.readline()
+    if not line.startswith("ready "):
+        raise RuntimeError(f"servers.py: {line}")
+    return servers, json.loads(line[6:])
 
 
 def cgroup_memory(pid):

@@ -205,13 +205,7 @@ def run(node):
     r_digest, r_start = write_safetensors(f"{s3root}/remote.safetensors",
                                           {f"r{i}": 16 * MiB for i in range(4)}, 4)
     print(f"fixtures written in {time.monotonic() - t0:.1f} s", flush=True)
-    servers = subprocess.Popen([sys.executable, os.path.join(pods.SRC, "tests", "remote",
-                                                             "servers.py"), "--root", s3root,
-                                "--s3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    line = servers.stdout.readline()
-    if not line.startswith("ready "):
-        raise RuntimeError(f"servers.py: {line}")
-    srv = json.loads(line[6:])
+    servers, srv = pods.start_s3(s3root)
 
     checkpoints = f"""
 [checkpoint:big]
