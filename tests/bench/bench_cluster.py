@@ -17,7 +17,6 @@ Prints the times, the ratios, and the memory each way costs the node. Usage: ben
 [--size-gib N] [--engines N] [--runs N]. No target is asserted (the machine is shared): the
 figures go in docs/performance.md."""
 import argparse
-import json
 import os
 import statistics
 import subprocess
