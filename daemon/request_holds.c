@@ -173,6 +173,7 @@ void request_holds_reattach(struct session *s, uint64_t id, const Weightd__Reatt
 	Weightd__ReattachReply rr = WEIGHTD__REATTACH_REPLY__INIT;
 	size_t n = ra->n_ino;
 	uint64_t *handles = NULL, *segments = NULL, attached = 0;
+	uint64_t refs_left = 4 * (uint64_t)s->d->cfg->max_unit_entries;
 	weightd_error err;
 
 	if (ra->n_offset != n || ra->n_nbytes != n || ra->n_count != n ||
@@ -206,9 +207,17 @@ void request_holds_reattach(struct session *s, uint64_t id, const Weightd__Reatt
 		if (!w || count == 0 || !sg->created || w->offset != ra->offset[i] ||
 		    w->nbytes != ra->nbytes[i] || seg_ino(sg) != ra->ino[i] || !may_read(s, w))
 			continue;
+		/* a count the client says is work on the main thread: bounded per weight by the
+		 * client's reference limit, and per request to a few references a weight (beyond,
+		 * the weight stays counted as mapped, its lock protecting it all the same) */
+		if ((s->d->cfg->client_max_weights &&
+		     s->holds.refs + count > s->d->cfg->client_max_weights) ||
+		    count > refs_left)
+			continue;
 		wd_error_clear(&err);
 		if (holds_check(&s->holds, &sg, 1, count, &err) < 0)
 			continue; /* over its limits: its memory stays counted as mapped */
+		refs_left -= count;
 		for (uint32_t k = 0; k < count; k++) {
 			cache_hold(s->d->cache, w);
 			if (holds_hold(&s->holds, w) < 0) {
