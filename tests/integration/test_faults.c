@@ -283,6 +283,25 @@ static void request_larger_than_dev_shm(void **state)
 
 /* --- a client killed mid-request ------------------------------------------------------------- */
 
+/* A child that connects and asks for the big tensor, to be killed while it waits. */
+static pid_t doomed_getter(void)
+{
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		weightd_client *k = NULL;
+		weightd_weight *kw = NULL;
+		weightd_error err;
+
+		if (weightd_connect(H.sock, "doomed", &k, &err) < 0)
+			_exit(1);
+		it_get(k, "big", BIG_TENSOR, &kw, &err);
+		_exit(2); /* not reached in time */
+	}
+	return pid;
+}
+
 /*
  * Two clients ask for the same big tensor; the first is killed while the job runs. The job
  * finishes for the second, which gets correct bytes; the dead client's reference never
@@ -304,16 +323,7 @@ static void client_killed_while_its_materialization_runs(void **state)
 	c = it_connect(&H);
 
 	/* alone: killed mid-job, the job finishes and the weight is kept, unreferenced */
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		weightd_client *k = NULL;
-		weightd_weight *kw = NULL;
-		if (weightd_connect(H.sock, "doomed", &k, &err) < 0)
-			_exit(1);
-		it_get(k, "big", BIG_TENSOR, &kw, &err);
-		_exit(2); /* not reached in time */
-	}
+	pid = doomed_getter();
 	assert_true(wait_in_flight(c));
 	kill(pid, SIGKILL);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -339,16 +349,7 @@ static void client_killed_while_its_materialization_runs(void **state)
 	}
 
 	/* joined: one of two waiters dies; the other still gets the weight */
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		weightd_client *k = NULL;
-		weightd_weight *kw = NULL;
-		if (weightd_connect(H.sock, "doomed", &k, &err) < 0)
-			_exit(1);
-		it_get(k, "big", BIG_TENSOR, &kw, &err);
-		_exit(2);
-	}
+	pid = doomed_getter();
 	assert_true(wait_in_flight(c));
 	b = it_connect(&H);
 	assert_int_equal(weightd_materialize(b, "big", BIG_TENSOR, NULL, &fb, &err), 0);

@@ -9,12 +9,22 @@
 #include "fixture.h"
 
 /* m.safetensors: five 1 MiB U8 tensors a..e, bytes pattern with seeds 0..4. */
-static void five_mib_tensors(char *path, size_t cap, const char *extra)
+/* Checkpoint m (at `path`) of five 1 MiB tensors a..e (and `extra`), served by a weightd with
+ * `budget`; returns a connection to it, and the daemon's fd count before it in `fd_base`. */
+static weightd_client *five_mib_tensors(char *path, size_t cap, const char *extra,
+					const char *budget, int *fd_base)
 {
+	char sec[1024];
+
 	harness_path(&H, "m.safetensors", path, cap);
 	it_fixture("safetensors %s --seed 0 --tensor a:U8:1048576 --tensor b:U8:1048576 "
 		   "--tensor c:U8:1048576 --tensor d:U8:1048576 --tensor e:U8:1048576 %s",
 		   path, extra ? extra : "");
+	snprintf(sec, sizeof(sec), "[checkpoint:m]\npath = %s\n", path);
+	it_start(&H, budget, sec);
+	if (fd_base)
+		*fd_base = it_fd_base(&H);
+	return it_connect(&H);
 }
 
 static void check_pattern(weightd_weight *w, unsigned seed)
@@ -32,17 +42,13 @@ static void check_pattern(weightd_weight *w, unsigned seed)
 /* Unreferenced weights go least-recently-released first; using a weight again makes it recent. */
 static void eviction_follows_lru_order(void **state)
 {
-	char path[512], sec[1024];
+	char path[512];
 	weightd_client *c;
 	weightd_weight *wa, *wb, *wc, *wd, *we;
 	weightd_status *st;
 	int base;
 
-	five_mib_tensors(path, sizeof(path), NULL);
-	snprintf(sec, sizeof(sec), "[checkpoint:m]\npath = %s\n", path);
-	it_start(&H, "budget = 3M", sec);
-	base = it_fd_base(&H);
-	c = it_connect(&H);
+	c = five_mib_tensors(path, sizeof(path), NULL, "budget = 3M", &base);
 
 	wa = it_get_ok(c, "m", "a");
 	wb = it_get_ok(c, "m", "b");
@@ -97,7 +103,7 @@ static int unit_of(weightd_client *c, const char *const *names, size_t n, weight
 /* A weight a client holds is never evicted; what cannot fit fails whole, evicting nothing. */
 static void held_weights_stay_and_what_cannot_fit_fails_cleanly(void **state)
 {
-	char path[512], sec[1024];
+	char path[512];
 	weightd_client *c;
 	weightd_weight *wa, *wb, *wc, *wd = NULL, *wbig = NULL;
 	weightd_unit *u = NULL;
@@ -107,11 +113,7 @@ static void held_weights_stay_and_what_cannot_fit_fails_cleanly(void **state)
 	uint64_t mats;
 	int base;
 
-	five_mib_tensors(path, sizeof(path), "--tensor big:U8:4194304");
-	snprintf(sec, sizeof(sec), "[checkpoint:m]\npath = %s\n", path);
-	it_start(&H, "budget = 3M", sec);
-	base = it_fd_base(&H);
-	c = it_connect(&H);
+	c = five_mib_tensors(path, sizeof(path), "--tensor big:U8:4194304", "budget = 3M", &base);
 
 	wa = it_get_ok(c, "m", "a");
 	wb = it_get_ok(c, "m", "b");
@@ -930,17 +932,14 @@ static json_int_t jint(json_t *o, const char *key)
  */
 static void weightctl_status_and_purge(void **state)
 {
-	char path[512], sec[1024], tmp[600], out[1 << 16];
+	char path[512], tmp[600], out[1 << 16];
 	weightd_client *c;
 	weightd_weight *wa, *wb, *wc;
 	json_t *j, *ws;
 	size_t i;
 	int segs;
 
-	five_mib_tensors(path, sizeof(path), NULL);
-	snprintf(sec, sizeof(sec), "[checkpoint:m]\npath = %s\n", path);
-	it_start(&H, "budget = 2M", sec);
-	c = it_connect(&H);
+	c = five_mib_tensors(path, sizeof(path), NULL, "budget = 2M", NULL);
 	wa = it_get_ok(c, "m", "a");
 	weightd_release(wa);
 	wb = it_get_ok(c, "m", "b");

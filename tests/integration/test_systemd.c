@@ -72,19 +72,27 @@ static void ready_only_after_every_source_is_admitted(void **state)
 	assert_int_equal(ready, 2);
 }
 
-static void reload_says_reloading_then_ready(void **state)
+/* Adds checkpoint `name`, the sample in NAME.safetensors, to weightd.conf (not reloaded). */
+static void add_sample_checkpoint(const char *name)
 {
-	char sections[2048], path[512], args[1024];
+	char path[512], args[1024], sections[1024];
+	FILE *f;
 
-	/* add a source, then SIGHUP: RELOADING=1, READY=1, and the new source is served */
-	harness_path(&H, "second.safetensors", path, sizeof(path));
+	snprintf(args, sizeof(args), "%s.safetensors", name);
+	harness_path(&H, args, path, sizeof(path));
 	snprintf(args, sizeof(args), "sample %s", path);
 	assert_int_equal(harness_mkfixture(args), 0);
-	FILE *f = fopen(H.conf, "a");
+	f = fopen(H.conf, "a");
 	assert_non_null(f);
-	snprintf(sections, sizeof(sections), "\n[checkpoint:second]\npath = %s\n", path);
+	snprintf(sections, sizeof(sections), "\n[checkpoint:%s]\npath = %s\n", name, path);
 	fputs(sections, f);
 	fclose(f);
+}
+
+static void reload_says_reloading_then_ready(void **state)
+{
+	/* add a source, then SIGHUP: RELOADING=1, READY=1, and the new source is served */
+	add_sample_checkpoint("second");
 
 	kill(H.pid, SIGHUP);
 	assert_int_equal(harness_wait_notify(&H, "RELOADING=1", 10000), 0);
@@ -99,18 +107,10 @@ static void reload_says_reloading_then_ready(void **state)
  * load is the file as it is after the last request. */
 static void concurrent_reloads_are_all_answered(void **state)
 {
-	char path[512], args[1024], sections[1024];
 	pid_t kids[2];
 	size_t ready, total;
 
-	harness_path(&H, "third.safetensors", path, sizeof(path));
-	snprintf(args, sizeof(args), "sample %s", path);
-	assert_int_equal(harness_mkfixture(args), 0);
-	FILE *f = fopen(H.conf, "a");
-	assert_non_null(f);
-	snprintf(sections, sizeof(sections), "\n[checkpoint:third]\npath = %s\n", path);
-	fputs(sections, f);
-	fclose(f);
+	add_sample_checkpoint("third");
 
 	for (int i = 0; i < 2; i++) {
 		kids[i] = fork();

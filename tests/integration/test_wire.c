@@ -349,13 +349,14 @@ static void put_varint(uint8_t *buf, size_t *n, uint64_t v)
 }
 
 /*
- * Request { id, <body_field> = { `count` copies of the 2 bytes `item` } } as one frame: `count`
- * empty entries (0a 00), empty aliases (12 00) or handles 1 (08 01) of a body message.
+ * Request { id, <body_field> = { `first` (2 bytes, when given), then `count` copies of the 2
+ * bytes `item` } } as one frame: `count` empty entries (0a 00), empty aliases (12 00) or
+ * handles 1 (08 01) of a body message.
  */
-static void send_repeated(int fd, uint64_t id, unsigned body_field, const uint8_t item[2],
-			  size_t count)
+static void send_repeated(int fd, uint64_t id, unsigned body_field, const uint8_t *first,
+			  const uint8_t item[2], size_t count)
 {
-	size_t cap = 2 * count + 64, n = 8, body = 2 * count;
+	size_t cap = 2 * count + 64, n = 8, body = 2 * count + (first ? 2 : 0);
 	uint8_t *f = malloc(cap);
 
 	assert_non_null(f);
@@ -364,6 +365,10 @@ static void send_repeated(int fd, uint64_t id, unsigned body_field, const uint8_
 	put_varint(f, &n, id);
 	put_varint(f, &n, (uint64_t)body_field << 3 | 2);
 	put_varint(f, &n, body);
+	if (first) {
+		f[n++] = first[0];
+		f[n++] = first[1];
+	}
 	for (size_t i = 0; i < count; i++) {
 		f[n++] = item[0];
 		f[n++] = item[1];
@@ -395,13 +400,13 @@ static void too_many_entries_are_refused(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct resp r;
 
-		send_repeated(fd, 70 + i, cases[i].body, cases[i].item, 65537);
+		send_repeated(fd, 70 + i, cases[i].body, NULL, cases[i].item, 65537);
 		read_resp(fd, &r);
 		assert_int_equal(r.id, 70 + i);
 		assert_int_equal(r.code, ERR_LIMIT_EXCEEDED);
 		if (!strstr(r.message, cases[i].said))
 			fail_msg("message: %s", r.message);
-		send_repeated(fd, 80 + i, cases[i].body, cases[i].item, 65536);
+		send_repeated(fd, 80 + i, cases[i].body, NULL, cases[i].item, 65536);
 		read_resp(fd, &r);
 		assert_int_equal(r.id, 80 + i);
 		assert_true(r.code != 0 && r.code != ERR_LIMIT_EXCEEDED);
@@ -409,26 +414,8 @@ static void too_many_entries_are_refused(void **state)
 	{
 		/* one entry and 65,537 aliases */
 		struct resp r;
-		size_t count = 65537, n = 8, body = 2 + 2 * count;
-		uint8_t *f = malloc(2 * count + 64);
 
-		assert_non_null(f);
-		memset(f, 0, 8);
-		f[n++] = 0x08;
-		put_varint(f, &n, 90);
-		put_varint(f, &n, 14u << 3 | 2);
-		put_varint(f, &n, body);
-		f[n++] = entry[0];
-		f[n++] = entry[1];
-		for (size_t i = 0; i < count; i++) {
-			f[n++] = alias[0];
-			f[n++] = alias[1];
-		}
-		f[0] = (uint8_t)(n - 8);
-		f[1] = (uint8_t)((n - 8) >> 8);
-		f[2] = (uint8_t)((n - 8) >> 16);
-		send_all(fd, f, n);
-		free(f);
+		send_repeated(fd, 90, 14, entry, alias, 65537);
 		read_resp(fd, &r);
 		assert_int_equal(r.code, ERR_LIMIT_EXCEEDED);
 	}

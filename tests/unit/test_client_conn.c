@@ -531,15 +531,9 @@ static void test_abandoned_request_releases_its_weight(void **state)
 	fake_stop(f);
 }
 
-static void h_never(struct fake *f, const Weightd__Request *req)
-{
-	(void)f;
-	(void)req;
-}
-
 static void test_pending_limit(void **state)
 {
-	struct fake *f = fake_start(h_never, NULL);
+	struct fake *f = fake_start(h_silent, NULL);
 	weightd_inflight *fl[3];
 	weightd_client *c;
 	weightd_error err;
@@ -560,7 +554,7 @@ static void test_pending_limit(void **state)
 /* Closing with requests in flight: they fail; their handles can still be freed. */
 static void test_close_with_inflight(void **state)
 {
-	struct fake *f = fake_start(h_never, NULL);
+	struct fake *f = fake_start(h_silent, NULL);
 	weightd_inflight *fl;
 	weightd_client *c;
 	weightd_error err;

@@ -78,6 +78,23 @@ static const Weightd__Recipe *sent(struct env *e, const weightd_recipe *r, weigh
 
 #define SRC(t) "{\"op\":\"source\",\"checkpoint\":\"m\",\"tensor\":\"" t "\"}"
 
+/* Two recipes pack to the same bytes on the wire. */
+static void assert_same_wire(const Weightd__Recipe *a, const Weightd__Recipe *b)
+{
+	size_t la = weightd__recipe__get_packed_size(a);
+	size_t lb = weightd__recipe__get_packed_size(b);
+	uint8_t *pa = malloc(la ? la : 1), *pb = malloc(lb ? lb : 1);
+
+	assert_non_null(pa);
+	assert_non_null(pb);
+	assert_int_equal(la, lb);
+	weightd__recipe__pack(a, pa);
+	weightd__recipe__pack(b, pb);
+	assert_memory_equal(pa, pb, la);
+	free(pa);
+	free(pb);
+}
+
 static weightd_recipe *parse_ok(const char *json)
 {
 	weightd_recipe *r = NULL;
@@ -184,8 +201,6 @@ static void test_builder_matches_json(void **state)
 	weightd_recipe *r, *j;
 	weightd_selection *sel;
 	const Weightd__Recipe *a, *b;
-	uint8_t *pa, *pb;
-	size_t la, lb;
 	weightd_error err;
 	int s, t;
 
@@ -200,16 +215,7 @@ static void test_builder_matches_json(void **state)
 		     "\"tensor\":\"w\",\"select\":{\"shard\":[0,1,2]}}}}");
 	a = sent(e, r, &err);
 	b = sent(e, j, &err);
-	la = weightd__recipe__get_packed_size(a);
-	lb = weightd__recipe__get_packed_size(b);
-	assert_int_equal(la, lb);
-	pa = malloc(la);
-	pb = malloc(lb);
-	weightd__recipe__pack(a, pa);
-	weightd__recipe__pack(b, pb);
-	assert_memory_equal(pa, pb, la);
-	free(pa);
-	free(pb);
+	assert_same_wire(a, b);
 	assert_false(a->nodes[2]->truncate);
 	weightd_recipe_free(r);
 	weightd_recipe_free(j);
@@ -252,8 +258,6 @@ static void test_dequant_block_json_and_builder(void **state)
 	weightd_recipe *r, *j;
 	weightd_selection *sel;
 	const Weightd__Recipe *a, *b;
-	uint8_t *pa, *pb;
-	size_t la, lb;
 	weightd_error err;
 	int d, sc, q;
 
@@ -283,17 +287,8 @@ static void test_dequant_block_json_and_builder(void **state)
 	assert_int_equal(weightd_recipe_select(r, q, sel, &err), 3);
 	weightd_selection_free(sel);
 	a = sent(e, r, &err);
-	la = weightd__recipe__get_packed_size(a);
-	pa = malloc(la);
-	weightd__recipe__pack(a, pa);
 	b = sent(e, j, &err);
-	lb = weightd__recipe__get_packed_size(b);
-	pb = malloc(lb);
-	weightd__recipe__pack(b, pb);
-	assert_int_equal(la, lb);
-	assert_memory_equal(pa, pb, la);
-	free(pa);
-	free(pb);
+	assert_same_wire(a, b);
 
 	/* what the builder can check alone */
 	assert_int_equal(weightd_recipe_dequant_block(r, d, 7, block, 2, "BF16", &err),

@@ -291,6 +291,33 @@ static void bare_holds_free(struct daemon *d, struct holds *hs)
 	cache_free(d->cache, false);
 }
 
+/* Two connections (1 and 2) of uid 65534 over a fresh cache, for the per-uid tests below. */
+struct two_conns {
+	struct daemon d;
+	struct config cfg;
+	struct uid_usage uu;
+	struct holds a, b;
+};
+
+static void two_conns_open(struct two_conns *t, uint64_t budget)
+{
+	struct cache_params cp = { .budget = budget };
+
+	memset(t, 0, sizeof(*t));
+	t->d.cache = cache_new(&cp);
+	assert_non_null(t->d.cache);
+	t->uu.uid = 65534;
+	holds_init(&t->a, t->d.cache, &t->cfg, &t->uu, 1, false);
+	holds_init(&t->b, t->d.cache, &t->cfg, &t->uu, 2, false);
+}
+
+static void two_conns_close(struct two_conns *t)
+{
+	holds_free(&t->a);
+	holds_free(&t->b);
+	cache_free(t->d.cache, false);
+}
+
 /*
  * Holds taken without a lookup are not indexed (a unit bound and then freed whole never builds
  * the index); the first lookup indexes all of them, and each is found.
@@ -424,27 +451,16 @@ static void a_uid_holds_at_most_its_share_of_the_budget(void **state)
 {
 	static struct weight w[2];
 	static struct cache_segment seg;
-	struct cache_params cp = { .budget = 1ull << 40 };
-	struct config cfg;
-	struct uid_usage uu;
-	struct daemon d;
-	struct holds a, b;
+	static struct two_conns t;
+	struct holds *a = &t.a, *b = &t.b;
+	struct uid_usage *uu = &t.uu;
 	weightd_error err;
 	uid_t listed[2] = { 7, 65534 };
 
 	(void)state;
-	memset(&d, 0, sizeof(d));
-	memset(&a, 0, sizeof(a));
-	memset(&b, 0, sizeof(b));
-	memset(&uu, 0, sizeof(uu));
-	memset(&cfg, 0, sizeof(cfg));
 	memset(&seg, 0, sizeof(seg));
-	d.cache = cache_new(&cp);
-	assert_non_null(d.cache);
-	cfg.uid_budget_share = 50;
-	uu.uid = 65534;
-	holds_init(&a, d.cache, &cfg, &uu, 1, false);
-	holds_init(&b, d.cache, &cfg, &uu, 2, false);
+	two_conns_open(&t, 1ull << 40);
+	t.cfg.uid_budget_share = 50;
 	for (size_t i = 0; i < 2; i++) {
 		memset(&w[i], 0, sizeof(w[i]));
 		w[i].id = 1 + i;
@@ -453,35 +469,33 @@ static void a_uid_holds_at_most_its_share_of_the_budget(void **state)
 	}
 	/* two connections hold w[0] (each counts it), one holds w[1] twice (counted once) */
 	for (size_t k = 0; k < 4; k++) {
-		cache_hold(d.cache, &w[k == 3]);
-		assert_int_equal(holds_hold(k == 1 ? &b : &a, &w[k == 3 ? 1 : k == 2]), 0);
+		cache_hold(t.d.cache, &w[k == 3]);
+		assert_int_equal(holds_hold(k == 1 ? b : a, &w[k == 3 ? 1 : k == 2]), 0);
 	}
-	assert_int_equal(uu.bytes, 900);
-	holds_pending_add(&b, 50, 1);
-	assert_int_equal(uu.pending_bytes, 50);
+	assert_int_equal(uu->bytes, 900);
+	holds_pending_add(b, 50, 1);
+	assert_int_equal(uu->pending_bytes, 50);
 	wd_error_clear(&err);
-	assert_int_equal(holds_check_budget(&a, 50, 2000, &err), 0); /* 1000 of 1000 */
-	assert_int_equal(holds_check_budget(&a, 51, 2000, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	assert_int_equal(holds_check_budget(a, 50, 2000, &err), 0); /* 1000 of 1000 */
+	assert_int_equal(holds_check_budget(a, 51, 2000, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
 	assert_non_null(strstr(err.message, "uid 65534"));
 	assert_non_null(strstr(err.message, "its share of the budget is 1000 bytes"));
 	assert_non_null(strstr(err.message, "uid_budget_share 50%"));
 	assert_non_null(strstr(err.message, "`budget_users`"));
-	cfg.budget_uids = listed;
-	cfg.n_budget_uids = 2;
-	assert_int_equal(holds_check_budget(&a, 1u << 20, 2000, &err), 0);
-	cfg.n_budget_uids = 1; /* 7 only */
-	assert_int_equal(holds_check_budget(&a, 51, 2000, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
-	a.exempt = true;
-	assert_int_equal(holds_check_budget(&a, 1u << 20, 2000, &err), 0);
+	t.cfg.budget_uids = listed;
+	t.cfg.n_budget_uids = 2;
+	assert_int_equal(holds_check_budget(a, 1u << 20, 2000, &err), 0);
+	t.cfg.n_budget_uids = 1; /* 7 only */
+	assert_int_equal(holds_check_budget(a, 51, 2000, &err), -WEIGHTD_E_LIMIT_EXCEEDED);
+	a->exempt = true;
+	assert_int_equal(holds_check_budget(a, 1u << 20, 2000, &err), 0);
 	/* everything given back: the uid's bytes follow */
-	holds_pending_done(&b, 50, 1);
-	holds_clear(&a);
-	holds_clear(&b);
-	assert_int_equal(uu.bytes, 0);
-	assert_int_equal(uu.pending_bytes, 0);
-	holds_free(&a);
-	holds_free(&b);
-	cache_free(d.cache, false);
+	holds_pending_done(b, 50, 1);
+	holds_clear(a);
+	holds_clear(b);
+	assert_int_equal(uu->bytes, 0);
+	assert_int_equal(uu->pending_bytes, 0);
+	two_conns_close(&t);
 }
 
 /*
@@ -491,52 +505,39 @@ static void a_uid_holds_at_most_its_share_of_the_budget(void **state)
  */
 static void unit_memory_is_counted_per_uid(void **state)
 {
-	struct cache_params cp = { .budget = 1ull << 30 };
-	struct config cfg;
-	struct uid_usage uu;
-	struct daemon d;
-	struct holds a, b;
+	static struct two_conns t;
+	struct holds *a = &t.a, *b = &t.b;
+	struct uid_usage *uu = &t.uu;
 	weightd_error err;
 
 	(void)state;
-	memset(&d, 0, sizeof(d));
-	memset(&a, 0, sizeof(a));
-	memset(&b, 0, sizeof(b));
-	memset(&uu, 0, sizeof(uu));
-	memset(&cfg, 0, sizeof(cfg));
-	d.cache = cache_new(&cp);
-	assert_non_null(d.cache);
-	cfg.uid_max_unit_memory = 1000;
-	uu.uid = 65534;
-	holds_init(&a, d.cache, &cfg, &uu, 1, false);
-	holds_init(&b, d.cache, &cfg, &uu, 2, false);
+	two_conns_open(&t, 1ull << 30);
+	t.cfg.uid_max_unit_memory = 1000;
 	wd_error_clear(&err);
-	assert_int_equal(holds_unit_memory(&a, 600, false, "a unit", &err), 0);
-	assert_int_equal(holds_unit_memory(&b, 400, false, "a unit", &err), 0); /* 1000 of 1000 */
-	assert_int_equal(holds_unit_memory(&b, 1, false, "planning x", &err),
+	assert_int_equal(holds_unit_memory(a, 600, false, "a unit", &err), 0);
+	assert_int_equal(holds_unit_memory(b, 400, false, "a unit", &err), 0); /* 1000 of 1000 */
+	assert_int_equal(holds_unit_memory(b, 1, false, "planning x", &err),
 			 -WEIGHTD_E_LIMIT_EXCEEDED);
 	assert_non_null(strstr(err.message, "uid 65534"));
 	assert_non_null(strstr(err.message, "for planning x"));
 	assert_non_null(strstr(err.message, "`uid_max_unit_memory`"));
-	assert_int_equal(uu.unit_memory, 1000);
+	assert_int_equal(uu->unit_memory, 1000);
 	/* a decode is held to the limit by itself, and counted */
-	assert_int_equal(holds_unit_memory(&b, 1000, true, "decoding", &err), 0);
-	assert_int_equal(holds_unit_memory(&b, 1001, true, "decoding", &err),
+	assert_int_equal(holds_unit_memory(b, 1000, true, "decoding", &err), 0);
+	assert_int_equal(holds_unit_memory(b, 1001, true, "decoding", &err),
 			 -WEIGHTD_E_LIMIT_EXCEEDED);
-	assert_int_equal(uu.unit_memory, 2000);
-	holds_unit_memory_done(&b, 1000);
-	holds_unit_memory_done(&a, 600);
-	assert_int_equal(uu.unit_memory, 400);
-	a.exempt = true;
-	assert_int_equal(holds_unit_memory(&a, 5000, false, "a unit", &err), 0);
-	assert_int_equal(uu.unit_memory, 5400);
+	assert_int_equal(uu->unit_memory, 2000);
+	holds_unit_memory_done(b, 1000);
+	holds_unit_memory_done(a, 600);
+	assert_int_equal(uu->unit_memory, 400);
+	a->exempt = true;
+	assert_int_equal(holds_unit_memory(a, 5000, false, "a unit", &err), 0);
+	assert_int_equal(uu->unit_memory, 5400);
 	/* connections that go give back what they were counted for */
-	holds_clear(&a);
-	holds_clear(&b);
-	assert_int_equal(uu.unit_memory, 0);
-	holds_free(&a);
-	holds_free(&b);
-	cache_free(d.cache, false);
+	holds_clear(a);
+	holds_clear(b);
+	assert_int_equal(uu->unit_memory, 0);
+	two_conns_close(&t);
 }
 
 TEST_MAIN(NULL, NULL, cmocka_unit_test(held_index_matches_a_reference_count),

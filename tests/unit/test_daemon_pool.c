@@ -283,6 +283,26 @@ static void h_done(struct pool_task *t)
 	((struct h_task *)t)->done_count++;
 }
 
+/* Submits the blocker and returns once it holds the pool's (only) worker. */
+static void hold_worker(struct pool *p, struct h_task *blocker)
+{
+	h_released = h_blocking = false;
+	pool_submit(p, &blocker->task);
+	pthread_mutex_lock(&h_lock);
+	while (!h_blocking)
+		pthread_cond_wait(&h_cond, &h_lock);
+	pthread_mutex_unlock(&h_lock);
+}
+
+/* Lets the blocker finish. */
+static void release_worker(void)
+{
+	pthread_mutex_lock(&h_lock);
+	h_released = true;
+	pthread_cond_broadcast(&h_cond);
+	pthread_mutex_unlock(&h_lock);
+}
+
 /*
  * With the only worker held by a blocker: helpers queue behind the tasks already queued, a
  * withdrawn helper never runs, no done() is ever called for a helper, and withdrawing one after
@@ -297,15 +317,10 @@ static void helpers_queue_behind_can_be_withdrawn_and_get_no_done(void **state)
 	struct h_task h1 = { .task = { .work = h_work, .done = NULL } };
 	struct h_task h2 = { .task = { .work = h_work, .done = NULL } };
 
-	h_released = h_blocking = false;
 	h_seq = 0;
 	assert_non_null(base);
 	assert_non_null(p);
-	pool_submit(p, &blocker.task);
-	pthread_mutex_lock(&h_lock);
-	while (!h_blocking)
-		pthread_cond_wait(&h_cond, &h_lock);
-	pthread_mutex_unlock(&h_lock);
+	hold_worker(p, &blocker);
 
 	pool_submit(p, &a.task);
 	pool_help(p, &h1.task);
@@ -314,10 +329,7 @@ static void helpers_queue_behind_can_be_withdrawn_and_get_no_done(void **state)
 	assert_false(pool_withdraw(p, &h1.task));   /* not queued any more */
 	assert_int_equal(pool_pending(p), 2);       /* helpers are not counted */
 
-	pthread_mutex_lock(&h_lock);
-	h_released = true;
-	pthread_cond_broadcast(&h_cond);
-	pthread_mutex_unlock(&h_lock);
+	release_worker();
 	while (a.done_count == 0)
 		event_base_loop(base, EVLOOP_ONCE);
 	/* the helper runs after a (no done() tells of it): wait for its mark */
@@ -353,22 +365,14 @@ static void cancel_drops_helpers_and_withdraw_says_so(void **state)
 	struct h_task h2 = { .task = { .work = h_work, .done = NULL } };
 
 	assert_non_null(p);
-	h_released = h_blocking = false;
 	h_seq = 0;
-	pool_submit(p, &blocker.task);
-	pthread_mutex_lock(&h_lock);
-	while (!h_blocking)
-		pthread_cond_wait(&h_cond, &h_lock);
-	pthread_mutex_unlock(&h_lock);
+	hold_worker(p, &blocker);
 	pool_help(p, &h1.task);
 	assert_int_equal(pool_cancel(p), 0);        /* the helper is dropped, not reported */
 	pool_help(p, &h2.task);
 	assert_true(pool_withdraw(p, &h1.task));
 	assert_true(pool_withdraw(p, &h2.task));
-	pthread_mutex_lock(&h_lock);
-	h_released = true;
-	pthread_cond_broadcast(&h_cond);
-	pthread_mutex_unlock(&h_lock);
+	release_worker();
 	while (blocker.done_count == 0)
 		event_base_loop(base, EVLOOP_ONCE);
 	assert_true(pool_free(p, 0));
@@ -436,23 +440,15 @@ static void owners_are_served_fairly_over_bytes(void **state)
 	assert_non_null(base);
 	p = pool_new(base, 1);
 	assert_non_null(p);
-	h_released = h_blocking = false;
 	h_seq = 0;
-	pool_submit(p, &blocker.task);
-	pthread_mutex_lock(&h_lock);
-	while (!h_blocking)
-		pthread_cond_wait(&h_cond, &h_lock);
-	pthread_mutex_unlock(&h_lock);
+	hold_worker(p, &blocker);
 	for (int i = 0; i < 4; i++) {
 		f_init(&big[i], 1000, 256u << 20);
 		pool_submit(p, &big[i].task);
 	}
 	f_init(&small, 2000, 4096);
 	pool_submit(p, &small.task);
-	pthread_mutex_lock(&h_lock);
-	h_released = true;
-	pthread_cond_broadcast(&h_cond);
-	pthread_mutex_unlock(&h_lock);
+	release_worker();
 	while (big[3].done_count == 0 || small.done_count == 0)
 		event_base_loop(base, EVLOOP_ONCE);
 	/* blocker 1; the small one second or third, before the second big one */
@@ -463,23 +459,15 @@ static void owners_are_served_fairly_over_bytes(void **state)
 
 	/* owner 2000, idle while owner 1000's bytes were served, gets no credit for it: a new
 	 * owner's task is not queued behind all of its tasks */
-	h_released = h_blocking = false;
 	blocker.work_seq = 0;
-	pool_submit(p, &blocker.task);
-	pthread_mutex_lock(&h_lock);
-	while (!h_blocking)
-		pthread_cond_wait(&h_cond, &h_lock);
-	pthread_mutex_unlock(&h_lock);
+	hold_worker(p, &blocker);
 	for (int i = 0; i < 3; i++) {
 		f_init(&big[i], 2000, 1u << 20);
 		pool_submit(p, &big[i].task);
 	}
 	f_init(&later, 3000, 1u << 20);
 	pool_submit(p, &later.task);
-	pthread_mutex_lock(&h_lock);
-	h_released = true;
-	pthread_cond_broadcast(&h_cond);
-	pthread_mutex_unlock(&h_lock);
+	release_worker();
 	while (big[2].done_count == 0 || later.done_count == 0)
 		event_base_loop(base, EVLOOP_ONCE);
 	assert_true(later.seq < big[1].seq);
@@ -539,13 +527,8 @@ static void a_queued_task_moves_to_the_owner_due_first(void **state)
 	assert_non_null(base);
 	p = pool_new(base, 1);
 	assert_non_null(p);
-	h_released = h_blocking = false;
 	h_seq = 0;
-	pool_submit(p, &blocker.task);
-	pthread_mutex_lock(&h_lock);
-	while (!h_blocking)
-		pthread_cond_wait(&h_cond, &h_lock);
-	pthread_mutex_unlock(&h_lock);
+	hold_worker(p, &blocker);
 	for (int i = 0; i < 3; i++) {
 		f_init(&a[i], 1000, 64u << 20);
 		pool_submit(p, &a[i].task);
@@ -556,10 +539,7 @@ static void a_queued_task_moves_to_the_owner_due_first(void **state)
 	assert_true(pool_reown(p, &a[2].task, 3000));  /* owner 3000 has nothing queued */
 	assert_int_equal(a[2].task.owner, 3000);
 	assert_false(pool_reown(p, &blocker.task, 3000)); /* running */
-	pthread_mutex_lock(&h_lock);
-	h_released = true;
-	pthread_cond_broadcast(&h_cond);
-	pthread_mutex_unlock(&h_lock);
+	release_worker();
 	while (a[1].done_count == 0 || a[2].done_count == 0 || b.done_count == 0)
 		event_base_loop(base, EVLOOP_ONCE);
 	assert_true(a[2].seq < a[1].seq);

@@ -105,6 +105,16 @@ static void release(void)
 
 static const char owner_a = 'a', owner_b = 'b';
 
+/* Starts the thread and holds it inside its first call: the first MiB of fd 7. */
+static void start_with_a_call_held(void)
+{
+	reset();
+	assert_int_equal(wd_pagedrop_start(), 0);
+	hold_next_call();
+	wd_pagedrop_add(&owner_a, 7, 0, MIB);
+	wait_held();
+}
+
 /* Without the thread: one call at once, on this thread, over the whole pages inside. */
 static void test_synchronous_until_started(void **state)
 {
@@ -125,11 +135,7 @@ static void test_synchronous_until_started(void **state)
 static void test_adjacent_ranges_joined_on_the_thread(void **state)
 {
 	(void)state;
-	reset();
-	assert_int_equal(wd_pagedrop_start(), 0);
-	hold_next_call();
-	wd_pagedrop_add(&owner_a, 7, 0, MIB);
-	wait_held();
+	start_with_a_call_held();
 	assert_int_not_equal(W.last_tid, gettid());
 	for (unsigned i = 63; i >= 32; i--) /* backwards */
 		wd_pagedrop_add(&owner_a, 7, (uint64_t)i * MIB, MIB);
@@ -146,11 +152,7 @@ static void test_adjacent_ranges_joined_on_the_thread(void **state)
 static void test_ranges_queued_together_are_one_call(void **state)
 {
 	(void)state;
-	reset();
-	assert_int_equal(wd_pagedrop_start(), 0);
-	hold_next_call();
-	wd_pagedrop_add(&owner_a, 7, 0, MIB);
-	wait_held();
+	start_with_a_call_held();
 	for (unsigned i = 1; i < 64; i++)
 		wd_pagedrop_add(&owner_a, 7, (uint64_t)i * MIB, MIB);
 	release();
@@ -164,11 +166,7 @@ static void test_ranges_queued_together_are_one_call(void **state)
 static void test_ranges_that_meet_become_one(void **state)
 {
 	(void)state;
-	reset();
-	assert_int_equal(wd_pagedrop_start(), 0);
-	hold_next_call();
-	wd_pagedrop_add(&owner_a, 7, 0, MIB);
-	wait_held();
+	start_with_a_call_held();
 	for (unsigned i = 0; i < 16; i++) {
 		wd_pagedrop_add(&owner_a, 7, (uint64_t)(10 + i) * MIB, MIB); /* [10, 26) */
 		wd_pagedrop_add(&owner_a, 7, (uint64_t)(26 + i) * MIB, MIB); /* [26, 42) */
@@ -195,11 +193,7 @@ static void test_forget_drops_nothing_more_and_waits(void **state)
 	int done = 0;
 
 	(void)state;
-	reset();
-	assert_int_equal(wd_pagedrop_start(), 0);
-	hold_next_call();
-	wd_pagedrop_add(&owner_a, 7, 0, MIB);
-	wait_held();
+	start_with_a_call_held();
 	wd_pagedrop_add(&owner_a, 7, 10 * MIB, MIB);
 	wd_pagedrop_add(&owner_b, 9, 0, MIB);
 	wd_pagedrop_add(&owner_b, 9, 10 * MIB, MIB);
@@ -219,11 +213,7 @@ static void test_forget_drops_nothing_more_and_waits(void **state)
 static void test_full_queue_drops_on_the_caller(void **state)
 {
 	(void)state;
-	reset();
-	assert_int_equal(wd_pagedrop_start(), 0);
-	hold_next_call();
-	wd_pagedrop_add(&owner_a, 7, 0, MIB);
-	wait_held();
+	start_with_a_call_held();
 	wd_pagedrop_add(&owner_a, 7, 2 * MIB, 1000ull * MIB); /* queued */
 	assert_int_equal(calls(), 1);
 	wd_pagedrop_add(&owner_a, 7, 4096ull * MIB, 100ull * MIB);
