@@ -29,6 +29,15 @@ static int sel_alloc(int kind, weightd_selection **ret, weightd_error *err)
 	return 0;
 }
 
+/* The error for a selection [start, end) that is empty: `what`, then `where` after the range. */
+static int empty_range(const char *what, uint64_t start, uint64_t end, const char *where,
+		       weightd_error *err)
+{
+	return wc_err_set(err, WEIGHTD_E_OUT_OF_RANGE,
+			  "%s [%llu, %llu)%s is empty: start must be below end", what,
+			  (unsigned long long)start, (unsigned long long)end, where);
+}
+
 int weightd_selection_full(weightd_selection **ret, weightd_error *err)
 {
 	return sel_alloc(WEIGHTD__SELECTION__KIND__SEL_FULL, ret, err);
@@ -37,13 +46,13 @@ int weightd_selection_full(weightd_selection **ret, weightd_error *err)
 int weightd_selection_range(uint32_t axis, uint64_t start, uint64_t end,
 			    weightd_selection **ret, weightd_error *err)
 {
+	char where[32];
 	int r;
 
 	wc_err_clear(err);
+	snprintf(where, sizeof(where), " on axis %u", axis);
 	if (start >= end)
-		return wc_err_set(err, WEIGHTD_E_OUT_OF_RANGE,
-				  "range [%llu, %llu) on axis %u is empty: start must be below end",
-				  (unsigned long long)start, (unsigned long long)end, axis);
+		return empty_range("range", start, end, where, err);
 	r = sel_alloc(WEIGHTD__SELECTION__KIND__SEL_RANGE, ret, err);
 	if (r == 0) {
 		(*ret)->axis = axis;
@@ -89,9 +98,7 @@ int weightd_selection_elements(uint64_t start, uint64_t end, const uint64_t *sha
 
 	wc_err_clear(err);
 	if (start >= end)
-		return wc_err_set(err, WEIGHTD_E_OUT_OF_RANGE,
-				  "elements [%llu, %llu) is empty: start must be below end",
-				  (unsigned long long)start, (unsigned long long)end);
+		return empty_range("elements", start, end, "", err);
 	if (ndim > WEIGHTD_MAX_DIMS || (ndim && !shape))
 		return wc_err_set(err, WEIGHTD_E_RECIPE_TOO_LARGE,
 				  "an elements selection's shape has %zu dimensions (at most %d)",
@@ -280,6 +287,23 @@ static int abort_node(weightd_recipe *r, int rc)
 	return rc;
 }
 
+/* A new node of `op` over `inputs`, to fill and then end with end_node; NULL with *rc set (and
+ * nothing to end) when it cannot be added. */
+static struct wc_node *begin_node(weightd_recipe *r, int op, const int *inputs, size_t n_inputs,
+				  int *rc, weightd_error *err)
+{
+	struct wc_node *n = NULL;
+
+	*rc = add_node(r, op, inputs, n_inputs, &n, err);
+	return *rc < 0 ? NULL : n;
+}
+
+/* Keep the node being filled (its index) when `rc` is 0, or drop it and return `rc`. */
+static int end_node(weightd_recipe *r, int rc)
+{
+	return rc < 0 ? abort_node(r, rc) : commit_node(r);
+}
+
 static int set_dtype(weightd_recipe *r, struct wc_node *n, const char *dtype, weightd_error *err)
 {
 	char what[80];
@@ -309,11 +333,10 @@ static int set_shape(weightd_recipe *r, struct wc_node *n, const uint64_t *shape
 int weightd_recipe_source(weightd_recipe *r, const char *checkpoint, const char *tensor,
 			  const weightd_selection *sel, weightd_error *err)
 {
-	struct wc_node *n = NULL;
 	int rc;
+	struct wc_node *n = begin_node(r, WEIGHTD__OP__OP_SOURCE, NULL, 0, &rc, err);
 
-	rc = add_node(r, WEIGHTD__OP__OP_SOURCE, NULL, 0, &n, err);
-	if (rc < 0)
+	if (!n)
 		return rc;
 	if (!checkpoint || !checkpoint[0] || !tensor || !tensor[0])
 		return abort_node(r, node_err(err, r->n, n->op, WEIGHTD_E_INVALID_ARGUMENT,
@@ -334,11 +357,10 @@ int weightd_recipe_source(weightd_recipe *r, const char *checkpoint, const char 
 int weightd_recipe_select(weightd_recipe *r, int input, const weightd_selection *sel,
 			  weightd_error *err)
 {
-	struct wc_node *n = NULL;
 	int rc;
+	struct wc_node *n = begin_node(r, WEIGHTD__OP__OP_SELECT, &input, 1, &rc, err);
 
-	rc = add_node(r, WEIGHTD__OP__OP_SELECT, &input, 1, &n, err);
-	if (rc < 0)
+	if (!n)
 		return rc;
 	if (sel) {
 		rc = sel_copy(&n->sel, sel, err);
@@ -352,11 +374,10 @@ int weightd_recipe_select(weightd_recipe *r, int input, const weightd_selection 
 static int join(weightd_recipe *r, int op, int axis, const int *inputs, size_t n_inputs,
 		weightd_error *err)
 {
-	struct wc_node *n = NULL;
 	int rc;
+	struct wc_node *n = begin_node(r, op, inputs, n_inputs, &rc, err);
 
-	rc = add_node(r, op, inputs, n_inputs, &n, err);
-	if (rc < 0)
+	if (!n)
 		return rc;
 	n->axis = axis;
 	return commit_node(r);
@@ -377,24 +398,22 @@ int weightd_recipe_stack(weightd_recipe *r, int axis, const int *inputs, size_t 
 int weightd_recipe_reshape(weightd_recipe *r, int input, const uint64_t *shape, size_t ndim,
 			   weightd_error *err)
 {
-	struct wc_node *n = NULL;
 	int rc;
+	struct wc_node *n = begin_node(r, WEIGHTD__OP__OP_RESHAPE, &input, 1, &rc, err);
 
-	rc = add_node(r, WEIGHTD__OP__OP_RESHAPE, &input, 1, &n, err);
-	if (rc < 0)
+	if (!n)
 		return rc;
 	rc = set_shape(r, n, shape, ndim, err);
-	return rc < 0 ? abort_node(r, rc) : commit_node(r);
+	return end_node(r, rc);
 }
 
 int weightd_recipe_transpose(weightd_recipe *r, int input, const uint32_t *perm, size_t np,
 			     weightd_error *err)
 {
-	struct wc_node *n = NULL;
 	int rc;
+	struct wc_node *n = begin_node(r, WEIGHTD__OP__OP_TRANSPOSE, &input, 1, &rc, err);
 
-	rc = add_node(r, WEIGHTD__OP__OP_TRANSPOSE, &input, 1, &n, err);
-	if (rc < 0)
+	if (!n)
 		return rc;
 	if (np > WEIGHTD_MAX_DIMS)
 		return abort_node(r, node_err(err, r->n, n->op, WEIGHTD_E_RECIPE_TOO_LARGE,
@@ -410,15 +429,14 @@ int weightd_recipe_transpose(weightd_recipe *r, int input, const uint32_t *perm,
 
 static int cast(weightd_recipe *r, int input, const char *dtype, bool truncate, weightd_error *err)
 {
-	struct wc_node *n = NULL;
 	int rc;
+	struct wc_node *n = begin_node(r, WEIGHTD__OP__OP_CAST, &input, 1, &rc, err);
 
-	rc = add_node(r, WEIGHTD__OP__OP_CAST, &input, 1, &n, err);
-	if (rc < 0)
+	if (!n)
 		return rc;
 	n->truncate = truncate;
 	rc = set_dtype(r, n, dtype, err);
-	return rc < 0 ? abort_node(r, rc) : commit_node(r);
+	return end_node(r, rc);
 }
 
 int weightd_recipe_cast(weightd_recipe *r, int input, const char *dtype, weightd_error *err)
@@ -435,27 +453,25 @@ int weightd_recipe_cast_truncate(weightd_recipe *r, int input, const char *dtype
 int weightd_recipe_view(weightd_recipe *r, int input, const char *dtype, const uint64_t *shape,
 			size_t ndim, weightd_error *err)
 {
-	struct wc_node *n = NULL;
 	int rc;
+	struct wc_node *n = begin_node(r, WEIGHTD__OP__OP_VIEW, &input, 1, &rc, err);
 
-	rc = add_node(r, WEIGHTD__OP__OP_VIEW, &input, 1, &n, err);
-	if (rc < 0)
+	if (!n)
 		return rc;
 	rc = set_dtype(r, n, dtype, err);
 	if (rc == 0)
 		rc = set_shape(r, n, shape, ndim, err);
-	return rc < 0 ? abort_node(r, rc) : commit_node(r);
+	return end_node(r, rc);
 }
 
 int weightd_recipe_dequant_block(weightd_recipe *r, int input, int scale, const uint64_t *block,
 				 size_t nblock, const char *dtype, weightd_error *err)
 {
 	int ins[2] = { input, scale };
-	struct wc_node *n = NULL;
 	int rc;
+	struct wc_node *n = begin_node(r, WEIGHTD__OP__OP_DEQUANT_BLOCK, ins, 2, &rc, err);
 
-	rc = add_node(r, WEIGHTD__OP__OP_DEQUANT_BLOCK, ins, 2, &n, err);
-	if (rc < 0)
+	if (!n)
 		return rc;
 	rc = set_dtype(r, n, dtype, err);
 	if (rc == 0 && nblock > WEIGHTD_MAX_DIMS)
