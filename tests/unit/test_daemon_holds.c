@@ -18,6 +18,22 @@
 #include "holds.h"
 #include "uid.h"
 
+/* An empty set of holds over a fresh cache. */
+static void bare_holds(struct daemon *d, struct holds *hs, struct cache_params *cp)
+{
+	memset(d, 0, sizeof(*d));
+	memset(hs, 0, sizeof(*hs));
+	d->cache = cache_new(cp);
+	assert_non_null(d->cache);
+	holds_init(hs, d->cache, NULL, NULL, 0, false);
+}
+
+static void bare_holds_free(struct daemon *d, struct holds *hs)
+{
+	holds_free(hs);
+	cache_free(d->cache, false);
+}
+
 #define N 5000
 
 static void held_index_matches_a_reference_count(void **state)
@@ -31,11 +47,7 @@ static void held_index_matches_a_reference_count(void **state)
 	unsigned seed = 12345;
 
 	(void)state;
-	memset(&d, 0, sizeof(d));
-	memset(&hs, 0, sizeof(hs));
-	d.cache = cache_new(&cp);
-	assert_non_null(d.cache);
-	holds_init(&hs, d.cache, NULL, NULL, 0, false);
+	bare_holds(&d, &hs, &cp);
 	for (size_t i = 0; i < N; i++) {
 		memset(&w[i], 0, sizeof(w[i]));
 		/* ids spaced so many share a hash slot's neighbourhood */
@@ -85,8 +97,7 @@ static void held_index_matches_a_reference_count(void **state)
 		assert_true(holds_release(&hs, x->id));
 	}
 	assert_int_equal(hs.held_bytes, 0);
-	holds_free(&hs);
-	cache_free(d.cache, false);
+	bare_holds_free(&d, &hs);
 }
 
 /*
@@ -106,11 +117,7 @@ static void held_index_grows_and_releases_everything(void **state)
 	size_t last_cap = 0, growths = 0;
 
 	(void)state;
-	memset(&d, 0, sizeof(d));
-	memset(&hs, 0, sizeof(hs));
-	d.cache = cache_new(&cp);
-	assert_non_null(d.cache);
-	holds_init(&hs, d.cache, NULL, NULL, 0, false);
+	bare_holds(&d, &hs, &cp);
 	for (size_t i = 0; i < M; i++) {
 		memset(&w[i], 0, sizeof(w[i]));
 		w[i].id = 1000 + i; /* consecutive ids: the worst case for a weak hash */
@@ -160,8 +167,7 @@ static void held_index_grows_and_releases_everything(void **state)
 		assert_int_equal(w[i].refs, 0);
 		assert_int_equal(w[i].holders, 0);
 	}
-	holds_free(&hs);
-	cache_free(d.cache, false);
+	bare_holds_free(&d, &hs);
 }
 
 /*
@@ -271,25 +277,9 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 	while (hs.n_held)
 		assert_true(holds_release(&hs, hs.held[0].id));
 	assert_int_equal(uu.weights, 0);
-	holds_free(&hs);
-	cache_free(d.cache, false);
+	bare_holds_free(&d, &hs);
 }
 
-/* An empty set of holds over a fresh cache, for the tests below. */
-static void bare_holds(struct daemon *d, struct holds *hs, struct cache_params *cp)
-{
-	memset(d, 0, sizeof(*d));
-	memset(hs, 0, sizeof(*hs));
-	d->cache = cache_new(cp);
-	assert_non_null(d->cache);
-	holds_init(hs, d->cache, NULL, NULL, 0, false);
-}
-
-static void bare_holds_free(struct daemon *d, struct holds *hs)
-{
-	holds_free(hs);
-	cache_free(d->cache, false);
-}
 
 /* Two connections (1 and 2) of uid 65534 over a fresh cache, for the per-uid tests below. */
 struct two_conns {
