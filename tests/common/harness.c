@@ -502,6 +502,13 @@ void harness_cleanup(struct harness *h)
 
 int harness_run(char *const argv[], char *out, size_t cap, uid_t uid)
 {
+	struct harness_run_as as = { .uid = uid, .gid = (gid_t)uid, .keep_groups = true };
+
+	return harness_run_with(argv, out, cap, &as);
+}
+
+int harness_run_with(char *const argv[], char *out, size_t cap, const struct harness_run_as *as)
+{
 	int pfd[2];
 	pid_t pid;
 	size_t len = 0;
@@ -513,8 +520,16 @@ int harness_run(char *const argv[], char *out, size_t cap, uid_t uid)
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
+		struct rlimit rl = { as->nofile, as->nofile };
+
 		dup2(pfd[1], STDOUT_FILENO);
-		if (uid != (uid_t)-1 && (setgid((gid_t)uid) < 0 || setuid(uid) < 0))
+		if (as->with_stderr)
+			dup2(pfd[1], STDERR_FILENO);
+		if (as->nofile && setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			_exit(126);
+		if (as->uid != (uid_t)-1 &&
+		    ((!as->keep_groups && setgroups(0, NULL) < 0) || setgid(as->gid) < 0 ||
+		     setuid(as->uid) < 0))
 			_exit(126);
 		execv(argv[0], argv);
 		_exit(127);

@@ -98,6 +98,20 @@ void harness_path(const struct harness *h, const char *name, char *out, size_t c
  * cap). Returns its exit status, or -1. If uid != (uid_t)-1, the child drops to that uid/gid. */
 int harness_run(char *const argv[], char *out, size_t cap, uid_t uid);
 
+/* How harness_run_with runs its program: as uid and gid (and no supplementary groups unless
+ * `keep_groups`) unless uid is (uid_t)-1, with stderr captured beside stdout, and with
+ * RLIMIT_NOFILE `nofile` when not 0. */
+struct harness_run_as {
+	uid_t uid;
+	gid_t gid;
+	bool keep_groups;
+	bool with_stderr;
+	unsigned long nofile;
+};
+
+/* harness_run, the child set up as `as` says (harness_run is uid, gid uid, groups kept, stdout only). */
+int harness_run_with(char *const argv[], char *out, size_t cap, const struct harness_run_as *as);
+
 /* Run `wd-mkfixture args...` (path from $WD_MKFIXTURE). 0 on success. */
 int harness_mkfixture(const char *args);
 

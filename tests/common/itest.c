@@ -122,6 +122,11 @@ int it_unit_of(weightd_client *c, const char *ckpt, const char *const *names, si
 		if (r >= 0)
 			r = weightd_unit_set_tensor(u, names[i], ckpt, names[i], NULL, err);
 	}
+	return it_unit_end(u, r, validate, ret, err);
+}
+
+int it_unit_end(weightd_unit *u, int r, bool validate, weightd_unit **ret, weightd_error *err)
+{
 	if (r >= 0)
 		r = weightd_unit_submit(u, err);
 	if (r >= 0)

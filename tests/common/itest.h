@@ -69,6 +69,13 @@ const uint8_t *it_map(weightd_weight *w);
 int it_unit_of(weightd_client *c, const char *ckpt, const char *const *names, size_t n,
 	       bool validate, weightd_unit **ret, weightd_error *err);
 
+/*
+ * Ends a unit being built, `r` what its last building call returned: when r >= 0, submits it
+ * and then validates it (`validate`) or waits for it (finish). 0 with *ret the unit, or the
+ * error with the unit freed.
+ */
+int it_unit_end(weightd_unit *u, int r, bool validate, weightd_unit **ret, weightd_error *err);
+
 /* it_unit_of of the n tensors named `prefix`0 .. `prefix`(n-1) ("t0", "t1", ...). */
 int it_unit_of_numbered(weightd_client *c, const char *ckpt, const char *prefix, size_t n,
 			bool validate, weightd_unit **ret, weightd_error *err);

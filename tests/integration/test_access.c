@@ -154,32 +154,11 @@ static void run_as(uid_t uid, gid_t gid, const gid_t *groups, size_t n, const st
 static int preload_as(const struct harness *h, uid_t uid, gid_t gid, const char *checkpoint,
 		      char *out, size_t cap)
 {
-	int pfd[2], status;
-	size_t len = 0;
-	ssize_t got;
-	pid_t pid;
+	struct harness_run_as as = { .uid = uid, .gid = gid, .with_stderr = true };
+	char *argv[] = { (char *)harness_weightctl(), "--socket", (char *)h->sock, "preload",
+			 (char *)checkpoint, NULL };
 
-	assert_int_equal(pipe(pfd), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		dup2(pfd[1], STDOUT_FILENO);
-		dup2(pfd[1], STDERR_FILENO);
-		close(pfd[0]);
-		close(pfd[1]);
-		if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
-			_exit(126);
-		execl(harness_weightctl(), "weightctl", "--socket", h->sock, "preload", checkpoint,
-		      (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	while (len + 1 < cap && (got = read(pfd[0], out + len, cap - 1 - len)) > 0)
-		len += (size_t)got;
-	out[len] = '\0';
-	close(pfd[0]);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	return harness_run_with(argv, out, cap, &as);
 }
 
 /* Every checkpoint of the config: what root and the daemon's user read (all), what UID_NOBODY

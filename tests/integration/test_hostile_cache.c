@@ -128,16 +128,7 @@ static int take_pair(weightd_client *c, size_t i, weightd_unit **ret, weightd_er
 			r = weightd_unit_set_tensor(u, slot, "tiny", "t0", sel, err);
 		weightd_selection_free(sel);
 	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, err);
-	if (r >= 0)
-		r = weightd_unit_finish(u, err);
-	if (r < 0) {
-		weightd_unit_free(u);
-		return r;
-	}
-	*ret = u;
-	return 0;
+	return it_unit_end(u, r, false, ret, err);
 }
 
 /* take_pair(first), take_pair(first + 1), ... until one fails; how many succeeded. */
@@ -339,33 +330,11 @@ static void uid_fd_limits_stay_under_rlimit_nofile(void **state)
 static void check_config_with_nofile(const struct harness *h, unsigned long nofile, char *out,
 				     size_t cap)
 {
-	int pfd[2], status;
-	size_t len = 0;
-	ssize_t got;
-	pid_t pid;
+	struct harness_run_as as = { .uid = (uid_t)-1, .nofile = nofile };
+	char *argv[] = { (char *)harness_weightd(), "--config", (char *)h->conf, "--check-config",
+			 NULL };
 
-	assert_int_equal(pipe(pfd), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		struct rlimit rl = { nofile, nofile };
-
-		dup2(pfd[1], STDOUT_FILENO);
-		close(pfd[0]);
-		close(pfd[1]);
-		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-			_exit(126);
-		execl(harness_weightd(), "weightd", "--config", h->conf, "--check-config",
-		      (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	while (len + 1 < cap && (got = read(pfd[0], out + len, cap - 1 - len)) > 0)
-		len += (size_t)got;
-	out[len] = '\0';
-	close(pfd[0]);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(harness_run_with(argv, out, cap, &as), 0);
 }
 
 /*

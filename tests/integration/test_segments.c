@@ -86,17 +86,10 @@ static int bind_many(weightd_client *c, size_t first, size_t n, weightd_unit **r
 		if (r >= 0)
 			r = weightd_unit_set_tensor(u, name, "many", name, NULL, err);
 	}
-	if (r >= 0)
-		r = weightd_unit_submit(u, err);
-	if (r >= 0)
-		r = weightd_unit_validate(u, err);
-	if (r < 0) {
-		weightd_unit_free(u);
-		return r;
-	}
-	weightd_unit_bind(u);
-	*ret = u;
-	return 0;
+	r = it_unit_end(u, r, true, ret, err);
+	if (r == 0)
+		weightd_unit_bind(*ret);
+	return r;
 }
 
 /* fds this process has open. */
