@@ -11,6 +11,7 @@
 
 #include "bench.h"
 #include "recipe.h"
+#include "rnodes.h"
 #include "sink.h"
 #include "source.h"
 #include "st_writer.h"
@@ -64,38 +65,14 @@ static int lookup(void *ctx, const char *ck, const struct wd_source **ret, weigh
 
 static const struct wd_resolver resolver = { NULL, lookup };
 
-struct rb {
-	struct wd_rnode *n;
-	uint32_t *pool;
-	size_t len, used;
-};
-
-static uint32_t add(struct rb *b, enum wd_op op, const uint32_t *in, size_t nin)
+static uint32_t source(struct rnodes *b, const char *t)
 {
-	struct wd_rnode *n = &b->n[b->len];
-
-	memset(n, 0, sizeof(*n));
-	n->op = op;
-	n->inputs = b->pool + b->used;
-	n->n_inputs = nin;
-	if (nin)
-		memcpy(b->pool + b->used, in, nin * sizeof(*in));
-	b->used += nin;
-	return (uint32_t)b->len++;
+	return rnodes_source(b, "m", t);
 }
 
-static uint32_t source(struct rb *b, const char *t)
+static uint32_t dq(struct rnodes *b, uint32_t d, uint32_t s, uint64_t b0, uint64_t b1)
 {
-	uint32_t i = add(b, WD_OP_SOURCE, NULL, 0);
-
-	b->n[i].checkpoint = "m";
-	b->n[i].tensor = t;
-	return i;
-}
-
-static uint32_t dq(struct rb *b, uint32_t d, uint32_t s, uint64_t b0, uint64_t b1)
-{
-	uint32_t in[2] = { d, s }, i = add(b, WD_OP_DEQUANT_BLOCK, in, 2);
+	uint32_t in[2] = { d, s }, i = rnodes_add(b, WD_OP_DEQUANT_BLOCK, in, 2);
 
 	b->n[i].dtype = WD_BF16;
 	b->n[i].n_block = 2;
@@ -107,9 +84,9 @@ static uint32_t dq(struct rb *b, uint32_t d, uint32_t s, uint64_t b0, uint64_t b
 static char names[NEXP][4][24];
 
 /* w13 over e experts into b (capacity 9 e + 1 nodes). */
-static void build_w13(struct rb *b, size_t e, uint32_t *experts)
+static void build_w13(struct rnodes *b, size_t e, uint32_t *experts)
 {
-	b->len = b->used = 0;
+	rnodes_clear(b);
 	for (size_t k = 0; k < e; k++) {
 		uint32_t parts[2];
 		size_t x = k % NEXP;
@@ -117,13 +94,13 @@ static void build_w13(struct rb *b, size_t e, uint32_t *experts)
 		for (int w = 0; w < 2; w++) {
 			uint32_t q = dq(b, source(b, names[x][w]), source(b, names[x][w + 2]), 128, 128);
 
-			parts[w] = add(b, WD_OP_SELECT, &q, 1);
+			parts[w] = rnodes_add(b, WD_OP_SELECT, &q, 1);
 			b->n[parts[w]].sel = (struct wd_selection){ .kind = WD_SEL_SHARD, .axis = 0,
 								     .rank = 3, .world = 8 };
 		}
-		experts[k] = add(b, WD_OP_CONCAT, parts, 2);
+		experts[k] = rnodes_add(b, WD_OP_CONCAT, parts, 2);
 	}
-	add(b, WD_OP_STACK, experts, e);
+	rnodes_add(b, WD_OP_STACK, experts, e);
 }
 
 /* CPU seconds to execute p into a sink over fd (pwrite into shared memory plus the SHA-256 the
@@ -151,7 +128,7 @@ int main(int argc, char **argv)
 	struct stw_tensor ts[4 * NEXP + 2];
 	char dir[256], path[300];
 	weightd_error err;
-	struct rb b;
+	struct rnodes b;
 	uint32_t *ex = malloc(7281 * sizeof(*ex));
 	double *t = calloc((size_t)runs, sizeof(double)), base = 0;
 	size_t n = 0;
@@ -174,10 +151,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_recipe: cannot write or open %s\n", path);
 		return 1;
 	}
-	b.n = calloc(9 * 7281 + 1, sizeof(*b.n));
-	b.pool = calloc(4 * (9 * 7281 + 1), sizeof(*b.pool));
-	if (!b.n || !b.pool)
-		return 1;
+	rnodes_init(&b, 9 * 7281 + 1, 4 * (9 * 7281 + 1));
 
 	{
 		double la[3] = { 0, 0, 0 };
@@ -249,7 +223,7 @@ int main(int argc, char **argv)
 			if (k == 0) {
 				source(&b, "big");
 			} else if (k == 1) {
-				uint32_t in = source(&b, "big"), c = add(&b, WD_OP_CAST, &in, 1);
+				uint32_t in = source(&b, "big"), c = rnodes_add(&b, WD_OP_CAST, &in, 1);
 				b.n[c].dtype = WD_BF16;
 			} else {
 				dq(&b, source(&b, "big"), source(&b, "big_s"), 128, 128);
@@ -279,8 +253,7 @@ int main(int argc, char **argv)
 	}
 	wd_source_free(src);
 	stw_rmtree(dir);
-	free(b.n);
-	free(b.pool);
+	rnodes_free(&b);
 	free(ex);
 	free(t);
 	return 0;

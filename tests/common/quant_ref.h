@@ -230,17 +230,26 @@ static inline void qr_put_scale_min(uint8_t *b, unsigned o, unsigned s, unsigned
 	}
 }
 
-static inline void qr_mk_q4_k(uint8_t *b, double *x)
+/* The super-block header of Q4_K and Q5_K: random d and dmin (halves at bytes 0 and 2) and eight
+ * 6-bit scales and mins packed from byte 4; their values in sc, mn, *d, *dmin. */
+static inline void qr_k_scales(uint8_t *b, unsigned sc[8], unsigned mn[8], double *d,
+			       double *dmin)
 {
-	unsigned sc[8], mn[8];
-	double d = qr_half_value(qr_put_half(b, 0, qr_rand_half()));
-	double dmin = qr_half_value(qr_put_half(b, 2, qr_rand_half()));
-
+	*d = qr_half_value(qr_put_half(b, 0, qr_rand_half()));
+	*dmin = qr_half_value(qr_put_half(b, 2, qr_rand_half()));
 	for (unsigned s = 0; s < 8; s++) {
 		sc[s] = qr_rnd() % 64;
 		mn[s] = qr_rnd() % 64;
 		qr_put_scale_min(b, 4, s, sc[s], mn[s]);
 	}
+}
+
+static inline void qr_mk_q4_k(uint8_t *b, double *x)
+{
+	unsigned sc[8], mn[8];
+	double d, dmin;
+
+	qr_k_scales(b, sc, mn, &d, &dmin);
 	for (unsigned k = 0; k < 256; k++) {
 		unsigned s = k / 32, q = qr_rnd() % 16;
 
@@ -253,14 +262,9 @@ static inline void qr_mk_q4_k(uint8_t *b, double *x)
 static inline void qr_mk_q5_k(uint8_t *b, double *x)
 {
 	unsigned sc[8], mn[8];
-	double d = qr_half_value(qr_put_half(b, 0, qr_rand_half()));
-	double dmin = qr_half_value(qr_put_half(b, 2, qr_rand_half()));
+	double d, dmin;
 
-	for (unsigned s = 0; s < 8; s++) {
-		sc[s] = qr_rnd() % 64;
-		mn[s] = qr_rnd() % 64;
-		qr_put_scale_min(b, 4, s, sc[s], mn[s]);
-	}
+	qr_k_scales(b, sc, mn, &d, &dmin);
 	for (unsigned k = 0; k < 256; k++) {
 		unsigned s = k / 32, q = qr_rnd() % 32;
 

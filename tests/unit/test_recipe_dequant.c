@@ -22,6 +22,7 @@
 
 #include "../common/float_ref.h"
 #include "../common/st_writer.h"
+#include "rnodes.h"
 #include "digest.h"
 #include "recipe.h"
 #include "sink.h"
@@ -223,73 +224,30 @@ static float dq2(enum wd_dtype t, const void *data, const float *scale, uint64_t
 
 /* ---- building and running recipes ----------------------------------------------------------- */
 
-struct rb {
-	struct wd_rnode *n;
-	uint32_t *pool;
-	size_t len, cap, used, pool_cap;
-};
-
-static void rb_init(struct rb *b, size_t cap, size_t pool)
+/* A source node of the test checkpoint "dq". */
+static uint32_t r_src(struct rnodes *b, const char *tensor)
 {
-	b->n = calloc(cap, sizeof(*b->n));
-	b->pool = calloc(pool, sizeof(*b->pool));
-	assert_non_null(b->n);
-	assert_non_null(b->pool);
-	b->len = b->used = 0;
-	b->cap = cap;
-	b->pool_cap = pool;
+	return rnodes_source(b, "dq", tensor);
 }
 
-static void rb_free(struct rb *b)
+static uint32_t r_sel(struct rnodes *b, uint32_t in, struct wd_selection s)
 {
-	free(b->n);
-	free(b->pool);
-}
-
-static uint32_t rb_add(struct rb *b, enum wd_op op, const uint32_t *in, size_t nin)
-{
-	struct wd_rnode *n;
-
-	assert_true(b->len < b->cap && b->used + nin <= b->pool_cap);
-	n = &b->n[b->len];
-	memset(n, 0, sizeof(*n));
-	n->op = op;
-	n->inputs = b->pool + b->used;
-	n->n_inputs = nin;
-	if (nin)
-		memcpy(b->pool + b->used, in, nin * sizeof(*in));
-	b->used += nin;
-	return (uint32_t)b->len++;
-}
-
-static uint32_t r_src(struct rb *b, const char *tensor)
-{
-	uint32_t i = rb_add(b, WD_OP_SOURCE, NULL, 0);
-
-	b->n[i].checkpoint = "dq";
-	b->n[i].tensor = tensor;
-	b->n[i].sel.kind = WD_SEL_FULL;
-	return i;
-}
-
-static uint32_t r_sel(struct rb *b, uint32_t in, struct wd_selection s)
-{
-	uint32_t i = rb_add(b, WD_OP_SELECT, &in, 1);
+	uint32_t i = rnodes_add(b, WD_OP_SELECT, &in, 1);
 
 	b->n[i].sel = s;
 	return i;
 }
 
-static uint32_t r_shard(struct rb *b, uint32_t in, uint32_t axis, uint32_t rank, uint32_t world)
+static uint32_t r_shard(struct rnodes *b, uint32_t in, uint32_t axis, uint32_t rank, uint32_t world)
 {
 	struct wd_selection s = { .kind = WD_SEL_SHARD, .axis = axis, .rank = rank, .world = world };
 
 	return r_sel(b, in, s);
 }
 
-static uint32_t r_dq(struct rb *b, uint32_t data, uint32_t scale, enum wd_dtype to, int nb, ...)
+static uint32_t r_dq(struct rnodes *b, uint32_t data, uint32_t scale, enum wd_dtype to, int nb, ...)
 {
-	uint32_t in[2] = { data, scale }, i = rb_add(b, WD_OP_DEQUANT_BLOCK, in, 2);
+	uint32_t in[2] = { data, scale }, i = rnodes_add(b, WD_OP_DEQUANT_BLOCK, in, 2);
 	va_list ap;
 
 	b->n[i].dtype = to;
@@ -301,22 +259,22 @@ static uint32_t r_dq(struct rb *b, uint32_t data, uint32_t scale, enum wd_dtype 
 	return i;
 }
 
-static uint32_t r_join(struct rb *b, enum wd_op op, int32_t axis, const uint32_t *in, size_t n)
+static uint32_t r_join(struct rnodes *b, enum wd_op op, int32_t axis, const uint32_t *in, size_t n)
 {
-	uint32_t i = rb_add(b, op, in, n);
+	uint32_t i = rnodes_add(b, op, in, n);
 
 	b->n[i].axis = axis;
 	return i;
 }
 
-static int preflight(const struct rb *b, struct wd_plan **ret, weightd_error *err)
+static int preflight(const struct rnodes *b, struct wd_plan **ret, weightd_error *err)
 {
 	struct wd_recipe r = { b->n, b->len };
 
 	return wd_recipe_preflight(&r, &resolver, NULL, ret, err);
 }
 
-static struct wd_plan *plan_ok(const struct rb *b)
+static struct wd_plan *plan_ok(const struct rnodes *b)
 {
 	struct wd_plan *p = NULL;
 	weightd_error err;
@@ -376,13 +334,13 @@ static void whole_tensor_every_dtype(void **state)
 	for (size_t a = 0; a < 4; a++)
 		for (size_t o = 0; o < 3; o++)
 			for (size_t s = 0; s < 3; s++) {
-				struct rb b;
+				struct rnodes b;
 				struct wd_plan *p;
 				uint64_t rd;
 				uint8_t *out;
 				char what[64];
 
-				rb_init(&b, 8, 8);
+				rnodes_init(&b, 8, 8);
 				r_dq(&b, r_src(&b, ins[a].name), r_src(&b, "ws"), outs[o], 2, BR, BC);
 				p = plan_ok(&b);
 				assert_int_equal(wd_plan_dtype(p), outs[o]);
@@ -405,19 +363,19 @@ static void whole_tensor_every_dtype(void **state)
 							   what);
 				free(out);
 				wd_plan_free(p);
-				rb_free(&b);
+				rnodes_free(&b);
 			}
 }
 
 /* Three dimensions, blocks [2, 4, 5] of [3, 10, 12]: every axis has a partial edge block. */
 static void three_dims_partial_blocks(void **state)
 {
-	struct rb b;
+	struct rnodes b;
 	struct wd_plan *p;
 	uint8_t *out;
 
 	(void)state;
-	rb_init(&b, 8, 8);
+	rnodes_init(&b, 8, 8);
 	r_dq(&b, r_src(&b, "x3"), r_src(&b, "xs"), WD_BF16, 3, 2, 4, 5);
 	p = plan_ok(&b);
 	out = run(p, 4u << 20, NULL);
@@ -430,7 +388,7 @@ static void three_dims_partial_blocks(void **state)
 			}
 	free(out);
 	wd_plan_free(p);
-	rb_free(&b);
+	rnodes_free(&b);
 }
 
 /*
@@ -442,24 +400,24 @@ static void three_dims_partial_blocks(void **state)
 static void shards_select_the_matching_scale_blocks(void **state)
 {
 	uint8_t *whole;
-	struct rb b;
+	struct rnodes b;
 	struct wd_plan *p;
 	uint64_t rd;
 
 	(void)state;
-	rb_init(&b, 8, 8);
+	rnodes_init(&b, 8, 8);
 	r_dq(&b, r_src(&b, "w8"), r_src(&b, "ws"), WD_BF16, 2, BR, BC);
 	p = plan_ok(&b);
 	whole = run(p, 4u << 20, NULL);
 	wd_plan_free(p);
-	rb_free(&b);
+	rnodes_free(&b);
 	for (uint32_t ri = 0; ri < 8; ri++)
 		for (uint32_t rj = 0; rj < 8; rj++) {
 			uint64_t r0 = ri * 4 + (ri < 5 ? ri : 5), nr = ri < 5 ? 5 : 4;
 			uint64_t c0 = rj * 6 + (rj < 2 ? rj : 2), nc = rj < 2 ? 7 : 6;
 			uint8_t *out;
 
-			rb_init(&b, 8, 8);
+			rnodes_init(&b, 8, 8);
 			r_shard(&b, r_shard(&b, r_dq(&b, r_src(&b, "w8"), r_src(&b, "ws"), WD_BF16, 2,
 						     BR, BC), 0, ri, 8), 1, rj, 8);
 			p = plan_ok(&b);
@@ -483,7 +441,7 @@ static void shards_select_the_matching_scale_blocks(void **state)
 			}
 			free(out);
 			wd_plan_free(p);
-			rb_free(&b);
+			rnodes_free(&b);
 		}
 	free(whole);
 }
@@ -496,13 +454,13 @@ static void indices_and_elements(void **state)
 	struct wd_selection sj = { .kind = WD_SEL_INDICES, .axis = 1, .indices = idx, .n_indices = 6 };
 	struct wd_selection se = { .kind = WD_SEL_ELEMENTS, .start = 45, .end = 45 + 6 * 11,
 				   .ndim = 2, .shape = { 6, 11 } };
-	struct rb b;
+	struct rnodes b;
 	struct wd_plan *p;
 	uint8_t *out;
 	uint64_t rd;
 
 	(void)state;
-	rb_init(&b, 8, 8);
+	rnodes_init(&b, 8, 8);
 	r_sel(&b, r_sel(&b, r_dq(&b, r_src(&b, "wh"), r_src(&b, "ws"), WD_F32, 2, BR, BC), si), sj);
 	p = plan_ok(&b);
 	out = run(p, 4u << 20, &rd);
@@ -513,9 +471,9 @@ static void indices_and_elements(void **state)
 				   "indices");
 	free(out);
 	wd_plan_free(p);
-	rb_free(&b);
+	rnodes_free(&b);
 
-	rb_init(&b, 8, 8);
+	rnodes_init(&b, 8, 8);
 	r_sel(&b, r_dq(&b, r_src(&b, "w5"), r_src(&b, "ws"), WD_F16, 2, BR, BC), se);
 	p = plan_ok(&b);
 	out = run(p, 13, &rd);
@@ -525,16 +483,16 @@ static void indices_and_elements(void **state)
 			   "elements");
 	free(out);
 	wd_plan_free(p);
-	rb_free(&b);
+	rnodes_free(&b);
 }
 
-static void key_of(struct rb *b, uint8_t key[WD_DIGEST_LEN])
+static void key_of(struct rnodes *b, uint8_t key[WD_DIGEST_LEN])
 {
 	struct wd_plan *p = plan_ok(b);
 
 	memcpy(key, wd_plan_key(p), WD_DIGEST_LEN);
 	wd_plan_free(p);
-	rb_free(b);
+	rnodes_free(b);
 }
 
 /* Equal outputs, one key: a block-aligned shard of the dequantization and the dequantization of
@@ -544,31 +502,31 @@ static void normalised_forms_share_a_key(void **state)
 	struct wd_selection rows = { .kind = WD_SEL_RANGE, .axis = 0, .start = 8, .end = 24 };
 	struct wd_selection srows = { .kind = WD_SEL_RANGE, .axis = 0, .start = 1, .end = 3 };
 	uint8_t k1[WD_DIGEST_LEN], k2[WD_DIGEST_LEN], k3[WD_DIGEST_LEN];
-	struct rb b;
+	struct rnodes b;
 
 	(void)state;
-	rb_init(&b, 8, 8);
+	rnodes_init(&b, 8, 8);
 	r_sel(&b, r_dq(&b, r_src(&b, "w8"), r_src(&b, "ws"), WD_BF16, 2, BR, BC), rows);
 	key_of(&b, k1);
-	rb_init(&b, 8, 8);
+	rnodes_init(&b, 8, 8);
 	r_dq(&b, r_sel(&b, r_src(&b, "w8"), rows), r_sel(&b, r_src(&b, "ws"), srows), WD_BF16, 2, BR, BC);
 	key_of(&b, k2);
 	assert_memory_equal(k1, k2, WD_DIGEST_LEN);
 	/* off the block boundary it is a different weight */
 	rows.start = 9;
-	rb_init(&b, 8, 8);
+	rnodes_init(&b, 8, 8);
 	r_sel(&b, r_dq(&b, r_src(&b, "w8"), r_src(&b, "ws"), WD_BF16, 2, BR, BC), rows);
 	key_of(&b, k3);
 	assert_memory_not_equal(k1, k3, WD_DIGEST_LEN);
 
-	rb_init(&b, 8, 8);
+	rnodes_init(&b, 8, 8);
 	{
 		uint32_t d = r_dq(&b, r_src(&b, "w8"), r_src(&b, "ws"), WD_F32, 2, BR, BC);
-		uint32_t c = rb_add(&b, WD_OP_CAST, &d, 1);
+		uint32_t c = rnodes_add(&b, WD_OP_CAST, &d, 1);
 		b.n[c].dtype = WD_BF16;
 	}
 	key_of(&b, k1);
-	rb_init(&b, 8, 8);
+	rnodes_init(&b, 8, 8);
 	r_dq(&b, r_src(&b, "w8"), r_src(&b, "ws"), WD_BF16, 2, BR, BC);
 	key_of(&b, k2);
 	assert_memory_equal(k1, k2, WD_DIGEST_LEN);
@@ -581,14 +539,14 @@ static void normalised_forms_share_a_key(void **state)
  */
 static void stack_of_fused_expert_shards(void **state)
 {
-	struct rb b;
+	struct rnodes b;
 	uint32_t experts[NEXP];
 	struct wd_plan *p;
 	uint8_t *out;
 	uint64_t rd, per = 2 * 3 * EC;
 
 	(void)state;
-	rb_init(&b, 16 * NEXP, 32 * NEXP);
+	rnodes_init(&b, 16 * NEXP, 32 * NEXP);
 	for (uint32_t e = 0; e < NEXP; e++) {
 		char *g = malloc(16), *u = malloc(16), *gs = malloc(16), *us = malloc(16);
 		uint32_t parts[2];
@@ -622,7 +580,7 @@ static void stack_of_fused_expert_shards(void **state)
 	for (size_t i = 0; i < b.len; i++)
 		if (b.n[i].op == WD_OP_SOURCE)
 			free((char *)b.n[i].tensor);
-	rb_free(&b);
+	rnodes_free(&b);
 }
 
 /* ---- ranges on several threads ------------------------------------------------------------ */
@@ -701,14 +659,14 @@ static void ranges_on_threads_make_the_same_bytes(void **state)
 	static const size_t splits[] = { 1, 3, 7 };
 	static char names[4 * NEXP][16];
 	const uint64_t per = 2 * 3 * EC * 2;       /* one expert's bytes in the output */
-	struct rb b;
+	struct rnodes b;
 	uint32_t experts[NEXP];
 	struct wd_plan *p;
 	uint8_t *whole, *out;
 	uint64_t n;
 
 	(void)state;
-	rb_init(&b, 16 * NEXP, 32 * NEXP);
+	rnodes_init(&b, 16 * NEXP, 32 * NEXP);
 	for (uint32_t e = 0; e < NEXP; e++) {
 		uint32_t parts[2];
 
@@ -753,13 +711,13 @@ static void ranges_on_threads_make_the_same_bytes(void **state)
 	free(out);
 	free(whole);
 	wd_plan_free(p);
-	rb_free(&b);
+	rnodes_free(&b);
 
 	/* a transpose keeps its whole input: not splittable (ranges would each compute it) */
-	rb_init(&b, 8, 8);
+	rnodes_init(&b, 8, 8);
 	{
 		uint32_t q = r_dq(&b, r_src(&b, "w8"), r_src(&b, "ws"), WD_BF16, 2, BR, BC);
-		uint32_t t = rb_add(&b, WD_OP_TRANSPOSE, &q, 1);
+		uint32_t t = rnodes_add(&b, WD_OP_TRANSPOSE, &q, 1);
 
 		b.n[t].n_perm = 2;
 		b.n[t].perm[0] = 1;
@@ -768,7 +726,7 @@ static void ranges_on_threads_make_the_same_bytes(void **state)
 	p = plan_ok(&b);
 	assert_false(wd_plan_splittable(p));
 	wd_plan_free(p);
-	rb_free(&b);
+	rnodes_free(&b);
 }
 
 /* Each error class names the dequant_block node and what is wrong with which input. */
@@ -804,13 +762,13 @@ static void errors_name_the_node(void **state)
 
 	(void)state;
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-		struct rb b;
+		struct rnodes b;
 		struct wd_plan *p = NULL;
 		weightd_error err;
 		uint32_t d, s, n;
 		int r;
 
-		rb_init(&b, 8, 8);
+		rnodes_init(&b, 8, 8);
 		d = r_src(&b, cases[c].data);
 		s = r_src(&b, cases[c].scale);
 		n = r_dq(&b, d, s, cases[c].to, cases[c].nb, cases[c].b0, cases[c].b1);
@@ -819,21 +777,21 @@ static void errors_name_the_node(void **state)
 			fail_msg("%s: got %d: %s", cases[c].what, r, err.message);
 		assert_null(p);
 		assert_int_equal(err.node, n + 1);
-		rb_free(&b);
+		rnodes_free(&b);
 	}
 	/* a wrong input count */
 	{
-		struct rb b;
+		struct rnodes b;
 		struct wd_plan *p = NULL;
 		weightd_error err;
 		uint32_t d;
 
-		rb_init(&b, 8, 8);
+		rnodes_init(&b, 8, 8);
 		d = r_src(&b, "w8");
-		rb_add(&b, WD_OP_DEQUANT_BLOCK, &d, 1);
+		rnodes_add(&b, WD_OP_DEQUANT_BLOCK, &d, 1);
 		assert_int_equal(preflight(&b, &p, &err), -WEIGHTD_E_INVALID_ARGUMENT);
 		assert_non_null(strstr(err.message, "node 1 (dequant_block): dequant_block takes two inputs"));
-		rb_free(&b);
+		rnodes_free(&b);
 	}
 }
 
@@ -848,7 +806,7 @@ static void node_limit_recipe_runs(void **state)
 	const size_t per = 7, n_exp = (WD_RECIPE_MAX_NODES - 2) / per;
 	static const char *g[NEXP], *u[NEXP], *gs[NEXP], *us[NEXP];
 	static char names[4 * NEXP][16];
-	struct rb b;
+	struct rnodes b;
 	uint32_t *experts = malloc(n_exp * sizeof(*experts)), top, v;
 	struct wd_plan *p;
 	weightd_error err;
@@ -863,7 +821,7 @@ static void node_limit_recipe_runs(void **state)
 		snprintf(names[4 * e + 2], 16, "gs.%u", e), gs[e] = names[4 * e + 2];
 		snprintf(names[4 * e + 3], 16, "us.%u", e), us[e] = names[4 * e + 3];
 	}
-	rb_init(&b, WD_RECIPE_MAX_NODES + 1, 4 * WD_RECIPE_MAX_NODES);
+	rnodes_init(&b, WD_RECIPE_MAX_NODES + 1, 4 * WD_RECIPE_MAX_NODES);
 	for (size_t e = 0; e < n_exp; e++) {
 		uint32_t parts[2];
 
@@ -873,7 +831,7 @@ static void node_limit_recipe_runs(void **state)
 	}
 	top = r_join(&b, WD_OP_STACK, 0, experts, n_exp);
 	while (b.len < WD_RECIPE_MAX_NODES) {
-		v = rb_add(&b, WD_OP_RESHAPE, &top, 1);
+		v = rnodes_add(&b, WD_OP_RESHAPE, &top, 1);
 		b.n[v].ndim = 2;
 		b.n[v].shape[0] = n_exp * 2 * ER;
 		b.n[v].shape[1] = EC;
@@ -896,14 +854,14 @@ static void node_limit_recipe_runs(void **state)
 	wd_plan_free(p);
 
 	/* one more node: refused, naming the limit and the first node past it */
-	v = rb_add(&b, WD_OP_CAST, &top, 1);
+	v = rnodes_add(&b, WD_OP_CAST, &top, 1);
 	b.n[v].dtype = WD_F32;
 	p = NULL;
 	assert_int_equal(preflight(&b, &p, &err), -WEIGHTD_E_RECIPE_TOO_LARGE);
 	assert_null(p);
 	assert_int_equal(err.node, WD_RECIPE_MAX_NODES + 1);
 	assert_non_null(strstr(err.message, "the recipe has 65537 nodes, more than the 65536 allowed"));
-	rb_free(&b);
+	rnodes_free(&b);
 	free(experts);
 }
 
