@@ -61,3 +61,29 @@ void fake_assert_content(const void *p, const char *name, size_t n)
 	fake_content(name, want, n);
 	assert_memory_equal(p, want, n);
 }
+
+static struct fake *life_fake;
+static weightd_client *life_client;
+
+static void life_end(void)
+{
+	weightd_close(life_client);
+	fake_stop(life_fake);
+}
+
+weightd_client *fake_connect_for_life(fake_handler h, const char *who, struct fake **ret_fake)
+{
+	weightd_error err;
+
+	if (life_client)
+		abort();
+	life_fake = fake_start(h, NULL);
+	if (weightd_connect(life_fake->path, who, &life_client, &err) < 0) {
+		fprintf(stderr, "%s: connect: %s\n", who, err.message);
+		abort();
+	}
+	atexit(life_end);
+	if (ret_fake)
+		*ret_fake = life_fake;
+	return life_client;
+}

@@ -23,6 +23,13 @@ int fake_client_start(struct fake_client *fc, fake_handler h, void *ctx, unsigne
 
 void fake_client_stop(struct fake_client *fc);
 
+/*
+ * For programs that keep one connection for their whole life (fuzzers): a fake answering with
+ * h and a client connected to it as `who`, both closed at exit; *ret_fake the fake when not NULL.
+ * Aborts when it cannot connect.
+ */
+weightd_client *fake_connect_for_life(fake_handler h, const char *who, struct fake **ret_fake);
+
 /* Handles released so far, after a round trip that guarantees the fake saw every release (the
  * fake must answer a list). */
 size_t fake_client_released(struct fake_client *fc, uint64_t *rel, size_t cap);

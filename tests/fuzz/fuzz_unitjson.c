@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fake_weightd.h"
+#include "fake_client.h"
 #include "weightd/client.h"
 
 /*
@@ -16,27 +16,12 @@
  * that one request and nothing else is ever sent (parsing talks to nobody), so one connection
  * serves every input.
  */
-static struct fake *fake;
 static weightd_client *client;
-
-static void cleanup(void)
-{
-	weightd_close(client);
-	fake_stop(fake);
-}
 
 static void init(void)
 {
-	weightd_error err;
-
-	if (client)
-		return;
-	fake = fake_start(NULL, NULL);
-	if (weightd_connect(fake->path, "fuzz", &client, &err) != 0) {
-		fprintf(stderr, "fuzz_unitjson: connect: %s\n", err.message);
-		abort();
-	}
-	atexit(cleanup);
+	if (!client)
+		client = fake_connect_for_life(NULL, "fuzz_unitjson", NULL);
 }
 
 /* A failure is a negative code, the same code in err, and a sentence. */

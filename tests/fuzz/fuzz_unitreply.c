@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "conn.h"
-#include "fake_weightd.h"
+#include "fake_client.h"
 #include "msg.h"
 #include "unit.h"
 #include "weight.h"
@@ -51,24 +51,10 @@ static void forget(struct fake *f)
 	pthread_mutex_unlock(&f->mu);
 }
 
-static void cleanup(void)
-{
-	weightd_close(client);
-	fake_stop(fake);
-}
-
 static void init(void)
 {
-	weightd_error err;
-
-	if (client)
-		return;
-	fake = fake_start(on_request, NULL);
-	if (weightd_connect(fake->path, "fuzz", &client, &err) < 0) {
-		fprintf(stderr, "fuzz_unitreply: connect: %s\n", err.message);
-		abort();
-	}
-	atexit(cleanup);
+	if (!client)
+		client = fake_connect_for_life(on_request, "fuzz_unitreply", &fake);
 }
 
 static weightd_unit *make_unit(weightd_client *c)
