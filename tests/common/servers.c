@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* servers.c - the remote-checkpoint test servers (tests/remote/servers.py) run from a C test. */
 #include "servers.h"
+#include "st_writer.h"
 
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -132,4 +133,32 @@ char *wd_servers_get(int port, const char *path)
 		return NULL;
 	}
 	return g.p ? g.p : strdup("");
+}
+
+void wd_servers_try(const char *root, bool s3, struct wd_servers *s)
+{
+	char why[sizeof(s->why)];
+
+	s->up = wd_servers_start(root, s3, s, why, sizeof(why)) == 0;
+	snprintf(s->why, sizeof(s->why), "%s", s->up ? "" : why);
+}
+
+int wd_servers_serve_tensors(struct wd_servers *s, char *root, size_t cap,
+			     const struct stw_tensor *ts, size_t n, bool s3)
+{
+	char path[4200];
+
+	if (stw_tmpdir(root, cap))
+		return -1;
+	snprintf(path, sizeof(path), "%s/m.safetensors", root);
+	if (stw_write(path, ts, n, NULL, 0, NULL) < 0)
+		return -1;
+	wd_servers_try(root, s3, s);
+	return 0;
+}
+
+void wd_servers_end(struct wd_servers *s, const char *root)
+{
+	wd_servers_stop(s);
+	stw_rmtree(root);
 }

@@ -13,6 +13,8 @@ struct wd_servers {
 	int stdin_fd; /* closing it stops them */
 	int http, https, fault, s3;
 	char ca[512], token[128], s3_key[64], s3_secret[64], bucket[64];
+	bool up;       /* wd_servers_try: they run */
+	char why[600]; /* wd_servers_try: why they do not */
 };
 
 /*
@@ -22,6 +24,30 @@ struct wd_servers {
 int wd_servers_start(const char *root, bool s3, struct wd_servers *ret, char *why, size_t cap);
 /* Stop them and wait. Accepts a never-started one (pid 0). */
 void wd_servers_stop(struct wd_servers *s);
+
+/* wd_servers_start for a test that skips without them: s->up says whether they run, s->why why
+ * not. */
+void wd_servers_try(const char *root, bool s3, struct wd_servers *s);
+
+struct stw_tensor;
+
+/* A new temp directory (its path in root) holding m.safetensors of the n tensors ts, served by
+ * wd_servers_try (with s3rver when `s3`): 0, or -1 when it cannot be written. */
+int wd_servers_serve_tensors(struct wd_servers *s, char *root, size_t cap,
+			     const struct stw_tensor *ts, size_t n, bool s3);
+
+/* Stop the servers and remove root. */
+void wd_servers_end(struct wd_servers *s, const char *root);
+
+/* A cmocka test's first statement when it needs the servers of wd_servers_try: skips, saying
+ * why, when they do not run. */
+#define NEED_SERVERS(s)                                            \
+	do {                                                       \
+		if (!(s)->up) {                                    \
+			print_message("skipped: %s\n", (s)->why); \
+			skip();                                    \
+		}                                                  \
+	} while (0)
 
 /* GET http://127.0.0.1:port/path into a malloc'd NUL-terminated string (NULL on failure): the
  * fault proxy's /__ctl and /__stats. */

@@ -35,8 +35,6 @@
 #define WRONG_SECRET "wr0ngSecretValue" /* an S3 secret the store refuses */
 
 static struct wd_servers srv;
-static bool have_servers;
-static char skip_why[600];
 static char root[600], local_m[700], local_big[700];
 static char token_file[700], cred_file[700], bad_cred_file[700];
 static int metrics_port;
@@ -107,8 +105,8 @@ static int setup(void **state)
 	it_fixture("sharded %s 3", p);
 	snprintf(local_big, sizeof(local_big), "%s/big.safetensors", root);
 	it_fixture("safetensors %s --tensor w:F32:1024x1024 --tensor v:F32:16", local_big);
-	have_servers = wd_servers_start(root, true, &srv, skip_why, sizeof(skip_why)) == 0;
-	if (!have_servers)
+	wd_servers_try(root, true, &srv);
+	if (!srv.up)
 		return 0;
 	snprintf(token_file, sizeof(token_file), "%s/hf.token", H.dir);
 	snprintf(text, sizeof(text), "%s\n", srv.token);
@@ -158,14 +156,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define NEED_SERVERS()                                            \
-	do {                                                      \
-		if (!have_servers) {                              \
-			print_message("skipped: %s\n", skip_why); \
-			skip();                                   \
-		}                                                 \
-	} while (0)
-
 /* Tensor `t` of checkpoint `ck` has the bytes of the same tensor of checkpoint "local" (or of
  * `ref` when given). */
 static void assert_same_bytes(weightd_client *c, const char *ck, const char *ref, const char *t)
@@ -188,7 +178,7 @@ static void test_kinds(void **state)
 	weightd_weight *w;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	wait_admitted(NULL);
 	c = it_connect(&H);
 	assert_same_bytes(c, "http", NULL, "a");
@@ -232,7 +222,7 @@ static void test_describe(void **state)
 	weightd_error err;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	wait_admitted(NULL);
 	c = it_connect(&H);
 	assert_int_equal(weightd_describe(c, "s3-dir", &d, &err), 0);
@@ -319,7 +309,7 @@ static void test_recipe_reads_what_it_needs(void **state)
 	uint64_t read;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	wait_admitted(NULL);
 	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
 	c = it_connect(&H);
@@ -391,7 +381,7 @@ static void test_secrets_never_shown(void **state)
 	int n_records = 0;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	wait_admitted(NULL);
 	c = it_connect(&H);
 	/* some traffic first, so that metrics and state records exist */
@@ -456,7 +446,7 @@ static void test_hung_server_blocks_nothing(void **state)
 	int64_t t0;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	/* a listener that accepts (the kernel does) and never answers */
 	lfd = socket(AF_INET, SOCK_STREAM, 0);
 	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
@@ -514,7 +504,7 @@ static void test_failed_admission_retried_on_reload(void **state)
 	bool ready = false;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	snprintf(later, sizeof(later), "%s/later.safetensors", root);
 	unlink(later);
 	assert_int_equal(harness_init(&h3), 0);

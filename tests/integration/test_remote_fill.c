@@ -17,8 +17,7 @@
 #define BIG_BYTES (48ull << 20)
 
 static struct wd_servers srv;
-static char root[4096], skip_why[512];
-static bool have_servers;
+static char root[4096];
 
 static int setup(void **state)
 {
@@ -26,33 +25,17 @@ static int setup(void **state)
 		{ .name = "big", .dtype = "U8", .ndim = 1, .shape = { BIG_BYTES }, .seed = 1 },
 		{ .name = "small", .dtype = "U8", .ndim = 1, .shape = { 4096 }, .seed = 2 },
 	};
-	char path[4200];
 
 	(void)state;
-	if (stw_tmpdir(root, sizeof(root)))
-		return -1;
-	snprintf(path, sizeof(path), "%s/m.safetensors", root);
-	if (stw_write(path, ts, 2, NULL, 0, NULL) < 0)
-		return -1;
-	have_servers = wd_servers_start(root, false, &srv, skip_why, sizeof(skip_why)) == 0;
-	return 0;
+	return wd_servers_serve_tensors(&srv, root, sizeof(root), ts, 2, false);
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	wd_servers_stop(&srv);
-	stw_rmtree(root);
+	wd_servers_end(&srv, root);
 	return 0;
 }
-
-#define NEED_SERVERS()                                     \
-	do {                                               \
-		if (!have_servers) {                       \
-			printf("skipped: %s\n", skip_why); \
-			skip();                            \
-		}                                          \
-	} while (0)
 
 static void ctl(const char *q)
 {
@@ -111,7 +94,7 @@ static void test_a_weight_arrives_in_parallel_ranges(void **state)
 	weightd_weight *wr, *wl;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	start_daemon("remote_concurrency = 8\nremote_chunk = 1M\n");
 	c = it_connect(&H);
 	wait_admitted(c);
@@ -143,7 +126,7 @@ static void test_sigterm_ends_a_stalled_fill(void **state)
 	int status;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	start_daemon("remote_concurrency = 4\nremote_chunk = 4M\n");
 	c = it_connect(&H);
 	wait_admitted(c);

@@ -32,17 +32,8 @@
 #define BIG_BYTES   ((40ull << 20) + 5) /* three digest chunks, the last short */
 #define SMALL_BYTES 1000u
 
-static char root[4096], skip_why[512];
+static char root[4096];
 static struct wd_servers srv;
-static bool have_servers;
-
-#define NEED_SERVERS()                                     \
-	do {                                               \
-		if (!have_servers) {                       \
-			printf("skipped: %s\n", skip_why); \
-			skip();                            \
-		}                                          \
-	} while (0)
 
 static int setup(void **state)
 {
@@ -56,23 +47,15 @@ static int setup(void **state)
 		{ .name = "s4", .dtype = "U8", .ndim = 1, .shape = { 100003 }, .seed = 14 },
 		{ .name = "s5", .dtype = "U8", .ndim = 1, .shape = { 100003 }, .seed = 15 },
 	};
-	char path[4200];
 
 	(void)state;
-	if (stw_tmpdir(root, sizeof(root)))
-		return -1;
-	snprintf(path, sizeof(path), "%s/m.safetensors", root);
-	if (stw_write(path, ts, sizeof(ts) / sizeof(ts[0]), NULL, 0, NULL) < 0)
-		return -1;
-	have_servers = wd_servers_start(root, false, &srv, skip_why, sizeof(skip_why)) == 0;
-	return 0;
+	return wd_servers_serve_tensors(&srv, root, sizeof(root), ts, sizeof(ts) / sizeof(ts[0]), false);
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	wd_servers_stop(&srv);
-	stw_rmtree(root);
+	wd_servers_end(&srv, root);
 	return 0;
 }
 
@@ -194,7 +177,7 @@ static void test_remote_weight_is_fetched_in_parallel_ranges(void **state)
 	int requests;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	remote = open_remote(0);
 	local = open_local();
 	/* ranges of 1 MiB (a chunk in 16 pieces, hashed from the segment) and of 16 MiB (a chunk
@@ -260,7 +243,7 @@ static void test_a_run_of_small_weights_is_fetched_together(void **state)
 	int requests, fd = memfd_create("fill-test", MFD_CLOEXEC);
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	remote = open_remote(0);
 	local = open_local();
 	res = (struct wd_resolver){ remote, lookup };
@@ -324,7 +307,7 @@ static void test_a_failing_server_fails_the_weight(void **state)
 	struct filled fr;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	remote = open_remote(1);
 	fill_remote_set(4, 1u << 20);
 	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
@@ -347,7 +330,7 @@ static void test_resumed_ranges_keep_the_digest(void **state)
 	struct filled fr, fl;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	remote = open_remote(3);
 	local = open_local();
 	fill_remote_set(4, 16u << 20);
@@ -385,7 +368,7 @@ static void test_stop_ends_a_stalled_fill(void **state)
 	pthread_t t;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	remote = open_remote(0);
 	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
 	free(wd_servers_get(srv.fault, "/__ctl?fault=stall&n=1000&seconds=30"));

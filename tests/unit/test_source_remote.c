@@ -30,8 +30,6 @@
 
 static char root[4096];
 static struct wd_servers srv;
-static bool have_servers;
-static char skip_why[600];
 static char token_file[4200], cred_file[4200], bad_cred_file[4200];
 
 static const struct stw_tensor single_ts[] = {
@@ -109,8 +107,8 @@ static int setup(void **state)
 	if (stw_tmpdir(root, sizeof(root)))
 		return -1;
 	write_tree();
-	have_servers = wd_servers_start(root, true, &srv, skip_why, sizeof(skip_why)) == 0;
-	if (!have_servers)
+	wd_servers_try(root, true, &srv);
+	if (!srv.up)
 		return 0;
 	snprintf(token_file, sizeof(token_file), "%s.token", root);
 	snprintf(text, sizeof(text), "%s\n", srv.token);
@@ -139,14 +137,6 @@ static int teardown(void **state)
 	stw_rmtree(root);
 	return 0;
 }
-
-#define NEED_SERVERS()                                            \
-	do {                                                      \
-		if (!have_servers) {                              \
-			print_message("skipped: %s\n", skip_why); \
-			skip();                                   \
-		}                                                 \
-	} while (0)
 
 static struct wd_source_remote_conf http_conf(void)
 {
@@ -214,7 +204,7 @@ static void test_http_single(void **state)
 	weightd_error err;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/single.safetensors", srv.http);
 	snprintf(path, sizeof(path), "%s/single.safetensors", root);
 	open_ok(url, &rc, &a);
@@ -249,7 +239,7 @@ static void test_http_refused(void **state)
 	weightd_error err;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/single.safetensors", srv.http);
 	assert_int_equal(wd_source_open_at("m", url, NULL, NULL, &s, &err),
 			 -WEIGHTD_E_INVALID_ARGUMENT);
@@ -269,7 +259,7 @@ static void test_sharded_headers_only(void **state)
 	size_t i;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	snprintf(url, sizeof(url), "https://127.0.0.1:%d/dir/", srv.https);
 	rc = https_conf();
 	open_ok(url, &rc, &s);
@@ -323,7 +313,7 @@ static void test_https_redirect_and_token(void **state)
 	weightd_error err;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	snprintf(path, sizeof(path), "%s/single.safetensors", root);
 	snprintf(url, sizeof(url),
 		 "https://127.0.0.1:%d/hf/org/repo/resolve/main/single.safetensors", srv.https);
@@ -367,7 +357,7 @@ static void test_s3(void **state)
 	weightd_error err;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	snprintf(url, sizeof(url), "s3://%s/dir/", srv.bucket);
 	open_ok(url, &rc, &s);
 	assert_string_equal(wd_source_location_kind(s), "s3");
@@ -395,7 +385,7 @@ static void test_gguf(void **state)
 	char url[256];
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/tiny.gguf", srv.http);
 	open_ok(url, &rc, &s);
 	assert_int_equal(wd_source_kind(s), WD_SOURCE_GGUF);
@@ -418,7 +408,7 @@ static void test_replaced(void **state)
 	uint8_t buf[64];
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	snprintf(path, sizeof(path), "%s/swapme.safetensors", root);
 	put_st(path, single_ts, 2);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/swapme.safetensors", srv.http);
@@ -445,7 +435,7 @@ static void test_query_never_shown(void **state)
 	weightd_error err;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	snprintf(url, sizeof(url),
 		 "http://user:pw@127.0.0.1:%d/single.safetensors?X-Amz-Signature=deadbeefSIG",
 		 srv.http);
@@ -480,7 +470,7 @@ static void test_missing_shard(void **state)
 	weightd_error err;
 
 	(void)state;
-	NEED_SERVERS();
+	NEED_SERVERS(&srv);
 	snprintf(p, sizeof(p), "%s/holey", root);
 	assert_int_equal(mkdir(p, 0755), 0);
 	snprintf(p, sizeof(p), "%s/holey/a.safetensors", root);
