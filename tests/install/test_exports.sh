@@ -19,13 +19,8 @@ src=${1:?usage: test_exports.sh SOURCE_DIR}
 : "${WD_LIBWEIGHTD_SO:?}" "${WD_LIBWEIGHTD_A:?}" "${WD_WEIGHTCTL:?}" "${WD_DAEMON_LIB:?}"
 : "${WD_CORE_OBJ_DIR:?}" "${WD_WIRE_OBJ_DIR:?}" "${WD_WEIGHTCTL_DIR:?}"
 nm=${WD_NM:-nm}
-tmp=$(mktemp -d /tmp/wd-exports-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() {
-	echo "FAIL: $*" >&2
-	failures=$((failures + 1))
-}
+. "$(dirname "${BASH_SOURCE[0]}")/checks.sh"
+checks_workdir tmp exports
 # compare NAME EXPECTED_FILE ACTUAL_FILE: both sorted lists
 compare() {
 	if ! diff -u "$2" "$3" >"$tmp/diff"; then
@@ -131,8 +126,4 @@ else
 	echo "--- SPDX lines: not checked ($src is not a git checkout)"
 fi
 
-if [ "$failures" -gt 0 ]; then
-	echo "$failures check(s) failed" >&2
-	exit 1
-fi
-echo "all checks passed"
+checks_done exports

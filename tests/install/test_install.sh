@@ -24,16 +24,8 @@ unitdir=$(under_prefix "$WD_UNITDIR")
 sysusersdir=$(under_prefix "$WD_SYSUSERSDIR")
 tmpfilesdir=$(under_prefix "$WD_TMPFILESDIR")
 
-dest=$(mktemp -d /tmp/wd-install-XXXXXX)
-trap '[ -n "${WD_KEEP:-}" ] || rm -rf "$dest"' EXIT
-failures=0
-fail() {
-	echo "FAIL: $*" >&2
-	failures=$((failures + 1))
-}
-step() {
-	echo "--- $*"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/checks.sh"
+checks_workdir dest install keepable
 
 step "cmake --install into $dest"
 DESTDIR=$dest cmake --install "$build" >"$dest.log" 2>&1 || {
@@ -259,8 +251,4 @@ if cmake -S "$work" -B "$work/build-v" -DCMAKE_PREFIX_PATH="$dest$WD_PREFIX" \
 	fail "find_package(weightd $((${WD_VERSION%%.*} + 1))) accepted version $WD_VERSION"
 fi
 
-if [ "$failures" -ne 0 ]; then
-	echo "$failures check(s) failed" >&2
-	exit 1
-fi
-echo "install: all checks passed"
+checks_done install

@@ -18,16 +18,8 @@ for tool in dpkg-buildpackage dh dpkg-deb lintian; do
 	fi
 done
 
-work=$(mktemp -d /tmp/wd-package-XXXXXX)
-trap '[ -n "${WD_KEEP:-}" ] || rm -rf "$work"' EXIT
-failures=0
-fail() {
-	echo "FAIL: $*" >&2
-	failures=$((failures + 1))
-}
-step() {
-	echo "--- $*"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/checks.sh"
+checks_workdir work package keepable
 
 version=$(dpkg-parsechangelog -l "$src/debian/changelog" -S Version)
 arch=$(dpkg-architecture -qDEB_HOST_ARCH)
@@ -237,8 +229,4 @@ if grep -q '^Package: python3-weightd$' "$src/debian/control"; then
 	fi
 fi
 
-if [ "$failures" -ne 0 ]; then
-	echo "$failures check(s) failed (kept in $work with WD_KEEP=1)" >&2
-	exit 1
-fi
-echo "package: all checks passed"
+checks_done package "kept in $work with WD_KEEP=1"
