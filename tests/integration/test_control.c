@@ -23,35 +23,10 @@
 #include <cmocka.h>
 
 #include "fixture.h"
+#include "files.h"
 #include "harness.h"
 #include "st_writer.h"
 #include "weightd/client.h"
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf;
-	long n;
-
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = calloc(1, (size_t)n + 1);
-	assert_non_null(buf);
-	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	return buf;
-}
-
-static void write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	assert_non_null(f);
-	fputs(text, f);
-	assert_int_equal(fclose(f), 0);
-}
 
 /* The pid of the process listening on `sock` (SO_PEERCRED of a connection), or -1. */
 static pid_t listener_pid(const char *sock)
@@ -88,7 +63,7 @@ static void detached_start_reports_readiness_in_its_exit_status(void **state)
 	harness_path(&H, "detached-state", state_dir, sizeof(state_dir));
 	snprintf(text, sizeof(text), "[daemon]\nsocket = %s\nshm_prefix = %s-det\nstate_dir = %s\n",
 		 sock, H.prefix, state_dir);
-	write_file(conf, text);
+	tf_write(conf, text, 0);
 	assert_int_equal(harness_run(argv, out, sizeof(out), (uid_t)-1), 0);
 	/* it serves the moment the command has returned: no waiting */
 	pid = listener_pid(sock);
@@ -102,7 +77,7 @@ static void detached_start_reports_readiness_in_its_exit_status(void **state)
 	snprintf(text, sizeof(text),
 		 "[daemon]\nsocket = %s/no/such/dir/x.sock\nshm_prefix = %s-det\nstate_dir = %s\n",
 		 H.dir, H.prefix, state_dir);
-	write_file(conf, text);
+	tf_write(conf, text, 0);
 	assert_int_equal(harness_run(argv, out, sizeof(out), (uid_t)-1), 1);
 }
 
@@ -210,7 +185,7 @@ static void sigterm_cancels_queued_work(void **state)
 	assert_non_null(strstr(err.message, "cancelled before it started"));
 	weightd_unit_free(u);
 	weightd_close(c);
-	log = slurp(H.log);
+	log = tf_read(H.log, NULL);
 	snprintf(want, sizeof(want), "(%d queued jobs cancelled)", MANY);
 	if (!strstr(log, want) || !strstr(log, "abandoning 1 workers still busy after 3000 ms"))
 		fail_msg("expected %s and an abandoned worker in the log:\n%s", want, log);
@@ -286,7 +261,7 @@ static void reload_applies_daemon_keys_or_names_them(void **state)
 	assert_int_equal(info->max_pending_requests, 7);
 	weightd_close(c);
 
-	log = slurp(H.log);
+	log = tf_read(H.log, NULL);
 	if (!strstr(log, "reload: workers changed to 2 in the configuration, but weightd keeps 1 "
 			 "until it restarts"))
 		fail_msg("workers not named:\n%s", log);
@@ -321,7 +296,7 @@ static void reload_applies_log_level_live(void **state)
 	if (weightd_reload(c, &err) < 0)
 		fail_msg("reload: %s", err.message);
 	weightd_close(c);
-	log = slurp(H.log);
+	log = tf_read(H.log, NULL);
 	mark = strlen(log);
 	assert_non_null(strstr(log, "reload: log_level is now warning"));
 	free(log);
@@ -334,7 +309,7 @@ static void reload_applies_log_level_live(void **state)
 	weightd_close(c);
 	weightd_close(it_connect(&H));
 	assert_int_equal(harness_stop(&H), 0);
-	log = slurp(H.log);
+	log = tf_read(H.log, NULL);
 	/* between the two reloads: not one debug line; after the second: debug again */
 	{
 		const char *back = strstr(log + mark, "reload: log_level is now debug");

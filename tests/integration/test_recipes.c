@@ -28,6 +28,7 @@
 #include <xxhash.h>
 
 #include "fixture.h"
+#include "files.h"
 #include "frame.h"
 #include "rawcall.h"
 #include "recipe.h"
@@ -94,34 +95,6 @@ static void tp_split(uint64_t dim, uint32_t rank, uint32_t world, uint64_t *star
 }
 
 /* --- files and processes --------------------------------------------------------------------- */
-
-static uint8_t *read_all(const char *path, size_t *ret_len)
-{
-	FILE *f = fopen(path, "rb");
-	uint8_t *buf = NULL;
-	long n;
-
-	assert_non_null(f);
-	assert_int_equal(fseek(f, 0, SEEK_END), 0);
-	n = ftell(f);
-	assert_true(n >= 0);
-	rewind(f);
-	buf = malloc((size_t)n + 1);
-	assert_non_null(buf);
-	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*ret_len = (size_t)n;
-	return buf;
-}
-
-static void write_text(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	assert_non_null(f);
-	assert_int_equal(fputs(text, f) >= 0, 1);
-	assert_int_equal(fclose(f), 0);
-}
 
 static void say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(int fd, const char *fmt, ...)
@@ -498,7 +471,7 @@ static void same_recipe_one_segment_read_once(void **state)
 	assert_int_equal(ga.ndim, 2);
 	assert_int_equal(ga.shape[0], r1 - r0);
 	assert_int_equal(ga.shape[1], EMB_COLS);
-	bytes = read_all(path, &len);
+	bytes = tf_read(path, &len);
 	assert_int_equal(len, (r1 - r0) * EMB_COLS * 4);
 	want = malloc(len);
 	assert_non_null(want);
@@ -589,7 +562,7 @@ static void four_ranks_concatenate_to_the_full_cast(void **state)
 		assert_int_equal(g[r].shape[0], e - s);
 		assert_int_equal(g[r].shape[1], EMB_COLS);
 		assert_int_equal(g[r].shape[0], r < 2 ? 257 : 256);
-		part = read_all(path, &len);
+		part = tf_read(path, &len);
 		assert_int_equal(len, g[r].nbytes);
 		memcpy(cat + total, part, len);
 		total += len;
@@ -606,7 +579,7 @@ static void four_ranks_concatenate_to_the_full_cast(void **state)
 	harness_path(&H, "full.bin", path, sizeof(path));
 	get_once(json, path, &full);
 	assert_int_equal(full.nbytes, total); /* a weight of its own, not the ranks' */
-	whole = read_all(path, &len);
+	whole = tf_read(path, &len);
 	assert_int_equal(len, total);
 	assert_memory_equal(whole, cat, total);
 	free(whole);
@@ -655,7 +628,7 @@ static void structural_ops_match_reference(void **state)
 	assert_string_equal(g.dtype, "F16");
 	assert_int_equal(g.shape[0], 80);
 	assert_int_equal(g.shape[1], 32);
-	p = read_all(path, &len);
+	p = tf_read(path, &len);
 	assert_int_equal(len, 80 * 32 * 2);
 	for (uint64_t r = 0; r < 80; r++)
 		for (uint64_t col = 0; col < 32; col++)
@@ -668,7 +641,7 @@ static void structural_ops_match_reference(void **state)
 	get_once("{\"op\":\"concat\",\"axis\":-1,\"inputs\":[" SRC("k") "," SRC("v") "]}", path, &g);
 	assert_int_equal(g.shape[0], 16);
 	assert_int_equal(g.shape[1], 64);
-	p = read_all(path, &len);
+	p = tf_read(path, &len);
 	for (uint64_t r = 0; r < 16; r++)
 		for (uint64_t col = 0; col < 64; col++)
 			check_f16(p, r * 64 + col, col < 32 ? v16(3, 32, r, col) : v16(4, 32, r, col - 32));
@@ -690,7 +663,7 @@ static void structural_ops_match_reference(void **state)
 		 path, &g);
 	assert_true(g.ok);
 	assert_string_equal(g.dtype, "I32");
-	p = read_all(path, &len);
+	p = tf_read(path, &len);
 	assert_int_equal(len, 48 * 32 * 4);
 	for (size_t i = 0; i < 48 * 32; i++)
 		assert_int_equal(((const int32_t *)(const void *)p)[i], 0);
@@ -701,7 +674,7 @@ static void structural_ops_match_reference(void **state)
 	assert_string_equal(g.dtype, "F32");
 	assert_int_equal(g.shape[0], 40);
 	assert_int_equal(g.shape[1], 24);
-	p = read_all(path, &len);
+	p = tf_read(path, &len);
 	assert_int_equal(len, 40 * 24 * 4);
 	for (uint64_t i = 0; i < 40; i++)
 		for (uint64_t j = 0; j < 24; j++)
@@ -714,7 +687,7 @@ static void structural_ops_match_reference(void **state)
 		 SRC("v") "]}}}", path, &g);
 	assert_int_equal(g.shape[0], 32);
 	assert_int_equal(g.shape[1], 80);
-	p = read_all(path, &len);
+	p = tf_read(path, &len);
 	for (uint64_t i = 0; i < 32; i++)
 		for (uint64_t j = 0; j < 80; j++) {
 			double want = j < 48 ? v16(2, 32, j, i) : j < 64 ? v16(3, 32, j - 48, i) :
@@ -731,7 +704,7 @@ static void structural_ops_match_reference(void **state)
 			 SRC("w") "}", path, &g);
 		assert_int_equal(g.shape[0], 4);
 		assert_int_equal(g.shape[1], 40);
-		p = read_all(path, &len);
+		p = tf_read(path, &len);
 		for (size_t i = 0; i < 4; i++)
 			for (uint64_t j = 0; j < 40; j++)
 				assert_true(f32_at(p, i * 40 + j) == (float)pat_value(rows[i] * 40 + j, 5));
@@ -741,7 +714,7 @@ static void structural_ops_match_reference(void **state)
 			 "\"select\":{\"indices\":[1,[39,1,1,0,17]]}}", path, &g);
 		assert_int_equal(g.shape[0], 24);
 		assert_int_equal(g.shape[1], 5);
-		p = read_all(path, &len);
+		p = tf_read(path, &len);
 		for (uint64_t i = 0; i < 24; i++)
 			for (size_t j = 0; j < 5; j++)
 				assert_true(f32_at(p, i * 5 + j) == (float)pat_value(i * 40 + cols[j], 5));
@@ -753,7 +726,7 @@ static void structural_ops_match_reference(void **state)
 		 "\"select\":{\"range\":[1,10,13]}}", path, &g);
 	assert_int_equal(g.shape[0], 24);
 	assert_int_equal(g.shape[1], 3);
-	p = read_all(path, &len);
+	p = tf_read(path, &len);
 	for (uint64_t i = 0; i < 24; i++)
 		for (uint64_t j = 0; j < 3; j++)
 			assert_true(f32_at(p, i * 3 + j) == (float)pat_value(i * 40 + 10 + j, 5));
@@ -761,7 +734,7 @@ static void structural_ops_match_reference(void **state)
 	get_once("{\"op\":\"source\",\"checkpoint\":\"rt\",\"tensor\":\"w\","
 		 "\"select\":{\"elements\":[70,130,[3,4,5]]}}", path, &g);
 	assert_int_equal(g.ndim, 3);
-	p = read_all(path, &len);
+	p = tf_read(path, &len);
 	assert_int_equal(len, 60 * 4);
 	for (uint64_t i = 0; i < 60; i++)
 		assert_true(f32_at(p, i) == (float)pat_value(70 + i, 5));
@@ -771,7 +744,7 @@ static void structural_ops_match_reference(void **state)
 	get_once("{\"op\":\"reshape\",\"shape\":[8,3,40],\"input\":" SRC("w") "}", path, &g);
 	assert_int_equal(g.ndim, 3);
 	assert_int_equal(g.shape[1], 3);
-	p = read_all(path, &len);
+	p = tf_read(path, &len);
 	assert_int_equal(len, 24 * 40 * 4);
 	for (uint64_t i = 0; i < 24 * 40; i++)
 		assert_true(f32_at(p, i) == (float)pat_value(i, 5));
@@ -779,7 +752,7 @@ static void structural_ops_match_reference(void **state)
 	get_once("{\"op\":\"view\",\"dtype\":\"U8\",\"shape\":[2052,64],\"input\":" SRC("emb") "}",
 		 path, &g);
 	assert_string_equal(g.dtype, "U8");
-	p = read_all(path, &len);
+	p = tf_read(path, &len);
 	assert_int_equal(len, 2052 * 64);
 	for (uint64_t i = 0; i < len; i++)
 		assert_int_equal(p[i], (i % 2 ? emb_bits(i / 2) >> 8 : emb_bits(i / 2) & 0xff));
@@ -788,7 +761,7 @@ static void structural_ops_match_reference(void **state)
 	get_once("{\"op\":\"stack\",\"axis\":0,\"inputs\":[" SRC("k") "," SRC("v") "]}", path, &g);
 	assert_int_equal(g.ndim, 3);
 	assert_int_equal(g.shape[0], 2);
-	p = read_all(path, &len);
+	p = tf_read(path, &len);
 	for (uint64_t i = 0; i < 16 * 32; i++) {
 		check_f16(p, i, pat_value(i, 3));
 		check_f16(p, 16 * 32 + i, pat_value(i, 4));
@@ -955,7 +928,7 @@ static void preflight_errors_name_the_node(void **state)
 		assert_string_equal(err.slot, "output");
 
 		/* weightctl */
-		write_text(file, json);
+		tf_write(file, json, 0);
 		{
 			char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, "preflight", file,
 					 NULL };
@@ -1012,7 +985,7 @@ static void preflight_reads_no_payload(void **state)
 	weightd_unit_free(u);
 
 	harness_path(&H, "good.json", file, sizeof(file));
-	write_text(file, json);
+	tf_write(file, json, 0);
 	{
 		char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, "preflight", file,
 				 NULL };
@@ -1480,7 +1453,7 @@ static void weightctl_get_recipe_writes_and_hashes(void **state)
 	{
 		char json[512];
 		cast_shard_json(json, sizeof(json), 3);
-		write_text(file, json);
+		tf_write(file, json, 0);
 	}
 	{
 		char *argv[] = { (char *)harness_weightctl(), "--socket", H.sock, "get", "--recipe",
@@ -1489,7 +1462,7 @@ static void weightctl_get_recipe_writes_and_hashes(void **state)
 		if (rc != 0)
 			fail_msg("weightctl get --recipe exited %d: %s", rc, errtext);
 	}
-	bytes = read_all(outfile, &len);
+	bytes = tf_read(outfile, &len);
 	assert_int_equal(len, (r1 - r0) * EMB_COLS * 4);
 	want = malloc(len);
 	assert_non_null(want);
@@ -1531,7 +1504,7 @@ static void weightctl_get_recipe_writes_and_hashes(void **state)
 		struct stat st;
 
 		harness_path(&H, "never.bin", bad_out, sizeof(bad_out));
-		write_text(file, "{\"op\":\"transpose\",\"perm\":[0,0],\"input\":" SRC("w") "}");
+		tf_write(file, "{\"op\":\"transpose\",\"perm\":[0,0],\"input\":" SRC("w") "}", 0);
 		assert_int_equal(run_capture(argv, out, sizeof(out), errtext, sizeof(errtext)), 1);
 		assert_non_null(strstr(errtext, "node 1 (transpose)"));
 		assert_int_equal(stat(bad_out, &st), -1);

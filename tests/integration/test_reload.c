@@ -6,6 +6,7 @@
 #include <jansson.h>
 
 #include "fixture.h"
+#include "files.h"
 
 #define T_BYTES 65536u
 
@@ -240,22 +241,6 @@ static uint64_t wait_generation(const char *ckpt, uint64_t gen, int timeout_ms)
 }
 
 /* Read a whole file into memory (*ret_len bytes). */
-static uint8_t *read_all(const char *path, size_t *ret_len)
-{
-	struct stat st;
-	uint8_t *buf;
-	int fd = open(path, O_RDONLY);
-
-	assert_true(fd >= 0);
-	assert_int_equal(fstat(fd, &st), 0);
-	buf = malloc((size_t)st.st_size);
-	assert_non_null(buf);
-	assert_int_equal(read(fd, buf, (size_t)st.st_size), st.st_size);
-	close(fd);
-	*ret_len = (size_t)st.st_size;
-	return buf;
-}
-
 /*
  * `watch = yes`: a file replaced by rename and a shard renamed over are reloaded by themselves;
  * a file copied in slowly (writes closer together than watch_delay) is reloaded once, when the
@@ -315,7 +300,7 @@ static void watch_reloads_changed_files_once_quiet(void **state)
 	 * middle, exactly one after */
 	snprintf(tmp, sizeof(tmp), "%s.src", w);
 	four_tensors(tmp, 60);
-	bytes = read_all(tmp, &len);
+	bytes = tf_read(tmp, &len);
 	fd = open(w, O_WRONLY | O_TRUNC);
 	assert_true(fd >= 0);
 	for (int i = 0; i < 8; i++) {

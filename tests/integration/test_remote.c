@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "fixture.h"
+#include "files.h"
 #include "harness.h"
 #include "servers.h"
 #include "weightd/client.h"
@@ -38,16 +39,6 @@ static struct wd_servers srv;
 static char root[600], local_m[700], local_big[700];
 static char token_file[700], cred_file[700], bad_cred_file[700];
 static int metrics_port;
-
-static void write_text(const char *path, const char *text, mode_t mode)
-{
-	FILE *f = fopen(path, "w");
-
-	assert_non_null(f);
-	fputs(text, f);
-	assert_int_equal(fclose(f), 0);
-	assert_int_equal(chmod(path, mode), 0);
-}
 
 static int free_port(void)
 {
@@ -110,17 +101,17 @@ static int setup(void **state)
 		return 0;
 	snprintf(token_file, sizeof(token_file), "%s/hf.token", H.dir);
 	snprintf(text, sizeof(text), "%s\n", srv.token);
-	write_text(token_file, text, 0600);
+	tf_write(token_file, text, 0600);
 	snprintf(cred_file, sizeof(cred_file), "%s/s3.credentials", H.dir);
 	snprintf(text, sizeof(text),
 		 "[store]\naws_access_key_id = %s\naws_secret_access_key = %s\n", srv.s3_key,
 		 srv.s3_secret);
-	write_text(cred_file, text, 0600);
+	tf_write(cred_file, text, 0600);
 	snprintf(bad_cred_file, sizeof(bad_cred_file), "%s/bad.credentials", H.dir);
 	snprintf(text, sizeof(text),
 		 "[default]\naws_access_key_id = %s\naws_secret_access_key = " WRONG_SECRET "\n",
 		 srv.s3_key);
-	write_text(bad_cred_file, text, 0600);
+	tf_write(bad_cred_file, text, 0600);
 	metrics_port = free_port();
 	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:%d\nremote_retries = 2\n",
 		 metrics_port);
@@ -571,14 +562,14 @@ static void test_check_config_offline(void **state)
 	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
 	assert_int_equal(listen(lfd, 16), 0);
 	snprintf(loose, sizeof(loose), "%s/loose.credentials", H.dir);
-	write_text(loose, "[default]\naws_access_key_id = k\naws_secret_access_key = s\n", 0644);
+	tf_write(loose, "[default]\naws_access_key_id = k\naws_secret_access_key = s\n", 0644);
 	snprintf(conf, sizeof(conf), "%s/check.conf", H.dir);
 	snprintf(text, sizeof(text),
 		 "[checkpoint:quiet]\npath = http://127.0.0.1:%d/m.safetensors\nallow_http = yes\n"
 		 "[checkpoint:s3]\npath = s3://b/m/\nendpoint = http://127.0.0.1:%d\n"
 		 "allow_http = yes\npath_style = yes\n",
 		 ntohs(a.sin_port), ntohs(a.sin_port));
-	write_text(conf, text, 0644);
+	tf_write(conf, text, 0644);
 	t0 = it_now_ms();
 	st = harness_run(argv, out, sizeof(out), (uid_t)-1);
 	assert_int_equal(st, 0);
@@ -588,7 +579,7 @@ static void test_check_config_offline(void **state)
 	/* a credentials file others can read: refused, naming it */
 	snprintf(text + strlen(text), sizeof(text) - strlen(text), "credentials_file = %s\n",
 		 loose);
-	write_text(conf, text, 0644);
+	tf_write(conf, text, 0644);
 	st = harness_run(argv, out, sizeof(out), (uid_t)-1);
 	assert_int_equal(st, 1);
 	assert_non_null(strstr(out, "checkpoint s3: FAILED"));

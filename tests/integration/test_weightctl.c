@@ -29,33 +29,10 @@
 #include <sys/socket.h>
 
 #include "fixture.h"
+#include "files.h"
 #include "weightd/client.h"
 
 /* --- running weightctl ------------------------------------------------------------------------ */
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	int ch;
-
-	assert_non_null(f);
-	while ((ch = fgetc(f)) != EOF) {
-		if (len + 2 > cap) {
-			cap = cap ? cap * 2 : 4096;
-			buf = realloc(buf, cap);
-			assert_non_null(buf);
-		}
-		buf[len++] = (char)ch;
-	}
-	fclose(f);
-	if (!buf)
-		buf = calloc(1, 1);
-	assert_non_null(buf);
-	buf[len] = '\0';
-	return buf;
-}
 
 /*
  * Run weightctl --socket H.sock ARGS... (NULL-terminated) with stdout and stderr each to a file
@@ -92,8 +69,8 @@ static int ctl(char **ret_out, char **ret_err, ...)
 		_exit(127);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
-	*ret_out = slurp(outp);
-	*ret_err = slurp(errp);
+	*ret_out = tf_read(outp, NULL);
+	*ret_err = tf_read(errp, NULL);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -1262,7 +1239,7 @@ static void a_reader_that_stops_early_ends_it_quietly(void **state)
 	close(p[1]);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFSIGNALED(status) ? WTERMSIG(status) == SIGPIPE : WEXITSTATUS(status) != 0);
-	err = slurp(errp);
+	err = tf_read(errp, NULL);
 	assert_string_equal(err, "");
 	free(err);
 }

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "tests.h"
+#include "files.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -23,22 +24,6 @@ static const char *tpath(const char *name)
 	static char p[4200];
 	snprintf(p, sizeof(p), "%s/%s", stw_test_dir, name);
 	return p;
-}
-
-static uint8_t *slurp(const char *path, size_t *ret_len)
-{
-	struct stat st;
-	uint8_t *buf;
-	int fd = open(path, O_RDONLY);
-
-	assert_true(fd >= 0);
-	assert_int_equal(fstat(fd, &st), 0);
-	buf = malloc((size_t)st.st_size + 1);
-	assert_non_null(buf);
-	assert_int_equal(pread(fd, buf, (size_t)st.st_size, 0), st.st_size);
-	close(fd);
-	*ret_len = (size_t)st.st_size;
-	return buf;
 }
 
 /* Little-endian u64 decoded by hand: the oracle for the header length. */
@@ -59,7 +44,7 @@ static int parse_path(const char *path, const struct wd_limits *lim, struct wd_t
 	weightd_error e2;
 	uint64_t ds2 = 0;
 	size_t len;
-	uint8_t *buf = slurp(path, &len);
+	uint8_t *buf = tf_read(path, &len);
 	int r, r2, fd;
 
 	wd_error_clear(err);
@@ -146,7 +131,7 @@ static void every_dtype_is_accepted_with_exact_offsets_and_bytes(void **state)
 	wd_tensor_table_init(&t);
 	assert_int_equal(parse_path(tpath("all.safetensors"), NULL, &t, &ds, &err), 0);
 
-	file = slurp(tpath("all.safetensors"), &len);
+	file = tf_read(tpath("all.safetensors"), &len);
 	hlen = file_header_len(file);
 	assert_int_equal(ds, 8 + hlen);
 	assert_int_equal(t.n_tensors, N_DTYPES);
@@ -344,7 +329,7 @@ static void truncated_files_are_rejected(void **state)
 
 	/* every proper prefix of a valid file is rejected, never read past */
 	assert_int_equal(stw_write(tpath("v.safetensors"), ts, 2, NULL, 0, NULL), 0);
-	full = slurp(tpath("v.safetensors"), &len);
+	full = tf_read(tpath("v.safetensors"), &len);
 	for (size_t l = 0; l < len; l++) {
 		uint8_t *copy = malloc(l ? l : 1);
 		assert_non_null(copy);
@@ -695,7 +680,7 @@ static void tensor_file_index_is_recorded(void **state)
 
 	(void)state;
 	assert_int_equal(stw_write(tpath("f.safetensors"), ts, 1, NULL, 0, NULL), 0);
-	buf = slurp(tpath("f.safetensors"), &len);
+	buf = tf_read(tpath("f.safetensors"), &len);
 	wd_tensor_table_init(&t);
 	assert_int_equal(wd_safetensors_parse(buf, len, len, 7, NULL, &t, NULL, &err), 0);
 	assert_int_equal(t.tensors[0].file, 7);

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "tests.h"
+#include "files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,15 +35,6 @@ static const char *tpath(const char *fmt, ...)
 	va_end(ap);
 	snprintf(p, 4300, "%s/%s", stw_test_dir, rel);
 	return p;
-}
-
-static void write_text(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	assert_non_null(f);
-	assert_int_equal(fputs(text, f) >= 0, 1);
-	assert_int_equal(fclose(f), 0);
 }
 
 /* Byte i of a bytes-pattern tensor with this seed, computed here independently of st_writer.h. */
@@ -251,8 +243,8 @@ static void directory_with_one_safetensors_file_is_that_file(void **state)
 	(void)state;
 	assert_int_equal(mkdir(tpath("lone"), 0755), 0);
 	assert_int_equal(stw_write(tpath("lone/model.safetensors"), k_four, 2, NULL, 0, NULL), 0);
-	write_text(tpath("lone/README.md"), "hello\n");
-	write_text(tpath("lone/config.json"), "{}\n");
+	tf_write(tpath("lone/README.md"), "hello\n", 0);
+	tf_write(tpath("lone/config.json"), "{}\n", 0);
 	src = open_ok("lone", tpath("lone"));
 	assert_int_equal(wd_source_kind(src), WD_SOURCE_SAFETENSORS);
 	assert_int_equal(wd_source_file_count(src), 1);
@@ -262,7 +254,7 @@ static void directory_with_one_safetensors_file_is_that_file(void **state)
 	wd_source_free(src);
 
 	assert_int_equal(mkdir(tpath("none"), 0755), 0);
-	write_text(tpath("none/README.md"), "hello\n");
+	tf_write(tpath("none/README.md"), "hello\n", 0);
 	open_bad(tpath("none"), WEIGHTD_E_NOT_FOUND,
 		 "no model.safetensors.index.json and no *.safetensors file");
 
@@ -305,7 +297,7 @@ static void write_index(const char *dir, const char *weight_map)
 
 	snprintf(p, sizeof(p), "%s/model.safetensors.index.json", dir);
 	snprintf(text, sizeof(text), "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {%s}}", weight_map);
-	write_text(p, text);
+	tf_write(p, text, 0);
 }
 
 static void sharded_directory_opens_every_shard(void **state)
@@ -389,7 +381,7 @@ static void index_and_shards_must_agree(void **state)
 
 	/* a broken index file */
 	make_shards(tpath("s7"));
-	write_text(tpath("s7/model.safetensors.index.json"), "{\"weight_map\": ");
+	tf_write(tpath("s7/model.safetensors.index.json"), "{\"weight_map\": ", 0);
 	open_bad(tpath("s7"), WEIGHTD_E_BAD_CHECKPOINT,
 		 "model.safetensors.index.json: index file: not valid JSON");
 }

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "tests.h"
+#include "files.h"
 
 #include "gguf_writer.h"
 #include "remote.h"
@@ -46,16 +47,6 @@ static const struct stw_tensor shard2_ts[] = {
 	{ .name = "z", .dtype = "F32", .ndim = 2, .shape = { 1024, 1024 }, .seed = 5 },
 };
 
-static void write_text(const char *path, const char *text, mode_t mode)
-{
-	FILE *f = fopen(path, "w");
-
-	assert_non_null(f);
-	fputs(text, f);
-	assert_int_equal(fclose(f), 0);
-	assert_int_equal(chmod(path, mode), 0);
-}
-
 static void put_st(const char *path, const struct stw_tensor *ts, size_t n)
 {
 	assert_int_equal(stw_write(path, ts, n, NULL, 0, NULL), 0);
@@ -78,7 +69,7 @@ static void write_tree(void)
 	snprintf(p, sizeof(p), "%s/dir/model-00002-of-00002.safetensors", root);
 	put_st(p, shard2_ts, 1);
 	snprintf(p, sizeof(p), "%s/dir/model.safetensors.index.json", root);
-	write_text(p,
+	tf_write(p,
 		   "{\"metadata\": {}, \"weight_map\": {"
 		   "\"x\": \"model-00001-of-00002.safetensors\","
 		   "\"y\": \"model-00001-of-00002.safetensors\","
@@ -112,18 +103,18 @@ static int setup(void **state)
 		return 0;
 	snprintf(token_file, sizeof(token_file), "%s.token", root);
 	snprintf(text, sizeof(text), "%s\n", srv.token);
-	write_text(token_file, text, 0600);
+	tf_write(token_file, text, 0600);
 	snprintf(cred_file, sizeof(cred_file), "%s.cred", root);
 	snprintf(text, sizeof(text),
 		 "[default]\naws_access_key_id = nobody\naws_secret_access_key = nothing\n"
 		 "[test]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
 		 srv.s3_key, srv.s3_secret);
-	write_text(cred_file, text, 0600);
+	tf_write(cred_file, text, 0600);
 	snprintf(bad_cred_file, sizeof(bad_cred_file), "%s.badcred", root);
 	snprintf(text, sizeof(text),
 		 "[default]\naws_access_key_id = %s\naws_secret_access_key = wr0ngSecretValue\n",
 		 srv.s3_key);
-	write_text(bad_cred_file, text, 0600);
+	tf_write(bad_cred_file, text, 0600);
 	return 0;
 }
 
@@ -333,7 +324,7 @@ static void test_https_redirect_and_token(void **state)
 
 	/* a token file others can read is refused, naming the file */
 	snprintf(loose, sizeof(loose), "%s.loose", token_file);
-	write_text(loose, srv.token, 0644);
+	tf_write(loose, srv.token, 0644);
 	rc.token_file = loose;
 	assert_int_equal(wd_source_open_at("m", url, &rc, NULL, &s, &err),
 			 -WEIGHTD_E_PERMISSION_DENIED);
@@ -476,7 +467,7 @@ static void test_missing_shard(void **state)
 	snprintf(p, sizeof(p), "%s/holey/a.safetensors", root);
 	put_st(p, shard1_ts, 2);
 	snprintf(p, sizeof(p), "%s/holey/model.safetensors.index.json", root);
-	write_text(p,
+	tf_write(p,
 		   "{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"a.safetensors\","
 		   " \"z\": \"gone.safetensors\"}}",
 		   0644);
