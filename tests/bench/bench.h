@@ -176,6 +176,28 @@ static inline bool bench_arg_runs(int argc, char **argv, int *i, int max, int *r
 	return true;
 }
 
+/*
+ * The arguments of a benchmark over one size: `--size BYTES` (at least `min_size`, rounded down
+ * to a multiple of `unit`) and `--runs R` (1..max). false, after printing the usage, on anything
+ * else.
+ */
+static inline bool bench_args_size_runs(int argc, char **argv, unsigned long long min_size,
+					unsigned long long unit, int max, uint64_t *size,
+					int *runs)
+{
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
+		    strtoull(argv[i + 1], NULL, 0) >= min_size)
+			*size = strtoull(argv[++i], NULL, 0);
+		else if (!bench_arg_runs(argc, argv, &i, max, runs)) {
+			fprintf(stderr, "usage: %s [--size BYTES] [--runs R (1..%d)]\n", argv[0], max);
+			return false;
+		}
+	}
+	*size = *size / unit * unit;
+	return true;
+}
+
 #ifdef WD_BENCH_WEIGHTD
 /* What every benchmark does first: a daemon that goes away is an error, not a signal; the
  * weightd started is the one built beside it unless WD_WEIGHTD names another. */

@@ -321,19 +321,9 @@ int main(int argc, char **argv)
 	double mh, m4, mp, mf, mc;
 
 	size = 1ull << 30;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
-		    strtoull(argv[i + 1], NULL, 0) >= N_TENSORS * (2ull << 20))
-			size = strtoull(argv[++i], NULL, 0);
-		else if (bench_arg_runs(argc, argv, &i, MAX_RUNS, &runs))
-			continue;
-		else {
-			fprintf(stderr, "usage: %s [--size BYTES] [--runs R (1..%d)]\n", argv[0],
-				MAX_RUNS);
-			return 2;
-		}
-	}
-	size = size / N_TENSORS / (2u << 20) * (2u << 20) * N_TENSORS;
+	if (!bench_args_size_runs(argc, argv, N_TENSORS * (2ull << 20), N_TENSORS * (2ull << 20),
+				  MAX_RUNS, &size, &runs))
+		return 2;
 	if (geteuid() != 0) {
 		fprintf(stderr, "bench_huge: needs root to mount a huge-page tmpfs\n");
 		return 77;

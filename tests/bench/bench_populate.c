@@ -216,23 +216,13 @@ static int huge_tmpfs(const char *dir, uint64_t size)
 
 int main(int argc, char **argv)
 {
-	unsigned long long size = 1ull << 30;
+	uint64_t size = 1ull << 30;
 	int runs = 7, rc = 1;
 	char path[512], args[1024], dir[512];
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--size") == 0 && i + 1 < argc &&
-		    strtoull(argv[i + 1], NULL, 0) >= N_TENSORS * 4096ull)
-			size = strtoull(argv[++i], NULL, 0);
-		else if (bench_arg_runs(argc, argv, &i, MAX_RUNS, &runs))
-			continue;
-		else {
-			fprintf(stderr, "usage: %s [--size BYTES] [--runs R (1..%d)]\n", argv[0],
-				MAX_RUNS);
-			return 2;
-		}
-	}
-	size = size / N_TENSORS / 4096 * 4096 * N_TENSORS;
+	if (!bench_args_size_runs(argc, argv, N_TENSORS * 4096ull, N_TENSORS * 4096ull, MAX_RUNS,
+				  &size, &runs))
+		return 2;
 #ifdef WD_BENCH_WEIGHTD
 	setenv("WD_WEIGHTD", WD_BENCH_WEIGHTD, 0);
 	setenv("WD_MKFIXTURE", WD_BENCH_MKFIXTURE, 0);
@@ -245,7 +235,7 @@ int main(int argc, char **argv)
 	snprintf(args, sizeof(args), "safetensors %s --seed 0", path);
 	for (int i = 0; i < N_TENSORS; i++)
 		snprintf(args + strlen(args), sizeof(args) - strlen(args), " --tensor t%d:U8:%llu",
-			 i, size / N_TENSORS);
+			 i, (unsigned long long)(size / N_TENSORS));
 	if (harness_mkfixture(args) < 0) {
 		fprintf(stderr, "bench_populate: cannot write the checkpoint\n");
 		goto out;

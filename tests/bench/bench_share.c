@@ -118,15 +118,22 @@ static void send_statuses(int fd, int k)
 
 /* --- the flood: a process of another uid per connection -------------------------------------- */
 
+/* The flood's uid and a low priority: 8 processes copying 14 MB replies on a machine of 2 cores
+ * would otherwise keep the victim's process off the CPU for tens of ms, which no daemon can
+ * help. */
+static void become_flood_uid(void)
+{
+	if (nice(19) < 0 || setgroups(0, NULL) < 0 || setgid(FLOOD_UID) < 0 ||
+	    setuid(FLOOD_UID) < 0)
+		_exit(2);
+}
+
 /* Send K statuses, read the K replies, over and over; one byte to `report` per reply read. */
 static void flood(int k, int report)
 {
 	int fd;
 
-	/* nice: 8 processes copying 14 MB replies on a machine of 2 cores would otherwise keep the
-	 * victim's process off the CPU for tens of ms, which no daemon can help */
-	if (nice(19) < 0 || setgroups(0, NULL) < 0 || setgid(FLOOD_UID) < 0 || setuid(FLOOD_UID) < 0)
-		_exit(2);
+	become_flood_uid();
 	if ((fd = raw_hello()) < 0)
 		_exit(3);
 	if (write(report, "R", 1) != 1)
@@ -139,22 +146,15 @@ static void flood(int k, int report)
 	}
 }
 
-/* The uid's credentials, niced (see flood). */
-static void become_flood_uid(void)
-{
-	if (nice(19) < 0 || setgroups(0, NULL) < 0 || setgid(FLOOD_UID) < 0 ||
-	    setuid(FLOOD_UID) < 0)
-		_exit(2);
-}
-
 /* Messages of empty frames flagged "more frames follow", never the last one, as fast as the
  * daemon takes them; reconnect when it closes the connection. One 'R' to `report` once
  * connected. */
-static void flood_empty(int report)
+static void flood_empty(int k, int report)
 {
 	static uint8_t batch[8 * 512];
 	bool said = false;
 
+	(void)k;
 	become_flood_uid();
 	for (size_t i = 0; i < sizeof(batch); i += 8)
 		batch[i + 7] = 0x80;
@@ -352,12 +352,53 @@ static uint64_t deferred_now(weightd_client *c, uint64_t *weights)
 	return d;
 }
 
+/* `conns` children of the flood's uid, each running `body` (k, the write end of a pipe), in
+ * child[*n]; the read end in *rfd once every child said 'R' (connected). -1, saying `what`
+ * could not connect, when one cannot be made or does not. */
+static int start_flood(pid_t *child, int *n, int conns, void (*body)(int k, int report), int k,
+		       int *rfd, const char *what)
+{
+	int pipefd[2], ready = 0;
+	char ch;
+
+	if (pipe(pipefd) < 0)
+		return -1;
+	*rfd = pipefd[0];
+	for (; *n < conns; ++*n) {
+		if ((child[*n] = fork()) < 0) {
+			close(pipefd[1]);
+			return -1;
+		}
+		if (child[*n] == 0) {
+			close(pipefd[0]);
+			body(k, pipefd[1]);
+		}
+	}
+	close(pipefd[1]);
+	while (ready < conns && read(pipefd[0], &ch, 1) == 1)
+		ready += ch == 'R';
+	if (ready < conns) {
+		fprintf(stderr, "bench_share: %s could not connect as uid %d\n", what, FLOOD_UID);
+		return -1;
+	}
+	return 0;
+}
+
+/* Kill and reap the n children. */
+static void stop_flood(pid_t *child, int *n)
+{
+	for (int i = 0; i < *n; i++) {
+		kill(child[i], SIGKILL);
+		waitpid(child[i], NULL, 0);
+	}
+	*n = 0;
+}
+
 int main(int argc, char **argv)
 {
 	double st[STATUS_RUNS], m0, p0, w0, m1, p1, w1, m2, p2, w2, ms;
 	double idle = 0, fmed = 0, fworst = 0, chunk = 0;
-	int conns = 8, k = 4, g = 1000, rounds = 5, rc = 1, pipefd[2] = { -1, -1 }, raw = -1,
-	    ready = 0;
+	int conns = 8, k = 4, g = 1000, rounds = 5, rc = 1, pipefd[2] = { -1, -1 }, raw = -1;
 	uint64_t d0, d1, weights = 0;
 	unsigned long served = 0;
 	weightd_client *c = NULL;
@@ -451,24 +492,8 @@ int main(int argc, char **argv)
 		goto out;
 	d0 = deferred_now(c, &weights);
 
-	if (pipe(pipefd) < 0)
+	if (start_flood(child, &children, conns, flood, k, &pipefd[0], "the flood") < 0)
 		goto out;
-	for (; children < conns; children++) {
-		if ((child[children] = fork()) < 0)
-			goto out;
-		if (child[children] == 0) {
-			close(pipefd[0]);
-			flood(k, pipefd[1]);
-		}
-	}
-	close(pipefd[1]);
-	pipefd[1] = -1;
-	while (ready < conns && read(pipefd[0], &ch, 1) == 1)
-		ready += ch == 'R';
-	if (ready < conns) {
-		fprintf(stderr, "bench_share: the flood could not connect as uid %d\n", FLOOD_UID);
-		goto out;
-	}
 	usleep(500 * 1000); /* the flood in full swing */
 	fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
 	while (read(pipefd[0], &ch, 1) == 1)
@@ -478,42 +503,18 @@ int main(int argc, char **argv)
 	while (read(pipefd[0], &ch, 1) == 1)
 		served++;
 	d1 = deferred_now(c, &weights);
-	for (int i = 0; i < children; i++) {
-		kill(child[i], SIGKILL);
-		waitpid(child[i], NULL, 0);
-	}
-	children = 0;
+	stop_flood(child, &children);
 	close(pipefd[0]);
 	pipefd[0] = -1;
 
 	/* empty frames */
-	if (pipe(pipefd) < 0)
+	if (start_flood(child, &children, conns, flood_empty, 0, &pipefd[0], "the empty frames") <
+	    0)
 		goto out;
-	for (; children < conns; children++) {
-		if ((child[children] = fork()) < 0)
-			goto out;
-		if (child[children] == 0) {
-			close(pipefd[0]);
-			flood_empty(pipefd[1]);
-		}
-	}
-	close(pipefd[1]);
-	pipefd[1] = -1;
-	for (ready = 0; ready < conns && read(pipefd[0], &ch, 1) == 1;)
-		ready += ch == 'R';
-	if (ready < conns) {
-		fprintf(stderr, "bench_share: the empty frames could not connect as uid %d\n",
-			FLOOD_UID);
-		goto out;
-	}
 	usleep(500 * 1000);
 	if (gets(c, g, &m2, &p2, &w2) < 0)
 		goto out;
-	for (int i = 0; i < children; i++) {
-		kill(child[i], SIGKILL);
-		waitpid(child[i], NULL, 0);
-	}
-	children = 0;
+	stop_flood(child, &children);
 
 	if (fills_row(c, rounds, &idle, &fmed, &fworst, &chunk) < 0)
 		goto out;
@@ -543,10 +544,7 @@ int main(int argc, char **argv)
 	       fmed <= 2 * idle + chunk ? "met" : "MISSED");
 	rc = w1 <= 3 * ms && p2 <= 2 * p0 && fmed <= 2 * idle + chunk ? 0 : 1;
 out:
-	for (int i = 0; i < children; i++) {
-		kill(child[i], SIGKILL);
-		waitpid(child[i], NULL, 0);
-	}
+	stop_flood(child, &children);
 	for (int i = 0; i < 2; i++)
 		if (pipefd[i] >= 0)
 			close(pipefd[i]);

@@ -125,6 +125,24 @@ int it_unit_of(weightd_client *c, const char *ckpt, const char *const *names, si
 	return it_unit_end(u, r, validate, ret, err);
 }
 
+int it_alias_chain(weightd_unit *u, const char *first, size_t n, weightd_error *err)
+{
+	char name[24], target[24];
+	int r = 0;
+
+	for (size_t i = 0; r >= 0 && i < n; i++) {
+		snprintf(name, sizeof(name), "a%zu", i);
+		if (i)
+			snprintf(target, sizeof(target), "a%zu", i - 1);
+		else
+			snprintf(target, sizeof(target), "%s", first);
+		r = weightd_unit_slot(u, name, NULL, NULL, 0, NULL, err);
+		if (r >= 0)
+			r = weightd_unit_set_alias(u, name, target, err);
+	}
+	return r < 0 ? r : 0;
+}
+
 int it_unit_end(weightd_unit *u, int r, bool validate, weightd_unit **ret, weightd_error *err)
 {
 	if (r >= 0)

@@ -69,6 +69,10 @@ const uint8_t *it_map(weightd_weight *w);
 int it_unit_of(weightd_client *c, const char *ckpt, const char *const *names, size_t n,
 	       bool validate, weightd_unit **ret, weightd_error *err);
 
+/* Adds to u the n slots a0 .. a(n-1), each an alias of the one before it and a0 of `first`:
+ * 0, or the first error. */
+int it_alias_chain(weightd_unit *u, const char *first, size_t n, weightd_error *err);
+
 /*
  * Ends a unit being built, `r` what its last building call returned: when r >= 0, submits it
  * and then validates it (`validate`) or waits for it (finish). 0 with *ret the unit, or the

@@ -413,7 +413,6 @@ static void aliases_of_a_forbidden_entry_are_refused_first(void **state)
 		weightd_client *c = NULL;
 		weightd_unit *u = NULL;
 		weightd_error err;
-		char name[24], target[24];
 		int r;
 
 		hostile_become(UID_ATTACKER);
@@ -422,16 +421,8 @@ static void aliases_of_a_forbidden_entry_are_refused_first(void **state)
 		    weightd_unit_slot(u, "e", NULL, NULL, 0, NULL, &err) < 0 ||
 		    weightd_unit_set_tensor(u, "e", "secret", "s0", NULL, &err) < 0)
 			_exit(70);
-		for (size_t i = 0; i < n; i++) {
-			snprintf(name, sizeof(name), "a%zu", i);
-			if (i)
-				snprintf(target, sizeof(target), "a%zu", i - 1);
-			else
-				snprintf(target, sizeof(target), "e");
-			if (weightd_unit_slot(u, name, NULL, NULL, 0, NULL, &err) < 0 ||
-			    weightd_unit_set_alias(u, name, target, &err) < 0)
-				_exit(71);
-		}
+		if (it_alias_chain(u, "e", n, &err) < 0)
+			_exit(71);
 		r = weightd_unit_submit(u, &err);
 		if (r == 0)
 			r = weightd_unit_validate(u, &err);

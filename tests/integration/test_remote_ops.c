@@ -11,6 +11,7 @@
 #include <signal.h>
 
 #include "fixture.h"
+#include "files.h"
 #include "servers.h"
 
 #define N_T	 4
@@ -597,22 +598,29 @@ static void swap_half_way_is_source_changed(void **state)
 	assert_int_equal(client_once("remote", SEED_OLD), BOUND_OK);
 }
 
+/* An S3 credentials file in the daemon's directory (its path in `path`): a default profile of
+ * `key` and `secret`, with `mode`. */
+static void s3_credentials(char *path, size_t cap, const char *key, const char *secret,
+			   mode_t mode)
+{
+	char text[512];
+
+	harness_path(&H, "s3.credentials", path, cap);
+	snprintf(text, sizeof(text), "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
+		 key, secret);
+	tf_write(path, text, mode);
+}
+
 /* A credentials file that others can read is refused at admission, naming it and its mode; the
  * rest of the daemon serves on. */
 static void readable_credentials_refused(void **state)
 {
 	char creds[600], sec[2048], st[32], error[1024];
-	FILE *f;
 
 	(void)state;
 	harness_stop(&H);
-	harness_path(&H, "s3.credentials", creds, sizeof(creds));
-	f = fopen(creds, "w");
-	assert_non_null(f);
-	fprintf(f, "[default]\naws_access_key_id = AKIDEXAMPLE\n"
-		   "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\n");
-	fclose(f);
-	assert_int_equal(chmod(creds, 0644), 0);
+	s3_credentials(creds, sizeof(creds), "AKIDEXAMPLE",
+		       "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", 0644);
 	snprintf(sec, sizeof(sec),
 		 "[checkpoint:s3]\npath = s3://bkt/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
 		 "path_style = yes\nallow_http = yes\ncredentials_file = %s\n\n"
@@ -675,17 +683,10 @@ static void s3_restart_readopts_and_records_hold_no_secret(void **state)
 	char creds[600], sec[2048], statedir[600], found[1200] = "";
 	uint64_t s3_start = payload_start_of("s3.safetensors");
 	struct seen s;
-	FILE *f;
 
 	(void)state;
 	harness_stop(&H);
-	harness_path(&H, "s3.credentials", creds, sizeof(creds));
-	f = fopen(creds, "w");
-	assert_non_null(f);
-	fprintf(f, "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n", srv.s3_key,
-		srv.s3_secret);
-	fclose(f);
-	assert_int_equal(chmod(creds, 0600), 0);
+	s3_credentials(creds, sizeof(creds), srv.s3_key, srv.s3_secret, 0600);
 	snprintf(sec, sizeof(sec),
 		 "[checkpoint:s3]\npath = s3://%s/s3.safetensors\nendpoint = http://127.0.0.1:%d\n"
 		 "path_style = yes\nallow_http = yes\nregion = us-east-1\ncredentials_file = %s\n",

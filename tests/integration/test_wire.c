@@ -475,26 +475,34 @@ static void share_hands_another_reference_to_a_held_weight(void **state)
 	close(fd);
 }
 
+/* Request { id, quiet = true, release = `rel` } as one frame. */
+static void send_quiet_release(int fd, uint64_t id, const struct pb *rel)
+{
+	struct pb req = { .n = 0 };
+	uint8_t f[4200];
+
+	pb_uint(&req, 1, id);
+	pb_uint(&req, 6, 1);
+	pb_msg(&req, 16, rel);
+	memset(f, 0, 8);
+	f[0] = (uint8_t)req.n;
+	memcpy(f + 8, req.b, req.n);
+	send_all(fd, f, 8 + req.n);
+}
+
 /* A release marked quiet (Request.quiet) is answered only when it fails: the next reply on the
  * connection is the next request's, and a refused one still gets its error. */
 static void quiet_release_is_answered_only_when_it_fails(void **state)
 {
-	struct pb rel = { .n = 0 }, req = { .n = 0 };
+	struct pb rel = { .n = 0 };
 	struct resp r;
-	uint8_t f[4200];
 	uint64_t h;
 	int fd = hello_conn();
 
 	(void)state;
 	h = materialized_handle(fd, 70, "model.norm.weight");
 	pb_uint(&rel, 1, h);
-	pb_uint(&req, 1, 71);
-	pb_uint(&req, 6, 1);
-	pb_msg(&req, 16, &rel);
-	memset(f, 0, 8);
-	f[0] = (uint8_t)req.n;
-	memcpy(f + 8, req.b, req.n);
-	send_all(fd, f, 8 + req.n);
+	send_quiet_release(fd, 71, &rel);
 	/* the handle is gone (a share of it is refused), and that refusal is the first reply */
 	{
 		struct pb sh = { .n = 0 };
@@ -506,14 +514,7 @@ static void quiet_release_is_answered_only_when_it_fails(void **state)
 	assert_int_equal(r.id, 72);
 	assert_int_equal(r.code, ERR_NOT_FOUND);
 	/* the same quiet release again holds nothing to release: its failure is answered */
-	req.n = 0;
-	pb_uint(&req, 1, 73);
-	pb_uint(&req, 6, 1);
-	pb_msg(&req, 16, &rel);
-	memset(f, 0, 8);
-	f[0] = (uint8_t)req.n;
-	memcpy(f + 8, req.b, req.n);
-	send_all(fd, f, 8 + req.n);
+	send_quiet_release(fd, 73, &rel);
 	read_resp(fd, &r);
 	assert_int_equal(r.id, 73);
 	assert_int_equal(r.code, ERR_NOT_FOUND);

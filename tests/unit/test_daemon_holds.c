@@ -34,6 +34,20 @@ static void bare_holds_free(struct daemon *d, struct holds *hs)
 	cache_free(d->cache, false);
 }
 
+/* One random step: hold w once more (`hold`) or release it once, counting in *want. */
+static void hold_or_release(struct daemon *d, struct holds *hs, struct weight *w, uint32_t *want,
+			    bool hold)
+{
+	if (hold) {
+		cache_hold(d->cache, w);
+		assert_int_equal(holds_hold(hs, w), 0);
+		++*want;
+	} else {
+		assert_true(holds_release(hs, w->id));
+		--*want;
+	}
+}
+
 #define N 5000
 
 static void held_index_matches_a_reference_count(void **state)
@@ -57,15 +71,8 @@ static void held_index_matches_a_reference_count(void **state)
 	}
 	for (int step = 0; step < 200000; step++) {
 		size_t i = (size_t)(rand_r(&seed) % N);
-		bool hold = want[i] == 0 || rand_r(&seed) % 3 != 0;
-		if (hold) {
-			cache_hold(d.cache, &w[i]);
-			assert_int_equal(holds_hold(&hs, &w[i]), 0);
-			want[i]++;
-		} else {
-			assert_true(holds_release(&hs, w[i].id));
-			want[i]--;
-		}
+
+		hold_or_release(&d, &hs, &w[i], &want[i], want[i] == 0 || rand_r(&seed) % 3 != 0);
 		if (step % 997 == 0) {
 			size_t distinct = 0;
 			uint64_t bytes = 0;
@@ -215,14 +222,7 @@ static void segments_held_are_counted_per_client_and_uid(void **state)
 	for (int step = 0; step < 100000; step++) {
 		size_t i = (size_t)(rand_r(&seed) % W);
 
-		if (want[i] == 0 || rand_r(&seed) % 2) {
-			cache_hold(d.cache, &w[i]);
-			assert_int_equal(holds_hold(&hs, &w[i]), 0);
-			want[i]++;
-		} else {
-			assert_true(holds_release(&hs, w[i].id));
-			want[i]--;
-		}
+		hold_or_release(&d, &hs, &w[i], &want[i], want[i] == 0 || rand_r(&seed) % 2);
 		if (step % 4999 == 0) {
 			size_t nsegs = 0, nrefs = 0;
 
