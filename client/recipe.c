@@ -316,18 +316,46 @@ static int set_dtype(weightd_recipe *r, struct wc_node *n, const char *dtype, we
 	return 0;
 }
 
+/*
+ * Copy `count` items of `size` bytes from `src` (a caller's array, named `name` in errors) into
+ * the node's `dst`, which holds WEIGHTD_MAX_DIMS: 0, or the error when there are more or the
+ * array is NULL. `too_many` says what there are more of ("the shape has more than 8 dimensions").
+ */
+static int set_dims(weightd_recipe *r, struct wc_node *n, void *dst, const void *src,
+		    size_t count, size_t size, const char *name, const char *too_many,
+		    weightd_error *err)
+{
+	char what[48];
+
+	if (count > WEIGHTD_MAX_DIMS)
+		return node_err(err, r->n, n->op, WEIGHTD_E_RECIPE_TOO_LARGE, too_many);
+	if (count && !src) {
+		snprintf(what, sizeof(what), "%s is NULL", name);
+		return node_err(err, r->n, n->op, WEIGHTD_E_INVALID_ARGUMENT, what);
+	}
+	if (count)
+		memcpy(dst, src, count * size);
+	return 0;
+}
+
 static int set_shape(weightd_recipe *r, struct wc_node *n, const uint64_t *shape, size_t ndim,
 		     weightd_error *err)
 {
-	if (ndim > WEIGHTD_MAX_DIMS)
-		return node_err(err, r->n, n->op, WEIGHTD_E_RECIPE_TOO_LARGE,
-				"the shape has more than 8 dimensions");
-	if (ndim && !shape)
-		return node_err(err, r->n, n->op, WEIGHTD_E_INVALID_ARGUMENT, "shape is NULL");
-	if (ndim)
-		memcpy(n->shape, shape, ndim * sizeof(*shape));
-	n->ndim = ndim;
-	return 0;
+	int rc = set_dims(r, n, n->shape, shape, ndim, sizeof(*shape), "shape",
+			  "the shape has more than 8 dimensions", err);
+
+	if (rc == 0)
+		n->ndim = ndim;
+	return rc;
+}
+
+/* The node's selection: a copy of sel, or none (the whole input) when sel is NULL. */
+static int set_sel(struct wc_node *n, const weightd_selection *sel, weightd_error *err)
+{
+	int rc = sel ? sel_copy(&n->sel, sel, err) : 0;
+
+	n->has_sel = sel && rc == 0;
+	return rc;
 }
 
 int weightd_recipe_source(weightd_recipe *r, const char *checkpoint, const char *tensor,
@@ -345,13 +373,7 @@ int weightd_recipe_source(weightd_recipe *r, const char *checkpoint, const char 
 	n->tensor = strdup(tensor);
 	if (!n->checkpoint || !n->tensor)
 		return abort_node(r, wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory"));
-	if (sel) {
-		rc = sel_copy(&n->sel, sel, err);
-		if (rc < 0)
-			return abort_node(r, rc);
-		n->has_sel = true;
-	}
-	return commit_node(r);
+	return end_node(r, set_sel(n, sel, err));
 }
 
 int weightd_recipe_select(weightd_recipe *r, int input, const weightd_selection *sel,
@@ -362,13 +384,7 @@ int weightd_recipe_select(weightd_recipe *r, int input, const weightd_selection 
 
 	if (!n)
 		return rc;
-	if (sel) {
-		rc = sel_copy(&n->sel, sel, err);
-		if (rc < 0)
-			return abort_node(r, rc);
-		n->has_sel = true;
-	}
-	return commit_node(r);
+	return end_node(r, set_sel(n, sel, err));
 }
 
 static int join(weightd_recipe *r, int op, int axis, const int *inputs, size_t n_inputs,
@@ -415,16 +431,11 @@ int weightd_recipe_transpose(weightd_recipe *r, int input, const uint32_t *perm,
 
 	if (!n)
 		return rc;
-	if (np > WEIGHTD_MAX_DIMS)
-		return abort_node(r, node_err(err, r->n, n->op, WEIGHTD_E_RECIPE_TOO_LARGE,
-					      "the permutation has more than 8 axes"));
-	if (np && !perm)
-		return abort_node(r, node_err(err, r->n, n->op, WEIGHTD_E_INVALID_ARGUMENT,
-					      "perm is NULL"));
-	if (np)
-		memcpy(n->perm, perm, np * sizeof(*perm));
-	n->n_perm = np;
-	return commit_node(r);
+	rc = set_dims(r, n, n->perm, perm, np, sizeof(*perm), "perm",
+		      "the permutation has more than 8 axes", err);
+	if (rc == 0)
+		n->n_perm = np;
+	return end_node(r, rc);
 }
 
 static int cast(weightd_recipe *r, int input, const char *dtype, bool truncate, weightd_error *err)
@@ -474,17 +485,12 @@ int weightd_recipe_dequant_block(weightd_recipe *r, int input, int scale, const 
 	if (!n)
 		return rc;
 	rc = set_dtype(r, n, dtype, err);
-	if (rc == 0 && nblock > WEIGHTD_MAX_DIMS)
-		rc = node_err(err, r->n, n->op, WEIGHTD_E_RECIPE_TOO_LARGE,
-			      "the block shape has more than 8 dimensions");
-	if (rc == 0 && nblock && !block)
-		rc = node_err(err, r->n, n->op, WEIGHTD_E_INVALID_ARGUMENT, "block is NULL");
-	if (rc < 0)
-		return abort_node(r, rc);
-	if (nblock)
-		memcpy(n->block, block, nblock * sizeof(*block));
-	n->n_block = nblock;
-	return commit_node(r);
+	if (rc == 0)
+		rc = set_dims(r, n, n->block, block, nblock, sizeof(*block), "block",
+			      "the block shape has more than 8 dimensions", err);
+	if (rc == 0)
+		n->n_block = nblock;
+	return end_node(r, rc);
 }
 
 int wc_recipe_copy(const weightd_recipe *r, weightd_recipe **ret, weightd_error *err)
