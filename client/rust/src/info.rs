@@ -7,20 +7,24 @@ use crate::dtype::Dtype;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerInfo {
-    pub protocol_version: u32,
+    /// The daemon's version, and its instance (its shared-memory prefix).
     pub server_version: String,
-    /// The daemon's instance (its shared-memory prefix).
     pub instance: String,
-    pub max_frame_bytes: u32,
-    pub max_pending_requests: u32,
-    pub max_unit_entries: u32,
-    pub max_recipe_nodes: u32,
-    pub max_client_bytes: u64,
-    pub max_client_weights: u32,
+    /// The protocol spoken on this connection, and the range the daemon speaks.
+    pub protocol_version: u32,
     pub min_protocol_version: u32,
     pub max_protocol_version: u32,
-    pub segment_max_bytes: u64,
+    /// What one request may hold.
+    pub max_frame_bytes: u32,
+    pub max_unit_entries: u32,
+    pub max_recipe_nodes: u32,
+    /// What one connection may have in flight and hold.
+    pub max_pending_requests: u32,
+    pub max_client_bytes: u64,
+    pub max_client_weights: u32,
     pub max_client_segments: u32,
+    /// The largest segment the daemon makes.
+    pub segment_max_bytes: u64,
 }
 
 /// A checkpoint the daemon serves.
@@ -109,16 +113,19 @@ pub struct Status {
     pub instance: String,
     pub server_version: String,
     pub uptime_ms: u64,
-    pub bytes_resident: u64,
-    pub budget_bytes: u64,
-    pub weights: u64,
+    /// Connected clients.
     pub clients: u64,
-    /// Checkpoint bytes read since the daemon started.
+    /// The budget, and the bytes of weights resident within it.
+    pub budget_bytes: u64,
+    pub bytes_resident: u64,
+    /// Weights cached, references clients hold to them, and the segments holding them.
+    pub weights: u64,
+    pub references: u64,
+    pub segments: u64,
+    /// Checkpoint bytes read since the daemon started, and the weights made from them.
     pub bytes_read: u64,
     pub materializations: u64,
     pub materializations_failed: u64,
-    pub references: u64,
-    pub segments: u64,
     /// Weights no connected client references that the daemon keeps because processes map
     /// them (engines from before a restart that have not reconnected, say), and their bytes.
     pub locked_weights: u64,

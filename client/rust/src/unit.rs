@@ -61,7 +61,7 @@ impl Unit {
         tensor: &str,
         sel: Option<&Selection>,
     ) -> Result<()> {
-        self.h.set_tensor(slot, checkpoint, tensor, sel)
+        self.h.set_tensor(slot, (checkpoint, tensor), sel)
     }
 
     /// Fills `slot` from a recipe.

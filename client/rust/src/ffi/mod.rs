@@ -798,14 +798,14 @@ impl UnitHandle {
         Ok(i as usize)
     }
 
+    /// Fills `slot` from `source`, a checkpoint and one of its tensors.
     pub(crate) fn set_tensor(
         &mut self,
         slot: &str,
-        checkpoint: &str,
-        tensor: &str,
+        source: (&str, &str),
         sel: Option<&Selection>,
     ) -> Result<()> {
-        let (n, c, t, s) = (cstring(slot)?, cstring(checkpoint)?, cstring(tensor)?, selection(sel)?);
+        let (n, c, t, s) = (cstring(slot)?, cstring(source.0)?, cstring(source.1)?, selection(sel)?);
         let u = self.p();
         // SAFETY: see above.
         call(|e| unsafe {
