@@ -196,6 +196,27 @@ void preload_sync(struct daemon *d)
 	}
 }
 
+bool preload_progress(const struct daemon *d, const struct csource *cs, size_t *ret_held,
+		      size_t *ret_total, size_t *ret_failed)
+{
+	const struct preload_set *ps;
+
+	LIST_FOREACH(ps, &d->preloads, link)
+	{
+		size_t held = 0;
+
+		if (ps->released || ps->cs != cs)
+			continue;
+		for (size_t i = 0; i < ps->n; i++)
+			held += ps->pins[i].w != NULL;
+		*ret_held = held;
+		*ret_total = ps->n;
+		*ret_failed = ps->failed;
+		return true;
+	}
+	return false;
+}
+
 void preload_free(struct daemon *d)
 {
 	struct preload_set *ps;

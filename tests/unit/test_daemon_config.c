@@ -352,12 +352,12 @@ static void test_metrics_listen_loopback(void **state)
 		cfg = load_ok(text);
 		assert_string_equal(cfg->metrics_listen, ok[i]);
 		config_free(cfg);
-		assert_int_equal(config_parse_listen(ok[i], &ss, &len, &why), 0);
+		assert_int_equal(config_parse_listen(ok[i], false, &ss, &len, &why), 0);
 	}
-	assert_int_equal(config_parse_listen("[::1]:9464", &ss, &len, &why), 0);
+	assert_int_equal(config_parse_listen("[::1]:9464", false, &ss, &len, &why), 0);
 	assert_int_equal(ss.ss_family, AF_INET6);
 	assert_int_equal(ntohs(((struct sockaddr_in6 *)&ss)->sin6_port), 9464);
-	assert_int_equal(config_parse_listen("localhost:80", &ss, &len, &why), 0);
+	assert_int_equal(config_parse_listen("localhost:80", false, &ss, &len, &why), 0);
 	assert_int_equal(ss.ss_family, AF_INET);
 	assert_int_equal(ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr), 0x7f000001);
 }
