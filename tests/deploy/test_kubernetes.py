@@ -264,6 +264,19 @@ def main():
     for e in exprs:
         for name in re.findall(r"\bweightd_([a-z_]+)", e):
             check(name in families, f"the dashboard's weightd_{name} is a series weightd exports")
+    # so do the example alert rules of docs/operating.md, which parse as a rules file
+    with open(os.path.join(src, "docs", "operating.md")) as f:
+        ops = f.read()
+    m = re.search(r"## Monitoring and alerting.*?```yaml\n(.*?)```", ops, re.S)
+    check(m, "docs/operating.md has example alert rules")
+    rules = yaml.safe_load(m.group(1))["groups"][0]["rules"] if m else []
+    alerts = {r.get("alert") for r in rules}
+    check({"WeightdCheckpointFailed", "WeightdBudgetNearlyFull", "WeightdRefusals"} <= alerts,
+          "the example rules alert on a failed checkpoint, a nearly full budget and refusals")
+    for r in rules:
+        check(r.get("expr"), f"rule {r.get('alert')} has an expression")
+        for name in re.findall(r"\bweightd_([a-z_]+)", r.get("expr", "")):
+            check(name in families, f"rule {r.get('alert')}'s weightd_{name} is exported")
 
     # the configuration itself, as weightd reads it, with the Secret's file where the init
     # container puts it (here: a temp dir, the credentials_file lines pointed at it) and the
