@@ -64,6 +64,16 @@ static void *run(void *arg)
 	return NULL;
 }
 
+/* One more failed admission of cs in a row, counted once (here, or for an entry a reload made
+ * FAILED, by on_retry). */
+static void note_failure(struct admit *a, struct csource *cs)
+{
+	a->failed++;
+	if (cs->admit_failures < UINT32_MAX)
+		cs->admit_failures++;
+	cs->failure_counted = true;
+}
+
 /* Take back every finished job: its thread joined, its result given to the catalog. */
 static void reap(struct admit *a, bool deliver)
 {
@@ -85,7 +95,7 @@ static void reap(struct admit *a, bool deliver)
 		a->running--;
 		if (deliver && catalog_admitted(j->cs, j->src, &j->err)) {
 			if (j->cs->state == CSOURCE_FAILED)
-				a->failed++;
+				note_failure(a, j->cs);
 			else if (a->admitted)
 				a->admitted(j->cs, a->arg);
 		}
@@ -111,7 +121,7 @@ static uint64_t backoff_ms(const struct admit *a, uint32_t n)
 {
 	uint64_t ms = RETRY_FIRST_MS;
 
-	while (--n && ms < a->retry_max_ms)
+	while (n-- > 1 && ms < a->retry_max_ms)
 		ms *= 2;
 	return ms < a->retry_max_ms ? ms : a->retry_max_ms;
 }
@@ -129,19 +139,20 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (!a->catalog || !a->retry_max_ms)
+	if (!a->catalog)
 		return;
 	for (size_t i = 0; i < catalog_count(a->catalog); i++) {
 		struct csource *cs = catalog_at(a->catalog, i);
 
 		if (cs->state != CSOURCE_FAILED || !wd_source_is_url(cs->conf->path))
 			continue;
+		if (!cs->failure_counted) /* made FAILED by a reload, not by an admission here */
+			note_failure(a, cs);
+		if (!a->retry_max_ms)
+			continue;
 		if (!cs->retry_at_ms) {
-			uint64_t ms;
+			uint64_t ms = backoff_ms(a, cs->admit_failures);
 
-			if (cs->admit_failures < UINT32_MAX)
-				cs->admit_failures++;
-			ms = backoff_ms(a, cs->admit_failures);
 			cs->retry_at_ms = now + ms;
 			log_info("checkpoint %s: admission failed %u time%s; retrying in %llu ms",
 				 cs->name, cs->admit_failures, cs->admit_failures == 1 ? "" : "s",

@@ -221,6 +221,7 @@ bool catalog_retry(struct csource *cs)
 		return false;
 	cs->state = CSOURCE_LOADING;
 	cs->retry_at_ms = 0;
+	cs->failure_counted = false;
 	wd_error_set(&cs->error, WEIGHTD_E_BAD_CHECKPOINT,
 		     "checkpoint \"%s\" is being admitted again (%u earlier attempt%s failed; its "
 		     "index and headers are being read from %s): ask again shortly",

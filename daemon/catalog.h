@@ -63,6 +63,7 @@ struct csource {
 	 * too) and, when FAILED, when admit.c tries it again (wd_clock_ms; 0: not yet set) */
 	uint32_t admit_failures;
 	uint64_t retry_at_ms;
+	bool failure_counted; /* FAILED, and admit.c has counted it */
 	/* what a reload that replaced the previous generation with this one found (reload.c says
 	 * it): CSOURCE_NEW_FILES its files changed, _LOCATION its section names other objects, or
 	 * another way to reach them, _ADMITTED the previous one had failed to be admitted */

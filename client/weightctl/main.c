@@ -32,18 +32,18 @@ static const char usage_text[] =
 	"  metrics                              the counters in Prometheus text format\n"
 	"  health --live|--ready [--timeout S]  for probes: exit 0 when weightd answers (--live)\n"
 	"                                       or is ready (--ready), 1 with the reason if not\n"
-	"  clients                              connections and what each holds (all of them on\n"
-	"                                       the admin socket, your uid's on the engine socket)\n"
+	"  clients                              connections and what each holds (on the admin\n"
+	"                                       socket all of them; with --socket your uid's)\n"
 	"  reload                               make weightd re-read its configuration (admin)\n"
 	"  evict                                drop every weight no client holds (admin)\n"
 	"\n"
 	"options:\n"
 	"  --socket PATH        weightd's socket (default: $WEIGHTD_SOCKET or "
 	WEIGHTD_DEFAULT_SOCKET ")\n"
-	"  --admin-socket PATH  where reload and evict go (default: $WEIGHTD_ADMIN_SOCKET; else\n"
-	"                       the --socket or $WEIGHTD_SOCKET given; else "
-	WEIGHTD_DEFAULT_ADMIN_SOCKET "\n"
-	"                       when it exists, " WEIGHTD_DEFAULT_SOCKET " when not)\n"
+	"  --admin-socket PATH  where reload, evict and clients go (default: $WEIGHTD_ADMIN_SOCKET;\n"
+	"                       else the --socket or $WEIGHTD_SOCKET given; else\n"
+	"                       " WEIGHTD_DEFAULT_ADMIN_SOCKET " when it exists,\n"
+	"                       " WEIGHTD_DEFAULT_SOCKET " when not)\n"
 	"  --json               machine-readable output\n"
 	"  --progress           get and preload print progress lines on stderr\n"
 	"  --no-progress        ... and nothing\n"
@@ -96,7 +96,7 @@ static const struct command commands[] = {
 	{ "status", 0, NULL, cmd_status, false, false },
 	{ "metrics", 0, NULL, cmd_metrics, false, false },
 	{ "health", -1, parse_health, cmd_health, false, true },
-	{ "clients", 0, NULL, cmd_clients, false, false },
+	{ "clients", 0, NULL, cmd_clients, true, false },
 	{ "reload", 0, NULL, cmd_reload, true, false },
 	{ "evict", 0, NULL, cmd_evict, true, false },
 };
