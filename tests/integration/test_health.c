@@ -55,14 +55,14 @@ static void proxy(const char *query)
 
 /*
  * H serving "remote" (through the fault proxy, required) and "local" (a local file, preloaded),
- * with one retry per range (so that a store answering 500 fails an admission quickly) and
- * `extra` [daemon] lines. The store is down first: every request is answered 500.
+ * with one retry per range and `extra` [daemon] lines; the store answers (`down`: every request
+ * is answered 500 until the test says otherwise).
  */
-static void start_with_store_down(const char *extra)
+static void start_remote(const char *extra, bool down)
 {
 	char local[600], daemon[400], sections[1400];
 
-	proxy("reset=1&fault=500&n=1000000");
+	proxy(down ? "reset=1&fault=500&n=1000000" : "reset=1");
 	harness_path(&H, "local.safetensors", local, sizeof(local));
 	it_fixture("safetensors %s --seed 8 --tensor l:U8:%u", local, T_BYTES);
 	snprintf(daemon, sizeof(daemon), "remote_retries = 1\n%s", extra);
@@ -71,6 +71,12 @@ static void start_with_store_down(const char *extra)
 		 "required = yes\n\n[checkpoint:local]\npath = %s\npreload = yes\n",
 		 srv.fault, local);
 	it_start(&H, daemon, sections);
+}
+
+/* start_remote with the store down: one retry per range fails an admission quickly. */
+static void start_with_store_down(const char *extra)
+{
+	start_remote(extra, true);
 }
 
 /* Poll status until `name` is in `state` (at most a minute); the status then, or a failure. */
@@ -236,5 +242,31 @@ static void test_reload_after_a_failed_admission_says_what_changed(void **state)
 	assert_null(strstr(out, "remote"));
 }
 
+/* A remote object replaced under a running daemon: the read that meets the new ETag fails with
+ * source-changed, and what it says to do is a reload, never `watch = yes` (which the
+ * configuration refuses for remote checkpoints). Last: it replaces the served file. */
+static void test_a_changed_remote_object_says_reload(void **state)
+{
+	char path[600];
+	weightd_client *c;
+	weightd_weight *w = NULL;
+	weightd_error err;
+	struct timespec ts[2] = { { time(NULL) + 1000, 0 }, { time(NULL) + 1000, 0 } };
+
+	(void)state;
+	start_remote("", false);
+	weightd_status_free(wait_state("remote", "ready"));
+	snprintf(path, sizeof(path), "%s/m.safetensors", root);
+	it_fixture("safetensors %s --seed 9 --tensor t0:U8:%u --tensor t1:U8:%u", path, T_BYTES,
+		   T_BYTES);
+	assert_int_equal(utimensat(AT_FDCWD, path, ts, 0), 0); /* a new ETag (mtime and size) */
+	c = it_connect(&H);
+	assert_int_equal(it_get(c, "remote", "t1", &w, &err), -WEIGHTD_E_SOURCE_CHANGED);
+	assert_non_null(strstr(err.message, "weightctl reload"));
+	assert_null(strstr(err.message, "watch"));
+	weightd_close(c);
+}
+
 TEST_MAIN(setup, teardown, TEST_IN_DIR(test_store_down_then_up),
-	  TEST_IN_DIR(test_reload_after_a_failed_admission_says_what_changed))
+	  TEST_IN_DIR(test_reload_after_a_failed_admission_says_what_changed),
+	  TEST_IN_DIR(test_a_changed_remote_object_says_reload))
