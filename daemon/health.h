@@ -16,7 +16,7 @@ struct peer;
  * resident and held, and every `required = yes` checkpoint is admitted (not failed, not still
  * being admitted). When not ready, `why` (cap bytes, may be NULL) gets one sentence naming the
  * first checkpoints in the way, as `peer` may see them: a checkpoint it may not read is counted,
- * never named (NULL peer: every name). Linear in the checkpoints and the preloaded tensors.
+ * never named (NULL peer: every name). Linear in the checkpoints (times those preloaded).
  */
 bool health_ready(const struct daemon *d, const struct peer *peer, char *why, size_t cap);
 

@@ -22,7 +22,7 @@ void preload_sync(struct daemon *d);
 struct csource;
 /* How far the daemon's holds on cs (this generation) are: tensors held, of how many, and how many
  * could not be materialized. False when cs has no preload going (not preloaded, not ready yet).
- * Linear in its tensors. */
+ * Linear in the preloaded checkpoints. */
 bool preload_progress(const struct daemon *d, const struct csource *cs, size_t *ret_held,
 		      size_t *ret_total, size_t *ret_failed);
 /* Give back every hold (shutdown, after the worker pool has stopped). */
