@@ -242,6 +242,59 @@ static void test_reload_after_a_failed_admission_says_what_changed(void **state)
 	assert_null(strstr(out, "remote"));
 }
 
+/* A fill held up by the store (the proxy stalls its answer): status shows the job in flight, its
+ * bytes done of its total, and how long it has run, as a table and in --json. */
+static void test_status_shows_each_job(void **state)
+{
+	static char out[1 << 16];
+	json_error_t je;
+	json_t *j = NULL, *job = NULL;
+	int to, from;
+	pid_t pid;
+
+	(void)state;
+	start_remote("", false);
+	weightd_status_free(wait_state("remote", "ready"));
+	proxy("fault=stall&n=4&seconds=4");
+	pid = it_fork_piped(&to, &from);
+	if (pid == 0) {
+		weightd_client *c = NULL;
+		weightd_weight *w = NULL;
+		weightd_error err;
+
+		if (weightd_connect(H.sock, "filler", &c, &err) < 0 ||
+		    it_get(c, "remote", "t0", &w, &err) < 0)
+			_exit(3);
+		weightd_release(w);
+		weightd_close(c);
+		_exit(0);
+	}
+	for (int64_t end = it_now_ms() + 30000; !job && it_now_ms() < end;) {
+		assert_int_equal(it_ctl((uid_t)-1, out, sizeof(out), "--socket", H.sock, "--json",
+					"status", NULL),
+				 0);
+		json_decref(j);
+		j = json_loads(out, 0, &je);
+		assert_non_null(j);
+		job = json_array_get(json_object_get(j, "jobs"), 0);
+		if (!job)
+			usleep(20000);
+	}
+	assert_non_null(job);
+	assert_non_null(strstr(json_string_value(json_object_get(job, "label")), "t0"));
+	assert_int_equal(json_integer_value(json_object_get(job, "bytes")), T_BYTES);
+	assert_true(json_integer_value(json_object_get(job, "done")) < T_BYTES);
+	assert_non_null(json_object_get(job, "elapsed_ms"));
+	assert_non_null(json_object_get(job, "rate"));
+	json_decref(j);
+	assert_int_equal(it_ctl((uid_t)-1, out, sizeof(out), "--socket", H.sock, "status", NULL), 0);
+	if (!strstr(out, "JOB") || !strstr(out, "1.0 MiB"))
+		fail_msg("status shows no job in flight (did the fill end first?):\n%s", out);
+	it_wait_child_ok(pid);
+	close(to);
+	close(from);
+}
+
 /* A remote object replaced under a running daemon: the read that meets the new ETag fails with
  * source-changed, and what it says to do is a reload, never `watch = yes` (which the
  * configuration refuses for remote checkpoints). Last: it replaces the served file. */
@@ -269,4 +322,5 @@ static void test_a_changed_remote_object_says_reload(void **state)
 
 TEST_MAIN(setup, teardown, TEST_IN_DIR(test_store_down_then_up),
 	  TEST_IN_DIR(test_reload_after_a_failed_admission_says_what_changed),
+	  TEST_IN_DIR(test_status_shows_each_job),
 	  TEST_IN_DIR(test_a_changed_remote_object_says_reload))
