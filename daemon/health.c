@@ -21,7 +21,8 @@ static bool blocker(const struct daemon *d, const struct csource *cs, char *buf,
 		return false;
 	if (cs->state == CSOURCE_FAILED) {
 		if (cs->retry_at_ms)
-			snprintf(buf, cap, "checkpoint %s failed (retrying in %llu s): %s", cs->name,
+			snprintf(buf, cap, "checkpoint %s failed (retrying in %llu s): %s",
+				 cs->name,
 				 (unsigned long long)((cs->retry_at_ms > now ?
 							       cs->retry_at_ms - now + 999 :
 							       0) /
@@ -77,8 +78,8 @@ bool health_ready(const struct daemon *d, const struct peer *peer, char *why, si
 			hidden++;
 		} else if (named < 3) {
 			if (why && len < cap)
-				len += (size_t)snprintf(why + len, cap - len, "%s%s", named ? "; " : "",
-							one);
+				len += (size_t)snprintf(why + len, cap - len, "%s%s",
+							named ? "; " : "", one);
 			named++;
 		} else {
 			more++;
@@ -89,7 +90,9 @@ bool health_ready(const struct daemon *d, const struct peer *peer, char *why, si
 	if (why && len < cap && more)
 		len += (size_t)snprintf(why + len, cap - len, "; and %zu more", more);
 	if (why && len < cap && hidden)
-		snprintf(why + len, cap - len, "%s%zu checkpoint%s this client may not see %s not ready",
-			 named ? "; " : "", hidden, hidden == 1 ? "" : "s", hidden == 1 ? "is" : "are");
+		snprintf(why + len, cap - len,
+			 "%s%zu checkpoint%s this client may not see %s not ready",
+			 named ? "; " : "", hidden, hidden == 1 ? "" : "s",
+			 hidden == 1 ? "is" : "are");
 	return false;
 }

@@ -30,9 +30,8 @@ static char *fmt_age(uint64_t ms)
 
 int cmd_clients(const struct opts *o, weightd_client *c, struct cmd_args *args)
 {
-	static const char *const head[] = { "ID",	"UID",	    "GID",   "PID",   "NAME",
-					    "HELD",	"WEIGHTS",  "SEGS",  "PENDING", "SINCE",
-					    "SOCKET" };
+	static const char *const head[] = { "ID",      "UID",  "GID",	  "PID",   "NAME",  "HELD",
+					    "WEIGHTS", "SEGS", "PENDING", "SINCE", "SOCKET" };
 	static const bool num[] = { 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0 };
 	struct table t = { .ncols = 11, .head = head, .numeric = num };
 	weightd_client_list *l;
@@ -50,15 +49,16 @@ int cmd_clients(const struct opts *o, weightd_client *c, struct cmd_args *args)
 			const weightd_client_info *x = order[i];
 
 			json_array_append_new(
-				a, json_pack("{s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:s}",
-					     "id", (json_int_t)x->id, "uid", (json_int_t)x->uid,
-					     "gid", (json_int_t)x->gid, "pid", (json_int_t)x->pid,
-					     "name", x->name, "bytes", (json_int_t)x->bytes,
-					     "weights", (json_int_t)x->weights, "segments",
-					     (json_int_t)x->segments, "pending",
-					     (json_int_t)x->pending, "connected_ms",
-					     (json_int_t)x->connected_ms, "socket",
-					     x->admin ? "admin" : "engine"));
+				a,
+				json_pack("{s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:s}",
+					  "id", (json_int_t)x->id, "uid", (json_int_t)x->uid, "gid",
+					  (json_int_t)x->gid, "pid", (json_int_t)x->pid, "name",
+					  x->name, "bytes", (json_int_t)x->bytes, "weights",
+					  (json_int_t)x->weights, "segments",
+					  (json_int_t)x->segments, "pending",
+					  (json_int_t)x->pending, "connected_ms",
+					  (json_int_t)x->connected_ms, "socket",
+					  x->admin ? "admin" : "engine"));
 		}
 		free(order);
 		weightd_client_list_free(l);
@@ -70,8 +70,9 @@ int cmd_clients(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		output_table_row(&t, output_fmt("%" PRIu64, x->id), output_fmt("%u", x->uid),
 				 output_fmt("%u", x->gid),
 				 x->pid ? output_fmt("%d", x->pid) : output_strdup("-"),
-				 output_strdup(x->name[0] ? x->name : "-"), output_fmt_bytes(x->bytes),
-				 output_fmt("%" PRIu64, x->weights), output_fmt("%" PRIu64, x->segments),
+				 output_strdup(x->name[0] ? x->name : "-"),
+				 output_fmt_bytes(x->bytes), output_fmt("%" PRIu64, x->weights),
+				 output_fmt("%" PRIu64, x->segments),
 				 output_fmt("%" PRIu64, x->pending), fmt_age(x->connected_ms),
 				 output_strdup(x->admin ? "admin" : "engine"));
 	}

@@ -32,8 +32,9 @@ int parse_health(struct cmd_args *args)
 			v = strtoul(args->argv[++i], &end, 10);
 			if (*end || !args->argv[i][0] || args->argv[i][0] == '-' ||
 			    v > HEALTH_MAX_TIMEOUT)
-				return output_usage_error("--timeout takes 0 to %u seconds, not \"%s\"",
-							  HEALTH_MAX_TIMEOUT, args->argv[i]);
+				return output_usage_error(
+					"--timeout takes 0 to %u seconds, not \"%s\"",
+					HEALTH_MAX_TIMEOUT, args->argv[i]);
 			h->timeout = (unsigned)v;
 		} else {
 			return output_usage_error("health: unknown argument \"%s\"", a);
@@ -104,13 +105,17 @@ int cmd_health(const struct opts *o, weightd_client *unused, struct cmd_args *ar
 	}
 	alarm(0);
 	if (!h->ready) {
-		snprintf(why, sizeof(why), "weightd %s answers (up %.0f s, %zu checkpoints, %llu "
-			 "clients)", s->server_version, (double)s->uptime_ms / 1000, s->n_sources,
+		snprintf(why, sizeof(why),
+			 "weightd %s answers (up %.0f s, %zu checkpoints, %llu "
+			 "clients)",
+			 s->server_version, (double)s->uptime_ms / 1000, s->n_sources,
 			 (unsigned long long)s->clients);
 		rc = verdict(false, true, why);
 	} else if (!s->health_known) {
-		snprintf(why, sizeof(why), "weightd %s does not report readiness (older than this "
-			 "weightctl)", s->server_version);
+		snprintf(why, sizeof(why),
+			 "weightd %s does not report readiness (older than this "
+			 "weightctl)",
+			 s->server_version);
 		rc = verdict(true, false, why);
 	} else if (s->ready) {
 		size_t preloaded = 0, required = 0;
@@ -119,8 +124,10 @@ int cmd_health(const struct opts *o, weightd_client *unused, struct cmd_args *ar
 			preloaded += s->source_health[i].preloaded;
 			required += s->source_health[i].required;
 		}
-		snprintf(why, sizeof(why), "%zu checkpoint%s preloaded and resident, %zu required "
-			 "and admitted", preloaded, preloaded == 1 ? "" : "s", required);
+		snprintf(why, sizeof(why),
+			 "%zu checkpoint%s preloaded and resident, %zu required "
+			 "and admitted",
+			 preloaded, preloaded == 1 ? "" : "s", required);
 		rc = verdict(true, true, why);
 	} else {
 		rc = verdict(true, false, s->not_ready ? s->not_ready : "");

@@ -5,10 +5,10 @@
  * admin_users and refuses anyone else, `weightctl clients` shows who holds what, and metrics on
  * a non-loopback address are served only with metrics_public. */
 #include <arpa/inet.h>
+#include <grp.h>
 #include <ifaddrs.h>
 #include <jansson.h>
 #include <netinet/in.h>
-#include <grp.h>
 #include <stdarg.h>
 #include <sys/socket.h>
 
@@ -42,9 +42,10 @@ static void start(const char *extra)
 		 "uid_budget_share = 10\n"
 		 "%s",
 		 admin_sock, extra ? extra : "");
-	snprintf(sections, sizeof(sections),
-		 "[checkpoint:m]\npath = %s\n\n[checkpoint:secret]\npath = %s\nallow_users = nobody\n",
-		 m, secret);
+	snprintf(
+		sections, sizeof(sections),
+		"[checkpoint:m]\npath = %s\n\n[checkpoint:secret]\npath = %s\nallow_users = nobody\n",
+		m, secret);
 	it_start(&H, daemon, sections);
 }
 
@@ -173,7 +174,8 @@ static pid_t holder(uid_t uid, const char *name, int *ret_to)
 		weightd_weight *w = NULL;
 		weightd_error err;
 
-		if (uid != 0 && (setgroups(0, NULL) < 0 || setgid(GID_NOGROUP) < 0 || setuid(uid) < 0))
+		if (uid != 0 &&
+		    (setgroups(0, NULL) < 0 || setgid(GID_NOGROUP) < 0 || setuid(uid) < 0))
 			_exit(2);
 		if (weightd_connect(H.sock, name, &c, &err) < 0 ||
 		    it_get(c, "m", "t0", &w, &err) < 0)
@@ -274,7 +276,8 @@ static bool outside_address(char *ret, size_t cap)
 	for (i = ifa; i && !found; i = i->ifa_next) {
 		const struct sockaddr_in *sin = (const struct sockaddr_in *)i->ifa_addr;
 
-		if (!sin || sin->sin_family != AF_INET || (ntohl(sin->sin_addr.s_addr) >> 24) == 127)
+		if (!sin || sin->sin_family != AF_INET ||
+		    (ntohl(sin->sin_addr.s_addr) >> 24) == 127)
 			continue;
 		found = inet_ntop(AF_INET, &sin->sin_addr, ret, (socklen_t)cap) != NULL;
 	}

@@ -91,8 +91,8 @@ static weightd_status *wait_state(const char *name, const char *state)
 		if (si && strcmp(si->state, state) == 0)
 			return st;
 		if (it_now_ms() > end)
-			fail_msg("checkpoint %s is still %s, not %s: %s", name, si ? si->state : "?",
-				 state, si ? si->error : "");
+			fail_msg("checkpoint %s is still %s, not %s: %s", name,
+				 si ? si->state : "?", state, si ? si->error : "");
 		weightd_status_free(st);
 		usleep(50000);
 	}
@@ -185,7 +185,8 @@ static void test_store_down_then_up(void **state)
 				si = &l->sources[i];
 		assert_non_null(si);
 		h = &l->health[si - l->sources];
-		if ((strcmp(si->state, "failed") == 0 && h->admit_failures >= 2 && h->retry_in_ms) ||
+		if ((strcmp(si->state, "failed") == 0 && h->admit_failures >= 2 &&
+		     h->retry_in_ms) ||
 		    it_now_ms() > end)
 			break;
 		weightd_source_list_free(l);
@@ -232,13 +233,15 @@ static void test_reload_after_a_failed_admission_says_what_changed(void **state)
 	assert_int_equal(health_of(st, "remote")->retry_in_ms, 0); /* none scheduled */
 	weightd_status_free(st);
 	proxy("reset=1");
-	assert_int_equal(it_ctl((uid_t)-1, out, sizeof(out), "--socket", H.sock, "reload", NULL), 0);
+	assert_int_equal(it_ctl((uid_t)-1, out, sizeof(out), "--socket", H.sock, "reload", NULL),
+			 0);
 	assert_non_null(strstr(out, "checkpoint remote: admitted now, as generation 2"));
 	assert_null(strstr(out, "files changed"));
 	st = wait_state("remote", "ready");
 	assert_int_equal(st->admission_retries, 0);
 	weightd_status_free(st);
-	assert_int_equal(it_ctl((uid_t)-1, out, sizeof(out), "--socket", H.sock, "reload", NULL), 0);
+	assert_int_equal(it_ctl((uid_t)-1, out, sizeof(out), "--socket", H.sock, "reload", NULL),
+			 0);
 	assert_null(strstr(out, "remote"));
 }
 
@@ -287,7 +290,8 @@ static void test_status_shows_each_job(void **state)
 	assert_non_null(json_object_get(job, "elapsed_ms"));
 	assert_non_null(json_object_get(job, "rate"));
 	json_decref(j);
-	assert_int_equal(it_ctl((uid_t)-1, out, sizeof(out), "--socket", H.sock, "status", NULL), 0);
+	assert_int_equal(it_ctl((uid_t)-1, out, sizeof(out), "--socket", H.sock, "status", NULL),
+			 0);
 	if (!strstr(out, "JOB") || !strstr(out, "1.0 MiB"))
 		fail_msg("status shows no job in flight (did the fill end first?):\n%s", out);
 	it_wait_child_ok(pid);
