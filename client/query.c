@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* query.c - libweightd's read-only questions (list, describe, status) and admin requests. */
+/* query.c - libweightd's read-only questions (list, describe, status, clients) and admin
+ * requests. */
 #include "weightd/client.h"
 
 #include <stdlib.h>
@@ -38,7 +39,19 @@ struct source_list {
 	weightd_source_list pub;
 	Weightd__Response *resp;
 	weightd_source_info *items;
+	weightd_source_health *health;
 };
+
+static void health_from_wire(weightd_source_health *o, const Weightd__SourceInfo *s)
+{
+	if (!s)
+		return;
+	o->required = s->required ? 1 : 0;
+	o->preload = s->preload ? 1 : 0;
+	o->preloaded = s->preloaded ? 1 : 0;
+	o->admit_failures = s->admit_failures;
+	o->retry_in_ms = s->retry_in_ms;
+}
 
 int weightd_list(weightd_client *c, weightd_source_list **ret, weightd_error *err)
 {
@@ -60,18 +73,27 @@ int weightd_list(weightd_client *c, weightd_source_list **ret, weightd_error *er
 		return r;
 	n = resp->list ? resp->list->n_sources : 0;
 	l = calloc(1, sizeof(*l));
-	if (l)
+	if (l) {
 		l->items = calloc(n ? n : 1, sizeof(*l->items));
-	if (!l || !l->items) {
+		l->health = calloc(n ? n : 1, sizeof(*l->health));
+	}
+	if (!l || !l->items || !l->health) {
+		if (l) {
+			free(l->items);
+			free(l->health);
+		}
 		free(l);
 		wd_msg_free(resp);
 		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		source_from_wire(&l->items[i], resp->list->sources[i]);
+		health_from_wire(&l->health[i], resp->list->sources[i]);
+	}
 	l->resp = resp;
 	l->pub.count = n;
 	l->pub.sources = l->items;
+	l->pub.health = l->health;
 	*ret = &l->pub;
 	return 0;
 }
@@ -84,6 +106,7 @@ void weightd_source_list_free(weightd_source_list *pub)
 		return;
 	wd_msg_free(l->resp);
 	free(l->items);
+	free(l->health);
 	free(l);
 }
 
@@ -204,6 +227,8 @@ struct status {
 	weightd_weight_status *weights;
 	weightd_job_status *jobs;
 	weightd_segment_status *segs;
+	weightd_source_health *health;
+	uint64_t *job_elapsed;
 };
 
 static int status_call(weightd_client *c, bool omit_weights, const char *call,
@@ -242,10 +267,14 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 		o->weights = calloc(sr->n_weight_list ? sr->n_weight_list : 1, sizeof(*o->weights));
 		o->jobs = calloc(sr->n_jobs ? sr->n_jobs : 1, sizeof(*o->jobs));
 		o->segs = calloc(sr->n_segment_list ? sr->n_segment_list : 1, sizeof(*o->segs));
+		o->health = calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->health));
+		o->job_elapsed = calloc(sr->n_jobs ? sr->n_jobs : 1, sizeof(*o->job_elapsed));
 	}
 	if (!o || !o->sources || !o->source_stats || !o->source_remote || !o->weights || !o->jobs ||
-	    !o->segs) {
+	    !o->segs || !o->health || !o->job_elapsed) {
 		if (o) {
+			free(o->health);
+			free(o->job_elapsed);
 			free(o->sources);
 			free(o->source_stats);
 			free(o->source_remote);
@@ -303,6 +332,7 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 		const Weightd__SourceInfo *si = sr->sources[i];
 
 		source_from_wire(&o->sources[i], si);
+		health_from_wire(&o->health[i], si);
 		if (!si)
 			continue;
 		o->source_stats[i].resident_bytes = si->resident_bytes;
@@ -364,7 +394,15 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 		js->label = j->label;
 		js->nbytes = j->nbytes;
 		js->done = j->done;
+		o->job_elapsed[i] = j->elapsed_ms;
 	}
+	o->pub.health_known = sr->health_known ? 1 : 0;
+	o->pub.ready = sr->ready ? 1 : 0;
+	o->pub.not_ready = sr->health_known && !sr->ready ? sr->not_ready : NULL;
+	o->pub.admissions_failed = sr->admissions_failed;
+	o->pub.admission_retries = sr->admission_retries;
+	o->pub.source_health = o->health;
+	o->pub.job_elapsed_ms = o->job_elapsed;
 	o->resp = resp;
 	o->pub.n_jobs = sr->n_jobs;
 	o->pub.jobs = o->jobs;
@@ -401,6 +439,8 @@ void weightd_status_free(weightd_status *pub)
 	free(o->weights);
 	free(o->jobs);
 	free(o->segs);
+	free(o->health);
+	free(o->job_elapsed);
 	free(o);
 }
 
@@ -498,4 +538,73 @@ int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t *ret_bytes,
 		*ret_bytes = resp->evict ? resp->evict->bytes : 0;
 	wd_msg_free(resp);
 	return 0;
+}
+
+/* --- clients ----------------------------------------------------------------------------- */
+
+struct client_list {
+	weightd_client_list pub;
+	Weightd__Response *resp;
+	weightd_client_info *items;
+};
+
+int weightd_clients(weightd_client *c, weightd_client_list **ret, weightd_error *err)
+{
+	Weightd__Request req = WEIGHTD__REQUEST__INIT;
+	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+	Weightd__Response *resp = NULL;
+	struct client_list *l;
+	size_t n;
+	int r;
+
+	wc_err_clear(err);
+	if (!c || !ret)
+		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_clients: no client");
+	req.body_case = WEIGHTD__REQUEST__BODY_CLIENTS;
+	req.clients = &empty;
+	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_CLIENTS, wc_weight_reply_refs, &resp, NULL,
+			 NULL, err);
+	if (r < 0)
+		return r;
+	n = resp->clients ? resp->clients->n_clients : 0;
+	l = calloc(1, sizeof(*l));
+	if (l)
+		l->items = calloc(n ? n : 1, sizeof(*l->items));
+	if (!l || !l->items) {
+		free(l);
+		wd_msg_free(resp);
+		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		const Weightd__ClientInfo *x = resp->clients->clients[i];
+		weightd_client_info *o = &l->items[i];
+
+		o->id = x->id;
+		o->uid = x->uid;
+		o->gid = x->gid;
+		o->pid = x->pid;
+		o->name = x->name;
+		o->bytes = x->bytes;
+		o->weights = x->weights;
+		o->segments = x->segments;
+		o->pending = x->pending;
+		o->connected_ms = x->connected_ms;
+		o->admin = x->admin ? 1 : 0;
+	}
+	l->resp = resp;
+	l->pub.count = n;
+	l->pub.clients = l->items;
+	*ret = &l->pub;
+	return 0;
+}
+
+void weightd_client_list_free(weightd_client_list *pub)
+{
+	struct client_list *l = (struct client_list *)pub;
+
+	if (!l)
+		return;
+	wd_msg_free(l->resp);
+	free(l->items);
+	free(l);
 }

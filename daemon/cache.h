@@ -273,6 +273,7 @@ struct cache_job_info {
 	uint64_t done;
 	struct csource *const *sources; /* the checkpoints it reads (who may see it) */
 	size_t n_sources;
+	uint64_t elapsed_ms; /* since it was made (queued or running): done / elapsed is its rate */
 };
 
 /* Walk every in-flight job (status); the pointers live until the main loop runs on. */

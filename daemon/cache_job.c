@@ -31,6 +31,7 @@ struct job {
 	uint64_t nbytes;
 	uint64_t temp;               /* heap temporaries it may allocate, counted while it runs */
 	uint64_t progress;           /* bytes written so far: the worker stores, status loads */
+	uint64_t created_ms;         /* wd_clock_ms() when it was made (status shows its rate) */
 	struct cache_segment *segment;
 	uint64_t offset;
 	int fd;                      /* the segment's writable fd (the worker writes through it) */
@@ -675,6 +676,7 @@ struct job *cache_job_new(struct cache *c, struct wd_plan *plan, size_t n_source
 	j->plan = plan;
 	j->nbytes = wd_plan_nbytes(plan);
 	j->temp = wd_plan_temp_bytes(plan);
+	j->created_ms = wd_clock_ms();
 	return j;
 }
 
@@ -731,6 +733,7 @@ void cache_foreach_job(struct cache *c, void (*fn)(const struct cache_job_info *
 			.done = __atomic_load_n(&j->progress, __ATOMIC_RELAXED),
 			.sources = j->sources,
 			.n_sources = j->n_sources,
+			.elapsed_ms = wd_clock_ms() - j->created_ms,
 		};
 		fn(&info, arg);
 	}

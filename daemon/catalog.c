@@ -39,6 +39,7 @@ static struct source_conf *conf_copy(const struct source_conf *sc)
 	c->path = strdup(sc->path);
 	c->allow_any = sc->allow_any;
 	c->preload = sc->preload;
+	c->required = sc->required;
 	c->watch = sc->watch;
 	c->watch_delay_ms = sc->watch_delay_ms;
 	c->drop_page_cache = sc->drop_page_cache;
@@ -191,6 +192,8 @@ bool catalog_admitted(struct csource *cs, struct wd_source *src, const weightd_e
 	if (src) {
 		cs->src = src;
 		cs->state = CSOURCE_READY;
+		cs->admit_failures = 0;
+		cs->retry_at_ms = 0;
 		wd_error_clear(&cs->error);
 		wd_source_set_drop_cache(cs->src, cs->conf->drop_page_cache);
 		log_info("checkpoint %s: %s, %zu tensors, %llu bytes (%s)", cs->name,
@@ -205,6 +208,25 @@ bool catalog_admitted(struct csource *cs, struct wd_source *src, const weightd_e
 		wd_error_set(&cs->error, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	wd_error_about(&cs->error, cs->name, NULL);
 	log_err("checkpoint %s (%s): %s", cs->name, cs->path, cs->error.message);
+	return true;
+}
+
+bool catalog_retry(struct csource *cs)
+{
+	if (cs->state != CSOURCE_FAILED || !wd_source_is_url(cs->conf->path))
+		return false;
+	conf_free(cs->load_conf);
+	cs->load_conf = conf_copy(cs->conf);
+	if (!cs->load_conf)
+		return false;
+	cs->state = CSOURCE_LOADING;
+	cs->retry_at_ms = 0;
+	cs->failure_counted = false;
+	wd_error_set(&cs->error, WEIGHTD_E_BAD_CHECKPOINT,
+		     "checkpoint \"%s\" is being admitted again (%u earlier attempt%s failed; its "
+		     "index and headers are being read from %s): ask again shortly",
+		     cs->name, cs->admit_failures, cs->admit_failures == 1 ? "" : "s", cs->path);
+	log_info("checkpoint %s: admitting %s again", cs->name, cs->path);
 	return true;
 }
 
@@ -345,6 +367,12 @@ void catalog_explain_changed(const struct csource *cs, weightd_error *err)
 			 "; weightd reloads checkpoint \"%s\" once its files have been left alone "
 			 "for %llu ms: ask again then",
 			 cs->name, (unsigned long long)cs->conf->watch_delay_ms);
+	else if (wd_source_is_url(cs->conf->path))
+		/* watch is refused for remote checkpoints: a reload is the one way */
+		snprintf(err->message + n, sizeof(err->message) - n,
+			 "; an operator's `weightctl reload` serves the new objects of checkpoint "
+			 "\"%s\" (its ETags are checked again)",
+			 cs->name);
 	else
 		snprintf(err->message + n, sizeof(err->message) - n,
 			 "; run `weightctl reload` to serve the new files of checkpoint \"%s\", or "
@@ -411,6 +439,10 @@ static void plan_decide(const struct catalog *c, struct plan_item *it, const str
 	/* on a reload's worker already: a remote checkpoint is opened here too, so that a changed
 	 * one replaces the last good generation only once it is admitted */
 	it->fresh = catalog_source_admit(c, sc, it->old ? it->old->generation + 1 : 1, false);
+	if (it->fresh && it->old)
+		it->fresh->why_new = it->old->state == CSOURCE_FAILED ? CSOURCE_NEW_ADMITTED :
+				     !same_location(it->old->conf, sc) ? CSOURCE_NEW_LOCATION :
+									  CSOURCE_NEW_FILES;
 	if (it->fresh && it->fresh->state == CSOURCE_FAILED && it->old &&
 	    it->old->state == CSOURCE_READY) {
 		/* the new files are broken: the last good generation goes on serving */
@@ -539,6 +571,8 @@ void catalog_reload_apply(struct catalog *c, struct catalog_plan *p,
 		items[n++] = it->fresh;
 		if (it->old)
 			catalog_stats_hand_on(it->fresh, it->old);
+		if (it->old && it->fresh->state == CSOURCE_FAILED)
+			it->fresh->admit_failures = it->old->admit_failures;
 		if (it->old) {
 			log_notice("checkpoint %s: new generation %llu", it->fresh->name,
 				   (unsigned long long)it->fresh->generation);

@@ -59,6 +59,15 @@ struct csource {
 	/* LOADING: its section as it was when admission began, which the admission thread reads
 	 * (conf may be replaced by a reload meanwhile); NULL otherwise */
 	struct source_conf *load_conf;
+	/* a remote entry's failed admissions in a row (carried on to a new generation that fails
+	 * too) and, when FAILED, when admit.c tries it again (wd_clock_ms; 0: not yet set) */
+	uint32_t admit_failures;
+	uint64_t retry_at_ms;
+	bool failure_counted; /* FAILED, and admit.c has counted it */
+	/* what a reload that replaced the previous generation with this one found (reload.c says
+	 * it): CSOURCE_NEW_FILES its files changed, _LOCATION its section names other objects, or
+	 * another way to reach them, _ADMITTED the previous one had failed to be admitted */
+	enum { CSOURCE_NEW_FILES, CSOURCE_NEW_LOCATION, CSOURCE_NEW_ADMITTED } why_new;
 	unsigned refs;
 };
 
@@ -86,6 +95,13 @@ int catalog_open(const struct csource *cs, struct wd_source **ret, weightd_error
  * freed, when the entry is no longer LOADING (a reload replaced or removed it meanwhile).
  */
 bool catalog_admitted(struct csource *cs, struct wd_source *src, const weightd_error *err);
+
+/*
+ * Main thread: admit a FAILED remote entry again (admit.c's retry): it becomes LOADING, with its
+ * current section, for admit_start. False (nothing done) when it is not FAILED, not remote, or
+ * out of memory.
+ */
+bool catalog_retry(struct csource *cs);
 
 size_t catalog_count(const struct catalog *c);
 struct csource *catalog_at(const struct catalog *c, size_t i);

@@ -100,6 +100,18 @@ static void validate(struct loader *ld)
 			    "must fit in a client's queue", (unsigned long long)cfg->client_max_queue_bytes,
 			    cfg->max_frame_bytes);
 	}
+	if (cfg->metrics_listen && cfg->metrics_listen[0]) {
+		struct sockaddr_storage ss;
+		socklen_t len;
+		const char *why;
+
+		if (config_parse_listen(cfg->metrics_listen, cfg->metrics_public, &ss, &len, &why) < 0)
+			config_fail(ld,
+				    later_line(ld, offsetof(struct config, metrics_listen),
+					       offsetof(struct config, metrics_public)),
+				    WEIGHTD_E_INVALID_ARGUMENT, "metrics_listen: '%s': %s",
+				    cfg->metrics_listen, why);
+	}
 	if (cfg->uid_max_partial_bytes > cfg->max_partial_bytes / 2) {
 		int line = later_line(ld, offsetof(struct config, uid_max_partial_bytes),
 				      offsetof(struct config, max_partial_bytes));
@@ -246,6 +258,9 @@ void config_free(struct config *cfg)
 	free(cfg->socket_path);
 	free(cfg->shm_prefix);
 	free(cfg->metrics_listen);
+	free(cfg->admin_socket);
+	free(cfg->admin_uids);
+	free(cfg->admin_gids);
 	free(cfg->state_dir);
 	free(cfg->segment_dir);
 	free(cfg);

@@ -21,6 +21,7 @@ struct source_conf {
 	size_t n_gids;
 	bool allow_any;      /* neither allow_users nor allow_groups given: any peer of the socket */
 	bool preload;
+	bool required;		 /* readiness needs it admitted (health.c) */
 	bool watch;		 /* reload it by itself when its files change (inotify) */
 	uint64_t watch_delay_ms; /* ... once they have been quiet this long */
 	bool drop_page_cache;	 /* evict the file pages a fill read (wd_source_set_drop_cache) */
@@ -42,7 +43,20 @@ struct config {
 	mode_t socket_mode;
 	gid_t socket_group;         /* (gid_t)-1: leave as created */
 	char *shm_prefix;
-	char *metrics_listen;       /* "" or a loopback address:port serving GET /metrics */
+	char *metrics_listen;       /* "" or an address:port serving GET /metrics */
+	bool metrics_public;        /* metrics_listen may be a non-loopback address */
+	/* The admin socket: reload and evict are answered there only, to root, weightd's user and
+	 * admin_users/admin_groups; on the engine socket root is an ordinary client. single_socket:
+	 * no admin socket, root and weightd's user administer through the one socket. */
+	char *admin_socket;
+	mode_t admin_socket_mode;
+	gid_t admin_socket_group;
+	uid_t *admin_uids;
+	size_t n_admin_uids;
+	gid_t *admin_gids;
+	size_t n_admin_gids;
+	bool single_socket;
+	uint64_t admit_retry_max_ms;    /* cap of a failed remote admission's backoff; 0: no retry */
 	char *state_dir;            /* "" = no state index */
 	char *segment_dir;	    /* "" = segments in /dev/shm; else a private tmpfs directory */
 	bool verify_adopted;        /* recompute each re-adopted segment's digest at start */
@@ -119,7 +133,7 @@ enum config_type {
 	CONFIG_T_DURATION,  /* seconds, or a number and ms, s, m or h; in ms, at most `max` */
 	CONFIG_T_USERS,     /* users or uids: the array at `field`, its length at `count` */
 	CONFIG_T_GROUPS,    /* groups or gids, the same way */
-	CONFIG_T_LISTEN,    /* a loopback address and port (config_parse_listen); empty: off */
+	CONFIG_T_LISTEN,    /* an address and port (config_parse_listen); empty: off */
 };
 
 /* What a reload does when the file gives a [daemon] key a new value. Checkpoint keys are all
@@ -158,12 +172,13 @@ extern const size_t config_n_keys;
 
 /*
  * An address to listen on over TCP: "127.0.0.1:9464", "[::1]:9464" or "localhost:9464" (an IP
- * literal, never a name to look up). Loopback only (127.0.0.0/8, ::1): the endpoint has no
- * authentication, and what it shows (checkpoint names, sizes) is for the host's own collector.
- * 0 and the socket address, or -1 and *ret_why (a constant sentence).
+ * literal, never a name to look up). Loopback only (127.0.0.0/8, ::1) unless `any`: the endpoint
+ * has no authentication, and what it shows (checkpoint names, sizes) is for the host's own
+ * collector unless the operator opts in (metrics_public). 0 and the socket address, or -1 and
+ * *ret_why (a constant sentence).
  */
-int config_parse_listen(const char *val, struct sockaddr_storage *ret_ss, socklen_t *ret_len,
-			const char **ret_why);
+int config_parse_listen(const char *val, bool any, struct sockaddr_storage *ret_ss,
+			socklen_t *ret_len, const char **ret_why);
 
 /* The row of `name` in `section`, or NULL. */
 const struct config_key *config_key_find(enum config_section section, const char *name);

@@ -17,7 +17,7 @@
 #define CONFIG_MAX_PREFIX 64          /* shm_prefix; leaves room in NAME_MAX for the weight's id */
 #define CONFIG_MAX_SECTION 256        /* text between [ and ] */
 #define CONFIG_MAX_LINE 16384         /* characters of one line: room for a PATH_MAX path */
-#define CONFIG_MAX_KEYS 64            /* rows of config_keys[] (config_keys.c) */
+#define CONFIG_MAX_KEYS 80            /* rows of config_keys[] (config_keys.c) */
 #define CONFIG_MAX_ERRORS     64	    /* errors one read reports; past them it stops */
 
 /* One error found, at its line; ld->errors keeps them in the order found. */

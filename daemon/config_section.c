@@ -177,7 +177,8 @@ int config_key_set(struct loader *ld, const struct config_key *k, void *base, co
 		socklen_t len;
 		const char *why;
 
-		if (val[0] && config_parse_listen(val, &ss, &len, &why) < 0)
+		/* the address's syntax here; loopback or metrics_public once the file is read */
+		if (val[0] && config_parse_listen(val, true, &ss, &len, &why) < 0)
 			return config_fail(ld, ld->line, WEIGHTD_E_INVALID_ARGUMENT, "%s: '%s': %s",
 					   key, val, why);
 		return config_set_string(ld, field, val);

@@ -365,8 +365,13 @@ bool config_name_ok(const char *s)
 	return true;
 }
 
-int config_parse_listen(const char *val, struct sockaddr_storage *ret_ss, socklen_t *ret_len,
-			const char **ret_why)
+#define NOT_LOOPBACK                                                                              \
+	"only a loopback address (127.0.0.0/8, [::1], localhost) may serve metrics unless "         \
+	"metrics_public = yes: the endpoint has no authentication (scrape it from this host, put a " \
+	"proxy with access control in front, or opt in and restrict who reaches the port)"
+
+int config_parse_listen(const char *val, bool any, struct sockaddr_storage *ret_ss,
+			socklen_t *ret_len, const char **ret_why)
 {
 	struct sockaddr_storage ss;
 	char host[64];
@@ -416,11 +421,8 @@ int config_parse_listen(const char *val, struct sockaddr_storage *ret_ss, sockle
 			*ret_why = "the host is not an IPv4 address, [IPv6] or localhost";
 			return -1;
 		}
-		if ((ntohl(sin->sin_addr.s_addr) >> 24) != 127) {
-			*ret_why =
-				"only a loopback address (127.0.0.0/8, [::1], localhost) may serve "
-				"metrics: the endpoint has no authentication (scrape it from this "
-				"host, or put a proxy with access control in front)";
+		if (!any && (ntohl(sin->sin_addr.s_addr) >> 24) != 127) {
+			*ret_why = NOT_LOOPBACK;
 			return -1;
 		}
 		sin->sin_family = AF_INET;
@@ -433,11 +435,8 @@ int config_parse_listen(const char *val, struct sockaddr_storage *ret_ss, sockle
 			*ret_why = "the host is not an IPv4 address, [IPv6] or localhost";
 			return -1;
 		}
-		if (!IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr)) {
-			*ret_why =
-				"only a loopback address (127.0.0.0/8, [::1], localhost) may serve "
-				"metrics: the endpoint has no authentication (scrape it from this "
-				"host, or put a proxy with access control in front)";
+		if (!any && !IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr)) {
+			*ret_why = NOT_LOOPBACK;
 			return -1;
 		}
 		sin6->sin6_family = AF_INET6;

@@ -257,30 +257,76 @@ static const char *served_socket(int fd, char *buf, size_t cap, const char *conf
 	return buf;
 }
 
-/* The listening socket: inherited from systemd (socket activation) or made here. */
-static int get_listener(const struct config *cfg, int *ret_fd, weightd_error *err)
-{
-	int n = sd_listen_fds(1);
+static bool admin_bound; /* the admin socket's file is ours to unlink at exit */
 
+/* A socket systemd passed, checked and made non-blocking. */
+static int take_passed(int fd, weightd_error *err)
+{
+	if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0)
+		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				    "a socket systemd passed is not a listening Unix stream socket");
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	return 0;
+}
+
+/*
+ * The listening sockets: inherited from systemd (socket activation) or made here. The engine
+ * socket always; the admin socket unless single_socket (*ret_admin -1 then). systemd may pass
+ * both, the admin one named "admin" (FileDescriptorName=admin in weightd-admin.socket); one
+ * passed alone is the engine socket, and the admin socket is then bound here.
+ */
+static int get_listeners(const struct config *cfg, int *ret_fd, int *ret_admin, weightd_error *err)
+{
+	char **names = NULL;
+	int n = sd_listen_fds_with_names(1, &names);
+	int fd = -1, admin = -1, rc = 0;
+
+	*ret_admin = -1;
 	if (n < 0)
 		return wd_error_set(err, WEIGHTD_E_IO, "sd_listen_fds: %s", strerror(-n));
-	if (n > 1)
-		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
-				    "systemd passed %d sockets; weightd takes exactly one", n);
-	if (n == 1) {
-		int fd = SD_LISTEN_FDS_START;
-		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0)
-			return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
-					    "the socket systemd passed is not a listening Unix stream "
-					    "socket");
-		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-		fcntl(fd, F_SETFD, FD_CLOEXEC);
-		log_info("serving on the socket passed by systemd");
-		socket_activated = true;
-		*ret_fd = fd;
-		return 0;
+	if (n > 2 || (n == 2 && cfg->single_socket))
+		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "systemd passed %d sockets; weightd takes %s", n,
+				  cfg->single_socket ? "exactly one (single_socket = yes)" :
+						       "the engine socket and the admin socket");
+	for (int i = 0; i < n && rc == 0; i++) {
+		bool is_admin = names && names[i] && strcmp(names[i], "admin") == 0;
+
+		if ((is_admin ? admin : fd) >= 0)
+			rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+					  "systemd passed two %s sockets", is_admin ? "admin" : "engine");
+		else if ((rc = take_passed(SD_LISTEN_FDS_START + i, err)) == 0)
+			*(is_admin ? &admin : &fd) = SD_LISTEN_FDS_START + i;
 	}
-	return server_bind(cfg, ret_fd, err);
+	if (names)
+		for (int i = 0; i < n; i++)
+			free(names[i]);
+	free(names);
+	if (rc == 0 && n > 0 && fd < 0)
+		rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+				  "systemd passed the admin socket but not the engine socket");
+	if (rc < 0)
+		return rc;
+	if (n > 0) {
+		log_info("serving on the socket%s passed by systemd", n > 1 ? "s" : "");
+		socket_activated = true;
+	} else if ((rc = server_bind(cfg, &fd, err)) < 0) {
+		return rc;
+	}
+	if (!cfg->single_socket && admin < 0) {
+		if ((rc = server_bind_admin(cfg, &admin, err)) < 0) {
+			if (!socket_activated) {
+				close(fd);
+				unlink(cfg->socket_path);
+			}
+			return rc;
+		}
+		admin_bound = true;
+	}
+	*ret_fd = fd;
+	*ret_admin = admin;
+	return 0;
 }
 
 /* Every client costs a socket and every weight a segment fd: take the whole hard limit. */
@@ -369,7 +415,7 @@ int main(int argc, char **argv)
 	struct metrics *metrics = NULL;
 	const char *config_path = NULL;
 	bool foreground = false, check = false;
-	int level = -1, lfd = -1, ready_fd = -1, opt, rc = 1, purged = 0, adopted;
+	int level = -1, lfd = -1, admin_fd = -1, ready_fd = -1, opt, rc = 1, purged = 0, adopted;
 	uint64_t wd_usec = 0;
 	char served[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
 	size_t n_errors = 0;
@@ -494,14 +540,17 @@ int main(int argc, char **argv)
 		d.stats.foreign_segments = shmscan_count(d.shmscan, NULL);
 	}
 	cache_trim(d.cache);
-	if (get_listener(d.cfg, &lfd, &err) < 0) {
+	if (get_listeners(d.cfg, &lfd, &admin_fd, &err) < 0) {
 		log_err("%s", err.message);
 		goto out;
 	}
 	d.socket_activated = socket_activated;
 	d.server = server_new(&d, lfd);
-	if (!d.server)
+	if (!d.server || (admin_fd >= 0 && server_listen_admin(d.server, admin_fd) < 0)) {
+		if (admin_fd >= 0 && !d.server)
+			close(admin_fd);
 		goto out;
+	}
 	metrics = metrics_new(&d, &err);
 	if (!metrics && d.cfg->metrics_listen && d.cfg->metrics_listen[0]) {
 		log_err("%s", err.message);
@@ -531,7 +580,7 @@ int main(int argc, char **argv)
 		   (unsigned long long)cache_budget(d.cache), pool_threads(d.pool));
 	d.watch = watch_new(&d, on_watch_fire);
 	watch_sync(d.watch);
-	d.admit = admit_new(d.base, on_admitted, &d);
+	d.admit = admit_new(d.base, on_admitted, &d, d.cfg->admit_retry_max_ms);
 	if (!d.admit) {
 		log_err("out of memory at start-up");
 		goto out;
@@ -558,6 +607,8 @@ out:
 		 * record, so the next start removes them. */
 		if (d.cfg && d.cfg->socket_path && lfd >= 0 && !socket_activated)
 			unlink(d.cfg->socket_path);
+		if (admin_bound)
+			unlink(d.cfg->admin_socket);
 		fflush(NULL);
 		_exit(rc);
 	}
@@ -588,6 +639,8 @@ out:
 		event_base_free(d.base);
 	if (d.cfg && d.cfg->socket_path && lfd >= 0 && !socket_activated)
 		unlink(d.cfg->socket_path);
+	if (admin_bound)
+		unlink(d.cfg->admin_socket);
 	config_free(d.cfg);
 	return rc;
 }

@@ -12,10 +12,13 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "admit.h"
 #include "cache.h"
 #include "catalog.h"
+#include "clock.h"
 #include "config.h"
 #include "daemon.h"
+#include "health.h"
 #include "log.h"
 #include "remote.h"
 #include "source.h"
@@ -86,12 +89,17 @@ enum per_source {
 	PS_REMOTE_BYTES,
 	PS_REMOTE_REQUESTS,
 	PS_REMOTE_RETRIES,
-	PS_REMOTE_ERRORS
+	PS_REMOTE_ERRORS,
+	PS_HEALTHY,
+	PS_ADMIT_FAILURES,
+	PS_RETRY_IN
 };
 
-static uint64_t source_value(const struct csource *cs, enum per_source what)
+static uint64_t source_value(const struct daemon *d, const struct csource *cs,
+			     enum per_source what)
 {
 	struct wd_remote_counters rc;
+	uint64_t now;
 
 	switch (what) {
 	case PS_GENERATION: return cs->generation;
@@ -106,6 +114,16 @@ static uint64_t source_value(const struct csource *cs, enum per_source what)
 	case PS_REMOTE_REQUESTS: return catalog_remote_counters(cs, &rc), rc.requests;
 	case PS_REMOTE_RETRIES: return catalog_remote_counters(cs, &rc), rc.retries;
 	case PS_REMOTE_ERRORS: return catalog_remote_counters(cs, &rc), rc.errors;
+	case PS_HEALTHY: return health_checkpoint_ready(d, cs);
+	case PS_ADMIT_FAILURES:
+		return cs->state == CSOURCE_FAILED || cs->state == CSOURCE_LOADING ?
+			       cs->admit_failures :
+			       0;
+	case PS_RETRY_IN:
+		now = wd_clock_ms();
+		return cs->state == CSOURCE_FAILED && cs->retry_at_ms > now ?
+			       (cs->retry_at_ms - now + 999) / 1000 :
+			       0;
 	}
 	return 0;
 }
@@ -146,7 +164,16 @@ void metrics_format(struct daemon *d, struct evbuffer *out)
 		  "Of those, the retries (after a 5xx, 429, SlowDown, a reset or a cut-off body)." },
 		{ PS_REMOTE_ERRORS, "source_remote_errors_total", "counter",
 		  "Reads of each remote checkpoint that failed after their retries." },
+		{ PS_HEALTHY, "source_healthy", "gauge",
+		  "0 when the checkpoint keeps the daemon from being ready (preload = yes and not all "
+		  "resident, or required = yes and not admitted), else 1." },
+		{ PS_ADMIT_FAILURES, "source_admit_failures", "gauge",
+		  "Failed admissions in a row of a remote checkpoint that is failed or being "
+		  "admitted again (0 once admitted)." },
+		{ PS_RETRY_IN, "source_admit_retry_seconds", "gauge",
+		  "Seconds until a failed remote checkpoint is admitted again (0: not waiting)." },
 	};
+	uint64_t adm_failed, adm_retries;
 	size_t ns = catalog_count(d->catalog);
 	struct csource **srcs = calloc(ns ? ns : 1, sizeof(*srcs));
 	const struct stats *st = &d->stats;
@@ -219,6 +246,16 @@ void metrics_format(struct daemon *d, struct evbuffer *out)
 	u64(out, "requests_deferred_total", "counter",
 	    "Times a uid's connections were held back for other uids' share of the main thread.",
 	    st->requests_deferred);
+	u64(out, "ready", "gauge",
+	    "1 when every preload = yes checkpoint is resident and every required = yes one is "
+	    "admitted (weightctl health --ready), else 0.",
+	    health_ready(d, NULL, NULL, 0));
+	admit_counters(d->admit, &adm_failed, &adm_retries);
+	u64(out, "admissions_failed_total", "counter",
+	    "Admissions of remote checkpoints that failed, at start, on a retry or on a reload.",
+	    adm_failed);
+	u64(out, "admission_retries_total", "counter",
+	    "Failed remote admissions tried again by themselves (after their backoff).", adm_retries);
 	if (!srcs) /* out of memory: the daemon's series without the per-checkpoint ones */
 		return;
 	for (size_t i = 0; i < ns; i++)
@@ -230,7 +267,7 @@ void metrics_format(struct daemon *d, struct evbuffer *out)
 			evbuffer_add_printf(out, "weightd_%s{source=", per_source[f].name);
 			label(out, srcs[i]->name);
 			evbuffer_add_printf(out, "} %" PRIu64 "\n",
-					    source_value(srcs[i], per_source[f].what));
+					    source_value(d, srcs[i], per_source[f].what));
 		}
 	}
 	free(srcs);
@@ -352,7 +389,7 @@ struct metrics *metrics_new(struct daemon *d, weightd_error *err)
 
 	if (!d->cfg->metrics_listen || !d->cfg->metrics_listen[0])
 		return NULL;
-	if (config_parse_listen(d->cfg->metrics_listen, &ss, &len, &why) < 0) {
+	if (config_parse_listen(d->cfg->metrics_listen, d->cfg->metrics_public, &ss, &len, &why) < 0) {
 		wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "metrics_listen: %s", why);
 		return NULL;
 	}

@@ -14,7 +14,12 @@ struct peer {
 	gid_t gid;
 	gid_t *groups;
 	size_t n_groups;
-	bool privileged; /* root or the daemon's own uid: sees and reads everything, may reload */
+	/* sees and reads everything, takes no share: root or the daemon's own uid as peer_read
+	 * sets it; server.c then takes it away on the engine socket (unless single_socket) and
+	 * gives it to admin_users/admin_groups on the admin socket */
+	bool privileged;
+	bool admin;	   /* may send administrative requests (reload, evict) */
+	bool admin_socket; /* came through the admin socket */
 };
 
 /*

@@ -26,6 +26,7 @@ struct preload_set {
 	struct pin *pins;            /* one per tensor, in file order */
 	size_t n;
 	size_t pending;              /* jobs whose callback has not run yet */
+	size_t held;                 /* pins holding their weight (health asks, O(1)) */
 	size_t failed;
 	bool released;               /* holds given back; freed once pending reaches 0 */
 	LIST_ENTRY(preload_set) link; /* in d->preloads */
@@ -78,6 +79,7 @@ static void on_ready(struct weight *w, const weightd_error *err, uint64_t bytes_
 		cache_drop(ps->d->cache, w);
 	} else {
 		p->w = w;
+		ps->held++;
 	}
 	set_settle(ps);
 }
@@ -141,6 +143,7 @@ static void set_start(struct daemon *d, struct csource *cs)
 					  &err);
 		if (r == 1) {
 			ps->pins[i].w = w;
+			ps->held++;
 		} else if (r == 0) {
 			ps->pending++;
 		} else {
@@ -194,6 +197,23 @@ void preload_sync(struct daemon *d)
 		if (!have)
 			set_start(d, cs);
 	}
+}
+
+bool preload_progress(const struct daemon *d, const struct csource *cs, size_t *ret_held,
+		      size_t *ret_total, size_t *ret_failed)
+{
+	const struct preload_set *ps;
+
+	LIST_FOREACH(ps, &d->preloads, link)
+	{
+		if (ps->released || ps->cs != cs)
+			continue;
+		*ret_held = ps->held;
+		*ret_total = ps->n;
+		*ret_failed = ps->failed;
+		return true;
+	}
+	return false;
 }
 
 void preload_free(struct daemon *d)

@@ -3,6 +3,7 @@
 #ifndef WD_PRELOAD_H
 #define WD_PRELOAD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct daemon;
@@ -18,6 +19,12 @@ struct daemon;
  */
 void preload_sync(struct daemon *d);
 
+struct csource;
+/* How far the daemon's holds on cs (this generation) are: tensors held, of how many, and how many
+ * could not be materialized. False when cs has no preload going (not preloaded, not ready yet).
+ * Linear in the preloaded checkpoints. */
+bool preload_progress(const struct daemon *d, const struct csource *cs, size_t *ret_held,
+		      size_t *ret_total, size_t *ret_failed);
 /* Give back every hold (shutdown, after the worker pool has stopped). */
 void preload_free(struct daemon *d);
 

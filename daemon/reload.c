@@ -119,7 +119,26 @@ static void on_changed(struct csource *cs, const char *what, void *arg)
 {
 	struct reload *r = arg;
 
-	if (r->applying && strcmp(what, "generation") == 0)
+	/* said as it is: a checkpoint whose admission had failed and is admitted now did not
+	 * change its files, and one that fails again has no new generation to serve */
+	if (r->applying && strcmp(what, "generation") == 0 && cs->state == CSOURCE_FAILED)
+		report(r->applying, true, 0,
+		       "checkpoint %s: admitted again, and failed again (%u time%s in a row): %s",
+		       cs->name, cs->admit_failures + 1, cs->admit_failures ? "s" : "",
+		       cs->error.message);
+	else if (r->applying && strcmp(what, "generation") == 0 &&
+		 cs->why_new == CSOURCE_NEW_ADMITTED)
+		report(r->applying, false, 0,
+		       "checkpoint %s: admitted now, as generation %llu (its earlier admission had "
+		       "failed)",
+		       cs->name, (unsigned long long)cs->generation);
+	else if (r->applying && strcmp(what, "generation") == 0 &&
+		 cs->why_new == CSOURCE_NEW_LOCATION)
+		report(r->applying, false, 0,
+		       "checkpoint %s: new generation %llu (its section now names other files or "
+		       "another way to reach them)",
+		       cs->name, (unsigned long long)cs->generation);
+	else if (r->applying && strcmp(what, "generation") == 0)
 		report(r->applying, false, 0,
 		       "checkpoint %s: new generation %llu (its files changed)", cs->name,
 		       (unsigned long long)cs->generation);

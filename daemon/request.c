@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* request.c - dispatch of decoded requests to their modules (units in unit.c, share and release in
- * request_holds.c, queries in request_query.c, admin requests in request_admin.c). They answer
+ * request_holds.c, queries in request_query.c and request_clients.c, admin requests in
+ * request_admin.c). They answer
  * through session_reply and session_fail (session.c), never back through here. Main thread only. */
 #include "request.h"
 
 #include "request_admin.h"
+#include "request_clients.h"
 #include "request_holds.h"
 #include "request_query.h"
 #include "session.h"
@@ -33,6 +35,7 @@ void request_dispatch(struct session *s, Weightd__Request *req)
 	case WEIGHTD__REQUEST__BODY_EVICT: request_admin_evict(s, req->id, req->evict); break;
 	case WEIGHTD__REQUEST__BODY_SUBSCRIBE: request_query_subscribe(s, req->id, req->subscribe); break;
 	case WEIGHTD__REQUEST__BODY_REATTACH: request_holds_reattach(s, req->id, req->reattach); break;
+	case WEIGHTD__REQUEST__BODY_CLIENTS: request_clients(s, req->id); break;
 	default:
 		/* A newer client's request this daemon does not know: say so, keep the connection. */
 		session_fail(s, req->id, WEIGHTD_E_UNSUPPORTED,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* request_admin.c - the admin requests (reload, evict), accepted from root and the daemon's own
- * user only. Main thread only. */
+/* request_admin.c - the admin requests (reload, evict), answered on the admin socket only (or,
+ * with single_socket, to root and the daemon's own user). Main thread only. */
 #include "request_admin.h"
 
 #include "daemon.h"
@@ -8,12 +8,27 @@
 #include "request.h"
 #include "session.h"
 
+/*
+ * Whether s may change what every client sees: only a peer server.c made admin (the admin
+ * socket's, or root and weightd's user under single_socket). The refusal names the admin socket,
+ * so that whoever meets it on the engine socket knows where an operator goes instead.
+ */
 static bool require_privilege(struct session *s, uint64_t id, const char *what)
 {
-	if (s->peer.privileged)
+	const struct config *cfg = s->d->cfg;
+
+	if (s->peer.admin)
 		return true;
-	session_fail(s, id, WEIGHTD_E_PERMISSION_DENIED,
-		     "only root or the daemon's own user may %s", what);
+	if (cfg->single_socket)
+		session_fail(s, id, WEIGHTD_E_PERMISSION_DENIED,
+			     "permission denied: only root or the daemon's own user may %s", what);
+	else
+		session_fail(s, id, WEIGHTD_E_PERMISSION_DENIED,
+			     "permission denied: to %s is an administrative request, answered only "
+			     "on the admin socket %s (to root, weightd's user, admin_users and "
+			     "admin_groups); on the engine socket uid %u is an ordinary client, root "
+			     "included (weightctl --admin-socket PATH)",
+			     what, cfg->admin_socket, (unsigned)s->peer.uid);
 	return false;
 }
 

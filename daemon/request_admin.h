@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* request_admin.h - admin requests (reload, evict): root and the daemon's own user only. */
+/* request_admin.h - admin requests (reload, evict): the admin socket's peers only. */
 #ifndef WD_REQUEST_ADMIN_H
 #define WD_REQUEST_ADMIN_H
 

@@ -7,8 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admit.h"
 #include "clock.h"
 #include "daemon.h"
+#include "health.h"
+#include "preload.h"
 #include "log.h"
 #include "remote.h"
 #include "request.h"
@@ -66,6 +69,7 @@ void request_query_hello(struct session *s, uint64_t id, const Weightd__Hello *h
 	if (!version)
 		return;
 	s->protocol = version;
+	session_set_name(s, h->client_name);
 	hr.protocol_version = version;
 	hr.min_protocol_version = PROTO_MIN;
 	hr.max_protocol_version = PROTO_MAX;
@@ -118,6 +122,23 @@ static void source_info(const struct csource *cs, Weightd__SourceInfo *si)
 	}
 }
 
+/* The health fields of a SourceInfo (list and status): required, preload and how far it is, a
+ * failed admission's count and the wait until it is tried again. */
+static void source_health(const struct daemon *d, const struct csource *cs, Weightd__SourceInfo *si)
+{
+	uint64_t now = wd_clock_ms();
+	size_t held, total, failed;
+
+	si->required = cs->conf->required;
+	si->preload = cs->conf->preload;
+	si->preloaded = cs->conf->preload && cs->state == CSOURCE_READY &&
+			preload_progress(d, cs, &held, &total, &failed) && held == total;
+	if (cs->state == CSOURCE_FAILED || cs->state == CSOURCE_LOADING)
+		si->admit_failures = cs->admit_failures;
+	if (cs->state == CSOURCE_FAILED && cs->retry_at_ms)
+		si->retry_in_ms = cs->retry_at_ms > now ? cs->retry_at_ms - now : 0;
+}
+
 void request_query_list(struct session *s, uint64_t id)
 {
 	Weightd__Response resp = WEIGHTD__RESPONSE__INIT;
@@ -137,6 +158,7 @@ void request_query_list(struct session *s, uint64_t id)
 		if (cs->state == CSOURCE_REMOVED || !catalog_allowed(cs, &s->peer))
 			continue;
 		source_info(cs, &infos[lr.n_sources]);
+		source_health(s->d, cs, &infos[lr.n_sources]);
 		ptrs[lr.n_sources] = &infos[lr.n_sources];
 		lr.n_sources++;
 	}
@@ -345,6 +367,7 @@ static void status_job(const struct cache_job_info *j, void *arg)
 	x->label = (char *)j->label;
 	x->nbytes = j->nbytes;
 	x->done = j->done;
+	x->elapsed_ms = j->elapsed_ms;
 	jw->jp[jw->n++] = x;
 }
 
@@ -414,6 +437,7 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 	struct seg_walk gw = { s, calloc(ng ? ng : 1, sizeof(*gw.ss)),
 			       calloc(ng ? ng : 1, sizeof(*gw.sp)),
 			       calloc(ng ? ng : 1, sizeof(*gw.src)), 0, ng };
+	char not_ready[2048];
 
 	if (!si || !sp || !sw.ws || !sw.wp || !jw.js || !jw.jp || !gw.ss || !gw.sp || !gw.src) {
 		session_fail(s, id, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -455,6 +479,10 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 	st.locked_bytes = cache_locked_bytes(d->cache);
 	st.idle_weights = cache_idle_weights(d->cache);
 	st.idle_segments = cache_idle_segments(d->cache);
+	st.health_known = true;
+	st.ready = health_ready(d, &s->peer, not_ready, sizeof(not_ready));
+	st.not_ready = not_ready;
+	admit_counters(d->admit, &st.admissions_failed, &st.admission_retries);
 	cache_foreach_segment(d->cache, status_segment, &gw);
 	st.n_segment_list = gw.n;
 	st.segment_list = gw.sp;
@@ -462,6 +490,7 @@ void request_query_status(struct session *s, uint64_t id, bool omit_weights)
 		if (!may_see(s, catalog_at(d->catalog, i)))
 			continue;
 		source_info(catalog_at(d->catalog, i), &si[st.n_sources]);
+		source_health(d, catalog_at(d->catalog, i), &si[st.n_sources]);
 		status_source_counters(catalog_at(d->catalog, i), &si[st.n_sources]);
 		sp[st.n_sources] = &si[st.n_sources];
 		st.n_sources++;

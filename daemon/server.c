@@ -31,7 +31,9 @@
 struct server {
 	struct daemon *d;
 	int lfd;
+	int admin_lfd;		  /* the admin socket, or -1 (single_socket) */
 	struct event *ev_accept;
+	struct event *ev_admin_accept;
 	struct event *ev_backoff;
 	struct event *ev_reap;
 	SLIST_HEAD(, session) dead;
@@ -71,16 +73,17 @@ static int socket_group_error(const char *path, gid_t gid, int e, weightd_error 
 			    path, group, user, (unsigned)geteuid(), strerror(e));
 }
 
-int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err)
+/* Bind and listen on `path` with `mode` and `group` ((gid_t)-1: as created). */
+static int bind_path(const char *path, mode_t mode, gid_t group, int *ret_fd, weightd_error *err)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
 	int fd;
 
-	if (strlen(cfg->socket_path) >= sizeof(sa.sun_path))
+	if (strlen(path) >= sizeof(sa.sun_path))
 		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "socket path %s is longer than %zu bytes",
-				    cfg->socket_path, sizeof(sa.sun_path) - 1);
-	strcpy(sa.sun_path, cfg->socket_path);
+				    path, sizeof(sa.sun_path) - 1);
+	strcpy(sa.sun_path, path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return wd_error_set(err, WEIGHTD_E_IO, "socket: %s", strerror(errno));
@@ -108,14 +111,14 @@ int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err)
 		close(fd);
 		return wd_error_set(err, WEIGHTD_E_IO, "bind %s: %s", sa.sun_path, strerror(e));
 	}
-	if (cfg->socket_group != (gid_t)-1 && chown(sa.sun_path, (uid_t)-1, cfg->socket_group) < 0) {
+	if (group != (gid_t)-1 && chown(sa.sun_path, (uid_t)-1, group) < 0) {
 		int e = errno;
 
 		close(fd);
 		unlink(sa.sun_path);
-		return socket_group_error(sa.sun_path, cfg->socket_group, e, err);
+		return socket_group_error(sa.sun_path, group, e, err);
 	}
-	if (chmod(sa.sun_path, cfg->socket_mode) < 0 || listen(fd, SOMAXCONN) < 0) {
+	if (chmod(sa.sun_path, mode) < 0 || listen(fd, SOMAXCONN) < 0) {
 		int e = errno;
 		close(fd);
 		unlink(sa.sun_path);
@@ -123,6 +126,30 @@ int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err)
 	}
 	*ret_fd = fd;
 	return 0;
+}
+
+int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err)
+{
+	return bind_path(cfg->socket_path, cfg->socket_mode, cfg->socket_group, ret_fd, err);
+}
+
+int server_bind_admin(const struct config *cfg, int *ret_fd, weightd_error *err)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char *slash;
+
+	/* its directory is what engine pods must not mount: made here when missing, never
+	 * opened up when it exists (the operator's modes stand) */
+	snprintf(dir, sizeof(dir), "%s", cfg->admin_socket);
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+			return wd_error_set(err, WEIGHTD_E_IO, "making %s for the admin socket: %s",
+					    dir, strerror(errno));
+	}
+	return bind_path(cfg->admin_socket, cfg->admin_socket_mode, cfg->admin_socket_group, ret_fd,
+			 err);
 }
 
 /* Free dead sessions outside of their own callbacks. */
@@ -168,12 +195,14 @@ static void on_backoff(evutil_socket_t fd, short what, void *arg)
 	struct server *srv = arg;
 
 	event_add(srv->ev_accept, NULL);
+	if (srv->ev_admin_accept)
+		event_add(srv->ev_admin_accept, NULL);
 }
 
-static void on_accept(evutil_socket_t lfd, short what, void *arg)
-{
-	struct server *srv = arg;
+static void add_client(struct server *srv, int fd, bool admin_socket);
 
+static void accept_on(struct server *srv, evutil_socket_t lfd, bool admin_socket)
+{
 	for (int i = 0; i < 64; i++) {
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
@@ -188,6 +217,8 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 						 "retrying every 100 ms)", strerror(errno), srv->n);
 				srv->accept_paused = true;
 				event_del(srv->ev_accept);
+				if (srv->ev_admin_accept)
+					event_del(srv->ev_admin_accept);
 				evtimer_add(srv->ev_backoff, &tv);
 			}
 			return;
@@ -196,8 +227,18 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 			log_notice("accepting connections again (%zu clients)", srv->n);
 			srv->accept_paused = false;
 		}
-		server_add_client(srv, fd);
+		add_client(srv, fd, admin_socket);
 	}
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+	accept_on(arg, lfd, false);
+}
+
+static void on_admin_accept(evutil_socket_t lfd, short what, void *arg)
+{
+	accept_on(arg, lfd, true);
 }
 
 static const struct session_ops session_ops = {
@@ -250,14 +291,52 @@ static bool make_room(struct server *srv, struct session *s)
 	return true;
 }
 
+static bool listed(const struct peer *p, const struct config *cfg)
+{
+	for (size_t i = 0; i < cfg->n_admin_uids; i++)
+		if (cfg->admin_uids[i] == p->uid)
+			return true;
+	for (size_t i = 0; i < cfg->n_admin_gids; i++) {
+		if (cfg->admin_gids[i] == p->gid)
+			return true;
+		for (size_t j = 0; j < p->n_groups; j++)
+			if (cfg->admin_gids[i] == p->groups[j])
+				return true;
+	}
+	return false;
+}
+
+/*
+ * What a peer may do follows the socket it came through. single_socket: as peer_read says (root
+ * and weightd's user administer). Otherwise the engine socket makes everyone an ordinary client,
+ * root included (access lists, shares, no admin requests), and the admin socket serves root,
+ * weightd's user and admin_users/admin_groups, all privileged; anyone else there is refused.
+ */
+static void decide_role(const struct config *cfg, struct peer *p, bool admin_socket)
+{
+	p->admin_socket = admin_socket;
+	if (cfg->single_socket)
+		p->admin = p->privileged;
+	else if (!admin_socket)
+		p->privileged = p->admin = false;
+	else
+		p->privileged = p->admin = p->privileged || listed(p, cfg);
+}
+
 void server_add_client(struct server *srv, int fd)
+{
+	add_client(srv, fd, false);
+}
+
+static void add_client(struct server *srv, int fd, bool admin_socket)
 {
 	const struct config *cfg = srv->d->cfg;
 	struct session *s = session_new(&session_ops, srv, srv->d, fd, ++srv->next_id);
 
 	if (!s)
 		return;
-	s->uu = uid_get(srv->uids, s->peer.uid);
+	decide_role(cfg, &s->peer, admin_socket);
+	s->uu = uid_get(srv->uids, s->peer.uid, s->peer.privileged);
 	if (!s->uu) {
 		close(s->fd);
 		session_free(s);
@@ -281,6 +360,14 @@ void server_add_client(struct server *srv, int fd)
 		session_refuse(s, WEIGHTD_E_LIMIT_EXCEEDED, "limit exceeded: uid %u has %u connections "
 			       "(max_clients_per_uid %u)", (unsigned)s->peer.uid, s->uu->conns - 1,
 			       cfg->max_clients_per_uid);
+	} else if (admin_socket && !s->peer.admin) {
+		srv->d->stats.clients_refused++;
+		session_refuse(s, WEIGHTD_E_PERMISSION_DENIED,
+			       "permission denied: the admin socket %s serves root, weightd's user, "
+			       "admin_users and admin_groups only, and uid %u (gid %u) is none of them; "
+			       "connect to the engine socket %s instead",
+			       cfg->admin_socket, (unsigned)s->peer.uid, (unsigned)s->peer.gid,
+			       cfg->socket_path);
 	}
 }
 
@@ -325,6 +412,7 @@ struct server *server_new(struct daemon *d, int listen_fd)
 	}
 	srv->d = d;
 	srv->lfd = listen_fd;
+	srv->admin_lfd = -1;
 	srv->uids = uid_table_new(d->base, d->cfg);
 	srv->ev_accept = event_new(d->base, listen_fd, EV_READ | EV_PERSIST, on_accept, srv);
 	srv->ev_backoff = evtimer_new(d->base, on_backoff, srv);
@@ -349,6 +437,10 @@ void server_free(struct server *srv)
 	uid_table_free(srv->uids);
 	if (srv->ev_accept)
 		event_free(srv->ev_accept);
+	if (srv->ev_admin_accept)
+		event_free(srv->ev_admin_accept);
+	if (srv->admin_lfd >= 0)
+		close(srv->admin_lfd);
 	if (srv->ev_backoff)
 		event_free(srv->ev_backoff);
 	if (srv->ev_reap)
@@ -357,6 +449,16 @@ void server_free(struct server *srv)
 		event_free(srv->ev_tick);
 	close(srv->lfd);
 	free(srv);
+}
+
+int server_listen_admin(struct server *srv, int fd)
+{
+	srv->admin_lfd = fd;
+	srv->ev_admin_accept =
+		event_new(srv->d->base, fd, EV_READ | EV_PERSIST, on_admin_accept, srv);
+	if (!srv->ev_admin_accept || event_add(srv->ev_admin_accept, NULL) < 0)
+		return -1;
+	return 0;
 }
 
 size_t server_clients(const struct server *srv)

@@ -22,16 +22,24 @@ struct server;
  */
 int server_bind(const struct config *cfg, int *ret_fd, weightd_error *err);
 
+/* server_bind for the admin socket (cfg->admin_socket, admin_socket_mode, admin_socket_group);
+ * its directory is made (0755) when it is missing. */
+int server_bind_admin(const struct config *cfg, int *ret_fd, weightd_error *err);
+
 /* Serve on a listening socket (owned from now on). NULL on allocation failure. */
 struct server *server_new(struct daemon *d, int listen_fd);
+/* Serve the admin socket too (fd owned from now on, closed by server_free): its peers are
+ * root, weightd's user and admin_users/admin_groups, privileged; anyone else is refused. 0, or
+ * -1 when out of memory. */
+int server_listen_admin(struct server *s, int fd);
 /* Disconnect every client and close the socket. Accepts NULL. */
 void server_free(struct server *s);
 
 /* Connected clients (also d->stats.clients, which the handlers and metrics read). */
 size_t server_clients(const struct server *s);
 
-/* Serve an accepted (or otherwise connected) socket, fd owned from now on: the per-uid and total
- * connection limits apply. accept() uses it; so do tests that drive a socketpair. */
+/* Serve an accepted (or otherwise connected) socket as one of the engine socket's, fd owned from
+ * now on: the per-uid and total connection limits apply. Tests that drive a socketpair use it. */
 void server_add_client(struct server *s, int fd);
 
 #endif

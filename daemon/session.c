@@ -410,6 +410,15 @@ void session_free(struct session *s)
 	free(s);
 }
 
+void session_set_name(struct session *s, const char *name)
+{
+	size_t i = 0;
+
+	for (; name && name[i] && i + 1 < sizeof(s->name); i++)
+		s->name[i] = name[i] >= 0x20 && name[i] < 0x7f ? name[i] : '?';
+	s->name[i] = '\0';
+}
+
 void session_kill(struct session *s, const char *why)
 {
 	if (s->dead)

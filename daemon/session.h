@@ -46,6 +46,7 @@ struct session {
 	struct wd_outq *out;
 	struct holds holds; /* the weights it holds, its unit requests in flight (holds.c) */
 	uint32_t protocol;  /* the version agreed in hello (0 before it) */
+	char name[64];	    /* the name it gave in hello, printable (session_set_name) */
 	LIST_HEAD(, unit_req) unitreqs; /* unit requests in flight (unit.c) */
 	char **subs;          /* checkpoints subscribed to ("*" = all) */
 	size_t n_subs;
@@ -103,6 +104,10 @@ bool session_idle(const struct session *s);
  * 0) saying why, and close once it is sent (or when frame_timeout passes). Logged once. */
 void session_refuse(struct session *s, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* Keep the name a client gave in hello: its first 63 bytes, anything but printable ASCII made
+ * '?', so that a table or a log line shows it safely. NULL: none. */
+void session_set_name(struct session *s, const char *name);
 
 /* Queue a response (ownership of fds passes, see wd_outq_push). A client whose queue grows past
  * its cap is disconnected. */

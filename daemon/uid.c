@@ -21,8 +21,7 @@ struct uid_table {
 	LIST_HEAD(, uid_usage) uids; /* one per uid with a connection, or still owing its share */
 	uint64_t busy_ns;	     /* time spent in expensive requests, all uids, ever */
 	uint64_t nofile;  /* RLIMIT_NOFILE at start: the per-uid fd limits are shares of it */
-	uid_t self;	  /* the daemon's uid: like root, it takes no share */
-	uint32_t sharing; /* uids with a connection that take a share (neither root nor self) */
+	uint32_t sharing; /* uids with a connection that take a share (not exempt ones) */
 };
 
 /*
@@ -90,7 +89,6 @@ struct uid_table *uid_table_new(struct event_base *base, const struct config *cf
 	t->cfg = cfg;
 	LIST_INIT(&t->uids);
 	t->nofile = nofile_limit();
-	t->self = geteuid();
 	if (t->nofile != UINT64_MAX) {
 		warn_cut("uid_max_segments", cfg->uid_max_segments_set, cfg->uid_max_segments,
 			 t->nofile, SHARE_SEGMENTS);
@@ -115,21 +113,22 @@ void uid_table_free(struct uid_table *t)
 	free(t);
 }
 
-struct uid_usage *uid_get(struct uid_table *t, uid_t uid)
+struct uid_usage *uid_get(struct uid_table *t, uid_t uid, bool exempt)
 {
 	struct uid_usage *uu;
 
 	LIST_FOREACH(uu, &t->uids, link)
-	if (uu->uid == uid)
+	if (uu->uid == uid && uu->exempt == exempt)
 		goto found;
 	uu = calloc(1, sizeof(*uu));
 	if (!uu)
 		return NULL;
 	uu->table = t;
 	uu->uid = uid;
+	uu->exempt = exempt;
 	LIST_INSERT_HEAD(&t->uids, uu, link);
 found:
-	if (uu->conns++ == 0 && uid != 0 && uid != t->self)
+	if (uu->conns++ == 0 && !exempt)
 		t->sharing++;
 	return uu;
 }
@@ -138,7 +137,7 @@ void uid_put(struct uid_usage *uu)
 {
 	if (!uu)
 		return;
-	if (--uu->conns == 0 && uu->table && uu->uid != 0 && uu->uid != uu->table->self)
+	if (--uu->conns == 0 && uu->table && !uu->exempt)
 		uu->table->sharing--;
 	if (uu->conns || uu->busy_until_ns > wd_clock_ns())
 		return;
@@ -171,13 +170,14 @@ size_t uid_receiving(const struct uid_table *t)
 	return n ? n : 1;
 }
 
-/* The uids sharing as uu sees them (itself included). Root and the daemon's uid take no share
- * and keep what a uid alone may take: theirs is the reserve an operator needs. */
+/* The uids sharing as uu sees them (itself included). An exempt record (root and the daemon's
+ * uid where they administer) takes no share and keeps what a uid alone may take: theirs is the
+ * reserve an operator needs. */
 static uint32_t sharing(const struct uid_usage *uu)
 {
 	const struct uid_table *t = uu->table;
 
-	if (uu->uid == 0 || uu->uid == t->self || !t->sharing)
+	if (uu->exempt || !t->sharing)
 		return 1;
 	return t->sharing;
 }

@@ -24,6 +24,7 @@ struct uid_table;
 struct uid_usage {
 	struct uid_table *table; /* NULL outside a table (unit tests): limits as configured */
 	uid_t uid;
+	bool exempt; /* takes no share: root or weightd's user where they administer */
 	uint32_t conns;
 	uint64_t partial;   /* bytes of frames being received */
 	size_t queued_fds;  /* fds queued in replies, in our queues and the sockets' */
@@ -53,9 +54,11 @@ struct uid_table *uid_table_new(struct event_base *base, const struct config *cf
 /* Free the table and every record left in it (those kept for their debt). Accepts NULL. */
 void uid_table_free(struct uid_table *t);
 
-/* The record of `uid` with one more connection counted (made on its first). NULL when out of
- * memory. */
-struct uid_usage *uid_get(struct uid_table *t, uid_t uid);
+/* The record of `uid` with one more connection counted (made on its first). An exempt record
+ * (privileged connections: root and weightd's user on the admin socket, or on the one socket of
+ * single_socket) is kept apart from the same uid's ordinary one, so root on the engine socket
+ * takes a share like any uid. NULL when out of memory. */
+struct uid_usage *uid_get(struct uid_table *t, uid_t uid, bool exempt);
 /* One connection of uu less. Its last connection gone, the record goes too, unless it still owes
  * others their share of the main thread: then it stays (swept by uid_sweep), so reconnecting does
  * not wipe the debt. Accepts NULL. */

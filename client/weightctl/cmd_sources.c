@@ -53,7 +53,38 @@ int by_source_name(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
-void table_sources(const weightd_source_info *src, size_t n)
+void json_source_health(json_t *js, const weightd_source_health *h)
+{
+	if (!js || !h)
+		return;
+	json_object_set_new(js, "required", json_boolean(h->required));
+	json_object_set_new(js, "preload", json_boolean(h->preload));
+	json_object_set_new(js, "preloaded", json_boolean(h->preloaded));
+	json_object_set_new(js, "admit_failures", json_integer((json_int_t)h->admit_failures));
+	json_object_set_new(js, "retry_in_ms", json_integer((json_int_t)h->retry_in_ms));
+}
+
+/* The state as a table shows it: a failed remote admission with its count and when it is tried
+ * again ("failed (3 tries, again in 8 s)"), a preload with "preloading" until it is resident. */
+static char *state_shown(const weightd_source_info *s, const weightd_source_health *h)
+{
+	if (!h)
+		return output_strdup(s->state);
+	if (strcmp(s->state, "failed") == 0 && h->admit_failures)
+		return h->retry_in_ms ?
+			       output_fmt("failed (%u %s, again in %" PRIu64 " s)", h->admit_failures,
+					  h->admit_failures == 1 ? "try" : "tries",
+					  (h->retry_in_ms + 999) / 1000) :
+			       output_fmt("failed (%u %s)", h->admit_failures,
+					  h->admit_failures == 1 ? "try" : "tries");
+	if (strcmp(s->state, "loading") == 0 && h->admit_failures)
+		return output_fmt("loading (try %u)", h->admit_failures + 1);
+	if (strcmp(s->state, "ready") == 0 && h->preload && !h->preloaded)
+		return output_strdup("ready, preloading");
+	return output_strdup(s->state);
+}
+
+void table_sources(const weightd_source_info *src, const weightd_source_health *health, size_t n)
 {
 	const void **order = output_sorted(src, n, sizeof(*src), by_source_name);
 	static const char *const head[] = { "NAME", "KIND", "STATE", "TENSORS", "BYTES", "GEN",
@@ -64,7 +95,8 @@ void table_sources(const weightd_source_info *src, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		const weightd_source_info *s = order[i];
 
-		output_table_row(&t, output_strdup(s->name), kind_shown(s), output_strdup(s->state),
+		output_table_row(&t, output_strdup(s->name), kind_shown(s),
+				 state_shown(s, health ? &health[s - src] : NULL),
 				 output_fmt("%" PRIu64, s->tensors), output_fmt_bytes(s->bytes),
 				 output_fmt("%" PRIu64, s->generation), output_fmt("%u", s->files),
 				 output_strdup(s->path), output_strdup(s->error));
@@ -85,13 +117,18 @@ int cmd_list(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		const void **order =
 			output_sorted(l->sources, l->count, sizeof(*l->sources), by_source_name);
 
-		for (size_t i = 0; i < l->count; i++)
-			json_array_append_new(a, json_source(order[i]));
+		for (size_t i = 0; i < l->count; i++) {
+			const weightd_source_info *si = order[i];
+			json_t *js = json_source(si);
+
+			json_source_health(js, l->health ? &l->health[si - l->sources] : NULL);
+			json_array_append_new(a, js);
+		}
 		free(order);
 		weightd_source_list_free(l);
 		return output_print_json(json_pack("{s:o}", "sources", a));
 	}
-	table_sources(l->sources, l->count);
+	table_sources(l->sources, l->health, l->count);
 	weightd_source_list_free(l);
 	return 0;
 }

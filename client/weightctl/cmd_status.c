@@ -40,6 +40,43 @@ static const weightd_source_remote *source_remote(const weightd_status *s,
 	return s->source_remote ? &s->source_remote[src - s->sources] : &none;
 }
 
+/* A job's rate in bytes per second, from its bytes done and how long it has been in flight
+ * (0 when not known). */
+static uint64_t job_rate(const weightd_status *s, size_t i)
+{
+	uint64_t ms = s->job_elapsed_ms ? s->job_elapsed_ms[i] : 0;
+
+	return ms ? (uint64_t)((double)s->jobs[i].done * 1000.0 / (double)ms) : 0;
+}
+
+/* The materializations in flight, each with its bytes done of its total and its rate. */
+static void status_jobs(const weightd_status *s)
+{
+	static const char *const head[] = { "JOB", "DONE", "OF", "%", "RATE", "FOR" };
+	static const bool num[] = { 0, 1, 1, 1, 1, 1 };
+	struct table t = { .ncols = 6, .head = head, .numeric = num };
+
+	if (!s->n_jobs)
+		return;
+	putchar('\n');
+	for (size_t i = 0; i < s->n_jobs; i++) {
+		const weightd_job_status *j = &s->jobs[i];
+		char *rate = output_fmt_bytes(job_rate(s, i));
+
+		output_table_row(&t, output_strdup(j->label), output_fmt_bytes(j->done),
+				 output_fmt_bytes(j->nbytes),
+				 output_fmt("%.0f", j->nbytes ? 100.0 * (double)j->done /
+									(double)j->nbytes :
+								100.0),
+				 s->job_elapsed_ms ? output_fmt("%s/s", rate) : output_strdup("-"),
+				 output_fmt("%.1f s", s->job_elapsed_ms ?
+							      (double)s->job_elapsed_ms[i] / 1000 :
+							      0.0));
+		free(rate);
+	}
+	output_table_print(&t);
+}
+
 /* The remote checkpoints' traffic with their stores, when there is any. */
 static void status_remote(const weightd_status *s, const void **srcs)
 {
@@ -86,6 +123,10 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 			const weightd_source_remote *sr = source_remote(s, srcs[i]);
 			json_t *js = json_source(srcs[i]);
 
+			json_source_health(js, s->source_health ?
+						       &s->source_health[(const weightd_source_info *)srcs[i] -
+									 s->sources] :
+						       NULL);
 			json_object_set_new(js, "resident_bytes",
 					    json_integer((json_int_t)ss->resident_bytes));
 			json_object_set_new(js, "held_bytes",
@@ -183,6 +224,31 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 			json_object_set_new(j, "requests", json_integer((json_int_t)s->requests));
 			json_object_set_new(j, "requests_deferred",
 					    json_integer((json_int_t)s->requests_deferred));
+			if (s->health_known) {
+				json_object_set_new(j, "ready", json_boolean(s->ready));
+				json_object_set_new(j, "not_ready",
+						    json_string(s->not_ready ? s->not_ready : ""));
+			}
+			json_object_set_new(j, "admissions_failed",
+					    json_integer((json_int_t)s->admissions_failed));
+			json_object_set_new(j, "admission_retries",
+					    json_integer((json_int_t)s->admission_retries));
+			{
+				json_t *jobs = json_array();
+
+				for (size_t i = 0; i < s->n_jobs; i++)
+					json_array_append_new(
+						jobs,
+						json_pack("{s:s, s:I, s:I, s:I, s:I}", "label",
+							  s->jobs[i].label, "done",
+							  (json_int_t)s->jobs[i].done, "bytes",
+							  (json_int_t)s->jobs[i].nbytes, "elapsed_ms",
+							  (json_int_t)(s->job_elapsed_ms ?
+									       s->job_elapsed_ms[i] :
+									       0),
+							  "rate", (json_int_t)job_rate(s, i)));
+				json_object_set_new(j, "jobs", jobs);
+			}
 		} else {
 			json_decref(gs);
 		}
@@ -219,6 +285,11 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		       s->clients_timed_out, s->foreign_segments, s->requests, s->requests_deferred);
 		printf("digest                      %s\n",
 		       weightd_digest_algorithm_name(s->digest_algorithm));
+		if (s->health_known)
+			printf("ready                       %s%s\n", s->ready ? "yes" : "no: ",
+			       s->ready ? "" : s->not_ready);
+		printf("remote admissions failed    %" PRIu64 " (%" PRIu64 " retried)\n",
+		       s->admissions_failed, s->admission_retries);
 		free(res);
 		free(bud);
 		free(rd);
@@ -247,7 +318,7 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		struct table t = { .ncols = 6, .head = head, .numeric = num };
 
 		putchar('\n');
-		table_sources(s->sources, s->n_sources);
+		table_sources(s->sources, s->source_health, s->n_sources);
 		putchar('\n');
 		for (size_t i = 0; i < s->n_sources; i++) {
 			const weightd_source_stats *ss = source_stats(s, srcs[i]);
@@ -263,6 +334,7 @@ int cmd_status(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		output_table_print(&t);
 		status_remote(s, srcs);
 	}
+	status_jobs(s);
 	if (s->n_segments) {
 		static const char *const head[] = { "SEGMENT", "NAME", "BYTES", "WEIGHTS", "HELD",
 						    "SOURCE", "STATE" };
@@ -429,6 +501,17 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 	prom_u64("requests_deferred_total", "counter",
 		 "Times a uid's connections were held back for other uids' share of the main thread.",
 		 s->requests_deferred);
+	if (s->health_known)
+		prom_u64("ready", "gauge",
+			 "1 when every preload = yes checkpoint is resident and every required = yes "
+			 "one is admitted (weightctl health --ready), else 0.",
+			 (uint64_t)s->ready);
+	prom_u64("admissions_failed_total", "counter",
+		 "Admissions of remote checkpoints that failed, at start, on a retry or on a reload.",
+		 s->admissions_failed);
+	prom_u64("admission_retries_total", "counter",
+		 "Failed remote admissions tried again by themselves (after their backoff).",
+		 s->admission_retries);
 	prom_family("source_generation", "gauge",
 		    "Generation of each checkpoint source (grows when its files change and the "
 		    "daemon reloads).");
@@ -492,6 +575,37 @@ int cmd_metrics(const struct opts *o, weightd_client *c, struct cmd_args *args)
 		    "Reads of each remote checkpoint that failed after their retries.");
 	for (size_t i = 0; i < s->n_sources; i++)
 		prom_source(srcs[i], "remote_errors_total", source_remote(s, srcs[i])->errors);
+	if (s->health_known) {
+		prom_family("source_healthy", "gauge",
+			    "0 when the checkpoint keeps the daemon from being ready (preload = yes and "
+			    "not all resident, or required = yes and not admitted), else 1.");
+		for (size_t i = 0; i < s->n_sources; i++) {
+			const weightd_source_info *src = srcs[i];
+			const weightd_source_health *h = &s->source_health[src - s->sources];
+			bool admitted = strcmp(src->state, "ready") == 0;
+
+			prom_source(src, "healthy",
+				    !((h->required && !admitted) ||
+				      (h->preload && (!admitted || !h->preloaded))) ||
+					    strcmp(src->state, "removed") == 0);
+		}
+		prom_family("source_admit_failures", "gauge",
+			    "Failed admissions in a row of a remote checkpoint that is failed or being "
+			    "admitted again (0 once admitted).");
+		for (size_t i = 0; i < s->n_sources; i++)
+			prom_source(srcs[i], "admit_failures",
+				    s->source_health[(const weightd_source_info *)srcs[i] - s->sources]
+					    .admit_failures);
+		prom_family("source_admit_retry_seconds", "gauge",
+			    "Seconds until a failed remote checkpoint is admitted again (0: not "
+			    "waiting).");
+		for (size_t i = 0; i < s->n_sources; i++)
+			prom_source(
+				srcs[i], "admit_retry_seconds",
+				(s->source_health[(const weightd_source_info *)srcs[i] - s->sources]
+					 .retry_in_ms +
+				 999) / 1000);
+	}
 	free(srcs);
 	weightd_status_free(s);
 	return 0;

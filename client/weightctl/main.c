@@ -4,13 +4,15 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "weightctl.h"
 
 static const char usage_text[] =
-	"usage: weightctl [--socket PATH] [--json] COMMAND [ARGS]\n"
-	"       (--socket and --json may also follow the command; -- ends the options)\n"
+	"usage: weightctl [--socket PATH] [--admin-socket PATH] [--json] COMMAND [ARGS]\n"
+	"       (the options may also follow the command; -- ends the options)\n"
 	"\n"
 	"commands:\n"
 	"  list                                 sources weightd serves\n"
@@ -25,39 +27,78 @@ static const char usage_text[] =
 	"                                       so they stay cached until the budget needs room\n"
 	"  preload --recipe FILE.json           the same for a recipe or a unit in JSON\n"
 	"  preflight FILE.json                  infer a recipe's or unit's outputs (reads nothing)\n"
-	"  status                               the daemon's counters, sources and weights\n"
+	"  status                               the daemon's counters, readiness, sources, jobs\n"
+	"                                       and weights\n"
 	"  metrics                              the counters in Prometheus text format\n"
-	"  reload                               make weightd re-read its configuration\n"
-	"  evict                                drop every weight no client holds\n"
+	"  health --live|--ready [--timeout S]  for probes: exit 0 when weightd answers (--live)\n"
+	"                                       or is ready (--ready), 1 with the reason if not\n"
+	"  clients                              connections and what each holds (on the admin\n"
+	"                                       socket all of them; with --socket your uid's)\n"
+	"  reload                               make weightd re-read its configuration (admin)\n"
+	"  evict                                drop every weight no client holds (admin)\n"
 	"\n"
 	"options:\n"
-	"  --socket PATH   weightd's socket (default: $WEIGHTD_SOCKET or "
+	"  --socket PATH        weightd's socket (default: $WEIGHTD_SOCKET or "
 	WEIGHTD_DEFAULT_SOCKET ")\n"
-	"  --json          machine-readable output\n"
+	"  --admin-socket PATH  where reload, evict and clients go (default: $WEIGHTD_ADMIN_SOCKET;\n"
+	"                       else the --socket or $WEIGHTD_SOCKET given; else\n"
+	"                       " WEIGHTD_DEFAULT_ADMIN_SOCKET " when it exists,\n"
+	"                       " WEIGHTD_DEFAULT_SOCKET " when not)\n"
+	"  --json               machine-readable output\n"
+	"  --progress           get and preload print progress lines on stderr\n"
+	"  --no-progress        ... and nothing\n"
 	"\n"
-	"get and preload draw a progress bar on stderr when it is a terminal.\n"
-	"exit status: 0 success, 1 error, 2 usage error\n";
+	"get and preload draw a progress bar on stderr when it is a terminal, and print a\n"
+	"progress line every 2 s when it is not.\n"
+	"exit status: 0 success, 1 error (health: not live or not ready), 2 usage error\n";
 
-static int connect_or_fail(const struct opts *o, weightd_client **ret)
+/*
+ * The socket an administrative command (reload, evict) goes to: --admin-socket, else
+ * $WEIGHTD_ADMIN_SOCKET, else the engine socket named by --socket or $WEIGHTD_SOCKET (a daemon of
+ * one socket, or one whose refusal then names its admin socket), else the default admin socket
+ * when it exists and the default socket when it does not (a host with single_socket = yes).
+ */
+static const char *admin_socket(const struct opts *o)
+{
+	const char *env = getenv("WEIGHTD_ADMIN_SOCKET");
+	const char *sock = getenv("WEIGHTD_SOCKET");
+	struct stat st;
+
+	if (o->admin_socket)
+		return o->admin_socket;
+	if (env && env[0])
+		return env;
+	if (o->socket)
+		return o->socket;
+	if (sock && sock[0])
+		return sock;
+	if (stat(WEIGHTD_DEFAULT_ADMIN_SOCKET, &st) == 0)
+		return WEIGHTD_DEFAULT_ADMIN_SOCKET;
+	return WEIGHTD_DEFAULT_SOCKET;
+}
+
+static int connect_or_fail(const struct opts *o, bool admin, weightd_client **ret)
 {
 	weightd_error err;
 
-	if (weightd_connect(o->socket, "weightctl", ret, &err) < 0)
+	if (weightd_connect(admin ? admin_socket(o) : o->socket, "weightctl", ret, &err) < 0)
 		return output_fail_err(&err);
 	return 0;
 }
 
 /* Every command, in the order of the usage text. */
 static const struct command commands[] = {
-	{ "list", 0, NULL, cmd_list },
-	{ "describe", 1, NULL, cmd_describe },
-	{ "get", -1, parse_get, cmd_get },
-	{ "preload", -1, parse_preload, cmd_preload },
-	{ "preflight", 1, NULL, cmd_preflight },
-	{ "status", 0, NULL, cmd_status },
-	{ "metrics", 0, NULL, cmd_metrics },
-	{ "reload", 0, NULL, cmd_reload },
-	{ "evict", 0, NULL, cmd_evict },
+	{ "list", 0, NULL, cmd_list, false, false },
+	{ "describe", 1, NULL, cmd_describe, false, false },
+	{ "get", -1, parse_get, cmd_get, false, false },
+	{ "preload", -1, parse_preload, cmd_preload, false, false },
+	{ "preflight", 1, NULL, cmd_preflight, false, false },
+	{ "status", 0, NULL, cmd_status, false, false },
+	{ "metrics", 0, NULL, cmd_metrics, false, false },
+	{ "health", -1, parse_health, cmd_health, false, true },
+	{ "clients", 0, NULL, cmd_clients, true, false },
+	{ "reload", 0, NULL, cmd_reload, true, false },
+	{ "evict", 0, NULL, cmd_evict, true, false },
 };
 
 /*
@@ -92,6 +133,16 @@ static int take_global_options(int argc, char **argv, struct opts *o, int *ret_a
 			o->socket = argv[++i];
 		} else if (strncmp(a, "--socket=", 9) == 0) {
 			o->socket = a + 9;
+		} else if (strcmp(a, "--admin-socket") == 0) {
+			if (i + 1 >= argc)
+				return output_usage_error("--admin-socket needs a path");
+			o->admin_socket = argv[++i];
+		} else if (strncmp(a, "--admin-socket=", 15) == 0) {
+			o->admin_socket = a + 15;
+		} else if (strcmp(a, "--progress") == 0) {
+			progress_set_mode(PROGRESS_LINES);
+		} else if (strcmp(a, "--no-progress") == 0) {
+			progress_set_mode(PROGRESS_OFF);
 		} else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			fputs(usage_text, stdout);
 			return -1;
@@ -146,7 +197,9 @@ int main(int argc, char **argv)
 	/* usage is checked before connecting: a bad command line never touches the daemon */
 	if (cmd->parse && (rc = cmd->parse(&a)) != 0)
 		return rc;
-	rc = connect_or_fail(&o, &c);
+	if (cmd->no_connect) /* it connects itself (health: a failure is its answer) */
+		return cmd->run(&o, NULL, &a);
+	rc = connect_or_fail(&o, cmd->admin, &c);
 	if (rc != 0)
 		return rc;
 	rc = cmd->run(&o, c, &a);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* progress.c - weightctl's progress bar: a unit submitted, polled and drawn on stderr. */
+/* progress.c - weightctl's progress bar: a unit submitted, polled and drawn on stderr, as a bar
+ * on a terminal and as plain lines elsewhere (a log, a pod's output). */
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
@@ -12,6 +13,14 @@
 #include "weightctl.h"
 
 #define PROGRESS_INTERVAL 0.1  /* seconds between status polls while a unit runs */
+#define PROGRESS_LINE_INTERVAL 2.0 /* ... and between progress lines, which a log keeps */
+
+static enum progress_mode mode = PROGRESS_AUTO;
+
+void progress_set_mode(enum progress_mode m)
+{
+	mode = m;
+}
 
 /*
  * A progress bar for a unit, drawn on stderr when it is a terminal. The unit's preflight gives
@@ -22,7 +31,8 @@
  * resident (it was cached, or its job finished).
  */
 struct progress {
-	bool on;                    /* stderr is a terminal: poll and draw */
+	bool on;                    /* poll and draw (a bar, or lines) */
+	bool lines;                 /* a line per sample, not a bar redrawn in place */
 	bool drawn;                 /* a bar is on the screen (a final line is owed) */
 	size_t n;
 	struct pkey *keys;          /* the distinct weights, sorted by key */
@@ -148,6 +158,17 @@ static void progress_draw(struct progress *p, uint64_t done, bool final)
 	d = output_fmt_bytes(done);
 	t = output_fmt_bytes(p->total);
 	r = rate >= 0 ? output_fmt_bytes((uint64_t)rate) : output_strdup("-");
+	if (p->lines) {
+		/* whole lines, nothing redrawn: what a log or `kubectl logs` can keep */
+		fprintf(stderr, "progress: %3d%% %s / %s, %s/s, %s\n", (int)(frac * 100), d, t, r,
+			when);
+		fflush(stderr);
+		p->drawn = false;
+		free(d);
+		free(t);
+		free(r);
+		return;
+	}
 	snprintf(tail, sizeof(tail), " %s / %s  %s/s  %s", d, t, r, when);
 	if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col)
 		cols = ws.ws_col;
@@ -211,20 +232,26 @@ static void progress_sample(struct progress *p, weightd_client *c)
  */
 int run_unit(weightd_client *c, weightd_unit *u, weightd_error *err)
 {
-	struct progress p = { .on = isatty(STDERR_FILENO) == 1 };
+	bool tty = isatty(STDERR_FILENO) == 1;
+	struct progress p = { .on = mode != PROGRESS_OFF,
+			      .lines = mode == PROGRESS_LINES || (mode == PROGRESS_AUTO && !tty) };
+	double interval = p.lines ? PROGRESS_LINE_INTERVAL : PROGRESS_INTERVAL;
 	double next;
 	int r, done = 0;
+	bool sampled = false;
 
-	if (p.on) {
-		r = progress_init(&p, u, err);
-		if (r < 0)
-			goto out;
+	if (p.on && progress_init(&p, u, err) < 0) {
+		/* progress is a courtesy: a daemon that cannot preflight the unit still gets it
+		 * asked for, and its own error (if any) is the one that counts */
+		progress_free(&p);
+		p.on = false;
+		memset(err, 0, sizeof(*err));
 	}
 	r = weightd_unit_submit(u, err);
 	if (r < 0)
 		goto out;
 	p.t0 = mono();
-	next = p.t0 + PROGRESS_INTERVAL;
+	next = p.t0 + interval;
 	while (p.on) {
 		struct pollfd pfd = { weightd_client_fd(c), POLLIN, 0 };
 		double left;
@@ -238,10 +265,13 @@ int run_unit(weightd_client *c, weightd_unit *u, weightd_error *err)
 			continue;
 		}
 		progress_sample(&p, c);
-		next = mono() + PROGRESS_INTERVAL;
+		sampled = true;
+		next = mono() + interval;
 	}
 	r = weightd_unit_finish(u, err);
-	if (p.drawn) {
+	if (p.lines && sampled && r == 0) {
+		progress_draw(&p, p.total, true);
+	} else if (p.drawn) {
 		if (r == 0)
 			progress_draw(&p, p.total, true);
 		else

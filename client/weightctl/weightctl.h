@@ -18,6 +18,7 @@
 /* Global options, before or after the command. */
 struct opts {
 	const char *socket;
+	const char *admin_socket; /* --admin-socket (main.c decides where admin commands go) */
 	bool json;
 };
 
@@ -35,6 +36,11 @@ struct preload_args {
 	size_t n_tensors;
 };
 
+struct health_args {
+	bool ready;        /* --ready, else --live */
+	unsigned timeout;  /* seconds (--timeout; 0: none) */
+};
+
 /* One command's arguments: argv[0] is its name; a parse function fills its own member. */
 struct cmd_args {
 	int argc;
@@ -42,6 +48,7 @@ struct cmd_args {
 	union {
 		struct get_args get;
 		struct preload_args preload;
+		struct health_args health;
 	};
 };
 
@@ -55,6 +62,8 @@ struct command {
 	int (*parse)(struct cmd_args *args);       /* NULL, or 0 / EXIT_USAGE */
 	/* the command itself, connected; its exit code */
 	int (*run)(const struct opts *o, weightd_client *c, struct cmd_args *args);
+	bool admin;      /* connects to the admin socket (reload, evict) */
+	bool no_connect; /* run is given no client and connects itself */
 };
 
 /* --- commands (cmd_*.c) ---------------------------------------------------------------------- */
@@ -70,18 +79,28 @@ int cmd_preload(const struct opts *o, weightd_client *c, struct cmd_args *args);
 int cmd_preflight(const struct opts *o, weightd_client *c, struct cmd_args *args);
 int cmd_reload(const struct opts *o, weightd_client *c, struct cmd_args *args);
 int cmd_evict(const struct opts *o, weightd_client *c, struct cmd_args *args);
+int parse_health(struct cmd_args *args);
+int cmd_health(const struct opts *o, weightd_client *c, struct cmd_args *args);
+int cmd_clients(const struct opts *o, weightd_client *c, struct cmd_args *args);
 
 /* shared by list, describe and status (cmd_sources.c) */
 json_t *json_source(const weightd_source_info *s);
-void table_sources(const weightd_source_info *src, size_t n);
+/* json_source's object with h's fields added (h may be NULL: nothing added) */
+void json_source_health(json_t *js, const weightd_source_health *h);
+/* health[i] goes with src[i]; health may be NULL */
+void table_sources(const weightd_source_info *src, const weightd_source_health *health, size_t n);
 
 /* --- progress (progress.c) ------------------------------------------------------------------- */
 
 /*
- * Submit the unit and wait for the daemon's answer, drawing a progress bar on stderr when it is
- * a terminal. 0 or a negative code with err set.
+ * Submit the unit and wait for the daemon's answer, showing its progress on stderr: a bar on a
+ * terminal, a line every 2 s elsewhere (PROGRESS_AUTO), lines always (--progress) or nothing
+ * (--no-progress). Units that finish within the first interval show nothing. 0 or a negative
+ * code with err set.
  */
 int run_unit(weightd_client *c, weightd_unit *u, weightd_error *err);
+enum progress_mode { PROGRESS_AUTO, PROGRESS_LINES, PROGRESS_OFF };
+void progress_set_mode(enum progress_mode m);
 
 /* --- output (output.c) ----------------------------------------------------------------------- */
 

@@ -745,7 +745,7 @@ static void write_config(const char *extra)
 		die("cannot write %s: %s", H.conf, strerror(errno));
 	fprintf(f,
 		"[daemon]\nsocket = %s\nsocket_mode = 0666\nshm_prefix = %s\nstate_dir = %s/state\n"
-		"workers = %u\nbudget = %lluM\n%s\n[checkpoint:big]\npath = %s\n%s\n"
+		"single_socket = yes\nworkers = %u\nbudget = %lluM\n%s\n[checkpoint:big]\npath = %s\n%s\n"
 		"[checkpoint:one]\npath = %s\n%s",
 		H.sock, H.prefix, H.dir, opt.workers,
 		(unsigned long long)(4 * opt.size / (1u << 20) + 64), extra ? extra : "", ckpt_path,

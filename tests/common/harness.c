@@ -200,6 +200,10 @@ int harness_write_config(struct harness *h, const char *extra_daemon, const char
 		h->prefix, h->dir);
 	if (h->seg_dir[0] && !strstr(extra_daemon, "segment_dir"))
 		fprintf(f, "segment_dir = %s\n", h->seg_dir);
+	/* one socket unless the test asks for the admin socket: the tests act as root, and most
+	 * of them evict or reload through the socket they read from */
+	if (!strstr(extra_daemon, "admin_socket") && !strstr(extra_daemon, "single_socket"))
+		fputs("single_socket = yes\n", f);
 	fprintf(f, "%s%s%s\n%s\n",
 		strstr(extra_daemon, "socket_mode") ? "" : "socket_mode = 0666\n",
 		strstr(extra_daemon, "workers") ? "" : "workers = 2\n", extra_daemon,

@@ -53,9 +53,9 @@ int harness_init(struct harness *h);
 /* The same with the temp dir under `base`. */
 int harness_init_in(struct harness *h, const char *base);
 
-/* Write the config: a [daemon] section (socket, prefix, state dir, socket_mode = 0666 and
- * workers = 2 unless extra_daemon sets them) plus `extra_daemon` lines, then `sections` verbatim
- * (checkpoint sections). */
+/* Write the config: a [daemon] section (socket, prefix, state dir, socket_mode = 0666,
+ * workers = 2 and single_socket = yes unless extra_daemon sets them or an admin_socket) plus
+ * `extra_daemon` lines, then `sections` verbatim (checkpoint sections). */
 int harness_write_config(struct harness *h, const char *extra_daemon, const char *sections);
 
 /* Start weightd --foreground and wait (up to 30 s) for READY=1. 0, or -1 (log printed). */

@@ -361,6 +361,21 @@ void it_report_fail(int *rc, char *msg, size_t cap, int code, const char *fmt, .
 	va_end(ap);
 }
 
+int it_ctl(uid_t uid, char *out, size_t cap, ...)
+{
+	char *argv[32];
+	va_list ap;
+	int n = 0;
+
+	argv[n++] = (char *)harness_weightctl();
+	va_start(ap, cap);
+	while (n < 31 && (argv[n] = va_arg(ap, char *)))
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	return harness_run(argv, out, cap, uid);
+}
+
 void it_say(int fd, const char *fmt, ...)
 {
 	char buf[1024];

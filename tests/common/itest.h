@@ -152,6 +152,10 @@ size_t it_status_frame(uint8_t *out, uint8_t id);
  */
 pid_t it_fork_piped(int *ret_to, int *ret_from);
 
+/* weightctl ARGS... (NULL-terminated) as uid ((uid_t)-1: as this process; another uid runs with
+ * the gid of the same number): its exit status, its stdout in out (cap bytes, NUL-terminated). */
+int it_ctl(uid_t uid, char *out, size_t cap, ...);
+
 /* In a child: a printf-style line written to fd (to its parent); the child exits 3 when it cannot
  * write it whole. */
 void it_say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

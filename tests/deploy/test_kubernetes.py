@@ -6,11 +6,15 @@ engines mount at the path of the configured socket; no pod asks for hostIPC (the
 the socket); segments lie in segment_dir on a hostPath (the node's tmpfs) and the state index on
 another, so both outlive the pod; the image is the one scripts/image builds, its registry a
 kustomize images: entry; the Secret is mounted with mode 0400 and reaches weightd as a 0400 copy
-of its own user; memory limits leave room for the budget; probes ask weightctl; and the
-ConfigMap's weightd.conf passes `weightd --check-config`.
+of its own user; memory limits leave room for the budget; probes ask `weightctl health`; the
+admin socket's directory is a hostPath only weightd's pod mounts; the metrics port is declared,
+annotated for scraping and selected by monitoring/podmonitor.yaml; the Grafana dashboard asks
+only for series weightd exports; and the ConfigMap's weightd.conf passes `weightd
+--check-config`.
 
 Usage: test_kubernetes.py DEPLOY_DIR (WD_WEIGHTD names the weightd binary)."""
 import configparser
+import json
 import os
 import posixpath
 import re
@@ -116,6 +120,10 @@ def main():
     conf.read_string(text)
     socket = conf["daemon"]["socket"]
     sockdir = posixpath.dirname(socket)
+    admin_socket = conf["daemon"].get("admin_socket", "/run/weightd-admin/weightd.sock")
+    admindir = posixpath.dirname(admin_socket)
+    check(conf["daemon"].get("single_socket", "no") == "no" and admindir != sockdir,
+          "the admin socket lies in a directory of its own")
     spec = ds["spec"]["template"]["spec"]
     vols = {v["name"]: v for v in spec["volumes"]}
     wd = next(c for c in spec["containers"] if c["name"] == "weightd")
@@ -141,9 +149,10 @@ def main():
     on_host = {m["mountPath"]: v for v, m in mounts_of(wd, vols) if "hostPath" in v}
     segdir = conf["daemon"].get("segment_dir", "")
     statedir = conf["daemon"].get("state_dir", "")
-    check(set(on_host) == {sockdir, segdir, statedir},
-          f"weightd's hostPaths are the socket's directory, segment_dir and state_dir "
+    check(set(on_host) == {sockdir, admindir, segdir, statedir},
+          f"weightd's hostPaths are the sockets' directories, segment_dir and state_dir "
           f"({sorted(on_host)})")
+    host_admindir = on_host.get(admindir, {}).get("hostPath", {}).get("path")
     host_sockdir = on_host.get(sockdir, {}).get("hostPath", {}).get("path")
     seg = on_host.get(segdir, {}).get("hostPath", {})
     check(seg.get("type") == "Directory", "the segments' hostPath must exist (the node mounts "
@@ -155,7 +164,7 @@ def main():
           "daemonset.yaml says how the node mounts the segments' tmpfs (huge=within_size)")
     init_script = " ".join(" ".join(c.get("command", []) + c.get("args", []))
                            for c in spec.get("initContainers", []))
-    for p in (sockdir, segdir, statedir):
+    for p in (sockdir, admindir, segdir, statedir):
         check(re.search(rf"install -d -o {sc['runAsUser']} -g \d+ -m 07[05]0 [^&]*{re.escape(p)}",
                         init_script), f"the init container gives {p} to weightd's uid")
 
@@ -170,8 +179,13 @@ def main():
             ms = list(mounts_of(c, evols))
             check(len(ms) == 1 and ms[0][1]["mountPath"] == sockdir,
                   f"{n}: {c['name']} mounts the socket's directory at {sockdir}, and nothing else")
+            check(len(ms) == 1 and ms[0][1].get("readOnly"),
+                  f"{n}: {c['name']} mounts the socket's directory read-only (it cannot replace "
+                  f"the socket or change its group)")
             check(all(not m["mountPath"].startswith("/dev/shm") for _, m in ms),
                   f"{n}: {c['name']} does not mount /dev/shm")
+        check(all(v.get("hostPath", {}).get("path") != host_admindir for v in evols.values()),
+              f"{n}: {name} does not mount the admin socket's directory")
         groups = s.get("securityContext", {}).get("supplementalGroups", [])
         check(conf["daemon"].get("socket_group", "") in [str(g) for g in groups],
               f"{n}: {name} is in the socket's group")
@@ -209,10 +223,60 @@ def main():
               "weightd's memory request equals its limit (a Guaranteed pod, evicted last)")
     m = re.search(r"mount -t tmpfs -o \S*size=(\d+[KMGT]?)", ds_text)
     check(m and conf_size(m.group(1)) >= budget, "the node's tmpfs (size=) holds the budget")
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    for probe, kind in (("startupProbe", "--live"), ("livenessProbe", "--live"),
+                        ("readinessProbe", "--ready")):
         cmd = wd.get(probe, {}).get("exec", {}).get("command", [])
-        check(cmd and posixpath.basename(cmd[0]) == "weightctl" and socket in cmd and
-              ("metrics" in cmd or "status" in cmd), f"weightd's {probe} asks weightctl")
+        check(cmd and posixpath.basename(cmd[0]) == "weightctl" and
+              (socket in cmd or admin_socket in cmd) and "health" in cmd and kind in cmd,
+              f"weightd's {probe} asks weightctl health {kind}")
+
+    # metrics: where Prometheus is (the pod's IP, with the opt-in), the port declared and
+    # annotated, and the PodMonitor selecting it by name
+    listen = conf["daemon"].get("metrics_listen", "")
+    port = int(listen.rsplit(":", 1)[1]) if listen else 0
+    check(listen and not listen.startswith(("127.", "[::1]", "localhost")) and
+          conf["daemon"].get("metrics_public") == "yes",
+          "metrics_listen serves the pod's address, with metrics_public = yes")
+    ports = {p.get("name"): p for p in wd.get("ports", [])}
+    check(ports.get("metrics", {}).get("containerPort") == port,
+          f"weightd declares its metrics port {port}, named metrics")
+    ann = ds["spec"]["template"]["metadata"].get("annotations", {})
+    check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == str(port)
+          and ann.get("prometheus.io/path") == "/metrics", "the pod carries the scrape annotations")
+    pm_path = os.path.join(d, "monitoring", "podmonitor.yaml")
+    with open(pm_path) as f:
+        pm = yaml.safe_load(f)
+    check(pm.get("kind") == "PodMonitor" and pm["spec"]["selector"]["matchLabels"].items() <=
+          ds["spec"]["template"]["metadata"]["labels"].items(),
+          "monitoring/podmonitor.yaml selects weightd's pods")
+    check(any(e.get("port") == "metrics" and e.get("path", "/metrics") == "/metrics"
+              for e in pm["spec"].get("podMetricsEndpoints", [])),
+          "monitoring/podmonitor.yaml scrapes the port named metrics")
+
+    # the dashboard asks for series weightd exports (daemon/metrics.c names each family)
+    with open(os.path.join(src, "daemon", "metrics.c")) as f:
+        families = set(re.findall(r'"([a-z_]+)", "(?:gauge|counter)"', f.read()))
+    families |= {"info", "uptime_seconds", "materialization_seconds_total"}
+    with open(os.path.join(src, "deploy", "grafana", "weightd.json")) as f:
+        dash = json.load(f)
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    check(exprs, "the Grafana dashboard has queries")
+    for e in exprs:
+        for name in re.findall(r"\bweightd_([a-z_]+)", e):
+            check(name in families, f"the dashboard's weightd_{name} is a series weightd exports")
+    # so do the example alert rules of docs/operating.md, which parse as a rules file
+    with open(os.path.join(src, "docs", "operating.md")) as f:
+        ops = f.read()
+    m = re.search(r"## Monitoring and alerting.*?```yaml\n(.*?)```", ops, re.S)
+    check(m, "docs/operating.md has example alert rules")
+    rules = yaml.safe_load(m.group(1))["groups"][0]["rules"] if m else []
+    alerts = {r.get("alert") for r in rules}
+    check({"WeightdCheckpointFailed", "WeightdBudgetNearlyFull", "WeightdRefusals"} <= alerts,
+          "the example rules alert on a failed checkpoint, a nearly full budget and refusals")
+    for r in rules:
+        check(r.get("expr"), f"rule {r.get('alert')} has an expression")
+        for name in re.findall(r"\bweightd_([a-z_]+)", r.get("expr", "")):
+            check(name in families, f"rule {r.get('alert')}'s weightd_{name} is exported")
 
     # the configuration itself, as weightd reads it, with the Secret's file where the init
     # container puts it (here: a temp dir, the credentials_file lines pointed at it) and the

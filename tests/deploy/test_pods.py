@@ -36,7 +36,9 @@ import pods  # noqa: E402
 
 failures = []
 passed = 0
-SOCKET = "/run/weightd/weightd.sock"
+# what the test asks weightd from inside its pod goes to the admin socket, where weightd's own
+# user sees every checkpoint (on the engine socket it is an ordinary client)
+ADMIN_SOCKET = "/run/weightd-admin/weightd.sock"
 MiB = 1 << 20
 PROBE = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_probe.py")).read()
 
@@ -117,7 +119,7 @@ def wait_event(node, pod, kind, timeout=180, ctr="engine"):
 
 
 def status(node, pod):
-    return json.loads(node.exec(pod, "weightd", "/usr/bin/weightctl", "--socket", SOCKET,
+    return json.loads(node.exec(pod, "weightd", "/usr/bin/weightctl", "--socket", ADMIN_SOCKET,
                                 "--json", "status"))
 
 
@@ -127,7 +129,7 @@ def wait_ready(node, pod, ckpts, timeout=120):
     last = ""
     while time.monotonic() < end:
         r = subprocess.run(["podman", "exec", node.ctr(pod, "weightd"), "/usr/bin/weightctl",
-                            "--socket", SOCKET, "--json", "list"], capture_output=True,
+                            "--socket", ADMIN_SOCKET, "--json", "list"], capture_output=True,
                            text=True, timeout=60)
         last = r.stdout + r.stderr
         if r.returncode == 0:
@@ -187,6 +189,8 @@ def base_conf(budget, segment_dir, extra=""):
     daemon = re.sub(r"(?m)^budget = .*$", f"budget = {budget}", daemon)
     daemon = re.sub(r"(?m)^segment_dir = .*$", f"segment_dir = {segment_dir}", daemon)
     daemon = re.sub(r"(?m)^log_level = .*$", "log_level = info", daemon)
+    # the pods run on the host's network here: no port of the host is taken for metrics
+    daemon = re.sub(r"(?m)^metrics_(listen|public) = .*$\n?", "", daemon)
     return daemon + extra
 
 
@@ -235,8 +239,8 @@ allow_users = 1000 1001
     creds = (f"[default]\naws_access_key_id = {srv['s3_key']}\n"
              f"aws_secret_access_key = {srv['s3_secret']}\n")
     node.write("secret/s3.credentials", creds, mode=0o400)
-    hp = {"/run/weightd": run_dir, "/var/lib/weightd/segments": seg_dir,
-          "/var/lib/weightd/state": state_dir}
+    hp = {"/run/weightd": run_dir, "/run/weightd-admin": node.dir("run-admin"),
+          "/var/lib/weightd/segments": seg_dir, "/var/lib/weightd/state": state_dir}
     all_ckpts = ["big", "a", "b", "remote"]
 
     def weightd_pod(name):
@@ -427,8 +431,8 @@ def errors(node, ck, srv, run_dir):
         node.write(f"{name}-secret/s3.credentials", "[default]\naws_access_key_id = K\n"
                    "aws_secret_access_key = S\n", mode=secret_mode, owner=secret_owner,
                    group=secret_group)
-        hp = {"/run/weightd": run2, "/var/lib/weightd/segments": seg2,
-              "/var/lib/weightd/state": state2}
+        hp = {"/run/weightd": run2, "/run/weightd-admin": node.dir(f"{name}-run-admin"),
+              "/var/lib/weightd/segments": seg2, "/var/lib/weightd/state": state2}
         pod = node.weightd_pod(name, conf2, sec2, hp, [(ck, "/checkpoints")],
                                host_network=True, restart="Never", edit=edit)
         node.play(pod)

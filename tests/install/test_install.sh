@@ -166,6 +166,8 @@ fi
 if systemd-tmpfiles --root="$dest" --create "$dest$tmpfilesdir/weightd.conf"; then
 	uid=$(awk -F: '$1 == "weightd" {print $3}' "$dest/etc/passwd")
 	[ "$(stat -c '%a %u' "$dest/run/weightd")" = "755 $uid" ] || fail "/run/weightd: wrong mode or owner"
+	[ "$(stat -c '%a %u' "$dest/run/weightd-admin")" = "755 $uid" ] ||
+		fail "/run/weightd-admin: wrong mode or owner"
 	[ "$(stat -c '%a %u' "$dest/var/lib/weightd")" = "750 $uid" ] || fail "/var/lib/weightd: wrong mode or owner"
 else
 	fail "systemd-tmpfiles rejected $tmpfilesdir/weightd.conf"

@@ -61,7 +61,8 @@ static void detached_start_reports_readiness_in_its_exit_status(void **state)
 	harness_path(&H, "detached.conf", conf, sizeof(conf));
 	harness_path(&H, "detached.sock", sock, sizeof(sock));
 	harness_path(&H, "detached-state", state_dir, sizeof(state_dir));
-	snprintf(text, sizeof(text), "[daemon]\nsocket = %s\nshm_prefix = %s-det\nstate_dir = %s\n",
+	snprintf(text, sizeof(text), "[daemon]\nsocket = %s\nshm_prefix = %s-det\nstate_dir = %s\n"
+		 "single_socket = yes\n",
 		 sock, H.prefix, state_dir);
 	tf_write(conf, text, 0);
 	assert_int_equal(harness_run(argv, out, sizeof(out), (uid_t)-1), 0);

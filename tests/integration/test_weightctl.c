@@ -1302,7 +1302,7 @@ static int setup_progress(void **state)
 	if (!f)
 		return -1;
 	fprintf(f, "[daemon]\nsocket = %s\nsocket_mode = 0666\nshm_prefix = %s\nstate_dir = %s/state\n"
-		   "workers = 1\ndigest = sha256\n\n[checkpoint:big]\npath = %s\n", H.sock, H.prefix, H.dir, big);
+		   "single_socket = yes\nworkers = 1\ndigest = sha256\n\n[checkpoint:big]\npath = %s\n", H.sock, H.prefix, H.dir, big);
 	if (fclose(f) != 0)
 		return -1;
 	return harness_start(&H) < 0 ? -1 : 0;

@@ -181,6 +181,15 @@ static void check_defaults(const struct config *cfg)
 	assert_string_equal(cfg->state_dir, "/var/lib/weightd");
 	assert_string_equal(cfg->segment_dir, "");
 	assert_string_equal(cfg->metrics_listen, ""); /* no HTTP endpoint unless asked */
+	assert_false(cfg->metrics_public);
+	/* two sockets unless asked for one: root on the engine socket is no administrator */
+	assert_string_equal(cfg->admin_socket, "/run/weightd-admin/weightd.sock");
+	assert_int_equal(cfg->admin_socket_mode, 0660);
+	assert_true(cfg->admin_socket_group == (gid_t)-1);
+	assert_false(cfg->single_socket);
+	assert_int_equal(cfg->n_admin_uids, 0);
+	assert_int_equal(cfg->n_admin_gids, 0);
+	assert_true(cfg->admit_retry_max_ms == 60000);
 	assert_false(cfg->verify_adopted);
 	assert_true(cfg->hold_locks);
 	assert_int_equal(cfg->digest, WD_DIGEST_XXH3_128);
@@ -299,7 +308,7 @@ static void test_example_documents_defaults(void **state)
 	}
 	fclose(in);
 	assert_int_equal(fclose(out), 0);
-	assert_int_equal(n_keys, 45); /* every [daemon] key of config.h */
+	assert_int_equal(n_keys, 53); /* every [daemon] key of config.h */
 	cfg = load_ok(text);
 	free(text);
 	assert_int_equal(cfg->log_level, LOG_LVL_INFO);
@@ -352,14 +361,39 @@ static void test_metrics_listen_loopback(void **state)
 		cfg = load_ok(text);
 		assert_string_equal(cfg->metrics_listen, ok[i]);
 		config_free(cfg);
-		assert_int_equal(config_parse_listen(ok[i], &ss, &len, &why), 0);
+		assert_int_equal(config_parse_listen(ok[i], false, &ss, &len, &why), 0);
 	}
-	assert_int_equal(config_parse_listen("[::1]:9464", &ss, &len, &why), 0);
+	assert_int_equal(config_parse_listen("[::1]:9464", false, &ss, &len, &why), 0);
 	assert_int_equal(ss.ss_family, AF_INET6);
 	assert_int_equal(ntohs(((struct sockaddr_in6 *)&ss)->sin6_port), 9464);
-	assert_int_equal(config_parse_listen("localhost:80", &ss, &len, &why), 0);
+	assert_int_equal(config_parse_listen("localhost:80", false, &ss, &len, &why), 0);
 	assert_int_equal(ss.ss_family, AF_INET);
 	assert_int_equal(ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr), 0x7f000001);
+}
+
+/* Any address with metrics_public = yes, in either order of the two keys; without it, the
+ * error names the opt-in. */
+static void test_metrics_public(void **state)
+{
+	static const char *const texts[] = {
+		"[daemon]\nmetrics_listen = 0.0.0.0:9464\nmetrics_public = yes\n",
+		"[daemon]\nmetrics_public = yes\nmetrics_listen = [::]:9464\n",
+		"[daemon]\nmetrics_public = yes\nmetrics_listen = 192.168.1.10:9464\n",
+	};
+	struct sockaddr_storage ss;
+	socklen_t len;
+	const char *why = NULL;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+		struct config *cfg = load_ok(texts[i]);
+
+		assert_true(cfg->metrics_public);
+		config_free(cfg);
+	}
+	assert_int_equal(config_parse_listen("0.0.0.0:9464", true, &ss, &len, &why), 0);
+	assert_int_equal(config_parse_listen("0.0.0.0:9464", false, &ss, &len, &why), -1);
+	assert_non_null(strstr(why, "metrics_public = yes"));
 }
 
 /* Remote paths and the keys that go with them. */
@@ -794,6 +828,7 @@ TEST_MAIN(group_setup, group_teardown, cmocka_unit_test(test_full_file),
 	  cmocka_unit_test(test_defaults), cmocka_unit_test(test_digest_setting),
 	  cmocka_unit_test(test_empty_values), cmocka_unit_test(test_example_documents_defaults),
 	  cmocka_unit_test(test_durations), cmocka_unit_test(test_metrics_listen_loopback),
+	  cmocka_unit_test(test_metrics_public),
 	  cmocka_unit_test(test_errors), cmocka_unit_test(test_every_error_is_reported),
 	  cmocka_unit_test(test_long_lines), cmocka_unit_test(test_paths_up_to_path_max),
 	  cmocka_unit_test(test_nul_byte), cmocka_unit_test(test_missing_file),

@@ -57,7 +57,7 @@ static void shares_follow_the_uids_connected(void **state)
 	struct event_base *base = event_base_new();
 	struct config cfg;
 	struct uid_table *t;
-	struct uid_usage *a, *a2, *b, *c, *root, *self = NULL;
+	struct uid_usage *a, *a2, *b, *c, *root, *plain_root, *self = NULL;
 
 	(void)state;
 	memset(&cfg, 0, sizeof(cfg));
@@ -68,20 +68,29 @@ static void shares_follow_the_uids_connected(void **state)
 	t = uid_table_new(base, &cfg);
 	assert_non_null(t);
 
-	a = uid_get(t, 1000);
+	a = uid_get(t, 1000, false);
 	expect_limits(a, &cfg, 1); /* alone: one share, one kept for the next */
-	a2 = uid_get(t, 1000);	   /* a second connection of the same uid */
+	a2 = uid_get(t, 1000, false);	   /* a second connection of the same uid */
 	assert_ptr_equal(a, a2);
 	expect_limits(a, &cfg, 1);
-	b = uid_get(t, 1001);
-	c = uid_get(t, 1002);
+	b = uid_get(t, 1001, false);
+	c = uid_get(t, 1002, false);
 	expect_limits(a, &cfg, 3);
 	expect_limits(c, &cfg, 3);
-	root = uid_get(t, 0); /* root takes no share and keeps a uid alone's */
+	/* administering root (exempt) takes no share and keeps a uid alone's */
+	root = uid_get(t, 0, true);
 	expect_limits(a, &cfg, 3);
 	expect_limits(root, &cfg, 1);
+	/* root on the engine socket is a uid like any: its own record, which takes a share */
+	plain_root = uid_get(t, 0, false);
+	assert_ptr_not_equal(plain_root, root);
+	expect_limits(a, &cfg, 4);
+	expect_limits(plain_root, &cfg, 4);
+	expect_limits(root, &cfg, 1);
+	uid_put(plain_root);
+	expect_limits(a, &cfg, 3);
 	if (geteuid() != 0) {
-		self = uid_get(t, geteuid());
+		self = uid_get(t, geteuid(), true);
 		expect_limits(a, &cfg, 3);
 	}
 	uid_put(c);
@@ -89,7 +98,7 @@ static void shares_follow_the_uids_connected(void **state)
 	expect_limits(a, &cfg, 1);
 	uid_put(a2); /* one connection of 1000 left: still counted */
 	expect_limits(a, &cfg, 1);
-	b = uid_get(t, 1001);
+	b = uid_get(t, 1001, false);
 	expect_limits(b, &cfg, 2);
 	uid_put(b);
 	uid_put(a);
@@ -97,7 +106,7 @@ static void shares_follow_the_uids_connected(void **state)
 
 	/* the configured values cap each share */
 	cfg.uid_max_segments = 7;
-	a = uid_get(t, 1000);
+	a = uid_get(t, 1000, false);
 	assert_int_equal(uid_max_segments(a, &cfg), 7);
 	assert_int_equal(uid_max_queue_fds(a, &cfg), NOFILE / 8 / 2);
 	uid_put(a);

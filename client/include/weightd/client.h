@@ -93,6 +93,9 @@ extern "C" {
 #define WEIGHTD_MAX_DIMS 8
 #define WEIGHTD_DIGEST_LEN 32      /* identity keys; the longest content digest */
 #define WEIGHTD_DEFAULT_SOCKET "/run/weightd/weightd.sock"
+/* Where weightd answers administrative requests (reload, evict) unless single_socket = yes:
+ * weightctl reads $WEIGHTD_ADMIN_SOCKET, then this. */
+#define WEIGHTD_DEFAULT_ADMIN_SOCKET "/run/weightd-admin/weightd.sock"
 /* The protocol versions this libweightd speaks: it talks to any weightd whose range overlaps
  * (the connection uses the newest version both speak; weightd_server tells which). Version 3
  * packs weights into shared segments, sends a unit's whole-tensor slots as columns and gets its
@@ -190,9 +193,20 @@ typedef struct weightd_source_info {
 	uint32_t files;
 } weightd_source_info;
 
+/* A checkpoint's part in the daemon's readiness (list and status). */
+typedef struct weightd_source_health {
+	int required;		 /* its section says required = yes */
+	int preload;		 /* ... preload = yes */
+	int preloaded;		 /* preload = yes and every tensor resident and held */
+	uint32_t admit_failures; /* failed remote admissions in a row (0 once admitted) */
+	uint64_t retry_in_ms;	 /* failed: when weightd tries it again (0: not scheduled) */
+} weightd_source_health;
+
 typedef struct weightd_source_list {
 	size_t count;
 	const weightd_source_info *sources;
+	/* appended: health[i] for sources[i] (all 0 from a daemon that does not report it) */
+	const weightd_source_health *health;
 } weightd_source_list;
 
 /* Every source this client may see. *ret is freed with weightd_source_list_free. */
@@ -373,6 +387,18 @@ typedef struct weightd_status {
 	 * not reconnected, say), and their bytes, counted as held (0 from a daemon without) */
 	uint64_t locked_weights;
 	uint64_t locked_bytes;
+	/* appended: readiness, as `weightctl health --ready` reports it. health_known is 0 from a
+	 * daemon that does not report it (then ready is 0 and not_ready NULL); not_ready says why
+	 * (NULL when ready). source_health[i] for sources[i]. Counters of remote admissions that
+	 * failed and of their retries. job_elapsed_ms[i]: how long jobs[i] has been in flight
+	 * (done / elapsed is its rate; 0 from a daemon that does not report it). */
+	int health_known;
+	int ready;
+	const char *not_ready;
+	const weightd_source_health *source_health;
+	uint64_t admissions_failed;
+	uint64_t admission_retries;
+	const uint64_t *job_elapsed_ms;
 } weightd_status;
 
 WEIGHTD_API int weightd_status_get(weightd_client *c, weightd_status **ret, weightd_error *err);
@@ -406,10 +432,35 @@ WEIGHTD_API int weightd_reload_report(weightd_client *c, weightd_reload_info **r
 				      weightd_error *err);
 WEIGHTD_API void weightd_reload_report_free(weightd_reload_info *r);
 
-/* Ask the daemon to evict every weight no client holds (privileged). ret_weights and ret_bytes
- * (each may be NULL) receive how much went. */
+/* Ask the daemon to evict every weight no client holds (an administrative request: on the admin
+ * socket, or as root or weightd's user under single_socket). ret_weights and ret_bytes (each may
+ * be NULL) receive how much went. */
 WEIGHTD_API int weightd_evict(weightd_client *c, uint64_t *ret_weights, uint64_t *ret_bytes,
 			      weightd_error *err);
+
+/* One connection to the daemon and what it holds. */
+typedef struct weightd_client_info {
+	uint64_t id;		/* the daemon's number for it (as in its log) */
+	uint32_t uid, gid;
+	int32_t pid;		/* 0 when the daemon cannot see it (another PID namespace) */
+	const char *name;	/* as given to weightd_connect ("" when none) */
+	uint64_t bytes;		/* bytes of the distinct weights it holds */
+	uint64_t weights;	/* references it holds */
+	uint64_t segments;	/* segments it holds weights in */
+	uint64_t pending;	/* its requests for weights in flight */
+	uint64_t connected_ms;	/* how long ago it connected */
+	int admin;		/* connected through the admin socket */
+} weightd_client_info;
+
+typedef struct weightd_client_list {
+	size_t count;
+	const weightd_client_info *clients;
+} weightd_client_list;
+
+/* The connections the daemon serves: every one when asked on the admin socket, those of the
+ * caller's own uid otherwise. *ret is freed with weightd_client_list_free. */
+WEIGHTD_API int weightd_clients(weightd_client *c, weightd_client_list **ret, weightd_error *err);
+WEIGHTD_API void weightd_client_list_free(weightd_client_list *l);
 
 /* =========================================================================================== */
 /* Selections                                                                                   */

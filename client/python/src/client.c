@@ -222,6 +222,35 @@ static PyObject *cl_tensor_names(pyw_client *cl, PyObject *args)
 	return r;
 }
 
+/* The readiness and admission counters of s into the status dict d, and each job's elapsed_ms
+ * into its dict of d["jobs"]. 0, or -1 with the exception set. */
+static int status_health(PyObject *d, const weightd_status *s)
+{
+	PyObject *jobs = PyDict_GetItemString(d, "jobs"); /* borrowed */
+	PyObject *v;
+	int rc = 0;
+
+	v = s->health_known ? PyBool_FromLong(s->ready) : (Py_INCREF(Py_None), Py_None);
+	rc |= !v || PyDict_SetItemString(d, "ready", v) < 0;
+	Py_XDECREF(v);
+	v = PyUnicode_FromString(s->not_ready ? s->not_ready : "");
+	rc |= !v || PyDict_SetItemString(d, "not_ready", v) < 0;
+	Py_XDECREF(v);
+	v = PyLong_FromUnsignedLongLong(s->admissions_failed);
+	rc |= !v || PyDict_SetItemString(d, "admissions_failed", v) < 0;
+	Py_XDECREF(v);
+	v = PyLong_FromUnsignedLongLong(s->admission_retries);
+	rc |= !v || PyDict_SetItemString(d, "admission_retries", v) < 0;
+	Py_XDECREF(v);
+	for (size_t i = 0; !rc && jobs && i < s->n_jobs; i++) {
+		v = PyLong_FromUnsignedLongLong(s->job_elapsed_ms ? s->job_elapsed_ms[i] : 0);
+		rc |= !v || PyDict_SetItemString(PyList_GET_ITEM(jobs, (Py_ssize_t)i), "elapsed_ms",
+						 v) < 0;
+		Py_XDECREF(v);
+	}
+	return rc ? -1 : 0;
+}
+
 static PyObject *cl_status(pyw_client *cl, PyObject *args)
 {
 	weightd_status *s = NULL;
@@ -257,7 +286,44 @@ static PyObject *cl_status(pyw_client *cl, PyObject *args)
 		list_of(s->sources, s->n_sources, sizeof(*s->sources), source_dict), "weight_list",
 		list_of(s->weight_list, s->n_weights, sizeof(*s->weight_list), weight_status_dict), "jobs",
 		list_of(s->jobs, s->n_jobs, sizeof(*s->jobs), job_dict));
+	if (r && status_health(r, s) < 0)
+		Py_CLEAR(r);
 	weightd_status_free(s);
+	return r;
+}
+
+/* A client_info as a dict. */
+static PyObject *client_info_dict(const void *p)
+{
+	const weightd_client_info *x = p;
+
+	return Py_BuildValue("{s:K,s:I,s:I,s:i,s:s,s:K,s:K,s:K,s:K,s:K,s:O}", "id",
+			     (unsigned long long)x->id, "uid", (unsigned int)x->uid, "gid",
+			     (unsigned int)x->gid, "pid", (int)x->pid, "name", x->name, "bytes",
+			     (unsigned long long)x->bytes, "weights", (unsigned long long)x->weights,
+			     "segments", (unsigned long long)x->segments, "pending",
+			     (unsigned long long)x->pending, "connected_ms",
+			     (unsigned long long)x->connected_ms, "admin",
+			     x->admin ? Py_True : Py_False);
+}
+
+static PyObject *cl_clients(pyw_client *cl, PyObject *unused)
+{
+	weightd_client_list *l = NULL;
+	weightd_error err;
+	PyObject *r;
+	int rc;
+
+	if (pyw_client_enter(cl) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = weightd_clients(cl->c, &l, &err);
+	Py_END_ALLOW_THREADS
+	pyw_client_leave(cl);
+	if (rc < 0)
+		return pyw_error_raise((PyObject *)cl, rc, &err);
+	r = list_of(l->clients, l->count, sizeof(*l->clients), client_info_dict);
+	weightd_client_list_free(l);
 	return r;
 }
 
@@ -769,6 +835,8 @@ static PyMethodDef cl_methods[] = {
 	{ "status", (PyCFunction)cl_status, METH_VARARGS,
 	  "status(weights=True) -> dict (weights=False: without the list of weights)." },
 	{ "server_info", (PyCFunction)cl_server_info, METH_NOARGS, "server_info() -> dict." },
+	{ "clients", (PyCFunction)cl_clients, METH_NOARGS,
+	  "clients() -> list[dict]: the connections and what each holds." },
 	{ "fileno", (PyCFunction)cl_fileno, METH_NOARGS, "fileno() -> int: the socket, to poll." },
 	{ "materialize", (PyCFunction)cl_materialize, METH_VARARGS,
 	  "materialize(checkpoint, tensor, sel=None) -> Request." },

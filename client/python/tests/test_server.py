@@ -4,6 +4,9 @@ Python engine can size its requests before it makes them."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import weightd
 import wdtest
 
@@ -33,3 +36,25 @@ def test_server_info_reports_the_configured_limits(tmp_path, start_daemon):
     assert 0 < si.max_uid_segments <= 456
     assert si.max_uid_weights == 789
     assert si.min_protocol_version <= si.protocol_version <= si.max_protocol_version
+
+
+def test_readiness_and_clients(tmp_path, start_daemon):
+    """status() says whether the daemon is ready (its preloaded checkpoint resident), and
+    clients() lists this connection with the name it gave and the bytes it holds."""
+    path = str(tmp_path / "m.safetensors")
+    wdtest.write_safetensors(path, {"a": ("U8", [4], b"abcd"), "b": ("U8", [2], b"xy")})
+    d = start_daemon({"m": path}, sections="[checkpoint:p]\npath = %s\npreload = yes\n" % path)
+    with d.connect() as c:
+        for _ in range(600):
+            st = c.status(weights=False)
+            if st.ready:
+                break
+            assert st.ready is False and "checkpoint p" in st.not_ready
+            time.sleep(0.05)
+        assert st.ready is True and st.not_ready == ""
+        w = c.get("m", "a")
+        mine = [x for x in c.clients() if x.pid == os.getpid()]
+        assert len(mine) == 1
+        assert isinstance(mine[0], weightd.ClientInfo)
+        assert mine[0].uid == os.getuid() and mine[0].bytes == 4 and mine[0].weights == 1
+        w.release()

@@ -101,10 +101,12 @@ class Daemon:
         self.prefix = f"wdpy{os.getpid()}-{os.path.basename(self.dir).split('.')[-1]}"
         self.conf = os.path.join(self.dir, "weightd.conf")
         self.log = os.path.join(self.dir, "weightd.log")
+        # one socket unless a test asks for the admin socket: the tests evict and reload
+        one_socket = "" if "admin_socket" in extra else "single_socket = yes\n"
         with open(self.conf, "w") as f:
             f.write(f"[daemon]\nsocket = {self.sock}\nsocket_mode = 0666\n"
                     f"shm_prefix = {self.prefix}\nstate_dir = {self.dir}/state\nworkers = 2\n"
-                    f"{extra}\n")
+                    f"{one_socket}{extra}\n")
             for name, path in checkpoints.items():
                 f.write(f"[checkpoint:{name}]\npath = {path}\n\n")
             f.write(sections)

@@ -28,8 +28,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import _weightd
 from ._dtypes import dtype_name, is_packed, numpy_dtype, torch_dtype
-from ._types import (Description, Event, Events, JobStatus, MetaEntry, ReloadReport, ServerInfo,
-                     SourceInfo, Status, TensorInfo, WeightStatus, _description, _status)
+from ._types import (ClientInfo, Description, Event, Events, JobStatus, MetaEntry, ReloadReport,
+                     ServerInfo, SourceInfo, Status, TensorInfo, WeightStatus, _description,
+                     _status)
 from .errors import (Disconnected, Error, InvalidArgument, NotFound, PermissionDenied,
                      ResourceExhausted, SourceChanged)
 
@@ -37,7 +38,7 @@ __all__ = [
     "connect", "Client", "Weight", "LoadedUnit", "Error", "NotFound", "PermissionDenied",
     "ResourceExhausted", "SourceChanged", "InvalidArgument", "Disconnected", "ServerInfo",
     "SourceInfo", "TensorInfo", "MetaEntry", "Description", "WeightStatus", "JobStatus",
-    "Status", "Event", "Events", "ReloadReport", "numpy_dtype", "torch_dtype", "dtype_name", "is_packed",
+    "Status", "ClientInfo", "Event", "Events", "ReloadReport", "numpy_dtype", "torch_dtype", "dtype_name", "is_packed",
     "DEFAULT_SOCKET", "__version__",
 ]
 
@@ -333,8 +334,14 @@ class Client:
         stay): for monitoring, cheap however many weights the daemon caches."""
         return _status(self._c.status(weights))
 
+    def clients(self) -> List[ClientInfo]:
+        """The connections the daemon serves and what each holds: every one when this client
+        is on the admin socket, those of its own uid otherwise."""
+        return [ClientInfo(**x) for x in self._c.clients()]
+
     def reload(self) -> ReloadReport:
-        """Ask the daemon to re-read its configuration (privileged peers only). Returns what it
+        """Ask the daemon to re-read its configuration (an administrative request: on the admin
+        socket, or as root or weightd's user with single_socket = yes). Returns what it
         applied and, in ``warnings``, what it could not (keys that need a restart, checkpoints
         whose changed files were refused); a reload that failed raises."""
         r = self._c.reload()

@@ -108,6 +108,7 @@ class JobStatus:
     label: str
     nbytes: int
     done: int
+    elapsed_ms: int = 0  #: since it was made: done / elapsed_ms is its rate
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,29 @@ class Status:
     #: them (engines from before a restart that have not reconnected), and their bytes
     locked_weights: int = 0
     locked_bytes: int = 0
+    #: whether every preload = yes checkpoint is resident and every required = yes one
+    #: admitted (None from a daemon that does not say), and why not
+    ready: Optional[bool] = None
+    not_ready: str = ""
+    #: remote admissions that failed, and failed ones tried again by themselves
+    admissions_failed: int = 0
+    admission_retries: int = 0
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    """A connection to the daemon and what it holds (Client.clients())."""
+    id: int
+    uid: int
+    gid: int
+    pid: int             #: 0 when the daemon cannot see it (another PID namespace)
+    name: str            #: as given when it connected
+    bytes: int           #: bytes of the distinct weights it holds
+    weights: int         #: references it holds
+    segments: int        #: segments those lie in
+    pending: int         #: its requests for weights in flight
+    connected_ms: int    #: how long ago it connected
+    admin: bool          #: connected through the admin socket
 
 
 @dataclass(frozen=True)

@@ -87,10 +87,11 @@ impl Daemon {
     pub fn start(&mut self, checkpoints: &[(&str, &Path)], extra: &str) -> io::Result<()> {
         let conf = self.dir.join("weightd.conf");
         let mut text = format!(
-            "[daemon]\nsocket = {}\nsocket_mode = 0666\nshm_prefix = {}\nstate_dir = {}/state\nworkers = 2\n{}\n\n",
+            "[daemon]\nsocket = {}\nsocket_mode = 0666\nshm_prefix = {}\nstate_dir = {}/state\nworkers = 2\n{}{}\n\n",
             self.socket.display(),
             self.prefix,
             self.dir.display(),
+            if extra.contains("admin_socket") { "" } else { "single_socket = yes\n" },
             extra
         );
         for (name, path) in checkpoints {
