@@ -438,6 +438,12 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 				i = batch_run_done(jobs, i, k, t0);
 				continue;
 			}
+			if (err.code == WEIGHTD_E_SOURCE_CHANGED || err.code == WEIGHTD_E_CANCELLED) {
+				/* nothing of an object replaced mid-way is served, nor fetched again */
+				for (; k; k--, i++)
+					job_fail(jobs[i], -err.code, &err);
+				continue;
+			}
 			log_debug("%zu weights fetched together failed; fetching them one by one "
 				  "(starting with %s): %s",
 				  k, wd_plan_label(jobs[i]->plan), err.message);

@@ -23,12 +23,14 @@ struct fill;
 /* remote_concurrency and remote_chunk, as fills read them (atomics: set on the main thread). */
 static unsigned remote_conc = WD_REMOTE_CONCURRENCY_DEFAULT;
 static uint64_t remote_chunk = WD_REMOTE_CHUNK_DEFAULT;
+static uint64_t remote_gap = WD_REMOTE_GAP_DEFAULT;
 
-void fill_remote_set(unsigned concurrency, uint64_t chunk)
+void fill_remote_set(unsigned concurrency, uint64_t chunk, uint64_t gap)
 {
 	wd_remote_set_limit(concurrency);
 	__atomic_store_n(&remote_conc, concurrency, __ATOMIC_RELAXED);
 	__atomic_store_n(&remote_chunk, chunk, __ATOMIC_RELAXED);
+	__atomic_store_n(&remote_gap, gap, __ATOMIC_RELAXED);
 }
 
 struct fill_helper {
@@ -394,6 +396,7 @@ struct remote_run {
 	struct remote_yield y;
 	const struct fill_part *parts;
 	struct wd_hash *streams; /* one per weight while it arrives */
+	int fd;
 };
 
 static int run_data(void *arg, size_t i, const void *data, size_t n, weightd_error *err)
@@ -411,6 +414,27 @@ static int run_data(void *arg, size_t i, const void *data, size_t n, weightd_err
 	return 0;
 }
 
+/* Hash what landed at [off, off + len) of fd into h (a weight that several requests wrote). */
+static int hash_back(struct wd_hash *h, int fd, uint64_t off, uint64_t len,
+		     struct wd_scratch *scratch, weightd_error *err)
+{
+	for (uint64_t at = 0; at < len;) {
+		size_t want = len - at < scratch->cap ? (size_t)(len - at) : scratch->cap;
+		ssize_t n = pread(fd, scratch->buf, want, (off_t)(off + at));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return wd_error_set(err, WEIGHTD_E_IO, "reading back shared memory: %s",
+					    n < 0 ? strerror(errno) : "short read");
+		wd_hash_update(h, scratch->buf, (size_t)n);
+		at += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* range_done of a run: weight i is whole in the segment (every request covering it done). A
+ * weight one request read whole was hashed as it arrived; one that straddles two requests got
+ * no range_data (its parts arrive out of order) and is hashed from the segment now. */
 static int run_done(void *arg, size_t i, weightd_error *err)
 {
 	struct remote_run *rr = arg;
@@ -419,9 +443,14 @@ static int run_done(void *arg, size_t i, weightd_error *err)
 	int r;
 
 	if (out->alg != WD_DIGEST_NONE) {
-		if (!h->state && (r = wd_hash_init(h, out->alg)) < 0) /* an empty weight */
-			return wd_error_set(err, r, "cannot start a %s digest",
-					    wd_digest_name(out->alg));
+		if (!h->state) { /* an empty weight, or one that straddles requests */
+			if ((r = wd_hash_init(h, out->alg)) < 0)
+				return wd_error_set(err, r, "cannot start a %s digest",
+						    wd_digest_name(out->alg));
+			if ((r = hash_back(h, rr->fd, out->base, out->size, rr->y.scratch, err)) <
+			    0)
+				return r;
+		}
 		wd_hash_digest(h, out->digest);
 		wd_hash_free(h);
 	}
@@ -440,14 +469,14 @@ static bool remote_part(const struct fill_part *p, const struct wd_source **src,
 size_t fill_remote_run_length(const struct fill_part *parts, size_t n)
 {
 	const struct wd_source *src, *s2;
-	uint32_t file, f2;
+	uint32_t file;
 	uint64_t off;
 	size_t k = 1;
 
 	if (!n || !remote_part(&parts[0], &src, &file, &off))
 		return 0;
-	while (k < n && k < FILL_RUN_MAX && remote_part(&parts[k], &s2, &f2, &off) && s2 == src &&
-	       f2 == file)
+	while (k < n && k < FILL_RUN_MAX && remote_part(&parts[k], &s2, &file, &off) &&
+	       wd_source_remote(s2) == wd_source_remote(src))
 		k++;
 	return k;
 }
@@ -457,37 +486,49 @@ int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, si
 {
 	struct wd_remote_range ranges[FILL_RUN_MAX];
 	struct wd_hash streams[FILL_RUN_MAX] = { { 0 } };
-	struct remote_run rr = { { pool, scratch }, parts, streams };
+	struct remote_run rr = { { pool, scratch }, parts, streams, fd };
 	struct wd_remote_fetch_opts fo = {
 		.concurrency = __atomic_load_n(&remote_conc, __ATOMIC_RELAXED),
-		.chunk = WD_DIGEST_CHUNK, /* each weight one request: hashed as it arrives */
+		.chunk = __atomic_load_n(&remote_chunk, __ATOMIC_RELAXED),
+		.coalesce = true,
+		.gap = __atomic_load_n(&remote_gap, __ATOMIC_RELAXED),
 		.range_data = run_data,
 		.range_done = run_done,
 		.stalled = remote_stalled,
 		.arg = &rr,
 	};
-	const struct wd_source *src = NULL;
+	const struct wd_source *src = NULL, *first = NULL;
+	struct wd_remote_counters before, after;
 	uint32_t file = 0;
 	uint64_t off, total = 0;
 	int r;
 
-	if (n > FILL_RUN_MAX)
+	if (n > FILL_RUN_MAX || !scratch)
 		return wd_error_set(err, WEIGHTD_E_INTERNAL, "a remote run of %zu weights", n);
 	for (size_t i = 0; i < n; i++) {
-		if (!remote_part(&parts[i], &src, &file, &off))
+		if (!remote_part(&parts[i], &src, &file, &off) ||
+		    (first && wd_source_remote(src) != wd_source_remote(first)))
 			return wd_error_set(err, WEIGHTD_E_INTERNAL, "not a run of remote ranges");
-		ranges[i] = (struct wd_remote_range){
-			.off = off, .len = parts[i].out.size, .fd = fd, .fd_off = parts[i].out.base
-		};
+		if (!first)
+			first = src;
+		ranges[i] = (struct wd_remote_range){ .off = off,
+						      .len = parts[i].out.size,
+						      .fd = fd,
+						      .fd_off = parts[i].out.base,
+						      .obj = wd_source_remote_object(src, file) };
 		total += parts[i].out.size;
 	}
-	r = wd_remote_fetch(wd_source_remote(src), wd_source_remote_object(src, file), ranges, n,
-			    &fo, err);
+	wd_remote_counters(wd_source_remote(first), &before);
+	r = wd_remote_fetch(wd_source_remote(first), NULL, ranges, n, &fo, err);
 	for (size_t i = 0; i < n; i++)
 		wd_hash_free(&streams[i]);
-	if (r == 0)
-		log_debug("fetched %zu weights (%llu bytes) of %s together", n,
-			  (unsigned long long)total, wd_source_name(src));
+	if (r == 0) {
+		wd_remote_counters(wd_source_remote(first), &after);
+		log_debug("fetched %zu weights (%llu bytes) of %s together, in about %llu "
+			  "request(s)",
+			  n, (unsigned long long)total, wd_source_name(first),
+			  (unsigned long long)(after.requests - before.requests));
+	}
 	return r;
 }
 

@@ -344,7 +344,7 @@ static void apply_daemon_keys(struct reload_job *j, struct daemon *d, const stru
 			break;
 		}
 	}
-	fill_remote_set(cur->remote_concurrency, cur->remote_chunk_bytes);
+	fill_remote_set(cur->remote_concurrency, cur->remote_chunk_bytes, cur->remote_gap_bytes);
 	if (cache_limits) {
 		uint64_t evicted;
 
