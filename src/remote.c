@@ -643,8 +643,15 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 		p->body[p->body_len] = '\0';
 		return n;
 	}
-	if (p->stat)
-		return 0; /* the headers are what was wanted */
+	if (p->stat) {
+		/* the headers are what was wanted, and the object's first bytes when asked for */
+		size_t take = p->buf && p->got < p->len ? (size_t)(p->len - p->got) : 0;
+		if (take > n)
+			take = n;
+		memcpy(p->buf + p->got, data, take);
+		p->got += take;
+		return take == n ? n : 0;
+	}
 	if (p->obj->etag[0] && p->ans.etag[0] && strcmp(p->obj->etag, p->ans.etag) != 0) {
 		piece_fail(p, WEIGHTD_E_SOURCE_CHANGED, "the object changed: ETag %s, pinned %s",
 			   p->ans.etag, p->obj->etag);
@@ -684,11 +691,14 @@ static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_er
 	curl_easy_reset(h);
 	curl_slist_free_all(p->headers);
 	p->headers = NULL;
-	if (p->stat)
-		snprintf(range, sizeof(range), "Range: bytes=0-0");
-	else
+	if (p->stat) {
+		p->got = 0; /* a pin asks from the start every time */
+		snprintf(range, sizeof(range), "Range: bytes=0-%llu",
+			 (unsigned long long)(p->len ? p->len - 1 : 0));
+	} else {
 		snprintf(range, sizeof(range), "Range: bytes=%llu-%llu", (unsigned long long)from,
 			 (unsigned long long)to);
+	}
 	p->headers = curl_slist_append(p->headers, range);
 	if (!p->stat && p->obj->etag[0] && p->headers) {
 		snprintf(ifmatch, sizeof(ifmatch), "If-Match: %s", p->obj->etag);
@@ -1011,8 +1021,7 @@ out:
 			slot_give();
 		}
 		pieces[i].h = NULL;
-		if (!pieces[i].stat)
-			atomic_fetch_add(&r->bytes, pieces[i].got);
+		atomic_fetch_add(&r->bytes, pieces[i].got);
 		curl_slist_free_all(pieces[i].headers);
 		pieces[i].headers = NULL;
 	}
@@ -1030,6 +1039,12 @@ out:
 
 int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_object *ret,
 		   weightd_error *err)
+{
+	return wd_remote_stat_prefix(r, name, NULL, 0, NULL, ret, err);
+}
+
+int wd_remote_stat_prefix(struct wd_remote *r, const char *name, void *buf, size_t cap,
+			  size_t *ret_got, struct wd_remote_object *ret, weightd_error *err)
 {
 	struct wd_remote_object o = { 0 };
 	struct piece p = { 0 };
@@ -1065,7 +1080,8 @@ int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_objec
 	snprintf(shown_base, sizeof(shown_base), "%s", r->shown);
 	snprintf(o.shown, sizeof(o.shown), "%s%s", shown_base, name ? name : "");
 	p.obj = &o;
-	p.len = 1;
+	p.len = buf && cap ? cap : 1;
+	p.buf = buf && cap ? buf : NULL;
 	p.stat = true;
 	rc = run_pieces(r, &p, 1, &(struct run){ .conc = 1 }, err);
 	if (rc < 0) {
@@ -1089,8 +1105,17 @@ int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_objec
 		}
 		o.size = (uint64_t)cl;
 	}
+	if (p.buf && p.ans.status == 206 && p.ans.range_start != 0) {
+		rc = wd_error_set(err, WEIGHTD_E_IO,
+				  "GET %s: the server did not answer the range asked for",
+				  o.shown);
+		wd_remote_object_clear(&o);
+		return rc;
+	}
 	memcpy(o.etag, p.ans.etag, sizeof(o.etag));
 	memcpy(o.version, p.ans.version, sizeof(o.version));
+	if (ret_got)
+		*ret_got = p.buf ? (size_t)(p.got < o.size ? p.got : o.size) : 0;
 	*ret = o;
 	return 0;
 }

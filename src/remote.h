@@ -127,6 +127,14 @@ void wd_remote_counters(const struct wd_remote *r, struct wd_remote_counters *re
 int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_object *ret,
 		   weightd_error *err);
 void wd_remote_object_clear(struct wd_remote_object *o);
+/*
+ * wd_remote_stat that also keeps the object's first bytes: it asks for [0, cap) instead of
+ * [0, 1), and what came (min(cap, size) bytes) is in buf, their count in *ret_got. One request
+ * where a pin and a read of a header would take two (or three: a safetensors header's length,
+ * then the header).
+ */
+int wd_remote_stat_prefix(struct wd_remote *r, const char *name, void *buf, size_t cap,
+			  size_t *ret_got, struct wd_remote_object *ret, weightd_error *err);
 
 /*
  * Read [off, off + len) of a pinned object into buf: all of it, or an error
