@@ -387,7 +387,10 @@ static void job_start(struct cache *c, struct job *j)
  */
 #define BATCH_SMALL (1u << 20)        /* a weight of at most this many bytes joins a batch */
 #define BATCH_MAX_BYTES (16u << 20)
-#define BATCH_MAX_JOBS FILL_RUN_MAX   /* one run at most (batch_work's arrays are on its stack) */
+#define BATCH_MAX_JOBS FILL_RUN_MAX   /* one run at most */
+/* A remote object's small weights: more a batch, so that its coalesced requests are fewer and
+ * larger, and spread over more shards at once (batch_work's arrays are on its stack) */
+#define BATCH_MAX_REMOTE_JOBS FILL_REMOTE_RUN_MAX
 
 struct batch {
 	struct pool_task task;       /* first: the pool hands back this pointer */
@@ -413,8 +416,8 @@ static size_t batch_run_done(struct job **jobs, size_t i, size_t k, uint64_t t0)
  * together. */
 static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 {
-	struct job *jobs[BATCH_MAX_JOBS], *j;
-	struct fill_part parts[BATCH_MAX_JOBS];
+	struct job *jobs[BATCH_MAX_REMOTE_JOBS], *j;
+	struct fill_part parts[BATCH_MAX_REMOTE_JOBS];
 	size_t n = 0;
 
 	STAILQ_FOREACH(j, &((struct batch *)t)->jobs, batch_link) {
@@ -473,6 +476,16 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 	}
 }
 
+/* Is j a stored weight of a remote checkpoint (what fill_remote_run fetches)? */
+static bool job_is_remote(const struct job *j)
+{
+	const struct wd_source *src;
+	uint32_t file;
+	uint64_t off;
+
+	return wd_plan_file_range(j->plan, &src, &file, &off) && wd_source_is_remote(src);
+}
+
 /* Main thread: each job of a finished (or cancelled) batch, then the batch. */
 static void batch_done(struct pool_task *t)
 {
@@ -503,10 +516,11 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	struct job *j = TAILQ_FIRST(list), *next;
 	struct batch *b = NULL;
 	uint64_t bytes;
-	size_t n = 1;
+	size_t n = 1, max;
 
 	if (!j)
 		return false;
+	max = job_is_remote(j) ? BATCH_MAX_REMOTE_JOBS : BATCH_MAX_JOBS;
 	bytes = j->nbytes;
 	TAILQ_REMOVE(list, j, queue_link);
 	next = TAILQ_FIRST(list);
@@ -520,7 +534,7 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	j->submitted = &b->task;
 	STAILQ_INIT(&b->jobs);
 	STAILQ_INSERT_TAIL(&b->jobs, j, batch_link);
-	while ((next = TAILQ_FIRST(list)) && next->nbytes <= BATCH_SMALL && n < BATCH_MAX_JOBS &&
+	while ((next = TAILQ_FIRST(list)) && next->nbytes <= BATCH_SMALL && n < max &&
 	       bytes + next->nbytes <= BATCH_MAX_BYTES && next->task.owner == j->task.owner) {
 		TAILQ_REMOVE(list, next, queue_link);
 		next->fd = sg->seg.fd;

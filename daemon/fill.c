@@ -475,7 +475,7 @@ size_t fill_remote_run_length(const struct fill_part *parts, size_t n)
 
 	if (!n || !remote_part(&parts[0], &src, &file, &off))
 		return 0;
-	while (k < n && k < FILL_RUN_MAX && remote_part(&parts[k], &s2, &file, &off) &&
+	while (k < n && k < FILL_REMOTE_RUN_MAX && remote_part(&parts[k], &s2, &file, &off) &&
 	       wd_source_remote(s2) == wd_source_remote(src))
 		k++;
 	return k;
@@ -484,9 +484,9 @@ size_t fill_remote_run_length(const struct fill_part *parts, size_t n)
 int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, size_t n,
 		    struct wd_scratch *scratch, weightd_error *err)
 {
-	struct wd_remote_range ranges[FILL_RUN_MAX];
-	struct wd_hash streams[FILL_RUN_MAX] = { { 0 } };
-	struct remote_run rr = { { pool, scratch }, parts, streams, fd };
+	struct wd_remote_range *ranges = NULL;
+	struct wd_hash *streams = NULL;
+	struct remote_run rr = { { pool, scratch }, parts, NULL, fd };
 	struct wd_remote_fetch_opts fo = {
 		.concurrency = __atomic_load_n(&remote_conc, __ATOMIC_RELAXED),
 		.chunk = __atomic_load_n(&remote_chunk, __ATOMIC_RELAXED),
@@ -503,12 +503,22 @@ int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, si
 	uint64_t off, total = 0;
 	int r;
 
-	if (n > FILL_RUN_MAX || !scratch)
+	if (n > FILL_REMOTE_RUN_MAX || !n || !scratch)
 		return wd_error_set(err, WEIGHTD_E_INTERNAL, "a remote run of %zu weights", n);
+	ranges = calloc(n, sizeof(*ranges));
+	streams = calloc(n, sizeof(*streams));
+	rr.streams = streams;
+	if (!ranges || !streams) {
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				 "no memory for a remote run of %zu weights", n);
+		goto out;
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (!remote_part(&parts[i], &src, &file, &off) ||
-		    (first && wd_source_remote(src) != wd_source_remote(first)))
-			return wd_error_set(err, WEIGHTD_E_INTERNAL, "not a run of remote ranges");
+		    (first && wd_source_remote(src) != wd_source_remote(first))) {
+			r = wd_error_set(err, WEIGHTD_E_INTERNAL, "not a run of remote ranges");
+			goto out;
+		}
 		if (!first)
 			first = src;
 		ranges[i] = (struct wd_remote_range){ .off = off,
@@ -529,6 +539,9 @@ int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, si
 			  n, (unsigned long long)total, wd_source_name(first),
 			  (unsigned long long)(after.requests - before.requests));
 	}
+out:
+	free(streams);
+	free(ranges);
 	return r;
 }
 

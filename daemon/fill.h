@@ -52,8 +52,10 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
  */
 void fill_remote_set(unsigned concurrency, uint64_t chunk, uint64_t gap);
 
-/* The most weights in one run (fill_run). */
-#define FILL_RUN_MAX 256
+/* The most weights in one run (fill_run), and in one remote run (fill_remote_run: a request
+ * carries many, so more of them make fewer and larger requests). */
+#define FILL_RUN_MAX	    256
+#define FILL_REMOTE_RUN_MAX 1024
 
 /* One weight of a run: its plan, and where its bytes go (out.base: its offset in the segment). */
 struct fill_part {
@@ -74,7 +76,7 @@ size_t fill_run_length(const struct fill_part *parts, size_t n, size_t cap);
  * How many of parts[0..n) from the first are stored weights of one remote location (each one
  * byte range of an object as it is, wd_plan_file_range over a remote source, of at most
  * WD_DIGEST_CHUNK bytes; any of the location's objects, a checkpoint's shards), at most
- * FILL_RUN_MAX: 0 when parts[0] is not one.
+ * FILL_REMOTE_RUN_MAX: 0 when parts[0] is not one.
  */
 size_t fill_remote_run_length(const struct fill_part *parts, size_t n);
 
