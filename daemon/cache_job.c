@@ -532,6 +532,7 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	}
 	j->fd = sg->seg.fd;
 	j->submitted = &b->task;
+	b->task.waits_on = j->task.waits_on;
 	STAILQ_INIT(&b->jobs);
 	STAILQ_INSERT_TAIL(&b->jobs, j, batch_link);
 	while ((next = TAILQ_FIRST(list)) && next->nbytes <= BATCH_SMALL && n < max &&
@@ -539,6 +540,8 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 		TAILQ_REMOVE(list, next, queue_link);
 		next->fd = sg->seg.fd;
 		next->submitted = &b->task;
+		if (!b->task.waits_on)
+			b->task.waits_on = next->task.waits_on;
 		STAILQ_INSERT_TAIL(&b->jobs, next, batch_link);
 		bytes += next->nbytes;
 		n++;
@@ -720,6 +723,10 @@ void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sour
 	j->task.work = job_work;
 	j->task.done = job_task_done;
 	j->task.owner = owner;
+	/* a job reading a remote checkpoint waits on its store (pool_yield_stalled) */
+	for (size_t i = 0; i < n_sources && !j->task.waits_on; i++)
+		if (sources[i]->src && wd_source_is_remote(sources[i]->src))
+			j->task.waits_on = wd_source_remote(sources[i]->src);
 	j->alg = c->p.digest ? c->p.digest : WD_DIGEST_DEFAULT;
 	sg->n_jobs++;
 	c->temp_used += j->temp;

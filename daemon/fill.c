@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "remote.h"
 #include "source.h"
@@ -206,6 +207,7 @@ static int fill_sequential(struct fill *f, struct wd_scratch *scratch, uint8_t *
 struct remote_yield {
 	struct pool *pool; /* NULL: nothing (tests without a pool) */
 	struct wd_scratch *scratch;
+	const struct wd_remote *waits_on; /* the location that stalls */
 };
 
 struct fill_remote {
@@ -219,16 +221,21 @@ struct fill_remote {
 };
 
 /*
- * stalled: nothing has arrived for a while (a slow or hung server). Serve another owner's task
- * that is due meanwhile, as fill_chunks does between chunks, so that a hung server does not
- * hold this worker from everyone else; the transfers resume after it.
+ * stalled: nothing has arrived for a while (a slow or hung server). Run the next queued task
+ * that does not wait on the same location, of any owner (pool_yield_stalled), so that a hung
+ * server holds this worker from nobody, its own uid's local gets and other stores' included;
+ * the transfers resume after it.
  */
 static void remote_stalled(void *arg)
 {
 	struct remote_yield *y = arg;
+	uint64_t until = wd_clock_ms() + WD_REMOTE_STALL_MS;
 
-	if (y->pool && y->scratch)
-		pool_yield(y->pool, y->scratch);
+	/* tasks queued meanwhile, one after another, for about as long as the stall was noticed
+	 * after (a store that comes back waits that long at most) */
+	while (y->pool && y->scratch && pool_yield_stalled(y->pool, y->scratch, y->waits_on) &&
+	       wd_clock_ms() < until)
+		;
 }
 
 /* range_data: bytes of chunk i just written, in order: hash them while they are in cache. */
@@ -297,7 +304,7 @@ static int fill_from_remote(struct fill *f, const struct wd_source *src, uint32_
 			    uint64_t off, struct wd_scratch *scratch, uint8_t *ret_digest,
 			    uint64_t *ret_bytes_read, weightd_error *err)
 {
-	struct fill_remote fr = { .y = { f->pool, scratch },
+	struct fill_remote fr = { .y = { f->pool, scratch, wd_source_remote(src) },
 				  .fd = f->fd,
 				  .base = f->base,
 				  .nbytes = f->nbytes,
@@ -486,7 +493,7 @@ int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, si
 {
 	struct wd_remote_range *ranges = NULL;
 	struct wd_hash *streams = NULL;
-	struct remote_run rr = { { pool, scratch }, parts, NULL, fd };
+	struct remote_run rr = { { pool, scratch, NULL }, parts, NULL, fd };
 	struct wd_remote_fetch_opts fo = {
 		.concurrency = __atomic_load_n(&remote_conc, __ATOMIC_RELAXED),
 		.chunk = __atomic_load_n(&remote_chunk, __ATOMIC_RELAXED),
@@ -521,6 +528,7 @@ int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, si
 		}
 		if (!first)
 			first = src;
+		rr.y.waits_on = wd_source_remote(src);
 		ranges[i] = (struct wd_remote_range){ .off = off,
 						      .len = parts[i].out.size,
 						      .fd = fd,

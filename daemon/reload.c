@@ -464,7 +464,7 @@ static void reload_start(struct reload *r)
 		r->n_recheck = 0;
 		for (size_t i = 0; i < j->n_names; i++)
 			log_notice("checkpoint %s: reloading its changed files", j->names[i]);
-		pool_submit(r->d->pool, &j->task);
+		pool_detach(r->d->pool, &j->task);
 		return;
 	}
 	j->waiters = r->next;
@@ -474,7 +474,7 @@ static void reload_start(struct reload *r)
 	r->again = false;
 	sd_notify(0, "RELOADING=1");
 	log_notice("reloading %s", r->d->cfg->path);
-	pool_submit(r->d->pool, &j->task);
+	pool_detach(r->d->pool, &j->task);
 }
 
 void reload_recheck(struct reload *r, char *const *names, size_t n)
