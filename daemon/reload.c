@@ -168,6 +168,8 @@ static void remote_snap_hand_on(struct remote_snap *s, size_t n)
 			done->requests += s[i].c.requests;
 			done->retries += s[i].c.retries;
 			done->errors += s[i].c.errors;
+			done->ranges += s[i].c.ranges;
+			done->gap_bytes += s[i].c.gap_bytes;
 		}
 		catalog_source_unref(s[i].cs);
 	}
