@@ -70,6 +70,8 @@ int wd_source_remote_open(struct wd_source *src, const char *url,
  * WD_SOURCE_REMOTE_PREFIX_FILES members of a directory: 32 MiB held at most while admitting. */
 #define WD_SOURCE_REMOTE_PREFIX	      (128u << 10)
 #define WD_SOURCE_REMOTE_PREFIX_FILES 256u
+/* The read-ahead window of a thread's small reads of a remote object (recipes' inputs). */
+#define WD_SOURCE_REMOTE_READAHEAD (1u << 20)
 
 /* Pin members names[0..n) of a remote directory side by side and append them to src->files in
  * order, up to the first that fails (whose error is returned); *ret_added says how many. */

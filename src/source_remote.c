@@ -2,6 +2,7 @@
 /* source_remote.c - a checkpoint source in object storage or on a web server: its objects pinned
  * by ETag, size and version, headers read by range, payload read through the pin. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -486,11 +487,103 @@ int wd_source_remote_check(const struct wd_source *src, uint32_t file, weightd_e
 	return r;
 }
 
+/*
+ * A thread's read-ahead window over one remote object: the last WD_SOURCE_REMOTE_READAHEAD
+ * bytes (or fewer, at the object's end) one request brought. Recipes read their inputs in many
+ * small pieces (a scale tensor here, an expert's weight there, the three parts of a fused
+ * q/k/v), mostly close together in a shard: each piece that falls in the window costs no
+ * request. Keyed by the object's URL, ETag and size (its pin: the same key is the same bytes),
+ * never by a pointer that a reload could reuse. One buffer per thread, made on first use and
+ * freed when the thread ends.
+ */
+struct readahead {
+	char key[WD_REMOTE_ETAG_MAX + 64];
+	char *url_copy;
+	uint64_t off, len;
+	uint8_t *buf;
+};
+
+static pthread_key_t ra_key;
+static pthread_once_t ra_once = PTHREAD_ONCE_INIT;
+
+static void ra_free(void *arg)
+{
+	struct readahead *ra = arg;
+
+	if (ra) {
+		free(ra->buf);
+		free(ra->url_copy);
+		free(ra);
+	}
+}
+
+static void ra_init(void)
+{
+	if (pthread_key_create(&ra_key, ra_free) != 0)
+		ra_key = (pthread_key_t)-1;
+}
+
+static struct readahead *ra_get(void)
+{
+	struct readahead *ra;
+
+	pthread_once(&ra_once, ra_init);
+	if (ra_key == (pthread_key_t)-1)
+		return NULL;
+	ra = pthread_getspecific(ra_key);
+	if (ra)
+		return ra;
+	ra = calloc(1, sizeof(*ra));
+	if (ra)
+		ra->buf = malloc(WD_SOURCE_REMOTE_READAHEAD);
+	if (ra && (!ra->buf || pthread_setspecific(ra_key, ra) != 0)) {
+		ra_free(ra);
+		return NULL;
+	}
+	return ra;
+}
+
+static bool ra_holds(const struct readahead *ra, const struct wd_remote_object *o,
+		     const char *key, uint64_t off, size_t len)
+{
+	return ra->url_copy && ra->len && strcmp(ra->key, key) == 0 &&
+	       strcmp(ra->url_copy, o->url) == 0 && off >= ra->off && len <= ra->len &&
+	       off - ra->off <= ra->len - len;
+}
+
 int wd_source_remote_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len,
 			   uint64_t off, weightd_error *err)
 {
-	int r = wd_remote_read(src->remote, src->files[file].obj, off, buf, len, err);
+	const struct wd_remote_object *o = src->files[file].obj;
+	struct readahead *ra = len < WD_SOURCE_REMOTE_READAHEAD ? ra_get() : NULL;
+	char key[sizeof(ra->key)];
+	uint64_t want;
+	int r;
 
+	if (!ra || off > o->size || len > o->size - off) {
+		r = wd_remote_read(src->remote, o, off, buf, len, err);
+		goto out;
+	}
+	snprintf(key, sizeof(key), "%s/%" PRIu64, o->etag, o->size);
+	if (!ra_holds(ra, o, key, off, len)) {
+		want = o->size - off < WD_SOURCE_REMOTE_READAHEAD ? o->size - off :
+								     WD_SOURCE_REMOTE_READAHEAD;
+		ra->len = 0;
+		if (!ra->url_copy || strcmp(ra->url_copy, o->url) != 0) {
+			free(ra->url_copy);
+			ra->url_copy = strdup(o->url);
+		}
+		r = ra->url_copy ? wd_remote_read(src->remote, o, off, ra->buf, (size_t)want, err) :
+				   wd_remote_read(src->remote, o, off, buf, len, err);
+		if (r || !ra->url_copy)
+			goto out;
+		snprintf(ra->key, sizeof(ra->key), "%s", key);
+		ra->off = off;
+		ra->len = want;
+	}
+	memcpy(buf, ra->buf + (off - ra->off), len);
+	r = 0;
+out:
 	if (r)
 		wd_error_about(err, src->name, NULL);
 	return r;

@@ -311,6 +311,74 @@ static void test_sharded_headers_only(void **state)
 	wd_source_free(s);
 }
 
+/* Requests the fault proxy has seen since its last reset. */
+static long proxy_requests(void)
+{
+	char *body = wd_servers_get(srv.fault, "/__stats");
+	json_t *j = body ? json_loads(body, 0, NULL) : NULL;
+	long n = j ? (long)json_integer_value(json_object_get(j, "requests")) : -1;
+
+	json_decref(j);
+	free(body);
+	return n;
+}
+
+/*
+ * Small reads of a remote object (a recipe's inputs) go through a read-ahead window: a hundred
+ * 1000-byte reads close together take one request, a read past the window one more, a read
+ * back inside that window none, and a read as large as the window goes straight to the server;
+ * every byte is the file's.
+ */
+static void test_small_reads_share_a_request(void **state)
+{
+	struct wd_source_remote_conf rc = http_conf();
+	struct wd_source *s;
+	char url[256], path[4300];
+	uint8_t *want, *got = malloc(WD_SOURCE_REMOTE_READAHEAD);
+	uint32_t file = UINT32_MAX;
+	weightd_error err;
+	FILE *f;
+	long size;
+
+	(void)state;
+	NEED_SERVERS();
+	snprintf(path, sizeof(path), "%s/dir/model-00002-of-00002.safetensors", root);
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	size = ftell(f);
+	assert_true(size > 3 * (long)WD_SOURCE_REMOTE_READAHEAD);
+	want = malloc((size_t)size);
+	fseek(f, 0, SEEK_SET);
+	assert_int_equal(fread(want, 1, (size_t)size, f), (size_t)size);
+	fclose(f);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/dir/", srv.fault);
+	open_ok(url, &rc, &s);
+	for (uint32_t k = 0; k < wd_source_file_count(s); k++)
+		if (strstr(wd_source_file_name(s, k), "00002"))
+			file = k;
+	assert_true(file != UINT32_MAX);
+	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+	wd_error_clear(&err);
+	for (uint64_t off = 4096; off < 4096 + 100 * 1000; off += 1000) {
+		assert_int_equal(wd_source_pread(s, file, got, 1000, off, &err), 0);
+		assert_memory_equal(got, want + off, 1000);
+	}
+	assert_int_equal(proxy_requests(), 1);
+	assert_int_equal(wd_source_pread(s, file, got, 1000, 2u << 20, &err), 0);
+	assert_memory_equal(got, want + (2u << 20), 1000);
+	assert_int_equal(proxy_requests(), 2);
+	assert_int_equal(wd_source_pread(s, file, got, 5000, (2u << 20) + 500, &err), 0);
+	assert_memory_equal(got, want + (2u << 20) + 500, 5000);
+	assert_int_equal(proxy_requests(), 2);
+	assert_int_equal(wd_source_pread(s, file, got, WD_SOURCE_REMOTE_READAHEAD, 100, &err), 0);
+	assert_memory_equal(got, want + 100, WD_SOURCE_REMOTE_READAHEAD);
+	assert_int_equal(proxy_requests(), 3);
+	wd_source_free(s);
+	free(want);
+	free(got);
+}
+
 /* The Hugging Face resolve layout redirects; the bearer-protected path wants the token. */
 static void test_https_redirect_and_token(void **state)
 {
@@ -499,4 +567,5 @@ TEST_MAIN(setup, teardown, cmocka_unit_test(test_http_single), cmocka_unit_test(
 	  cmocka_unit_test(test_sharded_headers_only),
 	  cmocka_unit_test(test_https_redirect_and_token), cmocka_unit_test(test_s3),
 	  cmocka_unit_test(test_gguf), cmocka_unit_test(test_replaced),
-	  cmocka_unit_test(test_query_never_shown), cmocka_unit_test(test_missing_shard))
+	  cmocka_unit_test(test_query_never_shown), cmocka_unit_test(test_missing_shard),
+	  cmocka_unit_test(test_small_reads_share_a_request))
