@@ -619,13 +619,167 @@ static void ds_row(const char *what, int run, const struct sample *s, const stru
 	fflush(stdout);
 }
 
+/* ---- derived weights over the same remote checkpoint ----------------------------------- */
+
+/* {"op":"dequant_block","dtype":"BF16","block":[B,B],"input":src(w),"scale":src(w's scale)} */
+static void json_dq(struct stw_str *j, const struct ds_ckpt *ck, const struct ds_tensor *w)
+{
+	stw_str_addf(j, "{\"op\":\"dequant_block\",\"dtype\":\"BF16\",\"block\":[%llu,%llu],",
+		     (unsigned long long)ck->dims.block, (unsigned long long)ck->dims.block);
+	stw_str_addf(j, "\"input\":{\"op\":\"source\",\"checkpoint\":\"ds\",\"tensor\":");
+	stw_str_json(j, w->name);
+	stw_str_addf(j, "},\"scale\":{\"op\":\"source\",\"checkpoint\":\"ds\",\"tensor\":");
+	stw_str_json(j, ck->t[w->scale].name);
+	stw_str_add(j, "}}", 2);
+}
+
+/* One slot of the derived unit from the JSON recipe in j (emptied after). */
+static int derived_slot(weightd_unit *u, const char *name, const char *dtype, const uint64_t *shape,
+			size_t ndim, struct stw_str *j, weightd_error *err)
+{
+	weightd_recipe *r = NULL;
+	int rc = weightd_recipe_from_json(j->p, j->len, &r, err);
+
+	if (rc >= 0)
+		rc = weightd_unit_slot(u, name, dtype, shape, ndim, NULL, err);
+	if (rc >= 0)
+		rc = weightd_unit_set_recipe(u, name, r, err);
+	weightd_recipe_free(r);
+	j->len = 0;
+	return rc;
+}
+
+/*
+ * The derived unit of a BF16 engine at tensor-parallel rank 0 of 2 over `layers` MoE layers:
+ * every expert's weight dequantized (FP8 block scales), the fused q/k down-projection (the
+ * dequantized q_a_proj and kv_a_proj_with_mqa concatenated), o_proj dequantized and sharded by
+ * rows, the norms cast to F32. *ret_needed: the checkpoint bytes its recipes read.
+ */
+static int derived_unit(weightd_client *c, const struct ds_ckpt *ck, int layers, weightd_unit **ret,
+			uint64_t *ret_needed, weightd_error *err)
+{
+	struct stw_str j = { 0 };
+	weightd_unit *u = NULL;
+	uint64_t needed = 0;
+	int rc = weightd_unit_new(c, &u, err);
+
+	for (size_t i = 0; rc >= 0 && i < ck->n; i++) {
+		const struct ds_tensor *t = &ck->t[i];
+		char slot[128];
+		int L = -1;
+
+		if (sscanf(t->name, "model.layers.%d.", &L) != 1 || L < DS_DENSE_LAYERS ||
+		    L >= DS_DENSE_LAYERS + layers)
+			continue;
+		if (t->kind == DS_FP8 && strstr(t->name, ".mlp.experts.")) {
+			json_dq(&j, ck, t);
+			snprintf(slot, sizeof(slot), "dq.%s", t->name);
+			rc = derived_slot(u, slot, "BF16", t->shape, 2, &j, err);
+			needed += t->nbytes + ck->t[t->scale].nbytes;
+		} else if (t->kind == DS_FP8 && strstr(t->name, "self_attn.q_a_proj.")) {
+			char kv[96];
+			long k;
+			snprintf(kv, sizeof(kv), "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", L);
+			k = ds_find(ck, kv);
+			if (k < 0)
+				return -1;
+			stw_str_addf(&j, "{\"op\":\"concat\",\"axis\":0,\"inputs\":[");
+			json_dq(&j, ck, t);
+			stw_str_add(&j, ",", 1);
+			json_dq(&j, ck, &ck->t[k]);
+			stw_str_add(&j, "]}", 2);
+			snprintf(slot, sizeof(slot), "qkv_a.%d", L);
+			rc = derived_slot(u, slot, "BF16",
+					  (uint64_t[]){ t->shape[0] + ck->t[k].shape[0], t->shape[1] },
+					  2, &j, err);
+			needed += t->nbytes + ck->t[t->scale].nbytes + ck->t[k].nbytes +
+				  ck->t[ck->t[k].scale].nbytes;
+		} else if (t->kind == DS_FP8 && strstr(t->name, "self_attn.o_proj.")) {
+			stw_str_addf(&j, "{\"op\":\"select\",\"select\":{\"shard\":[0,0,2]},\"input\":");
+			json_dq(&j, ck, t);
+			stw_str_add(&j, "}", 1);
+			snprintf(slot, sizeof(slot), "o_proj.%d", L);
+			rc = derived_slot(u, slot, "BF16",
+					  (uint64_t[]){ t->shape[0] / 2, t->shape[1] }, 2, &j, err);
+			needed += (t->nbytes + ck->t[t->scale].nbytes) / 2;
+		} else if (t->kind == DS_BF16 && t->ndim == 1) {
+			stw_str_addf(&j, "{\"op\":\"cast\",\"dtype\":\"F32\",\"input\":{\"op\":"
+					 "\"source\",\"checkpoint\":\"ds\",\"tensor\":");
+			stw_str_json(&j, t->name);
+			stw_str_add(&j, "}}", 2);
+			snprintf(slot, sizeof(slot), "f32.%s", t->name);
+			rc = derived_slot(u, slot, "F32", t->shape, 1, &j, err);
+			needed += t->nbytes;
+		}
+	}
+	free(j.p);
+	*ret = u;
+	*ret_needed = needed;
+	return rc;
+}
+
+/*
+ * The derived row: a daemon started cold over the HTTPS checkpoint and admitted; then, timed,
+ * the derived unit submitted, made and bound. The rate is of the checkpoint bytes its recipes
+ * need, beside curl's rate over the files.
+ */
+static int ds_derived(struct bench *b, const struct ds_ckpt *ck, const char *section, int layers,
+		      struct sample *ret, uint64_t *ret_requests)
+{
+	const struct harness_opts o = { .file_log_level = true, .no_settle = true };
+	char extra[256];
+	weightd_client *c = NULL;
+	weightd_description *d = NULL;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	uint64_t req0 = 0, req1 = 0, by, needed = 0;
+	double t0, until;
+	int r;
+
+	harness_make_cold(&b->h);
+	snprintf(extra, sizeof(extra), "budget = %lluM\nlog_level = notice\nworkers = 0\n",
+		 (unsigned long long)(ck->bytes * 3 >> 20) + 256);
+	if (harness_write_config(&b->h, extra, section) < 0 || harness_start_opts(&b->h, &o) < 0)
+		return -1;
+	r = weightd_connect(b->h.sock, "bench_remote", &c, &err);
+	for (until = bench_now() + 600; r == 0;) {
+		r = weightd_describe(c, "ds", &d, &err);
+		if (r == 0 || bench_now() > until)
+			break;
+		usleep(2000);
+		r = 0;
+	}
+	if (r == 0)
+		r = ds_traffic(c, &req0, &by);
+	t0 = bench_now();
+	if (r == 0)
+		r = derived_unit(c, ck, layers, &u, &needed, &err);
+	if (r >= 0)
+		r = bench_unit_bind(u, &err);
+	ret->s = bench_now() - t0;
+	ret->cpu = (double)harness_cpu_ticks(b->h.pid) / (double)sysconf(_SC_CLK_TCK);
+	ret->bytes = needed;
+	if (r >= 0)
+		r = ds_traffic(c, &req1, &by);
+	if (r < 0)
+		fprintf(stderr, "bench_remote: derived unit: %s\n", err.message);
+	*ret_requests = req1 - req0;
+	weightd_unit_free(u);
+	weightd_description_free(d);
+	weightd_close(c);
+	harness_stop(&b->h);
+	harness_make_cold(&b->h);
+	return r < 0 ? -1 : 0;
+}
+
 /*
  * The many-tensor row: the DeepSeek-shaped checkpoint over HTTPS from nginx, bound cold as one
  * unit, beside curl fetching the same files whole, 8 at a time, into /dev/shm; then once from
  * s3rver behind the SigV4 proxy. Targets: >= 0.8x curl's rate, <= 4 requests a shard. 0 when
  * met, 1 when missed, -1 when a run failed.
  */
-static int ds_bench(struct bench *b, const struct ds_ckpt *ck, int runs, bool s3)
+static int ds_bench(struct bench *b, const struct ds_ckpt *ck, int runs, int derived_layers,
+		    bool s3)
 {
 	static struct sample wd[MAX_RUNS], ref[MAX_RUNS];
 	struct ds_count cnt[MAX_RUNS], c3;
@@ -673,6 +827,32 @@ static int ds_bench(struct bench *b, const struct ds_ckpt *ck, int runs, bool s3
 	       mr.s, mbps(&mr), cpu_per_gib(&mr), rr);
 	if (rr < 0.8 || bench_median(per_shard, runs) > 4)
 		rc = 1;
+	if (derived_layers > 0) {
+		static struct sample dv[MAX_RUNS];
+		double dratio[MAX_RUNS];
+		uint64_t dreq = 0;
+
+		printf("derived unit over the same HTTPS checkpoint, %d MoE layers (every expert "
+		       "dequantized to BF16, fused q/k down-projection, o_proj sharded 2 ways, norms "
+		       "cast to F32), timed from its submit on an admitted cold daemon, at the rate of "
+		       "the bytes its recipes read:\n",
+		       derived_layers);
+		for (int r = 0; r < runs; r++) {
+			if (ds_derived(b, ck, section, derived_layers, &dv[r], &dreq) < 0) {
+				rc = -1;
+				goto out;
+			}
+			printf("%4d  %-8s %9.3f s %9.0f MB/s   %llu requests for %llu bytes\n", r + 1,
+			       "derived", dv[r].s, mbps(&dv[r]), (unsigned long long)dreq,
+			       (unsigned long long)dv[r].bytes);
+			dratio[r] = mbps(&dv[r]) / mbps(&ref[r]);
+		}
+		printf("  derived/curl rate %.2fx (median of the runs' ratios against the curl runs "
+		       "above; target >= 0.7x)\n",
+		       bench_median(dratio, runs));
+		if (bench_median(dratio, runs) < 0.7)
+			rc = rc < 0 ? rc : 1;
+	}
 	{
 		/* the floor: the same files read locally (from the page cache), once */
 		struct sample wl;
@@ -715,7 +895,7 @@ int main(int argc, char **argv)
 	static struct sample wd[MAX_RUNS], raw[MAX_RUNS], copied[MAX_RUNS];
 	struct bench b = { .ready = false, .conc = 16, .chunk = 16u << 20 };
 	unsigned long long size = 2ull << 30, tensor_bytes = 64u << 20, v;
-	int runs = 5, shards = 4, rc = 1, ds_runs = 3, ds_rc = 0;
+	int runs = 5, shards = 4, rc = 1, ds_runs = 3, ds_rc = 0, ds_derived_layers = 8;
 	unsigned ds_div = 128;
 	const char *base = "/var/tmp";
 	bool s3 = true, ds_on = true, ds_only = false;
@@ -754,6 +934,9 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--ds-runs") == 0 && i + 1 < argc &&
 			 atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= MAX_RUNS)
 			ds_runs = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--ds-derived-layers") == 0 && i + 1 < argc &&
+			 atoi(argv[i + 1]) >= 0 && atoi(argv[i + 1]) <= 59)
+			ds_derived_layers = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--no-ds") == 0)
 			ds_on = false;
 		else if (strcmp(argv[i], "--ds-only") == 0)
@@ -762,7 +945,8 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: bench_remote [--size BYTES] [--shards N] [--runs N<=%d] "
 				"[--concurrency N] [--chunk BYTES] [--tensor-bytes BYTES] [--dir DIR] "
-				"[--no-s3] [--ds-scale 32|64|128] [--ds-runs N] [--no-ds | --ds-only]\n",
+				"[--no-s3] [--ds-scale 32|64|128] [--ds-runs N] [--ds-derived-layers N] "
+				"[--no-ds | --ds-only]\n",
 				MAX_RUNS);
 			return 2;
 		}
@@ -859,7 +1043,7 @@ int main(int argc, char **argv)
 	}
 ds:
 	if (ds_on || ds_only) {
-		ds_rc = ds_bench(&b, &ck, ds_runs, s3);
+		ds_rc = ds_bench(&b, &ck, ds_runs, ds_derived_layers, s3);
 		if (ds_rc != 0)
 			rc = 1;
 	}
