@@ -7,6 +7,8 @@
  *
  *     tests/bench/bench_remote [--size BYTES] [--shards N] [--runs N] [--concurrency N]
  *                              [--chunk BYTES] [--tensor-bytes BYTES] [--dir DIR] [--no-s3]
+ *                              [--ds-scale 32|64|128] [--ds-runs N] [--ds-derived-layers N]
+ *                              [--no-ds | --ds-only]
  *
  * Defaults: 2G in 4 shards of tensors of at most 64M, 5 runs, 16 connections of 16M ranges, a
  * temporary directory under /var/tmp (removed at the end with every segment the runs made).
@@ -30,6 +32,15 @@
  *
  * Printed: each run's seconds, MB/s and CPU s/GiB, then medians, and the medians of the runs'
  * ratios beside their targets (weightd >= 0.9x raw; weightd >= 1.5x faster than copy).
+ *
+ * Then the many-tensor part (unless --no-ds): DeepSeek-V3's tensor table (tests/common/deepseek.c)
+ * with its large dimensions divided by --ds-scale (32: 648 MiB; 128, the default: 45 MB), served
+ * by nginx over HTTPS. Each of --ds-runs runs (default 3): weightd started cold, every tensor
+ * bound as one unit (every byte compared in the first run), its requests for admission and for
+ * the tensors from its status; curl fetching the same files whole, 8 at a time, into /dev/shm.
+ * Targets: >= 0.8x curl's rate, <= 4 requests per shard. Then a derived unit over
+ * --ds-derived-layers MoE layers (default 8; 0: none) beside curl's rate (target >= 0.7x), the
+ * local floor once, and s3rver's request count once.
  */
 #include <curl/curl.h>
 #include <dirent.h>
