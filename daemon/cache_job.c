@@ -443,8 +443,14 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 			}
 			if (err.code == WEIGHTD_E_SOURCE_CHANGED || err.code == WEIGHTD_E_CANCELLED) {
 				/* nothing of an object replaced mid-way is served, nor fetched again */
-				for (; k; k--, i++)
+				for (; k; k--, i++) {
 					job_fail(jobs[i], -err.code, &err);
+					if (jobs[i]->nbytes) /* what landed of it goes back */
+						fallocate(jobs[i]->fd,
+							  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+							  (off_t)jobs[i]->offset,
+							  (off_t)jobs[i]->nbytes);
+				}
 				continue;
 			}
 			log_debug("%zu weights fetched together failed; fetching them one by one "

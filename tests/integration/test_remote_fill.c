@@ -21,6 +21,25 @@ static struct wd_servers srv;
 static char root[4096], skip_why[512];
 static bool have_servers;
 
+/* many.safetensors: 64 small tensors t0..t63 (a shard's worth of tiny ones). */
+static int write_many(void)
+{
+	struct stw_tensor ts[64];
+	char path[4200], names[64][8];
+
+	memset(ts, 0, sizeof(ts));
+	for (int i = 0; i < 64; i++) {
+		snprintf(names[i], sizeof(names[i]), "t%d", i);
+		ts[i].name = names[i];
+		ts[i].dtype = "U8";
+		ts[i].ndim = 1;
+		ts[i].shape[0] = 3000;
+		ts[i].seed = (uint32_t)(100 + i);
+	}
+	snprintf(path, sizeof(path), "%s/many.safetensors", root);
+	return stw_write(path, ts, 64, NULL, 0, NULL);
+}
+
 static int setup(void **state)
 {
 	const struct stw_tensor ts[] = {
@@ -33,7 +52,7 @@ static int setup(void **state)
 	if (stw_tmpdir(root, sizeof(root)))
 		return -1;
 	snprintf(path, sizeof(path), "%s/m.safetensors", root);
-	if (stw_write(path, ts, 2, NULL, 0, NULL) < 0)
+	if (stw_write(path, ts, 2, NULL, 0, NULL) < 0 || write_many() < 0)
 		return -1;
 	have_servers = wd_servers_start(root, false, &srv, skip_why, sizeof(skip_why)) == 0;
 	return 0;
@@ -84,8 +103,9 @@ static void start_daemon(const char *extra)
 	snprintf(sections, sizeof(sections),
 		 "[checkpoint:r]\npath = http://127.0.0.1:%d/m.safetensors\nallow_http = yes\n\n"
 		 "[checkpoint:local]\npath = %s/m.safetensors\n\n"
-		 "[checkpoint:other]\npath = http://127.0.0.1:%d/m.safetensors\nallow_http = yes\n",
-		 srv.fault, root, srv.http);
+		 "[checkpoint:other]\npath = http://127.0.0.1:%d/m.safetensors\nallow_http = yes\n\n"
+		 "[checkpoint:many]\npath = http://127.0.0.1:%d/many.safetensors\nallow_http = yes\n",
+		 srv.fault, root, srv.http, srv.fault);
 	assert_int_equal(harness_init(&H), 0);
 	it_start(&H, extra, sections);
 }
@@ -94,11 +114,11 @@ static void start_daemon(const char *extra)
  * after READY). */
 static void wait_admitted(weightd_client *c)
 {
-	static const char *const names[] = { "r", "other" };
+	static const char *const names[] = { "r", "other", "many" };
 	weightd_description *d = NULL;
 	weightd_error err;
 
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		int64_t until = it_now_ms() + 30000;
 
 		while (weightd_describe(c, names[i], &d, &err) != 0) {
@@ -254,6 +274,44 @@ static void test_a_hung_store_holds_no_worker(void **state)
 	harness_cleanup(&H);
 }
 
+/*
+ * A unit of 64 small tensors of one object, fetched as a few coalesced requests of 64 KiB: when
+ * the object is replaced between two of them, the unit fails with source-changed and no weight
+ * of it is made (none is fetched again one by one either).
+ */
+static void test_an_object_replaced_between_coalesced_requests_serves_nothing(void **state)
+{
+	weightd_client *c;
+	weightd_unit *u = NULL;
+	weightd_status *st;
+	weightd_error err;
+	int requests;
+
+	(void)state;
+	NEED_SERVERS();
+	start_daemon("remote_chunk = 64K\n");
+	c = it_connect(&H);
+	wait_admitted(c);
+	ctl("reset=1");
+	ctl("fault=swap&path=/many.safetensors&after=2");
+	memset(&err, 0, sizeof(err));
+	assert_true(it_unit_of_numbered(c, "many", "t", 64, true, &u, &err) < 0);
+	assert_null(u);
+	assert_int_equal(err.code, WEIGHTD_E_SOURCE_CHANGED);
+	requests = proxy_requests();
+	printf("%d requests for 64 tensors of 3000 bytes; %s\n", requests, err.message);
+	/* 192 KB in 64 KiB requests: 4 at most, none of them again per tensor */
+	assert_true(requests >= 2 && requests <= 4);
+	st = it_status(c);
+	assert_int_equal(st->weights, 0);
+	weightd_status_free(st);
+	ctl("reset=1");
+	weightd_close(c);
+	harness_cleanup(&H);
+	assert_int_equal(write_many(), 0);
+}
+
 TEST_MAIN(setup, teardown, cmocka_unit_test(test_a_weight_arrives_in_parallel_ranges),
 	  cmocka_unit_test(test_sigterm_ends_a_stalled_fill),
-	  cmocka_unit_test(test_a_hung_store_holds_no_worker))
+	  cmocka_unit_test(test_a_hung_store_holds_no_worker),
+	  cmocka_unit_test(test_an_object_replaced_between_coalesced_requests_serves_nothing))
