@@ -648,8 +648,10 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 		size_t take = p->buf && p->got < p->len ? (size_t)(p->len - p->got) : 0;
 		if (take > n)
 			take = n;
-		memcpy(p->buf + p->got, data, take);
-		p->got += take;
+		if (take) {
+			memcpy(p->buf + p->got, data, take);
+			p->got += take;
+		}
 		return take == n ? n : 0;
 	}
 	if (p->obj->etag[0] && p->ans.etag[0] && strcmp(p->obj->etag, p->ans.etag) != 0) {

@@ -1029,6 +1029,7 @@ static void one_fetch_reads_several_objects(void **state)
 	struct wd_remote_range rg[4];
 	struct co_seen c = { 0 };
 	weightd_error err;
+	json_t *st;
 
 	(void)state;
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", port_fault);
@@ -1051,7 +1052,9 @@ static void one_fetch_reads_several_objects(void **state)
 									 .arg = &c },
 					 &err),
 			 0);
-	assert_int_equal(json_integer_value(json_object_get(stats(port_fault), "requests")), 2);
+	st = stats(port_fault);
+	assert_int_equal(json_integer_value(json_object_get(st, "requests")), 2);
+	json_decref(st);
 	for (int i = 0; i < 4; i++) {
 		assert_int_equal(c.done[i], 1);
 		assert_true(c.whole[i]); /* swap.bin holds a.bin's bytes */
