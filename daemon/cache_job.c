@@ -388,7 +388,10 @@ static void job_start(struct cache *c, struct job *j)
  */
 #define BATCH_SMALL (1u << 20)        /* a weight of at most this many bytes joins a batch */
 #define BATCH_MAX_BYTES (16u << 20)
-#define BATCH_MAX_JOBS FILL_RUN_MAX   /* one run at most (batch_work's arrays are on its stack) */
+#define BATCH_MAX_JOBS FILL_RUN_MAX   /* one run at most */
+/* A remote object's small weights: more a batch, so that its coalesced requests are fewer and
+ * larger, and spread over more shards at once (batch_work's arrays are on its stack) */
+#define BATCH_MAX_REMOTE_JOBS FILL_REMOTE_RUN_MAX
 
 struct batch {
 	struct pool_task task;       /* first: the pool hands back this pointer */
@@ -414,8 +417,8 @@ static size_t batch_run_done(struct job **jobs, size_t i, size_t k, uint64_t t0)
  * together. */
 static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 {
-	struct job *jobs[BATCH_MAX_JOBS], *j;
-	struct fill_part parts[BATCH_MAX_JOBS];
+	struct job *jobs[BATCH_MAX_REMOTE_JOBS], *j;
+	struct fill_part parts[BATCH_MAX_REMOTE_JOBS];
 	size_t n = 0;
 
 	STAILQ_FOREACH(j, &((struct batch *)t)->jobs, batch_link) {
@@ -437,6 +440,18 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 			if (fill_remote_run(jobs[i]->cache->p.pool, jobs[i]->fd, parts + i, k,
 					    scratch, &err) == 0) {
 				i = batch_run_done(jobs, i, k, t0);
+				continue;
+			}
+			if (err.code == WEIGHTD_E_SOURCE_CHANGED || err.code == WEIGHTD_E_CANCELLED) {
+				/* nothing of an object replaced mid-way is served, nor fetched again */
+				for (; k; k--, i++) {
+					job_fail(jobs[i], -err.code, &err);
+					if (jobs[i]->nbytes) /* what landed of it goes back */
+						fallocate(jobs[i]->fd,
+							  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+							  (off_t)jobs[i]->offset,
+							  (off_t)jobs[i]->nbytes);
+				}
 				continue;
 			}
 			log_debug("%zu weights fetched together failed; fetching them one by one "
@@ -466,6 +481,16 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 		for (; k; k--, i++)
 			job_work(&jobs[i]->task, scratch);
 	}
+}
+
+/* Is j a stored weight of a remote checkpoint (what fill_remote_run fetches)? */
+static bool job_is_remote(const struct job *j)
+{
+	const struct wd_source *src;
+	uint32_t file;
+	uint64_t off;
+
+	return wd_plan_file_range(j->plan, &src, &file, &off) && wd_source_is_remote(src);
 }
 
 /* Main thread: each job of a finished (or cancelled) batch, then the batch. */
@@ -498,10 +523,11 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	struct job *j = TAILQ_FIRST(list), *next;
 	struct batch *b = NULL;
 	uint64_t bytes;
-	size_t n = 1;
+	size_t n = 1, max;
 
 	if (!j)
 		return false;
+	max = job_is_remote(j) ? BATCH_MAX_REMOTE_JOBS : BATCH_MAX_JOBS;
 	bytes = j->nbytes;
 	TAILQ_REMOVE(list, j, queue_link);
 	next = TAILQ_FIRST(list);
@@ -513,13 +539,16 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	}
 	j->fd = sg->seg.fd;
 	j->submitted = &b->task;
+	b->task.waits_on = j->task.waits_on;
 	STAILQ_INIT(&b->jobs);
 	STAILQ_INSERT_TAIL(&b->jobs, j, batch_link);
-	while ((next = TAILQ_FIRST(list)) && next->nbytes <= BATCH_SMALL && n < BATCH_MAX_JOBS &&
+	while ((next = TAILQ_FIRST(list)) && next->nbytes <= BATCH_SMALL && n < max &&
 	       bytes + next->nbytes <= BATCH_MAX_BYTES && next->task.owner == j->task.owner) {
 		TAILQ_REMOVE(list, next, queue_link);
 		next->fd = sg->seg.fd;
 		next->submitted = &b->task;
+		if (!b->task.waits_on)
+			b->task.waits_on = next->task.waits_on;
 		STAILQ_INSERT_TAIL(&b->jobs, next, batch_link);
 		bytes += next->nbytes;
 		n++;
@@ -702,6 +731,10 @@ void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sour
 	j->task.work = job_work;
 	j->task.done = job_task_done;
 	j->task.owner = owner;
+	/* a job reading a remote checkpoint waits on its store (pool_yield_stalled) */
+	for (size_t i = 0; i < n_sources && !j->task.waits_on; i++)
+		if (sources[i]->src && wd_source_is_remote(sources[i]->src))
+			j->task.waits_on = wd_source_remote(sources[i]->src);
 	j->alg = c->p.digest ? c->p.digest : WD_DIGEST_DEFAULT;
 	sg->n_jobs++;
 	c->temp_used += j->temp;

@@ -613,4 +613,6 @@ void catalog_remote_counters(const struct csource *cs, struct wd_remote_counters
 	ret->requests += now.requests;
 	ret->retries += now.retries;
 	ret->errors += now.errors;
+	ret->ranges += now.ranges;
+	ret->gap_bytes += now.gap_bytes;
 }

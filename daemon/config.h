@@ -77,6 +77,7 @@ struct config {
 	uint32_t max_idle_segments; /* segments none of whose weights anyone holds (0 = unlimited) */
 	uint32_t remote_concurrency; /* range requests in flight, node-wide (fill_remote_set) */
 	uint64_t remote_chunk_bytes; /* bytes per range request of remote payload */
+	uint64_t remote_gap_bytes;   /* a gap between two wanted ranges one request bridges */
 	/* Limits per uid and per connection against other local users (docs/security.md). */
 	uint32_t max_clients_per_uid;   /* root and the daemon's user are exempt (and have a reserve) */
 	uint32_t client_max_queue_fds;  /* fds queued in one client's replies: past it, its requests

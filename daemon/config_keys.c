@@ -127,6 +127,10 @@ const struct config_key config_keys[] = {
 	{ DAEMON(remote_chunk_bytes), .name = "remote_chunk", .type = CONFIG_T_SIZE,
 	  .min = 64u << 10, .max = 1u << 30, .def = "16M", .reload = CONFIG_LIVE,
 	  .doc = "bytes asked for by one range request of a remote checkpoint's payload" },
+	{ DAEMON(remote_gap_bytes), .name = "remote_gap", .type = CONFIG_T_SIZE,
+	  .min = 0, .max = 1u << 30, .def = "1M", .reload = CONFIG_LIVE,
+	  .doc = "bytes between two wanted ranges of a remote object that one request reads "
+		 "through rather than asking twice" },
 
 	/* [daemon], read at start only */
 	{ DAEMON(digest), .name = "digest", .type = CONFIG_T_DIGEST, .def = "xxh3-128",

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "remote.h"
 #include "source.h"
@@ -23,12 +24,14 @@ struct fill;
 /* remote_concurrency and remote_chunk, as fills read them (atomics: set on the main thread). */
 static unsigned remote_conc = WD_REMOTE_CONCURRENCY_DEFAULT;
 static uint64_t remote_chunk = WD_REMOTE_CHUNK_DEFAULT;
+static uint64_t remote_gap = WD_REMOTE_GAP_DEFAULT;
 
-void fill_remote_set(unsigned concurrency, uint64_t chunk)
+void fill_remote_set(unsigned concurrency, uint64_t chunk, uint64_t gap)
 {
 	wd_remote_set_limit(concurrency);
 	__atomic_store_n(&remote_conc, concurrency, __ATOMIC_RELAXED);
 	__atomic_store_n(&remote_chunk, chunk, __ATOMIC_RELAXED);
+	__atomic_store_n(&remote_gap, gap, __ATOMIC_RELAXED);
 }
 
 struct fill_helper {
@@ -204,6 +207,7 @@ static int fill_sequential(struct fill *f, struct wd_scratch *scratch, uint8_t *
 struct remote_yield {
 	struct pool *pool; /* NULL: nothing (tests without a pool) */
 	struct wd_scratch *scratch;
+	const struct wd_remote *waits_on; /* the location that stalls */
 };
 
 struct fill_remote {
@@ -217,16 +221,21 @@ struct fill_remote {
 };
 
 /*
- * stalled: nothing has arrived for a while (a slow or hung server). Serve another owner's task
- * that is due meanwhile, as fill_chunks does between chunks, so that a hung server does not
- * hold this worker from everyone else; the transfers resume after it.
+ * stalled: nothing has arrived for a while (a slow or hung server). Run the next queued task
+ * that does not wait on the same location, of any owner (pool_yield_stalled), so that a hung
+ * server holds this worker from nobody, its own uid's local gets and other stores' included;
+ * the transfers resume after it.
  */
 static void remote_stalled(void *arg)
 {
 	struct remote_yield *y = arg;
+	uint64_t until = wd_clock_ms() + WD_REMOTE_STALL_MS;
 
-	if (y->pool && y->scratch)
-		pool_yield(y->pool, y->scratch);
+	/* tasks queued meanwhile, one after another, for about as long as the stall was noticed
+	 * after (a store that comes back waits that long at most) */
+	while (y->pool && y->scratch && pool_yield_stalled(y->pool, y->scratch, y->waits_on) &&
+	       wd_clock_ms() < until)
+		;
 }
 
 /* range_data: bytes of chunk i just written, in order: hash them while they are in cache. */
@@ -295,7 +304,7 @@ static int fill_from_remote(struct fill *f, const struct wd_source *src, uint32_
 			    uint64_t off, struct wd_scratch *scratch, uint8_t *ret_digest,
 			    uint64_t *ret_bytes_read, weightd_error *err)
 {
-	struct fill_remote fr = { .y = { f->pool, scratch },
+	struct fill_remote fr = { .y = { f->pool, scratch, wd_source_remote(src) },
 				  .fd = f->fd,
 				  .base = f->base,
 				  .nbytes = f->nbytes,
@@ -394,6 +403,7 @@ struct remote_run {
 	struct remote_yield y;
 	const struct fill_part *parts;
 	struct wd_hash *streams; /* one per weight while it arrives */
+	int fd;
 };
 
 static int run_data(void *arg, size_t i, const void *data, size_t n, weightd_error *err)
@@ -411,6 +421,27 @@ static int run_data(void *arg, size_t i, const void *data, size_t n, weightd_err
 	return 0;
 }
 
+/* Hash what landed at [off, off + len) of fd into h (a weight that several requests wrote). */
+static int hash_back(struct wd_hash *h, int fd, uint64_t off, uint64_t len,
+		     struct wd_scratch *scratch, weightd_error *err)
+{
+	for (uint64_t at = 0; at < len;) {
+		size_t want = len - at < scratch->cap ? (size_t)(len - at) : scratch->cap;
+		ssize_t n = pread(fd, scratch->buf, want, (off_t)(off + at));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return wd_error_set(err, WEIGHTD_E_IO, "reading back shared memory: %s",
+					    n < 0 ? strerror(errno) : "short read");
+		wd_hash_update(h, scratch->buf, (size_t)n);
+		at += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* range_done of a run: weight i is whole in the segment (every request covering it done). A
+ * weight one request read whole was hashed as it arrived; one that straddles two requests got
+ * no range_data (its parts arrive out of order) and is hashed from the segment now. */
 static int run_done(void *arg, size_t i, weightd_error *err)
 {
 	struct remote_run *rr = arg;
@@ -419,9 +450,14 @@ static int run_done(void *arg, size_t i, weightd_error *err)
 	int r;
 
 	if (out->alg != WD_DIGEST_NONE) {
-		if (!h->state && (r = wd_hash_init(h, out->alg)) < 0) /* an empty weight */
-			return wd_error_set(err, r, "cannot start a %s digest",
-					    wd_digest_name(out->alg));
+		if (!h->state) { /* an empty weight, or one that straddles requests */
+			if ((r = wd_hash_init(h, out->alg)) < 0)
+				return wd_error_set(err, r, "cannot start a %s digest",
+						    wd_digest_name(out->alg));
+			if ((r = hash_back(h, rr->fd, out->base, out->size, rr->y.scratch, err)) <
+			    0)
+				return r;
+		}
 		wd_hash_digest(h, out->digest);
 		wd_hash_free(h);
 	}
@@ -440,14 +476,14 @@ static bool remote_part(const struct fill_part *p, const struct wd_source **src,
 size_t fill_remote_run_length(const struct fill_part *parts, size_t n)
 {
 	const struct wd_source *src, *s2;
-	uint32_t file, f2;
+	uint32_t file;
 	uint64_t off;
 	size_t k = 1;
 
 	if (!n || !remote_part(&parts[0], &src, &file, &off))
 		return 0;
-	while (k < n && k < FILL_RUN_MAX && remote_part(&parts[k], &s2, &f2, &off) && s2 == src &&
-	       f2 == file)
+	while (k < n && k < FILL_REMOTE_RUN_MAX && remote_part(&parts[k], &s2, &file, &off) &&
+	       wd_source_remote(s2) == wd_source_remote(src))
 		k++;
 	return k;
 }
@@ -455,39 +491,65 @@ size_t fill_remote_run_length(const struct fill_part *parts, size_t n)
 int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, size_t n,
 		    struct wd_scratch *scratch, weightd_error *err)
 {
-	struct wd_remote_range ranges[FILL_RUN_MAX];
-	struct wd_hash streams[FILL_RUN_MAX] = { { 0 } };
-	struct remote_run rr = { { pool, scratch }, parts, streams };
+	struct wd_remote_range *ranges = NULL;
+	struct wd_hash *streams = NULL;
+	struct remote_run rr = { { pool, scratch, NULL }, parts, NULL, fd };
 	struct wd_remote_fetch_opts fo = {
 		.concurrency = __atomic_load_n(&remote_conc, __ATOMIC_RELAXED),
-		.chunk = WD_DIGEST_CHUNK, /* each weight one request: hashed as it arrives */
+		.chunk = __atomic_load_n(&remote_chunk, __ATOMIC_RELAXED),
+		.coalesce = true,
+		.gap = __atomic_load_n(&remote_gap, __ATOMIC_RELAXED),
 		.range_data = run_data,
 		.range_done = run_done,
 		.stalled = remote_stalled,
 		.arg = &rr,
 	};
-	const struct wd_source *src = NULL;
+	const struct wd_source *src = NULL, *first = NULL;
+	struct wd_remote_counters before, after;
 	uint32_t file = 0;
 	uint64_t off, total = 0;
 	int r;
 
-	if (n > FILL_RUN_MAX)
+	if (n > FILL_REMOTE_RUN_MAX || !n || !scratch)
 		return wd_error_set(err, WEIGHTD_E_INTERNAL, "a remote run of %zu weights", n);
+	ranges = calloc(n, sizeof(*ranges));
+	streams = calloc(n, sizeof(*streams));
+	rr.streams = streams;
+	if (!ranges || !streams) {
+		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				 "no memory for a remote run of %zu weights", n);
+		goto out;
+	}
 	for (size_t i = 0; i < n; i++) {
-		if (!remote_part(&parts[i], &src, &file, &off))
-			return wd_error_set(err, WEIGHTD_E_INTERNAL, "not a run of remote ranges");
-		ranges[i] = (struct wd_remote_range){
-			.off = off, .len = parts[i].out.size, .fd = fd, .fd_off = parts[i].out.base
-		};
+		if (!remote_part(&parts[i], &src, &file, &off) ||
+		    (first && wd_source_remote(src) != wd_source_remote(first))) {
+			r = wd_error_set(err, WEIGHTD_E_INTERNAL, "not a run of remote ranges");
+			goto out;
+		}
+		if (!first)
+			first = src;
+		rr.y.waits_on = wd_source_remote(src);
+		ranges[i] = (struct wd_remote_range){ .off = off,
+						      .len = parts[i].out.size,
+						      .fd = fd,
+						      .fd_off = parts[i].out.base,
+						      .obj = wd_source_remote_object(src, file) };
 		total += parts[i].out.size;
 	}
-	r = wd_remote_fetch(wd_source_remote(src), wd_source_remote_object(src, file), ranges, n,
-			    &fo, err);
+	wd_remote_counters(wd_source_remote(first), &before);
+	r = wd_remote_fetch(wd_source_remote(first), NULL, ranges, n, &fo, err);
 	for (size_t i = 0; i < n; i++)
 		wd_hash_free(&streams[i]);
-	if (r == 0)
-		log_debug("fetched %zu weights (%llu bytes) of %s together", n,
-			  (unsigned long long)total, wd_source_name(src));
+	if (r == 0) {
+		wd_remote_counters(wd_source_remote(first), &after);
+		log_debug("fetched %zu weights (%llu bytes) of %s together, in about %llu "
+			  "request(s)",
+			  n, (unsigned long long)total, wd_source_name(first),
+			  (unsigned long long)(after.requests - before.requests));
+	}
+out:
+	free(streams);
+	free(ranges);
 	return r;
 }
 

@@ -46,13 +46,16 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
 
 /*
  * Remote checkpoints' payload: range requests in flight at once, node-wide (remote_concurrency,
- * wd_remote_set_limit), and the bytes of each (remote_chunk). Main thread; fills started after
- * it use them.
+ * wd_remote_set_limit), the bytes of each (remote_chunk), and the gap between two weights of
+ * one object that a request bridges rather than asking again (remote_gap). Main thread; fills
+ * started after it use them.
  */
-void fill_remote_set(unsigned concurrency, uint64_t chunk);
+void fill_remote_set(unsigned concurrency, uint64_t chunk, uint64_t gap);
 
-/* The most weights in one run (fill_run). */
-#define FILL_RUN_MAX 256
+/* The most weights in one run (fill_run), and in one remote run (fill_remote_run: a request
+ * carries many, so more of them make fewer and larger requests). */
+#define FILL_RUN_MAX	    256
+#define FILL_REMOTE_RUN_MAX 1024
 
 /* One weight of a run: its plan, and where its bytes go (out.base: its offset in the segment). */
 struct fill_part {
@@ -70,19 +73,24 @@ struct fill_part {
 size_t fill_run_length(const struct fill_part *parts, size_t n, size_t cap);
 
 /*
- * How many of parts[0..n) from the first are stored weights of one remote object (each one byte
- * range of it as it is, wd_plan_file_range over a remote source, of at most WD_DIGEST_CHUNK
- * bytes), at most FILL_RUN_MAX: 0 when parts[0] is not one.
+ * How many of parts[0..n) from the first are stored weights of one remote location (each one
+ * byte range of an object as it is, wd_plan_file_range over a remote source, of at most
+ * WD_DIGEST_CHUNK bytes; any of the location's objects, a checkpoint's shards), at most
+ * FILL_REMOTE_RUN_MAX: 0 when parts[0] is not one.
  */
 size_t fill_remote_run_length(const struct fill_part *parts, size_t n);
 
 /*
- * Worker thread: fetch a run found by fill_remote_run_length into fd with one wd_remote_fetch,
- * a range per weight over up to remote_concurrency connections (so a batch of small weights
- * waits for one round trip per remote_concurrency of them, not one each), each hashed as it
- * arrives. While the server sends nothing the worker serves other owners' tasks that are due
+ * Worker thread: fetch a run found by fill_remote_run_length into fd with one coalesced
+ * wd_remote_fetch: each object's weights read by as few requests of at most remote_chunk
+ * bytes as remote_gap allows (a shard's run of tiny tensors in one request, not one each),
+ * those requests spread over up to remote_concurrency connections across the objects, each
+ * request's bytes streamed into every weight it covers. A weight one request reads is hashed as
+ * it arrives; one that straddles two requests is hashed from the segment once both are done.
+ * While the server sends nothing the worker serves other owners' tasks that are due
  * (pool_yield; pool may be NULL). 0, or a negative code with err set: the weights are then to
- * be filled one by one (fill_weight), which says precisely which failed.
+ * be filled one by one (fill_weight), which says precisely which failed; except after
+ * WEIGHTD_E_SOURCE_CHANGED or WEIGHTD_E_CANCELLED, which fail every weight of the run.
  */
 int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, size_t n,
 		    struct wd_scratch *scratch, weightd_error *err);

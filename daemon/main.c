@@ -481,7 +481,8 @@ int main(int argc, char **argv)
 	if (!d.base)
 		goto out;
 	d.pool = pool_new(d.base, d.cfg->workers);
-	fill_remote_set(d.cfg->remote_concurrency, d.cfg->remote_chunk_bytes);
+	fill_remote_set(d.cfg->remote_concurrency, d.cfg->remote_chunk_bytes,
+			d.cfg->remote_gap_bytes);
 	/* Page-cache drops of what fills read run on their own low-priority thread (synchronous
 	 * on the workers if it cannot start). */
 	if (wd_pagedrop_start() < 0)

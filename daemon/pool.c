@@ -45,6 +45,7 @@ struct pool {
 	size_t nqueued;		  /* tasks in every flow */
 	struct pool_tasks done;          /* finished, waiting for the main thread */
 	size_t pending;                  /* main thread's count: submitted, done() not yet run */
+	unsigned detached;               /* pool_detach threads running (under lock) */
 	bool stop;
 	bool cancelled;                  /* pool_cancel ran: queued and later tasks are skipped */
 	unsigned nthreads;
@@ -57,7 +58,8 @@ struct pool {
 
 /* The task this worker runs, and whether it runs inside another's pool_yield. */
 static __thread struct pool_task *tl_running;
-static __thread bool tl_nested;
+static __thread bool tl_nested;	    /* inside pool_yield */
+static __thread unsigned tl_stalled; /* pool_yield_stalled calls this thread is inside */
 
 /* Lock held: hand a task to the main thread. */
 static void push_done(struct pool *p, struct pool_task *t)
@@ -387,7 +389,7 @@ bool pool_yield(struct pool *p, struct wd_scratch *scratch)
 	struct pool_task *cur = tl_running, *t;
 	bool helper;
 
-	if (!cur || tl_nested || !__atomic_load_n(&p->nqueued, __ATOMIC_RELAXED))
+	if (!cur || tl_nested || tl_stalled || !__atomic_load_n(&p->nqueued, __ATOMIC_RELAXED))
 		return false;
 	pthread_mutex_lock(&p->lock);
 	t = p->nqueued ? pick(p, cur) : NULL;
@@ -406,6 +408,117 @@ bool pool_yield(struct pool *p, struct wd_scratch *scratch)
 	push_done(p, t);
 	pthread_mutex_unlock(&p->lock);
 	return true;
+}
+
+/*
+ * Lock held: the queued task with the earliest virtual start that does not wait on `key`,
+ * looking at up to POOL_STALL_SCAN tasks of each queue (a task skipped stays in its place).
+ */
+static struct pool_task *pick_not_waiting_on(struct pool *p, const void *key)
+{
+	struct pool_flow *f;
+	struct pool_task *best = NULL;
+
+	for (f = LIST_FIRST(&p->flows);; f = LIST_NEXT(f, link)) {
+		struct pool_flow *q = f ? f : &p->spare;
+		struct pool_task *t;
+		unsigned seen = 0;
+
+		TAILQ_FOREACH(t, &q->queue, link) {
+			if (++seen > POOL_STALL_SCAN)
+				break;
+			if (key && t->waits_on == key)
+				continue;
+			if (!best || t->start < best->start)
+				best = t;
+			break; /* the rest of this queue starts later */
+		}
+		if (!f)
+			break;
+	}
+	if (best) {
+		unqueue(p, best);
+		p->vnow = max64(p->vnow, best->start);
+	}
+	return best;
+}
+
+bool pool_yield_stalled(struct pool *p, struct wd_scratch *scratch, const void *waits_on)
+{
+	struct pool_task *cur = tl_running, *t;
+	bool helper;
+
+	if (!p || !cur || !scratch || tl_nested || tl_stalled >= POOL_STALL_DEPTH ||
+	    !__atomic_load_n(&p->nqueued, __ATOMIC_RELAXED))
+		return false;
+	pthread_mutex_lock(&p->lock);
+	t = p->nqueued ? pick_not_waiting_on(p, waits_on) : NULL;
+	pthread_mutex_unlock(&p->lock);
+	if (!t)
+		return false;
+	helper = !t->done;
+	tl_running = t;
+	tl_stalled++;
+	t->work(t, scratch);
+	tl_stalled--;
+	tl_running = cur;
+	if (helper)
+		return true; /* its owner may already have freed it */
+	pthread_mutex_lock(&p->lock);
+	push_done(p, t);
+	pthread_mutex_unlock(&p->lock);
+	return true;
+}
+
+/* A detached task's thread: its work, then its done() queued for the main thread. */
+struct detached {
+	struct pool *p;
+	struct pool_task *t;
+};
+
+static void *detached_run(void *arg)
+{
+	struct detached *d = arg;
+	struct pool *p = d->p;
+	struct pool_task *t = d->t;
+
+	free(d);
+	t->work(t, NULL);
+	pthread_mutex_lock(&p->lock);
+	push_done(p, t);
+	p->detached--;
+	pthread_cond_broadcast(&p->exited);
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+void pool_detach(struct pool *p, struct pool_task *t)
+{
+	struct detached *d = malloc(sizeof(*d));
+	pthread_attr_t attr;
+	pthread_t th;
+	int rc = -1;
+
+	t->cancelled = false;
+	t->waits_on = NULL;
+	pthread_mutex_lock(&p->lock);
+	p->pending++;
+	if (!p->cancelled && !p->stop && d) {
+		*d = (struct detached){ p, t };
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		rc = pthread_create(&th, &attr, detached_run, d);
+		pthread_attr_destroy(&attr);
+		if (rc == 0)
+			p->detached++;
+	}
+	if (rc != 0) {
+		/* stopping, or no thread to be had: cancelled, as a stopping pool cancels */
+		free(d);
+		t->cancelled = true;
+		push_done(p, t);
+	}
+	pthread_mutex_unlock(&p->lock);
 }
 
 bool pool_reown(struct pool *p, struct pool_task *t, uint32_t owner)
@@ -455,11 +568,14 @@ bool pool_free(struct pool *p, unsigned grace_ms)
 	pthread_cond_broadcast(&p->cond);
 	if (grace_ms) {
 		ts = wd_clock_deadline(grace_ms);
-		while (p->live > 0)
+		while (p->live > 0 || p->detached > 0)
 			if (pthread_cond_timedwait(&p->exited, &p->lock, &ts) == ETIMEDOUT)
 				break;
-		left = p->live;
+		left = p->live + p->detached;
 		all = left == 0;
+	} else {
+		while (p->detached > 0) /* workers are joined below */
+			pthread_cond_wait(&p->exited, &p->lock);
 	}
 	pthread_mutex_unlock(&p->lock);
 	if (all)

@@ -35,6 +35,9 @@ struct pool_task {
 	unsigned jobs;                   /* what pool_cancel counts it as (0: one) */
 	uint32_t owner; /* whose share it is served from (a uid, or POOL_OWNER_SELF) */
 	uint64_t cost;	/* bytes it writes: what its owner is charged */
+	/* what it waits on besides cores and memory: the remote location it reads (any pointer
+	 * naming it), or NULL for local work (pool_yield_stalled) */
+	const void *waits_on;
 	/* the pool's, under its lock */
 	uint64_t start, finish; /* its virtual start and finish (pool.c) */
 	struct pool_flow *flow; /* the owner's queue it waits in */
@@ -102,6 +105,28 @@ bool pool_withdraw(struct pool *p, struct pool_task *t);
  * scratch must not hold anything of the caller's between its steps. False when nothing ran.
  */
 bool pool_yield(struct pool *p, struct wd_scratch *scratch);
+
+/*
+ * From a worker whose task waits on the network with nothing arriving (a stalled or hung
+ * store): run the queued task that would start next, of any owner (this worker's own
+ * included), that does not wait on `waits_on` too, now on this worker with `scratch`, then
+ * return true; the stalled task goes on after. So a hung store holds no worker from a local
+ * checkpoint's get, nor from another store's, for longer than the stall is noticed
+ * (WD_REMOTE_STALL_MS). A task run this way may do the same when it stalls in turn, up to
+ * POOL_STALL_DEPTH tasks deep; it does not pool_yield. Up to POOL_STALL_SCAN tasks of each
+ * owner's queue are looked at. False when nothing ran.
+ */
+#define POOL_STALL_DEPTH 3u
+#define POOL_STALL_SCAN	 64u
+bool pool_yield_stalled(struct pool *p, struct wd_scratch *scratch, const void *waits_on);
+
+/*
+ * A task that mostly waits on the network (a reload reading remote headers): t->work runs on a
+ * thread of its own, never a worker, with a NULL scratch; then t->done on the main thread as
+ * for pool_submit (cancelled at once when the pool is stopping). pool_free waits for it as for
+ * a worker (abandoning it after its grace period).
+ */
+void pool_detach(struct pool *p, struct pool_task *t);
 
 /* Change the owner of a task still queued to `owner` when that owner would start it sooner (a
  * weight another uid also waits for). Main thread. True if it moved. */

@@ -187,6 +187,8 @@ static void remote_snap_hand_on(struct remote_snap *s, size_t n)
 			done->requests += s[i].c.requests;
 			done->retries += s[i].c.retries;
 			done->errors += s[i].c.errors;
+			done->ranges += s[i].c.ranges;
+			done->gap_bytes += s[i].c.gap_bytes;
 		}
 		catalog_source_unref(s[i].cs);
 	}
@@ -363,7 +365,7 @@ static void apply_daemon_keys(struct reload_job *j, struct daemon *d, const stru
 			break;
 		}
 	}
-	fill_remote_set(cur->remote_concurrency, cur->remote_chunk_bytes);
+	fill_remote_set(cur->remote_concurrency, cur->remote_chunk_bytes, cur->remote_gap_bytes);
 	if (cache_limits) {
 		uint64_t evicted;
 
@@ -461,6 +463,23 @@ out:
 	free(j);
 }
 
+/*
+ * Run a reload: where the running configuration has remote checkpoints, on a thread of its own
+ * (pool_detach), since it reads their stores and a hung store would hold a worker from everyone
+ * for its timeouts; a purely local one on the pool, as any other work.
+ */
+static void reload_submit(struct daemon *d, struct pool_task *t)
+{
+	bool remote = false;
+
+	for (size_t i = 0; i < catalog_count(d->catalog) && !remote; i++)
+		remote = wd_remote_is_url(catalog_at(d->catalog, i)->path);
+	if (remote)
+		pool_detach(d->pool, t);
+	else
+		pool_submit(d->pool, t);
+}
+
 static void reload_start(struct reload *r)
 {
 	struct reload_job *j = calloc(1, sizeof(*j));
@@ -483,7 +502,7 @@ static void reload_start(struct reload *r)
 		r->n_recheck = 0;
 		for (size_t i = 0; i < j->n_names; i++)
 			log_notice("checkpoint %s: reloading its changed files", j->names[i]);
-		pool_submit(r->d->pool, &j->task);
+		reload_submit(r->d, &j->task);
 		return;
 	}
 	j->waiters = r->next;
@@ -493,7 +512,7 @@ static void reload_start(struct reload *r)
 	r->again = false;
 	sd_notify(0, "RELOADING=1");
 	log_notice("reloading %s", r->d->cfg->path);
-	pool_submit(r->d->pool, &j->task);
+	reload_submit(r->d, &j->task);
 }
 
 void reload_recheck(struct reload *r, char *const *names, size_t n)

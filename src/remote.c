@@ -37,7 +37,7 @@ struct wd_remote {
 	unsigned retries, backoff_ms, backoff_max_ms;
 	CURLSH *share;
 	pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
-	_Atomic uint64_t bytes, requests, nretries, errors;
+	_Atomic uint64_t bytes, requests, nretries, errors, ranges, gap_bytes;
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -408,6 +408,8 @@ void wd_remote_counters(const struct wd_remote *r, struct wd_remote_counters *re
 	ret->requests = atomic_load(&r->requests);
 	ret->retries = atomic_load(&r->nretries);
 	ret->errors = atomic_load(&r->errors);
+	ret->ranges = atomic_load(&r->ranges);
+	ret->gap_bytes = atomic_load(&r->gap_bytes);
 }
 
 /* A member name a directory may be asked for: relative, no empty, "." or ".." component. */
@@ -445,6 +447,16 @@ void wd_remote_object_clear(struct wd_remote_object *o)
 
 /* ---- one transfer ----------------------------------------------------------------------- */
 
+/* One range of a fetch as the requests covering it write it: [off, off + len) of the object
+ * goes to fd at fd_off; `whole` when one request reads all of it (range_data is called). */
+struct tgt {
+	uint64_t off, len;
+	int fd;
+	uint64_t fd_off;
+	size_t range; /* its index in the call's ranges */
+	bool whole;
+};
+
 /*
  * A piece of an object in flight: [off, off + len), of which `got` bytes have arrived and been
  * written. One attempt is one request for [off + got, off + len).
@@ -454,10 +466,10 @@ struct piece {
 	uint64_t off, len, got;
 	uint64_t asked;	    /* where the current attempt's range starts */
 	unsigned char *buf; /* destination: a buffer, or */
-	int fd;		    /* an fd at fd_off (when buf is NULL) */
-	uint64_t fd_off;
+	const struct tgt *tg; /* the ranges it covers, by offset (they may reach out of it) */
+	size_t ntg, cursor;   /* cursor: the first of them not yet written whole */
+	uint64_t waste;	      /* its bytes no range covers (a bridged gap) */
 	bool stat; /* pinning: [0, 1) asked for, identity taken from the answer */
-	size_t range;	    /* which of the call's ranges it belongs to */
 	uint64_t *progress; /* bytes written are added here, or NULL */
 	uint64_t *arrived;  /* the run's count of payload bytes (its stall watch) */
 	int (*data_cb)(void *arg, size_t i, const void *data, size_t n, weightd_error *err);
@@ -559,6 +571,65 @@ static void piece_fail(struct piece *p, int code, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Write all of data[0, n) into fd at off; false (the piece failed) on a problem. */
+static bool write_all(struct piece *p, int fd, const char *data, size_t n, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t w = pwrite(fd, data + done, n - done, (off_t)(off + done));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			piece_fail(p,
+				   w < 0 && errno == ENOSPC ? WEIGHTD_E_RESOURCE_EXHAUSTED :
+							      WEIGHTD_E_IO,
+				   "writing into shared memory: %s",
+				   w < 0 ? strerror(errno) : "no progress");
+			return false;
+		}
+		done += (size_t)w;
+	}
+	return true;
+}
+
+/*
+ * The bytes of the object at [off + got, + n) just arrived: each range the piece covers takes
+ * its part of them (bytes of a bridged gap go nowhere), and a range read whole by this piece
+ * shows its part to range_data. The ranges are in offset order, so the cursor only moves on.
+ */
+static bool piece_scatter(struct piece *p, const char *data, size_t n)
+{
+	uint64_t x0 = p->off + p->got, x1 = x0 + n;
+
+	for (size_t k = p->cursor; k < p->ntg && p->tg[k].off < x1; k++) {
+		const struct tgt *t = &p->tg[k];
+		uint64_t lo = t->off > x0 ? t->off : x0;
+		uint64_t hi = t->off + t->len < x1 ? t->off + t->len : x1;
+
+		if (lo >= hi)
+			continue;
+		if (!write_all(p, t->fd, data + (lo - x0), (size_t)(hi - lo),
+			       t->fd_off + (lo - t->off)))
+			return false;
+		if (p->data_cb && t->whole) {
+			weightd_error e;
+			int r;
+			wd_error_clear(&e);
+			if ((r = p->data_cb(p->data_arg, t->range, data + (lo - x0),
+					    (size_t)(hi - lo), &e)) < 0) {
+				piece_fail(p, -r, "%s", e.message);
+				return false;
+			}
+		}
+		if (p->progress)
+			__atomic_fetch_add(p->progress, hi - lo, __ATOMIC_RELAXED);
+	}
+	while (p->cursor < p->ntg && p->tg[p->cursor].off + p->tg[p->cursor].len <= x1)
+		p->cursor++;
+	return true;
+}
+
 /* Write what arrived; 0 on a problem (curl then ends the transfer with CURLE_WRITE_ERROR). */
 static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 {
@@ -572,8 +643,17 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 		p->body[p->body_len] = '\0';
 		return n;
 	}
-	if (p->stat)
-		return 0; /* the headers are what was wanted */
+	if (p->stat) {
+		/* the headers are what was wanted, and the object's first bytes when asked for */
+		size_t take = p->buf && p->got < p->len ? (size_t)(p->len - p->got) : 0;
+		if (take > n)
+			take = n;
+		if (take) {
+			memcpy(p->buf + p->got, data, take);
+			p->got += take;
+		}
+		return take == n ? n : 0;
+	}
 	if (p->obj->etag[0] && p->ans.etag[0] && strcmp(p->obj->etag, p->ans.etag) != 0) {
 		piece_fail(p, WEIGHTD_E_SOURCE_CHANGED, "the object changed: ETag %s, pinned %s",
 			   p->ans.etag, p->obj->etag);
@@ -595,37 +675,13 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 	}
 	if (p->buf) {
 		memcpy(p->buf + p->got, data, n);
-	} else {
-		size_t done = 0;
-		while (done < n) {
-			ssize_t w = pwrite(p->fd, data + done, n - done,
-					   (off_t)(p->fd_off + p->got + done));
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0) {
-				piece_fail(p,
-					   w < 0 && errno == ENOSPC ? WEIGHTD_E_RESOURCE_EXHAUSTED :
-								      WEIGHTD_E_IO,
-					   "writing into shared memory: %s",
-					   w < 0 ? strerror(errno) : "no progress");
-				return 0;
-			}
-			done += (size_t)w;
-		}
-	}
-	if (p->data_cb) {
-		weightd_error e;
-		int r;
-		wd_error_clear(&e);
-		if ((r = p->data_cb(p->data_arg, p->range, data, n, &e)) < 0) {
-			piece_fail(p, -r, "%s", e.message);
-			return 0;
-		}
+		if (p->progress)
+			__atomic_fetch_add(p->progress, n, __ATOMIC_RELAXED);
+	} else if (!piece_scatter(p, data, n)) {
+		return 0;
 	}
 	p->got += n;
 	*p->arrived += n;
-	if (p->progress)
-		__atomic_fetch_add(p->progress, n, __ATOMIC_RELAXED);
 	return n;
 }
 
@@ -637,11 +693,14 @@ static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_er
 	curl_easy_reset(h);
 	curl_slist_free_all(p->headers);
 	p->headers = NULL;
-	if (p->stat)
-		snprintf(range, sizeof(range), "Range: bytes=0-0");
-	else
+	if (p->stat) {
+		p->got = 0; /* a pin asks from the start every time */
+		snprintf(range, sizeof(range), "Range: bytes=0-%llu",
+			 (unsigned long long)(p->len ? p->len - 1 : 0));
+	} else {
 		snprintf(range, sizeof(range), "Range: bytes=%llu-%llu", (unsigned long long)from,
 			 (unsigned long long)to);
+	}
 	p->headers = curl_slist_append(p->headers, range);
 	if (!p->stat && p->obj->etag[0] && p->headers) {
 		snprintf(ifmatch, sizeof(ifmatch), "If-Match: %s", p->obj->etag);
@@ -918,9 +977,13 @@ static int run_pieces(struct wd_remote *r, struct piece *pieces, size_t n, const
 			switch (piece_outcome(r, p, msg->data.result, &rc, err)) {
 			case DONE:
 				done++;
-				if (run->remaining && --run->remaining[p->range] == 0 &&
-				    (rc = run->range_done(run->arg, p->range, err)) < 0)
-					goto out;
+				atomic_fetch_add(&r->gap_bytes, p->waste);
+				for (size_t k = 0; run->remaining && k < p->ntg; k++) {
+					size_t ri = p->tg[k].range;
+					if (--run->remaining[ri] == 0 &&
+					    (rc = run->range_done(run->arg, ri, err)) < 0)
+						goto out;
+				}
 				break;
 			case RETRY:
 				p->not_before = wd_clock_ms() + backoff(r, p->attempts, &seed);
@@ -960,8 +1023,7 @@ out:
 			slot_give();
 		}
 		pieces[i].h = NULL;
-		if (!pieces[i].stat)
-			atomic_fetch_add(&r->bytes, pieces[i].got);
+		atomic_fetch_add(&r->bytes, pieces[i].got);
 		curl_slist_free_all(pieces[i].headers);
 		pieces[i].headers = NULL;
 	}
@@ -979,6 +1041,12 @@ out:
 
 int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_object *ret,
 		   weightd_error *err)
+{
+	return wd_remote_stat_prefix(r, name, NULL, 0, NULL, ret, err);
+}
+
+int wd_remote_stat_prefix(struct wd_remote *r, const char *name, void *buf, size_t cap,
+			  size_t *ret_got, struct wd_remote_object *ret, weightd_error *err)
 {
 	struct wd_remote_object o = { 0 };
 	struct piece p = { 0 };
@@ -1014,7 +1082,8 @@ int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_objec
 	snprintf(shown_base, sizeof(shown_base), "%s", r->shown);
 	snprintf(o.shown, sizeof(o.shown), "%s%s", shown_base, name ? name : "");
 	p.obj = &o;
-	p.len = 1;
+	p.len = buf && cap ? cap : 1;
+	p.buf = buf && cap ? buf : NULL;
 	p.stat = true;
 	rc = run_pieces(r, &p, 1, &(struct run){ .conc = 1 }, err);
 	if (rc < 0) {
@@ -1038,8 +1107,17 @@ int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_objec
 		}
 		o.size = (uint64_t)cl;
 	}
+	if (p.buf && p.ans.status == 206 && p.ans.range_start != 0) {
+		rc = wd_error_set(err, WEIGHTD_E_IO,
+				  "GET %s: the server did not answer the range asked for",
+				  o.shown);
+		wd_remote_object_clear(&o);
+		return rc;
+	}
 	memcpy(o.etag, p.ans.etag, sizeof(o.etag));
 	memcpy(o.version, p.ans.version, sizeof(o.version));
+	if (ret_got)
+		*ret_got = p.buf ? (size_t)(p.got < o.size ? p.got : o.size) : 0;
 	*ret = o;
 	return 0;
 }
@@ -1060,7 +1138,6 @@ int wd_remote_read(struct wd_remote *r, const struct wd_remote_object *o, uint64
 	p.off = off;
 	p.len = len;
 	p.buf = buf;
-	p.fd = -1;
 	return run_pieces(r, &p, 1, &(struct run){ .conc = 1 }, err);
 }
 
@@ -1074,61 +1151,82 @@ int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
 	struct run run = { .conc = fo->concurrency ? fo->concurrency : 1,
 			   .cancel = fo->cancel,
 			   .stalled = fo->stalled,
+			   .range_done = fo->range_done,
 			   .arg = fo->arg };
-	struct piece *pieces;
-	size_t np = 0, at = 0;
+	struct wd_remote_want *wants = calloc(n ? n : 1, sizeof(*wants));
+	size_t *order = calloc(n ? n : 1, sizeof(*order)), *cover = NULL;
+	struct wd_remote_req *reqs = NULL;
+	struct piece *pieces = NULL;
+	struct tgt *tg = NULL;
+	size_t nreq = 0, nonempty = 0;
 	int rc;
 
-	for (size_t i = 0; i < n; i++) {
-		if (ranges[i].off > o->size || ranges[i].len > o->size - ranges[i].off)
-			return wd_error_set(err, WEIGHTD_E_OUT_OF_RANGE,
-					    "%s: bytes %llu-%llu lie past its end (%llu bytes)",
-					    o->shown, (unsigned long long)ranges[i].off,
-					    (unsigned long long)(ranges[i].off + ranges[i].len),
-					    (unsigned long long)o->size);
-		np += (size_t)((ranges[i].len + chunk - 1) / chunk);
-	}
-	for (size_t i = 0; fo->range_data && i < n; i++)
-		if (ranges[i].len > chunk)
-			return wd_error_set(
-				err, WEIGHTD_E_INVALID_ARGUMENT,
-				"%s: range_data with a range of %llu bytes, longer than "
-				"the chunk",
-				o->shown, (unsigned long long)ranges[i].len);
-	if (fo->range_done) {
-		run.range_done = fo->range_done;
-		run.arg = fo->arg;
-		run.remaining = calloc(n ? n : 1, sizeof(*run.remaining));
-		if (!run.remaining)
-			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	}
-	pieces = calloc(np ? np : 1, sizeof(*pieces));
-	if (!pieces) {
-		free(run.remaining);
-		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	if (!wants || !order) {
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		for (uint64_t d = 0; d < ranges[i].len; d += chunk) {
-			struct piece *p = &pieces[at++];
-			p->obj = o;
-			p->off = ranges[i].off + d;
-			p->len = ranges[i].len - d < chunk ? ranges[i].len - d : chunk;
-			p->fd = ranges[i].fd;
-			p->fd_off = ranges[i].fd_off + d;
-			p->range = i;
-			p->progress = fo->progress;
-			p->data_cb = fo->range_data;
-			p->data_arg = fo->arg;
-			if (run.remaining)
-				run.remaining[i]++;
+		const struct wd_remote_object *ob = ranges[i].obj ? ranges[i].obj : o;
+		if (!ob || ranges[i].off > ob->size || ranges[i].len > ob->size - ranges[i].off) {
+			rc = wd_error_set(err, WEIGHTD_E_OUT_OF_RANGE,
+					  "%s: bytes %llu-%llu lie past its end (%llu bytes)",
+					  ob ? ob->shown : "?", (unsigned long long)ranges[i].off,
+					  (unsigned long long)(ranges[i].off + ranges[i].len),
+					  (unsigned long long)(ob ? ob->size : 0));
+			goto out;
 		}
+		wants[i] = (struct wd_remote_want){ (size_t)(uintptr_t)ob, ranges[i].off,
+						    ranges[i].len };
+		nonempty += ranges[i].len > 0;
 	}
-	rc = np ? run_pieces(r, pieces, np, &run, err) : 0;
+	if (wd_remote_plan(wants, n, chunk, fo->coalesce, fo->gap, order, &reqs, &nreq) < 0) {
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	tg = calloc(n ? n : 1, sizeof(*tg));
+	cover = calloc(n ? n : 1, sizeof(*cover));
+	run.remaining = calloc(n ? n : 1, sizeof(*run.remaining));
+	pieces = calloc(nreq ? nreq : 1, sizeof(*pieces));
+	if (!tg || !cover || !run.remaining || !pieces) {
+		rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	for (size_t q = 0; q < nreq; q++)
+		for (size_t k = reqs[q].first; k < reqs[q].last; k++)
+			cover[k]++;
+	for (size_t k = 0; k < n; k++) {
+		const struct wd_remote_range *rg = &ranges[order[k]];
+		tg[k] = (struct tgt){ rg->off, rg->len, rg->fd, rg->fd_off, order[k], cover[k] == 1 };
+		run.remaining[order[k]] = cover[k];
+	}
+	if (!run.range_done)
+		run.remaining = (free(run.remaining), NULL);
+	for (size_t q = 0; q < nreq; q++) {
+		struct piece *p = &pieces[q];
+		p->obj = (const struct wd_remote_object *)(uintptr_t)reqs[q].obj;
+		p->off = reqs[q].off;
+		p->len = reqs[q].len;
+		p->tg = &tg[reqs[q].first];
+		p->ntg = reqs[q].last - reqs[q].first;
+		p->waste = reqs[q].waste;
+		p->progress = fo->progress;
+		p->data_cb = fo->range_data;
+		p->data_arg = fo->arg;
+	}
+	rc = nreq ? run_pieces(r, pieces, nreq, &run, err) : 0;
 	/* empty ranges have no piece to finish them */
 	for (size_t i = 0; rc == 0 && run.remaining && i < n; i++)
 		if (ranges[i].len == 0)
 			rc = run.range_done(run.arg, i, err);
+	if (rc == 0)
+		atomic_fetch_add(&r->ranges, nonempty);
+out:
 	free(pieces);
 	free(run.remaining);
+	free(cover);
+	free(tg);
+	free(reqs);
+	free(order);
+	free(wants);
 	return rc;
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* remote.h - checkpoint objects in S3-compatible stores and on HTTP(S) servers, read by ranges. */
+/* remote.h - checkpoint objects in S3-compatible stores and on HTTP(S) servers, read by ranges
+ * (remote.c, remote_cred.c, remote_plan.c). */
 #ifndef WD_REMOTE_H
 #define WD_REMOTE_H
 
@@ -63,6 +64,8 @@ struct wd_remote_counters {
 	uint64_t requests; /* requests sent, retries included */
 	uint64_t retries;  /* requests that were retries */
 	uint64_t errors;   /* calls that failed */
+	uint64_t ranges;   /* ranges of a fetch served by the requests (coalesced: many per one) */
+	uint64_t gap_bytes; /* bytes received only to bridge a gap between two ranges */
 };
 
 #define WD_REMOTE_ETAG_MAX    256
@@ -124,6 +127,14 @@ void wd_remote_counters(const struct wd_remote *r, struct wd_remote_counters *re
 int wd_remote_stat(struct wd_remote *r, const char *name, struct wd_remote_object *ret,
 		   weightd_error *err);
 void wd_remote_object_clear(struct wd_remote_object *o);
+/*
+ * wd_remote_stat that also keeps the object's first bytes: it asks for [0, cap) instead of
+ * [0, 1), and what came (min(cap, size) bytes) is in buf, their count in *ret_got. One request
+ * where a pin and a read of a header would take two (or three: a safetensors header's length,
+ * then the header).
+ */
+int wd_remote_stat_prefix(struct wd_remote *r, const char *name, void *buf, size_t cap,
+			  size_t *ret_got, struct wd_remote_object *ret, weightd_error *err);
 
 /*
  * Read [off, off + len) of a pinned object into buf: all of it, or an error
@@ -140,6 +151,10 @@ struct wd_remote_range {
 	uint64_t len;
 	int fd;
 	uint64_t fd_off;
+	/* the object read (pinned through the same location), or NULL: the call's object. One
+	 * fetch may read many objects of a location at once (a checkpoint's shards), sharing its
+	 * connections among them. */
+	const struct wd_remote_object *obj;
 };
 
 /* How one wd_remote_fetch runs. Zeroed fields take the defaults. */
@@ -155,10 +170,18 @@ struct wd_remote_fetch_opts {
 	 * fetch with it. */
 	int (*range_done)(void *arg, size_t i, weightd_error *err);
 	/* Called on the calling thread with each piece of payload just written for ranges[i], in
-	 * order and each byte once (a digest of what arrives, while it is in cache). Only for
-	 * fetches whose every range is one request (no longer than chunk): the call is refused
-	 * otherwise. A negative return (err set) fails the fetch with it. */
+	 * order and each byte once (a digest of what arrives, while it is in cache), for every
+	 * range that one request reads whole. A range that several requests read (longer than
+	 * chunk, or cut where a coalesced request ends) gets no call: its range_done reads it
+	 * back. A negative return (err set) fails the fetch with it. */
 	int (*range_data)(void *arg, size_t i, const void *data, size_t n, weightd_error *err);
+	/* Coalesce (wd_remote_plan): ranges of one object are read by as few requests of at most
+	 * chunk bytes as possible, bridging a gap between two of them of at most `gap` bytes
+	 * (the bytes a request's round trip could have carried: fetching them costs less than
+	 * asking again); each request's bytes stream into every range it covers. Off: one
+	 * request (or several, chunk bytes each) per range. */
+	bool coalesce;
+	uint64_t gap;
 	/* Called on the calling thread, between two polls, while no byte has arrived for
 	 * WD_REMOTE_STALL_MS: the caller may do other work meanwhile (a worker serving others
 	 * while a server stalls); the transfers wait for it to return. */
@@ -167,14 +190,16 @@ struct wd_remote_fetch_opts {
 };
 
 #define WD_REMOTE_STALL_MS 1000u
+#define WD_REMOTE_GAP_DEFAULT (1u << 20)
 
 #define WD_REMOTE_CHUNK_DEFAULT	      (16u << 20)
 #define WD_REMOTE_CONCURRENCY_DEFAULT 16u
 
 /*
- * Fetch every range, split into pieces of at most `chunk` bytes, over up to `concurrency`
- * connections at once, each piece written straight into its fd as it arrives (no temporary
- * file, no whole-object buffer). A piece that breaks is retried for its missing bytes only.
+ * Fetch every range (of o, or of its own obj), split into pieces of at most `chunk` bytes (or
+ * coalesced, opts->coalesce), over up to `concurrency` connections at once spread over every
+ * object, each piece written straight into its fds as it arrives (no temporary file, no
+ * whole-object buffer). A piece that breaks is retried for its missing bytes only.
  * Returns 0 when every byte is written, or the first error (the rest are then abandoned; what
  * was written is the caller's to discard). A cancel (opts->cancel, or wd_remote_stop) stops the
  * fetch within about 100 ms with -WEIGHTD_E_CANCELLED.
@@ -182,6 +207,34 @@ struct wd_remote_fetch_opts {
 int wd_remote_fetch(struct wd_remote *r, const struct wd_remote_object *o,
 		    const struct wd_remote_range *ranges, size_t n,
 		    const struct wd_remote_fetch_opts *opts, weightd_error *err);
+
+/* One range wanted of an object (obj: any number naming it) and one request the planner makes. */
+struct wd_remote_want {
+	size_t obj;
+	uint64_t off, len;
+};
+struct wd_remote_req {
+	size_t obj;
+	uint64_t off, len;
+	size_t first, last; /* it covers the wants order[first..last) (order: wd_remote_plan's) */
+	uint64_t waste;	    /* its bytes that no want covers (bridged gaps) */
+};
+
+/*
+ * The coalescer: plan reads of wants[0..n) as requests. order (n entries) gets the wants'
+ * indices sorted by object, offset, and the longer first. Walking that order, a want joins the
+ * open request when merge is on, it is of the same object, the hole before it is at most `gap`
+ * bytes and the request stays within chunk bytes; otherwise the open request is closed and the
+ * want starts the next. A want longer than chunk is read by whole chunk-sized requests of its
+ * own, its tail opening the next request (so it straddles them). Overlapping wants share the
+ * request that reads their bytes. Zero-length wants are covered by no request. The requests
+ * covering a want together read each of its bytes exactly once; requests come in want order
+ * (their `first` ascending). 0, with *ret (malloc'd,
+ * *ret_n entries; NULL when there are none) the caller's, or -EINVAL (chunk 0) / -ENOMEM.
+ * Pure: any thread.
+ */
+int wd_remote_plan(const struct wd_remote_want *wants, size_t n, uint64_t chunk, bool merge,
+		   uint64_t gap, size_t *order, struct wd_remote_req **ret, size_t *ret_n);
 
 /*
  * The node's limit: transfers running at once across every location, call and thread of the

@@ -21,6 +21,9 @@ struct wd_file {
 	struct wd_remote_object *obj; /* remote: the object as pinned; NULL locally */
 	uint8_t head[8];	      /* remote safetensors: the 8-byte header length, once read */
 	bool head_read;
+	uint8_t *prefix;   /* remote: the object's first bytes, read with its pin, until its header
+			      is parsed (then freed); NULL when none were kept */
+	size_t prefix_len;
 };
 
 struct wd_source {
@@ -63,6 +66,12 @@ int wd_source_remote_open(struct wd_source *src, const char *url,
 			  weightd_error *err);
 /* Remote objects pinned, or shard headers read, at once during admission. */
 #define WD_SOURCE_REMOTE_WIDTH 16u
+/* A member's first bytes read with its pin (its safetensors header, mostly), for the first
+ * WD_SOURCE_REMOTE_PREFIX_FILES members of a directory: 32 MiB held at most while admitting. */
+#define WD_SOURCE_REMOTE_PREFIX	      (128u << 10)
+#define WD_SOURCE_REMOTE_PREFIX_FILES 256u
+/* The read-ahead window of a thread's small reads of a remote object (recipes' inputs). */
+#define WD_SOURCE_REMOTE_READAHEAD (1u << 20)
 
 /* Pin members names[0..n) of a remote directory side by side and append them to src->files in
  * order, up to the first that fails (whose error is returned); *ret_added says how many. */

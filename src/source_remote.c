@@ -2,6 +2,7 @@
 /* source_remote.c - a checkpoint source in object storage or on a web server: its objects pinned
  * by ETag, size and version, headers read by range, payload read through the pin. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,14 +93,16 @@ static int reword(weightd_error *err, int code, const char *fmt, ...)
 	return -code;
 }
 
-/* Append a pinned object (taken over: cleared here on failure) as file `name`. */
+/* Append a pinned object (taken over: cleared here on failure) as file `name`, with the first
+ * bytes read with its pin (prefix, taken over too; NULL: none). */
 static int add_object(struct wd_source *src, const char *name, struct wd_remote_object *o,
-		      weightd_error *err)
+		      uint8_t *prefix, size_t prefix_len, weightd_error *err)
 {
 	struct wd_file *nf, *f;
 
 	nf = realloc(src->files, (src->n_files + 1) * sizeof(*nf));
 	if (!nf) {
+		free(prefix);
 		wd_remote_object_clear(o);
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s",
 				    o->shown);
@@ -108,6 +111,8 @@ static int add_object(struct wd_source *src, const char *name, struct wd_remote_
 	f = &src->files[src->n_files++];
 	memset(f, 0, sizeof(*f));
 	f->fd = -1;
+	f->prefix = prefix;
+	f->prefix_len = prefix ? prefix_len : 0;
 	f->obj = malloc(sizeof(*f->obj));
 	if (f->obj)
 		*f->obj = *o;
@@ -132,7 +137,7 @@ int wd_source_remote_member(struct wd_source *src, const char *name, weightd_err
 		r = reword(err, WEIGHTD_E_BAD_CHECKPOINT, "%s does not exist", name);
 	if (r)
 		return r;
-	return add_object(src, name, &o, err);
+	return add_object(src, name, &o, NULL, 0, err);
 }
 
 struct members {
@@ -141,14 +146,27 @@ struct members {
 	struct wd_remote_object *objs;
 	int *rc;
 	weightd_error *errs;
+	uint8_t **prefix;
+	size_t *prefix_len;
 };
 
+/* A member pinned with its first WD_SOURCE_REMOTE_PREFIX bytes (the first
+ * WD_SOURCE_REMOTE_PREFIX_FILES members): a shard's header usually among them, so that
+ * admission costs one request per shard, not three. */
 static bool stat_member(void *arg, size_t i)
 {
 	struct members *m = arg;
 
 	wd_error_clear(&m->errs[i]);
-	m->rc[i] = wd_remote_stat(m->src->remote, m->names[i], &m->objs[i], &m->errs[i]);
+	m->prefix[i] = i < WD_SOURCE_REMOTE_PREFIX_FILES ? malloc(WD_SOURCE_REMOTE_PREFIX) : NULL;
+	if (m->prefix[i])
+		m->rc[i] = wd_remote_stat_prefix(m->src->remote, m->names[i], m->prefix[i],
+						 WD_SOURCE_REMOTE_PREFIX, &m->prefix_len[i],
+						 &m->objs[i], &m->errs[i]);
+	else
+		m->rc[i] = wd_remote_stat(m->src->remote, m->names[i], &m->objs[i], &m->errs[i]);
+	if (m->rc[i] < 0)
+		m->prefix[i] = (free(m->prefix[i]), NULL);
 	if (m->rc[i] == -WEIGHTD_E_NOT_FOUND)
 		m->rc[i] = reword(&m->errs[i], WEIGHTD_E_BAD_CHECKPOINT, "%s does not exist",
 				  m->names[i]);
@@ -158,7 +176,7 @@ static bool stat_member(void *arg, size_t i)
 int wd_source_remote_members(struct wd_source *src, char *const *names, size_t n, size_t *ret_added,
 			     weightd_error *err)
 {
-	struct members m = { src, names, NULL, NULL, NULL };
+	struct members m = { src, names, NULL, NULL, NULL, NULL, NULL };
 	size_t claimed, base = src->n_files, i = 0;
 	int r = 0;
 
@@ -166,7 +184,9 @@ int wd_source_remote_members(struct wd_source *src, char *const *names, size_t n
 	m.objs = calloc(n ? n : 1, sizeof(*m.objs));
 	m.rc = calloc(n ? n : 1, sizeof(*m.rc));
 	m.errs = calloc(n ? n : 1, sizeof(*m.errs));
-	if (!m.objs || !m.rc || !m.errs) {
+	m.prefix = calloc(n ? n : 1, sizeof(*m.prefix));
+	m.prefix_len = calloc(n ? n : 1, sizeof(*m.prefix_len));
+	if (!m.objs || !m.rc || !m.errs || !m.prefix || !m.prefix_len) {
 		r = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory opening %s",
 				 src->path);
 		goto out;
@@ -180,7 +200,8 @@ int wd_source_remote_members(struct wd_source *src, char *const *names, size_t n
 				*err = m.errs[i];
 			break;
 		}
-		r = add_object(src, names[i], &m.objs[i], err);
+		r = add_object(src, names[i], &m.objs[i], m.prefix[i], m.prefix_len[i], err);
+		m.prefix[i] = NULL;
 		if (r) {
 			i++; /* add_object took the object, appended or not */
 			break;
@@ -190,6 +211,10 @@ int wd_source_remote_members(struct wd_source *src, char *const *names, size_t n
 out:
 	for (size_t k = i; m.objs && k < n; k++)
 		wd_remote_object_clear(&m.objs[k]);
+	for (size_t k = 0; m.prefix && k < n; k++)
+		free(m.prefix[k]);
+	free(m.prefix);
+	free(m.prefix_len);
 	free(m.objs);
 	free(m.rc);
 	free(m.errs);
@@ -206,8 +231,10 @@ int wd_source_remote_head(struct wd_source *src, uint32_t file, uint8_t ret[8], 
 			return wd_error_set(err, WEIGHTD_E_BAD_CHECKPOINT,
 					    "%s is %" PRIu64 " bytes, too short for a header",
 					    f->path, f->id.size);
-		r = wd_remote_read(src->remote, f->obj, 0, f->head, sizeof(f->head), err);
-		if (r)
+		if (f->prefix_len >= sizeof(f->head))
+			memcpy(f->head, f->prefix, sizeof(f->head));
+		else if ((r = wd_remote_read(src->remote, f->obj, 0, f->head, sizeof(f->head),
+					     err)))
 			return r;
 		f->head_read = true;
 	}
@@ -218,9 +245,10 @@ int wd_source_remote_head(struct wd_source *src, uint32_t file, uint8_t ret[8], 
 int wd_source_remote_read_st(struct wd_source *src, uint32_t file, const struct wd_limits *lim,
 			     struct wd_tensor_table *table, weightd_error *err)
 {
-	const struct wd_file *f = &src->files[file];
+	struct wd_file *f = &src->files[file];
 	uint8_t head[8] = { 0 }, *buf;
 	uint64_t hlen = 0;
+	size_t have;
 	int r;
 
 	if (f->id.size < sizeof(head)) /* the parser says what is wrong */
@@ -239,8 +267,18 @@ int wd_source_remote_read_st(struct wd_source *src, uint32_t file, const struct 
 				    "out of memory for a %" PRIu64 "-byte safetensors header",
 				    hlen);
 	memcpy(buf, head, sizeof(head));
-	r = wd_remote_read(src->remote, f->obj, sizeof(head), buf + sizeof(head), (size_t)hlen,
-			   err);
+	/* what the pin brought is not asked for again */
+	have = f->prefix_len > sizeof(head) ? f->prefix_len - sizeof(head) : 0;
+	if (have > hlen)
+		have = (size_t)hlen;
+	if (have)
+		memcpy(buf + sizeof(head), f->prefix + sizeof(head), have);
+	r = have == hlen ? 0 :
+			   wd_remote_read(src->remote, f->obj, sizeof(head) + have,
+					  buf + sizeof(head) + have, (size_t)(hlen - have), err);
+	free(f->prefix);
+	f->prefix = NULL;
+	f->prefix_len = 0;
 	if (r == 0)
 		r = wd_safetensors_parse(buf, sizeof(head) + hlen, f->id.size, file, lim, table,
 					 NULL, err);
@@ -277,10 +315,20 @@ static int open_object(struct wd_source *src, const struct wd_limits *lim, weigh
 	bool gguf;
 	int r;
 
-	r = wd_remote_stat(src->remote, NULL, &o, err);
-	if (r)
+	uint8_t *prefix = malloc(WD_SOURCE_REMOTE_PREFIX);
+	size_t plen = 0;
+
+	/* pinned with its first bytes: a safetensors header among them is not asked for again */
+	if (prefix)
+		r = wd_remote_stat_prefix(src->remote, NULL, prefix, WD_SOURCE_REMOTE_PREFIX, &plen,
+					  &o, err);
+	else
+		r = wd_remote_stat(src->remote, NULL, &o, err);
+	if (r) {
+		free(prefix);
 		return r;
-	r = add_object(src, "", &o, err);
+	}
+	r = add_object(src, "", &o, prefix, plen, err);
 	if (r)
 		return r;
 	f = &src->files[0];
@@ -294,6 +342,9 @@ static int open_object(struct wd_source *src, const struct wd_limits *lim, weigh
 	if (gguf) {
 		struct gguf_ctx g = { src->remote, f->obj };
 
+		free(f->prefix); /* GGUF's metadata is read piece by piece */
+		f->prefix = NULL;
+		f->prefix_len = 0;
 		src->kind = WD_SOURCE_GGUF;
 		r = wd_gguf_read_with(gguf_reader, &g, f->id.size, 0, lim, &src->table, err);
 	} else {
@@ -436,11 +487,103 @@ int wd_source_remote_check(const struct wd_source *src, uint32_t file, weightd_e
 	return r;
 }
 
+/*
+ * A thread's read-ahead window over one remote object: the last WD_SOURCE_REMOTE_READAHEAD
+ * bytes (or fewer, at the object's end) one request brought. Recipes read their inputs in many
+ * small pieces (a scale tensor here, an expert's weight there, the three parts of a fused
+ * q/k/v), mostly close together in a shard: each piece that falls in the window costs no
+ * request. Keyed by the object's URL, ETag and size (its pin: the same key is the same bytes),
+ * never by a pointer that a reload could reuse. One buffer per thread, made on first use and
+ * freed when the thread ends.
+ */
+struct readahead {
+	char key[WD_REMOTE_ETAG_MAX + 64];
+	char *url_copy;
+	uint64_t off, len;
+	uint8_t *buf;
+};
+
+static pthread_key_t ra_key;
+static pthread_once_t ra_once = PTHREAD_ONCE_INIT;
+
+static void ra_free(void *arg)
+{
+	struct readahead *ra = arg;
+
+	if (ra) {
+		free(ra->buf);
+		free(ra->url_copy);
+		free(ra);
+	}
+}
+
+static void ra_init(void)
+{
+	if (pthread_key_create(&ra_key, ra_free) != 0)
+		ra_key = (pthread_key_t)-1;
+}
+
+static struct readahead *ra_get(void)
+{
+	struct readahead *ra;
+
+	pthread_once(&ra_once, ra_init);
+	if (ra_key == (pthread_key_t)-1)
+		return NULL;
+	ra = pthread_getspecific(ra_key);
+	if (ra)
+		return ra;
+	ra = calloc(1, sizeof(*ra));
+	if (ra)
+		ra->buf = malloc(WD_SOURCE_REMOTE_READAHEAD);
+	if (ra && (!ra->buf || pthread_setspecific(ra_key, ra) != 0)) {
+		ra_free(ra);
+		return NULL;
+	}
+	return ra;
+}
+
+static bool ra_holds(const struct readahead *ra, const struct wd_remote_object *o,
+		     const char *key, uint64_t off, size_t len)
+{
+	return ra->url_copy && ra->len && strcmp(ra->key, key) == 0 &&
+	       strcmp(ra->url_copy, o->url) == 0 && off >= ra->off && len <= ra->len &&
+	       off - ra->off <= ra->len - len;
+}
+
 int wd_source_remote_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len,
 			   uint64_t off, weightd_error *err)
 {
-	int r = wd_remote_read(src->remote, src->files[file].obj, off, buf, len, err);
+	const struct wd_remote_object *o = src->files[file].obj;
+	struct readahead *ra = len < WD_SOURCE_REMOTE_READAHEAD ? ra_get() : NULL;
+	char key[sizeof(ra->key)];
+	uint64_t want;
+	int r;
 
+	if (!ra || off > o->size || len > o->size - off) {
+		r = wd_remote_read(src->remote, o, off, buf, len, err);
+		goto out;
+	}
+	snprintf(key, sizeof(key), "%s/%" PRIu64, o->etag, o->size);
+	if (!ra_holds(ra, o, key, off, len)) {
+		want = o->size - off < WD_SOURCE_REMOTE_READAHEAD ? o->size - off :
+								     WD_SOURCE_REMOTE_READAHEAD;
+		ra->len = 0;
+		if (!ra->url_copy || strcmp(ra->url_copy, o->url) != 0) {
+			free(ra->url_copy);
+			ra->url_copy = strdup(o->url);
+		}
+		r = ra->url_copy ? wd_remote_read(src->remote, o, off, ra->buf, (size_t)want, err) :
+				   wd_remote_read(src->remote, o, off, buf, len, err);
+		if (r || !ra->url_copy)
+			goto out;
+		snprintf(ra->key, sizeof(ra->key), "%s", key);
+		ra->off = off;
+		ra->len = want;
+	}
+	memcpy(buf, ra->buf + (off - ra->off), len);
+	r = 0;
+out:
 	if (r)
 		wd_error_about(err, src->name, NULL);
 	return r;
@@ -482,6 +625,8 @@ void wd_source_remote_identity(const struct wd_source *src, struct wd_sha256 *s)
 void wd_source_remote_free(struct wd_source *src)
 {
 	for (size_t i = 0; i < src->n_files; i++) {
+		free(src->files[i].prefix);
+		src->files[i].prefix = NULL;
 		wd_remote_object_clear(src->files[i].obj);
 		free(src->files[i].obj);
 		src->files[i].obj = NULL;

@@ -11,6 +11,7 @@
 #include "st_writer.h"
 
 #include <jansson.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -18,6 +19,25 @@
 
 static struct wd_servers srv;
 static char root[4096];
+
+/* many.safetensors: 64 small tensors t0..t63 (a shard's worth of tiny ones). */
+static int write_many(void)
+{
+	struct stw_tensor ts[64];
+	char path[4200], names[64][8];
+
+	memset(ts, 0, sizeof(ts));
+	for (int i = 0; i < 64; i++) {
+		snprintf(names[i], sizeof(names[i]), "t%d", i);
+		ts[i].name = names[i];
+		ts[i].dtype = "U8";
+		ts[i].ndim = 1;
+		ts[i].shape[0] = 3000;
+		ts[i].seed = (uint32_t)(100 + i);
+	}
+	snprintf(path, sizeof(path), "%s/many.safetensors", root);
+	return stw_write(path, ts, 64, NULL, 0, NULL);
+}
 
 static int setup(void **state)
 {
@@ -27,7 +47,11 @@ static int setup(void **state)
 	};
 
 	(void)state;
-	return wd_servers_serve_tensors(&srv, root, sizeof(root), ts, 2, false);
+	/* nginx serves what is in root when asked: many.safetensors may come after it starts */
+	if (wd_servers_serve_tensors(&srv, root, sizeof(root), ts, 2, false) < 0 ||
+	    write_many() < 0)
+		return -1;
+	return 0;
 }
 
 static int teardown(void **state)
@@ -57,31 +81,41 @@ static int proxy_requests(void)
 	return n;
 }
 
-/* A daemon with "r", m.safetensors through the fault proxy, and "local", the same file. */
+/* A daemon with "r", m.safetensors through the fault proxy, "local", the same file, and
+ * "other", the same file from nginx itself (another server than the proxy). */
 static void start_daemon(const char *extra)
 {
 	char sections[8400];
 
 	snprintf(sections, sizeof(sections),
 		 "[checkpoint:r]\npath = http://127.0.0.1:%d/m.safetensors\nallow_http = yes\n\n"
-		 "[checkpoint:local]\npath = %s/m.safetensors\n",
-		 srv.fault, root);
+		 "[checkpoint:local]\npath = %s/m.safetensors\n\n"
+		 "[checkpoint:other]\npath = http://127.0.0.1:%d/m.safetensors\nallow_http = yes\n\n"
+		 "[checkpoint:many]\npath = http://127.0.0.1:%d/many.safetensors\nallow_http = yes\n",
+		 srv.fault, root, srv.http, srv.fault);
 	assert_int_equal(harness_init(&H), 0);
 	it_start(&H, extra, sections);
 }
 
-/* Wait until the daemon can describe "r" (a remote checkpoint may be admitted after READY). */
+/* Wait until the daemon can describe "r" and "other" (a remote checkpoint may be admitted
+ * after READY). */
 static void wait_admitted(weightd_client *c)
 {
+	static const char *const names[] = { "r", "other", "many" };
 	weightd_description *d = NULL;
 	weightd_error err;
 
-	for (int64_t until = it_now_ms() + 30000; it_now_ms() < until; usleep(10000))
-		if (weightd_describe(c, "r", &d, &err) == 0) {
-			weightd_description_free(d);
-			return;
+	for (int i = 0; i < 3; i++) {
+		int64_t until = it_now_ms() + 30000;
+
+		while (weightd_describe(c, names[i], &d, &err) != 0) {
+			if (it_now_ms() > until)
+				fail_msg("checkpoint %s was not admitted: %s", names[i],
+					 err.message);
+			usleep(10000);
 		}
-	fail_msg("checkpoint r was not admitted: %s", err.message);
+		weightd_description_free(d);
+	}
 }
 
 /*
@@ -159,5 +193,112 @@ static void test_sigterm_ends_a_stalled_fill(void **state)
 	harness_cleanup(&H);
 }
 
+/* Has the child written its byte (its get is over)? */
+static bool child_done(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 1;
+}
+
+/*
+ * A hung store holds no worker hostage: with one worker, whose fill waits on a proxy that
+ * stalls every answer for 8 s, the same uid's cold get of a local checkpoint, then of another
+ * remote checkpoint on another server, are both answered while the hung get still waits (the
+ * worker runs them as soon as it notices the stall); the hung get then ends with the right
+ * bytes.
+ */
+static void test_a_hung_store_holds_no_worker(void **state)
+{
+	weightd_client *c;
+	weightd_weight *wl, *wo;
+	int pfd[2], status;
+	int64_t t0, t_local, t_other;
+	pid_t child;
+
+	(void)state;
+	NEED_SERVERS(&srv);
+	start_daemon("workers = 1\n");
+	c = it_connect(&H);
+	wait_admitted(c);
+	ctl("reset=1");
+	ctl("fault=stall&n=1000&seconds=8");
+	assert_int_equal(pipe(pfd), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		weightd_client *cc = it_connect(&H);
+		weightd_weight *w = NULL;
+		weightd_error err;
+		int ok = it_get(cc, "r", "small", &w, &err) == 0 &&
+			 it_pattern_mismatch(it_map(w), 4096, 2) == -1;
+		if (write(pfd[1], "x", 1) != 1)
+			_exit(4);
+		_exit(ok ? 0 : 3);
+	}
+	close(pfd[1]);
+	/* the fill has started: the proxy holds its request */
+	for (int64_t until = it_now_ms() + 10000; proxy_requests() < 1; usleep(10000))
+		assert_true(it_now_ms() < until);
+	t0 = it_now_ms();
+	wl = it_get_ok(c, "local", "small");
+	t_local = it_now_ms() - t0;
+	assert_false(child_done(pfd[0]));
+	wo = it_get_ok(c, "other", "small");
+	t_other = it_now_ms() - t0;
+	assert_false(child_done(pfd[0]));
+	printf("local get after %lld ms, other store's after %lld ms, the hung one still waiting\n",
+	       (long long)t_local, (long long)t_other);
+	assert_int_equal(it_pattern_mismatch(it_map(wl), 4096, 2), -1);
+	assert_int_equal(it_pattern_mismatch(it_map(wo), 4096, 2), -1);
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(pfd[0]);
+	weightd_release(wl);
+	weightd_release(wo);
+	weightd_close(c);
+	ctl("reset=1");
+	harness_cleanup(&H);
+}
+
+/*
+ * A unit of 64 small tensors of one object, fetched as a few coalesced requests of 64 KiB: when
+ * the object is replaced between two of them, the unit fails with source-changed and no weight
+ * of it is made (none is fetched again one by one either).
+ */
+static void test_an_object_replaced_between_coalesced_requests_serves_nothing(void **state)
+{
+	weightd_client *c;
+	weightd_unit *u = NULL;
+	weightd_status *st;
+	weightd_error err;
+	int requests;
+
+	(void)state;
+	NEED_SERVERS(&srv);
+	start_daemon("remote_chunk = 64K\n");
+	c = it_connect(&H);
+	wait_admitted(c);
+	ctl("reset=1");
+	ctl("fault=swap&path=/many.safetensors&after=2");
+	memset(&err, 0, sizeof(err));
+	assert_true(it_unit_of_numbered(c, "many", "t", 64, true, &u, &err) < 0);
+	assert_null(u);
+	assert_int_equal(err.code, WEIGHTD_E_SOURCE_CHANGED);
+	requests = proxy_requests();
+	printf("%d requests for 64 tensors of 3000 bytes; %s\n", requests, err.message);
+	/* 192 KB in 64 KiB requests: 4 at most, none of them again per tensor */
+	assert_true(requests >= 2 && requests <= 4);
+	st = it_status(c);
+	assert_int_equal(st->weights, 0);
+	weightd_status_free(st);
+	ctl("reset=1");
+	weightd_close(c);
+	harness_cleanup(&H);
+	assert_int_equal(write_many(), 0);
+}
+
 TEST_MAIN(setup, teardown, cmocka_unit_test(test_a_weight_arrives_in_parallel_ranges),
-	  cmocka_unit_test(test_sigterm_ends_a_stalled_fill))
+	  cmocka_unit_test(test_sigterm_ends_a_stalled_fill),
+	  cmocka_unit_test(test_a_hung_store_holds_no_worker),
+	  cmocka_unit_test(test_an_object_replaced_between_coalesced_requests_serves_nothing))

@@ -185,7 +185,7 @@ static void test_remote_weight_is_fetched_in_parallel_ranges(void **state)
 	for (size_t k = 0; k < 4; k++) {
 		size_t a = k % 2;
 		uint64_t chunk = k < 2 ? 1u << 20 : 16u << 20;
-		fill_remote_set(6, chunk);
+		fill_remote_set(6, chunk, WD_REMOTE_GAP_DEFAULT);
 		free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
 		fill(remote, "big", BIG_BYTES, algs[a], &fr);
 		if (fr.rc)
@@ -217,25 +217,33 @@ static void test_remote_weight_is_fetched_in_parallel_ranges(void **state)
 	assert_memory_equal(fr.digest, fl.digest, 16);
 	close(fr.fd);
 	close(fl.fd);
-	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT);
+	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT, WD_REMOTE_GAP_DEFAULT);
 	wd_source_free(remote);
 	wd_source_free(local);
 }
 
 /*
- * Small stored weights of one remote object, as a batch holds them, are fetched together: a
- * request each, several at once, each digest the plain hash of its bytes (the local fill's),
- * each progress counted whole.
+ * Small stored weights of one remote object, as a batch holds them, are fetched together:
+ * coalesced into as few requests of at most remote_chunk bytes as fit (all six in one, two a
+ * request, or each cut in two so that it straddles two requests), several at once, each weight
+ * with its own bytes, each digest the plain hash of its bytes (the local fill's) whether it
+ * arrived in one request or two, each progress counted whole.
  */
 static void test_a_run_of_small_weights_is_fetched_together(void **state)
 {
 	const struct wd_recipe_limits lim = WD_RECIPE_LIMITS_DEFAULT;
+	/* remote_chunk, and the requests it takes: 6 x 100003 bytes (and the file's padding) */
+	const struct {
+		uint64_t chunk;
+		int requests;
+	} cases[] = { { 1u << 20, 1 }, { 256u << 10, 3 }, { 64u << 10, 12 } };
 	struct wd_source *remote, *local;
 	struct wd_resolver res;
 	struct wd_plan *plans[6];
 	struct fill_part parts[6];
 	uint8_t digests[6][WD_DIGEST_MAX];
 	uint64_t progress[6] = { 0 };
+	struct wd_scratch scratch;
 	struct filled fl;
 	weightd_error err;
 	unsigned in_use, peak;
@@ -248,6 +256,7 @@ static void test_a_run_of_small_weights_is_fetched_together(void **state)
 	local = open_local();
 	res = (struct wd_resolver){ remote, lookup };
 	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	assert_int_equal(wd_scratch_init(&scratch, WD_SCRATCH_BYTES), 0);
 	for (int i = 0; i < 6; i++) {
 		char name[8];
 		snprintf(name, sizeof(name), "s%d", i);
@@ -262,38 +271,49 @@ static void test_a_run_of_small_weights_is_fetched_together(void **state)
 						 .progress = &progress[i] } };
 	}
 	assert_int_equal(fill_remote_run_length(parts, 6), 6);
-	fill_remote_set(4, 1u << 20);
-	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
-	wd_error_clear(&err);
-	assert_int_equal(fill_remote_run(NULL, fd, parts, 6, NULL, &err), 0);
-	proxy_log(&requests, &largest);
-	assert_int_equal(requests, 6);
-	wd_remote_slots(&in_use, &peak);
-	assert_true(peak > 1);
-	for (int i = 0; i < 6; i++) {
-		uint8_t *p = mmap(NULL, 1 << 20, PROT_READ, MAP_SHARED, fd, 0);
-		char name[8];
-		assert_true(p != MAP_FAILED);
-		for (uint64_t b = 0; b < 100003; b++)
-			if (p[parts[i].out.base + b] !=
-			    (uint8_t)((b * 131 + (10 + i) * 7 + 13) & 0xff))
-				fail_msg("s%d: byte %llu differs", i, (unsigned long long)b);
-		munmap(p, 1 << 20);
-		assert_int_equal(progress[i], 100003);
-		snprintf(name, sizeof(name), "s%d", i);
-		fill(local, name, 100003, WD_DIGEST_XXH3_128, &fl);
-		assert_int_equal(fl.rc, 0);
-		assert_memory_equal(digests[i], fl.digest, 16);
-		close(fl.fd);
-		wd_plan_free(plans[i]);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		fill_remote_set(4, cases[c].chunk, WD_REMOTE_GAP_DEFAULT);
+		free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
+		assert_int_equal(ftruncate(fd, 0), 0);
+		assert_int_equal(ftruncate(fd, 1 << 20), 0);
+		memset(progress, 0, sizeof(progress));
+		memset(digests, 0, sizeof(digests));
+		wd_error_clear(&err);
+		assert_int_equal(fill_remote_run(NULL, fd, parts, 6, &scratch, &err), 0);
+		proxy_log(&requests, &largest);
+		assert_int_equal(requests, cases[c].requests);
+		assert_true(largest <= cases[c].chunk);
+		if (cases[c].requests > 1) {
+			wd_remote_slots(&in_use, &peak);
+			assert_true(peak > 1);
+		}
+		for (int i = 0; i < 6; i++) {
+			uint8_t *p = mmap(NULL, 1 << 20, PROT_READ, MAP_SHARED, fd, 0);
+			char name[8];
+			assert_true(p != MAP_FAILED);
+			for (uint64_t b = 0; b < 100003; b++)
+				if (p[parts[i].out.base + b] !=
+				    (uint8_t)((b * 131 + (10 + i) * 7 + 13) & 0xff))
+					fail_msg("s%d: byte %llu differs", i, (unsigned long long)b);
+			munmap(p, 1 << 20);
+			assert_int_equal(progress[i], 100003);
+			snprintf(name, sizeof(name), "s%d", i);
+			fill(local, name, 100003, WD_DIGEST_XXH3_128, &fl);
+			assert_int_equal(fl.rc, 0);
+			assert_memory_equal(digests[i], fl.digest, 16);
+			close(fl.fd);
+		}
 	}
+	for (int i = 0; i < 6; i++)
+		wd_plan_free(plans[i]);
 	/* a local weight starts no remote run */
 	res = (struct wd_resolver){ local, lookup };
 	assert_int_equal(wd_recipe_preflight_tensor("m", "s0", &res, &lim, &plans[0], &err), 0);
 	parts[0].plan = plans[0];
 	assert_int_equal(fill_remote_run_length(parts, 1), 0);
 	wd_plan_free(plans[0]);
-	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT);
+	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT, WD_REMOTE_GAP_DEFAULT);
+	wd_scratch_free(&scratch);
 	close(fd);
 	wd_source_free(remote);
 	wd_source_free(local);
@@ -309,7 +329,7 @@ static void test_a_failing_server_fails_the_weight(void **state)
 	(void)state;
 	NEED_SERVERS(&srv);
 	remote = open_remote(1);
-	fill_remote_set(4, 1u << 20);
+	fill_remote_set(4, 1u << 20, WD_REMOTE_GAP_DEFAULT);
 	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
 	free(wd_servers_get(srv.fault, "/__ctl?fault=500&n=1000"));
 	fill(remote, "big", BIG_BYTES, WD_DIGEST_XXH3_128, &fr);
@@ -318,7 +338,7 @@ static void test_a_failing_server_fails_the_weight(void **state)
 	assert_non_null(strstr(fr.err.message, "HTTP 500"));
 	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
 	close(fr.fd);
-	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT);
+	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT, WD_REMOTE_GAP_DEFAULT);
 	wd_source_free(remote);
 }
 
@@ -333,7 +353,7 @@ static void test_resumed_ranges_keep_the_digest(void **state)
 	NEED_SERVERS(&srv);
 	remote = open_remote(3);
 	local = open_local();
-	fill_remote_set(4, 16u << 20);
+	fill_remote_set(4, 16u << 20, WD_REMOTE_GAP_DEFAULT);
 	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
 	free(wd_servers_get(srv.fault, "/__ctl?fault=drop&n=3&after=1000000"));
 	fill(remote, "big", BIG_BYTES, WD_DIGEST_XXH3_128, &fr);
@@ -346,7 +366,7 @@ static void test_resumed_ranges_keep_the_digest(void **state)
 	free(wd_servers_get(srv.fault, "/__ctl?reset=1"));
 	close(fr.fd);
 	close(fl.fd);
-	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT);
+	fill_remote_set(0, WD_REMOTE_CHUNK_DEFAULT, WD_REMOTE_GAP_DEFAULT);
 	wd_source_free(remote);
 	wd_source_free(local);
 }

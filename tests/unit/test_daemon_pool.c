@@ -547,6 +547,100 @@ static void a_queued_task_moves_to_the_owner_due_first(void **state)
 	event_base_free(base);
 }
 
+/* Two stores a task may wait on, and what a stalled task's yields ran. */
+static const int store_a, store_b;
+static int s_yield[3];
+
+/* A task waiting on store_a that stalls: it offers its worker three times. */
+static void s_stalled_work(struct pool_task *t, struct wd_scratch *scratch)
+{
+	sem_post(&f_running);
+	sem_wait(&f_go);
+	for (int i = 0; i < 3; i++)
+		s_yield[i] = pool_yield_stalled(f_pool, scratch, &store_a);
+	f_work(t, scratch);
+}
+
+/*
+ * A task stalled on a store runs queued work of its own owner too, local or waiting on another
+ * store, but never a task that waits on the same store (which would stall as well); the
+ * skipped one runs after, as queued.
+ */
+static void a_stalled_task_runs_other_work_but_not_the_same_stores(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct f_task stalled, same, local, other;
+
+	(void)state;
+	assert_non_null(base);
+	f_pool = pool_new(base, 1);
+	assert_non_null(f_pool);
+	h_seq = 0;
+	sem_init(&f_go, 0, 0);
+	sem_init(&f_running, 0, 0);
+	f_init(&stalled, 1, 4096);
+	stalled.task.work = s_stalled_work;
+	stalled.task.waits_on = &store_a;
+	f_init(&same, 1, 4096);
+	same.task.waits_on = &store_a;
+	f_init(&local, 1, 4096);
+	f_init(&other, 1, 4096);
+	other.task.waits_on = &store_b;
+	pool_submit(f_pool, &stalled.task);
+	sem_wait(&f_running);
+	pool_submit(f_pool, &same.task);
+	pool_submit(f_pool, &local.task);
+	pool_submit(f_pool, &other.task);
+	sem_post(&f_go);
+	while (!stalled.done_count || !same.done_count || !local.done_count || !other.done_count)
+		event_base_loop(base, EVLOOP_ONCE);
+	assert_true(s_yield[0]);
+	assert_true(s_yield[1]);
+	assert_false(s_yield[2]);
+	assert_int_equal(local.seq, 1); /* inside the stalled one, in queue order */
+	assert_int_equal(other.seq, 2);
+	assert_int_equal(stalled.seq, 3);
+	assert_int_equal(same.seq, 4);
+	assert_true(pool_free(f_pool, 0));
+	sem_destroy(&f_go);
+	sem_destroy(&f_running);
+	event_base_free(base);
+}
+
+/* A detached task runs on a thread of its own while every worker is busy; its done() comes on
+ * the loop, and pool_free waits for it. */
+static void a_detached_task_needs_no_worker(void **state)
+{
+	struct event_base *base = event_base_new();
+	struct h_task blocker = { .task = { .work = h_work, .done = h_done }, .block = true };
+	struct f_task d;
+	struct pool *p;
+
+	(void)state;
+	assert_non_null(base);
+	p = pool_new(base, 1);
+	assert_non_null(p);
+	h_released = h_blocking = false;
+	h_seq = 0;
+	pool_submit(p, &blocker.task);
+	pthread_mutex_lock(&h_lock);
+	while (!h_blocking)
+		pthread_cond_wait(&h_cond, &h_lock);
+	pthread_mutex_unlock(&h_lock);
+	f_init(&d, POOL_OWNER_SELF, 0);
+	pool_detach(p, &d.task);
+	while (d.done_count == 0)
+		event_base_loop(base, EVLOOP_ONCE);
+	assert_int_equal(d.seq, 1); /* while the only worker is still blocked */
+	assert_false(d.task.cancelled);
+	pthread_mutex_lock(&h_lock);
+	h_released = true;
+	pthread_cond_broadcast(&h_cond);
+	pthread_mutex_unlock(&h_lock);
+	assert_true(pool_free(p, 0));
+	event_base_free(base);
+}
+
 TEST_MAIN(NULL, NULL, cmocka_unit_test(every_task_finishes_on_the_loop_thread),
 	  cmocka_unit_test(cancel_skips_queued_work),
 	  cmocka_unit_test(worker_buffers_are_made_on_use_and_given_back),
@@ -556,4 +650,6 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(every_task_finishes_on_the_loop_thread),
 	  cmocka_unit_test(cancel_drops_helpers_and_withdraw_says_so),
 	  cmocka_unit_test(owners_are_served_fairly_over_bytes),
 	  cmocka_unit_test(a_long_task_yields_to_another_owner_only),
-	  cmocka_unit_test(a_queued_task_moves_to_the_owner_due_first))
+	  cmocka_unit_test(a_queued_task_moves_to_the_owner_due_first),
+	  cmocka_unit_test(a_stalled_task_runs_other_work_but_not_the_same_stores),
+	  cmocka_unit_test(a_detached_task_needs_no_worker))

@@ -884,6 +884,291 @@ static void each_range_is_reported_once_when_whole(void **state)
 	wd_remote_free(r);
 }
 
+/* ---- coalesced fetches ---------------------------------------------------------------- */
+
+#define CO_MAX 40
+
+/* What a coalesced fetch told its caller about each range. */
+struct co_seen {
+	int fd;
+	const struct wd_remote_range *rg;
+	unsigned done[CO_MAX];
+	bool whole[CO_MAX];
+	uint64_t data[CO_MAX];	  /* bytes range_data showed, all equal to the file's */
+	bool data_wrong[CO_MAX];
+};
+
+static int co_data(void *arg, size_t i, const void *data, size_t n, weightd_error *err)
+{
+	struct co_seen *c = arg;
+
+	(void)err;
+	if (c->data[i] + n > c->rg[i].len ||
+	    memcmp(data, expect + c->rg[i].off + c->data[i], n) != 0)
+		c->data_wrong[i] = true;
+	c->data[i] += n;
+	return 0;
+}
+
+static int co_done(void *arg, size_t i, weightd_error *err)
+{
+	struct co_seen *c = arg;
+	unsigned char *buf = malloc(c->rg[i].len + 1);
+	ssize_t n = pread(c->fd, buf, c->rg[i].len, (off_t)c->rg[i].fd_off);
+
+	(void)err;
+	c->done[i]++;
+	c->whole[i] = n == (ssize_t)c->rg[i].len &&
+		      memcmp(buf, expect + c->rg[i].off, c->rg[i].len) == 0;
+	free(buf);
+	return 0;
+}
+
+/* The Range headers the fault proxy saw since its last reset, as [from, to] pairs. */
+static size_t proxy_ranges(uint64_t (*out)[2], size_t cap)
+{
+	json_t *st = stats(port_fault), *rs = json_object_get(st, "ranges"), *e;
+	size_t i, n = 0;
+
+	json_array_foreach(rs, i, e) {
+		unsigned long long a, b;
+		if (n < cap && sscanf(json_string_value(json_array_get(e, 1)), "bytes=%llu-%llu",
+				      &a, &b) == 2) {
+			out[n][0] = a;
+			out[n][1] = b;
+			n++;
+		}
+	}
+	json_decref(st);
+	return n;
+}
+
+/*
+ * Ranges of one object coalesced: touching ones and one past a gap within remote_gap share a
+ * request, a range longer than the chunk straddles three, the one after it joins its tail, one
+ * past a larger gap is asked for alone; a zero-length one takes no request. Each lands in its
+ * own place, is reported once and whole, and range_data shows its bytes in order, except for the
+ * range that straddles requests, which gets none. The counters count the bridged gap.
+ */
+static void coalesced_ranges_take_few_requests_and_land_exactly(void **state)
+{
+	struct wd_remote *r = fault_remote(0, 30);
+	struct wd_remote_object obj;
+	struct wd_remote_range rg[7] = {
+		{ .off = 0, .len = 1000 },	   { .off = 1000, .len = 2000 },
+		{ .off = 5000, .len = 100 },	   { .off = 5100, .len = 0 },
+		{ .off = 20000, .len = 600000 }, { .off = 620000, .len = 10 },
+		{ .off = 2000000, .len = 5 },
+	};
+	/* what the proxy must be asked for, worked out by hand: [0, 5100) bridging 2000 bytes;
+	 * 20000 + 262144 twice; the long range's tail with the next; the last alone */
+	const uint64_t want[5][2] = { { 0, 5099 },
+				      { 20000, 282143 },
+				      { 282144, 544287 },
+				      { 544288, 620009 },
+				      { 2000000, 2000004 } };
+	uint64_t seen[16][2];
+	struct co_seen c = { 0 };
+	struct wd_remote_counters before, after;
+	weightd_error err;
+	uint64_t at = 0;
+	size_t n;
+
+	(void)state;
+	ctl("reset=1");
+	wd_error_clear(&err);
+	assert_int_equal(wd_remote_stat(r, NULL, &obj, &err), 0);
+	c.fd = memfd_create("remote-test", MFD_CLOEXEC);
+	assert_int_equal(ftruncate(c.fd, 2 * FILE_SIZE), 0);
+	for (int i = 0; i < 7; i++) {
+		rg[i].fd = c.fd;
+		rg[i].fd_off = at + 13; /* in another layout than the file's */
+		at += rg[i].len + 4099;
+	}
+	c.rg = rg;
+	ctl("reset=1");
+	wd_remote_counters(r, &before);
+	assert_int_equal(wd_remote_fetch(r, &obj, rg, 7,
+					 &(struct wd_remote_fetch_opts){ .concurrency = 1,
+									 .chunk = 262144,
+									 .coalesce = true,
+									 .gap = 4096,
+									 .range_data = co_data,
+									 .range_done = co_done,
+									 .arg = &c },
+					 &err),
+			 0);
+	wd_remote_counters(r, &after);
+	n = proxy_ranges(seen, 16);
+	assert_int_equal(n, 5);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(seen[i][0], want[i][0]);
+		assert_int_equal(seen[i][1], want[i][1]);
+	}
+	for (int i = 0; i < 7; i++) {
+		assert_int_equal(c.done[i], 1);
+		assert_true(c.whole[i]);
+		assert_false(c.data_wrong[i]);
+		assert_int_equal(c.data[i], i == 4 ? 0 : rg[i].len);
+	}
+	assert_int_equal(after.requests - before.requests, 5);
+	assert_int_equal(after.gap_bytes - before.gap_bytes, 2000);
+	assert_int_equal(after.ranges - before.ranges, 6);
+	close(c.fd);
+	wd_remote_object_clear(&obj);
+	wd_remote_free(r);
+}
+
+/* Ranges of several objects in one fetch: each object's planned apart, all in flight at once. */
+static void one_fetch_reads_several_objects(void **state)
+{
+	char url[160];
+	struct wd_remote_opts o = { .allow_http = true };
+	struct wd_remote *r;
+	struct wd_remote_object a, b;
+	struct wd_remote_range rg[4];
+	struct co_seen c = { 0 };
+	weightd_error err;
+	json_t *st;
+
+	(void)state;
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", port_fault);
+	r = open_url(url, &o);
+	wd_error_clear(&err);
+	assert_int_equal(wd_remote_stat(r, "a.bin", &a, &err), 0);
+	assert_int_equal(wd_remote_stat(r, "swap.bin", &b, &err), 0);
+	c.fd = memfd_create("remote-test", MFD_CLOEXEC);
+	assert_int_equal(ftruncate(c.fd, 1 << 20), 0);
+	rg[0] = (struct wd_remote_range){ .off = 10, .len = 100, .fd = c.fd, .fd_off = 0, .obj = &a };
+	rg[1] = (struct wd_remote_range){ .off = 10, .len = 100, .fd = c.fd, .fd_off = 200, .obj = &b };
+	rg[2] = (struct wd_remote_range){ .off = 110, .len = 50, .fd = c.fd, .fd_off = 400, .obj = &a };
+	rg[3] = (struct wd_remote_range){ .off = 110, .len = 50, .fd = c.fd, .fd_off = 600, .obj = &b };
+	c.rg = rg;
+	ctl("reset=1");
+	assert_int_equal(wd_remote_fetch(r, NULL, rg, 4,
+					 &(struct wd_remote_fetch_opts){ .concurrency = 4,
+									 .coalesce = true,
+									 .range_done = co_done,
+									 .arg = &c },
+					 &err),
+			 0);
+	st = stats(port_fault);
+	assert_int_equal(json_integer_value(json_object_get(st, "requests")), 2);
+	json_decref(st);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(c.done[i], 1);
+		assert_true(c.whole[i]); /* swap.bin holds a.bin's bytes */
+	}
+	close(c.fd);
+	wd_remote_object_clear(&a);
+	wd_remote_object_clear(&b);
+	wd_remote_free(r);
+}
+
+/*
+ * A coalesced request cut mid-way is resumed from the first byte it lacks: the retry asks for
+ * the rest only, every range it covers lands whole, and range_data still sees each byte once,
+ * in order.
+ */
+static void a_coalesced_request_cut_midway_resumes(void **state)
+{
+	struct wd_remote *r = fault_remote(3, 30);
+	struct wd_remote_object obj;
+	struct wd_remote_range rg[30];
+	uint64_t seen[8][2];
+	struct co_seen c = { 0 };
+	weightd_error err;
+	size_t n;
+
+	(void)state;
+	ctl("reset=1");
+	wd_error_clear(&err);
+	assert_int_equal(wd_remote_stat(r, NULL, &obj, &err), 0);
+	c.fd = memfd_create("remote-test", MFD_CLOEXEC);
+	assert_int_equal(ftruncate(c.fd, 1 << 20), 0);
+	for (int i = 0; i < 30; i++) /* back to front in the destination */
+		rg[i] = (struct wd_remote_range){ .off = 7 + (uint64_t)i * 10000,
+						  .len = 10000,
+						  .fd = c.fd,
+						  .fd_off = (uint64_t)(29 - i) * 10007 };
+	c.rg = rg;
+	ctl("reset=1");
+	ctl("fault=drop&n=1&after=100000");
+	assert_int_equal(wd_remote_fetch(r, &obj, rg, 30,
+					 &(struct wd_remote_fetch_opts){ .concurrency = 2,
+									 .chunk = 1 << 20,
+									 .coalesce = true,
+									 .range_data = co_data,
+									 .range_done = co_done,
+									 .arg = &c },
+					 &err),
+			 0);
+	n = proxy_ranges(seen, 8);
+	assert_int_equal(n, 2);
+	assert_int_equal(seen[0][0], 7);
+	assert_int_equal(seen[0][1], 300006);
+	assert_true(seen[1][0] >= 7 + 65536 && seen[1][0] <= 7 + 100000);
+	assert_int_equal(seen[1][1], 300006);
+	for (int i = 0; i < 30; i++) {
+		assert_int_equal(c.done[i], 1);
+		assert_true(c.whole[i]);
+		assert_false(c.data_wrong[i]);
+		assert_int_equal(c.data[i], 10000);
+	}
+	ctl("reset=1");
+	close(c.fd);
+	wd_remote_object_clear(&obj);
+	wd_remote_free(r);
+}
+
+/*
+ * The object replaced between two coalesced requests of one fetch: the second answer's ETag
+ * (or the server's 412 to If-Match) fails the fetch with source-changed, and no range of the
+ * second request is reported as landed.
+ */
+static void an_etag_change_between_coalesced_requests_is_source_changed(void **state)
+{
+	char url[160];
+	struct wd_remote_opts o = { .allow_http = true };
+	struct wd_remote *r;
+	struct wd_remote_object obj;
+	struct wd_remote_range rg[8];
+	struct co_seen c = { 0 };
+	weightd_error err;
+
+	(void)state;
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/swap.bin", port_fault);
+	r = open_url(url, &o);
+	ctl("reset=1");
+	wd_error_clear(&err);
+	assert_int_equal(wd_remote_stat(r, NULL, &obj, &err), 0);
+	c.fd = memfd_create("remote-test", MFD_CLOEXEC);
+	assert_int_equal(ftruncate(c.fd, 1 << 20), 0);
+	for (int i = 0; i < 8; i++) /* two requests of 4 ranges each, at 64 KiB a request */
+		rg[i] = (struct wd_remote_range){ .off = (uint64_t)i * 16384,
+						  .len = 16384,
+						  .fd = c.fd,
+						  .fd_off = (uint64_t)i * 16384 };
+	c.rg = rg;
+	/* the second ranged request replaces the file before it is answered */
+	ctl("fault=swap&path=/swap.bin&after=2");
+	assert_int_equal(wd_remote_fetch(r, &obj, rg, 8,
+					 &(struct wd_remote_fetch_opts){ .concurrency = 1,
+									 .chunk = 65536,
+									 .coalesce = true,
+									 .range_done = co_done,
+									 .arg = &c },
+					 &err),
+			 -WEIGHTD_E_SOURCE_CHANGED);
+	assert_non_null(strstr(err.message, "swap.bin"));
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(c.done[i], i < 4 ? 1 : 0);
+	ctl("reset=1");
+	close(c.fd);
+	wd_remote_object_clear(&obj);
+	wd_remote_free(r);
+}
+
 static void count_stall(void *arg)
 {
 	(*(int *)arg)++;
@@ -1024,6 +1309,11 @@ int main(void)
 		cmocka_unit_test(the_node_limit_bounds_every_call_together),
 		cmocka_unit_test(each_range_is_reported_once_when_whole),
 		cmocka_unit_test(a_stalled_fetch_lets_its_caller_work),
+		cmocka_unit_test(coalesced_ranges_take_few_requests_and_land_exactly),
+		cmocka_unit_test_setup(one_fetch_reads_several_objects, reset_files),
+		cmocka_unit_test(a_coalesced_request_cut_midway_resumes),
+		cmocka_unit_test_setup(an_etag_change_between_coalesced_requests_is_source_changed,
+				       reset_files),
 	};
 
 	curl_global_init(CURL_GLOBAL_DEFAULT);
