@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aws_cred.h"
 #include "log.h"
 #include "peer.h"
 #include "wd_strdup.h"
@@ -32,6 +33,8 @@ static struct source_conf *conf_copy(const struct source_conf *sc)
 	c->path_style = sc->path_style;
 	c->credentials_file = wd_strdup_opt(sc->credentials_file, &oom);
 	c->profile = wd_strdup_opt(sc->profile, &oom);
+	c->credentials = wd_strdup_opt(sc->credentials, &oom);
+	c->imds_v1 = sc->imds_v1;
 	c->token_file = wd_strdup_opt(sc->token_file, &oom);
 	c->ca_file = wd_strdup_opt(sc->ca_file, &oom);
 	c->allow_http = sc->allow_http;
@@ -76,6 +79,7 @@ static void conf_free(struct source_conf *c)
 	free(c->region);
 	free(c->credentials_file);
 	free(c->profile);
+	free(c->credentials);
 	free(c->token_file);
 	free(c->ca_file);
 	free(c);
@@ -90,6 +94,8 @@ void catalog_remote_conf(const struct source_conf *sc, const struct config *cfg,
 		.path_style = sc->path_style,
 		.credentials_file = sc->credentials_file,
 		.profile = sc->profile,
+		.credentials = sc->credentials ? wd_aws_cred_source_parse(sc->credentials) : 0,
+		.imds_v1 = sc->imds_v1,
 		.token_file = sc->token_file,
 		.ca_file = sc->ca_file,
 		.allow_http = sc->allow_http,
@@ -392,6 +398,7 @@ static bool same_location(const struct source_conf *a, const struct source_conf 
 	       str_same(a->region, b->region) && a->path_style == b->path_style &&
 	       str_same(a->credentials_file, b->credentials_file) &&
 	       str_same(a->profile, b->profile) && str_same(a->token_file, b->token_file) &&
+	       str_same(a->credentials, b->credentials) && a->imds_v1 == b->imds_v1 &&
 	       str_same(a->ca_file, b->ca_file) && a->allow_http == b->allow_http;
 }
 

@@ -42,7 +42,9 @@ struct wd_source_remote_conf {
 	const char *region;	      /* s3: signing region */
 	bool path_style;	      /* s3: endpoint/bucket/key */
 	const char *credentials_file; /* s3: AWS shared-credentials INI; NULL: the environment */
-	const char *profile;	      /* s3: its profile (NULL: "default") */
+	const char *profile;	      /* s3: its profile (NULL: AWS_PROFILE, else "default") */
+	int credentials;	      /* s3: an enum wd_aws_source (aws_cred.h); 0: auto */
+	bool imds_v1;		      /* s3: IMDSv1 allowed */
 	const char *token_file;	      /* http(s): bearer token */
 	const char *ca_file;	      /* PEM bundle that verifies servers */
 	bool allow_http;	      /* plain http:// allowed */
