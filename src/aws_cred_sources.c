@@ -159,8 +159,10 @@ static int token_file(const char *what, const char *path, char **ret, weightd_er
 				what, path, strerror(e), (unsigned)(st.st_mode & 07777),
 				(unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)geteuid(),
 				(unsigned)getegid());
+		/* named but missing is a broken set-up, not a source that does not apply */
 		return wd_error_set(err,
-				    e == ENOENT ? WEIGHTD_E_NOT_FOUND : WEIGHTD_E_PERMISSION_DENIED,
+				    e == ENOENT ? WEIGHTD_E_INVALID_ARGUMENT :
+						  WEIGHTD_E_PERMISSION_DENIED,
 				    "%s: token file %s unreadable: %s", what, path, strerror(e));
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -616,7 +618,7 @@ static int profile_keys(const struct wd_aws_cred *c, const struct profiles *p, c
 					  csrc);
 		}
 		if (rc == -WEIGHTD_E_NOT_FOUND && src)
-			rc = wd_error_set(err, WEIGHTD_E_NOT_FOUND,
+			rc = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 					  "source_profile %s has no credentials", src);
 		if (rc < 0) {
 			wd_error_prefix(err, "%s", what);
@@ -658,7 +660,7 @@ static int profile_keys(const struct wd_aws_cred *c, const struct profiles *p, c
 
 		if (!id || !secret)
 			return id || secret ?
-				       wd_error_set(err, WEIGHTD_E_NOT_FOUND,
+				       wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
 						    "profile [%s] lacks aws_access_key_id or "
 						    "aws_secret_access_key",
 						    profile) :

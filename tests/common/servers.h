@@ -13,6 +13,11 @@ struct wd_servers {
 	int stdin_fd; /* closing it stops them */
 	int http, https, fault, s3;
 	char ca[512], token[128], s3_key[64], s3_secret[64], bucket[64];
+	/* with s3: the AWS credential endpoints (tests/remote/aws_endpoints.py): STS at /, container
+	 * credentials at /creds, instance metadata at /latest/; the role and tokens they accept */
+	int aws;
+	char role_arn[128], web_token[256], container_token[128];
+	char s3_key2[64], s3_secret2[64]; /* a second static key the S3 proxy accepts */
 };
 
 /*
