@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "aws_cred.h"
 #include "log.h"
 #include "peer.h"
+#include "remote.h"
 #include "wd_strdup.h"
 
 struct catalog {
@@ -107,6 +109,27 @@ void catalog_remote_conf(const struct source_conf *sc, const struct config *cfg,
 	}
 }
 
+/* Where a remote checkpoint's keys came from, their key id and expiry: never the secret. */
+static void log_credentials(const char *name, const struct wd_source *src)
+{
+	struct wd_aws_cred *c = wd_source_is_remote(src) ? wd_remote_aws_cred(wd_source_remote(src)) :
+							   NULL;
+	struct wd_aws_cred_info in;
+	char when[64] = "no expiry";
+
+	if (!c)
+		return;
+	wd_aws_cred_info(c, &in);
+	if (in.expires) {
+		time_t t = (time_t)in.expires;
+		struct tm tm;
+		if (gmtime_r(&t, &tm))
+			strftime(when, sizeof(when), "expires %Y-%m-%dT%H:%M:%SZ", &tm);
+	}
+	log_info("checkpoint %s: credentials from %s, access key id %s, %s", name, in.source,
+		 in.access_key, when);
+}
+
 static void catalog_source_unref_final(struct csource *cs);
 
 /* Open one source; a failure is recorded in the entry, not returned. */
@@ -172,6 +195,7 @@ static struct csource *catalog_source_admit(const struct catalog *c, const struc
 			 wd_source_kind_name(wd_source_kind(cs->src)),
 			 wd_source_tensor_count(cs->src),
 			 (unsigned long long)wd_source_bytes(cs->src), cs->path);
+		log_credentials(sc->name, cs->src);
 	}
 	return cs;
 }
@@ -202,6 +226,7 @@ bool catalog_admitted(struct csource *cs, struct wd_source *src, const weightd_e
 		log_info("checkpoint %s: %s, %zu tensors, %llu bytes (%s)", cs->name,
 			 wd_source_kind_name(wd_source_kind(src)), wd_source_tensor_count(src),
 			 (unsigned long long)wd_source_bytes(src), cs->path);
+		log_credentials(cs->name, src);
 		return true;
 	}
 	cs->state = CSOURCE_FAILED;

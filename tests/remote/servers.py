@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import aws_endpoints  # noqa: E402 - beside this file
 
 S3_KEY = "S3RVER"
-S3_SECRET = "S3RVER"
+S3_SECRET = "S3RVERsecret/0123456789abcdef"  # s3rver checks no signature: any secret
 S3_KEY2 = "AKIAROTATED0000TEST"  # a second static key, for rotating a credentials file
 S3_SECRET2 = "rotatedSecret/0123456789abcdefghijklmnop"
 BUCKET = "bkt"
