@@ -144,6 +144,7 @@ int wd_aws_parse_sts(const char *body, size_t n, struct wd_aws_parsed *ret, char
 	xmlNode *root, *c, *e;
 	int rc;
 
+	wd_aws_parse_wipe(ret);
 	snprintf(reason, cap, "%s", "");
 	if (n == 0 || n > WD_AWS_BODY_MAX)
 		return snprintf(reason, cap, "the answer is empty or larger than %u bytes",
@@ -206,6 +207,7 @@ int wd_aws_parse_json(const char *body, size_t n, struct wd_aws_parsed *ret, cha
 	const char *code;
 	int rc;
 
+	wd_aws_parse_wipe(ret);
 	snprintf(reason, cap, "%s", "");
 	if (n == 0 || n > WD_AWS_BODY_MAX)
 		return snprintf(reason, cap, "the answer is empty or larger than %u bytes",
