@@ -647,6 +647,89 @@ static void test_failed_admission_retried_on_reload(void **state)
 	unlink(later);
 }
 
+static long s3_proxy_stat(const char *name)
+{
+	char *st = wd_servers_get(srv.s3, "/__stats");
+	json_error_t je;
+	json_t *j;
+	long n;
+
+	assert_non_null(st);
+	j = json_loads(st, 0, &je);
+	free(st);
+	assert_non_null(j);
+	n = (long)json_integer_value(json_object_get(j, name));
+	json_decref(j);
+	return n;
+}
+
+/*
+ * A fill that outlives its keys: container credentials living 8 s, a fill slowed to about 16 s
+ * (one range at a time, each held 1 s by the proxy). The fill completes with the checkpoint's
+ * bytes; the keys were fetched again during it (describe's key id changed); and the proxy, which
+ * refuses any request whose token has expired when it arrives, refused none.
+ */
+static void test_fill_outlives_its_keys(void **state)
+{
+	struct harness h4;
+	char sections[2048], tf[700], url[256], first[128];
+	weightd_client *c;
+	weightd_description *d;
+	weightd_weight *w, *lw;
+	weightd_error err;
+	long expired0;
+	char *r;
+
+	(void)state;
+	NEED_SERVERS();
+	r = wd_servers_get(srv.aws, "/__ctl?ttl=8&rotate=1");
+	free(r);
+	snprintf(tf, sizeof(tf), "%s/pod.token", H.dir);
+	write_text(tf, srv.container_token, 0600);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/creds", srv.aws);
+	setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", url, 1);
+	setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tf, 1);
+	assert_int_equal(harness_init(&h4), 0);
+	snprintf(sections, sizeof(sections),
+		 "[checkpoint:big]\npath = s3://%s/big.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		 "path_style = yes\nallow_http = yes\ncredentials = container\n"
+		 "[checkpoint:local-big]\npath = %s\n",
+		 srv.bucket, srv.s3, local_big);
+	it_start(&h4, "remote_chunk = 256K\nremote_concurrency = 1\n", sections);
+	unsetenv("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+	unsetenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+	c = it_connect(&h4);
+	for (int i = 0; i < 600; i++) {
+		if (weightd_describe(c, "big", &d, &err) == 0)
+			break;
+		usleep(50000);
+	}
+	assert_int_equal(weightd_describe(c, "big", &d, &err), 0);
+	assert_non_null(strstr(d->credentials, "container credentials"));
+	snprintf(first, sizeof(first), "%s", d->credentials_key_id);
+	weightd_description_free(d);
+	expired0 = s3_proxy_stat("expired");
+	r = wd_servers_get(srv.s3, "/__ctl?fault=stall&n=16&seconds=1");
+	free(r);
+	w = it_get_ok(c, "big", "w"); /* 4 MiB: 16 ranges of 256 KiB */
+	lw = it_get_ok(c, "local-big", "w");
+	assert_int_equal(weightd_weight_nbytes(w), weightd_weight_nbytes(lw));
+	assert_memory_equal(it_map(w), it_map(lw), weightd_weight_nbytes(w));
+	weightd_release(w);
+	weightd_release(lw);
+	assert_int_equal(weightd_describe(c, "big", &d, &err), 0);
+	printf("keys at admission %s, after the fill %s\n", first, d->credentials_key_id);
+	assert_string_not_equal(d->credentials_key_id, first);
+	weightd_description_free(d);
+	assert_int_equal(s3_proxy_stat("expired"), expired0);
+	r = wd_servers_get(srv.s3, "/__ctl?fault=stall&n=0");
+	free(r);
+	r = wd_servers_get(srv.aws, "/__ctl?ttl=3600&rotate=1");
+	free(r);
+	weightd_close(c);
+	harness_cleanup(&h4);
+}
+
 /* --check-config checks a remote section and its secret files without contacting the server
  * (here one that would never answer), and refuses a credentials file others can read. */
 static void test_check_config_offline(void **state)
@@ -717,5 +800,5 @@ TEST_MAIN(setup, teardown, cmocka_unit_test(test_kinds), cmocka_unit_test(test_d
 	  cmocka_unit_test(test_recipe_reads_what_it_needs),
 	  cmocka_unit_test(test_secrets_never_shown),
 	  cmocka_unit_test(test_hung_server_blocks_nothing),
-	  cmocka_unit_test(test_check_config_offline),
+	  cmocka_unit_test(test_check_config_offline), cmocka_unit_test(test_fill_outlives_its_keys),
 	  cmocka_unit_test(test_failed_admission_retried_on_reload))
