@@ -11,7 +11,13 @@ started. What runs:
   file (/hf/ORG/REPO/resolve/REV/FILE), and /private/ that wants a bearer token;
 - s3rver (npm, the version scripts/deps installs) holding the same files in bucket "bkt", behind a
   proxy that checks every request's AWS SigV4 signature with botocore (s3rver itself does not
-  check SigV4) and enforces If-Match (s3rver ignores it on GET);
+  check SigV4) against the keys aws_endpoints.py knows (the static test keys and every temporary
+  key it handed out, whose session token must be sent and signed; an expired one is answered 400
+  ExpiredToken, and fault "expired" expires the key of the next N requests under them; /__stats
+  counts the requests verified per access key id), and enforces If-Match (s3rver ignores it on
+  GET);
+- with --s3, the AWS credential endpoints of aws_endpoints.py (STS, container credentials, IMDS)
+  on a port of their own ("aws" in the ready line);
 - a fault proxy in front of nginx's HTTP port, told what to do by GET /__ctl?k=v&...: answer 503
   SlowDown or 500 to the next N requests, cut the next N answers after K body bytes, stall the next
   N answers for S seconds, or replace a file after N ranged requests for it (a new ETag). GET
