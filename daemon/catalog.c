@@ -112,8 +112,8 @@ void catalog_remote_conf(const struct source_conf *sc, const struct config *cfg,
 /* Where a remote checkpoint's keys came from, their key id and expiry: never the secret. */
 static void log_credentials(const char *name, const struct wd_source *src)
 {
-	struct wd_aws_cred *c = wd_source_is_remote(src) ? wd_remote_aws_cred(wd_source_remote(src)) :
-							   NULL;
+	struct wd_aws_cred *c =
+		wd_source_is_remote(src) ? wd_remote_aws_cred(wd_source_remote(src)) : NULL;
 	struct wd_aws_cred_info in;
 	char when[64] = "no expiry";
 

@@ -300,8 +300,7 @@ static void check_location_keys(struct loader *ld, const struct source_conf *src
 			    "[checkpoint:%s] credentials is %s: auto, env, web-identity, "
 			    "container, imds or file",
 			    src->name, src->credentials);
-	if (kind == FOR_S3 && src->credentials_file && cred != WD_AWS_AUTO &&
-	    cred != WD_AWS_FILE)
+	if (kind == FOR_S3 && src->credentials_file && cred != WD_AWS_AUTO && cred != WD_AWS_FILE)
 		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
 			    "[checkpoint:%s] credentials_file is read by credentials = file (or "
 			    "auto), not %s",
@@ -309,11 +308,10 @@ static void check_location_keys(struct loader *ld, const struct source_conf *src
 	line = config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, profile));
 	if (kind == FOR_S3 && line &&
 	    (cred == WD_AWS_ENV || cred == WD_AWS_CONTAINER || cred == WD_AWS_IMDS))
-		config_fail(
-			ld, line, WEIGHTD_E_INVALID_ARGUMENT,
-			"[checkpoint:%s] profile names a profile of the shared files, which "
-			"credentials = %s does not read",
-			src->name, src->credentials);
+		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "[checkpoint:%s] profile names a profile of the shared files, which "
+			    "credentials = %s does not read",
+			    src->name, src->credentials);
 }
 
 /* The checkpoint section that just ended must have set its required keys; with neither allow

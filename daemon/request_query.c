@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aws_cred.h"
 #include "clock.h"
 #include "daemon.h"
 #include "log.h"
-#include "aws_cred.h"
 #include "remote.h"
 #include "request.h"
 #include "segment.h"

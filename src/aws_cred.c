@@ -17,9 +17,12 @@
 #define ADVISORY_RETRY_MS 2000u /* after a failed advisory refresh */
 
 static const char *const source_names[] = {
-	[WD_AWS_AUTO] = "auto",		    [WD_AWS_ENV] = "env",
-	[WD_AWS_WEB_IDENTITY] = "web-identity", [WD_AWS_CONTAINER] = "container",
-	[WD_AWS_IMDS] = "imds",		    [WD_AWS_FILE] = "file",
+	[WD_AWS_AUTO] = "auto",
+	[WD_AWS_ENV] = "env",
+	[WD_AWS_WEB_IDENTITY] = "web-identity",
+	[WD_AWS_CONTAINER] = "container",
+	[WD_AWS_IMDS] = "imds",
+	[WD_AWS_FILE] = "file",
 };
 
 int wd_aws_cred_source_parse(const char *s)
@@ -252,7 +255,9 @@ static int need(struct wd_aws_cred *c, int64_t now)
 		return -1;
 	wd_aws_cred_windows(k->expires - k->obtained, &advisory, &mandatory);
 	if (now >= k->expires - mandatory)
-		return 1;
+		/* keys a refresh just brought are used until they expire, however short their
+		 * life left: the source is asked again only after a pause, not per request */
+		return now < k->expires && wd_clock_ms() < c->retry_after_ms ? -1 : 1;
 	if (now < k->expires - advisory || wd_clock_ms() < c->retry_after_ms)
 		return -1;
 	return 0;
@@ -289,6 +294,16 @@ int wd_aws_cred_get(struct wd_aws_cred *c, struct wd_aws_keys **ret, weightd_err
 			c->refreshes++;
 		}
 		wd_aws_cred_found_clear(&f);
+		if (rc == 0) {
+			/* one refresh per call: the new keys serve it whatever their windows say */
+			c->retry_after_ms = wd_clock_ms() + ADVISORY_RETRY_MS;
+			pthread_mutex_lock(&keys_lock);
+			c->cur->refs++;
+			pthread_mutex_unlock(&keys_lock);
+			*ret = c->cur;
+			pthread_mutex_unlock(&c->lock);
+			return 0;
+		}
 		if (rc == -WEIGHTD_E_RESOURCE_EXHAUSTED)
 			wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 		if (rc < 0 && n == 0 && c->cur) {

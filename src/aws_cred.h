@@ -37,13 +37,14 @@ int wd_aws_cred_source_parse(const char *s);
 /* How to resolve. Strings are copied by wd_aws_cred_new; NULL picks the standard default. */
 struct wd_aws_cred_conf {
 	enum wd_aws_source source;
-	const char *credentials_file; /* NULL: AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials */
-	const char *config_file;      /* NULL: AWS_CONFIG_FILE, else ~/.aws/config */
-	const char *profile;	      /* NULL: AWS_PROFILE, else "default" */
-	const char *region;	      /* STS's region (NULL: AWS_REGION, AWS_DEFAULT_REGION) */
-	const char *ca_file;	      /* verifies https credential endpoints (NULL: the system's) */
-	bool imds_v1;		      /* IMDS without a token when the PUT is refused */
-	unsigned timeout_ms;	      /* per credential request; default 5,000 (IMDS: 1,000) */
+	const char
+		*credentials_file; /* NULL: AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials */
+	const char *config_file;   /* NULL: AWS_CONFIG_FILE, else ~/.aws/config */
+	const char *profile;	   /* NULL: AWS_PROFILE, else "default" */
+	const char *region;	   /* STS's region (NULL: AWS_REGION, AWS_DEFAULT_REGION) */
+	const char *ca_file;	   /* verifies https credential endpoints (NULL: the system's) */
+	bool imds_v1;		   /* IMDS without a token when the PUT is refused */
+	unsigned timeout_ms;	   /* per credential request; default 5,000 (IMDS: 1,000) */
 };
 
 /* Keys at one moment: immutable, reference-counted (wd_aws_cred_release). */
@@ -61,11 +62,11 @@ struct wd_aws_keys {
 
 /* What describe and the logs may show: never a secret or a token. */
 struct wd_aws_cred_info {
-	char source[128];    /* the source and what it read ("web identity (role arn:...)") */
+	char source[128]; /* the source and what it read ("web identity (role arn:...)") */
 	char access_key[WD_AWS_INFO_KEY_MAX];
-	int64_t expires;     /* Unix seconds; 0: never */
-	uint64_t refreshes;  /* keys fetched again (refresh, rotation, an expired token) */
-	bool have;	     /* false: no source applied (AUTO; requests go unsigned) */
+	int64_t expires;    /* Unix seconds; 0: never */
+	uint64_t refreshes; /* keys fetched again (refresh, rotation, an expired token) */
+	bool have;	    /* false: no source applied (AUTO; requests go unsigned) */
 };
 
 struct wd_aws_cred;

@@ -22,7 +22,7 @@
 #define PROFILE_ROWS_MAX  4096	/* key = value rows kept from the shared files */
 #define PROFILE_DEPTH_MAX 4	/* source_profile links followed */
 #define IMDS_TIMEOUT_MS	  1000u /* botocore's */
-#define STS_ATTEMPTS	  2	/* an STS call tried again once after a 5xx or a broken connection */
+#define STS_ATTEMPTS	  2 /* an STS call tried again once after a 5xx or a broken connection */
 
 void wd_aws_cred_found_clear(struct wd_aws_found *f)
 {
@@ -67,8 +67,8 @@ struct call {
 	const char *method; /* "GET", "PUT", "POST" */
 	const char *url;
 	struct curl_slist *headers;
-	const char *body;   /* POST's form, or NULL */
-	const char *sigv4;  /* "aws:amz:REGION:sts" with user and pass, or NULL */
+	const char *body;  /* POST's form, or NULL */
+	const char *sigv4; /* "aws:amz:REGION:sts" with user and pass, or NULL */
 	const char *user, *pass;
 	unsigned timeout_ms;
 	const char *ca_file;
@@ -78,8 +78,7 @@ struct call {
  * One request; its answer's status and body (NUL-terminated, at most WD_AWS_BODY_MAX bytes) in
  * *status and out. 0 when an answer came (any status), else -1 with why (curl's reason).
  */
-static int call(const struct call *q, long *status, char *out, size_t *len, char *why,
-		size_t cap)
+static int call(const struct call *q, long *status, char *out, size_t *len, char *why, size_t cap)
 {
 	struct body b = { out, 0, WD_AWS_BODY_MAX + 1, false };
 	char errbuf[CURL_ERROR_SIZE] = "";
@@ -160,10 +159,9 @@ static int token_file(const char *what, const char *path, char **ret, weightd_er
 				(unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)geteuid(),
 				(unsigned)getegid());
 		/* named but missing is a broken set-up, not a source that does not apply */
-		return wd_error_set(err,
-				    e == ENOENT ? WEIGHTD_E_INVALID_ARGUMENT :
-						  WEIGHTD_E_PERMISSION_DENIED,
-				    "%s: token file %s unreadable: %s", what, path, strerror(e));
+		return wd_error_set(
+			err, e == ENOENT ? WEIGHTD_E_INVALID_ARGUMENT : WEIGHTD_E_PERMISSION_DENIED,
+			"%s: token file %s unreadable: %s", what, path, strerror(e));
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
@@ -220,11 +218,11 @@ static void free_secret(char *s)
 static void sts_endpoint(const struct wd_aws_cred *c, char *url, size_t cap, char *region,
 			 size_t rcap)
 {
-	const char *over = env("AWS_ENDPOINT_URL_STS") ? env("AWS_ENDPOINT_URL_STS") :
-							  env("AWS_ENDPOINT_URL");
-	const char *reg = c->region && *c->region	   ? c->region :
-			  env("AWS_REGION")		   ? env("AWS_REGION") :
-							     env("AWS_DEFAULT_REGION");
+	const char *over =
+		env("AWS_ENDPOINT_URL_STS") ? env("AWS_ENDPOINT_URL_STS") : env("AWS_ENDPOINT_URL");
+	const char *reg = c->region && *c->region ? c->region :
+			  env("AWS_REGION")	  ? env("AWS_REGION") :
+						    env("AWS_DEFAULT_REGION");
 	const char *mode = env("AWS_STS_REGIONAL_ENDPOINTS");
 
 	snprintf(region, rcap, "%s", reg ? reg : "us-east-1");
@@ -272,7 +270,8 @@ static int sts_call(const struct wd_aws_cred *c, const char *what, const char *f
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	sts_endpoint(c, url, sizeof(url), region, sizeof(region));
 	url_shown(url, shown, sizeof(shown));
-	hs = curl_slist_append(NULL, "Content-Type: application/x-www-form-urlencoded; charset=utf-8");
+	hs = curl_slist_append(NULL,
+			       "Content-Type: application/x-www-form-urlencoded; charset=utf-8");
 	if (hs && signer && signer->token[0]) {
 		char h[WD_AWS_TOKEN_MAX + 32];
 		snprintf(h, sizeof(h), "x-amz-security-token: %s", signer->token);
@@ -398,9 +397,8 @@ enum pkey {
 	P_N
 };
 static const char *const pkey_names[P_N] = {
-	"aws_access_key_id", "aws_secret_access_key",	"aws_session_token",
-	"role_arn",	     "source_profile",		"web_identity_token_file",
-	"role_session_name", "credential_source",
+	"aws_access_key_id", "aws_secret_access_key",	"aws_session_token", "role_arn",
+	"source_profile",    "web_identity_token_file", "role_session_name", "credential_source",
 };
 
 struct prow {
@@ -526,7 +524,8 @@ static int profiles_load(const struct wd_aws_cred *c, struct profiles *p, weight
 		int line, rc;
 
 		if (!p->paths[i][0] || p->paths[i][0] != '/' ||
-		    (stat(p->paths[i], &st) < 0 && errno == ENOENT && !(i == 0 && c->credentials_file)))
+		    (stat(p->paths[i], &st) < 0 && errno == ENOENT &&
+		     !(i == 0 && c->credentials_file)))
 			continue;
 		if (i == 0) {
 			rc = wd_remote_secret_open(p->paths[i], "credentials file", &f, err);
@@ -565,8 +564,8 @@ static int profiles_load(const struct wd_aws_cred *c, struct profiles *p, weight
 						    "%s %s:%d: not in the INI form",
 						    i ? "config file" : "credentials file", path,
 						    line);
-			return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED,
-					    "%s: more than %d rows", path, PROFILE_ROWS_MAX);
+			return wd_error_set(err, WEIGHTD_E_LIMIT_EXCEEDED, "%s: more than %d rows",
+					    path, PROFILE_ROWS_MAX);
 		}
 	}
 	return 0;
@@ -649,8 +648,8 @@ static int profile_keys(const struct wd_aws_cred *c, const struct profiles *p, c
 		if (rc < 0)
 			wd_error_prefix(err, "profile %s", profile);
 		else
-			snprintf(ret->what, sizeof(ret->what), "profile %.40s: web identity (%.70s)",
-				 profile, role);
+			snprintf(ret->what, sizeof(ret->what),
+				 "profile %.40s: web identity (%.70s)", profile, role);
 		return rc;
 	}
 	{
@@ -666,10 +665,11 @@ static int profile_keys(const struct wd_aws_cred *c, const struct profiles *p, c
 						    profile) :
 				       -WEIGHTD_E_NOT_FOUND;
 		if (from == 1 && p->group_readable[1])
-			return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
-					    "config file %s holds keys and others can read it: "
-					    "chmod 600 it, or move the keys to the credentials file",
-					    p->paths[1]);
+			return wd_error_set(
+				err, WEIGHTD_E_PERMISSION_DENIED,
+				"config file %s holds keys and others can read it: "
+				"chmod 600 it, or move the keys to the credentials file",
+				p->paths[1]);
 		if (strlen(id) >= sizeof(ret->keys.access_key) ||
 		    strlen(secret) >= sizeof(ret->keys.secret_key) ||
 		    (token && strlen(token) >= sizeof(ret->keys.token)))
@@ -691,9 +691,9 @@ static int profile_keys(const struct wd_aws_cred *c, const struct profiles *p, c
 static int from_files(const struct wd_aws_cred *c, int mode, struct wd_aws_found *ret,
 		      weightd_error *err)
 {
-	const char *profile = c->profile ? c->profile :
-			      env("AWS_PROFILE")    ? env("AWS_PROFILE") :
-						      "default";
+	const char *profile = c->profile	 ? c->profile :
+			      env("AWS_PROFILE") ? env("AWS_PROFILE") :
+						   "default";
 	struct profiles p;
 	int rc;
 
@@ -711,7 +711,8 @@ static int from_files(const struct wd_aws_cred *c, int mode, struct wd_aws_found
 	if (rc == 0) {
 		for (int i = 0; i < 2 && i < WD_AWS_WATCH_MAX; i++)
 			if (p.paths[i][0] == '/' && !(ret->watch[i] = strdup(p.paths[i])))
-				rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+				rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED,
+						  "out of memory");
 	} else if (rc == -WEIGHTD_E_NOT_FOUND && c->credentials_file && mode != 1) {
 		rc = wd_error_set(err, WEIGHTD_E_NOT_FOUND,
 				  "credentials file %s: profile [%s] is not in it",
@@ -726,8 +727,8 @@ static int from_files(const struct wd_aws_cred *c, int mode, struct wd_aws_found
 /* May plain http reach this host? Loopback and the container agents' link-local addresses. */
 static bool container_host_ok(const char *url)
 {
-	static const char *const ok[] = { "127.", "localhost", "[::1]", "169.254.170.2",
-					  "169.254.170.23", "[fd00:ec2::23]" };
+	static const char *const ok[] = { "127.",	   "localhost",	     "[::1]",
+					  "169.254.170.2", "169.254.170.23", "[fd00:ec2::23]" };
 	const char *h;
 
 	if (strncmp(url, "https://", 8) == 0)
@@ -824,8 +825,8 @@ static int container(const struct wd_aws_cred *c, struct wd_aws_found *ret, weig
 					  "container credentials: %s answered HTTP %ld%s%s", shown,
 					  status, why[0] ? ": " : "", why);
 		else if (rc < 0)
-			rc = wd_error_set(err, WEIGHTD_E_IO, "container credentials: %s: %s",
-					  shown, why);
+			rc = wd_error_set(err, WEIGHTD_E_IO, "container credentials: %s: %s", shown,
+					  why);
 	}
 	explicit_bzero(body, len);
 	free(body);
@@ -871,11 +872,10 @@ static int imds(const struct wd_aws_cred *c, struct wd_aws_found *ret, weightd_e
 	/* IMDSv2: a session token by PUT */
 	put = curl_slist_append(NULL, "X-aws-ec2-metadata-token-ttl-seconds: 21600");
 	snprintf(url, sizeof(url), "%s/latest/api/token", base);
-	rc = put ? call(&(struct call){ .method = "PUT",
-					.url = url,
-					.headers = put,
-					.timeout_ms = tmo },
-			&status, body, &len, why, sizeof(why)) :
+	rc = put ? call(
+			   &(struct call){
+				   .method = "PUT", .url = url, .headers = put, .timeout_ms = tmo },
+			   &status, body, &len, why, sizeof(why)) :
 		   -1;
 	curl_slist_free_all(put);
 	if (rc < 0) {
@@ -1006,10 +1006,11 @@ int wd_aws_cred_resolve(const struct wd_aws_cred *c, enum wd_aws_kind kind,
 			if (rc == -WEIGHTD_E_NOT_FOUND && s == WD_AWS_WEB_IDENTITY)
 				rc = from_files(c, 1, ret, err);
 			if (rc == -WEIGHTD_E_NOT_FOUND && s == WD_AWS_WEB_IDENTITY)
-				return wd_error_set(err, WEIGHTD_E_NOT_FOUND,
-						    "web identity: AWS_ROLE_ARN and "
-						    "AWS_WEB_IDENTITY_TOKEN_FILE are not both set, "
-						    "and the profile has no web_identity_token_file");
+				return wd_error_set(
+					err, WEIGHTD_E_NOT_FOUND,
+					"web identity: AWS_ROLE_ARN and "
+					"AWS_WEB_IDENTITY_TOKEN_FILE are not both set, "
+					"and the profile has no web_identity_token_file");
 		}
 		if (rc == -WEIGHTD_E_NOT_FOUND && (s == WD_AWS_AUTO || s == WD_AWS_FILE)) {
 			rc = from_files(c, 2, ret, err);

@@ -151,8 +151,8 @@ int wd_aws_parse_sts(const char *body, size_t n, struct wd_aws_parsed *ret, char
 				WD_AWS_BODY_MAX),
 		       -WEIGHTD_E_IO;
 	/* STS sends no DTD: a document with one is refused before libxml2 sees it */
-	if (memmem(body, n, "<!", 2) && (memmem(body, n, "<!DOCTYPE", 9) ||
-					 memmem(body, n, "<!ENTITY", 8)))
+	if (memmem(body, n, "<!", 2) &&
+	    (memmem(body, n, "<!DOCTYPE", 9) || memmem(body, n, "<!ENTITY", 8)))
 		return snprintf(reason, cap, "the answer declares a DTD, which STS never does"),
 		       -WEIGHTD_E_IO;
 	pthread_once(&xml_once, xml_init);

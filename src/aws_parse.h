@@ -9,10 +9,10 @@
 #include <weightd/error.h>
 
 /* Bounds on what a credential endpoint may send (untrusted bytes). */
-#define WD_AWS_BODY_MAX	   (64u << 10) /* a whole answer */
-#define WD_AWS_KEY_MAX	   129	       /* an access key id or a secret key, NUL included */
-#define WD_AWS_TOKEN_MAX   8192	       /* a session token, NUL included */
-#define WD_AWS_REASON_MAX  320	       /* "Code: Message" of an error answer */
+#define WD_AWS_BODY_MAX	  (64u << 10) /* a whole answer */
+#define WD_AWS_KEY_MAX	  129	      /* an access key id or a secret key, NUL included */
+#define WD_AWS_TOKEN_MAX  8192	      /* a session token, NUL included */
+#define WD_AWS_REASON_MAX 320	      /* "Code: Message" of an error answer */
 
 /*
  * Temporary (or long-lived) keys as an endpoint gave them. The token is the session token ("" for

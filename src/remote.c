@@ -729,8 +729,10 @@ static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_er
 		curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
 	if (r->sigv4) {
 		curl_easy_setopt(h, CURLOPT_AWS_SIGV4, r->sigv4);
-		curl_easy_setopt(h, CURLOPT_USERNAME, p->keys ? p->keys->access_key : r->access_key);
-		curl_easy_setopt(h, CURLOPT_PASSWORD, p->keys ? p->keys->secret_key : r->secret_key);
+		curl_easy_setopt(h, CURLOPT_USERNAME,
+				 p->keys ? p->keys->access_key : r->access_key);
+		curl_easy_setopt(h, CURLOPT_PASSWORD,
+				 p->keys ? p->keys->secret_key : r->secret_key);
 	}
 	p->attempts++;
 	atomic_fetch_add(&r->requests, 1);

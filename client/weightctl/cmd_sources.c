@@ -388,7 +388,8 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 			json_object_set_new(j, "credentials",
 					    json_pack("{s:s, s:s, s:I}", "source", d->credentials,
 						      "access_key_id", d->credentials_key_id,
-						      "expires", (json_int_t)d->credentials_expires));
+						      "expires",
+						      (json_int_t)d->credentials_expires));
 		if (gguf)
 			json_object_set_new(j, "gguf", json_gguf_summary(d));
 		weightd_description_free(d);

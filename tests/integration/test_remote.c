@@ -690,11 +690,12 @@ static void test_fill_outlives_its_keys(void **state)
 	setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", url, 1);
 	setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tf, 1);
 	assert_int_equal(harness_init(&h4), 0);
-	snprintf(sections, sizeof(sections),
-		 "[checkpoint:big]\npath = s3://%s/big.safetensors\nendpoint = http://127.0.0.1:%d\n"
-		 "path_style = yes\nallow_http = yes\ncredentials = container\n"
-		 "[checkpoint:local-big]\npath = %s\n",
-		 srv.bucket, srv.s3, local_big);
+	snprintf(
+		sections, sizeof(sections),
+		"[checkpoint:big]\npath = s3://%s/big.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		"path_style = yes\nallow_http = yes\ncredentials = container\n"
+		"[checkpoint:local-big]\npath = %s\n",
+		srv.bucket, srv.s3, local_big);
 	it_start(&h4, "remote_chunk = 256K\nremote_concurrency = 1\n", sections);
 	unsetenv("AWS_CONTAINER_CREDENTIALS_FULL_URI");
 	unsetenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
@@ -800,5 +801,6 @@ TEST_MAIN(setup, teardown, cmocka_unit_test(test_kinds), cmocka_unit_test(test_d
 	  cmocka_unit_test(test_recipe_reads_what_it_needs),
 	  cmocka_unit_test(test_secrets_never_shown),
 	  cmocka_unit_test(test_hung_server_blocks_nothing),
-	  cmocka_unit_test(test_check_config_offline), cmocka_unit_test(test_fill_outlives_its_keys),
+	  cmocka_unit_test(test_check_config_offline),
+	  cmocka_unit_test(test_fill_outlives_its_keys),
 	  cmocka_unit_test(test_failed_admission_retried_on_reload))

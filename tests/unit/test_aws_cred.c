@@ -85,8 +85,7 @@ static void write_text(const char *path, const char *text, mode_t mode)
 }
 
 /* files/name, written with text and mode; the path into buf. */
-static const char *put_file(const char *name, const char *text, mode_t mode, char *buf,
-			    size_t cap)
+static const char *put_file(const char *name, const char *text, mode_t mode, char *buf, size_t cap)
 {
 	snprintf(buf, cap, "%s/%s", files, name);
 	write_text(buf, text, mode);
@@ -119,13 +118,13 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define NEED_SERVERS()                                            \
-	do {                                                      \
-		if (!have_servers) {                              \
-			print_message("skipped: %s\n", skip_why); \
-			skip();                                   \
-		}                                                 \
-		clean_env();                                      \
+#define NEED_SERVERS()                                                                           \
+	do {                                                                                     \
+		if (!have_servers) {                                                             \
+			print_message("skipped: %s\n", skip_why);                                \
+			skip();                                                                  \
+		}                                                                                \
+		clean_env();                                                                     \
 		aws_ctl("ttl=3600&rotate=1&imds_role=weightd-node-role&imds_v1=0&imds_no_v2=0"); \
 	} while (0)
 
