@@ -66,13 +66,13 @@ static int free_port(void)
 	return port;
 }
 
-/* Every checkpoint of the daemon admitted (none "loading"); fails after 60 s. */
-static void wait_admitted(const char *except)
+/* Every checkpoint of daemon h admitted (none "loading" but `except`); fails after 60 s. */
+static void wait_admitted_of(struct harness *h, const char *except)
 {
 	int64_t until = it_now_ms() + 60000;
 
 	for (;;) {
-		weightd_client *c = it_connect(&H);
+		weightd_client *c = it_connect(h);
 		weightd_source_list *l;
 		weightd_error err;
 		bool loading = false;
@@ -90,6 +90,16 @@ static void wait_admitted(const char *except)
 			fail_msg("checkpoints still loading after 60 s");
 		usleep(50000);
 	}
+}
+
+static void wait_admitted(const char *except)
+{
+	wait_admitted_of(&H, except);
+}
+
+static void wait_admitted_in(struct harness *h)
+{
+	wait_admitted_of(h, NULL);
 }
 
 /* What the loopback STS, container endpoint and IMDS handed out (tests/remote/aws_endpoints.py):
@@ -700,11 +710,7 @@ static void test_fill_outlives_its_keys(void **state)
 	unsetenv("AWS_CONTAINER_CREDENTIALS_FULL_URI");
 	unsetenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
 	c = it_connect(&h4);
-	for (int i = 0; i < 600; i++) {
-		if (weightd_describe(c, "big", &d, &err) == 0)
-			break;
-		usleep(50000);
-	}
+	wait_admitted_in(&h4);
 	assert_int_equal(weightd_describe(c, "big", &d, &err), 0);
 	assert_non_null(strstr(d->credentials, "container credentials"));
 	snprintf(first, sizeof(first), "%s", d->credentials_key_id);
