@@ -194,6 +194,9 @@ int weightd_describe(weightd_client *c, const char *checkpoint, weightd_descript
 		dr && dr->source && dr->source->location[0] ? dr->source->location : "file";
 	o->pub.n_objects = dr && dr->source ? dr->source->n_objects : 0;
 	o->pub.objects = o->objects;
+	o->pub.credentials = dr && dr->source ? dr->source->credentials : "";
+	o->pub.credentials_key_id = dr && dr->source ? dr->source->credentials_key_id : "";
+	o->pub.credentials_expires = dr && dr->source ? dr->source->credentials_expires : 0;
 	o->resp = resp;
 	o->pub.n_tensors = dr ? dr->n_tensors : 0;
 	o->pub.tensors = o->tensors;

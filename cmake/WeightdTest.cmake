@@ -18,7 +18,8 @@ function(wd_add_test name)
   else()
     set(T_SCALE 1)
   endif()
-  # WD_TIME_SCALE stretches the harness's own hang-catching waits the same way.
+  # WD_TIME_SCALE stretches the harness's own hang-catching waits the same way. No test may
+  # look for EC2 instance metadata off this machine: the credential chain's last step is off.
   set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-                       ENVIRONMENT "WD_BUILD_DIR=${CMAKE_BINARY_DIR};WD_SOURCE_DIR=${CMAKE_SOURCE_DIR};WD_TIME_SCALE=${T_SCALE}")
+                       ENVIRONMENT "WD_BUILD_DIR=${CMAKE_BINARY_DIR};WD_SOURCE_DIR=${CMAKE_SOURCE_DIR};WD_TIME_SCALE=${T_SCALE};AWS_EC2_METADATA_DISABLED=true")
 endfunction()

@@ -5,9 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "aws_cred.h"
 #include "log.h"
 #include "peer.h"
+#include "remote.h"
 #include "wd_strdup.h"
 
 struct catalog {
@@ -32,6 +35,8 @@ static struct source_conf *conf_copy(const struct source_conf *sc)
 	c->path_style = sc->path_style;
 	c->credentials_file = wd_strdup_opt(sc->credentials_file, &oom);
 	c->profile = wd_strdup_opt(sc->profile, &oom);
+	c->credentials = wd_strdup_opt(sc->credentials, &oom);
+	c->imds_v1 = sc->imds_v1;
 	c->token_file = wd_strdup_opt(sc->token_file, &oom);
 	c->ca_file = wd_strdup_opt(sc->ca_file, &oom);
 	c->allow_http = sc->allow_http;
@@ -77,6 +82,7 @@ static void conf_free(struct source_conf *c)
 	free(c->region);
 	free(c->credentials_file);
 	free(c->profile);
+	free(c->credentials);
 	free(c->token_file);
 	free(c->ca_file);
 	free(c);
@@ -91,6 +97,8 @@ void catalog_remote_conf(const struct source_conf *sc, const struct config *cfg,
 		.path_style = sc->path_style,
 		.credentials_file = sc->credentials_file,
 		.profile = sc->profile,
+		.credentials = sc->credentials ? wd_aws_cred_source_parse(sc->credentials) : 0,
+		.imds_v1 = sc->imds_v1,
 		.token_file = sc->token_file,
 		.ca_file = sc->ca_file,
 		.allow_http = sc->allow_http,
@@ -100,6 +108,27 @@ void catalog_remote_conf(const struct source_conf *sc, const struct config *cfg,
 		ret->low_speed_time_s = (unsigned)((cfg->remote_low_speed_time_ms + 999) / 1000);
 		ret->retries = cfg->remote_retries;
 	}
+}
+
+/* Where a remote checkpoint's keys came from, their key id and expiry: never the secret. */
+static void log_credentials(const char *name, const struct wd_source *src)
+{
+	struct wd_aws_cred *c =
+		wd_source_is_remote(src) ? wd_remote_aws_cred(wd_source_remote(src)) : NULL;
+	struct wd_aws_cred_info in;
+	char when[64] = "no expiry";
+
+	if (!c)
+		return;
+	wd_aws_cred_info(c, &in);
+	if (in.expires) {
+		time_t t = (time_t)in.expires;
+		struct tm tm;
+		if (gmtime_r(&t, &tm))
+			strftime(when, sizeof(when), "expires %Y-%m-%dT%H:%M:%SZ", &tm);
+	}
+	log_info("checkpoint %s: credentials from %s, access key id %s, %s", name, in.source,
+		 in.access_key, when);
 }
 
 static void catalog_source_unref_final(struct csource *cs);
@@ -167,6 +196,7 @@ static struct csource *catalog_source_admit(const struct catalog *c, const struc
 			 wd_source_kind_name(wd_source_kind(cs->src)),
 			 wd_source_tensor_count(cs->src),
 			 (unsigned long long)wd_source_bytes(cs->src), cs->path);
+		log_credentials(sc->name, cs->src);
 	}
 	return cs;
 }
@@ -199,6 +229,7 @@ bool catalog_admitted(struct csource *cs, struct wd_source *src, const weightd_e
 		log_info("checkpoint %s: %s, %zu tensors, %llu bytes (%s)", cs->name,
 			 wd_source_kind_name(wd_source_kind(src)), wd_source_tensor_count(src),
 			 (unsigned long long)wd_source_bytes(src), cs->path);
+		log_credentials(cs->name, src);
 		return true;
 	}
 	cs->state = CSOURCE_FAILED;
@@ -420,6 +451,7 @@ static bool same_location(const struct source_conf *a, const struct source_conf 
 	       str_same(a->region, b->region) && a->path_style == b->path_style &&
 	       str_same(a->credentials_file, b->credentials_file) &&
 	       str_same(a->profile, b->profile) && str_same(a->token_file, b->token_file) &&
+	       str_same(a->credentials, b->credentials) && a->imds_v1 == b->imds_v1 &&
 	       str_same(a->ca_file, b->ca_file) && a->allow_http == b->allow_http;
 }
 

@@ -246,6 +246,7 @@ void config_free(struct config *cfg)
 		free(cfg->sources[i].endpoint);
 		free(cfg->sources[i].region);
 		free(cfg->sources[i].credentials_file);
+		free(cfg->sources[i].credentials);
 		free(cfg->sources[i].profile);
 		free(cfg->sources[i].token_file);
 		free(cfg->sources[i].ca_file);

@@ -31,6 +31,8 @@ struct source_conf {
 	bool path_style;	/* s3: endpoint/bucket/key */
 	char *credentials_file; /* s3: AWS shared-credentials INI */
 	char *profile;		/* s3: its profile */
+	char *credentials;	/* s3: auto, env, web-identity, container, imds or file */
+	bool imds_v1;		/* s3: instance metadata without a session token allowed */
 	char *token_file;	/* http(s): bearer token */
 	char *ca_file;		/* PEM bundle verifying servers */
 	bool allow_http;	/* plain http:// allowed */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aws_cred.h"
 #include "digest.h"
 #include "log.h"
 #include "source.h"
@@ -238,6 +239,8 @@ static const struct {
 	{ offsetof(struct source_conf, path_style), FOR_S3, "s3:// paths" },
 	{ offsetof(struct source_conf, credentials_file), FOR_S3, "s3:// paths" },
 	{ offsetof(struct source_conf, profile), FOR_S3, "s3:// paths" },
+	{ offsetof(struct source_conf, credentials), FOR_S3, "s3:// paths" },
+	{ offsetof(struct source_conf, imds_v1), FOR_S3, "s3:// paths" },
 	{ offsetof(struct source_conf, token_file), FOR_HTTP, "https:// and http:// paths" },
 	{ offsetof(struct source_conf, ca_file), FOR_S3 | FOR_HTTP, "remote paths" },
 	{ offsetof(struct source_conf, allow_http), FOR_S3 | FOR_HTTP, "remote paths" },
@@ -258,7 +261,7 @@ static void check_location_keys(struct loader *ld, const struct source_conf *src
 	unsigned kind = strncmp(p, "s3://", 5) == 0 ? FOR_S3 :
 			wd_source_is_url(p)	    ? FOR_HTTP :
 						      FOR_LOCAL;
-	int line;
+	int line, cred;
 
 	for (size_t i = 0; i < sizeof(location_keys) / sizeof(location_keys[0]); i++) {
 		line = config_key_line(ld, CONFIG_CHECKPOINT, location_keys[i].field);
@@ -291,13 +294,25 @@ static void check_location_keys(struct loader *ld, const struct source_conf *src
 			"[checkpoint:%s] endpoint is plain http://: set allow_http = yes in this "
 			"section to allow it (or use https://)",
 			src->name);
+	line = config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, credentials));
+	cred = src->credentials ? wd_aws_cred_source_parse(src->credentials) : WD_AWS_AUTO;
+	if (kind == FOR_S3 && cred < 0)
+		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "[checkpoint:%s] credentials is %s: auto, env, web-identity, "
+			    "container, imds or file",
+			    src->name, src->credentials);
+	if (kind == FOR_S3 && src->credentials_file && cred != WD_AWS_AUTO && cred != WD_AWS_FILE)
+		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "[checkpoint:%s] credentials_file is read by credentials = file (or "
+			    "auto), not %s",
+			    src->name, src->credentials);
 	line = config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, profile));
-	if (kind == FOR_S3 && line && !src->credentials_file)
-		config_fail(
-			ld, line, WEIGHTD_E_INVALID_ARGUMENT,
-			"[checkpoint:%s] profile names a profile of credentials_file, which this "
-			"section does not set",
-			src->name);
+	if (kind == FOR_S3 && line &&
+	    (cred == WD_AWS_ENV || cred == WD_AWS_CONTAINER || cred == WD_AWS_IMDS))
+		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "[checkpoint:%s] profile names a profile of the shared files, which "
+			    "credentials = %s does not read",
+			    src->name, src->credentials);
 }
 
 /* The checkpoint section that just ended must have set its required keys; with neither allow

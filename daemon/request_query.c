@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "admit.h"
+#include "aws_cred.h"
 #include "clock.h"
 #include "daemon.h"
 #include "health.h"
@@ -179,6 +180,7 @@ void request_query_describe(struct session *s, uint64_t id, const Weightd__Descr
 	Weightd__TensorInfo *ti = NULL, **tp = NULL;
 	Weightd__MetaEntry *me = NULL, **mp = NULL;
 	Weightd__RemoteObject *ro = NULL, **rp = NULL;
+	struct wd_aws_cred_info cred;
 	struct csource *cs;
 	weightd_error e;
 	size_t nt, nm, no;
@@ -202,6 +204,13 @@ void request_query_describe(struct session *s, uint64_t id, const Weightd__Descr
 		goto out;
 	}
 	source_info(cs, &si);
+	if (no && wd_remote_aws_cred(wd_source_remote(cs->src))) {
+		wd_aws_cred_info(wd_remote_aws_cred(wd_source_remote(cs->src)), &cred);
+		si.credentials = cred.source;
+		si.credentials_key_id = cred.access_key;
+		si.credentials_expires = cred.expires;
+		si.credentials_refreshes = cred.refreshes;
+	}
 	for (size_t i = 0; i < no; i++) {
 		const struct wd_remote_object *o = wd_source_remote_object(cs->src, (uint32_t)i);
 

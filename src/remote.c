@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "aws_cred.h"
 #include "clock.h"
 #include "error.h"
 #include "wd_strdup.h"
@@ -30,6 +31,7 @@ struct wd_remote {
 	char shown[WD_REMOTE_SHOWN_MAX];
 	char *sigv4; /* "aws:amz:<region>:s3", or NULL: unsigned */
 	char *access_key, *secret_key;
+	struct wd_aws_cred *cred; /* keys per request (instead of access_key/secret_key), or NULL */
 	struct curl_slist *fixed; /* headers every request carries (token, content hash) */
 	char *ca_file;
 	const char *protocols;
@@ -241,13 +243,15 @@ static int open_s3(struct wd_remote *r, const char *url, const struct wd_remote_
 	if (!r->base || !r->key)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	r->dir = !*r->key || r->key[strlen(r->key) - 1] == '/';
-	if (o->access_key && o->secret_key) {
+	if (o->aws_cred || (o->access_key && o->secret_key)) {
 		size_t len = strlen(region) + 16;
 		r->sigv4 = malloc(len);
 		if (r->sigv4)
 			snprintf(r->sigv4, len, "aws:amz:%s:s3", region);
 		r->access_key = wd_strdup_opt(o->access_key, &oom);
 		r->secret_key = wd_strdup_opt(o->secret_key, &oom);
+		if (o->aws_cred)
+			r->cred = wd_aws_cred_ref(o->aws_cred);
 		if (!r->sigv4 || oom)
 			return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
 	}
@@ -386,10 +390,16 @@ void wd_remote_free(struct wd_remote *r)
 	free(r->sigv4);
 	wipe_free(r->access_key);
 	wipe_free(r->secret_key);
+	wd_aws_cred_unref(r->cred);
 	free(r->ca_file);
 	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_destroy(&r->locks[i]);
 	free(r);
+}
+
+struct wd_aws_cred *wd_remote_aws_cred(const struct wd_remote *r)
+{
+	return r->cred;
 }
 
 bool wd_remote_is_dir(const struct wd_remote *r)
@@ -485,6 +495,8 @@ struct piece {
 	curl_off_t content_length; /* of the last answer, -1 when it gave none */
 	int fail; /* a fatal problem found while receiving (-code), with its text */
 	char fail_text[256];
+	struct wd_aws_keys *keys; /* what the current attempt is signed with (r->cred), or NULL */
+	bool expired_retried;	  /* the one retry after an ExpiredToken answer is spent */
 };
 
 /* Copy a header's value (trimmed) into buf. */
@@ -685,6 +697,37 @@ static size_t on_body(char *data, size_t size, size_t nitems, void *arg)
 	return n;
 }
 
+/*
+ * The keys this attempt is signed with, valid now (the provider refreshes them ahead of their
+ * expiry, and re-reads rotated files), and their session token as a header. curl copies the
+ * keys when they are set, and the header list is the piece's own.
+ */
+static int sign_with(struct wd_remote *r, struct piece *p, CURL *h, weightd_error *err)
+{
+	struct curl_slist *l;
+	char *hdr;
+	int rc;
+
+	(void)h;
+	wd_aws_cred_release(p->keys);
+	p->keys = NULL;
+	if ((rc = wd_aws_cred_get(r->cred, &p->keys, err)) < 0) {
+		wd_error_prefix(err, "%s", p->obj->shown);
+		return rc;
+	}
+	if (!p->keys->session_token)
+		return 0;
+	if (asprintf(&hdr, "x-amz-security-token: %s", p->keys->session_token) < 0)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	l = curl_slist_append(p->headers, hdr);
+	explicit_bzero(hdr, strlen(hdr));
+	free(hdr);
+	if (!l)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	p->headers = l;
+	return 0;
+}
+
 static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_error *err)
 {
 	char range[64], ifmatch[WD_REMOTE_ETAG_MAX + 16];
@@ -710,6 +753,11 @@ static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_er
 		p->headers = curl_slist_append(p->headers, l->data);
 	if (!p->headers)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	if (r->cred) {
+		int rc = sign_with(r, p, h, err);
+		if (rc < 0)
+			return rc;
+	}
 	p->h = h;
 	p->asked = from;
 	p->ans.status = 0;
@@ -740,8 +788,10 @@ static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_er
 		curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_file);
 	if (r->sigv4) {
 		curl_easy_setopt(h, CURLOPT_AWS_SIGV4, r->sigv4);
-		curl_easy_setopt(h, CURLOPT_USERNAME, r->access_key);
-		curl_easy_setopt(h, CURLOPT_PASSWORD, r->secret_key);
+		curl_easy_setopt(h, CURLOPT_USERNAME,
+				 p->keys ? p->keys->access_key : r->access_key);
+		curl_easy_setopt(h, CURLOPT_PASSWORD,
+				 p->keys ? p->keys->secret_key : r->secret_key);
 	}
 	p->attempts++;
 	atomic_fetch_add(&r->requests, 1);
@@ -803,6 +853,15 @@ static enum outcome piece_outcome(struct wd_remote *r, struct piece *p, CURLcode
 		/* the answer ended early: ask for the rest */
 	} else if (rc == CURLE_OK) {
 		s3_slowdown = strstr(p->body, "<Code>SlowDown</Code>") != NULL;
+		if ((p->ans.status == 400 || p->ans.status == 403) && p->keys &&
+		    !p->expired_retried && strstr(p->body, "<Code>ExpiredToken</Code>")) {
+			/* the keys ran out under the request: once more with new ones, a retry
+			 * that does not count against the piece's retries */
+			p->expired_retried = true;
+			wd_aws_cred_expired(r->cred, p->keys);
+			p->attempts--;
+			return RETRY;
+		}
 		if (p->ans.status == 429 || p->ans.status >= 500 || s3_slowdown) {
 			if (p->attempts <= r->retries)
 				return RETRY;
@@ -1026,6 +1085,8 @@ out:
 		atomic_fetch_add(&r->bytes, pieces[i].got);
 		curl_slist_free_all(pieces[i].headers);
 		pieces[i].headers = NULL;
+		wd_aws_cred_release(pieces[i].keys);
+		pieces[i].keys = NULL;
 	}
 	for (unsigned i = 0; i < nhandles; i++)
 		curl_easy_cleanup(handles[i]);

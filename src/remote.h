@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <weightd/error.h>
 
@@ -36,6 +37,7 @@
  */
 
 struct wd_remote;
+struct wd_aws_cred;
 
 /* How to reach a location. Strings are copied by wd_remote_open; NULL or 0 picks the default. */
 struct wd_remote_opts {
@@ -46,6 +48,9 @@ struct wd_remote_opts {
 	const char *access_key; /* s3: credentials (see wd_remote_credentials); NULL: unsigned */
 	const char *secret_key;
 	const char *session_token;   /* s3: temporary credentials' token, or NULL */
+	/* s3: keys fetched per request from this provider (aws_cred.h; a reference is taken),
+	 * instead of access_key/secret_key; an ExpiredToken answer is retried once with new keys */
+	struct wd_aws_cred *aws_cred;
 	const char *bearer_token;    /* http(s): sent as "Authorization: Bearer ..." */
 	const char *ca_file;	     /* PEM bundle to verify servers with (NULL: the system's) */
 	bool allow_http;	     /* plain http:// may be used (also after a redirect) */
@@ -111,6 +116,8 @@ int wd_remote_open(const char *url, const struct wd_remote_opts *opts, struct wd
 		   weightd_error *err);
 void wd_remote_free(struct wd_remote *r);
 
+/* The credential provider the location signs with, or NULL. Lives as long as r. */
+struct wd_aws_cred *wd_remote_aws_cred(const struct wd_remote *r);
 /* Does the location name a directory (it ends in '/')? */
 bool wd_remote_is_dir(const struct wd_remote *r);
 /* The location as it may be shown: no userinfo, query or fragment. Lives as long as r. */
@@ -272,5 +279,7 @@ int wd_remote_credentials(const char *file, const char *profile, struct wd_remot
 /* A bearer token: the first line of `file`, under the same ownership rule. *ret malloc'd. */
 int wd_remote_token(const char *file, char **ret, weightd_error *err);
 void wd_remote_credentials_clear(struct wd_remote_credentials *c);
+/* A file of secrets opened under that rule (and at most 64 KiB); `what` names it in errors. */
+int wd_remote_secret_open(const char *file, const char *what, FILE **ret, weightd_error *err);
 
 #endif

@@ -26,7 +26,7 @@
 	"a Kubernetes Secret: mount it with defaultMode 0400 and no fsGroup, and copy it for "  \
 	"weightd's user as the init container of deploy/kubernetes/daemonset.yaml does"
 
-static int open_secret(const char *file, const char *what, FILE **ret, weightd_error *err)
+int wd_remote_secret_open(const char *file, const char *what, FILE **ret, weightd_error *err)
 {
 	struct stat st;
 	int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -156,7 +156,7 @@ int wd_remote_credentials(const char *file, const char *profile, struct wd_remot
 
 	if (!file)
 		return from_env(ret, err);
-	if ((rc = open_secret(file, "credentials file", &f, err)) < 0)
+	if ((rc = wd_remote_secret_open(file, "credentials file", &f, err)) < 0)
 		return rc;
 	line = ini_parse_file(f, on_ini, &cp);
 	fclose(f);
@@ -191,7 +191,7 @@ int wd_remote_token(const char *file, char **ret, weightd_error *err)
 	char *t;
 	int rc;
 
-	if ((rc = open_secret(file, "token file", &f, err)) < 0)
+	if ((rc = wd_remote_secret_open(file, "token file", &f, err)) < 0)
 		return rc;
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);

@@ -42,7 +42,9 @@ struct wd_source_remote_conf {
 	const char *region;	      /* s3: signing region */
 	bool path_style;	      /* s3: endpoint/bucket/key */
 	const char *credentials_file; /* s3: AWS shared-credentials INI; NULL: the environment */
-	const char *profile;	      /* s3: its profile (NULL: "default") */
+	const char *profile;	      /* s3: its profile (NULL: AWS_PROFILE, else "default") */
+	int credentials;	      /* s3: an enum wd_aws_source (aws_cred.h); 0: auto */
+	bool imds_v1;		      /* s3: IMDSv1 allowed */
 	const char *token_file;	      /* http(s): bearer token */
 	const char *ca_file;	      /* PEM bundle that verifies servers */
 	bool allow_http;	      /* plain http:// allowed */
@@ -85,6 +87,10 @@ const char *wd_source_location_kind(const struct wd_source *src);
 const char *wd_source_location_of(const char *path);
 /* A remote source's handle (counters, wd_remote_fetch), or NULL for a local one. */
 struct wd_remote *wd_source_remote(const struct wd_source *src);
+
+/* Empty the calling thread's read-ahead window over remote objects (wd_source_pread keeps the
+ * last MiB a request brought): its next read asks the store again. */
+void wd_source_remote_readahead_drop(void);
 /* The pinned object behind file `file` of a remote source (URL, ETag, version), or NULL. */
 const struct wd_remote_object *wd_source_remote_object(const struct wd_source *src, uint32_t file);
 

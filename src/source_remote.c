@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "aws_cred.h"
 #include "digest.h"
 #include "gguf.h"
 #include "parallel.h"
@@ -406,7 +407,7 @@ int wd_source_remote_open(struct wd_source *src, const char *url,
 			  weightd_error *err)
 {
 	static const struct wd_source_remote_conf none;
-	struct wd_remote_credentials cred = { 0 };
+	struct wd_aws_cred *cred = NULL;
 	struct wd_remote_opts o = { 0 };
 	char *token = NULL;
 	bool s3 = strncmp(url, "s3://", 5) == 0;
@@ -423,20 +424,29 @@ int wd_source_remote_open(struct wd_source *src, const char *url,
 	o.low_speed_time_s = rc->low_speed_time_s;
 	o.retries = rc->retries;
 	if (s3) {
-		const char *file =
-			rc->credentials_file && *rc->credentials_file ? rc->credentials_file : NULL;
+		struct wd_aws_cred_conf ac = {
+			.source = (enum wd_aws_source)rc->credentials,
+			.credentials_file = rc->credentials_file && *rc->credentials_file ?
+						    rc->credentials_file :
+						    NULL,
+			.profile = rc->profile && *rc->profile ? rc->profile : NULL,
+			.region = rc->region && *rc->region ? rc->region : NULL,
+			.ca_file = o.ca_file,
+			.imds_v1 = rc->imds_v1,
+		};
 
-		r = wd_remote_credentials(file, rc->profile && *rc->profile ? rc->profile : NULL,
-					  &cred, err);
-		if (r == -WEIGHTD_E_NOT_FOUND && !file) {
-			r = 0; /* none in the environment: requests go unsigned */
+		/* a checkpoint that names its credentials file reads that file */
+		if (ac.source == WD_AWS_AUTO && ac.credentials_file)
+			ac.source = WD_AWS_FILE;
+		r = wd_aws_cred_new(&ac, &cred, err);
+		if (r == -WEIGHTD_E_NOT_FOUND && ac.source == WD_AWS_AUTO) {
+			r = 0; /* no source applies: requests go unsigned */
+			wd_error_clear(err);
 		} else if (r) {
 			wd_error_prefix(err, "%s", src->path);
 			goto out;
 		}
-		o.access_key = cred.access_key;
-		o.secret_key = cred.secret_key;
-		o.session_token = cred.session_token;
+		o.aws_cred = cred;
 	} else if (rc->token_file && *rc->token_file) {
 		r = wd_remote_token(rc->token_file, &token, err);
 		if (r) {
@@ -452,7 +462,7 @@ int wd_source_remote_open(struct wd_source *src, const char *url,
 	}
 	r = wd_remote_is_dir(src->remote) ? open_dir(src, lim, err) : open_object(src, lim, err);
 out:
-	wd_remote_credentials_clear(&cred);
+	wd_aws_cred_unref(cred);
 	if (token) {
 		explicit_bzero(token, strlen(token));
 		free(token);
@@ -541,6 +551,15 @@ static struct readahead *ra_get(void)
 		return NULL;
 	}
 	return ra;
+}
+
+void wd_source_remote_readahead_drop(void)
+{
+	struct readahead *ra;
+
+	pthread_once(&ra_once, ra_init);
+	if (ra_key != (pthread_key_t)-1 && (ra = pthread_getspecific(ra_key)))
+		ra->len = 0;
 }
 
 static bool ra_holds(const struct readahead *ra, const struct wd_remote_object *o,

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "weightctl.h"
 
@@ -420,6 +421,12 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 							    d->objects[i].version));
 		json_t *j = json_pack("{s:o, s:o, s:o, s:o}", "source", json_source(&d->source),
 				      "tensors", ts, "metadata", ms, "objects", os);
+		if (d->credentials && d->credentials[0])
+			json_object_set_new(j, "credentials",
+					    json_pack("{s:s, s:s, s:I}", "source", d->credentials,
+						      "access_key_id", d->credentials_key_id,
+						      "expires",
+						      (json_int_t)d->credentials_expires));
 		if (gguf)
 			json_object_set_new(j, "gguf", json_gguf_summary(d));
 		weightd_description_free(d);
@@ -437,6 +444,15 @@ int cmd_describe(const struct opts *o, weightd_client *c, struct cmd_args *args)
 			printf("error       %s\n", s->error);
 		if (strcmp(d->location, "file") != 0)
 			printf("location    %s\n", d->location);
+		if (d->credentials && d->credentials[0]) {
+			char when[64] = "never";
+			time_t t = (time_t)d->credentials_expires;
+			struct tm tm;
+			if (t && gmtime_r(&t, &tm))
+				strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			printf("credentials %s\nkey id      %s\nexpires     %s\n", d->credentials,
+			       d->credentials_key_id, when);
+		}
 		free(b);
 	}
 	if (d->n_objects) {

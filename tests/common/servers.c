@@ -77,6 +77,12 @@ int wd_servers_start(const char *root, bool s3, struct wd_servers *ret, char *wh
 	copy_str(j, "s3_key", ret->s3_key, sizeof(ret->s3_key));
 	copy_str(j, "s3_secret", ret->s3_secret, sizeof(ret->s3_secret));
 	copy_str(j, "bucket", ret->bucket, sizeof(ret->bucket));
+	ret->aws = (int)json_integer_value(json_object_get(j, "aws"));
+	copy_str(j, "s3_key2", ret->s3_key2, sizeof(ret->s3_key2));
+	copy_str(j, "s3_secret2", ret->s3_secret2, sizeof(ret->s3_secret2));
+	copy_str(j, "role_arn", ret->role_arn, sizeof(ret->role_arn));
+	copy_str(j, "web_token", ret->web_token, sizeof(ret->web_token));
+	copy_str(j, "container_token", ret->container_token, sizeof(ret->container_token));
 	json_decref(j);
 	return 0;
 }

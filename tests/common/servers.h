@@ -15,6 +15,11 @@ struct wd_servers {
 	char ca[512], token[128], s3_key[64], s3_secret[64], bucket[64];
 	bool up;       /* wd_servers_try: they run */
 	char why[600]; /* wd_servers_try: why they do not */
+	/* with s3: the AWS credential endpoints (tests/remote/aws_endpoints.py): STS at /, container
+	 * credentials at /creds, instance metadata at /latest/; the role and tokens they accept */
+	int aws;
+	char role_arn[128], web_token[256], container_token[128];
+	char s3_key2[64], s3_secret2[64]; /* a second static key the S3 proxy accepts */
 };
 
 /*

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -37,7 +38,7 @@
 
 static struct wd_servers srv;
 static char root[600], local_m[700], local_big[700];
-static char token_file[700], cred_file[700], bad_cred_file[700];
+static char token_file[700], cred_file[700], bad_cred_file[700], web_token_file[700];
 static int metrics_port;
 
 static int free_port(void)
@@ -54,13 +55,13 @@ static int free_port(void)
 	return port;
 }
 
-/* Every checkpoint of the daemon admitted (none "loading"); fails after 60 s. */
-static void wait_admitted(const char *except)
+/* Every checkpoint of daemon h admitted (none "loading" but `except`); fails after 60 s. */
+static void wait_admitted_of(struct harness *h, const char *except)
 {
 	int64_t until = it_now_ms() + 60000;
 
 	for (;;) {
-		weightd_client *c = it_connect(&H);
+		weightd_client *c = it_connect(h);
 		weightd_source_list *l;
 		weightd_error err;
 		bool loading = false;
@@ -78,6 +79,47 @@ static void wait_admitted(const char *except)
 			fail_msg("checkpoints still loading after 60 s");
 		usleep(50000);
 	}
+}
+
+static void wait_admitted(const char *except)
+{
+	wait_admitted_of(&H, except);
+}
+
+static void wait_admitted_in(struct harness *h)
+{
+	wait_admitted_of(h, NULL);
+}
+
+/* What the loopback STS, container endpoint and IMDS handed out (tests/remote/aws_endpoints.py):
+ * [source, key id, issued, expires, secret, token] each, a JSON array the caller frees. */
+static json_t *issued(void)
+{
+	char *s = wd_servers_get(srv.aws, "/__stats");
+	json_error_t je;
+	json_t *j, *a;
+
+	assert_non_null(s);
+	j = json_loads(s, 0, &je);
+	free(s);
+	assert_non_null(j);
+	a = json_incref(json_object_get(j, "issued"));
+	json_decref(j);
+	assert_true(json_array_size(a) > 0);
+	return a;
+}
+
+/* Did the loopback STS hand out this access key id? */
+static bool issued_key(const char *key)
+{
+	json_t *a = issued(), *e;
+	size_t i;
+	bool found = false;
+
+	json_array_foreach(a, i, e)
+		found |= strcmp(json_string_value(json_array_get(e, 1)), key) == 0;
+	json_decref(a);
+	return found;
 }
 
 static int setup(void **state)
@@ -107,6 +149,13 @@ static int setup(void **state)
 		 "[store]\naws_access_key_id = %s\naws_secret_access_key = %s\n", srv.s3_key,
 		 srv.s3_secret);
 	tf_write(cred_file, text, 0600);
+	/* s3-web's keys come by web identity from the loopback STS (weightd's environment) */
+	snprintf(web_token_file, sizeof(web_token_file), "%s/web.token", H.dir);
+	tf_write(web_token_file, srv.web_token, 0644);
+	snprintf(p, sizeof(p), "http://127.0.0.1:%d/", srv.aws);
+	setenv("AWS_ENDPOINT_URL_STS", p, 1);
+	setenv("AWS_ROLE_ARN", srv.role_arn, 1);
+	setenv("AWS_WEB_IDENTITY_TOKEN_FILE", web_token_file, 1);
 	snprintf(bad_cred_file, sizeof(bad_cred_file), "%s/bad.credentials", H.dir);
 	snprintf(text, sizeof(text),
 		 "[default]\naws_access_key_id = %s\naws_secret_access_key = " WRONG_SECRET "\n",
@@ -131,10 +180,12 @@ static int setup(void **state)
 		"path_style = yes\nallow_http = yes\ncredentials_file = %s\nprofile = store\n"
 		"[checkpoint:s3-wrong]\npath = s3://%s/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
 		"path_style = yes\nallow_http = yes\ncredentials_file = %s\n"
-		"[checkpoint:proxied]\npath = http://127.0.0.1:%d/big.safetensors\nallow_http = yes\n",
+		"[checkpoint:proxied]\npath = http://127.0.0.1:%d/big.safetensors\nallow_http = yes\n"
+		"[checkpoint:s3-web]\npath = s3://%s/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		"path_style = yes\nallow_http = yes\ncredentials = web-identity\n",
 		local_m, local_big, srv.http, srv.https, srv.ca, srv.https, srv.ca, srv.https,
 		srv.ca, token_file, srv.bucket, srv.s3, cred_file, srv.bucket, srv.s3, cred_file,
-		srv.bucket, srv.s3, bad_cred_file, srv.fault);
+		srv.bucket, srv.s3, bad_cred_file, srv.fault, srv.bucket, srv.s3);
 	it_start(&H, extra, sections);
 	return 0;
 }
@@ -231,6 +282,17 @@ static void test_describe(void **state)
 	assert_null(strstr(d->objects[0].url, SIG_SECRET));
 	assert_null(strstr(d->source.path, "?"));
 	assert_true(d->objects[0].etag[0] != '\0');
+	weightd_description_free(d);
+	/* where s3-web's keys came from, their key id (the one STS handed out) and expiry */
+	assert_int_equal(weightd_describe(c, "s3-web", &d, &err), 0);
+	assert_non_null(strstr(d->credentials, "web identity"));
+	assert_non_null(strstr(d->credentials, srv.role_arn));
+	assert_true(issued_key(d->credentials_key_id));
+	assert_true(d->credentials_expires > (int64_t)time(NULL));
+	weightd_description_free(d);
+	assert_int_equal(weightd_describe(c, "s3-dir", &d, &err), 0);
+	assert_string_equal(d->credentials_key_id, srv.s3_key);
+	assert_int_equal(d->credentials_expires, 0);
 	weightd_description_free(d);
 	assert_int_equal(weightd_describe(c, "local", &d, &err), 0);
 	assert_string_equal(d->location, "file");
@@ -344,11 +406,22 @@ static bool file_has(const char *path, const char *needle)
 
 static void assert_no_secret(const char *what, const char *text)
 {
-	const char *secrets[] = { SIG_SECRET, WRONG_SECRET, srv.token, srv.s3_secret };
+	const char *secrets[] = { SIG_SECRET, WRONG_SECRET, srv.token, srv.s3_secret,
+				  srv.web_token };
+	json_t *a = issued(), *e;
+	size_t i;
 
-	for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++)
+	for (i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++)
 		if (strstr(text, secrets[i]))
 			fail_msg("%s shows a secret (%s)", what, secrets[i]);
+	/* STS's secret keys and session tokens */
+	json_array_foreach(a, i, e) {
+		if (strstr(text, json_string_value(json_array_get(e, 4))))
+			fail_msg("%s shows an STS secret key", what);
+		if (strstr(text, json_string_value(json_array_get(e, 5))))
+			fail_msg("%s shows an STS session token", what);
+	}
+	json_decref(a);
 }
 
 /* No secret (the presigned signature, the bearer token, either S3 secret) in the log, list,
@@ -362,6 +435,8 @@ static void test_secrets_never_shown(void **state)
 		{ "describe", "s3-dir", NULL },
 		{ "describe", "s3-wrong", NULL },
 		{ "describe", "private", "--json", NULL },
+		{ "describe", "s3-web", NULL },
+		{ "describe", "s3-web", "--json", NULL },
 	};
 	char out[1 << 16], *metrics, statedir[700];
 	weightd_client *c;
@@ -379,6 +454,8 @@ static void test_secrets_never_shown(void **state)
 	w = it_get_ok(c, "http", "a");
 	weightd_release(w);
 	w = it_get_ok(c, "s3-one", "b");
+	weightd_release(w);
+	w = it_get_ok(c, "s3-web", "c");
 	weightd_release(w);
 	assert_true(it_get(c, "s3-wrong", "a", &w, &err) < 0);
 	assert_no_secret("an error", err.message);
@@ -402,6 +479,22 @@ static void test_secrets_never_shown(void **state)
 	assert_false(file_has(H.log, WRONG_SECRET));
 	assert_false(file_has(H.log, srv.token));
 	assert_false(file_has(H.log, srv.s3_secret));
+	assert_false(file_has(H.log, srv.web_token));
+	{
+		char *log = NULL;
+		size_t n = 0;
+		FILE *f = fopen(H.log, "r");
+		assert_non_null(f);
+		log = calloc(1, 1 << 22);
+		assert_non_null(log);
+		n = fread(log, 1, (1 << 22) - 1, f);
+		fclose(f);
+		log[n] = '\0';
+		assert_no_secret("the log", log);
+		/* the log does say where s3-web's keys came from */
+		assert_non_null(strstr(log, "checkpoint s3-web: credentials from web identity"));
+		free(log);
+	}
 	assert_true(file_has(H.log, "SignatureDoesNotMatch")); /* the log does say what failed */
 	snprintf(statedir, sizeof(statedir), "%s/state/%s", H.dir, H.prefix);
 	d = opendir(statedir);
@@ -545,6 +638,86 @@ static void test_failed_admission_retried_on_reload(void **state)
 	unlink(later);
 }
 
+static long s3_proxy_stat(const char *name)
+{
+	char *st = wd_servers_get(srv.s3, "/__stats");
+	json_error_t je;
+	json_t *j;
+	long n;
+
+	assert_non_null(st);
+	j = json_loads(st, 0, &je);
+	free(st);
+	assert_non_null(j);
+	n = (long)json_integer_value(json_object_get(j, name));
+	json_decref(j);
+	return n;
+}
+
+/*
+ * A fill that outlives its keys: container credentials living 8 s, a fill slowed to about 16 s
+ * (one range at a time, each held 1 s by the proxy). The fill completes with the checkpoint's
+ * bytes; the keys were fetched again during it (describe's key id changed); and the proxy, which
+ * refuses any request whose token has expired when it arrives, refused none.
+ */
+static void test_fill_outlives_its_keys(void **state)
+{
+	struct harness h4;
+	char sections[2048], tf[700], url[256], first[128];
+	weightd_client *c;
+	weightd_description *d;
+	weightd_weight *w, *lw;
+	weightd_error err;
+	long expired0;
+	char *r;
+
+	(void)state;
+	NEED_SERVERS(&srv);
+	r = wd_servers_get(srv.aws, "/__ctl?ttl=8&rotate=1");
+	free(r);
+	snprintf(tf, sizeof(tf), "%s/pod.token", H.dir);
+	tf_write(tf, srv.container_token, 0600);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/creds", srv.aws);
+	setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", url, 1);
+	setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tf, 1);
+	assert_int_equal(harness_init(&h4), 0);
+	snprintf(
+		sections, sizeof(sections),
+		"[checkpoint:big]\npath = s3://%s/big.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		"path_style = yes\nallow_http = yes\ncredentials = container\n"
+		"[checkpoint:local-big]\npath = %s\n",
+		srv.bucket, srv.s3, local_big);
+	it_start(&h4, "remote_chunk = 256K\nremote_concurrency = 1\n", sections);
+	unsetenv("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+	unsetenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+	c = it_connect(&h4);
+	wait_admitted_in(&h4);
+	assert_int_equal(weightd_describe(c, "big", &d, &err), 0);
+	assert_non_null(strstr(d->credentials, "container credentials"));
+	snprintf(first, sizeof(first), "%s", d->credentials_key_id);
+	weightd_description_free(d);
+	expired0 = s3_proxy_stat("expired");
+	r = wd_servers_get(srv.s3, "/__ctl?fault=stall&n=16&seconds=1");
+	free(r);
+	w = it_get_ok(c, "big", "w"); /* 4 MiB: 16 ranges of 256 KiB */
+	lw = it_get_ok(c, "local-big", "w");
+	assert_int_equal(weightd_weight_nbytes(w), weightd_weight_nbytes(lw));
+	assert_memory_equal(it_map(w), it_map(lw), weightd_weight_nbytes(w));
+	weightd_release(w);
+	weightd_release(lw);
+	assert_int_equal(weightd_describe(c, "big", &d, &err), 0);
+	printf("keys at admission %s, after the fill %s\n", first, d->credentials_key_id);
+	assert_string_not_equal(d->credentials_key_id, first);
+	weightd_description_free(d);
+	assert_int_equal(s3_proxy_stat("expired"), expired0);
+	r = wd_servers_get(srv.s3, "/__ctl?fault=stall&n=0");
+	free(r);
+	r = wd_servers_get(srv.aws, "/__ctl?ttl=3600&rotate=1");
+	free(r);
+	weightd_close(c);
+	harness_cleanup(&h4);
+}
+
 /* --check-config checks a remote section and its secret files without contacting the server
  * (here one that would never answer), and refuses a credentials file others can read. */
 static void test_check_config_offline(void **state)
@@ -576,6 +749,29 @@ static void test_check_config_offline(void **state)
 	assert_true(it_now_ms() - t0 < 5000);
 	assert_non_null(strstr(out, "checkpoint quiet: ok, remote http://127.0.0.1:"));
 	assert_non_null(strstr(out, "not contacted"));
+	if (srv.up) {
+		/* an s3 checkpoint's credentials are resolved once (STS asked; the store never) */
+		snprintf(text + strlen(text), sizeof(text) - strlen(text),
+			 "[checkpoint:web]\npath = s3://b/m/\nendpoint = http://127.0.0.1:%d\n"
+			 "allow_http = yes\npath_style = yes\ncredentials = web-identity\n",
+			 ntohs(a.sin_port));
+		tf_write(conf, text, 0644);
+		st = harness_run(argv, out, sizeof(out), (uid_t)-1);
+		assert_int_equal(st, 0);
+		assert_non_null(strstr(out, "checkpoint web: ok"));
+		assert_non_null(strstr(out, "credentials from web identity"));
+		assert_non_null(strstr(out, "access key id ASIA"));
+		assert_no_secret("--check-config", out);
+		/* a token STS refuses: the check fails saying so */
+		tf_write(web_token_file, "not-the-token", 0644);
+		st = harness_run(argv, out, sizeof(out), (uid_t)-1);
+		tf_write(web_token_file, srv.web_token, 0644);
+		assert_int_equal(st, 1);
+		assert_non_null(strstr(out, "checkpoint web: FAILED"));
+		assert_non_null(strstr(out, "web identity: STS said AccessDenied: Not authorized "
+					    "to perform sts:AssumeRoleWithWebIdentity"));
+		text[strstr(text, "[checkpoint:web]") - text] = '\0';
+	}
 	/* a credentials file others can read: refused, naming it */
 	snprintf(text + strlen(text), sizeof(text) - strlen(text), "credentials_file = %s\n",
 		 loose);
@@ -593,4 +789,5 @@ TEST_MAIN(setup, teardown, cmocka_unit_test(test_kinds), cmocka_unit_test(test_d
 	  cmocka_unit_test(test_secrets_never_shown),
 	  cmocka_unit_test(test_hung_server_blocks_nothing),
 	  cmocka_unit_test(test_check_config_offline),
+	  cmocka_unit_test(test_fill_outlives_its_keys),
 	  cmocka_unit_test(test_failed_admission_retried_on_reload))

@@ -11,7 +11,13 @@ started. What runs:
   file (/hf/ORG/REPO/resolve/REV/FILE), and /private/ that wants a bearer token;
 - s3rver (npm, the version scripts/deps installs) holding the same files in bucket "bkt", behind a
   proxy that checks every request's AWS SigV4 signature with botocore (s3rver itself does not
-  check SigV4) and enforces If-Match (s3rver ignores it on GET);
+  check SigV4) against the keys aws_endpoints.py knows (the static test keys and every temporary
+  key it handed out, whose session token must be sent and signed; an expired one is answered 400
+  ExpiredToken, and fault "expired" expires the key of the next N requests under them; /__stats
+  counts the requests verified per access key id), and enforces If-Match (s3rver ignores it on
+  GET);
+- with --s3, the AWS credential endpoints of aws_endpoints.py (STS, container credentials, IMDS)
+  on a port of their own ("aws" in the ready line);
 - a fault proxy in front of nginx's HTTP port, told what to do by GET /__ctl?k=v&...: answer 503
   SlowDown or 500 to the next N requests, cut the next N answers after K body bytes, stall the next
   N answers for S seconds, or replace a file after N ranged requests for it (a new ETag). GET
@@ -32,8 +38,13 @@ import threading
 import time
 import urllib.parse
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import aws_endpoints  # noqa: E402 - beside this file
+
 S3_KEY = "S3RVER"
-S3_SECRET = "S3RVER"
+S3_SECRET = "S3RVERsecret/0123456789abcdef"  # s3rver checks no signature: any secret
+S3_KEY2 = "AKIAROTATED0000TEST"  # a second static key, for rotating a credentials file
+S3_SECRET2 = "rotatedSecret/0123456789abcdefghijklmnop"
 BUCKET = "bkt"
 TOKEN = "hf_testtoken0123456789"
 
@@ -152,8 +163,10 @@ def start_s3rver(d, root, port):
     return p
 
 
-def verify_sigv4(method, path, headers, key, secret):
-    """None when the request's SigV4 signature is right, else why not (botocore recomputes it)."""
+def verify_sigv4(method, path, headers):
+    """None when the request's SigV4 signature is right, else why not (botocore recomputes it)
+    with the secret and session token aws_endpoints knows for its access key: the static test
+    keys, or the temporary ones its STS, container and IMDS endpoints handed out."""
     from botocore.auth import S3SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
@@ -166,17 +179,28 @@ def verify_sigv4(method, path, headers, key, secret):
         cred = parts["Credential"].split("/")
     except (ValueError, KeyError):
         return "malformed Authorization header"
-    if cred[0] != key:
+    k = aws_endpoints.lookup(cred[0])
+    if not k:
         return "unknown access key"
     for must in ("host", "x-amz-date", "x-amz-content-sha256"):
         if must not in signed:
             return f"{must} is not signed"
-    hdrs = {k: v for k, v in headers.items() if k.lower() in signed}
+    if k["token"] and headers.get("x-amz-security-token") != k["token"]:
+        return "the session token is missing or not the key's"
+    if k["token"] and "x-amz-security-token" not in signed:
+        return "the session token is not signed"
+    hdrs = {h: v for h, v in headers.items() if h.lower() in signed}
     req = AWSRequest(method=method, url="http://" + headers["Host"] + path, headers=hdrs)
     req.context["timestamp"] = headers.get("X-Amz-Date", "")
-    a = S3SigV4Auth(Credentials(key, secret), cred[3], cred[2])
+    a = S3SigV4Auth(Credentials(cred[0], k["secret"], k["token"]), cred[3], cred[2])
     want = a.signature(a.string_to_sign(req, a.canonical_request(req)), req)
     return None if want == parts["Signature"] else "signature does not match"
+
+
+def access_key_of(headers):
+    auth = headers.get("Authorization", "")
+    at = auth.find("Credential=")
+    return auth[at + 11:].split("/", 1)[0] if at >= 0 else ""
 
 
 def s3_error(code, message):
@@ -245,11 +269,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
             srv.stats["requests"] += 1
             srv.stats["ranges"].append([url.path, self.headers.get("Range", "")])
         if srv.sigv4:
-            why = verify_sigv4("GET", self.path, self.headers, S3_KEY, S3_SECRET)
+            why = verify_sigv4("GET", self.path, self.headers)
+            key = access_key_of(self.headers)
+            k = aws_endpoints.lookup(key) if why is None else None
+            expired = k is not None and k["expires"] is not None and k["expires"] <= time.time()
+            if why is None and not expired and srv.take("expired"):
+                aws_endpoints.expire(key)  # its token expires under this request
+                expired = True
             with srv.lock:
-                srv.stats["verified" if why is None else "refused"] += 1
+                srv.stats["verified" if why is None and not expired else "refused"] += 1
+                if expired:
+                    srv.stats["expired"] = srv.stats.get("expired", 0) + 1
+                if why is None and not expired:
+                    keys = srv.stats.setdefault("keys", {})
+                    keys[key] = keys.get(key, 0) + 1
             if why:
                 return self.reply(403, s3_error("SignatureDoesNotMatch", why))
+            if expired:
+                return self.reply(400, s3_error("ExpiredToken",
+                                                "The provided token has expired."))
         if srv.take("503"):
             return self.reply(503, s3_error("SlowDown", "Please reduce your request rate."))
         if srv.take("500"):
@@ -274,6 +312,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 os.utime(p, (st.st_atime, st.st_mtime + 10))
         up = http.client.HTTPConnection("127.0.0.1", srv.upstream_port, timeout=60)
         fwd = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+        if srv.sigv4 and "Authorization" in fwd:
+            # verified above: s3rver checks no signature, only that it knows the access key
+            key = access_key_of(self.headers)
+            fwd["Authorization"] = fwd["Authorization"].replace(f"Credential={key}/",
+                                                                f"Credential={S3_KEY}/")
+            fwd.pop("x-amz-security-token", None)
         up.request("GET", self.path, headers=fwd)
         r = up.getresponse()
         etag = r.getheader("ETag")
@@ -345,8 +389,17 @@ def main():
             s3 = Proxy(free_port(), s3_port, a.root, sigv4=True, if_match=True)
             proxies.append(s3)
             info.update(s3=s3.server_address[1], s3_key=S3_KEY, s3_secret=S3_SECRET, bucket=BUCKET)
+            aws_endpoints.add_static(S3_KEY, S3_SECRET)
+            aws_endpoints.add_static(S3_KEY2, S3_SECRET2)
+            info.update(s3_key2=S3_KEY2, s3_secret2=S3_SECRET2)
+            aws = aws_endpoints.start(free_port())
+            proxies.append(aws)
+            info.update(aws=aws.server_address[1], role_arn=aws_endpoints.ROLE_ARN,
+                        web_token=aws_endpoints.WEB_TOKEN,
+                        container_token=aws_endpoints.CONTAINER_TOKEN)
         for p in proxies:
-            threading.Thread(target=p.serve_forever, daemon=True).start()
+            if not isinstance(p, aws_endpoints.Server):  # started already
+                threading.Thread(target=p.serve_forever, daemon=True).start()
         print("ready " + json.dumps(info), flush=True)
         sys.stdin.read()  # until the test closes our stdin (or dies)
     except Exception as e:  # noqa: BLE001 - say what failed, then clean up

@@ -438,8 +438,14 @@ static void test_remote_sections(void **state)
 	expect_error("[checkpoint:a]\npath = http://h/m.safetensors\n", 2, "allow_http = yes");
 	expect_error("[checkpoint:a]\npath = s3://b/k\nendpoint = http://h:9000\n", 3,
 		     "endpoint is plain http://");
-	expect_error("[checkpoint:a]\npath = s3://b/k\nprofile = p\n", 3,
-		     "profile names a profile of credentials_file");
+	expect_error("[checkpoint:a]\npath = s3://b/k\ncredentials = imds\nprofile = p\n", 4,
+		     "profile names a profile of the shared files");
+	expect_error("[checkpoint:a]\npath = s3://b/k\ncredentials = instance\n", 3,
+		     "credentials is instance: auto, env");
+	expect_error("[checkpoint:a]\npath = s3://b/k\ncredentials = env\ncredentials_file = /c\n",
+		     3, "credentials_file is read by credentials = file");
+	expect_error("[checkpoint:a]\npath = /m/a\ncredentials = env\n", 3,
+		     "credentials applies to s3:// paths only");
 	/* malformed locations; a query is never repeated in an error */
 	expect_error("[checkpoint:a]\npath = s3:///k\n", 2, "names no bucket");
 	expect_error("[checkpoint:a]\npath = s3://b\n", 2, "names a bucket but no object");

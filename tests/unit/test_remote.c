@@ -33,7 +33,7 @@ static char root[256];
 static pid_t servers_pid;
 static int servers_stdin = -1;
 static int port_http, port_https, port_fault, port_s3;
-static char ca_file[512], token[128];
+static char ca_file[512], token[128], s3_secret[128];
 static unsigned char *expect; /* the served file's bytes */
 
 static void fill_pattern(unsigned char *p, size_t n, uint32_t seed)
@@ -117,6 +117,8 @@ static int setup(void **state)
 	port_s3 = (int)json_integer_value(json_object_get(j, "s3"));
 	snprintf(ca_file, sizeof(ca_file), "%s", json_string_value(json_object_get(j, "ca")));
 	snprintf(token, sizeof(token), "%s", json_string_value(json_object_get(j, "token")));
+	snprintf(s3_secret, sizeof(s3_secret), "%s",
+		 json_string_value(json_object_get(j, "s3_secret")));
 	json_decref(j);
 	return 0;
 }
@@ -452,7 +454,7 @@ static void s3_signed_ranges_pass_botocore(void **state)
 	json_t *st;
 
 	(void)state;
-	s3_opts(&o, "S3RVER", true, ep, sizeof(ep), "127.0.0.1");
+	s3_opts(&o, s3_secret, true, ep, sizeof(ep), "127.0.0.1");
 	r = open_url("s3://bkt/a.bin", &o);
 	assert_string_equal(wd_remote_shown(r), "s3://bkt/a.bin");
 	read_and_compare(r, NULL, 777, 300000);
@@ -486,7 +488,7 @@ static void s3_virtual_host_addressing(void **state)
 	(void)state;
 	/* bkt.s3.localhost: curl resolves *.localhost to loopback, and s3rver (its service endpoint
 	 * set to localhost) takes the bucket from the Host header */
-	s3_opts(&o, "S3RVER", false, ep, sizeof(ep), "s3.localhost");
+	s3_opts(&o, s3_secret, false, ep, sizeof(ep), "s3.localhost");
 	r = open_url("s3://bkt/a.bin", &o);
 	read_and_compare(r, NULL, 5, 1000);
 	wd_remote_free(r);

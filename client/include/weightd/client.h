@@ -251,6 +251,11 @@ typedef struct weightd_description {
 	/* A remote checkpoint's objects as pinned at admission (0 for local files). */
 	size_t n_objects;
 	const weightd_remote_object *objects;
+	/* An s3 checkpoint's credentials: their source ("" when unsigned or not s3), access key id
+	 * and expiry (Unix seconds, 0: none). Never a secret or a token. */
+	const char *credentials;
+	const char *credentials_key_id;
+	int64_t credentials_expires;
 } weightd_description;
 
 /* One source's tensor table and metadata (WEIGHTD_E_UNKNOWN_SOURCE when there is no such
