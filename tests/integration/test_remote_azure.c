@@ -8,6 +8,7 @@
  * mixed bytes; a restart after kill -9 re-adopts with no payload request; a wrong key says what
  * Azure said; no key or token ever shown.
  */
+#include <dirent.h>
 #include <jansson.h>
 #include <signal.h>
 
@@ -466,6 +467,117 @@ static void restart_readopts_without_payload_requests(void **state)
 	assert_int_equal(payload_requests("/m.safetensors"), 0);
 }
 
+/* The secrets in play: the account key, the SAS signature, the client secret, the federated
+ * token and the access tokens (the JWT header every issued token starts with). */
+static void assert_no_secret(const char *what, const char *text)
+{
+	char fed[4096] = "", sig[256] = "";
+	const char *s = strstr(srv.az_sas, "sig=");
+	FILE *f = fopen(srv.az_fed_file, "r");
+	const char *secrets[] = { srv.az_key, sig, srv.az_secret, fed,
+				  "eyJhbGciOiAiSFMyNTYiLCAidHlwIjogIkpXVCJ9" };
+
+	if (f) {
+		if (!fgets(fed, sizeof(fed), f))
+			fed[0] = '\0';
+		fed[strcspn(fed, "\n")] = '\0';
+		fclose(f);
+	}
+	snprintf(sig, sizeof(sig), "%.*s", s ? (int)strcspn(s + 4, "&") : 0, s ? s + 4 : "");
+	for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++)
+		if (secrets[i][0] && strstr(text, secrets[i]))
+			fail_msg("%s shows a secret (%.12s...)", what, secrets[i]);
+}
+
+static void assert_file_has_no_secret(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = calloc(1, 1 << 22);
+	size_t n;
+
+	assert_non_null(f);
+	assert_non_null(buf);
+	n = fread(buf, 1, (1 << 22) - 1, f);
+	fclose(f);
+	for (size_t i = 0; i < n; i++)
+		if (!buf[i])
+			buf[i] = ' ';
+	assert_no_secret(path, buf);
+	free(buf);
+}
+
+/* Shared Key, SAS, workload identity and a wrong key in one daemon: no key, signature, secret
+ * or token in its log, its answers to weightctl, its errors or its state records. */
+static void secrets_never_shown(void **state)
+{
+	static const char *const cmds[][4] = {
+		{ "list", "--json", NULL },	  { "status", "--json", NULL },
+		{ "describe", "sk", "--json", NULL }, { "describe", "sas", "--json", NULL },
+		{ "describe", "wi", "--json", NULL }, { "describe", "bad", NULL },
+	};
+	char sec[8192], out[1 << 16], st[32], error[2048], statedir[700];
+	weightd_client *c;
+	weightd_weight *w;
+	DIR *d;
+	struct dirent *de;
+
+	(void)state;
+	NEED_AZURITE();
+	set_workload_env();
+	snprintf(sec, sizeof(sec),
+		 "[checkpoint:sk]\npath = az://%s/%s/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		 "allow_http = yes\nazure_key_file = %s\n\n"
+		 "[checkpoint:sas]\npath = az://%s/%s/m.safetensors?%s\n"
+		 "endpoint = http://127.0.0.1:%d\nallow_http = yes\n\n"
+		 "[checkpoint:wi]\npath = az://%s/%s/m.safetensors\n"
+		 "endpoint = https://127.0.0.1:%d\nca_file = %s\n"
+		 "azure_credentials = workload-identity\n\n"
+		 "[checkpoint:bad]\npath = az://%s/%s/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		 "allow_http = yes\nazure_key_file = %s\n",
+		 srv.az_account, srv.az_container, srv.az, key_file, srv.az_account,
+		 srv.az_container, srv.az_sas, srv.az, srv.az_account, srv.az_container,
+		 srv.az_direct, srv.ca, srv.az_account, srv.az_container, srv.az, bad_key_file);
+	assert_int_equal(harness_init(&H), 0);
+	it_start(&H, "", sec);
+	ready("sk");
+	ready("sas");
+	ready("wi");
+	admitted("bad", st, sizeof(st), error, sizeof(error));
+	assert_string_equal(st, "failed");
+	assert_no_secret("an error", error);
+	c = it_connect(&H);
+	w = it_get_ok(c, "sk", "t0");
+	weightd_release(w);
+	w = it_get_ok(c, "sas", "t1");
+	weightd_release(w);
+	w = it_get_ok(c, "wi", "t2");
+	weightd_release(w);
+	weightd_close(c);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		char *argv[8] = { (char *)harness_weightctl(), "--socket", H.sock };
+		size_t k = 3;
+
+		for (size_t j = 0; j < 4 && cmds[i][j]; j++)
+			argv[k++] = (char *)cmds[i][j];
+		argv[k] = NULL;
+		harness_run(argv, out, sizeof(out), (uid_t)-1);
+		assert_no_secret(cmds[i][0], out);
+	}
+	assert_file_has_no_secret(H.log);
+	snprintf(statedir, sizeof(statedir), "%s/state/%s", H.dir, H.prefix);
+	d = opendir(statedir);
+	while (d && (de = readdir(d))) {
+		char p[1024];
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", statedir, de->d_name);
+		assert_file_has_no_secret(p);
+	}
+	if (d)
+		closedir(d);
+}
+
 TEST_MAIN(setup, teardown, cmocka_unit_test_teardown(shared_key_reads_a_blob, after),
 	  cmocka_unit_test_teardown(shared_key_from_the_environment, after),
 	  cmocka_unit_test_teardown(sas_reads_a_blob, after),
@@ -476,4 +588,5 @@ TEST_MAIN(setup, teardown, cmocka_unit_test_teardown(shared_key_reads_a_blob, af
 	  cmocka_unit_test_teardown(managed_identity_reads_a_blob, after),
 	  cmocka_unit_test_teardown(wrong_key_says_what_azure_said, after),
 	  cmocka_unit_test_teardown(blob_replaced_mid_fill, after),
-	  cmocka_unit_test_teardown(restart_readopts_without_payload_requests, after))
+	  cmocka_unit_test_teardown(restart_readopts_without_payload_requests, after),
+	  cmocka_unit_test_teardown(secrets_never_shown, after))
