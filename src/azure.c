@@ -277,6 +277,7 @@ struct wd_azure {
 	char *client_id, *tenant_id, *fed_file, *secret;
 	char *token;
 	int64_t token_expiry, token_got; /* unix seconds */
+	bool token_refused; /* wd_azure_refused dropped the last token: no second retry for it */
 	pthread_mutex_t lock;
 };
 
@@ -644,6 +645,8 @@ static int token_refresh(struct wd_azure *a, weightd_error *err)
 	a->token = tok;
 	a->token_expiry = expiry;
 	a->token_got = (int64_t)time(NULL);
+	if (a->token_refused && expiry - a->token_got > MANDATORY_S)
+		a->token_refused = false; /* a new token gets its own retry */
 	return 0;
 }
 
@@ -667,11 +670,29 @@ static int token_current(struct wd_azure *a, weightd_error *err)
 	if (r == 0)
 		return 0;
 	/* advisory: a token with some life left serves while the endpoint fails */
-	if (a->token && a->token_expiry - now > MANDATORY_S)
+	if (a->token && !a->token_refused && a->token_expiry - now > MANDATORY_S)
 		return 0;
 	if (err)
 		*err = e;
 	return r;
+}
+
+bool wd_azure_refused(struct wd_azure *a)
+{
+	bool retry = false;
+
+	if (a->source != WD_AZURE_WORKLOAD && a->source != WD_AZURE_CLIENT_SECRET &&
+	    a->source != WD_AZURE_MANAGED)
+		return false;
+	pthread_mutex_lock(&a->lock);
+	if (a->token && !a->token_refused) {
+		/* the token was refused: the next request takes a new one */
+		a->token_refused = true;
+		a->token_expiry = 0;
+		retry = true;
+	}
+	pthread_mutex_unlock(&a->lock);
+	return retry;
 }
 
 static void http_date(char *buf, size_t cap)

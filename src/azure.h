@@ -83,6 +83,13 @@ int wd_azure_headers(struct wd_azure *a, const char *url, const char *range, con
 		     char *out, size_t cap, weightd_error *err);
 
 /*
+ * A request answered 401 or 403: when the source's token may have been refused for its age
+ * (revoked, or a clock that disagrees), drop it so the next request fetches a new one, and say
+ * that one retry is worth it (true once per token). Any thread.
+ */
+bool wd_azure_refused(struct wd_azure *a);
+
+/*
  * Shared Key: the signature (base64 HMAC-SHA256 with the decoded key) of a GET's string to sign.
  * Exposed for the tests, which check it against an independent implementation.
  */

@@ -505,6 +505,7 @@ struct piece {
 	int (*data_cb)(void *arg, size_t i, const void *data, size_t n, weightd_error *err);
 	void *data_arg;
 	unsigned attempts;
+	bool reauth;	     /* retried once with a new token after a 401 or 403 */
 	uint64_t not_before; /* ms, monotonic */
 	CURL *h;
 	struct curl_slist *headers;
@@ -824,6 +825,14 @@ static enum outcome piece_outcome(struct wd_remote *r, struct piece *p, CURLcode
 			*rcp = wd_error_set(err, WEIGHTD_E_IO, "%s: HTTP %ld%s after %u attempts",
 					    what, p->ans.status, reason, p->attempts);
 			return FAILED;
+		}
+		if ((p->ans.status == 401 || p->ans.status == 403) && r->azure && !p->reauth &&
+		    wd_azure_refused(r->azure)) {
+			p->reauth = true;
+			/* an expired or revoked token: once more with a new one, not counted
+			 * against the range's retries */
+			p->attempts--;
+			return RETRY;
 		}
 		code = p->ans.status == 404			    ? WEIGHTD_E_NOT_FOUND :
 		       p->ans.status == 401 || p->ans.status == 403 ? WEIGHTD_E_PERMISSION_DENIED :

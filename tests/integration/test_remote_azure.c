@@ -329,6 +329,24 @@ static void workload_identity_refreshes_and_rotates(void **state)
 	az_ctl(srv.az_token, "lifetime=3600");
 }
 
+/* A token the store refuses as expired (the endpoint said it would live an hour): the request is
+ * sent once more with a new token and the checkpoint is served. */
+static void refused_token_retried_once_with_a_new_one(void **state)
+{
+	char keys[1024];
+	int issued;
+
+	(void)state;
+	NEED_AZURITE();
+	set_workload_env();
+	issued = token_stat("issued");
+	az_ctl(srv.az_token, "stale=1");
+	keys_direct(keys, sizeof(keys), "azure_credentials = workload-identity\n");
+	start_with("m.safetensors", keys);
+	assert_tensors(SEED_M);
+	assert_int_equal(token_stat("issued"), issued + 2);
+}
+
 /* A wrong client id: the error names the source and what the endpoint said. */
 static void workload_identity_refused_says_why(void **state)
 {
@@ -584,6 +602,7 @@ TEST_MAIN(setup, teardown, cmocka_unit_test_teardown(shared_key_reads_a_blob, af
 	  cmocka_unit_test_teardown(sharded_directory, after),
 	  cmocka_unit_test_teardown(workload_identity_refreshes_and_rotates, after),
 	  cmocka_unit_test_teardown(workload_identity_refused_says_why, after),
+	  cmocka_unit_test_teardown(refused_token_retried_once_with_a_new_one, after),
 	  cmocka_unit_test_teardown(client_secret_reads_a_blob, after),
 	  cmocka_unit_test_teardown(managed_identity_reads_a_blob, after),
 	  cmocka_unit_test_teardown(wrong_key_says_what_azure_said, after),

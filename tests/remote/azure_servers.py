@@ -11,7 +11,8 @@
   client id and the storage scope, and GET /metadata/identity/oauth2/token (with "Metadata:
   true") answers as IMDS does. Tokens are JWTs whose issuer and audience Azurite accepts, living
   `lifetime` seconds. GET /__ctl?rotate=1 writes a new federated token (the old one is then
-  refused), ?lifetime=N changes the lifetime; /__stats counts tokens issued and refused.
+  refused), ?lifetime=N changes the lifetime, ?stale=N makes the next N tokens already expired
+  (while the answer says they live `lifetime`); /__stats counts tokens issued and refused.
 """
 import base64
 import datetime
@@ -144,6 +145,7 @@ class TokenServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.fed_file = os.path.join(d, "azure-federated-token")
         self.lock = threading.Lock()
         self.lifetime = 3600
+        self.stale = 0
         self.stats = {"issued": 0, "refused": 0, "imds": 0, "last_refusal": ""}
         self.rotate()
         super().__init__(("127.0.0.1", port), TokenHandler)
@@ -160,6 +162,9 @@ class TokenServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
     def token(self):
         now = int(time.time())
+        if self.stale > 0:
+            self.stale -= 1
+            now -= self.lifetime + 60
         claims = {"aud": "https://storage.azure.com", "iss": f"https://sts.windows.net/{TENANT}/",
                   "iat": now, "nbf": now - 5, "exp": now + self.lifetime, "tid": TENANT,
                   "appid": CLIENT_ID, "oid": CLIENT_ID, "sub": CLIENT_ID}
@@ -199,6 +204,8 @@ class TokenHandler(http.server.BaseHTTPRequestHandler):
             with srv.lock:
                 if "lifetime" in q:
                     srv.lifetime = int(q["lifetime"])
+                if "stale" in q:
+                    srv.stale = int(q["stale"])
                 if q.get("rotate"):
                     srv.rotate()
                 if q.get("reset"):
@@ -213,10 +220,11 @@ class TokenHandler(http.server.BaseHTTPRequestHandler):
             if q.get("resource") != "https://storage.azure.com/" or not q.get("api-version"):
                 return self.refuse("invalid_resource", "resource or api-version is wrong")
             with srv.lock:
-                tok, exp = srv.token()
+                tok, _ = srv.token()
                 srv.stats["issued"] += 1
                 srv.stats["imds"] += 1
-            return self.reply(200, {"access_token": tok, "expires_on": str(exp),
+            return self.reply(200, {"access_token": tok,
+                                    "expires_on": str(int(time.time()) + srv.lifetime),
                                     "expires_in": str(srv.lifetime),
                                     "resource": "https://storage.azure.com/",
                                     "token_type": "Bearer"})
