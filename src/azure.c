@@ -307,6 +307,29 @@ void wd_azure_free(struct wd_azure *a)
 	free(a);
 }
 
+int wd_azure_check(const char *url, const char *endpoint, const struct wd_azure_opts *o,
+		   enum wd_azure_source *ret, weightd_error *err)
+{
+	struct wd_azure_opts ao = *o;
+	char *base = NULL, *account = NULL, *query = NULL;
+	struct wd_azure *a = NULL;
+	int r;
+
+	r = wd_azure_url(url, endpoint, &base, &account, &query, err);
+	if (r)
+		return r;
+	ao.has_sas = query[0] != '\0';
+	r = wd_azure_new(account, &ao, &a, err);
+	if (r == 0)
+		*ret = a->source;
+	wd_azure_free(a);
+	free(base);
+	free(account);
+	explicit_bzero(query, strlen(query));
+	free(query);
+	return r;
+}
+
 enum wd_azure_source wd_azure_source(const struct wd_azure *a)
 {
 	return a->source;

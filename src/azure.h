@@ -70,6 +70,14 @@ struct wd_azure;
 int wd_azure_new(const char *account, const struct wd_azure_opts *o, struct wd_azure **ret,
 		 weightd_error *err);
 void wd_azure_free(struct wd_azure *a);
+
+/*
+ * What wd_azure_new would decide for `url` (az:// or Azure https) with `endpoint` and o (its
+ * has_sas taken from the URL), without the network: 0 with the source into *ret, or the error
+ * naming the source and why it cannot be used. For --check-config.
+ */
+int wd_azure_check(const char *url, const char *endpoint, const struct wd_azure_opts *o,
+		   enum wd_azure_source *ret, weightd_error *err);
 enum wd_azure_source wd_azure_source(const struct wd_azure *a);
 
 /*

@@ -142,6 +142,18 @@ static void test_auto_and_headers(void **state)
 	assert_int_equal(wd_azure_new("acct1", &o, &a, &err), 0);
 	assert_int_equal(wd_azure_source(a), WD_AZURE_MANAGED);
 	wd_azure_free(a);
+	/* what --check-config reports: the query of the URL itself is the SAS */
+	{
+		enum wd_azure_source s = WD_AZURE_AUTO;
+		assert_int_equal(wd_azure_check("az://acct1/models/m?sv=1&sig=x", NULL, &o, &s,
+						&err),
+				 0);
+		assert_int_equal(s, WD_AZURE_SAS);
+		o.source = WD_AZURE_CLIENT_SECRET;
+		assert_int_equal(wd_azure_check("az://acct1/models/m", NULL, &o, &s, &err),
+				 -WEIGHTD_E_NOT_FOUND);
+		assert_non_null(strstr(err.message, "client secret"));
+	}
 }
 
 static void test_refusals_name_the_source(void **state)
