@@ -290,8 +290,7 @@ static void check_location_keys(struct loader *ld, const struct source_conf *src
 			    src->name);
 	line = config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, endpoint));
 	if ((kind == FOR_S3 || kind == FOR_AZ) && src->endpoint &&
-	    strncmp(src->endpoint, "http://", 7) == 0 &&
-	    !src->allow_http)
+	    strncmp(src->endpoint, "http://", 7) == 0 && !src->allow_http)
 		config_fail(
 			ld, line, WEIGHTD_E_INVALID_ARGUMENT,
 			"[checkpoint:%s] endpoint is plain http://: set allow_http = yes in this "

@@ -73,7 +73,7 @@ static int check_remote(const struct source_conf *sc, weightd_error *err)
 					   .allow_http = sc->allow_http };
 		enum wd_azure_source s = WD_AZURE_AUTO;
 		int w = wd_azure_source_parse(sc->azure_credentials ? sc->azure_credentials :
-									"auto");
+								      "auto");
 
 		o.source = w < 0 ? WD_AZURE_AUTO : (enum wd_azure_source)w;
 		r = wd_azure_check(sc->path, sc->endpoint, &o, &s, err);

@@ -184,8 +184,8 @@ int wd_azure_url(const char *url, const char *endpoint, char **ret_base, char **
 	if (endpoint && *endpoint)
 		elen = (size_t)snprintf(ep, sizeof(ep), "%s", endpoint);
 	else
-		elen = (size_t)snprintf(ep, sizeof(ep), "https://%.*s" AZURE_HOST_SUFFIX,
-					(int)alen, acct);
+		elen = (size_t)snprintf(ep, sizeof(ep), "https://%.*s" AZURE_HOST_SUFFIX, (int)alen,
+					acct);
 	if (elen >= sizeof(ep))
 		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT, "%s: endpoint too long",
 				    shown);
@@ -193,7 +193,8 @@ int wd_azure_url(const char *url, const char *endpoint, char **ret_base, char **
 		ep[--elen] = '\0';
 	if (strncmp(ep, "https://", 8) != 0 && strncmp(ep, "http://", 7) != 0)
 		return wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
-				    "%s: the endpoint must start with https:// (or http://)", shown);
+				    "%s: the endpoint must start with https:// (or http://)",
+				    shown);
 	if (endpoint && *endpoint && ip_style(ep)) {
 		/* an emulator (Azurite) at an address: the account is the path's first segment,
 		 * as Azure's SDKs address it */
@@ -369,9 +370,9 @@ static int key_read(struct wd_azure *a, weightd_error *err)
 	int r;
 
 	if (stat(a->key_file, &st) < 0)
-		return wd_error_set(err, errno == ENOENT ? WEIGHTD_E_NOT_FOUND :
-							   WEIGHTD_E_PERMISSION_DENIED,
-				    "shared key: key file %s: %s", a->key_file, strerror(errno));
+		return wd_error_set(
+			err, errno == ENOENT ? WEIGHTD_E_NOT_FOUND : WEIGHTD_E_PERMISSION_DENIED,
+			"shared key: key file %s: %s", a->key_file, strerror(errno));
 	r = wd_remote_token(a->key_file, &k, err);
 	if (r) {
 		wd_error_prefix(err, "shared key");
@@ -472,8 +473,8 @@ static int prepare(struct wd_azure *a, const struct wd_azure_opts *o, weightd_er
 		return key_decode(a, env("AZURE_STORAGE_KEY"), "AZURE_STORAGE_KEY", err);
 	case WD_AZURE_WORKLOAD:
 	case WD_AZURE_CLIENT_SECRET: {
-		const char *what = a->source == WD_AZURE_WORKLOAD ? "workload identity" :
-								    "client secret";
+		const char *what =
+			a->source == WD_AZURE_WORKLOAD ? "workload identity" : "client secret";
 		const char *need = a->source == WD_AZURE_WORKLOAD ? "AZURE_FEDERATED_TOKEN_FILE" :
 								    "AZURE_CLIENT_SECRET";
 		if (!env("AZURE_CLIENT_ID") || !env("AZURE_TENANT_ID") || !env(need))
@@ -549,11 +550,11 @@ int wd_azure_new(const char *account, const struct wd_azure_opts *o, struct wd_a
 	}
 	a->source = o->source;
 	if (a->source == WD_AZURE_AUTO)
-		a->source = o->has_sas			       ? WD_AZURE_SAS :
+		a->source = o->has_sas				    ? WD_AZURE_SAS :
 			    o->key_file || env("AZURE_STORAGE_KEY") ? WD_AZURE_SHARED_KEY :
-			    env("AZURE_FEDERATED_TOKEN_FILE")	       ? WD_AZURE_WORKLOAD :
-			    env("AZURE_CLIENT_SECRET")	       ? WD_AZURE_CLIENT_SECRET :
-								 WD_AZURE_MANAGED;
+			    env("AZURE_FEDERATED_TOKEN_FILE")	    ? WD_AZURE_WORKLOAD :
+			    env("AZURE_CLIENT_SECRET")		    ? WD_AZURE_CLIENT_SECRET :
+								      WD_AZURE_MANAGED;
 	r = prepare(a, o, err);
 	if (r) {
 		wd_azure_free(a);
@@ -579,10 +580,11 @@ static int fed_read(const struct wd_azure *a, char **ret, weightd_error *err)
 			return wd_error_set(err, WEIGHTD_E_PERMISSION_DENIED,
 					    "workload identity: token file %s unreadable: %s "
 					    "(mode %04o, owner uid %u; weightd runs as uid %u)",
-					    a->fed_file, strerror(e), (unsigned)(st.st_mode & 07777),
-					    (unsigned)st.st_uid, (unsigned)geteuid());
-		return wd_error_set(err, e == ENOENT ? WEIGHTD_E_NOT_FOUND :
-						       WEIGHTD_E_PERMISSION_DENIED,
+					    a->fed_file, strerror(e),
+					    (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid,
+					    (unsigned)geteuid());
+		return wd_error_set(err,
+				    e == ENOENT ? WEIGHTD_E_NOT_FOUND : WEIGHTD_E_PERMISSION_DENIED,
 				    "workload identity: token file %s unreadable: %s", a->fed_file,
 				    strerror(e));
 	}
@@ -641,8 +643,7 @@ static int token_refresh(struct wd_azure *a, weightd_error *err)
 		}
 		c = curl_easy_escape(NULL, raw, 0);
 		if (id && c &&
-		    asprintf(&form,
-			     "grant_type=client_credentials&client_id=%s&scope=%s&%s%s", id,
+		    asprintf(&form, "grant_type=client_credentials&client_id=%s&scope=%s&%s%s", id,
 			     "https%3A%2F%2Fstorage.azure.com%2F.default",
 			     a->source == WD_AZURE_WORKLOAD ?
 				     "client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-"

@@ -54,10 +54,10 @@ int wd_azure_url(const char *url, const char *endpoint, char **ret_base, char **
 /* How to sign one location's requests. Strings are copied. */
 struct wd_azure_opts {
 	enum wd_azure_source source;
-	const char *key_file;	 /* shared key: the base64 account key (NULL: AZURE_STORAGE_KEY) */
-	const char *ca_file;	 /* verifies token endpoints too (NULL: the system's) */
-	bool allow_http;	 /* token endpoints may be plain http:// (tests, IMDS is http) */
-	bool has_sas;		 /* the URL carries a query */
+	const char *key_file; /* shared key: the base64 account key (NULL: AZURE_STORAGE_KEY) */
+	const char *ca_file;  /* verifies token endpoints too (NULL: the system's) */
+	bool allow_http;      /* token endpoints may be plain http:// (tests, IMDS is http) */
+	bool has_sas;	      /* the URL carries a query */
 };
 
 struct wd_azure;
@@ -118,10 +118,10 @@ void wd_azure_error_reason(const char *body, size_t n, char *buf, size_t cap);
 
 /* A token endpoint's JSON answer. */
 struct wd_azure_token_answer {
-	char *access_token;	 /* malloc'd, or NULL */
-	int64_t expires_in;	 /* seconds from now, -1 when absent */
-	int64_t expires_on;	 /* unix seconds, -1 when absent */
-	char error[256];	 /* "error: error_description" (first line, printable) or "" */
+	char *access_token; /* malloc'd, or NULL */
+	int64_t expires_in; /* seconds from now, -1 when absent */
+	int64_t expires_on; /* unix seconds, -1 when absent */
+	char error[256];    /* "error: error_description" (first line, printable) or "" */
 };
 /* 0 with t filled (access_token NULL when the answer had none), or -1 when the bytes are not a
  * JSON object (err says so). The token is a header value: printable, no spaces, bounded. */

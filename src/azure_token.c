@@ -80,9 +80,8 @@ int wd_azure_token_fetch(const struct wd_azure_token_call *call, char **ret_toke
 	curl_easy_cleanup(c);
 	curl_slist_free_all(h);
 	if (rc != CURLE_OK && !(rc == CURLE_WRITE_ERROR && a->over)) {
-		r = wd_error_set(err, WEIGHTD_E_IO, "%s: token endpoint %s: %s%s%s",
-				 call->what, call->url, curl_easy_strerror(rc),
-				 errbuf[0] ? ": " : "", errbuf);
+		r = wd_error_set(err, WEIGHTD_E_IO, "%s: token endpoint %s: %s%s%s", call->what,
+				 call->url, curl_easy_strerror(rc), errbuf[0] ? ": " : "", errbuf);
 		goto out;
 	}
 	if (a->over) {
@@ -107,15 +106,16 @@ int wd_azure_token_fetch(const struct wd_azure_token_call *call, char **ret_toke
 		r = wd_error_set(err,
 				 status == 400 || status == 401 || status == 403 ?
 					 WEIGHTD_E_PERMISSION_DENIED :
-					 status >= 200 && status <= 299 ? WEIGHTD_E_IO :
-									  WEIGHTD_E_IO,
+				 status >= 200 && status <= 299 ? WEIGHTD_E_IO :
+								  WEIGHTD_E_IO,
 				 "%s: token endpoint %s said HTTP %ld%s%s", call->what, call->url,
 				 status, t.error[0] ? ": " : "",
-				 t.error[0] ? t.error : (t.access_token ? "" : ", no access_token"));
+				 t.error[0] ? t.error :
+					      (t.access_token ? "" : ", no access_token"));
 		wd_azure_token_answer_clear(&t);
 		goto out;
 	}
-	*ret_expiry = t.expires_on > 0 ? t.expires_on :
+	*ret_expiry = t.expires_on > 0	? t.expires_on :
 		      t.expires_in >= 0 ? (int64_t)time(NULL) + t.expires_in :
 					  (int64_t)time(NULL) + 3600;
 	*ret_token = t.access_token;

@@ -500,7 +500,8 @@ static int bench_azure(struct bench *b, int runs)
 	printf("  raw      %8.3f s %6.0f MB/s (the reference: libcurl, same ranges, same "
 	       "connections)\n",
 	       mr.s, mbps(&mr));
-	printf("  weightd/raw rate %.2fx (median of the runs' ratios)\n", bench_median(ratio, runs));
+	printf("  weightd/raw rate %.2fx (median of the runs' ratios)\n",
+	       bench_median(ratio, runs));
 	rc = 0;
 out:
 	wd_servers_stop(&az);

@@ -19,8 +19,7 @@ static void copy_str(json_t *j, const char *key, char *buf, size_t cap)
 	snprintf(buf, cap, "%s", v ? v : "");
 }
 
-static int start(const char *root, const char *flag, struct wd_servers *ret, char *why,
-		 size_t cap)
+static int start(const char *root, const char *flag, struct wd_servers *ret, char *why, size_t cap)
 {
 	const char *src = getenv("WD_SOURCE_DIR");
 	char script[512], line[4096] = "";

@@ -15,11 +15,11 @@
 #include "fixture.h"
 #include "servers.h"
 
-#define N_T	 4
-#define T_BYTES	 (1u << 20)
-#define SEED_M	 11 /* m.safetensors */
-#define SEED_SW	 31 /* swap.safetensors */
-#define SEED_SH	 51 /* sharded/ */
+#define N_T	4
+#define T_BYTES (1u << 20)
+#define SEED_M	11 /* m.safetensors */
+#define SEED_SW 31 /* swap.safetensors */
+#define SEED_SH 51 /* sharded/ */
 
 static char root[512], key_file[600], bad_key_file[600];
 static struct wd_servers srv;
@@ -110,7 +110,7 @@ static int payload_requests(const char *path)
 	int n = 0;
 
 	assert_non_null(j);
-	json_array_foreach (json_object_get(j, "ranges"), i, r) {
+	json_array_foreach(json_object_get(j, "ranges"), i, r) {
 		unsigned long long a = 0, b = 0;
 		const char *p = json_string_value(json_array_get(r, 0));
 		const char *range = json_string_value(json_array_get(r, 1));
@@ -212,9 +212,12 @@ static void keys_direct(char *buf, size_t cap, const char *more)
 
 static void unset_azure_env(void)
 {
-	static const char *const vars[] = { "AZURE_STORAGE_KEY",	 "AZURE_FEDERATED_TOKEN_FILE",
-					    "AZURE_CLIENT_ID",		 "AZURE_TENANT_ID",
-					    "AZURE_AUTHORITY_HOST",	 "AZURE_CLIENT_SECRET",
+	static const char *const vars[] = { "AZURE_STORAGE_KEY",
+					    "AZURE_FEDERATED_TOKEN_FILE",
+					    "AZURE_CLIENT_ID",
+					    "AZURE_TENANT_ID",
+					    "AZURE_AUTHORITY_HOST",
+					    "AZURE_CLIENT_SECRET",
 					    "AZURE_POD_IDENTITY_AUTHORITY_HOST" };
 
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
@@ -529,7 +532,7 @@ static void assert_file_has_no_secret(const char *path)
 static void secrets_never_shown(void **state)
 {
 	static const char *const cmds[][4] = {
-		{ "list", "--json", NULL },	  { "status", "--json", NULL },
+		{ "list", "--json", NULL },	      { "status", "--json", NULL },
 		{ "describe", "sk", "--json", NULL }, { "describe", "sas", "--json", NULL },
 		{ "describe", "wi", "--json", NULL }, { "describe", "bad", NULL },
 	};
@@ -542,19 +545,20 @@ static void secrets_never_shown(void **state)
 	(void)state;
 	NEED_AZURITE();
 	set_workload_env();
-	snprintf(sec, sizeof(sec),
-		 "[checkpoint:sk]\npath = az://%s/%s/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
-		 "allow_http = yes\nazure_key_file = %s\n\n"
-		 "[checkpoint:sas]\npath = az://%s/%s/m.safetensors?%s\n"
-		 "endpoint = http://127.0.0.1:%d\nallow_http = yes\n\n"
-		 "[checkpoint:wi]\npath = az://%s/%s/m.safetensors\n"
-		 "endpoint = https://127.0.0.1:%d\nca_file = %s\n"
-		 "azure_credentials = workload-identity\n\n"
-		 "[checkpoint:bad]\npath = az://%s/%s/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
-		 "allow_http = yes\nazure_key_file = %s\n",
-		 srv.az_account, srv.az_container, srv.az, key_file, srv.az_account,
-		 srv.az_container, srv.az_sas, srv.az, srv.az_account, srv.az_container,
-		 srv.az_direct, srv.ca, srv.az_account, srv.az_container, srv.az, bad_key_file);
+	snprintf(
+		sec, sizeof(sec),
+		"[checkpoint:sk]\npath = az://%s/%s/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		"allow_http = yes\nazure_key_file = %s\n\n"
+		"[checkpoint:sas]\npath = az://%s/%s/m.safetensors?%s\n"
+		"endpoint = http://127.0.0.1:%d\nallow_http = yes\n\n"
+		"[checkpoint:wi]\npath = az://%s/%s/m.safetensors\n"
+		"endpoint = https://127.0.0.1:%d\nca_file = %s\n"
+		"azure_credentials = workload-identity\n\n"
+		"[checkpoint:bad]\npath = az://%s/%s/m.safetensors\nendpoint = http://127.0.0.1:%d\n"
+		"allow_http = yes\nazure_key_file = %s\n",
+		srv.az_account, srv.az_container, srv.az, key_file, srv.az_account,
+		srv.az_container, srv.az_sas, srv.az, srv.az_account, srv.az_container,
+		srv.az_direct, srv.ca, srv.az_account, srv.az_container, srv.az, bad_key_file);
 	assert_int_equal(harness_init(&H), 0);
 	it_start(&H, "", sec);
 	ready("sk");

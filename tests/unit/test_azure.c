@@ -19,7 +19,7 @@
 #include "azure.h"
 
 /* the emulator's published account key */
-#define EMU_KEY                                                                                \
+#define EMU_KEY \
 	"Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 static void url_of(const char *url, const char *endpoint, const char *base, const char *account,
@@ -63,8 +63,8 @@ static void test_urls(void **state)
 
 static void test_bad_urls(void **state)
 {
-	const char *bad[] = { "az://AC/models/x", "az://acct1/Models/x",    "az://acct1/models",
-			      "az://acct1/mo/x",  "az://acct1/models/a//b", "az:///models/x",
+	const char *bad[] = { "az://AC/models/x",    "az://acct1/Models/x",    "az://acct1/models",
+			      "az://acct1/mo/x",     "az://acct1/models/a//b", "az:///models/x",
 			      "az://acct1/-models/x" };
 	weightd_error err;
 
@@ -93,8 +93,8 @@ static void test_shared_key_signature(void **state)
 	assert_int_equal(wd_azure_shared_key_sign("devstoreaccount1", key, n,
 						  "/devstoreaccount1/models/m.safetensors",
 						  "bytes=0-1023", "\"0x8DB1\"",
-						  "Mon, 07 Dec 2026 08:00:00 GMT", "2021-08-06", sig,
-						  sizeof(sig)),
+						  "Mon, 07 Dec 2026 08:00:00 GMT", "2021-08-06",
+						  sig, sizeof(sig)),
 			 0);
 	assert_string_equal(sig, "vxdOm7NvnJa1A7riCDiLfnPKYVPlBEJduHJoGBdInaQ=");
 }
@@ -145,9 +145,8 @@ static void test_auto_and_headers(void **state)
 	/* what --check-config reports: the query of the URL itself is the SAS */
 	{
 		enum wd_azure_source s = WD_AZURE_AUTO;
-		assert_int_equal(wd_azure_check("az://acct1/models/m?sv=1&sig=x", NULL, &o, &s,
-						&err),
-				 0);
+		assert_int_equal(
+			wd_azure_check("az://acct1/models/m?sv=1&sig=x", NULL, &o, &s, &err), 0);
 		assert_int_equal(s, WD_AZURE_SAS);
 		o.source = WD_AZURE_CLIENT_SECRET;
 		assert_int_equal(wd_azure_check("az://acct1/models/m", NULL, &o, &s, &err),
