@@ -4,7 +4,8 @@
  * (tests/remote/azure_servers.py: HTTPS, its OAuth check on) on loopback: a blob read with
  * Shared Key, with a SAS, and with Entra bearer tokens from workload identity (a federated token
  * file exchanged at a loopback token endpoint, rotated and refreshed), a client secret and a
- * managed identity; a sharded directory; a blob replaced mid-fill is source-changed with no
+ * managed identity; a key file rotated under a running daemon; a sharded directory; a blob
+ * replaced mid-fill is source-changed with no
  * mixed bytes; a restart after kill -9 re-adopts with no payload request; a wrong key says what
  * Azure said; no key or token ever shown.
  */
@@ -527,6 +528,63 @@ static void assert_file_has_no_secret(const char *path)
 	free(buf);
 }
 
+static void copy_file(const char *from, const char *to)
+{
+	char cmd[1400];
+
+	/* a new file renamed over the old, as a rotated Kubernetes Secret is */
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s.new' && chmod 600 '%s.new' && mv '%s.new' '%s'",
+		 from, to, to, to, to);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void evict(void)
+{
+	weightd_client *c = it_connect(&H);
+	weightd_error err;
+	uint64_t w, b;
+
+	assert_int_equal(weightd_evict(c, &w, &b, &err), 0);
+	weightd_close(c);
+}
+
+/* The key file replaced while the checkpoint is served: the next fill signs with the new key,
+ * with no reload (a wrong key fails it; the right one put back serves it again). */
+static void rotated_key_file_is_read_again(void **state)
+{
+	char keys[1024], more[800], kf[700];
+	weightd_client *c;
+	weightd_weight *w = NULL;
+	weightd_error err;
+	uint64_t gen;
+	weightd_status *st;
+
+	(void)state;
+	NEED_AZURITE();
+	snprintf(kf, sizeof(kf), "%s/rotating.key", root);
+	copy_file(key_file, kf);
+	snprintf(more, sizeof(more), "azure_key_file = %s\n", kf);
+	keys_proxy(keys, sizeof(keys), more);
+	start_with("m.safetensors", keys);
+	assert_tensors(SEED_M);
+	st = it_status_of(&H);
+	gen = st->sources[0].generation;
+	weightd_status_free(st);
+	evict();
+	copy_file(bad_key_file, kf);
+	c = it_connect(&H);
+	assert_true(it_get(c, "az", "t0", &w, &err) < 0);
+	printf("with the wrong key: %s\n", err.message);
+	assert_true(strstr(err.message, "AuthenticationFailed") ||
+		    strstr(err.message, "InvalidAuthenticationInfo"));
+	weightd_close(c);
+	copy_file(key_file, kf);
+	assert_tensors(SEED_M);
+	st = it_status_of(&H);
+	assert_int_equal(st->sources[0].generation, gen);
+	weightd_status_free(st);
+}
+
 /* Shared Key, SAS, workload identity and a wrong key in one daemon: no key, signature, secret
  * or token in its log, its answers to weightctl, its errors or its state records. */
 static void secrets_never_shown(void **state)
@@ -612,4 +670,5 @@ TEST_MAIN(setup, teardown, cmocka_unit_test_teardown(shared_key_reads_a_blob, af
 	  cmocka_unit_test_teardown(wrong_key_says_what_azure_said, after),
 	  cmocka_unit_test_teardown(blob_replaced_mid_fill, after),
 	  cmocka_unit_test_teardown(restart_readopts_without_payload_requests, after),
+	  cmocka_unit_test_teardown(rotated_key_file_is_read_again, after),
 	  cmocka_unit_test_teardown(secrets_never_shown, after))
