@@ -5,9 +5,8 @@
  * Shared Key, with a SAS, and with Entra bearer tokens from workload identity (a federated token
  * file exchanged at a loopback token endpoint, rotated and refreshed), a client secret and a
  * managed identity; a key file rotated under a running daemon; a sharded directory; a blob
- * replaced mid-fill is source-changed with no
- * mixed bytes; a restart after kill -9 re-adopts with no payload request; a wrong key says what
- * Azure said; no key or token ever shown.
+ * replaced mid-fill is source-changed with no mixed bytes; a restart after kill -9 re-adopts with
+ * no payload request; a wrong key says what Azure said; no key or token ever shown.
  */
 #include <dirent.h>
 #include <jansson.h>
