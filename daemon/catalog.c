@@ -40,6 +40,8 @@ static struct source_conf *conf_copy(const struct source_conf *sc)
 	c->token_file = wd_strdup_opt(sc->token_file, &oom);
 	c->ca_file = wd_strdup_opt(sc->ca_file, &oom);
 	c->allow_http = sc->allow_http;
+	c->azure_credentials = wd_strdup_opt(sc->azure_credentials, &oom);
+	c->azure_key_file = wd_strdup_opt(sc->azure_key_file, &oom);
 	c->name = strdup(sc->name);
 	c->path = strdup(sc->path);
 	c->allow_any = sc->allow_any;
@@ -85,6 +87,8 @@ static void conf_free(struct source_conf *c)
 	free(c->credentials);
 	free(c->token_file);
 	free(c->ca_file);
+	free(c->azure_credentials);
+	free(c->azure_key_file);
 	free(c);
 }
 
@@ -102,6 +106,8 @@ void catalog_remote_conf(const struct source_conf *sc, const struct config *cfg,
 		.token_file = sc->token_file,
 		.ca_file = sc->ca_file,
 		.allow_http = sc->allow_http,
+		.azure_credentials = sc->azure_credentials,
+		.azure_key_file = sc->azure_key_file,
 	};
 	if (cfg) {
 		ret->connect_timeout_ms = (unsigned)cfg->remote_connect_timeout_ms;
@@ -452,7 +458,9 @@ static bool same_location(const struct source_conf *a, const struct source_conf 
 	       str_same(a->credentials_file, b->credentials_file) &&
 	       str_same(a->profile, b->profile) && str_same(a->token_file, b->token_file) &&
 	       str_same(a->credentials, b->credentials) && a->imds_v1 == b->imds_v1 &&
-	       str_same(a->ca_file, b->ca_file) && a->allow_http == b->allow_http;
+	       str_same(a->ca_file, b->ca_file) && a->allow_http == b->allow_http &&
+	       str_same(a->azure_credentials, b->azure_credentials) &&
+	       str_same(a->azure_key_file, b->azure_key_file);
 }
 
 /* Worker: decide whether `it->old` stays or checkpoint `sc` is admitted anew. */

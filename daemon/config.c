@@ -250,6 +250,8 @@ void config_free(struct config *cfg)
 		free(cfg->sources[i].profile);
 		free(cfg->sources[i].token_file);
 		free(cfg->sources[i].ca_file);
+		free(cfg->sources[i].azure_credentials);
+		free(cfg->sources[i].azure_key_file);
 		free(cfg->sources[i].allow_uids);
 		free(cfg->sources[i].allow_gids);
 	}

@@ -36,6 +36,8 @@ struct source_conf {
 	char *token_file;	/* http(s): bearer token */
 	char *ca_file;		/* PEM bundle verifying servers */
 	bool allow_http;	/* plain http:// allowed */
+	char *azure_credentials; /* az: auto, sas, shared-key, workload-identity, ... */
+	char *azure_key_file;	 /* az: the storage account key */
 	int line;            /* where the section starts, for messages */
 };
 

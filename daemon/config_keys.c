@@ -251,6 +251,13 @@ const struct config_key config_keys[] = {
 	  .doc = "PEM certificates that verify the server (unset: the system's)" },
 	{ CHECKPOINT(allow_http), .name = "allow_http", .type = CONFIG_T_BOOL, .def = "no",
 	  .reload = CONFIG_LIVE, .doc = "allow plain http:// for this checkpoint" },
+	{ CHECKPOINT(azure_credentials), .name = "azure_credentials", .type = CONFIG_T_NAME,
+	  .max = 32, .reload = CONFIG_LIVE,
+	  .doc = "az: auto, sas, shared-key, workload-identity, client-secret, managed-identity "
+		 "or anonymous (unset: auto)" },
+	{ CHECKPOINT(azure_key_file), .name = "azure_key_file", .type = CONFIG_T_PATH,
+	  .max = PATH_MAX - 1, .reload = CONFIG_LIVE,
+	  .doc = "az: a file holding the storage account key (unset: AZURE_STORAGE_KEY)" },
 };
 
 const size_t config_n_keys = sizeof(config_keys) / sizeof(config_keys[0]);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "aws_cred.h"
+#include "azure.h"
 #include "digest.h"
 #include "log.h"
 #include "source.h"
@@ -228,26 +229,31 @@ _Static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(gid_t) == sizeof(uint
 #define FOR_LOCAL 1u
 #define FOR_S3	  2u
 #define FOR_HTTP  4u /* https:// and http:// */
+#define FOR_AZ	  8u /* az:// and https://ACCOUNT.blob.core.windows.net */
 
 static const struct {
 	size_t field;
 	unsigned kinds;
 	const char *says;
+	const char *hint; /* after the path's kind when it is an Azure blob URL, or NULL */
 } location_keys[] = {
-	{ offsetof(struct source_conf, endpoint), FOR_S3, "s3:// paths" },
-	{ offsetof(struct source_conf, region), FOR_S3, "s3:// paths" },
-	{ offsetof(struct source_conf, path_style), FOR_S3, "s3:// paths" },
-	{ offsetof(struct source_conf, credentials_file), FOR_S3, "s3:// paths" },
-	{ offsetof(struct source_conf, profile), FOR_S3, "s3:// paths" },
-	{ offsetof(struct source_conf, credentials), FOR_S3, "s3:// paths" },
-	{ offsetof(struct source_conf, imds_v1), FOR_S3, "s3:// paths" },
-	{ offsetof(struct source_conf, token_file), FOR_HTTP, "https:// and http:// paths" },
-	{ offsetof(struct source_conf, ca_file), FOR_S3 | FOR_HTTP, "remote paths" },
-	{ offsetof(struct source_conf, allow_http), FOR_S3 | FOR_HTTP, "remote paths" },
+	{ offsetof(struct source_conf, endpoint), FOR_S3 | FOR_AZ, "s3:// and az:// paths", NULL },
+	{ offsetof(struct source_conf, azure_credentials), FOR_AZ, "az:// paths", NULL },
+	{ offsetof(struct source_conf, azure_key_file), FOR_AZ, "az:// paths", NULL },
+	{ offsetof(struct source_conf, region), FOR_S3, "s3:// paths", NULL },
+	{ offsetof(struct source_conf, path_style), FOR_S3, "s3:// paths", NULL },
+	{ offsetof(struct source_conf, credentials_file), FOR_S3, "s3:// paths", NULL },
+	{ offsetof(struct source_conf, profile), FOR_S3, "s3:// paths", NULL },
+	{ offsetof(struct source_conf, credentials), FOR_S3, "s3:// paths",
+	  " (an Azure checkpoint picks its source with azure_credentials)" },
+	{ offsetof(struct source_conf, imds_v1), FOR_S3, "s3:// paths", NULL },
+	{ offsetof(struct source_conf, token_file), FOR_HTTP, "https:// and http:// paths", NULL },
+	{ offsetof(struct source_conf, ca_file), FOR_S3 | FOR_HTTP | FOR_AZ, "remote paths", NULL },
+	{ offsetof(struct source_conf, allow_http), FOR_S3 | FOR_HTTP | FOR_AZ, "remote paths", NULL },
 	{ offsetof(struct source_conf, watch), FOR_LOCAL,
 	  "local paths (a remote checkpoint is reloaded by `weightctl reload`, which compares "
-	  "ETags)" },
-	{ offsetof(struct source_conf, watch_delay_ms), FOR_LOCAL, "local paths" },
+	  "ETags)", NULL },
+	{ offsetof(struct source_conf, watch_delay_ms), FOR_LOCAL, "local paths", NULL },
 };
 
 /*
@@ -259,6 +265,7 @@ static void check_location_keys(struct loader *ld, const struct source_conf *src
 {
 	const char *p = src->path;
 	unsigned kind = strncmp(p, "s3://", 5) == 0 ? FOR_S3 :
+			wd_azure_is_url(p)	    ? FOR_AZ :
 			wd_source_is_url(p)	    ? FOR_HTTP :
 						      FOR_LOCAL;
 	int line, cred;
@@ -273,11 +280,13 @@ static void check_location_keys(struct loader *ld, const struct source_conf *src
 				    config_keys[k].field == location_keys[i].field)
 					name = config_keys[k].name;
 			config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
-				    "[checkpoint:%s] %s applies to %s only; this path is %s",
+				    "[checkpoint:%s] %s applies to %s only; this path is %s%s",
 				    src->name, name, location_keys[i].says,
 				    kind == FOR_S3   ? "an s3:// URL" :
+				    kind == FOR_AZ   ? "an Azure blob URL" :
 				    kind == FOR_HTTP ? "an http(s):// URL" :
-						       "a local path");
+						       "a local path",
+				    kind == FOR_AZ && location_keys[i].hint ? location_keys[i].hint : "");
 		}
 	}
 	line = config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, path));
@@ -287,8 +296,8 @@ static void check_location_keys(struct loader *ld, const struct source_conf *src
 			    "section to allow it (or use https://)",
 			    src->name);
 	line = config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, endpoint));
-	if (kind == FOR_S3 && src->endpoint && strncmp(src->endpoint, "http://", 7) == 0 &&
-	    !src->allow_http)
+	if ((kind == FOR_S3 || kind == FOR_AZ) && src->endpoint &&
+	    strncmp(src->endpoint, "http://", 7) == 0 && !src->allow_http)
 		config_fail(
 			ld, line, WEIGHTD_E_INVALID_ARGUMENT,
 			"[checkpoint:%s] endpoint is plain http://: set allow_http = yes in this "
@@ -306,6 +315,14 @@ static void check_location_keys(struct loader *ld, const struct source_conf *src
 			    "[checkpoint:%s] credentials_file is read by credentials = file (or "
 			    "auto), not %s",
 			    src->name, src->credentials);
+	line = config_key_line(ld, CONFIG_CHECKPOINT,
+			       offsetof(struct source_conf, azure_credentials));
+	if (kind == FOR_AZ && src->azure_credentials &&
+	    wd_azure_source_parse(src->azure_credentials) < 0)
+		config_fail(ld, line, WEIGHTD_E_INVALID_ARGUMENT,
+			    "[checkpoint:%s] azure_credentials is auto, sas, shared-key, "
+			    "workload-identity, client-secret, managed-identity or anonymous",
+			    src->name);
 	line = config_key_line(ld, CONFIG_CHECKPOINT, offsetof(struct source_conf, profile));
 	if (kind == FOR_S3 && line &&
 	    (cred == WD_AWS_ENV || cred == WD_AWS_CONTAINER || cred == WD_AWS_IMDS))

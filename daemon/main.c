@@ -18,6 +18,7 @@
 
 #include "admit.h"
 #include "aws_cred.h"
+#include "azure.h"
 #include "cache.h"
 #include "catalog.h"
 #include "clock.h"
@@ -112,6 +113,22 @@ static int check_remote(const struct source_conf *sc, weightd_error *err)
 	int r = 0;
 
 	wd_source_show_path(sc->path, shown, sizeof(shown));
+	if (wd_azure_is_url(sc->path)) {
+		struct wd_azure_opts o = { .key_file = sc->azure_key_file,
+					   .ca_file = sc->ca_file,
+					   .allow_http = sc->allow_http };
+		enum wd_azure_source s = WD_AZURE_AUTO;
+		int w = wd_azure_source_parse(sc->azure_credentials ? sc->azure_credentials :
+								      "auto");
+
+		o.source = w < 0 ? WD_AZURE_AUTO : (enum wd_azure_source)w;
+		r = wd_azure_check(sc->path, sc->endpoint, &o, &s, err);
+		if (r == 0)
+			printf("checkpoint %s: ok, remote %s, azure credentials %s (not contacted: "
+			       "--check-config reads no network)\n",
+			       sc->name, shown, wd_azure_source_name(s));
+		return r;
+	}
 	if (strncmp(sc->path, "s3://", 5) == 0) {
 		r = check_aws(sc, says, sizeof(says), err);
 	} else if (sc->token_file) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "aws_cred.h"
+#include "azure.h"
 #include "clock.h"
 #include "error.h"
 #include "wd_strdup.h"
@@ -33,6 +34,7 @@ struct wd_remote {
 	char *access_key, *secret_key;
 	struct wd_aws_cred *cred; /* keys per request (instead of access_key/secret_key), or NULL */
 	struct curl_slist *fixed; /* headers every request carries (token, content hash) */
+	struct wd_azure *azure;	  /* Azure Blob: signs each request (azure.c), or NULL */
 	char *ca_file;
 	const char *protocols;
 	long connect_timeout_ms, low_speed_time, low_speed_bytes;
@@ -119,7 +121,7 @@ static void slot_give(void)
 bool wd_remote_is_url(const char *path)
 {
 	return path && (strncmp(path, "s3://", 5) == 0 || strncmp(path, "https://", 8) == 0 ||
-			strncmp(path, "http://", 7) == 0);
+			strncmp(path, "http://", 7) == 0 || strncmp(path, "az://", 5) == 0);
 }
 
 /* Bytes a URL path may carry as they are (RFC 3986 unreserved, plus the separator). */
@@ -315,6 +317,42 @@ static int open_http(struct wd_remote *r, const char *url, const struct wd_remot
 	return 0;
 }
 
+/* Azure Blob: the https URL the account's endpoint gives, read as http, each request signed. */
+static int open_azure(struct wd_remote *r, const char *url, const struct wd_remote_opts *o,
+		      weightd_error *err)
+{
+	static const struct wd_azure_opts none;
+	struct wd_azure_opts ao = o->azure ? *o->azure : none;
+	char *base = NULL, *account = NULL, *query = NULL, *full = NULL;
+	struct wd_remote_opts ho = *o;
+	int rc;
+
+	rc = wd_azure_url(url, o->endpoint, &base, &account, &query, err);
+	if (rc)
+		return rc;
+	if (asprintf(&full, "%s%s", base, query) < 0)
+		full = NULL;
+	ao.has_sas = query[0] != '\0';
+	ao.ca_file = ao.ca_file ? ao.ca_file : o->ca_file;
+	ao.allow_http = ao.allow_http || o->allow_http;
+	ho.bearer_token = NULL;
+	rc = full ? open_http(r, full, &ho, err) :
+		    wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	if (rc == 0) {
+		rc = wd_azure_new(account, &ao, &r->azure, err);
+		if (rc)
+			wd_error_prefix(err, "%s", r->shown);
+	}
+	if (full)
+		explicit_bzero(full, strlen(full));
+	free(full);
+	free(base);
+	free(account);
+	explicit_bzero(query, strlen(query));
+	free(query);
+	return rc;
+}
+
 int wd_remote_open(const char *url, const struct wd_remote_opts *opts, struct wd_remote **ret,
 		   weightd_error *err)
 {
@@ -338,7 +376,10 @@ int wd_remote_open(const char *url, const struct wd_remote_opts *opts, struct wd
 		pthread_mutex_init(&r->locks[i], NULL);
 	shown_of(url, r->shown, sizeof(r->shown));
 	r->kind = strncmp(url, "s3://", 5) == 0 ? KIND_S3 : KIND_HTTP;
-	rc = r->kind == KIND_S3 ? open_s3(r, url, o, err) : open_http(r, url, o, err);
+	if (wd_azure_is_url(url))
+		rc = open_azure(r, url, o, err);
+	else
+		rc = r->kind == KIND_S3 ? open_s3(r, url, o, err) : open_http(r, url, o, err);
 	if (rc < 0)
 		goto fail;
 	r->ca_file = wd_strdup_opt(o->ca_file, &oom);
@@ -384,6 +425,7 @@ void wd_remote_free(struct wd_remote *r)
 	for (struct curl_slist *l = r->fixed; l; l = l->next)
 		explicit_bzero(l->data, strlen(l->data));
 	curl_slist_free_all(r->fixed);
+	wd_azure_free(r->azure);
 	free(r->base);
 	free(r->key);
 	wipe_free(r->query);
@@ -485,6 +527,7 @@ struct piece {
 	int (*data_cb)(void *arg, size_t i, const void *data, size_t n, weightd_error *err);
 	void *data_arg;
 	unsigned attempts;
+	bool reauth;	     /* retried once with a new token after a 401 or 403 */
 	uint64_t not_before; /* ms, monotonic */
 	CURL *h;
 	struct curl_slist *headers;
@@ -728,6 +771,30 @@ static int sign_with(struct wd_remote *r, struct piece *p, CURL *h, weightd_erro
 	return 0;
 }
 
+/* The headers azure.c makes for this request (its date, its signature or bearer token). */
+static int azure_headers(struct wd_remote *r, struct piece *p, const char *range,
+			 weightd_error *err)
+{
+	const char *im = !p->stat && p->obj->etag[0] ? p->obj->etag : "";
+	char *lines = malloc(20480), *line, *save = NULL;
+	int rc;
+
+	if (!lines)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	rc = wd_azure_headers(r->azure, p->obj->url, range, im, lines, 20480, err);
+	if (rc)
+		wd_error_prefix(err, "%s", p->obj->shown);
+	for (line = strtok_r(lines, "\n", &save); rc == 0 && line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		p->headers = curl_slist_append(p->headers, line);
+		if (!p->headers)
+			rc = wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	explicit_bzero(lines, 20480);
+	free(lines);
+	return rc;
+}
+
 static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_error *err)
 {
 	char range[64], ifmatch[WD_REMOTE_ETAG_MAX + 16];
@@ -756,6 +823,11 @@ static int piece_start(struct wd_remote *r, struct piece *p, CURL *h, weightd_er
 	if (r->cred) {
 		int rc = sign_with(r, p, h, err);
 		if (rc < 0)
+			return rc;
+	}
+	if (r->azure) {
+		int rc = azure_headers(r, p, range + 7, err);
+		if (rc)
 			return rc;
 	}
 	p->h = h;
@@ -840,7 +912,10 @@ static enum outcome piece_outcome(struct wd_remote *r, struct piece *p, CURLcode
 		*rcp = wd_error_set(err, -p->fail, "%s: %s", what, p->fail_text);
 		return FAILED;
 	}
-	wd_remote_s3_reason(p->body, reason, sizeof(reason));
+	if (r->azure)
+		wd_azure_error_reason(p->body, p->body_len, reason, sizeof(reason));
+	else
+		wd_remote_s3_reason(p->body, reason, sizeof(reason));
 	if (p->stat && (rc == CURLE_OK || rc == CURLE_WRITE_ERROR) && p->ans.status >= 200 &&
 	    p->ans.status <= 299)
 		return DONE;
@@ -868,6 +943,14 @@ static enum outcome piece_outcome(struct wd_remote *r, struct piece *p, CURLcode
 			*rcp = wd_error_set(err, WEIGHTD_E_IO, "%s: HTTP %ld%s after %u attempts",
 					    what, p->ans.status, reason, p->attempts);
 			return FAILED;
+		}
+		if ((p->ans.status == 401 || p->ans.status == 403) && r->azure && !p->reauth &&
+		    wd_azure_refused(r->azure)) {
+			p->reauth = true;
+			/* an expired or revoked token: once more with a new one, not counted
+			 * against the range's retries */
+			p->attempts--;
+			return RETRY;
 		}
 		code = p->ans.status == 404			    ? WEIGHTD_E_NOT_FOUND :
 		       p->ans.status == 401 || p->ans.status == 403 ? WEIGHTD_E_PERMISSION_DENIED :

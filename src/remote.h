@@ -38,6 +38,7 @@
 
 struct wd_remote;
 struct wd_aws_cred;
+struct wd_azure_opts;
 
 /* How to reach a location. Strings are copied by wd_remote_open; NULL or 0 picks the default. */
 struct wd_remote_opts {
@@ -61,6 +62,9 @@ struct wd_remote_opts {
 	unsigned retries;	  /* attempts after the first, per range; default 6 */
 	unsigned backoff_ms;	  /* the first retry's wait bound; doubles each time; default 200 */
 	unsigned backoff_max_ms;  /* default 10,000 */
+	/* az:// and Azure https:// URLs: how requests are signed (azure.h; NULL: the source
+	 * chosen by itself). endpoint is then the account's blob service URL. */
+	const struct wd_azure_opts *azure;
 };
 
 /* Per-location counters, updated atomically by every call. */
@@ -104,7 +108,7 @@ void wd_remote_answer_header(struct wd_remote_answer *a, const char *line, size_
  * <Code>. Always NUL-terminated within cap. */
 void wd_remote_s3_reason(const char *body, char *buf, size_t cap);
 
-/* Is `path` a remote location (s3://, https://, http://) rather than a local path? */
+/* Is `path` a remote location (s3://, az://, https://, http://) rather than a local path? */
 bool wd_remote_is_url(const char *path);
 
 /*

@@ -49,6 +49,8 @@ struct wd_source_remote_conf {
 	const char *ca_file;	      /* PEM bundle that verifies servers */
 	bool allow_http;	      /* plain http:// allowed */
 	unsigned connect_timeout_ms, low_speed_time_s, retries; /* 0: wd_remote's defaults */
+	const char *azure_credentials; /* az: a wd_azure_source_parse word (NULL: auto) */
+	const char *azure_key_file;    /* az: the account key (NULL: AZURE_STORAGE_KEY) */
 };
 
 /*
@@ -81,7 +83,7 @@ bool wd_source_is_url(const char *path);
 void wd_source_show_path(const char *path, char *buf, size_t cap);
 /* Is src read from object storage or a web server? */
 bool wd_source_is_remote(const struct wd_source *src);
-/* The kind of location: "s3", "https", "http", or "file". */
+/* The kind of location: "s3", "az", "https", "http", or "file". */
 const char *wd_source_location_kind(const struct wd_source *src);
 /* The same for a path (or its shown form). */
 const char *wd_source_location_of(const char *path);

@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "aws_cred.h"
+#include "azure.h"
 #include "digest.h"
 #include "gguf.h"
 #include "parallel.h"
@@ -56,6 +57,8 @@ const char *wd_source_location_of(const char *path)
 {
 	if (strncmp(path, "s3://", 5) == 0)
 		return "s3";
+	if (strncmp(path, "az://", 5) == 0)
+		return "az";
 	if (strncmp(path, "https://", 8) == 0)
 		return "https";
 	return strncmp(path, "http://", 7) == 0 ? "http" : "file";
@@ -409,6 +412,7 @@ int wd_source_remote_open(struct wd_source *src, const char *url,
 	static const struct wd_source_remote_conf none;
 	struct wd_aws_cred *cred = NULL;
 	struct wd_remote_opts o = { 0 };
+	struct wd_azure_opts az = { 0 };
 	char *token = NULL;
 	bool s3 = strncmp(url, "s3://", 5) == 0;
 	int r;
@@ -447,6 +451,21 @@ int wd_source_remote_open(struct wd_source *src, const char *url,
 			goto out;
 		}
 		o.aws_cred = cred;
+	} else if (wd_azure_is_url(url)) {
+		int w = wd_azure_source_parse(rc->azure_credentials && *rc->azure_credentials ?
+						      rc->azure_credentials :
+						      "auto");
+		if (w < 0) {
+			r = wd_error_set(err, WEIGHTD_E_INVALID_ARGUMENT,
+					 "%s: azure_credentials %s is not one of auto, sas, "
+					 "shared-key, workload-identity, client-secret, "
+					 "managed-identity, anonymous",
+					 src->path, rc->azure_credentials);
+			goto out;
+		}
+		az.source = (enum wd_azure_source)w;
+		az.key_file = rc->azure_key_file && *rc->azure_key_file ? rc->azure_key_file : NULL;
+		o.azure = &az;
 	} else if (rc->token_file && *rc->token_file) {
 		r = wd_remote_token(rc->token_file, &token, err);
 		if (r) {

@@ -12,10 +12,10 @@
 /* bytes of a GGUF metadata value describe shows in its table (--json has them whole) */
 #define GGUF_VALUE_SHOWN 100u
 
-/* Where a checkpoint is read from, by its path's scheme: "s3", "https", "http" or "file". */
+/* Where a checkpoint is read from, by its path's scheme: "s3", "az", "https", "http" or "file". */
 static const char *location_of(const char *path)
 {
-	static const char *const schemes[] = { "s3", "https", "http" };
+	static const char *const schemes[] = { "s3", "az", "https", "http" };
 
 	for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
 		size_t n = strlen(schemes[i]);

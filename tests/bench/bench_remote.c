@@ -8,7 +8,7 @@
  *     tests/bench/bench_remote [--size BYTES] [--shards N] [--runs N] [--concurrency N]
  *                              [--chunk BYTES] [--tensor-bytes BYTES] [--dir DIR] [--no-s3]
  *                              [--ds-scale 32|64|128] [--ds-runs N] [--ds-derived-layers N]
- *                              [--no-ds | --ds-only]
+ *                              [--no-ds | --ds-only] [--no-azure]
  *
  * Defaults: 2G in 4 shards of tensors of at most 64M, 5 runs, 16 connections of 16M ranges, a
  * temporary directory under /var/tmp (removed at the end with every segment the runs made).
@@ -28,7 +28,10 @@
  * GiB moved. nginx serves the files from the page cache (they were just written), so the
  * network and the copies are what is measured, never the disk under nginx. Then one weightd run
  * against s3rver (path-style, SigV4-signed) behind servers.py's signature-checking proxy, beside
- * raw signed transfers through the same proxy: that proxy is Python and bounds both.
+ * raw signed transfers through the same proxy: that proxy is Python and bounds both. Then (unless
+ * --no-azure) the same checkpoint in Azurite over HTTPS, read with a SAS by weightd (az://) and
+ * by raw libcurl range requests of the same size and number, alternated: Azurite is Node and
+ * bounds both.
  *
  * Printed: each run's seconds, MB/s and CPU s/GiB, then medians, and the medians of the runs'
  * ratios beside their targets (weightd >= 0.9x raw; weightd >= 1.5x faster than copy).
@@ -128,6 +131,9 @@ struct job {
 
 /* The reference's connections: one easy handle each, reused from job to job (its connection
  * kept), as weightd's engine does. */
+/* Azure: what each raw request adds (a SAS query, the CA, x-ms-version), or NULL. */
+static const char *az_query, *az_ca;
+
 struct conns {
 	const struct bench *b;
 	const char *base;
@@ -142,7 +148,8 @@ static void start_job(struct conns *c, unsigned i, const struct job *j)
 {
 	char url[PATH_MAX + 256], range[96];
 
-	snprintf(url, sizeof(url), "%s%s", c->base, c->b->shard[j->shard]);
+	snprintf(url, sizeof(url), "%s%s%s", c->base, c->b->shard[j->shard],
+		 az_query ? az_query : "");
 	snprintf(range, sizeof(range), "Range: bytes=%llu-%llu", (unsigned long long)j->off,
 		 (unsigned long long)(j->off + j->len - 1));
 	curl_slist_free_all(c->hdr[i]);
@@ -151,6 +158,8 @@ static void start_job(struct conns *c, unsigned i, const struct job *j)
 		c->hdr[i] = curl_slist_append(c->hdr[i],
 					      "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb"
 					      "92427ae41e4649b934ca495991b7852b855");
+	if (az_query)
+		c->hdr[i] = curl_slist_append(c->hdr[i], "x-ms-version: 2021-08-06");
 	c->x[i] = (struct xfer){ j->fd, j->dst, j->dst + j->len };
 	curl_easy_setopt(c->h[i], CURLOPT_URL, url);
 	curl_easy_setopt(c->h[i], CURLOPT_HTTPHEADER, c->hdr[i]);
@@ -175,8 +184,8 @@ static int fetch_all(const struct bench *b, const char *base, bool s3, struct jo
 		/* as weightd reads: 512 KiB per read and write (curl's default, 16 KiB, costs a
 		 * recv and a pwrite per 16 KiB) */
 		curl_easy_setopt(c.h[i], CURLOPT_BUFFERSIZE, 512L << 10);
-		if (b->ca)
-			curl_easy_setopt(c.h[i], CURLOPT_CAINFO, b->ca);
+		if (az_ca || b->ca)
+			curl_easy_setopt(c.h[i], CURLOPT_CAINFO, az_ca ? az_ca : b->ca);
 		if (s3) {
 			curl_easy_setopt(c.h[i], CURLOPT_AWS_SIGV4, "aws:amz:us-east-1:s3");
 			curl_easy_setopt(c.h[i], CURLOPT_USERNAME, b->srv.s3_key);
@@ -901,6 +910,63 @@ out:
 	return rc;
 }
 
+/*
+ * Azurite (HTTPS, a SAS) serving the same checkpoint: weightd against raw parallel range reads
+ * of the same blobs, `runs` rounds alternated. Prints each run, the medians, the ratio and the
+ * reference's own rate. 0, or -1 when a load failed or Azurite could not start.
+ */
+static int bench_azure(struct bench *b, int runs)
+{
+	struct sample wd[MAX_RUNS], raw[MAX_RUNS], mw, mr;
+	double ratio[MAX_RUNS];
+	struct wd_servers az;
+	char why[512], section[2048], base[512], query[600];
+	int rc = -1;
+
+	printf("\nAzurite over HTTPS with a SAS (Node: it bounds both); uploading ...\n");
+	fflush(stdout);
+	if (wd_servers_start_azure(b->root, &az, why, sizeof(why)) < 0) {
+		printf("  skipped: %s\n", why);
+		return -1;
+	}
+	snprintf(section, sizeof(section),
+		 "[checkpoint:ckpt]\npath = az://%s/%s/ckpt/?%s\nendpoint = https://127.0.0.1:%d\n"
+		 "ca_file = %s\nazure_credentials = sas\n",
+		 az.az_account, az.az_container, az.az_sas, az.az_direct, az.ca);
+	snprintf(base, sizeof(base), "https://127.0.0.1:%d/%s/%s/ckpt/", az.az_direct,
+		 az.az_account, az.az_container);
+	snprintf(query, sizeof(query), "?%s", az.az_sas);
+	if (runs > 3)
+		runs = 3; /* Azurite is slow: three rounds are minutes already */
+	for (int r = 0; r < runs; r++) {
+		if (load(b, section, &wd[r]) < 0)
+			goto out;
+		row("weightd", r + 1, &wd[r]);
+		az_query = query;
+		az_ca = az.ca;
+		if (reference(b, base, false, true, &raw[r]) < 0) {
+			az_query = az_ca = NULL;
+			goto out;
+		}
+		az_query = az_ca = NULL;
+		row("raw", r + 1, &raw[r]);
+		ratio[r] = raw[r].s / wd[r].s;
+	}
+	mw = median(wd, runs);
+	mr = median(raw, runs);
+	printf("median of %d:\n", runs);
+	printf("  weightd  %8.3f s %6.0f MB/s\n", mw.s, mbps(&mw));
+	printf("  raw      %8.3f s %6.0f MB/s (the reference: libcurl, same ranges, same "
+	       "connections)\n",
+	       mr.s, mbps(&mr));
+	printf("  weightd/raw rate %.2fx (median of the runs' ratios)\n",
+	       bench_median(ratio, runs));
+	rc = 0;
+out:
+	wd_servers_stop(&az);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static struct sample wd[MAX_RUNS], raw[MAX_RUNS], copied[MAX_RUNS];
@@ -909,7 +975,7 @@ int main(int argc, char **argv)
 	int runs = 5, shards = 4, rc = 1, ds_runs = 3, ds_rc = 0, ds_derived_layers = 8;
 	unsigned ds_div = 128;
 	const char *base = "/var/tmp";
-	bool s3 = true, ds_on = true, ds_only = false;
+	bool s3 = true, azure = true, ds_on = true, ds_only = false;
 	static struct ds_ckpt ck;
 	char section[2 * PATH_MAX], url[256];
 	struct sample mw, mr, mt, dl;
@@ -952,12 +1018,14 @@ int main(int argc, char **argv)
 			ds_on = false;
 		else if (strcmp(argv[i], "--ds-only") == 0)
 			ds_only = true;
+		else if (strcmp(argv[i], "--no-azure") == 0)
+			azure = false;
 		else {
 			fprintf(stderr,
 				"usage: bench_remote [--size BYTES] [--shards N] [--runs N<=%d] "
 				"[--concurrency N] [--chunk BYTES] [--tensor-bytes BYTES] [--dir DIR] "
 				"[--no-s3] [--ds-scale 32|64|128] [--ds-runs N] [--ds-derived-layers N] "
-				"[--no-ds | --ds-only]\n",
+				"[--no-ds | --ds-only] [--no-azure]\n",
 				MAX_RUNS);
 			return 2;
 		}
@@ -1052,6 +1120,8 @@ int main(int argc, char **argv)
 			rc = 1;
 		}
 	}
+	if (azure && bench_azure(&b, runs) < 0)
+		rc = 1;
 ds:
 	if (ds_on || ds_only) {
 		ds_rc = ds_bench(&b, &ck, ds_runs, ds_derived_layers, s3);

@@ -20,7 +20,7 @@ static void copy_str(json_t *j, const char *key, char *buf, size_t cap)
 	snprintf(buf, cap, "%s", v ? v : "");
 }
 
-int wd_servers_start(const char *root, bool s3, struct wd_servers *ret, char *why, size_t cap)
+static int start(const char *root, const char *flag, struct wd_servers *ret, char *why, size_t cap)
 {
 	const char *src = getenv("WD_SOURCE_DIR");
 	char script[512], line[4096] = "";
@@ -41,8 +41,8 @@ int wd_servers_start(const char *root, bool s3, struct wd_servers *ret, char *wh
 	if (ret->pid == 0) {
 		dup2(in[0], 0);
 		dup2(out[1], 1);
-		if (s3)
-			execl("/usr/bin/python3", "python3", script, "--root", root, "--s3",
+		if (flag)
+			execl("/usr/bin/python3", "python3", script, "--root", root, flag,
 			      (char *)NULL);
 		else
 			execl("/usr/bin/python3", "python3", script, "--root", root, (char *)NULL);
@@ -83,8 +83,29 @@ int wd_servers_start(const char *root, bool s3, struct wd_servers *ret, char *wh
 	copy_str(j, "role_arn", ret->role_arn, sizeof(ret->role_arn));
 	copy_str(j, "web_token", ret->web_token, sizeof(ret->web_token));
 	copy_str(j, "container_token", ret->container_token, sizeof(ret->container_token));
+	ret->az = (int)json_integer_value(json_object_get(j, "az"));
+	ret->az_direct = (int)json_integer_value(json_object_get(j, "az_direct"));
+	ret->az_token = (int)json_integer_value(json_object_get(j, "az_token"));
+	copy_str(j, "az_account", ret->az_account, sizeof(ret->az_account));
+	copy_str(j, "az_key", ret->az_key, sizeof(ret->az_key));
+	copy_str(j, "az_container", ret->az_container, sizeof(ret->az_container));
+	copy_str(j, "az_sas", ret->az_sas, sizeof(ret->az_sas));
+	copy_str(j, "az_tenant", ret->az_tenant, sizeof(ret->az_tenant));
+	copy_str(j, "az_client", ret->az_client, sizeof(ret->az_client));
+	copy_str(j, "az_secret", ret->az_secret, sizeof(ret->az_secret));
+	copy_str(j, "az_fed_file", ret->az_fed_file, sizeof(ret->az_fed_file));
 	json_decref(j);
 	return 0;
+}
+
+int wd_servers_start(const char *root, bool s3, struct wd_servers *ret, char *why, size_t cap)
+{
+	return start(root, s3 ? "--s3" : NULL, ret, why, cap);
+}
+
+int wd_servers_start_azure(const char *root, struct wd_servers *ret, char *why, size_t cap)
+{
+	return start(root, "--azure", ret, why, cap);
 }
 
 void wd_servers_stop(struct wd_servers *s)
@@ -118,7 +139,7 @@ static size_t on_data(char *d, size_t size, size_t n, void *arg)
 	return size * n;
 }
 
-char *wd_servers_get(int port, const char *path)
+static char *get(const char *ca, int port, const char *path)
 {
 	struct grow g = { NULL, 0 };
 	char url[1024];
@@ -127,7 +148,9 @@ char *wd_servers_get(int port, const char *path)
 
 	if (!h)
 		return NULL;
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	snprintf(url, sizeof(url), "%s://127.0.0.1:%d%s", ca ? "https" : "http", port, path);
+	if (ca)
+		curl_easy_setopt(h, CURLOPT_CAINFO, ca);
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &g);
@@ -167,4 +190,14 @@ void wd_servers_end(struct wd_servers *s, const char *root)
 {
 	wd_servers_stop(s);
 	stw_rmtree(root);
+}
+
+char *wd_servers_get(int port, const char *path)
+{
+	return get(NULL, port, path);
+}
+
+char *wd_servers_get_tls(const struct wd_servers *s, int port, const char *path)
+{
+	return get(s->ca, port, path);
 }

@@ -20,6 +20,11 @@ struct wd_servers {
 	int aws;
 	char role_arn[128], web_token[256], container_token[128];
 	char s3_key2[64], s3_secret2[64]; /* a second static key the S3 proxy accepts */
+	/* with Azure (wd_servers_start_azure): the proxy in front of Azurite (plain HTTP), Azurite
+	 * itself (HTTPS, OAuth checked), the token endpoint (HTTPS), and what they accept */
+	int az, az_direct, az_token;
+	char az_account[64], az_key[128], az_container[64], az_sas[512], az_tenant[64],
+		az_client[64], az_secret[64], az_fed_file[512];
 };
 
 /*
@@ -27,6 +32,8 @@ struct wd_servers {
  * nginx or s3rver not installed) for the test to skip on.
  */
 int wd_servers_start(const char *root, bool s3, struct wd_servers *ret, char *why, size_t cap);
+/* The same with Azurite and the token endpoint as well (tests/remote/azure_servers.py). */
+int wd_servers_start_azure(const char *root, struct wd_servers *ret, char *why, size_t cap);
 /* Stop them and wait. Accepts a never-started one (pid 0). */
 void wd_servers_stop(struct wd_servers *s);
 
@@ -57,5 +64,7 @@ void wd_servers_end(struct wd_servers *s, const char *root);
 /* GET http://127.0.0.1:port/path into a malloc'd NUL-terminated string (NULL on failure): the
  * fault proxy's /__ctl and /__stats. */
 char *wd_servers_get(int port, const char *path);
+/* The same over HTTPS, verified with the servers' CA (the Azure token endpoint's /__ctl). */
+char *wd_servers_get_tls(const struct wd_servers *s, int port, const char *path);
 
 #endif

@@ -21,7 +21,9 @@ started. What runs:
 - a fault proxy in front of nginx's HTTP port, told what to do by GET /__ctl?k=v&...: answer 503
   SlowDown or 500 to the next N requests, cut the next N answers after K body bytes, stall the next
   N answers for S seconds, or replace a file after N ranged requests for it (a new ETag). GET
-  /__stats returns what it saw (requests, ranges, verified signatures) as JSON.
+  /__stats returns what it saw (requests, ranges, verified signatures) as JSON;
+- with --azure, Azurite and an Entra-style token endpoint (tests/remote/azure_servers.py), and a
+  fault proxy over plain HTTP in front of Azurite, whose swap re-uploads the blob.
 """
 import http.client
 import http.server
@@ -212,8 +214,11 @@ class Proxy(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, port, upstream_port, root, sigv4=False, if_match=False):
+    def __init__(self, port, upstream_port, root, sigv4=False, if_match=False,
+                 upstream_tls=None, on_swap=None):
         self.upstream_port = upstream_port
+        self.upstream_tls = upstream_tls  # an ssl context: the upstream is HTTPS
+        self.on_swap = on_swap  # replaces the object itself (a store that is not the directory)
         self.root = root
         self.sigv4 = sigv4
         self.if_match = if_match
@@ -300,7 +305,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with srv.lock:
                 swap["after"] -= 1
                 do_swap = swap["after"] == 0
-            if do_swap:
+            if do_swap and srv.on_swap:
+                srv.on_swap(swap["path"])
+            elif do_swap:
                 p = os.path.join(srv.root, swap["path"].lstrip("/"))
                 with open(p, "rb") as f:
                     data = bytearray(f.read())
@@ -310,7 +317,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 os.replace(p + ".new", p)
                 st = os.stat(p)
                 os.utime(p, (st.st_atime, st.st_mtime + 10))
-        up = http.client.HTTPConnection("127.0.0.1", srv.upstream_port, timeout=60)
+        if srv.upstream_tls:
+            up = http.client.HTTPSConnection("127.0.0.1", srv.upstream_port, timeout=60,
+                                             context=srv.upstream_tls)
+        else:
+            up = http.client.HTTPConnection("127.0.0.1", srv.upstream_port, timeout=60)
         fwd = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
         if srv.sigv4 and "Authorization" in fwd:
             # verified above: s3rver checks no signature, only that it knows the access key
@@ -328,10 +339,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(412, s3_error("PreconditionFailed",
                                             "At least one of the pre-conditions you specified did not hold"))
         drop = srv.take("drop") if r.status in (200, 206) else None
+        whole = None
+        if r.getheader("Content-Length") is None:  # chunked (Azurite's errors): sent with a length
+            whole = r.read()
         self.send_response(r.status)
         for k, v in r.getheaders():
             if k.lower() not in ("connection", "keep-alive", "transfer-encoding", "date", "server"):
                 self.send_header(k, v)
+        if whole is not None:
+            self.send_header("Content-Length", str(len(whole)))
+            self.end_headers()
+            self.wfile.write(whole)
+            up.close()
+            return
         self.end_headers()
         sent = 0
         while True:
@@ -355,6 +375,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", required=True, help="the files to serve")
     ap.add_argument("--s3", action="store_true", help="also run s3rver behind the SigV4 proxy")
+    ap.add_argument("--azure", action="store_true",
+                    help="also run Azurite and a token endpoint, a proxy in front of Azurite")
     a = ap.parse_args()
     d = tempfile.mkdtemp(prefix="wd-remote-")
     procs = []
@@ -397,8 +419,19 @@ def main():
             info.update(aws=aws.server_address[1], role_arn=aws_endpoints.ROLE_ARN,
                         web_token=aws_endpoints.WEB_TOKEN,
                         container_token=aws_endpoints.CONTAINER_TOKEN)
+        if a.azure:
+            import azure_servers
+            az, tok, az_info = azure_servers.start(d, a.root, crt, key, ca, free_port)
+            procs.append(az.proc)
+            proxies.append(tok)
+            azp = Proxy(free_port(), az.port, a.root, upstream_tls=az.ctx, on_swap=az.replace)
+            proxies.append(azp)
+            info.update(az_info, az=azp.server_address[1])
+        started = (aws_endpoints.Server,)  # these serve on their own threads already
+        if a.azure:
+            started += (azure_servers.TokenServer,)
         for p in proxies:
-            if not isinstance(p, aws_endpoints.Server):  # started already
+            if not isinstance(p, started):
                 threading.Thread(target=p.serve_forever, daemon=True).start()
         print("ready " + json.dumps(info), flush=True)
         sys.stdin.read()  # until the test closes our stdin (or dies)

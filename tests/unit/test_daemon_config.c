@@ -425,7 +425,16 @@ static void test_remote_sections(void **state)
 
 	/* a key for another kind of path is an error at its line */
 	expect_error("[checkpoint:a]\npath = /m/a\nendpoint = https://x\n", 3,
-		     "endpoint applies to s3:// paths only; this path is a local path");
+		     "endpoint applies to s3:// and az:// paths only; this path is a local path");
+	expect_error("[checkpoint:a]\npath = s3://b/k\nazure_key_file = /k\n", 3,
+		     "azure_key_file applies to az:// paths only; this path is an s3:// URL");
+	expect_error("[checkpoint:a]\npath = https://h/m.safetensors\nazure_credentials = sas\n", 3,
+		     "azure_credentials applies to az:// paths only");
+	expect_error("[checkpoint:a]\npath = az://acct1/models/m\nazure_credentials = iam\n", 3,
+		     "azure_credentials is auto, sas, shared-key, workload-identity");
+	expect_error("[checkpoint:a]\npath = az://acct1/models/m\ntoken_file = /t\n", 3,
+		     "token_file applies to https:// and http:// paths only; this path is an Azure "
+		     "blob URL");
 	expect_error("[checkpoint:a]\npath = https://h/m.safetensors\nregion = us-east-1\n", 3,
 		     "region applies to s3:// paths only");
 	expect_error("[checkpoint:a]\npath = s3://b/k\ntoken_file = /t\n", 3,
