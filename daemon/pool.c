@@ -384,23 +384,26 @@ size_t pool_cancel(struct pool *p)
 	return n;
 }
 
-bool pool_yield(struct pool *p, struct wd_scratch *scratch)
+/*
+ * Run t, just taken from the queue, on this worker in place of `cur` (nested in a yield, or in a
+ * stalled task's wait when `stalled`), then queue its done() for the loop (a helper has none):
+ * true.
+ */
+static bool run_in_place(struct pool *p, struct pool_task *t, struct pool_task *cur,
+			 struct wd_scratch *scratch, bool stalled)
 {
-	struct pool_task *cur = tl_running, *t;
-	bool helper;
+	bool helper = !t->done;
 
-	if (!cur || tl_nested || tl_stalled || !__atomic_load_n(&p->nqueued, __ATOMIC_RELAXED))
-		return false;
-	pthread_mutex_lock(&p->lock);
-	t = p->nqueued ? pick(p, cur) : NULL;
-	pthread_mutex_unlock(&p->lock);
-	if (!t)
-		return false;
-	helper = !t->done;
 	tl_running = t;
-	tl_nested = true;
+	if (stalled)
+		tl_stalled++;
+	else
+		tl_nested = true;
 	t->work(t, scratch);
-	tl_nested = false;
+	if (stalled)
+		tl_stalled--;
+	else
+		tl_nested = false;
 	tl_running = cur;
 	if (helper)
 		return true; /* its owner may already have freed it */
@@ -408,6 +411,18 @@ bool pool_yield(struct pool *p, struct wd_scratch *scratch)
 	push_done(p, t);
 	pthread_mutex_unlock(&p->lock);
 	return true;
+}
+
+bool pool_yield(struct pool *p, struct wd_scratch *scratch)
+{
+	struct pool_task *cur = tl_running, *t;
+
+	if (!cur || tl_nested || tl_stalled || !__atomic_load_n(&p->nqueued, __ATOMIC_RELAXED))
+		return false;
+	pthread_mutex_lock(&p->lock);
+	t = p->nqueued ? pick(p, cur) : NULL;
+	pthread_mutex_unlock(&p->lock);
+	return t && run_in_place(p, t, cur, scratch, false);
 }
 
 /*
@@ -446,7 +461,6 @@ static struct pool_task *pick_not_waiting_on(struct pool *p, const void *key)
 bool pool_yield_stalled(struct pool *p, struct wd_scratch *scratch, const void *waits_on)
 {
 	struct pool_task *cur = tl_running, *t;
-	bool helper;
 
 	if (!p || !cur || !scratch || tl_nested || tl_stalled >= POOL_STALL_DEPTH ||
 	    !__atomic_load_n(&p->nqueued, __ATOMIC_RELAXED))
@@ -454,20 +468,7 @@ bool pool_yield_stalled(struct pool *p, struct wd_scratch *scratch, const void *
 	pthread_mutex_lock(&p->lock);
 	t = p->nqueued ? pick_not_waiting_on(p, waits_on) : NULL;
 	pthread_mutex_unlock(&p->lock);
-	if (!t)
-		return false;
-	helper = !t->done;
-	tl_running = t;
-	tl_stalled++;
-	t->work(t, scratch);
-	tl_stalled--;
-	tl_running = cur;
-	if (helper)
-		return true; /* its owner may already have freed it */
-	pthread_mutex_lock(&p->lock);
-	push_done(p, t);
-	pthread_mutex_unlock(&p->lock);
-	return true;
+	return t && run_in_place(p, t, cur, scratch, true);
 }
 
 /* A detached task's thread: its work, then its done() queued for the main thread. */

@@ -120,6 +120,20 @@ static xmlNode *find(xmlNode *n, const char *name, int depth)
 	return NULL;
 }
 
+/* What every parse starts with: nothing kept, no reason yet, and an answer of a size worth
+ * parsing (0, or -WEIGHTD_E_IO with the reason). */
+static int parse_begin(size_t n, struct wd_aws_parsed *ret, char *reason, size_t cap)
+{
+	wd_aws_parse_wipe(ret);
+	snprintf(reason, cap, "%s", "");
+	if (n == 0 || n > WD_AWS_BODY_MAX) {
+		snprintf(reason, cap, "the answer is empty or larger than %u bytes",
+			 WD_AWS_BODY_MAX);
+		return -WEIGHTD_E_IO;
+	}
+	return 0;
+}
+
 /* The text of parent's child `name`, malloc'd by libxml2 (xmlFree), or NULL. */
 static char *child_text(xmlNode *parent, const char *name)
 {
@@ -144,12 +158,8 @@ int wd_aws_parse_sts(const char *body, size_t n, struct wd_aws_parsed *ret, char
 	xmlNode *root, *c, *e;
 	int rc;
 
-	wd_aws_parse_wipe(ret);
-	snprintf(reason, cap, "%s", "");
-	if (n == 0 || n > WD_AWS_BODY_MAX)
-		return snprintf(reason, cap, "the answer is empty or larger than %u bytes",
-				WD_AWS_BODY_MAX),
-		       -WEIGHTD_E_IO;
+	if ((rc = parse_begin(n, ret, reason, cap)) < 0)
+		return rc;
 	/* STS sends no DTD: a document with one is refused before libxml2 sees it */
 	if (memmem(body, n, "<!", 2) &&
 	    (memmem(body, n, "<!DOCTYPE", 9) || memmem(body, n, "<!ENTITY", 8)))
@@ -207,12 +217,8 @@ int wd_aws_parse_json(const char *body, size_t n, struct wd_aws_parsed *ret, cha
 	const char *code;
 	int rc;
 
-	wd_aws_parse_wipe(ret);
-	snprintf(reason, cap, "%s", "");
-	if (n == 0 || n > WD_AWS_BODY_MAX)
-		return snprintf(reason, cap, "the answer is empty or larger than %u bytes",
-				WD_AWS_BODY_MAX),
-		       -WEIGHTD_E_IO;
+	if ((rc = parse_begin(n, ret, reason, cap)) < 0)
+		return rc;
 	j = json_loadb(body, n, JSON_REJECT_DUPLICATES, &je);
 	if (!j || !json_is_object(j)) {
 		json_decref(j);
