@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fault.h"
 #include "log.h"
 #include "pagedrop.h"
 
@@ -207,6 +208,7 @@ static void *worker_main(void *arg)
 			break;
 		helper = !t->done;
 		pthread_mutex_unlock(&p->lock);
+		WD_FAULT_CRASH("weightd/pool/taken");
 
 		if (!have) {
 			have = wd_scratch_init(&scratch, WD_SCRATCH_BYTES) == 0;
