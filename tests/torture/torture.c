@@ -1272,6 +1272,15 @@ static void readoption_check(const struct step *st, weightd_client *c)
 	weightd_status_free(s0);
 }
 
+/* A checkpoint still being admitted (a remote one after a restart reads its headers again). */
+static bool loading(const weightd_status *s)
+{
+	for (size_t i = 0; i < s->n_sources; i++)
+		if (s->sources[i].state && strcmp(s->sources[i].state, "loading") == 0)
+			return true;
+	return false;
+}
+
 static void check_step(const struct step *st, bool restarted, uint64_t *s)
 {
 	weightd_client *c = NULL;
@@ -1287,13 +1296,13 @@ static void check_step(const struct step *st, bool restarted, uint64_t *s)
 	 * released but still mapped when an eviction came are kept until weightd's next look at
 	 * the locks (every second): wait for that too, but for the holder's own. */
 	until = it_now_ms() + 20000;
-	while (stt->clients > 2 || stt->materializations_in_flight ||
+	while (stt->clients > 2 || stt->materializations_in_flight || loading(stt) ||
 	       (stt->locked_weights > HOLD + 1 && it_now_ms() < until - 15000)) {
 		weightd_error err;
 
 		if (it_now_ms() > until) {
-			violate("step %u (%s, %s): %llu clients and %llu materializations still there "
-				"20 s after the step",
+			violate("step %u (%s, %s): %llu clients and %llu materializations still there, "
+				"or a checkpoint still loading, 20 s after the step",
 				st->no, st->w->name, st->f->name, (unsigned long long)stt->clients,
 				(unsigned long long)stt->materializations_in_flight);
 			break;
@@ -1301,7 +1310,7 @@ static void check_step(const struct step *st, bool restarted, uint64_t *s)
 		usleep(10000);
 		weightd_status_free(stt);
 		stt = NULL;
-		if (weightd_status_summary(c, &stt, &err) < 0) {
+		if (weightd_status_get(c, &stt, &err) < 0) {
 			violate("step %u: status failed: %s", st->no, err.message);
 			weightd_close(c);
 			return;
