@@ -74,6 +74,10 @@ struct tally {
 	atomic_ullong by_code[N_CODES];
 	atomic_ullong violations;
 	atomic_int stop;
+	atomic_uint epoch;	 /* moves whenever weightd dies or is started (the controller's) */
+	atomic_int step_running; /* the prober asks status while it is set */
+	atomic_ullong probes;	 /* status answers the prober timed */
+	atomic_llong probe_max_ms;
 	char why[1024];
 	char last_err[512]; /* the last failure's code and sentence (racy; for a report) */
 };
@@ -987,6 +991,7 @@ static int start_daemon(void)
 		violate("weightd did not start again (log above)");
 		return -1;
 	}
+	T->epoch++;
 	restarts++;
 	return 0;
 }
@@ -1000,6 +1005,7 @@ static int start_killing_readoption(uint64_t *s)
 		if (harness_start_opts(&H, daemon_opts(true)) < 0)
 			return -1;
 		usleep(1000 * below(s, 40));
+		T->epoch++;
 		harness_kill(&H);
 		readopt_kills++;
 	}
@@ -1015,6 +1021,7 @@ static void reap_unexpected(const struct step *st)
 	if (H.pid <= 0 || waitpid(H.pid, &stt, WNOHANG) != H.pid)
 		return;
 	H.pid = -1;
+	T->epoch++;
 	if (WIFSIGNALED(stt) && WTERMSIG(stt) == SIGKILL && st->f->kind == F_POINT)
 		return;
 	if (WIFSIGNALED(stt))
@@ -1433,11 +1440,53 @@ static void reload_clean(const struct step *st)
 	weightd_close(c);
 }
 
+/* Through the step, status asked again and again on one connection: an answer that took longer
+ * than the bound while weightd neither died nor was started (the epoch did not move) is a
+ * violation. Calls that fail (weightd killed, a fault injected) are not timed. */
+static pid_t prober_start(const struct step *st)
+{
+	pid_t pid = fork();
+	weightd_client *c = NULL;
+	weightd_error err;
+
+	if (pid != 0)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	while (T->step_running && !T->stop) {
+		unsigned e0 = T->epoch;
+		int64_t t0 = it_now_ms(), took;
+		weightd_status *s = NULL;
+		int r;
+
+		if (!c && weightd_connect(H.sock, "torture-prober", &c, &err) < 0) {
+			c = NULL;
+			usleep(20000);
+			continue;
+		}
+		r = weightd_status_summary(c, &s, &err);
+		took = it_now_ms() - t0;
+		weightd_status_free(s);
+		if (r == 0 && T->epoch == e0) {
+			T->probes++;
+			if (took > T->probe_max_ms)
+				T->probe_max_ms = took;
+			if (took > status_bound_ms())
+				violate("step %u (%s, %s): status took %lld ms while weightd ran (bound "
+					"%d ms)",
+					st->no, st->w->name, st->f->name, (long long)took,
+					status_bound_ms());
+		}
+		usleep(50000);
+	}
+	weightd_close(c);
+	_exit(0);
+}
+
 static void run_step(unsigned no)
 {
 	uint64_t s = step_rng(seed, no);
 	struct step st = { .no = no, .rng = 0 };
-	pid_t kids[MAX_CLIENTS], admin = -1;
+	pid_t kids[MAX_CLIENTS], admin = -1, prober;
 	int say[2] = { -1, -1 }, nk;
 	bool restarted = false, killed = false, reloaded = false;
 	int64_t t0, kill_at = -1, fault_at = -1, fault_end = -1;
@@ -1518,6 +1567,8 @@ static void run_step(unsigned no)
 
 	if (pipe2(say, O_CLOEXEC) < 0)
 		return;
+	T->step_running = 1;
+	prober = prober_start(&st);
 	t0 = it_now_ms();
 	nk = st.clients;
 	for (int i = 0; i < nk; i++) {
@@ -1546,6 +1597,7 @@ static void run_step(unsigned no)
 		bool busy = false;
 
 		if (kill_at >= 0 && now >= kill_at && !killed && H.pid > 0) {
+			T->epoch++;
 			harness_kill(&H);
 			kills++;
 			killed = true;
@@ -1596,6 +1648,9 @@ static void run_step(unsigned no)
 		}
 	if (admin > 0)
 		waitpid(admin, NULL, 0);
+	T->step_running = 0;
+	if (prober > 0)
+		waitpid(prober, NULL, 0);
 	close(say[0]);
 	close(say[1]);
 
@@ -1739,6 +1794,9 @@ static void print_totals(unsigned steps, int64_t ms)
 	       "checked\n",
 	       (unsigned long long)T->ops, (unsigned long long)(T->ops - T->failed),
 	       (unsigned long long)T->failed, (double)T->bytes_checked / (1 << 20));
+	printf("wd-torture: %llu status answers timed during the steps, the slowest %lld ms (bound "
+	       "%d ms)\n",
+	       (unsigned long long)T->probes, (long long)T->probe_max_ms, status_bound_ms());
 	printf("wd-torture: faults by kind:\n");
 	for (size_t i = 0; i < N_FAULTS; i++)
 		if (fault_count[i])
