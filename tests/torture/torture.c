@@ -243,7 +243,7 @@ static bool quiet, as_root, have_fiu, have_tmpfs, remote;
 static char c_path[512], r_path[512], tmpfs_dir[512], fiu_prefix[512];
 static uint8_t *c_orig; /* the checkpoint's bytes, to put back after a source fault */
 static size_t c_size;
-static unsigned r_gen, r_gen_lo; /* r's generation now, and the oldest a client may still see */
+static unsigned r_gen; /* the generation of r its file holds now */
 static unsigned kills, restarts, readopt_kills, deaths_under_fault;
 static long log_seen; /* how much of the daemon's log the sanitizer check has read */
 static const char *preload_env[4];
@@ -1673,7 +1673,6 @@ static void run_step(unsigned no)
 	}
 	if (reloaded || st.f->kind == F_SOURCE)
 		reload_clean(&st);
-	r_gen_lo = r_gen;
 	check_step(&st, restarted, &s);
 }
 
