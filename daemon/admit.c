@@ -59,8 +59,14 @@ static void *run(void *arg)
 	pthread_mutex_lock(&j->a->lock);
 	j->finished = true;
 	pthread_mutex_unlock(&j->a->lock);
-	if (write(j->a->efd, &one, sizeof(one)) != sizeof(one))
-		log_err("admission: eventfd write failed: %s", strerror(errno));
+	/* tried again: a wake-up lost would leave the checkpoint loading for good */
+	for (int tries = 0; write(j->a->efd, &one, sizeof(one)) != sizeof(one) && errno != EAGAIN;
+	     tries++) {
+		if (tries == 1000) {
+			log_err("admission: eventfd write failed: %s", strerror(errno));
+			break;
+		}
+	}
 	return NULL;
 }
 

@@ -4,6 +4,7 @@
  * Main thread only. */
 #include "cache.h"
 #include "cache_int.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -213,6 +214,7 @@ int cache_seg_write_state(struct cache *c, struct cache_segment *sg, weightd_err
 
 	if (!c->p.state_dir[0] || !sg->created)
 		return 0;
+	WD_FAULT_CRASH("weightd/state/unrecorded");
 	memset(&rec, 0, sizeof(rec));
 	snprintf(rec.segment, sizeof(rec.segment), "%s", sg->seg.name);
 	cache_seg_source(sg, rec.source, sizeof(rec.source));

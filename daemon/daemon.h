@@ -20,6 +20,8 @@ struct session;
 struct preload_set;
 struct admit;
 
+struct state_kept;
+
 struct daemon {
 	struct config *cfg;
 	struct event_base *base;
@@ -33,6 +35,9 @@ struct daemon {
 	LIST_HEAD(, session) sessions;
 	LIST_HEAD(, preload_set) preloads; /* the daemon's own holds (preload.c) */
 	struct reload *reload;          /* reload.c */
+	/* segments not re-adopted at start because processes mapped them: removed once they let
+	 * go (state_kept_recheck, every second) */
+	struct state_kept *kept;
 	struct admit *admit;		/* admit.c: remote checkpoints being admitted */
 	struct watch *watch;		/* watch.c; NULL without inotify */
 	struct shmscan *shmscan;	/* foreign names under the /dev/shm prefix (shmscan.c); NULL

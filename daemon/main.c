@@ -240,6 +240,8 @@ static void on_locks(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (cache_locked_weights(d->cache))
 		cache_recheck_locks(d->cache);
+	if (d->kept && d->kept->n)
+		state_kept_recheck(d->kept);
 }
 
 static bool socket_activated;
@@ -469,6 +471,7 @@ int main(int argc, char **argv)
 	};
 	const struct wd_limits lim = WD_LIMITS_DEFAULT;
 	struct daemon d;
+	struct state_kept kept = { NULL, 0 };
 	weightd_error err;
 	struct event *ev_hup = NULL, *ev_term = NULL, *ev_int = NULL, *ev_wd = NULL, *ev_locks = NULL;
 	bool was_clean = true;
@@ -585,7 +588,8 @@ int main(int argc, char **argv)
 		log_warn("%s; restarts will rebuild weights", err.message);
 		d.cfg->state_dir[0] = '\0';
 	}
-	adopted = state_recover(d.cfg->state_dir, d.instance, adopt_one, &d, &purged);
+	d.kept = &kept;
+	adopted = state_recover_keep(d.cfg->state_dir, d.instance, adopt_one, &d, &purged, &kept);
 	state_mark_clean(d.cfg->state_dir, d.instance, false);
 	if (adopted > 0 || purged > 0)
 		log_notice("re-adopted %d weights, removed %d stale segments under %s/%s.*",
@@ -677,6 +681,7 @@ out:
 	reload_free(d.reload);
 	watch_free(d.watch);
 	shmscan_free(d.shmscan);
+	state_kept_free(&kept);
 	admit_free(d.admit); /* before the catalog its threads read */
 	if (d.cache)
 		preload_free(&d);

@@ -9,11 +9,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "fault.h"
 #include "log.h"
 #include "pagedrop.h"
 
@@ -67,8 +69,14 @@ static void push_done(struct pool *p, struct pool_task *t)
 	uint64_t one = 1;
 
 	TAILQ_INSERT_TAIL(&p->done, t, link);
-	if (write(p->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		log_err("worker: eventfd write failed");
+	/* A wake-up lost is a request never answered: a write that failed (EAGAIN: the counter is
+	 * full, so the loop is woken already) is tried again. */
+	for (int tries = 0; write(p->efd, &one, sizeof(one)) < 0 && errno != EAGAIN; tries++) {
+		if (tries == 1000) {
+			log_err("worker: eventfd write failed: %s", strerror(errno));
+			break;
+		}
+	}
 }
 
 static uint64_t max64(uint64_t a, uint64_t b)
@@ -209,6 +217,7 @@ static void *worker_main(void *arg)
 			break;
 		helper = !t->done;
 		pthread_mutex_unlock(&p->lock);
+		WD_FAULT_CRASH("weightd/pool/taken");
 
 		if (!have) {
 			have = wd_scratch_init(&scratch, WD_SCRATCH_BYTES) == 0;

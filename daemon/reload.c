@@ -14,6 +14,7 @@
 
 #include "cache.h"
 #include "catalog.h"
+#include "fault.h"
 #include "config.h"
 #include "daemon.h"
 #include "fill.h"
@@ -432,6 +433,7 @@ static void reload_done(struct pool_task *t)
 		r->applying = j;
 		catalog_reload_apply(d->catalog, j->plan, on_changed, r);
 		r->applying = NULL;
+		WD_FAULT_CRASH("weightd/reload/swapped");
 		remote_snap_hand_on(snap, n_snap);
 		/* Holds on replaced generations go back first, so their weights can be dropped with
 		 * the other stale ones before the new generations are preloaded. */

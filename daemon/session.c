@@ -543,6 +543,13 @@ static void process_frames(struct session *s)
 		}
 		heap_reserve(decoding);
 		req = wd_msg_unpack(&weightd__request__descriptor, f.payload, f.len);
+		if (!req && errno == ENOMEM) {
+			/* the request may be fine: the client is told why it is let go */
+			holds_unit_memory_done(&s->holds, decoding);
+			session_refuse(s, WEIGHTD_E_RESOURCE_EXHAUSTED,
+				       "out of memory decoding a request of %zu bytes", (size_t)f.len);
+			return;
+		}
 		if (!req) {
 			holds_unit_memory_done(&s->holds, decoding);
 			log_warn("client %llu (pid %d): undecodable request; disconnecting it",

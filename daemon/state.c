@@ -556,6 +556,7 @@ struct keep {
 	const char *prefix;
 	int removed;
 	int kept_locked;             /* not adopted, but mapped by a process: left in place */
+	struct state_kept *kept;     /* their names, when the caller looks at them again */
 };
 
 static int unlink_unkept(const char *name, uint64_t size, void *arg)
@@ -571,10 +572,19 @@ static int unlink_unkept(const char *name, uint64_t size, void *arg)
 	if ((!wd_segment_name_matches(k->prefix, name) && !wd_segment_name_legacy(k->prefix, name)) ||
 	    !wd_segment_owned(name))
 		return 0;
-	/* one a process still maps (its locks say so) stays until it lets go: the next start
-	 * looks again */
+	/* one a process still maps (its locks say so) stays until it lets go: the running weightd
+	 * looks again every second when given `kept` (state_kept_recheck), else the next start */
 	if (wd_segment_locked_bytes(name, &locked) == 0 && locked) {
 		k->kept_locked++;
+		if (k->kept) {
+			char **nn = realloc(k->kept->names, (k->kept->n + 1) * sizeof(*nn));
+
+			if (nn) {
+				k->kept->names = nn;
+				nn[k->kept->n] = strdup(name);
+				k->kept->n += nn[k->kept->n] != NULL;
+			}
+		}
 		return 0;
 	}
 	if (wd_segment_unlink(name) == 0)
@@ -628,7 +638,43 @@ int state_recover(const char *dir, const char *instance,
 		  int (*adopt)(const struct state_segment *rec, void *arg), void *arg,
 		  int *ret_removed)
 {
-	struct keep k = { NULL, 0, 0, instance, 0, 0 };
+	return state_recover_keep(dir, instance, adopt, arg, ret_removed, NULL);
+}
+
+size_t state_kept_recheck(struct state_kept *kept)
+{
+	size_t j = 0;
+
+	for (size_t i = 0; i < kept->n; i++) {
+		uint64_t locked = 0;
+
+		if (wd_segment_locked_bytes(kept->names[i], &locked) == 0 && !locked) {
+			if (wd_segment_unlink(kept->names[i]) == 0)
+				log_info("segment %s is no longer mapped by a process from before the "
+					 "restart: removed", kept->names[i]);
+			free(kept->names[i]);
+			continue;
+		}
+		kept->names[j++] = kept->names[i];
+	}
+	kept->n = j;
+	return j;
+}
+
+void state_kept_free(struct state_kept *kept)
+{
+	for (size_t i = 0; i < kept->n; i++)
+		free(kept->names[i]);
+	free(kept->names);
+	kept->names = NULL;
+	kept->n = 0;
+}
+
+int state_recover_keep(const char *dir, const char *instance,
+		       int (*adopt)(const struct state_segment *rec, void *arg), void *arg,
+		       int *ret_removed, struct state_kept *kept)
+{
+	struct keep k = { NULL, 0, 0, instance, 0, 0, kept };
 	char path[RECOVER_BATCH][4400];
 	char names[RECOVER_BATCH][256], dpath[4096];
 	const char *files[RECOVER_BATCH];
@@ -686,8 +732,8 @@ int state_recover(const char *dir, const char *instance,
 	wd_segment_list(instance, unlink_unkept, &k);
 	if (k.kept_locked)
 		log_warn("kept %d segments under %s/%s.* that could not be re-adopted: processes still "
-			 "map them; they are removed once unmapped, at a later start or by weightd "
-			 "--purge", k.kept_locked, wd_segment_dir(), instance);
+			 "map them; they are removed once unmapped%s", k.kept_locked, wd_segment_dir(),
+			 instance, kept ? "" : ", at a later start or by weightd --purge");
 	for (size_t i = 0; i < k.n; i++)
 		free(k.names[i]);
 	free(k.names);

@@ -74,6 +74,24 @@ int state_recover(const char *dir, const char *instance,
 		  int (*adopt)(const struct state_segment *rec, void *arg), void *arg,
 		  int *ret_removed);
 
+/* The segments a recovery left in place, not adopted, because processes mapped them. */
+struct state_kept {
+	char **names;
+	size_t n;
+};
+
+/* state_recover, the names of the segments it left for their mappers into *kept (freed with
+ * state_kept_free): state_kept_recheck unlinks each once nobody maps it any more, so none stays
+ * behind until the next start. */
+int state_recover_keep(const char *dir, const char *instance,
+		       int (*adopt)(const struct state_segment *rec, void *arg), void *arg,
+		       int *ret_removed, struct state_kept *kept);
+
+/* Unlink the kept segments no process maps any more (their locks say so); returns how many are
+ * still kept. */
+size_t state_kept_recheck(struct state_kept *kept);
+void state_kept_free(struct state_kept *kept);
+
 /* Free what a read record owns (labels, weights). */
 void state_segment_fini(struct state_segment *rec);
 

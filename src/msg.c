@@ -3,6 +3,7 @@
  * transparent huge pages for large ones. */
 #include "msg.h"
 
+#include <errno.h>
 #include <protobuf-c/protobuf-c.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -95,6 +96,7 @@ struct arena {
 	struct arena_block *first, *cur;
 	size_t hint;                 /* the first block's size */
 	struct wd_msg_cache *cache;
+	bool oom;                    /* a block could not be had */
 };
 
 /*
@@ -197,8 +199,10 @@ static void *arena_alloc(void *ad, size_t size)
 	b = a->cache ? msg_cache_take(a->cache, cap) : NULL;
 	if (!b) {
 		b = block_new(cap);
-		if (!b)
+		if (!b) {
+			a->oom = true;
 			return NULL;
+		}
 	}
 	b->cache = a->cache;
 	b->used = size;
@@ -247,7 +251,7 @@ void *wd_msg_unpack_cached(const struct ProtobufCMessageDescriptor *desc, const 
 {
 	/* a decoded message is typically two to four times its wire size */
 	struct arena a = { NULL, NULL, len < ARENA_BLOCK_MAX / 4 ? 4 * len + 256 : ARENA_BLOCK_MAX,
-			   mc };
+			   mc, false };
 	ProtobufCAllocator alloc = { arena_alloc, arena_free, &a };
 	ProtobufCMessage *m;
 
@@ -257,6 +261,7 @@ void *wd_msg_unpack_cached(const struct ProtobufCMessageDescriptor *desc, const 
 	/* protobuf-c allocates the message first: it is the first block's start */
 	if (!m || !a.first || (void *)m != (void *)a.first->data) {
 		arena_release(a.first, mc);
+		errno = a.oom ? ENOMEM : EBADMSG;
 		return NULL;
 	}
 	return m;

@@ -20,9 +20,9 @@ struct ProtobufCMessageDescriptor;
  * for it taken from one arena: a few blocks, not one malloc per field and string, and one free for
  * all. The arena grows in blocks of at most 1 MiB (or one allocation, if larger); protobuf-c's
  * own scratch space is not given back before the message is freed, so a message holds at most
- * about twice what the same decode with malloc held. Returns the message, or NULL when it does
- * not decode or memory runs out. Free it with wd_msg_free only (never with protobuf-c's
- * free_unpacked, and never a part of it).
+ * about twice what the same decode with malloc held. Returns the message, or NULL with errno
+ * EBADMSG when it does not decode or ENOMEM when memory runs out. Free it with wd_msg_free only
+ * (never with protobuf-c's free_unpacked, and never a part of it).
  */
 void *wd_msg_unpack(const struct ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len);
 /* Free a message from wd_msg_unpack, with everything in it. Accepts NULL. */

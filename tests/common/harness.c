@@ -369,6 +369,8 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 		/* a test killed by its timeout takes its daemon with it */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		setenv("NOTIFY_SOCKET", h->notify, 1);
+		for (const char *const *e = opts ? opts->env : NULL; e && *e; e++)
+			putenv((char *)*e);
 		if (opts && opts->file_log_level)
 			execl(harness_weightd(), "weightd", "--config", h->conf, "--foreground",
 			      (char *)NULL);
@@ -380,6 +382,8 @@ int harness_start_opts(struct harness *h, const struct harness_opts *opts)
 	h->pid = pid;
 	if (opts && opts->shm_size)
 		snprintf(h->shm_dir, sizeof(h->shm_dir), "/proc/%d/root/dev/shm", (int)pid);
+	if (opts && opts->no_wait)
+		return 0;
 	if (harness_wait_notify(h, "READY=1", 30000) < 0) {
 		if (h->pid < 0 && WIFEXITED(h->exit_status) &&
 		    WEXITSTATUS(h->exit_status) == CHILD_UNSUPPORTED)

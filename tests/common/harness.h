@@ -40,6 +40,12 @@ struct harness_opts {
 	 * socket are given to it); uid 0: as the test runs */
 	uid_t uid;
 	gid_t gid;
+	/* NAME=VALUE strings added to the daemon's environment (LD_PRELOAD of a fault injector,
+	 * say), NULL-terminated; NULL: none */
+	const char *const *env;
+	/* return as soon as the daemon is started, without waiting for READY=1 (for a caller that
+	 * kills it while it starts up, or waits itself with harness_wait_notify) */
+	bool no_wait;
 };
 
 #define HARNESS_UNSUPPORTED (-2)

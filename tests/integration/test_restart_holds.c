@@ -8,6 +8,7 @@
  * a separate process on the real libweightd; its bytes are checked by a digest it takes at bind
  * and against the fixture's pattern, before, during and after.
  */
+#include <dirent.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -475,6 +476,48 @@ static void held_through_reload_with_file_replaced(void **state)
 	wait_locked(0);
 }
 
+/* A segment a restart cannot re-adopt (its state record never written: a crash between the two,
+ * or a failed write) but that an engine still maps is kept for it, then removed once the engine
+ * lets go, without another restart: before, it stayed on disk, belonging to no weight, until the
+ * next start. */
+static void a_segment_kept_for_its_mapper_goes_when_it_lets_go(void **state)
+{
+	char dir[700], instance[128];
+	weightd_status *st;
+	struct engine a;
+	struct dirent *e;
+	int64_t until;
+	DIR *d;
+
+	(void)state;
+	start("budget = 40M");
+	engine_start(&a, ENGINE_SILENT, 0, 4);
+	st = it_status_of(&H);
+	snprintf(instance, sizeof(instance), "%s", st->instance);
+	weightd_status_free(st);
+	harness_kill(&H);
+	snprintf(dir, sizeof(dir), "%s/state/%s", H.dir, instance);
+	d = opendir(dir);
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		char p[1024];
+
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		if (strstr(e->d_name, ".json"))
+			assert_int_equal(unlink(p), 0);
+	}
+	closedir(d);
+	assert_int_equal(harness_start(&H), 0);
+	assert_true(harness_log_contains(&H, "could not be re-adopted"));
+	assert_true(harness_segments(&H) >= 1);
+	engine_expect_same(&a);
+	engine_stop(&a);
+	until = it_now_ms() + 20000;
+	while (harness_segments(&H) != 0 && it_now_ms() < until)
+		usleep(20000);
+	assert_int_equal(harness_segments(&H), 0);
+}
+
 /* weightd --purge of a stopped instance while A maps its weights: refused, naming them; forced,
  * it unlinks names only, and A's bytes stay. */
 static void purge_refuses_while_mapped(void **state)
@@ -846,6 +889,7 @@ static void an_abandoned_reply_pins_nothing(void **state)
 TEST_MAIN(NULL, NULL, TEST_IN_DIR(held_through_sigkill_idle), TEST_IN_DIR(held_through_sigterm),
 	  TEST_IN_DIR(held_through_sigkill_mid_fill),
 	  TEST_IN_DIR(held_through_reload_with_file_replaced),
+	  TEST_IN_DIR(a_segment_kept_for_its_mapper_goes_when_it_lets_go),
 	  TEST_IN_DIR(purge_refuses_while_mapped), TEST_IN_DIR(engine_in_its_own_pid_namespace),
 	  TEST_IN_DIR(engine_forked_after_binding), TEST_IN_DIR(engine_reconnects_and_reattaches),
 	  TEST_IN_DIR(unclean_start_verifies_what_it_readopts),

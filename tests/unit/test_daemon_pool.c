@@ -7,6 +7,7 @@
 #include <event2/event.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -100,6 +101,49 @@ static void every_task_finishes_on_the_loop_thread(void **state)
 	assert_int_equal(pool_pending(p), 0);
 	assert_true(pool_free(p, 0));
 	event_base_free(base);
+}
+
+/* write(2) as the tests script it: the next fail_writes eventfd writes (8 bytes) fail with
+ * fail_errno, as libfiu's injected faults make them fail. */
+static int fail_writes, fail_errno;
+ssize_t __real_write(int fd, const void *buf, size_t n);
+ssize_t __wrap_write(int fd, const void *buf, size_t n)
+{
+	if (n == sizeof(uint64_t) && __atomic_load_n(&fail_writes, __ATOMIC_ACQUIRE) > 0) {
+		__atomic_fetch_sub(&fail_writes, 1, __ATOMIC_ACQ_REL);
+		errno = fail_errno;
+		return -1;
+	}
+	return __real_write(fd, buf, n);
+}
+
+/* A worker's wake-up of the loop that fails (EIO, EINTR) is written again: the task's done()
+ * still runs, where before the completion waited for a wake-up that never came and its request
+ * was never answered. */
+static void a_completion_whose_wakeup_write_fails_still_finishes(void **state)
+{
+	static const int errs[] = { EIO, EINTR };
+
+	(void)state;
+	for (size_t e = 0; e < 2; e++) {
+		struct event_base *base = event_base_new();
+		struct pool *p = pool_new(base, 1);
+		struct ttask x;
+
+		assert_non_null(p);
+		t_init(&x, NULL);
+		fail_errno = errs[e];
+		__atomic_store_n(&fail_writes, 3, __ATOMIC_RELEASE);
+		pool_submit(p, &x.task);
+		for (int ms = 0; ms < 10000 && !x.done; ms++) {
+			event_base_loop(base, EVLOOP_NONBLOCK);
+			usleep(1000);
+		}
+		assert_int_equal(x.done, 1);
+		assert_int_equal(__atomic_load_n(&fail_writes, __ATOMIC_ACQUIRE), 0);
+		assert_true(pool_free(p, 0));
+		event_base_free(base);
+	}
 }
 
 /* Queued tasks are cancelled without running; the running one finishes; later ones are cancelled
@@ -652,4 +696,5 @@ TEST_MAIN(NULL, NULL, cmocka_unit_test(every_task_finishes_on_the_loop_thread),
 	  cmocka_unit_test(a_long_task_yields_to_another_owner_only),
 	  cmocka_unit_test(a_queued_task_moves_to_the_owner_due_first),
 	  cmocka_unit_test(a_stalled_task_runs_other_work_but_not_the_same_stores),
-	  cmocka_unit_test(a_detached_task_needs_no_worker))
+	  cmocka_unit_test(a_detached_task_needs_no_worker),
+	  cmocka_unit_test(a_completion_whose_wakeup_write_fails_still_finishes))
