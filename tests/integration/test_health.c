@@ -34,12 +34,9 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[600];
-
 	(void)state;
-	wd_servers_stop(&srv);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	return system(cmd) == 0 ? 0 : -1;
+	wd_servers_end(&srv, root);
+	return 0;
 }
 
 /* Tell the fault proxy (in front of nginx) what to do. */

@@ -371,12 +371,9 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[600];
-
 	(void)state;
-	wd_servers_stop(&srv);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	return system(cmd) == 0 ? 0 : -1;
+	wd_servers_end(&srv, root);
+	return 0;
 }
 
 /* Each test: its own daemon (temp dir, prefix, state), the remote file of SEED_OLD with an mtime
