@@ -53,39 +53,64 @@ static void health_from_wire(weightd_source_health *o, const Weightd__SourceInfo
 	o->retry_in_ms = s->retry_in_ms;
 }
 
-int weightd_list(weightd_client *c, weightd_source_list **ret, weightd_error *err)
+/* What the calls below share: a request with an empty body (list, clients; the body's members
+ * share one union slot, all `Weightd__Empty *`), and the arrays a reply is converted into. */
+static int call_empty(weightd_client *c, Weightd__Request__BodyCase body,
+		      Weightd__Response__BodyCase want, Weightd__Response **resp, weightd_error *err)
 {
 	Weightd__Request req = WEIGHTD__REQUEST__INIT;
 	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
+
+	req.body_case = body;
+	req.list = &empty;
+	return wc_conn_call(c, &req, want, wc_weight_reply_refs, resp, NULL, NULL, err);
+}
+
+/* parts[i]: count[i] (at least one) zeroed items of size[i] bytes. 0, or -1 with none kept. */
+static int alloc_parts(void **parts, const size_t *count, const size_t *size, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		parts[i] = calloc(count[i] ? count[i] : 1, size[i]);
+		if (!parts[i]) {
+			while (i--) {
+				free(parts[i]);
+				parts[i] = NULL;
+			}
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* A conversion out of memory: its wrapper and the reply freed, the error said. */
+static int convert_oom(void *wrapper, Weightd__Response *resp, weightd_error *err)
+{
+	free(wrapper);
+	wd_msg_free(resp);
+	return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+int weightd_list(weightd_client *c, weightd_source_list **ret, weightd_error *err)
+{
 	Weightd__Response *resp = NULL;
 	struct source_list *l;
+	void *parts[2];
 	size_t n;
 	int r;
 
 	wc_err_clear(err);
 	if (!c || !ret)
 		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_list: no client");
-	req.body_case = WEIGHTD__REQUEST__BODY_LIST;
-	req.list = &empty;
-	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_LIST, wc_weight_reply_refs, &resp, NULL,
-			 NULL, err);
+	r = call_empty(c, WEIGHTD__REQUEST__BODY_LIST, WEIGHTD__RESPONSE__BODY_LIST, &resp, err);
 	if (r < 0)
 		return r;
 	n = resp->list ? resp->list->n_sources : 0;
 	l = calloc(1, sizeof(*l));
-	if (l) {
-		l->items = calloc(n ? n : 1, sizeof(*l->items));
-		l->health = calloc(n ? n : 1, sizeof(*l->health));
-	}
-	if (!l || !l->items || !l->health) {
-		if (l) {
-			free(l->items);
-			free(l->health);
-		}
-		free(l);
-		wd_msg_free(resp);
-		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	}
+	if (!l || alloc_parts(parts, (size_t[]){ n, n },
+			      (size_t[]){ sizeof(*l->items), sizeof(*l->health) }, 2) < 0)
+		return convert_oom(l, resp, err);
+	l->items = parts[0];
+	l->health = parts[1];
 	for (size_t i = 0; i < n; i++) {
 		source_from_wire(&l->items[i], resp->list->sources[i]);
 		health_from_wire(&l->health[i], resp->list->sources[i]);
@@ -128,6 +153,7 @@ int weightd_describe(weightd_client *c, const char *checkpoint, weightd_descript
 	Weightd__Response *resp = NULL;
 	const Weightd__DescribeReply *dr;
 	struct description *o;
+	void *parts[3];
 	int r;
 
 	wc_err_clear(err);
@@ -146,21 +172,17 @@ int weightd_describe(weightd_client *c, const char *checkpoint, weightd_descript
 	}
 	dr = resp->describe;
 	o = calloc(1, sizeof(*o));
-	if (o && dr) {
-		o->tensors = calloc(dr->n_tensors ? dr->n_tensors : 1, sizeof(*o->tensors));
-		o->meta = calloc(dr->n_metadata ? dr->n_metadata : 1, sizeof(*o->meta));
-		o->objects = calloc(dr->source && dr->source->n_objects ? dr->source->n_objects : 1,
-				    sizeof(*o->objects));
-	}
-	if (!o || (dr && (!o->tensors || !o->meta || !o->objects))) {
-		if (o) {
-			free(o->tensors);
-			free(o->meta);
-			free(o->objects);
-		}
-		free(o);
-		wd_msg_free(resp);
-		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
+	if (!o || (dr && alloc_parts(parts,
+				     (size_t[]){ dr->n_tensors, dr->n_metadata,
+						 dr->source ? dr->source->n_objects : 0 },
+				     (size_t[]){ sizeof(*o->tensors), sizeof(*o->meta),
+						 sizeof(*o->objects) },
+				     3) < 0))
+		return convert_oom(o, resp, err);
+	if (dr) {
+		o->tensors = parts[0];
+		o->meta = parts[1];
+		o->objects = parts[2];
 	}
 	source_from_wire(&o->pub.source, dr ? dr->source : NULL);
 	for (size_t i = 0; dr && i < dr->n_tensors; i++) {
@@ -243,6 +265,7 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 	Weightd__Response *resp = NULL;
 	const Weightd__StatusReply *sr;
 	struct status *o;
+	void *parts[8];
 	int r;
 
 	wc_err_clear(err);
@@ -261,34 +284,23 @@ static int status_call(weightd_client *c, bool omit_weights, const char *call,
 		resp->status->n_weight_list = 0;
 	sr = resp->status ? resp->status : &empty_reply;
 	o = calloc(1, sizeof(*o));
-	if (o) {
-		o->sources = calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->sources));
-		o->source_stats =
-			calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->source_stats));
-		o->source_remote =
-			calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->source_remote));
-		o->weights = calloc(sr->n_weight_list ? sr->n_weight_list : 1, sizeof(*o->weights));
-		o->jobs = calloc(sr->n_jobs ? sr->n_jobs : 1, sizeof(*o->jobs));
-		o->segs = calloc(sr->n_segment_list ? sr->n_segment_list : 1, sizeof(*o->segs));
-		o->health = calloc(sr->n_sources ? sr->n_sources : 1, sizeof(*o->health));
-		o->job_elapsed = calloc(sr->n_jobs ? sr->n_jobs : 1, sizeof(*o->job_elapsed));
-	}
-	if (!o || !o->sources || !o->source_stats || !o->source_remote || !o->weights || !o->jobs ||
-	    !o->segs || !o->health || !o->job_elapsed) {
-		if (o) {
-			free(o->health);
-			free(o->job_elapsed);
-			free(o->sources);
-			free(o->source_stats);
-			free(o->source_remote);
-			free(o->weights);
-			free(o->jobs);
-			free(o->segs);
-		}
-		free(o);
-		wd_msg_free(resp);
-		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	}
+	if (!o ||
+	    alloc_parts(parts,
+			(size_t[]){ sr->n_sources, sr->n_sources, sr->n_sources, sr->n_weight_list,
+				    sr->n_jobs, sr->n_segment_list, sr->n_sources, sr->n_jobs },
+			(size_t[]){ sizeof(*o->sources), sizeof(*o->source_stats),
+				    sizeof(*o->source_remote), sizeof(*o->weights), sizeof(*o->jobs),
+				    sizeof(*o->segs), sizeof(*o->health), sizeof(*o->job_elapsed) },
+			8) < 0)
+		return convert_oom(o, resp, err);
+	o->sources = parts[0];
+	o->source_stats = parts[1];
+	o->source_remote = parts[2];
+	o->weights = parts[3];
+	o->jobs = parts[4];
+	o->segs = parts[5];
+	o->health = parts[6];
+	o->job_elapsed = parts[7];
 	o->pub.instance = sr->instance;
 	o->pub.server_version = sr->server_version;
 	o->pub.uptime_ms = sr->uptime_ms;
@@ -553,31 +565,24 @@ struct client_list {
 
 int weightd_clients(weightd_client *c, weightd_client_list **ret, weightd_error *err)
 {
-	Weightd__Request req = WEIGHTD__REQUEST__INIT;
-	Weightd__Empty empty = WEIGHTD__EMPTY__INIT;
 	Weightd__Response *resp = NULL;
 	struct client_list *l;
+	void *parts[1];
 	size_t n;
 	int r;
 
 	wc_err_clear(err);
 	if (!c || !ret)
 		return wc_err_set(err, WEIGHTD_E_INVALID_ARGUMENT, "weightd_clients: no client");
-	req.body_case = WEIGHTD__REQUEST__BODY_CLIENTS;
-	req.clients = &empty;
-	r = wc_conn_call(c, &req, WEIGHTD__RESPONSE__BODY_CLIENTS, wc_weight_reply_refs, &resp, NULL,
-			 NULL, err);
+	r = call_empty(c, WEIGHTD__REQUEST__BODY_CLIENTS, WEIGHTD__RESPONSE__BODY_CLIENTS, &resp,
+		       err);
 	if (r < 0)
 		return r;
 	n = resp->clients ? resp->clients->n_clients : 0;
 	l = calloc(1, sizeof(*l));
-	if (l)
-		l->items = calloc(n ? n : 1, sizeof(*l->items));
-	if (!l || !l->items) {
-		free(l);
-		wd_msg_free(resp);
-		return wc_err_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "out of memory");
-	}
+	if (!l || alloc_parts(parts, &n, (size_t[]){ sizeof(*l->items) }, 1) < 0)
+		return convert_oom(l, resp, err);
+	l->items = parts[0];
 	for (size_t i = 0; i < n; i++) {
 		const Weightd__ClientInfo *x = resp->clients->clients[i];
 		weightd_client_info *o = &l->items[i];
