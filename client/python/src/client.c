@@ -4,6 +4,16 @@
 
 #include <string.h>
 
+/* rc = call, made with the GIL released, then the client (entered by the caller) left: call
+ * must not touch Python objects. */
+#define PYW_UNLOCKED(cl, rc, call)     \
+	do {                           \
+		Py_BEGIN_ALLOW_THREADS \
+		rc = (call);           \
+		Py_END_ALLOW_THREADS   \
+		pyw_client_leave(cl);  \
+	} while (0)
+
 int pyw_client_forked(const pyw_client *cl)
 {
 	return cl->pid != getpid();
@@ -153,10 +163,7 @@ static PyObject *cl_list(pyw_client *cl, PyObject *unused)
 
 	if (pyw_client_enter(cl) < 0)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_list(cl->c, &l, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
+	PYW_UNLOCKED(cl, rc, weightd_list(cl->c, &l, &err));
 	if (rc < 0)
 		return pyw_error_raise((PyObject *)cl, rc, &err);
 	r = list_of(l->sources, l->count, sizeof(*l->sources), source_dict);
@@ -175,10 +182,7 @@ static weightd_description *describe_call(pyw_client *cl, PyObject *args, const 
 
 	if (!PyArg_ParseTuple(args, format, &name) || pyw_client_enter(cl) < 0)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_describe(cl->c, name, &d, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
+	PYW_UNLOCKED(cl, rc, weightd_describe(cl->c, name, &d, &err));
 	if (rc < 0) {
 		pyw_error_raise((PyObject *)cl, rc, &err);
 		return NULL;
@@ -260,10 +264,7 @@ static PyObject *cl_status(pyw_client *cl, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "|p:status", &weights) || pyw_client_enter(cl) < 0)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = weights ? weightd_status_get(cl->c, &s, &err) : weightd_status_summary(cl->c, &s, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
+	PYW_UNLOCKED(cl, rc, weights ? weightd_status_get(cl->c, &s, &err) : weightd_status_summary(cl->c, &s, &err));
 	if (rc < 0)
 		return pyw_error_raise((PyObject *)cl, rc, &err);
 	r = Py_BuildValue(
@@ -316,10 +317,7 @@ static PyObject *cl_clients(pyw_client *cl, PyObject *unused)
 
 	if (pyw_client_enter(cl) < 0)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_clients(cl->c, &l, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
+	PYW_UNLOCKED(cl, rc, weightd_clients(cl->c, &l, &err));
 	if (rc < 0)
 		return pyw_error_raise((PyObject *)cl, rc, &err);
 	r = list_of(l->clients, l->count, sizeof(*l->clients), client_info_dict);
@@ -500,10 +498,7 @@ static PyObject *cl_materialize(pyw_client *cl, PyObject *args)
 		weightd_selection_free(s);
 		return NULL;
 	}
-	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_materialize(cl->c, ckpt, tensor, s, &f, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
+	PYW_UNLOCKED(cl, rc, weightd_materialize(cl->c, ckpt, tensor, s, &f, &err));
 	weightd_selection_free(s);
 	if (rc < 0)
 		return pyw_error_raise((PyObject *)cl, rc, &err);
@@ -529,10 +524,7 @@ static PyObject *cl_materialize_recipe(pyw_client *cl, PyObject *args)
 		weightd_recipe_free(r);
 		return NULL;
 	}
-	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_materialize_recipe(cl->c, r, &f, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
+	PYW_UNLOCKED(cl, rc, weightd_materialize_recipe(cl->c, r, &f, &err));
 	weightd_recipe_free(r);
 	if (rc < 0)
 		return pyw_error_raise((PyObject *)cl, rc, &err);
@@ -694,10 +686,7 @@ static PyObject *cl_reload(pyw_client *cl, PyObject *unused)
 
 	if (pyw_client_enter(cl) < 0)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_reload_report(cl->c, &r, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
+	PYW_UNLOCKED(cl, rc, weightd_reload_report(cl->c, &r, &err));
 	if (rc < 0)
 		return pyw_error_raise((PyObject *)cl, rc, &err);
 	changes = str_list(r->changes, r->n_changes);
@@ -718,10 +707,7 @@ static PyObject *cl_evict(pyw_client *cl, PyObject *unused)
 
 	if (pyw_client_enter(cl) < 0)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_evict(cl->c, &n, &bytes, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
+	PYW_UNLOCKED(cl, rc, weightd_evict(cl->c, &n, &bytes, &err));
 	if (rc < 0)
 		return pyw_error_raise((PyObject *)cl, rc, &err);
 	return Py_BuildValue("(KK)", (unsigned long long)n, (unsigned long long)bytes);
@@ -748,10 +734,7 @@ static PyObject *cl_subscribe(pyw_client *cl, PyObject *arg)
 			goto out;
 	if (pyw_client_enter(cl) < 0)
 		goto out;
-	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_subscribe(cl->c, names, (size_t)n, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
+	PYW_UNLOCKED(cl, rc, weightd_subscribe(cl->c, names, (size_t)n, &err));
 	if (rc < 0)
 		pyw_error_raise((PyObject *)cl, rc, &err);
 out:
@@ -779,10 +762,7 @@ static PyObject *cl_poll_events(pyw_client *cl, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "|i:poll_events", &timeout_ms) || pyw_client_enter(cl) < 0)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = weightd_poll_events(cl->c, timeout_ms, &l, &err);
-	Py_END_ALLOW_THREADS
-	pyw_client_leave(cl);
+	PYW_UNLOCKED(cl, rc, weightd_poll_events(cl->c, timeout_ms, &l, &err));
 	if (rc < 0)
 		return pyw_error_raise((PyObject *)cl, rc, &err);
 	r = Py_BuildValue("(NK)", list_of(l->events, l->count, sizeof(*l->events), event_dict),
