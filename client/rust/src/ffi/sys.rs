@@ -70,6 +70,16 @@ pub struct weightd_source_info {
 pub struct weightd_source_list {
     pub count: usize,
     pub sources: *const weightd_source_info,
+    pub health: *const weightd_source_health,
+}
+
+#[repr(C)]
+pub struct weightd_source_health {
+    pub required: c_int,
+    pub preload: c_int,
+    pub preloaded: c_int,
+    pub admit_failures: u32,
+    pub retry_in_ms: u64,
 }
 
 #[repr(C)]
@@ -110,6 +120,9 @@ pub struct weightd_description {
     pub location: *const c_char,
     pub n_objects: usize,
     pub objects: *const weightd_remote_object,
+    pub credentials: *const c_char,
+    pub credentials_key_id: *const c_char,
+    pub credentials_expires: i64,
 }
 
 #[repr(C)]
@@ -215,6 +228,13 @@ pub struct weightd_status {
     pub segment_huge_bytes: u64,
     pub locked_weights: u64,
     pub locked_bytes: u64,
+    pub health_known: c_int,
+    pub ready: c_int,
+    pub not_ready: *const c_char,
+    pub source_health: *const weightd_source_health,
+    pub admissions_failed: u64,
+    pub admission_retries: u64,
+    pub job_elapsed_ms: *const u64,
 }
 
 #[repr(C)]
@@ -249,6 +269,17 @@ pub struct weightd_preflight {
 }
 
 type E = weightd_error;
+
+/// Recipe nodes that join `n` inputs along `axis` share one C signature: declared once for both.
+macro_rules! join_fns {
+    ($($name:ident),*) => {
+        #[link(name = "weightd")]
+        extern "C" {
+            $(pub fn $name(r: *mut weightd_recipe, axis: c_int, inputs: *const c_int, n: usize, err: *mut E) -> c_int;)*
+        }
+    };
+}
+join_fns!(weightd_recipe_concat, weightd_recipe_stack);
 
 #[link(name = "weightd")]
 extern "C" {
@@ -333,20 +364,6 @@ extern "C" {
         r: *mut weightd_recipe,
         input: c_int,
         sel: *const weightd_selection,
-        err: *mut E,
-    ) -> c_int;
-    pub fn weightd_recipe_concat(
-        r: *mut weightd_recipe,
-        axis: c_int,
-        inputs: *const c_int,
-        n: usize,
-        err: *mut E,
-    ) -> c_int;
-    pub fn weightd_recipe_stack(
-        r: *mut weightd_recipe,
-        axis: c_int,
-        inputs: *const c_int,
-        n: usize,
         err: *mut E,
     ) -> c_int;
     pub fn weightd_recipe_reshape(
