@@ -213,6 +213,12 @@ class Node:
 
     def play(self, pod):
         name = pod["metadata"]["name"]
+        if pod["spec"].get("hostNetwork"):
+            # Kubernetes takes a host-network container's ports as documentation (the metrics
+            # port); podman refuses port mappings outside its own networks, and on the host
+            # network there is nothing to map
+            for c in pod["spec"].get("containers", []) + pod["spec"].get("initContainers", []):
+                c.pop("ports", None)
         p = self.path(f"{name}.yaml")
         with open(p, "w") as f:
             yaml.safe_dump(pod, f, sort_keys=False)
