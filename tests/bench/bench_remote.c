@@ -300,17 +300,47 @@ static int reference(const struct bench *b, const char *base, bool s3, bool to_s
 
 /* ---- weightd ------------------------------------------------------------------------------- */
 
+/*
+ * Write the daemon's config (extra, section), start it (its start time in *t0), connect, and wait
+ * up to `wait_s` for checkpoint `name` to be admitted: a remote checkpoint may still be being
+ * admitted when the daemon is ready. -1 when the daemon did not start; else 0 with *rc the
+ * connection's or the description's result (0: *c and *d are set).
+ */
+static int start_described(struct bench *b, const char *extra, const char *section,
+			   const char *name, double wait_s, double *t0, weightd_client **c,
+			   weightd_description **d, weightd_error *err, int *rc)
+{
+	const struct harness_opts o = { .file_log_level = true, .no_settle = true };
+	double until;
+	int r;
+
+	if (harness_write_config(&b->h, extra, section) < 0)
+		return -1;
+	*t0 = bench_now();
+	if (harness_start_opts(&b->h, &o) < 0)
+		return -1;
+	r = weightd_connect(b->h.sock, "bench_remote", c, err);
+	for (until = bench_now() + wait_s; r == 0;) {
+		r = weightd_describe(*c, name, d, err);
+		if (r == 0 || bench_now() > until)
+			break;
+		usleep(2000);
+		r = 0;
+	}
+	*rc = r;
+	return 0;
+}
+
 /* Start a daemon serving `section` as checkpoint "ckpt", bind all of it as one unit, stop it.
  * The sample: from the start to the unit validated; the daemon's CPU; the checkpoint's bytes. */
 static int load(struct bench *b, const char *section, struct sample *ret)
 {
-	const struct harness_opts o = { .file_log_level = true, .no_settle = true };
 	char extra[256];
 	weightd_client *c = NULL;
 	weightd_description *d = NULL;
 	weightd_unit *u = NULL;
 	weightd_error err;
-	double t0, until;
+	double t0;
 	long ticks;
 	int r;
 
@@ -320,20 +350,8 @@ static int load(struct bench *b, const char *section, struct sample *ret)
 		 "remote_concurrency = %u\nremote_chunk = %llu\n",
 		 (unsigned long long)(b->file_bytes / 2 * 3 >> 20) + 64, b->conc,
 		 (unsigned long long)b->chunk);
-	if (harness_write_config(&b->h, extra, section) < 0)
+	if (start_described(b, extra, section, "ckpt", 120, &t0, &c, &d, &err, &r) < 0)
 		return -1;
-	t0 = bench_now();
-	if (harness_start_opts(&b->h, &o) < 0)
-		return -1;
-	r = weightd_connect(b->h.sock, "bench_remote", &c, &err);
-	/* a remote checkpoint may still be being admitted when the daemon is ready */
-	for (until = bench_now() + 120; r == 0;) {
-		r = weightd_describe(c, "ckpt", &d, &err);
-		if (r == 0 || bench_now() > until)
-			break;
-		usleep(2000);
-		r = 0;
-	}
 	if (r == 0)
 		r = bench_unit_described(c, "ckpt", d, &u, &err);
 	ret->s = bench_now() - t0;
@@ -553,32 +571,20 @@ static int ds_verify(const weightd_unit *u, const struct ds_ckpt *ck)
 static int ds_load(struct bench *b, const struct ds_ckpt *ck, const char *section, bool verify,
 		   struct sample *ret, struct ds_count *count)
 {
-	const struct harness_opts o = { .file_log_level = true, .no_settle = true };
 	char extra[256];
 	weightd_client *c = NULL;
 	weightd_description *d = NULL;
 	weightd_unit *u = NULL;
 	weightd_error err;
 	uint64_t req0 = 0, req1 = 0, by0 = 0, by1 = 0;
-	double t0, until;
+	double t0;
 	int r;
 
 	harness_make_cold(&b->h);
 	snprintf(extra, sizeof(extra), "budget = %lluM\nlog_level = notice\nworkers = 0\n",
 		 (unsigned long long)(ck->bytes / 2 * 3 >> 20) + 256);
-	if (harness_write_config(&b->h, extra, section) < 0)
+	if (start_described(b, extra, section, "ds", 600, &t0, &c, &d, &err, &r) < 0)
 		return -1;
-	t0 = bench_now();
-	if (harness_start_opts(&b->h, &o) < 0)
-		return -1;
-	r = weightd_connect(b->h.sock, "bench_remote", &c, &err);
-	for (until = bench_now() + 600; r == 0;) {
-		r = weightd_describe(c, "ds", &d, &err);
-		if (r == 0 || bench_now() > until)
-			break;
-		usleep(2000);
-		r = 0;
-	}
 	if (r == 0)
 		r = ds_traffic(c, &req0, &by0);
 	count->admit_s = bench_now() - t0;
