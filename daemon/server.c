@@ -145,11 +145,22 @@ int server_bind_admin(const struct config *cfg, int *ret_fd, weightd_error *err)
 	if (slash && slash != dir) {
 		*slash = '\0';
 		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-			return wd_error_set(err, WEIGHTD_E_IO, "making %s for the admin socket: %s",
+			return wd_error_set(err, WEIGHTD_E_IO,
+					    "making %s for the admin socket: %s (set `admin_socket` "
+					    "to a path this user may create, or `single_socket = "
+					    "yes` for one socket)",
 					    dir, strerror(errno));
 	}
-	return bind_path(cfg->admin_socket, cfg->admin_socket_mode, cfg->admin_socket_group, ret_fd,
-			 err);
+	int r = bind_path(cfg->admin_socket, cfg->admin_socket_mode, cfg->admin_socket_group,
+			  ret_fd, err);
+
+	if (r < 0 && err) {
+		wd_error_prefix(err, "admin socket");
+		if (strlen(err->message) + 90 < sizeof(err->message))
+			strcat(err->message, " (set `admin_socket` to a path this user may create, or "
+					     "`single_socket = yes` for one socket)");
+	}
+	return r;
 }
 
 /* Free dead sessions outside of their own callbacks. */

@@ -355,8 +355,22 @@ static void test_metrics_on_a_public_address_needs_the_opt_in(void **state)
 	free(reply);
 }
 
+/* An admin socket weightd cannot make stops the start with words that say what to set instead. */
+static void test_an_admin_socket_that_cannot_be_made_says_what_to_set(void **state)
+{
+	(void)state;
+	/* a directory under /proc cannot be made, not even by root */
+	assert_int_equal(harness_write_config(&H, "admin_socket = /proc/weightd-none/admin.sock\n",
+					      NULL),
+			 0);
+	assert_int_equal(harness_start(&H), -1);
+	assert_true(harness_log_contains(&H, "/proc/weightd-none"));
+	assert_true(harness_log_contains(&H, "single_socket = yes"));
+}
+
 TEST_MAIN(NULL, NULL, TEST_IN_DIR(test_root_on_engine_socket_cannot_administer),
 	  TEST_IN_DIR(test_root_on_engine_socket_is_ordinary),
 	  TEST_IN_DIR(test_admin_users_on_the_admin_socket),
 	  TEST_IN_DIR(test_clients_shows_who_holds_what),
-	  TEST_IN_DIR(test_metrics_on_a_public_address_needs_the_opt_in))
+	  TEST_IN_DIR(test_metrics_on_a_public_address_needs_the_opt_in),
+	  TEST_IN_DIR(test_an_admin_socket_that_cannot_be_made_says_what_to_set))
