@@ -174,37 +174,33 @@ static struct wd_source_remote_conf s3_conf(int source)
 					       .allow_http = true };
 }
 
-/* Requests the S3 proxy verified with this access key (its signature and session token). */
-static long verified_with(const char *key)
+/* A counter of the S3 proxy's /__stats: `name` at its top level, or inside object `in`. */
+static long proxy_counter(const char *in, const char *name)
 {
 	char *s = wd_servers_get(srv.s3, "/__stats");
 	json_error_t je;
-	json_t *j;
+	json_t *j, *o;
 	long n;
 
 	assert_non_null(s);
 	j = json_loads(s, 0, &je);
 	free(s);
 	assert_non_null(j);
-	n = (long)json_integer_value(json_object_get(json_object_get(j, "keys"), key));
+	o = in ? json_object_get(j, in) : j;
+	n = (long)json_integer_value(json_object_get(o, name));
 	json_decref(j);
 	return n;
 }
 
+/* Requests the S3 proxy verified with this access key (its signature and session token). */
+static long verified_with(const char *key)
+{
+	return proxy_counter("keys", key);
+}
+
 static long s3_stat(const char *name)
 {
-	char *s = wd_servers_get(srv.s3, "/__stats");
-	json_error_t je;
-	json_t *j;
-	long n;
-
-	assert_non_null(s);
-	j = json_loads(s, 0, &je);
-	free(s);
-	assert_non_null(j);
-	n = (long)json_integer_value(json_object_get(j, name));
-	json_decref(j);
-	return n;
+	return proxy_counter(NULL, name);
 }
 
 /* Every byte of the tensor read through src equals the local file's. */
