@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -32,27 +33,104 @@ struct xstate {
  * raises malloc's mmap threshold and keeps freed heap (daemon/heap.c) for the main thread's
  * request memory; a worker's heap top is never given back by malloc_trim, so buffers freed there
  * would stay resident after the work, once per worker thread.
+ *
+ * A thread keeps the last few window buffers it freed (BUF_KEEP, each at most BUF_KEEP_MAX) for
+ * the next cast of the same size: a unit of thousands of small dequantized experts runs as many
+ * plans one after another on each worker, and mapping fresh windows for each cost a page fault
+ * per page and a TLB shootdown per unmap, several times the conversion itself. They are unmapped
+ * when the thread ends.
  */
 #define BUF_MAP_MIN (128u << 10)
+#define BUF_KEEP 4
+#define BUF_KEEP_MAX (1u << 20)
+
+struct buf_kept {
+	void *p[BUF_KEEP];
+	size_t n[BUF_KEEP];
+	unsigned next; /* the slot the next buffer kept replaces when all are taken */
+};
+
+static pthread_key_t kept_key;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+
+static void kept_free(void *arg)
+{
+	struct buf_kept *k = arg;
+
+	for (unsigned i = 0; k && i < BUF_KEEP; i++)
+		if (k->p[i])
+			munmap(k->p[i], k->n[i]);
+	free(k);
+}
+
+static void kept_init(void)
+{
+	if (pthread_key_create(&kept_key, kept_free) != 0)
+		kept_key = (pthread_key_t)-1;
+}
+
+/* The calling thread's kept buffers (made on first use), or NULL. */
+static struct buf_kept *kept_get(bool make)
+{
+	struct buf_kept *k;
+
+	pthread_once(&kept_once, kept_init);
+	if (kept_key == (pthread_key_t)-1)
+		return NULL;
+	k = pthread_getspecific(kept_key);
+	if (k || !make)
+		return k;
+	k = calloc(1, sizeof(*k));
+	if (k && pthread_setspecific(kept_key, k) != 0)
+		k = (free(k), NULL);
+	return k;
+}
 
 static void *buf_alloc(size_t n)
 {
+	struct buf_kept *k;
 	void *p;
 
 	if (n < BUF_MAP_MIN)
 		return malloc(n);
+	if (n <= BUF_KEEP_MAX && (k = kept_get(false))) {
+		for (unsigned i = 0; i < BUF_KEEP; i++) {
+			if (k->p[i] && k->n[i] == n) {
+				p = k->p[i];
+				k->p[i] = NULL;
+				return p;
+			}
+		}
+	}
 	p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
 static void buf_free(void *p, size_t n)
 {
+	struct buf_kept *k;
+	unsigned slot = BUF_KEEP;
+
 	if (!p)
 		return;
-	if (n < BUF_MAP_MIN)
+	if (n < BUF_MAP_MIN) {
 		free(p);
-	else
-		munmap(p, n);
+		return;
+	}
+	if (n <= BUF_KEEP_MAX && (k = kept_get(true))) {
+		for (unsigned i = 0; i < BUF_KEEP && slot == BUF_KEEP; i++)
+			if (!k->p[i])
+				slot = i;
+		if (slot == BUF_KEEP) {
+			slot = k->next;
+			k->next = (k->next + 1) % BUF_KEEP;
+			munmap(k->p[slot], k->n[slot]);
+		}
+		k->p[slot] = p;
+		k->n[slot] = n;
+		return;
+	}
+	munmap(p, n);
 }
 
 /*
