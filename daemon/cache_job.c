@@ -389,9 +389,11 @@ static void job_start(struct cache *c, struct job *j)
 #define BATCH_SMALL (1u << 20)        /* a weight of at most this many bytes joins a batch */
 #define BATCH_MAX_BYTES (16u << 20)
 #define BATCH_MAX_JOBS FILL_RUN_MAX   /* one run at most */
-/* A remote object's small weights: more a batch, so that its coalesced requests are fewer and
- * larger, and spread over more shards at once (batch_work's arrays are on its stack) */
+/* A remote location's small weights: more a batch, so that its coalesced requests are fewer
+ * and larger, and one fetch spreads over many shards at once: a worker waiting on the network
+ * then keeps many connections busy, not the one or two a 16 MiB batch of one shard makes. */
 #define BATCH_MAX_REMOTE_JOBS FILL_REMOTE_RUN_MAX
+#define BATCH_MAX_REMOTE_BYTES (64u << 20)
 
 struct batch {
 	struct pool_task task;       /* first: the pool hands back this pointer */
@@ -417,10 +419,15 @@ static size_t batch_run_done(struct job **jobs, size_t i, size_t k, uint64_t t0)
  * together. */
 static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 {
-	struct job *jobs[BATCH_MAX_REMOTE_JOBS], *j;
-	struct fill_part parts[BATCH_MAX_REMOTE_JOBS];
+	struct job **jobs = calloc(t->jobs, sizeof(*jobs)), *j;
+	struct fill_part *parts = calloc(t->jobs, sizeof(*parts));
 	size_t n = 0;
 
+	if (!jobs || !parts) { /* one by one: each says what it lacks */
+		STAILQ_FOREACH(j, &((struct batch *)t)->jobs, batch_link)
+			job_work(&j->task, scratch);
+		goto out;
+	}
 	STAILQ_FOREACH(j, &((struct batch *)t)->jobs, batch_link) {
 		jobs[n] = j;
 		parts[n++] = (struct fill_part){
@@ -481,6 +488,9 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 		for (; k; k--, i++)
 			job_work(&jobs[i]->task, scratch);
 	}
+out:
+	free(parts);
+	free(jobs);
 }
 
 /* Is j a stored weight of a remote checkpoint (what fill_remote_run fetches)? */
@@ -523,11 +533,15 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	struct job *j = TAILQ_FIRST(list), *next;
 	struct batch *b = NULL;
 	uint64_t bytes;
-	size_t n = 1, max;
+	uint64_t max_bytes = BATCH_MAX_BYTES;
+	size_t n = 1, max = BATCH_MAX_JOBS;
 
 	if (!j)
 		return false;
-	max = job_is_remote(j) ? BATCH_MAX_REMOTE_JOBS : BATCH_MAX_JOBS;
+	if (job_is_remote(j)) {
+		max = BATCH_MAX_REMOTE_JOBS;
+		max_bytes = BATCH_MAX_REMOTE_BYTES;
+	}
 	bytes = j->nbytes;
 	TAILQ_REMOVE(list, j, queue_link);
 	next = TAILQ_FIRST(list);
@@ -543,7 +557,7 @@ static bool seg_submit_next(struct cache *c, struct cache_segment *sg, struct jo
 	STAILQ_INIT(&b->jobs);
 	STAILQ_INSERT_TAIL(&b->jobs, j, batch_link);
 	while ((next = TAILQ_FIRST(list)) && next->nbytes <= BATCH_SMALL && n < max &&
-	       bytes + next->nbytes <= BATCH_MAX_BYTES && next->task.owner == j->task.owner) {
+	       bytes + next->nbytes <= max_bytes && next->task.owner == j->task.owner) {
 		TAILQ_REMOVE(list, next, queue_link);
 		next->fd = sg->seg.fd;
 		next->submitted = &b->task;
@@ -660,8 +674,9 @@ void cache_job_fail_queued(struct cache *c, struct cache_segment *sg, const weig
  * joins it while it is still queued, it moves to that uid's share if it would start sooner
  * there: one uid's long queue never delays a weight another uid waits for too, and the uid it
  * moves to is charged for what it gets. A job of a batch moves its whole batch (at most
- * BATCH_MAX_BYTES). A job still waiting in a created arena's queue behind its owner's other
- * jobs becomes the joiner's and goes to the pool now, as cache_job_kick sends a new owner's.
+ * BATCH_MAX_BYTES, or BATCH_MAX_REMOTE_BYTES of a remote location's). A job still waiting in
+ * a created arena's queue behind its owner's other jobs becomes the joiner's and goes to the
+ * pool now, as cache_job_kick sends a new owner's.
  */
 int cache_job_join(struct cache *c, struct job *j, uint32_t owner, cache_cb cb, void *arg)
 {

@@ -55,7 +55,7 @@ void fill_remote_set(unsigned concurrency, uint64_t chunk, uint64_t gap);
 /* The most weights in one run (fill_run), and in one remote run (fill_remote_run: a request
  * carries many, so more of them make fewer and larger requests). */
 #define FILL_RUN_MAX	    256
-#define FILL_REMOTE_RUN_MAX 1024
+#define FILL_REMOTE_RUN_MAX 8192
 
 /* One weight of a run: its plan, and where its bytes go (out.base: its offset in the segment). */
 struct fill_part {
