@@ -174,6 +174,21 @@ uint64_t wd_plan_read_bytes(const struct wd_plan *p);
  * and after, as wd_plan_execute does). */
 bool wd_plan_file_range(const struct wd_plan *p, const struct wd_source **ret_src,
 			uint32_t *ret_file, uint64_t *ret_offset);
+/*
+ * Where execution reads: one span per stored tensor it reads from (source, file, and the
+ * smallest byte range of the file holding every byte it reads of that tensor: half a tensor for
+ * a shard on the first axis, the rows between the first and last index for a gather, the whole
+ * tensor otherwise). A bound, not a promise to read every byte: a shard on an inner axis reads
+ * part of each row. Lets a caller fetch a remote recipe's inputs together before executing it
+ * (daemon/fill.c). 0 and *ret (malloc'd, *ret_n entries, in node order; NULL when there are
+ * none), or -WEIGHTD_E_RESOURCE_EXHAUSTED.
+ */
+struct wd_plan_span {
+	const struct wd_source *src;
+	uint32_t file;
+	uint64_t off, len;
+};
+int wd_plan_spans(const struct wd_plan *p, struct wd_plan_span **ret, size_t *ret_n);
 /* Bytes of heap temporaries execution will allocate (transposes, gathers), at most
  * max_temp_bytes of its limits; 0 for plans that stream. */
 uint64_t wd_plan_temp_bytes(const struct wd_plan *p);

@@ -580,6 +580,107 @@ bool wd_plan_file_range(const struct wd_plan *p, const struct wd_source **ret_sr
 	return true;
 }
 
+/* The bytes [*lo, *hi) of LEAF y that SELECT x over it reads. */
+static void select_bounds(const struct xnode *x, const struct xnode *y, uint64_t *lo, uint64_t *hi)
+{
+	uint64_t us[WD_MAX_DIMS], inner, row_in, rows, first, last;
+	uint32_t be = block_elems(y->dtype);
+	int k = (int)x->axis;
+
+	*lo = 0;
+	*hi = y->nbytes;
+	if (x->kind == WD_SEL_ELEMENTS) {
+		*lo = x->start / be * unit_bytes(y->dtype);
+		*hi = *lo + x->nbytes;
+		return;
+	}
+	if ((x->kind != WD_SEL_RANGE && x->kind != WD_SEL_INDICES) || k >= y->ndim)
+		return;
+	unit_shape(y, us);
+	inner = inner_bytes(y, k);
+	row_in = us[k] * inner;
+	if (!row_in)
+		return;
+	rows = y->nbytes / row_in;
+	if (x->kind == WD_SEL_RANGE) {
+		uint64_t step = k == y->ndim - 1 ? be : 1;
+		first = x->start / step;
+		last = (x->end + step - 1) / step;
+	} else {
+		if (!x->n_idx)
+			return;
+		first = UINT64_MAX;
+		last = 0;
+		for (size_t i = 0; i < x->n_idx; i++) {
+			first = x->idx[i] < first ? x->idx[i] : first;
+			last = x->idx[i] + 1 > last ? x->idx[i] + 1 : last;
+		}
+	}
+	if (last <= first || last > us[k])
+		return;
+	*lo = first * inner;
+	*hi = (rows - 1) * row_in + last * inner;
+}
+
+int wd_plan_spans(const struct wd_plan *p, struct wd_plan_span **ret, size_t *ret_n)
+{
+	uint64_t *lo = NULL, *hi = NULL;
+	struct wd_plan_span *out = NULL;
+	size_t n = 0;
+
+	*ret = NULL;
+	*ret_n = 0;
+	lo = malloc((p->root + 1) * sizeof(*lo));
+	hi = calloc(p->root + 1, sizeof(*hi));
+	if (!lo || !hi)
+		goto nomem;
+	for (size_t i = 0; i <= p->root; i++)
+		lo[i] = UINT64_MAX;
+	/* each reachable leaf: the union of what its readers take of it */
+	for (size_t i = 0; i <= p->root; i++) {
+		const struct xnode *x = &p->x[i];
+
+		if (!x->reach)
+			continue;
+		if (i == p->root && x->op == X_LEAF) {
+			lo[i] = 0;
+			hi[i] = x->nbytes;
+		}
+		for (size_t k = 0; k < x->n_in; k++) {
+			const struct xnode *y = &p->x[x->in[k]];
+			uint64_t a = 0, b = y->nbytes;
+
+			if (y->op != X_LEAF)
+				continue;
+			if (x->op == X_SELECT)
+				select_bounds(x, y, &a, &b);
+			lo[x->in[k]] = a < lo[x->in[k]] ? a : lo[x->in[k]];
+			hi[x->in[k]] = b > hi[x->in[k]] ? b : hi[x->in[k]];
+		}
+	}
+	for (size_t i = 0; i <= p->root; i++)
+		n += hi[i] > lo[i] && lo[i] != UINT64_MAX;
+	if (n && !(out = malloc(n * sizeof(*out))))
+		goto nomem;
+	n = 0;
+	for (size_t i = 0; i <= p->root; i++) {
+		const struct xnode *x = &p->x[i];
+
+		if (hi[i] > lo[i] && lo[i] != UINT64_MAX)
+			out[n++] = (struct wd_plan_span){ x->src, x->file, x->offset + lo[i],
+							  hi[i] - lo[i] };
+	}
+	free(lo);
+	free(hi);
+	*ret = out;
+	*ret_n = n;
+	return 0;
+nomem:
+	free(lo);
+	free(hi);
+	return -WEIGHTD_E_RESOURCE_EXHAUSTED;
+}
+
 uint64_t wd_plan_temp_bytes(const struct wd_plan *p)
 {
 	return p->temp_bytes;

@@ -1448,6 +1448,70 @@ static void test_cast_and_shard(void **state)
 	wd_plan_free(p2);
 }
 
+/* ---- where a plan reads (wd_plan_spans) ------------------------------------------------------- */
+
+/* The spans of b's plan: exactly n, each of tensor want[i] of "model" from byte want_lo[i] of
+ * it (row-major, as written by make_model) for want_len[i] bytes. */
+static void expect_spans(struct rb *b, size_t n, const char *const *want, const uint64_t *want_lo,
+			 const uint64_t *want_len)
+{
+	struct wd_plan *p = NULL;
+	struct wd_plan_span *s = NULL;
+	weightd_error err;
+	size_t got = 0;
+
+	assert_int_equal(preflight(b, NULL, &p, &err), 0);
+	assert_int_equal(wd_plan_spans(p, &s, &got), 0);
+	assert_int_equal(got, n);
+	for (size_t i = 0; i < n; i++) {
+		const struct wd_tensor_info *t = wd_source_find(model, want[i]);
+
+		assert_non_null(t);
+		assert_ptr_equal(s[i].src, model);
+		assert_int_equal(s[i].file, t->file);
+		assert_int_equal(s[i].off, t->offset + want_lo[i]);
+		assert_int_equal(s[i].len, want_len[i]);
+	}
+	free(s);
+	wd_plan_free(p);
+}
+
+/* t is U16 [70, 130]: a row is 260 bytes. A shard on the first axis reads its rows, a range on
+ * the inner axis everything from its first column in row 0 to its last in row 69, a gather the
+ * rows from its least index to its greatest, a cast (even over a selection moved below it) what
+ * the selection reads, a concat each input whole. */
+static void test_spans(void **state)
+{
+	static const uint64_t idx[] = { 9, 2, 5 };
+	const char *const t1[] = { "t" }, *const ab[] = { "a", "b" };
+	const uint64_t row = 260;
+	struct rb b = { .len = 0 };
+
+	(void)state;
+	r_src(&b, "model", "t", SHARD(0, 1, 2));
+	expect_spans(&b, 1, t1, (const uint64_t[]){ 35 * row }, (const uint64_t[]){ 35 * row });
+	b.len = 0;
+	r_src(&b, "model", "t", RANGE(1, 10, 20));
+	expect_spans(&b, 1, t1, (const uint64_t[]){ 20 }, (const uint64_t[]){ 69 * row + 40 - 20 });
+	b.len = 0;
+	r_src(&b, "model", "t", INDICES(0, idx, 3));
+	expect_spans(&b, 1, t1, (const uint64_t[]){ 2 * row }, (const uint64_t[]){ 8 * row });
+	b.len = 0;
+	r_src(&b, "model", "t", FULL());
+	r_cast(&b, 0, WD_F32);
+	expect_spans(&b, 1, t1, (const uint64_t[]){ 0 }, (const uint64_t[]){ 70 * row });
+	b.len = 0;
+	r_src(&b, "model", "t", FULL());
+	r_cast(&b, 0, WD_F32);
+	r_sel(&b, 1, SHARD(0, 0, 2));
+	expect_spans(&b, 1, t1, (const uint64_t[]){ 0 }, (const uint64_t[]){ 35 * row });
+	b.len = 0;
+	r_src(&b, "model", "a", FULL());
+	r_src(&b, "model", "b", FULL());
+	r_join(&b, WD_OP_CONCAT, 0, 2, 0u, 1u);
+	expect_spans(&b, 2, ab, (const uint64_t[]){ 0, 0 }, (const uint64_t[]){ 96, 96 });
+}
+
 /* ---- identity keys ---------------------------------------------------------------------------- */
 
 static void key_of(struct rb *b, uint8_t key[WD_DIGEST_LEN])
@@ -1870,7 +1934,8 @@ TEST_MAIN(group_setup, group_teardown, cmocka_unit_test(test_error_unknown_sourc
 	  cmocka_unit_test(test_source_selections), cmocka_unit_test(test_shard),
 	  cmocka_unit_test(test_concat_stack), cmocka_unit_test(test_transpose_reshape_view),
 	  cmocka_unit_test(test_quantized), cmocka_unit_test(test_casts),
-	  cmocka_unit_test(test_cast_and_shard), cmocka_unit_test(test_keys),
+	  cmocka_unit_test(test_cast_and_shard), cmocka_unit_test(test_spans),
+	  cmocka_unit_test(test_keys),
 	  cmocka_unit_test(test_label), cmocka_unit_test(test_tensor_plan_is_the_general_plan),
 	  cmocka_unit_test(test_tensor_plan_errors), cmocka_unit_test(test_changed_files),
 	  cmocka_unit_test(test_drop_page_cache))
