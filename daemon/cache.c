@@ -52,6 +52,7 @@ struct cache *cache_new(const struct cache_params *p)
 	if (!c->p.segment_max)
 		c->p.segment_max = 4ull << 30;
 	c->budget = p->budget;
+	cache_temp_publish(c);
 	/* Handles and segment ids start past any an earlier run of this daemon gave out (the
 	 * clock's nanoseconds), so that a client still holding an old one after a restart never
 	 * names another weight with it (libweightd re-attaches what it holds under new ones). */
@@ -813,6 +814,7 @@ uint64_t cache_budget(const struct cache *c) { return c->budget; }
 uint64_t cache_set_budget(struct cache *c, uint64_t budget_bytes)
 {
 	c->budget = budget_bytes;
+	cache_temp_publish(c);
 	return cache_trim(c);
 }
 

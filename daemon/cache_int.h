@@ -114,6 +114,9 @@ const char *cache_job_label(const struct job *j);
 void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sources,
 		     size_t n_sources, struct cache_segment *sg, uint64_t offset, uint32_t owner,
 		     cache_cb cb, void *arg);
+/* Tell the workers' input stages (fill_stage_room) what max_temp leaves after the running
+ * recipes' temporaries: call after either changes. */
+void cache_temp_publish(const struct cache *c);
 /* Start queued jobs of arena sg while fewer than ARENA_TASKS tasks fill it (the small ones that
  * follow each other in batches), after a pack of `owner` queued jobs on it. */
 void cache_job_kick(struct cache *c, struct cache_segment *sg, uint32_t owner);

@@ -230,6 +230,7 @@ static void job_done(struct pool_task *t)
 		c->p.stats->bytes_read += j->bytes_read;
 	}
 	c->temp_used -= j->temp;
+	cache_temp_publish(c);
 	if (j->status == 0) {
 		w = cache_weight_new(c, wd_plan_label(j->plan));
 		if (!w) {
@@ -484,6 +485,19 @@ static void batch_work(struct pool_task *t, struct wd_scratch *scratch)
 			log_debug("a run of %zu weights from one file failed; filling them one by one "
 				  "(starting with %s): %s", k, wd_plan_label(jobs[i]->plan), err.message);
 		}
+		if (k == 1 && fill_stage_wanted(&parts[i])) {
+			/* recipes over remote inputs: those of the next ones fetched together */
+			struct fill_stage st;
+			size_t g = 1;
+
+			while (i + g < n && fill_stage_wanted(&parts[i + g]))
+				g++;
+			k = fill_stage_begin(jobs[i]->cache->p.pool, parts + i, g, scratch, &st);
+			for (; k; k--, i++)
+				job_work(&jobs[i]->task, scratch);
+			fill_stage_end(&st);
+			continue;
+		}
 		/* one by one (also what a failed run falls back to: every job is redone) */
 		for (; k; k--, i++)
 			job_work(&jobs[i]->task, scratch);
@@ -706,6 +720,13 @@ int cache_job_join(struct cache *c, struct job *j, uint32_t owner, cache_cb cb, 
 	return 0;
 }
 
+void cache_temp_publish(const struct cache *c)
+{
+	uint64_t limit = c->p.max_temp ? c->p.max_temp : c->budget;
+
+	fill_stage_room(limit > c->temp_used ? limit - c->temp_used : 0);
+}
+
 struct job *cache_job_new(struct cache *c, struct wd_plan *plan, size_t n_sources)
 {
 	struct job *j = job_table_room(c) == 0 ? calloc(1, sizeof(*j)) : NULL;
@@ -753,6 +774,7 @@ void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sour
 	j->alg = c->p.digest ? c->p.digest : WD_DIGEST_DEFAULT;
 	sg->n_jobs++;
 	c->temp_used += j->temp;
+	cache_temp_publish(c);
 	if (c->p.stats) {
 		c->p.stats->temp_bytes += j->temp;
 		/* in flight from the request's view, queued on its segment or not (job_done

@@ -9,6 +9,7 @@
 
 #include "bytes.h"
 #include "cache_int.h"
+#include "fill.h"
 #include "log.h"
 
 /* The segments' filesystem has no room for `what`: say how much it has left, in the structured
@@ -353,7 +354,8 @@ static int temp_check(struct cache *c, uint64_t temp, const char *label, weightd
 	uint64_t limit = c->p.max_temp ? c->p.max_temp : c->budget;
 	char t_temp[WD_BYTES_TEXT], t_free[WD_BYTES_TEXT], t_limit[WD_BYTES_TEXT],
 		t_used[WD_BYTES_TEXT];
-	uint64_t used = c->temp_used;
+	/* and what the workers' input stages hold (fill.c) */
+	uint64_t used = c->temp_used + fill_stage_used();
 
 	if (!temp || (temp <= limit && used <= limit - temp))
 		return 0;

@@ -6,6 +6,7 @@
 #include "fill.h"
 
 #include <errno.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -371,6 +372,260 @@ out:
 	return r;
 }
 
+/* ---- a recipe's remote inputs, fetched together before it runs ------------------------------ */
+
+/* Room max_temp leaves for staging (the cache sets it as its temporaries come and go), and what
+ * stages hold now, all workers together (atomics). */
+static uint64_t stage_room = UINT64_MAX;
+static uint64_t stage_used;
+/* Is a stage open on this thread? fill_weight then opens none of its own. */
+static __thread bool stage_open;
+
+void fill_stage_room(uint64_t room)
+{
+	__atomic_store_n(&stage_room, room, __ATOMIC_RELAXED);
+}
+
+uint64_t fill_stage_used(void)
+{
+	return __atomic_load_n(&stage_used, __ATOMIC_RELAXED);
+}
+
+static bool stage_reserve(uint64_t n)
+{
+	uint64_t used = __atomic_load_n(&stage_used, __ATOMIC_RELAXED), room;
+
+	do {
+		room = __atomic_load_n(&stage_room, __ATOMIC_RELAXED);
+		if (n > room || used > room - n)
+			return false;
+	} while (!__atomic_compare_exchange_n(&stage_used, &used, used + n, true, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	return true;
+}
+
+bool fill_stage_wanted(const struct fill_part *p)
+{
+	const struct wd_source *src;
+	uint32_t file;
+	uint64_t off;
+
+	if (!p->out.size || wd_plan_file_range(p->plan, &src, &file, &off))
+		return false; /* a stored weight: fetched as it is, not through a stage */
+	for (size_t i = 0; i < wd_plan_source_count(p->plan); i++)
+		if (wd_source_is_remote(wd_plan_source(p->plan, i)))
+			return true;
+	return false;
+}
+
+/* A span to stage, and the location it is fetched from. */
+struct sspan {
+	struct wd_stage_span s;
+	struct wd_remote *remote;
+};
+
+static int sspan_cmp(const void *a, const void *b)
+{
+	const struct wd_stage_span *x = &((const struct sspan *)a)->s,
+				   *y = &((const struct sspan *)b)->s;
+	uintptr_t ox = (uintptr_t)x->obj, oy = (uintptr_t)y->obj;
+
+	if (ox != oy)
+		return ox < oy ? -1 : 1;
+	if (x->off != y->off)
+		return x->off < y->off ? -1 : 1;
+	return 0;
+}
+
+/* Sort v[0..n) by object and offset, and merge spans that overlap or touch: an input several
+ * recipes read is then one span, fetched once. Returns the count left. */
+static size_t sspans_merge(struct sspan *v, size_t n)
+{
+	size_t k = 0;
+
+	qsort(v, n, sizeof(*v), sspan_cmp);
+	for (size_t i = 0; i < n; i++) {
+		struct wd_stage_span *last = k ? &v[k - 1].s : NULL;
+		const struct wd_stage_span *x = &v[i].s;
+
+		if (last && last->obj == x->obj && x->off <= last->off + last->len) {
+			if (x->off + x->len > last->off + last->len)
+				last->len = x->off + x->len - last->off;
+			continue;
+		}
+		v[k++] = v[i];
+	}
+	return k;
+}
+
+/* The remote spans plan reads, appended to *v (grown), their bytes added to *bytes. */
+static int sspans_add(const struct wd_plan *plan, struct sspan **v, size_t *n, size_t *cap,
+		      uint64_t *bytes)
+{
+	struct wd_plan_span *ps;
+	size_t np;
+
+	if (wd_plan_spans(plan, &ps, &np) < 0)
+		return -1;
+	for (size_t i = 0; i < np; i++) {
+		if (!wd_source_is_remote(ps[i].src))
+			continue;
+		if (*n == *cap) {
+			size_t c = *cap ? *cap * 2 : 64;
+			struct sspan *nv = realloc(*v, c * sizeof(**v));
+
+			if (!nv) {
+				free(ps);
+				return -1;
+			}
+			*v = nv;
+			*cap = c;
+		}
+		(*v)[(*n)++] = (struct sspan){
+			.s = { .obj = wd_source_remote_object(ps[i].src, ps[i].file),
+			       .off = ps[i].off,
+			       .len = ps[i].len },
+			.remote = wd_source_remote(ps[i].src),
+		};
+		*bytes += ps[i].len;
+	}
+	free(ps);
+	return 0;
+}
+
+/* Fetch the spans v[0..n) (at their .at in fd) of each location they name: one coalesced
+ * wd_remote_fetch per location. */
+static int stage_fetch(struct pool *pool, struct wd_scratch *scratch, int fd,
+		       const struct sspan *v, size_t n, weightd_error *err)
+{
+	struct wd_remote_range *ranges = calloc(n, sizeof(*ranges));
+	struct remote_yield y = { pool, scratch, NULL };
+	struct wd_remote_fetch_opts fo = {
+		.concurrency = __atomic_load_n(&remote_conc, __ATOMIC_RELAXED),
+		.chunk = __atomic_load_n(&remote_chunk, __ATOMIC_RELAXED),
+		.coalesce = true,
+		.gap = __atomic_load_n(&remote_gap, __ATOMIC_RELAXED),
+		.stalled = remote_stalled,
+		.arg = &y,
+	};
+	int r = 0;
+
+	if (!ranges)
+		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "no memory for %zu ranges",
+				    n);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		size_t m = 0, j;
+
+		for (j = 0; j < i && v[j].remote != v[i].remote; j++)
+			;
+		if (j < i)
+			continue; /* its location was fetched with an earlier span's */
+		for (j = i; j < n; j++)
+			if (v[j].remote == v[i].remote)
+				ranges[m++] = (struct wd_remote_range){ .off = v[j].s.off,
+									.len = v[j].s.len,
+									.fd = fd,
+									.fd_off = v[j].s.at,
+									.obj = v[j].s.obj };
+		y.waits_on = v[i].remote;
+		r = wd_remote_fetch(v[i].remote, NULL, ranges, m, &fo, err);
+	}
+	free(ranges);
+	return r;
+}
+
+static void stage_release(struct fill_stage *st);
+
+size_t fill_stage_begin(struct pool *pool, const struct fill_part *parts, size_t n,
+			struct wd_scratch *scratch, struct fill_stage *st)
+{
+	struct sspan *v = NULL;
+	size_t ns = 0, cap = 0, k, prev_n;
+	uint64_t raw = 0, prev_raw, total = 0;
+	weightd_error err;
+
+	memset(st, 0, sizeof(*st));
+	st->fd = -1;
+	st->was_open = stage_open;
+	stage_open = true;
+	/* the parts from the first while their inputs fit one stage (counted before merging) */
+	for (k = 0; k < n; k++) {
+		if (!fill_stage_wanted(&parts[k]))
+			continue;
+		prev_n = ns;
+		prev_raw = raw;
+		if (sspans_add(parts[k].plan, &v, &ns, &cap, &raw) < 0 || raw > FILL_STAGE_MAX) {
+			ns = prev_n;
+			raw = prev_raw;
+			break;
+		}
+	}
+	if (k == 0)
+		k = 1; /* the first alone reads more than a stage holds: it reads as it goes */
+	if (ns == 0)
+		goto out;
+	ns = sspans_merge(v, ns);
+	for (size_t i = 0; i < ns; i++) {
+		v[i].s.at = total;
+		total += v[i].s.len;
+	}
+	if (!stage_reserve(total)) {
+		log_debug("no room left in max_temp to fetch the inputs of %zu recipe(s) together "
+			  "(%llu bytes); they read as they go",
+			  k, (unsigned long long)total);
+		goto out;
+	}
+	st->bytes = total;
+	st->spans = malloc(ns * sizeof(*st->spans));
+	st->fd = memfd_create("weightd-stage", MFD_CLOEXEC);
+	wd_error_clear(&err);
+	if (!st->spans || st->fd < 0 || ftruncate(st->fd, (off_t)total) < 0) {
+		log_debug("cannot stage the inputs of %zu recipe(s): %s", k,
+			  st->spans ? strerror(errno) : "out of memory");
+		goto undo;
+	}
+	if (stage_fetch(pool, scratch, st->fd, v, ns, &err) < 0) {
+		/* the recipes read as they go, and report what is wrong themselves */
+		log_debug("fetching the inputs of %zu recipe(s) together failed: %s", k,
+			  err.message);
+		goto undo;
+	}
+	for (size_t i = 0; i < ns; i++)
+		st->spans[i] = v[i].s;
+	st->reg = wd_source_remote_stage(st->fd, st->spans, ns);
+	if (!st->reg)
+		goto undo;
+	log_debug("fetched the inputs of %zu recipe(s) together: %zu ranges, %llu bytes", k, ns,
+		  (unsigned long long)total);
+	goto out;
+undo:
+	stage_release(st);
+out:
+	free(v);
+	return k;
+}
+
+/* What st holds given back (the registration first: no read is served from it after). */
+static void stage_release(struct fill_stage *st)
+{
+	wd_source_remote_unstage(st->reg);
+	st->reg = NULL;
+	free(st->spans);
+	st->spans = NULL;
+	if (st->fd >= 0)
+		close(st->fd);
+	st->fd = -1;
+	if (st->bytes)
+		__atomic_sub_fetch(&stage_used, st->bytes, __ATOMIC_RELAXED);
+	st->bytes = 0;
+}
+
+void fill_stage_end(struct fill_stage *st)
+{
+	stage_release(st);
+	stage_open = st->was_open;
+}
+
 int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t base,
 		uint64_t nbytes, enum wd_digest_alg alg, uint64_t *progress,
 		struct wd_scratch *scratch, uint8_t *ret_digest, uint64_t *ret_bytes_read,
@@ -393,6 +648,21 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
 	if (nbytes && wd_plan_file_range(plan, &src, &file, &off) && wd_source_is_remote(src))
 		return fill_from_remote(&f, src, file, off, scratch, ret_digest, ret_bytes_read,
 					err);
+	if (!stage_open && nbytes) {
+		/* a recipe over remote inputs: fetched together first (fill_stage_begin) */
+		const struct fill_part part = { .plan = plan, .out = { .size = nbytes } };
+
+		if (fill_stage_wanted(&part)) {
+			struct fill_stage st;
+			int r;
+
+			fill_stage_begin(pool, &part, 1, scratch, &st);
+			r = fill_weight(pool, plan, fd, base, nbytes, alg, progress, scratch,
+					ret_digest, ret_bytes_read, err);
+			fill_stage_end(&st);
+			return r;
+		}
+	}
 	if (nbytes > WD_DIGEST_CHUNK && pool && pool_threads(pool) > 1 && wd_plan_splittable(plan))
 		return fill_parallel(&f, pool, scratch, ret_digest, ret_bytes_read, err);
 	return fill_sequential(&f, scratch, ret_digest, ret_bytes_read, err);

@@ -4,6 +4,7 @@
 #ifndef WD_FILL_H
 #define WD_FILL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "digest.h"
@@ -94,6 +95,44 @@ size_t fill_remote_run_length(const struct fill_part *parts, size_t n);
  */
 int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, size_t n,
 		    struct wd_scratch *scratch, weightd_error *err);
+
+/*
+ * A recipe over remote checkpoints (a shard, cast, concat, stack or dequantization) reads small
+ * pieces of its inputs as it runs. Staged, its inputs are fetched first, together: the byte
+ * spans the recipes of a group read (wd_plan_spans), an input several of them share taken
+ * once, planned by the coalescer (remote_gap, remote_chunk) and fetched over remote_concurrency
+ * connections into a memfd; the recipes' reads are then served from it (wd_source_remote_stage)
+ * and the memfd is freed when the group is done. A stage holds at most FILL_STAGE_MAX bytes and
+ * only what max_temp leaves free (fill_stage_room); a recipe that reads more, or finds no room,
+ * or whose stage cannot be fetched, reads as it goes (what is wrong with a store it then
+ * reports itself).
+ */
+#define FILL_STAGE_MAX (64u << 20)
+
+struct fill_stage {
+	int fd;
+	uint64_t bytes;               /* reserved of the room */
+	struct wd_stage_span *spans;
+	struct wd_stage *reg;
+	bool was_open;
+};
+
+/* Is p a weight computed by a recipe that reads a remote checkpoint (worth staging)? */
+bool fill_stage_wanted(const struct fill_part *p);
+/*
+ * Worker thread: stage the inputs of the parts from parts[0] whose inputs fit one stage
+ * together; returns how many parts that is (at least 1 when n > 0; parts that need no stage
+ * count too). Whether or not anything could be staged, the caller fills those parts, then calls
+ * fill_stage_end(st). Between the two, fill_weight on this thread stages nothing of its own.
+ */
+size_t fill_stage_begin(struct pool *pool, const struct fill_part *parts, size_t n,
+			struct wd_scratch *scratch, struct fill_stage *st);
+void fill_stage_end(struct fill_stage *st);
+/* Main thread: the bytes stages may hold together (what max_temp leaves after the running
+ * recipes' temporaries). */
+void fill_stage_room(uint64_t room);
+/* What stages hold now, all workers together. */
+uint64_t fill_stage_used(void);
 
 /*
  * Worker thread: fill a run found by fill_run_length into fd (the segment's writable fd): one

@@ -93,6 +93,25 @@ struct wd_remote *wd_source_remote(const struct wd_source *src);
 /* Empty the calling thread's read-ahead window over remote objects (wd_source_pread keeps the
  * last MiB a request brought): its next read asks the store again. */
 void wd_source_remote_readahead_drop(void);
+/*
+ * Staged remote bytes: a caller that fetched byte ranges of remote objects ahead (into fd, a
+ * memfd, span i's bytes at spans[i].at) registers them, and every thread's wd_source_pread of a
+ * range wholly inside one span is then served from fd rather than asked of the store. Spans
+ * are sorted by object (pointer order) and offset, and do not overlap. The objects must outlive
+ * the registration. Returns a handle for wd_source_remote_unstage, or NULL (out of memory:
+ * nothing is served from it). Neither takes fd or spans: both stay the caller's, and must
+ * stay until unstaged.
+ */
+struct wd_stage_span {
+	const struct wd_remote_object *obj;
+	uint64_t off, len, at;
+};
+struct wd_stage;
+struct wd_stage *wd_source_remote_stage(int fd, const struct wd_stage_span *spans, size_t n);
+/* Stop serving reads from a registration (reads in progress finish first). Accepts NULL. */
+void wd_source_remote_unstage(struct wd_stage *st);
+/* Reads served from staged bytes since the process started (all threads). */
+uint64_t wd_source_remote_stage_hits(void);
 /* The pinned object behind file `file` of a remote source (URL, ETag, version), or NULL. */
 const struct wd_remote_object *wd_source_remote_object(const struct wd_source *src, uint32_t file);
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* source_remote.c - a checkpoint source in object storage or on a web server: its objects pinned
  * by ETag, size and version, headers read by range, payload read through the pin. */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "aws_cred.h"
 #include "azure.h"
@@ -589,6 +591,125 @@ static bool ra_holds(const struct readahead *ra, const struct wd_remote_object *
 	       off - ra->off <= ra->len - len;
 }
 
+/*
+ * Staged bytes (wd_source_remote_stage): registrations in a list read under a read lock, each
+ * searched by binary search. Few are live at once (one per worker staging a recipe's inputs),
+ * and a read checks them only while any is.
+ */
+struct wd_stage {
+	struct wd_stage *next;
+	int fd;
+	const struct wd_stage_span *spans;
+	size_t n;
+};
+
+static pthread_rwlock_t stage_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct wd_stage *stages;
+static unsigned stages_live; /* atomic: registrations in the list */
+static uint64_t stage_hits;  /* atomic */
+
+struct wd_stage *wd_source_remote_stage(int fd, const struct wd_stage_span *spans, size_t n)
+{
+	struct wd_stage *st = calloc(1, sizeof(*st));
+
+	if (!st)
+		return NULL;
+	st->fd = fd;
+	st->spans = spans;
+	st->n = n;
+	pthread_rwlock_wrlock(&stage_lock);
+	st->next = stages;
+	stages = st;
+	__atomic_add_fetch(&stages_live, 1, __ATOMIC_RELEASE);
+	pthread_rwlock_unlock(&stage_lock);
+	return st;
+}
+
+void wd_source_remote_unstage(struct wd_stage *st)
+{
+	struct wd_stage **pp;
+
+	if (!st)
+		return;
+	pthread_rwlock_wrlock(&stage_lock);
+	for (pp = &stages; *pp && *pp != st; pp = &(*pp)->next)
+		;
+	if (*pp) {
+		*pp = st->next;
+		__atomic_sub_fetch(&stages_live, 1, __ATOMIC_RELEASE);
+	}
+	pthread_rwlock_unlock(&stage_lock);
+	free(st);
+}
+
+uint64_t wd_source_remote_stage_hits(void)
+{
+	return __atomic_load_n(&stage_hits, __ATOMIC_RELAXED);
+}
+
+/* The span of st that holds [off, off + len) of o, or NULL. */
+static const struct wd_stage_span *stage_find(const struct wd_stage *st,
+					      const struct wd_remote_object *o, uint64_t off,
+					      size_t len)
+{
+	size_t a = 0, b = st->n; /* the last span at or before (o, off) is below b */
+	const struct wd_stage_span *s;
+
+	while (a < b) {
+		size_t m = a + (b - a) / 2;
+		const struct wd_stage_span *x = &st->spans[m];
+
+		if ((uintptr_t)x->obj < (uintptr_t)o || (x->obj == o && x->off <= off))
+			a = m + 1;
+		else
+			b = m;
+	}
+	if (!a)
+		return NULL;
+	s = &st->spans[a - 1];
+	return s->obj == o && off >= s->off && len <= s->len && off - s->off <= s->len - len ? s :
+											       NULL;
+}
+
+/* 1 when [off, off + len) of o was staged and is now in buf, 0 when it was not, or a negative
+ * code (err set) when reading the staged copy failed. */
+static int stage_read(const struct wd_remote_object *o, void *buf, size_t len, uint64_t off,
+		      weightd_error *err)
+{
+	int r = 0;
+
+	if (!__atomic_load_n(&stages_live, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_rwlock_rdlock(&stage_lock);
+	for (const struct wd_stage *st = stages; st && r == 0; st = st->next) {
+		const struct wd_stage_span *s = stage_find(st, o, off, len);
+		uint64_t at;
+		size_t got = 0;
+
+		if (!s)
+			continue;
+		at = s->at + (off - s->off);
+		while (got < len) {
+			ssize_t k = pread(st->fd, (uint8_t *)buf + got, len - got,
+					  (off_t)(at + got));
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0) {
+				r = wd_error_set(err, WEIGHTD_E_IO, "reading staged bytes of %s: %s",
+						 o->url, k < 0 ? strerror(errno) : "short read");
+				break;
+			}
+			got += (size_t)k;
+		}
+		if (got == len)
+			r = 1;
+	}
+	pthread_rwlock_unlock(&stage_lock);
+	if (r == 1)
+		__atomic_add_fetch(&stage_hits, 1, __ATOMIC_RELAXED);
+	return r;
+}
+
 int wd_source_remote_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len,
 			   uint64_t off, weightd_error *err)
 {
@@ -598,6 +719,9 @@ int wd_source_remote_pread(const struct wd_source *src, uint32_t file, void *buf
 	uint64_t want;
 	int r;
 
+	r = stage_read(o, buf, len, off, err);
+	if (r)
+		goto out_staged;
 	if (!ra || off > o->size || len > o->size - off) {
 		r = wd_remote_read(src->remote, o, off, buf, len, err);
 		goto out;
@@ -621,6 +745,9 @@ int wd_source_remote_pread(const struct wd_source *src, uint32_t file, void *buf
 	}
 	memcpy(buf, ra->buf + (off - ra->off), len);
 	r = 0;
+out_staged:
+	if (r > 0)
+		r = 0;
 out:
 	if (r)
 		wd_error_about(err, src->name, NULL);

@@ -298,7 +298,126 @@ static void test_an_object_replaced_between_coalesced_requests_serves_nothing(vo
 	assert_int_equal(write_many(), 0);
 }
 
+/* Bytes the fault proxy was asked for since its last reset (its ranges' sum). */
+static uint64_t proxy_bytes(void)
+{
+	char *body = wd_servers_get(srv.fault, "/__stats");
+	json_t *j = body ? json_loads(body, 0, NULL) : NULL, *e;
+	uint64_t sum = 0;
+	size_t i;
+
+	assert_non_null(j);
+	json_array_foreach(json_object_get(j, "ranges"), i, e) {
+		unsigned long long from, to;
+
+		if (sscanf(json_string_value(json_array_get(e, 1)), "bytes=%llu-%llu", &from,
+			   &to) == 2)
+			sum += to - from + 1;
+	}
+	json_decref(j);
+	free(body);
+	return sum;
+}
+
+/*
+ * A unit of 65 recipes over "many": s0..s63 the first half of t0..t63 (a shard, rank 0 of 2),
+ * and c the concatenation of t0 and t1, which s0 and s1 read too. Bound, each slot checked
+ * against the tensors' fill pattern.
+ */
+static void bind_recipes(weightd_client *c)
+{
+	weightd_selection *half;
+	weightd_recipe *r;
+	weightd_unit *u = NULL;
+	weightd_error err;
+	char slot[16], tensor[16];
+	int in[2], rc;
+	const uint8_t *p;
+
+	assert_int_equal(weightd_selection_shard(0, 0, 2, &half, &err), 0);
+	rc = weightd_unit_new(c, &u, &err);
+	for (int i = 0; rc >= 0 && i < 64; i++) {
+		snprintf(slot, sizeof(slot), "s%d", i);
+		snprintf(tensor, sizeof(tensor), "t%d", i);
+		rc = weightd_unit_slot(u, slot, NULL, NULL, 0, NULL, &err);
+		if (rc >= 0)
+			rc = weightd_unit_set_tensor(u, slot, "many", tensor, half, &err);
+	}
+	assert_int_equal(weightd_recipe_new(&r, &err), 0);
+	in[0] = weightd_recipe_source(r, "many", "t0", NULL, &err);
+	in[1] = weightd_recipe_source(r, "many", "t1", NULL, &err);
+	assert_true(in[0] >= 0 && in[1] >= 0);
+	assert_true(weightd_recipe_concat(r, 0, in, 2, &err) >= 0);
+	if (rc >= 0)
+		rc = weightd_unit_slot(u, "c", NULL, NULL, 0, NULL, &err);
+	if (rc >= 0)
+		rc = weightd_unit_set_recipe(u, "c", r, &err);
+	weightd_recipe_free(r);
+	weightd_selection_free(half);
+	if (it_unit_end(u, rc, true, &u, &err) < 0)
+		fail_msg("the unit of recipes: %s", err.message);
+	for (int i = 0; i < 64; i++) {
+		snprintf(slot, sizeof(slot), "s%d", i);
+		p = it_map((weightd_weight *)weightd_unit_weight(u, slot));
+		assert_int_equal(weightd_weight_nbytes(weightd_unit_weight(u, slot)), 1500);
+		assert_int_equal(it_pattern_mismatch(p, 1500, (unsigned)(100 + i)), -1);
+	}
+	p = it_map((weightd_weight *)weightd_unit_weight(u, "c"));
+	assert_int_equal(weightd_weight_nbytes(weightd_unit_weight(u, "c")), 6000);
+	assert_int_equal(it_pattern_mismatch(p, 3000, 100), -1);
+	assert_int_equal(it_pattern_mismatch(p + 3000, 3000, 101), -1);
+	weightd_unit_free(u);
+}
+
+/*
+ * Recipes over a remote object fetch their inputs together, through the coalescer, before they
+ * run: with remote_gap 0 (no gap bridged), the 65 recipes above make one request per run of
+ * the file they read: t0 and t1 whole (the concat; the two shards that read half of each are
+ * inside it, not fetched again) with the first half of t2 that follows them, then the first
+ * half of t3..t63: 62 requests, 6000 + 62 x 1500 bytes. With max_temp smaller than those bytes, nothing is fetched ahead: the recipes read as
+ * they go (through a thread's read-ahead window, to the object's end) and are as exact.
+ */
+static void test_recipes_fetch_their_inputs_together(void **state)
+{
+	weightd_client *c;
+	uint64_t bytes;
+	int requests;
+
+	(void)state;
+	NEED_SERVERS(&srv);
+	start_daemon("remote_gap = 0\n");
+	c = it_connect(&H);
+	wait_admitted(c);
+	ctl("reset=1");
+	bind_recipes(c);
+	requests = proxy_requests();
+	bytes = proxy_bytes();
+	printf("staged: %d requests, %llu bytes\n", requests, (unsigned long long)bytes);
+	assert_int_equal(requests, 62);
+	assert_int_equal(bytes, 6000 + 62 * 1500);
+	assert_true(harness_log_contains(&H, "fetched the inputs of 65 recipe(s) together: 62 "
+					     "ranges, 99000 bytes"));
+	weightd_close(c);
+	harness_cleanup(&H);
+
+	start_daemon("remote_gap = 0\nmax_temp = 64K\n");
+	c = it_connect(&H);
+	wait_admitted(c);
+	ctl("reset=1");
+	bind_recipes(c);
+	bytes = proxy_bytes();
+	printf("read as they go: %d requests, %llu bytes\n", proxy_requests(),
+	       (unsigned long long)bytes);
+	assert_true(harness_log_contains(&H, "no room left in max_temp"));
+	assert_false(harness_log_contains(&H, "recipe(s) together:"));
+	assert_true(bytes > 6000 + 62 * 1500);
+	ctl("reset=1");
+	weightd_close(c);
+	harness_cleanup(&H);
+}
+
 TEST_MAIN(setup, teardown, cmocka_unit_test(test_a_weight_arrives_in_parallel_ranges),
 	  cmocka_unit_test(test_sigterm_ends_a_stalled_fill),
 	  cmocka_unit_test(test_a_hung_store_holds_no_worker),
-	  cmocka_unit_test(test_an_object_replaced_between_coalesced_requests_serves_nothing))
+	  cmocka_unit_test(test_an_object_replaced_between_coalesced_requests_serves_nothing),
+	  cmocka_unit_test(test_recipes_fetch_their_inputs_together))
