@@ -6,6 +6,7 @@
 #define WD_CACHE_INT_H
 
 #include "cache.h"
+#include "fill.h"
 #include "sink.h"
 #include "slab.h"
 #include "stats.h"
@@ -62,6 +63,14 @@ struct cache {
 	struct slab weights;         /* every struct weight (slab.h: why not malloc) */
 };
 
+/* Tell the workers' input stages (fill_stage_room) what max_temp leaves after the running
+ * recipes' temporaries: called after either changes. */
+static inline void cache_temp_publish(const struct cache *c)
+{
+	uint64_t limit = c->p.max_temp ? c->p.max_temp : c->budget;
+
+	fill_stage_room(limit > c->temp_used ? limit - c->temp_used : 0);
+}
 
 size_t cache_key_hash(const uint8_t *key, size_t nb);
 /* A zeroed weight from c's slab, its label a copy of `label` (both freed by weight_destroy). */
@@ -114,9 +123,6 @@ const char *cache_job_label(const struct job *j);
 void cache_job_queue(struct cache *c, struct job *j, struct csource *const *sources,
 		     size_t n_sources, struct cache_segment *sg, uint64_t offset, uint32_t owner,
 		     cache_cb cb, void *arg);
-/* Tell the workers' input stages (fill_stage_room) what max_temp leaves after the running
- * recipes' temporaries: call after either changes. */
-void cache_temp_publish(const struct cache *c);
 /* Start queued jobs of arena sg while fewer than ARENA_TASKS tasks fill it (the small ones that
  * follow each other in batches), after a pack of `owner` queued jobs on it. */
 void cache_job_kick(struct cache *c, struct cache_segment *sg, uint32_t owner);

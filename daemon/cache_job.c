@@ -720,13 +720,6 @@ int cache_job_join(struct cache *c, struct job *j, uint32_t owner, cache_cb cb, 
 	return 0;
 }
 
-void cache_temp_publish(const struct cache *c)
-{
-	uint64_t limit = c->p.max_temp ? c->p.max_temp : c->budget;
-
-	fill_stage_room(limit > c->temp_used ? limit - c->temp_used : 0);
-}
-
 struct job *cache_job_new(struct cache *c, struct wd_plan *plan, size_t n_sources)
 {
 	struct job *j = job_table_room(c) == 0 ? calloc(1, sizeof(*j)) : NULL;

@@ -164,7 +164,8 @@ const struct config_key config_keys[] = {
 	  .doc = "the same over all clients together" },
 	{ DAEMON(max_temp_bytes), .name = "max_temp", .type = CONFIG_T_SIZE, .max = UINT64_MAX,
 	  .def = "0", .reload = CONFIG_START,
-	  .doc = "heap memory of recipe temporaries of running jobs; 0: the budget's size" },
+	  .doc = "heap memory of recipe temporaries of running jobs and of remote recipes' "
+		 "inputs fetched ahead; 0: the budget's size" },
 	{ DAEMON(client_max_segments), .name = "client_max_segments", .type = CONFIG_T_COUNT,
 	  .min = 1, .max = 1u << 20, .def = "4096", .reload = CONFIG_START,
 	  .doc = "segments one connection may hold weights in" },
