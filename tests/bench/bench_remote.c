@@ -42,8 +42,9 @@
  * bound as one unit (every byte compared in the first run), its requests for admission and for
  * the tensors from its status; curl fetching the same files whole, 8 at a time, into /dev/shm.
  * Targets: >= 0.8x curl's rate, <= 4 requests per shard. Then a derived unit over
- * --ds-derived-layers MoE layers (default 8; 0: none) beside curl's rate (target >= 0.7x), the
- * local floor once, and s3rver's request count once.
+ * --ds-derived-layers MoE layers (default 8; 0: none) beside curl's rate (target >= 0.7x); the
+ * local floor once (the same bind and derived unit from the files in the page cache: weightd's
+ * own work, whatever the store) with the remote/local ratios; and s3rver's request count once.
  */
 #include <curl/curl.h>
 #include <dirent.h>
@@ -760,6 +761,7 @@ static int ds_derived(struct bench *b, const struct ds_ckpt *ck, const char *sec
 	weightd_error err;
 	uint64_t req0 = 0, req1 = 0, by, needed = 0;
 	double t0, until;
+	long ticks0;
 	int r;
 
 	harness_make_cold(&b->h);
@@ -777,13 +779,15 @@ static int ds_derived(struct bench *b, const struct ds_ckpt *ck, const char *sec
 	}
 	if (r == 0)
 		r = ds_traffic(c, &req0, &by);
+	ticks0 = harness_cpu_ticks(b->h.pid);
 	t0 = bench_now();
 	if (r == 0)
 		r = derived_unit(c, ck, layers, &u, &needed, &err);
 	if (r >= 0)
 		r = bench_unit_bind(u, &err);
 	ret->s = bench_now() - t0;
-	ret->cpu = (double)harness_cpu_ticks(b->h.pid) / (double)sysconf(_SC_CLK_TCK);
+	/* the daemon's CPU for the unit alone, not its admission */
+	ret->cpu = (double)(harness_cpu_ticks(b->h.pid) - ticks0) / (double)sysconf(_SC_CLK_TCK);
 	ret->bytes = needed;
 	if (r >= 0)
 		r = ds_traffic(c, &req1, &by);
@@ -807,7 +811,7 @@ static int ds_derived(struct bench *b, const struct ds_ckpt *ck, const char *sec
 static int ds_bench(struct bench *b, const struct ds_ckpt *ck, int runs, int derived_layers,
 		    bool s3)
 {
-	static struct sample wd[MAX_RUNS], ref[MAX_RUNS];
+	static struct sample wd[MAX_RUNS], ref[MAX_RUNS], dv[MAX_RUNS];
 	struct ds_count cnt[MAX_RUNS], c3;
 	double ratio[MAX_RUNS], rr, per_shard[MAX_RUNS];
 	char section[2 * PATH_MAX], url[256];
@@ -854,7 +858,6 @@ static int ds_bench(struct bench *b, const struct ds_ckpt *ck, int runs, int der
 	if (rr < 0.8 || bench_median(per_shard, runs) > 4)
 		rc = 1;
 	if (derived_layers > 0) {
-		static struct sample dv[MAX_RUNS];
 		double dratio[MAX_RUNS];
 		uint64_t dreq = 0;
 
@@ -868,9 +871,10 @@ static int ds_bench(struct bench *b, const struct ds_ckpt *ck, int runs, int der
 				rc = -1;
 				goto out;
 			}
-			printf("%4d  %-8s %9.3f s %9.0f MB/s   %llu requests for %llu bytes\n", r + 1,
-			       "derived", dv[r].s, mbps(&dv[r]), (unsigned long long)dreq,
-			       (unsigned long long)dv[r].bytes);
+			printf("%4d  %-8s %9.3f s %9.0f MB/s %6.3f CPU s/GiB   %llu requests for %llu "
+			       "bytes\n",
+			       r + 1, "derived", dv[r].s, mbps(&dv[r]), cpu_per_gib(&dv[r]),
+			       (unsigned long long)dreq, (unsigned long long)dv[r].bytes);
 			dratio[r] = mbps(&dv[r]) / mbps(&ref[r]);
 		}
 		printf("  derived/curl rate %.2fx (median of the runs' ratios against the curl runs "
@@ -880,17 +884,33 @@ static int ds_bench(struct bench *b, const struct ds_ckpt *ck, int runs, int der
 			rc = rc < 0 ? rc : 1;
 	}
 	{
-		/* the floor: the same files read locally (from the page cache), once */
-		struct sample wl;
+		/* the floor: the same files read locally (from the page cache), once; weightd's own
+		 * work, whatever the store */
+		struct sample wl, dl;
 		struct ds_count cl;
+		uint64_t dreq = 0;
 
 		snprintf(section, sizeof(section), "[checkpoint:ds]\npath = %s/ds/\n", b->root);
 		if (ds_load(b, ck, section, false, &wl, &cl) < 0) {
 			rc = -1;
 			goto out;
 		}
-		printf("the same checkpoint from local files in the page cache, once:\n");
+		printf("the same checkpoint from local files in the page cache, once (weightd's own "
+		       "work, whatever the store):\n");
 		ds_row("local", 1, &wl, &cl);
+		printf("  remote/local rate %.2fx (the median remote bind against this one)\n",
+		       wl.s / mw.s);
+		if (derived_layers > 0) {
+			if (ds_derived(b, ck, section, derived_layers, &dl, &dreq) < 0) {
+				rc = -1;
+				goto out;
+			}
+			printf("%4d  %-8s %9.3f s %9.0f MB/s %6.3f CPU s/GiB\n", 1, "derived", dl.s,
+			       mbps(&dl), cpu_per_gib(&dl));
+			printf("  remote/local derived rate %.2fx (the median remote derived unit "
+			       "against this one)\n",
+			       dl.s / median(dv, runs).s);
+		}
 	}
 	if (s3 && b->srv.s3) {
 		struct sample ws;
