@@ -58,7 +58,15 @@ struct fill {
 	uint64_t bytes_read;
 	unsigned nhelpers;
 	struct fill_helper helper[FILL_MAX_HELPERS];
+	/* a remote recipe too large to stage whole, one input of which is large: each chunk
+	 * stages its share of that input, and the small ones whole (stage_slice); NULL: none */
+	struct wd_plan_span *slices;
+	size_t n_slices, big;
 };
+
+static void stage_slice(struct fill *f, uint64_t off, uint64_t len, struct wd_scratch *scratch,
+			struct fill_stage *st);
+static void stage_release(struct fill_stage *st);
 
 /*
  * Claim and fill chunks until none is left or one failed. Any worker thread. Between two chunks
@@ -99,8 +107,13 @@ static void fill_chunks(struct fill *f, struct wd_scratch *scratch)
 		if (r < 0) {
 			wd_error_set(&err, r, "cannot start a %s digest", wd_digest_name(f->alg));
 		} else {
+			struct fill_stage st = { .fd = -1 };
+
+			if (f->slices)
+				stage_slice(f, off, len, scratch, &st);
 			sink.progress = f->progress;
 			r = wd_plan_execute_range(f->plan, off, len, &sink, scratch, &read, &err);
+			stage_release(&st);
 			if (r < 0)
 				wd_sink_abort(&sink);
 			else
@@ -496,13 +509,13 @@ static int sspans_add(const struct wd_plan *plan, struct sspan **v, size_t *n, s
 /* Fetch the spans v[0..n) (at their .at in fd) of each location they name: one coalesced
  * wd_remote_fetch per location. */
 static int stage_fetch(struct pool *pool, struct wd_scratch *scratch, int fd,
-		       const struct sspan *v, size_t n, weightd_error *err)
+		       const struct sspan *v, size_t n, uint64_t chunk, weightd_error *err)
 {
 	struct wd_remote_range *ranges = calloc(n, sizeof(*ranges));
 	struct remote_yield y = { pool, scratch, NULL };
 	struct wd_remote_fetch_opts fo = {
 		.concurrency = __atomic_load_n(&remote_conc, __ATOMIC_RELAXED),
-		.chunk = __atomic_load_n(&remote_chunk, __ATOMIC_RELAXED),
+		.chunk = chunk,
 		.coalesce = true,
 		.gap = __atomic_load_n(&remote_gap, __ATOMIC_RELAXED),
 		.stalled = remote_stalled,
@@ -534,15 +547,62 @@ static int stage_fetch(struct pool *pool, struct wd_scratch *scratch, int fd,
 	return r;
 }
 
-static void stage_release(struct fill_stage *st);
+/*
+ * Stage v[0..ns) (v is sorted and merged here) into st, whose fd is -1: room reserved, a memfd,
+ * one coalesced fetch per location in requests of at most `chunk` bytes, the registration.
+ * `what` names them in the log. 0 when staged; -1 when not (nothing held).
+ */
+static int stage_spans(struct pool *pool, struct wd_scratch *scratch, struct sspan *v, size_t ns,
+		       uint64_t chunk, const char *what, struct fill_stage *st)
+{
+	uint64_t total = 0;
+	weightd_error err;
+
+	ns = sspans_merge(v, ns);
+	for (size_t i = 0; i < ns; i++) {
+		v[i].s.at = total;
+		total += v[i].s.len;
+	}
+	if (!stage_reserve(total)) {
+		log_debug("no room left in max_temp to fetch %s together (%llu bytes); they read "
+			  "as they go",
+			  what, (unsigned long long)total);
+		return -1;
+	}
+	st->bytes = total;
+	st->spans = malloc(ns * sizeof(*st->spans));
+	st->fd = memfd_create("weightd-stage", MFD_CLOEXEC);
+	wd_error_clear(&err);
+	if (!st->spans || st->fd < 0 || ftruncate(st->fd, (off_t)total) < 0) {
+		log_debug("cannot stage %s: %s", what,
+			  st->spans ? strerror(errno) : "out of memory");
+		goto undo;
+	}
+	if (stage_fetch(pool, scratch, st->fd, v, ns, chunk, &err) < 0) {
+		/* the recipes read as they go, and report what is wrong themselves */
+		log_debug("fetching %s together failed: %s", what, err.message);
+		goto undo;
+	}
+	for (size_t i = 0; i < ns; i++)
+		st->spans[i] = v[i].s;
+	st->reg = wd_source_remote_stage(st->fd, st->spans, ns);
+	if (!st->reg)
+		goto undo;
+	log_debug("fetched %s together: %zu ranges, %llu bytes", what, ns,
+		  (unsigned long long)total);
+	return 0;
+undo:
+	stage_release(st);
+	return -1;
+}
 
 size_t fill_stage_begin(struct pool *pool, const struct fill_part *parts, size_t n,
 			struct wd_scratch *scratch, struct fill_stage *st)
 {
 	struct sspan *v = NULL;
 	size_t ns = 0, cap = 0, k, prev_n;
-	uint64_t raw = 0, prev_raw, total = 0;
-	weightd_error err;
+	uint64_t raw = 0, prev_raw;
+	char what[64];
 
 	memset(st, 0, sizeof(*st));
 	st->fd = -1;
@@ -562,45 +622,10 @@ size_t fill_stage_begin(struct pool *pool, const struct fill_part *parts, size_t
 	}
 	if (k == 0)
 		k = 1; /* the first alone reads more than a stage holds: it reads as it goes */
-	if (ns == 0)
-		goto out;
-	ns = sspans_merge(v, ns);
-	for (size_t i = 0; i < ns; i++) {
-		v[i].s.at = total;
-		total += v[i].s.len;
-	}
-	if (!stage_reserve(total)) {
-		log_debug("no room left in max_temp to fetch the inputs of %zu recipe(s) together "
-			  "(%llu bytes); they read as they go",
-			  k, (unsigned long long)total);
-		goto out;
-	}
-	st->bytes = total;
-	st->spans = malloc(ns * sizeof(*st->spans));
-	st->fd = memfd_create("weightd-stage", MFD_CLOEXEC);
-	wd_error_clear(&err);
-	if (!st->spans || st->fd < 0 || ftruncate(st->fd, (off_t)total) < 0) {
-		log_debug("cannot stage the inputs of %zu recipe(s): %s", k,
-			  st->spans ? strerror(errno) : "out of memory");
-		goto undo;
-	}
-	if (stage_fetch(pool, scratch, st->fd, v, ns, &err) < 0) {
-		/* the recipes read as they go, and report what is wrong themselves */
-		log_debug("fetching the inputs of %zu recipe(s) together failed: %s", k,
-			  err.message);
-		goto undo;
-	}
-	for (size_t i = 0; i < ns; i++)
-		st->spans[i] = v[i].s;
-	st->reg = wd_source_remote_stage(st->fd, st->spans, ns);
-	if (!st->reg)
-		goto undo;
-	log_debug("fetched the inputs of %zu recipe(s) together: %zu ranges, %llu bytes", k, ns,
-		  (unsigned long long)total);
-	goto out;
-undo:
-	stage_release(st);
-out:
+	snprintf(what, sizeof(what), "the inputs of %zu recipe(s)", k);
+	if (ns)
+		stage_spans(pool, scratch, v, ns, __atomic_load_n(&remote_chunk, __ATOMIC_RELAXED),
+			    what, st);
 	free(v);
 	return k;
 }
@@ -626,6 +651,102 @@ void fill_stage_end(struct fill_stage *st)
 	stage_open = st->was_open;
 }
 
+/* Inputs of at most this many bytes are staged whole by every slice (a dequantization's
+ * scales); one larger input is what the slices divide. */
+#define SLICE_SMALL (4u << 20)
+#define SLICE_SMALL_TOTAL (16u << 20)
+
+/*
+ * f's plan could not be staged whole: when it reads one large remote input and little else
+ * (a cast or dequantization of a large tensor, a shard of it), let each chunk filled in
+ * parallel stage its share of it. Output chunk [off, off + len) of an element-wise plan reads
+ * that fraction of its input; where a plan reads otherwise, its reads outside the slice are
+ * asked of the store as before.
+ */
+static void slices_plan(struct fill *f)
+{
+	struct wd_plan_span *ps;
+	size_t np, big = SIZE_MAX;
+	uint64_t small = 0;
+
+	if (wd_plan_spans(f->plan, &ps, &np) < 0)
+		return;
+	for (size_t i = 0; i < np; i++) {
+		if (!wd_source_is_remote(ps[i].src))
+			goto none;
+		if (ps[i].len <= SLICE_SMALL) {
+			small += ps[i].len;
+			continue;
+		}
+		if (big != SIZE_MAX)
+			goto none; /* two large inputs: which part of each a chunk reads is unknown */
+		big = i;
+	}
+	if (big == SIZE_MAX || small > SLICE_SMALL_TOTAL)
+		goto none;
+	f->slices = ps;
+	f->n_slices = np;
+	f->big = big;
+	return;
+none:
+	free(ps);
+}
+
+/* Stage the share of f's inputs that output chunk [off, off + len) reads (slices_plan). */
+static void stage_slice(struct fill *f, uint64_t off, uint64_t len, struct wd_scratch *scratch,
+			struct fill_stage *st)
+{
+	struct sspan *v = calloc(f->n_slices, sizeof(*v));
+	uint64_t total = 0, chunk;
+	char what[96];
+
+	if (!v)
+		return;
+	for (size_t i = 0; i < f->n_slices; i++) {
+		const struct wd_plan_span *p = &f->slices[i];
+		uint64_t lo = 0, hi = p->len;
+
+		if (i == f->big && f->nbytes) {
+			lo = (uint64_t)((unsigned __int128)off * p->len / f->nbytes);
+			hi = (uint64_t)(((unsigned __int128)(off + len) * p->len + f->nbytes - 1) /
+					f->nbytes);
+		}
+		v[i] = (struct sspan){
+			.s = { .obj = wd_source_remote_object(p->src, p->file),
+			       .off = p->off + lo,
+			       .len = hi - lo },
+			.remote = wd_source_remote(p->src),
+		};
+		total += hi - lo;
+	}
+	/* a slice is one worker's: spread over a few connections, not one request */
+	chunk = __atomic_load_n(&remote_chunk, __ATOMIC_RELAXED);
+	if (chunk > total / 4)
+		chunk = total / 4;
+	if (chunk < (1u << 20))
+		chunk = 1u << 20;
+	snprintf(what, sizeof(what), "the inputs of bytes %llu-%llu of a recipe",
+		 (unsigned long long)off, (unsigned long long)(off + len));
+	stage_spans(f->pool, scratch, v, f->n_slices, chunk, what, st);
+	free(v);
+}
+
+static int fill_in(struct fill *f, struct wd_scratch *scratch, uint8_t *ret_digest,
+		   uint64_t *ret_bytes_read, weightd_error *err)
+{
+	const struct wd_source *src;
+	uint32_t file;
+	uint64_t off;
+
+	if (f->nbytes && wd_plan_file_range(f->plan, &src, &file, &off) && wd_source_is_remote(src))
+		return fill_from_remote(f, src, file, off, scratch, ret_digest, ret_bytes_read,
+					err);
+	if (f->nbytes > WD_DIGEST_CHUNK && f->pool && pool_threads(f->pool) > 1 &&
+	    wd_plan_splittable(f->plan))
+		return fill_parallel(f, f->pool, scratch, ret_digest, ret_bytes_read, err);
+	return fill_sequential(f, scratch, ret_digest, ret_bytes_read, err);
+}
+
 int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t base,
 		uint64_t nbytes, enum wd_digest_alg alg, uint64_t *progress,
 		struct wd_scratch *scratch, uint8_t *ret_digest, uint64_t *ret_bytes_read,
@@ -638,34 +759,22 @@ int fill_weight(struct pool *pool, const struct wd_plan *plan, int fd, uint64_t 
 			  .nbytes = nbytes,
 			  .alg = alg,
 			  .progress = progress };
-
-	const struct wd_source *src;
-	uint32_t file;
-	uint64_t off;
+	const struct fill_part part = { .plan = plan, .out = { .size = nbytes } };
+	struct fill_stage st;
+	int r;
 
 	if (!scratch)
 		return wd_error_set(err, WEIGHTD_E_RESOURCE_EXHAUSTED, "no memory for read buffers");
-	if (nbytes && wd_plan_file_range(plan, &src, &file, &off) && wd_source_is_remote(src))
-		return fill_from_remote(&f, src, file, off, scratch, ret_digest, ret_bytes_read,
-					err);
-	if (!stage_open && nbytes) {
-		/* a recipe over remote inputs: fetched together first (fill_stage_begin) */
-		const struct fill_part part = { .plan = plan, .out = { .size = nbytes } };
-
-		if (fill_stage_wanted(&part)) {
-			struct fill_stage st;
-			int r;
-
-			fill_stage_begin(pool, &part, 1, scratch, &st);
-			r = fill_weight(pool, plan, fd, base, nbytes, alg, progress, scratch,
-					ret_digest, ret_bytes_read, err);
-			fill_stage_end(&st);
-			return r;
-		}
-	}
-	if (nbytes > WD_DIGEST_CHUNK && pool && pool_threads(pool) > 1 && wd_plan_splittable(plan))
-		return fill_parallel(&f, pool, scratch, ret_digest, ret_bytes_read, err);
-	return fill_sequential(&f, scratch, ret_digest, ret_bytes_read, err);
+	if (stage_open || !fill_stage_wanted(&part))
+		return fill_in(&f, scratch, ret_digest, ret_bytes_read, err);
+	/* a recipe over remote inputs: fetched together first, whole or chunk by chunk */
+	fill_stage_begin(pool, &part, 1, scratch, &st);
+	if (!st.reg && nbytes > WD_DIGEST_CHUNK)
+		slices_plan(&f);
+	r = fill_in(&f, scratch, ret_digest, ret_bytes_read, err);
+	fill_stage_end(&st);
+	free(f.slices);
+	return r;
 }
 
 /* A run of small stored weights of one remote object, fetched together. */

@@ -416,8 +416,70 @@ static void test_recipes_fetch_their_inputs_together(void **state)
 	harness_cleanup(&H);
 }
 
+/* big of checkpoint ck (48 MiB of U8) cast to F16. */
+static weightd_weight *big_f16(weightd_client *c, const char *ck)
+{
+	weightd_recipe *r;
+	weightd_inflight *f;
+	weightd_weight *w;
+	weightd_error err;
+	int n;
+
+	assert_int_equal(weightd_recipe_new(&r, &err), 0);
+	n = weightd_recipe_source(r, ck, "big", NULL, &err);
+	assert_true(n >= 0);
+	assert_true(weightd_recipe_cast(r, n, "F16", &err) >= 0);
+	if (weightd_materialize_recipe(c, r, &f, &err) < 0 || weightd_finish(f, &w, &err) < 0)
+		fail_msg("%s: %s", ck, err.message);
+	weightd_recipe_free(r);
+	return w;
+}
+
+/*
+ * A recipe whose input does not fit max_temp at once (48 MiB with max_temp 40M) is staged a
+ * slice at a time: each 16 MiB chunk of its 96 MiB output, filled in parallel, fetches the
+ * 8 MiB of input it converts, in 2 MiB requests over several connections. The store is asked
+ * for every byte of the input exactly once, in 24 requests (reading as it goes, through 1 MiB
+ * windows, would take 48), and the weight is the local file's cast.
+ */
+static void test_a_large_recipe_fetches_its_input_in_slices(void **state)
+{
+	weightd_client *c;
+	weightd_weight *wr, *wl;
+	int requests;
+	uint64_t bytes;
+
+	(void)state;
+	NEED_SERVERS(&srv);
+	start_daemon("workers = 2\nmax_temp = 40M\nbudget = 512M\n");
+	c = it_connect(&H);
+	wait_admitted(c);
+	ctl("reset=1");
+	wr = big_f16(c, "r");
+	requests = proxy_requests();
+	bytes = proxy_bytes();
+	printf("a 48 MiB input in slices: %d requests, %llu bytes\n", requests,
+	       (unsigned long long)bytes);
+	assert_true(harness_log_contains(&H, "no room left in max_temp"));
+	assert_true(harness_log_contains(&H, "fetched the inputs of bytes 16777216-33554432 of a "
+					     "recipe together: 1 ranges, 8388608 bytes"));
+	assert_int_equal(bytes, BIG_BYTES);
+	assert_int_equal(requests, 24);
+	wl = big_f16(c, "local");
+	assert_int_equal(weightd_weight_nbytes(wr), 2 * BIG_BYTES);
+	assert_memory_equal(weightd_weight_digest(wr), weightd_weight_digest(wl),
+			    WEIGHTD_DIGEST_LEN);
+	assert_memory_equal(it_map(wr), it_map(wl), 2 * BIG_BYTES);
+	weightd_release(wr);
+	weightd_release(wl);
+	ctl("reset=1");
+	weightd_close(c);
+	harness_cleanup(&H);
+}
+
 TEST_MAIN(setup, teardown, cmocka_unit_test(test_a_weight_arrives_in_parallel_ranges),
 	  cmocka_unit_test(test_sigterm_ends_a_stalled_fill),
 	  cmocka_unit_test(test_a_hung_store_holds_no_worker),
 	  cmocka_unit_test(test_an_object_replaced_between_coalesced_requests_serves_nothing),
-	  cmocka_unit_test(test_recipes_fetch_their_inputs_together))
+	  cmocka_unit_test(test_recipes_fetch_their_inputs_together),
+	  cmocka_unit_test(test_a_large_recipe_fetches_its_input_in_slices))
