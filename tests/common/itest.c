@@ -101,6 +101,25 @@ weightd_weight *it_get_ok(weightd_client *c, const char *ckpt, const char *tenso
 	return w;
 }
 
+weightd_weight *it_cast_ok(weightd_client *c, const char *ckpt, const char *tensor,
+			   const weightd_selection *sel, const char *dtype)
+{
+	weightd_recipe *r;
+	weightd_inflight *f;
+	weightd_weight *w;
+	weightd_error err;
+	int n;
+
+	assert_int_equal(weightd_recipe_new(&r, &err), 0);
+	n = weightd_recipe_source(r, ckpt, tensor, sel, &err);
+	assert_true(n >= 0);
+	assert_true(weightd_recipe_cast(r, n, dtype, &err) >= 0);
+	if (weightd_materialize_recipe(c, r, &f, &err) < 0 || weightd_finish(f, &w, &err) < 0)
+		fail_msg("%s:%s cast to %s: %s", ckpt, tensor, dtype, err.message);
+	weightd_recipe_free(r);
+	return w;
+}
+
 const uint8_t *it_map(weightd_weight *w)
 {
 	const void *p = NULL;

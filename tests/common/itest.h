@@ -57,6 +57,9 @@ int it_get(weightd_client *c, const char *ckpt, const char *tensor, weightd_weig
 	   weightd_error *err);
 
 weightd_weight *it_get_ok(weightd_client *c, const char *ckpt, const char *tensor);
+/* Tensor `tensor` of ckpt (sel NULL: whole) cast to dtype, through a recipe, or fail the test. */
+weightd_weight *it_cast_ok(weightd_client *c, const char *ckpt, const char *tensor,
+			   const weightd_selection *sel, const char *dtype);
 
 const uint8_t *it_map(weightd_weight *w);
 

@@ -201,3 +201,30 @@ char *wd_servers_get_tls(const struct wd_servers *s, int port, const char *path)
 {
 	return get(s->ca, port, path);
 }
+
+uint64_t wd_servers_proxied(int port, const char *path_part, size_t *ret_requests)
+{
+	char *body = wd_servers_get(port, "/__stats");
+	json_t *j = body ? json_loads(body, 0, NULL) : NULL, *e;
+	uint64_t sum = 0;
+	size_t i, n = 0;
+
+	free(body);
+	if (!j)
+		return UINT64_MAX;
+	json_array_foreach(json_object_get(j, "ranges"), i, e) {
+		const char *path = json_string_value(json_array_get(e, 0));
+		const char *range = json_string_value(json_array_get(e, 1));
+		unsigned long long from, to;
+
+		if (path_part && (!path || !strstr(path, path_part)))
+			continue;
+		n++;
+		if (range && sscanf(range, "bytes=%llu-%llu", &from, &to) == 2)
+			sum += to - from + 1;
+	}
+	json_decref(j);
+	if (ret_requests)
+		*ret_requests = n;
+	return sum;
+}

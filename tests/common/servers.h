@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* What servers.py said it runs (ports on 127.0.0.1; s3 0 without --s3). */
@@ -66,5 +67,9 @@ void wd_servers_end(struct wd_servers *s, const char *root);
 char *wd_servers_get(int port, const char *path);
 /* The same over HTTPS, verified with the servers' CA (the Azure token endpoint's /__ctl). */
 char *wd_servers_get_tls(const struct wd_servers *s, int port, const char *path);
+/* The bytes the fault proxy on `port` was asked for since its last reset, by the ranges of its
+ * /__stats, of the paths containing path_part (NULL: all); their count in *ret_requests
+ * (may be NULL). UINT64_MAX when the proxy does not answer. */
+uint64_t wd_servers_proxied(int port, const char *path_part, size_t *ret_requests);
 
 #endif

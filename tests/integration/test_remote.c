@@ -301,54 +301,15 @@ static void test_describe(void **state)
 	weightd_close(c);
 }
 
-/* Sum of the bytes the fault proxy was asked for, by path (its /__stats). */
-static uint64_t proxied_bytes(const char *path_part, size_t *ret_requests)
-{
-	char *stats = wd_servers_get(srv.fault, "/__stats");
-	json_error_t je;
-	json_t *j, *ranges, *e;
-	uint64_t sum = 0;
-	size_t i, n = 0;
-
-	assert_non_null(stats);
-	j = json_loads(stats, 0, &je);
-	assert_non_null(j);
-	ranges = json_object_get(j, "ranges");
-	json_array_foreach(ranges, i, e) {
-		unsigned long long from, to;
-
-		if (!strstr(json_string_value(json_array_get(e, 0)), path_part))
-			continue;
-		n++;
-		if (sscanf(json_string_value(json_array_get(e, 1)), "bytes=%llu-%llu", &from,
-			   &to) == 2)
-			sum += to - from + 1;
-	}
-	json_decref(j);
-	free(stats);
-	if (ret_requests)
-		*ret_requests = n;
-	return sum;
-}
-
 /* One shard (a quarter of the rows) of w, cast to F16, from checkpoint ck. */
 static weightd_weight *quarter_f16(weightd_client *c, const char *ck)
 {
 	weightd_selection *sel;
-	weightd_recipe *r;
-	weightd_inflight *f;
 	weightd_weight *w;
 	weightd_error err;
-	int n;
 
 	assert_int_equal(weightd_selection_shard(0, 1, 4, &sel, &err), 0);
-	assert_int_equal(weightd_recipe_new(&r, &err), 0);
-	n = weightd_recipe_source(r, ck, "w", sel, &err);
-	assert_true(n >= 0);
-	assert_true(weightd_recipe_cast(r, n, "F16", &err) >= 0);
-	if (weightd_materialize_recipe(c, r, &f, &err) < 0 || weightd_finish(f, &w, &err) < 0)
-		fail_msg("%s: %s", ck, err.message);
-	weightd_recipe_free(r);
+	w = it_cast_ok(c, ck, "w", sel, "F16");
 	weightd_selection_free(sel);
 	return w;
 }
@@ -372,7 +333,7 @@ static void test_recipe_reads_what_it_needs(void **state)
 	assert_int_equal(weightd_weight_nbytes(wl), weightd_weight_nbytes(wr));
 	assert_memory_equal(it_map(wr), it_map(wl), weightd_weight_nbytes(wr));
 	/* rows 256..511 of a 4 MiB F32 tensor: 1 MiB, nothing of the other rows */
-	read = proxied_bytes("big.safetensors", NULL);
+	read = wd_servers_proxied(srv.fault, "big.safetensors", NULL);
 	if (read != 1024 * 1024)
 		fail_msg("the recipe read %" PRIu64 " bytes of the remote object, not 1 MiB", read);
 	weightd_release(wr);

@@ -298,27 +298,6 @@ static void test_an_object_replaced_between_coalesced_requests_serves_nothing(vo
 	assert_int_equal(write_many(), 0);
 }
 
-/* Bytes the fault proxy was asked for since its last reset (its ranges' sum). */
-static uint64_t proxy_bytes(void)
-{
-	char *body = wd_servers_get(srv.fault, "/__stats");
-	json_t *j = body ? json_loads(body, 0, NULL) : NULL, *e;
-	uint64_t sum = 0;
-	size_t i;
-
-	assert_non_null(j);
-	json_array_foreach(json_object_get(j, "ranges"), i, e) {
-		unsigned long long from, to;
-
-		if (sscanf(json_string_value(json_array_get(e, 1)), "bytes=%llu-%llu", &from,
-			   &to) == 2)
-			sum += to - from + 1;
-	}
-	json_decref(j);
-	free(body);
-	return sum;
-}
-
 /*
  * A unit of 65 recipes over "many": s0..s63 the first half of t0..t63 (a shard, rank 0 of 2),
  * and c the concatenation of t0 and t1, which s0 and s1 read too. Bound, each slot checked
@@ -391,7 +370,7 @@ static void test_recipes_fetch_their_inputs_together(void **state)
 	ctl("reset=1");
 	bind_recipes(c);
 	requests = proxy_requests();
-	bytes = proxy_bytes();
+	bytes = wd_servers_proxied(srv.fault, NULL, NULL);
 	printf("staged: %d requests, %llu bytes\n", requests, (unsigned long long)bytes);
 	assert_int_equal(requests, 62);
 	assert_int_equal(bytes, 6000 + 62 * 1500);
@@ -405,7 +384,7 @@ static void test_recipes_fetch_their_inputs_together(void **state)
 	wait_admitted(c);
 	ctl("reset=1");
 	bind_recipes(c);
-	bytes = proxy_bytes();
+	bytes = wd_servers_proxied(srv.fault, NULL, NULL);
 	printf("read as they go: %d requests, %llu bytes\n", proxy_requests(),
 	       (unsigned long long)bytes);
 	assert_true(harness_log_contains(&H, "no room left in max_temp"));
@@ -414,25 +393,6 @@ static void test_recipes_fetch_their_inputs_together(void **state)
 	ctl("reset=1");
 	weightd_close(c);
 	harness_cleanup(&H);
-}
-
-/* big of checkpoint ck (48 MiB of U8) cast to F16. */
-static weightd_weight *big_f16(weightd_client *c, const char *ck)
-{
-	weightd_recipe *r;
-	weightd_inflight *f;
-	weightd_weight *w;
-	weightd_error err;
-	int n;
-
-	assert_int_equal(weightd_recipe_new(&r, &err), 0);
-	n = weightd_recipe_source(r, ck, "big", NULL, &err);
-	assert_true(n >= 0);
-	assert_true(weightd_recipe_cast(r, n, "F16", &err) >= 0);
-	if (weightd_materialize_recipe(c, r, &f, &err) < 0 || weightd_finish(f, &w, &err) < 0)
-		fail_msg("%s: %s", ck, err.message);
-	weightd_recipe_free(r);
-	return w;
 }
 
 /*
@@ -455,9 +415,9 @@ static void test_a_large_recipe_fetches_its_input_in_slices(void **state)
 	c = it_connect(&H);
 	wait_admitted(c);
 	ctl("reset=1");
-	wr = big_f16(c, "r");
+	wr = it_cast_ok(c, "r", "big", NULL, "F16");
 	requests = proxy_requests();
-	bytes = proxy_bytes();
+	bytes = wd_servers_proxied(srv.fault, NULL, NULL);
 	printf("a 48 MiB input in slices: %d requests, %llu bytes\n", requests,
 	       (unsigned long long)bytes);
 	assert_true(harness_log_contains(&H, "no room left in max_temp"));
@@ -465,7 +425,7 @@ static void test_a_large_recipe_fetches_its_input_in_slices(void **state)
 					     "recipe together: 1 ranges, 8388608 bytes"));
 	assert_int_equal(bytes, BIG_BYTES);
 	assert_int_equal(requests, 24);
-	wl = big_f16(c, "local");
+	wl = it_cast_ok(c, "local", "big", NULL, "F16");
 	assert_int_equal(weightd_weight_nbytes(wr), 2 * BIG_BYTES);
 	assert_memory_equal(weightd_weight_digest(wr), weightd_weight_digest(wl),
 			    WEIGHTD_DIGEST_LEN);
