@@ -110,8 +110,6 @@ struct wd_stage;
 struct wd_stage *wd_source_remote_stage(int fd, const struct wd_stage_span *spans, size_t n);
 /* Stop serving reads from a registration (reads in progress finish first). Accepts NULL. */
 void wd_source_remote_unstage(struct wd_stage *st);
-/* Reads served from staged bytes since the process started (all threads). */
-uint64_t wd_source_remote_stage_hits(void);
 /* The pinned object behind file `file` of a remote source (URL, ETag, version), or NULL. */
 const struct wd_remote_object *wd_source_remote_object(const struct wd_source *src, uint32_t file);
 

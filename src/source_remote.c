@@ -606,7 +606,6 @@ struct wd_stage {
 static pthread_rwlock_t stage_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct wd_stage *stages;
 static unsigned stages_live; /* atomic: registrations in the list */
-static uint64_t stage_hits;  /* atomic */
 
 struct wd_stage *wd_source_remote_stage(int fd, const struct wd_stage_span *spans, size_t n)
 {
@@ -642,11 +641,6 @@ void wd_source_remote_unstage(struct wd_stage *st)
 	free(st);
 }
 
-uint64_t wd_source_remote_stage_hits(void)
-{
-	return __atomic_load_n(&stage_hits, __ATOMIC_RELAXED);
-}
-
 /* The span of st that holds [off, off + len) of o, or NULL. */
 static const struct wd_stage_span *stage_find(const struct wd_stage *st,
 					      const struct wd_remote_object *o, uint64_t off,
@@ -671,17 +665,16 @@ static const struct wd_stage_span *stage_find(const struct wd_stage *st,
 											       NULL;
 }
 
-/* 1 when [off, off + len) of o was staged and is now in buf, 0 when it was not, or a negative
- * code (err set) when reading the staged copy failed. */
-static int stage_read(const struct wd_remote_object *o, void *buf, size_t len, uint64_t off,
-		      weightd_error *err)
+/* Is [off, off + len) of o staged? Then it is now in buf. A staged copy that cannot be read
+ * (it is a memfd: hardly ever) is as good as none: the store is asked. */
+static bool stage_read(const struct wd_remote_object *o, void *buf, size_t len, uint64_t off)
 {
-	int r = 0;
+	bool done = false;
 
 	if (!__atomic_load_n(&stages_live, __ATOMIC_ACQUIRE))
-		return 0;
+		return false;
 	pthread_rwlock_rdlock(&stage_lock);
-	for (const struct wd_stage *st = stages; st && r == 0; st = st->next) {
+	for (const struct wd_stage *st = stages; st && !done; st = st->next) {
 		const struct wd_stage_span *s = stage_find(st, o, off, len);
 		uint64_t at;
 		size_t got = 0;
@@ -694,20 +687,14 @@ static int stage_read(const struct wd_remote_object *o, void *buf, size_t len, u
 					  (off_t)(at + got));
 			if (k < 0 && errno == EINTR)
 				continue;
-			if (k <= 0) {
-				r = wd_error_set(err, WEIGHTD_E_IO, "reading staged bytes of %s: %s",
-						 o->url, k < 0 ? strerror(errno) : "short read");
+			if (k <= 0)
 				break;
-			}
 			got += (size_t)k;
 		}
-		if (got == len)
-			r = 1;
+		done = got == len;
 	}
 	pthread_rwlock_unlock(&stage_lock);
-	if (r == 1)
-		__atomic_add_fetch(&stage_hits, 1, __ATOMIC_RELAXED);
-	return r;
+	return done;
 }
 
 int wd_source_remote_pread(const struct wd_source *src, uint32_t file, void *buf, size_t len,
@@ -719,9 +706,8 @@ int wd_source_remote_pread(const struct wd_source *src, uint32_t file, void *buf
 	uint64_t want;
 	int r;
 
-	r = stage_read(o, buf, len, off, err);
-	if (r)
-		goto out_staged;
+	if (stage_read(o, buf, len, off))
+		return 0;
 	if (!ra || off > o->size || len > o->size - off) {
 		r = wd_remote_read(src->remote, o, off, buf, len, err);
 		goto out;
@@ -745,9 +731,6 @@ int wd_source_remote_pread(const struct wd_source *src, uint32_t file, void *buf
 	}
 	memcpy(buf, ra->buf + (off - ra->off), len);
 	r = 0;
-out_staged:
-	if (r > 0)
-		r = 0;
 out:
 	if (r)
 		wd_error_about(err, src->name, NULL);
