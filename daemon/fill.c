@@ -6,11 +6,11 @@
 #include "fill.h"
 
 #include <errno.h>
-#include <sys/mman.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "clock.h"
