@@ -106,7 +106,7 @@ weightd_weight *it_cast_ok(weightd_client *c, const char *ckpt, const char *tens
 {
 	weightd_recipe *r;
 	weightd_inflight *f;
-	weightd_weight *w;
+	weightd_weight *w = NULL;
 	weightd_error err;
 	int n;
 
