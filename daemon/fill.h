@@ -103,9 +103,11 @@ int fill_remote_run(struct pool *pool, int fd, const struct fill_part *parts, si
  * once, planned by the coalescer (remote_gap, remote_chunk) and fetched over remote_concurrency
  * connections into a memfd; the recipes' reads are then served from it (wd_source_remote_stage)
  * and the memfd is freed when the group is done. A stage holds at most FILL_STAGE_MAX bytes and
- * only what max_temp leaves free (fill_stage_room); a recipe that reads more, or finds no room,
- * or whose stage cannot be fetched, reads as it goes (what is wrong with a store it then
- * reports itself).
+ * only what max_temp leaves free (fill_stage_room). fill_weight stages a recipe of its own;
+ * one that reads more than a stage holds but one large input and little else (a cast of a whole
+ * embedding) is staged a slice per chunk as it is filled in parallel. A recipe that is neither,
+ * or finds no room, or whose stage cannot be fetched, reads as it goes (what is wrong with a
+ * store it then reports itself).
  */
 #define FILL_STAGE_MAX (64u << 20)
 
