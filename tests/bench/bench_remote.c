@@ -753,30 +753,21 @@ static int derived_unit(weightd_client *c, const struct ds_ckpt *ck, int layers,
 static int ds_derived(struct bench *b, const struct ds_ckpt *ck, const char *section, int layers,
 		      struct sample *ret, uint64_t *ret_requests)
 {
-	const struct harness_opts o = { .file_log_level = true, .no_settle = true };
 	char extra[256];
 	weightd_client *c = NULL;
 	weightd_description *d = NULL;
 	weightd_unit *u = NULL;
 	weightd_error err;
 	uint64_t req0 = 0, req1 = 0, by, needed = 0;
-	double t0, until;
+	double t0;
 	long ticks0;
 	int r;
 
 	harness_make_cold(&b->h);
 	snprintf(extra, sizeof(extra), "budget = %lluM\nlog_level = notice\nworkers = 0\n",
 		 (unsigned long long)(ck->bytes * 3 >> 20) + 256);
-	if (harness_write_config(&b->h, extra, section) < 0 || harness_start_opts(&b->h, &o) < 0)
+	if (start_described(b, extra, section, "ds", 600, &t0, &c, &d, &err, &r) < 0)
 		return -1;
-	r = weightd_connect(b->h.sock, "bench_remote", &c, &err);
-	for (until = bench_now() + 600; r == 0;) {
-		r = weightd_describe(c, "ds", &d, &err);
-		if (r == 0 || bench_now() > until)
-			break;
-		usleep(2000);
-		r = 0;
-	}
 	if (r == 0)
 		r = ds_traffic(c, &req0, &by);
 	ticks0 = harness_cpu_ticks(b->h.pid);
